@@ -1,0 +1,137 @@
+"""Unit-slice decomposition.
+
+Per tensor dim, the cut points of every source and destination box are merged; every
+cell of the resulting grid is a unit slice with one set of source holders and one set
+of destination needers. Neighbouring cells with equal holders and needers are then
+merged, so a plan has as few transfers as the two layouts allow.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Mapping
+
+from reshard.layout import Box
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A box of the tensor with the devices that hold it and those that need it."""
+
+    box: Box
+    holders: frozenset[int]
+    needers: frozenset[int]
+
+
+def _pieces(boxes: Mapping[Box, frozenset[int]]) -> list[tuple[Box, frozenset[int]]]:
+    return [(b, devs) for b, devs in boxes.items() if all(hi > lo for lo, hi in b) and devs]
+
+
+def decompose(
+    shape: tuple[int, ...],
+    holders: Mapping[Box, frozenset[int]],
+    needers: Mapping[Box, frozenset[int]],
+) -> list[Cell]:
+    """Split a tensor into maximal cells of equal holders and needers.
+
+    Args:
+        shape: the global tensor shape.
+        holders: each distinct source box and the devices holding its full value.
+        needers: each distinct destination box and the devices that must receive it.
+
+    Returns:
+        Cells covering every element some device needs, in a deterministic order
+        (row-major over the grid, then merged). Elements no one needs are left out.
+    """
+    if any(s == 0 for s in shape):
+        return []
+    src = _pieces(holders)
+    dst = _pieces(needers)
+    if not dst:
+        return []
+    ndim = len(shape)
+    if ndim == 0:
+        hold = frozenset().union(*(d for _, d in src)) if src else frozenset()
+        need = frozenset().union(*(d for _, d in dst))
+        return [Cell((), hold, need)]
+
+    # Per dim: the intervals between merged cut points, and for each interval bitmasks
+    # of the source / destination pieces covering it.
+    axes: list[list[tuple[tuple[int, int], int, int]]] = []
+    for d in range(ndim):
+        cuts = {0, shape[d]}
+        for b, _ in src:
+            cuts.update(b[d])
+        for b, _ in dst:
+            cuts.update(b[d])
+        pts = sorted(cuts)
+        intervals = []
+        for lo, hi in zip(pts, pts[1:]):
+            smask = 0
+            for i, (b, _) in enumerate(src):
+                if b[d][0] <= lo and hi <= b[d][1]:
+                    smask |= 1 << i
+            dmask = 0
+            for i, (b, _) in enumerate(dst):
+                if b[d][0] <= lo and hi <= b[d][1]:
+                    dmask |= 1 << i
+            if dmask:
+                intervals.append(((lo, hi), smask, dmask))
+        axes.append(intervals)
+
+    src_sets = [devs for _, devs in src]
+    dst_sets = [devs for _, devs in dst]
+    union_cache: dict[tuple[int, int], frozenset[int]] = {}
+
+    def devices_of(mask: int, sets: list[frozenset[int]], tag: int) -> frozenset[int]:
+        key = (tag, mask)
+        got = union_cache.get(key)
+        if got is None:
+            acc: set[int] = set()
+            i = 0
+            while mask:
+                if mask & 1:
+                    acc |= sets[i]
+                mask >>= 1
+                i += 1
+            got = frozenset(acc)
+            union_cache[key] = got
+        return got
+
+    cells: list[Cell] = []
+    all_src = (1 << len(src)) - 1
+    for combo in itertools.product(*axes):
+        smask, dmask = all_src, -1
+        for _, s, dm in combo:
+            smask &= s
+            dmask &= dm
+        if not dmask:
+            continue
+        box = tuple(iv for iv, _, _ in combo)
+        cells.append(Cell(box, devices_of(smask, src_sets, 0), devices_of(dmask, dst_sets, 1)))
+    return merge_cells(cells, ndim)
+
+
+def merge_cells(cells: list[Cell], ndim: int) -> list[Cell]:
+    """Merge neighbouring cells with equal holders and needers, last dim first."""
+    for d in reversed(range(ndim)):
+        groups: dict[tuple, list[Cell]] = {}
+        for c in cells:
+            key = (c.holders, c.needers, c.box[:d], c.box[d + 1:])
+            groups.setdefault(key, []).append(c)
+        merged: list[Cell] = []
+        for group in groups.values():
+            group.sort(key=lambda c: c.box[d][0])
+            cur = group[0]
+            for nxt in group[1:]:
+                if nxt.box[d][0] == cur.box[d][1]:
+                    box = cur.box[:d] + ((cur.box[d][0], nxt.box[d][1]),) + cur.box[d + 1:]
+                    cur = Cell(box, cur.holders, cur.needers)
+                else:
+                    merged.append(cur)
+                    cur = nxt
+            merged.append(cur)
+        cells = merged
+    cells.sort(key=lambda c: c.box)
+    return cells

@@ -1,0 +1,322 @@
+"""The plan IR: tasks with global boxes, and the frozen plan with a lossless JSON form.
+
+Execution semantics (every backend implements exactly this; the ``local`` backend is
+the reference). Each device holds up to two shards of every planned tensor: ``src``
+(its shard of the source layout) and ``dst`` (its shard of the destination layout,
+initially zeros). Boxes are global; a device addresses them relative to its shard.
+
+* ``COPY``: ``dst[box] = src[box]`` on device ``root`` (``receivers == (root,)``).
+* ``SEND``: ``receivers[0].dst[box] = root.<source>[box]``.
+* ``BROADCAST``: every receiver's ``dst[box] = root.<source>[box]``.
+* ``REDUCE``: ``root.src[box] = sum(d.src[box] for d in (root, *receivers))``; the root
+  works on a private copy of its source shard, so the caller's data is untouched.
+* ``ALLGATHER``: member ``receivers[i]`` holds ``pieces[i]`` in its ``dst``; afterwards
+  every member holds every piece in its ``dst``.
+
+Workers run the tasks they take part in, in the plan's global order (the tuple order);
+since every worker follows one order, no set of blocking collectives can deadlock.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from reshard.cluster import Cluster
+from reshard.errors import PlanError
+from reshard.layout import Box, Layout, box_size
+from reshard.planner.strategy import Strategy
+
+if TYPE_CHECKING:
+    from reshard.planner.cost import Estimate
+
+FORMAT_VERSION = 1
+
+
+class TaskKind(enum.Enum):
+    """What a task does (see the module docstring for exact semantics)."""
+
+    COPY = "copy"
+    SEND = "send"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    ALLGATHER = "allgather"
+
+
+class Buffer(enum.Enum):
+    """Which shard a task's root reads from."""
+
+    SRC = "src"
+    DST = "dst"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One step of a plan.
+
+    Attributes:
+        kind: the operation.
+        tensor: index of the tensor in :attr:`ReshardPlan.tensors`.
+        box: the global box moved (for ``ALLGATHER``, the union of the pieces).
+        root: sending / reducing device; ``-1`` for ``ALLGATHER``.
+        receivers: receiving devices (``REDUCE``: contributing devices; ``ALLGATHER``:
+            members).
+        nbytes: bytes of ``box``.
+        step: the round of the global order; tasks of one step have disjoint devices.
+        source: the shard the root reads from.
+        pieces: ``ALLGATHER`` only: each member's piece.
+    """
+
+    kind: TaskKind
+    tensor: int
+    box: Box
+    root: int
+    receivers: tuple[int, ...]
+    nbytes: int
+    step: int = 0
+    source: Buffer = Buffer.SRC
+    pieces: tuple[Box, ...] = ()
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """Every device taking part, root first."""
+        if self.root < 0 or self.kind is TaskKind.COPY:
+            return self.receivers
+        return (self.root, *self.receivers)
+
+    @property
+    def group(self) -> tuple[int, ...]:
+        """The member set of the collective, sorted (the communicator key)."""
+        return tuple(sorted(set(self.devices)))
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        d: dict[str, Any] = {
+            "kind": self.kind.value, "tensor": self.tensor, "box": [list(b) for b in self.box],
+            "root": self.root, "receivers": list(self.receivers), "nbytes": self.nbytes,
+            "step": self.step, "source": self.source.value,
+        }
+        if self.pieces:
+            d["pieces"] = [[list(b) for b in p] for p in self.pieces]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Task":
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            TaskKind(d["kind"]), int(d["tensor"]), _box(d["box"]), int(d["root"]),
+            tuple(int(r) for r in d["receivers"]), int(d["nbytes"]), int(d["step"]),
+            Buffer(d["source"]), tuple(_box(p) for p in d.get("pieces", ())),
+        )
+
+    def __str__(self) -> str:
+        box = "x".join(f"{a}:{b}" for a, b in self.box)
+        return (f"[{self.step}] {self.kind.value} t{self.tensor} [{box}] "
+                f"{self.root}->{list(self.receivers)} {self.nbytes}B")
+
+
+def _box(raw: Any) -> Box:
+    return tuple((int(a), int(b)) for a, b in raw)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of a plan: its global shape, dtype and the two layouts."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    src: Layout
+    dst: Layout
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return np.dtype(self.dtype).itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole tensor."""
+        return box_size(tuple((0, s) for s in self.shape)) * self.itemsize
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return {"shape": list(self.shape), "dtype": self.dtype,
+                "src": self.src.to_dict(), "dst": self.dst.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TensorSpec":
+        """Inverse of :meth:`to_dict`."""
+        return cls(tuple(int(s) for s in d["shape"]), str(d["dtype"]),
+                   Layout.from_dict(d["src"]), Layout.from_dict(d["dst"]))
+
+
+@dataclass(frozen=True)
+class ReshardPlan:
+    """A frozen, serializable resharding plan for one or more tensors.
+
+    Attributes:
+        tensors: the planned tensors.
+        tasks: the tasks in the global order every worker follows.
+        strategy: the strategy that produced the plan.
+        cluster: the cluster the plan was balanced for and is costed on.
+    """
+
+    tensors: tuple[TensorSpec, ...]
+    tasks: tuple[Task, ...]
+    strategy: Strategy
+    cluster: Cluster
+    _cache: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    # ----- single-tensor conveniences ----------------------------------------------------
+    def _only(self) -> TensorSpec:
+        if len(self.tensors) != 1:
+            raise PlanError(
+                f"this plan moves {len(self.tensors)} tensors; use plan.tensors[i] instead"
+            )
+        return self.tensors[0]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the (only) tensor."""
+        return self._only().shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """dtype of the (only) tensor."""
+        return np.dtype(self._only().dtype)
+
+    @property
+    def src(self) -> Layout:
+        """Source layout of the (only) tensor."""
+        return self._only().src
+
+    @property
+    def dst(self) -> Layout:
+        """Destination layout of the (only) tensor."""
+        return self._only().dst
+
+    # ----- queries -------------------------------------------------------------------------
+    @cached_property
+    def devices(self) -> tuple[int, ...]:
+        """Every device holding a source or destination shard, sorted."""
+        devs: set[int] = set()
+        for t in self.tensors:
+            devs.update(t.src.devices)
+            devs.update(t.dst.devices)
+        return tuple(sorted(devs))
+
+    def tasks_of(self, device: int) -> tuple[Task, ...]:
+        """The tasks ``device`` takes part in, in global order."""
+        per = self._cache.get("per_device")
+        if per is None:
+            per = {}
+            for task in self.tasks:
+                for d in set(task.devices):
+                    per.setdefault(d, []).append(task)
+            per = {d: tuple(ts) for d, ts in per.items()}
+            self._cache["per_device"] = per
+        return per.get(device, ())
+
+    @property
+    def num_steps(self) -> int:
+        """Rounds of the global order."""
+        return 1 + max((t.step for t in self.tasks), default=-1)
+
+    def bytes_moved(self) -> int:
+        """Bytes that leave a device (copies excluded)."""
+        return sum(t.nbytes for t in self.tasks if t.kind is not TaskKind.COPY)
+
+    def communicator_groups(self) -> tuple[tuple[int, ...], ...]:
+        """Distinct member sets of the collectives, in first-use order."""
+        seen: dict[tuple[int, ...], None] = {}
+        for t in self.tasks:
+            if t.kind in (TaskKind.BROADCAST, TaskKind.REDUCE, TaskKind.ALLGATHER):
+                seen.setdefault(t.group, None)
+        return tuple(seen)
+
+    # ----- cost ----------------------------------------------------------------------------
+    def simulate(self) -> "Estimate":
+        """The cost model's detailed prediction (cached)."""
+        est = self._cache.get("estimate")
+        if est is None:
+            from reshard.planner.cost import simulate
+
+            est = simulate(self)
+            self._cache["estimate"] = est
+        return est
+
+    def estimate(self) -> float:
+        """Predicted seconds to run the plan on :attr:`cluster`."""
+        return self.simulate().time
+
+    def lower_bound(self) -> float:
+        """Seconds no plan can beat on :attr:`cluster` (see :mod:`reshard.planner.cost`)."""
+        lb = self._cache.get("lower_bound")
+        if lb is None:
+            from reshard.planner.cost import lower_bound
+
+            lb = lower_bound(self.tensors, self.cluster)
+            self._cache["lower_bound"] = lb
+        return lb
+
+    # ----- serialization -------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return {
+            "format": FORMAT_VERSION, "strategy": self.strategy.value,
+            "cluster": self.cluster.to_dict(),
+            "tensors": [t.to_dict() for t in self.tensors],
+            "tasks": [t.to_dict() for t in self.tasks],
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        """Lossless JSON text."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ReshardPlan":
+        """Inverse of :meth:`to_dict`."""
+        if d.get("format") != FORMAT_VERSION:
+            raise PlanError(
+                f"plan format {d.get('format')!r} is not supported; this reshard reads "
+                f"format {FORMAT_VERSION}"
+            )
+        try:
+            return cls(
+                tuple(TensorSpec.from_dict(t) for t in d["tensors"]),
+                tuple(Task.from_dict(t) for t in d["tasks"]),
+                Strategy.parse(d["strategy"]),
+                Cluster.from_dict(d["cluster"]),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(e, PlanError):
+                raise
+            raise PlanError(f"malformed plan: {type(e).__name__}: {e}") from e
+
+    @classmethod
+    def from_json(cls, text: str) -> "ReshardPlan":
+        """Inverse of :meth:`to_json`."""
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise PlanError(f"plan is not valid JSON: {e}") from e
+        return cls.from_dict(d)
+
+    def summary(self) -> str:
+        """A few lines describing the plan."""
+        kinds: dict[str, int] = {}
+        for t in self.tasks:
+            kinds[t.kind.value] = kinds.get(t.kind.value, 0) + 1
+        head = ", ".join(f"{t.shape} {t.dtype} {t.src} -> {t.dst}" for t in self.tensors[:3])
+        more = f" (+{len(self.tensors) - 3} more)" if len(self.tensors) > 3 else ""
+        return (f"ReshardPlan[{self.strategy.value}] {head}{more}: {len(self.tasks)} tasks "
+                f"{kinds}, {self.num_steps} steps, {self.bytes_moved()} bytes moved, "
+                f"estimate {self.estimate():.6g}s, lower bound {self.lower_bound():.6g}s")
+
+    def __str__(self) -> str:
+        return "\n".join([self.summary(), *(str(t) for t in self.tasks)])

@@ -1,0 +1,101 @@
+"""Turning cells into tasks, one function per strategy."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from reshard.layout import Box, box_size, chunk_bounds
+from reshard.planner.balance import Loads
+from reshard.planner.decompose import Cell
+from reshard.planner.ir import Buffer, Task, TaskKind
+from reshard.planner.strategy import Strategy
+
+CellPlanner = Callable[[Cell, int, int, Loads], list[Task]]
+
+
+def _copies(cell: Cell, tensor: int, nbytes: int) -> list[Task]:
+    return [Task(TaskKind.COPY, tensor, cell.box, d, (d,), nbytes)
+            for d in sorted(cell.needers & cell.holders)]
+
+
+def _send(cell_box: Box, tensor: int, root: int, receiver: int, nbytes: int,
+          loads: Loads) -> Task:
+    loads.charge(root, (receiver,), nbytes)
+    return Task(TaskKind.SEND, tensor, cell_box, root, (receiver,), nbytes)
+
+
+def plan_send_recv(cell: Cell, tensor: int, itemsize: int, loads: Loads) -> list[Task]:
+    """Every needer receives the cell point to point from a holder."""
+    nbytes = box_size(cell.box) * itemsize
+    tasks = _copies(cell, tensor, nbytes)
+    for n in sorted(cell.needers - cell.holders):
+        root = loads.pick_sender(cell.holders, n, nbytes)
+        tasks.append(_send(cell.box, tensor, root, n, nbytes, loads))
+    return tasks
+
+
+def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads) -> list[Task]:
+    """One broadcast from one holder to every needer that does not hold the cell."""
+    nbytes = box_size(cell.box) * itemsize
+    tasks = _copies(cell, tensor, nbytes)
+    receivers = cell.needers - cell.holders
+    if not receivers:
+        return tasks
+    root = loads.pick_root(cell.holders, {loads.host(n) for n in receivers}, nbytes)
+    chain = loads.chain(root, receivers)
+    loads.charge(root, chain, nbytes)
+    kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
+    tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes))
+    return tasks
+
+
+def split_box(box: Box, k: int) -> tuple[Box, ...]:
+    """Split ``box`` into ``k`` pieces along its longest dim (chunk rule; trailing
+    pieces may be empty)."""
+    if not box:
+        return (box,) + tuple(() for _ in range(k - 1))
+    d = max(range(len(box)), key=lambda i: (box[i][1] - box[i][0], -i))
+    lo, hi = box[d]
+    out = []
+    for i in range(k):
+        a, b = chunk_bounds(hi - lo, k, i)
+        out.append(box[:d] + ((lo + a, lo + b),) + box[d + 1:])
+    return tuple(out)
+
+
+def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads) -> list[Task]:
+    """Each needer host receives the cell once, split over its needers, who then
+    all-gather it inside the host. A host that holds the cell broadcasts it locally."""
+    nbytes = box_size(cell.box) * itemsize
+    tasks = _copies(cell, tensor, nbytes)
+    by_host: dict[int, list[int]] = {}
+    for n in sorted(cell.needers - cell.holders):
+        by_host.setdefault(loads.host(n), []).append(n)
+    for h, members in sorted(by_host.items()):
+        local = [d for d in cell.holders if loads.host(d) == h]
+        if local or len(members) == 1:
+            root = loads.pick_root(local or cell.holders, {h}, nbytes)
+            chain = tuple(members)
+            loads.charge(root, chain, nbytes)
+            kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
+            tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes))
+            continue
+        pieces = split_box(cell.box, len(members))
+        for m, piece in zip(members, pieces):
+            pbytes = box_size(piece) * itemsize
+            if pbytes == 0:
+                continue
+            root = loads.pick_sender(cell.holders, m, pbytes)
+            tasks.append(_send(piece, tensor, root, m, pbytes, loads))
+        for m in members:
+            loads.dev_in[m] += nbytes * (len(members) - 1) / len(members)
+        tasks.append(Task(TaskKind.ALLGATHER, tensor, cell.box, -1, tuple(members), nbytes,
+                          source=Buffer.DST, pieces=pieces))
+    return tasks
+
+
+CELL_PLANNERS: dict[Strategy, CellPlanner] = {
+    Strategy.SEND_RECV: plan_send_recv,
+    Strategy.ALLGATHER: plan_allgather,
+    Strategy.BROADCAST: plan_broadcast,
+}

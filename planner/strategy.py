@@ -1,0 +1,41 @@
+"""Strategy: how a plan moves each slice. Parsed once at the API boundary."""
+
+from __future__ import annotations
+
+import enum
+from typing import Union
+
+from reshard.errors import StrategyError
+
+
+class Strategy(enum.Enum):
+    """Transfer strategy of a plan.
+
+    * ``SEND_RECV``: every destination device receives every slice it needs point to
+      point from one holder.
+    * ``ALLGATHER``: every destination host receives each slice once, split over its
+      devices, then all-gathers it inside the host (Alpa's local all-gather).
+    * ``BROADCAST``: one broadcast per slice from one holder to all its needers, so a
+      slice crosses each host boundary once (the cross-mesh resharding paper).
+    """
+
+    SEND_RECV = "send_recv"
+    ALLGATHER = "allgather"
+    BROADCAST = "broadcast"
+
+    @classmethod
+    def parse(cls, value: Union[str, "Strategy"]) -> "Strategy":
+        """Accept a Strategy or its name; raise :class:`StrategyError` listing valid ones."""
+        if isinstance(value, Strategy):
+            return value
+        if isinstance(value, str):
+            key = value.strip().lower().replace("-", "_")
+            for s in cls:
+                if s.value == key:
+                    return s
+        raise StrategyError(
+            f"unknown strategy {value!r}; valid strategies: {[s.value for s in cls]}"
+        )
+
+    def __str__(self) -> str:
+        return self.value

@@ -1,0 +1,259 @@
+"""Cluster: which host each device sits on, and the link model between them.
+
+The cost model is alpha-beta: a transfer of ``n`` bytes costs a latency plus ``n``
+over the bandwidth of the narrowest resource it crosses, where concurrent transfers
+share a resource. The resources are, per host, the NIC (one direction each way) and,
+per device, its intra-host link (one direction each way) and its local copy engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Iterable, Mapping, Sequence
+
+from reshard.errors import ClusterError
+
+GBIT = 1e9 / 8  # bytes/s in one Gbit/s
+GBYTE = 1e9
+
+
+@dataclass(frozen=True)
+class LinkFigures:
+    """The published figures of one machine type, and where they come from.
+
+    Attributes:
+        name: preset name.
+        devices_per_host: accelerators per host.
+        intra_bandwidth: bytes/s a device can send (and, separately, receive) to other
+            devices of its host.
+        nic_bandwidth: bytes/s a host can send (and, separately, receive) to the network.
+        latency: seconds of fixed cost of an inter-host transfer.
+        intra_latency: seconds of fixed cost of an intra-host transfer.
+        copy_bandwidth: bytes/s of a device-local copy.
+        source: where the figures come from.
+    """
+
+    name: str
+    devices_per_host: int
+    intra_bandwidth: float
+    nic_bandwidth: float
+    latency: float
+    intra_latency: float
+    copy_bandwidth: float
+    source: str
+
+
+def _figures(*items: LinkFigures) -> Mapping[str, LinkFigures]:
+    return MappingProxyType({f.name: f for f in items})
+
+
+PRESETS: Mapping[str, LinkFigures] = _figures(
+    LinkFigures(
+        "aws-p3.8xlarge", 4, 150 * GBYTE, 10 * GBIT, 30e-6, 5e-6, 450 * GBYTE,
+        "AWS EC2 P3 instance table: p3.8xlarge = 4x V100 with NVLink, 10 Gbit/s network "
+        "(the cluster of Zhuang et al., MLSys 2023). NVIDIA V100 datasheet: NVLink 300 GB/s "
+        "bidirectional per GPU (150 GB/s each way); HBM2 900 GB/s (a copy reads and writes).",
+    ),
+    LinkFigures(
+        "aws-p3.16xlarge", 8, 150 * GBYTE, 25 * GBIT, 30e-6, 5e-6, 450 * GBYTE,
+        "AWS EC2 P3 instance table: 8x V100 with NVLink, 25 Gbit/s network; V100 datasheet.",
+    ),
+    LinkFigures(
+        "aws-p3dn.24xlarge", 8, 150 * GBYTE, 100 * GBIT, 15e-6, 5e-6, 450 * GBYTE,
+        "AWS EC2 P3 instance table: 8x V100 32 GB with NVLink, 100 Gbit/s network.",
+    ),
+    LinkFigures(
+        "aws-p4d.24xlarge", 8, 300 * GBYTE, 400 * GBIT, 10e-6, 3e-6, 750 * GBYTE,
+        "AWS EC2 P4 instance table: 8x A100 40 GB, NVSwitch 600 GB/s bidirectional per GPU, "
+        "400 Gbit/s EFA; A100 datasheet HBM2 1555 GB/s.",
+    ),
+    LinkFigures(
+        "aws-p5.48xlarge", 8, 450 * GBYTE, 3200 * GBIT, 10e-6, 3e-6, 1600 * GBYTE,
+        "AWS EC2 P5 instance table: 8x H100 80 GB, NVLink 900 GB/s bidirectional per GPU, "
+        "3200 Gbit/s EFAv2; H100 SXM datasheet HBM3 3.35 TB/s.",
+    ),
+    LinkFigures(
+        "dgx-a100", 8, 300 * GBYTE, 1600 * GBIT, 5e-6, 3e-6, 900 * GBYTE,
+        "NVIDIA DGX A100 datasheet: 8x A100 80 GB, NVSwitch 600 GB/s bidirectional per GPU, "
+        "8x 200 Gbit/s HDR InfiniBand compute NICs; HBM2e 2039 GB/s.",
+    ),
+    LinkFigures(
+        "dgx-h100", 8, 450 * GBYTE, 3200 * GBIT, 5e-6, 3e-6, 1600 * GBYTE,
+        "NVIDIA DGX H100 datasheet: 8x H100, NVLink 900 GB/s bidirectional per GPU, "
+        "8x 400 Gbit/s NDR InfiniBand (ConnectX-7) compute NICs; HBM3 3.35 TB/s.",
+    ),
+)
+PAPER_PRESET = "aws-p3.8xlarge"
+
+
+def preset_names() -> tuple[str, ...]:
+    """Names accepted by :meth:`Cluster.preset` (``"paper"`` is an alias)."""
+    return tuple(PRESETS) + ("paper",)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Hosts, their devices, and the link model.
+
+    Attributes:
+        hosts: ``hosts[h]`` is the tuple of global device ids on host ``h``.
+        intra_bandwidth: bytes/s per device and direction inside a host.
+        nic_bandwidth: bytes/s per host and direction to the network.
+        latency: seconds per inter-host transfer.
+        intra_latency: seconds per intra-host transfer.
+        copy_bandwidth: bytes/s of a device-local copy.
+        name: a label (the preset's name for presets).
+    """
+
+    hosts: tuple[tuple[int, ...], ...]
+    intra_bandwidth: float = PRESETS[PAPER_PRESET].intra_bandwidth
+    nic_bandwidth: float = PRESETS[PAPER_PRESET].nic_bandwidth
+    latency: float = PRESETS[PAPER_PRESET].latency
+    intra_latency: float = PRESETS[PAPER_PRESET].intra_latency
+    copy_bandwidth: float = PRESETS[PAPER_PRESET].copy_bandwidth
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        hosts = tuple(tuple(int(d) for d in h) for h in self.hosts)
+        object.__setattr__(self, "hosts", hosts)
+        seen: dict[int, int] = {}
+        for h, devs in enumerate(hosts):
+            for d in devs:
+                if d < 0:
+                    raise ClusterError(f"device ids must be >= 0, got {d} on host {h}")
+                if d in seen:
+                    raise ClusterError(
+                        f"device {d} is listed on host {seen[d]} and host {h}; "
+                        f"a device belongs to exactly one host"
+                    )
+                seen[d] = h
+        for attr in ("intra_bandwidth", "nic_bandwidth", "copy_bandwidth"):
+            v = float(getattr(self, attr))
+            if not v > 0:
+                raise ClusterError(f"{attr} must be > 0 bytes/s, got {v}")
+            object.__setattr__(self, attr, v)
+        for attr in ("latency", "intra_latency"):
+            v = float(getattr(self, attr))
+            if not v >= 0:
+                raise ClusterError(f"{attr} must be >= 0 seconds, got {v}")
+            object.__setattr__(self, attr, v)
+        object.__setattr__(self, "_host_of", MappingProxyType(seen))
+
+    # ----- constructors ----------------------------------------------------------------
+    @classmethod
+    def regular(
+        cls,
+        num_hosts: int,
+        devices_per_host: int,
+        *,
+        preset: str = PAPER_PRESET,
+        **overrides: float,
+    ) -> "Cluster":
+        """``num_hosts`` hosts of ``devices_per_host`` devices, ids host-major.
+
+        Link figures default to ``preset`` (the paper's p3.8xlarge cluster); keyword
+        overrides replace single figures (``nic_bandwidth=...`` etc.).
+        """
+        if num_hosts < 1 or devices_per_host < 1:
+            raise ClusterError(
+                f"need num_hosts >= 1 and devices_per_host >= 1, got {num_hosts}, "
+                f"{devices_per_host}"
+            )
+        hosts = [range(h * devices_per_host, (h + 1) * devices_per_host)
+                 for h in range(num_hosts)]
+        return cls.from_hosts(hosts, preset=preset, **overrides)
+
+    @classmethod
+    def from_hosts(
+        cls, hosts: Iterable[Iterable[int]], *, preset: str = PAPER_PRESET, **overrides: float
+    ) -> "Cluster":
+        """Hosts given as lists of device ids, link figures from ``preset``."""
+        fig = _lookup(preset)
+        figures = {
+            "intra_bandwidth": fig.intra_bandwidth, "nic_bandwidth": fig.nic_bandwidth,
+            "latency": fig.latency, "intra_latency": fig.intra_latency,
+            "copy_bandwidth": fig.copy_bandwidth,
+        }
+        unknown = set(overrides) - set(figures) - {"name"}
+        if unknown:
+            raise ClusterError(
+                f"unknown cluster figure(s) {sorted(unknown)}; valid: {sorted(figures)}"
+            )
+        figures.update(overrides)  # type: ignore[arg-type]
+        name = str(figures.pop("name", fig.name if not overrides else "custom"))
+        return cls(tuple(tuple(h) for h in hosts), name=name, **figures)  # type: ignore
+
+    @classmethod
+    def preset(cls, name: str, num_hosts: int, devices_per_host: int | None = None) -> "Cluster":
+        """A cluster of ``num_hosts`` machines of a named type (see :data:`PRESETS`)."""
+        fig = _lookup(name)
+        return cls.regular(num_hosts, devices_per_host or fig.devices_per_host, preset=fig.name)
+
+    # ----- queries ------------------------------------------------------------------------
+    @property
+    def num_hosts(self) -> int:
+        """Number of hosts."""
+        return len(self.hosts)
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """All devices, host-major."""
+        return tuple(d for h in self.hosts for d in h)
+
+    def host_of(self, device: int) -> int:
+        """Host index of ``device``."""
+        try:
+            return self._host_of[device]  # type: ignore[attr-defined]
+        except KeyError:
+            raise ClusterError(
+                f"device {device} is not in the cluster {self.name!r} (devices "
+                f"{_span(self.devices)}); add it to a host or use a larger cluster"
+            ) from None
+
+    def check_devices(self, devices: Iterable[int], what: str) -> None:
+        """Raise :class:`ClusterError` naming every device of ``what`` absent from the
+        cluster."""
+        missing = sorted(set(devices) - set(self._host_of))  # type: ignore[attr-defined]
+        if missing:
+            raise ClusterError(
+                f"{what} uses device(s) {missing} that the cluster {self.name!r} does not "
+                f"have (it has {_span(self.devices)}); build the cluster with "
+                f"Cluster.regular(num_hosts, devices_per_host) large enough, or "
+                f"Cluster.from_hosts([...])"
+            )
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return {
+            "hosts": [list(h) for h in self.hosts], "intra_bandwidth": self.intra_bandwidth,
+            "nic_bandwidth": self.nic_bandwidth, "latency": self.latency,
+            "intra_latency": self.intra_latency, "copy_bandwidth": self.copy_bandwidth,
+            "name": self.name,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Cluster":
+        """Inverse of :meth:`to_dict`."""
+        d = dict(d)
+        return cls(tuple(tuple(h) for h in d.pop("hosts")), **d)
+
+    def __str__(self) -> str:
+        return (f"Cluster({self.name}: {self.num_hosts} hosts x "
+                f"{'/'.join(sorted({str(len(h)) for h in self.hosts}))} devices, "
+                f"NIC {self.nic_bandwidth / GBIT:g} Gbit/s, intra "
+                f"{self.intra_bandwidth / GBYTE:g} GB/s)")
+
+
+def _lookup(name: str) -> LinkFigures:
+    key = PAPER_PRESET if name == "paper" else name
+    if key not in PRESETS:
+        raise ClusterError(f"unknown cluster preset {name!r}; valid: {list(preset_names())}")
+    return PRESETS[key]
+
+
+def _span(devs: Sequence[int]) -> str:
+    devs = sorted(devs)
+    if devs and devs == list(range(devs[0], devs[0] + len(devs))):
+        return f"{devs[0]}..{devs[-1]}"
+    return str(devs)

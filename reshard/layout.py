@@ -1,0 +1,137 @@
+"""Layout: a sharding spec placed on a device mesh, and the boxes each device holds."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+from reshard.errors import ShapeError, SpecError
+from reshard.mesh import DeviceMesh
+from reshard.spec import ShardingSpec
+
+Box = tuple[tuple[int, int], ...]
+"""A global box: per dim a half-open ``(start, stop)`` interval."""
+
+
+def chunk_bounds(n: int, k: int, i: int) -> tuple[int, int]:
+    """Bounds of chunk ``i`` when a dim of size ``n`` is split ``k`` ways.
+
+    The torch.chunk / DTensor rule: chunks of ``ceil(n / k)`` elements, trailing
+    chunks smaller or empty.
+    """
+    c = -(-n // k) if k else 0
+    return min(i * c, n), min((i + 1) * c, n)
+
+
+def check_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """Validate a tensor shape: a sequence of non-negative integers."""
+    try:
+        out = tuple(int(s.__index__()) for s in shape)  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):
+        raise ShapeError(
+            f"tensor shape must be a sequence of integers, got {shape!r}; e.g. (1024, 64)"
+        ) from None
+    if any(s < 0 for s in out):
+        raise ShapeError(
+            f"tensor dims must be >= 0, got shape {out}; use 0 for an empty dim"
+        )
+    return out
+
+
+def box_to_slices(box: Box) -> tuple[slice, ...]:
+    """``((a, b), ...)`` -> ``(slice(a, b), ...)``."""
+    return tuple(slice(a, b) for a, b in box)
+
+
+def box_size(box: Box) -> int:
+    """Number of elements in a box."""
+    return math.prod(b - a for a, b in box)
+
+
+@dataclass(frozen=True, init=False)
+class Layout:
+    """A tensor layout: ``spec`` applied on ``mesh``.
+
+    Args:
+        mesh: the device mesh.
+        spec: a :class:`ShardingSpec` or its text form.
+    """
+
+    mesh: DeviceMesh
+    spec: ShardingSpec
+
+    def __init__(self, mesh: DeviceMesh, spec: Union[ShardingSpec, str]) -> None:
+        if not isinstance(mesh, DeviceMesh):
+            raise SpecError(f"Layout needs a DeviceMesh, got {type(mesh).__name__}")
+        spec = ShardingSpec.parse(spec)
+        spec.check(mesh.ndim)
+        object.__setattr__(self, "mesh", mesh)
+        object.__setattr__(self, "spec", spec)
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """Devices of the mesh."""
+        return self.mesh.devices
+
+    def num_chunks(self, dim: int) -> int:
+        """How many ways tensor dim ``dim`` is split."""
+        return math.prod(self.mesh.shape[a] for a in self.spec.dims[dim])
+
+    def boxes(self, shape: Sequence[int]) -> dict[int, Box]:
+        """The global box each device holds, as ``{device: ((start, stop), ...)}``."""
+        shape = check_shape(shape)
+        self.spec.check(self.mesh.ndim, len(shape))
+        out: dict[int, Box] = {}
+        for coords, dev in self.mesh.iter_coords():
+            box = []
+            for d, axes in enumerate(self.spec.dims):
+                idx, k = 0, 1
+                for a in axes:
+                    idx = idx * self.mesh.shape[a] + coords[a]
+                    k *= self.mesh.shape[a]
+                box.append(chunk_bounds(shape[d], k, idx))
+            out[dev] = tuple(box)
+        return out
+
+    def index_map(self, shape: Sequence[int]) -> dict[int, tuple[slice, ...]]:
+        """The global slice each device holds; replicas (and partial addends) hold equal
+        slices."""
+        return {d: box_to_slices(b) for d, b in self.boxes(shape).items()}
+
+    def shard_shape(self, shape: Sequence[int], device: int) -> tuple[int, ...]:
+        """Local shape of ``device``'s shard."""
+        return tuple(b - a for a, b in self.boxes(shape)[device])
+
+    def partial_groups(self) -> list[tuple[int, ...]]:
+        """Groups of devices whose shards sum to the value (one group per combination of
+        coordinates on the non-partial axes). Without partial axes, every device is its
+        own group."""
+        groups: dict[tuple[int, ...], list[int]] = {}
+        part = set(self.spec.partial)
+        for coords, dev in self.mesh.iter_coords():
+            key = tuple(c for a, c in enumerate(coords) if a not in part)
+            groups.setdefault(key, []).append(dev)
+        return [tuple(g) for g in groups.values()]
+
+    def partial_leaders(self) -> frozenset[int]:
+        """Devices with coordinate 0 on every partial axis (all devices if not partial)."""
+        part = self.spec.partial
+        return frozenset(
+            dev for coords, dev in self.mesh.iter_coords() if all(coords[a] == 0 for a in part)
+        )
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return {"mesh": self.mesh.to_dict(), "spec": str(self.spec)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Layout":
+        """Inverse of :meth:`to_dict`."""
+        return cls(DeviceMesh.from_dict(d["mesh"]), ShardingSpec.parse(d["spec"]))
+
+    def __repr__(self) -> str:
+        return f"Layout({self.mesh!r}, {str(self.spec)!r})"
+
+    def __str__(self) -> str:
+        return f"{self.spec}@{self.mesh}"
