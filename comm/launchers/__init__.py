@@ -1,0 +1,43 @@
+"""Launchers: how the workers of a runtime are started."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from reshard.cluster import Cluster
+from reshard.comm.backend import BackendKind
+from reshard.comm.launchers.base import LauncherKind, WorkerGroup
+from reshard.errors import StrategyError
+
+
+def default_launcher(backend: BackendKind) -> LauncherKind:
+    """``thread`` for the local backend, ``process`` for the others."""
+    return LauncherKind.THREAD if backend is BackendKind.LOCAL else LauncherKind.PROCESS
+
+
+def start_group(backend: BackendKind, launcher: LauncherKind, devices: Sequence[int],
+                cluster: Cluster | None, timeout: float, address: str | None = None,
+                env: dict[str, str] | None = None) -> WorkerGroup:
+    """Start one worker per device with the given backend and launcher."""
+    if launcher is LauncherKind.THREAD:
+        if backend is not BackendKind.LOCAL:
+            raise StrategyError(
+                f"the thread launcher runs only the local backend, not {backend.value!r}; "
+                f"use launcher='process' or 'ray'")
+        from reshard.comm.launchers.thread import ThreadGroup
+
+        return ThreadGroup(devices, timeout)
+    if backend is BackendKind.LOCAL:
+        raise StrategyError(
+            "the local backend runs in the driver process (launcher='thread'); for real "
+            "worker processes use backend='gloo' (CPU) or 'nccl' (GPU)")
+    if launcher is LauncherKind.PROCESS:
+        from reshard.comm.launchers.process import ProcessGroup
+
+        return ProcessGroup(backend, devices, cluster, timeout, env=env)
+    from reshard.comm.launchers.ray import RayGroup
+
+    return RayGroup(backend, devices, cluster, timeout, address=address, env=env)
+
+
+__all__ = ["LauncherKind", "WorkerGroup", "default_launcher", "start_group"]

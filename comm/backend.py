@@ -1,0 +1,102 @@
+"""The Backend protocol every data plane implements, and the registry by name.
+
+A backend instance serves one device (one rank). Collectives name their member set
+as a sorted tuple of global device ids (the communicator key); rows of an all-gather
+follow that order. Buffers are 1-d contiguous arrays of the backend's array module
+(numpy for ``local`` and ``gloo``, cupy for ``nccl``).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+from types import MappingProxyType
+from typing import Any, Mapping, Protocol, Sequence, Union, runtime_checkable
+
+from reshard.errors import StrategyError
+
+
+class BackendKind(enum.Enum):
+    """Data planes reshard can execute on."""
+
+    LOCAL = "local"
+    GLOO = "gloo"
+    NCCL = "nccl"
+
+    @classmethod
+    def parse(cls, value: Union[str, "BackendKind"]) -> "BackendKind":
+        """Accept a BackendKind or its name; raise listing the valid names."""
+        if isinstance(value, BackendKind):
+            return value
+        for k in cls:
+            if isinstance(value, str) and k.value == value.strip().lower():
+                return k
+        raise StrategyError(f"unknown backend {value!r}; valid backends: {[k.value for k in cls]}")
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Point-to-point and collective operations of one rank.
+
+    Every blocking operation honours the backend's timeout and raises
+    :class:`reshard.ExecutionError` naming the peer(s) when it expires.
+    """
+
+    device: int
+
+    @property
+    def xp(self) -> Any:
+        """The array module of the buffers (numpy or cupy)."""
+
+    def empty(self, n: int, dtype: Any) -> Any:
+        """A new 1-d buffer of ``n`` elements on this rank's device."""
+
+    def asarray(self, array: Any) -> Any:
+        """``array`` placed on this rank's device (no copy when already there)."""
+
+    def to_host(self, array: Any) -> Any:
+        """``array`` as a numpy array."""
+
+    def broadcast(self, buf: Any, root: int, group: Sequence[int]) -> None:
+        """Send ``buf`` from ``root`` to every member of ``group`` (in place)."""
+
+    def send(self, buf: Any, peer: int) -> None:
+        """Send ``buf`` to ``peer``."""
+
+    def recv(self, buf: Any, peer: int) -> None:
+        """Receive from ``peer`` into ``buf``."""
+
+    def all_gather(self, out: Any, inp: Any, group: Sequence[int]) -> None:
+        """``out[i] = inp of group[i]`` on every member; ``out`` is (len(group), n)."""
+
+    def reduce(self, buf: Any, root: int, group: Sequence[int]) -> None:
+        """Sum every member's ``buf`` into ``root``'s ``buf``."""
+
+    def group_start(self) -> None:
+        """Begin a batch of operations issued together (NCCL group semantics)."""
+
+    def group_end(self) -> None:
+        """End the batch begun by :meth:`group_start`."""
+
+    def barrier(self, group: Sequence[int]) -> None:
+        """Wait until every member of ``group`` has reached the barrier."""
+
+    def synchronize(self) -> None:
+        """Wait for outstanding device work (no-op on CPU backends)."""
+
+    def close(self) -> None:
+        """Release communicators and connections."""
+
+
+# Lazily imported so that torch and cupy load only inside their backend.
+REGISTRY: Mapping[BackendKind, str] = MappingProxyType({
+    BackendKind.LOCAL: "reshard.comm.backends.local:LocalBackend",
+    BackendKind.GLOO: "reshard.comm.backends.gloo:GlooBackend",
+    BackendKind.NCCL: "reshard.comm.backends.nccl:NcclBackend",
+})
+
+
+def backend_class(kind: Union[str, BackendKind]) -> type:
+    """The class implementing ``kind`` (imports its module now)."""
+    module, _, name = REGISTRY[BackendKind.parse(kind)].partition(":")
+    return getattr(importlib.import_module(module), name)

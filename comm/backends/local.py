@@ -1,0 +1,181 @@
+"""The ``local`` backend: every rank a thread of one process, messages through
+in-memory FIFO channels.
+
+It moves exactly the bytes a plan says (every message is a copy of the packed
+buffer, counted per channel), so it is the reference semantics for every other
+backend, and the fabric's byte counters let tests check a plan's traffic.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import defaultdict
+from typing import Any, Sequence
+
+import numpy as np
+
+from reshard.errors import ExecutionError
+
+
+class LocalFabric:
+    """In-memory channels between ranks of one process (one FIFO per ordered pair).
+
+    Args:
+        timeout: seconds a receive waits before raising :class:`ExecutionError`.
+    """
+
+    def __init__(self, timeout: float = 60.0) -> None:
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._channels: dict[tuple[int, int], queue.Queue] = {}
+        self.bytes_sent: defaultdict[tuple[int, int], int] = defaultdict(int)
+        self.messages = 0
+        self.closed = threading.Event()
+
+    def channel(self, src: int, dst: int) -> queue.Queue:
+        """The FIFO from ``src`` to ``dst``."""
+        with self._lock:
+            ch = self._channels.get((src, dst))
+            if ch is None:
+                ch = self._channels[(src, dst)] = queue.Queue()
+            return ch
+
+    def post(self, src: int, dst: int, payload: np.ndarray) -> None:
+        """Deliver a copy of ``payload`` from ``src`` to ``dst``."""
+        msg = np.array(payload, copy=True)
+        with self._lock:
+            self.bytes_sent[(src, dst)] += msg.nbytes
+            self.messages += 1
+        self.channel(src, dst).put(msg)
+
+    def take(self, src: int, dst: int) -> np.ndarray:
+        """The next message from ``src`` to ``dst``; raises after the timeout."""
+        ch = self.channel(src, dst)
+        waited = 0.0
+        while True:
+            if self.closed.is_set():
+                raise ExecutionError(f"device {dst}: runtime closed while receiving from {src}")
+            step = min(0.2, self.timeout - waited)
+            try:
+                return ch.get(timeout=max(step, 0.0))
+            except queue.Empty:
+                waited += step
+                if waited >= self.timeout:
+                    raise ExecutionError(
+                        f"device {dst}: no message from device {src} within "
+                        f"{self.timeout:g}s (peer dead or stuck)"
+                    ) from None
+
+    def total_bytes(self) -> int:
+        """Bytes posted on every channel so far."""
+        with self._lock:
+            return sum(self.bytes_sent.values())
+
+    def reset_counters(self) -> None:
+        """Zero the byte counters."""
+        with self._lock:
+            self.bytes_sent.clear()
+            self.messages = 0
+
+
+class LocalBackend:
+    """One rank of the in-process reference backend.
+
+    Args:
+        device: the device this rank serves.
+        fabric: the shared :class:`LocalFabric`.
+    """
+
+    name = "local"
+
+    def __init__(self, device: int, fabric: LocalFabric) -> None:
+        self.device = device
+        self.fabric = fabric
+
+    @property
+    def xp(self) -> Any:
+        """numpy."""
+        return np
+
+    def empty(self, n: int, dtype: Any) -> np.ndarray:
+        """A new 1-d buffer."""
+        return np.empty(n, dtype=dtype)
+
+    def asarray(self, array: Any) -> np.ndarray:
+        """numpy array (no copy when already one)."""
+        return np.asarray(array)
+
+    def to_host(self, array: Any) -> np.ndarray:
+        """Identity."""
+        return np.asarray(array)
+
+    def send(self, buf: np.ndarray, peer: int) -> None:
+        """Post a copy of ``buf`` to ``peer``."""
+        self.fabric.post(self.device, peer, buf)
+
+    def recv(self, buf: np.ndarray, peer: int) -> None:
+        """Receive the next message from ``peer`` into ``buf``."""
+        msg = self.fabric.take(peer, self.device)
+        if msg.size != buf.size:
+            raise ExecutionError(
+                f"device {self.device}: message from {peer} has {msg.size} elements, "
+                f"expected {buf.size} (ranks disagree on the plan)"
+            )
+        buf[...] = msg.reshape(buf.shape)
+
+    def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int]) -> None:
+        """Root posts to every member; members receive."""
+        if self.device == root:
+            for d in group:
+                if d != root:
+                    self.send(buf, d)
+        else:
+            self.recv(buf, root)
+
+    def all_gather(self, out: np.ndarray, inp: np.ndarray, group: Sequence[int]) -> None:
+        """Every member posts its input to every other; rows in group order."""
+        for d in group:
+            if d != self.device:
+                self.send(inp, d)
+        for row, d in enumerate(group):
+            if d == self.device:
+                out[row] = inp
+            else:
+                self.recv(out[row], d)
+
+    def reduce(self, buf: np.ndarray, root: int, group: Sequence[int]) -> None:
+        """Members post to the root, which sums in group order."""
+        if self.device != root:
+            self.send(buf, root)
+            return
+        tmp = np.empty_like(buf)
+        for d in group:
+            if d != root:
+                self.recv(tmp, d)
+                buf += tmp
+
+    def group_start(self) -> None:
+        """No batching needed: posts never block."""
+
+    def group_end(self) -> None:
+        """See :meth:`group_start`."""
+
+    def barrier(self, group: Sequence[int]) -> None:
+        """Everyone reports to the first member, which releases everyone."""
+        token = np.zeros(1, dtype=np.uint8)
+        lead = group[0]
+        if self.device == lead:
+            for d in group[1:]:
+                self.recv(token, d)
+            for d in group[1:]:
+                self.send(token, d)
+        else:
+            self.send(token, lead)
+            self.recv(token, lead)
+
+    def synchronize(self) -> None:
+        """Nothing outstanding on CPU."""
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,48 @@
+"""What a launcher provides: a group of workers, one per device, called by method name."""
+
+from __future__ import annotations
+
+import enum
+from concurrent.futures import Future
+from typing import Any, Protocol, Union
+
+from reshard.errors import StrategyError
+
+
+class LauncherKind(enum.Enum):
+    """How worker processes are started."""
+
+    THREAD = "thread"  # every device a thread of the driver (local backend only)
+    PROCESS = "process"  # plain local processes (also the netns testbed, GPU image)
+    RAY = "ray"  # one Ray actor per device
+
+    @classmethod
+    def parse(cls, value: Union[str, "LauncherKind"]) -> "LauncherKind":
+        """Accept a LauncherKind or its name; raise listing the valid names."""
+        if isinstance(value, LauncherKind):
+            return value
+        for k in cls:
+            if isinstance(value, str) and k.value == value.strip().lower():
+                return k
+        raise StrategyError(
+            f"unknown launcher {value!r}; valid launchers: {[k.value for k in cls]}")
+
+
+class WorkerGroup(Protocol):
+    """Workers (each a :class:`reshard.comm.worker.DeviceWorker`) for a set of devices.
+
+    Calls to one device run one at a time in submission order; calls to different
+    devices run concurrently. A worker that dies fails its pending futures with
+    :class:`reshard.ExecutionError` naming the device.
+    """
+
+    devices: tuple[int, ...]
+
+    def submit(self, device: int, method: str, *args: Any) -> Future:
+        """Call ``DeviceWorker.<method>(*args)`` on ``device``'s worker."""
+
+    def dead(self) -> dict[int, str]:
+        """Devices whose worker is gone, with a reason."""
+
+    def close(self) -> None:
+        """Stop every worker and release every resource (idempotent)."""

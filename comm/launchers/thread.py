@@ -1,0 +1,52 @@
+"""Thread launcher: every device a thread of the driver, ranks of the local backend."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Iterable
+
+from reshard.comm.backends.local import LocalBackend, LocalFabric
+from reshard.comm.worker import DeviceWorker
+
+
+class ThreadGroup:
+    """Workers as threads sharing one :class:`LocalFabric`.
+
+    Devices can be added at any time (:meth:`ensure`), so a local runtime needs no
+    cluster up front.
+    """
+
+    def __init__(self, devices: Iterable[int] = (), timeout: float = 60.0) -> None:
+        self.fabric = LocalFabric(timeout)
+        self.workers: dict[int, DeviceWorker] = {}
+        self.pools: dict[int, ThreadPoolExecutor] = {}
+        self.ensure(devices)
+
+    @property
+    def devices(self) -> tuple[int, ...]:  # type: ignore[override]
+        """Devices with a worker."""
+        return tuple(sorted(self.workers))
+
+    def ensure(self, devices: Iterable[int]) -> None:
+        """Start workers for devices that have none."""
+        for d in devices:
+            if d not in self.workers:
+                self.workers[d] = DeviceWorker(d, LocalBackend(d, self.fabric))
+                self.pools[d] = ThreadPoolExecutor(1, thread_name_prefix=f"reshard-dev{d}")
+
+    def submit(self, device: int, method: str, *args: Any) -> Future:
+        """Run ``method`` on the device's worker thread."""
+        self.ensure((device,))
+        return self.pools[device].submit(getattr(self.workers[device], method), *args)
+
+    def dead(self) -> dict[int, str]:
+        """Threads do not die on their own."""
+        return {}
+
+    def close(self) -> None:
+        """Wake blocked receivers and stop the threads."""
+        self.fabric.closed.set()
+        for pool in self.pools.values():
+            pool.shutdown(wait=True, cancel_futures=True)
+        self.pools.clear()
+        self.workers.clear()

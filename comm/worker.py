@@ -1,0 +1,234 @@
+"""The worker loop: one device's part of a plan, in the plan's global order.
+
+A :class:`DeviceWorker` owns the shards held by one device and a :class:`Backend`
+rank. The driver loads a plan once (receive/pack scratch buffers are allocated then,
+per plan, not per call), then executes it any number of times on named arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence, Union
+
+import numpy as np
+
+from reshard.comm.backend import Backend
+from reshard.comm.packing import local_slices, pack, recv_target, region, unpack
+from reshard.errors import ExecutionError, ReshardError
+from reshard.layout import Box, box_size
+from reshard.planner.ir import Buffer, ReshardPlan, Task, TaskKind
+
+
+@dataclass
+class LoadedPlan:
+    """A plan prepared for one device."""
+
+    plan: ReshardPlan
+    tasks: tuple[tuple[int, Task], ...]  # (global index, task) of this device
+    src_box: dict[int, Box]  # tensor -> this device's source box
+    dst_box: dict[int, Box]  # tensor -> this device's destination box
+    scratch: dict[str, Any]  # dtype name -> 1-d scratch buffer
+
+
+def _scratch_elems(task: Task, device: int) -> int:
+    n = box_size(task.box)
+    if task.kind is TaskKind.ALLGATHER:
+        m = max((box_size(p) for p in task.pieces), default=0)
+        return m * (len(task.receivers) + 1)
+    if task.kind is TaskKind.COPY:
+        return 0
+    return n
+
+
+class DeviceWorker:
+    """Executes plans for one device.
+
+    Args:
+        device: the global device id served.
+        backend: this device's backend rank.
+    """
+
+    def __init__(self, device: int, backend: Backend) -> None:
+        self.device = device
+        self.backend = backend
+        self.arrays: dict[str, Any] = {}
+        self.plans: dict[int, LoadedPlan] = {}
+        self.current: tuple[int, str] | None = None  # (task index, task text) in flight
+
+    # ----- data ----------------------------------------------------------------------
+    def put(self, key: str, shard: np.ndarray) -> None:
+        """Store a shard under ``key`` on this device."""
+        self.arrays[key] = self.backend.asarray(np.ascontiguousarray(shard))
+
+    def get(self, key: str) -> np.ndarray:
+        """The shard stored under ``key``, as numpy."""
+        try:
+            return self.backend.to_host(self.arrays[key])
+        except KeyError:
+            raise ReshardError(f"device {self.device} holds no array {key!r}") from None
+
+    def drop(self, keys: Sequence[str]) -> None:
+        """Forget arrays."""
+        for k in keys:
+            self.arrays.pop(k, None)
+
+    def ping(self) -> int:
+        """Liveness check: returns the device id."""
+        return self.device
+
+    # ----- plans ---------------------------------------------------------------------
+    def load_plan(self, plan_id: int, plan: Union[ReshardPlan, str]) -> int:
+        """Prepare ``plan`` (object or JSON) under ``plan_id``; returns the number of
+        tasks this device takes part in."""
+        if isinstance(plan, str):
+            plan = ReshardPlan.from_json(plan)
+        d = self.device
+        src_box, dst_box = {}, {}
+        for i, t in enumerate(plan.tensors):
+            if d in t.src.devices:
+                src_box[i] = t.src.boxes(t.shape)[d]
+            if d in t.dst.devices:
+                dst_box[i] = t.dst.boxes(t.shape)[d]
+        mine = tuple((i, t) for i, t in enumerate(plan.tasks) if d in t.devices)
+        need: dict[str, int] = {}
+        for _, t in mine:
+            dt = plan.tensors[t.tensor].dtype
+            need[dt] = max(need.get(dt, 0), _scratch_elems(t, d))
+        scratch = {dt: self.backend.empty(n, np.dtype(dt)) for dt, n in need.items() if n}
+        self.plans[plan_id] = LoadedPlan(plan, mine, src_box, dst_box, scratch)
+        return len(mine)
+
+    def unload_plan(self, plan_id: int) -> None:
+        """Free a plan's scratch buffers."""
+        self.plans.pop(plan_id, None)
+
+    def execute(self, plan_id: int, in_keys: Sequence[str | None],
+                out_keys: Sequence[str]) -> int:
+        """Run this device's tasks of a loaded plan.
+
+        Args:
+            plan_id: a plan loaded with :meth:`load_plan`.
+            in_keys: per tensor, the key of this device's source shard.
+            out_keys: per tensor, the key to store this device's destination shard under.
+
+        Returns:
+            Bytes this device sent.
+        """
+        lp = self.plans.get(plan_id)
+        if lp is None:
+            raise ReshardError(f"device {self.device}: plan {plan_id} is not loaded")
+        plan = lp.plan
+        xp = self.backend.xp
+        src: dict[int, Any] = {}
+        for i in lp.src_box:
+            key = in_keys[i]
+            if key is None or key not in self.arrays:
+                raise ReshardError(
+                    f"device {self.device} holds no source shard {key!r} for tensor {i}")
+            src[i] = self.arrays[key]
+        dst: dict[int, Any] = {}
+        for i, box in lp.dst_box.items():
+            t = plan.tensors[i]
+            dst[i] = xp.zeros(tuple(b - a for a, b in box), dtype=np.dtype(t.dtype))
+        copied: set[int] = set()  # tensors whose source this device reduces into
+        sent = 0
+        for index, task in lp.tasks:
+            self.current = (index, str(task))
+            try:
+                if task.kind is TaskKind.REDUCE and task.root == self.device and \
+                        task.tensor not in copied:
+                    src[task.tensor] = src[task.tensor].copy()
+                    copied.add(task.tensor)
+                sent += self._run(lp, task, src, dst)
+            except ReshardError as e:
+                raise ExecutionError(
+                    f"device {self.device}: task #{index} ({task}) failed: {e}") from e
+            except Exception as e:  # backend errors of any type
+                raise ExecutionError(
+                    f"device {self.device}: task #{index} ({task}) failed: "
+                    f"{type(e).__name__}: {e}") from e
+        self.backend.synchronize()
+        self.current = None
+        for i, arr in dst.items():
+            self.arrays[out_keys[i]] = arr
+        return sent
+
+    # ----- one task ------------------------------------------------------------------
+    def _run(self, lp: LoadedPlan, task: Task, src: dict[int, Any], dst: dict[int, Any]) -> int:
+        me = self.device
+        b = self.backend
+        i = task.tensor
+        scratch = lp.scratch.get(lp.plan.tensors[i].dtype)
+        if task.source is Buffer.SRC:
+            sbuf, sbox = src.get(i), lp.src_box.get(i)
+        else:
+            sbuf, sbox = dst.get(i), lp.dst_box.get(i)
+        n = box_size(task.box)
+        if task.kind is TaskKind.COPY:
+            region(dst[i], task.box, lp.dst_box[i])[...] = region(src[i], task.box, lp.src_box[i])
+            return 0
+        if task.kind is TaskKind.SEND:
+            if me == task.root:
+                buf = pack(sbuf, task.box, sbox, scratch[:n] if scratch is not None else None)
+                b.group_start()
+                b.send(buf, task.receivers[0])
+                b.group_end()
+                return n * buf.itemsize
+            target = recv_target(dst[i], task.box, lp.dst_box[i], scratch)
+            b.group_start()
+            b.recv(target, task.root)
+            b.group_end()
+            unpack(dst[i], task.box, lp.dst_box[i], target)
+            return 0
+        if task.kind is TaskKind.BROADCAST:
+            group = task.group
+            if me == task.root:
+                buf = pack(sbuf, task.box, sbox, scratch[:n] if scratch is not None else None)
+            else:
+                buf = recv_target(dst[i], task.box, lp.dst_box[i], scratch)
+            b.group_start()
+            b.broadcast(buf, task.root, group)
+            b.group_end()
+            if me != task.root:
+                unpack(dst[i], task.box, lp.dst_box[i], buf)
+                return 0
+            return n * buf.itemsize
+        if task.kind is TaskKind.REDUCE:
+            buf = scratch[:n]
+            buf.reshape(tuple(hi - lo for lo, hi in task.box))[...] = region(
+                src[i], task.box, lp.src_box[i])
+            b.group_start()
+            b.reduce(buf, task.root, task.group)
+            b.group_end()
+            if me == task.root:
+                unpack(src[i], task.box, lp.src_box[i], buf)
+                return 0
+            return n * buf.itemsize
+        if task.kind is TaskKind.ALLGATHER:
+            group = task.group
+            k = len(group)
+            m = max(box_size(p) for p in task.pieces)
+            piece_of = dict(zip(task.receivers, task.pieces))
+            inp = scratch[:m]
+            out = scratch[m:m * (k + 1)].reshape(k, m)
+            mine = piece_of[me]
+            pn = box_size(mine)
+            if pn:
+                inp[:pn] = region(dst[i], mine, lp.dst_box[i]).reshape(-1)
+            b.group_start()
+            b.all_gather(out, inp, group)
+            b.group_end()
+            for row, member in enumerate(group):
+                piece = piece_of[member]
+                if member != me and box_size(piece):
+                    unpack(dst[i], piece, lp.dst_box[i], out[row])
+            return pn * inp.itemsize * (k - 1)
+        raise ExecutionError(f"unknown task kind {task.kind}")
+
+
+def shard_of(array: np.ndarray, box: Box) -> np.ndarray:
+    """The part of a global array inside ``box`` (a copy)."""
+    return np.ascontiguousarray(array[tuple(slice(a, b) for a, b in box)])
+
+
+__all__ = ["DeviceWorker", "LoadedPlan", "shard_of", "local_slices"]

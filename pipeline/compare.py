@@ -1,0 +1,119 @@
+"""Side-by-side simulation of the shipped schedules on one uniform pipeline.
+
+Run ``python -m reshard.pipeline.compare`` for the paper's setting (4 stages, 8
+microbatches, forward 1, backward 2) across transfer times: with free transfers
+eager 1F1B and 1F1B take the same time; once a transfer is comparable to a forward,
+1F1B stalls on it and eager 1F1B hides it, for more activations in flight on the
+early stages.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from reshard.pipeline.costs import PipelineCosts
+from reshard.pipeline.schedules import make_schedule
+from reshard.pipeline.simulator import simulate
+
+DEFAULT_SCHEDULES = ("gpipe", "1f1b", "eager-1f1b", "interleaved-1f1b", "zb-h1")
+
+
+def compare_schedules(
+    n_stages: int,
+    n_mb: int,
+    fwd: float,
+    bwd: float,
+    transfer: float,
+    names: Sequence[str] = DEFAULT_SCHEDULES,
+    n_chunks: int = 2,
+) -> list[dict[str, Any]]:
+    """Simulates several schedules with the same per-stage costs.
+
+    Every stage takes ``fwd`` per forward and ``bwd`` per backward (ZB-H1 splits it
+    into equal I and W halves), and every activation or gradient transfer between
+    stages takes ``transfer``. The interleaved schedule runs ``n_chunks`` chunks per
+    stage, each ``1 / n_chunks`` of the stage's compute, with a full ``transfer`` per
+    chunk boundary (an activation has the same size at every layer).
+
+    Args:
+        n_stages: Number of stages.
+        n_mb: Number of microbatches.
+        fwd: Forward time of a stage for one microbatch.
+        bwd: Backward time of a stage for one microbatch.
+        transfer: Time of one activation or gradient transfer between stages.
+        names: Schedules to compare (keys of :data:`~reshard.pipeline.SCHEDULES`).
+        n_chunks: Chunks per stage for ``interleaved-1f1b``.
+
+    Returns:
+        One dict per schedule, in ``names`` order, with keys ``schedule``,
+        ``iteration_time``, ``bubble_fraction`` (mean over stages) and
+        ``peak_activations`` (per stage, in whole-stage microbatch activations, so an
+        interleaved chunk counts ``1 / n_chunks``).
+    """
+    rows = []
+    for name in names:
+        chunks = n_chunks if name == "interleaved-1f1b" else 1
+        options = {"n_chunks": n_chunks} if chunks > 1 else {}
+        schedule = make_schedule(name, n_stages, n_mb, **options)
+        costs = PipelineCosts(
+            forward=fwd / chunks, backward=bwd / chunks, activation_transfer=transfer
+        )
+        timeline = simulate(schedule, costs)
+        peaks = timeline.peak_activations
+        rows.append(
+            {
+                "schedule": name,
+                "iteration_time": timeline.iteration_time,
+                "bubble_fraction": timeline.mean_bubble_fraction,
+                "peak_activations": peaks if chunks == 1 else tuple(p / chunks for p in peaks),
+            }
+        )
+    return rows
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Rows of :func:`compare_schedules` (or any dicts with the same keys) as aligned text."""
+    if not rows:
+        return ""
+    keys = list(rows[0])
+    cells = [[_cell(row[k]) for k in keys] for row in rows]
+    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+    lines = ["  ".join(k.ljust(w) for k, w in zip(keys, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, tuple):
+        return " ".join(_cell(v) for v in value)
+    return str(value)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Prints the comparison for each transfer time given on the command line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stages", type=int, default=4)
+    parser.add_argument("--microbatches", type=int, default=8)
+    parser.add_argument("--forward", type=float, default=1.0)
+    parser.add_argument("--backward", type=float, default=2.0)
+    parser.add_argument("--transfer", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0])
+    parser.add_argument("--schedules", nargs="+", default=list(DEFAULT_SCHEDULES))
+    args = parser.parse_args(argv)
+    for transfer in args.transfer:
+        print(
+            f"stages={args.stages} microbatches={args.microbatches} forward={args.forward} "
+            f"backward={args.backward} transfer={transfer}"
+        )
+        rows = compare_schedules(
+            args.stages, args.microbatches, args.forward, args.backward, transfer,
+            names=args.schedules,
+        )
+        print(format_table(rows), end="\n\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,271 @@
+"""The shipped schedules and the registry that names them.
+
+Every generator returns a :class:`~reshard.pipeline.Schedule` with the boundary
+transfers written out: on a stage, a forward ``F k`` is preceded by the receive of
+its input (``RA k``, unless it is the first virtual stage) and followed by the send
+of its output (``SA k``, unless it is the last); a backward (``B k``, or ``I k``
+when split) is preceded by ``RG k`` and followed by ``SG k``. Sends are issued right
+after the data is produced (they do not block), receives right before the data is
+used (they block), so every transfer overlaps whatever the receiver does meanwhile.
+
+The timelines in the docstrings are :meth:`~reshard.pipeline.Timeline.to_ascii`
+renderings of :func:`~reshard.pipeline.simulate` with forward 1, backward 1 (I and W
+0.5 each... see each docstring) and free transfers; columns are time units, ``.`` is
+idle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from reshard.pipeline.actions import Action, ActionKind
+from reshard.pipeline.errors import ScheduleError
+from reshard.pipeline.schedule import Schedule
+
+_F, _B, _I, _W = (
+    ActionKind.FORWARD,
+    ActionKind.BACKWARD,
+    ActionKind.BACKWARD_INPUT,
+    ActionKind.BACKWARD_WEIGHT,
+)
+
+
+def gpipe(n_stages: int, n_mb: int) -> Schedule:
+    """GPipe: every stage runs all forwards, then all backwards.
+
+    Peak activations: every microbatch on every stage.
+
+    Args:
+        n_stages: Number of stages (>= 1).
+        n_mb: Number of microbatches (>= 1).
+
+    Returns:
+        The schedule.
+
+    Timeline (4 stages, 8 microbatches; F=1, B=1)::
+
+    """
+    _check_counts(n_stages=n_stages, n_mb=n_mb)
+    order = [Action(_F, k) for k in range(n_mb)] + [Action(_B, k) for k in range(n_mb)]
+    return _with_transfers([order] * n_stages, n_mb, 1)
+
+
+def one_f_one_b(n_stages: int, n_mb: int) -> Schedule:
+    """1F1B (PipeDream-flush / Megatron): warm up, then alternate backward and forward.
+
+    Stage ``i`` runs ``min(n_stages - i, n_mb)`` forwards before its first backward,
+    then one backward and one forward in turn, then the remaining backwards. At most
+    ``n_stages - i`` activations are in flight on stage ``i``.
+
+    Args:
+        n_stages: Number of stages (>= 1).
+        n_mb: Number of microbatches (>= 1).
+
+    Returns:
+        The schedule.
+
+    Timeline (4 stages, 8 microbatches; F=1, B=1)::
+
+    """
+    _check_counts(n_stages=n_stages, n_mb=n_mb)
+    return _with_transfers(
+        [_one_f_one_b_order(n_mb, n_stages - i) for i in range(n_stages)], n_mb, 1
+    )
+
+
+def eager_one_f_one_b(n_stages: int, n_mb: int) -> Schedule:
+    """Eager 1F1B, the overlapping-friendly schedule of Zhuang et al. (MLSys 2023).
+
+    Like 1F1B, but stage ``i`` runs up to ``2 * (n_stages - i) - 1`` forwards before its
+    first backward (capped by ``n_mb``). Each forward's output is then produced a step
+    before the next stage needs it, so its transfer has that step of slack to hide
+    behind compute. The price is memory: up to ``2 * (n_stages - i) - 1`` activations in
+    flight on stage ``i`` instead of ``n_stages - i``. With free transfers it takes as
+    long as 1F1B.
+
+    Args:
+        n_stages: Number of stages (>= 1).
+        n_mb: Number of microbatches (>= 1).
+
+    Returns:
+        The schedule.
+
+    Timeline (4 stages, 8 microbatches; F=1, B=1)::
+
+    """
+    _check_counts(n_stages=n_stages, n_mb=n_mb)
+    return _with_transfers(
+        [_one_f_one_b_order(n_mb, 2 * (n_stages - i) - 1) for i in range(n_stages)], n_mb, 1
+    )
+
+
+def interleaved_one_f_one_b(n_stages: int, n_mb: int, n_chunks: int = 2) -> Schedule:
+    """Interleaved 1F1B with virtual stages (Megatron-LM, Narayanan et al. 2021).
+
+    Each stage holds ``n_chunks`` model chunks; chunk ``c`` of stage ``s`` is virtual
+    stage ``c * n_stages + s``, so data visits every stage ``n_chunks`` times and the
+    last stage sends back to stage 0. Microbatches go in groups of ``n_stages``: a
+    group runs through chunk 0, then chunk 1, and so on (backwards through the chunks
+    in reverse). Stage ``s`` warms up with ``2 * (n_stages - s - 1) + (n_chunks - 1) *
+    n_stages`` chunk-forwards (capped by the total), then alternates one forward and
+    one backward, then drains the backwards. Bubbles shrink about ``n_chunks``-fold
+    for the price of ``n_chunks`` times more transfers. ``n_mb`` need not be a
+    multiple of ``n_stages`` (the last group is smaller). With ``n_chunks == 1`` this
+    is :func:`eager_one_f_one_b`.
+
+    Args:
+        n_stages: Number of stages (>= 1).
+        n_mb: Number of microbatches (>= 1).
+        n_chunks: Model chunks per stage (>= 1).
+
+    Returns:
+        The schedule.
+
+    Timeline (4 stages, 4 microbatches, 2 chunks; F=1, B=1 per chunk)::
+
+    """
+    _check_counts(n_stages=n_stages, n_mb=n_mb, n_chunks=n_chunks)
+    groups = [range(start, min(start + n_stages, n_mb)) for start in range(0, n_mb, n_stages)]
+    forwards = [Action(_F, k, c) for g in groups for c in range(n_chunks) for k in g]
+    backwards = [Action(_B, k, c) for g in groups for c in reversed(range(n_chunks)) for k in g]
+    total = len(forwards)
+    programs = []
+    for s in range(n_stages):
+        warmup = min(2 * (n_stages - s - 1) + (n_chunks - 1) * n_stages, total)
+        order = forwards[:warmup]
+        for i in range(total - warmup):
+            order += [forwards[warmup + i], backwards[i]]
+        order += backwards[total - warmup:]
+        programs.append(order)
+    return _with_transfers(programs, n_mb, n_chunks)
+
+
+def zero_bubble_h1(n_stages: int, n_mb: int) -> Schedule:
+    """ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", 2024).
+
+    The backward is split into I (input grad, on the critical path: its grad goes
+    upstream at once) and W (weight grad, needed by no one else), and W runs late to
+    fill what would be bubbles. The order is fixed by list scheduling with F = I = W
+    = 1: at each step a stage runs the ready I of its oldest microbatch; else a
+    forward, if fewer than ``n_stages - i`` microbatches hold activations (the 1F1B
+    memory bound, so peak memory matches 1F1B); else its oldest pending W.
+
+    Args:
+        n_stages: Number of stages (>= 1).
+        n_mb: Number of microbatches (>= 1).
+
+    Returns:
+        The schedule.
+
+    Timeline (4 stages, 8 microbatches; F=1, I=1, W=1)::
+
+    """
+    _check_counts(n_stages=n_stages, n_mb=n_mb)
+    n, m = n_stages, n_mb
+    f_end: list[list[int]] = [[] for _ in range(n)]  # end time of F k on stage s
+    i_end: list[list[int]] = [[] for _ in range(n)]
+    done_w = [0] * n
+    programs: list[list[Action]] = [[] for _ in range(n)]
+    time = 0
+    while any(w < m for w in done_w):
+        chosen: list[tuple[int, ActionKind]] = []
+        for s in range(n):
+            nf, ni = len(f_end[s]), len(i_end[s])
+            grad_ready = s == n - 1 or (len(i_end[s + 1]) > ni and i_end[s + 1][ni] <= time)
+            input_ready = s == 0 or (len(f_end[s - 1]) > nf and f_end[s - 1][nf] <= time)
+            if ni < nf and f_end[s][ni] <= time and grad_ready:
+                chosen.append((s, _I))
+            elif nf < m and nf - done_w[s] < n and input_ready:
+                chosen.append((s, _F))
+            elif done_w[s] < ni:
+                chosen.append((s, _W))
+        for s, kind in chosen:
+            if kind is _F:
+                programs[s].append(Action(_F, len(f_end[s])))
+                f_end[s].append(time + 1)
+            elif kind is _I:
+                programs[s].append(Action(_I, len(i_end[s])))
+                i_end[s].append(time + 1)
+            else:
+                programs[s].append(Action(_W, done_w[s]))
+                done_w[s] += 1
+        time += 1
+    return _with_transfers(programs, n_mb, 1)
+
+
+SCHEDULES: Mapping[str, Callable[..., Schedule]] = MappingProxyType(
+    {
+        "gpipe": gpipe,
+        "1f1b": one_f_one_b,
+        "eager-1f1b": eager_one_f_one_b,
+        "interleaved-1f1b": interleaved_one_f_one_b,
+        "zb-h1": zero_bubble_h1,
+    }
+)
+"""Shipped schedule generators by name (read-only)."""
+
+
+def make_schedule(name: str, n_stages: int, n_mb: int, **options: Any) -> Schedule:
+    """Builds a shipped schedule by name.
+
+    Args:
+        name: A key of :data:`SCHEDULES`.
+        n_stages: Number of stages.
+        n_mb: Number of microbatches.
+        **options: Further generator arguments (``n_chunks`` for interleaved-1f1b).
+
+    Returns:
+        The schedule.
+
+    Raises:
+        ScheduleError: The name is unknown (the message lists the valid names) or an
+            argument is invalid.
+    """
+    generator = SCHEDULES.get(name)
+    if generator is None:
+        raise ScheduleError(f"unknown schedule {name!r}; valid: {', '.join(SCHEDULES)}")
+    try:
+        return generator(n_stages, n_mb, **options)
+    except TypeError as err:
+        raise ScheduleError(f"schedule {name!r}: {err}") from None
+
+
+def _check_counts(**counts: int) -> None:
+    for name, value in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ScheduleError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _one_f_one_b_order(n_mb: int, forwards_first: int) -> list[Action]:
+    """Forwards first, then backward and forward in turn, then the rest of the backwards."""
+    warmup = min(forwards_first, n_mb)
+    order = [Action(_F, k) for k in range(warmup)]
+    for k in range(n_mb):
+        order.append(Action(_B, k))
+        if warmup + k < n_mb:
+            order.append(Action(_F, warmup + k))
+    return order
+
+
+def _with_transfers(programs: list[list[Action]], n_mb: int, n_chunks: int) -> Schedule:
+    """Adds the receive before, and the send after, each action that crosses a boundary."""
+    bare = Schedule(tuple(tuple(p) for p in programs), n_mb, n_chunks)
+    stages = []
+    for s, program in enumerate(bare.stages):
+        full: list[Action] = []
+        for action in program:
+            if action.kind is _F:
+                before, after = ActionKind.RECV_ACT, ActionKind.SEND_ACT
+            elif action.kind in (_B, _I):
+                before, after = ActionKind.RECV_GRAD, ActionKind.SEND_GRAD
+            else:
+                full.append(action)
+                continue
+            receive, send = action.with_kind(before), action.with_kind(after)
+            full += [a for a in (receive,) if bare.peer(s, a) is not None]
+            full.append(action)
+            full += [a for a in (send,) if bare.peer(s, a) is not None]
+        stages.append(tuple(full))
+    return Schedule(tuple(stages), n_mb, n_chunks)
