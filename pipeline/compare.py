@@ -1,6 +1,6 @@
 """Side-by-side simulation of the shipped schedules on one uniform pipeline.
 
-Run ``python -m reshard.pipeline.compare`` for the paper's setting (4 stages, 8
+Run ``python -m reshard.pipeline`` for the paper's setting (4 stages, 8
 microbatches, forward 1, backward 2) across transfer times: with free transfers
 eager 1F1B and 1F1B take the same time; once a transfer is comparable to a forward,
 1F1B stalls on it and eager 1F1B hides it, for more activations in flight on the
@@ -95,7 +95,9 @@ def _cell(value: Any) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Prints the comparison for each transfer time given on the command line."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m reshard.pipeline", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--microbatches", type=int, default=8)
     parser.add_argument("--forward", type=float, default=1.0)
@@ -113,7 +115,3 @@ def main(argv: Sequence[str] | None = None) -> None:
             names=args.schedules,
         )
         print(format_table(rows), end="\n\n")
-
-
-if __name__ == "__main__":
-    main()

@@ -9,9 +9,8 @@ after the data is produced (they do not block), receives right before the data i
 used (they block), so every transfer overlaps whatever the receiver does meanwhile.
 
 The timelines in the docstrings are :meth:`~reshard.pipeline.Timeline.to_ascii`
-renderings of :func:`~reshard.pipeline.simulate` with forward 1, backward 1 (I and W
-0.5 each... see each docstring) and free transfers; columns are time units, ``.`` is
-idle.
+renderings of :func:`~reshard.pipeline.simulate` with the costs each one names and
+free transfers: one row per stage, one column per time unit, ``..`` when idle.
 """
 
 from __future__ import annotations
@@ -46,6 +45,10 @@ def gpipe(n_stages: int, n_mb: int) -> Schedule:
 
     Timeline (4 stages, 8 microbatches; F=1, B=1)::
 
+        0: F0 F1 F2 F3 F4 F5 F6 F7 .. .. .. .. .. .. B0 B1 B2 B3 B4 B5 B6 B7
+        1: .. F0 F1 F2 F3 F4 F5 F6 F7 .. .. .. .. B0 B1 B2 B3 B4 B5 B6 B7 ..
+        2: .. .. F0 F1 F2 F3 F4 F5 F6 F7 .. .. B0 B1 B2 B3 B4 B5 B6 B7 .. ..
+        3: .. .. .. F0 F1 F2 F3 F4 F5 F6 F7 B0 B1 B2 B3 B4 B5 B6 B7 .. .. ..
     """
     _check_counts(n_stages=n_stages, n_mb=n_mb)
     order = [Action(_F, k) for k in range(n_mb)] + [Action(_B, k) for k in range(n_mb)]
@@ -68,6 +71,10 @@ def one_f_one_b(n_stages: int, n_mb: int) -> Schedule:
 
     Timeline (4 stages, 8 microbatches; F=1, B=1)::
 
+        0: F0 F1 F2 F3 .. .. .. B0 F4 B1 F5 B2 F6 B3 F7 B4 .. B5 .. B6 .. B7
+        1: .. F0 F1 F2 .. .. B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 .. B6 .. B7 ..
+        2: .. .. F0 F1 .. B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 .. B7 .. ..
+        3: .. .. .. F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 .. .. ..
     """
     _check_counts(n_stages=n_stages, n_mb=n_mb)
     return _with_transfers(
@@ -94,6 +101,10 @@ def eager_one_f_one_b(n_stages: int, n_mb: int) -> Schedule:
 
     Timeline (4 stages, 8 microbatches; F=1, B=1)::
 
+        0: F0 F1 F2 F3 F4 F5 F6 B0 F7 B1 .. B2 .. B3 .. B4 .. B5 .. B6 .. B7
+        1: .. F0 F1 F2 F3 F4 B0 F5 B1 F6 B2 F7 B3 .. B4 .. B5 .. B6 .. B7 ..
+        2: .. .. F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 .. B6 .. B7 .. ..
+        3: .. .. .. F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 .. .. ..
     """
     _check_counts(n_stages=n_stages, n_mb=n_mb)
     return _with_transfers(
@@ -106,14 +117,15 @@ def interleaved_one_f_one_b(n_stages: int, n_mb: int, n_chunks: int = 2) -> Sche
 
     Each stage holds ``n_chunks`` model chunks; chunk ``c`` of stage ``s`` is virtual
     stage ``c * n_stages + s``, so data visits every stage ``n_chunks`` times and the
-    last stage sends back to stage 0. Microbatches go in groups of ``n_stages``: a
+    last stage sends back to stage 0. Microbatches go in groups of ``G = n_stages``: a
     group runs through chunk 0, then chunk 1, and so on (backwards through the chunks
     in reverse). Stage ``s`` warms up with ``2 * (n_stages - s - 1) + (n_chunks - 1) *
-    n_stages`` chunk-forwards (capped by the total), then alternates one forward and
-    one backward, then drains the backwards. Bubbles shrink about ``n_chunks``-fold
-    for the price of ``n_chunks`` times more transfers. ``n_mb`` need not be a
-    multiple of ``n_stages`` (the last group is smaller). With ``n_chunks == 1`` this
-    is :func:`eager_one_f_one_b`.
+    G`` chunk-forwards (capped by the total), then alternates one forward and one
+    backward, then drains the backwards. Bubbles shrink about ``n_chunks``-fold for
+    the price of ``n_chunks`` times more transfers. When ``n_mb`` is not a multiple of
+    ``n_stages`` the remainder is spread over the groups (sizes differ by at most one,
+    the first ``G`` is the largest); with ``n_mb < n_stages`` there is one group of
+    ``n_mb``. With ``n_chunks == 1`` this is :func:`eager_one_f_one_b`.
 
     Args:
         n_stages: Number of stages (>= 1).
@@ -125,15 +137,26 @@ def interleaved_one_f_one_b(n_stages: int, n_mb: int, n_chunks: int = 2) -> Sche
 
     Timeline (4 stages, 4 microbatches, 2 chunks; F=1, B=1 per chunk)::
 
+        0: F0   F1   F2   F3   F0@1 F1@1 F2@1 F3@1 .... .... .... B0@1 .... B1@1 .... B2@1 .... B3@1 B0   B1   B2   B3
+        1: .... F0   F1   F2   F3   F0@1 F1@1 F2@1 F3@1 .... B0@1 .... B1@1 .... B2@1 .... B3@1 B0   B1   B2   B3   ....
+        2: .... .... F0   F1   F2   F3   F0@1 F1@1 F2@1 B0@1 F3@1 B1@1 .... B2@1 .... B3@1 B0   B1   B2   B3   .... ....
+        3: .... .... .... F0   F1   F2   F3   F0@1 B0@1 F1@1 B1@1 F2@1 B2@1 F3@1 B3@1 B0   B1   B2   B3   .... .... ....
     """
     _check_counts(n_stages=n_stages, n_mb=n_mb, n_chunks=n_chunks)
-    groups = [range(start, min(start + n_stages, n_mb)) for start in range(0, n_mb, n_stages)]
+    # Megatron's groups have n_stages microbatches; when n_mb is not a multiple,
+    # the remainder is spread over the groups, so no group is smaller than n_stages
+    # (a short group would need a chunk's input before the stage before could make
+    # it, and deadlocks) unless there are fewer microbatches than stages.
+    num_groups = max(1, n_mb // n_stages)
+    sizes = [n_mb // num_groups + (g < n_mb % num_groups) for g in range(num_groups)]
+    starts = [sum(sizes[:g]) for g in range(num_groups)]
+    groups = [range(start, start + size) for start, size in zip(starts, sizes)]
     forwards = [Action(_F, k, c) for g in groups for c in range(n_chunks) for k in g]
     backwards = [Action(_B, k, c) for g in groups for c in reversed(range(n_chunks)) for k in g]
     total = len(forwards)
     programs = []
     for s in range(n_stages):
-        warmup = min(2 * (n_stages - s - 1) + (n_chunks - 1) * n_stages, total)
+        warmup = min(2 * (n_stages - s - 1) + (n_chunks - 1) * sizes[0], total)
         order = forwards[:warmup]
         for i in range(total - warmup):
             order += [forwards[warmup + i], backwards[i]]
@@ -148,9 +171,12 @@ def zero_bubble_h1(n_stages: int, n_mb: int) -> Schedule:
     The backward is split into I (input grad, on the critical path: its grad goes
     upstream at once) and W (weight grad, needed by no one else), and W runs late to
     fill what would be bubbles. The order is fixed by list scheduling with F = I = W
-    = 1: at each step a stage runs the ready I of its oldest microbatch; else a
-    forward, if fewer than ``n_stages - i`` microbatches hold activations (the 1F1B
-    memory bound, so peak memory matches 1F1B); else its oldest pending W.
+    = 1 and free transfers: at each time step a stage runs the I of its oldest
+    microbatch if its grad is there; else its next forward, if its input is there and
+    fewer than ``n_stages`` microbatches hold activations (forward done, W not); else
+    its oldest pending W. The bound is 1F1B's peak (that of its stage 0), so peak
+    memory matches 1F1B's, though later stages hold more than they do in 1F1B.
+    Tuned for free transfers: with slow transfers 1F1B-like orders may do better.
 
     Args:
         n_stages: Number of stages (>= 1).
@@ -161,6 +187,10 @@ def zero_bubble_h1(n_stages: int, n_mb: int) -> Schedule:
 
     Timeline (4 stages, 8 microbatches; F=1, I=1, W=1)::
 
+        0: F0 F1 F2 F3 .. .. .. I0 W0 I1 F4 I2 W1 I3 F5 W2 F6 I4 W3 F7 W4 I5 W5 I6 W6 .. .. I7 W7
+        1: .. F0 F1 F2 F3 .. I0 W0 I1 W1 I2 F4 I3 W2 W3 F5 I4 F6 W4 .. I5 F7 I6 W5 W6 .. I7 W7 ..
+        2: .. .. F0 F1 F2 I0 F3 I1 W0 I2 W1 I3 F4 W2 W3 I4 F5 W4 F6 I5 W5 I6 F7 W6 .. I7 W7 .. ..
+        3: .. .. .. F0 I0 F1 I1 F2 I2 F3 I3 W0 W1 F4 I4 W2 W3 F5 I5 F6 I6 W4 W5 F7 I7 W6 W7 .. ..
     """
     _check_counts(n_stages=n_stages, n_mb=n_mb)
     n, m = n_stages, n_mb
@@ -170,6 +200,8 @@ def zero_bubble_h1(n_stages: int, n_mb: int) -> Schedule:
     programs: list[list[Action]] = [[] for _ in range(n)]
     time = 0
     while any(w < m for w in done_w):
+        # Each step some stage runs something: 3 * n * m steps always suffice.
+        assert time <= 3 * n * m, "zero_bubble_h1 list scheduling made no progress"
         chosen: list[tuple[int, ActionKind]] = []
         for s in range(n):
             nf, ni = len(f_end[s]), len(i_end[s])
