@@ -1,7 +1,6 @@
 """Actions and schedules: text grammar, round trips, structure helpers."""
 
 import pytest
-
 from reshard.pipeline import (
     SCHEDULES,
     Action,

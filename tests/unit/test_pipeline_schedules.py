@@ -4,7 +4,6 @@ import inspect
 import textwrap
 
 import pytest
-
 from reshard.pipeline import (
     SCHEDULES,
     Action,
@@ -146,3 +145,12 @@ def test_actions_are_unique_per_stage():
         for program in make_schedule(name, 3, 4).stages:
             assert len(set(program)) == len(program)
             assert all(isinstance(a, Action) for a in program)
+
+
+def test_custom_schedule_example_runs(tmp_path):
+    from reshard.pipeline.examples.custom_schedule import main
+
+    report = main([str(tmp_path / "custom.png")])
+    assert "iteration time 11" in report and "iteration time 10" in report
+    assert "deadlock: stage 0 step 1 (RG0)" in report
+    assert (tmp_path / "custom.png").stat().st_size > 0

@@ -1,7 +1,6 @@
 """validate() / check(): crafted bad schedules are caught at the right step."""
 
 import pytest
-
 from reshard.pipeline import (
     Action,
     ProblemKind,
