@@ -147,6 +147,9 @@ class Action:
         suffix = f"@{self.chunk}" if self.chunk else ""
         return f"{self.kind.value}{self.microbatch}{suffix}"
 
+    def __repr__(self) -> str:
+        return f"Action.parse({str(self)!r})"
+
     def with_kind(self, kind: ActionKind) -> Action:
         """The action of another kind on the same microbatch and chunk."""
         return Action(kind, self.microbatch, self.chunk)

@@ -158,16 +158,14 @@ class PipelineCosts:
         if kind is ActionKind.BACKWARD_WEIGHT:
             if self.backward_weight is not None:
                 return _lookup(self.backward_weight, virtual_stage, "backward_weight")
-            rest = _lookup(self.backward, virtual_stage, "backward") - self._input_time(
-                virtual_stage
-            )
-            if rest < 0:
+            whole = _lookup(self.backward, virtual_stage, "backward")
+            first = self._input_time(virtual_stage)
+            if first > whole:
                 raise ScheduleError(
-                    f"backward_input ({self._input_time(virtual_stage)}) exceeds backward "
-                    f"({rest + self._input_time(virtual_stage)}) at virtual stage "
+                    f"backward_input ({first}) exceeds backward ({whole}) at virtual stage "
                     f"{virtual_stage}; give backward_weight explicitly"
                 )
-            return rest
+            return whole - first
         raise ScheduleError(f"{kind.value} is not a compute action; expected F, B, I or W")
 
     def transfer_time(self, send_kind: ActionKind, boundary: int) -> float:

@@ -8,16 +8,18 @@ What the simulator models:
   when the stage's program reaches it and costs the compute stream nothing; its
   transfer starts once it is issued, its data is ready (the producing action is
   done, which program order guarantees) and the previous transfer on the same link
-  has finished: one transfer in flight per direction per pair of stages, FIFO;
+  has finished: one transfer in flight per link (kind of data, sender,
+  receiver; see :class:`~reshard.pipeline.Channel`), FIFO;
 * the receiver's side is pre-posted: a transfer never waits for the receiving stage
   to reach its receive. A receive (RA/RG) blocks the compute stream until the
   transfer it matches has completed; it costs nothing if the data is already there.
 
-What it does not model: contention between different links (they all run at their
-own cost concurrently, even when they share a NIC; fold that into the transfer
-costs, which is what the planner's estimate does), memory limits, the time to issue
-an operation or launch a kernel, compute slowed down by concurrent communication,
-and jitter. Costs are per action, not per microbatch.
+What it does not model: contention between different links (each runs at its own
+cost even when two share a NIC; a planner estimate covers contention inside one
+transfer, not between transfers of different boundaries), memory limits, the time
+to issue an operation or launch a kernel, compute slowed down by concurrent
+communication, and jitter. A cost depends on the (virtual) stage or boundary, not
+on the microbatch.
 """
 
 from __future__ import annotations

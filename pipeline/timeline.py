@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -101,7 +101,7 @@ class Timeline:
     """
 
     events: tuple[TimelineEvent, ...]
-    num_stages: int = field(default=0)
+    num_stages: int = 0
 
     def __post_init__(self) -> None:
         events = tuple(

@@ -108,8 +108,9 @@ def validate(schedule: Schedule) -> list[Problem]:
     problems: list[Problem] = []
     for stage in range(schedule.num_stages):
         problems += _stage_problems(schedule, stage)
-    if not problems:
-        problems += _order_problems(schedule)
+    complete = not problems
+    problems += _order_problems(schedule)
+    if complete:
         deadlock = _deadlock(schedule)
         if deadlock is not None:
             problems.append(deadlock)

@@ -30,6 +30,7 @@ def test_action_parse_and_str_round_trip(text, kind, mb, chunk):
     assert action == Action(kind, mb, chunk)
     assert str(action) == text
     assert Action.parse(str(action)) == action
+    assert eval(repr(action), {"Action": Action}) == action
 
 
 def test_chunk_zero_suffix_is_optional_and_canonicalised():

@@ -176,3 +176,11 @@ def test_format_problems_marks_every_offending_cell():
     text = format_problems(schedule, problems)
     assert ">SA0<" in text and ">SA1<" in text and ">F1<" in text and ">RA1<" in text
     assert text.splitlines()[-3:] == [str(p) for p in problems]
+
+
+def test_order_problems_are_reported_alongside_missing_ones():
+    problems = validate(_schedule("F0 SA0 RG0", "F0 RA0 B0 SG0"))
+    assert [(p.kind, p.stage, p.step, str(p.action)) for p in problems] == [
+        (ProblemKind.MISSING, 0, None, "B0"),
+        (ProblemKind.ORDER, 1, 0, "F0"),
+    ]
