@@ -1,0 +1,181 @@
+"""What runs inside every worker process (process and Ray launchers alike).
+
+A :class:`WorkerHost` builds the backend rank for its device from a
+:class:`WorkerSpec`, wraps it in the unchanged :class:`~reshard.comm.worker.DeviceWorker`,
+and dispatches the driver's calls by method name. The one thing it adds is the
+backend's ``prepare(plan)`` hook, run before ``load_plan``: gloo creates the plan's
+missing sub-groups there (a collective over the whole world), nccl its missing
+communicators (over each member set).
+
+Nothing here imports torch or cupy at module level: the launcher applies the
+worker's environment first (``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``,
+``NCCL_HOSTID`` ...), then the backend imports them.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from reshard.errors import ExecutionError, ReshardError
+
+# DeviceWorker methods the driver may call.
+METHODS = frozenset({"load_plan", "unload_plan", "execute", "put", "get", "drop", "ping"})
+
+# Environment every worker gets unless the caller's ``env`` says otherwise: many
+# workers share few cores, and their copies are memory-bound.
+DEFAULT_ENV: Mapping[str, str] = {"OMP_NUM_THREADS": "1"}
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker process needs to start its backend rank.
+
+    Attributes:
+        backend: the backend name (a ``BackendKind`` value).
+        device: the global device id served.
+        world: every device of the runtime, sorted; the rank is the index in it.
+        timeout: seconds any blocking operation may wait.
+        rendezvous: an address with ``connect()`` (see :mod:`reshard.comm.rendezvous`).
+        host: the cluster host of the device.
+        local_index: the device's position among the world's devices on its host.
+        env: environment variables to set before the backend is imported.
+        options: backend keyword options (``advertise`` for gloo, ``gpu`` for nccl).
+    """
+
+    backend: str
+    device: int
+    world: tuple[int, ...]
+    timeout: float
+    rendezvous: Any
+    host: int = 0
+    local_index: int = 0
+    env: Mapping[str, str] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def rank(self) -> int:
+        """Index of the device in :attr:`world`."""
+        return self.world.index(self.device)
+
+
+def worker_env(env: Mapping[str, str] | None, device: int, rank: int, host: int) -> dict[str, str]:
+    """The variables to set in a worker: :data:`DEFAULT_ENV`, then ``env``.
+
+    In values, ``{device}``, ``{rank}`` and ``{host}`` are replaced by the worker's
+    global device id, rank and cluster host, so one mapping can give every worker its
+    own value (e.g. ``{"NCCL_HOSTID": "rank{device}"}`` when ranks share a GPU).
+    """
+    out = dict(DEFAULT_ENV)
+    for k, v in (env or {}).items():
+        out[str(k)] = (str(v).replace("{device}", str(device)).replace("{rank}", str(rank))
+                       .replace("{host}", str(host)))
+    return out
+
+
+def make_specs(backend: str, devices: Sequence[int], cluster: Any, timeout: float,
+               rendezvous: Any, env: Mapping[str, str] | None,
+               options: Mapping[str, Any] | None = None) -> list[WorkerSpec]:
+    """One :class:`WorkerSpec` per device (world = the sorted devices)."""
+    world = tuple(sorted(int(d) for d in devices))
+    if len(set(world)) != len(world):
+        raise ReshardError(f"devices {list(devices)} contain duplicates")
+    specs = []
+    seen_on_host: dict[int, int] = {}
+    for rank, d in enumerate(world):
+        host = cluster.host_of(d) if cluster is not None else 0
+        local = seen_on_host.get(host, 0)
+        seen_on_host[host] = local + 1
+        specs.append(WorkerSpec(backend, d, world, float(timeout), rendezvous, host, local,
+                                worker_env(env, d, rank, host), dict(options or {})))
+    return specs
+
+
+def describe_exit(code: int | None) -> str:
+    """``exitcode`` of a process in words."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def portable_error(exc: BaseException, device: int) -> BaseException:
+    """``exc`` if it survives pickling into a process without torch/cupy state,
+    else an :class:`ExecutionError` carrying its text."""
+    if isinstance(exc, ReshardError):
+        try:
+            pickle.loads(pickle.dumps(exc))
+            return exc
+        except Exception:
+            pass
+    return ExecutionError(f"device {device}: {type(exc).__name__}: {exc}")
+
+
+class WorkerHost:
+    """One device's backend rank and worker, called by method name.
+
+    Constructing it joins the backend's world: every worker of the runtime must
+    construct its host at about the same time.
+
+    Args:
+        spec: what to start.
+    """
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        from reshard.comm.backend import backend_class
+        from reshard.comm.worker import DeviceWorker
+
+        self.spec = spec
+        self.rendezvous = spec.rendezvous.connect(spec.timeout)
+        cls = backend_class(spec.backend)
+        self.backend = cls(spec.device, spec.world, self.rendezvous, spec.timeout,
+                           host=spec.host, local_index=spec.local_index, **spec.options)
+        self.worker = DeviceWorker(spec.device, self.backend)
+
+    def info(self) -> dict[str, Any]:
+        """Facts the driver records about this worker."""
+        return {"device": self.spec.device, "pid": os.getpid()}
+
+    def call(self, method: str, args: Sequence[Any]) -> Any:
+        """Run ``DeviceWorker.<method>(*args)`` (``load_plan`` prepares the backend first)."""
+        if method not in METHODS:
+            raise ReshardError(f"unknown worker method {method!r}; valid: {sorted(METHODS)}")
+        activate = getattr(self.backend, "activate", None)
+        if activate is not None:
+            activate()
+        if method == "load_plan":
+            plan_id, plan = args
+            if isinstance(plan, str):
+                from reshard.planner.ir import ReshardPlan
+
+                plan = ReshardPlan.from_json(plan)
+            prepare = getattr(self.backend, "prepare", None)
+            if prepare is not None:
+                try:
+                    prepare(plan)
+                except ReshardError:
+                    raise
+                except Exception as e:
+                    raise ExecutionError(
+                        f"device {self.spec.device}: setting up communicators for plan "
+                        f"{plan_id} failed: {type(e).__name__}: {e}") from e
+            return self.worker.load_plan(plan_id, plan)
+        return getattr(self.worker, method)(*args)
+
+    def close(self) -> None:
+        """Release the backend and the rendezvous connection."""
+        try:
+            self.backend.close()
+        finally:
+            self.rendezvous.close()
+
+
+__all__ = ["DEFAULT_ENV", "METHODS", "WorkerHost", "WorkerSpec", "describe_exit",
+           "make_specs", "portable_error", "worker_env"]

@@ -1,0 +1,222 @@
+"""Rendezvous: a tiny key/value store through which worker processes bootstrap.
+
+Workers need a few bytes from each other before they can talk: the gloo store's
+address (published by rank 0) and, per NCCL member set, the unique id made by its
+first member. The driver hosts the store; workers connect to it.
+
+Two implementations share one client interface (``set(key, value)``,
+``get(key, timeout) -> bytes``, ``close()``), reached through a picklable *address*
+whose ``connect()`` returns a client:
+
+* :class:`TcpRendezvous` (here): a socket server in a driver thread. Values are raw
+  bytes (nothing is unpickled from the network) and every connection must present
+  the server's random token first.
+* ``RayRendezvous`` (``reshard.comm.launchers.ray``): an actor, for workers that
+  cannot reach the driver's sockets (Ray client mode).
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from reshard.errors import ExecutionError
+
+_HEAD = struct.Struct("!cII")  # op, key length, value length
+_REPLY = struct.Struct("!cI")  # status, payload length
+_MAX_KEY = 1 << 12
+_MAX_VALUE = 1 << 20
+
+
+class RendezvousClient(Protocol):
+    """What workers use: publish and wait for small byte strings."""
+
+    def set(self, key: str, value: bytes) -> None:
+        """Publish ``value`` under ``key`` (last write wins)."""
+
+    def get(self, key: str, timeout: float) -> bytes:
+        """The value of ``key``, waiting up to ``timeout`` seconds for it to be set."""
+
+    def close(self) -> None:
+        """Drop the connection."""
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = sock.recv(min(n, 1 << 16))
+        if not chunk:
+            raise ConnectionError("rendezvous connection closed")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+class TcpRendezvousServer:
+    """The driver side: serves one key/value table to any number of workers.
+
+    Args:
+        host: interface to listen on (``127.0.0.1`` for local workers).
+        port: port to listen on; 0 picks a free one.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.token = secrets.token_bytes(16)
+        self._data: dict[str, bytes] = {}
+        self._cond = threading.Condition()
+        self._closed = False
+        self._sock = socket.create_server((host, port))
+        self._conns: list[socket.socket] = []
+        self.host, self.port = host, self._sock.getsockname()[1]
+        self._thread = threading.Thread(target=self._accept, name="reshard-rendezvous",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> "TcpRendezvous":
+        """What workers need to connect (picklable)."""
+        return TcpRendezvous(self.host, self.port, self.token)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with self._cond:
+                if self._closed:
+                    conn.close()
+                    return
+                self._conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True,
+                             name="reshard-rendezvous-conn").start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            if not secrets.compare_digest(_recv_exact(conn, len(self.token)), self.token):
+                return
+            while True:
+                op, klen, vlen = _HEAD.unpack(_recv_exact(conn, _HEAD.size))
+                if klen > _MAX_KEY or vlen > _MAX_VALUE:
+                    return
+                key = _recv_exact(conn, klen).decode()
+                value = _recv_exact(conn, vlen)
+                if op == b"S":
+                    with self._cond:
+                        self._data[key] = value
+                        self._cond.notify_all()
+                    conn.sendall(_REPLY.pack(b"O", 0))
+                elif op == b"G":
+                    timeout = struct.unpack("!d", value)[0]
+                    with self._cond:
+                        found = self._cond.wait_for(
+                            lambda: key in self._data or self._closed, timeout)
+                        payload = self._data.get(key) if found else None
+                    if payload is None:
+                        conn.sendall(_REPLY.pack(b"T", 0))
+                    else:
+                        conn.sendall(_REPLY.pack(b"O", len(payload)) + payload)
+                else:
+                    return
+        except (OSError, ConnectionError, struct.error, UnicodeDecodeError):
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        """Stop serving (idempotent); waiting clients get a timeout answer."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+            conns, self._conns = self._conns, []
+        try:
+            self._sock.close()
+        finally:
+            for c in conns:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                c.close()
+
+
+@dataclass(frozen=True)
+class TcpRendezvous:
+    """Address of a :class:`TcpRendezvousServer` (host, port, token)."""
+
+    host: str
+    port: int
+    token: bytes = field(repr=False)
+
+    def connect(self, timeout: float = 60.0) -> "TcpRendezvousClient":
+        """A client connected to the server."""
+        return TcpRendezvousClient(self, timeout)
+
+
+class TcpRendezvousClient:
+    """One worker's connection to a :class:`TcpRendezvousServer`.
+
+    Args:
+        address: the server's address.
+        timeout: seconds to keep trying to connect.
+    """
+
+    def __init__(self, address: TcpRendezvous, timeout: float = 60.0) -> None:
+        self.address = address
+        self._lock = threading.Lock()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._sock = socket.create_connection((address.host, address.port),
+                                                      timeout=max(1.0, timeout))
+                break
+            except OSError as e:
+                if time.monotonic() > deadline:
+                    raise ExecutionError(
+                        f"cannot reach the rendezvous at {address.host}:{address.port} "
+                        f"within {timeout:g}s: {e}") from e
+                time.sleep(0.05)
+        self._sock.sendall(address.token)
+
+    def _request(self, op: bytes, key: str, value: bytes, timeout: float) -> tuple[bytes, bytes]:
+        k = key.encode()
+        with self._lock:
+            try:
+                self._sock.settimeout(timeout + 10.0)
+                self._sock.sendall(_HEAD.pack(op, len(k), len(value)) + k + value)
+                status, n = _REPLY.unpack(_recv_exact(self._sock, _REPLY.size))
+                return status, _recv_exact(self._sock, n)
+            except (OSError, ConnectionError) as e:
+                raise ExecutionError(
+                    f"rendezvous at {self.address.host}:{self.address.port} is gone "
+                    f"(driver dead?): {e}") from e
+
+    def set(self, key: str, value: bytes) -> None:
+        """Publish ``value`` under ``key``."""
+        self._request(b"S", key, bytes(value), 10.0)
+
+    def get(self, key: str, timeout: float) -> bytes:
+        """Wait up to ``timeout`` seconds for ``key``."""
+        status, payload = self._request(b"G", key, struct.pack("!d", timeout), timeout)
+        if status != b"O":
+            raise ExecutionError(
+                f"rendezvous key {key!r} was not published within {timeout:g}s (the worker "
+                f"that should publish it is dead or stuck)")
+        return payload
+
+    def close(self) -> None:
+        """Close the connection."""
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
+__all__ = ["RendezvousClient", "TcpRendezvous", "TcpRendezvousClient", "TcpRendezvousServer"]
