@@ -1,0 +1,234 @@
+"""The ``gloo`` backend: torch.distributed with gloo, CPU, one process per device.
+
+One process group spans every worker of a runtime (the *world*; rank = index of the
+device in the sorted device list). Rank 0 hosts the torch ``TCPStore`` on a free port
+and publishes its address through the driver's rendezvous; the others connect to it.
+
+Sub-groups, one per collective member set, are made with ``dist.new_group``, which
+every rank of the world must call, members or not, in the same order. So they are
+made in :meth:`GlooBackend.prepare`, which the worker host runs before every
+``load_plan``, and the driver loads every plan on every worker of the world
+(``load_everywhere``): each worker walks ``plan.communicator_groups()`` (first-use
+order, identical everywhere) and creates the groups it has not cached yet. Since all
+workers load the same plans in the same order, their caches stay identical.
+
+Buffers are numpy; tensors wrap them with ``torch.from_numpy`` (zero copy). Data
+movement (broadcast, send/recv, all-gather) goes as raw bytes, so any dtype works;
+reduce sums in the real dtype (16-bit integers, which gloo cannot sum, widened to
+int32 and wrapped back; unsigned 32/64-bit as their signed twins, which wrap alike).
+The timeout given to ``init_process_group`` / ``new_group`` bounds every operation;
+a dead peer shows up sooner, as a closed connection.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+from typing import Any, Sequence
+
+import numpy as np
+
+from reshard.errors import ExecutionError
+
+# Sum dtypes gloo lacks, as (dtype to reduce in, widen first?).
+_REDUCE_AS = {
+    np.dtype(np.uint32): (np.dtype(np.int32), False),
+    np.dtype(np.uint64): (np.dtype(np.int64), False),
+    np.dtype(np.int16): (np.dtype(np.int32), True),
+    np.dtype(np.uint16): (np.dtype(np.int32), True),
+}
+
+
+def _gist(exc: BaseException) -> str:
+    """The informative part of a gloo error: no source path, no advice, one line."""
+    text = " ".join(str(exc).split())
+    text = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", text)
+    return text.split(". ")[0].rstrip(".")
+
+
+class GlooBackend:
+    """One rank of the gloo backend.
+
+    Args:
+        device: the global device id served.
+        world: every device of the runtime, sorted.
+        rendezvous: a connected rendezvous client (``set`` / ``get``).
+        timeout: seconds any operation may wait.
+        advertise: the address other ranks reach this process at (rank 0 publishes
+            its store there).
+        host, local_index: placement facts (unused by gloo).
+    """
+
+    name = "gloo"
+
+    def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
+                 *, advertise: str = "127.0.0.1", host: int = 0, local_index: int = 0) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self._torch, self._dist = torch, dist
+        threads = os.environ.get("OMP_NUM_THREADS", "")
+        if threads.isdigit() and int(threads) > 0:  # torch may predate the variable
+            torch.set_num_threads(int(threads))     # (imported by a fork server)
+        self.device = int(device)
+        self.world = tuple(int(d) for d in world)
+        self.rank_of = {d: r for r, d in enumerate(self.world)}
+        if self.device not in self.rank_of:
+            raise ExecutionError(f"device {device} is not in the world {list(self.world)}")
+        self.timeout = float(timeout)
+        self._td = datetime.timedelta(seconds=self.timeout)
+        rank, n = self.rank_of[self.device], len(self.world)
+        if rank == 0:
+            self._store = dist.TCPStore(advertise, 0, n, True, timeout=self._td,
+                                        wait_for_workers=False)
+            rendezvous.set("gloo/store", f"{advertise}:{self._store.port}".encode())
+        else:
+            addr = rendezvous.get("gloo/store", self.timeout).decode()
+            host_name, _, port = addr.rpartition(":")
+            self._store = dist.TCPStore(host_name, int(port), n, False, timeout=self._td)
+        if dist.is_initialized():
+            raise ExecutionError(
+                f"device {device}: this process already has a torch.distributed world; "
+                f"a gloo worker needs a process of its own")
+        dist.init_process_group("gloo", store=self._store, rank=rank, world_size=n,
+                                timeout=self._td)
+        self._groups: dict[tuple[int, ...], Any] = {self.world: dist.group.WORLD}
+        # all_gather_single supersedes all_gather_into_tensor (deprecated in torch 2.13)
+        self._gather_into = getattr(dist, "all_gather_single", None) or \
+            dist.all_gather_into_tensor
+        self._closed = False
+
+    # ----- communicators -------------------------------------------------------------
+    def prepare(self, plan: Any) -> None:
+        """Create the plan's missing sub-groups (every rank, same order)."""
+        for group in plan.communicator_groups():
+            self._ensure_group(tuple(group))
+
+    def _ensure_group(self, group: tuple[int, ...]) -> None:
+        if group in self._groups:
+            return
+        unknown = [d for d in group if d not in self.rank_of]
+        if unknown:
+            raise ExecutionError(
+                f"device {self.device}: group {list(group)} has devices {unknown} outside "
+                f"the world {list(self.world)}")
+        self._groups[group] = self._dist.new_group(
+            [self.rank_of[d] for d in group], timeout=self._td, backend="gloo")
+
+    def _group(self, group: Sequence[int]) -> Any:
+        key = tuple(group)
+        pg = self._groups.get(key)
+        if pg is None:
+            raise ExecutionError(
+                f"device {self.device}: no process group for members {list(key)}; gloo "
+                f"sub-groups are created when a plan is loaded on every worker "
+                f"(WorkerHost.call('load_plan', ...))")
+        return pg
+
+    def _bytes(self, buf: np.ndarray) -> Any:
+        """A uint8 tensor sharing ``buf``'s memory (buffers are contiguous by contract)."""
+        if not buf.flags.c_contiguous:
+            raise ExecutionError(
+                f"device {self.device}: backend buffers must be C-contiguous, got strides "
+                f"{buf.strides} for shape {buf.shape}")
+        return self._torch.from_numpy(buf.reshape(-1).view(np.uint8))
+
+    # ----- arrays --------------------------------------------------------------------
+    @property
+    def xp(self) -> Any:
+        """numpy."""
+        return np
+
+    def empty(self, n: int, dtype: Any) -> np.ndarray:
+        """A new 1-d buffer."""
+        return np.empty(n, dtype=dtype)
+
+    def asarray(self, array: Any) -> np.ndarray:
+        """numpy array (no copy when already one)."""
+        return np.asarray(array)
+
+    def to_host(self, array: Any) -> np.ndarray:
+        """Identity."""
+        return np.asarray(array)
+
+    # ----- operations ----------------------------------------------------------------
+    def _run(self, what: str, peers: Sequence[int], fn: Any, *args: Any, **kwargs: Any) -> None:
+        """Run a torch.distributed call; its errors become one-line ExecutionErrors."""
+        try:
+            fn(*args, **kwargs)
+        except RuntimeError as e:
+            raise ExecutionError(
+                f"gloo {what} with device(s) {list(peers)} failed: {_gist(e)}") from e
+
+    def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int]) -> None:
+        """``dist.broadcast`` on the member set's sub-group."""
+        if buf.size:
+            self._run("broadcast", group, self._dist.broadcast, self._bytes(buf),
+                      src=self.rank_of[root], group=self._group(group))
+
+    def send(self, buf: np.ndarray, peer: int) -> None:
+        """``dist.send`` to ``peer``."""
+        if buf.size:
+            self._run("send", (peer,), self._dist.send, self._bytes(buf),
+                      dst=self.rank_of[peer])
+
+    def recv(self, buf: np.ndarray, peer: int) -> None:
+        """``dist.recv`` from ``peer`` into ``buf``."""
+        if buf.size:
+            self._run("recv", (peer,), self._dist.recv, self._bytes(buf),
+                      src=self.rank_of[peer])
+
+    def all_gather(self, out: np.ndarray, inp: np.ndarray, group: Sequence[int]) -> None:
+        """``all_gather_single`` into the flattened rows (rows in group order)."""
+        if inp.size:
+            self._run("all-gather", group, self._gather_into, self._bytes(out),
+                      self._bytes(inp), group=self._group(group))
+
+    def reduce(self, buf: np.ndarray, root: int, group: Sequence[int]) -> None:
+        """``dist.reduce(op=SUM)`` into ``root``'s ``buf``."""
+        if not buf.size:
+            return
+        pg = self._group(group)
+        as_dt, widen = _REDUCE_AS.get(buf.dtype, (None, False))
+        if as_dt is None:
+            work = buf
+        elif widen:
+            work = buf.astype(as_dt)
+        else:
+            work = buf.view(as_dt)
+        self._run("reduce", group, self._dist.reduce, self._torch.from_numpy(work),
+                  dst=self.rank_of[root], op=self._dist.ReduceOp.SUM, group=pg)
+        if widen and self.device == root:
+            buf[...] = work.astype(buf.dtype)  # wraps like the narrow sum would
+
+    def group_start(self) -> None:
+        """Operations are blocking and issued in plan order; nothing to batch."""
+
+    def group_end(self) -> None:
+        """See :meth:`group_start`."""
+
+    def barrier(self, group: Sequence[int]) -> None:
+        """Everyone reports to the first member, which releases everyone."""
+        token = np.zeros(1, dtype=np.uint8)
+        lead = group[0]
+        if self.device == lead:
+            for d in group[1:]:
+                self.recv(token, d)
+            for d in group[1:]:
+                self.send(token, d)
+        else:
+            self.send(token, lead)
+            self.recv(token, lead)
+
+    def synchronize(self) -> None:
+        """Nothing outstanding on CPU."""
+
+    def close(self) -> None:
+        """Destroy the process groups (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._groups.clear()
+        if self._dist.is_initialized():
+            self._dist.destroy_process_group()
