@@ -109,11 +109,11 @@ class Runtime:
             pass
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise ReshardError("this Runtime is closed; create a new one")
-        if self._broken:
+        if self._broken:  # checked first: a failure also closes the runtime
             raise ExecutionError(
                 f"this Runtime failed earlier and was shut down: {self._broken}")
+        if self._closed:
+            raise ReshardError("this Runtime is closed; create a new one")
 
     # ----- calls -----------------------------------------------------------------------
     def _ensure(self, devices: Sequence[int]) -> None:
@@ -133,7 +133,13 @@ class Runtime:
         deadline = time.monotonic() + self.timeout + 5.0
         pending = set(futures.values())
         while pending:
-            done, pending = wait(pending, timeout=0.2, return_when="FIRST_EXCEPTION")
+            try:
+                done, pending = wait(pending, timeout=0.2, return_when="FIRST_EXCEPTION")
+            except KeyboardInterrupt:
+                # Workers may be mid-plan: their state is unknown, so stop them.
+                self._broken = f"{what} was interrupted"
+                self.close()
+                raise
             failed = [f for f in done if f.exception() is not None]
             dead = self.group.dead()
             if failed or dead or time.monotonic() > deadline:
@@ -268,7 +274,11 @@ class Runtime:
             self._ensure(plan.devices)
             pid = next(self._ids)
             text = plan.to_json() if self.launcher.value != "thread" else plan
-            self._call_all({d: ("load_plan", pid, text) for d in plan.devices}, "load plan")
+            # Backends whose communicators are made by every rank of the world (gloo's
+            # new_group) need every worker to load every plan, in the same order.
+            targets = (self.group.devices if getattr(self.group, "load_everywhere", False)
+                       else plan.devices)
+            self._call_all({d: ("load_plan", pid, text) for d in targets}, "load plan")
             self._plans[plan] = pid
         return pid
 
