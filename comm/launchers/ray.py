@@ -1,0 +1,320 @@
+"""Ray launcher: one actor per device, each hosting a backend rank and a DeviceWorker.
+
+* Ray itself: joined at ``address`` (``"auto"``, ``"ray://host:port"``) when given,
+  else an embedded local cluster (``ray.init()``) unless this process is already
+  connected. The launcher never shuts Ray down (the process may use it for more).
+* Actors ask for no CPU (``num_cpus=0``), so eight or more fit a small machine; nccl
+  actors ask for one GPU each (Ray then sets ``CUDA_VISIBLE_DEVICES``) unless ``env``
+  pins ``CUDA_VISIBLE_DEVICES`` itself.
+* Placement: when the Cluster has several hosts and Ray several alive nodes, cluster
+  host ``i`` (in order of first device) goes to node ``i`` (nodes sorted by address,
+  round-robin when there are fewer nodes than hosts), pinned with a hard
+  ``NodeAffinitySchedulingStrategy``. Otherwise Ray places the actors (one node: all
+  on it).
+* Rendezvous: a small async actor (:class:`RayRendezvous`), reachable from every
+  actor even when the driver is a Ray client.
+* Not ``ray.util.collective``: its gloo groups hang when a process is in two groups,
+  and one group per backend per actor does not fit a plan's many member sets. The
+  actors run torch.distributed / cupy.nccl themselves.
+
+Faults: a call on a dead actor fails with ``RayActorError``, turned into
+:class:`~reshard.ExecutionError` naming the device; :meth:`RayGroup.dead` also checks
+the pid of actors on the driver's node. :meth:`RayGroup.close` kills every actor
+(``ray.kill``); it also runs at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import time
+import weakref
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from reshard.comm.backend import BackendKind
+from reshard.comm.launchers.host import WorkerHost, WorkerSpec, make_specs, portable_error
+from reshard.errors import ExecutionError, ReshardError
+
+
+# ----- rendezvous --------------------------------------------------------------------
+@ray.remote(num_cpus=0)
+class _KeyValueActor:
+    """Async key/value table; ``get`` waits for the key."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.events: dict[str, asyncio.Event] = {}
+
+    def _event(self, key: str) -> asyncio.Event:
+        ev = self.events.get(key)
+        if ev is None:
+            ev = self.events[key] = asyncio.Event()
+        return ev
+
+    async def set(self, key: str, value: bytes) -> None:
+        self.data[key] = value
+        self._event(key).set()
+
+    async def get(self, key: str, timeout: float) -> bytes | None:
+        try:
+            await asyncio.wait_for(self._event(key).wait(), timeout)
+        except asyncio.TimeoutError:
+            return None
+        return self.data[key]
+
+
+@dataclass(frozen=True)
+class RayRendezvous:
+    """Rendezvous through a :class:`_KeyValueActor` (picklable; it is its own client)."""
+
+    actor: Any
+
+    def connect(self, timeout: float = 60.0) -> "RayRendezvous":
+        """This object (calls go through the actor handle)."""
+        return self
+
+    def set(self, key: str, value: bytes) -> None:
+        """Publish ``value`` under ``key``."""
+        ray.get(self.actor.set.remote(key, bytes(value)), timeout=60.0)
+
+    def get(self, key: str, timeout: float) -> bytes:
+        """Wait up to ``timeout`` seconds for ``key``."""
+        try:
+            value = ray.get(self.actor.get.remote(key, timeout), timeout=timeout + 30.0)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as e:
+            raise ExecutionError(f"rendezvous actor unreachable: {e}") from e
+        if value is None:
+            raise ExecutionError(
+                f"rendezvous key {key!r} was not published within {timeout:g}s (the worker "
+                f"that should publish it is dead or stuck)")
+        return value
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+# ----- the worker actor --------------------------------------------------------------
+class _DeviceActor:
+    """One device's worker inside a Ray actor."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        os.environ.update(spec.env)  # before the backend imports torch / cupy
+        self.spec = spec
+        self.host: WorkerHost | None = None
+
+    def start(self) -> dict[str, Any]:
+        """Join the backend's world; returns facts about this worker."""
+        spec = self.spec
+        if spec.backend == BackendKind.GLOO.value and "advertise" not in spec.options:
+            spec = WorkerSpec(spec.backend, spec.device, spec.world, spec.timeout,
+                              spec.rendezvous, spec.host, spec.local_index, spec.env,
+                              {**spec.options, "advertise": ray.util.get_node_ip_address()})
+        try:
+            self.host = WorkerHost(spec)
+        except BaseException as e:
+            raise portable_error(e, spec.device) from None
+        return {**self.host.info(), "node": ray.get_runtime_context().get_node_id()}
+
+    def call(self, method: str, args: tuple) -> Any:
+        """``DeviceWorker.<method>(*args)``."""
+        if self.host is None:
+            raise ExecutionError(f"device {self.spec.device}: worker not started")
+        try:
+            return self.host.call(method, args)
+        except BaseException as e:
+            raise portable_error(e, self.spec.device) from None
+
+    def stop(self) -> None:
+        """Release the backend."""
+        if self.host is not None:
+            self.host.close()
+            self.host = None
+
+
+_RemoteDeviceActor = ray.remote(_DeviceActor)
+
+
+def _unwrap(exc: BaseException, device: int) -> BaseException:
+    """The original error of a Ray task failure, or one naming the dead actor."""
+    if isinstance(exc, ray.exceptions.RayActorError):
+        return ExecutionError(f"device {device}: worker actor died ({_first_line(exc)})")
+    if isinstance(exc, ray.exceptions.RayTaskError):
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, BaseException):
+            return cause
+    if isinstance(exc, ReshardError):
+        return exc
+    return ExecutionError(f"device {device}: {type(exc).__name__}: {_first_line(exc)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _node_plan(cluster: Any, devices: Sequence[int]) -> dict[int, str | None]:
+    """Ray node id per device (None: let Ray choose)."""
+    hosts: list[int] = []
+    for d in devices:
+        h = cluster.host_of(d) if cluster is not None else 0
+        if h not in hosts:
+            hosts.append(h)
+    nodes = sorted((n for n in ray.nodes() if n.get("Alive")),
+                   key=lambda n: (n.get("NodeManagerAddress", ""), n["NodeID"]))
+    if len(hosts) < 2 or len(nodes) < 2:
+        return {d: None for d in devices}
+    node_of_host = {h: nodes[i % len(nodes)]["NodeID"] for i, h in enumerate(hosts)}
+    return {d: node_of_host[cluster.host_of(d)] for d in devices}
+
+
+class RayGroup:
+    """Workers as Ray actors, one per device.
+
+    Args:
+        backend: ``gloo`` or ``nccl``.
+        devices: devices to start workers for.
+        cluster: maps devices to hosts (placement, per-host GPU indices).
+        timeout: seconds any blocking operation may wait; start-up may take this plus
+            a minute.
+        address: Ray address to join; None for an embedded local Ray.
+        env: extra environment variables for the workers (``{device}``, ``{rank}``,
+            ``{host}`` in values are replaced per worker).
+    """
+
+    def __init__(self, backend: BackendKind, devices: Sequence[int], cluster: Any,
+                 timeout: float, address: str | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.backend = BackendKind.parse(backend)
+        self.timeout = float(timeout)
+        self.load_everywhere = self.backend is BackendKind.GLOO
+        self._closed = False
+        self._dead: dict[int, str] = {}
+        self.actors: dict[int, Any] = {}
+        self.info: dict[int, dict[str, Any]] = {}
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(include_dashboard=False, log_to_driver=False)
+        self._node = ray.get_runtime_context().get_node_id()
+        self._kv = _KeyValueActor.options(
+            num_cpus=0, max_concurrency=1000,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(self._node, soft=True),
+        ).remote()
+        ref = weakref.ref(self)
+        self._atexit = lambda: (lambda g: g.close() if g is not None else None)(ref())
+        atexit.register(self._atexit)
+        try:
+            self._start(make_specs(self.backend.value, devices, cluster, self.timeout,
+                                   RayRendezvous(self._kv), env),
+                        _node_plan(cluster, sorted(devices)))
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, specs: list[WorkerSpec], nodes: dict[int, str | None]) -> None:
+        for spec in specs:
+            opts: dict[str, Any] = {"num_cpus": 0, "max_restarts": 0, "max_concurrency": 1}
+            if self.backend is BackendKind.NCCL and "CUDA_VISIBLE_DEVICES" not in spec.env:
+                opts["num_gpus"] = 1
+            node = nodes.get(spec.device)
+            if node is not None:
+                opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+            self.actors[spec.device] = _RemoteDeviceActor.options(**opts).remote(spec)
+        refs = {d: a.start.remote() for d, a in self.actors.items()}
+        deadline = time.monotonic() + self.timeout + 60.0
+        pending = dict(refs)
+        problems: list[str] = []
+        while pending and not problems:
+            ready, _ = ray.wait(list(pending.values()), num_returns=1,
+                                timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+            for r in ready:
+                d = next(k for k, v in pending.items() if v == r)
+                del pending[d]
+                try:
+                    self.info[d] = ray.get(r)
+                except Exception as e:
+                    problems.append(str(_unwrap(e, d)))
+            if pending and time.monotonic() > deadline:
+                problems.append(f"device(s) {sorted(pending)} did not start within "
+                                f"{self.timeout + 60:g}s")
+        if problems:
+            raise ExecutionError(
+                f"starting {len(specs)} {self.backend.value} Ray actors failed: "
+                + "; ".join(problems))
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """Devices with a worker."""
+        return tuple(sorted(self.actors))
+
+    @property
+    def pids(self) -> dict[int, int]:
+        """Process id of every device's actor."""
+        return {d: i["pid"] for d, i in self.info.items()}
+
+    def submit(self, device: int, method: str, *args: Any) -> Future:
+        """Call ``DeviceWorker.<method>(*args)`` on ``device``'s actor."""
+        out: Future = Future()
+        actor = self.actors.get(device)
+        if actor is None or self._closed:
+            out.set_exception(ExecutionError(
+                f"device {device} has no worker" if actor is None
+                else "the worker group is closed"))
+            return out
+        if device in self._dead:
+            out.set_exception(ExecutionError(f"device {device}: {self._dead[device]}"))
+            return out
+        inner = actor.call.remote(method, args).future()
+
+        def done(f: Future) -> None:
+            exc = f.exception()
+            if exc is None:
+                out.set_result(f.result())
+                return
+            if isinstance(exc, ray.exceptions.RayActorError) and not self._closed:
+                self._dead.setdefault(device, f"worker actor died ({_first_line(exc)})")
+            out.set_exception(_unwrap(exc, device))
+
+        inner.add_done_callback(done)
+        return out
+
+    def dead(self) -> dict[int, str]:
+        """Actors known dead: a call failed with ``RayActorError``, or the process of an
+        actor on this node is gone."""
+        if self._closed:
+            return {}
+        out = dict(self._dead)
+        for d, info in self.info.items():
+            if d in out or info.get("node") != self._node:
+                continue
+            try:
+                os.kill(info["pid"], 0)
+            except ProcessLookupError:
+                out[d] = f"worker actor process {info['pid']} is gone"
+            except PermissionError:
+                pass
+        return out
+
+    def close(self) -> None:
+        """Kill every actor (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self._atexit)
+        if not ray.is_initialized():
+            return
+        for actor in [*self.actors.values(), self._kv]:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:
+                pass
+
+
+__all__ = ["RayGroup", "RayRendezvous"]
