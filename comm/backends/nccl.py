@@ -1,0 +1,378 @@
+"""The ``nccl`` backend: ``cupy.cuda.nccl``, one process per GPU.
+
+cupy is imported only when a rank is constructed, so this module imports on
+machines without cupy or a GPU (:func:`available` tells whether it can run).
+
+Communicators: one world communicator, made when the rank starts (every worker
+starts together), carries send/recv. Collectives use one communicator per member
+set (the sorted device tuple), made once and cached, in :meth:`NcclBackend.prepare`,
+which the worker host runs before ``load_plan``: each member walks
+``plan.communicator_groups()`` (first-use order, the same on every worker) and
+initialises the sets it belongs to. Because every member follows that one order,
+the earliest pending set always has all its members arriving, so no initialisation
+can deadlock. The set's first member makes the unique id and publishes it through
+the driver's rendezvous; both forms cupy has used for it are accepted (a tuple of
+128 signed chars, or bytes).
+
+Streams: transfers run on a dedicated non-blocking stream. Before each operation
+that stream waits for the current stream (where packing happened); after
+``group_end`` the host polls the transfer stream until done, checking the
+communicators' asynchronous errors, for at most the timeout; on expiry the used
+communicators are aborted and an :class:`~reshard.ExecutionError` names the peers.
+Data movement goes as bytes (``NCCL_UINT8``), so any dtype moves; reduce sums in
+the real type: complex as two floats, 16-bit integers widened to int32 and wrapped
+back, bool as uint8.
+
+GPU for a rank: ``gpu=`` if given, else ``RESHARD_GPU`` from the worker's
+environment, else the rank's position among its host's devices modulo the number
+of visible GPUs (after ``CUDA_VISIBLE_DEVICES``). Several ranks may share one GPU
+for correctness tests if each sets a distinct ``NCCL_HOSTID`` (e.g.
+``env={"NCCL_HOSTID": "reshard-{device}"}``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from reshard.errors import ExecutionError
+
+
+def available() -> bool:
+    """True if cupy imports and sees a GPU with NCCL."""
+    try:
+        import cupy
+        from cupy.cuda import nccl  # noqa: F401
+    except Exception:
+        return False
+    try:
+        return bool(cupy.is_available()) and bool(getattr(nccl, "available", True))
+    except Exception:
+        return False
+
+
+def encode_unique_id(uid: Any) -> bytes:
+    """A unique id (bytes, or cupy's older tuple of signed chars) as bytes to publish."""
+    if isinstance(uid, (bytes, bytearray)):
+        return b"b" + bytes(uid)
+    return b"t" + bytes(int(c) & 0xFF for c in uid)
+
+
+def decode_unique_id(raw: bytes) -> Any:
+    """Inverse of :func:`encode_unique_id`: the form the publishing cupy produced."""
+    kind, body = raw[:1], raw[1:]
+    if kind == b"b":
+        return bytes(body)
+    if kind == b"t":
+        return tuple(c - 256 if c > 127 else c for c in body)
+    raise ExecutionError(f"malformed NCCL unique id (kind {kind!r})")
+
+
+class NcclBackend:
+    """One rank of the NCCL backend.
+
+    Args:
+        device: the global device id served.
+        world: every device of the runtime, sorted.
+        rendezvous: a connected rendezvous client (``set`` / ``get``).
+        timeout: seconds any operation (and communicator set-up) may wait.
+        host: the device's cluster host (names only).
+        local_index: the device's position among the world's devices on its host.
+        gpu: the local GPU index to use (overrides the rule above).
+    """
+
+    name = "nccl"
+
+    def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
+                 *, host: int = 0, local_index: int = 0, gpu: int | None = None) -> None:
+        try:
+            import cupy
+            from cupy.cuda import nccl
+        except Exception as e:
+            raise ExecutionError(
+                f"the nccl backend needs cupy with NCCL (pip install 'reshard[cuda12]'): "
+                f"{type(e).__name__}: {e}") from e
+        if not cupy.is_available():
+            raise ExecutionError("the nccl backend needs a CUDA GPU; cupy sees none")
+        self._cp, self._nccl = cupy, nccl
+        self.device = int(device)
+        self.world = tuple(int(d) for d in world)
+        self.timeout = float(timeout)
+        self._rdv = rendezvous
+        count = cupy.cuda.runtime.getDeviceCount()
+        if gpu is None:
+            env_gpu = os.environ.get("RESHARD_GPU", "").strip()
+            gpu = int(env_gpu) if env_gpu else local_index % count
+        if not 0 <= gpu < count:
+            raise ExecutionError(f"device {device}: GPU {gpu} does not exist ({count} visible)")
+        self.gpu = gpu
+        self._dev = cupy.cuda.Device(gpu)
+        self._dev.use()
+        self._stream = cupy.cuda.Stream(non_blocking=True)
+        self._comms: dict[tuple[int, ...], Any] = {}
+        self._used: list[tuple[tuple[int, ...], Any]] = []  # comms of the open batch
+        self._after: list[Any] = []  # host-side steps once the batch is done
+        self._types = self._dtype_table()
+        self._closed = False
+        self._world_comm = self._make_comm(self.world)
+
+    def _dtype_table(self) -> dict[np.dtype, tuple[int, int, np.dtype | None]]:
+        """dtype -> (nccl type, elements per item, dtype to sum in)."""
+        n = self._nccl
+        t: dict[np.dtype, tuple[int, int, np.dtype | None]] = {
+            np.dtype(np.int8): (n.NCCL_INT8, 1, None),
+            np.dtype(np.uint8): (n.NCCL_UINT8, 1, None),
+            np.dtype(np.bool_): (n.NCCL_UINT8, 1, np.dtype(np.uint8)),
+            np.dtype(np.int32): (n.NCCL_INT32, 1, None),
+            np.dtype(np.uint32): (n.NCCL_UINT32, 1, None),
+            np.dtype(np.int64): (n.NCCL_INT64, 1, None),
+            np.dtype(np.uint64): (n.NCCL_UINT64, 1, None),
+            np.dtype(np.float16): (n.NCCL_FLOAT16, 1, None),
+            np.dtype(np.float32): (n.NCCL_FLOAT32, 1, None),
+            np.dtype(np.float64): (n.NCCL_FLOAT64, 1, None),
+            np.dtype(np.complex64): (n.NCCL_FLOAT32, 2, np.dtype(np.float32)),
+            np.dtype(np.complex128): (n.NCCL_FLOAT64, 2, np.dtype(np.float64)),
+            np.dtype(np.int16): (n.NCCL_INT32, 1, np.dtype(np.int32)),
+            np.dtype(np.uint16): (n.NCCL_INT32, 1, np.dtype(np.int32)),
+        }
+        return t
+
+    # ----- communicators -------------------------------------------------------------
+    def _make_comm(self, group: tuple[int, ...]) -> Any:
+        """Initialise the communicator of ``group`` (collective over its members)."""
+        key = "nccl/" + "-".join(map(str, group))
+        try:
+            if self.device == group[0]:
+                uid = self._nccl.get_unique_id()
+                self._rdv.set(key, encode_unique_id(uid))
+            else:
+                uid = decode_unique_id(self._rdv.get(key, self.timeout))
+        except ExecutionError:
+            raise
+        except Exception as e:
+            raise ExecutionError(
+                f"device {self.device}: NCCL unique id for {list(group)} unavailable: "
+                f"{type(e).__name__}: {e}") from e
+        box: dict[str, Any] = {}
+
+        def init() -> None:  # ncclCommInitRank blocks until every member arrives
+            try:
+                with self._dev:
+                    box["comm"] = self._nccl.NcclCommunicator(
+                        len(group), uid, group.index(self.device))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                box["error"] = e
+
+        th = threading.Thread(target=init, name=f"reshard-nccl-init-{key}", daemon=True)
+        th.start()
+        th.join(self.timeout)
+        if th.is_alive():
+            raise ExecutionError(
+                f"device {self.device}: NCCL communicator for devices {list(group)} not "
+                f"formed within {self.timeout:g}s (a member is dead or stuck)")
+        if "error" in box:
+            raise ExecutionError(
+                f"device {self.device}: NCCL communicator for devices {list(group)} "
+                f"failed: {box['error']}") from box["error"]
+        self._comms[group] = box["comm"]
+        return box["comm"]
+
+    def prepare(self, plan: Any) -> None:
+        """Create the plan's missing communicators this device belongs to (in the
+        plan's first-use order)."""
+        for group in plan.communicator_groups():
+            g = tuple(group)
+            if self.device in g and g not in self._comms:
+                self._make_comm(g)
+
+    def _comm(self, group: Sequence[int]) -> tuple[tuple[int, ...], Any]:
+        g = tuple(group)
+        comm = self._comms.get(g)
+        if comm is None:
+            raise ExecutionError(
+                f"device {self.device}: no NCCL communicator for devices {list(g)}; they "
+                f"are created when a plan is loaded (WorkerHost.call('load_plan', ...))")
+        self._used.append((g, comm))
+        return g, comm
+
+    def activate(self) -> None:
+        """Make this rank's GPU current in the calling thread."""
+        self._dev.use()
+
+    # ----- arrays --------------------------------------------------------------------
+    @property
+    def xp(self) -> Any:
+        """cupy."""
+        return self._cp
+
+    def empty(self, n: int, dtype: Any) -> Any:
+        """A new 1-d buffer on this rank's GPU."""
+        with self._dev:
+            return self._cp.empty(n, dtype=dtype)
+
+    def asarray(self, array: Any) -> Any:
+        """``array`` on this rank's GPU."""
+        with self._dev:
+            return self._cp.asarray(array)
+
+    def to_host(self, array: Any) -> np.ndarray:
+        """``array`` as numpy."""
+        return self._cp.asnumpy(array)
+
+    # ----- operations ----------------------------------------------------------------
+    def _ready(self, buf: Any) -> int:
+        """Order the transfer stream after the current stream; ``buf``'s address."""
+        if not buf.flags.c_contiguous:
+            raise ExecutionError(
+                f"device {self.device}: backend buffers must be C-contiguous")
+        self._stream.wait_event(self._cp.cuda.get_current_stream().record())
+        return buf.data.ptr
+
+    def _raw(self, buf: Any) -> tuple[int, int]:
+        """(pointer, byte count) for data movement as NCCL_UINT8."""
+        return self._ready(buf), buf.size * buf.itemsize
+
+    def broadcast(self, buf: Any, root: int, group: Sequence[int]) -> None:
+        """``ncclBroadcast`` in place on the member set's communicator."""
+        if not buf.size:  # every member skips it alike (sizes come from the plan)
+            return
+        g, comm = self._comm(group)
+        ptr, n = self._raw(buf)
+        comm.broadcast(ptr, ptr, n, self._nccl.NCCL_UINT8, g.index(root), self._stream.ptr)
+
+    def send(self, buf: Any, peer: int) -> None:
+        """``ncclSend`` on the world communicator."""
+        if not buf.size:
+            return
+        self._used.append((self.world, self._world_comm))
+        ptr, n = self._raw(buf)
+        self._world_comm.send(ptr, n, self._nccl.NCCL_UINT8, self.world.index(peer),
+                              self._stream.ptr)
+
+    def recv(self, buf: Any, peer: int) -> None:
+        """``ncclRecv`` on the world communicator."""
+        if not buf.size:
+            return
+        self._used.append((self.world, self._world_comm))
+        ptr, n = self._raw(buf)
+        self._world_comm.recv(ptr, n, self._nccl.NCCL_UINT8, self.world.index(peer),
+                              self._stream.ptr)
+
+    def all_gather(self, out: Any, inp: Any, group: Sequence[int]) -> None:
+        """``ncclAllGather``: row ``i`` of ``out`` from member ``group[i]``."""
+        if not inp.size:
+            return
+        _, comm = self._comm(group)
+        src, n = self._raw(inp)
+        dst = self._ready(out)
+        comm.allGather(src, dst, n, self._nccl.NCCL_UINT8, self._stream.ptr)
+
+    def reduce(self, buf: Any, root: int, group: Sequence[int]) -> None:
+        """``ncclReduce(SUM)`` in place into ``root``'s ``buf``."""
+        if not buf.size:
+            return
+        g, comm = self._comm(group)
+        try:
+            nccl_type, per_item, as_dt = self._types[np.dtype(buf.dtype)]
+        except KeyError:
+            raise ExecutionError(
+                f"device {self.device}: NCCL cannot sum dtype {buf.dtype}") from None
+        work = buf
+        if as_dt is not None and as_dt.itemsize * per_item != buf.itemsize:  # widen
+            with self._dev:
+                work = buf.astype(as_dt)
+            if self.device == root:
+                self._after.append(lambda: buf.__setitem__(Ellipsis, work.astype(buf.dtype)))
+        elif as_dt is not None:
+            work = buf.view(as_dt)
+        ptr = self._ready(work)
+        comm.reduce(ptr, ptr, work.size, nccl_type, self._nccl.NCCL_SUM, g.index(root),
+                    self._stream.ptr)
+
+    def group_start(self) -> None:
+        """``ncclGroupStart``."""
+        self._used, self._after = [], []
+        self._nccl.groupStart()
+
+    def group_end(self) -> None:
+        """``ncclGroupEnd``, then wait (bounded) for the batch to complete."""
+        self._nccl.groupEnd()
+        self._wait(self._stream)
+        for step in self._after:
+            step()
+        self._used, self._after = [], []
+
+    def _wait(self, stream: Any) -> None:
+        """Poll ``stream`` until done; check async errors; abort on timeout."""
+        event = stream.record()
+        deadline = time.monotonic() + self.timeout
+        pause = 1e-5
+        while not event.done:
+            for group, comm in self._used:
+                try:
+                    comm.check_async_error()
+                except Exception as e:
+                    self._abort()
+                    raise ExecutionError(
+                        f"NCCL error on communicator {list(group)}: {e}") from e
+            if time.monotonic() > deadline:
+                peers = sorted({d for g, _ in self._used for d in g} - {self.device})
+                self._abort()
+                raise ExecutionError(
+                    f"NCCL operation with device(s) {peers} did not complete within "
+                    f"{self.timeout:g}s (peer dead or stuck); communicators aborted")
+            time.sleep(pause)
+            pause = min(pause * 2, 2e-3)
+
+    def _abort(self) -> None:
+        """Abort the communicators of the open batch (they may hold stuck kernels)."""
+        for group, comm in self._used:
+            try:
+                comm.abort()
+            except Exception:
+                pass
+            self._comms.pop(group, None)
+        self._used = []
+
+    def barrier(self, group: Sequence[int]) -> None:
+        """Everyone reports to the first member, which releases everyone."""
+        token = self.empty(1, np.uint8)
+        lead = group[0]
+        others = [d for d in group if d != lead]
+        if self.device == lead:
+            for d in others:
+                self.group_start()
+                self.recv(token, d)
+                self.group_end()
+            for d in others:
+                self.group_start()
+                self.send(token, d)
+                self.group_end()
+        else:
+            self.group_start()
+            self.send(token, lead)
+            self.group_end()
+            self.group_start()
+            self.recv(token, lead)
+            self.group_end()
+
+    def synchronize(self) -> None:
+        """Wait (bounded) for this rank's current and transfer streams."""
+        self._wait(self._cp.cuda.get_current_stream())
+        self._wait(self._stream)
+
+    def close(self) -> None:
+        """Destroy every communicator (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        for comm in self._comms.values():
+            try:
+                comm.destroy()
+            except Exception:
+                pass
+        self._comms.clear()
