@@ -1,0 +1,183 @@
+"""Faults on real workers: a worker killed mid-plan, a stuck worker, a killed driver,
+and cleanup (no worker process or actor survives its runtime)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from reshard import Cluster, DeviceMesh, ExecutionError, Layout
+from reshard.runtime import Runtime
+
+from ._helpers import check_shards, pid_alive, wait_gone
+
+pytestmark = pytest.mark.cpu
+
+CLUSTER = Cluster.regular(2, 2)  # four workers
+SRC = Layout(DeviceMesh((2,), [0, 1]), "S0R")
+DST = Layout(DeviceMesh((2,), [2, 3]), "RS0")
+SHAPE = (512, 1024)  # 2 MiB of float32
+
+
+def _run_in_thread(fn):
+    """Start ``fn`` in a thread; returns a dict that gets ``result`` / ``error`` and
+    ``seconds``."""
+    box: dict = {}
+
+    def target():
+        t0 = time.monotonic()
+        try:
+            box["result"] = fn()
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            box["error"] = e
+        box["seconds"] = time.monotonic() - t0
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    box["thread"] = th
+    return box
+
+
+def _reshard_with_victim(rt: Runtime, victim: int, kill: bool) -> dict:
+    """Stop ``victim`` with SIGSTOP, run a plan that needs it, and (if ``kill``) kill it
+    with SIGKILL once the other workers are blocked inside the plan."""
+    value = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE)
+    x = rt.put(value, SRC)
+    plan = rt.plan(x, DST, "broadcast")
+    rt.load(plan)
+    pid = rt.group.pids[victim]
+    os.kill(pid, signal.SIGSTOP)
+    box = _run_in_thread(lambda: rt.execute(plan, [x]))
+    time.sleep(1.0)  # the others are now waiting on the victim inside the plan
+    assert box["thread"].is_alive(), "the plan finished without its stopped worker"
+    if kill:
+        os.kill(pid, signal.SIGKILL)
+    box["thread"].join(rt.timeout + 15)
+    assert not box["thread"].is_alive(), "reshard hangs"
+    return box
+
+
+@pytest.fixture(params=["process", "ray"])
+def launcher(request):
+    if request.param == "ray":
+        request.getfixturevalue("ray_session")
+    return request.param
+
+
+@pytest.mark.timeout(150)
+def test_worker_killed_mid_plan(launcher):
+    timeout = 20.0
+    rt = Runtime("gloo", CLUSTER, launcher, timeout=timeout)
+    pids = dict(rt.group.pids)
+    try:
+        box = _reshard_with_victim(rt, victim=3, kill=True)
+        with pytest.raises(ExecutionError, match="failed earlier"):  # shut down for good
+            rt.put(np.zeros(SHAPE, np.float32), SRC)
+    finally:
+        rt.close()
+    err = box.get("error")
+    print(err)
+    assert isinstance(err, ExecutionError), box
+    assert box["seconds"] < timeout, f"error after {box['seconds']:.1f}s"
+    text = str(err)
+    assert "device 3" in text and ("died" in text or "killed" in text), text
+    assert "task #" in text, text  # a surviving peer names the task it was on
+    assert wait_gone(pids.values()) == [], "worker processes survive the runtime"
+
+
+@pytest.mark.timeout(120)
+def test_stuck_worker_times_out():
+    timeout = 4.0
+    rt = Runtime("gloo", CLUSTER, "process", timeout=timeout)
+    pids = dict(rt.group.pids)
+    try:
+        box = _reshard_with_victim(rt, victim=2, kill=False)
+    finally:
+        rt.close()
+    err = box.get("error")
+    assert isinstance(err, ExecutionError), box
+    # the workers' gloo timeout fires; the driver gives up at timeout + 5 s at the latest
+    assert box["seconds"] < timeout + 9, f"error after {box['seconds']:.1f}s"
+    assert "task #" in str(err), str(err)
+    assert wait_gone(pids.values()) == [], "a stopped worker survived close()"
+
+
+@pytest.mark.timeout(90)
+def test_close_leaves_no_process():
+    with Runtime("gloo", CLUSTER, "process", timeout=20) as rt:
+        pids = dict(rt.group.pids)
+        assert sorted(pids) == [0, 1, 2, 3]
+        assert all(pid_alive(p) for p in pids.values())
+        value = np.arange(24, dtype=np.int64).reshape(4, 6)
+        (y,) = rt.reshard_many([rt.put(value, SRC)], [DST], "allgather")
+        check_shards(rt, y, value)
+    assert wait_gone(pids.values(), 5.0) == []
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("reshard-")]
+    assert rt.group.dead() == {}  # a closed group reports nothing
+
+
+@pytest.mark.timeout(120)
+def test_ray_actors_killed_on_close(ray_session):
+    ray = ray_session
+    rt = Runtime("gloo", CLUSTER, "ray", timeout=20)
+    actors = dict(rt.group.actors)
+    pids = dict(rt.group.pids)
+    value = np.arange(40, dtype=np.float64).reshape(8, 5)
+    y = rt.reshard(rt.put(value, SRC), DST, "send_recv")
+    check_shards(rt, y, value)
+    rt.close()
+    for actor in actors.values():
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.call.remote("ping", ()), timeout=30)
+    assert wait_gone(pids.values()) == []
+
+
+@pytest.mark.timeout(120)
+def test_workers_die_with_their_driver(tmp_path):
+    """SIGKILL the driver: its worker processes exit on their own."""
+    script = textwrap.dedent("""
+        import sys, time
+        from reshard import Cluster
+        from reshard.runtime import Runtime
+        if __name__ == "__main__":
+            rt = Runtime("gloo", Cluster.regular(1, 2), "process", timeout=20)
+            print(" ".join(str(p) for p in rt.group.pids.values()), flush=True)
+            time.sleep(600)
+    """)
+    path = tmp_path / "driver.py"
+    path.write_text(script)
+    proc = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        pids = [int(p) for p in line.split()]
+        assert len(pids) == 2 and all(pid_alive(p) for p in pids), line
+        proc.kill()
+        proc.wait(10)
+        assert wait_gone(pids, 10.0) == [], "workers outlived their driver"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.timeout(90)
+def test_spawn_start_method(monkeypatch):
+    """The plain spawn start method works too (slower start, same workers); an int16
+    partial sum goes through gloo's widened reduce."""
+    monkeypatch.setenv("RESHARD_START_METHOD", "spawn")
+    value = (np.arange(30, dtype=np.int16) * 1500).reshape(5, 6)  # wraps around int16
+    with Runtime("gloo", Cluster.regular(1, 2), "process", timeout=20) as rt:
+        src = Layout(DeviceMesh((2,), [0, 1]), "RR+P0")
+        dst = Layout(DeviceMesh((2,), [0, 1]), "S0R")
+        half = (value // 2).astype(np.int16)
+        x = rt.put_shards({0: half, 1: (value - half).astype(np.int16)}, src, value.shape,
+                          value.dtype)
+        check_shards(rt, rt.reshard(x, dst, "broadcast"), value)

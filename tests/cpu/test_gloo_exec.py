@@ -1,0 +1,141 @@
+"""gloo on real worker processes, with both launchers: every destination shard exact
+for every strategy, on the paper's cases and on random layouts.
+
+One runtime (eight workers) per launcher serves the whole module.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from reshard import DeviceMesh, ExecutionError, Layout, ReshardError, ShapeError
+from reshard.runtime import Runtime
+
+from ._helpers import (STRATEGIES, WORLD, addends, check_shards, paper_cases, problems,
+                       sample)
+
+pytestmark = pytest.mark.cpu
+
+CASES = paper_cases()
+
+
+@pytest.fixture(scope="module", params=["process", "ray"])
+def rt(request):
+    if request.param == "ray":
+        request.getfixturevalue("ray_session")
+    with Runtime("gloo", WORLD, request.param, timeout=30) as runtime:
+        yield runtime
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("case", CASES, ids=[f"case{c.name}" for c in CASES])
+def test_paper_case(rt, case):
+    src, dst = case.layouts()
+    value = sample(np.random.default_rng(int(case.name)), case.shape, "int32")
+    x = rt.put(value, src)
+    for strategy in STRATEGIES:
+        y = rt.reshard(x, dst, strategy)
+        check_shards(rt, y, value)
+        rt.free(y)
+    rt.free(x)
+
+
+@pytest.mark.timeout(240)
+@settings(max_examples=15, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(problem=problems())
+def test_random_layouts(rt, problem):
+    shape, dtype, src, dst = problem
+    rng = np.random.default_rng(zlib.crc32(repr((shape, dtype, src, dst)).encode()))
+    value = sample(rng, shape, dtype)
+    x = rt.put_shards(addends(rng, value, src), src, shape, dtype)
+    for strategy in STRATEGIES:
+        y = rt.reshard(x, dst, strategy)
+        check_shards(rt, y, value)
+        rt.free(y)
+    rt.free(x)
+
+
+@pytest.mark.timeout(120)
+def test_many_tensors_one_plan(rt):
+    """reshard_many: two tensors, one plan, partial source reduced on the way."""
+    rng = np.random.default_rng(7)
+    a, b = sample(rng, (9, 6), "float32"), sample(rng, (5, 7, 3), "int64")
+    mesh_a, mesh_b = DeviceMesh((2, 2), [0, 1, 2, 3]), DeviceMesh((2, 2), [4, 5, 6, 7])
+    src_a, dst_a = Layout(mesh_a, "S0R+P1"), Layout(mesh_b, "RS10")
+    src_b, dst_b = Layout(mesh_b, "RS0R"), Layout(DeviceMesh((4,), [1, 3, 5, 7]), "S0RR")
+    xa = rt.put_shards(addends(rng, a, src_a), src_a, a.shape, a.dtype)
+    xb = rt.put(b, src_b)
+    for strategy in STRATEGIES:
+        ya, yb = rt.reshard_many([xa, xb], [dst_a, dst_b], strategy)
+        check_shards(rt, ya, a)
+        check_shards(rt, yb, b)
+        assert np.array_equal(rt.get(yb), b)
+        rt.free(ya, yb)
+
+
+class _Spy:
+    """Counts calls the driver sends to workers."""
+
+    def __init__(self, group):
+        self.group, self.calls = group, []
+
+    def __call__(self, device, method, *args):
+        self.calls.append((device, method))
+        return self.group.__class__.submit(self.group, device, method, *args)
+
+
+@pytest.mark.timeout(120)
+def test_bad_input_refused_before_sending(rt, monkeypatch):
+    spy = _Spy(rt.group)
+    monkeypatch.setattr(rt.group, "submit", spy)
+    src = Layout(DeviceMesh((2, 2), [0, 1, 2, 3]), "S0R")
+    dst = Layout(DeviceMesh((2, 2), [4, 5, 6, 7]), "RS1")
+    good = np.arange(24, dtype=np.float32).reshape(4, 6)
+    boxes = src.boxes(good.shape)
+    shards = {d: good[tuple(slice(a, b) for a, b in box)].copy() for d, box in boxes.items()}
+
+    with pytest.raises(ShapeError):  # one shard of the wrong shape
+        rt.put_shards({**shards, 2: np.zeros((1, 6), np.float32)}, src, good.shape, "float32")
+    with pytest.raises(ShapeError):  # one shard of the wrong dtype
+        rt.put_shards({**shards, 0: shards[0].astype(np.float64)}, src, good.shape, "float32")
+    with pytest.raises(ShapeError):  # a device missing
+        rt.put_shards({d: s for d, s in shards.items() if d != 3}, src, good.shape, "float32")
+    with pytest.raises(ReshardError):  # rank does not fit the spec
+        rt.put(np.zeros((4, 6, 2), np.float32), Layout(src.mesh, "S0RRR"))
+    assert spy.calls == []
+
+    x = rt.put(good, src)
+    plan = rt.plan(x, dst, "broadcast")
+    other = rt.put(good.astype(np.int32), src)
+    spy.calls.clear()
+    with pytest.raises(ShapeError):  # the plan was made for float32
+        rt.execute(plan, [other])
+    assert spy.calls == []
+
+    (y,) = rt.execute(plan, [x])  # the runtime still works
+    check_shards(rt, y, good)
+    rt.free(x, y, other)
+
+
+@pytest.mark.timeout(60)
+def test_unknown_device_refused(rt):
+    with pytest.raises(ReshardError):
+        rt.put(np.zeros(4), Layout(DeviceMesh((2,), [0, 99]), "S0"))
+
+
+@pytest.mark.timeout(60)
+def test_load_reaches_every_worker(rt):
+    """gloo makes sub-groups with every rank: plans load on the whole world."""
+    assert rt.group.load_everywhere is True
+    assert rt.group.devices == WORLD.devices
+    assert not rt.group.dead()
+
+
+@pytest.mark.timeout(10)
+def test_execution_error_is_a_reshard_error():
+    assert issubclass(ExecutionError, ReshardError)

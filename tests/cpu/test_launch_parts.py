@@ -1,0 +1,125 @@
+"""The launchers' parts without worker processes: rendezvous, worker environment,
+Ray placement, the nccl module without cupy."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from reshard import Cluster, ExecutionError
+from reshard.comm.launchers.host import DEFAULT_ENV, describe_exit, make_specs, worker_env
+from reshard.comm.rendezvous import TcpRendezvous, TcpRendezvousServer
+
+pytestmark = pytest.mark.cpu
+
+
+@pytest.mark.timeout(30)
+def test_rendezvous_get_waits_for_set():
+    server = TcpRendezvousServer()
+    try:
+        reader, writer = server.address.connect(5), server.address.connect(5)
+        got = {}
+        th = threading.Thread(target=lambda: got.update(v=reader.get("k", 10)))
+        th.start()
+        time.sleep(0.2)
+        writer.set("k", b"\x00\xffvalue")
+        th.join(5)
+        assert got["v"] == b"\x00\xffvalue"
+        assert reader.get("k", 0.1) == b"\x00\xffvalue"  # stays readable
+        t0 = time.monotonic()
+        with pytest.raises(ExecutionError, match="not published"):
+            reader.get("missing", 0.3)
+        assert time.monotonic() - t0 < 5
+        reader.close()
+        writer.close()
+    finally:
+        server.close()
+
+
+@pytest.mark.timeout(30)
+def test_rendezvous_rejects_wrong_token():
+    server = TcpRendezvousServer()
+    try:
+        bad = TcpRendezvous(server.host, server.port, b"x" * 16).connect(5)
+        with pytest.raises(ExecutionError):
+            bad.get("k", 1.0)
+        bad.close()
+    finally:
+        server.close()
+
+
+@pytest.mark.timeout(30)
+def test_rendezvous_close_releases_waiters():
+    server = TcpRendezvousServer()
+    client = server.address.connect(5)
+    errors = []
+    th = threading.Thread(target=lambda: errors.append(
+        pytest.raises(ExecutionError, client.get, "never", 60)))
+    th.start()
+    time.sleep(0.2)
+    server.close()
+    th.join(10)
+    assert not th.is_alive() and errors
+
+
+def test_worker_env_defaults_and_placeholders():
+    env = worker_env({"NCCL_HOSTID": "h{device}-r{rank}-n{host}", "X": 3}, 5, 1, 2)
+    assert env["NCCL_HOSTID"] == "h5-r1-n2"
+    assert env["X"] == "3"
+    assert env["OMP_NUM_THREADS"] == DEFAULT_ENV["OMP_NUM_THREADS"]
+    assert worker_env({"OMP_NUM_THREADS": "4"}, 0, 0, 0)["OMP_NUM_THREADS"] == "4"
+
+
+def test_specs_rank_host_and_local_index():
+    cluster = Cluster.from_hosts([[4, 5], [0, 1, 2]])
+    specs = make_specs("gloo", [2, 0, 5, 4, 1], cluster, 7.0, None, {"A": "{rank}"})
+    assert [s.device for s in specs] == [0, 1, 2, 4, 5]
+    assert all(s.world == (0, 1, 2, 4, 5) for s in specs)
+    assert [s.rank for s in specs] == [0, 1, 2, 3, 4]
+    assert [s.host for s in specs] == [1, 1, 1, 0, 0]
+    assert [s.local_index for s in specs] == [0, 1, 2, 0, 1]
+    assert [s.env["A"] for s in specs] == ["0", "1", "2", "3", "4"]
+
+
+def test_describe_exit():
+    assert describe_exit(-9) == "killed by SIGKILL"
+    assert describe_exit(3) == "exited with code 3"
+
+
+def test_ray_placement_maps_hosts_to_nodes(monkeypatch):
+    ray = pytest.importorskip("ray")
+    from reshard.comm.launchers import ray as ray_launcher
+
+    nodes = [{"NodeID": n, "Alive": True, "NodeManagerAddress": ip}
+             for n, ip in (("nB", "10.0.0.2"), ("nA", "10.0.0.1"), ("nC", "10.0.0.3"))]
+    nodes.append({"NodeID": "dead", "Alive": False, "NodeManagerAddress": "10.0.0.0"})
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    cluster = Cluster.regular(2, 2)
+    assert ray_launcher._node_plan(cluster, [0, 1, 2, 3]) == {0: "nA", 1: "nA", 2: "nB",
+                                                               3: "nB"}
+    # one cluster host: Ray chooses
+    assert ray_launcher._node_plan(Cluster.regular(1, 4), [0, 1, 2, 3]) == dict.fromkeys(
+        range(4))
+    # one Ray node: Ray chooses
+    monkeypatch.setattr(ray, "nodes", lambda: nodes[:1])
+    assert ray_launcher._node_plan(cluster, [0, 1, 2, 3]) == dict.fromkeys(range(4))
+    # fewer nodes than hosts: round-robin
+    monkeypatch.setattr(ray, "nodes", lambda: nodes[:2])
+    plan = ray_launcher._node_plan(Cluster.regular(3, 1), [0, 1, 2])
+    assert plan == {0: "nA", 1: "nB", 2: "nA"}
+
+
+def test_nccl_module_imports_without_cupy():
+    from reshard.comm.backend import backend_class
+    from reshard.comm.backends import nccl
+
+    cls = backend_class("nccl")
+    assert cls is nccl.NcclBackend
+    uid = tuple(range(-128, 0))
+    assert nccl.decode_unique_id(nccl.encode_unique_id(uid)) == uid
+    assert nccl.decode_unique_id(nccl.encode_unique_id(b"\x01\x80")) == b"\x01\x80"
+    if not nccl.available():
+        with pytest.raises(ExecutionError, match="nccl"):
+            cls(0, (0,), None, 1.0)
