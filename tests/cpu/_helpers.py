@@ -32,6 +32,11 @@ class PaperCase:
     dst_spec: str
     dst_first_host: int | None = None  # None: the host after the source's
 
+    def narrowed(self, g: int) -> "PaperCase":
+        """The case with every mesh (n, x) made (n, g)."""
+        return PaperCase(self.name, self.shape, (self.src_mesh[0], g), self.src_spec,
+                         (self.dst_mesh[0], g), self.dst_spec, self.dst_first_host)
+
     def layouts(self, cluster: Cluster = WORLD) -> tuple[Layout, Layout]:
         """Source and destination layouts: a mesh (n, g) takes g devices on each of n
         consecutive hosts; the source from host 0."""
