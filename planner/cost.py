@@ -171,10 +171,11 @@ def simulate(plan: ReshardPlan) -> Estimate:
     while done < n:
         rates = _fair_rates(flowing, paths, cluster) if flowing else {}
         nxt = min(waiting.values(), default=math.inf)
+        fins = {}
         for t in flowing:
             r = rates[t]
-            fin = now + (remaining[t] / r if r > 0 else math.inf)
-            nxt = min(nxt, fin)
+            fins[t] = now + (remaining[t] / r if r > 0 else math.inf)
+            nxt = min(nxt, fins[t])
         if nxt == math.inf:
             raise RuntimeError("cost simulation stalled; the plan's order is inconsistent")
         dt = nxt - now
@@ -183,7 +184,9 @@ def simulate(plan: ReshardPlan) -> Estimate:
         still = []
         for t in flowing:
             remaining[t] -= rates[t] * dt if rates[t] != math.inf else remaining[t]
-            if remaining[t] <= 1e-9 * max(1.0, tasks[t].nbytes):
+            # (the finish-time test also ends tasks whose last bytes would take less
+            # than the clock's resolution)
+            if fins[t] <= now or remaining[t] <= 1e-9 * max(1.0, tasks[t].nbytes):
                 finished.append(t)
             else:
                 still.append(t)

@@ -1,0 +1,125 @@
+"""The microbenchmark suites of the cross-mesh resharding paper (Zhuang et al., MLSys
+2023, section 5.1): nine n-to-m cases and the 1-to-m broadcast.
+
+Mesh shapes are (hosts, devices per host); source and destination meshes sit on
+distinct devices and hosts unless a case says otherwise. The published suite's case 8
+repeats case 7 and is left out; the published numbering is kept.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from reshard.cluster import Cluster
+from reshard.layout import Layout
+from reshard.mesh import DeviceMesh
+
+FULL_SHAPE = (1024, 1024, 512)
+CASE6_SHAPE = (3072, 1024, 170)
+ONE_TO_M_ELEMENTS = 2 ** 28
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark case.
+
+    Attributes:
+        name: case label (``"1"`` .. ``"9"``, ``"1-to-m (n,g)"``).
+        shape: global tensor shape at full size.
+        dtype: element type.
+        src_mesh: source mesh shape (hosts, devices per host).
+        src_spec: source sharding spec.
+        dst_mesh: destination mesh shape.
+        dst_spec: destination sharding spec.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    src_mesh: tuple[int, ...]
+    src_spec: str
+    dst_mesh: tuple[int, ...]
+    dst_spec: str
+
+    def scaled(self, factor: float) -> "Case":
+        """The case with every dim's size multiplied by ``factor`` (at least 1)."""
+        shape = tuple(max(1, int(round(s * factor))) for s in self.shape)
+        return Case(self.name, shape, self.dtype, self.src_mesh, self.src_spec,
+                    self.dst_mesh, self.dst_spec)
+
+    def with_shape(self, shape: tuple[int, ...]) -> "Case":
+        """The case with another global shape (same rank)."""
+        return Case(self.name, tuple(shape), self.dtype, self.src_mesh, self.src_spec,
+                    self.dst_mesh, self.dst_spec)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the global tensor."""
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+    def build(self, devices_per_host: int = 4, preset: str = "paper",
+              **overrides: float) -> tuple[Layout, Layout, Cluster]:
+        """Source layout, destination layout and the cluster they live on.
+
+        The source mesh takes whole hosts first; the destination mesh starts on the
+        next free host. A mesh of shape (n, g) takes g devices on each of n hosts; a
+        (1, 1) mesh takes one device of its own host.
+        """
+        hosts: list[list[int]] = []
+        next_dev = 0
+
+        def place(mesh_shape: tuple[int, ...]) -> DeviceMesh:
+            nonlocal next_dev
+            n = mesh_shape[0] if len(mesh_shape) > 1 else 1
+            g = mesh_shape[-1] if len(mesh_shape) > 1 else mesh_shape[0]
+            if g > devices_per_host:
+                raise ValueError(f"mesh {mesh_shape} needs {g} devices per host, hosts have "
+                                 f"{devices_per_host}")
+            devs = []
+            for _ in range(n):
+                host = list(range(next_dev, next_dev + devices_per_host))
+                hosts.append(host)
+                devs.extend(host[:g])
+                next_dev += devices_per_host
+            return DeviceMesh(mesh_shape, devices=devs)
+
+        src = Layout(place(self.src_mesh), self.src_spec)
+        dst = Layout(place(self.dst_mesh), self.dst_spec)
+        return src, dst, Cluster.from_hosts(hosts, preset=preset, **overrides)
+
+
+def n_to_m_cases() -> tuple[Case, ...]:
+    """The paper's n-to-m cases 1-7 and 9 at full size (int32)."""
+    c = FULL_SHAPE
+    return (
+        Case("1", c, "int32", (2, 4), "S0RR", (2, 4), "S0RR"),
+        Case("2", c, "int32", (2, 4), "RRR", (2, 4), "S0RR"),
+        Case("3", c, "int32", (2, 4), "RS0R", (2, 4), "S0RR"),
+        Case("4", c, "int32", (2, 4), "RS01R", (2, 4), "S01RR"),
+        Case("5", c, "int32", (2, 4), "S1RR", (2, 4), "S0RR"),
+        Case("6", CASE6_SHAPE, "int32", (2, 4), "S0RR", (3, 4), "S0RR"),
+        Case("7", c, "int32", (1, 4), "S1RR", (2, 4), "RRR"),
+        Case("9", c, "int32", (2, 4), "RS0R", (2, 4), "RRS0"),
+    )
+
+
+ONE_TO_M_MESHES = ((1, 1), (1, 2), (1, 3), (1, 4), (2, 2), (3, 2), (4, 2))
+
+
+def one_to_m_cases(elements: int = ONE_TO_M_ELEMENTS) -> tuple[Case, ...]:
+    """One device holding an int32 vector -> fully replicated on an (n, g) mesh."""
+    return tuple(
+        Case(f"1-to-m {n}x{g}", (elements,), "int32", (1, 1), "R", (n, g), "R")
+        for n, g in ONE_TO_M_MESHES
+    )
+
+
+def all_cases() -> tuple[Case, ...]:
+    """Every case of both suites."""
+    return n_to_m_cases() + one_to_m_cases()
+
+
+SUITES = {"n-to-m": n_to_m_cases, "1-to-m": one_to_m_cases, "paper": all_cases}
