@@ -55,6 +55,19 @@ class Case:
         return Case(self.name, tuple(shape), self.dtype, self.src_mesh, self.src_spec,
                     self.dst_mesh, self.dst_spec)
 
+    def with_bytes(self, nbytes: int) -> "Case":
+        """The case scaled so the tensor has about ``nbytes`` bytes (dims scaled alike)."""
+        factor = (nbytes / max(1, self.nbytes)) ** (1 / len(self.shape))
+        return self.scaled(factor)
+
+    def narrowed(self, devices_per_host: int) -> "Case":
+        """The case with every mesh's devices-per-host axis capped at ``devices_per_host``
+        (for machines with fewer cores than the paper's 4 GPUs per host)."""
+        def cap(mesh: tuple[int, ...]) -> tuple[int, ...]:
+            return mesh[:-1] + (min(mesh[-1], devices_per_host),)
+        return Case(self.name, self.shape, self.dtype, cap(self.src_mesh), self.src_spec,
+                    cap(self.dst_mesh), self.dst_spec)
+
     @property
     def nbytes(self) -> int:
         """Bytes of the global tensor."""

@@ -1,0 +1,78 @@
+"""``reshard``: plan a resharding from the command line and print it.
+
+Example::
+
+    reshard plan --shape 1024,1024,512 --dtype int32 \\
+        --src-mesh 2x4 --src-spec S0RR --dst-mesh 2x4@8 --dst-spec S01RR \\
+        --hosts 4x4 --strategy broadcast [--json plan.json]
+
+Meshes are ``SHAPE[@FIRST_DEVICE]`` (``2x4@8`` = devices 8..15 row-major).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Sequence
+
+import reshard
+from reshard.cluster import preset_names
+
+
+def _ints(text: str, sep: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(sep) if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by {sep!r}, got {text!r}")
+
+
+def parse_mesh(text: str) -> reshard.DeviceMesh:
+    """``"2x4@8"`` -> a (2, 4) mesh of devices 8..15."""
+    shape_text, _, first = text.partition("@")
+    shape = _ints(shape_text, "x")
+    start = int(first) if first else 0
+    return reshard.DeviceMesh(shape, devices=range(start, start + math.prod(shape)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Argument parser."""
+    ap = argparse.ArgumentParser(prog="reshard", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plan", help="plan one tensor and print the plan")
+    p.add_argument("--shape", required=True, type=lambda s: _ints(s, ","))
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--src-mesh", required=True, type=parse_mesh)
+    p.add_argument("--src-spec", required=True)
+    p.add_argument("--dst-mesh", required=True, type=parse_mesh)
+    p.add_argument("--dst-spec", required=True)
+    p.add_argument("--hosts", default=None, type=lambda s: _ints(s, "x"),
+                   help="HOSTSxDEVICES of a regular cluster (default: one host)")
+    p.add_argument("--preset", default="paper", choices=preset_names())
+    p.add_argument("--strategy", default="broadcast")
+    p.add_argument("--json", default=None, help="write the plan's JSON here")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point."""
+    args = build_parser().parse_args(argv)
+    try:
+        cluster = (reshard.Cluster.regular(*args.hosts, preset=args.preset)
+                   if args.hosts else None)
+        p = reshard.plan(args.shape, args.dtype, reshard.Layout(args.src_mesh, args.src_spec),
+                         reshard.Layout(args.dst_mesh, args.dst_spec), cluster=cluster,
+                         strategy=args.strategy)
+    except reshard.ReshardError as e:
+        print(f"reshard: error: {e}", file=sys.stderr)
+        return 2
+    print(p)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            f.write(p.to_json(indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
