@@ -158,6 +158,16 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def _node_plan(cluster: Any, devices: Sequence[int]) -> dict[int, str | None]:
     """Ray node id per device (None: let Ray choose)."""
     hosts: list[int] = []
@@ -294,12 +304,8 @@ class RayGroup:
         for d, info in self.info.items():
             if d in out or info.get("node") != self._node:
                 continue
-            try:
-                os.kill(info["pid"], 0)
-            except ProcessLookupError:
+            if not _pid_exists(info["pid"]):
                 out[d] = f"worker actor process {info['pid']} is gone"
-            except PermissionError:
-                pass
         return out
 
     def close(self) -> None:
@@ -315,6 +321,13 @@ class RayGroup:
                 ray.kill(actor, no_restart=True)
             except Exception:
                 pass
+        # ray.kill is asynchronous: wait (bounded) for the actors on this node to exit.
+        local = [i["pid"] for i in self.info.values() if i.get("node") == self._node]
+        deadline = time.monotonic() + 10.0
+        while local and time.monotonic() < deadline:
+            local = [p for p in local if _pid_exists(p)]
+            if local:
+                time.sleep(0.05)
 
 
 __all__ = ["RayGroup", "RayRendezvous"]

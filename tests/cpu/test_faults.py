@@ -135,10 +135,10 @@ def test_ray_actors_killed_on_close(ray_session):
     y = rt.reshard(rt.put(value, SRC), DST, "send_recv")
     check_shards(rt, y, value)
     rt.close()
+    assert wait_gone(pids.values(), 1.0) == []  # close() waits for local actors to exit
     for actor in actors.values():
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.call.remote("ping", ()), timeout=30)
-    assert wait_gone(pids.values()) == []
 
 
 @pytest.mark.timeout(120)
