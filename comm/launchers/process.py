@@ -89,8 +89,12 @@ def _watch_parent(driver: int) -> None:
 
 
 def _worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
-                 driver: int) -> None:
+                 driver: int, driver_env: dict[str, str]) -> None:
     """Entry point of a worker process."""
+    # A fork server holds the driver's environment of when it started: take the
+    # driver's current one, as spawn would, then the worker's own variables.
+    os.environ.clear()
+    os.environ.update(driver_env)
     os.environ.update(spec.env)
     _watch_parent(driver)
     try:
@@ -228,7 +232,8 @@ class ProcessGroup:
         for spec in specs:
             cmd_r, cmd_w = ctx.Pipe(duplex=False)
             res_r, res_w = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_worker_main, args=(spec, cmd_r, res_w, os.getpid()),
+            proc = ctx.Process(target=_worker_main,
+                               args=(spec, cmd_r, res_w, os.getpid(), dict(os.environ)),
                                name=f"reshard-{spec.backend}-dev{spec.device}", daemon=True)
             proc.start()
             cmd_r.close()

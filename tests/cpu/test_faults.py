@@ -168,6 +168,41 @@ def test_workers_die_with_their_driver(tmp_path):
             proc.kill()
 
 
+@pytest.mark.timeout(120)
+def test_interrupted_driver_stops_its_workers(tmp_path):
+    """Ctrl-C while a plan waits on a stuck worker: the runtime closes and raises
+    KeyboardInterrupt; no worker survives."""
+    script = textwrap.dedent("""
+        import os, signal
+        import numpy as np
+        from reshard import Cluster, DeviceMesh, Layout
+        from reshard.runtime import Runtime
+        if __name__ == "__main__":
+            rt = Runtime("gloo", Cluster.regular(1, 2), "process", timeout=60)
+            x = rt.put(np.ones((4, 4)), Layout(DeviceMesh((1,), [0]), "RR"))
+            os.kill(rt.group.pids[1], signal.SIGSTOP)
+            print(" ".join(str(p) for p in rt.group.pids.values()), flush=True)
+            try:
+                rt.reshard(x, Layout(DeviceMesh((1,), [1]), "RR"))
+            except KeyboardInterrupt:
+                print("interrupted closed=%s" % rt._closed, flush=True)
+    """)
+    path = tmp_path / "driver.py"
+    path.write_text(script)
+    proc = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 2, pids
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        assert "interrupted closed=True" in out, out
+        assert wait_gone(pids, 5.0) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 @pytest.mark.timeout(90)
 def test_spawn_start_method(monkeypatch):
     """The plain spawn start method works too (slower start, same workers); an int16

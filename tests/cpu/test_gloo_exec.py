@@ -45,7 +45,7 @@ def test_paper_case(rt, case):
 
 
 @pytest.mark.timeout(240)
-@settings(max_examples=15, deadline=None, derandomize=True, database=None,
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(problem=problems())
 def test_random_layouts(rt, problem):
