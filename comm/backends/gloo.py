@@ -29,6 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from reshard.comm.backends.local import LocalBackend
 from reshard.errors import ExecutionError
 
 # Sum dtypes gloo lacks, as (dtype to reduce in, widen first?).
@@ -78,6 +79,10 @@ class GlooBackend:
             raise ExecutionError(f"device {device} is not in the world {list(self.world)}")
         self.timeout = float(timeout)
         self._td = datetime.timedelta(seconds=self.timeout)
+        if dist.is_initialized():
+            raise ExecutionError(
+                f"device {device}: this process already has a torch.distributed world; "
+                f"a gloo worker needs a process of its own")
         rank, n = self.rank_of[self.device], len(self.world)
         if rank == 0:
             self._store = dist.TCPStore(advertise, 0, n, True, timeout=self._td,
@@ -87,10 +92,6 @@ class GlooBackend:
             addr = rendezvous.get("gloo/store", self.timeout).decode()
             host_name, _, port = addr.rpartition(":")
             self._store = dist.TCPStore(host_name, int(port), n, False, timeout=self._td)
-        if dist.is_initialized():
-            raise ExecutionError(
-                f"device {device}: this process already has a torch.distributed world; "
-                f"a gloo worker needs a process of its own")
         dist.init_process_group("gloo", store=self._store, rank=rank, world_size=n,
                                 timeout=self._td)
         self._groups: dict[tuple[int, ...], Any] = {self.world: dist.group.WORLD}
@@ -208,18 +209,9 @@ class GlooBackend:
     def group_end(self) -> None:
         """See :meth:`group_start`."""
 
-    def barrier(self, group: Sequence[int]) -> None:
-        """Everyone reports to the first member, which releases everyone."""
-        token = np.zeros(1, dtype=np.uint8)
-        lead = group[0]
-        if self.device == lead:
-            for d in group[1:]:
-                self.recv(token, d)
-            for d in group[1:]:
-                self.send(token, d)
-        else:
-            self.send(token, lead)
-            self.recv(token, lead)
+    # The reference's token barrier: everyone reports to the first member, which
+    # releases everyone (only blocking send/recv needed, which gloo has).
+    barrier = LocalBackend.barrier
 
     def synchronize(self) -> None:
         """Nothing outstanding on CPU."""

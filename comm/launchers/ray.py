@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import os
 import time
 import weakref
@@ -112,9 +113,8 @@ class _DeviceActor:
         """Join the backend's world; returns facts about this worker."""
         spec = self.spec
         if spec.backend == BackendKind.GLOO.value and "advertise" not in spec.options:
-            spec = WorkerSpec(spec.backend, spec.device, spec.world, spec.timeout,
-                              spec.rendezvous, spec.host, spec.local_index, spec.env,
-                              {**spec.options, "advertise": ray.util.get_node_ip_address()})
+            spec = dataclasses.replace(spec, options={
+                **spec.options, "advertise": ray.util.get_node_ip_address()})
         try:
             self.host = WorkerHost(spec)
         except BaseException as e:
