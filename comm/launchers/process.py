@@ -33,6 +33,7 @@ import itertools
 import multiprocessing as mp
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -66,7 +67,6 @@ def _watch_parent(driver: int) -> None:
     parent = os.getppid()  # the driver under spawn, the fork server under forkserver
     try:  # Linux: the kernel delivers SIGKILL when the parent exits
         import ctypes
-        import signal
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
@@ -96,6 +96,9 @@ def _worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
     os.environ.clear()
     os.environ.update(driver_env)
     os.environ.update(spec.env)
+    # Ctrl-C in a terminal reaches the whole process group: the driver decides (it
+    # closes the runtime on KeyboardInterrupt), workers ignore it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _watch_parent(driver)
     try:
         host = WorkerHost(spec)

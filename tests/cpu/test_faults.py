@@ -189,12 +189,13 @@ def test_interrupted_driver_stops_its_workers(tmp_path):
     """)
     path = tmp_path / "driver.py"
     path.write_text(script)
-    proc = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]
         assert len(pids) == 2, pids
         time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: driver and workers
         out, _ = proc.communicate(timeout=30)
         assert "interrupted closed=True" in out, out
         assert wait_gone(pids, 5.0) == []
