@@ -112,11 +112,7 @@ class TcpRendezvousServer:
                         self._cond.notify_all()
                     conn.sendall(_REPLY.pack(b"O", 0))
                 elif op == b"G":
-                    timeout = struct.unpack("!d", value)[0]
-                    with self._cond:
-                        found = self._cond.wait_for(
-                            lambda: key in self._data or self._closed, timeout)
-                        payload = self._data.get(key) if found else None
+                    payload = self._wait_for(key, struct.unpack("!d", value)[0])
                     if payload is None:
                         conn.sendall(_REPLY.pack(b"T", 0))
                     else:
@@ -127,6 +123,12 @@ class TcpRendezvousServer:
             pass
         finally:
             conn.close()
+
+    def _wait_for(self, key: str, timeout: float) -> bytes | None:
+        """The value of ``key`` once set, or None after ``timeout`` or at close."""
+        with self._cond:
+            self._cond.wait_for(lambda: key in self._data or self._closed, timeout)
+            return self._data.get(key)
 
     def close(self) -> None:
         """Stop serving (idempotent); waiting clients get a timeout answer."""

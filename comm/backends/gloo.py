@@ -33,7 +33,7 @@ from reshard.comm.backends.local import LocalBackend
 from reshard.errors import ExecutionError
 
 # Sum dtypes gloo lacks, as (dtype to reduce in, widen first?).
-_REDUCE_AS = {
+_REDUCE_AS: dict[np.dtype, tuple[np.dtype, bool]] = {
     np.dtype(np.uint32): (np.dtype(np.int32), False),
     np.dtype(np.uint64): (np.dtype(np.int64), False),
     np.dtype(np.int16): (np.dtype(np.int32), True),
@@ -191,13 +191,8 @@ class GlooBackend:
         if not buf.size:
             return
         pg = self._group(group)
-        as_dt, widen = _REDUCE_AS.get(buf.dtype, (None, False))
-        if as_dt is None:
-            work = buf
-        elif widen:
-            work = buf.astype(as_dt)
-        else:
-            work = buf.view(as_dt)
+        as_dt, widen = _REDUCE_AS.get(buf.dtype, (buf.dtype, False))
+        work = buf.astype(as_dt) if widen else buf.view(as_dt)
         self._run("reduce", group, self._dist.reduce, self._torch.from_numpy(work),
                   dst=self.rank_of[root], op=self._dist.ReduceOp.SUM, group=pg)
         if widen and self.device == root:

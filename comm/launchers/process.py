@@ -38,12 +38,12 @@ import sys
 import threading
 import time
 import traceback
-import weakref
 from concurrent.futures import Future
 from multiprocessing.connection import Connection, wait
 from typing import Any, Sequence
 
 from reshard.comm.backend import BackendKind
+from reshard.comm.launchers.cleanup import close_at_exit
 from reshard.comm.launchers.host import (WorkerHost, WorkerSpec, describe_exit, make_specs,
                                          portable_error)
 from reshard.comm.rendezvous import TcpRendezvousServer
@@ -204,9 +204,7 @@ class ProcessGroup:
         self._rendezvous = TcpRendezvousServer("127.0.0.1")
         self._wake_r, self._wake_w = mp.Pipe(duplex=False)
         self._monitor: threading.Thread | None = None
-        ref = weakref.ref(self)
-        self._atexit = lambda: (lambda g: g.close() if g is not None else None)(ref())
-        atexit.register(self._atexit)
+        self._atexit = close_at_exit(self)
         try:
             self._start(make_specs(self.backend.value, devices, cluster, self.timeout,
                                    self._rendezvous.address, env,
@@ -254,7 +252,7 @@ class ProcessGroup:
                 break
             sentinels = {w.process.sentinel: w for w in waiting.values()}
             for ready in wait([*waiting, *sentinels], timeout=min(left, 1.0)):
-                w = waiting.get(ready) or sentinels[ready]
+                w = waiting[ready] if ready in waiting else sentinels[ready]  # type: ignore
                 if w.results not in waiting:
                     continue
                 try:

@@ -30,7 +30,6 @@ import atexit
 import dataclasses
 import os
 import time
-import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -39,6 +38,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from reshard.comm.backend import BackendKind
+from reshard.comm.launchers.cleanup import close_at_exit
 from reshard.comm.launchers.host import WorkerHost, WorkerSpec, make_specs, portable_error
 from reshard.errors import ExecutionError, ReshardError
 
@@ -213,13 +213,11 @@ class RayGroup:
             else:
                 ray.init(include_dashboard=False, log_to_driver=False)
         self._node = ray.get_runtime_context().get_node_id()
-        self._kv = _KeyValueActor.options(
+        self._kv = _KeyValueActor.options(  # type: ignore[attr-defined]
             num_cpus=0, max_concurrency=1000,
             scheduling_strategy=NodeAffinitySchedulingStrategy(self._node, soft=True),
         ).remote()
-        ref = weakref.ref(self)
-        self._atexit = lambda: (lambda g: g.close() if g is not None else None)(ref())
-        atexit.register(self._atexit)
+        self._atexit = close_at_exit(self)
         try:
             self._start(make_specs(self.backend.value, devices, cluster, self.timeout,
                                    RayRendezvous(self._kv), env),
