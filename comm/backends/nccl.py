@@ -120,26 +120,29 @@ class NcclBackend:
         self._closed = False
         self._world_comm = self._make_comm(self.world)
 
-    def _dtype_table(self) -> dict[np.dtype, tuple[int, int, np.dtype | None]]:
-        """dtype -> (nccl type, elements per item, dtype to sum in)."""
+    def _dtype_table(self) -> dict[np.dtype, tuple[int, np.dtype | None]]:
+        """dtype -> (NCCL type to sum in, numpy dtype of that type if not the same).
+
+        A sum dtype smaller than the item (complex as two floats, bool as uint8) is a
+        view; a larger one (16-bit integers as int32) a widened copy."""
         n = self._nccl
-        t: dict[np.dtype, tuple[int, int, np.dtype | None]] = {
-            np.dtype(np.int8): (n.NCCL_INT8, 1, None),
-            np.dtype(np.uint8): (n.NCCL_UINT8, 1, None),
-            np.dtype(np.bool_): (n.NCCL_UINT8, 1, np.dtype(np.uint8)),
-            np.dtype(np.int32): (n.NCCL_INT32, 1, None),
-            np.dtype(np.uint32): (n.NCCL_UINT32, 1, None),
-            np.dtype(np.int64): (n.NCCL_INT64, 1, None),
-            np.dtype(np.uint64): (n.NCCL_UINT64, 1, None),
-            np.dtype(np.float16): (n.NCCL_FLOAT16, 1, None),
-            np.dtype(np.float32): (n.NCCL_FLOAT32, 1, None),
-            np.dtype(np.float64): (n.NCCL_FLOAT64, 1, None),
-            np.dtype(np.complex64): (n.NCCL_FLOAT32, 2, np.dtype(np.float32)),
-            np.dtype(np.complex128): (n.NCCL_FLOAT64, 2, np.dtype(np.float64)),
-            np.dtype(np.int16): (n.NCCL_INT32, 1, np.dtype(np.int32)),
-            np.dtype(np.uint16): (n.NCCL_INT32, 1, np.dtype(np.int32)),
+        f32, f64, i32 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32)
+        return {
+            np.dtype(np.int8): (n.NCCL_INT8, None),
+            np.dtype(np.uint8): (n.NCCL_UINT8, None),
+            np.dtype(np.bool_): (n.NCCL_UINT8, np.dtype(np.uint8)),
+            np.dtype(np.int32): (n.NCCL_INT32, None),
+            np.dtype(np.uint32): (n.NCCL_UINT32, None),
+            np.dtype(np.int64): (n.NCCL_INT64, None),
+            np.dtype(np.uint64): (n.NCCL_UINT64, None),
+            np.dtype(np.float16): (n.NCCL_FLOAT16, None),
+            np.dtype(np.float32): (n.NCCL_FLOAT32, None),
+            np.dtype(np.float64): (n.NCCL_FLOAT64, None),
+            np.dtype(np.complex64): (n.NCCL_FLOAT32, f32),
+            np.dtype(np.complex128): (n.NCCL_FLOAT64, f64),
+            np.dtype(np.int16): (n.NCCL_INT32, i32),
+            np.dtype(np.uint16): (n.NCCL_INT32, i32),
         }
-        return t
 
     # ----- communicators -------------------------------------------------------------
     def _make_comm(self, group: tuple[int, ...]) -> Any:
@@ -277,12 +280,12 @@ class NcclBackend:
             return
         g, comm = self._comm(group)
         try:
-            nccl_type, per_item, as_dt = self._types[np.dtype(buf.dtype)]
+            nccl_type, as_dt = self._types[np.dtype(buf.dtype)]
         except KeyError:
             raise ExecutionError(
                 f"device {self.device}: NCCL cannot sum dtype {buf.dtype}") from None
         work = buf
-        if as_dt is not None and as_dt.itemsize * per_item != buf.itemsize:  # widen
+        if as_dt is not None and as_dt.itemsize > buf.itemsize:  # widen, wrap back after
             with self._dev:
                 work = buf.astype(as_dt)
             if self.device == root:
