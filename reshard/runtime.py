@@ -52,7 +52,12 @@ class Runtime:
             ``"process"`` (default for gloo / nccl) or ``"ray"``.
         timeout: seconds any blocking operation may wait before failing.
         address: Ray address (``"auto"``, ``"ray://host:port"``) for ``launcher="ray"``.
-        env: extra environment variables for worker processes.
+        env: extra environment variables for worker processes; ``{device}``,
+            ``{rank}`` and ``{host}`` in values are replaced per worker (e.g.
+            ``{"NCCL_HOSTID": "h{device}"}``). Workers default to
+            ``OMP_NUM_THREADS=1``. The process launcher starts workers with the
+            ``forkserver`` method (``RESHARD_START_METHOD=spawn`` in the driver's
+            environment selects ``spawn``).
 
     Use as a context manager, or call :meth:`close`.
     """
