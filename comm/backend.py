@@ -84,6 +84,11 @@ class Backend(Protocol):
     def synchronize(self) -> None:
         """Wait for outstanding device work (no-op on CPU backends)."""
 
+    def channel(self, name: str) -> "Backend":
+        """This rank on an independent communication channel (its own communicators),
+        so plans on different channels can run concurrently from different threads.
+        Communicators of a channel are created in ``prepare`` like the main ones."""
+
     def close(self) -> None:
         """Release communicators and connections."""
 

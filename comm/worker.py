@@ -28,6 +28,7 @@ class LoadedPlan:
     src_box: dict[int, Box]  # tensor -> this device's source box
     dst_box: dict[int, Box]  # tensor -> this device's destination box
     scratch: dict[str, Any]  # dtype name -> 1-d scratch buffer
+    backend: Backend  # the (channel's) backend the plan runs on
 
 
 def _scratch_elems(task: Task, device: int) -> int:
@@ -54,6 +55,36 @@ class DeviceWorker:
         self.arrays: dict[str, Any] = {}
         self.plans: dict[int, LoadedPlan] = {}
         self.current: tuple[int, str] | None = None  # (task index, task text) in flight
+        self.channels: dict[str, Backend] = {}
+        self.extensions: dict[str, Any] = {}
+
+    # ----- channels and extensions -----------------------------------------------------
+    def backend_for(self, channel: str | None) -> Backend:
+        """The backend of a communication channel: plans loaded on different channels
+        use separate communicators, so they can run concurrently from different
+        threads (the pipeline runtime's transfer threads)."""
+        if channel is None:
+            return self.backend
+        b = self.channels.get(channel)
+        if b is None:
+            b = self.channels[channel] = self.backend.channel(channel)
+        return b
+
+    def attach(self, name: str, factory: str, *args: Any) -> None:
+        """Build ``factory(self, *args)`` (``"package.module:callable"``) in this worker
+        and keep it under ``name``: the way layers above comm (the pipeline runtime)
+        run their own code next to the worker's arrays and plans."""
+        import importlib
+
+        path, _, attr = factory.partition(":")
+        self.extensions[name] = getattr(importlib.import_module(path), attr)(self, *args)
+
+    def invoke(self, name: str, method: str, *args: Any) -> Any:
+        """Call ``method`` of the extension ``name``."""
+        ext = self.extensions.get(name)
+        if ext is None:
+            raise ReshardError(f"device {self.device}: no extension {name!r} attached")
+        return getattr(ext, method)(*args)
 
     # ----- data ----------------------------------------------------------------------
     def put(self, key: str, shard: np.ndarray) -> None:
@@ -77,9 +108,10 @@ class DeviceWorker:
         return self.device
 
     # ----- plans ---------------------------------------------------------------------
-    def load_plan(self, plan_id: int, plan: Union[ReshardPlan, str]) -> int:
-        """Prepare ``plan`` (object or JSON) under ``plan_id``; returns the number of
-        tasks this device takes part in."""
+    def load_plan(self, plan_id: int, plan: Union[ReshardPlan, str],
+                  channel: str | None = None) -> int:
+        """Prepare ``plan`` (object or JSON) under ``plan_id`` on ``channel`` (default:
+        the main one); returns the number of tasks this device takes part in."""
         if isinstance(plan, str):
             plan = ReshardPlan.from_json(plan)
         d = self.device
@@ -94,8 +126,9 @@ class DeviceWorker:
         for _, t in mine:
             dt = plan.tensors[t.tensor].dtype
             need[dt] = max(need.get(dt, 0), _scratch_elems(t, d))
-        scratch = {dt: self.backend.empty(n, np.dtype(dt)) for dt, n in need.items() if n}
-        self.plans[plan_id] = LoadedPlan(plan, mine, src_box, dst_box, scratch)
+        backend = self.backend_for(channel)
+        scratch = {dt: backend.empty(n, np.dtype(dt)) for dt, n in need.items() if n}
+        self.plans[plan_id] = LoadedPlan(plan, mine, src_box, dst_box, scratch, backend)
         return len(mine)
 
     def unload_plan(self, plan_id: int) -> None:
@@ -118,7 +151,11 @@ class DeviceWorker:
         if lp is None:
             raise ReshardError(f"device {self.device}: plan {plan_id} is not loaded")
         plan = lp.plan
-        xp = self.backend.xp
+        backend = lp.backend
+        activate = getattr(backend, "activate", None)
+        if activate is not None:  # e.g. make the GPU current in this thread
+            activate()
+        xp = backend.xp
         src: dict[int, Any] = {}
         for i in lp.src_box:
             key = in_keys[i]
@@ -147,7 +184,7 @@ class DeviceWorker:
                 raise ExecutionError(
                     f"device {self.device}: task #{index} ({task}) failed: "
                     f"{type(e).__name__}: {e}") from e
-        self.backend.synchronize()
+        backend.synchronize()
         self.current = None
         for i, arr in dst.items():
             self.arrays[out_keys[i]] = arr
@@ -156,7 +193,7 @@ class DeviceWorker:
     # ----- one task ------------------------------------------------------------------
     def _run(self, lp: LoadedPlan, task: Task, src: dict[int, Any], dst: dict[int, Any]) -> int:
         me = self.device
-        b = self.backend
+        b = lp.backend
         i = task.tensor
         scratch = lp.scratch.get(lp.plan.tensors[i].dtype)
         if task.source is Buffer.SRC:

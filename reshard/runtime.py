@@ -88,7 +88,7 @@ class Runtime:
                 f"devices to start workers for, e.g. cluster=Cluster.regular(2, 4)")
         devices = cluster.devices if cluster is not None else ()
         self._ids = itertools.count()
-        self._plans: dict[ReshardPlan, int] = {}
+        self._plans: dict[tuple[ReshardPlan, str | None], int] = {}
         self._closed = False
         self._broken: str | None = None
         self.group = start_group(self.backend, self.launcher, devices, cluster, self.timeout,
@@ -169,6 +169,12 @@ class Runtime:
                 parts.append(str(f.exception()))
         return f"{what} failed: " + "; ".join(parts[:8]) + (
             f" (+{len(parts) - 8} more)" if len(parts) > 8 else "")
+
+    def call(self, calls: dict[int, tuple], what: str) -> dict[int, Any]:
+        """Call worker methods, ``{device: (method, *args)}``, concurrently; returns
+        ``{device: result}``. A failure anywhere shuts the runtime down and raises one
+        :class:`ExecutionError` naming dead devices and failing tasks."""
+        return self._call_all(calls, what)
 
     def _call_all(self, calls: dict[int, tuple], what: str) -> dict[int, Any]:
         self._check_open()
@@ -271,9 +277,19 @@ class Runtime:
         """Move several arrays with one plan (shared balancing and order)."""
         return self.execute(self.plan(xs, layouts, strategy), xs)
 
-    def load(self, plan: ReshardPlan) -> int:
-        """Ship ``plan`` to its workers once (done by :meth:`execute` when needed)."""
-        pid = self._plans.get(plan)
+    def load(self, plan: ReshardPlan, channel: str | None = None) -> int:
+        """Ship ``plan`` to its workers once (done by :meth:`execute` when needed).
+
+        Args:
+            plan: the plan.
+            channel: a communication channel name: plans on different channels use
+                separate communicators and may run concurrently (the pipeline runtime
+                gives each of its links one).
+
+        Returns:
+            The plan id the workers know it by.
+        """
+        pid = self._plans.get((plan, channel))
         if pid is None:
             self._check_open()
             self._ensure(plan.devices)
@@ -283,8 +299,8 @@ class Runtime:
             # new_group) need every worker to load every plan, in the same order.
             targets = (self.group.devices if getattr(self.group, "load_everywhere", False)
                        else plan.devices)
-            self._call_all({d: ("load_plan", pid, text) for d in targets}, "load plan")
-            self._plans[plan] = pid
+            self._call_all({d: ("load_plan", pid, text, channel) for d in targets}, "load plan")
+            self._plans[(plan, channel)] = pid
         return pid
 
     def execute(self, plan: ReshardPlan, xs: Sequence[DArray]) -> list[DArray]:

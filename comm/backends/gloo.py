@@ -22,6 +22,7 @@ a dead peer shows up sooner, as a closed connection.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import os
 import re
@@ -95,14 +96,28 @@ class GlooBackend:
         dist.init_process_group("gloo", store=self._store, rank=rank, world_size=n,
                                 timeout=self._td)
         self._groups: dict[tuple[int, ...], Any] = {self.world: dist.group.WORLD}
+        self._p2p: Any = None  # group of send/recv (None: the world)
+        self._channel = ""  # "" for the main backend, else the channel's name
         # all_gather_single supersedes all_gather_into_tensor (deprecated in torch 2.13)
         self._gather_into = getattr(dist, "all_gather_single", None) or \
             dist.all_gather_into_tensor
         self._closed = False
 
     # ----- communicators -------------------------------------------------------------
+    def channel(self, name: str) -> "GlooBackend":
+        """This rank on an independent channel: its own sub-groups and its own
+        world-wide group for send/recv, made (like every group) in :meth:`prepare`."""
+        child = copy.copy(self)
+        child._groups = {}
+        child._p2p = None
+        child._channel = f"{self._channel}/{name}"
+        return child
+
     def prepare(self, plan: Any) -> None:
         """Create the plan's missing sub-groups (every rank, same order)."""
+        if self._channel and self.world not in self._groups:
+            self._groups[self.world] = self._p2p = self._dist.new_group(
+                list(range(len(self.world))), timeout=self._td, backend="gloo")
         for group in plan.communicator_groups():
             self._ensure_group(tuple(group))
 
@@ -172,13 +187,13 @@ class GlooBackend:
         """``dist.send`` to ``peer``."""
         if buf.size:
             self._run("send", (peer,), self._dist.send, self._bytes(buf),
-                      dst=self.rank_of[peer])
+                      dst=self.rank_of[peer], group=self._p2p)
 
     def recv(self, buf: np.ndarray, peer: int) -> None:
         """``dist.recv`` from ``peer`` into ``buf``."""
         if buf.size:
             self._run("recv", (peer,), self._dist.recv, self._bytes(buf),
-                      src=self.rank_of[peer])
+                      src=self.rank_of[peer], group=self._p2p)
 
     def all_gather(self, out: np.ndarray, inp: np.ndarray, group: Sequence[int]) -> None:
         """``all_gather_single`` into the flattened rows (rows in group order)."""
@@ -212,8 +227,9 @@ class GlooBackend:
         """Nothing outstanding on CPU."""
 
     def close(self) -> None:
-        """Destroy the process groups (idempotent)."""
-        if self._closed:
+        """Destroy the process groups (idempotent; a channel leaves that to the main
+        backend)."""
+        if self._closed or self._channel:
             return
         self._closed = True
         self._groups.clear()

@@ -28,30 +28,30 @@ class LocalFabric:
     def __init__(self, timeout: float = 60.0) -> None:
         self.timeout = timeout
         self._lock = threading.Lock()
-        self._channels: dict[tuple[int, int], queue.Queue] = {}
+        self._channels: dict[tuple[str, int, int], queue.Queue] = {}
         self.bytes_sent: defaultdict[tuple[int, int], int] = defaultdict(int)
         self.messages = 0
         self.closed = threading.Event()
 
-    def channel(self, src: int, dst: int) -> queue.Queue:
-        """The FIFO from ``src`` to ``dst``."""
+    def fifo(self, src: int, dst: int, context: str = "") -> queue.Queue:
+        """The FIFO from ``src`` to ``dst`` in a communication context."""
         with self._lock:
-            ch = self._channels.get((src, dst))
+            ch = self._channels.get((context, src, dst))
             if ch is None:
-                ch = self._channels[(src, dst)] = queue.Queue()
+                ch = self._channels[(context, src, dst)] = queue.Queue()
             return ch
 
-    def post(self, src: int, dst: int, payload: np.ndarray) -> None:
+    def post(self, src: int, dst: int, payload: np.ndarray, context: str = "") -> None:
         """Deliver a copy of ``payload`` from ``src`` to ``dst``."""
         msg = np.array(payload, copy=True)
         with self._lock:
             self.bytes_sent[(src, dst)] += msg.nbytes
             self.messages += 1
-        self.channel(src, dst).put(msg)
+        self.fifo(src, dst, context).put(msg)
 
-    def take(self, src: int, dst: int) -> np.ndarray:
+    def take(self, src: int, dst: int, context: str = "") -> np.ndarray:
         """The next message from ``src`` to ``dst``; raises after the timeout."""
-        ch = self.channel(src, dst)
+        ch = self.fifo(src, dst, context)
         waited = 0.0
         while True:
             if self.closed.is_set():
@@ -85,13 +85,19 @@ class LocalBackend:
     Args:
         device: the device this rank serves.
         fabric: the shared :class:`LocalFabric`.
+        context: the communication channel (separate FIFOs per channel).
     """
 
     name = "local"
 
-    def __init__(self, device: int, fabric: LocalFabric) -> None:
+    def __init__(self, device: int, fabric: LocalFabric, context: str = "") -> None:
         self.device = device
         self.fabric = fabric
+        self.context = context
+
+    def channel(self, name: str) -> "LocalBackend":
+        """This rank on a separate communication channel."""
+        return LocalBackend(self.device, self.fabric, f"{self.context}/{name}")
 
     @property
     def xp(self) -> Any:
@@ -112,11 +118,11 @@ class LocalBackend:
 
     def send(self, buf: np.ndarray, peer: int) -> None:
         """Post a copy of ``buf`` to ``peer``."""
-        self.fabric.post(self.device, peer, buf)
+        self.fabric.post(self.device, peer, buf, self.context)
 
     def recv(self, buf: np.ndarray, peer: int) -> None:
         """Receive the next message from ``peer`` into ``buf``."""
-        msg = self.fabric.take(peer, self.device)
+        msg = self.fabric.take(peer, self.device, self.context)
         if msg.size != buf.size:
             raise ExecutionError(
                 f"device {self.device}: message from {peer} has {msg.size} elements, "

@@ -32,6 +32,7 @@ for correctness tests if each sets a distinct ``NCCL_HOSTID`` (e.g.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -118,6 +119,7 @@ class NcclBackend:
         self._after: list[Any] = []  # host-side steps once the batch is done
         self._types = self._dtype_table()
         self._closed = False
+        self._channel = ""  # "" for the main backend, else the channel's name
         self._world_comm = self._make_comm(self.world)
 
     def _dtype_table(self) -> dict[np.dtype, tuple[int, np.dtype | None]]:
@@ -147,7 +149,7 @@ class NcclBackend:
     # ----- communicators -------------------------------------------------------------
     def _make_comm(self, group: tuple[int, ...]) -> Any:
         """Initialise the communicator of ``group`` (collective over its members)."""
-        key = "nccl/" + "-".join(map(str, group))
+        key = f"nccl{self._channel}/" + "-".join(map(str, group))
         try:
             if self.device == group[0]:
                 uid = self._nccl.get_unique_id()
@@ -184,9 +186,23 @@ class NcclBackend:
         self._comms[group] = box["comm"]
         return box["comm"]
 
+    def channel(self, name: str) -> "NcclBackend":
+        """This rank on an independent channel: its own communicators (the world one
+        for send/recv included, made in :meth:`prepare`) and its own stream."""
+        child = copy.copy(self)
+        child._comms = {}
+        child._used, child._after = [], []
+        child._channel = f"{self._channel}/{name}"
+        with self._dev:
+            child._stream = self._cp.cuda.Stream(non_blocking=True)
+        child._world_comm = None
+        return child
+
     def prepare(self, plan: Any) -> None:
         """Create the plan's missing communicators this device belongs to (in the
         plan's first-use order)."""
+        if self._world_comm is None:
+            self._world_comm = self._make_comm(self.world)
         for group in plan.communicator_groups():
             g = tuple(group)
             if self.device in g and g not in self._comms:

@@ -23,7 +23,8 @@ from typing import Any, Mapping, Sequence
 from reshard.errors import ExecutionError, ReshardError
 
 # DeviceWorker methods the driver may call.
-METHODS = frozenset({"load_plan", "unload_plan", "execute", "put", "get", "drop", "ping"})
+METHODS = frozenset({"load_plan", "unload_plan", "execute", "put", "get", "drop", "ping",
+                     "attach", "invoke"})
 
 # Environment every worker gets unless the caller's ``env`` says otherwise: many
 # workers share few cores, and their copies are memory-bound.
@@ -151,12 +152,13 @@ class WorkerHost:
         if activate is not None:
             activate()
         if method == "load_plan":
-            plan_id, plan = args
+            plan_id, plan, *rest = args
+            channel = rest[0] if rest else None
             if isinstance(plan, str):
                 from reshard.planner.ir import ReshardPlan
 
                 plan = ReshardPlan.from_json(plan)
-            prepare = getattr(self.backend, "prepare", None)
+            prepare = getattr(self.worker.backend_for(channel), "prepare", None)
             if prepare is not None:
                 try:
                     prepare(plan)
@@ -166,12 +168,14 @@ class WorkerHost:
                     raise ExecutionError(
                         f"device {self.spec.device}: setting up communicators for plan "
                         f"{plan_id} failed: {type(e).__name__}: {e}") from e
-            return self.worker.load_plan(plan_id, plan)
+            return self.worker.load_plan(plan_id, plan, channel)
         return getattr(self.worker, method)(*args)
 
     def close(self) -> None:
-        """Release the backend and the rendezvous connection."""
+        """Release the backend (its channels first) and the rendezvous connection."""
         try:
+            for channel in self.worker.channels.values():
+                channel.close()
             self.backend.close()
         finally:
             self.rendezvous.close()
