@@ -1,0 +1,294 @@
+"""The worker side of the pipeline runtime: one device's part of a schedule.
+
+A :class:`StageWorker` is attached to a :class:`reshard.comm.worker.DeviceWorker` in
+the worker process. :meth:`StageWorker.run` executes the device's stage program for
+one iteration on the compute thread (the calling thread) while one transfer thread
+per channel (activations s -> s', gradients s' -> s) runs the reshard plans of that
+channel in the order the sender issues them. Sends only hand work to the transfer
+thread; receives wait for it. Every channel has its own communication context, so
+transfers of different channels run concurrently with each other and with compute.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from reshard.comm.worker import DeviceWorker
+from reshard.errors import ExecutionError
+from reshard.pipeline.actions import Action, ActionKind
+from reshard.pipeline.schedule import Channel, Schedule
+from reshard.pipeline.stage import StageSpec
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """What every worker needs to run its part (sent once, pickled).
+
+    Attributes:
+        schedule_text: the schedule's text form.
+        stages: one spec per virtual stage.
+        act_plans: plan id of the activation transfer across each boundary.
+        grad_plans: plan id of the gradient transfer across each boundary.
+        param_keys: per virtual stage, parameter name -> array key.
+        dtype: activation dtype.
+        timeout: seconds a receive may wait.
+    """
+
+    schedule_text: str
+    stages: tuple[StageSpec, ...]
+    act_plans: tuple[int, ...]
+    grad_plans: tuple[int, ...]
+    param_keys: tuple[tuple[tuple[str, str], ...], ...]
+    dtype: str
+    timeout: float
+
+
+def act_key(it: int, v: int, k: int) -> str:
+    """Key of the input activation of virtual stage ``v``, microbatch ``k``."""
+    return f"pp{it}/act/{v}/{k}"
+
+
+def out_key(it: int, v: int, k: int) -> str:
+    """Key of the output activation of virtual stage ``v``."""
+    return f"pp{it}/out/{v}/{k}"
+
+
+def dy_key(it: int, v: int, k: int) -> str:
+    """Key of the gradient w.r.t. the output of virtual stage ``v``."""
+    return f"pp{it}/dy/{v}/{k}"
+
+
+def dx_key(it: int, v: int, k: int) -> str:
+    """Key of the gradient w.r.t. the input of virtual stage ``v``."""
+    return f"pp{it}/dx/{v}/{k}"
+
+
+def grad_key(v: int, name: str) -> str:
+    """Key of the accumulated gradient of parameter ``name`` of virtual stage ``v``."""
+    return f"pp/grad/{v}/{name}"
+
+
+@dataclass
+class _Flags:
+    """Events between the compute thread and the transfer threads of one iteration."""
+
+    events: dict[str, threading.Event] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    error: list[BaseException] = field(default_factory=list)
+
+    def get(self, key: str) -> threading.Event:
+        with self.lock:
+            ev = self.events.get(key)
+            if ev is None:
+                ev = self.events[key] = threading.Event()
+            return ev
+
+    def wait(self, key: str, timeout: float, what: str) -> None:
+        ev = self.get(key)
+        deadline = time.monotonic() + timeout
+        while not ev.wait(0.05):
+            if self.error:
+                raise ExecutionError(f"{what}: a transfer failed: {self.error[0]}")
+            if time.monotonic() > deadline:
+                raise ExecutionError(f"{what}: nothing arrived within {timeout:g}s")
+
+
+class StageWorker:
+    """Runs one device's stage program.
+
+    Args:
+        worker: the device's worker (arrays, loaded plans, backend).
+        config: the pipeline description.
+    """
+
+    def __init__(self, worker: DeviceWorker, config: PipelineConfig) -> None:
+        self.worker = worker
+        self.config = config
+        self.schedule = Schedule.from_text(config.schedule_text)
+        d = worker.device
+        self.vstages = [v for v, st in enumerate(config.stages) if d in st.mesh.devices]
+        self.stage = None
+        if self.vstages:
+            self.stage = self.schedule.locate(self.vstages[0])[0]
+        self.modules = {v: config.stages[v].build() for v in self.vstages}
+        self.keys = {v: dict(config.param_keys[v]) for v in self.vstages}
+        self.reporter = {v: config.stages[v].mesh.devices[0] == d for v in self.vstages}
+
+    # ----- helpers -------------------------------------------------------------------
+    def _params(self, v: int) -> dict[str, np.ndarray]:
+        return {n: self.worker.arrays[k] for n, k in self.keys[v].items()}
+
+    def _channel_items(self, channel: Channel) -> list[tuple[int, int, ActionKind]]:
+        """(boundary, microbatch, send kind) in the order the sender issues them."""
+        items = []
+        for a in self.schedule.stages[channel.src]:
+            if a.kind is channel.send_kind and self.schedule.channel(channel.src, a) == channel:
+                items.append((self.schedule.boundary(channel.src, a), a.microbatch, a.kind))
+        return items
+
+    def _channels(self) -> list[Channel]:
+        """Channels whose plans this device takes part in."""
+        out: dict[Channel, None] = {}
+        for s, program in enumerate(self.schedule.stages):
+            for a in program:
+                if a.kind.is_send:
+                    ch = self.schedule.channel(s, a)
+                    if ch is not None and ch not in out:
+                        out[ch] = None
+        mine = []
+        for ch in out:
+            for b, _, kind in self._channel_items(ch):
+                pid = (self.config.act_plans if kind is ActionKind.SEND_ACT
+                       else self.config.grad_plans)[b]
+                lp = self.worker.plans.get(pid)
+                if lp is not None and (lp.tasks or lp.dst_box or lp.src_box):
+                    mine.append(ch)
+                    break
+        return mine
+
+    # ----- one iteration ---------------------------------------------------------------
+    def run(self, it: int, input_keys: Sequence[str], target_keys: Sequence[str]) -> dict:
+        """Run this device's part of iteration ``it``.
+
+        Args:
+            it: iteration number (names the intermediate arrays).
+            input_keys: per microbatch, the key of the first stage's input shard.
+            target_keys: per microbatch, the key of the last stage's target shard.
+
+        Returns:
+            ``{"losses": {microbatch: loss part}, "events": [timeline records]}``.
+        """
+        cfg = self.config
+        flags = _Flags()
+        events: list[dict] = []
+        ev_lock = threading.Lock()
+        nv = len(cfg.stages)
+
+        def record(stage: int, stream: str, action: Action, t0: float, t1: float) -> None:
+            with ev_lock:
+                events.append({"stage": stage, "stream": stream, "action": str(action),
+                               "start": t0, "end": t1})
+
+        def transfer(channel: Channel) -> None:
+            try:
+                for b, k, kind in self._channel_items(channel):
+                    if kind is ActionKind.SEND_ACT:
+                        pid, src, dst = cfg.act_plans[b], out_key(it, b, k), act_key(it, b + 1, k)
+                        sv, rv = b, b + 1
+                    else:
+                        pid, src, dst = cfg.grad_plans[b], dx_key(it, b + 1, k), dy_key(it, b, k)
+                        sv, rv = b + 1, b
+                    lp = self.worker.plans[pid]
+                    sending = bool(lp.src_box)
+                    if sending:
+                        flags.wait(src, cfg.timeout, f"device {self.worker.device} sending {src}")
+                    t0 = time.monotonic()
+                    self.worker.execute(pid, [src], [dst])
+                    t1 = time.monotonic()
+                    recv_kind = (ActionKind.RECV_ACT if kind is ActionKind.SEND_ACT
+                                 else ActionKind.RECV_GRAD)
+                    s_src, c_src = self.schedule.locate(sv)
+                    s_dst, c_dst = self.schedule.locate(rv)
+                    if sending and self.reporter.get(sv):
+                        record(s_src, "send", Action(kind, k, c_src), t0, t1)
+                    if lp.dst_box:
+                        if self.reporter.get(rv):
+                            record(s_dst, "recv", Action(recv_kind, k, c_dst), t0, t1)
+                        flags.get(dst).set()
+            except BaseException as e:  # reported to the compute thread and the driver
+                flags.error.append(e)
+
+        threads = [threading.Thread(target=transfer, args=(ch,), daemon=True,
+                                    name=f"reshard-{ch}") for ch in self._channels()]
+        for t in threads:
+            t.start()
+        losses: dict[int, float] = {}
+        grads: dict[int, dict[str, np.ndarray]] = {v: {} for v in self.vstages}
+        saved: dict[tuple[int, int], Any] = {}
+        arrays = self.worker.arrays
+        try:
+            program = self.schedule.stages[self.stage] if self.stage is not None else ()
+            for a in program:
+                v = self.schedule.virtual_stage(self.stage, a.chunk)
+                k = a.microbatch
+                kind = a.kind
+                if kind is ActionKind.RECV_ACT:
+                    flags.wait(act_key(it, v, k), cfg.timeout, f"stage {self.stage} {a}")
+                    continue
+                if kind is ActionKind.RECV_GRAD:
+                    flags.wait(dy_key(it, v, k), cfg.timeout, f"stage {self.stage} {a}")
+                    continue
+                if kind is ActionKind.SEND_ACT:
+                    flags.get(out_key(it, v, k)).set()
+                    continue
+                if kind is ActionKind.SEND_GRAD:
+                    flags.get(dx_key(it, v, k)).set()
+                    continue
+                t0 = time.monotonic()
+                module, params = self.modules[v], self._params(v)
+                if kind is ActionKind.FORWARD:
+                    x = arrays[input_keys[k]] if v == 0 else arrays.pop(act_key(it, v, k))
+                    y, saved[(v, k)] = module.forward(params, x)
+                    if v == nv - 1:
+                        loss, dy = module.loss(y, arrays[target_keys[k]])
+                        losses[k] = loss
+                        arrays[dy_key(it, v, k)] = np.ascontiguousarray(dy)
+                    else:
+                        arrays[out_key(it, v, k)] = np.ascontiguousarray(y, dtype=cfg.dtype)
+                        self._local_handoff(it, v, k, flags)
+                else:
+                    if kind in (ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT):
+                        dy = arrays.pop(dy_key(it, v, k))
+                        dx, saved[(v, k)] = module.backward_input(params, saved[(v, k)], dy)
+                        if v > 0:
+                            arrays[dx_key(it, v, k)] = np.ascontiguousarray(dx, dtype=cfg.dtype)
+                    if kind in (ActionKind.BACKWARD, ActionKind.BACKWARD_WEIGHT):
+                        for name, g in module.backward_weight(params, saved.pop((v, k))).items():
+                            acc = grads[v].get(name)
+                            grads[v][name] = g.copy() if acc is None else acc + g
+                    if kind is not ActionKind.BACKWARD_WEIGHT and v > 0:
+                        self._local_handoff_grad(it, v, k, flags)
+                if self.reporter[v]:
+                    record(self.stage, "compute", a, t0, time.monotonic())
+        finally:
+            deadline = time.monotonic() + cfg.timeout
+            for t in threads:
+                t.join(max(0.0, deadline - time.monotonic()))
+            if flags.error:
+                raise ExecutionError(
+                    f"device {self.worker.device}: pipeline transfer failed: {flags.error[0]}")
+            if any(t.is_alive() for t in threads):
+                raise ExecutionError(
+                    f"device {self.worker.device}: pipeline transfers did not finish "
+                    f"within {cfg.timeout:g}s")
+        for v in self.vstages:
+            for name, g in grads[v].items():
+                arrays[grad_key(v, name)] = g
+        for key in [k for k in arrays if k.startswith(f"pp{it}/")]:
+            del arrays[key]
+        return {"losses": losses, "events": events}
+
+    def _local_handoff(self, it: int, v: int, k: int, flags: _Flags) -> None:
+        """Consecutive virtual stages on one physical stage pass activations without
+        transfer actions: run the boundary's plan inline."""
+        if v + 1 in self.modules:
+            self.worker.execute(self.config.act_plans[v], [out_key(it, v, k)],
+                                [act_key(it, v + 1, k)])
+
+    def _local_handoff_grad(self, it: int, v: int, k: int, flags: _Flags) -> None:
+        if v - 1 in self.modules:
+            self.worker.execute(self.config.grad_plans[v - 1], [dx_key(it, v, k)],
+                                [dy_key(it, v - 1, k)])
+
+    def sgd(self, lr: float, reduced: Sequence[tuple[int, str, str]]) -> None:
+        """``param -= lr * grad`` for each ``(virtual stage, name, key of the gradient
+        in the parameter's layout)``."""
+        for v, name, key in reduced:
+            if v in self.keys:
+                pkey = self.keys[v][name]
+                self.worker.arrays[pkey] = self.worker.arrays[pkey] - lr * self.worker.arrays[key]
