@@ -7,7 +7,8 @@ eager 1F1B (the overlapping-friendly schedule of Zhuang et al., MLSys 2023),
 interleaved 1F1B and ZB-H1; users write their own as text. :func:`validate` finds
 missing, duplicated or misordered actions and deadlocks; :func:`simulate` predicts a
 :class:`Timeline` from :class:`PipelineCosts` with transfers on their own streams;
-:func:`compare_schedules` tabulates schedules side by side.
+:func:`compare_schedules` tabulates schedules side by side; :class:`PipelineRuntime`
+runs a schedule on real workers with the cross-mesh transfers on their own threads.
 """
 
 from reshard.pipeline.actions import Action, ActionKind
@@ -27,12 +28,19 @@ from reshard.pipeline.schedules import (
 from reshard.pipeline.simulator import simulate
 from reshard.pipeline.timeline import Stream, Timeline, TimelineEvent
 from reshard.pipeline.validate import Problem, ProblemKind, check, format_problems, validate
+from reshard.pipeline.stage import ParamSpec, StageModule, StageSpec
+from reshard.pipeline.runtime import PipelineRuntime, StepResult
 
 __all__ = [
     "SCHEDULES",
     "Action",
     "ActionKind",
     "Channel",
+    "ParamSpec",
+    "PipelineRuntime",
+    "StageModule",
+    "StageSpec",
+    "StepResult",
     "CostSpec",
     "PipelineCosts",
     "Problem",
