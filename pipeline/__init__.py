@@ -15,6 +15,7 @@ from reshard.pipeline.actions import Action, ActionKind
 from reshard.pipeline.compare import compare_schedules, format_table
 from reshard.pipeline.costs import CostSpec, PipelineCosts, SupportsEstimate, plan_times
 from reshard.pipeline.errors import ScheduleError
+from reshard.pipeline.runtime import PipelineRuntime, StepResult
 from reshard.pipeline.schedule import Channel, Schedule
 from reshard.pipeline.schedules import (
     SCHEDULES,
@@ -26,10 +27,9 @@ from reshard.pipeline.schedules import (
     zero_bubble_h1,
 )
 from reshard.pipeline.simulator import simulate
+from reshard.pipeline.stage import ParamSpec, StageModule, StageSpec
 from reshard.pipeline.timeline import Stream, Timeline, TimelineEvent
 from reshard.pipeline.validate import Problem, ProblemKind, check, format_problems, validate
-from reshard.pipeline.stage import ParamSpec, StageModule, StageSpec
-from reshard.pipeline.runtime import PipelineRuntime, StepResult
 
 __all__ = [
     "SCHEDULES",
