@@ -231,6 +231,8 @@ class DeviceWorker:
                 return 0
             return n * buf.itemsize
         if task.kind is TaskKind.REDUCE:
+            if scratch is None:  # load_plan sizes it for every reduce
+                raise ExecutionError(f"device {me}: plan loaded without a reduce buffer")
             buf = scratch[:n]
             buf.reshape(tuple(hi - lo for lo, hi in task.box))[...] = region(
                 src[i], task.box, lp.src_box[i])
@@ -246,6 +248,8 @@ class DeviceWorker:
             k = len(group)
             m = max(box_size(p) for p in task.pieces)
             piece_of = dict(zip(task.receivers, task.pieces))
+            if scratch is None:  # load_plan sizes it for every all-gather
+                raise ExecutionError(f"device {me}: plan loaded without a gather buffer")
             inp = scratch[:m]
             out = scratch[m:m * (k + 1)].reshape(k, m)
             mine = piece_of[me]

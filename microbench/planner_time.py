@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable
+from typing import Callable, TypeVar
 
 import numpy as np
 
@@ -18,9 +18,12 @@ from reshard import Cluster, DeviceMesh, Layout
 SPECS = ("S0RR", "RRR", "RS0R", "RS01R", "S1RR", "RRS0", "S01RR", "S1S0R", "RS10R")
 
 
-def _best_of(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
-    best, out = float("inf"), None
-    for _ in range(repeat):
+T = TypeVar("T")
+
+
+def _best_of(fn: Callable[[], T], repeat: int) -> tuple[float, T]:
+    best = float("inf")
+    for _ in range(max(1, repeat)):
         t = time.perf_counter()
         out = fn()
         best = min(best, time.perf_counter() - t)

@@ -212,9 +212,10 @@ class StageWorker:
         saved: dict[tuple[int, int], Any] = {}
         arrays = self.worker.arrays
         try:
-            program = self.schedule.stages[self.stage] if self.stage is not None else ()
+            stage = self.stage if self.stage is not None else -1
+            program = self.schedule.stages[stage] if stage >= 0 else ()
             for a in program:
-                v = self.schedule.virtual_stage(self.stage, a.chunk)
+                v = self.schedule.virtual_stage(stage, a.chunk)
                 k = a.microbatch
                 kind = a.kind
                 if kind is ActionKind.RECV_ACT:
@@ -254,7 +255,7 @@ class StageWorker:
                     if kind is not ActionKind.BACKWARD_WEIGHT and v > 0:
                         self._local_handoff_grad(it, v, k, flags)
                 if self.reporter[v]:
-                    record(self.stage, "compute", a, t0, time.monotonic())
+                    record(stage, "compute", a, t0, time.monotonic())
         finally:
             deadline = time.monotonic() + cfg.timeout
             for t in threads:

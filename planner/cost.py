@@ -173,8 +173,8 @@ def simulate(plan: ReshardPlan) -> Estimate:
         nxt = min(waiting.values(), default=math.inf)
         fins = {}
         for t in flowing:
-            r = rates[t]
-            fins[t] = now + (remaining[t] / r if r > 0 else math.inf)
+            rate = rates[t]
+            fins[t] = now + (remaining[t] / rate if rate > 0 else math.inf)
             nxt = min(nxt, fins[t])
         if nxt == math.inf:
             raise RuntimeError("cost simulation stalled; the plan's order is inconsistent")

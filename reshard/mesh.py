@@ -39,9 +39,8 @@ class DeviceMesh:
         devices: Iterable[int] | None = None,
         axis_names: Sequence[str] | None = None,
     ) -> None:
-        if isinstance(shape, int) and not isinstance(shape, bool):
-            shape = (shape,)
-        shape_t = tuple(_as_int(s, "mesh shape entry") for s in shape)
+        entries: Sequence[int] = (shape,) if isinstance(shape, int) else shape
+        shape_t = tuple(_as_int(s, "mesh shape entry") for s in entries)
         if not shape_t:
             raise MeshError("mesh shape must have at least one axis, got (); use e.g. (1,)")
         if any(s < 1 for s in shape_t):
