@@ -6,23 +6,29 @@ through ``package_dir``; none of them installs as a top-level package (a
 top-level ``comm`` would shadow Jupyter's ``comm``).
 """
 
+import os
+
 from setuptools import setup
 
 SUBPACKAGES = ("planner", "comm", "pipeline", "microbench")
 
-package_dir = {"reshard": "reshard"}
-package_dir.update({f"reshard.{name}": name for name in SUBPACKAGES})
 
-packages = [
-    "reshard",
-    "reshard.service",
-    "reshard.adapters",
-    *(f"reshard.{name}" for name in SUBPACKAGES),
-    "reshard.comm.backends",
-    "reshard.comm.launchers",
-    "reshard.pipeline.examples",
-    "reshard.microbench.suites",
-]
+def _packages(root: str, name: str) -> list[str]:
+    """``name`` and every folder below ``root`` that holds an ``__init__.py``."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        if "__init__.py" in files:
+            rel = os.path.relpath(folder, root)
+            found.append(name if rel == "." else f"{name}.{rel.replace(os.sep, '.')}")
+    return found
+
+
+package_dir = {"reshard": "reshard"}
+package_dir.update({f"reshard.{sub}": sub for sub in SUBPACKAGES})
+packages = _packages("reshard", "reshard")
+for sub in SUBPACKAGES:
+    packages += _packages(sub, f"reshard.{sub}")
 
 setup(
     name="reshard",
@@ -33,7 +39,6 @@ setup(
     python_requires=">=3.10",
     package_dir=package_dir,
     packages=packages,
-    package_data={"reshard.service": ["*.proto"]},
     install_requires=[
         "numpy>=1.24",
         "ray>=2.9",
