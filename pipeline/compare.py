@@ -93,6 +93,48 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def paper_transfer(activation_mb: float, src_spec: str = "RRR", dst_spec: str = "RRR",
+                   mesh: tuple[int, int] = (1, 4), preset: str = "paper") -> float:
+    """Seconds the planner's cost model gives for moving one fp16 activation of
+    ``activation_mb`` MB between two consecutive stages of the paper's setting: each
+    stage one host of 4 GPUs (p3.8xlarge, 10 Gbit/s network), activations laid out
+    ``src_spec`` -> ``dst_spec`` on (1, 4) meshes, broadcast strategy."""
+    import math
+
+    from reshard.cluster import Cluster
+    from reshard.layout import Layout
+    from reshard.mesh import DeviceMesh
+    from reshard.planner.plan import plan
+
+    per_host = mesh[1]
+    elems = int(activation_mb * 1e6 / 2)
+    rows = max(1, int(math.sqrt(elems / 8)))
+    shape = (8, rows, max(1, elems // (8 * rows)))
+    cluster = Cluster.regular(2 * mesh[0], per_host, preset=preset)
+    n = mesh[0] * per_host
+    a = Layout(DeviceMesh(mesh, devices=range(n)), src_spec)
+    b = Layout(DeviceMesh(mesh, devices=range(n, 2 * n)), dst_spec)
+    return plan(shape, "float16", a, b, cluster=cluster).estimate()
+
+
+def paper_setting(forward_s: float, backward_s: float, activations_mb: Sequence[float],
+                  n_stages: int = 4, n_mb: int = 8,
+                  names: Sequence[str] = ("1f1b", "eager-1f1b")) -> list[dict[str, Any]]:
+    """1F1B vs eager 1F1B on the paper's cluster, with each boundary's transfer time
+    taken from the planner's cost model for the activation size.
+
+    Returns:
+        One row per (activation size, schedule): the modelled transfer, iteration time,
+        bubble fraction and peak activations per stage.
+    """
+    out = []
+    for mb in activations_mb:
+        transfer = paper_transfer(mb)
+        for row in compare_schedules(n_stages, n_mb, forward_s, backward_s, transfer, names):
+            out.append({"activation_MB": mb, "transfer_s": transfer, **row})
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Prints the comparison for each transfer time given on the command line."""
     parser = argparse.ArgumentParser(
@@ -104,7 +146,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--backward", type=float, default=2.0)
     parser.add_argument("--transfer", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0])
     parser.add_argument("--schedules", nargs="+", default=list(DEFAULT_SCHEDULES))
+    parser.add_argument("--paper", action="store_true",
+                        help="the paper's cluster: transfer times from the planner's cost "
+                             "model for fp16 activations of --activation-mb MB; --forward / "
+                             "--backward in seconds")
+    parser.add_argument("--activation-mb", type=float, nargs="+", default=[4, 16, 32, 64])
     args = parser.parse_args(argv)
+    if args.paper:
+        print(f"paper's cluster (p3.8xlarge, 10 Gbit/s): stages={args.stages} "
+              f"microbatches={args.microbatches} forward={args.forward}s "
+              f"backward={args.backward}s")
+        print(format_table(paper_setting(args.forward, args.backward, args.activation_mb,
+                                         args.stages, args.microbatches)))
+        return
     for transfer in args.transfer:
         print(
             f"stages={args.stages} microbatches={args.microbatches} forward={args.forward} "
