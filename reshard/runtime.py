@@ -58,6 +58,10 @@ class Runtime:
             ``OMP_NUM_THREADS=1``. The process launcher starts workers with the
             ``forkserver`` method (``RESHARD_START_METHOD=spawn`` in the driver's
             environment selects ``spawn``).
+        netns: run each worker inside its cluster host's network namespace: a
+            :class:`reshard.microbench.testbed.Testbed` (or a
+            :class:`~reshard.comm.launchers.process.NetnsPlacement`); gloo with the
+            process launcher only.
 
     Use as a context manager, or call :meth:`close`.
     """
@@ -71,6 +75,7 @@ class Runtime:
         timeout: float = 60.0,
         address: str | None = None,
         env: dict[str, str] | None = None,
+        netns: Any = None,
     ) -> None:
         from reshard.comm.backend import BackendKind
         from reshard.comm.launchers import LauncherKind, default_launcher, start_group
@@ -92,7 +97,7 @@ class Runtime:
         self._closed = False
         self._broken: str | None = None
         self.group = start_group(self.backend, self.launcher, devices, cluster, self.timeout,
-                                 address=address, env=env)
+                                 address=address, env=env, netns=netns)
 
     # ----- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Runtime":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from reshard.cluster import Cluster
 from reshard.comm.backend import BackendKind
@@ -17,8 +17,13 @@ def default_launcher(backend: BackendKind) -> LauncherKind:
 
 def start_group(backend: BackendKind, launcher: LauncherKind, devices: Sequence[int],
                 cluster: Cluster | None, timeout: float, address: str | None = None,
-                env: dict[str, str] | None = None) -> WorkerGroup:
-    """Start one worker per device with the given backend and launcher."""
+                env: dict[str, str] | None = None, netns: Any = None) -> WorkerGroup:
+    """Start one worker per device with the given backend and launcher (``netns``: see
+    :class:`~reshard.comm.launchers.process.ProcessGroup`; process launcher only)."""
+    if netns is not None and launcher is not LauncherKind.PROCESS:
+        raise StrategyError(
+            f"netns=... runs workers inside network namespaces, which only the process "
+            f"launcher does; got launcher={launcher.value!r}, use launcher='process'")
     if launcher is LauncherKind.THREAD:
         if backend is not BackendKind.LOCAL:
             raise StrategyError(
@@ -34,7 +39,7 @@ def start_group(backend: BackendKind, launcher: LauncherKind, devices: Sequence[
     if launcher is LauncherKind.PROCESS:
         from reshard.comm.launchers.process import ProcessGroup
 
-        return ProcessGroup(backend, devices, cluster, timeout, env=env)
+        return ProcessGroup(backend, devices, cluster, timeout, env=env, netns=netns)
     from reshard.comm.launchers.ray import RayGroup
 
     return RayGroup(backend, devices, cluster, timeout, address=address, env=env)

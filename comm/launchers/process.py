@@ -19,6 +19,13 @@ submit never blocks on a busy or stopped worker), and one monitor thread waits o
 every result pipe and every process sentinel: it resolves futures, and when a
 process exits it records why and fails that worker's pending calls at once.
 
+Network namespaces (the emulated multi-host testbed, :mod:`reshard.microbench.testbed`):
+given a :class:`NetnsPlacement`, each worker enters its cluster host's namespace
+(``setns``) as the very first thing it does, before it starts any thread, so every
+socket it and its backend open lives there; gloo binds to the namespace's interface
+(``GLOO_SOCKET_IFNAME``) and advertises its address, and the driver's rendezvous
+listens on the driver's address on the namespaces' network instead of loopback.
+
 Cleanup: :meth:`ProcessGroup.close` asks workers to exit, then terminates and
 kills what remains; it also runs at interpreter exit. Workers are daemon processes
 and watch the driver (``PR_SET_PDEATHSIG``, a thread polling the parent and the
@@ -29,6 +36,7 @@ driver that is killed.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import itertools
 import multiprocessing as mp
 import os
@@ -39,8 +47,9 @@ import threading
 import time
 import traceback
 from concurrent.futures import Future
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from reshard.comm.backend import BackendKind
 from reshard.comm.launchers.cleanup import close_at_exit
@@ -59,6 +68,101 @@ _PRELOAD = {
     BackendKind.NCCL: ["reshard.comm.launchers.process"],
 }
 _GRACE = 3.0  # seconds a worker gets to exit on its own at close
+_CLONE_NEWNET = 0x40000000  # <sched.h>
+NETNS_DIR = "/var/run/netns"  # where ``ip netns add`` names namespaces
+
+
+# ----- network namespaces ------------------------------------------------------------
+@dataclass(frozen=True)
+class NetnsHost:
+    """Where the workers of one cluster host live.
+
+    Attributes:
+        netns: the namespace's name under :data:`NETNS_DIR` (``ip netns`` names).
+        address: the host's IPv4 address inside it (what gloo advertises).
+        ifname: the interface holding ``address`` (``GLOO_SOCKET_IFNAME``).
+    """
+
+    netns: str
+    address: str
+    ifname: str
+
+
+@dataclass(frozen=True)
+class NetnsPlacement:
+    """Cluster hosts mapped to network namespaces.
+
+    Attributes:
+        hosts: ``hosts[h]`` is where the workers of cluster host ``h`` run.
+        driver_address: an address of the driver's (root) namespace that every
+            namespace reaches; the rendezvous listens there.
+    """
+
+    hosts: tuple[NetnsHost, ...]
+    driver_address: str
+
+    def apply(self, spec: WorkerSpec) -> WorkerSpec:
+        """``spec`` with gloo bound to and advertising its host's namespace address
+        (a ``GLOO_SOCKET_IFNAME`` given in the caller's ``env`` is kept)."""
+        where = self.host(spec.host)
+        env = {"GLOO_SOCKET_IFNAME": where.ifname, **spec.env}
+        return dataclasses.replace(spec, env=env,
+                                   options={**spec.options, "advertise": where.address})
+
+    def host(self, host: int) -> NetnsHost:
+        """The namespace of cluster host ``host``."""
+        if not 0 <= host < len(self.hosts):
+            raise ExecutionError(
+                f"cluster host {host} has no network namespace: the placement has "
+                f"{len(self.hosts)} (hosts 0..{len(self.hosts) - 1}); use a testbed with at "
+                f"least as many hosts as the cluster")
+        return self.hosts[host]
+
+
+def as_placement(netns: Any) -> NetnsPlacement:
+    """A :class:`NetnsPlacement`, or what an object's ``netns_placement()`` returns
+    (a :class:`~reshard.microbench.testbed.Testbed`)."""
+    if isinstance(netns, NetnsPlacement):
+        return netns
+    get = getattr(netns, "netns_placement", None)
+    if get is None:
+        raise ExecutionError(
+            f"netns must be a NetnsPlacement or have netns_placement() (a "
+            f"reshard.microbench.testbed.Testbed), got {type(netns).__name__}")
+    placement = get()
+    if not isinstance(placement, NetnsPlacement):
+        raise ExecutionError(f"{type(netns).__name__}.netns_placement() returned "
+                             f"{type(placement).__name__}, not a NetnsPlacement")
+    return placement
+
+
+def enter_netns(name: str) -> None:
+    """Move the calling thread into the network namespace ``name`` (``setns``).
+
+    Only the calling thread moves; sockets it opens afterwards belong to that
+    namespace. A worker calls it before any other thread exists, so the whole
+    process (and every thread it starts later) lives there. Needs CAP_SYS_ADMIN.
+
+    Raises:
+        ExecutionError: the name is not a plain name, the namespace does not exist,
+            or ``setns`` fails.
+    """
+    import ctypes
+
+    if not name or "/" in name or name in (".", ".."):
+        raise ExecutionError(f"network namespace name {name!r} is not a plain name")
+    path = os.path.join(NETNS_DIR, name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ExecutionError(f"cannot open network namespace {path}: {e.strerror}") from e
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise ExecutionError(f"setns({path}, CLONE_NEWNET) failed: {os.strerror(err)}")
+    finally:
+        os.close(fd)
 
 
 # ----- worker side -------------------------------------------------------------------
@@ -89,8 +193,19 @@ def _watch_parent(driver: int) -> None:
 
 
 def _worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
-                 driver: int, driver_env: dict[str, str]) -> None:
-    """Entry point of a worker process."""
+                 driver: int, driver_env: dict[str, str], netns: str | None = None) -> None:
+    """Entry point of a worker process (in network namespace ``netns`` if given)."""
+    if netns is not None:
+        # First of all: setns moves only the calling thread, and threads started later
+        # (gloo's, the store's, the pipe reader) inherit its namespace. A forkserver
+        # child has no other thread yet; a spawn child has numpy's OpenBLAS pool (started
+        # by unpickling this call's arguments), which stays behind but opens no sockets.
+        try:
+            enter_netns(netns)
+        except BaseException as e:
+            results.send(("failed", portable_error(e, spec.device), traceback.format_exc()))
+            results.close()
+            return
     # A fork server holds the driver's environment of when it started: take the
     # driver's current one, as spawn would, then the worker's own variables.
     os.environ.clear()
@@ -189,10 +304,15 @@ class ProcessGroup:
             a minute for the workers to import torch / cupy.
         env: extra environment variables for the workers (``{device}``, ``{rank}``,
             ``{host}`` in values are replaced per worker).
+        netns: run each worker in its cluster host's network namespace: a
+            :class:`NetnsPlacement` or an object with ``netns_placement()`` (a
+            :class:`~reshard.microbench.testbed.Testbed`). gloo only. The rendezvous
+            then listens on the placement's driver address instead of loopback.
     """
 
     def __init__(self, backend: BackendKind, devices: Sequence[int], cluster: Any,
-                 timeout: float, env: dict[str, str] | None = None) -> None:
+                 timeout: float, env: dict[str, str] | None = None,
+                 netns: Any = None) -> None:
         self.backend = BackendKind.parse(backend)
         self.timeout = float(timeout)
         # gloo's sub-groups are created by every rank of the world: load plans everywhere.
@@ -201,15 +321,27 @@ class ProcessGroup:
         self._lock = threading.Lock()
         self._closed = False
         self._workers: dict[int, _Worker] = {}
-        self._rendezvous = TcpRendezvousServer("127.0.0.1")
+        placement = None if netns is None else as_placement(netns)
+        if placement is not None and self.backend is not BackendKind.GLOO:
+            raise ExecutionError(
+                f"network namespaces (netns=...) are supported for the gloo backend, not "
+                f"{self.backend.value!r}")
+        self.placement = placement
+        self._rendezvous = TcpRendezvousServer(
+            "127.0.0.1" if placement is None else placement.driver_address)
         self._wake_r, self._wake_w = mp.Pipe(duplex=False)
         self._monitor: threading.Thread | None = None
         self._atexit = close_at_exit(self)
         try:
-            self._start(make_specs(self.backend.value, devices, cluster, self.timeout,
-                                   self._rendezvous.address, env,
-                                   {"advertise": "127.0.0.1"}
-                                   if self.backend is BackendKind.GLOO else {}))
+            specs = make_specs(self.backend.value, devices, cluster, self.timeout,
+                               self._rendezvous.address, env,
+                               {"advertise": "127.0.0.1"}
+                               if self.backend is BackendKind.GLOO else {})
+            where: Mapping[int, str | None] = {s.device: None for s in specs}
+            if placement is not None:
+                where = {s.device: placement.host(s.host).netns for s in specs}
+                specs = [placement.apply(s) for s in specs]
+            self._start(specs, where)
         except BaseException:
             self.close()
             raise
@@ -228,13 +360,14 @@ class ProcessGroup:
             ctx.set_forkserver_preload(_PRELOAD[self.backend])
         return ctx
 
-    def _start(self, specs: list[WorkerSpec]) -> None:
+    def _start(self, specs: list[WorkerSpec], netns: Mapping[int, str | None]) -> None:
         ctx = self._context()
         for spec in specs:
             cmd_r, cmd_w = ctx.Pipe(duplex=False)
             res_r, res_w = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=_worker_main,
-                               args=(spec, cmd_r, res_w, os.getpid(), dict(os.environ)),
+                               args=(spec, cmd_r, res_w, os.getpid(), dict(os.environ),
+                                     netns[spec.device]),
                                name=f"reshard-{spec.backend}-dev{spec.device}", daemon=True)
             proc.start()
             cmd_r.close()
@@ -401,4 +534,5 @@ class ProcessGroup:
                 fut.set_exception(ExecutionError("the worker group was closed"))
 
 
-__all__ = ["ProcessGroup"]
+__all__ = ["NETNS_DIR", "NetnsHost", "NetnsPlacement", "ProcessGroup", "as_placement",
+           "enter_netns"]
