@@ -1,0 +1,212 @@
+"""The paper's n-to-m cases on the emulated multi-host testbed, measured against the model.
+
+Builds a :class:`~reshard.microbench.testbed.Testbed` (hosts = network namespaces,
+NICs = tc-limited veths), runs gloo workers inside it (process launcher), and for
+every case and strategy reports:
+
+* ``meas s``: median wall time of ``Runtime.execute`` over ``--runs`` runs after
+  ``--warmup`` runs, measured in the driver;
+* ``model s``: the planner's prediction, ``plan.estimate()``, on the testbed's
+  cluster (NIC = the tc rate; intra-host bandwidth = the measured loopback TCP rate
+  inside a namespace unless ``--intra preset``);
+* ``meas/model``, and the lower bound ``bound s`` (``plan.lower_bound()``, the same
+  for every strategy) with ``meas/bound``;
+* ``#wrong``: destination elements that differ from the source value (checked on
+  the first run of each strategy).
+
+Meshes ``(n, 4)`` become ``(n, g)`` (``Case.narrowed(g)``, ``g = --devices-per-host``)
+and are placed by ``Case.build``: the source on the first hosts, the destination on
+the next ones. Each case's tensor is sized so that its broadcast plan takes about
+``--seconds`` on the model.
+
+Example (about 3 minutes on 2 cores)::
+
+    python -m reshard.microbench.testbed_bench --gbit 0.3 --json testbed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from reshard.cluster import Cluster
+from reshard.layout import Layout
+from reshard.microbench.suites.paper import Case, n_to_m_cases
+from reshard.microbench.testbed import Testbed, available
+from reshard.planner.plan import plan_many
+from reshard.planner.strategy import Strategy
+
+STRATEGIES = tuple(s.value for s in Strategy)
+
+
+def sized(case: Case, devices_per_host: int, cluster: Callable[[int], Cluster],
+          seconds: float) -> Case:
+    """``case`` scaled so its broadcast plan takes about ``seconds`` on the model of
+    ``cluster(num_hosts)`` (two rounds: the model is affine in the bytes, up to the
+    rounding of the shape)."""
+    for _ in range(2):
+        src, dst, built = case.build(devices_per_host)
+        plan = plan_many([(case.shape, case.dtype, src, dst)],
+                         cluster=cluster(built.num_hosts), strategy="broadcast")
+        case = case.with_bytes(int(case.nbytes * seconds / plan.estimate()))
+    return case
+
+
+def wrong_elements(rt: Any, y: Any, value: np.ndarray, dst: Layout) -> int:
+    """Destination elements that differ from ``value``."""
+    shards = rt.shards(y)
+    return sum(int(np.count_nonzero(shards[d] != value[sl]))
+               for d, sl in dst.index_map(value.shape).items())
+
+
+def bench_case(rt: Any, case: Case, src: Layout, dst: Layout, strategies: Sequence[str],
+               runs: int, warmup: int) -> list[dict]:
+    """Measure every strategy of one case on a running runtime."""
+    value = np.random.default_rng(0).integers(-2**20, 2**20, size=case.shape).astype(case.dtype)
+    x = rt.put(value, src)
+    rows = []
+    for strategy in strategies:
+        plan = rt.plan(x, dst, strategy)
+        rt.load(plan)
+        wrong = -1
+        times = []
+        for i in range(warmup + runs):
+            t0 = time.perf_counter()
+            (y,) = rt.execute(plan, [x])
+            elapsed = time.perf_counter() - t0
+            if i == 0:
+                wrong = wrong_elements(rt, y, value, dst)
+            if i >= warmup:
+                times.append(elapsed)
+            rt.free(y)
+        seconds = statistics.median(times)
+        model, bound = plan.estimate(), plan.lower_bound()
+        rows.append({
+            "case": case.name, "strategy": strategy, "shape": list(case.shape),
+            "dtype": case.dtype, "src": str(src), "dst": str(dst),
+            "tensor_bytes": case.nbytes, "bytes_moved": plan.bytes_moved(),
+            "tasks": len(plan.tasks), "seconds": seconds, "seconds_all": times,
+            "model_seconds": model, "lower_bound_seconds": bound,
+            "measured_over_model": seconds / model, "measured_over_bound": seconds / bound,
+            "busiest_resource": list(plan.simulate().busiest), "wrong": wrong,
+        })
+    rt.free(x)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """The rows as a fixed-width text table."""
+    head = (f"{'case':>4} {'strategy':>9} {'tensor MB':>9} {'moved MB':>8} {'meas s':>7} "
+            f"{'model s':>7} {'meas/model':>10} {'bound s':>7} {'meas/bound':>10} "
+            f"{'#wrong':>6}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r['case']:>4} {r['strategy']:>9} {r['tensor_bytes'] / 1e6:>9.1f} "
+            f"{r['bytes_moved'] / 1e6:>8.1f} {r['seconds']:>7.3f} {r['model_seconds']:>7.3f} "
+            f"{r['measured_over_model']:>10.2f} {r['lower_bound_seconds']:>7.3f} "
+            f"{r['measured_over_bound']:>10.2f} {r['wrong']:>6}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; prints a table, optionally writes JSON. Exit 1 on wrong
+    results, 2 when no testbed can be built here."""
+    ap = argparse.ArgumentParser(
+        prog="python -m reshard.microbench.testbed_bench",
+        description="The paper's n-to-m cases on gloo workers in network namespaces "
+                    "with tc-limited NICs: measured time vs. the planner's model.")
+    ap.add_argument("--gbit", type=float, default=0.3, help="NIC rate, Gbit/s (default 0.3)")
+    ap.add_argument("--latency-ms", type=float, default=0.0, help="netem delay (default 0)")
+    ap.add_argument("--devices-per-host", type=int, default=2,
+                    help="workers per host; meshes (n, 4) become (n, this) (default 2)")
+    ap.add_argument("--seconds", type=float, default=1.0,
+                    help="size each case so its broadcast takes this long on the model")
+    ap.add_argument("--cases", default="1,2,3,4,5,6,7,9", help="comma-separated case names")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES),
+                    help=f"comma-separated, from {list(STRATEGIES)}")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed runs first")
+    ap.add_argument("--intra", choices=["measured", "preset"], default="measured",
+                    help="model's intra-host bandwidth: loopback TCP measured in a "
+                         "namespace (default) or the paper preset's NVLink figure")
+    ap.add_argument("--timeout", type=float, default=120.0, help="runtime timeout, seconds")
+    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = ap.parse_args(argv)
+
+    ok = available(latency=args.latency_ms > 0)
+    if not ok:
+        print(f"testbed unavailable: {ok.reason}", file=sys.stderr)
+        return 2
+    from reshard.runtime import Runtime
+
+    # Workers' TCPStore logs a warning per connection when reverse DNS of the testbed's
+    # private addresses fails (harmless). Their torch is imported by the fork server,
+    # which takes the log level from this process's environment when it starts.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    by_name = {c.name: c for c in n_to_m_cases()}
+    names = [n.strip() for n in args.cases.split(",") if n.strip()]
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        ap.error(f"unknown case(s) {unknown}; valid: {sorted(by_name)}")
+    strategies = [Strategy.parse(s).value for s in args.strategies.split(",") if s.strip()]
+    g = args.devices_per_host
+    narrowed = [by_name[n].narrowed(g) for n in names]
+    hosts_needed = max(c.build(g)[2].num_hosts for c in narrowed)
+
+    env: dict[str, Any] = {"python": platform.python_version(), "cpus": os.cpu_count(),
+                           "nic_gbit_per_s": args.gbit, "latency_ms": args.latency_ms,
+                           "devices_per_host": g, "hosts": hosts_needed}
+    rows: list[dict] = []
+    with Testbed(hosts_needed, args.gbit, args.latency_ms) as tb:
+        overrides: dict[str, float] = {}
+        if args.intra == "measured":
+            nbytes = 64 << 20
+            overrides["intra_bandwidth"] = nbytes / min(tb.measure(0, 0, nbytes)
+                                                        for _ in range(3))
+        env["intra_bandwidth"] = overrides.get("intra_bandwidth")
+        env["testbed"] = repr(tb)
+
+        def cluster(n: int) -> Cluster:
+            return tb.cluster(g, num_hosts=n, **overrides)
+
+        cases = [sized(c, g, cluster, args.seconds) for c in narrowed]
+        print(f"# testbed: {tb!r}; NIC {tb.nic_bandwidth / 1e6:.1f} MB/s each way; model "
+              f"{cluster(hosts_needed)}", flush=True)
+        by_hosts: dict[int, list[tuple[Case, Layout, Layout]]] = {}
+        for c in cases:
+            src, dst, built = c.build(g)
+            by_hosts.setdefault(built.num_hosts, []).append((c, src, dst))
+        for n, group in sorted(by_hosts.items()):
+            t0 = time.perf_counter()
+            with Runtime("gloo", cluster(n), "process", timeout=args.timeout,
+                         netns=tb) as rt:
+                print(f"# {n} hosts x {g} workers started in "
+                      f"{time.perf_counter() - t0:.1f}s", flush=True)
+                for c, src, dst in group:
+                    new = bench_case(rt, c, src, dst, strategies, args.runs, args.warmup)
+                    rows.extend(new)
+                    print(table(new).split("\n", 2)[-1], flush=True)
+    order = {n: i for i, n in enumerate(names)}
+    rows.sort(key=lambda r: (order[r["case"]], strategies.index(r["strategy"])))
+    print()
+    print(table(rows))
+    print(f"# NIC {args.gbit:g} Gbit/s (tc tbf, each way), {g} gloo workers per host; meas = "
+          f"median of {args.runs} runs after {args.warmup} warm-up; model = plan.estimate() "
+          f"on the testbed cluster; bound = plan.lower_bound()")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"environment": env, "args": vars(args), "rows": rows}, f, indent=2)
+    return 1 if any(r["wrong"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
