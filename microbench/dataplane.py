@@ -47,32 +47,10 @@ import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.layout import Layout
-from reshard.mesh import DeviceMesh
 from reshard.microbench.suites.paper import Case, n_to_m_cases
 from reshard.planner.strategy import Strategy
 
 STRATEGIES = tuple(s.value for s in Strategy)
-
-
-def place(case: Case, cluster: Cluster, g: int) -> tuple[Layout, Layout]:
-    """Source and destination layouts of ``case`` with meshes narrowed to ``g``."""
-    def mesh(shape: tuple[int, ...], first_host: int) -> DeviceMesh:
-        n = shape[0]
-        devs = [d for h in range(first_host, first_host + n) for d in cluster.hosts[h][:g]]
-        return DeviceMesh((n, g), devices=devs)
-
-    ns, nd = case.src_mesh[0], case.dst_mesh[0]
-    if ns > cluster.num_hosts or nd > cluster.num_hosts:
-        raise SystemExit(f"case {case.name} needs {max(ns, nd)} hosts; use --hosts")
-    first = ns if ns + nd <= cluster.num_hosts else cluster.num_hosts - nd
-    return Layout(mesh(case.src_mesh, 0), case.src_spec), Layout(mesh(case.dst_mesh, first),
-                                                                   case.dst_spec)
-
-
-def scaled(case: Case, size_mb: float) -> Case:
-    """``case`` with its shape scaled so the tensor has about ``size_mb`` MiB."""
-    factor = (size_mb * 2**20 / case.nbytes) ** (1 / len(case.shape))
-    return case.scaled(factor)
 
 
 def delivered_bytes(src: Layout, dst: Layout, shape: tuple[int, ...], itemsize: int) -> int:
@@ -208,8 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"unknown case(s) {unknown}; valid: {sorted(by_name)}")
     strategies = [Strategy.parse(s).value for s in args.strategies.split(",") if s.strip()]
     cluster = Cluster.regular(args.hosts, args.devices_per_host)
-    cases = [scaled(by_name[n], args.size_mb) for n in names]
-    layouts = [place(c, cluster, args.devices_per_host) for c in cases]
+    cases = [by_name[n].with_bytes(int(args.size_mb * 2**20)) for n in names]
+    layouts = [c.narrowed(args.devices_per_host).layouts_on(cluster) for c in cases]
 
     env = {"python": platform.python_version(), "cpus": os.cpu_count(),
            "workers": len(cluster.devices), "launcher": args.launcher, "backend": "gloo",

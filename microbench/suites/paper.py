@@ -73,35 +73,42 @@ class Case:
         """Bytes of the global tensor."""
         return math.prod(self.shape) * np.dtype(self.dtype).itemsize
 
-    def build(self, devices_per_host: int = 4, preset: str = "paper",
-              **overrides: float) -> tuple[Layout, Layout, Cluster]:
-        """Source layout, destination layout and the cluster they live on.
+    def layouts_on(self, cluster: Cluster,
+                   dst_first_host: int | None = None) -> tuple[Layout, Layout]:
+        """Source and destination layouts placed on ``cluster``'s hosts.
 
-        The source mesh takes whole hosts first; the destination mesh starts on the
-        next free host. A mesh of shape (n, g) takes g devices on each of n hosts; a
-        (1, 1) mesh takes one device of its own host.
+        A mesh of shape (n, g) takes the first g devices of each of n consecutive
+        hosts. The source starts on host 0; the destination on ``dst_first_host``, by
+        default the host after the source's, or the last hosts when the cluster is too
+        small for both (then the meshes overlap).
         """
-        hosts: list[list[int]] = []
-        next_dev = 0
+        ns, nd = self.src_mesh[0], self.dst_mesh[0]
+        if max(ns, nd) > cluster.num_hosts:
+            raise ValueError(f"case {self.name} needs {max(ns, nd)} hosts, the cluster has "
+                             f"{cluster.num_hosts}")
+        if dst_first_host is None:
+            dst_first_host = ns if ns + nd <= cluster.num_hosts else cluster.num_hosts - nd
 
-        def place(mesh_shape: tuple[int, ...]) -> DeviceMesh:
-            nonlocal next_dev
-            n = mesh_shape[0] if len(mesh_shape) > 1 else 1
-            g = mesh_shape[-1] if len(mesh_shape) > 1 else mesh_shape[0]
-            if g > devices_per_host:
-                raise ValueError(f"mesh {mesh_shape} needs {g} devices per host, hosts have "
-                                 f"{devices_per_host}")
+        def place(mesh_shape: tuple[int, ...], first: int) -> DeviceMesh:
+            n, g = mesh_shape
             devs = []
-            for _ in range(n):
-                host = list(range(next_dev, next_dev + devices_per_host))
-                hosts.append(host)
-                devs.extend(host[:g])
-                next_dev += devices_per_host
+            for h in range(first, first + n):
+                if g > len(cluster.hosts[h]):
+                    raise ValueError(f"mesh {mesh_shape} needs {g} devices per host, host "
+                                     f"{h} has {len(cluster.hosts[h])}")
+                devs.extend(cluster.hosts[h][:g])
             return DeviceMesh(mesh_shape, devices=devs)
 
-        src = Layout(place(self.src_mesh), self.src_spec)
-        dst = Layout(place(self.dst_mesh), self.dst_spec)
-        return src, dst, Cluster.from_hosts(hosts, preset=preset, **overrides)
+        return (Layout(place(self.src_mesh, 0), self.src_spec),
+                Layout(place(self.dst_mesh, dst_first_host), self.dst_spec))
+
+    def build(self, devices_per_host: int = 4, preset: str = "paper",
+              **overrides: float) -> tuple[Layout, Layout, Cluster]:
+        """Source layout, destination layout and a cluster just large enough for the
+        two on distinct hosts (see :meth:`layouts_on`)."""
+        hosts = self.src_mesh[0] + self.dst_mesh[0]
+        cluster = Cluster.regular(hosts, devices_per_host, preset=preset, **overrides)
+        return (*self.layouts_on(cluster), cluster)
 
 
 def n_to_m_cases() -> tuple[Case, ...]:

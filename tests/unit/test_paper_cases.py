@@ -9,7 +9,7 @@ import pytest
 import reshard
 from reshard.microbench.suites.paper import n_to_m_cases, one_to_m_cases
 
-from .conftest import check_shards, wire_bytes
+from ..common import check_shards, wire_bytes
 
 SMALL = {3: (16, 12, 6)}
 CASES = {c.name: c for c in n_to_m_cases() + one_to_m_cases(elements=1 << 10)}

@@ -1,0 +1,131 @@
+"""Checks and random problems shared by every test tier (unit, cpu, gpu)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import strategies as st
+
+from reshard import DeviceMesh, Layout, ShardingSpec
+from reshard.planner.ir import ReshardPlan, TaskKind
+
+STRATEGIES = ("send_recv", "allgather", "broadcast")
+DTYPES = ("int8", "uint16", "int32", "int64", "float32", "float64", "complex64", "bool")
+
+
+def sample(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Random values of ``dtype`` whose sums stay exact (small integers)."""
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    vals = rng.integers(-50, 50, size=shape)
+    if dt.kind == "u":
+        vals = np.abs(vals)
+    if dt.kind == "c":
+        vals = vals + 1j * rng.integers(-50, 50, size=shape)
+    return vals.astype(dt)
+
+
+def addends(rng: np.random.Generator, value: np.ndarray, layout: Layout) -> dict[int, np.ndarray]:
+    """Per-device shards of ``value`` on ``layout``; on partial axes, random addends
+    that sum (with the dtype's wrap-around) to the value."""
+    boxes = layout.boxes(value.shape)
+    shards: dict[int, np.ndarray] = {}
+    for group in layout.partial_groups():
+        sl = tuple(slice(a, b) for a, b in boxes[group[0]])
+        rest = [sample(rng, value[sl].shape, value.dtype.name) for _ in group[1:]]
+        lead = value[sl].copy()
+        for r in rest:
+            lead -= r
+        shards[group[0]] = lead
+        shards.update(zip(group[1:], rest))
+    return shards
+
+
+def put_value(rt, value: np.ndarray, layout: Layout, rng: np.random.Generator):
+    """Put ``value`` on ``layout``; a partial layout gets random addends."""
+    if not layout.spec.is_partial:
+        return rt.put(value, layout)
+    return rt.put_shards(addends(rng, value, layout), layout, value.shape, value.dtype)
+
+
+def check_shards(rt, y, value: np.ndarray) -> None:
+    """Every destination shard equals its slice of ``value`` byte for byte (partial
+    destinations: partial leaders hold the value, the other addends zeros)."""
+    shards = rt.shards(y)
+    leaders = y.layout.partial_leaders()
+    for d, sl in y.layout.index_map(value.shape).items():
+        want = np.ascontiguousarray(value[sl] if d in leaders else np.zeros_like(value[sl]))
+        got = shards[d]
+        assert got.shape == want.shape and got.dtype == want.dtype, (d, got.shape, want.shape)
+        assert got.tobytes() == want.tobytes(), f"device {d} of {y.layout} differs"
+
+
+def wire_bytes(plan: ReshardPlan) -> int:
+    """Bytes a plan puts on the wire, from its tasks alone: a send carries its box once,
+    a broadcast once per receiver, a reduction once per contributor, an all-gather each
+    member's (padded) piece to every other member."""
+    total = 0
+    for t in plan.tasks:
+        if t.kind is TaskKind.SEND:
+            total += t.nbytes
+        elif t.kind in (TaskKind.BROADCAST, TaskKind.REDUCE):
+            total += t.nbytes * len(t.receivers)
+        elif t.kind is TaskKind.ALLGATHER:
+            itemsize = np.dtype(plan.tensors[t.tensor].dtype).itemsize
+            m = max(math.prod(b - a for a, b in p) for p in t.pieces)
+            k = len(t.receivers)
+            total += m * itemsize * k * (k - 1)
+    return total
+
+
+# ----- random problems ------------------------------------------------------------------
+@st.composite
+def meshes(draw, pool: tuple[int, ...], max_ndim: int = 3, max_size: int = 16) -> DeviceMesh:
+    """A mesh of 1..max_ndim axes and at most ``max_size`` devices over a prefix of
+    ``pool``."""
+    ndim = draw(st.integers(1, max_ndim))
+    limit = min(max_size, len(pool))
+    shape: list[int] = []
+    for _ in range(ndim):
+        room = limit // max(1, math.prod(shape))
+        shape.append(draw(st.integers(1, max(1, min(4, room)))))
+    return DeviceMesh(tuple(shape), devices=pool[:math.prod(shape)])
+
+
+@st.composite
+def specs(draw, mesh_ndim: int, rank: int, allow_partial: bool) -> ShardingSpec:
+    """Each mesh axis splits a random dim (random major/minor order), replicates, or
+    (if allowed) is partial."""
+    dims: list[list[int]] = [[] for _ in range(rank)]
+    partial = []
+    for axis in draw(st.permutations(range(mesh_ndim))):
+        choice = draw(st.sampled_from(["R", "S", "P"] if allow_partial else ["R", "S"]))
+        if choice == "S" and rank:
+            dims[draw(st.integers(0, rank - 1))].append(axis)
+        elif choice == "P":
+            partial.append(axis)
+    return ShardingSpec(tuple(tuple(d) for d in dims), tuple(partial))
+
+
+@st.composite
+def problems(draw, devices: tuple[int, ...], max_ndim: int = 3, max_size: int = 16):
+    """(shape, dtype, src layout, dst layout): uneven shapes (dims 0 and 1 included),
+    disjoint or overlapping meshes, S01/S10 orders, replication, partial sources and
+    destinations for summable dtypes."""
+    rank = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(0, 9), min_size=rank, max_size=rank)))
+    dtype = draw(st.sampled_from(DTYPES))
+    summable = dtype != "bool"
+    order = tuple(draw(st.permutations(devices)))
+    src_mesh = draw(meshes(order, max_ndim, max_size))
+    if draw(st.booleans()):  # overlapping: the destination reuses source devices
+        dst_pool = tuple(draw(st.permutations(order)))
+    else:
+        rest = tuple(d for d in order if d not in src_mesh.devices)
+        dst_pool = rest if rest else order
+    dst_mesh = draw(meshes(dst_pool, max_ndim, max_size))
+    src = Layout(src_mesh, draw(specs(src_mesh.ndim, rank, summable)))
+    dst = Layout(dst_mesh, draw(specs(dst_mesh.ndim, rank, summable)))
+    return shape, dtype, src, dst
