@@ -57,8 +57,11 @@ class Backend(Protocol):
     def to_host(self, array: Any) -> Any:
         """``array`` as a numpy array."""
 
-    def broadcast(self, buf: Any, root: int, group: Sequence[int]) -> None:
-        """Send ``buf`` from ``root`` to every member of ``group`` (in place)."""
+    def broadcast(self, buf: Any, root: int, group: Sequence[int],
+                  chain: Sequence[int] | None = None) -> None:
+        """Send ``buf`` from ``root`` to every member of ``group`` (in place).
+        ``chain`` is the plan's order of the receivers (root's host first), for
+        backends that pipeline a chain themselves."""
 
     def send(self, buf: Any, peer: int) -> None:
         """Send ``buf`` to ``peer``."""

@@ -224,7 +224,7 @@ class DeviceWorker:
             else:
                 buf = recv_target(dst[i], task.box, lp.dst_box[i], scratch)
             b.group_start()
-            b.broadcast(buf, task.root, group)
+            b.broadcast(buf, task.root, group, chain=task.receivers)
             b.group_end()
             if me != task.root:
                 unpack(dst[i], task.box, lp.dst_box[i], buf)

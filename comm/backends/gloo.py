@@ -33,6 +33,9 @@ import numpy as np
 from reshard.comm.backends.local import LocalBackend
 from reshard.errors import ExecutionError
 
+CHAIN_PIECE = 1 << 20
+"""Bytes per pipelined piece of a chain broadcast."""
+
 # Sum dtypes gloo lacks, as (dtype to reduce in, widen first?).
 _REDUCE_AS: dict[np.dtype, tuple[np.dtype, bool]] = {
     np.dtype(np.uint32): (np.dtype(np.int32), False),
@@ -177,11 +180,47 @@ class GlooBackend:
             raise ExecutionError(
                 f"gloo {what} with device(s) {list(peers)} failed: {_gist(e)}") from e
 
-    def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int]) -> None:
-        """``dist.broadcast`` on the member set's sub-group."""
-        if buf.size:
+    def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int],
+                  chain: Sequence[int] | None = None) -> None:
+        """Broadcast from ``root`` to ``group``.
+
+        With a ``chain`` order (the plan's: the root's host first, then host by host),
+        a pipelined chain root -> chain[0] -> chain[1] ... of send/recv in pieces of
+        :data:`CHAIN_PIECE` bytes: each host boundary is crossed once and every link
+        is busy at once, as NCCL's ring broadcast does. gloo's own broadcast (a
+        binomial tree of whole buffers, so the root's NIC sends once per tree level)
+        serves when no order is given.
+        """
+        if not buf.size:
+            return
+        if chain is None:
             self._run("broadcast", group, self._dist.broadcast, self._bytes(buf),
                       src=self.rank_of[root], group=self._group(group))
+            return
+        order = [root, *(d for d in chain if d != root)]
+        at = order.index(self.device)
+        prev = order[at - 1] if at else None
+        nxt = order[at + 1] if at + 1 < len(order) else None
+        data = self._bytes(buf)
+        pieces = [data[a:a + CHAIN_PIECE] for a in range(0, data.numel(), CHAIN_PIECE)]
+        self._run("chain broadcast", group, self._chain, pieces, prev, nxt)
+
+    def _chain(self, pieces: list, prev: int | None, nxt: int | None) -> None:
+        """Receive each piece from ``prev`` (unless root) and pass it on to ``nxt``
+        (unless last), keeping the next receive and every send in flight."""
+        dist, p2p = self._dist, self._p2p
+        sends = []
+        recv = (dist.irecv(pieces[0], src=self.rank_of[prev], group=p2p)
+                if prev is not None else None)
+        for j, piece in enumerate(pieces):
+            if recv is not None:
+                recv.wait()
+                recv = (dist.irecv(pieces[j + 1], src=self.rank_of[prev], group=p2p)
+                        if j + 1 < len(pieces) else None)
+            if nxt is not None:
+                sends.append(dist.isend(piece, dst=self.rank_of[nxt], group=p2p))
+        for s in sends:
+            s.wait()
 
     def send(self, buf: np.ndarray, peer: int) -> None:
         """``dist.send`` to ``peer``."""

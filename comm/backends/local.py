@@ -130,8 +130,10 @@ class LocalBackend:
             )
         buf[...] = msg.reshape(buf.shape)
 
-    def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int]) -> None:
-        """Root posts to every member; members receive."""
+    def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int],
+                  chain: Sequence[int] | None = None) -> None:
+        """Root posts to every member; members receive (the chain order is a
+        performance hint; the result is the same)."""
         if self.device == root:
             for d in group:
                 if d != root:

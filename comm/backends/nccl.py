@@ -255,8 +255,10 @@ class NcclBackend:
         """(pointer, byte count) for data movement as NCCL_UINT8."""
         return self._ready(buf), buf.size * buf.itemsize
 
-    def broadcast(self, buf: Any, root: int, group: Sequence[int]) -> None:
-        """``ncclBroadcast`` in place on the member set's communicator."""
+    def broadcast(self, buf: Any, root: int, group: Sequence[int],
+                  chain: Sequence[int] | None = None) -> None:
+        """``ncclBroadcast`` in place on the member set's communicator (NCCL pipelines
+        its own ring, so the chain order hint is not needed)."""
         if not buf.size:  # every member skips it alike (sizes come from the plan)
             return
         g, comm = self._comm(group)

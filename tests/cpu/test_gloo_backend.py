@@ -1,6 +1,6 @@
 """The gloo backend's operations against the reference semantics of the local backend:
 three ranks in their own processes, every dtype through broadcast / send / recv /
-all-gather / reduce, and the barrier."""
+all-gather / reduce, the pipelined chain broadcast, and the barrier."""
 
 from __future__ import annotations
 
@@ -60,6 +60,13 @@ def _rank_main(device: int, address, results) -> None:
             got = np.zeros(7, np.int64)
             b.recv(got, 3)
             out["p2p"] = got
+        # the pipelined chain: 5 -> 0 -> 3 in several pieces (a ragged last one)
+        from reshard.comm.backends.gloo import CHAIN_PIECE
+
+        n = (3 * CHAIN_PIECE) // 8 + 3
+        big = np.arange(n, dtype=np.float64) if device == 5 else np.zeros(n)
+        b.broadcast(big, 5, (0, 3, 5), chain=(0, 3))
+        out["chain"] = big
         empty = np.zeros(0, np.float32)
         b.broadcast(empty, 0, (0, 3, 5))  # zero bytes: a no-op everywhere
         b.barrier((0, 3, 5))
@@ -103,3 +110,6 @@ def test_gloo_ops_match_reference_semantics():
         total += _values(5, dt)
         assert got[0][("reduce", dt)].tobytes() == total.tobytes(), dt
     assert np.array_equal(got[5]["p2p"], np.arange(7))
+    n = len(got[5]["chain"])
+    for d in WORLD:
+        assert np.array_equal(got[d]["chain"], np.arange(n, dtype=np.float64)), d
