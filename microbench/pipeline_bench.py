@@ -11,8 +11,8 @@ For every schedule it reports the measured iteration time (median over ``--iters
 after one warm-up; from the first to the last recorded event) and two predictions of
 :func:`reshard.pipeline.simulate`: *model*, with the nominal compute times and the
 planner's cost model for the transfer plans on the testbed's cluster, and
-*calibrated*, with the mean durations measured in the same run (compute events and
-transfers). Without a testbed (not root, no iproute2) transfers run over loopback,
+*calibrated*, with the mean durations measured in the same run (compute events, and
+transfers from the sender's start to the receiver's end). Without a testbed (not root, no iproute2) transfers run over loopback,
 unlimited, and the table says so.
 
     python -m reshard.microbench.pipeline_bench --json pipeline.json --plot /tmp/tl
@@ -21,6 +21,7 @@ unlimited, and the table says so.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from typing import Sequence
@@ -53,15 +54,29 @@ def _mean(durations: Sequence[float], default: float) -> float:
     return statistics.fmean(durations) if durations else default
 
 
+def wire_times(tl: Timeline, send: str, recv: str, step: int) -> list[float]:
+    """Per transfer, from the sender's start to the receiver's end (the runtime draws
+    receives from their sender's start): a sender finishes once its bytes are in
+    socket buffers, so its own event undercounts the transfer. ``step`` is +1 for
+    activations (stage s -> s+1), -1 for gradients."""
+    starts = {(e.stage, e.action[len(send):]): e.start for e in tl.events
+              if e.stream.value == "send" and e.action.startswith(send)}
+    out = []
+    for e in tl.events:
+        if e.stream.value == "recv" and e.action.startswith(recv):
+            t0 = starts.get((e.stage - step, e.action[len(recv):]))
+            if t0 is not None:
+                out.append(e.end - t0)
+    return out
+
+
 def calibrated_costs(tl: Timeline, fwd: float, bwd: float, transfer: float) -> PipelineCosts:
     """Compute and transfer times as measured in ``tl`` (means over all stages)."""
     f = [e.duration for e in tl.events if e.stream.value == "compute" and e.action[0] == "F"]
     b = [e.duration for e in tl.events if e.stream.value == "compute" and e.action[0] == "B"]
-    sa = [e.duration for e in tl.events if e.stream.value == "send" and e.action.startswith("SA")]
-    sg = [e.duration for e in tl.events if e.stream.value == "send" and e.action.startswith("SG")]
     return PipelineCosts(forward=_mean(f, fwd), backward=_mean(b, bwd),
-                         activation_transfer=_mean(sa, transfer),
-                         gradient_transfer=_mean(sg, transfer))
+                         activation_transfer=_mean(wire_times(tl, "SA", "RA", 1), transfer),
+                         gradient_transfer=_mean(wire_times(tl, "SG", "RG", -1), transfer))
 
 
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
@@ -111,8 +126,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                     "calib_s": calib.iteration_time,
                     "calib_err": calib.iteration_time / measured - 1,
                     "transfer_ms": transfer * 1e3,
-                    "measured_transfer_ms": _mean(
-                        [e.duration for e in best.events if e.stream.value == "send"], 0) * 1e3,
+                    "measured_transfer_ms": _mean(wire_times(best, "SA", "RA", 1), 0) * 1e3,
                     "peak_act": " ".join(map(str, best.peak_activations)),
                     "bubble": best.mean_bubble_fraction,
                 })
@@ -127,7 +141,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
 
 COLUMNS = [("schedule", "schedule"), ("measured_s", "measured(s)"), ("model_s", "model(s)"),
            ("model_err", "model err"), ("calib_s", "calibrated(s)"), ("calib_err", "calib err"),
-           ("transfer_ms", "plan est(ms)"), ("measured_transfer_ms", "send(ms)"),
+           ("transfer_ms", "plan est(ms)"), ("measured_transfer_ms", "wire(ms)"),
            ("bubble", "bubble"), ("peak_act", "peak activations/stage")]
 
 
@@ -149,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--plot", default=None, help="folder for timeline PNGs")
     args = ap.parse_args(argv)
+    # torch's TCPStore warns once per connection that reverse DNS of the testbed's
+    # private addresses fails (harmless); the fork server takes the level from here.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     rows, facts = run(args)
     where = ("testbed: %d hosts, NIC %g Mbit/s (tc)" % (args.stages, args.nic_mbit)
              if facts["testbed"] else f"loopback, NOT rate limited ({facts['why']})")

@@ -19,6 +19,7 @@ import numpy as np
 
 from reshard.errors import ReshardError
 from reshard.layout import Layout
+from reshard.pipeline.actions import Action
 from reshard.pipeline.errors import ScheduleError
 from reshard.pipeline.schedule import Schedule
 from reshard.pipeline.stage import StageSpec
@@ -178,8 +179,18 @@ class PipelineRuntime:
                 losses[k] += part
         records = [e for d in self.devices for e in out[d]["events"]]
         origin = min((e["start"] for e in records), default=0.0)
-        events = [TimelineEvent(e["stage"], e["stream"], e["action"], e["start"] - origin,
-                                e["end"] - origin) for e in records]
+        # A receiver's transfer thread starts waiting as soon as its previous transfer
+        # is done; draw the receive from when its sender started.
+        sent = {(e["stage"], e["action"]): e["start"] for e in records if e["stream"] == "send"}
+        events = []
+        for e in records:
+            start = e["start"]
+            if e["stream"] == "recv":
+                peer = self.schedule.peer(e["stage"], Action.parse(e["action"]))
+                if peer is not None:
+                    start = max(start, sent.get((peer[0], str(peer[1])), start))
+            events.append(TimelineEvent(e["stage"], e["stream"], e["action"],
+                                        start - origin, e["end"] - origin))
         return StepResult(tuple(losses), Timeline(events, self.schedule.num_stages), wall)
 
     # ----- gradients and update --------------------------------------------------------
