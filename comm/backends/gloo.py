@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from reshard.comm.backends.local import LocalBackend
+from reshard.comm.backends.host_memory import HostMemory
 from reshard.errors import ExecutionError
 
 CHAIN_PIECE = 1 << 20
@@ -52,7 +52,7 @@ def _gist(exc: BaseException) -> str:
     return text.split(". ")[0].rstrip(".")
 
 
-class GlooBackend:
+class GlooBackend(HostMemory):
     """One rank of the gloo backend.
 
     Args:
@@ -153,24 +153,6 @@ class GlooBackend:
                 f"{buf.strides} for shape {buf.shape}")
         return self._torch.from_numpy(buf.reshape(-1).view(np.uint8))
 
-    # ----- arrays --------------------------------------------------------------------
-    @property
-    def xp(self) -> Any:
-        """numpy."""
-        return np
-
-    def empty(self, n: int, dtype: Any) -> np.ndarray:
-        """A new 1-d buffer."""
-        return np.empty(n, dtype=dtype)
-
-    def asarray(self, array: Any) -> np.ndarray:
-        """numpy array (no copy when already one)."""
-        return np.asarray(array)
-
-    def to_host(self, array: Any) -> np.ndarray:
-        """Identity."""
-        return np.asarray(array)
-
     # ----- operations ----------------------------------------------------------------
     def _run(self, what: str, peers: Sequence[int], fn: Any, *args: Any, **kwargs: Any) -> None:
         """Run a torch.distributed call; its errors become one-line ExecutionErrors."""
@@ -257,13 +239,6 @@ class GlooBackend:
 
     def group_end(self) -> None:
         """See :meth:`group_start`."""
-
-    # The reference's token barrier: everyone reports to the first member, which
-    # releases everyone (only blocking send/recv needed, which gloo has).
-    barrier = LocalBackend.barrier
-
-    def synchronize(self) -> None:
-        """Nothing outstanding on CPU."""
 
     def close(self) -> None:
         """Destroy the process groups (idempotent; a channel leaves that to the main

@@ -11,10 +11,11 @@ from __future__ import annotations
 import queue
 import threading
 from collections import defaultdict
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from reshard.comm.backends.host_memory import HostMemory
 from reshard.errors import ExecutionError
 
 
@@ -79,7 +80,7 @@ class LocalFabric:
             self.messages = 0
 
 
-class LocalBackend:
+class LocalBackend(HostMemory):
     """One rank of the in-process reference backend.
 
     Args:
@@ -98,23 +99,6 @@ class LocalBackend:
     def channel(self, name: str) -> "LocalBackend":
         """This rank on a separate communication channel."""
         return LocalBackend(self.device, self.fabric, f"{self.context}/{name}")
-
-    @property
-    def xp(self) -> Any:
-        """numpy."""
-        return np
-
-    def empty(self, n: int, dtype: Any) -> np.ndarray:
-        """A new 1-d buffer."""
-        return np.empty(n, dtype=dtype)
-
-    def asarray(self, array: Any) -> np.ndarray:
-        """numpy array (no copy when already one)."""
-        return np.asarray(array)
-
-    def to_host(self, array: Any) -> np.ndarray:
-        """Identity."""
-        return np.asarray(array)
 
     def send(self, buf: np.ndarray, peer: int) -> None:
         """Post a copy of ``buf`` to ``peer``."""
@@ -168,22 +152,6 @@ class LocalBackend:
 
     def group_end(self) -> None:
         """See :meth:`group_start`."""
-
-    def barrier(self, group: Sequence[int]) -> None:
-        """Everyone reports to the first member, which releases everyone."""
-        token = np.zeros(1, dtype=np.uint8)
-        lead = group[0]
-        if self.device == lead:
-            for d in group[1:]:
-                self.recv(token, d)
-            for d in group[1:]:
-                self.send(token, d)
-        else:
-            self.send(token, lead)
-            self.recv(token, lead)
-
-    def synchronize(self) -> None:
-        """Nothing outstanding on CPU."""
 
     def close(self) -> None:
         """Nothing to release."""
