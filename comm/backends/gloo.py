@@ -191,13 +191,13 @@ class GlooBackend(HostMemory):
         """Receive each piece from ``prev`` (unless root) and pass it on to ``nxt``
         (unless last), keeping the next receive and every send in flight."""
         dist, p2p = self._dist, self._p2p
+        src = self.rank_of[prev] if prev is not None else -1
         sends = []
-        recv = (dist.irecv(pieces[0], src=self.rank_of[prev], group=p2p)
-                if prev is not None else None)
+        recv = dist.irecv(pieces[0], src=src, group=p2p) if src >= 0 else None
         for j, piece in enumerate(pieces):
             if recv is not None:
                 recv.wait()
-                recv = (dist.irecv(pieces[j + 1], src=self.rank_of[prev], group=p2p)
+                recv = (dist.irecv(pieces[j + 1], src=src, group=p2p)
                         if j + 1 < len(pieces) else None)
             if nxt is not None:
                 sends.append(dist.isend(piece, dst=self.rank_of[nxt], group=p2p))
