@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
 import sys
-import time
 from typing import Sequence
 
 import numpy as np
@@ -27,6 +25,7 @@ import numpy as np
 import reshard
 from reshard.cluster import GBIT, preset_names
 from reshard.microbench import planner_time
+from reshard.microbench.measure import count_wrong, measure_strategies, measured_row, sample_value
 from reshard.microbench.report import table, write_json
 from reshard.microbench.suites.paper import SUITES, Case
 from reshard.planner.strategy import Strategy
@@ -58,22 +57,11 @@ def sizes(args: argparse.Namespace) -> list[int | None]:
     return out
 
 
-def count_wrong(rt: reshard.Runtime, y, value: np.ndarray) -> int:
-    """Elements of every destination shard that differ from the expected slice."""
-    wrong = 0
-    shards = rt.shards(y)
-    leaders = y.layout.partial_leaders()
-    for d, sl in y.layout.index_map(value.shape).items():
-        want = value[sl] if d in leaders else np.zeros_like(value[sl])
-        wrong += int(np.count_nonzero(shards[d] != want))
-    return wrong
-
-
 def check_case(case: Case, strategy: str, elements: int, preset: str) -> int:
     """Run ``case`` at about ``elements`` elements on the local backend; #wrong."""
     small = case.with_bytes(elements * np.dtype(case.dtype).itemsize)
     src, dst, cluster = small.build(preset=preset)
-    value = np.random.default_rng(0).integers(-2**30, 2**30, size=small.shape).astype(case.dtype)
+    value = sample_value(small.shape, case.dtype, bound=2**30)
     with reshard.Runtime(backend="local", cluster=cluster) as rt:
         y = rt.reshard(rt.put(value, src), dst, strategy=strategy)
         return count_wrong(rt, y, value)
@@ -109,30 +97,19 @@ def run_rows(args: argparse.Namespace, cases: Sequence[Case]) -> list[dict]:
             c = case if target is None else case.with_bytes(target)
             src, dst, cluster = c.build(devices_per_host=args.devices_per_host,
                                         preset=args.cluster, **_overrides(args))
-            value = np.random.default_rng(0).integers(-2**30, 2**30, size=c.shape).astype(c.dtype)
+            value = sample_value(c.shape, c.dtype, bound=2**30)
             with reshard.Runtime(backend=args.backend, cluster=cluster, launcher=args.launcher,
                                  timeout=args.timeout) as rt:
-                x = rt.put(value, src)
-                for strategy in args.strategies:
-                    p = rt.plan(x, dst, strategy)
-                    times = []
-                    y = None
-                    for i in range(args.warmup + args.iters):
-                        if y is not None:
-                            rt.free(y)
-                        t = time.perf_counter()
-                        y = rt.execute(p, [x])[0]
-                        if i >= args.warmup:
-                            times.append(time.perf_counter() - t)
-                    secs = statistics.median(times)
-                    rows.append({
-                        "case": c.name, "shape": "x".join(map(str, c.shape)), "bytes": c.nbytes,
-                        "strategy": strategy, "tasks": len(p.tasks), "time_us": secs * 1e6,
-                        "model_us": p.estimate() * 1e6, "algbw": c.nbytes / secs / 1e9,
-                        "busbw": p.bytes_moved() / secs / 1e9,
-                        "wrong": count_wrong(rt, y, value) if args.check else "n/a",
-                    })
-                    rt.free(y)
+                # the first run loads the plan; the last run's result is checked
+                for m in measure_strategies(rt, value, src, dst, args.strategies, args.iters,
+                                            args.warmup, load=False, check=bool(args.check),
+                                            check_run=-1):
+                    secs = m.seconds
+                    rows.append(measured_row(
+                        c, src, dst, m, shape="x".join(map(str, c.shape)), bytes=c.nbytes,
+                        time_us=secs * 1e6, model_us=m.plan.estimate() * 1e6,
+                        algbw=c.nbytes / secs / 1e9, busbw=m.plan.bytes_moved() / secs / 1e9,
+                        wrong=m.wrong if args.check else "n/a"))
     return rows
 
 

@@ -33,7 +33,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -47,10 +46,15 @@ import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.layout import Layout
-from reshard.microbench.suites.paper import Case, n_to_m_cases
-from reshard.planner.strategy import Strategy
-
-STRATEGIES = tuple(s.value for s in Strategy)
+from reshard.microbench.measure import (
+    add_case_args,
+    measure_strategies,
+    measured_row,
+    sample_value,
+    selected_cases,
+)
+from reshard.microbench.report import scaled, table, write_json
+from reshard.microbench.suites.paper import Case
 
 
 def delivered_bytes(src: Layout, dst: Layout, shape: tuple[int, ...], itemsize: int) -> int:
@@ -95,66 +99,34 @@ def round_trip_seconds(rt: Any, runs: int = 7) -> float:
 def bench_case(rt: Any, case: Case, src: Layout, dst: Layout, strategies: Sequence[str],
                runs: int, warmup: int, rtt: float) -> list[dict]:
     """Measure every strategy on one case."""
-    rng = np.random.default_rng(0)
-    value = rng.integers(-2**20, 2**20, size=case.shape).astype(case.dtype)
-    x = rt.put(value, src)
+    value = sample_value(case.shape, case.dtype)
     rows = []
-    for strategy in strategies:
-        t0 = time.perf_counter()
-        plan = rt.plan(x, dst, strategy)
-        t_plan = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        rt.load(plan)
-        t_load = time.perf_counter() - t0
-        wrong = -1
-        for i in range(warmup + 1):
-            (y,) = rt.execute(plan, [x])
-            if i == 0:  # check once: every destination shard
-                shards = rt.shards(y)
-                wrong = 0
-                for d, sl in dst.index_map(value.shape).items():
-                    wrong += int(np.count_nonzero(shards[d] != value[sl]))
-            rt.free(y)
-        times = []
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            (y,) = rt.execute(plan, [x])
-            times.append(time.perf_counter() - t0)
-            rt.free(y)
-        seconds = statistics.median(times)
-        moved = plan.bytes_moved()
+    # one extra untimed run first, checked: every destination shard
+    for m in measure_strategies(rt, value, src, dst, strategies, runs, warmup + 1):
+        seconds, moved = m.seconds, m.plan.bytes_moved()
         delivered = delivered_bytes(src, dst, case.shape, np.dtype(case.dtype).itemsize)
         mc = memcpy_seconds(moved, runs)
-        rows.append({
-            "case": case.name, "strategy": strategy, "shape": list(case.shape),
-            "dtype": case.dtype, "src": str(src), "dst": str(dst),
-            "tensor_bytes": case.nbytes, "bytes_moved": moved, "bytes_delivered": delivered,
-            "tasks": len(plan.tasks), "delivered_bytes_per_s": delivered / seconds,
-            "seconds": seconds, "seconds_all": times, "bytes_per_s": moved / seconds,
-            "memcpy_seconds": mc, "memcpy_bytes_per_s": moved / mc,
-            "vs_memcpy": (moved / seconds) / (moved / mc),
-            "plan_seconds": t_plan, "load_seconds": t_load, "rtt_seconds": rtt,
-            "predicted_seconds_paper_cluster": plan.estimate(), "wrong": wrong,
-        })
-    rt.free(x)
+        rows.append(measured_row(
+            case, src, dst, m, bytes_delivered=delivered,
+            delivered_bytes_per_s=delivered / seconds, bytes_per_s=moved / seconds,
+            memcpy_seconds=mc, memcpy_bytes_per_s=moved / mc,
+            vs_memcpy=(moved / seconds) / (moved / mc),
+            plan_seconds=m.plan_seconds, load_seconds=m.load_seconds, rtt_seconds=rtt,
+            predicted_seconds_paper_cluster=m.plan.estimate()))
     return rows
 
 
-def table(rows: list[dict]) -> str:
-    """The rows as a fixed-width text table."""
-    head = (f"{'case':>4} {'strategy':>9} {'tensor MB':>9} {'moved MB':>8} {'time ms':>8} "
-            f"{'GB/s':>6} {'dst GB/s':>8} {'memcpy GB/s':>11} {'vs memcpy':>9} {'plan ms':>7} "
-            f"{'load ms':>7} {'rtt ms':>6} {'#wrong':>6}")
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(
-            f"{r['case']:>4} {r['strategy']:>9} {r['tensor_bytes'] / 1e6:>9.1f} "
-            f"{r['bytes_moved'] / 1e6:>8.1f} {r['seconds'] * 1e3:>8.1f} "
-            f"{r['bytes_per_s'] / 1e9:>6.2f} {r['delivered_bytes_per_s'] / 1e9:>8.2f} "
-            f"{r['memcpy_bytes_per_s'] / 1e9:>11.2f} "
-            f"{r['vs_memcpy']:>9.3f} {r['plan_seconds'] * 1e3:>7.1f} "
-            f"{r['load_seconds'] * 1e3:>7.1f} {r['rtt_seconds'] * 1e3:>6.2f} {r['wrong']:>6}")
-    return "\n".join(lines)
+COLUMNS = [("case", "case"), ("strategy", "strategy"),
+           ("tensor_bytes", "tensor MB", scaled(1e-6, ".1f")),
+           ("bytes_moved", "moved MB", scaled(1e-6, ".1f")),
+           ("seconds", "time ms", scaled(1e3, ".1f")),
+           ("bytes_per_s", "GB/s", scaled(1e-9, ".2f")),
+           ("delivered_bytes_per_s", "dst GB/s", scaled(1e-9, ".2f")),
+           ("memcpy_bytes_per_s", "memcpy GB/s", scaled(1e-9, ".2f")),
+           ("vs_memcpy", "vs memcpy", scaled(1, ".3f")),
+           ("plan_seconds", "plan ms", scaled(1e3, ".1f")),
+           ("load_seconds", "load ms", scaled(1e3, ".1f")),
+           ("rtt_seconds", "rtt ms", scaled(1e3, ".2f")), ("wrong", "#wrong")]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -167,11 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="workers per host; meshes (n, 4) become (n, this) (default 2)")
     ap.add_argument("--size-mb", type=float, default=256.0,
                     help="global tensor size per case in MiB (default 256)")
-    ap.add_argument("--cases", default="1,2,3,4,5,6,7,9", help="comma-separated case names")
-    ap.add_argument("--strategies", default=",".join(STRATEGIES),
-                    help=f"comma-separated, from {list(STRATEGIES)}")
-    ap.add_argument("--runs", type=int, default=5, help="timed runs (median reported)")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed runs first")
+    add_case_args(ap, runs=5)
     ap.add_argument("--launcher", default="process", choices=["process", "ray"])
     ap.add_argument("--timeout", type=float, default=300.0, help="runtime timeout, seconds")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
@@ -179,14 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from reshard.runtime import Runtime
 
-    by_name = {c.name: c for c in n_to_m_cases()}
-    names = [n.strip() for n in args.cases.split(",") if n.strip()]
-    unknown = [n for n in names if n not in by_name]
-    if unknown:
-        ap.error(f"unknown case(s) {unknown}; valid: {sorted(by_name)}")
-    strategies = [Strategy.parse(s).value for s in args.strategies.split(",") if s.strip()]
+    full, strategies = selected_cases(ap, args)
     cluster = Cluster.regular(args.hosts, args.devices_per_host)
-    cases = [by_name[n].with_bytes(int(args.size_mb * 2**20)) for n in names]
+    cases = [c.with_bytes(int(args.size_mb * 2**20)) for c in full]
     layouts = [c.narrowed(args.devices_per_host).layouts_on(cluster) for c in cases]
 
     env = {"python": platform.python_version(), "cpus": os.cpu_count(),
@@ -206,16 +169,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         rtt = round_trip_seconds(rt)
         for case, (src, dst) in zip(cases, layouts):
             rows.extend(bench_case(rt, case, src, dst, strategies, args.runs, args.warmup, rtt))
-            print(table(rows[-len(strategies):]).split("\n", 2)[-1], flush=True)
+            print(table(rows[-len(strategies):], COLUMNS).split("\n", 2)[-1], flush=True)
     print()
-    print(table(rows))
+    print(table(rows, COLUMNS))
     print(f"# workers started in {env['start_seconds']:.2f}s; time = median of {args.runs} "
           f"runs after {args.warmup} warm-up; GB/s = plan.bytes_moved() / time; dst GB/s = "
           f"bytes the destination shards need from other devices / time; vs memcpy = GB/s "
           f"over one in-process numpy.copyto of the moved bytes")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"environment": env, "args": vars(args), "rows": rows}, f, indent=2)
+        write_json(args.json, {"environment": env, "args": vars(args), "rows": rows})
     return 1 if any(r["wrong"] for r in rows) else 0
 
 

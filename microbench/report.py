@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 
 def fmt(v: Any) -> str:
@@ -17,9 +17,18 @@ def fmt(v: Any) -> str:
     return str(v)
 
 
-def table(rows: Sequence[dict], columns: Sequence[tuple[str, str]]) -> str:
-    """Render rows; ``columns`` are ``(key, header)`` pairs, headers carry units."""
-    cells = [[h for _, h in columns]] + [[fmt(r.get(k, "")) for k, _ in columns] for r in rows]
+def scaled(factor: float, spec: str) -> Callable[[Any], str]:
+    """A cell format: the value times ``factor``, formatted with ``spec`` (e.g. bytes
+    shown as MB with ``scaled(1e-6, ".1f")``)."""
+    return lambda v: format(v * factor, spec)
+
+
+def table(rows: Sequence[dict], columns: Sequence[tuple]) -> str:
+    """Render rows; ``columns`` are ``(key, header)`` pairs, headers carry units, or
+    ``(key, header, format)`` with a function from the value to its cell (see
+    :func:`scaled`) in place of :func:`fmt`."""
+    cells = [[c[1] for c in columns]] + [
+        [(c[2] if len(c) > 2 else fmt)(r.get(c[0], "")) for c in columns] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     lines = []
     for n, row in enumerate(cells):

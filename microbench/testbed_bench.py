@@ -27,24 +27,25 @@ Example (about 3 minutes on 2 cores)::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import statistics
 import sys
 import time
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from reshard.cluster import Cluster
 from reshard.layout import Layout
-from reshard.microbench.suites.paper import Case, n_to_m_cases
+from reshard.microbench.measure import (
+    add_case_args,
+    measure_strategies,
+    measured_row,
+    sample_value,
+    selected_cases,
+)
+from reshard.microbench.report import scaled, table, write_json
+from reshard.microbench.suites.paper import Case
 from reshard.microbench.testbed import Testbed, available
 from reshard.planner.plan import plan_many
-from reshard.planner.strategy import Strategy
-
-STRATEGIES = tuple(s.value for s in Strategy)
 
 
 def sized(case: Case, devices_per_host: int, cluster: Callable[[int], Cluster],
@@ -60,61 +61,28 @@ def sized(case: Case, devices_per_host: int, cluster: Callable[[int], Cluster],
     return case
 
 
-def wrong_elements(rt: Any, y: Any, value: np.ndarray, dst: Layout) -> int:
-    """Destination elements that differ from ``value``."""
-    shards = rt.shards(y)
-    return sum(int(np.count_nonzero(shards[d] != value[sl]))
-               for d, sl in dst.index_map(value.shape).items())
-
-
 def bench_case(rt: Any, case: Case, src: Layout, dst: Layout, strategies: Sequence[str],
                runs: int, warmup: int) -> list[dict]:
     """Measure every strategy of one case on a running runtime."""
-    value = np.random.default_rng(0).integers(-2**20, 2**20, size=case.shape).astype(case.dtype)
-    x = rt.put(value, src)
+    value = sample_value(case.shape, case.dtype)
     rows = []
-    for strategy in strategies:
-        plan = rt.plan(x, dst, strategy)
-        rt.load(plan)
-        wrong = -1
-        times = []
-        for i in range(warmup + runs):
-            t0 = time.perf_counter()
-            (y,) = rt.execute(plan, [x])
-            elapsed = time.perf_counter() - t0
-            if i == 0:
-                wrong = wrong_elements(rt, y, value, dst)
-            if i >= warmup:
-                times.append(elapsed)
-            rt.free(y)
-        seconds = statistics.median(times)
-        model, bound = plan.estimate(), plan.lower_bound()
-        rows.append({
-            "case": case.name, "strategy": strategy, "shape": list(case.shape),
-            "dtype": case.dtype, "src": str(src), "dst": str(dst),
-            "tensor_bytes": case.nbytes, "bytes_moved": plan.bytes_moved(),
-            "tasks": len(plan.tasks), "seconds": seconds, "seconds_all": times,
-            "model_seconds": model, "lower_bound_seconds": bound,
-            "measured_over_model": seconds / model, "measured_over_bound": seconds / bound,
-            "busiest_resource": list(plan.simulate().busiest), "wrong": wrong,
-        })
-    rt.free(x)
+    for m in measure_strategies(rt, value, src, dst, strategies, runs, warmup):
+        seconds, model, bound = m.seconds, m.plan.estimate(), m.plan.lower_bound()
+        rows.append(measured_row(
+            case, src, dst, m, model_seconds=model, lower_bound_seconds=bound,
+            measured_over_model=seconds / model, measured_over_bound=seconds / bound,
+            busiest_resource=list(m.plan.simulate().busiest)))
     return rows
 
 
-def table(rows: list[dict]) -> str:
-    """The rows as a fixed-width text table."""
-    head = (f"{'case':>4} {'strategy':>9} {'tensor MB':>9} {'moved MB':>8} {'meas s':>7} "
-            f"{'model s':>7} {'meas/model':>10} {'bound s':>7} {'meas/bound':>10} "
-            f"{'#wrong':>6}")
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(
-            f"{r['case']:>4} {r['strategy']:>9} {r['tensor_bytes'] / 1e6:>9.1f} "
-            f"{r['bytes_moved'] / 1e6:>8.1f} {r['seconds']:>7.3f} {r['model_seconds']:>7.3f} "
-            f"{r['measured_over_model']:>10.2f} {r['lower_bound_seconds']:>7.3f} "
-            f"{r['measured_over_bound']:>10.2f} {r['wrong']:>6}")
-    return "\n".join(lines)
+COLUMNS = [("case", "case"), ("strategy", "strategy"),
+           ("tensor_bytes", "tensor MB", scaled(1e-6, ".1f")),
+           ("bytes_moved", "moved MB", scaled(1e-6, ".1f")),
+           ("seconds", "meas s", scaled(1, ".3f")),
+           ("model_seconds", "model s", scaled(1, ".3f")),
+           ("measured_over_model", "meas/model", scaled(1, ".2f")),
+           ("lower_bound_seconds", "bound s", scaled(1, ".3f")),
+           ("measured_over_bound", "meas/bound", scaled(1, ".2f")), ("wrong", "#wrong")]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -130,11 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="workers per host; meshes (n, 4) become (n, this) (default 2)")
     ap.add_argument("--seconds", type=float, default=1.0,
                     help="size each case so its broadcast takes this long on the model")
-    ap.add_argument("--cases", default="1,2,3,4,5,6,7,9", help="comma-separated case names")
-    ap.add_argument("--strategies", default=",".join(STRATEGIES),
-                    help=f"comma-separated, from {list(STRATEGIES)}")
-    ap.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed runs first")
+    add_case_args(ap, runs=3)
     ap.add_argument("--intra", choices=["measured", "preset"], default="measured",
                     help="model's intra-host bandwidth: loopback TCP measured in a "
                          "namespace (default) or the paper preset's NVLink figure")
@@ -152,14 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # private addresses fails (harmless). Their torch is imported by the fork server,
     # which takes the log level from this process's environment when it starts.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    by_name = {c.name: c for c in n_to_m_cases()}
-    names = [n.strip() for n in args.cases.split(",") if n.strip()]
-    unknown = [n for n in names if n not in by_name]
-    if unknown:
-        ap.error(f"unknown case(s) {unknown}; valid: {sorted(by_name)}")
-    strategies = [Strategy.parse(s).value for s in args.strategies.split(",") if s.strip()]
+    full, strategies = selected_cases(ap, args)
+    names = [c.name for c in full]
     g = args.devices_per_host
-    narrowed = [by_name[n].narrowed(g) for n in names]
+    narrowed = [c.narrowed(g) for c in full]
     hosts_needed = max(c.build(g)[2].num_hosts for c in narrowed)
 
     env: dict[str, Any] = {"python": platform.python_version(), "cpus": os.cpu_count(),
@@ -194,17 +154,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for c, src, dst in group:
                     new = bench_case(rt, c, src, dst, strategies, args.runs, args.warmup)
                     rows.extend(new)
-                    print(table(new).split("\n", 2)[-1], flush=True)
+                    print(table(new, COLUMNS).split("\n", 2)[-1], flush=True)
     order = {n: i for i, n in enumerate(names)}
     rows.sort(key=lambda r: (order[r["case"]], strategies.index(r["strategy"])))
     print()
-    print(table(rows))
+    print(table(rows, COLUMNS))
     print(f"# NIC {args.gbit:g} Gbit/s (tc tbf, each way), {g} gloo workers per host; meas = "
           f"median of {args.runs} runs after {args.warmup} warm-up; model = plan.estimate() "
           f"on the testbed cluster; bound = plan.lower_bound()")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"environment": env, "args": vars(args), "rows": rows}, f, indent=2)
+        write_json(args.json, {"environment": env, "args": vars(args), "rows": rows})
     return 1 if any(r["wrong"] for r in rows) else 0
 
 

@@ -1,0 +1,157 @@
+"""Measuring plans on real workers: the pieces every data-plane benchmark shares.
+
+``reshard-bench --mode run`` (cli.py), the data-plane benchmark (dataplane.py) and
+the testbed benchmark (testbed_bench.py) all put a value, plan each strategy, time
+``Runtime.execute`` over some runs after warm-ups, take the median, count the wrong
+destination elements once and free what they made. This module does that once:
+
+* :func:`sample_value`: the seeded random value a benchmark moves;
+* :func:`count_wrong`: destination elements that differ from the value;
+* :func:`time_execute`: the timed runs of one plan;
+* :func:`measure_strategies`: put, then plan (and load) and time every strategy;
+* :func:`measured_row`: the JSON row all three report, plus each one's own keys;
+* :func:`add_case_args` / :func:`selected_cases`: the n-to-m benchmarks' case and
+  strategy flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from reshard.layout import Layout
+from reshard.microbench.suites.paper import Case, n_to_m_cases
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.strategy import Strategy
+
+STRATEGIES = tuple(s.value for s in Strategy)
+
+
+def sample_value(shape: Sequence[int], dtype: str, bound: int = 2**20,
+                 seed: int = 0) -> np.ndarray:
+    """Seeded random integers in ``[-bound, bound)`` as ``dtype``."""
+    return np.random.default_rng(seed).integers(-bound, bound, size=shape).astype(dtype)
+
+
+def count_wrong(rt: Any, y: Any, value: np.ndarray) -> int:
+    """Elements of every destination shard of ``y`` that differ from the expected slice
+    of ``value`` (partial destinations: leaders hold the value, the others zeros)."""
+    wrong = 0
+    shards = rt.shards(y)
+    leaders = y.layout.partial_leaders()
+    for d, sl in y.layout.index_map(value.shape).items():
+        want = value[sl] if d in leaders else np.zeros_like(value[sl])
+        wrong += int(np.count_nonzero(shards[d] != want))
+    return wrong
+
+
+def time_execute(rt: Any, plan: ReshardPlan, xs: Sequence[Any], runs: int, warmup: int,
+                 check: Callable[[list], Any] | None = None,
+                 check_run: int = 0) -> tuple[float, list[float], Any]:
+    """Run ``plan`` on ``xs`` ``warmup + runs`` times, timing each ``Runtime.execute``
+    in the driver; every run's outputs are freed before the next run starts.
+
+    ``check``, if given, is called on the outputs of run ``check_run`` (0: the first,
+    -1: the last; warm-ups count) before they are freed, outside the timing.
+
+    Returns the median seconds of the ``runs`` timed runs, their seconds, and what
+    ``check`` returned (None without one).
+    """
+    total = warmup + runs
+    check_at = check_run % total if check is not None and total else None
+    times: list[float] = []
+    checked = None
+    for i in range(total):
+        t0 = time.perf_counter()
+        ys = rt.execute(plan, xs)
+        elapsed = time.perf_counter() - t0
+        if i >= warmup:
+            times.append(elapsed)
+        if i == check_at:
+            checked = check(ys)
+        rt.free(*ys)
+    return statistics.median(times), times, checked
+
+
+@dataclass
+class Measured:
+    """One strategy of one case, timed (see :func:`measure_strategies`)."""
+
+    strategy: str
+    plan: ReshardPlan
+    seconds: float  # median of the timed runs
+    times: list[float]  # every timed run
+    wrong: int | None  # None when not checked
+    plan_seconds: float  # Runtime.plan
+    load_seconds: float | None  # the first Runtime.load; None when not loaded apart
+
+
+def measure_strategies(rt: Any, value: np.ndarray, src: Layout, dst: Layout,
+                       strategies: Sequence[str], runs: int, warmup: int, *,
+                       load: bool = True, check: bool = True,
+                       check_run: int = 0) -> Iterator[Measured]:
+    """Put ``value`` on ``src``; for every strategy plan the move to ``dst``, load it
+    first if ``load`` (else the first run loads it), time it with :func:`time_execute`
+    and count the wrong elements of run ``check_run`` if ``check``. Frees the source
+    when done."""
+    x = rt.put(value, src)
+    for strategy in strategies:
+        t0 = time.perf_counter()
+        plan = rt.plan(x, dst, strategy)
+        t_plan = time.perf_counter() - t0
+        t_load = None
+        if load:
+            t0 = time.perf_counter()
+            rt.load(plan)
+            t_load = time.perf_counter() - t0
+        seconds, times, wrong = time_execute(
+            rt, plan, [x], runs, warmup,
+            check=(lambda ys: count_wrong(rt, ys[0], value)) if check else None,
+            check_run=check_run)
+        yield Measured(strategy, plan, seconds, times, wrong, t_plan, t_load)
+    rt.free(x)
+
+
+def measured_row(case: Case, src: Layout, dst: Layout, m: Measured, shape: Any = None,
+                 wrong: Any = None, **extra: Any) -> dict:
+    """The row every data-plane benchmark reports for ``m``, then ``extra`` (each
+    benchmark's own keys), then ``wrong`` (default ``m.wrong``). ``shape`` defaults to
+    the case's as a list."""
+    row = {
+        "case": case.name, "strategy": m.strategy,
+        "shape": list(case.shape) if shape is None else shape,
+        "dtype": case.dtype, "src": str(src), "dst": str(dst),
+        "tensor_bytes": case.nbytes, "bytes_moved": m.plan.bytes_moved(),
+        "tasks": len(m.plan.tasks), "seconds": m.seconds, "seconds_all": m.times,
+    }
+    row.update(extra)
+    row["wrong"] = m.wrong if wrong is None else wrong
+    return row
+
+
+def add_case_args(ap: argparse.ArgumentParser, runs: int) -> None:
+    """``--cases``, ``--strategies``, ``--runs`` (default ``runs``) and ``--warmup``."""
+    ap.add_argument("--cases", default="1,2,3,4,5,6,7,9", help="comma-separated case names")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES),
+                    help=f"comma-separated, from {list(STRATEGIES)}")
+    ap.add_argument("--runs", type=int, default=runs, help="timed runs (median reported)")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed runs first")
+
+
+def selected_cases(ap: argparse.ArgumentParser,
+                   args: argparse.Namespace) -> tuple[list[Case], list[str]]:
+    """The n-to-m cases named by ``--cases`` (in that order, at full size) and the
+    strategies of ``--strategies``; an unknown case name is a usage error."""
+    by_name = {c.name: c for c in n_to_m_cases()}
+    names = [n.strip() for n in args.cases.split(",") if n.strip()]
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        ap.error(f"unknown case(s) {unknown}; valid: {sorted(by_name)}")
+    strategies = [Strategy.parse(s).value for s in args.strategies.split(",") if s.strip()]
+    return [by_name[n] for n in names], strategies
