@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Iterable
+
+import numpy as np
 
 from reshard import Cluster, Layout
 from reshard.microbench.suites.paper import Case, n_to_m_cases
@@ -58,6 +61,36 @@ def paper_cases() -> tuple[PaperCase, ...]:
 def problems(devices: tuple[int, ...] = WORLD.devices):
     """Random problems (tests/common.py) over :data:`WORLD`: 1-2 axis meshes."""
     return common.problems(devices, max_ndim=2, max_size=len(devices))
+
+
+# ----- test bodies shared by the gloo, fake-nccl and GPU tiers ----------------------------
+def check_strategies(rt, x, dst: Layout, value: np.ndarray) -> None:
+    """Reshard ``x`` to ``dst`` with every strategy: each result exact, then freed."""
+    for strategy in STRATEGIES:
+        y = rt.reshard(x, dst, strategy)
+        check_shards(rt, y, value)
+        rt.free(y)
+
+
+def check_paper_case(rt, case: PaperCase, cluster: Cluster = WORLD) -> None:
+    """The case's int32 value (seeded by the case number) placed on ``cluster``,
+    exact after every strategy."""
+    src, dst = case.layouts(cluster)
+    value = sample(np.random.default_rng(int(case.name)), case.shape, "int32")
+    x = rt.put(value, src)
+    check_strategies(rt, x, dst, value)
+    rt.free(x)
+
+
+def check_random_problem(rt, problem) -> None:
+    """A random ``(shape, dtype, src, dst)`` (:func:`problems`; seeded by itself): the
+    source put as random addends where partial, exact after every strategy."""
+    shape, dtype, src, dst = problem
+    rng = np.random.default_rng(zlib.crc32(repr((shape, dtype, src, dst)).encode()))
+    value = sample(rng, shape, dtype)
+    x = rt.put_shards(addends(rng, value, src), src, shape, dtype)
+    check_strategies(rt, x, dst, value)
+    rt.free(x)
 
 
 # ----- processes ------------------------------------------------------------------------

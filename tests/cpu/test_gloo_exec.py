@@ -6,8 +6,6 @@ One runtime (eight workers) per launcher serves the whole module.
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from reshard import DeviceMesh, ExecutionError, Layout, ReshardError, ShapeError
 from reshard.runtime import Runtime
 
-from ._helpers import (STRATEGIES, WORLD, addends, check_shards, paper_cases, problems,
-                       sample)
+from ._helpers import (STRATEGIES, WORLD, addends, check_paper_case, check_random_problem,
+                       check_shards, paper_cases, problems, sample)
 
 pytestmark = pytest.mark.cpu
 
@@ -34,14 +32,7 @@ def rt(request):
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("case", CASES, ids=[f"case{c.name}" for c in CASES])
 def test_paper_case(rt, case):
-    src, dst = case.layouts()
-    value = sample(np.random.default_rng(int(case.name)), case.shape, "int32")
-    x = rt.put(value, src)
-    for strategy in STRATEGIES:
-        y = rt.reshard(x, dst, strategy)
-        check_shards(rt, y, value)
-        rt.free(y)
-    rt.free(x)
+    check_paper_case(rt, case)
 
 
 @pytest.mark.timeout(240)
@@ -49,15 +40,7 @@ def test_paper_case(rt, case):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(problem=problems())
 def test_random_layouts(rt, problem):
-    shape, dtype, src, dst = problem
-    rng = np.random.default_rng(zlib.crc32(repr((shape, dtype, src, dst)).encode()))
-    value = sample(rng, shape, dtype)
-    x = rt.put_shards(addends(rng, value, src), src, shape, dtype)
-    for strategy in STRATEGIES:
-        y = rt.reshard(x, dst, strategy)
-        check_shards(rt, y, value)
-        rt.free(y)
-    rt.free(x)
+    check_random_problem(rt, problem)
 
 
 @pytest.mark.timeout(120)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pathlib
 import sys
-import zlib
 
 import numpy as np
 import pytest
@@ -20,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.runtime import Runtime
 
-from ._helpers import STRATEGIES, addends, check_shards, paper_cases, problems, sample
+from ._helpers import (STRATEGIES, addends, check_paper_case, check_random_problem,
+                       check_shards, paper_cases, problems, sample)
 
 pytestmark = pytest.mark.cpu
 
@@ -46,14 +46,7 @@ def rt():
 def test_paper_cases_on_fake_nccl(rt):
     assert rt.group.load_everywhere is False  # communicators: members only
     for case in paper_cases():
-        src, dst = case.narrowed(1).layouts(CLUSTER)
-        value = sample(np.random.default_rng(int(case.name)), case.shape, "int32")
-        x = rt.put(value, src)
-        for strategy in STRATEGIES:
-            y = rt.reshard(x, dst, strategy)
-            check_shards(rt, y, value)
-            rt.free(y)
-        rt.free(x)
+        check_paper_case(rt, case.narrowed(1), CLUSTER)
 
 
 @pytest.mark.timeout(180)
@@ -61,15 +54,7 @@ def test_paper_cases_on_fake_nccl(rt):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(problem=problems(devices=CLUSTER.devices))
 def test_random_layouts_on_fake_nccl(rt, problem):
-    shape, dtype, src, dst = problem
-    rng = np.random.default_rng(zlib.crc32(repr((shape, dtype, src, dst)).encode()))
-    value = sample(rng, shape, dtype)
-    x = rt.put_shards(addends(rng, value, src), src, shape, dtype)
-    for strategy in STRATEGIES:
-        y = rt.reshard(x, dst, strategy)
-        check_shards(rt, y, value)
-        rt.free(y)
-    rt.free(x)
+    check_random_problem(rt, problem)
 
 
 @pytest.mark.timeout(120)

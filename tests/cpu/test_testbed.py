@@ -20,7 +20,7 @@ from reshard.microbench.testbed import (Testbed, TestbedError, _links, _namespac
                                         _qdisc_devices, _run, available, cleanup_stale)
 from reshard.runtime import Runtime
 
-from ._helpers import STRATEGIES, check_shards, paper_cases, sample
+from ._helpers import check_paper_case, paper_cases
 
 pytestmark = pytest.mark.cpu
 
@@ -165,13 +165,7 @@ def test_gloo_workers_in_namespaces():
                 ns = tb.netns(rt.cluster.host_of(d))
                 assert (os.stat(f"/proc/{pid}/ns/net").st_ino
                         == os.stat(f"/var/run/netns/{ns}").st_ino), (d, ns)
-            src, dst = case.layouts(rt.cluster)
-            value = sample(np.random.default_rng(1), case.shape, "int32")
-            x = rt.put(value, src)
-            for strategy in STRATEGIES:
-                y = rt.reshard(x, dst, strategy)
-                check_shards(rt, y, value)
-                rt.free(y)
+            check_paper_case(rt, case, rt.cluster)  # case 1: its value seeded by 1
             # device 0 (host 0) -> device 4 (host 2): ~0.5 s at the NIC rate
             nbytes = int(tb.nic_bandwidth * 0.5) // 4 * 4
             one = Layout(DeviceMesh((1,), [0]), "R")

@@ -10,7 +10,6 @@ import os
 import signal
 import threading
 import time
-import zlib
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from reshard import Cluster, DeviceMesh, ExecutionError, Layout, ShapeError
 from reshard.runtime import Runtime
 
-from ..cpu._helpers import (STRATEGIES, addends, check_shards, paper_cases, problems, sample,
+from ..cpu._helpers import (check_paper_case, check_random_problem, paper_cases, problems,
                             wait_gone)
 from .conftest import nccl_env
 
@@ -39,14 +38,7 @@ def rt(gpus):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("case", CASES, ids=[f"case{c.name}" for c in CASES])
 def test_paper_case(rt, case):
-    src, dst = case.layouts(CLUSTER)
-    value = sample(np.random.default_rng(int(case.name)), case.shape, "int32")
-    x = rt.put(value, src)
-    for strategy in STRATEGIES:
-        y = rt.reshard(x, dst, strategy)
-        check_shards(rt, y, value)
-        rt.free(y)
-    rt.free(x)
+    check_paper_case(rt, case, CLUSTER)
 
 
 @pytest.mark.timeout(600)
@@ -54,15 +46,7 @@ def test_paper_case(rt, case):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(problem=problems(devices=CLUSTER.devices))
 def test_random_layouts(rt, problem):
-    shape, dtype, src, dst = problem
-    rng = np.random.default_rng(zlib.crc32(repr((shape, dtype, src, dst)).encode()))
-    value = sample(rng, shape, dtype)
-    x = rt.put_shards(addends(rng, value, src), src, shape, dtype)
-    for strategy in STRATEGIES:
-        y = rt.reshard(x, dst, strategy)
-        check_shards(rt, y, value)
-        rt.free(y)
-    rt.free(x)
+    check_random_problem(rt, problem)
 
 
 @pytest.mark.timeout(120)
