@@ -50,10 +50,12 @@ from reshard.microbench.measure import (
     add_case_args,
     measure_strategies,
     measured_row,
+    print_rows,
+    report,
     sample_value,
     selected_cases,
 )
-from reshard.microbench.report import scaled, table, write_json
+from reshard.microbench.report import scaled
 from reshard.microbench.suites.paper import Case
 
 
@@ -169,16 +171,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         rtt = round_trip_seconds(rt)
         for case, (src, dst) in zip(cases, layouts):
             rows.extend(bench_case(rt, case, src, dst, strategies, args.runs, args.warmup, rtt))
-            print(table(rows[-len(strategies):], COLUMNS).split("\n", 2)[-1], flush=True)
-    print()
-    print(table(rows, COLUMNS))
-    print(f"# workers started in {env['start_seconds']:.2f}s; time = median of {args.runs} "
-          f"runs after {args.warmup} warm-up; GB/s = plan.bytes_moved() / time; dst GB/s = "
-          f"bytes the destination shards need from other devices / time; vs memcpy = GB/s "
-          f"over one in-process numpy.copyto of the moved bytes")
-    if args.json:
-        write_json(args.json, {"environment": env, "args": vars(args), "rows": rows})
-    return 1 if any(r["wrong"] for r in rows) else 0
+            print_rows(rows[-len(strategies):], COLUMNS)
+    note = (f"# workers started in {env['start_seconds']:.2f}s; time = median of {args.runs} "
+            f"runs after {args.warmup} warm-up; GB/s = plan.bytes_moved() / time; dst GB/s = "
+            f"bytes the destination shards need from other devices / time; vs memcpy = GB/s "
+            f"over one in-process numpy.copyto of the moved bytes")
+    return report(rows, COLUMNS, note, args, env)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ destination elements once and free what they made. This module does that once:
 * :func:`measure_strategies`: put, then plan (and load) and time every strategy;
 * :func:`measured_row`: the JSON row all three report, plus each one's own keys;
 * :func:`add_case_args` / :func:`selected_cases`: the n-to-m benchmarks' case and
-  strategy flags.
+  strategy flags; :func:`print_rows` and :func:`report`: their output.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from reshard.layout import Layout
+from reshard.microbench.report import table, write_json
 from reshard.microbench.suites.paper import Case, n_to_m_cases
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.strategy import Strategy
@@ -155,3 +156,20 @@ def selected_cases(ap: argparse.ArgumentParser,
         ap.error(f"unknown case(s) {unknown}; valid: {sorted(by_name)}")
     strategies = [Strategy.parse(s).value for s in args.strategies.split(",") if s.strip()]
     return [by_name[n] for n in names], strategies
+
+
+def print_rows(rows: Sequence[dict], columns: Sequence[tuple]) -> None:
+    """Rows as they are measured: the table without its header."""
+    print(table(rows, columns).split("\n", 2)[-1], flush=True)
+
+
+def report(rows: Sequence[dict], columns: Sequence[tuple], note: str,
+           args: argparse.Namespace, env: dict) -> int:
+    """Print the whole table and ``note``; with ``--json``, write the environment, the
+    arguments and the rows. Returns the exit code: 1 if any element was wrong."""
+    print()
+    print(table(rows, columns))
+    print(note)
+    if args.json:
+        write_json(args.json, {"environment": env, "args": vars(args), "rows": rows})
+    return 1 if any(r["wrong"] for r in rows) else 0

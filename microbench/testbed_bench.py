@@ -39,10 +39,12 @@ from reshard.microbench.measure import (
     add_case_args,
     measure_strategies,
     measured_row,
+    print_rows,
+    report,
     sample_value,
     selected_cases,
 )
-from reshard.microbench.report import scaled, table, write_json
+from reshard.microbench.report import scaled
 from reshard.microbench.suites.paper import Case
 from reshard.microbench.testbed import Testbed, available
 from reshard.planner.plan import plan_many
@@ -154,17 +156,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for c, src, dst in group:
                     new = bench_case(rt, c, src, dst, strategies, args.runs, args.warmup)
                     rows.extend(new)
-                    print(table(new, COLUMNS).split("\n", 2)[-1], flush=True)
+                    print_rows(new, COLUMNS)
     order = {n: i for i, n in enumerate(names)}
     rows.sort(key=lambda r: (order[r["case"]], strategies.index(r["strategy"])))
-    print()
-    print(table(rows, COLUMNS))
-    print(f"# NIC {args.gbit:g} Gbit/s (tc tbf, each way), {g} gloo workers per host; meas = "
-          f"median of {args.runs} runs after {args.warmup} warm-up; model = plan.estimate() "
-          f"on the testbed cluster; bound = plan.lower_bound()")
-    if args.json:
-        write_json(args.json, {"environment": env, "args": vars(args), "rows": rows})
-    return 1 if any(r["wrong"] for r in rows) else 0
+    note = (f"# NIC {args.gbit:g} Gbit/s (tc tbf, each way), {g} gloo workers per host; meas = "
+            f"median of {args.runs} runs after {args.warmup} warm-up; model = plan.estimate() "
+            f"on the testbed cluster; bound = plan.lower_bound()")
+    return report(rows, COLUMNS, note, args, env)
 
 
 if __name__ == "__main__":
