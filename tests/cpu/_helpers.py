@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 import numpy as np
+from hypothesis import HealthCheck, settings
 
 from reshard import Cluster, Layout
 from reshard.microbench.suites.paper import Case, n_to_m_cases
@@ -61,6 +62,13 @@ def paper_cases() -> tuple[PaperCase, ...]:
 def problems(devices: tuple[int, ...] = WORLD.devices):
     """Random problems (tests/common.py) over :data:`WORLD`: 1-2 axis meshes."""
     return common.problems(devices, max_ndim=2, max_size=len(devices))
+
+
+def problem_settings(max_examples: int) -> settings:
+    """Hypothesis settings of the tiers that run :func:`problems` on real workers: the
+    same examples every run, no example database, no deadline."""
+    return settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 # ----- test bodies shared by the gloo, fake-nccl and GPU tiers ----------------------------

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
 from reshard import DeviceMesh, ExecutionError, Layout, ReshardError, ShapeError
 from reshard.runtime import Runtime
 
 from ._helpers import (STRATEGIES, WORLD, addends, check_paper_case, check_random_problem,
-                       check_shards, paper_cases, problems, sample)
+                       check_shards, paper_cases, problem_settings, problems, sample)
 
 pytestmark = pytest.mark.cpu
 
@@ -36,8 +36,7 @@ def test_paper_case(rt, case):
 
 
 @pytest.mark.timeout(240)
-@settings(max_examples=25, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@problem_settings(max_examples=25)
 @given(problem=problems())
 def test_random_layouts(rt, problem):
     check_random_problem(rt, problem)

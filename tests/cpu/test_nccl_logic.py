@@ -14,13 +14,13 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.runtime import Runtime
 
 from ._helpers import (STRATEGIES, addends, check_paper_case, check_random_problem,
-                       check_shards, paper_cases, problems, sample)
+                       check_shards, paper_cases, problem_settings, problems, sample)
 
 pytestmark = pytest.mark.cpu
 
@@ -50,8 +50,7 @@ def test_paper_cases_on_fake_nccl(rt):
 
 
 @pytest.mark.timeout(180)
-@settings(max_examples=15, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@problem_settings(max_examples=15)
 @given(problem=problems(devices=CLUSTER.devices))
 def test_random_layouts_on_fake_nccl(rt, problem):
     check_random_problem(rt, problem)

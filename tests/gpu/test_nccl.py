@@ -13,13 +13,13 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
 from reshard import Cluster, DeviceMesh, ExecutionError, Layout, ShapeError
 from reshard.runtime import Runtime
 
-from ..cpu._helpers import (check_paper_case, check_random_problem, paper_cases, problems,
-                            wait_gone)
+from ..cpu._helpers import (check_paper_case, check_random_problem, paper_cases,
+                            problem_settings, problems, wait_gone)
 from .conftest import nccl_env
 
 pytestmark = pytest.mark.gpu
@@ -42,8 +42,7 @@ def test_paper_case(rt, case):
 
 
 @pytest.mark.timeout(600)
-@settings(max_examples=15, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@problem_settings(max_examples=15)
 @given(problem=problems(devices=CLUSTER.devices))
 def test_random_layouts(rt, problem):
     check_random_problem(rt, problem)
