@@ -13,7 +13,7 @@ import importlib
 from types import MappingProxyType
 from typing import Any, Mapping, Protocol, Sequence, Union, runtime_checkable
 
-from reshard.errors import StrategyError
+from reshard.choice import parse_choice
 
 
 class BackendKind(enum.Enum):
@@ -26,13 +26,7 @@ class BackendKind(enum.Enum):
     @classmethod
     def parse(cls, value: Union[str, "BackendKind"]) -> "BackendKind":
         """Accept a BackendKind or its name; raise listing the valid names."""
-        if isinstance(value, BackendKind):
-            return value
-        for k in cls:
-            if isinstance(value, str) and k.value == value.strip().lower():
-                return k
-        raise StrategyError(f"unknown backend {value!r}; valid backends: {[k.value for k in cls]}")
-
+        return parse_choice(cls, value, "backend")
 
 @runtime_checkable
 class Backend(Protocol):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import Union
 
-from reshard.errors import StrategyError
+from reshard.choice import parse_choice
 
 
 class Strategy(enum.Enum):
@@ -25,17 +25,8 @@ class Strategy(enum.Enum):
 
     @classmethod
     def parse(cls, value: Union[str, "Strategy"]) -> "Strategy":
-        """Accept a Strategy or its name; raise :class:`StrategyError` listing valid ones."""
-        if isinstance(value, Strategy):
-            return value
-        if isinstance(value, str):
-            key = value.strip().lower().replace("-", "_")
-            for s in cls:
-                if s.value == key:
-                    return s
-        raise StrategyError(
-            f"unknown strategy {value!r}; valid strategies: {[s.value for s in cls]}"
-        )
+        """Accept a Strategy or its name; raise listing the valid names."""
+        return parse_choice(cls, value, "strategy")
 
     def __str__(self) -> str:
         return self.value

@@ -6,7 +6,7 @@ import enum
 from concurrent.futures import Future
 from typing import Any, Protocol, Union
 
-from reshard.errors import StrategyError
+from reshard.choice import parse_choice
 
 
 class LauncherKind(enum.Enum):
@@ -19,14 +19,7 @@ class LauncherKind(enum.Enum):
     @classmethod
     def parse(cls, value: Union[str, "LauncherKind"]) -> "LauncherKind":
         """Accept a LauncherKind or its name; raise listing the valid names."""
-        if isinstance(value, LauncherKind):
-            return value
-        for k in cls:
-            if isinstance(value, str) and k.value == value.strip().lower():
-                return k
-        raise StrategyError(
-            f"unknown launcher {value!r}; valid launchers: {[k.value for k in cls]}")
-
+        return parse_choice(cls, value, "launcher")
 
 class WorkerGroup(Protocol):
     """Workers (each a :class:`reshard.comm.worker.DeviceWorker`) for a set of devices.

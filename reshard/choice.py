@@ -1,0 +1,31 @@
+"""Parsing a mode's name into its enum, once, at the API edge."""
+
+from __future__ import annotations
+
+import enum
+from typing import TypeVar, Union
+
+from reshard.errors import StrategyError
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def parse_choice(cls: type[E], value: Union[str, E], what: str) -> E:
+    """The member of ``cls`` named ``value`` (case, surrounding blanks and ``-`` vs
+    ``_`` ignored); :class:`reshard.StrategyError` listing the valid names otherwise.
+
+    Args:
+        cls: the enum (its values are the names).
+        value: a member or a name.
+        what: the kind of choice, singular, for the message (``"strategy"``).
+    """
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        key = value.strip().lower().replace("-", "_")
+        for member in cls:
+            if member.value == key:
+                return member
+    plural = what[:-1] + "ies" if what.endswith("y") else what + "s"
+    raise StrategyError(
+        f"unknown {what} {value!r}; valid {plural}: {[m.value for m in cls]}")
