@@ -13,7 +13,7 @@ from typing import Any, Sequence, Union
 import numpy as np
 
 from reshard.comm.backend import Backend
-from reshard.comm.packing import local_slices, pack, recv_target, region, unpack
+from reshard.comm.packing import pack, recv_target, region, unpack
 from reshard.errors import ExecutionError, ReshardError
 from reshard.layout import Box, box_size
 from reshard.planner.ir import Buffer, ReshardPlan, Task, TaskKind
@@ -267,9 +267,4 @@ class DeviceWorker:
         raise ExecutionError(f"unknown task kind {task.kind}")
 
 
-def shard_of(array: np.ndarray, box: Box) -> np.ndarray:
-    """The part of a global array inside ``box`` (a copy)."""
-    return np.ascontiguousarray(array[tuple(slice(a, b) for a, b in box)])
-
-
-__all__ = ["DeviceWorker", "LoadedPlan", "shard_of", "local_slices"]
+__all__ = ["DeviceWorker", "LoadedPlan"]

@@ -241,7 +241,7 @@ class StageWorker:
                         arrays[dy_key(it, v, k)] = np.ascontiguousarray(dy)
                     else:
                         arrays[out_key(it, v, k)] = np.ascontiguousarray(y, dtype=cfg.dtype)
-                        self._local_handoff(it, v, k, flags)
+                        self._local_handoff(it, v, k)
                 else:
                     if kind in (ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT):
                         dy = arrays.pop(dy_key(it, v, k))
@@ -253,7 +253,7 @@ class StageWorker:
                             acc = grads[v].get(name)
                             grads[v][name] = g.copy() if acc is None else acc + g
                     if kind is not ActionKind.BACKWARD_WEIGHT and v > 0:
-                        self._local_handoff_grad(it, v, k, flags)
+                        self._local_handoff_grad(it, v, k)
                 if self.reporter[v]:
                     record(stage, "compute", a, t0, time.monotonic())
         finally:
@@ -274,14 +274,14 @@ class StageWorker:
             del arrays[key]
         return {"losses": losses, "events": events}
 
-    def _local_handoff(self, it: int, v: int, k: int, flags: _Flags) -> None:
+    def _local_handoff(self, it: int, v: int, k: int) -> None:
         """Consecutive virtual stages on one physical stage pass activations without
         transfer actions: run the boundary's plan inline."""
         if v + 1 in self.modules:
             self.worker.execute(self.config.act_plans[v], [out_key(it, v, k)],
                                 [act_key(it, v + 1, k)])
 
-    def _local_handoff_grad(self, it: int, v: int, k: int, flags: _Flags) -> None:
+    def _local_handoff_grad(self, it: int, v: int, k: int) -> None:
         if v - 1 in self.modules:
             self.worker.execute(self.config.grad_plans[v - 1], [dx_key(it, v, k)],
                                 [dy_key(it, v - 1, k)])

@@ -24,8 +24,8 @@ from typing import Sequence
 import numpy as np
 
 from reshard.cluster import Cluster
-from reshard.layout import Box, box_size
-from reshard.planner.decompose import decompose
+from reshard.layout import box_size
+from reshard.planner.decompose import decompose, devices_by_box
 from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
 
 Resource = tuple[str, int]
@@ -210,15 +210,6 @@ def simulate(plan: ReshardPlan) -> Estimate:
                     (busiest[0][0], busiest[0][1], busiest[1]))
 
 
-def _holders_for_bound(t: TensorSpec) -> dict[Box, frozenset[int]]:
-    # A partial source counts as held by every member of its groups: optimistic, so the
-    # bound stays a bound.
-    out: dict[Box, set[int]] = {}
-    for d, b in t.src.boxes(t.shape).items():
-        out.setdefault(b, set()).add(d)
-    return {b: frozenset(s) for b, s in out.items()}
-
-
 def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
     """Seconds no plan moving ``tensors`` can beat on ``cluster``."""
     host_in: dict[int, float] = {}
@@ -228,13 +219,10 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
     crosses_host = moves = False
     for t in tensors:
         itemsize = np.dtype(t.dtype).itemsize
-        leaders = t.dst.partial_leaders()
-        needers: dict[Box, set[int]] = {}
-        for d, b in t.dst.boxes(t.shape).items():
-            if d in leaders:
-                needers.setdefault(b, set()).add(d)
-        cells = decompose(t.shape, _holders_for_bound(t),
-                          {b: frozenset(s) for b, s in needers.items()})
+        # A partial source counts as held by every member of its groups: optimistic,
+        # so the bound stays a bound.
+        cells = decompose(t.shape, devices_by_box(t.src, t.shape),
+                          devices_by_box(t.dst, t.shape, t.dst.partial_leaders()))
         for c in cells:
             nbytes = box_size(c.box) * itemsize
             hold_hosts = frozenset(cluster.host_of(d) for d in c.holders)

@@ -12,7 +12,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Mapping
 
-from reshard.layout import Box
+from reshard.layout import Box, Layout
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,17 @@ class Cell:
     box: Box
     holders: frozenset[int]
     needers: frozenset[int]
+
+
+def devices_by_box(layout: Layout, shape: tuple[int, ...],
+                   only: frozenset[int] | None = None) -> dict[Box, frozenset[int]]:
+    """Each distinct box of ``layout`` and the devices holding it (restricted to
+    ``only`` when given, e.g. a partial layout's leaders)."""
+    out: dict[Box, set[int]] = {}
+    for d, b in layout.boxes(shape).items():
+        if only is None or d in only:
+            out.setdefault(b, set()).add(d)
+    return {b: frozenset(s) for b, s in out.items()}
 
 
 def _pieces(boxes: Mapping[Box, frozenset[int]]) -> list[tuple[Box, frozenset[int]]]:

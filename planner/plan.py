@@ -14,7 +14,7 @@ from reshard.cluster import Cluster
 from reshard.errors import DTypeError, PartialError, ReshardError, SpecError
 from reshard.layout import Box, Layout, box_size, check_shape
 from reshard.planner.balance import Loads
-from reshard.planner.decompose import Cell, decompose
+from reshard.planner.decompose import Cell, decompose, devices_by_box
 from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
 from reshard.planner.order import order_tasks
 from reshard.planner.strategies import CELL_PLANNERS
@@ -79,12 +79,9 @@ def _reduce_sources(t: TensorSpec, index: int, loads: Loads,
                     needers: dict[Box, frozenset[int]]) -> tuple[dict[Box, frozenset[int]],
                                                                 list[Task]]:
     """Holders of each source box, after reducing partial sums to one root per box."""
-    boxes = t.src.boxes(t.shape)
     if not t.src.spec.is_partial:
-        holders: dict[Box, set[int]] = {}
-        for d, b in boxes.items():
-            holders.setdefault(b, set()).add(d)
-        return {b: frozenset(s) for b, s in holders.items()}, []
+        return devices_by_box(t.src, t.shape), []
+    boxes = t.src.boxes(t.shape)
     itemsize = np.dtype(t.dtype).itemsize
     by_box: dict[Box, list[tuple[int, ...]]] = {}
     for group in t.src.partial_groups():
@@ -115,12 +112,7 @@ def _reduce_sources(t: TensorSpec, index: int, loads: Loads,
 def _needers(t: TensorSpec) -> dict[Box, frozenset[int]]:
     """Devices that must receive each destination box (partial: only the leaders; the
     other addends stay zero)."""
-    leaders = t.dst.partial_leaders()
-    out: dict[Box, set[int]] = {}
-    for d, b in t.dst.boxes(t.shape).items():
-        if d in leaders:
-            out.setdefault(b, set()).add(d)
-    return {b: frozenset(s) for b, s in out.items()}
+    return devices_by_box(t.dst, t.shape, t.dst.partial_leaders())
 
 
 def plan_many(
