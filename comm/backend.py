@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import enum
 import importlib
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, ClassVar, Mapping, Protocol, Sequence, Union, runtime_checkable
 
 from reshard.choice import parse_choice
 
@@ -28,6 +29,27 @@ class BackendKind(enum.Enum):
         """Accept a BackendKind or its name; raise listing the valid names."""
         return parse_choice(cls, value, "backend")
 
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, declared up front (as torch's ``register_backend``
+    declares its devices): callers read this, they never probe with getattr.
+
+    Attributes:
+        moves: dtype names the backend moves; None for every numeric dtype.
+        sums: dtype names its reduce can sum; None for every summable dtype.
+        groups_need_world: collective communicators are created by every rank of the
+            world, members or not (gloo's ``new_group``): every worker must load every
+            plan, in one order. False: only a plan's devices load it.
+        device: where buffers live: ``"cpu"`` (numpy) or ``"cuda"`` (cupy).
+    """
+
+    moves: frozenset[str] | None
+    sums: frozenset[str] | None
+    groups_need_world: bool
+    device: str
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Point-to-point and collective operations of one rank.
@@ -36,7 +58,15 @@ class Backend(Protocol):
     :class:`reshard.ExecutionError` naming the peer(s) when it expires.
     """
 
+    capabilities: ClassVar[Capabilities]
     device: int
+
+    def prepare(self, plan: Any) -> None:
+        """Create the communicators ``plan`` needs that this rank lacks (run before
+        every plan load, on the workers :attr:`Capabilities.groups_need_world` names)."""
+
+    def activate(self) -> None:
+        """Make this rank's device current in the calling thread (a GPU; no-op on CPU)."""
 
     @property
     def xp(self) -> Any:

@@ -113,7 +113,7 @@ class DeviceWorker:
         """Prepare ``plan`` (object or JSON) under ``plan_id`` on ``channel`` (default:
         the main one); returns the number of tasks this device takes part in."""
         if isinstance(plan, str):
-            plan = ReshardPlan.from_json(plan)
+            plan = ReshardPlan.from_json(plan)  # verified here: no driver vouches for it
         d = self.device
         src_box, dst_box = {}, {}
         for i, t in enumerate(plan.tensors):
@@ -152,9 +152,7 @@ class DeviceWorker:
             raise ReshardError(f"device {self.device}: plan {plan_id} is not loaded")
         plan = lp.plan
         backend = lp.backend
-        activate = getattr(backend, "activate", None)
-        if activate is not None:  # e.g. make the GPU current in this thread
-            activate()
+        backend.activate()  # e.g. make the GPU current in this thread
         xp = backend.xp
         src: dict[int, Any] = {}
         for i in lp.src_box:

@@ -195,7 +195,8 @@ class PipelineRuntime:
 
     # ----- gradients and update --------------------------------------------------------
     def _grad_arrays(self) -> list[dict[str, DArray]]:
-        return [{p.name: DArray(grad_key(v, p.name), p.shape, self.dtype, st.layout(p.grad_spec))
+        return [{p.name: self.rt.adopt(grad_key(v, p.name), p.shape, self.dtype,
+                                       st.layout(p.grad_spec))
                  for p in st.params} for v, st in enumerate(self.stages)]
 
     def gradients(self) -> list[dict[str, np.ndarray]]:

@@ -23,7 +23,7 @@ import enum
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
@@ -106,12 +106,19 @@ class Task:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Task":
-        """Inverse of :meth:`to_dict`."""
+    def from_dict(cls, d: Any) -> "Task":
+        """Inverse of :meth:`to_dict`; strict about types (no float or string numbers)."""
+        d = _obj(d, "task")
         return cls(
-            TaskKind(d["kind"]), int(d["tensor"]), _box(d["box"]), int(d["root"]),
-            tuple(int(r) for r in d["receivers"]), int(d["nbytes"]), int(d["step"]),
-            Buffer(d["source"]), tuple(_box(p) for p in d.get("pieces", ())),
+            _enum(TaskKind, _get(d, "kind", "task"), "task kind"),
+            _int(_get(d, "tensor", "task"), "task tensor"),
+            _box(_get(d, "box", "task"), "task box"),
+            _int(_get(d, "root", "task"), "task root"),
+            _ints(_get(d, "receivers", "task"), "task receivers"),
+            _int(_get(d, "nbytes", "task"), "task nbytes"),
+            _int(d.get("step", 0), "task step"),
+            _enum(Buffer, d.get("source", "src"), "task source"),
+            tuple(_box(p, "task piece") for p in _list(d.get("pieces", []), "task pieces")),
         )
 
     def __str__(self) -> str:
@@ -120,8 +127,50 @@ class Task:
                 f"{self.root}->{list(self.receivers)} {self.nbytes}B")
 
 
-def _box(raw: Any) -> Box:
-    return tuple((int(a), int(b)) for a, b in raw)
+def _obj(raw: Any, what: str) -> dict:
+    if not isinstance(raw, dict):
+        raise PlanError(f"{what} must be a JSON object, got {type(raw).__name__}: {raw!r:.60}")
+    return raw
+
+
+def _get(d: dict, key: str, what: str) -> Any:
+    if key not in d:
+        raise PlanError(f"{what} has no field {key!r} (fields: {sorted(d)})")
+    return d[key]
+
+
+def _list(raw: Any, what: str) -> list:
+    if not isinstance(raw, list):
+        raise PlanError(f"{what} must be a JSON list, got {type(raw).__name__}: {raw!r:.60}")
+    return raw
+
+
+def _int(raw: Any, what: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise PlanError(f"{what} must be an integer, got {type(raw).__name__} {raw!r:.60}")
+    return raw
+
+
+def _ints(raw: Any, what: str) -> tuple[int, ...]:
+    return tuple(_int(v, what) for v in _list(raw, what))
+
+
+def _enum(cls: Any, raw: Any, what: str) -> Any:
+    try:
+        return cls(raw)
+    except (ValueError, TypeError):
+        raise PlanError(f"{what} {raw!r:.60} is not one of "
+                        f"{[m.value for m in cls]}") from None
+
+
+def _box(raw: Any, what: str = "box") -> Box:
+    out = []
+    for pair in _list(raw, what):
+        lo_hi = _list(pair, what)
+        if len(lo_hi) != 2:
+            raise PlanError(f"{what} entries are [start, stop] pairs, got {pair!r:.60}")
+        out.append((_int(lo_hi[0], what), _int(lo_hi[1], what)))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -149,10 +198,15 @@ class TensorSpec:
                 "src": self.src.to_dict(), "dst": self.dst.to_dict()}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TensorSpec":
-        """Inverse of :meth:`to_dict`."""
-        return cls(tuple(int(s) for s in d["shape"]), str(d["dtype"]),
-                   Layout.from_dict(d["src"]), Layout.from_dict(d["dst"]))
+    def from_dict(cls, d: Any) -> "TensorSpec":
+        """Inverse of :meth:`to_dict`; strict about types."""
+        d = _obj(d, "tensor")
+        dtype = _get(d, "dtype", "tensor")
+        if not isinstance(dtype, str):
+            raise PlanError(f"tensor dtype must be a string such as 'float32', got {dtype!r:.60}")
+        return cls(_ints(_get(d, "shape", "tensor"), "tensor shape"), dtype,
+                   Layout.from_dict(_obj(_get(d, "src", "tensor"), "tensor src")),
+                   Layout.from_dict(_obj(_get(d, "dst", "tensor"), "tensor dst")))
 
 
 @dataclass(frozen=True)
@@ -279,33 +333,68 @@ class ReshardPlan:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ReshardPlan":
-        """Inverse of :meth:`to_dict`."""
+    def from_dict(cls, d: Any, verify: bool = True) -> "ReshardPlan":
+        """Inverse of :meth:`to_dict`.
+
+        Args:
+            d: the JSON-ready form.
+            verify: check the plan (:meth:`verify`) before returning it; pass False only
+                for a plan a verifying party already checked (a driver's own workers).
+
+        Raises:
+            PlanError: the form is malformed or the plan breaks a rule of
+                :mod:`reshard.planner.verify`; the message names the task and the rule.
+        """
+        d = _obj(d, "plan")
         if d.get("format") != FORMAT_VERSION:
             raise PlanError(
-                f"plan format {d.get('format')!r} is not supported; this reshard reads "
+                f"plan format {d.get('format')!r:.40} is not supported; this reshard reads "
                 f"format {FORMAT_VERSION}"
             )
         try:
-            return cls(
-                tuple(TensorSpec.from_dict(t) for t in d["tensors"]),
-                tuple(Task.from_dict(t) for t in d["tasks"]),
-                Strategy.parse(d["strategy"]),
-                Cluster.from_dict(d["cluster"]),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            if isinstance(e, PlanError):
-                raise
+            tensors = tuple(TensorSpec.from_dict(t)
+                            for t in _list(_get(d, "tensors", "plan"), "plan tensors"))
+            tasks = []
+            for i, t in enumerate(_list(_get(d, "tasks", "plan"), "plan tasks")):
+                try:
+                    tasks.append(Task.from_dict(t))
+                except PlanError as e:
+                    raise PlanError(f"task #{i}: {e}") from None
+            plan = cls(tensors, tuple(tasks), Strategy.parse(_get(d, "strategy", "plan")),
+                       Cluster.from_dict(_obj(_get(d, "cluster", "plan"), "plan cluster")))
+        except PlanError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise PlanError(f"malformed plan: {type(e).__name__}: {e}") from e
+        if verify:
+            plan.verify()
+        return plan
 
     @classmethod
-    def from_json(cls, text: str) -> "ReshardPlan":
-        """Inverse of :meth:`to_json`."""
+    def from_json(cls, text: Union[str, bytes], verify: bool = True) -> "ReshardPlan":
+        """Inverse of :meth:`to_json` (``verify``: see :meth:`from_dict`)."""
         try:
             d = json.loads(text)
         except json.JSONDecodeError as e:
             raise PlanError(f"plan is not valid JSON: {e}") from e
-        return cls.from_dict(d)
+        except RecursionError:
+            raise PlanError("plan JSON nests too deeply to be a plan") from None
+        except (TypeError, UnicodeDecodeError) as e:
+            raise PlanError(f"plan must be JSON text, got {type(text).__name__}: {e}") from None
+        return cls.from_dict(d, verify=verify)
+
+    def verify(self) -> None:
+        """Check the plan before any byte moves (cached once it passed): types, ranges,
+        every destination element delivered exactly once from a device that holds it.
+
+        Raises:
+            PlanError: naming the first task that breaks a rule and the rule.
+        """
+        if not self._cache.get("verified"):
+            from reshard.planner.verify import verify_plan
+
+            verify_plan(self)
+            self._cache["verified"] = True
 
     def summary(self) -> str:
         """A few lines describing the plan."""

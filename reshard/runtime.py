@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import math
+import secrets
+import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any, Sequence, Union
@@ -37,7 +41,14 @@ class DArray:
     @property
     def nbytes(self) -> int:
         """Bytes of the global tensor."""
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+
+DEFAULT_MAX_PLANS = 64
+"""Plans a Runtime keeps loaded for :meth:`Runtime.reshard` / :meth:`Runtime.execute`
+before it unloads the least recently used one."""
+
+_REPORT_GRACE = 1.0  # seconds the other workers get to say which task they were on
 
 
 class Runtime:
@@ -50,18 +61,40 @@ class Runtime:
             ``nccl`` (it names the devices to start workers for).
         launcher: ``"thread"`` (local backend only, the default for it),
             ``"process"`` (default for gloo / nccl) or ``"ray"``.
-        timeout: seconds any blocking operation may wait before failing.
+        timeout: seconds a call may wait on a worker that makes no progress; also the
+            bound of every blocking operation inside the workers (see below).
         address: Ray address (``"auto"``, ``"ray://host:port"``) for ``launcher="ray"``.
         env: extra environment variables for worker processes; ``{device}``,
             ``{rank}`` and ``{host}`` in values are replaced per worker (e.g.
             ``{"NCCL_HOSTID": "h{device}"}``). Workers default to
-            ``OMP_NUM_THREADS=1``. The process launcher starts workers with the
-            ``forkserver`` method (``RESHARD_START_METHOD=spawn`` in the driver's
-            environment selects ``spawn``).
+            ``OMP_NUM_THREADS=1``. The process launcher starts workers from reshard's
+            own entry point (never from the caller's ``__main__``).
         netns: run each worker inside its cluster host's network namespace: a
             :class:`reshard.microbench.testbed.Testbed` (or a
             :class:`~reshard.comm.launchers.process.NetnsPlacement`); gloo with the
             process launcher only.
+        max_plans: plans kept loaded on the workers for :meth:`reshard` and
+            :meth:`execute` (each holds scratch buffers); beyond it the least recently
+            used is unloaded. Plans loaded with :meth:`load` stay until :meth:`unload`.
+
+    Threads: a Runtime may be shared by any number of threads. Each call issues its
+    work to every worker it involves under one lock, so all workers receive all calls
+    in one global order and run them one at a time in that order: calls of different
+    threads never mix their messages, and no order of calls can deadlock. A thread
+    waits for its own results outside the lock, so calls on disjoint devices run
+    concurrently and calls sharing a device queue behind each other.
+
+    Timeout: a call fails with :class:`ExecutionError` when a worker it waits on has
+    made no progress (finished no call) for ``timeout`` seconds, i.e. at the timeout
+    for a call that did not queue behind others; the error names the stuck or dead
+    devices and, when they answer within a second, the task each peer was on.
+
+    Errors: bad input (unknown or freed arrays, plans that fail verification, dtypes the
+    backend cannot move or sum, shapes that do not match) raises a
+    :class:`ReshardError` before anything reaches a worker, and the Runtime stays
+    usable. A failure inside a worker (a dead or stuck worker, a backend error) leaves
+    the workers in an unknown state: the Runtime shuts down and that call and every
+    later one raise one :class:`ExecutionError` naming devices and tasks.
 
     Use as a context manager, or call :meth:`close`.
     """
@@ -76,24 +109,34 @@ class Runtime:
         address: str | None = None,
         env: dict[str, str] | None = None,
         netns: Any = None,
+        max_plans: int = DEFAULT_MAX_PLANS,
     ) -> None:
-        from reshard.comm.backend import BackendKind
+        from reshard.comm.backend import BackendKind, backend_class
         from reshard.comm.launchers import LauncherKind, default_launcher, start_group
 
         self.backend = BackendKind.parse(backend)
         self.launcher = (default_launcher(self.backend) if launcher is None
                          else LauncherKind.parse(launcher))
-        if timeout <= 0:
+        if not timeout > 0:
             raise ReshardError(f"timeout must be > 0 seconds, got {timeout}")
+        if isinstance(max_plans, bool) or not isinstance(max_plans, int) or max_plans < 1:
+            raise ReshardError(f"max_plans must be an integer >= 1, got {max_plans!r}")
         self.timeout = float(timeout)
+        self.max_plans = max_plans
         self.cluster = cluster
         if cluster is None and self.launcher is not LauncherKind.THREAD:
             raise ReshardError(
                 f"Runtime(backend={self.backend.value!r}) needs cluster=... to know which "
                 f"devices to start workers for, e.g. cluster=Cluster.regular(2, 4)")
+        self.capabilities = backend_class(self.backend).capabilities
         devices = cluster.devices if cluster is not None else ()
+        self._tag = secrets.token_hex(3)  # keys of this runtime's arrays start with it
         self._ids = itertools.count()
-        self._plans: dict[tuple[ReshardPlan, str | None], int] = {}
+        self._lock = threading.RLock()  # one global order of calls
+        self._cached: OrderedDict[tuple[ReshardPlan, str | None], int] = OrderedDict()
+        self._pinned: dict[tuple[ReshardPlan, str | None], int] = {}
+        self._live: dict[str, DArray] = {}
+        self._progress: dict[int, float] = {}  # device -> when it last finished a call
         self._closed = False
         self._broken: str | None = None
         self.group = start_group(self.backend, self.launcher, devices, cluster, self.timeout,
@@ -125,55 +168,69 @@ class Runtime:
         if self._closed:
             raise ReshardError("this Runtime is closed; create a new one")
 
-    # ----- calls -----------------------------------------------------------------------
-    def _ensure(self, devices: Sequence[int]) -> None:
-        ensure = getattr(self.group, "ensure", None)
-        if ensure is not None:
-            ensure(devices)
-        else:
-            missing = sorted(set(devices) - set(self.group.devices))
-            if missing:
-                raise ReshardError(
-                    f"device(s) {missing} have no worker; the runtime was started for "
-                    f"{list(self.group.devices)} (its cluster)")
+    @property
+    def loaded_plans(self) -> int:
+        """Plans loaded on the workers now (cached and pinned)."""
+        return len(self._cached) + len(self._pinned)
 
-    def _gather(self, futures: dict[int, Future], what: str) -> dict[int, Any]:
-        """Wait for per-device futures; on failure shut down and raise one error naming
-        the dead devices and the failing tasks."""
-        deadline = time.monotonic() + self.timeout + 5.0
-        pending = set(futures.values())
+    # ----- issuing and waiting -----------------------------------------------------------
+    def _submit(self, device: int, method: str, *args: Any) -> tuple[int, Future]:
+        """Issue one worker call (the caller holds the lock)."""
+        fut = self.group.submit(device, method, *args)
+        fut.add_done_callback(lambda _, d=device: self._progress.__setitem__(d, time.monotonic()))
+        return device, fut
+
+    def _wait(self, calls: list[tuple[int, Future]], what: str, issued: float) -> None:
+        """Wait for issued calls; on failure shut down and raise one error naming the
+        dead or stuck devices and the failing tasks."""
+        pending = {f for _, f in calls}
         while pending:
             try:
-                done, pending = wait(pending, timeout=0.2, return_when="FIRST_EXCEPTION")
+                done, pending = wait(pending, timeout=0.1, return_when="FIRST_EXCEPTION")
             except KeyboardInterrupt:
                 # Workers may be mid-plan: their state is unknown, so stop them.
-                self._broken = f"{what} was interrupted"
-                self.close()
+                self._fail(f"{what} was interrupted")
                 raise
-            failed = [f for f in done if f.exception() is not None]
+            if self._broken:  # another thread's call failed and shut the runtime down
+                raise ExecutionError(f"this Runtime failed and was shut down: {self._broken}")
+            failed = any(f.exception() is not None for f in done)
             dead = self.group.dead()
-            if failed or dead or time.monotonic() > deadline:
-                if not failed and not dead:
-                    reason = f"{what} did not finish within {self.timeout:g}s"
-                else:
-                    # Give the other workers a moment to report which task they were on.
-                    wait(pending, timeout=min(self.timeout, 3.0))
-                    reason = self._describe_failure(futures, what)
-                self._broken = reason
-                self.close()
+            now = time.monotonic()
+            stuck = sorted({d for d, f in calls if not f.done() and
+                            now - max(issued, self._progress.get(d, 0.0)) > self.timeout})
+            if failed or dead or stuck:
+                wait(pending, timeout=_REPORT_GRACE)  # let peers say which task they were on
+                reason = self._describe_failure(calls, what, stuck)
+                self._fail(reason)
                 raise ExecutionError(reason)
-        return {d: f.result() for d, f in futures.items()}
 
-    def _describe_failure(self, futures: dict[int, Future], what: str) -> str:
+    def _fail(self, reason: str) -> None:
+        if self._broken is None:
+            self._broken = reason
+        self.close()
+
+    def _describe_failure(self, calls: list[tuple[int, Future]], what: str,
+                          stuck: list[int]) -> str:
         parts = []
         dead = self.group.dead()
         for d, why in sorted(dead.items()):
             parts.append(f"device {d} died ({why})")
-        for d, f in sorted(futures.items()):
+        for d in stuck:
+            if d not in dead:
+                parts.append(f"device {d} made no progress for {self.timeout:g}s (stuck)")
+        seen = set()
+        for d, f in sorted(calls, key=lambda c: c[0]):
             if f.done() and f.exception() is not None and d not in dead:
-                parts.append(str(f.exception()))
+                text = str(f.exception())
+                if text not in seen:
+                    seen.add(text)
+                    parts.append(text)
         return f"{what} failed: " + "; ".join(parts[:8]) + (
             f" (+{len(parts) - 8} more)" if len(parts) > 8 else "")
+
+    def _issue(self, calls: dict[int, tuple]) -> list[tuple[int, Future]]:
+        """Issue ``{device: (method, *args)}`` (the caller holds the lock)."""
+        return [self._submit(d, method, *args) for d, (method, *args) in calls.items()]
 
     def call(self, calls: dict[int, tuple], what: str) -> dict[int, Any]:
         """Call worker methods, ``{device: (method, *args)}``, concurrently; returns
@@ -182,19 +239,59 @@ class Runtime:
         return self._call_all(calls, what)
 
     def _call_all(self, calls: dict[int, tuple], what: str) -> dict[int, Any]:
-        self._check_open()
-        futures = {d: self.group.submit(d, method, *args) for d, (method, *args) in calls.items()}
-        return self._gather(futures, what)
+        with self._lock:
+            self._check_open()
+            issued = time.monotonic()
+            futures = self._issue(calls)
+        self._wait(futures, what, issued)
+        return {d: f.result() for d, f in futures}
 
-    # ----- data ------------------------------------------------------------------------
+    def _ensure(self, devices: Sequence[int]) -> None:
+        self.group.ensure(devices)
+
+    # ----- arrays ----------------------------------------------------------------------
+    def _check_live(self, xs: Sequence[Any]) -> None:
+        """Raise unless every handle is a live array of this runtime (lock held)."""
+        for x in xs:
+            if not isinstance(x, DArray):
+                raise ReshardError(
+                    f"expected a DArray returned by this Runtime's put/reshard, got "
+                    f"{type(x).__name__}")
+            have = self._live.get(x.key)
+            if have is None:
+                if x.key.startswith(self._tag + ":"):
+                    raise ReshardError(
+                        f"array {x.key} ({x.shape} {x.dtype} on {x.layout}) was freed "
+                        f"(Runtime.free); use an array that is still alive")
+                raise ReshardError(
+                    f"array {x.key} ({x.shape} {x.dtype}) does not belong to this Runtime "
+                    f"(made by another or a closed one); put it on this Runtime first")
+            if have != x:
+                raise ReshardError(
+                    f"handle {x} does not match the array stored under {x.key!r} ({have}); "
+                    f"use the DArray the Runtime returned")
+
+    def _new_key(self) -> str:
+        return f"{self._tag}:{next(self._ids)}"
+
+    def adopt(self, key: str, shape: Sequence[int], dtype: Any, layout: Layout) -> DArray:
+        """A handle to an array that code running on the workers created under ``key``
+        (e.g. a worker extension's results); it then behaves like any other array."""
+        x = DArray(str(key), check_shape(shape), parse_dtype(dtype).name, layout)
+        with self._lock:
+            self._live[x.key] = x
+        return x
+
     def put(self, array: Any, layout: Layout) -> DArray:
         """Distribute a global array over ``layout``'s devices.
 
         For a partial layout, the devices with coordinate 0 on every partial axis get
         the value and the other addends are zeros.
         """
-        arr = np.asarray(array)
+        arr = _as_array(array)
         dt = parse_dtype(arr.dtype)
+        if not isinstance(layout, Layout):
+            raise ReshardError(f"layout must be a reshard.Layout, got {type(layout).__name__}")
         layout.spec.check(layout.mesh.ndim, arr.ndim)
         boxes = layout.boxes(arr.shape)
         leaders = layout.partial_leaders()
@@ -209,28 +306,44 @@ class Runtime:
         """Distribute given per-device shards (e.g. the addends of a partial sum)."""
         shape_t = check_shape(shape)
         dt = parse_dtype(dtype)
+        if not isinstance(layout, Layout):
+            raise ReshardError(f"layout must be a reshard.Layout, got {type(layout).__name__}")
         self._check_devices(layout)
         boxes = layout.boxes(shape_t)
-        if set(shards) != set(boxes):
+        if not isinstance(shards, dict) or set(shards) != set(boxes):
             raise ShapeError(
-                f"shards given for devices {sorted(shards)} but layout {layout} has devices "
-                f"{sorted(boxes)}; pass exactly one shard per device")
+                f"shards given for devices {sorted(shards) if isinstance(shards, dict) else shards}"
+                f" but layout {layout} has devices {sorted(boxes)}; pass a dict with exactly "
+                f"one shard per device")
+        arrays = {}
         for d, box in boxes.items():
             want = tuple(b - a for a, b in box)
-            got = np.shape(shards[d])
-            if tuple(got) != want or np.asarray(shards[d]).dtype != dt:
+            got = _as_array(shards[d])
+            if got.shape != want or got.dtype != dt:
                 raise ShapeError(
-                    f"shard of device {d} has shape {tuple(got)} and dtype "
-                    f"{np.asarray(shards[d]).dtype}; layout {layout} of a {shape_t} {dt} "
-                    f"tensor needs shape {want} and dtype {dt}")
-        x = DArray(f"a{next(self._ids)}", shape_t, dt.name, layout)
-        self._ensure(layout.devices)
-        self._call_all({d: ("put", x.key, np.asarray(s)) for d, s in shards.items()}, "put")
+                    f"shard of device {d} has shape {got.shape} and dtype {got.dtype}; "
+                    f"layout {layout} of a {shape_t} {dt} tensor needs shape {want} and "
+                    f"dtype {dt}")
+            arrays[d] = got
+        with self._lock:
+            self._check_open()
+            self._ensure(layout.devices)
+            x = DArray(self._new_key(), shape_t, dt.name, layout)
+            issued = time.monotonic()
+            futures = self._issue({d: ("put", x.key, a) for d, a in arrays.items()})
+            self._live[x.key] = x
+        self._wait(futures, "put", issued)
         return x
 
     def shards(self, x: DArray) -> dict[int, np.ndarray]:
         """Every device's shard of ``x``."""
-        return self._call_all({d: ("get", x.key) for d in x.layout.devices}, "get")
+        with self._lock:
+            self._check_open()
+            self._check_live([x])
+            issued = time.monotonic()
+            futures = self._issue({d: ("get", x.key) for d in x.layout.devices})
+        self._wait(futures, "get", issued)
+        return {d: f.result() for d, f in futures}
 
     def get(self, x: DArray) -> np.ndarray:
         """The global value of ``x`` (partial addends summed)."""
@@ -250,12 +363,20 @@ class Runtime:
         return out
 
     def free(self, *arrays: DArray) -> None:
-        """Drop arrays from their workers."""
+        """Drop arrays from their workers; using them afterwards raises."""
         calls: dict[int, list[str]] = {}
-        for x in arrays:
-            for d in x.layout.devices:
-                calls.setdefault(d, []).append(x.key)
-        self._call_all({d: ("drop", keys) for d, keys in calls.items()}, "free")
+        with self._lock:
+            self._check_open()
+            self._check_live(arrays)
+            if len({x.key for x in arrays}) != len(arrays):
+                raise ReshardError("free() got the same array twice")
+            for x in arrays:
+                del self._live[x.key]
+                for d in x.layout.devices:
+                    calls.setdefault(d, []).append(x.key)
+            issued = time.monotonic()
+            futures = self._issue({d: ("drop", keys) for d, keys in calls.items()})
+        self._wait(futures, "free", issued)
 
     # ----- resharding ------------------------------------------------------------------
     def _check_devices(self, layout: Layout) -> None:
@@ -264,13 +385,30 @@ class Runtime:
 
     def plan(self, x: Union[DArray, Sequence[DArray]], layout: Union[Layout, Sequence[Layout]],
              strategy: Union[str, Strategy] = Strategy.BROADCAST) -> ReshardPlan:
-        """The plan :meth:`reshard` would run."""
+        """The plan :meth:`reshard` would run (checked against this runtime's backend)."""
         xs = [x] if isinstance(x, DArray) else list(x)
         lays = [layout] if isinstance(layout, Layout) else list(layout)
         if len(xs) != len(lays):
             raise ReshardError(f"{len(xs)} arrays but {len(lays)} destination layouts")
-        return plan_many([(a.shape, a.dtype, a.layout, lay) for a, lay in zip(xs, lays)],
-                         cluster=self.cluster, strategy=strategy)
+        for a in xs:
+            if not isinstance(a, DArray):
+                raise ReshardError(f"expected DArrays, got {type(a).__name__}")
+        p = plan_many([(a.shape, a.dtype, a.layout, lay) for a, lay in zip(xs, lays)],
+                      cluster=self.cluster, strategy=strategy)
+        self._check_plan(p)
+        return p
+
+    def _check_plan(self, plan: ReshardPlan) -> None:
+        """Verify ``plan`` and check it against the backend's capabilities."""
+        from reshard.planner.verify import check_backend
+
+        if not isinstance(plan, ReshardPlan):
+            raise ReshardError(f"expected a ReshardPlan, got {type(plan).__name__}")
+        plan.verify()
+        caps = self.capabilities
+        check_backend(plan, self.backend.value, caps.moves, caps.sums)
+        if self.cluster is not None:
+            self.cluster.check_devices(plan.devices, "the plan")
 
     def reshard(self, x: DArray, layout: Layout,
                 strategy: Union[str, Strategy] = Strategy.BROADCAST) -> DArray:
@@ -282,11 +420,43 @@ class Runtime:
         """Move several arrays with one plan (shared balancing and order)."""
         return self.execute(self.plan(xs, layouts, strategy), xs)
 
+    def _targets(self, plan: ReshardPlan) -> tuple[int, ...]:
+        # Backends whose communicators are made by every rank of the world (gloo's
+        # new_group) need every worker to load every plan, in the same order.
+        return self.group.devices if self.capabilities.groups_need_world else plan.devices
+
+    def _load(self, plan: ReshardPlan, channel: str | None,
+              pin: bool) -> tuple[int, list[tuple[int, Future]]]:
+        """The plan's id on the workers, loading it if needed (lock held): returns the id
+        and the issued calls (loads, and unloads of evicted plans)."""
+        key = (plan, channel)
+        pid = self._pinned.get(key)
+        if pid is not None:
+            return pid, []
+        pid = self._cached.get(key)
+        if pid is not None:
+            if pin:
+                del self._cached[key]
+                self._pinned[key] = pid
+            else:
+                self._cached.move_to_end(key)
+            return pid, []
+        self._ensure(plan.devices)
+        pid = next(self._ids)
+        text = plan.to_json() if self.launcher.value != "thread" else plan
+        calls = self._issue({d: ("load_plan", pid, text, channel) for d in self._targets(plan)})
+        (self._pinned if pin else self._cached)[key] = pid
+        while len(self._cached) > self.max_plans:
+            (old, _), old_pid = self._cached.popitem(last=False)
+            calls += self._issue({d: ("unload_plan", old_pid) for d in self._targets(old)})
+        return pid, calls
+
     def load(self, plan: ReshardPlan, channel: str | None = None) -> int:
-        """Ship ``plan`` to its workers once (done by :meth:`execute` when needed).
+        """Ship ``plan`` to its workers and keep it there until :meth:`unload`
+        (:meth:`execute` loads plans itself, into a cache of ``max_plans``).
 
         Args:
-            plan: the plan.
+            plan: the plan (verified first).
             channel: a communication channel name: plans on different channels use
                 separate communicators and may run concurrently (the pipeline runtime
                 gives each of its links one).
@@ -294,33 +464,60 @@ class Runtime:
         Returns:
             The plan id the workers know it by.
         """
-        pid = self._plans.get((plan, channel))
-        if pid is None:
+        self._check_plan(plan)
+        with self._lock:
             self._check_open()
-            self._ensure(plan.devices)
-            pid = next(self._ids)
-            text = plan.to_json() if self.launcher.value != "thread" else plan
-            # Backends whose communicators are made by every rank of the world (gloo's
-            # new_group) need every worker to load every plan, in the same order.
-            targets = (self.group.devices if getattr(self.group, "load_everywhere", False)
-                       else plan.devices)
-            self._call_all({d: ("load_plan", pid, text, channel) for d in targets}, "load plan")
-            self._plans[(plan, channel)] = pid
+            issued = time.monotonic()
+            pid, calls = self._load(plan, channel, pin=True)
+        self._wait(calls, "load plan", issued)
         return pid
+
+    def unload(self, plan: ReshardPlan, channel: str | None = None) -> None:
+        """Free a loaded plan's buffers on its workers (no-op if it is not loaded)."""
+        with self._lock:
+            self._check_open()
+            key = (plan, channel)
+            pid = self._pinned.pop(key, None)
+            if pid is None:
+                pid = self._cached.pop(key, None)
+            if pid is None:
+                return
+            issued = time.monotonic()
+            calls = self._issue({d: ("unload_plan", pid) for d in self._targets(plan)})
+        self._wait(calls, "unload plan", issued)
 
     def execute(self, plan: ReshardPlan, xs: Sequence[DArray]) -> list[DArray]:
         """Run ``plan`` on arrays matching its tensors; returns the moved arrays."""
+        self._check_plan(plan)
         if len(xs) != len(plan.tensors):
             raise ReshardError(f"plan moves {len(plan.tensors)} tensors, got {len(xs)} arrays")
         for i, (x, t) in enumerate(zip(xs, plan.tensors)):
+            if not isinstance(x, DArray):
+                raise ReshardError(f"array {i} is a {type(x).__name__}, not a DArray")
             if x.shape != t.shape or np.dtype(x.dtype) != np.dtype(t.dtype) or x.layout != t.src:
                 raise ShapeError(
                     f"array {i} is {x.shape} {x.dtype} on {x.layout}, but the plan expects "
                     f"{t.shape} {t.dtype} on {t.src}; plan it again for this array")
-        pid = self.load(plan)
-        outs = [DArray(f"a{next(self._ids)}", t.shape, t.dtype, t.dst) for t in plan.tensors]
-        in_keys = [x.key for x in xs]
-        out_keys = [y.key for y in outs]
-        self._call_all({d: ("execute", pid, in_keys, out_keys) for d in plan.devices},
-                       f"plan {pid} ({plan.strategy.value}, {len(plan.tasks)} tasks)")
+        with self._lock:
+            self._check_open()
+            self._check_live(xs)
+            issued = time.monotonic()
+            pid, calls = self._load(plan, None, pin=False)
+            outs = [DArray(self._new_key(), t.shape, t.dtype, t.dst) for t in plan.tensors]
+            in_keys = [x.key for x in xs]
+            out_keys = [y.key for y in outs]
+            calls += self._issue({d: ("execute", pid, in_keys, out_keys) for d in plan.devices})
+            for y in outs:
+                self._live[y.key] = y
+        self._wait(calls, f"plan {pid} ({plan.strategy.value}, {len(plan.tasks)} tasks)", issued)
         return outs
+
+
+def _as_array(value: Any) -> np.ndarray:
+    """``np.asarray(value)``; a ragged nesting is a ShapeError."""
+    try:
+        return np.asarray(value)
+    except ValueError as e:
+        raise ShapeError(
+            f"cannot make an array of {type(value).__name__}: {e}; pass a numpy array or a "
+            f"nesting of equal-length sequences") from None

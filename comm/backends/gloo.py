@@ -8,7 +8,7 @@ Sub-groups, one per collective member set, are made with ``dist.new_group``, whi
 every rank of the world must call, members or not, in the same order. So they are
 made in :meth:`GlooBackend.prepare`, which the worker host runs before every
 ``load_plan``, and the driver loads every plan on every worker of the world
-(``load_everywhere``): each worker walks ``plan.communicator_groups()`` (first-use
+(``Capabilities.groups_need_world``): each worker walks ``plan.communicator_groups()`` (first-use
 order, identical everywhere) and creates the groups it has not cached yet. Since all
 workers load the same plans in the same order, their caches stay identical.
 
@@ -30,6 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from reshard.comm.backend import Capabilities
 from reshard.comm.backends.host_memory import HostMemory
 from reshard.errors import ExecutionError
 
@@ -66,6 +67,13 @@ class GlooBackend(HostMemory):
     """
 
     name = "gloo"
+    # Bytes move as uint8 (any dtype); sums: gloo's own types plus _REDUCE_AS.
+    capabilities = Capabilities(
+        moves=None,
+        sums=frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
+                        "uint64", "float16", "float32", "float64", "complex64",
+                        "complex128"}),
+        groups_need_world=True, device="cpu")
 
     def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
                  *, advertise: str = "127.0.0.1", host: int = 0, local_index: int = 0) -> None:

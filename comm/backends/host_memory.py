@@ -32,6 +32,9 @@ class HostMemory:
     def synchronize(self) -> None:
         """Nothing outstanding on CPU."""
 
+    def activate(self) -> None:
+        """Nothing to make current on CPU."""
+
     def barrier(self, group: Sequence[int]) -> None:
         """Everyone reports to the first member, which releases everyone."""
         token = np.zeros(1, dtype=np.uint8)

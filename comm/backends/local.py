@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from reshard.comm.backend import Capabilities
 from reshard.comm.backends.host_memory import HostMemory
 from reshard.errors import ExecutionError
 
@@ -90,6 +91,7 @@ class LocalBackend(HostMemory):
     """
 
     name = "local"
+    capabilities = Capabilities(moves=None, sums=None, groups_need_world=False, device="cpu")
 
     def __init__(self, device: int, fabric: LocalFabric, context: str = "") -> None:
         self.device = device
@@ -99,6 +101,9 @@ class LocalBackend(HostMemory):
     def channel(self, name: str) -> "LocalBackend":
         """This rank on a separate communication channel."""
         return LocalBackend(self.device, self.fabric, f"{self.context}/{name}")
+
+    def prepare(self, plan: object) -> None:
+        """FIFOs are made on first use; nothing to prepare."""
 
     def send(self, buf: np.ndarray, peer: int) -> None:
         """Post a copy of ``buf`` to ``peer``."""

@@ -40,7 +40,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from reshard.comm.backend import Capabilities
 from reshard.errors import ExecutionError
+
+_NUMERIC = frozenset({"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
+                      "uint64", "float16", "float32", "float64", "complex64", "complex128"})
 
 
 def available() -> bool:
@@ -87,6 +91,10 @@ class NcclBackend:
     """
 
     name = "nccl"
+    # cupy has no long double; every other numeric dtype moves as bytes and sums
+    # through _dtype_table.
+    capabilities = Capabilities(moves=_NUMERIC, sums=_NUMERIC, groups_need_world=False,
+                                device="cuda")
 
     def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
                  *, host: int = 0, local_index: int = 0, gpu: int | None = None) -> None:

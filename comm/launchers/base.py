@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import enum
 from concurrent.futures import Future
-from typing import Any, Protocol, Union
+from typing import Any, Iterable, Protocol, Union
 
 from reshard.choice import parse_choice
+from reshard.errors import ReshardError
 
 
 class LauncherKind(enum.Enum):
@@ -34,8 +35,21 @@ class WorkerGroup(Protocol):
     def submit(self, device: int, method: str, *args: Any) -> Future:
         """Call ``DeviceWorker.<method>(*args)`` on ``device``'s worker."""
 
+    def ensure(self, devices: Iterable[int]) -> None:
+        """Make sure every device has a worker: start missing ones where the launcher
+        can (threads), else raise :class:`reshard.ReshardError` naming them."""
+
     def dead(self) -> dict[int, str]:
         """Devices whose worker is gone, with a reason."""
 
     def close(self) -> None:
         """Stop every worker and release every resource (idempotent)."""
+
+
+def require_workers(devices: Iterable[int], have: Iterable[int]) -> None:
+    """Raise naming the devices of ``devices`` that have no worker (of ``have``)."""
+    missing = sorted(set(devices) - set(have))
+    if missing:
+        raise ReshardError(
+            f"device(s) {missing} have no worker; the runtime was started for "
+            f"{sorted(have)} (its cluster): use layouts on those devices or a larger cluster")

@@ -148,26 +148,23 @@ class WorkerHost:
         """Run ``DeviceWorker.<method>(*args)`` (``load_plan`` prepares the backend first)."""
         if method not in METHODS:
             raise ReshardError(f"unknown worker method {method!r}; valid: {sorted(METHODS)}")
-        activate = getattr(self.backend, "activate", None)
-        if activate is not None:
-            activate()
+        self.backend.activate()
         if method == "load_plan":
             plan_id, plan, *rest = args
             channel = rest[0] if rest else None
             if isinstance(plan, str):
                 from reshard.planner.ir import ReshardPlan
 
-                plan = ReshardPlan.from_json(plan)
-            prepare = getattr(self.worker.backend_for(channel), "prepare", None)
-            if prepare is not None:
-                try:
-                    prepare(plan)
-                except ReshardError:
-                    raise
-                except Exception as e:
-                    raise ExecutionError(
-                        f"device {self.spec.device}: setting up communicators for plan "
-                        f"{plan_id} failed: {type(e).__name__}: {e}") from e
+                # The driver verified the plan before sending it down this private pipe.
+                plan = ReshardPlan.from_json(plan, verify=False)
+            try:
+                self.worker.backend_for(channel).prepare(plan)
+            except ReshardError:
+                raise
+            except Exception as e:
+                raise ExecutionError(
+                    f"device {self.spec.device}: setting up communicators for plan "
+                    f"{plan_id} failed: {type(e).__name__}: {e}") from e
             return self.worker.load_plan(plan_id, plan, channel)
         return getattr(self.worker, method)(*args)
 

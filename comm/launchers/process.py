@@ -49,9 +49,10 @@ import traceback
 from concurrent.futures import Future
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from reshard.comm.backend import BackendKind
+from reshard.comm.launchers.base import require_workers
 from reshard.comm.launchers.cleanup import close_at_exit
 from reshard.comm.launchers.host import (WorkerHost, WorkerSpec, describe_exit, make_specs,
                                          portable_error)
@@ -315,8 +316,6 @@ class ProcessGroup:
                  netns: Any = None) -> None:
         self.backend = BackendKind.parse(backend)
         self.timeout = float(timeout)
-        # gloo's sub-groups are created by every rank of the world: load plans everywhere.
-        self.load_everywhere = self.backend is BackendKind.GLOO
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._closed = False
@@ -480,6 +479,10 @@ class ProcessGroup:
                 w.pending[call_id] = fut
                 w.outbox.put((call_id, method, args))
         return fut
+
+    def ensure(self, devices: Iterable[int]) -> None:
+        """Raise naming the devices that have no worker (workers start with the group)."""
+        require_workers(devices, self.devices)
 
     def dead(self) -> dict[int, str]:
         """Devices whose process exited (before :meth:`close`), with why."""

@@ -32,12 +32,13 @@ import os
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from reshard.comm.backend import BackendKind
+from reshard.comm.launchers.base import require_workers
 from reshard.comm.launchers.cleanup import close_at_exit
 from reshard.comm.launchers.host import WorkerHost, WorkerSpec, make_specs, portable_error
 from reshard.errors import ExecutionError, ReshardError
@@ -202,7 +203,6 @@ class RayGroup:
                  env: dict[str, str] | None = None) -> None:
         self.backend = BackendKind.parse(backend)
         self.timeout = float(timeout)
-        self.load_everywhere = self.backend is BackendKind.GLOO
         self._closed = False
         self._dead: dict[int, str] = {}
         self.actors: dict[int, Any] = {}
@@ -292,6 +292,10 @@ class RayGroup:
 
         inner.add_done_callback(done)
         return out
+
+    def ensure(self, devices: Iterable[int]) -> None:
+        """Raise naming the devices that have no worker (workers start with the group)."""
+        require_workers(devices, self.devices)
 
     def dead(self) -> dict[int, str]:
         """Actors known dead: a call failed with ``RayActorError``, or the process of an

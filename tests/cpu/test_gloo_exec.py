@@ -113,7 +113,7 @@ def test_unknown_device_refused(rt):
 @pytest.mark.timeout(60)
 def test_load_reaches_every_worker(rt):
     """gloo makes sub-groups with every rank: plans load on the whole world."""
-    assert rt.group.load_everywhere is True
+    assert rt.capabilities.groups_need_world is True
     assert rt.group.devices == WORLD.devices
     assert not rt.group.dead()
 

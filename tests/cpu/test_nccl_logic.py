@@ -44,7 +44,7 @@ def rt():
 
 @pytest.mark.timeout(180)
 def test_paper_cases_on_fake_nccl(rt):
-    assert rt.group.load_everywhere is False  # communicators: members only
+    assert rt.capabilities.groups_need_world is False  # communicators: members only
     for case in paper_cases():
         check_paper_case(rt, case.narrowed(1), CLUSTER)
 

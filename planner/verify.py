@@ -1,0 +1,371 @@
+"""Plan verification: every plan is checked before any byte moves.
+
+A plan may come from anywhere: this planner, JSON from another process, the service,
+a caller's own code, a tampered file. Executing a wrong plan gives silently wrong
+data or a hang, so :func:`verify_plan` replays the plan's data flow symbolically, box
+by box, in the plan's global order, and rejects the first task that breaks a rule:
+
+* Tensors: a plain numeric dtype, a shape of non-negative integers, layouts that fit
+  the tensor's rank, devices in the plan's cluster, partial sums only of summable
+  dtypes.
+* Tasks: a known tensor; a box of the tensor's rank inside its shape; ``nbytes`` =
+  elements x itemsize; ``step`` >= 0; kind-specific form (``SEND`` one receiver,
+  ``COPY`` onto its root, ``ALLGATHER`` rootless with one piece per member, no root
+  among its receivers, no receiver twice, at least one receiver).
+* Data flow:
+  - a task reads its box from a device that holds all of it: in its source shard
+    (complete: a partial source must have been reduced there first) or, for a relay
+    (``source=dst``), in what that device already received;
+  - ``REDUCE`` sums one whole partial group of a partial source, each addend once;
+  - every device's destination shard receives every element exactly once (partial
+    destinations: the leaders do; the other addends receive nothing and stay zero).
+
+The replay works on boxes, not elements, so it costs about as much as reading the
+plan. :func:`check_backend` adds what one backend can do (which dtypes it moves and
+sums); a :class:`~reshard.Runtime` runs both before it loads a plan.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from reshard.errors import DTypeError, PlanError, ReshardError
+from reshard.layout import Box, Layout, box_size
+from reshard.planner.ir import Buffer, Task, TaskKind, TensorSpec
+
+if TYPE_CHECKING:
+    from reshard.planner.ir import ReshardPlan
+
+
+def _inside(inner: Box, outer: Box) -> bool:
+    for (a, b), (c, e) in zip(inner, outer):
+        if a < c or b > e:
+            return False
+    return True
+
+
+def _overlap(a: Box, b: Box) -> int:
+    """Elements two boxes share."""
+    n = 1
+    for (lo1, hi1), (lo2, hi2) in zip(a, b):
+        n *= max(0, min(hi1, hi2) - max(lo1, lo2))
+        if not n:
+            return 0
+    return n
+
+
+def _covered(box: Box, boxes: list[Box], exact: set[Box]) -> bool:
+    """True if disjoint ``boxes`` cover ``box`` (``exact``: the same boxes as a set)."""
+    if box in exact:
+        return True
+    need = box_size(box)
+    return sum(_overlap(box, b) for b in boxes) >= need
+
+
+def _first_overlap(boxes: list[Box]) -> tuple[Box, Box] | None:
+    """Two boxes of the list that share an element, or None."""
+    if len(boxes) < 2:
+        return None
+    if len(boxes) <= 12:
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                if _overlap(a, b):
+                    return a, b
+        return None
+    arr = np.asarray(boxes, dtype=np.int64)  # (k, ndim, 2)
+    lo, hi = arr[:, :, 0], arr[:, :, 1]
+    k = len(boxes)
+    step = max(1, 4_000_000 // (k * max(1, lo.shape[1])))
+    for start in range(0, k, step):
+        rows = slice(start, min(k, start + step))
+        hit = np.all((lo[rows, None, :] < hi[None, :, :]) & (lo[None, :, :] < hi[rows, None, :]),
+                     axis=2)
+        for r in range(hit.shape[0]):
+            hit[r, start + r] = False
+        if hit.any():
+            i, j = np.argwhere(hit)[0]
+            return boxes[start + int(i)], boxes[int(j)]
+    return None
+
+
+class _Replay:
+    """The symbolic state of a plan: what each device holds, task by task."""
+
+    def __init__(self, plan: "ReshardPlan") -> None:
+        self.plan = plan
+        self.src: list[dict[int, Box]] = []
+        self.dst: list[dict[int, Box]] = []
+        self.leaders: list[frozenset[int]] = []
+        self.group_of: list[dict[int, tuple[int, ...]]] = []  # partial sources only
+        boxes: dict[tuple, dict[int, Box]] = {}  # many tensors share layouts and shapes
+        leaders: dict[Layout, frozenset[int]] = {}
+        groups: dict[Layout, dict[int, tuple[int, ...]]] = {}
+        for t in plan.tensors:
+            for lay, out in ((t.src, self.src), (t.dst, self.dst)):
+                key = (lay, t.shape)
+                if key not in boxes:
+                    boxes[key] = lay.boxes(t.shape)
+                out.append(boxes[key])
+            if t.dst not in leaders:
+                leaders[t.dst] = t.dst.partial_leaders()
+            self.leaders.append(leaders[t.dst])
+            if t.src not in groups:
+                groups[t.src] = ({d: g for g in t.src.partial_groups() for d in g}
+                                 if t.src.spec.is_partial else {})
+            self.group_of.append(groups[t.src])
+        self.reduced: dict[tuple[int, int], list[Box]] = {}
+        for i, groups in enumerate(self.group_of):
+            for d, g in groups.items():
+                if len(g) == 1:  # a sum of one addend is the value
+                    self.reduced[(i, d)] = [self.src[i][d]]
+        self.received: dict[tuple[int, int], list[Box]] = {}
+        self.received_set: dict[tuple[int, int], set[Box]] = {}
+
+    # ----- reads --------------------------------------------------------------------
+    def read_src(self, i: int, device: int, box: Box) -> str | None:
+        """Why ``device`` cannot read ``box`` of tensor ``i`` from its source shard."""
+        have = self.src[i].get(device)
+        if have is None:
+            return f"device {device} holds no source shard of tensor {i}"
+        if not _inside(box, have):
+            return f"device {device}'s source shard {_fmt(have)} does not hold the box"
+        if self.group_of[i] and box_size(box):
+            done = self.reduced.get((i, device), [])
+            if not _covered(box, done, set(done)):
+                return (f"the source is a partial sum and device {device} has not reduced "
+                        f"the box (it holds one addend)")
+        return None
+
+    def read_dst(self, i: int, device: int, box: Box) -> str | None:
+        """Why ``device`` cannot relay ``box`` of tensor ``i`` from its destination shard."""
+        have = self.dst[i].get(device)
+        if have is None or not _inside(box, have):
+            return f"device {device}'s destination shard does not hold the box"
+        key = (i, device)
+        if box_size(box) and not _covered(box, self.received.get(key, []),
+                                          self.received_set.get(key, set())):
+            return f"device {device} relays the box before it received all of it"
+        return None
+
+    # ----- writes -------------------------------------------------------------------
+    def write(self, i: int, device: int, box: Box) -> str | None:
+        """Record ``box`` of tensor ``i`` delivered to ``device``'s destination shard."""
+        have = self.dst[i].get(device)
+        if have is None:
+            return f"device {device} holds no destination shard of tensor {i}"
+        if not _inside(box, have):
+            return f"the box is outside device {device}'s destination shard {_fmt(have)}"
+        if not box_size(box):
+            return None
+        if device not in self.leaders[i]:
+            return (f"device {device} holds a non-leading addend of a partial destination, "
+                    f"which must stay zero")
+        self.received.setdefault((i, device), []).append(box)
+        self.received_set.setdefault((i, device), set()).add(box)
+        return None
+
+    def reduce(self, i: int, task: Task) -> str | None:
+        """Record a REDUCE of tensor ``i``."""
+        groups = self.group_of[i]
+        if not groups:
+            return f"tensor {i}'s source is not a partial sum; nothing to reduce"
+        members = (task.root, *task.receivers)
+        group = groups.get(task.root)
+        if group is None or set(members) != set(group):
+            return (f"a reduce sums one whole partial group of the source once; devices "
+                    f"{sorted(members)} are not one (groups: {sorted(set(groups.values()))})")
+        for d in members:
+            have = self.src[i][d]
+            if not _inside(task.box, have):
+                return f"device {d}'s source shard {_fmt(have)} does not hold the box"
+            if any(_overlap(task.box, b) for b in self.reduced.get((i, d), [])):
+                return f"device {d} already holds a reduced sum of part of the box"
+        if box_size(task.box):
+            self.reduced.setdefault((i, task.root), []).append(task.box)
+        return None
+
+    # ----- the end ------------------------------------------------------------------
+    def check_complete(self) -> None:
+        """Every destination element delivered exactly once."""
+        for i, t in enumerate(self.plan.tensors):
+            for d, have in self.dst[i].items():
+                if d not in self.leaders[i]:
+                    continue
+                got = self.received.get((i, d), [])
+                pair = _first_overlap(got)
+                if pair is not None:
+                    raise PlanError(
+                        f"plan delivers part of tensor {i} to device {d} twice: boxes "
+                        f"{_fmt(pair[0])} and {_fmt(pair[1])} overlap; every destination "
+                        f"element must be delivered exactly once")
+                missing = box_size(have) - sum(box_size(b) for b in got)
+                if missing:
+                    raise PlanError(
+                        f"plan leaves {missing} element(s) of device {d}'s destination shard "
+                        f"{_fmt(have)} of tensor {i} ({t.shape} {t.dtype} {t.src} -> {t.dst}) "
+                        f"undelivered; is a task missing?")
+
+
+def _fmt(box: Box) -> str:
+    return "[" + ",".join(f"{a}:{b}" for a, b in box) + "]"
+
+
+# ----- per-kind rules ---------------------------------------------------------------------
+def _copy(r: _Replay, task: Task) -> str | None:
+    if task.receivers != (task.root,):
+        return "a copy's receivers must be exactly (root,)"
+    if task.source is not Buffer.SRC:
+        return "a copy reads its root's source shard (source=src)"
+    return r.read_src(task.tensor, task.root, task.box) or \
+        r.write(task.tensor, task.root, task.box)
+
+
+def _send(r: _Replay, task: Task) -> str | None:
+    if len(task.receivers) != 1:
+        return f"a send has exactly one receiver, got {len(task.receivers)}"
+    return _deliver(r, task)
+
+
+def _broadcast(r: _Replay, task: Task) -> str | None:
+    return _deliver(r, task)
+
+
+def _deliver(r: _Replay, task: Task) -> str | None:
+    i = task.tensor
+    read = r.read_src if task.source is Buffer.SRC else r.read_dst
+    why = read(i, task.root, task.box)
+    for d in task.receivers:
+        why = why or r.write(i, d, task.box)
+    return why
+
+
+def _reduce(r: _Replay, task: Task) -> str | None:
+    if task.source is not Buffer.SRC:
+        return "a reduce sums source shards (source=src)"
+    return r.reduce(task.tensor, task)
+
+
+def _allgather(r: _Replay, task: Task) -> str | None:
+    if task.root != -1:
+        return f"an all-gather has no root (-1), got {task.root}"
+    if len(task.pieces) != len(task.receivers):
+        return (f"an all-gather has one piece per member: {len(task.receivers)} members, "
+                f"{len(task.pieces)} pieces")
+    if len(task.receivers) < 2:
+        return "an all-gather needs at least two members"
+    i = task.tensor
+    for m, piece in zip(task.receivers, task.pieces):
+        if len(piece) != len(task.box) or not _inside(piece, task.box):
+            return f"piece {_fmt(piece)} of device {m} is not inside the box"
+        why = r.read_dst(i, m, piece)
+        if why:
+            return why
+    for m, piece in zip(task.receivers, task.pieces):
+        for other in task.receivers:
+            if other != m:
+                why = r.write(i, other, piece)
+                if why:
+                    return why
+    return None
+
+
+_RULES: dict[TaskKind, Callable[[_Replay, Task], str | None]] = {
+    TaskKind.COPY: _copy,
+    TaskKind.SEND: _send,
+    TaskKind.BROADCAST: _broadcast,
+    TaskKind.REDUCE: _reduce,
+    TaskKind.ALLGATHER: _allgather,
+}
+
+
+def _form(task: Task, t: TensorSpec) -> str | None:
+    """Rules on one task alone (its tensor known)."""
+    if len(task.box) != len(t.shape):
+        return f"the box has {len(task.box)} dims, tensor {task.tensor} has {len(t.shape)}"
+    for d, ((a, b), n) in enumerate(zip(task.box, t.shape)):
+        if not 0 <= a <= b <= n:
+            return (f"box dim {d} is {a}:{b}, outside 0:{n} of the tensor's shape {t.shape} "
+                    f"(or reversed)")
+    want = box_size(task.box) * t.itemsize
+    if task.nbytes != want:
+        return f"nbytes is {task.nbytes}, but the box holds {want} bytes of {t.dtype}"
+    if task.step < 0:
+        return f"step must be >= 0, got {task.step}"
+    if not task.receivers:
+        return "a task needs at least one receiver"
+    if len(set(task.receivers)) != len(task.receivers):
+        return "a receiver is listed twice"
+    if task.kind is not TaskKind.COPY and task.root in task.receivers:
+        return "the root is also a receiver"
+    return None
+
+
+def _check_tensor(index: int, t: TensorSpec, plan: "ReshardPlan") -> None:
+    from reshard.planner.plan import make_tensor_spec
+
+    try:
+        if not isinstance(t.shape, tuple) or not all(
+                isinstance(s, int) and not isinstance(s, bool) for s in t.shape):
+            raise PlanError(f"shape must be a tuple of integers, got {t.shape!r}")
+        again = make_tensor_spec(t.shape, t.dtype, t.src, t.dst, plan.cluster)
+    except ReshardError as e:
+        raise PlanError(f"plan tensor {index}: {e}") from None
+    if again.dtype != t.dtype:
+        raise PlanError(f"plan tensor {index}: dtype {t.dtype!r} is spelled "
+                        f"{again.dtype!r} by numpy; write that")
+
+
+def verify_plan(plan: "ReshardPlan") -> None:
+    """Check ``plan`` (see the module docstring); the plan is fine if it returns.
+
+    Raises:
+        PlanError: the first broken rule, naming the task (index and text) and the rule.
+    """
+    seen: set[TensorSpec] = set()
+    for i, t in enumerate(plan.tensors):
+        if t not in seen:
+            _check_tensor(i, t, plan)
+            seen.add(t)
+    replay = _Replay(plan)
+    n = len(plan.tensors)
+    for index, task in enumerate(plan.tasks):
+        if not isinstance(task, Task):
+            raise PlanError(f"plan task #{index} is a {type(task).__name__}, not a Task")
+        if not 0 <= task.tensor < n:
+            why: str | None = f"tensor index {task.tensor} is out of range 0..{n - 1}"
+        else:
+            why = _form(task, plan.tensors[task.tensor]) or _RULES[task.kind](replay, task)
+        if why:
+            raise PlanError(f"plan task #{index} ({task}): {why}")
+    replay.check_complete()
+
+
+# ----- what one backend can do -------------------------------------------------------------
+def check_backend(plan: "ReshardPlan", name: str, moves: Any, sums: Any) -> None:
+    """Reject dtypes the backend cannot move or sum, before any byte moves.
+
+    Args:
+        plan: the plan.
+        name: the backend's name (for the message).
+        moves: dtype names the backend moves, or None for every numeric dtype.
+        sums: dtype names the backend can reduce (sum), or None for every one.
+
+    Raises:
+        DTypeError: naming the tensor, the dtype and what the backend supports.
+    """
+    reduced = {t.tensor for t in plan.tasks if t.kind is TaskKind.REDUCE}
+    for i, t in enumerate(plan.tensors):
+        if moves is not None and t.dtype not in moves:
+            raise DTypeError(
+                f"the {name} backend cannot move dtype {t.dtype} (tensor {i}, {t.shape}); "
+                f"it moves {sorted(moves)}")
+        if i in reduced and sums is not None and t.dtype not in sums:
+            raise DTypeError(
+                f"the {name} backend cannot sum dtype {t.dtype}, and tensor {i} ({t.shape}, "
+                f"{t.src} -> {t.dst}) is a partial sum to reduce; it sums {sorted(sums)}: "
+                f"convert the addends to one of those, or use backend='local'")
+
+
+__all__ = ["check_backend", "verify_plan"]

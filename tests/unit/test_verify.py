@@ -1,0 +1,284 @@
+"""Plan verification: tampered or malformed plans are refused before any byte moves,
+with a PlanError naming the task and the rule; every plan the planner makes passes; and
+any plan that passes executes exactly (a fuzzer mutates real plans and runs the
+survivors on the reference backend)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import reshard
+from reshard import Cluster, DeviceMesh, Layout, PlanError, ReshardPlan
+from reshard.planner.verify import check_backend
+
+from ..common import STRATEGIES, addends, check_shards, problems, sample
+
+CL = Cluster.regular(4, 2)
+A = DeviceMesh((2,), [0, 1])
+B = DeviceMesh((2,), [2, 3])
+AB = DeviceMesh((2, 2), [0, 1, 2, 3])
+C = DeviceMesh((2, 2), [4, 5, 6, 7])
+
+
+def _plan(shape, dtype, src, dst, strategy):
+    return reshard.plan(shape, dtype, src, dst, cluster=CL, strategy=strategy)
+
+
+BASE = {
+    "send_recv": _plan((6, 4), "int32", Layout(A, "S0R"), Layout(B, "RS0"), "send_recv"),
+    "broadcast": _plan((6, 4), "int32", Layout(A, "S0R"), Layout(C, "RR"), "broadcast"),
+    "allgather": _plan((6, 4), "int32", Layout(A, "S0R"), Layout(C, "RR"), "allgather"),
+    "partial": _plan((6, 4), "float32", Layout(AB, "S0R+P1"), Layout(C, "RS0"), "broadcast"),
+    "partial_dst": _plan((6, 4), "int64", Layout(A, "S0R"), Layout(C, "RR+P0"), "send_recv"),
+    "copy": _plan((6, 4), "int32", Layout(A, "S0R"), Layout(A, "RS0"), "send_recv"),
+}
+
+
+def _first(d: dict, kind: str) -> int:
+    return next(i for i, t in enumerate(d["tasks"]) if t["kind"] == kind)
+
+
+def _refused(text_or_dict, *needles: str) -> str:
+    t0 = time.perf_counter()
+    with pytest.raises(PlanError) as info:
+        if isinstance(text_or_dict, dict):
+            ReshardPlan.from_dict(text_or_dict)
+        else:
+            ReshardPlan.from_json(text_or_dict)
+    assert time.perf_counter() - t0 < 0.5, "verification should take milliseconds"
+    msg = str(info.value)
+    for n in needles:
+        assert n in msg, f"{n!r} not in {msg!r}"
+    return msg
+
+
+def test_every_base_plan_passes():
+    for name, p in BASE.items():
+        p.verify()
+        assert ReshardPlan.from_json(p.to_json()) == p, name
+    kinds = {t.kind.value for p in BASE.values() for t in p.tasks}
+    assert kinds == {"copy", "send", "broadcast", "reduce", "allgather"}
+
+
+# ----- malformed JSON ---------------------------------------------------------------------
+@pytest.mark.parametrize("text,needles", [
+    ("[]", ["plan must be a JSON object", "list"]),
+    ("7", ["JSON object"]),
+    ("{", ["not valid JSON"]),
+    ("[" * 100_000 + "]" * 100_000, ["nests too deeply"]),
+    ('{"format": 1}', ["no field"]),
+    ('{"format": 99}', ["format 99"]),
+])
+def test_malformed_json(text, needles):
+    _refused(text, *needles)
+
+
+def test_not_text():
+    with pytest.raises(PlanError, match="JSON text"):
+        ReshardPlan.from_json(None)  # type: ignore[arg-type]
+
+
+# ----- tampered fields --------------------------------------------------------------------
+def _edit(base: str, edit, *needles: str) -> str:
+    d = BASE[base].to_dict()
+    edit(d)
+    return _refused(d, *needles)
+
+
+def _set(path, value):
+    def edit(d):
+        obj = d
+        for k in path[:-1]:
+            obj = obj[k]
+        obj[path[-1]] = value
+    return edit
+
+
+@pytest.mark.parametrize("base,edit,needles", [
+    # types and ranges
+    ("send_recv", _set(["tensors", 0, "shape"], [8.7, 4]), ["tensor shape must be an integer", "8.7"]),
+    ("send_recv", _set(["tensors", 0, "shape"], [-6, 4]), ["plan tensor 0", ">= 0"]),
+    ("send_recv", _set(["tensors", 0, "dtype"], "object"), ["plan tensor 0", "object"]),
+    ("send_recv", _set(["tensors", 0, "dtype"], "V1000000000"), ["plan tensor 0", "not supported"]),
+    ("send_recv", _set(["tensors", 0, "dtype"], ">i4"), ["plan tensor 0"]),
+    ("send_recv", _set(["tasks", 0, "box"], [[-2, 2], [0, 4]]), ["task #0", "outside 0:6"]),
+    ("send_recv", _set(["tasks", 0, "box"], [[0, 3], [0, 5]]), ["task #0", "outside 0:4"]),
+    ("send_recv", _set(["tasks", 0, "box"], [[3, 1], [0, 2]]), ["task #0", "reversed"]),
+    ("send_recv", _set(["tasks", 0, "box"], [[0, 3]]), ["task #0", "1 dims"]),
+    ("send_recv", _set(["tasks", 0, "tensor"], 3), ["task #0", "tensor index 3 is out of range"]),
+    ("send_recv", _set(["tasks", 0, "tensor"], -1), ["task #0", "out of range"]),
+    ("send_recv", _set(["tasks", 0, "receivers"], []), ["task #0", "at least one receiver"]),
+    ("send_recv", _set(["tasks", 0, "receivers"], [2, 3]), ["task #0", "exactly one receiver"]),
+    ("send_recv", _set(["tasks", 0, "receivers"], ["2"]), ["task #0", "integer"]),
+    ("send_recv", _set(["tasks", 0, "nbytes"], 5), ["task #0", "nbytes is 5"]),
+    ("send_recv", _set(["tasks", 0, "nbytes"], 2.5), ["task #0", "integer"]),
+    ("send_recv", _set(["tasks", 0, "step"], -1), ["task #0", "step"]),
+    ("send_recv", _set(["tasks", 0, "kind"], "teleport"), ["task #0", "teleport"]),
+    ("send_recv", _set(["tasks", 0, "source"], "elsewhere"), ["task #0", "elsewhere"]),
+    ("send_recv", _set(["tasks", 0, "root"], True), ["task #0", "integer"]),
+    ("send_recv", _set(["tasks", 0], "send"), ["task #0", "JSON object"]),
+    ("send_recv", _set(["tasks"], {}), ["plan tasks must be a JSON list"]),
+    ("send_recv", _set(["strategy"], "telepathy"), ["telepathy"]),
+    # who holds what
+    ("send_recv", _set(["tasks", 0, "root"], 5), ["task #0", "device 5 holds no source shard"]),
+    ("send_recv", _set(["tasks", 0, "receivers"], [1]), ["task #0", "device 1 holds no destination"]),
+    ("send_recv", _set(["tasks", 0, "receivers"], [0]), ["task #0", "root is also a receiver"]),
+    ("broadcast", _set(["tasks", 0, "receivers"], [4, 4]), ["task #0", "listed twice"]),
+    ("broadcast", _set(["tasks", 0, "source"], "dst"), ["task #0", "destination shard does not hold"]),
+    ("copy", _set(["tasks", _first(BASE["copy"].to_dict(), "copy"), "receivers"], [1]),
+     ["copy's receivers"]),
+    ("partial", _set(["tasks", _first(BASE["partial"].to_dict(), "reduce"), "receivers"], []),
+     ["at least one receiver"]),
+    ("partial", _set(["tasks", _first(BASE["partial"].to_dict(), "reduce"), "root"], 4),
+     ["not one"]),
+])
+def test_tampered_field(base, edit, needles):
+    _edit(base, edit, *needles)
+
+
+def test_missing_task_of_every_kind():
+    """Dropping any one task is caught: an element undelivered, or a later task that
+    reads what never arrived."""
+    for name, p in BASE.items():
+        for i in range(len(p.tasks)):
+            if not p.tasks[i].nbytes:
+                continue
+            d = p.to_dict()
+            del d["tasks"][i]
+            msg = _refused(d)
+            assert "undelivered" in msg or "task #" in msg, (name, i, msg)
+
+
+def test_duplicate_task_is_refused():
+    for name, p in BASE.items():
+        i = next(k for k, t in enumerate(p.tasks) if t.nbytes)
+        d = p.to_dict()
+        d["tasks"].insert(i, copy.deepcopy(d["tasks"][i]))
+        _refused(d)
+
+
+def test_order_matters_for_relays_and_reductions():
+    d = BASE["allgather"].to_dict()
+    g = _first(d, "allgather")
+    d["tasks"].insert(0, d["tasks"].pop(g))  # all-gather before its pieces arrive
+    _refused(d, "task #0", "before it received")
+    d = BASE["partial"].to_dict()
+    r = _first(d, "reduce")
+    last_read = max(i for i, t in enumerate(d["tasks"]) if t["kind"] != "reduce")
+    d["tasks"].insert(last_read, d["tasks"].pop(r))  # a send before its reduce
+    _refused(d, "partial sum", "has not reduced")
+
+
+def test_reduce_twice_and_partial_destination_addend():
+    d = BASE["partial"].to_dict()
+    r = _first(d, "reduce")
+    d["tasks"].insert(r + 1, copy.deepcopy(d["tasks"][r]))
+    _refused(d, f"task #{r + 1}", "already holds a reduced sum")
+    d = BASE["partial_dst"].to_dict()
+    i = next(k for k, t in enumerate(d["tasks"]) if t["receivers"] == [4])
+    d["tasks"][i]["receivers"] = [6]  # device 6 is a non-leading addend
+    _refused(d, f"task #{i}", "non-leading addend")
+
+
+def test_foreign_device_and_cluster():
+    d = BASE["send_recv"].to_dict()
+    d["cluster"]["hosts"] = [[0, 1]]
+    _refused(d, "plan tensor 0", "does not have")
+
+
+# ----- what passes runs exactly -------------------------------------------------------------
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(problems(tuple(range(8))), st.sampled_from(STRATEGIES))
+def test_every_planner_plan_verifies(problem, strategy):
+    shape, dtype, src, dst = problem
+    p = reshard.plan(shape, dtype, src, dst, cluster=CL, strategy=strategy)
+    p.verify()
+    again = ReshardPlan.from_json(p.to_json())
+    assert again == p
+
+
+_MUTATIONS = ("drop", "duplicate", "swap", "int", "root", "receiver", "source", "box")
+
+
+@st.composite
+def mutated(draw):
+    name = draw(st.sampled_from(sorted(BASE)))
+    d = BASE[name].to_dict()
+    tasks = d["tasks"]
+    what = draw(st.sampled_from(_MUTATIONS))
+    i = draw(st.integers(0, len(tasks) - 1))
+    t = tasks[i]
+    if what == "drop":
+        del tasks[i]
+    elif what == "duplicate":
+        tasks.insert(draw(st.integers(0, len(tasks))), copy.deepcopy(t))
+    elif what == "swap":
+        j = draw(st.integers(0, len(tasks) - 1))
+        tasks[i], tasks[j] = tasks[j], tasks[i]
+    elif what == "int":
+        key = draw(st.sampled_from(["tensor", "root", "nbytes", "step"]))
+        t[key] += draw(st.sampled_from([-1, 1]))
+    elif what == "root":
+        t["root"] = draw(st.integers(-1, 8))
+    elif what == "receiver":
+        if t["receivers"]:
+            t["receivers"][draw(st.integers(0, len(t["receivers"]) - 1))] = draw(
+                st.integers(0, 8))
+    elif what == "source":
+        t["source"] = "dst" if t["source"] == "src" else "src"
+    else:
+        dim = draw(st.integers(0, len(t["box"]) - 1))
+        t["box"][dim][draw(st.integers(0, 1))] += draw(st.sampled_from([-1, 1]))
+    return name, d
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(mutated())
+def test_mutated_plans_are_refused_or_exact(case):
+    """The verifier's promise: a plan it accepts moves every byte right."""
+    name, d = case
+    try:
+        p = ReshardPlan.from_dict(d)
+    except PlanError as e:
+        assert "task #" in str(e) or "plan" in str(e)
+        return
+    base = BASE[name]
+    rng = np.random.default_rng(zlib.crc32(json.dumps(d).encode()))
+    with reshard.Runtime(backend="local", timeout=5.0) as rt:
+        xs = []
+        for t in p.tensors:
+            value = sample(rng, t.shape, t.dtype)
+            xs.append((rt.put_shards(addends(rng, value, t.src), t.src, t.shape, t.dtype),
+                       value))
+        ys = rt.execute(p, [x for x, _ in xs])
+        for y, (_, value) in zip(ys, xs):
+            check_shards(rt, y, value)
+    assert base.tensors == p.tensors
+
+
+# ----- what a backend can do ----------------------------------------------------------------
+def test_backend_dtypes():
+    from reshard.comm.backends.gloo import GlooBackend
+    from reshard.comm.backends.nccl import NcclBackend
+
+    mesh = DeviceMesh((2,), [0, 1])
+    p = reshard.plan((4,), np.longdouble, Layout(mesh, "R+P0"), Layout(B, "R"), cluster=CL)
+    gloo = GlooBackend.capabilities
+    with pytest.raises(reshard.DTypeError, match="cannot sum dtype float128.*partial sum"):
+        check_backend(p, "gloo", gloo.moves, gloo.sums)
+    moved = reshard.plan((4,), np.longdouble, Layout(mesh, "R"), Layout(B, "R"), cluster=CL)
+    check_backend(moved, "gloo", gloo.moves, gloo.sums)  # moving it is fine on gloo
+    nccl = NcclBackend.capabilities
+    with pytest.raises(reshard.DTypeError, match="cannot move dtype float128"):
+        check_backend(moved, "nccl", nccl.moves, nccl.sums)
+    ok = reshard.plan((4,), np.float32, Layout(mesh, "R+P0"), Layout(B, "R"), cluster=CL)
+    check_backend(ok, "gloo", gloo.moves, gloo.sums)
