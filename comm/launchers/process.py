@@ -1,15 +1,15 @@
-"""Process launcher: one plain local process per device (multiprocessing).
+"""Process launcher: one plain local process per device.
 
-Never ``fork``: torch, gloo and the driver's threads do not survive it. Workers are
-started by the ``forkserver`` method where the platform has it: a clean server
-process, started fresh (exec) once per driver, imports torch once and forks each
-worker from there; it never initialises gloo, CUDA or threads of its own. That is
-safe for the same reasons as ``spawn`` and starts 8 gloo workers in ~2 s instead
-of ~20 s on 2 cores (8 processes importing torch at once). ``spawn`` is used
-elsewhere, or when ``RESHARD_START_METHOD=spawn`` is set in the driver's
-environment.
+Workers start from reshard's own entry point (:mod:`reshard.comm.launchers.spawn`),
+never from the caller's ``__main__``, so a script needs no ``if __name__ ==
+"__main__":`` guard. By default a fork server per worker group, started fresh (exec),
+imports torch once and forks each worker from there; it never initialises gloo, CUDA
+or threads of its own, which makes it as safe as ``spawn`` and starts 8 gloo workers
+in about one torch import instead of eight at once on 2 cores. ``RESHARD_START_METHOD=
+spawn`` in the driver's environment execs every worker instead. Never ``fork`` the
+driver: torch, gloo and its threads do not survive it.
 
-Each worker process runs :func:`_worker_main`: it applies its environment, joins the
+Each worker process runs :func:`worker_main`: it applies its environment, joins the
 backend's world (:class:`~reshard.comm.launchers.host.WorkerHost`), reports ready,
 then serves ``(call_id, method, args)`` commands from a pipe one at a time and sends
 back ``(call_id, ok, result-or-exception)``.
@@ -27,10 +27,10 @@ socket it and its backend open lives there; gloo binds to the namespace's interf
 listens on the driver's address on the namespaces' network instead of loopback.
 
 Cleanup: :meth:`ProcessGroup.close` asks workers to exit, then terminates and
-kills what remains; it also runs at interpreter exit. Workers are daemon processes
-and watch the driver (``PR_SET_PDEATHSIG``, a thread polling the parent and the
-driver's pid) and exit when the driver's pipe closes, so they do not outlive a
-driver that is killed.
+kills what remains, then stops the fork server; it also runs at interpreter exit.
+Workers watch the driver (``PR_SET_PDEATHSIG`` towards the fork server, which itself
+dies with the driver, and a thread polling the parent and the driver's pid) and exit
+when the driver's pipe closes, so they do not outlive a driver that is killed.
 """
 
 from __future__ import annotations
@@ -54,15 +54,15 @@ from typing import Any, Iterable, Mapping, Sequence
 from reshard.comm.backend import BackendKind
 from reshard.comm.launchers.base import require_workers
 from reshard.comm.launchers.cleanup import close_at_exit
-from reshard.comm.launchers.host import (WorkerHost, WorkerSpec, describe_exit, make_specs,
-                                         portable_error)
+from reshard.comm.launchers.host import WorkerHost, WorkerSpec, make_specs, portable_error
+from reshard.comm.launchers.spawn import ExecStarter, ForkServer, Starter, WorkerArgs
 from reshard.comm.rendezvous import TcpRendezvousServer
 from reshard.errors import ExecutionError
 
 _CLOSE = "__close__"
-# Imported once by the fork server (forkserver start method), then inherited by every
-# worker it forks: importing torch in 8 processes at once on 2 cores takes ~20 s,
-# forking a server that has it takes ~0.1 s. Nothing that starts CUDA is preloaded.
+# Imported once by the fork server, then inherited by every worker it forks: importing
+# torch in 8 processes at once on 2 cores takes ~20 s, forking a server that has it
+# takes ~0.1 s. Nothing that starts CUDA is preloaded.
 _PRELOAD = {
     BackendKind.GLOO: ["reshard.comm.launchers.process", "reshard.comm.backends.gloo",
                        "torch.distributed"],
@@ -193,14 +193,14 @@ def _watch_parent(driver: int) -> None:
     threading.Thread(target=poll, name="reshard-parent-watch", daemon=True).start()
 
 
-def _worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
-                 driver: int, driver_env: dict[str, str], netns: str | None = None) -> None:
+def worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
+                driver: int, driver_env: dict[str, str], netns: str | None = None) -> None:
     """Entry point of a worker process (in network namespace ``netns`` if given)."""
     if netns is not None:
         # First of all: setns moves only the calling thread, and threads started later
-        # (gloo's, the store's, the pipe reader) inherit its namespace. A forkserver
-        # child has no other thread yet; a spawn child has numpy's OpenBLAS pool (started
-        # by unpickling this call's arguments), which stays behind but opens no sockets.
+        # (gloo's, the store's, the pipe reader) inherit its namespace. A fork server's
+        # child has no other thread yet; an exec'd worker may have numpy's OpenBLAS pool
+        # (started by unpickling its arguments), which stays behind but opens no sockets.
         try:
             enter_netns(netns)
         except BaseException as e:
@@ -330,6 +330,7 @@ class ProcessGroup:
             "127.0.0.1" if placement is None else placement.driver_address)
         self._wake_r, self._wake_w = mp.Pipe(duplex=False)
         self._monitor: threading.Thread | None = None
+        self.spawner: Starter | None = None
         self._atexit = close_at_exit(self)
         try:
             specs = make_specs(self.backend.value, devices, cluster, self.timeout,
@@ -346,31 +347,23 @@ class ProcessGroup:
             raise
 
     # ----- start-up ------------------------------------------------------------------
-    def _context(self) -> Any:
-        method = os.environ.get("RESHARD_START_METHOD", "").strip().lower() or (
-            "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-        if method not in ("spawn", "forkserver"):
+    def _starter(self) -> Starter:
+        method = os.environ.get("RESHARD_START_METHOD", "").strip().lower() or "forkserver"
+        if method == "spawn":
+            return ExecStarter()
+        if method != "forkserver":
             raise ExecutionError(
                 f"RESHARD_START_METHOD={method!r} is not supported; use 'forkserver' or "
                 f"'spawn' (never 'fork': torch, gloo and the driver's threads do not "
                 f"survive it)")
-        ctx = mp.get_context(method)
-        if method == "forkserver":  # takes effect when the fork server first starts
-            ctx.set_forkserver_preload(_PRELOAD[self.backend])
-        return ctx
+        return ForkServer(_PRELOAD[self.backend], self.timeout + 60.0)
 
     def _start(self, specs: list[WorkerSpec], netns: Mapping[int, str | None]) -> None:
-        ctx = self._context()
+        self.spawner = self._starter()
+        env = dict(os.environ)
         for spec in specs:
-            cmd_r, cmd_w = ctx.Pipe(duplex=False)
-            res_r, res_w = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_worker_main,
-                               args=(spec, cmd_r, res_w, os.getpid(), dict(os.environ),
-                                     netns[spec.device]),
-                               name=f"reshard-{spec.backend}-dev{spec.device}", daemon=True)
-            proc.start()
-            cmd_r.close()
-            res_w.close()
+            proc, cmd_w, res_r = self.spawner.start(
+                WorkerArgs(spec, os.getpid(), env, netns[spec.device]))
             self._workers[spec.device] = _Worker(spec, proc, cmd_w, res_r)
         deadline = time.monotonic() + self.timeout + 60.0
         waiting = {w.results: w for w in self._workers.values()}
@@ -391,7 +384,7 @@ class ProcessGroup:
                     msg = w.results.recv()
                 except (EOFError, OSError):
                     w.process.join(1.0)
-                    w.dead = f"worker process {w.pid} {describe_exit(w.process.exitcode)}"
+                    w.dead = f"worker process {w.pid} {w.process.describe()}"
                     problems.append(f"device {w.device}: {w.dead} during start-up")
                     continue
                 if msg[0] == "ready":
@@ -442,7 +435,7 @@ class ProcessGroup:
         if self._closed:
             return
         w.process.join(1.0)
-        reason = f"worker process {w.pid} {describe_exit(w.process.exitcode)}"
+        reason = f"worker process {w.pid} {w.process.describe()}"
         with self._lock:
             if w.dead is None:
                 w.dead = reason
@@ -493,7 +486,7 @@ class ProcessGroup:
             if w.dead is not None:
                 out[d] = w.dead
             elif not w.process.is_alive():
-                out[d] = f"worker process {w.pid} {describe_exit(w.process.exitcode)}"
+                out[d] = f"worker process {w.pid} {w.process.describe()}"
         return out
 
     def close(self) -> None:
@@ -527,8 +520,10 @@ class ProcessGroup:
         for w in self._workers.values():
             for conn in (w.commands, w.results):
                 conn.close()
-            if w.process.exitcode is not None:
+            if not w.process.is_alive():
                 w.process.close()
+        if self.spawner is not None:
+            self.spawner.close()
         self._wake_r.close()
         self._wake_w.close()
         self._rendezvous.close()

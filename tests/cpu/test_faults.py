@@ -3,7 +3,6 @@ and cleanup (no worker process or actor survives its runtime)."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -115,13 +114,14 @@ def test_stuck_worker_times_out():
 def test_close_leaves_no_process():
     with Runtime("gloo", CLUSTER, "process", timeout=20) as rt:
         pids = dict(rt.group.pids)
+        server = rt.group.spawner.pid  # the group's fork server
+        assert pid_alive(server)
         assert sorted(pids) == [0, 1, 2, 3]
         assert all(pid_alive(p) for p in pids.values())
         value = np.arange(24, dtype=np.int64).reshape(4, 6)
         (y,) = rt.reshard_many([rt.put(value, SRC)], [DST], "allgather")
         check_shards(rt, y, value)
-    assert wait_gone(pids.values(), 5.0) == []
-    assert not [p for p in multiprocessing.active_children() if p.name.startswith("reshard-")]
+    assert wait_gone([*pids.values(), server], 5.0) == []
     assert rt.group.dead() == {}  # a closed group reports nothing
 
 
@@ -217,3 +217,31 @@ def test_spawn_start_method(monkeypatch):
         x = rt.put_shards({0: half, 1: (value - half).astype(np.int16)}, src, value.shape,
                           value.dtype)
         check_shards(rt, rt.reshard(x, dst, "broadcast"), value)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_script_without_main_guard(tmp_path, method):
+    """Workers start from reshard's entry point: a script with no ``__main__`` guard
+    runs, and is not re-run inside its workers."""
+    script = textwrap.dedent("""
+        import numpy as np
+        from reshard import Cluster, DeviceMesh, Layout
+        from reshard.runtime import Runtime
+        print("script body ran", flush=True)
+        rt = Runtime("gloo", Cluster.regular(2, 2), "process", timeout=30)
+        value = np.arange(48.0).reshape(8, 6)
+        x = rt.put(value, Layout(DeviceMesh((2,), [0, 1]), "S0R"))
+        y = rt.reshard(x, Layout(DeviceMesh((2,), [2, 3]), "RS0"))
+        assert (rt.get(y) == value).all()
+        rt.close()
+        print("done", flush=True)
+    """)
+    path = tmp_path / "no_guard.py"
+    path.write_text(script)
+    env = {**os.environ, "RESHARD_START_METHOD": method}
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
+                          timeout=100, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["script", "body", "ran", "done"], proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
