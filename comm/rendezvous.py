@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from reshard.comm.sockets import listen_on
 from reshard.errors import ExecutionError
 
 _HEAD = struct.Struct("!cII")  # op, key length, value length
@@ -60,18 +61,39 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 class TcpRendezvousServer:
     """The driver side: serves one key/value table to any number of workers.
 
+    Every connection must present the token within ``auth_timeout`` seconds or is
+    closed; at most ``max_pending`` connections may be waiting to authenticate and at
+    most ``max_clients`` may be authenticated at once (more are closed at once), and a
+    connection's thread ends with it, so idle or hostile connections cannot pile up
+    threads or memory.
+
     Args:
-        host: interface to listen on (``127.0.0.1`` for local workers).
+        host: interface to listen on (``127.0.0.1`` for local workers); never the
+            wildcard.
         port: port to listen on; 0 picks a free one.
+        max_clients: authenticated connections at once (a runtime's workers use one
+            each).
+        max_pending: connections at once that have not authenticated yet.
+        auth_timeout: seconds a new connection has to present the token.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, max_clients: int = 1024,
+                 max_pending: int = 64, auth_timeout: float = 5.0) -> None:
+        if host in ("", "0.0.0.0", "::"):
+            raise ExecutionError(
+                f"the rendezvous must listen on one interface's address, not {host!r}; "
+                f"use 127.0.0.1 on one machine or the cluster interface's address")
         self.token = secrets.token_bytes(16)
+        self.max_clients, self.max_pending = max_clients, max_pending
+        self.auth_timeout = auth_timeout
         self._data: dict[str, bytes] = {}
         self._cond = threading.Condition()
         self._closed = False
-        self._sock = socket.create_server((host, port))
-        self._conns: list[socket.socket] = []
+        self._sock = listen_on(host, port)
+        self._conns: set[socket.socket] = set()
+        self._pending = 0  # connections not authenticated yet
+        self._clients = 0  # authenticated connections
+        self.refused = 0  # connections closed for a full table (for tests and logs)
         self.host, self.port = host, self._sock.getsockname()[1]
         self._thread = threading.Thread(target=self._accept, name="reshard-rendezvous",
                                         daemon=True)
@@ -81,6 +103,12 @@ class TcpRendezvousServer:
     def address(self) -> "TcpRendezvous":
         """What workers need to connect (picklable)."""
         return TcpRendezvous(self.host, self.port, self.token)
+
+    @property
+    def connections(self) -> int:
+        """Connections open now (authenticated or not)."""
+        with self._cond:
+            return len(self._conns)
 
     def _accept(self) -> None:
         while True:
@@ -92,15 +120,39 @@ class TcpRendezvousServer:
                 if self._closed:
                     conn.close()
                     return
-                self._conns.append(conn)
+                if self._pending >= self.max_pending:
+                    self.refused += 1
+                    conn.close()
+                    continue
+                self._pending += 1
+                self._conns.add(conn)
             threading.Thread(target=self._serve, args=(conn,), daemon=True,
                              name="reshard-rendezvous-conn").start()
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _authenticate(self, conn: socket.socket) -> bool:
+        """Read the token within the time limit; count the connection as a client."""
         try:
-            if not secrets.compare_digest(_recv_exact(conn, len(self.token)), self.token):
-                return
-            while True:
+            conn.settimeout(self.auth_timeout)
+            ok = secrets.compare_digest(_recv_exact(conn, len(self.token)), self.token)
+        except (OSError, ConnectionError):
+            ok = False
+        with self._cond:
+            self._pending -= 1
+            if ok and self._clients >= self.max_clients:
+                self.refused += 1
+                ok = False
+            if ok:
+                self._clients += 1
+        if ok:
+            conn.settimeout(None)
+            conn.sendall(b"A")  # admitted: the client may send requests
+        return ok
+
+    def _serve(self, conn: socket.socket) -> None:
+        authed = False
+        try:
+            authed = self._authenticate(conn)
+            while authed:
                 op, klen, vlen = _HEAD.unpack(_recv_exact(conn, _HEAD.size))
                 if klen > _MAX_KEY or vlen > _MAX_VALUE:
                     return
@@ -122,6 +174,10 @@ class TcpRendezvousServer:
         except (OSError, ConnectionError, struct.error, UnicodeDecodeError):
             pass
         finally:
+            with self._cond:
+                self._conns.discard(conn)
+                if authed:
+                    self._clients -= 1
             conn.close()
 
     def _wait_for(self, key: str, timeout: float) -> bytes | None:
@@ -137,7 +193,7 @@ class TcpRendezvousServer:
                 return
             self._closed = True
             self._cond.notify_all()
-            conns, self._conns = self._conns, []
+            conns, self._conns = list(self._conns), set()
         try:
             self._sock.close()
         finally:
@@ -174,18 +230,23 @@ class TcpRendezvousClient:
         self.address = address
         self._lock = threading.Lock()
         deadline = time.monotonic() + timeout
-        while True:
+        while True:  # retry while the server is unreachable or full
             try:
                 self._sock = socket.create_connection((address.host, address.port),
                                                       timeout=max(1.0, timeout))
-                break
-            except OSError as e:
+                self._sock.sendall(address.token)
+                if _recv_exact(self._sock, 1) == b"A":
+                    break
+                raise ConnectionError("not admitted")
+            except (OSError, ConnectionError) as e:
+                sock = getattr(self, "_sock", None)
+                if sock is not None:
+                    sock.close()
                 if time.monotonic() > deadline:
                     raise ExecutionError(
                         f"cannot reach the rendezvous at {address.host}:{address.port} "
                         f"within {timeout:g}s: {e}") from e
                 time.sleep(0.05)
-        self._sock.sendall(address.token)
 
     def _request(self, op: bytes, key: str, value: bytes, timeout: float) -> tuple[bytes, bytes]:
         k = key.encode()

@@ -107,6 +107,12 @@ class DeviceWorker:
         """Liveness check: returns the device id."""
         return self.device
 
+    def stats(self) -> dict[str, int]:
+        """What this worker holds: arrays, loaded plans, their scratch bytes, channels."""
+        scratch = sum(int(b.nbytes) for lp in self.plans.values() for b in lp.scratch.values())
+        return {"arrays": len(self.arrays), "plans": len(self.plans),
+                "scratch_bytes": scratch, "channels": len(self.channels)}
+
     # ----- plans ---------------------------------------------------------------------
     def load_plan(self, plan_id: int, plan: Union[ReshardPlan, str],
                   channel: str | None = None) -> int:

@@ -197,17 +197,35 @@ class Runtime:
             dead = self.group.dead()
             now = time.monotonic()
             stuck = sorted({d for d, f in calls if not f.done() and
-                            now - max(issued, self._progress.get(d, 0.0)) > self.timeout})
+                            now - max(issued, self._progress.get(d, 0.0)) >= self.timeout})
             if failed or dead or stuck:
-                wait(pending, timeout=_REPORT_GRACE)  # let peers say which task they were on
-                reason = self._describe_failure(calls, what, stuck)
+                self._collect_reports({f for d, f in calls if d not in dead and not f.done()})
+                silent = sorted({d for d, f in calls if not f.done() and d not in dead})
+                reason = self._describe_failure(calls, what, silent if stuck else [])
                 self._fail(reason)
                 raise ExecutionError(reason)
 
+    @staticmethod
+    def _collect_reports(waiting: set[Future]) -> None:
+        """Give workers up to a second to report which task they failed on (their own
+        timeouts fire just after the driver's); once one has, the rest get 0.1 s."""
+        end = time.monotonic() + _REPORT_GRACE
+        while waiting:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            done, waiting = wait(waiting, timeout=left, return_when="FIRST_COMPLETED")
+            if not done:
+                return
+            end = min(end, time.monotonic() + 0.1)
+
     def _fail(self, reason: str) -> None:
+        """Record why, and stop every worker now: their state is unknown."""
         if self._broken is None:
             self._broken = reason
-        self.close()
+        if not self._closed:
+            self._closed = True
+            self.group.abort()
 
     def _describe_failure(self, calls: list[tuple[int, Future]], what: str,
                           stuck: list[int]) -> str:

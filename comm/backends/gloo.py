@@ -2,7 +2,9 @@
 
 One process group spans every worker of a runtime (the *world*; rank = index of the
 device in the sorted device list). Rank 0 hosts the torch ``TCPStore`` on a free port
-and publishes its address through the driver's rendezvous; the others connect to it.
+of its advertised address (never the wildcard) and publishes it through the driver's
+rendezvous; the others connect to it. gloo's pair sockets bind to the interface that
+holds the advertised address (``GLOO_SOCKET_IFNAME``).
 
 Sub-groups, one per collective member set, are made with ``dist.new_group``, which
 every rank of the world must call, members or not, in the same order. So they are
@@ -32,6 +34,7 @@ import numpy as np
 
 from reshard.comm.backend import Capabilities
 from reshard.comm.backends.host_memory import HostMemory
+from reshard.comm.sockets import interface_of, listen_on
 from reshard.errors import ExecutionError
 
 CHAIN_PIECE = 1 << 20
@@ -96,10 +99,18 @@ class GlooBackend(HostMemory):
                 f"device {device}: this process already has a torch.distributed world; "
                 f"a gloo worker needs a process of its own")
         rank, n = self.rank_of[self.device], len(self.world)
+        # gloo's pair sockets bind to the advertised address's interface, not whatever
+        # the host name resolves to (a caller's GLOO_SOCKET_IFNAME wins).
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface_of(advertise))
         if rank == 0:
-            self._store = dist.TCPStore(advertise, 0, n, True, timeout=self._td,
-                                        wait_for_workers=False)
-            rendezvous.set("gloo/store", f"{advertise}:{self._store.port}".encode())
+            # The store listens on the advertised address only (TCPStore alone binds
+            # every interface): hand it a socket already bound there.
+            listener = listen_on(advertise)
+            port = listener.getsockname()[1]
+            self._store = dist.TCPStore(advertise, port, n, True, timeout=self._td,
+                                        wait_for_workers=False,
+                                        master_listen_fd=listener.detach())
+            rendezvous.set("gloo/store", f"{advertise}:{port}".encode())
         else:
             addr = rendezvous.get("gloo/store", self.timeout).decode()
             host_name, _, port = addr.rpartition(":")

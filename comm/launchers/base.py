@@ -45,6 +45,10 @@ class WorkerGroup(Protocol):
     def close(self) -> None:
         """Stop every worker and release every resource (idempotent)."""
 
+    def abort(self) -> None:
+        """Like :meth:`close`, but without waiting for workers to finish what they are
+        doing (after a failure their state is unknown)."""
+
 
 def require_workers(devices: Iterable[int], have: Iterable[int]) -> None:
     """Raise naming the devices of ``devices`` that have no worker (of ``have``)."""

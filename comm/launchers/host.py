@@ -24,7 +24,7 @@ from reshard.errors import ExecutionError, ReshardError
 
 # DeviceWorker methods the driver may call.
 METHODS = frozenset({"load_plan", "unload_plan", "execute", "put", "get", "drop", "ping",
-                     "attach", "invoke"})
+                     "stats", "attach", "invoke"})
 
 # Environment every worker gets unless the caller's ``env`` says otherwise: many
 # workers share few cores, and their copies are memory-bound.

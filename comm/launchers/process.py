@@ -326,15 +326,17 @@ class ProcessGroup:
                 f"network namespaces (netns=...) are supported for the gloo backend, not "
                 f"{self.backend.value!r}")
         self.placement = placement
-        self._rendezvous = TcpRendezvousServer(
-            "127.0.0.1" if placement is None else placement.driver_address)
+        # One connection per worker; room for as many again (a restarted channel).
+        self.rendezvous = TcpRendezvousServer(
+            "127.0.0.1" if placement is None else placement.driver_address,
+            max_clients=2 * len(devices) + 8)
         self._wake_r, self._wake_w = mp.Pipe(duplex=False)
         self._monitor: threading.Thread | None = None
         self.spawner: Starter | None = None
         self._atexit = close_at_exit(self)
         try:
             specs = make_specs(self.backend.value, devices, cluster, self.timeout,
-                               self._rendezvous.address, env,
+                               self.rendezvous.address, env,
                                {"advertise": "127.0.0.1"}
                                if self.backend is BackendKind.GLOO else {})
             where: Mapping[int, str | None] = {s.device: None for s in specs}
@@ -489,8 +491,13 @@ class ProcessGroup:
                 out[d] = f"worker process {w.pid} {w.process.describe()}"
         return out
 
-    def close(self) -> None:
-        """Stop every worker process (idempotent): ask, then terminate, then kill."""
+    def abort(self) -> None:
+        """Kill every worker process now (idempotent)."""
+        self.close(grace=0.0)
+
+    def close(self, grace: float = _GRACE) -> None:
+        """Stop every worker process (idempotent): ask, give them ``grace`` seconds,
+        then terminate, then kill."""
         with self._lock:
             if self._closed:
                 return
@@ -502,13 +509,15 @@ class ProcessGroup:
         for w in self._workers.values():
             w.outbox.put(_CLOSE)
             w.outbox.put(None)
-        deadline = time.monotonic() + _GRACE
+        deadline = time.monotonic() + grace
         for w in self._workers.values():
             w.process.join(max(0.0, deadline - time.monotonic()))
-        for step in ("terminate", "kill"):
+        for stop in ((lambda p: p.terminate()) if grace else None, lambda p: p.kill()):
             alive = [w for w in self._workers.values() if w.process.is_alive()]
+            if stop is None or not alive:
+                continue
             for w in alive:
-                getattr(w.process, step)()
+                stop(w.process)
             for w in alive:
                 w.process.join(1.0)
         try:
@@ -526,7 +535,7 @@ class ProcessGroup:
             self.spawner.close()
         self._wake_r.close()
         self._wake_w.close()
-        self._rendezvous.close()
+        self.rendezvous.close()
         for fut in pending:
             if not fut.done():
                 fut.set_exception(ExecutionError("the worker group was closed"))

@@ -2,7 +2,9 @@
 
 * Ray itself: joined at ``address`` (``"auto"``, ``"ray://host:port"``) when given,
   else an embedded local cluster (``ray.init()``) unless this process is already
-  connected. The launcher never shuts Ray down (the process may use it for more).
+  connected. The launcher never shuts Ray down (the process may use it for more), but
+  an embedded Ray it started goes with the driver, even a killed one
+  (:mod:`reshard.comm.launchers.raywatch`).
 * Actors ask for no CPU (``num_cpus=0``), so eight or more fit a small machine; nccl
   actors ask for one GPU each (Ray then sets ``CUDA_VISIBLE_DEVICES``) unless ``env``
   pins ``CUDA_VISIBLE_DEVICES`` itself.
@@ -41,6 +43,7 @@ from reshard.comm.backend import BackendKind
 from reshard.comm.launchers.base import require_workers
 from reshard.comm.launchers.cleanup import close_at_exit
 from reshard.comm.launchers.host import WorkerHost, WorkerSpec, make_specs, portable_error
+from reshard.comm.launchers.raywatch import children_of, watch_ray
 from reshard.errors import ExecutionError, ReshardError
 
 
@@ -210,8 +213,10 @@ class RayGroup:
         if not ray.is_initialized():
             if address:
                 ray.init(address=address, log_to_driver=False)
-            else:
+            else:  # an embedded local Ray: it must go with this driver, even killed
+                before = children_of(os.getpid())
                 ray.init(include_dashboard=False, log_to_driver=False)
+                watch_ray(os.getpid(), children_of(os.getpid()) - before)
         self._node = ray.get_runtime_context().get_node_id()
         self._kv = _KeyValueActor.options(  # type: ignore[attr-defined]
             num_cpus=0, max_concurrency=1000,
@@ -309,6 +314,10 @@ class RayGroup:
             if not _pid_exists(info["pid"]):
                 out[d] = f"worker actor process {info['pid']} is gone"
         return out
+
+    def abort(self) -> None:
+        """Same as :meth:`close` (actors are killed, not asked)."""
+        self.close()
 
     def close(self) -> None:
         """Kill every actor (idempotent)."""

@@ -43,6 +43,10 @@ class ThreadGroup:
         """Threads do not die on their own."""
         return {}
 
+    def abort(self) -> None:
+        """Same as :meth:`close` (blocked receivers are woken)."""
+        self.close()
+
     def close(self) -> None:
         """Wake blocked receivers and stop the threads."""
         self.fabric.closed.set()

@@ -42,10 +42,8 @@ def test_rendezvous_get_waits_for_set():
 def test_rendezvous_rejects_wrong_token():
     server = TcpRendezvousServer()
     try:
-        bad = TcpRendezvous(server.host, server.port, b"x" * 16).connect(5)
-        with pytest.raises(ExecutionError):
-            bad.get("k", 1.0)
-        bad.close()
+        with pytest.raises(ExecutionError, match="cannot reach"):
+            TcpRendezvous(server.host, server.port, b"x" * 16).connect(1.0)
     finally:
         server.close()
 
@@ -62,6 +60,48 @@ def test_rendezvous_close_releases_waiters():
     server.close()
     th.join(10)
     assert not th.is_alive() and errors
+
+
+@pytest.mark.timeout(60)
+def test_rendezvous_reaps_idle_and_caps_connections():
+    """300 connections that never authenticate: at most max_pending are held (threads
+    included), each closed after auth_timeout; the server keeps serving workers."""
+    import socket
+
+    server = TcpRendezvousServer(max_pending=16, max_clients=4, auth_timeout=1.0)
+    threads_before = threading.active_count()
+    idle = []
+    try:
+        for _ in range(300):
+            idle.append(socket.create_connection((server.host, server.port), timeout=5))
+        time.sleep(0.3)  # well before auth_timeout
+        assert server.connections <= 16
+        assert threading.active_count() - threads_before <= 16 + 2
+        assert server.refused > 200  # (the kernel may still hold a few unaccepted)
+        good = server.address.connect(5)  # a worker gets in (retrying) once they are reaped
+        good.set("k", b"v")
+        assert good.get("k", 1) == b"v"
+        deadline = time.monotonic() + 5
+        while server.connections > 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert server.connections == 1  # the idle ones were reaped after auth_timeout
+        assert threading.active_count() - threads_before <= 3
+        clients = [server.address.connect(5) for _ in range(3)]  # 4 clients at once
+        with pytest.raises(ExecutionError, match="cannot reach"):
+            server.address.connect(0.5)  # a fifth is refused
+        assert server.connections == 4
+        for c in [good, *clients]:
+            c.close()
+    finally:
+        for s in idle:
+            s.close()
+        server.close()
+
+
+def test_rendezvous_refuses_the_wildcard():
+    for host in ("0.0.0.0", "::", ""):
+        with pytest.raises(ExecutionError, match="not"):
+            TcpRendezvousServer(host)
 
 
 def test_worker_env_defaults_and_placeholders():

@@ -1,0 +1,121 @@
+"""A local Ray that reshard started goes with its driver.
+
+``ray.init()`` without an address starts a local cluster whose head processes are
+children of the driver (gcs_server, raylet, monitors) and whose agents and workers
+are their children. When the driver dies by SIGKILL, gcs_server and raylet follow
+it, but the dashboard and runtime-env agents outlive it. :func:`watch_ray` starts a
+small watchdog process (its own session, so a terminal's Ctrl-C leaves it alone)
+that follows the process tree of the Ray processes the driver just started and,
+once the driver is gone, stops whatever of that tree is left (SIGTERM, then
+SIGKILL). It never touches a Ray it did not see started, nor other children of the
+driver.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Iterable
+
+_ENTRY = "from reshard.comm.launchers.raywatch import main; main()"
+
+
+def children_of(pid: int) -> set[int]:
+    """Direct children of ``pid`` (Linux /proc)."""
+    return {p for p, parent in _parents().items() if parent == pid}
+
+
+def _parents() -> dict[int, int]:
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(b")", 1)[1].split()
+        out[int(name)] = int(fields[1])
+    return out
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _subtree(roots: Iterable[int], known: dict[int, int | None]) -> None:
+    """Add every live descendant of ``roots`` (and of what ``known`` holds) to ``known``
+    with its start time (pids are only trusted while the start time matches)."""
+    parents = _parents()
+    kids: dict[int, list[int]] = {}
+    for p, parent in parents.items():
+        kids.setdefault(parent, []).append(p)
+    todo = [p for p in (*roots, *known) if p in parents]
+    while todo:
+        p = todo.pop()
+        for c in kids.get(p, ()):
+            if c not in known:
+                known[c] = _start_time(c)
+                todo.append(c)
+    for r in roots:
+        if r not in known and r in parents:
+            known[r] = _start_time(r)
+
+
+def _alive(pid: int, started: int | None) -> bool:
+    now = _start_time(pid)
+    return now is not None and (started is None or now == started)
+
+
+def _stop(known: dict[int, int | None], grace: float = 3.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        left = [p for p, t in known.items() if _alive(p, t)]
+        for p in left:
+            try:
+                os.kill(p, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + grace
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = [p for p in left if _alive(p, known[p]) and not _zombie(p)]
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except OSError:
+        return True
+
+
+def watch_ray(driver: int, roots: Iterable[int]) -> subprocess.Popen:
+    """Start the watchdog for the Ray processes ``roots`` that ``driver`` started."""
+    return subprocess.Popen([sys.executable, "-c", _ENTRY, str(driver), *map(str, roots)],
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``DRIVER_PID ROOT_PID...``: follow the roots' tree until the driver exits, then
+    stop what is left of it."""
+    args = [int(a) for a in (sys.argv[1:] if argv is None else argv)]
+    driver, roots = args[0], args[1:]
+    driver_start = _start_time(driver)
+    known: dict[int, int | None] = {}
+    while _alive(driver, driver_start) and not _zombie(driver):
+        _subtree(roots, known)
+        known = {p: t for p, t in known.items() if _alive(p, t)}
+        time.sleep(0.5)
+    _subtree(roots, known)
+    _stop(known)
+
+
+__all__ = ["children_of", "main", "watch_ray"]

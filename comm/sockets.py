@@ -1,0 +1,61 @@
+"""Sockets the runtime opens: bound to one address, never the wildcard.
+
+Single-host runtimes bind loopback; multi-host ones (the emulated testbed, a Ray
+cluster) the cluster interface they were told to use. Helpers here turn such an
+address into what the libraries underneath need: a listening socket for torch's
+``TCPStore`` (``master_listen_fd``), and the interface name for gloo
+(``GLOO_SOCKET_IFNAME``, the interface its pair sockets bind to).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import socket
+import struct
+
+from reshard.errors import ExecutionError
+
+_SIOCGIFADDR = 0x8915  # <linux/sockios.h>
+
+
+def interface_of(address: str) -> str:
+    """The name of the local network interface holding IPv4 ``address``.
+
+    Raises:
+        ExecutionError: no local interface has that address.
+    """
+    ip = ipaddress.ip_address(address)
+    if ip.is_loopback:
+        return "lo"
+    names = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            names.append(name)
+            try:
+                raw = fcntl.ioctl(s.fileno(), _SIOCGIFADDR,
+                                  struct.pack("256s", name.encode()[:15]))
+            except OSError:  # no IPv4 address on it
+                continue
+            if socket.inet_ntoa(raw[20:24]) == address:
+                return name
+    raise ExecutionError(
+        f"no local network interface has address {address} (interfaces: {names}); "
+        f"advertise an address of this machine, or set GLOO_SOCKET_IFNAME")
+
+
+def listen_on(address: str, port: int = 0, backlog: int = 128) -> socket.socket:
+    """A TCP socket listening on ``address:port`` only (0: a free port)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, port))
+        sock.listen(backlog)
+    except OSError as e:
+        sock.close()
+        raise ExecutionError(f"cannot listen on {address}:{port}: {e}") from e
+    return sock
+
+
+__all__ = ["interface_of", "listen_on"]
