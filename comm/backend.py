@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import enum
 import importlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar, Mapping, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from reshard.choice import parse_choice
 
@@ -25,7 +26,7 @@ class BackendKind(enum.Enum):
     NCCL = "nccl"
 
     @classmethod
-    def parse(cls, value: Union[str, "BackendKind"]) -> "BackendKind":
+    def parse(cls, value: str | BackendKind) -> BackendKind:
         """Accept a BackendKind or its name; raise listing the valid names."""
         return parse_choice(cls, value, "backend")
 
@@ -111,7 +112,7 @@ class Backend(Protocol):
     def synchronize(self) -> None:
         """Wait for outstanding device work (no-op on CPU backends)."""
 
-    def channel(self, name: str) -> "Backend":
+    def channel(self, name: str) -> Backend:
         """This rank on an independent communication channel (its own communicators),
         so plans on different channels can run concurrently from different threads.
         Communicators of a channel are created in ``prepare`` like the main ones."""
@@ -128,7 +129,7 @@ REGISTRY: Mapping[BackendKind, str] = MappingProxyType({
 })
 
 
-def backend_class(kind: Union[str, BackendKind]) -> type:
+def backend_class(kind: str | BackendKind) -> type:
     """The class implementing ``kind`` (imports its module now)."""
     module, _, name = REGISTRY[BackendKind.parse(kind)].partition(":")
     return getattr(importlib.import_module(module), name)

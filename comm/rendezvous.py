@@ -100,7 +100,7 @@ class TcpRendezvousServer:
         self._thread.start()
 
     @property
-    def address(self) -> "TcpRendezvous":
+    def address(self) -> TcpRendezvous:
         """What workers need to connect (picklable)."""
         return TcpRendezvous(self.host, self.port, self.token)
 
@@ -195,14 +195,18 @@ class TcpRendezvousServer:
             self._cond.notify_all()
             conns, self._conns = list(self._conns), set()
         try:
-            self._sock.close()
-        finally:
-            for c in conns:
-                try:
-                    c.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                c.close()
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept() (Linux)
+        except OSError:
+            pass
+        self._sock.close()
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+        if self._thread is not threading.current_thread():
+            self._thread.join(2.0)
 
 
 @dataclass(frozen=True)
@@ -213,7 +217,7 @@ class TcpRendezvous:
     port: int
     token: bytes = field(repr=False)
 
-    def connect(self, timeout: float = 60.0) -> "TcpRendezvousClient":
+    def connect(self, timeout: float = 60.0) -> TcpRendezvousClient:
         """A client connected to the server."""
         return TcpRendezvousClient(self, timeout)
 

@@ -3,12 +3,20 @@
 A :class:`DeviceWorker` owns the shards held by one device and a :class:`Backend`
 rank. The driver loads a plan once (receive/pack scratch buffers are allocated then,
 per plan, not per call), then executes it any number of times on named arrays.
+
+A worker whose communicating call (loading, executing, an extension's) fails stops
+communicating for good: every later such call fails at once. Calls issued after the
+failed one may already wait in its queue; running them would send their messages to
+peers still inside the failed plan, which would take them for that plan's (silently
+wrong data, or gloo's size-mismatch abort). Its runtime is shut down anyway.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -17,6 +25,28 @@ from reshard.comm.packing import pack, recv_target, region, unpack
 from reshard.errors import ExecutionError, ReshardError
 from reshard.layout import Box, box_size
 from reshard.planner.ir import Buffer, ReshardPlan, Task, TaskKind
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _communicating(method: F) -> F:
+    """A worker call that talks to peers: refused once one has failed here, and its
+    own failure refuses every later one (see the module docstring)."""
+
+    @functools.wraps(method)
+    def run(self: "DeviceWorker", *args: Any, **kwargs: Any) -> Any:
+        if self.failed is not None:
+            raise ExecutionError(
+                f"device {self.device}: not running {method.__name__}: a call failed here "
+                f"earlier ({self.failed}); the runtime must be restarted")
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException as e:
+            self.failed = f"{type(e).__name__}: {e}"[:400]
+            raise
+
+    return cast(F, run)
 
 
 @dataclass
@@ -57,6 +87,7 @@ class DeviceWorker:
         self.current: tuple[int, str] | None = None  # (task index, task text) in flight
         self.channels: dict[str, Backend] = {}
         self.extensions: dict[str, Any] = {}
+        self.failed: str | None = None  # why a communicating call failed here
 
     # ----- channels and extensions -----------------------------------------------------
     def backend_for(self, channel: str | None) -> Backend:
@@ -70,6 +101,7 @@ class DeviceWorker:
             b = self.channels[channel] = self.backend.channel(channel)
         return b
 
+    @_communicating
     def attach(self, name: str, factory: str, *args: Any) -> None:
         """Build ``factory(self, *args)`` (``"package.module:callable"``) in this worker
         and keep it under ``name``: the way layers above comm (the pipeline runtime)
@@ -79,6 +111,7 @@ class DeviceWorker:
         path, _, attr = factory.partition(":")
         self.extensions[name] = getattr(importlib.import_module(path), attr)(self, *args)
 
+    @_communicating
     def invoke(self, name: str, method: str, *args: Any) -> Any:
         """Call ``method`` of the extension ``name``."""
         ext = self.extensions.get(name)
@@ -114,12 +147,30 @@ class DeviceWorker:
                 "scratch_bytes": scratch, "channels": len(self.channels)}
 
     # ----- plans ---------------------------------------------------------------------
-    def load_plan(self, plan_id: int, plan: Union[ReshardPlan, str],
-                  channel: str | None = None) -> int:
+    @_communicating
+    def load_plan(self, plan_id: int, plan: ReshardPlan | str,
+                  channel: str | None = None, verified: bool = False) -> int:
         """Prepare ``plan`` (object or JSON) under ``plan_id`` on ``channel`` (default:
-        the main one); returns the number of tasks this device takes part in."""
+        the main one): the backend creates the communicators it lacks, then scratch
+        buffers are allocated. Returns the number of tasks this device takes part in.
+
+        Args:
+            plan_id: the id the driver will execute it by.
+            plan: the plan, or its JSON.
+            channel: the communication channel.
+            verified: JSON text from a driver that verified the plan (not again here).
+        """
         if isinstance(plan, str):
-            plan = ReshardPlan.from_json(plan)  # verified here: no driver vouches for it
+            plan = ReshardPlan.from_json(plan, verify=not verified)
+        backend = self.backend_for(channel)
+        try:
+            backend.prepare(plan)
+        except ReshardError:
+            raise
+        except Exception as e:
+            raise ExecutionError(
+                f"device {self.device}: setting up communicators for plan {plan_id} failed: "
+                f"{type(e).__name__}: {e}") from e
         d = self.device
         src_box, dst_box = {}, {}
         for i, t in enumerate(plan.tensors):
@@ -132,7 +183,6 @@ class DeviceWorker:
         for _, t in mine:
             dt = plan.tensors[t.tensor].dtype
             need[dt] = max(need.get(dt, 0), _scratch_elems(t, d))
-        backend = self.backend_for(channel)
         scratch = {dt: backend.empty(n, np.dtype(dt)) for dt, n in need.items() if n}
         self.plans[plan_id] = LoadedPlan(plan, mine, src_box, dst_box, scratch, backend)
         return len(mine)
@@ -141,6 +191,7 @@ class DeviceWorker:
         """Free a plan's scratch buffers."""
         self.plans.pop(plan_id, None)
 
+    @_communicating
     def execute(self, plan_id: int, in_keys: Sequence[str | None],
                 out_keys: Sequence[str]) -> int:
         """Run this device's tasks of a loaded plan.

@@ -74,7 +74,7 @@ def time_execute(rt: Any, plan: ReshardPlan, xs: Sequence[Any], runs: int, warmu
         elapsed = time.perf_counter() - t0
         if i >= warmup:
             times.append(elapsed)
-        if i == check_at:
+        if i == check_at and check is not None:
             checked = check(ys)
         rt.free(*ys)
     return statistics.median(times), times, checked

@@ -12,8 +12,8 @@ format.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, Union
 
 import numpy as np
 
@@ -70,7 +70,7 @@ class PipelineRuntime:
 
     def __init__(self, runtime: Runtime, stages: Sequence[StageSpec], schedule: Schedule,
                  dtype: str = "float64",
-                 strategy: Union[str, Strategy] = Strategy.BROADCAST,
+                 strategy: str | Strategy = Strategy.BROADCAST,
                  name: str = "pipe") -> None:
         check(schedule)
         stages = tuple(stages)

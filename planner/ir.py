@@ -23,7 +23,7 @@ import enum
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -106,7 +106,7 @@ class Task:
         return d
 
     @classmethod
-    def from_dict(cls, d: Any) -> "Task":
+    def from_dict(cls, d: Any) -> Task:
         """Inverse of :meth:`to_dict`; strict about types (no float or string numbers)."""
         d = _obj(d, "task")
         return cls(
@@ -198,7 +198,7 @@ class TensorSpec:
                 "src": self.src.to_dict(), "dst": self.dst.to_dict()}
 
     @classmethod
-    def from_dict(cls, d: Any) -> "TensorSpec":
+    def from_dict(cls, d: Any) -> TensorSpec:
         """Inverse of :meth:`to_dict`; strict about types."""
         d = _obj(d, "tensor")
         dtype = _get(d, "dtype", "tensor")
@@ -294,7 +294,7 @@ class ReshardPlan:
         return tuple(seen)
 
     # ----- cost ----------------------------------------------------------------------------
-    def simulate(self) -> "Estimate":
+    def simulate(self) -> Estimate:
         """The cost model's detailed prediction (cached)."""
         est = self._cache.get("estimate")
         if est is None:
@@ -333,7 +333,7 @@ class ReshardPlan:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, d: Any, verify: bool = True) -> "ReshardPlan":
+    def from_dict(cls, d: Any, verify: bool = True) -> ReshardPlan:
         """Inverse of :meth:`to_dict`.
 
         Args:
@@ -371,7 +371,7 @@ class ReshardPlan:
         return plan
 
     @classmethod
-    def from_json(cls, text: Union[str, bytes], verify: bool = True) -> "ReshardPlan":
+    def from_json(cls, text: str | bytes, verify: bool = True) -> ReshardPlan:
         """Inverse of :meth:`to_json` (``verify``: see :meth:`from_dict`)."""
         try:
             d = json.loads(text)

@@ -27,7 +27,8 @@ sums); a :class:`~reshard.Runtime` runs both before it loads a plan.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -93,7 +94,7 @@ def _first_overlap(boxes: list[Box]) -> tuple[Box, Box] | None:
 class _Replay:
     """The symbolic state of a plan: what each device holds, task by task."""
 
-    def __init__(self, plan: "ReshardPlan") -> None:
+    def __init__(self, plan: ReshardPlan) -> None:
         self.plan = plan
         self.src: list[dict[int, Box]] = []
         self.dst: list[dict[int, Box]] = []
@@ -116,8 +117,8 @@ class _Replay:
                                  if t.src.spec.is_partial else {})
             self.group_of.append(groups[t.src])
         self.reduced: dict[tuple[int, int], list[Box]] = {}
-        for i, groups in enumerate(self.group_of):
-            for d, g in groups.items():
+        for i, group_of in enumerate(self.group_of):
+            for d, g in group_of.items():
                 if len(g) == 1:  # a sum of one addend is the value
                     self.reduced[(i, d)] = [self.src[i][d]]
         self.received: dict[tuple[int, int], list[Box]] = {}
@@ -302,7 +303,7 @@ def _form(task: Task, t: TensorSpec) -> str | None:
     return None
 
 
-def _check_tensor(index: int, t: TensorSpec, plan: "ReshardPlan") -> None:
+def _check_tensor(index: int, t: TensorSpec, plan: ReshardPlan) -> None:
     from reshard.planner.plan import make_tensor_spec
 
     try:
@@ -317,7 +318,7 @@ def _check_tensor(index: int, t: TensorSpec, plan: "ReshardPlan") -> None:
                         f"{again.dtype!r} by numpy; write that")
 
 
-def verify_plan(plan: "ReshardPlan") -> None:
+def verify_plan(plan: ReshardPlan) -> None:
     """Check ``plan`` (see the module docstring); the plan is fine if it returns.
 
     Raises:
@@ -343,7 +344,7 @@ def verify_plan(plan: "ReshardPlan") -> None:
 
 
 # ----- what one backend can do -------------------------------------------------------------
-def check_backend(plan: "ReshardPlan", name: str, moves: Any, sums: Any) -> None:
+def check_backend(plan: ReshardPlan, name: str, moves: Any, sums: Any) -> None:
     """Reject dtypes the backend cannot move or sum, before any byte moves.
 
     Args:

@@ -8,9 +8,10 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from typing import Any
 
 import numpy as np
 
@@ -139,21 +140,27 @@ class Runtime:
         self._progress: dict[int, float] = {}  # device -> when it last finished a call
         self._closed = False
         self._broken: str | None = None
+        self._aborting: threading.Thread | None = None
         self.group = start_group(self.backend, self.launcher, devices, cluster, self.timeout,
                                  address=address, env=env, netns=netns)
 
     # ----- lifecycle -------------------------------------------------------------------
-    def __enter__(self) -> "Runtime":
+    def __enter__(self) -> Runtime:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
-        """Stop every worker (idempotent)."""
-        if not self._closed:
+        """Stop every worker (idempotent; after a failure, wait until they are gone)."""
+        with self._lock:
+            closing = not self._closed
             self._closed = True
+        if closing:
             self.group.close()
+        aborting = self._aborting
+        if aborting is not None and aborting is not threading.current_thread():
+            aborting.join()
 
     def __del__(self) -> None:  # best effort; close() is the contract
         try:
@@ -220,12 +227,17 @@ class Runtime:
             end = min(end, time.monotonic() + 0.1)
 
     def _fail(self, reason: str) -> None:
-        """Record why, and stop every worker now: their state is unknown."""
-        if self._broken is None:
-            self._broken = reason
-        if not self._closed:
+        """Record why, and stop every worker now (their state is unknown), in the
+        background so that the error is raised at once; :meth:`close` waits for it."""
+        with self._lock:
+            if self._broken is None:
+                self._broken = reason
+            if self._closed:
+                return
             self._closed = True
-            self.group.abort()
+            self._aborting = threading.Thread(target=self.group.abort, daemon=True,
+                                              name="reshard-abort")
+            self._aborting.start()
 
     def _describe_failure(self, calls: list[tuple[int, Future]], what: str,
                           stuck: list[int]) -> str:
@@ -401,8 +413,8 @@ class Runtime:
         if self.cluster is not None:
             self.cluster.check_devices(layout.devices, f"layout {layout}")
 
-    def plan(self, x: Union[DArray, Sequence[DArray]], layout: Union[Layout, Sequence[Layout]],
-             strategy: Union[str, Strategy] = Strategy.BROADCAST) -> ReshardPlan:
+    def plan(self, x: DArray | Sequence[DArray], layout: Layout | Sequence[Layout],
+             strategy: str | Strategy = Strategy.BROADCAST) -> ReshardPlan:
         """The plan :meth:`reshard` would run (checked against this runtime's backend)."""
         xs = [x] if isinstance(x, DArray) else list(x)
         lays = [layout] if isinstance(layout, Layout) else list(layout)
@@ -429,12 +441,12 @@ class Runtime:
             self.cluster.check_devices(plan.devices, "the plan")
 
     def reshard(self, x: DArray, layout: Layout,
-                strategy: Union[str, Strategy] = Strategy.BROADCAST) -> DArray:
+                strategy: str | Strategy = Strategy.BROADCAST) -> DArray:
         """Move ``x`` to ``layout`` with a plan of the given strategy."""
         return self.execute(self.plan(x, layout, strategy), [x])[0]
 
     def reshard_many(self, xs: Sequence[DArray], layouts: Sequence[Layout],
-                     strategy: Union[str, Strategy] = Strategy.BROADCAST) -> list[DArray]:
+                     strategy: str | Strategy = Strategy.BROADCAST) -> list[DArray]:
         """Move several arrays with one plan (shared balancing and order)."""
         return self.execute(self.plan(xs, layouts, strategy), xs)
 

@@ -28,7 +28,8 @@ import copy
 import datetime
 import os
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -126,7 +127,7 @@ class GlooBackend(HostMemory):
         self._closed = False
 
     # ----- communicators -------------------------------------------------------------
-    def channel(self, name: str) -> "GlooBackend":
+    def channel(self, name: str) -> GlooBackend:
         """This rank on an independent channel: its own sub-groups and its own
         world-wide group for send/recv, made (like every group) in :meth:`prepare`."""
         child = copy.copy(self)

@@ -3,7 +3,8 @@ synchronize, and a barrier made of token send/recv."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -98,7 +98,7 @@ class LocalBackend(HostMemory):
         self.fabric = fabric
         self.context = context
 
-    def channel(self, name: str) -> "LocalBackend":
+    def channel(self, name: str) -> LocalBackend:
         """This rank on a separate communication channel."""
         return LocalBackend(self.device, self.fabric, f"{self.context}/{name}")
 

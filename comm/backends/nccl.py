@@ -36,7 +36,8 @@ import copy
 import os
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +52,7 @@ def available() -> bool:
     """True if cupy imports and sees a GPU with NCCL."""
     try:
         import cupy
-        from cupy.cuda import nccl  # noqa: F401
+        from cupy.cuda import nccl
     except Exception:
         return False
     try:
@@ -194,7 +195,7 @@ class NcclBackend:
         self._comms[group] = box["comm"]
         return box["comm"]
 
-    def channel(self, name: str) -> "NcclBackend":
+    def channel(self, name: str) -> NcclBackend:
         """This rank on an independent channel: its own communicators (the world one
         for send/recv included, made in :meth:`prepare`) and its own stream."""
         child = copy.copy(self)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from concurrent.futures import Future
-from typing import Any, Iterable, Protocol, Union
+from typing import Any, Protocol
 
 from reshard.choice import parse_choice
 from reshard.errors import ReshardError
@@ -18,7 +19,7 @@ class LauncherKind(enum.Enum):
     RAY = "ray"  # one Ray actor per device
 
     @classmethod
-    def parse(cls, value: Union[str, "LauncherKind"]) -> "LauncherKind":
+    def parse(cls, value: str | LauncherKind) -> LauncherKind:
         """Accept a LauncherKind or its name; raise listing the valid names."""
         return parse_choice(cls, value, "launcher")
 

@@ -1,11 +1,9 @@
 """What runs inside every worker process (process and Ray launchers alike).
 
 A :class:`WorkerHost` builds the backend rank for its device from a
-:class:`WorkerSpec`, wraps it in the unchanged :class:`~reshard.comm.worker.DeviceWorker`,
-and dispatches the driver's calls by method name. The one thing it adds is the
-backend's ``prepare(plan)`` hook, run before ``load_plan``: gloo creates the plan's
-missing sub-groups there (a collective over the whole world), nccl its missing
-communicators (over each member set).
+:class:`WorkerSpec`, wraps it in a :class:`~reshard.comm.worker.DeviceWorker`, and
+dispatches the driver's calls by method name (plans arrive as JSON the driver has
+verified).
 
 Nothing here imports torch or cupy at module level: the launcher applies the
 worker's environment first (``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``,
@@ -17,8 +15,9 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from reshard.errors import ExecutionError, ReshardError
 
@@ -145,27 +144,12 @@ class WorkerHost:
         return {"device": self.spec.device, "pid": os.getpid()}
 
     def call(self, method: str, args: Sequence[Any]) -> Any:
-        """Run ``DeviceWorker.<method>(*args)`` (``load_plan`` prepares the backend first)."""
+        """Run ``DeviceWorker.<method>(*args)``."""
         if method not in METHODS:
             raise ReshardError(f"unknown worker method {method!r}; valid: {sorted(METHODS)}")
         self.backend.activate()
-        if method == "load_plan":
-            plan_id, plan, *rest = args
-            channel = rest[0] if rest else None
-            if isinstance(plan, str):
-                from reshard.planner.ir import ReshardPlan
-
-                # The driver verified the plan before sending it down this private pipe.
-                plan = ReshardPlan.from_json(plan, verify=False)
-            try:
-                self.worker.backend_for(channel).prepare(plan)
-            except ReshardError:
-                raise
-            except Exception as e:
-                raise ExecutionError(
-                    f"device {self.spec.device}: setting up communicators for plan "
-                    f"{plan_id} failed: {type(e).__name__}: {e}") from e
-            return self.worker.load_plan(plan_id, plan, channel)
+        if method == "load_plan":  # the driver verified the plan it sends down this pipe
+            return self.worker.load_plan(*args, verified=True)
         return getattr(self.worker, method)(*args)
 
     def close(self) -> None:

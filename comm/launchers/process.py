@@ -46,10 +46,11 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from reshard.comm.backend import BackendKind
 from reshard.comm.launchers.base import require_workers
@@ -170,13 +171,16 @@ def enter_netns(name: str) -> None:
 def _watch_parent(driver: int) -> None:
     """Exit when the driver (or the process that forked this one) dies, even by SIGKILL."""
     parent = os.getppid()  # the driver under spawn, the fork server under forkserver
-    try:  # Linux: the kernel delivers SIGKILL when the parent exits
-        import ctypes
+    if parent != driver:  # the (single-threaded) fork server: die with it at once.
+        # Not towards the driver: PR_SET_PDEATHSIG fires when the parent *thread* exits,
+        # and any driver thread may have started this worker.
+        try:
+            import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except Exception:
+            pass
 
     def poll() -> None:
         while True:

@@ -32,9 +32,10 @@ import atexit
 import dataclasses
 import os
 import time
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -69,7 +70,7 @@ class _KeyValueActor:
     async def get(self, key: str, timeout: float) -> bytes | None:
         try:
             await asyncio.wait_for(self._event(key).wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
         return self.data[key]
 
@@ -80,7 +81,7 @@ class RayRendezvous:
 
     actor: Any
 
-    def connect(self, timeout: float = 60.0) -> "RayRendezvous":
+    def connect(self, timeout: float = 60.0) -> RayRendezvous:
         """This object (calls go through the actor handle)."""
         return self
 

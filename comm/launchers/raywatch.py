@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 _ENTRY = "from reshard.comm.launchers.raywatch import main; main()"
 

@@ -34,9 +34,10 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from reshard.comm.launchers.host import describe_exit
 from reshard.errors import ExecutionError
@@ -299,16 +300,18 @@ class ExecStarter:
 
 
 # ----- the server's side -----------------------------------------------------------------
-def _die_with(parent: int) -> None:
-    """Get SIGKILL when the parent exits (Linux); exit now if it already has."""
+def _watch_driver(driver: int, sock: socket.socket) -> bool:
+    """False once the driver is gone. Its death also closes the control socket (EOF),
+    which ends the loop; this covers a socket some other process still holds.
+    (No PR_SET_PDEATHSIG here: it fires when the driver *thread* that started the
+    server exits, and any thread of the driver may start a Runtime.)"""
     try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except Exception:
+        os.kill(driver, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
         pass
-    if os.getppid() != parent:
-        os._exit(1)
+    return True
 
 
 def serve(control_fd: int, driver: int, preload: Sequence[str]) -> None:
@@ -316,7 +319,6 @@ def serve(control_fd: int, driver: int, preload: Sequence[str]) -> None:
     reap children and report their exit status; exit when the driver closes the socket."""
     import importlib
 
-    _die_with(driver)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     for name in preload:
         try:
@@ -326,7 +328,7 @@ def serve(control_fd: int, driver: int, preload: Sequence[str]) -> None:
     sock = socket.socket(fileno=control_fd)
     sock.sendall(b"R")
     children: dict[int, int] = {}  # pid -> write end of its status pipe
-    while True:
+    while _watch_driver(driver, sock):
         readable, _, _ = select.select([sock], [], [], 0.2)
         while children:
             try:
@@ -351,7 +353,7 @@ def serve(control_fd: int, driver: int, preload: Sequence[str]) -> None:
         if not msg:
             for fd in fds:
                 os.close(fd)
-            return  # the driver is gone or done: children die with us
+            return  # the driver is gone or done: children die with us (PDEATHSIG)
         cmd_r, res_w, status_w = fds
         pid = os.fork()
         if pid == 0:

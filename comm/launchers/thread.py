@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterable
+from typing import Any
 
 from reshard.comm.backends.local import LocalBackend, LocalFabric
 from reshard.comm.worker import DeviceWorker

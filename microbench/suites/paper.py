@@ -91,7 +91,7 @@ class Case:
 
         def place(mesh_shape: tuple[int, ...], first: int) -> DeviceMesh:
             n, g = mesh_shape
-            devs = []
+            devs: list[int] = []
             for h in range(first, first + n):
                 if g > len(cluster.hosts[h]):
                     raise ValueError(f"mesh {mesh_shape} needs {g} devices per host, host "

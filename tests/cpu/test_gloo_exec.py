@@ -13,8 +13,18 @@ from hypothesis import given
 from reshard import DeviceMesh, ExecutionError, Layout, ReshardError, ShapeError
 from reshard.runtime import Runtime
 
-from ._helpers import (STRATEGIES, WORLD, addends, check_paper_case, check_random_problem,
-                       check_shards, paper_cases, problem_settings, problems, sample)
+from ._helpers import (
+    STRATEGIES,
+    WORLD,
+    addends,
+    check_paper_case,
+    check_random_problem,
+    check_shards,
+    paper_cases,
+    problem_settings,
+    problems,
+    sample,
+)
 
 pytestmark = pytest.mark.cpu
 

@@ -19,8 +19,17 @@ from hypothesis import given
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.runtime import Runtime
 
-from ._helpers import (STRATEGIES, addends, check_paper_case, check_random_problem,
-                       check_shards, paper_cases, problem_settings, problems, sample)
+from ._helpers import (
+    STRATEGIES,
+    addends,
+    check_paper_case,
+    check_random_problem,
+    check_shards,
+    paper_cases,
+    problem_settings,
+    problems,
+    sample,
+)
 
 pytestmark = pytest.mark.cpu
 

@@ -86,3 +86,22 @@ def test_threads_on_the_local_backend():
     finally:
         sys.setswitchinterval(old)
     assert not errors, errors[:3]
+
+
+def test_a_worker_that_failed_stops_communicating():
+    """Calls queued behind a failed plan must not run: their messages would reach
+    peers still inside the failed plan."""
+    from reshard import ExecutionError
+    from reshard.comm.backends.local import LocalBackend, LocalFabric
+    from reshard.comm.worker import DeviceWorker
+
+    w = DeviceWorker(0, LocalBackend(0, LocalFabric(1.0)))
+    with pytest.raises(ReshardError, match="not loaded"):
+        w.execute(7, [], [])
+    assert w.failed is not None
+    with pytest.raises(ExecutionError, match="failed here earlier"):
+        w.load_plan(1, "{}")
+    with pytest.raises(ExecutionError, match="failed here earlier"):
+        w.invoke("x", "run")
+    w.put("k", np.ones(3))  # local data calls still answer
+    assert w.get("k").tolist() == [1.0, 1.0, 1.0]

@@ -158,7 +158,7 @@ def test_missing_task_of_every_kind():
 
 
 def test_duplicate_task_is_refused():
-    for name, p in BASE.items():
+    for p in BASE.values():
         i = next(k for k, t in enumerate(p.tasks) if t.nbytes)
         d = p.to_dict()
         d["tasks"].insert(i, copy.deepcopy(d["tasks"][i]))
