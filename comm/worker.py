@@ -26,7 +26,6 @@ from reshard.errors import ExecutionError, ReshardError
 from reshard.layout import Box, box_size
 from reshard.planner.ir import Buffer, ReshardPlan, Task, TaskKind
 
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -35,7 +34,7 @@ def _communicating(method: F) -> F:
     own failure refuses every later one (see the module docstring)."""
 
     @functools.wraps(method)
-    def run(self: "DeviceWorker", *args: Any, **kwargs: Any) -> Any:
+    def run(self: DeviceWorker, *args: Any, **kwargs: Any) -> Any:
         if self.failed is not None:
             raise ExecutionError(
                 f"device {self.device}: not running {method.__name__}: a call failed here "

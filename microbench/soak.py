@@ -217,9 +217,10 @@ def run(args: argparse.Namespace) -> dict:
     # The driver after its first runtime was replaced vs before the last one started:
     # what stays behind from every runtime closed in between.
     driver = [soak.driver[min(1, len(soak.driver) - 1)], soak.driver[-1]]
-    gens = [{"generation": g.index, "reshards": g.reshards, "worker_rss_warm_mib": g.rss_warm,
-             "worker_rss_end_mib": g.rss_end, "worker_rss_samples": g.samples}
-            for g in soak.gens]
+    gens: list[dict[str, Any]] = [
+        {"generation": g.index, "reshards": g.reshards, "worker_rss_warm_mib": g.rss_warm,
+         "worker_rss_end_mib": g.rss_end, "worker_rss_samples": g.samples}
+        for g in soak.gens]
     growth = [g["worker_rss_end_mib"] - g["worker_rss_warm_mib"] for g in gens
               if g["worker_rss_warm_mib"] is not None and g["worker_rss_end_mib"] is not None]
     return {

@@ -44,23 +44,23 @@ class Case:
     dst_mesh: tuple[int, ...]
     dst_spec: str
 
-    def scaled(self, factor: float) -> "Case":
+    def scaled(self, factor: float) -> Case:
         """The case with every dim's size multiplied by ``factor`` (at least 1)."""
         shape = tuple(max(1, int(round(s * factor))) for s in self.shape)
         return Case(self.name, shape, self.dtype, self.src_mesh, self.src_spec,
                     self.dst_mesh, self.dst_spec)
 
-    def with_shape(self, shape: tuple[int, ...]) -> "Case":
+    def with_shape(self, shape: tuple[int, ...]) -> Case:
         """The case with another global shape (same rank)."""
         return Case(self.name, tuple(shape), self.dtype, self.src_mesh, self.src_spec,
                     self.dst_mesh, self.dst_spec)
 
-    def with_bytes(self, nbytes: int) -> "Case":
+    def with_bytes(self, nbytes: int) -> Case:
         """The case scaled so the tensor has about ``nbytes`` bytes (dims scaled alike)."""
         factor = (nbytes / max(1, self.nbytes)) ** (1 / len(self.shape))
         return self.scaled(factor)
 
-    def narrowed(self, devices_per_host: int) -> "Case":
+    def narrowed(self, devices_per_host: int) -> Case:
         """The case with every mesh's devices-per-host axis capped at ``devices_per_host``
         (for machines with fewer cores than the paper's 4 GPUs per host)."""
         def cap(mesh: tuple[int, ...]) -> tuple[int, ...]:
