@@ -6,6 +6,7 @@ the testbed benchmark (testbed_bench.py) all put a value, plan each strategy, ti
 destination elements once and free what they made. This module does that once:
 
 * :func:`sample_value`: the seeded random value a benchmark moves;
+* :func:`partial_addends`: shards of a value on a layout, random addends where partial;
 * :func:`count_wrong`: destination elements that differ from the value;
 * :func:`time_execute`: the timed runs of one plan;
 * :func:`measure_strategies`: put, then plan (and load) and time every strategy;
@@ -38,6 +39,24 @@ def sample_value(shape: Sequence[int], dtype: str, bound: int = 2**20,
                  seed: int = 0) -> np.ndarray:
     """Seeded random integers in ``[-bound, bound)`` as ``dtype``."""
     return np.random.default_rng(seed).integers(-bound, bound, size=shape).astype(dtype)
+
+
+def partial_addends(value: np.ndarray, layout: Layout,
+                    draw: Callable[[tuple[int, ...]], np.ndarray]) -> dict[int, np.ndarray]:
+    """Per-device shards of ``value`` on ``layout``; on partial axes, addends that sum
+    (with the dtype's wrap-around) to the value: ``draw(shape)`` makes all but the first
+    of each group, the first gets the rest."""
+    boxes = layout.index_map(value.shape)
+    shards: dict[int, np.ndarray] = {}
+    for group in layout.partial_groups():
+        sl = boxes[group[0]]
+        rest = [draw(value[sl].shape) for _ in group[1:]]
+        lead = value[sl].copy()
+        for r in rest:
+            lead -= r
+        shards[group[0]] = lead
+        shards.update(zip(group[1:], rest))
+    return shards
 
 
 def count_wrong(rt: Any, y: Any, value: np.ndarray) -> int:

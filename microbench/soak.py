@@ -41,7 +41,7 @@ from reshard.cluster import Cluster
 from reshard.errors import ExecutionError
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
-from reshard.microbench.measure import count_wrong
+from reshard.microbench.measure import count_wrong, partial_addends
 from reshard.microbench.report import write_json
 from reshard.runtime import Runtime
 
@@ -150,16 +150,7 @@ def _value(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.n
 def _put(rt: Runtime, rng: np.random.Generator, value: np.ndarray, src: Layout) -> Any:
     if not src.spec.is_partial:
         return rt.put(value, src)
-    shards = {}
-    boxes = src.index_map(value.shape)
-    for group in src.partial_groups():
-        sl = boxes[group[0]]
-        rest = [_value(rng, value[sl].shape, value.dtype.name) for _ in group[1:]]
-        lead = value[sl].copy()
-        for r in rest:
-            lead -= r
-        shards[group[0]] = lead
-        shards.update(zip(group[1:], rest))
+    shards = partial_addends(value, src, lambda shape: _value(rng, shape, value.dtype.name))
     return rt.put_shards(shards, src, value.shape, value.dtype)
 
 

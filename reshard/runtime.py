@@ -207,8 +207,9 @@ class Runtime:
                             now - max(issued, self._progress.get(d, 0.0)) >= self.timeout})
             if failed or dead or stuck:
                 self._collect_reports({f for d, f in calls if d not in dead and not f.done()})
+                dead = self.group.dead()  # also those that died while peers reported
                 silent = sorted({d for d, f in calls if not f.done() and d not in dead})
-                reason = self._describe_failure(calls, what, silent if stuck else [])
+                reason = self._describe_failure(calls, what, silent if stuck else [], dead)
                 self._fail(reason)
                 raise ExecutionError(reason)
 
@@ -240,9 +241,8 @@ class Runtime:
             self._aborting.start()
 
     def _describe_failure(self, calls: list[tuple[int, Future]], what: str,
-                          stuck: list[int]) -> str:
+                          stuck: list[int], dead: dict[int, str]) -> str:
         parts = []
-        dead = self.group.dead()
         for d, why in sorted(dead.items()):
             parts.append(f"device {d} died ({why})")
         for d in stuck:
@@ -434,11 +434,15 @@ class Runtime:
 
         if not isinstance(plan, ReshardPlan):
             raise ReshardError(f"expected a ReshardPlan, got {type(plan).__name__}")
+        key = ("checked for", self.backend, self.cluster)  # reshard checks twice: plan, run
+        if plan._cache.get(key):
+            return
         plan.verify()
         caps = self.capabilities
         check_backend(plan, self.backend.value, caps.moves, caps.sums)
         if self.cluster is not None:
             self.cluster.check_devices(plan.devices, "the plan")
+        plan._cache[key] = True
 
     def reshard(self, x: DArray, layout: Layout,
                 strategy: str | Strategy = Strategy.BROADCAST) -> DArray:

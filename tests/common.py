@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
+import sys
+import threading
+from collections.abc import Callable
 
 import numpy as np
 from hypothesis import strategies as st
 
 from reshard import DeviceMesh, Layout, ShardingSpec
+from reshard.microbench.measure import partial_addends
 from reshard.planner.ir import ReshardPlan, TaskKind
 
 STRATEGIES = ("send_recv", "allgather", "broadcast")
@@ -30,17 +34,7 @@ def sample(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.n
 def addends(rng: np.random.Generator, value: np.ndarray, layout: Layout) -> dict[int, np.ndarray]:
     """Per-device shards of ``value`` on ``layout``; on partial axes, random addends
     that sum (with the dtype's wrap-around) to the value."""
-    boxes = layout.boxes(value.shape)
-    shards: dict[int, np.ndarray] = {}
-    for group in layout.partial_groups():
-        sl = tuple(slice(a, b) for a, b in boxes[group[0]])
-        rest = [sample(rng, value[sl].shape, value.dtype.name) for _ in group[1:]]
-        lead = value[sl].copy()
-        for r in rest:
-            lead -= r
-        shards[group[0]] = lead
-        shards.update(zip(group[1:], rest))
-    return shards
+    return partial_addends(value, layout, lambda shape: sample(rng, shape, value.dtype.name))
 
 
 def put_value(rt, value: np.ndarray, layout: Layout, rng: np.random.Generator):
@@ -48,6 +42,32 @@ def put_value(rt, value: np.ndarray, layout: Layout, rng: np.random.Generator):
     if not layout.spec.is_partial:
         return rt.put(value, layout)
     return rt.put_shards(addends(rng, value, layout), layout, value.shape, value.dtype)
+
+
+def in_threads(work: Callable[[int], None], count: int, timeout: float) -> list[str]:
+    """Run ``work(k)`` for ``k`` in ``range(count)``, each in its own thread, with a tiny
+    switch interval (threads interleave as often as they can); returns one line per
+    thread that raised or did not finish within ``timeout`` seconds."""
+    errors: list[str] = []
+
+    def run(k: int) -> None:
+        try:
+            work(k)
+        except Exception as e:  # noqa: BLE001 - reported to the caller
+            errors.append(f"thread {k}: {type(e).__name__}: {e}")
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(count)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout)
+    finally:
+        sys.setswitchinterval(old)
+    errors += [f"thread {k}: did not finish" for k, t in enumerate(threads) if t.is_alive()]
+    return errors
 
 
 def check_shards(rt, y, value: np.ndarray) -> None:

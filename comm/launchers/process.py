@@ -516,12 +516,10 @@ class ProcessGroup:
         deadline = time.monotonic() + grace
         for w in self._workers.values():
             w.process.join(max(0.0, deadline - time.monotonic()))
-        for stop in ((lambda p: p.terminate()) if grace else None, lambda p: p.kill()):
+        for stop in (("terminate", "kill") if grace else ("kill",)):
             alive = [w for w in self._workers.values() if w.process.is_alive()]
-            if stop is None or not alive:
-                continue
             for w in alive:
-                stop(w.process)
+                getattr(w.process, stop)()
             for w in alive:
                 w.process.join(1.0)
         try:

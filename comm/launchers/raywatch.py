@@ -28,27 +28,28 @@ def children_of(pid: int) -> set[int]:
     return {p for p, parent in _parents().items() if parent == pid}
 
 
+def _stat(pid: int | str) -> tuple[bytes, int, int] | None:
+    """(state, parent pid, start time) of a process from /proc, or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _parents() -> dict[int, int]:
     out = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(b")", 1)[1].split()
-        out[int(name)] = int(fields[1])
+        stat = _stat(name) if name.isdigit() else None
+        if stat is not None:
+            out[int(name)] = stat[1]
     return out
 
 
 def _start_time(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
+    stat = _stat(pid)
+    return None if stat is None else stat[2]
 
 
 def _subtree(roots: Iterable[int], known: dict[int, int | None]) -> None:
@@ -71,8 +72,9 @@ def _subtree(roots: Iterable[int], known: dict[int, int | None]) -> None:
 
 
 def _alive(pid: int, started: int | None) -> bool:
-    now = _start_time(pid)
-    return now is not None and (started is None or now == started)
+    """True while the process runs (not a zombie) and is the one seen at ``started``."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] != b"Z" and (started is None or stat[2] == started)
 
 
 def _stop(known: dict[int, int | None], grace: float = 3.0) -> None:
@@ -86,15 +88,7 @@ def _stop(known: dict[int, int | None], grace: float = 3.0) -> None:
         deadline = time.monotonic() + grace
         while left and time.monotonic() < deadline:
             time.sleep(0.1)
-            left = [p for p in left if _alive(p, known[p]) and not _zombie(p)]
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except OSError:
-        return True
+            left = [p for p in left if _alive(p, known[p])]
 
 
 def watch_ray(driver: int, roots: Iterable[int]) -> subprocess.Popen:
@@ -110,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     driver, roots = args[0], args[1:]
     driver_start = _start_time(driver)
     known: dict[int, int | None] = {}
-    while _alive(driver, driver_start) and not _zombie(driver):
+    while _alive(driver, driver_start):
         _subtree(roots, known)
         known = {p: t for p, t in known.items() if _alive(p, t)}
         time.sleep(0.5)

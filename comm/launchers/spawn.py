@@ -191,8 +191,9 @@ def _pipes() -> tuple[tuple[int, int], tuple[int, int]]:
     return os.pipe(), os.pipe()
 
 
-def _send_args(commands: Connection, args: WorkerArgs) -> None:
-    commands.send(args)
+def _close(*fds: int) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 class ForkServer:
@@ -245,16 +246,14 @@ class ForkServer:
                     raise ExecutionError("the reshard fork server died while starting a worker")
                 raw += chunk
         except OSError as e:
-            for fd in (cmd_w, res_r, status_r):
-                os.close(fd)
+            _close(cmd_w, res_r, status_r)
             raise ExecutionError(f"the reshard fork server is gone: {e}") from e
         finally:
-            for fd in (cmd_r, res_w, status_w):
-                os.close(fd)
+            _close(cmd_r, res_w, status_w)  # the server holds its own copies now
         proc = _ForkedProcess(_PID.unpack(raw)[0], status_r)
         commands = Connection(cmd_w, readable=False)
         results = Connection(res_r, writable=False)
-        _send_args(commands, args)
+        commands.send(args)
         return proc, commands, results
 
     def close(self) -> None:
@@ -285,14 +284,12 @@ class ExecStarter:
                 pass_fds=(cmd_r, res_w, life_w), stdin=subprocess.DEVNULL,
                 env=_fork_safe_env())
         except OSError as e:
-            for fd in (cmd_w, res_r, life_r):
-                os.close(fd)
+            _close(cmd_w, res_r, life_r)
             raise ExecutionError(f"cannot start a worker process: {e}") from e
         finally:
-            for fd in (cmd_r, res_w, life_w):
-                os.close(fd)
+            _close(cmd_r, res_w, life_w)  # the child holds its own copies now
         commands = Connection(cmd_w, readable=False)
-        _send_args(commands, args)
+        commands.send(args)
         return _ExecProcess(popen, life_r), commands, Connection(res_r, writable=False)
 
     def close(self) -> None:

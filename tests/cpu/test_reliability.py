@@ -29,6 +29,7 @@ from reshard import (
 )
 from reshard.runtime import Runtime
 
+from ..common import in_threads, put_value
 from ._helpers import check_shards, pid_alive, sample, wait_gone
 
 pytestmark = pytest.mark.cpu
@@ -68,41 +69,21 @@ THREAD_CASES = [  # (src, dst) over the four workers; transposes, overlaps, part
 def test_threads_sharing_a_runtime_get_their_own_data(rt):
     """8 threads, each putting its own arrays and resharding them with every strategy
     on one Runtime, with a tiny switch interval: every result byte-exact."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    errors: list[str] = []
     done: list[int] = []
 
     def worker(k: int) -> None:
         rng = np.random.default_rng(k)
-        try:
-            for i in range(18):
-                src, dst = THREAD_CASES[(k + i) % len(THREAD_CASES)]
-                shape = (8 + k, 6 + i % 5)  # each thread's own shapes (own plans)
-                value = sample(rng, shape, ("int32", "float64", "int16")[i % 3])
-                if src.spec.is_partial:
-                    half = (value // 2).astype(value.dtype)
-                    shards = {}
-                    for d, sl in src.index_map(shape).items():
-                        shards[d] = half[sl] if d in (0, 2) else (value - half)[sl]
-                    x = rt.put_shards(shards, src, shape, value.dtype)
-                else:
-                    x = rt.put(value, src)
-                y = rt.reshard(x, dst, ("broadcast", "send_recv", "allgather")[i % 3])
-                check_shards(rt, y, value)
-                rt.free(x, y)
-                done.append(k)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(f"thread {k}: {type(e).__name__}: {e}")
+        for i in range(18):
+            src, dst = THREAD_CASES[(k + i) % len(THREAD_CASES)]
+            shape = (8 + k, 6 + i % 5)  # each thread's own shapes (own plans)
+            value = sample(rng, shape, ("int32", "float64", "int16")[i % 3])
+            x = put_value(rt, value, src, rng)  # random addends where partial
+            y = rt.reshard(x, dst, ("broadcast", "send_recv", "allgather")[i % 3])
+            check_shards(rt, y, value)
+            rt.free(x, y)
+            done.append(k)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(200)
-    finally:
-        sys.setswitchinterval(old)
+    errors = in_threads(worker, 8, 200)
     assert not errors, errors[:3]
     assert len(done) == 8 * 18
     stats = rt.call({d: ("stats",) for d in rt.group.devices}, "stats")

@@ -3,16 +3,13 @@ errors that leave it usable, threads, the plan cache."""
 
 from __future__ import annotations
 
-import sys
-import threading
-
 import numpy as np
 import pytest
 
 from reshard import DeviceMesh, Layout, ReshardError, ShapeError
 from reshard.runtime import DArray, Runtime
 
-from ..common import check_shards
+from ..common import check_shards, in_threads
 
 A = Layout(DeviceMesh((2,), [0, 1]), "S0R")
 B = Layout(DeviceMesh((3,), [2, 3, 4]), "RS0")
@@ -62,29 +59,16 @@ def test_plan_cache_is_bounded_and_lru(local_runtime):
 
 
 def test_threads_on_the_local_backend():
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    errors: list[str] = []
-    try:
-        with Runtime("local") as rt:
-            def work(k: int) -> None:
-                try:
-                    for i in range(25):
-                        value = np.full((6 + k, 4 + i % 3), k * 100 + i, dtype=np.int64)
-                        x = rt.put(value, A)
-                        y = rt.reshard(x, B, ("broadcast", "send_recv", "allgather")[i % 3])
-                        check_shards(rt, y, value)
-                        rt.free(x, y)
-                except Exception as e:  # noqa: BLE001 - reported below
-                    errors.append(f"{k}: {e}")
+    with Runtime("local") as rt:
+        def work(k: int) -> None:
+            for i in range(25):
+                value = np.full((6 + k, 4 + i % 3), k * 100 + i, dtype=np.int64)
+                x = rt.put(value, A)
+                y = rt.reshard(x, B, ("broadcast", "send_recv", "allgather")[i % 3])
+                check_shards(rt, y, value)
+                rt.free(x, y)
 
-            threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(120)
-    finally:
-        sys.setswitchinterval(old)
+        errors = in_threads(work, 8, 120)
     assert not errors, errors[:3]
 
 
