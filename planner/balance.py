@@ -1,4 +1,4 @@
-"""Sender choice among replicas, balanced per host NIC (the scarce resource)."""
+"""Sender choice among replicas, balanced per NIC (the scarce resource)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ from reshard.cluster import Cluster
 
 
 class Loads:
-    """Bytes assigned so far to each host NIC (per direction) and each device.
+    """Bytes assigned so far to each NIC (per direction) and each device.
 
     A planning-call-local accumulator: :func:`reshard.planner.plan.plan_many` creates
     one, assigns the largest slices first, and each choice picks the holder that keeps
-    the most loaded resource lowest.
+    the most loaded resource lowest. NICs are the cluster's (one per host, or one per
+    device or device group on rail-optimised machines); a transfer leaves a host
+    through its sending device's NIC and enters the next through its receiving
+    device's.
     """
 
     def __init__(self, cluster: Cluster) -> None:
@@ -22,12 +25,11 @@ class Loads:
         self.nic_in: defaultdict[int, float] = defaultdict(float)
         self.dev_out: defaultdict[int, float] = defaultdict(float)
         self.dev_in: defaultdict[int, float] = defaultdict(float)
+        self.host = cluster.host_of
+        self.nic = cluster.nic_of
 
-    def host(self, device: int) -> int:
-        """Host of a device."""
-        return self.cluster.host_of(device)
-
-    def pick_root(self, holders: Iterable[int], needer_hosts: set[int], nbytes: int) -> int:
+    def pick_root(self, holders: Iterable[int], needer_hosts: set[int] | frozenset[int],
+                  nbytes: int) -> int:
         """Choose the holder that sends a slice to devices on ``needer_hosts``.
 
         Key, lowest first: the holder's NIC out load after this slice (zero extra when
@@ -36,10 +38,12 @@ class Loads:
         """
         best_key = None
         best = -1
+        host, nic, nic_out, dev_out = self.host, self.nic, self.nic_out, self.dev_out
         for d in holders:
-            h = self.host(d)
-            extra = nbytes if needer_hosts - {h} else 0
-            key = (self.nic_out[h] + extra, h not in needer_hosts, self.dev_out[d], d)
+            h = host(d)
+            remote = len(needer_hosts) > 1 or h not in needer_hosts
+            key = (nic_out[nic(d)] + (nbytes if remote else 0), h not in needer_hosts,
+                   dev_out[d], d)
             if best_key is None or key < best_key:
                 best_key, best = key, d
         return best
@@ -51,15 +55,31 @@ class Loads:
 
     def chain(self, root: int, receivers: Iterable[int]) -> tuple[int, ...]:
         """Order receivers as a broadcast chain: the root's host first, then the other
-        hosts by ascending NIC out load (the last host forwards nothing)."""
+        hosts by ascending NIC out load (the last host forwards nothing). Inside a
+        host, the device whose NIC has received least enters first and the one whose
+        NIC has sent least leaves last (they differ only with several NICs per host)."""
         rh = self.host(root)
         by_host: dict[int, list[int]] = {}
         for r in sorted(receivers):
             by_host.setdefault(self.host(r), []).append(r)
-        hosts = sorted((h for h in by_host if h != rh), key=lambda h: (self.nic_out[h], h))
-        order = by_host.get(rh, [])
-        for h in hosts:
-            order = order + by_host[h]
+        nic, nic_in, nic_out = self.nic, self.nic_in, self.nic_out
+        hosts = sorted((h for h in by_host if h != rh),
+                       key=lambda h: (min(nic_out[nic(d)] for d in by_host[h]), h))
+        order: list[int] = []
+        local = by_host.get(rh, [])
+        if local:
+            if hosts:  # the last local receiver forwards to the next host
+                local.sort(key=lambda d: (-nic_out[nic(d)], d))
+            order.extend(local)
+        for k, h in enumerate(hosts):
+            group = by_host[h]
+            if len(group) > 1:
+                entry = min(group, key=lambda d: (nic_in[nic(d)], d))
+                rest = [d for d in group if d != entry]
+                if k + 1 < len(hosts):
+                    rest.sort(key=lambda d: (-nic_out[nic(d)], d))
+                group = [entry, *rest]
+            order.extend(group)
         return tuple(order)
 
     def charge(self, root: int, chain: tuple[int, ...], nbytes: int) -> None:
@@ -67,12 +87,12 @@ class Loads:
         if not chain:
             return
         self.dev_out[root] += nbytes
-        hosts = [self.host(root)]
+        host, nic = self.host, self.nic
+        prev, prev_host = root, host(root)
         for r in chain:
             self.dev_in[r] += nbytes
-            h = self.host(r)
-            if h != hosts[-1]:
-                hosts.append(h)
-        for a, b in zip(hosts, hosts[1:]):
-            self.nic_out[a] += nbytes
-            self.nic_in[b] += nbytes
+            h = host(r)
+            if h != prev_host:
+                self.nic_out[nic(prev)] += nbytes
+                self.nic_in[nic(r)] += nbytes
+            prev, prev_host = r, h

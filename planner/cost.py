@@ -1,11 +1,12 @@
 """Cost model and lower bound.
 
 Cost model (alpha-beta with contention): the plan's tasks run as a fluid simulation.
-A task starts when each of its devices has finished its earlier tasks (the plan's
-global order), spends a latency, then moves its bytes through every resource on its
-path: the NIC of each host it leaves and enters (one direction each), the intra-host
-link of each device it leaves and enters, or a device's copy engine. Concurrent tasks
-share a resource max-min fairly. A broadcast is a pipelined chain root -> receivers
+A task starts when each of its devices has finished its tasks of earlier steps (a
+step is a group whose tasks run concurrently), spends a latency, then moves its bytes
+through every resource on its path: the NIC it leaves a host by and the one it enters
+the next host by (one direction each), the intra-host link of each device it leaves
+and enters, or a device's copy engine. Concurrent tasks share a resource max-min
+fairly. A broadcast is a pipelined chain root -> receivers
 (each host boundary crossed once); an all-gather is a ring (each member receives
 (k-1)/k of the box); a reduction is the reverse chain.
 
@@ -17,7 +18,6 @@ receive that it does not hold, over its link; plus one latency.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -48,13 +48,14 @@ class Estimate:
     busiest: tuple[str, int, float]
 
 
-def _chain_hosts(cluster: Cluster, devices: Sequence[int]) -> list[int]:
-    hosts: list[int] = []
-    for d in devices:
-        h = cluster.host_of(d)
-        if not hosts or hosts[-1] != h:
-            hosts.append(h)
-    return hosts
+def _crossings(cluster: Cluster, chain: Sequence[int]) -> list[tuple[Resource, float]]:
+    """NIC directions a chain's bytes cross: leaving one host through the sending
+    device's NIC and entering the next through the receiving device's."""
+    out: list[tuple[Resource, float]] = []
+    for a, b in zip(chain, chain[1:]):
+        if cluster.host_of(a) != cluster.host_of(b):
+            out += [(("nic_out", cluster.nic_of(a)), 1.0), (("nic_in", cluster.nic_of(b)), 1.0)]
+    return out
 
 
 def task_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]], float]:
@@ -68,72 +69,95 @@ def task_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]
         path: list[tuple[Resource, float]] = []
         for d in task.receivers:
             path += [(("dev_in", d), frac), (("dev_out", d), frac)]
-        hosts = sorted({cluster.host_of(d) for d in task.receivers})
+        hosts = {cluster.host_of(d) for d in task.receivers}
         if len(hosts) > 1:
-            for h in hosts:
-                path += [(("nic_in", h), frac), (("nic_out", h), frac)]
-        lat = cluster.latency * (len(hosts) - 1) + cluster.intra_latency * (k - 1)
+            for d in task.receivers:
+                path += [(("nic_in", cluster.nic_of(d)), frac),
+                         (("nic_out", cluster.nic_of(d)), frac)]
+        lat = cluster.latency * (len(hosts) - 1) + cluster.intra_latency * (k - len(hosts))
         return path, lat
     if task.kind is TaskKind.REDUCE:
         chain = [*task.receivers, task.root]
     else:
         chain = [task.root, *task.receivers]
-    path = []
-    for d in chain[:-1]:
-        path.append((("dev_out", d), 1.0))
-    for d in chain[1:]:
-        path.append((("dev_in", d), 1.0))
-    hosts = _chain_hosts(cluster, chain)
-    for a, b in zip(hosts, hosts[1:]):
-        path += [(("nic_out", a), 1.0), (("nic_in", b), 1.0)]
-    lat = cluster.latency * (len(hosts) - 1) + cluster.intra_latency * (len(chain) - len(hosts))
+    path = [(("dev_out", d), 1.0) for d in chain[:-1]]
+    path += [(("dev_in", d), 1.0) for d in chain[1:]]
+    cross = _crossings(cluster, chain)
+    path += cross
+    hops = len(cross) // 2
+    lat = cluster.latency * hops + cluster.intra_latency * (len(chain) - 1 - hops)
     return path, lat
 
 
 def _capacity(res: Resource, cluster: Cluster) -> float:
     kind = res[0]
     if kind.startswith("nic"):
-        return cluster.nic_bandwidth
+        return cluster.nic_capacity
     if kind == "copy":
         return cluster.copy_bandwidth
     return cluster.intra_bandwidth
 
 
-def _fair_rates(flowing: list[int], paths: list[list[tuple[Resource, float]]],
-                cluster: Cluster) -> dict[int, float]:
-    """Max-min fair progress rates (bytes/s of each task) by progressive filling."""
-    users: dict[Resource, list[tuple[int, float]]] = {}
-    for t in flowing:
-        for res, frac in paths[t]:
-            if frac > 0:
-                users.setdefault(res, []).append((t, frac))
-    left = {r: _capacity(r, cluster) for r in users}
-    rate: dict[int, float] = {}
-    unfrozen = set(flowing)
-    while unfrozen:
-        level, tight = math.inf, None
-        for r, lst in users.items():
-            demand = sum(f for t, f in lst if t in unfrozen)
-            if demand > 0:
-                lv = left[r] / demand
-                if lv < level:
-                    level, tight = lv, r
-        if tight is None:  # tasks that use no bandwidth
-            for t in unfrozen:
-                rate[t] = math.inf
-            break
-        for t, _ in users[tight]:
-            if t in unfrozen:
-                rate[t] = level
-                unfrozen.discard(t)
-                for r, f in paths[t]:
-                    if f > 0:
-                        left[r] = max(0.0, left[r] - f * level)
-    return rate
+class _Flows:
+    """Tasks x resources incidence, and max-min fair rates by progressive filling."""
+
+    def __init__(self, paths: list[list[tuple[Resource, float]]], cluster: Cluster) -> None:
+        index: dict[Resource, int] = {}
+        task, res, frac = [], [], []
+        for t, p in enumerate(paths):
+            for r, f in p:
+                if f > 0:
+                    task.append(t)
+                    res.append(index.setdefault(r, len(index)))
+                    frac.append(f)
+        self.resources = list(index)
+        self.capacity = np.array([_capacity(r, cluster) for r in self.resources])
+        self.task = np.array(task, dtype=np.int64)
+        self.res = np.array(res, dtype=np.int64)
+        self.frac = np.array(frac, dtype=np.float64)
+        self.n = len(paths)
+
+    def rates(self, flowing: np.ndarray) -> np.ndarray:
+        """Rates (bytes/s) of the tasks flagged in ``flowing`` (inf if they use no
+        bandwidth-limited resource); 0 elsewhere."""
+        rate = np.where(flowing, np.inf, 0.0)
+        sel = flowing[self.task]
+        t, r, f = self.task[sel], self.res[sel], self.frac[sel]
+        left = self.capacity.copy()
+        nres = len(left)
+        active = flowing.copy()
+        while len(t):
+            act = active[t]
+            if not act.any():
+                break
+            demand = np.bincount(r[act], weights=f[act], minlength=nres)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                level = np.where(demand > 0, left / np.where(demand > 0, demand, 1), np.inf)
+            low = level.min()
+            if not np.isfinite(low):
+                break
+            tight = level <= low * (1 + 1e-9)
+            hit = act & tight[r]
+            frozen = np.zeros(self.n, dtype=bool)
+            frozen[t[hit]] = True
+            rate[frozen] = low
+            active &= ~frozen
+            used = frozen[t]
+            left = np.maximum(0.0, left - np.bincount(r[used], weights=f[used] * low,
+                                                      minlength=nres))
+            keep = ~used
+            t, r, f = t[keep], r[keep], f[keep]
+        return rate
 
 
 def simulate(plan: ReshardPlan) -> Estimate:
-    """Run the fluid simulation of ``plan`` on ``plan.cluster``."""
+    """Run the fluid simulation of ``plan`` on ``plan.cluster``.
+
+    Steps are groups: a device enters its next step when every task it has in earlier
+    steps has ended; a task starts when all its devices entered its step, waits its
+    latency, then moves its bytes at its max-min fair share of every resource on its
+    path (shares recomputed whenever a task starts or ends).
+    """
     cluster = plan.cluster
     tasks = plan.tasks
     n = len(tasks)
@@ -145,69 +169,84 @@ def simulate(plan: ReshardPlan) -> Estimate:
         lats.append(lat)
         for r, f in p:
             carried[r] = carried.get(r, 0.0) + f * t.nbytes
-    queues: dict[int, list[int]] = {}
+    flows = _Flows(paths, cluster)
+    # per device: its steps in order, and per step its tasks
+    steps_of: dict[int, list[int]] = {}
+    members: dict[tuple[int, int], list[int]] = {}
+    devs_of = [tuple(set(t.devices)) for t in tasks]
     for i, t in enumerate(tasks):
-        for d in set(t.devices):
-            queues.setdefault(d, []).append(i)
-    head = {d: 0 for d in queues}
-    arrived = [0] * n
-    need = [len(set(t.devices)) for t in tasks]
-    starts = [0.0] * n
-    ends = [0.0] * n
-    remaining = [float(t.nbytes) for t in tasks]
-    waiting: dict[int, float] = {}  # task -> time its bytes start to flow
-    flowing: list[int] = []
+        for d in devs_of[i]:
+            lst = members.setdefault((d, t.step), [])
+            if not lst:
+                steps_of.setdefault(d, []).append(t.step)
+            lst.append(i)
+    for d in steps_of:
+        steps_of[d].sort()
+    at = {d: 0 for d in steps_of}  # index into steps_of[d] of the step d is in
+    left_in_step = {key: len(v) for key, v in members.items()}
+    arrived = np.zeros(n, dtype=np.int64)
+    need = np.array([len(ds) for ds in devs_of], dtype=np.int64)
+    starts = np.zeros(n)
+    ends = np.zeros(n)
+    remaining = np.array([float(t.nbytes) for t in tasks])
+    lat_arr = np.array(lats, dtype=np.float64)
+    flow_at = np.full(n, np.inf)  # time a started task's bytes begin to flow
+    flowing = np.zeros(n, dtype=bool)
+    done = np.zeros(n, dtype=bool)
     now = 0.0
 
-    def arrive(i: int) -> None:
-        arrived[i] += 1
-        if arrived[i] == need[i]:
-            starts[i] = now
-            waiting[i] = now + lats[i]
+    def enter(d: int) -> None:
+        for i in members[(d, steps_of[d][at[d]])]:
+            arrived[i] += 1
+            if arrived[i] == need[i]:
+                starts[i] = now
+                flow_at[i] = now + lat_arr[i]
 
-    for d, q in queues.items():
-        arrive(q[0])
-    done = 0
-    while done < n:
-        rates = _fair_rates(flowing, paths, cluster) if flowing else {}
-        nxt = min(waiting.values(), default=math.inf)
-        fins = {}
-        for t in flowing:
-            rate = rates[t]
-            fins[t] = now + (remaining[t] / rate if rate > 0 else math.inf)
-            nxt = min(nxt, fins[t])
-        if nxt == math.inf:
+    for d in steps_of:
+        enter(d)
+    finished_count = 0
+    rate = np.zeros(n)
+    dirty = True
+    while finished_count < n:
+        if dirty:
+            rate = flows.rates(flowing)
+            dirty = False
+        with np.errstate(divide="ignore", invalid="ignore"):
+            fin = np.where(flowing, now + np.where(rate > 0, remaining / rate, np.inf), np.inf)
+        nxt = min(float(fin.min()) if n else np.inf, float(flow_at.min()) if n else np.inf)
+        if nxt == np.inf:
             raise RuntimeError("cost simulation stalled; the plan's order is inconsistent")
         dt = nxt - now
         now = nxt
-        finished = []
-        still = []
-        for t in flowing:
-            remaining[t] -= rates[t] * dt if rates[t] != math.inf else remaining[t]
-            # (the finish-time test also ends tasks whose last bytes would take less
-            # than the clock's resolution)
-            if fins[t] <= now or remaining[t] <= 1e-9 * max(1.0, tasks[t].nbytes):
-                finished.append(t)
-            else:
-                still.append(t)
-        flowing = still
-        for t, at in list(waiting.items()):
-            if at <= now:
-                del waiting[t]
-                if remaining[t] <= 0:
-                    finished.append(t)
-                else:
-                    flowing.append(t)
-        for t in sorted(finished):
-            ends[t] = now
-            done += 1
-            for d in set(tasks[t].devices):
-                head[d] += 1
-                if head[d] < len(queues[d]):
-                    arrive(queues[d][head[d]])
+        moved = np.where(np.isinf(rate), remaining, rate * dt)
+        remaining = np.where(flowing, np.maximum(0.0, remaining - moved), remaining)
+        ending = flowing & ((fin <= now * (1 + 1e-12))
+                            | (remaining <= 1e-9 * np.maximum(1.0, remaining + moved)))
+        starting = flow_at <= now
+        if starting.any():
+            flow_at[starting] = np.inf
+            zero = starting & (remaining <= 0)
+            ending |= zero
+            flowing |= starting & ~zero
+            dirty = True
+        if not ending.any():
+            continue
+        flowing &= ~ending
+        dirty = True
+        for i in np.flatnonzero(ending).tolist():
+            ends[i] = now
+            done[i] = True
+            finished_count += 1
+            step = tasks[i].step
+            for d in devs_of[i]:
+                key = (d, step)
+                left_in_step[key] -= 1
+                if left_in_step[key] == 0 and at[d] + 1 < len(steps_of[d]):
+                    at[d] += 1
+                    enter(d)
     busiest = max(carried.items(), key=lambda kv: kv[1], default=(("none", -1), 0.0))
-    return Estimate(max(ends, default=0.0), tuple(starts), tuple(ends),
-                    (busiest[0][0], busiest[0][1], busiest[1]))
+    return Estimate(float(ends.max()) if n else 0.0, tuple(starts.tolist()),
+                    tuple(ends.tolist()), (busiest[0][0], busiest[0][1], busiest[1]))
 
 
 def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:

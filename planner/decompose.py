@@ -8,8 +8,8 @@ merged, so a plan has as few transfers as the two layouts allow.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Mapping
 
 from reshard.layout import Box, Layout
@@ -22,6 +22,14 @@ class Cell:
     box: Box
     holders: frozenset[int]
     needers: frozenset[int]
+
+    @cached_property
+    def size(self) -> int:
+        """Elements in the box."""
+        n = 1
+        for lo, hi in self.box:
+            n *= hi - lo
+        return n
 
 
 def devices_by_box(layout: Layout, shape: tuple[int, ...],
@@ -110,22 +118,29 @@ def decompose(
             union_cache[key] = got
         return got
 
-    cells: list[Cell] = []
-    all_src = (1 << len(src)) - 1
-    for combo in itertools.product(*axes):
-        smask, dmask = all_src, -1
-        for _, s, dm in combo:
-            smask &= s
-            dmask &= dm
-        if not dmask:
-            continue
-        box = tuple(iv for iv, _, _ in combo)
-        cells.append(Cell(box, devices_of(smask, src_sets, 0), devices_of(dmask, dst_sets, 1)))
+    # The grid's cells dim by dim, dropping a prefix as soon as no one needs it.
+    partial: list[tuple[Box, int, int]] = [((), (1 << len(src)) - 1, -1)]
+    for ax in axes:
+        partial = [(box + (iv,), smask & s, dmask & dm)
+                   for box, smask, dmask in partial for iv, s, dm in ax if dmask & dm]
+    cells = [Cell(box, devices_of(smask, src_sets, 0), devices_of(dmask, dst_sets, 1))
+             for box, smask, dmask in partial]
     return merge_cells(cells, ndim)
 
 
 def merge_cells(cells: list[Cell], ndim: int) -> list[Cell]:
-    """Merge neighbouring cells with equal holders and needers, last dim first."""
+    """Merge neighbouring cells with equal holders and needers, last dim first.
+
+    Only cells that share holders and needers with another cell can merge; the rest
+    (every cell of an all-to-all) pass through untouched.
+    """
+    buckets: dict[tuple, list[Cell]] = {}
+    for c in cells:
+        buckets.setdefault((c.holders, c.needers), []).append(c)
+    if len(buckets) == len(cells):
+        return sorted(cells, key=lambda c: c.box)
+    alone = [b[0] for b in buckets.values() if len(b) == 1]
+    cells = [c for b in buckets.values() if len(b) > 1 for c in b]
     for d in reversed(range(ndim)):
         groups: dict[tuple, list[Cell]] = {}
         for c in cells:
@@ -144,5 +159,6 @@ def merge_cells(cells: list[Cell], ndim: int) -> list[Cell]:
                     cur = nxt
             merged.append(cur)
         cells = merged
+    cells += alone
     cells.sort(key=lambda c: c.box)
     return cells

@@ -13,8 +13,15 @@ initially zeros). Boxes are global; a device addresses them relative to its shar
 * ``ALLGATHER``: member ``receivers[i]`` holds ``pieces[i]`` in its ``dst``; afterwards
   every member holds every piece in its ``dst``.
 
-Workers run the tasks they take part in, in the plan's global order (the tuple order);
-since every worker follows one order, no set of blocking collectives can deadlock.
+Steps: tasks with the same ``step`` form a group, and steps never decrease along the
+plan's tuple order. On each device every task of one step is issued together and may be
+in flight at once (one NCCL group; gloo's asynchronous operations); the device starts
+its next step when all its tasks of this one completed. A task reads only data that was
+complete before its step began (a box reduced or received in an earlier step), so
+tasks of one step never depend on each other. Workers issue the tasks they take part
+in, in the plan's global order (the tuple order); since every worker follows one
+order, no set of blocking collectives can deadlock, and a backend that runs a step's
+operations one at a time in that order is still correct (only slower).
 """
 
 from __future__ import annotations
@@ -35,7 +42,10 @@ from reshard.planner.strategy import Strategy
 if TYPE_CHECKING:
     from reshard.planner.cost import Estimate
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_FORMATS = (1, 2)
+"""Format 1: one task per device and step (each task blocking); format 2: steps are
+concurrent groups. A format-1 plan is a valid format-2 plan."""
 
 
 class TaskKind(enum.Enum):
@@ -67,7 +77,8 @@ class Task:
         receivers: receiving devices (``REDUCE``: contributing devices; ``ALLGATHER``:
             members).
         nbytes: bytes of ``box``.
-        step: the round of the global order; tasks of one step have disjoint devices.
+        step: the group of the global order this task belongs to (see the module
+            docstring): a device's tasks of one step run concurrently.
         source: the shard the root reads from.
         pieces: ``ALLGATHER`` only: each member's piece.
     """
@@ -346,10 +357,10 @@ class ReshardPlan:
                 :mod:`reshard.planner.verify`; the message names the task and the rule.
         """
         d = _obj(d, "plan")
-        if d.get("format") != FORMAT_VERSION:
+        if d.get("format") not in READABLE_FORMATS:
             raise PlanError(
                 f"plan format {d.get('format')!r:.40} is not supported; this reshard reads "
-                f"format {FORMAT_VERSION}"
+                f"formats {list(READABLE_FORMATS)}"
             )
         try:
             tensors = tuple(TensorSpec.from_dict(t)

@@ -6,6 +6,7 @@ process, a device or a global.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterable, Sequence, Union
 
 import numpy as np
@@ -15,9 +16,9 @@ from reshard.errors import DTypeError, PartialError, ReshardError, SpecError
 from reshard.layout import Box, Layout, box_size, check_shape
 from reshard.planner.balance import Loads
 from reshard.planner.decompose import Cell, decompose, devices_by_box
-from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
+from reshard.planner.ir import Buffer, ReshardPlan, Task, TaskKind, TensorSpec
 from reshard.planner.order import order_tasks
-from reshard.planner.strategies import CELL_PLANNERS
+from reshard.planner.strategies import CELL_PLANNERS, split_box
 from reshard.planner.strategy import Strategy
 
 NUMERIC_KINDS = "biufc"
@@ -75,10 +76,36 @@ def default_cluster(layouts: Iterable[Layout]) -> Cluster:
     return Cluster((tuple(sorted(devs)),), name="single-host")
 
 
+PIPELINE_PIECES = (1, 2, 4, 8, 16)
+"""Candidate numbers of pieces a partial-sum box is reduced in (pipelining)."""
+
+
+def _reduce_pieces(nbytes: int, group_size: int, cluster: Cluster) -> int:
+    """How many pieces to reduce a partial box of ``nbytes`` in, so that moving piece
+    ``j`` overlaps reducing piece ``j + 1``: the count minimising a two-stage pipeline
+    estimate (per piece: bandwidth share plus a fixed latency per stage)."""
+    r_bw = nbytes / cluster.intra_bandwidth
+    r_lat = cluster.intra_latency * max(1, group_size - 1)
+    x_bw = nbytes / cluster.nic_bandwidth
+    x_lat = cluster.latency
+
+    def pipeline(k: int) -> float:
+        r, x = r_bw / k + r_lat, x_bw / k + x_lat
+        return r + x + (k - 1) * max(r, x)
+
+    return min(PIPELINE_PIECES, key=lambda k: (pipeline(k), k))
+
+
 def _reduce_sources(t: TensorSpec, index: int, loads: Loads,
-                    needers: dict[Box, frozenset[int]]) -> tuple[dict[Box, frozenset[int]],
-                                                                list[Task]]:
-    """Holders of each source box, after reducing partial sums to one root per box."""
+                    needers: dict[Box, frozenset[int]], min_piece: int
+                    ) -> tuple[dict[Box, frozenset[int]], list[Task]]:
+    """Holders of each source box, after reducing partial sums to one root per box.
+
+    A box is reduced in pieces (see :func:`_reduce_pieces`), piece ``j`` at step
+    ``j``; transfers of a piece follow at the next step. Each piece is split again
+    over one root per NIC among the group's members on the hosts that want the box
+    most (a reduce-scatter), so the sums leave through every NIC.
+    """
     if not t.src.spec.is_partial:
         return devices_by_box(t.src, t.shape), []
     boxes = t.src.boxes(t.shape)
@@ -98,21 +125,87 @@ def _reduce_sources(t: TensorSpec, index: int, loads: Loads,
                     want_hosts[h] = want_hosts.get(h, 0) + 1
         group = min(groups, key=lambda g: (-sum(want_hosts.get(loads.host(d), 0) for d in g),
                                            g))
-        root = min(group, key=lambda d: (-want_hosts.get(loads.host(d), 0), d))
-        others = tuple(d for d in group if d != root)
-        if others and box_size(box):
-            nbytes = box_size(box) * itemsize
-            tasks.append(Task(TaskKind.REDUCE, index, box, root, others, nbytes))
-            for d in others:
-                loads.charge(d, (root,), nbytes)
-        out[box] = frozenset((root,))
+        best = max(want_hosts.get(loads.host(d), 0) for d in group)
+        roots = sorted(d for d in group if want_hosts.get(loads.host(d), 0) == best)
+        nbytes = box_size(box) * itemsize
+        if len(group) == 1 or not nbytes:
+            out[box] = frozenset((roots[0],))
+            continue
+        k = _reduce_pieces(nbytes, len(group), loads.cluster)
+        # split along the dim the destination cuts least inside the box, so that every
+        # piece feeds every destination (pipelining keeps all NICs busy)
+        cuts = [{lo for dbox in needers for lo, _ in (dbox[d],) if a < lo < b}
+                for d, (a, b) in enumerate(box)]
+        dim = min(range(len(box)), key=lambda d: (len(cuts[d]), -(box[d][1] - box[d][0]), d))
+        # one root per NIC among the candidates, so the sums leave by every NIC
+        by_nic: dict[int, int] = {}
+        for d in roots:
+            by_nic.setdefault(loads.nic(d), d)
+        nic_roots = list(by_nic.values())
+        n = 0
+        for j, piece in enumerate(split_box(box, k, dim)):
+            pbytes = box_size(piece) * itemsize
+            r = max(1, min(len(nic_roots), pbytes // min_piece))
+            for sub in split_box(piece, r, dim):
+                sbytes = box_size(sub) * itemsize
+                if not sbytes:
+                    continue
+                root = nic_roots[n % len(nic_roots)]
+                n += 1
+                others = tuple(d for d in group if d != root)
+                tasks.append(Task(TaskKind.REDUCE, index, sub, root, others, sbytes, step=j))
+                for d in others:
+                    loads.charge(d, (root,), sbytes)
+                out[sub] = frozenset((root,))
     return out, tasks
+
+
+def _min_piece(cluster: Cluster) -> int:
+    """Smallest piece a cell is split into for balance: long enough that a NIC's
+    latency costs at most a quarter of its transfer time (and at least 64 KiB)."""
+    return max(1 << 16, int(4 * cluster.latency * cluster.nic_capacity))
+
+
+def _split_for_balance(cell: Cell, itemsize: int, loads: Loads, min_piece: int) -> list[Cell]:
+    """Pieces of a cell to balance over NICs: as many as the NICs its holders can send
+    through, or the NICs a needing host can receive it through, whichever is more
+    (at most 16; every piece at least ``min_piece`` bytes)."""
+    nbytes = cell.size * itemsize
+    if nbytes < 2 * min_piece:
+        return [cell]
+    nic = loads.nic
+    hold_nics = len({nic(d) for d in cell.holders})
+    per_host: dict[int, set[int]] = {}
+    for d in cell.needers - cell.holders:
+        per_host.setdefault(loads.host(d), set()).add(nic(d))
+    need_nics = max((len(v) for v in per_host.values()), default=1)
+    k = min(16, max(hold_nics, need_nics), nbytes // min_piece)
+    if k < 2 or not per_host:
+        return [cell]
+    return [Cell(b, cell.holders, cell.needers) for b in split_box(cell.box, k)
+            if box_size(b)]
 
 
 def _needers(t: TensorSpec) -> dict[Box, frozenset[int]]:
     """Devices that must receive each destination box (partial: only the leaders; the
     other addends stay zero)."""
     return devices_by_box(t.dst, t.shape, t.dst.partial_leaders())
+
+
+def _ready_step(box: Box, ready: dict[Box, int]) -> int:
+    """The first step at which every reduced piece overlapping ``box`` is complete."""
+    return max((s for b, s in ready.items()
+                if all(max(a, c) < min(e, f) for (a, e), (c, f) in zip(box, b))), default=0)
+
+
+def _at_step(tasks: list[Task], step: int) -> list[Task]:
+    """A cell's tasks from ``step`` on: its transfers at ``step``, and what reads what
+    they delivered (an all-gather, source=dst) at the step after."""
+    out = []
+    for t in tasks:
+        s = step + (1 if t.source is Buffer.DST else 0)
+        out.append(t if t.step == s else dataclasses.replace(t, step=s))
+    return out
 
 
 def plan_many(
@@ -151,18 +244,34 @@ def plan_many(
 
     loads = Loads(cluster)
     tasks: list[Task] = []
-    work: list[tuple[int, int, Cell]] = []  # (tensor, itemsize, cell)
+    work: list[tuple[int, int, int, Cell]] = []  # (bytes, tensor, after step, cell)
+    split = strat is Strategy.BROADCAST
+    min_piece = _min_piece(cluster)
+    same: dict[tuple, list[Cell]] = {}  # tensors of one shape and layout pair
     for i, t in enumerate(tensors):
-        needers = _needers(t)
-        holders, reduces = _reduce_sources(t, i, loads, needers)
-        tasks.extend(reduces)
         itemsize = np.dtype(t.dtype).itemsize
-        work.extend((i, itemsize, c) for c in decompose(t.shape, holders, needers))
+        key = (t.shape, t.src, t.dst)
+        cells = same.get(key)
+        ready: dict[Box, int] = {}
+        if cells is None:
+            needers = _needers(t)
+            holders, reduces = _reduce_sources(t, i, loads, needers, min_piece)
+            tasks.extend(reduces)
+            ready = {r.box: r.step + 1 for r in reduces}
+            cells = decompose(t.shape, holders, needers)
+            if not reduces:  # reduce roots follow the loads: not reusable
+                same[key] = cells
+        for c in cells:
+            after = _ready_step(c.box, ready) if ready else 0
+            for piece in (_split_for_balance(c, itemsize, loads, min_piece) if split
+                          else (c,)):
+                work.append((piece.size * itemsize, i, after, piece))
     # Largest slices first, so balancing places the big ones on free NICs.
-    work.sort(key=lambda w: -box_size(w[2].box) * w[1])
+    work.sort(key=lambda w: -w[0])
     planner = CELL_PLANNERS[strat]
-    for i, itemsize, cell in work:
-        tasks.extend(planner(cell, i, itemsize, loads))
+    for _, i, after, cell in work:
+        itemsize = np.dtype(tensors[i].dtype).itemsize
+        tasks.extend(_at_step(planner(cell, i, itemsize, loads), after))
     return ReshardPlan(tensors, order_tasks(tasks, cluster), strat, cluster)
 
 

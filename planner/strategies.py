@@ -14,6 +14,8 @@ CellPlanner = Callable[[Cell, int, int, Loads], list[Task]]
 
 
 def _copies(cell: Cell, tensor: int, nbytes: int) -> list[Task]:
+    if cell.needers.isdisjoint(cell.holders):
+        return []
     return [Task(TaskKind.COPY, tensor, cell.box, d, (d,), nbytes)
             for d in sorted(cell.needers & cell.holders)]
 
@@ -36,25 +38,27 @@ def plan_send_recv(cell: Cell, tensor: int, itemsize: int, loads: Loads) -> list
 
 def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads) -> list[Task]:
     """One broadcast from one holder to every needer that does not hold the cell."""
-    nbytes = box_size(cell.box) * itemsize
+    nbytes = cell.size * itemsize
     tasks = _copies(cell, tensor, nbytes)
     receivers = cell.needers - cell.holders
     if not receivers:
         return tasks
-    root = loads.pick_root(cell.holders, {loads.host(n) for n in receivers}, nbytes)
-    chain = loads.chain(root, receivers)
+    host = loads.host
+    root = loads.pick_root(cell.holders, {host(n) for n in receivers}, nbytes)
+    chain = tuple(receivers) if len(receivers) == 1 else loads.chain(root, receivers)
     loads.charge(root, chain, nbytes)
     kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
     tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes))
     return tasks
 
 
-def split_box(box: Box, k: int) -> tuple[Box, ...]:
-    """Split ``box`` into ``k`` pieces along its longest dim (chunk rule; trailing
-    pieces may be empty)."""
+def split_box(box: Box, k: int, dim: int | None = None) -> tuple[Box, ...]:
+    """Split ``box`` into ``k`` pieces along ``dim`` (default: its longest dim) by the
+    chunk rule (trailing pieces may be empty)."""
     if not box:
         return (box,) + tuple(() for _ in range(k - 1))
-    d = max(range(len(box)), key=lambda i: (box[i][1] - box[i][0], -i))
+    d = dim if dim is not None else max(range(len(box)),
+                                        key=lambda i: (box[i][1] - box[i][0], -i))
     lo, hi = box[d]
     out = []
     for i in range(k):

@@ -3,16 +3,18 @@
 A plan may come from anywhere: this planner, JSON from another process, the service,
 a caller's own code, a tampered file. Executing a wrong plan gives silently wrong
 data or a hang, so :func:`verify_plan` replays the plan's data flow symbolically, box
-by box, in the plan's global order, and rejects the first task that breaks a rule:
+by box, step by step in the plan's global order, and rejects the first task that
+breaks a rule:
 
 * Tensors: a plain numeric dtype, a shape of non-negative integers, layouts that fit
   the tensor's rank, devices in the plan's cluster, partial sums only of summable
   dtypes.
 * Tasks: a known tensor; a box of the tensor's rank inside its shape; ``nbytes`` =
-  elements x itemsize; ``step`` >= 0; kind-specific form (``SEND`` one receiver,
+  elements x itemsize; ``step`` >= 0 and never decreasing along the plan; kind-specific form (``SEND`` one receiver,
   ``COPY`` onto its root, ``ALLGATHER`` rootless with one piece per member, no root
   among its receivers, no receiver twice, at least one receiver).
-* Data flow:
+* Data flow (a step's tasks run concurrently, so a task sees only what earlier steps
+  completed; what its own step delivers or reduces counts from the next step on):
   - a task reads its box from a device that holds all of it: in its source shard
     (complete: a partial source must have been reduced there first) or, for a relay
     (``source=dst``), in what that device already received;
@@ -123,6 +125,19 @@ class _Replay:
                     self.reduced[(i, d)] = [self.src[i][d]]
         self.received: dict[tuple[int, int], list[Box]] = {}
         self.received_set: dict[tuple[int, int], set[Box]] = {}
+        # what the current step delivers / reduces, visible from the next step on
+        self._new_received: list[tuple[tuple[int, int], Box]] = []
+        self._new_reduced: list[tuple[tuple[int, int], Box]] = []
+
+    def end_step(self) -> None:
+        """Make what the step delivered and reduced visible to later steps."""
+        for key, box in self._new_received:
+            self.received.setdefault(key, []).append(box)
+            self.received_set.setdefault(key, set()).add(box)
+        for key, box in self._new_reduced:
+            self.reduced.setdefault(key, []).append(box)
+        self._new_received.clear()
+        self._new_reduced.clear()
 
     # ----- reads --------------------------------------------------------------------
     def read_src(self, i: int, device: int, box: Box) -> str | None:
@@ -136,7 +151,7 @@ class _Replay:
             done = self.reduced.get((i, device), [])
             if not _covered(box, done, set(done)):
                 return (f"the source is a partial sum and device {device} has not reduced "
-                        f"the box (it holds one addend)")
+                        f"the box in an earlier step (it holds one addend)")
         return None
 
     def read_dst(self, i: int, device: int, box: Box) -> str | None:
@@ -147,7 +162,8 @@ class _Replay:
         key = (i, device)
         if box_size(box) and not _covered(box, self.received.get(key, []),
                                           self.received_set.get(key, set())):
-            return f"device {device} relays the box before it received all of it"
+            return (f"device {device} relays the box before it received all of it in an "
+                    f"earlier step")
         return None
 
     # ----- writes -------------------------------------------------------------------
@@ -163,8 +179,7 @@ class _Replay:
         if device not in self.leaders[i]:
             return (f"device {device} holds a non-leading addend of a partial destination, "
                     f"which must stay zero")
-        self.received.setdefault((i, device), []).append(box)
-        self.received_set.setdefault((i, device), set()).add(box)
+        self._new_received.append(((i, device), box))
         return None
 
     def reduce(self, i: int, task: Task) -> str | None:
@@ -181,10 +196,11 @@ class _Replay:
             have = self.src[i][d]
             if not _inside(task.box, have):
                 return f"device {d}'s source shard {_fmt(have)} does not hold the box"
-            if any(_overlap(task.box, b) for b in self.reduced.get((i, d), [])):
+            if any(_overlap(task.box, b) for b in self.reduced.get((i, d), [])) or any(
+                    key == (i, d) and _overlap(task.box, b) for key, b in self._new_reduced):
                 return f"device {d} already holds a reduced sum of part of the box"
         if box_size(task.box):
-            self.reduced.setdefault((i, task.root), []).append(task.box)
+            self._new_reduced.append(((i, task.root), task.box))
         return None
 
     # ----- the end ------------------------------------------------------------------
@@ -331,15 +347,23 @@ def verify_plan(plan: ReshardPlan) -> None:
             seen.add(t)
     replay = _Replay(plan)
     n = len(plan.tensors)
+    step = 0
     for index, task in enumerate(plan.tasks):
         if not isinstance(task, Task):
             raise PlanError(f"plan task #{index} is a {type(task).__name__}, not a Task")
+        if isinstance(task.step, int) and task.step > step:
+            replay.end_step()
+            step = task.step
         if not 0 <= task.tensor < n:
             why: str | None = f"tensor index {task.tensor} is out of range 0..{n - 1}"
+        elif 0 <= task.step < step:
+            why = (f"step {task.step} comes after step {step}; steps never decrease along "
+                   f"the plan")
         else:
             why = _form(task, plan.tensors[task.tensor]) or _RULES[task.kind](replay, task)
         if why:
             raise PlanError(f"plan task #{index} ({task}): {why}")
+    replay.end_step()
     replay.check_complete()
 
 

@@ -2,7 +2,9 @@
 
 The cost model is alpha-beta: a transfer of ``n`` bytes costs a latency plus ``n``
 over the bandwidth of the narrowest resource it crosses, where concurrent transfers
-share a resource. The resources are, per host, the NIC (one direction each way) and,
+share a resource. The resources are the NICs (one direction each way; a host has
+``nics_per_host`` of them and each device uses one, as on rail-optimised GPU machines
+with one NIC per GPU; ``nic_bandwidth`` is the host's total over all its NICs) and,
 per device, its intra-host link (one direction each way) and its local copy engine.
 """
 
@@ -32,6 +34,8 @@ class LinkFigures:
         intra_latency: seconds of fixed cost of an intra-host transfer.
         copy_bandwidth: bytes/s of a device-local copy.
         source: where the figures come from.
+        nics_per_host: network interfaces per host sharing ``nic_bandwidth`` equally;
+            device ``i`` of a host with ``g`` devices uses NIC ``i * nics_per_host // g``.
     """
 
     name: str
@@ -42,6 +46,7 @@ class LinkFigures:
     intra_latency: float
     copy_bandwidth: float
     source: str
+    nics_per_host: int = 1
 
 
 def _figures(*items: LinkFigures) -> Mapping[str, LinkFigures]:
@@ -66,22 +71,29 @@ PRESETS: Mapping[str, LinkFigures] = _figures(
     LinkFigures(
         "aws-p4d.24xlarge", 8, 300 * GBYTE, 400 * GBIT, 10e-6, 3e-6, 750 * GBYTE,
         "AWS EC2 P4 instance table: 8x A100 40 GB, NVSwitch 600 GB/s bidirectional per GPU, "
-        "400 Gbit/s EFA; A100 datasheet HBM2 1555 GB/s.",
+        "400 Gbit/s EFA (4 NICs of 100 Gbit/s, one per GPU pair); A100 datasheet HBM2 "
+        "1555 GB/s.",
+        nics_per_host=4,
     ),
     LinkFigures(
         "aws-p5.48xlarge", 8, 450 * GBYTE, 3200 * GBIT, 10e-6, 3e-6, 1600 * GBYTE,
         "AWS EC2 P5 instance table: 8x H100 80 GB, NVLink 900 GB/s bidirectional per GPU, "
-        "3200 Gbit/s EFAv2; H100 SXM datasheet HBM3 3.35 TB/s.",
+        "3200 Gbit/s EFAv2 (32 interfaces, 400 Gbit/s per GPU); H100 SXM datasheet HBM3 "
+        "3.35 TB/s.",
+        nics_per_host=8,
     ),
     LinkFigures(
         "dgx-a100", 8, 300 * GBYTE, 1600 * GBIT, 5e-6, 3e-6, 900 * GBYTE,
         "NVIDIA DGX A100 datasheet: 8x A100 80 GB, NVSwitch 600 GB/s bidirectional per GPU, "
-        "8x 200 Gbit/s HDR InfiniBand compute NICs; HBM2e 2039 GB/s.",
+        "8x 200 Gbit/s HDR InfiniBand compute NICs (one per GPU); HBM2e 2039 GB/s.",
+        nics_per_host=8,
     ),
     LinkFigures(
         "dgx-h100", 8, 450 * GBYTE, 3200 * GBIT, 5e-6, 3e-6, 1600 * GBYTE,
         "NVIDIA DGX H100 datasheet: 8x H100, NVLink 900 GB/s bidirectional per GPU, "
-        "8x 400 Gbit/s NDR InfiniBand (ConnectX-7) compute NICs; HBM3 3.35 TB/s.",
+        "8x 400 Gbit/s NDR InfiniBand (ConnectX-7) compute NICs (one per GPU, "
+        "rail-optimised); HBM3 3.35 TB/s.",
+        nics_per_host=8,
     ),
 )
 PAPER_PRESET = "aws-p3.8xlarge"
@@ -99,11 +111,14 @@ class Cluster:
     Attributes:
         hosts: ``hosts[h]`` is the tuple of global device ids on host ``h``.
         intra_bandwidth: bytes/s per device and direction inside a host.
-        nic_bandwidth: bytes/s per host and direction to the network.
+        nic_bandwidth: bytes/s per host and direction to the network, over all its NICs.
         latency: seconds per inter-host transfer.
         intra_latency: seconds per intra-host transfer.
         copy_bandwidth: bytes/s of a device-local copy.
         name: a label (the preset's name for presets).
+        nics_per_host: NICs per host, each with ``nic_bandwidth / nics_per_host``; a
+            device uses NIC ``i * nics_per_host // g`` of its host (``i``: its position
+            among the host's ``g`` devices). 1: one NIC shared by every device.
     """
 
     hosts: tuple[tuple[int, ...], ...]
@@ -113,6 +128,7 @@ class Cluster:
     intra_latency: float = PRESETS[PAPER_PRESET].intra_latency
     copy_bandwidth: float = PRESETS[PAPER_PRESET].copy_bandwidth
     name: str = "custom"
+    nics_per_host: int = 1
 
     def __post_init__(self) -> None:
         hosts = tuple(tuple(int(d) for d in h) for h in self.hosts)
@@ -139,6 +155,14 @@ class Cluster:
                 raise ClusterError(f"{attr} must be >= 0 seconds, got {v}")
             object.__setattr__(self, attr, v)
         object.__setattr__(self, "_host_of", MappingProxyType(seen))
+        nics = self.nics_per_host
+        if isinstance(nics, bool) or not isinstance(nics, int) or nics < 1:
+            raise ClusterError(f"nics_per_host must be an integer >= 1, got {nics!r}")
+        nic_of = {}
+        for h, devs in enumerate(hosts):
+            for i, d in enumerate(devs):
+                nic_of[d] = h * nics + i * nics // len(devs)
+        object.__setattr__(self, "_nic_of", MappingProxyType(nic_of))
 
     # ----- constructors ----------------------------------------------------------------
     @classmethod
@@ -173,7 +197,7 @@ class Cluster:
         figures = {
             "intra_bandwidth": fig.intra_bandwidth, "nic_bandwidth": fig.nic_bandwidth,
             "latency": fig.latency, "intra_latency": fig.intra_latency,
-            "copy_bandwidth": fig.copy_bandwidth,
+            "copy_bandwidth": fig.copy_bandwidth, "nics_per_host": fig.nics_per_host,
         }
         unknown = set(overrides) - set(figures) - {"name"}
         if unknown:
@@ -211,6 +235,20 @@ class Cluster:
                 f"{_span(self.devices)}); add it to a host or use a larger cluster"
             ) from None
 
+    def nic_of(self, device: int) -> int:
+        """Global index of the NIC ``device`` uses (host ``h``'s NICs are
+        ``h * nics_per_host ...``)."""
+        try:
+            return self._nic_of[device]  # type: ignore[attr-defined]
+        except KeyError:
+            self.host_of(device)  # raises the helpful error
+            raise
+
+    @property
+    def nic_capacity(self) -> float:
+        """Bytes/s of one NIC, per direction."""
+        return self.nic_bandwidth / self.nics_per_host
+
     def check_devices(self, devices: Iterable[int], what: str) -> None:
         """Raise :class:`ClusterError` naming every device of ``what`` absent from the
         cluster."""
@@ -229,7 +267,7 @@ class Cluster:
             "hosts": [list(h) for h in self.hosts], "intra_bandwidth": self.intra_bandwidth,
             "nic_bandwidth": self.nic_bandwidth, "latency": self.latency,
             "intra_latency": self.intra_latency, "copy_bandwidth": self.copy_bandwidth,
-            "name": self.name,
+            "name": self.name, "nics_per_host": self.nics_per_host,
         }
 
     @classmethod
@@ -241,7 +279,8 @@ class Cluster:
     def __str__(self) -> str:
         return (f"Cluster({self.name}: {self.num_hosts} hosts x "
                 f"{'/'.join(sorted({str(len(h)) for h in self.hosts}))} devices, "
-                f"NIC {self.nic_bandwidth / GBIT:g} Gbit/s, intra "
+                f"NIC {self.nic_bandwidth / GBIT:g} Gbit/s"
+                f"{f' over {self.nics_per_host} NICs' if self.nics_per_host > 1 else ''}, intra "
                 f"{self.intra_bandwidth / GBYTE:g} GB/s)")
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import reshard
 from reshard import Cluster, ShardingSpec
-from reshard.planner.ir import ReshardPlan
+from reshard.planner.ir import ReshardPlan, TaskKind
 
 from ..common import STRATEGIES, check_shards, problems, put_value, sample, specs, wire_bytes
 
@@ -53,15 +53,25 @@ def test_plan_json_round_trip_and_determinism(problem, strategy):
     q = ReshardPlan.from_json(p.to_json())
     assert q == p and hash(q) == hash(p)
     assert reshard.plan(shape, dtype, src, dst, cluster=cluster, strategy=strategy) == p
-    # one global order: steps never decrease, a device never has two tasks in one step
-    seen = set()
+    # one global order: steps never decrease; a task reads nothing its own step writes
     for a, b in zip(p.tasks, p.tasks[1:]):
         assert a.step <= b.step
+    reduced = {(t.tensor, t.box): t.step for t in p.tasks if t.kind is TaskKind.REDUCE}
     for t in p.tasks:
-        for d in set(t.devices):
-            assert (t.step, d) not in seen
-            seen.add((t.step, d))
+        if t.kind is TaskKind.ALLGATHER:  # after the sends that delivered its pieces
+            feeders = [u.step for u in p.tasks if u.tensor == t.tensor and
+                       u.kind is TaskKind.SEND and u.box in t.pieces]
+            assert all(s < t.step for s in feeders)
+        if p.tensors[t.tensor].src.spec.is_partial and t.kind in (TaskKind.SEND,
+                                                                   TaskKind.BROADCAST):
+            assert all(s < t.step for (i, box), s in reduced.items()
+                       if i == t.tensor and _overlaps(box, t.box))
+    p.verify()
     assert p.estimate() >= p.lower_bound() * (1 - 1e-9)
+
+
+def _overlaps(a, b):
+    return all(max(lo1, lo2) < min(hi1, hi2) for (lo1, hi1), (lo2, hi2) in zip(a, b))
 
 
 @settings(max_examples=200, deadline=None)

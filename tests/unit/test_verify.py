@@ -177,6 +177,29 @@ def test_order_matters_for_relays_and_reductions():
     _refused(d, "partial sum", "has not reduced")
 
 
+def test_a_step_sees_only_earlier_steps():
+    """Tasks of one step run concurrently: a relay or a send of a reduced box in the
+    same step as what feeds it is refused; one step later it passes; steps never
+    decrease."""
+    for base, kind, needle in (("allgather", "allgather", "before it received"),
+                               ("partial", "reduce", "has not reduced")):
+        d = BASE[base].to_dict()
+        ReshardPlan.from_dict(d)
+        last = max(t["step"] for t in d["tasks"])
+        for t in d["tasks"]:
+            t["step"] = 0  # everything in one group
+        _refused(d, needle, "earlier step")
+    d = BASE["partial"].to_dict()
+    for t in d["tasks"]:
+        t["step"] = 0 if t["kind"] == "reduce" else 1
+    ReshardPlan.from_dict(d)  # several tasks per device and step are fine
+    d = BASE["send_recv"].to_dict()
+    for k, t in enumerate(d["tasks"]):
+        t["step"] = 1 if k == 0 else 0
+    _refused(d, "task #1", "steps never decrease")
+    assert last >= 1
+
+
 def test_reduce_twice_and_partial_destination_addend():
     d = BASE["partial"].to_dict()
     r = _first(d, "reduce")
