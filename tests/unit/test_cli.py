@@ -40,6 +40,28 @@ def test_bench_run_mode_on_local_backend(capsys):
     assert "time(us)" in capsys.readouterr().out
 
 
+def test_bench_run_mode_moves_many_tensors_in_one_plan(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    code = bench_cli.main(["--mode", "run", "--backend", "local", "--suite", "weight-sync",
+                           "--cases", "weight-sync-2l", "-b", "256K", "-n", "1", "-w", "0",
+                           "--devices-per-host", "2", "--strategies", "broadcast",
+                           "-J", str(out)])
+    assert code == 0
+    assert "fsdp:S01@4x2->tp:S1/RS1/R@2x2" in capsys.readouterr().out
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["tensors"] == 21 and row["shape"] == "21-tensors" and row["wrong"] == 0
+
+
+def test_bench_rejects_unknown_case_names(capsys):
+    try:
+        bench_cli.main(["--suite", "n-to-m", "--cases", "1,42"])
+    except SystemExit as e:
+        assert e.code == 2
+    else:
+        raise AssertionError("an unknown case name was accepted")
+    assert "unknown case(s) ['42']" in capsys.readouterr().err
+
+
 def test_reshard_plan_cli(tmp_path, capsys):
     path = tmp_path / "plan.json"
     code = reshard_cli.main(["plan", "--shape", "64,32,8", "--dtype", "int32", "--src-mesh",
