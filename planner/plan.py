@@ -123,41 +123,52 @@ def _reduce_sources(t: TensorSpec, index: int, loads: Loads,
                 for d in devs:
                     h = loads.host(d)
                     want_hosts[h] = want_hosts.get(h, 0) + 1
-        group = min(groups, key=lambda g: (-sum(want_hosts.get(loads.host(d), 0) for d in g),
-                                           g))
-        best = max(want_hosts.get(loads.host(d), 0) for d in group)
-        roots = sorted(d for d in group if want_hosts.get(loads.host(d), 0) == best)
-        nbytes = box_size(box) * itemsize
-        if len(group) == 1 or not nbytes:
-            out[box] = frozenset((roots[0],))
-            continue
-        k = _reduce_pieces(nbytes, len(group), loads.cluster)
         # split along the dim the destination cuts least inside the box, so that every
         # piece feeds every destination (pipelining keeps all NICs busy)
         cuts = [{lo for dbox in needers for lo, _ in (dbox[d],) if a < lo < b}
                 for d, (a, b) in enumerate(box)]
         dim = min(range(len(box)), key=lambda d: (len(cuts[d]), -(box[d][1] - box[d][0]), d))
-        # one root per NIC among the candidates, so the sums leave by every NIC
-        by_nic: dict[int, int] = {}
-        for d in roots:
-            by_nic.setdefault(loads.nic(d), d)
-        nic_roots = list(by_nic.values())
-        n = 0
-        for j, piece in enumerate(split_box(box, k, dim)):
-            pbytes = box_size(piece) * itemsize
-            r = max(1, min(len(nic_roots), pbytes // min_piece))
-            for sub in split_box(piece, r, dim):
-                sbytes = box_size(sub) * itemsize
-                if not sbytes:
-                    continue
-                root = nic_roots[n % len(nic_roots)]
-                n += 1
-                others = tuple(d for d in group if d != root)
-                tasks.append(Task(TaskKind.REDUCE, index, sub, root, others, sbytes, step=j))
-                for d in others:
-                    loads.charge(d, (root,), sbytes)
-                out[sub] = frozenset((root,))
+        # several groups hold the box (a replicated partial sum): each reduces a share
+        groups = sorted(groups, key=lambda g: (
+            -sum(want_hosts.get(loads.host(d), 0) for d in g), g))
+        shares = split_box(box, len(groups), dim) if box_size(box) else (box,)
+        for share, group in zip(shares, groups):
+            best = max(want_hosts.get(loads.host(d), 0) for d in group)
+            roots = sorted(d for d in group if want_hosts.get(loads.host(d), 0) == best)
+            nbytes = box_size(share) * itemsize
+            if len(group) == 1 or not nbytes:
+                out[share] = frozenset((roots[0],))
+                continue
+            _reduce_share(index, share, group, roots, nbytes, itemsize, dim, loads,
+                          min_piece, out, tasks)
     return out, tasks
+
+
+def _reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
+                  nbytes: int, itemsize: int, dim: int, loads: Loads, min_piece: int,
+                  out: dict[Box, frozenset[int]], tasks: list[Task]) -> None:
+    """Reduce ``box`` over ``group`` in pipelined pieces, each split over one root per
+    NIC among ``roots``; record the roots as the pieces' holders."""
+    k = _reduce_pieces(nbytes, len(group), loads.cluster)
+    by_nic: dict[int, int] = {}
+    for d in roots:
+        by_nic.setdefault(loads.nic(d), d)
+    nic_roots = list(by_nic.values())
+    n = 0
+    for j, piece in enumerate(split_box(box, k, dim)):
+        pbytes = box_size(piece) * itemsize
+        r = max(1, min(len(nic_roots), pbytes // min_piece))
+        for sub in split_box(piece, r, dim):
+            sbytes = box_size(sub) * itemsize
+            if not sbytes:
+                continue
+            root = nic_roots[n % len(nic_roots)]
+            n += 1
+            others = tuple(d for d in group if d != root)
+            tasks.append(Task(TaskKind.REDUCE, index, sub, root, others, sbytes, step=j))
+            for d in others:
+                loads.charge(d, (root,), sbytes)
+            out[sub] = frozenset((root,))
 
 
 def _min_piece(cluster: Cluster) -> int:
