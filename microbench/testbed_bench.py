@@ -19,9 +19,14 @@ and are placed by ``Case.build``: the source on the first hosts, the destination
 the next ones. Each case's tensor is sized so that its broadcast plan takes about
 ``--seconds`` on the model.
 
+``--suite realistic`` runs instead the testbed-size members of the realistic families
+(:data:`REALISTIC`): all-to-all transposes and a weight sync (a narrowed Llama-2 slice,
+FSDP -> 2 x TP=2, every tensor in one plan), with the paper cases' defaults.
+
 Example (about 3 minutes on 2 cores)::
 
     python -m reshard.microbench.testbed_bench --gbit 0.3 --json testbed.json
+    python -m reshard.microbench.testbed_bench --suite realistic --json realistic.json
 """
 
 from __future__ import annotations
@@ -31,23 +36,43 @@ import os
 import platform
 import sys
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from reshard.cluster import Cluster
 from reshard.layout import Layout
 from reshard.microbench.measure import (
     add_case_args,
+    count_wrong,
     measure_strategies,
     measured_row,
     print_rows,
     report,
     sample_value,
     selected_cases,
+    time_execute,
 )
 from reshard.microbench.report import scaled
 from reshard.microbench.suites.paper import Case
+from reshard.microbench.suites.weight_sync import LLAMA2_7B, weight_sync_tensors
 from reshard.microbench.testbed import Testbed, available
 from reshard.planner.plan import plan_many
+from reshard.planner.strategy import Strategy
+
+
+def realistic_cases() -> list[Case]:
+    """Testbed-size cases of the realistic families (meshes (n, 2); see
+    :mod:`reshard.microbench.suites.realistic` for the full-size ones)."""
+    slice_ = LLAMA2_7B.sliced(1).narrowed(8)
+    return [
+        Case("a2a-3x2", (4096, 4096), "float32", (3, 2), "S0R", (3, 2), "RS0"),
+        Case("a2a-flat-2x2", (4096, 4096), "float32", (2, 2), "S01R", (2, 2), "RS10"),
+        Case("rep-to-shard", (4096, 4096), "float32", (1, 2), "RR", (3, 2), "RS0"),
+        Case.many("weight-sync-slice", weight_sync_tensors(slice_, "uint16"), (2, 2), (2, 2)),
+    ]
+
+
+REALISTIC = {c.name: c for c in realistic_cases()}
 
 
 def sized(case: Case, devices_per_host: int, cluster: Callable[[int], Cluster],
@@ -56,11 +81,40 @@ def sized(case: Case, devices_per_host: int, cluster: Callable[[int], Cluster],
     ``cluster(num_hosts)`` (two rounds: the model is affine in the bytes, up to the
     rounding of the shape)."""
     for _ in range(2):
-        src, dst, built = case.build(devices_per_host)
-        plan = plan_many([(case.shape, case.dtype, src, dst)],
-                         cluster=cluster(built.num_hosts), strategy="broadcast")
+        built = case.cluster(devices_per_host)
+        plan = plan_many(case.requests_on(built), cluster=cluster(built.num_hosts),
+                         strategy="broadcast")
         case = case.with_bytes(int(case.nbytes * seconds / plan.estimate()))
     return case
+
+
+def bench_many(rt: Any, case: Case, requests: Sequence[tuple], strategies: Sequence[str],
+               runs: int, warmup: int) -> list[dict]:
+    """Measure every strategy of a case of several tensors (one plan) on a running
+    runtime; every destination shard of every tensor checked on the first run."""
+    values = [sample_value(shape, dtype) for shape, dtype, _, _ in requests]
+    xs = [rt.put(v, src) for v, (_, _, src, _) in zip(values, requests)]
+    dsts = [dst for _, _, _, dst in requests]
+    rows = []
+    try:
+        for strategy in strategies:
+            plan = rt.plan(xs, dsts, strategy)
+            rt.load(plan)
+            seconds, times, wrong = time_execute(
+                rt, plan, xs, runs, warmup,
+                check=lambda ys: sum(count_wrong(rt, y, v) for y, v in zip(ys, values)))
+            model, bound = plan.estimate(), plan.lower_bound()
+            rows.append({
+                "case": case.name, "strategy": strategy, "tensors": len(requests),
+                "dtype": case.dtype, "src": str(requests[0][2]), "dst": str(requests[0][3]),
+                "tensor_bytes": case.nbytes, "bytes_moved": plan.bytes_moved(),
+                "tasks": len(plan.tasks), "seconds": seconds, "seconds_all": times,
+                "model_seconds": model, "lower_bound_seconds": bound,
+                "measured_over_model": seconds / model, "measured_over_bound": seconds / bound,
+                "busiest_resource": list(plan.simulate().busiest), "wrong": wrong})
+    finally:
+        rt.free(*xs)
+    return rows
 
 
 def bench_case(rt: Any, case: Case, src: Layout, dst: Layout, strategies: Sequence[str],
@@ -105,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="model's intra-host bandwidth: loopback TCP measured in a "
                          "namespace (default) or the paper preset's NVLink figure")
     ap.add_argument("--timeout", type=float, default=120.0, help="runtime timeout, seconds")
+    ap.add_argument("--suite", choices=["paper", "realistic"], default="paper",
+                    help="the paper's n-to-m cases (default) or the testbed-size realistic "
+                         f"cases {list(REALISTIC)} (--cases then names those)")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = ap.parse_args(argv)
 
@@ -118,11 +175,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     # private addresses fails (harmless). Their torch is imported by the fork server,
     # which takes the log level from this process's environment when it starts.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    full, strategies = selected_cases(ap, args)
+    if args.suite == "realistic":
+        if args.cases == ap.get_default("cases"):
+            args.cases = ",".join(REALISTIC)
+        unknown = [n for n in args.cases.split(",") if n not in REALISTIC]
+        if unknown:
+            ap.error(f"unknown realistic case(s) {unknown}; valid: {list(REALISTIC)}")
+        full = [REALISTIC[n] for n in args.cases.split(",")]
+        strategies = [Strategy.parse(x).value for x in args.strategies.split(",") if x]
+    else:
+        full, strategies = selected_cases(ap, args)
     names = [c.name for c in full]
     g = args.devices_per_host
     narrowed = [c.narrowed(g) for c in full]
-    hosts_needed = max(c.build(g)[2].num_hosts for c in narrowed)
+    hosts_needed = max(c.cluster(g).num_hosts for c in narrowed)
 
     env: dict[str, Any] = {"python": platform.python_version(), "cpus": os.cpu_count(),
                            "nic_gbit_per_s": args.gbit, "latency_ms": args.latency_ms,
@@ -143,18 +209,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         cases = [sized(c, g, cluster, args.seconds) for c in narrowed]
         print(f"# testbed: {tb!r}; NIC {tb.nic_bandwidth / 1e6:.1f} MB/s each way; model "
               f"{cluster(hosts_needed)}", flush=True)
-        by_hosts: dict[int, list[tuple[Case, Layout, Layout]]] = {}
+        by_hosts: dict[int, list[tuple[Case, list]]] = {}
         for c in cases:
-            src, dst, built = c.build(g)
-            by_hosts.setdefault(built.num_hosts, []).append((c, src, dst))
+            built = c.cluster(g)
+            by_hosts.setdefault(built.num_hosts, []).append((c, c.requests_on(built)))
         for n, group in sorted(by_hosts.items()):
             t0 = time.perf_counter()
             with Runtime("gloo", cluster(n), "process", timeout=args.timeout,
                          netns=tb) as rt:
                 print(f"# {n} hosts x {g} workers started in "
                       f"{time.perf_counter() - t0:.1f}s", flush=True)
-                for c, src, dst in group:
-                    new = bench_case(rt, c, src, dst, strategies, args.runs, args.warmup)
+                for c, requests in group:
+                    if len(requests) == 1:
+                        _, _, src, dst = requests[0]
+                        new = bench_case(rt, c, src, dst, strategies, args.runs, args.warmup)
+                    else:
+                        new = bench_many(rt, c, requests, strategies, args.runs,
+                                         args.warmup)
                     rows.extend(new)
                     print_rows(new, COLUMNS)
     order = {n: i for i, n in enumerate(names)}
