@@ -53,11 +53,11 @@ def available() -> bool:
     try:
         import cupy
         from cupy.cuda import nccl
-    except Exception:
+    except Exception:  # noqa: BLE001 - any import failure means "not available"
         return False
     try:
         return bool(cupy.is_available()) and bool(getattr(nccl, "available", True))
-    except Exception:
+    except Exception:  # noqa: BLE001 - a broken driver or runtime: not available
         return False
 
 
@@ -363,7 +363,7 @@ class NcclBackend:
         for group, comm in self._used:
             try:
                 comm.abort()
-            except Exception:
+            except Exception:  # noqa: BLE001, S110 - best effort: the error is raised
                 pass
             self._comms.pop(group, None)
         self._used = []
@@ -403,6 +403,6 @@ class NcclBackend:
         for comm in self._comms.values():
             try:
                 comm.destroy()
-            except Exception:
+            except Exception:  # noqa: BLE001, S110 - best effort on close
                 pass
         self._comms.clear()

@@ -5,10 +5,11 @@ from __future__ import annotations
 import atexit
 import functools
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
-def _close(ref: "weakref.ref[Any]") -> None:
+def _close(ref: weakref.ref[Any]) -> None:
     group = ref()
     if group is not None:
         group.close()

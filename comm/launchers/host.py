@@ -113,7 +113,7 @@ def portable_error(exc: BaseException, device: int) -> BaseException:
         try:
             pickle.loads(pickle.dumps(exc))
             return exc
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - unpicklable: sent as text below
             pass
     return ExecutionError(f"device {device}: {type(exc).__name__}: {exc}")
 

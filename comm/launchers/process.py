@@ -179,7 +179,7 @@ def _watch_parent(driver: int) -> None:
 
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - best effort (the watcher also stops it)
             pass
 
     def poll() -> None:
@@ -207,7 +207,7 @@ def worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
         # (started by unpickling its arguments), which stays behind but opens no sockets.
         try:
             enter_netns(netns)
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - reported to the driver
             results.send(("failed", portable_error(e, spec.device), traceback.format_exc()))
             results.close()
             return
@@ -222,7 +222,7 @@ def worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
     _watch_parent(driver)
     try:
         host = WorkerHost(spec)
-    except BaseException as e:  # report why, then exit
+    except BaseException as e:  # noqa: BLE001 - report why, then exit
         results.send(("failed", portable_error(e, spec.device), traceback.format_exc()))
         results.close()
         return
@@ -248,11 +248,11 @@ def worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
         call_id, method, args = msg
         try:
             reply = (call_id, True, host.call(method, args))
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - the call's error is the reply
             reply = (call_id, False, portable_error(e, spec.device))
         try:
             results.send(reply)
-        except Exception as e:  # unpicklable result
+        except Exception as e:  # noqa: BLE001 - an unpicklable result
             results.send((call_id, False, ExecutionError(
                 f"device {spec.device}: {method} returned an unsendable value: {e}")))
     try:
@@ -288,7 +288,7 @@ class _Worker:
                 return
             try:
                 self.commands.send(msg)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - fails the call's future
                 if msg == _CLOSE:
                     return
                 fut = self.pending.pop(msg[0], None)

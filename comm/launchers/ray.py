@@ -122,7 +122,7 @@ class _DeviceActor:
                 **spec.options, "advertise": ray.util.get_node_ip_address()})
         try:
             self.host = WorkerHost(spec)
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - re-raised portable
             raise portable_error(e, spec.device) from None
         return {**self.host.info(), "node": ray.get_runtime_context().get_node_id()}
 
@@ -132,7 +132,7 @@ class _DeviceActor:
             raise ExecutionError(f"device {self.spec.device}: worker not started")
         try:
             return self.host.call(method, args)
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - re-raised portable
             raise portable_error(e, self.spec.device) from None
 
     def stop(self) -> None:
@@ -253,7 +253,7 @@ class RayGroup:
                 del pending[d]
                 try:
                     self.info[d] = ray.get(r)
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 - collected and reported
                     problems.append(str(_unwrap(e, d)))
             if pending and time.monotonic() > deadline:
                 problems.append(f"device(s) {sorted(pending)} did not start within "
@@ -331,7 +331,7 @@ class RayGroup:
         for actor in [*self.actors.values(), self._kv]:
             try:
                 ray.kill(actor, no_restart=True)
-            except Exception:
+            except Exception:  # noqa: BLE001, S110 - best effort: already gone
                 pass
         # ray.kill is asynchronous: wait (bounded) for the actors on this node to exit.
         local = [i["pid"] for i in self.info.values() if i.get("node") == self._node]
