@@ -83,16 +83,22 @@ class Backend(Protocol):
         """``array`` as a numpy array."""
 
     def broadcast(self, buf: Any, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None) -> None:
+                  chain: Sequence[int] | None = None, *, tag: int = 0) -> None:
         """Send ``buf`` from ``root`` to every member of ``group`` (in place).
         ``chain`` is the plan's order of the receivers (root's host first), for
-        backends that pipeline a chain themselves."""
+        backends that pipeline a chain themselves; ``tag`` as for :meth:`send`."""
 
-    def send(self, buf: Any, peer: int) -> None:
-        """Send ``buf`` to ``peer``."""
+    def send(self, buf: Any, peer: int, *, tag: int = 0) -> None:
+        """Send ``buf`` to ``peer``.
 
-    def recv(self, buf: Any, peer: int) -> None:
-        """Receive from ``peer`` into ``buf``."""
+        ``tag`` (the worker passes the task's index in the plan): operations of one
+        group between the same pair of ranks are matched by tag, so they may be
+        issued and complete in any order. A backend whose operations are matched in
+        issue order (every rank issues them in the plan's one global order) may
+        ignore it."""
+
+    def recv(self, buf: Any, peer: int, *, tag: int = 0) -> None:
+        """Receive from ``peer`` into ``buf`` (the send with the same ``tag``)."""
 
     def all_gather(self, out: Any, inp: Any, group: Sequence[int]) -> None:
         """``out[i] = inp of group[i]`` on every member; ``out`` is (len(group), n)."""
@@ -101,10 +107,17 @@ class Backend(Protocol):
         """Sum every member's ``buf`` into ``root``'s ``buf``."""
 
     def group_start(self) -> None:
-        """Begin a batch of operations issued together (NCCL group semantics)."""
+        """Begin a batch of operations issued together (NCCL group semantics): the
+        operations issued until :meth:`group_end` may run concurrently, in any order
+        (the worker issues one plan step's tasks as one group; none of them reads
+        what another writes). Buffers passed to them must stay untouched until
+        :meth:`group_end` returns."""
 
     def group_end(self) -> None:
-        """End the batch begun by :meth:`group_start`."""
+        """End the batch begun by :meth:`group_start`. On return, a host-memory
+        backend has completed every operation of the batch (received data is in
+        place); a stream backend has ordered them before any later work on its
+        stream (:meth:`synchronize` waits for them)."""
 
     def barrier(self, group: Sequence[int]) -> None:
         """Wait until every member of ``group`` has reached the barrier."""

@@ -20,6 +20,15 @@ reduce sums in the real dtype (16-bit integers, which gloo cannot sum, widened t
 int32 and wrapped back; unsigned 32/64-bit as their signed twins, which wrap alike).
 The timeout given to ``init_process_group`` / ``new_group`` bounds every operation;
 a dead peer shows up sooner, as a closed connection.
+
+Groups (:meth:`GlooBackend.group_start` .. :meth:`GlooBackend.group_end`, one per plan
+step on a worker) run their operations concurrently: send/recv become ``isend`` /
+``irecv`` tagged with the task's index (gloo matches them per peer and tag, in posting
+order), collectives run with ``async_op=True`` on their process group's threads, and
+a chain broadcast posts the receives of all its pieces at once and passes each piece
+on as it arrives. ``group_end`` returns when all of them completed (see there for the
+polling of relays and why it cannot deadlock). An operation outside a group is a
+group of its own: it has completed when it returns.
 """
 
 from __future__ import annotations
@@ -28,7 +37,9 @@ import copy
 import datetime
 import os
 import re
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,6 +66,93 @@ def _gist(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     text = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", text)
     return text.split(". ")[0].rstrip(".")
+
+
+_PAUSE_MIN, _PAUSE_MAX = 2e-5, 1e-3
+"""Seconds between polls of a group's relays: doubling from the first to the second."""
+
+
+class _Posted:
+    """An operation of an open group: its started Works, waited in order by
+    :meth:`finish`, and what must follow them on this rank (``after``)."""
+
+    def __init__(self, backend: GlooBackend, what: str, peers: Sequence[int],
+                 works: list[Any], after: Callable[[], None] | None = None) -> None:
+        self.backend, self.what, self.peers = backend, what, tuple(peers)
+        self.works, self.after = works, after
+
+    def finish(self) -> None:
+        """Wait for every Work (raising the first error), then run ``after``."""
+        for work in self.works:
+            self.backend._call(self.what, self.peers, work.wait)
+        self.works = []
+        if self.after is not None:
+            self.after()
+
+
+class _Relay(_Posted):
+    """A chain broadcast's member between root and last: the receives of every piece
+    from ``prev`` are posted at once; piece ``j`` goes on to ``nxt`` (same tag, so
+    the pieces of one chain stay in order) once it arrived. ``works`` collects the
+    forwarding sends."""
+
+    def __init__(self, backend: GlooBackend, what: str, pieces: list[Any], recvs: list[Any],
+                 prev: int, nxt: int, tag: int) -> None:
+        super().__init__(backend, what, (nxt,), [])
+        self.pieces, self.recvs = pieces, recvs
+        self.prev, self.nxt, self.tag = prev, nxt, tag
+        self.arrived = 0  # receives known to be complete (written by the watcher only)
+        self.error: BaseException | None = None  # the watcher's
+        self._watcher: threading.Thread | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Pieces not passed on yet."""
+        return len(self.works) < len(self.pieces)
+
+    def watch(self) -> None:
+        """Start a daemon thread that waits for the receives in order and counts them
+        in ``arrived`` (the only way to learn that a gloo receive completed)."""
+        self._watcher = threading.Thread(
+            target=self._wait_recvs, daemon=True,
+            name=f"reshard-gloo-relay-{self.backend.device}-{self.tag}")
+        self._watcher.start()
+
+    def _wait_recvs(self) -> None:
+        try:
+            for work in self.recvs:
+                work.wait()
+                self.arrived += 1
+        except BaseException as e:  # noqa: BLE001 - raised by poll
+            self.error = e
+
+    def poll(self) -> bool:
+        """Pass on every piece the watcher saw arrive; True if there was one."""
+        if self.error is not None:
+            raise ExecutionError(
+                f"gloo {self.what} with device(s) {[self.prev]} failed: "
+                f"{_gist(self.error)}") from self.error
+        start = len(self.works)
+        for j in range(start, self.arrived):
+            self._pass_on(j)
+        return self.arrived > start
+
+    def _pass_on(self, j: int) -> None:
+        b = self.backend
+        self.works.append(b._call(self.what, (self.nxt,), b._dist.isend, self.pieces[j],
+                                  dst=b.rank_of[self.nxt], group=b._p2p, tag=self.tag))
+
+    def finish(self) -> None:
+        """Pass on what is left (unwatched: blocking on each piece in turn), then wait
+        for the forwarding sends."""
+        if self._watcher is None:
+            for j in range(len(self.works), len(self.pieces)):
+                self.backend._call(self.what, (self.prev,), self.recvs[j].wait)
+                self._pass_on(j)
+        else:  # group_end polled until every piece arrived and was passed on
+            self._watcher.join()
+            self.poll()
+        super().finish()
 
 
 class GlooBackend(HostMemory):
@@ -124,6 +222,7 @@ class GlooBackend(HostMemory):
         # all_gather_single supersedes all_gather_into_tensor (deprecated in torch 2.13)
         self._gather_into = getattr(dist, "all_gather_single", None) or \
             dist.all_gather_into_tensor
+        self._open: list[_Posted] | None = None  # operations of the open group
         self._closed = False
 
     # ----- communicators -------------------------------------------------------------
@@ -133,6 +232,7 @@ class GlooBackend(HostMemory):
         child = copy.copy(self)
         child._groups = {}
         child._p2p = None
+        child._open = None
         child._channel = f"{self._channel}/{name}"
         return child
 
@@ -174,30 +274,43 @@ class GlooBackend(HostMemory):
         return self._torch.from_numpy(buf.reshape(-1).view(np.uint8))
 
     # ----- operations ----------------------------------------------------------------
-    def _run(self, what: str, peers: Sequence[int], fn: Any, *args: Any, **kwargs: Any) -> None:
-        """Run a torch.distributed call; its errors become one-line ExecutionErrors."""
+    def _call(self, what: str, peers: Sequence[int], fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run a torch.distributed call (start an operation, wait for one); its errors
+        become one-line ExecutionErrors. Returns what the call returns."""
         try:
-            fn(*args, **kwargs)
+            return fn(*args, **kwargs)
         except RuntimeError as e:
             raise ExecutionError(
                 f"gloo {what} with device(s) {list(peers)} failed: {_gist(e)}") from e
 
+    def _add(self, op: _Posted) -> None:
+        """Make ``op`` part of the open group, or (outside a group) a group of its own."""
+        if self._open is not None:
+            self._open.append(op)
+            return
+        self._open = [op]
+        self.group_end()
+
     def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None) -> None:
+                  chain: Sequence[int] | None = None, *, tag: int = 0) -> None:
         """Broadcast from ``root`` to ``group``.
 
         With a ``chain`` order (the plan's: the root's host first, then host by host),
         a pipelined chain root -> chain[0] -> chain[1] ... of send/recv in pieces of
-        :data:`CHAIN_PIECE` bytes: each host boundary is crossed once and every link
-        is busy at once, as NCCL's ring broadcast does. gloo's own broadcast (a
+        :data:`CHAIN_PIECE` bytes, all tagged ``tag``: each host boundary is crossed
+        once and every link is busy at once, as NCCL's ring broadcast does. Every
+        receive is posted at once; a member between root and last passes piece ``j``
+        on as soon as it arrived (see :meth:`group_end`). gloo's own broadcast (a
         binomial tree of whole buffers, so the root's NIC sends once per tree level)
         serves when no order is given.
         """
         if not buf.size:
             return
+        dist = self._dist
         if chain is None:
-            self._run("broadcast", group, self._dist.broadcast, self._bytes(buf),
-                      src=self.rank_of[root], group=self._group(group))
+            work = self._call("broadcast", group, dist.broadcast, self._bytes(buf),
+                              src=self.rank_of[root], group=self._group(group), async_op=True)
+            self._add(_Posted(self, "broadcast", group, [work]))
             return
         order = [root, *(d for d in chain if d != root)]
         at = order.index(self.device)
@@ -205,42 +318,40 @@ class GlooBackend(HostMemory):
         nxt = order[at + 1] if at + 1 < len(order) else None
         data = self._bytes(buf)
         pieces = [data[a:a + CHAIN_PIECE] for a in range(0, data.numel(), CHAIN_PIECE)]
-        self._run("chain broadcast", group, self._chain, pieces, prev, nxt)
-
-    def _chain(self, pieces: list, prev: int | None, nxt: int | None) -> None:
-        """Receive each piece from ``prev`` (unless root) and pass it on to ``nxt``
-        (unless last), keeping the next receive and every send in flight."""
-        dist, p2p = self._dist, self._p2p
-        src = self.rank_of[prev] if prev is not None else -1
-        sends = []
-        recv = dist.irecv(pieces[0], src=src, group=p2p) if src >= 0 else None
-        for j, piece in enumerate(pieces):
-            if recv is not None:
-                recv.wait()
-                recv = (dist.irecv(pieces[j + 1], src=src, group=p2p)
-                        if j + 1 < len(pieces) else None)
+        what = "chain broadcast"
+        if prev is None:  # the root: every piece on its way at once
             if nxt is not None:
-                sends.append(dist.isend(piece, dst=self.rank_of[nxt], group=p2p))
-        for s in sends:
-            s.wait()
+                sends = [self._call(what, (nxt,), dist.isend, p, dst=self.rank_of[nxt],
+                                    group=self._p2p, tag=tag) for p in pieces]
+                self._add(_Posted(self, what, (nxt,), sends))
+            return
+        recvs = [self._call(what, (prev,), dist.irecv, p, src=self.rank_of[prev],
+                            group=self._p2p, tag=tag) for p in pieces]
+        if nxt is None:  # the last member
+            self._add(_Posted(self, what, (prev,), recvs))
+        else:
+            self._add(_Relay(self, what, pieces, recvs, prev, nxt, tag))
 
-    def send(self, buf: np.ndarray, peer: int) -> None:
-        """``dist.send`` to ``peer``."""
+    def send(self, buf: np.ndarray, peer: int, *, tag: int = 0) -> None:
+        """``dist.isend`` to ``peer`` (tagged ``tag``)."""
         if buf.size:
-            self._run("send", (peer,), self._dist.send, self._bytes(buf),
-                      dst=self.rank_of[peer], group=self._p2p)
+            work = self._call("send", (peer,), self._dist.isend, self._bytes(buf),
+                              dst=self.rank_of[peer], group=self._p2p, tag=tag)
+            self._add(_Posted(self, "send", (peer,), [work]))
 
-    def recv(self, buf: np.ndarray, peer: int) -> None:
-        """``dist.recv`` from ``peer`` into ``buf``."""
+    def recv(self, buf: np.ndarray, peer: int, *, tag: int = 0) -> None:
+        """``dist.irecv`` from ``peer`` (tagged ``tag``) into ``buf``."""
         if buf.size:
-            self._run("recv", (peer,), self._dist.recv, self._bytes(buf),
-                      src=self.rank_of[peer], group=self._p2p)
+            work = self._call("recv", (peer,), self._dist.irecv, self._bytes(buf),
+                              src=self.rank_of[peer], group=self._p2p, tag=tag)
+            self._add(_Posted(self, "recv", (peer,), [work]))
 
     def all_gather(self, out: np.ndarray, inp: np.ndarray, group: Sequence[int]) -> None:
         """``all_gather_single`` into the flattened rows (rows in group order)."""
         if inp.size:
-            self._run("all-gather", group, self._gather_into, self._bytes(out),
-                      self._bytes(inp), group=self._group(group))
+            work = self._call("all-gather", group, self._gather_into, self._bytes(out),
+                              self._bytes(inp), group=self._group(group), async_op=True)
+            self._add(_Posted(self, "all-gather", group, [work]))
 
     def reduce(self, buf: np.ndarray, root: int, group: Sequence[int]) -> None:
         """``dist.reduce(op=SUM)`` into ``root``'s ``buf``."""
@@ -249,16 +360,65 @@ class GlooBackend(HostMemory):
         pg = self._group(group)
         as_dt, widen = _REDUCE_AS.get(buf.dtype, (buf.dtype, False))
         work = buf.astype(as_dt) if widen else buf.view(as_dt)
-        self._run("reduce", group, self._dist.reduce, self._torch.from_numpy(work),
-                  dst=self.rank_of[root], op=self._dist.ReduceOp.SUM, group=pg)
+        handle = self._call("reduce", group, self._dist.reduce, self._torch.from_numpy(work),
+                            dst=self.rank_of[root], op=self._dist.ReduceOp.SUM, group=pg,
+                            async_op=True)
+        after = None
         if widen and self.device == root:
-            buf[...] = work.astype(buf.dtype)  # wraps like the narrow sum would
+            def after() -> None:
+                buf[...] = work.astype(buf.dtype)  # wraps like the narrow sum would
+        self._add(_Posted(self, "reduce", group, [handle], after))
 
     def group_start(self) -> None:
-        """Operations are blocking and issued in plan order; nothing to batch."""
+        """Open a group: the operations issued until :meth:`group_end` are all started
+        at once and may run concurrently (p2p asynchronous, collectives
+        ``async_op``)."""
+        if self._open is not None:
+            raise ExecutionError(f"device {self.device}: group_start inside an open group")
+        self._open = []
 
     def group_end(self) -> None:
-        """See :meth:`group_start`."""
+        """Complete every operation of the open group; on return they are done.
+
+        Chain members between root and last pass pieces on as they arrive: with two or
+        more such relays in the group, each relay's receives are watched by a thread
+        (gloo's send/recv Work reports ``is_completed()`` only once ``wait()`` has
+        run; pytorch/pytorch#30723) and this thread polls them with a backoff of
+        20 us to 1 ms, forwarding whatever arrived, never blocking on one chain; it
+        raises when none progressed for the timeout. Then every operation is waited
+        in issue order (collectives and sends need nothing more from this rank; a lone
+        relay forwards its pieces there, blocking on each). Every rank issues its
+        operations in the plan's one global order, so this cannot deadlock: the
+        earliest unfinished operation always has every member at it or past it.
+        """
+        ops, self._open = self._open, None
+        if ops is None:
+            raise ExecutionError(f"device {self.device}: group_end without group_start")
+        relays = [op for op in ops if isinstance(op, _Relay)]
+        if len(relays) > 1:
+            self._forward(relays)
+        for op in ops:
+            op.finish()
+
+    def _forward(self, relays: list[_Relay]) -> None:
+        """Poll ``relays`` until each has passed every piece on (see :meth:`group_end`)."""
+        for r in relays:
+            r.watch()
+        pause, last = _PAUSE_MIN, time.monotonic()
+        while True:
+            waiting = [r for r in relays if r.pending]
+            if not waiting:
+                return
+            if sum(r.poll() for r in waiting):
+                pause, last = _PAUSE_MIN, time.monotonic()
+                continue
+            if time.monotonic() - last > self.timeout:
+                peers = sorted({r.prev for r in waiting})
+                raise ExecutionError(
+                    f"gloo chain broadcast: no piece from device(s) {peers} within "
+                    f"{self.timeout:g}s (peer dead or stuck)")
+            time.sleep(pause)
+            pause = min(2 * pause, _PAUSE_MAX)
 
     def close(self) -> None:
         """Destroy the process groups (idempotent; a channel leaves that to the main

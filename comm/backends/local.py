@@ -105,12 +105,13 @@ class LocalBackend(HostMemory):
     def prepare(self, plan: object) -> None:
         """FIFOs are made on first use; nothing to prepare."""
 
-    def send(self, buf: np.ndarray, peer: int) -> None:
-        """Post a copy of ``buf`` to ``peer``."""
+    def send(self, buf: np.ndarray, peer: int, *, tag: int = 0) -> None:
+        """Post a copy of ``buf`` to ``peer`` (``tag`` unused: FIFO order, see
+        :meth:`group_start`)."""
         self.fabric.post(self.device, peer, buf, self.context)
 
-    def recv(self, buf: np.ndarray, peer: int) -> None:
-        """Receive the next message from ``peer`` into ``buf``."""
+    def recv(self, buf: np.ndarray, peer: int, *, tag: int = 0) -> None:
+        """Receive the next message from ``peer`` into ``buf`` (``tag`` unused)."""
         msg = self.fabric.take(peer, self.device, self.context)
         if msg.size != buf.size:
             raise ExecutionError(
@@ -120,7 +121,7 @@ class LocalBackend(HostMemory):
         buf[...] = msg.reshape(buf.shape)
 
     def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None) -> None:
+                  chain: Sequence[int] | None = None, *, tag: int = 0) -> None:
         """Root posts to every member; members receive (the chain order is a
         performance hint; the result is the same)."""
         if self.device == root:
@@ -153,7 +154,12 @@ class LocalBackend(HostMemory):
                 buf += tmp
 
     def group_start(self) -> None:
-        """No batching needed: posts never block."""
+        """No batching: operations run at once, one after the other, even inside a
+        group. That cannot deadlock: posts never block, and every rank runs its
+        operations in the plan's one global order, so the sender of the earliest
+        receive still waiting has nothing earlier left to wait for and posts. The
+        messages between a pair are matched in that order (FIFO), so tags are not
+        needed."""
 
     def group_end(self) -> None:
         """See :meth:`group_start`."""

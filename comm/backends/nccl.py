@@ -124,7 +124,7 @@ class NcclBackend:
         self._dev.use()
         self._stream = cupy.cuda.Stream(non_blocking=True)
         self._comms: dict[tuple[int, ...], Any] = {}
-        self._used: list[tuple[tuple[int, ...], Any]] = []  # comms of the open batch
+        self._used: dict[tuple[int, ...], Any] = {}  # communicators of the open batch
         self._after: list[Any] = []  # host-side steps once the batch is done
         self._types = self._dtype_table()
         self._closed = False
@@ -200,7 +200,7 @@ class NcclBackend:
         for send/recv included, made in :meth:`prepare`) and its own stream."""
         child = copy.copy(self)
         child._comms = {}
-        child._used, child._after = [], []
+        child._used, child._after = {}, []
         child._channel = f"{self._channel}/{name}"
         with self._dev:
             child._stream = self._cp.cuda.Stream(non_blocking=True)
@@ -224,7 +224,7 @@ class NcclBackend:
             raise ExecutionError(
                 f"device {self.device}: no NCCL communicator for devices {list(g)}; they "
                 f"are created when a plan is loaded (WorkerHost.call('load_plan', ...))")
-        self._used.append((g, comm))
+        self._used[g] = comm
         return g, comm
 
     def activate(self) -> None:
@@ -265,29 +265,31 @@ class NcclBackend:
         return self._ready(buf), buf.size * buf.itemsize
 
     def broadcast(self, buf: Any, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None) -> None:
+                  chain: Sequence[int] | None = None, *, tag: int = 0) -> None:
         """``ncclBroadcast`` in place on the member set's communicator (NCCL pipelines
-        its own ring, so the chain order hint is not needed)."""
+        its own ring, so the chain order hint is not needed; ``tag``: see :meth:`send`)."""
         if not buf.size:  # every member skips it alike (sizes come from the plan)
             return
         g, comm = self._comm(group)
         ptr, n = self._raw(buf)
         comm.broadcast(ptr, ptr, n, self._nccl.NCCL_UINT8, g.index(root), self._stream.ptr)
 
-    def send(self, buf: Any, peer: int) -> None:
-        """``ncclSend`` on the world communicator."""
+    def send(self, buf: Any, peer: int, *, tag: int = 0) -> None:
+        """``ncclSend`` on the world communicator. NCCL has no tags: the sends and
+        receives of a group between one pair are matched in issue order, which is the
+        plan's global order on both ranks (``tag`` is ignored)."""
         if not buf.size:
             return
-        self._used.append((self.world, self._world_comm))
+        self._used[self.world] = self._world_comm
         ptr, n = self._raw(buf)
         self._world_comm.send(ptr, n, self._nccl.NCCL_UINT8, self.world.index(peer),
                               self._stream.ptr)
 
-    def recv(self, buf: Any, peer: int) -> None:
-        """``ncclRecv`` on the world communicator."""
+    def recv(self, buf: Any, peer: int, *, tag: int = 0) -> None:
+        """``ncclRecv`` on the world communicator (``tag``: see :meth:`send`)."""
         if not buf.size:
             return
-        self._used.append((self.world, self._world_comm))
+        self._used[self.world] = self._world_comm
         ptr, n = self._raw(buf)
         self._world_comm.recv(ptr, n, self._nccl.NCCL_UINT8, self.world.index(peer),
                               self._stream.ptr)
@@ -324,17 +326,19 @@ class NcclBackend:
                     self._stream.ptr)
 
     def group_start(self) -> None:
-        """``ncclGroupStart``."""
-        self._used, self._after = [], []
+        """``ncclGroupStart``: the operations until :meth:`group_end` are launched
+        together (NCCL fuses them; they may run concurrently)."""
+        self._used, self._after = {}, []
         self._nccl.groupStart()
 
     def group_end(self) -> None:
-        """``ncclGroupEnd``, then wait (bounded) for the batch to complete."""
+        """``ncclGroupEnd``, then wait (bounded) for the batch to complete and run the
+        host-side steps its operations queued (widened reduces wrap back)."""
         self._nccl.groupEnd()
         self._wait(self._stream)
         for step in self._after:
             step()
-        self._used, self._after = [], []
+        self._used, self._after = {}, []
 
     def _wait(self, stream: Any) -> None:
         """Poll ``stream`` until done; check async errors; abort on timeout."""
@@ -342,7 +346,7 @@ class NcclBackend:
         deadline = time.monotonic() + self.timeout
         pause = 1e-5
         while not event.done:
-            for group, comm in self._used:
+            for group, comm in self._used.items():
                 try:
                     comm.check_async_error()
                 except Exception as e:
@@ -350,7 +354,7 @@ class NcclBackend:
                     raise ExecutionError(
                         f"NCCL error on communicator {list(group)}: {e}") from e
             if time.monotonic() > deadline:
-                peers = sorted({d for g, _ in self._used for d in g} - {self.device})
+                peers = sorted({d for g in self._used for d in g} - {self.device})
                 self._abort()
                 raise ExecutionError(
                     f"NCCL operation with device(s) {peers} did not complete within "
@@ -360,13 +364,13 @@ class NcclBackend:
 
     def _abort(self) -> None:
         """Abort the communicators of the open batch (they may hold stuck kernels)."""
-        for group, comm in self._used:
+        for group, comm in self._used.items():  # each once, however many operations
             try:
                 comm.abort()
             except Exception:  # noqa: BLE001, S110 - best effort: the error is raised
                 pass
             self._comms.pop(group, None)
-        self._used = []
+        self._used = {}
 
     def barrier(self, group: Sequence[int]) -> None:
         """Everyone reports to the first member, which releases everyone."""
