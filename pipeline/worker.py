@@ -146,7 +146,7 @@ class StageWorker:
                 pid = (self.config.act_plans if kind is ActionKind.SEND_ACT
                        else self.config.grad_plans)[b]
                 lp = self.worker.plans.get(pid)
-                if lp is not None and (lp.tasks or lp.dst_box or lp.src_box):
+                if lp is not None and (lp.steps or lp.dst_box or lp.src_box):
                     mine.append(ch)
                     break
         return mine
