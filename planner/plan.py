@@ -114,7 +114,7 @@ def _reduce_sources(t: TensorSpec, index: int, loads: Loads,
     for group in t.src.partial_groups():
         by_box.setdefault(boxes[group[0]], []).append(group)
     out: dict[Box, frozenset[int]] = {}
-    tasks = []
+    tasks: list[Task] = []
     for box, groups in by_box.items():
         # Hosts that need part of this box, to reduce where the data is wanted.
         want_hosts: dict[int, int] = {}
