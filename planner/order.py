@@ -16,11 +16,18 @@ window of them) still spreads its early transfers over distinct NIC pairs; then
 largest first. Every worker issues its tasks in this one order, so the
 lowest-numbered unfinished task always has all its participants waiting on it: no
 set of blocking collectives can deadlock.
+
+Concurrency is not free on every backend: operations in flight at once compete for a
+device's CPU and memory, and gloo's TCP streams through one NIC interleave less
+smoothly than the fluid model's fair sharing. :func:`one_at_a_time` gives the same
+tasks in device-disjoint steps; the planner keeps that form when the model predicts
+no gain from concurrency (see :func:`reshard.planner.plan.plan_many`).
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+import dataclasses
+from collections.abc import Iterable, Sequence
 
 from reshard.cluster import Cluster
 from reshard.planner.ir import Task, TaskKind
@@ -50,3 +57,19 @@ def order_tasks(tasks: Iterable[Task], cluster: Cluster) -> tuple[Task, ...]:
         return (t.step, PHASE[t.kind], dist, -t.nbytes, t.tensor, t.box, t.root)
 
     return tuple(sorted(tasks, key=key))
+
+
+def one_at_a_time(tasks: Sequence[Task]) -> tuple[Task, ...]:
+    """The same tasks (in global order) restepped so that no device has two in one
+    step: each task one step after the last step of any of its devices. A task that
+    reads another's result shares a device with it (the data sits on one), so every
+    dependency still points to an earlier step."""
+    last: dict[int, int] = {}
+    out = []
+    for t in tasks:
+        step = 1 + max((last.get(d, -1) for d in t.devices), default=-1)
+        for d in t.devices:
+            last[d] = step
+        out.append(t if t.step == step else dataclasses.replace(t, step=step))
+    out.sort(key=lambda t: t.step)  # stable: every device keeps its order
+    return tuple(out)

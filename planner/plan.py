@@ -17,7 +17,7 @@ from reshard.layout import Box, Layout, box_size, check_shape
 from reshard.planner.balance import Loads
 from reshard.planner.decompose import Cell, decompose, devices_by_box
 from reshard.planner.ir import Buffer, ReshardPlan, Task, TaskKind, TensorSpec
-from reshard.planner.order import order_tasks
+from reshard.planner.order import one_at_a_time, order_tasks
 from reshard.planner.strategies import CELL_PLANNERS, split_box
 from reshard.planner.strategy import Strategy
 
@@ -283,7 +283,32 @@ def plan_many(
     for _, i, after, cell in work:
         itemsize = np.dtype(tensors[i].dtype).itemsize
         tasks.extend(_at_step(planner(cell, i, itemsize, loads), after))
-    return ReshardPlan(tensors, order_tasks(tasks, cluster), strat, cluster)
+    return _least_concurrent(ReshardPlan(tensors, order_tasks(tasks, cluster), strat,
+                                         cluster))
+
+
+COMPARE_UP_TO = 1024
+"""Plans up to this many tasks are also costed one task per device at a time."""
+
+CONCURRENCY_GAIN = 0.02
+"""Concurrent steps are kept only when the model predicts at least this much gain."""
+
+
+def _least_concurrent(grouped: ReshardPlan) -> ReshardPlan:
+    """``grouped``, or the same tasks one per device and step when the model predicts
+    that concurrency gains less than :data:`CONCURRENCY_GAIN` (operations in flight at
+    once cost real backends more than the model says; see
+    :mod:`reshard.planner.order`). Large plans stay grouped (costing them twice is
+    the expensive part of planning)."""
+    if len(grouped.tasks) > COMPARE_UP_TO:
+        return grouped
+    serial_tasks = one_at_a_time(grouped.tasks)
+    if serial_tasks == grouped.tasks:
+        return grouped
+    serial = ReshardPlan(grouped.tensors, serial_tasks, grouped.strategy, grouped.cluster)
+    if serial.estimate() <= grouped.estimate() * (1 + CONCURRENCY_GAIN):
+        return serial
+    return grouped
 
 
 def plan(
