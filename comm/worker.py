@@ -211,6 +211,8 @@ class _Execution:
                 shard, shard_box = self.dst[i], lp.dst_box[i]
             buf = pack(shard, t.box, shard_box, self._scratch(st, n))
             return _Op(st, buf, sent=n * buf.itemsize)
+        if self.device in t.through:  # a relay: scratch in, passed on, kept nowhere
+            return _Op(st, self._scratch(st, n))
         return _Op(st, recv_target(self.dst[i], t.box, lp.dst_box[i], self._scratch(st, n)))
 
     def prepare_reduce(self, st: StepTask) -> _Op | None:
@@ -260,7 +262,7 @@ class _Execution:
     def unpack_received(self, op: _Op) -> None:
         """SEND and BROADCAST: a receiver's box into its destination shard."""
         t = op.task
-        if t.root != self.device:
+        if t.root != self.device and self.device not in t.through:
             unpack(self.dst[t.tensor], t.box, self.lp.dst_box[t.tensor], op.buf)
 
     def unpack_reduced(self, op: _Op) -> None:

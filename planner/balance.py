@@ -82,6 +82,53 @@ class Loads:
             order.extend(group)
         return tuple(order)
 
+    def relay_chain(self, root: int, receivers: Iterable[int]
+                    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """:meth:`chain`, then, on hosts with several NICs, each host boundary crossed
+        through the least loaded NIC of the host it leaves and of the host it enters,
+        through a device that needs nothing if its NIC is less loaded than every
+        chain member's there (a relay-only receiver, as NCCL's PXN routes through a
+        peer GPU). Returns the chain and its relay-only devices."""
+        chain = self.chain(root, receivers)
+        if self.cluster.nics_per_host == 1 or not chain:
+            return chain, ()
+        host, nic, hosts = self.host, self.nic, self.cluster.hosts
+        segments: list[list[int]] = [[root]]
+        for d in chain:
+            if host(d) == host(segments[-1][0]):
+                segments[-1].append(d)
+            else:
+                segments.append([d])
+        if len(segments) == 1:
+            return chain, ()
+        used = set(chain) | {root}
+        through: list[int] = []
+        for a, b in zip(segments, segments[1:]):
+            exit_, entry = a[-1], b[0]
+            best = min(hosts[host(exit_)],
+                       key=lambda d: (self.nic_out[nic(d)], d not in a, d != exit_, d))
+            if nic(best) != nic(exit_) and self.nic_out[nic(best)] < self.nic_out[nic(exit_)]:
+                if best in a:
+                    if best != a[0]:  # the root stays first
+                        a.remove(best)
+                        a.append(best)
+                elif best not in used:
+                    a.append(best)
+                    used.add(best)
+                    through.append(best)
+            best = min(hosts[host(entry)],
+                       key=lambda d: (self.nic_in[nic(d)], d not in b, d != entry, d))
+            if nic(best) != nic(entry) and self.nic_in[nic(best)] < self.nic_in[nic(entry)]:
+                if best in b:
+                    b.remove(best)
+                    b.insert(0, best)
+                elif best not in used:
+                    b.insert(0, best)
+                    used.add(best)
+                    through.append(best)
+        order = tuple(d for seg in segments for d in seg)[1:]
+        return order, tuple(through)
+
     def charge(self, root: int, chain: tuple[int, ...], nbytes: int) -> None:
         """Account a pipelined chain transfer root -> chain[0] -> chain[1] ...."""
         if not chain:

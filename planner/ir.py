@@ -7,7 +7,10 @@ initially zeros). Boxes are global; a device addresses them relative to its shar
 
 * ``COPY``: ``dst[box] = src[box]`` on device ``root`` (``receivers == (root,)``).
 * ``SEND``: ``receivers[0].dst[box] = root.<source>[box]``.
-* ``BROADCAST``: every receiver's ``dst[box] = root.<source>[box]``.
+* ``BROADCAST``: every receiver's ``dst[box] = root.<source>[box]``, except the
+  receivers listed in ``through``: relays that receive the box into scratch memory,
+  pass it on down the chain and keep nothing (a device whose NIC is idle, as NCCL's
+  PXN routes through a peer GPU's NIC).
 * ``REDUCE``: ``root.src[box] = sum(d.src[box] for d in (root, *receivers))``; the root
   works on a private copy of its source shard, so the caller's data is untouched.
 * ``ALLGATHER``: member ``receivers[i]`` holds ``pieces[i]`` in its ``dst``; afterwards
@@ -81,6 +84,8 @@ class Task:
             docstring): a device's tasks of one step run concurrently.
         source: the shard the root reads from.
         pieces: ``ALLGATHER`` only: each member's piece.
+        through: ``BROADCAST`` only: receivers that only relay the box (never the last
+            of the chain); they need no shard of the tensor.
     """
 
     kind: TaskKind
@@ -92,6 +97,7 @@ class Task:
     step: int = 0
     source: Buffer = Buffer.SRC
     pieces: tuple[Box, ...] = ()
+    through: tuple[int, ...] = ()
 
     @property
     def devices(self) -> tuple[int, ...]:
@@ -114,6 +120,8 @@ class Task:
         }
         if self.pieces:
             d["pieces"] = [[list(b) for b in p] for p in self.pieces]
+        if self.through:
+            d["through"] = list(self.through)
         return d
 
     @classmethod
@@ -130,6 +138,7 @@ class Task:
             _int(d.get("step", 0), "task step"),
             _enum(Buffer, d.get("source", "src"), "task source"),
             tuple(_box(p, "task piece") for p in _list(d.get("pieces", []), "task pieces")),
+            _ints(d.get("through", []), "task through"),
         )
 
     def __str__(self) -> str:
@@ -268,11 +277,14 @@ class ReshardPlan:
     # ----- queries -------------------------------------------------------------------------
     @cached_property
     def devices(self) -> tuple[int, ...]:
-        """Every device holding a source or destination shard, sorted."""
+        """Every device holding a source or destination shard or relaying a task,
+        sorted."""
         devs: set[int] = set()
         for t in self.tensors:
             devs.update(t.src.devices)
             devs.update(t.dst.devices)
+        for task in self.tasks:
+            devs.update(task.through)
         return tuple(sorted(devs))
 
     def tasks_of(self, device: int) -> tuple[Task, ...]:

@@ -18,6 +18,8 @@ breaks a rule:
   - a task reads its box from a device that holds all of it: in its source shard
     (complete: a partial source must have been reduced there first) or, for a relay
     (``source=dst``), in what that device already received;
+  - a broadcast's relay-only receivers (``through``) keep nothing and need no shard;
+    never the chain's last;
   - ``REDUCE`` sums one whole partial group of a partial source, each addend once;
   - every device's destination shard receives every element exactly once (partial
     destinations: the leaders do; the other addends receive nothing and stay zero).
@@ -231,6 +233,8 @@ def _fmt(box: Box) -> str:
 
 # ----- per-kind rules ---------------------------------------------------------------------
 def _copy(r: _Replay, task: Task) -> str | None:
+    if task.through:
+        return "only a broadcast has relay-only receivers (through)"
     if task.receivers != (task.root,):
         return "a copy's receivers must be exactly (root,)"
     if task.source is not Buffer.SRC:
@@ -240,6 +244,8 @@ def _copy(r: _Replay, task: Task) -> str | None:
 
 
 def _send(r: _Replay, task: Task) -> str | None:
+    if task.through:
+        return "only a broadcast has relay-only receivers (through)"
     if len(task.receivers) != 1:
         return f"a send has exactly one receiver, got {len(task.receivers)}"
     return _deliver(r, task)
@@ -253,18 +259,44 @@ def _deliver(r: _Replay, task: Task) -> str | None:
     i = task.tensor
     read = r.read_src if task.source is Buffer.SRC else r.read_dst
     why = read(i, task.root, task.box)
+    if task.through:
+        why = why or _relays(r, task)
     for d in task.receivers:
-        why = why or r.write(i, d, task.box)
+        if d not in task.through:
+            why = why or r.write(i, d, task.box)
     return why
 
 
+def _relays(r: _Replay, task: Task) -> str | None:
+    """Relay-only receivers: of a broadcast, listed once among its receivers, never
+    its last, devices of the cluster."""
+    if task.kind is not TaskKind.BROADCAST:
+        return "only a broadcast has relay-only receivers (through)"
+    if len(set(task.through)) != len(task.through) or not set(task.through) <= set(
+            task.receivers):
+        return "relay-only receivers (through) must be distinct receivers of the task"
+    if task.receivers[-1] in task.through:
+        return "the last receiver of a chain cannot be relay-only (it passes nothing on)"
+    hosts = r.plan.cluster
+    for d in task.through:
+        try:
+            hosts.host_of(d)
+        except ReshardError:
+            return f"relay device {d} is not in the plan's cluster"
+    return None
+
+
 def _reduce(r: _Replay, task: Task) -> str | None:
+    if task.through:
+        return "only a broadcast has relay-only receivers (through)"
     if task.source is not Buffer.SRC:
         return "a reduce sums source shards (source=src)"
     return r.reduce(task.tensor, task)
 
 
 def _allgather(r: _Replay, task: Task) -> str | None:
+    if task.through:
+        return "only a broadcast has relay-only receivers (through)"
     if task.root != -1:
         return f"an all-gather has no root (-1), got {task.root}"
     if len(task.pieces) != len(task.receivers):

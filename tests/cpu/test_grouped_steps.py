@@ -150,6 +150,32 @@ def test_crossing_chain_relays_in_one_step(rt):
     run_crossing_chains(rt)
 
 
+@pytest.mark.timeout(120)
+def test_relay_only_receivers(rt):
+    """A broadcast relayed through devices that hold no shard of the tensor (device 1
+    on the root's host, device 5 on the last host): they pass the box on, keep
+    nothing, and every destination shard is exact, also in a step shared with a
+    plain broadcast."""
+    src = Layout(DeviceMesh((1,), [0]), "RR")
+    dst = Layout(DeviceMesh((2,), [4, 6]), "RR")
+    value = np.arange(6 * 250_000, dtype=np.float32).reshape(6, -1)  # 2 chain pieces
+    x = rt.put(value, src)
+    plan = rt.plan(x, dst, "broadcast")
+    tasks = []
+    for t in plan.tasks:
+        assert t.kind is TaskKind.BROADCAST
+        tasks.append(dataclasses.replace(t, receivers=(1, 4, 5, 6), through=(1, 5)))
+    relayed = ReshardPlan(plan.tensors, tuple(tasks), plan.strategy, plan.cluster)
+    relayed.verify()
+    assert {1, 5} <= set(relayed.devices)
+    for _ in range(2):
+        (y,) = rt.execute(relayed, [x])
+        check_shards(rt, y, value)
+        assert sorted(rt.shards(y)) == [4, 6]
+        rt.free(y)
+    rt.free(x)
+
+
 FAKE = pathlib.Path(__file__).parent / "fake_cupy"
 
 

@@ -19,11 +19,14 @@ POOL = tuple(range(24))  # device ids 0..23
 
 @st.composite
 def planning_problems(draw):
-    """A random problem (tests/common.py) and a random cluster of 1-8 devices per host."""
+    """A random problem (tests/common.py) and a random cluster of 1-8 devices and 1-8
+    NICs per host (several NICs: plans relay through devices that need nothing)."""
     shape, dtype, src, dst = draw(problems(POOL))
     per_host = draw(st.integers(1, 8))
     order = draw(st.permutations(POOL))
-    cluster = Cluster.from_hosts([order[i:i + per_host] for i in range(0, len(POOL), per_host)])
+    nics = draw(st.integers(1, per_host))
+    cluster = Cluster.from_hosts([order[i:i + per_host] for i in range(0, len(POOL), per_host)],
+                                 nics_per_host=nics)
     return shape, np.dtype(dtype), src, dst, cluster
 
 

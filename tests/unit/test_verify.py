@@ -200,6 +200,33 @@ def test_a_step_sees_only_earlier_steps():
     assert last >= 1
 
 
+def test_relay_only_receivers():
+    """``through``: relay-only receivers of a broadcast, never its last, nothing
+    written to them; anything else is refused."""
+    d = BASE["broadcast"].to_dict()
+    b = _first(d, "broadcast")
+    task = d["tasks"][b]
+    task["receivers"] = [1, *task["receivers"]]
+    task["through"] = [1]  # device 1 (on the root's host) only passes the box on
+    p = ReshardPlan.from_dict(d)
+    assert 1 in p.devices and p.tasks[b].through == (1,)
+    assert ReshardPlan.from_json(p.to_json()) == p
+    for edit, needle in (
+        (lambda t: t.update(through=[t["receivers"][-1]]), "last receiver"),
+        (lambda t: t.update(through=[3]), "distinct receivers"),
+        (lambda t: t.update(through=[1, 1]), "distinct receivers"),
+    ):
+        e = copy.deepcopy(d)
+        edit(e["tasks"][b])
+        _refused(e, needle)
+    e = copy.deepcopy(BASE["send_recv"].to_dict())
+    e["tasks"][_first(e, "send")]["through"] = [e["tasks"][_first(e, "send")]["receivers"][0]]
+    _refused(e, "only a broadcast")
+    e = copy.deepcopy(d)
+    e["tasks"][b]["through"] = []  # device 1 then receives into a shard it does not have
+    _refused(e, "device 1 holds no destination shard")
+
+
 def test_reduce_twice_and_partial_destination_addend():
     d = BASE["partial"].to_dict()
     r = _first(d, "reduce")
