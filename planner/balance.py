@@ -27,6 +27,35 @@ class Loads:
         self.dev_in: defaultdict[int, float] = defaultdict(float)
         self.host = cluster.host_of
         self.nic = cluster.nic_of
+        # bytes each NIC would carry with no relays (see expect / relay_chain)
+        self.expected: dict[tuple[str, int], float] = defaultdict(float)
+        self._least_expected: dict[tuple[str, int], float] = {}
+
+    def expect(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
+        """Account a slice's NIC demand before any choice: it leaves through its
+        holders' NICs (shared evenly) and enters each host that needs it and holds
+        none through its needers' NICs there (shared evenly)."""
+        nic, host = self.nic, self.host
+        hold_hosts = {host(d) for d in holders}
+        into: dict[int, set[int]] = {}
+        for d in needers:
+            h = host(d)
+            if h not in hold_hosts:
+                into.setdefault(h, set()).add(nic(d))
+        if not into:
+            return
+        out = {nic(d) for d in holders}
+        for n in out:
+            self.expected[("out", n)] += nbytes * len(into) / len(out)
+        for nics in into.values():
+            for n in nics:
+                self.expected[("in", n)] += nbytes / len(nics)
+
+    def _crowded(self, direction: str, n: int, other: int) -> bool:
+        """Whether NIC ``n`` is expected to carry more than NIC ``other`` of its host,
+        by more than rounding (relaying from ``n`` through ``other`` evens them)."""
+        a, b = self.expected[(direction, n)], self.expected[(direction, other)]
+        return a > b * (1 + 1e-9) + 1
 
     def pick_root(self, holders: Iterable[int], needer_hosts: set[int] | frozenset[int],
                   nbytes: int) -> int:
@@ -82,17 +111,30 @@ class Loads:
             order.extend(group)
         return tuple(order)
 
-    def relay_chain(self, root: int, receivers: Iterable[int]
+    def relay_chain(self, root: int, receivers: Iterable[int], nbytes: int
                     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """:meth:`chain`, then, on hosts with several NICs, each host boundary crossed
         through the least loaded NIC of the host it leaves and of the host it enters,
         through a device that needs nothing if its NIC is less loaded than every
-        chain member's there (a relay-only receiver, as NCCL's PXN routes through a
-        peer GPU). Returns the chain and its relay-only devices."""
+        chain member's there and the plan's slices as a whole are expected to crowd
+        the members' NIC more than it (:meth:`expect`): a relay-only receiver, as
+        NCCL's PXN routes through a peer GPU. Relaying costs an intra-host hop, so
+        NICs that even out by themselves (an all-to-all) get none. Returns the chain
+        and its relay-only devices."""
+        receivers = tuple(receivers)
+        if len(receivers) == 1:  # point to point: the common case, kept cheap
+            r = receivers[0]
+            if self.cluster.nics_per_host == 1 or self.host(r) == self.host(root):
+                return receivers, ()
+            used = {root, r}
+            out = self._relay("out", root, self.host(root), used)
+            into = self._relay("in", r, self.host(r), used)
+            relays = tuple(d for d in (out, into) if d is not None)
+            return (*relays, r), relays
         chain = self.chain(root, receivers)
         if self.cluster.nics_per_host == 1 or not chain:
             return chain, ()
-        host, nic, hosts = self.host, self.nic, self.cluster.hosts
+        host, nic = self.host, self.nic
         segments: list[list[int]] = [[root]]
         for d in chain:
             if host(d) == host(segments[-1][0]):
@@ -104,30 +146,43 @@ class Loads:
         used = set(chain) | {root}
         through: list[int] = []
         for a, b in zip(segments, segments[1:]):
-            exit_, entry = a[-1], b[0]
-            best = min(hosts[host(exit_)],
-                       key=lambda d: (self.nic_out[nic(d)], d not in a, d != exit_, d))
-            if nic(best) != nic(exit_) and self.nic_out[nic(best)] < self.nic_out[nic(exit_)]:
-                if best in a:
-                    if best != a[0]:  # the root stays first
-                        a.remove(best)
-                        a.append(best)
-                elif best not in used:
-                    a.append(best)
-                    used.add(best)
-                    through.append(best)
-            best = min(hosts[host(entry)],
-                       key=lambda d: (self.nic_in[nic(d)], d not in b, d != entry, d))
-            if nic(best) != nic(entry) and self.nic_in[nic(best)] < self.nic_in[nic(entry)]:
-                if best in b:
-                    b.remove(best)
-                    b.insert(0, best)
-                elif best not in used:
-                    b.insert(0, best)
-                    used.add(best)
-                    through.append(best)
+            relay = self._relay("out", a[-1], host(a[-1]), used)
+            if relay is not None:
+                a.append(relay)
+            elif len(a) > 2:  # the root stays first; the idlest member leaves last
+                last = min(a[1:], key=lambda d: (self.nic_out[nic(d)], d))
+                a.remove(last)
+                a.append(last)
+            relay = self._relay("in", b[0], host(b[0]), used)
+            if relay is not None:
+                b.insert(0, relay)
+            for r in (a[-1], b[0]):
+                if r != root and r not in chain and r not in through:
+                    through.append(r)
         order = tuple(d for seg in segments for d in seg)[1:]
         return order, tuple(through)
+
+    def _relay(self, direction: str, member: int, h: int, used: set[int]) -> int | None:
+        """A device of host ``h`` outside the chain to cross the host boundary through
+        instead of ``member``: the one whose NIC is expected to carry least, if the
+        plan's slices crowd ``member``'s NIC more than it and it is less loaded now."""
+        nic = self.nic
+        floor = self._least_expected.get((direction, h))
+        if floor is None:  # expectations are complete before the first choice
+            floor = min(self.expected[(direction, nic(d))] for d in self.cluster.hosts[h])
+            self._least_expected[(direction, h)] = floor
+        if self.expected[(direction, nic(member))] <= floor * (1 + 1e-9) + 1:
+            return None  # no NIC of the host is expected to carry less
+        load = self.nic_out if direction == "out" else self.nic_in
+        free = [d for d in self.cluster.hosts[h] if d not in used]
+        if not free:
+            return None
+        best = min(free, key=lambda d: (self.expected[(direction, nic(d))], load[nic(d)], d))
+        if nic(best) == nic(member) or load[nic(best)] >= load[nic(member)] or \
+                not self._crowded(direction, nic(member), nic(best)):
+            return None
+        used.add(best)
+        return best
 
     def charge(self, root: int, chain: tuple[int, ...], nbytes: int) -> None:
         """Account a pipelined chain transfer root -> chain[0] -> chain[1] ...."""

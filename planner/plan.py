@@ -277,6 +277,9 @@ def plan_many(
             for piece in (_split_for_balance(c, itemsize, loads, min_piece) if split
                           else (c,)):
                 work.append((piece.size * itemsize, i, after, piece))
+    if split and cluster.nics_per_host > 1:
+        for nbytes, _, _, cell in work:
+            loads.expect(cell.holders, cell.needers - cell.holders, nbytes)
     # Largest slices first, so balancing places the big ones on free NICs.
     work.sort(key=lambda w: -w[0])
     planner = CELL_PLANNERS[strat]
