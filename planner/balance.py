@@ -25,8 +25,9 @@ class Loads:
         self.nic_in: defaultdict[int, float] = defaultdict(float)
         self.dev_out: defaultdict[int, float] = defaultdict(float)
         self.dev_in: defaultdict[int, float] = defaultdict(float)
-        self.host = cluster.host_of
-        self.nic = cluster.nic_of
+        # plain lookups (the planner checked every device against the cluster)
+        self.host = {d: h for h, devs in enumerate(cluster.hosts) for d in devs}.__getitem__
+        self.nic = {d: cluster.nic_of(d) for d in cluster.devices}.__getitem__
         # bytes each NIC would carry with no relays (see expect / relay_chain)
         self.expected: dict[tuple[str, int], float] = defaultdict(float)
         self._least_expected: dict[tuple[str, int], float] = {}
@@ -36,6 +37,12 @@ class Loads:
         holders' NICs (shared evenly) and enters each host that needs it and holds
         none through its needers' NICs there (shared evenly)."""
         nic, host = self.nic, self.host
+        if len(holders) == 1 and len(needers) == 1:  # point to point
+            (a,), (b,) = holders, needers
+            if host(a) != host(b):
+                self.expected[("out", nic(a))] += nbytes
+                self.expected[("in", nic(b))] += nbytes
+            return
         hold_hosts = {host(d) for d in holders}
         into: dict[int, set[int]] = {}
         for d in needers:
