@@ -72,6 +72,8 @@ class Loads:
         every needer is on its own host), then whether its host needs the slice itself
         (such a root spares one NIC crossing), then the device's own send load, then id.
         """
+        if isinstance(holders, (frozenset, set, tuple, list)) and len(holders) == 1:
+            return next(iter(holders))
         best_key = None
         best = -1
         host, nic, nic_out, dev_out = self.host, self.nic, self.nic_out, self.dev_out
@@ -197,6 +199,13 @@ class Loads:
             return
         self.dev_out[root] += nbytes
         host, nic = self.host, self.nic
+        if len(chain) == 1:
+            r = chain[0]
+            self.dev_in[r] += nbytes
+            if host(r) != host(root):
+                self.nic_out[nic(root)] += nbytes
+                self.nic_in[nic(r)] += nbytes
+            return
         prev, prev_host = root, host(root)
         for r in chain:
             self.dev_in[r] += nbytes
