@@ -82,7 +82,7 @@ def run_regrouped(rt, case) -> None:
 # and 3 on to 4 (the same pair both ways, several pieces each, so pieces of different
 # chains arrive interleaved and are forwarded as they come, told apart by their tags).
 CHAIN_ROWS = 4
-CHAIN_COLS = 300_000  # 1.2 MB of float32 per row: two pieces of gloo's chain
+CHAIN_COLS = 300_000  # 1.2 MB of float32 per row: several pieces of gloo's chain
 
 
 def crossing_chains(rt, x, dst: Layout) -> ReshardPlan:
