@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Collection, Iterable
 
 from reshard.cluster import Cluster
 
@@ -64,7 +64,7 @@ class Loads:
         a, b = self.expected[(direction, n)], self.expected[(direction, other)]
         return a > b * (1 + 1e-9) + 1
 
-    def pick_root(self, holders: Iterable[int], needer_hosts: set[int] | frozenset[int],
+    def pick_root(self, holders: Collection[int], needer_hosts: set[int] | frozenset[int],
                   nbytes: int) -> int:
         """Choose the holder that sends a slice to devices on ``needer_hosts``.
 
@@ -72,7 +72,7 @@ class Loads:
         every needer is on its own host), then whether its host needs the slice itself
         (such a root spares one NIC crossing), then the device's own send load, then id.
         """
-        if isinstance(holders, (frozenset, set, tuple, list)) and len(holders) == 1:
+        if len(holders) == 1:
             return next(iter(holders))
         best_key = None
         best = -1
@@ -86,7 +86,7 @@ class Loads:
                 best_key, best = key, d
         return best
 
-    def pick_sender(self, holders: Iterable[int], receiver: int, nbytes: int) -> int:
+    def pick_sender(self, holders: Collection[int], receiver: int, nbytes: int) -> int:
         """Choose the holder that sends a slice point to point to ``receiver``: a holder
         on the receiver's host if there is one, else the least loaded NIC."""
         return self.pick_root(holders, {self.host(receiver)}, nbytes)

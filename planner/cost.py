@@ -192,7 +192,6 @@ def simulate(plan: ReshardPlan) -> Estimate:
     lat_arr = np.array(lats, dtype=np.float64)
     flow_at = np.full(n, np.inf)  # time a started task's bytes begin to flow
     flowing = np.zeros(n, dtype=bool)
-    done = np.zeros(n, dtype=bool)
     now = 0.0
 
     def enter(d: int) -> None:
@@ -235,7 +234,6 @@ def simulate(plan: ReshardPlan) -> Estimate:
         dirty = True
         for i in np.flatnonzero(ending).tolist():
             ends[i] = now
-            done[i] = True
             finished_count += 1
             step = tasks[i].step
             for d in devs_of[i]:

@@ -45,10 +45,7 @@ def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads) -> list
         return tasks
     host = loads.host
     root = loads.pick_root(cell.holders, {host(n) for n in receivers}, nbytes)
-    if len(receivers) == 1 and loads.cluster.nics_per_host == 1:
-        chain, through = tuple(receivers), ()
-    else:
-        chain, through = loads.relay_chain(root, receivers, nbytes)
+    chain, through = loads.relay_chain(root, receivers, nbytes)
     loads.charge(root, chain, nbytes)
     kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
     tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, through=through))
