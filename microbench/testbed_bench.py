@@ -42,6 +42,7 @@ from typing import Any
 from reshard.cluster import Cluster
 from reshard.layout import Layout
 from reshard.microbench.measure import (
+    Measured,
     add_case_args,
     count_wrong,
     measure_strategies,
@@ -95,6 +96,7 @@ def bench_many(rt: Any, case: Case, requests: Sequence[tuple], strategies: Seque
     values = [sample_value(shape, dtype) for shape, dtype, _, _ in requests]
     xs = [rt.put(v, src) for v, (_, _, src, _) in zip(values, requests)]
     dsts = [dst for _, _, _, dst in requests]
+    _, _, src0, dst0 = requests[0]
     rows = []
     try:
         for strategy in strategies:
@@ -103,15 +105,8 @@ def bench_many(rt: Any, case: Case, requests: Sequence[tuple], strategies: Seque
             seconds, times, wrong = time_execute(
                 rt, plan, xs, runs, warmup,
                 check=lambda ys: sum(count_wrong(rt, y, v) for y, v in zip(ys, values)))
-            model, bound = plan.estimate(), plan.lower_bound()
-            rows.append({
-                "case": case.name, "strategy": strategy, "tensors": len(requests),
-                "dtype": case.dtype, "src": str(requests[0][2]), "dst": str(requests[0][3]),
-                "tensor_bytes": case.nbytes, "bytes_moved": plan.bytes_moved(),
-                "tasks": len(plan.tasks), "seconds": seconds, "seconds_all": times,
-                "model_seconds": model, "lower_bound_seconds": bound,
-                "measured_over_model": seconds / model, "measured_over_bound": seconds / bound,
-                "busiest_resource": list(plan.simulate().busiest), "wrong": wrong})
+            m = Measured(strategy, plan, seconds, times, wrong, 0.0, None)
+            rows.append(_row(case, src0, dst0, m, tensors=len(requests)))
     finally:
         rt.free(*xs)
     return rows
@@ -121,14 +116,17 @@ def bench_case(rt: Any, case: Case, src: Layout, dst: Layout, strategies: Sequen
                runs: int, warmup: int) -> list[dict]:
     """Measure every strategy of one case on a running runtime."""
     value = sample_value(case.shape, case.dtype)
-    rows = []
-    for m in measure_strategies(rt, value, src, dst, strategies, runs, warmup):
-        seconds, model, bound = m.seconds, m.plan.estimate(), m.plan.lower_bound()
-        rows.append(measured_row(
-            case, src, dst, m, model_seconds=model, lower_bound_seconds=bound,
-            measured_over_model=seconds / model, measured_over_bound=seconds / bound,
-            busiest_resource=list(m.plan.simulate().busiest)))
-    return rows
+    return [_row(case, src, dst, m)
+            for m in measure_strategies(rt, value, src, dst, strategies, runs, warmup)]
+
+
+def _row(case: Case, src: Layout, dst: Layout, m: Measured, **extra: Any) -> dict:
+    """:func:`measured_row` with the model's prediction and the bound beside it."""
+    seconds, model, bound = m.seconds, m.plan.estimate(), m.plan.lower_bound()
+    return measured_row(
+        case, src, dst, m, **extra, model_seconds=model, lower_bound_seconds=bound,
+        measured_over_model=seconds / model, measured_over_bound=seconds / bound,
+        busiest_resource=list(m.plan.simulate().busiest))
 
 
 COLUMNS = [("case", "case"), ("strategy", "strategy"),
