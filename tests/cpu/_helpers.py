@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pathlib
+import sys
 import time
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 from hypothesis import HealthCheck, settings
@@ -19,6 +22,7 @@ from ..common import DTYPES, STRATEGIES, addends, check_shards, sample  # noqa: 
 
 # Eight workers, four hosts of two devices: the paper's (n, 4) meshes at half width.
 WORLD = Cluster.regular(4, 2)
+FAKE_CUPY = pathlib.Path(__file__).parent / "fake_cupy"
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ class PaperCase:
         """Global shape."""
         return self.case.shape
 
-    def narrowed(self, g: int) -> "PaperCase":
+    def narrowed(self, g: int) -> PaperCase:
         """The case with every mesh (n, x) made (n, g)."""
         return PaperCase(self.case.narrowed(g), self.dst_first_host)
 
@@ -126,3 +130,54 @@ def wait_gone(pids: Iterable[int], timeout: float = 15.0) -> list[int]:
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.1)
+
+
+def rank_results(target, ranks: Iterable[int], wait: float, join: float = 5.0) -> dict:
+    """Run ``target(device, rendezvous_address, results, done)`` in a process per rank
+    (each puts ``(device, dict)``, or a traceback on failure, into ``results``; ``done``
+    is set once every rank reported, so ranks may stay up until then) and return
+    ``{device: dict}``, failing the test on a rank's traceback."""
+    import multiprocessing as mp
+
+    from reshard.comm.rendezvous import TcpRendezvousServer
+
+    ranks = tuple(ranks)
+    ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods()
+                         else "spawn")
+    server = TcpRendezvousServer()
+    results, done = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=target, args=(d, server.address, results, done),
+                         daemon=True) for d in ranks]
+    try:
+        for p in procs:
+            p.start()
+        got = dict(results.get(timeout=wait) for _ in ranks)
+    finally:
+        done.set()
+        for p in procs:
+            p.join(join)
+            if p.is_alive():
+                p.kill()
+        server.close()
+    for d, r in got.items():
+        assert isinstance(r, dict), f"device {d} failed:\n{r}"
+    return got
+
+
+@contextlib.contextmanager
+def fake_nccl_runtime(cluster: Cluster, timeout: float = 30):
+    """A Runtime of the ``nccl`` backend on the fake cupy (tests/cpu/fake_cupy, whose
+    NCCL is gloo), its workers started by exec so they import the fake."""
+    import pytest
+
+    from reshard.runtime import Runtime
+
+    assert "cupy" not in sys.modules or pytest.skip("a real cupy is loaded here")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RESHARD_START_METHOD", "spawn")
+    mp.syspath_prepend(str(FAKE_CUPY))  # spawn children inherit the driver's sys.path
+    try:
+        with Runtime("nccl", cluster, "process", timeout=timeout) as runtime:
+            yield runtime
+    finally:
+        mp.undo()

@@ -4,13 +4,12 @@ all-gather / reduce, the pipelined chain broadcast, and the barrier."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import traceback
 
 import numpy as np
 import pytest
 
-from reshard.comm.rendezvous import TcpRendezvousServer
+from ._helpers import rank_results
 
 pytestmark = pytest.mark.cpu
 
@@ -35,7 +34,7 @@ def _values(device: int, dtype: str, n: int = 5) -> np.ndarray:
     return out
 
 
-def _rank_main(device: int, address, results) -> None:
+def _rank_main(device: int, address, results, done) -> None:
     try:
         from reshard.comm.backends.gloo import GlooBackend
 
@@ -80,24 +79,7 @@ def _rank_main(device: int, address, results) -> None:
 
 @pytest.mark.timeout(120)
 def test_gloo_ops_match_reference_semantics():
-    ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods()
-                         else "spawn")
-    server = TcpRendezvousServer()
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(d, server.address, results), daemon=True)
-             for d in WORLD]
-    try:
-        for p in procs:
-            p.start()
-        got = dict(results.get(timeout=90) for _ in WORLD)
-    finally:
-        for p in procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-        server.close()
-    for d, r in got.items():
-        assert isinstance(r, dict), f"device {d} failed:\n{r}"
+    got = rank_results(_rank_main, WORLD, wait=90, join=10)
     for dt in DTYPES:
         want = _values(5, dt)
         for d in WORLD:

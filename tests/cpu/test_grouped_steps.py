@@ -7,8 +7,6 @@ launcher), the local reference and the fake NCCL; every destination shard byte-e
 from __future__ import annotations
 
 import dataclasses
-import pathlib
-import sys
 from collections import Counter
 
 import numpy as np
@@ -20,7 +18,7 @@ from reshard.planner.ir import ReshardPlan, TaskKind
 from reshard.runtime import Runtime
 
 from ..common import put_value
-from ._helpers import STRATEGIES, WORLD, check_shards, sample
+from ._helpers import STRATEGIES, WORLD, check_shards, fake_nccl_runtime, rank_results, sample
 
 pytestmark = pytest.mark.cpu
 
@@ -158,7 +156,7 @@ def test_relay_only_receivers(rt):
     plain broadcast."""
     src = Layout(DeviceMesh((1,), [0]), "RR")
     dst = Layout(DeviceMesh((2,), [4, 6]), "RR")
-    value = np.arange(6 * 250_000, dtype=np.float32).reshape(6, -1)  # 2 chain pieces
+    value = np.arange(6 * 250_000, dtype=np.float32).reshape(6, -1)  # many chain pieces
     x = rt.put(value, src)
     plan = rt.plan(x, dst, "broadcast")
     tasks = []
@@ -176,29 +174,19 @@ def test_relay_only_receivers(rt):
     rt.free(x)
 
 
-FAKE = pathlib.Path(__file__).parent / "fake_cupy"
-
-
 @pytest.mark.timeout(120)
 def test_phase_steps_on_fake_nccl():
     """The nccl backend's groups (several operations, widened int16 reduces wrapping
     back after the group) on the fake cupy, whose NCCL runs each operation at once."""
-    assert "cupy" not in sys.modules or pytest.skip("a real cupy is loaded here")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("RESHARD_START_METHOD", "spawn")
-    mp.syspath_prepend(str(FAKE))  # spawn children inherit the driver's sys.path
-    try:
-        with Runtime("nccl", WORLD, "process", timeout=30) as runtime:
-            for case in CASES:
-                if case[0] in ("transpose", "partial-int16", "overlapping"):
-                    run_regrouped(runtime, case)
-    finally:
-        mp.undo()
+    with fake_nccl_runtime(WORLD) as runtime:
+        for case in CASES:
+            if case[0] in ("transpose", "partial-int16", "overlapping"):
+                run_regrouped(runtime, case)
 
 
 # ----- the gloo backend's groups, rank by rank -------------------------------------------
 RANKS = (0, 1, 2)
-BIG = 1 << 19  # float64 elements: 4 MiB, four chain pieces
+BIG = 1 << 19  # float64 elements: 4 MiB, several chain pieces
 
 
 class _Groups:
@@ -269,29 +257,7 @@ def _gloo_rank(device: int, address, results, done) -> None:
 
 @pytest.mark.timeout(90)
 def test_gloo_group_runs_its_operations_at_once():
-    import multiprocessing as mp
-
-    from reshard.comm.rendezvous import TcpRendezvousServer
-
-    ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods()
-                         else "spawn")
-    server = TcpRendezvousServer()
-    results, done = ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=_gloo_rank, args=(d, server.address, results, done),
-                         daemon=True) for d in RANKS]
-    try:
-        for p in procs:
-            p.start()
-        got = dict(results.get(timeout=60) for _ in RANKS)
-    finally:
-        done.set()
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
-        server.close()
-    for d, r in got.items():
-        assert isinstance(r, dict), f"device {d} failed:\n{r}"
+    got = rank_results(_gloo_rank, RANKS, wait=60)
     assert np.array_equal(got[0]["swap"], np.ones(BIG))
     assert np.array_equal(got[1]["swap"], np.zeros(BIG))
     total = np.full(6, 20000, np.int16)

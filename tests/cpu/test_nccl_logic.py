@@ -9,7 +9,6 @@ cannot check them. Workers start with ``spawn`` so that they see the fake on the
 
 from __future__ import annotations
 
-import pathlib
 import sys
 
 import numpy as np
@@ -17,7 +16,6 @@ import pytest
 from hypothesis import given
 
 from reshard import Cluster, DeviceMesh, Layout
-from reshard.runtime import Runtime
 
 from ._helpers import (
     STRATEGIES,
@@ -25,6 +23,7 @@ from ._helpers import (
     check_paper_case,
     check_random_problem,
     check_shards,
+    fake_nccl_runtime,
     paper_cases,
     problem_settings,
     problems,
@@ -33,21 +32,13 @@ from ._helpers import (
 
 pytestmark = pytest.mark.cpu
 
-FAKE = pathlib.Path(__file__).parent / "fake_cupy"
 CLUSTER = Cluster.regular(4, 1)
 
 
 @pytest.fixture(scope="module")
 def rt():
-    assert "cupy" not in sys.modules or pytest.skip("a real cupy is loaded here")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("RESHARD_START_METHOD", "spawn")
-    mp.syspath_prepend(str(FAKE))  # spawn children inherit the driver's sys.path
-    try:
-        with Runtime("nccl", CLUSTER, "process", timeout=30) as runtime:
-            yield runtime
-    finally:
-        mp.undo()
+    with fake_nccl_runtime(CLUSTER) as runtime:
+        yield runtime
         assert "cupy" not in sys.modules, "the driver imported the fake cupy"
 
 
