@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, Union
 
 from reshard.errors import ShapeError, SpecError
 from reshard.mesh import DeviceMesh
-from reshard.spec import ShardingSpec
+from reshard.spec import ShardingSpec, SplitRule
 
 Box = tuple[tuple[int, int], ...]
 """A global box: per dim a half-open ``(start, stop)`` interval."""
@@ -49,6 +49,38 @@ def box_size(box: Box) -> int:
     return math.prod(b - a for a, b in box)
 
 
+def flat_bounds(n: int, parts: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    """The flat rule: one chunking of ``n`` by the product of the axes' sizes.
+
+    Args:
+        n: size of the dim.
+        parts: per splitting mesh axis, major first, ``(axis size, coordinate)``.
+    """
+    idx, k = 0, 1
+    for size, coord in parts:
+        idx = idx * size + coord
+        k *= size
+    return chunk_bounds(n, k, idx)
+
+
+def nested_bounds(n: int, parts: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    """The nested rule: the first axis chunks ``n``, each next axis chunks the piece
+    the previous one left (DTensor's ``Shard`` placements applied left to right).
+
+    Args:
+        n: size of the dim.
+        parts: per splitting mesh axis, in splitting order, ``(axis size, coordinate)``.
+    """
+    lo, hi = 0, n
+    for size, coord in parts:
+        a, b = chunk_bounds(hi - lo, size, coord)
+        lo, hi = lo + a, lo + b
+    return lo, hi
+
+
+_SPLITTERS = {SplitRule.FLAT: flat_bounds, SplitRule.NESTED: nested_bounds}
+
+
 @dataclass(frozen=True, init=False)
 class Layout:
     """A tensor layout: ``spec`` applied on ``mesh``.
@@ -61,7 +93,7 @@ class Layout:
     mesh: DeviceMesh
     spec: ShardingSpec
 
-    def __init__(self, mesh: DeviceMesh, spec: Union[ShardingSpec, str]) -> None:
+    def __init__(self, mesh: DeviceMesh, spec: ShardingSpec | str) -> None:
         if not isinstance(mesh, DeviceMesh):
             raise SpecError(f"Layout needs a DeviceMesh, got {type(mesh).__name__}")
         spec = ShardingSpec.parse(spec)
@@ -75,23 +107,20 @@ class Layout:
         return self.mesh.devices
 
     def num_chunks(self, dim: int) -> int:
-        """How many ways tensor dim ``dim`` is split."""
+        """How many ways tensor dim ``dim`` is split (under either rule)."""
         return math.prod(self.mesh.shape[a] for a in self.spec.dims[dim])
 
     def boxes(self, shape: Sequence[int]) -> dict[int, Box]:
-        """The global box each device holds, as ``{device: ((start, stop), ...)}``."""
+        """The global box each device holds, as ``{device: ((start, stop), ...)}``,
+        by the spec's split rule (:class:`reshard.spec.SplitRule`)."""
         shape = check_shape(shape)
         self.spec.check(self.mesh.ndim, len(shape))
+        split = _SPLITTERS[self.spec.rule]
         out: dict[int, Box] = {}
         for coords, dev in self.mesh.iter_coords():
-            box = []
-            for d, axes in enumerate(self.spec.dims):
-                idx, k = 0, 1
-                for a in axes:
-                    idx = idx * self.mesh.shape[a] + coords[a]
-                    k *= self.mesh.shape[a]
-                box.append(chunk_bounds(shape[d], k, idx))
-            out[dev] = tuple(box)
+            out[dev] = tuple(
+                split(n, tuple((self.mesh.shape[a], coords[a]) for a in axes))
+                for n, axes in zip(shape, self.spec.dims))
         return out
 
     def index_map(self, shape: Sequence[int]) -> dict[int, tuple[slice, ...]]:
@@ -126,7 +155,7 @@ class Layout:
         return {"mesh": self.mesh.to_dict(), "spec": str(self.spec)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Layout":
+    def from_dict(cls, d: dict) -> Layout:
         """Inverse of :meth:`to_dict`."""
         return cls(DeviceMesh.from_dict(d["mesh"]), ShardingSpec.parse(d["spec"]))
 

@@ -4,18 +4,58 @@ Text form (as in Alpa and the cross-mesh resharding paper): one token per tensor
 dim, ``R`` (replicated) or ``S`` followed by the mesh axes that split it, major
 first (``S01`` splits over axis 0 then axis 1; ``S10`` the other way round), and an
 optional partial-sum suffix ``+P<axes>``: ``"S0RR"``, ``"RS01R"``, ``"S1S0"``,
-``"S0R+P1"``.
+``"S0R+P1"``. An axis is one digit, or a number in brackets from 10 on
+(``"S[12]R"``, ``"S0[10]"``: axes 0 then 10), so no string reads two ways.
+
+Split rule (:class:`SplitRule`), which matters only when several mesh axes split one
+dim whose size they do not divide:
+
+- ``flat`` (the default, no marker): one ceil-chunking of the dim by the product of
+  its axes (Alpa, XLA, JAX). Mesh ``(2, 2)``, ``"S01"``, 5 elements: ``0:2, 2:4, 4:5,
+  5:5``.
+- ``nested`` (suffix ``":nested"``): the first axis chunks the dim, the next chunks each
+  piece, and so on (DTensor and OneFlow placements). Same example, ``"S01:nested"``:
+  ``0:2, 2:3, 3:4, 4:5``.
+
+A spec in which no dim is split by two or more axes is the same under both rules and
+is always stored as ``flat``, so equal layouts compare equal.
 """
 
 from __future__ import annotations
 
+import enum
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence, Union
 
 from reshard.errors import SpecError
 
-_TOKEN = re.compile(r"R|S\d+")
+_AXIS = r"(?:\d|\[\d+\])"
+_TOKEN = re.compile(rf"R|S{_AXIS}+")
+_AXES = re.compile(rf"{_AXIS}+")
+
+
+class SplitRule(enum.Enum):
+    """How several mesh axes split one tensor dim (see the module docstring)."""
+
+    FLAT = "flat"
+    NESTED = "nested"
+
+    @classmethod
+    def parse(cls, value: str | SplitRule) -> SplitRule:
+        """The rule named ``value`` (case and blanks ignored).
+
+        Raises:
+            SpecError: for an unknown name, listing the valid ones.
+        """
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            for member in cls:
+                if member.value == value.strip().lower():
+                    return member
+        raise SpecError(
+            f"unknown split rule {value!r}; valid split rules: {[m.value for m in cls]}")
 
 
 @dataclass(frozen=True)
@@ -44,7 +84,7 @@ class Partial:
         return "P"
 
 
-Placement = Union[Shard, Replicate, Partial]
+Placement = Shard | Replicate | Partial
 
 
 def _parse_placement(p: object) -> Placement:
@@ -53,7 +93,7 @@ def _parse_placement(p: object) -> Placement:
     name = type(p).__name__
     # DTensor / OneFlow objects: Shard(dim=...), Replicate(), Partial()/_Partial
     if name == "Shard" and hasattr(p, "dim"):
-        return Shard(int(p.dim))  # type: ignore[attr-defined]
+        return Shard(int(p.dim))
     if name == "Replicate":
         return Replicate()
     if name in ("Partial", "_Partial"):
@@ -73,25 +113,46 @@ def _parse_placement(p: object) -> Placement:
     )
 
 
+def format_axes(axes: Iterable[int]) -> str:
+    """Axes in the text form: one digit each, ``[n]`` from 10 on (``(0, 12)`` ->
+    ``"0[12]"``)."""
+    return "".join(str(a) if a < 10 else f"[{a}]" for a in axes)
+
+
+def _parse_axes(text: str) -> tuple[int, ...]:
+    return tuple(int(m.strip("[]")) for m in re.findall(_AXIS, text))
+
+
+def _format_dims(dims: Iterable[tuple[int, ...]]) -> str:
+    return "".join("R" if not axes else "S" + format_axes(axes) for axes in dims)
+
+
 @dataclass(frozen=True)
 class ShardingSpec:
     """For each tensor dim, the mesh axes that split it (major to minor), plus the
-    mesh axes over which the value is a partial sum.
+    mesh axes over which the value is a partial sum, and the split rule.
 
     Attributes:
         dims: ``dims[d]`` is the tuple of mesh axes splitting tensor dim ``d``;
             ``()`` means the dim is not split.
         partial: sorted mesh axes over which devices hold addends of the value.
+        rule: how several axes split one dim (:class:`SplitRule`, or its name);
+            stored as ``FLAT`` when no dim has two or more axes (both rules agree).
     """
 
     dims: tuple[tuple[int, ...], ...]
     partial: tuple[int, ...] = ()
+    rule: SplitRule = SplitRule.FLAT
 
     def __post_init__(self) -> None:
         dims = tuple(tuple(int(a) for a in axes) for axes in self.dims)
         partial = tuple(sorted(int(a) for a in self.partial))
+        rule = SplitRule.parse(self.rule)
+        if all(len(axes) < 2 for axes in dims):
+            rule = SplitRule.FLAT
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "partial", partial)
+        object.__setattr__(self, "rule", rule)
         used: dict[int, str] = {}
         for d, axes in enumerate(dims):
             for a in axes:
@@ -117,21 +178,24 @@ class ShardingSpec:
 
     # ----- construction -------------------------------------------------------------
     @classmethod
-    def parse(cls, text: Union[str, "ShardingSpec"]) -> "ShardingSpec":
-        """Parse the text form, e.g. ``"S0RR"``, ``"RS01R"``, ``"S0R+P1"``."""
+    def parse(cls, text: str | ShardingSpec) -> ShardingSpec:
+        """Parse the text form, e.g. ``"S0RR"``, ``"RS01R"``, ``"S0R+P1"``,
+        ``"S01R:nested"``, ``"S[10]R"``."""
         if isinstance(text, ShardingSpec):
             return text
         if not isinstance(text, str):
             raise SpecError(f"sharding spec must be a string like 'S0RR', got {text!r}")
-        body, _, part = text.strip().partition("+")
+        rest, colon, rule_name = text.strip().partition(":")
+        rule = SplitRule.parse(rule_name) if colon else SplitRule.FLAT
+        body, plus, part = rest.partition("+")
         partial: tuple[int, ...] = ()
-        if _:
-            if not re.fullmatch(r"P\d+", part):
+        if plus:
+            if not (part.startswith("P") and _AXES.fullmatch(part[1:])):
                 raise SpecError(
                     f"bad partial suffix '+{part}' in {text!r}; write '+P' followed by mesh "
-                    f"axis digits, e.g. 'S0R+P1'"
+                    f"axes (a digit each, [n] from 10 on), e.g. 'S0R+P1', 'S0R+P[10]'"
                 )
-            partial = tuple(int(c) for c in part[1:])
+            partial = _parse_axes(part[1:])
         pos = 0
         dims = []
         while pos < len(body):
@@ -139,30 +203,32 @@ class ShardingSpec:
             if not m:
                 raise SpecError(
                     f"bad sharding spec {text!r} at position {pos} ({body[pos:]!r}); each "
-                    f"tensor dim is 'R' or 'S' followed by mesh axis digits, e.g. 'S0RR', "
-                    f"'RS01R', 'S0R+P1'"
+                    f"tensor dim is 'R' or 'S' followed by mesh axes (a digit each, [n] from "
+                    f"10 on), e.g. 'S0RR', 'RS01R', 'S[10]R', 'S0R+P1', 'S01R:nested'"
                 )
             tok = m.group(0)
-            dims.append(() if tok == "R" else tuple(int(c) for c in tok[1:]))
+            dims.append(() if tok == "R" else _parse_axes(tok[1:]))
             pos = m.end()
-        return cls(tuple(dims), partial)
+        return cls(tuple(dims), partial, rule)
 
     @classmethod
-    def replicated(cls, ndim: int) -> "ShardingSpec":
+    def replicated(cls, ndim: int) -> ShardingSpec:
         """Fully replicated spec for a tensor of rank ``ndim``."""
         return cls(tuple(() for _ in range(ndim)))
 
     @classmethod
     def from_placements(
         cls, placements: Sequence[Placement | str | object], ndim: int
-    ) -> "ShardingSpec":
+    ) -> ShardingSpec:
         """Build a spec from per-mesh-axis placements (DTensor / SBP style).
+
+        Several mesh axes sharding the same dim split it as DTensor does: in mesh-axis
+        order (lower axis major), each axis chunking the previous axis's piece, so the
+        spec gets the ``nested`` rule.
 
         Args:
             placements: one placement per mesh axis: ``Shard(d)``, ``Replicate()``,
                 ``Partial()`` (ours, DTensor's, or strings ``'S(d)'``, ``'R'``, ``'P'``).
-                Several mesh axes sharding the same dim split it in mesh-axis order
-                (lower axis major), as DTensor does.
             ndim: tensor rank.
         """
         dims: list[list[int]] = [[] for _ in range(ndim)]
@@ -179,10 +245,16 @@ class ShardingSpec:
                 dims[d].append(axis)
             elif isinstance(p, Partial):
                 partial.append(axis)
-        return cls(tuple(tuple(a) for a in dims), tuple(partial))
+        return cls(tuple(tuple(a) for a in dims), tuple(partial), SplitRule.NESTED)
 
     def to_placements(self, mesh_ndim: int) -> tuple[Placement, ...]:
-        """Per-mesh-axis placements; raises if a dim is split in non-increasing axis order."""
+        """Per-mesh-axis placements (DTensor / SBP style), the inverse of
+        :meth:`from_placements`.
+
+        Raises:
+            SpecError: if a dim is split minor-axis-first, or by several axes under the
+                flat rule (placements always split nested).
+        """
         self.check(mesh_ndim)
         out: list[Placement] = [Replicate() for _ in range(mesh_ndim)]
         for d, axes in enumerate(self.dims):
@@ -190,13 +262,24 @@ class ShardingSpec:
                 raise SpecError(
                     f"dim {d} of '{self}' is split minor-axis-first ({axes}); per-axis "
                     f"placements can only say lower-axis-major, e.g. "
-                    f"S{''.join(map(str, sorted(axes)))}"
+                    f"S{format_axes(sorted(axes))}"
+                )
+            if len(axes) > 1 and self.rule is SplitRule.FLAT:
+                raise SpecError(
+                    f"dim {d} of '{self}' is split flat by mesh axes {axes}, but placements "
+                    f"split nested (the first axis chunks the dim, the next each piece), "
+                    f"which differs on uneven sizes; use '{self.with_rule(SplitRule.NESTED)}' "
+                    f"(identical when the dim's size divides by the axes' product)"
                 )
             for a in axes:
                 out[a] = Shard(d)
         for a in self.partial:
             out[a] = Partial()
         return tuple(out)
+
+    def with_rule(self, rule: SplitRule | str) -> ShardingSpec:
+        """This spec under another split rule."""
+        return ShardingSpec(self.dims, self.partial, SplitRule.parse(rule))
 
     # ----- queries -------------------------------------------------------------------
     @property
@@ -229,9 +312,11 @@ class ShardingSpec:
             )
 
     def __str__(self) -> str:
-        body = "".join("R" if not axes else "S" + "".join(map(str, axes)) for axes in self.dims)
+        body = _format_dims(self.dims)
         if self.partial:
-            body += "+P" + "".join(map(str, self.partial))
+            body += "+P" + format_axes(self.partial)
+        if self.rule is not SplitRule.FLAT:
+            body += ":" + self.rule.value
         return body
 
     def __repr__(self) -> str:
@@ -239,9 +324,5 @@ class ShardingSpec:
 
 
 def _example_fix(dims: Iterable[tuple[int, ...]], d: int, a: int) -> str:
-    fixed = []
-    for i, axes in enumerate(dims):
-        if i == d:
-            axes = tuple(x for x in axes if x != a)
-        fixed.append("R" if not axes else "S" + "".join(map(str, axes)))
-    return "".join(fixed)
+    return _format_dims(
+        tuple(x for x in axes if x != a) if i == d else axes for i, axes in enumerate(dims))

@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import reshard
-from reshard import Cluster, ShardingSpec
+from reshard import Cluster, Layout, ShardingSpec
 from reshard.planner.ir import ReshardPlan, TaskKind
+from reshard.spec import SplitRule
 
 from ..common import STRATEGIES, check_shards, problems, put_value, sample, specs, wire_bytes
 
@@ -19,9 +20,13 @@ POOL = tuple(range(24))  # device ids 0..23
 
 @st.composite
 def planning_problems(draw):
-    """A random problem (tests/common.py) and a random cluster of 1-8 devices and 1-8
-    NICs per host (several NICs: plans relay through devices that need nothing)."""
+    """A random problem (tests/common.py), each layout under a random split rule (flat
+    or nested: they differ where several axes split an uneven dim), and a random
+    cluster of 1-8 devices and 1-8 NICs per host (several NICs: plans relay through
+    devices that need nothing)."""
     shape, dtype, src, dst = draw(problems(POOL))
+    src, dst = (Layout(lay.mesh, lay.spec.with_rule(draw(st.sampled_from(list(SplitRule)))))
+                for lay in (src, dst))
     per_host = draw(st.integers(1, 8))
     order = draw(st.permutations(POOL))
     nics = draw(st.integers(1, per_host))
@@ -30,9 +35,44 @@ def planning_problems(draw):
     return shape, np.dtype(dtype), src, dst, cluster
 
 
+@st.composite
+def nested_problems(draw):
+    """A planning problem whose source or destination (or both) is nested with one dim
+    split by 2-3 mesh axes (any order) at a size where nested and flat boxes differ."""
+    shape, dtype, src, dst, cluster = draw(planning_problems())
+    which = draw(st.sampled_from(["src", "dst", "both"]))
+    out = {"src": src, "dst": dst}
+    shape_l = [max(1, s) for s in shape]  # no empty tensor: every example moves bytes
+    d = draw(st.integers(0, len(shape) - 1))
+    for name in (("src", "dst") if which == "both" else (which,)):
+        sizes = draw(st.lists(st.integers(2, 4), min_size=2, max_size=3).filter(
+            lambda s: math.prod(s) <= 16))
+        devices = draw(st.permutations(POOL))[:math.prod(sizes)]
+        axes = draw(st.permutations(range(len(sizes))))[:draw(st.integers(2, len(sizes)))]
+        dims = tuple(tuple(axes) if i == d else () for i in range(len(shape)))
+        spec = ShardingSpec(dims, rule=SplitRule.NESTED)
+        out[name] = Layout(reshard.DeviceMesh(tuple(sizes), devices=devices), spec)
+    lay = out["src"] if which != "dst" else out["dst"]
+    shape_l[d] = draw(st.integers(1, 13))
+    flat = Layout(lay.mesh, lay.spec.with_rule(SplitRule.FLAT))
+    assume(flat.index_map(shape_l) != lay.index_map(shape_l))
+    return tuple(shape_l), dtype, out["src"], out["dst"], cluster
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(planning_problems(), st.sampled_from(STRATEGIES), st.integers(0, 2 ** 32 - 1))
 def test_every_destination_shard_exact(problem, strategy, seed):
+    _check_exact(problem, strategy, seed)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.filter_too_much])
+@given(nested_problems(), st.sampled_from(STRATEGIES), st.integers(0, 2 ** 32 - 1))
+def test_nested_uneven_destination_shard_exact(problem, strategy, seed):
+    _check_exact(problem, strategy, seed)
+
+
+def _check_exact(problem, strategy, seed):
     shape, dtype, src, dst, cluster = problem
     rng = np.random.default_rng(seed)
     value = sample(rng, shape, dtype.name)
@@ -81,6 +121,8 @@ def _overlaps(a, b):
 @given(st.integers(1, 3).flatmap(lambda n: specs(n, n + 1, True)))
 def test_spec_text_round_trip(spec):
     text = str(spec)
+    nested = spec.with_rule(SplitRule.NESTED)
+    assert ShardingSpec.parse(str(nested)) == nested
     again = ShardingSpec.parse(text)
     assert again == spec and hash(again) == hash(spec) and str(again) == text
 
