@@ -39,13 +39,16 @@ setup(
     python_requires=">=3.10",
     package_dir=package_dir,
     packages=packages,
+    package_data={"reshard": ["py.typed"]},
+    # What a compiler using only the planner (or the service) needs; the data plane's
+    # heavy parts are extras.
     install_requires=[
         "numpy>=1.24",
-        "ray>=2.9",
         "grpcio>=1.60",
         "protobuf>=4.25",
     ],
     extras_require={
+        "ray": ["ray>=2.9"],
         "gloo": ["torch>=2.1"],
         "cuda12": ["cupy-cuda12x>=13", "nvidia-nccl-cu12"],
         "cuda13": ["cupy-cuda13x>=13.6", "nvidia-nccl-cu13"],

@@ -46,3 +46,8 @@ class PlanError(ReshardError):
 
 class ExecutionError(ReshardError):
     """Executing a plan failed: a worker died, timed out, or a backend raised."""
+
+
+class MissingDependencyError(ReshardError, ImportError):
+    """An optional dependency a feature needs is not installed (the message names the
+    extra to install)."""

@@ -8,7 +8,7 @@ from typing import Any
 from reshard.cluster import Cluster
 from reshard.comm.backend import BackendKind
 from reshard.comm.launchers.base import LauncherKind, WorkerGroup
-from reshard.errors import StrategyError
+from reshard.errors import MissingDependencyError, StrategyError
 
 
 def default_launcher(backend: BackendKind) -> LauncherKind:
@@ -41,8 +41,14 @@ def start_group(backend: BackendKind, launcher: LauncherKind, devices: Sequence[
         from reshard.comm.launchers.process import ProcessGroup
 
         return ProcessGroup(backend, devices, cluster, timeout, env=env, netns=netns)
-    from reshard.comm.launchers.ray import RayGroup
-
+    try:
+        from reshard.comm.launchers.ray import RayGroup
+    except ModuleNotFoundError as e:
+        if e.name != "ray":
+            raise
+        raise MissingDependencyError(
+            "launcher='ray' needs Ray, which is not installed: pip install 'reshard[ray]' "
+            "(or use launcher='process' on one machine)") from None
     return RayGroup(backend, devices, cluster, timeout, address=address, env=env)
 
 
