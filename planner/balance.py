@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable
 
 from reshard.cluster import Cluster
+from reshard.planner.resources import NIC_IN, NIC_OUT, crossings
 
 
 class Loads:
@@ -40,8 +41,8 @@ class Loads:
         if len(holders) == 1 and len(needers) == 1:  # point to point
             (a,), (b,) = holders, needers
             if host(a) != host(b):
-                self.expected[("out", nic(a))] += nbytes
-                self.expected[("in", nic(b))] += nbytes
+                self.expected[(NIC_OUT, nic(a))] += nbytes
+                self.expected[(NIC_IN, nic(b))] += nbytes
             return
         hold_hosts = {host(d) for d in holders}
         into: dict[int, set[int]] = {}
@@ -53,10 +54,10 @@ class Loads:
             return
         out = {nic(d) for d in holders}
         for n in out:
-            self.expected[("out", n)] += nbytes * len(into) / len(out)
+            self.expected[(NIC_OUT, n)] += nbytes * len(into) / len(out)
         for nics in into.values():
             for n in nics:
-                self.expected[("in", n)] += nbytes / len(nics)
+                self.expected[(NIC_IN, n)] += nbytes / len(nics)
 
     def _crowded(self, direction: str, n: int, other: int) -> bool:
         """Whether NIC ``n`` is expected to carry more than NIC ``other`` of its host,
@@ -136,8 +137,8 @@ class Loads:
             if self.cluster.nics_per_host == 1 or self.host(r) == self.host(root):
                 return receivers, ()
             used = {root, r}
-            out = self._relay("out", root, self.host(root), used)
-            into = self._relay("in", r, self.host(r), used)
+            out = self._relay(NIC_OUT, root, self.host(root), used)
+            into = self._relay(NIC_IN, r, self.host(r), used)
             relays = tuple(d for d in (out, into) if d is not None)
             return (*relays, r), relays
         chain = self.chain(root, receivers)
@@ -155,14 +156,14 @@ class Loads:
         used = set(chain) | {root}
         through: list[int] = []
         for a, b in zip(segments, segments[1:]):
-            relay = self._relay("out", a[-1], host(a[-1]), used)
+            relay = self._relay(NIC_OUT, a[-1], host(a[-1]), used)
             if relay is not None:
                 a.append(relay)
             elif len(a) > 2:  # the root stays first; the idlest member leaves last
                 last = min(a[1:], key=lambda d: (self.nic_out[nic(d)], d))
                 a.remove(last)
                 a.append(last)
-            relay = self._relay("in", b[0], host(b[0]), used)
+            relay = self._relay(NIC_IN, b[0], host(b[0]), used)
             if relay is not None:
                 b.insert(0, relay)
             for r in (a[-1], b[0]):
@@ -182,7 +183,7 @@ class Loads:
             self._least_expected[(direction, h)] = floor
         if self.expected[(direction, nic(member))] <= floor * (1 + 1e-9) + 1:
             return None  # no NIC of the host is expected to carry less
-        load = self.nic_out if direction == "out" else self.nic_in
+        load = self.nic_out if direction == NIC_OUT else self.nic_in
         free = [d for d in self.cluster.hosts[h] if d not in used]
         if not free:
             return None
@@ -198,19 +199,9 @@ class Loads:
         if not chain:
             return
         self.dev_out[root] += nbytes
-        host, nic = self.host, self.nic
-        if len(chain) == 1:
-            r = chain[0]
-            self.dev_in[r] += nbytes
-            if host(r) != host(root):
-                self.nic_out[nic(root)] += nbytes
-                self.nic_in[nic(r)] += nbytes
-            return
-        prev, prev_host = root, host(root)
         for r in chain:
             self.dev_in[r] += nbytes
-            h = host(r)
-            if h != prev_host:
-                self.nic_out[nic(prev)] += nbytes
-                self.nic_in[nic(r)] += nbytes
-            prev, prev_host = r, h
+        nic = self.nic
+        for a, b in crossings(self.host, root, chain):
+            self.nic_out[nic(a)] += nbytes
+            self.nic_in[nic(b)] += nbytes

@@ -27,8 +27,7 @@ from reshard.cluster import Cluster
 from reshard.layout import box_size
 from reshard.planner.decompose import decompose, devices_by_box
 from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
-
-Resource = tuple[str, int]
+from reshard.planner.resources import COPY, DEV_IN, DEV_OUT, NIC_IN, NIC_OUT, Resource, crossings
 
 
 @dataclass(frozen=True)
@@ -52,9 +51,8 @@ def _crossings(cluster: Cluster, chain: Sequence[int]) -> list[tuple[Resource, f
     """NIC directions a chain's bytes cross: leaving one host through the sending
     device's NIC and entering the next through the receiving device's."""
     out: list[tuple[Resource, float]] = []
-    for a, b in zip(chain, chain[1:]):
-        if cluster.host_of(a) != cluster.host_of(b):
-            out += [(("nic_out", cluster.nic_of(a)), 1.0), (("nic_in", cluster.nic_of(b)), 1.0)]
+    for a, b in crossings(cluster.host_of, chain[0], chain[1:]):
+        out += [((NIC_OUT, cluster.nic_of(a)), 1.0), ((NIC_IN, cluster.nic_of(b)), 1.0)]
     return out
 
 
@@ -62,26 +60,26 @@ def task_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]
     """Resources a task's bytes cross (with the fraction of the bytes on each) and its
     fixed latency."""
     if task.kind is TaskKind.COPY:
-        return [(("copy", task.root), 1.0)], 0.0
+        return [((COPY, task.root), 1.0)], 0.0
     if task.kind is TaskKind.ALLGATHER:
         k = len(task.receivers)
         frac = (k - 1) / k if k else 0.0
         path: list[tuple[Resource, float]] = []
         for d in task.receivers:
-            path += [(("dev_in", d), frac), (("dev_out", d), frac)]
+            path += [((DEV_IN, d), frac), ((DEV_OUT, d), frac)]
         hosts = {cluster.host_of(d) for d in task.receivers}
         if len(hosts) > 1:
             for d in task.receivers:
-                path += [(("nic_in", cluster.nic_of(d)), frac),
-                         (("nic_out", cluster.nic_of(d)), frac)]
+                path += [((NIC_IN, cluster.nic_of(d)), frac),
+                         ((NIC_OUT, cluster.nic_of(d)), frac)]
         lat = cluster.latency * (len(hosts) - 1) + cluster.intra_latency * (k - len(hosts))
         return path, lat
     if task.kind is TaskKind.REDUCE:
         chain = [*task.receivers, task.root]
     else:
         chain = [task.root, *task.receivers]
-    path = [(("dev_out", d), 1.0) for d in chain[:-1]]
-    path += [(("dev_in", d), 1.0) for d in chain[1:]]
+    path = [((DEV_OUT, d), 1.0) for d in chain[:-1]]
+    path += [((DEV_IN, d), 1.0) for d in chain[1:]]
     cross = _crossings(cluster, chain)
     path += cross
     hops = len(cross) // 2
@@ -89,13 +87,18 @@ def task_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]
     return path, lat
 
 
+_CAPACITY = {
+    NIC_OUT: lambda c: c.nic_capacity,
+    NIC_IN: lambda c: c.nic_capacity,
+    DEV_OUT: lambda c: c.intra_bandwidth,
+    DEV_IN: lambda c: c.intra_bandwidth,
+    COPY: lambda c: c.copy_bandwidth,
+}
+
+
 def _capacity(res: Resource, cluster: Cluster) -> float:
-    kind = res[0]
-    if kind.startswith("nic"):
-        return cluster.nic_capacity
-    if kind == "copy":
-        return cluster.copy_bandwidth
-    return cluster.intra_bandwidth
+    """Bytes per second of one resource of ``cluster``."""
+    return _CAPACITY[res[0]](cluster)
 
 
 class _Flows:

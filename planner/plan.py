@@ -18,7 +18,7 @@ from reshard.planner.balance import Loads
 from reshard.planner.decompose import Cell, decompose, devices_by_box
 from reshard.planner.ir import Buffer, ReshardPlan, Task, TaskKind, TensorSpec
 from reshard.planner.order import one_at_a_time, order_tasks
-from reshard.planner.strategies import CELL_PLANNERS, split_box
+from reshard.planner.cell_tasks import CELL_PLANNERS, split_box
 from reshard.planner.strategy import Strategy
 
 NUMERIC_KINDS = "biufc"

@@ -1,4 +1,5 @@
-"""Turning cells into tasks, one function per strategy."""
+"""Turning cells into tasks, one function per strategy (the Strategy enum itself is in
+strategy.py)."""
 
 from __future__ import annotations
 

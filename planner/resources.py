@@ -1,0 +1,40 @@
+"""The resources a transfer uses, named once for the balancer and the cost model.
+
+A transfer leaves a host through its sending device's NIC (``NIC_OUT``) and enters the
+next host through its receiving device's NIC (``NIC_IN``); inside a host it leaves a
+device by ``DEV_OUT`` and enters one by ``DEV_IN``; a local copy uses the device's
+``COPY`` engine. A resource is ``(kind, index)``: a NIC index (``Cluster.nic_of``) or a
+device id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+NIC_OUT = "nic_out"
+NIC_IN = "nic_in"
+DEV_OUT = "dev_out"
+DEV_IN = "dev_in"
+COPY = "copy"
+
+Resource = tuple[str, int]
+
+
+def crossings(host: Callable[[int], int], root: int,
+              chain: Sequence[int]) -> list[tuple[int, int]]:
+    """The host boundaries a pipelined chain ``root -> chain[0] -> chain[1] ...``
+    crosses, as (sending device, receiving device) pairs, in chain order.
+
+    Args:
+        host: the host of a device (a plain lookup: this is on the planner's hot path).
+        root: the device the chain starts at.
+        chain: the devices it passes through, in order.
+    """
+    out = []
+    prev, prev_host = root, host(root)
+    for d in chain:
+        h = host(d)
+        if h != prev_host:
+            out.append((prev, d))
+        prev, prev_host = d, h
+    return out
