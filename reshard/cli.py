@@ -1,12 +1,15 @@
-"""``reshard``: plan a resharding from the command line and print it.
+"""``reshard``: plan a resharding from the command line and print it, or serve the
+gRPC service.
 
 Example::
 
     reshard plan --shape 1024,1024,512 --dtype int32 \\
         --src-mesh 2x4 --src-spec S0RR --dst-mesh 2x4@8 --dst-spec S01RR \\
         --hosts 4x4 --strategy broadcast [--json plan.json]
+    reshard serve [--host 127.0.0.1] [--port 50051] [--backend local] [--cluster 4x4]
 
-Meshes are ``SHAPE[@FIRST_DEVICE]`` (``2x4@8`` = devices 8..15 row-major).
+Meshes are ``SHAPE[@FIRST_DEVICE]`` (``2x4@8`` = devices 8..15 row-major). ``reshard
+serve --help`` lists the service's flags (docs/service.md).
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Sequence
+from collections.abc import Callable, Sequence
 
 import reshard
 from reshard.cluster import preset_names
+from reshard.service import serve_cli
 
 
 def _ints(text: str, sep: str) -> tuple[int, ...]:
@@ -52,12 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default="paper", choices=preset_names())
     p.add_argument("--strategy", default="broadcast")
     p.add_argument("--json", default=None, help="write the plan's JSON here")
+    s = sub.add_parser("serve", help="serve plans, estimates and execution over gRPC",
+                       description=serve_cli.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve_cli.add_arguments(s)
     return ap
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point."""
-    args = build_parser().parse_args(argv)
+def _plan(args: argparse.Namespace) -> int:
+    """``reshard plan``."""
     try:
         cluster = (reshard.Cluster.regular(*args.hosts, preset=args.preset)
                    if args.hosts else None)
@@ -72,6 +79,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             f.write(p.to_json(indent=1))
     return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "plan": _plan,
+    "serve": serve_cli.run,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point."""
+    args = build_parser().parse_args(argv)
+    return COMMANDS[args.command](args)
 
 
 if __name__ == "__main__":

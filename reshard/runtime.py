@@ -187,9 +187,12 @@ class Runtime:
         fut.add_done_callback(lambda _, d=device: self._progress.__setitem__(d, time.monotonic()))
         return device, fut
 
-    def _wait(self, calls: list[tuple[int, Future]], what: str, issued: float) -> None:
+    def _wait(self, calls: list[tuple[int, Future]], what: str, issued: float,
+              timeout: float | None = None) -> None:
         """Wait for issued calls; on failure shut down and raise one error naming the
-        dead or stuck devices and the failing tasks."""
+        dead or stuck devices and the failing tasks (``timeout``: this call's, default
+        the Runtime's)."""
+        limit = self.timeout if timeout is None else timeout
         pending = {f for _, f in calls}
         while pending:
             try:
@@ -204,12 +207,13 @@ class Runtime:
             dead = self.group.dead()
             now = time.monotonic()
             stuck = sorted({d for d, f in calls if not f.done() and
-                            now - max(issued, self._progress.get(d, 0.0)) >= self.timeout})
+                            now - max(issued, self._progress.get(d, 0.0)) >= limit})
             if failed or dead or stuck:
                 self._collect_reports({f for d, f in calls if d not in dead and not f.done()})
                 dead = self.group.dead()  # also those that died while peers reported
                 silent = sorted({d for d, f in calls if not f.done() and d not in dead})
-                reason = self._describe_failure(calls, what, silent if stuck else [], dead)
+                reason = self._describe_failure(calls, what, silent if stuck else [], dead,
+                                                limit)
                 self._fail(reason)
                 raise ExecutionError(reason)
 
@@ -241,13 +245,13 @@ class Runtime:
             self._aborting.start()
 
     def _describe_failure(self, calls: list[tuple[int, Future]], what: str,
-                          stuck: list[int], dead: dict[int, str]) -> str:
+                          stuck: list[int], dead: dict[int, str], limit: float) -> str:
         parts = []
         for d, why in sorted(dead.items()):
             parts.append(f"device {d} died ({why})")
         for d in stuck:
             if d not in dead:
-                parts.append(f"device {d} made no progress for {self.timeout:g}s (stuck)")
+                parts.append(f"device {d} made no progress for {limit:g}s (stuck)")
         seen = set()
         for d, f in sorted(calls, key=lambda c: c[0]):
             if f.done() and f.exception() is not None and d not in dead:
@@ -312,11 +316,12 @@ class Runtime:
             self._live[x.key] = x
         return x
 
-    def put(self, array: Any, layout: Layout) -> DArray:
+    def put(self, array: Any, layout: Layout, *, timeout: float | None = None) -> DArray:
         """Distribute a global array over ``layout``'s devices.
 
         For a partial layout, the devices with coordinate 0 on every partial axis get
-        the value and the other addends are zeros.
+        the value and the other addends are zeros. ``timeout``: this call's (seconds a
+        worker may make no progress; default the Runtime's), as for :meth:`execute`.
         """
         arr = _as_array(array)
         dt = parse_dtype(arr.dtype)
@@ -329,10 +334,10 @@ class Runtime:
         for d, box in boxes.items():
             piece = arr[tuple(slice(a, b) for a, b in box)]
             shards[d] = np.ascontiguousarray(piece) if d in leaders else np.zeros_like(piece)
-        return self.put_shards(shards, layout, arr.shape, dt)
+        return self.put_shards(shards, layout, arr.shape, dt, timeout=timeout)
 
     def put_shards(self, shards: dict[int, Any], layout: Layout, shape: Sequence[int],
-                   dtype: Any) -> DArray:
+                   dtype: Any, *, timeout: float | None = None) -> DArray:
         """Distribute given per-device shards (e.g. the addends of a partial sum)."""
         shape_t = check_shape(shape)
         dt = parse_dtype(dtype)
@@ -362,22 +367,23 @@ class Runtime:
             issued = time.monotonic()
             futures = self._issue({d: ("put", x.key, a) for d, a in arrays.items()})
             self._live[x.key] = x
-        self._wait(futures, "put", issued)
+        self._wait(futures, "put", issued, timeout)
         return x
 
-    def shards(self, x: DArray) -> dict[int, np.ndarray]:
-        """Every device's shard of ``x``."""
+    def shards(self, x: DArray, *, timeout: float | None = None) -> dict[int, np.ndarray]:
+        """Every device's shard of ``x`` (``timeout``: as for :meth:`execute`)."""
         with self._lock:
             self._check_open()
             self._check_live([x])
             issued = time.monotonic()
             futures = self._issue({d: ("get", x.key) for d in x.layout.devices})
-        self._wait(futures, "get", issued)
+        self._wait(futures, "get", issued, timeout)
         return {d: f.result() for d, f in futures}
 
-    def get(self, x: DArray) -> np.ndarray:
-        """The global value of ``x`` (partial addends summed)."""
-        shards = self.shards(x)
+    def get(self, x: DArray, *, timeout: float | None = None) -> np.ndarray:
+        """The global value of ``x`` (partial addends summed; ``timeout``: as for
+        :meth:`execute`)."""
+        shards = self.shards(x, timeout=timeout)
         out = np.zeros(x.shape, dtype=np.dtype(x.dtype))
         boxes = x.layout.boxes(x.shape)
         done: set = set()
@@ -520,8 +526,15 @@ class Runtime:
             calls = self._issue({d: ("unload_plan", pid) for d in self._targets(plan)})
         self._wait(calls, "unload plan", issued)
 
-    def execute(self, plan: ReshardPlan, xs: Sequence[DArray]) -> list[DArray]:
-        """Run ``plan`` on arrays matching its tensors; returns the moved arrays."""
+    def execute(self, plan: ReshardPlan, xs: Sequence[DArray], *,
+                timeout: float | None = None) -> list[DArray]:
+        """Run ``plan`` on arrays matching its tensors; returns the moved arrays.
+
+        ``timeout``: seconds this call may wait on a worker that makes no progress
+        (default the Runtime's; the service passes a caller's deadline here). Running
+        out of it fails the call and shuts the Runtime down, as the Runtime's own
+        timeout does.
+        """
         self._check_plan(plan)
         if len(xs) != len(plan.tensors):
             raise ReshardError(f"plan moves {len(plan.tensors)} tensors, got {len(xs)} arrays")
@@ -543,7 +556,8 @@ class Runtime:
             calls += self._issue({d: ("execute", pid, in_keys, out_keys) for d in plan.devices})
             for y in outs:
                 self._live[y.key] = y
-        self._wait(calls, f"plan {pid} ({plan.strategy.value}, {len(plan.tasks)} tasks)", issued)
+        self._wait(calls, f"plan {pid} ({plan.strategy.value}, {len(plan.tasks)} tasks)", issued,
+                   timeout)
         return outs
 
 

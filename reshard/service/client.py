@@ -1,0 +1,248 @@
+"""Client: the Python API of a remote ``reshard serve``.
+
+Example::
+
+    from reshard.service import Client
+
+    with Client("127.0.0.1:50051") as c:
+        p = c.plan((1024, 64), "float32", src, dst, cluster=cluster)   # a ReshardPlan
+        seconds, bound = c.estimate((1024, 64), "float32", src, dst, cluster=cluster)
+
+A server-side error is raised as the same :class:`reshard.ReshardError` subclass with
+the same message; failures of the service itself (unreachable, refused token, size
+limits) raise :class:`ServiceError` with the gRPC status code.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from reshard.cluster import Cluster
+from reshard.errors import ReshardError
+from reshard.layout import Layout, check_shape
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.plan import parse_dtype
+from reshard.planner.strategy import Strategy
+from reshard.service.auth import bearer
+from reshard.service.convert import layout_from_pb, request_to_pb
+from reshard.service.options import DEFAULT_MAX_MESSAGE
+from reshard.service.plan_codec import merge_chunks, plan_from_pb, plan_to_pb
+from reshard.service.status import ServiceError, raise_rpc_error
+from reshard.service.v1 import reshard_pb2 as pb
+from reshard.service.v1 import reshard_pb2_grpc as pb_grpc
+
+
+@dataclass(frozen=True)
+class RemoteArray:
+    """An Execute output: its handle on the server (empty unless kept), what it is, and
+    its value when fetched.
+
+    Attributes:
+        handle: pass it as an input of a later :meth:`Client.execute`, or to
+            :meth:`Client.free`.
+        shape: global shape.
+        dtype: dtype name.
+        layout: its layout on the server's Runtime.
+        data: the global array when fetched, else None.
+    """
+
+    handle: str
+    shape: tuple[int, ...]
+    dtype: str
+    layout: Layout
+    data: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+
+def _pem(value: bytes | str | None) -> bytes | None:
+    """PEM bytes, given as bytes or a file path."""
+    if value is None or isinstance(value, bytes):
+        return value
+    return pathlib.Path(value).read_bytes()
+
+
+Request = tuple[Sequence[int], Any, Layout, Layout]
+
+
+class Client:
+    """A connection to a reshard server.
+
+    Args:
+        address: ``host:port`` of the server.
+        token: the server's token, sent as ``authorization: Bearer <token>``.
+        root_certificates: CA certificate(s) (PEM bytes or a file path) to verify a TLS
+            server; set it (or ``tls=True`` for the system's CAs) to use TLS.
+        certificate_chain: this client's certificate (mutual TLS).
+        private_key: this client's key (mutual TLS).
+        tls: use TLS even without ``root_certificates`` (the system's CAs).
+        timeout: default deadline of each call, in seconds (None: no deadline). For
+            Execute the deadline also bounds the server's Runtime (see docs/service.md).
+        max_message_bytes: largest message sent or received.
+        verify: verify plans received before returning them (as ``from_json`` does).
+    """
+
+    def __init__(self, address: str, *, token: str | None = None,
+                 root_certificates: bytes | str | None = None,
+                 certificate_chain: bytes | str | None = None,
+                 private_key: bytes | str | None = None, tls: bool = False,
+                 timeout: float | None = 60.0,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE, verify: bool = True) -> None:
+        self.address = address
+        self.timeout = timeout
+        self.verify = verify
+        self._metadata = bearer(token) if token is not None else ()
+        options = [("grpc.max_receive_message_length", max_message_bytes),
+                   ("grpc.max_send_message_length", max_message_bytes)]
+        if tls or root_certificates is not None:
+            creds = grpc.ssl_channel_credentials(_pem(root_certificates), _pem(private_key),
+                                                 _pem(certificate_chain))
+            self._channel = grpc.secure_channel(address, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
+        self._stub = pb_grpc.ReshardStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    # ----- lifecycle ------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        self._channel.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
+        try:
+            return method(request, timeout=self.timeout if timeout is None else timeout,
+                          metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise_rpc_error(e)
+
+    # ----- planning -------------------------------------------------------------------
+    @staticmethod
+    def _request(requests: Iterable[Request], cluster: Cluster | None,
+                 strategy: str | Strategy) -> pb.PlanRequest:
+        reqs = []
+        for r in requests:
+            try:
+                shape, dtype, src, dst = r
+            except (TypeError, ValueError):
+                raise ReshardError(
+                    f"each request is (shape, dtype, src_layout, dst_layout), got {r!r}"
+                ) from None
+            for name, lay in (("source", src), ("destination", dst)):
+                if not isinstance(lay, Layout):
+                    raise ReshardError(f"{name} layout must be a reshard.Layout, got "
+                                       f"{type(lay).__name__}")
+            reqs.append((check_shape(shape), parse_dtype(dtype).name, src, dst))
+        if cluster is not None and not isinstance(cluster, Cluster):
+            raise ReshardError(f"cluster must be a reshard.Cluster, got {type(cluster).__name__}")
+        return request_to_pb(reqs, cluster, strategy)
+
+    def plan(self, shape: Sequence[int], dtype: Any, src: Layout, dst: Layout,
+             cluster: Cluster | None = None, strategy: str | Strategy = Strategy.BROADCAST,
+             *, timeout: float | None = None) -> ReshardPlan:
+        """The server's :func:`reshard.plan` (``cluster`` None: the server's default).
+
+        A plan over the message limit comes through PlanMany's stream instead.
+        """
+        request = self._request([(shape, dtype, src, dst)], cluster, strategy)
+        try:
+            reply = self._call(self._stub.Plan, request, timeout)
+        except ServiceError as e:
+            if e.code is not grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+            return self._plan_stream(request, timeout)
+        return plan_from_pb(reply.plan, verify=self.verify)
+
+    def plan_many(self, requests: Iterable[Request], cluster: Cluster | None = None,
+                  strategy: str | Strategy = Strategy.BROADCAST, *,
+                  timeout: float | None = None) -> ReshardPlan:
+        """The server's :func:`reshard.plan_many`, streamed in chunks."""
+        return self._plan_stream(self._request(requests, cluster, strategy), timeout)
+
+    def _plan_stream(self, request: pb.PlanRequest, timeout: float | None) -> ReshardPlan:
+        try:
+            stream = self._stub.PlanMany(request,
+                                         timeout=self.timeout if timeout is None else timeout,
+                                         metadata=self._metadata)
+            plan, _ = merge_chunks(stream)
+        except grpc.RpcError as e:
+            raise_rpc_error(e)
+        return plan_from_pb(plan, verify=self.verify)
+
+    def estimate(self, shape: Sequence[int], dtype: Any, src: Layout, dst: Layout,
+                 cluster: Cluster | None = None, strategy: str | Strategy = Strategy.BROADCAST,
+                 *, timeout: float | None = None) -> tuple[float, float]:
+        """``(plan.estimate(), plan.lower_bound())`` of the plan :meth:`plan` would return,
+        without sending the plan."""
+        cost = self._call(self._stub.Estimate,
+                          self._request([(shape, dtype, src, dst)], cluster, strategy), timeout)
+        return cost.seconds, cost.lower_bound_seconds
+
+    # ----- execution ------------------------------------------------------------------
+    def execute(self, plan: ReshardPlan, inputs: Sequence[np.ndarray | RemoteArray | str], *,
+                fetch: bool = True, keep: bool = False, free_inputs: bool = False,
+                timeout: float | None = None) -> list[RemoteArray]:
+        """Run ``plan`` on the server's Runtime.
+
+        Args:
+            plan: the plan (verified by the server before any byte moves).
+            inputs: one per plan tensor: a global array (sent inline, placed on the
+                tensor's source layout) or a kept array / its handle.
+            fetch: return the outputs' values (``RemoteArray.data``).
+            keep: keep the outputs on the server (their handles are returned).
+            free_inputs: free the input handles afterwards.
+            timeout: the call's deadline, which also bounds the server's Runtime.
+        """
+        request = pb.ExecuteRequest(fetch=fetch, keep=keep, free_inputs=free_inputs)
+        plan_to_pb(plan, into=request.plan)
+        for i, x in enumerate(inputs):
+            if isinstance(x, RemoteArray):
+                request.inputs.add(handle=x.handle)
+            elif isinstance(x, str):
+                request.inputs.add(handle=x)
+            else:
+                if i >= len(plan.tensors):
+                    raise ReshardError(f"the plan moves {len(plan.tensors)} tensors, got "
+                                       f"{len(inputs)} inputs; give one per plan tensor")
+                dt = np.dtype(plan.tensors[i].dtype).newbyteorder("<")
+                request.inputs.add(data=np.ascontiguousarray(x, dtype=dt).tobytes())
+        reply = self._call(self._stub.Execute, request, timeout)
+        out = []
+        for o in reply.outputs:
+            shape = tuple(o.shape)
+            data = (np.frombuffer(o.data, dtype=np.dtype(o.dtype).newbyteorder("<"))
+                    .astype(o.dtype).reshape(shape) if fetch else None)
+            out.append(RemoteArray(o.handle, shape, o.dtype, layout_from_pb(o.layout), data))
+        return out
+
+    def free(self, *arrays: RemoteArray | str) -> int:
+        """Free kept arrays on the server; returns how many it had."""
+        handles = [a.handle if isinstance(a, RemoteArray) else a for a in arrays]
+        return int(self._call(self._stub.Free, pb.FreeRequest(handles=handles), None).freed)
+
+    # ----- about the server -----------------------------------------------------------
+    def version(self, *, timeout: float | None = None) -> pb.VersionReply:
+        """The server's versions, plan formats, backend and limits."""
+        return self._call(self._stub.GetVersion, pb.VersionRequest(), timeout)
+
+    def health(self, service: str = "", *, timeout: float | None = None) -> bool:
+        """True if the server answers its health check SERVING (``service``: "" for the
+        server, or ``"reshard.v1.Reshard"``); False if it answers otherwise or not at
+        all within the deadline (default 5 s)."""
+        try:
+            reply = self._health.Check(health_pb2.HealthCheckRequest(service=service),
+                                       timeout=5.0 if timeout is None else timeout,
+                                       metadata=self._metadata)
+        except grpc.RpcError:
+            return False
+        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)

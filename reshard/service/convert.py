@@ -1,0 +1,257 @@
+"""Core types <-> ``reshard.v1`` messages: meshes, sharding specs, layouts, clusters and
+tensor requests (plans: :mod:`reshard.service.plan_codec`).
+
+Decoding is the service's edge: every value is checked here or by the core type's own
+constructor, and a bad one raises the core type's :class:`reshard.ReshardError`
+subclass naming the field. Sizes are bounded (:data:`MAX_DEVICES`) before anything is
+built, so that a small message cannot make the server allocate without limit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from reshard.cluster import PAPER_PRESET, PRESETS, Cluster, preset_names
+from reshard.errors import ClusterError, MeshError, ReshardError, SpecError
+from reshard.layout import Layout
+from reshard.mesh import DeviceMesh
+from reshard.planner.strategy import Strategy
+from reshard.service.v1 import reshard_pb2 as pb
+from reshard.spec import ShardingSpec, SplitRule
+
+MAX_DEVICES = 1 << 16
+"""Devices a mesh, or a cluster given by size, may have in a request."""
+
+FIGURES = ("intra_bandwidth", "nic_bandwidth", "latency", "intra_latency",
+           "copy_bandwidth", "nics_per_host")
+"""The link figures a cluster message can set (Cluster fields of the same names)."""
+
+STRATEGIES: Mapping[Strategy, pb.Strategy] = MappingProxyType({
+    Strategy.SEND_RECV: pb.STRATEGY_SEND_RECV,
+    Strategy.ALLGATHER: pb.STRATEGY_ALLGATHER,
+    Strategy.BROADCAST: pb.STRATEGY_BROADCAST,
+})
+STRATEGY_OF: Mapping[int, Strategy] = MappingProxyType({v: k for k, v in STRATEGIES.items()})
+
+
+def _name(table: Any, value: int) -> str:
+    try:
+        return str(table.Name(value))
+    except ValueError:
+        return str(value)
+
+
+# ----- meshes ---------------------------------------------------------------------------
+def mesh_to_pb(mesh: DeviceMesh) -> pb.Mesh:
+    """A mesh message (every field set)."""
+    return pb.Mesh(shape=mesh.shape, devices=mesh.devices, axis_names=mesh.axis_names)
+
+
+def mesh_from_pb(m: pb.Mesh, what: str = "mesh") -> DeviceMesh:
+    """The mesh of a message; empty ``devices`` / ``axis_names`` take the defaults."""
+    size = math.prod(m.shape)
+    if size > MAX_DEVICES:
+        raise MeshError(f"{what} of shape {tuple(m.shape)} has {size} devices, over the "
+                        f"service's limit of {MAX_DEVICES}; use a smaller mesh")
+    try:
+        return DeviceMesh(tuple(m.shape), tuple(m.devices) if m.devices else None,
+                          tuple(m.axis_names) if m.axis_names else None)
+    except MeshError as e:
+        raise MeshError(f"{what}: {e}") from None
+
+
+# ----- specs ----------------------------------------------------------------------------
+SPLIT_RULES: Mapping[int, SplitRule] = MappingProxyType({
+    pb.SPLIT_RULE_UNSPECIFIED: SplitRule.FLAT,
+    pb.SPLIT_RULE_FLAT: SplitRule.FLAT,
+    pb.SPLIT_RULE_NESTED: SplitRule.NESTED,
+})
+"""Split rules by message value (UNSPECIFIED: flat, the text form's default)."""
+RULE_PB: Mapping[SplitRule, pb.SplitRule] = MappingProxyType({
+    SplitRule.FLAT: pb.SPLIT_RULE_FLAT,
+    SplitRule.NESTED: pb.SPLIT_RULE_NESTED,
+})
+
+
+def split_rules() -> tuple[pb.SplitRule, ...]:
+    """The split rules this server plans (message values, UNSPECIFIED left out)."""
+    return tuple(RULE_PB.values())
+
+
+def spec_to_pb(spec: ShardingSpec) -> pb.ShardingSpec:
+    """A spec message with both the structured and the text form."""
+    return pb.ShardingSpec(dims=[pb.MeshAxes(axes=a) for a in spec.dims],
+                           partial=spec.partial, split_rule=RULE_PB[spec.rule],
+                           text=str(spec))
+
+
+def spec_from_pb(m: pb.ShardingSpec, what: str = "spec") -> ShardingSpec:
+    """The spec of a message: its text form, its structured form (with its split rule),
+    or both when they agree."""
+    rule = SPLIT_RULES.get(m.split_rule)
+    if rule is None:
+        raise SpecError(
+            f"{what}: split rule {_name(pb.SplitRule, m.split_rule)} is not known; valid: "
+            f"{[pb.SplitRule.Name(v) for v in SPLIT_RULES]}")
+    structured = len(m.dims) > 0 or len(m.partial) > 0
+    try:
+        dims = tuple(tuple(a.axes) for a in m.dims)
+        if not m.text:
+            return ShardingSpec(dims, tuple(m.partial), rule)
+        parsed = ShardingSpec.parse(m.text)
+        if (m.split_rule != pb.SPLIT_RULE_UNSPECIFIED
+                and ShardingSpec(parsed.dims, parsed.partial, rule) != parsed):
+            raise SpecError(
+                f"text {m.text!r} has the {parsed.rule.value} split rule but split_rule is "
+                f"{pb.SplitRule.Name(m.split_rule)}; leave split_rule unset or make them "
+                f"agree (the text marks the nested rule with ':nested')")
+        built = ShardingSpec(dims, tuple(m.partial), parsed.rule)
+    except SpecError as e:
+        raise SpecError(f"{what}: {e}") from None
+    if structured and built != parsed:
+        raise SpecError(
+            f"{what}: text {m.text!r} and the structured form ({built}) disagree; send one "
+            f"of them, or both describing the same spec")
+    return parsed
+
+
+def layout_to_pb(layout: Layout) -> pb.Layout:
+    """A layout message."""
+    return pb.Layout(mesh=mesh_to_pb(layout.mesh), spec=spec_to_pb(layout.spec))
+
+
+def layout_from_pb(m: pb.Layout, what: str = "layout") -> Layout:
+    """The layout of a message (mesh and spec required)."""
+    if not m.HasField("mesh"):
+        raise MeshError(f"{what} has no mesh; set {what}.mesh (shape, devices)")
+    mesh = mesh_from_pb(m.mesh, f"{what}.mesh")
+    spec = spec_from_pb(m.spec, f"{what}.spec")
+    try:
+        return Layout(mesh, spec)
+    except SpecError as e:
+        raise SpecError(f"{what}: {e}") from None
+
+
+# ----- clusters -------------------------------------------------------------------------
+def figures_from_pb(m: pb.LinkFigures) -> dict[str, Any]:
+    """The figures a message sets, as Cluster keyword overrides."""
+    return {name: getattr(m, name) for name in FIGURES if m.HasField(name)}
+
+
+def cluster_to_pb(cluster: Cluster) -> pb.Cluster:
+    """The ``hosts`` form with every figure and the name (:meth:`Cluster.to_dict`)."""
+    d = cluster.to_dict()
+    return pb.Cluster(hosts=pb.HostsCluster(
+        hosts=[pb.Host(devices=h) for h in d["hosts"]], name=d["name"],
+        figures=pb.LinkFigures(**{name: d[name] for name in FIGURES})))
+
+
+def _check_size(num_hosts: int, devices_per_host: int, what: str) -> None:
+    if num_hosts * devices_per_host > MAX_DEVICES:
+        raise ClusterError(
+            f"{what} of {num_hosts} hosts x {devices_per_host} devices is over the service's "
+            f"limit of {MAX_DEVICES} devices; use a smaller cluster")
+
+
+def _preset_figures(name: str, what: str) -> str:
+    key = name or "paper"
+    if key not in preset_names():
+        raise ClusterError(f"{what}: unknown preset {name!r}; valid: {list(preset_names())}")
+    return key
+
+
+def _preset_cluster(m: pb.PresetCluster) -> Cluster:
+    name = _preset_figures(m.name, "cluster.preset")
+    per_host = (m.devices_per_host
+                or PRESETS[PAPER_PRESET if name == "paper" else name].devices_per_host)
+    _check_size(m.num_hosts, per_host, "cluster.preset")
+    return Cluster.preset(name, m.num_hosts, m.devices_per_host or None)
+
+
+def _regular_cluster(m: pb.RegularCluster) -> Cluster:
+    _check_size(m.num_hosts, m.devices_per_host, "cluster.regular")
+    return Cluster.regular(m.num_hosts, m.devices_per_host,
+                           preset=_preset_figures(m.preset, "cluster.regular"),
+                           **figures_from_pb(m.figures))
+
+
+def _hosts_cluster(m: pb.HostsCluster) -> Cluster:
+    overrides = figures_from_pb(m.figures)
+    if m.HasField("name"):
+        overrides["name"] = m.name
+    return Cluster.from_hosts([tuple(h.devices) for h in m.hosts],
+                              preset=_preset_figures(m.preset, "cluster.hosts"), **overrides)
+
+
+CLUSTER_KINDS = MappingProxyType({
+    "preset": lambda m: _preset_cluster(m.preset),
+    "regular": lambda m: _regular_cluster(m.regular),
+    "hosts": lambda m: _hosts_cluster(m.hosts),
+})
+"""How each form of the ``Cluster.kind`` oneof becomes a Cluster."""
+
+
+def cluster_from_pb(m: pb.Cluster, default: Cluster | None = None) -> Cluster | None:
+    """The cluster of a message; ``default`` when none of its forms is set."""
+    kind = m.WhichOneof("kind")
+    if kind is None:
+        return default
+    try:
+        return CLUSTER_KINDS[kind](m)
+    except ClusterError as e:
+        raise ClusterError(f"cluster.{kind}: {e}") from None
+
+
+# ----- requests -------------------------------------------------------------------------
+Request = tuple[tuple[int, ...], str, Layout, Layout]
+"""``(shape, dtype, src, dst)``: what :func:`reshard.plan_many` takes."""
+
+
+def tensor_to_pb(shape: Sequence[int], dtype: str, src: Layout, dst: Layout) -> pb.Tensor:
+    """A tensor message."""
+    return pb.Tensor(shape=shape, dtype=dtype, src=layout_to_pb(src), dst=layout_to_pb(dst))
+
+
+def tensor_from_pb(m: pb.Tensor, what: str = "tensor") -> Request:
+    """``(shape, dtype, src, dst)`` of a tensor message (checked by the planner)."""
+    for side in ("src", "dst"):
+        if not m.HasField(side):
+            raise SpecError(f"{what} has no {side} layout; set {what}.{side}")
+    return (tuple(m.shape), m.dtype, layout_from_pb(m.src, f"{what}.src"),
+            layout_from_pb(m.dst, f"{what}.dst"))
+
+
+def strategy_from_pb(value: int) -> Strategy:
+    """A request's strategy (UNSPECIFIED: broadcast)."""
+    if value == pb.STRATEGY_UNSPECIFIED:
+        return Strategy.BROADCAST
+    try:
+        return STRATEGY_OF[value]
+    except KeyError:
+        raise ReshardError(
+            f"strategy {_name(pb.Strategy, value)} is not known; valid: "
+            f"{[pb.Strategy.Name(v) for v in STRATEGIES.values()]}") from None
+
+
+def request_to_pb(requests: Sequence[Request], cluster: Cluster | None,
+                  strategy: Strategy | str) -> pb.PlanRequest:
+    """A PlanRequest for :func:`reshard.plan_many`'s arguments (the cluster in the
+    explicit ``hosts`` form; ``None``: unset, the server's default)."""
+    msg = pb.PlanRequest(tensors=[tensor_to_pb(*r) for r in requests],
+                         strategy=STRATEGIES[Strategy.parse(strategy)])
+    if cluster is not None:
+        msg.cluster.CopyFrom(cluster_to_pb(cluster))
+    return msg
+
+
+def request_from_pb(m: pb.PlanRequest, default_cluster: Cluster | None
+                    ) -> tuple[list[Request], Cluster | None, Strategy]:
+    """The arguments of :func:`reshard.plan_many` a PlanRequest stands for."""
+    if not m.tensors:
+        raise ReshardError("the request has no tensors; add at least one to "
+                           "PlanRequest.tensors")
+    reqs = [tensor_from_pb(t, f"tensors[{i}]") for i, t in enumerate(m.tensors)]
+    return reqs, cluster_from_pb(m.cluster, default_cluster), strategy_from_pb(m.strategy)

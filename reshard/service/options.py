@@ -1,0 +1,95 @@
+"""ServeOptions: everything ``reshard serve`` is configured with, checked once."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from reshard.cluster import Cluster
+from reshard.errors import ReshardError
+
+MIB = 1 << 20
+DEFAULT_PORT = 50051
+DEFAULT_MAX_MESSAGE = 64 * MIB
+DEFAULT_MAX_INLINE = 16 * MIB
+INLINE_HEADROOM = MIB
+"""Room kept in a message for everything but the inline array bytes."""
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of the server's TLS identity.
+
+    Attributes:
+        cert: the server's certificate chain.
+        key: its private key.
+        client_ca: when set, clients must present a certificate signed by this CA
+            (mutual TLS).
+    """
+
+    cert: str
+    key: str
+    client_ca: str | None = None
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How the service runs.
+
+    Attributes:
+        host: address to listen on (loopback by default; never a wildcard; a
+            non-loopback address needs a token).
+        port: TCP port; 0 picks a free one (the server reports it).
+        backend: the Runtime's backend for Execute (``"local"``, ``"gloo"``,
+            ``"nccl"``); None runs no Runtime (Execute answers FAILED_PRECONDITION).
+        launcher: the Runtime's launcher (None: the backend's default).
+        cluster: the default cluster of requests that name none, and the Runtime's
+            cluster (required by gloo / nccl).
+        token: when set, every call but health checks must carry the metadata
+            ``authorization: Bearer <token>``.
+        tls: serve TLS with these files (None: plaintext).
+        max_message_bytes: largest message received or sent.
+        max_inline_bytes: largest total of inline array bytes in one Execute request
+            or reply.
+        workers: threads serving calls.
+        grace: seconds in-flight calls get to finish on stop (SIGTERM).
+        runtime_timeout: the Runtime's timeout; a caller's deadline shortens it per call.
+        plan_cache_tasks: plans kept for repeated Plan / Estimate / Execute requests,
+            in tasks (least recently used out first).
+        reply_cache_bytes: encoded Plan replies kept for repeated requests, in bytes.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    backend: str | None = "local"
+    launcher: str | None = None
+    cluster: Cluster | None = None
+    token: str | None = field(default=None, repr=False)
+    tls: TlsFiles | None = None
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE
+    max_inline_bytes: int = DEFAULT_MAX_INLINE
+    workers: int = 8
+    grace: float = 10.0
+    runtime_timeout: float = 60.0
+    plan_cache_tasks: int = 1 << 18
+    reply_cache_bytes: int = 64 * MIB
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ReshardError(f"port must be 0..65535, got {self.port}; 0 picks a free port")
+        for name in ("max_message_bytes", "max_inline_bytes", "workers",
+                     "plan_cache_tasks", "reply_cache_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ReshardError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.max_inline_bytes > self.max_message_bytes - INLINE_HEADROOM:
+            raise ReshardError(
+                f"max_inline_bytes ({self.max_inline_bytes}) must leave {INLINE_HEADROOM} "
+                f"bytes of max_message_bytes ({self.max_message_bytes}) for the rest of the "
+                f"message; lower it or raise max_message_bytes")
+        for name in ("grace", "runtime_timeout"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ReshardError(f"{name} must be > 0 seconds, got {value!r}")
+        if self.token is not None and not self.token.strip():
+            raise ReshardError("the token is empty; give a non-empty token or none")

@@ -1,0 +1,174 @@
+"""Plans <-> ``reshard.v1.Plan`` messages, whole or in chunks, and their costs.
+
+Encoding reads the plan's objects; decoding goes through the plan's JSON-ready form and
+:meth:`ReshardPlan.from_dict`, so a plan from the wire gets exactly the checks of a plan
+from JSON: the format version, strict types, and (unless told otherwise) the verifier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from reshard.errors import PlanError
+from reshard.layout import Box
+from reshard.planner.ir import FORMAT_VERSION, Buffer, ReshardPlan, Task, TaskKind, TensorSpec
+from reshard.service.convert import (
+    STRATEGIES,
+    STRATEGY_OF,
+    cluster_from_pb,
+    cluster_to_pb,
+    tensor_from_pb,
+    tensor_to_pb,
+)
+from reshard.service.v1 import reshard_pb2 as pb
+
+TASK_KINDS: Mapping[TaskKind, pb.TaskKind] = MappingProxyType({
+    TaskKind.COPY: pb.TASK_KIND_COPY,
+    TaskKind.SEND: pb.TASK_KIND_SEND,
+    TaskKind.BROADCAST: pb.TASK_KIND_BROADCAST,
+    TaskKind.REDUCE: pb.TASK_KIND_REDUCE,
+    TaskKind.ALLGATHER: pb.TASK_KIND_ALLGATHER,
+})
+KIND_OF: Mapping[int, TaskKind] = MappingProxyType({v: k for k, v in TASK_KINDS.items()})
+
+BUFFERS: Mapping[Buffer, pb.Buffer] = MappingProxyType({
+    Buffer.SRC: pb.BUFFER_SRC,
+    Buffer.DST: pb.BUFFER_DST,
+})
+BUFFER_OF: Mapping[int, Buffer] = MappingProxyType(
+    {pb.BUFFER_UNSPECIFIED: Buffer.SRC, **{v: k for k, v in BUFFERS.items()}})
+
+DEFAULT_CHUNK_TASKS = 4096
+"""Tasks per streamed chunk unless the request asks for fewer (about 0.5 MB)."""
+
+
+# ----- encoding -------------------------------------------------------------------------
+def _box_pb(box: Box) -> pb.Box:
+    return pb.Box(dims=[pb.Range(start=a, stop=b) for a, b in box])
+
+
+def task_to_pb(t: Task) -> pb.Task:
+    """A task message."""
+    return pb.Task(kind=TASK_KINDS[t.kind], tensor=t.tensor, box=_box_pb(t.box), root=t.root,
+                   receivers=t.receivers, nbytes=t.nbytes, step=t.step,
+                   source=BUFFERS[t.source], pieces=[_box_pb(p) for p in t.pieces],
+                   through=t.through)
+
+
+def header_to_pb(plan: ReshardPlan, into: pb.Plan | None = None) -> pb.Plan:
+    """Every field of the plan's message but the tasks (written into ``into`` if given)."""
+    msg = pb.Plan() if into is None else into
+    msg.format = FORMAT_VERSION
+    msg.strategy = STRATEGIES[plan.strategy]
+    msg.cluster.CopyFrom(cluster_to_pb(plan.cluster))
+    msg.tensors.extend(tensor_to_pb(t.shape, t.dtype, t.src, t.dst) for t in plan.tensors)
+    return msg
+
+
+def plan_to_pb(plan: ReshardPlan, into: pb.Plan | None = None) -> pb.Plan:
+    """The whole plan as one message (written into ``into`` if given, e.g. a reply's
+    field, which saves copying a large plan)."""
+    msg = header_to_pb(plan, into)
+    msg.tasks.extend(task_to_pb(t) for t in plan.tasks)
+    return msg
+
+
+def cost_to_pb(plan: ReshardPlan) -> pb.Cost:
+    """The cost model's prediction and the lower bound of ``plan`` (cached on the plan)."""
+    return pb.Cost(seconds=plan.estimate(), lower_bound_seconds=plan.lower_bound(),
+                   num_tasks=len(plan.tasks), num_steps=plan.num_steps,
+                   bytes_moved=plan.bytes_moved())
+
+
+def plan_chunks(plan: ReshardPlan, max_tasks: int, cost: pb.Cost | None = None
+                ) -> Iterator[pb.PlanChunk]:
+    """The plan in chunks of at most ``max_tasks`` tasks: the first carries the header
+    (and ``cost``), every one its share of the tasks; merging the parts in order gives
+    :func:`plan_to_pb`'s message."""
+    max_tasks = max(1, max_tasks)
+    count = max(1, -(-len(plan.tasks) // max_tasks))
+    for i in range(count):
+        part = header_to_pb(plan) if i == 0 else pb.Plan()
+        part.tasks.extend(task_to_pb(t) for t in plan.tasks[i * max_tasks:(i + 1) * max_tasks])
+        chunk = pb.PlanChunk(index=i, count=count, part=part)
+        if i == 0 and cost is not None:
+            chunk.cost.CopyFrom(cost)
+        yield chunk
+
+
+# ----- decoding -------------------------------------------------------------------------
+def _box_list(m: pb.Box) -> list[list[int]]:
+    return [[r.start, r.stop] for r in m.dims]
+
+
+def _task_dict(m: pb.Task, i: int) -> dict[str, Any]:
+    kind = KIND_OF.get(m.kind)
+    if kind is None:
+        raise PlanError(f"task #{i}: kind {m.kind} is not one of "
+                        f"{[pb.TaskKind.Name(v) for v in TASK_KINDS.values()]}")
+    source = BUFFER_OF.get(m.source)
+    if source is None:
+        raise PlanError(f"task #{i}: source {m.source} is not one of "
+                        f"{[pb.Buffer.Name(v) for v in BUFFERS.values()]}")
+    d: dict[str, Any] = {
+        "kind": kind.value, "tensor": m.tensor, "box": _box_list(m.box), "root": m.root,
+        "receivers": list(m.receivers), "nbytes": m.nbytes, "step": m.step,
+        "source": source.value}
+    if m.pieces:
+        d["pieces"] = [_box_list(p) for p in m.pieces]
+    if m.through:
+        d["through"] = list(m.through)
+    return d
+
+
+def plan_from_pb(m: pb.Plan, verify: bool = True) -> ReshardPlan:
+    """The plan of a message, checked as :meth:`ReshardPlan.from_dict` checks JSON.
+
+    Args:
+        m: the message.
+        verify: run the plan verifier (pass False only for a plan a verifying party
+            already checked).
+
+    Raises:
+        PlanError: a malformed or inconsistent plan (the message names task and rule).
+    """
+    strategy = STRATEGY_OF.get(m.strategy)
+    if strategy is None:
+        raise PlanError(f"plan strategy {m.strategy} is not one of "
+                        f"{[pb.Strategy.Name(v) for v in STRATEGIES.values()]}")
+    if not m.HasField("cluster"):
+        raise PlanError("plan has no cluster; a plan carries the cluster it was made for")
+    cluster = cluster_from_pb(m.cluster)
+    tensors = [TensorSpec(*tensor_from_pb(t, f"plan tensor {i}"))
+               for i, t in enumerate(m.tensors)]
+    d = {"format": m.format, "strategy": strategy.value,
+         "cluster": cluster.to_dict() if cluster is not None else None,
+         "tensors": [t.to_dict() for t in tensors],
+         "tasks": [_task_dict(t, i) for i, t in enumerate(m.tasks)]}
+    return ReshardPlan.from_dict(d, verify=verify)
+
+
+def merge_chunks(chunks: Iterable[pb.PlanChunk]) -> tuple[pb.Plan, pb.Cost | None]:
+    """The whole plan message of a stream of chunks (and the cost, if sent).
+
+    Raises:
+        PlanError: chunks missing, repeated or out of order.
+    """
+    plan = pb.Plan()
+    cost: pb.Cost | None = None
+    expected = None
+    n = 0
+    for chunk in chunks:
+        if chunk.index != n or (expected is not None and chunk.count != expected):
+            raise PlanError(f"plan chunk {chunk.index} of {chunk.count} arrived as number {n} "
+                            f"(of {expected}); the stream is broken, ask again")
+        expected = chunk.count
+        if n == 0 and chunk.HasField("cost"):
+            cost = chunk.cost
+        plan.MergeFrom(chunk.part)
+        n += 1
+    if expected is None or n != expected:
+        raise PlanError(f"plan stream ended after {n} of {expected} chunks; ask again")
+    return plan, cost

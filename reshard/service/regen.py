@@ -1,0 +1,110 @@
+"""Regenerate (or check) the checked-in Python stubs of ``reshard/service/v1/reshard.proto``.
+
+Run from anywhere::
+
+    python -m reshard.service.regen           # rewrite reshard_pb2.py, .pyi, _grpc.py
+    python -m reshard.service.regen --check   # exit 1 if the checked-in stubs differ
+
+The stubs are made by ``grpcio-tools`` (its bundled ``protoc``); the version guard in the
+generated files then requires a protobuf runtime at least as new as that ``protoc``'s
+Python gencode version and a grpcio at least as new as grpcio-tools (see
+docs/service.md, "Versions"). Use the pinned grpcio-tools (constraints.txt) so that the
+check compares like with like.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import tempfile
+from collections.abc import Sequence
+
+PROTO = pathlib.PurePosixPath("reshard/service/v1/reshard.proto")
+"""The .proto, relative to the import root (the folder holding ``reshard/``)."""
+
+STUBS = ("reshard_pb2.py", "reshard_pb2.pyi", "reshard_pb2_grpc.py")
+"""Files generated next to the .proto."""
+
+
+def import_root() -> pathlib.Path:
+    """The folder holding the ``reshard`` package (protoc's ``-I``)."""
+    return pathlib.Path(__file__).resolve().parents[2]
+
+
+def stub_dir() -> pathlib.Path:
+    """Where the checked-in stubs live."""
+    return import_root() / PROTO.parent
+
+
+def generate(out_root: pathlib.Path) -> dict[str, str]:
+    """Run protoc on the .proto into ``out_root``; returns ``{stub name: text}``.
+
+    Raises:
+        RuntimeError: grpcio-tools is missing or protoc failed (its exit status).
+    """
+    try:
+        from grpc_tools import protoc
+    except ImportError as e:
+        raise RuntimeError(
+            "regenerating the service stubs needs grpcio-tools; install it with "
+            "`pip install -c constraints.txt grpcio-tools`") from e
+    root = import_root()
+    proto_include = pathlib.Path(protoc.__file__).parent / "_proto"
+    args = ["grpc_tools.protoc", f"-I{root}", f"-I{proto_include}",
+            f"--python_out={out_root}", f"--pyi_out={out_root}",
+            f"--grpc_python_out={out_root}", str(root / PROTO)]
+    status = protoc.main(args)
+    if status != 0:
+        raise RuntimeError(f"protoc exited with status {status} on {root / PROTO}")
+    folder = out_root / PROTO.parent
+    return {name: (folder / name).read_text(encoding="utf-8") for name in STUBS}
+
+
+def differences() -> list[str]:
+    """Stub files whose checked-in text differs from what protoc makes now."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = generate(pathlib.Path(tmp))
+    out = []
+    for name, text in fresh.items():
+        path = stub_dir() / name
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            out.append(name)
+    return out
+
+
+def regenerate() -> list[str]:
+    """Write fresh stubs next to the .proto; returns the files that changed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = generate(pathlib.Path(tmp))
+    changed = []
+    for name, text in fresh.items():
+        path = stub_dir() / name
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            changed.append(name)
+    return changed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: regenerate, or with ``--check`` report stale stubs (exit 1)."""
+    ap = argparse.ArgumentParser(prog="python -m reshard.service.regen",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true",
+                    help="do not write; exit 1 if the checked-in stubs differ")
+    args = ap.parse_args(argv)
+    if args.check:
+        stale = differences()
+        if stale:
+            print(f"stale service stubs: {', '.join(stale)}; run "
+                  f"`python -m reshard.service.regen`", file=sys.stderr)
+            return 1
+        print("service stubs match the .proto")
+        return 0
+    changed = regenerate()
+    print(f"regenerated: {', '.join(changed) if changed else 'nothing changed'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""``reshard serve``: its flags, and running the server until SIGTERM / SIGINT.
+
+Example::
+
+    reshard serve                                   # 127.0.0.1:50051, local backend
+    reshard serve --port 0 --cluster paper:4x4      # a free port; 4 p3.8xlarge hosts
+    RESHARD_SERVICE_TOKEN=... reshard serve --host 10.0.0.5 \\
+        --tls-cert server.pem --tls-key server.key
+
+Prints ``reshard serve: listening on HOST:PORT ...`` once it serves. SIGTERM (or
+Ctrl-C) drains: health turns NOT_SERVING, new calls are refused, calls in flight get
+``--grace`` seconds, then the Runtime closes and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import signal
+import sys
+import threading
+from typing import Any
+
+from reshard.cluster import Cluster, preset_names
+from reshard.errors import ClusterError, ReshardError
+from reshard.service.options import (
+    DEFAULT_MAX_INLINE,
+    DEFAULT_MAX_MESSAGE,
+    DEFAULT_PORT,
+    MIB,
+    ServeOptions,
+    TlsFiles,
+)
+
+TOKEN_ENV = "RESHARD_SERVICE_TOKEN"
+BACKENDS = ("local", "gloo", "nccl", "none")
+_CLUSTER = re.compile(r"(?:(?P<preset>[\w.-]+):)?(?P<hosts>\d+)(?:x(?P<devices>\d+))?")
+
+
+def parse_cluster(text: str) -> Cluster:
+    """``--cluster``: ``HOSTSxDEVICES`` (paper figures), ``PRESET:HOSTS`` (that
+    machine, its devices per host), ``PRESET:HOSTSxDEVICES``, or ``@FILE`` holding
+    ``Cluster.to_dict()`` as JSON.
+
+    Raises:
+        ClusterError: naming the accepted forms.
+    """
+    if text.startswith("@"):
+        try:
+            return Cluster.from_dict(json.loads(pathlib.Path(text[1:]).read_text()))
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            raise ClusterError(f"cannot read a cluster from {text[1:]!r}: {e}; the file holds "
+                               f"Cluster.to_dict() as JSON") from None
+    m = _CLUSTER.fullmatch(text.strip())
+    if m is None or (m["preset"] is None and m["devices"] is None):
+        raise ClusterError(
+            f"bad --cluster {text!r}; use HOSTSxDEVICES (e.g. 4x4), PRESET:HOSTS (e.g. "
+            f"dgx-h100:2), PRESET:HOSTSxDEVICES or @cluster.json; presets: "
+            f"{list(preset_names())}")
+    hosts, devices = int(m["hosts"]), m["devices"] and int(m["devices"])
+    if m["preset"] is None:
+        return Cluster.regular(hosts, int(devices))
+    return Cluster.preset(m["preset"], hosts, int(devices) if devices else None)
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The flags of ``reshard serve``."""
+    ap.add_argument("--host", default="127.0.0.1",
+                    help="address to listen on (default loopback; never a wildcard; other "
+                         "addresses need a token)")
+    ap.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port (0: a free one)")
+    ap.add_argument("--backend", default="local", choices=BACKENDS,
+                    help="the Runtime's backend for Execute ('none': no Runtime)")
+    ap.add_argument("--launcher", default=None, choices=("thread", "process", "ray"),
+                    help="the Runtime's launcher (default: the backend's)")
+    ap.add_argument("--cluster", default=None,
+                    help="default cluster of requests without one, and the Runtime's: "
+                         "HOSTSxDEVICES, PRESET:HOSTS[xDEVICES] or @cluster.json")
+    ap.add_argument("--token-file", default=None,
+                    help=f"file holding the token callers must send (or ${TOKEN_ENV})")
+    ap.add_argument("--tls-cert", default=None, help="PEM certificate chain: serve TLS")
+    ap.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
+    ap.add_argument("--tls-client-ca", default=None,
+                    help="PEM CA: require client certificates signed by it (mutual TLS)")
+    ap.add_argument("--max-message-mb", type=float, default=DEFAULT_MAX_MESSAGE / MIB,
+                    help="largest message received or sent, MiB")
+    ap.add_argument("--max-inline-mb", type=float, default=DEFAULT_MAX_INLINE / MIB,
+                    help="largest inline array bytes of one Execute request or reply, MiB")
+    ap.add_argument("--workers", type=int, default=8, help="threads serving calls")
+    ap.add_argument("--grace", type=float, default=10.0,
+                    help="seconds calls in flight get to finish on SIGTERM")
+    ap.add_argument("--timeout", type=float, default=60.0,
+                    help="the Runtime's timeout (a caller's deadline shortens it)")
+
+
+def _token(path: str | None) -> str | None:
+    if path is not None:
+        try:
+            return pathlib.Path(path).read_text().strip()
+        except OSError as e:
+            raise ReshardError(f"cannot read --token-file {path!r}: {e.strerror}") from None
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def options_from(args: argparse.Namespace) -> ServeOptions:
+    """ServeOptions of parsed flags."""
+    tls = None
+    if args.tls_cert or args.tls_key:
+        if not (args.tls_cert and args.tls_key):
+            raise ReshardError("TLS needs both --tls-cert and --tls-key")
+        tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
+    elif args.tls_client_ca:
+        raise ReshardError("--tls-client-ca needs --tls-cert and --tls-key (TLS)")
+    return ServeOptions(
+        host=args.host, port=args.port,
+        backend=None if args.backend == "none" else args.backend, launcher=args.launcher,
+        cluster=parse_cluster(args.cluster) if args.cluster else None, token=_token(args.token_file),
+        tls=tls, max_message_bytes=int(args.max_message_mb * MIB),
+        max_inline_bytes=int(args.max_inline_mb * MIB), workers=args.workers,
+        grace=args.grace, runtime_timeout=args.timeout)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM / SIGINT, then drain; 0 on a clean stop, 2 on bad flags."""
+    from reshard.service.server import Server
+
+    try:
+        options = options_from(args)
+        server = Server(options).start()
+    except ReshardError as e:
+        print(f"reshard serve: error: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        print(f"reshard serve: listening on {server.address} (backend "
+              f"{options.backend or 'none'}, {'TLS' if options.tls else 'plaintext'}, "
+              f"{'token' if options.token else 'no token'})", flush=True)
+        while not stop.wait(0.5):
+            pass
+        print("reshard serve: draining", flush=True)
+        server.stop()
+        print("reshard serve: stopped", flush=True)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 0

@@ -1,0 +1,195 @@
+"""The ``reshard.v1.Reshard`` RPC handlers.
+
+Plans are pure functions of the request, so the servicer keeps them: a repeated Plan,
+PlanMany, Estimate or Execute request is answered from a cache (plans by request, costs
+by request, encoded Plan replies, verified Execute plans by plan bytes; all least
+recently used out first, bounded in tasks or bytes). Every failure goes back as a
+status (see :mod:`reshard.service.status`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import google.protobuf
+import grpc
+
+import reshard
+from reshard.cluster import preset_names
+from reshard.errors import ReshardError
+from reshard.planner.ir import FORMAT_VERSION, READABLE_FORMATS, ReshardPlan
+from reshard.planner.plan import plan_many
+from reshard.planner.strategy import Strategy
+from reshard.service.cache import LruCache
+from reshard.service.convert import layout_to_pb, request_from_pb, split_rules
+from reshard.service.options import ServeOptions
+from reshard.service.plan_codec import (
+    DEFAULT_CHUNK_TASKS,
+    cost_to_pb,
+    plan_chunks,
+    plan_from_pb,
+    plan_to_pb,
+)
+from reshard.service.runtime_host import RuntimeHost, deadline_expired
+from reshard.service.status import ERROR_KEY, ServiceError, details, error_name, status_code
+from reshard.service.v1 import reshard_pb2 as pb
+from reshard.service.v1 import reshard_pb2_grpc as pb_grpc
+
+log = logging.getLogger("reshard.service")
+
+API = "reshard.v1"
+COST_CACHE_ENTRIES = 1 << 16
+"""Costs kept for repeated Estimate requests (a few dozen bytes each)."""
+
+R = TypeVar("R")
+
+
+def abort(context: grpc.ServicerContext, error: BaseException) -> None:
+    """End the call with the status ``error`` stands for (raises, as
+    ``context.abort`` does)."""
+    if isinstance(error, ReshardError):
+        code = status_code(error, deadline_expired(context.time_remaining()))
+        text = str(error)
+    else:  # a bug: say what, keep the details in the server's log
+        log.exception("internal error in a reshard.v1 call")
+        code, text = grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}"
+    context.set_trailing_metadata(((ERROR_KEY, error_name(error)),))
+    context.abort(code, details(text))
+
+
+def _guarded(method: Callable[..., R]) -> Callable[..., R]:
+    """A unary handler whose errors become statuses."""
+    @functools.wraps(method)
+    def handler(self: Any, request: Any, context: grpc.ServicerContext) -> R:
+        try:
+            return method(self, request, context)
+        except Exception as e:  # every failure becomes a status
+            abort(context, e)
+            raise  # not reached: abort raises
+    return handler
+
+
+def request_key(request: pb.PlanRequest) -> bytes:
+    """The cache key of a request: its bytes without the fields that do not change the
+    plan (include_cost, max_chunk_tasks)."""
+    if request.include_cost or request.max_chunk_tasks:
+        bare = pb.PlanRequest()
+        bare.CopyFrom(request)
+        bare.include_cost = False
+        bare.max_chunk_tasks = 0
+        request = bare
+    return request.SerializeToString(deterministic=True)
+
+
+class ReshardServicer(pb_grpc.ReshardServicer):
+    """Handlers of the ``reshard.v1.Reshard`` service.
+
+    Args:
+        options: the server's options (default cluster, limits, cache sizes).
+        host: the Runtime for Execute.
+    """
+
+    def __init__(self, options: ServeOptions, host: RuntimeHost) -> None:
+        self.options = options
+        self.host = host
+        self.plans: LruCache[bytes, ReshardPlan] = LruCache(
+            options.plan_cache_tasks, weigh=lambda p: len(p.tasks) + 1)
+        self.executable: LruCache[bytes, ReshardPlan] = LruCache(
+            options.plan_cache_tasks, weigh=lambda p: len(p.tasks) + 1)
+        self.costs: LruCache[bytes, pb.Cost] = LruCache(COST_CACHE_ENTRIES)
+        self.replies: LruCache[bytes, pb.PlanReply] = LruCache(
+            options.reply_cache_bytes, weigh=lambda r: r.ByteSize())
+
+    # ----- planning -------------------------------------------------------------------
+    def _plan(self, request: pb.PlanRequest, key: bytes) -> ReshardPlan:
+        def make() -> ReshardPlan:
+            reqs, cluster, strategy = request_from_pb(request, self.options.cluster)
+            return plan_many(reqs, cluster=cluster, strategy=strategy)
+        return self.plans.get_or_make(key, make)
+
+    def _cost(self, request: pb.PlanRequest, key: bytes) -> pb.Cost:
+        return self.costs.get_or_make(key, lambda: cost_to_pb(self._plan(request, key)))
+
+    @_guarded
+    def Plan(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> pb.PlanReply:
+        key = request_key(request)
+        reply_key = key + (b"+cost" if request.include_cost else b"")
+        reply = self.replies.get(reply_key)
+        if reply is None:
+            plan = self._plan(request, key)
+            reply = pb.PlanReply()
+            plan_to_pb(plan, into=reply.plan)
+            if request.include_cost:
+                reply.cost.CopyFrom(self._cost(request, key))
+            size = reply.ByteSize()
+            if size > self.options.max_message_bytes:
+                raise ServiceError(
+                    f"the plan ({len(plan.tasks)} tasks) encodes to {size} bytes, over the "
+                    f"server's message limit of {self.options.max_message_bytes}; ask "
+                    f"PlanMany, which streams it in chunks (Client.plan does so itself)",
+                    grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.replies.put(reply_key, reply)
+        return reply
+
+    def PlanMany(self, request: pb.PlanRequest,
+                 context: grpc.ServicerContext) -> Iterator[pb.PlanChunk]:
+        try:
+            key = request_key(request)
+            plan = self._plan(request, key)
+            cost = self._cost(request, key) if request.include_cost else None
+            per_chunk = min(request.max_chunk_tasks or DEFAULT_CHUNK_TASKS, DEFAULT_CHUNK_TASKS)
+            yield from plan_chunks(plan, per_chunk, cost)
+        except Exception as e:  # noqa: BLE001 - every failure becomes a status
+            abort(context, e)
+
+    @_guarded
+    def Estimate(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> pb.Cost:
+        return self._cost(request, request_key(request))
+
+    # ----- execution ------------------------------------------------------------------
+    def _executable(self, plan: pb.Plan) -> ReshardPlan:
+        return self.executable.get_or_make(plan.SerializeToString(deterministic=True),
+                                           lambda: plan_from_pb(plan, verify=True))
+
+    @_guarded
+    def Execute(self, request: pb.ExecuteRequest,
+                context: grpc.ServicerContext) -> pb.ExecuteReply:
+        if not request.HasField("plan"):
+            raise ReshardError("ExecuteRequest has no plan; set ExecuteRequest.plan (the "
+                               "Plan RPC's answer)")
+        plan = self._executable(request.plan)
+        inputs: list[str | bytes] = []
+        for i, ref in enumerate(request.inputs):
+            kind = ref.WhichOneof("kind")
+            if kind is None:
+                raise ReshardError(f"input {i} is empty; set its handle or its data")
+            inputs.append(ref.handle if kind == "handle" else ref.data)
+        start = time.perf_counter()
+        outs = self.host.execute(plan, inputs, fetch=request.fetch, keep=request.keep,
+                                 free_inputs=request.free_inputs,
+                                 time_left=context.time_remaining)
+        reply = pb.ExecuteReply(seconds=time.perf_counter() - start)
+        for o in outs:
+            reply.outputs.add(handle=o.handle, shape=o.tensor.shape, dtype=o.tensor.dtype,
+                              layout=layout_to_pb(o.tensor.dst), data=o.data or b"")
+        return reply
+
+    @_guarded
+    def Free(self, request: pb.FreeRequest, context: grpc.ServicerContext) -> pb.FreeReply:
+        return pb.FreeReply(freed=self.host.free(list(request.handles)))
+
+    @_guarded
+    def GetVersion(self, request: pb.VersionRequest,
+                   context: grpc.ServicerContext) -> pb.VersionReply:
+        o = self.options
+        return pb.VersionReply(
+            reshard_version=reshard.__version__, api=API, plan_format=FORMAT_VERSION,
+            readable_formats=READABLE_FORMATS,
+            backend=o.backend or "", strategies=[s.value for s in Strategy],
+            presets=preset_names(), split_rules=split_rules(),
+            max_message_bytes=o.max_message_bytes, max_inline_bytes=o.max_inline_bytes,
+            grpc_version=grpc.__version__, protobuf_version=google.protobuf.__version__)
