@@ -1,0 +1,215 @@
+"""JAX layouts: ``NamedSharding`` <-> a reshard :class:`Layout`, and moving a ``jax.Array``
+to another sharding (other devices included) through a reshard plan.
+
+A ``PartitionSpec`` entry names the mesh axes that split a dim, major first, exactly as
+a reshard spec token does (``P(("b", "a"), None)`` on axes ``("a", "b")`` is ``"S10R"``);
+JAX (XLA) tiles flat and requires every split dim to divide evenly, so layouts made
+here use the flat rule and, given a shape, refuse what JAX refuses. ``unreduced`` mesh
+axes (partial sums) become the spec's partial axes. Device ids are ``jax.Device.id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+
+from reshard.errors import ReshardError, ShapeError, SpecError
+from reshard.layout import Layout
+from reshard.mesh import DeviceMesh
+from reshard.planner.strategy import Strategy
+from reshard.spec import ShardingSpec, SplitRule
+
+__all__ = ["mesh_of", "reshard_array", "to_layout", "to_sharding"]
+
+
+def _id(device: Any) -> int:
+    return int(device.id)
+
+
+def mesh_of(mesh: Mesh | AbstractMesh) -> DeviceMesh:
+    """The reshard mesh of a JAX ``Mesh``: device ids row-major, its axis names (a mesh
+    of no axes becomes one axis of size 1)."""
+    if not isinstance(mesh, Mesh):
+        raise SpecError(
+            f"expected a concrete jax.sharding.Mesh (one with devices), got "
+            f"{type(mesh).__name__} {mesh}; use a NamedSharding built on a Mesh")
+    ids = [_id(d) for d in np.asarray(mesh.devices).flat]
+    if not mesh.axis_names:
+        return DeviceMesh((1,), devices=ids)
+    return DeviceMesh(tuple(mesh.devices.shape), devices=ids,
+                      axis_names=tuple(str(n) for n in mesh.axis_names))
+
+
+def _named(sharding: NamedSharding, rank: int | None) -> Layout:
+    mesh = mesh_of(sharding.mesh)
+    names = [str(n) for n in sharding.mesh.axis_names]
+    entries = tuple(sharding.spec.partitions)
+    if rank is not None and len(entries) > rank:
+        raise SpecError(
+            f"{sharding.spec} has {len(entries)} entries, more than the array's rank {rank}")
+    rank = len(entries) if rank is None else rank
+    dims = [_axes(e, names, sharding.spec) for e in entries]
+    dims += [()] * (rank - len(dims))
+    if sharding.spec.reduced:
+        raise SpecError(
+            f"{sharding.spec} has reduced axes {sorted(sharding.spec.reduced)}; reshard "
+            f"moves plain or unreduced (partial-sum) arrays: drop reduced= first")
+    partial = tuple(_axes(tuple(sorted(sharding.spec.unreduced)), names, sharding.spec))
+    return Layout(mesh, ShardingSpec(tuple(dims), partial, SplitRule.FLAT))
+
+
+def _single(sharding: SingleDeviceSharding, rank: int | None) -> Layout:
+    (device,) = sharding.device_set
+    return Layout(DeviceMesh((1,), devices=[_id(device)]),
+                  ShardingSpec.replicated(rank or 0))
+
+
+_READERS: dict[type, Callable[[Any, int | None], Layout]] = {
+    NamedSharding: _named,
+    SingleDeviceSharding: _single,
+}
+
+
+def _axes(entry: object, names: list[str], spec: PartitionSpec) -> tuple[int, ...]:
+    if entry is None:
+        return ()
+    if entry is PartitionSpec.UNCONSTRAINED:
+        raise SpecError(
+            f"{spec} leaves a dim UNCONSTRAINED, which has no fixed layout; name its mesh "
+            f"axes or None")
+    axes = (entry,) if isinstance(entry, str) else tuple(entry)  # type: ignore[arg-type]
+    unknown = [a for a in axes if a not in names]
+    if unknown:
+        raise SpecError(f"{spec} names mesh axes {unknown}, not in the mesh's axes {names}")
+    return tuple(names.index(str(a)) for a in axes)
+
+
+def to_layout(sharding: NamedSharding | SingleDeviceSharding,
+              shape: Sequence[int] | int | None = None) -> Layout:
+    """The layout of ``sharding``: ``layout.index_map(shape)`` equals
+    ``sharding.devices_indices_map(shape)`` (by device id).
+
+    Args:
+        sharding: a ``NamedSharding`` (or a ``SingleDeviceSharding``).
+        shape: the global shape, or just its rank (default: the PartitionSpec's length).
+            With a full shape, a split dim that its mesh axes do not divide raises, as
+            JAX does.
+
+    Raises:
+        SpecError: an unsupported sharding type or PartitionSpec entry.
+        ShapeError: a split dim not divisible by its axes (JAX's rule).
+    """
+    reader = _READERS.get(type(sharding))
+    if reader is None:
+        raise SpecError(
+            f"unsupported sharding {type(sharding).__name__}; valid: "
+            f"{[t.__name__ for t in _READERS]} (GSPMD / positional shardings: make a "
+            f"NamedSharding)")
+    rank = shape if isinstance(shape, int) or shape is None else len(shape)
+    layout = reader(sharding, rank)
+    if shape is not None and not isinstance(shape, int):
+        _check_divisible(layout, tuple(shape), sharding)
+    return layout
+
+
+def _check_divisible(layout: Layout, shape: tuple[int, ...], sharding: object) -> None:
+    for d, n in enumerate(shape):
+        k = layout.num_chunks(d)
+        if n % k:
+            raise ShapeError(
+                f"{sharding} splits array dim {d} {k} ways, so its size should be "
+                f"divisible by {k}, but it is equal to {n} (full shape: {shape}); JAX "
+                f"allows only even tiles: pad the dim or split it fewer ways")
+
+
+def to_sharding(layout: Layout, mesh: Mesh | None = None) -> NamedSharding:
+    """The ``NamedSharding`` of ``layout``.
+
+    Args:
+        layout: a layout (either split rule: JAX's even tiles are the same under both).
+        mesh: a JAX ``Mesh`` with ``layout``'s devices in its order and shape; default one
+            made from ``jax.devices()`` by id with the layout's axis names.
+
+    Raises:
+        SpecError: ``mesh`` does not match the layout's devices and shape, or (without
+            ``mesh``) the layout uses a device id JAX does not have.
+    """
+    if mesh is None:
+        by_id = {_id(d): d for d in jax.devices()}
+        missing = [i for i in layout.devices if i not in by_id]
+        if missing:
+            raise SpecError(
+                f"layout {layout} uses device ids {missing} that JAX does not have "
+                f"(jax.devices() ids: {sorted(by_id)}); pass mesh= or use existing ids")
+        devs = np.array([by_id[i] for i in layout.devices], dtype=object)
+        mesh = Mesh(devs.reshape(layout.mesh.shape), layout.mesh.axis_names)
+    ours = mesh_of(mesh)
+    if (ours.shape, ours.devices) != (layout.mesh.shape, layout.mesh.devices):
+        raise SpecError(
+            f"JAX mesh {ours.shape} with devices {list(ours.devices)} does not match "
+            f"layout {layout} ({layout.mesh.shape}, devices {list(layout.devices)}); pass "
+            f"a Mesh of the same devices in the same row-major order")
+    names = [str(n) for n in mesh.axis_names]
+    entries = [None if not axes else names[axes[0]] if len(axes) == 1
+               else tuple(names[a] for a in axes) for axes in layout.spec.dims]
+    unreduced = {names[a] for a in layout.spec.partial}
+    spec = PartitionSpec(*entries, unreduced=unreduced) if unreduced else PartitionSpec(*entries)
+    return NamedSharding(mesh, spec)
+
+
+def reshard_array(x: jax.Array, sharding: NamedSharding, *,
+                  strategy: str | Strategy = Strategy.BROADCAST,
+                  runtime: Any = None) -> jax.Array:
+    """``x`` moved to ``sharding`` (other devices allowed) through a reshard plan; equal
+    to ``jax.device_put(x, sharding)``.
+
+    The source shards leave through ``x.addressable_shards``, the plan runs on
+    ``runtime`` (default: a fresh in-process ``Runtime(backend="local")``, the reference
+    executor), and the result is assembled with
+    ``jax.make_array_from_single_device_arrays``.
+
+    Args:
+        x: a fully addressable array (every shard in this process).
+        sharding: the destination ``NamedSharding``.
+        strategy: the plan's strategy (``"broadcast"``, ``"send_recv"``, ``"allgather"``).
+        runtime: a :class:`reshard.Runtime` whose devices are the JAX device ids.
+    """
+    if not x.is_fully_addressable:
+        raise ReshardError(
+            "reshard_array needs every shard of x in this process (x.is_fully_addressable "
+            "is False); run the plan with reshard's Executor in each JAX process instead")
+    src = to_layout(x.sharding, x.shape)  # type: ignore[arg-type]  # checked inside
+    dst = to_layout(sharding, x.shape)
+    shards: dict[int, np.ndarray] = {}
+    for shard in x.addressable_shards:
+        shards.setdefault(_id(shard.device), np.asarray(shard.data))
+    if runtime is None:
+        from reshard.runtime import Runtime
+
+        with Runtime(backend="local") as rt:
+            out = _run(rt, shards, src, dst, x, strategy)
+    else:
+        out = _run(runtime, shards, src, dst, x, strategy)
+    by_id: dict[int, Any] = {_id(d): d for d in sharding.device_set}
+    arrays = [jax.device_put(out[i], by_id[i]) for i in dst.devices
+              if by_id[i].process_index == jax.process_index()]
+    return jax.make_array_from_single_device_arrays(x.shape, sharding, arrays)
+
+
+def _run(rt: Any, shards: dict[int, np.ndarray], src: Layout, dst: Layout, x: jax.Array,
+         strategy: str | Strategy) -> dict[int, np.ndarray]:
+    dtype = np.dtype(x.dtype)
+    a = rt.put_shards(shards, src, x.shape, dtype)
+    try:
+        b = rt.reshard(a, dst, strategy)
+        try:
+            return rt.shards(b)  # type: ignore[no-any-return]
+        finally:
+            rt.free(b)
+    finally:
+        rt.free(a)
+

@@ -1,0 +1,160 @@
+"""JAX adapter: layouts equal to ``NamedSharding.devices_indices_map``, and arrays moved
+through a reshard plan equal to ``jax.device_put``. Skipped without jax."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+# 8 host devices; read when JAX first initialises its CPU backend (jax.devices()).
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=8").strip()
+jax = pytest.importorskip("jax")
+
+from jax.sharding import AxisType, Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import reshard  # noqa: E402
+from reshard.adapters import jax as rj  # noqa: E402
+from reshard.spec import SplitRule  # noqa: E402
+
+NAMES = ("a", "b", "c")
+
+
+@pytest.fixture(scope="module")
+def devices():
+    devs = jax.devices()
+    if len(devs) < 8:
+        pytest.skip(f"needs 8 JAX CPU devices, got {len(devs)} (jax initialised before "
+                    f"XLA_FLAGS was set)")
+    return np.array(devs[:8], dtype=object)
+
+
+def _random_sharding(rng: np.random.Generator, devices: np.ndarray, rank: int):
+    """A random mesh over a random subset of the 8 devices and a random PartitionSpec:
+    each mesh axis splits a random dim (random major/minor order) or none."""
+    shape = [int(rng.choice([1, 2, 4])) for _ in range(rng.integers(1, 4))]
+    while np.prod(shape) > 8:
+        shape[int(rng.integers(len(shape)))] = 1
+    n = int(np.prod(shape))
+    mesh = Mesh(rng.permutation(devices)[:n].reshape(shape), NAMES[:len(shape)])
+    entries: list[list[str]] = [[] for _ in range(rank)]
+    for axis in rng.permutation(len(shape)):
+        if rng.random() < 0.7:
+            entries[int(rng.integers(rank))].append(NAMES[axis])
+    spec = [None if not e else e[0] if len(e) == 1 and rng.random() < 0.5 else tuple(e)
+            for e in entries]
+    while spec and spec[-1] is None and rng.random() < 0.5:  # trailing dims implied
+        spec.pop()
+    return NamedSharding(mesh, P(*spec))
+
+
+def _boxes_of(index_map, shape):
+    """``{device id: ((start, stop), ...)}`` with JAX's ``slice(None)`` made explicit."""
+    return {d.id: tuple(s.indices(n)[:2] for s, n in zip(sl, shape))
+            for d, sl in index_map.items()}
+
+
+def _layout_boxes(layout, shape):
+    return {d: tuple((s.start, s.stop) for s in sl) for d, sl in layout.index_map(shape).items()}
+
+
+def test_layouts_match_devices_indices_map(devices):
+    rng = np.random.default_rng(9)
+    even = uneven = 0
+    for _ in range(300):
+        rank = int(rng.integers(1, 4))
+        s = _random_sharding(rng, devices, rank)
+        shape = tuple(int(rng.integers(0, 4)) * int(rng.choice([1, 2, 4, 8]))
+                      + int(rng.random() < 0.2) for _ in range(rank))
+        try:
+            want = _boxes_of(s.devices_indices_map(shape), shape)
+        except ValueError as e:  # JAX refuses uneven tiles: so must we
+            assert "divide" in str(e)
+            with pytest.raises(reshard.ShapeError, match="divisible"):
+                rj.to_layout(s, shape)
+            uneven += 1
+            continue
+        layout = rj.to_layout(s, shape)
+        assert layout.spec.rule is SplitRule.FLAT
+        assert _layout_boxes(layout, shape) == want, (s, shape)
+        even += 1
+    assert even >= 200 and uneven >= 20
+
+
+def test_to_sharding_round_trip(devices):
+    rng = np.random.default_rng(11)
+    for _ in range(150):
+        rank = int(rng.integers(1, 4))
+        s = _random_sharding(rng, devices, rank)
+        shape = tuple(8 * int(rng.integers(1, 3)) for _ in range(rank))
+        layout = rj.to_layout(s, shape)
+        for back in (rj.to_sharding(layout, s.mesh), rj.to_sharding(layout)):
+            assert _boxes_of(back.devices_indices_map(shape), shape) == _boxes_of(
+                s.devices_indices_map(shape), shape)
+            assert rj.to_layout(back, shape) == layout
+
+
+def test_nested_layout_gives_the_same_even_tiles(devices):
+    mesh = Mesh(devices.reshape(2, 4), ("a", "b"))
+    layout = reshard.Layout(rj.mesh_of(mesh), "S10R:nested")
+    s = rj.to_sharding(layout, mesh)
+    assert s.spec == P(("b", "a"), None)
+    assert _boxes_of(s.devices_indices_map((16, 3)), (16, 3)) == _layout_boxes(layout, (16, 3))
+
+
+def test_unreduced_is_partial(devices):
+    mesh = Mesh(devices.reshape(2, 4), ("a", "b"), axis_types=(AxisType.Explicit,) * 2)
+    s = NamedSharding(mesh, P("a", None, unreduced={"b"}))
+    layout = rj.to_layout(s, (4, 3))
+    assert str(layout.spec) == "S0R+P1"
+    assert rj.to_sharding(layout, mesh).spec == s.spec
+
+
+@pytest.mark.parametrize("make,exc,needles", [
+    (lambda m: rj.to_layout(NamedSharding(m, P(None, P.UNCONSTRAINED))), reshard.SpecError,
+     ["UNCONSTRAINED"]),
+    (lambda m: rj.to_layout(NamedSharding(m, P("a")), (5, 2)), reshard.ShapeError,
+     ["divisible by 2", "equal to 5", "(5, 2)"]),
+    (lambda m: rj.to_layout(object()), reshard.SpecError, ["object", "NamedSharding"]),
+    (lambda m: rj.to_sharding(reshard.Layout(reshard.DeviceMesh((8,)), "S0"), m),
+     reshard.SpecError, ["does not match"]),
+    (lambda m: rj.to_sharding(reshard.Layout(reshard.DeviceMesh((2,), devices=[3, 99]), "S0")),
+     reshard.SpecError, ["[99]"]),
+])
+def test_errors(devices, make, exc, needles):
+    with pytest.raises(exc) as e:
+        make(Mesh(devices.reshape(2, 4), ("a", "b")))
+    for n in needles:
+        assert n in str(e.value)
+
+
+def test_reshard_array_equals_device_put(devices, local_runtime):
+    rng = np.random.default_rng(5)
+    for i in range(40):
+        rank = int(rng.integers(1, 4))
+        src = _random_sharding(rng, devices, rank)
+        dst = _random_sharding(rng, devices, rank)
+        shape = tuple(8 * int(rng.integers(1, 4)) for _ in range(rank))
+        dtype = [np.float32, np.int32, np.float64][i % 3]
+        x = jax.device_put(rng.integers(-99, 99, size=shape).astype(dtype), src)
+        strategy = ("broadcast", "send_recv", "allgather")[i % 3]
+        y = rj.reshard_array(x, dst, strategy=strategy, runtime=local_runtime)
+        want = jax.device_put(x, dst)
+        assert y.sharding == want.sharding and y.dtype == want.dtype
+        got = {s.device.id: np.asarray(s.data) for s in y.addressable_shards}
+        for s in want.addressable_shards:
+            assert np.array_equal(got[s.device.id], np.asarray(s.data)), (src, dst, shape)
+    assert local_runtime.loaded_plans >= 1
+
+
+def test_reshard_array_own_runtime_other_devices(devices):
+    first = Mesh(devices[:4].reshape(2, 2), ("a", "b"))
+    second = Mesh(devices[4:].reshape(4,), ("x",))
+    x = jax.device_put(np.arange(8 * 6, dtype=np.float32).reshape(8, 6),
+                       NamedSharding(first, P(("b", "a"))))
+    y = rj.reshard_array(x, NamedSharding(second, P(None, None)))
+    assert {s.device.id for s in y.addressable_shards} == {4, 5, 6, 7}
+    assert np.array_equal(np.asarray(y), np.asarray(x))
