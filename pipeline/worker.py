@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -164,115 +165,38 @@ class StageWorker:
             ``{"losses": {microbatch: loss part}, "events": [timeline records]}``.
         """
         cfg = self.config
-        flags = _Flags()
-        events: list[dict] = []
-        ev_lock = threading.Lock()
-        nv = len(cfg.stages)
-
-        def record(stage: int, stream: str, action: Action, t0: float, t1: float) -> None:
-            with ev_lock:
-                events.append({"stage": stage, "stream": stream, "action": str(action),
-                               "start": t0, "end": t1})
-
-        def transfer(channel: Channel) -> None:
-            try:
-                for b, k, kind in self._channel_items(channel):
-                    if kind is ActionKind.SEND_ACT:
-                        pid, src, dst = cfg.act_plans[b], out_key(it, b, k), act_key(it, b + 1, k)
-                        sv, rv = b, b + 1
-                    else:
-                        pid, src, dst = cfg.grad_plans[b], dx_key(it, b + 1, k), dy_key(it, b, k)
-                        sv, rv = b + 1, b
-                    lp = self.worker.plans[pid]
-                    sending = bool(lp.src_box)
-                    if sending:
-                        flags.wait(src, cfg.timeout, f"device {self.worker.device} sending {src}")
-                    t0 = time.monotonic()
-                    self.worker.execute(pid, [src], [dst])
-                    t1 = time.monotonic()
-                    recv_kind = (ActionKind.RECV_ACT if kind is ActionKind.SEND_ACT
-                                 else ActionKind.RECV_GRAD)
-                    s_src, c_src = self.schedule.locate(sv)
-                    s_dst, c_dst = self.schedule.locate(rv)
-                    if sending and self.reporter.get(sv):
-                        record(s_src, "send", Action(kind, k, c_src), t0, t1)
-                    if lp.dst_box:
-                        if self.reporter.get(rv):
-                            record(s_dst, "recv", Action(recv_kind, k, c_dst), t0, t1)
-                        flags.get(dst).set()
-            except BaseException as e:  # reported to the compute thread and the driver
-                flags.error.append(e)
-
-        threads = [threading.Thread(target=transfer, args=(ch,), daemon=True,
+        run = _Iteration(self, it, tuple(input_keys), tuple(target_keys))
+        threads = [threading.Thread(target=run.transfer, args=(ch,), daemon=True,
                                     name=f"reshard-{ch}") for ch in self._channels()]
         for t in threads:
             t.start()
-        losses: dict[int, float] = {}
-        grads: dict[int, dict[str, np.ndarray]] = {v: {} for v in self.vstages}
-        saved: dict[tuple[int, int], Any] = {}
-        arrays = self.worker.arrays
         try:
             stage = self.stage if self.stage is not None else -1
-            program = self.schedule.stages[stage] if stage >= 0 else ()
-            for a in program:
+            for a in self.schedule.stages[stage] if stage >= 0 else ():
                 v = self.schedule.virtual_stage(stage, a.chunk)
-                k = a.microbatch
-                kind = a.kind
-                if kind is ActionKind.RECV_ACT:
-                    flags.wait(act_key(it, v, k), cfg.timeout, f"stage {self.stage} {a}")
-                    continue
-                if kind is ActionKind.RECV_GRAD:
-                    flags.wait(dy_key(it, v, k), cfg.timeout, f"stage {self.stage} {a}")
-                    continue
-                if kind is ActionKind.SEND_ACT:
-                    flags.get(out_key(it, v, k)).set()
-                    continue
-                if kind is ActionKind.SEND_GRAD:
-                    flags.get(dx_key(it, v, k)).set()
-                    continue
                 t0 = time.monotonic()
-                module, params = self.modules[v], self._params(v)
-                if kind is ActionKind.FORWARD:
-                    x = arrays[input_keys[k]] if v == 0 else arrays.pop(act_key(it, v, k))
-                    y, saved[(v, k)] = module.forward(params, x)
-                    if v == nv - 1:
-                        loss, dy = module.loss(y, arrays[target_keys[k]])
-                        losses[k] = loss
-                        arrays[dy_key(it, v, k)] = np.ascontiguousarray(dy)
-                    else:
-                        arrays[out_key(it, v, k)] = np.ascontiguousarray(y, dtype=cfg.dtype)
-                        self._local_handoff(it, v, k)
-                else:
-                    if kind in (ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT):
-                        dy = arrays.pop(dy_key(it, v, k))
-                        dx, saved[(v, k)] = module.backward_input(params, saved[(v, k)], dy)
-                        if v > 0:
-                            arrays[dx_key(it, v, k)] = np.ascontiguousarray(dx, dtype=cfg.dtype)
-                    if kind in (ActionKind.BACKWARD, ActionKind.BACKWARD_WEIGHT):
-                        for name, g in module.backward_weight(params, saved.pop((v, k))).items():
-                            acc = grads[v].get(name)
-                            grads[v][name] = g.copy() if acc is None else acc + g
-                    if kind is not ActionKind.BACKWARD_WEIGHT and v > 0:
-                        self._local_handoff_grad(it, v, k)
-                if self.reporter[v]:
-                    record(stage, "compute", a, t0, time.monotonic())
+                _HANDLERS[a.kind](run, a, v)
+                if a.kind.is_compute and self.reporter[v]:
+                    run.record(stage, "compute", a, t0, time.monotonic())
         finally:
             deadline = time.monotonic() + cfg.timeout
             for t in threads:
                 t.join(max(0.0, deadline - time.monotonic()))
-            if flags.error:
+            if run.flags.error:
                 raise ExecutionError(
-                    f"device {self.worker.device}: pipeline transfer failed: {flags.error[0]}")
+                    f"device {self.worker.device}: pipeline transfer failed: "
+                    f"{run.flags.error[0]}")
             if any(t.is_alive() for t in threads):
                 raise ExecutionError(
                     f"device {self.worker.device}: pipeline transfers did not finish "
                     f"within {cfg.timeout:g}s")
+        arrays = self.worker.arrays
         for v in self.vstages:
-            for name, g in grads[v].items():
+            for name, g in run.grads[v].items():
                 arrays[grad_key(v, name)] = g
         for key in [k for k in arrays if k.startswith(f"pp{it}/")]:
             del arrays[key]
-        return {"losses": losses, "events": events}
+        return {"losses": run.losses, "events": run.events}
 
     def _local_handoff(self, it: int, v: int, k: int) -> None:
         """Consecutive virtual stages on one physical stage pass activations without
@@ -293,3 +217,130 @@ class StageWorker:
             if v in self.keys:
                 pkey = self.keys[v][name]
                 self.worker.arrays[pkey] = self.worker.arrays[pkey] - lr * self.worker.arrays[key]
+
+
+class _Iteration:
+    """The state of one iteration on one device: flags between the compute thread and
+    the transfer threads, saved forward state, gradients, losses and timeline events.
+    Each action kind has one handler (see ``_HANDLERS``)."""
+
+    def __init__(self, sw: StageWorker, it: int, input_keys: tuple[str, ...],
+                 target_keys: tuple[str, ...]) -> None:
+        self.sw = sw
+        self.it = it
+        self.input_keys = input_keys
+        self.target_keys = target_keys
+        self.flags = _Flags()
+        self.events: list[dict] = []
+        self._ev_lock = threading.Lock()
+        self.losses: dict[int, float] = {}
+        self.grads: dict[int, dict[str, np.ndarray]] = {v: {} for v in sw.vstages}
+        self.saved: dict[tuple[int, int], Any] = {}
+
+    def record(self, stage: int, stream: str, action: Action, t0: float, t1: float) -> None:
+        with self._ev_lock:
+            self.events.append({"stage": stage, "stream": stream, "action": str(action),
+                                "start": t0, "end": t1})
+
+    def _what(self, a: Action) -> str:
+        return f"stage {self.sw.stage} {a}"
+
+    # ----- transfer thread (one per channel) ---------------------------------------------
+    def transfer(self, channel: Channel) -> None:
+        """Run the channel's plans in the order its sender issues them; a failure is
+        reported to the compute thread (and from there to the driver)."""
+        sw, cfg, it = self.sw, self.sw.config, self.it
+        try:
+            for b, k, kind in sw._channel_items(channel):
+                if kind is ActionKind.SEND_ACT:
+                    pid, src, dst = cfg.act_plans[b], out_key(it, b, k), act_key(it, b + 1, k)
+                    sv, rv, recv_kind = b, b + 1, ActionKind.RECV_ACT
+                else:
+                    pid, src, dst = cfg.grad_plans[b], dx_key(it, b + 1, k), dy_key(it, b, k)
+                    sv, rv, recv_kind = b + 1, b, ActionKind.RECV_GRAD
+                lp = sw.worker.plans[pid]
+                sending = bool(lp.src_box)
+                if sending:
+                    self.flags.wait(src, cfg.timeout, f"device {sw.worker.device} sending {src}")
+                t0 = time.monotonic()
+                sw.worker.execute(pid, [src], [dst])
+                t1 = time.monotonic()
+                s_src, c_src = sw.schedule.locate(sv)
+                s_dst, c_dst = sw.schedule.locate(rv)
+                if sending and sw.reporter.get(sv):
+                    self.record(s_src, "send", Action(kind, k, c_src), t0, t1)
+                if lp.dst_box:
+                    if sw.reporter.get(rv):
+                        self.record(s_dst, "recv", Action(recv_kind, k, c_dst), t0, t1)
+                    self.flags.get(dst).set()
+        except BaseException as e:  # noqa: BLE001 - handed to the compute thread
+            self.flags.error.append(e)
+
+    # ----- transfer actions on the compute thread ----------------------------------------
+    def recv_act(self, a: Action, v: int) -> None:
+        self.flags.wait(act_key(self.it, v, a.microbatch), self.sw.config.timeout,
+                        self._what(a))
+
+    def recv_grad(self, a: Action, v: int) -> None:
+        self.flags.wait(dy_key(self.it, v, a.microbatch), self.sw.config.timeout,
+                        self._what(a))
+
+    def send_act(self, a: Action, v: int) -> None:
+        self.flags.get(out_key(self.it, v, a.microbatch)).set()
+
+    def send_grad(self, a: Action, v: int) -> None:
+        self.flags.get(dx_key(self.it, v, a.microbatch)).set()
+
+    # ----- compute actions -------------------------------------------------------------
+    def forward(self, a: Action, v: int) -> None:
+        sw, it, k = self.sw, self.it, a.microbatch
+        arrays, cfg = sw.worker.arrays, sw.config
+        x = arrays[self.input_keys[k]] if v == 0 else arrays.pop(act_key(it, v, k))
+        y, self.saved[(v, k)] = sw.modules[v].forward(sw._params(v), x)
+        if v == len(cfg.stages) - 1:
+            loss, dy = sw.modules[v].loss(y, arrays[self.target_keys[k]])
+            self.losses[k] = loss
+            arrays[dy_key(it, v, k)] = np.ascontiguousarray(dy)
+        else:
+            arrays[out_key(it, v, k)] = np.ascontiguousarray(y, dtype=cfg.dtype)
+            sw._local_handoff(it, v, k)
+
+    def _backward_input(self, a: Action, v: int) -> None:
+        sw, it, k = self.sw, self.it, a.microbatch
+        arrays = sw.worker.arrays
+        dy = arrays.pop(dy_key(it, v, k))
+        dx, self.saved[(v, k)] = sw.modules[v].backward_input(sw._params(v),
+                                                              self.saved[(v, k)], dy)
+        if v > 0:
+            arrays[dx_key(it, v, k)] = np.ascontiguousarray(dx, dtype=sw.config.dtype)
+            sw._local_handoff_grad(it, v, k)
+
+    def backward_weight(self, a: Action, v: int) -> None:
+        sw, k = self.sw, a.microbatch
+        for name, g in sw.modules[v].backward_weight(sw._params(v),
+                                                     self.saved.pop((v, k))).items():
+            acc = self.grads[v].get(name)
+            self.grads[v][name] = g.copy() if acc is None else acc + g
+
+    def backward_input(self, a: Action, v: int) -> None:
+        self._backward_input(a, v)
+
+    def backward(self, a: Action, v: int) -> None:
+        """Input and weight gradients of one microbatch together: the input gradient
+        is handed on first, then the weight gradient accumulated."""
+        self._backward_input(a, v)
+        self.backward_weight(a, v)
+
+
+_HANDLERS: dict[ActionKind, Callable[[_Iteration, Action, int], None]] = {
+    ActionKind.FORWARD: _Iteration.forward,
+    ActionKind.BACKWARD: _Iteration.backward,
+    ActionKind.BACKWARD_INPUT: _Iteration.backward_input,
+    ActionKind.BACKWARD_WEIGHT: _Iteration.backward_weight,
+    ActionKind.SEND_ACT: _Iteration.send_act,
+    ActionKind.RECV_ACT: _Iteration.recv_act,
+    ActionKind.SEND_GRAD: _Iteration.send_grad,
+    ActionKind.RECV_GRAD: _Iteration.recv_grad,
+}
+"""One handler per action kind (as torch.distributed.pipelining maps computation types
+to functions); every kind has one."""

@@ -157,3 +157,9 @@ def test_grid_lists_steps_and_marks_cells():
     marked = schedule.grid(marks=[(1, 1)])
     assert ">F0<" in marked.splitlines()[2]
     assert ">" not in marked.splitlines()[1]
+
+
+def test_every_action_kind_has_one_worker_handler():
+    from reshard.pipeline.worker import _HANDLERS
+
+    assert set(_HANDLERS) == set(ActionKind)
