@@ -36,7 +36,6 @@ when the driver's pipe closes, so they do not outlive a driver that is killed.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import itertools
 import multiprocessing as mp
 import os
@@ -48,7 +47,6 @@ import time
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -56,6 +54,13 @@ from reshard.comm.backend import BackendKind
 from reshard.comm.launchers.base import require_workers
 from reshard.comm.launchers.cleanup import close_at_exit
 from reshard.comm.launchers.host import WorkerHost, WorkerSpec, make_specs, portable_error
+from reshard.comm.launchers.netns import (
+    NETNS_DIR,
+    NetnsHost,
+    NetnsPlacement,
+    as_placement,
+    enter_netns,
+)
 from reshard.comm.launchers.spawn import ExecStarter, ForkServer, Starter, WorkerArgs
 from reshard.comm.rendezvous import TcpRendezvousServer
 from reshard.errors import ExecutionError
@@ -70,101 +75,6 @@ _PRELOAD = {
     BackendKind.NCCL: ["reshard.comm.launchers.process"],
 }
 _GRACE = 3.0  # seconds a worker gets to exit on its own at close
-_CLONE_NEWNET = 0x40000000  # <sched.h>
-NETNS_DIR = "/var/run/netns"  # where ``ip netns add`` names namespaces
-
-
-# ----- network namespaces ------------------------------------------------------------
-@dataclass(frozen=True)
-class NetnsHost:
-    """Where the workers of one cluster host live.
-
-    Attributes:
-        netns: the namespace's name under :data:`NETNS_DIR` (``ip netns`` names).
-        address: the host's IPv4 address inside it (what gloo advertises).
-        ifname: the interface holding ``address`` (``GLOO_SOCKET_IFNAME``).
-    """
-
-    netns: str
-    address: str
-    ifname: str
-
-
-@dataclass(frozen=True)
-class NetnsPlacement:
-    """Cluster hosts mapped to network namespaces.
-
-    Attributes:
-        hosts: ``hosts[h]`` is where the workers of cluster host ``h`` run.
-        driver_address: an address of the driver's (root) namespace that every
-            namespace reaches; the rendezvous listens there.
-    """
-
-    hosts: tuple[NetnsHost, ...]
-    driver_address: str
-
-    def apply(self, spec: WorkerSpec) -> WorkerSpec:
-        """``spec`` with gloo bound to and advertising its host's namespace address
-        (a ``GLOO_SOCKET_IFNAME`` given in the caller's ``env`` is kept)."""
-        where = self.host(spec.host)
-        env = {"GLOO_SOCKET_IFNAME": where.ifname, **spec.env}
-        return dataclasses.replace(spec, env=env,
-                                   options={**spec.options, "advertise": where.address})
-
-    def host(self, host: int) -> NetnsHost:
-        """The namespace of cluster host ``host``."""
-        if not 0 <= host < len(self.hosts):
-            raise ExecutionError(
-                f"cluster host {host} has no network namespace: the placement has "
-                f"{len(self.hosts)} (hosts 0..{len(self.hosts) - 1}); use a testbed with at "
-                f"least as many hosts as the cluster")
-        return self.hosts[host]
-
-
-def as_placement(netns: Any) -> NetnsPlacement:
-    """A :class:`NetnsPlacement`, or what an object's ``netns_placement()`` returns
-    (a :class:`~reshard.microbench.testbed.Testbed`)."""
-    if isinstance(netns, NetnsPlacement):
-        return netns
-    get = getattr(netns, "netns_placement", None)
-    if get is None:
-        raise ExecutionError(
-            f"netns must be a NetnsPlacement or have netns_placement() (a "
-            f"reshard.microbench.testbed.Testbed), got {type(netns).__name__}")
-    placement = get()
-    if not isinstance(placement, NetnsPlacement):
-        raise ExecutionError(f"{type(netns).__name__}.netns_placement() returned "
-                             f"{type(placement).__name__}, not a NetnsPlacement")
-    return placement
-
-
-def enter_netns(name: str) -> None:
-    """Move the calling thread into the network namespace ``name`` (``setns``).
-
-    Only the calling thread moves; sockets it opens afterwards belong to that
-    namespace. A worker calls it before any other thread exists, so the whole
-    process (and every thread it starts later) lives there. Needs CAP_SYS_ADMIN.
-
-    Raises:
-        ExecutionError: the name is not a plain name, the namespace does not exist,
-            or ``setns`` fails.
-    """
-    import ctypes
-
-    if not name or "/" in name or name in (".", ".."):
-        raise ExecutionError(f"network namespace name {name!r} is not a plain name")
-    path = os.path.join(NETNS_DIR, name)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as e:
-        raise ExecutionError(f"cannot open network namespace {path}: {e.strerror}") from e
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.setns(fd, _CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise ExecutionError(f"setns({path}, CLONE_NEWNET) failed: {os.strerror(err)}")
-    finally:
-        os.close(fd)
 
 
 # ----- worker side -------------------------------------------------------------------
