@@ -13,16 +13,16 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed.tensor")
 
-from torch.distributed.device_mesh import DeviceMesh as TorchMesh  # noqa: E402
-from torch.distributed.tensor import Partial, Replicate, Shard  # noqa: E402
-from torch.distributed.tensor._utils import (  # noqa: E402
+from torch.distributed.device_mesh import DeviceMesh as TorchMesh
+from torch.distributed.tensor import Partial, Replicate, Shard
+from torch.distributed.tensor._utils import (
     compute_local_shape_and_global_offset,
 )
-from torch.distributed.tensor.placement_types import _StridedShard  # noqa: E402
+from torch.distributed.tensor.placement_types import _StridedShard
 
-import reshard  # noqa: E402
-from reshard.adapters import dtensor  # noqa: E402
-from reshard.spec import SplitRule  # noqa: E402
+import reshard
+from reshard.adapters import dtensor
+from reshard.spec import SplitRule
 
 
 def _mesh(ranks: np.ndarray, rank: int, names=None) -> TorchMesh:

@@ -13,12 +13,12 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_force_host_platform_device_count=8").strip()
 jax = pytest.importorskip("jax")
 
-from jax.sharding import AxisType, Mesh, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-import reshard  # noqa: E402
-from reshard.adapters import jax as rj  # noqa: E402
-from reshard.spec import SplitRule  # noqa: E402
+import reshard
+from reshard.adapters import jax as rj
+from reshard.spec import SplitRule
 
 NAMES = ("a", "b", "c")
 
