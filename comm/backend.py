@@ -1,25 +1,35 @@
-"""The Backend protocol every data plane implements, and the registry by name.
+"""The Backend protocol every data plane implements, and backends registered by name.
 
 A backend instance serves one device (one rank). Collectives name their member set
 as a sorted tuple of global device ids (the communicator key); rows of an all-gather
 follow that order. Buffers are 1-d contiguous arrays of the backend's array module
-(numpy for ``local`` and ``gloo``, cupy for ``nccl``).
+(numpy for ``local``, ``gloo`` and ``torch`` on CPU, cupy for ``nccl``, torch tensors
+for ``torch`` on CUDA).
+
+Registration: a :class:`BackendRegistry` is an immutable value mapping names to
+:class:`BackendEntry` (a factory and the :class:`Capabilities` it declares up front).
+:func:`builtin_backends` returns the built-ins; :func:`register_backend` returns a
+new registry with one more entry, which the caller hands to whatever builds backends
+by name (``Runtime(registry=...)``, ``Executor.create(name, registry=...)``, the
+DTensor adapter). Nothing is registered process-wide: two callers in one process may
+give one name different backends, a test's registration cannot leak into another,
+and reading a registry needs no lock.
 """
 
 from __future__ import annotations
 
 import enum
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from reshard.choice import parse_choice
+from reshard.errors import ReshardError, StrategyError
 
 
 class BackendKind(enum.Enum):
-    """Data planes reshard can execute on."""
+    """The built-in data planes a :class:`reshard.Runtime` starts workers for."""
 
     LOCAL = "local"
     GLOO = "gloo"
@@ -42,7 +52,7 @@ class Capabilities:
         groups_need_world: collective communicators are created by every rank of the
             world, members or not (gloo's ``new_group``): every worker must load every
             plan, in one order. False: only a plan's devices load it.
-        device: where buffers live: ``"cpu"`` (numpy) or ``"cuda"`` (cupy).
+        device: where buffers live: ``"cpu"`` (host memory) or ``"cuda"`` (a GPU).
     """
 
     moves: frozenset[str] | None
@@ -59,12 +69,19 @@ class Backend(Protocol):
     :class:`reshard.ExecutionError` naming the peer(s) when it expires.
     """
 
-    capabilities: ClassVar[Capabilities]
+    name: str
+    """The name it is registered under (for messages)."""
+    capabilities: Capabilities
+    """What it can do (a class attribute, or set per instance by a backend whose
+    abilities depend on what it wraps, e.g. the process group of ``torch``)."""
     device: int
+    """The global device id this rank serves."""
 
     def prepare(self, plan: Any) -> None:
         """Create the communicators ``plan`` needs that this rank lacks (run before
-        every plan load, on the workers :attr:`Capabilities.groups_need_world` names)."""
+        every plan load, on the workers :attr:`Capabilities.groups_need_world` names).
+        ``plan`` is anything with ``communicator_groups()``: a ReshardPlan or a
+        :class:`~reshard.comm.program.WorkerProgram`."""
 
     def activate(self) -> None:
         """Make this rank's device current in the calling thread (a GPU; no-op on CPU)."""
@@ -134,15 +151,201 @@ class Backend(Protocol):
         """Release communicators and connections."""
 
 
-# Lazily imported so that torch and cupy load only inside their backend.
-REGISTRY: Mapping[BackendKind, str] = MappingProxyType({
-    BackendKind.LOCAL: "reshard.comm.backends.local:LocalBackend",
-    BackendKind.GLOO: "reshard.comm.backends.gloo:GlooBackend",
-    BackendKind.NCCL: "reshard.comm.backends.nccl:NcclBackend",
-})
+
+
+Factory = str | Callable[..., Backend]
+"""A backend factory: a callable returning a rank, or its ``"package.module:name"``
+path (imported only when a rank is built, so torch and cupy load only there)."""
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    """A backend registered by name.
+
+    Attributes:
+        name: the registered name (lower case).
+        factory: builds one rank; its arguments are the backend's own (the built-ins
+            started by a Runtime take ``(device, world, rendezvous, timeout, **options)``,
+            ``torch`` takes an existing process group).
+        capabilities: what its ranks can do, declared before any is built.
+        launchers: the reshard launchers that can start its ranks, preferred first
+            (:class:`reshard.comm.launchers.LauncherKind` values); empty for a
+            backend that runs only inside processes the caller owns (through
+            :class:`reshard.comm.executor.Executor`).
+    """
+
+    name: str
+    factory: Factory
+    capabilities: Capabilities
+    launchers: tuple[str, ...] = ()
+
+    def load(self) -> Callable[..., Backend]:
+        """The factory as a callable (imports its module when given as a path)."""
+        if not isinstance(self.factory, str):
+            return self.factory
+        module, _, attr = self.factory.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+        except (ImportError, AttributeError) as e:
+            raise ReshardError(
+                f"backend {self.name!r}: cannot import its factory {self.factory!r} "
+                f"({type(e).__name__}: {e}); register it as 'package.module:callable' or "
+                f"pass the callable itself") from None
+
+    def create(self, *args: Any, **kwargs: Any) -> Backend:
+        """One rank: ``factory(*args, **kwargs)``, checked to be a :class:`Backend`."""
+        rank = self.load()(*args, **kwargs)
+        if not isinstance(rank, Backend):
+            raise ReshardError(
+                f"backend {self.name!r}: its factory returned a {type(rank).__name__}, which "
+                f"lacks methods of the Backend protocol (reshard.comm.backend.Backend); "
+                f"return an object implementing all of them")
+        return rank
+
+
+def _entry_name(name: object) -> str:
+    if isinstance(name, BackendKind):
+        return name.value
+    if not isinstance(name, str) or not name.strip():
+        raise StrategyError(f"a backend name must be a non-empty string, got {name!r}")
+    return name.strip().lower()
+
+
+@dataclass(frozen=True)
+class BackendRegistry:
+    """Backends by name: an immutable value (see the module docstring for why).
+
+    Attributes:
+        entries: the entries, in registration order; names are unique.
+    """
+
+    entries: tuple[BackendEntry, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [e.name for e in self.entries]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ReshardError(f"backend names must be unique in a registry, got {dup} twice")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Registered names, in registration order."""
+        return tuple(e.name for e in self.entries)
+
+    def entry(self, name: str | BackendKind) -> BackendEntry:
+        """The entry registered as ``name`` (case-insensitive).
+
+        Raises:
+            StrategyError: no such backend; the message lists the registered names.
+        """
+        key = _entry_name(name)
+        for e in self.entries:
+            if e.name == key:
+                return e
+        raise StrategyError(f"unknown backend {name!r}; valid backends: {list(self.names)}")
+
+    def __contains__(self, name: object) -> bool:
+        return any(e.name == _entry_name(name) for e in self.entries) if isinstance(
+            name, (str, BackendKind)) else False
+
+    def register(self, name: str, factory: Factory, capabilities: Capabilities, *,
+                 launchers: Sequence[str] = (), replace: bool = False) -> BackendRegistry:
+        """A new registry with ``name`` added (this one is unchanged).
+
+        Args:
+            name: the name to build it by.
+            factory: see :class:`BackendEntry`.
+            capabilities: what its ranks can do.
+            launchers: see :class:`BackendEntry` (built-ins only; user backends run
+                embedded).
+            replace: allow replacing an entry of the same name.
+
+        Raises:
+            ReshardError: ``name`` is taken and ``replace`` is false, or the factory or
+                capabilities are of the wrong type.
+        """
+        key = _entry_name(name)
+        if not isinstance(capabilities, Capabilities):
+            raise ReshardError(
+                f"backend {key!r}: capabilities must be a reshard.comm.backend.Capabilities, "
+                f"got {type(capabilities).__name__}; declare what the backend can do")
+        if not (callable(factory) or (isinstance(factory, str) and ":" in factory)):
+            raise ReshardError(
+                f"backend {key!r}: factory must be a callable or 'package.module:callable', "
+                f"got {factory!r}")
+        if key in self and not replace:
+            raise ReshardError(
+                f"backend {key!r} is already registered ({self.entry(key).factory!r}); pass "
+                f"replace=True to replace it, or choose another name")
+        entry = BackendEntry(key, factory, capabilities, tuple(launchers))
+        return BackendRegistry(tuple(e for e in self.entries if e.name != key) + (entry,))
+
+    def create(self, name: str | BackendKind, *args: Any, **kwargs: Any) -> Backend:
+        """Build one rank of backend ``name`` (arguments: the backend's factory's)."""
+        return self.entry(name).create(*args, **kwargs)
+
+
+_BUILTIN = (
+    # name, factory path, launchers (preferred first)
+    ("local", "reshard.comm.backends.local:LocalBackend", ("thread",)),
+    ("gloo", "reshard.comm.backends.gloo:GlooBackend", ("process", "ray")),
+    ("nccl", "reshard.comm.backends.nccl:NcclBackend", ("process", "ray")),
+    ("torch", "reshard.comm.backends.torch_dist:torch_backend", ()),
+)
+_CAPABILITIES = {
+    # where each built-in declares its capabilities (modules import no torch / cupy)
+    "local": "reshard.comm.backends.local:LocalBackend",
+    "gloo": "reshard.comm.backends.gloo:GlooBackend",
+    "nccl": "reshard.comm.backends.nccl:NcclBackend",
+    "torch": "reshard.comm.backends.torch_dist:TorchDistBackend",
+}
+
+
+def builtin_backends() -> BackendRegistry:
+    """A registry of the built-in backends: ``local``, ``gloo``, ``nccl`` (started by a
+    Runtime) and ``torch`` (ranks of a torch.distributed process group the caller made;
+    embedded only). Each call returns a new value; extend it with
+    :meth:`BackendRegistry.register` or :func:`register_backend`."""
+    entries = []
+    for name, factory, launchers in _BUILTIN:
+        module, _, cls = _CAPABILITIES[name].partition(":")
+        caps = getattr(importlib.import_module(module), cls).capabilities
+        entries.append(BackendEntry(name, factory, caps, launchers))
+    return BackendRegistry(tuple(entries))
+
+
+def register_backend(name: str, factory: Factory, capabilities: Capabilities, *,
+                     registry: BackendRegistry | None = None,
+                     replace: bool = False) -> BackendRegistry:
+    """``registry`` (default: :func:`builtin_backends`) with backend ``name`` added.
+
+    As torch's ``register_backend(name, func, devices=...)``, the capabilities are
+    declared when registering, before any rank exists; unlike it, nothing changes
+    process-wide: pass the returned registry to what builds backends by name.
+
+    Args:
+        name: the name.
+        factory: a callable building one rank, or its ``"package.module:callable"``.
+        capabilities: dtypes it moves and sums, whether its communicators need every
+            rank of the world, where its buffers live.
+        registry: the registry to extend.
+        replace: allow replacing an entry (a built-in included).
+
+    Returns:
+        The new registry.
+    """
+    base = builtin_backends() if registry is None else registry
+    return base.register(name, factory, capabilities, replace=replace)
 
 
 def backend_class(kind: str | BackendKind) -> type:
-    """The class implementing ``kind`` (imports its module now)."""
-    module, _, name = REGISTRY[BackendKind.parse(kind)].partition(":")
-    return getattr(importlib.import_module(module), name)
+    """The class implementing built-in ``kind`` (imports its module now)."""
+    entry = builtin_backends().entry(BackendKind.parse(kind))
+    factory = entry.load()
+    if not isinstance(factory, type):
+        raise ReshardError(f"backend {entry.name!r} is built by a function, not a class")
+    return factory
+
+
+__all__ = ["Backend", "BackendEntry", "BackendKind", "BackendRegistry", "Capabilities",
+           "Factory", "backend_class", "builtin_backends", "register_backend"]

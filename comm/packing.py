@@ -1,10 +1,20 @@
-"""Packing global boxes of a local shard into contiguous buffers and back."""
+"""Packing global boxes of a local shard into contiguous buffers and back.
+
+Shards and buffers are numpy or cupy arrays, or torch tensors (the ``torch`` backend on
+a GPU): only slicing, ``reshape`` and assignment are used, plus the two questions
+below whose answer each library spells its own way.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from reshard.layout import Box
+
+
+def _is_torch(a: Any) -> bool:
+    return type(a).__module__.startswith("torch")
 
 
 def local_slices(box: Box, shard_box: Box) -> tuple[slice, ...]:
@@ -19,6 +29,8 @@ def region(shard: Any, box: Box, shard_box: Box) -> Any:
 
 def is_contiguous(view: Any) -> bool:
     """True if ``view`` is one C-contiguous run of memory."""
+    if _is_torch(view):
+        return bool(view.is_contiguous())
     return bool(view.flags.c_contiguous)
 
 
@@ -32,7 +44,7 @@ def pack(shard: Any, box: Box, shard_box: Box, out: Any | None = None) -> Any:
     if is_contiguous(view):
         return view.reshape(-1)
     if out is None:
-        return view.copy().reshape(-1)
+        return view.reshape(-1)  # a copy: the view is not contiguous
     out.reshape(view.shape)[...] = view
     return out
 
@@ -41,10 +53,11 @@ def unpack(shard: Any, box: Box, shard_box: Box, buf: Any) -> None:
     """Write a 1-d buffer holding ``box`` into the shard (no-op if ``buf`` already is
     the shard's own memory)."""
     view = region(shard, box, shard_box)
-    if view.size == 0:
+    n = math.prod(view.shape)
+    if n == 0:
         return
-    flat = buf[: view.size]
-    if is_contiguous(view) and _same_memory(view, flat):
+    flat = buf[:n]
+    if is_contiguous(view) and same_memory(view, flat):
         return
     view[...] = flat.reshape(view.shape)
 
@@ -55,11 +68,24 @@ def recv_target(shard: Any, box: Box, shard_box: Box, scratch: Any) -> Any:
     view = region(shard, box, shard_box)
     if is_contiguous(view):
         return view.reshape(-1)
-    return scratch[: view.size]
+    return scratch[: math.prod(view.shape)]
 
 
-def _same_memory(a: Any, b: Any) -> bool:
+def data_address(a: Any) -> int:
+    """Address of an array's first element (numpy, cupy or torch)."""
+    if _is_torch(a):
+        return int(a.data_ptr())
     try:
-        return a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+        return int(a.__array_interface__["data"][0])
     except AttributeError:  # cupy
-        return a.data.ptr == b.data.ptr
+        return int(a.data.ptr)
+
+
+def same_memory(a: Any, b: Any) -> bool:
+    """True if ``a`` and ``b`` start at the same address (``b`` is ``a`` or a view of it
+    from its start). Arrays of different libraries compare by address too, so a numpy
+    view of a CPU torch tensor is the tensor's memory."""
+    try:
+        return data_address(a) == data_address(b)
+    except (AttributeError, TypeError):
+        return False

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -77,6 +77,13 @@ class Runtime:
         max_plans: plans kept loaded on the workers for :meth:`reshard` and
             :meth:`execute` (each holds scratch buffers); beyond it the least recently
             used is unloaded. Plans loaded with :meth:`load` stay until :meth:`unload`.
+        registry: the backends by name (default
+            :func:`reshard.comm.backend.builtin_backends`); a Runtime reads the chosen
+            entry's capabilities and launchers from it. It starts workers for the
+            entries a reshard launcher can start (``local``, ``gloo``, ``nccl``);
+            backends that run inside processes the caller owns (``torch``, or one made
+            with :func:`~reshard.comm.backend.register_backend`) run there through
+            :class:`reshard.comm.executor.Executor`.
 
     Threads: a Runtime may be shared by any number of threads. Each call issues its
     work to every worker it involves under one lock, so all workers receive all calls
@@ -111,13 +118,23 @@ class Runtime:
         env: dict[str, str] | None = None,
         netns: Any = None,
         max_plans: int = DEFAULT_MAX_PLANS,
+        registry: Any = None,
     ) -> None:
-        from reshard.comm.backend import BackendKind, backend_class
-        from reshard.comm.launchers import LauncherKind, default_launcher, start_group
+        from reshard.comm.backend import BackendKind, builtin_backends
+        from reshard.comm.launchers import LauncherKind, start_group
 
-        self.backend = BackendKind.parse(backend)
-        self.launcher = (default_launcher(self.backend) if launcher is None
-                         else LauncherKind.parse(launcher))
+        entry = (builtin_backends() if registry is None else registry).entry(backend)
+        if not entry.launchers or entry.name not in {k.value for k in BackendKind}:
+            raise ReshardError(
+                f"backend {entry.name!r} runs inside processes that already exist (no "
+                f"reshard launcher starts it); use reshard.Executor in those processes, or a "
+                f"Runtime with backend {[k.value for k in BackendKind]}")
+        self.backend = BackendKind.parse(entry.name)
+        self.launcher = LauncherKind.parse(entry.launchers[0] if launcher is None else launcher)
+        if self.launcher.value not in entry.launchers:
+            raise ReshardError(
+                f"the {entry.name} backend is started by launchers {list(entry.launchers)}, "
+                f"not {self.launcher.value!r}; pass launcher={entry.launchers[0]!r}")
         if not timeout > 0:
             raise ReshardError(f"timeout must be > 0 seconds, got {timeout}")
         if isinstance(max_plans, bool) or not isinstance(max_plans, int) or max_plans < 1:
@@ -129,7 +146,7 @@ class Runtime:
             raise ReshardError(
                 f"Runtime(backend={self.backend.value!r}) needs cluster=... to know which "
                 f"devices to start workers for, e.g. cluster=Cluster.regular(2, 4)")
-        self.capabilities = backend_class(self.backend).capabilities
+        self.capabilities = entry.capabilities
         devices = cluster.devices if cluster is not None else ()
         self._tag = secrets.token_hex(3)  # keys of this runtime's arrays start with it
         self._ids = itertools.count()
@@ -145,7 +162,7 @@ class Runtime:
                                  address=address, env=env, netns=netns)
 
     # ----- lifecycle -------------------------------------------------------------------
-    def __enter__(self) -> Runtime:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -165,7 +182,7 @@ class Runtime:
     def __del__(self) -> None:  # best effort; close() is the contract
         try:
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - a finaliser must not raise
             pass
 
     def _check_open(self) -> None:

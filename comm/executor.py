@@ -1,0 +1,409 @@
+"""The embeddable executor: a process that already exists runs its own part of plans.
+
+A torch.distributed rank, a Ray actor of another system or an MPI rank owns its
+processes, its communicators and its buffers. It wraps one backend rank (made by
+the caller, by name through a :class:`~reshard.comm.backend.BackendRegistry`, or
+around a torch process group with :meth:`Executor.for_process_group`) in an
+:class:`Executor`, loads its :class:`~reshard.comm.program.WorkerProgram` of each
+plan once, and runs it any number of times::
+
+    ex = Executor.for_process_group()          # torch.distributed is initialised
+    loaded = ex.load(plan)                     # or ex.load(program) / its JSON
+    handle = ex.run(loaded, [my_src_shard], out=[my_dst_buffer])
+    dst = handle.wait()                        # {tensor index: destination shard}
+
+Sources go in as this device's shard of each tensor (None where it holds none);
+destination shards are written into the caller's buffers, or allocated when none
+are given. Loading creates the communicators the program needs (the backend's
+``prepare``): where :attr:`Capabilities.groups_need_world` is set, every rank of the
+backend's world must load every program, in one order, even programs it has no
+task in. Every rank runs the programs it takes part in, in one order.
+
+Completion: :meth:`Executor.run` issues every step on the calling thread and
+returns a finished :class:`Handle` (host-memory backends have completed the work;
+stream backends have ordered it before later work on their stream, and
+:meth:`Handle.synchronize` waits for the device). With ``blocking=False`` the steps
+run on the executor's own issue thread, one run after another in call order, and
+:meth:`Handle.wait` awaits them.
+
+Errors: bad input (a source of the wrong shape or dtype, a plan the backend cannot
+move) raises :class:`reshard.ReshardError` before anything is sent, and the executor
+stays usable. A failure while communicating leaves the peers inside the failed plan:
+the executor refuses every later load and run (their messages would reach peers
+still in the old plan) and must be replaced, with the communicators under it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Self
+
+import numpy as np
+
+from reshard.comm.backend import Backend, BackendRegistry, Capabilities, builtin_backends
+from reshard.comm.packing import same_memory
+from reshard.comm.program import WorkerProgram
+from reshard.comm.steps import Execution, LoadedProgram, StepTask, program_steps
+from reshard.errors import DTypeError, ExecutionError, ReshardError, ShapeError
+from reshard.planner.ir import ReshardPlan, TaskKind
+
+Shards = Mapping[int, Any] | Sequence[Any]
+"""Per tensor of a plan, this device's shard: a sequence in plan order (None where
+the device holds none) or a mapping from tensor index."""
+
+
+class Handle:
+    """Completion of one :meth:`Executor.run`.
+
+    Attributes:
+        program: the loaded program that ran.
+    """
+
+    def __init__(self, lp: LoadedProgram, future: Future) -> None:
+        self.program = lp
+        self._future = future
+
+    def done(self) -> bool:
+        """True once the run finished (or failed)."""
+        return self._future.done()
+
+    def wait(self, timeout: float | None = None) -> dict[int, Any]:
+        """This device's destination shards, ``{tensor index: shard}``, once the run
+        finished (host-memory backends: complete; stream backends: ordered before later
+        work on their stream).
+
+        Args:
+            timeout: seconds to wait; None waits as long as the backend's own timeouts.
+
+        Raises:
+            ExecutionError: the run failed (naming the task), or ``timeout`` expired.
+        """
+        try:
+            return self._future.result(timeout)[0]  # type: ignore[no-any-return]
+        except TimeoutError:
+            raise ExecutionError(
+                f"device {self.program.device}: run of a {self.program.num_tasks}-task "
+                f"program not finished within {timeout:g}s") from None
+
+    @property
+    def sent(self) -> int:
+        """Bytes this device sent (waits for the run)."""
+        self.wait()
+        return int(self._future.result()[1])
+
+    def synchronize(self) -> dict[int, Any]:
+        """:meth:`wait`, then wait for the device's outstanding work (a GPU stream)."""
+        out = self.wait()
+        self.program.backend.synchronize()
+        return out
+
+
+def _done(value: Any) -> Future:
+    fut: Future = Future()
+    fut.set_result(value)
+    return fut
+
+
+def _dtype_name(array: Any) -> str:
+    """The numpy name of an array's dtype (numpy, cupy or torch)."""
+    text = str(array.dtype)
+    return np.dtype(text.removeprefix("torch.")).name
+
+
+def _per_tensor(values: Shards | None, n: int, what: str) -> dict[int, Any]:
+    """``values`` as ``{tensor index: value}`` (None entries dropped)."""
+    if values is None:
+        return {}
+    if isinstance(values, Mapping):
+        bad = [k for k in values if not isinstance(k, int) or not 0 <= k < n]
+        if bad:
+            raise ReshardError(f"{what}: tensor indices {bad} out of range; the plan has "
+                               f"{n} tensors (0..{n - 1})")
+        return {k: v for k, v in values.items() if v is not None}
+    if len(values) != n:
+        raise ReshardError(f"{what}: got {len(values)} entries, but the plan has {n} tensors; "
+                           f"pass one per tensor (None where this device holds none)")
+    return {i: v for i, v in enumerate(values) if v is not None}
+
+
+def _check_dtypes(program: WorkerProgram, caps: Capabilities, name: str) -> None:
+    """Reject dtypes the backend cannot move or sum (this device's tasks)."""
+    reduced = {t.tensor for _, t in program.tasks if t.kind is TaskKind.REDUCE}
+    for i, t in enumerate(program.tensors):
+        if caps.moves is not None and t.dtype not in caps.moves:
+            raise DTypeError(f"the {name} backend cannot move dtype {t.dtype} (tensor {i}, "
+                             f"{t.shape}); it moves {sorted(caps.moves)}")
+        if i in reduced and caps.sums is not None and t.dtype not in caps.sums:
+            raise DTypeError(
+                f"the {name} backend cannot sum dtype {t.dtype}, and tensor {i} ({t.shape}) "
+                f"is a partial sum to reduce; it sums {sorted(caps.sums)}: convert the "
+                f"addends to one of those")
+
+
+class Executor:
+    """This process's part of reshard plans, on buffers it owns (module docstring).
+
+    Args:
+        backend: the backend rank to run on (this process's device is its ``device``).
+        owns_backend: close ``backend`` in :meth:`close` (true when the executor made
+            it, as :meth:`create` does).
+    """
+
+    def __init__(self, backend: Backend, *, owns_backend: bool = False) -> None:
+        if not isinstance(backend, Backend):
+            raise ReshardError(
+                f"Executor needs a backend rank (reshard.comm.backend.Backend), got "
+                f"{type(backend).__name__}; build one with Executor.create(name, ...)")
+        self.backend = backend
+        self.device = int(backend.device)
+        self.channels: dict[str, Backend] = {}
+        self.current: tuple[int, str] | None = None  # (task index, task text) in flight
+        self.failed: str | None = None  # why a communicating call failed here
+        self._owns = owns_backend
+        self._issuer: ThreadPoolExecutor | None = None
+
+    # ----- construction ----------------------------------------------------------------
+    @classmethod
+    def create(cls, name: str, *args: Any, registry: BackendRegistry | None = None,
+               **kwargs: Any) -> Executor:
+        """An executor on a new rank of backend ``name`` (``registry``'s entry, default
+        the built-ins), built with the backend's own arguments."""
+        reg = builtin_backends() if registry is None else registry
+        return cls(reg.create(name, *args, **kwargs), owns_backend=True)
+
+    @classmethod
+    def for_process_group(cls, group: Any = None, *, timeout: float = 60.0,
+                          registry: BackendRegistry | None = None) -> Executor:
+        """An executor on the ``torch`` backend: this rank of ``group`` (default: the
+        default process group), which the caller initialised; device ids are global
+        ranks. See :mod:`reshard.comm.backends.torch_dist`."""
+        return cls.create("torch", group, timeout=timeout, registry=registry)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the backend can do."""
+        return self.backend.capabilities
+
+    def channel(self, name: str | None) -> Backend:
+        """The backend of a communication channel (None: the main one): programs loaded
+        on different channels use separate communicators, so they may run concurrently
+        from different threads."""
+        if name is None:
+            return self.backend
+        b = self.channels.get(name)
+        if b is None:
+            b = self.channels[name] = self.backend.channel(name)
+        return b
+
+    # ----- failure latch ---------------------------------------------------------------
+    def _check_usable(self, what: str) -> None:
+        if self.failed is not None:
+            raise ExecutionError(
+                f"device {self.device}: not running {what}: a call failed here earlier "
+                f"({self.failed}); peers may still be inside that plan, so replace this "
+                f"executor (and its communicators)")
+
+    @contextlib.contextmanager
+    def communicating(self) -> Iterator[None]:
+        """A block that talks to peers: refused once one has failed here, and its own
+        failure refuses every later one (module docstring)."""
+        self._check_usable("this call")
+        try:
+            yield
+        except BaseException as e:
+            self.failed = f"{type(e).__name__}: {e}"[:400]
+            raise
+
+    @contextlib.contextmanager
+    def _blame(self, *tasks: StepTask, step: bool = False) -> Iterator[None]:
+        """Run the body as work on ``tasks``; its errors become ExecutionErrors naming
+        the task, or (``step``) the step and its tasks on this device."""
+        self.current = (tasks[0].index, str(tasks[0].task))
+        what = ", ".join(str(st) for st in tasks[:8])
+        if len(tasks) > 8:
+            what += f", +{len(tasks) - 8} more"
+        if step:
+            what = f"step {tasks[0].task.step} ({what})"
+        try:
+            yield
+        except ReshardError as e:
+            raise ExecutionError(f"device {self.device}: {what} failed: {e}") from e
+        except Exception as e:  # backend errors of any type
+            raise ExecutionError(
+                f"device {self.device}: {what} failed: {type(e).__name__}: {e}") from e
+
+    # ----- programs ----------------------------------------------------------------------
+    def program(self, plan: ReshardPlan | WorkerProgram | str | bytes,
+                verified: bool = False) -> WorkerProgram:
+        """This device's program of ``plan`` (a plan, a program, or either's JSON;
+        ``verified``: plan JSON a verifying driver sent, not verified again), checked
+        against the backend's capabilities."""
+        if isinstance(plan, (str, bytes)):
+            try:
+                raw = json.loads(plan)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise ReshardError(f"plan or program is not valid JSON: {e}") from None
+            if isinstance(raw, dict) and "device" in raw:
+                plan = WorkerProgram.from_dict(raw)
+            else:
+                plan = ReshardPlan.from_dict(raw, verify=not verified)
+                if verified:  # trust the driver's verification; cut without redoing it
+                    plan._cache["verified"] = True
+        if isinstance(plan, ReshardPlan):
+            prog = WorkerProgram.of(plan, self.device)
+        elif isinstance(plan, WorkerProgram):
+            prog = plan
+            if prog.device != self.device:
+                raise ReshardError(
+                    f"this is device {prog.device}'s program, but the executor runs device "
+                    f"{self.device}; cut it with WorkerProgram.of(plan, {self.device})")
+        else:
+            raise ReshardError(f"expected a ReshardPlan, a WorkerProgram or JSON, got "
+                               f"{type(plan).__name__}")
+        _check_dtypes(prog, self.capabilities, self.backend.name)
+        return prog
+
+    def load(self, plan: ReshardPlan | WorkerProgram | str | bytes, *,
+             channel: str | None = None, verified: bool = False) -> LoadedProgram:
+        """Prepare this device's program of ``plan`` on ``channel``: the backend creates
+        the communicators it lacks, then scratch buffers are allocated once.
+
+        Args:
+            plan: a ReshardPlan (verified here), a WorkerProgram, or either's JSON.
+            channel: the communication channel (None: the main one).
+            verified: see :meth:`program`.
+
+        Returns:
+            The loaded program, to :meth:`run` any number of times.
+        """
+        prog = self.program(plan, verified)
+        with self.communicating():
+            backend = self.channel(channel)
+            try:
+                backend.prepare(prog)
+            except ReshardError:
+                raise
+            except Exception as e:
+                raise ExecutionError(
+                    f"device {self.device}: setting up communicators failed: "
+                    f"{type(e).__name__}: {e}") from e
+        src_box = {i: t.src_box for i, t in enumerate(prog.tensors) if t.src_box is not None}
+        dst_box = {i: t.dst_box for i, t in enumerate(prog.tensors) if t.dst_box is not None}
+        steps, need = program_steps(prog)
+        scratch = {dt: backend.empty(n, np.dtype(dt)) for dt, n in need.items()}
+        return LoadedProgram(prog, steps, src_box, dst_box, scratch, backend)
+
+    # ----- running -----------------------------------------------------------------------
+    def _sources(self, lp: LoadedProgram, sources: Shards | None) -> dict[int, Any]:
+        tensors = lp.program.tensors
+        given = _per_tensor(sources, len(tensors), "sources")
+        out = {}
+        for i, box in lp.src_box.items():
+            if i not in given:
+                raise ReshardError(
+                    f"device {self.device} holds a source shard of tensor {i} (box {box} of "
+                    f"{tensors[i].shape}) but none was given; pass it in sources[{i}]")
+            out[i] = self._checked(given[i], lp.src_shape(i), tensors[i].dtype,
+                                   f"source shard of tensor {i}")
+        return out
+
+    def _outputs(self, lp: LoadedProgram, out: Shards | None) -> dict[int, Any]:
+        tensors = lp.program.tensors
+        given = _per_tensor(out, len(tensors), "out")
+        extra = sorted(set(given) - set(lp.dst_box))
+        if extra:
+            raise ReshardError(f"out: device {self.device} holds no destination shard of "
+                               f"tensors {extra}; pass None for them")
+        dst = {}
+        for i in lp.dst_box:
+            shape, dt = lp.dst_shape(i), tensors[i].dtype
+            if i in given:
+                buf = self._checked(given[i], shape, dt, f"out buffer of tensor {i}")
+                if math.prod(shape) and not same_memory(buf, given[i]):
+                    raise ReshardError(
+                        f"out buffer of tensor {i} ({type(given[i]).__name__}) cannot be "
+                        f"written in place by the {self.backend.name} backend (it would be "
+                        f"copied); pass a {type(buf).__name__} on its device")
+            else:
+                buf = lp.backend.empty(math.prod(shape), np.dtype(dt)).reshape(shape)
+            if tensors[i].dst_fill:
+                buf[...] = 0
+            dst[i] = buf
+        return dst
+
+    def _checked(self, array: Any, shape: tuple[int, ...], dtype: str, what: str) -> Any:
+        arr = self.backend.asarray(array)
+        if tuple(arr.shape) != shape or _dtype_name(arr) != dtype:
+            raise ShapeError(
+                f"device {self.device}: {what} has shape {tuple(arr.shape)} and dtype "
+                f"{_dtype_name(arr)}; the plan needs shape {shape} and dtype {dtype}")
+        return arr
+
+    def run(self, loaded: LoadedProgram, sources: Shards | None = None,
+            out: Shards | None = None, *, blocking: bool = True) -> Handle:
+        """Run a loaded program on this device's shards.
+
+        Args:
+            loaded: from :meth:`load`.
+            sources: this device's source shard per tensor (module docstring); read,
+                never written.
+            out: buffers for this device's destination shards (the shard's shape and
+                dtype, on the backend's device); missing ones are allocated.
+            blocking: issue the steps on this thread (the returned handle is done) or
+                on the executor's issue thread.
+
+        Returns:
+            A :class:`Handle`; ``wait()`` gives ``{tensor index: destination shard}``.
+        """
+        if not isinstance(loaded, LoadedProgram):
+            raise ReshardError(f"run() takes what load() returned, got {type(loaded).__name__}")
+        if loaded.device != self.device:
+            raise ReshardError(f"program of device {loaded.device} given to the executor of "
+                               f"device {self.device}")
+        self._check_usable("run")
+        src = self._sources(loaded, sources)
+        dst = self._outputs(loaded, out)
+        if blocking:
+            return Handle(loaded, _done(self._execute(loaded, src, dst)))
+        if self._issuer is None:
+            self._issuer = ThreadPoolExecutor(1, thread_name_prefix=f"reshard-exec{self.device}")
+        return Handle(loaded, self._issuer.submit(self._execute, loaded, src, dst))
+
+    def _execute(self, lp: LoadedProgram, src: dict[int, Any],
+                 dst: dict[int, Any]) -> tuple[dict[int, Any], int]:
+        with self.communicating():
+            lp.backend.activate()  # e.g. make the GPU current in this thread
+            sent = Execution(lp, dict(src), dst).run(self._blame)
+            self.current = None
+        return dst, sent
+
+    def execute(self, plan: ReshardPlan | WorkerProgram, sources: Shards | None = None,
+                out: Shards | None = None) -> dict[int, Any]:
+        """Load ``plan``, run it once and wait: ``{tensor index: destination shard}``
+        (load once and :meth:`run` to reuse its communicators and scratch)."""
+        return self.run(self.load(plan), sources, out).wait()
+
+    def close(self) -> None:
+        """Stop the issue thread; close the channels and, if this executor made it, the
+        backend (a torch backend never destroys the caller's process group)."""
+        if self._issuer is not None:
+            self._issuer.shutdown(wait=True)
+            self._issuer = None
+        for b in self.channels.values():
+            b.close()
+        self.channels.clear()
+        if self._owns:
+            self.backend.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["Executor", "Handle", "LoadedProgram", "Shards", "WorkerProgram"]

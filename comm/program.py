@@ -1,0 +1,207 @@
+"""A worker program: one device's slice of a plan, all it needs to run its part.
+
+A plan names every task of every device; a process that runs one device needs only
+its own tasks, the boxes of its shards, and the communicator member sets of the
+whole plan (a backend whose communicators are created by every rank of the world
+creates them all, in the plan's first-use order, even the ones it is not in). A
+:class:`WorkerProgram` is that slice: a frozen value, cut from a verified plan with
+:meth:`WorkerProgram.of`, that serialises to JSON and back without loss, so a driver
+can ship each process only its program (Alpa's per-worker task lists).
+
+A program cannot prove alone that the plan it was cut from delivers every element
+exactly once (that takes every device's tasks): :meth:`WorkerProgram.of` verifies the
+whole plan first, and :meth:`WorkerProgram.check` (run by the executor on load)
+checks what a single device can: its tasks involve it, name existing tensors, and
+read and write inside the shards it holds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from reshard.errors import PlanError
+from reshard.layout import Box
+from reshard.planner.ir import Buffer, ReshardPlan, Task, TaskKind
+
+PROGRAM_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class ProgramTensor:
+    """One planned tensor as a device sees it.
+
+    Attributes:
+        shape: the global shape.
+        dtype: the dtype name.
+        src_box: the global box of this device's source shard (None: it holds none).
+        dst_box: the global box of its destination shard (None: it receives none).
+        dst_fill: its destination shard starts as zeros and no task writes it (an
+            addend of a partial-sum destination other than the first).
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    src_box: Box | None
+    dst_box: Box | None
+    dst_fill: bool = False
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return {"shape": list(self.shape), "dtype": self.dtype,
+                "src": None if self.src_box is None else [list(b) for b in self.src_box],
+                "dst": None if self.dst_box is None else [list(b) for b in self.dst_box],
+                "fill": self.dst_fill}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> ProgramTensor:
+        """Inverse of :meth:`to_dict`."""
+        def box(raw: Any) -> Box | None:
+            if raw is None:
+                return None
+            return tuple((int(a), int(b)) for a, b in raw)
+
+        return cls(tuple(int(n) for n in d["shape"]), str(d["dtype"]), box(d["src"]),
+                   box(d["dst"]), bool(d.get("fill", False)))
+
+
+@dataclass(frozen=True)
+class WorkerProgram:
+    """One device's part of a plan.
+
+    Attributes:
+        device: the device it runs on.
+        tensors: every planned tensor, in plan order (indices match the plan's).
+        tasks: this device's tasks as ``(index in the plan, task)``, in plan order.
+        groups: the plan's collective member sets, in first-use order.
+        strategy: the plan's strategy name (for messages).
+    """
+
+    device: int
+    tensors: tuple[ProgramTensor, ...]
+    tasks: tuple[tuple[int, Task], ...]
+    groups: tuple[tuple[int, ...], ...]
+    strategy: str = ""
+
+    @classmethod
+    def of(cls, plan: ReshardPlan, device: int) -> WorkerProgram:
+        """``device``'s program of ``plan`` (verified first; an empty program for a
+        device outside the plan, which still names the plan's member sets)."""
+        if not isinstance(plan, ReshardPlan):
+            raise PlanError(f"expected a ReshardPlan, got {type(plan).__name__}")
+        plan.verify()
+        d = int(device)
+        tensors = []
+        for t in plan.tensors:
+            src = t.src.boxes(t.shape).get(d) if d in t.src.devices else None
+            dst = t.dst.boxes(t.shape).get(d) if d in t.dst.devices else None
+            fill = dst is not None and d not in t.dst.partial_leaders()
+            tensors.append(ProgramTensor(t.shape, t.dtype, src, dst, fill))
+        tasks = tuple((i, t) for i, t in enumerate(plan.tasks) if d in t.devices)
+        return cls(d, tuple(tensors), tasks, plan.communicator_groups(), plan.strategy.value)
+
+    def communicator_groups(self) -> tuple[tuple[int, ...], ...]:
+        """The plan's collective member sets in first-use order (what a backend's
+        ``prepare`` creates)."""
+        return self.groups
+
+    @property
+    def num_tasks(self) -> int:
+        """Tasks this device takes part in."""
+        return len(self.tasks)
+
+    def check(self) -> None:
+        """What one device can check of its program (see the module docstring).
+
+        Raises:
+            PlanError: naming the task and the rule it breaks.
+        """
+        d = self.device
+        for i, t in self.tasks:
+            where = f"task #{i} ({t}) of device {d}'s program"
+            if d not in t.devices:
+                raise PlanError(f"{where} does not involve device {d}; a program holds only "
+                                f"its device's tasks (cut it with WorkerProgram.of)")
+            if not 0 <= t.tensor < len(self.tensors):
+                raise PlanError(f"{where} names tensor {t.tensor}, but the program has "
+                                f"{len(self.tensors)} tensors")
+            pt = self.tensors[t.tensor]
+            for need, box in _shards_needed(t, d, pt):
+                if box is None:
+                    raise PlanError(f"{where} needs device {d}'s {need} shard, which it does "
+                                    f"not hold")
+                if len(box) != len(t.box) or any(
+                        not s0 <= a <= b <= s1 for (a, b), (s0, s1) in zip(t.box, box)):
+                    raise PlanError(f"{where}: box {t.box} is not inside device {d}'s "
+                                    f"{need} shard {box}")
+        for i, pt in enumerate(self.tensors):
+            for box in (pt.src_box, pt.dst_box):
+                if box is not None and (len(box) != len(pt.shape) or any(
+                        not 0 <= a <= b <= n for (a, b), n in zip(box, pt.shape))):
+                    raise PlanError(f"tensor {i} of device {d}'s program: shard box {box} "
+                                    f"lies outside shape {pt.shape}")
+
+    # ----- serialisation ---------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return {"format": PROGRAM_FORMAT, "device": self.device, "strategy": self.strategy,
+                "tensors": [t.to_dict() for t in self.tensors],
+                "tasks": [[i, t.to_dict()] for i, t in self.tasks],
+                "groups": [list(g) for g in self.groups]}
+
+    def to_json(self) -> str:
+        """Lossless JSON text."""
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: Any) -> WorkerProgram:
+        """Inverse of :meth:`to_dict` (then :meth:`check`).
+
+        Raises:
+            PlanError: the form is malformed or fails :meth:`check`.
+        """
+        if not isinstance(d, dict) or d.get("format") != PROGRAM_FORMAT:
+            got = d.get("format") if isinstance(d, dict) else type(d).__name__
+            raise PlanError(f"worker program format {got!r:.40} is not supported; this "
+                            f"reshard reads format {PROGRAM_FORMAT}")
+        try:
+            prog = cls(int(d["device"]),
+                       tuple(ProgramTensor.from_dict(t) for t in d["tensors"]),
+                       tuple((int(i), Task.from_dict(t)) for i, t in d["tasks"]),
+                       tuple(tuple(int(x) for x in g) for g in d["groups"]),
+                       str(d.get("strategy", "")))
+        except PlanError:
+            raise
+        except (KeyError, TypeError, ValueError) as e:
+            raise PlanError(f"malformed worker program: {type(e).__name__}: {e}") from e
+        prog.check()
+        return prog
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> WorkerProgram:
+        """Inverse of :meth:`to_json`."""
+        try:
+            d = json.loads(text)
+        except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as e:
+            raise PlanError(f"worker program is not valid JSON: {e}") from None
+        return cls.from_dict(d)
+
+
+def _shards_needed(t: Task, d: int, pt: ProgramTensor) -> list[tuple[str, Box | None]]:
+    """The shards device ``d`` reads or writes in task ``t``: ``(name, its box)``."""
+    if t.kind is TaskKind.COPY:
+        return [("source", pt.src_box), ("destination", pt.dst_box)]
+    if t.kind is TaskKind.REDUCE:
+        return [("source", pt.src_box)]
+    if t.kind is TaskKind.ALLGATHER:
+        return [("destination", pt.dst_box)]
+    if t.root == d:
+        return [("source" if t.source is Buffer.SRC else "destination",
+                 pt.src_box if t.source is Buffer.SRC else pt.dst_box)]
+    if d in t.through:
+        return []
+    return [("destination", pt.dst_box)]
+
+
+__all__ = ["PROGRAM_FORMAT", "ProgramTensor", "WorkerProgram"]

@@ -1,0 +1,347 @@
+"""One device's steps of a loaded program: the three phases of every step.
+
+Execution follows the plan's steps (tasks with the same ``step``, contiguous in plan
+order). A device may take part in several tasks of one step, and no task reads what
+another task of its step writes, so a device runs each of its steps in three phases:
+
+1. prepare: copies (``COPY``) are done at once; every other task gets its buffers:
+   send data packed from the shard (zero-copy when contiguous), a receive target
+   (the destination shard itself when contiguous), each task in its own region of
+   the program's scratch buffer of its dtype (sized when the program is loaded, for
+   the step that needs most); a ``REDUCE`` root first takes a private copy of its
+   source shard (once per tensor), so the caller's data stays untouched;
+2. issue: every task's operation in plan order between ``group_start`` and
+   ``group_end`` (one NCCL group; gloo's asynchronous operations), tagged with the
+   task's index in the plan, so they may all be in flight at once; ``group_end``
+   returns once they completed (a host-memory backend) or are ordered before later
+   work (a stream backend);
+3. unpack: received data into the destination shard, reduced sums into the root's
+   source copy, all-gathered rows into the destination shard, in plan order.
+
+The device starts its next step only after this one. Each phase dispatches on the
+task kind through a table of handlers (:data:`_PREPARE`, :data:`_ISSUE`,
+:data:`_UNPACK`). Plans whose steps have one task per device run exactly as one
+blocking operation per task.
+
+Buffers are whatever the backend's ranks use (numpy, cupy or torch arrays): this
+module only slices, reshapes and assigns them, and allocates through the backend.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from reshard.comm.backend import Backend
+from reshard.comm.packing import pack, recv_target, region, unpack
+from reshard.comm.program import WorkerProgram
+from reshard.layout import Box, box_size
+from reshard.planner.ir import Buffer, Task, TaskKind
+
+
+@dataclass(frozen=True)
+class StepTask:
+    """A task of one device in a loaded program.
+
+    Attributes:
+        index: its position in the plan's tasks (its tag on the wire).
+        task: the task.
+        offset: where its region starts in the scratch buffer of its tensor's dtype
+            (the tasks of one step use disjoint regions).
+    """
+
+    index: int
+    task: Task
+    offset: int
+
+    def __str__(self) -> str:
+        return f"task #{self.index} ({self.task})"
+
+
+def scratch_elems(task: Task, device: int) -> int:
+    """Scratch elements ``task`` needs on ``device`` (a packed or received box, a
+    reduce addend, an all-gather's input and rows)."""
+    n = box_size(task.box)
+    if task.kind is TaskKind.ALLGATHER:
+        m = max((box_size(p) for p in task.pieces), default=0)
+        return m * (len(task.receivers) + 1)
+    if task.kind is TaskKind.COPY:
+        return 0
+    return n
+
+
+def program_steps(program: WorkerProgram) -> tuple[tuple[tuple[StepTask, ...], ...],
+                                                   dict[str, int]]:
+    """The program's tasks grouped by step (runs of equal ``step`` in plan order), each
+    with its scratch offset; and per dtype the scratch elements the fullest step needs
+    (the sum of its tasks' needs)."""
+    device = program.device
+    steps: list[tuple[StepTask, ...]] = []
+    need: dict[str, int] = {}
+    for _, run in itertools.groupby(program.tasks, key=lambda it: it[1].step):
+        used: dict[str, int] = {}
+        step = []
+        for i, t in run:
+            dt = program.tensors[t.tensor].dtype
+            step.append(StepTask(i, t, used.get(dt, 0)))
+            used[dt] = used.get(dt, 0) + scratch_elems(t, device)
+        for dt, n in used.items():
+            need[dt] = max(need.get(dt, 0), n)
+        steps.append(tuple(step))
+    return tuple(steps), need
+
+
+@dataclass
+class LoadedProgram:
+    """A program prepared on one device: communicators made, scratch allocated.
+
+    Attributes:
+        program: the program.
+        steps: its tasks by step, in plan order.
+        src_box: tensor -> this device's source box.
+        dst_box: tensor -> this device's destination box.
+        scratch: dtype name -> 1-d scratch buffer.
+        backend: the (channel's) backend rank it runs on.
+    """
+
+    program: WorkerProgram
+    steps: tuple[tuple[StepTask, ...], ...]
+    src_box: dict[int, Box]
+    dst_box: dict[int, Box]
+    scratch: dict[str, Any]
+    backend: Backend
+
+    @property
+    def num_tasks(self) -> int:
+        """Tasks this device takes part in."""
+        return sum(len(step) for step in self.steps)
+
+    @property
+    def device(self) -> int:
+        """The device it runs on."""
+        return self.program.device
+
+    def dst_shape(self, tensor: int) -> tuple[int, ...]:
+        """Shape of this device's destination shard of ``tensor``."""
+        return tuple(b - a for a, b in self.dst_box[tensor])
+
+    def src_shape(self, tensor: int) -> tuple[int, ...]:
+        """Shape of this device's source shard of ``tensor``."""
+        return tuple(b - a for a, b in self.src_box[tensor])
+
+
+@dataclass
+class _Op:
+    """A task of the running step on this device, with its buffers.
+
+    Attributes:
+        st: the task.
+        buf: SEND / BROADCAST: the packed data (root) or the receive target; REDUCE:
+            this device's addend (the sum, at the root); ALLGATHER: this device's piece.
+        rows: ALLGATHER: the gathered rows, one per member.
+        sent: bytes this device sends.
+    """
+
+    st: StepTask
+    buf: Any
+    rows: Any = None
+    sent: int = 0
+
+    @property
+    def task(self) -> Task:
+        """The task."""
+        return self.st.task
+
+
+Blame = Callable[..., AbstractContextManager[None]]
+"""``blame(*step_tasks, step=False)``: a context that turns errors of its body into
+errors naming those tasks (or the step)."""
+
+
+class Execution:
+    """One execution of a loaded program on one device: its shards, and the handlers
+    of each phase per task kind (the tables below the class).
+
+    Args:
+        lp: the loaded program.
+        src: tensor -> this device's source shard (read only, except a REDUCE root's
+            private copy).
+        dst: tensor -> this device's destination shard (written).
+    """
+
+    def __init__(self, lp: LoadedProgram, src: dict[int, Any], dst: dict[int, Any]) -> None:
+        self.device, self.lp, self.src, self.dst = lp.device, lp, src, dst
+        self.backend = lp.backend
+        self._private: set[int] = set()  # tensors whose source shard is a private copy
+
+    def run(self, blame: Blame) -> int:
+        """Every step in order. Returns the bytes this device sent."""
+        return sum(self.run_step(step, blame) for step in self.lp.steps)
+
+    def run_step(self, step: tuple[StepTask, ...], blame: Blame) -> int:
+        """This device's tasks of one step: prepared, issued as one group, unpacked
+        (the module docstring's three phases). Returns the bytes sent."""
+        self.own_sources(step)
+        ops = []
+        for st in step:
+            with blame(st):
+                op = _PREPARE[st.task.kind](self, st)
+            if op is not None:
+                ops.append(op)
+        if not ops:
+            return 0
+        backend = self.backend
+        backend.group_start()
+        for op in ops:
+            with blame(op.st):
+                _ISSUE[op.task.kind](self, op)
+        with blame(*(op.st for op in ops), step=True):
+            backend.group_end()
+        for op in ops:
+            with blame(op.st):
+                _UNPACK[op.task.kind](self, op)
+        return sum(op.sent for op in ops)
+
+    def own_sources(self, step: Sequence[StepTask]) -> None:
+        """Before a step: a REDUCE root sums into a private copy of its source shard
+        (one per tensor), never into the caller's array."""
+        for st in step:
+            t = st.task
+            if t.kind is TaskKind.REDUCE and t.root == self.device and \
+                    t.tensor not in self._private:
+                shard = self.src[t.tensor]
+                copy = self.backend.empty(math.prod(shard.shape),
+                                          np.dtype(self.lp.program.tensors[t.tensor].dtype))
+                copy = copy.reshape(tuple(shard.shape))
+                copy[...] = shard
+                self.src[t.tensor] = copy
+                self._private.add(t.tensor)
+
+    def _scratch(self, st: StepTask, n: int) -> Any:
+        """The task's own ``n``-element region of the scratch buffer."""
+        buf = self.lp.scratch[self.lp.program.tensors[st.task.tensor].dtype]
+        return buf[st.offset:st.offset + n]
+
+    # ----- prepare: copies done, buffers ready (None: nothing to issue) -----------------
+    def prepare_copy(self, st: StepTask) -> _Op | None:
+        """COPY: done here; nothing to issue."""
+        t, lp = st.task, self.lp
+        i = t.tensor
+        region(self.dst[i], t.box, lp.dst_box[i])[...] = region(self.src[i], t.box, lp.src_box[i])
+        return None
+
+    def prepare_transfer(self, st: StepTask) -> _Op | None:
+        """SEND and BROADCAST: the root packs its box; a receiver picks its target."""
+        t, lp = st.task, self.lp
+        i, n = t.tensor, box_size(t.box)
+        if t.root == self.device:
+            if t.source is Buffer.SRC:
+                shard, shard_box = self.src[i], lp.src_box[i]
+            else:  # a relay of what this device received in an earlier step
+                shard, shard_box = self.dst[i], lp.dst_box[i]
+            buf = pack(shard, t.box, shard_box, self._scratch(st, n))
+            return _Op(st, buf, sent=n * buf.itemsize)
+        if self.device in t.through:  # a relay: scratch in, passed on, kept nowhere
+            return _Op(st, self._scratch(st, n))
+        return _Op(st, recv_target(self.dst[i], t.box, lp.dst_box[i], self._scratch(st, n)))
+
+    def prepare_reduce(self, st: StepTask) -> _Op | None:
+        """Every member's addend into its scratch region (reduced in place)."""
+        t = st.task
+        n = box_size(t.box)
+        buf = self._scratch(st, n)
+        buf.reshape(tuple(hi - lo for lo, hi in t.box))[...] = region(
+            self.src[t.tensor], t.box, self.lp.src_box[t.tensor])
+        return _Op(st, buf, sent=0 if t.root == self.device else n * buf.itemsize)
+
+    def prepare_gather(self, st: StepTask) -> _Op | None:
+        """This device's piece into its input row; the rows behind it."""
+        t = st.task
+        k, m = len(t.group), max(box_size(p) for p in t.pieces)
+        scratch = self._scratch(st, m * (k + 1))
+        inp, rows = scratch[:m], scratch[m:].reshape(k, m)
+        mine = dict(zip(t.receivers, t.pieces))[self.device]
+        pn = box_size(mine)
+        if pn:
+            inp[:pn] = region(self.dst[t.tensor], mine, self.lp.dst_box[t.tensor]).reshape(-1)
+        return _Op(st, inp, rows, sent=pn * inp.itemsize * (k - 1))
+
+    # ----- issue: inside the step's group, tagged with the task's index ----------------
+    def issue_send(self, op: _Op) -> None:
+        """SEND: the root sends, the receiver receives."""
+        t = op.task
+        if t.root == self.device:
+            self.backend.send(op.buf, t.receivers[0], tag=op.st.index)
+        else:
+            self.backend.recv(op.buf, t.root, tag=op.st.index)
+
+    def issue_broadcast(self, op: _Op) -> None:
+        """BROADCAST: the receivers in chain order (for backends that pipeline one)."""
+        t = op.task
+        self.backend.broadcast(op.buf, t.root, t.group, chain=t.receivers, tag=op.st.index)
+
+    def issue_reduce(self, op: _Op) -> None:
+        """REDUCE: summed into the root's buffer."""
+        self.backend.reduce(op.buf, op.task.root, op.task.group)
+
+    def issue_gather(self, op: _Op) -> None:
+        """ALLGATHER: every member's piece into every member's rows."""
+        self.backend.all_gather(op.rows, op.buf, op.task.group)
+
+    # ----- unpack: after the group completed ----------------------------------------
+    def unpack_received(self, op: _Op) -> None:
+        """SEND and BROADCAST: a receiver's box into its destination shard."""
+        t = op.task
+        if t.root != self.device and self.device not in t.through:
+            unpack(self.dst[t.tensor], t.box, self.lp.dst_box[t.tensor], op.buf)
+
+    def unpack_reduced(self, op: _Op) -> None:
+        """The root's sum into its (private) source shard."""
+        t = op.task
+        if t.root == self.device:
+            unpack(self.src[t.tensor], t.box, self.lp.src_box[t.tensor], op.buf)
+
+    def unpack_gathered(self, op: _Op) -> None:
+        """The other members' pieces into the destination shard."""
+        t = op.task
+        piece_of = dict(zip(t.receivers, t.pieces))
+        for row, member in enumerate(t.group):
+            piece = piece_of[member]
+            if member != self.device and box_size(piece):
+                unpack(self.dst[t.tensor], piece, self.lp.dst_box[t.tensor], op.rows[row])
+
+
+_PREPARE: Mapping[TaskKind, Callable[[Execution, StepTask], _Op | None]] = MappingProxyType({
+    TaskKind.COPY: Execution.prepare_copy,
+    TaskKind.SEND: Execution.prepare_transfer,
+    TaskKind.BROADCAST: Execution.prepare_transfer,
+    TaskKind.REDUCE: Execution.prepare_reduce,
+    TaskKind.ALLGATHER: Execution.prepare_gather,
+})
+"""Phase 1 per task kind: do a copy, or make the task's buffers ready."""
+
+_ISSUE: Mapping[TaskKind, Callable[[Execution, _Op], None]] = MappingProxyType({
+    TaskKind.SEND: Execution.issue_send,
+    TaskKind.BROADCAST: Execution.issue_broadcast,
+    TaskKind.REDUCE: Execution.issue_reduce,
+    TaskKind.ALLGATHER: Execution.issue_gather,
+})
+"""Phase 2 per task kind: start the task's operation inside the step's group."""
+
+_UNPACK: Mapping[TaskKind, Callable[[Execution, _Op], None]] = MappingProxyType({
+    TaskKind.SEND: Execution.unpack_received,
+    TaskKind.BROADCAST: Execution.unpack_received,
+    TaskKind.REDUCE: Execution.unpack_reduced,
+    TaskKind.ALLGATHER: Execution.unpack_gathered,
+})
+"""Phase 3 per task kind: received data into place once the group completed."""
+
+
+__all__ = ["Execution", "LoadedProgram", "StepTask", "program_steps", "scratch_elems"]
