@@ -12,8 +12,9 @@ MIB = 1 << 20
 DEFAULT_PORT = 50051
 DEFAULT_MAX_MESSAGE = 64 * MIB
 DEFAULT_MAX_INLINE = 16 * MIB
-INLINE_HEADROOM = MIB
-"""Room kept in a message for everything but the inline array bytes."""
+INLINE_HEADROOM = 64 << 10
+"""Room kept in a message for everything but the inline array bytes (the plan of an
+Execute request counts against it too: plans above it need a larger message limit)."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from JSON: the format version, strict types, and (unless told otherwise) the ver
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -82,20 +82,41 @@ def cost_to_pb(plan: ReshardPlan) -> pb.Cost:
                    bytes_moved=plan.bytes_moved())
 
 
-def plan_chunks(plan: ReshardPlan, max_tasks: int, cost: pb.Cost | None = None
-                ) -> Iterator[pb.PlanChunk]:
-    """The plan in chunks of at most ``max_tasks`` tasks: the first carries the header
-    (and ``cost``), every one its share of the tasks; merging the parts in order gives
-    :func:`plan_to_pb`'s message."""
-    max_tasks = max(1, max_tasks)
-    count = max(1, -(-len(plan.tasks) // max_tasks))
-    for i in range(count):
-        part = header_to_pb(plan) if i == 0 else pb.Plan()
-        part.tasks.extend(task_to_pb(t) for t in plan.tasks[i * max_tasks:(i + 1) * max_tasks])
-        chunk = pb.PlanChunk(index=i, count=count, part=part)
+def _groups(sizes: list[int], first_budget: int, budget: int, max_tasks: int
+            ) -> list[tuple[int, int]]:
+    """``(start, stop)`` ranges of tasks, each at most ``max_tasks`` tasks and (unless a
+    single task is larger) ``budget`` bytes, the first ``first_budget``."""
+    out: list[tuple[int, int]] = []
+    start, used, room = 0, 0, first_budget
+    for i, size in enumerate(sizes):
+        if i > start and (used + size > room or i - start >= max_tasks):
+            out.append((start, i))
+            start, used, room = i, 0, budget
+        used += size
+    out.append((start, len(sizes)))
+    return out
+
+
+def plan_chunks(plan: ReshardPlan, max_tasks: int, max_bytes: int,
+                cost: pb.Cost | None = None) -> list[pb.PlanChunk]:
+    """The plan in chunks of at most ``max_tasks`` tasks and about ``max_bytes`` bytes
+    each (a single larger task, or a larger header, gets a chunk of its own): the first
+    carries the header (and ``cost``), every one its share of the tasks; merging the
+    parts in order gives :func:`plan_to_pb`'s message."""
+    header = header_to_pb(plan)
+    tasks = [task_to_pb(t) for t in plan.tasks]
+    sizes = [t.ByteSize() + 4 for t in tasks]  # + field tag and length
+    head = header.ByteSize() + (cost.ByteSize() if cost is not None else 0) + 64
+    groups = _groups(sizes, max_bytes - head, max_bytes - 64, max(1, max_tasks))
+    chunks = []
+    for i, (a, b) in enumerate(groups):
+        part = header if i == 0 else pb.Plan()
+        part.tasks.extend(tasks[a:b])
+        chunk = pb.PlanChunk(index=i, count=len(groups), part=part)
         if i == 0 and cost is not None:
             chunk.cost.CopyFrom(cost)
-        yield chunk
+        chunks.append(chunk)
+    return chunks
 
 
 # ----- decoding -------------------------------------------------------------------------

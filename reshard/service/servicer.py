@@ -142,7 +142,14 @@ class ReshardServicer(pb_grpc.ReshardServicer):
             plan = self._plan(request, key)
             cost = self._cost(request, key) if request.include_cost else None
             per_chunk = min(request.max_chunk_tasks or DEFAULT_CHUNK_TASKS, DEFAULT_CHUNK_TASKS)
-            yield from plan_chunks(plan, per_chunk, cost)
+            limit = self.options.max_message_bytes
+            chunks = plan_chunks(plan, per_chunk, limit // 2, cost)
+            if chunks[0].ByteSize() > limit:
+                raise ServiceError(
+                    f"the plan's header ({len(plan.tensors)} tensors) encodes to "
+                    f"{chunks[0].ByteSize()} bytes, over the server's message limit of "
+                    f"{limit}; plan fewer tensors per request", grpc.StatusCode.RESOURCE_EXHAUSTED)
+            yield from chunks
         except Exception as e:  # noqa: BLE001 - every failure becomes a status
             abort(context, e)
 

@@ -1,0 +1,86 @@
+"""``reshard serve`` flags and ServeOptions: checked before anything listens."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reshard import Cluster
+from reshard import cli as reshard_cli
+from reshard.errors import ClusterError, ReshardError
+from reshard.service.auth import check_listen, is_loopback, listen_address
+from reshard.service.cache import LruCache
+from reshard.service.options import ServeOptions
+from reshard.service.runtime_host import DEADLINE_MARGIN, call_timeout, deadline_expired
+from reshard.service.serve_cli import parse_cluster
+
+
+def test_cluster_flag_forms(tmp_path):
+    assert parse_cluster("4x2") == Cluster.regular(4, 2)
+    assert parse_cluster("dgx-h100:2") == Cluster.preset("dgx-h100", 2)
+    assert parse_cluster("paper:3x2") == Cluster.preset("paper", 3, 2)
+    path = tmp_path / "c.json"
+    odd = Cluster.from_hosts([[0, 5], [1]], name="lab", latency=1e-4)
+    path.write_text(json.dumps(odd.to_dict()))
+    assert parse_cluster(f"@{path}") == odd
+    for bad in ("4", "x4", "nope:2", "4x2x1"):
+        with pytest.raises(ClusterError):
+            parse_cluster(bad)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--host", "0.0.0.0"], "refusing to listen on the wildcard address"),
+    (["--host", "::"], "refusing to listen on the wildcard address"),
+    (["--host", "10.1.2.3"], "which is not loopback, needs a token"),
+    (["--tls-cert", "c.pem"], "TLS needs both --tls-cert and --tls-key"),
+    (["--cluster", "zz:2"], "unknown cluster preset 'zz'"),
+    (["--max-inline-mb", "64", "--max-message-mb", "64"], "must leave"),
+])
+def test_bad_serve_flags_exit_2_before_listening(flags, message, capsys):
+    assert reshard_cli.main(["serve", "--port", "0", *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_listen_rules():
+    for host in ("127.0.0.1", "127.9.9.9", "localhost", "::1", "[::1]"):
+        assert is_loopback(host)
+        check_listen(host, None, None)
+    for host in ("10.0.0.5", "example.org", "::2"):
+        assert not is_loopback(host)
+        with pytest.raises(ReshardError, match="needs a token"):
+            check_listen(host, None, None)
+        check_listen(host, "tok", None)
+    assert listen_address("::1", 5) == "[::1]:5" and listen_address("[::1]", 5) == "[::1]:5"
+    assert listen_address("127.0.0.1", 5) == "127.0.0.1:5"
+
+
+def test_options_are_checked():
+    with pytest.raises(ReshardError, match="port must be 0..65535"):
+        ServeOptions(port=70000)
+    with pytest.raises(ReshardError, match="workers must be an integer >= 1"):
+        ServeOptions(workers=0)
+    with pytest.raises(ReshardError, match="grace must be > 0"):
+        ServeOptions(grace=float("nan"))
+    assert "secret" not in repr(ServeOptions(token="secret"))
+
+
+def test_deadlines_become_timeouts_with_a_margin():
+    assert call_timeout(None, 60.0) == 60.0
+    assert call_timeout(100.0, 60.0) == 60.0
+    assert call_timeout(2.0, 60.0) == pytest.approx(2.0 - DEADLINE_MARGIN)
+    assert call_timeout(0.2, 60.0) == pytest.approx(0.1)  # half of a short deadline
+    assert deadline_expired(DEADLINE_MARGIN / 2) and not deadline_expired(1.0)
+    assert not deadline_expired(None)
+
+
+def test_lru_cache_evicts_by_weight():
+    cache: LruCache[str, str] = LruCache(10, weigh=len)
+    cache.put("a", "xxxx")
+    cache.put("b", "yyyy")
+    assert cache.get("a") == "xxxx"  # a is now the most recent
+    cache.put("c", "zzzz")  # 12 > 10: b (least recent) goes
+    assert cache.get("b") is None and cache.get("a") == "xxxx" and cache.get("c") == "zzzz"
+    cache.put("d", "w" * 11)  # heavier than the whole cache: not kept
+    assert cache.get("d") is None and len(cache) == 2
+    assert cache.get_or_make("e", lambda: "v") == "v" and cache.get("e") == "v"
