@@ -60,6 +60,16 @@ class Capabilities:
     groups_need_world: bool
     device: str
 
+    def meet(self, rank: Capabilities) -> Capabilities:
+        """What a rank built from a registration declaring ``self`` may be asked to do,
+        when the rank declares ``rank`` itself: the dtypes both allow, communicators
+        made world-wide if either says so, buffers where the rank has them."""
+        def both(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
+            return b if a is None else a if b is None else a & b
+
+        return Capabilities(both(self.moves, rank.moves), both(self.sums, rank.sums),
+                            self.groups_need_world or rank.groups_need_world, rank.device)
+
 
 @runtime_checkable
 class Backend(Protocol):

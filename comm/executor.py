@@ -151,9 +151,12 @@ class Executor:
         backend: the backend rank to run on (this process's device is its ``device``).
         owns_backend: close ``backend`` in :meth:`close` (true when the executor made
             it, as :meth:`create` does).
+        capabilities: what plans may ask of the backend (default: the rank's own
+            ``capabilities``; :meth:`create` passes what the registry entry declares).
     """
 
-    def __init__(self, backend: Backend, *, owns_backend: bool = False) -> None:
+    def __init__(self, backend: Backend, *, owns_backend: bool = False,
+                 capabilities: Capabilities | None = None) -> None:
         if not isinstance(backend, Backend):
             raise ReshardError(
                 f"Executor needs a backend rank (reshard.comm.backend.Backend), got "
@@ -164,6 +167,7 @@ class Executor:
         self.current: tuple[int, str] | None = None  # (task index, task text) in flight
         self.failed: str | None = None  # why a communicating call failed here
         self._owns = owns_backend
+        self._caps = backend.capabilities if capabilities is None else capabilities
         self._issuer: ThreadPoolExecutor | None = None
 
     # ----- construction ----------------------------------------------------------------
@@ -172,8 +176,10 @@ class Executor:
                **kwargs: Any) -> Executor:
         """An executor on a new rank of backend ``name`` (``registry``'s entry, default
         the built-ins), built with the backend's own arguments."""
-        reg = builtin_backends() if registry is None else registry
-        return cls(reg.create(name, *args, **kwargs), owns_backend=True)
+        entry = (builtin_backends() if registry is None else registry).entry(name)
+        rank = entry.create(*args, **kwargs)
+        return cls(rank, owns_backend=True,
+                   capabilities=entry.capabilities.meet(rank.capabilities))
 
     @classmethod
     def for_process_group(cls, group: Any = None, *, timeout: float = 60.0,
@@ -185,8 +191,8 @@ class Executor:
 
     @property
     def capabilities(self) -> Capabilities:
-        """What the backend can do."""
-        return self.backend.capabilities
+        """What plans may ask of the backend (checked when a program is loaded)."""
+        return self._caps
 
     def channel(self, name: str | None) -> Backend:
         """The backend of a communication channel (None: the main one): programs loaded
