@@ -73,12 +73,14 @@ def count_wrong(rt: Any, y: Any, value: np.ndarray) -> int:
 
 def time_execute(rt: Any, plan: ReshardPlan, xs: Sequence[Any], runs: int, warmup: int,
                  check: Callable[[list], Any] | None = None,
-                 check_run: int = 0) -> tuple[float, list[float], Any]:
+                 check_run: int = 0,
+                 on_run: Callable[[], Any] | None = None) -> tuple[float, list[float], Any]:
     """Run ``plan`` on ``xs`` ``warmup + runs`` times, timing each ``Runtime.execute``
     in the driver; every run's outputs are freed before the next run starts.
 
     ``check``, if given, is called on the outputs of run ``check_run`` (0: the first,
     -1: the last; warm-ups count) before they are freed, outside the timing.
+    ``on_run``, if given, is called after every run (a progress bar's step).
 
     Returns the median seconds of the ``runs`` timed runs, their seconds, and what
     ``check`` returned (None without one).
@@ -96,6 +98,8 @@ def time_execute(rt: Any, plan: ReshardPlan, xs: Sequence[Any], runs: int, warmu
         if i == check_at and check is not None:
             checked = check(ys)
         rt.free(*ys)
+        if on_run is not None:
+            on_run()
     return statistics.median(times), times, checked
 
 
@@ -115,11 +119,12 @@ class Measured:
 def measure_strategies(rt: Any, value: np.ndarray, src: Layout, dst: Layout,
                        strategies: Sequence[str], runs: int, warmup: int, *,
                        load: bool = True, check: bool = True,
-                       check_run: int = 0) -> Iterator[Measured]:
+                       check_run: int = 0,
+                       on_run: Callable[[], Any] | None = None) -> Iterator[Measured]:
     """Put ``value`` on ``src``; for every strategy plan the move to ``dst``, load it
     first if ``load`` (else the first run loads it), time it with :func:`time_execute`
-    and count the wrong elements of run ``check_run`` if ``check``. Frees the source
-    when done."""
+    and count the wrong elements of run ``check_run`` if ``check`` (``on_run``: called
+    after every run). Frees the source when done."""
     x = rt.put(value, src)
     for strategy in strategies:
         t0 = time.perf_counter()
@@ -133,7 +138,7 @@ def measure_strategies(rt: Any, value: np.ndarray, src: Layout, dst: Layout,
         seconds, times, wrong = time_execute(
             rt, plan, [x], runs, warmup,
             check=(lambda ys: count_wrong(rt, ys[0], value)) if check else None,
-            check_run=check_run)
+            check_run=check_run, on_run=on_run)
         yield Measured(strategy, plan, seconds, times, wrong, t_plan, t_load)
     rt.free(x)
 

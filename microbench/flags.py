@@ -1,0 +1,440 @@
+"""One set of flags for every benchmark entry point, as nccl-tests ("all tests support
+the same set of arguments").
+
+Every flag is defined here once: its spellings, type, check and help text. An entry
+point makes its parser with :func:`parser` and adds the groups it has, with its own
+defaults:
+
+* :func:`add_iterations`: ``-n/--iters``, ``-w/--warmup``;
+* :func:`add_sizes`: ``-b/--minbytes``, ``-e/--maxbytes``, ``-f/--stepfactor``;
+* :func:`add_cases`: ``--suite``, ``--cases``, ``--strategies``;
+* :func:`add_cluster`: ``--hosts``, ``--devices-per-host``, ``--cluster``, ``--nic-gbps``;
+* :func:`add_runtime`: ``--backend``, ``--launcher``, ``--timeout``;
+* :func:`add_check`: ``-c/--check``;
+* :func:`add_output`: ``-J/--json``, ``--no-progress`` (and ``--plot`` where offered).
+
+Every parser has ``--version`` and shows each flag's default in ``--help``.
+:func:`given` tells which flags the command line set (so a flag that does not apply
+is an error, never silently ignored), and :func:`sizes` turns ``-b/-e/-f`` into the
+sweep after :func:`check_sizes` refused an empty one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import reshard
+from reshard.cluster import preset_names
+from reshard.comm.backend import BackendKind
+from reshard.comm.launchers.base import LauncherKind
+from reshard.errors import ReshardError
+from reshard.planner.strategy import Strategy
+
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+STRATEGIES = tuple(s.value for s in Strategy)
+BACKENDS = tuple(b.value for b in BackendKind)
+LAUNCHERS = tuple(k.value for k in LauncherKind)
+
+FLAGS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "iters": ("-n", "--iters"), "warmup": ("-w", "--warmup"),
+    "minbytes": ("-b", "--minbytes"), "maxbytes": ("-e", "--maxbytes"),
+    "stepfactor": ("-f", "--stepfactor"), "suite": ("--suite",), "cases": ("--cases",),
+    "strategies": ("--strategies",), "hosts": ("--hosts",),
+    "devices_per_host": ("--devices-per-host",), "cluster": ("--cluster",),
+    "nic_gbps": ("--nic-gbps",), "backend": ("--backend",), "launcher": ("--launcher",),
+    "timeout": ("--timeout",), "check": ("-c", "--check"), "json": ("-J", "--json"),
+    "plot": ("--plot",), "no_progress": ("--no-progress",),
+})
+"""Each shared flag's spellings, by destination."""
+
+
+# ----- types: each parses one value or says what a valid one looks like ----------------------
+def parse_size(text: str) -> int:
+    """``"64M"`` -> 67108864: bytes with an optional K, M, G or T suffix (powers of
+    1024, as nccl-tests), ``B`` / ``iB`` allowed after it; at least 1 byte."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = t[-1] if t and t[-1] in UNITS else ""
+    try:
+        value = float(t[: len(t) - len(unit)]) * UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"bad size {text!r}: use bytes with an optional K/M/G/T suffix, e.g. 1024, "
+            f"64K, 32M, 1G") from None
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"a size must be at least 1 byte, got {text!r}")
+    return int(value)
+
+
+def human_bytes(n: int) -> str:
+    """``1048576`` -> ``"1 MiB"`` (3 significant digits, powers of 1024)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.3g} {unit}"
+        value /= 1024
+    return f"{value:.3g} TiB"
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    return _int_at_least(text, 1)
+
+
+def natural_int(text: str) -> int:
+    """An integer >= 0."""
+    return _int_at_least(text, 0)
+
+
+def step_factor(text: str) -> int:
+    """``-f``: the sweep's size factor, an integer >= 2."""
+    return _int_at_least(text, 2)
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def strategy_list(text: str) -> tuple[str, ...]:
+    """``"broadcast,send_recv"`` -> its strategies' names, each parsed once
+    (:meth:`Strategy.parse`), duplicates dropped, in the order given."""
+    names = [n for n in (s.strip() for s in text.split(",")) if n]
+    if not names:
+        raise argparse.ArgumentTypeError(
+            f"no strategy given; valid strategies: {', '.join(STRATEGIES)}")
+    out: list[str] = []
+    for n in names:
+        try:
+            value = Strategy.parse(n).value
+        except ReshardError:
+            raise argparse.ArgumentTypeError(
+                f"unknown strategy {n!r}; valid strategies: {', '.join(STRATEGIES)}") from None
+        if value not in out:
+            out.append(value)
+    return tuple(out)
+
+
+def name_list(text: str) -> tuple[str, ...]:
+    """Comma-separated names, blanks around each dropped."""
+    return tuple(n for n in (s.strip() for s in text.split(",")) if n)
+
+
+# ----- actions: record which flags the command line gave ------------------------------------
+class Given(argparse.Action):
+    """``store``, and remember that the command line gave this flag."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        _mark(namespace, self.dest)
+
+
+class GivenTrue(argparse.Action):
+    """``store_true``, and remember that the command line gave this flag."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, True)
+        _mark(namespace, self.dest)
+
+
+class Deprecated(argparse.Action):
+    """An old spelling: stores into the new flag's destination through ``convert`` and
+    says on stderr which flag to use instead."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, instead: str,
+                 convert: Callable[[Any], Any] = lambda v: v, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS,
+                         default=argparse.SUPPRESS, **kwargs)
+        self.instead = instead
+        self.convert = convert
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(f"{parser.prog}: warning: {option_string} is deprecated; use {self.instead}",
+              file=sys.stderr)
+        setattr(namespace, self.dest, self.convert(values))
+        _mark(namespace, self.dest)
+
+
+def _mark(namespace: argparse.Namespace, dest: str) -> None:
+    vars(namespace).setdefault("given_flags", set()).add(dest)
+
+
+def given(args: argparse.Namespace) -> frozenset[str]:
+    """Destinations of the flags the command line set (defaults not included)."""
+    return frozenset(vars(args).get("given_flags", ()))
+
+
+def as_dict(args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed flags as JSON-ready values (for a report's ``args``)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in vars(args).items()
+            if k != "given_flags"}
+
+
+def spelling(dest: str) -> str:
+    """How ``--help`` writes the flag stored in ``dest`` (``"-n/--iters"``; a tool's
+    own flag: ``--`` and the destination with dashes)."""
+    return "/".join(FLAGS.get(dest, ("--" + dest.replace("_", "-"),)))
+
+
+def refuse(ap: argparse.ArgumentParser, args: argparse.Namespace, dests: Iterable[str],
+           why: str) -> None:
+    """A usage error (exit 2) if the command line gave any flag of ``dests``: the flags
+    named, then ``why`` (the rule and the fix)."""
+    bad = [d for d in dests if d in given(args)]
+    if bad:
+        ap.error(f"{', '.join(spelling(d) for d in bad)}: {why}")
+
+
+# ----- the parser and its groups ----------------------------------------------------------
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's layout and appends each flag's default to its help (not
+    for defaults that mean "not set", which the help text explains)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("%(default)" in text or default in (None, False, argparse.SUPPRESS)
+                or not action.option_strings):
+            return text
+        shown = ",".join(default) if isinstance(default, tuple) else "%(default)s"
+        return f"{text} (default: {shown})"
+
+
+def parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """A parser with the shared help layout, no abbreviated flags, and ``--version``."""
+    ap = argparse.ArgumentParser(prog=prog, description=description,
+                                 formatter_class=HelpFormatter, allow_abbrev=False)
+    ap.add_argument("--version", action="version",
+                    version=f"%(prog)s (reshard {reshard.__version__})")
+    return ap
+
+
+def add_iterations(ap: argparse.ArgumentParser, iters: int, warmup: int,
+                   iters_help: str = "timed runs per case and strategy; the median is "
+                                     "reported",
+                   warmup_help: str = "untimed runs before them (the plan is loaded in "
+                                      "the first)") -> argparse._ArgumentGroup:
+    """``-n/--iters`` and ``-w/--warmup`` (``--runs``: a deprecated ``-n``)."""
+    g = ap.add_argument_group("iterations")
+    g.add_argument(*FLAGS["iters"], type=positive_int, default=iters, action=Given,
+                   metavar="N", help=iters_help)
+    g.add_argument(*FLAGS["warmup"], type=natural_int, default=warmup, action=Given,
+                   metavar="N", help=warmup_help)
+    g.add_argument("--runs", dest="iters", type=positive_int, action=Deprecated,
+                   instead="-n/--iters")
+    return g
+
+
+def add_sizes(ap: argparse.ArgumentParser, minbytes: str | None = None,
+              maxbytes: str | None = None, what: str = "each case's own full size") -> argparse._ArgumentGroup:
+    """``-b``, ``-e`` and ``-f``: the sizes swept (``what`` when neither is given)."""
+    g = ap.add_argument_group("sizes (bytes of all of a case's tensors together; suffixes "
+                              "K, M, G, T are powers of 1024)")
+    g.add_argument(*FLAGS["minbytes"], type=parse_size, default=minbytes, action=Given,
+                   metavar="SIZE",
+                   help=f"smallest size of the sweep; with neither -b nor -e: {what}")
+    g.add_argument(*FLAGS["maxbytes"], type=parse_size, default=maxbytes, action=Given,
+                   metavar="SIZE", help="largest size (default: -b)")
+    g.add_argument(*FLAGS["stepfactor"], type=step_factor, default=2, action=Given,
+                   metavar="F", help="size factor between steps of the sweep")
+    return g
+
+
+def check_sizes(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors for a sweep that measures nothing: ``-b`` above ``-e``; ``-f``
+    without a sweep."""
+    lo, hi = args.minbytes, args.maxbytes
+    if lo is not None and hi is not None and lo > hi:
+        ap.error(f"-b {human_bytes(lo)} is larger than -e {human_bytes(hi)}: the sweep goes "
+                 f"up from -b to -e, so it would hold no size; swap them")
+    if "stepfactor" in given(args) and (lo is None or hi is None or lo == hi):
+        ap.error("-f/--stepfactor sets the factor of a sweep from -b to -e, and there is "
+                 "none; give -b and a larger -e")
+
+
+def sizes(args: argparse.Namespace) -> list[int | None]:
+    """The sizes of ``-b/-e/-f``, smallest first; ``[None]`` (each case's own size) when
+    neither ``-b`` nor ``-e`` is set."""
+    lo, hi = args.minbytes, args.maxbytes
+    if lo is None and hi is None:
+        return [None]
+    lo = lo if lo is not None else hi
+    hi = hi if hi is not None else lo
+    out: list[int | None] = []
+    s = lo
+    while s <= hi:
+        out.append(s)
+        s *= args.stepfactor
+    return out
+
+
+def add_cases(ap: argparse.ArgumentParser, suites: Sequence[str] = (),
+              suite: str | None = None, cases: str | None = None) -> argparse._ArgumentGroup:
+    """``--suite`` (when there are ``suites``), ``--cases`` and ``--strategies``."""
+    g = ap.add_argument_group("cases")
+    if suites:
+        g.add_argument(*FLAGS["suite"], choices=tuple(suites), default=suite, action=Given,
+                       help="the benchmark suite")
+    g.add_argument(*FLAGS["cases"], type=name_list, default=cases, action=Given, metavar="A,B",
+                   help="comma-separated case names of the suite to run (default: all)")
+    g.add_argument(*FLAGS["strategies"], type=strategy_list, default=",".join(STRATEGIES),
+                   action=Given, metavar="A,B",
+                   help=f"comma-separated, from {', '.join(STRATEGIES)}")
+    return g
+
+
+def pick_cases(ap: argparse.ArgumentParser, available: Sequence[Any], wanted: Sequence[str] |
+               None, suite: str) -> list[Any]:
+    """The cases (objects with a ``name``) named by ``--cases``, in the suite's order;
+    every case when ``wanted`` is None; a usage error listing the valid names for a
+    name the suite does not have."""
+    if wanted is None:
+        return list(available)
+    names = [c.name for c in available]
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        ap.error(f"--cases: no case {', '.join(map(repr, unknown))} in suite {suite}; "
+                 f"valid: {', '.join(names)}")
+    return [c for c in available if c.name in wanted]
+
+
+def add_cluster(ap: argparse.ArgumentParser, hosts: int | None = None,
+                devices_per_host: int | None = None, presets: bool = True) -> argparse._ArgumentGroup:
+    """``--hosts``, ``--devices-per-host`` and (with ``presets``) ``--cluster``,
+    ``--nic-gbps``."""
+    g = ap.add_argument_group("cluster")
+    g.add_argument(*FLAGS["hosts"], type=positive_int, default=hosts, action=Given,
+                   metavar="N",
+                   help="hosts of the cluster the meshes are placed on; fewer than a case's "
+                        "two meshes need make them share hosts" + (
+                            "" if hosts is not None else " (default: just enough for each "
+                            "case, source and destination on separate hosts)"))
+    g.add_argument(*FLAGS["devices_per_host"], type=positive_int, default=devices_per_host,
+                   action=Given, metavar="G",
+                   help="devices per host; the meshes' devices-per-host axis is capped at "
+                        "it" + ("" if devices_per_host is not None else
+                                " (default: the cluster preset's, or the widest mesh)"))
+    if presets:
+        g.add_argument(*FLAGS["cluster"], choices=preset_names(), default=None, action=Given,
+                       metavar="PRESET",
+                       help=f"link figures of the modelled hosts, one of "
+                            f"{', '.join(preset_names())} (default: each case's own preset)")
+        g.add_argument(*FLAGS["nic_gbps"], type=positive_float, default=None, action=Given,
+                       metavar="GBIT", help="override the preset's NIC bandwidth, Gbit/s")
+    return g
+
+
+def add_runtime(ap: argparse.ArgumentParser, backend: str = "gloo", timeout: float = 120.0,
+                backends: Sequence[str] = BACKENDS,
+                launchers: Sequence[str] = LAUNCHERS) -> argparse._ArgumentGroup:
+    """``--backend``, ``--launcher`` (unless ``backends`` is empty: a tool with one
+    fixed) and ``--timeout``."""
+    g = ap.add_argument_group("workers")
+    if backends:
+        _add_backend(g, backend, backends, launchers)
+    g.add_argument(*FLAGS["timeout"], type=positive_float, default=timeout, action=Given,
+                   metavar="S", help="seconds any blocking operation may take")
+    return g
+
+
+def _add_backend(g: argparse._ArgumentGroup, backend: str, backends: Sequence[str],
+                 launchers: Sequence[str]) -> None:
+    what = {"local": "local (in-process reference)", "gloo": "gloo (CPU processes)",
+            "nccl": "nccl (GPUs)"}
+    g.add_argument(*FLAGS["backend"], choices=tuple(backends), default=backend, action=Given,
+                   help="data plane: " + ", ".join(what.get(b, b) for b in backends))
+    g.add_argument(*FLAGS["launcher"], choices=tuple(launchers), default=None, action=Given,
+                   help="how workers start (default: " + (
+                       "thread for local, process otherwise)" if "local" in backends
+                       else "process)"))
+
+
+def add_check(ap: argparse.ArgumentParser, check: int = 1) -> argparse._ArgumentGroup:
+    """``-c/--check``."""
+    g = ap.add_argument_group("correctness")
+    g.add_argument(*FLAGS["check"], type=int, choices=(0, 1), default=check, action=Given,
+                    help="1: compare every destination element with the source value "
+                         "(#wrong); 0: do not")
+    return g
+
+
+def add_output(ap: argparse.ArgumentParser, plot: bool = False) -> argparse._ArgumentGroup:
+    """``-J/--json``, ``--no-progress`` and (with ``plot``) ``--plot``."""
+    g = ap.add_argument_group("output")
+    g.add_argument(*FLAGS["json"], default=None, action=Given, metavar="PATH",
+                   help="also write the results as JSON")
+    if plot:
+        g.add_argument(*FLAGS["plot"], default=None, action=Given, metavar="PATH.png",
+                       help="also plot bandwidth per case and strategy with the lower "
+                            "bound (needs matplotlib: the 'plot' extra)")
+    g.add_argument(*FLAGS["no_progress"], action=GivenTrue,
+                   help="no progress bar (there is none anyway when stdout or stderr is "
+                        "not a terminal)")
+    return g
+
+
+def check_output_paths(ap: argparse.ArgumentParser, paths: Iterable[str | None]) -> None:
+    """A usage error now, not after the run, for an output file whose folder is missing."""
+    for path in paths:
+        if path:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                ap.error(f"cannot write {path}: folder {folder} does not exist; create it "
+                         f"or pick another path")
+
+
+# ----- what a backend needs on this machine -------------------------------------------------
+def _needs_torch() -> str | None:
+    if importlib.util.find_spec("torch") is None:
+        return ("--backend gloo needs torch, which is not installed: pip install -c "
+                "constraints.txt 'reshard[gloo]' (a CPU build), or use --backend local")
+    return None
+
+
+def _needs_gpu() -> str | None:
+    from reshard.comm.backends.nccl import available
+
+    if not available():
+        return ("--backend nccl needs cupy and an NVIDIA GPU with NCCL, and this machine "
+                "has none usable: install the cuda12 or cuda13 extra on a GPU machine, or "
+                "use --backend gloo (CPU processes)")
+    return None
+
+
+_REQUIREMENTS: Mapping[str, Callable[[], str | None]] = MappingProxyType({
+    BackendKind.GLOO.value: _needs_torch,
+    BackendKind.NCCL.value: _needs_gpu,
+})
+
+
+def backend_problem(backend: str) -> str | None:
+    """Why ``backend`` cannot run on this machine (a missing package, no GPU), or None."""
+    check = _REQUIREMENTS.get(backend)
+    return check() if check is not None else None
