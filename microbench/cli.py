@@ -1,342 +1,313 @@
-"""``reshard-bench``: resharding microbenchmarks, nccl-tests style.
+"""reshard-bench: resharding microbenchmarks in the manner of nccl-tests.
 
-Suites: ``paper`` (the paper's n-to-m and 1-to-m cases; also ``n-to-m``, ``1-to-m``),
-``realistic`` (layout pairs of real training runs at real sizes) and ``weight-sync``
-(a 7B model's parameters FSDP -> tensor parallel, all tensors in one plan, one row).
+Suites: paper (the paper's n-to-m and 1-to-m cases; also n-to-m, 1-to-m), realistic
+(layout pairs of real training runs at real sizes), weight-sync (a 7B model's
+parameters FSDP -> tensor parallel, all tensors in one plan, one row).
 
 Modes:
-  sim  (default) the cost model on a modelled cluster (each case's own preset, the
-       paper's p3.8xlarge hosts for the paper's cases; ``--cluster`` overrides it), so
-       suites larger than this machine run; with ``-c 1`` every case is also executed
-       at a small size on the local reference backend and checked (every tensor).
-  run  executes the cases on real workers (``--backend gloo|nccl|local``) and times
-       them; cases needing more than ``--max-devices`` workers, or more host memory
-       than there is, are refused with a note.
+  sim  the cost model on a modelled cluster (each case's own preset; the paper's
+       p3.8xlarge hosts for the paper's cases), so suites larger than this machine
+       run; with -c 1 every case is also executed on the local reference backend and
+       checked, at about --check-elements elements per tensor (column check(B)).
+  run  executes the cases on real workers (--backend) and times them; cases needing
+       more than --max-devices workers, or more host memory than there is, are
+       refused with a note. Any of --backend, --launcher, -n, -w, --timeout,
+       --max-devices selects run mode when --mode is not given.
+
+Columns: time(us) measured (median of -n runs after -w warm-ups) and model(us) the
+cost model's prediction; bound(us) the lower bound (no plan can be faster: the bytes
+each host's NIC and each device must receive over its bandwidth, plus one latency);
+algbw = size / time, in GB/s (1e9 bytes/s). nccl-tests' busbw is not reported: its
+factor is per collective, and for a reshard the bound plays that role (bound/time =
+algbw / (size / bound) is the fraction of the best possible). #wrong counts
+destination elements that differ from the source's expected slice.
+
+Exit codes: 0 done, 1 a wrong element or a failed execution, 2 a usage error, a
+backend this machine lacks, or every case refused.
 
 Examples:
   reshard-bench                              # paper suite, model + check
   reshard-bench --suite realistic -c 0
-  reshard-bench --suite weight-sync
-  reshard-bench --suite 1-to-m -J out.json
-  reshard-bench --mode run --backend gloo -b 1M -e 64M -f 4 -n 5 -w 1 --devices-per-host 2
+  reshard-bench --suite 1-to-m -J out.json --plot out.png
+  reshard-bench --backend gloo --cases 1,7 -b 1M -e 64M -f 4 -n 5 -w 1 --devices-per-host 2
   reshard-bench --planner-time
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import os
-import platform
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
-
-import numpy as np
 
 import reshard
-from reshard.cluster import GBIT, preset_names
-from reshard.layout import box_size
-from reshard.microbench import planner_time
-from reshard.microbench.measure import (
-    Measured,
-    count_wrong,
-    measured_row,
-    partial_addends,
-    sample_value,
-    time_execute,
-)
-from reshard.microbench.report import table, write_json
+from reshard.errors import ExecutionError, ReshardError
+from reshard.microbench import flags, planner_time
+from reshard.microbench import plot as plotting
+from reshard.microbench.report import Column, Progress, Shape, Stream, machine, write_json
 from reshard.microbench.suites import SUITES
-from reshard.microbench.suites.paper import Case, Request, preset_key
-from reshard.planner.strategy import Strategy
+from reshard.microbench.suites.paper import Case
+from reshard.microbench.sweep import CaseError, Mode, Options, measure, place, simulate, sized
 
-UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """``"64M"`` -> 67108864 (nccl-tests style suffixes K, M, G)."""
-    t = text.strip().upper().rstrip("B")
-    unit = t[-1] if t and t[-1] in UNITS else ""
-    try:
-        return int(float(t[: len(t) - len(unit)]) * UNITS[unit])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad size {text!r}; use e.g. 1024, 64K, 32M, 1G")
-
-
-def sizes(args: argparse.Namespace) -> list[int | None]:
-    """Target sizes from -b/-e/-f; ``[None]`` means each case's own (full) size."""
-    if args.minbytes is None and args.maxbytes is None:
-        return [None]
-    lo = args.minbytes or args.maxbytes
-    hi = args.maxbytes or lo
-    out = []
-    s = lo
-    while s <= hi:
-        out.append(s)
-        s = s * args.stepfactor if args.stepfactor > 1 else hi + 1
-    return out
-
-
-def check_bound(dtype: str) -> int:
-    """Magnitude of the sample values: integers below it are exact in ``dtype``, also
-    summed over a few partial addends (floats: 2**(mantissa bits - 3))."""
-    dt = np.dtype(dtype)
-    return 2 ** (np.finfo(dt).nmant - 3) if dt.kind in "fc" else 2 ** 30
-
-
-def put_value(rt: Any, value: np.ndarray, layout: reshard.Layout,
-              rng: np.random.Generator) -> Any:
-    """Put ``value`` on ``layout``; a partial layout gets random addends that sum to it."""
-    if not layout.spec.is_partial:
-        return rt.put(value, layout)
-    b = check_bound(value.dtype.name)
-    shards = partial_addends(
-        value, layout, lambda s: rng.integers(-b, b, size=s).astype(value.dtype))
-    return rt.put_shards(shards, layout, value.shape, value.dtype)
-
-
-def check_case(case: Case, strategy: str, elements: int, preset: str | None = None,
-               **overrides: float) -> int:
-    """Run ``case`` at a small size (:meth:`Case.small`: about ``elements`` elements per
-    tensor) on the local backend, all its tensors in one plan; #wrong elements."""
-    reqs, cluster = case.small(elements).build_many(preset=preset, **overrides)
-    rng = np.random.default_rng(1)
-    values = [sample_value(shape, dtype, bound=check_bound(dtype))
-              for shape, dtype, _, _ in reqs]
-    with reshard.Runtime(backend="local", cluster=cluster) as rt:
-        xs = [put_value(rt, v, r[2], rng) for v, r in zip(values, reqs)]
-        ys = rt.reshard_many(xs, [r[3] for r in reqs], strategy=strategy)
-        return sum(count_wrong(rt, y, v) for y, v in zip(ys, values))
-
-
-def _case_keys(c: Case, preset: str | None) -> dict:
-    """The row keys that describe a (sized) case."""
-    tensors = c.tensors
-    return {
-        "case": c.name,
-        "shape": "x".join(map(str, c.shape)) if len(tensors) == 1 else f"{len(tensors)}-tensors",
-        "bytes": c.nbytes, "tensors": len(tensors),
-        "dtype": "/".join(sorted({t.dtype for t in tensors})),
-        "preset": preset_key(preset or c.preset), "layouts": c.layout_text(),
-    }
-
-
-def sim_rows(args: argparse.Namespace, cases: Sequence[Case]) -> list[dict]:
-    """Model every case and strategy, all of a case's tensors in one plan (and check
-    on the local backend with -c 1)."""
-    rows = []
-    for case in cases:
-        for target in sizes(args):
-            c = case if target is None else case.with_bytes(target)
-            reqs, cluster = c.build_many(preset=args.cluster, **_overrides(args))
-            for strategy in args.strategies:
-                p = reshard.plan_many(reqs, cluster=cluster, strategy=strategy)
-                est, lb = p.estimate(), p.lower_bound()
-                rows.append({
-                    **_case_keys(c, args.cluster),
-                    "strategy": strategy, "tasks": len(p.tasks),
-                    "time_us": est * 1e6, "lb_us": lb * 1e6, "ratio": est / lb if lb else 1.0,
-                    "algbw": c.nbytes / est / 1e9 if est else float("nan"),
-                    "wrong": check_case(c, strategy, args.check_elements, args.cluster,
-                                        **_overrides(args))
-                    if args.check else "n/a",
-                })
-    return rows
-
-
-def host_bytes(reqs: Sequence[Request]) -> int:
-    """Bytes the local and gloo backends hold in host memory for ``reqs``: the driver's
-    values, every source and destination shard."""
-    total = 0
-    for shape, dtype, src, dst in reqs:
-        item = np.dtype(dtype).itemsize
-        total += 2 * math.prod(shape) * item
-        for lay in (src, dst):
-            total += sum(box_size(b) for b in lay.boxes(shape).values()) * item
-    return total
-
-
-def run_refusal(c: Case, reqs: Sequence[Request], args: argparse.Namespace) -> str | None:
-    """Why ``c`` cannot run here (too many devices, too little memory), or None."""
-    devices = len({d for r in reqs for lay in r[2:] for d in lay.devices})
-    if devices > args.max_devices:
-        return (f"needs {devices} devices ({c.layout_text()}), more than --max-devices "
-                f"{args.max_devices}; model it with --mode sim, or raise --max-devices")
-    if args.backend in ("local", "gloo"):
-        need, have = host_bytes(reqs), _available_memory()
-        if have and need > 0.8 * have:
-            return (f"needs about {need / 2**30:.1f} GiB of host memory for its values and "
-                    f"shards, {have / 2**30:.1f} GiB available; size it with -b/-e")
-    return None
-
-
-def _available_memory() -> int:
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
-def run_rows(args: argparse.Namespace, cases: Sequence[Case]) -> list[dict]:
-    """Execute every case and strategy on real workers and time them (all of a case's
-    tensors in one plan); cases this machine cannot hold are refused with a note."""
-    rows = []
-    for case in cases:
-        case = case.narrowed(args.devices_per_host)
-        for target in sizes(args):
-            c = case if target is None else case.with_bytes(target)
-            reqs, cluster = c.build_many(devices_per_host=args.devices_per_host,
-                                         preset=args.cluster, **_overrides(args))
-            why = run_refusal(c, reqs, args)
-            if why:
-                print(f"# refused {c.name} ({c.nbytes} B): {why}", flush=True)
-                args.refused.append({"case": c.name, "bytes": c.nbytes, "why": why})
-                continue
-            rng = np.random.default_rng(1)
-            values = [sample_value(shape, dtype, bound=check_bound(dtype))
-                      for shape, dtype, _, _ in reqs]
-            dsts = [r[3] for r in reqs]
-            with reshard.Runtime(backend=args.backend, cluster=cluster, launcher=args.launcher,
-                                 timeout=args.timeout) as rt:
-                xs = [put_value(rt, v, r[2], rng) for v, r in zip(values, reqs)]
-                for strategy in args.strategies:
-                    t0 = time.perf_counter()
-                    plan = rt.plan(xs, dsts, strategy)
-                    t_plan = time.perf_counter() - t0
-                    # the first run loads the plan; the last run's result is checked
-                    secs, times, wrong = time_execute(
-                        rt, plan, xs, args.iters, args.warmup, check_run=-1,
-                        check=(lambda ys, vs=values: sum(count_wrong(rt, y, v) for y, v in
-                                                         zip(ys, vs))) if args.check else None)
-                    m = Measured(strategy, plan, secs, times, wrong, t_plan, None)
-                    keys = _case_keys(c, args.cluster)
-                    del keys["case"]  # measured_row's own
-                    rows.append(measured_row(
-                        c, reqs[0][2], reqs[0][3], m, **keys,
-                        time_us=secs * 1e6, model_us=plan.estimate() * 1e6,
-                        algbw=c.nbytes / secs / 1e9, busbw=plan.bytes_moved() / secs / 1e9,
-                        wrong=wrong if args.check else "n/a"))
-                rt.free(*xs)
-    return rows
-
-
-def _overrides(args: argparse.Namespace) -> dict:
-    return {"nic_bandwidth": args.nic_gbps * GBIT} if args.nic_gbps else {}
-
-
-def summary(rows: Sequence[dict], suite: str) -> list[str]:
-    """The verdict lines: broadcast's worst model/bound (and its case), and in how many
-    cases broadcast's model time is worse than a baseline's (send_recv, allgather)."""
-    lines = []
-    bcast = [r for r in rows if r["strategy"] == "broadcast" and "ratio" in r]
-    if bcast:
-        worst = max(bcast, key=lambda r: r["ratio"])
-        over = sorted({r["case"] for r in bcast if r["ratio"] > GOAL_RATIO})
-        lines.append(f"# broadcast model/bound: worst {worst['ratio']:.3f} ({worst['case']}, "
-                     f"{worst['bytes']} B) (goal <= {GOAL_RATIO:.2f}); over the goal in "
-                     f"{len(over)} cases" + (f": {', '.join(over)}" if over else ""))
-    model = "time_us" if rows and "lb_us" in rows[0] else "model_us"
-    by_case: dict[tuple, dict[str, float]] = {}
-    for r in rows:
-        by_case.setdefault((r["case"], r["bytes"]), {})[r["strategy"]] = r[model]
-    baselines = [s for s in ("send_recv", "allgather") if any(s in t for t in by_case.values())]
-    if any("broadcast" in t for t in by_case.values()) and baselines:
-        worse = []
-        for (case, nbytes), t in by_case.items():
-            base = min((t[b] for b in baselines if b in t), default=None)
-            if "broadcast" in t and base and t["broadcast"] > base * (1 + 1e-9):
-                size = f"@{nbytes}B" if sum(k[0] == case for k in by_case) > 1 else ""
-                worse.append(f"{case}{size} (+{100 * (t['broadcast'] / base - 1):.2f}%)")
-        lines.append(f"# {suite}: broadcast worse than {'/'.join(baselines)} in {len(worse)} "
-                     f"cases" + (f": {', '.join(worse)}" if worse else ""))
-    return lines
-
-
+SCHEMA_VERSION = 1
 GOAL_RATIO = 1.10
-CASE_COLUMNS = [("case", "case"), ("shape", "shape"), ("bytes", "size(B)"),
-                ("dtype", "dtype"), ("preset", "preset"), ("layouts", "src->dst")]
-SIM_COLUMNS = CASE_COLUMNS + [
-    ("strategy", "strategy"), ("tasks", "tasks"), ("time_us", "model(us)"),
-    ("lb_us", "bound(us)"), ("ratio", "model/bound"), ("algbw", "algbw(GB/s)"),
-    ("wrong", "#wrong")]
-RUN_COLUMNS = CASE_COLUMNS + [
-    ("strategy", "strategy"), ("tasks", "tasks"), ("time_us", "time(us)"),
-    ("model_us", "model(us)"), ("algbw", "algbw(GB/s)"), ("busbw", "moved(GB/s)"),
-    ("wrong", "#wrong")]
+RUN_ONLY = ("backend", "launcher", "iters", "warmup", "timeout", "max_devices")
+CASE_COLUMNS = (Column("case", "case", align="<"), Column("layouts", "src->dst", align="<"),
+                Column("shape_text", "shape", align="<"), Column("bytes", "size(B)", "d"),
+                Column("dtype", "dtype", align="<"), Column("hosts", "hosts", "d"),
+                Column("strategy", "strategy", align="<"), Column("tasks", "tasks", "d", 5))
+SIM_COLUMNS = CASE_COLUMNS + (
+    Column("model_us", "model(us)", ".1f", 11), Column("lb_us", "bound(us)", ".1f", 11),
+    Column("model_over_bound", "model/bound", ".3f"),
+    Column("model_algbw_gbps", "algbw(GB/s)", ".3f"),
+    Column("checked_bytes", "check(B)", "d", 8), Column("wrong", "#wrong", "d"))
+RUN_COLUMNS = CASE_COLUMNS + (
+    Column("measured_us", "time(us)", ".1f", 11), Column("model_us", "model(us)", ".1f", 11),
+    Column("lb_us", "bound(us)", ".1f", 11), Column("measured_over_bound", "time/bound", ".3f"),
+    Column("measured_algbw_gbps", "algbw(GB/s)", ".3f"), Column("wrong", "#wrong", "d"))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (flags in the manner of nccl-tests)."""
-    ap = argparse.ArgumentParser(
-        prog="reshard-bench", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suite", choices=sorted(SUITES), default="paper")
-    ap.add_argument("--cases", default=None, help="comma-separated case names to keep")
-    ap.add_argument("--mode", choices=("sim", "run"), default="sim")
-    ap.add_argument("--strategies", default=",".join(s.value for s in Strategy),
-                    type=lambda s: [Strategy.parse(x).value for x in s.split(",") if x])
-    ap.add_argument("--cluster", default=None, choices=preset_names(),
-                    help="link figures of the modelled hosts (default: each case's own "
-                         "preset; the paper's p3.8xlarge for the paper's cases)")
-    ap.add_argument("--nic-gbps", type=float, default=None, help="override NIC Gbit/s")
-    ap.add_argument("-b", "--minbytes", type=parse_size, default=None)
-    ap.add_argument("-e", "--maxbytes", type=parse_size, default=None)
-    ap.add_argument("-f", "--stepfactor", type=int, default=2)
-    ap.add_argument("-n", "--iters", type=int, default=5)
-    ap.add_argument("-w", "--warmup", type=int, default=1)
-    ap.add_argument("-c", "--check", type=int, choices=(0, 1), default=1)
-    ap.add_argument("--check-elements", type=int, default=1 << 14,
-                    help="elements per tensor of the sim-mode correctness run")
-    ap.add_argument("-J", "--json", default=None, help="write the results as JSON")
-    ap.add_argument("--backend", default="gloo", choices=("local", "gloo", "nccl"))
-    ap.add_argument("--launcher", default=None, choices=("thread", "process", "ray"))
-    ap.add_argument("--devices-per-host", type=int, default=4)
-    ap.add_argument("--max-devices", type=int, default=64,
-                    help="run mode refuses cases needing more workers than this")
-    ap.add_argument("--timeout", type=float, default=120.0)
-    ap.add_argument("--planner-time", action="store_true",
-                    help="also time the planner (python -m reshard.microbench.planner_time)")
+    """The argument parser (the shared benchmark flags of :mod:`flags`, and this tool's
+    own: ``--mode``, ``--check-elements``, ``--max-devices``, ``--planner-time``)."""
+    ap = flags.parser("reshard-bench", __doc__ or "")
+    ap.add_argument("--mode", choices=[m.value for m in Mode], default=None,
+                    help="sim: model (default); run: execute on workers (default when a "
+                         "run-mode flag is given)")
+    flags.add_cases(ap, sorted(SUITES), suite="paper")
+    flags.add_sizes(ap)
+    flags.add_iterations(ap, iters=5, warmup=1)
+    check = flags.add_check(ap)
+    check.add_argument("--check-elements", type=flags.positive_int, default=1 << 14,
+                       action=flags.Given, metavar="N",
+                       help="sim mode: elements per tensor of the correctness run on the "
+                            "local backend")
+    flags.add_cluster(ap)
+    workers = flags.add_runtime(ap)
+    workers.add_argument("--max-devices", type=flags.positive_int, default=64, metavar="N",
+                         action=flags.Given,
+                         help="run mode refuses cases needing more workers than this")
+    output = flags.add_output(ap, plot=True)
+    output.add_argument("--planner-time", action="store_true",
+                        help="also time the planner (python -m "
+                             "reshard.microbench.planner_time)")
     return ap
 
 
+def _mode(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Mode:
+    """``--mode``, or run when a run-mode flag is given; usage errors for flags that the
+    mode would ignore."""
+    run_flags = [d for d in RUN_ONLY if d in flags.given(args)]
+    if args.mode is None:
+        mode = Mode.RUN if run_flags else Mode.SIM
+    else:
+        mode = Mode(args.mode)
+    if mode is Mode.SIM:
+        flags.refuse(ap, args, RUN_ONLY, "these apply to --mode run only (sim mode models "
+                     "the plans and executes nothing but the small check); drop them or add "
+                     "--mode run")
+    else:
+        flags.refuse(ap, args, ["check_elements"], "sim mode only: run mode checks the "
+                     "measured run itself, at the size shown; drop it")
+    if not args.check:
+        flags.refuse(ap, args, ["check_elements"], "sizes the correctness check, and -c 0 "
+                     "turns it off; drop one of them")
+    return mode
+
+
+def resolve(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Options, list[Case]]:
+    """The sweep's options and cases from the parsed flags; a usage error (exit 2) for
+    any flag that would do nothing or cannot work."""
+    flags.check_sizes(ap, args)
+    mode = _mode(ap, args)
+    cases = flags.pick_cases(ap, SUITES[args.suite](), args.cases, args.suite)
+    opts = Options(
+        mode=mode, strategies=args.strategies, sizes=tuple(flags.sizes(args)),
+        preset=args.cluster, nic_gbps=args.nic_gbps, hosts=args.hosts,
+        devices_per_host=args.devices_per_host, check=bool(args.check),
+        check_elements=args.check_elements, iters=args.iters, warmup=args.warmup,
+        backend=args.backend, launcher=args.launcher, timeout=args.timeout,
+        max_devices=args.max_devices)
+    for case in cases:
+        try:
+            place(case, opts)
+        except CaseError as e:
+            ap.error(str(e))
+    flags.check_output_paths(ap, [args.json, args.plot])
+    return opts, cases
+
+
+def _environment_problem(opts: Options, plot: str | None) -> str | None:
+    """What this machine lacks for the run (a backend's package or GPU, matplotlib)."""
+    if plot:
+        try:
+            plotting.require(plot)
+        except ReshardError as e:
+            return str(e)
+    return flags.backend_problem(opts.backend) if opts.mode is Mode.RUN else None
+
+
+def _view(row: dict) -> dict:
+    """A row as the table shows it (the shape of one tensor, or how many there are)."""
+    shape = ("x".join(map(str, row["shape"])) if row["tensors"] == 1
+             else f"{row['tensors']} tensors")
+    return {**row, "shape_text": shape}
+
+
+def _layout(opts: Options, cases: Sequence[Case]) -> tuple[Shape, int, set[str]]:
+    """The table's shape (widths from every case's own keys), the progress total and
+    the presets of the cases (a preset column only when they differ)."""
+    known, steps, presets = [], 0, set()
+    per_row = 1 if opts.mode is Mode.SIM else opts.runs
+    for case in cases:
+        for c in sized(case, opts):
+            p = place(c, opts)
+            presets.add(p.preset)
+            known += [_view({"case": c.name, "layouts": c.layout_text(), "shape": list(c.shape),
+                             "tensors": len(c.tensors), "bytes": c.nbytes,
+                             "dtype": "/".join(sorted({t.dtype for t in c.tensors})),
+                             "preset": p.preset, "hosts": p.cluster.num_hosts, "strategy": s})
+                      for s in opts.strategies]
+            steps += per_row * len(opts.strategies)
+    columns = SIM_COLUMNS if opts.mode is Mode.SIM else RUN_COLUMNS
+    if not opts.check:
+        columns = tuple(c for c in columns if c.key not in ("wrong", "checked_bytes"))
+    if len(presets) > 1:
+        at = [c.key for c in columns].index("hosts")
+        columns = columns[:at] + (Column("preset", "preset", align="<"),) + columns[at:]
+    return Shape.fit(columns, known), steps, presets
+
+
+def summary(rows: Sequence[dict], suite: str, mode: Mode, checked: bool) -> list[str]:
+    """The verdict lines: the broadcast goal (model/bound), in how many cases broadcast
+    is slower than a baseline (model; and measured in run mode), and correctness."""
+    lines = []
+    bcast = [r for r in rows if r["strategy"] == "broadcast" and r["model_over_bound"]]
+    if bcast:
+        worst = max(bcast, key=lambda r: r["model_over_bound"])
+        over = list(dict.fromkeys(r["case"] for r in bcast
+                                  if r["model_over_bound"] > GOAL_RATIO))
+        verdict = (f"MISSED in {len(over)} of {len(bcast)} rows, case {', '.join(over)}" if over
+                   else f"met in all {len(bcast)} rows")
+        lines.append(f"# goal broadcast model/bound <= {GOAL_RATIO:.2f}: {verdict}; worst "
+                     f"{worst['model_over_bound']:.3f} (case {worst['case']}, "
+                     f"{worst['bytes']} B)")
+    keys = [("model", "model_us")] + ([("measured", "measured_us")] if mode is Mode.RUN else [])
+    for what, key in keys:
+        line = _slower_line(rows, key)
+        if line:
+            lines.append(f"# {what}: {line}")
+    if checked and rows:
+        wrong = sum(r["wrong"] or 0 for r in rows)
+        lines.append(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+    elif rows:
+        lines.append("# correctness not checked (-c 0)")
+    return lines
+
+
+def _slower_line(rows: Sequence[dict], key: str) -> str | None:
+    by_case: dict[tuple, dict[str, float]] = {}
+    for r in rows:
+        if r[key] is not None:
+            by_case.setdefault((r["case"], r["bytes"]), {})[r["strategy"]] = r[key]
+    baselines = [s for s in ("send_recv", "allgather") if any(s in t for t in by_case.values())]
+    if not baselines or not any("broadcast" in t for t in by_case.values()):
+        return None
+    worse = []
+    for (case, nbytes), t in by_case.items():
+        base = min((t[b] for b in baselines if b in t), default=None)
+        if "broadcast" in t and base and t["broadcast"] > base * (1 + 1e-9):
+            size = f" @ {nbytes} B" if sum(k[0] == case for k in by_case) > 1 else ""
+            worse.append(f"{case}{size} (+{100 * (t['broadcast'] / base - 1):.1f}%)")
+    return (f"broadcast slower than the best of {'/'.join(baselines)} in {len(worse)} of "
+            f"{len(by_case)} cases" + (f": {', '.join(worse)}" if worse else ""))
+
+
+def payload(args: argparse.Namespace, opts: Options, launcher: str | None, rows: list[dict],
+            refused: list[dict], lines: list[str], argv: Sequence[str], seconds: float) -> dict:
+    """The JSON document (``schema_version`` 1; rows: see :mod:`sweep`)."""
+    run = opts.mode is Mode.RUN
+    return {
+        "schema_version": SCHEMA_VERSION, "tool": "reshard-bench", "argv": list(argv),
+        "suite": args.suite, "mode": opts.mode.value,
+        "backend": opts.backend if run else None, "launcher": (launcher or opts.launcher) if run else None,
+        "iterations": opts.iters if run else None, "warmup": opts.warmup if run else None,
+        "timeout_s": opts.timeout if run else None,
+        "check": opts.check, "check_backend": (opts.backend if run else "local")
+        if opts.check else None,
+        "check_elements": opts.check_elements if opts.check and not run else None,
+        "cluster": opts.preset or "per case", "nic_gbps": opts.nic_gbps, "hosts": opts.hosts,
+        "devices_per_host": opts.devices_per_host, "strategies": list(opts.strategies),
+        "sizes": [s for s in opts.sizes if s is not None] or None,
+        "machine": machine(), "seconds": seconds, "summary": lines,
+        "rows": rows, "refused": refused,
+    }
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"reshard-bench: error: {message}", file=sys.stderr)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit code (1 if any element was wrong, 2 if
-    run mode refused every case)."""
+    """Entry point; returns the exit code (see the module's docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     ap = build_parser()
     args = ap.parse_args(argv)
-    args.refused = []
-    cases = SUITES[args.suite]()
-    if args.cases:
-        keep = [n.strip() for n in args.cases.split(",") if n.strip()]
-        unknown = sorted(set(keep) - {c.name for c in cases})
-        if unknown:
-            ap.error(f"unknown case(s) {unknown} in suite {args.suite}; valid: "
-                     f"{[c.name for c in cases]}")
-        cases = tuple(c for c in cases if c.name in keep)
-    if args.mode == "run" and args.backend == "local" and args.launcher is None:
-        args.launcher = "thread"
-    print(f"# reshard-bench {reshard.__version__}: suite {args.suite}, mode {args.mode}, "
-          f"cluster {args.cluster or 'per case'}, strategies {','.join(args.strategies)}, "
-          f"python {platform.python_version()}")
-    rows = sim_rows(args, cases) if args.mode == "sim" else run_rows(args, cases)
-    print(table(rows, SIM_COLUMNS if args.mode == "sim" else RUN_COLUMNS))
-    wrong = sum(r["wrong"] for r in rows if isinstance(r["wrong"], int))
-    for line in summary(rows, args.suite):
+    opts, cases = resolve(ap, args)
+    problem = _environment_problem(opts, args.plot)
+    if problem:
+        return _fail(2, problem)
+    shape, steps, presets = _layout(opts, cases)
+    where = (f"cluster {presets.pop() if len(presets) == 1 else 'per case (column preset)'}"
+             + (f", {opts.hosts} hosts" if opts.hosts else "")
+             + (f", {opts.devices_per_host} devices per host" if opts.devices_per_host else ""))
+    how = ("the cost model" if opts.mode is Mode.SIM else
+           f"{opts.backend} workers ({opts.launcher or 'default'} launcher), median of "
+           f"{opts.iters} runs "
+           f"after {opts.warmup} warm-up")
+    print(f"# reshard-bench {reshard.__version__}: suite {args.suite}, mode {opts.mode.value} "
+          f"({how}), {where}, strategies {','.join(opts.strategies)}", flush=True)
+    if opts.mode is Mode.SIM and opts.check:
+        print(f"# #wrong: every case also moved on the local backend at about "
+              f"{opts.check_elements} elements per tensor (--check-elements), or its own size "
+              f"if smaller: check(B) is the size checked", flush=True)
+    refused: list[dict] = []
+    launcher = None
+    t0 = time.perf_counter()
+    with Progress(steps, not args.no_progress, "reshard-bench") as progress:
+        out = Stream(shape, progress, _view)
+        out.start()
+        try:
+            if opts.mode is Mode.SIM:
+                simulate(cases, opts, out)
+            else:
+                launcher = measure(cases, opts, out, refused)
+        except ExecutionError as e:
+            progress.close()
+            return _fail(1, str(e))
+        except ReshardError as e:
+            progress.close()
+            return _fail(2, str(e))
+    rows = out.rows
+    lines = summary(rows, args.suite, opts.mode, opts.check)
+    for line in lines:
         print(line)
-    print(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
-    payload = {"suite": args.suite, "mode": args.mode, "cluster": args.cluster or "per case",
-               "rows": rows, "refused": args.refused}
+    doc = payload(args, opts, launcher, rows, refused, lines, argv, time.perf_counter() - t0)
     if args.planner_time:
         prow = planner_time.run()
         print(planner_time.render(prow))
-        payload["planner"] = prow
+        doc["planner"] = prow
     if args.json:
-        write_json(args.json, payload)
-    if wrong:
+        write_json(args.json, doc)
+    if args.plot and rows:
+        plotting.plot(rows, args.plot, f"reshard-bench --suite {args.suite} "
+                                       f"({opts.mode.value})")
+    if any(r["wrong"] for r in rows):
         return 1
-    return 2 if args.refused and not rows else 0
+    if refused and not rows:
+        return _fail(2, "every case was refused (see the notes above)")
+    return 0
 
 
 if __name__ == "__main__":

@@ -167,18 +167,19 @@ def test_cli_cluster_flag_overrides_only_when_given(tmp_path):
     assert bench_cli.main(args + ["--cluster", "paper"]) == 0
     paper = json.loads(out.read_text())["rows"][0]
     assert paper["preset"] == "aws-p3.8xlarge"
-    assert paper["time_us"] > 10 * own["time_us"]  # 10 Gbit/s NICs, not 3.2 Tbit/s
+    assert paper["model_us"] > 10 * own["model_us"]  # 10 Gbit/s NICs, not 3.2 Tbit/s
 
 
 def test_summary_names_worst_case_and_counts_baseline_wins():
     def row(case, strategy, t, lb=1.0):
-        return {"case": case, "bytes": 8, "strategy": strategy, "time_us": t, "lb_us": lb,
-                "ratio": t / lb}
+        return {"case": case, "bytes": 8, "strategy": strategy, "model_us": t, "lb_us": lb,
+                "model_over_bound": t / lb, "measured_us": None, "wrong": 0}
     rows = [row("a", "send_recv", 4.0), row("a", "allgather", 2.0), row("a", "broadcast", 1.0),
             row("b", "send_recv", 1.5), row("b", "allgather", 3.0), row("b", "broadcast", 2.0)]
-    lines = bench_cli.summary(rows, "demo")
-    assert "worst 2.000 (b," in lines[0] and "over the goal in 1 cases: b" in lines[0]
-    assert lines[1].startswith("# demo: broadcast worse than send_recv/allgather in 1 cases: b")
+    lines = bench_cli.summary(rows, "demo", bench_cli.Mode.SIM, checked=True)
+    assert "MISSED in 1 of 2 rows, case b; worst 2.000 (case b," in lines[0]
+    assert lines[1].startswith("# model: broadcast slower than the best of "
+                               "send_recv/allgather in 1 of 2 cases: b")
 
 
 def test_run_mode_refuses_cases_too_big_for_the_machine(capsys):
