@@ -1,10 +1,10 @@
 """Data-plane benchmark: the paper's n-to-m cases executed on real worker processes.
 
 Runs every case and strategy on local gloo workers (process launcher by default)
-and reports, per (case, strategy):
+and reports, per (case, strategy), each row as soon as it is measured:
 
-* ``time``: median wall time of ``Runtime.execute`` over ``--runs`` runs after
-  ``--warmup`` runs, measured in the driver (dispatch to every worker, all tasks,
+* ``time``: median wall time of ``Runtime.execute`` over ``-n`` runs after
+  ``-w`` warm-up runs (and one more, checked, first), measured in the driver (dispatch to every worker, all tasks,
   replies);
 * ``GB/s``: the bytes the plan moves (``plan.bytes_moved()``: each non-copy task's
   box once, so a broadcast counts once however many receive it) over that time;
@@ -25,9 +25,14 @@ Meshes ``(n, 4)`` of the paper become ``(n, g)`` with ``g = --devices-per-host``
 the source mesh starts on host 0 and the destination on the next free host, or on
 the last hosts when the cluster is too small (then the meshes overlap: case 6).
 
+Flags are every benchmark's (:mod:`reshard.microbench.flags`): ``-b/-e/-f`` sizes
+(default 256 MiB per case), ``-n/-w`` runs, ``--cases``, ``--strategies``, ``-c``,
+``--hosts``, ``--devices-per-host``, ``--cluster`` (the model's link figures),
+``--backend``, ``--launcher``, ``--timeout``, ``-J``.
+
 Example::
 
-    python -m reshard.microbench.dataplane --size-mb 256 --json dataplane.json
+    python -m reshard.microbench.dataplane -b 256M -J dataplane.json
 """
 
 from __future__ import annotations
@@ -35,28 +40,22 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import wait
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from reshard.cluster import Cluster
+from reshard.cluster import GBIT, Cluster
+from reshard.errors import ExecutionError, ReshardError
 from reshard.layout import Layout
-from reshard.microbench.measure import (
-    add_case_args,
-    measure_strategies,
-    measured_row,
-    print_rows,
-    report,
-    sample_value,
-    selected_cases,
-)
-from reshard.microbench.report import scaled
-from reshard.microbench.suites.paper import Case
+from reshard.microbench import flags
+from reshard.microbench.measure import measure_strategies, measured_row, sample_value
+from reshard.microbench.report import Column, Progress, Shape, Stream, machine, scaled, write_json
+from reshard.microbench.suites.paper import Case, n_to_m_cases, preset_key
 
 
 def delivered_bytes(src: Layout, dst: Layout, shape: tuple[int, ...], itemsize: int) -> int:
@@ -99,84 +98,119 @@ def round_trip_seconds(rt: Any, runs: int = 7) -> float:
 
 
 def bench_case(rt: Any, case: Case, src: Layout, dst: Layout, strategies: Sequence[str],
-               runs: int, warmup: int, rtt: float) -> list[dict]:
-    """Measure every strategy on one case."""
+               runs: int, warmup: int, rtt: float, check: bool = True,
+               on_run: Callable[[], Any] | None = None) -> Iterator[dict]:
+    """Measure every strategy on one case (its row as soon as it is measured)."""
     value = sample_value(case.shape, case.dtype)
-    rows = []
+    delivered = delivered_bytes(src, dst, case.shape, np.dtype(case.dtype).itemsize)
     # one extra untimed run first, checked: every destination shard
-    for m in measure_strategies(rt, value, src, dst, strategies, runs, warmup + 1):
+    for m in measure_strategies(rt, value, src, dst, strategies, runs, warmup + 1,
+                                check=check, on_run=on_run):
         seconds, moved = m.seconds, m.plan.bytes_moved()
-        delivered = delivered_bytes(src, dst, case.shape, np.dtype(case.dtype).itemsize)
         mc = memcpy_seconds(moved, runs)
-        rows.append(measured_row(
-            case, src, dst, m, bytes_delivered=delivered,
+        yield measured_row(
+            case, src, dst, m, layouts=case.layout_text(), bytes_delivered=delivered,
             delivered_bytes_per_s=delivered / seconds, bytes_per_s=moved / seconds,
             memcpy_seconds=mc, memcpy_bytes_per_s=moved / mc,
             vs_memcpy=(moved / seconds) / (moved / mc),
             plan_seconds=m.plan_seconds, load_seconds=m.load_seconds, rtt_seconds=rtt,
-            predicted_seconds_paper_cluster=m.plan.estimate()))
-    return rows
+            model_seconds=m.plan.estimate(), lower_bound_seconds=m.plan.lower_bound())
 
 
-COLUMNS = [("case", "case"), ("strategy", "strategy"),
-           ("tensor_bytes", "tensor MB", scaled(1e-6, ".1f")),
-           ("bytes_moved", "moved MB", scaled(1e-6, ".1f")),
-           ("seconds", "time ms", scaled(1e3, ".1f")),
-           ("bytes_per_s", "GB/s", scaled(1e-9, ".2f")),
-           ("delivered_bytes_per_s", "dst GB/s", scaled(1e-9, ".2f")),
-           ("memcpy_bytes_per_s", "memcpy GB/s", scaled(1e-9, ".2f")),
-           ("vs_memcpy", "vs memcpy", scaled(1, ".3f")),
-           ("plan_seconds", "plan ms", scaled(1e3, ".1f")),
-           ("load_seconds", "load ms", scaled(1e3, ".1f")),
-           ("rtt_seconds", "rtt ms", scaled(1e3, ".2f")), ("wrong", "#wrong")]
+COLUMNS = (Column("case", "case", align="<"), Column("layouts", "src->dst", align="<"),
+           Column("strategy", "strategy", align="<"),
+           Column("tensor_bytes", "tensor MB", scaled(1e-6, ".1f")),
+           Column("bytes_moved", "moved MB", scaled(1e-6, ".1f")),
+           Column("seconds", "time ms", scaled(1e3, ".1f"), 8),
+           Column("bytes_per_s", "GB/s", scaled(1e-9, ".2f"), 6),
+           Column("delivered_bytes_per_s", "dst GB/s", scaled(1e-9, ".2f")),
+           Column("memcpy_bytes_per_s", "memcpy GB/s", scaled(1e-9, ".2f")),
+           Column("vs_memcpy", "vs memcpy", scaled(1, ".3f")),
+           Column("plan_seconds", "plan ms", scaled(1e3, ".1f")),
+           Column("load_seconds", "load ms", scaled(1e3, ".1f")),
+           Column("rtt_seconds", "rtt ms", scaled(1e3, ".2f")), Column("wrong", "#wrong", "d"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The shared benchmark flags (:mod:`reshard.microbench.flags`) with this tool's
+    defaults; ``--size-mb`` is a deprecated ``-b`` in MiB."""
+    ap = flags.parser("python -m reshard.microbench.dataplane", __doc__ or "")
+    flags.add_cases(ap)
+    sizes = flags.add_sizes(ap, minbytes="256M")
+    sizes.add_argument("--size-mb", dest="minbytes", type=float, action=flags.Deprecated,
+                       instead="-b (e.g. -b 256M)", convert=lambda mb: int(mb * 2**20))
+    flags.add_iterations(ap, iters=5, warmup=1)
+    flags.add_check(ap)
+    flags.add_cluster(ap, hosts=4, devices_per_host=2)
+    flags.add_runtime(ap, backend="gloo", timeout=300.0, backends=("gloo", "nccl"),
+                      launchers=("process", "ray"))
+    flags.add_output(ap)
+    return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark; prints a table, optionally writes JSON."""
-    ap = argparse.ArgumentParser(
-        prog="python -m reshard.microbench.dataplane",
-        description="Time the paper's n-to-m cases on real gloo worker processes.")
-    ap.add_argument("--hosts", type=int, default=4, help="emulated hosts (default 4)")
-    ap.add_argument("--devices-per-host", type=int, default=2,
-                    help="workers per host; meshes (n, 4) become (n, this) (default 2)")
-    ap.add_argument("--size-mb", type=float, default=256.0,
-                    help="global tensor size per case in MiB (default 256)")
-    add_case_args(ap, runs=5)
-    ap.add_argument("--launcher", default="process", choices=["process", "ray"])
-    ap.add_argument("--timeout", type=float, default=300.0, help="runtime timeout, seconds")
-    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    """Run the benchmark: rows as they are measured, then a note; optionally JSON.
+    Exit 1 if any element was wrong, 2 on a usage error or a backend this machine
+    lacks."""
+    ap = build_parser()
     args = ap.parse_args(argv)
+    flags.check_sizes(ap, args)
+    flags.check_output_paths(ap, [args.json])
+    full = flags.pick_cases(ap, n_to_m_cases(), args.cases, "n-to-m")
+    problem = flags.backend_problem(args.backend)
+    if problem:
+        print(f"{ap.prog}: error: {problem}", file=sys.stderr)
+        return 2
 
     from reshard.runtime import Runtime
 
-    full, strategies = selected_cases(ap, args)
-    cluster = Cluster.regular(args.hosts, args.devices_per_host)
-    cases = [c.with_bytes(int(args.size_mb * 2**20)) for c in full]
-    layouts = [c.narrowed(args.devices_per_host).layouts_on(cluster) for c in cases]
-
-    env = {"python": platform.python_version(), "cpus": os.cpu_count(),
-           "workers": len(cluster.devices), "launcher": args.launcher, "backend": "gloo",
-           "start_method": os.environ.get("RESHARD_START_METHOD", "forkserver (default)")}
+    over = {"nic_bandwidth": args.nic_gbps * GBIT} if args.nic_gbps else {}
+    cluster = Cluster.regular(args.hosts, args.devices_per_host,
+                              preset=preset_key(args.cluster), **over)
+    cases = [c.narrowed(args.devices_per_host).with_bytes(size)
+             for c in full for size in flags.sizes(args) if size is not None]
     try:
-        import torch
+        layouts = [c.layouts_on(cluster) for c in cases]
+    except ValueError as e:
+        ap.error(f"{e}; raise --hosts or --devices-per-host")
 
-        env["torch"] = torch.__version__
-    except ImportError:
-        pass
+    env: dict[str, Any] = {
+        "workers": len(cluster.devices), "backend": args.backend, "launcher": args.launcher,
+        "cluster": str(cluster),
+        "start_method": os.environ.get("RESHARD_START_METHOD", "forkserver (default)")}
     print(f"# dataplane: {env}", flush=True)
     t0 = time.perf_counter()
-    rows: list[dict] = []
-    with Runtime("gloo", cluster, args.launcher, timeout=args.timeout) as rt:
-        env["start_seconds"] = time.perf_counter() - t0
-        rtt = round_trip_seconds(rt)
-        for case, (src, dst) in zip(cases, layouts):
-            rows.extend(bench_case(rt, case, src, dst, strategies, args.runs, args.warmup, rtt))
-            print_rows(rows[-len(strategies):], COLUMNS)
-    note = (f"# workers started in {env['start_seconds']:.2f}s; time = median of {args.runs} "
-            f"runs after {args.warmup} warm-up; GB/s = plan.bytes_moved() / time; dst GB/s = "
-            f"bytes the destination shards need from other devices / time; vs memcpy = GB/s "
-            f"over one in-process numpy.copyto of the moved bytes")
-    return report(rows, COLUMNS, note, args, env)
+    shape = Shape.fit(COLUMNS, [{"case": c.name, "layouts": c.layout_text(), "strategy": s}
+                                for c in cases for s in args.strategies])
+    steps = len(cases) * len(args.strategies) * (args.warmup + 1 + args.iters)
+    with Progress(steps, not args.no_progress, "dataplane") as progress:
+        out = Stream(shape, progress)
+        out.start()
+        progress.describe(f"starting {len(cluster.devices)} {args.backend} workers")
+        try:
+            with Runtime(args.backend, cluster, args.launcher, timeout=args.timeout) as rt:
+                env["start_seconds"] = time.perf_counter() - t0
+                env["launcher"] = rt.launcher.value
+                rtt = round_trip_seconds(rt)
+                for case, (src, dst) in zip(cases, layouts):
+                    progress.describe(f"case {case.name} ({case.nbytes} B)")
+                    for row in bench_case(rt, case, src, dst, args.strategies, args.iters,
+                                          args.warmup, rtt, bool(args.check),
+                                          progress.advance):
+                        out.row(row)
+        except ReshardError as e:
+            progress.close()
+            print(f"{ap.prog}: error: {e}", file=sys.stderr)
+            return 1 if isinstance(e, ExecutionError) else 2
+    print(f"# workers started in {env['start_seconds']:.2f}s; time = median of {args.iters} "
+          f"runs after {args.warmup} warm-up; GB/s = plan.bytes_moved() / time; dst GB/s = "
+          f"bytes the destination shards need from other devices / time; vs memcpy = GB/s "
+          f"over one in-process numpy.copyto of the moved bytes")
+    if args.json:
+        write_json(args.json, {"schema_version": 1, "tool": "dataplane", "machine": machine(),
+                               "environment": env, "args": flags.as_dict(args),
+                               "rows": out.rows})
+    return 1 if any(r["wrong"] for r in out.rows) else 0
 
 
 if __name__ == "__main__":

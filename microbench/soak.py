@@ -1,6 +1,6 @@
 """Soak: threads sharing one gloo Runtime while workers are killed on purpose.
 
-``--threads`` threads each run ``--iterations`` mixed reshards (transposes, partial
+``--threads`` threads each run ``-n`` mixed reshards (transposes, partial
 sums, overlapping meshes, uneven shapes, every strategy, several dtypes) on one
 Runtime, and every ``--kill-every`` completed reshards (counted over all threads) a
 random worker is SIGKILLed. The calls that were waiting on it must fail with an
@@ -12,15 +12,14 @@ the Runtime and every thread carries on. Reported:
 * ``errors``: calls failed by a kill, and the longest time from the kill (or the
   call's start, if later) to its error, against ``--timeout``; ``hangs``: calls
   that took longer than the timeout plus a second without an error; must be 0;
-* memory: each generation's worker RSS after its first ``--warm`` reshards and at
+* memory: each generation's worker RSS after its first ``-w`` reshards and at
   its end, and the driver's RSS, threads and open files when the first Runtime was
   replaced and when the last one started: flat when nothing leaks across reshards or
   Runtimes.
 
 Example::
 
-    python -m reshard.microbench.soak --threads 8 --iterations 500 --kill-every 100 \\
-        --json soak.json
+    python -m reshard.microbench.soak --threads 8 -n 500 --kill-every 100 -J soak.json
 """
 
 from __future__ import annotations
@@ -41,8 +40,9 @@ from reshard.cluster import Cluster
 from reshard.errors import ExecutionError
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
+from reshard.microbench import flags
 from reshard.microbench.measure import count_wrong, partial_addends
-from reshard.microbench.report import write_json
+from reshard.microbench.report import Progress, machine, write_json
 from reshard.runtime import Runtime
 
 CLUSTER = Cluster.regular(4, 2)  # eight workers, four hosts
@@ -99,6 +99,7 @@ class Soak:
     """Shared state of a soak run."""
 
     args: argparse.Namespace
+    progress: Progress = field(default_factory=lambda: Progress(0, False))
     lock: threading.Lock = field(default_factory=threading.Lock)
     gens: list[Generation] = field(default_factory=list)
     done: int = 0
@@ -129,9 +130,10 @@ class Soak:
     def finished_one(self, gen: Generation, rng: random.Random) -> None:
         with self.lock:
             self.done += 1
+            self.progress.advance()
             gen.reshards += 1
             pids = gen.rt.group.pids
-            if gen.reshards == self.args.warm:
+            if gen.reshards == self.args.warmup:
                 gen.rss_warm = sum(_rss_mib(p) for p in pids.values())
             if gen.reshards % self.args.sample_every == 0:
                 gen.samples.append((gen.reshards, sum(_rss_mib(p) for p in pids.values())))
@@ -158,7 +160,7 @@ def _thread(soak: Soak, k: int) -> None:
     rng = np.random.default_rng(1000 + k)
     pick = random.Random(k)
     kill_rng = random.Random(10_000 + k)
-    for _ in range(soak.args.iterations):
+    for _ in range(soak.args.iters):
         gen = soak.current()
         src, dst = CASES[pick.randrange(len(CASES))]
         shape = SHAPES[pick.randrange(len(SHAPES))]
@@ -173,6 +175,7 @@ def _thread(soak: Soak, k: int) -> None:
         except ExecutionError as e:
             took = time.monotonic() - max(start, gen.killed_at or start)
             with soak.lock:
+                soak.progress.advance()
                 soak.errors.append(took)
                 if gen.killed_at is None:
                     soak.unexpected.append(
@@ -181,6 +184,7 @@ def _thread(soak: Soak, k: int) -> None:
             continue
         except Exception as e:  # noqa: BLE001 - a bug: reported, the run goes on
             with soak.lock:
+                soak.progress.advance()
                 soak.unexpected.append(f"thread {k}: {type(e).__name__}: {e}")
             continue
         took = time.monotonic() - start
@@ -191,9 +195,10 @@ def _thread(soak: Soak, k: int) -> None:
         soak.finished_one(gen, kill_rng)
 
 
-def run(args: argparse.Namespace) -> dict:
-    """The soak run; returns the summary."""
-    soak = Soak(args)
+def run(args: argparse.Namespace, progress: Progress | None = None) -> dict:
+    """The soak run (``progress``: a step per reshard, done or failed); returns the
+    summary."""
+    soak = Soak(args, progress or Progress(0, False))
     t0 = time.monotonic()
     soak.new_runtime()
     threads = [threading.Thread(target=_thread, args=(soak, k), daemon=True)
@@ -215,7 +220,7 @@ def run(args: argparse.Namespace) -> dict:
     growth = [g["worker_rss_end_mib"] - g["worker_rss_warm_mib"] for g in gens
               if g["worker_rss_warm_mib"] is not None and g["worker_rss_end_mib"] is not None]
     return {
-        "threads": args.threads, "iterations": args.iterations, "kill_every": args.kill_every,
+        "threads": args.threads, "iterations": args.iters, "kill_every": args.kill_every,
         "timeout_s": args.timeout, "seconds": time.monotonic() - t0,
         "reshards_ok": soak.done, "wrong_bytes": soak.wrong, "hangs": soak.hangs,
         "errors": len(soak.errors), "max_error_s": max(soak.errors, default=0.0),
@@ -225,23 +230,37 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The shared benchmark flags (-n: reshards per thread, -w: reshards before the
+    first memory sample, --timeout, -J) and the soak's own."""
+    ap = flags.parser("python -m reshard.microbench.soak", __doc__ or "")
+    flags.add_iterations(ap, iters=500, warmup=30, iters_help="reshards per thread",
+                         warmup_help="reshards per Runtime before its worker memory is "
+                                     "first sampled")
+    g = ap.add_argument_group("soak")
+    g.add_argument("--threads", type=flags.positive_int, default=8, metavar="N",
+                   help="threads sharing the Runtime")
+    g.add_argument("--kill-every", type=flags.natural_int, default=100, metavar="N",
+                   help="SIGKILL a random worker every N completed reshards (0: never)")
+    g.add_argument("--sample-every", type=flags.positive_int, default=500, metavar="N",
+                   help="sample the workers' memory every N reshards of a Runtime")
+    g.add_argument("--iterations", dest="iters", type=flags.positive_int,
+                   action=flags.Deprecated, instead="-n/--iters")
+    g.add_argument("--warm", dest="warmup", type=flags.natural_int,
+                   action=flags.Deprecated, instead="-w/--warmup")
+    flags.add_runtime(ap, timeout=10.0, backends=())
+    flags.add_output(ap)
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; exit code 1 if any byte was wrong, any call hung, or anything
     but an ExecutionError after a kill went wrong."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=8, help="threads sharing the Runtime")
-    ap.add_argument("--iterations", type=int, default=500, help="reshards per thread")
-    ap.add_argument("--kill-every", type=int, default=100,
-                    help="SIGKILL a random worker every N completed reshards (0: never)")
-    ap.add_argument("--timeout", type=float, default=10.0, help="Runtime timeout, seconds")
-    ap.add_argument("--warm", type=int, default=30,
-                    help="reshards per Runtime before its worker memory is first sampled")
-    ap.add_argument("--sample-every", type=int, default=500,
-                    help="sample the workers' memory every N reshards of a Runtime")
-    ap.add_argument("--json", help="write the summary here")
+    ap = build_parser()
     args = ap.parse_args(argv)
-    out = run(args)
+    flags.check_output_paths(ap, [args.json])
+    with Progress(args.threads * args.iters, not args.no_progress, "soak") as progress:
+        out = run(args, progress)
     d0, d1 = out["driver_first"], out["driver_last"]
     print(f"# soak: {out['threads']} threads x {out['iterations']} reshards on gloo "
           f"({len(CASES)} layout pairs, {len(SHAPES)} shapes, {len(DTYPES)} dtypes, every "
@@ -252,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"errors after kills      {out['errors']} (slowest {out['max_error_s']:.2f} s, "
           f"timeout {out['timeout_s']:g} s), runtimes {out['runtimes']}")
     print(f"worker RSS growth       {out['worker_rss_growth_mib_max']:+.1f} MiB at most "
-          f"per runtime (after {args.warm} reshards to its end, all workers summed)")
+          f"per runtime (after {args.warmup} reshards to its end, all workers summed)")
     longest = max(out["generations"], key=lambda g: g["reshards"])
     if longest["worker_rss_samples"]:
         series = ", ".join(f"{n}: {m:.0f}" for n, m in longest["worker_rss_samples"])
@@ -264,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     for u in out["unexpected"][:10]:
         print("unexpected:", u)
     if args.json:
-        write_json(args.json, out)
+        write_json(args.json, {"schema_version": 1, "tool": "soak", "machine": machine(),
+                               "args": flags.as_dict(args), **out})
     bad = out["wrong_bytes"] or out["hangs"] or out["unexpected"] or \
         out["max_error_s"] > args.timeout + 1.0
     return 1 if bad else 0
