@@ -74,15 +74,13 @@ def compare_schedules(
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """Rows of :func:`compare_schedules` (or any dicts with the same keys) as aligned text."""
+    """Rows of :func:`compare_schedules` (or any dicts with the same keys) as aligned text
+    (the benchmarks' renderer, :func:`reshard.microbench.report.table`)."""
+    from reshard.microbench.report import table
+
     if not rows:
         return ""
-    keys = list(rows[0])
-    cells = [[_cell(row[k]) for k in keys] for row in rows]
-    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
-    lines = ["  ".join(k.ljust(w) for k, w in zip(keys, widths))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
-    return "\n".join(line.rstrip() for line in lines)
+    return table(rows, [(k, k, _cell) for k in rows[0]], align="<", rule=False)
 
 
 def _cell(value: Any) -> str:

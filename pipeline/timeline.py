@@ -17,6 +17,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from reshard.choice import parse_choice
+from reshard.errors import ReshardError
 from reshard.pipeline.actions import Action, ActionKind
 from reshard.pipeline.errors import ScheduleError
 
@@ -30,14 +32,13 @@ class Stream(enum.Enum):
 
     @classmethod
     def parse(cls, value: Stream | str) -> Stream:
-        """Reads a stream name (``"compute"``, ``"send"`` or ``"recv"``)."""
-        if isinstance(value, Stream):
-            return value
+        """Reads a stream name (``"compute"``, ``"send"`` or ``"recv"``) with
+        :func:`reshard.choice.parse_choice`; a :class:`ScheduleError` listing the valid
+        names otherwise."""
         try:
-            return cls(value)
-        except ValueError:
-            valid = ", ".join(s.value for s in cls)
-            raise ScheduleError(f"unknown stream {value!r}; valid: {valid}") from None
+            return parse_choice(cls, value, "stream")
+        except ReshardError as e:
+            raise ScheduleError(str(e)) from None
 
 
 @dataclass(frozen=True)

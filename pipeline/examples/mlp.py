@@ -20,7 +20,8 @@ worker processes and compare with the reference.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -252,25 +253,82 @@ def train(backend: str = "local", launcher: str | None = None, schedule: str = "
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m reshard.pipeline.examples.mlp``: train and compare; exit 1 on mismatch."""
+KINDS = ("dp", "col")
+"""Stage kinds of ``--stages``."""
+
+
+def _stage_kinds(text: str) -> tuple[str, ...]:
     import argparse
 
-    ap = argparse.ArgumentParser(description="Pipeline-parallel MLP on reshard workers, "
-                                             "checked against a one-process numpy reference")
-    ap.add_argument("--backend", default="gloo", choices=("local", "gloo", "nccl"))
-    ap.add_argument("--launcher", default=None, choices=("thread", "process", "ray"))
-    ap.add_argument("--schedule", default="eager-1f1b")
-    ap.add_argument("--stages", default="dp,col,dp", help="stage kinds: dp (data-parallel "
-                    "layers) or col (a column-parallel layer)")
-    ap.add_argument("--chunks", type=int, default=1, help="virtual stages per stage "
-                    "(interleaved-1f1b)")
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--microbatches", type=int, default=4)
-    ap.add_argument("--tolerance", type=float, default=1e-9)
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in KINDS]
+    if not kinds or bad:
+        raise argparse.ArgumentTypeError(
+            f"stage kinds are {' or '.join(KINDS)} (dp: data-parallel layers, col: a "
+            f"column-parallel layer), comma-separated; got {text!r}")
+    return kinds
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m reshard.pipeline.examples.mlp``: train and compare; exit 1 on mismatch
+    or a failed execution, 2 on a usage error or a backend this machine lacks."""
+    import argparse
+    import sys
+
+    from reshard.errors import ExecutionError, ReshardError
+    from reshard.microbench.flags import backend_problem, positive_int
+    from reshard.pipeline.schedules import SCHEDULES
+
+    interleaved = "interleaved-1f1b"
+    ap = argparse.ArgumentParser(
+        prog="python -m reshard.pipeline.examples.mlp",
+        description="Pipeline-parallel MLP on reshard workers, checked against a "
+                    "one-process numpy reference",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
+    ap.add_argument("--backend", default="gloo", choices=("local", "gloo", "nccl"),
+                    help="data plane of the workers")
+    ap.add_argument("--launcher", default=None, choices=("thread", "process", "ray"),
+                    help="how workers start (None: the backend's default)")
+    ap.add_argument("--schedule", default="eager-1f1b", choices=tuple(SCHEDULES),
+                    help="pipeline schedule")
+    ap.add_argument("--stages", type=_stage_kinds, default=None,
+                    help="virtual stage kinds, comma-separated: dp (data-parallel layers) "
+                         "or col (a column-parallel layer) (None: dp,col,dp; with --chunks "
+                         "2: dp,col,dp,dp)")
+    ap.add_argument("--chunks", type=int, default=None,
+                    help=f"virtual stages per stage, >= 2, {interleaved} only (None: 2 "
+                         f"for {interleaved}, else 1)")
+    ap.add_argument("--steps", type=positive_int, default=3, help="training steps")
+    ap.add_argument("--microbatches", type=positive_int, default=4,
+                    help="microbatches per step")
+    ap.add_argument("--tolerance", type=float, default=1e-9,
+                    help="largest difference from the reference that passes")
     args = ap.parse_args(argv)
-    rows = train(args.backend, args.launcher, args.schedule, args.stages.split(","),
-                 args.steps, args.microbatches, chunks=args.chunks)
+    if args.chunks is None:
+        args.chunks = 2 if args.schedule == interleaved else 1
+    if args.schedule == interleaved and args.chunks < 2:
+        ap.error(f"--schedule {interleaved} needs --chunks >= 2 (virtual stages per stage), "
+                 f"got {args.chunks}; leave --chunks out for 2")
+    if args.schedule != interleaved and args.chunks != 1:
+        ap.error(f"--chunks {args.chunks}: only --schedule {interleaved} runs several "
+                 f"virtual stages per stage, not {args.schedule}; drop --chunks")
+    kinds = args.stages or (("dp", "col", "dp") if args.chunks == 1 else
+                            ("dp", "col", "dp", "dp") if args.chunks == 2 else
+                            ("dp", "col") * args.chunks)
+    if len(kinds) % args.chunks:
+        ap.error(f"--stages has {len(kinds)} stage kinds, which {args.chunks} chunks per "
+                 f"stage cannot share evenly: give a multiple of {args.chunks} kinds, e.g. "
+                 f"--stages {','.join((kinds * args.chunks)[:args.chunks * 2])}")
+    problem = backend_problem(args.backend)
+    if problem:
+        print(f"{ap.prog}: error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        rows = train(args.backend, args.launcher, args.schedule, kinds, args.steps,
+                     args.microbatches, chunks=args.chunks)
+    except ReshardError as e:
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 1 if isinstance(e, ExecutionError) else 2
     worst = max(r["max_abs_diff"] for r in rows)
     print(f"{'OK' if worst <= args.tolerance else 'MISMATCH'}: worst difference {worst:.2e} "
           f"(tolerance {args.tolerance:g})")
