@@ -376,6 +376,57 @@ def test_partial_source_values_sum_to_the_value():
         assert np.array_equal(rt.get(x), value)
 
 
+# ----- the pipeline's entry points -------------------------------------------------------------
+@pytest.mark.parametrize("argv, message", [
+    (["--schedule", "interleaved-1f1b", "--chunks", "1"], "needs --chunks >= 2"),
+    (["--chunks", "2"], "only --schedule interleaved-1f1b runs several virtual stages"),
+    (["--schedule", "interleaved-1f1b", "--stages", "dp,col,dp"],
+     "--stages has 3 stage kinds, which 2 chunks per stage cannot share evenly"),
+    (["--stages", "dp,xx"], "stage kinds are dp or col"),
+    (["--schedule", "1f2b"], "invalid choice: '1f2b' (choose from 'gpipe', '1f1b'"),
+    (["--steps", "0"], "expected an integer >= 1, got 0"),
+])
+def test_mlp_example_usage_errors(argv, message, capsys):
+    from reshard.pipeline.examples import mlp
+
+    with pytest.raises(SystemExit) as e:
+        mlp.main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_mlp_example_runtime_errors_are_one_line(capsys):
+    from reshard.comm.backends.nccl import available
+    from reshard.pipeline.examples import mlp
+
+    cases = [(["--backend", "gloo", "--launcher", "thread"], "launcher")]
+    if not available():
+        cases.append((["--backend", "nccl"], "--backend nccl needs cupy"))
+    for argv, message in cases:
+        assert mlp.main(argv) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert message in line
+
+
+def test_mlp_example_runs_interleaved_with_default_chunks(capsys):
+    from reshard.pipeline.examples import mlp
+
+    assert mlp.main(["--schedule", "interleaved-1f1b", "--backend", "local",
+                     "--steps", "1", "--microbatches", "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("OK: worst difference")
+
+
+def test_pipeline_comparison_errors_are_one_line(capsys):
+    from reshard.pipeline.__main__ import run
+
+    assert run(["--schedules", "1f1b", "--transfer", "0"]) == 0
+    assert "1f1b" in capsys.readouterr().out
+    for argv, message in ((["--schedules", "foo"], "unknown schedule 'foo'; valid: gpipe"),
+                          (["--stages", "0"], "must be an integer >= 1, got 0")):
+        assert run(argv) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("python -m reshard.pipeline: error: ") and message in line
+
+
 # ----- reshard plan -------------------------------------------------------------------------------
 def test_reshard_plan_cli(tmp_path, capsys):
     path = tmp_path / "plan.json"

@@ -47,6 +47,10 @@ def test_time_execute_runs_frees_and_checks_the_chosen_run():
                                check=lambda ys: ys[0].n)
     assert first == 1
     assert time_execute(_Runtime(), None, [], runs=1, warmup=1)[2] is None
+    ticks: list[int] = []
+    rt = _Runtime()
+    time_execute(rt, None, [], runs=2, warmup=1, on_run=lambda: ticks.append(len(rt.log)))
+    assert ticks == [2, 4, 6]  # after each run's free, warm-ups included
 
 
 def test_measure_strategies_on_local_backend():
