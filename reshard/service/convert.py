@@ -96,26 +96,25 @@ def spec_from_pb(m: pb.ShardingSpec, what: str = "spec") -> ShardingSpec:
         raise SpecError(
             f"{what}: split rule {_name(pb.SplitRule, m.split_rule)} is not known; valid: "
             f"{[pb.SplitRule.Name(v) for v in SPLIT_RULES]}")
-    structured = len(m.dims) > 0 or len(m.partial) > 0
+    dims = tuple(tuple(a.axes) for a in m.dims)
     try:
-        dims = tuple(tuple(a.axes) for a in m.dims)
         if not m.text:
             return ShardingSpec(dims, tuple(m.partial), rule)
-        parsed = ShardingSpec.parse(m.text)
-        if (m.split_rule != pb.SPLIT_RULE_UNSPECIFIED
-                and ShardingSpec(parsed.dims, parsed.partial, rule) != parsed):
-            raise SpecError(
-                f"text {m.text!r} has the {parsed.rule.value} split rule but split_rule is "
-                f"{pb.SplitRule.Name(m.split_rule)}; leave split_rule unset or make them "
-                f"agree (the text marks the nested rule with ':nested')")
-        built = ShardingSpec(dims, tuple(m.partial), parsed.rule)
+        spec = ShardingSpec.parse(m.text)
     except SpecError as e:
         raise SpecError(f"{what}: {e}") from None
-    if structured and built != parsed:
+    # a rule matters only where two or more axes split one dim (else it is stored flat)
+    stated = rule if any(len(a) > 1 for a in spec.dims) else SplitRule.FLAT
+    if m.split_rule != pb.SPLIT_RULE_UNSPECIFIED and stated is not spec.rule:
         raise SpecError(
-            f"{what}: text {m.text!r} and the structured form ({built}) disagree; send one "
-            f"of them, or both describing the same spec")
-    return parsed
+            f"{what}: text {m.text!r} has the {spec.rule.value} split rule but split_rule is "
+            f"{pb.SplitRule.Name(m.split_rule)}; leave split_rule unset or make them agree "
+            f"(the text marks the nested rule with ':nested')")
+    if (dims or m.partial) and (dims, tuple(sorted(m.partial))) != (spec.dims, spec.partial):
+        raise SpecError(
+            f"{what}: text {m.text!r} and the structured form (dims {list(dims)}, partial "
+            f"{list(m.partial)}) disagree; send one of them, or both describing the same spec")
+    return spec
 
 
 def layout_to_pb(layout: Layout) -> pb.Layout:

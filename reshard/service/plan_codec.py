@@ -1,8 +1,8 @@
 """Plans <-> ``reshard.v1.Plan`` messages, whole or in chunks, and their costs.
 
-Encoding reads the plan's objects; decoding goes through the plan's JSON-ready form and
-:meth:`ReshardPlan.from_dict`, so a plan from the wire gets exactly the checks of a plan
-from JSON: the format version, strict types, and (unless told otherwise) the verifier.
+Encoding reads the plan's objects; decoding checks what :meth:`ReshardPlan.from_dict`
+checks of JSON: the format version, each task through :meth:`Task.from_dict` (strict
+types), the core types' own constructors, and (unless told otherwise) the verifier.
 """
 
 from __future__ import annotations
@@ -13,7 +13,15 @@ from typing import Any
 
 from reshard.errors import PlanError
 from reshard.layout import Box
-from reshard.planner.ir import FORMAT_VERSION, Buffer, ReshardPlan, Task, TaskKind, TensorSpec
+from reshard.planner.ir import (
+    FORMAT_VERSION,
+    READABLE_FORMATS,
+    Buffer,
+    ReshardPlan,
+    Task,
+    TaskKind,
+    TensorSpec,
+)
 from reshard.service.convert import (
     STRATEGIES,
     STRATEGY_OF,
@@ -124,14 +132,14 @@ def _box_list(m: pb.Box) -> list[list[int]]:
     return [[r.start, r.stop] for r in m.dims]
 
 
-def _task_dict(m: pb.Task, i: int) -> dict[str, Any]:
+def _task_dict(m: pb.Task) -> dict[str, Any]:
     kind = KIND_OF.get(m.kind)
     if kind is None:
-        raise PlanError(f"task #{i}: kind {m.kind} is not one of "
+        raise PlanError(f"kind {m.kind} is not one of "
                         f"{[pb.TaskKind.Name(v) for v in TASK_KINDS.values()]}")
     source = BUFFER_OF.get(m.source)
     if source is None:
-        raise PlanError(f"task #{i}: source {m.source} is not one of "
+        raise PlanError(f"source {m.source} is not one of "
                         f"{[pb.Buffer.Name(v) for v in BUFFERS.values()]}")
     d: dict[str, Any] = {
         "kind": kind.value, "tensor": m.tensor, "box": _box_list(m.box), "root": m.root,
@@ -145,7 +153,8 @@ def _task_dict(m: pb.Task, i: int) -> dict[str, Any]:
 
 
 def plan_from_pb(m: pb.Plan, verify: bool = True) -> ReshardPlan:
-    """The plan of a message, checked as :meth:`ReshardPlan.from_dict` checks JSON.
+    """The plan of a message, checked as :meth:`ReshardPlan.from_dict` checks JSON: the
+    format version, strict task fields (:meth:`Task.from_dict`), and the verifier.
 
     Args:
         m: the message.
@@ -155,20 +164,28 @@ def plan_from_pb(m: pb.Plan, verify: bool = True) -> ReshardPlan:
     Raises:
         PlanError: a malformed or inconsistent plan (the message names task and rule).
     """
+    if m.format not in READABLE_FORMATS:
+        raise PlanError(f"plan format {m.format} is not supported; this reshard reads "
+                        f"formats {list(READABLE_FORMATS)}")
     strategy = STRATEGY_OF.get(m.strategy)
     if strategy is None:
         raise PlanError(f"plan strategy {m.strategy} is not one of "
                         f"{[pb.Strategy.Name(v) for v in STRATEGIES.values()]}")
-    if not m.HasField("cluster"):
-        raise PlanError("plan has no cluster; a plan carries the cluster it was made for")
     cluster = cluster_from_pb(m.cluster)
-    tensors = [TensorSpec(*tensor_from_pb(t, f"plan tensor {i}"))
-               for i, t in enumerate(m.tensors)]
-    d = {"format": m.format, "strategy": strategy.value,
-         "cluster": cluster.to_dict() if cluster is not None else None,
-         "tensors": [t.to_dict() for t in tensors],
-         "tasks": [_task_dict(t, i) for i, t in enumerate(m.tasks)]}
-    return ReshardPlan.from_dict(d, verify=verify)
+    if cluster is None:
+        raise PlanError("plan has no cluster; a plan carries the cluster it was made for")
+    tensors = tuple(TensorSpec(*tensor_from_pb(t, f"plan tensor {i}"))
+                    for i, t in enumerate(m.tensors))
+    tasks = []
+    for i, t in enumerate(m.tasks):
+        try:
+            tasks.append(Task.from_dict(_task_dict(t)))
+        except PlanError as e:
+            raise PlanError(f"task #{i}: {e}") from None
+    plan = ReshardPlan(tensors, tuple(tasks), strategy, cluster)
+    if verify:
+        plan.verify()
+    return plan
 
 
 def merge_chunks(chunks: Iterable[pb.PlanChunk]) -> tuple[pb.Plan, pb.Cost | None]:

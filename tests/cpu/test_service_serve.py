@@ -3,6 +3,7 @@ and exits 0."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -79,3 +80,21 @@ def test_serve_answers_with_its_default_cluster_and_token(tmp_path):
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
     assert proc.returncode == 0
+
+
+@pytest.mark.timeout(120)
+def test_service_bench_measures_both_rpcs_against_a_real_server(tmp_path, monkeypatch, capsys):
+    from reshard.microbench import service_bench
+
+    paper = service_bench.cases()[0]
+    monkeypatch.setattr(service_bench, "cases", lambda: (paper,))
+    out = tmp_path / "bench.json"
+    assert service_bench.main(["--requests", "20", "--seconds", "0.2", "--clients", "1",
+                               "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["rpc"], r["mode"]) for r in rows] == [
+        ("Estimate", "cold"), ("Estimate", "cached"), ("Plan", "cold"), ("Plan", "cached")]
+    for r in rows:
+        assert r["requests"] >= 3 and r["per_s"] > 0 and r["inproc_ms"] > 0
+        assert r["added_ms"] == pytest.approx(r["p50_ms"] - r["inproc_ms"])
+    assert "Estimate goal >= 1000 req/s" in capsys.readouterr().out
