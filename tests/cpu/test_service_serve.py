@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -98,3 +100,15 @@ def test_service_bench_measures_both_rpcs_against_a_real_server(tmp_path, monkey
         assert r["requests"] >= 3 and r["per_s"] > 0 and r["inproc_ms"] > 0
         assert r["added_ms"] == pytest.approx(r["p50_ms"] - r["inproc_ms"])
     assert "Estimate goal >= 1000 req/s" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(60)
+def test_the_client_example_of_docs_service_md_runs():
+    from reshard.service import ServeOptions, Server
+
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "service.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", text, re.DOTALL)[0]
+    with Server(ServeOptions(port=0)).start() as server:
+        exec(compile(code.replace("127.0.0.1:50051", server.address), "service.md", "exec"),  # noqa: S102 - the doc's own example
+             {})
+        assert server.host.handles == 0  # the example freed what it kept
