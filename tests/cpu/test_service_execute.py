@@ -231,3 +231,21 @@ def test_stop_lets_calls_in_flight_finish():
     stopper.join(10)
     assert len(results) == 1 and isinstance(results[0], list), results
     assert made[0].closed
+
+
+@pytest.mark.timeout(120)
+def test_a_gloo_runtime_behind_the_service():
+    cluster = reshard.Cluster.regular(2, 2)
+    src = Layout(DeviceMesh((1, 2)), "S0R+P1")  # a partial sum over devices 0 and 1
+    dst = Layout(DeviceMesh((2,), devices=[2, 3]), "RS0")
+    value = np.arange(6 * 5, dtype=np.float32).reshape(6, 5)
+    options = ServeOptions(port=0, backend="gloo", cluster=cluster, runtime_timeout=30)
+    with Server(options).start() as server, Client(server.address, timeout=60) as c:
+        p = reshard.plan(value.shape, value.dtype, src, dst, cluster=cluster)
+        (y,) = c.execute(p, [value], keep=True)
+        np.testing.assert_array_equal(y.data, value)
+        back = reshard.plan(value.shape, value.dtype, dst, Layout(DeviceMesh((4,)), "RS0"),
+                            cluster=cluster, strategy="send_recv")
+        (z,) = c.execute(back, [y], free_inputs=True)
+        np.testing.assert_array_equal(z.data, value)
+        assert c.version().backend == "gloo" and server.host.handles == 0
