@@ -18,6 +18,7 @@ import math
 import os
 import platform
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -145,16 +146,21 @@ def table(rows: Sequence[dict], columns: Sequence[Column | tuple], align: str = 
 class Progress:
     """A progress bar on stderr (tqdm) while stdout and stderr are both terminals;
     otherwise nothing. Lines printed through :meth:`write` go to stdout without
-    tearing the bar.
+    tearing the bar. The bar is redrawn every ``tick`` seconds, so its clock runs
+    through long steps too.
 
     Args:
         total: units of work (rows, or timed runs).
         enabled: False for ``--no-progress``.
         desc: the bar's label.
+        tick: seconds between redraws.
     """
 
-    def __init__(self, total: int, enabled: bool = True, desc: str = "") -> None:
+    def __init__(self, total: int, enabled: bool = True, desc: str = "",
+                 tick: float = 1.0) -> None:
         self._bar: Any = None
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
         if not (enabled and total > 0 and sys.stdout.isatty() and sys.stderr.isatty()):
             return
         try:
@@ -165,6 +171,15 @@ class Progress:
             return
         self._bar = tqdm(total=total, desc=desc, unit="step", leave=False,
                          dynamic_ncols=True, file=sys.stderr)
+        self._ticker = threading.Thread(target=self._tick, args=(tick,), daemon=True,
+                                        name="reshard-progress")
+        self._ticker.start()
+
+    def _tick(self, seconds: float) -> None:
+        while not self._stop.wait(seconds):
+            bar = self._bar
+            if bar is not None:
+                bar.refresh()
 
     def __enter__(self) -> Self:
         return self
@@ -191,7 +206,11 @@ class Progress:
             print(line, file=out, flush=True)
 
     def close(self) -> None:
-        """Remove the bar."""
+        """Stop the redraws and remove the bar."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
         if self._bar is not None:
             self._bar.close()
             self._bar = None

@@ -219,11 +219,15 @@ def simulate(cases: Sequence[Case], opts: Options, out: Stream) -> None:
             p = place(c, opts)
             checked = small(p, opts) if opts.check else None
             for strategy in opts.strategies:
-                out.progress.describe(f"case {c.name}: {strategy}")
+                out.progress.describe(f"case {c.name}: {strategy}: planning")
                 t0 = time.perf_counter()
                 plan = reshard.plan_many(p.requests, cluster=p.cluster, strategy=strategy)
                 plan_s = time.perf_counter() - t0
-                wrong = check_small(checked, strategy) if checked is not None else None
+                wrong = None
+                if checked is not None:
+                    out.progress.describe(f"case {c.name}: {strategy}: checking "
+                                          f"{checked.case.nbytes} B on the local backend")
+                    wrong = check_small(checked, strategy)
                 out.row(row(p, plan, plan_s, None, None, wrong,
                             checked.case.nbytes if checked is not None else None))
                 out.progress.advance()

@@ -185,8 +185,8 @@ def test_run_mode_refusing_every_case_exits_2(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["-b", "64M", "-e", "1M"], "-b 64 MiB is larger than -e 1 MiB"),
     (["--cases", "99"], "no case '99' in suite paper; valid: 1, 2, 3, 4, 5, 6, 7, 9, 1-to-m"),
-    (["--strategies", "bcast"], "unknown strategy 'bcast'; valid strategies: send_recv, "
-                                "allgather, broadcast"),
+    (["--strategies", "bcast"], ("unknown strategy 'bcast'; valid strategies: send_recv, "
+                                 "allgather, broadcast")),
     (["--strategies", ","], "no strategy given"),
     (["-f", "4"], "-f/--stepfactor sets the factor of a sweep"),
     (["-b", "1M", "-e", "4M", "-f", "1"], "expected an integer >= 2, got 1"),
