@@ -53,6 +53,7 @@ setup(
         "cuda12": ["cupy-cuda12x>=13", "nvidia-nccl-cu12"],
         "cuda13": ["cupy-cuda13x>=13.6", "nvidia-nccl-cu13"],
         "plot": ["matplotlib>=3.7"],
+        "bench": ["tqdm>=4.66"],
         "docs": ["mkdocs>=1.6", "mkdocstrings[python]>=0.26"],
         "jax": ["jax[cpu]>=0.10.2"],
         "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.2"],
