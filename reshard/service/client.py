@@ -31,7 +31,8 @@ from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import parse_dtype
 from reshard.planner.strategy import Strategy
 from reshard.service.auth import bearer
-from reshard.service.convert import layout_from_pb, request_to_pb
+from reshard.service.cache import LruCache
+from reshard.service.convert import SERVICE_NAME, layout_from_pb, request_to_pb
 from reshard.service.options import DEFAULT_MAX_MESSAGE
 from reshard.service.plan_codec import merge_chunks, plan_from_pb, plan_to_pb
 from reshard.service.status import ServiceError, raise_rpc_error
@@ -85,6 +86,8 @@ class Client:
             Execute the deadline also bounds the server's Runtime (see docs/service.md).
         max_message_bytes: largest message sent or received.
         verify: verify plans received before returning them (as ``from_json`` does).
+        plan_cache_tasks: plans kept by the bytes of their answer (in tasks), so that a
+            plan asked for again is not decoded and verified again.
     """
 
     def __init__(self, address: str, *, token: str | None = None,
@@ -92,7 +95,8 @@ class Client:
                  certificate_chain: bytes | str | None = None,
                  private_key: bytes | str | None = None, tls: bool = False,
                  timeout: float | None = 60.0,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE, verify: bool = True) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE, verify: bool = True,
+                 plan_cache_tasks: int = 1 << 16) -> None:
         self.address = address
         self.timeout = timeout
         self.verify = verify
@@ -106,6 +110,11 @@ class Client:
         else:
             self._channel = grpc.insecure_channel(address, options=options)
         self._stub = pb_grpc.ReshardStub(self._channel)
+        # Plan answers arrive as bytes: the cache key of the plan they decode to
+        self._plan_bytes = self._channel.unary_unary(
+            f"/{SERVICE_NAME}/Plan", request_serializer=pb.PlanRequest.SerializeToString)
+        self._plans: LruCache[bytes, ReshardPlan] = LruCache(
+            plan_cache_tasks, weigh=lambda p: len(p.tasks) + 1)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 
     # ----- lifecycle ------------------------------------------------------------------
@@ -156,12 +165,13 @@ class Client:
         """
         request = self._request([(shape, dtype, src, dst)], cluster, strategy)
         try:
-            reply = self._call(self._stub.Plan, request, timeout)
+            answer = self._call(self._plan_bytes, request, timeout)
         except ServiceError as e:
             if e.code is not grpc.StatusCode.RESOURCE_EXHAUSTED:
                 raise
             return self._plan_stream(request, timeout)
-        return plan_from_pb(reply.plan, verify=self.verify)
+        return self._plans.get_or_make(answer, lambda: plan_from_pb(
+            pb.PlanReply.FromString(answer).plan, verify=self.verify))
 
     def plan_many(self, requests: Iterable[Request], cluster: Cluster | None = None,
                   strategy: str | Strategy = Strategy.BROADCAST, *,

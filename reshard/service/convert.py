@@ -22,6 +22,9 @@ from reshard.planner.strategy import Strategy
 from reshard.service.v1 import reshard_pb2 as pb
 from reshard.spec import ShardingSpec, SplitRule
 
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Reshard"].full_name
+"""``reshard.v1.Reshard``: the service's full name (also its name for health checks)."""
+
 MAX_DEVICES = 1 << 16
 """Devices a mesh, or a cluster given by size, may have in a request."""
 

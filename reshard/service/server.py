@@ -22,13 +22,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from reshard.errors import ReshardError
 from reshard.service.auth import TokenInterceptor, check_listen, listen_address, server_credentials
+from reshard.service.convert import SERVICE_NAME
 from reshard.service.options import ServeOptions
 from reshard.service.runtime_host import RuntimeFactory, RuntimeHost
-from reshard.service.servicer import API, ReshardServicer
+from reshard.service.servicer import ReshardServicer
 from reshard.service.v1 import reshard_pb2_grpc as pb_grpc
-
-SERVICE_NAME = f"{API}.Reshard"
-"""The full name of the service (also its name for health checks)."""
 
 
 def default_runtime_factory(options: ServeOptions) -> RuntimeFactory | None:

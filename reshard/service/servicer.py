@@ -41,7 +41,7 @@ from reshard.service.v1 import reshard_pb2_grpc as pb_grpc
 
 log = logging.getLogger("reshard.service")
 
-API = "reshard.v1"
+API = pb.DESCRIPTOR.package
 COST_CACHE_ENTRIES = 1 << 16
 """Costs kept for repeated Estimate requests (a few dozen bytes each)."""
 
