@@ -28,7 +28,9 @@ on links this module creates; the root namespace gains only the bridge and its
 address. Everything created is recorded as an undo step before the next is made and
 removed in reverse order by :meth:`Testbed.close`, which runs at context exit (also
 on an exception), at interpreter exit, and on SIGTERM / SIGHUP (turned into
-``SystemExit`` so every ``with`` block unwinds). Deleting a root-side veth deletes its
+``SystemExit`` so every ``with`` block unwinds): a started testbed arms an
+:class:`~reshard.microbench.exit_guard.ExitGuard`, importing this module changes
+nothing. Deleting a root-side veth deletes its
 peer and both ends' qdiscs. A run killed by SIGKILL leaves names whose pid is dead:
 :func:`cleanup_stale` removes them (and ``python -m reshard.microbench.testbed
 --cleanup`` runs it).
@@ -41,7 +43,6 @@ says whether they are there and, if not, why.
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import dataclasses
 import fcntl
@@ -50,30 +51,34 @@ import ipaddress
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Self
 
 from reshard.cluster import Cluster
-from reshard.comm.launchers.process import (NETNS_DIR, NetnsHost, NetnsPlacement,
-                                            enter_netns)
+from reshard.comm.launchers.process import NETNS_DIR, NetnsHost, NetnsPlacement, enter_netns
+from reshard.errors import ReshardError
+from reshard.microbench.exit_guard import ExitGuard
 
 NS_IFNAME = "rsnic0"  # the host's NIC, inside its namespace (names are per namespace)
 SUBNET_PREFIX = "10.213"  # subnets 10.213.<k>.0/24
 STATE_DIR = "/run/reshard-testbed"  # owner records (pid, start time) and the lock
 _NAME = re.compile(r"^rs-(\d+)(?:-(\d+|p))?-(h\d+|br)$")  # p: availability probe
+_RAY_DIR = re.compile(r"^(rs-\d+(?:-\d+)?)-ray-")  # a RayCluster's directory: <tag>-ray-*
 _IFNAMSIZ = 15  # longest link name
 _CLONE_NEWNET = 0x40000000
 _MAX_HOSTS = 250
 
 
-class TestbedError(RuntimeError):
-    """The testbed cannot be built here, or a command that builds it failed."""
+class TestbedError(ReshardError, RuntimeError):
+    """The testbed cannot be built here, or a command that builds it failed (a
+    :class:`~reshard.ReshardError`; also a ``RuntimeError``, as it always was)."""
 
     __test__ = False  # not a pytest test class
 
@@ -94,7 +99,7 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
 def _links() -> list[str]:
     """Names of the links of the root namespace."""
     out = _run("ip", "-o", "link", "show").stdout
-    return [m.group(1) for m in re.finditer(r"^\d+:\s+([^:@\s]+)", out, re.M)]
+    return [m.group(1) for m in re.finditer(r"^\d+:\s+([^:@\s]+)", out, re.MULTILINE)]
 
 
 def _namespaces() -> list[str]:
@@ -107,7 +112,7 @@ def _qdisc_devices() -> list[str]:
     """Devices of the root namespace that carry a shaping qdisc (tbf, netem)."""
     out = _run("tc", "qdisc", "show").stdout
     return sorted({m.group(2) for m in re.finditer(r"^qdisc (tbf|netem) \S+ dev (\S+)", out,
-                                                    re.M)})
+                                                    re.MULTILINE)})
 
 
 # ----- ownership -----------------------------------------------------------------------
@@ -158,8 +163,12 @@ def cleanup_stale(verbose: bool = False) -> list[str]:
     """Remove the namespaces, links (with their qdiscs) and records of testbeds whose
     creating process is gone (e.g. killed by SIGKILL). Live testbeds are left alone.
 
+    Also removes the directories named after such a testbed in the temporary
+    directory (a :class:`~reshard.microbench.ray_cluster.RayCluster`'s token and logs).
+
     Returns:
-        What was removed, as ``"netns NAME"`` / ``"link NAME"`` / ``"record TAG"``.
+        What was removed, as ``"netns NAME"`` / ``"link NAME"`` / ``"dir PATH"`` /
+        ``"record TAG"``.
     """
     removed: list[str] = []
     live: dict[str, bool] = {}
@@ -181,6 +190,13 @@ def cleanup_stale(verbose: bool = False) -> list[str]:
     for name in _namespaces():
         if stale(name) and _run("ip", "netns", "del", name, check=False).returncode == 0:
             removed.append(f"netns {name}")
+    tmp = tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(tmp):
+            m = _RAY_DIR.match(name)
+            if m and stale(f"{m.group(1)}-br"):
+                shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+                removed.append(f"dir {os.path.join(tmp, name)}")
     with contextlib.suppress(OSError):
         for tag in os.listdir(STATE_DIR):
             owner = _tag_of(f"{tag}-br")
@@ -206,7 +222,7 @@ class Availability:
         return self.ok
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def available(latency: bool = False) -> Availability:
     """Check, once per process, that a testbed can be built: root, ``ip`` and ``tc``,
     and a probe namespace with a veth pair, a bridge and a ``tbf`` qdisc (``netem``
@@ -273,50 +289,6 @@ def _in_netns(name: str) -> Iterator[None]:
         os.close(home)
 
 
-# ----- interruption --------------------------------------------------------------------
-_LIVE: "set[Testbed]" = set()  # strong: a dropped, unclosed testbed is still removed at exit
-_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-_installed: dict[int, Any] = {}
-_live_lock = threading.Lock()
-
-
-def _on_signal(signum: int, frame: Any) -> None:
-    """SIGTERM / SIGHUP while testbeds exist: unwind (closing them) as ``SystemExit``."""
-    for sig in list(_installed):  # a second signal kills as usual
-        signal.signal(sig, signal.SIG_DFL)
-    _installed.clear()
-    raise SystemExit(128 + signum)
-
-
-def _close_all_at_exit() -> None:
-    for tb in list(_LIVE):
-        with contextlib.suppress(Exception):
-            tb.close()
-
-
-def _register(tb: "Testbed") -> None:
-    with _live_lock:
-        _LIVE.add(tb)
-        if threading.current_thread() is threading.main_thread():
-            for sig in _SIGNALS:
-                if sig not in _installed and signal.getsignal(sig) is signal.SIG_DFL:
-                    signal.signal(sig, _on_signal)
-                    _installed[sig] = True
-
-
-def _unregister(tb: "Testbed") -> None:
-    with _live_lock:
-        _LIVE.discard(tb)
-        if not _LIVE and threading.current_thread() is threading.main_thread():
-            for sig in list(_installed):
-                if signal.getsignal(sig) is _on_signal:
-                    signal.signal(sig, signal.SIG_DFL)
-            _installed.clear()
-
-
-atexit.register(_close_all_at_exit)
-
-
 # ----- the testbed ---------------------------------------------------------------------
 class Testbed:
     """``num_hosts`` emulated hosts whose NICs carry ``nic_gbit_per_s`` each way.
@@ -347,7 +319,7 @@ class Testbed:
         self.num_hosts = int(num_hosts)
         self.nic_gbit_per_s = float(nic_gbit_per_s)
         self.latency_ms = float(latency_ms)
-        self.rate_bits = int(round(self.nic_gbit_per_s * 1e9))
+        self.rate_bits = round(self.nic_gbit_per_s * 1e9)
         rate_bytes = self.rate_bits / 8
         self.burst_bytes = int(burst_bytes or max(128 * 1024, rate_bytes * 0.002))
         self.limit_bytes = int(max(4 * self.burst_bytes, rate_bytes * queue_ms / 1000))
@@ -357,6 +329,7 @@ class Testbed:
         self._started = False
         self._closed = False
         self._lock = threading.Lock()
+        self._guard = ExitGuard(self.close, "testbed")
 
     # ----- names -----------------------------------------------------------------------
     @property
@@ -470,7 +443,7 @@ class Testbed:
                             raise ConnectionError(f"sender closed with {left} bytes left")
                         left -= got
                     conn.sendall(b"k")
-            except BaseException as e:  # reported by the caller
+            except BaseException as e:  # noqa: BLE001 - reported by the caller
                 errors.append(e)
 
         th = threading.Thread(target=receive, name="testbed-receive", daemon=True)
@@ -496,14 +469,14 @@ class Testbed:
         return seconds
 
     # ----- lifecycle -------------------------------------------------------------------
-    def __enter__(self) -> "Testbed":
+    def __enter__(self) -> Self:
         self.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start(self) -> "Testbed":
+    def start(self) -> Testbed:
         """Create namespaces, bridge, veths, addresses and qdiscs."""
         if self._started:
             raise TestbedError("the testbed was started already; make a new one")
@@ -511,7 +484,7 @@ class Testbed:
         if not ok:
             raise TestbedError(f"cannot build a network-namespace testbed here: {ok.reason}")
         self._started = True
-        _register(self)
+        self._guard.arm()  # close at exit and on SIGTERM / SIGHUP, from now on
         try:
             self._build()
         except BaseException:
@@ -617,11 +590,11 @@ class Testbed:
                 what, step = self._undo[-1]
                 try:
                     step()
-                except Exception as e:  # keep removing the rest
+                except Exception as e:  # noqa: BLE001 - keep removing the rest
                     failed.append(f"{what}: {e}")
                 self._undo.pop()  # not reached on KeyboardInterrupt/SystemExit: re-run
             self._closed = True
-        _unregister(self)
+        self._guard.disarm()
         left = self.leftovers() + failed
         if left:
             warnings.warn(f"testbed {self.tag}: could not remove {left}; run "
