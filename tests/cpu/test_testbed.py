@@ -16,6 +16,7 @@ import pytest
 
 from reshard import DeviceMesh, ExecutionError, Layout, StrategyError
 from reshard.comm.launchers.process import NetnsHost, NetnsPlacement, ProcessGroup
+from reshard.microbench.exit_guard import ExitGuard
 from reshard.microbench.testbed import (Testbed, TestbedError, _links, _namespaces,
                                         _qdisc_devices, _run, available, cleanup_stale)
 from reshard.runtime import Runtime
@@ -80,6 +81,62 @@ def test_missing_namespace_fails_clearly():
         ProcessGroup("gloo", [0], None, 20.0, netns=placement)
 
 
+IMPORT_ONLY = """
+import atexit, logging, multiprocessing.util, signal  # the stdlib registers its own
+before = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP), atexit._ncallbacks())
+import reshard.microbench.testbed, reshard.microbench.ray_cluster
+after = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP), atexit._ncallbacks())
+print(before == after, before, after)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_importing_changes_no_handler():
+    out = subprocess.run([sys.executable, "-c", IMPORT_ONLY], capture_output=True, text=True,
+                         timeout=50, check=True).stdout
+    assert out.startswith("True"), out
+
+
+def test_exit_guards_chain_and_unlink():
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    closed: list[str] = []
+    try:
+        for s in saved:
+            signal.signal(s, signal.SIG_DFL)
+        a, b = ExitGuard(lambda: closed.append("a")), ExitGuard(lambda: closed.append("b"))
+        a.arm()
+        b.arm()
+        assert signal.getsignal(signal.SIGTERM) is b and signal.getsignal(signal.SIGHUP) is b
+        with pytest.raises(SystemExit) as exc:  # armed: unwind, and a 2nd signal kills
+            b(signal.SIGTERM, None)
+        assert exc.value.code == 128 + signal.SIGTERM
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        signal.signal(signal.SIGTERM, b)
+        signal.signal(signal.SIGHUP, b)
+        a.disarm()  # under b: stays as a pass-through until b goes
+        assert signal.getsignal(signal.SIGTERM) is b
+        b.disarm()  # b, then the disarmed a, leave the chain
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+
+        def mine(signum, frame):
+            pass
+
+        signal.signal(signal.SIGTERM, mine)  # a program's own handler is left alone
+        c = ExitGuard(lambda: closed.append("c"))
+        c.arm()
+        assert signal.getsignal(signal.SIGTERM) is mine and signal.getsignal(signal.SIGHUP) is c
+        signal.signal(signal.SIGHUP, mine)  # what ray.init does to SIGTERM
+        c.reclaim()
+        assert signal.getsignal(signal.SIGHUP) is c
+        c.disarm()
+        assert signal.getsignal(signal.SIGHUP) is mine and signal.getsignal(signal.SIGTERM) is mine
+        assert closed == []  # nothing closed: no exit happened
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+
+
 # ----- with namespaces -------------------------------------------------------------------
 @netns
 @pytest.mark.timeout(60)
@@ -134,6 +191,23 @@ def test_removed_on_sigterm():
             child.kill()
             child.wait()
     assert present(names) == []
+
+
+FORGOTTEN = """
+from reshard.microbench.testbed import Testbed
+tb = Testbed(2, 0.1).start()
+print(tb.tag, flush=True)
+"""
+
+
+@netns
+@pytest.mark.timeout(60)
+def test_removed_at_exit_when_never_closed():
+    out = subprocess.run([sys.executable, "-c", FORGOTTEN], capture_output=True, text=True,
+                         timeout=50, check=True).stdout
+    tag = out.strip()
+    assert tag.startswith("rs-"), out
+    assert present(names_of(tag, 2)) == []
 
 
 @netns
