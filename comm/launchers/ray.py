@@ -9,10 +9,14 @@
   actors ask for one GPU each (Ray then sets ``CUDA_VISIBLE_DEVICES``) unless ``env``
   pins ``CUDA_VISIBLE_DEVICES`` itself.
 * Placement: when the Cluster has several hosts and Ray several alive nodes, cluster
-  host ``i`` (in order of first device) goes to node ``i`` (nodes sorted by address,
+  host ``i`` (in order of first device) goes to node ``i`` (nodes sorted by IP
+  address, numerically; for nccl actors that ask for a GPU only nodes with GPUs count;
   round-robin when there are fewer nodes than hosts), pinned with a hard
-  ``NodeAffinitySchedulingStrategy``. Otherwise Ray places the actors (one node: all
-  on it).
+  ``NodeAffinitySchedulingStrategy``: an actor never runs on another node than its
+  host's (on the emulated testbed, host ``h``'s node has the ``h``-th address). Node
+  affinity rather than a custom resource per host because it needs nothing from
+  ``ray start`` (an existing cluster works as it is) and cannot match two nodes.
+  Otherwise Ray places the actors (one node: all on it).
 * Rendezvous: a small async actor (:class:`RayRendezvous`), reachable from every
   actor even when the driver is a Ray client.
 * Not ``ray.util.collective``: its gloo groups hang when a process is in two groups,
@@ -21,8 +25,12 @@
 
 Faults: a call on a dead actor fails with ``RayActorError``, turned into
 :class:`~reshard.ExecutionError` naming the device; :meth:`RayGroup.dead` also checks
-the pid of actors on the driver's node. :meth:`RayGroup.close` kills every actor
-(``ray.kill``); it also runs at interpreter exit.
+the pid of every actor on the driver's machine (same boot and pid namespace: the
+driver's node, or every node of the emulated testbed). A raylet that dies takes its
+actors with it a few seconds later (Ray's workers exit once their raylet is gone);
+their gloo peers fail at once with errors naming them. :meth:`RayGroup.close` kills
+every actor (``ray.kill``) and waits, bounded, until the processes of those on the
+driver's machine are gone; it also runs at interpreter exit.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import dataclasses
+import ipaddress
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -46,6 +55,8 @@ from reshard.comm.launchers.cleanup import close_at_exit
 from reshard.comm.launchers.host import WorkerHost, WorkerSpec, make_specs, portable_error
 from reshard.comm.launchers.raywatch import children_of, watch_ray
 from reshard.errors import ExecutionError, ReshardError
+
+_CLOSE_WAIT = 10.0  # seconds close() waits for killed actors of this machine to exit
 
 
 # ----- rendezvous --------------------------------------------------------------------
@@ -124,7 +135,8 @@ class _DeviceActor:
             self.host = WorkerHost(spec)
         except BaseException as e:  # noqa: BLE001 - re-raised portable
             raise portable_error(e, spec.device) from None
-        return {**self.host.info(), "node": ray.get_runtime_context().get_node_id()}
+        return {**self.host.info(), "node": ray.get_runtime_context().get_node_id(),
+                "machine": machine_id()}
 
     def call(self, method: str, args: tuple) -> Any:
         """``DeviceWorker.<method>(*args)``."""
@@ -164,6 +176,13 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _pid_exists(pid: int) -> bool:
+    """True while process ``pid`` runs: a zombie (an actor whose raylet died and whose
+    new parent has not reaped it yet) counts as gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -173,15 +192,37 @@ def _pid_exists(pid: int) -> bool:
     return True
 
 
-def _node_plan(cluster: Any, devices: Sequence[int]) -> dict[int, str | None]:
-    """Ray node id per device (None: let Ray choose)."""
+def machine_id() -> str:
+    """This kernel boot and pid namespace: processes with equal values see each other's
+    pids (``""`` where /proc does not say)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
+def _node_order(node: dict[str, Any]) -> tuple[int, int, str, str]:
+    """Sort key of a Ray node: its IP address numerically (then as text), then its id."""
+    addr = str(node.get("NodeManagerAddress", ""))
+    try:
+        return (0, int(ipaddress.ip_address(addr)), "", node["NodeID"])
+    except ValueError:
+        return (1, 0, addr, node["NodeID"])
+
+
+def _node_plan(cluster: Any, devices: Sequence[int],
+               gpus: bool = False) -> dict[int, str | None]:
+    """Ray node id per device (None: let Ray choose); with ``gpus``, only nodes that
+    have GPUs host devices."""
     hosts: list[int] = []
     for d in devices:
         h = cluster.host_of(d) if cluster is not None else 0
         if h not in hosts:
             hosts.append(h)
-    nodes = sorted((n for n in ray.nodes() if n.get("Alive")),
-                   key=lambda n: (n.get("NodeManagerAddress", ""), n["NodeID"]))
+    nodes = sorted((n for n in ray.nodes() if n.get("Alive") and (
+        not gpus or n.get("Resources", {}).get("GPU", 0) >= 1)), key=_node_order)
     if len(hosts) < 2 or len(nodes) < 2:
         return {d: None for d in devices}
     node_of_host = {h: nodes[i % len(nodes)]["NodeID"] for i, h in enumerate(hosts)}
@@ -219,6 +260,7 @@ class RayGroup:
                 ray.init(include_dashboard=False, log_to_driver=False)
                 watch_ray(os.getpid(), children_of(os.getpid()) - before)
         self._node = ray.get_runtime_context().get_node_id()
+        self._machine = machine_id()
         self._kv = _KeyValueActor.options(  # type: ignore[attr-defined]
             num_cpus=0, max_concurrency=1000,
             scheduling_strategy=NodeAffinitySchedulingStrategy(self._node, soft=True),
@@ -227,15 +269,19 @@ class RayGroup:
         try:
             self._start(make_specs(self.backend.value, devices, cluster, self.timeout,
                                    RayRendezvous(self._kv), env),
-                        _node_plan(cluster, sorted(devices)))
+                        _node_plan(cluster, sorted(devices), gpus=self._wants_gpus(env)))
         except BaseException:
             self.close()
             raise
 
+    def _wants_gpus(self, env: dict[str, str] | None) -> bool:
+        """True if every actor asks Ray for a GPU (nccl, unless ``env`` pins them)."""
+        return self.backend is BackendKind.NCCL and "CUDA_VISIBLE_DEVICES" not in (env or {})
+
     def _start(self, specs: list[WorkerSpec], nodes: dict[int, str | None]) -> None:
         for spec in specs:
             opts: dict[str, Any] = {"num_cpus": 0, "max_restarts": 0, "max_concurrency": 1}
-            if self.backend is BackendKind.NCCL and "CUDA_VISIBLE_DEVICES" not in spec.env:
+            if self._wants_gpus(dict(spec.env)):
                 opts["num_gpus"] = 1
             node = nodes.get(spec.device)
             if node is not None:
@@ -303,14 +349,19 @@ class RayGroup:
         """Raise naming the devices that have no worker (workers start with the group)."""
         require_workers(devices, self.devices)
 
+    def _local_pids(self) -> list[int]:
+        """Pids of the actors on this machine (pid namespace), which it can watch."""
+        return [i["pid"] for i in self.info.values()
+                if self._machine and i.get("machine") == self._machine]
+
     def dead(self) -> dict[int, str]:
         """Actors known dead: a call failed with ``RayActorError``, or the process of an
-        actor on this node is gone."""
+        actor on this machine is gone."""
         if self._closed:
             return {}
         out = dict(self._dead)
         for d, info in self.info.items():
-            if d in out or info.get("node") != self._node:
+            if d in out or not self._machine or info.get("machine") != self._machine:
                 continue
             if not _pid_exists(info["pid"]):
                 out[d] = f"worker actor process {info['pid']} is gone"
@@ -333,9 +384,10 @@ class RayGroup:
                 ray.kill(actor, no_restart=True)
             except Exception:  # noqa: BLE001, S110 - best effort: already gone
                 pass
-        # ray.kill is asynchronous: wait (bounded) for the actors on this node to exit.
-        local = [i["pid"] for i in self.info.values() if i.get("node") == self._node]
-        deadline = time.monotonic() + 10.0
+        # ray.kill is asynchronous: wait (bounded) for the actors on this machine to exit
+        # (those of a node whose raylet died exit by themselves, a few seconds later).
+        local = self._local_pids()
+        deadline = time.monotonic() + _CLOSE_WAIT
         while local and time.monotonic() < deadline:
             local = [p for p in local if _pid_exists(p)]
             if local:

@@ -1,4 +1,4 @@
-"""A local Ray that reshard started goes with its driver.
+"""Ray processes that reshard started go with their driver.
 
 ``ray.init()`` without an address starts a local cluster whose head processes are
 children of the driver (gcs_server, raylet, monitors) and whose agents and workers
@@ -8,7 +8,9 @@ small watchdog process (its own session, so a terminal's Ctrl-C leaves it alone)
 that follows the process tree of the Ray processes the driver just started and,
 once the driver is gone, stops whatever of that tree is left (SIGTERM, then
 SIGKILL). It never touches a Ray it did not see started, nor other children of the
-driver.
+driver. The emulated testbed's Ray cluster
+(:class:`~reshard.microbench.ray_cluster.RayCluster`) watches its nodes' ``ray start``
+processes the same way.
 """
 
 from __future__ import annotations
@@ -26,6 +28,22 @@ _ENTRY = "from reshard.comm.launchers.raywatch import main; main()"
 def children_of(pid: int) -> set[int]:
     """Direct children of ``pid`` (Linux /proc)."""
     return {p for p, parent in _parents().items() if parent == pid}
+
+
+def process_tree(roots: Iterable[int]) -> set[int]:
+    """The live processes of ``roots`` and all their descendants (Linux /proc)."""
+    parents = _parents()
+    kids: dict[int, list[int]] = {}
+    for p, parent in parents.items():
+        kids.setdefault(parent, []).append(p)
+    out: set[int] = set()
+    todo = [r for r in roots if r in parents]
+    while todo:
+        p = todo.pop()
+        if p not in out:
+            out.add(p)
+            todo.extend(kids.get(p, ()))
+    return out
 
 
 def _stat(pid: int | str) -> tuple[bytes, int, int] | None:
@@ -112,4 +130,4 @@ def main(argv: list[str] | None = None) -> None:
     _stop(known)
 
 
-__all__ = ["children_of", "main", "watch_ray"]
+__all__ = ["children_of", "main", "process_tree", "watch_ray"]
