@@ -15,16 +15,24 @@ planner's cost model for the transfer plans on the testbed's cluster, and
 transfers from the sender's start to the receiver's end). Without a testbed (not root, no iproute2) transfers run over loopback,
 unlimited, and the table says so.
 
+``--launcher ray`` runs the stages' workers as Ray actors on a real multi-node Ray
+cluster on the testbed (:class:`~reshard.microbench.ray_cluster.RayCluster`: a Ray node
+per stage's host namespace, this process the driver on host 0's node) instead of plain
+processes in the namespaces (``--launcher process``, the default); it needs a testbed.
+
     python -m reshard.microbench.pipeline_bench --json pipeline.json --plot /tmp/tl
+    python -m reshard.microbench.pipeline_bench --launcher ray
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
-from typing import Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -94,16 +102,21 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
              "activation_bytes": shape[0] * shape[1] * 4, "shape": shape,
              "forward_s": fwd, "backward_s": bwd}
     rows = []
-    tb = testbed.Testbed(args.stages, args.nic_mbit / 1e3) if ok else None
-    try:
-        if tb is not None:
-            tb.start()
+    with contextlib.ExitStack() as stack:
+        where: dict[str, Any] = {}
+        if ok:
+            tb = stack.enter_context(testbed.Testbed(args.stages, args.nic_mbit / 1e3))
             cluster = tb.cluster(args.devices_per_stage)
+            where = {"netns": tb}
+            if args.launcher == "ray":
+                from reshard.microbench.ray_cluster import RayCluster
+
+                where = {"address": stack.enter_context(RayCluster(tb)).address}
         else:
             cluster = reshard.Cluster.regular(args.stages, args.devices_per_stage,
                                               nic_bandwidth=rate)
-        with reshard.Runtime("gloo", cluster, "process", timeout=120,
-                             **({"netns": tb} if tb is not None else {})) as rt:
+        facts["launcher"] = args.launcher
+        with reshard.Runtime("gloo", cluster, args.launcher, timeout=120, **where) as rt:
             for name in args.schedules:
                 sched = make_schedule(name, args.stages, args.microbatches)
                 pipe = PipelineRuntime(rt, stages, sched, dtype="float32", name=name)
@@ -133,9 +146,6 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                 if args.plot:
                     best.plot(f"{args.plot}/{name}-measured.png", f"{name}: measured")
                     model.plot(f"{args.plot}/{name}-model.png", f"{name}: simulated")
-    finally:
-        if tb is not None:
-            tb.close()
     return rows, facts
 
 
@@ -162,14 +172,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--schedules", default="1f1b,eager-1f1b", type=lambda s: s.split(","))
     ap.add_argument("--json", default=None)
     ap.add_argument("--plot", default=None, help="folder for timeline PNGs")
+    ap.add_argument("--launcher", choices=["process", "ray"], default="process",
+                    help="stage workers as plain processes in the hosts' namespaces "
+                         "(default) or as Ray actors on a Ray node per host namespace")
     args = ap.parse_args(argv)
+    if args.launcher == "ray":
+        from reshard.microbench.testbed import available
+
+        ok = available()
+        if not ok:
+            print(f"--launcher ray runs on the emulated testbed, which cannot be built "
+                  f"here: {ok.reason}", file=sys.stderr)
+            return 2
     # torch's TCPStore warns once per connection that reverse DNS of the testbed's
     # private addresses fails (harmless); the fork server takes the level from here.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     rows, facts = run(args)
-    where = ("testbed: %d hosts, NIC %g Mbit/s (tc)" % (args.stages, args.nic_mbit)
+    where = (f"testbed: {args.stages} hosts, NIC {args.nic_mbit:g} Mbit/s (tc)"
              if facts["testbed"] else f"loopback, NOT rate limited ({facts['why']})")
-    print(f"# {where}; {args.devices_per_stage} gloo workers per stage; activation "
+    print(f"# {where}; {args.devices_per_stage} gloo workers per stage ({args.launcher} "
+          f"launcher); activation "
           f"{facts['shape']} float32 = {facts['activation_bytes'] / 1e6:.2f} MB; forward "
           f"{args.forward_ms:g} ms, backward {args.backward_ms:g} ms; "
           f"{args.microbatches} microbatches")

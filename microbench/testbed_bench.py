@@ -19,6 +19,11 @@ and are placed by ``Case.build``: the source on the first hosts, the destination
 the next ones. Each case's tensor is sized so that its broadcast plan takes about
 ``--seconds`` on the model.
 
+``--launcher ray`` runs the same workers as Ray actors on a real multi-node Ray cluster
+built on the testbed (:class:`~reshard.microbench.ray_cluster.RayCluster`: a Ray node
+per host namespace, the head on host 0, this process its driver), instead of plain
+processes (``--launcher process``, the default).
+
 ``--suite realistic`` runs instead the testbed-size members of the realistic families
 (:data:`REALISTIC`): all-to-all transposes and a weight sync (a narrowed Llama-2 slice,
 FSDP -> 2 x TP=2, every tensor in one plan), with the paper cases' defaults.
@@ -27,11 +32,13 @@ Example (about 3 minutes on 2 cores)::
 
     python -m reshard.microbench.testbed_bench --gbit 0.3 --json testbed.json
     python -m reshard.microbench.testbed_bench --suite realistic --json realistic.json
+    python -m reshard.microbench.testbed_bench --launcher ray --json testbed-ray.json
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import sys
@@ -53,6 +60,7 @@ from reshard.microbench.measure import (
     selected_cases,
     time_execute,
 )
+from reshard.microbench.ray_cluster import RayCluster
 from reshard.microbench.report import scaled
 from reshard.microbench.suites.paper import Case
 from reshard.microbench.suites.weight_sync import LLAMA2_7B, weight_sync_tensors
@@ -160,6 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--suite", choices=["paper", "realistic"], default="paper",
                     help="the paper's n-to-m cases (default) or the testbed-size realistic "
                          f"cases {list(REALISTIC)} (--cases then names those)")
+    ap.add_argument("--launcher", choices=["process", "ray"], default="process",
+                    help="workers as plain processes in the hosts' namespaces (default) or "
+                         "as Ray actors on a Ray cluster with a node per host namespace")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = ap.parse_args(argv)
 
@@ -190,9 +201,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     env: dict[str, Any] = {"python": platform.python_version(), "cpus": os.cpu_count(),
                            "nic_gbit_per_s": args.gbit, "latency_ms": args.latency_ms,
-                           "devices_per_host": g, "hosts": hosts_needed}
+                           "devices_per_host": g, "hosts": hosts_needed,
+                           "launcher": args.launcher}
     rows: list[dict] = []
-    with Testbed(hosts_needed, args.gbit, args.latency_ms) as tb:
+    with contextlib.ExitStack() as stack:
+        tb = stack.enter_context(Testbed(hosts_needed, args.gbit, args.latency_ms))
+        where: dict[str, Any] = {"netns": tb}
+        if args.launcher == "ray":
+            t0 = time.perf_counter()
+            rc = stack.enter_context(RayCluster(tb))
+            where = {"address": rc.address}
+            print(f"# {rc!r} started in {time.perf_counter() - t0:.1f}s", flush=True)
         overrides: dict[str, float] = {}
         if args.intra == "measured":
             nbytes = 64 << 20
@@ -213,8 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             by_hosts.setdefault(built.num_hosts, []).append((c, c.requests_on(built)))
         for n, group in sorted(by_hosts.items()):
             t0 = time.perf_counter()
-            with Runtime("gloo", cluster(n), "process", timeout=args.timeout,
-                         netns=tb) as rt:
+            with Runtime("gloo", cluster(n), args.launcher, timeout=args.timeout,
+                         **where) as rt:
                 print(f"# {n} hosts x {g} workers started in "
                       f"{time.perf_counter() - t0:.1f}s", flush=True)
                 for c, requests in group:
@@ -228,7 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print_rows(new, COLUMNS)
     order = {n: i for i, n in enumerate(names)}
     rows.sort(key=lambda r: (order[r["case"]], strategies.index(r["strategy"])))
-    note = (f"# NIC {args.gbit:g} Gbit/s (tc tbf, each way), {g} gloo workers per host; meas = "
+    note = (f"# NIC {args.gbit:g} Gbit/s (tc tbf, each way), {g} gloo workers per host "
+            f"({args.launcher} launcher); meas = "
             f"median of {args.runs} runs after {args.warmup} warm-up; model = plan.estimate() "
             f"on the testbed cluster; bound = plan.lower_bound()")
     return report(rows, COLUMNS, note, args, env)
