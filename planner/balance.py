@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Collection, Iterable
 
@@ -32,6 +33,7 @@ class Loads:
         # bytes each NIC would carry with no relays (see expect / relay_chain)
         self.expected: dict[tuple[str, int], float] = defaultdict(float)
         self._least_expected: dict[tuple[str, int], float] = {}
+        self._may_relay: dict[tuple[str, int], bool] = {}
 
     def expect(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
         """Account a slice's NIC demand before any choice: it leaves through its
@@ -121,6 +123,56 @@ class Loads:
             order.extend(group)
         return tuple(order)
 
+    def send(self, root: int, receiver: int, nbytes: int) -> tuple[tuple[int, ...],
+                                                                   tuple[int, ...]]:
+        """:meth:`relay_chain` for one receiver, then :meth:`charge`: the chain and its
+        relay-only devices. Cheap when neither end's NIC may relay (every transfer of
+        an all-to-all)."""
+        host, nic = self.host, self.nic
+        h, hr = host(root), host(receiver)
+        if h == hr:
+            self.dev_out[root] += nbytes
+            self.dev_in[receiver] += nbytes
+            return (receiver,), ()
+        if self.cluster.nics_per_host > 1 and self.may_relay(root, receiver):
+            chain, through = self.relay_chain(root, (receiver,), nbytes)
+            self.charge(root, chain, nbytes)
+            return chain, through
+        self.dev_out[root] += nbytes
+        self.dev_in[receiver] += nbytes
+        self.nic_out[nic(root)] += nbytes
+        self.nic_in[nic(receiver)] += nbytes
+        return (receiver,), ()
+
+    def may_relay(self, root: int, receiver: int) -> bool:
+        """Whether a point-to-point transfer between hosts may be relayed: either end
+        may (:meth:`may_relay_end`); else :meth:`relay_chain` leaves it direct,
+        whatever the loads."""
+        return self.may_relay_end(NIC_OUT, root) or self.may_relay_end(NIC_IN, receiver)
+
+    def may_relay_end(self, direction: str, member: int) -> bool:
+        """Whether :meth:`_relay` may find another device of ``member``'s host to cross
+        the host boundary through in ``direction`` (``NIC_OUT``: leaving; ``NIC_IN``:
+        entering): some NIC of the host is expected to carry less than ``member``'s.
+        Fixed once expectations are complete (:meth:`expect`); cached per device."""
+        key = (direction, member)
+        got = self._may_relay.get(key)
+        if got is None:
+            got = self.expected[(direction, self.nic(member))] > \
+                self._floor(direction, self.host(member)) * (1 + 1e-9) + 1
+            self._may_relay[key] = got
+        return got
+
+    def _floor(self, direction: str, h: int) -> float:
+        """The least bytes any NIC of host ``h`` is expected to carry in ``direction``
+        (expectations are complete before the first choice)."""
+        floor = self._least_expected.get((direction, h))
+        if floor is None:
+            nic = self.nic
+            floor = min(self.expected[(direction, nic(d))] for d in self.cluster.hosts[h])
+            self._least_expected[(direction, h)] = floor
+        return floor
+
     def relay_chain(self, root: int, receivers: Iterable[int], nbytes: int
                     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """:meth:`chain`, then, on hosts with several NICs, each host boundary crossed
@@ -155,7 +207,7 @@ class Loads:
             return chain, ()
         used = set(chain) | {root}
         through: list[int] = []
-        for a, b in zip(segments, segments[1:]):
+        for a, b in itertools.pairwise(segments):
             relay = self._relay(NIC_OUT, a[-1], host(a[-1]), used)
             if relay is not None:
                 a.append(relay)
@@ -177,11 +229,7 @@ class Loads:
         instead of ``member``: the one whose NIC is expected to carry least, if the
         plan's slices crowd ``member``'s NIC more than it and it is less loaded now."""
         nic = self.nic
-        floor = self._least_expected.get((direction, h))
-        if floor is None:  # expectations are complete before the first choice
-            floor = min(self.expected[(direction, nic(d))] for d in self.cluster.hosts[h])
-            self._least_expected[(direction, h)] = floor
-        if self.expected[(direction, nic(member))] <= floor * (1 + 1e-9) + 1:
+        if not self.may_relay_end(direction, member):
             return None  # no NIC of the host is expected to carry less
         load = self.nic_out if direction == NIC_OUT else self.nic_in
         free = [d for d in self.cluster.hosts[h] if d not in used]

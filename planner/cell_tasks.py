@@ -3,7 +3,7 @@ strategy.py)."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from reshard.layout import Box, box_size, chunk_bounds
 from reshard.planner.balance import Loads
@@ -40,9 +40,16 @@ def plan_send_recv(cell: Cell, tensor: int, itemsize: int, loads: Loads) -> list
 def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads) -> list[Task]:
     """One broadcast from one holder to every needer that does not hold the cell."""
     nbytes = cell.size * itemsize
+    holders = cell.holders
     tasks = _copies(cell, tensor, nbytes)
-    receivers = cell.needers - cell.holders
+    receivers = cell.needers - holders
     if not receivers:
+        return tasks
+    if len(receivers) == 1 and len(holders) == 1:  # point to point: every a2a cell
+        (root,), (r,) = holders, receivers
+        chain, through = loads.send(root, r, nbytes)
+        kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
+        tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, through=through))
         return tasks
     host = loads.host
     root = loads.pick_root(cell.holders, {host(n) for n in receivers}, nbytes)

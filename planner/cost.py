@@ -18,8 +18,8 @@ receive that it does not hold, over its link; plus one latency.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -183,8 +183,8 @@ def simulate(plan: ReshardPlan) -> Estimate:
             if not lst:
                 steps_of.setdefault(d, []).append(t.step)
             lst.append(i)
-    for d in steps_of:
-        steps_of[d].sort()
+    for steps in steps_of.values():
+        steps.sort()
     at = {d: 0 for d in steps_of}  # index into steps_of[d] of the step d is in
     left_in_step = {key: len(v) for key, v in members.items()}
     arrived = np.zeros(n, dtype=np.int64)

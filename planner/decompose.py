@@ -4,13 +4,17 @@ Per tensor dim, the cut points of every source and destination box are merged; e
 cell of the resulting grid is a unit slice with one set of source holders and one set
 of destination needers. Neighbouring cells with equal holders and needers are then
 merged, so a plan has as few transfers as the two layouts allow.
+
+This module builds the grid one cell at a time (plain Python, the fastest for the
+small grids of most tensors); :mod:`reshard.planner.cell_table` builds the same cells
+with numpy, a column per property, for large grids.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Mapping
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from reshard.layout import Box, Layout
 
@@ -22,14 +26,14 @@ class Cell:
     box: Box
     holders: frozenset[int]
     needers: frozenset[int]
+    size: int = field(init=False, compare=False, repr=False)
+    """Elements in the box (derived; computed once, the planner reads it per cell)."""
 
-    @cached_property
-    def size(self) -> int:
-        """Elements in the box."""
+    def __post_init__(self) -> None:
         n = 1
         for lo, hi in self.box:
             n *= hi - lo
-        return n
+        object.__setattr__(self, "size", n)
 
 
 def devices_by_box(layout: Layout, shape: tuple[int, ...],
@@ -43,7 +47,8 @@ def devices_by_box(layout: Layout, shape: tuple[int, ...],
     return {b: frozenset(s) for b, s in out.items()}
 
 
-def _pieces(boxes: Mapping[Box, frozenset[int]]) -> list[tuple[Box, frozenset[int]]]:
+def pieces(boxes: Mapping[Box, frozenset[int]]) -> list[tuple[Box, frozenset[int]]]:
+    """The non-empty boxes that some device holds (or needs), with those devices."""
     return [(b, devs) for b, devs in boxes.items() if all(hi > lo for lo, hi in b) and devs]
 
 
@@ -65,8 +70,8 @@ def decompose(
     """
     if any(s == 0 for s in shape):
         return []
-    src = _pieces(holders)
-    dst = _pieces(needers)
+    src = pieces(holders)
+    dst = pieces(needers)
     if not dst:
         return []
     ndim = len(shape)
@@ -86,7 +91,7 @@ def decompose(
             cuts.update(b[d])
         pts = sorted(cuts)
         intervals = []
-        for lo, hi in zip(pts, pts[1:]):
+        for lo, hi in itertools.pairwise(pts):
             smask = 0
             for i, (b, _) in enumerate(src):
                 if b[d][0] <= lo and hi <= b[d][1]:

@@ -28,6 +28,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.planner.ir import Task, TaskKind
@@ -41,22 +44,80 @@ PHASE = {
 }
 
 
+@dataclass(frozen=True, eq=False)
+class OrderKeys:
+    """The sort keys of tasks, column by column (one row per task): by step, then
+    phase, then rotation distance, largest first, then tensor, box and root, then
+    ``seq`` (the position the task was planned at: the order stays deterministic).
+
+    Attributes:
+        step: the task's step.
+        phase: :data:`PHASE` of its kind.
+        dist: rotation distance ``(host(first receiver) - host(root)) mod hosts``; 0
+            for copies and all-gathers.
+        nbytes: bytes moved.
+        tensor: tensor index.
+        box: (tasks, 2 * ndim) starts and stops, dim by dim, zero-padded to the widest.
+        root: the root device (-1 for all-gathers).
+        seq: the planning position.
+    """
+
+    step: np.ndarray
+    phase: np.ndarray
+    dist: np.ndarray
+    nbytes: np.ndarray
+    tensor: np.ndarray
+    box: np.ndarray
+    root: np.ndarray
+    seq: np.ndarray
+
+    @classmethod
+    def of_tasks(cls, tasks: Sequence[Task], seq: np.ndarray, cluster: Cluster) -> OrderKeys:
+        """The keys of ``tasks``, planned at positions ``seq``."""
+        nh = max(1, cluster.num_hosts)
+        host = cluster.host_of
+        copy = TaskKind.COPY
+        width = 2 * max((len(t.box) for t in tasks), default=0)
+        box = np.zeros((len(tasks), width), dtype=np.int64)
+        for i, t in enumerate(tasks):
+            flat = [v for pair in t.box for v in pair]
+            box[i, :len(flat)] = flat
+        return cls(
+            np.array([t.step for t in tasks], dtype=np.int64),
+            np.array([PHASE[t.kind] for t in tasks], dtype=np.int64),
+            np.array([(host(t.receivers[0]) - host(t.root)) % nh
+                      if t.root >= 0 and t.kind is not copy else 0 for t in tasks],
+                     dtype=np.int64),
+            np.array([t.nbytes for t in tasks], dtype=np.int64),
+            np.array([t.tensor for t in tasks], dtype=np.int64),
+            box,
+            np.array([t.root for t in tasks], dtype=np.int64),
+            np.asarray(seq, dtype=np.int64))
+
+    @classmethod
+    def concat(cls, parts: Sequence[OrderKeys]) -> OrderKeys:
+        """The rows of ``parts`` one after another (boxes padded to the widest)."""
+        width = max((p.box.shape[1] for p in parts), default=0)
+        boxes = [np.pad(p.box, ((0, 0), (0, width - p.box.shape[1]))) for p in parts]
+        cols = {f.name: np.concatenate([getattr(p, f.name) for p in parts])
+                for f in dataclasses.fields(cls) if f.name != "box"}
+        return cls(box=np.concatenate(boxes) if boxes else np.zeros((0, 0), np.int64),
+                   **cols)
+
+    def order(self) -> np.ndarray:
+        """Row indices in the global order."""
+        keys = [self.seq, self.root]
+        keys += [self.box[:, j] for j in reversed(range(self.box.shape[1]))]
+        keys += [self.tensor, -self.nbytes, self.dist, self.phase, self.step]
+        return np.lexsort(keys)
+
+
 def order_tasks(tasks: Iterable[Task], cluster: Cluster) -> tuple[Task, ...]:
     """Sort tasks (whose ``step`` the planner set from their dependencies) into the
-    plan's global order: by step, then phase, then rotation distance, largest first,
-    then tensor and box (deterministic)."""
-    nh = max(1, cluster.num_hosts)
-    host = {d: h for h, devs in enumerate(cluster.hosts) for d in devs}
-    copy = TaskKind.COPY
-
-    def key(t: Task) -> tuple:
-        if t.root >= 0 and t.kind is not copy:
-            dist = (host[t.receivers[0]] - host[t.root]) % nh
-        else:
-            dist = 0
-        return (t.step, PHASE[t.kind], dist, -t.nbytes, t.tensor, t.box, t.root)
-
-    return tuple(sorted(tasks, key=key))
+    plan's global order (see :class:`OrderKeys`; ties keep the given order)."""
+    tasks = list(tasks)
+    keys = OrderKeys.of_tasks(tasks, np.arange(len(tasks)), cluster)
+    return tuple(tasks[i] for i in keys.order().tolist())
 
 
 def one_at_a_time(tasks: Sequence[Task]) -> tuple[Task, ...]:

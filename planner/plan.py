@@ -6,8 +6,8 @@ process, a device or a global.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Iterable, Sequence, Union
+from collections.abc import Iterable, Sequence
+from typing import TypeAlias
 
 import numpy as np
 
@@ -15,16 +15,18 @@ from reshard.cluster import Cluster
 from reshard.errors import DTypeError, PartialError, ReshardError, SpecError
 from reshard.layout import Box, Layout, box_size, check_shape
 from reshard.planner.balance import Loads
-from reshard.planner.decompose import Cell, decompose, devices_by_box
-from reshard.planner.ir import Buffer, ReshardPlan, Task, TaskKind, TensorSpec
-from reshard.planner.order import one_at_a_time, order_tasks
+from reshard.planner.cell_table import CellTable, decompose_table
 from reshard.planner.cell_tasks import CELL_PLANNERS, split_box
+from reshard.planner.decompose import Cell, decompose, devices_by_box
+from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
+from reshard.planner.order import one_at_a_time
 from reshard.planner.strategy import Strategy
+from reshard.planner.work import Splitter, WorkList
 
 NUMERIC_KINDS = "biufc"
 SUMMABLE_KINDS = "iufc"
 
-Request = Union[TensorSpec, Sequence]
+Request: TypeAlias = TensorSpec | Sequence
 
 
 def parse_dtype(dtype: object) -> np.dtype:
@@ -209,20 +211,27 @@ def _ready_step(box: Box, ready: dict[Box, int]) -> int:
                 if all(max(a, c) < min(e, f) for (a, e), (c, f) in zip(box, b))), default=0)
 
 
-def _at_step(tasks: list[Task], step: int) -> list[Task]:
-    """A cell's tasks from ``step`` on: its transfers at ``step``, and what reads what
-    they delivered (an all-gather, source=dst) at the step after."""
-    out = []
-    for t in tasks:
-        s = step + (1 if t.source is Buffer.DST else 0)
-        out.append(t if t.step == s else dataclasses.replace(t, step=s))
-    return out
+def _ready_steps(table: CellTable, ready: dict[Box, int]) -> np.ndarray:
+    """:func:`_ready_step` of every row of ``table``."""
+    after = np.zeros(len(table), dtype=np.int64)
+    for box, step in ready.items():
+        lo = np.array([a for a, _ in box], dtype=np.int64)
+        hi = np.array([b for _, b in box], dtype=np.int64)
+        hit = (np.maximum(table.lo, lo) < np.minimum(table.hi, hi)).all(axis=1)
+        after = np.where(hit, np.maximum(after, step), after)
+    return after
+
+
+TABLE_FROM = 1024
+"""Tensors whose source and destination pieces make at least this many pairs are
+decomposed with numpy (:mod:`reshard.planner.cell_table`); smaller ones cell by cell
+(numpy's fixed cost per call exceeds the work)."""
 
 
 def plan_many(
     requests: Iterable[Request],
     cluster: Cluster | None = None,
-    strategy: Union[str, Strategy] = Strategy.BROADCAST,
+    strategy: str | Strategy = Strategy.BROADCAST,
 ) -> ReshardPlan:
     """Plan several tensors together: one sender balance and one global order.
 
@@ -254,40 +263,52 @@ def plan_many(
     tensors = tuple(make_tensor_spec(*r, cluster=cluster) for r in reqs)
 
     loads = Loads(cluster)
-    tasks: list[Task] = []
-    work: list[tuple[int, int, int, Cell]] = []  # (bytes, tensor, after step, cell)
-    split = strat is Strategy.BROADCAST
+    work = WorkList(cluster, loads)
+    reduces: list[Task] = []
+    broadcast = strat is Strategy.BROADCAST
     min_piece = _min_piece(cluster)
-    same: dict[tuple, list[Cell]] = {}  # tensors of one shape and layout pair
+    same: dict[tuple, list[Cell] | CellTable] = {}  # tensors of one shape and layouts
+    itemsizes = [np.dtype(t.dtype).itemsize for t in tensors]
     for i, t in enumerate(tensors):
-        itemsize = np.dtype(t.dtype).itemsize
         key = (t.shape, t.src, t.dst)
         cells = same.get(key)
         ready: dict[Box, int] = {}
         if cells is None:
             needers = _needers(t)
-            holders, reduces = _reduce_sources(t, i, loads, needers, min_piece)
-            tasks.extend(reduces)
-            ready = {r.box: r.step + 1 for r in reduces}
-            cells = decompose(t.shape, holders, needers)
-            if not reduces:  # reduce roots follow the loads: not reusable
+            holders, tensor_reduces = _reduce_sources(t, i, loads, needers, min_piece)
+            reduces.extend(tensor_reduces)
+            ready = {r.box: r.step + 1 for r in tensor_reduces}
+            if len(holders) * len(needers) >= TABLE_FROM:
+                cells = decompose_table(t.shape, holders, needers)
+            else:
+                cells = decompose(t.shape, holders, needers)
+            if not tensor_reduces:  # reduce roots follow the loads: not reusable
                 same[key] = cells
-        for c in cells:
-            after = _ready_step(c.box, ready) if ready else 0
-            for piece in (_split_for_balance(c, itemsize, loads, min_piece) if split
-                          else (c,)):
-                work.append((piece.size * itemsize, i, after, piece))
-    if split and cluster.nics_per_host > 1:
-        for nbytes, _, _, cell in work:
-            loads.expect(cell.holders, cell.needers - cell.holders, nbytes)
+        split = _splitter(itemsizes[i], loads, min_piece) if broadcast else None
+        if isinstance(cells, CellTable):
+            work.add_table(i, cells, itemsizes[i], _ready_steps(cells, ready), split)
+        else:
+            work.add_cells(i, cells, itemsizes[i],
+                           [_ready_step(c.box, ready) for c in cells] if ready
+                           else [0] * len(cells), split)
     # Largest slices first, so balancing places the big ones on free NICs.
-    work.sort(key=lambda w: -w[0])
-    planner = CELL_PLANNERS[strat]
-    for _, i, after, cell in work:
-        itemsize = np.dtype(tensors[i].dtype).itemsize
-        tasks.extend(_at_step(planner(cell, i, itemsize, loads), after))
-    return _least_concurrent(ReshardPlan(tensors, order_tasks(tasks, cluster), strat,
-                                         cluster))
+    tasks = work.plan(CELL_PLANNERS[strat], itemsizes,
+                      expect=broadcast and cluster.nics_per_host > 1, relays=broadcast,
+                      restep=strat is Strategy.ALLGATHER, first=reduces)
+    return _least_concurrent(ReshardPlan(tensors, tasks, strat, cluster))
+
+
+def _splitter(itemsize: int, loads: Loads, min_piece: int) -> Splitter:
+    """:func:`_split_for_balance` for cells of one tensor (cells under two minimal
+    pieces stay whole)."""
+    small = 2 * min_piece
+
+    def split(cell: Cell, nbytes: int) -> list[Cell]:
+        if nbytes < small:
+            return [cell]
+        return _split_for_balance(cell, itemsize, loads, min_piece)
+
+    return split
 
 
 COMPARE_UP_TO = 1024
@@ -320,7 +341,7 @@ def plan(
     src: Layout,
     dst: Layout,
     cluster: Cluster | None = None,
-    strategy: Union[str, Strategy] = Strategy.BROADCAST,
+    strategy: str | Strategy = Strategy.BROADCAST,
 ) -> ReshardPlan:
     """Plan moving one tensor of ``shape``/``dtype`` from layout ``src`` to ``dst``.
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-from typing import Union
 
 from reshard.choice import parse_choice
 
@@ -24,7 +23,7 @@ class Strategy(enum.Enum):
     BROADCAST = "broadcast"
 
     @classmethod
-    def parse(cls, value: Union[str, "Strategy"]) -> "Strategy":
+    def parse(cls, value: str | Strategy) -> Strategy:
         """Accept a Strategy or its name; raise listing the valid names."""
         return parse_choice(cls, value, "strategy")
 

@@ -140,3 +140,91 @@ def test_layouts_cover_tensor(problem):
             lay.mesh.shape[a] for axes in lay.spec.dims for a in axes) // math.prod(
             lay.mesh.shape[a] for a in lay.spec.partial)
         assert (count == replicas).all()
+
+
+@st.composite
+def box_maps(draw, shape):
+    """Up to 6 random boxes inside ``shape`` (possibly empty or overlapping), each held
+    by up to 3 of 12 devices."""
+    out = {}
+    for _ in range(draw(st.integers(0, 6))):
+        box = []
+        for s in shape:
+            a, b = draw(st.integers(0, s)), draw(st.integers(0, s))
+            box.append((min(a, b), max(a, b)))
+        out[tuple(box)] = frozenset(draw(st.sets(st.integers(0, 11), max_size=3)))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 7), max_size=3).flatmap(
+    lambda shape: st.tuples(st.just(tuple(shape)), box_maps(shape), box_maps(shape))))
+def test_decompositions_against_every_element(problem):
+    """The numpy decomposition (cell_table) lists the same cells, in the same order, as
+    the cell-by-cell one; and those cells cover every element some device needs once,
+    each with exactly the devices whose boxes contain it (checked element by element)."""
+    from reshard.planner.cell_table import decompose_table
+    from reshard.planner.decompose import decompose
+
+    shape, holders, needers = problem
+    cells = decompose(shape, holders, needers)
+    assert decompose_table(shape, holders, needers).cells() == cells
+    assert all(c.size == math.prod(b - a for a, b in c.box) for c in cells)
+
+    def owners(boxes, index):
+        return frozenset().union(*(devs for b, devs in boxes.items()
+                                   if all(lo <= i < hi for i, (lo, hi) in zip(index, b))))
+
+    covered = {}
+    for c in cells:
+        assert c.needers and c.size
+        for index in np.ndindex(*(hi - lo for lo, hi in c.box)):
+            element = tuple(lo + i for i, (lo, _) in zip(index, c.box))
+            assert element not in covered
+            covered[element] = c
+            assert c.holders == owners(holders, element)
+            assert c.needers == owners(needers, element)
+    for element in np.ndindex(*shape):
+        assert (element in covered) == bool(owners(needers, element))
+
+
+@settings(max_examples=60, deadline=None)
+@given(planning_problems(), st.sampled_from(STRATEGIES))
+def test_bulk_planning_equals_cell_by_cell(problem, strategy):
+    """Planning point-to-point slices in bulk (numpy decomposition, columns, batched NIC
+    loads) gives exactly the plan of planning every cell one by one."""
+    from unittest import mock
+
+    import reshard.planner.plan as plan_module
+
+    shape, dtype, src, dst, cluster = problem
+    with mock.patch.object(plan_module, "TABLE_FROM", 0), \
+            mock.patch("reshard.planner.work.BULK_FLUSH", 1):
+        bulk = reshard.plan(shape, dtype, src, dst, cluster=cluster, strategy=strategy)
+    with mock.patch.object(plan_module, "TABLE_FROM", 10 ** 18):
+        cells = reshard.plan(shape, dtype, src, dst, cluster=cluster, strategy=strategy)
+    assert bulk.to_json() == cells.to_json()
+
+
+def test_bulk_loads_steer_later_choices():
+    """Point-to-point slices charged in bulk steer the choices planned after them as
+    they do one by one: big transfers out of device 1 load host 0's NIC, so the smaller
+    replicated tensor leaves from host 1 (device 2), not from idle device 0."""
+    from unittest import mock
+
+    import reshard.planner.plan as plan_module
+
+    cluster = Cluster.regular(4, 2)
+    mesh = reshard.DeviceMesh
+    big = ((4096, 64), "float32", Layout(mesh((1,), devices=[1]), "RR"),
+           Layout(mesh((2,), devices=[4, 5]), "S0R"))
+    small = ((16, 64), "float32", Layout(mesh((2,), devices=[0, 2]), "RR"),
+             Layout(mesh((1,), devices=[6]), "RR"))
+    plans = []
+    for table_from, flush in ((0, 1), (10 ** 18, 32)):
+        with mock.patch.object(plan_module, "TABLE_FROM", table_from), \
+                mock.patch("reshard.planner.work.BULK_FLUSH", flush):
+            plans.append(reshard.plan_many([big, small], cluster=cluster))
+    assert plans[0].to_json() == plans[1].to_json()
+    (send,) = [t for t in plans[0].tasks if t.tensor == 1]
+    assert send.root == 2  # host 0's NIC carries the big tensor

@@ -1,0 +1,208 @@
+"""Unit-slice decomposition with numpy: the cells of :mod:`reshard.planner.decompose`,
+column by column.
+
+The grid of a large all-to-all has as many cells as devices squared (65,536 at 256
+devices per mesh). Here it is built one dim at a time with array operations: per dim
+the intervals between merged cut points and, for each, the set of source and
+destination pieces covering it (an id); a cell's sets are the intersections of its
+intervals' sets. Only the distinct sets (a few hundred) are handled one by one in
+Python. The result, a :class:`CellTable`, lists the same cells in the same order as
+:func:`reshard.planner.decompose.decompose`; the planner handles most rows in bulk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from reshard.layout import Box
+from reshard.planner.decompose import Cell, merge_cells, pieces
+
+
+@dataclass(frozen=True, eq=False)
+class CellTable:
+    """Cells of one tensor, column by column: row ``i`` is the cell whose box runs from
+    ``lo[i]`` to ``hi[i]`` (per dim), held by ``holder_sets[holder[i]]`` and needed by
+    ``needer_sets[needer[i]]``. The planner handles most rows in bulk and builds
+    :class:`Cell` objects only for the rest.
+
+    Attributes:
+        lo: (cells, ndim) starts.
+        hi: (cells, ndim) stops.
+        size: (cells,) elements of each box.
+        holder: (cells,) index into ``holder_sets``.
+        needer: (cells,) index into ``needer_sets``.
+        holder_sets: the distinct sets of holders.
+        needer_sets: the distinct sets of needers.
+    """
+
+    lo: np.ndarray
+    hi: np.ndarray
+    size: np.ndarray
+    holder: np.ndarray
+    needer: np.ndarray
+    holder_sets: tuple[frozenset[int], ...]
+    needer_sets: tuple[frozenset[int], ...]
+
+    def __len__(self) -> int:
+        return len(self.size)
+
+    def boxes(self, rows: np.ndarray | None = None) -> list[Box]:
+        """The boxes of ``rows`` (default: every row) as tuples of (start, stop)."""
+        lo, hi = (self.lo, self.hi) if rows is None else (self.lo[rows], self.hi[rows])
+        dims = [list(zip(lo[:, d].tolist(), hi[:, d].tolist())) for d in range(lo.shape[1])]
+        if not dims:
+            return [()] * len(lo)
+        return list(zip(*dims))
+
+    def cells(self) -> list[Cell]:
+        """Every row as a :class:`Cell`, in row order."""
+        hold, need = self.holder_sets, self.needer_sets
+        return [Cell(box, hold[h], need[n]) for box, h, n in
+                zip(self.boxes(), self.holder.tolist(), self.needer.tolist())]
+
+    @classmethod
+    def from_cells(cls, cells: list[Cell], ndim: int) -> CellTable:
+        """The table of ``cells`` (in their order)."""
+        bounds = np.array([c.box for c in cells], dtype=np.int64).reshape(len(cells), ndim, 2)
+        holder_ids: dict[frozenset[int], int] = {}
+        needer_ids: dict[frozenset[int], int] = {}
+        holder = [holder_ids.setdefault(c.holders, len(holder_ids)) for c in cells]
+        needer = [needer_ids.setdefault(c.needers, len(needer_ids)) for c in cells]
+        lo, hi = bounds[:, :, 0], bounds[:, :, 1]
+        return cls(lo, hi, np.prod(hi - lo, axis=1), np.array(holder, dtype=np.int64),
+                   np.array(needer, dtype=np.int64), tuple(holder_ids), tuple(needer_ids))
+
+
+def decompose_table(
+    shape: tuple[int, ...],
+    holders: Mapping[Box, frozenset[int]],
+    needers: Mapping[Box, frozenset[int]],
+) -> CellTable:
+    """:func:`reshard.planner.decompose.decompose` as a :class:`CellTable`: the same
+    cells in the same order."""
+    ndim = len(shape)
+    empty = CellTable(np.zeros((0, ndim), np.int64), np.zeros((0, ndim), np.int64),
+                      np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                      (), ())
+    if any(s == 0 for s in shape):
+        return empty
+    src = pieces(holders)
+    dst = pieces(needers)
+    if not dst:
+        return empty
+    if ndim == 0:
+        hold = frozenset().union(*(d for _, d in src)) if src else frozenset()
+        need = frozenset().union(*(d for _, d in dst))
+        return CellTable.from_cells([Cell((), hold, need)], 0)
+
+    # Per dim: the intervals between merged cut points, and for each interval which
+    # source / destination pieces cover it (an id of that set of pieces).
+    src_lo, src_hi = _bounds([b for b, _ in src], ndim)
+    dst_lo, dst_hi = _bounds([b for b, _ in dst], ndim)
+    src_sets = _PieceSets([devs for _, devs in src])
+    dst_sets = _PieceSets([devs for _, devs in dst])
+    # The grid's cells dim by dim (row-major), dropping a prefix as soon as no one
+    # needs it; per cell, the id of the pieces covering it so far.
+    cell_lo = np.zeros((1, 0), dtype=np.int64)
+    cell_hi = np.zeros((1, 0), dtype=np.int64)
+    cell_src = np.full(1, src_sets.everything, dtype=np.int64)
+    cell_dst = np.full(1, dst_sets.everything, dtype=np.int64)
+    for d in range(ndim):
+        pts = np.unique(np.concatenate(([0, shape[d]], src_lo[:, d], src_hi[:, d],
+                                        dst_lo[:, d], dst_hi[:, d])))
+        lo, hi = pts[:-1], pts[1:]
+        iv_dst = dst_sets.covering(lo, hi, dst_lo[:, d], dst_hi[:, d])
+        keep = iv_dst != dst_sets.nothing
+        lo, hi, iv_dst = lo[keep], hi[keep], iv_dst[keep]
+        iv_src = src_sets.covering(lo, hi, src_lo[:, d], src_hi[:, d])
+        n, k = len(cell_src), len(lo)
+        new_dst = dst_sets.intersect(np.repeat(cell_dst, k), np.tile(iv_dst, n))
+        needed = new_dst != dst_sets.nothing
+        new_src = src_sets.intersect(np.repeat(cell_src, k)[needed],
+                                     np.tile(iv_src, n)[needed])
+        cell_lo = np.concatenate((np.repeat(cell_lo, k, axis=0)[needed],
+                                  np.tile(lo, n)[needed, None]), axis=1)
+        cell_hi = np.concatenate((np.repeat(cell_hi, k, axis=0)[needed],
+                                  np.tile(hi, n)[needed, None]), axis=1)
+        cell_src, cell_dst = new_src, new_dst[needed]
+    # Sets of pieces -> sets of devices (pieces of one device set share an id).
+    hold_of = np.array(src_sets.device_set, dtype=np.int64)[cell_src]
+    need_of = np.array(dst_sets.device_set, dtype=np.int64)[cell_dst]
+    table = CellTable(cell_lo, cell_hi, np.prod(cell_hi - cell_lo, axis=1), hold_of,
+                      need_of, src_sets.distinct_devices(), dst_sets.distinct_devices())
+    pairs = hold_of * (len(table.needer_sets) + 1) + need_of
+    if len(np.unique(pairs)) == len(pairs):  # nothing to merge; row-major = box order
+        return table
+    return CellTable.from_cells(merge_cells(table.cells(), ndim), ndim)
+
+
+def _bounds(boxes: list[Box], ndim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and stops of ``boxes`` as two (boxes, ndim) integer arrays."""
+    arr = np.array(boxes, dtype=np.int64).reshape(len(boxes), ndim, 2)
+    return arr[:, :, 0], arr[:, :, 1]
+
+
+class _PieceSets:
+    """Sets of pieces (bitmasks over a list of pieces), each with an id, and the devices
+    holding them. Id ``everything`` is every piece, ``nothing`` none.
+
+    Only distinct sets are handled in Python: cells refer to them by id (arrays).
+    """
+
+    def __init__(self, piece_devices: list[frozenset[int]]) -> None:
+        self.piece_devices = piece_devices
+        self.masks: list[int] = []  # per id: its bitmask of pieces
+        self.devices: list[frozenset[int]] = []  # per id: the union of its pieces' devices
+        self.device_set: list[int] = []  # per id: index of its devices in distinct_devices
+        self._by_mask: dict[int, int] = {}
+        self._by_devices: dict[frozenset[int], int] = {}
+        self.nothing = self._id(0)
+        self.everything = self._id((1 << len(piece_devices)) - 1)
+
+    def _id(self, mask: int) -> int:
+        got = self._by_mask.get(mask)
+        if got is None:
+            acc: set[int] = set()
+            i, m = 0, mask
+            while m:
+                if m & 1:
+                    acc |= self.piece_devices[i]
+                m >>= 1
+                i += 1
+            devs = frozenset(acc)
+            got = len(self.masks)
+            self.masks.append(mask)
+            self.devices.append(devs)
+            self.device_set.append(self._by_devices.setdefault(devs, len(self._by_devices)))
+            self._by_mask[mask] = got
+        return got
+
+    def distinct_devices(self) -> tuple[frozenset[int], ...]:
+        """The distinct device sets, indexed as :attr:`device_set` says."""
+        return tuple(self._by_devices)
+
+    def covering(self, lo: np.ndarray, hi: np.ndarray, piece_lo: np.ndarray,
+                 piece_hi: np.ndarray) -> np.ndarray:
+        """Per interval ``[lo[i], hi[i])`` of one dim: the id of the set of pieces whose
+        extent in that dim (``piece_lo``, ``piece_hi``) contains it."""
+        inside = (piece_lo[None, :] <= lo[:, None]) & (hi[:, None] <= piece_hi[None, :])
+        packed = np.packbits(inside, axis=1, bitorder="little")
+        return np.array([self._id(int.from_bytes(row.tobytes(), "little")) for row in packed],
+                        dtype=np.int64)
+
+    def intersect(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Element-wise ids of the intersections of sets ``a[i]`` and ``b[i]``."""
+        if not len(a):
+            return a
+        base = len(self.masks) + 1
+        code = a * base + b
+        uniq, inverse = np.unique(code, return_inverse=True)
+        masks = self.masks
+        ids = np.array([self._id(masks[c // base] & masks[c % base]) for c in uniq.tolist()],
+                       dtype=np.int64)
+        return ids[inverse.reshape(-1)]
+
+

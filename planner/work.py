@@ -1,0 +1,340 @@
+"""The work of one planning call: every slice to move, largest first, and its tasks.
+
+Most slices of a large plan go point to point: one holder, one needer on another
+device, nothing to copy (every cell of an all-to-all). Such a slice's task is fixed, a
+send from its holder, unless a broadcast may relay it through another NIC of its
+host (:meth:`Loads.relay_chain`). The work list keeps those slices as columns (numpy
+arrays), charges their bytes to the NICs in bulk between the choices of the other
+slices (the loads a choice reads are sums of whole bytes, exact in any order), and
+builds their tasks once the global order is known. The other slices go through their
+strategy's cell planner one by one, in the same largest-first order, so a plan is the
+same as planning every slice one by one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from reshard.cluster import Cluster
+from reshard.layout import Box
+from reshard.planner.balance import Loads
+from reshard.planner.cell_table import CellTable
+from reshard.planner.cell_tasks import CellPlanner
+from reshard.planner.decompose import Cell
+from reshard.planner.ir import Buffer, Task, TaskKind
+from reshard.planner.order import PHASE, OrderKeys
+from reshard.planner.resources import NIC_IN, NIC_OUT
+
+Splitter = Callable[[Cell, int], list[Cell]]
+"""Pieces of a cell of ``nbytes`` bytes to plan separately (balance over NICs)."""
+
+BULK_FLUSH = 32
+"""Below this many point-to-point slices, charge them one by one (numpy's fixed cost)."""
+
+
+def _at_step(tasks: list[Task], step: int) -> list[Task]:
+    """A cell's tasks from ``step`` on: its transfers at ``step``, and what reads what
+    they delivered (an all-gather, source=dst) at the step after."""
+    out = []
+    for t in tasks:
+        s = step + (1 if t.source is Buffer.DST else 0)
+        out.append(t if t.step == s else dataclasses.replace(t, step=s))
+    return out
+
+
+class WorkList:
+    """The slices of one planning call (an accumulator local to that call).
+
+    Slices are added tensor by tensor, in planning order: as :class:`Cell` objects
+    (:meth:`add_cells`, small tensors) or as a :class:`CellTable` (:meth:`add_table`,
+    whose point-to-point rows stay columns); :meth:`plan` then plans them largest
+    first (ties in the order added) and returns every task in the global order.
+    """
+
+    def __init__(self, cluster: Cluster, loads: Loads) -> None:
+        self.cluster = cluster
+        self.loads = loads
+        size = max(cluster.devices, default=-1) + 1
+        self._host = np.zeros(size, dtype=np.int64)
+        self._nic = np.zeros(size, dtype=np.int64)
+        for d in cluster.devices:
+            self._host[d] = cluster.host_of(d)
+            self._nic[d] = cluster.nic_of(d)
+        # every slice, in the order added: its bytes, the step it may start at, and
+        # where it is (>= 0: a point-to-point row; < 0: general cell -1 - ref); chunks
+        # of arrays, and the slices added since the last chunk as lists
+        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._nbytes: list[int] = []
+        self._after: list[int] = []
+        self._ref: list[int] = []
+        self.general: list[tuple[int, Cell]] = []  # (tensor, cell)
+        self._p2p = _PointToPoint()
+
+    # ----- adding slices -------------------------------------------------------------
+    def add_cells(self, tensor: int, cells: Sequence[Cell], itemsize: int,
+                  after: Sequence[int], split: Splitter | None) -> None:
+        """Add ``cells`` of tensor ``tensor``; ``after[i]``: the step cell ``i`` may start
+        at; ``split`` (if any) cuts a cell into pieces planned separately."""
+        general = self.general
+        for cell, af in zip(cells, after):
+            for piece in (split(cell, cell.size * itemsize) if split is not None
+                          else (cell,)):
+                self._nbytes.append(piece.size * itemsize)
+                self._after.append(af)
+                self._ref.append(-1 - len(general))
+                general.append((tensor, piece))
+
+    def add_table(self, tensor: int, table: CellTable, itemsize: int, after: np.ndarray,
+                  split: Splitter | None) -> None:
+        """:meth:`add_cells` for the rows of ``table``; its point-to-point rows stay
+        columns (they are never split: one holder NIC, one needer NIC)."""
+        n = len(table)
+        if not n:
+            return
+        self._flush()
+        nbytes = table.size * itemsize
+        root, recv = _point_to_point(table)
+        p2p = root >= 0
+        rows = np.flatnonzero(p2p)
+        refs = self._p2p.add(tensor, table, rows, root[rows], recv[rows], nbytes[rows])
+        if rows.size == n:
+            self._chunks.append((nbytes, after, refs))
+            return
+        p_ref = np.full(n, -1, dtype=np.int64)
+        p_ref[rows] = refs
+        hold, need = table.holder_sets, table.needer_sets
+        for box, h, nd, nb, af, pr in zip(table.boxes(), table.holder.tolist(),
+                                          table.needer.tolist(), nbytes.tolist(),
+                                          after.tolist(), p_ref.tolist()):
+            if pr >= 0:
+                self._nbytes.append(nb)
+                self._after.append(af)
+                self._ref.append(pr)
+            else:
+                self.add_cells(tensor, (Cell(box, hold[h], need[nd]),), itemsize, (af,),
+                               split)
+        self._flush()
+
+    def _flush(self) -> None:
+        if self._ref:
+            self._chunks.append((np.array(self._nbytes, dtype=np.int64),
+                                 np.array(self._after, dtype=np.int64),
+                                 np.array(self._ref, dtype=np.int64)))
+            self._nbytes, self._after, self._ref = [], [], []
+
+    # ----- planning --------------------------------------------------------------------
+    def plan(self, planner: CellPlanner, itemsizes: Sequence[int], expect: bool,
+             relays: bool, restep: bool, first: Sequence[Task] = ()) -> tuple[Task, ...]:
+        """Plan every slice, largest first; return ``first`` (tasks planned before, e.g.
+        reductions) and every slice's tasks, in the global order.
+
+        Args:
+            planner: the strategy's cell planner, for the general cells.
+            itemsizes: bytes per element of each tensor.
+            expect: account every slice's expected NIC demand first
+                (:meth:`Loads.expect`; broadcasts on hosts with several NICs).
+            relays: transfers may be relayed (broadcast): a point-to-point row one of
+                whose ends' NICs may relay is planned as a general cell.
+            restep: the strategy's tasks read what their own cell delivered (all-gathers).
+            first: tasks planned before the slices.
+        """
+        self._flush()
+        nbytes = _cat([c[0] for c in self._chunks])
+        after = _cat([c[1] for c in self._chunks])
+        ref = _cat([c[2] for c in self._chunks])
+        p2p = self._p2p.columns()
+        if expect:
+            self._expect(nbytes, ref, p2p)
+        if relays and self.cluster.nics_per_host > 1 and len(p2p.root):
+            ref = self._relayed(ref, p2p)
+        order = np.argsort(-nbytes, kind="stable")  # largest first, ties as added
+        ref, after, nbytes = ref[order], after[order], nbytes[order]
+        loads = self.loads
+        objects: list[Task] = list(first)
+        obj_seq: list[int] = list(range(len(first)))
+        seq = len(first)
+        p_seq = np.full(len(p2p.root), -1, dtype=np.int64)  # -1: planned as general
+        p_step = np.zeros(len(p2p.root), dtype=np.int64)
+        general = np.flatnonzero(ref < 0).tolist()
+        refs, steps = ref[general].tolist(), after[general].tolist()
+        done = 0
+        for k, r, step in zip([*general, len(ref)], [*refs, 0], [*steps, 0]):
+            if k > done:  # the point-to-point slices before this general one, in bulk
+                rows = ref[done:k]
+                self._charge(rows, p2p, nbytes[done:k])
+                p_seq[rows] = seq + np.arange(k - done)
+                p_step[rows] = after[done:k]
+                seq += k - done
+            if k == len(ref):
+                break
+            tensor, cell = self.general[-1 - r]
+            got = planner(cell, tensor, itemsizes[tensor], loads)
+            for t in (_at_step(got, step) if step or restep else got):
+                objects.append(t)
+                obj_seq.append(seq)
+                seq += 1
+            done = k + 1
+        return self._ordered(objects, np.array(obj_seq, dtype=np.int64), p2p, p_seq, p_step)
+
+    def _expect(self, nbytes: np.ndarray, ref: np.ndarray, p2p: _Columns) -> None:
+        """:meth:`Loads.expect` for every slice, in the order added (sums of fractions
+        of bytes depend on the order; sums of whole bytes do not)."""
+        loads = self.loads
+        if (ref >= 0).all():
+            self._add_expected(p2p.root[ref], p2p.recv[ref], nbytes)
+            return
+        expected, nic, host = loads.expected, loads.nic, loads.host
+        root, recv = p2p.root.tolist(), p2p.recv.tolist()
+        for nb, r in zip(nbytes.tolist(), ref.tolist()):
+            if r >= 0:
+                a, b = root[r], recv[r]
+                if host(a) != host(b):
+                    expected[(NIC_OUT, nic(a))] += nb
+                    expected[(NIC_IN, nic(b))] += nb
+            else:
+                cell = self.general[-1 - r][1]
+                loads.expect(cell.holders, cell.needers - cell.holders, nb)
+
+    def _add_expected(self, root: np.ndarray, recv: np.ndarray, nbytes: np.ndarray) -> None:
+        """Point-to-point transfers' expected NIC demand, in bulk."""
+        cross = self._host[root] != self._host[recv]
+        expected = self.loads.expected
+        for direction, dev in ((NIC_OUT, root), (NIC_IN, recv)):
+            sums = np.bincount(self._nic[dev[cross]], weights=nbytes[cross])
+            for n in np.flatnonzero(sums).tolist():
+                expected[(direction, n)] += int(sums[n])
+
+    def _relayed(self, ref: np.ndarray, p2p: _Columns) -> np.ndarray:
+        """``ref`` with the point-to-point rows one of whose ends' NICs may relay
+        (:meth:`Loads.may_relay_end`) turned into general cells."""
+        loads = self.loads
+        devices = self.cluster.devices
+        flags = {}
+        for direction in (NIC_OUT, NIC_IN):
+            flag = np.zeros(len(self._host), dtype=bool)
+            flag[list(devices)] = [loads.may_relay_end(direction, d) for d in devices]
+            flags[direction] = flag
+        cross = self._host[p2p.root] != self._host[p2p.recv]
+        moved = np.flatnonzero(cross & (flags[NIC_OUT][p2p.root] | flags[NIC_IN][p2p.recv]))
+        if not moved.size:
+            return ref
+        new_ref = np.arange(len(p2p.root), dtype=np.int64)
+        new_ref[moved] = -1 - len(self.general) - np.arange(len(moved))
+        for r in moved.tolist():
+            cell = Cell(p2p.boxes[r], frozenset((int(p2p.root[r]),)),
+                        frozenset((int(p2p.recv[r]),)))
+            self.general.append((int(p2p.tensor[r]), cell))
+        return np.where(ref >= 0, new_ref[np.maximum(ref, 0)], ref)
+
+    def _charge(self, rows: np.ndarray, p2p: _Columns, nbytes: np.ndarray) -> None:
+        """:meth:`Loads.charge` the point-to-point ``rows`` (in bulk: whole bytes)."""
+        if not rows.size:
+            return
+        loads = self.loads
+        a, b = p2p.root[rows], p2p.recv[rows]
+        if len(rows) < BULK_FLUSH:
+            for r, s, nb in zip(a.tolist(), b.tolist(), nbytes.tolist()):
+                loads.charge(r, (s,), nb)
+            return
+        cross = self._host[a] != self._host[b]
+        for table, keys, sel in ((loads.dev_out, a, None), (loads.dev_in, b, None),
+                                 (loads.nic_out, self._nic[a], cross),
+                                 (loads.nic_in, self._nic[b], cross)):
+            sums = np.bincount(keys if sel is None else keys[sel],
+                               weights=nbytes if sel is None else nbytes[sel])
+            for i in np.flatnonzero(sums).tolist():
+                table[i] += int(sums[i])
+
+    def _ordered(self, objects: list[Task], obj_seq: np.ndarray, p2p: _Columns,
+                 p_seq: np.ndarray, p_step: np.ndarray) -> tuple[Task, ...]:
+        """Every task in the global order (see :class:`OrderKeys`); the point-to-point
+        rows' tasks (sends) are built here, in that order."""
+        rows = np.flatnonzero(p_seq >= 0)
+        nh = max(1, self.cluster.num_hosts)
+        root, recv = p2p.root[rows], p2p.recv[rows]
+        keys = OrderKeys.concat([
+            OrderKeys.of_tasks(objects, obj_seq, self.cluster),
+            OrderKeys(p_step[rows], np.full(len(rows), PHASE[TaskKind.SEND], np.int64),
+                      (self._host[recv] - self._host[root]) % nh, p2p.nbytes[rows],
+                      p2p.tensor[rows], p2p.box[rows], root, p_seq[rows])])
+        n_obj = len(objects)
+        out = []
+        send = TaskKind.SEND
+        boxes = p2p.boxes
+        tensor, nbytes = p2p.tensor.tolist(), p2p.nbytes.tolist()
+        root_l, recv_l, step = p2p.root.tolist(), p2p.recv.tolist(), p_step.tolist()
+        row_list = rows.tolist()
+        for i in keys.order().tolist():
+            if i < n_obj:
+                out.append(objects[i])
+            else:
+                p = row_list[i - n_obj]
+                out.append(Task(send, tensor[p], boxes[p], root_l[p], (recv_l[p],),
+                                nbytes[p], step=step[p]))
+        return tuple(out)
+
+
+def _point_to_point(table: CellTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``table``: its holder and needer if the row goes point to point (one
+    holder, one needer, another device), else -1 and -1."""
+    def single(sets: Sequence[frozenset[int]]) -> np.ndarray:
+        return np.array([next(iter(s)) if len(s) == 1 else -1 for s in sets] + [-1],
+                        dtype=np.int64)
+
+    root = single(table.holder_sets)[table.holder]
+    recv = single(table.needer_sets)[table.needer]
+    p2p = (root >= 0) & (recv >= 0) & (root != recv)
+    return np.where(p2p, root, -1), np.where(p2p, recv, -1)
+
+
+@dataclass(frozen=True, eq=False)
+class _Columns:
+    """Point-to-point rows, column by column (see :class:`_PointToPoint`)."""
+
+    tensor: np.ndarray
+    root: np.ndarray
+    recv: np.ndarray
+    nbytes: np.ndarray
+    box: np.ndarray  # (rows, 2 * ndim): starts and stops, zero-padded to the widest
+    boxes: list[Box]
+
+
+class _PointToPoint:
+    """The point-to-point rows of a work list, added table by table."""
+
+    def __init__(self) -> None:
+        self._parts: list[tuple[int, CellTable, np.ndarray, np.ndarray, np.ndarray,
+                                np.ndarray]] = []
+        self.count = 0
+
+    def add(self, tensor: int, table: CellTable, rows: np.ndarray, root: np.ndarray,
+            recv: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        """Add ``rows`` of ``table`` (their holders, needers and bytes); return their
+        indices among all rows added."""
+        self._parts.append((tensor, table, rows, root, recv, nbytes))
+        self.count += len(rows)
+        return np.arange(self.count - len(rows), self.count, dtype=np.int64)
+
+    def columns(self) -> _Columns:
+        """Every row added, column by column."""
+        parts = self._parts
+        width = 2 * max((p[1].lo.shape[1] for p in parts), default=0)
+        box = np.zeros((self.count, width), dtype=np.int64)
+        at = 0
+        for _, table, rows, _, _, _ in parts:
+            nd = table.lo.shape[1]
+            box[at:at + len(rows), 0:2 * nd:2] = table.lo[rows]
+            box[at:at + len(rows), 1:2 * nd:2] = table.hi[rows]
+            at += len(rows)
+        return _Columns(_cat([np.full(len(p[2]), p[0], dtype=np.int64) for p in parts]),
+                        _cat([p[3] for p in parts]), _cat([p[4] for p in parts]),
+                        _cat([p[5] for p in parts]), box,
+                        [b for p in parts for b in p[1].boxes(p[2])])
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
