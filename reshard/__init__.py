@@ -21,27 +21,62 @@ from reshard.errors import (
 )
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
-from reshard.spec import Partial, Replicate, Shard, ShardingSpec
 from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
 from reshard.planner.plan import plan, plan_many
 from reshard.planner.strategy import Strategy
+from reshard.spec import Partial, Replicate, Shard, ShardingSpec
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "PRESETS", "Cluster", "LinkFigures", "preset_names",
-    "ClusterError", "DTypeError", "ExecutionError", "MeshError", "PartialError", "PlanError",
-    "ReshardError", "ShapeError", "SpecError", "StrategyError",
-    "Layout", "DeviceMesh", "Partial", "Replicate", "Shard", "ShardingSpec",
-    "ReshardPlan", "Task", "TaskKind", "TensorSpec", "Strategy", "plan", "plan_many",
+    "PRESETS",
+    "Cluster",
+    "ClusterError",
+    "DTypeError",
+    "DeviceMesh",
+    "ExecutionError",
+    "Executor",
+    "Layout",
+    "LinkFigures",
+    "MeshError",
+    "Partial",
+    "PartialError",
+    "PlanError",
+    "Replicate",
+    "ReshardError",
+    "ReshardPlan",
     "Runtime",
+    "ShapeError",
+    "Shard",
+    "ShardingSpec",
+    "SpecError",
+    "Strategy",
+    "StrategyError",
+    "Task",
+    "TaskKind",
+    "TensorSpec",
+    "WorkerProgram",
+    "builtin_backends",
+    "plan",
+    "plan_many",
+    "preset_names",
+    "register_backend",
 ]
+
+# Names that pull in the data plane, imported only when asked for: name -> module.
+_LAZY = {
+    "Runtime": "reshard.runtime",
+    "Executor": "reshard.comm.executor",
+    "WorkerProgram": "reshard.comm.program",
+    "register_backend": "reshard.comm.backend",
+    "builtin_backends": "reshard.comm.backend",
+}
 
 
 def __getattr__(name: str):
-    # Runtime pulls in the data plane; import it only when asked for.
-    if name == "Runtime":
-        from reshard.runtime import Runtime
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'reshard' has no attribute {name!r}")
+    import importlib
 
-        return Runtime
-    raise AttributeError(f"module 'reshard' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -192,3 +192,8 @@ def _strided_order(mesh: DeviceMesh, placements: Sequence[TorchPlacement],
             f"redistribute to Shard placements first")
     before = [b for b in axes if b < a]
     return tuple(before + after + [a])
+
+
+# Cross-mesh redistribute lives in its own module and is re-exported here; imported last
+# because that module reads to_layout from this one.
+from reshard.adapters.dtensor_redistribute import redistribute, redistribute_many  # noqa: F401

@@ -127,8 +127,9 @@ def _run_problems(problem_list, buffers: str, device: int, address, results, don
                 pass
         assert ex.failed is None
         ex.close()
-        dist.destroy_process_group()
         results.put((device, {"checked": checked, "runs": runs}))
+        done.wait(60)  # rank 0 hosts the store: it stays until every rank is done
+        dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - reported to the test
         results.put((device, traceback.format_exc()))
 

@@ -1,0 +1,391 @@
+"""DTensor redistribute across device meshes, through reshard plans.
+
+torch's ``DTensor.redistribute`` moves a tensor between placements of one mesh; to
+another mesh it raises ``NotImplementedError("Cross device mesh comm not supported
+yet!")``. :func:`redistribute` does that move::
+
+    y = redistribute(x, infer_mesh, [Replicate(), Shard(1)])   # x lives on train_mesh
+
+It is a collective over the default process group: every rank calls it, with the same
+arguments, in the same order as its other redistributes (as with any torch collective).
+The source and destination meshes may be disjoint or overlap; ``Partial("sum")``
+sources are summed on the way; uneven shapes follow DTensor's own placement rule
+(``reshard.adapters.dtensor.to_layout``). The result is a DTensor on ``device_mesh``
+with ``placements``; a rank outside that mesh gets what DTensor gives non-members (an
+empty local tensor). The result is a new tensor, outside autograd.
+
+:func:`redistribute_many` moves a whole state dict with one plan (``plan_many``: one
+load balance and one task order for all tensors), the RL weight-sync case.
+
+Plans are cached per (shapes, dtypes, layouts, strategy), with this rank's program
+loaded (communicators made, scratch allocated): a repeated call costs only the
+transfer. The cache, the executor and the sub-groups live in a :class:`Redistributor`.
+Pass one explicitly (``redistributor=``) to control its cluster, backend, timeout and
+lifetime; otherwise the calls share a default one, kept in a :mod:`contextvars` context
+variable (the standard library's mechanism for implicit per-thread context, as
+``decimal`` keeps its context) and bound to the default process group it was made for:
+once that group is destroyed, the next call makes a new one. Nothing is stored at
+module level, and no state outlives the process group it belongs to.
+
+Hosts: plans balance transfers per host NIC. By default the Redistributor learns each
+rank's host from one ``all_gather_object`` of host names, on its first call; pass
+``cluster=`` (a :class:`reshard.Cluster` over the global ranks) to give link figures.
+
+dtypes: every torch dtype moves; one numpy lacks (``bfloat16``, the ``float8`` kinds)
+moves as raw bits of its width, and cannot be a ``Partial`` source (sum in float32
+first).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import socket
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.distributed.tensor import DTensor
+
+from reshard.cluster import Cluster
+from reshard.comm.backend import BackendRegistry
+from reshard.comm.executor import Executor
+from reshard.comm.steps import LoadedProgram
+from reshard.errors import DTypeError, ReshardError, ShapeError
+from reshard.layout import Layout
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.plan import plan_many
+from reshard.planner.strategy import Strategy
+
+__all__ = ["Redistributor", "default_redistributor", "redistribute", "redistribute_many"]
+
+DEFAULT_MAX_PLANS = 64
+"""Plans (with their loaded programs and scratch buffers) a Redistributor keeps."""
+
+_CURRENT: contextvars.ContextVar[Redistributor | None] = contextvars.ContextVar(
+    "reshard_redistributor", default=None)
+
+
+@dataclass(frozen=True)
+class _Move:
+    """One tensor of a call: what the plan needs and how its bytes are viewed.
+
+    Attributes:
+        shape: the global shape.
+        dtype: the plan's numpy dtype name.
+        bits: the torch dtype to view the tensor as (None: its own dtype moves).
+        src: the source layout.
+        dst: the destination layout.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    bits: torch.dtype | None
+    src: Layout
+    dst: Layout
+
+
+def _plan_dtype(dtype: torch.dtype, partial: bool, name: str) -> tuple[str, torch.dtype | None]:
+    """The numpy dtype name a plan moves ``dtype`` as, and the torch dtype to view the
+    tensor as when numpy has no such type (its raw bits)."""
+    text = str(dtype).removeprefix("torch.")
+    try:
+        return np.dtype(text).name, None
+    except TypeError:
+        pass
+    width = torch.empty((), dtype=dtype).element_size()
+    bits = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.int64}.get(width)
+    if bits is None or partial:
+        why = ("a Partial source must be summed, and numpy (reshard's dtypes) has no "
+               f"{text}" if partial else f"no {8 * width}-bit integer carries its bits")
+        raise DTypeError(
+            f"{name}: cannot redistribute a {text} DTensor ({why}); cast it to float32 "
+            f"first, or reduce it on its own mesh (placements without Partial)")
+    return np.dtype(str(bits).removeprefix("torch.")).name, bits
+
+
+def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
+    stride, acc = [], 1
+    for n in reversed(shape):
+        stride.append(acc)
+        acc *= max(int(n), 1)
+    return tuple(reversed(stride))
+
+
+class Redistributor:
+    """Cross-mesh redistribution on one process group: executor, plan cache, cluster.
+
+    Every rank of the group makes its own and calls it collectively.
+
+    Args:
+        group: the process group holding every rank (default: the default group).
+        cluster: hosts and links over the global ranks; default: the ranks' host names
+            gathered once (see the module docstring).
+        backend: the registered backend to run on (default ``"torch"``; it is built as
+            ``factory(group, timeout=..., buffers=...)``).
+        registry: where ``backend`` is registered (default: the built-ins).
+        timeout: seconds communicator set-up and each wait may take.
+        max_plans: plans kept loaded; beyond it the least recently used goes.
+    """
+
+    def __init__(self, group: Any = None, *, cluster: Cluster | None = None,
+                 backend: str = "torch", registry: BackendRegistry | None = None,
+                 timeout: float = 60.0, max_plans: int = DEFAULT_MAX_PLANS) -> None:
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise ReshardError(
+                "redistribute is a collective over torch.distributed, which this process "
+                "has not initialised; call torch.distributed.init_process_group(...) first")
+        if isinstance(max_plans, bool) or not isinstance(max_plans, int) or max_plans < 1:
+            raise ReshardError(f"max_plans must be an integer >= 1, got {max_plans!r}")
+        self.group = group
+        self.world_group = dist.group.WORLD  # the default group this one belongs to
+        self.cluster = cluster
+        self.backend = backend
+        self.registry = registry
+        self.timeout = float(timeout)
+        self.max_plans = max_plans
+        self.executor: Executor | None = None
+        self.device_type: str | None = None
+        self._plans: OrderedDict[tuple, tuple[ReshardPlan, LoadedProgram]] = OrderedDict()
+        self.hits = self.misses = 0
+
+    @property
+    def alive(self) -> bool:
+        """True while the default process group it was made for exists."""
+        import torch.distributed as dist
+
+        return dist.is_initialized() and dist.group.WORLD is self.world_group
+
+    # ----- set-up on first use -----------------------------------------------------------
+    def _cluster(self) -> Cluster:
+        if self.cluster is None:
+            import torch.distributed as dist
+
+            names: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(names, socket.gethostname(), group=self.group)
+            hosts: dict[str, list[int]] = {}
+            for rank, name in enumerate(names):
+                hosts.setdefault(str(name), []).append(rank)
+            self.cluster = Cluster.from_hosts(list(hosts.values()))
+        return self.cluster
+
+    def _executor(self, device_type: str) -> Executor:
+        if self.executor is None:
+            buffers = "tensor" if device_type == "cuda" else "numpy"
+            self.executor = Executor.create(self.backend, self.group, timeout=self.timeout,
+                                            buffers=buffers, registry=self.registry)
+            self.device_type = device_type
+        elif device_type != self.device_type:
+            raise ReshardError(
+                f"this Redistributor runs on {self.device_type} tensors, got a mesh of "
+                f"device type {device_type!r}; use one Redistributor per device type")
+        return self.executor
+
+    # ----- planning ------------------------------------------------------------------
+    def _moves(self, dtensors: Sequence[DTensor], meshes: Sequence[Any],
+               placements: Sequence[Sequence[Any]], names: Sequence[str]) -> list[_Move]:
+        # imported here: reshard.adapters.dtensor re-exports this module's functions
+        from reshard.adapters.dtensor import to_layout
+
+        moves = []
+        for dt, mesh, pl, name in zip(dtensors, meshes, placements, names):
+            if not isinstance(dt, DTensor):
+                raise ReshardError(f"{name}: expected a DTensor, got {type(dt).__name__}; "
+                                   f"make one with DTensor.from_local or distribute_tensor")
+            if mesh.device_type != dt.device_mesh.device_type:
+                raise ReshardError(
+                    f"{name}: source mesh is on {dt.device_mesh.device_type!r}, destination "
+                    f"on {mesh.device_type!r}; redistribute between meshes of one device type")
+            shape = tuple(int(n) for n in dt.shape)
+            src = to_layout(dt.device_mesh, dt.placements, shape)
+            dst = to_layout(mesh, tuple(pl), shape)
+            dtype, bits = _plan_dtype(dt.dtype, src.spec.is_partial, name)
+            moves.append(_Move(shape, dtype, bits, src, dst))
+        return moves
+
+    def plan(self, moves: Sequence[_Move], strategy: Strategy,
+             device_type: str) -> tuple[ReshardPlan, LoadedProgram]:
+        """The plan for ``moves`` and this rank's loaded program (cached)."""
+        key = (strategy, tuple((m.shape, m.dtype, m.src, m.dst) for m in moves))
+        hit = self._plans.get(key)
+        if hit is not None:
+            self._plans.move_to_end(key)
+            self.hits += 1
+            return hit
+        self.misses += 1
+        ex = self._executor(device_type)
+        plan = plan_many([(m.shape, m.dtype, m.src, m.dst) for m in moves],
+                         cluster=self._cluster(), strategy=strategy)
+        loaded = ex.load(plan)  # every rank: the backend's sub-groups need the world
+        self._plans[key] = (plan, loaded)
+        while len(self._plans) > self.max_plans:
+            self._plans.popitem(last=False)
+        return plan, loaded
+
+    # ----- moving ----------------------------------------------------------------------
+    def redistribute_many(self, tensors: Mapping[str, DTensor] | Sequence[DTensor],
+                          device_mesh: Any, placements: Any, *,
+                          strategy: str | Strategy = Strategy.BROADCAST) -> Any:
+        """See :func:`redistribute_many`."""
+        names, dts = _items(tensors)
+        if not dts:
+            return {} if isinstance(tensors, Mapping) else []
+        meshes = _per_tensor(device_mesh, names, "device_mesh", _is_mesh)
+        pls = _per_tensor(placements, names, "placements", _is_placements)
+        device_type = str(meshes[0].device_type)
+        moves = self._moves(dts, meshes, pls, names)
+        _, loaded = self.plan(moves, Strategy.parse(strategy), device_type)
+        ex = self._executor(device_type)
+        me = ex.device
+        sources: list[Any] = []
+        outs: list[Any] = []
+        locals_: list[torch.Tensor | None] = []
+        for dt, m, name in zip(dts, moves, names):
+            if me in m.src.devices:
+                local = dt.to_local().detach().contiguous()
+                sources.append(local if m.bits is None else local.view(m.bits))
+            else:
+                sources.append(None)
+            if me in m.dst.devices:
+                shape = m.dst.shard_shape(m.shape, me)
+                buf = torch.empty(shape, dtype=dt.dtype, device=dt.to_local().device)
+                locals_.append(buf)
+                outs.append(buf if m.bits is None else buf.view(m.bits))
+            else:
+                locals_.append(None)
+                outs.append(None)
+        try:
+            ex.run(loaded, sources, outs).wait()
+        except ShapeError as e:
+            raise ShapeError(f"{e} (a DTensor's local tensor must be its shard under "
+                             f"DTensor's placement rule)") from None
+        results = []
+        for dt, mesh, pl, m, local in zip(dts, meshes, pls, moves, locals_):
+            if local is None:
+                local = dt.to_local().new_empty(0)
+            results.append(DTensor.from_local(local, mesh, tuple(pl), run_check=False,
+                                              shape=torch.Size(m.shape),
+                                              stride=_contiguous_stride(m.shape)))
+        if isinstance(tensors, Mapping):
+            return dict(zip(names, results))
+        return results
+
+    def redistribute(self, dtensor: DTensor, device_mesh: Any, placements: Sequence[Any], *,
+                     strategy: str | Strategy = Strategy.BROADCAST) -> DTensor:
+        """See :func:`redistribute`."""
+        return self.redistribute_many([dtensor], device_mesh, [tuple(placements)],
+                                      strategy=strategy)[0]  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Drop the plans and the executor (the caller's process group stays)."""
+        self._plans.clear()
+        if self.executor is not None:
+            self.executor.close()
+            self.executor = None
+
+
+def _is_mesh(value: Any) -> bool:
+    from torch.distributed.device_mesh import DeviceMesh as TorchMesh
+
+    return isinstance(value, TorchMesh)
+
+
+def _is_placements(value: Any) -> bool:
+    from torch.distributed.tensor import Placement
+
+    return isinstance(value, (list, tuple)) and all(isinstance(p, Placement) for p in value)
+
+
+def _items(tensors: Mapping[str, DTensor] | Sequence[DTensor]) -> tuple[list[str], list]:
+    if isinstance(tensors, Mapping):
+        return [str(k) for k in tensors], list(tensors.values())
+    if isinstance(tensors, (list, tuple)):
+        return [f"tensor {i}" for i in range(len(tensors))], list(tensors)
+    raise ReshardError(f"expected a mapping (a state dict) or a sequence of DTensors, got "
+                       f"{type(tensors).__name__}")
+
+
+def _per_tensor(value: Any, names: list[str], what: str, is_one: Any) -> list:
+    """``value`` for every tensor: one for all, a mapping by name, or a sequence."""
+    if is_one(value):
+        return [value] * len(names)
+    if isinstance(value, Mapping):
+        missing = [n for n in names if n not in value]
+        if missing:
+            raise ReshardError(f"{what} has no entry for {missing[:5]}; give one per tensor, "
+                               f"or one {what} for all")
+        vals = [value[n] for n in names]
+    elif isinstance(value, (list, tuple)) and len(value) == len(names):
+        vals = list(value)
+    else:
+        raise ReshardError(f"{what} must be one {what} for every tensor, a mapping by name "
+                           f"or a sequence of {len(names)}, got {type(value).__name__}")
+    bad = [n for n, v in zip(names, vals) if not is_one(v)]
+    if bad:
+        raise ReshardError(f"{what} of {bad[:5]} is not a valid {what}")
+    return vals
+
+
+def default_redistributor() -> Redistributor:
+    """The Redistributor of this context for the current default process group (made on
+    first use, replaced once its group is gone)."""
+    current = _CURRENT.get()
+    if current is None or not current.alive:
+        current = Redistributor()
+        _CURRENT.set(current)
+    return current
+
+
+def redistribute(dtensor: DTensor, device_mesh: Any, placements: Sequence[Any], *,
+                 strategy: str | Strategy = Strategy.BROADCAST,
+                 redistributor: Redistributor | None = None) -> DTensor:
+    """``dtensor`` moved to ``device_mesh`` with ``placements`` (module docstring).
+
+    A collective over the default process group: every rank calls it with the same
+    arguments.
+
+    Args:
+        dtensor: the source DTensor (on ranks outside its mesh, DTensor's empty local).
+        device_mesh: the destination torch DeviceMesh (any ranks of the world).
+        placements: one per destination mesh dim: ``Shard(d)``, ``Replicate()``,
+            ``Partial("sum")``.
+        strategy: ``"broadcast"`` (default), ``"send_recv"`` or ``"allgather"``.
+        redistributor: the context to use (default: :func:`default_redistributor`).
+
+    Returns:
+        A DTensor on ``device_mesh`` with ``placements``, the same shape and dtype.
+
+    Raises:
+        ReshardError: a bad argument (naming it), before anything moves.
+        ExecutionError: a transfer failed (naming the task).
+    """
+    rd = default_redistributor() if redistributor is None else redistributor
+    return rd.redistribute(dtensor, device_mesh, placements, strategy=strategy)
+
+
+def redistribute_many(tensors: Mapping[str, DTensor] | Sequence[DTensor], device_mesh: Any,
+                      placements: Any, *, strategy: str | Strategy = Strategy.BROADCAST,
+                      redistributor: Redistributor | None = None) -> Any:
+    """Every DTensor of ``tensors`` (a state dict, or a list) moved with one plan.
+
+    A collective over the default process group: every rank calls it with the same
+    arguments.
+
+    Args:
+        tensors: name -> DTensor (or a sequence).
+        device_mesh: the destination mesh, one for all or per tensor (a mapping by name,
+            or a sequence).
+        placements: the destination placements, one sequence for all or per tensor
+            (e.g. column- and row-parallel weights of a tensor-parallel model).
+        strategy: as for :func:`redistribute`.
+        redistributor: as for :func:`redistribute`.
+
+    Returns:
+        The moved DTensors in the same container: a dict with the same keys, or a list.
+    """
+    rd = default_redistributor() if redistributor is None else redistributor
+    return rd.redistribute_many(tensors, device_mesh, placements, strategy=strategy)
