@@ -3,6 +3,7 @@ strategy.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from reshard.layout import Box, box_size, chunk_bounds
@@ -58,6 +59,40 @@ def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads) -> list
     kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
     tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, through=through))
     return tasks
+
+
+def fan_out(tasks: list[Task], host: Callable[[int], int]) -> list[Task]:
+    """``tasks`` (of one cell, steps set) with each broadcast chain that ends inside
+    another host than its root's split in two: the chain up to its first receiver on
+    that host (it crosses every host boundary, as before), and at the next step the
+    fan-out from that receiver to the rest of the host (``source=dst``). The same
+    devices move the same bytes over the same links; the intra-host fan-out of one
+    pipelined piece then overlaps the host crossing of the next, instead of every step
+    waiting for a whole chain (a step ends when its chains end).
+    """
+    out: list[Task] = []
+    for t in tasks:
+        chain = t.receivers
+        if t.kind is not TaskKind.BROADCAST or t.source is not Buffer.SRC:
+            out.append(t)
+            continue
+        last = host(chain[-1])
+        i = len(chain)
+        while i > 0 and host(chain[i - 1]) == last:
+            i -= 1
+        while chain[i] in t.through:  # a relay-only entry keeps nothing
+            i += 1
+        if host(t.root) == last or i + 2 > len(chain):
+            out.append(t)
+            continue
+        head, tail = chain[:i + 1], chain[i + 1:]
+        through = tuple(d for d in t.through if d in head)
+        out.append(dataclasses.replace(t, kind=TaskKind.BROADCAST if len(head) > 1
+                                       else TaskKind.SEND, receivers=head, through=through))
+        out.append(dataclasses.replace(t, kind=TaskKind.BROADCAST if len(tail) > 1
+                                       else TaskKind.SEND, root=chain[i], receivers=tail,
+                                       through=(), step=t.step + 1, source=Buffer.DST))
+    return out
 
 
 def split_box(box: Box, k: int, dim: int | None = None) -> tuple[Box, ...]:

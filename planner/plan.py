@@ -18,8 +18,9 @@ from reshard.planner.balance import Loads
 from reshard.planner.cell_table import CellTable, decompose_table
 from reshard.planner.cell_tasks import CELL_PLANNERS, split_box
 from reshard.planner.decompose import Cell, decompose, devices_by_box
-from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
+from reshard.planner.ir import ReshardPlan, Task, TensorSpec
 from reshard.planner.order import one_at_a_time
+from reshard.planner.reduce import decompose_pieces, ready_step, ready_steps, reduce_sources
 from reshard.planner.strategy import Strategy
 from reshard.planner.work import Splitter, WorkList
 
@@ -78,101 +79,6 @@ def default_cluster(layouts: Iterable[Layout]) -> Cluster:
     return Cluster((tuple(sorted(devs)),), name="single-host")
 
 
-PIPELINE_PIECES = (1, 2, 4, 8, 16)
-"""Candidate numbers of pieces a partial-sum box is reduced in (pipelining)."""
-
-
-def _reduce_pieces(nbytes: int, group_size: int, cluster: Cluster) -> int:
-    """How many pieces to reduce a partial box of ``nbytes`` in, so that moving piece
-    ``j`` overlaps reducing piece ``j + 1``: the count minimising a two-stage pipeline
-    estimate (per piece: bandwidth share plus a fixed latency per stage)."""
-    r_bw = nbytes / cluster.intra_bandwidth
-    r_lat = cluster.intra_latency * max(1, group_size - 1)
-    x_bw = nbytes / cluster.nic_bandwidth
-    x_lat = cluster.latency
-
-    def pipeline(k: int) -> float:
-        r, x = r_bw / k + r_lat, x_bw / k + x_lat
-        return r + x + (k - 1) * max(r, x)
-
-    return min(PIPELINE_PIECES, key=lambda k: (pipeline(k), k))
-
-
-def _reduce_sources(t: TensorSpec, index: int, loads: Loads,
-                    needers: dict[Box, frozenset[int]], min_piece: int
-                    ) -> tuple[dict[Box, frozenset[int]], list[Task]]:
-    """Holders of each source box, after reducing partial sums to one root per box.
-
-    A box is reduced in pieces (see :func:`_reduce_pieces`), piece ``j`` at step
-    ``j``; transfers of a piece follow at the next step. Each piece is split again
-    over one root per NIC among the group's members on the hosts that want the box
-    most (a reduce-scatter), so the sums leave through every NIC.
-    """
-    if not t.src.spec.is_partial:
-        return devices_by_box(t.src, t.shape), []
-    boxes = t.src.boxes(t.shape)
-    itemsize = np.dtype(t.dtype).itemsize
-    by_box: dict[Box, list[tuple[int, ...]]] = {}
-    for group in t.src.partial_groups():
-        by_box.setdefault(boxes[group[0]], []).append(group)
-    out: dict[Box, frozenset[int]] = {}
-    tasks: list[Task] = []
-    for box, groups in by_box.items():
-        # Hosts that need part of this box, to reduce where the data is wanted.
-        want_hosts: dict[int, int] = {}
-        for dbox, devs in needers.items():
-            if all(max(a, c) < min(b, e) for (a, b), (c, e) in zip(box, dbox)) or not box:
-                for d in devs:
-                    h = loads.host(d)
-                    want_hosts[h] = want_hosts.get(h, 0) + 1
-        # split along the dim the destination cuts least inside the box, so that every
-        # piece feeds every destination (pipelining keeps all NICs busy)
-        cuts = [{lo for dbox in needers for lo, _ in (dbox[d],) if a < lo < b}
-                for d, (a, b) in enumerate(box)]
-        dim = min(range(len(box)), key=lambda d: (len(cuts[d]), -(box[d][1] - box[d][0]), d))
-        # several groups hold the box (a replicated partial sum): each reduces a share
-        groups = sorted(groups, key=lambda g: (
-            -sum(want_hosts.get(loads.host(d), 0) for d in g), g))
-        shares = split_box(box, len(groups), dim) if box_size(box) else (box,)
-        for share, group in zip(shares, groups):
-            best = max(want_hosts.get(loads.host(d), 0) for d in group)
-            roots = sorted(d for d in group if want_hosts.get(loads.host(d), 0) == best)
-            nbytes = box_size(share) * itemsize
-            if len(group) == 1 or not nbytes:
-                out[share] = frozenset((roots[0],))
-                continue
-            _reduce_share(index, share, group, roots, nbytes, itemsize, dim, loads,
-                          min_piece, out, tasks)
-    return out, tasks
-
-
-def _reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
-                  nbytes: int, itemsize: int, dim: int, loads: Loads, min_piece: int,
-                  out: dict[Box, frozenset[int]], tasks: list[Task]) -> None:
-    """Reduce ``box`` over ``group`` in pipelined pieces, each split over one root per
-    NIC among ``roots``; record the roots as the pieces' holders."""
-    k = _reduce_pieces(nbytes, len(group), loads.cluster)
-    by_nic: dict[int, int] = {}
-    for d in roots:
-        by_nic.setdefault(loads.nic(d), d)
-    nic_roots = list(by_nic.values())
-    n = 0
-    for j, piece in enumerate(split_box(box, k, dim)):
-        pbytes = box_size(piece) * itemsize
-        r = max(1, min(len(nic_roots), pbytes // min_piece))
-        for sub in split_box(piece, r, dim):
-            sbytes = box_size(sub) * itemsize
-            if not sbytes:
-                continue
-            root = nic_roots[n % len(nic_roots)]
-            n += 1
-            others = tuple(d for d in group if d != root)
-            tasks.append(Task(TaskKind.REDUCE, index, sub, root, others, sbytes, step=j))
-            for d in others:
-                loads.charge(d, (root,), sbytes)
-            out[sub] = frozenset((root,))
-
-
 def _min_piece(cluster: Cluster) -> int:
     """Smallest piece a cell is split into for balance: long enough that a NIC's
     latency costs at most a quarter of its transfer time (and at least 64 KiB)."""
@@ -205,23 +111,6 @@ def _needers(t: TensorSpec) -> dict[Box, frozenset[int]]:
     return devices_by_box(t.dst, t.shape, t.dst.partial_leaders())
 
 
-def _ready_step(box: Box, ready: dict[Box, int]) -> int:
-    """The first step at which every reduced piece overlapping ``box`` is complete."""
-    return max((s for b, s in ready.items()
-                if all(max(a, c) < min(e, f) for (a, e), (c, f) in zip(box, b))), default=0)
-
-
-def _ready_steps(table: CellTable, ready: dict[Box, int]) -> np.ndarray:
-    """:func:`_ready_step` of every row of ``table``."""
-    after = np.zeros(len(table), dtype=np.int64)
-    for box, step in ready.items():
-        lo = np.array([a for a, _ in box], dtype=np.int64)
-        hi = np.array([b for _, b in box], dtype=np.int64)
-        hit = (np.maximum(table.lo, lo) < np.minimum(table.hi, hi)).all(axis=1)
-        after = np.where(hit, np.maximum(after, step), after)
-    return after
-
-
 TABLE_FROM = 1024
 """Tensors whose source and destination pieces make at least this many pairs are
 decomposed with numpy (:mod:`reshard.planner.cell_table`); smaller ones cell by cell
@@ -234,6 +123,11 @@ def plan_many(
     strategy: str | Strategy = Strategy.BROADCAST,
 ) -> ReshardPlan:
     """Plan several tensors together: one sender balance and one global order.
+
+    A broadcast plan whose partial sums are reduced in pipelined pieces is also
+    planned with the pieces' chains fanning out inside their last host at the next
+    step (:func:`~reshard.planner.cell_tasks.fan_out`); the model picks the faster
+    (plans up to :data:`COMPARE_UP_TO` tasks).
 
     Args:
         requests: ``(shape, dtype, src_layout, dst_layout)`` tuples or TensorSpecs.
@@ -261,7 +155,20 @@ def plan_many(
     elif not isinstance(cluster, Cluster):
         raise ReshardError(f"cluster must be a reshard.Cluster, got {type(cluster).__name__}")
     tensors = tuple(make_tensor_spec(*r, cluster=cluster) for r in reqs)
+    tasks, pipelined = _plan_tasks(tensors, cluster, strat, fan_out=False)
+    best = ReshardPlan(tensors, tasks, strat, cluster)
+    if pipelined and len(tasks) <= COMPARE_UP_TO:
+        fanned = ReshardPlan(tensors, _plan_tasks(tensors, cluster, strat, fan_out=True)[0],
+                             strat, cluster)
+        if len(fanned.tasks) <= COMPARE_UP_TO and fanned.estimate() < best.estimate():
+            best = fanned
+    return _least_concurrent(best)
 
+
+def _plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+                fan_out: bool) -> tuple[tuple[Task, ...], bool]:
+    """Every task of a plan of ``tensors`` in the global order, and whether some
+    broadcast of a reduced piece could fan out (see :meth:`WorkList.plan`)."""
     loads = Loads(cluster)
     work = WorkList(cluster, loads)
     reduces: list[Task] = []
@@ -275,10 +182,12 @@ def plan_many(
         ready: dict[Box, int] = {}
         if cells is None:
             needers = _needers(t)
-            holders, tensor_reduces = _reduce_sources(t, i, loads, needers, min_piece)
+            holders, tensor_reduces = reduce_sources(t, i, loads, needers, min_piece)
             reduces.extend(tensor_reduces)
             ready = {r.box: r.step + 1 for r in tensor_reduces}
-            if len(holders) * len(needers) >= TABLE_FROM:
+            if ready:
+                cells = decompose_pieces(t.shape, holders, needers, ready)
+            elif len(holders) * len(needers) >= TABLE_FROM:
                 cells = decompose_table(t.shape, holders, needers)
             else:
                 cells = decompose(t.shape, holders, needers)
@@ -286,16 +195,17 @@ def plan_many(
                 same[key] = cells
         split = _splitter(itemsizes[i], loads, min_piece) if broadcast else None
         if isinstance(cells, CellTable):
-            work.add_table(i, cells, itemsizes[i], _ready_steps(cells, ready), split)
+            work.add_table(i, cells, itemsizes[i], ready_steps(cells, ready), split)
         else:
             work.add_cells(i, cells, itemsizes[i],
-                           [_ready_step(c.box, ready) for c in cells] if ready
+                           [ready_step(c.box, ready) for c in cells] if ready
                            else [0] * len(cells), split)
     # Largest slices first, so balancing places the big ones on free NICs.
     tasks = work.plan(CELL_PLANNERS[strat], itemsizes,
                       expect=broadcast and cluster.nics_per_host > 1, relays=broadcast,
-                      restep=strat is Strategy.ALLGATHER, first=reduces)
-    return _least_concurrent(ReshardPlan(tensors, tasks, strat, cluster))
+                      restep=strat is Strategy.ALLGATHER, fan_out=fan_out, first=reduces)
+    pipelined = broadcast and any(r.step > 0 for r in reduces)
+    return tasks, pipelined
 
 
 def _splitter(itemsize: int, loads: Loads, min_piece: int) -> Splitter:
@@ -312,7 +222,9 @@ def _splitter(itemsize: int, loads: Loads, min_piece: int) -> Splitter:
 
 
 COMPARE_UP_TO = 1024
-"""Plans up to this many tasks are also costed one task per device at a time."""
+"""Plans up to this many tasks are also costed one task per device at a time, and
+broadcasts of pipelined partial sums also with their chains fanning out (the cheaper
+by the model is kept)."""
 
 CONCURRENCY_GAIN = 0.02
 """Concurrent steps are kept only when the model predicts at least this much gain."""

@@ -24,6 +24,7 @@ from reshard.layout import Box
 from reshard.planner.balance import Loads
 from reshard.planner.cell_table import CellTable
 from reshard.planner.cell_tasks import CellPlanner
+from reshard.planner.cell_tasks import fan_out as split_chains
 from reshard.planner.decompose import Cell
 from reshard.planner.ir import Buffer, Task, TaskKind
 from reshard.planner.order import PHASE, OrderKeys
@@ -73,6 +74,7 @@ class WorkList:
         self._ref: list[int] = []
         self.general: list[tuple[int, Cell]] = []  # (tensor, cell)
         self._p2p = _PointToPoint()
+        self._last_step: dict[int, int] = {}  # tensor -> the step its last cells start at
 
     # ----- adding slices -------------------------------------------------------------
     def add_cells(self, tensor: int, cells: Sequence[Cell], itemsize: int,
@@ -80,6 +82,8 @@ class WorkList:
         """Add ``cells`` of tensor ``tensor``; ``after[i]``: the step cell ``i`` may start
         at; ``split`` (if any) cuts a cell into pieces planned separately."""
         general = self.general
+        if after:
+            self._last_step[tensor] = max(self._last_step.get(tensor, 0), max(after))
         for cell, af in zip(cells, after):
             for piece in (split(cell, cell.size * itemsize) if split is not None
                           else (cell,)):
@@ -96,6 +100,7 @@ class WorkList:
         if not n:
             return
         self._flush()
+        self._last_step[tensor] = max(self._last_step.get(tensor, 0), int(after.max()))
         nbytes = table.size * itemsize
         root, recv = _point_to_point(table)
         p2p = root >= 0
@@ -128,7 +133,8 @@ class WorkList:
 
     # ----- planning --------------------------------------------------------------------
     def plan(self, planner: CellPlanner, itemsizes: Sequence[int], expect: bool,
-             relays: bool, restep: bool, first: Sequence[Task] = ()) -> tuple[Task, ...]:
+             relays: bool, restep: bool, fan_out: bool = False,
+             first: Sequence[Task] = ()) -> tuple[Task, ...]:
         """Plan every slice, largest first; return ``first`` (tasks planned before, e.g.
         reductions) and every slice's tasks, in the global order.
 
@@ -140,6 +146,10 @@ class WorkList:
             relays: transfers may be relayed (broadcast): a point-to-point row one of
                 whose ends' NICs may relay is planned as a general cell.
             restep: the strategy's tasks read what their own cell delivered (all-gathers).
+            fan_out: a broadcast of a cell that starts at a step after 0 (a reduced
+                piece) and before its tensor's last such step fans out inside its last
+                host at the next step (:func:`~reshard.planner.cell_tasks.fan_out`):
+                that step's transfers of the next piece hide the fan-out.
             first: tasks planned before the slices.
         """
         self._flush()
@@ -173,7 +183,11 @@ class WorkList:
                 break
             tensor, cell = self.general[-1 - r]
             got = planner(cell, tensor, itemsizes[tensor], loads)
-            for t in (_at_step(got, step) if step or restep else got):
+            if step or restep:
+                got = _at_step(got, step)
+            if fan_out and 0 < step < self._last_step[tensor]:
+                got = split_chains(got, loads.host)
+            for t in got:
                 objects.append(t)
                 obj_seq.append(seq)
                 seq += 1

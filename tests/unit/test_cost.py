@@ -57,3 +57,19 @@ def test_local_copy_only():
     assert {t.kind.value for t in p.tasks} == {"copy"}
     assert p.bytes_moved() == 0
     assert p.estimate() == pytest.approx(4000 / 1e12)
+
+
+@pytest.mark.parametrize("name", ["tp-row-partial-to-rep", "tp-row-rrp1-to-rs0",
+                                  "partial-h100-4x8"])
+def test_partial_sum_broadcast_never_worse_than_baselines(name):
+    """The realistic suite's partial sums (pipelined reductions, fanned-out chains where
+    the model prefers them): the broadcast plan's model time is at most the
+    all-gather's and send/recv's, and never below the lower bound."""
+    from reshard.microbench.suites.realistic import realistic_cases
+
+    (case,) = [c for c in realistic_cases() if c.name == name]
+    requests, cluster = case.build_many()
+    est = {s: reshard.plan_many(requests, cluster=cluster, strategy=s).estimate()
+           for s in ("broadcast", "allgather", "send_recv")}
+    bound = reshard.plan_many(requests, cluster=cluster).lower_bound()
+    assert bound <= est["broadcast"] <= min(est["allgather"], est["send_recv"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 import reshard
@@ -228,3 +228,112 @@ def test_bulk_loads_steer_later_choices():
     assert plans[0].to_json() == plans[1].to_json()
     (send,) = [t for t in plans[0].tasks if t.tensor == 1]
     assert send.root == 2  # host 0's NIC carries the big tensor
+
+
+def _broadcast_tasks(tensors, cluster, fan_out):
+    import reshard.planner.plan as plan_module
+    from reshard.planner.strategy import Strategy
+
+    tasks, _ = plan_module._plan_tasks(tensors, cluster, Strategy.BROADCAST, fan_out)
+    return ReshardPlan(tensors, tasks, Strategy.BROADCAST, cluster)
+
+
+def _run_exact(plan, src, rng):
+    """Execute ``plan`` (one tensor) on the local backend: every destination shard
+    exact, exactly the plan's bytes on the wire."""
+    t = plan.tensors[0]
+    value = sample(rng, t.shape, t.dtype)
+    with reshard.Runtime(backend="local", cluster=plan.cluster) as rt:
+        x = put_value(rt, value, src, rng)
+        rt.group.fabric.reset_counters()
+        y = rt.execute(plan, [x])[0]
+        assert rt.group.fabric.total_bytes() == wire_bytes(plan)
+        check_shards(rt, y, value)
+
+
+@st.composite
+def partial_pipelines(draw):
+    """A partial sum over mesh axis 1 (2-4 addends) moved to a layout replicated over
+    2-4 devices per box, on random devices of a cluster of 2-4 devices and 1-4 NICs
+    per host: the pipelined reductions' broadcasts reach several devices of a host."""
+    per_host = draw(st.integers(2, 4))
+    order = draw(st.permutations(POOL))
+    cluster = Cluster.from_hosts([order[i:i + per_host] for i in range(0, len(POOL), per_host)],
+                                 nics_per_host=draw(st.integers(1, per_host)))
+    a, b, c, d = (draw(st.integers(lo, 3)) for lo in (1, 2, 1, 2))
+    devices = draw(st.permutations(POOL))
+    src = Layout(reshard.DeviceMesh((a, b), devices=devices[:a * b]),
+                 draw(st.sampled_from(["S0R+P1", "RR+P1", "RS0+P1"])))
+    others = devices[a * b:] if draw(st.booleans()) else devices
+    dst = Layout(reshard.DeviceMesh((c, d), devices=others[:c * d]),
+                 draw(st.sampled_from(["S0R", "RR", "RS0"])))
+    shape = (draw(st.integers(8, 40)), draw(st.integers(1, 9)))
+    return shape, np.dtype(draw(st.sampled_from(["int32", "float64", "int16"]))), src, dst, \
+        cluster
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(partial_pipelines(), st.integers(2, 4), st.integers(0, 2 ** 32 - 1))
+def test_fanned_out_partial_sums_exact(problem, pieces, seed):
+    """Broadcasts of pipelined partial-sum pieces fanning out inside their last host
+    (a cross-host chain, then a relay from the entry's destination shard at the next
+    step) move the same bytes as whole chains, and every destination shard is exact."""
+    from unittest import mock
+
+    from reshard.planner.plan import make_tensor_spec
+
+    shape, dtype, src, dst, cluster = problem
+    with mock.patch("reshard.planner.reduce.reduce_pieces", lambda *_: pieces):
+        tensors = (make_tensor_spec(shape, dtype, src, dst, cluster),)
+        chains = _broadcast_tasks(tensors, cluster, fan_out=False)
+        fanned = _broadcast_tasks(tensors, cluster, fan_out=True)
+    fanned.verify()
+    assert wire_bytes(fanned) == wire_bytes(chains)
+    assert _links(fanned) == _links(chains)  # the same bytes over the same links
+    event(f"fanned-out chains: {sum(t.source.value == 'dst' for t in fanned.tasks) > 0}")
+    _run_exact(fanned, src, np.random.default_rng(seed))
+
+
+def _links(plan):
+    """Every (sender, receiver, box) hop of a plan's chains (reductions: towards the
+    root), with multiplicity."""
+    from collections import Counter
+    from itertools import pairwise
+
+    hops: Counter = Counter()
+    for t in plan.tasks:
+        chain = (*t.receivers, t.root) if t.kind is TaskKind.REDUCE else (t.root, *t.receivers)
+        if t.kind is not TaskKind.COPY:
+            hops.update((a, b, t.box) for a, b in pairwise(chain))
+    return hops
+
+
+def test_fan_out_splits_chains_of_all_but_the_last_piece():
+    """A partial sum on host 0 reduced in 4 pieces, wanted replicated on host 1: the
+    chains of pieces 0-2 cross to one device of host 1, which relays each piece to the
+    others at the next step; the last piece stays one chain (no later step to hide a
+    fan-out behind). The result is exact."""
+    from unittest import mock
+
+    from reshard.planner.plan import make_tensor_spec
+
+    cluster = Cluster.regular(2, 4)
+    src = Layout(reshard.DeviceMesh((1, 4), devices=range(4)), "RR+P1")
+    dst = Layout(reshard.DeviceMesh((1, 4), devices=range(4, 8)), "RR")
+    with mock.patch("reshard.planner.reduce.reduce_pieces", lambda *_: 4):
+        tensors = (make_tensor_spec((64, 32), "int32", src, dst, cluster),)
+        plan = _broadcast_tasks(tensors, cluster, fan_out=True)
+    plan.verify()
+    steps = {t.step for t in plan.tasks if t.kind is TaskKind.REDUCE}
+    assert steps == {0, 1, 2, 3}
+    relays = [t for t in plan.tasks if t.source.value == "dst"]
+    crossings = [t for t in plan.tasks if t.kind is not TaskKind.REDUCE and
+                 t.source.value == "src"]
+    assert len(relays) == 3 and len(crossings) == 4
+    for r in relays:  # from the device the crossing of that piece landed on, one step on
+        (cross,) = [c for c in crossings if c.box == r.box]
+        assert cross.receivers == (r.root,) and r.step == cross.step + 1
+        assert set(r.receivers) | {r.root} == set(range(4, 8))
+    (last,) = [c for c in crossings if not any(r.box == c.box for r in relays)]
+    assert sorted(last.receivers) == [4, 5, 6, 7] and last.step == 4
+    _run_exact(plan, src, np.random.default_rng(0))

@@ -1,0 +1,148 @@
+"""Partial sums: reducing a partial source to one root per box, in pipelined pieces.
+
+A partial source's groups are summed before any of the sum moves. A box is reduced in
+``k`` pieces (:func:`reduce_pieces`), piece ``j`` at step ``j``; the transfers of a
+piece follow at the next step (:func:`ready_step`), so moving piece ``j`` overlaps
+reducing piece ``j + 1``. Each piece is split again over one root per NIC (a
+reduce-scatter), so the sums leave through every NIC.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reshard.cluster import Cluster
+from reshard.layout import Box, box_size
+from reshard.planner.balance import Loads
+from reshard.planner.cell_table import CellTable
+from reshard.planner.cell_tasks import split_box
+from reshard.planner.decompose import Cell, decompose, devices_by_box
+from reshard.planner.ir import Task, TaskKind, TensorSpec
+
+PIPELINE_PIECES = (1, 2, 4, 8, 16)
+"""Candidate numbers of pieces a partial-sum box is reduced in (pipelining)."""
+
+
+def reduce_pieces(nbytes: int, group_size: int, cluster: Cluster) -> int:
+    """How many pieces to reduce a partial box of ``nbytes`` in, so that moving piece
+    ``j`` overlaps reducing piece ``j + 1``: the count minimising a two-stage pipeline
+    estimate (per piece: bandwidth share plus a fixed latency per stage)."""
+    r_bw = nbytes / cluster.intra_bandwidth
+    r_lat = cluster.intra_latency * max(1, group_size - 1)
+    x_bw = nbytes / cluster.nic_bandwidth
+    x_lat = cluster.latency
+
+    def pipeline(k: int) -> float:
+        r, x = r_bw / k + r_lat, x_bw / k + x_lat
+        return r + x + (k - 1) * max(r, x)
+
+    return min(PIPELINE_PIECES, key=lambda k: (pipeline(k), k))
+
+
+def reduce_sources(t: TensorSpec, index: int, loads: Loads,
+                   needers: dict[Box, frozenset[int]], min_piece: int
+                   ) -> tuple[dict[Box, frozenset[int]], list[Task]]:
+    """Holders of each source box, after reducing partial sums to one root per box.
+
+    A box is reduced in pieces (see :func:`reduce_pieces`), piece ``j`` at step
+    ``j``; transfers of a piece follow at the next step. Each piece is split again
+    over one root per NIC among the group's members on the hosts that want the box
+    most (a reduce-scatter), so the sums leave through every NIC.
+    """
+    if not t.src.spec.is_partial:
+        return devices_by_box(t.src, t.shape), []
+    boxes = t.src.boxes(t.shape)
+    itemsize = np.dtype(t.dtype).itemsize
+    by_box: dict[Box, list[tuple[int, ...]]] = {}
+    for group in t.src.partial_groups():
+        by_box.setdefault(boxes[group[0]], []).append(group)
+    out: dict[Box, frozenset[int]] = {}
+    tasks: list[Task] = []
+    for box, groups in by_box.items():
+        # Hosts that need part of this box, to reduce where the data is wanted.
+        want_hosts: dict[int, int] = {}
+        for dbox, devs in needers.items():
+            if all(max(a, c) < min(b, e) for (a, b), (c, e) in zip(box, dbox)) or not box:
+                for d in devs:
+                    h = loads.host(d)
+                    want_hosts[h] = want_hosts.get(h, 0) + 1
+        # split along the dim the destination cuts least inside the box, so that every
+        # piece feeds every destination (pipelining keeps all NICs busy)
+        cuts = [{lo for dbox in needers for lo, _ in (dbox[d],) if a < lo < b}
+                for d, (a, b) in enumerate(box)]
+        dim = min(range(len(box)), key=lambda d: (len(cuts[d]), -(box[d][1] - box[d][0]), d))
+        # several groups hold the box (a replicated partial sum): each reduces a share
+        groups = sorted(groups, key=lambda g: (
+            -sum(want_hosts.get(loads.host(d), 0) for d in g), g))
+        shares = split_box(box, len(groups), dim) if box_size(box) else (box,)
+        for share, group in zip(shares, groups):
+            best = max(want_hosts.get(loads.host(d), 0) for d in group)
+            roots = sorted(d for d in group if want_hosts.get(loads.host(d), 0) == best)
+            nbytes = box_size(share) * itemsize
+            if len(group) == 1 or not nbytes:
+                out[share] = frozenset((roots[0],))
+                continue
+            reduce_share(index, share, group, roots, nbytes, itemsize, dim, loads,
+                         min_piece, out, tasks)
+    return out, tasks
+
+
+def reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
+                 nbytes: int, itemsize: int, dim: int, loads: Loads, min_piece: int,
+                 out: dict[Box, frozenset[int]], tasks: list[Task]) -> None:
+    """Reduce ``box`` over ``group`` in pipelined pieces, each split over one root per
+    NIC among ``roots``; record the roots as the pieces' holders."""
+    k = reduce_pieces(nbytes, len(group), loads.cluster)
+    by_nic: dict[int, int] = {}
+    for d in roots:
+        by_nic.setdefault(loads.nic(d), d)
+    nic_roots = list(by_nic.values())
+    n = 0
+    for j, piece in enumerate(split_box(box, k, dim)):
+        pbytes = box_size(piece) * itemsize
+        r = max(1, min(len(nic_roots), pbytes // min_piece))
+        for sub in split_box(piece, r, dim):
+            sbytes = box_size(sub) * itemsize
+            if not sbytes:
+                continue
+            root = nic_roots[n % len(nic_roots)]
+            n += 1
+            others = tuple(d for d in group if d != root)
+            tasks.append(Task(TaskKind.REDUCE, index, sub, root, others, sbytes, step=j))
+            for d in others:
+                loads.charge(d, (root,), sbytes)
+            out[sub] = frozenset((root,))
+
+
+def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],
+                     needers: dict[Box, frozenset[int]], ready: dict[Box, int]) -> list[Cell]:
+    """:func:`~reshard.planner.decompose.decompose`, keeping apart the cells of pieces
+    reduced at different steps: a cell merged across two pieces would wait for the
+    later one, and its transfer would no longer overlap the reduction (pieces with one
+    root, and so equal holders, would all merge into one cell)."""
+    by_step: dict[int, dict[Box, frozenset[int]]] = {}
+    for box, devs in holders.items():
+        by_step.setdefault(ready.get(box, 0), {})[box] = devs
+    if len(by_step) == 1:
+        return decompose(shape, holders, needers)
+    cells = [c for part in by_step.values() for c in decompose(shape, part, needers)
+             if c.holders]
+    cells.sort(key=lambda c: c.box)
+    return cells
+
+
+def ready_step(box: Box, ready: dict[Box, int]) -> int:
+    """The first step at which every reduced piece overlapping ``box`` is complete."""
+    return max((s for b, s in ready.items()
+                if all(max(a, c) < min(e, f) for (a, e), (c, f) in zip(box, b))), default=0)
+
+
+def ready_steps(table: CellTable, ready: dict[Box, int]) -> np.ndarray:
+    """:func:`ready_step` of every row of ``table``."""
+    after = np.zeros(len(table), dtype=np.int64)
+    for box, step in ready.items():
+        lo = np.array([a for a, _ in box], dtype=np.int64)
+        hi = np.array([b for _, b in box], dtype=np.int64)
+        hit = (np.maximum(table.lo, lo) < np.minimum(table.hi, hi)).all(axis=1)
+        after = np.where(hit, np.maximum(after, step), after)
+    return after
