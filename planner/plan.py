@@ -105,16 +105,36 @@ def _split_for_balance(cell: Cell, itemsize: int, loads: Loads, min_piece: int) 
             if box_size(b)]
 
 
-def _needers(t: TensorSpec) -> dict[Box, frozenset[int]]:
-    """Devices that must receive each destination box (partial: only the leaders; the
-    other addends stay zero)."""
-    return devices_by_box(t.dst, t.shape, t.dst.partial_leaders())
-
-
 TABLE_FROM = 1024
 """Tensors whose source and destination pieces make at least this many pairs are
 decomposed with numpy (:mod:`reshard.planner.cell_table`); smaller ones cell by cell
 (numpy's fixed cost per call exceeds the work)."""
+
+
+class _LayoutBoxes:
+    """The devices of each distinct box of a layout for a shape, computed once per
+    planning call (tensors of one shape often share a layout)."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple, dict[Box, frozenset[int]]] = {}
+
+    def holders(self, t: TensorSpec) -> dict[Box, frozenset[int]]:
+        """The devices holding each source box (partial sources: not yet reduced)."""
+        return self._get(t.src, t.shape, None)
+
+    def needers(self, t: TensorSpec) -> dict[Box, frozenset[int]]:
+        """Devices that must receive each destination box (partial: only the leaders;
+        the other addends stay zero)."""
+        return self._get(t.dst, t.shape, t.dst.partial_leaders() if t.dst.spec.is_partial
+                         else None)
+
+    def _get(self, layout: Layout, shape: tuple[int, ...],
+             only: frozenset[int] | None) -> dict[Box, frozenset[int]]:
+        key = (layout, shape, only)
+        got = self._known.get(key)
+        if got is None:
+            got = self._known[key] = devices_by_box(layout, shape, only)
+        return got
 
 
 def plan_many(
@@ -175,14 +195,18 @@ def _plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strate
     broadcast = strat is Strategy.BROADCAST
     min_piece = _min_piece(cluster)
     same: dict[tuple, list[Cell] | CellTable] = {}  # tensors of one shape and layouts
+    boxes = _LayoutBoxes()
     itemsizes = [np.dtype(t.dtype).itemsize for t in tensors]
     for i, t in enumerate(tensors):
         key = (t.shape, t.src, t.dst)
         cells = same.get(key)
         ready: dict[Box, int] = {}
         if cells is None:
-            needers = _needers(t)
-            holders, tensor_reduces = reduce_sources(t, i, loads, needers, min_piece)
+            needers = boxes.needers(t)
+            if t.src.spec.is_partial:
+                holders, tensor_reduces = reduce_sources(t, i, loads, needers, min_piece)
+            else:
+                holders, tensor_reduces = boxes.holders(t), []
             reduces.extend(tensor_reduces)
             ready = {r.box: r.step + 1 for r in tensor_reduces}
             if ready:
