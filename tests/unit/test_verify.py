@@ -332,3 +332,38 @@ def test_backend_dtypes():
         check_backend(moved, "nccl", nccl.moves, nccl.sums)
     ok = reshard.plan((4,), np.float32, Layout(mesh, "R+P0"), Layout(B, "R"), cluster=CL)
     check_backend(ok, "gloo", gloo.moves, gloo.sums)
+
+
+def test_fanned_out_relays():
+    """A broadcast of a pipelined partial-sum piece that fans out inside its last host
+    (a relay from the entry device's destination shard, one step after the crossing)
+    passes and executes exactly; the relay in the crossing's own step, or from a device
+    that has not received the box, is refused."""
+    from unittest import mock
+
+    from reshard.planner.plan import _plan_tasks, make_tensor_spec
+    from reshard.planner.strategy import Strategy
+
+    src, dst = Layout(AB, "RR+P1"), Layout(C, "RR")
+    with mock.patch("reshard.planner.reduce.reduce_pieces", lambda *_: 3):
+        tensors = (make_tensor_spec((12, 4), "int32", src, dst, CL),)
+        tasks, _ = _plan_tasks(tensors, CL, Strategy.BROADCAST, fan_out=True)
+    plan = ReshardPlan(tensors, tasks, Strategy.BROADCAST, CL)
+    d = plan.to_dict()
+    relays = [i for i, t in enumerate(d["tasks"]) if t["source"] == "dst"]
+    assert relays
+    ReshardPlan.from_dict(d)
+    for i in relays:
+        early = copy.deepcopy(d)
+        early["tasks"][i]["step"] -= 1  # with the crossing that feeds it
+        early["tasks"].sort(key=lambda t: t["step"])
+        _refused(early, "relays the box before it received all of it in an earlier step")
+        swapped = copy.deepcopy(d)
+        t = swapped["tasks"][i]
+        t["root"], t["receivers"][0] = t["receivers"][0], t["root"]  # the wrong device
+        _refused(swapped, f"device {t['root']} relays the box before it received")
+    rng = np.random.default_rng(3)
+    value = sample(rng, (12, 4), "int32")
+    with reshard.Runtime(backend="local", cluster=CL) as rt:
+        x = rt.put_shards(addends(rng, value, src), src, value.shape, value.dtype)
+        check_shards(rt, rt.execute(plan, [x])[0], value)
