@@ -25,7 +25,11 @@ Lean: no dashboard, no log monitor, no usage stats, no CPUs (reshard's actors as
 none, so no idle workers are prestarted), a small object store
 (``RayClusterOptions.object_store_bytes``), no drain wait at shutdown. What Ray starts
 regardless: per node a raylet, a dashboard agent (minimal) and a runtime-env agent; on
-the head also the GCS, the autoscaler monitor, the API server and the client server.
+the head also the GCS, the autoscaler monitor, the API server and the client server
+(about 420 MiB per node). Actors run at normal CPU priority, like the process
+launcher's workers: Ray renices its workers to 15, which on a node of their own only
+yields to the node's Ray processes, but on the one machine all emulated hosts share
+would yield to everything else too.
 
 Teardown: :meth:`RayCluster.close` disconnects the driver, stops the worker nodes then
 the head (SIGTERM to each ``ray start --block``, which stops its node's processes; then
@@ -61,9 +65,11 @@ from reshard.microbench.testbed import Testbed, TestbedError
 _ENTRY = "from reshard.microbench.ray_cluster import exec_in_netns; exec_in_netns()"
 _RAY_CLI = ("-m", "ray.scripts.scripts")
 # Ray settings of every node and of the driver: token authentication on, nothing that
-# phones home, no drain wait when a node is stopped.
+# phones home, no drain wait when a node is stopped, and workers (reshard's actors) at
+# normal CPU priority: Ray renices them to 15, harmless on a machine of their own but a
+# handicap against everything else on the one machine the testbed's hosts share.
 _RAY_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0",
-            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0", "RAY_worker_niceness": "0"}
 # Variables of the caller's environment that would point a node or the driver at
 # another cluster or another token.
 _FOREIGN = ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
