@@ -174,8 +174,10 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def rank_main(rank: int, store: str, report: str, args: argparse.Namespace,
-              netns: Sequence[tuple[str, str]] | None) -> None:
-    """One of the 8 ranks: every method, ``-w`` + ``-n`` syncs each."""
+              netns: Sequence[tuple[str, str]] | None, cluster: Any) -> None:
+    """One of the 8 ranks: every method, ``-w`` + ``-n`` syncs each (``netns``: each
+    host's namespace and NIC on the testbed; ``cluster``: its hosts and links, which
+    reshard plans for, as ``Cluster.to_dict()``, else None: the ranks' host names)."""
     if netns is not None:  # the testbed: this rank's host namespace, before any thread
         from reshard.comm.launchers.netns import enter_netns
 
@@ -186,6 +188,9 @@ def rank_main(rank: int, store: str, report: str, args: argparse.Namespace,
     import torch.distributed as dist
 
     from reshard.adapters.dtensor_redistribute import Redistributor
+    from reshard.cluster import Cluster
+
+    cluster = None if cluster is None else Cluster.from_dict(cluster)
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
@@ -195,7 +200,7 @@ def rank_main(rank: int, store: str, report: str, args: argparse.Namespace,
         rows = []
         for method in args.methods:
             for strategy in (args.strategies if method == "reshard" else ("-",)):
-                rd = Redistributor() if method == "reshard" else None
+                rd = Redistributor(cluster=cluster) if method == "reshard" else None
                 run = (lambda s=strategy, r=rd: sync.reshard(s, r)) if method == "reshard" \
                     else getattr(sync, method)
                 first, got = _timed(run)
@@ -273,14 +278,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = os.path.join(tmp, "rows.json")
         store = os.path.join(tmp, "store")
         if args.testbed is None:
-            mp.spawn(rank_main, args=(store, report, args, None), nprocs=WORLD, join=True)
+            mp.spawn(rank_main, args=(store, report, args, None, None), nprocs=WORLD,
+                     join=True)
         else:
             from reshard.microbench.testbed import Testbed
 
             with Testbed(4, args.testbed) as tb:
                 hosts = [(h.netns, h.ifname) for h in tb.netns_placement().hosts]
-                mp.spawn(rank_main, args=(store, report, args, hosts), nprocs=WORLD,
-                         join=True)
+                mp.spawn(rank_main, args=(store, report, args, hosts, tb.cluster(2).to_dict()),
+                         nprocs=WORLD, join=True)
         with open(report, encoding="utf-8") as f:
             rows = json.load(f)
     base = {r["method"]: r["time_ms"] for r in rows}.get("full_bcast")
