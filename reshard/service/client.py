@@ -32,7 +32,7 @@ from reshard.planner.plan import parse_dtype
 from reshard.planner.strategy import Strategy
 from reshard.service.auth import bearer
 from reshard.service.cache import LruCache
-from reshard.service.convert import SERVICE_NAME, layout_from_pb, request_to_pb
+from reshard.service.convert import SERVICE_NAME, encode_value, layout_from_pb, request_to_pb
 from reshard.service.options import DEFAULT_MAX_MESSAGE
 from reshard.service.plan_codec import merge_chunks, plan_from_pb, plan_to_pb
 from reshard.service.status import ServiceError, raise_rpc_error
@@ -69,6 +69,9 @@ def _pem(value: bytes | str | None) -> bytes | None:
 
 
 Request = tuple[Sequence[int], Any, Layout, Layout]
+
+ENCODED_VALUES = 256
+"""Layouts and clusters a Client keeps encoded (callers ask about the same ones often)."""
 
 
 class Client:
@@ -115,6 +118,7 @@ class Client:
             f"/{SERVICE_NAME}/Plan", request_serializer=pb.PlanRequest.SerializeToString)
         self._plans: LruCache[bytes, ReshardPlan] = LruCache(
             plan_cache_tasks, weigh=lambda p: len(p.tasks) + 1)
+        self._encoded: LruCache[Layout | Cluster, Any] = LruCache(ENCODED_VALUES)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 
     # ----- lifecycle ------------------------------------------------------------------
@@ -136,8 +140,10 @@ class Client:
             raise_rpc_error(e)
 
     # ----- planning -------------------------------------------------------------------
-    @staticmethod
-    def _request(requests: Iterable[Request], cluster: Cluster | None,
+    def _encode(self, value: Layout | Cluster) -> Any:
+        return self._encoded.get_or_make(value, lambda: encode_value(value))
+
+    def _request(self, requests: Iterable[Request], cluster: Cluster | None,
                  strategy: str | Strategy) -> pb.PlanRequest:
         reqs = []
         for r in requests:
@@ -154,7 +160,7 @@ class Client:
             reqs.append((check_shape(shape), parse_dtype(dtype).name, src, dst))
         if cluster is not None and not isinstance(cluster, Cluster):
             raise ReshardError(f"cluster must be a reshard.Cluster, got {type(cluster).__name__}")
-        return request_to_pb(reqs, cluster, strategy)
+        return request_to_pb(reqs, cluster, strategy, encode=self._encode)
 
     def plan(self, shape: Sequence[int], dtype: Any, src: Layout, dst: Layout,
              cluster: Cluster | None = None, strategy: str | Strategy = Strategy.BROADCAST,

@@ -10,7 +10,7 @@ built, so that a small message cannot make the server allocate without limit.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -212,9 +212,10 @@ Request = tuple[tuple[int, ...], str, Layout, Layout]
 """``(shape, dtype, src, dst)``: what :func:`reshard.plan_many` takes."""
 
 
-def tensor_to_pb(shape: Sequence[int], dtype: str, src: Layout, dst: Layout) -> pb.Tensor:
-    """A tensor message."""
-    return pb.Tensor(shape=shape, dtype=dtype, src=layout_to_pb(src), dst=layout_to_pb(dst))
+def tensor_to_pb(shape: Sequence[int], dtype: str, src: Layout, dst: Layout,
+                 encode: Callable[[Layout], Any] = layout_to_pb) -> pb.Tensor:
+    """A tensor message (``encode``: the message of a layout)."""
+    return pb.Tensor(shape=shape, dtype=dtype, src=encode(src), dst=encode(dst))
 
 
 def tensor_from_pb(m: pb.Tensor, what: str = "tensor") -> Request:
@@ -239,14 +240,29 @@ def strategy_from_pb(value: int) -> Strategy:
 
 
 def request_to_pb(requests: Sequence[Request], cluster: Cluster | None,
-                  strategy: Strategy | str) -> pb.PlanRequest:
+                  strategy: Strategy | str, *,
+                  encode: Callable[[Any], Any] | None = None) -> pb.PlanRequest:
     """A PlanRequest for :func:`reshard.plan_many`'s arguments (the cluster in the
-    explicit ``hosts`` form; ``None``: unset, the server's default)."""
-    msg = pb.PlanRequest(tensors=[tensor_to_pb(*r) for r in requests],
+    explicit ``hosts`` form; ``None``: unset, the server's default).
+
+    Args:
+        requests: ``(shape, dtype, src, dst)`` each.
+        cluster: the cluster, or None.
+        strategy: the strategy.
+        encode: the message of a Layout or Cluster (default :func:`layout_to_pb` /
+            :func:`cluster_to_pb`; a client passes a cached one: callers reuse layouts).
+    """
+    encode = encode or encode_value
+    msg = pb.PlanRequest(tensors=[tensor_to_pb(*r, encode=encode) for r in requests],
                          strategy=STRATEGIES[Strategy.parse(strategy)])
     if cluster is not None:
-        msg.cluster.CopyFrom(cluster_to_pb(cluster))
+        msg.cluster.CopyFrom(encode(cluster))
     return msg
+
+
+def encode_value(value: Layout | Cluster) -> pb.Layout | pb.Cluster:
+    """The message of a Layout or a Cluster."""
+    return layout_to_pb(value) if isinstance(value, Layout) else cluster_to_pb(value)
 
 
 def request_from_pb(m: pb.PlanRequest, default_cluster: Cluster | None
