@@ -134,6 +134,48 @@ def _run_problems(problem_list, buffers: str, device: int, address, results, don
         results.put((device, traceback.format_exc()))
 
 
+def _run_through_store(problem_list, device: int, address, results, done) -> None:
+    """A process with a torch Store but no process group (a Ray actor, say): reshard's
+    gloo backend bootstraps its world through that store."""
+    try:
+        import torch.distributed as dist
+
+        from reshard.comm.store_rendezvous import StoreRendezvous
+
+        td = datetime.timedelta(seconds=60)
+        rdv = address.connect(60)
+        if device == 0:
+            store = dist.TCPStore("127.0.0.1", 0, len(RANKS), True, timeout=td,
+                                  wait_for_workers=False)
+            rdv.set("port", str(store.port).encode())
+        else:
+            port = int(rdv.get("port", 60).decode())
+            store = dist.TCPStore("127.0.0.1", port, len(RANKS), False, timeout=td)
+        with Executor.create("gloo", device, RANKS, StoreRendezvous(store), 60.0) as ex:
+            assert ex.capabilities.groups_need_world
+            checked = 0
+            for k, (shape, dtype, src, dst) in enumerate(problem_list):
+                rng = np.random.default_rng(k)
+                value = sample(rng, shape, dtype)
+                shards = addends(rng, value, src)
+                plan = reshard.plan(shape, dtype, src, dst, cluster=CLUSTER)
+                got = ex.execute(plan, [shards.get(device)])
+                if device in dst.devices:
+                    assert got[0].tobytes() == expected(value, dst, device).tobytes(), k
+                    checked += 1
+            results.put((device, {"checked": checked}))
+            done.wait(60)
+    except BaseException:  # noqa: BLE001 - reported to the test
+        results.put((device, traceback.format_exc()))
+
+
+@pytest.mark.timeout(180)
+def test_gloo_ranks_bootstrap_through_the_hosts_torch_store():
+    plist = _problem_list(6)
+    got = rank_results(functools.partial(_run_through_store, plist), RANKS, wait=150)
+    assert sum(r["checked"] for r in got.values()) >= len(plist)
+
+
 def _problem_list(count: int):
     found = []
 
