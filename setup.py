@@ -39,13 +39,16 @@ setup(
     python_requires=">=3.10",
     package_dir=package_dir,
     packages=packages,
-    package_data={"reshard": ["py.typed"]},
+    package_data={"reshard": ["py.typed", "service/v1/*.proto", "service/v1/*.pyi"]},
     # What a compiler using only the planner (or the service) needs; the data plane's
     # heavy parts are extras.
     install_requires=[
         "numpy>=1.24",
-        "grpcio>=1.60",
-        "protobuf>=4.25",
+        # floors of the checked-in stubs' version guard (reshard/service/v1): newer
+        # generated code is refused by an older protobuf / grpcio runtime
+        "grpcio>=1.85.1",
+        "protobuf>=7.35.1,<8",
+        "grpcio-health-checking>=1.85.1",
     ],
     extras_require={
         "ray": ["ray>=2.9"],
@@ -56,7 +59,7 @@ setup(
         "bench": ["tqdm>=4.66"],
         "docs": ["mkdocs>=1.6", "mkdocstrings[python]>=0.26"],
         "jax": ["jax[cpu]>=0.10.2"],
-        "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.2"],
+        "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.2", "grpcio-tools>=1.85.1"],
     },
     entry_points={
         "console_scripts": [
