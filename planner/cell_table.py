@@ -50,11 +50,17 @@ class CellTable:
         return len(self.size)
 
     def boxes(self, rows: np.ndarray | None = None) -> list[Box]:
-        """The boxes of ``rows`` (default: every row) as tuples of (start, stop)."""
+        """The boxes of ``rows`` (default: every row) as tuples of (start, stop); rows
+        share the (start, stop) tuples of equal extents (a grid has few per dim)."""
         lo, hi = (self.lo, self.hi) if rows is None else (self.lo[rows], self.hi[rows])
-        dims = [list(zip(lo[:, d].tolist(), hi[:, d].tolist())) for d in range(lo.shape[1])]
-        if not dims:
+        if not lo.shape[1]:
             return [()] * len(lo)
+        dims = []
+        for d in range(lo.shape[1]):
+            base = int(hi[:, d].max()) + 1 if len(hi) else 1
+            codes, which = np.unique(lo[:, d] * base + hi[:, d], return_inverse=True)
+            pairs = [divmod(c, base) for c in codes.tolist()]
+            dims.append(map(pairs.__getitem__, which.reshape(-1).tolist()))
         return list(zip(*dims))
 
     def cells(self) -> list[Cell]:
@@ -133,8 +139,8 @@ def decompose_table(
     need_of = np.array(dst_sets.device_set, dtype=np.int64)[cell_dst]
     table = CellTable(cell_lo, cell_hi, np.prod(cell_hi - cell_lo, axis=1), hold_of,
                       need_of, src_sets.distinct_devices(), dst_sets.distinct_devices())
-    pairs = hold_of * (len(table.needer_sets) + 1) + need_of
-    if len(np.unique(pairs)) == len(pairs):  # nothing to merge; row-major = box order
+    pairs = np.sort(hold_of * (len(table.needer_sets) + 1) + need_of)
+    if (pairs[1:] != pairs[:-1]).all():  # nothing to merge; row-major = box order
         return table
     return CellTable.from_cells(merge_cells(table.cells(), ndim), ndim)
 
@@ -166,12 +172,11 @@ class _PieceSets:
         got = self._by_mask.get(mask)
         if got is None:
             acc: set[int] = set()
-            i, m = 0, mask
-            while m:
-                if m & 1:
-                    acc |= self.piece_devices[i]
-                m >>= 1
-                i += 1
+            m = mask
+            while m:  # set bits only, lowest first
+                low = m & -m
+                acc |= self.piece_devices[low.bit_length() - 1]
+                m ^= low
             devs = frozenset(acc)
             got = len(self.masks)
             self.masks.append(mask)

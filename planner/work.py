@@ -280,15 +280,18 @@ class WorkList:
         send = TaskKind.SEND
         boxes = p2p.boxes
         tensor, nbytes = p2p.tensor.tolist(), p2p.nbytes.tolist()
-        root_l, recv_l, step = p2p.root.tolist(), p2p.recv.tolist(), p_step.tolist()
+        root_l, step = p2p.root.tolist(), p_step.tolist()
+        recv_l = p2p.recv.tolist()
+        alone = {d: (d,) for d in set(recv_l)}  # one receiver tuple per device, shared
+        recv_l = [alone[d] for d in recv_l]
         row_list = rows.tolist()
         for i in keys.order().tolist():
             if i < n_obj:
                 out.append(objects[i])
             else:
                 p = row_list[i - n_obj]
-                out.append(Task(send, tensor[p], boxes[p], root_l[p], (recv_l[p],),
-                                nbytes[p], step=step[p]))
+                out.append(Task(send, tensor[p], boxes[p], root_l[p], recv_l[p], nbytes[p],
+                                step=step[p]))
         return tuple(out)
 
 
