@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from reshard.choice import parse_choice
-from reshard.errors import ReshardError, StrategyError
+from reshard.errors import ReshardError, OptionError
 
 
 class BackendKind(enum.Enum):
@@ -217,7 +217,7 @@ def _entry_name(name: object) -> str:
     if isinstance(name, BackendKind):
         return name.value
     if not isinstance(name, str) or not name.strip():
-        raise StrategyError(f"a backend name must be a non-empty string, got {name!r}")
+        raise OptionError(f"a backend name must be a non-empty string, got {name!r}")
     return name.strip().lower()
 
 
@@ -246,13 +246,13 @@ class BackendRegistry:
         """The entry registered as ``name`` (case-insensitive).
 
         Raises:
-            StrategyError: no such backend; the message lists the registered names.
+            OptionError: no such backend; the message lists the registered names.
         """
         key = _entry_name(name)
         for e in self.entries:
             if e.name == key:
                 return e
-        raise StrategyError(f"unknown backend {name!r}; valid backends: {list(self.names)}")
+        raise OptionError(f"unknown backend {name!r}; valid backends: {list(self.names)}")
 
     def __contains__(self, name: object) -> bool:
         return any(e.name == _entry_name(name) for e in self.entries) if isinstance(

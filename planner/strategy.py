@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 
 from reshard.choice import parse_choice
+from reshard.errors import StrategyError
 
 
 class Strategy(enum.Enum):
@@ -25,7 +26,7 @@ class Strategy(enum.Enum):
     @classmethod
     def parse(cls, value: str | Strategy) -> Strategy:
         """Accept a Strategy or its name; raise listing the valid names."""
-        return parse_choice(cls, value, "strategy")
+        return parse_choice(cls, value, "strategy", StrategyError)
 
     def __str__(self) -> str:
         return self.value

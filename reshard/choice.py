@@ -5,19 +5,22 @@ from __future__ import annotations
 import enum
 from typing import TypeVar, Union
 
-from reshard.errors import StrategyError
+from reshard.errors import OptionError
 
 E = TypeVar("E", bound=enum.Enum)
 
 
-def parse_choice(cls: type[E], value: Union[str, E], what: str) -> E:
+def parse_choice(cls: type[E], value: Union[str, E], what: str,
+                 error: type[OptionError] = OptionError) -> E:
     """The member of ``cls`` named ``value`` (case, surrounding blanks and ``-`` vs
-    ``_`` ignored); :class:`reshard.StrategyError` listing the valid names otherwise.
+    ``_`` ignored); ``error`` (an :class:`reshard.OptionError`) listing the valid names
+    otherwise.
 
     Args:
         cls: the enum (its values are the names).
         value: a member or a name.
         what: the kind of choice, singular, for the message (``"strategy"``).
+        error: the error class to raise.
     """
     if isinstance(value, cls):
         return value
@@ -27,5 +30,5 @@ def parse_choice(cls: type[E], value: Union[str, E], what: str) -> E:
             if member.value == key:
                 return member
     plural = what[:-1] + "ies" if what.endswith("y") else what + "s"
-    raise StrategyError(
+    raise error(
         f"unknown {what} {value!r}; valid {plural}: {[m.value for m in cls]}")

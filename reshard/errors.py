@@ -32,8 +32,13 @@ class ClusterError(ReshardError):
     """A cluster description is malformed or does not contain a device."""
 
 
-class StrategyError(ReshardError):
-    """An unknown strategy or option name."""
+class OptionError(ReshardError):
+    """An unknown option name (a backend, a launcher, a mode) or options that do not go
+    together; the message lists the valid choices."""
+
+
+class StrategyError(OptionError):
+    """An unknown strategy name."""
 
 
 class PartialError(ReshardError):

@@ -8,7 +8,7 @@ from typing import Any
 from reshard.cluster import Cluster
 from reshard.comm.backend import BackendKind
 from reshard.comm.launchers.base import LauncherKind, WorkerGroup
-from reshard.errors import MissingDependencyError, StrategyError
+from reshard.errors import MissingDependencyError, OptionError
 
 
 def default_launcher(backend: BackendKind) -> LauncherKind:
@@ -22,19 +22,19 @@ def start_group(backend: BackendKind, launcher: LauncherKind, devices: Sequence[
     """Start one worker per device with the given backend and launcher (``netns``: see
     :class:`~reshard.comm.launchers.process.ProcessGroup`; process launcher only)."""
     if netns is not None and launcher is not LauncherKind.PROCESS:
-        raise StrategyError(
+        raise OptionError(
             f"netns=... runs workers inside network namespaces, which only the process "
             f"launcher does; got launcher={launcher.value!r}, use launcher='process'")
     if launcher is LauncherKind.THREAD:
         if backend is not BackendKind.LOCAL:
-            raise StrategyError(
+            raise OptionError(
                 f"the thread launcher runs only the local backend, not {backend.value!r}; "
                 f"use launcher='process' or 'ray'")
         from reshard.comm.launchers.thread import ThreadGroup
 
         return ThreadGroup(devices, timeout)
     if backend is BackendKind.LOCAL:
-        raise StrategyError(
+        raise OptionError(
             "the local backend runs in the driver process (launcher='thread'); for real "
             "worker processes use backend='gloo' (CPU) or 'nccl' (GPU)")
     if launcher is LauncherKind.PROCESS:

@@ -57,7 +57,8 @@ class ServiceError(errors.ReshardError):
 ERROR_CLASSES: Mapping[str, type[errors.ReshardError]] = MappingProxyType({
     cls.__name__: cls for cls in (
         errors.ReshardError, errors.MeshError, errors.SpecError, errors.ShapeError,
-        errors.DTypeError, errors.ClusterError, errors.StrategyError, errors.PartialError,
+        errors.DTypeError, errors.ClusterError, errors.OptionError, errors.StrategyError,
+        errors.PartialError,
         errors.PlanError, errors.ExecutionError, errors.MissingDependencyError, ServiceError)
 })
 """Every error class that crosses the wire, by name (the value of :data:`ERROR_KEY`)."""

@@ -14,11 +14,19 @@ import time
 import numpy as np
 import pytest
 
-from reshard import DeviceMesh, ExecutionError, Layout, StrategyError
+from reshard import DeviceMesh, ExecutionError, Layout, OptionError
 from reshard.comm.launchers.process import NetnsHost, NetnsPlacement, ProcessGroup
 from reshard.microbench.exit_guard import ExitGuard
-from reshard.microbench.testbed import (Testbed, TestbedError, _links, _namespaces,
-                                        _qdisc_devices, _run, available, cleanup_stale)
+from reshard.microbench.testbed import (
+    Testbed,
+    TestbedError,
+    _links,
+    _namespaces,
+    _qdisc_devices,
+    _run,
+    available,
+    cleanup_stale,
+)
 from reshard.runtime import Runtime
 
 from ._helpers import check_paper_case, paper_cases
@@ -70,7 +78,7 @@ def test_cluster_nic_is_the_tc_rate():
 @pytest.mark.timeout(30)
 def test_netns_needs_the_process_launcher():
     placement = NetnsPlacement((NetnsHost("rs-x-h0", "10.213.9.2", "rsnic0"),), "127.0.0.1")
-    with pytest.raises(StrategyError, match="process"):
+    with pytest.raises(OptionError, match="process"):
         Runtime("gloo", Testbed(1, 1.0).cluster(1), "ray", netns=placement)
 
 

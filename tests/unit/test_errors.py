@@ -79,3 +79,17 @@ def test_unknown_backend_and_launcher():
         reshard.Runtime(backend="local", launcher="slurm")
     with pytest.raises(reshard.ReshardError, match="needs cluster"):
         reshard.Runtime(backend="gloo")
+
+
+def test_unknown_backend_or_launcher_is_an_option_error_not_a_strategy_error():
+    from reshard.comm.backend import BackendKind
+    from reshard.comm.launchers.base import LauncherKind
+
+    for parse, bad in ((BackendKind.parse, "mpi"), (LauncherKind.parse, "slurm")):
+        with pytest.raises(reshard.OptionError) as e:
+            parse(bad)
+        assert not isinstance(e.value, reshard.StrategyError)
+        assert bad in str(e.value)
+    with pytest.raises(reshard.StrategyError):  # a StrategyError is an OptionError
+        reshard.Strategy.parse("multicast")
+    assert issubclass(reshard.StrategyError, reshard.OptionError)
