@@ -20,7 +20,7 @@ from reshard.planner.cell_tasks import CELL_PLANNERS, split_box
 from reshard.planner.decompose import Cell, decompose, devices_by_box
 from reshard.planner.ir import ReshardPlan, Task, TensorSpec
 from reshard.planner.order import one_at_a_time
-from reshard.planner.reduce import decompose_pieces, ready_step, ready_steps, reduce_sources
+from reshard.planner.reduce import decompose_pieces, ready_step, reduce_sources
 from reshard.planner.strategy import Strategy
 from reshard.planner.work import Splitter, WorkList
 
@@ -175,20 +175,28 @@ def plan_many(
     elif not isinstance(cluster, Cluster):
         raise ReshardError(f"cluster must be a reshard.Cluster, got {type(cluster).__name__}")
     tensors = tuple(make_tensor_spec(*r, cluster=cluster) for r in reqs)
-    tasks, pipelined = _plan_tasks(tensors, cluster, strat, fan_out=False)
+    tasks, pipelined = plan_tasks(tensors, cluster, strat, fan_out=False)
     best = ReshardPlan(tensors, tasks, strat, cluster)
     if pipelined and len(tasks) <= COMPARE_UP_TO:
-        fanned = ReshardPlan(tensors, _plan_tasks(tensors, cluster, strat, fan_out=True)[0],
+        fanned = ReshardPlan(tensors, plan_tasks(tensors, cluster, strat, fan_out=True)[0],
                              strat, cluster)
         if len(fanned.tasks) <= COMPARE_UP_TO and fanned.estimate() < best.estimate():
             best = fanned
     return _least_concurrent(best)
 
 
-def _plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
-                fan_out: bool) -> tuple[tuple[Task, ...], bool]:
+def plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+               fan_out: bool) -> tuple[tuple[Task, ...], bool]:
     """Every task of a plan of ``tensors`` in the global order, and whether some
-    broadcast of a reduced piece could fan out (see :meth:`WorkList.plan`)."""
+    broadcast of a reduced piece could fan out.
+
+    Args:
+        tensors: the validated tensors.
+        cluster: hosts and links.
+        strat: the strategy.
+        fan_out: broadcasts of pipelined partial-sum pieces fan out inside their last
+            host (see :meth:`reshard.planner.work.WorkList.plan`).
+    """
     loads = Loads(cluster)
     work = WorkList(cluster, loads)
     reduces: list[Task] = []
@@ -218,8 +226,8 @@ def _plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strate
             if not tensor_reduces:  # reduce roots follow the loads: not reusable
                 same[key] = cells
         split = _splitter(itemsizes[i], loads, min_piece) if broadcast else None
-        if isinstance(cells, CellTable):
-            work.add_table(i, cells, itemsizes[i], ready_steps(cells, ready), split)
+        if isinstance(cells, CellTable):  # never a partial source's (ready is empty)
+            work.add_table(i, cells, itemsizes[i], np.zeros(len(cells), np.int64), split)
         else:
             work.add_cells(i, cells, itemsizes[i],
                            [ready_step(c.box, ready) for c in cells] if ready

@@ -14,7 +14,6 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.layout import Box, box_size
 from reshard.planner.balance import Loads
-from reshard.planner.cell_table import CellTable
 from reshard.planner.cell_tasks import split_box
 from reshard.planner.decompose import Cell, decompose, devices_by_box
 from reshard.planner.ir import Task, TaskKind, TensorSpec
@@ -135,14 +134,3 @@ def ready_step(box: Box, ready: dict[Box, int]) -> int:
     """The first step at which every reduced piece overlapping ``box`` is complete."""
     return max((s for b, s in ready.items()
                 if all(max(a, c) < min(e, f) for (a, e), (c, f) in zip(box, b))), default=0)
-
-
-def ready_steps(table: CellTable, ready: dict[Box, int]) -> np.ndarray:
-    """:func:`ready_step` of every row of ``table``."""
-    after = np.zeros(len(table), dtype=np.int64)
-    for box, step in ready.items():
-        lo = np.array([a for a, _ in box], dtype=np.int64)
-        hi = np.array([b for _, b in box], dtype=np.int64)
-        hit = (np.maximum(table.lo, lo) < np.minimum(table.hi, hi)).all(axis=1)
-        after = np.where(hit, np.maximum(after, step), after)
-    return after

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from reshard import DeviceMesh, Layout, ReshardPlan
-from reshard.planner.plan import _plan_tasks, make_tensor_spec
+from reshard.planner.plan import make_tensor_spec, plan_tasks
 from reshard.planner.strategy import Strategy
 from reshard.runtime import Runtime
 
@@ -41,7 +41,7 @@ def test_fanned_out_plan_exact_on_gloo(rt, case):
     shape, dtype, src, dst, pieces = case
     with mock.patch("reshard.planner.reduce.reduce_pieces", lambda *_: pieces):
         tensors = (make_tensor_spec(shape, dtype, src, dst, WORLD),)
-        tasks, _ = _plan_tasks(tensors, WORLD, Strategy.BROADCAST, fan_out=True)
+        tasks, _ = plan_tasks(tensors, WORLD, Strategy.BROADCAST, fan_out=True)
     plan = ReshardPlan(tensors, tasks, Strategy.BROADCAST, WORLD)
     assert any(t.source.value == "dst" for t in plan.tasks), "no chain fanned out"
     rng = np.random.default_rng(len(tasks))

@@ -234,7 +234,7 @@ def _broadcast_tasks(tensors, cluster, fan_out):
     import reshard.planner.plan as plan_module
     from reshard.planner.strategy import Strategy
 
-    tasks, _ = plan_module._plan_tasks(tensors, cluster, Strategy.BROADCAST, fan_out)
+    tasks, _ = plan_module.plan_tasks(tensors, cluster, Strategy.BROADCAST, fan_out)
     return ReshardPlan(tensors, tasks, Strategy.BROADCAST, cluster)
 
 

@@ -341,13 +341,13 @@ def test_fanned_out_relays():
     that has not received the box, is refused."""
     from unittest import mock
 
-    from reshard.planner.plan import _plan_tasks, make_tensor_spec
+    from reshard.planner.plan import make_tensor_spec, plan_tasks
     from reshard.planner.strategy import Strategy
 
     src, dst = Layout(AB, "RR+P1"), Layout(C, "RR")
     with mock.patch("reshard.planner.reduce.reduce_pieces", lambda *_: 3):
         tensors = (make_tensor_spec((12, 4), "int32", src, dst, CL),)
-        tasks, _ = _plan_tasks(tensors, CL, Strategy.BROADCAST, fan_out=True)
+        tasks, _ = plan_tasks(tensors, CL, Strategy.BROADCAST, fan_out=True)
     plan = ReshardPlan(tensors, tasks, Strategy.BROADCAST, CL)
     d = plan.to_dict()
     relays = [i for i, t in enumerate(d["tasks"]) if t["source"] == "dst"]
