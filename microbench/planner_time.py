@@ -15,8 +15,8 @@
     meshes.
 
 Goals: 128 -> 128 < 0.2 s, 256 -> 256 < 1 s, 1,000 tensors < 0.5 s, 10,000 < 5 s.
-Times are the best of ``repeat`` runs for plans that take under a second, else of one
-run: wall time (``plan(s)``, what the goals are about) and this process's CPU time
+Times are the best of ``repeat`` runs for plans that take under a second of CPU time,
+else of one run: wall time (``plan(s)``, what the goals are about) and this process's CPU time
 (``cpu(s)``, steadier on a machine shared with other work). The model/bound ratio of a plan is computed only for plans of at most
 ``cost_limit`` tasks (the cost simulation of huge plans takes longer than planning);
 others show n/a.
@@ -57,11 +57,11 @@ COLUMNS = [("name", "measurement"), ("devices", "devices/mesh"), ("tasks", "task
 def _timed_plan(fn: Callable[[], ReshardPlan], repeat: int
                 ) -> tuple[float, float, ReshardPlan]:
     """Best wall time and best CPU time (this process) of ``fn`` over ``repeat`` runs,
-    or of one run if it takes over a second; and the plan. On a machine shared with
+    or of one run if it takes over a second of CPU time; and the plan. On a machine shared with
     other work the CPU time moves less than the wall time."""
     best, best_cpu, p = math.inf, math.inf, None
     for k in range(max(1, repeat)):
-        if k and best >= 1.0:
+        if k and best_cpu >= 1.0:  # CPU time: a busy machine's wall time says little
             break
         t, c = time.perf_counter(), time.process_time()
         p = fn()
