@@ -169,7 +169,7 @@ def _layout(opts: Options, cases: Sequence[Case]) -> tuple[Shape, int, set[str]]
                              "preset": p.preset, "hosts": p.cluster.num_hosts, "strategy": s})
                       for s in opts.strategies]
             steps += per_row * len(opts.strategies)
-    columns = SIM_COLUMNS if opts.mode is Mode.SIM else RUN_COLUMNS
+    columns: tuple[Column, ...] = SIM_COLUMNS if opts.mode is Mode.SIM else RUN_COLUMNS
     if not opts.check:
         columns = tuple(c for c in columns if c.key not in ("wrong", "checked_bytes"))
     if len(presets) > 1:

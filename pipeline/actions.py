@@ -122,7 +122,7 @@ class Action:
                 )
 
     @classmethod
-    def parse(cls, text: str) -> Action:
+    def parse(cls, text: object) -> Action:
         """Reads one action token, e.g. ``"F3"``, ``"B0@1"`` or ``"SA2"``.
 
         Args:

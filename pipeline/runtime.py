@@ -191,7 +191,7 @@ class PipelineRuntime:
                     start = max(start, sent.get((peer[0], str(peer[1])), start))
             events.append(TimelineEvent(e["stage"], e["stream"], e["action"],
                                         start - origin, e["end"] - origin))
-        return StepResult(tuple(losses), Timeline(events, self.schedule.num_stages), wall)
+        return StepResult(tuple(losses), Timeline(tuple(events), self.schedule.num_stages), wall)
 
     # ----- gradients and update --------------------------------------------------------
     def _grad_arrays(self) -> list[dict[str, DArray]]:

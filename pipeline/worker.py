@@ -129,7 +129,10 @@ class StageWorker:
         items = []
         for a in self.schedule.stages[channel.src]:
             if a.kind is channel.send_kind and self.schedule.channel(channel.src, a) == channel:
-                items.append((self.schedule.boundary(channel.src, a), a.microbatch, a.kind))
+                b = self.schedule.boundary(channel.src, a)
+                if b is None:  # a send on a channel always crosses a boundary
+                    raise ExecutionError(f"stage {channel.src}: {a} crosses no boundary")
+                items.append((b, a.microbatch, a.kind))
         return items
 
     def _channels(self) -> list[Channel]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import secrets
@@ -201,8 +202,12 @@ class Runtime:
     def _submit(self, device: int, method: str, *args: Any) -> tuple[int, Future]:
         """Issue one worker call (the caller holds the lock)."""
         fut = self.group.submit(device, method, *args)
-        fut.add_done_callback(lambda _, d=device: self._progress.__setitem__(d, time.monotonic()))
+        fut.add_done_callback(functools.partial(self._made_progress, device))
         return device, fut
+
+    def _made_progress(self, device: int, _: Future) -> None:
+        """A call of ``device`` finished: it is alive and moving."""
+        self._progress[device] = time.monotonic()
 
     def _wait(self, calls: list[tuple[int, Future]], what: str, issued: float,
               timeout: float | None = None) -> None:

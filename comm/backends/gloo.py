@@ -201,6 +201,7 @@ class GlooBackend(HostMemory):
                 f"device {device}: this process already has a torch.distributed world; "
                 f"a gloo worker needs a process of its own")
         rank, n = self.rank_of[self.device], len(self.world)
+        self._store: Any = None  # the TCPStore this backend bootstrapped through
         # gloo's pair sockets bind to the advertised address's interface, not whatever
         # the host name resolves to (a caller's GLOO_SOCKET_IFNAME wins).
         os.environ.setdefault("GLOO_SOCKET_IFNAME", interface_of(advertise))

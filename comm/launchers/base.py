@@ -31,7 +31,13 @@ class WorkerGroup(Protocol):
     :class:`reshard.ExecutionError` naming the device.
     """
 
-    devices: tuple[int, ...]
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """The devices that have a worker."""
+
+    @property
+    def pids(self) -> dict[int, int]:
+        """The process id each device's worker runs in (where known)."""
 
     def submit(self, device: int, method: str, *args: Any) -> Future:
         """Call ``DeviceWorker.<method>(*args)`` on ``device``'s worker."""

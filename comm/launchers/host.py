@@ -149,7 +149,9 @@ class WorkerHost:
             raise ReshardError(f"unknown worker method {method!r}; valid: {sorted(METHODS)}")
         self.backend.activate()
         if method == "load_plan":  # the driver verified the plan it sends down this pipe
-            return self.worker.load_plan(*args, verified=True)
+            plan_id, plan, *rest = args  # (plan_id, plan[, channel])
+            channel = rest[0] if rest else None
+            return self.worker.load_plan(plan_id, plan, channel, verified=True)
         return getattr(self.worker, method)(*args)
 
     def close(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -24,9 +26,14 @@ class ThreadGroup:
         self.ensure(devices)
 
     @property
-    def devices(self) -> tuple[int, ...]:  # type: ignore[override]
+    def devices(self) -> tuple[int, ...]:
         """Devices with a worker."""
         return tuple(sorted(self.workers))
+
+    @property
+    def pids(self) -> dict[int, int]:
+        """Process id of every device's worker (threads: the driver's own)."""
+        return dict.fromkeys(self.workers, os.getpid())
 
     def ensure(self, devices: Iterable[int]) -> None:
         """Start workers for devices that have none."""
