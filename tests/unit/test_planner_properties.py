@@ -337,3 +337,10 @@ def test_fan_out_splits_chains_of_all_but_the_last_piece():
     (last,) = [c for c in crossings if not any(r.box == c.box for r in relays)]
     assert sorted(last.receivers) == [4, 5, 6, 7] and last.step == 4
     _run_exact(plan, src, np.random.default_rng(0))
+    # one task per device and step (what the planner keeps when concurrency gains
+    # nothing) still relays after the crossing
+    from reshard.planner.order import one_at_a_time
+
+    serial = ReshardPlan(plan.tensors, one_at_a_time(plan.tasks), plan.strategy, cluster)
+    serial.verify()
+    _run_exact(serial, src, np.random.default_rng(1))
