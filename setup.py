@@ -7,6 +7,7 @@ top-level ``comm`` would shadow Jupyter's ``comm``).
 """
 
 import os
+import pathlib
 
 from setuptools import setup
 
@@ -34,7 +35,7 @@ setup(
     name="reshard",
     version="0.1.0",
     description="Cross-mesh resharding: plan, execute and schedule tensor transfers between device meshes",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=pathlib.Path("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     package_dir=package_dir,
@@ -59,7 +60,8 @@ setup(
         "bench": ["tqdm>=4.66"],
         "docs": ["mkdocs>=1.6", "mkdocstrings[python]>=0.26"],
         "jax": ["jax[cpu]>=0.10.2"],
-        "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.2", "grpcio-tools>=1.85.1"],
+        "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.2",
+                 "grpcio-tools>=1.85.1", "ruff>=0.17", "mypy>=2.4"],
     },
     entry_points={
         "console_scripts": [

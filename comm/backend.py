@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from reshard.choice import parse_choice
-from reshard.errors import ReshardError, OptionError
+from reshard.errors import OptionError, ReshardError
 
 
 class BackendKind(enum.Enum):

@@ -13,11 +13,13 @@ import sys
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+import itertools
 
-import reshard  # noqa: E402
-from reshard import Cluster, DeviceMesh, Layout, ShardingSpec  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.patches import Rectangle
+
+import reshard
+from reshard import Cluster, DeviceMesh, Layout, ShardingSpec
 
 COLORS = plt.get_cmap("tab20").colors
 
@@ -88,7 +90,7 @@ def plan_picture(out: pathlib.Path) -> pathlib.Path:
             ax.text(*pos[d], f"d{d}", ha="center", va="center", fontsize=7)
     for n, t in enumerate(p.tasks):
         chain = (t.root, *t.receivers)
-        for a, b in zip(chain, chain[1:]):
+        for a, b in itertools.pairwise(chain):
             (x0, y0), (x1, y1) = pos[a], pos[b]
             ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops={
                 "arrowstyle": "->", "color": COLORS[(2 * n) % 20], "lw": 1.5,

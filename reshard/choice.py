@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import enum
-from typing import TypeVar, Union
+from typing import TypeVar
 
 from reshard.errors import OptionError
 
 E = TypeVar("E", bound=enum.Enum)
 
 
-def parse_choice(cls: type[E], value: Union[str, E], what: str,
+def parse_choice(cls: type[E], value: str | E, what: str,
                  error: type[OptionError] = OptionError) -> E:
     """The member of ``cls`` named ``value`` (case, surrounding blanks and ``-`` vs
     ``_`` ignored); ``error`` (an :class:`reshard.OptionError`) listing the valid names

@@ -10,9 +10,9 @@ per device, its intra-host link (one direction each way) and its local copy engi
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Iterable, Mapping, Sequence
 
 from reshard.errors import ClusterError
 
@@ -173,7 +173,7 @@ class Cluster:
         *,
         preset: str = PAPER_PRESET,
         **overrides: float,
-    ) -> "Cluster":
+    ) -> Cluster:
         """``num_hosts`` hosts of ``devices_per_host`` devices, ids host-major.
 
         Link figures default to ``preset`` (the paper's p3.8xlarge cluster); keyword
@@ -191,7 +191,7 @@ class Cluster:
     @classmethod
     def from_hosts(
         cls, hosts: Iterable[Iterable[int]], *, preset: str = PAPER_PRESET, **overrides: float
-    ) -> "Cluster":
+    ) -> Cluster:
         """Hosts given as lists of device ids, link figures from ``preset``."""
         fig = _lookup(preset)
         figures = {
@@ -209,7 +209,7 @@ class Cluster:
         return cls(tuple(tuple(h) for h in hosts), name=name, **figures)  # type: ignore
 
     @classmethod
-    def preset(cls, name: str, num_hosts: int, devices_per_host: int | None = None) -> "Cluster":
+    def preset(cls, name: str, num_hosts: int, devices_per_host: int | None = None) -> Cluster:
         """A cluster of ``num_hosts`` machines of a named type (see :data:`PRESETS`)."""
         fig = _lookup(name)
         return cls.regular(num_hosts, devices_per_host or fig.devices_per_host, preset=fig.name)
@@ -271,7 +271,7 @@ class Cluster:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Cluster":
+    def from_dict(cls, d: dict) -> Cluster:
         """Inverse of :meth:`to_dict`."""
         d = dict(d)
         return cls(tuple(tuple(h) for h in d.pop("hosts")), **d)

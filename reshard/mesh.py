@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from reshard.errors import MeshError
 
@@ -127,7 +127,7 @@ class DeviceMesh:
                 "axis_names": list(self.axis_names)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "DeviceMesh":
+    def from_dict(cls, d: dict) -> DeviceMesh:
         """Inverse of :meth:`to_dict`."""
         return cls(d["shape"], d["devices"], d.get("axis_names"))
 

@@ -18,8 +18,14 @@ from hypothesis import given
 from reshard import Cluster, DeviceMesh, ExecutionError, Layout, ShapeError
 from reshard.runtime import Runtime
 
-from ..cpu._helpers import (check_paper_case, check_random_problem, paper_cases,
-                            problem_settings, problems, wait_gone)
+from ..cpu._helpers import (
+    check_paper_case,
+    check_random_problem,
+    paper_cases,
+    problem_settings,
+    problems,
+    wait_gone,
+)
 from .conftest import nccl_env
 
 pytestmark = pytest.mark.gpu

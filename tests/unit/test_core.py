@@ -70,7 +70,7 @@ def test_index_map_replicas_equal_and_cover():
     assert im[0] == im[1] == im[2] == im[3] == (slice(0, 6), slice(0, 5), slice(0, 3))
     assert im[4] == (slice(0, 6), slice(5, 10), slice(0, 3))
     x = np.zeros((6, 10, 3), int)
-    for d, sl in im.items():
+    for sl in im.values():
         x[sl] += 1
     assert (x == 4).all()  # each element held by the 4 devices of a host
 

@@ -29,7 +29,8 @@ def test_planner_imports_and_plans_without_ray_or_torch():
         "assert p.estimate() >= p.lower_bound() > 0\n"
         "print(sorted(m for m in ('ray', 'torch', 'cupy') if sys.modules.get(m)))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                         text=True,
                          timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

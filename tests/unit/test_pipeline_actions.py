@@ -1,6 +1,7 @@
 """Actions and schedules: text grammar, round trips, structure helpers."""
 
 import pytest
+
 from reshard.pipeline import (
     SCHEDULES,
     Action,

@@ -4,6 +4,7 @@ import inspect
 import textwrap
 
 import pytest
+
 from reshard.pipeline import (
     SCHEDULES,
     Action,

@@ -3,6 +3,7 @@
 import dataclasses
 
 import pytest
+
 from reshard.pipeline import (
     ActionKind,
     PipelineCosts,

@@ -1,6 +1,7 @@
 """validate() / check(): crafted bad schedules are caught at the right step."""
 
 import pytest
+
 from reshard.pipeline import (
     Action,
     ProblemKind,

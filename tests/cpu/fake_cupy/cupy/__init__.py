@@ -18,7 +18,7 @@ class _Pointer:
         self.ptr = ptr
 
 
-class ndarray(_np.ndarray):  # noqa: N801 - cupy's name
+class ndarray(_np.ndarray):
     """numpy memory with cupy's ``.data.ptr``."""
 
     @property

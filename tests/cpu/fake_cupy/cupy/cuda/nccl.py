@@ -31,11 +31,11 @@ def get_unique_id() -> tuple:
     return tuple(c - 256 if c > 127 else c for c in text)
 
 
-def groupStart() -> None:  # noqa: N802
+def groupStart() -> None:
     _groups["open"] += 1
 
 
-def groupEnd() -> None:  # noqa: N802
+def groupEnd() -> None:
     _groups["open"] -= 1
 
 
@@ -48,7 +48,7 @@ def _view(ptr: int, count: int, datatype: int):
 
 
 class NcclCommunicator:
-    def __init__(self, ndev: int, commId: tuple, rank: int) -> None:  # noqa: N803
+    def __init__(self, ndev: int, commId: tuple, rank: int) -> None:
         import torch.distributed as dist
 
         assert isinstance(commId, tuple) and len(commId) == 128
@@ -71,7 +71,7 @@ class NcclCommunicator:
     def recv(self, recvbuf, count, datatype, peer, stream) -> None:
         self._pg.recv([_view(recvbuf, count, datatype)], peer, 0).wait()
 
-    def allGather(self, sendbuf, recvbuf, count, datatype, stream) -> None:  # noqa: N802
+    def allGather(self, sendbuf, recvbuf, count, datatype, stream) -> None:
         n = self._pg.size()
         out = _view(recvbuf, count * n, datatype)
         self._pg.allgather([list(out.chunk(n))], [_view(sendbuf, count, datatype)]).wait()

@@ -1,5 +1,5 @@
 """Fake ``cupy.cuda.runtime``."""
 
 
-def getDeviceCount() -> int:  # noqa: N802 - cupy's name
+def getDeviceCount() -> int:
     return 1
