@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
-from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def on_config(config: Any) -> Any:
-    """Stage the sources into ``.docs-src/`` (git-ignored) before any page renders."""
+def on_startup(command: str, dirty: bool) -> None:
+    """Stage the sources into ``.docs-src/`` (git-ignored) before the configuration is
+    read: mkdocstrings keeps only search paths that exist when it starts."""
     spec = importlib.util.spec_from_file_location(
         "stage_package", ROOT / "scripts" / "stage_package.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.stage(ROOT / ".docs-src")
-    return config
