@@ -287,17 +287,6 @@ class ReshardPlan:
             devs.update(task.through)
         return tuple(sorted(devs))
 
-    def tasks_of(self, device: int) -> tuple[Task, ...]:
-        """The tasks ``device`` takes part in, in global order."""
-        per = self._cache.get("per_device")
-        if per is None:
-            per = {}
-            for task in self.tasks:
-                for d in set(task.devices):
-                    per.setdefault(d, []).append(task)
-            per = {d: tuple(ts) for d, ts in per.items()}
-            self._cache["per_device"] = per
-        return per.get(device, ())
 
     @property
     def num_steps(self) -> int:

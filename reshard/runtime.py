@@ -292,9 +292,6 @@ class Runtime:
         """Call worker methods, ``{device: (method, *args)}``, concurrently; returns
         ``{device: result}``. A failure anywhere shuts the runtime down and raises one
         :class:`ExecutionError` naming dead devices and failing tasks."""
-        return self._call_all(calls, what)
-
-    def _call_all(self, calls: dict[int, tuple], what: str) -> dict[int, Any]:
         with self._lock:
             self._check_open()
             issued = time.monotonic()
