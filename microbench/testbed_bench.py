@@ -221,7 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         env["testbed"] = repr(tb)
 
         def cluster(n: int) -> Cluster:
-            return tb.cluster(g, num_hosts=n, **overrides)
+            intra = overrides.get("intra_bandwidth")
+            if intra is None:
+                return tb.cluster(g, num_hosts=n)
+            return tb.cluster(g, num_hosts=n, intra_bandwidth=intra)
 
         cases = [sized(c, g, cluster, args.seconds) for c in narrowed]
         print(f"# testbed: {tb!r}; NIC {tb.nic_bandwidth / 1e6:.1f} MB/s each way; model "
