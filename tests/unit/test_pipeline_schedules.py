@@ -149,6 +149,7 @@ def test_actions_are_unique_per_stage():
 
 
 def test_custom_schedule_example_runs(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra draws the example's figure")
     from reshard.pipeline.examples.custom_schedule import main
 
     report = main([str(tmp_path / "custom.png")])

@@ -236,6 +236,7 @@ def test_to_ascii():
 
 
 def test_plot_writes_png(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra")
     costs = PipelineCosts(forward=1, backward=2, activation_transfer=0.5)
     path = simulate(eager_one_f_one_b(3, 4), costs).plot(tmp_path / "gantt.png", title="eager")
     data = path.read_bytes()
