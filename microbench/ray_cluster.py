@@ -124,7 +124,7 @@ def _ray_reading_env() -> Any:
     except ImportError as e:
         raise RayClusterError(
             f"Ray {ray.__version__} has no token authentication (RAY_AUTH_MODE); a "
-            f"RayCluster keeps it on, so it needs a Ray that has it: pip install -U ray"
+            f"RayCluster keeps it on, so it needs Ray >= 2.52: pip install -U 'ray>=2.52'"
         ) from e
     if imported:
         Config.initialize("")
