@@ -52,7 +52,7 @@ setup(
         "grpcio-health-checking>=1.85.1",
     ],
     extras_require={
-        "ray": ["ray>=2.9"],
+        "ray": ["ray>=2.52"],  # token authentication (the testbed's RayCluster)
         "gloo": ["torch>=2.1"],
         "cuda12": ["cupy-cuda12x>=13", "nvidia-nccl-cu12"],
         "cuda13": ["cupy-cuda13x>=13.6", "nvidia-nccl-cu13"],

@@ -24,7 +24,8 @@ def start_group(backend: BackendKind, launcher: LauncherKind, devices: Sequence[
     if netns is not None and launcher is not LauncherKind.PROCESS:
         raise OptionError(
             f"netns=... runs workers inside network namespaces, which only the process "
-            f"launcher does; got launcher={launcher.value!r}, use launcher='process'")
+            f"launcher does; got launcher={launcher.value!r}: use launcher='process', or "
+            f"run a RayCluster on the testbed and pass launcher='ray', address=rc.address")
     if launcher is LauncherKind.THREAD:
         if backend is not BackendKind.LOCAL:
             raise OptionError(
