@@ -117,6 +117,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def natural_float(text: str) -> float:
+    """A finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
 def strategy_list(text: str) -> tuple[str, ...]:
     """``"broadcast,send_recv"`` -> its strategies' names, each parsed once
     (:meth:`Strategy.parse`), duplicates dropped, in the order given."""

@@ -4,19 +4,21 @@ Builds a :class:`~reshard.microbench.testbed.Testbed` (hosts = network namespace
 NICs = tc-limited veths), runs gloo workers inside it (process launcher), and for
 every case and strategy reports:
 
-* ``meas s``: median wall time of ``Runtime.execute`` over ``--runs`` runs after
-  ``--warmup`` runs, measured in the driver;
+* ``meas s``: median wall time of ``Runtime.execute`` over ``-n`` runs after
+  ``-w`` warm-up runs, measured in the driver;
 * ``model s``: the planner's prediction, ``plan.estimate()``, on the testbed's
   cluster (NIC = the tc rate; intra-host bandwidth = the measured loopback TCP rate
   inside a namespace unless ``--intra preset``);
 * ``meas/model``, and the lower bound ``bound s`` (``plan.lower_bound()``, the same
   for every strategy) with ``meas/bound``;
 * ``#wrong``: destination elements that differ from the source value (checked on
-  the first run of each strategy).
+  the first run of each strategy; ``-c 0``: not checked).
 
 Meshes ``(n, 4)`` become ``(n, g)`` (``Case.narrowed(g)``, ``g = --devices-per-host``)
-and are placed by ``Case.build``: the source on the first hosts, the destination on
-the next ones. Each case's tensor is sized so that its broadcast plan takes about
+and are placed as ``Case.meshes_on`` says: the source on the first hosts, the
+destination on the next ones, or on the last hosts when ``--hosts`` is too small for
+both (then the meshes share hosts). Without ``--hosts`` each case gets just the hosts
+it needs. Each case's tensor is sized so that its broadcast plan takes about
 ``--seconds`` on the model.
 
 ``--launcher ray`` runs the same workers as Ray actors on a real multi-node Ray cluster
@@ -25,14 +27,20 @@ per host namespace, the head on host 0, this process its driver), instead of pla
 processes (``--launcher process``, the default).
 
 ``--suite realistic`` runs instead the testbed-size members of the realistic families
-(:data:`REALISTIC`): all-to-all transposes and a weight sync (a narrowed Llama-2 slice,
+(:func:`realistic_cases`): all-to-all transposes and a weight sync (a narrowed Llama-2 slice,
 FSDP -> 2 x TP=2, every tensor in one plan), with the paper cases' defaults.
+
+Flags are every benchmark's (:mod:`reshard.microbench.flags`: ``-n/-w``, ``--suite``,
+``--cases``, ``--strategies``, ``-c``, ``--hosts``, ``--devices-per-host``,
+``--launcher``, ``--timeout``, ``-J``, ``--no-progress``) plus the testbed's own
+(``--gbit``, ``--latency-ms``, ``--seconds``, ``--intra``); ``--runs`` is a deprecated
+``-n``.
 
 Example (about 3 minutes on 2 cores)::
 
-    python -m reshard.microbench.testbed_bench --gbit 0.3 --json testbed.json
-    python -m reshard.microbench.testbed_bench --suite realistic --json realistic.json
-    python -m reshard.microbench.testbed_bench --launcher ray --json testbed-ray.json
+    python -m reshard.microbench.testbed_bench --gbit 0.3 -J testbed.json
+    python -m reshard.microbench.testbed_bench --suite realistic -J realistic.json
+    python -m reshard.microbench.testbed_bench --launcher ray -J testbed-ray.json
 """
 
 from __future__ import annotations
@@ -40,33 +48,32 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from reshard.cluster import Cluster
+from reshard.errors import ExecutionError, ReshardError
 from reshard.layout import Layout
+from reshard.microbench import flags
 from reshard.microbench.measure import (
     Measured,
-    add_case_args,
     count_wrong,
     measure_strategies,
     measured_row,
-    print_rows,
-    report,
     sample_value,
-    selected_cases,
     time_execute,
 )
 from reshard.microbench.ray_cluster import RayCluster
-from reshard.microbench.report import scaled
-from reshard.microbench.suites.paper import Case
+from reshard.microbench.report import Column, Progress, Shape, Stream, machine, scaled, write_json
+from reshard.microbench.suites.paper import Case, n_to_m_cases
 from reshard.microbench.suites.weight_sync import LLAMA2_7B, weight_sync_tensors
 from reshard.microbench.testbed import Testbed, available
 from reshard.planner.plan import plan_many
-from reshard.planner.strategy import Strategy
+
+PROG = "python -m reshard.microbench.testbed_bench"
+INTRA = ("measured", "preset")
 
 
 def realistic_cases() -> list[Case]:
@@ -81,39 +88,43 @@ def realistic_cases() -> list[Case]:
     ]
 
 
-REALISTIC = {c.name: c for c in realistic_cases()}
+SUITES: dict[str, Callable[[], Sequence[Case]]] = {"paper": n_to_m_cases,
+                                                   "realistic": realistic_cases}
 
 
-def sized(case: Case, devices_per_host: int, cluster: Callable[[int], Cluster],
-          seconds: float) -> Case:
+def sized(case: Case, hosts: int, cluster: Callable[[int], Cluster], seconds: float) -> Case:
     """``case`` scaled so its broadcast plan takes about ``seconds`` on the model of
-    ``cluster(num_hosts)`` (two rounds: the model is affine in the bytes, up to the
+    ``cluster(hosts)`` (two rounds: the model is affine in the bytes, up to the
     rounding of the shape)."""
     for _ in range(2):
-        built = case.cluster(devices_per_host)
-        plan = plan_many(case.requests_on(built), cluster=cluster(built.num_hosts),
-                         strategy="broadcast")
+        built = cluster(hosts)
+        plan = plan_many(case.requests_on(built), cluster=built, strategy="broadcast")
         case = case.with_bytes(int(case.nbytes * seconds / plan.estimate()))
     return case
 
 
 def bench_many(rt: Any, case: Case, requests: Sequence[tuple], strategies: Sequence[str],
-               runs: int, warmup: int) -> list[dict]:
+               runs: int, warmup: int, check: bool = True,
+               on_run: Callable[[], Any] | None = None) -> list[dict]:
     """Measure every strategy of a case of several tensors (one plan) on a running
-    runtime; every destination shard of every tensor checked on the first run."""
+    runtime; every destination shard of every tensor checked on the first run (unless
+    not ``check``); ``on_run`` is called after every run."""
     values = [sample_value(shape, dtype) for shape, dtype, _, _ in requests]
     xs = [rt.put(v, src) for v, (_, _, src, _) in zip(values, requests)]
     dsts = [dst for _, _, _, dst in requests]
     _, _, src0, dst0 = requests[0]
+
+    def wrong(ys: list) -> int:
+        return sum(count_wrong(rt, y, v) for y, v in zip(ys, values))
+
     rows = []
     try:
         for strategy in strategies:
             plan = rt.plan(xs, dsts, strategy)
             rt.load(plan)
-            seconds, times, wrong = time_execute(
-                rt, plan, xs, runs, warmup,
-                check=lambda ys: sum(count_wrong(rt, y, v) for y, v in zip(ys, values)))
-            m = Measured(strategy, plan, seconds, times, wrong, 0.0, None)
+            seconds, times, bad = time_execute(rt, plan, xs, runs, warmup,
+                                               check=wrong if check else None, on_run=on_run)
+            m = Measured(strategy, plan, seconds, times, bad, 0.0, None)
             rows.append(_row(case, src0, dst0, m, tensors=len(requests)))
     finally:
         rt.free(*xs)
@@ -121,140 +132,177 @@ def bench_many(rt: Any, case: Case, requests: Sequence[tuple], strategies: Seque
 
 
 def bench_case(rt: Any, case: Case, src: Layout, dst: Layout, strategies: Sequence[str],
-               runs: int, warmup: int) -> list[dict]:
+               runs: int, warmup: int, check: bool = True,
+               on_run: Callable[[], Any] | None = None) -> list[dict]:
     """Measure every strategy of one case on a running runtime."""
     value = sample_value(case.shape, case.dtype)
     return [_row(case, src, dst, m)
-            for m in measure_strategies(rt, value, src, dst, strategies, runs, warmup)]
+            for m in measure_strategies(rt, value, src, dst, strategies, runs, warmup,
+                                        check=check, on_run=on_run)]
 
 
 def _row(case: Case, src: Layout, dst: Layout, m: Measured, **extra: Any) -> dict:
     """:func:`measured_row` with the model's prediction and the bound beside it."""
     seconds, model, bound = m.seconds, m.plan.estimate(), m.plan.lower_bound()
     return measured_row(
-        case, src, dst, m, **extra, model_seconds=model, lower_bound_seconds=bound,
-        measured_over_model=seconds / model, measured_over_bound=seconds / bound,
-        busiest_resource=list(m.plan.simulate().busiest))
+        case, src, dst, m, **extra, layouts=case.layout_text(), model_seconds=model,
+        lower_bound_seconds=bound, measured_over_model=seconds / model,
+        measured_over_bound=seconds / bound, busiest_resource=list(m.plan.simulate().busiest))
 
 
-COLUMNS = [("case", "case"), ("strategy", "strategy"),
-           ("tensor_bytes", "tensor MB", scaled(1e-6, ".1f")),
-           ("bytes_moved", "moved MB", scaled(1e-6, ".1f")),
-           ("seconds", "meas s", scaled(1, ".3f")),
-           ("model_seconds", "model s", scaled(1, ".3f")),
-           ("measured_over_model", "meas/model", scaled(1, ".2f")),
-           ("lower_bound_seconds", "bound s", scaled(1, ".3f")),
-           ("measured_over_bound", "meas/bound", scaled(1, ".2f")), ("wrong", "#wrong")]
+COLUMNS = (Column("case", "case", align="<"), Column("layouts", "src->dst", align="<"),
+           Column("strategy", "strategy", align="<"),
+           Column("tensor_bytes", "tensor MB", scaled(1e-6, ".1f")),
+           Column("bytes_moved", "moved MB", scaled(1e-6, ".1f")),
+           Column("seconds", "meas s", scaled(1, ".3f"), 6),
+           Column("model_seconds", "model s", scaled(1, ".3f")),
+           Column("measured_over_model", "meas/model", scaled(1, ".2f")),
+           Column("lower_bound_seconds", "bound s", scaled(1, ".3f")),
+           Column("measured_over_bound", "meas/bound", scaled(1, ".2f")),
+           Column("wrong", "#wrong"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The shared benchmark flags (:mod:`reshard.microbench.flags`) with this tool's
+    defaults, then the testbed's own."""
+    ap = flags.parser(PROG, __doc__ or "")
+    flags.add_cases(ap, tuple(SUITES), suite="paper")
+    flags.add_iterations(ap, iters=3, warmup=1)
+    flags.add_check(ap)
+    flags.add_cluster(ap, devices_per_host=2, presets=False)
+    flags.add_runtime(ap, timeout=120.0, backends=("gloo",), launchers=("process", "ray"))
+    flags.add_output(ap)
+    g = ap.add_argument_group("testbed")
+    g.add_argument("--gbit", type=flags.positive_float, default=0.3, action=flags.Given,
+                   metavar="GBIT", help="every host's NIC rate each way, Gbit/s (tc tbf)")
+    g.add_argument("--latency-ms", type=flags.natural_float, default=0.0, action=flags.Given,
+                   metavar="MS", help="netem delay added on every NIC, milliseconds")
+    g.add_argument("--seconds", type=flags.positive_float, default=1.0, action=flags.Given,
+                   metavar="S",
+                   help="size each case so its broadcast plan takes this long on the model")
+    g.add_argument("--intra", choices=INTRA, default="measured", action=flags.Given,
+                   help="the model's intra-host bandwidth: loopback TCP measured inside a "
+                        "namespace, or the paper preset's NVLink figure")
+    return ap
+
+
+def _placed(ap: argparse.ArgumentParser, cases: Sequence[Case], hosts: int | None,
+            g: int) -> list[int]:
+    """Each case's host count (``hosts``, else just enough); a usage error for a case
+    whose meshes do not fit ``hosts``."""
+    counts = [hosts or c.hosts_needed for c in cases]
+    for c, n in zip(cases, counts):
+        try:
+            c.meshes_on(Cluster.regular(n, g))
+        except ValueError as e:
+            ap.error(f"--hosts {n}: {e}; raise --hosts or leave it out (each case then "
+                     f"gets the hosts it needs)")
+    return counts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark; prints a table, optionally writes JSON. Exit 1 on wrong
-    results, 2 when no testbed can be built here."""
-    ap = argparse.ArgumentParser(
-        prog="python -m reshard.microbench.testbed_bench",
-        description="The paper's n-to-m cases on gloo workers in network namespaces "
-                    "with tc-limited NICs: measured time vs. the planner's model.")
-    ap.add_argument("--gbit", type=float, default=0.3, help="NIC rate, Gbit/s (default 0.3)")
-    ap.add_argument("--latency-ms", type=float, default=0.0, help="netem delay (default 0)")
-    ap.add_argument("--devices-per-host", type=int, default=2,
-                    help="workers per host; meshes (n, 4) become (n, this) (default 2)")
-    ap.add_argument("--seconds", type=float, default=1.0,
-                    help="size each case so its broadcast takes this long on the model")
-    add_case_args(ap, runs=3)
-    ap.add_argument("--intra", choices=["measured", "preset"], default="measured",
-                    help="model's intra-host bandwidth: loopback TCP measured in a "
-                         "namespace (default) or the paper preset's NVLink figure")
-    ap.add_argument("--timeout", type=float, default=120.0, help="runtime timeout, seconds")
-    ap.add_argument("--suite", choices=["paper", "realistic"], default="paper",
-                    help="the paper's n-to-m cases (default) or the testbed-size realistic "
-                         f"cases {list(REALISTIC)} (--cases then names those)")
-    ap.add_argument("--launcher", choices=["process", "ray"], default="process",
-                    help="workers as plain processes in the hosts' namespaces (default) or "
-                         "as Ray actors on a Ray cluster with a node per host namespace")
-    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    """Run the benchmark: rows as they are measured, then a note; optionally JSON.
+    Exit 1 on wrong results, 2 on a usage error or when no testbed can be built here."""
+    ap = build_parser()
     args = ap.parse_args(argv)
-
+    flags.check_output_paths(ap, [args.json])
+    full = flags.pick_cases(ap, SUITES[args.suite](), args.cases, args.suite)
+    if not full:
+        ap.error(f"--cases: no case given; valid: "
+                 f"{', '.join(c.name for c in SUITES[args.suite]())}")
+    g = args.devices_per_host
+    narrowed = [c.narrowed(g) for c in full]
+    counts = _placed(ap, narrowed, args.hosts, g)
     ok = available(latency=args.latency_ms > 0)
     if not ok:
-        print(f"testbed unavailable: {ok.reason}", file=sys.stderr)
+        print(f"{ap.prog}: error: testbed unavailable: {ok.reason}", file=sys.stderr)
         return 2
-    from reshard.runtime import Runtime
-
+    launcher = args.launcher or "process"
     # Workers' TCPStore logs a warning per connection when reverse DNS of the testbed's
     # private addresses fails (harmless). Their torch is imported by the fork server,
     # which takes the log level from this process's environment when it starts.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    if args.suite == "realistic":
-        if args.cases == ap.get_default("cases"):
-            args.cases = ",".join(REALISTIC)
-        unknown = [n for n in args.cases.split(",") if n not in REALISTIC]
-        if unknown:
-            ap.error(f"unknown realistic case(s) {unknown}; valid: {list(REALISTIC)}")
-        full = [REALISTIC[n] for n in args.cases.split(",")]
-        strategies = [Strategy.parse(x).value for x in args.strategies.split(",") if x]
-    else:
-        full, strategies = selected_cases(ap, args)
-    names = [c.name for c in full]
-    g = args.devices_per_host
-    narrowed = [c.narrowed(g) for c in full]
-    hosts_needed = max(c.cluster(g).num_hosts for c in narrowed)
+    try:
+        rows, env = _run(args, launcher, narrowed, counts)
+    except ExecutionError as e:
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 1
+    except ReshardError as e:
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 2
+    print(f"# NIC {args.gbit:g} Gbit/s (tc tbf, each way), {g} gloo workers per host "
+          f"({launcher} launcher); meas = median of {args.iters} runs after {args.warmup} "
+          f"warm-up; model = plan.estimate() on the testbed cluster; bound = "
+          f"plan.lower_bound()" + ("" if args.check else "; -c 0: results not checked"))
+    order = {c.name: i for i, c in enumerate(full)}
+    rows.sort(key=lambda r: (order[r["case"]], args.strategies.index(r["strategy"])))
+    if args.json:
+        write_json(args.json, {"schema_version": 1, "tool": "testbed_bench",
+                               "machine": machine(), "environment": env,
+                               "args": flags.as_dict(args), "rows": rows})
+    return 1 if any(r["wrong"] for r in rows) else 0
 
-    env: dict[str, Any] = {"python": platform.python_version(), "cpus": os.cpu_count(),
-                           "nic_gbit_per_s": args.gbit, "latency_ms": args.latency_ms,
-                           "devices_per_host": g, "hosts": hosts_needed,
-                           "launcher": args.launcher}
-    rows: list[dict] = []
+
+def _run(args: argparse.Namespace, launcher: str, narrowed: Sequence[Case],
+         counts: Sequence[int]) -> tuple[list[dict], dict[str, Any]]:
+    """Build the testbed (and Ray cluster), measure every case; the rows and facts."""
+    from reshard.runtime import Runtime
+
+    g, hosts = args.devices_per_host, max(counts)
+    env: dict[str, Any] = {"nic_gbit_per_s": args.gbit, "latency_ms": args.latency_ms,
+                           "devices_per_host": g, "hosts": hosts, "launcher": launcher}
+    known = [{"case": c.name, "layouts": c.layout_text(), "strategy": s}
+             for c in narrowed for s in args.strategies]
+    steps = len(known) * (args.warmup + args.iters)
     with contextlib.ExitStack() as stack:
-        tb = stack.enter_context(Testbed(hosts_needed, args.gbit, args.latency_ms))
+        progress = stack.enter_context(Progress(steps, not args.no_progress, "testbed"))
+        out = Stream(Shape.fit(COLUMNS, known), progress)
+        progress.describe(f"building the testbed ({hosts} hosts)")
+        tb = stack.enter_context(Testbed(hosts, args.gbit, args.latency_ms))
         where: dict[str, Any] = {"netns": tb}
-        if args.launcher == "ray":
+        if launcher == "ray":
             t0 = time.perf_counter()
             rc = stack.enter_context(RayCluster(tb))
             where = {"address": rc.address}
-            print(f"# {rc!r} started in {time.perf_counter() - t0:.1f}s", flush=True)
-        overrides: dict[str, float] = {}
+            out.note(f"# {rc!r} started in {time.perf_counter() - t0:.1f}s")
+        intra: float | None = None
         if args.intra == "measured":
             nbytes = 64 << 20
-            overrides["intra_bandwidth"] = nbytes / min(tb.measure(0, 0, nbytes)
-                                                        for _ in range(3))
-        env["intra_bandwidth"] = overrides.get("intra_bandwidth")
+            intra = nbytes / min(tb.measure(0, 0, nbytes) for _ in range(3))
+        env["intra_bandwidth"] = intra
         env["testbed"] = repr(tb)
 
         def cluster(n: int) -> Cluster:
-            intra = overrides.get("intra_bandwidth")
             if intra is None:
                 return tb.cluster(g, num_hosts=n)
             return tb.cluster(g, num_hosts=n, intra_bandwidth=intra)
 
-        cases = [sized(c, g, cluster, args.seconds) for c in narrowed]
-        print(f"# testbed: {tb!r}; NIC {tb.nic_bandwidth / 1e6:.1f} MB/s each way; model "
-              f"{cluster(hosts_needed)}", flush=True)
-        by_hosts: dict[int, list[tuple[Case, list]]] = {}
-        for c in cases:
-            built = c.cluster(g)
-            by_hosts.setdefault(built.num_hosts, []).append((c, c.requests_on(built)))
+        cases = [sized(c, n, cluster, args.seconds) for c, n in zip(narrowed, counts)]
+        out.note(f"# testbed: {tb!r}; NIC {tb.nic_bandwidth / 1e6:.1f} MB/s each way; model "
+                 f"{cluster(hosts)}")
+        by_hosts: dict[int, list[Case]] = {}
+        for c, n in zip(cases, counts):
+            by_hosts.setdefault(n, []).append(c)
+        out.start()
         for n, group in sorted(by_hosts.items()):
             t0 = time.perf_counter()
-            with Runtime("gloo", cluster(n), args.launcher, timeout=args.timeout,
-                         **where) as rt:
-                print(f"# {n} hosts x {g} workers started in "
-                      f"{time.perf_counter() - t0:.1f}s", flush=True)
-                for c, requests in group:
+            progress.describe(f"starting {n * g} workers")
+            with Runtime("gloo", cluster(n), launcher, timeout=args.timeout, **where) as rt:
+                out.note(f"# {n} hosts x {g} workers started in "
+                         f"{time.perf_counter() - t0:.1f}s")
+                for c in group:
+                    progress.describe(f"case {c.name}")
+                    requests = c.requests_on(cluster(n))
                     if len(requests) == 1:
                         _, _, src, dst = requests[0]
-                        new = bench_case(rt, c, src, dst, strategies, args.runs, args.warmup)
+                        new = bench_case(rt, c, src, dst, args.strategies, args.iters,
+                                         args.warmup, bool(args.check), progress.advance)
                     else:
-                        new = bench_many(rt, c, requests, strategies, args.runs,
-                                         args.warmup)
-                    rows.extend(new)
-                    print_rows(new, COLUMNS)
-    order = {n: i for i, n in enumerate(names)}
-    rows.sort(key=lambda r: (order[r["case"]], strategies.index(r["strategy"])))
-    note = (f"# NIC {args.gbit:g} Gbit/s (tc tbf, each way), {g} gloo workers per host "
-            f"({args.launcher} launcher); meas = "
-            f"median of {args.runs} runs after {args.warmup} warm-up; model = plan.estimate() "
-            f"on the testbed cluster; bound = plan.lower_bound()")
-    return report(rows, COLUMNS, note, args, env)
+                        new = bench_many(rt, c, requests, args.strategies, args.iters,
+                                         args.warmup, bool(args.check), progress.advance)
+                    for r in new:
+                        out.row(r)
+    return out.rows, env
 
 
 if __name__ == "__main__":
