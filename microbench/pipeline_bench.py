@@ -1,14 +1,14 @@
 """Pipeline schedules with real cross-mesh transfers, next to the simulator.
 
 Each stage is a host of the emulated testbed (a network namespace whose NIC is rate
-limited with tc) holding a mesh of ``--devices-per-stage`` gloo workers; stages
+limited with tc) holding a mesh of ``--devices-per-host`` gloo workers; stages
 alternate layouts (``S0R`` / ``RS0``), so every boundary is a real cross-mesh reshard.
 Stage compute is :class:`reshard.pipeline.examples.synthetic.TimedStage` (it waits for
 its compute time like a GPU stage's host thread). The activation size is chosen so
 one transfer takes about ``--transfer-ratio`` forwards on the limited NIC.
 
-For every schedule it reports the measured iteration time (median over ``--iters``
-after one warm-up; from the first to the last recorded event) and two predictions of
+For every schedule it reports the measured iteration time (median over ``-n`` steps
+after ``-w`` warm-up steps; from the first to the last recorded event) and two predictions of
 :func:`reshard.pipeline.simulate`: *model*, with the nominal compute times and the
 planner's cost model for the transfer plans on the testbed's cluster, and
 *calibrated*, with the mean durations measured in the same run (compute events, and
@@ -20,7 +20,13 @@ cluster on the testbed (:class:`~reshard.microbench.ray_cluster.RayCluster`: a R
 per stage's host namespace, this process the driver on host 0's node) instead of plain
 processes in the namespaces (``--launcher process``, the default); it needs a testbed.
 
-    python -m reshard.microbench.pipeline_bench --json pipeline.json --plot /tmp/tl
+Flags are every benchmark's where they apply (:mod:`reshard.microbench.flags`:
+``-n/-w``, ``--devices-per-host``, ``--backend``, ``--launcher``, ``--timeout``, ``-J``,
+``--no-progress``) plus the pipeline's own; deprecated spellings still work and say
+what replaced them: ``--runs`` (``-n``), ``--devices-per-stage`` (``--devices-per-host``),
+``--plot DIR`` (``--timeline-dir DIR``).
+
+    python -m reshard.microbench.pipeline_bench -J pipeline.json --timeline-dir /tmp/tl
     python -m reshard.microbench.pipeline_bench --launcher ray
 """
 
@@ -37,12 +43,15 @@ from typing import Any
 import numpy as np
 
 import reshard
-from reshard.microbench.report import table, write_json
-from reshard.pipeline import PipelineCosts, make_schedule, simulate
+from reshard.errors import ExecutionError, ReshardError
+from reshard.microbench import flags
+from reshard.microbench.report import Column, Progress, Shape, Stream, machine, write_json
+from reshard.pipeline import SCHEDULES, PipelineCosts, make_schedule, simulate
 from reshard.pipeline.runtime import PipelineRuntime
 from reshard.pipeline.stage import StageSpec
 from reshard.pipeline.timeline import Timeline
 
+PROG = "python -m reshard.microbench.pipeline_bench"
 MODULE = "reshard.pipeline.examples.synthetic:TimedStage"
 
 
@@ -87,17 +96,19 @@ def calibrated_costs(tl: Timeline, fwd: float, bwd: float, transfer: float) -> P
                          gradient_transfer=_mean(wire_times(tl, "SG", "RG", -1), transfer))
 
 
-def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
-    """Measure every schedule; returns table rows and facts about the set-up."""
+def run(args: argparse.Namespace, out: Stream | None = None) -> tuple[list[dict], dict]:
+    """Measure every schedule (each row printed through ``out`` when done, whose
+    progress bar advances every step); returns table rows and facts about the set-up."""
     from reshard.microbench import testbed
 
     fwd, bwd = args.forward_ms / 1e3, args.backward_ms / 1e3
+    launcher = args.launcher or "process"
     ok = testbed.available()
     rate = args.nic_mbit * 1e6 / 8
     nbytes = int(args.transfer_ratio * fwd * rate)
-    rows_n = max(args.devices_per_stage, nbytes // (4 * args.width))
+    rows_n = max(args.devices_per_host, nbytes // (4 * args.width))
     shape = (int(rows_n), args.width)
-    stages = stage_specs(args.stages, args.devices_per_stage, shape, fwd, bwd)
+    stages = stage_specs(args.stages, args.devices_per_host, shape, fwd, bwd)
     facts = {"testbed": bool(ok), "why": ok.reason, "nic_mbit": args.nic_mbit,
              "activation_bytes": shape[0] * shape[1] * 4, "shape": shape,
              "forward_s": fwd, "backward_s": bwd}
@@ -106,23 +117,24 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
         where: dict[str, Any] = {}
         if ok:
             tb = stack.enter_context(testbed.Testbed(args.stages, args.nic_mbit / 1e3))
-            cluster = tb.cluster(args.devices_per_stage)
+            cluster = tb.cluster(args.devices_per_host)
             where = {"netns": tb}
-            if args.launcher == "ray":
+            if launcher == "ray":
                 from reshard.microbench.ray_cluster import RayCluster
 
                 where = {"address": stack.enter_context(RayCluster(tb)).address}
         else:
-            cluster = reshard.Cluster.regular(args.stages, args.devices_per_stage,
+            cluster = reshard.Cluster.regular(args.stages, args.devices_per_host,
                                               nic_bandwidth=rate)
-        facts["launcher"] = args.launcher
-        with reshard.Runtime("gloo", cluster, args.launcher, timeout=120, **where) as rt:
+        facts["launcher"] = launcher
+        with reshard.Runtime("gloo", cluster, launcher, timeout=args.timeout, **where) as rt:
             for name in args.schedules:
                 sched = make_schedule(name, args.stages, args.microbatches)
                 pipe = PipelineRuntime(rt, stages, sched, dtype="float32", name=name)
                 pipe.set_params([{} for _ in stages])
                 xs = [np.ones(shape, np.float32) for _ in range(args.microbatches)]
-                results = [pipe.step(xs, xs) for _ in range(args.iters + 1)][1:]
+                results = [_step(pipe, xs, out) for _ in range(args.warmup + args.iters)]
+                results = results[args.warmup:]
                 times = [r.timeline.iteration_time for r in results]
                 measured = statistics.median_low(times)
                 best = results[times.index(measured)].timeline
@@ -132,7 +144,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                                                       gradient_transfer=pipe.grad_plans[0]
                                                       .estimate()))
                 calib = simulate(sched, calibrated_costs(best, fwd, bwd, transfer))
-                rows.append({
+                row = {
                     "schedule": name, "measured_s": measured,
                     "model_s": model.iteration_time,
                     "model_err": model.iteration_time / measured - 1,
@@ -142,62 +154,145 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                     "measured_transfer_ms": _mean(wire_times(best, "SA", "RA", 1), 0) * 1e3,
                     "peak_act": " ".join(map(str, best.peak_activations)),
                     "bubble": best.mean_bubble_fraction,
-                })
-                if args.plot:
-                    best.plot(f"{args.plot}/{name}-measured.png", f"{name}: measured")
-                    model.plot(f"{args.plot}/{name}-model.png", f"{name}: simulated")
+                }
+                rows.append(row)
+                if out is not None:
+                    out.row(row)
+                if args.timeline_dir:
+                    folder = args.timeline_dir
+                    best.plot(f"{folder}/{name}-measured.png", f"{name}: measured")
+                    model.plot(f"{folder}/{name}-model.png", f"{name}: simulated")
     return rows, facts
 
 
-COLUMNS = [("schedule", "schedule"), ("measured_s", "measured(s)"), ("model_s", "model(s)"),
-           ("model_err", "model err"), ("calib_s", "calibrated(s)"), ("calib_err", "calib err"),
-           ("transfer_ms", "plan est(ms)"), ("measured_transfer_ms", "wire(ms)"),
-           ("bubble", "bubble"), ("peak_act", "peak activations/stage")]
+def _step(pipe: PipelineRuntime, xs: list, out: Stream | None) -> Any:
+    """One pipeline step (a progress bar's unit)."""
+    result = pipe.step(xs, xs)
+    if out is not None:
+        out.progress.advance()
+    return result
+
+
+COLUMNS = (Column("schedule", "schedule", align="<"),
+           Column("measured_s", "measured(s)", ".3f", 11), Column("model_s", "model(s)", ".3f"),
+           Column("model_err", "model err", "+.1%"), Column("calib_s", "calibrated(s)", ".3f"),
+           Column("calib_err", "calib err", "+.1%"),
+           Column("transfer_ms", "plan est(ms)", ".1f"),
+           Column("measured_transfer_ms", "wire(ms)", ".1f"), Column("bubble", "bubble", ".3f"),
+           Column("peak_act", "peak activations/stage", align="<"))
+
+
+def schedule_list(text: str) -> tuple[str, ...]:
+    """``"1f1b,gpipe"`` -> those schedule names (keys of
+    :data:`~reshard.pipeline.SCHEDULES`), duplicates dropped, in the order given."""
+    names = flags.name_list(text)
+    unknown = [n for n in names if n not in SCHEDULES]
+    if unknown or not names:
+        what = f"unknown schedule {', '.join(map(repr, unknown))}" if unknown else \
+            "no schedule given"
+        raise argparse.ArgumentTypeError(f"{what}; valid schedules: {', '.join(SCHEDULES)}")
+    return tuple(dict.fromkeys(names))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The shared benchmark flags (:mod:`reshard.microbench.flags`) that apply to a
+    pipeline, then the pipeline's own; old spellings kept as deprecated aliases."""
+    ap = flags.parser(PROG, __doc__ or "")
+    flags.add_iterations(ap, iters=3, warmup=1, iters_help="timed pipeline steps per "
+                         "schedule; the median iteration time is reported",
+                         warmup_help="untimed steps before them")
+    cluster = ap.add_argument_group("cluster (one testbed host per stage)")
+    cluster.add_argument("--stages", type=flags.positive_int, default=4, action=flags.Given,
+                         metavar="N", help="pipeline stages, each a host of the testbed")
+    cluster.add_argument(*flags.FLAGS["devices_per_host"], type=flags.positive_int, default=2,
+                         action=flags.Given, metavar="G",
+                         help="gloo workers per stage (its host's devices)")
+    cluster.add_argument("--devices-per-stage", dest="devices_per_host",
+                         type=flags.positive_int, action=flags.Deprecated,
+                         instead="--devices-per-host")
+    cluster.add_argument("--nic-mbit", type=flags.positive_float, default=400.0,
+                         action=flags.Given, metavar="MBIT",
+                         help="every host's NIC rate each way, Mbit/s (tc)")
+    flags.add_runtime(ap, timeout=120.0, backends=("gloo",), launchers=("process", "ray"))
+    own = ap.add_argument_group("pipeline")
+    own.add_argument("--schedules", type=schedule_list, default="1f1b,eager-1f1b",
+                     action=flags.Given, metavar="A,B",
+                     help=f"comma-separated, from {', '.join(SCHEDULES)}")
+    own.add_argument("--microbatches", type=flags.positive_int, default=8, action=flags.Given,
+                     metavar="M", help="microbatches per step")
+    own.add_argument("--forward-ms", type=flags.positive_float, default=60.0,
+                     action=flags.Given, metavar="MS", help="every stage's forward compute")
+    own.add_argument("--backward-ms", type=flags.positive_float, default=120.0,
+                     action=flags.Given, metavar="MS", help="every stage's backward compute")
+    own.add_argument("--transfer-ratio", type=flags.positive_float, default=1.0,
+                     action=flags.Given, metavar="R",
+                     help="activation transfer time / forward time on the NIC (sizes the "
+                          "activation)")
+    own.add_argument("--width", type=flags.positive_int, default=1024, action=flags.Given,
+                     metavar="N", help="activation columns (float32)")
+    output = flags.add_output(ap)
+    output.add_argument("--timeline-dir", default=None, action=flags.Given, metavar="DIR",
+                        help="also plot each schedule's measured and simulated timeline "
+                             "as PNGs in this folder (needs matplotlib: the 'plot' extra)")
+    output.add_argument("--plot", dest="timeline_dir", action=flags.Deprecated,
+                        instead="--timeline-dir")
+    return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point."""
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--stages", type=int, default=4)
-    ap.add_argument("--devices-per-stage", type=int, default=2)
-    ap.add_argument("--microbatches", type=int, default=8)
-    ap.add_argument("--forward-ms", type=float, default=60.0)
-    ap.add_argument("--backward-ms", type=float, default=120.0)
-    ap.add_argument("--transfer-ratio", type=float, default=1.0,
-                    help="activation transfer time / forward time on the NIC")
-    ap.add_argument("--nic-mbit", type=float, default=400.0)
-    ap.add_argument("--width", type=int, default=1024)
-    ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--schedules", default="1f1b,eager-1f1b", type=lambda s: s.split(","))
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--plot", default=None, help="folder for timeline PNGs")
-    ap.add_argument("--launcher", choices=["process", "ray"], default="process",
-                    help="stage workers as plain processes in the hosts' namespaces "
-                         "(default) or as Ray actors on a Ray node per host namespace")
+    """Entry point: rows as they are measured, then a summary; optionally JSON. Exit 1
+    when a step fails, 2 on a usage error or when ``--launcher ray`` has no testbed."""
+    ap = build_parser()
     args = ap.parse_args(argv)
-    if args.launcher == "ray":
+    flags.check_output_paths(ap, [args.json])
+    if args.timeline_dir and not os.path.isdir(args.timeline_dir):
+        ap.error(f"--timeline-dir {args.timeline_dir}: no such folder; create it or pick "
+                 f"another")
+    for name in args.schedules:
+        try:
+            chunks = make_schedule(name, args.stages, args.microbatches).num_chunks
+        except ReshardError as e:
+            ap.error(f"--schedules {name} with --stages {args.stages} --microbatches "
+                     f"{args.microbatches}: {e}")
+        if chunks != 1:
+            ap.error(f"--schedules {name}: it places {chunks} model chunks on every stage, "
+                     f"and this benchmark's stages hold one each; valid here: "
+                     f"{', '.join(n for n in SCHEDULES if n != name)}")
+    launcher = args.launcher or "process"
+    if launcher == "ray":
         from reshard.microbench.testbed import available
 
         ok = available()
         if not ok:
-            print(f"--launcher ray runs on the emulated testbed, which cannot be built "
-                  f"here: {ok.reason}", file=sys.stderr)
+            print(f"{ap.prog}: error: --launcher ray runs on the emulated testbed, which "
+                  f"cannot be built here: {ok.reason}", file=sys.stderr)
             return 2
     # torch's TCPStore warns once per connection that reverse DNS of the testbed's
     # private addresses fails (harmless); the fork server takes the level from here.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    rows, facts = run(args)
+    known = [{"schedule": n} for n in args.schedules]
+    steps = len(args.schedules) * (args.warmup + args.iters)
+    with Progress(steps, not args.no_progress, "pipeline") as progress:
+        out = Stream(Shape.fit(COLUMNS, known), progress)
+        out.start()
+        try:
+            rows, facts = run(args, out)
+        except ReshardError as e:
+            progress.close()
+            print(f"{ap.prog}: error: {e}", file=sys.stderr)
+            return 1 if isinstance(e, ExecutionError) else 2
     where = (f"testbed: {args.stages} hosts, NIC {args.nic_mbit:g} Mbit/s (tc)"
              if facts["testbed"] else f"loopback, NOT rate limited ({facts['why']})")
-    print(f"# {where}; {args.devices_per_stage} gloo workers per stage ({args.launcher} "
+    print(f"# {where}; {args.devices_per_host} gloo workers per stage ({launcher} "
           f"launcher); activation "
           f"{facts['shape']} float32 = {facts['activation_bytes'] / 1e6:.2f} MB; forward "
           f"{args.forward_ms:g} ms, backward {args.backward_ms:g} ms; "
-          f"{args.microbatches} microbatches")
-    print(table(rows, COLUMNS))
+          f"{args.microbatches} microbatches; measured = median of {args.iters} steps after "
+          f"{args.warmup} warm-up")
     if args.json:
-        write_json(args.json, {"facts": facts, "rows": rows})
+        write_json(args.json, {"schema_version": 1, "tool": "pipeline_bench",
+                               "machine": machine(), "facts": facts,
+                               "args": flags.as_dict(args), "rows": rows})
     return 0
 
 
