@@ -10,14 +10,14 @@ destination elements once and free what they made. This module does that once:
 * :func:`count_wrong`: destination elements that differ from the value;
 * :func:`time_execute`: the timed runs of one plan;
 * :func:`measure_strategies`: put, then plan (and load) and time every strategy;
-* :func:`measured_row`: the JSON row all three report, plus each one's own keys;
-* :func:`add_case_args` / :func:`selected_cases`: the n-to-m benchmarks' case and
-  strategy flags; :func:`print_rows` and :func:`report`: their output.
+* :func:`measured_row`: the JSON row all three report, plus each one's own keys.
+
+Their flags are :mod:`reshard.microbench.flags`; their tables and JSON
+:mod:`reshard.microbench.report`.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,12 +27,8 @@ from typing import Any
 import numpy as np
 
 from reshard.layout import Layout
-from reshard.microbench.report import table, write_json
-from reshard.microbench.suites.paper import Case, n_to_m_cases
+from reshard.microbench.suites.paper import Case
 from reshard.planner.ir import ReshardPlan
-from reshard.planner.strategy import Strategy
-
-STRATEGIES = tuple(s.value for s in Strategy)
 
 
 def sample_value(shape: Sequence[int], dtype: str, bound: int = 2**20,
@@ -158,42 +154,3 @@ def measured_row(case: Case, src: Layout, dst: Layout, m: Measured, shape: Any =
     row.update(extra)
     row["wrong"] = m.wrong if wrong is None else wrong
     return row
-
-
-def add_case_args(ap: argparse.ArgumentParser, runs: int) -> None:
-    """``--cases``, ``--strategies``, ``--runs`` (default ``runs``) and ``--warmup``."""
-    ap.add_argument("--cases", default="1,2,3,4,5,6,7,9", help="comma-separated case names")
-    ap.add_argument("--strategies", default=",".join(STRATEGIES),
-                    help=f"comma-separated, from {list(STRATEGIES)}")
-    ap.add_argument("--runs", type=int, default=runs, help="timed runs (median reported)")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed runs first")
-
-
-def selected_cases(ap: argparse.ArgumentParser,
-                   args: argparse.Namespace) -> tuple[list[Case], list[str]]:
-    """The n-to-m cases named by ``--cases`` (in that order, at full size) and the
-    strategies of ``--strategies``; an unknown case name is a usage error."""
-    by_name = {c.name: c for c in n_to_m_cases()}
-    names = [n.strip() for n in args.cases.split(",") if n.strip()]
-    unknown = [n for n in names if n not in by_name]
-    if unknown:
-        ap.error(f"unknown case(s) {unknown}; valid: {sorted(by_name)}")
-    strategies = [Strategy.parse(s).value for s in args.strategies.split(",") if s.strip()]
-    return [by_name[n] for n in names], strategies
-
-
-def print_rows(rows: Sequence[dict], columns: Sequence[tuple]) -> None:
-    """Rows as they are measured: the table without its header."""
-    print(table(rows, columns).split("\n", 2)[-1], flush=True)
-
-
-def report(rows: Sequence[dict], columns: Sequence[tuple], note: str,
-           args: argparse.Namespace, env: dict) -> int:
-    """Print the whole table and ``note``; with ``--json``, write the environment, the
-    arguments and the rows. Returns the exit code: 1 if any element was wrong."""
-    print()
-    print(table(rows, columns))
-    print(note)
-    if args.json:
-        write_json(args.json, {"environment": env, "args": vars(args), "rows": rows})
-    return 1 if any(r["wrong"] for r in rows) else 0
