@@ -1,0 +1,160 @@
+"""The testbed and pipeline benchmarks take the shared benchmark flags: spelled and
+parsed as reshard-bench does, old spellings kept with a warning, bad values a one-line
+usage error (exit 2) that lists the valid choices, every flag explained in ``--help``.
+
+No test here builds a testbed: the entry points' next step after their usage checks
+(``available`` / ``run``) is replaced by a failure."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from reshard.microbench import cli as bench_cli
+from reshard.microbench import flags, pipeline_bench, testbed_bench
+from reshard.pipeline import SCHEDULES
+
+ENTRY_POINTS = {"testbed_bench": testbed_bench, "pipeline_bench": pipeline_bench}
+
+
+@pytest.fixture(autouse=True)
+def _never_build_a_testbed(monkeypatch):
+    def refuse(*args, **kwargs):
+        pytest.fail("a usage error was expected before the testbed is built")
+
+    monkeypatch.setattr(testbed_bench, "available", refuse)
+    monkeypatch.setattr(pipeline_bench, "run", refuse)
+
+
+def _usage_error(module, argv, capsys) -> str:
+    with pytest.raises(SystemExit) as e:
+        module.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2, err
+    assert err.strip().splitlines()[-1].startswith(f"{module.PROG}: error:"), err
+    return err
+
+
+def _says(err: str, message: str) -> bool:
+    """``message`` in ``err``, quotes aside (argparse quotes choices on some Pythons)."""
+    return message.replace("'", "") in err.replace("'", "")
+
+
+def _option(ap: argparse.ArgumentParser, dest: str) -> argparse.Action:
+    return next(a for a in ap._actions if a.dest == dest and a.help != argparse.SUPPRESS)
+
+
+# ----- the shared flags --------------------------------------------------------------------
+COMMON = ["-n", "4", "-w", "2", "-J", "x.json", "--timeout", "5", "--no-progress",
+          "--launcher", "process", "--backend", "gloo", "--devices-per-host", "3"]
+TESTBED_ALSO = ["--suite", "paper", "--cases", "1,7", "--strategies", "broadcast,send_recv",
+                "-c", "0", "--hosts", "4"]
+
+
+@pytest.mark.parametrize("name,argv", [("testbed_bench", COMMON + TESTBED_ALSO),
+                                       ("pipeline_bench", COMMON)])
+def test_shared_flags_parse_as_in_reshard_bench(name, argv):
+    ap = ENTRY_POINTS[name].build_parser()
+    ours = ap.parse_args(argv)
+    theirs = bench_cli.build_parser().parse_args(argv)
+    shared = [d for d in flags.FLAGS if any(a.dest == d for a in ap._actions)]
+    assert {"iters", "warmup", "json", "timeout", "launcher", "devices_per_host"} <= set(shared)
+    for dest in shared:
+        assert getattr(ours, dest) == getattr(theirs, dest), dest
+        assert _option(ap, dest).option_strings == list(flags.FLAGS[dest]), dest
+    assert flags.given(ours) == flags.given(theirs) & set(vars(ours))
+    assert ours.iters == 4 and ours.devices_per_host == 3
+
+
+def test_defaults_keep_each_tools_own_values():
+    tb = testbed_bench.build_parser().parse_args([])
+    assert (tb.iters, tb.warmup, tb.devices_per_host, tb.hosts, tb.cases) == (3, 1, 2, None, None)
+    assert (tb.suite, tb.check, tb.timeout, tb.gbit, tb.intra) == ("paper", 1, 120.0, 0.3,
+                                                                   "measured")
+    assert flags.given(tb) == frozenset()
+    pb = pipeline_bench.build_parser().parse_args([])
+    assert (pb.iters, pb.warmup, pb.devices_per_host, pb.stages) == (3, 1, 2, 4)
+    assert pb.schedules == ("1f1b", "eager-1f1b") and pb.timeline_dir is None
+
+
+def test_json_arguments_are_json_ready():
+    args = testbed_bench.build_parser().parse_args(["--cases", "1,7"])
+    doc = flags.as_dict(args)
+    assert doc["cases"] == ["1", "7"] and "given_flags" not in doc
+
+
+# ----- old spellings -----------------------------------------------------------------------
+@pytest.mark.parametrize("name,argv,dest,value,instead", [
+    ("testbed_bench", ["--runs", "5"], "iters", 5, "-n/--iters"),
+    ("pipeline_bench", ["--runs", "5"], "iters", 5, "-n/--iters"),
+    ("pipeline_bench", ["--devices-per-stage", "3"], "devices_per_host", 3,
+     "--devices-per-host"),
+    ("pipeline_bench", ["--plot", "/tmp/tl"], "timeline_dir", "/tmp/tl", "--timeline-dir"),
+])
+def test_old_spellings_work_and_warn(name, argv, dest, value, instead, capsys):
+    args = ENTRY_POINTS[name].build_parser().parse_args(argv)
+    assert getattr(args, dest) == value and dest in flags.given(args)
+    assert f"{argv[0]} is deprecated; use {instead}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ENTRY_POINTS)
+def test_current_spellings_do_not_warn(name, capsys):
+    args = ENTRY_POINTS[name].build_parser().parse_args(["--iters", "2", "--json", "x.json"])
+    assert (args.iters, args.json) == (2, "x.json")
+    assert capsys.readouterr().err == ""
+
+
+# ----- bad values --------------------------------------------------------------------------
+@pytest.mark.parametrize("argv,message", [
+    (["--suite", "nope"], "choose from paper, realistic"),
+    (["--launcher", "thread"], "choose from process, ray"),
+    (["--backend", "nccl"], "choose from gloo"),
+    (["--intra", "x"], "choose from measured, preset"),
+    (["--strategies", "bcast"], "valid strategies: send_recv, allgather, broadcast"),
+    (["--cases", "99"], "no case '99' in suite paper; valid: 1, 2, 3, 4, 5, 6, 7, 9"),
+    (["--suite", "realistic", "--cases", "1"],
+     "valid: a2a-3x2, a2a-flat-2x2, rep-to-shard, weight-sync-slice"),
+    (["--cases", ","], "no case given; valid: 1, 2"),
+    (["-n", "0"], "expected an integer >= 1, got 0"),
+    (["-c", "2"], "choose from 0, 1"),
+    (["--gbit", "0"], "expected a number > 0"),
+    (["--latency-ms", "-1"], "expected a number >= 0"),
+    (["--hosts", "1"], "raise --hosts or leave it out"),
+    (["-J", "/no/such/folder/x.json"], "folder /no/such/folder does not exist"),
+])
+def test_testbed_bench_usage_errors(argv, message, capsys):
+    assert _says(_usage_error(testbed_bench, argv, capsys), message)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--schedules", "foo"], "unknown schedule 'foo'; valid schedules: " + ", ".join(SCHEDULES)),
+    (["--schedules", ","], "no schedule given; valid schedules: gpipe"),
+    (["--schedules", "interleaved-1f1b"], "this benchmark's stages hold one each"),
+    (["--launcher", "thread"], "choose from process, ray"),
+    (["--backend", "nccl"], "choose from gloo"),
+    (["-w", "-1"], "expected an integer >= 0"),
+    (["--devices-per-host", "0"], "expected an integer >= 1"),
+    (["--timeline-dir", "/no/such/folder"], "no such folder"),
+    (["-J", "/no/such/folder/x.json"], "folder /no/such/folder does not exist"),
+])
+def test_pipeline_bench_usage_errors(argv, message, capsys):
+    assert _says(_usage_error(pipeline_bench, argv, capsys), message)
+
+
+# ----- help -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ENTRY_POINTS)
+def test_help_explains_every_flag(name):
+    ap = ENTRY_POINTS[name].build_parser()
+    text = ap.format_help()
+    shown = [a for a in ap._actions if a.option_strings and a.help != argparse.SUPPRESS]
+    hidden = [a for a in ap._actions if a.option_strings and a.help == argparse.SUPPRESS]
+    assert len(shown) > 10 and {"--runs"} <= {s for a in hidden for s in a.option_strings}
+    for action in shown:
+        assert action.help and len(action.help) > 10, action.option_strings
+        for spelling in action.option_strings:
+            assert spelling in text, spelling
+    for action in hidden:  # deprecated spellings stay out of --help
+        for spelling in action.option_strings:
+            assert f" {spelling} " not in text and f" {spelling}\n" not in text, spelling
+    assert "(default: 3)" in text  # -n's default is shown
