@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import statistics
 import sys
@@ -248,6 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.timeline_dir and not os.path.isdir(args.timeline_dir):
         ap.error(f"--timeline-dir {args.timeline_dir}: no such folder; create it or pick "
                  f"another")
+    if args.timeline_dir and importlib.util.find_spec("matplotlib") is None:
+        ap.error("--timeline-dir plots with matplotlib, which is not installed: pip install "
+                 "'reshard[plot]', or leave --timeline-dir out")
     for name in args.schedules:
         try:
             chunks = make_schedule(name, args.stages, args.microbatches).num_chunks

@@ -142,6 +142,14 @@ def test_pipeline_bench_usage_errors(argv, message, capsys):
     assert _says(_usage_error(pipeline_bench, argv, capsys), message)
 
 
+def test_timeline_dir_without_matplotlib_fails_before_running(monkeypatch, tmp_path, capsys):
+    real = pipeline_bench.importlib.util.find_spec
+    monkeypatch.setattr(pipeline_bench.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    err = _usage_error(pipeline_bench, ["--timeline-dir", str(tmp_path)], capsys)
+    assert "matplotlib, which is not installed" in err
+
+
 # ----- help -------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ENTRY_POINTS)
 def test_help_explains_every_flag(name):
