@@ -108,23 +108,23 @@ def _int_at_least(text: str, low: int) -> int:
 
 def positive_float(text: str) -> float:
     """A finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
+    return _float_from(text, 0.0, inclusive=False)
 
 
 def natural_float(text: str) -> float:
     """A finite number >= 0."""
+    return _float_from(text, 0.0, inclusive=True)
+
+
+def _float_from(text: str, low: float, *, inclusive: bool) -> float:
+    """A finite number above ``low`` (or equal to it, ``inclusive``)."""
+    rule = f"a number {'>=' if inclusive else '>'} {low:g}"
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {rule}, got {text!r}") from None
+    if not (low <= value if inclusive else low < value) or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected {rule}, got {text!r}")
     return value
 
 
