@@ -7,7 +7,7 @@ process, a device or a global.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -69,6 +69,20 @@ def make_tensor_spec(shape: Sequence[int], dtype: object, src: Layout, dst: Layo
                 f"such as '{str(lay.spec).split('+')[0]}'"
             )
     return TensorSpec(shape_t, dt.name, src, dst)
+
+
+def request_parts(request: Request) -> tuple[Any, Any, Any, Any]:
+    """``(shape, dtype, src_layout, dst_layout)`` of a request (a TensorSpec or such a
+    tuple), unchecked; :class:`ReshardError` if it is neither."""
+    if isinstance(request, TensorSpec):
+        return request.shape, request.dtype, request.src, request.dst
+    try:
+        shape, dtype, src, dst = request
+    except (TypeError, ValueError):
+        raise ReshardError(
+            f"each request is (shape, dtype, src_layout, dst_layout), got {request!r}"
+        ) from None
+    return shape, dtype, src, dst
 
 
 def default_cluster(layouts: Iterable[Layout]) -> Cluster:
@@ -158,18 +172,7 @@ def plan_many(
         A frozen :class:`ReshardPlan`.
     """
     strat = Strategy.parse(strategy)
-    reqs = []
-    for r in requests:
-        if isinstance(r, TensorSpec):
-            reqs.append((r.shape, r.dtype, r.src, r.dst))
-        else:
-            try:
-                shape, dtype, src, dst = r
-            except (TypeError, ValueError):
-                raise ReshardError(
-                    f"each request is (shape, dtype, src_layout, dst_layout), got {r!r}"
-                ) from None
-            reqs.append((shape, dtype, src, dst))
+    reqs = [request_parts(r) for r in requests]
     if cluster is None:
         cluster = default_cluster(lay for _, _, s, d in reqs for lay in (s, d))
     elif not isinstance(cluster, Cluster):

@@ -28,7 +28,7 @@ from reshard.cluster import Cluster
 from reshard.errors import ReshardError
 from reshard.layout import Layout, check_shape
 from reshard.planner.ir import ReshardPlan
-from reshard.planner.plan import parse_dtype
+from reshard.planner.plan import parse_dtype, request_parts
 from reshard.planner.strategy import Strategy
 from reshard.service.auth import bearer
 from reshard.service.cache import LruCache
@@ -147,12 +147,7 @@ class Client:
                  strategy: str | Strategy) -> pb.PlanRequest:
         reqs = []
         for r in requests:
-            try:
-                shape, dtype, src, dst = r
-            except (TypeError, ValueError):
-                raise ReshardError(
-                    f"each request is (shape, dtype, src_layout, dst_layout), got {r!r}"
-                ) from None
+            shape, dtype, src, dst = request_parts(r)
             for name, lay in (("source", src), ("destination", dst)):
                 if not isinstance(lay, Layout):
                     raise ReshardError(f"{name} layout must be a reshard.Layout, got "
