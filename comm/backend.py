@@ -110,10 +110,13 @@ class Backend(Protocol):
         """``array`` as a numpy array."""
 
     def broadcast(self, buf: Any, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None, *, tag: int = 0) -> None:
+                  chain: Sequence[int] | None = None, *, tag: int = 0,
+                  parents: Sequence[int] | None = None) -> None:
         """Send ``buf`` from ``root`` to every member of ``group`` (in place).
-        ``chain`` is the plan's order of the receivers (root's host first), for
-        backends that pipeline a chain themselves; ``tag`` as for :meth:`send`."""
+        ``chain`` is the plan's order of the receivers (root's host first), and
+        ``parents`` (a tree plan's) the member each of them receives from, for
+        backends that pipeline a chain or tree themselves; ``tag`` as for
+        :meth:`send`. The result is the same with or without them."""
 
     def send(self, buf: Any, peer: int, *, tag: int = 0) -> None:
         """Send ``buf`` to ``peer``.

@@ -283,9 +283,14 @@ class Execution:
             self.backend.recv(op.buf, t.root, tag=op.st.index)
 
     def issue_broadcast(self, op: _Op) -> None:
-        """BROADCAST: the receivers in chain order (for backends that pipeline one)."""
+        """BROADCAST: the receivers in chain order, and a tree's parents (for backends
+        that pipeline a chain or tree)."""
         t = op.task
-        self.backend.broadcast(op.buf, t.root, t.group, chain=t.receivers, tag=op.st.index)
+        if t.parents:
+            self.backend.broadcast(op.buf, t.root, t.group, chain=t.receivers,
+                                   tag=op.st.index, parents=t.parents)
+        else:
+            self.backend.broadcast(op.buf, t.root, t.group, chain=t.receivers, tag=op.st.index)
 
     def issue_reduce(self, op: _Op) -> None:
         """REDUCE: summed into the root's buffer."""

@@ -73,7 +73,7 @@ def fan_out(tasks: list[Task], host: Callable[[int], int]) -> list[Task]:
     out: list[Task] = []
     for t in tasks:
         chain = t.receivers
-        if t.kind is not TaskKind.BROADCAST or t.source is not Buffer.SRC:
+        if t.kind is not TaskKind.BROADCAST or t.source is not Buffer.SRC or t.parents:
             out.append(t)
             continue
         last = host(chain[-1])

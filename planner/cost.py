@@ -7,7 +7,8 @@ through every resource on its path: the NIC it leaves a host by and the one it e
 the next host by (one direction each), the intra-host link of each device it leaves
 and enters, or a device's copy engine. Concurrent tasks share a resource max-min
 fairly. A broadcast is a pipelined chain root -> receivers
-(each host boundary crossed once); an all-gather is a ring (each member receives
+(each host boundary crossed once) or a pipelined tree (its latency: the deepest
+path's); an all-gather is a ring (each member receives
 (k-1)/k of the box); a reduction is the reverse chain.
 
 Lower bound: no plan is faster than the largest of: the bytes a host must receive that
@@ -18,6 +19,7 @@ receive that it does not hold, over its link; plus one latency.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,7 +29,7 @@ from reshard.cluster import Cluster
 from reshard.layout import box_size
 from reshard.planner.decompose import decompose, devices_by_box
 from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
-from reshard.planner.resources import COPY, DEV_IN, DEV_OUT, NIC_IN, NIC_OUT, Resource, crossings
+from reshard.planner.resources import COPY, DEV_IN, DEV_OUT, NIC_IN, NIC_OUT, Resource
 
 
 @dataclass(frozen=True)
@@ -45,15 +47,6 @@ class Estimate:
     starts: tuple[float, ...]
     ends: tuple[float, ...]
     busiest: tuple[str, int, float]
-
-
-def _crossings(cluster: Cluster, chain: Sequence[int]) -> list[tuple[Resource, float]]:
-    """NIC directions a chain's bytes cross: leaving one host through the sending
-    device's NIC and entering the next through the receiving device's."""
-    out: list[tuple[Resource, float]] = []
-    for a, b in crossings(cluster.host_of, chain[0], chain[1:]):
-        out += [((NIC_OUT, cluster.nic_of(a)), 1.0), ((NIC_IN, cluster.nic_of(b)), 1.0)]
-    return out
 
 
 def task_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]], float]:
@@ -76,15 +69,22 @@ def task_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]
         return path, lat
     if task.kind is TaskKind.REDUCE:
         chain = [*task.receivers, task.root]
+        edges: Sequence[tuple[int, int]] = list(itertools.pairwise(chain))
     else:
-        chain = [task.root, *task.receivers]
-    path = [((DEV_OUT, d), 1.0) for d in chain[:-1]]
-    path += [((DEV_IN, d), 1.0) for d in chain[1:]]
-    cross = _crossings(cluster, chain)
-    path += cross
-    hops = len(cross) // 2
-    lat = cluster.latency * hops + cluster.intra_latency * (len(chain) - 1 - hops)
-    return path, lat
+        edges = task.edges()
+    # Each edge carries every byte (a sender with k children sends them k times); the
+    # pipelined pieces reach the farthest receiver after the latencies of its path.
+    host, nic = cluster.host_of, cluster.nic_of
+    path = []
+    reach = {edges[0][0]: 0.0}
+    for a, b in edges:
+        path += [((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0)]
+        if host(a) != host(b):
+            path += [((NIC_OUT, nic(a)), 1.0), ((NIC_IN, nic(b)), 1.0)]
+            reach[b] = reach[a] + cluster.latency
+        else:
+            reach[b] = reach[a] + cluster.intra_latency
+    return path, max(reach.values())
 
 
 _CAPACITY = {

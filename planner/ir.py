@@ -10,7 +10,10 @@ initially zeros). Boxes are global; a device addresses them relative to its shar
 * ``BROADCAST``: every receiver's ``dst[box] = root.<source>[box]``, except the
   receivers listed in ``through``: relays that receive the box into scratch memory,
   pass it on down the chain and keep nothing (a device whose NIC is idle, as NCCL's
-  PXN routes through a peer GPU's NIC).
+  PXN routes through a peer GPU's NIC). The bytes flow down a pipelined chain
+  ``root -> receivers[0] -> receivers[1] ...``, or, when ``parents`` is given, down a
+  pipelined tree: ``receivers[i]`` receives from ``parents[i]`` (the root or an
+  earlier receiver) and passes each piece on to every receiver whose parent it is.
 * ``REDUCE``: ``root.src[box] = sum(d.src[box] for d in (root, *receivers))``; the root
   works on a private copy of its source shard, so the caller's data is untouched.
 * ``ALLGATHER``: member ``receivers[i]`` holds ``pieces[i]`` in its ``dst``; afterwards
@@ -85,7 +88,9 @@ class Task:
         source: the shard the root reads from.
         pieces: ``ALLGATHER`` only: each member's piece.
         through: ``BROADCAST`` only: receivers that only relay the box (never the last
-            of the chain); they need no shard of the tensor.
+            of the chain; in a tree, never a leaf); they need no shard of the tensor.
+        parents: ``BROADCAST`` only, empty for a chain: the device each receiver
+            receives from (the root or an earlier receiver), one per receiver.
     """
 
     kind: TaskKind
@@ -98,6 +103,14 @@ class Task:
     source: Buffer = Buffer.SRC
     pieces: tuple[Box, ...] = ()
     through: tuple[int, ...] = ()
+    parents: tuple[int, ...] = ()
+
+    def edges(self) -> tuple[tuple[int, int], ...]:
+        """A ``SEND`` / ``BROADCAST`` as (sender, receiver) pairs in receiver order:
+        the chain ``root -> receivers[0] -> ...``, or the tree of :attr:`parents`."""
+        if self.parents:
+            return tuple(zip(self.parents, self.receivers))
+        return tuple(zip((self.root, *self.receivers), self.receivers))
 
     @property
     def devices(self) -> tuple[int, ...]:
@@ -122,6 +135,8 @@ class Task:
             d["pieces"] = [[list(b) for b in p] for p in self.pieces]
         if self.through:
             d["through"] = list(self.through)
+        if self.parents:
+            d["parents"] = list(self.parents)
         return d
 
     @classmethod
@@ -139,6 +154,7 @@ class Task:
             _enum(Buffer, d.get("source", "src"), "task source"),
             tuple(_box(p, "task piece") for p in _list(d.get("pieces", []), "task pieces")),
             _ints(d.get("through", []), "task through"),
+            _ints(d.get("parents", []), "task parents"),
         )
 
     def __str__(self) -> str:

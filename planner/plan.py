@@ -22,6 +22,7 @@ from reshard.planner.ir import ReshardPlan, Task, TensorSpec
 from reshard.planner.order import one_at_a_time
 from reshard.planner.reduce import decompose_pieces, ready_step, reduce_sources
 from reshard.planner.strategy import Strategy
+from reshard.planner.trees import INTRA, has_long_chains, treeify
 from reshard.planner.work import Splitter, WorkList
 
 NUMERIC_KINDS = "biufc"
@@ -160,8 +161,10 @@ def plan_many(
 
     A broadcast plan whose partial sums are reduced in pipelined pieces is also
     planned with the pieces' chains fanning out inside their last host at the next
-    step (:func:`~reshard.planner.cell_tasks.fan_out`); the model picks the faster
-    (plans up to :data:`COMPARE_UP_TO` tasks).
+    step (:func:`~reshard.planner.cell_tasks.fan_out`), and one whose chains cross
+    many hosts with those chains reshaped into trees
+    (:func:`~reshard.planner.trees.treeify`); the model picks the fastest (plans up
+    to :data:`COMPARE_UP_TO` tasks).
 
     Args:
         requests: ``(shape, dtype, src_layout, dst_layout)`` tuples or TensorSpecs.
@@ -185,7 +188,22 @@ def plan_many(
                              strat, cluster)
         if len(fanned.tasks) <= COMPARE_UP_TO and fanned.estimate() < best.estimate():
             best = fanned
-    return _least_concurrent(best)
+    return _least_concurrent(_with_trees(best))
+
+
+def _with_trees(best: ReshardPlan) -> ReshardPlan:
+    """``best``, or the same plan with its chains over many hosts reshaped into
+    complementary binary trees (:mod:`reshard.planner.trees`), whichever the model says
+    is faster (plans up to :data:`COMPARE_UP_TO` tasks)."""
+    host = best.cluster.host_of
+    if len(best.tasks) > COMPARE_UP_TO or not has_long_chains(best.tasks, host):
+        return best
+    for intra in INTRA:
+        tree = ReshardPlan(best.tensors, treeify(best.tasks, host, intra), best.strategy,
+                           best.cluster)
+        if tree.estimate() < best.estimate():
+            best = tree
+    return best
 
 
 def plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,

@@ -19,7 +19,9 @@ breaks a rule:
     (complete: a partial source must have been reduced there first) or, for a relay
     (``source=dst``), in what that device already received;
   - a broadcast's relay-only receivers (``through``) keep nothing and need no shard;
-    never the chain's last;
+    never the chain's last (in a tree: never a leaf);
+  - a broadcast tree (``parents``): one parent per receiver, the root or an earlier
+    receiver (so every receiver is reached, and no cycle);
   - ``REDUCE`` sums one whole partial group of a partial source, each addend once;
   - every device's destination shard receives every element exactly once (partial
     destinations: the leaders do; the other addends receive nothing and stay zero).
@@ -252,7 +254,24 @@ def _send(r: _Replay, task: Task) -> str | None:
 
 
 def _broadcast(r: _Replay, task: Task) -> str | None:
-    return _deliver(r, task)
+    return _tree(task) or _deliver(r, task)
+
+
+def _tree(task: Task) -> str | None:
+    """A broadcast tree's parents: one per receiver, each the root or an earlier
+    receiver (a tree reaching every receiver, with no cycle)."""
+    if not task.parents:
+        return None
+    if len(task.parents) != len(task.receivers):
+        return (f"a broadcast tree has one parent per receiver: {len(task.receivers)} "
+                f"receivers, {len(task.parents)} parents")
+    seen = {task.root}
+    for d, p in zip(task.receivers, task.parents):
+        if p not in seen:
+            return (f"receiver {d}'s parent {p} is neither the root nor an earlier "
+                    f"receiver")
+        seen.add(d)
+    return None
 
 
 def _deliver(r: _Replay, task: Task) -> str | None:
@@ -275,7 +294,12 @@ def _relays(r: _Replay, task: Task) -> str | None:
     if len(set(task.through)) != len(task.through) or not set(task.through) <= set(
             task.receivers):
         return "relay-only receivers (through) must be distinct receivers of the task"
-    if task.receivers[-1] in task.through:
+    if task.parents:
+        leaves = set(task.through) - set(task.parents)
+        if leaves:
+            return (f"relay-only receiver(s) {sorted(leaves)} are leaves of the tree (they "
+                    f"would pass nothing on)")
+    elif task.receivers[-1] in task.through:
         return "the last receiver of a chain cannot be relay-only (it passes nothing on)"
     hosts = r.plan.cluster
     for d in task.through:
@@ -348,6 +372,8 @@ def _form(task: Task, t: TensorSpec) -> str | None:
         return "a receiver is listed twice"
     if task.kind is not TaskKind.COPY and task.root in task.receivers:
         return "the root is also a receiver"
+    if task.parents and task.kind is not TaskKind.BROADCAST:
+        return "only a broadcast has a tree (parents)"
     return None
 
 

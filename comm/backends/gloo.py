@@ -94,16 +94,17 @@ class _Posted:
 
 
 class _Relay(_Posted):
-    """A chain broadcast's member between root and last: the receives of every piece
-    from ``prev`` are posted at once; piece ``j`` goes on to ``nxt`` (same tag, so
-    the pieces of one chain stay in order) once it arrived. ``works`` collects the
-    forwarding sends."""
+    """A broadcast member that passes pieces on (a chain's middle, a tree's inner
+    node): the receives of every piece from ``prev`` are posted at once; piece ``j``
+    goes on to each of ``nxts`` (same tag, so the pieces of one broadcast stay in
+    order) once it arrived. ``works`` collects the forwarding sends."""
 
     def __init__(self, backend: GlooBackend, what: str, pieces: list[Any], recvs: list[Any],
-                 prev: int, nxt: int, tag: int) -> None:
-        super().__init__(backend, what, (nxt,), [])
+                 prev: int, nxts: Sequence[int], tag: int) -> None:
+        super().__init__(backend, what, tuple(nxts), [])
         self.pieces, self.recvs = pieces, recvs
-        self.prev, self.nxt, self.tag = prev, nxt, tag
+        self.prev, self.nxts, self.tag = prev, tuple(nxts), tag
+        self.passed = 0  # pieces passed on to every next member
         self.arrived = 0  # receives known to be complete (written by the watcher only)
         self.error: BaseException | None = None  # the watcher's
         self._watcher: threading.Thread | None = None
@@ -111,7 +112,7 @@ class _Relay(_Posted):
     @property
     def pending(self) -> bool:
         """Pieces not passed on yet."""
-        return len(self.works) < len(self.pieces)
+        return self.passed < len(self.pieces)
 
     def watch(self) -> None:
         """Start a daemon thread that waits for the receives in order and counts them
@@ -135,21 +136,23 @@ class _Relay(_Posted):
             raise ExecutionError(
                 f"gloo {self.what} with device(s) {[self.prev]} failed: "
                 f"{_gist(self.error)}") from self.error
-        start = len(self.works)
+        start = self.passed
         for j in range(start, self.arrived):
             self._pass_on(j)
         return self.arrived > start
 
     def _pass_on(self, j: int) -> None:
         b = self.backend
-        self.works.append(b._call(self.what, (self.nxt,), b._dist.isend, self.pieces[j],
-                                  dst=b.rank_of[self.nxt], group=b._p2p, tag=self.tag))
+        for nxt in self.nxts:
+            self.works.append(b._call(self.what, (nxt,), b._dist.isend, self.pieces[j],
+                                      dst=b.rank_of[nxt], group=b._p2p, tag=self.tag))
+        self.passed = j + 1
 
     def finish(self) -> None:
         """Pass on what is left (unwatched: blocking on each piece in turn), then wait
         for the forwarding sends."""
         if self._watcher is None:
-            for j in range(len(self.works), len(self.pieces)):
+            for j in range(self.passed, len(self.pieces)):
                 self.backend._call(self.what, (self.prev,), self.recvs[j].wait)
                 self._pass_on(j)
         else:  # group_end polled until every piece arrived and was passed on
@@ -296,17 +299,20 @@ class GlooBackend(HostMemory):
         self.group_end()
 
     def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None, *, tag: int = 0) -> None:
+                  chain: Sequence[int] | None = None, *, tag: int = 0,
+                  parents: Sequence[int] | None = None) -> None:
         """Broadcast from ``root`` to ``group``.
 
         With a ``chain`` order (the plan's: the root's host first, then host by host),
         a pipelined chain root -> chain[0] -> chain[1] ... of send/recv in pieces of
         :data:`CHAIN_PIECE` bytes, all tagged ``tag``: each host boundary is crossed
-        once and every link is busy at once, as NCCL's ring broadcast does. Every
-        receive is posted at once; a member between root and last passes piece ``j``
-        on as soon as it arrived (see :meth:`group_end`). gloo's own broadcast (a
-        binomial tree of whole buffers, so the root's NIC sends once per tree level)
-        serves when no order is given.
+        once and every link is busy at once, as NCCL's ring broadcast does; with
+        ``parents`` too (one per ``chain`` entry), a pipelined tree: ``chain[i]``
+        receives from ``parents[i]``. Every receive is posted at once; a member that
+        others receive from passes piece ``j`` on to each of them as soon as it
+        arrived (see :meth:`group_end`). gloo's own broadcast (a binomial tree of whole
+        buffers, so the root's NIC sends once per tree level) serves when no order is
+        given.
         """
         if not buf.size:
             return
@@ -316,25 +322,27 @@ class GlooBackend(HostMemory):
                               src=self.rank_of[root], group=self._group(group), async_op=True)
             self._add(_Posted(self, "broadcast", group, [work]))
             return
-        order = [root, *(d for d in chain if d != root)]
-        at = order.index(self.device)
-        prev = order[at - 1] if at else None
-        nxt = order[at + 1] if at + 1 < len(order) else None
+        receivers = [d for d in chain if d != root]
+        if parents is None:  # a chain: each member receives from the one before
+            parents = [root, *receivers[:-1]]
+        me = self.device
+        prev = None if me == root else parents[receivers.index(me)]
+        nxts = [d for d, p in zip(receivers, parents) if p == me]
         data = self._bytes(buf)
         pieces = [data[a:a + CHAIN_PIECE] for a in range(0, data.numel(), CHAIN_PIECE)]
-        what = "chain broadcast"
+        what = "chain broadcast" if len(nxts) <= 1 else "tree broadcast"
         if prev is None:  # the root: every piece on its way at once
-            if nxt is not None:
-                sends = [self._call(what, (nxt,), dist.isend, p, dst=self.rank_of[nxt],
-                                    group=self._p2p, tag=tag) for p in pieces]
-                self._add(_Posted(self, what, (nxt,), sends))
+            sends = [self._call(what, (nxt,), dist.isend, p, dst=self.rank_of[nxt],
+                                group=self._p2p, tag=tag) for p in pieces for nxt in nxts]
+            if sends:
+                self._add(_Posted(self, what, nxts, sends))
             return
         recvs = [self._call(what, (prev,), dist.irecv, p, src=self.rank_of[prev],
                             group=self._p2p, tag=tag) for p in pieces]
-        if nxt is None:  # the last member
+        if not nxts:  # a leaf
             self._add(_Posted(self, what, (prev,), recvs))
         else:
-            self._add(_Relay(self, what, pieces, recvs, prev, nxt, tag))
+            self._add(_Relay(self, what, pieces, recvs, prev, nxts, tag))
 
     def send(self, buf: np.ndarray, peer: int, *, tag: int = 0) -> None:
         """``dist.isend`` to ``peer`` (tagged ``tag``)."""

@@ -121,8 +121,9 @@ class LocalBackend(HostMemory):
         buf[...] = msg.reshape(buf.shape)
 
     def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None, *, tag: int = 0) -> None:
-        """Root posts to every member; members receive (the chain order is a
+                  chain: Sequence[int] | None = None, *, tag: int = 0,
+                  parents: Sequence[int] | None = None) -> None:
+        """Root posts to every member; members receive (the chain or tree is a
         performance hint; the result is the same)."""
         if self.device == root:
             for d in group:

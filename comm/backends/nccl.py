@@ -265,9 +265,10 @@ class NcclBackend:
         return self._ready(buf), buf.size * buf.itemsize
 
     def broadcast(self, buf: Any, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None, *, tag: int = 0) -> None:
+                  chain: Sequence[int] | None = None, *, tag: int = 0,
+                  parents: Sequence[int] | None = None) -> None:
         """``ncclBroadcast`` in place on the member set's communicator (NCCL pipelines
-        its own ring, so the chain order hint is not needed; ``tag``: see :meth:`send`)."""
+        its own ring, so the chain or tree hint is not used; ``tag``: see :meth:`send`)."""
         if not buf.size:  # every member skips it alike (sizes come from the plan)
             return
         g, comm = self._comm(group)

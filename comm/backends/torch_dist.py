@@ -291,9 +291,10 @@ class TorchTensorBackend:
             op.after()
 
     def broadcast(self, buf: Any, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None, *, tag: int = 0) -> None:
-        """``dist.broadcast`` on the member set's sub-group (the chain order is left to
-        the library: NCCL pipelines its own ring)."""
+                  chain: Sequence[int] | None = None, *, tag: int = 0,
+                  parents: Sequence[int] | None = None) -> None:
+        """``dist.broadcast`` on the member set's sub-group (the chain or tree is left
+        to the library: NCCL pipelines its own ring)."""
         if buf.numel():
             self._issue("broadcast", group, self._dist.broadcast, self._bytes(buf), src=root,
                         group=self._group(group), async_op=True)

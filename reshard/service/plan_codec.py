@@ -62,7 +62,7 @@ def task_to_pb(t: Task) -> pb.Task:
     return pb.Task(kind=TASK_KINDS[t.kind], tensor=t.tensor, box=_box_pb(t.box), root=t.root,
                    receivers=t.receivers, nbytes=t.nbytes, step=t.step,
                    source=BUFFERS[t.source], pieces=[_box_pb(p) for p in t.pieces],
-                   through=t.through)
+                   through=t.through, parents=t.parents)
 
 
 def header_to_pb(plan: ReshardPlan, into: pb.Plan | None = None) -> pb.Plan:
@@ -149,6 +149,8 @@ def _task_dict(m: pb.Task) -> dict[str, Any]:
         d["pieces"] = [_box_list(p) for p in m.pieces]
     if m.through:
         d["through"] = list(m.through)
+    if m.parents:
+        d["parents"] = list(m.parents)
     return d
 
 

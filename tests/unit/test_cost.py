@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import reshard
-from reshard import Cluster, DeviceMesh, Layout
+from reshard import Cluster, DeviceMesh, Layout, ReshardPlan
 
 NIC = 1e9  # bytes/s
 CL = Cluster.regular(4, 2, nic_bandwidth=NIC, intra_bandwidth=1e11, latency=1e-3,
@@ -31,15 +31,38 @@ def test_two_sends_share_a_nic():
     assert p.lower_bound() == pytest.approx(1e-3 + 2.0)
 
 
+def _chain_task(root, receivers, nbytes=1_000_000_000):
+    from reshard.planner.ir import Task, TaskKind
+    return Task(TaskKind.BROADCAST, 0, ((0, nbytes // 4),), root, tuple(receivers), nbytes)
+
+
 def test_broadcast_chain_crosses_each_host_once():
-    # one device to every device of hosts 1, 2, 3: a chain, each NIC carries 1e9 once
+    # one device to every device of hosts 1, 2, 3: a chain, each NIC carries 1e9 once,
+    # 3 network and 3 intra-host latencies
+    from reshard.planner.cost import task_path
+
+    path, lat = task_path(_chain_task(0, range(2, 8)), CL)
+    assert lat == pytest.approx(3e-3 + 3e-5)
+    nics = [r for r, f in path if r[0].startswith("nic")]
+    assert sorted(nics) == sorted({*nics})  # each NIC direction once
+    assert len(nics) == 6
+
+
+def test_broadcast_over_many_hosts_is_two_trees():
+    # the planner halves it into two binary trees over hosts 1, 2, 3 (host 1 inner in
+    # the first, host 2 in the second): every NIC still carries 1e9 in each direction
+    # it is used, and the deepest receiver is 2 network + 1 intra-host hops away
     src = Layout(DeviceMesh((1,), devices=[0]), "R")
     dst = Layout(DeviceMesh((3, 2), devices=range(2, 8)), "R")
     b = reshard.plan((250_000_000,), "int32", src, dst, cluster=CL, strategy="broadcast")
     s = reshard.plan((250_000_000,), "int32", src, dst, cluster=CL, strategy="send_recv")
-    assert b.estimate() == pytest.approx(1.0 + 3e-3 + 3e-5, rel=1e-6)
+    assert [len(t.parents) for t in b.tasks] == [6, 6]
+    assert b.estimate() == pytest.approx(1.0 + 2e-3 + 1e-5, rel=1e-6)
     assert s.estimate() == pytest.approx(6.0, rel=0.01)  # host 0 sends 6 copies
     assert b.lower_bound() == pytest.approx(1.0 + 1e-3)
+    # the chain it replaced: one latency per host
+    chain = ReshardPlan(b.tensors, (_chain_task(0, range(2, 8)),), b.strategy, b.cluster)
+    assert chain.estimate() == pytest.approx(1.0 + 3e-3 + 3e-5, rel=1e-6)
 
 
 def test_send_side_lower_bound():

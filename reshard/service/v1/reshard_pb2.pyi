@@ -180,7 +180,7 @@ class Box(_message.Message):
     def __init__(self, dims: _Optional[_Iterable[_Union[Range, _Mapping]]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("kind", "tensor", "box", "root", "receivers", "nbytes", "step", "source", "pieces", "through")
+    __slots__ = ("kind", "tensor", "box", "root", "receivers", "nbytes", "step", "source", "pieces", "through", "parents")
     KIND_FIELD_NUMBER: _ClassVar[int]
     TENSOR_FIELD_NUMBER: _ClassVar[int]
     BOX_FIELD_NUMBER: _ClassVar[int]
@@ -191,6 +191,7 @@ class Task(_message.Message):
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     PIECES_FIELD_NUMBER: _ClassVar[int]
     THROUGH_FIELD_NUMBER: _ClassVar[int]
+    PARENTS_FIELD_NUMBER: _ClassVar[int]
     kind: TaskKind
     tensor: int
     box: Box
@@ -201,7 +202,8 @@ class Task(_message.Message):
     source: Buffer
     pieces: _containers.RepeatedCompositeFieldContainer[Box]
     through: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, kind: _Optional[_Union[TaskKind, str]] = ..., tensor: _Optional[int] = ..., box: _Optional[_Union[Box, _Mapping]] = ..., root: _Optional[int] = ..., receivers: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., step: _Optional[int] = ..., source: _Optional[_Union[Buffer, str]] = ..., pieces: _Optional[_Iterable[_Union[Box, _Mapping]]] = ..., through: _Optional[_Iterable[int]] = ...) -> None: ...
+    parents: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, kind: _Optional[_Union[TaskKind, str]] = ..., tensor: _Optional[int] = ..., box: _Optional[_Union[Box, _Mapping]] = ..., root: _Optional[int] = ..., receivers: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., step: _Optional[int] = ..., source: _Optional[_Union[Buffer, str]] = ..., pieces: _Optional[_Iterable[_Union[Box, _Mapping]]] = ..., through: _Optional[_Iterable[int]] = ..., parents: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Plan(_message.Message):
     __slots__ = ("format", "strategy", "cluster", "tensors", "tasks")
