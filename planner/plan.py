@@ -22,7 +22,7 @@ from reshard.planner.ir import ReshardPlan, Task, TensorSpec
 from reshard.planner.order import one_at_a_time
 from reshard.planner.reduce import decompose_pieces, ready_step, reduce_sources
 from reshard.planner.strategy import Strategy
-from reshard.planner.trees import INTRA, has_long_chains, treeify
+from reshard.planner.trees import reshapes, treeify
 from reshard.planner.work import Splitter, WorkList
 
 NUMERIC_KINDS = "biufc"
@@ -192,18 +192,28 @@ def plan_many(
 
 
 def _with_trees(best: ReshardPlan) -> ReshardPlan:
-    """``best``, or the same plan with its chains over many hosts reshaped into
-    complementary binary trees (:mod:`reshard.planner.trees`), whichever the model says
-    is faster (plans up to :data:`COMPARE_UP_TO` tasks)."""
+    """``best``, or the same plan with its chains reshaped into trees
+    (:mod:`reshard.planner.trees`: two binary trees over many hosts, or stars inside
+    hosts, or hosts fed by the root's directly), whichever the model says is fastest
+    (plans up to :data:`TREES_UP_TO` tasks)."""
     host = best.cluster.host_of
-    if len(best.tasks) > COMPARE_UP_TO or not has_long_chains(best.tasks, host):
+    if len(best.tasks) > TREES_UP_TO:
         return best
-    for intra in INTRA:
-        tree = ReshardPlan(best.tensors, treeify(best.tasks, host, intra), best.strategy,
-                           best.cluster)
+    chains = best
+    for shape, intra in TREE_FORMS:
+        if not reshapes(chains.tasks, host, shape):
+            continue
+        tree = ReshardPlan(chains.tensors, treeify(chains.tasks, host, intra, shape),
+                           chains.strategy, chains.cluster)
         if tree.estimate() < best.estimate():
             best = tree
     return best
+
+
+TREE_FORMS = (("double", "star"), ("double", "chain"), ("chain", "star"), ("star", "star"),
+              ("star", "chain"))
+"""The (host shape, passing on inside a host) forms of :func:`~reshard.planner.trees.
+treeify` a broadcast plan is also costed in."""
 
 
 def plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
@@ -278,6 +288,10 @@ COMPARE_UP_TO = 1024
 """Plans up to this many tasks are also costed one task per device at a time, and
 broadcasts of pipelined partial sums also with their chains fanning out (the cheaper
 by the model is kept)."""
+
+TREES_UP_TO = 2048
+"""Broadcast plans up to this many tasks are also costed with their chains reshaped
+into trees (:data:`TREE_FORMS`; each form about 0.1 ms of simulation per task)."""
 
 CONCURRENCY_GAIN = 0.02
 """Concurrent steps are kept only when the model predicts at least this much gain."""

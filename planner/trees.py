@@ -33,6 +33,18 @@ MIN_HOSTS = 3
 INTRA = ("star", "chain")
 """How a tree's entry device passes the pieces on inside its host."""
 
+SHAPES = ("double", "chain", "star")
+"""How hosts are linked: two complementary binary trees over half boxes
+(``double``, chains entering at least :data:`MIN_HOSTS` hosts); the chain's own
+host order with each host's entry passing on straight to the next host's
+(``chain``, chains with at least :data:`MIN_FANOUT` receivers in some host); or
+every host's entry fed by the root's host directly (``star``, chains entering two
+or more hosts: fewer hops, more bytes through the root host's NICs)."""
+
+MIN_FANOUT = 3
+"""A host's receivers (its entry included) from which passing on inside it as a star
+may pay (fewer: the star is the chain)."""
+
 
 def _segments(task: Task, host: Callable[[int], int]) -> list[list[int]]:
     """The chain root -> receivers cut where it changes host (root's segment first)."""
@@ -55,14 +67,16 @@ def _heap_parent(i: int) -> int:
 
 
 def _tree_edges(order: Sequence[int], exit_dev: int, entry: dict[int, int],
-                members: dict[int, list[int]], intra: str) -> list[tuple[int, int]]:
-    """(parent, receiver) pairs of one binary tree over ``order`` (hosts in heap order:
-    host ``order[i]``'s parent host is ``order[(i - 1) // 2]``, the first host's is
-    ``exit_dev``'s), each host's entry then passing on to its members."""
+                members: dict[int, list[int]], intra: str,
+                parent: Callable[[int], int] = _heap_parent) -> list[tuple[int, int]]:
+    """(parent, receiver) pairs of one tree over ``order`` (by default a binary tree in
+    heap order: host ``order[i]``'s parent host is ``order[(i - 1) // 2]``; the first
+    host's is ``exit_dev``'s), each host's entry then passing on to its members."""
     edges: list[tuple[int, int]] = []
     for i, h in enumerate(order):
         e = entry[h]
-        edges.append((exit_dev if i == 0 else entry[order[_heap_parent(i)]], e))
+        up = parent(i)  # negative: the root's host
+        edges.append((exit_dev if up < 0 else entry[order[up]], e))
         prev = e
         for m in members[h]:
             edges.append((e if intra == "star" else prev, m))
@@ -70,9 +84,10 @@ def _tree_edges(order: Sequence[int], exit_dev: int, entry: dict[int, int],
     return edges
 
 
-def _split_task(task: Task, host: Callable[[int], int], intra: str) -> list[Task]:
+def _reshape(task: Task, host: Callable[[int], int], intra: str, shape: str) -> list[Task]:
     """``task`` (a chain broadcast) as two half-box tasks down complementary binary
-    trees over its remote hosts."""
+    trees over its remote hosts (``double``), or as one task down the chain's host
+    order (``chain``), entries passing on inside their hosts as ``intra`` says."""
     segs = _segments(task, host)
     head, rest = segs[0], segs[1:]
     through = set(task.through)
@@ -85,17 +100,21 @@ def _split_task(task: Task, host: Callable[[int], int], intra: str) -> list[Task
         entry[h] = seg[0]
         # a relay that only led out of the host is not needed: the entry sends on
         members[h] = [d for d in seg[1:] if d not in through]
-    n = len(hosts)
-    half = n // 2
-    orders = (hosts, hosts[half:] + hosts[:half])
+    if shape == "double":
+        half = len(hosts) // 2
+        shaped = list(zip(split_box(task.box, 2), (hosts, hosts[half:] + hosts[:half])))
+        parent = _heap_parent
+    else:
+        shaped = [(task.box, hosts)]
+        parent = _previous if shape == "chain" else _first
     itemsize = task.nbytes // box_size(task.box) if box_size(task.box) else 0
     out: list[Task] = []
-    for box, order in zip(split_box(task.box, 2), orders):
+    for box, order in shaped:
         nbytes = box_size(box) * itemsize
         if nbytes == 0:
             continue
         edges = list(itertools.pairwise(head))
-        edges += _tree_edges(order, head[-1], entry, members, intra)
+        edges += _tree_edges(order, head[-1], entry, members, intra, parent)
         parents = tuple(a for a, _ in edges)
         receivers = tuple(b for _, b in edges)
         senders = set(parents)
@@ -105,24 +124,50 @@ def _split_task(task: Task, host: Callable[[int], int], intra: str) -> list[Task
     return out
 
 
-def treeify(tasks: Iterable[Task], host: Callable[[int], int], intra: str) -> tuple[Task, ...]:
-    """``tasks`` with every chain broadcast that enters at least :data:`MIN_HOSTS`
-    hosts after its root's replaced, in place, by two half-box tasks down
-    complementary binary trees over those hosts (same step, same source); inside a
-    host the entry passes on as ``intra`` says (:data:`INTRA`)."""
+def _previous(i: int) -> int:
+    return i - 1
+
+
+def _first(i: int) -> int:
+    """Every host hangs off the root's host."""
+    return -1 - i
+
+
+def _applies(task: Task, host: Callable[[int], int], shape: str) -> bool:
+    """Whether :func:`treeify` reshapes ``task`` for ``shape``."""
+    if task.kind is not TaskKind.BROADCAST or task.parents:
+        return False
+    segs = _segments(task, host)
+    if shape == "double":
+        return len(segs) - 1 >= MIN_HOSTS
+    if shape == "star":
+        return len(segs) - 1 >= 2
+    return any(len(seg) >= MIN_FANOUT for seg in segs[1:])
+
+
+def treeify(tasks: Iterable[Task], host: Callable[[int], int], intra: str,
+            shape: str = "double") -> tuple[Task, ...]:
+    """``tasks`` with chain broadcasts reshaped in place (same step, same source):
+    ``double``: each chain entering at least :data:`MIN_HOSTS` hosts after its root's
+    becomes two half-box tasks down complementary binary trees over those hosts;
+    ``chain``: each chain with at least :data:`MIN_FANOUT` receivers in some host
+    keeps its host order, each host's entry passing straight on to the next host's;
+    ``star``: each chain entering two or more hosts has every host's entry fed by
+    the root's host.
+    Inside a host the entry passes on as ``intra`` says (:data:`INTRA`)."""
     if intra not in INTRA:
         raise ValueError(f"intra must be one of {INTRA}, got {intra!r}")
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {SHAPES}, got {shape!r}")
     out: list[Task] = []
     for t in tasks:
-        if t.kind is TaskKind.BROADCAST and not t.parents and \
-                remote_hosts(t, host) >= MIN_HOSTS:
-            out.extend(_split_task(t, host, intra))
+        if _applies(t, host, shape):
+            out.extend(_reshape(t, host, intra, shape))
         else:
             out.append(t)
     return tuple(out)
 
 
-def has_long_chains(tasks: Iterable[Task], host: Callable[[int], int]) -> bool:
-    """Whether :func:`treeify` would change any of ``tasks``."""
-    return any(t.kind is TaskKind.BROADCAST and not t.parents and
-               remote_hosts(t, host) >= MIN_HOSTS for t in tasks)
+def reshapes(tasks: Iterable[Task], host: Callable[[int], int], shape: str) -> bool:
+    """Whether :func:`treeify` with ``shape`` would change any of ``tasks``."""
+    return any(_applies(t, host, shape) for t in tasks)

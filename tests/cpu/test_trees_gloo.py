@@ -1,6 +1,6 @@
 """Broadcast trees on gloo worker processes: chains over three or more hosts reshaped
-into two half-box binary trees (planner/trees.py), pipelined in pieces by gloo's
-tree broadcast. Every destination shard exact, with several pieces per half (boxes
+into two half-box binary trees, or fed host by host from the root's host
+(planner/trees.py), pipelined in pieces by gloo's tree broadcast. Every destination shard exact, with several pieces per half (boxes
 over gloo's 256 KiB piece), several trees in one step (relays polled together) and
 one (a lone relay), for both ways of passing on inside a host."""
 
@@ -41,14 +41,15 @@ def rt():
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("form", ["double", "star"])  # hosts of two: no "chain" form
 @pytest.mark.parametrize("intra", INTRA)
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[2].spec}->{c[3].spec}" for c in CASES])
-def test_tree_plan_exact_on_gloo(rt, case, intra):
+def test_tree_plan_exact_on_gloo(rt, case, intra, form):
     shape, dtype, src, dst = case
     tensors = (make_tensor_spec(shape, dtype, src, dst, WORLD),)
     tasks, _ = plan_tasks(tensors, WORLD, Strategy.BROADCAST, fan_out=False)
-    plan = ReshardPlan(tensors, treeify(tasks, WORLD.host_of, intra), Strategy.BROADCAST,
-                       WORLD)
+    plan = ReshardPlan(tensors, treeify(tasks, WORLD.host_of, intra, form),
+                       Strategy.BROADCAST, WORLD)
     assert any(t.parents for t in plan.tasks), "no chain became a tree"
     assert all(t.kind is not TaskKind.BROADCAST or t.parents for t in plan.tasks)
     rng = np.random.default_rng(len(plan.tasks))

@@ -15,7 +15,7 @@ from reshard.planner.cost import task_path
 from reshard.planner.ir import Task, TaskKind
 from reshard.planner.plan import make_tensor_spec, plan_tasks
 from reshard.planner.strategy import Strategy
-from reshard.planner.trees import INTRA, MIN_HOSTS, treeify
+from reshard.planner.trees import INTRA, MIN_HOSTS, SHAPES, treeify
 from reshard.planner.verify import verify_plan
 from reshard.service.plan_codec import plan_from_pb, plan_to_pb
 
@@ -70,11 +70,25 @@ def test_planner_uses_trees_where_the_model_says_so():
     p = reshard.plan((32000, 4096), "uint16", ROOT, ALL, cluster=H100)
     assert all(t.parents for t in p.tasks if t.kind is TaskKind.BROADCAST)
     assert p.estimate() / p.lower_bound() < 1.05  # was 1.63 as 8 chains
-    # two hosts: a tree would be the chain; nothing changes
+    # over two hosts two binary trees would be the chain: nothing to halve
     two = Layout(DeviceMesh((2, 8), range(8, 24)), "RR")
-    assert not any(t.parents for t in reshard.plan((4096, 2), "float32", ROOT, two,
-                                                   cluster=H100).tasks)
+    chain = _chain_plan(H100, (4096, 2), "float32", ROOT, two)
+    assert treeify(chain.tasks, H100.host_of, "star", "double") == chain.tasks
     assert MIN_HOSTS == 3
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_form_delivers_the_same_bytes_and_the_planner_keeps_the_fastest(shape):
+    # a small box to three hosts: latency-bound, where hop counts decide
+    dst = Layout(DeviceMesh((3, 8), range(8, 32)), "RR")
+    chain = _chain_plan(H100, (64, 64), "float32", ROOT, dst)
+    for intra in INTRA:
+        form = ReshardPlan(chain.tensors, treeify(chain.tasks, H100.host_of, intra, shape),
+                           chain.strategy, H100)
+        verify_plan(form)
+        assert form.tasks != chain.tasks
+        best = reshard.plan((64, 64), "float32", ROOT, dst, cluster=H100)
+        assert best.estimate() <= min(form.estimate(), chain.estimate()) * (1 + 1e-12)
 
 
 def _tree_task(**kw):

@@ -208,6 +208,7 @@ def test_relay_only_receivers():
     d = BASE["broadcast"].to_dict()
     b = _first(d, "broadcast")
     task = d["tasks"][b]
+    task.pop("parents", None)  # the planner may have made it a tree: edit it as a chain
     task["receivers"] = [1, *task["receivers"]]
     task["through"] = [1]  # device 1 (on the root's host) only passes the box on
     p = ReshardPlan.from_dict(d)
