@@ -27,7 +27,7 @@ per host namespace, the head on host 0, this process its driver), instead of pla
 processes (``--launcher process``, the default).
 
 ``--suite realistic`` runs instead the testbed-size members of the realistic families
-(:func:`realistic_cases`): all-to-all transposes, a broadcast tree and a weight sync
+(:func:`realistic_cases`): all-to-all transposes, a broadcast to four hosts and a weight sync
 (a narrowed Llama-2 slice, FSDP -> 2 x TP=2, every tensor in one plan), with the paper
 cases' defaults.
 
@@ -85,7 +85,7 @@ def realistic_cases() -> list[Case]:
         Case("a2a-3x2", (4096, 4096), "float32", (3, 2), "S0R", (3, 2), "RS0"),
         Case("a2a-flat-2x2", (4096, 4096), "float32", (2, 2), "S01R", (2, 2), "RS10"),
         Case("rep-to-shard", (4096, 4096), "float32", (1, 2), "RR", (3, 2), "RS0"),
-        # one device to four hosts: planned as two half-box binary trees over the hosts
+        # one device to four hosts (bandwidth-bound here: a chain; see planner TREE_GAIN)
         Case("1-to-4x2", (4096, 4096), "float32", (1, 1), "RR", (4, 2), "RR"),
         Case.many("weight-sync-slice", weight_sync_tensors(slice_, "uint16"), (2, 2), (2, 2)),
     ]
