@@ -210,10 +210,11 @@ class Runtime:
         self._progress[device] = time.monotonic()
 
     def _wait(self, calls: list[tuple[int, Future]], what: str, issued: float,
-              timeout: float | None = None) -> None:
+              timeout: float | None = None, plan: ReshardPlan | None = None) -> None:
         """Wait for issued calls; on failure shut down and raise one error naming the
         dead or stuck devices and the failing tasks (``timeout``: this call's, default
-        the Runtime's)."""
+        the Runtime's; ``plan``: the plan being executed, whose tasks a dead device
+        took part in are named too, whether or not a peer reported one)."""
         limit = self.timeout if timeout is None else timeout
         pending = {f for _, f in calls}
         while pending:
@@ -235,7 +236,7 @@ class Runtime:
                 dead = self.group.dead()  # also those that died while peers reported
                 silent = sorted({d for d, f in calls if not f.done() and d not in dead})
                 reason = self._describe_failure(calls, what, silent if stuck else [], dead,
-                                                limit)
+                                                limit, plan)
                 self._fail(reason)
                 raise ExecutionError(reason)
 
@@ -267,10 +268,11 @@ class Runtime:
             self._aborting.start()
 
     def _describe_failure(self, calls: list[tuple[int, Future]], what: str,
-                          stuck: list[int], dead: dict[int, str], limit: float) -> str:
+                          stuck: list[int], dead: dict[int, str], limit: float,
+                          plan: ReshardPlan | None = None) -> str:
         parts = []
         for d, why in sorted(dead.items()):
-            parts.append(f"device {d} died ({why})")
+            parts.append(f"device {d} died ({why}){_its_tasks(plan, d)}")
         for d in stuck:
             if d not in dead:
                 parts.append(f"device {d} made no progress for {limit:g}s (stuck)")
@@ -576,8 +578,21 @@ class Runtime:
             for y in outs:
                 self._live[y.key] = y
         self._wait(calls, f"plan {pid} ({plan.strategy.value}, {len(plan.tasks)} tasks)", issued,
-                   timeout)
+                   timeout, plan)
         return outs
+
+
+def _its_tasks(plan: ReshardPlan | None, device: int, most: int = 3) -> str:
+    """``", in task #i (...), ..."``: the tasks of ``plan`` that ``device`` takes part
+    in (peers that had sent everything to it may finish without noticing its death)."""
+    if plan is None:
+        return ""
+    mine = [i for i, t in enumerate(plan.tasks) if device in t.devices]
+    if not mine:
+        return ""
+    shown = ", ".join(f"task #{i} ({plan.tasks[i]})" for i in mine[:most])
+    more = f" and {len(mine) - most} more" if len(mine) > most else ""
+    return f", in {shown}{more}"
 
 
 def _as_array(value: Any) -> np.ndarray:
