@@ -151,7 +151,9 @@ def test_the_callers_deadline_becomes_the_runtime_timeout():
                 c.execute(SMALL, [np.zeros(2, np.int32)], timeout=1.5)
             took = time.monotonic() - start
         (rt,) = made[:1]
-        assert 1.5 - DEADLINE_MARGIN - 0.1 < rt.timeouts[0] <= 1.5 - DEADLINE_MARGIN
+        # the caller's deadline less the margin (gRPC's server clock is a cached one that
+        # may lag by some ms, so the time it reports left may exceed the caller's 1.5 s)
+        assert 1.5 - DEADLINE_MARGIN - 0.1 < rt.timeouts[0] <= 1.5 - DEADLINE_MARGIN + 0.05
         assert took < 1.5  # the answer came before the caller's deadline
         assert rt.closed  # a timed-out Runtime is shut down ...
         request = pb.ExecuteRequest(fetch=True)
