@@ -286,11 +286,9 @@ class Execution:
         """BROADCAST: the receivers in chain order, and a tree's parents (for backends
         that pipeline a chain or tree)."""
         t = op.task
-        if t.parents:
-            self.backend.broadcast(op.buf, t.root, t.group, chain=t.receivers,
-                                   tag=op.st.index, parents=t.parents)
-        else:
-            self.backend.broadcast(op.buf, t.root, t.group, chain=t.receivers, tag=op.st.index)
+        tree = {"parents": t.parents} if t.parents else {}  # a chain: any backend's call
+        self.backend.broadcast(op.buf, t.root, t.group, chain=t.receivers, tag=op.st.index,
+                               **tree)
 
     def issue_reduce(self, op: _Op) -> None:
         """REDUCE: summed into the root's buffer."""

@@ -57,11 +57,6 @@ def _segments(task: Task, host: Callable[[int], int]) -> list[list[int]]:
     return segs
 
 
-def remote_hosts(task: Task, host: Callable[[int], int]) -> int:
-    """How many hosts other than the root's a chain broadcast enters."""
-    return len(_segments(task, host)) - 1
-
-
 def _heap_parent(i: int) -> int:
     return (i - 1) // 2
 
@@ -130,7 +125,7 @@ def _previous(i: int) -> int:
 
 def _first(i: int) -> int:
     """Every host hangs off the root's host."""
-    return -1 - i
+    return -1
 
 
 def _applies(task: Task, host: Callable[[int], int], shape: str) -> bool:

@@ -323,6 +323,7 @@ class GlooBackend(HostMemory):
             self._add(_Posted(self, "broadcast", group, [work]))
             return
         receivers = [d for d in chain if d != root]
+        what = "chain broadcast" if parents is None else "tree broadcast"
         if parents is None:  # a chain: each member receives from the one before
             parents = [root, *receivers[:-1]]
         me = self.device
@@ -330,7 +331,6 @@ class GlooBackend(HostMemory):
         nxts = [d for d, p in zip(receivers, parents) if p == me]
         data = self._bytes(buf)
         pieces = [data[a:a + CHAIN_PIECE] for a in range(0, data.numel(), CHAIN_PIECE)]
-        what = "chain broadcast" if len(nxts) <= 1 else "tree broadcast"
         if prev is None:  # the root: every piece on its way at once
             sends = [self._call(what, (nxt,), dist.isend, p, dst=self.rank_of[nxt],
                                 group=self._p2p, tag=tag) for p in pieces for nxt in nxts]
