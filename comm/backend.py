@@ -53,22 +53,28 @@ class Capabilities:
             world, members or not (gloo's ``new_group``): every worker must load every
             plan, in one order. False: only a plan's devices load it.
         device: where buffers live: ``"cpu"`` (host memory) or ``"cuda"`` (a GPU).
+        fuses_sums: :meth:`Backend.broadcast` takes ``addends`` and sums them on the
+            way, pipelined (a plan's broadcast of a partial sum). False: the executor
+            runs such a task as a reduction, then a broadcast of the sum.
     """
 
     moves: frozenset[str] | None
     sums: frozenset[str] | None
     groups_need_world: bool
     device: str
+    fuses_sums: bool = False
 
     def meet(self, rank: Capabilities) -> Capabilities:
         """What a rank built from a registration declaring ``self`` may be asked to do,
         when the rank declares ``rank`` itself: the dtypes both allow, communicators
-        made world-wide if either says so, buffers where the rank has them."""
+        made world-wide if either says so, buffers where the rank has them, sums fused
+        only if both fuse them."""
         def both(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
             return b if a is None else a if b is None else a & b
 
         return Capabilities(both(self.moves, rank.moves), both(self.sums, rank.sums),
-                            self.groups_need_world or rank.groups_need_world, rank.device)
+                            self.groups_need_world or rank.groups_need_world, rank.device,
+                            self.fuses_sums and rank.fuses_sums)
 
 
 @runtime_checkable
@@ -116,7 +122,14 @@ class Backend(Protocol):
         ``chain`` is the plan's order of the receivers (root's host first), and
         ``parents`` (a tree plan's) the member each of them receives from, for
         backends that pipeline a chain or tree themselves; ``tag`` as for
-        :meth:`send`. The result is the same with or without them."""
+        :meth:`send`. The result is the same with or without them.
+
+        A backend declaring ``capabilities.fuses_sums`` also takes ``addends=`` (a
+        keyword, never passed to others): devices of ``group`` whose ``buf`` (each its
+        own addend) is summed, down the chain ``addends[0] -> ... -> root``, into the
+        root's ``buf`` (which starts as the root's addend) while the sum goes on to the
+        receivers; afterwards the root's and the receivers' ``buf`` hold the sum (an
+        addend's holds a partial sum)."""
 
     def send(self, buf: Any, peer: int, *, tag: int = 0) -> None:
         """Send ``buf`` to ``peer``.

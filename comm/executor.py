@@ -299,7 +299,7 @@ class Executor:
                     f"{type(e).__name__}: {e}") from e
         src_box = {i: t.src_box for i, t in enumerate(prog.tensors) if t.src_box is not None}
         dst_box = {i: t.dst_box for i, t in enumerate(prog.tensors) if t.dst_box is not None}
-        steps, need = program_steps(prog)
+        steps, need = program_steps(prog, self.capabilities.fuses_sums)
         scratch = {dt: backend.empty(n, np.dtype(dt)) for dt, n in need.items()}
         return LoadedProgram(prog, steps, src_box, dst_box, scratch, backend)
 

@@ -196,7 +196,7 @@ def _shards_needed(t: Task, d: int, pt: ProgramTensor) -> list[tuple[str, Box | 
         return [("source", pt.src_box)]
     if t.kind is TaskKind.ALLGATHER:
         return [("destination", pt.dst_box)]
-    if t.root == d:
+    if t.root == d or d in t.addends:
         return [("source" if t.source is Buffer.SRC else "destination",
                  pt.src_box if t.source is Buffer.SRC else pt.dst_box)]
     if d in t.through:

@@ -77,18 +77,34 @@ def scratch_elems(task: Task, device: int) -> int:
     return n
 
 
-def program_steps(program: WorkerProgram) -> tuple[tuple[tuple[StepTask, ...], ...],
-                                                   dict[str, int]]:
+def program_steps(program: WorkerProgram, fuses: bool = True
+                  ) -> tuple[tuple[tuple[StepTask, ...], ...], dict[str, int]]:
     """The program's tasks grouped by step (runs of equal ``step`` in plan order), each
     with its scratch offset; and per dtype the scratch elements the fullest step needs
-    (the sum of its tasks' needs)."""
+    (the sum of its tasks' needs).
+
+    ``fuses``: the backend sums a broadcast's addends on the way
+    (``Capabilities.fuses_sums``). Else each such broadcast runs as its
+    :meth:`~reshard.planner.ir.Task.parts`: the reduction in its step, the broadcast of
+    the sum in a second half of the step after every task of the first (on every
+    device alike, so the plan's one global order still holds).
+    """
     device = program.device
+    runs: list[tuple[tuple[int, int], int, Task]] = []
+    for i, t in program.tasks:
+        if t.addends and not fuses:
+            for half, part in enumerate(t.parts()):
+                if device in part.devices:
+                    runs.append(((t.step, half), i, part))
+        else:
+            runs.append(((t.step, 0), i, t))
+    runs.sort(key=lambda r: r[0])  # stable: plan order inside each (half) step
     steps: list[tuple[StepTask, ...]] = []
     need: dict[str, int] = {}
-    for _, run in itertools.groupby(program.tasks, key=lambda it: it[1].step):
+    for _, run in itertools.groupby(runs, key=lambda r: r[0]):
         used: dict[str, int] = {}
         step = []
-        for i, t in run:
+        for _, i, t in run:
             dt = program.tensors[t.tensor].dtype
             step.append(StepTask(i, t, used.get(dt, 0)))
             used[dt] = used.get(dt, 0) + scratch_elems(t, device)
@@ -210,11 +226,12 @@ class Execution:
         return sum(op.sent for op in ops)
 
     def own_sources(self, step: Sequence[StepTask]) -> None:
-        """Before a step: a REDUCE root sums into a private copy of its source shard
-        (one per tensor), never into the caller's array."""
+        """Before a step: a REDUCE root (or a broadcast's that sums addends) sums into
+        a private copy of its source shard (one per tensor), never into the caller's
+        array."""
         for st in step:
             t = st.task
-            if t.kind is TaskKind.REDUCE and t.root == self.device and \
+            if (t.kind is TaskKind.REDUCE or t.addends) and t.root == self.device and \
                     t.tensor not in self._private:
                 shard = self.src[t.tensor]
                 copy = self.backend.empty(math.prod(shard.shape),
@@ -238,9 +255,16 @@ class Execution:
         return None
 
     def prepare_transfer(self, st: StepTask) -> _Op | None:
-        """SEND and BROADCAST: the root packs its box; a receiver picks its target."""
+        """SEND and BROADCAST: the root packs its box (of a sum: its private copy, which
+        the backend sums into); an addend copies its own into scratch (summed into on
+        the way); a receiver picks its target."""
         t, lp = st.task, self.lp
         i, n = t.tensor, box_size(t.box)
+        if self.device in t.addends:
+            buf = self._scratch(st, n)
+            buf.reshape(tuple(hi - lo for lo, hi in t.box))[...] = region(
+                self.src[i], t.box, lp.src_box[i])
+            return _Op(st, buf, sent=n * buf.itemsize)
         if t.root == self.device:
             if t.source is Buffer.SRC:
                 shard, shard_box = self.src[i], lp.src_box[i]
@@ -286,7 +310,9 @@ class Execution:
         """BROADCAST: the receivers in chain order, and a tree's parents (for backends
         that pipeline a chain or tree)."""
         t = op.task
-        tree = {"parents": t.parents} if t.parents else {}  # a chain: any backend's call
+        tree: dict[str, Any] = {"parents": t.parents} if t.parents else {}
+        if t.addends:  # only on backends that fuse sums (else program_steps split it)
+            tree["addends"] = t.addends
         self.backend.broadcast(op.buf, t.root, t.group, chain=t.receivers, tag=op.st.index,
                                **tree)
 
@@ -300,9 +326,13 @@ class Execution:
 
     # ----- unpack: after the group completed ----------------------------------------
     def unpack_received(self, op: _Op) -> None:
-        """SEND and BROADCAST: a receiver's box into its destination shard."""
+        """SEND and BROADCAST: a receiver's box into its destination shard; the root of
+        a sum keeps the sum in its private source copy."""
         t = op.task
-        if t.root != self.device and self.device not in t.through:
+        if t.addends and t.root == self.device:
+            unpack(self.src[t.tensor], t.box, self.lp.src_box[t.tensor], op.buf)
+        elif t.root != self.device and self.device not in t.through and \
+                self.device not in t.addends:
             unpack(self.dst[t.tensor], t.box, self.lp.dst_box[t.tensor], op.buf)
 
     def unpack_reduced(self, op: _Op) -> None:

@@ -70,8 +70,8 @@ def task_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]
     if task.kind is TaskKind.REDUCE:
         chain = [*task.receivers, task.root]
         edges: Sequence[tuple[int, int]] = list(itertools.pairwise(chain))
-    else:
-        edges = task.edges()
+    else:  # a fused reduction's addends first pass their running sum to the root
+        edges = [*itertools.pairwise((*task.addends, task.root)), *task.edges()]
     # Each edge carries every byte (a sender with k children sends them k times); the
     # pipelined pieces reach the farthest receiver after the latencies of its path.
     host, nic = cluster.host_of, cluster.nic_of

@@ -14,6 +14,11 @@ initially zeros). Boxes are global; a device addresses them relative to its shar
   ``root -> receivers[0] -> receivers[1] ...``, or, when ``parents`` is given, down a
   pipelined tree: ``receivers[i]`` receives from ``parents[i]`` (the root or an
   earlier receiver) and passes each piece on to every receiver whose parent it is.
+  A broadcast with ``addends`` broadcasts a partial sum as it is reduced (a reduction
+  fused with its delivery): first ``root.src[box] = sum(d.src[box] for d in
+  (*addends, root))`` as a ``REDUCE`` does (the root's private copy), each piece summed
+  down the chain ``addends[0] -> addends[1] -> ... -> root`` and passed on to the
+  receivers as soon as the root added its own; ``source`` is ``src``.
 * ``REDUCE``: ``root.src[box] = sum(d.src[box] for d in (root, *receivers))``; the root
   works on a private copy of its source shard, so the caller's data is untouched.
 * ``ALLGATHER``: member ``receivers[i]`` holds ``pieces[i]`` in its ``dst``; afterwards
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +96,9 @@ class Task:
             of the chain; in a tree, never a leaf); they need no shard of the tensor.
         parents: ``BROADCAST`` only, empty for a chain: the device each receiver
             receives from (the root or an earlier receiver), one per receiver.
+        addends: ``BROADCAST`` only: the other addends of a partial sum the root
+            reduces while it broadcasts it, in chain order (empty: the box is read
+            as it is).
     """
 
     kind: TaskKind
@@ -104,6 +112,7 @@ class Task:
     pieces: tuple[Box, ...] = ()
     through: tuple[int, ...] = ()
     parents: tuple[int, ...] = ()
+    addends: tuple[int, ...] = ()
 
     def edges(self) -> tuple[tuple[int, int], ...]:
         """A ``SEND`` / ``BROADCAST`` as (sender, receiver) pairs in receiver order:
@@ -112,12 +121,22 @@ class Task:
             return tuple(zip(self.parents, self.receivers))
         return tuple(zip((self.root, *self.receivers), self.receivers))
 
+    def parts(self) -> tuple[Task, Task]:
+        """A broadcast with ``addends`` as what it fuses: the ``REDUCE`` of its box
+        into the root, and the plain broadcast of the sum (for backends that run them
+        one after the other)."""
+        if not self.addends:
+            raise PlanError(f"task ({self}) sums no addends; it has no parts")
+        return (Task(TaskKind.REDUCE, self.tensor, self.box, self.root, self.addends,
+                     self.nbytes, self.step),
+                replace(self, addends=()))
+
     @property
     def devices(self) -> tuple[int, ...]:
         """Every device taking part, root first."""
         if self.root < 0 or self.kind is TaskKind.COPY:
             return self.receivers
-        return (self.root, *self.receivers)
+        return (self.root, *self.receivers, *self.addends)
 
     @property
     def group(self) -> tuple[int, ...]:
@@ -137,6 +156,8 @@ class Task:
             d["through"] = list(self.through)
         if self.parents:
             d["parents"] = list(self.parents)
+        if self.addends:
+            d["addends"] = list(self.addends)
         return d
 
     @classmethod
@@ -155,12 +176,14 @@ class Task:
             tuple(_box(p, "task piece") for p in _list(d.get("pieces", []), "task pieces")),
             _ints(d.get("through", []), "task through"),
             _ints(d.get("parents", []), "task parents"),
+            _ints(d.get("addends", []), "task addends"),
         )
 
     def __str__(self) -> str:
         box = "x".join(f"{a}:{b}" for a, b in self.box)
+        summed = f"sum{list(self.addends)}+" if self.addends else ""
         return (f"[{self.step}] {self.kind.value} t{self.tensor} [{box}] "
-                f"{self.root}->{list(self.receivers)} {self.nbytes}B")
+                f"{summed}{self.root}->{list(self.receivers)} {self.nbytes}B")
 
 
 def _obj(raw: Any, what: str) -> dict:
@@ -314,11 +337,14 @@ class ReshardPlan:
         return sum(t.nbytes for t in self.tasks if t.kind is not TaskKind.COPY)
 
     def communicator_groups(self) -> tuple[tuple[int, ...], ...]:
-        """Distinct member sets of the collectives, in first-use order."""
+        """Distinct member sets of the collectives, in first-use order (a broadcast
+        summing addends counts as its :meth:`Task.parts`, which a backend that runs them
+        apart makes communicators for)."""
         seen: dict[tuple[int, ...], None] = {}
         for t in self.tasks:
-            if t.kind in (TaskKind.BROADCAST, TaskKind.REDUCE, TaskKind.ALLGATHER):
-                seen.setdefault(t.group, None)
+            for part in t.parts() if t.addends else (t,):
+                if part.kind in (TaskKind.BROADCAST, TaskKind.REDUCE, TaskKind.ALLGATHER):
+                    seen.setdefault(part.group, None)
         return tuple(seen)
 
     # ----- cost ----------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from reshard.planner.balance import Loads
 from reshard.planner.cell_table import CellTable, decompose_table
 from reshard.planner.cell_tasks import CELL_PLANNERS, split_box
 from reshard.planner.decompose import Cell, decompose, devices_by_box
-from reshard.planner.ir import ReshardPlan, Task, TensorSpec
+from reshard.planner.fuse import fuse_reductions
+from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
 from reshard.planner.order import one_at_a_time
 from reshard.planner.reduce import decompose_pieces, ready_step, reduce_sources
 from reshard.planner.strategy import Strategy
@@ -188,6 +189,12 @@ def plan_many(
                              strat, cluster)
         if len(fanned.tasks) <= COMPARE_UP_TO and fanned.estimate() < best.estimate():
             best = fanned
+    if strat is Strategy.BROADCAST and len(tasks) <= COMPARE_UP_TO and any(
+            t.kind is TaskKind.REDUCE for t in tasks):
+        fused = ReshardPlan(tensors, fuse_reductions(
+            plan_tasks(tensors, cluster, strat, fan_out=False, fuse=True)[0]), strat, cluster)
+        if fused.estimate() < best.estimate():
+            best = fused
     return _least_concurrent(_with_trees(best))
 
 
@@ -224,7 +231,7 @@ treeify` a broadcast plan is also costed in."""
 
 
 def plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
-               fan_out: bool) -> tuple[tuple[Task, ...], bool]:
+               fan_out: bool, fuse: bool = False) -> tuple[tuple[Task, ...], bool]:
     """Every task of a plan of ``tensors`` in the global order, and whether some
     broadcast of a reduced piece could fan out.
 
@@ -234,6 +241,8 @@ def plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strateg
         strat: the strategy.
         fan_out: broadcasts of pipelined partial-sum pieces fan out inside their last
             host (see :meth:`reshard.planner.work.WorkList.plan`).
+        fuse: partial sums reduced in one piece per root (for
+            :func:`~reshard.planner.fuse.fuse_reductions`, whose chains pipeline).
     """
     loads = Loads(cluster)
     work = WorkList(cluster, loads)
@@ -250,7 +259,8 @@ def plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strateg
         if cells is None:
             needers = boxes.needers(t)
             if t.src.spec.is_partial:
-                holders, tensor_reduces = reduce_sources(t, i, loads, needers, min_piece)
+                holders, tensor_reduces = reduce_sources(t, i, loads, needers, min_piece,
+                                                                  whole=fuse)
             else:
                 holders, tensor_reduces = boxes.holders(t), []
             reduces.extend(tensor_reduces)

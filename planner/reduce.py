@@ -39,14 +39,15 @@ def reduce_pieces(nbytes: int, group_size: int, cluster: Cluster) -> int:
 
 
 def reduce_sources(t: TensorSpec, index: int, loads: Loads,
-                   needers: dict[Box, frozenset[int]], min_piece: int
+                   needers: dict[Box, frozenset[int]], min_piece: int, whole: bool = False
                    ) -> tuple[dict[Box, frozenset[int]], list[Task]]:
     """Holders of each source box, after reducing partial sums to one root per box.
 
     A box is reduced in pieces (see :func:`reduce_pieces`), piece ``j`` at step
     ``j``; transfers of a piece follow at the next step. Each piece is split again
     over one root per NIC among the group's members on the hosts that want the box
-    most (a reduce-scatter), so the sums leave through every NIC.
+    most (a reduce-scatter), so the sums leave through every NIC. ``whole``: one
+    piece (the reductions are to be fused with their transfers, which pipeline).
     """
     if not t.src.spec.is_partial:
         return devices_by_box(t.src, t.shape), []
@@ -82,16 +83,18 @@ def reduce_sources(t: TensorSpec, index: int, loads: Loads,
                 out[share] = frozenset((roots[0],))
                 continue
             reduce_share(index, share, group, roots, nbytes, itemsize, dim, loads,
-                         min_piece, out, tasks)
+                         min_piece, out, tasks, whole)
     return out, tasks
 
 
 def reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
                  nbytes: int, itemsize: int, dim: int, loads: Loads, min_piece: int,
-                 out: dict[Box, frozenset[int]], tasks: list[Task]) -> None:
-    """Reduce ``box`` over ``group`` in pipelined pieces, each split over one root per
-    NIC among ``roots``; record the roots as the pieces' holders."""
-    k = reduce_pieces(nbytes, len(group), loads.cluster)
+                 out: dict[Box, frozenset[int]], tasks: list[Task], whole: bool = False
+                 ) -> None:
+    """Reduce ``box`` over ``group`` in pipelined pieces (one if ``whole``), each
+    split over one root per NIC among ``roots``; record the roots as the pieces'
+    holders."""
+    k = 1 if whole else reduce_pieces(nbytes, len(group), loads.cluster)
     by_nic: dict[int, int] = {}
     for d in roots:
         by_nic.setdefault(loads.nic(d), d)

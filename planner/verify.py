@@ -22,7 +22,9 @@ breaks a rule:
     never the chain's last (in a tree: never a leaf);
   - a broadcast tree (``parents``): one parent per receiver, the root or an earlier
     receiver (so every receiver is reached, and no cycle);
-  - ``REDUCE`` sums one whole partial group of a partial source, each addend once;
+  - ``REDUCE`` sums one whole partial group of a partial source, each addend once; so
+    does a broadcast with ``addends`` (root and addends: the group), whose receivers
+    get the sum in the same task;
   - every device's destination shard receives every element exactly once (partial
     destinations: the leaders do; the other addends receive nothing and stay zero).
 
@@ -254,7 +256,27 @@ def _send(r: _Replay, task: Task) -> str | None:
 
 
 def _broadcast(r: _Replay, task: Task) -> str | None:
+    if task.addends:
+        return _tree(task) or _fused(r, task)
     return _tree(task) or _deliver(r, task)
+
+
+def _fused(r: _Replay, task: Task) -> str | None:
+    """A broadcast summing its addends: one whole partial group reduced into the root
+    (as a ``REDUCE``), its sum delivered to the receivers in the same task."""
+    if task.source is not Buffer.SRC:
+        return "a broadcast that sums addends reads source shards (source=src)"
+    if len(set(task.addends)) != len(task.addends) or task.root in task.addends or \
+            set(task.addends) & set(task.receivers):
+        return ("a broadcast's addends are distinct devices other than its root and its "
+                "receivers")
+    why = r.reduce(task.tensor, task.parts()[0])
+    if task.through:
+        why = why or _relays(r, task)
+    for d in task.receivers:
+        if d not in task.through:
+            why = why or r.write(task.tensor, d, task.box)
+    return why
 
 
 def _tree(task: Task) -> str | None:
@@ -374,6 +396,8 @@ def _form(task: Task, t: TensorSpec) -> str | None:
         return "the root is also a receiver"
     if task.parents and task.kind is not TaskKind.BROADCAST:
         return "only a broadcast has a tree (parents)"
+    if task.addends and task.kind is not TaskKind.BROADCAST:
+        return "only a broadcast sums addends on its way (a reduce lists them as receivers)"
     return None
 
 
@@ -438,7 +462,7 @@ def check_backend(plan: ReshardPlan, name: str, moves: Any, sums: Any) -> None:
     Raises:
         DTypeError: naming the tensor, the dtype and what the backend supports.
     """
-    reduced = {t.tensor for t in plan.tasks if t.kind is TaskKind.REDUCE}
+    reduced = {t.tensor for t in plan.tasks if t.kind is TaskKind.REDUCE or t.addends}
     for i, t in enumerate(plan.tensors):
         if moves is not None and t.dtype not in moves:
             raise DTypeError(

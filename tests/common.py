@@ -84,14 +84,15 @@ def check_shards(rt, y, value: np.ndarray) -> None:
 
 def wire_bytes(plan: ReshardPlan) -> int:
     """Bytes a plan puts on the wire, from its tasks alone: a send carries its box once,
-    a broadcast once per receiver, a reduction once per contributor, an all-gather each
-    member's (padded) piece to every other member."""
+    a broadcast once per receiver (and, summing addends, once per addend), a reduction
+    once per contributor, an all-gather each member's (padded) piece to every other
+    member."""
     total = 0
     for t in plan.tasks:
         if t.kind is TaskKind.SEND:
             total += t.nbytes
         elif t.kind in (TaskKind.BROADCAST, TaskKind.REDUCE):
-            total += t.nbytes * len(t.receivers)
+            total += t.nbytes * (len(t.receivers) + len(t.addends))
         elif t.kind is TaskKind.ALLGATHER:
             itemsize = np.dtype(plan.tensors[t.tensor].dtype).itemsize
             m = max(math.prod(b - a for a, b in p) for p in t.pieces)

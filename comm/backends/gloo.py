@@ -97,12 +97,15 @@ class _Relay(_Posted):
     """A broadcast member that passes pieces on (a chain's middle, a tree's inner
     node): the receives of every piece from ``prev`` are posted at once; piece ``j``
     goes on to each of ``nxts`` (same tag, so the pieces of one broadcast stay in
-    order) once it arrived. ``works`` collects the forwarding sends."""
+    order) once it arrived. ``works`` collects the forwarding sends. ``add`` (a member
+    summing a partial sum on the way): called with ``j`` once piece ``j`` arrived
+    (into a buffer of its own), to add it into ``pieces[j]`` before that goes on."""
 
     def __init__(self, backend: GlooBackend, what: str, pieces: list[Any], recvs: list[Any],
-                 prev: int, nxts: Sequence[int], tag: int) -> None:
+                 prev: int, nxts: Sequence[int], tag: int,
+                 add: Callable[[int], None] | None = None) -> None:
         super().__init__(backend, what, tuple(nxts), [])
-        self.pieces, self.recvs = pieces, recvs
+        self.pieces, self.recvs, self.add = pieces, recvs, add
         self.prev, self.nxts, self.tag = prev, tuple(nxts), tag
         self.passed = 0  # pieces passed on to every next member
         self.arrived = 0  # receives known to be complete (written by the watcher only)
@@ -143,6 +146,8 @@ class _Relay(_Posted):
 
     def _pass_on(self, j: int) -> None:
         b = self.backend
+        if self.add is not None:
+            self.add(j)
         for nxt in self.nxts:
             self.works.append(b._call(self.what, (nxt,), b._dist.isend, self.pieces[j],
                                       dst=b.rank_of[nxt], group=b._p2p, tag=self.tag))
@@ -181,7 +186,7 @@ class GlooBackend(HostMemory):
         sums=frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
                         "uint64", "float16", "float32", "float64", "complex64",
                         "complex128"}),
-        groups_need_world=True, device="cpu")
+        groups_need_world=True, device="cpu", fuses_sums=True)
 
     def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
                  *, advertise: str = "127.0.0.1", host: int = 0, local_index: int = 0) -> None:
@@ -300,7 +305,8 @@ class GlooBackend(HostMemory):
 
     def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int],
                   chain: Sequence[int] | None = None, *, tag: int = 0,
-                  parents: Sequence[int] | None = None) -> None:
+                  parents: Sequence[int] | None = None, addends: Sequence[int] = ()
+                  ) -> None:
         """Broadcast from ``root`` to ``group``.
 
         With a ``chain`` order (the plan's: the root's host first, then host by host),
@@ -313,36 +319,61 @@ class GlooBackend(HostMemory):
         arrived (see :meth:`group_end`). gloo's own broadcast (a binomial tree of whole
         buffers, so the root's NIC sends once per tree level) serves when no order is
         given.
+
+        With ``addends`` (``Capabilities.fuses_sums``), the chain starts at
+        ``addends[0]`` and runs through the other addends to the root: each of them
+        adds its own piece ``j`` to the running sum's piece ``j`` as it arrives (in
+        numpy, in the buffer's dtype) and passes the sum on, so summing and delivery
+        overlap piece by piece.
         """
         if not buf.size:
             return
         dist = self._dist
-        if chain is None:
+        if chain is None and not addends:
             work = self._call("broadcast", group, dist.broadcast, self._bytes(buf),
                               src=self.rank_of[root], group=self._group(group), async_op=True)
             self._add(_Posted(self, "broadcast", group, [work]))
             return
+        if chain is None:
+            chain = [d for d in group if d != root and d not in addends]
         receivers = [d for d in chain if d != root]
-        what = "chain broadcast" if parents is None else "tree broadcast"
+        what = ("chain broadcast" if parents is None else "tree broadcast") + \
+            (" of a sum" if addends else "")
         if parents is None:  # a chain: each member receives from the one before
             parents = [root, *receivers[:-1]]
+        # the whole path: the addends' chain into the root, then the broadcast
+        path = (*addends, root)
+        members = [*path[1:], *receivers]
+        feeds = [*path[:-1], *parents]
         me = self.device
-        prev = None if me == root else parents[receivers.index(me)]
-        nxts = [d for d, p in zip(receivers, parents) if p == me]
+        prev = None if me == path[0] else feeds[members.index(me)]
+        nxts = [d for d, p in zip(members, feeds) if p == me]
         data = self._bytes(buf)
         pieces = [data[a:a + CHAIN_PIECE] for a in range(0, data.numel(), CHAIN_PIECE)]
-        if prev is None:  # the root: every piece on its way at once
+        if prev is None:  # the first: every piece on its way at once
             sends = [self._call(what, (nxt,), dist.isend, p, dst=self.rank_of[nxt],
                                 group=self._p2p, tag=tag) for p in pieces for nxt in nxts]
             if sends:
                 self._add(_Posted(self, what, nxts, sends))
             return
+        add = None
+        into = pieces
+        if me in path:  # an addend or the root: receive the running sum apart, add own
+            extra = np.empty_like(buf)
+            spare = self._bytes(extra)
+            into = [spare[a:a + CHAIN_PIECE] for a in range(0, data.numel(), CHAIN_PIECE)]
+            mine, theirs = buf.reshape(-1), extra.reshape(-1)
+            per = CHAIN_PIECE // buf.itemsize
+
+            def add(j: int) -> None:
+                part = slice(j * per, (j + 1) * per)
+                mine[part] += theirs[part]
         recvs = [self._call(what, (prev,), dist.irecv, p, src=self.rank_of[prev],
-                            group=self._p2p, tag=tag) for p in pieces]
-        if not nxts:  # a leaf
+                            group=self._p2p, tag=tag) for p in into]
+        if not nxts and add is None:  # a leaf
             self._add(_Posted(self, what, (prev,), recvs))
         else:
-            self._add(_Relay(self, what, pieces, recvs, prev, nxts, tag))
+            self._add(_Relay(self, what, pieces, recvs, prev, nxts, tag, add))
 
     def send(self, buf: np.ndarray, peer: int, *, tag: int = 0) -> None:
         """``dist.isend`` to ``peer`` (tagged ``tag``)."""

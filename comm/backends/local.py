@@ -91,7 +91,8 @@ class LocalBackend(HostMemory):
     """
 
     name = "local"
-    capabilities = Capabilities(moves=None, sums=None, groups_need_world=False, device="cpu")
+    capabilities = Capabilities(moves=None, sums=None, groups_need_world=False, device="cpu",
+                                fuses_sums=True)
 
     def __init__(self, device: int, fabric: LocalFabric, context: str = "") -> None:
         self.device = device
@@ -122,12 +123,24 @@ class LocalBackend(HostMemory):
 
     def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int],
                   chain: Sequence[int] | None = None, *, tag: int = 0,
-                  parents: Sequence[int] | None = None) -> None:
+                  parents: Sequence[int] | None = None, addends: Sequence[int] = ()
+                  ) -> None:
         """Root posts to every member; members receive (the chain or tree is a
-        performance hint; the result is the same)."""
+        performance hint; the result is the same). With ``addends``, the running sum
+        goes down their chain to the root first, each adding its ``buf``."""
+        if self.device in addends or (addends and self.device == root):
+            path = (*addends, root)
+            k = path.index(self.device)
+            if k:
+                tmp = np.empty_like(buf)
+                self.recv(tmp, path[k - 1])
+                buf += tmp
+            if self.device != root:
+                self.send(buf, path[k + 1])
+                return
         if self.device == root:
             for d in group:
-                if d != root:
+                if d != root and d not in addends:
                     self.send(buf, d)
         else:
             self.recv(buf, root)

@@ -33,6 +33,7 @@ first-use order. Closing a rank never destroys the caller's process group.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import enum
 from collections.abc import Callable, Sequence
@@ -101,7 +102,7 @@ class TorchDistBackend(GlooBackend):
     """
 
     name = "torch"
-    capabilities = GlooBackend.capabilities
+    capabilities = dataclasses.replace(GlooBackend.capabilities, fuses_sums=False)
 
     def __init__(self, group: Any = None, *, timeout: float = 60.0) -> None:
         import torch

@@ -14,9 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import reshard
-from reshard import Cluster, DeviceMesh, Layout, ShardingSpec
+from reshard import Cluster, DeviceMesh, Layout, ReshardPlan, ShardingSpec
 from reshard.errors import ClusterError, MeshError, PlanError, ReshardError, SpecError
 from reshard.microbench.suites.realistic import realistic_cases
+from reshard.planner.plan import make_tensor_spec, plan_tasks
+from reshard.planner.strategy import Strategy
 from reshard.service import convert, plan_codec
 from reshard.service.status import (
     ERROR_CLASSES,
@@ -60,10 +62,15 @@ def test_relays_steps_and_many_tensors_survive_the_wire():
     p = reshard.plan_many(relayed.requests_on(cluster), cluster=cluster)
     assert any(t.through for t in p.tasks)
     assert wire(p) == p
-    stepped = cases["tp-row-partial-to-rep"]  # pipelined reductions: several steps
+    stepped = cases["tp-row-partial-to-rep"]  # reductions fused with their broadcasts
     cluster = stepped.cluster()
     q = reshard.plan_many(stepped.small(4096).requests_on(cluster), cluster=cluster)
-    assert q.num_steps > 1 and wire(q) == q
+    assert any(t.addends for t in q.tasks) and wire(q) == q
+    tensors = tuple(make_tensor_spec(*r, cluster=cluster)  # pipelined: several steps
+                    for r in stepped.small(4096).requests_on(cluster))
+    tasks, _ = plan_tasks(tensors, cluster, Strategy.BROADCAST, fan_out=False)
+    r = ReshardPlan(tensors, tasks, Strategy.BROADCAST, cluster)
+    assert r.num_steps > 1 and wire(r) == r
     gathered = reshard.plan_many(stepped.small(4096).requests_on(cluster) * 3,
                                  cluster=cluster, strategy="allgather")
     assert any(t.pieces for t in gathered.tasks) and wire(gathered) == gathered

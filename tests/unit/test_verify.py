@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout, PlanError, ReshardPlan
+from reshard.planner.plan import make_tensor_spec, plan_tasks
+from reshard.planner.strategy import Strategy
 from reshard.planner.verify import check_backend
 
 from ..common import STRATEGIES, addends, check_shards, problems, sample
@@ -32,11 +34,19 @@ def _plan(shape, dtype, src, dst, strategy):
     return reshard.plan(shape, dtype, src, dst, cluster=CL, strategy=strategy)
 
 
+def _stepped(shape, dtype, src, dst):
+    """A broadcast plan whose partial sums reduce in their own steps (never fused)."""
+    tensors = (make_tensor_spec(shape, dtype, src, dst, CL),)
+    tasks, _ = plan_tasks(tensors, CL, Strategy.BROADCAST, fan_out=False)
+    return ReshardPlan(tensors, tasks, Strategy.BROADCAST, CL)
+
+
 BASE = {
     "send_recv": _plan((6, 4), "int32", Layout(A, "S0R"), Layout(B, "RS0"), "send_recv"),
     "broadcast": _plan((6, 4), "int32", Layout(A, "S0R"), Layout(C, "RR"), "broadcast"),
     "allgather": _plan((6, 4), "int32", Layout(A, "S0R"), Layout(C, "RR"), "allgather"),
-    "partial": _plan((6, 4), "float32", Layout(AB, "S0R+P1"), Layout(C, "RS0"), "broadcast"),
+    "partial": _stepped((6, 4), "float32", Layout(AB, "S0R+P1"), Layout(C, "RS0")),
+    "fused": _plan((6, 4), "float32", Layout(AB, "S0R+P1"), Layout(C, "RS0"), "broadcast"),
     "partial_dst": _plan((6, 4), "int64", Layout(A, "S0R"), Layout(C, "RR+P0"), "send_recv"),
     "copy": _plan((6, 4), "int32", Layout(A, "S0R"), Layout(A, "RS0"), "send_recv"),
 }
@@ -239,6 +249,36 @@ def test_reduce_twice_and_partial_destination_addend():
     i = next(k for k, t in enumerate(d["tasks"]) if t["receivers"] == [4])
     d["tasks"][i]["receivers"] = [6]  # device 6 is a non-leading addend
     _refused(d, f"task #{i}", "non-leading addend")
+
+
+def test_fused_sums():
+    """A broadcast summing addends: the root and its addends one whole partial group,
+    each once, reduced before any later reader; the sum delivered in the same task."""
+    d = BASE["fused"].to_dict()
+    f = next(i for i, t in enumerate(d["tasks"]) if t.get("addends"))
+    task = d["tasks"][f]
+    assert ReshardPlan.from_dict(d).tasks[f].addends == tuple(task["addends"])
+    for edit, needle in (
+        (lambda t: t.update(addends=[]), "has not reduced"),
+        (lambda t: t.update(addends=[t["root"]]), "distinct devices other than its root"),
+        (lambda t: t.update(addends=[*t["addends"], *t["addends"]]), "distinct devices"),
+        (lambda t: t.update(addends=[*t["addends"], t["receivers"][0]]), "distinct devices"),
+        (lambda t: t.update(addends=[6]), "not one"),
+        (lambda t: t.update(source="dst"), "reads source shards"),
+        (lambda t: t.update(kind="send", receivers=t["receivers"][:1]), "only a broadcast sums"),
+    ):
+        e = copy.deepcopy(d)
+        edit(e["tasks"][f])
+        _refused(e, f"task #{f}", needle)
+    e = copy.deepcopy(d)
+    e["tasks"].insert(f + 1, copy.deepcopy(task))
+    _refused(e, "already holds a reduced sum")
+    # the root keeps the sum: a later step may send it on, the same step may not
+    e = copy.deepcopy(d)
+    extra = {**copy.deepcopy(task), "addends": [], "receivers": [task["receivers"][0]],
+             "kind": "send"}
+    e["tasks"].append({**extra, "step": task["step"]})
+    _refused(e, "has not reduced")
 
 
 def test_foreign_device_and_cluster():

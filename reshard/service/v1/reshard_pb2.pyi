@@ -180,7 +180,7 @@ class Box(_message.Message):
     def __init__(self, dims: _Optional[_Iterable[_Union[Range, _Mapping]]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("kind", "tensor", "box", "root", "receivers", "nbytes", "step", "source", "pieces", "through", "parents")
+    __slots__ = ("kind", "tensor", "box", "root", "receivers", "nbytes", "step", "source", "pieces", "through", "parents", "addends")
     KIND_FIELD_NUMBER: _ClassVar[int]
     TENSOR_FIELD_NUMBER: _ClassVar[int]
     BOX_FIELD_NUMBER: _ClassVar[int]
@@ -192,6 +192,7 @@ class Task(_message.Message):
     PIECES_FIELD_NUMBER: _ClassVar[int]
     THROUGH_FIELD_NUMBER: _ClassVar[int]
     PARENTS_FIELD_NUMBER: _ClassVar[int]
+    ADDENDS_FIELD_NUMBER: _ClassVar[int]
     kind: TaskKind
     tensor: int
     box: Box
@@ -203,7 +204,8 @@ class Task(_message.Message):
     pieces: _containers.RepeatedCompositeFieldContainer[Box]
     through: _containers.RepeatedScalarFieldContainer[int]
     parents: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, kind: _Optional[_Union[TaskKind, str]] = ..., tensor: _Optional[int] = ..., box: _Optional[_Union[Box, _Mapping]] = ..., root: _Optional[int] = ..., receivers: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., step: _Optional[int] = ..., source: _Optional[_Union[Buffer, str]] = ..., pieces: _Optional[_Iterable[_Union[Box, _Mapping]]] = ..., through: _Optional[_Iterable[int]] = ..., parents: _Optional[_Iterable[int]] = ...) -> None: ...
+    addends: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, kind: _Optional[_Union[TaskKind, str]] = ..., tensor: _Optional[int] = ..., box: _Optional[_Union[Box, _Mapping]] = ..., root: _Optional[int] = ..., receivers: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., step: _Optional[int] = ..., source: _Optional[_Union[Buffer, str]] = ..., pieces: _Optional[_Iterable[_Union[Box, _Mapping]]] = ..., through: _Optional[_Iterable[int]] = ..., parents: _Optional[_Iterable[int]] = ..., addends: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Plan(_message.Message):
     __slots__ = ("format", "strategy", "cluster", "tensors", "tasks")

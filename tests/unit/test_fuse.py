@@ -1,0 +1,186 @@
+"""Partial sums reduced on the way to their receivers (planner/fuse.py): which
+reductions fuse, what the fused plan costs, and that it moves the right bytes on a
+backend that fuses (local) and on one that runs the parts apart."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import reshard
+from reshard import Cluster, DeviceMesh, Layout, ReshardPlan
+from reshard.comm.backend import builtin_backends
+from reshard.comm.backends.local import LocalFabric
+from reshard.comm.executor import Executor
+from reshard.comm.program import WorkerProgram
+from reshard.comm.steps import program_steps
+from reshard.planner.fuse import fuse_reductions
+from reshard.planner.ir import Task, TaskKind
+from reshard.planner.plan import make_tensor_spec, plan_tasks
+from reshard.planner.strategy import Strategy
+
+from ..common import check_shards, put_value, sample, wire_bytes
+from .test_planner_properties import partial_pipelines
+
+CL = Cluster.regular(4, 2)
+
+
+def _fused(shape, dtype, src, dst, cluster=CL):
+    tensors = (make_tensor_spec(shape, dtype, src, dst, cluster),)
+    tasks, _ = plan_tasks(tensors, cluster, Strategy.BROADCAST, fan_out=False, fuse=True)
+    return ReshardPlan(tensors, fuse_reductions(tasks), Strategy.BROADCAST, cluster)
+
+
+def _split_registry():
+    """The built-ins with ``local`` declaring that it cannot fuse sums."""
+    reg = builtin_backends()
+    entry = reg.entry("local")
+    caps = dataclasses.replace(entry.capabilities, fuses_sums=False)
+    return reg.register("local", entry.factory, caps, launchers=entry.launchers, replace=True)
+
+
+def test_a_reduction_fuses_into_the_broadcasts_that_partition_it():
+    src = Layout(DeviceMesh((1, 2), [0, 1]), "RR+P1")
+    dst = Layout(DeviceMesh((2, 2), [2, 3, 4, 5]), "S0R")
+    p = _fused((8, 4), "int32", src, dst)
+    p.verify()
+    assert not [t for t in p.tasks if t.kind is TaskKind.REDUCE]
+    fused = [t for t in p.tasks if t.addends]
+    assert {t.step for t in p.tasks} == {0}  # the reduction's step is gone
+    assert sum(t.nbytes for t in fused) == 8 * 4 * 4
+    for t in fused:
+        assert {t.root, *t.addends} == {0, 1}
+        assert t.kind is TaskKind.BROADCAST
+    # a send of the sum becomes a broadcast to one receiver
+    one = Layout(DeviceMesh((1,), [2]), "RR")
+    q = _fused((8, 4), "int32", src, one)
+    (t,) = q.tasks
+    assert t.kind is TaskKind.BROADCAST and t.receivers == (2,) and len(t.addends) == 1
+
+
+def test_reductions_that_other_tasks_read_stay_apart():
+    # the root needs the sum itself (a copy): the reduction stays, before its readers
+    src = Layout(DeviceMesh((2, 2), [0, 2, 4, 6]), "RS0+P1")
+    dst = Layout(DeviceMesh((3, 2), [1, 0, 3, 2, 7, 6]), "S0R")
+    p = _fused((9, 4), "int16", src, dst)
+    p.verify()
+    reduces = [t for t in p.tasks if t.kind is TaskKind.REDUCE]
+    assert reduces and all(r.step < t.step for r in reduces for t in p.tasks
+                           if t.kind is not TaskKind.REDUCE)
+    # an addend that receives the sum: never fused (its addend would be overwritten)
+    src = Layout(DeviceMesh((2,), [2, 0]), "R+P0")
+    dst = Layout(DeviceMesh((1,), [2]), "R")
+    p = _fused((5,), "int32", src, dst)
+    assert [t.kind for t in p.tasks].count(TaskKind.REDUCE) == 1 and not any(
+        t.addends for t in p.tasks)
+
+
+def test_fuse_keeps_partitions_only():
+    red = Task(TaskKind.REDUCE, 0, ((0, 4),), 0, (1,), 16, step=0)
+    half = Task(TaskKind.BROADCAST, 0, ((0, 2),), 0, (2, 3), 8, step=1)
+    other = Task(TaskKind.BROADCAST, 0, ((2, 4),), 0, (4,), 8, step=1)
+    assert [t.addends for t in fuse_reductions([red, half, other])] == [(1,), (1,)]
+    # half of the sum read by nobody: not a partition, nothing fused
+    assert fuse_reductions([red, half]) == (red, half)
+    # two readers of the same half: not a partition either
+    assert fuse_reductions([red, half, half]) == (red, half, half)
+
+
+def test_fused_cost_is_one_pipelined_chain():
+    """Two addends on host 0, one receiver on host 1: the addend's running sum crosses
+    one intra-host hop to the root, then one network hop; every byte crosses each."""
+    cluster = Cluster.regular(2, 2, intra_bandwidth=100e9, nic_bandwidth=1e9,
+                              latency=1e-5, intra_latency=1e-6)
+    src = Layout(DeviceMesh((1, 2), [0, 1]), "RR+P1")
+    dst = Layout(DeviceMesh((1,), [2]), "RR")
+    p = _fused((1000, 250), "float32", src, dst, cluster)
+    (t,) = p.tasks
+    assert t.addends and t.nbytes == 10 ** 6
+    want = 1e-6 + 1e-5 + 10 ** 6 / cluster.nic_capacity
+    assert p.estimate() == pytest.approx(want, rel=1e-9)
+
+
+def test_the_dgx_partial_sum_fuses_within_ten_percent():
+    from reshard.microbench.suites.realistic import realistic_cases
+
+    case = {c.name: c for c in realistic_cases()}["partial-h100-4x8"]
+    reqs, cluster = case.build_many()
+    p = reshard.plan_many(reqs, cluster=cluster)
+    assert any(t.addends for t in p.tasks)
+    tensors = p.tensors
+    stepped = ReshardPlan(tensors, plan_tasks(tensors, cluster, Strategy.BROADCAST, False)[0],
+                          Strategy.BROADCAST, cluster)
+    assert p.estimate() < stepped.estimate()
+    assert p.lower_bound() <= p.estimate() <= 1.10 * p.lower_bound()
+
+
+def test_a_backend_that_cannot_fuse_runs_the_parts_in_two_halves_of_a_step():
+    src = Layout(DeviceMesh((1, 2), [0, 1]), "RR+P1")
+    dst = Layout(DeviceMesh((2, 2), [2, 3, 4, 5]), "S0R")
+    p = _fused((8, 4), "int32", src, dst)
+    f = next(i for i, t in enumerate(p.tasks) if t.addends)
+    for device, kinds in ((0, [[TaskKind.REDUCE] * 2, [TaskKind.BROADCAST] * 2]),
+                          (1, [[TaskKind.REDUCE] * 2]), (2, [[TaskKind.BROADCAST]])):
+        steps, _ = program_steps(WorkerProgram.of(p, device), fuses=False)
+        assert [[st.task.kind for st in step] for step in steps] == kinds, device
+        assert all(not st.task.addends for step in steps for st in step)
+        whole, _ = program_steps(WorkerProgram.of(p, device), fuses=True)
+        assert len(whole) == 1 and all(st.task.addends for st in whole[0])
+    assert "reduce" in str(p.tasks[f].parts()[0]) and not p.tasks[f].parts()[1].addends
+    assert {g for g in p.communicator_groups()} >= {(0, 1)}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=partial_pipelines(), seed=st.integers(0, 2 ** 32 - 1))
+def test_fused_partial_sums_exact(problem, seed):
+    """Random partial sums, fused wherever a reduction only feeds transfers: every
+    destination shard exact, the source untouched, exactly the plan's bytes on the wire
+    (each addend's running sum once, each receiver's copy once), whether the backend
+    sums on the way (local) or runs reduction and broadcast apart (local declared
+    unable to fuse, one executor per device thread)."""
+    shape, dtype, src, dst, cluster = problem
+    plan = _fused(shape, dtype, src, dst, cluster)
+    plan.verify()
+    event(f"fused tasks: {sum(bool(t.addends) for t in plan.tasks) > 0}")
+    rng = np.random.default_rng(seed)
+    value = sample(rng, shape, dtype.name)
+    with reshard.Runtime(backend="local", cluster=cluster) as rt:
+        assert rt.capabilities.fuses_sums
+        x = put_value(rt, value, src, rng)
+        given_shards = rt.shards(x)
+        originals = {d: a.copy() for d, a in given_shards.items()}
+        rt.group.fabric.reset_counters()
+        y = rt.execute(plan, [x])[0]
+        assert rt.group.fabric.total_bytes() == wire_bytes(plan)
+        check_shards(rt, y, value)
+        assert np.array_equal(rt.get(x), value)
+    # the same plan, each fused task run as a reduction, then a broadcast of the sum
+    fabric, errors, out = LocalFabric(20.0), [], {}
+    reg = _split_registry()
+
+    def rank(d: int) -> None:
+        try:
+            ex = Executor.create("local", d, fabric, registry=reg)
+            assert not ex.capabilities.fuses_sums
+            out[d] = ex.execute(plan, [given_shards.get(d)])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"device {d}: {e!r}")
+
+    threads = [threading.Thread(target=rank, args=(d,)) for d in plan.devices]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    assert fabric.total_bytes() == wire_bytes(plan)
+    leaders = dst.partial_leaders()
+    for d, sl in dst.index_map(shape).items():
+        want = value[sl] if d in leaders else np.zeros_like(value[sl])
+        assert out[d][0].tobytes() == np.ascontiguousarray(want).tobytes(), d
+    for d, shard in given_shards.items():  # sources untouched
+        assert shard.tobytes() == originals[d].tobytes(), d
