@@ -27,9 +27,9 @@ per host namespace, the head on host 0, this process its driver), instead of pla
 processes (``--launcher process``, the default).
 
 ``--suite realistic`` runs instead the testbed-size members of the realistic families
-(:func:`realistic_cases`): all-to-all transposes, a broadcast to four hosts and a weight sync
-(a narrowed Llama-2 slice, FSDP -> 2 x TP=2, every tensor in one plan), with the paper
-cases' defaults.
+(:func:`realistic_cases`): all-to-all transposes, a broadcast to four hosts, a weight sync
+(a narrowed Llama-2 slice, FSDP -> 2 x TP=2, every tensor in one plan) and a partial sum
+reduced on its way, with the paper cases' defaults.
 
 Flags are every benchmark's (:mod:`reshard.microbench.flags`: ``-n/-w``, ``--suite``,
 ``--cases``, ``--strategies``, ``-c``, ``--hosts``, ``--devices-per-host``,
@@ -88,6 +88,9 @@ def realistic_cases() -> list[Case]:
         # one device to four hosts (bandwidth-bound here: a chain; see planner TREE_GAIN)
         Case("1-to-4x2", (4096, 4096), "float32", (1, 1), "RR", (4, 2), "RR"),
         Case.many("weight-sync-slice", weight_sync_tensors(slice_, "uint16"), (2, 2), (2, 2)),
+        # row-parallel partial sums -> the next stage split by columns: each reduction
+        # fused with its delivery (gloo sums piece by piece on the way)
+        Case("partial-2x2", (4096, 4096), "float32", (2, 2), "S0R+P1", (2, 2), "RS0"),
     ]
 
 
