@@ -56,6 +56,10 @@ class Capabilities:
         fuses_sums: :meth:`Backend.broadcast` takes ``addends`` and sums them on the
             way, pipelined (a plan's broadcast of a partial sum). False: the executor
             runs such a task as a reduction, then a broadcast of the sum.
+        lands_pieces: :meth:`Backend.broadcast` takes ``landed=``, a callable it calls
+            with the bytes of a receiver's ``buf`` filled so far (from its start) as
+            pieces arrive, so the executor copies a box received into scratch memory
+            into place while the rest arrives. False: it copies after the step.
     """
 
     moves: frozenset[str] | None
@@ -63,18 +67,20 @@ class Capabilities:
     groups_need_world: bool
     device: str
     fuses_sums: bool = False
+    lands_pieces: bool = False
 
     def meet(self, rank: Capabilities) -> Capabilities:
         """What a rank built from a registration declaring ``self`` may be asked to do,
         when the rank declares ``rank`` itself: the dtypes both allow, communicators
         made world-wide if either says so, buffers where the rank has them, sums fused
-        only if both fuse them."""
+        only if both fuse them (and report landed pieces only if both do)."""
         def both(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
             return b if a is None else a if b is None else a & b
 
         return Capabilities(both(self.moves, rank.moves), both(self.sums, rank.sums),
                             self.groups_need_world or rank.groups_need_world, rank.device,
-                            self.fuses_sums and rank.fuses_sums)
+                            self.fuses_sums and rank.fuses_sums,
+                            self.lands_pieces and rank.lands_pieces)
 
 
 @runtime_checkable
@@ -129,7 +135,8 @@ class Backend(Protocol):
         own addend) is summed, down the chain ``addends[0] -> ... -> root``, into the
         root's ``buf`` (which starts as the root's addend) while the sum goes on to the
         receivers; afterwards the root's and the receivers' ``buf`` hold the sum (an
-        addend's holds a partial sum)."""
+        addend's holds a partial sum). One declaring ``capabilities.lands_pieces``
+        takes ``landed=`` (on receivers only): see :class:`Capabilities`."""
 
     def send(self, buf: Any, peer: int, *, tag: int = 0) -> None:
         """Send ``buf`` to ``peer``.

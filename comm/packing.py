@@ -62,6 +62,44 @@ def unpack(shard: Any, box: Box, shard_box: Box, buf: Any) -> None:
     view[...] = flat.reshape(view.shape)
 
 
+class Unpacker:
+    """Writes a 1-d buffer holding ``box`` into the shard while the buffer fills from
+    its start: :meth:`upto` copies the outermost slices (of the box's first dim longer
+    than 1) that the first ``nbytes`` complete, :meth:`finish` the rest. A backend
+    that receives in pieces reports each arrival, so the copy out of scratch memory
+    overlaps the transfer instead of following it (on the testbed the copies of
+    strided boxes after the transfer added up to 19% to a 1 s reshard).
+    """
+
+    def __init__(self, shard: Any, box: Box, shard_box: Box, buf: Any) -> None:
+        self.view = region(shard, box, shard_box)
+        shape = tuple(self.view.shape)
+        self.n = math.prod(shape)
+        self.packed = buf[:self.n].reshape(shape)
+        self.dim = next((d for d, e in enumerate(shape) if e > 1), 0)
+        self.lead = tuple(slice(None) for _ in range(self.dim))
+        self.slice_bytes = math.prod(shape[self.dim + 1:]) * buf.itemsize
+        self.slices = shape[self.dim] if shape else 0
+        self.done = 0
+
+    def upto(self, nbytes: int) -> None:
+        """Copy the slices the buffer's first ``nbytes`` complete (not copied yet)."""
+        if not self.n or not self.slice_bytes:
+            return
+        k = min(self.slices, int(nbytes) // self.slice_bytes)
+        if k > self.done:
+            part = (*self.lead, slice(self.done, k))
+            self.view[part] = self.packed[part]
+            self.done = k
+
+    def finish(self) -> None:
+        """Copy whatever :meth:`upto` has not."""
+        if self.n and self.done < self.slices:
+            part = (*self.lead, slice(self.done, self.slices))
+            self.view[part] = self.packed[part]
+            self.done = self.slices
+
+
 def recv_target(shard: Any, box: Box, shard_box: Box, scratch: Any) -> Any:
     """Where to receive ``box``: the shard's own memory when contiguous, else
     ``scratch`` (to be unpacked)."""

@@ -16,7 +16,9 @@ another task of its step writes, so a device runs each of its steps in three pha
    returns once they completed (a host-memory backend) or are ordered before later
    work (a stream backend);
 3. unpack: received data into the destination shard, reduced sums into the root's
-   source copy, all-gathered rows into the destination shard, in plan order.
+   source copy, all-gathered rows into the destination shard, in plan order (a
+   backend that reports a broadcast's pieces as they land has had most of a
+   scratch-received box copied into place during phase 2 already).
 
 The device starts its next step only after this one. Each phase dispatches on the
 task kind through a table of handlers (:data:`_PREPARE`, :data:`_ISSUE`,
@@ -40,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from reshard.comm.backend import Backend
-from reshard.comm.packing import pack, recv_target, region, unpack
+from reshard.comm.packing import Unpacker, is_contiguous, pack, recv_target, region, unpack
 from reshard.comm.program import WorkerProgram
 from reshard.layout import Box, box_size
 from reshard.planner.ir import Buffer, Task, TaskKind
@@ -163,12 +165,15 @@ class _Op:
             this device's addend (the sum, at the root); ALLGATHER: this device's piece.
         rows: ALLGATHER: the gathered rows, one per member.
         sent: bytes this device sends.
+        sink: a BROADCAST receiver's box received into scratch, unpacked piece by
+            piece as the backend reports them landed (backends that do).
     """
 
     st: StepTask
     buf: Any
     rows: Any = None
     sent: int = 0
+    sink: Unpacker | None = None
 
     @property
     def task(self) -> Task:
@@ -274,7 +279,12 @@ class Execution:
             return _Op(st, buf, sent=n * buf.itemsize)
         if self.device in t.through:  # a relay: scratch in, passed on, kept nowhere
             return _Op(st, self._scratch(st, n))
-        return _Op(st, recv_target(self.dst[i], t.box, lp.dst_box[i], self._scratch(st, n)))
+        buf = recv_target(self.dst[i], t.box, lp.dst_box[i], self._scratch(st, n))
+        op = _Op(st, buf)
+        if t.kind is TaskKind.BROADCAST and self.backend.capabilities.lands_pieces and \
+                not is_contiguous(region(self.dst[i], t.box, lp.dst_box[i])):
+            op.sink = Unpacker(self.dst[i], t.box, lp.dst_box[i], buf)  # into scratch
+        return op
 
     def prepare_reduce(self, st: StepTask) -> _Op | None:
         """Every member's addend into its scratch region (reduced in place)."""
@@ -313,6 +323,8 @@ class Execution:
         tree: dict[str, Any] = {"parents": t.parents} if t.parents else {}
         if t.addends:  # only on backends that fuse sums (else program_steps split it)
             tree["addends"] = t.addends
+        if op.sink is not None:  # only on backends that report landed pieces
+            tree["landed"] = op.sink.upto
         self.backend.broadcast(op.buf, t.root, t.group, chain=t.receivers, tag=op.st.index,
                                **tree)
 
@@ -329,7 +341,9 @@ class Execution:
         """SEND and BROADCAST: a receiver's box into its destination shard; the root of
         a sum keeps the sum in its private source copy."""
         t = op.task
-        if t.addends and t.root == self.device:
+        if op.sink is not None:
+            op.sink.finish()
+        elif t.addends and t.root == self.device:
             unpack(self.src[t.tensor], t.box, self.lp.src_box[t.tensor], op.buf)
         elif t.root != self.device and self.device not in t.through and \
                 self.device not in t.addends:

@@ -68,6 +68,7 @@ from reshard.microbench.measure import (
 )
 from reshard.microbench.ray_cluster import RayCluster
 from reshard.microbench.report import Column, Progress, Shape, Stream, machine, scaled, write_json
+from reshard.microbench.steal import NOISY, cpu_times
 from reshard.microbench.suites.paper import Case, n_to_m_cases
 from reshard.microbench.suites.weight_sync import LLAMA2_7B, weight_sync_tensors
 from reshard.microbench.testbed import Testbed, available
@@ -165,7 +166,8 @@ COLUMNS = (Column("case", "case", align="<"), Column("layouts", "src->dst", alig
            Column("measured_over_model", "meas/model", scaled(1, ".2f")),
            Column("lower_bound_seconds", "bound s", scaled(1, ".3f")),
            Column("measured_over_bound", "meas/bound", scaled(1, ".2f")),
-           Column("wrong", "#wrong"))
+           Column("wrong", "#wrong"),
+           Column("cpu_steal", "steal%", scaled(100, ".0f")))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -240,6 +242,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"({launcher} launcher); meas = median of {args.iters} runs after {args.warmup} "
           f"warm-up; model = plan.estimate() on the testbed cluster; bound = "
           f"plan.lower_bound()" + ("" if args.check else "; -c 0: results not checked"))
+    stolen = [r["cpu_steal"] for r in rows if r.get("cpu_steal") is not None]
+    if stolen and max(stolen) > NOISY:
+        print(f"# steal% = CPU time the hypervisor gave to other guests during the case "
+              f"(/proc/stat); up to {100 * max(stolen):.0f}% here: above "
+              f"{100 * NOISY:.0f}% this machine's timings are not to be trusted")
     order = {c.name: i for i, c in enumerate(full)}
     rows.sort(key=lambda r: (order[r["case"]], args.strategies.index(r["strategy"])))
     if args.json:
@@ -298,6 +305,7 @@ def _run(args: argparse.Namespace, launcher: str, narrowed: Sequence[Case],
                          f"{time.perf_counter() - t0:.1f}s")
                 for c in group:
                     progress.describe(f"case {c.name}")
+                    before = cpu_times()
                     requests = c.requests_on(cluster(n))
                     if len(requests) == 1:
                         _, _, src, dst = requests[0]
@@ -306,7 +314,10 @@ def _run(args: argparse.Namespace, launcher: str, narrowed: Sequence[Case],
                     else:
                         new = bench_many(rt, c, requests, args.strategies, args.iters,
                                          args.warmup, bool(args.check), progress.advance)
+                    after = cpu_times()
                     for r in new:
+                        r["cpu_steal"] = after.stolen_since(before) if before and after \
+                            else None
                         out.row(r)
     return out.rows, env
 

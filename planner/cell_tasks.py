@@ -95,13 +95,30 @@ def fan_out(tasks: list[Task], host: Callable[[int], int]) -> list[Task]:
     return out
 
 
+UNEVEN = 0.05
+"""How much larger than the mean the largest of a default split's pieces may be when
+:func:`split_box` cuts the outermost dim."""
+
+
+def split_dim(box: Box, k: int) -> int:
+    """The dim :func:`split_box` cuts by default: the outermost one that ``k`` pieces
+    share within :data:`UNEVEN`, else the longest. A box contiguous in a row-major
+    shard stays so in pieces cut along its outermost dim, so a backend receives them in
+    place instead of through scratch memory and a copy (on the testbed the copies of
+    column-cut halves added 3-9% to a transfer)."""
+    for i, (a, b) in enumerate(box):
+        n = b - a
+        if n >= k and -(-n // k) * k <= n * (1 + UNEVEN):
+            return i
+    return max(range(len(box)), key=lambda i: (box[i][1] - box[i][0], -i))
+
+
 def split_box(box: Box, k: int, dim: int | None = None) -> tuple[Box, ...]:
-    """Split ``box`` into ``k`` pieces along ``dim`` (default: its longest dim) by the
-    chunk rule (trailing pieces may be empty)."""
+    """Split ``box`` into ``k`` pieces along ``dim`` (default: :func:`split_dim`) by
+    the chunk rule (trailing pieces may be empty)."""
     if not box:
         return (box,) + tuple(() for _ in range(k - 1))
-    d = dim if dim is not None else max(range(len(box)),
-                                        key=lambda i: (box[i][1] - box[i][0], -i))
+    d = dim if dim is not None else split_dim(box, k)
     lo, hi = box[d]
     out = []
     for i in range(k):

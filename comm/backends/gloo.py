@@ -80,14 +80,19 @@ class _Posted:
     :meth:`finish`, and what must follow them on this rank (``after``)."""
 
     def __init__(self, backend: GlooBackend, what: str, peers: Sequence[int],
-                 works: list[Any], after: Callable[[], None] | None = None) -> None:
+                 works: list[Any], after: Callable[[], None] | None = None,
+                 landed: Callable[[int], None] | None = None, total: int = 0) -> None:
         self.backend, self.what, self.peers = backend, what, tuple(peers)
         self.works, self.after = works, after
+        self.landed, self.total = landed, total
 
     def finish(self) -> None:
-        """Wait for every Work (raising the first error), then run ``after``."""
-        for work in self.works:
+        """Wait for every Work (raising the first error), then run ``after``. With
+        ``landed`` (a leaf's receives of consecutive pieces), report each one's end."""
+        for j, work in enumerate(self.works):
             self.backend._call(self.what, self.peers, work.wait)
+            if self.landed is not None:
+                self.landed(min(self.total, (j + 1) * CHAIN_PIECE))
         self.works = []
         if self.after is not None:
             self.after()
@@ -99,12 +104,15 @@ class _Relay(_Posted):
     goes on to each of ``nxts`` (same tag, so the pieces of one broadcast stay in
     order) once it arrived. ``works`` collects the forwarding sends. ``add`` (a member
     summing a partial sum on the way): called with ``j`` once piece ``j`` arrived
-    (into a buffer of its own), to add it into ``pieces[j]`` before that goes on."""
+    (into a buffer of its own), to add it into ``pieces[j]`` before that goes on.
+    ``landed`` (kept as ``relayed``): told the bytes passed on so far."""
 
     def __init__(self, backend: GlooBackend, what: str, pieces: list[Any], recvs: list[Any],
                  prev: int, nxts: Sequence[int], tag: int,
-                 add: Callable[[int], None] | None = None) -> None:
+                 add: Callable[[int], None] | None = None,
+                 landed: Callable[[int], None] | None = None, total: int = 0) -> None:
         super().__init__(backend, what, tuple(nxts), [])
+        self.relayed, self.total = landed, total
         self.pieces, self.recvs, self.add = pieces, recvs, add
         self.prev, self.nxts, self.tag = prev, tuple(nxts), tag
         self.passed = 0  # pieces passed on to every next member
@@ -152,6 +160,8 @@ class _Relay(_Posted):
             self.works.append(b._call(self.what, (nxt,), b._dist.isend, self.pieces[j],
                                       dst=b.rank_of[nxt], group=b._p2p, tag=self.tag))
         self.passed = j + 1
+        if self.relayed is not None:
+            self.relayed(min(self.total, (j + 1) * CHAIN_PIECE))
 
     def finish(self) -> None:
         """Pass on what is left (unwatched: blocking on each piece in turn), then wait
@@ -186,7 +196,7 @@ class GlooBackend(HostMemory):
         sums=frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
                         "uint64", "float16", "float32", "float64", "complex64",
                         "complex128"}),
-        groups_need_world=True, device="cpu", fuses_sums=True)
+        groups_need_world=True, device="cpu", fuses_sums=True, lands_pieces=True)
 
     def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
                  *, advertise: str = "127.0.0.1", host: int = 0, local_index: int = 0) -> None:
@@ -305,8 +315,8 @@ class GlooBackend(HostMemory):
 
     def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int],
                   chain: Sequence[int] | None = None, *, tag: int = 0,
-                  parents: Sequence[int] | None = None, addends: Sequence[int] = ()
-                  ) -> None:
+                  parents: Sequence[int] | None = None, addends: Sequence[int] = (),
+                  landed: Callable[[int], None] | None = None) -> None:
         """Broadcast from ``root`` to ``group``.
 
         With a ``chain`` order (the plan's: the root's host first, then host by host),
@@ -325,6 +335,10 @@ class GlooBackend(HostMemory):
         adds its own piece ``j`` to the running sum's piece ``j`` as it arrives (in
         numpy, in the buffer's dtype) and passes the sum on, so summing and delivery
         overlap piece by piece.
+
+        ``landed`` (``Capabilities.lands_pieces``; a receiver's): called with the bytes
+        of ``buf`` filled so far, piece by piece as they arrive (a relay: as it passes
+        them on), on this thread.
         """
         if not buf.size:
             return
@@ -371,9 +385,10 @@ class GlooBackend(HostMemory):
         recvs = [self._call(what, (prev,), dist.irecv, p, src=self.rank_of[prev],
                             group=self._p2p, tag=tag) for p in into]
         if not nxts and add is None:  # a leaf
-            self._add(_Posted(self, what, (prev,), recvs))
+            self._add(_Posted(self, what, (prev,), recvs, landed=landed, total=data.numel()))
         else:
-            self._add(_Relay(self, what, pieces, recvs, prev, nxts, tag, add))
+            self._add(_Relay(self, what, pieces, recvs, prev, nxts, tag, add, landed,
+                             data.numel()))
 
     def send(self, buf: np.ndarray, peer: int, *, tag: int = 0) -> None:
         """``dist.isend`` to ``peer`` (tagged ``tag``)."""

@@ -6,6 +6,7 @@ about bytes / rate."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -66,11 +67,12 @@ def test_available_says_why():
             Testbed(1, 0.1, latency_ms=1.0).start()
 
 
-def test_cluster_nic_is_the_tc_rate():
+def test_cluster_nic_is_the_payload_the_tc_rate_leaves():
     tb = Testbed(3, 0.25, latency_ms=2.0)  # not started: the model needs no namespaces
     c = tb.cluster(2)
     assert c.num_hosts == 3 and c.devices == tuple(range(6))
-    assert c.nic_bandwidth == tb.nic_bandwidth == 0.25e9 / 8
+    assert tb.nic_bandwidth == 0.25e9 / 8
+    assert c.nic_bandwidth == tb.payload_bandwidth == pytest.approx(0.25e9 / 8 * 1448 / 1514)
     assert c.latency == 0.002
     assert tb.cluster(2, num_hosts=2, intra_bandwidth=1e9).intra_bandwidth == 1e9
 
@@ -159,9 +161,19 @@ def test_created_then_removed_and_rate():
         assert other.subnet != tb.subnet and other.tag != tb.tag
         # plain TCP across the limited link: about bytes / rate (~0.5 s)
         nbytes = int(tb.nic_bandwidth * 0.5)
+        before = _sent(tb, 0)
         ratio = tb.measure(0, 1, nbytes) / (nbytes / tb.nic_bandwidth)
         assert 0.7 <= ratio <= 1.6, ratio
+        # the frames on the wire: the payload and its headers, as payload_bandwidth says
+        wire = (_sent(tb, 0) - before) / nbytes
+        assert wire == pytest.approx(tb.nic_bandwidth / tb.payload_bandwidth, rel=0.01)
     assert present(names) == [] and tb.leftovers() == [] and other.leftovers() == []
+
+
+def _sent(tb: Testbed, host: int) -> int:
+    """Bytes host ``host``'s egress qdisc has sent."""
+    out = _run("tc", "-s", "-n", tb.netns(host), "qdisc", "show", "dev", tb.ifname).stdout
+    return int(re.search(r"Sent (\d+) bytes", out).group(1))
 
 
 @netns

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from reshard import Cluster, DeviceMesh, Layout, Runtime
 from reshard.microbench.measure import (
@@ -79,3 +80,20 @@ def test_table_formats_scaled_columns():
     text = table([{"b": 2_500_000, "s": 0.5}], [("b", "size MB", scaled(1e-6, ".1f")),
                                                 ("s", "time s")])
     assert text.splitlines() == ["size MB  time s", "-------  ------", "    2.5   0.500"]
+
+
+def test_cpu_steal_from_proc_stat(tmp_path):
+    from reshard.microbench.steal import CpuTimes, cpu_times
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 5 50 800 10 0 5 30 0 0\ncpu0 50 2 25 400 5 0 2 15 0 0\n")
+    before = cpu_times(str(stat))
+    assert before == CpuTimes(total=1000, steal=30)
+    stat.write_text("cpu  200 5 90 900 10 0 5 90 7 0\n")  # guest ticks already in user
+    after = cpu_times(str(stat))
+    assert after == CpuTimes(total=1300, steal=90)
+    assert after.stolen_since(before) == pytest.approx(60 / 300)
+    assert after.stolen_since(after) == 0.0
+    assert cpu_times(str(tmp_path / "missing")) is None
+    stat.write_text("intr 1 2 3\n")
+    assert cpu_times(str(stat)) is None
