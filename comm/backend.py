@@ -56,10 +56,11 @@ class Capabilities:
         fuses_sums: :meth:`Backend.broadcast` takes ``addends`` and sums them on the
             way, pipelined (a plan's broadcast of a partial sum). False: the executor
             runs such a task as a reduction, then a broadcast of the sum.
-        lands_pieces: :meth:`Backend.broadcast` takes ``landed=``, a callable it calls
-            with the bytes of a receiver's ``buf`` filled so far (from its start) as
-            pieces arrive, so the executor copies a box received into scratch memory
-            into place while the rest arrives. False: it copies after the step.
+        lands_pieces: :meth:`Backend.broadcast` and :meth:`Backend.recv` take
+            ``landed=``, a callable they call with the bytes of a receiver's ``buf``
+            filled so far (from its start) as pieces arrive, so the executor copies a
+            box received into scratch memory into place while the rest arrives.
+            False: it copies after the step.
     """
 
     moves: frozenset[str] | None
@@ -148,7 +149,8 @@ class Backend(Protocol):
         ignore it."""
 
     def recv(self, buf: Any, peer: int, *, tag: int = 0) -> None:
-        """Receive from ``peer`` into ``buf`` (the send with the same ``tag``)."""
+        """Receive from ``peer`` into ``buf`` (the send with the same ``tag``); a
+        backend declaring ``capabilities.lands_pieces`` also takes ``landed=``."""
 
     def all_gather(self, out: Any, inp: Any, group: Sequence[int]) -> None:
         """``out[i] = inp of group[i]`` on every member; ``out`` is (len(group), n)."""

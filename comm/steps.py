@@ -165,8 +165,8 @@ class _Op:
             this device's addend (the sum, at the root); ALLGATHER: this device's piece.
         rows: ALLGATHER: the gathered rows, one per member.
         sent: bytes this device sends.
-        sink: a BROADCAST receiver's box received into scratch, unpacked piece by
-            piece as the backend reports them landed (backends that do).
+        sink: a SEND / BROADCAST receiver's box received into scratch, unpacked piece
+            by piece as the backend reports them landed (backends that do).
     """
 
     st: StepTask
@@ -281,7 +281,7 @@ class Execution:
             return _Op(st, self._scratch(st, n))
         buf = recv_target(self.dst[i], t.box, lp.dst_box[i], self._scratch(st, n))
         op = _Op(st, buf)
-        if t.kind is TaskKind.BROADCAST and self.backend.capabilities.lands_pieces and \
+        if self.backend.capabilities.lands_pieces and \
                 not is_contiguous(region(self.dst[i], t.box, lp.dst_box[i])):
             op.sink = Unpacker(self.dst[i], t.box, lp.dst_box[i], buf)  # into scratch
         return op
@@ -313,8 +313,10 @@ class Execution:
         t = op.task
         if t.root == self.device:
             self.backend.send(op.buf, t.receivers[0], tag=op.st.index)
-        else:
-            self.backend.recv(op.buf, t.root, tag=op.st.index)
+            return
+        # landed: only on backends that report landed pieces (Capabilities.lands_pieces)
+        landed: dict[str, Any] = {} if op.sink is None else {"landed": op.sink.upto}
+        self.backend.recv(op.buf, t.root, tag=op.st.index, **landed)
 
     def issue_broadcast(self, op: _Op) -> None:
         """BROADCAST: the receivers in chain order, and a tree's parents (for backends

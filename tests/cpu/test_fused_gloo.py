@@ -83,21 +83,3 @@ def test_fused_trees_exact_on_gloo(rt, tree):
     x = rt.put_shards(addends(rng, value, src), src, value.shape, value.dtype)
     check_shards(rt, rt.execute(plan, [x])[0], value)
 
-
-@pytest.mark.timeout(180)
-def test_strided_boxes_unpacked_as_pieces_land(rt):
-    """The paper's case 3 at a size where every box is strided in its destination
-    shard and spans several of gloo's pieces: each chain's relay and leaf copy the
-    box out of scratch as pieces land (several relays in one step, polled). Every
-    destination shard exact."""
-    src = Layout(DeviceMesh((2, 2), [0, 1, 2, 3]), "RS0R")
-    dst = Layout(DeviceMesh((2, 2), [4, 5, 6, 7]), "S0RR")
-    shape, dtype = (96, 90, 67), "int32"  # boxes (48, 45, 67): 579 KB, 2.2 pieces
-    plan = rt.plan(rt.put(np.zeros(shape, dtype), src), dst, "broadcast")
-    boxes = dst.boxes(shape)
-    assert all(t.nbytes > 2 * CHAIN_PIECE and t.box != boxes[t.receivers[0]]
-               for t in plan.tasks)
-    rng = np.random.default_rng(3)
-    value = sample(rng, shape, dtype)
-    x = rt.put(value, src)
-    check_shards(rt, rt.execute(plan, [x])[0], value)
