@@ -67,3 +67,28 @@ def test_reduce_dtypes_on_fake_nccl(rt, dtype):
     x = rt.put_shards(addends(rng, value, src), src, value.shape, dtype)
     for strategy in STRATEGIES:
         check_shards(rt, rt.reshard(x, dst, strategy), value)
+
+
+@pytest.mark.timeout(120)
+def test_fused_sums_run_as_their_parts_on_fake_nccl(rt):
+    """NCCL cannot sum on the way down a chain (``fuses_sums`` false): a plan's
+    broadcasts of partial sums run as a reduction, then a broadcast of the sum, each
+    with its own communicator. Every destination shard exact."""
+    from reshard import ReshardPlan
+    from reshard.planner.fuse import fuse_reductions
+    from reshard.planner.plan import make_tensor_spec, plan_tasks
+    from reshard.planner.strategy import Strategy
+
+    assert not rt.capabilities.fuses_sums
+    src = Layout(DeviceMesh((1, 2), [0, 1]), "RR+P1")
+    dst = Layout(DeviceMesh((2,), [2, 3]), "S0R")
+    shape, dtype = (10, 7), "int32"
+    tensors = (make_tensor_spec(shape, dtype, src, dst, CLUSTER),)
+    tasks = fuse_reductions(plan_tasks(tensors, CLUSTER, Strategy.BROADCAST, fan_out=False,
+                                       fuse=True)[0])
+    plan = ReshardPlan(tensors, tasks, Strategy.BROADCAST, CLUSTER)
+    assert all(t.addends for t in plan.tasks)
+    rng = np.random.default_rng(2)
+    value = sample(rng, shape, dtype)
+    x = rt.put_shards(addends(rng, value, src), src, value.shape, dtype)
+    check_shards(rt, rt.execute(plan, [x])[0], value)
