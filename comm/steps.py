@@ -246,6 +246,15 @@ class Execution:
                 self.src[t.tensor] = copy
                 self._private.add(t.tensor)
 
+    def _addend(self, st: StepTask) -> Any:
+        """A copy of this device's source box of the task in the task's scratch region
+        (an addend that a reduction sums into)."""
+        t = st.task
+        buf = self._scratch(st, box_size(t.box))
+        buf.reshape(tuple(hi - lo for lo, hi in t.box))[...] = region(
+            self.src[t.tensor], t.box, self.lp.src_box[t.tensor])
+        return buf
+
     def _scratch(self, st: StepTask, n: int) -> Any:
         """The task's own ``n``-element region of the scratch buffer."""
         buf = self.lp.scratch[self.lp.program.tensors[st.task.tensor].dtype]
@@ -266,9 +275,7 @@ class Execution:
         t, lp = st.task, self.lp
         i, n = t.tensor, box_size(t.box)
         if self.device in t.addends:
-            buf = self._scratch(st, n)
-            buf.reshape(tuple(hi - lo for lo, hi in t.box))[...] = region(
-                self.src[i], t.box, lp.src_box[i])
+            buf = self._addend(st)
             return _Op(st, buf, sent=n * buf.itemsize)
         if t.root == self.device:
             if t.source is Buffer.SRC:
@@ -289,11 +296,8 @@ class Execution:
     def prepare_reduce(self, st: StepTask) -> _Op | None:
         """Every member's addend into its scratch region (reduced in place)."""
         t = st.task
-        n = box_size(t.box)
-        buf = self._scratch(st, n)
-        buf.reshape(tuple(hi - lo for lo, hi in t.box))[...] = region(
-            self.src[t.tensor], t.box, self.lp.src_box[t.tensor])
-        return _Op(st, buf, sent=0 if t.root == self.device else n * buf.itemsize)
+        buf = self._addend(st)
+        return _Op(st, buf, sent=0 if t.root == self.device else box_size(t.box) * buf.itemsize)
 
     def prepare_gather(self, st: StepTask) -> _Op | None:
         """This device's piece into its input row; the rows behind it."""

@@ -19,26 +19,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from reshard.layout import box_size
+from reshard.layout import box_size, box_within, boxes_meet
 from reshard.planner.ir import Buffer, Task, TaskKind
 
 _CARRIERS = (TaskKind.BROADCAST, TaskKind.SEND)
 
 
-def _overlaps(a: tuple, b: tuple) -> bool:
-    return all(max(p, r) < min(q, s) for (p, q), (r, s) in zip(a, b))
-
-
-def _inside(a: tuple, b: tuple) -> bool:
-    return all(r <= p and q <= s for (p, q), (r, s) in zip(a, b))
-
-
 def fuse_reductions(tasks: Sequence[Task]) -> tuple[Task, ...]:
     """``tasks`` with every ``REDUCE`` whose sum only broadcasts and sends read (in
     disjoint boxes covering it exactly, none of them a relay's, already fused or
-    delivering to one of its addends)
-    replaced by those transfers summing its addends on the way; steps renumbered
-    0, 1, ... (a step left empty disappears). Other reductions stay as they are."""
+    delivering to one of its addends) replaced by those transfers summing its addends
+    on the way; steps renumbered 0, 1, ... (a step left empty disappears). Other
+    reductions stay as they are."""
     reduces: dict[tuple[int, int], list[int]] = {}
     for i, t in enumerate(tasks):
         if t.kind is TaskKind.REDUCE:
@@ -52,10 +44,10 @@ def fuse_reductions(tasks: Sequence[Task]) -> tuple[Task, ...]:
             continue
         for r in reduces.get((t.tensor, t.root), ()):
             rt = tasks[r]
-            if not _overlaps(t.box, rt.box):
+            if not boxes_meet(t.box, rt.box):
                 continue
             if (t.kind in _CARRIERS and not t.addends and j > r and t.step > rt.step
-                    and _inside(t.box, rt.box) and not set(t.receivers) & set(rt.receivers)):
+                    and box_within(t.box, rt.box) and not set(t.receivers) & set(rt.receivers)):
                 readers.setdefault(r, []).append(j)
             else:
                 blocked.add(r)
@@ -64,7 +56,7 @@ def fuse_reductions(tasks: Sequence[Task]) -> tuple[Task, ...]:
     for r, js in readers.items():
         rt = tasks[r]
         if r in blocked or sum(box_size(tasks[j].box) for j in js) != box_size(rt.box) \
-                or any(_overlaps(tasks[a].box, tasks[b].box)
+                or any(boxes_meet(tasks[a].box, tasks[b].box)
                        for n, a in enumerate(js) for b in js[n + 1:]):
             continue
         gone.add(r)

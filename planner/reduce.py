@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from reshard.cluster import Cluster
-from reshard.layout import Box, box_size
+from reshard.layout import Box, box_size, boxes_meet
 from reshard.planner.balance import Loads
 from reshard.planner.cell_tasks import split_box
 from reshard.planner.decompose import Cell, decompose, devices_by_box
@@ -62,7 +62,7 @@ def reduce_sources(t: TensorSpec, index: int, loads: Loads,
         # Hosts that need part of this box, to reduce where the data is wanted.
         want_hosts: dict[int, int] = {}
         for dbox, devs in needers.items():
-            if all(max(a, c) < min(b, e) for (a, b), (c, e) in zip(box, dbox)) or not box:
+            if boxes_meet(box, dbox):
                 for d in devs:
                     h = loads.host(d)
                     want_hosts[h] = want_hosts.get(h, 0) + 1
@@ -135,5 +135,4 @@ def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],
 
 def ready_step(box: Box, ready: dict[Box, int]) -> int:
     """The first step at which every reduced piece overlapping ``box`` is complete."""
-    return max((s for b, s in ready.items()
-                if all(max(a, c) < min(e, f) for (a, e), (c, f) in zip(box, b))), default=0)
+    return max((s for b, s in ready.items() if boxes_meet(box, b)), default=0)

@@ -41,18 +41,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from reshard.errors import DTypeError, PlanError, ReshardError
-from reshard.layout import Box, Layout, box_size
+from reshard.layout import Box, Layout, box_size, box_within
 from reshard.planner.ir import Buffer, Task, TaskKind, TensorSpec
 
 if TYPE_CHECKING:
     from reshard.planner.ir import ReshardPlan
-
-
-def _inside(inner: Box, outer: Box) -> bool:
-    for (a, b), (c, e) in zip(inner, outer):
-        if a < c or b > e:
-            return False
-    return True
 
 
 def _overlap(a: Box, b: Box) -> int:
@@ -151,7 +144,7 @@ class _Replay:
         have = self.src[i].get(device)
         if have is None:
             return f"device {device} holds no source shard of tensor {i}"
-        if not _inside(box, have):
+        if not box_within(box, have):
             return f"device {device}'s source shard {_fmt(have)} does not hold the box"
         if self.group_of[i] and box_size(box):
             done = self.reduced.get((i, device), [])
@@ -163,7 +156,7 @@ class _Replay:
     def read_dst(self, i: int, device: int, box: Box) -> str | None:
         """Why ``device`` cannot relay ``box`` of tensor ``i`` from its destination shard."""
         have = self.dst[i].get(device)
-        if have is None or not _inside(box, have):
+        if have is None or not box_within(box, have):
             return f"device {device}'s destination shard does not hold the box"
         key = (i, device)
         if box_size(box) and not _covered(box, self.received.get(key, []),
@@ -178,7 +171,7 @@ class _Replay:
         have = self.dst[i].get(device)
         if have is None:
             return f"device {device} holds no destination shard of tensor {i}"
-        if not _inside(box, have):
+        if not box_within(box, have):
             return f"the box is outside device {device}'s destination shard {_fmt(have)}"
         if not box_size(box):
             return None
@@ -200,7 +193,7 @@ class _Replay:
                     f"{sorted(members)} are not one (groups: {sorted(set(groups.values()))})")
         for d in members:
             have = self.src[i][d]
-            if not _inside(task.box, have):
+            if not box_within(task.box, have):
                 return f"device {d}'s source shard {_fmt(have)} does not hold the box"
             if any(_overlap(task.box, b) for b in self.reduced.get((i, d), [])) or any(
                     key == (i, d) and _overlap(task.box, b) for key, b in self._new_reduced):
@@ -352,7 +345,7 @@ def _allgather(r: _Replay, task: Task) -> str | None:
         return "an all-gather needs at least two members"
     i = task.tensor
     for m, piece in zip(task.receivers, task.pieces):
-        if len(piece) != len(task.box) or not _inside(piece, task.box):
+        if len(piece) != len(task.box) or not box_within(piece, task.box):
             return f"piece {_fmt(piece)} of device {m} is not inside the box"
         why = r.read_dst(i, m, piece)
         if why:

@@ -49,6 +49,16 @@ def box_size(box: Box) -> int:
     return math.prod(b - a for a, b in box)
 
 
+def box_within(inner: Box, outer: Box) -> bool:
+    """True if every element of ``inner`` lies in ``outer`` (same rank)."""
+    return all(c <= a and b <= e for (a, b), (c, e) in zip(inner, outer))
+
+
+def boxes_meet(a: Box, b: Box) -> bool:
+    """True if two boxes of one rank share an element (0-d boxes always do)."""
+    return all(max(p, r) < min(q, s) for (p, q), (r, s) in zip(a, b))
+
+
 def flat_bounds(n: int, parts: Sequence[tuple[int, int]]) -> tuple[int, int]:
     """The flat rule: one chunking of ``n`` by the product of the axes' sizes.
 

@@ -73,6 +73,16 @@ def _gist(exc: BaseException) -> str:
     return text.split(". ")[0].rstrip(".")
 
 
+def _pieces(data: Any) -> list[Any]:
+    """A byte tensor as consecutive views of :data:`CHAIN_PIECE` bytes."""
+    return [data[a:a + CHAIN_PIECE] for a in range(0, data.numel(), CHAIN_PIECE)]
+
+
+def _filled(j: int, total: int) -> int:
+    """Bytes of a ``total``-byte buffer that its first ``j + 1`` pieces fill."""
+    return min(total, (j + 1) * CHAIN_PIECE)
+
+
 _GATHER_TAG = 0x3FFF0000
 """The tag of all-gather pieces (tasks' tags are their indices in the plan, far below)."""
 
@@ -97,7 +107,7 @@ class _Posted:
         for j, work in enumerate(self.works):
             self.backend._call(self.what, self.peers, work.wait)
             if self.landed is not None:
-                self.landed(min(self.total, (j + 1) * CHAIN_PIECE))
+                self.landed(_filled(j, self.total))
         self.works = []
         if self.after is not None:
             self.after()
@@ -166,7 +176,7 @@ class _Relay(_Posted):
                                       dst=b.rank_of[nxt], group=b._p2p, tag=self.tag))
         self.passed = j + 1
         if self.relayed is not None:
-            self.relayed(min(self.total, (j + 1) * CHAIN_PIECE))
+            self.relayed(_filled(j, self.total))
 
     def finish(self) -> None:
         """Pass on what is left (unwatched: blocking on each piece in turn), then wait
@@ -310,6 +320,16 @@ class GlooBackend(HostMemory):
             raise ExecutionError(
                 f"gloo {what} with device(s) {list(peers)} failed: {_gist(e)}") from e
 
+    def _sends(self, what: str, peer: int, pieces: list[Any], tag: int) -> list[Any]:
+        """``isend`` of every piece to ``peer``, in order, tagged ``tag``."""
+        return [self._call(what, (peer,), self._dist.isend, p, dst=self.rank_of[peer],
+                           group=self._p2p, tag=tag) for p in pieces]
+
+    def _recvs(self, what: str, peer: int, pieces: list[Any], tag: int) -> list[Any]:
+        """``irecv`` of every piece from ``peer``, in order, tagged ``tag``."""
+        return [self._call(what, (peer,), self._dist.irecv, p, src=self.rank_of[peer],
+                           group=self._p2p, tag=tag) for p in pieces]
+
     def _add(self, op: _Posted) -> None:
         """Make ``op`` part of the open group, or (outside a group) a group of its own."""
         if self._open is not None:
@@ -368,7 +388,7 @@ class GlooBackend(HostMemory):
         prev = None if me == path[0] else feeds[members.index(me)]
         nxts = [d for d, p in zip(members, feeds) if p == me]
         data = self._bytes(buf)
-        pieces = [data[a:a + CHAIN_PIECE] for a in range(0, data.numel(), CHAIN_PIECE)]
+        pieces = _pieces(data)
         if prev is None:  # the first: every piece on its way at once
             sends = [self._call(what, (nxt,), dist.isend, p, dst=self.rank_of[nxt],
                                 group=self._p2p, tag=tag) for p in pieces for nxt in nxts]
@@ -379,16 +399,14 @@ class GlooBackend(HostMemory):
         into = pieces
         if me in path:  # an addend or the root: receive the running sum apart, add own
             extra = np.empty_like(buf)
-            spare = self._bytes(extra)
-            into = [spare[a:a + CHAIN_PIECE] for a in range(0, data.numel(), CHAIN_PIECE)]
+            into = _pieces(self._bytes(extra))
             mine, theirs = buf.reshape(-1), extra.reshape(-1)
             per = CHAIN_PIECE // buf.itemsize
 
             def add(j: int) -> None:
                 part = slice(j * per, (j + 1) * per)
                 mine[part] += theirs[part]
-        recvs = [self._call(what, (prev,), dist.irecv, p, src=self.rank_of[prev],
-                            group=self._p2p, tag=tag) for p in into]
+        recvs = self._recvs(what, prev, into, tag)
         if not nxts and add is None:  # a leaf
             self._add(_Posted(self, what, (prev,), recvs, landed=landed, total=data.numel()))
         else:
@@ -399,10 +417,7 @@ class GlooBackend(HostMemory):
         """``dist.isend`` to ``peer`` (tagged ``tag``), in pieces of :data:`CHAIN_PIECE`
         bytes (so the receiver can put each in place as it lands)."""
         if buf.size:
-            data = self._bytes(buf)
-            works = [self._call("send", (peer,), self._dist.isend, data[a:a + CHAIN_PIECE],
-                                dst=self.rank_of[peer], group=self._p2p, tag=tag)
-                     for a in range(0, data.numel(), CHAIN_PIECE)]
+            works = self._sends("send", peer, _pieces(self._bytes(buf)), tag)
             self._add(_Posted(self, "send", (peer,), works))
 
     def recv(self, buf: np.ndarray, peer: int, *, tag: int = 0,
@@ -411,9 +426,7 @@ class GlooBackend(HostMemory):
         :meth:`send` sends them; ``landed`` as for :meth:`broadcast`."""
         if buf.size:
             data = self._bytes(buf)
-            works = [self._call("recv", (peer,), self._dist.irecv, data[a:a + CHAIN_PIECE],
-                                src=self.rank_of[peer], group=self._p2p, tag=tag)
-                     for a in range(0, data.numel(), CHAIN_PIECE)]
+            works = self._recvs("recv", peer, _pieces(data), tag)
             self._add(_Posted(self, "recv", (peer,), works, landed=landed,
                               total=data.numel()))
 
@@ -427,23 +440,18 @@ class GlooBackend(HostMemory):
         plan's one order, and gloo matches a pair's messages of one tag in order."""
         if not inp.size:
             return
-        me, dist = self.device, self._dist
+        me = self.device
         rows = out.reshape(len(group), -1)
         rows[list(group).index(me)] = inp.reshape(-1)  # the result holds every row
-        data = self._bytes(inp)
+        mine = _pieces(self._bytes(inp))
         works = []
         for d in group:
             if d != me:
-                works += [self._call("all-gather", (d,), dist.isend, data[a:a + CHAIN_PIECE],
-                                     dst=self.rank_of[d], group=self._p2p, tag=_GATHER_TAG)
-                          for a in range(0, data.numel(), CHAIN_PIECE)]
+                works += self._sends("all-gather", d, mine, _GATHER_TAG)
         for row, d in enumerate(group):
             if d != me:
-                target = self._bytes(rows[row])
-                works += [self._call("all-gather", (d,), dist.irecv,
-                                     target[a:a + CHAIN_PIECE], src=self.rank_of[d],
-                                     group=self._p2p, tag=_GATHER_TAG)
-                          for a in range(0, target.numel(), CHAIN_PIECE)]
+                works += self._recvs("all-gather", d, _pieces(self._bytes(rows[row])),
+                                     _GATHER_TAG)
         self._add(_Posted(self, "all-gather", group, works))
 
     def reduce(self, buf: np.ndarray, root: int, group: Sequence[int]) -> None:

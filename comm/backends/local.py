@@ -128,8 +128,8 @@ class LocalBackend(HostMemory):
         """Root posts to every member; members receive (the chain or tree is a
         performance hint; the result is the same). With ``addends``, the running sum
         goes down their chain to the root first, each adding its ``buf``."""
-        if self.device in addends or (addends and self.device == root):
-            path = (*addends, root)
+        path = (*addends, root) if addends else ()
+        if self.device in path:
             k = path.index(self.device)
             if k:
                 tmp = np.empty_like(buf)

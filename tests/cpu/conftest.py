@@ -1,4 +1,6 @@
-"""Fixtures of the real-process tier: one Ray runtime per test session."""
+"""Fixtures of the real-process tier: one Ray runtime per test session, and a gloo
+runtime per module for modules that need no other (those that do define their own
+``rt``, which takes precedence)."""
 
 from __future__ import annotations
 
@@ -21,3 +23,15 @@ def ray_session():
     finally:
         if started:
             ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def rt():
+    """Eight gloo workers (process launcher) on the four hosts of
+    :data:`tests.cpu._helpers.WORLD`, shared by a module's tests."""
+    from reshard.runtime import Runtime
+
+    from ._helpers import WORLD
+
+    with Runtime("gloo", WORLD, "process", timeout=30) as runtime:
+        yield runtime

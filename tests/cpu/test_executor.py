@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import threading
 import traceback
 import zlib
 
@@ -32,7 +31,7 @@ from reshard.comm.backend import (
 from reshard.comm.executor import Executor
 from reshard.comm.program import WorkerProgram
 
-from ..common import STRATEGIES, addends, sample
+from ..common import STRATEGIES, addends, in_threads, sample
 from ._helpers import problem_settings, problems, rank_results
 
 pytestmark = pytest.mark.cpu
@@ -259,21 +258,16 @@ def test_register_backend_declares_capabilities_and_builds_ranks_by_name():
     dst = Layout(DeviceMesh((3,), [2, 3, 4]), "S0")
     value = np.arange(20, dtype=np.float32)
     plan = reshard.plan(value.shape, value.dtype, src, dst)
-    fabric, calls, out, errors = LocalFabric(10.0), [], {}, []
+    fabric, calls, out = LocalFabric(10.0), [], {}
+    devices = plan.devices
 
-    def rank(d: int) -> None:
-        try:
-            ex = Executor.create("threads", d, fabric, calls, registry=reg)
-            shard = [value[src.index_map(value.shape)[d]]] if d in src.devices else [None]
-            out[d] = ex.execute(plan, shard)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(repr(e))
+    def rank(k: int) -> None:
+        d = devices[k]
+        ex = Executor.create("threads", d, fabric, calls, registry=reg)
+        shard = [value[src.index_map(value.shape)[d]]] if d in src.devices else [None]
+        out[d] = ex.execute(plan, shard)
 
-    threads = [threading.Thread(target=rank, args=(d,)) for d in plan.devices]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(20)
+    errors = in_threads(rank, len(devices), 20)
     assert not errors, errors
     assert sorted(calls) == list(plan.devices)
     for d in dst.devices:

@@ -13,7 +13,6 @@ import pytest
 from reshard import DeviceMesh, Layout, ReshardPlan
 from reshard.planner.plan import make_tensor_spec, plan_tasks
 from reshard.planner.strategy import Strategy
-from reshard.runtime import Runtime
 
 from ._helpers import WORLD, addends, check_shards, sample
 
@@ -27,12 +26,6 @@ CASES = [  # (shape, dtype, source, destination, pieces)
     ((9, 4), "int16", Layout(DeviceMesh((2, 2), [0, 2, 4, 6]), "RS0+P1"),
      Layout(DeviceMesh((3, 2), [1, 0, 3, 2, 7, 6]), "S0R"), 2),
 ]
-
-
-@pytest.fixture(scope="module")
-def rt():
-    with Runtime("gloo", WORLD, "process", timeout=30) as runtime:
-        yield runtime
 
 
 @pytest.mark.timeout(180)

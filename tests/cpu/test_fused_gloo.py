@@ -17,7 +17,6 @@ from reshard.planner.ir import TaskKind
 from reshard.planner.plan import make_tensor_spec, plan_tasks
 from reshard.planner.strategy import Strategy
 from reshard.planner.trees import INTRA, treeify
-from reshard.runtime import Runtime
 
 from ._helpers import WORLD, addends, check_shards, sample
 
@@ -46,12 +45,6 @@ def fused_plan(shape, dtype, src, dst, tree: tuple[str, str] | None = None) -> R
     assert all(t.kind is not TaskKind.REDUCE for t in plan.tasks), plan.tasks
     assert any(t.addends for t in plan.tasks)
     return plan
-
-
-@pytest.fixture(scope="module")
-def rt():
-    with Runtime("gloo", WORLD, "process", timeout=30) as runtime:
-        yield runtime
 
 
 @pytest.mark.timeout(180)

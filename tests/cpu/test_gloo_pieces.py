@@ -11,17 +11,10 @@ import pytest
 from reshard import DeviceMesh, Layout
 from reshard.comm.backends.gloo import CHAIN_PIECE
 from reshard.planner.ir import TaskKind
-from reshard.runtime import Runtime
 
-from ._helpers import WORLD, check_shards, sample
+from ._helpers import check_shards, sample
 
 pytestmark = pytest.mark.cpu
-
-
-@pytest.fixture(scope="module")
-def rt():
-    with Runtime("gloo", WORLD, "process", timeout=30) as runtime:
-        yield runtime
 
 
 @pytest.mark.timeout(180)

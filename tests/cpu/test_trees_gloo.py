@@ -15,7 +15,6 @@ from reshard.planner.ir import TaskKind
 from reshard.planner.plan import make_tensor_spec, plan_tasks
 from reshard.planner.strategy import Strategy
 from reshard.planner.trees import INTRA, treeify
-from reshard.runtime import Runtime
 
 from ._helpers import WORLD, check_shards, sample
 
@@ -32,12 +31,6 @@ CASES = [  # (shape, dtype, source, destination)
     # a small odd box: one piece per half, the second half one element shorter
     ((7, 3), "int16", Layout(DeviceMesh((1,), [1]), "RR"), Layout(HOSTS_1_TO_3, "S1R")),
 ]
-
-
-@pytest.fixture(scope="module")
-def rt():
-    with Runtime("gloo", WORLD, "process", timeout=30) as runtime:
-        yield runtime
 
 
 @pytest.mark.timeout(180)

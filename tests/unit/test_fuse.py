@@ -5,7 +5,6 @@ backend that fuses (local) and on one that runs the parts apart."""
 from __future__ import annotations
 
 import dataclasses
-import threading
 
 import numpy as np
 import pytest
@@ -24,7 +23,7 @@ from reshard.planner.ir import Task, TaskKind
 from reshard.planner.plan import make_tensor_spec, plan_tasks
 from reshard.planner.strategy import Strategy
 
-from ..common import check_shards, put_value, sample, wire_bytes
+from ..common import check_shards, in_threads, put_value, sample, wire_bytes
 from .test_planner_properties import partial_pipelines
 
 CL = Cluster.regular(4, 2)
@@ -160,22 +159,17 @@ def test_fused_partial_sums_exact(problem, seed):
         check_shards(rt, y, value)
         assert np.array_equal(rt.get(x), value)
     # the same plan, each fused task run as a reduction, then a broadcast of the sum
-    fabric, errors, out = LocalFabric(20.0), [], {}
+    fabric, out = LocalFabric(20.0), {}
     reg = _split_registry()
+    devices = plan.devices
 
-    def rank(d: int) -> None:
-        try:
-            ex = Executor.create("local", d, fabric, registry=reg)
-            assert not ex.capabilities.fuses_sums
-            out[d] = ex.execute(plan, [given_shards.get(d)])
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(f"device {d}: {e!r}")
+    def rank(k: int) -> None:
+        d = devices[k]
+        ex = Executor.create("local", d, fabric, registry=reg)
+        assert not ex.capabilities.fuses_sums
+        out[d] = ex.execute(plan, [given_shards.get(d)])
 
-    threads = [threading.Thread(target=rank, args=(d,)) for d in plan.devices]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    errors = in_threads(rank, len(devices), 30)
     assert not errors, errors
     assert fabric.total_bytes() == wire_bytes(plan)
     leaders = dst.partial_leaders()
