@@ -10,9 +10,10 @@ breaks a rule:
   the tensor's rank, devices in the plan's cluster, partial sums only of summable
   dtypes.
 * Tasks: a known tensor; a box of the tensor's rank inside its shape; ``nbytes`` =
-  elements x itemsize; ``step`` >= 0 and never decreasing along the plan; kind-specific form (``SEND`` one receiver,
-  ``COPY`` onto its root, ``ALLGATHER`` rootless with one piece per member, no root
-  among its receivers, no receiver twice, at least one receiver).
+  elements x itemsize; ``step`` >= 0 and never decreasing along the plan;
+  kind-specific form (``SEND`` one receiver, ``COPY`` onto its root, ``ALLGATHER``
+  rootless with one piece per member, no root among its receivers, no receiver twice,
+  at least one receiver).
 * Data flow (a step's tasks run concurrently, so a task sees only what earlier steps
   completed; what its own step delivers or reduces counts from the next step on):
   - a task reads its box from a device that holds all of it: in its source shard

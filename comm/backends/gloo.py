@@ -28,9 +28,10 @@ and tag, in posting order), an all-gather is such an exchange between every pair
 members, reductions run with ``async_op=True`` on their process group's threads, and
 a chain broadcast posts the receives of all its pieces at once and passes each piece
 on as it arrives. A receiver told ``landed`` hears of each piece as it arrives, so a
-box received into scratch memory is copied into place meanwhile. ``group_end`` returns when all of them completed (see there for the
-polling of relays and why it cannot deadlock). An operation outside a group is a
-group of its own: it has completed when it returns.
+box received into scratch memory is copied into place meanwhile. ``group_end``
+returns when all of them completed (see there for the polling of relays and why it
+cannot deadlock). An operation outside a group is a group of its own: it has
+completed when it returns.
 """
 
 from __future__ import annotations
