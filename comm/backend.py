@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import enum
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from reshard.choice import parse_choice
-from reshard.errors import OptionError, ReshardError
+from reshard.dtypes import ReduceOp, accumulator, why_not_summable
+from reshard.errors import DTypeError, OptionError, ReshardError
+from reshard.planner.ir import Conversion
 
 
 class BackendKind(enum.Enum):
@@ -47,8 +49,11 @@ class Capabilities:
     declares its devices): callers read this, they never probe with getattr.
 
     Attributes:
-        moves: dtype names the backend moves; None for every numeric dtype.
-        sums: dtype names its reduce can sum; None for every summable dtype.
+        moves: dtype names the backend moves; None for every dtype of
+            :data:`reshard.dtypes.DTYPES`.
+        sums: dtype names its reduce can combine (sum, and max for an amax); a partial
+            sum reduces in its accumulator (:func:`reshard.dtypes.accumulator`: bf16 and
+            fp16 in float32), which must be among them. None: every accumulator.
         groups_need_world: collective communicators are created by every rank of the
             world, members or not (gloo's ``new_group``): every worker must load every
             plan, in one order. False: only a plan's devices load it.
@@ -61,6 +66,12 @@ class Capabilities:
             filled so far (from its start) as pieces arrive, so the executor copies a
             box received into scratch memory into place while the rest arrives.
             False: it copies after the step.
+        converts: dtype names its buffers convert between (a cast on the wire, a
+            partial sum into and out of its accumulator); None: every dtype
+            (:mod:`reshard.casting` on numpy or torch buffers).
+        bits: dtype names its array library lacks, so its buffers hold them as unsigned
+            integers of the same width (:func:`reshard.dtypes.storage`): the caller's
+            arrays of such a tensor may be of either type, and the bits move unchanged.
     """
 
     moves: frozenset[str] | None
@@ -69,6 +80,8 @@ class Capabilities:
     device: str
     fuses_sums: bool = False
     lands_pieces: bool = False
+    converts: frozenset[str] | None = None
+    bits: frozenset[str] = frozenset()
 
     def meet(self, rank: Capabilities) -> Capabilities:
         """What a rank built from a registration declaring ``self`` may be asked to do,
@@ -81,7 +94,8 @@ class Capabilities:
         return Capabilities(both(self.moves, rank.moves), both(self.sums, rank.sums),
                             self.groups_need_world or rank.groups_need_world, rank.device,
                             self.fuses_sums and rank.fuses_sums,
-                            self.lands_pieces and rank.lands_pieces)
+                            self.lands_pieces and rank.lands_pieces,
+                            both(self.converts, rank.converts), self.bits | rank.bits)
 
 
 @runtime_checkable
@@ -155,8 +169,10 @@ class Backend(Protocol):
     def all_gather(self, out: Any, inp: Any, group: Sequence[int]) -> None:
         """``out[i] = inp of group[i]`` on every member; ``out`` is (len(group), n)."""
 
-    def reduce(self, buf: Any, root: int, group: Sequence[int]) -> None:
-        """Sum every member's ``buf`` into ``root``'s ``buf``."""
+    def reduce(self, buf: Any, root: int, group: Sequence[int], *,
+               op: ReduceOp = ReduceOp.SUM) -> None:
+        """Combine every member's ``buf`` into ``root``'s ``buf`` with ``op`` (a sum, or
+        the elementwise max of a scaled cast's amax)."""
 
     def group_start(self) -> None:
         """Begin a batch of operations issued together (NCCL group semantics): the
@@ -186,6 +202,50 @@ class Backend(Protocol):
         """Release communicators and connections."""
 
 
+
+
+def check_dtypes(tensors: Sequence[Conversion], reduced: Iterable[int], caps: Capabilities,
+                 name: str) -> None:
+    """Refuse, before anything moves, a dtype the backend cannot move, a partial sum
+    it cannot reduce and a conversion it cannot make (the dtype policy,
+    :mod:`reshard.dtypes`, applied to one backend's capabilities).
+
+    Args:
+        tensors: the plan's (or program's) tensors.
+        reduced: indices of the tensors some task reduces.
+        caps: what the backend can do.
+        name: the backend's name, for messages.
+
+    Raises:
+        DTypeError: naming the tensor, the dtype and what the backend supports.
+    """
+    reduced = set(reduced)
+    for i, t in enumerate(tensors):
+        what = f"tensor {i} ({t.shape} {t.dtype})"
+        for dt in dict.fromkeys((t.dtype, t.out_dtype)):
+            if caps.moves is not None and dt not in caps.moves:
+                raise DTypeError(f"the {name} backend cannot move dtype {dt} ({what}); it "
+                                 f"moves {sorted(caps.moves)}")
+        converted = {t.dtype, t.out_dtype} if t.out_dtype != t.dtype else set()
+        if i in reduced:
+            acc = accumulator(t.dtype)
+            if acc is None:
+                raise DTypeError(f"{what} is a partial sum, but {why_not_summable(t.dtype)}")
+            if caps.sums is not None and acc not in caps.sums:
+                raise DTypeError(
+                    f"the {name} backend cannot sum {acc} (how {t.dtype} partial sums "
+                    f"accumulate), and {what} is a partial sum to reduce; it sums "
+                    f"{sorted(caps.sums)}: reduce on another backend (e.g. 'gloo', 'local'), "
+                    f"or convert the addends to one of those")
+            if acc != t.dtype:
+                converted |= {t.dtype, acc}
+        lacking = sorted(converted - caps.converts) if caps.converts is not None else []
+        if lacking:
+            raise DTypeError(
+                f"the {name} backend cannot convert {lacking} ({what}, delivered as "
+                f"{t.out_dtype}{', summed in ' + str(accumulator(t.dtype)) if i in reduced else ''}); "
+                f"it converts {sorted(caps.converts or ())}: cast elsewhere (e.g. the 'gloo' or "
+                f"'torch' backend), or move the tensor in its own dtype")
 
 
 Factory = str | Callable[..., Backend]
@@ -383,4 +443,4 @@ def backend_class(kind: str | BackendKind) -> type:
 
 
 __all__ = ["Backend", "BackendEntry", "BackendKind", "BackendRegistry", "Capabilities",
-           "Factory", "backend_class", "builtin_backends", "register_backend"]
+           "Factory", "backend_class", "builtin_backends", "check_dtypes", "register_backend"]

@@ -42,14 +42,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Self
 
-import numpy as np
-
-from reshard.comm.backend import Backend, BackendRegistry, Capabilities, builtin_backends
+from reshard.comm.backend import (
+    Backend,
+    BackendRegistry,
+    Capabilities,
+    builtin_backends,
+    check_dtypes,
+)
 from reshard.comm.packing import same_memory
 from reshard.comm.program import WorkerProgram
 from reshard.comm.steps import Execution, LoadedProgram, StepTask, program_steps
-from reshard.errors import DTypeError, ExecutionError, ReshardError, ShapeError
-from reshard.planner.ir import ReshardPlan, TaskKind
+from reshard.dtypes import dtype_name, parse_dtype, storage
+from reshard.errors import ExecutionError, ReshardError, ShapeError
+from reshard.planner.ir import Derive, ReshardPlan, TaskKind
 
 Shards = Mapping[int, Any] | Sequence[Any]
 """Per tensor of a plan, this device's shard: a sequence in plan order (None where
@@ -109,9 +114,8 @@ def _done(value: Any) -> Future:
 
 
 def _dtype_name(array: Any) -> str:
-    """The numpy name of an array's dtype (numpy, cupy or torch)."""
-    text = str(array.dtype)
-    return np.dtype(text.removeprefix("torch.")).name
+    """The reshard name of an array's dtype (numpy, cupy or torch)."""
+    return dtype_name(array.dtype)
 
 
 def _per_tensor(values: Shards | None, n: int, what: str) -> dict[int, Any]:
@@ -128,20 +132,6 @@ def _per_tensor(values: Shards | None, n: int, what: str) -> dict[int, Any]:
         raise ReshardError(f"{what}: got {len(values)} entries, but the plan has {n} tensors; "
                            f"pass one per tensor (None where this device holds none)")
     return {i: v for i, v in enumerate(values) if v is not None}
-
-
-def _check_dtypes(program: WorkerProgram, caps: Capabilities, name: str) -> None:
-    """Reject dtypes the backend cannot move or sum (this device's tasks)."""
-    reduced = {t.tensor for _, t in program.tasks if t.kind is TaskKind.REDUCE}
-    for i, t in enumerate(program.tensors):
-        if caps.moves is not None and t.dtype not in caps.moves:
-            raise DTypeError(f"the {name} backend cannot move dtype {t.dtype} (tensor {i}, "
-                             f"{t.shape}); it moves {sorted(caps.moves)}")
-        if i in reduced and caps.sums is not None and t.dtype not in caps.sums:
-            raise DTypeError(
-                f"the {name} backend cannot sum dtype {t.dtype}, and tensor {i} ({t.shape}) "
-                f"is a partial sum to reduce; it sums {sorted(caps.sums)}: convert the "
-                f"addends to one of those")
 
 
 class Executor:
@@ -270,7 +260,8 @@ class Executor:
         else:
             raise ReshardError(f"expected a ReshardPlan, a WorkerProgram or JSON, got "
                                f"{type(plan).__name__}")
-        _check_dtypes(prog, self.capabilities, self.backend.name)
+        reduced = {t.tensor for _, t in prog.tasks if t.kind is TaskKind.REDUCE or t.addends}
+        check_dtypes(prog.tensors, reduced, self.capabilities, self.backend.name)
         return prog
 
     def load(self, plan: ReshardPlan | WorkerProgram | str | bytes, *,
@@ -300,7 +291,7 @@ class Executor:
         src_box = {i: t.src_box for i, t in enumerate(prog.tensors) if t.src_box is not None}
         dst_box = {i: t.dst_box for i, t in enumerate(prog.tensors) if t.dst_box is not None}
         steps, need = program_steps(prog, self.capabilities.fuses_sums)
-        scratch = {dt: backend.empty(n, np.dtype(dt)) for dt, n in need.items()}
+        scratch = {dt: backend.empty(n, parse_dtype(dt)) for dt, n in need.items()}
         return LoadedProgram(prog, steps, src_box, dst_box, scratch, backend)
 
     # ----- running -----------------------------------------------------------------------
@@ -309,6 +300,8 @@ class Executor:
         given = _per_tensor(sources, len(tensors), "sources")
         out = {}
         for i, box in lp.src_box.items():
+            if tensors[i].derive is not Derive.NONE:
+                continue  # computed on the way (Execution.source)
             if i not in given:
                 raise ReshardError(
                     f"device {self.device} holds a source shard of tensor {i} (box {box} of "
@@ -326,7 +319,7 @@ class Executor:
                                f"tensors {extra}; pass None for them")
         dst = {}
         for i in lp.dst_box:
-            shape, dt = lp.dst_shape(i), tensors[i].dtype
+            shape, dt = lp.dst_shape(i), tensors[i].out_dtype
             if i in given:
                 buf = self._checked(given[i], shape, dt, f"out buffer of tensor {i}")
                 if math.prod(shape) and not same_memory(buf, given[i]):
@@ -335,7 +328,7 @@ class Executor:
                         f"written in place by the {self.backend.name} backend (it would be "
                         f"copied); pass a {type(buf).__name__} on its device")
             else:
-                buf = lp.backend.empty(math.prod(shape), np.dtype(dt)).reshape(shape)
+                buf = lp.backend.empty(math.prod(shape), parse_dtype(dt)).reshape(shape)
             if tensors[i].dst_fill:
                 buf[...] = 0
             dst[i] = buf
@@ -343,7 +336,9 @@ class Executor:
 
     def _checked(self, array: Any, shape: tuple[int, ...], dtype: str, what: str) -> Any:
         arr = self.backend.asarray(array)
-        if tuple(arr.shape) != shape or _dtype_name(arr) != dtype:
+        held = _dtype_name(arr)
+        as_bits = dtype in self.capabilities.bits and held == storage(dtype)
+        if tuple(arr.shape) != shape or (held != dtype and not as_bits):
             raise ShapeError(
                 f"device {self.device}: {what} has shape {tuple(arr.shape)} and dtype "
                 f"{_dtype_name(arr)}; the plan needs shape {shape} and dtype {dtype}")

@@ -21,15 +21,16 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from reshard.dtypes import ScaleMode
 from reshard.errors import PlanError
 from reshard.layout import Box
-from reshard.planner.ir import Buffer, ReshardPlan, Task, TaskKind
+from reshard.planner.ir import Buffer, Conversion, Derive, ReshardPlan, Task, TaskKind
 
 PROGRAM_FORMAT = 1
 
 
 @dataclass(frozen=True)
-class ProgramTensor:
+class ProgramTensor(Conversion):
     """One planned tensor as a device sees it.
 
     Attributes:
@@ -39,6 +40,8 @@ class ProgramTensor:
         dst_box: the global box of its destination shard (None: it receives none).
         dst_fill: its destination shard starts as zeros and no task writes it (an
             addend of a partial-sum destination other than the first).
+        cast, scale, derive, link: as the plan's
+            :class:`~reshard.planner.ir.TensorSpec` says.
     """
 
     shape: tuple[int, ...]
@@ -46,13 +49,27 @@ class ProgramTensor:
     src_box: Box | None
     dst_box: Box | None
     dst_fill: bool = False
+    cast: str = ""
+    scale: ScaleMode = ScaleMode.NONE
+    derive: Derive = Derive.NONE
+    link: int = -1
 
     def to_dict(self) -> dict:
-        """JSON-ready form."""
-        return {"shape": list(self.shape), "dtype": self.dtype,
-                "src": None if self.src_box is None else [list(b) for b in self.src_box],
-                "dst": None if self.dst_box is None else [list(b) for b in self.dst_box],
-                "fill": self.dst_fill}
+        """JSON-ready form (conversion fields only when set)."""
+        d: dict[str, Any] = {
+            "shape": list(self.shape), "dtype": self.dtype,
+            "src": None if self.src_box is None else [list(b) for b in self.src_box],
+            "dst": None if self.dst_box is None else [list(b) for b in self.dst_box],
+            "fill": self.dst_fill}
+        if self.cast:
+            d["cast"] = self.cast
+        if self.scale is not ScaleMode.NONE:
+            d["scale"] = self.scale.value
+        if self.derive is not Derive.NONE:
+            d["derive"] = self.derive.value
+        if self.link >= 0:
+            d["link"] = self.link
+        return d
 
     @classmethod
     def from_dict(cls, d: Any) -> ProgramTensor:
@@ -63,7 +80,9 @@ class ProgramTensor:
             return tuple((int(a), int(b)) for a, b in raw)
 
         return cls(tuple(int(n) for n in d["shape"]), str(d["dtype"]), box(d["src"]),
-                   box(d["dst"]), bool(d.get("fill", False)))
+                   box(d["dst"]), bool(d.get("fill", False)), str(d.get("cast", "")),
+                   ScaleMode(d.get("scale", "none")), Derive(d.get("derive", "none")),
+                   int(d.get("link", -1)))
 
 
 @dataclass(frozen=True)
@@ -97,7 +116,8 @@ class WorkerProgram:
             src = t.src.boxes(t.shape).get(d) if d in t.src.devices else None
             dst = t.dst.boxes(t.shape).get(d) if d in t.dst.devices else None
             fill = dst is not None and d not in t.dst.partial_leaders()
-            tensors.append(ProgramTensor(t.shape, t.dtype, src, dst, fill))
+            tensors.append(ProgramTensor(t.shape, t.dtype, src, dst, fill, t.cast, t.scale,
+                                         t.derive, t.link))
         tasks = tuple((i, t) for i, t in enumerate(plan.tasks) if d in t.devices)
         return cls(d, tuple(tensors), tasks, plan.communicator_groups(), plan.strategy.value)
 
@@ -136,6 +156,10 @@ class WorkerProgram:
                     raise PlanError(f"{where}: box {t.box} is not inside device {d}'s "
                                     f"{need} shard {box}")
         for i, pt in enumerate(self.tensors):
+            if (pt.scale is not ScaleMode.NONE or pt.derive is not Derive.NONE) and \
+                    not 0 <= pt.link < len(self.tensors):
+                raise PlanError(f"tensor {i} of device {d}'s program links tensor {pt.link}, "
+                                f"but the program has {len(self.tensors)} tensors")
             for box in (pt.src_box, pt.dst_box):
                 if box is not None and (len(box) != len(pt.shape) or any(
                         not 0 <= a <= b <= n for (a, b), n in zip(box, pt.shape))):

@@ -39,13 +39,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-import numpy as np
-
+from reshard.casting import block_amax, convert_into, quantize_into, scales_from_amax
 from reshard.comm.backend import Backend
 from reshard.comm.packing import Unpacker, is_contiguous, pack, recv_target, region, unpack
-from reshard.comm.program import WorkerProgram
+from reshard.comm.program import ProgramTensor, WorkerProgram
+from reshard.dtypes import ScaleMode, block_shape, parse_dtype, scale_grid
+from reshard.errors import ReshardError
 from reshard.layout import Box, box_size
-from reshard.planner.ir import Buffer, Task, TaskKind
+from reshard.planner.ir import Buffer, Derive, Task, TaskKind
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,14 @@ class StepTask:
 
     def __str__(self) -> str:
         return f"task #{self.index} ({self.task})"
+
+
+def buffer_dtype(tensor: ProgramTensor, task: Task) -> str:
+    """The dtype of ``task``'s buffers: a reduction's accumulator, else what the wire
+    carries (the destination dtype)."""
+    if task.kind is TaskKind.REDUCE:
+        return tensor.sum_dtype or tensor.dtype
+    return tensor.out_dtype
 
 
 def scratch_elems(task: Task, device: int) -> int:
@@ -107,7 +116,7 @@ def program_steps(program: WorkerProgram, fuses: bool = True
         used: dict[str, int] = {}
         step = []
         for _, i, t in run:
-            dt = program.tensors[t.tensor].dtype
+            dt = buffer_dtype(program.tensors[t.tensor], t)
             step.append(StepTask(i, t, used.get(dt, 0)))
             used[dt] = used.get(dt, 0) + scratch_elems(t, device)
         for dt, n in used.items():
@@ -190,17 +199,89 @@ class Execution:
     """One execution of a loaded program on one device: its shards, and the handlers
     of each phase per task kind (the tables below the class).
 
+    Sources the plan derives (a scaled cast's amax and scales, see
+    :mod:`reshard.planner.scales`) are computed here from the shards they derive from,
+    when first read: an amax from the caller's source shard, scales from the amax this
+    device received in the plan's first phase (which every later step follows).
+
     Args:
         lp: the loaded program.
         src: tensor -> this device's source shard (read only, except a REDUCE root's
-            private copy).
+            private copy); derived tensors are computed, not given.
         dst: tensor -> this device's destination shard (written).
     """
 
     def __init__(self, lp: LoadedProgram, src: dict[int, Any], dst: dict[int, Any]) -> None:
         self.device, self.lp, self.src, self.dst = lp.device, lp, src, dst
         self.backend = lp.backend
+        self.tensors = lp.program.tensors
         self._private: set[int] = set()  # tensors whose source shard is a private copy
+
+    # ----- sources ---------------------------------------------------------------------
+    def source(self, i: int) -> Any:
+        """This device's source shard of tensor ``i`` (derived on first use)."""
+        shard = self.src.get(i)
+        if shard is None:
+            shard = self.src[i] = _DERIVE[self.tensors[i].derive](self, i)
+        return shard
+
+    def _amax(self, i: int) -> Any:
+        """Tensor ``i`` (an amax): the max ``|x|`` per block of the scaled tensor's source
+        shard here, over the whole grid (zeros elsewhere)."""
+        w = self.tensors[i].link
+        pt = self.tensors[w]
+        box = self.lp.src_box[w]
+        return block_amax(self.source(w), box, block_shape(pt.shape, pt.scale),
+                          self.tensors[i].shape)
+
+    def _scales(self, i: int) -> Any:
+        """Tensor ``i`` (scales): of the amax this device received (tensor ``link``'s
+        destination shard, complete since the plan's first phase)."""
+        amax = self.tensors[i].link
+        return scales_from_amax(self.dst[amax], self.tensors[self.tensors[amax].link].out_dtype)
+
+    def _own_scales(self, i: int) -> Any:
+        """Tensor ``i`` (scales of block-aligned shards): of the blocks of the scaled
+        tensor's own source shard here."""
+        w = self.tensors[i].link
+        pt = self.tensors[w]
+        grid = scale_grid(pt.shape, pt.scale)
+        amax = block_amax(self.source(w), self.lp.src_box[w], block_shape(pt.shape, pt.scale),
+                          grid)
+        return scales_from_amax(amax[tuple(slice(a, b) for a, b in self.lp.src_box[i])],
+                                pt.out_dtype)
+
+    def _given(self, i: int) -> Any:
+        raise ReshardError(f"device {self.device} was given no source shard of tensor {i}")
+
+    def convert_into(self, out: Any, values: Any, i: int, box: Box) -> None:
+        """``out[...] = values`` (``box`` of tensor ``i``) as the wire carries it:
+        converted to the destination dtype, divided by its scales if it has them."""
+        pt = self.tensors[i]
+        if pt.scale is ScaleMode.NONE:
+            convert_into(out, values, pt.out_dtype)
+            return
+        k = pt.link
+        quantize_into(out, values, box, block_shape(pt.shape, pt.scale), self.source(k),
+                      self.lp.src_box[k], pt.out_dtype)
+
+    def converts(self, i: int) -> bool:
+        """True if tensor ``i``'s source shard here is not what the wire carries (a cast,
+        scales, or a partial sum's accumulator)."""
+        pt = self.tensors[i]
+        held = (pt.sum_dtype or pt.dtype) if i in self._private else pt.dtype
+        return held != pt.out_dtype or pt.scale is not ScaleMode.NONE
+
+    def pack_source(self, st: StepTask, shard: Any, shard_box: Box, n: int) -> Any:
+        """The task's box of a source shard as a 1-d buffer of the wire's dtype: a view
+        where it is already contiguous and converts nothing, else a (converted) copy in
+        the task's scratch region."""
+        t = st.task
+        if not self.converts(t.tensor):
+            return pack(shard, t.box, shard_box, self._scratch(st, n))
+        buf = self._scratch(st, n)
+        self.convert_into(buf, region(shard, t.box, shard_box), t.tensor, t.box)
+        return buf
 
     def run(self, blame: Blame) -> int:
         """Every step in order. Returns the bytes this device sent."""
@@ -238,34 +319,41 @@ class Execution:
             t = st.task
             if (t.kind is TaskKind.REDUCE or t.addends) and t.root == self.device and \
                     t.tensor not in self._private:
-                shard = self.src[t.tensor]
+                shard = self.source(t.tensor)
+                pt = self.tensors[t.tensor]
                 copy = self.backend.empty(math.prod(shard.shape),
-                                          np.dtype(self.lp.program.tensors[t.tensor].dtype))
+                                          parse_dtype(pt.sum_dtype or pt.dtype))
                 copy = copy.reshape(tuple(shard.shape))
-                copy[...] = shard
+                copy[...] = shard  # into the accumulator: exact (bf16 -> float32)
                 self.src[t.tensor] = copy
                 self._private.add(t.tensor)
 
     def _addend(self, st: StepTask) -> Any:
         """A copy of this device's source box of the task in the task's scratch region
-        (an addend that a reduction sums into)."""
+        (an addend that a reduction sums into; in its accumulator)."""
         t = st.task
         buf = self._scratch(st, box_size(t.box))
         buf.reshape(tuple(hi - lo for lo, hi in t.box))[...] = region(
-            self.src[t.tensor], t.box, self.lp.src_box[t.tensor])
+            self.source(t.tensor), t.box, self.lp.src_box[t.tensor])
         return buf
 
     def _scratch(self, st: StepTask, n: int) -> Any:
-        """The task's own ``n``-element region of the scratch buffer."""
-        buf = self.lp.scratch[self.lp.program.tensors[st.task.tensor].dtype]
+        """The task's own ``n``-element region of the scratch buffer (of the task's
+        buffer dtype, :func:`buffer_dtype`)."""
+        buf = self.lp.scratch[buffer_dtype(self.tensors[st.task.tensor], st.task)]
         return buf[st.offset:st.offset + n]
 
     # ----- prepare: copies done, buffers ready (None: nothing to issue) -----------------
     def prepare_copy(self, st: StepTask) -> _Op | None:
-        """COPY: done here; nothing to issue."""
+        """COPY: done here (converted as the wire would); nothing to issue."""
         t, lp = st.task, self.lp
         i = t.tensor
-        region(self.dst[i], t.box, lp.dst_box[i])[...] = region(self.src[i], t.box, lp.src_box[i])
+        into = region(self.dst[i], t.box, lp.dst_box[i])
+        values = region(self.source(i), t.box, lp.src_box[i])
+        if self.converts(i):
+            self.convert_into(into, values, i, t.box)
+        else:
+            into[...] = values
         return None
 
     def prepare_transfer(self, st: StepTask) -> _Op | None:
@@ -279,10 +367,9 @@ class Execution:
             return _Op(st, buf, sent=n * buf.itemsize)
         if t.root == self.device:
             if t.source is Buffer.SRC:
-                shard, shard_box = self.src[i], lp.src_box[i]
+                buf = self.pack_source(st, self.source(i), lp.src_box[i], n)
             else:  # a relay of what this device received in an earlier step
-                shard, shard_box = self.dst[i], lp.dst_box[i]
-            buf = pack(shard, t.box, shard_box, self._scratch(st, n))
+                buf = pack(self.dst[i], t.box, lp.dst_box[i], self._scratch(st, n))
             return _Op(st, buf, sent=n * buf.itemsize)
         if self.device in t.through:  # a relay: scratch in, passed on, kept nowhere
             return _Op(st, self._scratch(st, n))
@@ -335,8 +422,9 @@ class Execution:
                                **tree)
 
     def issue_reduce(self, op: _Op) -> None:
-        """REDUCE: summed into the root's buffer."""
-        self.backend.reduce(op.buf, op.task.root, op.task.group)
+        """REDUCE: summed (an amax: maxed) into the root's buffer."""
+        t = op.task
+        self.backend.reduce(op.buf, t.root, t.group, op=self.tensors[t.tensor].reduce_op)
 
     def issue_gather(self, op: _Op) -> None:
         """ALLGATHER: every member's piece into every member's rows."""
@@ -371,6 +459,14 @@ class Execution:
                 unpack(self.dst[t.tensor], piece, self.lp.dst_box[t.tensor], op.rows[row])
 
 
+_DERIVE: Mapping[Derive, Callable[[Execution, int], Any]] = MappingProxyType({
+    Derive.NONE: Execution._given,
+    Derive.AMAX: Execution._amax,
+    Derive.SCALES: Execution._scales,
+    Derive.OWN_SCALES: Execution._own_scales,
+})
+"""How each kind of derived source is computed (:meth:`Execution.source`)."""
+
 _PREPARE: Mapping[TaskKind, Callable[[Execution, StepTask], _Op | None]] = MappingProxyType({
     TaskKind.COPY: Execution.prepare_copy,
     TaskKind.SEND: Execution.prepare_transfer,
@@ -397,4 +493,5 @@ _UNPACK: Mapping[TaskKind, Callable[[Execution, _Op], None]] = MappingProxyType(
 """Phase 3 per task kind: received data into place once the group completed."""
 
 
-__all__ = ["Execution", "LoadedProgram", "StepTask", "program_steps", "scratch_elems"]
+__all__ = ["Execution", "LoadedProgram", "StepTask", "buffer_dtype", "program_steps",
+           "scratch_elems"]

@@ -30,7 +30,7 @@ from reshard.comm.executor import Executor
 from reshard.comm.steps import LoadedProgram, StepTask
 from reshard.comm.steps import scratch_elems as _scratch_elems
 from reshard.errors import ReshardError
-from reshard.planner.ir import ReshardPlan
+from reshard.planner.ir import Derive, ReshardPlan
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -156,13 +156,15 @@ class DeviceWorker:
 
     @_communicating
     def execute(self, plan_id: int, in_keys: Sequence[str | None],
-                out_keys: Sequence[str]) -> int:
+                out_keys: Sequence[str | None]) -> int:
         """Run this device's tasks of a loaded plan.
 
         Args:
             plan_id: a plan loaded with :meth:`load_plan`.
-            in_keys: per tensor, the key of this device's source shard.
-            out_keys: per tensor, the key to store this device's destination shard under.
+            in_keys: per tensor, the key of this device's source shard (None: a tensor
+                the plan derives).
+            out_keys: per tensor, the key to store this device's destination shard under
+                (None: not kept, e.g. a scaled cast's amax).
 
         Returns:
             Bytes this device sent.
@@ -172,6 +174,8 @@ class DeviceWorker:
             raise ReshardError(f"device {self.device}: plan {plan_id} is not loaded")
         src: dict[int, Any] = {}
         for i in lp.src_box:
+            if lp.program.tensors[i].derive is not Derive.NONE:
+                continue
             key = in_keys[i]
             if key is None or key not in self.arrays:
                 raise ReshardError(
@@ -180,7 +184,9 @@ class DeviceWorker:
         handle = self.executor.run(lp, src)
         dst = handle.synchronize()
         for i, arr in dst.items():
-            self.arrays[out_keys[i]] = arr
+            key = out_keys[i]
+            if key is not None:
+                self.arrays[key] = arr
         return handle.sent
 
 

@@ -258,7 +258,7 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
     leave: dict[frozenset[int], list[tuple[frozenset[int], float]]] = {}
     crosses_host = moves = False
     for t in tensors:
-        itemsize = np.dtype(t.dtype).itemsize
+        itemsize = t.itemsize  # after any cast: what the wire carries
         # A partial source counts as held by every member of its groups: optimistic,
         # so the bound stays a bound.
         cells = decompose(t.shape, devices_by_box(t.src, t.shape),

@@ -16,7 +16,7 @@ broadcast or sent on, in boxes that partition it, disappears into those transfer
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from reshard.layout import box_size, box_within, boxes_meet
@@ -25,15 +25,17 @@ from reshard.planner.ir import Buffer, Task, TaskKind
 _CARRIERS = (TaskKind.BROADCAST, TaskKind.SEND)
 
 
-def fuse_reductions(tasks: Sequence[Task]) -> tuple[Task, ...]:
+def fuse_reductions(tasks: Sequence[Task],
+                    fusable: Collection[int] | None = None) -> tuple[Task, ...]:
     """``tasks`` with every ``REDUCE`` whose sum only broadcasts and sends read (in
     disjoint boxes covering it exactly, none of them a relay's, already fused or
     delivering to one of its addends) replaced by those transfers summing its addends
     on the way; steps renumbered 0, 1, ... (a step left empty disappears). Other
-    reductions stay as they are."""
+    reductions stay as they are, and so do those of tensors not in ``fusable`` (None:
+    every tensor; see :attr:`~reshard.planner.ir.TensorSpec.fuses`)."""
     reduces: dict[tuple[int, int], list[int]] = {}
     for i, t in enumerate(tasks):
-        if t.kind is TaskKind.REDUCE:
+        if t.kind is TaskKind.REDUCE and (fusable is None or t.tensor in fusable):
             reduces.setdefault((t.tensor, t.root), []).append(i)
     if not reduces:
         return tuple(tasks)

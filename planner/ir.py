@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from reshard.cluster import Cluster
+from reshard.dtypes import ReduceOp, ScaleMode, accumulator, itemsize, parse_dtype
 from reshard.errors import PlanError
 from reshard.layout import Box, Layout, box_size
 from reshard.planner.strategy import Strategy
@@ -232,29 +233,103 @@ def _box(raw: Any, what: str = "box") -> Box:
     return tuple(out)
 
 
+class Derive(enum.Enum):
+    """Where a tensor's source shards come from (see the module docstring)."""
+
+    NONE = "none"  # the caller's array
+    AMAX = "amax"  # max |x| per block of tensor ``link``'s source shard (a partial max)
+    SCALES = "scales"  # scales of the amax in tensor ``link``'s destination shard
+    OWN_SCALES = "own_scales"  # scales of the blocks of tensor ``link``'s own source shard
+
+
+class Conversion:
+    """What a plan's :class:`TensorSpec` and a program's tensor share: the dtypes a
+    tensor is read in, carried in and reduced in (:mod:`reshard.dtypes`)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    cast: str
+    derive: Derive
+
+    @property
+    def out_dtype(self) -> str:
+        """The destination dtype (the wire's)."""
+        return self.cast or self.dtype
+
+    @property
+    def sum_dtype(self) -> str | None:
+        """The dtype a partial source is reduced in (None: not summable)."""
+        return accumulator(self.dtype)
+
+    @property
+    def reduce_op(self) -> ReduceOp:
+        """How a partial source's addends combine: a max (an amax) or a sum."""
+        return ReduceOp.MAX if self.derive is Derive.AMAX else ReduceOp.SUM
+
+    @property
+    def fuses(self) -> bool:
+        """A reduction of this tensor may be fused with its delivery (the sum needs no
+        conversion: one dtype on the whole way, and an ordinary sum)."""
+        return self.reduce_op is ReduceOp.SUM and \
+            self.sum_dtype == self.dtype == self.out_dtype
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element on the wire (the destination dtype's)."""
+        return itemsize(self.out_dtype)
+
+    @property
+    def sum_itemsize(self) -> int:
+        """Bytes per element of a reduction's messages (the accumulator's)."""
+        acc = self.sum_dtype
+        return itemsize(self.dtype if acc is None else acc)
+
+
 @dataclass(frozen=True)
-class TensorSpec:
-    """One tensor of a plan: its global shape, dtype and the two layouts."""
+class TensorSpec(Conversion):
+    """One tensor of a plan: its global shape, dtype and the two layouts.
+
+    Attributes:
+        shape: the global shape.
+        dtype: the source dtype's name (:mod:`reshard.dtypes`).
+        src: the source layout.
+        dst: the destination layout.
+        cast: the destination dtype when the reshard converts (empty: ``dtype``); what
+            every transfer but a reduction carries.
+        scale: how a cast to float8 is scaled; the scales are tensor ``link``'s source
+            shard on the device that packs.
+        derive: the source is computed on each device, not given (the tensors a scaled
+            cast adds: module docstring).
+        link: the tensor ``scale`` or ``derive`` refers to (-1: none).
+    """
 
     shape: tuple[int, ...]
     dtype: str
     src: Layout
     dst: Layout
-
-    @property
-    def itemsize(self) -> int:
-        """Bytes per element."""
-        return np.dtype(self.dtype).itemsize
+    cast: str = ""
+    scale: ScaleMode = ScaleMode.NONE
+    derive: Derive = Derive.NONE
+    link: int = -1
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the whole tensor."""
+        """Bytes of the whole tensor on the wire."""
         return box_size(tuple((0, s) for s in self.shape)) * self.itemsize
 
     def to_dict(self) -> dict:
-        """JSON-ready form."""
-        return {"shape": list(self.shape), "dtype": self.dtype,
-                "src": self.src.to_dict(), "dst": self.dst.to_dict()}
+        """JSON-ready form (conversion fields only when set)."""
+        d: dict[str, Any] = {"shape": list(self.shape), "dtype": self.dtype,
+                             "src": self.src.to_dict(), "dst": self.dst.to_dict()}
+        if self.cast:
+            d["cast"] = self.cast
+        if self.scale is not ScaleMode.NONE:
+            d["scale"] = self.scale.value
+        if self.derive is not Derive.NONE:
+            d["derive"] = self.derive.value
+        if self.link >= 0:
+            d["link"] = self.link
+        return d
 
     @classmethod
     def from_dict(cls, d: Any) -> TensorSpec:
@@ -263,9 +338,24 @@ class TensorSpec:
         dtype = _get(d, "dtype", "tensor")
         if not isinstance(dtype, str):
             raise PlanError(f"tensor dtype must be a string such as 'float32', got {dtype!r:.60}")
+        cast = d.get("cast", "")
+        if not isinstance(cast, str):
+            raise PlanError(f"tensor cast must be a dtype name such as 'bfloat16', got "
+                            f"{cast!r:.60}")
         return cls(_ints(_get(d, "shape", "tensor"), "tensor shape"), dtype,
                    Layout.from_dict(_obj(_get(d, "src", "tensor"), "tensor src")),
-                   Layout.from_dict(_obj(_get(d, "dst", "tensor"), "tensor dst")))
+                   Layout.from_dict(_obj(_get(d, "dst", "tensor"), "tensor dst")),
+                   cast, _enum(ScaleMode, d.get("scale", "none"), "tensor scale"),
+                   _enum(Derive, d.get("derive", "none"), "tensor derive"),
+                   _int(d.get("link", -1), "tensor link"))
+
+    def __str__(self) -> str:
+        conv = f"->{self.cast}" if self.cast else ""
+        if self.scale is not ScaleMode.NONE:
+            conv += f"/{self.scale.value}"
+        if self.derive is not Derive.NONE:
+            conv += f" ({self.derive.value} of t{self.link})"
+        return f"{self.shape} {self.dtype}{conv} {self.src} -> {self.dst}"
 
 
 @dataclass(frozen=True)
@@ -287,11 +377,26 @@ class ReshardPlan:
 
     # ----- single-tensor conveniences ----------------------------------------------------
     def _only(self) -> TensorSpec:
-        if len(self.tensors) != 1:
+        inputs = self.inputs
+        if len(inputs) != 1:
             raise PlanError(
-                f"this plan moves {len(self.tensors)} tensors; use plan.tensors[i] instead"
+                f"this plan moves {len(inputs)} tensors; use plan.tensors[i] instead"
             )
-        return self.tensors[0]
+        return self.tensors[inputs[0]]
+
+    @cached_property
+    def inputs(self) -> tuple[int, ...]:
+        """Indices of the tensors whose sources the caller gives (not derived), in
+        order: a plan's requests. The others (a scaled cast's amax and scales) follow
+        them."""
+        return tuple(i for i, t in enumerate(self.tensors) if t.derive is Derive.NONE)
+
+    @cached_property
+    def outputs(self) -> tuple[int, ...]:
+        """Indices of the tensors a caller receives: the inputs, then the scales of
+        scaled casts (an amax is internal to the plan)."""
+        return self.inputs + tuple(i for i, t in enumerate(self.tensors)
+                                   if t.derive in (Derive.SCALES, Derive.OWN_SCALES))
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -301,7 +406,7 @@ class ReshardPlan:
     @property
     def dtype(self) -> np.dtype:
         """dtype of the (only) tensor."""
-        return np.dtype(self._only().dtype)
+        return parse_dtype(self._only().dtype)
 
     @property
     def src(self) -> Layout:
@@ -455,7 +560,7 @@ class ReshardPlan:
         kinds: dict[str, int] = {}
         for t in self.tasks:
             kinds[t.kind.value] = kinds.get(t.kind.value, 0) + 1
-        head = ", ".join(f"{t.shape} {t.dtype} {t.src} -> {t.dst}" for t in self.tensors[:3])
+        head = ", ".join(str(t) for t in self.tensors[:3])
         more = f" (+{len(self.tensors) - 3} more)" if len(self.tensors) > 3 else ""
         return (f"ReshardPlan[{self.strategy.value}] {head}{more}: {len(self.tasks)} tasks "
                 f"{kinds}, {self.num_steps} steps, {self.bytes_moved()} bytes moved, "

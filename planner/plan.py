@@ -7,55 +7,41 @@ process, a device or a global.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any, TypeAlias
 
 import numpy as np
 
 from reshard.cluster import Cluster
-from reshard.errors import DTypeError, PartialError, ReshardError, SpecError
+from reshard.dtypes import Cast, ScaleMode, check_cast, parse_dtype, summable, why_not_summable
+from reshard.errors import PartialError, ReshardError, SpecError
 from reshard.layout import Box, Layout, box_size, check_shape
 from reshard.planner.balance import Loads
 from reshard.planner.cell_table import CellTable, decompose_table
 from reshard.planner.cell_tasks import CELL_PLANNERS, split_box
 from reshard.planner.decompose import Cell, decompose, devices_by_box
 from reshard.planner.fuse import fuse_reductions
-from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
+from reshard.planner.ir import Derive, ReshardPlan, Task, TaskKind, TensorSpec
 from reshard.planner.order import one_at_a_time
 from reshard.planner.reduce import decompose_pieces, ready_step, reduce_sources
+from reshard.planner.scales import with_scales
 from reshard.planner.strategy import Strategy
 from reshard.planner.trees import reshapes, treeify
 from reshard.planner.work import Splitter, WorkList
 
-NUMERIC_KINDS = "biufc"
-SUMMABLE_KINDS = "iufc"
-
 Request: TypeAlias = TensorSpec | Sequence
-
-
-def parse_dtype(dtype: object) -> np.dtype:
-    """Parse a dtype at the API edge; only plain numeric dtypes are supported."""
-    if dtype is None:
-        raise DTypeError("dtype is None; pass a numeric dtype such as np.float32 or 'int32'")
-    try:
-        dt = np.dtype(dtype)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        raise DTypeError(
-            f"unknown dtype {dtype!r}; use a numpy numeric dtype such as 'float32', "
-            f"'int32', 'bfloat16' is not a numpy dtype (use 'uint16' bits instead)"
-        ) from None
-    if dt.kind not in NUMERIC_KINDS or dt.fields is not None or dt.subdtype is not None:
-        raise DTypeError(
-            f"dtype {dt} (kind {dt.kind!r}) is not supported; use a plain numeric dtype: "
-            f"bool, int*, uint*, float*, complex*"
-        )
-    return dt
+"""A tensor to plan: a TensorSpec, or ``(shape, dtype, src_layout, dst_layout)``,
+optionally with a fifth item, its cast (a :class:`~reshard.dtypes.Cast`, a dtype or
+None)."""
 
 
 def make_tensor_spec(shape: Sequence[int], dtype: object, src: Layout, dst: Layout,
-                     cluster: Cluster) -> TensorSpec:
-    """Validate one request and freeze it as a :class:`TensorSpec`."""
+                     cluster: Cluster, cast: Cast | None = None) -> TensorSpec:
+    """Validate one request and freeze it as a :class:`TensorSpec` (``cast``: convert
+    on the wire, see :mod:`reshard.dtypes`)."""
     shape_t = check_shape(shape)
     dt = parse_dtype(dtype)
+    out = dt.name if cast is None else cast.dtype
     for name, lay in (("source", src), ("destination", dst)):
         if not isinstance(lay, Layout):
             raise SpecError(f"{name} layout must be a reshard.Layout, got {type(lay).__name__}")
@@ -64,27 +50,40 @@ def make_tensor_spec(shape: Sequence[int], dtype: object, src: Layout, dst: Layo
         except SpecError as e:
             raise SpecError(f"{name} layout: {e}") from None
         cluster.check_devices(lay.devices, f"the {name} mesh {lay.mesh}")
-        if lay.spec.is_partial and dt.kind not in SUMMABLE_KINDS:
+        held = dt.name if lay is src else out
+        if lay.spec.is_partial and not summable(held):
             raise PartialError(
-                f"{name} layout '{lay.spec}' is a partial sum, but dtype {dt} has no sum "
-                f"(bool adds as logical or); use a numeric dtype or a non-partial layout "
-                f"such as '{str(lay.spec).split('+')[0]}'"
+                f"{name} layout '{lay.spec}' is a partial sum, but {why_not_summable(held)}; "
+                f"or use a non-partial layout such as '{str(lay.spec).split('+')[0]}'"
             )
-    return TensorSpec(shape_t, dt.name, src, dst)
+    if cast is None or (cast.dtype == dt.name and cast.scale is ScaleMode.NONE):
+        return TensorSpec(shape_t, dt.name, src, dst)
+    check_cast(dt.name, cast, shape_t, src.spec.is_partial)
+    return TensorSpec(shape_t, dt.name, src, dst, cast=cast.dtype, scale=cast.scale)
 
 
-def request_parts(request: Request) -> tuple[Any, Any, Any, Any]:
-    """``(shape, dtype, src_layout, dst_layout)`` of a request (a TensorSpec or such a
-    tuple), unchecked; :class:`ReshardError` if it is neither."""
+def request_parts(request: Request) -> tuple[Any, Any, Any, Any, Cast | None]:
+    """``(shape, dtype, src_layout, dst_layout, cast)`` of a request (a TensorSpec or
+    such a tuple, the cast optional), unchecked but for the cast; :class:`ReshardError`
+    if it is neither."""
     if isinstance(request, TensorSpec):
-        return request.shape, request.dtype, request.src, request.dst
+        if request.derive is not Derive.NONE:
+            raise ReshardError(
+                f"request {request} is a tensor the planner derives (a scaled cast's "
+                f"{request.derive.value}); request the scaled tensor itself")
+        cast = (None if not request.cast and request.scale is ScaleMode.NONE
+                else Cast(request.out_dtype, request.scale))
+        return request.shape, request.dtype, request.src, request.dst, cast
     try:
-        shape, dtype, src, dst = request
-    except (TypeError, ValueError):
+        parts = tuple(request)
+    except TypeError:
+        parts = ()
+    if len(parts) not in (4, 5):
         raise ReshardError(
-            f"each request is (shape, dtype, src_layout, dst_layout), got {request!r}"
-        ) from None
-    return shape, dtype, src, dst
+            f"each request is (shape, dtype, src_layout, dst_layout) or (..., cast), got "
+            f"{request!r:.200}")
+    cast = Cast.parse(parts[4]) if len(parts) == 5 else None
+    return parts[0], parts[1], parts[2], parts[3], cast
 
 
 def default_cluster(layouts: Iterable[Layout]) -> Cluster:
@@ -157,6 +156,9 @@ def plan_many(
     requests: Iterable[Request],
     cluster: Cluster | None = None,
     strategy: str | Strategy = Strategy.BROADCAST,
+    *,
+    cast: object = None,
+    scale: str | ScaleMode | None = None,
 ) -> ReshardPlan:
     """Plan several tensors together: one sender balance and one global order.
 
@@ -167,21 +169,54 @@ def plan_many(
     (:func:`~reshard.planner.trees.treeify`); the model picks the fastest (plans up
     to :data:`COMPARE_UP_TO` tasks).
 
+    A scaled cast adds its amax and scales tensors (:mod:`reshard.planner.scales`):
+    the amaxes are reduced in a first phase, everything else moves in a second.
+
     Args:
-        requests: ``(shape, dtype, src_layout, dst_layout)`` tuples or TensorSpecs.
+        requests: ``(shape, dtype, src_layout, dst_layout)`` tuples (a fifth item: that
+            tensor's cast) or TensorSpecs.
         cluster: hosts and links; default: one host holding every device.
         strategy: ``"broadcast"`` (default), ``"allgather"`` or ``"send_recv"``.
+        cast: the dtype to deliver (a dtype, its name or a
+            :class:`~reshard.dtypes.Cast`), for every request that names none;
+            default: the source dtype.
+        scale: scales of a cast to float8 (``"none"``, ``"tensor"``, ``"block128"``).
 
     Returns:
         A frozen :class:`ReshardPlan`.
     """
     strat = Strategy.parse(strategy)
+    default = Cast.parse(cast, scale)
     reqs = [request_parts(r) for r in requests]
     if cluster is None:
-        cluster = default_cluster(lay for _, _, s, d in reqs for lay in (s, d))
+        cluster = default_cluster(lay for _, _, s, d, _ in reqs for lay in (s, d))
     elif not isinstance(cluster, Cluster):
         raise ReshardError(f"cluster must be a reshard.Cluster, got {type(cluster).__name__}")
-    tensors = tuple(make_tensor_spec(*r, cluster=cluster) for r in reqs)
+    inputs = [make_tensor_spec(*r[:4], cluster=cluster, cast=default if r[4] is None else r[4])
+              for r in reqs]
+    tensors = tuple(with_scales(inputs))
+    first = [i for i, t in enumerate(tensors) if t.derive is Derive.AMAX]
+    if not first:
+        return _best_plan(tensors, cluster, strat)
+    rest = [i for i, t in enumerate(tensors) if t.derive is not Derive.AMAX]
+    tasks = list(_phase(tensors, first, cluster, strat, 0))
+    tasks += _phase(tensors, rest, cluster, strat, 1 + max(t.step for t in tasks))
+    return ReshardPlan(tensors, tuple(tasks), strat, cluster)
+
+
+def _phase(tensors: tuple[TensorSpec, ...], indices: Sequence[int], cluster: Cluster,
+           strat: Strategy, first_step: int) -> list[Task]:
+    """The tasks of the best plan of ``tensors[indices]``, renumbered into the whole
+    plan's tensors and starting at step ``first_step``."""
+    best = _best_plan(tuple(tensors[i] for i in indices), cluster, strat)
+    return [replace(t, tensor=indices[t.tensor], step=t.step + first_step)
+            for t in best.tasks]
+
+
+def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
+               strat: Strategy) -> ReshardPlan:
+    """The fastest by the model of the plans tried for ``tensors`` (see
+    :func:`plan_many`)."""
     tasks, pipelined = plan_tasks(tensors, cluster, strat, fan_out=False)
     best = ReshardPlan(tensors, tasks, strat, cluster)
     if pipelined and len(tasks) <= COMPARE_UP_TO:
@@ -190,9 +225,10 @@ def plan_many(
         if len(fanned.tasks) <= COMPARE_UP_TO and fanned.estimate() < best.estimate():
             best = fanned
     if strat is Strategy.BROADCAST and len(tasks) <= COMPARE_UP_TO and any(
-            t.kind is TaskKind.REDUCE for t in tasks):
+            t.kind is TaskKind.REDUCE and tensors[t.tensor].fuses for t in tasks):
         fused = ReshardPlan(tensors, fuse_reductions(
-            plan_tasks(tensors, cluster, strat, fan_out=False, fuse=True)[0]), strat, cluster)
+            plan_tasks(tensors, cluster, strat, fan_out=False, fuse=True)[0],
+            {i for i, t in enumerate(tensors) if t.fuses}), strat, cluster)
         if fused.estimate() < best.estimate():
             best = fused
     return _least_concurrent(_with_trees(best))
@@ -251,7 +287,7 @@ def plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strateg
     min_piece = _min_piece(cluster)
     same: dict[tuple, list[Cell] | CellTable] = {}  # tensors of one shape and layouts
     boxes = _LayoutBoxes()
-    itemsizes = [np.dtype(t.dtype).itemsize for t in tensors]
+    itemsizes = [t.itemsize for t in tensors]
     for i, t in enumerate(tensors):
         key = (t.shape, t.src, t.dst)
         cells = same.get(key)
@@ -260,7 +296,7 @@ def plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strateg
             needers = boxes.needers(t)
             if t.src.spec.is_partial:
                 holders, tensor_reduces = reduce_sources(t, i, loads, needers, min_piece,
-                                                                  whole=fuse)
+                                                         whole=fuse and t.fuses)
             else:
                 holders, tensor_reduces = boxes.holders(t), []
             reduces.extend(tensor_reduces)
@@ -338,6 +374,9 @@ def plan(
     dst: Layout,
     cluster: Cluster | None = None,
     strategy: str | Strategy = Strategy.BROADCAST,
+    *,
+    cast: object = None,
+    scale: str | ScaleMode | None = None,
 ) -> ReshardPlan:
     """Plan moving one tensor of ``shape``/``dtype`` from layout ``src`` to ``dst``.
 
@@ -348,5 +387,9 @@ def plan(
         dst: destination layout (may be on another mesh, disjoint or overlapping).
         cluster: hosts and links used for balancing and costing; default one host.
         strategy: ``"broadcast"`` (default), ``"allgather"`` or ``"send_recv"``.
+        cast: deliver this dtype, converted at the source (default: ``dtype``).
+        scale: scales of a cast to float8: ``"none"`` (saturate), ``"tensor"`` or
+            ``"block128"`` (128 x 128 blocks); the plan then also delivers the scales.
     """
-    return plan_many([(shape, dtype, src, dst)], cluster=cluster, strategy=strategy)
+    return plan_many([(shape, dtype, src, dst)], cluster=cluster, strategy=strategy,
+                     cast=cast, scale=scale)

@@ -9,8 +9,6 @@ reduce-scatter), so the sums leave through every NIC.
 
 from __future__ import annotations
 
-import numpy as np
-
 from reshard.cluster import Cluster
 from reshard.layout import Box, box_size, boxes_meet
 from reshard.planner.balance import Loads
@@ -52,7 +50,7 @@ def reduce_sources(t: TensorSpec, index: int, loads: Loads,
     if not t.src.spec.is_partial:
         return devices_by_box(t.src, t.shape), []
     boxes = t.src.boxes(t.shape)
-    itemsize = np.dtype(t.dtype).itemsize
+    itemsize = t.sum_itemsize  # the reduction's messages carry the accumulator
     by_box: dict[Box, list[tuple[int, ...]]] = {}
     for group in t.src.partial_groups():
         by_box.setdefault(boxes[group[0]], []).append(group)

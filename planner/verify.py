@@ -6,11 +6,15 @@ data or a hang, so :func:`verify_plan` replays the plan's data flow symbolically
 by box, step by step in the plan's global order, and rejects the first task that
 breaks a rule:
 
-* Tensors: a plain numeric dtype, a shape of non-negative integers, layouts that fit
-  the tensor's rank, devices in the plan's cluster, partial sums only of summable
-  dtypes.
+* Tensors: a dtype of :mod:`reshard.dtypes` (and a cast it allows), a shape of
+  non-negative integers, layouts that fit the tensor's rank, devices in the plan's
+  cluster, partial sums only of summable dtypes; a scaled cast's amax and scales
+  exactly as the planner makes them (:mod:`reshard.planner.scales`), the amax's tasks
+  before all others.
 * Tasks: a known tensor; a box of the tensor's rank inside its shape; ``nbytes`` =
-  elements x itemsize; ``step`` >= 0 and never decreasing along the plan;
+  elements x itemsize of what the task carries (a reduction: the accumulator; every
+  other task: the destination dtype); a sum fused with its delivery only where it
+  converts nothing; ``step`` >= 0 and never decreasing along the plan;
   kind-specific form (``SEND`` one receiver, ``COPY`` onto its root, ``ALLGATHER``
   rootless with one piece per member, no root among its receivers, no receiver twice,
   at least one receiver).
@@ -30,20 +34,23 @@ breaks a rule:
     destinations: the leaders do; the other addends receive nothing and stay zero).
 
 The replay works on boxes, not elements, so it costs about as much as reading the
-plan. :func:`check_backend` adds what one backend can do (which dtypes it moves and
-sums); a :class:`~reshard.Runtime` runs both before it loads a plan.
+plan. :func:`reshard.comm.backend.check_dtypes` adds what one backend can do (which
+dtypes it moves, sums and converts); a :class:`~reshard.Runtime` runs both before it
+loads a plan.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from reshard.errors import DTypeError, PlanError, ReshardError
+from reshard.dtypes import Cast, ScaleMode, parse_dtype
+from reshard.errors import PlanError, ReshardError
 from reshard.layout import Box, Layout, box_size, box_within
-from reshard.planner.ir import Buffer, Task, TaskKind, TensorSpec
+from reshard.planner.ir import Buffer, Derive, Task, TaskKind, TensorSpec
+from reshard.planner.scales import expected_scales
 
 if TYPE_CHECKING:
     from reshard.planner.ir import ReshardPlan
@@ -377,9 +384,12 @@ def _form(task: Task, t: TensorSpec) -> str | None:
         if not 0 <= a <= b <= n:
             return (f"box dim {d} is {a}:{b}, outside 0:{n} of the tensor's shape {t.shape} "
                     f"(or reversed)")
-    want = box_size(task.box) * t.itemsize
+    size = t.sum_itemsize if task.kind is TaskKind.REDUCE else t.itemsize
+    want = box_size(task.box) * size
     if task.nbytes != want:
-        return f"nbytes is {task.nbytes}, but the box holds {want} bytes of {t.dtype}"
+        carried = t.sum_dtype if task.kind is TaskKind.REDUCE else t.out_dtype
+        return (f"nbytes is {task.nbytes}, but the box holds {want} bytes of {carried} (what "
+                f"a {task.kind.value} of this tensor carries)")
     if task.step < 0:
         return f"step must be >= 0, got {task.step}"
     if not task.receivers:
@@ -392,6 +402,10 @@ def _form(task: Task, t: TensorSpec) -> str | None:
         return "only a broadcast has a tree (parents)"
     if task.addends and task.kind is not TaskKind.BROADCAST:
         return "only a broadcast sums addends on its way (a reduce lists them as receivers)"
+    if task.addends and not t.fuses:
+        return (f"tensor {task.tensor} ({t}) converts its partial sum (accumulated in "
+                f"{t.sum_dtype}, or reduced with {t.reduce_op.value}), so its reduction cannot be "
+                f"fused with its delivery; reduce it apart (a REDUCE task)")
     return None
 
 
@@ -402,12 +416,57 @@ def _check_tensor(index: int, t: TensorSpec, plan: ReshardPlan) -> None:
         if not isinstance(t.shape, tuple) or not all(
                 isinstance(s, int) and not isinstance(s, bool) for s in t.shape):
             raise PlanError(f"shape must be a tuple of integers, got {t.shape!r}")
-        again = make_tensor_spec(t.shape, t.dtype, t.src, t.dst, plan.cluster)
+        cast = Cast(parse_dtype(t.cast).name, t.scale) if t.cast else None
+        if t.scale is not ScaleMode.NONE and not t.cast:
+            raise PlanError(f"scale {t.scale.value!r} without a cast (scales are of a cast "
+                            f"to float8)")
+        again = make_tensor_spec(t.shape, t.dtype, t.src, t.dst, plan.cluster, cast)
     except ReshardError as e:
         raise PlanError(f"plan tensor {index}: {e}") from None
-    if again.dtype != t.dtype:
-        raise PlanError(f"plan tensor {index}: dtype {t.dtype!r} is spelled "
-                        f"{again.dtype!r} by numpy; write that")
+    if (again.dtype, again.cast) != (t.dtype, t.cast):
+        raise PlanError(f"plan tensor {index}: dtype {t.dtype!r} (cast {t.cast!r}) is spelled "
+                        f"{again.dtype!r} (cast {again.cast!r}); write that")
+
+
+def _check_links(plan: ReshardPlan) -> None:
+    """A scaled cast's amax and scales are exactly what the planner makes for it
+    (:mod:`reshard.planner.scales`), each serving one scaled tensor; an amax's tasks all
+    come before any other task (their steps are the plan's first phase)."""
+    tensors = plan.tensors
+    n = len(tensors)
+    served: dict[int, int] = {}
+    for i, t in enumerate(tensors):
+        if t.scale is ScaleMode.NONE:
+            if t.derive is Derive.NONE and t.link != -1:
+                raise PlanError(f"plan tensor {i} ({t}) links tensor {t.link} but is neither "
+                                f"scaled nor derived; drop the link")
+            continue
+        if t.derive is not Derive.NONE:
+            raise PlanError(f"plan tensor {i} ({t}) is derived and scaled; only a caller's "
+                            f"tensor is cast with scales")
+        want = expected_scales(tensors, i) if 0 <= t.link < n else []
+        at = range(t.link - len(want) + 1, t.link + 1)
+        if not want or at.start < 0 or [tensors[k] for k in at] != want:
+            raise PlanError(
+                f"plan tensor {i} ({t}) is scaled by tensor {t.link}, but its amax and "
+                f"scales must be {[str(w) for w in want]} at the link (plan tensors "
+                f"{list(at)}); plan it with reshard.plan(..., scale=...)")
+        for k in at:
+            if k in served:
+                raise PlanError(f"plan tensor {k} serves tensors {served[k]} and {i}; each "
+                                f"scaled tensor has its own amax and scales")
+            served[k] = i
+    for k, t in enumerate(tensors):
+        if t.derive is not Derive.NONE and k not in served:
+            raise PlanError(f"plan tensor {k} ({t}) is derived but serves no scaled "
+                            f"tensor; drop it, or link a scaled tensor to it")
+    first = [task.step for task in plan.tasks if tensors[task.tensor].derive is Derive.AMAX]
+    later = [task.step for task in plan.tasks if tensors[task.tensor].derive is not Derive.AMAX]
+    if first and later and min(later) <= max(first):
+        raise PlanError(
+            f"the amax tasks (to step {max(first)}) must all come before every other task "
+            f"(from step {min(later)}): scaled values and scales are computed from the "
+            f"reduced amax")
 
 
 def verify_plan(plan: ReshardPlan) -> None:
@@ -421,6 +480,13 @@ def verify_plan(plan: ReshardPlan) -> None:
         if t not in seen:
             _check_tensor(i, t, plan)
             seen.add(t)
+    n = len(plan.tensors)
+    if any(t.link != -1 or t.derive is not Derive.NONE for t in plan.tensors):
+        bad = [task for task in plan.tasks
+               if not (isinstance(task, Task) and isinstance(task.tensor, int)
+                       and 0 <= task.tensor < n)]
+        if not bad:
+            _check_links(plan)
     replay = _Replay(plan)
     n = len(plan.tensors)
     step = 0
@@ -443,30 +509,4 @@ def verify_plan(plan: ReshardPlan) -> None:
     replay.check_complete()
 
 
-# ----- what one backend can do -------------------------------------------------------------
-def check_backend(plan: ReshardPlan, name: str, moves: Any, sums: Any) -> None:
-    """Reject dtypes the backend cannot move or sum, before any byte moves.
-
-    Args:
-        plan: the plan.
-        name: the backend's name (for the message).
-        moves: dtype names the backend moves, or None for every numeric dtype.
-        sums: dtype names the backend can reduce (sum), or None for every one.
-
-    Raises:
-        DTypeError: naming the tensor, the dtype and what the backend supports.
-    """
-    reduced = {t.tensor for t in plan.tasks if t.kind is TaskKind.REDUCE or t.addends}
-    for i, t in enumerate(plan.tensors):
-        if moves is not None and t.dtype not in moves:
-            raise DTypeError(
-                f"the {name} backend cannot move dtype {t.dtype} (tensor {i}, {t.shape}); "
-                f"it moves {sorted(moves)}")
-        if i in reduced and sums is not None and t.dtype not in sums:
-            raise DTypeError(
-                f"the {name} backend cannot sum dtype {t.dtype}, and tensor {i} ({t.shape}, "
-                f"{t.src} -> {t.dst}) is a partial sum to reduce; it sums {sorted(sums)}: "
-                f"convert the addends to one of those, or use backend='local'")
-
-
-__all__ = ["check_backend", "verify_plan"]
+__all__ = ["verify_plan"]

@@ -5,13 +5,13 @@ from __future__ import annotations
 import enum
 from typing import TypeVar
 
-from reshard.errors import OptionError
+from reshard.errors import OptionError, ReshardError
 
 E = TypeVar("E", bound=enum.Enum)
 
 
 def parse_choice(cls: type[E], value: str | E, what: str,
-                 error: type[OptionError] = OptionError) -> E:
+                 error: type[ReshardError] = OptionError) -> E:
     """The member of ``cls`` named ``value`` (case, surrounding blanks and ``-`` vs
     ``_`` ignored); ``error`` (an :class:`reshard.OptionError`) listing the valid names
     otherwise.
@@ -20,7 +20,8 @@ def parse_choice(cls: type[E], value: str | E, what: str,
         cls: the enum (its values are the names).
         value: a member or a name.
         what: the kind of choice, singular, for the message (``"strategy"``).
-        error: the error class to raise.
+        error: the error class to raise (an OptionError unless the choice is of
+            something with an error class of its own, e.g. a dtype's scale mode).
     """
     if isinstance(value, cls):
         return value

@@ -11,16 +11,17 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Self
 
 import numpy as np
 
 from reshard.cluster import Cluster
+from reshard.dtypes import accumulate, itemsize, parse_dtype, storage
 from reshard.errors import ExecutionError, ReshardError, ShapeError
 from reshard.layout import Layout, check_shape
 from reshard.planner.ir import ReshardPlan
-from reshard.planner.plan import parse_dtype, plan_many
+from reshard.planner.plan import plan_many
 from reshard.planner.strategy import Strategy
 
 
@@ -31,19 +32,22 @@ class DArray:
     Attributes:
         key: the name its shards are stored under on every worker.
         shape: global shape.
-        dtype: dtype name.
+        dtype: dtype name (:mod:`reshard.dtypes`).
         layout: how it is laid out.
+        scales: the scales a scaled cast delivered with it (``x ~= values * scales``
+            per block; see :mod:`reshard.dtypes`), or None.
     """
 
     key: str
     shape: tuple[int, ...]
     dtype: str
     layout: Layout
+    scales: DArray | None = None
 
     @property
     def nbytes(self) -> int:
         """Bytes of the global tensor."""
-        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+        return math.prod(self.shape) * itemsize(self.dtype)
 
 
 DEFAULT_MAX_PLANS = 64
@@ -399,13 +403,14 @@ class Runtime:
             issued = time.monotonic()
             futures = self._issue({d: ("get", x.key) for d in x.layout.devices})
         self._wait(futures, "get", issued, timeout)
-        return {d: f.result() for d, f in futures}
+        dt = parse_dtype(x.dtype)
+        return {d: _typed(f.result(), dt) for d, f in futures}
 
     def get(self, x: DArray, *, timeout: float | None = None) -> np.ndarray:
         """The global value of ``x`` (partial addends summed; ``timeout``: as for
         :meth:`execute`)."""
         shards = self.shards(x, timeout=timeout)
-        out = np.zeros(x.shape, dtype=np.dtype(x.dtype))
+        out = np.zeros(x.shape, dtype=parse_dtype(x.dtype))
         boxes = x.layout.boxes(x.shape)
         done: set = set()
         for group in x.layout.partial_groups():
@@ -413,18 +418,21 @@ class Runtime:
             if box in done:
                 continue
             done.add(box)
-            total = shards[group[0]].copy()
-            for d in group[1:]:
-                total += shards[d]
+            addends = [shards[d] for d in group]
+            total = addends[0] if len(addends) == 1 else accumulate(addends, x.dtype)
             out[tuple(slice(a, b) for a, b in box)] = total
         return out
 
     def free(self, *arrays: DArray) -> None:
-        """Drop arrays from their workers; using them afterwards raises."""
+        """Drop arrays (and the scales delivered with them) from their workers; using them
+        afterwards raises."""
         calls: dict[int, list[str]] = {}
         with self._lock:
             self._check_open()
             self._check_live(arrays)
+            arrays += tuple(x.scales for x in arrays
+                            if x.scales is not None and x.scales.key in self._live
+                            and x.scales not in arrays)
             if len({x.key for x in arrays}) != len(arrays):
                 raise ReshardError("free() got the same array twice")
             for x in arrays:
@@ -441,7 +449,8 @@ class Runtime:
             self.cluster.check_devices(layout.devices, f"layout {layout}")
 
     def plan(self, x: DArray | Sequence[DArray], layout: Layout | Sequence[Layout],
-             strategy: str | Strategy = Strategy.BROADCAST) -> ReshardPlan:
+             strategy: str | Strategy = Strategy.BROADCAST, *, cast: Any = None,
+             scale: Any = None) -> ReshardPlan:
         """The plan :meth:`reshard` would run (checked against this runtime's backend)."""
         xs = [x] if isinstance(x, DArray) else list(x)
         lays = [layout] if isinstance(layout, Layout) else list(layout)
@@ -451,13 +460,14 @@ class Runtime:
             if not isinstance(a, DArray):
                 raise ReshardError(f"expected DArrays, got {type(a).__name__}")
         p = plan_many([(a.shape, a.dtype, a.layout, lay) for a, lay in zip(xs, lays)],
-                      cluster=self.cluster, strategy=strategy)
+                      cluster=self.cluster, strategy=strategy, cast=cast, scale=scale)
         self._check_plan(p)
         return p
 
     def _check_plan(self, plan: ReshardPlan) -> None:
         """Verify ``plan`` and check it against the backend's capabilities."""
-        from reshard.planner.verify import check_backend
+        from reshard.comm.backend import check_dtypes
+        from reshard.planner.ir import TaskKind
 
         if not isinstance(plan, ReshardPlan):
             raise ReshardError(f"expected a ReshardPlan, got {type(plan).__name__}")
@@ -465,21 +475,32 @@ class Runtime:
         if plan._cache.get(key):
             return
         plan.verify()
-        caps = self.capabilities
-        check_backend(plan, self.backend.value, caps.moves, caps.sums)
+        reduced = {t.tensor for t in plan.tasks if t.kind is TaskKind.REDUCE or t.addends}
+        check_dtypes(plan.tensors, reduced, self.capabilities, self.backend.value)
         if self.cluster is not None:
             self.cluster.check_devices(plan.devices, "the plan")
         plan._cache[key] = True
 
     def reshard(self, x: DArray, layout: Layout,
-                strategy: str | Strategy = Strategy.BROADCAST) -> DArray:
-        """Move ``x`` to ``layout`` with a plan of the given strategy."""
-        return self.execute(self.plan(x, layout, strategy), [x])[0]
+                strategy: str | Strategy = Strategy.BROADCAST, *, cast: Any = None,
+                scale: Any = None) -> DArray:
+        """Move ``x`` to ``layout`` with a plan of the given strategy.
+
+        ``cast``: deliver this dtype, converted at the source (the wire carries it);
+        ``scale`` (a cast to float8): ``"tensor"`` or ``"block128"`` scales, delivered
+        as the result's :attr:`DArray.scales` (see :mod:`reshard.dtypes`)::
+
+            q = rt.reshard(w, infer, cast="float8_e4m3fn", scale="block128")
+            rt.get(q), rt.get(q.scales)   # w ~= q * scales, per 128 x 128 block
+        """
+        return self.execute(self.plan(x, layout, strategy, cast=cast, scale=scale), [x])[0]
 
     def reshard_many(self, xs: Sequence[DArray], layouts: Sequence[Layout],
-                     strategy: str | Strategy = Strategy.BROADCAST) -> list[DArray]:
-        """Move several arrays with one plan (shared balancing and order)."""
-        return self.execute(self.plan(xs, layouts, strategy), xs)
+                     strategy: str | Strategy = Strategy.BROADCAST, *, cast: Any = None,
+                     scale: Any = None) -> list[DArray]:
+        """Move several arrays with one plan (shared balancing and order; ``cast`` and
+        ``scale`` as for :meth:`reshard`, for every array)."""
+        return self.execute(self.plan(xs, layouts, strategy, cast=cast, scale=scale), xs)
 
     def _targets(self, plan: ReshardPlan) -> tuple[int, ...]:
         # Backends whose communicators are made by every rank of the world (gloo's
@@ -557,12 +578,13 @@ class Runtime:
         timeout does.
         """
         self._check_plan(plan)
-        if len(xs) != len(plan.tensors):
-            raise ReshardError(f"plan moves {len(plan.tensors)} tensors, got {len(xs)} arrays")
-        for i, (x, t) in enumerate(zip(xs, plan.tensors)):
+        inputs = plan.inputs
+        if len(xs) != len(inputs):
+            raise ReshardError(f"plan moves {len(inputs)} tensors, got {len(xs)} arrays")
+        for i, (x, t) in enumerate(zip(xs, (plan.tensors[k] for k in inputs))):
             if not isinstance(x, DArray):
                 raise ReshardError(f"array {i} is a {type(x).__name__}, not a DArray")
-            if x.shape != t.shape or np.dtype(x.dtype) != np.dtype(t.dtype) or x.layout != t.src:
+            if x.shape != t.shape or x.dtype != t.dtype or x.layout != t.src:
                 raise ShapeError(
                     f"array {i} is {x.shape} {x.dtype} on {x.layout}, but the plan expects "
                     f"{t.shape} {t.dtype} on {t.src}; plan it again for this array")
@@ -571,15 +593,42 @@ class Runtime:
             self._check_live(xs)
             issued = time.monotonic()
             pid, calls = self._load(plan, None, pin=False)
-            outs = [DArray(self._new_key(), t.shape, t.dtype, t.dst) for t in plan.tensors]
-            in_keys = [x.key for x in xs]
-            out_keys = [y.key for y in outs]
+            made = _outputs(plan, self._new_key)
+            in_keys: list[str | None] = [None] * len(plan.tensors)
+            for k, x in zip(inputs, xs):
+                in_keys[k] = x.key
+            out_keys = [None if y is None else y.key for y in made]
             calls += self._issue({d: ("execute", pid, in_keys, out_keys) for d in plan.devices})
-            for y in outs:
-                self._live[y.key] = y
+            outs = [made[k] for k in inputs]
+            for y in made:
+                if y is not None:
+                    self._live[y.key] = y
         self._wait(calls, f"plan {pid} ({plan.strategy.value}, {len(plan.tasks)} tasks)", issued,
                    timeout, plan)
-        return outs
+        return outs  # type: ignore[return-value]
+
+
+def _outputs(plan: ReshardPlan, new_key: Any) -> list[DArray | None]:
+    """Per plan tensor, the array its destination becomes (None: an amax, internal to
+    the plan); a scaled tensor's carries its scales."""
+    made: list[DArray | None] = [None] * len(plan.tensors)
+    for k in plan.outputs:
+        t = plan.tensors[k]
+        made[k] = DArray(new_key(), t.shape, t.out_dtype, t.dst)
+    for k in plan.inputs:
+        t = plan.tensors[k]
+        y = made[k]
+        if t.link >= 0 and y is not None:
+            made[k] = replace(y, scales=made[t.link])
+    return made
+
+
+def _typed(shard: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A worker's shard as ``dtype``: a backend without the type (cupy: bfloat16,
+    float8) hands its bits back as unsigned integers of the same width."""
+    if shard.dtype != dtype and shard.dtype.name == storage(dtype.name):
+        return shard.view(dtype)
+    return shard
 
 
 def _its_tasks(plan: ReshardPlan | None, device: int, most: int = 3) -> str:

@@ -14,10 +14,12 @@ made in :meth:`GlooBackend.prepare`, which the worker host runs before every
 order, identical everywhere) and creates the groups it has not cached yet. Since all
 workers load the same plans in the same order, their caches stay identical.
 
-Buffers are numpy; tensors wrap them with ``torch.from_numpy`` (zero copy). Data
-movement (broadcast, send/recv, all-gather) goes as raw bytes, so any dtype works;
-reduce sums in the real dtype (16-bit integers, which gloo cannot sum, widened to
-int32 and wrapped back; unsigned 32/64-bit as their signed twins, which wrap alike).
+Buffers are numpy (ml_dtypes' types for bfloat16 and float8); tensors wrap them with
+``torch.from_numpy`` (zero copy). Data movement (broadcast, send/recv, all-gather) goes
+as raw bytes, so any dtype works; reduce sums (or, for an amax, maxes) in the buffer's
+dtype, which is a partial sum's accumulator (:func:`reshard.dtypes.accumulator`; 16-bit
+integers, which gloo cannot sum, widened to int32 and wrapped back; unsigned 32/64-bit
+as their signed twins, which wrap alike).
 The timeout given to ``init_process_group`` / ``new_group`` bounds every operation;
 a dead peer shows up sooner, as a closed connection.
 
@@ -50,6 +52,7 @@ import numpy as np
 from reshard.comm.backend import Capabilities
 from reshard.comm.backends.host_memory import HostMemory
 from reshard.comm.sockets import interface_of, listen_on
+from reshard.dtypes import ReduceOp
 from reshard.errors import ExecutionError
 
 CHAIN_PIECE = 1 << 18
@@ -65,6 +68,11 @@ _REDUCE_AS: dict[np.dtype, tuple[np.dtype, bool]] = {
     np.dtype(np.int16): (np.dtype(np.int32), True),
     np.dtype(np.uint16): (np.dtype(np.int32), True),
 }
+
+
+def torch_op(dist: Any, op: ReduceOp) -> Any:
+    """torch.distributed's reduce op for ``op``."""
+    return {ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.MAX: dist.ReduceOp.MAX}[op]
 
 
 def _gist(exc: BaseException) -> str:
@@ -206,13 +214,10 @@ class GlooBackend(HostMemory):
     """
 
     name = "gloo"
-    # Bytes move as uint8 (any dtype); sums: gloo's own types plus _REDUCE_AS.
-    capabilities = Capabilities(
-        moves=None,
-        sums=frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
-                        "uint64", "float16", "float32", "float64", "complex64",
-                        "complex128"}),
-        groups_need_world=True, device="cpu", fuses_sums=True, lands_pieces=True)
+    # Bytes move as uint8 (any dtype); every accumulator sums (gloo's own types plus
+    # _REDUCE_AS); numpy with ml_dtypes converts every dtype.
+    capabilities = Capabilities(moves=None, sums=None, groups_need_world=True, device="cpu",
+                                fuses_sums=True, lands_pieces=True)
 
     def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
                  *, advertise: str = "127.0.0.1", host: int = 0, local_index: int = 0) -> None:
@@ -455,16 +460,17 @@ class GlooBackend(HostMemory):
                                      _GATHER_TAG)
         self._add(_Posted(self, "all-gather", group, works))
 
-    def reduce(self, buf: np.ndarray, root: int, group: Sequence[int]) -> None:
-        """``dist.reduce(op=SUM)`` into ``root``'s ``buf``."""
+    def reduce(self, buf: np.ndarray, root: int, group: Sequence[int], *,
+               op: ReduceOp = ReduceOp.SUM) -> None:
+        """``dist.reduce`` (SUM or MAX) into ``root``'s ``buf``."""
         if not buf.size:
             return
         pg = self._group(group)
         as_dt, widen = _REDUCE_AS.get(buf.dtype, (buf.dtype, False))
         work = buf.astype(as_dt) if widen else buf.view(as_dt)
         handle = self._call("reduce", group, self._dist.reduce, self._torch.from_numpy(work),
-                            dst=self.rank_of[root], op=self._dist.ReduceOp.SUM, group=pg,
-                            async_op=True)
+                            dst=self.rank_of[root], op=torch_op(self._dist, op),
+                            group=pg, async_op=True)
         after = None
         if widen and self.device == root:
             def after() -> None:

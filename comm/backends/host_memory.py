@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from reshard.dtypes import numpy_of_torch
+
 
 class HostMemory:
     """Mixin for backends whose buffers are numpy arrays and whose operations are
@@ -23,7 +25,10 @@ class HostMemory:
         return np.empty(n, dtype=dtype)
 
     def asarray(self, array: Any) -> np.ndarray:
-        """numpy array (no copy when already one)."""
+        """numpy array (no copy when already one, or a CPU torch tensor: its memory, in
+        ml_dtypes' type for torch's bfloat16 and float8)."""
+        if type(array).__module__.startswith("torch"):
+            return numpy_of_torch(array.detach().cpu())
         return np.asarray(array)
 
     def to_host(self, array: Any) -> np.ndarray:

@@ -17,6 +17,7 @@ import numpy as np
 
 from reshard.comm.backend import Capabilities
 from reshard.comm.backends.host_memory import HostMemory
+from reshard.dtypes import ReduceOp
 from reshard.errors import ExecutionError
 
 
@@ -79,6 +80,10 @@ class LocalFabric:
         with self._lock:
             self.bytes_sent.clear()
             self.messages = 0
+
+
+_COMBINE = {ReduceOp.SUM: np.add, ReduceOp.MAX: np.maximum}
+"""How the root combines addends, per reduce op."""
 
 
 class LocalBackend(HostMemory):
@@ -156,16 +161,18 @@ class LocalBackend(HostMemory):
             else:
                 self.recv(out[row], d)
 
-    def reduce(self, buf: np.ndarray, root: int, group: Sequence[int]) -> None:
-        """Members post to the root, which sums in group order."""
+    def reduce(self, buf: np.ndarray, root: int, group: Sequence[int], *,
+               op: ReduceOp = ReduceOp.SUM) -> None:
+        """Members post to the root, which combines in group order."""
         if self.device != root:
             self.send(buf, root)
             return
+        combine = _COMBINE[op]
         tmp = np.empty_like(buf)
         for d in group:
             if d != root:
                 self.recv(tmp, d)
-                buf += tmp
+                combine(buf, tmp, out=buf)
 
     def group_start(self) -> None:
         """No batching: operations run at once, one after the other, even inside a

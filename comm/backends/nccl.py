@@ -19,9 +19,14 @@ that stream waits for the current stream (where packing happened); after
 ``group_end`` the host polls the transfer stream until done, checking the
 communicators' asynchronous errors, for at most the timeout; on expiry the used
 communicators are aborted and an :class:`~reshard.ExecutionError` names the peers.
-Data movement goes as bytes (``NCCL_UINT8``), so any dtype moves; reduce sums in
-the real type: complex as two floats, 16-bit integers widened to int32 and wrapped
-back, bool as uint8.
+Data movement goes as bytes (``NCCL_UINT8``), so any dtype moves; cupy has no
+bfloat16 or float8, so buffers of those hold their bits (``Capabilities.bits``) and
+this backend neither sums nor casts them (a bf16 partial sum accumulates in float32,
+which it cannot convert to: run it on ``gloo`` or the ``torch`` backend). Reduce (SUM,
+or MAX for a scaled cast's amax) works in the real type: complex as two floats, 16-bit
+integers widened to int32 and wrapped back. NCCL has ``ncclBfloat16`` (cupy's
+``NCCL_BFLOAT16``) and, since 2.24, float8 types (not in cupy's constants); reshard
+never asks it to sum them.
 
 GPU for a rank: ``gpu=`` if given, else ``RESHARD_GPU`` from the worker's
 environment, else the rank's position among its host's devices modulo the number
@@ -42,10 +47,12 @@ from typing import Any
 import numpy as np
 
 from reshard.comm.backend import Capabilities
+from reshard.dtypes import NARROW, ReduceOp, parse_dtype, storage
 from reshard.errors import ExecutionError
 
-_NUMERIC = frozenset({"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
-                      "uint64", "float16", "float32", "float64", "complex64", "complex128"})
+_CUPY_FLOATS = frozenset({"float16", "float32", "float64"})
+"""The floating dtypes cupy has, between which its assignment converts (rounding to
+nearest even): the casts and accumulations this backend can make."""
 
 
 def available() -> bool:
@@ -92,10 +99,12 @@ class NcclBackend:
     """
 
     name = "nccl"
-    # cupy has no long double; every other numeric dtype moves as bytes and sums
+    # Every dtype moves as bytes; cupy has no bfloat16 or float8, so buffers hold those
+    # as their bits (uint16 / uint8) and cannot convert them; every accumulator sums
     # through _dtype_table.
-    capabilities = Capabilities(moves=_NUMERIC, sums=_NUMERIC, groups_need_world=False,
-                                device="cuda")
+    capabilities = Capabilities(moves=None, sums=None, groups_need_world=False,
+                                device="cuda", converts=_CUPY_FLOATS,
+                                bits=frozenset(NARROW))
 
     def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
                  *, host: int = 0, local_index: int = 0, gpu: int | None = None) -> None:
@@ -238,17 +247,21 @@ class NcclBackend:
         return self._cp
 
     def empty(self, n: int, dtype: Any) -> Any:
-        """A new 1-d buffer on this rank's GPU."""
+        """A new 1-d buffer on this rank's GPU (bfloat16 / float8: of their bits)."""
         with self._dev:
-            return self._cp.empty(n, dtype=dtype)
+            return self._cp.empty(n, dtype=storage(parse_dtype(dtype).name))
 
     def asarray(self, array: Any) -> Any:
-        """``array`` on this rank's GPU."""
+        """``array`` on this rank's GPU (an ml_dtypes array: its bits, see
+        :func:`reshard.dtypes.storage`)."""
+        if isinstance(array, np.ndarray) and array.dtype.name in NARROW:
+            array = array.view(storage(array.dtype.name))
         with self._dev:
             return self._cp.asarray(array)
 
     def to_host(self, array: Any) -> np.ndarray:
-        """``array`` as numpy."""
+        """``array`` as numpy (bits of bfloat16 / float8 stay unsigned integers; a
+        Runtime views them as the array's dtype)."""
         return self._cp.asnumpy(array)
 
     # ----- operations ----------------------------------------------------------------
@@ -304,8 +317,9 @@ class NcclBackend:
         dst = self._ready(out)
         comm.allGather(src, dst, n, self._nccl.NCCL_UINT8, self._stream.ptr)
 
-    def reduce(self, buf: Any, root: int, group: Sequence[int]) -> None:
-        """``ncclReduce(SUM)`` in place into ``root``'s ``buf``."""
+    def reduce(self, buf: Any, root: int, group: Sequence[int], *,
+               op: ReduceOp = ReduceOp.SUM) -> None:
+        """``ncclReduce`` (SUM or MAX) in place into ``root``'s ``buf``."""
         if not buf.size:
             return
         g, comm = self._comm(group)
@@ -323,8 +337,8 @@ class NcclBackend:
         elif as_dt is not None:
             work = buf.view(as_dt)
         ptr = self._ready(work)
-        comm.reduce(ptr, ptr, work.size, nccl_type, self._nccl.NCCL_SUM, g.index(root),
-                    self._stream.ptr)
+        nccl_op = {ReduceOp.SUM: self._nccl.NCCL_SUM, ReduceOp.MAX: self._nccl.NCCL_MAX}[op]
+        comm.reduce(ptr, ptr, work.size, nccl_type, nccl_op, g.index(root), self._stream.ptr)
 
     def group_start(self) -> None:
         """``ncclGroupStart``: the operations until :meth:`group_end` are launched

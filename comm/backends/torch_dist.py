@@ -43,12 +43,9 @@ import numpy as np
 
 from reshard.choice import parse_choice
 from reshard.comm.backend import Backend, Capabilities
-from reshard.comm.backends.gloo import GlooBackend
+from reshard.comm.backends.gloo import GlooBackend, torch_op
+from reshard.dtypes import ReduceOp, numpy_of_torch, torch_of_numpy
 from reshard.errors import ExecutionError
-
-_NUMERIC = frozenset({"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
-                      "uint64", "float16", "float32", "float64", "complex64", "complex128"})
-_SUMMABLE = _NUMERIC - {"bool"}
 
 # Sum dtypes gloo and NCCL lack, as (dtype to reduce in, widen first?).
 _REDUCE_AS: dict[str, tuple[str, bool]] = {
@@ -173,9 +170,9 @@ class TorchTensorBackend:
         self._dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" \
             else torch.device("cpu")
         self._cuda = device == "cuda"
-        self.capabilities = Capabilities(
-            moves=_NUMERIC, sums=_SUMMABLE if self._cuda else GlooBackend.capabilities.sums,
-            groups_need_world=True, device=device)
+        # bytes move (any dtype), every accumulator sums, torch converts every dtype
+        self.capabilities = Capabilities(moves=None, sums=None, groups_need_world=True,
+                                         device=device)
         self.device = int(dist.get_rank())
         self.world = world
         self.timeout = float(timeout)
@@ -199,14 +196,15 @@ class TorchTensorBackend:
         return self._torch.empty(int(n), dtype=self._dtype(dtype), device=self._dev)
 
     def asarray(self, array: Any) -> Any:
-        """``array`` as a tensor on this rank's device (no copy when already there)."""
+        """``array`` as a tensor on this rank's device (no copy when already there; numpy
+        arrays of ml_dtypes' types become torch's own bfloat16 / float8)."""
         t = array if isinstance(array, self._torch.Tensor) else \
-            self._torch.from_numpy(np.ascontiguousarray(array))
+            torch_of_numpy(np.ascontiguousarray(array))
         return t.detach().to(self._dev)
 
     def to_host(self, array: Any) -> np.ndarray:
-        """``array`` as a numpy array."""
-        return array.detach().cpu().numpy()  # type: ignore[no-any-return]
+        """``array`` as a numpy array (ml_dtypes' types for bfloat16 and float8)."""
+        return numpy_of_torch(array.detach().cpu())
 
     def activate(self) -> None:
         """Make this rank's GPU current in the calling thread (no-op on CPU)."""
@@ -319,9 +317,10 @@ class TorchTensorBackend:
                         self._bytes(out), self._bytes(inp), group=self._group(group),
                         async_op=True)
 
-    def reduce(self, buf: Any, root: int, group: Sequence[int]) -> None:
-        """``dist.reduce(op=SUM)`` into ``root``'s ``buf`` (16-bit integers widened to
-        int32 and wrapped back, unsigned 32/64-bit as their signed twins)."""
+    def reduce(self, buf: Any, root: int, group: Sequence[int], *,
+               op: ReduceOp = ReduceOp.SUM) -> None:
+        """``dist.reduce`` (SUM or MAX) into ``root``'s ``buf`` (16-bit integers widened
+        to int32 and wrapped back, unsigned 32/64-bit as their signed twins)."""
         if not buf.numel():
             return
         name = str(buf.dtype).removeprefix("torch.")
@@ -333,7 +332,7 @@ class TorchTensorBackend:
             def after() -> None:
                 buf.copy_(work.to(buf.dtype))  # wraps like the narrow sum would
         self._issue("reduce", group, self._dist.reduce, work, dst=root,
-                    op=self._dist.ReduceOp.SUM, group=self._group(group), async_op=True,
+                    op=torch_op(self._dist, op), group=self._group(group), async_op=True,
                     after=after)
 
     def group_start(self) -> None:

@@ -147,7 +147,7 @@ class Client:
                  strategy: str | Strategy) -> pb.PlanRequest:
         reqs = []
         for r in requests:
-            shape, dtype, src, dst = request_parts(r)
+            shape, dtype, src, dst, _ = request_parts(r)
             for name, lay in (("source", src), ("destination", dst)):
                 if not isinstance(lay, Layout):
                     raise ReshardError(f"{name} layout must be a reshard.Layout, got "

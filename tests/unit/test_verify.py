@@ -19,7 +19,6 @@ import reshard
 from reshard import Cluster, DeviceMesh, Layout, PlanError, ReshardPlan
 from reshard.planner.plan import make_tensor_spec, plan_tasks
 from reshard.planner.strategy import Strategy
-from reshard.planner.verify import check_backend
 
 from ..common import STRATEGIES, addends, check_shards, problems, sample
 
@@ -359,22 +358,42 @@ def test_mutated_plans_are_refused_or_exact(case):
 
 
 # ----- what a backend can do ----------------------------------------------------------------
+def _reduced(p):
+    return {t.tensor for t in p.tasks if t.kind is reshard.TaskKind.REDUCE or t.addends}
+
+
 def test_backend_dtypes():
+    """The dtype policy applied to each backend's declared capabilities: every backend
+    moves every dtype; nccl (cupy: no bfloat16 / float8 type) cannot accumulate a bf16
+    partial sum in float32 nor cast to float8; a registered backend's narrower sums and
+    moves are refused by name."""
+    from reshard.comm.backend import Capabilities, check_dtypes
     from reshard.comm.backends.gloo import GlooBackend
     from reshard.comm.backends.nccl import NcclBackend
 
     mesh = DeviceMesh((2,), [0, 1])
-    p = reshard.plan((4,), np.longdouble, Layout(mesh, "R+P0"), Layout(B, "R"), cluster=CL)
-    gloo = GlooBackend.capabilities
-    with pytest.raises(reshard.DTypeError, match="cannot sum dtype float128.*partial sum"):
-        check_backend(p, "gloo", gloo.moves, gloo.sums)
-    moved = reshard.plan((4,), np.longdouble, Layout(mesh, "R"), Layout(B, "R"), cluster=CL)
-    check_backend(moved, "gloo", gloo.moves, gloo.sums)  # moving it is fine on gloo
-    nccl = NcclBackend.capabilities
-    with pytest.raises(reshard.DTypeError, match="cannot move dtype float128"):
-        check_backend(moved, "nccl", nccl.moves, nccl.sums)
-    ok = reshard.plan((4,), np.float32, Layout(mesh, "R+P0"), Layout(B, "R"), cluster=CL)
-    check_backend(ok, "gloo", gloo.moves, gloo.sums)
+    gloo, nccl = GlooBackend.capabilities, NcclBackend.capabilities
+    part = reshard.plan((4, 4), "bfloat16", Layout(mesh, "RR+P0"), Layout(B, "RR"), cluster=CL)
+    check_dtypes(part.tensors, _reduced(part), gloo, "gloo")  # summed in float32
+    with pytest.raises(reshard.DTypeError,
+                       match=r"nccl backend cannot convert \['bfloat16'\].*summed in float32"):
+        check_dtypes(part.tensors, _reduced(part), nccl, "nccl")
+    moved = reshard.plan((4, 4), "float8_e4m3fn", Layout(mesh, "RR"), Layout(B, "S0R"),
+                         cluster=CL)
+    check_dtypes(moved.tensors, _reduced(moved), nccl, "nccl")  # bits move anywhere
+    cast = reshard.plan((4, 4), "bfloat16", Layout(mesh, "RR"), Layout(B, "S0R"), cluster=CL,
+                        cast="float8_e4m3fn")
+    check_dtypes(cast.tensors, _reduced(cast), gloo, "gloo")
+    with pytest.raises(reshard.DTypeError, match="nccl backend cannot convert"):
+        check_dtypes(cast.tensors, _reduced(cast), nccl, "nccl")
+    half = reshard.plan((4, 4), "float16", Layout(mesh, "RR+P0"), Layout(B, "RR"), cluster=CL)
+    check_dtypes(half.tensors, _reduced(half), nccl, "nccl")  # cupy converts float16
+    narrow = Capabilities(moves=frozenset({"float32"}), sums=frozenset({"int32"}),
+                          groups_need_world=False, device="cpu")
+    with pytest.raises(reshard.DTypeError, match="cannot sum float32 .*float16 partial"):
+        check_dtypes(half.tensors, _reduced(half), narrow, "mine")
+    with pytest.raises(reshard.DTypeError, match="cannot move dtype bfloat16"):
+        check_dtypes(cast.tensors, _reduced(cast), narrow, "mine")
 
 
 def test_fanned_out_relays():

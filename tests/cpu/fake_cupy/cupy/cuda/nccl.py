@@ -12,7 +12,8 @@ import numpy as np
 available = True
 (NCCL_INT8, NCCL_UINT8, NCCL_INT32, NCCL_UINT32, NCCL_INT64, NCCL_UINT64, NCCL_FLOAT16,
  NCCL_FLOAT32, NCCL_FLOAT64) = range(9)
-NCCL_SUM = 0
+NCCL_BFLOAT16 = 9  # cupy's value; the backend never asks NCCL to sum it
+NCCL_SUM, NCCL_MAX = 0, 2
 _NUMPY = {NCCL_INT8: np.int8, NCCL_UINT8: np.uint8, NCCL_INT32: np.int32,
           NCCL_UINT32: np.int32, NCCL_INT64: np.int64, NCCL_UINT64: np.int64,
           NCCL_FLOAT16: np.float16, NCCL_FLOAT32: np.float32, NCCL_FLOAT64: np.float64}
@@ -79,10 +80,10 @@ class NcclCommunicator:
     def reduce(self, sendbuf, recvbuf, count, datatype, op, root, stream) -> None:
         import torch.distributed as dist
 
-        assert sendbuf == recvbuf and op == NCCL_SUM
+        assert sendbuf == recvbuf and op in (NCCL_SUM, NCCL_MAX)
         opts = dist.ReduceOptions()
         opts.rootRank = root
-        opts.reduceOp = dist.ReduceOp.SUM
+        opts.reduceOp = dist.ReduceOp.SUM if op == NCCL_SUM else dist.ReduceOp.MAX
         self._pg.reduce([_view(recvbuf, count, datatype)], opts).wait()
 
     def check_async_error(self) -> None:

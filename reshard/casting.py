@@ -1,0 +1,212 @@
+"""Cast kernels: converting, measuring and scaling values as they are packed, and the
+numpy reference every test compares against.
+
+The semantics are :mod:`reshard.dtypes`'s; this module computes them on the buffers
+of any backend: numpy arrays (ml_dtypes' types included), torch tensors (torch's own
+bfloat16 and float8 types) and cupy arrays (the dtypes cupy has). An executor packing
+a box calls the same functions the reference applies to the whole tensor, so the
+sharded result equals the reference bit for bit: a block's amax is a max (exact in
+any order), and every other step is elementwise.
+
+* :func:`convert_into`: ``out[...] = values`` in ``out``'s dtype, saturating to a
+  float8 type's finite range (through float32).
+* :func:`block_amax`: the max ``|x|`` per scale block over the elements of a box (the
+  partial amax one device contributes; zeros for blocks outside the box).
+* :func:`scales_from_amax`: ``amax / max_finite`` in float32, 1 for an all-zero block.
+* :func:`quantize_into`: ``out[...] = saturate(values / scales)``, each element divided
+  by the scale of its block, in float32.
+* :func:`reference_cast`: the whole tensor through the three (values and scales).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from reshard.dtypes import Cast, ScaleMode, block_shape, is_float8, max_finite, scale_grid
+from reshard.layout import Box
+
+
+def _is_torch(a: Any) -> bool:
+    return type(a).__module__.startswith("torch")
+
+
+def _float32(a: Any) -> Any:
+    """``a`` as a new float32 array of its library."""
+    if _is_torch(a):
+        import torch
+
+        return a.to(torch.float32, copy=True)
+    return a.astype(np.float32)
+
+
+def _clip(a: Any, bound: float) -> Any:
+    """Clip float32 ``a`` to ``[-bound, bound]`` in place (NaN stays NaN)."""
+    if _is_torch(a):
+        return a.clamp_(-bound, bound)
+    module = np if isinstance(a, np.ndarray) else _module(a)
+    return module.clip(a, -bound, bound, out=a)
+
+
+def _module(a: Any) -> Any:
+    """The array module of a numpy or cupy array."""
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy  # only reached with cupy arrays
+
+    return cupy
+
+
+def _amax_along(a: Any, axis: int) -> Any:
+    if _is_torch(a):
+        return a.amax(dim=axis, keepdim=True)
+    return a.max(axis=axis, keepdims=True)
+
+
+def _concat(parts: list[Any], axis: int) -> Any:
+    if len(parts) == 1:
+        return parts[0]
+    if _is_torch(parts[0]):
+        import torch
+
+        return torch.cat(parts, dim=axis)
+    return _module(parts[0]).concatenate(parts, axis=axis)
+
+
+def _take(a: Any, axis: int, start: int, stop: int) -> Any:
+    index = [slice(None)] * a.ndim
+    index[axis] = slice(start, stop)
+    return a[tuple(index)]
+
+
+def _segment_max(a: Any, axis: int, lo: int, b: int) -> Any:
+    """Max of ``a`` over the segments of ``axis`` that blocks of ``b`` cut, where
+    ``a``'s first element along ``axis`` is global index ``lo``."""
+    n = a.shape[axis]
+    head = min(n, (-lo) % b)
+    body = (n - head) // b * b
+    parts = []
+    if head:
+        parts.append(_amax_along(_take(a, axis, 0, head), axis))
+    if body:
+        mid = _take(a, axis, head, head + body)
+        shape = (*mid.shape[:axis], body // b, b, *mid.shape[axis + 1:])
+        parts.append(_amax_along(mid.reshape(shape), axis + 1).reshape(
+            (*mid.shape[:axis], body // b, *mid.shape[axis + 1:])))
+    if head + body < n:
+        parts.append(_amax_along(_take(a, axis, head + body, n), axis))
+    return _concat(parts, axis)
+
+
+def _zeros_like_grid(a: Any, grid: Sequence[int]) -> Any:
+    if _is_torch(a):
+        import torch
+
+        return torch.zeros(tuple(grid), dtype=torch.float32, device=a.device)
+    return _module(a).zeros(tuple(grid), dtype=np.float32)
+
+
+def block_range(box: Box, block: Sequence[int]) -> Box:
+    """The blocks (a box of the scale grid) that ``box`` meets."""
+    return tuple((a // b, -(-c // b)) if c > a else (a // b, a // b)
+                 for (a, c), b in zip(box, block))
+
+
+def block_amax(values: Any, box: Box, block: Sequence[int], grid: Sequence[int]) -> Any:
+    """Per scale block, the max ``|x|`` over the elements of ``box`` (``values`` holds
+    them): a float32 array of shape ``grid``, zeros for blocks ``box`` does not meet.
+    NaN propagates into its block."""
+    out = _zeros_like_grid(values, grid)
+    if not all(c > a for a, c in box):
+        return out
+    mags = _float32(values)
+    mags = mags.abs() if _is_torch(mags) else abs(mags)
+    for axis, ((a, _), b) in enumerate(zip(box, block)):
+        mags = _segment_max(mags, axis, a, b)
+    out[tuple(slice(a, c) for a, c in block_range(box, block))] = mags
+    return out
+
+
+def scales_from_amax(amax: Any, target: str) -> Any:
+    """``amax / max_finite(target)`` in float32; 1 where ``amax`` is 0."""
+    top = max_finite(target)
+    if _is_torch(amax):
+        import torch
+
+        return torch.where(amax > 0, amax / top, torch.ones_like(amax))
+    one = np.float32(1)
+    return _module(amax).where(amax > 0, amax / np.float32(top), one).astype(np.float32)
+
+
+def _scale_of_elements(scales: Any, scales_box: Box, box: Box,
+                       block: Sequence[int]) -> Any:
+    """The scale of every element of ``box`` (broadcastable to its shape), from
+    ``scales`` holding the blocks of ``scales_box``."""
+    torch_ = _is_torch(scales)
+    if torch_:
+        import torch
+    index = []
+    ndim = len(box)
+    for axis, ((a, c), b, (s0, _)) in enumerate(zip(box, block, scales_box)):
+        shape = [1] * ndim
+        if c - a and (a // b) == ((c - 1) // b):  # one block along this dim: broadcast
+            idx = np.array([a // b - s0], dtype=np.int64)
+        else:
+            idx = np.arange(a, c, dtype=np.int64) // b - s0
+            shape[axis] = c - a
+        if torch_:
+            index.append(torch.from_numpy(idx).to(scales.device).reshape(shape))
+        else:
+            index.append(_module(scales).asarray(idx).reshape(shape))
+    return scales[tuple(index)] if ndim else scales
+
+
+def quantize_into(out: Any, values: Any, box: Box, block: Sequence[int], scales: Any,
+                  scales_box: Box, target: str) -> None:
+    """``out[...] = saturate(values / scale of each element's block)`` in float32,
+    rounded to ``out``'s dtype (``target``). ``values`` holds ``box``; ``scales`` the
+    blocks of ``scales_box`` (a box of the scale grid containing ``box``'s blocks)."""
+    if not all(c > a for a, c in box):
+        return
+    v = _float32(values)
+    s = _scale_of_elements(scales, scales_box, box, block)
+    if _is_torch(v):
+        v.div_(s)
+    else:
+        _module(v).divide(v, s, out=v)
+    out[...] = _clip(v, max_finite(target)).reshape(tuple(out.shape))
+
+
+def convert_into(out: Any, values: Any, target: str) -> None:
+    """``out[...] = values`` converted to ``out``'s dtype (``target``): round to
+    nearest even; into a float8 type through float32, saturating to its finite
+    range."""
+    if is_float8(target):
+        out[...] = _clip(_float32(values), max_finite(target)).reshape(tuple(out.shape))
+    else:
+        out[...] = values.reshape(tuple(out.shape))
+
+
+def reference_cast(x: np.ndarray, cast: Cast) -> tuple[np.ndarray, np.ndarray | None]:
+    """The reference of a cast on the wire: ``x`` (a whole numpy tensor) converted as
+    ``cast`` says, and its scales (None without scales). What every test compares a
+    reshard's destination shards (and delivered scales) with."""
+    from reshard.dtypes import parse_dtype
+
+    target = parse_dtype(cast.dtype)
+    out = np.empty(x.shape, dtype=target)
+    if cast.scale is ScaleMode.NONE:
+        convert_into(out, x, cast.dtype)
+        return out, None
+    box = tuple((0, n) for n in x.shape)
+    block = block_shape(x.shape, cast.scale)
+    grid = scale_grid(x.shape, cast.scale)
+    scales = scales_from_amax(block_amax(x, box, block, grid), cast.dtype)
+    quantize_into(out, x, box, block, scales, tuple((0, g) for g in grid), cast.dtype)
+    return out, scales
+
+
+__all__ = ["block_amax", "block_range", "convert_into", "quantize_into", "reference_cast",
+           "scales_from_amax"]

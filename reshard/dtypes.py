@@ -1,0 +1,344 @@
+"""The dtype policy: which element types reshard moves, sums and casts, in one place.
+
+Every dtype goes by one name, as numpy with ml_dtypes, torch and JAX spell it
+(``"bfloat16"``, ``"float8_e4m3fn"``); numpy arrays of ml_dtypes' types are the CPU
+representation (what JAX itself uses). Backends and adapters ask this module; none
+keeps a dtype list of its own.
+
+* **Moves**: every dtype of :data:`DTYPES`. Data moves as raw bytes, so the bits
+  arrive unchanged whatever the type.
+* **Sums** (partial-sum sources): a partial sum is accumulated in :func:`accumulator`
+  of its dtype, and rounded once, when the sum is packed for the wire (or read by
+  ``Runtime.get``): narrow floats (``float16``, ``bfloat16``) accumulate in
+  ``float32``, every other summable dtype in itself. The reduction's messages carry
+  the accumulator (so a reduction of bf16 addends moves float32), the delivery the
+  tensor's own type. float32 addition is exact while the addends' magnitudes are
+  within about ``2**(24 - 8 - log2(addends))`` of each other (bf16 carries 8
+  significant bits); beyond that float32's own rounding applies, in the backend's
+  order. ``bool`` (no sum) and the float8 kinds (addends of one block carry no common
+  scale; sum in bfloat16 or float32, then cast) are refused as partial sources.
+* **Casts** (:class:`Cast`): a reshard may deliver another floating dtype than it
+  reads. The cast runs at the source, as the bytes are packed, so the wire carries
+  the destination type and the cost model counts its bytes. To a float8 type the
+  cast saturates to the type's largest finite value (``+-448`` for ``float8_e4m3fn``;
+  NaN stays NaN) and may divide by scales first (:class:`ScaleMode`): one per tensor,
+  or one per 128 x 128 block of the last two dims (DeepSeek-V3's weight blocks), each
+  ``amax / max_finite`` in float32 (``1`` where a block is all zeros), so that
+  ``x ~= q * scale``. Every conversion to float8 computes in float32 (a float64
+  source is rounded to float32 first); others round once, to nearest even
+  (:mod:`reshard.casting` holds the kernels and the numpy reference).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from reshard.choice import parse_choice
+from reshard.errors import DTypeError
+
+INTEGERS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+FLOAT8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+          "float8_e8m0fnu")
+COMPLEX = ("complex64", "complex128")
+DTYPES: tuple[str, ...] = ("bool", *INTEGERS, *FLOATS, *FLOAT8, *COMPLEX)
+"""Every dtype reshard moves, by name."""
+
+NARROW = ("bfloat16", *FLOAT8)
+"""Dtypes plain numpy lacks (ml_dtypes provides them); array libraries without them
+(cupy) hold them as unsigned integers of the same width (:func:`storage`)."""
+
+CAST_TARGETS = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+"""Dtypes a cast may deliver (and, with float8 ones, scale to)."""
+
+CAST_SOURCES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+"""Dtypes a cast may read."""
+
+SCALED_TARGETS = ("float8_e4m3fn", "float8_e5m2")
+"""Cast targets that take scales."""
+
+BLOCK = 128
+"""Edge of a scale block (``ScaleMode.BLOCK128``), on each of the last two dims."""
+
+_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32",
+            "float": "float32", "fp64": "float64", "double": "float64",
+            "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+
+
+def _lookup(name: str) -> np.dtype:
+    if name in NARROW:
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(name)
+
+
+_BY_NAME: dict[str, np.dtype] = {n: _lookup(n) for n in DTYPES}
+
+
+def parse_dtype(value: object) -> np.dtype:
+    """The numpy dtype of ``value``, one of :data:`DTYPES`.
+
+    Accepts a numpy dtype or scalar type (ml_dtypes' included), a name
+    (``"bfloat16"``, ``"float8_e4m3fn"``, common short forms such as ``"bf16"``), a
+    torch dtype (``torch.bfloat16``) or a JAX dtype.
+
+    Raises:
+        DTypeError: unknown or unsupported, listing the valid names.
+    """
+    if value is None:
+        raise DTypeError(f"dtype is None; pass a dtype such as 'float32' or 'bfloat16' "
+                         f"(valid: {list(DTYPES)})")
+    if isinstance(value, str):
+        text = value.strip().removeprefix("torch.")
+        known = _BY_NAME.get(_ALIASES.get(text.lower(), text.lower()))
+        if known is not None:
+            return known
+    elif type(value).__module__.startswith("torch"):
+        known = _BY_NAME.get(str(value).removeprefix("torch."))
+        if known is None:
+            raise DTypeError(f"torch dtype {value} is not supported; valid dtypes: "
+                             f"{list(DTYPES)}")
+        return known
+    try:
+        dt = np.dtype(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        raise DTypeError(f"unknown dtype {value!r}; valid dtypes: {list(DTYPES)}") from None
+    if dt.name not in _BY_NAME or _BY_NAME[dt.name] != dt:
+        raise DTypeError(
+            f"dtype {dt} ({dt.str}) is not supported; valid dtypes: {list(DTYPES)} "
+            f"(byte order native; no records, strings or objects)")
+    return dt
+
+
+def dtype_name(value: object) -> str:
+    """The canonical name of a dtype (see :func:`parse_dtype`)."""
+    return parse_dtype(value).name
+
+
+def itemsize(name: str) -> int:
+    """Bytes per element of dtype ``name``."""
+    return _BY_NAME[name].itemsize if name in _BY_NAME else parse_dtype(name).itemsize
+
+
+def accumulator(name: str) -> str | None:
+    """The dtype partial sums of ``name`` are accumulated in (module docstring); None
+    where a partial sum is refused (bool, float8)."""
+    if name == "bool" or name in FLOAT8:
+        return None
+    if name in ("float16", "bfloat16"):
+        return "float32"
+    return name
+
+
+def summable(name: str) -> bool:
+    """True if a partial sum of ``name`` can be reduced."""
+    return accumulator(name) is not None
+
+
+def why_not_summable(name: str) -> str:
+    """Why a partial sum of ``name`` is refused, and what to do instead."""
+    if name == "bool":
+        return "bool has no sum (it would add as logical or); use a numeric dtype"
+    return (f"{name} has no sum (float8 addends carry no common scale): sum in bfloat16 "
+            f"or float32 and cast to {name} on the way (cast=...)")
+
+
+def storage(name: str) -> str:
+    """The unsigned integer dtype of ``name``'s width (how a library without the type
+    holds its bits); ``name`` itself for the dtypes plain numpy has."""
+    if name not in NARROW:
+        return name
+    return {1: "uint8", 2: "uint16"}[itemsize(name)]
+
+
+def max_finite(name: str) -> float:
+    """The largest finite value of floating dtype ``name`` (float8: the saturation
+    bound of a cast)."""
+    return float(ml_dtypes.finfo(_BY_NAME[name]).max)
+
+
+def is_float8(name: str) -> bool:
+    """True for the float8 kinds."""
+    return name in FLOAT8
+
+
+class ReduceOp(enum.Enum):
+    """How the addends of a partial source combine: a sum, or (a scaled cast's amax)
+    a max."""
+
+    SUM = "sum"
+    MAX = "max"
+
+
+class ScaleMode(enum.Enum):
+    """How a cast to float8 scales its values (see the module docstring)."""
+
+    NONE = "none"  # saturate, no scale
+    TENSOR = "tensor"  # one scale for the whole tensor
+    BLOCK128 = "block128"  # one per 128 x 128 block of the last two dims
+
+    @classmethod
+    def parse(cls, value: str | ScaleMode | None) -> ScaleMode:
+        """A ScaleMode or its name (None: NONE); raise listing the valid names."""
+        if value is None:
+            return cls.NONE
+        return parse_choice(cls, value, "scale mode", DTypeError)
+
+
+def block_shape(shape: Sequence[int], mode: ScaleMode) -> tuple[int, ...]:
+    """The edge of one scale block per dim (``mode`` not NONE): the whole tensor for
+    TENSOR, ``(1, ..., 1, 128, 128)`` for BLOCK128."""
+    if mode is ScaleMode.TENSOR:
+        return tuple(max(int(n), 1) for n in shape)
+    if mode is ScaleMode.BLOCK128:
+        return (1,) * (len(shape) - 2) + (BLOCK, BLOCK)
+    raise DTypeError(f"scale mode {mode.value!r} has no blocks")
+
+
+def scale_grid(shape: Sequence[int], mode: ScaleMode) -> tuple[int, ...]:
+    """The shape of the scales tensor: blocks per dim."""
+    return tuple(-(-int(n) // b) for n, b in zip(shape, block_shape(shape, mode)))
+
+
+@dataclass(frozen=True)
+class Cast:
+    """A conversion on the wire: deliver ``dtype`` (scaled as ``scale`` says).
+
+    Attributes:
+        dtype: the destination dtype name (one of :data:`CAST_TARGETS`).
+        scale: the scaling (float8 targets only).
+    """
+
+    dtype: str
+    scale: ScaleMode = ScaleMode.NONE
+
+    @classmethod
+    def parse(cls, cast: object, scale: str | ScaleMode | None = None) -> Cast | None:
+        """A Cast from a Cast, a dtype (or its name) and a scale mode; None for no cast
+        (``cast`` None and no scale).
+
+        Raises:
+            DTypeError: an unknown dtype or scale mode, or scales without a dtype.
+        """
+        mode = ScaleMode.parse(scale)
+        if isinstance(cast, Cast):
+            if scale is not None and mode is not cast.scale:
+                raise DTypeError(f"cast {cast} already names scale {cast.scale.value!r}; "
+                                 f"drop scale={mode.value!r}")
+            return cast
+        if cast is None:
+            if mode is not ScaleMode.NONE:
+                raise DTypeError(
+                    f"scale={mode.value!r} needs a float8 cast to scale to, e.g. "
+                    f"cast='float8_e4m3fn'; valid scaled targets: {list(SCALED_TARGETS)}")
+            return None
+        return cls(dtype_name(cast), mode)
+
+    def __str__(self) -> str:
+        return self.dtype if self.scale is ScaleMode.NONE else f"{self.dtype}/{self.scale.value}"
+
+
+def check_cast(src: str, cast: Cast, shape: Sequence[int], partial: bool) -> None:
+    """Refuse a cast reshard cannot do, naming the value and the valid choices.
+
+    Args:
+        src: the source dtype name.
+        cast: the cast.
+        shape: the tensor's global shape.
+        partial: the source is a partial sum (its scales would need the sum first).
+
+    Raises:
+        DTypeError: the rule broken, the value and what would be valid.
+    """
+    if src not in CAST_SOURCES:
+        raise DTypeError(f"cannot cast from {src}: casts convert between floating types; "
+                         f"valid sources: {list(CAST_SOURCES)}")
+    if cast.dtype not in CAST_TARGETS:
+        raise DTypeError(f"cannot cast to {cast.dtype}; valid targets: {list(CAST_TARGETS)}")
+    if cast.scale is ScaleMode.NONE:
+        return
+    if cast.dtype not in SCALED_TARGETS:
+        raise DTypeError(
+            f"scale={cast.scale.value!r} scales into a float8 type, but the cast is to "
+            f"{cast.dtype}; use one of {list(SCALED_TARGETS)} or scale='none'")
+    if cast.scale is ScaleMode.BLOCK128 and len(shape) < 2:
+        raise DTypeError(
+            f"scale='block128' takes {BLOCK} x {BLOCK} blocks of the last two dims, but the "
+            f"tensor has rank {len(shape)} (shape {tuple(shape)}); use scale='tensor'")
+    if partial:
+        raise DTypeError(
+            "a scaled cast of a partial sum needs the sum's amax: reshard it to a "
+            "non-partial layout first, or cast without scales (scale='none')")
+
+
+def numpy_of_torch(tensor: Any) -> np.ndarray:
+    """A CPU torch tensor as a numpy array sharing its memory, in reshard's dtype
+    (ml_dtypes' for bfloat16 and float8, which torch's ``numpy()`` refuses)."""
+    name = str(tensor.dtype).removeprefix("torch.")
+    if name not in NARROW:
+        return tensor.numpy()  # type: ignore[no-any-return]
+    import torch
+
+    bits = getattr(torch, storage(name))
+    return tensor.view(bits).numpy().view(_BY_NAME[name])  # type: ignore[no-any-return]
+
+
+def torch_of_numpy(array: np.ndarray) -> Any:
+    """A numpy array as a CPU torch tensor sharing its memory, in torch's own dtype
+    (``torch.bfloat16`` for an ml_dtypes bfloat16 array)."""
+    import torch
+
+    name = array.dtype.name
+    if name not in NARROW:
+        return torch.from_numpy(array)
+    bits = torch.from_numpy(array.view(_BY_NAME[storage(name)]))
+    return bits.view(getattr(torch, name))
+
+
+def accumulate(addends: Sequence[np.ndarray], name: str) -> np.ndarray:
+    """The reference partial sum: the addends summed in :func:`accumulator` (numpy,
+    in order), rounded once to ``name``."""
+    acc = accumulator(name)
+    if acc is None:
+        raise DTypeError(f"cannot sum {name}: {why_not_summable(name)}")
+    total = np.array(addends[0], dtype=_BY_NAME[acc], copy=True)
+    for a in addends[1:]:
+        total += np.asarray(a).astype(_BY_NAME[acc])
+    return total.astype(_BY_NAME[name])
+
+
+__all__ = [
+    "BLOCK",
+    "CAST_SOURCES",
+    "CAST_TARGETS",
+    "COMPLEX",
+    "DTYPES",
+    "FLOAT8",
+    "FLOATS",
+    "INTEGERS",
+    "NARROW",
+    "SCALED_TARGETS",
+    "Cast",
+    "ReduceOp",
+    "ScaleMode",
+    "accumulate",
+    "accumulator",
+    "block_shape",
+    "check_cast",
+    "dtype_name",
+    "is_float8",
+    "itemsize",
+    "max_finite",
+    "numpy_of_torch",
+    "parse_dtype",
+    "scale_grid",
+    "storage",
+    "summable",
+    "torch_of_numpy",
+    "why_not_summable",
+]
