@@ -388,7 +388,7 @@ def test_backend_dtypes():
         check_dtypes(cast.tensors, _reduced(cast), nccl, "nccl")
     half = reshard.plan((4, 4), "float16", Layout(mesh, "RR+P0"), Layout(B, "RR"), cluster=CL)
     check_dtypes(half.tensors, _reduced(half), nccl, "nccl")  # cupy converts float16
-    narrow = Capabilities(moves=frozenset({"float32"}), sums=frozenset({"int32"}),
+    narrow = Capabilities(moves=frozenset({"float16", "float32"}), sums=frozenset({"int32"}),
                           groups_need_world=False, device="cpu")
     with pytest.raises(reshard.DTypeError, match="cannot sum float32 .*float16 partial"):
         check_dtypes(half.tensors, _reduced(half), narrow, "mine")
