@@ -200,7 +200,7 @@ def plan_many(
         return _best_plan(tensors, cluster, strat)
     rest = [i for i, t in enumerate(tensors) if t.derive is not Derive.AMAX]
     tasks = list(_phase(tensors, first, cluster, strat, 0))
-    tasks += _phase(tensors, rest, cluster, strat, 1 + max(t.step for t in tasks))
+    tasks += _phase(tensors, rest, cluster, strat, 1 + max((t.step for t in tasks), default=-1))
     return ReshardPlan(tensors, tuple(tasks), strat, cluster)
 
 

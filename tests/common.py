@@ -11,18 +11,28 @@ import numpy as np
 from hypothesis import strategies as st
 
 from reshard import DeviceMesh, Layout, ShardingSpec
+from reshard.dtypes import is_float8, parse_dtype
+from reshard.dtypes import summable as dtypes_summable
 from reshard.microbench.measure import partial_addends
 from reshard.planner.ir import ReshardPlan, TaskKind
 
 STRATEGIES = ("send_recv", "allgather", "broadcast")
-DTYPES = ("int8", "uint16", "int32", "int64", "float32", "float64", "complex64", "bool")
+DTYPES = ("int8", "uint16", "int32", "int64", "float32", "float64", "complex64", "bool",
+          "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 
 
 def sample(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """Random values of ``dtype`` whose sums stay exact (small integers)."""
-    dt = np.dtype(dtype)
+    """Random values of ``dtype`` whose sums stay exact (small integers; bfloat16 and
+    float16: within +-8, so a partial group's addends, up to 16 of them, sum exactly
+    in the type itself); float8: any bit pattern, NaNs included (float8 is moved, never
+    summed)."""
+    dt = parse_dtype(dtype)
     if dt.kind == "b":
         return rng.integers(0, 2, size=shape).astype(bool)
+    if is_float8(dt.name):
+        return rng.integers(0, 256, size=shape).astype(np.uint8).view(dt)
+    if dt.name in ("bfloat16", "float16"):
+        return rng.integers(-8, 9, size=shape).astype(dt)
     vals = rng.integers(-50, 50, size=shape)
     if dt.kind == "u":
         vals = np.abs(vals)
@@ -94,7 +104,7 @@ def wire_bytes(plan: ReshardPlan) -> int:
         elif t.kind in (TaskKind.BROADCAST, TaskKind.REDUCE):
             total += t.nbytes * (len(t.receivers) + len(t.addends))
         elif t.kind is TaskKind.ALLGATHER:
-            itemsize = np.dtype(plan.tensors[t.tensor].dtype).itemsize
+            itemsize = plan.tensors[t.tensor].itemsize
             m = max(math.prod(b - a for a, b in p) for p in t.pieces)
             k = len(t.receivers)
             total += m * itemsize * k * (k - 1)
@@ -138,7 +148,7 @@ def problems(draw, devices: tuple[int, ...], max_ndim: int = 3, max_size: int = 
     rank = draw(st.integers(1, 3))
     shape = tuple(draw(st.lists(st.integers(0, 9), min_size=rank, max_size=rank)))
     dtype = draw(st.sampled_from(DTYPES))
-    summable = dtype != "bool"
+    summable = dtypes_summable(dtype)
     order = tuple(draw(st.permutations(devices)))
     src_mesh = draw(meshes(order, max_ndim, max_size))
     if draw(st.booleans()):  # overlapping: the destination reuses source devices

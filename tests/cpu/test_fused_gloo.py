@@ -2,8 +2,9 @@
 (planner/fuse.py): each piece summed down the addends' chain into the root and passed
 on at once (gloo's chain of a sum), also reshaped into trees. Every destination shard
 exact, the callers' source shards untouched, for several pieces per chain (boxes over
-gloo's 256 KiB piece), dtypes that wrap (int16) or round (float16, summed in order by
-every backend alike), addends on several hosts, and a plan run twice."""
+gloo's 256 KiB piece), dtypes that wrap (int16) or round (float32, summed in order by
+every backend alike; float16 and bfloat16 accumulate in float32 and are never fused),
+addends on several hosts, and a plan run twice."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ CASES = [  # (shape, dtype, source, destination)
     ((3 * CHAIN_PIECE // 8 + 5, 2), "int32", Layout(DeviceMesh((1, 2), [0, 1]), "RR+P1"),
      Layout(DeviceMesh((2, 2), [2, 3, 4, 5]), "RR")),
     # four addends over two hosts (the chain crosses a host) -> rows split on two hosts
-    ((CHAIN_PIECE // 2 + 3, 4), "float16", Layout(DeviceMesh((2, 2), [0, 1, 2, 3]), "RR+P01"),
+    ((CHAIN_PIECE // 4 + 3, 4), "float32", Layout(DeviceMesh((2, 2), [0, 1, 2, 3]), "RR+P01"),
      Layout(DeviceMesh((2, 2), [4, 5, 6, 7]), "S0R")),
     # sharded and partial: several chains of a sum in one step (relays polled together)
     ((10, 3), "int16", Layout(DeviceMesh((2, 2), [0, 1, 2, 3]), "S0R+P1"),
