@@ -30,6 +30,7 @@ from reshard.comm.backend import (
 )
 from reshard.comm.executor import Executor
 from reshard.comm.program import WorkerProgram
+from reshard.dtypes import numpy_of_torch, torch_of_numpy
 
 from ..common import STRATEGIES, addends, in_threads, sample
 from ._helpers import problem_settings, problems, rank_results
@@ -90,7 +91,7 @@ def _run_problems(problem_list, buffers: str, device: int, address, results, don
                 shards = addends(rng, value, src)
                 sources = [shards.get(device)]
                 if buffers == "tensor" and sources[0] is not None:
-                    sources = [torch.from_numpy(sources[0])]
+                    sources = [torch_of_numpy(sources[0])]
                 out = None
                 if device in dst.devices and k % 2 == 0:  # the caller's own buffer
                     out = [torch.full(dst.shard_shape(shape, device), 1).to(
@@ -106,7 +107,7 @@ def _run_problems(problem_list, buffers: str, device: int, address, results, don
                     if out[0].numel():  # written in place
                         assert data_address(shard) == data_address(out[0])
                     shard = out[0]
-                arr = shard.numpy() if isinstance(shard, torch.Tensor) else shard
+                arr = numpy_of_torch(shard) if isinstance(shard, torch.Tensor) else shard
                 want = expected(value, dst, device)
                 assert arr.shape == want.shape and arr.dtype == want.dtype, \
                     (k, arr.shape, want.shape, arr.dtype)

@@ -116,11 +116,15 @@ def test_user_mistakes_leave_the_runtime_usable(rt):
         rt.put([[1, 2], [3]], Layout(A, "S0R"))
     with pytest.raises(DTypeError):
         rt.put(np.array([object(), object()]), Layout(A, "S0"))
-    # gloo cannot sum float128: refused when planned, before any byte moves
+    with pytest.raises(DTypeError, match="float128.*valid dtypes"):
+        rt.put(np.ones((4, 6), dtype=np.longdouble), Layout(A, "S0R"))
+    # casts that cannot be done: refused when planned, before any byte moves
     part = Layout(AB, "S0R+P1")
-    y = rt.put(np.ones((4, 6), dtype=np.longdouble), part)
-    with pytest.raises(DTypeError, match="gloo backend cannot sum dtype float128"):
-        rt.reshard(y, Layout(B, "RR"))
+    y = rt.put(np.ones((4, 6), dtype="bfloat16"), part)
+    with pytest.raises(DTypeError, match="partial sum needs the sum's amax"):
+        rt.reshard(y, Layout(B, "RR"), cast="float8_e4m3fn", scale="block128")
+    with pytest.raises(DTypeError, match="cannot cast to int8"):
+        rt.reshard(y, Layout(B, "RR"), cast="int8")
     rt.free(y)
     _still_works(rt)
 
