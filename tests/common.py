@@ -111,6 +111,34 @@ def wire_bytes(plan: ReshardPlan) -> int:
     return total
 
 
+def narrow_addends(rng: np.random.Generator, shape: tuple[int, ...], layout: Layout,
+                   dtype: str) -> dict[int, np.ndarray]:
+    """Random addends per partial group whose float32 sum is exact, so any summing
+    order gives the reference: ``m * 2**e`` with ``|m| < 256`` (8 significant bits,
+    exact in bfloat16 and float16) and ``e`` in -12..-4; 16 such addends span 20 bits,
+    within float32's 24. Replicas of a box get the same addends."""
+    dt = parse_dtype(dtype)
+    boxes = layout.boxes(shape)
+    drawn: dict = {}  # replicas of a box (or of a partial group) hold the same addends
+    shards = {}
+    for group in layout.partial_groups():
+        box = boxes[group[0]]
+        sub = tuple(b - a for a, b in box)
+        for k, d in enumerate(group):
+            if (box, k) not in drawn:
+                mant = rng.integers(-255, 256, size=sub).astype(np.float32)
+                drawn[(box, k)] = (mant * np.exp2(rng.integers(-12, -3, size=sub))).astype(dt)
+            shards[d] = drawn[(box, k)]
+    return shards
+
+
+def cast_values(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Normal values scaled per leading row by 0.01 .. 1000 (blocks of very different
+    amax), of ``dtype``."""
+    x = rng.standard_normal(shape) * rng.uniform(0.01, 1000, shape[:1] + (1,) * (len(shape) - 1))
+    return x.astype(parse_dtype(dtype))
+
+
 # ----- random problems ------------------------------------------------------------------
 @st.composite
 def meshes(draw, pool: tuple[int, ...], max_ndim: int = 3, max_size: int = 16) -> DeviceMesh:

@@ -29,7 +29,7 @@ from reshard.dtypes import (
 from reshard.planner.ir import Derive
 from reshard.runtime import Runtime
 
-from ..common import check_shards, meshes, specs, wire_bytes
+from ..common import cast_values, check_shards, meshes, narrow_addends, specs, wire_bytes
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
@@ -215,24 +215,6 @@ def test_narrow_dtypes_move_bit_exact(problem, dtype, strategy, seed):
         check_shards(rt, y, x)
 
 
-def _narrow_addends(rng, shape, layout, dtype):
-    """Random addends per partial group whose float32 sum is exact (bfloat16 values of
-    magnitudes 2**-4 .. 2**4: 8 significant bits within 9 binades fit float32's 24)."""
-    dt = parse_dtype(dtype)
-    boxes = layout.boxes(shape)
-    drawn: dict = {}  # replicas of a box (or of a partial group) hold the same addends
-    shards = {}
-    for group in layout.partial_groups():
-        box = boxes[group[0]]
-        sub = tuple(b - a for a, b in box)
-        for k, d in enumerate(group):
-            if (box, k) not in drawn:
-                mant = rng.integers(-255, 256, size=sub).astype(np.float32)
-                drawn[(box, k)] = (mant * np.exp2(rng.integers(-12, -3, size=sub))).astype(dt)
-            shards[d] = drawn[(box, k)]
-    return shards
-
-
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(layout_pairs(partial_src=True), st.sampled_from(("bfloat16", "float16")),
        st.sampled_from(("broadcast", "send_recv", "allgather")), st.integers(0, 2 ** 32 - 1))
@@ -241,7 +223,7 @@ def test_narrow_partial_sums_are_float32_then_rounded_once(problem, dtype, strat
     which differs from summing in the narrow type where the partial groups are big enough
     for a per-hop rounding to show."""
     shape, src, dst = problem
-    shards = _narrow_addends(np.random.default_rng(seed), shape, src, dtype)
+    shards = narrow_addends(np.random.default_rng(seed), shape, src, dtype)
     boxes = src.index_map(shape)
     want = np.zeros(shape, parse_dtype(dtype))  # (replicated groups hold equal addends)
     for group in src.partial_groups():
@@ -278,11 +260,6 @@ CASTS = [("float32", Cast("bfloat16")), ("float32", Cast("float16")),
          ("bfloat16", Cast("float8_e5m2", ScaleMode.BLOCK128))]
 
 
-def _values(rng, shape, dtype):
-    x = rng.standard_normal(shape) * rng.uniform(0.01, 1000, shape[:1] + (1,) * (len(shape) - 1))
-    return x.astype(parse_dtype(dtype))
-
-
 @st.composite
 def cast_problems(draw):
     """A cast and a layout pair; block scales get dims that straddle 128."""
@@ -311,7 +288,7 @@ def test_cast_on_the_wire_equals_reference(problem, strategy, seed):
     """Sharded, replicated, uneven, overlapping: every destination shard (and every
     delivered scale) is the reference's, bit for bit."""
     src_dtype, cast, shape, src, dst = problem
-    x = _values(np.random.default_rng(seed), shape, src_dtype)
+    x = cast_values(np.random.default_rng(seed), shape, src_dtype)
     want, want_scales = reference_cast(x, cast)
     with Runtime("local", cluster=CL) as rt:
         y = rt.reshard(rt.put(x, src), dst, strategy, cast=cast.dtype, scale=cast.scale)
@@ -341,7 +318,7 @@ def test_block_scales_paths(src_spec, dst_spec, aligned):
         amax_steps = {t.step for t in p.tasks if t.tensor == 1}
         assert amax_steps and max(amax_steps) < min(t.step for t in p.tasks if t.tensor != 1)
     assert p.inputs == (0,) and p.outputs == (0, len(p.tensors) - 1)
-    x = _values(np.random.default_rng(1), shape, "bfloat16")
+    x = cast_values(np.random.default_rng(1), shape, "bfloat16")
     want, want_scales = reference_cast(x, Cast("float8_e4m3fn", ScaleMode.BLOCK128))
     with Runtime("local", cluster=CL) as rt:
         (y,) = rt.execute(p, [rt.put(x, src)])
@@ -356,7 +333,7 @@ def test_wire_carries_the_narrow_type():
     scales add 4 bytes per 128 x 128 block delivered."""
     src = Layout(DeviceMesh((4,), [0, 1, 2, 3]), "S0R")
     dst = Layout(DeviceMesh((2, 2), [4, 5, 6, 7]), "RS1")
-    x = _values(np.random.default_rng(2), (1024, 512), "bfloat16")
+    x = cast_values(np.random.default_rng(2), (1024, 512), "bfloat16")
     moved = {}
     for key, kw in {"bf16": {}, "fp8": {"cast": "float8_e4m3fn"},
                     "fp8-block": {"cast": "float8_e4m3fn", "scale": "block128"}}.items():
