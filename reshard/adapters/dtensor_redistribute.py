@@ -31,9 +31,11 @@ Hosts: plans balance transfers per host NIC. By default the Redistributor learns
 rank's host from one ``all_gather_object`` of host names, on its first call; pass
 ``cluster=`` (a :class:`reshard.Cluster` over the global ranks) to give link figures.
 
-dtypes: every torch dtype moves; one numpy lacks (``bfloat16``, the ``float8`` kinds)
-moves as raw bits of its width, and cannot be a ``Partial`` source (sum in float32
-first).
+dtypes: every dtype of :mod:`reshard.dtypes` is first class (``torch.bfloat16`` and
+the float8 kinds included): a ``Partial`` bfloat16 / float16 source sums in float32
+and rounds once; ``cast=`` (and ``scale=`` for float8) converts on the way, at the
+source, and then the result is ``(values, scales)``. A torch dtype outside that list
+moves as raw bits of its width (never summed, never cast).
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 
@@ -53,6 +54,7 @@ from reshard.cluster import Cluster
 from reshard.comm.backend import BackendRegistry
 from reshard.comm.executor import Executor
 from reshard.comm.steps import LoadedProgram
+from reshard.dtypes import DTYPES, Cast, parse_dtype
 from reshard.errors import DTypeError, ReshardError, ShapeError
 from reshard.layout import Layout
 from reshard.planner.ir import ReshardPlan
@@ -74,10 +76,11 @@ class _Move:
 
     Attributes:
         shape: the global shape.
-        dtype: the plan's numpy dtype name.
+        dtype: the plan's dtype name (:mod:`reshard.dtypes`).
         bits: the torch dtype to view the tensor as (None: its own dtype moves).
         src: the source layout.
         dst: the destination layout.
+        cast: the conversion on the way (None: none).
     """
 
     shape: tuple[int, ...]
@@ -85,25 +88,34 @@ class _Move:
     bits: torch.dtype | None
     src: Layout
     dst: Layout
+    cast: Cast | None = None
+
+    @property
+    def request(self) -> tuple:
+        """What :func:`reshard.plan_many` takes."""
+        return (self.shape, self.dtype, self.src, self.dst, self.cast)
 
 
-def _plan_dtype(dtype: torch.dtype, partial: bool, name: str) -> tuple[str, torch.dtype | None]:
-    """The numpy dtype name a plan moves ``dtype`` as, and the torch dtype to view the
-    tensor as when numpy has no such type (its raw bits)."""
-    text = str(dtype).removeprefix("torch.")
+def _plan_dtype(dtype: torch.dtype, partial: bool, cast: Cast | None,
+                name: str) -> tuple[str, torch.dtype | None]:
+    """The dtype name a plan moves ``dtype`` as, and the torch dtype to view the tensor
+    as when reshard has no such type (its raw bits: moved, never summed or cast)."""
     try:
-        return np.dtype(text).name, None
-    except TypeError:
+        return parse_dtype(dtype).name, None
+    except DTypeError:
         pass
+    text = str(dtype).removeprefix("torch.")
     width = torch.empty((), dtype=dtype).element_size()
     bits = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.int64}.get(width)
-    if bits is None or partial:
-        why = ("a Partial source must be summed, and numpy (reshard's dtypes) has no "
-               f"{text}" if partial else f"no {8 * width}-bit integer carries its bits")
+    if bits is None or partial or cast is not None:
+        why = (f"a Partial source must be summed, and reshard has no {text}" if partial
+               else f"reshard cannot cast a {text}" if cast is not None
+               else f"no {8 * width}-bit integer carries its bits")
         raise DTypeError(
-            f"{name}: cannot redistribute a {text} DTensor ({why}); cast it to float32 "
-            f"first, or reduce it on its own mesh (placements without Partial)")
-    return np.dtype(str(bits).removeprefix("torch.")).name, bits
+            f"{name}: cannot redistribute a {text} DTensor ({why}); cast it to one of "
+            f"{list(DTYPES)} first, or reduce it on its own mesh (placements without "
+            f"Partial)")
+    return str(bits).removeprefix("torch."), bits
 
 
 def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
@@ -187,7 +199,8 @@ class Redistributor:
 
     # ----- planning ------------------------------------------------------------------
     def _moves(self, dtensors: Sequence[DTensor], meshes: Sequence[Any],
-               placements: Sequence[Sequence[Any]], names: Sequence[str]) -> list[_Move]:
+               placements: Sequence[Sequence[Any]], names: Sequence[str],
+               cast: Cast | None = None) -> list[_Move]:
         # imported here: reshard.adapters.dtensor re-exports this module's functions
         from reshard.adapters.dtensor import to_layout
 
@@ -203,14 +216,14 @@ class Redistributor:
             shape = tuple(int(n) for n in dt.shape)
             src = to_layout(dt.device_mesh, dt.placements, shape)
             dst = to_layout(mesh, tuple(pl), shape)
-            dtype, bits = _plan_dtype(dt.dtype, src.spec.is_partial, name)
-            moves.append(_Move(shape, dtype, bits, src, dst))
+            dtype, bits = _plan_dtype(dt.dtype, src.spec.is_partial, cast, name)
+            moves.append(_Move(shape, dtype, bits, src, dst, cast))
         return moves
 
     def plan(self, moves: Sequence[_Move], strategy: Strategy,
              device_type: str) -> tuple[ReshardPlan, LoadedProgram]:
         """The plan for ``moves`` and this rank's loaded program (cached)."""
-        key = (strategy, tuple((m.shape, m.dtype, m.src, m.dst) for m in moves))
+        key = (strategy, tuple(m.request for m in moves))
         hit = self._plans.get(key)
         if hit is not None:
             self._plans.move_to_end(key)
@@ -218,8 +231,8 @@ class Redistributor:
             return hit
         self.misses += 1
         ex = self._executor(device_type)
-        plan = plan_many([(m.shape, m.dtype, m.src, m.dst) for m in moves],
-                         cluster=self._cluster(), strategy=strategy)
+        plan = plan_many([m.request for m in moves], cluster=self._cluster(),
+                         strategy=strategy)
         loaded = ex.load(plan)  # every rank: the backend's sub-groups need the world
         self._plans[key] = (plan, loaded)
         while len(self._plans) > self.max_plans:
@@ -229,56 +242,64 @@ class Redistributor:
     # ----- moving ----------------------------------------------------------------------
     def redistribute_many(self, tensors: Mapping[str, DTensor] | Sequence[DTensor],
                           device_mesh: Any, placements: Any, *,
-                          strategy: str | Strategy = Strategy.BROADCAST) -> Any:
+                          strategy: str | Strategy = Strategy.BROADCAST, cast: Any = None,
+                          scale: Any = None) -> Any:
         """See :func:`redistribute_many`."""
+        from reshard.adapters.dtensor import to_placements  # (it re-exports this module)
+
         names, dts = _items(tensors)
         if not dts:
             return {} if isinstance(tensors, Mapping) else []
+        conversion = Cast.parse(cast, scale)
         meshes = _per_tensor(device_mesh, names, "device_mesh", _is_mesh)
         pls = _per_tensor(placements, names, "placements", _is_placements)
         device_type = str(meshes[0].device_type)
-        moves = self._moves(dts, meshes, pls, names)
-        _, loaded = self.plan(moves, Strategy.parse(strategy), device_type)
+        moves = self._moves(dts, meshes, pls, names, conversion)
+        plan, loaded = self.plan(moves, Strategy.parse(strategy), device_type)
         ex = self._executor(device_type)
         me = ex.device
-        sources: list[Any] = []
-        outs: list[Any] = []
-        locals_: list[torch.Tensor | None] = []
-        for dt, m, name in zip(dts, moves, names):
+        device = dts[0].to_local().device
+        sources: list[Any] = [None] * len(plan.tensors)
+        outs: list[Any] = [None] * len(plan.tensors)
+        locals_: dict[int, torch.Tensor] = {}
+        for i, (dt, m) in enumerate(zip(dts, moves)):
             if me in m.src.devices:
                 local = dt.to_local().detach().contiguous()
-                sources.append(local if m.bits is None else local.view(m.bits))
-            else:
-                sources.append(None)
-            if me in m.dst.devices:
-                shape = m.dst.shard_shape(m.shape, me)
-                buf = torch.empty(shape, dtype=dt.dtype, device=dt.to_local().device)
-                locals_.append(buf)
-                outs.append(buf if m.bits is None else buf.view(m.bits))
-            else:
-                locals_.append(None)
-                outs.append(None)
+                sources[i] = local if m.bits is None else local.view(m.bits)
+        for k in plan.outputs:
+            t = plan.tensors[k]
+            if me not in t.dst.devices:
+                continue
+            shape = t.dst.shard_shape(t.shape, me)
+            bits = moves[k].bits if k < len(moves) else None
+            torch_dtype = dts[k].dtype if bits is not None else getattr(torch, t.out_dtype)
+            locals_[k] = torch.empty(shape, dtype=torch_dtype, device=device)
+            outs[k] = locals_[k] if bits is None else locals_[k].view(bits)
         try:
             ex.run(loaded, sources, outs).wait()
         except ShapeError as e:
             raise ShapeError(f"{e} (a DTensor's local tensor must be its shard under "
                              f"DTensor's placement rule)") from None
         results = []
-        for dt, mesh, pl, m, local in zip(dts, meshes, pls, moves, locals_):
-            if local is None:
-                local = dt.to_local().new_empty(0)
-            results.append(DTensor.from_local(local, mesh, tuple(pl), run_check=False,
-                                              shape=torch.Size(m.shape),
-                                              stride=_contiguous_stride(m.shape)))
+        for i, (dt, mesh, pl, m) in enumerate(zip(dts, meshes, pls, moves)):
+            t = plan.tensors[i]
+            value = _dtensor(locals_.get(i), dt, mesh, tuple(pl), m.shape, t.out_dtype)
+            if t.link < 0:
+                results.append(value)
+                continue
+            sc = plan.tensors[t.link]
+            results.append((value, _dtensor(locals_.get(t.link), dt, mesh,
+                                            to_placements(sc.dst), sc.shape, "float32")))
         if isinstance(tensors, Mapping):
             return dict(zip(names, results))
         return results
 
     def redistribute(self, dtensor: DTensor, device_mesh: Any, placements: Sequence[Any], *,
-                     strategy: str | Strategy = Strategy.BROADCAST) -> DTensor:
+                     strategy: str | Strategy = Strategy.BROADCAST, cast: Any = None,
+                     scale: Any = None) -> Any:
         """See :func:`redistribute`."""
         return self.redistribute_many([dtensor], device_mesh, [tuple(placements)],
-                                      strategy=strategy)[0]  # type: ignore[no-any-return]
+                                      strategy=strategy, cast=cast, scale=scale)[0]
 
     def close(self) -> None:
         """Drop the plans and the executor (the caller's process group stays)."""
@@ -286,6 +307,16 @@ class Redistributor:
         if self.executor is not None:
             self.executor.close()
             self.executor = None
+
+
+def _dtensor(local: torch.Tensor | None, like: DTensor, mesh: Any, placements: tuple,
+             shape: tuple[int, ...], dtype: str) -> DTensor:
+    """A DTensor of this rank's destination shard (DTensor's empty local tensor on a rank
+    outside ``mesh``)."""
+    if local is None:
+        local = like.to_local().new_empty(0, dtype=getattr(torch, dtype))
+    return DTensor.from_local(local, mesh, placements, run_check=False,
+                              shape=torch.Size(shape), stride=_contiguous_stride(shape))
 
 
 def _is_mesh(value: Any) -> bool:
@@ -341,8 +372,8 @@ def default_redistributor() -> Redistributor:
 
 
 def redistribute(dtensor: DTensor, device_mesh: Any, placements: Sequence[Any], *,
-                 strategy: str | Strategy = Strategy.BROADCAST,
-                 redistributor: Redistributor | None = None) -> DTensor:
+                 strategy: str | Strategy = Strategy.BROADCAST, cast: Any = None,
+                 scale: Any = None, redistributor: Redistributor | None = None) -> Any:
     """``dtensor`` moved to ``device_mesh`` with ``placements`` (module docstring).
 
     A collective over the default process group: every rank calls it with the same
@@ -354,21 +385,29 @@ def redistribute(dtensor: DTensor, device_mesh: Any, placements: Sequence[Any], 
         placements: one per destination mesh dim: ``Shard(d)``, ``Replicate()``,
             ``Partial("sum")``.
         strategy: ``"broadcast"`` (default), ``"send_recv"`` or ``"allgather"``.
+        cast: deliver this dtype (e.g. ``torch.bfloat16``, ``"float8_e4m3fn"``),
+            converted at the source before any byte moves (:mod:`reshard.dtypes`).
+        scale: with a float8 ``cast``: ``"tensor"`` or ``"block128"`` scales.
         redistributor: the context to use (default: :func:`default_redistributor`).
 
     Returns:
-        A DTensor on ``device_mesh`` with ``placements``, the same shape and dtype.
+        A DTensor on ``device_mesh`` with ``placements``, the same shape, its dtype or
+        ``cast``; with ``scale``, ``(values, scales)``: the scales a float32 DTensor on
+        ``device_mesh`` (placed like the values when their shards hold whole 128 x 128
+        blocks, else replicated), ``x ~= values * scales`` per block.
 
     Raises:
         ReshardError: a bad argument (naming it), before anything moves.
         ExecutionError: a transfer failed (naming the task).
     """
     rd = default_redistributor() if redistributor is None else redistributor
-    return rd.redistribute(dtensor, device_mesh, placements, strategy=strategy)
+    return rd.redistribute(dtensor, device_mesh, placements, strategy=strategy, cast=cast,
+                           scale=scale)
 
 
 def redistribute_many(tensors: Mapping[str, DTensor] | Sequence[DTensor], device_mesh: Any,
                       placements: Any, *, strategy: str | Strategy = Strategy.BROADCAST,
+                      cast: Any = None, scale: Any = None,
                       redistributor: Redistributor | None = None) -> Any:
     """Every DTensor of ``tensors`` (a state dict, or a list) moved with one plan.
 
@@ -382,10 +421,15 @@ def redistribute_many(tensors: Mapping[str, DTensor] | Sequence[DTensor], device
         placements: the destination placements, one sequence for all or per tensor
             (e.g. column- and row-parallel weights of a tensor-parallel model).
         strategy: as for :func:`redistribute`.
+        cast, scale: as for :func:`redistribute`, for every tensor (an RL weight sync
+            from a bf16 trainer to an fp8 inference engine: ``cast="float8_e4m3fn",
+            scale="block128"``).
         redistributor: as for :func:`redistribute`.
 
     Returns:
-        The moved DTensors in the same container: a dict with the same keys, or a list.
+        The moved DTensors in the same container: a dict with the same keys, or a list
+        (with ``scale``: a ``(values, scales)`` pair per tensor).
     """
     rd = default_redistributor() if redistributor is None else redistributor
-    return rd.redistribute_many(tensors, device_mesh, placements, strategy=strategy)
+    return rd.redistribute_many(tensors, device_mesh, placements, strategy=strategy,
+                                cast=cast, scale=scale)

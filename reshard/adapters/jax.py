@@ -17,6 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from reshard.dtypes import parse_dtype
 from reshard.errors import ReshardError, ShapeError, SpecError
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
@@ -163,9 +164,11 @@ def to_sharding(layout: Layout, mesh: Mesh | None = None) -> NamedSharding:
 
 def reshard_array(x: jax.Array, sharding: NamedSharding, *,
                   strategy: str | Strategy = Strategy.BROADCAST,
-                  runtime: Any = None) -> jax.Array:
+                  runtime: Any = None, cast: Any = None,
+                  scale: str | None = None) -> Any:
     """``x`` moved to ``sharding`` (other devices allowed) through a reshard plan; equal
-    to ``jax.device_put(x, sharding)``.
+    to ``jax.device_put(x, sharding)`` bit for bit, in any dtype (JAX's ``bfloat16`` and
+    float8 types included).
 
     The source shards leave through ``x.addressable_shards``, the plan runs on
     ``runtime`` (default: a fresh in-process ``Runtime(backend="local")``, the reference
@@ -177,6 +180,13 @@ def reshard_array(x: jax.Array, sharding: NamedSharding, *,
         sharding: the destination ``NamedSharding``.
         strategy: the plan's strategy (``"broadcast"``, ``"send_recv"``, ``"allgather"``).
         runtime: a :class:`reshard.Runtime` whose devices are the JAX device ids.
+        cast: deliver this dtype instead, converted at the source (e.g.
+            ``jnp.bfloat16``, ``"float8_e4m3fn"``; see :mod:`reshard.dtypes`).
+        scale: with a float8 ``cast``: ``"tensor"`` or ``"block128"`` scales.
+
+    Returns:
+        The moved array; with ``scale``, ``(values, scales)``: the scales a float32
+        array on the destination mesh (``x ~= values * scales`` per block).
     """
     if not x.is_fully_addressable:
         raise ReshardError(
@@ -187,27 +197,40 @@ def reshard_array(x: jax.Array, sharding: NamedSharding, *,
     shards: dict[int, np.ndarray] = {}
     for shard in x.addressable_shards:
         shards.setdefault(_id(shard.device), np.asarray(shard.data))
+    options = {"cast": cast, "scale": scale}
     if runtime is None:
         from reshard.runtime import Runtime
 
         with Runtime(backend="local") as rt:
-            out = _run(rt, shards, src, dst, x, strategy)
+            out, scales = _run(rt, shards, src, dst, x, strategy, options)
     else:
-        out = _run(runtime, shards, src, dst, x, strategy)
+        out, scales = _run(runtime, shards, src, dst, x, strategy, options)
+    values = _assemble(out, x.shape, sharding, dst)
+    if scales is None:
+        return values
+    shape, layout, shards_of = scales
+    return values, _assemble(shards_of, shape, to_sharding(layout, sharding.mesh), layout)
+
+
+def _assemble(shards: dict[int, np.ndarray], shape: tuple[int, ...], sharding: NamedSharding,
+              layout: Layout) -> jax.Array:
+    """A jax.Array of this process's shards (device ids as JAX's)."""
     by_id: dict[int, Any] = {_id(d): d for d in sharding.device_set}
-    arrays = [jax.device_put(out[i], by_id[i]) for i in dst.devices
+    arrays = [jax.device_put(shards[i], by_id[i]) for i in layout.devices
               if by_id[i].process_index == jax.process_index()]
-    return jax.make_array_from_single_device_arrays(x.shape, sharding, arrays)
+    return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
 
 
 def _run(rt: Any, shards: dict[int, np.ndarray], src: Layout, dst: Layout, x: jax.Array,
-         strategy: str | Strategy) -> dict[int, np.ndarray]:
-    dtype = np.dtype(x.dtype)
-    a = rt.put_shards(shards, src, x.shape, dtype)
+         strategy: str | Strategy, options: dict[str, Any]) -> tuple[dict[int, np.ndarray], Any]:
+    """The destination shards, and (shape, layout, shards) of the scales (or None)."""
+    a = rt.put_shards(shards, src, x.shape, parse_dtype(x.dtype))
     try:
-        b = rt.reshard(a, dst, strategy)
+        b = rt.reshard(a, dst, strategy, **options)
         try:
-            return rt.shards(b)  # type: ignore[no-any-return]
+            scales = None if b.scales is None else (b.scales.shape, b.scales.layout,
+                                                     rt.shards(b.scales))
+            return rt.shards(b), scales
         finally:
             rt.free(b)
     finally:

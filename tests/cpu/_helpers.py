@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import queue
 import sys
 import time
 import zlib
@@ -136,7 +137,8 @@ def rank_results(target, ranks: Iterable[int], wait: float, join: float = 5.0) -
     """Run ``target(device, rendezvous_address, results, done)`` in a process per rank
     (each puts ``(device, dict)``, or a traceback on failure, into ``results``; ``done``
     is set once every rank reported, so ranks may stay up until then) and return
-    ``{device: dict}``, failing the test on a rank's traceback."""
+    ``{device: dict}``, failing the test on the first rank's traceback (at once: the
+    others may be waiting for the failed one in a collective)."""
     import multiprocessing as mp
 
     from reshard.comm.rendezvous import TcpRendezvousServer
@@ -151,7 +153,17 @@ def rank_results(target, ranks: Iterable[int], wait: float, join: float = 5.0) -
     try:
         for p in procs:
             p.start()
-        got = dict(results.get(timeout=wait) for _ in ranks)
+        got = {}
+        end = time.monotonic() + wait
+        while len(got) < len(ranks):
+            try:
+                d, r = results.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                missing = sorted(set(ranks) - set(got))
+                raise AssertionError(f"ranks {missing} did not report within {wait:g}s "
+                                     f"(the others did)") from None
+            assert isinstance(r, dict), f"device {d} failed:\n{r}"
+            got[d] = r
     finally:
         done.set()
         for p in procs:
@@ -159,8 +171,6 @@ def rank_results(target, ranks: Iterable[int], wait: float, join: float = 5.0) -
             if p.is_alive():
                 p.kill()
         server.close()
-    for d, r in got.items():
-        assert isinstance(r, dict), f"device {d} failed:\n{r}"
     return got
 
 

@@ -17,6 +17,8 @@ import traceback
 import numpy as np
 import pytest
 
+from reshard.dtypes import summable, torch_of_numpy
+
 from ..common import sample
 from ._helpers import rank_results
 from .test_executor import init_gloo
@@ -26,7 +28,8 @@ pytestmark = pytest.mark.cpu
 torch = pytest.importorskip("torch")
 
 WORLD = 8
-DTYPES = ("float32", "int64", "float64", "int32", "bfloat16")
+DTYPES = ("float32", "int64", "float64", "int32", "bfloat16", "float8_e4m3fn")
+NARROW = ("bfloat16", "float8_e4m3fn")
 
 
 def _placements(rng: np.random.Generator, mesh_ndim: int, ndim: int, partial: bool) -> list:
@@ -64,7 +67,7 @@ def make_cases(count: int, seed: int = 7) -> list[dict]:
         rest = [r for r in range(WORLD) if r not in src[0]]
         dst = _mesh(rng, list(range(WORLD)) if overlap or not rest else rest)
         cases.append({"shape": shape, "dtype": dtype, "src": src, "dst": dst,
-                      "src_pl": _placements(rng, len(src[1]), ndim, dtype != "bfloat16"),
+                      "src_pl": _placements(rng, len(src[1]), ndim, summable(dtype)),
                       "dst_pl": _placements(rng, len(dst[1]), ndim, False)})
     return cases
 
@@ -78,9 +81,27 @@ def _torch_placements(spec: list) -> list:
 
 def _value(k: int, shape: tuple[int, ...], dtype: str):
     rng = np.random.default_rng(1000 + k)
-    if dtype == "bfloat16":
-        return torch.from_numpy(sample(rng, shape, "float32")).to(torch.bfloat16)
+    if dtype in NARROW:  # small integers, exact in bfloat16 (rounded in float8)
+        return torch.from_numpy(sample(rng, shape, "float32")).to(getattr(torch, dtype))
     return torch.from_numpy(sample(rng, shape, dtype))
+
+
+def _same(a, b) -> bool:
+    """Equal bits (float8 has no torch.equal on CPU; NaNs compare by bits)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return not a.numel() or torch.equal(a.contiguous().view(torch.uint8),
+                                        b.contiguous().view(torch.uint8))
+
+
+def _dtensor_of(full, mesh, placements, rank: int):
+    """A DTensor of ``full`` (this rank's piece by DTensor's rule)."""
+    from torch.distributed.tensor import DTensor
+
+    local = _slice(full, mesh, placements, rank)
+    return DTensor.from_local(full.new_empty(0) if local is None else local.clone(), mesh,
+                              placements, run_check=False, shape=full.shape,
+                              stride=full.stride())
 
 
 def _slice(full, mesh, placements, rank: int):
@@ -109,7 +130,7 @@ def _source_local(k: int, full, mesh, placements, rank: int):
 
     def noise(r: int):
         g = np.random.default_rng(10_000 * k + r)
-        return torch.from_numpy(sample(g, tuple(piece.shape), str(full.dtype)[6:]))
+        return torch_of_numpy(sample(g, tuple(piece.shape), str(full.dtype)[6:]))
 
     if rank != members[0]:
         return noise(rank)
@@ -155,13 +176,12 @@ def _rank_main(cases: list[dict], device: int, address, results, done) -> None:
             if want is None:
                 assert got.numel() == 0, (k, got.shape)
                 continue
-            assert got.shape == want.shape and torch.equal(got, want), \
-                f"case {k} {c}: rank {device}\n{got}\n!=\n{want}"
+            assert _same(got, want), f"case {k} {c}: rank {device}\n{got}\n!=\n{want}"
             checked += 1
             if k % 4 == 0 and c["dst"][0] == sorted(c["dst"][0]):
                 # DTensor's own all-gather agrees (a collective of dst's ranks; torch 2.13
                 # gathers wrong on meshes whose ranks are not in ascending order)
-                assert torch.equal(y.full_tensor(), full), k
+                assert _same(y.full_tensor(), full), k
 
         # a state dict as one plan; the repeated call reuses the loaded plan
         rd = Redistributor()
@@ -191,6 +211,41 @@ def _rank_main(cases: list[dict], device: int, address, results, done) -> None:
                 else:
                     assert torch.equal(y.to_local(), want), name
         assert (rd.misses, rd.hits) == (1, 1), (rd.misses, rd.hits)
+
+        # bf16 / fp8 on one mesh: what DTensor's own redistribute gives (its gloo
+        # all-to-all refuses float8, "Invalid scalar type": it moves fp8's bytes there)
+        for k, tdt in enumerate((torch.bfloat16, torch.float8_e4m3fn)):
+            full = _value(300 + k, (12, 8), "float32").to(tdt)
+            x = _dtensor_of(full, a, [Shard(0)], device)
+            ours = redistribute(x, a, [Shard(1)], redistributor=rd)
+            if tdt == torch.bfloat16:
+                theirs = x.redistribute(a, [Shard(1)]).to_local()
+            else:
+                as_bytes = _dtensor_of(full.view(torch.uint8), a, [Shard(0)], device)
+                theirs = as_bytes.redistribute(a, [Shard(1)]).to_local().view(tdt)
+            assert ours.dtype == tdt and _same(ours.to_local(), theirs), tdt
+
+        # a bf16 trainer to an fp8 engine: values and 128 x 128 block scales, the reference's
+        from reshard.casting import reference_cast
+        from reshard.dtypes import Cast, ScaleMode, numpy_of_torch
+
+        weights = {"w": _value(400, (300, 260), "float32").to(torch.bfloat16),
+                   "v": _value(401, (256, 512), "float32").to(torch.bfloat16)}
+        state = {n: _dtensor_of(w, a, [Shard(0)], device) for n, w in weights.items()}
+        out = redistribute_many(state, b, [Replicate(), Shard(1)], cast="float8_e4m3fn",
+                                scale="block128", redistributor=rd)
+        for n, (q, sc) in out.items():
+            ref_q, ref_s = reference_cast(numpy_of_torch(weights[n]),
+                                          Cast("float8_e4m3fn", ScaleMode.BLOCK128))
+            assert q.dtype == torch.float8_e4m3fn and sc.dtype == torch.float32, n
+            assert sc.device_mesh is b and sc.shape == ref_s.shape, n
+            for got, ref, pl in ((q, ref_q, [Replicate(), Shard(1)]),
+                                 (sc, ref_s, list(sc.placements))):
+                want = _slice(torch_of_numpy(ref), b, pl, device)
+                if want is None:
+                    assert got.to_local().numel() == 0, n
+                else:
+                    assert _same(got.to_local(), want), (n, pl)
         rd.close()
         results.put((device, {"checked": checked}))
         done.wait(60)  # rank 0 hosts the store: it stays until every rank is done
