@@ -117,3 +117,27 @@ def test_errors(sharding, mapping, needles):
 def test_partial_layout_has_no_alpa_spec():
     with pytest.raises(reshard.SpecError, match="partial sum.*'S0R'"):
         alpa.from_layout(reshard.Layout(reshard.DeviceMesh((2, 2)), "S0R+P1"))
+
+
+@pytest.mark.parametrize("dtype, cast, scale", [("bfloat16", None, None),
+                                                ("float8_e4m3fn", None, None),
+                                                ("bfloat16", "float8_e4m3fn", "block128")])
+def test_alpa_layouts_move_llm_dtypes(dtype, cast, scale):
+    """An Alpa stage boundary in bf16 / fp8 (and bf16 delivered as block-scaled fp8),
+    with layouts read from Alpa's specs: the reference's bits on every device."""
+    import numpy as np
+
+    from reshard.casting import reference_cast
+    from reshard.dtypes import Cast, ScaleMode, parse_dtype
+    from reshard.runtime import Runtime
+
+    src = alpa.to_layout([[2], [2]], [ShardedAxis(0), ShardedAxis(1)], devices=range(4))
+    dst = alpa.to_layout([None, [4]], [Replicated(1), ShardedAxis(0)], devices=range(4, 8))
+    x = (np.random.default_rng(1).standard_normal((256, 384)) * 20).astype(parse_dtype(dtype))
+    want, want_scales = reference_cast(x, Cast(cast or dtype, ScaleMode.parse(scale)))
+    with Runtime("local") as rt:
+        y = rt.reshard(rt.put(x, src), dst, cast=cast, scale=scale)
+        got = rt.get(y)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+        if scale is not None:
+            assert np.array_equal(rt.get(y.scales), want_scales)
