@@ -424,15 +424,12 @@ class Runtime:
         return out
 
     def free(self, *arrays: DArray) -> None:
-        """Drop arrays (and the scales delivered with them) from their workers; using them
-        afterwards raises."""
+        """Drop arrays from their workers; using them afterwards raises (an array's
+        :attr:`DArray.scales` is an array of its own: free it too)."""
         calls: dict[int, list[str]] = {}
         with self._lock:
             self._check_open()
             self._check_live(arrays)
-            arrays += tuple(x.scales for x in arrays
-                            if x.scales is not None and x.scales.key in self._live
-                            and x.scales not in arrays)
             if len({x.key for x in arrays}) != len(arrays):
                 raise ReshardError("free() got the same array twice")
             for x in arrays:

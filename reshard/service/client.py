@@ -25,10 +25,11 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from reshard.cluster import Cluster
+from reshard.dtypes import Cast, parse_dtype
 from reshard.errors import ReshardError
 from reshard.layout import Layout, check_shape
 from reshard.planner.ir import ReshardPlan
-from reshard.planner.plan import parse_dtype, request_parts
+from reshard.planner.plan import request_parts
 from reshard.planner.strategy import Strategy
 from reshard.service.auth import bearer
 from reshard.service.cache import LruCache
@@ -144,27 +145,31 @@ class Client:
         return self._encoded.get_or_make(value, lambda: encode_value(value))
 
     def _request(self, requests: Iterable[Request], cluster: Cluster | None,
-                 strategy: str | Strategy) -> pb.PlanRequest:
+                 strategy: str | Strategy, cast: Cast | None = None) -> pb.PlanRequest:
         reqs = []
         for r in requests:
-            shape, dtype, src, dst, _ = request_parts(r)
+            shape, dtype, src, dst, own = request_parts(r)
             for name, lay in (("source", src), ("destination", dst)):
                 if not isinstance(lay, Layout):
                     raise ReshardError(f"{name} layout must be a reshard.Layout, got "
                                        f"{type(lay).__name__}")
-            reqs.append((check_shape(shape), parse_dtype(dtype).name, src, dst))
+            reqs.append((check_shape(shape), parse_dtype(dtype).name, src, dst,
+                         cast if own is None else own))
         if cluster is not None and not isinstance(cluster, Cluster):
             raise ReshardError(f"cluster must be a reshard.Cluster, got {type(cluster).__name__}")
         return request_to_pb(reqs, cluster, strategy, encode=self._encode)
 
     def plan(self, shape: Sequence[int], dtype: Any, src: Layout, dst: Layout,
              cluster: Cluster | None = None, strategy: str | Strategy = Strategy.BROADCAST,
-             *, timeout: float | None = None) -> ReshardPlan:
-        """The server's :func:`reshard.plan` (``cluster`` None: the server's default).
+             *, cast: Any = None, scale: Any = None,
+             timeout: float | None = None) -> ReshardPlan:
+        """The server's :func:`reshard.plan` (``cluster`` None: the server's default;
+        ``cast`` / ``scale`` as there).
 
         A plan over the message limit comes through PlanMany's stream instead.
         """
-        request = self._request([(shape, dtype, src, dst)], cluster, strategy)
+        request = self._request([(shape, dtype, src, dst)], cluster, strategy,
+                                Cast.parse(cast, scale))
         try:
             answer = self._call(self._plan_bytes, request, timeout)
         except ServiceError as e:
@@ -175,10 +180,11 @@ class Client:
             pb.PlanReply.FromString(answer).plan, verify=self.verify))
 
     def plan_many(self, requests: Iterable[Request], cluster: Cluster | None = None,
-                  strategy: str | Strategy = Strategy.BROADCAST, *,
-                  timeout: float | None = None) -> ReshardPlan:
+                  strategy: str | Strategy = Strategy.BROADCAST, *, cast: Any = None,
+                  scale: Any = None, timeout: float | None = None) -> ReshardPlan:
         """The server's :func:`reshard.plan_many`, streamed in chunks."""
-        return self._plan_stream(self._request(requests, cluster, strategy), timeout)
+        return self._plan_stream(self._request(requests, cluster, strategy,
+                                               Cast.parse(cast, scale)), timeout)
 
     def _plan_stream(self, request: pb.PlanRequest, timeout: float | None) -> ReshardPlan:
         try:
@@ -192,11 +198,13 @@ class Client:
 
     def estimate(self, shape: Sequence[int], dtype: Any, src: Layout, dst: Layout,
                  cluster: Cluster | None = None, strategy: str | Strategy = Strategy.BROADCAST,
-                 *, timeout: float | None = None) -> tuple[float, float]:
+                 *, cast: Any = None, scale: Any = None,
+                 timeout: float | None = None) -> tuple[float, float]:
         """``(plan.estimate(), plan.lower_bound())`` of the plan :meth:`plan` would return,
         without sending the plan."""
-        cost = self._call(self._stub.Estimate,
-                          self._request([(shape, dtype, src, dst)], cluster, strategy), timeout)
+        request = self._request([(shape, dtype, src, dst)], cluster, strategy,
+                                Cast.parse(cast, scale))
+        cost = self._call(self._stub.Estimate, request, timeout)
         return cost.seconds, cost.lower_bound_seconds
 
     # ----- execution ------------------------------------------------------------------
@@ -207,8 +215,9 @@ class Client:
 
         Args:
             plan: the plan (verified by the server before any byte moves).
-            inputs: one per plan tensor: a global array (sent inline, placed on the
-                tensor's source layout) or a kept array / its handle.
+            inputs: one per input tensor of the plan (``plan.inputs``: every tensor but
+                a scaled cast's amax and scales): a global array (sent inline, placed on
+                the tensor's source layout) or a kept array / its handle.
             fetch: return the outputs' values (``RemoteArray.data``).
             keep: keep the outputs on the server (their handles are returned).
             free_inputs: free the input handles afterwards.
@@ -216,23 +225,25 @@ class Client:
         """
         request = pb.ExecuteRequest(fetch=fetch, keep=keep, free_inputs=free_inputs)
         plan_to_pb(plan, into=request.plan)
+        given = plan.inputs
         for i, x in enumerate(inputs):
             if isinstance(x, RemoteArray):
                 request.inputs.add(handle=x.handle)
             elif isinstance(x, str):
                 request.inputs.add(handle=x)
             else:
-                if i >= len(plan.tensors):
-                    raise ReshardError(f"the plan moves {len(plan.tensors)} tensors, got "
-                                       f"{len(inputs)} inputs; give one per plan tensor")
-                dt = np.dtype(plan.tensors[i].dtype).newbyteorder("<")
+                if i >= len(given):
+                    raise ReshardError(f"the plan moves {len(given)} input tensors, got "
+                                       f"{len(inputs)} inputs; give one per input tensor")
+                dt = parse_dtype(plan.tensors[given[i]].dtype).newbyteorder("<")
                 request.inputs.add(data=np.ascontiguousarray(x, dtype=dt).tobytes())
         reply = self._call(self._stub.Execute, request, timeout)
         out = []
         for o in reply.outputs:
             shape = tuple(o.shape)
-            data = (np.frombuffer(o.data, dtype=np.dtype(o.dtype).newbyteorder("<"))
-                    .astype(o.dtype).reshape(shape) if fetch else None)
+            dt = parse_dtype(o.dtype)
+            data = (np.frombuffer(o.data, dtype=dt.newbyteorder("<")).astype(dt).reshape(shape)
+                    if fetch else None)
             out.append(RemoteArray(o.handle, shape, o.dtype, layout_from_pb(o.layout), data))
         return out
 

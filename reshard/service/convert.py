@@ -15,9 +15,11 @@ from types import MappingProxyType
 from typing import Any
 
 from reshard.cluster import PAPER_PRESET, PRESETS, Cluster, preset_names
+from reshard.dtypes import Cast, ScaleMode
 from reshard.errors import ClusterError, MeshError, ReshardError, SpecError
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
+from reshard.planner.ir import Derive, TensorSpec
 from reshard.planner.strategy import Strategy
 from reshard.service.v1 import reshard_pb2 as pb
 from reshard.spec import ShardingSpec, SplitRule
@@ -38,6 +40,21 @@ STRATEGIES: Mapping[Strategy, pb.Strategy] = MappingProxyType({
     Strategy.BROADCAST: pb.STRATEGY_BROADCAST,
 })
 STRATEGY_OF: Mapping[int, Strategy] = MappingProxyType({v: k for k, v in STRATEGIES.items()})
+SCALE_MODES: Mapping[ScaleMode, pb.ScaleMode] = MappingProxyType({
+    ScaleMode.NONE: pb.SCALE_MODE_NONE,
+    ScaleMode.TENSOR: pb.SCALE_MODE_TENSOR,
+    ScaleMode.BLOCK128: pb.SCALE_MODE_BLOCK128,
+})
+SCALE_OF: Mapping[int, ScaleMode] = MappingProxyType(
+    {pb.SCALE_MODE_UNSPECIFIED: ScaleMode.NONE, **{v: k for k, v in SCALE_MODES.items()}})
+DERIVES: Mapping[Derive, pb.Derive] = MappingProxyType({
+    Derive.NONE: pb.DERIVE_NONE,
+    Derive.AMAX: pb.DERIVE_AMAX,
+    Derive.SCALES: pb.DERIVE_SCALES,
+    Derive.OWN_SCALES: pb.DERIVE_OWN_SCALES,
+})
+DERIVE_OF: Mapping[int, Derive] = MappingProxyType(
+    {pb.DERIVE_UNSPECIFIED: Derive.NONE, **{v: k for k, v in DERIVES.items()}})
 
 
 def _name(table: Any, value: int) -> str:
@@ -208,23 +225,64 @@ def cluster_from_pb(m: pb.Cluster, default: Cluster | None = None) -> Cluster | 
 
 
 # ----- requests -------------------------------------------------------------------------
-Request = tuple[tuple[int, ...], str, Layout, Layout]
-"""``(shape, dtype, src, dst)``: what :func:`reshard.plan_many` takes."""
+Request = tuple[tuple[int, ...], str, Layout, Layout, Cast | None]
+"""``(shape, dtype, src, dst, cast)``: what :func:`reshard.plan_many` takes."""
 
 
 def tensor_to_pb(shape: Sequence[int], dtype: str, src: Layout, dst: Layout,
+                 cast: Cast | None = None,
                  encode: Callable[[Layout], Any] = layout_to_pb) -> pb.Tensor:
     """A tensor message (``encode``: the message of a layout)."""
-    return pb.Tensor(shape=shape, dtype=dtype, src=encode(src), dst=encode(dst))
+    msg = pb.Tensor(shape=shape, dtype=dtype, src=encode(src), dst=encode(dst))
+    if cast is not None:
+        msg.cast = cast.dtype
+        msg.scale = SCALE_MODES[cast.scale]
+    return msg
 
 
-def tensor_from_pb(m: pb.Tensor, what: str = "tensor") -> Request:
-    """``(shape, dtype, src, dst)`` of a tensor message (checked by the planner)."""
+def _enum_of(table: Mapping[int, Any], enum_pb: Any, value: int, what: str) -> Any:
+    found = table.get(value)
+    if found is None:
+        raise ReshardError(f"{what} {_name(enum_pb, value)} is not known; valid: "
+                           f"{[enum_pb.Name(v) for v in table]}")
+    return found
+
+
+def _layouts(m: pb.Tensor, what: str) -> tuple[Layout, Layout]:
     for side in ("src", "dst"):
         if not m.HasField(side):
             raise SpecError(f"{what} has no {side} layout; set {what}.{side}")
-    return (tuple(m.shape), m.dtype, layout_from_pb(m.src, f"{what}.src"),
-            layout_from_pb(m.dst, f"{what}.dst"))
+    return layout_from_pb(m.src, f"{what}.src"), layout_from_pb(m.dst, f"{what}.dst")
+
+
+def tensor_from_pb(m: pb.Tensor, what: str = "tensor") -> Request:
+    """``(shape, dtype, src, dst, cast)`` of a request's tensor message (checked by the
+    planner); a request names no derived tensor."""
+    src, dst = _layouts(m, what)
+    if m.derive not in (pb.DERIVE_UNSPECIFIED, pb.DERIVE_NONE) or m.HasField("link"):
+        raise ReshardError(f"{what} sets derive/link, which only a plan's tensors carry (the "
+                           f"planner adds a scaled cast's amax and scales); drop them")
+    scale = _enum_of(SCALE_OF, pb.ScaleMode, m.scale, f"{what}.scale")
+    return tuple(m.shape), m.dtype, src, dst, Cast.parse(m.cast or None, scale)
+
+
+def tensor_spec_to_pb(t: TensorSpec) -> pb.Tensor:
+    """A plan tensor's message."""
+    msg = pb.Tensor(shape=t.shape, dtype=t.dtype, src=layout_to_pb(t.src),
+                    dst=layout_to_pb(t.dst), cast=t.cast, scale=SCALE_MODES[t.scale],
+                    derive=DERIVES[t.derive])
+    if t.link >= 0:
+        msg.link = t.link
+    return msg
+
+
+def tensor_spec_from_pb(m: pb.Tensor, what: str = "tensor") -> TensorSpec:
+    """A plan tensor of its message (checked by the plan verifier)."""
+    src, dst = _layouts(m, what)
+    return TensorSpec(tuple(m.shape), m.dtype, src, dst, m.cast,
+                      _enum_of(SCALE_OF, pb.ScaleMode, m.scale, f"{what}.scale"),
+                      _enum_of(DERIVE_OF, pb.Derive, m.derive, f"{what}.derive"),
+                      m.link if m.HasField("link") else -1)
 
 
 def strategy_from_pb(value: int) -> Strategy:
@@ -246,7 +304,7 @@ def request_to_pb(requests: Sequence[Request], cluster: Cluster | None,
     explicit ``hosts`` form; ``None``: unset, the server's default).
 
     Args:
-        requests: ``(shape, dtype, src, dst)`` each.
+        requests: ``(shape, dtype, src, dst, cast)`` each.
         cluster: the cluster, or None.
         strategy: the strategy.
         encode: the message of a Layout or Cluster (default :func:`layout_to_pb` /

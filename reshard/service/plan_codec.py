@@ -20,15 +20,14 @@ from reshard.planner.ir import (
     ReshardPlan,
     Task,
     TaskKind,
-    TensorSpec,
 )
 from reshard.service.convert import (
     STRATEGIES,
     STRATEGY_OF,
     cluster_from_pb,
     cluster_to_pb,
-    tensor_from_pb,
-    tensor_to_pb,
+    tensor_spec_from_pb,
+    tensor_spec_to_pb,
 )
 from reshard.service.v1 import reshard_pb2 as pb
 
@@ -71,7 +70,7 @@ def header_to_pb(plan: ReshardPlan, into: pb.Plan | None = None) -> pb.Plan:
     msg.format = FORMAT_VERSION
     msg.strategy = STRATEGIES[plan.strategy]
     msg.cluster.CopyFrom(cluster_to_pb(plan.cluster))
-    msg.tensors.extend(tensor_to_pb(t.shape, t.dtype, t.src, t.dst) for t in plan.tensors)
+    msg.tensors.extend(tensor_spec_to_pb(t) for t in plan.tensors)
     return msg
 
 
@@ -178,8 +177,7 @@ def plan_from_pb(m: pb.Plan, verify: bool = True) -> ReshardPlan:
     cluster = cluster_from_pb(m.cluster)
     if cluster is None:
         raise PlanError("plan has no cluster; a plan carries the cluster it was made for")
-    tensors = tuple(TensorSpec(*tensor_from_pb(t, f"plan tensor {i}"))
-                    for i, t in enumerate(m.tensors))
+    tensors = tuple(tensor_spec_from_pb(t, f"plan tensor {i}") for i, t in enumerate(m.tensors))
     tasks = []
     for i, t in enumerate(m.tasks):
         try:

@@ -23,6 +23,7 @@ from typing import Any
 import grpc
 import numpy as np
 
+from reshard.dtypes import itemsize, parse_dtype
 from reshard.errors import ExecutionError, ReshardError, ShapeError
 from reshard.planner.ir import ReshardPlan, TensorSpec
 from reshard.service.status import ServiceError
@@ -70,7 +71,7 @@ Input = str | bytes
 
 
 def _le(dtype: str) -> np.dtype:
-    return np.dtype(dtype).newbyteorder("<")
+    return parse_dtype(dtype).newbyteorder("<")
 
 
 class RuntimeHost:
@@ -142,7 +143,8 @@ class RuntimeHost:
     def execute(self, plan: ReshardPlan, inputs: Sequence[Input], *, fetch: bool,
                 keep: bool, free_inputs: bool, time_left: Callable[[], float | None]
                 ) -> list[Output]:
-        """Run ``plan`` on ``inputs`` (one per plan tensor: handle or inline bytes).
+        """Run ``plan`` on ``inputs`` (one per input tensor of the plan, every one but
+        those a scaled cast derives: handle or inline bytes).
 
         Args:
             plan: a verified plan.
@@ -157,24 +159,28 @@ class RuntimeHost:
             ExecutionError: the Runtime failed (it is replaced on the next call).
             ServiceError: no Runtime, shutting down, or inline bytes over the limit.
         """
-        if len(inputs) != len(plan.tensors):
-            raise ReshardError(f"the plan moves {len(plan.tensors)} tensors but the request "
-                               f"has {len(inputs)} inputs; give one input per plan tensor")
+        given = [plan.tensors[k] for k in plan.inputs]
+        if len(inputs) != len(given):
+            raise ReshardError(f"the plan moves {len(given)} input tensors but the request "
+                               f"has {len(inputs)} inputs; give one input per plan tensor "
+                               f"(but a scaled cast's amax and scales, which it derives)")
         self._check_inline(plan, inputs, fetch)
         rt = self._current()
         timeout = lambda: call_timeout(time_left(), self.default_timeout)
         placed: list[Any] = []
         try:
             xs = []
-            for i, (x, t) in enumerate(zip(inputs, plan.tensors)):
+            for i, (x, t) in enumerate(zip(inputs, given)):
                 if isinstance(x, bytes):
                     y = rt.put(_array(x, t, i), t.src, timeout=timeout())
                     placed.append(y)
                     xs.append(y)
                 else:
                     xs.append(self._lookup(x))
-            ys = rt.execute(plan, xs, timeout=timeout())
-            data = ([_bytes(rt.get(y, timeout=timeout()), t) for y, t in zip(ys, plan.tensors)]
+            moved = rt.execute(plan, xs, timeout=timeout())
+            ys = moved + [y.scales for y in moved if y.scales is not None]
+            specs = [_delivered(plan.tensors[k]) for k in plan.outputs]
+            data = ([_bytes(rt.get(y, timeout=timeout()), t) for y, t in zip(ys, specs)]
                     if fetch else [None] * len(ys))
             drop = list(placed) + ([] if keep else list(ys))
             if free_inputs:
@@ -191,11 +197,11 @@ class RuntimeHost:
             if placed:  # the caller's mistake: the Runtime is fine, drop what we placed
                 rt.free(*placed)
             raise
-        return [Output(y.key if keep else "", t, d) for y, t, d in zip(ys, plan.tensors, data)]
+        return [Output(y.key if keep else "", t, d) for y, t, d in zip(ys, specs, data)]
 
     def _check_inline(self, plan: ReshardPlan, inputs: Sequence[Input], fetch: bool) -> None:
         sent = sum(len(x) for x in inputs if isinstance(x, bytes))
-        back = sum(t.nbytes for t in plan.tensors) if fetch else 0
+        back = sum(plan.tensors[k].nbytes for k in plan.outputs) if fetch else 0
         for what, n in (("inline input bytes", sent), ("fetched output bytes", back)):
             if n > self.max_inline_bytes:
                 raise ServiceError(
@@ -232,8 +238,14 @@ class RuntimeHost:
         return len(found)
 
 
+def _delivered(t: TensorSpec) -> TensorSpec:
+    """What arrives of plan tensor ``t``: its destination layout in its destination
+    dtype."""
+    return TensorSpec(t.shape, t.out_dtype, t.dst, t.dst)
+
+
 def _array(data: bytes, t: TensorSpec, i: int) -> np.ndarray:
-    want = math.prod(t.shape) * np.dtype(t.dtype).itemsize
+    want = math.prod(t.shape) * itemsize(t.dtype)
     if len(data) != want:
         raise ShapeError(
             f"input {i} has {len(data)} bytes, but the plan's tensor {i} is {t.shape} "

@@ -75,6 +75,31 @@ def test_handles_chain_reshards_and_are_freed(client):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("scale", ["tensor", "block128"])
+def test_a_scaled_cast_through_the_service(client, scale):
+    """Planned by the server (cast and scale in the request), executed there: the
+    values arrive as float8, then the scales, each the reference's bits; the estimate
+    counts the narrow bytes."""
+    from reshard.casting import reference_cast
+    from reshard.dtypes import Cast, ScaleMode
+
+    src = Layout(DeviceMesh((2, 2)), "S0S1")
+    dst = Layout(DeviceMesh((4,), devices=range(4, 8)), "RS0")
+    value = (np.random.default_rng(3).standard_normal((300, 260)) * 7).astype("bfloat16")
+    p = client.plan(value.shape, "bfloat16", src, dst, cast="float8_e4m3fn", scale=scale)
+    assert p.inputs == (0,) and len(p.outputs) == 2
+    q, scales = client.execute(p, [value])
+    want, want_scales = reference_cast(value, Cast("float8_e4m3fn", ScaleMode(scale)))
+    assert q.dtype == "float8_e4m3fn" and q.layout == dst
+    assert q.data.tobytes() == want.tobytes()
+    assert scales.dtype == "float32" and np.array_equal(scales.data, want_scales)
+    narrow = client.estimate(value.shape, "bfloat16", src, dst, cast="float8_e4m3fn",
+                             scale=scale)
+    wide = client.estimate(value.shape, "bfloat16", src, dst)
+    assert narrow[1] < wide[1]  # the bound counts the bytes after the cast
+
+
+@pytest.mark.timeout(60)
 def test_a_plan_that_fails_verification_is_refused(client):
     src = Layout(DeviceMesh((2,)), "S0")
     dst = Layout(DeviceMesh((2,), devices=[2, 3]), "R")
@@ -90,6 +115,7 @@ def test_a_plan_that_fails_verification_is_refused(client):
 class Handle:
     def __init__(self, key):
         self.key = key
+        self.scales = None
 
 
 class FakeRuntime:
@@ -108,7 +134,7 @@ class FakeRuntime:
     def execute(self, plan, xs, timeout=None):
         self.timeouts.append(timeout)
         self.behaviour(timeout)
-        return [Handle("out") for _ in plan.tensors]
+        return [Handle("out") for _ in plan.inputs]
 
     def get(self, x, timeout=None):
         return np.zeros(2, np.int32)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout, ReshardPlan, ShardingSpec
+from reshard.dtypes import Cast, ScaleMode
 from reshard.errors import ClusterError, MeshError, PlanError, ReshardError, SpecError
 from reshard.microbench.suites.realistic import realistic_cases
 from reshard.planner.plan import make_tensor_spec, plan_tasks
@@ -53,6 +54,17 @@ def test_random_plans_survive_the_wire(problem, strategy):
     merged, _ = plan_codec.merge_chunks(pb.PlanChunk.FromString(c.SerializeToString())
                                         for c in chunks)
     assert plan_codec.plan_from_pb(merged) == p
+
+
+@pytest.mark.parametrize("shape", [(300, 260), (256, 256)])  # amax phase / own scales
+def test_scaled_cast_plans_survive_the_wire(shape):
+    src = Layout(DeviceMesh((2, 2)), "S0S1")
+    dst = Layout(DeviceMesh((2,), devices=(4, 5)), "RS0")
+    p = reshard.plan(shape, "bfloat16", src, dst, cluster=Cluster.regular(2, 4),
+                     cast="float8_e4m3fn", scale="block128")
+    back = wire(p)
+    assert back == p and back.tensors[0].link == p.tensors[0].link >= 1
+    assert [t.derive for t in back.tensors] == [t.derive for t in p.tensors]
 
 
 def test_relays_steps_and_many_tensors_survive_the_wire():
@@ -202,15 +214,28 @@ def test_requests_decode_to_plan_many_arguments():
     src = Layout(DeviceMesh((2, 2)), "S0R")
     dst = Layout(DeviceMesh((4,), devices=range(4, 8)), "RS0")
     cluster = Cluster.regular(2, 4)
-    msg = convert.request_to_pb([((8, 6), "int16", src, dst)], cluster, "allgather")
+    fp8 = Cast("float8_e4m3fn", ScaleMode.BLOCK128)
+    msg = convert.request_to_pb([((8, 6), "int16", src, dst, None),
+                                 ((256, 128), "bfloat16", src, dst, fp8)], cluster, "allgather")
     reqs, got_cluster, strategy = convert.request_from_pb(
         pb.PlanRequest.FromString(msg.SerializeToString()), None)
-    assert reqs == [((8, 6), "int16", src, dst)]
+    assert reqs == [((8, 6), "int16", src, dst, None), ((256, 128), "bfloat16", src, dst, fp8)]
     assert got_cluster == cluster and strategy is reshard.Strategy.ALLGATHER
     msg.strategy = pb.STRATEGY_UNSPECIFIED
     assert convert.request_from_pb(msg, None)[2] is reshard.Strategy.BROADCAST
     with pytest.raises(ReshardError, match="the request has no tensors"):
         convert.request_from_pb(pb.PlanRequest(), None)
+    msg.tensors[1].link = 0  # plans only
+    with pytest.raises(ReshardError, match="derive/link"):
+        convert.request_from_pb(msg, None)
+    msg.tensors[1].ClearField("link")
+    msg.tensors[1].cast = ""  # scales without a float8 cast
+    with pytest.raises(ReshardError, match="needs a float8 cast"):
+        convert.request_from_pb(msg, None)
+    msg.tensors[1].scale = 99
+    with pytest.raises(ReshardError, match="scale 99 is not known"):
+        convert.request_from_pb(msg, None)
+    del msg.tensors[1]
     del msg.tensors[0].dst.mesh.shape[:]
     msg.tensors[0].ClearField("dst")
     with pytest.raises(SpecError, match=r"tensors\[0\] has no dst layout"):

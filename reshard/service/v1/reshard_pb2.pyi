@@ -13,6 +13,21 @@ class SplitRule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SPLIT_RULE_FLAT: _ClassVar[SplitRule]
     SPLIT_RULE_NESTED: _ClassVar[SplitRule]
 
+class ScaleMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SCALE_MODE_UNSPECIFIED: _ClassVar[ScaleMode]
+    SCALE_MODE_NONE: _ClassVar[ScaleMode]
+    SCALE_MODE_TENSOR: _ClassVar[ScaleMode]
+    SCALE_MODE_BLOCK128: _ClassVar[ScaleMode]
+
+class Derive(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DERIVE_UNSPECIFIED: _ClassVar[Derive]
+    DERIVE_NONE: _ClassVar[Derive]
+    DERIVE_AMAX: _ClassVar[Derive]
+    DERIVE_SCALES: _ClassVar[Derive]
+    DERIVE_OWN_SCALES: _ClassVar[Derive]
+
 class Strategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     STRATEGY_UNSPECIFIED: _ClassVar[Strategy]
@@ -37,6 +52,15 @@ class Buffer(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 SPLIT_RULE_UNSPECIFIED: SplitRule
 SPLIT_RULE_FLAT: SplitRule
 SPLIT_RULE_NESTED: SplitRule
+SCALE_MODE_UNSPECIFIED: ScaleMode
+SCALE_MODE_NONE: ScaleMode
+SCALE_MODE_TENSOR: ScaleMode
+SCALE_MODE_BLOCK128: ScaleMode
+DERIVE_UNSPECIFIED: Derive
+DERIVE_NONE: Derive
+DERIVE_AMAX: Derive
+DERIVE_SCALES: Derive
+DERIVE_OWN_SCALES: Derive
 STRATEGY_UNSPECIFIED: Strategy
 STRATEGY_SEND_RECV: Strategy
 STRATEGY_ALLGATHER: Strategy
@@ -154,16 +178,24 @@ class Cluster(_message.Message):
     def __init__(self, preset: _Optional[_Union[PresetCluster, _Mapping]] = ..., regular: _Optional[_Union[RegularCluster, _Mapping]] = ..., hosts: _Optional[_Union[HostsCluster, _Mapping]] = ...) -> None: ...
 
 class Tensor(_message.Message):
-    __slots__ = ("shape", "dtype", "src", "dst")
+    __slots__ = ("shape", "dtype", "src", "dst", "cast", "scale", "derive", "link")
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SRC_FIELD_NUMBER: _ClassVar[int]
     DST_FIELD_NUMBER: _ClassVar[int]
+    CAST_FIELD_NUMBER: _ClassVar[int]
+    SCALE_FIELD_NUMBER: _ClassVar[int]
+    DERIVE_FIELD_NUMBER: _ClassVar[int]
+    LINK_FIELD_NUMBER: _ClassVar[int]
     shape: _containers.RepeatedScalarFieldContainer[int]
     dtype: str
     src: Layout
     dst: Layout
-    def __init__(self, shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., src: _Optional[_Union[Layout, _Mapping]] = ..., dst: _Optional[_Union[Layout, _Mapping]] = ...) -> None: ...
+    cast: str
+    scale: ScaleMode
+    derive: Derive
+    link: int
+    def __init__(self, shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., src: _Optional[_Union[Layout, _Mapping]] = ..., dst: _Optional[_Union[Layout, _Mapping]] = ..., cast: _Optional[str] = ..., scale: _Optional[_Union[ScaleMode, str]] = ..., derive: _Optional[_Union[Derive, str]] = ..., link: _Optional[int] = ...) -> None: ...
 
 class Range(_message.Message):
     __slots__ = ("start", "stop")
