@@ -6,6 +6,9 @@ Example::
     reshard plan --shape 1024,1024,512 --dtype int32 \\
         --src-mesh 2x4 --src-spec S0RR --dst-mesh 2x4@8 --dst-spec S01RR \\
         --hosts 4x4 --strategy broadcast [--json plan.json]
+    reshard plan --shape 4096,4096 --dtype bfloat16 --cast float8_e4m3fn \\
+        --scale block128 --src-mesh 8 --src-spec S0R --dst-mesh 4@8 --dst-spec RS0 \\
+        --hosts 2x8
     reshard serve [--host 127.0.0.1] [--port 50051] [--backend local] [--cluster 4x4]
 
 Meshes are ``SHAPE[@FIRST_DEVICE]`` (``2x4@8`` = devices 8..15 row-major). ``reshard
@@ -21,6 +24,7 @@ from collections.abc import Callable, Sequence
 
 import reshard
 from reshard.cluster import preset_names
+from reshard.dtypes import CAST_TARGETS, DTYPES, ScaleMode
 from reshard.service import serve_cli
 
 
@@ -46,7 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan", help="plan one tensor and print the plan")
     p.add_argument("--shape", required=True, type=lambda s: _ints(s, ","))
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32",
+                   help=f"element type; one of {', '.join(DTYPES)} (default float32)")
+    p.add_argument("--cast", default=None,
+                   help=f"deliver this dtype, converted at the source; one of "
+                        f"{', '.join(CAST_TARGETS)}")
+    p.add_argument("--scale", default=None, choices=[m.value for m in ScaleMode],
+                   help="scales of a --cast to float8 (delivered with the values)")
     p.add_argument("--src-mesh", required=True, type=parse_mesh)
     p.add_argument("--src-spec", required=True)
     p.add_argument("--dst-mesh", required=True, type=parse_mesh)
@@ -70,7 +80,7 @@ def _plan(args: argparse.Namespace) -> int:
                    if args.hosts else None)
         p = reshard.plan(args.shape, args.dtype, reshard.Layout(args.src_mesh, args.src_spec),
                          reshard.Layout(args.dst_mesh, args.dst_spec), cluster=cluster,
-                         strategy=args.strategy)
+                         strategy=args.strategy, cast=args.cast, scale=args.scale)
     except reshard.ReshardError as e:
         print(f"reshard: error: {e}", file=sys.stderr)
         return 2
