@@ -120,7 +120,7 @@ def resolve(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Opti
     any flag that would do nothing or cannot work."""
     flags.check_sizes(ap, args)
     mode = _mode(ap, args)
-    cases = flags.pick_cases(ap, SUITES[args.suite](), args.cases, args.suite)
+    cases = flags.pick_cases(ap, SUITES[args.suite](), args.cases, args.suite, args)
     opts = Options(
         mode=mode, strategies=args.strategies, sizes=tuple(flags.sizes(args)),
         preset=args.cluster, nic_gbps=args.nic_gbps, hosts=args.hosts,
@@ -165,7 +165,7 @@ def _layout(opts: Options, cases: Sequence[Case]) -> tuple[Shape, int, set[str]]
             presets.add(p.preset)
             known += [_view({"case": c.name, "layouts": c.layout_text(), "shape": list(c.shape),
                              "tensors": len(c.tensors), "bytes": c.nbytes,
-                             "dtype": "/".join(sorted({t.dtype for t in c.tensors})),
+                             "dtype": c.dtype_text,
                              "preset": p.preset, "hosts": p.cluster.num_hosts, "strategy": s})
                       for s in opts.strategies]
             steps += per_row * len(opts.strategies)

@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from reshard.cluster import GBIT, Cluster
+from reshard.dtypes import itemsize
 from reshard.errors import ExecutionError, ReshardError
 from reshard.layout import Layout
 from reshard.microbench import flags
@@ -102,10 +103,11 @@ def bench_case(rt: Any, case: Case, src: Layout, dst: Layout, strategies: Sequen
                on_run: Callable[[], Any] | None = None) -> Iterator[dict]:
     """Measure every strategy on one case (its row as soon as it is measured)."""
     value = sample_value(case.shape, case.dtype)
-    delivered = delivered_bytes(src, dst, case.shape, np.dtype(case.dtype).itemsize)
+    out_dtype = case.dtype if case.cast is None else case.cast.dtype
+    delivered = delivered_bytes(src, dst, case.shape, itemsize(out_dtype))
     # one extra untimed run first, checked: every destination shard
     for m in measure_strategies(rt, value, src, dst, strategies, runs, warmup + 1,
-                                check=check, on_run=on_run):
+                                check=check, cast=case.cast, on_run=on_run):
         seconds, moved = m.seconds, m.plan.bytes_moved()
         mc = memcpy_seconds(moved, runs)
         yield measured_row(
@@ -156,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     flags.check_sizes(ap, args)
     flags.check_output_paths(ap, [args.json])
-    full = flags.pick_cases(ap, n_to_m_cases(), args.cases, "n-to-m")
+    full = flags.pick_cases(ap, n_to_m_cases(), args.cases, "n-to-m", args)
     problem = flags.backend_problem(args.backend)
     if problem:
         print(f"{ap.prog}: error: {problem}", file=sys.stderr)

@@ -33,6 +33,7 @@ import reshard
 from reshard.cluster import preset_names
 from reshard.comm.backend import BackendKind
 from reshard.comm.launchers.base import LauncherKind
+from reshard.dtypes import CAST_TARGETS, DTYPES, Cast, ScaleMode, parse_dtype
 from reshard.errors import ReshardError
 from reshard.planner.strategy import Strategy
 
@@ -49,7 +50,8 @@ FLAGS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "devices_per_host": ("--devices-per-host",), "cluster": ("--cluster",),
     "nic_gbps": ("--nic-gbps",), "backend": ("--backend",), "launcher": ("--launcher",),
     "timeout": ("--timeout",), "check": ("-c", "--check"), "json": ("-J", "--json"),
-    "plot": ("--plot",), "no_progress": ("--no-progress",),
+    "plot": ("--plot",), "no_progress": ("--no-progress",), "dtype": ("-d", "--dtype"),
+    "cast": ("--cast",), "scale": ("--scale",),
 })
 """Each shared flag's spellings, by destination."""
 
@@ -318,22 +320,50 @@ def add_cases(ap: argparse.ArgumentParser, suites: Sequence[str] = (),
     g.add_argument(*FLAGS["strategies"], type=strategy_list, default=",".join(STRATEGIES),
                    action=Given, metavar="A,B",
                    help=f"comma-separated, from {', '.join(STRATEGIES)}")
+    g.add_argument(*FLAGS["dtype"], type=dtype_name, default=None, action=Given,
+                   metavar="DTYPE",
+                   help=f"every tensor's element type instead of the case's own (as "
+                        f"nccl-tests' -d): {', '.join(DTYPES)}")
+    g.add_argument(*FLAGS["cast"], type=dtype_name, default=None, action=Given,
+                   metavar="DTYPE",
+                   help=f"deliver every tensor as this dtype, converted at the source: "
+                        f"{', '.join(CAST_TARGETS)}")
+    g.add_argument(*FLAGS["scale"], choices=[m.value for m in ScaleMode], default=None,
+                   action=Given,
+                   help="scales of a --cast to float8 (block128: tensors of rank >= 2)")
     return g
 
 
+def dtype_name(text: str) -> str:
+    """A dtype's name (:mod:`reshard.dtypes`); the valid ones listed otherwise."""
+    try:
+        return parse_dtype(text).name
+    except ReshardError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def pick_cases(ap: argparse.ArgumentParser, available: Sequence[Any], wanted: Sequence[str] |
-               None, suite: str) -> list[Any]:
+               None, suite: str, args: argparse.Namespace | None = None) -> list[Any]:
     """The cases (objects with a ``name``) named by ``--cases``, in the suite's order;
     every case when ``wanted`` is None; a usage error listing the valid names for a
-    name the suite does not have."""
+    name the suite does not have. With ``args``, each case in the ``--dtype`` and with
+    the ``--cast`` / ``--scale`` they name (:meth:`Case.converted`)."""
     if wanted is None:
-        return list(available)
-    names = [c.name for c in available]
-    unknown = [n for n in wanted if n not in names]
-    if unknown:
-        ap.error(f"--cases: no case {', '.join(map(repr, unknown))} in suite {suite}; "
-                 f"valid: {', '.join(names)}")
-    return [c for c in available if c.name in wanted]
+        picked = list(available)
+    else:
+        names = [c.name for c in available]
+        unknown = [n for n in wanted if n not in names]
+        if unknown:
+            ap.error(f"--cases: no case {', '.join(map(repr, unknown))} in suite {suite}; "
+                     f"valid: {', '.join(names)}")
+        picked = [c for c in available if c.name in wanted]
+    if args is None or (args.dtype, args.cast, args.scale) == (None, None, None):
+        return picked
+    try:
+        cast = Cast.parse(args.cast, args.scale)
+    except ReshardError as e:
+        ap.error(f"--cast/--scale: {e}")
+    return [c.converted(args.dtype, cast) for c in picked]
 
 
 def add_cluster(ap: argparse.ArgumentParser, hosts: int | None = None,

@@ -7,7 +7,8 @@ destination elements once and free what they made. This module does that once:
 
 * :func:`sample_value`: the seeded random value a benchmark moves;
 * :func:`partial_addends`: shards of a value on a layout, random addends where partial;
-* :func:`count_wrong`: destination elements that differ from the value;
+* :func:`count_wrong`: destination elements whose bits differ from the value;
+  :func:`count_wrong_all` of several outputs after their casts (:func:`delivered`);
 * :func:`time_execute`: the timed runs of one plan;
 * :func:`measure_strategies`: put, then plan (and load) and time every strategy;
 * :func:`measured_row`: the JSON row all three report, plus each one's own keys.
@@ -26,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from reshard.casting import reference_cast
+from reshard.dtypes import Cast, is_float8, max_finite, parse_dtype
 from reshard.layout import Layout
 from reshard.microbench.suites.paper import Case
 from reshard.planner.ir import ReshardPlan
@@ -33,8 +36,12 @@ from reshard.planner.ir import ReshardPlan
 
 def sample_value(shape: Sequence[int], dtype: str, bound: int = 2**20,
                  seed: int = 0) -> np.ndarray:
-    """Seeded random integers in ``[-bound, bound)`` as ``dtype``."""
-    return np.random.default_rng(seed).integers(-bound, bound, size=shape).astype(dtype)
+    """Seeded random integers in ``[-bound, bound)`` as ``dtype`` (float8: within its
+    finite range)."""
+    dt = parse_dtype(dtype)
+    if is_float8(dt.name):
+        bound = min(bound, int(max_finite(dt.name)))
+    return np.random.default_rng(seed).integers(-bound, bound, size=shape).astype(dt)
 
 
 def partial_addends(value: np.ndarray, layout: Layout,
@@ -55,15 +62,47 @@ def partial_addends(value: np.ndarray, layout: Layout,
     return shards
 
 
+def _differ(got: np.ndarray, want: np.ndarray) -> int:
+    """Elements whose bits differ (NaNs compare by their bits; dtypes must agree)."""
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return int(want.size)
+    width = want.dtype.itemsize
+    a = np.ascontiguousarray(got).view(np.uint8).reshape(-1, width)
+    b = np.ascontiguousarray(want).view(np.uint8).reshape(-1, width)
+    return int(np.count_nonzero(np.any(a != b, axis=1)))
+
+
 def count_wrong(rt: Any, y: Any, value: np.ndarray) -> int:
-    """Elements of every destination shard of ``y`` that differ from the expected slice
-    of ``value`` (partial destinations: leaders hold the value, the others zeros)."""
+    """Elements of every destination shard of ``y`` whose bits differ from the expected
+    slice of ``value`` (partial destinations: leaders hold the value, the others
+    zeros)."""
     wrong = 0
     shards = rt.shards(y)
     leaders = y.layout.partial_leaders()
     for d, sl in y.layout.index_map(value.shape).items():
         want = value[sl] if d in leaders else np.zeros_like(value[sl])
-        wrong += int(np.count_nonzero(shards[d] != want))
+        wrong += _differ(shards[d], want)
+    return wrong
+
+
+def delivered(value: np.ndarray, cast: Cast | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """What a reshard of ``value`` delivers: the value itself, or its cast and scales
+    (:func:`reshard.casting.reference_cast`)."""
+    if cast is None:
+        return value, None
+    return reference_cast(value, cast)
+
+
+def count_wrong_all(rt: Any, ys: Sequence[Any], values: Sequence[np.ndarray],
+                    casts: Sequence[Cast | None]) -> int:
+    """Wrong elements of every output (and of the scales a scaled cast delivered)
+    against what each value, cast as its request says, should give."""
+    wrong = 0
+    for y, v, c in zip(ys, values, casts):
+        want, scales = delivered(v, c)
+        wrong += count_wrong(rt, y, want)
+        if scales is not None:
+            wrong += count_wrong(rt, y.scales, scales)
     return wrong
 
 
@@ -93,7 +132,7 @@ def time_execute(rt: Any, plan: ReshardPlan, xs: Sequence[Any], runs: int, warmu
             times.append(elapsed)
         if i == check_at and check is not None:
             checked = check(ys)
-        rt.free(*ys)
+        rt.free(*ys, *(y.scales for y in ys if getattr(y, "scales", None) is not None))
         if on_run is not None:
             on_run()
     return statistics.median(times), times, checked
@@ -115,16 +154,16 @@ class Measured:
 def measure_strategies(rt: Any, value: np.ndarray, src: Layout, dst: Layout,
                        strategies: Sequence[str], runs: int, warmup: int, *,
                        load: bool = True, check: bool = True,
-                       check_run: int = 0,
+                       check_run: int = 0, cast: Cast | None = None,
                        on_run: Callable[[], Any] | None = None) -> Iterator[Measured]:
-    """Put ``value`` on ``src``; for every strategy plan the move to ``dst``, load it
-    first if ``load`` (else the first run loads it), time it with :func:`time_execute`
-    and count the wrong elements of run ``check_run`` if ``check`` (``on_run``: called
-    after every run). Frees the source when done."""
+    """Put ``value`` on ``src``; for every strategy plan the move to ``dst`` (converted
+    as ``cast`` says), load it first if ``load`` (else the first run loads it), time it
+    with :func:`time_execute` and count the wrong elements of run ``check_run`` if
+    ``check`` (``on_run``: called after every run). Frees the source when done."""
     x = rt.put(value, src)
     for strategy in strategies:
         t0 = time.perf_counter()
-        plan = rt.plan(x, dst, strategy)
+        plan = rt.plan(x, dst, strategy, cast=cast)
         t_plan = time.perf_counter() - t0
         t_load = None
         if load:
@@ -133,7 +172,7 @@ def measure_strategies(rt: Any, value: np.ndarray, src: Layout, dst: Layout,
             t_load = time.perf_counter() - t0
         seconds, times, wrong = time_execute(
             rt, plan, [x], runs, warmup,
-            check=(lambda ys: count_wrong(rt, ys[0], value)) if check else None,
+            check=(lambda ys: count_wrong_all(rt, ys, [value], [cast])) if check else None,
             check_run=check_run, on_run=on_run)
         yield Measured(strategy, plan, seconds, times, wrong, t_plan, t_load)
     rt.free(x)

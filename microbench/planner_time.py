@@ -44,7 +44,7 @@ from reshard.planner.ir import ReshardPlan
 SPECS = ("S0RR", "RRR", "RS0R", "RS01R", "S1RR", "RRS0", "S01RR", "S1S0R", "RS10R")
 PRESET = "dgx-h100"
 A2A_SHAPE = (8192, 8192)  # bf16 bits; 8 x 8 elements per cell at 1,024 devices
-A2A_DTYPE = "uint16"
+A2A_DTYPE = "bfloat16"
 SWEEP = (16, 32, 64, 128, 256)  # devices per mesh
 GOALS = {128: 0.2, 256: 1.0}  # all-to-all goals by devices per mesh
 MANY_GOALS = {1000: 0.5, 10000: 5.0}

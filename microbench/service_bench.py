@@ -79,7 +79,7 @@ def cases() -> tuple[Case, ...]:
     return (
         Case("paper-1", (1024, 1024, 512), "int32", Layout(DeviceMesh((2, 4)), "S0RR"),
              Layout(DeviceMesh((2, 4), devices=range(8, 16)), "S0RR"), paper),
-        Case("a2a-128", (16384, 4096), "uint16", Layout(DeviceMesh((8, 8)), "S01R"),
+        Case("a2a-128", (16384, 4096), "bfloat16", Layout(DeviceMesh((8, 8)), "S01R"),
              Layout(DeviceMesh((8, 8), devices=range(64, 128)), "RS10"), h100),
     )
 

@@ -30,13 +30,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import ml_dtypes
 import numpy as np
 
 import reshard
 from reshard.cluster import GBIT, Cluster
+from reshard.dtypes import itemsize, parse_dtype
 from reshard.errors import ReshardError
 from reshard.layout import box_size
-from reshard.microbench.measure import count_wrong, partial_addends, sample_value, time_execute
+from reshard.microbench.measure import (
+    count_wrong_all,
+    partial_addends,
+    sample_value,
+    time_execute,
+)
 from reshard.microbench.report import Stream
 from reshard.microbench.suites.paper import Case, Request, preset_key
 from reshard.planner.ir import ReshardPlan
@@ -140,14 +147,16 @@ def sized(case: Case, opts: Options) -> list[Case]:
 def check_bound(dtype: str) -> int:
     """Magnitude of the sample values: integers below it are exact in ``dtype``, also
     summed over a few partial addends (floats: 2**(mantissa bits - 3))."""
-    dt = np.dtype(dtype)
-    return 2 ** (np.finfo(dt).nmant - 3) if dt.kind in "fc" else 2 ** 30
+    dt = parse_dtype(dtype)
+    if dt.kind in "iub":
+        return 2 ** 30
+    return int(2 ** max(1, ml_dtypes.finfo(dt).nmant - 3))
 
 
 def values_of(requests: Sequence[Request]) -> list[np.ndarray]:
     """The seeded values a case moves."""
     return [sample_value(shape, dtype, bound=check_bound(dtype))
-            for shape, dtype, _, _ in requests]
+            for shape, dtype, *_ in requests]
 
 
 def put_value(rt: Runtime, value: np.ndarray, layout: reshard.Layout,
@@ -175,8 +184,9 @@ def check_small(p: Placed, strategy: str) -> int:
     rng = np.random.default_rng(1)
     with reshard.Runtime(backend="local", cluster=p.cluster) as rt:
         xs = [put_value(rt, v, r[2], rng) for v, r in zip(values, p.requests)]
-        ys = rt.reshard_many(xs, [r[3] for r in p.requests], strategy=strategy)
-        return sum(count_wrong(rt, y, v) for y, v in zip(ys, values))
+        plan = reshard.plan_many(p.requests, cluster=p.cluster, strategy=strategy)
+        ys = rt.execute(plan, xs)
+        return count_wrong_all(rt, ys, values, [r[4] for r in p.requests])
 
 
 def row(p: Placed, plan: ReshardPlan, plan_s: float, times: Sequence[float] | None,
@@ -195,7 +205,7 @@ def row(p: Placed, plan: ReshardPlan, plan_s: float, times: Sequence[float] | No
     return {
         "case": c.name, "layouts": c.layout_text(), "src": str(src), "dst": str(dst),
         "shape": list(c.shape), "tensors": len(c.tensors),
-        "dtype": "/".join(sorted({t.dtype for t in c.tensors})), "bytes": c.nbytes,
+        "dtype": c.dtype_text, "bytes": c.nbytes,
         "preset": p.preset, "hosts": p.cluster.num_hosts,
         "devices_per_host": len(p.cluster.hosts[0]),
         "strategy": plan.strategy.value, "tasks": len(plan.tasks),
@@ -237,8 +247,8 @@ def host_bytes(requests: Sequence[Request]) -> int:
     """Bytes the local and gloo backends hold in host memory for ``requests``: the
     driver's values, every source and destination shard."""
     total = 0
-    for shape, dtype, src, dst in requests:
-        item = np.dtype(dtype).itemsize
+    for shape, dtype, src, dst, *_ in requests:
+        item = itemsize(dtype)
         total += 2 * math.prod(shape) * item
         for lay in (src, dst):
             total += sum(box_size(b) for b in lay.boxes(shape).values()) * item
@@ -316,16 +326,16 @@ def _measure_one(rt: Runtime, p: Placed, opts: Options, out: Stream) -> None:
     values = values_of(p.requests)
     rng = np.random.default_rng(1)
     xs = [put_value(rt, v, r[2], rng) for v, r in zip(values, p.requests)]
-    dsts = [r[3] for r in p.requests]
+    casts = [r[4] for r in p.requests]
 
     def check(ys: list) -> int:
-        return sum(count_wrong(rt, y, v) for y, v in zip(ys, values))
+        return count_wrong_all(rt, ys, values, casts)
 
     try:
         for strategy in opts.strategies:
             out.progress.describe(f"case {p.case.name} ({p.case.nbytes} B): {strategy}")
             t0 = time.perf_counter()
-            plan = rt.plan(xs, dsts, strategy)
+            plan = reshard.plan_many(p.requests, cluster=rt.cluster, strategy=strategy)
             plan_s = time.perf_counter() - t0
             # the first run loads the plan; the last run's result is checked
             median, times, wrong = time_execute(

@@ -60,7 +60,7 @@ from reshard.layout import Layout
 from reshard.microbench import flags
 from reshard.microbench.measure import (
     Measured,
-    count_wrong,
+    count_wrong_all,
     measure_strategies,
     measured_row,
     sample_value,
@@ -88,7 +88,7 @@ def realistic_cases() -> list[Case]:
         Case("rep-to-shard", (4096, 4096), "float32", (1, 2), "RR", (3, 2), "RS0"),
         # one device to four hosts (bandwidth-bound here: a chain; see planner TREE_GAIN)
         Case("1-to-4x2", (4096, 4096), "float32", (1, 1), "RR", (4, 2), "RR"),
-        Case.many("weight-sync-slice", weight_sync_tensors(slice_, "uint16"), (2, 2), (2, 2)),
+        Case.many("weight-sync-slice", weight_sync_tensors(slice_, "bfloat16"), (2, 2), (2, 2)),
         # row-parallel partial sums -> the next stage split by columns: each reduction
         # fused with its delivery (gloo sums piece by piece on the way)
         Case("partial-2x2", (4096, 4096), "float32", (2, 2), "S0R+P1", (2, 2), "RS0"),
@@ -116,18 +116,18 @@ def bench_many(rt: Any, case: Case, requests: Sequence[tuple], strategies: Seque
     """Measure every strategy of a case of several tensors (one plan) on a running
     runtime; every destination shard of every tensor checked on the first run (unless
     not ``check``); ``on_run`` is called after every run."""
-    values = [sample_value(shape, dtype) for shape, dtype, _, _ in requests]
-    xs = [rt.put(v, src) for v, (_, _, src, _) in zip(values, requests)]
-    dsts = [dst for _, _, _, dst in requests]
-    _, _, src0, dst0 = requests[0]
+    values = [sample_value(shape, dtype) for shape, dtype, *_ in requests]
+    xs = [rt.put(v, r[2]) for v, r in zip(values, requests)]
+    casts = [r[4] if len(r) > 4 else None for r in requests]
+    src0, dst0 = requests[0][2], requests[0][3]
 
     def wrong(ys: list) -> int:
-        return sum(count_wrong(rt, y, v) for y, v in zip(ys, values))
+        return count_wrong_all(rt, ys, values, casts)
 
     rows = []
     try:
         for strategy in strategies:
-            plan = rt.plan(xs, dsts, strategy)
+            plan = plan_many(requests, cluster=rt.cluster, strategy=strategy)
             rt.load(plan)
             seconds, times, bad = time_execute(rt, plan, xs, runs, warmup,
                                                check=wrong if check else None, on_run=on_run)
@@ -145,7 +145,7 @@ def bench_case(rt: Any, case: Case, src: Layout, dst: Layout, strategies: Sequen
     value = sample_value(case.shape, case.dtype)
     return [_row(case, src, dst, m)
             for m in measure_strategies(rt, value, src, dst, strategies, runs, warmup,
-                                        check=check, on_run=on_run)]
+                                        check=check, cast=case.cast, on_run=on_run)]
 
 
 def _row(case: Case, src: Layout, dst: Layout, m: Measured, **extra: Any) -> dict:
@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     flags.check_output_paths(ap, [args.json])
-    full = flags.pick_cases(ap, SUITES[args.suite](), args.cases, args.suite)
+    full = flags.pick_cases(ap, SUITES[args.suite](), args.cases, args.suite, args)
     if not full:
         ap.error(f"--cases: no case given; valid: "
                  f"{', '.join(c.name for c in SUITES[args.suite]())}")
@@ -308,7 +308,7 @@ def _run(args: argparse.Namespace, launcher: str, narrowed: Sequence[Case],
                     before = cpu_times()
                     requests = c.requests_on(cluster(n))
                     if len(requests) == 1:
-                        _, _, src, dst = requests[0]
+                        src, dst = requests[0][2], requests[0][3]
                         new = bench_case(rt, c, src, dst, args.strategies, args.iters,
                                          args.warmup, bool(args.check), progress.advance)
                     else:

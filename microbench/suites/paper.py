@@ -16,9 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from reshard.cluster import PAPER_PRESET, PRESETS, Cluster
+from reshard.dtypes import Cast, ScaleMode, itemsize
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
 
@@ -26,8 +25,8 @@ FULL_SHAPE = (1024, 1024, 512)
 CASE6_SHAPE = (3072, 1024, 170)
 ONE_TO_M_ELEMENTS = 2 ** 28
 
-Request = tuple[tuple[int, ...], str, Layout, Layout]
-"""One tensor to move: ``(shape, dtype, src_layout, dst_layout)`` (what
+Request = tuple[tuple[int, ...], str, Layout, Layout, Cast | None]
+"""One tensor to move: ``(shape, dtype, src_layout, dst_layout, cast)`` (what
 :func:`reshard.plan_many` takes)."""
 
 
@@ -50,10 +49,11 @@ class Tensor:
 
     Attributes:
         shape: global shape at full size.
-        dtype: element type (bf16 is carried as ``uint16``: numpy has no bfloat16).
+        dtype: element type (:mod:`reshard.dtypes`).
         src_spec: source sharding spec.
         dst_spec: destination sharding spec.
         name: what it is (``"layers.0.q_proj"``); empty for a case's single tensor.
+        cast: the conversion on the way (None: it arrives in ``dtype``).
     """
 
     shape: tuple[int, ...]
@@ -61,11 +61,12 @@ class Tensor:
     src_spec: str
     dst_spec: str
     name: str = ""
+    cast: Cast | None = None
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the global tensor."""
-        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+        """Bytes of the global tensor (in its source dtype)."""
+        return math.prod(self.shape) * itemsize(self.dtype)
 
     def scaled_bytes(self, ratio: float) -> Tensor:
         """The tensor with every dim scaled alike so its bytes scale by about ``ratio``."""
@@ -99,6 +100,7 @@ class Case:
         extra: more tensors moved together with the first, on the same meshes.
         labels: (source, destination) texts shown in place of the first tensor's specs
             when the tensors' specs differ (e.g. ``("fsdp:S01", "tp:S1/RS1/R")``).
+        cast: the first tensor's conversion on the way (None: none).
     """
 
     name: str
@@ -112,6 +114,7 @@ class Case:
     dst_first_host: int | None = None
     extra: tuple[Tensor, ...] = ()
     labels: tuple[str, str] | None = None
+    cast: Cast | None = None
 
     @classmethod
     def many(cls, name: str, tensors: Sequence[Tensor], src_mesh: tuple[int, ...],
@@ -121,24 +124,41 @@ class Case:
             raise ValueError(f"case {name}: needs at least one tensor")
         t0 = tensors[0]
         return cls(name, t0.shape, t0.dtype, src_mesh, t0.src_spec, dst_mesh, t0.dst_spec,
-                   extra=tuple(tensors[1:]), **kwargs)
+                   extra=tuple(tensors[1:]), cast=t0.cast, **kwargs)
 
     # ----- the tensors ---------------------------------------------------------------------
     @property
     def tensors(self) -> tuple[Tensor, ...]:
         """Every tensor of the case, the first one first."""
-        return (Tensor(self.shape, self.dtype, self.src_spec, self.dst_spec),) + self.extra
+        return (Tensor(self.shape, self.dtype, self.src_spec, self.dst_spec,
+                       cast=self.cast),) + self.extra
 
     def _with_tensors(self, tensors: Sequence[Tensor]) -> Case:
         t0 = tensors[0]
         return dataclasses.replace(self, shape=tuple(t0.shape), dtype=t0.dtype,
                                    src_spec=t0.src_spec, dst_spec=t0.dst_spec,
-                                   extra=tuple(tensors[1:]))
+                                   extra=tuple(tensors[1:]), cast=t0.cast)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the global tensors, all together."""
         return sum(t.nbytes for t in self.tensors)
+
+    @property
+    def dtype_text(self) -> str:
+        """Its tensors' dtypes (``bfloat16->float8_e4m3fn/block128`` where cast)."""
+        return "/".join(sorted({t.dtype if t.cast is None else f"{t.dtype}->{t.cast}"
+                                for t in self.tensors}))
+
+    def converted(self, dtype: str | None, cast: Cast | None) -> Case:
+        """The case with every tensor in ``dtype`` (None: its own) and cast as ``cast``
+        says (None: as the case says); block scales go to tensors of rank >= 2 only."""
+        def one(t: Tensor) -> Tensor:
+            c = t.cast if cast is None else cast
+            if c is not None and c.scale is ScaleMode.BLOCK128 and len(t.shape) < 2:
+                c = None
+            return dataclasses.replace(t, dtype=dtype or t.dtype, cast=c)
+        return self._with_tensors([one(t) for t in self.tensors])
 
     # ----- resized variants --------------------------------------------------------------
     def scaled(self, factor: float) -> Case:
@@ -160,7 +180,7 @@ class Case:
         """The case at a checking size: a single tensor of about ``elements`` elements;
         several tensors each shrunk to at most about ``elements`` elements."""
         if not self.extra:
-            return self.with_bytes(elements * np.dtype(self.dtype).itemsize)
+            return self.with_bytes(elements * itemsize(self.dtype))
         return self._with_tensors([t.at_most(elements) for t in self.tensors])
 
     def narrowed(self, devices_per_host: int) -> Case:
@@ -240,9 +260,10 @@ class Case:
 
     def requests_on(self, cluster: Cluster,
                     dst_first_host: int | None = None) -> list[Request]:
-        """``(shape, dtype, src_layout, dst_layout)`` of every tensor on ``cluster``."""
+        """``(shape, dtype, src_layout, dst_layout, cast)`` of every tensor on
+        ``cluster``."""
         src, dst = self.meshes_on(cluster, dst_first_host)
-        return [(t.shape, t.dtype, Layout(src, t.src_spec), Layout(dst, t.dst_spec))
+        return [(t.shape, t.dtype, Layout(src, t.src_spec), Layout(dst, t.dst_spec), t.cast)
                 for t in self.tensors]
 
     def cluster(self, devices_per_host: int | None = None, preset: str | None = None,

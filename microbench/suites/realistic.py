@@ -2,8 +2,8 @@
 
 Every case names the model whose activations or parameters it moves. Meshes are
 (hosts, devices per host); axis 0 is the data-parallel / pipeline axis across hosts,
-axis 1 the tensor-parallel (TP) axis inside a host (Megatron's placement). bf16 is
-carried as ``uint16`` (numpy has no bfloat16; the bytes are what matter here).
+axis 1 the tensor-parallel (TP) axis inside a host (Megatron's placement). Tensors
+are bfloat16 (partial sums of it are reduced in float32: :mod:`reshard.dtypes`).
 
 Model shapes used (hidden size / MLP size / vocabulary):
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from reshard.microbench.suites.paper import Case
 
-BF16 = "uint16"  # bfloat16 bits
+BF16 = "bfloat16"
 P3, P4D, P5, H100 = "aws-p3.8xlarge", "aws-p4d.24xlarge", "aws-p5.48xlarge", "dgx-h100"
 
 

@@ -11,7 +11,7 @@ input dim 1 (``RS1``), embedding and lm_head split the vocabulary (``S1R``), nor
 replicated (``R``).
 
 Default: Llama-2-7B (vocab 32000, hidden 4096, 32 layers, 32 heads, MLP 11008; 291
-tensors, 6.74e9 parameters, bf16 as ``uint16``) trained on 4 DGX H100 hosts (32 GPUs)
+tensors, 6.74e9 parameters, bfloat16) trained on 4 DGX H100 hosts (32 GPUs)
 and served by 2 replicas of TP=8 on a (2, 8) mesh of 2 more hosts.
 
 :func:`weight_sync_requests` gives the request list and the cluster to other code (a
@@ -25,9 +25,10 @@ import math
 from dataclasses import dataclass, replace
 
 from reshard.cluster import Cluster
+from reshard.dtypes import Cast, ScaleMode
 from reshard.microbench.suites.paper import Case, Request, Tensor
 
-BF16 = "uint16"  # bfloat16 bits
+BF16 = "bfloat16"
 
 
 @dataclass(frozen=True)
@@ -93,19 +94,32 @@ TRAIN_SPEC = {1: "S01", 2: "S01R"}  # FSDP: dim 0 over every training device
 INFER_SPEC = {"column": "S1R", "row": "RS1", "vocab": "S1R", "norm": "R"}  # TP on axis 1
 
 
-def weight_sync_tensors(model: DecoderShape = LLAMA2_7B, dtype: str = BF16) -> list[Tensor]:
-    """Every parameter as a :class:`Tensor`: FSDP spec -> TP spec."""
-    return [Tensor(shape, dtype, TRAIN_SPEC[len(shape)], INFER_SPEC[kind], name)
+FP8_BLOCK = Cast("float8_e4m3fn", ScaleMode.BLOCK128)
+"""The inference engine's weights: float8 e4m3 with 128 x 128 block scales (DeepSeek-V3's
+format, which vLLM and SGLang load)."""
+
+QUANTIZED = frozenset({"column", "row"})
+"""The parameter kinds a block-fp8 engine loads as float8: the linear layers; the
+embedding, lm_head and norms stay bfloat16."""
+
+
+def weight_sync_tensors(model: DecoderShape = LLAMA2_7B, dtype: str = BF16,
+                        cast: Cast | None = None) -> list[Tensor]:
+    """Every parameter as a :class:`Tensor`: FSDP spec -> TP spec; with ``cast``, the
+    linear layers (:data:`QUANTIZED`) are converted on the way."""
+    return [Tensor(shape, dtype, TRAIN_SPEC[len(shape)], INFER_SPEC[kind], name,
+                   cast if kind in QUANTIZED else None)
             for name, shape, kind in model.parameters()]
 
 
 def weight_sync_case(name: str, model: DecoderShape = LLAMA2_7B, dtype: str = BF16,
                      train_mesh: tuple[int, int] = (4, 8),
                      infer_mesh: tuple[int, int] = (2, 8),
-                     preset: str | None = "dgx-h100") -> Case:
+                     preset: str | None = "dgx-h100", cast: Cast | None = None) -> Case:
     """The sync of ``model`` from FSDP on ``train_mesh`` to TP (replicas x TP degree) on
-    a disjoint ``infer_mesh`` as one case of several tensors."""
-    return Case.many(name, weight_sync_tensors(model, dtype), train_mesh, infer_mesh,
+    a disjoint ``infer_mesh`` as one case of several tensors (``cast``: of the linear
+    layers, e.g. :data:`FP8_BLOCK`)."""
+    return Case.many(name, weight_sync_tensors(model, dtype, cast), train_mesh, infer_mesh,
                      preset=preset, labels=("fsdp:S01", "tp:S1/RS1/R"))
 
 
@@ -133,9 +147,14 @@ SLICE_LAYERS = 2
 
 def weight_sync_cases() -> tuple[Case, ...]:
     """The ``weight-sync`` suite: Llama-2-7B whole (291 tensors, 13.5 GB) and a 2-layer
-    slice (21 tensors), FSDP on (4, 8) -> 2 x TP=8 on (2, 8), DGX H100."""
+    slice (21 tensors), FSDP on (4, 8) -> 2 x TP=8 on (2, 8), DGX H100; each in bf16 and
+    to a block-fp8 engine (the linear layers cast to float8 e4m3 with 128 x 128 block
+    scales at the source, ``-fp8``)."""
+    sliced = LLAMA2_7B.sliced(SLICE_LAYERS)
     return (weight_sync_case("weight-sync-7b"),
-            weight_sync_case(f"weight-sync-{SLICE_LAYERS}l", LLAMA2_7B.sliced(SLICE_LAYERS)))
+            weight_sync_case("weight-sync-7b-fp8", cast=FP8_BLOCK),
+            weight_sync_case(f"weight-sync-{SLICE_LAYERS}l", sliced),
+            weight_sync_case(f"weight-sync-{SLICE_LAYERS}l-fp8", sliced, cast=FP8_BLOCK))
 
 
 SUITES = {"weight-sync": weight_sync_cases}

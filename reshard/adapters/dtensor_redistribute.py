@@ -280,7 +280,7 @@ class Redistributor:
         except ShapeError as e:
             raise ShapeError(f"{e} (a DTensor's local tensor must be its shard under "
                              f"DTensor's placement rule)") from None
-        results = []
+        results: list[Any] = []
         for i, (dt, mesh, pl, m) in enumerate(zip(dts, meshes, pls, moves)):
             t = plan.tensors[i]
             value = _dtensor(locals_.get(i), dt, mesh, tuple(pl), m.shape, t.out_dtype)

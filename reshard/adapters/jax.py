@@ -209,7 +209,9 @@ def reshard_array(x: jax.Array, sharding: NamedSharding, *,
     if scales is None:
         return values
     shape, layout, shards_of = scales
-    return values, _assemble(shards_of, shape, to_sharding(layout, sharding.mesh), layout)
+    mesh = sharding.mesh
+    assert isinstance(mesh, Mesh)  # to_layout refused an AbstractMesh above
+    return values, _assemble(shards_of, shape, to_sharding(layout, mesh), layout)
 
 
 def _assemble(shards: dict[int, np.ndarray], shape: tuple[int, ...], sharding: NamedSharding,
