@@ -118,8 +118,11 @@ def _dtype_name(array: Any) -> str:
     return dtype_name(array.dtype)
 
 
-def _per_tensor(values: Shards | None, n: int, what: str) -> dict[int, Any]:
-    """``values`` as ``{tensor index: value}`` (None entries dropped)."""
+def _per_tensor(values: Shards | None, n: int, what: str,
+                inputs: Sequence[int] | None = None) -> dict[int, Any]:
+    """``values`` as ``{tensor index: value}`` (None entries dropped); a sequence has
+    one entry per tensor, or one per input tensor (``inputs``: their indices; every
+    tensor but those a scaled cast derives)."""
     if values is None:
         return {}
     if isinstance(values, Mapping):
@@ -128,9 +131,14 @@ def _per_tensor(values: Shards | None, n: int, what: str) -> dict[int, Any]:
             raise ReshardError(f"{what}: tensor indices {bad} out of range; the plan has "
                                f"{n} tensors (0..{n - 1})")
         return {k: v for k, v in values.items() if v is not None}
+    if inputs is not None and len(inputs) != n and len(values) == len(inputs):
+        return {i: v for i, v in zip(inputs, values) if v is not None}
     if len(values) != n:
-        raise ReshardError(f"{what}: got {len(values)} entries, but the plan has {n} tensors; "
-                           f"pass one per tensor (None where this device holds none)")
+        also = f" ({len(inputs)} of them inputs)" if inputs is not None and \
+            len(inputs) != n else ""
+        raise ReshardError(f"{what}: got {len(values)} entries, but the plan has {n} "
+                           f"tensors{also}; pass one per tensor (None where this device "
+                           f"holds none)")
     return {i: v for i, v in enumerate(values) if v is not None}
 
 
@@ -297,7 +305,8 @@ class Executor:
     # ----- running -----------------------------------------------------------------------
     def _sources(self, lp: LoadedProgram, sources: Shards | None) -> dict[int, Any]:
         tensors = lp.program.tensors
-        given = _per_tensor(sources, len(tensors), "sources")
+        inputs = [i for i, t in enumerate(tensors) if t.derive is Derive.NONE]
+        given = _per_tensor(sources, len(tensors), "sources", inputs)
         out = {}
         for i, box in lp.src_box.items():
             if tensors[i].derive is not Derive.NONE:
@@ -350,7 +359,8 @@ class Executor:
 
         Args:
             loaded: from :meth:`load`.
-            sources: this device's source shard per tensor (module docstring); read,
+            sources: this device's source shard per tensor (module docstring), or per
+                input tensor (a scaled cast's amax and scales are derived here); read,
                 never written.
             out: buffers for this device's destination shards (the shard's shape and
                 dtype, on the backend's device); missing ones are allocated.

@@ -70,7 +70,7 @@ from reshard.microbench.ray_cluster import RayCluster
 from reshard.microbench.report import Column, Progress, Shape, Stream, machine, scaled, write_json
 from reshard.microbench.steal import NOISY, cpu_times
 from reshard.microbench.suites.paper import Case, n_to_m_cases
-from reshard.microbench.suites.weight_sync import LLAMA2_7B, weight_sync_tensors
+from reshard.microbench.suites.weight_sync import FP8_BLOCK, LLAMA2_7B, weight_sync_tensors
 from reshard.microbench.testbed import Testbed, available
 from reshard.planner.plan import plan_many
 
@@ -89,6 +89,9 @@ def realistic_cases() -> list[Case]:
         # one device to four hosts (bandwidth-bound here: a chain; see planner TREE_GAIN)
         Case("1-to-4x2", (4096, 4096), "float32", (1, 1), "RR", (4, 2), "RR"),
         Case.many("weight-sync-slice", weight_sync_tensors(slice_, "bfloat16"), (2, 2), (2, 2)),
+        # the same weights to a block-fp8 engine: linear layers cast at the source
+        Case.many("weight-sync-slice-fp8", weight_sync_tensors(slice_, "bfloat16", FP8_BLOCK),
+                  (2, 2), (2, 2)),
         # row-parallel partial sums -> the next stage split by columns: each reduction
         # fused with its delivery (gloo sums piece by piece on the way)
         Case("partial-2x2", (4096, 4096), "float32", (2, 2), "S0R+P1", (2, 2), "RS0"),

@@ -114,6 +114,24 @@ def _run_problems(problem_list, buffers: str, device: int, address, results, don
                 assert arr.tobytes() == want.tobytes(), \
                     f"problem {k} {shape} {dtype} {src} -> {dst} ({strategy}): device {device}"
                 checked += 1
+        # a scaled cast (bf16 -> block fp8) on this kind of buffer: the reference's bits
+        from reshard.casting import reference_cast
+        from reshard.dtypes import Cast, ScaleMode
+
+        src = Layout(DeviceMesh((2, 2), RANKS), "S0S1")
+        dst = Layout(DeviceMesh((2,), (1, 3)), "RS0")
+        value = (np.random.default_rng(11).standard_normal((300, 260)) * 5).astype("bfloat16")
+        plan = reshard.plan(value.shape, "bfloat16", src, dst, cluster=CLUSTER,
+                            cast="float8_e4m3fn", scale="block128")
+        want, want_scales = reference_cast(value, Cast("float8_e4m3fn", ScaleMode.BLOCK128))
+        mine = expected(value, src, device)
+        got = ex.execute(plan, [torch_of_numpy(mine) if buffers == "tensor" else mine])
+        for k, ref in zip(plan.outputs, (want, want_scales)):
+            lay = plan.tensors[k].dst
+            if device in lay.devices:
+                arr = numpy_of_torch(got[k]) if isinstance(got[k], torch.Tensor) else got[k]
+                assert arr.tobytes() == expected(ref, lay, device).tobytes(), (buffers, k)
+                checked += 1
         # a user error leaves the executor usable
         shape, dtype, src, dst = problem_list[0]
         plan = reshard.plan(shape, dtype, src, dst, cluster=CLUSTER)

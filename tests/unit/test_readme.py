@@ -17,3 +17,21 @@ def test_readme_api_example_runs():
     p, y, rt = scope["p"], scope["y"], scope["rt"]
     assert p.estimate() >= p.lower_bound() > 0
     assert y.layout == scope["dst"] and rt._closed
+
+
+def test_readme_dtype_example_runs():
+    """The dtype section's example: bf16 bit for bit, block-fp8 equal to the reference."""
+    import numpy as np
+
+    from reshard.casting import reference_cast
+    from reshard.dtypes import Cast, ScaleMode
+
+    text = README.read_text(encoding="utf-8")
+    code = re.search(r"## Dtypes[^\n]*\n.*?```python\n(.*?)```", text, re.DOTALL)
+    assert code, "README lost its dtype example"
+    scope: dict = {}
+    exec(compile(code.group(1), "README.md", "exec"), scope)  # noqa: S102
+    weights, values, scales = scope["weights"], scope["values"], scope["scales"]
+    want, want_scales = reference_cast(weights, Cast("float8_e4m3fn", ScaleMode.BLOCK128))
+    assert values.tobytes() == want.tobytes() and np.array_equal(scales, want_scales)
+    assert scope["p"].lower_bound() > 0 and scope["y"].dtype == "bfloat16"
