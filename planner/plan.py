@@ -198,7 +198,22 @@ def plan_many(
     first = [i for i, t in enumerate(tensors) if t.derive is Derive.AMAX]
     if not first:
         return _best_plan(tensors, cluster, strat)
-    rest = [i for i, t in enumerate(tensors) if t.derive is not Derive.AMAX]
+    return min((_phased(tensors, cluster, strat, early) for early in (False, True)),
+               key=lambda p: p.estimate())
+
+
+def _phased(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+            early: bool) -> ReshardPlan:
+    """The plan in two phases: the amaxes of scaled casts first, then the rest; with
+    ``early``, the tensors that need no scales move in the first phase too (their
+    transfers hide the amax reductions' latency; the model picks)."""
+    def needs_scales(t: TensorSpec) -> bool:
+        return t.scale is not ScaleMode.NONE or t.derive in (Derive.SCALES,
+                                                             Derive.OWN_SCALES)
+
+    first = [i for i, t in enumerate(tensors)
+             if t.derive is Derive.AMAX or (early and not needs_scales(t))]
+    rest = [i for i in range(len(tensors)) if i not in set(first)]
     tasks = list(_phase(tensors, first, cluster, strat, 0))
     tasks += _phase(tensors, rest, cluster, strat, 1 + max((t.step for t in tasks), default=-1))
     return ReshardPlan(tensors, tuple(tasks), strat, cluster)
