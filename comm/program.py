@@ -56,20 +56,10 @@ class ProgramTensor(Conversion):
 
     def to_dict(self) -> dict:
         """JSON-ready form (conversion fields only when set)."""
-        d: dict[str, Any] = {
-            "shape": list(self.shape), "dtype": self.dtype,
-            "src": None if self.src_box is None else [list(b) for b in self.src_box],
-            "dst": None if self.dst_box is None else [list(b) for b in self.dst_box],
-            "fill": self.dst_fill}
-        if self.cast:
-            d["cast"] = self.cast
-        if self.scale is not ScaleMode.NONE:
-            d["scale"] = self.scale.value
-        if self.derive is not Derive.NONE:
-            d["derive"] = self.derive.value
-        if self.link >= 0:
-            d["link"] = self.link
-        return d
+        return {"shape": list(self.shape), "dtype": self.dtype,
+                "src": None if self.src_box is None else [list(b) for b in self.src_box],
+                "dst": None if self.dst_box is None else [list(b) for b in self.dst_box],
+                "fill": self.dst_fill, **self.conversion_dict()}
 
     @classmethod
     def from_dict(cls, d: Any) -> ProgramTensor:
@@ -80,9 +70,8 @@ class ProgramTensor(Conversion):
             return tuple((int(a), int(b)) for a, b in raw)
 
         return cls(tuple(int(n) for n in d["shape"]), str(d["dtype"]), box(d["src"]),
-                   box(d["dst"]), bool(d.get("fill", False)), str(d.get("cast", "")),
-                   ScaleMode(d.get("scale", "none")), Derive(d.get("derive", "none")),
-                   int(d.get("link", -1)))
+                   box(d["dst"]), bool(d.get("fill", False)),
+                   *cls.conversion_of(d, "program tensor"))
 
 
 @dataclass(frozen=True)

@@ -249,7 +249,35 @@ class Conversion:
     shape: tuple[int, ...]
     dtype: str
     cast: str
+    scale: ScaleMode
     derive: Derive
+    link: int
+
+    def conversion_dict(self) -> dict[str, Any]:
+        """The JSON fields of the conversion, those that are set (a tensor without one
+        writes none, so older readers read it)."""
+        d: dict[str, Any] = {}
+        if self.cast:
+            d["cast"] = self.cast
+        if self.scale is not ScaleMode.NONE:
+            d["scale"] = self.scale.value
+        if self.derive is not Derive.NONE:
+            d["derive"] = self.derive.value
+        if self.link >= 0:
+            d["link"] = self.link
+        return d
+
+    @staticmethod
+    def conversion_of(d: dict, what: str = "tensor") -> tuple[str, ScaleMode, Derive, int]:
+        """``(cast, scale, derive, link)`` of a JSON form (:meth:`conversion_dict`);
+        strict about types."""
+        cast = d.get("cast", "")
+        if not isinstance(cast, str):
+            raise PlanError(f"{what} cast must be a dtype name such as 'bfloat16', got "
+                            f"{cast!r:.60}")
+        return (cast, _enum(ScaleMode, d.get("scale", "none"), f"{what} scale"),
+                _enum(Derive, d.get("derive", "none"), f"{what} derive"),
+                _int(d.get("link", -1), f"{what} link"))
 
     @property
     def out_dtype(self) -> str:
@@ -319,17 +347,8 @@ class TensorSpec(Conversion):
 
     def to_dict(self) -> dict:
         """JSON-ready form (conversion fields only when set)."""
-        d: dict[str, Any] = {"shape": list(self.shape), "dtype": self.dtype,
-                             "src": self.src.to_dict(), "dst": self.dst.to_dict()}
-        if self.cast:
-            d["cast"] = self.cast
-        if self.scale is not ScaleMode.NONE:
-            d["scale"] = self.scale.value
-        if self.derive is not Derive.NONE:
-            d["derive"] = self.derive.value
-        if self.link >= 0:
-            d["link"] = self.link
-        return d
+        return {"shape": list(self.shape), "dtype": self.dtype, "src": self.src.to_dict(),
+                "dst": self.dst.to_dict(), **self.conversion_dict()}
 
     @classmethod
     def from_dict(cls, d: Any) -> TensorSpec:
@@ -338,16 +357,10 @@ class TensorSpec(Conversion):
         dtype = _get(d, "dtype", "tensor")
         if not isinstance(dtype, str):
             raise PlanError(f"tensor dtype must be a string such as 'float32', got {dtype!r:.60}")
-        cast = d.get("cast", "")
-        if not isinstance(cast, str):
-            raise PlanError(f"tensor cast must be a dtype name such as 'bfloat16', got "
-                            f"{cast!r:.60}")
         return cls(_ints(_get(d, "shape", "tensor"), "tensor shape"), dtype,
                    Layout.from_dict(_obj(_get(d, "src", "tensor"), "tensor src")),
                    Layout.from_dict(_obj(_get(d, "dst", "tensor"), "tensor dst")),
-                   cast, _enum(ScaleMode, d.get("scale", "none"), "tensor scale"),
-                   _enum(Derive, d.get("derive", "none"), "tensor derive"),
-                   _int(d.get("link", -1), "tensor link"))
+                   *cls.conversion_of(d))
 
     def __str__(self) -> str:
         conv = f"->{self.cast}" if self.cast else ""

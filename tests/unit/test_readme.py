@@ -1,4 +1,4 @@
-"""The README's API example runs as written."""
+"""The README's examples run as written."""
 
 from __future__ import annotations
 
@@ -8,12 +8,18 @@ import re
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 
 
-def test_readme_api_example_runs():
+def _run_block(heading: str) -> dict:
+    """Execute the first python block under the README heading ``heading``; its names."""
     text = README.read_text(encoding="utf-8")
-    code = re.search(r"## API in a few lines\n\n```python\n(.*?)```", text, re.DOTALL)
-    assert code, "README lost its API example"
+    code = re.search(rf"## {heading}[^\n]*\n.*?```python\n(.*?)```", text, re.DOTALL)
+    assert code, f"README lost its example under '## {heading}'"
     scope: dict = {}
     exec(compile(code.group(1), "README.md", "exec"), scope)  # noqa: S102
+    return scope
+
+
+def test_readme_api_example_runs():
+    scope = _run_block("API in a few lines")
     p, y, rt = scope["p"], scope["y"], scope["rt"]
     assert p.estimate() >= p.lower_bound() > 0
     assert y.layout == scope["dst"] and rt._closed
@@ -26,11 +32,7 @@ def test_readme_dtype_example_runs():
     from reshard.casting import reference_cast
     from reshard.dtypes import Cast, ScaleMode
 
-    text = README.read_text(encoding="utf-8")
-    code = re.search(r"## Dtypes[^\n]*\n.*?```python\n(.*?)```", text, re.DOTALL)
-    assert code, "README lost its dtype example"
-    scope: dict = {}
-    exec(compile(code.group(1), "README.md", "exec"), scope)  # noqa: S102
+    scope = _run_block("Dtypes")
     weights, values, scales = scope["weights"], scope["values"], scope["scales"]
     want, want_scales = reference_cast(weights, Cast("float8_e4m3fn", ScaleMode.BLOCK128))
     assert values.tobytes() == want.tobytes() and np.array_equal(scales, want_scales)
