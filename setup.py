@@ -45,6 +45,8 @@ setup(
     # heavy parts are extras.
     install_requires=[
         "numpy>=1.24",
+        # bfloat16 and the float8 kinds as numpy dtypes (what JAX uses): reshard.dtypes
+        "ml_dtypes>=0.5",
         # floors of the checked-in stubs' version guard (reshard/service/v1): newer
         # generated code is refused by an older protobuf / grpcio runtime
         "grpcio>=1.85.1",
