@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from reshard.comm.sockets import listen_on
+from reshard.comm.sockets import is_wildcard, listen_on
 from reshard.errors import ExecutionError
 
 _HEAD = struct.Struct("!cII")  # op, key length, value length
@@ -79,7 +79,7 @@ class TcpRendezvousServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, max_clients: int = 1024,
                  max_pending: int = 64, auth_timeout: float = 5.0) -> None:
-        if host in ("", "0.0.0.0", "::"):
+        if is_wildcard(host):
             raise ExecutionError(
                 f"the rendezvous must listen on one interface's address, not {host!r}; "
                 f"use 127.0.0.1 on one machine or the cluster interface's address")

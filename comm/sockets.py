@@ -44,8 +44,33 @@ def interface_of(address: str) -> str:
         f"advertise an address of this machine, or set GLOO_SOCKET_IFNAME")
 
 
+def is_wildcard(host: str) -> bool:
+    """True for every spelling of "all interfaces": empty, ``*``, ``0.0.0.0`` and its
+    short IPv4 forms (``0``, ``0.0``), ``::``, ``::0``, ``[::0]``, ``0:0:0:0:0:0:0:0``,
+    ``::ffff:0.0.0.0``."""
+    bare = host.strip()
+    if bare.startswith("[") and bare.endswith("]"):
+        bare = bare[1:-1]
+    if bare in ("", "*"):
+        return True
+    try:
+        ip = ipaddress.ip_address(bare.split("%", 1)[0])
+    except ValueError:
+        try:  # the forms inet_aton takes ("0", "0.0", "00.0.0.0")
+            return socket.inet_aton(bare) == bytes(4)
+        except OSError:
+            return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_unspecified or bool(mapped is not None and mapped.is_unspecified)
+
+
 def listen_on(address: str, port: int = 0, backlog: int = 128) -> socket.socket:
-    """A TCP socket listening on ``address:port`` only (0: a free port)."""
+    """A TCP socket listening on ``address:port`` only (0: a free port; never the
+    wildcard, in any spelling)."""
+    if is_wildcard(address):
+        raise ExecutionError(
+            f"refusing to listen on the wildcard address {address!r} (every interface); "
+            f"bind loopback or the cluster interface's address")
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:

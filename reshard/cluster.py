@@ -10,6 +10,7 @@ per device, its intra-host link (one direction each way) and its local copy engi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -146,13 +147,13 @@ class Cluster:
                 seen[d] = h
         for attr in ("intra_bandwidth", "nic_bandwidth", "copy_bandwidth"):
             v = float(getattr(self, attr))
-            if not v > 0:
-                raise ClusterError(f"{attr} must be > 0 bytes/s, got {v}")
+            if not 0 < v < math.inf:
+                raise ClusterError(f"{attr} must be a finite number > 0 bytes/s, got {v}")
             object.__setattr__(self, attr, v)
         for attr in ("latency", "intra_latency"):
             v = float(getattr(self, attr))
-            if not v >= 0:
-                raise ClusterError(f"{attr} must be >= 0 seconds, got {v}")
+            if not 0 <= v < math.inf:
+                raise ClusterError(f"{attr} must be a finite number >= 0 seconds, got {v}")
             object.__setattr__(self, attr, v)
         object.__setattr__(self, "_host_of", MappingProxyType(seen))
         nics = self.nics_per_host

@@ -24,8 +24,13 @@ def chunk_bounds(n: int, k: int, i: int) -> tuple[int, int]:
     return min(i * c, n), min((i + 1) * c, n)
 
 
+MAX_ELEMENTS = 1 << 56
+"""Elements a tensor may have (its byte offsets, at 16 bytes an element, fit int64)."""
+
+
 def check_shape(shape: Sequence[int]) -> tuple[int, ...]:
-    """Validate a tensor shape: a sequence of non-negative integers."""
+    """Validate a tensor shape: a sequence of non-negative integers, at most
+    :data:`MAX_ELEMENTS` elements (and every dim at most that)."""
     try:
         out = tuple(int(s.__index__()) for s in shape)  # type: ignore[attr-defined]
     except (AttributeError, TypeError):
@@ -36,6 +41,12 @@ def check_shape(shape: Sequence[int]) -> tuple[int, ...]:
         raise ShapeError(
             f"tensor dims must be >= 0, got shape {out}; use 0 for an empty dim"
         )
+    big = max(out, default=0)
+    if big > MAX_ELEMENTS or math.prod(min(s, MAX_ELEMENTS + 1) for s in out) > MAX_ELEMENTS:
+        dims = ", ".join(str(s) if s < 1 << 64 else f"~2**{s.bit_length() - 1}" for s in out)
+        raise ShapeError(
+            f"a tensor may have at most 2**56 elements (and no dim larger), got shape "
+            f"({dims}); describe a smaller tensor")
     return out
 
 

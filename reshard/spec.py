@@ -127,6 +127,11 @@ def _format_dims(dims: Iterable[tuple[int, ...]]) -> str:
     return "".join("R" if not axes else "S" + format_axes(axes) for axes in dims)
 
 
+MAX_SPEC_CHARS = 4096
+"""Length of the longest spec text parsed (a token per tensor dim, a few characters
+each): a longer one is refused before any parsing work."""
+
+
 @dataclass(frozen=True)
 class ShardingSpec:
     """For each tensor dim, the mesh axes that split it (major to minor), plus the
@@ -184,7 +189,11 @@ class ShardingSpec:
         if isinstance(text, ShardingSpec):
             return text
         if not isinstance(text, str):
-            raise SpecError(f"sharding spec must be a string like 'S0RR', got {text!r}")
+            raise SpecError(f"sharding spec must be a string like 'S0RR', got {text!r:.80}")
+        if len(text) > MAX_SPEC_CHARS:
+            raise SpecError(f"sharding spec text has {len(text)} characters, more than "
+                            f"{MAX_SPEC_CHARS}; a spec has one short token per tensor dim "
+                            f"(e.g. 'S0RR'): check what was passed")
         rest, colon, rule_name = text.strip().partition(":")
         rule = SplitRule.parse(rule_name) if colon else SplitRule.FLAT
         body, plus, part = rest.partition("+")

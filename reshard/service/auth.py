@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from reshard.comm.sockets import is_wildcard
 from reshard.errors import ReshardError
 from reshard.service.options import TlsFiles
 
@@ -26,9 +27,6 @@ TOKEN_KEY = "authorization"
 
 OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
 """Methods callable without the token (they tell only whether the server serves)."""
-
-WILDCARDS = frozenset({"", "0.0.0.0", "::", "[::]", "*"})
-
 
 def _bare(host: str) -> str:
     return host[1:-1] if host.startswith("[") and host.endswith("]") else host
@@ -57,7 +55,7 @@ def check_listen(host: str, token: str | None, tls: TlsFiles | None) -> None:
     Raises:
         ReshardError: naming the address and what to do instead.
     """
-    if host.strip() in WILDCARDS:
+    if is_wildcard(host):
         raise ReshardError(
             f"refusing to listen on the wildcard address {host!r} (every interface); "
             f"give the one interface's address to serve, e.g. --host 127.0.0.1 or the "

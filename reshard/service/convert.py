@@ -198,6 +198,10 @@ def _regular_cluster(m: pb.RegularCluster) -> Cluster:
 
 
 def _hosts_cluster(m: pb.HostsCluster) -> Cluster:
+    devices = sum(len(h.devices) for h in m.hosts)
+    if devices > MAX_DEVICES:
+        raise ClusterError(f"its hosts list {devices} devices, over the service's limit of "
+                           f"{MAX_DEVICES}; use a smaller cluster")
     overrides = figures_from_pb(m.figures)
     if m.HasField("name"):
         overrides["name"] = m.name

@@ -99,7 +99,7 @@ def test_rendezvous_reaps_idle_and_caps_connections():
 
 
 def test_rendezvous_refuses_the_wildcard():
-    for host in ("0.0.0.0", "::", ""):
+    for host in ("0.0.0.0", "::", "", "::0", "[::0]", "0:0:0:0:0:0:0:0", "0"):
         with pytest.raises(ExecutionError, match="not"):
             TcpRendezvousServer(host)
 

@@ -32,6 +32,9 @@ def test_cluster_flag_forms(tmp_path):
 @pytest.mark.parametrize("flags, message", [
     (["--host", "0.0.0.0"], "refusing to listen on the wildcard address"),
     (["--host", "::"], "refusing to listen on the wildcard address"),
+    (["--host", "::0"], "refusing to listen on the wildcard address"),
+    (["--host", "[::0]"], "refusing to listen on the wildcard address"),
+    (["--host", "0:0:0:0:0:0:0:0"], "refusing to listen on the wildcard address"),
     (["--host", "10.1.2.3"], "which is not loopback, needs a token"),
     (["--tls-cert", "c.pem"], "TLS needs both --tls-cert and --tls-key"),
     (["--cluster", "zz:2"], "unknown cluster preset 'zz'"),

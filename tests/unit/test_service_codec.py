@@ -184,6 +184,10 @@ def test_cluster_forms_build_what_the_python_api_builds():
     assert convert.cluster_from_pb(hosts) == Cluster.from_hosts([[0, 2], [1, 3]], name="lab")
     default = Cluster.regular(1, 4)
     assert convert.cluster_from_pb(pb.Cluster(), default) is default
+    huge = pb.Cluster(hosts=pb.HostsCluster(hosts=[
+        pb.Host(devices=range(k * 4096, (k + 1) * 4096)) for k in range(17)]))
+    with pytest.raises(ClusterError, match="69632 devices, over the service's limit"):
+        convert.cluster_from_pb(huge)
 
 
 @pytest.mark.parametrize("cluster", [
