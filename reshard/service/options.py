@@ -55,8 +55,9 @@ class ServeOptions:
         workers: threads serving calls.
         grace: seconds in-flight calls get to finish on stop (SIGTERM).
         runtime_timeout: the Runtime's timeout; a caller's deadline shortens it per call.
-        plan_cache_tasks: plans kept for repeated Plan / Estimate / Execute requests,
-            in tasks (least recently used out first).
+        plan_cache_bytes: plans kept for repeated Plan / Estimate / Execute requests,
+            in (estimated) bytes of memory, least recently used out first (planned and
+            executable plans: each cache this much).
         reply_cache_bytes: encoded Plan replies kept for repeated requests, in bytes.
     """
 
@@ -72,14 +73,14 @@ class ServeOptions:
     workers: int = 8
     grace: float = 10.0
     runtime_timeout: float = 60.0
-    plan_cache_tasks: int = 1 << 18
+    plan_cache_bytes: int = 128 * MIB
     reply_cache_bytes: int = 64 * MIB
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ReshardError(f"port must be 0..65535, got {self.port}; 0 picks a free port")
         for name in ("max_message_bytes", "max_inline_bytes", "workers",
-                     "plan_cache_tasks", "reply_cache_bytes"):
+                     "plan_cache_bytes", "reply_cache_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ReshardError(f"{name} must be an integer >= 1, got {value!r}")

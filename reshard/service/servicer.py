@@ -3,13 +3,15 @@
 Plans are pure functions of the request, so the servicer keeps them: a repeated Plan,
 PlanMany, Estimate or Execute request is answered from a cache (plans by request, costs
 by request, encoded Plan replies, verified Execute plans by plan bytes; all least
-recently used out first, bounded in tasks or bytes). Every failure goes back as a
-status (see :mod:`reshard.service.status`).
+recently used out first, bounded in bytes, keyed by the SHA-256 of the request's
+canonical bytes, so unknown fields and huge requests cost a cache 32 bytes a key).
+Every failure goes back as a status (see :mod:`reshard.service.status`).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -43,7 +45,20 @@ log = logging.getLogger("reshard.service")
 
 API = pb.DESCRIPTOR.package
 COST_CACHE_ENTRIES = 1 << 16
-"""Costs kept for repeated Estimate requests (a few dozen bytes each)."""
+"""Costs kept for repeated Estimate requests (a 32-byte key and a few dozen bytes
+each)."""
+
+PLAN_TASK_BYTES = 400
+"""Memory a plan's task holds in the server (measured: about 340 bytes a task of a
+16,384-task plan), for weighing cached plans in bytes."""
+
+PLAN_TENSOR_BYTES = 2048
+"""Memory a plan's tensor (layouts, meshes) holds, for the same."""
+
+
+def plan_bytes(plan: ReshardPlan) -> int:
+    """What a plan costs a cache to keep, in bytes (an estimate from its size)."""
+    return PLAN_TASK_BYTES * len(plan.tasks) + PLAN_TENSOR_BYTES * len(plan.tensors) + 4096
 
 R = TypeVar("R")
 
@@ -73,16 +88,22 @@ def _guarded(method: Callable[..., R]) -> Callable[..., R]:
     return handler
 
 
+def canonical_key(message: Any, *ignored: str) -> bytes:
+    """A cache key of a message: the SHA-256 of its deterministic bytes without unknown
+    fields and without the fields named in ``ignored`` (they do not change the answer).
+    32 bytes whatever the message's size, equal for messages that mean the same."""
+    bare = type(message)()
+    bare.CopyFrom(message)
+    bare.DiscardUnknownFields()
+    for name in ignored:
+        bare.ClearField(name)
+    return hashlib.sha256(bare.SerializeToString(deterministic=True)).digest()
+
+
 def request_key(request: pb.PlanRequest) -> bytes:
-    """The cache key of a request: its bytes without the fields that do not change the
-    plan (include_cost, max_chunk_tasks)."""
-    if request.include_cost or request.max_chunk_tasks:
-        bare = pb.PlanRequest()
-        bare.CopyFrom(request)
-        bare.include_cost = False
-        bare.max_chunk_tasks = 0
-        request = bare
-    return request.SerializeToString(deterministic=True)
+    """The cache key of a request: :func:`canonical_key` without the fields that do not
+    change the plan (include_cost, max_chunk_tasks)."""
+    return canonical_key(request, "include_cost", "max_chunk_tasks")
 
 
 class ReshardServicer(pb_grpc.ReshardServicer):
@@ -96,10 +117,10 @@ class ReshardServicer(pb_grpc.ReshardServicer):
     def __init__(self, options: ServeOptions, host: RuntimeHost) -> None:
         self.options = options
         self.host = host
-        self.plans: LruCache[bytes, ReshardPlan] = LruCache(
-            options.plan_cache_tasks, weigh=lambda p: len(p.tasks) + 1)
-        self.executable: LruCache[bytes, ReshardPlan] = LruCache(
-            options.plan_cache_tasks, weigh=lambda p: len(p.tasks) + 1)
+        self.plans: LruCache[bytes, ReshardPlan] = LruCache(options.plan_cache_bytes,
+                                                            weigh=plan_bytes)
+        self.executable: LruCache[bytes, ReshardPlan] = LruCache(options.plan_cache_bytes,
+                                                                 weigh=plan_bytes)
         self.costs: LruCache[bytes, pb.Cost] = LruCache(COST_CACHE_ENTRIES)
         self.replies: LruCache[bytes, pb.PlanReply] = LruCache(
             options.reply_cache_bytes, weigh=lambda r: r.ByteSize())
@@ -159,7 +180,7 @@ class ReshardServicer(pb_grpc.ReshardServicer):
 
     # ----- execution ------------------------------------------------------------------
     def _executable(self, plan: pb.Plan) -> ReshardPlan:
-        return self.executable.get_or_make(plan.SerializeToString(deterministic=True),
+        return self.executable.get_or_make(canonical_key(plan),
                                            lambda: plan_from_pb(plan, verify=True))
 
     @_guarded

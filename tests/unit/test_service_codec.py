@@ -308,3 +308,22 @@ def test_numpy_dtypes_and_shapes_cross_as_plain_values():
     dst = Layout(DeviceMesh((2,), devices=[2, 3]), "R")
     p = reshard.plan((np.int64(5),), np.float16, src, dst)
     assert wire(p) == p and wire(p).tensors[0].dtype == "float16"
+
+
+def test_cache_keys_are_canonical_and_small():
+    """Unknown fields and the fields that do not change the plan leave the key alone;
+    any request's key is 32 bytes."""
+    from reshard.service.servicer import request_key
+
+    src = Layout(DeviceMesh((2, 2)), "S0R")
+    dst = Layout(DeviceMesh((4,), devices=range(4, 8)), "RS0")
+    msg = convert.request_to_pb([((8, 6), "int16", src, dst, None)], None, "broadcast")
+    key = request_key(msg)
+    assert len(key) == 32
+    noisy = pb.PlanRequest.FromString(msg.SerializeToString() + b"\xa8\x06\x01")  # field 101
+    assert noisy.SerializeToString() != msg.SerializeToString()  # kept the unknown field
+    assert request_key(noisy) == key
+    noisy.include_cost, noisy.max_chunk_tasks = True, 7
+    assert request_key(noisy) == key
+    other = convert.request_to_pb([((8, 7), "int16", src, dst, None)], None, "broadcast")
+    assert request_key(other) != key
