@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from reshard.errors import ClusterError
 
@@ -130,6 +131,13 @@ class Cluster:
     copy_bandwidth: float = PRESETS[PAPER_PRESET].copy_bandwidth
     name: str = "custom"
     nics_per_host: int = 1
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled by its fields (the device index built from them is not picklable;
+        the constructor builds it again)."""
+        return (Cluster, (self.hosts, self.intra_bandwidth, self.nic_bandwidth, self.latency,
+                          self.intra_latency, self.copy_bandwidth, self.name,
+                          self.nics_per_host))
 
     def __post_init__(self) -> None:
         hosts = tuple(tuple(int(d) for d in h) for h in self.hosts)

@@ -59,6 +59,12 @@ class ServeOptions:
             in (estimated) bytes of memory, least recently used out first (planned and
             executable plans: each cache this much).
         reply_cache_bytes: encoded Plan replies kept for repeated requests, in bytes.
+        max_plan_cells: the largest plan a request may ask for, in cells (about tasks;
+            :mod:`reshard.service.budget`), checked before any work.
+        job_workers: worker processes for expensive requests (planning, costing,
+            verifying large plans), each stopped at its caller's deadline; 0 runs them
+            on the serving threads, unbounded (tests).
+        job_memory_bytes: each worker's memory cap; a request needing more is refused.
     """
 
     host: str = "127.0.0.1"
@@ -75,12 +81,16 @@ class ServeOptions:
     runtime_timeout: float = 60.0
     plan_cache_bytes: int = 128 * MIB
     reply_cache_bytes: int = 64 * MIB
+    max_plan_cells: int = 1 << 21
+    job_workers: int = 2
+    job_memory_bytes: int = 2048 * MIB
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ReshardError(f"port must be 0..65535, got {self.port}; 0 picks a free port")
         for name in ("max_message_bytes", "max_inline_bytes", "workers",
-                     "plan_cache_bytes", "reply_cache_bytes"):
+                     "plan_cache_bytes", "reply_cache_bytes", "max_plan_cells",
+                     "job_memory_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ReshardError(f"{name} must be an integer >= 1, got {value!r}")
@@ -89,6 +99,11 @@ class ServeOptions:
                 f"max_inline_bytes ({self.max_inline_bytes}) must leave {INLINE_HEADROOM} "
                 f"bytes of max_message_bytes ({self.max_message_bytes}) for the rest of the "
                 f"message; lower it or raise max_message_bytes")
+        if isinstance(self.job_workers, bool) or not isinstance(self.job_workers, int) or \
+                not 0 <= self.job_workers < self.workers:
+            raise ReshardError(
+                f"job_workers must be an integer from 0 to workers - 1 ({self.workers - 1}: "
+                f"serving threads must stay free for cheap calls), got {self.job_workers!r}")
         for name in ("grace", "runtime_timeout"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):

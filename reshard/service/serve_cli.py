@@ -94,6 +94,14 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="seconds calls in flight get to finish on SIGTERM")
     ap.add_argument("--timeout", type=float, default=60.0,
                     help="the Runtime's timeout (a caller's deadline shortens it)")
+    ap.add_argument("--max-plan-cells", type=int, default=1 << 21,
+                    help="refuse requests whose plan would have more cells (about tasks) "
+                         "than this, before any work")
+    ap.add_argument("--job-workers", type=int, default=2,
+                    help="processes for expensive requests (stopped at the caller's "
+                         "deadline); fewer than --workers")
+    ap.add_argument("--job-memory-mb", type=float, default=2048.0,
+                    help="memory cap of each of those processes, MiB")
 
 
 def _token(path: str | None) -> str | None:
@@ -120,7 +128,8 @@ def options_from(args: argparse.Namespace) -> ServeOptions:
         cluster=parse_cluster(args.cluster) if args.cluster else None, token=_token(args.token_file),
         tls=tls, max_message_bytes=int(args.max_message_mb * MIB),
         max_inline_bytes=int(args.max_inline_mb * MIB), workers=args.workers,
-        grace=args.grace, runtime_timeout=args.timeout)
+        grace=args.grace, runtime_timeout=args.timeout, max_plan_cells=args.max_plan_cells,
+        job_workers=args.job_workers, job_memory_bytes=int(args.job_memory_mb * MIB))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -86,6 +86,7 @@ class Server:
         """
         o = self.options
         self.host.start()
+        self.servicer.jobs.start()
         interceptors = [TokenInterceptor(o.token)] if o.token is not None else []
         server = grpc.server(ThreadPoolExecutor(max_workers=o.workers, thread_name_prefix="reshard-rpc"),
                              interceptors=interceptors, options=grpc_options(o.max_message_bytes))
@@ -102,6 +103,7 @@ class Server:
             why = "the address is in use or not this machine's"
         if not port:
             self.host.close()
+            self.servicer.jobs.close()
             raise ReshardError(f"cannot listen on {where}: {why}; pick another --port (0 "
                                f"picks a free one) or an address of this machine")
         self.port = port
@@ -113,10 +115,17 @@ class Server:
 
     def stop(self, grace: float | None = None) -> None:
         """Drain and stop: NOT_SERVING, refuse new calls, let calls in flight finish
-        within ``grace`` seconds (default ``options.grace``), close the Runtime."""
+        within ``grace`` seconds (default ``options.grace``), then stop the jobs still
+        running (their worker processes are killed: the stop is bounded by ``grace``)
+        and close the Runtime."""
         self.health.enter_graceful_shutdown()
+        grace = self.options.grace if grace is None else grace
         if self._server is not None:
-            self._server.stop(self.options.grace if grace is None else grace).wait()
+            done = self._server.stop(grace)
+            done.wait(grace)
+            self.servicer.jobs.close()  # calls waiting on jobs end at once
+            done.wait(1.0)
+        self.servicer.jobs.close()
         self.host.close()
 
     def wait(self, timeout: float | None = None) -> bool:

@@ -24,8 +24,10 @@ import reshard
 from reshard.cluster import preset_names
 from reshard.errors import ReshardError
 from reshard.planner.ir import FORMAT_VERSION, READABLE_FORMATS, ReshardPlan
-from reshard.planner.plan import plan_many
+from reshard.planner.plan import default_cluster, make_tensor_spec
 from reshard.planner.strategy import Strategy
+from reshard.service import jobs
+from reshard.service.budget import INLINE_CELLS, INLINE_TASKS, request_cells
 from reshard.service.cache import LruCache
 from reshard.service.convert import layout_to_pb, request_from_pb, split_rules
 from reshard.service.options import ServeOptions
@@ -40,6 +42,7 @@ from reshard.service.runtime_host import RuntimeHost, deadline_expired
 from reshard.service.status import ERROR_KEY, ServiceError, details, error_name, status_code
 from reshard.service.v1 import reshard_pb2 as pb
 from reshard.service.v1 import reshard_pb2_grpc as pb_grpc
+from reshard.service.workpool import WorkPool
 
 log = logging.getLogger("reshard.service")
 
@@ -117,6 +120,7 @@ class ReshardServicer(pb_grpc.ReshardServicer):
     def __init__(self, options: ServeOptions, host: RuntimeHost) -> None:
         self.options = options
         self.host = host
+        self.jobs = WorkPool(options.job_workers, options.job_memory_bytes)
         self.plans: LruCache[bytes, ReshardPlan] = LruCache(options.plan_cache_bytes,
                                                             weigh=plan_bytes)
         self.executable: LruCache[bytes, ReshardPlan] = LruCache(options.plan_cache_bytes,
@@ -126,14 +130,41 @@ class ReshardServicer(pb_grpc.ReshardServicer):
             options.reply_cache_bytes, weigh=lambda r: r.ByteSize())
 
     # ----- planning -------------------------------------------------------------------
-    def _plan(self, request: pb.PlanRequest, key: bytes) -> ReshardPlan:
+    def _size(self, request: pb.PlanRequest, what: str) -> int:
+        """The request's cells (:mod:`reshard.service.budget`); refused over the budget."""
+        reqs, cluster, _ = request_from_pb(request, self.options.cluster)
+        if cluster is None:
+            cluster = default_cluster(lay for r in reqs for lay in r[2:4])
+        specs = [make_tensor_spec(*r[:4], cluster=cluster, cast=r[4]) for r in reqs]
+        cells = request_cells([(t.shape, t.dtype, t.src, t.dst) for t in specs])
+        if cells > self.options.max_plan_cells:
+            raise ServiceError(
+                f"{what}: the request's plan would have about {cells} cells (tasks), over the "
+                f"server's budget of {self.options.max_plan_cells} (--max-plan-cells); "
+                f"split it into smaller requests", grpc.StatusCode.RESOURCE_EXHAUSTED)
+        return cells
+
+    def _plan(self, request: pb.PlanRequest, key: bytes, what: str,
+              context: grpc.ServicerContext) -> ReshardPlan:
         def make() -> ReshardPlan:
-            reqs, cluster, strategy = request_from_pb(request, self.options.cluster)
-            return plan_many(reqs, cluster=cluster, strategy=strategy)
+            if self._size(request, what) <= INLINE_CELLS:
+                return jobs.plan(request.SerializeToString(), self.options.cluster)
+            return self.jobs.run(what, jobs.plan, request.SerializeToString(),  # type: ignore[no-any-return]
+                                 self.options.cluster, time_left=context.time_remaining)
         return self.plans.get_or_make(key, make)
 
-    def _cost(self, request: pb.PlanRequest, key: bytes) -> pb.Cost:
-        return self.costs.get_or_make(key, lambda: cost_to_pb(self._plan(request, key)))
+    def _cost(self, request: pb.PlanRequest, key: bytes,
+              context: grpc.ServicerContext) -> pb.Cost:
+        def make() -> pb.Cost:
+            plan = self.plans.get(key)
+            if plan is not None:
+                return cost_to_pb(plan)
+            if self._size(request, "Estimate") <= INLINE_CELLS:
+                return cost_to_pb(self._plan(request, key, "Estimate", context))
+            return pb.Cost.FromString(self.jobs.run(
+                "Estimate", jobs.cost, request.SerializeToString(), self.options.cluster,
+                time_left=context.time_remaining))
+        return self.costs.get_or_make(key, make)
 
     @_guarded
     def Plan(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> pb.PlanReply:
@@ -141,11 +172,11 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         reply_key = key + (b"+cost" if request.include_cost else b"")
         reply = self.replies.get(reply_key)
         if reply is None:
-            plan = self._plan(request, key)
+            plan = self._plan(request, key, "Plan", context)
             reply = pb.PlanReply()
             plan_to_pb(plan, into=reply.plan)
             if request.include_cost:
-                reply.cost.CopyFrom(self._cost(request, key))
+                reply.cost.CopyFrom(self._cost(request, key, context))
             size = reply.ByteSize()
             if size > self.options.max_message_bytes:
                 raise ServiceError(
@@ -160,8 +191,8 @@ class ReshardServicer(pb_grpc.ReshardServicer):
                  context: grpc.ServicerContext) -> Iterator[pb.PlanChunk]:
         try:
             key = request_key(request)
-            plan = self._plan(request, key)
-            cost = self._cost(request, key) if request.include_cost else None
+            plan = self._plan(request, key, "PlanMany", context)
+            cost = self._cost(request, key, context) if request.include_cost else None
             per_chunk = min(request.max_chunk_tasks or DEFAULT_CHUNK_TASKS, DEFAULT_CHUNK_TASKS)
             limit = self.options.max_message_bytes
             chunks = plan_chunks(plan, per_chunk, limit // 2, cost)
@@ -176,12 +207,22 @@ class ReshardServicer(pb_grpc.ReshardServicer):
 
     @_guarded
     def Estimate(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> pb.Cost:
-        return self._cost(request, request_key(request))
+        return self._cost(request, request_key(request), context)
 
     # ----- execution ------------------------------------------------------------------
-    def _executable(self, plan: pb.Plan) -> ReshardPlan:
-        return self.executable.get_or_make(canonical_key(plan),
-                                           lambda: plan_from_pb(plan, verify=True))
+    def _executable(self, plan: pb.Plan, context: grpc.ServicerContext) -> ReshardPlan:
+        def make() -> ReshardPlan:
+            tasks = len(plan.tasks)
+            if tasks > self.options.max_plan_cells:
+                raise ServiceError(
+                    f"Execute: the plan has {tasks} tasks, over the server's budget of "
+                    f"{self.options.max_plan_cells} (--max-plan-cells); split it",
+                    grpc.StatusCode.RESOURCE_EXHAUSTED)
+            if tasks <= INLINE_TASKS:
+                return plan_from_pb(plan, verify=True)
+            return self.jobs.run("Execute", jobs.verify,  # type: ignore[no-any-return]
+                                 plan.SerializeToString(), time_left=context.time_remaining)
+        return self.executable.get_or_make(canonical_key(plan), make)
 
     @_guarded
     def Execute(self, request: pb.ExecuteRequest,
@@ -189,7 +230,7 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         if not request.HasField("plan"):
             raise ReshardError("ExecuteRequest has no plan; set ExecuteRequest.plan (the "
                                "Plan RPC's answer)")
-        plan = self._executable(request.plan)
+        plan = self._executable(request.plan, context)
         inputs: list[str | bytes] = []
         for i, ref in enumerate(request.inputs):
             kind = ref.WhichOneof("kind")

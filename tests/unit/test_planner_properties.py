@@ -103,7 +103,8 @@ def test_plan_json_round_trip_and_determinism(problem, strategy):
     for t in p.tasks:
         if t.kind is TaskKind.ALLGATHER:  # after the sends that delivered its pieces
             feeders = [u.step for u in p.tasks if u.tensor == t.tensor and
-                       u.kind is TaskKind.SEND and u.box in t.pieces]
+                       u.kind is TaskKind.SEND and u.box in t.pieces and
+                       u.receivers[0] in t.receivers]
             assert all(s < t.step for s in feeders)
         if p.tensors[t.tensor].src.spec.is_partial and t.kind in (TaskKind.SEND,
                                                                    TaskKind.BROADCAST):

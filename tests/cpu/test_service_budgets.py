@@ -1,0 +1,173 @@
+"""A service one request cannot take down: requests sized before work and refused over
+the budget, expensive ones in worker processes stopped at the caller's deadline and
+capped in memory, few at a time while cheap calls keep flowing, and a stop bounded by
+its grace (reshard.service.workpool, reshard.service.budget)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import threading
+import time
+
+import grpc
+import pytest
+
+from reshard import Cluster, DeviceMesh, Layout
+from reshard.service import Client, ServeOptions, Server, ServiceError
+from reshard.service.options import MIB
+
+from .test_service_serve import start_serve
+
+pytestmark = pytest.mark.cpu
+
+
+def a2a(n: int) -> tuple[tuple, Cluster]:
+    """An n -> n all-to-all (S01R -> RS10 over n/8 DGX H100 hosts): about n*n tasks."""
+    cluster = Cluster.preset("dgx-h100", n // 8)
+    src = Layout(DeviceMesh((n // 8, 8)), "S01R")
+    dst = Layout(DeviceMesh((n // 8, 8)), "RS10")
+    return ((8 * n, 4096), "bfloat16", src, dst), cluster
+
+
+def estimate(client: Client, n: int, timeout: float | None = 30.0) -> tuple[float, float]:
+    args, cluster = a2a(n)
+    return client.estimate(*args, cluster=cluster, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def served():
+    options = ServeOptions(port=0, backend=None, job_workers=1, job_memory_bytes=1500 * MIB)
+    with Server(options).start() as server, Client(server.address, timeout=30) as client:
+        yield server, client
+
+
+@pytest.mark.timeout(60)
+def test_over_the_budget_refused_before_any_work(served):
+    _, client = served
+    t0 = time.monotonic()
+    with pytest.raises(ServiceError, match=r"about 4198401 cells.*budget of 2097152") as e:
+        estimate(client, 2048)
+    assert e.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert time.monotonic() - t0 < 1.0
+
+
+@pytest.mark.timeout(60)
+def test_the_deadline_stops_the_work(served):
+    """A 1024 -> 1024 Estimate (about 7 s of planning) with a 1 s deadline: its worker
+    is killed at the deadline, and the next request is served by a fresh one."""
+    server, client = served
+    pids = server.servicer.jobs.pids
+    killed = server.servicer.jobs.killed
+    t0 = time.monotonic()
+    with pytest.raises(ServiceError) as e:
+        estimate(client, 1024, timeout=1.0)
+    assert e.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
+    deadline = time.monotonic() + 1.5
+    while server.servicer.jobs.killed == killed and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.servicer.jobs.killed == killed + 1, "the worker ran on past the deadline"
+    assert time.monotonic() - t0 < 2.5
+    for pid in pids:  # its CPU stopped: the process is gone
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    seconds, bound = estimate(client, 64)  # a fresh worker
+    assert seconds >= bound > 0
+
+
+@pytest.mark.timeout(90)
+def test_busy_workers_refuse_and_cheap_calls_keep_flowing(served):
+    """While the one worker plans a huge request, another huge request is refused at
+    once, and small requests (planned inline) keep their latency."""
+    _, client = served
+    errors: list[BaseException] = []
+
+    def huge() -> None:
+        try:
+            estimate(client, 1024, timeout=4.0)
+        except ServiceError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=huge)
+    t.start()
+    time.sleep(0.5)
+    with pytest.raises(ServiceError, match="workers for expensive requests are busy") as e:
+        estimate(client, 512)
+    assert e.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    src = Layout(DeviceMesh((2, 2)), "S0R")
+    dst = Layout(DeviceMesh((4,), devices=range(4, 8)), "RS0")
+    latencies = []
+    for k in range(40):
+        t0 = time.monotonic()
+        client.estimate((64 + k, 32), "float32", src, dst, timeout=5)  # new each time
+        latencies.append(time.monotonic() - t0)
+    t.join()
+    assert errors and errors[0].code is grpc.StatusCode.DEADLINE_EXCEEDED
+    p99 = statistics.quantiles(latencies, n=100)[98]
+    assert p99 < 0.2, f"cheap calls slowed down: p99 {p99:.3f}s"
+
+
+@pytest.mark.timeout(90)
+def test_a_request_over_the_memory_cap_is_refused_and_the_server_serves_on():
+    options = ServeOptions(port=0, backend=None, job_workers=1, job_memory_bytes=400 * MIB)
+    with Server(options).start() as server, Client(server.address, timeout=60) as client:
+        with pytest.raises(ServiceError, match="more memory than a worker may use") as e:
+            estimate(client, 512, timeout=60)
+        assert e.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        seconds, bound = estimate(client, 64)
+        assert seconds >= bound > 0
+
+
+@pytest.mark.timeout(60)
+def test_stop_is_bounded_by_its_grace():
+    options = ServeOptions(port=0, backend=None, job_workers=1, grace=1.0)
+    server = Server(options).start()
+    client = Client(server.address, timeout=60)
+    done = threading.Event()
+
+    def huge() -> None:
+        try:
+            estimate(client, 1024, timeout=None)
+        except ServiceError:
+            pass
+        done.set()
+
+    threading.Thread(target=huge, daemon=True).start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    server.stop()
+    took = time.monotonic() - t0
+    client.close()
+    assert took < 2.5, f"stop took {took:.1f}s with grace 1"
+    assert done.wait(5)
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_during_the_heaviest_request_exits_within_the_grace():
+    proc, address = start_serve("--backend", "none", "--grace", "3")
+    try:
+        with Client(address, timeout=None) as client:
+            args, cluster = a2a(1024)
+            call = threading.Thread(target=lambda: _quietly(client.estimate, *args,
+                                                            cluster=cluster, timeout=None),
+                                    daemon=True)
+            call.start()
+            time.sleep(1.0)
+            t0 = time.monotonic()
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.communicate(timeout=30)
+            took = time.monotonic() - t0
+        assert proc.returncode == 0
+        assert took < 4.0, f"exit took {took:.1f}s with --grace 3"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def _quietly(fn, *args, **kwargs) -> None:
+    try:
+        fn(*args, **kwargs)
+    except ServiceError:
+        pass
