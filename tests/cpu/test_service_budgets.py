@@ -173,3 +173,14 @@ def _quietly(fn, *args, **kwargs) -> None:
         fn(*args, **kwargs)
     except ServiceError:
         pass
+
+
+@pytest.mark.timeout(120)
+def test_service_soak_reports_the_good_clients_latency():
+    """The soak benchmark runs its hostile mix and reports every number it promises."""
+    from reshard.microbench.service_soak import soak
+
+    r = soak(seconds=2.0, hostile=3, devices=512, deadline=1.0)
+    assert r["good_requests"] > 0 and r["good_p99_ms"] >= r["good_p50_ms"] > 0
+    assert sum(r["hostile"].values()) >= 3 and r["server_peak_rss_mb"] > 0
+    assert set(r["hostile"]) <= {"OK", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"}
