@@ -198,6 +198,11 @@ class Runtime:
             raise ReshardError("this Runtime is closed; create a new one")
 
     @property
+    def failed(self) -> str | None:
+        """Why this Runtime failed and shut down (None while it has not)."""
+        return self._broken
+
+    @property
     def loaded_plans(self) -> int:
         """Plans loaded on the workers now (cached and pinned)."""
         return len(self._cached) + len(self._pinned)
@@ -236,7 +241,12 @@ class Runtime:
             stuck = sorted({d for d, f in calls if not f.done() and
                             now - max(issued, self._progress.get(d, 0.0)) >= limit})
             if failed or dead or stuck:
-                self._collect_reports({f for d, f in calls if d not in dead and not f.done()})
+                # a call with a deadline of its own (a service caller's) must answer
+                # inside it: peers get a twentieth of it to report, not a second
+                grace = _REPORT_GRACE if timeout is None else \
+                    min(_REPORT_GRACE, max(0.02, timeout / 20))
+                self._collect_reports({f for d, f in calls if d not in dead and not f.done()},
+                                      grace)
                 dead = self.group.dead()  # also those that died while peers reported
                 silent = sorted({d for d, f in calls if not f.done() and d not in dead})
                 reason = self._describe_failure(calls, what, silent if stuck else [], dead,
@@ -245,10 +255,11 @@ class Runtime:
                 raise ExecutionError(reason)
 
     @staticmethod
-    def _collect_reports(waiting: set[Future]) -> None:
-        """Give workers up to a second to report which task they failed on (their own
-        timeouts fire just after the driver's); once one has, the rest get 0.1 s."""
-        end = time.monotonic() + _REPORT_GRACE
+    def _collect_reports(waiting: set[Future], grace: float = _REPORT_GRACE) -> None:
+        """Give workers up to ``grace`` seconds to report which task they failed on
+        (their own timeouts fire just after the driver's); once one has, the rest get
+        0.1 s."""
+        end = time.monotonic() + grace
         while waiting:
             left = end - time.monotonic()
             if left <= 0:
@@ -283,10 +294,14 @@ class Runtime:
         seen = set()
         for d, f in sorted(calls, key=lambda c: c[0]):
             if f.done() and f.exception() is not None and d not in dead:
-                text = str(f.exception())
+                exc = f.exception()
+                text = str(exc) or f"device {d}: {type(exc).__name__} (no message)"
                 if text not in seen:
                     seen.add(text)
                     parts.append(text)
+        if not parts:
+            parts.append(f"devices {sorted(d for d, f in calls if not f.done())} had not "
+                         f"answered when the call failed; none reported why")
         return f"{what} failed: " + "; ".join(parts[:8]) + (
             f" (+{len(parts) - 8} more)" if len(parts) > 8 else "")
 

@@ -28,13 +28,15 @@ from reshard.errors import ExecutionError, ReshardError, ShapeError
 from reshard.planner.ir import ReshardPlan, TensorSpec
 from reshard.service.status import ServiceError
 
-DEADLINE_MARGIN = 0.2
+DEADLINE_MARGIN = 0.5
 """Seconds before the caller's deadline at which the server gives up waiting, so that
-its answer still arrives in time (half the time left, for deadlines under twice this)."""
+its own answer (the stuck devices found, their reports collected: a twentieth of the
+call's timeout) still arrives in time (half the time left, for deadlines under twice
+this)."""
 
 RuntimeFactory = Callable[[], Any]
 """Makes the server's Runtime (a :class:`reshard.Runtime` or an object with its
-put / get / execute / free / close methods)."""
+put / get / execute / free / close methods and its ``failed`` property)."""
 
 
 def call_timeout(time_left: float | None, default: float) -> float:
@@ -91,6 +93,7 @@ class RuntimeHost:
         self.default_timeout = default_timeout
         self._lock = threading.Lock()
         self._runtime: Any = None
+        self._replaced: Any = None  # a failed Runtime _current replaced, to close
         self._arrays: dict[str, Any] = {}
         self._closed = False
 
@@ -110,6 +113,15 @@ class RuntimeHost:
             rt.close()
 
     def _current(self) -> Any:
+        try:
+            return self._current_locked()
+        finally:
+            with self._lock:
+                old, self._replaced = self._replaced, None
+            if old is not None:
+                old.close()
+
+    def _current_locked(self) -> Any:
         with self._lock:
             if self._closed:
                 raise ServiceError("the server is shutting down; retry on another server",
@@ -119,6 +131,11 @@ class RuntimeHost:
                     "this server runs no Runtime (reshard serve --backend none); start it "
                     "with --backend local, gloo or nccl to Execute plans",
                     grpc.StatusCode.FAILED_PRECONDITION)
+            if self._runtime is not None and self._runtime.failed:
+                # a call past its deadline broke it: the next call gets a new one (closed
+                # by _current, outside the lock)
+                self._replaced, self._runtime = self._runtime, None
+                self._arrays.clear()
             if self._runtime is None:
                 self._runtime = self._factory()
             return self._runtime
@@ -131,7 +148,9 @@ class RuntimeHost:
                 return
             self._runtime = None
             self._arrays.clear()
-        rt.close()
+        # it is stopping its workers already; waiting for that would cost the caller's
+        # answer its deadline
+        threading.Thread(target=rt.close, name="reshard-service-close", daemon=True).start()
 
     @property
     def handles(self) -> int:

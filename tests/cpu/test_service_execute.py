@@ -125,6 +125,7 @@ class FakeRuntime:
         self.behaviour = behaviour
         self.timeouts: list[float | None] = []
         self.closed = False
+        self.failed = None
         self.n = 0
 
     def put(self, array, layout, timeout=None):
@@ -277,3 +278,33 @@ def test_a_gloo_runtime_behind_the_service():
         (z,) = c.execute(back, [y], free_inputs=True)
         np.testing.assert_array_equal(z.data, value)
         assert c.version().backend == "gloo" and server.host.handles == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_stuck_worker_past_the_deadline_gets_the_servers_error_and_a_retry_works():
+    """A gloo worker stopped mid-Execute: the caller gets the server's own error (naming
+    the stuck device) before its deadline, not gRPC's bare DEADLINE_EXCEEDED, and an
+    Execute right after runs on a new Runtime."""
+    import os
+    import signal
+
+    cluster = reshard.Cluster.regular(2, 2)
+    options = ServeOptions(port=0, backend="gloo", cluster=cluster, runtime_timeout=30)
+    with Server(options).start() as server, Client(server.address, timeout=60) as client:
+        src = Layout(DeviceMesh((2,), devices=[0, 1]), "S0R")
+        dst = Layout(DeviceMesh((2,), devices=[2, 3]), "RS0")
+        value = np.arange(64, dtype=np.float32).reshape(8, 8)
+        p = reshard.plan(value.shape, value.dtype, src, dst, cluster=cluster)
+        client.execute(p, [value])  # workers up
+        victim = server.host._runtime.group.pids[3]
+        os.kill(victim, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(ExecutionError, match="device 3 made no progress") as e:
+                client.execute(p, [value], timeout=3.0)
+            assert time.monotonic() - t0 < 3.0  # the server's answer, inside the deadline
+            assert "failed: " in str(e.value) and not str(e.value).endswith("failed: ")
+        finally:
+            os.kill(victim, signal.SIGCONT)
+        (out,) = client.execute(p, [value])  # a retry at once: a new Runtime
+        np.testing.assert_array_equal(out.data, value)
