@@ -225,14 +225,16 @@ class Execution:
             shard = self.src[i] = _DERIVE[self.tensors[i].derive](self, i)
         return shard
 
-    def _amax(self, i: int) -> Any:
-        """Tensor ``i`` (an amax): the max ``|x|`` per block of the scaled tensor's source
-        shard here, over the whole grid (zeros elsewhere)."""
-        w = self.tensors[i].link
+    def _block_amax(self, w: int) -> Any:
+        """The max ``|x|`` per block of scaled tensor ``w``'s source shard here, over its
+        whole scale grid (zeros for blocks the shard does not meet)."""
         pt = self.tensors[w]
-        box = self.lp.src_box[w]
-        return block_amax(self.source(w), box, block_shape(pt.shape, pt.scale),
-                          self.tensors[i].shape)
+        return block_amax(self.source(w), self.lp.src_box[w], block_shape(pt.shape, pt.scale),
+                          scale_grid(pt.shape, pt.scale))
+
+    def _amax(self, i: int) -> Any:
+        """Tensor ``i`` (an amax): the scaled tensor's block amax here (a partial max)."""
+        return self._block_amax(self.tensors[i].link)
 
     def _scales(self, i: int) -> Any:
         """Tensor ``i`` (scales): of the amax this device received (tensor ``link``'s
@@ -244,12 +246,9 @@ class Execution:
         """Tensor ``i`` (scales of block-aligned shards): of the blocks of the scaled
         tensor's own source shard here."""
         w = self.tensors[i].link
-        pt = self.tensors[w]
-        grid = scale_grid(pt.shape, pt.scale)
-        amax = block_amax(self.source(w), self.lp.src_box[w], block_shape(pt.shape, pt.scale),
-                          grid)
+        amax = self._block_amax(w)
         return scales_from_amax(amax[tuple(slice(a, b) for a, b in self.lp.src_box[i])],
-                                pt.out_dtype)
+                                self.tensors[w].out_dtype)
 
     def _given(self, i: int) -> Any:
         raise ReshardError(f"device {self.device} was given no source shard of tensor {i}")

@@ -290,6 +290,13 @@ class Conversion:
         return accumulator(self.dtype)
 
     @property
+    def needs_scales(self) -> bool:
+        """Its tasks read (or make) a scaled cast's scales: a scaled tensor or its
+        scales; they run after every amax of the plan."""
+        return self.scale is not ScaleMode.NONE or self.derive in (Derive.SCALES,
+                                                                   Derive.OWN_SCALES)
+
+    @property
     def reduce_op(self) -> ReduceOp:
         """How a partial source's addends combine: a max (an amax) or a sum."""
         return ReduceOp.MAX if self.derive is Derive.AMAX else ReduceOp.SUM

@@ -195,11 +195,12 @@ def plan_many(
     inputs = [make_tensor_spec(*r[:4], cluster=cluster, cast=default if r[4] is None else r[4])
               for r in reqs]
     tensors = tuple(with_scales(inputs))
-    first = [i for i, t in enumerate(tensors) if t.derive is Derive.AMAX]
-    if not first:
+    if not any(t.derive is Derive.AMAX for t in tensors):
         return _best_plan(tensors, cluster, strat)
-    return min((_phased(tensors, cluster, strat, early) for early in (False, True)),
-               key=lambda p: p.estimate())
+    plans = [_phased(tensors, cluster, strat, early=False)]
+    if any(t.derive is Derive.NONE and not t.needs_scales for t in tensors):
+        plans.append(_phased(tensors, cluster, strat, early=True))
+    return min(plans, key=lambda p: p.estimate())
 
 
 def _phased(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
@@ -207,13 +208,11 @@ def _phased(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
     """The plan in two phases: the amaxes of scaled casts first, then the rest; with
     ``early``, the tensors that need no scales move in the first phase too (their
     transfers hide the amax reductions' latency; the model picks)."""
-    def needs_scales(t: TensorSpec) -> bool:
-        return t.scale is not ScaleMode.NONE or t.derive in (Derive.SCALES,
-                                                             Derive.OWN_SCALES)
+    def first_phase(t: TensorSpec) -> bool:
+        return t.derive is Derive.AMAX or (early and not t.needs_scales)
 
-    first = [i for i, t in enumerate(tensors)
-             if t.derive is Derive.AMAX or (early and not needs_scales(t))]
-    rest = [i for i in range(len(tensors)) if i not in set(first)]
+    first = [i for i, t in enumerate(tensors) if first_phase(t)]
+    rest = [i for i, t in enumerate(tensors) if not first_phase(t)]
     tasks = list(_phase(tensors, first, cluster, strat, 0))
     tasks += _phase(tensors, rest, cluster, strat, 1 + max((t.step for t in tasks), default=-1))
     return ReshardPlan(tensors, tuple(tasks), strat, cluster)

@@ -87,50 +87,37 @@ def _holds_whole_blocks(w: TensorSpec, layout: Layout, grid_layout: Layout) -> b
     return True
 
 
-def with_scales(tensors: list[TensorSpec]) -> list[TensorSpec]:
-    """``tensors`` with every scaled cast's amax (unless block-aligned) and scales
-    appended, in the order of the tensors they serve, and each scaled tensor's ``link``
-    pointing at its scales."""
-    out = list(tensors)
-    for i, w in enumerate(tensors):
-        if w.scale is ScaleMode.NONE:
-            continue
-        grid = scale_grid(w.shape, w.scale)
-        if block_aligned(w):
-            scales = TensorSpec(grid, "float32", own_scales_layout(w), scales_layout(w),
-                                derive=Derive.OWN_SCALES, link=i)
-        else:
-            part, rep = amax_layouts(w)
-            out.append(TensorSpec(grid, "float32", part, rep, derive=Derive.AMAX, link=i))
-            scales = TensorSpec(grid, "float32", rep, scales_layout(w),
-                                derive=Derive.SCALES, link=len(out) - 1)
-        out.append(scales)
-        out[i] = replace(w, link=len(out) - 1)
-    return out
-
-
-def expected_scales(tensors: tuple[TensorSpec, ...], i: int) -> list[TensorSpec]:
-    """What :func:`with_scales` makes for scaled tensor ``i`` (its amax, if any, then its
-    scales), at the indices its ``link`` implies: the verifier's reference."""
-    w = tensors[i]
+def scale_tensors(w: TensorSpec, i: int, first: int) -> list[TensorSpec]:
+    """The tensors scaled tensor ``w`` (plan tensor ``i``) brings, placed from plan index
+    ``first`` on: its amax (unless block-aligned), then its scales."""
     grid = scale_grid(w.shape, w.scale)
-    k = w.link
     if block_aligned(w):
         return [TensorSpec(grid, "float32", own_scales_layout(w), scales_layout(w),
                            derive=Derive.OWN_SCALES, link=i)]
     part, rep = amax_layouts(w)
     return [TensorSpec(grid, "float32", part, rep, derive=Derive.AMAX, link=i),
             TensorSpec(grid, "float32", rep, scales_layout(w), derive=Derive.SCALES,
-                       link=k - 1)]
+                       link=first)]
 
 
-def scaled_by(tensors: tuple[TensorSpec, ...], k: int) -> int:
-    """The scaled tensor whose scales (or amax) tensor ``k`` is."""
-    t = tensors[k]
-    if t.derive is Derive.SCALES:
-        return tensors[t.link].link
-    return t.link
+def with_scales(tensors: list[TensorSpec]) -> list[TensorSpec]:
+    """``tensors`` with every scaled cast's amax (unless block-aligned) and scales
+    appended, in the order of the tensors they serve, and each scaled tensor's ``link``
+    pointing at its scales."""
+    out = list(tensors)
+    for i, w in enumerate(tensors):
+        if w.scale is not ScaleMode.NONE:
+            out += scale_tensors(w, i, len(out))
+            out[i] = replace(w, link=len(out) - 1)
+    return out
+
+
+def expected_scales(tensors: tuple[TensorSpec, ...], i: int) -> list[TensorSpec]:
+    """What :func:`with_scales` makes for scaled tensor ``i`` (its amax, if any, then its
+    scales, the last at its ``link``): the verifier's reference."""
+    w = tensors[i]
+    return scale_tensors(w, i, w.link - 1)
 
 
 __all__ = ["amax_layouts", "block_aligned", "expected_scales", "own_scales_layout",
-           "scaled_by", "scales_layout", "with_scales"]
+           "scale_tensors", "scales_layout", "with_scales"]

@@ -488,17 +488,12 @@ def _check_links(plan: ReshardPlan) -> None:
             raise PlanError(f"plan tensor {k} ({t}) is derived but serves no scaled "
                             f"tensor; drop it, or link a scaled tensor to it")
     first = [task.step for task in plan.tasks if tensors[task.tensor].derive is Derive.AMAX]
-    later = [task.step for task in plan.tasks if _reads_scales(tensors[task.tensor])]
+    later = [task.step for task in plan.tasks if tensors[task.tensor].needs_scales]
     if first and later and min(later) <= max(first):
         raise PlanError(
             f"the amax tasks (to step {max(first)}) must all come before every task of a "
             f"scaled tensor or its scales (from step {min(later)}): scaled values and "
             f"scales are computed from the reduced amax")
-
-
-def _reads_scales(t: TensorSpec) -> bool:
-    """Tasks of ``t`` read scales (or make them): a scaled tensor, or its scales."""
-    return t.scale is not ScaleMode.NONE or t.derive in (Derive.SCALES, Derive.OWN_SCALES)
 
 
 def verify_plan(plan: ReshardPlan) -> None:
