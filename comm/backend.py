@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 from reshard.choice import parse_choice
 from reshard.dtypes import ReduceOp, accumulator, why_not_summable
 from reshard.errors import DTypeError, OptionError, ReshardError
-from reshard.planner.ir import Conversion
+from reshard.planner.ir import Conversion, Task, TaskKind
 
 
 class BackendKind(enum.Enum):
@@ -204,7 +204,7 @@ class Backend(Protocol):
 
 
 
-def check_dtypes(tensors: Sequence[Conversion], reduced: Iterable[int], caps: Capabilities,
+def check_dtypes(tensors: Sequence[Conversion], tasks: Iterable[Task], caps: Capabilities,
                  name: str) -> None:
     """Refuse, before anything moves, a dtype the backend cannot move, a partial sum
     it cannot reduce and a conversion it cannot make (the dtype policy,
@@ -212,14 +212,14 @@ def check_dtypes(tensors: Sequence[Conversion], reduced: Iterable[int], caps: Ca
 
     Args:
         tensors: the plan's (or program's) tensors.
-        reduced: indices of the tensors some task reduces.
+        tasks: its tasks (those that reduce a tensor make it a partial sum to sum).
         caps: what the backend can do.
         name: the backend's name, for messages.
 
     Raises:
         DTypeError: naming the tensor, the dtype and what the backend supports.
     """
-    reduced = set(reduced)
+    reduced = {t.tensor for t in tasks if t.kind is TaskKind.REDUCE or t.addends}
     for i, t in enumerate(tensors):
         what = f"tensor {i} ({t.shape} {t.dtype})"
         for dt in dict.fromkeys((t.dtype, t.out_dtype)):

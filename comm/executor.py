@@ -54,7 +54,7 @@ from reshard.comm.program import WorkerProgram
 from reshard.comm.steps import Execution, LoadedProgram, StepTask, program_steps
 from reshard.dtypes import dtype_name, parse_dtype, storage
 from reshard.errors import ExecutionError, ReshardError, ShapeError
-from reshard.planner.ir import Derive, ReshardPlan, TaskKind
+from reshard.planner.ir import Derive, ReshardPlan
 
 Shards = Mapping[int, Any] | Sequence[Any]
 """Per tensor of a plan, this device's shard: a sequence in plan order (None where
@@ -268,8 +268,8 @@ class Executor:
         else:
             raise ReshardError(f"expected a ReshardPlan, a WorkerProgram or JSON, got "
                                f"{type(plan).__name__}")
-        reduced = {t.tensor for _, t in prog.tasks if t.kind is TaskKind.REDUCE or t.addends}
-        check_dtypes(prog.tensors, reduced, self.capabilities, self.backend.name)
+        check_dtypes(prog.tensors, (t for _, t in prog.tasks), self.capabilities,
+                     self.backend.name)
         return prog
 
     def load(self, plan: ReshardPlan | WorkerProgram | str | bytes, *,

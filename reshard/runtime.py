@@ -479,7 +479,6 @@ class Runtime:
     def _check_plan(self, plan: ReshardPlan) -> None:
         """Verify ``plan`` and check it against the backend's capabilities."""
         from reshard.comm.backend import check_dtypes
-        from reshard.planner.ir import TaskKind
 
         if not isinstance(plan, ReshardPlan):
             raise ReshardError(f"expected a ReshardPlan, got {type(plan).__name__}")
@@ -487,8 +486,7 @@ class Runtime:
         if plan._cache.get(key):
             return
         plan.verify()
-        reduced = {t.tensor for t in plan.tasks if t.kind is TaskKind.REDUCE or t.addends}
-        check_dtypes(plan.tensors, reduced, self.capabilities, self.backend.value)
+        check_dtypes(plan.tensors, plan.tasks, self.capabilities, self.backend.value)
         if self.cluster is not None:
             self.cluster.check_devices(plan.devices, "the plan")
         plan._cache[key] = True

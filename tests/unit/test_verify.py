@@ -358,10 +358,6 @@ def test_mutated_plans_are_refused_or_exact(case):
 
 
 # ----- what a backend can do ----------------------------------------------------------------
-def _reduced(p):
-    return {t.tensor for t in p.tasks if t.kind is reshard.TaskKind.REDUCE or t.addends}
-
-
 def test_backend_dtypes():
     """The dtype policy applied to each backend's declared capabilities: every backend
     moves every dtype; nccl (cupy: no bfloat16 / float8 type) cannot accumulate a bf16
@@ -374,26 +370,26 @@ def test_backend_dtypes():
     mesh = DeviceMesh((2,), [0, 1])
     gloo, nccl = GlooBackend.capabilities, NcclBackend.capabilities
     part = reshard.plan((4, 4), "bfloat16", Layout(mesh, "RR+P0"), Layout(B, "RR"), cluster=CL)
-    check_dtypes(part.tensors, _reduced(part), gloo, "gloo")  # summed in float32
+    check_dtypes(part.tensors, part.tasks, gloo, "gloo")  # summed in float32
     with pytest.raises(reshard.DTypeError,
                        match=r"nccl backend cannot convert \['bfloat16'\].*summed in float32"):
-        check_dtypes(part.tensors, _reduced(part), nccl, "nccl")
+        check_dtypes(part.tensors, part.tasks, nccl, "nccl")
     moved = reshard.plan((4, 4), "float8_e4m3fn", Layout(mesh, "RR"), Layout(B, "S0R"),
                          cluster=CL)
-    check_dtypes(moved.tensors, _reduced(moved), nccl, "nccl")  # bits move anywhere
+    check_dtypes(moved.tensors, moved.tasks, nccl, "nccl")  # bits move anywhere
     cast = reshard.plan((4, 4), "bfloat16", Layout(mesh, "RR"), Layout(B, "S0R"), cluster=CL,
                         cast="float8_e4m3fn")
-    check_dtypes(cast.tensors, _reduced(cast), gloo, "gloo")
+    check_dtypes(cast.tensors, cast.tasks, gloo, "gloo")
     with pytest.raises(reshard.DTypeError, match="nccl backend cannot convert"):
-        check_dtypes(cast.tensors, _reduced(cast), nccl, "nccl")
+        check_dtypes(cast.tensors, cast.tasks, nccl, "nccl")
     half = reshard.plan((4, 4), "float16", Layout(mesh, "RR+P0"), Layout(B, "RR"), cluster=CL)
-    check_dtypes(half.tensors, _reduced(half), nccl, "nccl")  # cupy converts float16
+    check_dtypes(half.tensors, half.tasks, nccl, "nccl")  # cupy converts float16
     narrow = Capabilities(moves=frozenset({"float16", "float32"}), sums=frozenset({"int32"}),
                           groups_need_world=False, device="cpu")
     with pytest.raises(reshard.DTypeError, match="cannot sum float32 .*float16 partial"):
-        check_dtypes(half.tensors, _reduced(half), narrow, "mine")
+        check_dtypes(half.tensors, half.tasks, narrow, "mine")
     with pytest.raises(reshard.DTypeError, match="cannot move dtype bfloat16"):
-        check_dtypes(cast.tensors, _reduced(cast), narrow, "mine")
+        check_dtypes(cast.tensors, cast.tasks, narrow, "mine")
 
 
 def test_fanned_out_relays():
