@@ -21,10 +21,10 @@ import google.protobuf
 import grpc
 
 import reshard
-from reshard.cluster import preset_names
+from reshard.cluster import Cluster, preset_names
 from reshard.errors import ReshardError
 from reshard.planner.ir import FORMAT_VERSION, READABLE_FORMATS, ReshardPlan
-from reshard.planner.plan import default_cluster, make_tensor_spec
+from reshard.planner.plan import default_cluster, make_tensor_spec, plan_many
 from reshard.planner.strategy import Strategy
 from reshard.service import jobs
 from reshard.service.budget import INLINE_CELLS, INLINE_TASKS, request_cells
@@ -130,9 +130,10 @@ class ReshardServicer(pb_grpc.ReshardServicer):
             options.reply_cache_bytes, weigh=lambda r: r.ByteSize())
 
     # ----- planning -------------------------------------------------------------------
-    def _size(self, request: pb.PlanRequest, what: str) -> int:
-        """The request's cells (:mod:`reshard.service.budget`); refused over the budget."""
-        reqs, cluster, _ = request_from_pb(request, self.options.cluster)
+    def _sized(self, request: pb.PlanRequest, what: str) -> tuple[list, Cluster, Strategy, int]:
+        """The request's plan_many arguments and its cells (:mod:`reshard.service.budget`);
+        refused over the budget."""
+        reqs, cluster, strategy = request_from_pb(request, self.options.cluster)
         if cluster is None:
             cluster = default_cluster(lay for r in reqs for lay in r[2:4])
         specs = [make_tensor_spec(*r[:4], cluster=cluster, cast=r[4]) for r in reqs]
@@ -142,13 +143,14 @@ class ReshardServicer(pb_grpc.ReshardServicer):
                 f"{what}: the request's plan would have about {cells} cells (tasks), over the "
                 f"server's budget of {self.options.max_plan_cells} (--max-plan-cells); "
                 f"split it into smaller requests", grpc.StatusCode.RESOURCE_EXHAUSTED)
-        return cells
+        return reqs, cluster, strategy, cells
 
     def _plan(self, request: pb.PlanRequest, key: bytes, what: str,
               context: grpc.ServicerContext) -> ReshardPlan:
         def make() -> ReshardPlan:
-            if self._size(request, what) <= INLINE_CELLS:
-                return jobs.plan(request.SerializeToString(), self.options.cluster)
+            reqs, cluster, strategy, cells = self._sized(request, what)
+            if cells <= INLINE_CELLS:
+                return plan_many(reqs, cluster=cluster, strategy=strategy)
             return self.jobs.run(what, jobs.plan, request.SerializeToString(),  # type: ignore[no-any-return]
                                  self.options.cluster, time_left=context.time_remaining)
         return self.plans.get_or_make(key, make)
@@ -157,13 +159,15 @@ class ReshardServicer(pb_grpc.ReshardServicer):
               context: grpc.ServicerContext) -> pb.Cost:
         def make() -> pb.Cost:
             plan = self.plans.get(key)
-            if plan is not None:
-                return cost_to_pb(plan)
-            if self._size(request, "Estimate") <= INLINE_CELLS:
-                return cost_to_pb(self._plan(request, key, "Estimate", context))
-            return pb.Cost.FromString(self.jobs.run(
-                "Estimate", jobs.cost, request.SerializeToString(), self.options.cluster,
-                time_left=context.time_remaining))
+            if plan is None:
+                reqs, cluster, strategy, cells = self._sized(request, "Estimate")
+                if cells > INLINE_CELLS:
+                    return pb.Cost.FromString(self.jobs.run(
+                        "Estimate", jobs.cost, request.SerializeToString(),
+                        self.options.cluster, time_left=context.time_remaining))
+                plan = self.plans.get_or_make(
+                    key, lambda: plan_many(reqs, cluster=cluster, strategy=strategy))
+            return cost_to_pb(plan)
         return self.costs.get_or_make(key, make)
 
     @_guarded
