@@ -10,11 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from reshard.dtypes import is_torch
 from reshard.layout import Box
-
-
-def _is_torch(a: Any) -> bool:
-    return type(a).__module__.startswith("torch")
 
 
 def local_slices(box: Box, shard_box: Box) -> tuple[slice, ...]:
@@ -29,7 +26,7 @@ def region(shard: Any, box: Box, shard_box: Box) -> Any:
 
 def is_contiguous(view: Any) -> bool:
     """True if ``view`` is one C-contiguous run of memory."""
-    if _is_torch(view):
+    if is_torch(view):
         return bool(view.is_contiguous())
     return bool(view.flags.c_contiguous)
 
@@ -111,7 +108,7 @@ def recv_target(shard: Any, box: Box, shard_box: Box, scratch: Any) -> Any:
 
 def data_address(a: Any) -> int:
     """Address of an array's first element (numpy, cupy or torch)."""
-    if _is_torch(a):
+    if is_torch(a):
         return int(a.data_ptr())
     try:
         return int(a.__array_interface__["data"][0])

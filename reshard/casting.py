@@ -25,17 +25,21 @@ from typing import Any
 
 import numpy as np
 
-from reshard.dtypes import Cast, ScaleMode, block_shape, is_float8, max_finite, scale_grid
+from reshard.dtypes import (
+    Cast,
+    ScaleMode,
+    block_shape,
+    is_float8,
+    is_torch,
+    max_finite,
+    scale_grid,
+)
 from reshard.layout import Box
-
-
-def _is_torch(a: Any) -> bool:
-    return type(a).__module__.startswith("torch")
 
 
 def _float32(a: Any) -> Any:
     """``a`` as a new float32 array of its library."""
-    if _is_torch(a):
+    if is_torch(a):
         import torch
 
         return a.to(torch.float32, copy=True)
@@ -44,10 +48,9 @@ def _float32(a: Any) -> Any:
 
 def _clip(a: Any, bound: float) -> Any:
     """Clip float32 ``a`` to ``[-bound, bound]`` in place (NaN stays NaN)."""
-    if _is_torch(a):
+    if is_torch(a):
         return a.clamp_(-bound, bound)
-    module = np if isinstance(a, np.ndarray) else _module(a)
-    return module.clip(a, -bound, bound, out=a)
+    return _module(a).clip(a, -bound, bound, out=a)
 
 
 def _module(a: Any) -> Any:
@@ -60,7 +63,7 @@ def _module(a: Any) -> Any:
 
 
 def _amax_along(a: Any, axis: int) -> Any:
-    if _is_torch(a):
+    if is_torch(a):
         return a.amax(dim=axis, keepdim=True)
     return a.max(axis=axis, keepdims=True)
 
@@ -68,7 +71,7 @@ def _amax_along(a: Any, axis: int) -> Any:
 def _concat(parts: list[Any], axis: int) -> Any:
     if len(parts) == 1:
         return parts[0]
-    if _is_torch(parts[0]):
+    if is_torch(parts[0]):
         import torch
 
         return torch.cat(parts, dim=axis)
@@ -101,7 +104,7 @@ def _segment_max(a: Any, axis: int, lo: int, b: int) -> Any:
 
 
 def _zeros_like_grid(a: Any, grid: Sequence[int]) -> Any:
-    if _is_torch(a):
+    if is_torch(a):
         import torch
 
         return torch.zeros(tuple(grid), dtype=torch.float32, device=a.device)
@@ -122,7 +125,7 @@ def block_amax(values: Any, box: Box, block: Sequence[int], grid: Sequence[int])
     if not all(c > a for a, c in box):
         return out
     mags = _float32(values)
-    mags = mags.abs() if _is_torch(mags) else abs(mags)
+    mags = mags.abs() if is_torch(mags) else abs(mags)
     for axis, ((a, _), b) in enumerate(zip(box, block)):
         mags = _segment_max(mags, axis, a, b)
     out[tuple(slice(a, c) for a, c in block_range(box, block))] = mags
@@ -132,7 +135,7 @@ def block_amax(values: Any, box: Box, block: Sequence[int], grid: Sequence[int])
 def scales_from_amax(amax: Any, target: str) -> Any:
     """``amax / max_finite(target)`` in float32; 1 where ``amax`` is 0."""
     top = max_finite(target)
-    if _is_torch(amax):
+    if is_torch(amax):
         import torch
 
         return torch.where(amax > 0, amax / top, torch.ones_like(amax))
@@ -144,7 +147,7 @@ def _scale_of_elements(scales: Any, scales_box: Box, box: Box,
                        block: Sequence[int]) -> Any:
     """The scale of every element of ``box`` (broadcastable to its shape), from
     ``scales`` holding the blocks of ``scales_box``."""
-    torch_ = _is_torch(scales)
+    torch_ = is_torch(scales)
     if torch_:
         import torch
     index = []
@@ -172,7 +175,7 @@ def quantize_into(out: Any, values: Any, box: Box, block: Sequence[int], scales:
         return
     v = _float32(values)
     s = _scale_of_elements(scales, scales_box, box, block)
-    if _is_torch(v):
+    if is_torch(v):
         v.div_(s)
     else:
         _module(v).divide(v, s, out=v)

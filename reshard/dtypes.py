@@ -80,6 +80,11 @@ def _lookup(name: str) -> np.dtype:
 _BY_NAME: dict[str, np.dtype] = {n: _lookup(n) for n in DTYPES}
 
 
+def is_torch(value: object) -> bool:
+    """True for torch's objects (tensors, dtypes), told apart without importing torch."""
+    return type(value).__module__.startswith("torch")
+
+
 def parse_dtype(value: object) -> np.dtype:
     """The numpy dtype of ``value``, one of :data:`DTYPES`.
 
@@ -98,7 +103,7 @@ def parse_dtype(value: object) -> np.dtype:
         known = _BY_NAME.get(_ALIASES.get(text.lower(), text.lower()))
         if known is not None:
             return known
-    elif type(value).__module__.startswith("torch"):
+    elif is_torch(value):
         known = _BY_NAME.get(str(value).removeprefix("torch."))
         if known is None:
             raise DTypeError(f"torch dtype {value} is not supported; valid dtypes: "

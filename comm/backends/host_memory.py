@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from reshard.dtypes import numpy_of_torch
+from reshard.dtypes import is_torch, numpy_of_torch
 
 
 class HostMemory:
@@ -27,7 +27,7 @@ class HostMemory:
     def asarray(self, array: Any) -> np.ndarray:
         """numpy array (no copy when already one, or a CPU torch tensor: its memory, in
         ml_dtypes' type for torch's bfloat16 and float8)."""
-        if type(array).__module__.startswith("torch"):
+        if is_torch(array):
             return numpy_of_torch(array.detach().cpu())
         return np.asarray(array)
 
