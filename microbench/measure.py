@@ -132,7 +132,7 @@ def time_execute(rt: Any, plan: ReshardPlan, xs: Sequence[Any], runs: int, warmu
             times.append(elapsed)
         if i == check_at and check is not None:
             checked = check(ys)
-        rt.free(*ys, *(y.scales for y in ys if getattr(y, "scales", None) is not None))
+        rt.free(*ys, *(y.scales for y in ys if y.scales is not None))
         if on_run is not None:
             on_run()
     return statistics.median(times), times, checked

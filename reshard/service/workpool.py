@@ -204,12 +204,6 @@ class WorkPool:
             w.conn.close()
 
     @property
-    def busy(self) -> int:
-        """Jobs running now."""
-        with self._lock:
-            return len(self._busy)
-
-    @property
     def pids(self) -> list[int]:
         """The worker processes' ids."""
         with self._lock:

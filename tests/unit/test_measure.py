@@ -18,8 +18,11 @@ from reshard.microbench.suites.paper import n_to_m_cases
 
 
 class _Out:
+    """What Runtime.execute returns of a tensor: a DArray (no scales delivered)."""
+
     def __init__(self, n: int):
         self.n = n
+        self.scales = None
 
 
 class _Runtime:
