@@ -152,37 +152,32 @@ def _bounds(boxes: list[Box], ndim: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _PieceSets:
-    """Sets of pieces (bitmasks over a list of pieces), each with an id, and the devices
+    """Sets of pieces (frozensets of piece indices), each with an id, and the devices
     holding them. Id ``everything`` is every piece, ``nothing`` none.
 
-    Only distinct sets are handled in Python: cells refer to them by id (arrays).
+    Only distinct sets are handled in Python: cells refer to them by id (arrays). A
+    set is kept as its members, so memory is the sum of the distinct sets' sizes: about
+    one entry per piece and dim for grid layouts (a dim's chunks partition it), never
+    pieces x intervals.
     """
 
     def __init__(self, piece_devices: list[frozenset[int]]) -> None:
         self.piece_devices = piece_devices
-        self.masks: list[int] = []  # per id: its bitmask of pieces
-        self.devices: list[frozenset[int]] = []  # per id: the union of its pieces' devices
+        self.sets: list[frozenset[int]] = []  # per id: its pieces
         self.device_set: list[int] = []  # per id: index of its devices in distinct_devices
-        self._by_mask: dict[int, int] = {}
+        self._by_set: dict[frozenset[int], int] = {}
         self._by_devices: dict[frozenset[int], int] = {}
-        self.nothing = self._id(0)
-        self.everything = self._id((1 << len(piece_devices)) - 1)
+        self.nothing = self._id(frozenset())
+        self.everything = self._id(frozenset(range(len(piece_devices))))
 
-    def _id(self, mask: int) -> int:
-        got = self._by_mask.get(mask)
+    def _id(self, members: frozenset[int]) -> int:
+        got = self._by_set.get(members)
         if got is None:
-            acc: set[int] = set()
-            m = mask
-            while m:  # set bits only, lowest first
-                low = m & -m
-                acc |= self.piece_devices[low.bit_length() - 1]
-                m ^= low
-            devs = frozenset(acc)
-            got = len(self.masks)
-            self.masks.append(mask)
-            self.devices.append(devs)
+            devs = frozenset().union(*map(self.piece_devices.__getitem__, members))
+            got = len(self.sets)
+            self.sets.append(members)
             self.device_set.append(self._by_devices.setdefault(devs, len(self._by_devices)))
-            self._by_mask[mask] = got
+            self._by_set[members] = got
         return got
 
     def distinct_devices(self) -> tuple[frozenset[int], ...]:
@@ -191,23 +186,46 @@ class _PieceSets:
 
     def covering(self, lo: np.ndarray, hi: np.ndarray, piece_lo: np.ndarray,
                  piece_hi: np.ndarray) -> np.ndarray:
-        """Per interval ``[lo[i], hi[i])`` of one dim: the id of the set of pieces whose
-        extent in that dim (``piece_lo``, ``piece_hi``) contains it."""
-        inside = (piece_lo[None, :] <= lo[:, None]) & (hi[:, None] <= piece_hi[None, :])
-        packed = np.packbits(inside, axis=1, bitorder="little")
-        return np.array([self._id(int.from_bytes(row.tobytes(), "little")) for row in packed],
-                        dtype=np.int64)
+        """Per interval ``[lo[i], hi[i])`` of one dim (sorted, disjoint): the id of the
+        set of pieces whose extent in that dim (``piece_lo``, ``piece_hi``) contains it.
+
+        A piece covers a run of consecutive intervals; the covering set changes only
+        where a run starts or ends, so the intervals are swept once, run by run
+        (pieces of one extent join and leave together)."""
+        ids = np.full(len(lo), self.nothing, dtype=np.int64)
+        if not len(lo):
+            return ids
+        extents, which = np.unique(np.stack([piece_lo, piece_hi], axis=1), axis=0,
+                                   return_inverse=True)
+        first = np.searchsorted(lo, extents[:, 0], side="left")
+        stop = np.searchsorted(hi, extents[:, 1], side="right")
+        runs = first < stop  # extents covering at least one interval
+        members: dict[int, list[int]] = {}
+        for piece, e in enumerate(which.reshape(-1).tolist()):
+            members.setdefault(e, []).append(piece)
+        starts: dict[int, list[int]] = {}
+        ends: dict[int, list[int]] = {}
+        for e in np.flatnonzero(runs).tolist():
+            starts.setdefault(int(first[e]), []).append(e)
+            ends.setdefault(int(stop[e]), []).append(e)
+        active: set[int] = set()
+        edges = sorted(set(starts) | set(ends))
+        for at, until in zip(edges, [*edges[1:], len(lo)]):
+            active.difference_update(ends.get(at, ()))
+            active.update(starts.get(at, ()))
+            if active and at < until:
+                pieces_here = frozenset(p for e in active for p in members[e])
+                ids[at:until] = self._id(pieces_here)
+        return ids
 
     def intersect(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Element-wise ids of the intersections of sets ``a[i]`` and ``b[i]``."""
         if not len(a):
             return a
-        base = len(self.masks) + 1
+        base = len(self.sets) + 1
         code = a * base + b
         uniq, inverse = np.unique(code, return_inverse=True)
-        masks = self.masks
-        ids = np.array([self._id(masks[c // base] & masks[c % base]) for c in uniq.tolist()],
+        sets = self.sets
+        ids = np.array([self._id(sets[c // base] & sets[c % base]) for c in uniq.tolist()],
                        dtype=np.int64)
         return ids[inverse.reshape(-1)]
-
-
