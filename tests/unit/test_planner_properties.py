@@ -350,7 +350,7 @@ def test_fan_out_splits_chains_of_all_but_the_last_piece():
 def test_decomposition_memory_is_linear_in_pieces():
     """8,192 devices per mesh, S0 -> S0 on different meshes: the numpy decomposition
     keeps sets of pieces as their members, never an intervals x pieces matrix (that
-    peaked at 139 MiB here; now about 13 MiB). Memory measured by tracemalloc,
+    peaked at 139 MiB here; now about 19 MiB). Memory measured by tracemalloc,
     which is deterministic."""
     import tracemalloc
 
