@@ -8,19 +8,36 @@ while the workers were busy, stopped at their deadline, answered), and the serve
 peak RSS (it runs in this process; its planning workers are processes of their own)::
 
     python -m reshard.microbench.service_soak [--seconds 8] [--hostile 8]
+
+``--flood N`` instead sends N distinct valid Plan requests of ``--request-mb`` MiB each
+(a new 64 -> 64 all-to-all shape each, 4,096 tasks, padded to the size with an unknown
+field, which the server must parse and ignore) from ``--clients`` threads (retrying
+after a refusal for the bytes in flight) to a ``reshard
+serve`` process of its own, and prints that process's peak and final RSS next to what
+its options allow it to keep (plan caches, reply cache, request bytes in flight) above
+its RSS before the flood::
+
+    python -m reshard.microbench.service_soak --flood 1000 [--request-mb 30]
 """
 
 from __future__ import annotations
 
 import argparse
+import pathlib
 import resource
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
 
+import grpc
+
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.service import Client, ServeOptions, Server, ServiceError
+from reshard.service.convert import request_to_pb
+from reshard.service.options import MIB
 
 
 def all_to_all(n: int) -> tuple[tuple, Cluster]:
@@ -71,6 +88,92 @@ def soak(seconds: float, hostile: int, devices: int, deadline: float) -> dict:
             "server_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def padded_request(k: int, size: int) -> bytes:
+    """The bytes of a valid Plan request, distinct for each ``k`` (a 64 -> 64 all-to-all
+    of 512 + k rows), padded to ``size`` bytes with an unknown field (number 1000)."""
+    (_, dtype, src, dst), cluster = all_to_all(64)
+    raw = request_to_pb([((512 + k, 256), dtype, src, dst, None)], cluster,
+                        "broadcast").SerializeToString()
+    pad = max(0, size - len(raw) - 8)
+    return raw + _varint((1000 << 3) | 2) + _varint(pad) + bytes(pad)
+
+
+def _rss_kb(pid: int) -> dict[str, int]:
+    fields = {}
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            fields[name] = int(value.split()[0])
+    return fields
+
+
+def flood(requests: int, request_mb: float, clients: int = 4,
+          serve_flags: Sequence[str] = ()) -> dict:
+    """Send ``requests`` distinct padded Plan requests (module docstring) to a ``reshard
+    serve`` process; its memory before, at peak and after, and what its budgets allow."""
+    plan_mb, reply_mb, inflight_mb = 128.0, 64.0, 256.0
+    flags = ["--backend", "none", "--max-message-mb", "64", "--plan-cache-mb", str(plan_mb),
+             "--max-inflight-mb", str(inflight_mb), *serve_flags]
+    proc = subprocess.Popen([sys.executable, "-m", "reshard.cli", "serve", "--port", "0",
+                             *flags], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        if "listening on" not in line:
+            raise RuntimeError(f"reshard serve did not start: {line!r}")
+        address = line.split("listening on ", 1)[1].split()[0]
+        size = int(request_mb * MIB)
+        opts = [("grpc.max_send_message_length", 64 * MIB),
+                ("grpc.max_receive_message_length", 64 * MIB)]
+        with grpc.insecure_channel(address, options=opts) as ch:
+            call = ch.unary_unary("/reshard.v1.Reshard/Plan")
+            call(padded_request(-1, 1024), timeout=60)  # warm: imports, first plan
+            before = _rss_kb(proc.pid)["VmRSS"]
+            outcomes: dict[str, int] = {}
+            lock = threading.Lock()
+            counter = iter(range(requests))
+            start = time.monotonic()
+
+            def send() -> None:  # refused for the bytes in flight: back off, retry
+                for k in counter:
+                    request = padded_request(k, size)
+                    for attempt in range(100):
+                        try:
+                            call(request, timeout=60)
+                            name = "OK"
+                        except grpc.RpcError as e:
+                            name = e.code().name
+                        with lock:
+                            outcomes[name] = outcomes.get(name, 0) + 1
+                        if name != "RESOURCE_EXHAUSTED":
+                            break
+                        time.sleep(0.05 * (attempt + 1))
+
+            threads = [threading.Thread(target=send) for _ in range(clients)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            seconds = time.monotonic() - start
+        mem = _rss_kb(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    budget_mb = 2 * plan_mb + reply_mb + inflight_mb
+    return {"requests": requests, "request_mb": request_mb, "seconds": seconds,
+            "outcomes": outcomes, "rss_before_mb": before / 1024,
+            "rss_peak_mb": mem["VmHWM"] / 1024, "rss_after_mb": mem["VmRSS"] / 1024,
+            "budget_mb": budget_mb}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run and print one line of numbers."""
     ap = argparse.ArgumentParser(prog="python -m reshard.microbench.service_soak",
@@ -80,7 +183,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--hostile", type=int, default=8, help="threads repeating huge requests")
     ap.add_argument("--devices", type=int, default=1024, help="n of their n -> n all-to-all")
     ap.add_argument("--deadline", type=float, default=5.0, help="their deadline, seconds")
+    ap.add_argument("--flood", type=int, default=0, metavar="N",
+                    help="instead: N distinct padded Plan requests to a reshard serve process")
+    ap.add_argument("--request-mb", type=float, default=30.0, help="--flood: each request's size")
+    ap.add_argument("--clients", type=int, default=4, help="--flood: client threads")
     args = ap.parse_args(argv)
+    if args.flood:
+        f = flood(args.flood, args.request_mb, args.clients)
+        grown = f["rss_peak_mb"] - f["rss_before_mb"]
+        print(f"{f['requests']} distinct {f['request_mb']:.0f} MiB Plan requests in "
+              f"{f['seconds']:.1f} s: {f['outcomes']}; server RSS {f['rss_before_mb']:.0f} MB "
+              f"before, peak {f['rss_peak_mb']:.0f} MB (+{grown:.0f}), after "
+              f"{f['rss_after_mb']:.0f} MB; budgets allow +{f['budget_mb']:.0f} MB "
+              f"(peak growth / budget = {grown / f['budget_mb']:.2f})")
+        return 0
     r = soak(args.seconds, args.hostile, args.devices, args.deadline)
     print(f"good client: {r['good_requests']} new Estimates, p50 {r['good_p50_ms']:.1f} ms, "
           f"p99 {r['good_p99_ms']:.1f} ms; huge requests: {r['hostile']}; server peak RSS "

@@ -15,6 +15,10 @@ DEFAULT_MAX_INLINE = 16 * MIB
 INLINE_HEADROOM = 64 << 10
 """Room kept in a message for everything but the inline array bytes (the plan of an
 Execute request counts against it too: plans above it need a larger message limit)."""
+REQUEST_MEMORY_FACTOR = 3
+"""Memory a request holds while its call runs, in multiples of its wire size (measured
+with 30 MiB requests: gRPC's received buffer, the bytes handed to Python, the parsed
+message); :mod:`reshard.service.admission` counts requests so."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,12 @@ class ServeOptions:
             verifying large plans), each stopped at its caller's deadline; 0 runs them
             on the serving threads, unbounded (tests).
         job_memory_bytes: each worker's memory cap; a request needing more is refused.
+        max_inflight_bytes: the most memory requests in flight hold at once (each counted
+            as ``REQUEST_MEMORY_FACTOR`` (3) x its size before parsing, given back when its call ends); a request
+            that would pass it is refused with RESOURCE_EXHAUSTED. At least 3 x
+            ``max_message_bytes``.
+        max_queued_calls: calls accepted at once, serving or waiting for a thread;
+            gRPC refuses more with RESOURCE_EXHAUSTED.
     """
 
     host: str = "127.0.0.1"
@@ -84,13 +94,15 @@ class ServeOptions:
     max_plan_cells: int = 1 << 21
     job_workers: int = 2
     job_memory_bytes: int = 2048 * MIB
+    max_inflight_bytes: int = 256 * MIB
+    max_queued_calls: int = 64
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ReshardError(f"port must be 0..65535, got {self.port}; 0 picks a free port")
         for name in ("max_message_bytes", "max_inline_bytes", "workers",
                      "plan_cache_bytes", "reply_cache_bytes", "max_plan_cells",
-                     "job_memory_bytes"):
+                     "job_memory_bytes", "max_inflight_bytes", "max_queued_calls"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ReshardError(f"{name} must be an integer >= 1, got {value!r}")
@@ -99,6 +111,15 @@ class ServeOptions:
                 f"max_inline_bytes ({self.max_inline_bytes}) must leave {INLINE_HEADROOM} "
                 f"bytes of max_message_bytes ({self.max_message_bytes}) for the rest of the "
                 f"message; lower it or raise max_message_bytes")
+        if self.max_inflight_bytes < REQUEST_MEMORY_FACTOR * self.max_message_bytes:
+            raise ReshardError(
+                f"max_inflight_bytes ({self.max_inflight_bytes}) must be at least "
+                f"{REQUEST_MEMORY_FACTOR} x max_message_bytes ({self.max_message_bytes}: a "
+                f"request holds about {REQUEST_MEMORY_FACTOR} x its size while parsed), or a "
+                f"largest request could never be served")
+        if self.max_queued_calls < self.workers:
+            raise ReshardError(f"max_queued_calls ({self.max_queued_calls}) must be at least "
+                               f"workers ({self.workers})")
         if isinstance(self.job_workers, bool) or not isinstance(self.job_workers, int) or \
                 not 0 <= self.job_workers < self.workers:
             raise ReshardError(

@@ -102,6 +102,15 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "deadline); fewer than --workers")
     ap.add_argument("--job-memory-mb", type=float, default=2048.0,
                     help="memory cap of each of those processes, MiB")
+    ap.add_argument("--max-inflight-mb", type=float, default=256.0,
+                    help="most memory requests in flight hold at once, MiB (each counts 3 x "
+                         "its size; more are refused before parsing); at least 3 x "
+                         "--max-message-mb")
+    ap.add_argument("--max-queued-calls", type=int, default=64,
+                    help="calls accepted at once, serving or queued (more are refused)")
+    ap.add_argument("--plan-cache-mb", type=float, default=128.0,
+                    help="memory of the plans kept for repeated requests, MiB (planned and "
+                         "executable plans: each cache this much)")
 
 
 def _token(path: str | None) -> str | None:
@@ -129,13 +138,39 @@ def options_from(args: argparse.Namespace) -> ServeOptions:
         tls=tls, max_message_bytes=int(args.max_message_mb * MIB),
         max_inline_bytes=int(args.max_inline_mb * MIB), workers=args.workers,
         grace=args.grace, runtime_timeout=args.timeout, max_plan_cells=args.max_plan_cells,
-        job_workers=args.job_workers, job_memory_bytes=int(args.job_memory_mb * MIB))
+        job_workers=args.job_workers, job_memory_bytes=int(args.job_memory_mb * MIB),
+        max_inflight_bytes=int(args.max_inflight_mb * MIB),
+        max_queued_calls=args.max_queued_calls, plan_cache_bytes=int(args.plan_cache_mb * MIB))
+
+
+MMAP_THRESHOLD = 1 << 20
+"""Allocations of at least this many bytes get pages of their own, returned to the
+system when freed (glibc's default threshold rises to 32 MiB after the first such free,
+after which a burst of large requests leaves the server's heap fragmented: measured 551
+vs 378 MB held after 200 distinct 30 MiB requests)."""
+
+
+def fix_mmap_threshold() -> bool:
+    """Pin glibc's mmap threshold at :data:`MMAP_THRESHOLD` for this process; False where
+    the C library is not glibc (nothing changes)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    m_mmap_threshold = -3  # glibc's malloc.h
+    return bool(mallopt(m_mmap_threshold, MMAP_THRESHOLD))
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM / SIGINT, then drain; 0 on a clean stop, 2 on bad flags."""
     from reshard.service.server import Server
 
+    fix_mmap_threshold()
     try:
         options = options_from(args)
         server = Server(options).start()

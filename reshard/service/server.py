@@ -21,12 +21,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from reshard.errors import ReshardError
+from reshard.service.admission import ByteBudget, add_service
 from reshard.service.auth import TokenInterceptor, check_listen, listen_address, server_credentials
 from reshard.service.convert import SERVICE_NAME
 from reshard.service.options import ServeOptions
 from reshard.service.runtime_host import RuntimeFactory, RuntimeHost
 from reshard.service.servicer import ReshardServicer
-from reshard.service.v1 import reshard_pb2_grpc as pb_grpc
 
 
 def default_runtime_factory(options: ServeOptions) -> RuntimeFactory | None:
@@ -69,6 +69,7 @@ class Server:
         factory = runtime_factory or default_runtime_factory(options)
         self.host = RuntimeHost(factory, options.max_inline_bytes, options.runtime_timeout)
         self.servicer = ReshardServicer(options, self.host)
+        self.inflight = ByteBudget(options.max_inflight_bytes)
         self.health = health.HealthServicer()
         self._server: grpc.Server | None = None
         self.port = 0
@@ -89,8 +90,9 @@ class Server:
         self.servicer.jobs.start()
         interceptors = [TokenInterceptor(o.token)] if o.token is not None else []
         server = grpc.server(ThreadPoolExecutor(max_workers=o.workers, thread_name_prefix="reshard-rpc"),
-                             interceptors=interceptors, options=grpc_options(o.max_message_bytes))
-        pb_grpc.add_ReshardServicer_to_server(self.servicer, server)
+                             interceptors=interceptors, options=grpc_options(o.max_message_bytes),
+                             maximum_concurrent_rpcs=o.max_queued_calls)
+        add_service(self.servicer, server, "Reshard", self.inflight)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         where = listen_address(o.host, o.port)
         try:

@@ -125,9 +125,8 @@ class ReshardServicer(pb_grpc.ReshardServicer):
                                                             weigh=plan_bytes)
         self.executable: LruCache[bytes, ReshardPlan] = LruCache(options.plan_cache_bytes,
                                                                  weigh=plan_bytes)
-        self.costs: LruCache[bytes, pb.Cost] = LruCache(COST_CACHE_ENTRIES)
-        self.replies: LruCache[bytes, pb.PlanReply] = LruCache(
-            options.reply_cache_bytes, weigh=lambda r: r.ByteSize())
+        self.costs: LruCache[bytes, bytes] = LruCache(COST_CACHE_ENTRIES)
+        self.replies: LruCache[bytes, bytes] = LruCache(options.reply_cache_bytes, weigh=len)
 
     # ----- planning -------------------------------------------------------------------
     def _sized(self, request: pb.PlanRequest, what: str) -> tuple[list, Cluster, Strategy, int]:
@@ -156,47 +155,54 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         return self.plans.get_or_make(key, make)
 
     def _cost(self, request: pb.PlanRequest, key: bytes,
-              context: grpc.ServicerContext) -> pb.Cost:
-        def make() -> pb.Cost:
+              context: grpc.ServicerContext) -> bytes:
+        """The encoded Cost of the request's plan (kept encoded: a few dozen bytes, where
+        a decoded one holds about 550)."""
+        def make() -> bytes:
             plan = self.plans.get(key)
             if plan is None:
                 reqs, cluster, strategy, cells = self._sized(request, "Estimate")
                 if cells > INLINE_CELLS:
-                    return pb.Cost.FromString(self.jobs.run(
+                    return self.jobs.run(  # type: ignore[no-any-return]
                         "Estimate", jobs.cost, request.SerializeToString(),
-                        self.options.cluster, time_left=context.time_remaining))
+                        self.options.cluster, time_left=context.time_remaining)
                 plan = self.plans.get_or_make(
                     key, lambda: plan_many(reqs, cluster=cluster, strategy=strategy))
-            return cost_to_pb(plan)
+            return cost_to_pb(plan).SerializeToString()
         return self.costs.get_or_make(key, make)
 
     @_guarded
-    def Plan(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> pb.PlanReply:
+    def Plan(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> bytes:
+        """The PlanReply, encoded (replies are kept encoded: a decoded one holds about
+        nine times its encoded size; :func:`reshard.service.admission.add_service`
+        sends bytes as they are)."""
         key = request_key(request)
         reply_key = key + (b"+cost" if request.include_cost else b"")
-        reply = self.replies.get(reply_key)
-        if reply is None:
+        encoded = self.replies.get(reply_key)
+        if encoded is None:
             plan = self._plan(request, key, "Plan", context)
             reply = pb.PlanReply()
             plan_to_pb(plan, into=reply.plan)
             if request.include_cost:
-                reply.cost.CopyFrom(self._cost(request, key, context))
-            size = reply.ByteSize()
-            if size > self.options.max_message_bytes:
+                reply.cost.ParseFromString(self._cost(request, key, context))
+            encoded = reply.SerializeToString()
+            del reply
+            if len(encoded) > self.options.max_message_bytes:
                 raise ServiceError(
-                    f"the plan ({len(plan.tasks)} tasks) encodes to {size} bytes, over the "
-                    f"server's message limit of {self.options.max_message_bytes}; ask "
+                    f"the plan ({len(plan.tasks)} tasks) encodes to {len(encoded)} bytes, over "
+                    f"the server's message limit of {self.options.max_message_bytes}; ask "
                     f"PlanMany, which streams it in chunks (Client.plan does so itself)",
                     grpc.StatusCode.RESOURCE_EXHAUSTED)
-            self.replies.put(reply_key, reply)
-        return reply
+            self.replies.put(reply_key, encoded)
+        return encoded
 
     def PlanMany(self, request: pb.PlanRequest,
                  context: grpc.ServicerContext) -> Iterator[pb.PlanChunk]:
         try:
             key = request_key(request)
             plan = self._plan(request, key, "PlanMany", context)
-            cost = self._cost(request, key, context) if request.include_cost else None
+            cost = (pb.Cost.FromString(self._cost(request, key, context))
+                    if request.include_cost else None)
             per_chunk = min(request.max_chunk_tasks or DEFAULT_CHUNK_TASKS, DEFAULT_CHUNK_TASKS)
             limit = self.options.max_message_bytes
             chunks = plan_chunks(plan, per_chunk, limit // 2, cost)
@@ -210,7 +216,7 @@ class ReshardServicer(pb_grpc.ReshardServicer):
             abort(context, e)
 
     @_guarded
-    def Estimate(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> pb.Cost:
+    def Estimate(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> bytes:
         return self._cost(request, request_key(request), context)
 
     # ----- execution ------------------------------------------------------------------

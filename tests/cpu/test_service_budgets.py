@@ -184,3 +184,81 @@ def test_service_soak_reports_the_good_clients_latency():
     assert r["good_requests"] > 0 and r["good_p99_ms"] >= r["good_p50_ms"] > 0
     assert sum(r["hostile"].values()) >= 3 and r["server_peak_rss_mb"] > 0
     assert set(r["hostile"]) <= {"OK", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"}
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def padded_estimate(n: int, pad: int) -> bytes:
+    """The bytes of an n -> n all-to-all Estimate request with ``pad`` bytes of an
+    unknown field (valid protobuf: the server must parse and ignore it)."""
+    from reshard.service.convert import request_to_pb
+
+    (shape, dtype, src, dst), cluster = a2a(n)
+    raw = request_to_pb([(shape, dtype, src, dst, None)], cluster, "broadcast").SerializeToString()
+    return raw + _varint((1000 << 3) | 2) + _varint(pad) + b"\0" * pad
+
+
+@pytest.mark.timeout(90)
+def test_request_bytes_in_flight_are_capped():
+    """While one 2.5 MiB request is being worked on (counted as 7.5 MiB of memory), a
+    second one would bring that to 15 MiB, over a 9 MiB budget: refused before parsing; once the first ends its bytes
+    are given back and the second is served. Bytes that are no message are
+    INVALID_ARGUMENT."""
+    options = ServeOptions(port=0, backend=None, job_workers=1, max_message_bytes=3 * MIB,
+                           max_inline_bytes=2 * MIB, max_inflight_bytes=9 * MIB)
+    with Server(options).start() as server:
+        channel = grpc.insecure_channel(server.address, options=[
+            ("grpc.max_send_message_length", 3 * MIB)])
+        call = channel.unary_unary("/reshard.v1.Reshard/Estimate")
+        heavy, small = padded_estimate(1024, 5 << 19), padded_estimate(16, 5 << 19)
+        failed: list[grpc.RpcError] = []
+
+        def hold() -> None:
+            try:
+                call(heavy, timeout=3.0)
+            except grpc.RpcError as e:
+                failed.append(e)
+
+        t = threading.Thread(target=hold)
+        t.start()
+        deadline = time.monotonic() + 10
+        while server.inflight.held == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.inflight.held >= 3 * (5 << 19)
+        with pytest.raises(grpc.RpcError) as e:
+            call(small, timeout=10)
+        assert e.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "--max-inflight-bytes" in e.value.details()
+        t.join()
+        assert failed and failed[0].code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        deadline = time.monotonic() + 2  # the handler ends just after the caller's deadline
+        while server.inflight.held and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.inflight.held == 0
+        cost = call(small, timeout=10)
+        assert cost  # an encoded Cost
+        with pytest.raises(grpc.RpcError) as e:
+            call(b"\xff\xff\xff", timeout=10)
+        assert e.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "not a valid PlanRequest" in e.value.details()
+        channel.close()
+
+
+@pytest.mark.timeout(120)
+def test_service_flood_reports_the_servers_memory():
+    """The flood benchmark serves every distinct padded request (retrying refusals for
+    the bytes in flight) and reports the server's memory next to its budgets."""
+    from reshard.microbench.service_soak import flood
+
+    r = flood(requests=8, request_mb=4.0, clients=2)
+    assert r["outcomes"].get("OK") == 8
+    assert set(r["outcomes"]) <= {"OK", "RESOURCE_EXHAUSTED"}
+    assert r["rss_peak_mb"] >= r["rss_after_mb"] > 0 and r["rss_before_mb"] > 0
+    assert r["budget_mb"] == 2 * 128 + 64 + 256
