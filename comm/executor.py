@@ -42,6 +42,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Self
 
+from reshard.cluster import Cluster
 from reshard.comm.backend import (
     Backend,
     BackendRegistry,
@@ -51,10 +52,12 @@ from reshard.comm.backend import (
 )
 from reshard.comm.packing import same_memory
 from reshard.comm.program import WorkerProgram
+from reshard.comm.spmd import LocalPlan, exchange, world_of
 from reshard.comm.steps import Execution, LoadedProgram, StepTask, program_steps
 from reshard.dtypes import dtype_name, parse_dtype, storage
 from reshard.errors import ExecutionError, ReshardError, ShapeError
-from reshard.planner.ir import Derive, ReshardPlan
+from reshard.planner.ir import Derive, ReshardPlan, TensorSpec
+from reshard.planner.strategy import Strategy
 
 Shards = Mapping[int, Any] | Sequence[Any]
 """Per tensor of a plan, this device's shard: a sequence in plan order (None where
@@ -301,6 +304,34 @@ class Executor:
         steps, need = program_steps(prog, self.capabilities.fuses_sums)
         scratch = {dt: backend.empty(n, parse_dtype(dt)) for dt, n in need.items()}
         return LoadedProgram(prog, steps, src_box, dst_box, scratch, backend)
+
+    def load_request(self, requests: Sequence[tuple], cluster: Cluster, *,
+                     strategy: str | Strategy = Strategy.BROADCAST,
+                     world: Sequence[int] | None = None, channel: str | None = None
+                     ) -> tuple[LoadedProgram, tuple[TensorSpec, ...]]:
+        """SPMD: plan ``requests`` (:func:`reshard.plan_many`'s ``(shape, dtype, src,
+        dst[, cast])`` each) on this rank, agree with every rank of ``world`` (default:
+        the backend's world) on the plan's digest, and load only this device's program
+        (:mod:`reshard.comm.spmd`; the plan's tasks are dropped). Every rank of
+        ``world`` calls it with the same request, in one order; ranks given different
+        requests or running different reshard versions all raise one PlanError naming
+        them, before any byte moves. Returns the loaded program and the plan's tensors
+        (the requests, then any a scaled cast adds)::
+
+            loaded, tensors = ex.load_request([(shape, "bfloat16", src, dst)], cluster)
+            dst = ex.run(loaded, [my_src_shard]).wait()
+        """
+        backend = self.channel(channel)
+        members = world_of(backend, world)
+        local = LocalPlan(requests, cluster, strategy)
+        with self.communicating():
+            rows = exchange(backend, members, local.record)
+        # every rank saw the same records: a disagreement is refused on all of them
+        # alike, and the executor stays usable
+        program = local.program(self.device, members, rows,
+                                self.capabilities.groups_need_world)
+        assert local.plan is not None  # program() raised otherwise
+        return self.load(program, channel=channel), local.plan.tensors
 
     # ----- running -----------------------------------------------------------------------
     def _sources(self, lp: LoadedProgram, sources: Shards | None) -> dict[int, Any]:

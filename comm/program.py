@@ -18,6 +18,7 @@ read and write inside the shards it holds.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,20 +96,9 @@ class WorkerProgram:
     @classmethod
     def of(cls, plan: ReshardPlan, device: int) -> WorkerProgram:
         """``device``'s program of ``plan`` (verified first; an empty program for a
-        device outside the plan, which still names the plan's member sets)."""
-        if not isinstance(plan, ReshardPlan):
-            raise PlanError(f"expected a ReshardPlan, got {type(plan).__name__}")
-        plan.verify()
-        d = int(device)
-        tensors = []
-        for t in plan.tensors:
-            src = t.src.boxes(t.shape).get(d) if d in t.src.devices else None
-            dst = t.dst.boxes(t.shape).get(d) if d in t.dst.devices else None
-            fill = dst is not None and d not in t.dst.partial_leaders()
-            tensors.append(ProgramTensor(t.shape, t.dtype, src, dst, fill, t.cast, t.scale,
-                                         t.derive, t.link))
-        tasks = tuple((i, t) for i, t in enumerate(plan.tasks) if d in t.devices)
-        return cls(d, tuple(tensors), tasks, plan.communicator_groups(), plan.strategy.value)
+        device outside the plan, which still names the plan's member sets). To cut many,
+        :func:`programs` does all in one pass."""
+        return programs(plan, (int(device),))[int(device)]
 
     def communicator_groups(self) -> tuple[tuple[int, ...], ...]:
         """The plan's collective member sets in first-use order (what a backend's
@@ -201,6 +191,62 @@ class WorkerProgram:
         return cls.from_dict(d)
 
 
+def programs(plan: ReshardPlan, devices: Iterable[int] | None = None, *,
+             all_groups: bool = True) -> dict[int, WorkerProgram]:
+    """The programs of ``devices`` (default: the plan's) of ``plan``, verified first, cut
+    in one pass: O(tasks + devices x tensors) in all, each task landing in its devices'
+    lists once.
+
+    Args:
+        plan: the plan.
+        devices: whose programs (a device outside the plan gets an empty one).
+        all_groups: every program names every collective member set of the plan (what
+            backends whose communicators every rank of the world creates need, e.g.
+            gloo's ``new_group``); False: only the sets its device is in.
+
+    Raises:
+        PlanError: ``plan`` is not a ReshardPlan or fails verification.
+    """
+    if not isinstance(plan, ReshardPlan):
+        raise PlanError(f"expected a ReshardPlan, got {type(plan).__name__}")
+    plan.verify()
+    wanted = tuple(dict.fromkeys(int(d) for d in (plan.devices if devices is None
+                                                  else devices)))
+    tasks: dict[int, list[tuple[int, Task]]] = {d: [] for d in wanted}
+    for i, task in enumerate(plan.tasks):
+        for d in task.devices:
+            mine = tasks.get(d)
+            if mine is not None:
+                mine.append((i, task))
+    everything = plan.communicator_groups()
+    groups: dict[int, list[tuple[int, ...]]] = {d: [] for d in wanted}
+    if not all_groups:
+        for g in everything:
+            for d in g:
+                theirs = groups.get(d)
+                if theirs is not None:
+                    theirs.append(g)
+    layouts: dict[tuple, tuple[dict[int, Box], dict[int, Box], frozenset[int]]] = {}
+    for t in plan.tensors:
+        key = (t.shape, t.src, t.dst)
+        if key not in layouts:
+            layouts[key] = (t.src.boxes(t.shape), t.dst.boxes(t.shape),
+                            frozenset(t.dst.partial_leaders()))
+    out = {}
+    for d in wanted:
+        tensors = []
+        for t in plan.tensors:
+            src_boxes, dst_boxes, leaders = layouts[(t.shape, t.src, t.dst)]
+            dst = dst_boxes.get(d)
+            tensors.append(ProgramTensor(t.shape, t.dtype, src_boxes.get(d), dst,
+                                         dst is not None and d not in leaders, t.cast,
+                                         t.scale, t.derive, t.link))
+        out[d] = WorkerProgram(d, tuple(tensors), tuple(tasks[d]),
+                               everything if all_groups else tuple(groups[d]),
+                               plan.strategy.value)
+    return out
+
+
 def _shards_needed(t: Task, d: int, pt: ProgramTensor) -> list[tuple[str, Box | None]]:
     """The shards device ``d`` reads or writes in task ``t``: ``(name, its box)``."""
     if t.kind is TaskKind.COPY:
@@ -217,4 +263,4 @@ def _shards_needed(t: Task, d: int, pt: ProgramTensor) -> list[tuple[str, Box | 
     return [("destination", pt.dst_box)]
 
 
-__all__ = ["PROGRAM_FORMAT", "ProgramTensor", "WorkerProgram"]
+__all__ = ["PROGRAM_FORMAT", "ProgramTensor", "WorkerProgram", "programs"]

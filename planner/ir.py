@@ -38,6 +38,7 @@ operations one at a time in that order is still correct (only slower).
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -498,14 +499,30 @@ class ReshardPlan:
         return lb
 
     # ----- serialization -------------------------------------------------------------------
+    def digest(self) -> bytes:
+        """The SHA-256 of the plan's content (format, strategy, cluster, tensors and
+        every task field, in order): equal for equal plans in any process, whatever its
+        hash seed (cached). Ranks that each plan for themselves compare it
+        (:mod:`reshard.comm.spmd`) before any byte moves."""
+        got = self._cache.get("digest")
+        if got is None:
+            h = hashlib.sha256()
+            h.update(json.dumps(self.to_dict_header(), sort_keys=True).encode())
+            for t in self.tasks:
+                h.update(repr((t.kind.value, t.tensor, t.box, t.root, t.receivers, t.nbytes,
+                               t.step, t.source.value, t.pieces, t.through, t.parents,
+                               t.addends)).encode())
+            got = self._cache["digest"] = h.digest()
+        return got  # type: ignore[no-any-return]
+
+    def to_dict_header(self) -> dict:
+        """:meth:`to_dict` without the tasks."""
+        return {"format": FORMAT_VERSION, "strategy": self.strategy.value,
+                "cluster": self.cluster.to_dict(), "tensors": [t.to_dict() for t in self.tensors]}
+
     def to_dict(self) -> dict:
         """JSON-ready form."""
-        return {
-            "format": FORMAT_VERSION, "strategy": self.strategy.value,
-            "cluster": self.cluster.to_dict(),
-            "tensors": [t.to_dict() for t in self.tensors],
-            "tasks": [t.to_dict() for t in self.tasks],
-        }
+        return {**self.to_dict_header(), "tasks": [t.to_dict() for t in self.tasks]}
 
     def to_json(self, indent: int | None = None) -> str:
         """Lossless JSON text."""

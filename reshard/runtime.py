@@ -17,6 +17,7 @@ from typing import Any, Self
 import numpy as np
 
 from reshard.cluster import Cluster
+from reshard.comm.program import WorkerProgram, programs
 from reshard.dtypes import accumulate, itemsize, parse_dtype, storage
 from reshard.errors import ExecutionError, ReshardError, ShapeError
 from reshard.layout import Layout, check_shape
@@ -517,6 +518,15 @@ class Runtime:
         # new_group) need every worker to load every plan, in the same order.
         return self.group.devices if self.capabilities.groups_need_world else plan.devices
 
+    def _programs(self, plan: ReshardPlan) -> dict[int, WorkerProgram | str]:
+        """Each target worker's program of ``plan`` (verified in :meth:`_check_plan`),
+        cut in one pass: objects for thread workers, JSON for the others (a worker
+        parses and checks its own program, never the whole plan)."""
+        cut = programs(plan, self._targets(plan), all_groups=self.capabilities.groups_need_world)
+        if self.launcher.value == "thread":
+            return dict(cut)
+        return {d: p.to_json() for d, p in cut.items()}
+
     def _load(self, plan: ReshardPlan, channel: str | None,
               pin: bool) -> tuple[int, list[tuple[int, Future]]]:
         """The plan's id on the workers, loading it if needed (lock held): returns the id
@@ -535,8 +545,8 @@ class Runtime:
             return pid, []
         self._ensure(plan.devices)
         pid = next(self._ids)
-        text = plan.to_json() if self.launcher.value != "thread" else plan
-        calls = self._issue({d: ("load_plan", pid, text, channel) for d in self._targets(plan)})
+        calls = self._issue({d: ("load_plan", pid, prog, channel)
+                             for d, prog in self._programs(plan).items()})
         (self._pinned if pin else self._cached)[key] = pid
         while len(self._cached) > self.max_plans:
             (old, _), old_pid = self._cached.popitem(last=False)

@@ -17,8 +17,11 @@ empty local tensor). The result is a new tensor, outside autograd.
 :func:`redistribute_many` moves a whole state dict with one plan (``plan_many``: one
 load balance and one task order for all tensors), the RL weight-sync case.
 
-Plans are cached per (shapes, dtypes, layouts, strategy), with this rank's program
-loaded (communicators made, scratch allocated): a repeated call costs only the
+Every rank plans for itself (SPMD, :meth:`reshard.comm.executor.Executor.load_request`)
+and keeps only its own program; before the first byte moves the ranks compare the
+plan's digest in one small all-gather, so a rank given other tensors, or running another
+reshard version, raises a PlanError on every rank instead of hanging. Plans are cached
+per (shapes, dtypes, layouts, strategy), with this rank's program loaded (communicators made, scratch allocated): a repeated call costs only the
 transfer. The cache, the executor and the sub-groups live in a :class:`Redistributor`.
 Pass one explicitly (``redistributor=``) to control its cluster, backend, timeout and
 lifetime; otherwise the calls share a default one, kept in a :mod:`contextvars` context
@@ -57,8 +60,7 @@ from reshard.comm.steps import LoadedProgram
 from reshard.dtypes import DTYPES, Cast, parse_dtype
 from reshard.errors import DTypeError, ReshardError, ShapeError
 from reshard.layout import Layout
-from reshard.planner.ir import ReshardPlan
-from reshard.planner.plan import plan_many
+from reshard.planner.ir import Derive, TensorSpec
 from reshard.planner.strategy import Strategy
 
 __all__ = ["Redistributor", "default_redistributor", "redistribute", "redistribute_many"]
@@ -162,7 +164,8 @@ class Redistributor:
         self.max_plans = max_plans
         self.executor: Executor | None = None
         self.device_type: str | None = None
-        self._plans: OrderedDict[tuple, tuple[ReshardPlan, LoadedProgram]] = OrderedDict()
+        self._plans: OrderedDict[tuple, tuple[tuple[TensorSpec, ...], LoadedProgram]] = \
+            OrderedDict()
         self.hits = self.misses = 0
 
     @property
@@ -221,8 +224,11 @@ class Redistributor:
         return moves
 
     def plan(self, moves: Sequence[_Move], strategy: Strategy,
-             device_type: str) -> tuple[ReshardPlan, LoadedProgram]:
-        """The plan for ``moves`` and this rank's loaded program (cached)."""
+             device_type: str) -> tuple[tuple[TensorSpec, ...], LoadedProgram]:
+        """The plan's tensors for ``moves`` and this rank's loaded program (cached). Every
+        rank plans for itself and keeps only its program; the ranks compare the plan's
+        digest first (:meth:`Executor.load_request`): a rank given other tensors raises
+        a PlanError on every rank instead of hanging."""
         key = (strategy, tuple(m.request for m in moves))
         hit = self._plans.get(key)
         if hit is not None:
@@ -231,13 +237,12 @@ class Redistributor:
             return hit
         self.misses += 1
         ex = self._executor(device_type)
-        plan = plan_many([m.request for m in moves], cluster=self._cluster(),
-                         strategy=strategy)
-        loaded = ex.load(plan)  # every rank: the backend's sub-groups need the world
-        self._plans[key] = (plan, loaded)
+        loaded, tensors = ex.load_request([m.request for m in moves], self._cluster(),
+                                          strategy=strategy)
+        self._plans[key] = (tensors, loaded)
         while len(self._plans) > self.max_plans:
             self._plans.popitem(last=False)
-        return plan, loaded
+        return tensors, loaded
 
     # ----- moving ----------------------------------------------------------------------
     def redistribute_many(self, tensors: Mapping[str, DTensor] | Sequence[DTensor],
@@ -255,19 +260,21 @@ class Redistributor:
         pls = _per_tensor(placements, names, "placements", _is_placements)
         device_type = str(meshes[0].device_type)
         moves = self._moves(dts, meshes, pls, names, conversion)
-        plan, loaded = self.plan(moves, Strategy.parse(strategy), device_type)
+        tensors_, loaded = self.plan(moves, Strategy.parse(strategy), device_type)
         ex = self._executor(device_type)
         me = ex.device
         device = dts[0].to_local().device
-        sources: list[Any] = [None] * len(plan.tensors)
-        outs: list[Any] = [None] * len(plan.tensors)
+        sources: list[Any] = [None] * len(tensors_)
+        outs: list[Any] = [None] * len(tensors_)
         locals_: dict[int, torch.Tensor] = {}
         for i, (dt, m) in enumerate(zip(dts, moves)):
             if me in m.src.devices:
                 local = dt.to_local().detach().contiguous()
                 sources[i] = local if m.bits is None else local.view(m.bits)
-        for k in plan.outputs:
-            t = plan.tensors[k]
+        outputs = [k for k, t in enumerate(tensors_)
+                   if t.derive in (Derive.NONE, Derive.SCALES, Derive.OWN_SCALES)]
+        for k in outputs:
+            t = tensors_[k]
             if me not in t.dst.devices:
                 continue
             shape = t.dst.shard_shape(t.shape, me)
@@ -282,12 +289,12 @@ class Redistributor:
                              f"DTensor's placement rule)") from None
         results: list[Any] = []
         for i, (dt, mesh, pl, m) in enumerate(zip(dts, meshes, pls, moves)):
-            t = plan.tensors[i]
+            t = tensors_[i]
             value = _dtensor(locals_.get(i), dt, mesh, tuple(pl), m.shape, t.out_dtype)
             if t.link < 0:
                 results.append(value)
                 continue
-            sc = plan.tensors[t.link]
+            sc = tensors_[t.link]
             results.append((value, _dtensor(locals_.get(t.link), dt, mesh,
                                             to_placements(sc.dst), sc.shape, "float32")))
         if isinstance(tensors, Mapping):

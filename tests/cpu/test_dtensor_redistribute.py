@@ -246,6 +246,36 @@ def _rank_main(cases: list[dict], device: int, address, results, done) -> None:
                     assert got.to_local().numel() == 0, n
                 else:
                     assert _same(got.to_local(), want), (n, pl)
+        # SPMD: a 50-tensor state dict, planned on every rank (digests compared), exact
+        import reshard
+
+        shapes = [(4 + i % 7, 3 + i % 5) for i in range(50)]
+        fulls50 = [_value(500 + i, sh, "float32") for i, sh in enumerate(shapes)]
+        state50 = {f"t{i}": _dtensor_of(f, a, [Shard(i % 2)], device)
+                   for i, f in enumerate(fulls50)}
+        out50 = redistribute_many(state50, b, [Shard(1), Replicate()], redistributor=rd)
+        for i, f in enumerate(fulls50):
+            want = _slice(f, b, [Shard(1), Replicate()], device)
+            got = out50[f"t{i}"].to_local()
+            assert (got.numel() == 0) if want is None else torch.equal(got, want), i
+            checked += want is not None
+
+        # a rank given another shape: every rank refuses (naming it) instead of hanging,
+        # and the Redistributor stays usable
+        wrong = (13 if device == 3 else 12, 8)
+        x = _dtensor_of(_value(600, wrong, "float32"), a, [Shard(0)], device)
+        try:
+            redistribute(x, b, [Shard(1), Replicate()], redistributor=rd)
+        except reshard.PlanError as e:
+            assert "ranks disagree" in str(e) and "devices [3]" in str(e), str(e)
+            assert "requests differ" in str(e), str(e)
+        else:
+            raise AssertionError("a rank with another shape was not refused")
+        right = _value(601, (12, 8), "float32")
+        y = redistribute(_dtensor_of(right, a, [Shard(0)], device), b,
+                         [Shard(1), Replicate()], redistributor=rd)
+        want = _slice(right, b, [Shard(1), Replicate()], device)
+        assert (y.to_local().numel() == 0) if want is None else torch.equal(y.to_local(), want)
         rd.close()
         results.put((device, {"checked": checked}))
         done.wait(60)  # rank 0 hosts the store: it stays until every rank is done

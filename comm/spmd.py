@@ -1,0 +1,173 @@
+"""SPMD: every rank plans for itself and keeps only its program.
+
+An embedded reshard (a torch.distributed rank, a JAX process, an RL trainer rank) has
+no driver to plan and ship programs. Each rank is given the same *request* (shapes,
+dtypes, layouts, cluster, strategy), plans it (the planner is deterministic: the same
+plan bit for bit in every process, whatever its hash seed), cuts its own program and
+drops the rest. Before any byte moves, the ranks compare what they planned: one
+all-gather of a small fixed-size record per rank (the plan's digest, the request's
+digest, reshard's version, whether planning failed). Ranks that disagree, given
+different requests or running different reshard versions, all raise one
+:class:`~reshard.errors.PlanError` naming the ranks and what differs, instead of
+hanging on mismatched messages; a rank whose planning failed reports it to every rank
+the same way (Megatron-Core's resharding builds the same plan on every rank from shared
+metadata; vLLM's NCCL M2N integration compares a plan digest across ranks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+
+import numpy as np
+
+import reshard
+from reshard.cluster import Cluster
+from reshard.comm.backend import Backend
+from reshard.comm.program import WorkerProgram, programs
+from reshard.errors import PlanError, ReshardError
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.plan import plan_many
+from reshard.planner.strategy import Strategy
+
+DIGEST = 32
+VERSION = 24
+RECORD = 2 * DIGEST + VERSION + 1
+"""Bytes each rank contributes: plan digest, request digest, version, a failure flag."""
+
+
+def request_digest(requests: Sequence[tuple], cluster: Cluster, strategy: Strategy) -> bytes:
+    """The SHA-256 of a request (``plan_many``'s arguments) in a canonical form."""
+    parts = []
+    for r in requests:
+        shape, dtype, src, dst = r[:4]
+        cast = r[4] if len(r) > 4 else None
+        parts.append([list(shape), str(dtype), src.to_dict(), dst.to_dict(), repr(cast)])
+    text = json.dumps({"tensors": parts, "cluster": cluster.to_dict(),
+                       "strategy": strategy.value}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).digest()
+
+
+def _record(plan_digest: bytes, req_digest: bytes, failed: bool) -> np.ndarray:
+    version = reshard.__version__.encode()[:VERSION].ljust(VERSION, b"\0")
+    raw = plan_digest.ljust(DIGEST, b"\0") + req_digest + version + bytes([int(failed)])
+    return np.frombuffer(raw, dtype=np.uint8).copy()
+
+
+class _Groups:
+    """What ``Backend.prepare`` takes: member sets to create communicators for."""
+
+    def __init__(self, *groups: tuple[int, ...]) -> None:
+        self.groups = groups
+
+    def communicator_groups(self) -> tuple[tuple[int, ...], ...]:
+        return self.groups
+
+
+def exchange(backend: Backend, world: Sequence[int], record: np.ndarray) -> np.ndarray:
+    """Every rank of ``world``'s record (rows in ``world`` order), by one all-gather."""
+    group = tuple(world)
+    backend.prepare(_Groups(group))
+    inp = backend.asarray(record)
+    out = backend.empty(len(group) * RECORD, np.uint8)
+    backend.all_gather(out, inp, group)
+    backend.synchronize()
+    return np.asarray(backend.to_host(out), dtype=np.uint8).reshape(len(group), RECORD)
+
+
+def _disagreement(world: Sequence[int], rows: np.ndarray) -> str | None:
+    """What the ranks' records say, when they do not all agree (None when they do)."""
+    failed = [d for d, row in zip(world, rows) if row[-1]]
+    if failed:
+        return (f"planning failed on devices {failed} (each raised its own error); no rank "
+                f"moves a byte")
+    kinds: dict[bytes, list[int]] = {}
+    for d, row in zip(world, rows):
+        kinds.setdefault(row[:DIGEST].tobytes(), []).append(d)
+    if len(kinds) == 1:
+        return None
+    first = {row[:DIGEST].tobytes(): row for row in rows}
+
+    def say(digest: bytes) -> str:
+        row = first[digest]
+        version = row[2 * DIGEST:2 * DIGEST + VERSION].tobytes().rstrip(b"\0").decode(
+            errors="replace")
+        return (f"devices {_ranges(kinds[digest])} planned {digest.hex()[:12]} (request "
+                f"{row[DIGEST:2 * DIGEST].tobytes().hex()[:12]}, reshard {version})")
+
+    what = "; ".join(say(k) for k in kinds)
+    requests = {first[k][DIGEST:2 * DIGEST].tobytes() for k in kinds}
+    versions = {first[k][2 * DIGEST:2 * DIGEST + VERSION].tobytes() for k in kinds}
+    if len(requests) > 1:
+        why = ("their requests differ (shapes, dtypes, layouts, cast, cluster or strategy): "
+               "give every rank the same request")
+    elif len(versions) > 1:
+        why = "their requests agree but their reshard versions differ: install one version"
+    else:
+        why = "their requests and versions agree but their plans differ: a planner bug, " \
+              "please report it"
+    return f"ranks disagree on the plan: {what}; {why}"
+
+
+def _ranges(devices: list[int]) -> str:
+    if len(devices) <= 8:
+        return str(devices)
+    return f"[{', '.join(map(str, devices[:6]))}, ... +{len(devices) - 6} more]"
+
+
+def world_of(backend: Backend, world: Sequence[int] | None) -> tuple[int, ...]:
+    """The ranks that plan together: ``world``, or the backend's own world."""
+    members = tuple(int(d) for d in world) if world is not None else \
+        getattr(backend, "world", None)
+    if not members:
+        raise ReshardError(f"backend {backend.name!r} names no world; pass world= (the "
+                           f"devices of every rank that plans this request)")
+    if backend.device not in members:
+        raise ReshardError(f"device {backend.device} is not in the world {list(members)}")
+    return tuple(members)
+
+
+class LocalPlan:
+    """One rank's plan of a request, or the error planning it raised, and the record it
+    shares with its peers.
+
+    Args:
+        requests: :func:`reshard.plan_many`'s ``(shape, dtype, src, dst[, cast])`` each.
+        cluster: the cluster every rank plans for.
+        strategy: the strategy.
+    """
+
+    def __init__(self, requests: Sequence[tuple], cluster: Cluster,
+                 strategy: str | Strategy = Strategy.BROADCAST) -> None:
+        self.plan: ReshardPlan | None = None
+        self.error: ReshardError | None = None
+        req = b"\0" * DIGEST
+        try:
+            strat = Strategy.parse(strategy)
+            req = request_digest(requests, cluster, strat)
+            self.plan = plan_many(requests, cluster=cluster, strategy=strat)
+        except ReshardError as e:
+            self.error = e
+        self.record = _record(self.plan.digest() if self.plan is not None else b"", req,
+                              self.error is not None)
+
+    def program(self, device: int, world: Sequence[int], rows: np.ndarray,
+                all_groups: bool) -> WorkerProgram:
+        """``device``'s program, once every rank's record (``rows``, in ``world``
+        order) agrees with this one.
+
+        Raises:
+            ReshardError: planning failed here (the error it raised).
+            PlanError: the ranks disagree, or planning failed on another rank.
+        """
+        if self.error is not None:
+            raise self.error
+        problem = _disagreement(world, rows)
+        if problem is not None:
+            raise PlanError(problem)
+        assert self.plan is not None
+        return programs(self.plan, (device,), all_groups=all_groups)[device]
+
+
+__all__ = ["RECORD", "LocalPlan", "exchange", "request_digest", "world_of"]
