@@ -307,23 +307,25 @@ class Executor:
 
     def load_request(self, requests: Sequence[tuple], cluster: Cluster, *,
                      strategy: str | Strategy = Strategy.BROADCAST,
-                     world: Sequence[int] | None = None, channel: str | None = None
-                     ) -> tuple[LoadedProgram, tuple[TensorSpec, ...]]:
+                     world: Sequence[int] | None = None, channel: str | None = None,
+                     verify: bool = False) -> tuple[LoadedProgram, tuple[TensorSpec, ...]]:
         """SPMD: plan ``requests`` (:func:`reshard.plan_many`'s ``(shape, dtype, src,
         dst[, cast])`` each) on this rank, agree with every rank of ``world`` (default:
         the backend's world) on the plan's digest, and load only this device's program
         (:mod:`reshard.comm.spmd`; the plan's tasks are dropped). Every rank of
         ``world`` calls it with the same request, in one order; ranks given different
         requests or running different reshard versions all raise one PlanError naming
-        them, before any byte moves. Returns the loaded program and the plan's tensors
-        (the requests, then any a scaled cast adds)::
+        them, before any byte moves. The rank checks its own program; ``verify`` also
+        verifies the whole plan (about ten times the cost of cutting the program).
+        Returns the loaded program and the plan's tensors (the requests, then any a
+        scaled cast adds)::
 
             loaded, tensors = ex.load_request([(shape, "bfloat16", src, dst)], cluster)
             dst = ex.run(loaded, [my_src_shard]).wait()
         """
         backend = self.channel(channel)
         members = world_of(backend, world)
-        local = LocalPlan(requests, cluster, strategy)
+        local = LocalPlan(requests, cluster, strategy, verify)
         with self.communicating():
             rows = exchange(backend, members, local.record)
         # every rank saw the same records: a disagreement is refused on all of them

@@ -192,7 +192,7 @@ class WorkerProgram:
 
 
 def programs(plan: ReshardPlan, devices: Iterable[int] | None = None, *,
-             all_groups: bool = True) -> dict[int, WorkerProgram]:
+             all_groups: bool = True, verify: bool = True) -> dict[int, WorkerProgram]:
     """The programs of ``devices`` (default: the plan's) of ``plan``, verified first, cut
     in one pass: O(tasks + devices x tensors) in all, each task landing in its devices'
     lists once.
@@ -203,13 +203,18 @@ def programs(plan: ReshardPlan, devices: Iterable[int] | None = None, *,
         all_groups: every program names every collective member set of the plan (what
             backends whose communicators every rank of the world creates need, e.g.
             gloo's ``new_group``); False: only the sets its device is in.
+        verify: verify the whole plan first; False checks only each program
+            (:meth:`WorkerProgram.check`), for a plan this process just made itself (an
+            SPMD rank, :mod:`reshard.comm.spmd`: the whole plan's verification costs
+            about ten times the cut).
 
     Raises:
         PlanError: ``plan`` is not a ReshardPlan or fails verification.
     """
     if not isinstance(plan, ReshardPlan):
         raise PlanError(f"expected a ReshardPlan, got {type(plan).__name__}")
-    plan.verify()
+    if verify:
+        plan.verify()
     wanted = tuple(dict.fromkeys(int(d) for d in (plan.devices if devices is None
                                                   else devices)))
     tasks: dict[int, list[tuple[int, Task]]] = {d: [] for d in wanted}
@@ -244,6 +249,8 @@ def programs(plan: ReshardPlan, devices: Iterable[int] | None = None, *,
         out[d] = WorkerProgram(d, tuple(tensors), tuple(tasks[d]),
                                everything if all_groups else tuple(groups[d]),
                                plan.strategy.value)
+        if not verify:
+            out[d].check()
     return out
 
 

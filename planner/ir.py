@@ -40,6 +40,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import pickle
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,9 @@ class Buffer(enum.Enum):
 
     SRC = "src"
     DST = "dst"
+
+DIGEST_CHUNK = 1 << 16
+"""Tasks hashed at a time by :meth:`ReshardPlan.digest`."""
 
 
 @dataclass(frozen=True)
@@ -396,6 +400,15 @@ class ReshardPlan:
     cluster: Cluster
     _cache: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
+    def __hash__(self) -> int:
+        """Hashed once (a plan keys the Runtime's caches on every call; its tasks are
+        many)."""
+        got = self._cache.get("hash")
+        if got is None:
+            got = self._cache["hash"] = hash((self.tensors, self.tasks, self.strategy,
+                                              self.cluster))
+        return got  # type: ignore[no-any-return]
+
     # ----- single-tensor conveniences ----------------------------------------------------
     def _only(self) -> TensorSpec:
         inputs = self.inputs
@@ -508,10 +521,12 @@ class ReshardPlan:
         if got is None:
             h = hashlib.sha256()
             h.update(json.dumps(self.to_dict_header(), sort_keys=True).encode())
-            for t in self.tasks:
-                h.update(repr((t.kind.value, t.tensor, t.box, t.root, t.receivers, t.nbytes,
-                               t.step, t.source.value, t.pieces, t.through, t.parents,
-                               t.addends)).encode())
+            tasks = self.tasks
+            for k in range(0, len(tasks), DIGEST_CHUNK):  # pickles of ints and tuples are
+                h.update(pickle.dumps([  # the same bytes in every process
+                    (t.kind.value, t.tensor, t.box, t.root, t.receivers, t.nbytes, t.step,
+                     t.source.value, t.pieces, t.through, t.parents, t.addends)
+                    for t in tasks[k:k + DIGEST_CHUNK]], protocol=5))
             got = self._cache["digest"] = h.digest()
         return got  # type: ignore[no-any-return]
 
