@@ -191,7 +191,9 @@ def reshard_array(x: jax.Array, sharding: NamedSharding, *,
     if not x.is_fully_addressable:
         raise ReshardError(
             "reshard_array needs every shard of x in this process (x.is_fully_addressable "
-            "is False); run the plan with reshard's Executor in each JAX process instead")
+            "is False); in each JAX process, plan and run its part with reshard's Executor "
+            "(Executor.load_request: every process plans the same request, the digests "
+            "are compared before any byte moves)")
     src = to_layout(x.sharding, x.shape)  # type: ignore[arg-type]  # checked inside
     dst = to_layout(sharding, x.shape)
     shards: dict[int, np.ndarray] = {}
