@@ -42,6 +42,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Self
 
+import numpy as np
+
 from reshard.cluster import Cluster
 from reshard.comm.backend import (
     Backend,
@@ -57,6 +59,7 @@ from reshard.comm.steps import Execution, LoadedProgram, StepTask, program_steps
 from reshard.dtypes import dtype_name, parse_dtype, storage
 from reshard.errors import ExecutionError, ReshardError, ShapeError
 from reshard.planner.ir import Derive, ReshardPlan, TensorSpec
+from reshard.planner.staging import check_budget
 from reshard.planner.strategy import Strategy
 
 Shards = Mapping[int, Any] | Sequence[Any]
@@ -154,10 +157,14 @@ class Executor:
             it, as :meth:`create` does).
         capabilities: what plans may ask of the backend (default: the rank's own
             ``capabilities``; :meth:`create` passes what the registry entry declares).
+        memory_budget: the most bytes of staging (scratch) a loaded program may hold; a
+            program over it is refused at load, and :meth:`load_request` plans within
+            it (:func:`reshard.planner.staging.fit_budget`). None: unbounded.
     """
 
     def __init__(self, backend: Backend, *, owns_backend: bool = False,
-                 capabilities: Capabilities | None = None) -> None:
+                 capabilities: Capabilities | None = None,
+                 memory_budget: int | None = None) -> None:
         if not isinstance(backend, Backend):
             raise ReshardError(
                 f"Executor needs a backend rank (reshard.comm.backend.Backend), got "
@@ -170,16 +177,17 @@ class Executor:
         self._owns = owns_backend
         self._caps = backend.capabilities if capabilities is None else capabilities
         self._issuer: ThreadPoolExecutor | None = None
+        self.memory_budget = check_budget(memory_budget)
 
     # ----- construction ----------------------------------------------------------------
     @classmethod
     def create(cls, name: str, *args: Any, registry: BackendRegistry | None = None,
-               **kwargs: Any) -> Executor:
+               memory_budget: int | None = None, **kwargs: Any) -> Executor:
         """An executor on a new rank of backend ``name`` (``registry``'s entry, default
         the built-ins), built with the backend's own arguments."""
         entry = (builtin_backends() if registry is None else registry).entry(name)
         rank = entry.create(*args, **kwargs)
-        return cls(rank, owns_backend=True,
+        return cls(rank, owns_backend=True, memory_budget=memory_budget,
                    capabilities=entry.capabilities.meet(rank.capabilities))
 
     @classmethod
@@ -302,7 +310,12 @@ class Executor:
         src_box = {i: t.src_box for i, t in enumerate(prog.tensors) if t.src_box is not None}
         dst_box = {i: t.dst_box for i, t in enumerate(prog.tensors) if t.dst_box is not None}
         steps, need = program_steps(prog, self.capabilities.fuses_sums)
-        scratch = {dt: backend.empty(n, parse_dtype(dt)) for dt, n in need.items()}
+        if self.memory_budget is not None and need > self.memory_budget:
+            raise ReshardError(
+                f"device {self.device}: the program stages {need} bytes in its fullest "
+                f"step, over this executor's memory_budget of {self.memory_budget}; plan "
+                f"it with memory_budget={self.memory_budget} (plan_many / load_request)")
+        scratch = backend.empty(need, np.uint8)
         return LoadedProgram(prog, steps, src_box, dst_box, scratch, backend)
 
     def load_request(self, requests: Sequence[tuple], cluster: Cluster, *,
@@ -325,7 +338,7 @@ class Executor:
         """
         backend = self.channel(channel)
         members = world_of(backend, world)
-        local = LocalPlan(requests, cluster, strategy, verify)
+        local = LocalPlan(requests, cluster, strategy, verify, self.memory_budget)
         with self.communicating():
             rows = exchange(backend, members, local.record)
         # every rank saw the same records: a disagreement is refused on all of them

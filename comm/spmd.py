@@ -37,7 +37,8 @@ RECORD = 2 * DIGEST + VERSION + 1
 """Bytes each rank contributes: plan digest, request digest, version, a failure flag."""
 
 
-def request_digest(requests: Sequence[tuple], cluster: Cluster, strategy: Strategy) -> bytes:
+def request_digest(requests: Sequence[tuple], cluster: Cluster, strategy: Strategy,
+                   memory_budget: int | None = None) -> bytes:
     """The SHA-256 of a request (``plan_many``'s arguments) in a canonical form."""
     parts = []
     for r in requests:
@@ -45,7 +46,8 @@ def request_digest(requests: Sequence[tuple], cluster: Cluster, strategy: Strate
         cast = r[4] if len(r) > 4 else None
         parts.append([list(shape), str(dtype), src.to_dict(), dst.to_dict(), repr(cast)])
     text = json.dumps({"tensors": parts, "cluster": cluster.to_dict(),
-                       "strategy": strategy.value}, sort_keys=True, default=str)
+                       "strategy": strategy.value, "memory_budget": memory_budget},
+                      sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).digest()
 
 
@@ -100,7 +102,8 @@ def _disagreement(world: Sequence[int], rows: np.ndarray) -> str | None:
     requests = {first[k][DIGEST:2 * DIGEST].tobytes() for k in kinds}
     versions = {first[k][2 * DIGEST:2 * DIGEST + VERSION].tobytes() for k in kinds}
     if len(requests) > 1:
-        why = ("their requests differ (shapes, dtypes, layouts, cast, cluster or strategy): "
+        why = ("their requests differ (shapes, dtypes, layouts, cast, cluster, strategy or "
+               "memory budget): "
                "give every rank the same request")
     elif len(versions) > 1:
         why = "their requests agree but their reshard versions differ: install one version"
@@ -139,18 +142,22 @@ class LocalPlan:
         verify: verify the whole plan before cutting this rank's program (default: check
             only the program; the plan is this process's own, and the ranks' digests
             agree; the whole plan's verification costs about ten times the cut).
+        memory_budget: plan within this many bytes of staging per device (None:
+            unbounded); part of the request the ranks compare.
     """
 
     def __init__(self, requests: Sequence[tuple], cluster: Cluster,
-                 strategy: str | Strategy = Strategy.BROADCAST, verify: bool = False) -> None:
+                 strategy: str | Strategy = Strategy.BROADCAST, verify: bool = False,
+                 memory_budget: int | None = None) -> None:
         self.verify = verify
         self.plan: ReshardPlan | None = None
         self.error: ReshardError | None = None
         req = b"\0" * DIGEST
         try:
             strat = Strategy.parse(strategy)
-            req = request_digest(requests, cluster, strat)
-            self.plan = plan_many(requests, cluster=cluster, strategy=strat)
+            req = request_digest(requests, cluster, strat, memory_budget)
+            self.plan = plan_many(requests, cluster=cluster, strategy=strat,
+                                  memory_budget=memory_budget)
         except ReshardError as e:
             self.error = e
         self.record = _record(self.plan.digest() if self.plan is not None else b"", req,

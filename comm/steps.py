@@ -7,8 +7,8 @@ another task of its step writes, so a device runs each of its steps in three pha
 1. prepare: copies (``COPY``) are done at once; every other task gets its buffers:
    send data packed from the shard (zero-copy when contiguous), a receive target
    (the destination shard itself when contiguous), each task in its own region of
-   the program's scratch buffer of its dtype (sized when the program is loaded, for
-   the step that needs most); a ``REDUCE`` root first takes a private copy of its
+   the program's scratch buffer (one byte buffer for every dtype, sized when the
+   program is loaded for the step that needs most); a ``REDUCE`` root first takes a private copy of its
    source shard (once per tensor), so the caller's data stays untouched;
 2. issue: every task's operation in plan order between ``group_start`` and
    ``group_end`` (one NCCL group; gloo's asynchronous operations), tagged with the
@@ -41,12 +41,21 @@ from typing import Any
 
 from reshard.casting import block_amax, convert_into, quantize_into, scales_from_amax
 from reshard.comm.backend import Backend
-from reshard.comm.packing import Unpacker, is_contiguous, pack, recv_target, region, unpack
-from reshard.comm.program import ProgramTensor, WorkerProgram
-from reshard.dtypes import ScaleMode, block_shape, parse_dtype, scale_grid
+from reshard.comm.packing import (
+    Unpacker,
+    is_contiguous,
+    pack,
+    recv_target,
+    region,
+    unpack,
+    view_as,
+)
+from reshard.comm.program import WorkerProgram
+from reshard.dtypes import ScaleMode, block_shape, itemsize, parse_dtype, scale_grid
 from reshard.errors import ReshardError
 from reshard.layout import Box, box_size
 from reshard.planner.ir import Buffer, Derive, Task, TaskKind
+from reshard.planner.staging import ALIGN, buffer_dtype, region_bytes, scratch_elems
 
 
 @dataclass(frozen=True)
@@ -56,8 +65,8 @@ class StepTask:
     Attributes:
         index: its position in the plan's tasks (its tag on the wire).
         task: the task.
-        offset: where its region starts in the scratch buffer of its tensor's dtype
-            (the tasks of one step use disjoint regions).
+        offset: the byte where its region starts in the program's scratch buffer (the
+            tasks of one step use disjoint regions).
     """
 
     index: int
@@ -68,31 +77,12 @@ class StepTask:
         return f"task #{self.index} ({self.task})"
 
 
-def buffer_dtype(tensor: ProgramTensor, task: Task) -> str:
-    """The dtype of ``task``'s buffers: a reduction's accumulator, else what the wire
-    carries (the destination dtype)."""
-    if task.kind is TaskKind.REDUCE:
-        return tensor.sum_dtype or tensor.dtype
-    return tensor.out_dtype
-
-
-def scratch_elems(task: Task, device: int) -> int:
-    """Scratch elements ``task`` needs on ``device`` (a packed or received box, a
-    reduce addend, an all-gather's input and rows)."""
-    n = box_size(task.box)
-    if task.kind is TaskKind.ALLGATHER:
-        m = max((box_size(p) for p in task.pieces), default=0)
-        return m * (len(task.receivers) + 1)
-    if task.kind is TaskKind.COPY:
-        return 0
-    return n
-
-
 def program_steps(program: WorkerProgram, fuses: bool = True
-                  ) -> tuple[tuple[tuple[StepTask, ...], ...], dict[str, int]]:
+                  ) -> tuple[tuple[tuple[StepTask, ...], ...], int]:
     """The program's tasks grouped by step (runs of equal ``step`` in plan order), each
-    with its scratch offset; and per dtype the scratch elements the fullest step needs
-    (the sum of its tasks' needs).
+    with its byte offset in the scratch buffer; and the scratch bytes the fullest step
+    needs (the sum of its tasks' regions, each aligned to :data:`ALIGN` bytes: one
+    buffer serves every dtype, :mod:`reshard.planner.staging`).
 
     ``fuses``: the backend sums a broadcast's addends on the way
     (``Capabilities.fuses_sums``). Else each such broadcast runs as its
@@ -111,16 +101,15 @@ def program_steps(program: WorkerProgram, fuses: bool = True
             runs.append(((t.step, 0), i, t))
     runs.sort(key=lambda r: r[0])  # stable: plan order inside each (half) step
     steps: list[tuple[StepTask, ...]] = []
-    need: dict[str, int] = {}
+    need = 0
     for _, run in itertools.groupby(runs, key=lambda r: r[0]):
-        used: dict[str, int] = {}
+        used = 0
         step = []
         for _, i, t in run:
             dt = buffer_dtype(program.tensors[t.tensor], t)
-            step.append(StepTask(i, t, used.get(dt, 0)))
-            used[dt] = used.get(dt, 0) + scratch_elems(t, device)
-        for dt, n in used.items():
-            need[dt] = max(need.get(dt, 0), n)
+            step.append(StepTask(i, t, used))
+            used += region_bytes(scratch_elems(t, device) * itemsize(dt))
+        need = max(need, used)
         steps.append(tuple(step))
     return tuple(steps), need
 
@@ -134,7 +123,7 @@ class LoadedProgram:
         steps: its tasks by step, in plan order.
         src_box: tensor -> this device's source box.
         dst_box: tensor -> this device's destination box.
-        scratch: dtype name -> 1-d scratch buffer.
+        scratch: the 1-d byte buffer every task's scratch region lies in.
         backend: the (channel's) backend rank it runs on.
     """
 
@@ -142,7 +131,7 @@ class LoadedProgram:
     steps: tuple[tuple[StepTask, ...], ...]
     src_box: dict[int, Box]
     dst_box: dict[int, Box]
-    scratch: dict[str, Any]
+    scratch: Any
     backend: Backend
 
     @property
@@ -337,10 +326,10 @@ class Execution:
         return buf
 
     def _scratch(self, st: StepTask, n: int) -> Any:
-        """The task's own ``n``-element region of the scratch buffer (of the task's
-        buffer dtype, :func:`buffer_dtype`)."""
-        buf = self.lp.scratch[buffer_dtype(self.tensors[st.task.tensor], st.task)]
-        return buf[st.offset:st.offset + n]
+        """The task's own ``n``-element region of the scratch buffer, seen as the task's
+        buffer dtype (:func:`buffer_dtype`)."""
+        dt = buffer_dtype(self.tensors[st.task.tensor], st.task)
+        return view_as(self.lp.scratch[st.offset:st.offset + n * itemsize(dt)], dt)
 
     # ----- prepare: copies done, buffers ready (None: nothing to issue) -----------------
     def prepare_copy(self, st: StepTask) -> _Op | None:
@@ -492,5 +481,5 @@ _UNPACK: Mapping[TaskKind, Callable[[Execution, _Op], None]] = MappingProxyType(
 """Phase 3 per task kind: received data into place once the group completed."""
 
 
-__all__ = ["Execution", "LoadedProgram", "StepTask", "buffer_dtype", "program_steps",
-           "scratch_elems"]
+__all__ = ["ALIGN", "Execution", "LoadedProgram", "StepTask", "buffer_dtype",
+           "program_steps", "scratch_elems"]

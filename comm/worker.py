@@ -129,7 +129,7 @@ class DeviceWorker:
 
     def stats(self) -> dict[str, int]:
         """What this worker holds: arrays, loaded plans, their scratch bytes, channels."""
-        scratch = sum(int(b.nbytes) for lp in self.plans.values() for b in lp.scratch.values())
+        scratch = sum(int(lp.scratch.nbytes) for lp in self.plans.values())
         return {"arrays": len(self.arrays), "plans": len(self.plans),
                 "scratch_bytes": scratch, "channels": len(self.channels)}
 

@@ -25,6 +25,7 @@ from reshard.planner.ir import Derive, ReshardPlan, Task, TaskKind, TensorSpec
 from reshard.planner.order import one_at_a_time
 from reshard.planner.reduce import decompose_pieces, ready_step, reduce_sources
 from reshard.planner.scales import with_scales
+from reshard.planner.staging import check_budget, fit_budget
 from reshard.planner.strategy import Strategy
 from reshard.planner.trees import reshapes, treeify
 from reshard.planner.work import Splitter, WorkList
@@ -159,6 +160,7 @@ def plan_many(
     *,
     cast: object = None,
     scale: str | ScaleMode | None = None,
+    memory_budget: int | None = None,
 ) -> ReshardPlan:
     """Plan several tensors together: one sender balance and one global order.
 
@@ -181,10 +183,18 @@ def plan_many(
             :class:`~reshard.dtypes.Cast`), for every request that names none;
             default: the source dtype.
         scale: scales of a cast to float8 (``"none"``, ``"tensor"``, ``"block128"``).
+        memory_budget: at most this many bytes of staging (scratch) on any device: steps
+            that would stage more run in buckets, boxes too big alone in pieces
+            (:func:`reshard.planner.staging.fit_budget`); None: unbounded.
 
     Returns:
         A frozen :class:`ReshardPlan`.
+
+    Raises:
+        ReshardError: ``memory_budget`` is too small for some task (the error names the
+            smallest that works).
     """
+    check_budget(memory_budget)
     strat = Strategy.parse(strategy)
     default = Cast.parse(cast, scale)
     reqs = [request_parts(r) for r in requests]
@@ -196,11 +206,20 @@ def plan_many(
               for r in reqs]
     tensors = tuple(with_scales(inputs))
     if not any(t.derive is Derive.AMAX for t in tensors):
-        return _best_plan(tensors, cluster, strat)
+        return _within(_best_plan(tensors, cluster, strat), memory_budget)
     plans = [_phased(tensors, cluster, strat, early=False)]
     if any(t.derive is Derive.NONE and not t.needs_scales for t in tensors):
         plans.append(_phased(tensors, cluster, strat, early=True))
-    return min(plans, key=lambda p: p.estimate())
+    return _within(min(plans, key=lambda p: p.estimate()), memory_budget)
+
+
+def _within(plan: ReshardPlan, budget: int | None) -> ReshardPlan:
+    """``plan`` with its steps fitted to ``budget`` bytes of staging per device."""
+    if budget is None:
+        return plan
+    tasks = fit_budget(plan.tasks, plan.tensors, budget)
+    return plan if tasks == plan.tasks else ReshardPlan(plan.tensors, tasks, plan.strategy,
+                                                        plan.cluster)
 
 
 def _phased(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
@@ -391,6 +410,7 @@ def plan(
     *,
     cast: object = None,
     scale: str | ScaleMode | None = None,
+    memory_budget: int | None = None,
 ) -> ReshardPlan:
     """Plan moving one tensor of ``shape``/``dtype`` from layout ``src`` to ``dst``.
 
@@ -404,6 +424,8 @@ def plan(
         cast: deliver this dtype, converted at the source (default: ``dtype``).
         scale: scales of a cast to float8: ``"none"`` (saturate), ``"tensor"`` or
             ``"block128"`` (128 x 128 blocks); the plan then also delivers the scales.
+        memory_budget: at most this many bytes of staging per device (see
+            :func:`plan_many`).
     """
     return plan_many([(shape, dtype, src, dst)], cluster=cluster, strategy=strategy,
-                     cast=cast, scale=scale)
+                     cast=cast, scale=scale, memory_budget=memory_budget)

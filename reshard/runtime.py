@@ -23,6 +23,7 @@ from reshard.errors import ExecutionError, ReshardError, ShapeError
 from reshard.layout import Layout, check_shape
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan_many
+from reshard.planner.staging import check_budget, staging_by_device
 from reshard.planner.strategy import Strategy
 
 
@@ -83,6 +84,10 @@ class Runtime:
         max_plans: plans kept loaded on the workers for :meth:`reshard` and
             :meth:`execute` (each holds scratch buffers); beyond it the least recently
             used is unloaded. Plans loaded with :meth:`load` stay until :meth:`unload`.
+        memory_budget: the most bytes of staging (scratch) one plan may hold on a
+            worker: :meth:`plan` / :meth:`reshard` plan within it (steps in buckets,
+            big boxes in pieces; :func:`reshard.planner.staging.fit_budget`), and
+            :meth:`load` / :meth:`execute` refuse a plan over it. None: unbounded.
         registry: the backends by name (default
             :func:`reshard.comm.backend.builtin_backends`); a Runtime reads the chosen
             entry's capabilities and launchers from it. It starts workers for the
@@ -125,6 +130,7 @@ class Runtime:
         netns: Any = None,
         max_plans: int = DEFAULT_MAX_PLANS,
         registry: Any = None,
+        memory_budget: int | None = None,
     ) -> None:
         from reshard.comm.backend import BackendKind, builtin_backends
         from reshard.comm.launchers import LauncherKind, start_group
@@ -147,6 +153,7 @@ class Runtime:
             raise ReshardError(f"max_plans must be an integer >= 1, got {max_plans!r}")
         self.timeout = float(timeout)
         self.max_plans = max_plans
+        self.memory_budget = check_budget(memory_budget)
         self.cluster = cluster
         if cluster is None and self.launcher is not LauncherKind.THREAD:
             raise ReshardError(
@@ -473,7 +480,8 @@ class Runtime:
             if not isinstance(a, DArray):
                 raise ReshardError(f"expected DArrays, got {type(a).__name__}")
         p = plan_many([(a.shape, a.dtype, a.layout, lay) for a, lay in zip(xs, lays)],
-                      cluster=self.cluster, strategy=strategy, cast=cast, scale=scale)
+                      cluster=self.cluster, strategy=strategy, cast=cast, scale=scale,
+                      memory_budget=self.memory_budget)
         self._check_plan(p)
         return p
 
@@ -483,13 +491,21 @@ class Runtime:
 
         if not isinstance(plan, ReshardPlan):
             raise ReshardError(f"expected a ReshardPlan, got {type(plan).__name__}")
-        key = ("checked for", self.backend, self.cluster)  # reshard checks twice: plan, run
+        key = ("checked for", self.backend, self.cluster, self.memory_budget)  # plan, then run
         if plan._cache.get(key):
             return
         plan.verify()
         check_dtypes(plan.tensors, plan.tasks, self.capabilities, self.backend.value)
         if self.cluster is not None:
             self.cluster.check_devices(plan.devices, "the plan")
+        if self.memory_budget is not None:
+            staged = staging_by_device(plan.tasks, plan.tensors)
+            worst = max(staged, key=staged.__getitem__, default=None)
+            if worst is not None and staged[worst] > self.memory_budget:
+                raise ReshardError(
+                    f"the plan stages {staged[worst]} bytes on device {worst}, over the "
+                    f"Runtime's memory_budget of {self.memory_budget}; plan it with "
+                    f"memory_budget={self.memory_budget} (Runtime.plan does)")
         plan._cache[key] = True
 
     def reshard(self, x: DArray, layout: Layout,

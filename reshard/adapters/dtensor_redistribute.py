@@ -61,6 +61,7 @@ from reshard.dtypes import DTYPES, Cast, parse_dtype
 from reshard.errors import DTypeError, ReshardError, ShapeError
 from reshard.layout import Layout
 from reshard.planner.ir import Derive, TensorSpec
+from reshard.planner.staging import check_budget
 from reshard.planner.strategy import Strategy
 
 __all__ = ["Redistributor", "default_redistributor", "redistribute", "redistribute_many"]
@@ -142,11 +143,14 @@ class Redistributor:
         registry: where ``backend`` is registered (default: the built-ins).
         timeout: seconds communicator set-up and each wait may take.
         max_plans: plans kept loaded; beyond it the least recently used goes.
+        memory_budget: the most bytes of staging (scratch) a plan may hold on a rank;
+            plans are made within it (:func:`reshard.planner.staging.fit_budget`).
     """
 
     def __init__(self, group: Any = None, *, cluster: Cluster | None = None,
                  backend: str = "torch", registry: BackendRegistry | None = None,
-                 timeout: float = 60.0, max_plans: int = DEFAULT_MAX_PLANS) -> None:
+                 timeout: float = 60.0, max_plans: int = DEFAULT_MAX_PLANS,
+                 memory_budget: int | None = None) -> None:
         import torch.distributed as dist
 
         if not dist.is_available() or not dist.is_initialized():
@@ -162,6 +166,7 @@ class Redistributor:
         self.registry = registry
         self.timeout = float(timeout)
         self.max_plans = max_plans
+        self.memory_budget = check_budget(memory_budget)
         self.executor: Executor | None = None
         self.device_type: str | None = None
         self._plans: OrderedDict[tuple, tuple[tuple[TensorSpec, ...], LoadedProgram]] = \
@@ -192,7 +197,8 @@ class Redistributor:
         if self.executor is None:
             buffers = "tensor" if device_type == "cuda" else "numpy"
             self.executor = Executor.create(self.backend, self.group, timeout=self.timeout,
-                                            buffers=buffers, registry=self.registry)
+                                            buffers=buffers, registry=self.registry,
+                                            memory_budget=self.memory_budget)
             self.device_type = device_type
         elif device_type != self.device_type:
             raise ReshardError(

@@ -111,23 +111,28 @@ def run_crossing_chains(rt) -> None:
 
 @pytest.mark.timeout(30)
 def test_scratch_is_sized_for_the_fullest_step():
-    """Each task of a step has its own scratch region; the buffer fits the step whose
-    tasks need most together."""
+    """Each task of a step has its own scratch region (aligned); one byte buffer fits
+    the step whose tasks need most together, as the planner's staging says."""
     from reshard.comm.backends.local import LocalBackend, LocalFabric
-    from reshard.comm.worker import DeviceWorker, _scratch_elems
+    from reshard.comm.worker import DeviceWorker
+    from reshard.dtypes import itemsize
+    from reshard.planner.staging import ALIGN, region_bytes, scratch_elems, staging_by_device
 
     _, shape, dtype, src, dst = CASES[2]
     plan = by_phase(reshard.plan(shape, dtype, src, dst, cluster=WORLD, strategy="allgather"))
     assert busiest(plan) > 1
+    staged = staging_by_device(plan.tasks, plan.tensors)
     for d in plan.devices:
         worker = DeviceWorker(d, LocalBackend(d, LocalFabric()))
         worker.load_plan(0, plan)
         lp = worker.plans[0]
         assert lp.num_tasks == sum(d in t.devices for t in plan.tasks)
-        need = [[_scratch_elems(st.task, d) for st in step] for step in lp.steps]
-        assert lp.scratch[dtype].size == max(sum(n) for n in need)
+        need = [[region_bytes(scratch_elems(st.task, d) * itemsize(dtype)) for st in step]
+                for step in lp.steps]
+        assert lp.scratch.nbytes == max(sum(n) for n in need) == staged.get(d, 0)
         for step, sizes in zip(lp.steps, need):
             assert [st.offset for st in step] == [sum(sizes[:k]) for k in range(len(step))]
+            assert all(st.offset % ALIGN == 0 for st in step)
 
 
 @pytest.fixture(scope="module", params=["gloo", "local"])

@@ -1,0 +1,197 @@
+"""Staging memory: what a plan's tasks hold on each device, and a byte budget for it.
+
+A device runs a plan step by step (:mod:`reshard.comm.steps`); in each step every task
+it takes part in gets its own region of one scratch buffer (a packed or received box,
+a reduction's addend, an all-gather's input and rows; each region aligned to
+:data:`ALIGN` bytes), sized for the step that needs most. A device's staging memory is
+that fullest step's bytes.
+
+:func:`fit_budget` bounds it: it cuts the steps whose staging would pass ``budget``
+bytes on some device into consecutive smaller steps (**buckets**: the tasks stay in
+plan order), and splits a task whose box alone would pass it into pieces of whole
+rows (then of whole elements) that fit, each a task of its own. A budget too small
+for a single element of some task (or for an all-gather, which is not split) is
+refused with the smallest budget that works. Megatron-Core's resharding batches its
+transfers the same way (``execution_batch_bytes``); NCCL M2N stages through a fixed
+pool of 256 MiB per communicator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+
+from reshard.dtypes import itemsize
+from reshard.errors import ReshardError
+from reshard.layout import Box, box_size
+from reshard.planner.ir import Conversion, Task, TaskKind
+
+ALIGN = 64
+"""Bytes each task's scratch region is aligned to (any dtype's view of it is aligned)."""
+
+
+def region_bytes(n: int) -> int:
+    """``n`` bytes rounded up to :data:`ALIGN`."""
+    return -(-n // ALIGN) * ALIGN
+
+
+def check_budget(budget: int | None) -> int | None:
+    """``budget`` if it is None or a positive integer; else a ReshardError."""
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)
+                               or budget < 1):
+        raise ReshardError(f"memory_budget must be a positive number of bytes or None, got "
+                           f"{budget!r}")
+    return budget
+
+
+def buffer_dtype(tensor: Conversion, task: Task) -> str:
+    """The dtype of ``task``'s buffers: a reduction's accumulator, else what the wire
+    carries (the destination dtype)."""
+    if task.kind is TaskKind.REDUCE:
+        return tensor.sum_dtype or tensor.dtype  # type: ignore[attr-defined,no-any-return]
+    return tensor.out_dtype
+
+
+def scratch_elems(task: Task, device: int) -> int:
+    """Scratch elements ``task`` needs on ``device`` (a packed or received box, a
+    reduce addend, an all-gather's input and rows)."""
+    n = box_size(task.box)
+    if task.kind is TaskKind.ALLGATHER:
+        m = max((box_size(p) for p in task.pieces), default=0)
+        return m * (len(task.receivers) + 1)
+    if task.kind is TaskKind.COPY:
+        return 0
+    return n
+
+
+def task_staging(task: Task, tensor: Conversion) -> int:
+    """Bytes ``task`` stages on each of its devices (its region, aligned). A broadcast
+    that sums addends counts as both its parts (a backend that does not fuse sums runs
+    the reduction, in the accumulator dtype, in the same step)."""
+    if task.kind is TaskKind.COPY:
+        return 0
+    return sum(region_bytes(scratch_elems(part, part.root) * itemsize(buffer_dtype(tensor, part)))
+               for part in (task.parts() if task.addends else (task,)))
+
+
+def staging_by_device(tasks: Sequence[Task], tensors: Sequence[Conversion]) -> dict[int, int]:
+    """Each device's staging bytes over a plan's ``tasks`` (steps contiguous in plan
+    order): its fullest step's."""
+    peak: dict[int, int] = {}
+    for run in _steps(tasks):
+        use: dict[int, int] = {}
+        for _, t in run:
+            n = task_staging(t, tensors[t.tensor])
+            for d in set(t.devices):
+                use[d] = use.get(d, 0) + n
+        for d, n in use.items():
+            peak[d] = max(peak.get(d, 0), n)
+    return peak
+
+
+def split_box(box: Box, max_elems: int) -> list[Box]:
+    """``box`` cut into boxes of at most ``max_elems`` elements (>= 1): runs of whole
+    slabs along its first dim, a slab that alone is too big cut the same way along the
+    next dims. In row-major order."""
+    if box_size(box) <= max_elems or not box:
+        return [box]
+    (lo, hi), rest = box[0], box[1:]
+    slab = box_size(rest)
+    if slab <= max_elems:
+        per = max(1, max_elems // slab)
+        return [((a, min(a + per, hi)), *rest) for a in range(lo, hi, per)]
+    return [((a, a + 1), *sub) for a in range(lo, hi) for sub in split_box(rest, max_elems)]
+
+
+def _piece(task: Task, box: Box) -> Task:
+    size = box_size(task.box)
+    return replace(task, box=box, nbytes=task.nbytes * box_size(box) // max(1, size))
+
+
+def _steps(tasks: Sequence[Task]) -> Iterator[list[tuple[int, Task]]]:
+    run: list[tuple[int, Task]] = []
+    for i, t in enumerate(tasks):
+        if run and t.step != run[-1][1].step:
+            yield run
+            run = []
+        run.append((i, t))
+    if run:
+        yield run
+
+
+def _per_element(task: Task, tensor: Conversion) -> int:
+    """Staging bytes one element of ``task``'s box costs (before alignment)."""
+    return sum(itemsize(buffer_dtype(tensor, part))
+               for part in (task.parts() if task.addends else (task,)))
+
+
+def fit_budget(tasks: Sequence[Task], tensors: Sequence[Conversion],
+               budget: int) -> tuple[Task, ...]:
+    """``tasks`` (a plan's, steps contiguous) rearranged so that no device stages more
+    than ``budget`` bytes (:func:`staging_by_device`): steps cut into buckets, boxes
+    too big alone split (module docstring). Tasks that fit are left as they are, in
+    their order; steps are renumbered from 0.
+
+    Raises:
+        ReshardError: ``budget`` is too small for some task; names the smallest budget
+            that works.
+    """
+    check_budget(budget)
+    out: list[Task] = []
+    step = -1
+    use: dict[int, int] = {}
+
+    def fits(devices: Sequence[int], n: int) -> bool:
+        return all(use.get(d, 0) + n <= budget for d in devices)
+
+    for run in _steps(tasks):
+        step, use = step + 1, {}
+        for i, t in run:
+            tensor = tensors[t.tensor]
+            devices = tuple(set(t.devices))
+            n = task_staging(t, tensor)
+            if n > budget:  # too big alone: pieces of whole rows (or elements) that fit
+                per = _per_element(t, tensor)
+                parts = len(t.parts()) if t.addends else 1
+                room = budget - parts * (ALIGN - 1)
+                if t.kind is TaskKind.ALLGATHER or room < per:
+                    raise ReshardError(_too_small(budget, i, t, n, smallest_budget(
+                        tasks, tensors)))
+                pieces = [_piece(t, box) for box in split_box(t.box, room // per)]
+            else:
+                pieces = [t]
+            for piece in pieces:
+                m = task_staging(piece, tensor)
+                if not fits(devices, m):
+                    step, use = step + 1, {}
+                for d in devices:
+                    use[d] = use.get(d, 0) + m
+                out.append(replace(piece, step=step))
+    return tuple(out)
+
+
+def smallest_budget(tasks: Sequence[Task], tensors: Sequence[Conversion]) -> int:
+    """The smallest budget :func:`fit_budget` meets for these tasks: the largest staging
+    of a single element (aligned) of a task, or of a whole all-gather."""
+    least = ALIGN
+    for t in tasks:
+        tensor = tensors[t.tensor]
+        if t.kind is TaskKind.ALLGATHER:
+            least = max(least, task_staging(t, tensor))
+        elif t.kind is not TaskKind.COPY:
+            parts = len(t.parts()) if t.addends else 1
+            least = max(least, _per_element(t, tensor) + parts * (ALIGN - 1))
+    return least
+
+
+def _too_small(budget: int, i: int, t: Task, need: int, smallest: int) -> str:
+    what = ("an all-gather is not split" if t.kind is TaskKind.ALLGATHER
+            else "not even one element fits")
+    return (f"memory_budget of {budget} bytes is too small for task #{i} ({t}), which "
+            f"stages {need} bytes on each of its devices ({what}); the smallest budget "
+            f"that works for this plan is {smallest} bytes")
+
+
+__all__ = ["ALIGN", "buffer_dtype", "check_budget", "fit_budget", "region_bytes",
+           "scratch_elems", "smallest_budget", "split_box", "staging_by_device",
+           "task_staging"]
