@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from reshard.dtypes import is_torch, parse_dtype
+from reshard.dtypes import is_torch
 from reshard.layout import Box
 
 
@@ -22,16 +22,6 @@ def local_slices(box: Box, shard_box: Box) -> tuple[slice, ...]:
 def region(shard: Any, box: Box, shard_box: Box) -> Any:
     """The view of ``shard`` holding global ``box``."""
     return shard[local_slices(box, shard_box)]
-
-
-def view_as(buf: Any, dtype: str) -> Any:
-    """A 1-d contiguous byte buffer seen as elements of ``dtype`` (a name), sharing its
-    memory (its length a multiple of the itemsize, its start aligned)."""
-    if is_torch(buf):
-        import torch
-
-        return buf.view(getattr(torch, dtype))
-    return buf.view(parse_dtype(dtype))
 
 
 def is_contiguous(view: Any) -> bool:

@@ -35,7 +35,7 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -48,7 +48,6 @@ from reshard.comm.packing import (
     recv_target,
     region,
     unpack,
-    view_as,
 )
 from reshard.comm.program import WorkerProgram
 from reshard.dtypes import ScaleMode, block_shape, itemsize, parse_dtype, scale_grid
@@ -133,6 +132,7 @@ class LoadedProgram:
     dst_box: dict[int, Box]
     scratch: Any
     backend: Backend
+    _elements: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def num_tasks(self) -> int:
@@ -151,6 +151,15 @@ class LoadedProgram:
     def src_shape(self, tensor: int) -> tuple[int, ...]:
         """Shape of this device's source shard of ``tensor``."""
         return tuple(b - a for a, b in self.src_box[tensor])
+
+    def region(self, offset: int, n: int, dtype: str) -> Any:
+        """``n`` elements of ``dtype`` (a name) at byte ``offset`` of the scratch buffer,
+        as the backend holds that dtype (its own element type: cupy keeps bfloat16 as
+        its bits), sharing the buffer's memory."""
+        elem = self._elements.get(dtype)
+        if elem is None:  # what the backend's buffers of that dtype hold
+            elem = self._elements[dtype] = self.backend.empty(0, parse_dtype(dtype)).dtype
+        return self.scratch[offset:offset + n * itemsize(dtype)].view(elem)
 
 
 @dataclass
@@ -328,8 +337,7 @@ class Execution:
     def _scratch(self, st: StepTask, n: int) -> Any:
         """The task's own ``n``-element region of the scratch buffer, seen as the task's
         buffer dtype (:func:`buffer_dtype`)."""
-        dt = buffer_dtype(self.tensors[st.task.tensor], st.task)
-        return view_as(self.lp.scratch[st.offset:st.offset + n * itemsize(dt)], dt)
+        return self.lp.region(st.offset, n, buffer_dtype(self.tensors[st.task.tensor], st.task))
 
     # ----- prepare: copies done, buffers ready (None: nothing to issue) -----------------
     def prepare_copy(self, st: StepTask) -> _Op | None:

@@ -35,6 +35,7 @@ from reshard.comm.backend import BackendKind
 from reshard.comm.launchers.base import LauncherKind
 from reshard.dtypes import CAST_TARGETS, DTYPES, Cast, ScaleMode, parse_dtype
 from reshard.errors import ReshardError
+from reshard.helptext import for_terminal
 from reshard.planner.strategy import Strategy
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -242,7 +243,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
     """A parser with the shared help layout, no abbreviated flags, and ``--version``."""
-    ap = argparse.ArgumentParser(prog=prog, description=description,
+    ap = argparse.ArgumentParser(prog=prog, description=for_terminal(description),
                                  formatter_class=HelpFormatter, allow_abbrev=False)
     ap.add_argument("--version", action="version",
                     version=f"%(prog)s (reshard {reshard.__version__})")
@@ -352,6 +353,9 @@ def pick_cases(ap: argparse.ArgumentParser, available: Sequence[Any], wanted: Se
         picked = list(available)
     else:
         names = [c.name for c in available]
+        if not wanted:  # "" or "," (blanks are dropped)
+            ap.error(f"--cases: the selection is empty; name cases of suite {suite}: "
+                     f"{', '.join(names)}")
         unknown = [n for n in wanted if n not in names]
         if unknown:
             ap.error(f"--cases: no case {', '.join(map(repr, unknown))} in suite {suite}; "

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from reshard import Cluster, DeviceMesh, Layout, Runtime
+from reshard.helptext import for_terminal
 from reshard.microbench.steal import cpu_times
 from reshard.planner.staging import staging_by_device
 
@@ -78,7 +79,7 @@ def one(mib: int, budget: int | None, repeat: int) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run both ways alternated; print each and the ratios."""
     ap = argparse.ArgumentParser(prog="python -m reshard.microbench.memory_budget",
-                                 description=__doc__,
+                                 description=for_terminal(__doc__),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mib", type=int, default=256, help="the tensor's size, MiB")
     ap.add_argument("--budget-mib", type=float, default=4.0, help="the budget, MiB")

@@ -38,6 +38,7 @@ import numpy as np
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.helptext import for_terminal
 from reshard.microbench.report import table, write_json
 from reshard.planner.ir import ReshardPlan
 
@@ -195,7 +196,7 @@ def render(rows: Sequence[dict]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m reshard.microbench.planner_time``: print the table (exit 0)."""
     ap = argparse.ArgumentParser(prog="python -m reshard.microbench.planner_time",
-                                 description=__doc__,
+                                 description=for_terminal(__doc__),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cost-limit", type=int, default=70_000,

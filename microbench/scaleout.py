@@ -33,6 +33,7 @@ from collections.abc import Sequence
 
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.comm.program import WorkerProgram, programs
+from reshard.helptext import for_terminal
 from reshard.microbench.steal import cpu_times
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan_many
@@ -122,7 +123,8 @@ def runtime_load(workers: int, rounds: int) -> dict:
                 else:
                     rt.load(plan)
                     new_s.append(time.perf_counter() - t0)
-                    sent_new = sum(len(p) for p in rt._programs(plan).values())
+                    sent_new = sum(len(p if isinstance(p, str) else p.to_json())
+                                   for p in rt._programs(plan).values())
                     rt.unload(plan)
         tasks = len(_load_plan(workers).tasks)
     return {"workers": workers, "tasks": tasks, "old_load_s": statistics.median(old_s),
@@ -159,7 +161,7 @@ def spmd_rank(devices: int) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run (a), (b), (c) and print their numbers."""
     ap = argparse.ArgumentParser(prog="python -m reshard.microbench.scaleout",
-                                 description=__doc__,
+                                 description=for_terminal(__doc__),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--devices", type=int, default=256, help="(a): devices per mesh")
     ap.add_argument("--workers", type=int, default=8, help="(b): gloo workers")

@@ -39,6 +39,7 @@ from typing import Any
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.helptext import for_terminal
 from reshard.microbench.report import table, write_json
 
 
@@ -203,7 +204,7 @@ def _cells(row: dict) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point."""
     ap = argparse.ArgumentParser(prog="python -m reshard.microbench.service_bench",
-                                 description=__doc__.split("\n\n")[0])
+                                 description=for_terminal(__doc__).split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=2000, help="requests per measurement")
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
     ap.add_argument("--clients", type=int, default=2,

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 import grpc
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.helptext import for_terminal
 from reshard.service import Client, ServeOptions, Server, ServiceError
 from reshard.service.convert import request_to_pb
 from reshard.service.options import MIB
@@ -177,7 +178,7 @@ def flood(requests: int, request_mb: float, clients: int = 4,
 def main(argv: Sequence[str] | None = None) -> int:
     """Run and print one line of numbers."""
     ap = argparse.ArgumentParser(prog="python -m reshard.microbench.service_soak",
-                                 description=__doc__,
+                                 description=for_terminal(__doc__),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=8.0, help="how long the load lasts")
     ap.add_argument("--hostile", type=int, default=8, help="threads repeating huge requests")

@@ -64,6 +64,7 @@ from typing import Any, Self
 from reshard.cluster import Cluster
 from reshard.comm.launchers.process import NETNS_DIR, NetnsHost, NetnsPlacement, enter_netns
 from reshard.errors import ReshardError
+from reshard.helptext import for_terminal
 from reshard.microbench.exit_guard import ExitGuard
 
 NS_IFNAME = "rsnic0"  # the host's NIC, inside its namespace (names are per namespace)
@@ -674,7 +675,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``--selftest``: measure a link; ``--cleanup``: remove stale testbeds;
     ``--check``: say whether testbeds can be built here."""
     ap = argparse.ArgumentParser(prog="python -m reshard.microbench.testbed",
-                                 description=__doc__.split("\n\n")[0])
+                                 description=for_terminal(__doc__).split("\n\n")[0])
     ap.add_argument("--selftest", action="store_true",
                     help="measure the achieved TCP rate between two namespaces")
     ap.add_argument("--cleanup", action="store_true",

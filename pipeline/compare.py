@@ -13,6 +13,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from reshard.helptext import for_terminal
 from reshard.pipeline.costs import PipelineCosts
 from reshard.pipeline.schedules import make_schedule
 from reshard.pipeline.simulator import simulate
@@ -136,7 +137,7 @@ def paper_setting(forward_s: float, backward_s: float, activations_mb: Sequence[
 def main(argv: Sequence[str] | None = None) -> None:
     """Prints the comparison for each transfer time given on the command line."""
     parser = argparse.ArgumentParser(
-        prog="python -m reshard.pipeline", description=__doc__.splitlines()[0]
+        prog="python -m reshard.pipeline", description=for_terminal(__doc__).splitlines()[0]
     )
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--microbatches", type=int, default=8)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 import reshard
 from reshard.cluster import preset_names
 from reshard.dtypes import CAST_TARGETS, DTYPES, ScaleMode
+from reshard.helptext import for_terminal
 from reshard.service import serve_cli
 
 
@@ -45,11 +46,17 @@ def parse_mesh(text: str) -> reshard.DeviceMesh:
 
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser."""
-    ap = argparse.ArgumentParser(prog="reshard", description=__doc__,
+    ap = argparse.ArgumentParser(prog="reshard", description=for_terminal(__doc__),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version",
+                    version=f"%(prog)s {reshard.__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("plan", help="plan one tensor and print the plan")
-    p.add_argument("--shape", required=True, type=lambda s: _ints(s, ","))
+    p = sub.add_parser("plan", help="plan one tensor and print the plan",
+                       description="Plan one tensor's move and print the plan (and its "
+                                   "model time and lower bound).",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", required=True, type=lambda s: _ints(s, ","),
+                   help="global shape, comma-separated (e.g. 1024,1024)")
     p.add_argument("--dtype", default="float32",
                    help=f"element type; one of {', '.join(DTYPES)} (default float32)")
     p.add_argument("--cast", default=None,
@@ -57,17 +64,27 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{', '.join(CAST_TARGETS)}")
     p.add_argument("--scale", default=None, choices=[m.value for m in ScaleMode],
                    help="scales of a --cast to float8 (delivered with the values)")
-    p.add_argument("--src-mesh", required=True, type=parse_mesh)
-    p.add_argument("--src-spec", required=True)
-    p.add_argument("--dst-mesh", required=True, type=parse_mesh)
-    p.add_argument("--dst-spec", required=True)
+    p.add_argument("--src-mesh", required=True, type=parse_mesh,
+                   help="source mesh SHAPE[@FIRST_DEVICE], e.g. 2x4 or 2x4@8 (devices 8..15)")
+    p.add_argument("--src-spec", required=True,
+                   help="source sharding, one token per dim (S<axes> or R), then +P<axes> "
+                        "for a partial sum, e.g. S0R, RS01, S0R+P1")
+    p.add_argument("--dst-mesh", required=True, type=parse_mesh, help="destination mesh")
+    p.add_argument("--dst-spec", required=True, help="destination sharding")
     p.add_argument("--hosts", default=None, type=lambda s: _ints(s, "x"),
-                   help="HOSTSxDEVICES of a regular cluster (default: one host)")
-    p.add_argument("--preset", default="paper", choices=preset_names())
-    p.add_argument("--strategy", default="broadcast")
+                   help="HOSTSxDEVICES of a regular cluster (default: one host holding "
+                        "every device)")
+    p.add_argument("--preset", default="paper", choices=preset_names(),
+                   help="link figures of the cluster's hosts")
+    p.add_argument("--strategy", default="broadcast",
+                   choices=[s.value for s in reshard.Strategy],
+                   help="how the plan moves data")
+    p.add_argument("--memory-budget-mb", type=float, default=None,
+                   help="at most this much staging memory per device, MiB (steps in "
+                        "buckets, big boxes in pieces)")
     p.add_argument("--json", default=None, help="write the plan's JSON here")
     s = sub.add_parser("serve", help="serve plans, estimates and execution over gRPC",
-                       description=serve_cli.__doc__,
+                       description=for_terminal(serve_cli.__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     serve_cli.add_arguments(s)
     return ap
@@ -80,9 +97,16 @@ def _plan(args: argparse.Namespace) -> int:
                    if args.hosts else None)
         p = reshard.plan(args.shape, args.dtype, reshard.Layout(args.src_mesh, args.src_spec),
                          reshard.Layout(args.dst_mesh, args.dst_spec), cluster=cluster,
-                         strategy=args.strategy, cast=args.cast, scale=args.scale)
+                         strategy=args.strategy, cast=args.cast, scale=args.scale,
+                         memory_budget=None if args.memory_budget_mb is None else
+                         int(args.memory_budget_mb * (1 << 20)))
     except reshard.ReshardError as e:
-        print(f"reshard: error: {e}", file=sys.stderr)
+        text = str(e)
+        if "Cluster.regular" in text:  # the API's advice, in the CLI's words
+            text = text.split("; build the cluster", 1)[0] + (
+                "; give --hosts HOSTSxDEVICES with enough devices (or none: one host "
+                "holding every device)")
+        print(f"reshard: error: {text}", file=sys.stderr)
         return 2
     print(p)
     if args.json:

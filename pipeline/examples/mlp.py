@@ -28,7 +28,10 @@ import numpy as np
 from reshard.mesh import DeviceMesh
 from reshard.pipeline.stage import ParamSpec, StageSpec
 
-MODULE = __name__
+MODULE = "reshard.pipeline.examples.mlp"
+"""Where worker processes import the stage classes from (not ``__name__``: run as
+``python -m reshard.pipeline.examples.mlp`` this module is ``__main__``, which a worker
+process cannot import)."""
 
 
 def _dense_backward(x: np.ndarray, w: np.ndarray, dz: np.ndarray) -> tuple[np.ndarray, np.ndarray,

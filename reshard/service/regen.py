@@ -20,6 +20,8 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
+from reshard.helptext import for_terminal
+
 PROTO = pathlib.PurePosixPath("reshard/service/v1/reshard.proto")
 """The .proto, relative to the import root (the folder holding ``reshard/``)."""
 
@@ -89,7 +91,7 @@ def regenerate() -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: regenerate, or with ``--check`` report stale stubs (exit 1)."""
     ap = argparse.ArgumentParser(prog="python -m reshard.service.regen",
-                                 description=__doc__.split("\n\n")[0])
+                                 description=for_terminal(__doc__).split("\n\n")[0])
     ap.add_argument("--check", action="store_true",
                     help="do not write; exit 1 if the checked-in stubs differ")
     args = ap.parse_args(argv)

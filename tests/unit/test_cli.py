@@ -186,6 +186,8 @@ def test_run_mode_refusing_every_case_exits_2(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["-b", "64M", "-e", "1M"], "-b 64 MiB is larger than -e 1 MiB"),
     (["--cases", "99"], "no case '99' in suite paper; valid: 1, 2, 3, 4, 5, 6, 7, 9, 1-to-m"),
+    (["--cases", ""], "--cases: the selection is empty; name cases of suite paper: 1, 2"),
+    (["--cases", ","], "--cases: the selection is empty"),
     (["--strategies", "bcast"], ("unknown strategy 'bcast'; valid strategies: send_recv, "
                                  "allgather, broadcast")),
     (["--strategies", ","], "no strategy given"),
@@ -441,3 +443,38 @@ def test_reshard_plan_cli(tmp_path, capsys):
                              "--dst-mesh", "2", "--dst-spec", "RR"])
     assert code == 2
     assert "out of range" in capsys.readouterr().err
+
+
+def test_reshard_cli_version_flags_and_terminal_help(tmp_path, capsys):
+    """``reshard --version``; every ``reshard plan`` flag documented, strategies listed;
+    no reST markup in any CLI's help; a device-range error names the CLI's flag."""
+    with pytest.raises(SystemExit) as e:
+        reshard_cli.main(["--version"])
+    assert e.value.code == 0 and reshard.__version__ in capsys.readouterr().out
+    ap = reshard_cli.build_parser()
+    plan = ap._subparsers._group_actions[0].choices["plan"]
+    undocumented = [a.option_strings for a in plan._actions
+                    if a.option_strings and not (a.help or "").strip()]
+    assert undocumented == []
+    assert "{send_recv,allgather,broadcast}" in plan.format_help()
+    from reshard.microbench import scaleout, testbed
+
+    for text in (ap.format_help(), ap._subparsers._group_actions[0].choices["serve"]
+                 .format_help(), bench_cli.build_parser().format_help()):
+        assert "``" not in text and ":class:" not in text and ":func:" not in text
+        assert "::\n" not in text
+    for module in (scaleout, testbed):
+        from reshard.helptext import for_terminal
+
+        shown = for_terminal(module.__doc__)
+        assert "``" not in shown and ":mod:" not in shown and ":class:" not in shown
+    code = reshard_cli.main(["plan", "--shape", "8,8", "--src-mesh", "2x4", "--src-spec", "S0R",
+                             "--dst-mesh", "2x4@8", "--dst-spec", "RS0", "--hosts", "2x4"])
+    err = capsys.readouterr().err
+    assert code == 2 and "give --hosts HOSTSxDEVICES" in err and "Cluster.regular" not in err
+    code = reshard_cli.main(["plan", "--shape", "512,512", "--src-mesh", "2x4", "--src-spec",
+                             "S0R", "--dst-mesh", "2x4@8", "--dst-spec", "RS0", "--hosts", "4x4",
+                             "--memory-budget-mb", "0.01", "--json", str(tmp_path / "p.json")])
+    assert code == 0
+    tasks = json.loads((tmp_path / "p.json").read_text())["tasks"]
+    assert max(len(range(*t["box"][0])) * len(range(*t["box"][1])) * 4 for t in tasks) <= 10485

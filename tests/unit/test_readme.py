@@ -37,3 +37,10 @@ def test_readme_dtype_example_runs():
     want, want_scales = reference_cast(weights, Cast("float8_e4m3fn", ScaleMode.BLOCK128))
     assert values.tobytes() == want.tobytes() and np.array_equal(scales, want_scales)
     assert scope["p"].lower_bound() > 0 and scope["y"].dtype == "bfloat16"
+
+
+def test_readme_service_example_runs_as_pasted():
+    """The gRPC section's snippet is self-contained: a server, an estimate, a plan."""
+    scope = _run_block("gRPC service")
+    assert scope["seconds"] >= scope["bound"] > 0
+    assert scope["p"].lower_bound() == scope["bound"] and scope["p"].tasks
