@@ -284,7 +284,8 @@ class Executor:
         return prog
 
     def load(self, plan: ReshardPlan | WorkerProgram | str | bytes, *,
-             channel: str | None = None, verified: bool = False) -> LoadedProgram:
+             channel: str | None = None, verified: bool = False,
+             coalesce: bool = True) -> LoadedProgram:
         """Prepare this device's program of ``plan`` on ``channel``: the backend creates
         the communicators it lacks, then scratch buffers are allocated once.
 
@@ -292,6 +293,8 @@ class Executor:
             plan: a ReshardPlan (verified here), a WorkerProgram, or either's JSON.
             channel: the communication channel (None: the main one).
             verified: see :meth:`program`.
+            coalesce: small transfers of a step that share their route travel as one
+                message (:mod:`reshard.planner.coalesce`); every rank must agree.
 
         Returns:
             The loaded program, to :meth:`run` any number of times.
@@ -309,7 +312,7 @@ class Executor:
                     f"{type(e).__name__}: {e}") from e
         src_box = {i: t.src_box for i, t in enumerate(prog.tensors) if t.src_box is not None}
         dst_box = {i: t.dst_box for i, t in enumerate(prog.tensors) if t.dst_box is not None}
-        steps, need = program_steps(prog, self.capabilities.fuses_sums)
+        steps, need = program_steps(prog, self.capabilities.fuses_sums, coalesce)
         if self.memory_budget is not None and need > self.memory_budget:
             raise ReshardError(
                 f"device {self.device}: the program stages {need} bytes in its fullest "

@@ -47,12 +47,14 @@ from reshard.comm.packing import (
     pack,
     recv_target,
     region,
+    same_memory,
     unpack,
 )
 from reshard.comm.program import WorkerProgram
 from reshard.dtypes import ScaleMode, block_shape, itemsize, parse_dtype, scale_grid
 from reshard.errors import ReshardError
 from reshard.layout import Box, box_size
+from reshard.planner import coalesce as coalescing
 from reshard.planner.ir import Buffer, Derive, Task, TaskKind
 from reshard.planner.staging import ALIGN, buffer_dtype, region_bytes, scratch_elems
 
@@ -66,17 +68,25 @@ class StepTask:
         task: the task.
         offset: the byte where its region starts in the program's scratch buffer (the
             tasks of one step use disjoint regions).
+        message: the first task (in plan order) of a coalesced message
+            (:mod:`reshard.planner.coalesce`): the message's bytes, its tasks' regions
+            back to back from ``message_at``; else 0.
+        follows: a later task of a coalesced message (the first one issues it).
+        message_at: where the message of a ``message`` task starts (scratch bytes).
     """
 
     index: int
     task: Task
     offset: int
+    message: int = 0
+    follows: bool = False
+    message_at: int = 0
 
     def __str__(self) -> str:
         return f"task #{self.index} ({self.task})"
 
 
-def program_steps(program: WorkerProgram, fuses: bool = True
+def program_steps(program: WorkerProgram, fuses: bool = True, coalesce: bool = True
                   ) -> tuple[tuple[tuple[StepTask, ...], ...], int]:
     """The program's tasks grouped by step (runs of equal ``step`` in plan order), each
     with its byte offset in the scratch buffer; and the scratch bytes the fullest step
@@ -88,6 +98,9 @@ def program_steps(program: WorkerProgram, fuses: bool = True
     :meth:`~reshard.planner.ir.Task.parts`: the reduction in its step, the broadcast of
     the sum in a second half of the step after every task of the first (on every
     device alike, so the plan's one global order still holds).
+
+    ``coalesce``: small transfers of a step that share their route travel as one message
+    (:mod:`reshard.planner.coalesce`); every device of a plan must agree on it.
     """
     device = program.device
     runs: list[tuple[tuple[int, int], int, Task]] = []
@@ -101,15 +114,34 @@ def program_steps(program: WorkerProgram, fuses: bool = True
     runs.sort(key=lambda r: r[0])  # stable: plan order inside each (half) step
     steps: list[tuple[StepTask, ...]] = []
     need = 0
-    for _, run in itertools.groupby(runs, key=lambda r: r[0]):
+    tensors = program.tensors
+    for _, group in itertools.groupby(runs, key=lambda r: r[0]):
+        run = [(i, t) for _, i, t in group]
+        size = {i: scratch_elems(t, device) * itemsize(buffer_dtype(tensors[t.tensor], t))
+                for i, t in run}
+        # a coalesced message's payloads back to back, widest dtype first (each then
+        # starts aligned to its itemsize, and no padding crosses the wire), its first
+        # task in plan order issuing it; then every other task's region, aligned
+        placed: dict[int, StepTask] = {}
         used = 0
-        step = []
-        for _, i, t in run:
-            dt = buffer_dtype(program.tensors[t.tensor], t)
-            step.append(StepTask(i, t, used))
-            used += region_bytes(scratch_elems(t, device) * itemsize(dt))
+        found = coalescing.messages(run, lambda r: r[1], lambda t: tensors[t.tensor]) \
+            if coalesce else []
+        for msg in found:
+            wide = sorted(msg, key=lambda r: -itemsize(buffer_dtype(tensors[r[1].tensor],
+                                                                    r[1])))
+            start, total = used, sum(size[i] for i, _ in msg)
+            for i, t in wide:
+                placed[i] = StepTask(i, t, used, 0, True)
+                used += size[i]
+            i, t = msg[0]
+            placed[i] = StepTask(i, t, placed[i].offset, total, False, start)
+            used = start + region_bytes(total)
+        for i, t in run:
+            if i not in placed:
+                placed[i] = StepTask(i, t, used)
+                used += region_bytes(size[i])
         need = max(need, used)
-        steps.append(tuple(step))
+        steps.append(tuple(placed[i] for i, _ in run))
     return tuple(steps), need
 
 
@@ -292,6 +324,8 @@ class Execution:
         for st in step:
             with blame(st):
                 op = _PREPARE[st.task.kind](self, st)
+                if op is not None and (st.message or st.follows):
+                    self.coalesced(op)
             if op is not None:
                 ops.append(op)
         if not ops:
@@ -299,14 +333,30 @@ class Execution:
         backend = self.backend
         backend.group_start()
         for op in ops:
+            if op.st.follows:  # in the message its first task issues
+                continue
             with blame(op.st):
-                _ISSUE[op.task.kind](self, op)
+                if op.st.message:
+                    whole = self.lp.region(op.st.message_at, op.st.message, "uint8")
+                    _ISSUE[op.task.kind](self, _Op(op.st, whole))
+                else:
+                    _ISSUE[op.task.kind](self, op)
         with blame(*(op.st for op in ops), step=True):
             backend.group_end()
         for op in ops:
             with blame(op.st):
                 _UNPACK[op.task.kind](self, op)
         return sum(op.sent for op in ops)
+
+    def coalesced(self, op: _Op) -> None:
+        """A task of a coalesced message: its data in its own scratch region, which the
+        message covers (the root copies a zero-copy view there; a receiver receives
+        there and unpacks after the step)."""
+        t = op.task
+        mine = self._scratch(op.st, box_size(t.box))
+        if t.root == self.device and not same_memory(op.buf, mine):
+            mine[...] = op.buf
+        op.buf, op.sink = mine, None
 
     def own_sources(self, step: Sequence[StepTask]) -> None:
         """Before a step: a REDUCE root (or a broadcast's that sums addends) sums into

@@ -136,7 +136,8 @@ class DeviceWorker:
     # ----- plans ---------------------------------------------------------------------
     @_communicating
     def load_plan(self, plan_id: int, plan: ReshardPlan | str,
-                  channel: str | None = None, verified: bool = False) -> int:
+                  channel: str | None = None, verified: bool = False,
+                  coalesce: bool = True) -> int:
         """Prepare this device's program of ``plan`` (object or JSON; a plan or a
         program) under ``plan_id`` on ``channel`` (default: the main one). Returns the
         number of tasks this device takes part in.
@@ -146,8 +147,10 @@ class DeviceWorker:
             plan: the plan, its JSON, or this device's program (JSON).
             channel: the communication channel.
             verified: JSON text from a driver that verified the plan (not again here).
+            coalesce: see :meth:`reshard.comm.executor.Executor.load`.
         """
-        lp = self.plans[plan_id] = self.executor.load(plan, channel=channel, verified=verified)
+        lp = self.plans[plan_id] = self.executor.load(plan, channel=channel, verified=verified,
+                                                      coalesce=coalesce)
         return lp.num_tasks
 
     def unload_plan(self, plan_id: int) -> None:

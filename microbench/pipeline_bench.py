@@ -22,9 +22,8 @@ processes in the namespaces (``--launcher process``, the default); it needs a te
 
 Flags are every benchmark's where they apply (:mod:`reshard.microbench.flags`:
 ``-n/-w``, ``--devices-per-host``, ``--backend``, ``--launcher``, ``--timeout``, ``-J``,
-``--no-progress``) plus the pipeline's own; deprecated spellings still work and say
-what replaced them: ``--runs`` (``-n``), ``--devices-per-stage`` (``--devices-per-host``),
-``--plot DIR`` (``--timeline-dir DIR``).
+``--no-progress``) plus the pipeline's own; earlier spellings of a few flags still
+work and say what replaced them.
 
     python -m reshard.microbench.pipeline_bench -J pipeline.json --timeline-dir /tmp/tl
     python -m reshard.microbench.pipeline_bench --launcher ray

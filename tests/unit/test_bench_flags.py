@@ -115,7 +115,7 @@ def test_current_spellings_do_not_warn(name, capsys):
     (["--cases", "99"], "no case '99' in suite paper; valid: 1, 2, 3, 4, 5, 6, 7, 9"),
     (["--suite", "realistic", "--cases", "1"],
      "valid: a2a-3x2, a2a-flat-2x2, rep-to-shard, 1-to-4x2, weight-sync-slice, weight-sync-slice-fp8, partial-2x2"),
-    (["--cases", ","], "no case given; valid: 1, 2"),
+    (["--cases", ","], "the selection is empty; name cases of suite paper: 1, 2"),
     (["-n", "0"], "expected an integer >= 1, got 0"),
     (["-c", "2"], "choose from 0, 1"),
     (["--gbit", "0"], "expected a number > 0"),
