@@ -26,6 +26,7 @@ import inspect
 import pathlib
 import re
 import threading
+from typing import ClassVar
 
 import pytest
 
@@ -219,10 +220,10 @@ def test_the_fake_cupy_matches_the_real_surface(real):
 class _Recorder:
     """Stands in for ``NcclCommunicator`` (whose constructor needs a GPU): records."""
 
-    made: list[tuple] = []
-    lock = threading.Lock()
+    made: ClassVar[list[tuple]] = []
+    lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, ndev: int, commId, rank: int) -> None:  # noqa: N803 - cupy's name
+    def __init__(self, ndev: int, commId, rank: int) -> None:  # cupy's parameter names
         with self.lock:
             self.made.append((ndev, commId, rank))
 
