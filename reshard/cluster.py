@@ -97,6 +97,14 @@ PRESETS: Mapping[str, LinkFigures] = _figures(
         "rail-optimised); HBM3 3.35 TB/s.",
         nics_per_host=8,
     ),
+    LinkFigures(
+        "gb200-nvl72", 72, 900 * GBYTE, 72 * 400 * GBIT, 5e-6, 3e-6, 8000 * GBYTE,
+        "NVIDIA GB200 NVL72 datasheet: one rack of 72 Blackwell GPUs in one NVLink domain "
+        "(fifth-generation NVLink, 1.8 TB/s bidirectional per GPU, 130 TB/s in all), "
+        "HBM3e 8 TB/s per GPU; one 400 Gbit/s ConnectX-7 compute NIC per GPU (the "
+        "reference scale-out fabric). A host here is a rack: its NVLink domain.",
+        nics_per_host=72,
+    ),
 )
 PAPER_PRESET = "aws-p3.8xlarge"
 
