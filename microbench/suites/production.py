@@ -118,7 +118,8 @@ class Model:
         """``(layer, name, shape, kind)`` of every parameter: the embedding as layer
         -1, the final norm and lm_head as layer ``layers``."""
         h = self.hidden
-        out = [(-1, "embed_tokens", (self.vocab, h), "vocab")]
+        out: list[tuple[int, str, tuple[int, ...], str]] = [
+            (-1, "embed_tokens", (self.vocab, h), "vocab")]
         for i in range(self.layers):
             out += [(i, n, s, k) for n, s, k in self.layer(i)]
         out += [(self.layers, "norm", (h,), "norm"),
