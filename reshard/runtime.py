@@ -57,6 +57,7 @@ DEFAULT_MAX_PLANS = 64
 before it unloads the least recently used one."""
 
 _REPORT_GRACE = 1.0  # seconds the other workers get to say which task they were on
+_DEATH_NOTICE = 0.5  # seconds the launcher gets to notice a dead worker its peers reported
 
 
 class Runtime:
@@ -255,12 +256,23 @@ class Runtime:
                     min(_REPORT_GRACE, max(0.02, timeout / 20))
                 self._collect_reports({f for d, f in calls if d not in dead and not f.done()},
                                       grace)
-                dead = self.group.dead()  # also those that died while peers reported
+                dead = self._deaths(calls, min(grace, _DEATH_NOTICE))  # also while reporting
                 silent = sorted({d for d, f in calls if not f.done() and d not in dead})
                 reason = self._describe_failure(calls, what, silent if stuck else [], dead,
                                                 limit, plan)
                 self._fail(reason)
                 raise ExecutionError(reason)
+
+    def _deaths(self, calls: list[tuple[int, Future]], within: float) -> dict[int, str]:
+        """The dead workers, after giving the launcher up to ``within`` seconds to
+        notice the death of a worker whose call is still open (peers that lost it may
+        report before the launcher has reaped it)."""
+        end = time.monotonic() + within
+        while True:
+            dead = self.group.dead()
+            if time.monotonic() >= end or all(f.done() or d in dead for d, f in calls):
+                return dead
+            time.sleep(0.02)
 
     @staticmethod
     def _collect_reports(waiting: set[Future], grace: float = _REPORT_GRACE) -> None:
