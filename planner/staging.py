@@ -7,8 +7,8 @@ a reduction's addend, an all-gather's input and rows; each region aligned to
 that fullest step's bytes.
 
 :func:`fit_budget` bounds it: it cuts the steps whose staging would pass ``budget``
-bytes on some device into consecutive smaller steps (**buckets**: the tasks stay in
-plan order), and splits a task whose box alone would pass it into pieces of whole
+bytes on some device into consecutive smaller steps (**buckets**, filled first fit),
+and splits a task whose box alone would pass it into pieces of whole
 rows (then of whole elements) that fit, each a task of its own. A budget too small
 for a single element of some task (or for an all-gather, which is not split) is
 refused with the smallest budget that works. Megatron-Core's resharding batches its
@@ -128,24 +128,23 @@ def _per_element(task: Task, tensor: Conversion) -> int:
 def fit_budget(tasks: Sequence[Task], tensors: Sequence[Conversion],
                budget: int) -> tuple[Task, ...]:
     """``tasks`` (a plan's, steps contiguous) rearranged so that no device stages more
-    than ``budget`` bytes (:func:`staging_by_device`): steps cut into buckets, boxes
-    too big alone split (module docstring). Tasks that fit are left as they are, in
-    their order; steps are renumbered from 0.
+    than ``budget`` bytes (:func:`staging_by_device`): each step cut into buckets (a
+    task joins the first bucket where each of its devices has room; a step's tasks
+    are independent, so any bucket order is valid), boxes too big alone split (module
+    docstring). Inside a bucket tasks keep their order; steps are renumbered from 0.
 
     Raises:
         ReshardError: ``budget`` is too small for some task; names the smallest budget
             that works.
     """
     check_budget(budget)
-    out: list[Task] = []
-    step = -1
-    use: dict[int, int] = {}
-
-    def fits(devices: Sequence[int], n: int) -> bool:
-        return all(use.get(d, 0) + n <= budget for d in devices)
-
+    placed: list[tuple[int, int, Task]] = []  # (step, order, task)
+    first = 0
     for run in _steps(tasks):
-        step, use = step + 1, {}
+        # buckets of this step: per bucket, per device, the bytes it stages; a task (or
+        # piece) goes to the first bucket where each of its devices has room (first
+        # fit: a device's tasks do not wait behind buckets other devices filled)
+        use: list[dict[int, int]] = []
         for i, t in run:
             tensor = tensors[t.tensor]
             devices = tuple(set(t.devices))
@@ -162,12 +161,16 @@ def fit_budget(tasks: Sequence[Task], tensors: Sequence[Conversion],
                 pieces = [t]
             for piece in pieces:
                 m = task_staging(piece, tensor)
-                if not fits(devices, m):
-                    step, use = step + 1, {}
+                k = next((k for k, held in enumerate(use)
+                          if all(held.get(d, 0) + m <= budget for d in devices)), len(use))
+                if k == len(use):
+                    use.append({})
                 for d in devices:
-                    use[d] = use.get(d, 0) + m
-                out.append(replace(piece, step=step))
-    return tuple(out)
+                    use[k][d] = use[k].get(d, 0) + m
+                placed.append((first + k, len(placed), piece))
+        first += max(1, len(use))
+    placed.sort(key=lambda p: (p[0], p[1]))
+    return tuple(replace(t, step=step) for step, _, t in placed)
 
 
 def smallest_budget(tasks: Sequence[Task], tensors: Sequence[Conversion]) -> int:
