@@ -5,7 +5,9 @@ model's time against the lower bound (both of the case's machines, modelled: not
 here is measured on that hardware), the largest per-rank program (JSON bytes: what a
 driver ships one worker, or what an SPMD rank keeps) and the largest per-device staging
 (scratch) memory; then the same plan under memory budgets of 1 GiB and 4 GiB
-(``--budgets``): its staging and its model time against the unbounded plan's::
+(``--budgets``): its staging and its model time against the unbounded plan's. The cost
+model's fluid simulation is slow on plans with tens of thousands of concurrent tasks:
+a case whose simulation passes ``--cost-seconds`` shows n/a for the model::
 
     python -m reshard.microbench.production [--cases qwen3-32b,deepseek-v3]
 """
@@ -13,9 +15,12 @@ driver ships one worker, or what an SPMD rank keeps) and the largest per-device 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from reshard.comm.program import programs
 from reshard.helptext import for_terminal
@@ -31,23 +36,54 @@ COLUMNS = [("case", "case"), ("params_b", "params (1e9)"), ("gb", "GB"), ("tasks
            ("staging_mib", "max staging(MiB)")]
 
 
-def measure(sync: Sync, budgets: Sequence[float]) -> dict:
+class _TooLong(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _limit(seconds: float) -> Iterator[None]:
+    """Raise _TooLong in the body after ``seconds`` (SIGALRM; main thread only)."""
+    def ring(signum: int, frame: Any) -> None:
+        raise _TooLong
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _timed(fn: Callable[[], float], seconds: float) -> float | None:
+    try:
+        with _limit(seconds):
+            return fn()
+    except _TooLong:
+        return None
+
+
+def measure(sync: Sync, budgets: Sequence[float], cost_seconds: float = 120.0) -> dict:
     """One case's numbers (module docstring)."""
     reqs, cluster = requests(sync)
     t0 = time.perf_counter()
     plan = plan_many(reqs, cluster=cluster)
     planned = time.perf_counter() - t0
-    model, bound = plan.estimate(), plan.lower_bound()
+    bound = plan.lower_bound()
+    model = _timed(plan.estimate, cost_seconds)
     progs = programs(plan, all_groups=False)
     row = {"case": sync.name, "params_b": sync.model.num_parameters / 1e9,
            "gb": sum(math.prod(r[0]) * 2 for r in reqs) / 1e9, "tasks": len(plan.tasks),
-           "plan_s": planned, "model_s": model, "bound_s": bound, "ratio": model / bound,
+           "plan_s": planned, "model_s": model if model is not None else "n/a",
+           "bound_s": bound, "ratio": model / bound if model is not None else "n/a",
            "program_kb": max(len(p.to_json()) for p in progs.values()) / 1e3,
            "staging_mib": max(staging_by_device(plan.tasks, plan.tensors).values()) / 2**20}
     for gib in budgets:
         budgeted = plan_many(reqs, cluster=cluster, memory_budget=int(gib * GIB))
-        row[f"{gib:g}GiB"] = (budgeted.estimate() / model, max(staging_by_device(
-            budgeted.tasks, budgeted.tensors).values()) / 2**20)
+        est = _timed(budgeted.estimate, cost_seconds) if model is not None else None
+        row[f"{gib:g}GiB"] = (est / model if est is not None and model else None,
+                              max(staging_by_device(budgeted.tasks,
+                                                    budgeted.tensors).values()) / 2**20)
     return row
 
 
@@ -60,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cases", default=",".join(names),
                     help=f"comma-separated, of: {', '.join(names)}")
     ap.add_argument("--budgets", default="1,4", help="memory budgets, GiB, comma-separated")
+    ap.add_argument("--cost-seconds", type=float, default=120.0,
+                    help="longest cost simulation of one plan (beyond: n/a)")
     args = ap.parse_args(argv)
     wanted = [n for n in args.cases.split(",") if n]
     unknown = sorted(set(wanted) - set(names))
@@ -69,9 +107,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     for sync in production_cases():
         if sync.name in wanted:
-            rows.append(measure(sync, budgets))
+            rows.append(measure(sync, budgets, args.cost_seconds))
             r = rows[-1]
-            extra = "; ".join(f"{g:g} GiB budget: model x{r[f'{g:g}GiB'][0]:.3f}, staging "
+
+            def ratio(g: float, r: dict = r) -> str:
+                x = r[f"{g:g}GiB"][0]
+                return "n/a" if x is None else f"x{x:.3f}"
+            extra = "; ".join(f"{g:g} GiB budget: model {ratio(g)}, staging "
                               f"{r[f'{g:g}GiB'][1]:.0f} MiB" for g in budgets)
             print(f"{sync.name} ({sync.note}): {extra}", flush=True)
     print()
