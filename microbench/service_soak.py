@@ -89,7 +89,8 @@ def soak(seconds: float, hostile: int, devices: int, deadline: float) -> dict:
             "server_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """``n`` as a protobuf varint."""
     out = bytearray()
     while True:
         out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
@@ -105,7 +106,7 @@ def padded_request(k: int, size: int) -> bytes:
     raw = request_to_pb([((512 + k, 256), dtype, src, dst, None)], cluster,
                         "broadcast").SerializeToString()
     pad = max(0, size - len(raw) - 8)
-    return raw + _varint((1000 << 3) | 2) + _varint(pad) + bytes(pad)
+    return raw + varint((1000 << 3) | 2) + varint(pad) + bytes(pad)
 
 
 def _rss_kb(pid: int) -> dict[str, int]:

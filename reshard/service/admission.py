@@ -12,6 +12,7 @@ right after parsing (a client may pad a request with them).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -74,18 +75,25 @@ def _parse(parse: Callable[[bytes], Any], raw: bytes, context: grpc.ServicerCont
     return request
 
 
+@contextlib.contextmanager
+def _admitted(raw: bytes, parse: Callable[[bytes], Any], context: grpc.ServicerContext,
+              budget: ByteBudget) -> Iterator[Any]:
+    """The parsed request, its memory held from ``budget`` for the block (or the call
+    refused)."""
+    size = REQUEST_MEMORY_FACTOR * len(raw)
+    if not budget.take(size):
+        _refuse(context, size, budget)
+    try:
+        yield _parse(parse, raw, context)
+    finally:
+        budget.give(size)
+
+
 def _unary(method: Callable[[Any, grpc.ServicerContext], Any], parse: Callable[[bytes], Any],
            budget: ByteBudget) -> Callable[[bytes, grpc.ServicerContext], Any]:
     def handle(raw: bytes, context: grpc.ServicerContext) -> Any:
-        size = REQUEST_MEMORY_FACTOR * len(raw)
-        if not budget.take(size):
-            _refuse(context, size, budget)
-        try:
-            request = _parse(parse, raw, context)
-            del raw
+        with _admitted(raw, parse, context, budget) as request:
             return method(request, context)
-        finally:
-            budget.give(size)
     return handle
 
 
@@ -93,15 +101,8 @@ def _streaming(method: Callable[[Any, grpc.ServicerContext], Iterator[Any]],
                parse: Callable[[bytes], Any],
                budget: ByteBudget) -> Callable[[bytes, grpc.ServicerContext], Iterator[Any]]:
     def handle(raw: bytes, context: grpc.ServicerContext) -> Iterator[Any]:
-        size = REQUEST_MEMORY_FACTOR * len(raw)
-        if not budget.take(size):
-            _refuse(context, size, budget)
-        try:
-            request = _parse(parse, raw, context)
-            del raw
+        with _admitted(raw, parse, context, budget) as request:
             yield from method(request, context)
-        finally:
-            budget.give(size)
     return handle
 
 

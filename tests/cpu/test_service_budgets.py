@@ -186,23 +186,15 @@ def test_service_soak_reports_the_good_clients_latency():
     assert set(r["hostile"]) <= {"OK", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"}
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
 def padded_estimate(n: int, pad: int) -> bytes:
     """The bytes of an n -> n all-to-all Estimate request with ``pad`` bytes of an
     unknown field (valid protobuf: the server must parse and ignore it)."""
+    from reshard.microbench.service_soak import varint
     from reshard.service.convert import request_to_pb
 
     (shape, dtype, src, dst), cluster = a2a(n)
     raw = request_to_pb([(shape, dtype, src, dst, None)], cluster, "broadcast").SerializeToString()
-    return raw + _varint((1000 << 3) | 2) + _varint(pad) + b"\0" * pad
+    return raw + varint((1000 << 3) | 2) + varint(pad) + b"\0" * pad
 
 
 @pytest.mark.timeout(90)
