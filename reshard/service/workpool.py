@@ -189,18 +189,17 @@ class WorkPool:
 
     def close(self) -> None:
         """Kill every worker (idempotent); jobs in flight end UNAVAILABLE."""
-        with self._lock:
-            self._closed = True
-            workers = self._idle + list(self._busy)
+        with self._lock:  # who closes a pipe is decided here, once: idle ones here,
+            self._closed = True  # busy ones by their caller (_give_back), never both
+            idle, busy = self._idle, list(self._busy)
             self._idle = []
         deadline = time.monotonic() + 5
-        for w in workers:
+        for w in idle + busy:
             if w.proc.is_alive():
                 w.proc.kill()
-        for w in workers:
+        for w in idle + busy:
             w.proc.join(max(0.0, deadline - time.monotonic()))
-            if w in self._busy:
-                continue  # its caller closes the pipe
+        for w in idle:
             w.conn.close()
 
     @property
