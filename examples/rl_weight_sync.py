@@ -128,6 +128,9 @@ def rank_main(rank: int, store_path: str, args: argparse.Namespace) -> None:
                     assert isinstance(dt, DTensor) and tuple(dt.placements) == tuple(placements[n])
                     if not torch.equal(dt.to_local(), expect):
                         raise AssertionError(f"rank {rank}: step {step}: {n} differs")
+                if rank == INFER[0]:  # a sign of life per sync
+                    print(f"sync {step + 1}/{args.steps}: {len(synced)} tensors exact, "
+                          f"{times[-1] * 1e3:.0f} ms", flush=True)
         if rank == INFER[0]:
             nbytes = sum(t.numel() * t.element_size() for t in full.values())
             again = statistics.median(times[1:]) if len(times) > 1 else float("nan")
@@ -153,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategy", default="broadcast",
                     help="reshard strategy: broadcast, send_recv, allgather (default broadcast)")
     args = ap.parse_args(argv)
+    print(f"starting {WORLD} gloo processes (a few seconds) ...", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         mp.spawn(rank_main, args=(os.path.join(tmp, "store"), args), nprocs=WORLD, join=True)

@@ -44,9 +44,11 @@ def run_example(name: str, *args: str, timeout: float) -> str:
 def test_dtensor_pipeline_example():
     out = run_example("dtensor_pipeline.py", "--microbatches", "3", timeout=180)
     assert "outputs equal the one-process result" in out, out[-2000:]
+    assert "microbatch 3/3: exact" in out  # a heartbeat while it runs
 
 
 @pytest.mark.timeout(200)
 def test_rl_weight_sync_example():
     out = run_example("rl_weight_sync.py", "--steps", "2", "--dim", "64", timeout=180)
     assert "every shard equal to the full weights'" in out, out[-2000:]
+    assert "sync 2/2:" in out  # a heartbeat while it runs
