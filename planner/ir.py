@@ -41,6 +41,7 @@ import enum
 import hashlib
 import json
 import pickle
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -383,6 +384,18 @@ class TensorSpec(Conversion):
         return f"{self.shape} {self.dtype}{conv} {self.src} -> {self.dst}"
 
 
+def input_indices(tensors: Sequence[TensorSpec]) -> tuple[int, ...]:
+    """Indices of a plan's tensors whose sources the caller gives (not derived)."""
+    return tuple(i for i, t in enumerate(tensors) if t.derive is Derive.NONE)
+
+
+def output_indices(tensors: Sequence[TensorSpec]) -> tuple[int, ...]:
+    """Indices of a plan's tensors a caller receives: the inputs, then the scales of
+    scaled casts (an amax is internal to the plan)."""
+    return input_indices(tensors) + tuple(
+        i for i, t in enumerate(tensors) if t.derive in (Derive.SCALES, Derive.OWN_SCALES))
+
+
 @dataclass(frozen=True)
 class ReshardPlan:
     """A frozen, serializable resharding plan for one or more tensors.
@@ -423,14 +436,13 @@ class ReshardPlan:
         """Indices of the tensors whose sources the caller gives (not derived), in
         order: a plan's requests. The others (a scaled cast's amax and scales) follow
         them."""
-        return tuple(i for i, t in enumerate(self.tensors) if t.derive is Derive.NONE)
+        return input_indices(self.tensors)
 
     @cached_property
     def outputs(self) -> tuple[int, ...]:
         """Indices of the tensors a caller receives: the inputs, then the scales of
         scaled casts (an amax is internal to the plan)."""
-        return self.inputs + tuple(i for i, t in enumerate(self.tensors)
-                                   if t.derive in (Derive.SCALES, Derive.OWN_SCALES))
+        return output_indices(self.tensors)
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -18,17 +18,18 @@ empty local tensor). The result is a new tensor, outside autograd.
 load balance and one task order for all tensors), the RL weight-sync case.
 
 Every rank plans for itself (SPMD, :meth:`reshard.comm.executor.Executor.load_request`)
-and keeps only its own program; before the first byte moves the ranks compare the
-plan's digest in one small all-gather, so a rank given other tensors, or running another
+and keeps only its own program; before the first byte moves the ranks compare the plan's
+digest in one small all-gather, so a rank given other tensors, or running another
 reshard version, raises a PlanError on every rank instead of hanging. Plans are cached
-per (shapes, dtypes, layouts, strategy), with this rank's program loaded (communicators made, scratch allocated): a repeated call costs only the
-transfer. The cache, the executor and the sub-groups live in a :class:`Redistributor`.
-Pass one explicitly (``redistributor=``) to control its cluster, backend, timeout and
-lifetime; otherwise the calls share a default one, kept in a :mod:`contextvars` context
-variable (the standard library's mechanism for implicit per-thread context, as
-``decimal`` keeps its context) and bound to the default process group it was made for:
-once that group is destroyed, the next call makes a new one. Nothing is stored at
-module level, and no state outlives the process group it belongs to.
+per (shapes, dtypes, layouts, strategy), with this rank's program loaded (communicators
+made, scratch allocated): a repeated call costs only the transfer. The cache, the
+executor and the sub-groups live in a :class:`Redistributor`. Pass one explicitly
+(``redistributor=``) to control its cluster, backend, timeout and lifetime; otherwise
+the calls share a default one, kept in a :mod:`contextvars` context variable (the
+standard library's mechanism for implicit per-thread context, as ``decimal`` keeps its
+context) and bound to the default process group it was made for: once that group is
+destroyed, the next call makes a new one. Nothing is stored at module level, and no
+state outlives the process group it belongs to.
 
 Hosts: plans balance transfers per host NIC. By default the Redistributor learns each
 rank's host from one ``all_gather_object`` of host names, on its first call; pass
@@ -60,7 +61,7 @@ from reshard.comm.steps import LoadedProgram
 from reshard.dtypes import DTYPES, Cast, parse_dtype
 from reshard.errors import DTypeError, ReshardError, ShapeError
 from reshard.layout import Layout
-from reshard.planner.ir import Derive, TensorSpec
+from reshard.planner.ir import TensorSpec, output_indices
 from reshard.planner.staging import check_budget
 from reshard.planner.strategy import Strategy
 
@@ -277,9 +278,7 @@ class Redistributor:
             if me in m.src.devices:
                 local = dt.to_local().detach().contiguous()
                 sources[i] = local if m.bits is None else local.view(m.bits)
-        outputs = [k for k, t in enumerate(tensors_)
-                   if t.derive in (Derive.NONE, Derive.SCALES, Derive.OWN_SCALES)]
-        for k in outputs:
+        for k in output_indices(tensors_):
             t = tensors_[k]
             if me not in t.dst.devices:
                 continue
