@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from reshard.planner.ir import Conversion, Task, TaskKind
-from reshard.planner.staging import task_staging
+from reshard.planner.staging import step_runs, task_staging
 
 TASK_BYTES = 256 << 10
 """The largest box (its staging region, bytes) a coalesced task may carry."""
@@ -77,13 +77,9 @@ def followers(tasks: Sequence[Task], tensors: Sequence[Conversion]) -> set[int]:
     """Indices of the plan's tasks that travel in another task's message (every member
     of a coalesced message but its first)."""
     out: set[int] = set()
-    start = 0
-    for k in range(1, len(tasks) + 1):
-        if k == len(tasks) or tasks[k].step != tasks[start].step:
-            for m in messages(range(start, k), tasks.__getitem__,
-                              lambda t: tensors[t.tensor]):
-                out.update(m[1:])
-            start = k
+    for run in step_runs(tasks):
+        for m in messages(run, lambda r: r[1], lambda t: tensors[t.tensor]):
+            out.update(i for i, _ in m[1:])
     return out
 
 

@@ -64,6 +64,16 @@ def scratch_elems(task: Task, device: int) -> int:
     return n
 
 
+def _parts(task: Task) -> tuple[Task, ...]:
+    """What ``task`` stages as: a broadcast that sums addends, its two parts."""
+    return task.parts() if task.addends else (task,)
+
+
+def _slack(task: Task) -> int:
+    """Bytes the alignment of ``task``'s regions may add to its payload."""
+    return len(_parts(task)) * (ALIGN - 1)
+
+
 def task_staging(task: Task, tensor: Conversion) -> int:
     """Bytes ``task`` stages on each of its devices (its region, aligned). A broadcast
     that sums addends counts as both its parts (a backend that does not fuse sums runs
@@ -71,14 +81,14 @@ def task_staging(task: Task, tensor: Conversion) -> int:
     if task.kind is TaskKind.COPY:
         return 0
     return sum(region_bytes(scratch_elems(part, part.root) * itemsize(buffer_dtype(tensor, part)))
-               for part in (task.parts() if task.addends else (task,)))
+               for part in _parts(task))
 
 
 def staging_by_device(tasks: Sequence[Task], tensors: Sequence[Conversion]) -> dict[int, int]:
     """Each device's staging bytes over a plan's ``tasks`` (steps contiguous in plan
     order): its fullest step's."""
     peak: dict[int, int] = {}
-    for run in _steps(tasks):
+    for run in step_runs(tasks):
         use: dict[int, int] = {}
         for _, t in run:
             n = task_staging(t, tensors[t.tensor])
@@ -108,7 +118,9 @@ def _piece(task: Task, box: Box) -> Task:
     return replace(task, box=box, nbytes=task.nbytes * box_size(box) // max(1, size))
 
 
-def _steps(tasks: Sequence[Task]) -> Iterator[list[tuple[int, Task]]]:
+def step_runs(tasks: Sequence[Task]) -> Iterator[list[tuple[int, Task]]]:
+    """A plan's tasks as runs of one step: ``(index in the plan, task)`` each (steps
+    are contiguous in plan order)."""
     run: list[tuple[int, Task]] = []
     for i, t in enumerate(tasks):
         if run and t.step != run[-1][1].step:
@@ -121,8 +133,7 @@ def _steps(tasks: Sequence[Task]) -> Iterator[list[tuple[int, Task]]]:
 
 def _per_element(task: Task, tensor: Conversion) -> int:
     """Staging bytes one element of ``task``'s box costs (before alignment)."""
-    return sum(itemsize(buffer_dtype(tensor, part))
-               for part in (task.parts() if task.addends else (task,)))
+    return sum(itemsize(buffer_dtype(tensor, part)) for part in _parts(task))
 
 
 def fit_budget(tasks: Sequence[Task], tensors: Sequence[Conversion],
@@ -140,7 +151,7 @@ def fit_budget(tasks: Sequence[Task], tensors: Sequence[Conversion],
     check_budget(budget)
     placed: list[tuple[int, int, Task]] = []  # (step, order, task)
     first = 0
-    for run in _steps(tasks):
+    for run in step_runs(tasks):
         # buckets of this step: per bucket, per device, the bytes it stages; a task (or
         # piece) goes to the first bucket where each of its devices has room (first
         # fit: a device's tasks do not wait behind buckets other devices filled)
@@ -151,8 +162,7 @@ def fit_budget(tasks: Sequence[Task], tensors: Sequence[Conversion],
             n = task_staging(t, tensor)
             if n > budget:  # too big alone: pieces of whole rows (or elements) that fit
                 per = _per_element(t, tensor)
-                parts = len(t.parts()) if t.addends else 1
-                room = budget - parts * (ALIGN - 1)
+                room = budget - _slack(t)
                 if t.kind is TaskKind.ALLGATHER or room < per:
                     raise ReshardError(_too_small(budget, i, t, n, smallest_budget(
                         tasks, tensors)))
@@ -182,8 +192,7 @@ def smallest_budget(tasks: Sequence[Task], tensors: Sequence[Conversion]) -> int
         if t.kind is TaskKind.ALLGATHER:
             least = max(least, task_staging(t, tensor))
         elif t.kind is not TaskKind.COPY:
-            parts = len(t.parts()) if t.addends else 1
-            least = max(least, _per_element(t, tensor) + parts * (ALIGN - 1))
+            least = max(least, _per_element(t, tensor) + _slack(t))
     return least
 
 
@@ -197,4 +206,4 @@ def _too_small(budget: int, i: int, t: Task, need: int, smallest: int) -> str:
 
 __all__ = ["ALIGN", "buffer_dtype", "check_budget", "fit_budget", "region_bytes",
            "scratch_elems", "smallest_budget", "split_box", "staging_by_device",
-           "task_staging"]
+           "step_runs", "task_staging"]
