@@ -24,20 +24,11 @@ import numpy as np
 
 from reshard import Cluster, DeviceMesh, Layout, Runtime
 from reshard.helptext import for_terminal
-from reshard.microbench.steal import cpu_times
+from reshard.microbench.procmem import memory_mib, reset_peak
+from reshard.microbench.steal import cpu_times, stolen_note
 from reshard.planner.staging import staging_by_device
 
 MIB = 1 << 20
-
-
-def _rss(pid: int) -> dict[str, float]:
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            name, _, value = line.partition(":")
-            if name in ("VmRSS", "VmHWM"):
-                out[name] = int(value.split()[0]) / 1024
-    return out
 
 
 def one(mib: int, budget: int | None, repeat: int) -> dict:
@@ -52,9 +43,8 @@ def one(mib: int, budget: int | None, repeat: int) -> dict:
         plan = rt.plan(x, dst)
         pids = rt.group.pids
         for p in pids.values():  # the put's transient copies set the peak: reset it
-            with open(f"/proc/{p}/clear_refs", "w") as f:
-                f.write("5")
-        before = {d: _rss(p)["VmRSS"] for d, p in pids.items()}
+            reset_peak(p)
+        before = {d: memory_mib(p)["VmRSS"] for d, p in pids.items()}
         times = []
         y = None
         for _ in range(repeat + 1):
@@ -64,7 +54,7 @@ def one(mib: int, budget: int | None, repeat: int) -> dict:
             y = rt.reshard(x, dst)
             times.append(time.perf_counter() - t0)
         assert y is not None
-        peak = {d: _rss(p)["VmHWM"] for d, p in pids.items()}  # before get's copies
+        peak = {d: memory_mib(p)["VmHWM"] for d, p in pids.items()}  # before get's copies
         exact = bool(np.array_equal(rt.get(y), value))
         shard_mib = {d: float(np.prod(dst.shard_shape(value.shape, d))) * 4 / MIB
                      for d in dst.devices}
@@ -106,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{growth:.1f} MiB ({growth / args.budget_mib:.2f}x the budget) vs "
           f"{max(r['growth_mib'] for r in got['unbounded']):.1f} MiB unbounded; "
           f"exact: {all(r['exact'] for rows in got.values() for r in rows)}"
-          + (f"; stolen CPU {after.stolen_since(before):.1%}" if before and after else ""))
+          + stolen_note(before, after))
     return 0
 
 

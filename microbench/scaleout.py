@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.comm.program import WorkerProgram, programs
 from reshard.helptext import for_terminal
-from reshard.microbench.steal import cpu_times
+from reshard.microbench.steal import cpu_times, stolen
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan_many
 
@@ -191,9 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"tasks): plan + digest {c['plan_and_digest_s']:.2f} s, its program "
               f"{c['cut_s']:.2f} s, total {c['total_s']:.2f} s, peak RSS "
               f"{c['peak_rss_mb']:.0f} MB, program {c['program_kb']:.0f} kB", flush=True)
-    after = cpu_times()
-    if before and after:
-        print(f"stolen CPU share over the run: {after.stolen_since(before):.1%}")
+    share = stolen(before, cpu_times())
+    if share is not None:
+        print(f"stolen CPU share over the run: {share:.1%}")
     print(f"this process's peak RSS: "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     return 0

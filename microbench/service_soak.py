@@ -23,7 +23,6 @@ its RSS before the flood::
 from __future__ import annotations
 
 import argparse
-import pathlib
 import resource
 import statistics
 import subprocess
@@ -36,6 +35,7 @@ import grpc
 
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.helptext import for_terminal
+from reshard.microbench.procmem import memory_mib
 from reshard.service import Client, ServeOptions, Server, ServiceError
 from reshard.service.convert import request_to_pb
 from reshard.service.options import MIB
@@ -109,15 +109,6 @@ def padded_request(k: int, size: int) -> bytes:
     return raw + varint((1000 << 3) | 2) + varint(pad) + bytes(pad)
 
 
-def _rss_kb(pid: int) -> dict[str, int]:
-    fields = {}
-    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name in ("VmRSS", "VmHWM"):
-            fields[name] = int(value.split()[0])
-    return fields
-
-
 def flood(requests: int, request_mb: float, clients: int = 4,
           serve_flags: Sequence[str] = ()) -> dict:
     """Send ``requests`` distinct padded Plan requests (module docstring) to a ``reshard
@@ -138,7 +129,7 @@ def flood(requests: int, request_mb: float, clients: int = 4,
         with grpc.insecure_channel(address, options=opts) as ch:
             call = ch.unary_unary("/reshard.v1.Reshard/Plan")
             call(padded_request(-1, 1024), timeout=60)  # warm: imports, first plan
-            before = _rss_kb(proc.pid)["VmRSS"]
+            before = memory_mib(proc.pid)["VmRSS"]
             outcomes: dict[str, int] = {}
             lock = threading.Lock()
             counter = iter(range(requests))
@@ -165,14 +156,14 @@ def flood(requests: int, request_mb: float, clients: int = 4,
             for t in threads:
                 t.join()
             seconds = time.monotonic() - start
-        mem = _rss_kb(proc.pid)
+        mem = memory_mib(proc.pid)
     finally:
         proc.terminate()
         proc.wait(30)
     budget_mb = 2 * plan_mb + reply_mb + inflight_mb
     return {"requests": requests, "request_mb": request_mb, "seconds": seconds,
-            "outcomes": outcomes, "rss_before_mb": before / 1024,
-            "rss_peak_mb": mem["VmHWM"] / 1024, "rss_after_mb": mem["VmRSS"] / 1024,
+            "outcomes": outcomes, "rss_before_mb": before,
+            "rss_peak_mb": mem["VmHWM"], "rss_after_mb": mem["VmRSS"],
             "budget_mb": budget_mb}
 
 

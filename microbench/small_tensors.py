@@ -25,7 +25,7 @@ from reshard import Cluster, DeviceMesh, Layout, Runtime
 from reshard.comm.program import programs
 from reshard.dtypes import parse_dtype
 from reshard.helptext import for_terminal
-from reshard.microbench.steal import cpu_times
+from reshard.microbench.steal import cpu_times, stolen_note
 from reshard.planner.coalesce import followers
 from reshard.planner.plan import plan_many
 
@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"coalesced into {r['messages_coalesced']} messages {r['on_s'] * 1e3:.1f} ms, "
           f"one message per task {r['off_s'] * 1e3:.1f} ms ({r['off_s'] / r['on_s']:.2f}x "
           f"faster coalesced; medians of {args.iters}, alternated); all exact"
-          + (f"; stolen CPU {after.stolen_since(before):.1%}" if before and after else ""))
+          + stolen_note(before, after))
     return 0
 
 

@@ -42,6 +42,7 @@ from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
 from reshard.microbench import flags
 from reshard.microbench.measure import count_wrong, partial_addends
+from reshard.microbench.procmem import memory_mib
 from reshard.microbench.report import Progress, machine, write_json
 from reshard.runtime import Runtime
 
@@ -65,14 +66,7 @@ STRATEGIES = ("broadcast", "send_recv", "allgather")
 
 
 def _rss_mib(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
+    return memory_mib(pid).get("VmRSS", float("nan"))
 
 
 def _driver_footprint() -> dict[str, float]:

@@ -52,4 +52,16 @@ def cpu_times(path: str = STAT) -> CpuTimes | None:
     return CpuTimes(sum(ticks), ticks[7])
 
 
-__all__ = ["NOISY", "CpuTimes", "cpu_times"]
+def stolen(before: CpuTimes | None, after: CpuTimes | None) -> float | None:
+    """The share stolen between two readings of :func:`cpu_times` (None where either
+    is missing)."""
+    return after.stolen_since(before) if before and after else None
+
+
+def stolen_note(before: CpuTimes | None, after: CpuTimes | None) -> str:
+    """``"; stolen CPU 1.2%"`` for the end of a result line (empty without readings)."""
+    share = stolen(before, after)
+    return "" if share is None else f"; stolen CPU {share:.1%}"
+
+
+__all__ = ["NOISY", "CpuTimes", "cpu_times", "stolen", "stolen_note"]

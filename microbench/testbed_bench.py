@@ -67,7 +67,7 @@ from reshard.microbench.measure import (
 )
 from reshard.microbench.ray_cluster import RayCluster
 from reshard.microbench.report import Column, Progress, Shape, Stream, machine, scaled, write_json
-from reshard.microbench.steal import NOISY, cpu_times
+from reshard.microbench.steal import NOISY, cpu_times, stolen
 from reshard.microbench.suites.paper import Case, n_to_m_cases
 from reshard.microbench.suites.weight_sync import FP8_BLOCK, LLAMA2_7B, weight_sync_tensors
 from reshard.microbench.testbed import Testbed, available
@@ -241,10 +241,10 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"({launcher} launcher); meas = median of {args.iters} runs after {args.warmup} "
           f"warm-up; model = plan.estimate() on the testbed cluster; bound = "
           f"plan.lower_bound()" + ("" if args.check else "; -c 0: results not checked"))
-    stolen = [r["cpu_steal"] for r in rows if r.get("cpu_steal") is not None]
-    if stolen and max(stolen) > NOISY:
+    shares = [r["cpu_steal"] for r in rows if r.get("cpu_steal") is not None]
+    if shares and max(shares) > NOISY:
         print(f"# steal% = CPU time the hypervisor gave to other guests during the case "
-              f"(/proc/stat); up to {100 * max(stolen):.0f}% here: above "
+              f"(/proc/stat); up to {100 * max(shares):.0f}% here: above "
               f"{100 * NOISY:.0f}% this machine's timings are not to be trusted")
     order = {c.name: i for i, c in enumerate(full)}
     rows.sort(key=lambda r: (order[r["case"]], args.strategies.index(r["strategy"])))
@@ -313,10 +313,9 @@ def _run(args: argparse.Namespace, launcher: str, narrowed: Sequence[Case],
                     else:
                         new = bench_many(rt, c, requests, args.strategies, args.iters,
                                          args.warmup, bool(args.check), progress.advance)
-                    after = cpu_times()
+                    share = stolen(before, cpu_times())
                     for r in new:
-                        r["cpu_steal"] = after.stolen_since(before) if before and after \
-                            else None
+                        r["cpu_steal"] = share
                         out.row(r)
     return out.rows, env
 
