@@ -8,8 +8,9 @@ another task of its step writes, so a device runs each of its steps in three pha
    send data packed from the shard (zero-copy when contiguous), a receive target
    (the destination shard itself when contiguous), each task in its own region of
    the program's scratch buffer (one byte buffer for every dtype, sized when the
-   program is loaded for the step that needs most); a ``REDUCE`` root first takes a private copy of its
-   source shard (once per tensor), so the caller's data stays untouched;
+   program is loaded for the step that needs most); a ``REDUCE`` root first takes a
+   private copy of its source shard (once per tensor), so the caller's data stays
+   untouched;
 2. issue: every task's operation in plan order between ``group_start`` and
    ``group_end`` (one NCCL group; gloo's asynchronous operations), tagged with the
    task's index in the plan, so they may all be in flight at once; ``group_end``

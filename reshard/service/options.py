@@ -70,9 +70,9 @@ class ServeOptions:
             on the serving threads, unbounded (tests).
         job_memory_bytes: each worker's memory cap; a request needing more is refused.
         max_inflight_bytes: the most memory requests in flight hold at once (each counted
-            as ``REQUEST_MEMORY_FACTOR`` (3) x its size before parsing, given back when its call ends); a request
-            that would pass it is refused with RESOURCE_EXHAUSTED. At least 3 x
-            ``max_message_bytes``.
+            as ``REQUEST_MEMORY_FACTOR`` (3) x its size before parsing, given back when
+            its call ends); a request that would pass it is refused with
+            RESOURCE_EXHAUSTED. At least 3 x ``max_message_bytes``.
         max_queued_calls: calls accepted at once, serving or waiting for a thread;
             gRPC refuses more with RESOURCE_EXHAUSTED.
     """
