@@ -276,6 +276,7 @@ class Executor:
                 raise ReshardError(
                     f"this is device {prog.device}'s program, but the executor runs device "
                     f"{self.device}; cut it with WorkerProgram.of(plan, {self.device})")
+            prog.check()  # it may come from another process (a pickled call's argument)
         else:
             raise ReshardError(f"expected a ReshardPlan, a WorkerProgram or JSON, got "
                                f"{type(plan).__name__}")

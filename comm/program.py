@@ -18,13 +18,14 @@ read and write inside the shards it holds.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from reshard.dtypes import ScaleMode
 from reshard.errors import PlanError
 from reshard.layout import Box
+from reshard.planner.gcpause import paused
 from reshard.planner.ir import Buffer, Conversion, Derive, ReshardPlan, Task, TaskKind
 
 PROGRAM_FORMAT = 1
@@ -217,12 +218,8 @@ def programs(plan: ReshardPlan, devices: Iterable[int] | None = None, *,
         plan.verify()
     wanted = tuple(dict.fromkeys(int(d) for d in (plan.devices if devices is None
                                                   else devices)))
-    tasks: dict[int, list[tuple[int, Task]]] = {d: [] for d in wanted}
-    for i, task in enumerate(plan.tasks):
-        for d in task.devices:
-            mine = tasks.get(d)
-            if mine is not None:
-                mine.append((i, task))
+    with paused():
+        tasks = _tasks_of(plan.tasks, wanted)
     everything = plan.communicator_groups()
     groups: dict[int, list[tuple[int, ...]]] = {d: [] for d in wanted}
     if not all_groups:
@@ -252,6 +249,24 @@ def programs(plan: ReshardPlan, devices: Iterable[int] | None = None, *,
         if not verify:
             out[d].check()
     return out
+
+
+def _tasks_of(plan_tasks: Sequence[Task],
+              wanted: tuple[int, ...]) -> dict[int, list[tuple[int, Task]]]:
+    """Each wanted device's ``(index, task)`` list, in one pass over the plan (one
+    device, an SPMD rank's case: a test of its own id per task, without building
+    every task's device tuple)."""
+    if len(wanted) == 1:
+        d = wanted[0]
+        return {d: [(i, t) for i, t in enumerate(plan_tasks)
+                    if t.root == d or d in t.receivers or d in t.addends]}
+    tasks: dict[int, list[tuple[int, Task]]] = {d: [] for d in wanted}
+    for i, task in enumerate(plan_tasks):
+        for d in task.devices:
+            mine = tasks.get(d)
+            if mine is not None:
+                mine.append((i, task))
+    return tasks
 
 
 def _shards_needed(t: Task, d: int, pt: ProgramTensor) -> list[tuple[str, Box | None]]:

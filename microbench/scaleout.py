@@ -10,7 +10,8 @@
     tasks (256 tensors, 4 -> 4 all-to-alls) loaded the old way (the whole plan's JSON to
     every worker, each parsing and verifying it, through the same worker call) and the
     new way (each worker its program), alternated ``--rounds`` times in one run:
-    bytes per worker and the first load's wall time, and their ratios.
+    bytes per worker (programs travel pickled by the launcher's transport; their JSON
+    size is printed beside) and the first load's wall time, and their ratios.
 (c) SPMD: one rank's cost of planning an ``--spmd-devices`` -> ``--spmd-devices``
     all-to-all itself (plan, digest, its own program), in a process of its own: time and
     peak RSS.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import resource
 import statistics
 import subprocess
@@ -106,7 +108,7 @@ def runtime_load(workers: int, rounds: int) -> dict:
         warm = _load_plan(workers)  # starts the workers and makes the gloo groups
         rt.load(warm)
         rt.unload(warm)
-        sent_old = sent_new = 0
+        sent_old = sent_new = json_new = 0
         for r in range(rounds):
             for way in (("old", "new") if r % 2 == 0 else ("new", "old")):
                 plan = _load_plan(workers)  # a new plan object: no cache helps
@@ -123,14 +125,16 @@ def runtime_load(workers: int, rounds: int) -> dict:
                 else:
                     rt.load(plan)
                     new_s.append(time.perf_counter() - t0)
-                    sent_new = sum(len(p if isinstance(p, str) else p.to_json())
-                                   for p in rt._programs(plan).values())
+                    shipped = rt._programs(plan).values()
+                    sent_new = sum(len(pickle.dumps(p, pickle.HIGHEST_PROTOCOL))
+                                   for p in shipped)
+                    json_new = sum(len(p.to_json()) for p in shipped)
                     rt.unload(plan)
         tasks = len(_load_plan(workers).tasks)
     return {"workers": workers, "tasks": tasks, "old_load_s": statistics.median(old_s),
             "new_load_s": statistics.median(new_s),
             "old_bytes_per_worker": sent_old / workers,
-            "new_bytes_per_worker": sent_new / workers}
+            "new_bytes_per_worker": sent_new / workers, "new_json_per_worker": json_new / workers}
 
 
 SPMD_RANK = r"""
@@ -182,7 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"(b) Runtime.load of a {b['tasks']}-task plan on {b['workers']} gloo workers: "
               f"the plan to every worker {b['old_bytes_per_worker'] / 1e3:.0f} kB each, "
               f"{b['old_load_s'] * 1e3:.0f} ms; programs {b['new_bytes_per_worker'] / 1e3:.0f} "
-              f"kB each ({b['old_bytes_per_worker'] / b['new_bytes_per_worker']:.1f}x fewer "
+              f"kB each, pickled (their JSON {b['new_json_per_worker'] / 1e3:.0f} kB; "
+              f"{b['old_bytes_per_worker'] / b['new_bytes_per_worker']:.1f}x fewer "
               f"bytes), {b['new_load_s'] * 1e3:.0f} ms ({b['old_load_s'] / b['new_load_s']:.1f}x "
               f"faster; medians of {args.rounds}, alternated)", flush=True)
     if args.spmd_devices:

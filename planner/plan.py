@@ -21,6 +21,7 @@ from reshard.planner.cell_table import CellTable, decompose_table
 from reshard.planner.cell_tasks import CELL_PLANNERS, split_box
 from reshard.planner.decompose import Cell, decompose, devices_by_box
 from reshard.planner.fuse import fuse_reductions
+from reshard.planner.gcpause import paused
 from reshard.planner.ir import Derive, ReshardPlan, Task, TaskKind, TensorSpec
 from reshard.planner.order import one_at_a_time
 from reshard.planner.reduce import decompose_pieces, ready_step, reduce_sources
@@ -205,12 +206,13 @@ def plan_many(
     inputs = [make_tensor_spec(*r[:4], cluster=cluster, cast=default if r[4] is None else r[4])
               for r in reqs]
     tensors = tuple(with_scales(inputs))
-    if not any(t.derive is Derive.AMAX for t in tensors):
-        return _within(_best_plan(tensors, cluster, strat), memory_budget)
-    plans = [_phased(tensors, cluster, strat, early=False)]
-    if any(t.derive is Derive.NONE and not t.needs_scales for t in tensors):
-        plans.append(_phased(tensors, cluster, strat, early=True))
-    return _within(min(plans, key=lambda p: p.estimate()), memory_budget)
+    with paused():
+        if not any(t.derive is Derive.AMAX for t in tensors):
+            return _within(_best_plan(tensors, cluster, strat), memory_budget)
+        plans = [_phased(tensors, cluster, strat, early=False)]
+        if any(t.derive is Derive.NONE and not t.needs_scales for t in tensors):
+            plans.append(_phased(tensors, cluster, strat, early=True))
+        return _within(min(plans, key=lambda p: p.estimate()), memory_budget)
 
 
 def _within(plan: ReshardPlan, budget: int | None) -> ReshardPlan:

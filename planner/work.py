@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -275,23 +276,22 @@ class WorkList:
             OrderKeys(p_step[rows], np.full(len(rows), PHASE[TaskKind.SEND], np.int64),
                       (self._host[recv] - self._host[root]) % nh, p2p.nbytes[rows],
                       p2p.tensor[rows], p2p.box[rows], root, p_seq[rows])])
+        order = keys.order()
         n_obj = len(objects)
-        out = []
-        send = TaskKind.SEND
+        is_obj = order < n_obj
+        p = rows[order[~is_obj] - n_obj]
+        alone: dict[int, tuple[int]] = {}  # one receiver tuple per device, shared
         boxes = p2p.boxes
-        tensor, nbytes = p2p.tensor.tolist(), p2p.nbytes.tolist()
-        root_l, step = p2p.root.tolist(), p_step.tolist()
-        recv_l = p2p.recv.tolist()
-        alone = {d: (d,) for d in set(recv_l)}  # one receiver tuple per device, shared
-        recv_l = [alone[d] for d in recv_l]
-        row_list = rows.tolist()
-        for i in keys.order().tolist():
-            if i < n_obj:
-                out.append(objects[i])
-            else:
-                p = row_list[i - n_obj]
-                out.append(Task(send, tensor[p], boxes[p], root_l[p], recv_l[p], nbytes[p],
-                                step=step[p]))
+        sends = list(map(Task, repeat(TaskKind.SEND), p2p.tensor[p].tolist(),
+                         [boxes[r] for r in p.tolist()], p2p.root[p].tolist(),
+                         [alone.setdefault(d, (d,)) for d in p2p.recv[p].tolist()],
+                         p2p.nbytes[p].tolist(), p_step[p].tolist()))
+        if not n_obj:
+            return tuple(sends)
+        out: list[Task] = []
+        it = iter(sends)
+        for i, obj in zip(order.tolist(), is_obj.tolist()):
+            out.append(objects[i] if obj else next(it))
         return tuple(out)
 
 
