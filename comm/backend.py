@@ -443,4 +443,5 @@ def backend_class(kind: str | BackendKind) -> type:
 
 
 __all__ = ["Backend", "BackendEntry", "BackendKind", "BackendRegistry", "Capabilities",
-           "Factory", "backend_class", "builtin_backends", "check_dtypes", "register_backend"]
+           "Factory", "backend_class", "builtin_backends", "check_dtypes",
+           "register_backend"]

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-import reshard
 from reshard.cluster import Cluster
 from reshard.comm.backend import Backend
 from reshard.comm.program import WorkerProgram, programs
@@ -30,6 +29,7 @@ from reshard.errors import PlanError, ReshardError
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan_many
 from reshard.planner.strategy import Strategy
+from reshard.version import __version__
 
 DIGEST = 32
 VERSION = 24
@@ -52,7 +52,7 @@ def request_digest(requests: Sequence[tuple], cluster: Cluster, strategy: Strate
 
 
 def _record(plan_digest: bytes, req_digest: bytes, failed: bool) -> np.ndarray:
-    version = reshard.__version__.encode()[:VERSION].ljust(VERSION, b"\0")
+    version = __version__.encode()[:VERSION].ljust(VERSION, b"\0")
     raw = plan_digest.ljust(DIGEST, b"\0") + req_digest + version + bytes([int(failed)])
     return np.frombuffer(raw, dtype=np.uint8).copy()
 

@@ -22,7 +22,6 @@ sweep after :func:`check_sizes` refused an empty one.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,8 +29,10 @@ from types import MappingProxyType
 from typing import Any
 
 import reshard
+from reshard.cliargs import int_at_least, natural_int, positive_int
 from reshard.cluster import preset_names
 from reshard.comm.backend import BackendKind
+from reshard.comm.backends.requirements import backend_problem  # noqa: F401
 from reshard.comm.launchers.base import LauncherKind
 from reshard.dtypes import CAST_TARGETS, DTYPES, Cast, ScaleMode, parse_dtype
 from reshard.errors import ReshardError
@@ -84,29 +85,9 @@ def human_bytes(n: int) -> str:
     return f"{value:.3g} TiB"
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1."""
-    return _int_at_least(text, 1)
-
-
-def natural_int(text: str) -> int:
-    """An integer >= 0."""
-    return _int_at_least(text, 0)
-
-
 def step_factor(text: str) -> int:
     """``-f``: the sweep's size factor, an integer >= 2."""
-    return _int_at_least(text, 2)
-
-
-def _int_at_least(text: str, low: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
-    if value < low:
-        raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
-    return value
+    return int_at_least(text, 2)
 
 
 def positive_float(text: str) -> float:
@@ -455,31 +436,3 @@ def check_output_paths(ap: argparse.ArgumentParser, paths: Iterable[str | None])
                          f"or pick another path")
 
 
-# ----- what a backend needs on this machine -------------------------------------------------
-def _needs_torch() -> str | None:
-    if importlib.util.find_spec("torch") is None:
-        return ("--backend gloo needs torch, which is not installed: pip install -c "
-                "constraints.txt 'reshard[gloo]' (a CPU build), or use --backend local")
-    return None
-
-
-def _needs_gpu() -> str | None:
-    from reshard.comm.backends.nccl import available
-
-    if not available():
-        return ("--backend nccl needs cupy and an NVIDIA GPU with NCCL, and this machine "
-                "has none usable: install the cuda12 or cuda13 extra on a GPU machine, or "
-                "use --backend gloo (CPU processes)")
-    return None
-
-
-_REQUIREMENTS: Mapping[str, Callable[[], str | None]] = MappingProxyType({
-    BackendKind.GLOO.value: _needs_torch,
-    BackendKind.NCCL.value: _needs_gpu,
-})
-
-
-def backend_problem(backend: str) -> str | None:
-    """Why ``backend`` cannot run on this machine (a missing package, no GPU), or None."""
-    check = _REQUIREMENTS.get(backend)
-    return check() if check is not None else None

@@ -16,7 +16,7 @@ transfers from the sender's start to the receiver's end). Without a testbed (not
 unlimited, and the table says so.
 
 ``--launcher ray`` runs the stages' workers as Ray actors on a real multi-node Ray
-cluster on the testbed (:class:`~reshard.microbench.ray_cluster.RayCluster`: a Ray node
+cluster on the testbed (:class:`~reshard.microbench.infra.ray_cluster.RayCluster`: a Ray node
 per stage's host namespace, this process the driver on host 0's node) instead of plain
 processes in the namespaces (``--launcher process``, the default); it needs a testbed.
 
@@ -99,7 +99,7 @@ def calibrated_costs(tl: Timeline, fwd: float, bwd: float, transfer: float) -> P
 def run(args: argparse.Namespace, out: Stream | None = None) -> tuple[list[dict], dict]:
     """Measure every schedule (each row printed through ``out`` when done, whose
     progress bar advances every step); returns table rows and facts about the set-up."""
-    from reshard.microbench import testbed
+    from reshard.microbench.infra import testbed
 
     fwd, bwd = args.forward_ms / 1e3, args.backward_ms / 1e3
     launcher = args.launcher or "process"
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace, out: Stream | None = None) -> tuple[list[dict]
             cluster = tb.cluster(args.devices_per_host)
             where = {"netns": tb}
             if launcher == "ray":
-                from reshard.microbench.ray_cluster import RayCluster
+                from reshard.microbench.infra.ray_cluster import RayCluster
 
                 where = {"address": stack.enter_context(RayCluster(tb)).address}
         else:
@@ -263,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      f"{', '.join(n for n in SCHEDULES if n != name)}")
     launcher = args.launcher or "process"
     if launcher == "ray":
-        from reshard.microbench.testbed import available
+        from reshard.microbench.infra.testbed import available
 
         ok = available()
         if not ok:

@@ -1,6 +1,6 @@
 """The paper's n-to-m cases on the emulated multi-host testbed, measured against the model.
 
-Builds a :class:`~reshard.microbench.testbed.Testbed` (hosts = network namespaces,
+Builds a :class:`~reshard.microbench.infra.testbed.Testbed` (hosts = network namespaces,
 NICs = tc-limited veths), runs gloo workers inside it (process launcher), and for
 every case and strategy reports:
 
@@ -22,7 +22,7 @@ it needs. Each case's tensor is sized so that its broadcast plan takes about
 ``--seconds`` on the model.
 
 ``--launcher ray`` runs the same workers as Ray actors on a real multi-node Ray cluster
-built on the testbed (:class:`~reshard.microbench.ray_cluster.RayCluster`: a Ray node
+built on the testbed (:class:`~reshard.microbench.infra.ray_cluster.RayCluster`: a Ray node
 per host namespace, the head on host 0, this process its driver), instead of plain
 processes (``--launcher process``, the default).
 
@@ -57,6 +57,8 @@ from reshard.cluster import Cluster
 from reshard.errors import ExecutionError, ReshardError
 from reshard.layout import Layout
 from reshard.microbench import flags
+from reshard.microbench.infra.ray_cluster import RayCluster
+from reshard.microbench.infra.testbed import Testbed, available
 from reshard.microbench.measure import (
     Measured,
     count_wrong_all,
@@ -65,12 +67,10 @@ from reshard.microbench.measure import (
     sample_value,
     time_execute,
 )
-from reshard.microbench.ray_cluster import RayCluster
 from reshard.microbench.report import Column, Progress, Shape, Stream, machine, scaled, write_json
 from reshard.microbench.steal import NOISY, cpu_times, stolen
 from reshard.microbench.suites.paper import Case, n_to_m_cases
 from reshard.microbench.suites.weight_sync import FP8_BLOCK, LLAMA2_7B, weight_sync_tensors
-from reshard.microbench.testbed import Testbed, available
 from reshard.planner.plan import plan_many
 
 PROG = "python -m reshard.microbench.testbed_bench"

@@ -17,6 +17,7 @@ from reshard.helptext import for_terminal
 from reshard.pipeline.costs import PipelineCosts
 from reshard.pipeline.schedules import make_schedule
 from reshard.pipeline.simulator import simulate
+from reshard.tables import table
 
 DEFAULT_SCHEDULES = ("gpipe", "1f1b", "eager-1f1b", "interleaved-1f1b", "zb-h1")
 
@@ -76,9 +77,7 @@ def compare_schedules(
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """Rows of :func:`compare_schedules` (or any dicts with the same keys) as aligned text
-    (the benchmarks' renderer, :func:`reshard.microbench.report.table`)."""
-    from reshard.microbench.report import table
-
+    (the one renderer, :func:`reshard.tables.table`)."""
     if not rows:
         return ""
     return table(rows, [(k, k, _cell) for k in rows[0]], align="<", rule=False)

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from reshard.layout import Box, box_size, chunk_bounds
 from reshard.planner.balance import Loads
 from reshard.planner.decompose import Cell
-from reshard.planner.ir import Buffer, Task, TaskKind
 from reshard.planner.strategy import Strategy
+from reshard.planner.tasks import Buffer, Task, TaskKind
 
 CellPlanner = Callable[[Cell, int, int, Loads], list[Task]]
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from reshard.planner.ir import Conversion, Task, TaskKind
 from reshard.planner.staging import step_runs, task_staging
+from reshard.planner.tasks import Conversion, Task, TaskKind
 
 TASK_BYTES = 256 << 10
 """The largest box (its staging region, bytes) a coalesced task may carry."""

@@ -22,14 +22,18 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.layout import box_size
 from reshard.planner.decompose import decompose, devices_by_box
-from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
 from reshard.planner.resources import COPY, DEV_IN, DEV_OUT, NIC_IN, NIC_OUT, Resource
+from reshard.planner.tasks import Task, TaskKind, TensorSpec
+
+if TYPE_CHECKING:
+    from reshard.planner.ir import ReshardPlan
 
 
 @dataclass(frozen=True)

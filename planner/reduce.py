@@ -14,7 +14,7 @@ from reshard.layout import Box, box_size, boxes_meet
 from reshard.planner.balance import Loads
 from reshard.planner.cell_tasks import split_box
 from reshard.planner.decompose import Cell, decompose, devices_by_box
-from reshard.planner.ir import Task, TaskKind, TensorSpec
+from reshard.planner.tasks import Task, TaskKind, TensorSpec
 
 PIPELINE_PIECES = (1, 2, 4, 8, 16)
 """Candidate numbers of pieces a partial-sum box is reduced in (pipelining)."""

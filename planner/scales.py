@@ -29,7 +29,7 @@ from dataclasses import replace
 from reshard.casting import block_range
 from reshard.dtypes import ScaleMode, block_shape, scale_grid
 from reshard.layout import Layout
-from reshard.planner.ir import Derive, TensorSpec
+from reshard.planner.tasks import Derive, TensorSpec
 from reshard.spec import ShardingSpec
 
 

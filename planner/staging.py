@@ -24,7 +24,7 @@ from dataclasses import replace
 from reshard.dtypes import itemsize
 from reshard.errors import ReshardError
 from reshard.layout import Box, box_size
-from reshard.planner.ir import Conversion, Task, TaskKind
+from reshard.planner.tasks import Conversion, Task, TaskKind
 
 ALIGN = 64
 """Bytes each task's scratch region is aligned to (any dtype's view of it is aligned)."""

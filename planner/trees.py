@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from reshard.layout import box_size
 from reshard.planner.cell_tasks import split_box
-from reshard.planner.ir import Task, TaskKind
+from reshard.planner.tasks import Task, TaskKind
 
 MIN_HOSTS = 3
 """A chain is reshaped only when it enters at least this many hosts after its root's

@@ -49,8 +49,9 @@ import numpy as np
 from reshard.dtypes import Cast, ScaleMode, parse_dtype
 from reshard.errors import PlanError, ReshardError
 from reshard.layout import Box, Layout, box_size, box_within
-from reshard.planner.ir import Buffer, Derive, Task, TaskKind, TensorSpec
+from reshard.planner.request import make_tensor_spec
 from reshard.planner.scales import expected_scales
+from reshard.planner.tasks import Buffer, Derive, Task, TaskKind, TensorSpec
 
 if TYPE_CHECKING:
     from reshard.planner.ir import ReshardPlan
@@ -452,8 +453,6 @@ def _form(task: Task, t: TensorSpec) -> str | None:
 
 
 def _check_tensor(index: int, t: TensorSpec, plan: ReshardPlan) -> None:
-    from reshard.planner.plan import make_tensor_spec
-
     try:
         if not isinstance(t.shape, tuple) or not all(
                 isinstance(s, int) and not isinstance(s, bool) for s in t.shape):

@@ -27,9 +27,9 @@ from reshard.planner.cell_table import CellTable
 from reshard.planner.cell_tasks import CellPlanner
 from reshard.planner.cell_tasks import fan_out as split_chains
 from reshard.planner.decompose import Cell
-from reshard.planner.ir import Buffer, Task, TaskKind
 from reshard.planner.order import PHASE, OrderKeys
 from reshard.planner.resources import NIC_IN, NIC_OUT
+from reshard.planner.tasks import Buffer, Task, TaskKind
 
 Splitter = Callable[[Cell, int], list[Cell]]
 """Pieces of a cell of ``nbytes`` bytes to plan separately (balance over NICs)."""

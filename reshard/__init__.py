@@ -27,8 +27,7 @@ from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
 from reshard.planner.plan import plan, plan_many
 from reshard.planner.strategy import Strategy
 from reshard.spec import Partial, Replicate, Shard, ShardingSpec
-
-__version__ = "0.1.0"
+from reshard.version import __version__ as __version__
 
 __all__ = [
     "PRESETS",

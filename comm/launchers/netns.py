@@ -2,7 +2,7 @@
 testbed): which namespace each cluster host's workers live in, and entering one.
 
 The process launcher applies a :class:`NetnsPlacement` to every worker it starts;
-:class:`reshard.microbench.testbed.Testbed` builds one.
+:class:`reshard.microbench.infra.testbed.Testbed` builds one.
 """
 
 from __future__ import annotations
@@ -67,14 +67,14 @@ class NetnsPlacement:
 
 def as_placement(netns: Any) -> NetnsPlacement:
     """A :class:`NetnsPlacement`, or what an object's ``netns_placement()`` returns
-    (a :class:`~reshard.microbench.testbed.Testbed`)."""
+    (a :class:`~reshard.microbench.infra.testbed.Testbed`)."""
     if isinstance(netns, NetnsPlacement):
         return netns
     get = getattr(netns, "netns_placement", None)
     if get is None:
         raise ExecutionError(
             f"netns must be a NetnsPlacement or have netns_placement() (a "
-            f"reshard.microbench.testbed.Testbed), got {type(netns).__name__}")
+            f"reshard.microbench.infra.testbed.Testbed), got {type(netns).__name__}")
     placement = get()
     if not isinstance(placement, NetnsPlacement):
         raise ExecutionError(f"{type(netns).__name__}.netns_placement() returned "

@@ -19,7 +19,7 @@ submit never blocks on a busy or stopped worker), and one monitor thread waits o
 every result pipe and every process sentinel: it resolves futures, and when a
 process exits it records why and fails that worker's pending calls at once.
 
-Network namespaces (the emulated multi-host testbed, :mod:`reshard.microbench.testbed`):
+Network namespaces (the emulated multi-host testbed, :mod:`reshard.microbench.infra.testbed`):
 given a :class:`NetnsPlacement`, each worker enters its cluster host's namespace
 (``setns``) as the very first thing it does, before it starts any thread, so every
 socket it and its backend open lives there; gloo binds to the namespace's interface
@@ -40,11 +40,8 @@ import itertools
 import multiprocessing as mp
 import os
 import queue
-import signal
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from multiprocessing.connection import Connection, wait
@@ -53,7 +50,7 @@ from typing import Any
 from reshard.comm.backend import BackendKind
 from reshard.comm.launchers.base import require_workers
 from reshard.comm.launchers.cleanup import close_at_exit
-from reshard.comm.launchers.host import WorkerHost, WorkerSpec, make_specs, portable_error
+from reshard.comm.launchers.host import WorkerSpec, make_specs
 from reshard.comm.launchers.netns import (
     NETNS_DIR,
     NetnsHost,
@@ -62,115 +59,19 @@ from reshard.comm.launchers.netns import (
     enter_netns,
 )
 from reshard.comm.launchers.spawn import ExecStarter, ForkServer, Starter, WorkerArgs
+from reshard.comm.launchers.worker_loop import CLOSE
 from reshard.comm.rendezvous import TcpRendezvousServer
 from reshard.errors import ExecutionError
 
-_CLOSE = "__close__"
 # Imported once by the fork server, then inherited by every worker it forks: importing
 # torch in 8 processes at once on 2 cores takes ~20 s, forking a server that has it
 # takes ~0.1 s. Nothing that starts CUDA is preloaded.
 _PRELOAD = {
-    BackendKind.GLOO: ["reshard.comm.launchers.process", "reshard.comm.backends.gloo",
+    BackendKind.GLOO: ["reshard.comm.launchers.worker_loop", "reshard.comm.backends.gloo",
                        "torch.distributed"],
-    BackendKind.NCCL: ["reshard.comm.launchers.process"],
+    BackendKind.NCCL: ["reshard.comm.launchers.worker_loop"],
 }
 _GRACE = 3.0  # seconds a worker gets to exit on its own at close
-
-
-# ----- worker side -------------------------------------------------------------------
-def _watch_parent(driver: int) -> None:
-    """Exit when the driver (or the process that forked this one) dies, even by SIGKILL."""
-    parent = os.getppid()  # the driver under spawn, the fork server under forkserver
-    if parent != driver:  # the (single-threaded) fork server: die with it at once.
-        # Not towards the driver: PR_SET_PDEATHSIG fires when the parent *thread* exits,
-        # and any driver thread may have started this worker.
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        except Exception:  # noqa: BLE001, S110 - best effort (the watcher also stops it)
-            pass
-
-    def poll() -> None:
-        while True:
-            if os.getppid() != parent:
-                os._exit(1)
-            try:
-                os.kill(driver, 0)
-            except ProcessLookupError:
-                os._exit(1)
-            except PermissionError:
-                pass
-            time.sleep(0.5)
-
-    threading.Thread(target=poll, name="reshard-parent-watch", daemon=True).start()
-
-
-def worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
-                driver: int, driver_env: dict[str, str], netns: str | None = None) -> None:
-    """Entry point of a worker process (in network namespace ``netns`` if given)."""
-    if netns is not None:
-        # First of all: setns moves only the calling thread, and threads started later
-        # (gloo's, the store's, the pipe reader) inherit its namespace. A fork server's
-        # child has no other thread yet; an exec'd worker may have numpy's OpenBLAS pool
-        # (started by unpickling its arguments), which stays behind but opens no sockets.
-        try:
-            enter_netns(netns)
-        except BaseException as e:  # noqa: BLE001 - reported to the driver
-            results.send(("failed", portable_error(e, spec.device), traceback.format_exc()))
-            results.close()
-            return
-    # A fork server holds the driver's environment of when it started: take the
-    # driver's current one, as spawn would, then the worker's own variables.
-    os.environ.clear()
-    os.environ.update(driver_env)
-    os.environ.update(spec.env)
-    # Ctrl-C in a terminal reaches the whole process group: the driver decides (it
-    # closes the runtime on KeyboardInterrupt), workers ignore it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _watch_parent(driver)
-    try:
-        host = WorkerHost(spec)
-    except BaseException as e:  # noqa: BLE001 - report why, then exit
-        results.send(("failed", portable_error(e, spec.device), traceback.format_exc()))
-        results.close()
-        return
-    results.send(("ready", host.info()))
-
-    inbox: queue.Queue = queue.Queue()
-
-    def read() -> None:  # keeps draining the pipe while the main thread works
-        while True:
-            try:
-                msg = commands.recv()
-            except (EOFError, OSError):
-                os._exit(0)  # the driver is gone
-            inbox.put(msg)
-            if msg == _CLOSE:
-                return
-
-    threading.Thread(target=read, name="reshard-commands", daemon=True).start()
-    while True:
-        msg = inbox.get()
-        if msg == _CLOSE:
-            break
-        call_id, method, args = msg
-        try:
-            reply = (call_id, True, host.call(method, args))
-        except BaseException as e:  # noqa: BLE001 - the call's error is the reply
-            reply = (call_id, False, portable_error(e, spec.device))
-        try:
-            results.send(reply)
-        except Exception as e:  # noqa: BLE001 - an unpicklable result
-            results.send((call_id, False, ExecutionError(
-                f"device {spec.device}: {method} returned an unsendable value: {e}")))
-    try:
-        host.close()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
 
 
 # ----- driver side -------------------------------------------------------------------
@@ -199,7 +100,7 @@ class _Worker:
             try:
                 self.commands.send(msg)
             except Exception as e:  # noqa: BLE001 - fails the call's future
-                if msg == _CLOSE:
+                if msg == CLOSE:
                     return
                 fut = self.pending.pop(msg[0], None)
                 if fut is not None and not fut.done():
@@ -221,7 +122,7 @@ class ProcessGroup:
             ``{host}`` in values are replaced per worker).
         netns: run each worker in its cluster host's network namespace: a
             :class:`NetnsPlacement` or an object with ``netns_placement()`` (a
-            :class:`~reshard.microbench.testbed.Testbed`). gloo only. The rendezvous
+            :class:`~reshard.microbench.infra.testbed.Testbed`). gloo only. The rendezvous
             then listens on the placement's driver address instead of loopback.
     """
 
@@ -421,7 +322,7 @@ class ProcessGroup:
                 w.pending = {}
         atexit.unregister(self._atexit)
         for w in self._workers.values():
-            w.outbox.put(_CLOSE)
+            w.outbox.put(CLOSE)
             w.outbox.put(None)
         deadline = time.monotonic() + grace
         for w in self._workers.values():

@@ -9,7 +9,7 @@ that follows the process tree of the Ray processes the driver just started and,
 once the driver is gone, stops whatever of that tree is left (SIGTERM, then
 SIGKILL). It never touches a Ray it did not see started, nor other children of the
 driver. The emulated testbed's Ray cluster
-(:class:`~reshard.microbench.ray_cluster.RayCluster`) watches its nodes' ``ray start``
+(:class:`~reshard.microbench.infra.ray_cluster.RayCluster`) watches its nodes' ``ray start``
 processes the same way.
 """
 

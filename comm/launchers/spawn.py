@@ -372,7 +372,7 @@ def serve(control_fd: int, driver: int, preload: Sequence[str]) -> None:
 def run(cmd_fd: int, res_fd: int) -> None:
     """A worker's life: read its :class:`WorkerArgs`, then serve commands (never returns
     normally: the worker loop ends the process)."""
-    from reshard.comm.launchers.process import worker_main
+    from reshard.comm.launchers.worker_loop import worker_main
 
     commands = Connection(cmd_fd, writable=False)
     results = Connection(res_fd, readable=False)

@@ -278,8 +278,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import sys
 
+    from reshard.cliargs import positive_int
+    from reshard.comm.backends.requirements import backend_problem
     from reshard.errors import ExecutionError, ReshardError
-    from reshard.microbench.flags import backend_problem, positive_int
     from reshard.pipeline.schedules import SCHEDULES
 
     interleaved = "interleaved-1f1b"

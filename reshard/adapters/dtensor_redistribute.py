@@ -54,6 +54,7 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
+from reshard.adapters.dtensor_layout import to_layout, to_placements
 from reshard.cluster import Cluster
 from reshard.comm.backend import BackendRegistry
 from reshard.comm.executor import Executor
@@ -211,9 +212,6 @@ class Redistributor:
     def _moves(self, dtensors: Sequence[DTensor], meshes: Sequence[Any],
                placements: Sequence[Sequence[Any]], names: Sequence[str],
                cast: Cast | None = None) -> list[_Move]:
-        # imported here: reshard.adapters.dtensor re-exports this module's functions
-        from reshard.adapters.dtensor import to_layout
-
         moves = []
         for dt, mesh, pl, name in zip(dtensors, meshes, placements, names):
             if not isinstance(dt, DTensor):
@@ -257,8 +255,6 @@ class Redistributor:
                           strategy: str | Strategy = Strategy.BROADCAST, cast: Any = None,
                           scale: Any = None) -> Any:
         """See :func:`redistribute_many`."""
-        from reshard.adapters.dtensor import to_placements  # (it re-exports this module)
-
         names, dts = _items(tensors)
         if not dts:
             return {} if isinstance(tensors, Mapping) else []

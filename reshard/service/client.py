@@ -29,7 +29,7 @@ from reshard.dtypes import Cast, parse_dtype
 from reshard.errors import ReshardError
 from reshard.layout import Layout, check_shape
 from reshard.planner.ir import ReshardPlan
-from reshard.planner.plan import request_parts
+from reshard.planner.request import request_parts
 from reshard.planner.strategy import Strategy
 from reshard.service.auth import bearer
 from reshard.service.cache import LruCache

@@ -24,7 +24,8 @@ import reshard
 from reshard.cluster import Cluster, preset_names
 from reshard.errors import ReshardError
 from reshard.planner.ir import FORMAT_VERSION, READABLE_FORMATS, ReshardPlan
-from reshard.planner.plan import default_cluster, make_tensor_spec, plan_many
+from reshard.planner.plan import plan_many
+from reshard.planner.request import default_cluster, make_tensor_spec
 from reshard.planner.strategy import Strategy
 from reshard.service import jobs
 from reshard.service.budget import INLINE_CELLS, INLINE_TASKS, request_cells

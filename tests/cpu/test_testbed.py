@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 from reshard import DeviceMesh, ExecutionError, Layout, OptionError
-from reshard.comm.launchers.process import NetnsHost, NetnsPlacement, ProcessGroup
-from reshard.microbench.exit_guard import ExitGuard
-from reshard.microbench.testbed import (
+from reshard.comm.launchers.netns import NetnsHost, NetnsPlacement
+from reshard.comm.launchers.process import ProcessGroup
+from reshard.microbench.infra.exit_guard import ExitGuard
+from reshard.microbench.infra.testbed import (
     Testbed,
     TestbedError,
     _links,
@@ -94,7 +95,7 @@ def test_missing_namespace_fails_clearly():
 IMPORT_ONLY = """
 import atexit, logging, multiprocessing.util, signal  # the stdlib registers its own
 before = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP), atexit._ncallbacks())
-import reshard.microbench.testbed, reshard.microbench.ray_cluster
+import reshard.microbench.infra.testbed, reshard.microbench.infra.ray_cluster
 after = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP), atexit._ncallbacks())
 print(before == after, before, after)
 """
@@ -188,7 +189,7 @@ def test_removed_after_an_exception():
 
 CHILD = """
 import sys, time
-from reshard.microbench.testbed import Testbed
+from reshard.microbench.infra.testbed import Testbed
 with Testbed(2, 0.1) as tb:
     print(tb.tag, flush=True)
     time.sleep(60)
@@ -214,7 +215,7 @@ def test_removed_on_sigterm():
 
 
 FORGOTTEN = """
-from reshard.microbench.testbed import Testbed
+from reshard.microbench.infra.testbed import Testbed
 tb = Testbed(2, 0.1).start()
 print(tb.tag, flush=True)
 """

@@ -19,7 +19,7 @@ Workers join it through the process launcher::
             ...
 
 Each worker process enters its host's namespace before anything else (see
-:func:`reshard.comm.launchers.process.enter_netns`); gloo binds to ``rsnic0`` and
+:func:`reshard.comm.launchers.netns.enter_netns`); gloo binds to ``rsnic0`` and
 advertises the host's address; the driver's rendezvous listens on the bridge address.
 
 Isolation and cleanup: only addresses of a private /24 that no interface of the
@@ -29,10 +29,10 @@ address. Everything created is recorded as an undo step before the next is made 
 removed in reverse order by :meth:`Testbed.close`, which runs at context exit (also
 on an exception), at interpreter exit, and on SIGTERM / SIGHUP (turned into
 ``SystemExit`` so every ``with`` block unwinds): a started testbed arms an
-:class:`~reshard.microbench.exit_guard.ExitGuard`, importing this module changes
+:class:`~reshard.microbench.infra.exit_guard.ExitGuard`, importing this module changes
 nothing. Deleting a root-side veth deletes its
 peer and both ends' qdiscs. A run killed by SIGKILL leaves names whose pid is dead:
-:func:`cleanup_stale` removes them (and ``python -m reshard.microbench.testbed
+:func:`cleanup_stale` removes them (and ``python -m reshard.microbench.infra.testbed
 --cleanup`` runs it).
 
 Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN), ``ip`` and ``tc`` (iproute2), and kernel
@@ -62,10 +62,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Self
 
 from reshard.cluster import Cluster
-from reshard.comm.launchers.process import NETNS_DIR, NetnsHost, NetnsPlacement, enter_netns
+from reshard.comm.launchers.netns import NETNS_DIR, NetnsHost, NetnsPlacement, enter_netns
 from reshard.errors import ReshardError
 from reshard.helptext import for_terminal
-from reshard.microbench.exit_guard import ExitGuard
+from reshard.microbench.infra.exit_guard import ExitGuard
 
 NS_IFNAME = "rsnic0"  # the host's NIC, inside its namespace (names are per namespace)
 SUBNET_PREFIX = "10.213"  # subnets 10.213.<k>.0/24
@@ -169,7 +169,7 @@ def cleanup_stale(verbose: bool = False) -> list[str]:
     creating process is gone (e.g. killed by SIGKILL). Live testbeds are left alone.
 
     Also removes the directories named after such a testbed in the temporary
-    directory (a :class:`~reshard.microbench.ray_cluster.RayCluster`'s token and logs).
+    directory (a :class:`~reshard.microbench.infra.ray_cluster.RayCluster`'s token and logs).
 
     Returns:
         What was removed, as ``"netns NAME"`` / ``"link NAME"`` / ``"dir PATH"`` /
@@ -614,7 +614,7 @@ class Testbed:
         left = self.leftovers() + failed
         if left:
             warnings.warn(f"testbed {self.tag}: could not remove {left}; run "
-                          f"`python -m reshard.microbench.testbed --cleanup`", RuntimeWarning,
+                          f"`python -m reshard.microbench.infra.testbed --cleanup`", RuntimeWarning,
                           stacklevel=2)
 
     def leftovers(self) -> list[str]:
@@ -674,7 +674,7 @@ def selftest(nic_gbit_per_s: float = 0.3, seconds: float = 0.5, runs: int = 3) -
 def main(argv: Sequence[str] | None = None) -> int:
     """``--selftest``: measure a link; ``--cleanup``: remove stale testbeds;
     ``--check``: say whether testbeds can be built here."""
-    ap = argparse.ArgumentParser(prog="python -m reshard.microbench.testbed",
+    ap = argparse.ArgumentParser(prog="python -m reshard.microbench.infra.testbed",
                                  description=for_terminal(__doc__).split("\n\n")[0])
     ap.add_argument("--selftest", action="store_true",
                     help="measure the achieved TCP rate between two namespaces")

@@ -1,6 +1,6 @@
 """A real multi-node Ray cluster on the emulated testbed: one Ray node per host namespace.
 
-Every testbed host (a network namespace, :mod:`reshard.microbench.testbed`) runs one
+Every testbed host (a network namespace, :mod:`reshard.microbench.infra.testbed`) runs one
 Ray node, started with ``ray start --block`` inside the namespace: host 0 the head
 (GCS at ``<host 0 address>:6379``), every other host a worker node joining it by that
 address, each with ``--node-ip-address`` = its namespace's address. Nodes of different
@@ -35,7 +35,7 @@ Teardown: :meth:`RayCluster.close` disconnects the driver, stops the worker node
 the head (SIGTERM to each ``ray start --block``, which stops its node's processes; then
 SIGKILL to whatever of its process tree is left) and removes the cluster's directory
 (token, logs). It runs at context exit (also on an exception), at interpreter exit, and
-on SIGTERM / SIGHUP (an :class:`~reshard.microbench.exit_guard.ExitGuard`, as the
+on SIGTERM / SIGHUP (an :class:`~reshard.microbench.infra.exit_guard.ExitGuard`, as the
 testbed's); a watchdog (:func:`reshard.comm.launchers.raywatch.watch_ray`) stops the
 nodes should the driver die by SIGKILL. Close the cluster before its testbed (nested
 ``with`` blocks do).
@@ -57,12 +57,12 @@ import threading
 import time
 from typing import IO, Any, Self
 
-from reshard.comm.launchers.process import enter_netns
+from reshard.comm.launchers.netns import enter_netns
 from reshard.comm.launchers.raywatch import process_tree, watch_ray
-from reshard.microbench.exit_guard import ExitGuard
-from reshard.microbench.testbed import Testbed, TestbedError
+from reshard.microbench.infra.exit_guard import ExitGuard
+from reshard.microbench.infra.testbed import Testbed, TestbedError
 
-_ENTRY = "from reshard.microbench.ray_cluster import exec_in_netns; exec_in_netns()"
+_ENTRY = "from reshard.microbench.infra.ray_cluster import exec_in_netns; exec_in_netns()"
 _RAY_CLI = ("-m", "ray.scripts.scripts")
 # Ray settings of every node and of the driver: token authentication on, nothing that
 # phones home, no drain wait when a node is stopped, and workers (reshard's actors) at
@@ -148,7 +148,7 @@ class RayCluster:
     their driver.
 
     Args:
-        testbed: a started :class:`~reshard.microbench.testbed.Testbed`.
+        testbed: a started :class:`~reshard.microbench.infra.testbed.Testbed`.
         num_hosts: hosts that get a node (default: all of the testbed's).
         options: how nodes are started.
 
