@@ -62,8 +62,11 @@ setup(
         "bench": ["tqdm>=4.66"],
         "docs": ["mkdocs>=1.6", "mkdocstrings[python]>=0.26"],
         "jax": ["jax[cpu]>=0.10.2"],
-        "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.2",
-                 "grpcio-tools>=1.85.1", "ruff>=0.17", "mypy>=2.4"],
+        # what the tests run with; the README's test command adds dev (its lint, type
+        # and stub tests skip without it)
+        "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.2"],
+        # lint, type-check, protobuf stub generation
+        "dev": ["ruff>=0.17", "mypy>=2.4", "grpcio-tools>=1.85.1"],
     },
     entry_points={
         "console_scripts": [

@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_ruff_clean():
-    pytest.importorskip("ruff", reason="ruff is in the test extra")
+    pytest.importorskip("ruff", reason="ruff is in the dev extra")
     out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache",
                           "--output-format", "concise", "."],
                          check=False, capture_output=True, text=True, timeout=240, cwd=ROOT)
@@ -22,7 +22,7 @@ def test_ruff_clean():
 
 
 def test_mypy_clean_on_the_installed_layout(tmp_path):
-    pytest.importorskip("mypy", reason="mypy is in the test extra")
+    pytest.importorskip("mypy", reason="mypy is in the dev extra")
     subprocess.run([sys.executable, str(ROOT / "scripts" / "stage_package.py"),
                     str(tmp_path)], check=True, capture_output=True, timeout=120)
     out = subprocess.run([sys.executable, "-m", "mypy", "--config-file",
