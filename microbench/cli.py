@@ -42,7 +42,7 @@ from collections.abc import Sequence
 
 import reshard
 from reshard.errors import ExecutionError, ReshardError
-from reshard.microbench import flags, planner_time
+from reshard.microbench import calibrate, flags, planner_time
 from reshard.microbench import plot as plotting
 from reshard.microbench.report import Column, Progress, Shape, Stream, machine, write_json
 from reshard.microbench.suites import SUITES
@@ -51,7 +51,10 @@ from reshard.microbench.sweep import CaseError, Mode, Options, measure, place, s
 
 SCHEMA_VERSION = 1
 GOAL_RATIO = 1.10
-RUN_ONLY = ("backend", "launcher", "iters", "warmup", "timeout", "max_devices")
+RUN_ONLY = ("backend", "launcher", "iters", "warmup", "timeout", "max_devices", "full_size")
+RUN_SIZES = (1 << 20, 8 << 20)
+"""Run mode's sizes without -b/-e/--full-size: a sweep one machine runs in about a
+minute (nccl-tests also defaults to small sizes; the paper's cases are up to 2 GiB)."""
 CASE_COLUMNS = (Column("case", "case", align="<"), Column("layouts", "src->dst", align="<"),
                 Column("shape_text", "shape", align="<"), Column("bytes", "size(B)", "d"),
                 Column("dtype", "dtype", align="<"), Column("hosts", "hosts", "d"),
@@ -82,8 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
                        action=flags.Given, metavar="N",
                        help="sim mode: elements per tensor of the correctness run on the "
                             "local backend")
-    flags.add_cluster(ap)
+    flags.add_cluster(ap, local=True)
     workers = flags.add_runtime(ap)
+    workers.add_argument("--full-size", action=flags.GivenTrue,
+                         help="run mode at each case's own size (the paper's: up to 2 GiB "
+                              "a case) instead of the sweep sized for one machine, "
+                              f"{' and '.join(flags.human_bytes(b) for b in RUN_SIZES)}")
     workers.add_argument("--max-devices", type=flags.positive_int, default=64, metavar="N",
                          action=flags.Given,
                          help="run mode refuses cases needing more workers than this")
@@ -121,9 +128,23 @@ def resolve(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Opti
     flags.check_sizes(ap, args)
     mode = _mode(ap, args)
     cases = flags.pick_cases(ap, SUITES[args.suite](), args.cases, args.suite, args)
+    sizes = tuple(flags.sizes(args))
+    if mode is Mode.RUN and sizes == (None,) and not args.full_size:
+        sizes = RUN_SIZES
+    if args.full_size and sizes != (None,):
+        ap.error("--full-size runs each case at its own size, and -b/-e set the sizes; "
+                 "drop one of them")
+    links = None
+    if args.cluster == "local":
+        if args.nic_gbps:
+            ap.error("--nic-gbps overrides a preset's NIC, and --cluster local measures this "
+                     "machine's links; drop one of them")
+        links = tuple((n, calibrate.measure(pairs=max(1, n // 2)))
+                      for n in sorted({c.devices_needed for c in cases}))
     opts = Options(
-        mode=mode, strategies=args.strategies, sizes=tuple(flags.sizes(args)),
-        preset=args.cluster, nic_gbps=args.nic_gbps, hosts=args.hosts,
+        mode=mode, strategies=args.strategies, sizes=sizes, links=links,
+        preset=None if args.cluster == "local" else args.cluster, nic_gbps=args.nic_gbps,
+        hosts=args.hosts,
         devices_per_host=args.devices_per_host, check=bool(args.check),
         check_elements=args.check_elements, iters=args.iters, warmup=args.warmup,
         backend=args.backend, launcher=args.launcher, timeout=args.timeout,
@@ -268,6 +289,14 @@ def main(argv: Sequence[str] | None = None) -> int:
            f"after {opts.warmup} warm-up")
     print(f"# reshard-bench {reshard.__version__}: suite {args.suite}, mode {opts.mode.value} "
           f"({how}), {where}, strategies {','.join(opts.strategies)}", flush=True)
+    if opts.links is not None:
+        for n, lk in opts.links:
+            print(f"# cluster for {n} devices: {lk.describe()}", flush=True)
+        print("# each case keeps its hosts; its bound and model are of the links measured "
+              "with as many devices", flush=True)
+    elif opts.mode is Mode.RUN:
+        print("# bound and model are of the modelled cluster, not of this machine "
+              "(--cluster local measures this machine's links)", flush=True)
     if opts.mode is Mode.SIM and opts.check:
         print(f"# #wrong: every case also moved on the local backend at about "
               f"{opts.check_elements} elements per tensor (--check-elements), or its own size "

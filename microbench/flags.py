@@ -352,9 +352,11 @@ def pick_cases(ap: argparse.ArgumentParser, available: Sequence[Any], wanted: Se
 
 
 def add_cluster(ap: argparse.ArgumentParser, hosts: int | None = None,
-                devices_per_host: int | None = None, presets: bool = True) -> argparse._ArgumentGroup:
+                devices_per_host: int | None = None, presets: bool = True,
+                local: bool = False) -> argparse._ArgumentGroup:
     """``--hosts``, ``--devices-per-host`` and (with ``presets``) ``--cluster``,
-    ``--nic-gbps``."""
+    ``--nic-gbps``; ``local``: ``--cluster local`` too (this machine, measured:
+    :mod:`reshard.microbench.calibrate`)."""
     g = ap.add_argument_group("cluster")
     g.add_argument(*FLAGS["hosts"], type=positive_int, default=hosts, action=Given,
                    metavar="N",
@@ -368,10 +370,14 @@ def add_cluster(ap: argparse.ArgumentParser, hosts: int | None = None,
                         "it" + ("" if devices_per_host is not None else
                                 " (default: the cluster preset's, or the widest mesh)"))
     if presets:
-        g.add_argument(*FLAGS["cluster"], choices=preset_names(), default=None, action=Given,
+        names = (*preset_names(), *(("local",) if local else ()))
+        g.add_argument(*FLAGS["cluster"], choices=names, default=None, action=Given,
                        metavar="PRESET",
-                       help=f"link figures of the modelled hosts, one of "
-                            f"{', '.join(preset_names())} (default: each case's own preset)")
+                       help=f"link figures of the modelled hosts, one of {', '.join(names)} "
+                            f"(default: each case's own preset)" + (
+                                "; local: this machine's loopback links, measured first, so "
+                                "that run mode's bound is of the machine it runs on"
+                                if local else ""))
         g.add_argument(*FLAGS["nic_gbps"], type=positive_float, default=None, action=Given,
                        metavar="GBIT", help="override the preset's NIC bandwidth, Gbit/s")
     return g

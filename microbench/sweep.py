@@ -38,6 +38,7 @@ from reshard.cluster import GBIT, Cluster
 from reshard.dtypes import itemsize, parse_dtype
 from reshard.errors import ReshardError
 from reshard.layout import box_size
+from reshard.microbench.calibrate import Links
 from reshard.microbench.measure import (
     count_wrong_all,
     partial_addends,
@@ -57,6 +58,11 @@ class Mode(enum.Enum):
 
     SIM = "sim"  # model it (and check it small on the local backend)
     RUN = "run"  # execute and time it on real workers
+
+
+MEMORY_SHARE = 0.8
+"""Run mode refuses a case whose values and shards need more than this share of the
+host memory available (the workers, their libraries and the system need the rest)."""
 
 
 class CaseError(ReshardError):
@@ -83,6 +89,9 @@ class Options:
         launcher: run mode's launcher (None: the backend's default).
         timeout: run mode's timeout, seconds.
         max_devices: run mode refuses cases needing more workers.
+        links: this machine's measured links (``--cluster local``), per number of
+            devices streaming at once: every case's cluster gets the figures measured
+            with as many devices as it has (:func:`links_for`).
     """
 
     mode: Mode
@@ -100,6 +109,7 @@ class Options:
     launcher: str | None = None
     timeout: float = 120.0
     max_devices: int = 64
+    links: tuple[tuple[int, Links], ...] | None = None
 
     @property
     def runs(self) -> int:
@@ -122,8 +132,11 @@ def place(case: Case, opts: Options) -> Placed:
     ``--hosts`` of them) with ``--devices-per-host`` devices; meshes capped at it."""
     c = case.narrowed(opts.devices_per_host) if opts.devices_per_host else case
     preset = preset_key(opts.preset or c.preset)
-    over = {"nic_bandwidth": opts.nic_gbps * GBIT} if opts.nic_gbps else {}
+    over: dict[str, float] = {"nic_bandwidth": opts.nic_gbps * GBIT} if opts.nic_gbps else {}
     cluster = c.cluster(opts.devices_per_host, preset, **over)
+    if opts.links is not None:  # this machine's figures, on the case's own hosts
+        over = links_for(opts.links, c.devices_needed).overrides(len(cluster.hosts[0]))
+        cluster = c.cluster(opts.devices_per_host, preset, **over)
     if opts.hosts is not None:
         need = max(c.src_mesh[0], c.dst_mesh[0])
         if opts.hosts < need:
@@ -131,7 +144,15 @@ def place(case: Case, opts: Options) -> Placed:
                             f"for its largest mesh, --hosts is {opts.hosts}; raise --hosts "
                             f"or leave it out (then each case gets {c.hosts_needed})")
         cluster = Cluster.regular(opts.hosts, len(cluster.hosts[0]), preset=preset, **over)
-    return Placed(c, tuple(c.requests_on(cluster)), cluster, preset)
+    return Placed(c, tuple(c.requests_on(cluster)), cluster,
+                  "local" if opts.links is not None else preset)
+
+
+def links_for(links: Sequence[tuple[int, Links]], devices: int) -> Links:
+    """The figures measured with the fewest devices at least ``devices`` (else the
+    most): what a case of ``devices`` workers gets when all of them move bytes."""
+    fits = [lk for n, lk in sorted(links) if n >= devices]
+    return fits[0] if fits else max(links)[1]
 
 
 def sized(case: Case, opts: Options) -> list[Case]:
@@ -277,9 +298,10 @@ def memory_refusal(p: Placed, opts: Options) -> str | None:
     """Why run mode cannot hold ``p``'s values and shards in host memory, or None."""
     if opts.backend in ("local", "gloo"):
         need, have = host_bytes(p.requests), _available_memory()
-        if have and need > 0.8 * have:
+        if have and need > MEMORY_SHARE * have:
             return (f"needs about {need / 2**30:.1f} GiB of host memory for its values and "
-                    f"shards, {have / 2**30:.1f} GiB available; size it with -b/-e")
+                    f"shards, over {MEMORY_SHARE:.0%} of the {have / 2**30:.1f} GiB available "
+                    f"(the rest is the workers' own and the system's); size it with -b/-e")
     return None
 
 

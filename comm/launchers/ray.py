@@ -39,10 +39,12 @@ import asyncio
 import atexit
 import dataclasses
 import ipaddress
+import logging
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,6 +231,34 @@ def _node_plan(cluster: Any, devices: Sequence[int],
     return {d: node_of_host[cluster.host_of(d)] for d in devices}
 
 
+_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+_TOKEN_ADVICE = "Token authentication is enabled for this Ray cluster"
+
+
+class _DropTokenAdvice(logging.Filter):
+    """Drops Ray's notice that an embedded cluster turned token authentication on,
+    whose advice (``RAY_AUTH_MODE=disabled`` to opt out) contradicts reshard's docs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_TOKEN_ADVICE)
+
+
+@contextmanager
+def _token_advice_explained() -> Iterator[None]:
+    """Start an embedded Ray without Ray's opt-out advice; say once, at INFO on the
+    ``reshard`` logger, what it is and that it stays on (docs/ray-cluster.md)."""
+    drop = _DropTokenAdvice()
+    source = logging.getLogger(_TOKEN_LOGGER)
+    source.addFilter(drop)
+    try:
+        yield
+    finally:
+        source.removeFilter(drop)
+    logging.getLogger("reshard").info(
+        "the embedded Ray runs with token authentication (Ray's default for a local "
+        "cluster); keep it on: docs/ray-cluster.md")
+
+
 class RayGroup:
     """Workers as Ray actors, one per device.
 
@@ -257,7 +287,8 @@ class RayGroup:
                 ray.init(address=address, log_to_driver=False)
             else:  # an embedded local Ray: it must go with this driver, even killed
                 before = children_of(os.getpid())
-                ray.init(include_dashboard=False, log_to_driver=False)
+                with _token_advice_explained():
+                    ray.init(include_dashboard=False, log_to_driver=False)
                 watch_ray(os.getpid(), children_of(os.getpid()) - before)
         self._node = ray.get_runtime_context().get_node_id()
         self._machine = machine_id()

@@ -479,3 +479,53 @@ def test_reshard_cli_version_flags_and_terminal_help(tmp_path, capsys):
     assert code == 0
     tasks = json.loads((tmp_path / "p.json").read_text())["tasks"]
     assert max(len(range(*t["box"][0])) * len(range(*t["box"][1])) * 4 for t in tasks) <= 10485
+
+
+def _resolved(argv):
+    ap = bench_cli.build_parser()
+    return bench_cli.resolve(ap, ap.parse_args(argv))
+
+
+def test_run_mode_is_sized_for_one_machine_unless_told(capsys):
+    opts, _ = _resolved(["--mode", "run", "--cases", "1"])
+    assert opts.sizes == bench_cli.RUN_SIZES and max(bench_cli.RUN_SIZES) <= 16 << 20
+    opts, _ = _resolved(["--mode", "run", "--cases", "1", "--full-size"])
+    assert opts.sizes == (None,)
+    opts, _ = _resolved(["--cases", "1"])  # sim mode models the paper's sizes
+    assert opts.sizes == (None,)
+    assert _resolved(["--cases", "1", "--full-size"])[0].mode is sweep.Mode.RUN
+    for argv, says in ((["--full-size", "-b", "1M"], "drop one of them"),
+                       (["--cluster", "local", "--nic-gbps", "10"], "drop one of them")):
+        code, _, err = _bench(["--cases", "1", *argv], capsys)
+        assert code == 2 and says in err, err
+
+
+def test_cluster_local_models_this_machines_measured_links(monkeypatch):
+    from reshard.microbench import calibrate
+
+    asked = []
+
+    def fake(pairs):
+        asked.append(pairs)
+        return calibrate.Links(1e9 * pairs, 1e-4, 1e10, pairs)
+
+    monkeypatch.setattr(calibrate, "measure", fake)
+    opts, cases = _resolved(["--mode", "run", "--cluster", "local", "--cases", "1,7"])
+    assert sorted(asked) == sorted(c.devices_needed // 2 for c in cases)  # one per count
+    assert sorted(c.devices_needed for c in cases) == [12, 16]
+    for case in cases:
+        p = sweep.place(case, opts)
+        assert p.preset == "local" and p.cluster.name == "local"
+        assert p.cluster.intra_bandwidth == sweep.links_for(opts.links, case.devices_needed).bandwidth
+        per_host = len(p.cluster.hosts[0])
+        assert p.cluster.nics_per_host == per_host
+        assert p.cluster.nic_bandwidth == p.cluster.intra_bandwidth * per_host
+
+
+def test_calibration_measures_loopback_streams():
+    from reshard.microbench import calibrate
+
+    links = calibrate.measure(2, nbytes=4 << 20, round_trips=20)
+    assert links.pairs == 2 and 1e7 < links.bandwidth < 1e12
+    assert 0 < links.latency < 0.1 and links.copy_bandwidth > 1e8
+    assert "2 pairs" in links.describe()
