@@ -102,7 +102,7 @@ def _sender(port: int, go: Connection, nbytes: int, ping: bool, out: Connection)
 
 def _streams(pairs: int, nbytes: int, ping: bool) -> list[float]:
     """Seconds each of ``pairs`` concurrent pairs took (ping: ``nbytes`` round trips)."""
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context("forkserver")  # not fork: the caller may hold threads (JAX)
     procs = []
     gos = []
     outs = []
