@@ -29,6 +29,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 from reshard.adapters.dtensor import redistribute
+from reshard.cliargs import add_version
 
 WORLD = 8
 
@@ -107,6 +108,7 @@ def rank_main(rank: int, store_path: str, args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the pipeline on 8 processes; 0 when every output matched."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_version(ap)
     ap.add_argument("--batch", type=int, default=8, help="rows per microbatch (default 8)")
     ap.add_argument("--d-in", type=int, default=16, help="input features (default 16)")
     ap.add_argument("--hidden", type=int, default=30,

@@ -16,6 +16,8 @@ import argparse
 import os
 import sys
 
+from reshard.cliargs import add_version
+
 # 8 host devices; must be set before JAX initialises its CPU backend.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_force_host_platform_device_count=8").strip()
@@ -44,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the two stages on ``--microbatches`` microbatches; 0 if every output matches
     the single-device result."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_version(ap)
     ap.add_argument("--batch", type=int, default=16, help="rows per microbatch (default 16)")
     ap.add_argument("--hidden", type=int, default=64, help="hidden units (default 64)")
     ap.add_argument("--microbatches", type=int, default=3, help="default 3")

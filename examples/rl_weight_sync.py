@@ -32,6 +32,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distribute_tensor
 
 from reshard.adapters.dtensor import redistribute_many
+from reshard.cliargs import add_version
 
 WORLD = 8
 TRAIN = (0, 1, 2, 3)
@@ -149,6 +150,7 @@ def rank_main(rank: int, store_path: str, args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the syncs on 8 processes; 0 when every shard matched."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_version(ap)
     ap.add_argument("--vocab", type=int, default=1000, help="vocabulary (default 1000)")
     ap.add_argument("--dim", type=int, default=128, help="model width (default 128)")
     ap.add_argument("--layers", type=int, default=2, help="blocks (default 2)")

@@ -28,8 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-import reshard
-from reshard.cliargs import int_at_least, natural_int, positive_int
+from reshard.cliargs import add_version, int_at_least, natural_int, positive_int
 from reshard.cluster import preset_names
 from reshard.comm.backend import BackendKind
 from reshard.comm.backends.requirements import backend_problem  # noqa: F401
@@ -226,8 +225,7 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
     """A parser with the shared help layout, no abbreviated flags, and ``--version``."""
     ap = argparse.ArgumentParser(prog=prog, description=for_terminal(description),
                                  formatter_class=HelpFormatter, allow_abbrev=False)
-    ap.add_argument("--version", action="version",
-                    version=f"%(prog)s (reshard {reshard.__version__})")
+    add_version(ap)
     return ap
 
 

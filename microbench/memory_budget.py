@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from reshard import Cluster, DeviceMesh, Layout, Runtime
+from reshard.cliargs import add_version
 from reshard.helptext import for_terminal
 from reshard.microbench.procmem import memory_mib, reset_peak
 from reshard.microbench.steal import cpu_times, stolen_note
@@ -71,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m reshard.microbench.memory_budget",
                                  description=for_terminal(__doc__),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version(ap)
     ap.add_argument("--mib", type=int, default=256, help="the tensor's size, MiB")
     ap.add_argument("--budget-mib", type=float, default=4.0, help="the budget, MiB")
     ap.add_argument("--rounds", type=int, default=2, help="alternated rounds")

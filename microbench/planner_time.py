@@ -38,6 +38,7 @@ import numpy as np
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.cliargs import add_version
 from reshard.helptext import for_terminal
 from reshard.microbench.report import table, write_json
 from reshard.planner.ir import ReshardPlan
@@ -198,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m reshard.microbench.planner_time",
                                  description=for_terminal(__doc__),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version(ap)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cost-limit", type=int, default=70_000,
                     help="model/bound only for plans of at most this many tasks (0: never)")

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from reshard.cliargs import add_version
 from reshard.comm.program import programs
 from reshard.helptext import for_terminal
 from reshard.microbench.report import table
@@ -92,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m reshard.microbench.production",
                                  description=for_terminal(__doc__),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version(ap)
     names = [c.name for c in production_cases()]
     ap.add_argument("--cases", default=",".join(names),
                     help=f"comma-separated, of: {', '.join(names)}")

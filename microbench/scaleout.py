@@ -34,6 +34,7 @@ import time
 from collections.abc import Sequence
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.cliargs import add_version
 from reshard.comm.program import WorkerProgram, programs
 from reshard.helptext import for_terminal
 from reshard.microbench.steal import cpu_times, stolen
@@ -167,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m reshard.microbench.scaleout",
                                  description=for_terminal(__doc__),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version(ap)
     ap.add_argument("--devices", type=int, default=256, help="(a): devices per mesh")
     ap.add_argument("--workers", type=int, default=8, help="(b): gloo workers")
     ap.add_argument("--rounds", type=int, default=4, help="(b): alternated A/B rounds")

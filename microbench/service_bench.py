@@ -39,6 +39,7 @@ from typing import Any
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.cliargs import add_version
 from reshard.helptext import for_terminal
 from reshard.microbench.report import table, write_json
 
@@ -205,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point."""
     ap = argparse.ArgumentParser(prog="python -m reshard.microbench.service_bench",
                                  description=for_terminal(__doc__).split("\n\n")[0])
+    add_version(ap)
     ap.add_argument("--requests", type=int, default=2000, help="requests per measurement")
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
     ap.add_argument("--clients", type=int, default=2,

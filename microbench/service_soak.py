@@ -34,6 +34,7 @@ from collections.abc import Sequence
 import grpc
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.cliargs import add_version
 from reshard.helptext import for_terminal
 from reshard.microbench.procmem import memory_mib
 from reshard.service import Client, ServeOptions, Server, ServiceError
@@ -172,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m reshard.microbench.service_soak",
                                  description=for_terminal(__doc__),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version(ap)
     ap.add_argument("--seconds", type=float, default=8.0, help="how long the load lasts")
     ap.add_argument("--hostile", type=int, default=8, help="threads repeating huge requests")
     ap.add_argument("--devices", type=int, default=1024, help="n of their n -> n all-to-all")

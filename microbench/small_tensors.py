@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from reshard import Cluster, DeviceMesh, Layout, Runtime
+from reshard.cliargs import add_version
 from reshard.comm.program import programs
 from reshard.dtypes import parse_dtype
 from reshard.helptext import for_terminal
@@ -92,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m reshard.microbench.small_tensors",
                                  description=for_terminal(__doc__),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version(ap)
     ap.add_argument("--tensors", type=int, default=400, help="how many small tensors")
     ap.add_argument("-n", "--iters", type=int, default=5, help="timed runs of each way")
     args = ap.parse_args(argv)

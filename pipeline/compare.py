@@ -13,6 +13,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from reshard.cliargs import add_version
 from reshard.helptext import for_terminal
 from reshard.pipeline.costs import PipelineCosts
 from reshard.pipeline.schedules import make_schedule
@@ -138,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m reshard.pipeline", description=for_terminal(__doc__).splitlines()[0]
     )
+    add_version(parser)
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--microbatches", type=int, default=8)
     parser.add_argument("--forward", type=float, default=1.0)

@@ -1,10 +1,12 @@
-"""Value types for the command lines' integer flags (argparse ``type=``): each parses
-one value or says what a valid one looks like. Shared by every command line, the
-benchmarks' and the examples' alike."""
+"""What every command line shares: value types for integer flags (argparse ``type=``;
+each parses one value or says what a valid one looks like) and ``--version``. Used by
+the benchmarks', the examples' and the tools' parsers alike."""
 
 from __future__ import annotations
 
 import argparse
+
+from reshard.version import __version__
 
 
 def positive_int(text: str) -> int:
@@ -27,4 +29,10 @@ def int_at_least(text: str, low: int) -> int:
     return value
 
 
-__all__ = ["int_at_least", "natural_int", "positive_int"]
+def add_version(ap: argparse.ArgumentParser) -> None:
+    """``--version``: the program and reshard's version (every command line has it)."""
+    ap.add_argument("--version", action="version", version=f"%(prog)s (reshard {__version__})",
+                    help="print the version and exit")
+
+
+__all__ = ["add_version", "int_at_least", "natural_int", "positive_int"]

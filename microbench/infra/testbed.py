@@ -61,6 +61,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Self
 
+from reshard.cliargs import add_version
 from reshard.cluster import Cluster
 from reshard.comm.launchers.netns import NETNS_DIR, NetnsHost, NetnsPlacement, enter_netns
 from reshard.errors import ReshardError
@@ -676,6 +677,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``--check``: say whether testbeds can be built here."""
     ap = argparse.ArgumentParser(prog="python -m reshard.microbench.infra.testbed",
                                  description=for_terminal(__doc__).split("\n\n")[0])
+    add_version(ap)
     ap.add_argument("--selftest", action="store_true",
                     help="measure the achieved TCP rate between two namespaces")
     ap.add_argument("--cleanup", action="store_true",

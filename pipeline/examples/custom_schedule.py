@@ -11,9 +11,11 @@ deadlock with the cycle of waits.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 
+from reshard.cliargs import add_version
 from reshard.pipeline import (
     PipelineCosts,
     Schedule,
@@ -38,7 +40,13 @@ stage 1: RA0 F0 B0 SG0 RA1 F1 B1 SG1
 
 def main(argv: Sequence[str] | None = None) -> str:
     """Prints (and returns) the report; writes a Gantt chart if a path is given."""
-    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(prog="python -m reshard.pipeline.examples.custom_schedule",
+                                 description="A schedule written as text, checked and "
+                                             "simulated next to 1F1B")
+    add_version(ap)
+    ap.add_argument("plot", nargs="?", metavar="PATH.png",
+                    help="also draw the custom schedule's Gantt chart there (matplotlib)")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     costs = PipelineCosts(forward=1.0, backward=2.0, activation_transfer=0.5)
     custom = Schedule.from_text(CUSTOM)
     check(custom)
@@ -48,9 +56,9 @@ def main(argv: Sequence[str] | None = None) -> str:
         check(Schedule.from_text(BROKEN))
     except ScheduleError as err:
         lines += ["broken variant:", str(err)]
-    if argv:
-        simulate(custom, costs).plot(argv[0], title="custom schedule")
-        lines.append(f"wrote {argv[0]}")
+    if args.plot:
+        simulate(custom, costs).plot(args.plot, title="custom schedule")
+        lines.append(f"wrote {args.plot}")
     report = "\n".join(lines)
     print(report)
     return report

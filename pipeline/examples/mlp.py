@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from reshard.cliargs import add_version
 from reshard.mesh import DeviceMesh
 from reshard.pipeline.stage import ParamSpec, StageSpec
 
@@ -289,6 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Pipeline-parallel MLP on reshard workers, checked against a "
                     "one-process numpy reference",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
+    add_version(ap)
     ap.add_argument("--backend", default="gloo", choices=("local", "gloo", "nccl"),
                     help="data plane of the workers")
     ap.add_argument("--launcher", default=None, choices=("thread", "process", "ray"),

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
+from reshard.cliargs import add_version
 from reshard.helptext import for_terminal
 
 PROTO = pathlib.PurePosixPath("reshard/service/v1/reshard.proto")
@@ -92,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: regenerate, or with ``--check`` report stale stubs (exit 1)."""
     ap = argparse.ArgumentParser(prog="python -m reshard.service.regen",
                                  description=for_terminal(__doc__).split("\n\n")[0])
+    add_version(ap)
     ap.add_argument("--check", action="store_true",
                     help="do not write; exit 1 if the checked-in stubs differ")
     args = ap.parse_args(argv)
