@@ -135,12 +135,10 @@ COLUMNS = (Column("case", "case", align="<"), Column("layouts", "src->dst", alig
 
 def build_parser() -> argparse.ArgumentParser:
     """The shared benchmark flags (:mod:`reshard.microbench.flags`) with this tool's
-    defaults; ``--size-mb`` is a deprecated ``-b`` in MiB."""
+    defaults."""
     ap = flags.parser("python -m reshard.microbench.dataplane", __doc__ or "")
     flags.add_cases(ap)
-    sizes = flags.add_sizes(ap, minbytes="256M")
-    sizes.add_argument("--size-mb", dest="minbytes", type=float, action=flags.Deprecated,
-                       instead="-b (e.g. -b 256M)", convert=lambda mb: int(mb * 2**20))
+    flags.add_sizes(ap, minbytes="256M")
     flags.add_iterations(ap, iters=5, warmup=1)
     flags.add_check(ap)
     flags.add_cluster(ap, hosts=4, devices_per_host=2)

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -157,25 +156,6 @@ class GivenTrue(argparse.Action):
         _mark(namespace, self.dest)
 
 
-class Deprecated(argparse.Action):
-    """An old spelling: stores into the new flag's destination through ``convert`` and
-    says on stderr which flag to use instead."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, *, instead: str,
-                 convert: Callable[[Any], Any] = lambda v: v, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, help=argparse.SUPPRESS,
-                         default=argparse.SUPPRESS, **kwargs)
-        self.instead = instead
-        self.convert = convert
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        print(f"{parser.prog}: warning: {option_string} is deprecated; use {self.instead}",
-              file=sys.stderr)
-        setattr(namespace, self.dest, self.convert(values))
-        _mark(namespace, self.dest)
-
-
 def _mark(namespace: argparse.Namespace, dest: str) -> None:
     vars(namespace).setdefault("given_flags", set()).add(dest)
 
@@ -234,14 +214,12 @@ def add_iterations(ap: argparse.ArgumentParser, iters: int, warmup: int,
                                      "reported",
                    warmup_help: str = "untimed runs before them (the plan is loaded in "
                                       "the first)") -> argparse._ArgumentGroup:
-    """``-n/--iters`` and ``-w/--warmup`` (``--runs``: a deprecated ``-n``)."""
+    """``-n/--iters`` and ``-w/--warmup``."""
     g = ap.add_argument_group("iterations")
     g.add_argument(*FLAGS["iters"], type=positive_int, default=iters, action=Given,
                    metavar="N", help=iters_help)
     g.add_argument(*FLAGS["warmup"], type=natural_int, default=warmup, action=Given,
                    metavar="N", help=warmup_help)
-    g.add_argument("--runs", dest="iters", type=positive_int, action=Deprecated,
-                   instead="-n/--iters")
     return g
 
 

@@ -196,7 +196,7 @@ def schedule_list(text: str) -> tuple[str, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The shared benchmark flags (:mod:`reshard.microbench.flags`) that apply to a
-    pipeline, then the pipeline's own; old spellings kept as deprecated aliases."""
+    pipeline, then the pipeline's own."""
     ap = flags.parser(PROG, __doc__ or "")
     flags.add_iterations(ap, iters=3, warmup=1, iters_help="timed pipeline steps per "
                          "schedule; the median iteration time is reported",
@@ -207,9 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument(*flags.FLAGS["devices_per_host"], type=flags.positive_int, default=2,
                          action=flags.Given, metavar="G",
                          help="gloo workers per stage (its host's devices)")
-    cluster.add_argument("--devices-per-stage", dest="devices_per_host",
-                         type=flags.positive_int, action=flags.Deprecated,
-                         instead="--devices-per-host")
     cluster.add_argument("--nic-mbit", type=flags.positive_float, default=400.0,
                          action=flags.Given, metavar="MBIT",
                          help="every host's NIC rate each way, Mbit/s (tc)")
@@ -234,8 +231,6 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--timeline-dir", default=None, action=flags.Given, metavar="DIR",
                         help="also plot each schedule's measured and simulated timeline "
                              "as PNGs in this folder (needs matplotlib: the 'plot' extra)")
-    output.add_argument("--plot", dest="timeline_dir", action=flags.Deprecated,
-                        instead="--timeline-dir")
     return ap
 
 

@@ -238,10 +238,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SIGKILL a random worker every N completed reshards (0: never)")
     g.add_argument("--sample-every", type=flags.positive_int, default=500, metavar="N",
                    help="sample the workers' memory every N reshards of a Runtime")
-    g.add_argument("--iterations", dest="iters", type=flags.positive_int,
-                   action=flags.Deprecated, instead="-n/--iters")
-    g.add_argument("--warm", dest="warmup", type=flags.natural_int,
-                   action=flags.Deprecated, instead="-w/--warmup")
     flags.add_runtime(ap, timeout=10.0, backends=())
     flags.add_output(ap)
     return ap

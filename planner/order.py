@@ -27,7 +27,7 @@ no gain from concurrency (see :func:`reshard.planner.plan.plan_many`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,14 +110,6 @@ class OrderKeys:
         keys += [self.box[:, j] for j in reversed(range(self.box.shape[1]))]
         keys += [self.tensor, -self.nbytes, self.dist, self.phase, self.step]
         return np.lexsort(keys)
-
-
-def order_tasks(tasks: Iterable[Task], cluster: Cluster) -> tuple[Task, ...]:
-    """Sort tasks (whose ``step`` the planner set from their dependencies) into the
-    plan's global order (see :class:`OrderKeys`; ties keep the given order)."""
-    tasks = list(tasks)
-    keys = OrderKeys.of_tasks(tasks, np.arange(len(tasks)), cluster)
-    return tuple(tasks[i] for i in keys.order().tolist())
 
 
 def one_at_a_time(tasks: Sequence[Task]) -> tuple[Task, ...]:

@@ -11,11 +11,6 @@ from reshard.comm.launchers.base import LauncherKind, WorkerGroup
 from reshard.errors import MissingDependencyError, OptionError
 
 
-def default_launcher(backend: BackendKind) -> LauncherKind:
-    """``thread`` for the local backend, ``process`` for the others."""
-    return LauncherKind.THREAD if backend is BackendKind.LOCAL else LauncherKind.PROCESS
-
-
 def start_group(backend: BackendKind, launcher: LauncherKind, devices: Sequence[int],
                 cluster: Cluster | None, timeout: float, address: str | None = None,
                 env: dict[str, str] | None = None, netns: Any = None) -> WorkerGroup:
@@ -53,4 +48,4 @@ def start_group(backend: BackendKind, launcher: LauncherKind, devices: Sequence[
     return RayGroup(backend, devices, cluster, timeout, address=address, env=env)
 
 
-__all__ = ["LauncherKind", "WorkerGroup", "default_launcher", "start_group"]
+__all__ = ["LauncherKind", "WorkerGroup", "start_group"]

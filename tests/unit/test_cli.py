@@ -345,13 +345,15 @@ def test_every_entry_point_spells_the_shared_flags_alike():
         assert flags.given(args) >= {"iters", "warmup", "json", "timeout"}
 
 
-def test_old_spellings_still_work_with_a_warning(capsys):
-    args = dataplane.build_parser().parse_args(["--runs", "3", "--size-mb", "2", "--json", "x"])
-    assert (args.iters, args.minbytes, args.json) == (3, 2 << 20, "x")
-    args = soak.build_parser().parse_args(["--iterations", "7", "--warm", "2"])
-    assert (args.iters, args.warmup) == (7, 2)
-    err = capsys.readouterr().err
-    assert "--runs is deprecated; use -n/--iters" in err and "--warm is deprecated" in err
+def test_old_spellings_are_gone(capsys):
+    """A 0.x release keeps no deprecated flag spellings: each is a usage error."""
+    for ap, argv in ((dataplane.build_parser(), ["--runs", "3"]),
+                     (dataplane.build_parser(), ["--size-mb", "2"]),
+                     (soak.build_parser(), ["--iterations", "7"]),
+                     (soak.build_parser(), ["--warm", "2"])):
+        with pytest.raises(SystemExit) as e:
+            ap.parse_args(argv)
+        assert e.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
 
 
 def test_dataplane_refuses_an_empty_sweep_and_unknown_cases(capsys):
