@@ -245,7 +245,7 @@ class Executor:
             what = f"step {tasks[0].task.step} ({what})"
         try:
             yield
-        except ReshardError as e:
+        except (ReshardError, ExecutionError) as e:
             raise ExecutionError(f"device {self.device}: {what} failed: {e}") from e
         except Exception as e:  # backend errors of any type
             raise ExecutionError(
@@ -305,7 +305,7 @@ class Executor:
             backend = self.channel(channel)
             try:
                 backend.prepare(prog)
-            except ReshardError:
+            except (ReshardError, ExecutionError):
                 raise
             except Exception as e:
                 raise ExecutionError(

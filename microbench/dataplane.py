@@ -51,7 +51,7 @@ import numpy as np
 
 from reshard.cluster import GBIT, Cluster
 from reshard.dtypes import itemsize
-from reshard.errors import ExecutionError, ReshardError
+from reshard.errors import ExecutionError, ReshardBaseError
 from reshard.layout import Layout
 from reshard.microbench import flags
 from reshard.microbench.measure import measure_strategies, measured_row, sample_value
@@ -198,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           args.warmup, rtt, bool(args.check),
                                           progress.advance):
                         out.row(row)
-        except ReshardError as e:
+        except ReshardBaseError as e:
             progress.close()
             print(f"{ap.prog}: error: {e}", file=sys.stderr)
             return 1 if isinstance(e, ExecutionError) else 2

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 import reshard
-from reshard.errors import ExecutionError, ReshardError
+from reshard.errors import ExecutionError, ReshardBaseError, ReshardError
 from reshard.microbench import flags
 from reshard.microbench.report import Column, Progress, Shape, Stream, machine, write_json
 from reshard.pipeline import SCHEDULES, PipelineCosts, make_schedule, simulate
@@ -275,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.start()
         try:
             rows, facts = run(args, out)
-        except ReshardError as e:
+        except ReshardBaseError as e:
             progress.close()
             print(f"{ap.prog}: error: {e}", file=sys.stderr)
             return 1 if isinstance(e, ExecutionError) else 2

@@ -1,15 +1,25 @@
-"""Errors raised by reshard.
+"""Errors raised by reshard, in two categories that one base class joins.
 
-Every error is a :class:`ReshardError`, itself a :class:`ValueError`, so callers can
-catch one type. Messages state the rule that was broken, the bad value, and what
-would be valid.
+* :class:`ReshardError` (a :class:`ValueError`) and its subclasses: the caller's input
+  is wrong (a mesh, a spec, a shape, a dtype, a plan, an option); nothing ran. Messages
+  state the rule that was broken, the bad value, and what would be valid.
+* :class:`ExecutionError` (a :class:`RuntimeError`): running failed (a worker died or
+  timed out, a backend raised, a link broke); the input may have been fine.
+
+``except ReshardBaseError`` catches both. (Up to 0.1.0 ``ExecutionError`` was a
+``ReshardError`` and so a ``ValueError``: a dead machine is not the caller's mistake.)
 """
 
 from __future__ import annotations
 
 
-class ReshardError(ValueError):
-    """Base class of every error reshard raises on bad input or failed execution."""
+class ReshardBaseError(Exception):
+    """Base class of every error reshard raises: :class:`ReshardError` (bad input) and
+    :class:`ExecutionError` (a failure while running)."""
+
+
+class ReshardError(ReshardBaseError, ValueError):
+    """The caller's input is wrong (base class of every such error)."""
 
 
 class MeshError(ReshardError):
@@ -49,8 +59,9 @@ class PlanError(ReshardError):
     """A plan is inconsistent or cannot be deserialized."""
 
 
-class ExecutionError(ReshardError):
-    """Executing a plan failed: a worker died, timed out, or a backend raised."""
+class ExecutionError(ReshardBaseError, RuntimeError):
+    """Executing a plan failed: a worker died, timed out, or a backend raised (not a
+    ``ValueError``: the input may have been fine)."""
 
 
 class MissingDependencyError(ReshardError, ImportError):

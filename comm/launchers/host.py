@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reshard.errors import ExecutionError, ReshardError
+from reshard.errors import ExecutionError, ReshardBaseError, ReshardError
 
 # DeviceWorker methods the driver may call.
 METHODS = frozenset({"load_plan", "unload_plan", "execute", "put", "get", "drop", "ping",
@@ -109,7 +109,7 @@ def describe_exit(code: int | None) -> str:
 def portable_error(exc: BaseException, device: int) -> BaseException:
     """``exc`` if it survives pickling into a process without torch/cupy state,
     else an :class:`ExecutionError` carrying its text."""
-    if isinstance(exc, ReshardError):
+    if isinstance(exc, ReshardBaseError):
         try:
             pickle.loads(pickle.dumps(exc))
             return exc

@@ -56,7 +56,7 @@ from reshard.comm.launchers.base import require_workers
 from reshard.comm.launchers.cleanup import close_at_exit
 from reshard.comm.launchers.host import WorkerHost, WorkerSpec, make_specs, portable_error
 from reshard.comm.launchers.raywatch import children_of, watch_ray
-from reshard.errors import ExecutionError, ReshardError
+from reshard.errors import ExecutionError, ReshardBaseError
 
 _CLOSE_WAIT = 10.0  # seconds close() waits for killed actors of this machine to exit
 
@@ -167,7 +167,7 @@ def _unwrap(exc: BaseException, device: int) -> BaseException:
         cause = getattr(exc, "cause", None)
         if isinstance(cause, BaseException):
             return cause
-    if isinstance(exc, ReshardError):
+    if isinstance(exc, ReshardBaseError):
         return exc
     return ExecutionError(f"device {device}: {type(exc).__name__}: {_first_line(exc)}")
 

@@ -281,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from reshard.cliargs import positive_int
     from reshard.comm.backends.requirements import backend_problem
-    from reshard.errors import ExecutionError, ReshardError
+    from reshard.errors import ExecutionError, ReshardBaseError
     from reshard.pipeline.schedules import SCHEDULES
 
     interleaved = "interleaved-1f1b"
@@ -332,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rows = train(args.backend, args.launcher, args.schedule, kinds, args.steps,
                      args.microbatches, chunks=args.chunks)
-    except ReshardError as e:
+    except ReshardBaseError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 1 if isinstance(e, ExecutionError) else 2
     worst = max(r["max_abs_diff"] for r in rows)

@@ -25,7 +25,7 @@ import threading
 from typing import Any
 
 from reshard.cluster import Cluster, preset_names
-from reshard.errors import ClusterError, ReshardError
+from reshard.errors import ClusterError, ReshardBaseError, ReshardError
 from reshard.service.options import (
     DEFAULT_MAX_INLINE,
     DEFAULT_MAX_MESSAGE,
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = options_from(args)
         server = Server(options).start()
-    except ReshardError as e:
+    except ReshardBaseError as e:
         print(f"reshard serve: error: {e}", file=sys.stderr)
         return 2
     stop = threading.Event()

@@ -22,7 +22,7 @@ import grpc
 
 import reshard
 from reshard.cluster import Cluster, preset_names
-from reshard.errors import ReshardError
+from reshard.errors import ReshardBaseError, ReshardError
 from reshard.planner.ir import FORMAT_VERSION, READABLE_FORMATS, ReshardPlan
 from reshard.planner.plan import plan_many
 from reshard.planner.request import default_cluster, make_tensor_spec
@@ -70,7 +70,7 @@ R = TypeVar("R")
 def abort(context: grpc.ServicerContext, error: BaseException) -> None:
     """End the call with the status ``error`` stands for (raises, as
     ``context.abort`` does)."""
-    if isinstance(error, ReshardError):
+    if isinstance(error, ReshardBaseError):
         code = status_code(error, deadline_expired(context.time_remaining()))
         text = str(error)
     else:  # a bug: say what, keep the details in the server's log

@@ -54,7 +54,7 @@ class ServiceError(errors.ReshardError):
         return (type(self), (str(self), self.code))
 
 
-ERROR_CLASSES: Mapping[str, type[errors.ReshardError]] = MappingProxyType({
+ERROR_CLASSES: Mapping[str, type[errors.ReshardBaseError]] = MappingProxyType({
     cls.__name__: cls for cls in (
         errors.ReshardError, errors.MeshError, errors.SpecError, errors.ShapeError,
         errors.DTypeError, errors.ClusterError, errors.OptionError, errors.StrategyError,
@@ -63,7 +63,7 @@ ERROR_CLASSES: Mapping[str, type[errors.ReshardError]] = MappingProxyType({
 })
 """Every error class that crosses the wire, by name (the value of :data:`ERROR_KEY`)."""
 
-CODES: tuple[tuple[type[errors.ReshardError], grpc.StatusCode], ...] = (
+CODES: tuple[tuple[type[errors.ReshardBaseError], grpc.StatusCode], ...] = (
     (errors.ExecutionError, grpc.StatusCode.ABORTED),
     (errors.MissingDependencyError, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.ReshardError, grpc.StatusCode.INVALID_ARGUMENT),
@@ -71,7 +71,7 @@ CODES: tuple[tuple[type[errors.ReshardError], grpc.StatusCode], ...] = (
 """Status code by error class, most specific first (ServiceError carries its own)."""
 
 
-def status_code(error: errors.ReshardError, deadline_expired: bool) -> grpc.StatusCode:
+def status_code(error: errors.ReshardBaseError, deadline_expired: bool) -> grpc.StatusCode:
     """The status code of a server-side error (see the module docstring).
 
     Args:

@@ -26,7 +26,7 @@ from typing import Any
 
 import grpc
 
-from reshard.errors import ReshardError
+from reshard.errors import ReshardBaseError
 from reshard.service.status import ServiceError
 
 POLL = 0.02
@@ -50,7 +50,7 @@ def _serve(conn: Connection, memory_bytes: int) -> None:
             out: tuple[str, Any] = ("ok", fn(*args))
         except MemoryError:
             out = ("memory", None)
-        except ReshardError as e:
+        except ReshardBaseError as e:
             out = ("error", e)
         except Exception as e:  # noqa: BLE001 - reported to the caller as text
             out = ("bug", f"{type(e).__name__}: {e}")

@@ -129,5 +129,11 @@ def test_load_reaches_every_worker(rt):
 
 
 @pytest.mark.timeout(10)
-def test_execution_error_is_a_reshard_error():
-    assert issubclass(ExecutionError, ReshardError)
+def test_a_failure_and_a_bad_input_are_different_categories():
+    """A dead worker is not the caller's mistake: ExecutionError is a RuntimeError, not a
+    ValueError; one base class catches both."""
+    from reshard import ReshardBaseError
+
+    assert issubclass(ExecutionError, RuntimeError) and not issubclass(ExecutionError, ValueError)
+    assert not issubclass(ExecutionError, ReshardError) and issubclass(ShapeError, ValueError)
+    assert issubclass(ExecutionError, ReshardBaseError) and issubclass(ReshardError, ReshardBaseError)

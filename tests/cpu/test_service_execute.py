@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import reshard
 from reshard import DeviceMesh, Layout
-from reshard.errors import ExecutionError, ReshardError, ShapeError
+from reshard.errors import ExecutionError, ReshardBaseError, ReshardError, ShapeError
 from reshard.service import Client, ServeOptions, Server, ServiceError, plan_codec
 from reshard.service.runtime_host import DEADLINE_MARGIN
 from reshard.service.status import ERROR_CLASSES, ERROR_KEY
@@ -239,7 +239,7 @@ def test_stop_lets_calls_in_flight_finish():
         with Client(server.address, timeout=20) as c:
             try:
                 results.append(c.execute(SMALL, [np.zeros(2, np.int32)]))
-            except ReshardError as e:  # pragma: no cover - reported below
+            except ReshardBaseError as e:  # pragma: no cover - reported below
                 results.append(e)
 
     t = threading.Thread(target=call)
