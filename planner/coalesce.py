@@ -35,16 +35,25 @@ MESSAGE_BYTES = 8 << 20
 
 X = TypeVar("X")
 
+_COALESCED = (TaskKind.SEND, TaskKind.BROADCAST)
+
 
 def route(task: Task, tensor: Conversion) -> tuple | None:
     """What ``task`` shares with the tasks it may travel with (None: it travels alone):
     its kind, root, receivers in order, tree and relays, for a SEND or BROADCAST that
     sums no addends and stages at most :data:`TASK_BYTES`."""
-    if task.kind not in (TaskKind.SEND, TaskKind.BROADCAST) or task.addends:
-        return None
-    if task_staging(task, tensor) > TASK_BYTES:
-        return None
-    return (task.kind.value, task.root, task.receivers, task.parents, task.through)
+    return _route_and_size(task, tensor)[0]
+
+
+def _route_and_size(task: Task, tensor: Conversion) -> tuple[tuple | None, int]:
+    """:func:`route` and the task's staging bytes (0 when it travels alone), computed
+    once (a worker's load runs it for every task of its program)."""
+    if task.kind not in _COALESCED or task.addends:
+        return None, 0
+    n = task_staging(task, tensor)
+    if n > TASK_BYTES:
+        return None, 0
+    return (task.kind._value_, task.root, task.receivers, task.parents, task.through), n
 
 
 def messages(step: Sequence[X], task_of: Callable[[X], Task],
@@ -57,11 +66,9 @@ def messages(step: Sequence[X], task_of: Callable[[X], Task],
     size: dict[tuple, int] = {}
     for pos, item in enumerate(step):
         task = task_of(item)
-        tensor = tensor_of(task)
-        key = route(task, tensor)
+        key, n = _route_and_size(task, tensor_of(task))
         if key is None:
             continue
-        n = task_staging(task, tensor)
         cut = runs.setdefault(key, [[]])
         if cut[-1] and size[key] + n > MESSAGE_BYTES:
             cut.append([])
