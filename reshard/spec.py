@@ -90,14 +90,9 @@ Placement = Shard | Replicate | Partial
 def _parse_placement(p: object) -> Placement:
     if isinstance(p, (Shard, Replicate, Partial)):
         return p
-    name = type(p).__name__
-    # DTensor / OneFlow objects: Shard(dim=...), Replicate(), Partial()/_Partial
-    if name == "Shard" and hasattr(p, "dim"):
-        return Shard(int(p.dim))
-    if name == "Replicate":
-        return Replicate()
-    if name in ("Partial", "_Partial"):
-        return Partial()
+    foreign = _declared_placement(p)
+    if foreign is not None:
+        return foreign
     if isinstance(p, str):
         text = p.strip()
         m = re.fullmatch(r"S\((\d+)\)|S(\d+)", text)
@@ -111,6 +106,34 @@ def _parse_placement(p: object) -> Placement:
         f"unknown placement {p!r}; use Shard(d), Replicate(), Partial() or the strings "
         f"'S(d)', 'R', 'P'"
     )
+
+
+def _asks(p: object, method: str) -> bool:
+    """``p.method()`` is true (False when ``p`` has no such method)."""
+    ask = getattr(p, method, None)
+    return callable(ask) and bool(ask())
+
+
+def _declared_placement(p: object) -> Placement | None:
+    """Another library's placement read by what it declares, not by its class name:
+    DTensor's placement API (``is_shard()`` with ``dim``, ``is_replicate()``,
+    ``is_partial()`` with ``reduce_op``); None if ``p`` declares none of them."""
+    if hasattr(p, "split_factor") and hasattr(p, "dim"):
+        raise SpecError(
+            f"placement {p!r} is a strided shard (FSDP2 + TP's right-to-left sharding), "
+            f"which a spec cannot say alone; read it with its mesh and shape: "
+            f"reshard.adapters.dtensor.to_layout(mesh, placements, shape)")
+    if _asks(p, "is_shard") and hasattr(p, "dim"):
+        return Shard(int(p.dim))  # type: ignore[attr-defined]
+    if _asks(p, "is_replicate"):
+        return Replicate()
+    if _asks(p, "is_partial"):
+        op = str(getattr(p, "reduce_op", "sum"))
+        if op != "sum":
+            raise SpecError(f"placement {p!r} reduces with {op!r}; a partial-sum axis sums "
+                            f"(Partial('sum'))")
+        return Partial()
+    return None
 
 
 def format_axes(axes: Iterable[int]) -> str:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout, ShardingSpec
+from reshard.errors import SpecError
 from reshard.spec import Partial, Replicate, Shard, SplitRule
 
 from ..common import meshes, specs
@@ -168,3 +169,22 @@ def test_nested_to_flat_moves_right_bytes(local_runtime):
         assert np.array_equal(local_runtime.shards(y)[d], value[sl])
     for d, sl in nested.index_map(value.shape).items():
         assert np.array_equal(local_runtime.shards(z)[d], value[sl])
+
+
+def test_dtensor_placements_are_read_by_what_they_declare():
+    """DTensor's own placement objects, read through their ``is_shard`` / ``is_replicate``
+    / ``is_partial`` methods (not their class names); what a spec cannot say is refused."""
+    tensor = pytest.importorskip("torch.distributed.tensor")
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    spec = ShardingSpec.from_placements([tensor.Shard(1), tensor.Replicate(), tensor.Partial()], 2)
+    assert spec == ShardingSpec.parse("RS0+P2")
+
+    class Renamed(tensor.Shard):  # a subclass under another name is still a shard
+        pass
+
+    assert ShardingSpec.from_placements([Renamed(0)], 1) == ShardingSpec.parse("S0")
+    with pytest.raises(SpecError, match="strided shard"):
+        ShardingSpec.from_placements([_StridedShard(0, split_factor=2)], 1)
+    with pytest.raises(SpecError, match="reduces with 'max'"):
+        ShardingSpec.from_placements([tensor.Partial("max")], 1)
