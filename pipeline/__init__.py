@@ -15,9 +15,7 @@ from reshard.pipeline.actions import Action, ActionKind
 from reshard.pipeline.compare import compare_schedules, format_table
 from reshard.pipeline.costs import CostSpec, PipelineCosts, SupportsEstimate, plan_times
 from reshard.pipeline.errors import ScheduleError
-from reshard.pipeline.runtime import PipelineRuntime, StepResult
-from reshard.pipeline.schedule import Channel, Schedule
-from reshard.pipeline.schedules import (
+from reshard.pipeline.generators import (
     SCHEDULES,
     eager_one_f_one_b,
     gpipe,
@@ -26,6 +24,8 @@ from reshard.pipeline.schedules import (
     one_f_one_b,
     zero_bubble_h1,
 )
+from reshard.pipeline.runtime import PipelineRuntime, StepResult
+from reshard.pipeline.schedule import Channel, Schedule
 from reshard.pipeline.simulator import simulate
 from reshard.pipeline.stage import ParamSpec, StageModule, StageSpec
 from reshard.pipeline.timeline import Stream, Timeline, TimelineEvent

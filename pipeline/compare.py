@@ -16,7 +16,7 @@ from typing import Any
 from reshard.cliargs import add_version
 from reshard.helptext import for_terminal
 from reshard.pipeline.costs import PipelineCosts
-from reshard.pipeline.schedules import make_schedule
+from reshard.pipeline.generators import make_schedule
 from reshard.pipeline.simulator import simulate
 from reshard.tables import table
 

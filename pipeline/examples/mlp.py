@@ -212,8 +212,8 @@ def train(backend: str = "local", launcher: str | None = None, schedule: str = "
         gradients, parameters) and the iteration's wall time.
     """
     import reshard
+    from reshard.pipeline.generators import make_schedule
     from reshard.pipeline.runtime import PipelineRuntime
-    from reshard.pipeline.schedules import make_schedule
 
     n_stages = len(kinds) // chunks
     sizes = [2 if kinds[s] == "col" or s % 2 == 0 else 4 for s in range(n_stages)]
@@ -282,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from reshard.cliargs import positive_int
     from reshard.comm.backends.requirements import backend_problem
     from reshard.errors import ExecutionError, ReshardBaseError
-    from reshard.pipeline.schedules import SCHEDULES
+    from reshard.pipeline.generators import SCHEDULES
 
     interleaved = "interleaved-1f1b"
     ap = argparse.ArgumentParser(

@@ -1,4 +1,5 @@
-"""The shipped schedules and the registry that names them.
+"""The shipped schedule generators and the registry that names them (the schedule IR
+they build is :mod:`reshard.pipeline.schedule`).
 
 Every generator returns a :class:`~reshard.pipeline.Schedule` with the boundary
 transfers written out: on a stage, a forward ``F k`` is preceded by the receive of
