@@ -15,7 +15,6 @@ must hold anyway; then the ratios::
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Sequence
@@ -23,8 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from reshard import Cluster, DeviceMesh, Layout, Runtime
-from reshard.cliargs import add_version
-from reshard.helptext import for_terminal
+from reshard.microbench import flags
 from reshard.microbench.procmem import memory_mib, reset_peak
 from reshard.microbench.steal import cpu_times, stolen_note
 from reshard.planner.staging import staging_by_device
@@ -69,10 +67,7 @@ def one(mib: int, budget: int | None, repeat: int) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run both ways alternated; print each and the ratios."""
-    ap = argparse.ArgumentParser(prog="python -m reshard.microbench.memory_budget",
-                                 description=for_terminal(__doc__),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_version(ap)
+    ap = flags.parser("python -m reshard.microbench.memory_budget", __doc__ or "")
     ap.add_argument("--mib", type=int, default=256, help="the tensor's size, MiB")
     ap.add_argument("--budget-mib", type=float, default=4.0, help="the budget, MiB")
     ap.add_argument("--rounds", type=int, default=2, help="alternated rounds")

@@ -26,7 +26,6 @@ Run ``python -m reshard.microbench.planner_time`` (or ``reshard-bench --planner-
 
 from __future__ import annotations
 
-import argparse
 import math
 import platform
 import random
@@ -38,8 +37,7 @@ import numpy as np
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
-from reshard.cliargs import add_version
-from reshard.helptext import for_terminal
+from reshard.microbench import flags
 from reshard.microbench.report import table, write_json
 from reshard.planner.ir import ReshardPlan
 
@@ -196,10 +194,7 @@ def render(rows: Sequence[dict]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m reshard.microbench.planner_time``: print the table (exit 0)."""
-    ap = argparse.ArgumentParser(prog="python -m reshard.microbench.planner_time",
-                                 description=for_terminal(__doc__),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_version(ap)
+    ap = flags.parser("python -m reshard.microbench.planner_time", __doc__ or "")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cost-limit", type=int, default=70_000,
                     help="model/bound only for plans of at most this many tasks (0: never)")

@@ -14,7 +14,6 @@ a case whose simulation passes ``--cost-seconds`` shows n/a for the model::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import signal
@@ -22,9 +21,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from reshard.cliargs import add_version
 from reshard.comm.program import programs
-from reshard.helptext import for_terminal
+from reshard.microbench import flags
 from reshard.microbench.report import table
 from reshard.microbench.suites.production import Sync, production_cases, requests
 from reshard.planner.plan import plan_many
@@ -90,10 +88,7 @@ def measure(sync: Sync, budgets: Sequence[float], cost_seconds: float = 120.0) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the table."""
-    ap = argparse.ArgumentParser(prog="python -m reshard.microbench.production",
-                                 description=for_terminal(__doc__),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_version(ap)
+    ap = flags.parser("python -m reshard.microbench.production", __doc__ or "")
     names = [c.name for c in production_cases()]
     ap.add_argument("--cases", default=",".join(names),
                     help=f"comma-separated, of: {', '.join(names)}")

@@ -23,7 +23,6 @@ The machine's stolen CPU share is printed with the numbers (``reshard.microbench
 
 from __future__ import annotations
 
-import argparse
 import json
 import pickle
 import resource
@@ -34,9 +33,8 @@ import time
 from collections.abc import Sequence
 
 from reshard import Cluster, DeviceMesh, Layout
-from reshard.cliargs import add_version
 from reshard.comm.program import WorkerProgram, programs
-from reshard.helptext import for_terminal
+from reshard.microbench import flags
 from reshard.microbench.steal import cpu_times, stolen
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan_many
@@ -165,10 +163,7 @@ def spmd_rank(devices: int) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run (a), (b), (c) and print their numbers."""
-    ap = argparse.ArgumentParser(prog="python -m reshard.microbench.scaleout",
-                                 description=for_terminal(__doc__),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_version(ap)
+    ap = flags.parser("python -m reshard.microbench.scaleout", __doc__ or "")
     ap.add_argument("--devices", type=int, default=256, help="(a): devices per mesh")
     ap.add_argument("--workers", type=int, default=8, help="(b): gloo workers")
     ap.add_argument("--rounds", type=int, default=4, help="(b): alternated A/B rounds")

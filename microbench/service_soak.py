@@ -22,7 +22,6 @@ its RSS before the flood::
 
 from __future__ import annotations
 
-import argparse
 import resource
 import statistics
 import subprocess
@@ -34,8 +33,7 @@ from collections.abc import Sequence
 import grpc
 
 from reshard import Cluster, DeviceMesh, Layout
-from reshard.cliargs import add_version
-from reshard.helptext import for_terminal
+from reshard.microbench import flags
 from reshard.microbench.procmem import memory_mib
 from reshard.service import Client, ServeOptions, Server, ServiceError
 from reshard.service.convert import request_to_pb
@@ -170,10 +168,7 @@ def flood(requests: int, request_mb: float, clients: int = 4,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run and print one line of numbers."""
-    ap = argparse.ArgumentParser(prog="python -m reshard.microbench.service_soak",
-                                 description=for_terminal(__doc__),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_version(ap)
+    ap = flags.parser("python -m reshard.microbench.service_soak", __doc__ or "")
     ap.add_argument("--seconds", type=float, default=8.0, help="how long the load lasts")
     ap.add_argument("--hostile", type=int, default=8, help="threads repeating huge requests")
     ap.add_argument("--devices", type=int, default=1024, help="n of their n -> n all-to-all")

@@ -14,7 +14,6 @@ seconds and the ratio; every destination shard is checked against the expected s
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Sequence
@@ -22,10 +21,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from reshard import Cluster, DeviceMesh, Layout, Runtime
-from reshard.cliargs import add_version
 from reshard.comm.program import programs
 from reshard.dtypes import parse_dtype
-from reshard.helptext import for_terminal
+from reshard.microbench import flags
 from reshard.microbench.steal import cpu_times, stolen_note
 from reshard.planner.coalesce import followers
 from reshard.planner.plan import plan_many
@@ -90,10 +88,7 @@ def measure(count: int, iters: int) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure and print one line."""
-    ap = argparse.ArgumentParser(prog="python -m reshard.microbench.small_tensors",
-                                 description=for_terminal(__doc__),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_version(ap)
+    ap = flags.parser("python -m reshard.microbench.small_tensors", __doc__ or "")
     ap.add_argument("--tensors", type=int, default=400, help="how many small tensors")
     ap.add_argument("-n", "--iters", type=int, default=5, help="timed runs of each way")
     args = ap.parse_args(argv)
