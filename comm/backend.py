@@ -114,6 +114,13 @@ class Backend(Protocol):
     device: int
     """The global device id this rank serves."""
 
+    @property
+    def world(self) -> tuple[int, ...] | None:
+        """The devices of every rank this one can reach, in rank order (a process
+        group's ranks); None where any device of a shared fabric can take part (the
+        ``local`` backend's threads): ranks that plan for themselves then name theirs
+        (:meth:`reshard.comm.executor.Executor.load_request`'s ``world=``)."""
+
     def prepare(self, plan: Any) -> None:
         """Create the communicators ``plan`` needs that this rank lacks (run before
         every plan load, on the workers :attr:`Capabilities.groups_need_world` names).

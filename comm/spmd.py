@@ -121,8 +121,7 @@ def _ranges(devices: list[int]) -> str:
 
 def world_of(backend: Backend, world: Sequence[int] | None) -> tuple[int, ...]:
     """The ranks that plan together: ``world``, or the backend's own world."""
-    members = tuple(int(d) for d in world) if world is not None else \
-        getattr(backend, "world", None)
+    members = tuple(int(d) for d in world) if world is not None else backend.world
     if not members:
         raise ReshardError(f"backend {backend.name!r} names no world; pass world= (the "
                            f"devices of every rank that plans this request)")

@@ -98,6 +98,7 @@ class LocalBackend(HostMemory):
     name = "local"
     capabilities = Capabilities(moves=None, sums=None, groups_need_world=False, device="cpu",
                                 fuses_sums=True)
+    world: tuple[int, ...] | None = None  # any device of the fabric
 
     def __init__(self, device: int, fabric: LocalFabric, context: str = "") -> None:
         self.device = device
