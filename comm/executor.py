@@ -263,7 +263,7 @@ class Executor:
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise ReshardError(f"plan or program is not valid JSON: {e}") from None
             if isinstance(raw, dict) and "device" in raw:
-                plan = WorkerProgram.from_dict(raw)
+                return self._accepted(WorkerProgram.from_dict(raw))  # which checks it
             else:
                 plan = ReshardPlan.from_dict(raw, verify=not verified)
                 if verified:  # trust the driver's verification; cut without redoing it
@@ -272,14 +272,18 @@ class Executor:
             prog = WorkerProgram.of(plan, self.device)
         elif isinstance(plan, WorkerProgram):
             prog = plan
-            if prog.device != self.device:
-                raise ReshardError(
-                    f"this is device {prog.device}'s program, but the executor runs device "
-                    f"{self.device}; cut it with WorkerProgram.of(plan, {self.device})")
             prog.check()  # it may come from another process (a pickled call's argument)
         else:
             raise ReshardError(f"expected a ReshardPlan, a WorkerProgram or JSON, got "
                                f"{type(plan).__name__}")
+        return self._accepted(prog)
+
+    def _accepted(self, prog: WorkerProgram) -> WorkerProgram:
+        """``prog`` if it is this device's and the backend can run its dtypes."""
+        if prog.device != self.device:
+            raise ReshardError(
+                f"this is device {prog.device}'s program, but the executor runs device "
+                f"{self.device}; cut it with WorkerProgram.of(plan, {self.device})")
         check_dtypes(prog.tensors, (t for _, t in prog.tasks), self.capabilities,
                      self.backend.name)
         return prog
@@ -300,7 +304,11 @@ class Executor:
         Returns:
             The loaded program, to :meth:`run` any number of times.
         """
-        prog = self.program(plan, verified)
+        return self._loaded(self.program(plan, verified), channel, coalesce)
+
+    def _loaded(self, prog: WorkerProgram, channel: str | None,
+                coalesce: bool) -> LoadedProgram:
+        """:meth:`load` of an accepted program."""
         with self.communicating():
             backend = self.channel(channel)
             try:
@@ -350,7 +358,8 @@ class Executor:
         program = local.program(self.device, members, rows,
                                 self.capabilities.groups_need_world)
         assert local.plan is not None  # program() raised otherwise
-        return self.load(program, channel=channel), local.plan.tensors
+        # (local.program checked it: cut here, it needs no second check)
+        return self._loaded(self._accepted(program), channel, True), local.plan.tensors
 
     # ----- running -----------------------------------------------------------------------
     def _sources(self, lp: LoadedProgram, sources: Shards | None) -> dict[int, Any]:
