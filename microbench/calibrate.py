@@ -59,7 +59,7 @@ class Links:
                 f"copies {self.copy_bandwidth / 1e9:.1f} GB/s)")
 
 
-def _receiver(port_out: Connection, go: Connection, nbytes: int, ping: bool) -> None:
+def _receiver(port_out: Connection, nbytes: int, ping: bool) -> None:
     with socket.create_server(("127.0.0.1", 0)) as server:
         port_out.send(server.getsockname()[1])
         conn, _ = server.accept()
@@ -111,7 +111,7 @@ def _streams(pairs: int, nbytes: int, ping: bool) -> list[float]:
             port_r, port_w = ctx.Pipe(duplex=False)
             go_r, go_w = ctx.Pipe(duplex=False)
             out_r, out_w = ctx.Pipe(duplex=False)
-            recv = ctx.Process(target=_receiver, args=(port_w, go_r, nbytes, ping), daemon=True)
+            recv = ctx.Process(target=_receiver, args=(port_w, nbytes, ping), daemon=True)
             recv.start()
             port = port_r.recv()
             send = ctx.Process(target=_sender, args=(port, go_r, nbytes, ping, out_w), daemon=True)
