@@ -350,16 +350,15 @@ class Executor:
         """
         backend = self.channel(channel)
         members = world_of(backend, world)
-        local = LocalPlan(requests, cluster, strategy, verify, self.memory_budget)
+        local = LocalPlan(requests, cluster, self.device, strategy, verify,
+                          self.memory_budget)
         with self.communicating():
             rows = exchange(backend, members, local.record)
         # every rank saw the same records: a disagreement is refused on all of them
         # alike, and the executor stays usable
-        program = local.program(self.device, members, rows,
-                                self.capabilities.groups_need_world)
-        assert local.plan is not None  # program() raised otherwise
+        program = local.program(members, rows, self.capabilities.groups_need_world)
         # (local.program checked it: cut here, it needs no second check)
-        return self._loaded(self._accepted(program), channel, True), local.plan.tensors
+        return self._loaded(self._accepted(program), channel, True), local.tensors
 
     # ----- running -----------------------------------------------------------------------
     def _sources(self, lp: LoadedProgram, sources: Shards | None) -> dict[int, Any]:

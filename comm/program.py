@@ -26,7 +26,8 @@ from reshard.dtypes import ScaleMode
 from reshard.errors import PlanError
 from reshard.layout import Box
 from reshard.planner.gcpause import paused
-from reshard.planner.ir import Buffer, Conversion, Derive, ReshardPlan, Task, TaskKind
+from reshard.planner.ir import Buffer, Conversion, Derive, ReshardPlan, Task, TaskKind, TensorSpec
+from reshard.planner.share import PlanShare, tasks_of
 
 PROGRAM_FORMAT = 1
 
@@ -219,7 +220,7 @@ def programs(plan: ReshardPlan, devices: Iterable[int] | None = None, *,
     wanted = tuple(dict.fromkeys(int(d) for d in (plan.devices if devices is None
                                                   else devices)))
     with paused():
-        tasks = _tasks_of(plan.tasks, wanted)
+        tasks = tasks_of(plan.tasks, wanted)
     everything = plan.communicator_groups()
     groups: dict[int, list[tuple[int, ...]]] = {d: [] for d in wanted}
     if not all_groups:
@@ -228,45 +229,61 @@ def programs(plan: ReshardPlan, devices: Iterable[int] | None = None, *,
                 theirs = groups.get(d)
                 if theirs is not None:
                     theirs.append(g)
-    layouts: dict[tuple, tuple[dict[int, Box], dict[int, Box], frozenset[int]]] = {}
-    for t in plan.tensors:
-        key = (t.shape, t.src, t.dst)
-        if key not in layouts:
-            layouts[key] = (t.src.boxes(t.shape), t.dst.boxes(t.shape),
-                            frozenset(t.dst.partial_leaders()))
+    cut = _Cutter(plan.tensors, plan.strategy.value)
     out = {}
     for d in wanted:
-        tensors = []
-        for t in plan.tensors:
-            src_boxes, dst_boxes, leaders = layouts[(t.shape, t.src, t.dst)]
-            dst = dst_boxes.get(d)
-            tensors.append(ProgramTensor(t.shape, t.dtype, src_boxes.get(d), dst,
-                                         dst is not None and d not in leaders, t.cast,
-                                         t.scale, t.derive, t.link))
-        out[d] = WorkerProgram(d, tuple(tensors), tuple(tasks[d]),
-                               everything if all_groups else tuple(groups[d]),
-                               plan.strategy.value)
+        out[d] = cut.program(d, tasks[d], everything if all_groups else tuple(groups[d]))
         if not verify:
             out[d].check()
     return out
 
 
-def _tasks_of(plan_tasks: Sequence[Task],
-              wanted: tuple[int, ...]) -> dict[int, list[tuple[int, Task]]]:
-    """Each wanted device's ``(index, task)`` list, in one pass over the plan (one
-    device, an SPMD rank's case: a test of its own id per task, without building
-    every task's device tuple)."""
-    if len(wanted) == 1:
-        d = wanted[0]
-        return {d: [(i, t) for i, t in enumerate(plan_tasks)
-                    if t.root == d or d in t.receivers or d in t.addends]}
-    tasks: dict[int, list[tuple[int, Task]]] = {d: [] for d in wanted}
-    for i, task in enumerate(plan_tasks):
-        for d in task.devices:
-            mine = tasks.get(d)
-            if mine is not None:
-                mine.append((i, task))
-    return tasks
+def share_program(share: PlanShare, all_groups: bool = True) -> WorkerProgram:
+    """The program of a device's share of a plan (:func:`reshard.planner.share.
+    plan_share`, an SPMD rank's), checked (:meth:`WorkerProgram.check`).
+
+    Args:
+        share: the share.
+        all_groups: the program names every collective member set of the plan (see
+            :func:`programs`); False: only those its device is in.
+
+    Raises:
+        PlanError: the program fails its check.
+    """
+    d = share.device
+    groups = share.groups if all_groups else tuple(g for g in share.groups if d in g)
+    prog = _Cutter(share.tensors, share.strategy.value).program(d, share.tasks, groups)
+    prog.check()
+    return prog
+
+
+class _Cutter:
+    """Programs of one plan's devices, the layouts' boxes computed once per layout."""
+
+    def __init__(self, tensors: Sequence[TensorSpec], strategy: str) -> None:
+        self.tensors = tensors
+        self.strategy = strategy
+        self._layouts: dict[tuple, tuple[dict[int, Box], dict[int, Box], frozenset[int]]] = {}
+
+    def _boxes(self, t: TensorSpec) -> tuple[dict[int, Box], dict[int, Box], frozenset[int]]:
+        key = (t.shape, t.src, t.dst)
+        got = self._layouts.get(key)
+        if got is None:
+            got = self._layouts[key] = (t.src.boxes(t.shape), t.dst.boxes(t.shape),
+                                        frozenset(t.dst.partial_leaders()))
+        return got
+
+    def program(self, d: int, tasks: Sequence[tuple[int, Task]],
+                groups: tuple[tuple[int, ...], ...]) -> WorkerProgram:
+        """Device ``d``'s program of ``tasks`` (its own, with their plan indices)."""
+        out = []
+        for t in self.tensors:
+            src_boxes, dst_boxes, leaders = self._boxes(t)
+            dst = dst_boxes.get(d)
+            out.append(ProgramTensor(t.shape, t.dtype, src_boxes.get(d), dst,
+                                     dst is not None and d not in leaders, t.cast, t.scale,
+                                     t.derive, t.link))
+        return WorkerProgram(d, tuple(out), tuple(tasks), groups, self.strategy)
 
 
 def _shards_needed(t: Task, d: int, pt: ProgramTensor) -> list[tuple[str, Box | None]]:
@@ -285,4 +302,4 @@ def _shards_needed(t: Task, d: int, pt: ProgramTensor) -> list[tuple[str, Box | 
     return [("destination", pt.dst_box)]
 
 
-__all__ = ["PROGRAM_FORMAT", "ProgramTensor", "WorkerProgram", "programs"]
+__all__ = ["PROGRAM_FORMAT", "ProgramTensor", "WorkerProgram", "programs", "share_program"]

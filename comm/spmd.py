@@ -24,11 +24,11 @@ import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.comm.backend import Backend
-from reshard.comm.program import WorkerProgram, programs
+from reshard.comm.program import WorkerProgram, share_program
 from reshard.errors import PlanError, ReshardError
-from reshard.planner.ir import ReshardPlan
-from reshard.planner.plan import plan_many
+from reshard.planner.share import PlanShare, plan_share
 from reshard.planner.strategy import Strategy
+from reshard.planner.tasks import TensorSpec
 from reshard.version import __version__
 
 DIGEST = 32
@@ -131,40 +131,52 @@ def world_of(backend: Backend, world: Sequence[int] | None) -> tuple[int, ...]:
 
 
 class LocalPlan:
-    """One rank's plan of a request, or the error planning it raised, and the record it
-    shares with its peers.
+    """One rank's share of the plan of a request (:func:`reshard.planner.share.
+    plan_share`: a large plan's other tasks are never built), or the error planning it
+    raised, and the record it shares with its peers.
 
     Args:
         requests: :func:`reshard.plan_many`'s ``(shape, dtype, src, dst[, cast])`` each.
         cluster: the cluster every rank plans for.
+        device: this rank's device.
         strategy: the strategy.
-        verify: verify the whole plan before cutting this rank's program (default: check
-            only the program; the plan is this process's own, and the ranks' digests
-            agree; the whole plan's verification costs about ten times the cut).
+        verify: build and verify the whole plan before cutting this rank's program
+            (default: check only the program; the plan is this process's own, and the
+            ranks' digests agree; the whole plan's verification costs about ten times
+            the cut).
         memory_budget: plan within this many bytes of staging per device (None:
             unbounded); part of the request the ranks compare.
     """
 
-    def __init__(self, requests: Sequence[tuple], cluster: Cluster,
+    def __init__(self, requests: Sequence[tuple], cluster: Cluster, device: int,
                  strategy: str | Strategy = Strategy.BROADCAST, verify: bool = False,
                  memory_budget: int | None = None) -> None:
-        self.verify = verify
-        self.plan: ReshardPlan | None = None
+        self.share: PlanShare | None = None
         self.error: ReshardError | None = None
         req = b"\0" * DIGEST
         try:
             strat = Strategy.parse(strategy)
             req = request_digest(requests, cluster, strat, memory_budget)
-            self.plan = plan_many(requests, cluster=cluster, strategy=strat,
-                                  memory_budget=memory_budget)
+            self.share = plan_share(requests, device, cluster, strat,
+                                    memory_budget=memory_budget, whole=verify)
+            if verify:
+                assert self.share.plan is not None  # whole=True builds it
+                self.share.plan.verify()
         except ReshardError as e:
             self.error = e
-        self.record = _record(self.plan.digest() if self.plan is not None else b"", req,
+        self.record = _record(self.share.digest if self.share is not None else b"", req,
                               self.error is not None)
 
-    def program(self, device: int, world: Sequence[int], rows: np.ndarray,
+    @property
+    def tensors(self) -> tuple[TensorSpec, ...]:
+        """The plan's tensors (the requests, then any a scaled cast adds)."""
+        if self.share is None:
+            raise ReshardError("planning failed on this rank; there are no tensors")
+        return self.share.tensors
+
+    def program(self, world: Sequence[int], rows: np.ndarray,
                 all_groups: bool) -> WorkerProgram:
-        """``device``'s program, once every rank's record (``rows``, in ``world``
+        """This rank's program, once every rank's record (``rows``, in ``world``
         order) agrees with this one.
 
         Raises:
@@ -176,9 +188,8 @@ class LocalPlan:
         problem = _disagreement(world, rows)
         if problem is not None:
             raise PlanError(problem)
-        assert self.plan is not None
-        return programs(self.plan, (device,), all_groups=all_groups,
-                        verify=self.verify)[device]
+        assert self.share is not None
+        return share_program(self.share, all_groups)
 
 
 __all__ = ["RECORD", "LocalPlan", "exchange", "request_digest", "world_of"]

@@ -14,7 +14,8 @@
     size is printed beside) and the first load's wall time, and their ratios.
 (c) SPMD: one rank's cost of planning an ``--spmd-devices`` -> ``--spmd-devices``
     all-to-all itself (plan, digest, its own program), in a process of its own: time and
-    peak RSS.
+    peak RSS, planning only its share (:mod:`reshard.planner.share`) and, alternated
+    with it, building the whole plan and cutting it; the two digests must agree.
 
 The machine's stolen CPU share is printed with the numbers (``reshard.microbench.steal``)::
 
@@ -140,23 +141,34 @@ SPMD_RANK = r"""
 import json, resource, sys, time
 from reshard.comm.spmd import LocalPlan
 from reshard.microbench.scaleout import all_to_all
-n = int(sys.argv[1])
+n, whole = int(sys.argv[1]), sys.argv[2] == "whole"
 args, cluster = all_to_all(n, "bfloat16")
 t0 = time.perf_counter()
-local = LocalPlan([args], cluster)
-planned = time.perf_counter()
-program = local.program(0, (0,), local.record[None, :], all_groups=False)
+if whole:  # the whole plan built, digested and cut (what a rank paid before shares)
+    from reshard.planner.share import PlanShare
+    from reshard.planner.plan import plan_many
+    from reshard.comm.program import share_program
+    share = PlanShare.of_plan(plan_many([args], cluster=cluster), 0)
+    planned = time.perf_counter()
+    program = share_program(share, all_groups=False)
+else:
+    local = LocalPlan([args], cluster, 0)
+    share = local.share
+    planned = time.perf_counter()
+    program = local.program((0,), local.record[None, :], all_groups=False)
 done = time.perf_counter()
-print(json.dumps({"devices": n, "tasks": len(local.plan.tasks), "plan_and_digest_s":
+print(json.dumps({"devices": n, "tasks": share.size, "plan_and_digest_s":
     planned - t0, "cut_s": done - planned, "total_s": done - t0, "program_kb":
-    len(program.to_json()) / 1e3,
+    len(program.to_json()) / 1e3, "digest": share.digest.hex(), "own_tasks": len(share.tasks),
     "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
-def spmd_rank(devices: int) -> dict:
-    """(c) of the module docstring (a process of its own, for its peak RSS)."""
-    run = subprocess.run([sys.executable, "-c", SPMD_RANK, str(devices)], capture_output=True,
+def spmd_rank(devices: int, whole: bool = False) -> dict:
+    """(c) of the module docstring (a process of its own, for its peak RSS); ``whole``:
+    the rank builds the whole plan and cuts it instead of planning its share."""
+    run = subprocess.run([sys.executable, "-c", SPMD_RANK, str(devices),
+                          "whole" if whole else "share"], capture_output=True,
                          text=True, timeout=900, check=True)
     return json.loads(run.stdout)  # type: ignore[no-any-return]
 
@@ -168,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=8, help="(b): gloo workers")
     ap.add_argument("--rounds", type=int, default=4, help="(b): alternated A/B rounds")
     ap.add_argument("--spmd-devices", type=int, default=1024, help="(c): devices per mesh")
+    ap.add_argument("--spmd-rounds", type=int, default=2,
+                    help="(c): alternated runs of each way")
     args = ap.parse_args(argv)
     before = cpu_times()
     a = cut_programs(args.devices)
@@ -188,11 +202,24 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"bytes), {b['new_load_s'] * 1e3:.0f} ms ({b['old_load_s'] / b['new_load_s']:.1f}x "
               f"faster; medians of {args.rounds}, alternated)", flush=True)
     if args.spmd_devices:
-        c = spmd_rank(args.spmd_devices)
-        print(f"(c) SPMD rank of a {c['devices']} -> {c['devices']} all-to-all ({c['tasks']} "
-              f"tasks): plan + digest {c['plan_and_digest_s']:.2f} s, its program "
-              f"{c['cut_s']:.2f} s, total {c['total_s']:.2f} s, peak RSS "
-              f"{c['peak_rss_mb']:.0f} MB, program {c['program_kb']:.0f} kB", flush=True)
+        runs: dict[bool, list[dict]] = {False: [], True: []}
+        for r in range(args.spmd_rounds):  # alternated: share, whole, whole, share, ...
+            for whole in ((False, True) if r % 2 == 0 else (True, False)):
+                runs[whole].append(spmd_rank(args.spmd_devices, whole))
+        if {c["digest"] for c in runs[False] + runs[True]}.__len__() != 1:
+            raise SystemExit("(c) the share's digest differs from the whole plan's")
+        for whole, label in ((True, "the whole plan, cut"), (False, "its share only")):
+            c = min(runs[whole], key=lambda c: c["total_s"])
+            print(f"(c) SPMD rank of a {c['devices']} -> {c['devices']} all-to-all "
+                  f"({c['tasks']} tasks, {c['own_tasks']} its own), {label}: plan + digest "
+                  f"{c['plan_and_digest_s']:.2f} s, its program {c['cut_s']:.2f} s, total "
+                  f"{c['total_s']:.2f} s, peak RSS {c['peak_rss_mb']:.0f} MB, program "
+                  f"{c['program_kb']:.0f} kB", flush=True)
+        best = {w: min(c["total_s"] for c in runs[w]) for w in runs}
+        rss = {w: min(c["peak_rss_mb"] for c in runs[w]) for w in runs}
+        print(f"(c) share vs whole: {best[True] / best[False]:.1f}x faster, "
+              f"{rss[True] / rss[False]:.1f}x less peak RSS (best of {args.spmd_rounds} "
+              f"each, alternated); digests equal", flush=True)
     share = stolen(before, cpu_times())
     if share is not None:
         print(f"stolen CPU share over the run: {share:.1%}")

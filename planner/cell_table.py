@@ -21,6 +21,20 @@ from reshard.layout import Box
 from reshard.planner.decompose import Cell, merge_cells, pieces
 
 
+def boxes_of(lo: np.ndarray, hi: np.ndarray) -> list[Box]:
+    """Boxes from their starts and stops ``(rows, ndim)`` as tuples of (start, stop);
+    rows share the (start, stop) tuples of equal extents (a grid has few per dim)."""
+    if not lo.shape[1]:
+        return [()] * len(lo)
+    dims = []
+    for d in range(lo.shape[1]):
+        base = int(hi[:, d].max()) + 1 if len(hi) else 1
+        codes, which = np.unique(lo[:, d] * base + hi[:, d], return_inverse=True)
+        pairs = [divmod(c, base) for c in codes.tolist()]
+        dims.append(map(pairs.__getitem__, which.reshape(-1).tolist()))
+    return list(zip(*dims))
+
+
 @dataclass(frozen=True, eq=False)
 class CellTable:
     """Cells of one tensor, column by column: row ``i`` is the cell whose box runs from
@@ -53,15 +67,7 @@ class CellTable:
         """The boxes of ``rows`` (default: every row) as tuples of (start, stop); rows
         share the (start, stop) tuples of equal extents (a grid has few per dim)."""
         lo, hi = (self.lo, self.hi) if rows is None else (self.lo[rows], self.hi[rows])
-        if not lo.shape[1]:
-            return [()] * len(lo)
-        dims = []
-        for d in range(lo.shape[1]):
-            base = int(hi[:, d].max()) + 1 if len(hi) else 1
-            codes, which = np.unique(lo[:, d] * base + hi[:, d], return_inverse=True)
-            pairs = [divmod(c, base) for c in codes.tolist()]
-            dims.append(map(pairs.__getitem__, which.reshape(-1).tolist()))
-        return list(zip(*dims))
+        return boxes_of(lo, hi)
 
     def cells(self) -> list[Cell]:
         """Every row as a :class:`Cell`, in row order."""

@@ -8,7 +8,6 @@ import.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -20,6 +19,7 @@ from reshard.cluster import Cluster
 from reshard.dtypes import parse_dtype
 from reshard.errors import PlanError
 from reshard.layout import Layout
+from reshard.planner.digest import digest_tasks
 from reshard.planner.gcpause import paused
 from reshard.planner.strategy import Strategy
 
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from reshard.planner.cost import Estimate
 
 from reshard.planner.tasks import (
-    DIGEST_CHUNK,
     FORMAT_VERSION,
     READABLE_FORMATS,
     Buffer,
@@ -36,13 +35,19 @@ from reshard.planner.tasks import (
     Task,
     TaskKind,
     TensorSpec,
-    _digest_bytes,
     _get,
     _list,
     _obj,
+    communicator_groups,
     input_indices,
     output_indices,
 )
+
+
+def plan_header(tensors: tuple[TensorSpec, ...], strategy: Strategy, cluster: Cluster) -> dict:
+    """A plan's JSON form without its tasks."""
+    return {"format": FORMAT_VERSION, "strategy": strategy.value,
+            "cluster": cluster.to_dict(), "tensors": [t.to_dict() for t in tensors]}
 
 
 @dataclass(frozen=True)
@@ -142,15 +147,7 @@ class ReshardPlan:
         apart makes communicators for)."""
         got = self._cache.get("groups")
         if got is None:
-            seen: dict[tuple[int, ...], None] = {}
-            collective = (TaskKind.BROADCAST, TaskKind.REDUCE, TaskKind.ALLGATHER)
-            for t in self.tasks:
-                if t.addends:
-                    for part in t.parts():
-                        seen.setdefault(part.group, None)
-                elif t.kind in collective:
-                    seen.setdefault(t.group, None)
-            got = self._cache["groups"] = tuple(seen)
+            got = self._cache["groups"] = communicator_groups(self.tasks)
         return got  # type: ignore[no-any-return]
 
     # ----- cost ----------------------------------------------------------------------------
@@ -186,19 +183,14 @@ class ReshardPlan:
         (:mod:`reshard.comm.spmd`) before any byte moves."""
         got = self._cache.get("digest")
         if got is None:
-            h = hashlib.sha256()
-            h.update(json.dumps(self.to_dict_header(), sort_keys=True).encode())
-            tasks = self.tasks
             with paused():
-                for k in range(0, len(tasks), DIGEST_CHUNK):
-                    h.update(_digest_bytes(tasks[k:k + DIGEST_CHUNK]))
-            got = self._cache["digest"] = h.digest()
+                got = digest_tasks(self.to_dict_header(), self.tasks)
+            self._cache["digest"] = got
         return got  # type: ignore[no-any-return]
 
     def to_dict_header(self) -> dict:
         """:meth:`to_dict` without the tasks."""
-        return {"format": FORMAT_VERSION, "strategy": self.strategy.value,
-                "cluster": self.cluster.to_dict(), "tensors": [t.to_dict() for t in self.tensors]}
+        return plan_header(self.tensors, self.strategy, self.cluster)
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -287,5 +279,17 @@ class ReshardPlan:
         return "\n".join([self.summary(), *(str(t) for t in self.tasks)])
 
 
-__all__ = ["DIGEST_CHUNK", "FORMAT_VERSION", "READABLE_FORMATS", "Buffer", "Conversion", "Derive",
-           "ReshardPlan", "Task", "TaskKind", "TensorSpec", "input_indices", "output_indices"]
+__all__ = [
+    "FORMAT_VERSION",
+    "READABLE_FORMATS",
+    "Buffer",
+    "Conversion",
+    "Derive",
+    "ReshardPlan",
+    "Task",
+    "TaskKind",
+    "TensorSpec",
+    "input_indices",
+    "output_indices",
+    "plan_header",
+]

@@ -23,6 +23,7 @@ from reshard.planner.fuse import fuse_reductions
 from reshard.planner.gcpause import paused
 from reshard.planner.ir import Derive, ReshardPlan, Task, TaskKind, TensorSpec
 from reshard.planner.order import one_at_a_time
+from reshard.planner.ordered import OrderedTasks
 from reshard.planner.reduce import decompose_pieces, ready_step, reduce_sources
 from reshard.planner.request import Request, default_cluster, make_tensor_spec, request_parts
 from reshard.planner.scales import with_scales
@@ -133,6 +134,32 @@ def plan_many(
     """
     check_budget(memory_budget)
     strat = Strategy.parse(strategy)
+    tensors, cluster = planned_tensors(requests, cluster, cast, scale)
+    return plan_tensors(tensors, cluster, strat, memory_budget)
+
+
+def plan_tensors(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+                 memory_budget: int | None) -> ReshardPlan:
+    """:func:`plan_many` of its validated tensors (:func:`planned_tensors`)."""
+    with paused():
+        if not phased(tensors):
+            return _within(_best_plan(tensors, cluster, strat), memory_budget)
+        plans = [_phased(tensors, cluster, strat, early=False)]
+        if any(t.derive is Derive.NONE and not t.needs_scales for t in tensors):
+            plans.append(_phased(tensors, cluster, strat, early=True))
+        return _within(min(plans, key=lambda p: p.estimate()), memory_budget)
+
+
+def phased(tensors: Sequence[TensorSpec]) -> bool:
+    """Whether a plan of ``tensors`` runs in two phases (a scaled cast's amaxes are
+    reduced first)."""
+    return any(t.derive is Derive.AMAX for t in tensors)
+
+
+def planned_tensors(requests: Iterable[Request], cluster: Cluster | None, cast: object,
+                    scale: str | ScaleMode | None) -> tuple[tuple[TensorSpec, ...], Cluster]:
+    """:func:`plan_many`'s tensors (the requests validated, then any a scaled cast
+    adds) and its cluster (the default one when ``cluster`` is None)."""
     default = Cast.parse(cast, scale)
     reqs = [request_parts(r) for r in requests]
     if cluster is None:
@@ -141,14 +168,7 @@ def plan_many(
         raise ReshardError(f"cluster must be a reshard.Cluster, got {type(cluster).__name__}")
     inputs = [make_tensor_spec(*r[:4], cluster=cluster, cast=default if r[4] is None else r[4])
               for r in reqs]
-    tensors = tuple(with_scales(inputs))
-    with paused():
-        if not any(t.derive is Derive.AMAX for t in tensors):
-            return _within(_best_plan(tensors, cluster, strat), memory_budget)
-        plans = [_phased(tensors, cluster, strat, early=False)]
-        if any(t.derive is Derive.NONE and not t.needs_scales for t in tensors):
-            plans.append(_phased(tensors, cluster, strat, early=True))
-        return _within(min(plans, key=lambda p: p.estimate()), memory_budget)
+    return tuple(with_scales(inputs)), cluster
 
 
 def _within(plan: ReshardPlan, budget: int | None) -> ReshardPlan:
@@ -240,7 +260,16 @@ treeify` a broadcast plan is also costed in."""
 def plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
                fan_out: bool, fuse: bool = False) -> tuple[tuple[Task, ...], bool]:
     """Every task of a plan of ``tensors`` in the global order, and whether some
-    broadcast of a reduced piece could fan out.
+    broadcast of a reduced piece could fan out (:func:`ordered_tasks`, every task
+    built)."""
+    ordered, pipelined = ordered_tasks(tensors, cluster, strat, fan_out, fuse)
+    return ordered.tasks(), pipelined
+
+
+def ordered_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+                  fan_out: bool, fuse: bool = False) -> tuple[OrderedTasks, bool]:
+    """Every task of a plan of ``tensors`` in the global order (its sends still
+    columns), and whether some broadcast of a reduced piece could fan out.
 
     Args:
         tensors: the validated tensors.
@@ -316,6 +345,12 @@ by the model is kept)."""
 TREES_UP_TO = 2048
 """Broadcast plans up to this many tasks are also costed with their chains reshaped
 into trees (:data:`TREE_FORMS`; each form about 0.1 ms of simulation per task)."""
+
+ALTERNATIVES_UP_TO = max(COMPARE_UP_TO, TREES_UP_TO)
+"""Plans of more tasks than this are kept as first planned: no alternative (fanned
+out, fused, trees, one task per device at a time) is costed against them, so a device's
+share of such a plan can be cut before the plan's other tasks are built
+(:mod:`reshard.planner.share`)."""
 
 CONCURRENCY_GAIN = 0.02
 """Concurrent steps are kept only when the model predicts at least this much gain."""

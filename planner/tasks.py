@@ -39,11 +39,8 @@ operations one at a time in that order is still correct (only slower).
 from __future__ import annotations
 
 import enum
-import io
-import pickle
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from operator import attrgetter
 from typing import Any
 
 from reshard.dtypes import ReduceOp, ScaleMode, accumulator, itemsize
@@ -71,27 +68,6 @@ class Buffer(enum.Enum):
 
     SRC = "src"
     DST = "dst"
-
-DIGEST_CHUNK = 1 << 16
-"""Tasks hashed at a time by :meth:`ReshardPlan.digest`."""
-
-_TASK_FIELDS = attrgetter("tensor", "box", "root", "receivers", "nbytes", "step", "pieces",
-                          "through", "parents", "addends")
-"""A task's fields but its two enums (which :func:`_digest_bytes` spells by value)."""
-
-
-def _digest_bytes(tasks: Sequence[Task]) -> bytes:
-    """The bytes :meth:`ReshardPlan.digest` hashes for ``tasks``: a pickle of their
-    fields (ints and tuples of ints: the same bytes in every process, whatever its hash
-    seed), the enums by value. Pickled without its memo (``fast``: nothing in it repeats
-    by reference or refers to itself), which halves the cost of a million tasks."""
-    out = io.BytesIO()
-    pickler = pickle.Pickler(out, protocol=5)
-    pickler.fast = True
-    pickler.dump(([t.kind._value_ for t in tasks], [t.source._value_ for t in tasks],
-                  list(map(_TASK_FIELDS, tasks))))
-    return out.getvalue()
-
 
 @dataclass(frozen=True, slots=True)
 class Task:
@@ -392,6 +368,21 @@ class TensorSpec(Conversion):
         if self.derive is not Derive.NONE:
             conv += f" ({self.derive.value} of t{self.link})"
         return f"{self.shape} {self.dtype}{conv} {self.src} -> {self.dst}"
+
+
+def communicator_groups(tasks: Iterable[Task]) -> tuple[tuple[int, ...], ...]:
+    """Distinct member sets of ``tasks``' collectives, in first-use order (a broadcast
+    summing addends counts as its :meth:`Task.parts`, which a backend that runs them
+    apart makes communicators for); sends and copies have none."""
+    seen: dict[tuple[int, ...], None] = {}
+    collective = (TaskKind.BROADCAST, TaskKind.REDUCE, TaskKind.ALLGATHER)
+    for t in tasks:
+        if t.addends:
+            for part in t.parts():
+                seen.setdefault(part.group, None)
+        elif t.kind in collective:
+            seen.setdefault(t.group, None)
+    return tuple(seen)
 
 
 def input_indices(tensors: Sequence[TensorSpec]) -> tuple[int, ...]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 
 import numpy as np
 
@@ -28,6 +27,7 @@ from reshard.planner.cell_tasks import CellPlanner
 from reshard.planner.cell_tasks import fan_out as split_chains
 from reshard.planner.decompose import Cell
 from reshard.planner.order import PHASE, OrderKeys
+from reshard.planner.ordered import OrderedTasks, SendColumns
 from reshard.planner.resources import NIC_IN, NIC_OUT
 from reshard.planner.tasks import Buffer, Task, TaskKind
 
@@ -135,9 +135,10 @@ class WorkList:
     # ----- planning --------------------------------------------------------------------
     def plan(self, planner: CellPlanner, itemsizes: Sequence[int], expect: bool,
              relays: bool, restep: bool, fan_out: bool = False,
-             first: Sequence[Task] = ()) -> tuple[Task, ...]:
+             first: Sequence[Task] = ()) -> OrderedTasks:
         """Plan every slice, largest first; return ``first`` (tasks planned before, e.g.
-        reductions) and every slice's tasks, in the global order.
+        reductions) and every slice's tasks, in the global order (the sends still
+        columns: :class:`~reshard.planner.ordered.OrderedTasks`).
 
         Args:
             planner: the strategy's cell planner, for the general cells.
@@ -240,7 +241,7 @@ class WorkList:
         new_ref = np.arange(len(p2p.root), dtype=np.int64)
         new_ref[moved] = -1 - len(self.general) - np.arange(len(moved))
         for r in moved.tolist():
-            cell = Cell(p2p.boxes[r], frozenset((int(p2p.root[r]),)),
+            cell = Cell(p2p.box_of(r), frozenset((int(p2p.root[r]),)),
                         frozenset((int(p2p.recv[r]),)))
             self.general.append((int(p2p.tensor[r]), cell))
         return np.where(ref >= 0, new_ref[np.maximum(ref, 0)], ref)
@@ -265,9 +266,9 @@ class WorkList:
                 table[i] += int(sums[i])
 
     def _ordered(self, objects: list[Task], obj_seq: np.ndarray, p2p: _Columns,
-                 p_seq: np.ndarray, p_step: np.ndarray) -> tuple[Task, ...]:
+                 p_seq: np.ndarray, p_step: np.ndarray) -> OrderedTasks:
         """Every task in the global order (see :class:`OrderKeys`); the point-to-point
-        rows' tasks (sends) are built here, in that order."""
+        rows (sends) stay columns, in that order."""
         rows = np.flatnonzero(p_seq >= 0)
         nh = max(1, self.cluster.num_hosts)
         root, recv = p2p.root[rows], p2p.recv[rows]
@@ -280,19 +281,10 @@ class WorkList:
         n_obj = len(objects)
         is_obj = order < n_obj
         p = rows[order[~is_obj] - n_obj]
-        alone: dict[int, tuple[int]] = {}  # one receiver tuple per device, shared
-        boxes = p2p.boxes
-        sends = list(map(Task, repeat(TaskKind.SEND), p2p.tensor[p].tolist(),
-                         [boxes[r] for r in p.tolist()], p2p.root[p].tolist(),
-                         [alone.setdefault(d, (d,)) for d in p2p.recv[p].tolist()],
-                         p2p.nbytes[p].tolist(), p_step[p].tolist()))
-        if not n_obj:
-            return tuple(sends)
-        out: list[Task] = []
-        it = iter(sends)
-        for i, obj in zip(order.tolist(), is_obj.tolist()):
-            out.append(objects[i] if obj else next(it))
-        return tuple(out)
+        sends = SendColumns(np.flatnonzero(~is_obj), p2p.tensor[p], p2p.root[p], p2p.recv[p],
+                            p2p.nbytes[p], p_step[p], p2p.box[p], p2p.ndim[p])
+        return OrderedTasks([objects[i] for i in order[is_obj].tolist()],
+                            np.flatnonzero(is_obj).tolist(), sends)
 
 
 def _point_to_point(table: CellTable) -> tuple[np.ndarray, np.ndarray]:
@@ -317,7 +309,12 @@ class _Columns:
     recv: np.ndarray
     nbytes: np.ndarray
     box: np.ndarray  # (rows, 2 * ndim): starts and stops, zero-padded to the widest
-    boxes: list[Box]
+    ndim: np.ndarray
+
+    def box_of(self, row: int) -> Box:
+        """Row ``row``'s box as a tuple of (start, stop)."""
+        flat = self.box[row, :2 * int(self.ndim[row])].tolist()
+        return tuple(zip(flat[0::2], flat[1::2]))
 
 
 class _PointToPoint:
@@ -350,7 +347,8 @@ class _PointToPoint:
         return _Columns(_cat([np.full(len(p[2]), p[0], dtype=np.int64) for p in parts]),
                         _cat([p[3] for p in parts]), _cat([p[4] for p in parts]),
                         _cat([p[5] for p in parts]), box,
-                        [b for p in parts for b in p[1].boxes(p[2])])
+                        _cat([np.full(len(p[2]), p[1].lo.shape[1], dtype=np.int64)
+                              for p in parts]))
 
 
 def _cat(parts: list[np.ndarray]) -> np.ndarray:

@@ -140,6 +140,10 @@ for strategy in ("broadcast", "send_recv", "allgather"):
     out.append(reshard.plan_many(reqs, cluster=cl, strategy=strategy).digest().hex())
 out.append(reshard.plan((2048, 2048), "bfloat16", a, b, cluster=cl, cast="float8_e4m3fn",
                         scale="block128").digest().hex())
+from reshard.planner.share import plan_share
+share = plan_share(reqs, 5, cl)
+assert share.plan is None and share.digest.hex() == out[0], "share and plan digests differ"
+out.append(repr(share.tasks))
 print(" ".join(out))
 """
 
@@ -155,4 +159,4 @@ def test_plans_are_the_same_in_every_process_whatever_its_hash_seed():
         assert run.returncode == 0, run.stderr
         got.add(run.stdout.strip())
     assert len(got) == 1, got
-    assert len(next(iter(got)).split()) == 4
+    assert len(next(iter(got)).split(maxsplit=4)) == 5

@@ -1,0 +1,127 @@
+"""A planning call's tasks in the global order, before every task object is built.
+
+The planner keeps the point-to-point slices of a large plan (every cell of an
+all-to-all) as columns until the global order is known (:mod:`reshard.planner.work`).
+:class:`OrderedTasks` holds that order: the few task objects planned one by one, at
+their positions, and the sends as columns. It builds every task
+(:meth:`OrderedTasks.tasks`, what a whole plan holds), or only one device's
+(:meth:`OrderedTasks.of`, what an SPMD rank keeps), and digests the whole plan from
+the columns (:meth:`OrderedTasks.sends`, :mod:`reshard.planner.digest`) without
+building the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import compress, repeat
+
+import numpy as np
+
+from reshard.layout import Box
+from reshard.planner.cell_table import boxes_of
+from reshard.planner.digest import Sends, is_plain_send
+from reshard.planner.tasks import Task, TaskKind, communicator_groups
+
+
+@dataclass(frozen=True, eq=False)
+class SendColumns:
+    """Sends (source shard, one receiver), column by column, in the global order.
+
+    Attributes:
+        position: each send's index in the plan.
+        tensor, root, recv, nbytes, step: its task's fields.
+        box: ``(rows, 2 * width)`` starts and stops dim by dim, zero-padded past ``ndim``.
+        ndim: each box's rank.
+    """
+
+    position: np.ndarray
+    tensor: np.ndarray
+    root: np.ndarray
+    recv: np.ndarray
+    nbytes: np.ndarray
+    step: np.ndarray
+    box: np.ndarray
+    ndim: np.ndarray
+
+    def boxes(self, rows: np.ndarray) -> list[Box]:
+        """The boxes of ``rows`` as tuples of (start, stop)."""
+        out: list[Box] = [()] * len(rows)
+        ndims = self.ndim[rows]
+        for k in np.unique(ndims).tolist():
+            at = np.flatnonzero(ndims == k)
+            picked = rows[at]
+            got = boxes_of(self.box[picked, 0:2 * k:2], self.box[picked, 1:2 * k:2])
+            for i, b in zip(at.tolist(), got):
+                out[i] = b
+        return out
+
+    def tasks(self, rows: np.ndarray) -> list[Task]:
+        """The tasks of ``rows``."""
+        alone: dict[int, tuple[int]] = {}  # one receiver tuple per device, shared
+        return list(map(Task, repeat(TaskKind.SEND), self.tensor[rows].tolist(),
+                        self.boxes(rows), self.root[rows].tolist(),
+                        [alone.setdefault(d, (d,)) for d in self.recv[rows].tolist()],
+                        self.nbytes[rows].tolist(), self.step[rows].tolist()))
+
+
+class OrderedTasks:
+    """Every task of a planning call in the global order: ``objects`` at
+    ``positions`` (ascending), the rest ``sends``."""
+
+    def __init__(self, objects: list[Task], positions: list[int], sends: SendColumns) -> None:
+        self.objects = objects
+        self.positions = positions
+        self.send_columns = sends
+
+    def __len__(self) -> int:
+        return len(self.objects) + len(self.send_columns.position)
+
+    def tasks(self) -> tuple[Task, ...]:
+        """Every task, in order."""
+        cols = self.send_columns
+        sends = cols.tasks(np.arange(len(cols.position)))
+        if not self.objects:
+            return tuple(sends)
+        out: list[Task | None] = [None] * len(self)
+        for pos, t in zip(self.positions, self.objects):
+            out[pos] = t
+        for pos, t in zip(cols.position.tolist(), sends):
+            out[pos] = t
+        return tuple(out)  # type: ignore[arg-type]
+
+    def of(self, device: int) -> list[tuple[int, Task]]:
+        """``device``'s ``(index, task)`` pairs, in order; only these are built."""
+        cols = self.send_columns
+        rows = np.flatnonzero((cols.root == device) | (cols.recv == device))
+        mine = list(zip(cols.position[rows].tolist(), cols.tasks(rows)))
+        mine += [(pos, t) for pos, t in zip(self.positions, self.objects)
+                 if t.root == device or device in t.receivers or device in t.addends]
+        mine.sort(key=lambda pair: pair[0])
+        return mine
+
+    def groups(self) -> tuple[tuple[int, ...], ...]:
+        """The plan's communicator groups (:func:`~reshard.planner.tasks.
+        communicator_groups`: sends have none, so the objects hold them all)."""
+        return communicator_groups(self.objects)
+
+    def sends(self) -> tuple[Sends, list[int], list[Task]]:
+        """The digest's parts (:func:`reshard.planner.digest.digest`): the plain sends
+        as columns, the other tasks and their positions."""
+        cols = self.send_columns
+        plain = list(map(is_plain_send, self.objects))
+        other = [not p for p in plain]
+        extra = Sends.of_tasks(list(compress(self.positions, plain)),
+                               list(compress(self.objects, plain)))
+        own = cols.box.reshape(len(cols.position), cols.box.shape[1] // 2, 2)
+        width = max(own.shape[1], extra.box.shape[1])
+        box = np.zeros((len(own) + len(extra.box), width, 2), dtype=np.int64)
+        box[:len(own), :own.shape[1]] = own
+        box[len(own):, :extra.box.shape[1]] = extra.box
+        ints = np.concatenate([np.stack([cols.position, cols.tensor, cols.root, cols.recv,
+                                         cols.nbytes, cols.step], axis=1).reshape(-1, 6),
+                               extra.ints])
+        return (Sends(ints, np.concatenate([cols.ndim, extra.ndim]), box),
+                list(compress(self.positions, other)), list(compress(self.objects, other)))
+
+
+__all__ = ["OrderedTasks", "SendColumns"]
