@@ -114,6 +114,26 @@ def _slice(full, mesh, placements, rank: int):
     return full[tuple(slice(o, o + n) for o, n in zip(offset, shape))]
 
 
+def state_dict_50(a, b, rd, device: int) -> int:
+    """SPMD ``redistribute_many`` of a 50-tensor state dict from mesh ``a`` (Shard on
+    alternating dims) to ``b`` (Shard(1), Replicate()), every piece checked against
+    DTensor's own slice; returns how many pieces this rank holds."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    from reshard.adapters.dtensor_redistribute import redistribute_many
+
+    fulls = [_value(500 + i, (4 + i % 7, 3 + i % 5), "float32") for i in range(50)]
+    state = {f"t{i}": _dtensor_of(f, a, [Shard(i % 2)], device) for i, f in enumerate(fulls)}
+    out = redistribute_many(state, b, [Shard(1), Replicate()], redistributor=rd)
+    checked = 0
+    for i, f in enumerate(fulls):
+        want = _slice(f, b, [Shard(1), Replicate()], device)
+        got = out[f"t{i}"].to_local()
+        assert (got.numel() == 0) if want is None else torch.equal(got, want), i
+        checked += want is not None
+    return checked
+
+
 def _source_local(k: int, full, mesh, placements, rank: int):
     """The source local tensor: DTensor's piece; on Partial mesh dims random addends
     (every member but the one at coordinate 0 adds noise, which it subtracts)."""
@@ -249,16 +269,7 @@ def _rank_main(cases: list[dict], device: int, address, results, done) -> None:
         # SPMD: a 50-tensor state dict, planned on every rank (digests compared), exact
         import reshard
 
-        shapes = [(4 + i % 7, 3 + i % 5) for i in range(50)]
-        fulls50 = [_value(500 + i, sh, "float32") for i, sh in enumerate(shapes)]
-        state50 = {f"t{i}": _dtensor_of(f, a, [Shard(i % 2)], device)
-                   for i, f in enumerate(fulls50)}
-        out50 = redistribute_many(state50, b, [Shard(1), Replicate()], redistributor=rd)
-        for i, f in enumerate(fulls50):
-            want = _slice(f, b, [Shard(1), Replicate()], device)
-            got = out50[f"t{i}"].to_local()
-            assert (got.numel() == 0) if want is None else torch.equal(got, want), i
-            checked += want is not None
+        checked += state_dict_50(a, b, rd, device)
 
         # a rank given another shape: every rank refuses (naming it) instead of hanging,
         # and the Redistributor stays usable

@@ -44,10 +44,9 @@ def _rank(where: dict, device: int, address, results, done) -> None:
         from reshard.adapters.dtensor_redistribute import (
             Redistributor,
             redistribute,
-            redistribute_many,
         )
 
-        from .test_dtensor_redistribute import _dtensor_of, _slice, _value
+        from .test_dtensor_redistribute import _dtensor_of, _value, state_dict_50
 
         td = datetime.timedelta(seconds=60)
         store = dist.TCPStore(where["address0"], STORE_PORT, WORLD, device == 0, timeout=td)
@@ -57,17 +56,7 @@ def _rank(where: dict, device: int, address, results, done) -> None:
         a = DeviceMesh("cpu", torch.tensor([0, 1, 2, 3]))
         b = DeviceMesh("cpu", torch.tensor([4, 5, 6, 7]).reshape(2, 2))
         rd = Redistributor()
-        shapes = [(4 + i % 7, 3 + i % 5) for i in range(50)]
-        fulls = [_value(500 + i, sh, "float32") for i, sh in enumerate(shapes)]
-        state = {f"t{i}": _dtensor_of(f, a, [Shard(i % 2)], device)
-                 for i, f in enumerate(fulls)}
-        out = redistribute_many(state, b, [Shard(1), Replicate()], redistributor=rd)
-        checked = 0
-        for i, f in enumerate(fulls):
-            want = _slice(f, b, [Shard(1), Replicate()], device)
-            got = out[f"t{i}"].to_local()
-            assert (got.numel() == 0) if want is None else torch.equal(got, want), i
-            checked += want is not None
+        checked = state_dict_50(a, b, rd, device)
         wrong = (13 if device == 6 else 12, 8)
         x = _dtensor_of(_value(600, wrong, "float32"), a, [Shard(0)], device)
         try:
