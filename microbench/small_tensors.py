@@ -7,9 +7,16 @@ workers, the kind of norms and biases a weight sync carries) are planned togethe
 transfers of a step that share their route travel as one message,
 :mod:`reshard.planner.coalesce`) and once without, and run ``-n`` times each,
 alternated, after a warm-up. Printed: tasks, the messages each way sends, the median
-seconds and the ratio; every destination shard is checked against the expected slice::
+seconds and the ratio; every destination shard is checked against the expected slice.
+
+``--testbed GBIT``: on the emulated multi-host testbed instead (4 hosts, each a network
+namespace whose NIC tc limits to GBIT Gbit/s, 2 workers per host: the source mesh on
+hosts 0-1, the destination on hosts 2-3), with ``--tensors`` (then 1,000 by default) of
+4 KiB to 1 MiB, log-uniform; also printed: the plan's lower bound and model time on the
+testbed's cluster, and measured / bound, model / measured::
 
     python -m reshard.microbench.small_tensors [--tensors 400] [-n 5]
+    python -m reshard.microbench.small_tensors --testbed 0.3 [-n 3]
 """
 
 from __future__ import annotations
@@ -32,31 +39,42 @@ SPECS = (("S0R", "RS0"), ("RS0", "S0R"), ("RR", "S0S1"), ("S0S1", "RR"), ("S01R"
 DTYPES = ("float32", "bfloat16", "int8")
 
 
-def requests(count: int, seed: int = 0) -> list[tuple]:
-    """``count`` small tensors (1-64 KiB) with mixed dtypes and layouts."""
+def requests(count: int, seed: int = 0, low: int = 1 << 10, high: int = 64 << 10,
+             log: bool = False) -> list[tuple]:
+    """``count`` small tensors of ``low`` to ``high`` bytes (uniform, or log-uniform with
+    ``log``) with mixed dtypes and layouts."""
     rng = np.random.default_rng(seed)
     src_mesh = DeviceMesh((2, 2), range(4))
     dst_mesh = DeviceMesh((2, 2), range(4, 8))
     out = []
     for i in range(count):
         dtype = DTYPES[i % len(DTYPES)]
-        kib = int(rng.integers(1, 65))
+        nbytes = (int(np.exp(rng.uniform(np.log(low), np.log(high)))) if log
+                  else int(rng.integers(low // 1024, high // 1024 + 1)) * 1024)
         cols = 64
-        rows = max(2, kib * 1024 // (cols * parse_dtype(dtype).itemsize))
+        rows = max(2, nbytes // (cols * parse_dtype(dtype).itemsize))
         s, d = SPECS[i % len(SPECS)]
         out.append(((rows, cols), dtype, Layout(src_mesh, s), Layout(dst_mesh, d)))
     return out
 
 
-def measure(count: int, iters: int) -> dict:
+def measure(count: int, iters: int, testbed_gbit: float | None = None) -> dict:
     """Both ways on one set of workers (module docstring)."""
-    reqs = requests(count)
-    cluster = Cluster.regular(2, 4)
+    if testbed_gbit is None:
+        return _measure(requests(count), Cluster.regular(2, 4), iters, None)
+    from reshard.microbench.infra.testbed import Testbed
+
+    with Testbed(4, testbed_gbit) as tb:
+        return _measure(requests(count, low=4 << 10, high=1 << 20, log=True), tb.cluster(2),
+                        iters, tb)
+
+
+def _measure(reqs: list[tuple], cluster: Cluster, iters: int, netns: object) -> dict:
     plan = plan_many(reqs, cluster=cluster)
     rng = np.random.default_rng(1)
     values = [rng.random(shape).astype(np.float32).astype(parse_dtype(dt))
               for shape, dt, _, _ in reqs]
-    with Runtime("gloo", cluster, "process", timeout=120) as rt:
+    with Runtime("gloo", cluster, "process", timeout=300, netns=netns) as rt:
         xs = [rt.put(v, src) for v, (_, _, src, _) in zip(values, reqs)]
         rt._check_plan(plan)
         progs = {d: p.to_json() for d, p in programs(plan, rt.group.devices).items()}
@@ -81,25 +99,39 @@ def measure(count: int, iters: int) -> dict:
                 if wrong:
                     raise AssertionError(f"{wrong} destination shards differ (coalesce={way})")
     merged = len(followers(plan.tasks, plan.tensors))
-    return {"tensors": count, "tasks": len(plan.tasks), "messages_coalesced":
+    return {"tensors": len(reqs), "tasks": len(plan.tasks), "messages_coalesced":
             len(plan.tasks) - merged, "on_s": statistics.median(times[True]),
-            "off_s": statistics.median(times[False]), "bound_s": plan.lower_bound()}
+            "off_s": statistics.median(times[False]), "bound_s": plan.lower_bound(),
+            "model_s": plan.estimate(),
+            "mib": sum(v.nbytes for v in values) / (1 << 20)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure and print one line."""
     ap = flags.parser("python -m reshard.microbench.small_tensors", __doc__ or "")
-    ap.add_argument("--tensors", type=int, default=400, help="how many small tensors")
+    ap.add_argument("--tensors", type=int, default=None,
+                    help="how many small tensors (default: 400; 1,000 with --testbed)")
     ap.add_argument("-n", "--iters", type=int, default=5, help="timed runs of each way")
+    ap.add_argument("--testbed", type=float, default=None, metavar="GBIT",
+                    help="on the emulated testbed, NICs of GBIT Gbit/s (needs root)")
     args = ap.parse_args(argv)
+    count = args.tensors or (1000 if args.testbed else 400)
     before = cpu_times()
-    r = measure(args.tensors, args.iters)
+    r = measure(count, args.iters, args.testbed)
     after = cpu_times()
-    print(f"{r['tensors']} tensors of 1-64 KiB, {r['tasks']} tasks on 8 gloo workers: "
-          f"coalesced into {r['messages_coalesced']} messages {r['on_s'] * 1e3:.1f} ms, "
-          f"one message per task {r['off_s'] * 1e3:.1f} ms ({r['off_s'] / r['on_s']:.2f}x "
-          f"faster coalesced; medians of {args.iters}, alternated); all exact"
-          + stolen_note(before, after))
+    where = (f"the testbed (4 hosts x 2 gloo workers, {args.testbed:g} Gbit/s NICs)"
+             if args.testbed else "8 gloo workers")
+    sizes = "4 KiB-1 MiB" if args.testbed else "1-64 KiB"
+    print(f"{r['tensors']} tensors of {sizes} ({r['mib']:.1f} MiB), {r['tasks']} tasks on "
+          f"{where}: coalesced into {r['messages_coalesced']} messages "
+          f"{r['on_s'] * 1e3:.1f} ms, one message per task {r['off_s'] * 1e3:.1f} ms "
+          f"({r['off_s'] / r['on_s']:.2f}x faster coalesced; medians of {args.iters}, "
+          f"alternated); all exact" + stolen_note(before, after))
+    if args.testbed:
+        print(f"lower bound {r['bound_s'] * 1e3:.1f} ms, model {r['model_s'] * 1e3:.1f} ms: "
+              f"coalesced {r['on_s'] / r['bound_s']:.2f}x the bound, uncoalesced "
+              f"{r['off_s'] / r['bound_s']:.2f}x; model / measured (coalesced) "
+              f"{r['model_s'] / r['on_s']:.2f}")
     return 0
 
 

@@ -172,12 +172,24 @@ def planned_tensors(requests: Iterable[Request], cluster: Cluster | None, cast: 
 
 
 def _within(plan: ReshardPlan, budget: int | None) -> ReshardPlan:
-    """``plan`` with its steps fitted to ``budget`` bytes of staging per device."""
+    """``plan`` with its steps fitted to ``budget`` bytes of staging per device: buckets
+    filled first fit or even buckets (:func:`~reshard.planner.staging.fit_budget`),
+    whichever the model says is faster (plans up to :data:`BUDGET_COMPARE_UP_TO` tasks;
+    larger ones first fit)."""
     if budget is None:
         return plan
-    tasks = fit_budget(plan.tasks, plan.tensors, budget)
-    return plan if tasks == plan.tasks else ReshardPlan(plan.tensors, tasks, plan.strategy,
-                                                        plan.cluster)
+    first_fit = fit_budget(plan.tasks, plan.tensors, budget, even=False)
+    if first_fit == plan.tasks:
+        return plan
+    best = ReshardPlan(plan.tensors, first_fit, plan.strategy, plan.cluster)
+    if len(plan.tasks) > BUDGET_COMPARE_UP_TO:
+        return best
+    even = fit_budget(plan.tasks, plan.tensors, budget, even=True)
+    if even != first_fit:
+        balanced = ReshardPlan(plan.tensors, even, plan.strategy, plan.cluster)
+        if balanced.estimate() < best.estimate():
+            best = balanced
+    return best
 
 
 def _phased(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
@@ -215,7 +227,7 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
                              strat, cluster)
         if len(fanned.tasks) <= COMPARE_UP_TO and fanned.estimate() < best.estimate():
             best = fanned
-    if strat is Strategy.BROADCAST and len(tasks) <= COMPARE_UP_TO and any(
+    if strat is Strategy.BROADCAST and len(tasks) <= FUSE_UP_TO and any(
             t.kind is TaskKind.REDUCE and tensors[t.tensor].fuses for t in tasks):
         fused = ReshardPlan(tensors, fuse_reductions(
             plan_tasks(tensors, cluster, strat, fan_out=False, fuse=True)[0],
@@ -346,7 +358,18 @@ TREES_UP_TO = 2048
 """Broadcast plans up to this many tasks are also costed with their chains reshaped
 into trees (:data:`TREE_FORMS`; each form about 0.1 ms of simulation per task)."""
 
-ALTERNATIVES_UP_TO = max(COMPARE_UP_TO, TREES_UP_TO)
+FUSE_UP_TO = 2048
+"""Broadcast plans of partial sums up to this many tasks are also costed with each
+root's reductions fused into its deliveries (:func:`~reshard.planner.fuse.
+fuse_reductions`; a 16384 x 16384 float32 S0R+P1 (4, 8) -> RS0 (4, 8) on dgx-h100 has
+1,280 tasks: 1.27x the bound unfused, 1.035x fused)."""
+
+BUDGET_COMPARE_UP_TO = 30_000
+"""Plans up to this many tasks are costed both ways under a memory budget (buckets
+filled first fit, even buckets); the model's fluid simulation of larger ones can take
+minutes (a 32,435-task GB200 plan: over 90 s)."""
+
+ALTERNATIVES_UP_TO = max(COMPARE_UP_TO, TREES_UP_TO, FUSE_UP_TO)
 """Plans of more tasks than this are kept as first planned: no alternative (fanned
 out, fused, trees, one task per device at a time) is costed against them, so a device's
 share of such a plan can be cut before the plan's other tasks are built

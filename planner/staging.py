@@ -137,12 +137,16 @@ def _per_element(task: Task, tensor: Conversion) -> int:
 
 
 def fit_budget(tasks: Sequence[Task], tensors: Sequence[Conversion],
-               budget: int) -> tuple[Task, ...]:
+               budget: int, even: bool = True) -> tuple[Task, ...]:
     """``tasks`` (a plan's, steps contiguous) rearranged so that no device stages more
-    than ``budget`` bytes (:func:`staging_by_device`): each step cut into buckets (a
-    task joins the first bucket where each of its devices has room; a step's tasks
-    are independent, so any bucket order is valid), boxes too big alone split (module
-    docstring). Inside a bucket tasks keep their order; steps are renumbered from 0.
+    than ``budget`` bytes (:func:`staging_by_device`): each step that would stage more
+    cut into buckets, consecutive steps (a step's tasks are independent, so any bucket
+    order is valid). With ``even``, even buckets where they fit (:func:`_even`: every
+    bucket about the same share of every device's bytes); else, and where those do not
+    fit, first fit (:func:`_first_fit`: the plan's order kept). Which is faster depends
+    on the plan (the planner costs both). Boxes too big alone are split (module
+    docstring). Inside a bucket tasks keep their order; steps are renumbered
+    from 0.
 
     Raises:
         ReshardError: ``budget`` is too small for some task; names the smallest budget
@@ -152,35 +156,124 @@ def fit_budget(tasks: Sequence[Task], tensors: Sequence[Conversion],
     placed: list[tuple[int, int, Task]] = []  # (step, order, task)
     first = 0
     for run in step_runs(tasks):
-        # buckets of this step: per bucket, per device, the bytes it stages; a task (or
-        # piece) goes to the first bucket where each of its devices has room (first
-        # fit: a device's tasks do not wait behind buckets other devices filled)
-        use: list[dict[int, int]] = []
-        for i, t in run:
-            tensor = tensors[t.tensor]
-            devices = tuple(set(t.devices))
-            n = task_staging(t, tensor)
-            if n > budget:  # too big alone: pieces of whole rows (or elements) that fit
-                per = _per_element(t, tensor)
-                room = budget - _slack(t)
-                if t.kind is TaskKind.ALLGATHER or room < per:
-                    raise ReshardError(_too_small(budget, i, t, n, smallest_budget(
-                        tasks, tensors)))
-                pieces = [_piece(t, box) for box in split_box(t.box, room // per)]
-            else:
-                pieces = [t]
-            for piece in pieces:
-                m = task_staging(piece, tensor)
-                k = next((k for k, held in enumerate(use)
-                          if all(held.get(d, 0) + m <= budget for d in devices)), len(use))
-                if k == len(use):
-                    use.append({})
-                for d in devices:
-                    use[k][d] = use[k].get(d, 0) + m
-                placed.append((first + k, len(placed), piece))
-        first += max(1, len(use))
+        got = _even(run, tensors, budget) if even else None
+        if got is None:
+            got = _first_fit(run, tensors, budget, tasks)
+        buckets = 0
+        for k, piece in got:
+            placed.append((first + k, len(placed), piece))
+            buckets = max(buckets, k + 1)
+        first += max(1, buckets)
     placed.sort(key=lambda p: (p[0], p[1]))
     return tuple(replace(t, step=step) for step, _, t in placed)
+
+
+EVEN_TRIES = 4
+"""Bucket counts :func:`_even` tries beyond the least that could fit."""
+
+EVEN_PIECE = 4
+""":func:`_even` cuts tasks into pieces of at most ``budget / EVEN_PIECE`` bytes."""
+
+EVEN_UP_TO = 256
+""":func:`_even` leaves steps that need more buckets than this to first fit (a tiny
+budget: pieces would be many and small)."""
+
+
+def _even(run: list[tuple[int, Task]], tensors: Sequence[Conversion],
+          budget: int) -> list[tuple[int, Task]] | None:
+    """One step's tasks in ``k`` buckets that each hold about ``1/k`` of every device's
+    bytes: ``(bucket, task or piece)`` each, or None where no ``k`` tried fits (an
+    all-gather on a device over the budget, which is not split, or pieces too coarse).
+
+    ``k`` starts at the least number of buckets the fullest device needs. Each task on a
+    device over the budget is cut into pieces of at most ``budget / EVEN_PIECE`` bytes
+    (whole rows where it can); largest first, each piece goes to the bucket where the
+    fuller of its devices holds least (longest-processing-time balancing); every
+    other task stays whole in bucket 0. The links that bound the step then stay busy in
+    every bucket, where first fit can leave them idle in some.
+    """
+    use: dict[int, int] = {}
+    for _, t in run:
+        n = task_staging(t, tensors[t.tensor])
+        for d in set(t.devices):
+            use[d] = use.get(d, 0) + n
+    peak = max(use.values(), default=0)
+    if peak <= budget:
+        return [(0, t) for _, t in run]
+    least = -(-peak // budget)
+    if least > EVEN_UP_TO:
+        return None
+    over = {d for d, n in use.items() if n > budget}
+    pieces: list[tuple[int, int, Task, int, tuple[int, ...]]] = []  # order, -, piece, bytes, devices
+    whole: list[tuple[int, Task, int, tuple[int, ...]]] = []
+    for order, (_, t) in enumerate(run):
+        tensor = tensors[t.tensor]
+        devices = tuple(set(t.devices))
+        n = task_staging(t, tensor)
+        if over.isdisjoint(devices) or not n:
+            whole.append((order, t, n, devices))
+            continue
+        if t.kind is TaskKind.ALLGATHER:
+            return None
+        room = budget // EVEN_PIECE - _slack(t)
+        per = _per_element(t, tensor)
+        if room < per:
+            return None
+        boxes = split_box(t.box, max(1, room // per)) if n > budget // EVEN_PIECE else [t.box]
+        for j, box in enumerate(boxes):
+            piece = t if len(boxes) == 1 else _piece(t, box)
+            pieces.append((order, j, piece, task_staging(piece, tensor), devices))
+    pieces.sort(key=lambda p: -p[3])  # stable: ties in plan order
+    for k in range(least, least + EVEN_TRIES):
+        held: list[dict[int, int]] = [{} for _ in range(k)]
+        out: list[tuple[int, int, int, Task]] = []  # order, piece, bucket, task
+        for order, t, n, devices in whole:
+            for d in devices:
+                held[0][d] = held[0].get(d, 0) + n
+            out.append((order, 0, 0, t))
+        for order, j, piece, m, devices in pieces:
+            b = min(range(k), key=lambda b: max(held[b].get(d, 0) for d in devices))
+            for d in devices:
+                held[b][d] = held[b].get(d, 0) + m
+            out.append((order, j, b, piece))
+        if all(n <= budget for bucket in held for n in bucket.values()):
+            out.sort(key=lambda o: (o[0], o[1]))
+            return [(b, t) for _, _, b, t in out]
+    return None
+
+
+def _first_fit(run: list[tuple[int, Task]], tensors: Sequence[Conversion], budget: int,
+               tasks: Sequence[Task]) -> list[tuple[int, Task]]:
+    """One step's tasks in buckets filled first fit: a task (or piece) goes to the first
+    bucket where each of its devices has room (a device's tasks do not wait behind
+    buckets other devices filled); a task too big alone is cut into pieces of whole rows
+    (or elements) that fit. ``tasks``: the whole plan's (for the error's smallest
+    budget)."""
+    use: list[dict[int, int]] = []
+    out: list[tuple[int, Task]] = []
+    for i, t in run:
+        tensor = tensors[t.tensor]
+        devices = tuple(set(t.devices))
+        n = task_staging(t, tensor)
+        if n > budget:
+            per = _per_element(t, tensor)
+            room = budget - _slack(t)
+            if t.kind is TaskKind.ALLGATHER or room < per:
+                raise ReshardError(_too_small(budget, i, t, n, smallest_budget(
+                    tasks, tensors)))
+            pieces = [_piece(t, box) for box in split_box(t.box, room // per)]
+        else:
+            pieces = [t]
+        for piece in pieces:
+            m = task_staging(piece, tensor)
+            k = next((k for k, held in enumerate(use)
+                      if all(held.get(d, 0) + m <= budget for d in devices)), len(use))
+            if k == len(use):
+                use.append({})
+            for d in devices:
+                use[k][d] = use[k].get(d, 0) + m
+            out.append((k, piece))
+    return out
 
 
 def smallest_budget(tasks: Sequence[Task], tensors: Sequence[Conversion]) -> int:

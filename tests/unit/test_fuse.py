@@ -104,11 +104,15 @@ def test_fused_cost_is_one_pipelined_chain():
     assert p.estimate() == pytest.approx(want, rel=1e-9)
 
 
-def test_the_dgx_partial_sum_fuses_within_ten_percent():
+@pytest.mark.parametrize("scale", [1, 2], ids=["suite-size", "1GiB"])
+def test_the_dgx_partial_sum_fuses_within_ten_percent(scale):
+    """At the suite's size (672 tasks unfused) and at 1 GiB (1,280 tasks unfused: over
+    COMPARE_UP_TO, within FUSE_UP_TO)."""
     from reshard.microbench.suites.realistic import realistic_cases
 
     case = {c.name: c for c in realistic_cases()}["partial-h100-4x8"]
     reqs, cluster = case.build_many()
+    reqs = [((r[0][0], r[0][1] * scale), *r[1:]) for r in reqs]
     p = reshard.plan_many(reqs, cluster=cluster)
     assert any(t.addends for t in p.tasks)
     tensors = p.tensors

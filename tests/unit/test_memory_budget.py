@@ -14,7 +14,8 @@ from reshard import Cluster, DeviceMesh, Layout
 from reshard.comm.backends.local import LocalBackend, LocalFabric
 from reshard.comm.program import WorkerProgram
 from reshard.comm.steps import program_steps
-from reshard.planner.staging import smallest_budget, split_box, staging_by_device
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.staging import fit_budget, smallest_budget, split_box, staging_by_device
 
 from ..common import STRATEGIES, check_shards, put_value, sample
 from .test_planner_properties import planning_problems
@@ -45,6 +46,47 @@ def test_plans_within_a_budget_are_exact_and_stay_within_it(problem, strategy, s
             assert need <= staged.get(d, 0)
         y = rt.execute(p, [x])[0]
         check_shards(rt, y, value)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(planning_problems(), st.sampled_from(STRATEGIES), st.integers(0, 2 ** 32 - 1),
+       st.floats(0.0, 1.0), st.booleans())
+def test_even_and_first_fit_buckets_are_each_exact_and_within_the_budget(problem, strategy,
+                                                                          seed, frac, even):
+    shape, dtype, src, dst, cluster = problem
+    free = reshard.plan(shape, dtype, src, dst, cluster=cluster, strategy=strategy)
+    least = smallest_budget(free.tasks, free.tensors)
+    most = max(staging_by_device(free.tasks, free.tensors).values(), default=least)
+    budget = int(least + frac * max(0, most - least))
+    p = ReshardPlan(free.tensors, fit_budget(free.tasks, free.tensors, budget, even=even),
+                    free.strategy, free.cluster)
+    p.verify()
+    assert max(staging_by_device(p.tasks, p.tensors).values(), default=0) <= budget
+    rng = np.random.default_rng(seed)
+    value = sample(rng, shape, dtype.name)
+    with reshard.Runtime(backend="local", cluster=cluster) as rt:
+        x = put_value(rt, value, src, rng)
+        check_shards(rt, rt.execute(p, [x])[0], value)
+
+
+def test_the_planner_keeps_the_faster_bucketing():
+    """Experts on few devices (MoE-like: one device's step stages 8x another's): even
+    buckets keep every bucket's share of the busy devices' bytes; the model picks."""
+    cluster = Cluster.preset("dgx-h100", 2)
+    few = Layout(DeviceMesh((2,), [0, 1]), "S0RR")
+    many = Layout(DeviceMesh((8,), range(8, 16)), "RS0R")
+    dense = Layout(DeviceMesh((8,), range(8)), "S0R")
+    wide = Layout(DeviceMesh((8,), range(8, 16)), "RS0")
+    reqs = [((16, 2048, 1024), "bfloat16", few, many), ((4096, 4096), "bfloat16", dense, wide)]
+    free = reshard.plan_many(reqs, cluster=cluster)
+    budget = max(staging_by_device(free.tasks, free.tensors).values()) // 6
+    est = {}
+    for even in (False, True):
+        tasks = fit_budget(free.tasks, free.tensors, budget, even=even)
+        est[even] = ReshardPlan(free.tensors, tasks, free.strategy, cluster).estimate()
+    chosen = reshard.plan_many(reqs, cluster=cluster, memory_budget=budget)
+    assert chosen.estimate() == min(est.values())
+    assert est[True] < est[False]  # here even buckets win
 
 
 def test_a_big_transfer_runs_in_buckets_and_pieces():
