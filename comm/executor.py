@@ -148,6 +148,14 @@ def _per_tensor(values: Shards | None, n: int, what: str,
     return {i: v for i, v in enumerate(values) if v is not None}
 
 
+def _what(tasks: Sequence[StepTask], step: bool) -> str:
+    """The tasks an error names (eight at most), or (``step``) their step."""
+    what = ", ".join(str(st) for st in tasks[:8])
+    if len(tasks) > 8:
+        what += f", +{len(tasks) - 8} more"
+    return f"step {tasks[0].task.step} ({what})" if step else what
+
+
 class Executor:
     """This process's part of reshard plans, on buffers it owns (module docstring).
 
@@ -172,7 +180,7 @@ class Executor:
         self.backend = backend
         self.device = int(backend.device)
         self.channels: dict[str, Backend] = {}
-        self.current: tuple[int, str] | None = None  # (task index, task text) in flight
+        self._current: StepTask | None = None  # the task in flight
         self.failed: str | None = None  # why a communicating call failed here
         self._owns = owns_backend
         self._caps = backend.capabilities if capabilities is None else capabilities
@@ -237,19 +245,21 @@ class Executor:
     def _blame(self, *tasks: StepTask, step: bool = False) -> Iterator[None]:
         """Run the body as work on ``tasks``; its errors become ExecutionErrors naming
         the task, or (``step``) the step and its tasks on this device."""
-        self.current = (tasks[0].index, str(tasks[0].task))
-        what = ", ".join(str(st) for st in tasks[:8])
-        if len(tasks) > 8:
-            what += f", +{len(tasks) - 8} more"
-        if step:
-            what = f"step {tasks[0].task.step} ({what})"
+        self._current = tasks[0]  # formatted only when read (a few per task otherwise)
         try:
             yield
         except (ReshardError, ExecutionError) as e:
-            raise ExecutionError(f"device {self.device}: {what} failed: {e}") from e
+            raise ExecutionError(f"device {self.device}: {_what(tasks, step)} failed: "
+                                 f"{e}") from e
         except Exception as e:  # backend errors of any type
-            raise ExecutionError(
-                f"device {self.device}: {what} failed: {type(e).__name__}: {e}") from e
+            raise ExecutionError(f"device {self.device}: {_what(tasks, step)} failed: "
+                                 f"{type(e).__name__}: {e}") from e
+
+    @property
+    def current(self) -> tuple[int, str] | None:
+        """(task index, task text) in flight, or of the last that failed."""
+        st = self._current
+        return None if st is None else (st.index, str(st.task))
 
     # ----- programs ----------------------------------------------------------------------
     def program(self, plan: ReshardPlan | WorkerProgram | str | bytes,
@@ -447,7 +457,7 @@ class Executor:
         with self.communicating():
             lp.backend.activate()  # e.g. make the GPU current in this thread
             sent = Execution(lp, dict(src), dst).run(self._blame)
-            self.current = None
+            self._current = None
         return dst, sent
 
     def execute(self, plan: ReshardPlan | WorkerProgram, sources: Shards | None = None,

@@ -12,15 +12,16 @@ seconds and the ratio; every destination shard is checked against the expected s
 ``--testbed GBIT``: on the emulated multi-host testbed instead (4 hosts, each a network
 namespace whose NIC tc limits to GBIT Gbit/s, 2 workers per host: the source mesh on
 hosts 0-1, the destination on hosts 2-3), with ``--tensors`` (then 1,000 by default) of
-4 KiB to 1 MiB, log-uniform; also printed: the plan's lower bound and model time on the
+4 KiB to 1 MiB (``--kib``), log-uniform; also printed: the plan's lower bound and model time on the
 testbed's cluster, and measured / bound, model / measured::
 
     python -m reshard.microbench.small_tensors [--tensors 400] [-n 5]
-    python -m reshard.microbench.small_tensors --testbed 0.3 [-n 3]
+    python -m reshard.microbench.small_tensors --testbed 0.3 [-n 3] [--kib 4-1024]
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Sequence
@@ -58,15 +59,19 @@ def requests(count: int, seed: int = 0, low: int = 1 << 10, high: int = 64 << 10
     return out
 
 
-def measure(count: int, iters: int, testbed_gbit: float | None = None) -> dict:
-    """Both ways on one set of workers (module docstring)."""
+def measure(count: int, iters: int, testbed_gbit: float | None = None,
+            kib: tuple[int, int] | None = None) -> dict:
+    """Both ways on one set of workers (module docstring); ``kib``: the sizes' range."""
     if testbed_gbit is None:
-        return _measure(requests(count), Cluster.regular(2, 4), iters, None)
+        low, high = kib or (1, 64)
+        return _measure(requests(count, low=low << 10, high=high << 10), Cluster.regular(2, 4),
+                        iters, None)
     from reshard.microbench.infra.testbed import Testbed
 
+    low, high = kib or (4, 1024)
     with Testbed(4, testbed_gbit) as tb:
-        return _measure(requests(count, low=4 << 10, high=1 << 20, log=True), tb.cluster(2),
-                        iters, tb)
+        return _measure(requests(count, low=low << 10, high=high << 10, log=True),
+                        tb.cluster(2), iters, tb)
 
 
 def _measure(reqs: list[tuple], cluster: Cluster, iters: int, netns: object) -> dict:
@@ -106,6 +111,17 @@ def _measure(reqs: list[tuple], cluster: Cluster, iters: int, netns: object) -> 
             "mib": sum(v.nbytes for v in values) / (1 << 20)}
 
 
+def _kib_range(text: str) -> tuple[int, int]:
+    low, _, high = text.partition("-")
+    try:
+        lo, hi = int(low), int(high)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LOW-HIGH in KiB, got {text!r}") from None
+    if not 1 <= lo <= hi:
+        raise argparse.ArgumentTypeError(f"expected 1 <= LOW <= HIGH, got {text!r}")
+    return lo, hi
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure and print one line."""
     ap = flags.parser("python -m reshard.microbench.small_tensors", __doc__ or "")
@@ -114,14 +130,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("-n", "--iters", type=int, default=5, help="timed runs of each way")
     ap.add_argument("--testbed", type=float, default=None, metavar="GBIT",
                     help="on the emulated testbed, NICs of GBIT Gbit/s (needs root)")
+    ap.add_argument("--kib", type=_kib_range, default=None, metavar="LOW-HIGH",
+                    help="tensor sizes in KiB (default: 1-64; 4-1024 with --testbed)")
     args = ap.parse_args(argv)
     count = args.tensors or (1000 if args.testbed else 400)
     before = cpu_times()
-    r = measure(count, args.iters, args.testbed)
+    r = measure(count, args.iters, args.testbed, args.kib)
     after = cpu_times()
     where = (f"the testbed (4 hosts x 2 gloo workers, {args.testbed:g} Gbit/s NICs)"
              if args.testbed else "8 gloo workers")
-    sizes = "4 KiB-1 MiB" if args.testbed else "1-64 KiB"
+    low, high = args.kib or ((4, 1024) if args.testbed else (1, 64))
+    sizes = f"{low}-{high} KiB"
     print(f"{r['tensors']} tensors of {sizes} ({r['mib']:.1f} MiB), {r['tasks']} tasks on "
           f"{where}: coalesced into {r['messages_coalesced']} messages "
           f"{r['on_s'] * 1e3:.1f} ms, one message per task {r['off_s'] * 1e3:.1f} ms "
