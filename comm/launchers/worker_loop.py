@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 from reshard.comm.launchers.host import WorkerHost, WorkerSpec, portable_error
@@ -49,6 +50,29 @@ def _watch_parent(driver: int) -> None:
             time.sleep(0.5)
 
     threading.Thread(target=poll, name="reshard-parent-watch", daemon=True).start()
+
+
+PROFILE_ENV = "RESHARD_PROFILE"
+"""A directory: each worker profiles its calls (cProfile) and writes them there when it
+closes, ``worker-<device>.prof`` (read with ``python -m pstats``)."""
+
+
+def _profiler(directory: str | None, device: int) -> Callable[[], None] | None:
+    """Start profiling this process's calls into ``directory``; returns what stops it
+    and writes the file (None: no directory given)."""
+    if not directory:
+        return None
+    import cProfile
+
+    prof = cProfile.Profile()
+    prof.enable()
+
+    def stop() -> None:
+        prof.disable()
+        os.makedirs(directory, exist_ok=True)
+        prof.dump_stats(os.path.join(directory, f"worker-{device}.prof"))
+
+    return stop
 
 
 def worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
@@ -95,6 +119,7 @@ def worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
                 return
 
     threading.Thread(target=read, name="reshard-commands", daemon=True).start()
+    profile = _profiler(os.environ.get(PROFILE_ENV), spec.device)
     while True:
         msg = inbox.get()
         if msg == CLOSE:
@@ -109,6 +134,8 @@ def worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
         except Exception as e:  # noqa: BLE001 - an unpicklable result
             results.send((call_id, False, ExecutionError(
                 f"device {spec.device}: {method} returned an unsendable value: {e}")))
+    if profile is not None:
+        profile()
     try:
         host.close()
     finally:
@@ -117,4 +144,4 @@ def worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
         os._exit(0)
 
 
-__all__ = ["CLOSE", "worker_main"]
+__all__ = ["CLOSE", "PROFILE_ENV", "worker_main"]
