@@ -46,7 +46,7 @@ import reshard
 from reshard.errors import ExecutionError, ReshardBaseError, ReshardError
 from reshard.microbench import flags
 from reshard.microbench.report import Column, Progress, Shape, Stream, machine, write_json
-from reshard.pipeline import SCHEDULES, PipelineCosts, make_schedule, simulate
+from reshard.pipeline import SCHEDULES, Action, PipelineCosts, Schedule, make_schedule, simulate
 from reshard.pipeline.runtime import PipelineRuntime
 from reshard.pipeline.stage import StageSpec
 from reshard.pipeline.timeline import Timeline
@@ -56,11 +56,17 @@ MODULE = "reshard.pipeline.examples.synthetic:TimedStage"
 
 
 def stage_specs(n_stages: int, g: int, shape: tuple[int, int], fwd: float,
-                bwd: float) -> list[StageSpec]:
-    """One 1-axis mesh of ``g`` devices per stage (host), layouts alternating."""
+                bwd: float, schedule: Any = None) -> list[StageSpec]:
+    """One 1-axis mesh of ``g`` devices per stage (host), layouts alternating along the
+    virtual stages; with a ``schedule`` of several chunks per stage, one spec per
+    virtual stage on its physical stage's mesh, each chunk ``1 / chunks`` of the
+    stage's compute."""
     out = []
-    for s in range(n_stages):
-        spec = "S0R" if s % 2 == 0 else "RS0"
+    chunks = 1 if schedule is None else schedule.num_chunks
+    fwd, bwd = fwd / chunks, bwd / chunks
+    for v in range(n_stages * chunks):
+        s = v if schedule is None else schedule.locate(v)[0]
+        spec = "S0R" if v % 2 == 0 else "RS0"
         mesh = reshard.DeviceMesh((g,), devices=range(s * g, (s + 1) * g))
         out.append(StageSpec(mesh, MODULE, shape, shape, spec, spec, spec, (),
                              (("backward_s", bwd), ("forward_s", fwd))))
@@ -71,29 +77,31 @@ def _mean(durations: Sequence[float], default: float) -> float:
     return statistics.fmean(durations) if durations else default
 
 
-def wire_times(tl: Timeline, send: str, recv: str, step: int) -> list[float]:
-    """Per transfer, from the sender's start to the receiver's end (the runtime draws
-    receives from their sender's start): a sender finishes once its bytes are in
-    socket buffers, so its own event undercounts the transfer. ``step`` is +1 for
-    activations (stage s -> s+1), -1 for gradients."""
-    starts = {(e.stage, e.action[len(send):]): e.start for e in tl.events
-              if e.stream.value == "send" and e.action.startswith(send)}
+def wire_times(tl: Timeline, schedule: Schedule, recv: str) -> list[float]:
+    """Per transfer whose receives start with ``recv`` (``"RA"``, ``"RG"``), from the
+    sender's start to the receiver's end (the runtime draws receives from their
+    sender's start): a sender finishes once its bytes are in socket buffers, so its own
+    event undercounts the transfer. The sender is the receive's peer in the schedule
+    (on a V, chunk 1's activations go up the stages)."""
+    starts = {(e.stage, e.action): e.start for e in tl.events if e.stream.value == "send"}
     out = []
     for e in tl.events:
         if e.stream.value == "recv" and e.action.startswith(recv):
-            t0 = starts.get((e.stage - step, e.action[len(recv):]))
+            peer = schedule.peer(e.stage, Action.parse(e.action))
+            t0 = None if peer is None else starts.get((peer[0], str(peer[1])))
             if t0 is not None:
                 out.append(e.end - t0)
     return out
 
 
-def calibrated_costs(tl: Timeline, fwd: float, bwd: float, transfer: float) -> PipelineCosts:
+def calibrated_costs(tl: Timeline, schedule: Schedule, fwd: float, bwd: float,
+                     transfer: float) -> PipelineCosts:
     """Compute and transfer times as measured in ``tl`` (means over all stages)."""
     f = [e.duration for e in tl.events if e.stream.value == "compute" and e.action[0] == "F"]
     b = [e.duration for e in tl.events if e.stream.value == "compute" and e.action[0] == "B"]
     return PipelineCosts(forward=_mean(f, fwd), backward=_mean(b, bwd),
-                         activation_transfer=_mean(wire_times(tl, "SA", "RA", 1), transfer),
-                         gradient_transfer=_mean(wire_times(tl, "SG", "RG", -1), transfer))
+                         activation_transfer=_mean(wire_times(tl, schedule, "RA"), transfer),
+                         gradient_transfer=_mean(wire_times(tl, schedule, "RG"), transfer))
 
 
 def run(args: argparse.Namespace, out: Stream | None = None) -> tuple[list[dict], dict]:
@@ -108,7 +116,6 @@ def run(args: argparse.Namespace, out: Stream | None = None) -> tuple[list[dict]
     nbytes = int(args.transfer_ratio * fwd * rate)
     rows_n = max(args.devices_per_host, nbytes // (4 * args.width))
     shape = (int(rows_n), args.width)
-    stages = stage_specs(args.stages, args.devices_per_host, shape, fwd, bwd)
     facts = {"testbed": bool(ok), "why": ok.reason, "nic_mbit": args.nic_mbit,
              "activation_bytes": shape[0] * shape[1] * 4, "shape": shape,
              "forward_s": fwd, "backward_s": bwd}
@@ -129,7 +136,12 @@ def run(args: argparse.Namespace, out: Stream | None = None) -> tuple[list[dict]
         facts["launcher"] = launcher
         with reshard.Runtime("gloo", cluster, launcher, timeout=args.timeout, **where) as rt:
             for name in args.schedules:
-                sched = make_schedule(name, args.stages, args.microbatches)
+                # a transfer-aware order, for the transfer this run sets up: about
+                # --transfer-ratio forwards of a stage, two chunk forwards on a V
+                options = {"transfer": 2 * args.transfer_ratio} if name == "zb-v" else {}
+                sched = make_schedule(name, args.stages, args.microbatches, **options)
+                stages = stage_specs(args.stages, args.devices_per_host, shape, fwd, bwd,
+                                     sched)
                 pipe = PipelineRuntime(rt, stages, sched, dtype="float32", name=name)
                 pipe.set_params([{} for _ in stages])
                 xs = [np.ones(shape, np.float32) for _ in range(args.microbatches)]
@@ -139,11 +151,14 @@ def run(args: argparse.Namespace, out: Stream | None = None) -> tuple[list[dict]
                 measured = statistics.median_low(times)
                 best = results[times.index(measured)].timeline
                 transfer = pipe.act_plans[0].estimate()
-                model = simulate(sched, PipelineCosts(forward=fwd, backward=bwd,
+                chunks = sched.num_chunks
+                model = simulate(sched, PipelineCosts(forward=fwd / chunks,
+                                                      backward=bwd / chunks,
                                                       activation_transfer=transfer,
                                                       gradient_transfer=pipe.grad_plans[0]
                                                       .estimate()))
-                calib = simulate(sched, calibrated_costs(best, fwd, bwd, transfer))
+                calib = simulate(sched, calibrated_costs(best, sched, fwd / chunks,
+                                                         bwd / chunks, transfer))
                 row = {
                     "schedule": name, "measured_s": measured,
                     "model_s": model.iteration_time,
@@ -151,7 +166,7 @@ def run(args: argparse.Namespace, out: Stream | None = None) -> tuple[list[dict]
                     "calib_s": calib.iteration_time,
                     "calib_err": calib.iteration_time / measured - 1,
                     "transfer_ms": transfer * 1e3,
-                    "measured_transfer_ms": _mean(wire_times(best, "SA", "RA", 1), 0) * 1e3,
+                    "measured_transfer_ms": _mean(wire_times(best, sched, "RA"), 0) * 1e3,
                     "peak_act": " ".join(map(str, best.peak_activations)),
                     "bubble": best.mean_bubble_fraction,
                 }
@@ -248,14 +263,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "'reshard[plot]', or leave --timeline-dir out")
     for name in args.schedules:
         try:
-            chunks = make_schedule(name, args.stages, args.microbatches).num_chunks
+            make_schedule(name, args.stages, args.microbatches)
         except ReshardError as e:
             ap.error(f"--schedules {name} with --stages {args.stages} --microbatches "
                      f"{args.microbatches}: {e}")
-        if chunks != 1:
-            ap.error(f"--schedules {name}: it places {chunks} model chunks on every stage, "
-                     f"and this benchmark's stages hold one each; valid here: "
-                     f"{', '.join(n for n in SCHEDULES if n != name)}")
     launcher = args.launcher or "process"
     if launcher == "ray":
         from reshard.microbench.infra.testbed import available

@@ -17,12 +17,14 @@ from reshard.pipeline.costs import CostSpec, PipelineCosts, SupportsEstimate, pl
 from reshard.pipeline.errors import ScheduleError
 from reshard.pipeline.generators import (
     SCHEDULES,
+    dualpipe_v,
     eager_one_f_one_b,
     gpipe,
     interleaved_one_f_one_b,
     make_schedule,
     one_f_one_b,
     zero_bubble_h1,
+    zero_bubble_v,
 )
 from reshard.pipeline.runtime import PipelineRuntime, StepResult
 from reshard.pipeline.schedule import Channel, Schedule
@@ -53,6 +55,7 @@ __all__ = [
     "TimelineEvent",
     "check",
     "compare_schedules",
+    "dualpipe_v",
     "eager_one_f_one_b",
     "format_problems",
     "format_table",
@@ -64,4 +67,5 @@ __all__ = [
     "simulate",
     "validate",
     "zero_bubble_h1",
+    "zero_bubble_v",
 ]

@@ -20,7 +20,8 @@ from reshard.pipeline.generators import make_schedule
 from reshard.pipeline.simulator import simulate
 from reshard.tables import table
 
-DEFAULT_SCHEDULES = ("gpipe", "1f1b", "eager-1f1b", "interleaved-1f1b", "zb-h1")
+DEFAULT_SCHEDULES = ("gpipe", "1f1b", "eager-1f1b", "interleaved-1f1b", "zb-h1", "zb-v",
+                     "dualpipe-v")
 
 
 def compare_schedules(
@@ -34,11 +35,12 @@ def compare_schedules(
 ) -> list[dict[str, Any]]:
     """Simulates several schedules with the same per-stage costs.
 
-    Every stage takes ``fwd`` per forward and ``bwd`` per backward (ZB-H1 splits it
-    into equal I and W halves), and every activation or gradient transfer between
-    stages takes ``transfer``. The interleaved schedule runs ``n_chunks`` chunks per
-    stage, each ``1 / n_chunks`` of the stage's compute, with a full ``transfer`` per
-    chunk boundary (an activation has the same size at every layer).
+    Every stage takes ``fwd`` per forward and ``bwd`` per backward (ZB-H1, ZB-V and
+    DualPipeV split it into equal I and W halves), and every activation or gradient
+    transfer between stages takes ``transfer``. The interleaved schedule runs
+    ``n_chunks`` chunks per stage, the V schedules two, each chunk its share of the
+    stage's compute, with a full ``transfer`` per chunk boundary (an activation has
+    the same size at every layer; the turn of a V, inside its last stage, is free).
 
     Args:
         n_stages: Number of stages.
@@ -57,9 +59,9 @@ def compare_schedules(
     """
     rows = []
     for name in names:
-        chunks = n_chunks if name == "interleaved-1f1b" else 1
-        options = {"n_chunks": n_chunks} if chunks > 1 else {}
+        options = {"n_chunks": n_chunks} if name == "interleaved-1f1b" else {}
         schedule = make_schedule(name, n_stages, n_mb, **options)
+        chunks = schedule.num_chunks
         costs = PipelineCosts(
             forward=fwd / chunks, backward=bwd / chunks, activation_transfer=transfer
         )
@@ -151,7 +153,20 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "model for fp16 activations of --activation-mb MB; --forward / "
                              "--backward in seconds")
     parser.add_argument("--activation-mb", type=float, nargs="+", default=[4, 16, 32, 64])
+    parser.add_argument("--torch", action="store_true",
+                        help="reshard's zb-v and dualpipe-v next to torch.distributed."
+                             "pipelining's own (ScheduleZBVZeroBubble, ScheduleDualPipeV) "
+                             "converted into reshard's IR, simulated on the same costs "
+                             "(zb-v built transfer-aware for each --transfer)")
     args = parser.parse_args(argv)
+    if args.torch:
+        from reshard.pipeline.torch_orders import compare_with_torch
+
+        print(f"reshard vs torch: stages={args.stages} microbatches={args.microbatches} "
+              f"forward={args.forward} backward={args.backward}")
+        print(format_table(compare_with_torch(args.stages, args.microbatches, args.forward,
+                                              args.backward, args.transfer)))
+        return
     if args.paper:
         print(f"paper's cluster (p3.8xlarge, 10 Gbit/s): stages={args.stages} "
               f"microbatches={args.microbatches} forward={args.forward}s "

@@ -228,6 +228,260 @@ def zero_bubble_h1(n_stages: int, n_mb: int) -> Schedule:
     return _with_transfers(programs, n_mb, 1)
 
 
+def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0) -> Schedule:
+    """ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", 2024; torch's
+    ``ScheduleZBVZeroBubble``).
+
+    Two chunks per stage in a V (``placement="v"``): stage ``s`` holds virtual stages
+    ``s`` and ``2 * n_stages - 1 - s``, so the data goes down the stages on chunk 0,
+    turns inside the last stage and comes back up on chunk 1; the loss is on stage 0,
+    and stage 0 both starts and ends every microbatch. The backward is split into I and
+    W as in :func:`zero_bubble_h1`. The order is fixed by list scheduling with unit
+    times per chunk (F = I = W = 1) and free transfers: at each time step a stage runs
+    the ready I of its oldest microbatch (chunk 1 first: it is earlier in the
+    backward); else a ready forward, chunk 1 first, a new microbatch only if the stage
+    holds fewer than ``2 * n_stages`` chunk activations (forward done, W not: 1F1B's
+    peak, ``n_stages`` whole-stage microbatches on stage 0); else its oldest pending W.
+    A few variants of these rules (:data:`V_CANDIDATES`: forwards before Is, a limit
+    one lower) are simulated and the fastest within 1F1B's peak memory is kept. With
+    ``transfer`` > 0 the list scheduling is transfer-aware: each boundary transfer
+    takes that long (in units of one chunk's forward), so a stage works on what is
+    ready instead of waiting on a transfer in flight (the turn of the V, inside the
+    last stage, is free).
+
+    Args:
+        n_stages: Number of stages (>= 1).
+        n_mb: Number of microbatches (>= 1).
+        transfer: Boundary transfer time the order is built for (>= 0; units of one
+            chunk's forward).
+
+    Returns:
+        The schedule (2 chunks, V placement).
+
+    Timeline (4 stages, 4 microbatches; F=1, I=1, W=1 per chunk)::
+
+        0: F0   F1   F2   F3   .... .... .... F0@1 I0@1 F1@1 I1@1 F2@1 I2@1 F3@1 I3@1 I0   W0@1 I1   W0   I2   W1@1 I3   W1   W2@1 W2   W3@1 W3
+        1: .... F0   F1   F2   F3   .... F0@1 .... F1@1 I0@1 F2@1 I1@1 F3@1 I2@1 I0   I3@1 I1   W0@1 I2   W0   I3   W1@1 W1   W2@1 W2   W3@1 W3
+        2: .... .... F0   F1   F2   F0@1 F3   F1@1 .... F2@1 I0@1 F3@1 I1@1 I0   I2@1 I1   I3@1 I2   W0@1 I3   W0   W1@1 W1   W2@1 W2   W3@1 W3
+        3: .... .... .... F0   F0@1 F1   F1@1 F2   F2@1 F3   F3@1 I0@1 I0   I1@1 I1   I2@1 I2   I3@1 I3   W0@1 W0   W1@1 W1   W2@1 W2   W3@1 W3
+    """
+    _check_counts(n_stages=n_stages, n_mb=n_mb)
+    if isinstance(transfer, bool) or not isinstance(transfer, int | float) or not \
+            0 <= transfer < float("inf"):
+        raise ScheduleError(f"transfer must be a number >= 0, got {transfer!r}")
+    from reshard.pipeline.costs import PipelineCosts
+    from reshard.pipeline.simulator import simulate
+
+    costs = PipelineCosts(forward=1.0, backward=2.0, activation_transfer=float(transfer))
+    best: tuple[float, Schedule] | None = None
+    for limit, order in V_CANDIDATES:
+        try:
+            candidate = _list_scheduled_v(n_stages, n_mb, limit + 2 * n_stages,
+                                          float(transfer), order)
+        except AssertionError:  # this rule set deadlocks here
+            continue
+        timeline = simulate(candidate, costs)
+        if max(timeline.peak_activations) <= 2 * n_stages and (
+                best is None or timeline.iteration_time < best[0]):
+            best = (timeline.iteration_time, candidate)
+    if best is None:
+        raise ScheduleError(f"zb-v found no order for {n_stages} stages and {n_mb} "
+                            f"microbatches within 1F1B's activation memory")
+    return best[1]
+
+
+V_CANDIDATES = ((0, "IFW"), (0, "FIW"), (-1, "IFW"), (-1, "FIW"))
+""":func:`zero_bubble_v`'s list-scheduling rule sets: (memory limit beyond ``2 *
+n_stages`` chunk activations, order of the rules); the fastest by the simulator within
+1F1B's peak memory is kept (ties: the first)."""
+
+
+def dualpipe_v(n_stages: int, n_mb: int) -> Schedule:
+    """DualPipeV (DeepSeek's DualPipe, V-shaped by Sea AI's "cut-in-half"; torch's
+    ``ScheduleDualPipeV``), on the V placement of :func:`zero_bubble_v`.
+
+    Stage ``s`` of ``n`` runs eight phases: ``2 * (n - s - 1)`` forwards of chunk 0;
+    ``s + 1`` pairs of chunk-0 and chunk-1 forwards; ``n - s - 1`` times chunk 1's I,
+    a pending W, chunk 1's F; the main phase, ``n_mb - 2 * n + s + 1`` times a chunk-0
+    forward with a chunk-1 backward and a chunk-1 forward with a chunk-0 backward
+    (DualPipe overlaps each such pair on the device: one's compute hides the other's
+    expert-parallel communication); ``n - s - 1`` times a chunk-1 backward then a
+    chunk-1 forward with a chunk-0 backward; ``s + 1`` pairs of chunk-1 and chunk-0
+    backwards (the second half split into I and W); ``n - s - 1`` times a pending W and
+    a chunk-0 backward; and the last ``s + 1`` pending Ws. This IR runs one compute
+    action at a time, so each overlapped pair runs as its forward, then its backward:
+    what the overlap hides (communication inside a stage's compute) is not modelled.
+
+    Args:
+        n_stages: Number of stages (>= 1).
+        n_mb: Number of microbatches (>= 2 * n_stages).
+
+    Returns:
+        The schedule (2 chunks, V placement).
+    """
+    _check_counts(n_stages=n_stages, n_mb=n_mb)
+    if n_mb < 2 * n_stages:
+        raise ScheduleError(f"dualpipe-v needs at least 2 * n_stages = {2 * n_stages} "
+                            f"microbatches, got {n_mb}")
+    return _with_transfers([_dualpipe_v_stage(n_stages, n_mb, s) for s in range(n_stages)],
+                           n_mb, 2, "v")
+
+
+def _dualpipe_v_stage(n: int, m: int, s: int) -> list[Action]:
+    """Stage ``s``'s order in :func:`dualpipe_v` (its docstring's phases)."""
+    out: list[Action] = []
+    nxt = {(kind, c): 0 for kind in (_F, _I, _W) for c in (0, 1)}  # next microbatch
+    weights: list[tuple[int, int]] = []  # (chunk, microbatch) of Is whose W is pending
+
+    def run(kind: ActionKind, c: int) -> None:
+        k = nxt[(_I if kind is _B else kind, c)]
+        out.append(Action(kind, k, c))
+        if kind is _B:
+            nxt[(_I, c)] += 1
+            nxt[(_W, c)] += 1
+        else:
+            nxt[(kind, c)] += 1
+            if kind is _I:
+                weights.append((c, k))
+
+    def pending_w() -> None:
+        if weights:
+            c, k = weights.pop(0)
+            out.append(Action(_W, k, c))
+
+    for _ in range(2 * (n - s - 1)):
+        run(_F, 0)
+    for _ in range(s + 1):
+        run(_F, 0)
+        run(_F, 1)
+    for _ in range(n - s - 1):
+        run(_I, 1)
+        pending_w()
+        run(_F, 1)
+    for _ in range(m - 2 * n + s + 1):
+        run(_F, 0)
+        run(_B, 1)
+        run(_F, 1)
+        run(_B, 0)
+    for _ in range(n - s - 1):
+        run(_B, 1)
+        run(_F, 1)
+        run(_B, 0)
+    split = False
+    for i in range(s + 1):
+        split = split or (i == (s + 1) // 2 and s % 2 == 1)
+        run(_I if split else _B, 1)
+        split = split or (i == (s + 1) // 2 and s % 2 == 0)
+        run(_I if split else _B, 0)
+    for _ in range(n - s - 1):
+        pending_w()
+        run(_I if split else _B, 0)
+    while weights:
+        pending_w()
+    return out
+
+
+def _list_scheduled_v(n: int, m: int, limit: int, transfer: float = 0.0,
+                      order: str = "IFW") -> Schedule:
+    """The V schedule list scheduling builds (see :func:`zero_bubble_v`), holding at
+    most ``limit`` chunk activations per stage; ``transfer``: each boundary transfer
+    between two stages takes that long (in units of one action), so an action that
+    waits on one is ready that much later (a handover inside a stage is free)."""
+    v_count = 2 * n
+
+    def vs(s: int, c: int) -> int:
+        return s if c == 0 else 2 * n - 1 - s
+
+    def hop(v: int, w: int) -> float:
+        """Delay of data from virtual stage ``v`` to ``w`` (a transfer unless local)."""
+        return 0.0 if (v < n) != (w < n) else transfer
+
+    f_end: list[list[float]] = [[] for _ in range(v_count)]  # per virtual stage
+    i_end: list[list[float]] = [[] for _ in range(v_count)]
+    done_w = [0] * v_count
+    free = [0.0] * n  # when each stage's compute is free
+    programs: list[list[Action]] = [[] for _ in range(n)]
+    time = 0.0
+    while any(w < m for w in done_w):
+        assert time <= (6 * n * m + 4 * n) * (1 + transfer), \
+            "zero_bubble_v list scheduling made no progress"
+        for s in range(n):
+            if free[s] > time:
+                continue
+            pick = _v_pick(s, n, m, limit, time, vs, hop, f_end, i_end, done_w, order)
+            if pick is None:
+                continue
+            kind, c = pick
+            v = vs(s, c)
+            if kind is _F:
+                programs[s].append(Action(_F, len(f_end[v]), c))
+                f_end[v].append(time + 1)
+            elif kind is _I:
+                programs[s].append(Action(_I, len(i_end[v]), c))
+                i_end[v].append(time + 1)
+            else:
+                programs[s].append(Action(_W, done_w[v], c))
+                done_w[v] += 1
+            free[s] = time + 1
+        # next: a stage gets free, or data it waits on arrives
+        later = [t for t in free if t > time]
+        for v in range(v_count):
+            for ends, w in ((f_end[v], v + 1), (i_end[v], v - 1)):
+                if 0 <= w < v_count:
+                    later += [e + hop(v, w) for e in ends if e + hop(v, w) > time]
+        time = min(later, default=time + 1)
+    return _with_transfers(programs, m, 2, "v")
+
+
+def _v_pick(s: int, n: int, m: int, limit: int, time: float, vs: Callable[[int, int], int],
+            hop: Callable[[int, int], float], f_end: list[list[float]],
+            i_end: list[list[float]], done_w: list[int],
+            order: str = "IFW") -> tuple[ActionKind, int] | None:
+    """What stage ``s`` of :func:`_list_scheduled_v` runs at ``time``: the first of
+    ``order`` (``I``: a ready I, oldest microbatch, chunk 1 first; ``F``: a ready
+    forward, chunk 1 first, a new microbatch only within the memory limit; ``W``: the
+    oldest pending W) that it can run."""
+    v_count = 2 * n
+
+    def pick_i() -> tuple[ActionKind, int] | None:
+        ready = []
+        for c in (1, 0):
+            v = vs(s, c)
+            k = len(i_end[v])
+            grad = v == v_count - 1 or (len(i_end[v + 1]) > k
+                                        and i_end[v + 1][k] + hop(v + 1, v) <= time)
+            if k < len(f_end[v]) and f_end[v][k] <= time and grad:
+                ready.append((k, c))
+        return (_I, min(ready, key=lambda kc: (kc[0], -kc[1]))[1]) if ready else None
+
+    def pick_f() -> tuple[ActionKind, int] | None:
+        # chunk activations held, counting a microbatch whose chunk-1 forward is still
+        # to come as holding it already: a chunk-1 forward is then always allowed (it
+        # leads to the loss; refusing it can deadlock), a chunk-0 forward (a new
+        # microbatch) only within the limit
+        held = sum(len(f_end[vs(s, c)]) - done_w[vs(s, c)] for c in (0, 1)) + \
+            len(f_end[vs(s, 0)]) - len(f_end[vs(s, 1)])
+        for c in (1, 0):
+            v = vs(s, c)
+            k = len(f_end[v])
+            if k < m and (c == 1 or held < limit) and (v == 0 or (
+                    len(f_end[v - 1]) > k and f_end[v - 1][k] + hop(v - 1, v) <= time)):
+                return _F, c
+        return None
+
+    def pick_w() -> tuple[ActionKind, int] | None:
+        pending = [(done_w[vs(s, c)], c) for c in (1, 0)
+                   if done_w[vs(s, c)] < len(i_end[vs(s, c)])]
+        return (_W, min(pending, key=lambda kc: (kc[0], -kc[1]))[1]) if pending else None
+
+    rules = {"I": pick_i, "F": pick_f, "W": pick_w}
+    for rule in order:
+        got = rules[rule]()
+        if got is not None:
+            return got
+    return None
+
+
 SCHEDULES: Mapping[str, Callable[..., Schedule]] = MappingProxyType(
     {
         "gpipe": gpipe,
@@ -235,6 +489,8 @@ SCHEDULES: Mapping[str, Callable[..., Schedule]] = MappingProxyType(
         "eager-1f1b": eager_one_f_one_b,
         "interleaved-1f1b": interleaved_one_f_one_b,
         "zb-h1": zero_bubble_h1,
+        "zb-v": zero_bubble_v,
+        "dualpipe-v": dualpipe_v,
     }
 )
 """Shipped schedule generators by name (read-only)."""
@@ -282,9 +538,10 @@ def _one_f_one_b_order(n_mb: int, forwards_first: int) -> list[Action]:
     return order
 
 
-def _with_transfers(programs: list[list[Action]], n_mb: int, n_chunks: int) -> Schedule:
+def _with_transfers(programs: list[list[Action]], n_mb: int, n_chunks: int,
+                    placement: str = "interleaved") -> Schedule:
     """Adds the receive before, and the send after, each action that crosses a boundary."""
-    bare = Schedule(tuple(tuple(p) for p in programs), n_mb, n_chunks)
+    bare = Schedule(tuple(tuple(p) for p in programs), n_mb, n_chunks, placement)
     stages = []
     for s, program in enumerate(bare.stages):
         full: list[Action] = []
@@ -301,4 +558,4 @@ def _with_transfers(programs: list[list[Action]], n_mb: int, n_chunks: int) -> S
             full.append(action)
             full += [a for a in (send,) if bare.peer(s, a) is not None]
         stages.append(tuple(full))
-    return Schedule(tuple(stages), n_mb, n_chunks)
+    return Schedule(tuple(stages), n_mb, n_chunks, placement)

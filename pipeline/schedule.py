@@ -13,7 +13,12 @@ microbatches and chunks is one more than the largest index used. Every stage fro
 to the last must have exactly one line (an empty line ``stage 3:`` is an empty
 program).
 
-Stage ``s``, chunk ``c`` is virtual stage ``c * num_stages + s``. Activations flow
+Stage ``s``, chunk ``c`` is virtual stage ``c * num_stages + s`` (``placement=
+interleaved``, Megatron's layout), or with ``placement=v`` (a V: ZB-V, DualPipeV) chunk
+``c`` runs the stages down when ``c`` is even and back up when it is odd: ``c *
+num_stages + (s if c % 2 == 0 else num_stages - 1 - s)``, so stage 0 holds the first
+and the last virtual stage and the bottom of the V hands data over inside the last
+stage. The header names a V placement (``placement=v``). Activations flow
 from virtual stage ``v`` to ``v + 1`` and gradients back; the transfer between ``v``
 and ``v + 1`` uses boundary index ``v``. Consecutive virtual stages on the same
 physical stage (only with one stage and several chunks) hand data over locally,
@@ -44,7 +49,9 @@ _PEER_STEP = {
     ActionKind.RECV_GRAD: 1,
 }
 _STAGE_LINE = re.compile(r"stage\s+(\d+)\s*:(.*)")
-_HEADER_FIELD = re.compile(r"(microbatches|chunks)=(\d+)")
+_HEADER_FIELD = re.compile(r"(microbatches|chunks)=(\d+)|placement=(interleaved|v)")
+PLACEMENTS = ("interleaved", "v")
+"""How chunks map to virtual stages (module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -79,12 +86,14 @@ class Schedule:
         stages: ``stages[s]`` is the program of stage ``s``. Lists and action text are
             accepted and stored as tuples of :class:`Action`.
         num_microbatches: Microbatches per iteration (>= 1).
-        num_chunks: Model chunks per stage (>= 1; > 1 for interleaved schedules).
+        num_chunks: Model chunks per stage (>= 1; > 1 for interleaved and V schedules).
+        placement: ``"interleaved"`` or ``"v"`` (module docstring).
     """
 
     stages: tuple[tuple[Action, ...], ...]
     num_microbatches: int
     num_chunks: int = 1
+    placement: str = "interleaved"
 
     def __post_init__(self) -> None:
         if isinstance(self.stages, str | bytes) or not isinstance(self.stages, Sequence):
@@ -102,6 +111,9 @@ class Schedule:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ScheduleError(f"{field} must be an integer >= 1, got {value!r}")
+        if self.placement not in PLACEMENTS:
+            raise ScheduleError(f"placement must be one of {', '.join(PLACEMENTS)}, got "
+                                f"{self.placement!r}")
 
     @classmethod
     def from_lists(
@@ -109,6 +121,7 @@ class Schedule:
         stages: Sequence[Sequence[Action | str]],
         num_microbatches: int | None = None,
         num_chunks: int | None = None,
+        placement: str = "interleaved",
     ) -> Schedule:
         """Builds a schedule, inferring the counts that are not given.
 
@@ -116,6 +129,7 @@ class Schedule:
             stages: Per stage, its actions (objects or text such as ``"F3"``).
             num_microbatches: Defaults to one more than the largest microbatch used.
             num_chunks: Defaults to one more than the largest chunk used.
+            placement: How chunks map to virtual stages (module docstring).
 
         Returns:
             The schedule.
@@ -129,7 +143,7 @@ class Schedule:
             num_microbatches = 1 + max((a.microbatch for a in actions), default=0)
         if num_chunks is None:
             num_chunks = 1 + max((a.chunk for a in actions), default=0)
-        return cls(tuple(tuple(p) for p in programs), num_microbatches, num_chunks)
+        return cls(tuple(tuple(p) for p in programs), num_microbatches, num_chunks, placement)
 
     @property
     def num_stages(self) -> int:
@@ -143,11 +157,17 @@ class Schedule:
 
     def virtual_stage(self, stage: int, chunk: int) -> int:
         """The virtual stage index of ``chunk`` on ``stage``."""
-        return chunk * self.num_stages + stage
+        n = self.num_stages
+        if self.placement == "v" and chunk % 2:
+            return chunk * n + n - 1 - stage
+        return chunk * n + stage
 
     def locate(self, virtual_stage: int) -> tuple[int, int]:
         """The ``(stage, chunk)`` that holds a virtual stage."""
-        return virtual_stage % self.num_stages, virtual_stage // self.num_stages
+        chunk, offset = divmod(virtual_stage, self.num_stages)
+        if self.placement == "v" and chunk % 2:
+            return self.num_stages - 1 - offset, chunk
+        return offset, chunk
 
     def peer(self, stage: int, action: Action) -> tuple[int, Action] | None:
         """The action on another stage that a transfer action pairs with.
@@ -191,7 +211,8 @@ class Schedule:
 
     def to_text(self) -> str:
         """The text form; :meth:`from_text` reads it back to an equal schedule."""
-        lines = [f"microbatches={self.num_microbatches} chunks={self.num_chunks}"]
+        lines = [f"microbatches={self.num_microbatches} chunks={self.num_chunks}"
+                 + (f" placement={self.placement}" if self.placement != "interleaved" else "")]
         for s, program in enumerate(self.stages):
             lines.append(f"stage {s}: " + " ".join(map(str, program)))
         return "\n".join(line.rstrip() for line in lines) + "\n"
@@ -206,6 +227,7 @@ class Schedule:
         """
         programs: dict[int, list[Action]] = {}
         counts: dict[str, int] = {}
+        placement = "interleaved"
         for number, raw in enumerate(text.splitlines(), start=1):
             line = raw.split("#", 1)[0].strip()
             if not line:
@@ -224,11 +246,14 @@ class Schedule:
             if programs or not all(_HEADER_FIELD.fullmatch(f) for f in fields):
                 raise ScheduleError(
                     f"line {number}: expected 'stage N: <actions>' or, on the first "
-                    f"line, a header 'microbatches=M chunks=C', got {raw!r}"
+                    f"line, a header 'microbatches=M chunks=C [placement=v]', got {raw!r}"
                 )
             for f in fields:
                 key, value = f.split("=")
-                counts[key] = int(value)
+                if key == "placement":
+                    placement = value
+                else:
+                    counts[key] = int(value)
         if not programs:
             raise ScheduleError("schedule text has no 'stage N: ...' lines")
         expected = list(range(max(programs) + 1))
@@ -236,7 +261,8 @@ class Schedule:
             missing = sorted(set(expected) - set(programs))
             raise ScheduleError(f"schedule text lacks stages {missing}; stages must be 0..N-1")
         return cls.from_lists(
-            [programs[s] for s in expected], counts.get("microbatches"), counts.get("chunks")
+            [programs[s] for s in expected], counts.get("microbatches"), counts.get("chunks"),
+            placement,
         )
 
     def grid(self, marks: Collection[tuple[int, int]] = ()) -> str:

@@ -129,7 +129,8 @@ def test_testbed_bench_usage_errors(argv, message, capsys):
 @pytest.mark.parametrize("argv,message", [
     (["--schedules", "foo"], "unknown schedule 'foo'; valid schedules: " + ", ".join(SCHEDULES)),
     (["--schedules", ","], "no schedule given; valid schedules: gpipe"),
-    (["--schedules", "interleaved-1f1b"], "this benchmark's stages hold one each"),
+    (["--schedules", "dualpipe-v", "--microbatches", "4"],
+     "dualpipe-v needs at least 2 * n_stages = 8 microbatches, got 4"),
     (["--launcher", "thread"], "choose from process, ray"),
     (["--backend", "nccl"], "choose from gloo"),
     (["-w", "-1"], "expected an integer >= 0"),

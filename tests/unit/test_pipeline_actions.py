@@ -78,6 +78,8 @@ def test_kind_predicates():
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
 @pytest.mark.parametrize(("stages", "mbs"), [(1, 1), (3, 2), (4, 8)])
 def test_schedule_text_round_trip(name, stages, mbs):
+    if name == "dualpipe-v":
+        mbs = max(mbs, 2 * stages)  # its least
     schedule = make_schedule(name, stages, mbs)
     text = schedule.to_text()
     assert len(text.splitlines()) == stages + 1

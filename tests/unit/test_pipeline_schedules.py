@@ -19,6 +19,7 @@ from reshard.pipeline import (
     simulate,
     validate,
     zero_bubble_h1,
+    zero_bubble_v,
 )
 
 SIZES = [(1, 1), (1, 3), (2, 1), (2, 2), (3, 2), (4, 1), (4, 3), (4, 4), (4, 5), (4, 8), (5, 7)]
@@ -102,7 +103,8 @@ def test_zero_bubble_splits_backward():
 
 
 def test_registry_is_read_only_and_complete():
-    assert set(SCHEDULES) == {"gpipe", "1f1b", "eager-1f1b", "interleaved-1f1b", "zb-h1"}
+    assert set(SCHEDULES) == {"gpipe", "1f1b", "eager-1f1b", "interleaved-1f1b", "zb-h1",
+                              "zb-v", "dualpipe-v"}
     with pytest.raises(TypeError):
         SCHEDULES["mine"] = gpipe  # type: ignore[index]
 
@@ -134,6 +136,7 @@ def test_make_schedule_passes_options_and_checks_counts():
             PipelineCosts(forward=1, backward=1),
         ),
         (zero_bubble_h1, zero_bubble_h1(4, 8), PipelineCosts(forward=1, backward=2)),
+        (zero_bubble_v, zero_bubble_v(4, 4), PipelineCosts(forward=1, backward=2)),
     ],
 )
 def test_docstring_timelines_are_current(function, schedule, costs):
@@ -143,7 +146,7 @@ def test_docstring_timelines_are_current(function, schedule, costs):
 
 def test_actions_are_unique_per_stage():
     for name in SCHEDULES:
-        for program in make_schedule(name, 3, 4).stages:
+        for program in make_schedule(name, 3, 6).stages:
             assert len(set(program)) == len(program)
             assert all(isinstance(a, Action) for a in program)
 
