@@ -120,22 +120,22 @@ class WorkerProgram:
         """
         d = self.device
         for i, t in self.tasks:
-            where = f"task #{i} ({t}) of device {d}'s program"
             if d not in t.devices:
-                raise PlanError(f"{where} does not involve device {d}; a program holds only "
-                                f"its device's tasks (cut it with WorkerProgram.of)")
+                raise PlanError(f"{_where(i, t, d)} does not involve device {d}; a program "
+                                f"holds only its device's tasks (cut it with "
+                                f"WorkerProgram.of)")
             if not 0 <= t.tensor < len(self.tensors):
-                raise PlanError(f"{where} names tensor {t.tensor}, but the program has "
-                                f"{len(self.tensors)} tensors")
+                raise PlanError(f"{_where(i, t, d)} names tensor {t.tensor}, but the program "
+                                f"has {len(self.tensors)} tensors")
             pt = self.tensors[t.tensor]
             for need, box in _shards_needed(t, d, pt):
                 if box is None:
-                    raise PlanError(f"{where} needs device {d}'s {need} shard, which it does "
-                                    f"not hold")
+                    raise PlanError(f"{_where(i, t, d)} needs device {d}'s {need} shard, "
+                                    f"which it does not hold")
                 if len(box) != len(t.box) or any(
                         not s0 <= a <= b <= s1 for (a, b), (s0, s1) in zip(t.box, box)):
-                    raise PlanError(f"{where}: box {t.box} is not inside device {d}'s "
-                                    f"{need} shard {box}")
+                    raise PlanError(f"{_where(i, t, d)}: box {t.box} is not inside device "
+                                    f"{d}'s {need} shard {box}")
         for i, pt in enumerate(self.tensors):
             if (pt.scale is not ScaleMode.NONE or pt.derive is not Derive.NONE) and \
                     not 0 <= pt.link < len(self.tensors):
@@ -284,6 +284,12 @@ class _Cutter:
                                      dst is not None and d not in leaders, t.cast, t.scale,
                                      t.derive, t.link))
         return WorkerProgram(d, tuple(out), tuple(tasks), groups, self.strategy)
+
+
+def _where(i: int, t: Task, d: int) -> str:
+    """How a check's error names a task (formatted only on an error: a load checks
+    every task of its program)."""
+    return f"task #{i} ({t}) of device {d}'s program"
 
 
 def _shards_needed(t: Task, d: int, pt: ProgramTensor) -> list[tuple[str, Box | None]]:

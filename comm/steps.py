@@ -125,8 +125,10 @@ def program_steps(program: WorkerProgram, fuses: bool = True, coalesce: bool = T
         # task in plan order issuing it; then every other task's region, aligned
         placed: dict[int, StepTask] = {}
         used = 0
-        found = coalescing.messages(run, lambda r: r[1], lambda t: tensors[t.tensor]) \
-            if coalesce else []
+        # a task with addends never travels with others: the rest stage one region
+        found = coalescing.messages(
+            run, lambda r: r[1], lambda t: tensors[t.tensor],
+            lambda r, size=size: region_bytes(size[r[0]])) if coalesce else []
         for msg in found:
             wide = sorted(msg, key=lambda r: -itemsize(buffer_dtype(tensors[r[1].tensor],
                                                                     r[1])))

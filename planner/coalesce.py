@@ -45,28 +45,33 @@ def route(task: Task, tensor: Conversion) -> tuple | None:
     return _route_and_size(task, tensor)[0]
 
 
-def _route_and_size(task: Task, tensor: Conversion) -> tuple[tuple | None, int]:
+def _route_and_size(task: Task, tensor: Conversion,
+                    staged: int | None = None) -> tuple[tuple | None, int]:
     """:func:`route` and the task's staging bytes (0 when it travels alone), computed
-    once (a worker's load runs it for every task of its program)."""
+    once (a worker's load runs it for every task of its program); ``staged``: those
+    bytes, when the caller has them."""
     if task.kind not in _COALESCED or task.addends:
         return None, 0
-    n = task_staging(task, tensor)
+    n = task_staging(task, tensor) if staged is None else staged
     if n > TASK_BYTES:
         return None, 0
     return (task.kind._value_, task.root, task.receivers, task.parents, task.through), n
 
 
 def messages(step: Sequence[X], task_of: Callable[[X], Task],
-             tensor_of: Callable[[Task], Conversion]) -> list[list[X]]:
+             tensor_of: Callable[[Task], Conversion],
+             staged: Callable[[X], int] | None = None) -> list[list[X]]:
     """The coalesced messages of one step's items (tasks in plan order, or objects
     holding them): lists of at least two items sharing a :func:`route`, in the order of
     their first item, each at most :data:`MESSAGE_BYTES` of regions (a longer run is
-    cut, in order, into several)."""
+    cut, in order, into several). ``staged``: an item's staging bytes
+    (:func:`~reshard.planner.staging.task_staging`), when the caller has them."""
     runs: dict[tuple, list[list[tuple[int, X]]]] = {}
     size: dict[tuple, int] = {}
     for pos, item in enumerate(step):
         task = task_of(item)
-        key, n = _route_and_size(task, tensor_of(task))
+        key, n = _route_and_size(task, tensor_of(task),
+                                 None if staged is None else staged(item))
         if key is None:
             continue
         cut = runs.setdefault(key, [[]])
