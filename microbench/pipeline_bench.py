@@ -154,6 +154,7 @@ def run(args: argparse.Namespace, out: Stream | None = None) -> tuple[list[dict]
                 chunks = sched.num_chunks
                 model = simulate(sched, PipelineCosts(forward=fwd / chunks,
                                                       backward=bwd / chunks,
+                                                      shared_nic=True,
                                                       activation_transfer=transfer,
                                                       gradient_transfer=pipe.grad_plans[0]
                                                       .estimate()))

@@ -79,6 +79,9 @@ class PipelineCosts:
         activation_transfer: Time to move an activation across a boundary.
         gradient_transfer: Time to move a gradient across a boundary; defaults to
             ``activation_transfer`` (a gradient has its activation's shape).
+        shared_nic: a stage's sends share one outbound link, in the order they are
+            issued (its host's NIC), instead of one link per channel: on a V schedule
+            a stage sends down and up at once (default False: one link per channel).
     """
 
     forward: CostSpec = 1.0
@@ -87,6 +90,7 @@ class PipelineCosts:
     backward_weight: CostSpec | None = None
     activation_transfer: CostSpec = 0.0
     gradient_transfer: CostSpec | None = None
+    shared_nic: bool = False
 
     def __post_init__(self) -> None:
         for name in (

@@ -14,9 +14,13 @@ What the simulator models:
   to reach its receive. A receive (RA/RG) blocks the compute stream until the
   transfer it matches has completed; it costs nothing if the data is already there.
 
-What it does not model: contention between different links (each runs at its own
-cost even when two share a NIC; a planner estimate covers contention inside one
-transfer, not between transfers of different boundaries), memory limits, the time
+With ``PipelineCosts(shared_nic=True)`` a stage's sends share one outbound link (its
+host's NIC), FIFO in the order the stage issues them, instead of one link per channel.
+
+What it does not model: contention between different links otherwise (each channel runs
+at its own cost even when two share a NIC; with ``shared_nic``, receives from two
+senders still do not share the receiver's NIC; a planner estimate covers contention
+inside one transfer, not between transfers of different boundaries), memory limits, the time
 to issue an operation or launch a kernel, compute slowed down by concurrent
 communication, and jitter. A cost depends on the (virtual) stage or boundary, not
 on the microbatch.
@@ -54,7 +58,7 @@ def simulate(schedule: Schedule, costs: PipelineCosts | None = None) -> Timeline
     programs = schedule.stages
     pcs = [0] * schedule.num_stages
     clocks = [0.0] * schedule.num_stages
-    link_free: dict[Channel, float] = {}
+    link_free: dict[Channel | int, float] = {}  # per channel, or per stage (shared_nic)
     arrivals: dict[tuple[int, Action], tuple[float, float]] = {}
     events: list[list[TimelineEvent]] = [[] for _ in programs]
     moved = True
@@ -75,9 +79,10 @@ def simulate(schedule: Schedule, costs: PipelineCosts | None = None) -> Timeline
                     link = schedule.channel(stage, action)
                     boundary = schedule.boundary(stage, action)
                     assert link is not None and boundary is not None  # validated
-                    start = max(now, link_free.get(link, 0.0))
+                    key = stage if costs.shared_nic else link
+                    start = max(now, link_free.get(key, 0.0))
                     end = start + costs.transfer_time(action.kind, boundary)
-                    link_free[link] = end
+                    link_free[key] = end
                     events[stage].append(TimelineEvent(stage, Stream.SEND, str(action), start, end))
                     arrivals[schedule.peer(stage, action)] = (start, end)  # type: ignore[index]
                 else:
