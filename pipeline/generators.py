@@ -243,7 +243,8 @@ def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0) -> Schedule:
     holds fewer than ``2 * n_stages`` chunk activations (forward done, W not: 1F1B's
     peak, ``n_stages`` whole-stage microbatches on stage 0); else its oldest pending W.
     A few variants of these rules (:data:`V_CANDIDATES`: forwards before Is, a limit
-    one lower) are simulated and the fastest within 1F1B's peak memory is kept. With
+    one lower) and the paper's own layout (:func:`_zb_v_phases`) are simulated and the
+    fastest within 1F1B's peak memory is kept (ties: the paper's). With
     ``transfer`` > 0 the list scheduling is transfer-aware: each boundary transfer
     takes that long (in units of one chunk's forward), so a stage works on what is
     ready instead of waiting on a transfer in flight (the turn of the V, inside the
@@ -274,12 +275,14 @@ def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0) -> Schedule:
 
     costs = PipelineCosts(forward=1.0, backward=2.0, activation_transfer=float(transfer))
     best: tuple[float, Schedule] | None = None
+    candidates: list[Schedule] = [_zb_v_phases(n_stages, n_mb)]
     for limit, order in V_CANDIDATES:
         try:
-            candidate = _list_scheduled_v(n_stages, n_mb, limit + 2 * n_stages,
-                                          float(transfer), order)
+            candidates.append(_list_scheduled_v(n_stages, n_mb, limit + 2 * n_stages,
+                                                float(transfer), order))
         except AssertionError:  # this rule set deadlocks here
             continue
+    for candidate in candidates:
         timeline = simulate(candidate, costs)
         if max(timeline.peak_activations) <= 2 * n_stages and (
                 best is None or timeline.iteration_time < best[0]):
@@ -288,6 +291,51 @@ def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0) -> Schedule:
         raise ScheduleError(f"zb-v found no order for {n_stages} stages and {n_mb} "
                             f"microbatches within 1F1B's activation memory")
     return best[1]
+
+
+def _zb_v_phases(n: int, m: int) -> Schedule:
+    """ZB-V as its paper lays it out (Qi et al. 2024, section 6), stage ``s`` of ``n``:
+    ``2 * (n - s) - 1`` chunk-0 forwards; ``s`` pairs of a chunk-1 and a chunk-0
+    forward; ``n - s`` times chunk 1's F, I, W; then, while forwards remain, a chunk-0
+    F (while any are left), I, W and a chunk-1 F, I, W; then ``s`` pairs of a chunk-0
+    and a chunk-1 I; ``n - s`` times a chunk-0 I and W; the remaining Ws, chunk 1's
+    first. Laid out for ``max(n_mb, 2 * n - 1)`` microbatches, the actions of the ones
+    beyond ``n_mb`` dropped."""
+    total = max(m, 2 * n - 1)
+    programs = []
+    for s in range(n):
+        out: list[Action] = []
+        nxt = {key: 0 for key in ((_F, 0), (_F, 1), (_I, 0), (_I, 1), (_W, 0), (_W, 1))}
+
+        def run(kind: ActionKind, c: int, out: list[Action] = out,
+                nxt: dict = nxt) -> None:
+            out.append(Action(kind, nxt[(kind, c)], c))
+            nxt[(kind, c)] += 1
+
+        for _ in range(2 * (n - s) - 1):
+            run(_F, 0)
+        for _ in range(s):
+            run(_F, 1)
+            run(_F, 0)
+        for _ in range(n - s):
+            for kind in (_F, _I, _W):
+                run(kind, 1)
+        while nxt[(_F, 1)] < nxt[(_F, 0)] or nxt[(_F, 0)] < total:
+            if nxt[(_F, 0)] < total:
+                run(_F, 0)
+            for kind, c in ((_I, 0), (_W, 0), (_F, 1), (_I, 1), (_W, 1)):
+                run(kind, c)
+        for _ in range(s):
+            run(_I, 0)
+            run(_I, 1)
+        for _ in range(n - s):
+            run(_I, 0)
+            run(_W, 0)
+        for c in (1, 0):
+            while nxt[(_W, c)] < nxt[(_I, c)]:
+                run(_W, c)
+        programs.append([a for a in out if a.microbatch < m])
+    return _with_transfers(programs, m, 2, "v")
 
 
 V_CANDIDATES = ((0, "IFW"), (0, "FIW"), (-1, "IFW"), (-1, "FIW"))
