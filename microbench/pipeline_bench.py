@@ -5,7 +5,10 @@ limited with tc) holding a mesh of ``--devices-per-host`` gloo workers; stages
 alternate layouts (``S0R`` / ``RS0``), so every boundary is a real cross-mesh reshard.
 Stage compute is :class:`reshard.pipeline.examples.synthetic.TimedStage` (it waits for
 its compute time like a GPU stage's host thread). The activation size is chosen so
-one transfer takes about ``--transfer-ratio`` forwards on the limited NIC.
+one transfer takes about ``--transfer-ratio`` forwards on the limited NIC. Schedules
+with several chunks per stage (interleaved 1F1B, ZB-V, DualPipeV) run one stage spec
+per virtual stage on its stage's mesh, each chunk its share of the stage's compute;
+*model* lets a stage's sends share its host's NIC (``PipelineCosts(shared_nic=True)``).
 
 For every schedule it reports the measured iteration time (median over ``-n`` steps
 after ``-w`` warm-up steps; from the first to the last recorded event) and two predictions of
