@@ -134,6 +134,26 @@ def state_dict_50(a, b, rd, device: int) -> int:
     return checked
 
 
+def refuses_another_shape(a, b, rd, device: int, odd: int) -> bool:
+    """Rank ``odd`` gives ``redistribute`` another shape than its peers: whether this
+    rank's call was refused with the PlanError naming it (every rank's is)."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    import reshard
+    from reshard.adapters.dtensor_redistribute import redistribute
+
+    wrong = (13 if device == odd else 12, 8)
+    x = _dtensor_of(_value(600, wrong, "float32"), a, [Shard(0)], device)
+    try:
+        redistribute(x, b, [Shard(1), Replicate()], redistributor=rd)
+    except reshard.PlanError as e:
+        text = str(e)
+        assert "ranks disagree" in text and f"devices [{odd}]" in text, text
+        assert "requests differ" in text, text
+        return True
+    return False
+
+
 def _source_local(k: int, full, mesh, placements, rank: int):
     """The source local tensor: DTensor's piece; on Partial mesh dims random addends
     (every member but the one at coordinate 0 adds noise, which it subtracts)."""
@@ -267,21 +287,12 @@ def _rank_main(cases: list[dict], device: int, address, results, done) -> None:
                 else:
                     assert _same(got.to_local(), want), (n, pl)
         # SPMD: a 50-tensor state dict, planned on every rank (digests compared), exact
-        import reshard
 
         checked += state_dict_50(a, b, rd, device)
 
         # a rank given another shape: every rank refuses (naming it) instead of hanging,
         # and the Redistributor stays usable
-        wrong = (13 if device == 3 else 12, 8)
-        x = _dtensor_of(_value(600, wrong, "float32"), a, [Shard(0)], device)
-        try:
-            redistribute(x, b, [Shard(1), Replicate()], redistributor=rd)
-        except reshard.PlanError as e:
-            assert "ranks disagree" in str(e) and "devices [3]" in str(e), str(e)
-            assert "requests differ" in str(e), str(e)
-        else:
-            raise AssertionError("a rank with another shape was not refused")
+        assert refuses_another_shape(a, b, rd, device, odd=3), "not refused"
         right = _value(601, (12, 8), "float32")
         y = redistribute(_dtensor_of(right, a, [Shard(0)], device), b,
                          [Shard(1), Replicate()], redistributor=rd)

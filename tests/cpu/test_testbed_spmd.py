@@ -38,15 +38,10 @@ def _rank(where: dict, device: int, address, results, done) -> None:
         os.environ["GLOO_SOCKET_IFNAME"] = where["ifname"]
         import torch.distributed as dist
         from torch.distributed.device_mesh import DeviceMesh
-        from torch.distributed.tensor import Replicate, Shard
 
-        import reshard
-        from reshard.adapters.dtensor_redistribute import (
-            Redistributor,
-            redistribute,
-        )
+        from reshard.adapters.dtensor_redistribute import Redistributor
 
-        from .test_dtensor_redistribute import _dtensor_of, _value, state_dict_50
+        from .test_dtensor_redistribute import refuses_another_shape, state_dict_50
 
         td = datetime.timedelta(seconds=60)
         store = dist.TCPStore(where["address0"], STORE_PORT, WORLD, device == 0, timeout=td)
@@ -57,15 +52,7 @@ def _rank(where: dict, device: int, address, results, done) -> None:
         b = DeviceMesh("cpu", torch.tensor([4, 5, 6, 7]).reshape(2, 2))
         rd = Redistributor()
         checked = state_dict_50(a, b, rd, device)
-        wrong = (13 if device == 6 else 12, 8)
-        x = _dtensor_of(_value(600, wrong, "float32"), a, [Shard(0)], device)
-        try:
-            redistribute(x, b, [Shard(1), Replicate()], redistributor=rd)
-        except reshard.PlanError as e:
-            assert "ranks disagree" in str(e) and "devices [6]" in str(e), str(e)
-            refused = True
-        else:
-            refused = False
+        refused = refuses_another_shape(a, b, rd, device, odd=6)
         rd.close()
         results.put((device, {"checked": checked, "refused": refused,
                               "netns": os.stat("/proc/self/ns/net").st_ino}))
