@@ -126,9 +126,8 @@ def program_steps(program: WorkerProgram, fuses: bool = True, coalesce: bool = T
         placed: dict[int, StepTask] = {}
         used = 0
         # a task with addends never travels with others: the rest stage one region
-        found = coalescing.messages(
-            run, lambda r: r[1], lambda t: tensors[t.tensor],
-            lambda r, size=size: region_bytes(size[r[0]])) if coalesce else []
+        found = coalescing.messages(run, lambda r: r[1], lambda t: tensors[t.tensor],
+                                    _staged(size)) if coalesce else []
         for msg in found:
             wide = sorted(msg, key=lambda r: -itemsize(buffer_dtype(tensors[r[1].tensor],
                                                                     r[1])))
@@ -146,6 +145,11 @@ def program_steps(program: WorkerProgram, fuses: bool = True, coalesce: bool = T
         need = max(need, used)
         steps.append(tuple(placed[i] for i, _ in run))
     return tuple(steps), need
+
+
+def _staged(size: dict[int, int]) -> Callable[[tuple[int, Task]], int]:
+    """A ``(index, task)``'s staging bytes: its region, aligned (``size``: unaligned)."""
+    return lambda r: region_bytes(size[r[0]])
 
 
 @dataclass
