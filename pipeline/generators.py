@@ -280,7 +280,7 @@ def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0) -> Schedule:
         try:
             candidates.append(_list_scheduled_v(n_stages, n_mb, limit + 2 * n_stages,
                                                 float(transfer), order))
-        except AssertionError:  # this rule set deadlocks here
+        except ScheduleError:  # this rule set deadlocks here
             continue
     for candidate in candidates:
         timeline = simulate(candidate, costs)
@@ -451,8 +451,9 @@ def _list_scheduled_v(n: int, m: int, limit: int, transfer: float = 0.0,
     programs: list[list[Action]] = [[] for _ in range(n)]
     time = 0.0
     while any(w < m for w in done_w):
-        assert time <= (6 * n * m + 4 * n) * (1 + transfer), \
-            "zero_bubble_v list scheduling made no progress"
+        if time > (6 * n * m + 4 * n) * (1 + transfer):
+            raise ScheduleError(f"list scheduling a V of {n} stages and {m} microbatches "
+                                f"(limit {limit}, rules {order}) deadlocked")
         for s in range(n):
             if free[s] > time:
                 continue
