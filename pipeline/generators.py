@@ -436,13 +436,13 @@ def _list_scheduled_v(n: int, m: int, limit: int, transfer: float = 0.0,
     between two stages takes that long (in units of one action), so an action that
     waits on one is ready that much later (a handover inside a stage is free)."""
     v_count = 2 * n
-
-    def vs(s: int, c: int) -> int:
-        return s if c == 0 else 2 * n - 1 - s
+    shape = Schedule.layout(n, 2, "v")
+    vs = shape.virtual_stage
+    stage_of = [shape.locate(v)[0] for v in range(v_count)]
 
     def hop(v: int, w: int) -> float:
         """Delay of data from virtual stage ``v`` to ``w`` (a transfer unless local)."""
-        return 0.0 if (v < n) != (w < n) else transfer
+        return 0.0 if stage_of[v] == stage_of[w] else transfer
 
     f_end: list[list[float]] = [[] for _ in range(v_count)]  # per virtual stage
     i_end: list[list[float]] = [[] for _ in range(v_count)]

@@ -145,6 +145,13 @@ class Schedule:
             num_chunks = 1 + max((a.chunk for a in actions), default=0)
         return cls(tuple(tuple(p) for p in programs), num_microbatches, num_chunks, placement)
 
+    @classmethod
+    def layout(cls, num_stages: int, num_chunks: int = 1,
+               placement: str = "interleaved") -> Schedule:
+        """A schedule of empty programs: its stage, chunk and virtual-stage mapping
+        (:meth:`virtual_stage`, :meth:`locate`, :meth:`peer`) without actions."""
+        return cls(tuple(() for _ in range(num_stages)), 1, num_chunks, placement)
+
     @property
     def num_stages(self) -> int:
         """Number of (physical) stages."""

@@ -59,7 +59,7 @@ def torch_schedule(name: str, n_stages: int, n_mb: int) -> Schedule:
     """torch's schedule ``name`` (a key of :data:`TORCH_SCHEDULES`) in reshard's IR."""
     _, chunks = TORCH_SCHEDULES.get(name, ("", 1))
     placement = "v" if chunks == 2 else "interleaved"
-    shape = Schedule(tuple(() for _ in range(n_stages)), n_mb, chunks, placement)
+    shape = Schedule.layout(n_stages, chunks, placement)
     programs: list[list[Action]] = []
     for rank, actions in sorted(torch_order(name, n_stages, n_mb).items()):
         program = []

@@ -14,7 +14,7 @@ SIZES = [(1, 2), (2, 4), (3, 6), (4, 8), (4, 12), (5, 11)]
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
 def test_the_v_placement_puts_the_first_and_last_virtual_stage_on_stage_0(n):
-    s = Schedule(tuple(() for _ in range(n)), 1, 2, "v")
+    s = Schedule.layout(n, 2, "v")
     seen = set()
     for v in range(2 * n):
         stage, chunk = s.locate(v)
