@@ -304,37 +304,30 @@ def _zb_v_phases(n: int, m: int) -> Schedule:
     total = max(m, 2 * n - 1)
     programs = []
     for s in range(n):
-        out: list[Action] = []
-        nxt = {key: 0 for key in ((_F, 0), (_F, 1), (_I, 0), (_I, 1), (_W, 0), (_W, 1))}
-
-        def run(kind: ActionKind, c: int, out: list[Action] = out,
-                nxt: dict = nxt) -> None:
-            out.append(Action(kind, nxt[(kind, c)], c))
-            nxt[(kind, c)] += 1
-
+        p = _Phases()
         for _ in range(2 * (n - s) - 1):
-            run(_F, 0)
+            p.run(_F, 0)
         for _ in range(s):
-            run(_F, 1)
-            run(_F, 0)
+            p.run(_F, 1)
+            p.run(_F, 0)
         for _ in range(n - s):
             for kind in (_F, _I, _W):
-                run(kind, 1)
-        while nxt[(_F, 1)] < nxt[(_F, 0)] or nxt[(_F, 0)] < total:
-            if nxt[(_F, 0)] < total:
-                run(_F, 0)
+                p.run(kind, 1)
+        while p.nxt[(_F, 1)] < p.nxt[(_F, 0)] or p.nxt[(_F, 0)] < total:
+            if p.nxt[(_F, 0)] < total:
+                p.run(_F, 0)
             for kind, c in ((_I, 0), (_W, 0), (_F, 1), (_I, 1), (_W, 1)):
-                run(kind, c)
+                p.run(kind, c)
         for _ in range(s):
-            run(_I, 0)
-            run(_I, 1)
+            p.run(_I, 0)
+            p.run(_I, 1)
         for _ in range(n - s):
-            run(_I, 0)
-            run(_W, 0)
+            p.run(_I, 0)
+            p.run(_W, 0)
         for c in (1, 0):
-            while nxt[(_W, c)] < nxt[(_I, c)]:
-                run(_W, c)
-        programs.append([a for a in out if a.microbatch < m])
+            while p.nxt[(_W, c)] < p.nxt[(_I, c)]:
+                p.run(_W, c)
+        programs.append([a for a in p.out if a.microbatch < m])
     return _with_transfers(programs, m, 2, "v")
 
 
@@ -375,28 +368,42 @@ def dualpipe_v(n_stages: int, n_mb: int) -> Schedule:
                            n_mb, 2, "v")
 
 
+class _Phases:
+    """One stage's compute order written phase by phase (:func:`_zb_v_phases`,
+    :func:`dualpipe_v`): :meth:`run` appends the next microbatch of a kind on a chunk
+    (a full backward B advances I and W alike); the Is whose W has not run yet wait,
+    oldest first, for :meth:`pending_w`."""
+
+    def __init__(self) -> None:
+        self.out: list[Action] = []
+        self.nxt = {(kind, c): 0 for kind in (_F, _I, _W) for c in (0, 1)}  # next microbatch
+        self.weights: list[tuple[int, int]] = []  # (chunk, microbatch) of Is, W pending
+
+    def run(self, kind: ActionKind, c: int) -> None:
+        k = self.nxt[(_I if kind is _B else kind, c)]
+        self.out.append(Action(kind, k, c))
+        if kind is _B:
+            self.nxt[(_I, c)] += 1
+            self.nxt[(_W, c)] += 1
+            return
+        self.nxt[(kind, c)] += 1
+        if kind is _I:
+            self.weights.append((c, k))
+        elif kind is _W:
+            self.weights.remove((c, k))
+
+    def pending_w(self) -> None:
+        """The oldest pending W, if any (its own microbatch: Bs between may have
+        advanced the W count past it)."""
+        if self.weights:
+            c, k = self.weights.pop(0)
+            self.out.append(Action(_W, k, c))
+
+
 def _dualpipe_v_stage(n: int, m: int, s: int) -> list[Action]:
     """Stage ``s``'s order in :func:`dualpipe_v` (its docstring's phases)."""
-    out: list[Action] = []
-    nxt = {(kind, c): 0 for kind in (_F, _I, _W) for c in (0, 1)}  # next microbatch
-    weights: list[tuple[int, int]] = []  # (chunk, microbatch) of Is whose W is pending
-
-    def run(kind: ActionKind, c: int) -> None:
-        k = nxt[(_I if kind is _B else kind, c)]
-        out.append(Action(kind, k, c))
-        if kind is _B:
-            nxt[(_I, c)] += 1
-            nxt[(_W, c)] += 1
-        else:
-            nxt[(kind, c)] += 1
-            if kind is _I:
-                weights.append((c, k))
-
-    def pending_w() -> None:
-        if weights:
-            c, k = weights.pop(0)
-            out.append(Action(_W, k, c))
-
+    p = _Phases()
+    run, pending_w = p.run, p.pending_w
     for _ in range(2 * (n - s - 1)):
         run(_F, 0)
     for _ in range(s + 1):
@@ -424,9 +431,9 @@ def _dualpipe_v_stage(n: int, m: int, s: int) -> list[Action]:
     for _ in range(n - s - 1):
         pending_w()
         run(_I if split else _B, 0)
-    while weights:
+    while p.weights:
         pending_w()
-    return out
+    return p.out
 
 
 def _list_scheduled_v(n: int, m: int, limit: int, transfer: float = 0.0,
