@@ -12,6 +12,9 @@
     new way (each worker its program), alternated ``--rounds`` times in one run:
     bytes per worker (programs travel pickled by the launcher's transport; their JSON
     size is printed beside) and the first load's wall time, and their ratios.
+(d) With ``--against REV`` (a git revision, e.g. the commit an issue was filed at): (b)'s
+    first load by that revision's code and by this code, each in processes of their own
+    (:mod:`reshard.microbench.infra.revision`), alternated ``--rounds`` times.
 (c) SPMD: one rank's cost of planning an ``--spmd-devices`` -> ``--spmd-devices``
     all-to-all itself (plan, digest, its own program), in a process of its own: time and
     peak RSS, planning only its share (:mod:`reshard.planner.share`) and, alternated
@@ -20,6 +23,7 @@
 The machine's stolen CPU share is printed with the numbers (``reshard.microbench.steal``)::
 
     python -m reshard.microbench.scaleout [--devices 256] [--workers 8] [--spmd-devices 1024]
+        [--against REV]
 """
 
 from __future__ import annotations
@@ -137,6 +141,52 @@ def runtime_load(workers: int, rounds: int) -> dict:
             "new_bytes_per_worker": sent_new / workers, "new_json_per_worker": json_new / workers}
 
 
+LOAD_IN_PROCESS = r"""
+import json, statistics, sys, time
+import reshard
+from reshard import Cluster, DeviceMesh, Layout, Runtime
+from reshard.planner.plan import plan_many
+workers, loads = int(sys.argv[1]), int(sys.argv[2])
+def load_plan():  # the same plan as _load_plan: a revision's own code plans it
+    half = workers // 2
+    src = Layout(DeviceMesh((half,)), "S0R")
+    dst = Layout(DeviceMesh((half,), devices=range(half, workers)), "RS0")
+    return plan_many([((64 + i % 5, 64), "float32", src, dst) for i in range(256)],
+                     cluster=Cluster.regular(2, half))
+times = []
+with Runtime(backend="gloo", cluster=Cluster.regular(2, workers // 2),
+             launcher="process") as rt:
+    warm = load_plan()
+    rt.load(warm)
+    rt.unload(warm)
+    for _ in range(loads):
+        plan = load_plan()
+        t0 = time.perf_counter()
+        rt.load(plan)
+        times.append(time.perf_counter() - t0)
+        rt.unload(plan)
+print(json.dumps({"file": reshard.__file__, "loads_s": times}))
+"""
+
+
+def against(rev: str, workers: int, rounds: int, loads: int = 6) -> dict:
+    """(d) of the module docstring: first loads by ``rev``'s code and by this code, in
+    processes of their own, alternated ``rounds`` times, ``loads`` each."""
+    from reshard.microbench.infra.revision import revision_path, run_python
+
+    times: dict[str, list[float]] = {"old": [], "new": []}
+    with revision_path(rev) as path:
+        for r in range(rounds):
+            for way in (("old", "new") if r % 2 == 0 else ("new", "old")):
+                out = json.loads(run_python(LOAD_IN_PROCESS, [str(workers), str(loads)],
+                                            path if way == "old" else None))
+                if (way == "old") != out["file"].startswith(path):
+                    raise SystemExit(f"the {way} run imported reshard from {out['file']}")
+                times[way] += out["loads_s"]
+    return {"rev": rev, "old_load_s": statistics.median(times["old"]),
+            "new_load_s": statistics.median(times["new"]), "loads": len(times["old"])}
+
+
 SPMD_RANK = r"""
 import json, resource, sys, time
 from reshard.comm.spmd import LocalPlan
@@ -179,6 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--devices", type=int, default=256, help="(a): devices per mesh")
     ap.add_argument("--workers", type=int, default=8, help="(b): gloo workers")
     ap.add_argument("--rounds", type=int, default=4, help="(b): alternated A/B rounds")
+    ap.add_argument("--against", metavar="REV", default="",
+                    help="(d): also time (b)'s first load with this git revision's code")
     ap.add_argument("--spmd-devices", type=int, default=1024, help="(c): devices per mesh")
     ap.add_argument("--spmd-rounds", type=int, default=2,
                     help="(c): alternated runs of each way")
@@ -201,6 +253,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{b['old_bytes_per_worker'] / b['new_bytes_per_worker']:.1f}x fewer "
               f"bytes), {b['new_load_s'] * 1e3:.0f} ms ({b['old_load_s'] / b['new_load_s']:.1f}x "
               f"faster; medians of {args.rounds}, alternated)", flush=True)
+    if args.against:
+        d = against(args.against, args.workers, args.rounds)
+        print(f"(d) Runtime.load first load, {args.workers} gloo workers, {d['rev']}'s code "
+              f"vs this: {d['old_load_s'] * 1e3:.0f} ms vs {d['new_load_s'] * 1e3:.0f} ms, "
+              f"{d['old_load_s'] / d['new_load_s']:.1f}x (medians of {d['loads']} loads each, "
+              f"processes alternated)", flush=True)
     if args.spmd_devices:
         runs: dict[bool, list[dict]] = {False: [], True: []}
         for r in range(args.spmd_rounds):  # alternated: share, whole, whole, share, ...

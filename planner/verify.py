@@ -108,11 +108,29 @@ set-up for the few boxes most devices receive)."""
 def _tiles(boxes: list[Box], box: Box, ndim: int) -> bool:
     """True if ``boxes`` cover every element of ``box`` exactly once and nothing else."""
     boxes = [b for b in boxes if box_size(b)]
+    if _slabs(boxes, box):
+        return True
     if len(boxes) <= SMALL_TILING:
         return (all(box_within(b, box) for b in boxes)
                 and not any(_overlap(a, b) for k, a in enumerate(boxes) for b in boxes[:k])
                 and sum(map(box_size, boxes)) == box_size(box))
     return corner_measure(boxes, ndim) == corner_measure([box], ndim)
+
+
+def _slabs(boxes: list[Box], box: Box) -> bool:
+    """True if ``boxes`` cut ``box`` into slabs along one dim, end to end (what most
+    shards receive; False: not of that form, which proves nothing). Sorting the slabs'
+    spans is cheaper than comparing every pair."""
+    for k, span in enumerate(box):
+        rest = box[:k] + box[k + 1:]
+        if all(b[:k] + b[k + 1:] == rest for b in boxes):
+            at = span[0]
+            for lo, hi in sorted(b[k] for b in boxes):
+                if lo != at:
+                    return False
+                at = hi
+            return at == span[1]
+    return False
 
 
 def _find_overlap(boxes: list[Box], budget: int = 4_000_000) -> tuple[Box, Box] | None:
@@ -423,12 +441,11 @@ def _form(task: Task, t: TensorSpec) -> str | None:
     """Rules on one task alone (its tensor known)."""
     if len(task.box) != len(t.shape):
         return f"the box has {len(task.box)} dims, tensor {task.tensor} has {len(t.shape)}"
-    for d, ((a, b), n) in enumerate(zip(task.box, t.shape)):
+    want = t.sum_itemsize if task.kind is TaskKind.REDUCE else t.itemsize
+    for (a, b), n in zip(task.box, t.shape):  # the box's size, checking each dim
         if not 0 <= a <= b <= n:
-            return (f"box dim {d} is {a}:{b}, outside 0:{n} of the tensor's shape {t.shape} "
-                    f"(or reversed)")
-    size = t.sum_itemsize if task.kind is TaskKind.REDUCE else t.itemsize
-    want = box_size(task.box) * size
+            return _outside(task.box, t.shape)
+        want *= b - a
     if task.nbytes != want:
         carried = t.sum_dtype if task.kind is TaskKind.REDUCE else t.out_dtype
         return (f"nbytes is {task.nbytes}, but the box holds {want} bytes of {carried} (what "
@@ -450,6 +467,13 @@ def _form(task: Task, t: TensorSpec) -> str | None:
                 f"{t.sum_dtype}, or reduced with {t.reduce_op.value}), so its reduction cannot be "
                 f"fused with its delivery; reduce it apart (a REDUCE task)")
     return None
+
+
+def _outside(box: Box, shape: tuple[int, ...]) -> str:
+    """Why ``box`` is not a box of ``shape`` (one of its dims is not)."""
+    d, (a, b), n = next((d, ab, n) for d, (ab, n) in enumerate(zip(box, shape))
+                        if not 0 <= ab[0] <= ab[1] <= n)
+    return f"box dim {d} is {a}:{b}, outside 0:{n} of the tensor's shape {shape} (or reversed)"
 
 
 def _check_tensor(index: int, t: TensorSpec, plan: ReshardPlan) -> None:

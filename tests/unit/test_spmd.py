@@ -24,6 +24,7 @@ CLUSTER = Cluster.regular(2, 4)
 SRC = Layout(DeviceMesh((2, 2), [0, 1, 2, 3]), "S0S1")
 DST = Layout(DeviceMesh((4,), [4, 5, 6, 7]), "RS0")
 PARTIAL = Layout(DeviceMesh((2, 2), [0, 1, 2, 3]), "S0R+P1")
+RR = Layout(DeviceMesh((4,), [4, 5, 6, 7]), "RR")
 
 
 def _plan():
@@ -55,6 +56,28 @@ def test_programs_name_only_their_own_member_sets_unless_the_world_creates_them(
         assert WorkerProgram.from_json(prog.to_json()) == prog
     outside = programs(plan, [99], all_groups=False)[99]
     assert outside.tasks == () and outside.groups == ()
+
+
+def test_programs_pickle_to_equal_programs():
+    """A program pickles (how a launcher ships it) to an equal program, for every kind
+    of task: fused partial sums with addends, all-gathers with pieces, broadcasts, a
+    relay through a device that keeps nothing; a worker checks what it unpickles."""
+    import pickle
+    from dataclasses import replace
+
+    fused = Layout(DeviceMesh((2, 2), [4, 5, 6, 7]), "RS0")  # the partial sums fuse
+    plans = [_plan(), reshard.plan((6, 4), "float32", PARTIAL, fused, cluster=CLUSTER),
+             *(reshard.plan_many([((64, 48), "float32", SRC, RR)], cluster=CLUSTER, strategy=s)
+               for s in ("allgather", "broadcast", "send_recv"))]
+    tasks = [t for p in plans for t in p.tasks]
+    assert any(t.addends for t in tasks) and any(t.pieces for t in tasks)
+    for plan in plans:
+        for prog in programs(plan).values():
+            assert pickle.loads(pickle.dumps(prog, pickle.HIGHEST_PROTOCOL)) == prog
+    chain = next(t for t in plans[3].tasks if len(t.receivers) > 1 and not t.addends)
+    relayed = WorkerProgram(chain.root, (), ((0, replace(chain, through=chain.receivers[:1])),),
+                            ())
+    assert pickle.loads(pickle.dumps(relayed)) == relayed
 
 
 def _spmd(requests_of, world=tuple(range(8)), timeout=20.0):

@@ -6,6 +6,7 @@ survivors on the reference backend)."""
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import time
 import zlib
@@ -425,3 +426,53 @@ def test_fanned_out_relays():
     with reshard.Runtime(backend="local", cluster=CL) as rt:
         x = rt.put_shards(addends(rng, value, src), src, value.shape, value.dtype)
         check_shards(rt, rt.execute(plan, [x])[0], value)
+
+
+def _tiles_exactly(boxes, box) -> bool:
+    """Brute force: every element of ``box`` covered once, nothing outside it."""
+    lo = [min(a for a, _ in [dim] + [b[k] for b in boxes]) for k, dim in enumerate(box)]
+    hi = [max(b for _, b in [dim] + [b[k] for b in boxes]) for k, dim in enumerate(box)]
+    count = np.zeros([h - low for low, h in zip(lo, hi)], np.int64)
+    for b in boxes:
+        count[tuple(slice(a - low, e - low) for (a, e), low in zip(b, lo))] += 1
+    want = np.zeros_like(count)
+    want[tuple(slice(a - low, e - low) for (a, e), low in zip(box, lo))] = 1
+    return bool((count == want).all())
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_tiling_check_matches_brute_force(data):
+    """The verifier's exactly-once test of a destination shard (slabs along one dim,
+    its fast path, and the general tests) against counting elements: slabs end to end,
+    with a gap, overlapping, duplicated, sticking out, or not slabs at all."""
+    from reshard.planner.verify import _tiles
+
+    ndim = data.draw(st.integers(1, 3))
+    box = tuple((lo, lo + data.draw(st.integers(1, 6)))
+                for lo in data.draw(st.lists(st.integers(0, 3), min_size=ndim, max_size=ndim)))
+    k = data.draw(st.integers(0, ndim - 1))
+    cuts = sorted(data.draw(st.sets(st.integers(box[k][0] + 1, box[k][1] - 1), max_size=4))
+                  if box[k][1] - box[k][0] > 1 else set())
+    edges = [box[k][0], *cuts, box[k][1]]
+    boxes = [box[:k] + ((a, b),) + box[k + 1:] for a, b in itertools.pairwise(edges)]
+    change = data.draw(st.sampled_from(["none", "drop", "dup", "shift", "grow", "random"]))
+    if change == "drop" and len(boxes) > 1:
+        boxes.pop(data.draw(st.integers(0, len(boxes) - 1)))
+    elif change == "dup":
+        boxes.append(boxes[data.draw(st.integers(0, len(boxes) - 1))])
+    elif change in ("shift", "grow"):
+        j = data.draw(st.integers(0, len(boxes) - 1))
+        d = data.draw(st.integers(0, ndim - 1))
+        a, b = boxes[j][d]
+        by = data.draw(st.sampled_from([-1, 1]))
+        moved = (a + by, b + by) if change == "shift" else (a, b + 1)
+        boxes[j] = boxes[j][:d] + (moved,) + boxes[j][d + 1:]
+    elif change == "random":
+        boxes = [tuple((a, a + data.draw(st.integers(0, 3)))
+                       for a in data.draw(st.lists(st.integers(0, 6), min_size=ndim,
+                                                   max_size=ndim)))
+                 for _ in range(data.draw(st.integers(0, 5)))]
+    boxes = [b for b in boxes if all(a < e for a, e in b)]  # empty boxes are ignored
+    order = data.draw(st.permutations(boxes))
+    assert _tiles(list(order), box, ndim) == _tiles_exactly(order, box)
