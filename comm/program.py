@@ -151,8 +151,8 @@ class WorkerProgram:
     # ----- serialisation ---------------------------------------------------------------
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled with its tasks as rows of field values, not as task objects (a
-        launcher's transport pickles a program for each worker: rows pickle 7x and
-        unpickle 1.7x faster than frozen dataclasses, and are a quarter smaller)."""
+        launcher's transport pickles a program for each worker: a program of 1,024 tasks
+        pickles 3.8x and unpickles 1.6x faster so, and is 15% smaller)."""
         rows = tuple((i, _TASK_FIELDS(t)) for i, t in self.tasks)
         return (_unpickled, (self.device, self.tensors, rows, self.groups, self.strategy))
 
