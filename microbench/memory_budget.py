@@ -10,16 +10,20 @@ exact, the staging the plan holds (the planner's count, what the executor alloca
 and each worker's peak RSS growth during the reshards beyond the destination shard it
 must hold anyway (after a small reshard on the same meshes: a worker's first reshard
 costs about 5 MiB once, imports, communicators and thread pools, whatever its size);
-then the ratios::
+then the ratios. ``--testbed GBIT``: on the emulated multi-host testbed instead (4 hosts,
+each a network namespace with 2 workers and a NIC of GBIT Gbit/s; the same meshes, now
+on hosts 0-1 and 2-3: unbounded, a worker stages 64 MiB)::
 
-    python -m reshard.microbench.memory_budget [--mib 256] [--budget-mib 4]
+    python -m reshard.microbench.memory_budget [--mib 256] [--budget-mib 4] [--testbed 1]
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -32,14 +36,16 @@ from reshard.planner.staging import staging_by_device
 MIB = 1 << 20
 
 
-def one(mib: int, budget: int | None, repeat: int) -> dict:
-    """One way: a fresh Runtime, the reshard ``repeat + 1`` times (module docstring)."""
+def one(mib: int, budget: int | None, repeat: int, cluster: Cluster | None = None,
+        netns: object = None) -> dict:
+    """One way: a fresh Runtime, the reshard ``repeat + 1`` times (module docstring);
+    ``cluster`` and ``netns``: the testbed's (default: 2 hosts of 4 local workers)."""
     rows = int(mib * MIB // 4 // 2048)
     value = np.random.default_rng(0).random((rows, 2048), dtype=np.float32)
     src = Layout(DeviceMesh((4,), range(4)), "S0R")
     dst = Layout(DeviceMesh((4,), range(4, 8)), "RS0")
-    with Runtime("gloo", Cluster.regular(2, 4), "process", memory_budget=budget,
-                 timeout=300) as rt:
+    with Runtime("gloo", cluster or Cluster.regular(2, 4), "process", memory_budget=budget,
+                 timeout=300, netns=netns) as rt:
         # a small reshard on the same meshes first: what a worker's first one costs once
         # (imports, communicators, thread pools) is not staging
         rt.free(rt.reshard(rt.put(value[:64], src), dst))
@@ -77,13 +83,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--budget-mib", type=float, default=4.0, help="the budget, MiB")
     ap.add_argument("--rounds", type=int, default=2, help="alternated rounds")
     ap.add_argument("--repeat", type=int, default=2, help="timed reshards per Runtime")
+    ap.add_argument("--testbed", type=float, default=None, metavar="GBIT",
+                    help="on the emulated testbed, NICs of GBIT Gbit/s (needs root)")
     args = ap.parse_args(argv)
+    if args.testbed is None:
+        return _compare(args, None)
+    from reshard.microbench.infra.testbed import Testbed
+
+    with Testbed(4, args.testbed) as tb:
+        return _compare(args, tb)
+
+
+def _compare(args: argparse.Namespace, testbed: Any) -> int:
+    """Both ways alternated (on ``testbed`` if given); print each and the ratios."""
     budget = int(args.budget_mib * MIB)
     got: dict[str, list[dict]] = {"unbounded": [], "budget": []}
     before = cpu_times()
     for r in range(args.rounds):
         for way in (("unbounded", "budget") if r % 2 == 0 else ("budget", "unbounded")):
-            row = one(args.mib, None if way == "unbounded" else budget, args.repeat)
+            row = one(args.mib, None if way == "unbounded" else budget, args.repeat,
+                      testbed and testbed.cluster(2), testbed)
             got[way].append(row)
             print(f"round {r} {way}: {row['seconds']:.2f} s, exact {row['exact']}, "
                   f"{row['tasks']} tasks in {row['steps']} steps, staging "
@@ -93,7 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     free_s = statistics.median(r["seconds"] for r in got["unbounded"])
     budget_s = statistics.median(r["seconds"] for r in got["budget"])
     growth = max(r["growth_mib"] for r in got["budget"])
-    print(f"{args.mib} MiB under a {args.budget_mib:g} MiB budget: time {budget_s:.2f} s vs "
+    where = ("8 gloo workers" if testbed is None else
+             f"the testbed (4 hosts x 2 gloo workers, {args.testbed:g} Gbit/s NICs)")
+    print(f"{where}: {args.mib} MiB under a {args.budget_mib:g} MiB budget: time {budget_s:.2f} s vs "
           f"{free_s:.2f} s unbounded ({budget_s / free_s:.2f}x); worker peak RSS growth "
           f"{growth:.1f} MiB ({growth / args.budget_mib:.2f}x the budget) vs "
           f"{max(r['growth_mib'] for r in got['unbounded']):.1f} MiB unbounded; "
