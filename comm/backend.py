@@ -380,7 +380,7 @@ class BackendRegistry:
                 f"backend {key!r} is already registered ({self.entry(key).factory!r}); pass "
                 f"replace=True to replace it, or choose another name")
         entry = BackendEntry(key, factory, capabilities, tuple(launchers))
-        return BackendRegistry(tuple(e for e in self.entries if e.name != key) + (entry,))
+        return BackendRegistry((*(e for e in self.entries if e.name != key), entry))
 
     def create(self, name: str | BackendKind, *args: Any, **kwargs: Any) -> Backend:
         """Build one rank of backend ``name`` (arguments: the backend's factory's)."""

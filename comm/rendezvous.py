@@ -17,6 +17,7 @@ whose ``connect()`` returns a client:
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import socket
 import struct
@@ -194,16 +195,12 @@ class TcpRendezvousServer:
             self._closed = True
             self._cond.notify_all()
             conns, self._conns = list(self._conns), set()
-        try:
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept() (Linux)
-        except OSError:
-            pass
         self._sock.close()
         for c in conns:
-            try:
+            with contextlib.suppress(OSError):
                 c.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             c.close()
         if self._thread is not threading.current_thread():
             self._thread.join(2.0)
@@ -280,10 +277,8 @@ class TcpRendezvousClient:
 
     def close(self) -> None:
         """Close the connection."""
-        try:
+        with contextlib.suppress(OSError):
             self._sock.close()
-        except OSError:
-            pass
 
 
 __all__ = ["RendezvousClient", "TcpRendezvous", "TcpRendezvousClient", "TcpRendezvousServer"]

@@ -59,12 +59,14 @@ CASE_COLUMNS = (Column("case", "case", align="<"), Column("layouts", "src->dst",
                 Column("shape_text", "shape", align="<"), Column("bytes", "size(B)", "d"),
                 Column("dtype", "dtype", align="<"), Column("hosts", "hosts", "d"),
                 Column("strategy", "strategy", align="<"), Column("tasks", "tasks", "d", 5))
-SIM_COLUMNS = CASE_COLUMNS + (
+SIM_COLUMNS = (
+    *CASE_COLUMNS,
     Column("model_us", "model(us)", ".1f", 11), Column("lb_us", "bound(us)", ".1f", 11),
     Column("model_over_bound", "model/bound", ".3f"),
     Column("model_algbw_gbps", "algbw(GB/s)", ".3f"),
     Column("checked_bytes", "check(B)", "d", 8), Column("wrong", "#wrong", "d"))
-RUN_COLUMNS = CASE_COLUMNS + (
+RUN_COLUMNS = (
+    *CASE_COLUMNS,
     Column("measured_us", "time(us)", ".1f", 11), Column("model_us", "model(us)", ".1f", 11),
     Column("lb_us", "bound(us)", ".1f", 11), Column("measured_over_bound", "time/bound", ".3f"),
     Column("measured_algbw_gbps", "algbw(GB/s)", ".3f"), Column("wrong", "#wrong", "d"))
@@ -105,10 +107,7 @@ def _mode(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Mode:
     """``--mode``, or run when a run-mode flag is given; usage errors for flags that the
     mode would ignore."""
     run_flags = [d for d in RUN_ONLY if d in flags.given(args)]
-    if args.mode is None:
-        mode = Mode.RUN if run_flags else Mode.SIM
-    else:
-        mode = Mode(args.mode)
+    mode = (Mode.RUN if run_flags else Mode.SIM) if args.mode is None else Mode(args.mode)
     if mode is Mode.SIM:
         flags.refuse(ap, args, RUN_ONLY, "these apply to --mode run only (sim mode models "
                      "the plans and executes nothing but the small check); drop them or add "
@@ -195,7 +194,7 @@ def _layout(opts: Options, cases: Sequence[Case]) -> tuple[Shape, int, set[str]]
         columns = tuple(c for c in columns if c.key not in ("wrong", "checked_bytes"))
     if len(presets) > 1:
         at = [c.key for c in columns].index("hosts")
-        columns = columns[:at] + (Column("preset", "preset", align="<"),) + columns[at:]
+        columns = (*columns[:at], Column("preset", "preset", align="<"), *columns[at:])
     return Shape.fit(columns, known), steps, presets
 
 

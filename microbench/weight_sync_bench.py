@@ -103,10 +103,7 @@ class Sync:
 
         out = {}
         for n, dt in self.state.items():
-            if self.rank in TRAIN:
-                full = dt.full_tensor()
-            else:
-                full = torch.empty(dt.shape, dtype=dt.dtype)
+            full = dt.full_tensor() if self.rank in TRAIN else torch.empty(dt.shape, dtype=dt.dtype)
             if self.rank == TRAIN[0] or self.rank in INFER:
                 dist.broadcast(full, src=TRAIN[0], group=self.fanout)
             if self.rank in INFER:

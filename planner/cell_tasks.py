@@ -117,13 +117,13 @@ def split_box(box: Box, k: int, dim: int | None = None) -> tuple[Box, ...]:
     """Split ``box`` into ``k`` pieces along ``dim`` (default: :func:`split_dim`) by
     the chunk rule (trailing pieces may be empty)."""
     if not box:
-        return (box,) + tuple(() for _ in range(k - 1))
+        return (box, *(() for _ in range(k - 1)))
     d = dim if dim is not None else split_dim(box, k)
     lo, hi = box[d]
     out = []
     for i in range(k):
         a, b = chunk_bounds(hi - lo, k, i)
-        out.append(box[:d] + ((lo + a, lo + b),) + box[d + 1:])
+        out.append((*box[:d], (lo + a, lo + b), *box[d + 1:]))
     return tuple(out)
 
 

@@ -126,7 +126,7 @@ def decompose(
     # The grid's cells dim by dim, dropping a prefix as soon as no one needs it.
     partial: list[tuple[Box, int, int]] = [((), (1 << len(src)) - 1, -1)]
     for ax in axes:
-        partial = [(box + (iv,), smask & s, dmask & dm)
+        partial = [((*box, iv), smask & s, dmask & dm)
                    for box, smask, dmask in partial for iv, s, dm in ax if dmask & dm]
     cells = [Cell(box, devices_of(smask, src_sets, 0), devices_of(dmask, dst_sets, 1))
              for box, smask, dmask in partial]
@@ -157,7 +157,7 @@ def merge_cells(cells: list[Cell], ndim: int) -> list[Cell]:
             cur = group[0]
             for nxt in group[1:]:
                 if nxt.box[d][0] == cur.box[d][1]:
-                    box = cur.box[:d] + ((cur.box[d][0], nxt.box[d][1]),) + cur.box[d + 1:]
+                    box = (*cur.box[:d], (cur.box[d][0], nxt.box[d][1]), *cur.box[d + 1:])
                     cur = Cell(box, cur.holders, cur.needers)
                 else:
                     merged.append(cur)

@@ -33,7 +33,8 @@ def _ints(text: str, sep: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(sep) if x)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers separated by {sep!r}, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected integers separated by {sep!r}, got {text!r}") from None
 
 
 def parse_mesh(text: str) -> reshard.DeviceMesh:

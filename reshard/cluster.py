@@ -111,7 +111,7 @@ PAPER_PRESET = "aws-p3.8xlarge"
 
 def preset_names() -> tuple[str, ...]:
     """Names accepted by :meth:`Cluster.preset` (``"paper"`` is an alias)."""
-    return tuple(PRESETS) + ("paper",)
+    return (*PRESETS, "paper")
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ def box_size(box: Box) -> int:
 
 def box_within(inner: Box, outer: Box) -> bool:
     """True if every element of ``inner`` lies in ``outer`` (same rank)."""
-    for (a, b), (c, e) in zip(inner, outer):  # a loop: twice as fast as all(...)
+    for (a, b), (c, e) in zip(inner, outer):  # noqa: SIM110 - a loop: twice as fast as all()
         if a < c or e < b:
             return False
     return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
@@ -194,10 +195,8 @@ class Runtime:
             aborting.join()
 
     def __del__(self) -> None:  # best effort; close() is the contract
-        try:
+        with contextlib.suppress(Exception):  # a finaliser must not raise
             self.close()
-        except Exception:  # noqa: BLE001, S110 - a finaliser must not raise
-            pass
 
     def _check_open(self) -> None:
         if self._broken:  # checked first: a failure also closes the runtime

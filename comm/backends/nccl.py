@@ -37,6 +37,7 @@ for correctness tests if each sets a distinct ``NCCL_HOSTID`` (e.g.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import threading
@@ -380,10 +381,8 @@ class NcclBackend:
     def _abort(self) -> None:
         """Abort the communicators of the open batch (they may hold stuck kernels)."""
         for group, comm in self._used.items():  # each once, however many operations
-            try:
+            with contextlib.suppress(Exception):  # best effort: the error is raised
                 comm.abort()
-            except Exception:  # noqa: BLE001, S110 - best effort: the error is raised
-                pass
             self._comms.pop(group, None)
         self._used = {}
 
@@ -420,8 +419,6 @@ class NcclBackend:
             return
         self._closed = True
         for comm in self._comms.values():
-            try:
+            with contextlib.suppress(Exception):  # best effort on close
                 comm.destroy()
-            except Exception:  # noqa: BLE001, S110 - best effort on close
-                pass
         self._comms.clear()

@@ -36,6 +36,7 @@ when the driver's pipe closes, so they do not outlive a driver that is killed.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import multiprocessing as mp
 import os
@@ -333,10 +334,8 @@ class ProcessGroup:
                 getattr(w.process, stop)()
             for w in alive:
                 w.process.join(1.0)
-        try:
+        with contextlib.suppress(OSError):
             self._wake_w.send(None)
-        except OSError:
-            pass
         if self._monitor is not None and self._monitor is not threading.current_thread():
             self._monitor.join(2.0)
         for w in self._workers.values():

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import dataclasses
 import ipaddress
 import logging
@@ -411,10 +412,8 @@ class RayGroup:
         if not ray.is_initialized():
             return
         for actor in [*self.actors.values(), self._kv]:
-            try:
+            with contextlib.suppress(Exception):  # best effort: already gone
                 ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001, S110 - best effort: already gone
-                pass
         # ray.kill is asynchronous: wait (bounded) for the actors on this machine to exit
         # (those of a node whose raylet died exit by themselves, a few seconds later).
         local = self._local_pids()

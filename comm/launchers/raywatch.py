@@ -15,6 +15,7 @@ processes the same way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -99,10 +100,8 @@ def _stop(known: dict[int, int | None], grace: float = 3.0) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         left = [p for p, t in known.items() if _alive(p, t)]
         for p in left:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(p, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
         deadline = time.monotonic() + grace
         while left and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -25,6 +25,7 @@ its :class:`WorkerArgs`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import select
@@ -128,10 +129,8 @@ class WorkerProcess:
 
     def _signal(self, sig: int) -> None:
         if self.is_alive():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
 
     def terminate(self) -> None:
         """SIGTERM."""
@@ -258,10 +257,8 @@ class ForkServer:
 
     def close(self) -> None:
         """Stop the server (idempotent): it exits when its control socket closes."""
-        try:
+        with contextlib.suppress(OSError):
             self._sock.close()
-        except OSError:
-            pass
         proc = getattr(self, "_proc", None)
         if proc is not None and proc.poll() is None:
             try:
@@ -318,10 +315,9 @@ def serve(control_fd: int, driver: int, preload: Sequence[str]) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     for name in preload:
-        try:
+        # a missing package: the worker reports it when its backend starts
+        with contextlib.suppress(ImportError):
             importlib.import_module(name)
-        except ImportError:
-            pass  # the worker reports the missing package when its backend starts
     sock = socket.socket(fileno=control_fd)
     sock.sendall(b"R")
     children: dict[int, int] = {}  # pid -> write end of its status pipe
@@ -336,10 +332,8 @@ def serve(control_fd: int, driver: int, preload: Sequence[str]) -> None:
                 break
             fd = children.pop(pid, None)
             if fd is not None:
-                try:
+                with contextlib.suppress(OSError):
                     os.write(fd, _CODE.pack(os.waitstatus_to_exitcode(status)))
-                except OSError:
-                    pass
                 os.close(fd)
         if not readable:
             continue

@@ -20,6 +20,7 @@ signal to its default action, so a second one kills as usual.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import threading
@@ -95,10 +96,8 @@ class ExitGuard:
                 signal.signal(sig, self)  # also resets a C-level handler set behind Python
 
     def _at_exit(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # at exit nothing can handle it
             self._close()
-        except Exception:  # noqa: BLE001, S110 - at exit nothing can handle it
-            pass
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         """The signal handler: unwind as ``SystemExit`` while armed, else behave like

@@ -130,8 +130,8 @@ class Case:
     @property
     def tensors(self) -> tuple[Tensor, ...]:
         """Every tensor of the case, the first one first."""
-        return (Tensor(self.shape, self.dtype, self.src_spec, self.dst_spec,
-                       cast=self.cast),) + self.extra
+        return (Tensor(self.shape, self.dtype, self.src_spec, self.dst_spec, cast=self.cast),
+                *self.extra)
 
     def _with_tensors(self, tensors: Sequence[Tensor]) -> Case:
         t0 = tensors[0]
@@ -187,7 +187,7 @@ class Case:
         """The case with every mesh's devices-per-host axis capped at ``devices_per_host``
         (for machines with fewer cores than the paper's 4 GPUs per host)."""
         def cap(mesh: tuple[int, ...]) -> tuple[int, ...]:
-            return mesh[:-1] + (min(mesh[-1], devices_per_host),)
+            return (*mesh[:-1], min(mesh[-1], devices_per_host))
         return dataclasses.replace(self, src_mesh=cap(self.src_mesh),
                                    dst_mesh=cap(self.dst_mesh))
 

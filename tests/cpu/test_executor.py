@@ -263,7 +263,7 @@ def test_register_backend_declares_capabilities_and_builds_ranks_by_name():
     assert reg.names[:4] == ("local", "gloo", "nccl", "torch")
     with pytest.raises(reshard.ReshardError, match="already registered"):
         reg.register("threads", _local_factory, caps)
-    with pytest.raises(reshard.ReshardError, match="valid backends.*threads"):
+    with pytest.raises(reshard.ReshardError, match=r"valid backends.*threads"):
         reg.entry("mpi")
     with pytest.raises(reshard.ReshardError, match="Capabilities"):
         reg.register("x", _local_factory, {"moves": None})  # type: ignore[arg-type]

@@ -53,8 +53,13 @@ def test_rendezvous_close_releases_waiters():
     server = TcpRendezvousServer()
     client = server.address.connect(5)
     errors = []
-    th = threading.Thread(target=lambda: errors.append(
-        pytest.raises(ExecutionError, client.get, "never", 60)))
+
+    def wait() -> None:
+        with pytest.raises(ExecutionError) as info:
+            client.get("never", 60)
+        errors.append(info.value)
+
+    th = threading.Thread(target=wait)
     th.start()
     time.sleep(0.2)
     server.close()

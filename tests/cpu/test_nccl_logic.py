@@ -77,7 +77,7 @@ def test_narrow_dtypes_on_fake_nccl(rt):
     x = rt.put_shards(addends(rng, value, half), half, value.shape, "float16")
     check_shards(rt, rt.reshard(x, dst), value)
     bf = rt.put(sample(rng, (6, 4), "bfloat16"), half)
-    with pytest.raises(DTypeError, match="nccl backend cannot convert.*'gloo' or 'torch'"):
+    with pytest.raises(DTypeError, match=r"nccl backend cannot convert.*'gloo' or 'torch'"):
         rt.reshard(bf, dst)
     x32 = rt.put(sample(rng, (6, 4), "float32"), src)
     with pytest.raises(DTypeError, match="nccl backend cannot convert"):

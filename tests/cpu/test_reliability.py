@@ -116,7 +116,7 @@ def test_user_mistakes_leave_the_runtime_usable(rt):
         rt.put([[1, 2], [3]], Layout(A, "S0R"))
     with pytest.raises(DTypeError):
         rt.put(np.array([object(), object()]), Layout(A, "S0"))
-    with pytest.raises(DTypeError, match="float128.*valid dtypes"):
+    with pytest.raises(DTypeError, match=r"float128.*valid dtypes"):
         rt.put(np.ones((4, 6), dtype=np.longdouble), Layout(A, "S0R"))
     # casts that cannot be done: refused when planned, before any byte moves
     part = Layout(AB, "S0R+P1")
@@ -150,13 +150,13 @@ def test_tampered_plans_refused_before_any_byte_moves(rt):
     tampered.append(e)
     for bad in tampered:
         t0 = time.perf_counter()
-        with pytest.raises(PlanError, match="task #|undelivered"):
+        with pytest.raises(PlanError, match=r"task #|undelivered"):
             ReshardPlan.from_dict(bad)
         assert time.perf_counter() - t0 < 0.5
         # a plan object built around the checks is refused by the Runtime too
         forged = ReshardPlan.from_dict(bad, verify=False) if _decodes(bad) else None
         if forged is not None:
-            with pytest.raises(PlanError, match="task #|undelivered"):
+            with pytest.raises(PlanError, match=r"task #|undelivered"):
                 rt.execute(forged, [x])
             with pytest.raises(PlanError):
                 rt.load(forged)

@@ -5,6 +5,7 @@ its grace (reshard.service.workpool, reshard.service.budget)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import statistics
@@ -129,10 +130,8 @@ def test_stop_is_bounded_by_its_grace():
     done = threading.Event()
 
     def huge() -> None:
-        try:
+        with contextlib.suppress(ServiceError):
             estimate(client, 1024, timeout=None)
-        except ServiceError:
-            pass
         done.set()
 
     threading.Thread(target=huge, daemon=True).start()
@@ -169,10 +168,8 @@ def test_sigterm_during_the_heaviest_request_exits_within_the_grace():
 
 
 def _quietly(fn, *args, **kwargs) -> None:
-    try:
+    with contextlib.suppress(ServiceError):
         fn(*args, **kwargs)
-    except ServiceError:
-        pass
 
 
 @pytest.mark.timeout(120)

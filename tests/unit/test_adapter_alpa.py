@@ -115,7 +115,7 @@ def test_errors(sharding, mapping, needles):
 
 
 def test_partial_layout_has_no_alpa_spec():
-    with pytest.raises(reshard.SpecError, match="partial sum.*'S0R'"):
+    with pytest.raises(reshard.SpecError, match=r"partial sum.*'S0R'"):
         alpa.from_layout(reshard.Layout(reshard.DeviceMesh((2, 2)), "S0R+P1"))
 
 

@@ -66,9 +66,9 @@ def test_sim_rows_equal_the_planners_own_numbers(tmp_path, capsys):
 def test_json_has_a_schema_and_the_same_row_keys_in_both_modes(tmp_path, capsys):
     sim, run = tmp_path / "sim.json", tmp_path / "run.json"
     base = ["--suite", "n-to-m", "--cases", "5", "-b", "4K", "--strategies", "broadcast"]
-    assert _bench(base + ["-J", str(sim)], capsys)[0] == 0
-    assert _bench(base + ["--mode", "run", "--backend", "local", "-n", "2", "-w", "0",
-                          "-J", str(run)], capsys)[0] == 0
+    assert _bench([*base, "-J", str(sim)], capsys)[0] == 0
+    assert _bench([*base, "--mode", "run", "--backend", "local", "-n", "2", "-w", "0",
+                   "-J", str(run)], capsys)[0] == 0
     s, r = json.loads(sim.read_text()), json.loads(run.read_text())
     assert s.keys() == r.keys()
     assert s["schema_version"] == r["schema_version"] == bench_cli.SCHEMA_VERSION
@@ -221,7 +221,7 @@ def test_usage_errors_are_one_line_and_exit_2(argv, message, capsys):
 def test_launcher_the_backend_cannot_use_is_one_clean_line(capsys):
     for argv in (["--backend", "gloo", "--launcher", "thread"],
                  ["--backend", "local", "--launcher", "process"]):
-        code, _, err = _bench(argv + ["--suite", "n-to-m", "--cases", "1", "-b", "1K"], capsys)
+        code, _, err = _bench([*argv, "--suite", "n-to-m", "--cases", "1", "-b", "1K"], capsys)
         assert code == 2
         (line,) = err.strip().splitlines()
         assert line.startswith("reshard-bench: error: ") and "launcher" in line
@@ -297,7 +297,7 @@ def _screen(raw: str) -> list[str]:
 def test_progress_bar_never_tears_the_table(monkeypatch, capsys):
     pytest.importorskip("tqdm")
     argv = ["--suite", "n-to-m", "--cases", "1,7", "--check-elements", "256"]
-    assert bench_cli.main(argv + ["--no-progress"]) == 0
+    assert bench_cli.main([*argv, "--no-progress"]) == 0
     plain = capsys.readouterr().out.splitlines()
     term = _Terminal()
     monkeypatch.setattr(sys, "stdout", term)
@@ -309,7 +309,7 @@ def test_progress_bar_never_tears_the_table(monkeypatch, capsys):
     term2 = _Terminal()
     monkeypatch.setattr(sys, "stdout", term2)
     monkeypatch.setattr(sys, "stderr", term2)
-    assert bench_cli.main(argv + ["--no-progress"]) == 0
+    assert bench_cli.main([*argv, "--no-progress"]) == 0
     assert "step" not in term2.getvalue() and "\r" not in term2.getvalue()
 
 

@@ -59,7 +59,7 @@ def test_parse_dtype_torch_and_jax():
 
 @pytest.mark.parametrize("bad", [">f4", "U3", object, "float99", np.longdouble, "V2"])
 def test_parse_dtype_refuses(bad):
-    with pytest.raises(reshard.DTypeError, match="valid dtypes.*bfloat16"):
+    with pytest.raises(reshard.DTypeError, match=r"valid dtypes.*bfloat16"):
         parse_dtype(bad)
 
 
@@ -77,7 +77,7 @@ def test_accumulators():
 
 def test_fp8_partial_source_refused():
     mesh = DeviceMesh((2,), [0, 1])
-    with pytest.raises(reshard.PartialError, match="float8_e4m3fn has no sum.*cast="):
+    with pytest.raises(reshard.PartialError, match=r"float8_e4m3fn has no sum.*cast="):
         reshard.plan((4, 4), "float8_e4m3fn", Layout(mesh, "RR+P0"), Layout(mesh, "RR"))
 
 
@@ -267,7 +267,7 @@ def cast_problems(draw):
     shape, src, dst = draw(layout_pairs())
     if cast.scale is ScaleMode.BLOCK128:
         lead = tuple(draw(st.lists(st.integers(1, 3), max_size=1)))
-        shape = lead + (draw(st.integers(1, 300)), draw(st.integers(1, 300)))
+        shape = (*lead, draw(st.integers(1, 300)), draw(st.integers(1, 300)))
         src = Layout(src.mesh, draw(specs(src.mesh.ndim, len(shape), False)))
         dst = Layout(dst.mesh, draw(specs(dst.mesh.ndim, len(shape), False)))
     return src_dtype, cast, shape, src, dst

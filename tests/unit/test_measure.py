@@ -36,7 +36,7 @@ class _Runtime:
         return [_Out(sum(1 for e in self.log if e[0] == "execute"))]
 
     def free(self, *ys):
-        self.log.append(("free",) + tuple(y.n for y in ys))
+        self.log.append(("free", *(y.n for y in ys)))
 
 
 def test_time_execute_runs_frees_and_checks_the_chosen_run():

@@ -35,7 +35,7 @@ def test_shipped_schedules_validate(name, stages, mbs):
 
 
 @pytest.mark.parametrize("chunks", [1, 2, 3])
-@pytest.mark.parametrize(("stages", "mbs"), SIZES + [(4, 9), (5, 6), (3, 7)])
+@pytest.mark.parametrize(("stages", "mbs"), [*SIZES, (4, 9), (5, 6), (3, 7)])
 def test_interleaved_validates(stages, mbs, chunks):
     schedule = interleaved_one_f_one_b(stages, mbs, chunks)
     assert validate(schedule) == []

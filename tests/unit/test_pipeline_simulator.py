@@ -219,7 +219,7 @@ def test_timeline_statistics_by_hand():
 
 
 def test_timeline_event_checks():
-    with pytest.raises(ScheduleError, match="unknown stream 'gpu'.*compute.*send.*recv"):
+    with pytest.raises(ScheduleError, match=r"unknown stream 'gpu'.*compute.*send.*recv"):
         TimelineEvent(0, "gpu", "F0", 0, 1)
     with pytest.raises(ScheduleError, match="start <= end"):
         TimelineEvent(0, "compute", "F0", 2, 1)

@@ -59,7 +59,7 @@ def test_listen_rules():
 
 
 def test_options_are_checked():
-    with pytest.raises(ReshardError, match="port must be 0..65535"):
+    with pytest.raises(ReshardError, match=r"port must be 0..65535"):
         ServeOptions(port=70000)
     with pytest.raises(ReshardError, match="workers must be an integer >= 1"):
         ServeOptions(workers=0)

@@ -114,7 +114,7 @@ def _tweaks(plan: ReshardPlan):
                (other, dataclasses.replace(o, nbytes=o.nbytes + 1)),
                (other, dataclasses.replace(o, receivers=o.receivers[::-1]))]
     for i, t in changes:
-        yield tuple(tasks[:i] + [t] + tasks[i + 1:])
+        yield (*tasks[:i], t, *tasks[i + 1:])
     yield tuple(tasks[1:] + tasks[:1])
 
 

@@ -141,7 +141,7 @@ def test_placements_round_trip_and_flat_refused():
     s = ShardingSpec.from_placements([Shard(1), Partial(), Shard(1)], 2)
     assert str(s) == "RS02+P1:nested"
     assert s.to_placements(3) == (Shard(1), Partial(), Shard(1))
-    with pytest.raises(reshard.SpecError, match="split flat.*'RS02\\+P1:nested'"):
+    with pytest.raises(reshard.SpecError, match=r"split flat.*'RS02\+P1:nested'"):
         ShardingSpec.parse("RS02+P1").to_placements(3)
 
 

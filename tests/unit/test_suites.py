@@ -180,7 +180,7 @@ def test_cli_cluster_flag_overrides_only_when_given(tmp_path):
     assert bench_cli.main(args) == 0
     own = json.loads(out.read_text())["rows"][0]
     assert own["preset"] == "dgx-h100"
-    assert bench_cli.main(args + ["--cluster", "paper"]) == 0
+    assert bench_cli.main([*args, "--cluster", "paper"]) == 0
     paper = json.loads(out.read_text())["rows"][0]
     assert paper["preset"] == "aws-p3.8xlarge"
     assert paper["model_us"] > 10 * own["model_us"]  # 10 Gbit/s NICs, not 3.2 Tbit/s

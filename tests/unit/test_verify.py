@@ -193,7 +193,7 @@ def test_a_step_sees_only_earlier_steps():
     """Tasks of one step run concurrently: a relay or a send of a reduced box in the
     same step as what feeds it is refused; one step later it passes; steps never
     decrease."""
-    for base, kind, needle in (("allgather", "allgather", "before it received"),
+    for base, _kind, needle in (("allgather", "allgather", "before it received"),
                                ("partial", "reduce", "has not reduced")):
         d = BASE[base].to_dict()
         ReshardPlan.from_dict(d)
@@ -387,7 +387,7 @@ def test_backend_dtypes():
     check_dtypes(half.tensors, half.tasks, nccl, "nccl")  # cupy converts float16
     narrow = Capabilities(moves=frozenset({"float16", "float32"}), sums=frozenset({"int32"}),
                           groups_need_world=False, device="cpu")
-    with pytest.raises(reshard.DTypeError, match="cannot sum float32 .*float16 partial"):
+    with pytest.raises(reshard.DTypeError, match=r"cannot sum float32 .*float16 partial"):
         check_dtypes(half.tensors, half.tasks, narrow, "mine")
     with pytest.raises(reshard.DTypeError, match="cannot move dtype bfloat16"):
         check_dtypes(cast.tensors, cast.tasks, narrow, "mine")
@@ -455,7 +455,7 @@ def test_tiling_check_matches_brute_force(data):
     cuts = sorted(data.draw(st.sets(st.integers(box[k][0] + 1, box[k][1] - 1), max_size=4))
                   if box[k][1] - box[k][0] > 1 else set())
     edges = [box[k][0], *cuts, box[k][1]]
-    boxes = [box[:k] + ((a, b),) + box[k + 1:] for a, b in itertools.pairwise(edges)]
+    boxes = [(*box[:k], (a, b), *box[k + 1:]) for a, b in itertools.pairwise(edges)]
     change = data.draw(st.sampled_from(["none", "drop", "dup", "shift", "grow", "random"]))
     if change == "drop" and len(boxes) > 1:
         boxes.pop(data.draw(st.integers(0, len(boxes) - 1)))
@@ -467,7 +467,7 @@ def test_tiling_check_matches_brute_force(data):
         a, b = boxes[j][d]
         by = data.draw(st.sampled_from([-1, 1]))
         moved = (a + by, b + by) if change == "shift" else (a, b + 1)
-        boxes[j] = boxes[j][:d] + (moved,) + boxes[j][d + 1:]
+        boxes[j] = (*boxes[j][:d], moved, *boxes[j][d + 1:])
     elif change == "random":
         boxes = [tuple((a, a + data.draw(st.integers(0, 3)))
                        for a in data.draw(st.lists(st.integers(0, 6), min_size=ndim,
