@@ -22,7 +22,7 @@ bytes dominate, and it keeps its zero-copy path), into messages of at most
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from reshard.planner.staging import step_runs, task_staging
 from reshard.planner.tasks import Conversion, Task, TaskKind
@@ -38,7 +38,7 @@ X = TypeVar("X")
 _COALESCED = (TaskKind.SEND, TaskKind.BROADCAST)
 
 
-def route(task: Task, tensor: Conversion) -> tuple | None:
+def route(task: Task, tensor: Conversion) -> tuple[Any, ...] | None:
     """What ``task`` shares with the tasks it may travel with (None: it travels alone):
     its kind, root, receivers in order, tree and relays, for a SEND or BROADCAST that
     sums no addends and stages at most :data:`TASK_BYTES`."""
@@ -46,7 +46,7 @@ def route(task: Task, tensor: Conversion) -> tuple | None:
 
 
 def _route_and_size(task: Task, tensor: Conversion,
-                    staged: int | None = None) -> tuple[tuple | None, int]:
+                    staged: int | None = None) -> tuple[tuple[Any, ...] | None, int]:
     """:func:`route` and the task's staging bytes (0 when it travels alone), computed
     once (a worker's load runs it for every task of its program); ``staged``: those
     bytes, when the caller has them."""
@@ -66,8 +66,8 @@ def messages(step: Sequence[X], task_of: Callable[[X], Task],
     their first item, each at most :data:`MESSAGE_BYTES` of regions (a longer run is
     cut, in order, into several). ``staged``: an item's staging bytes
     (:func:`~reshard.planner.staging.task_staging`), when the caller has them."""
-    runs: dict[tuple, list[list[tuple[int, X]]]] = {}
-    size: dict[tuple, int] = {}
+    runs: dict[tuple[Any, ...], list[list[tuple[int, X]]]] = {}
+    size: dict[tuple[Any, ...], int] = {}
     for pos, item in enumerate(step):
         task = task_of(item)
         key, n = _route_and_size(task, tensor_of(task),

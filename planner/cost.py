@@ -20,7 +20,7 @@ receive that it does not hold, over its link; plus one latency.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -91,7 +91,7 @@ def task_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]
     return path, max(reach.values())
 
 
-_CAPACITY = {
+_CAPACITY: dict[str, Callable[[Cluster], float]] = {
     NIC_OUT: lambda c: c.nic_capacity,
     NIC_IN: lambda c: c.nic_capacity,
     DEV_OUT: lambda c: c.intra_bandwidth,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from reshard.layout import Box, Layout
 
@@ -139,7 +140,7 @@ def merge_cells(cells: list[Cell], ndim: int) -> list[Cell]:
     Only cells that share holders and needers with another cell can merge; the rest
     (every cell of an all-to-all) pass through untouched.
     """
-    buckets: dict[tuple, list[Cell]] = {}
+    buckets: dict[tuple[Any, ...], list[Cell]] = {}
     for c in cells:
         buckets.setdefault((c.holders, c.needers), []).append(c)
     if len(buckets) == len(cells):
@@ -147,7 +148,7 @@ def merge_cells(cells: list[Cell], ndim: int) -> list[Cell]:
     alone = [b[0] for b in buckets.values() if len(b) == 1]
     cells = [c for b in buckets.values() if len(b) > 1 for c in b]
     for d in reversed(range(ndim)):
-        groups: dict[tuple, list[Cell]] = {}
+        groups: dict[tuple[Any, ...], list[Cell]] = {}
         for c in cells:
             key = (c.holders, c.needers, c.box[:d], c.box[d + 1:])
             groups.setdefault(key, []).append(c)

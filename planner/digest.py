@@ -22,6 +22,7 @@ import pickle
 from collections.abc import Sequence
 from itertools import compress
 from operator import attrgetter
+from typing import Any
 
 import numpy as np
 
@@ -93,7 +94,7 @@ def _others_bytes(indices: Sequence[int], tasks: Sequence[Task]) -> bytes:
     return out.getvalue()
 
 
-def digest(header: dict, sends: Sends, other_indices: Sequence[int],
+def digest(header: dict[str, Any], sends: Sends, other_indices: Sequence[int],
            others: Sequence[Task]) -> bytes:
     """The digest of a plan whose header is ``header``, whose plain sends are
     ``sends`` and whose other tasks are ``others`` at positions ``other_indices``
@@ -107,7 +108,7 @@ def digest(header: dict, sends: Sends, other_indices: Sequence[int],
     return h.digest()
 
 
-def digest_tasks(header: dict, tasks: Sequence[Task]) -> bytes:
+def digest_tasks(header: dict[str, Any], tasks: Sequence[Task]) -> bytes:
     """:func:`digest` of a plan's tasks, in its order."""
     plain = list(map(is_plain_send, tasks))
     indices = range(len(tasks))

@@ -44,7 +44,7 @@ from reshard.planner.tasks import (
 )
 
 
-def plan_header(tensors: tuple[TensorSpec, ...], strategy: Strategy, cluster: Cluster) -> dict:
+def plan_header(tensors: tuple[TensorSpec, ...], strategy: Strategy, cluster: Cluster) -> dict[str, Any]:
     """A plan's JSON form without its tasks."""
     return {"format": FORMAT_VERSION, "strategy": strategy.value,
             "cluster": cluster.to_dict(), "tensors": [t.to_dict() for t in tensors]}
@@ -65,7 +65,7 @@ class ReshardPlan:
     tasks: tuple[Task, ...]
     strategy: Strategy
     cluster: Cluster
-    _cache: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    _cache: dict[Any, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __hash__(self) -> int:
         """Hashed once (a plan keys the Runtime's caches on every call; its tasks are
@@ -74,7 +74,7 @@ class ReshardPlan:
         if got is None:
             got = self._cache["hash"] = hash((self.tensors, self.tasks, self.strategy,
                                               self.cluster))
-        return got  # type: ignore[no-any-return]
+        return got
 
     # ----- single-tensor conveniences ----------------------------------------------------
     def _only(self) -> TensorSpec:
@@ -148,7 +148,7 @@ class ReshardPlan:
         got = self._cache.get("groups")
         if got is None:
             got = self._cache["groups"] = communicator_groups(self.tasks)
-        return got  # type: ignore[no-any-return]
+        return got
 
     # ----- cost ----------------------------------------------------------------------------
     def simulate(self) -> Estimate:
@@ -186,13 +186,13 @@ class ReshardPlan:
             with paused():
                 got = digest_tasks(self.to_dict_header(), self.tasks)
             self._cache["digest"] = got
-        return got  # type: ignore[no-any-return]
+        return got
 
-    def to_dict_header(self) -> dict:
+    def to_dict_header(self) -> dict[str, Any]:
         """:meth:`to_dict` without the tasks."""
         return plan_header(self.tensors, self.strategy, self.cluster)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {**self.to_dict_header(), "tasks": [t.to_dict() for t in self.tasks]}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -70,7 +71,7 @@ class _LayoutBoxes:
     planning call (tensors of one shape often share a layout)."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple, dict[Box, frozenset[int]]] = {}
+        self._known: dict[tuple[Any, ...], dict[Box, frozenset[int]]] = {}
 
     def holders(self, t: TensorSpec) -> dict[Box, frozenset[int]]:
         """The devices holding each source box (partial sources: not yet reduced)."""
@@ -297,7 +298,7 @@ def ordered_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Stra
     reduces: list[Task] = []
     broadcast = strat is Strategy.BROADCAST
     min_piece = _min_piece(cluster)
-    same: dict[tuple, list[Cell] | CellTable] = {}  # tensors of one shape and layouts
+    same: dict[tuple[Any, ...], list[Cell] | CellTable] = {}  # tensors of one shape and layouts
     boxes = _LayoutBoxes()
     itemsizes = [t.itemsize for t in tensors]
     for i, t in enumerate(tensors):

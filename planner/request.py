@@ -14,7 +14,7 @@ from reshard.errors import PartialError, ReshardError, SpecError
 from reshard.layout import Layout, check_shape
 from reshard.planner.tasks import Derive, TensorSpec
 
-Request: TypeAlias = TensorSpec | Sequence
+Request: TypeAlias = TensorSpec | Sequence[Any]
 """A tensor to plan: a TensorSpec, or ``(shape, dtype, src_layout, dst_layout)``,
 optionally with a fifth item, its cast (a :class:`~reshard.dtypes.Cast`, a dtype or
 None)."""

@@ -48,7 +48,7 @@ def buffer_dtype(tensor: Conversion, task: Task) -> str:
     """The dtype of ``task``'s buffers: a reduction's accumulator, else what the wire
     carries (the destination dtype)."""
     if task.kind is TaskKind.REDUCE:
-        return tensor.sum_dtype or tensor.dtype  # type: ignore[attr-defined,no-any-return]
+        return tensor.sum_dtype or tensor.dtype
     return tensor.out_dtype
 
 

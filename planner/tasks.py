@@ -136,7 +136,7 @@ class Task:
         """The member set of the collective, sorted (the communicator key)."""
         return tuple(sorted(set(self.devices)))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         d: dict[str, Any] = {
             "kind": self.kind.value, "tensor": self.tensor, "box": [list(b) for b in self.box],
@@ -179,19 +179,19 @@ class Task:
                 f"{summed}{self.root}->{list(self.receivers)} {self.nbytes}B")
 
 
-def _obj(raw: Any, what: str) -> dict:
+def _obj(raw: Any, what: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise PlanError(f"{what} must be a JSON object, got {type(raw).__name__}: {raw!r:.60}")
     return raw
 
 
-def _get(d: dict, key: str, what: str) -> Any:
+def _get(d: dict[str, Any], key: str, what: str) -> Any:
     if key not in d:
         raise PlanError(f"{what} has no field {key!r} (fields: {sorted(d)})")
     return d[key]
 
 
-def _list(raw: Any, what: str) -> list:
+def _list(raw: Any, what: str) -> list[Any]:
     if not isinstance(raw, list):
         raise PlanError(f"{what} must be a JSON list, got {type(raw).__name__}: {raw!r:.60}")
     return raw
@@ -260,7 +260,7 @@ class Conversion:
         return d
 
     @staticmethod
-    def conversion_of(d: dict, what: str = "tensor") -> tuple[str, ScaleMode, Derive, int]:
+    def conversion_of(d: dict[str, Any], what: str = "tensor") -> tuple[str, ScaleMode, Derive, int]:
         """``(cast, scale, derive, link)`` of a JSON form (:meth:`conversion_dict`);
         strict about types."""
         cast = d.get("cast", "")
@@ -344,7 +344,7 @@ class TensorSpec(Conversion):
         """Bytes of the whole tensor on the wire."""
         return box_size(tuple((0, s) for s in self.shape)) * self.itemsize
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (conversion fields only when set)."""
         return {"shape": list(self.shape), "dtype": self.dtype, "src": self.src.to_dict(),
                 "dst": self.dst.to_dict(), **self.conversion_dict()}

@@ -42,7 +42,7 @@ loads a plan.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -167,7 +167,7 @@ class _Replay:
         self.dst: list[dict[int, Box]] = []
         self.leaders: list[frozenset[int]] = []
         self.group_of: list[dict[int, tuple[int, ...]]] = []  # partial sources only
-        boxes: dict[tuple, dict[int, Box]] = {}  # many tensors share layouts and shapes
+        boxes: dict[tuple[Any, ...], dict[int, Box]] = {}  # many tensors share layouts and shapes
         leaders: dict[Layout, frozenset[int]] = {}
         groups: dict[Layout, dict[int, tuple[int, ...]]] = {}
         for t in plan.tensors:

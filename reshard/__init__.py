@@ -6,6 +6,8 @@ scatter+all-gather baselines), execute them on NCCL / gloo / a local reference
 backend, and schedule them inside a pipeline.
 """
 
+from typing import Any
+
 from reshard.cluster import PRESETS, Cluster, LinkFigures, preset_names
 from reshard.errors import (
     ClusterError,
@@ -78,7 +80,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'reshard' has no attribute {name!r}")

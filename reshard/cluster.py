@@ -221,7 +221,7 @@ class Cluster:
             raise ClusterError(
                 f"unknown cluster figure(s) {sorted(unknown)}; valid: {sorted(figures)}"
             )
-        figures.update(overrides)  # type: ignore[arg-type]
+        figures.update(overrides)
         name = str(figures.pop("name", fig.name if not overrides else "custom"))
         return cls(tuple(tuple(h) for h in hosts), name=name, **figures)  # type: ignore
 
@@ -245,7 +245,7 @@ class Cluster:
     def host_of(self, device: int) -> int:
         """Host index of ``device``."""
         try:
-            return self._host_of[device]  # type: ignore[attr-defined]
+            return self._host_of[device]  # type: ignore[attr-defined,no-any-return]
         except KeyError:
             raise ClusterError(
                 f"device {device} is not in the cluster {self.name!r} (devices "
@@ -256,7 +256,7 @@ class Cluster:
         """Global index of the NIC ``device`` uses (host ``h``'s NICs are
         ``h * nics_per_host ...``)."""
         try:
-            return self._nic_of[device]  # type: ignore[attr-defined]
+            return self._nic_of[device]  # type: ignore[attr-defined,no-any-return]
         except KeyError:
             self.host_of(device)  # raises the helpful error
             raise
@@ -278,7 +278,7 @@ class Cluster:
                 f"Cluster.from_hosts([...])"
             )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
             "hosts": [list(h) for h in self.hosts], "intra_bandwidth": self.intra_bandwidth,
@@ -288,7 +288,7 @@ class Cluster:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> Cluster:
+    def from_dict(cls, d: dict[str, Any]) -> Cluster:
         """Inverse of :meth:`to_dict`."""
         d = dict(d)
         return cls(tuple(tuple(h) for h in d.pop("hosts")), **d)

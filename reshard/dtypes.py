@@ -72,9 +72,8 @@ _ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "f
 
 
 def _lookup(name: str) -> np.dtype:
-    if name in NARROW:
-        return np.dtype(getattr(ml_dtypes, name))
-    return np.dtype(name)
+    found: np.dtype = np.dtype(getattr(ml_dtypes, name) if name in NARROW else name)
+    return found
 
 
 _BY_NAME: dict[str, np.dtype] = {n: _lookup(n) for n in DTYPES}
@@ -110,7 +109,7 @@ def parse_dtype(value: object) -> np.dtype:
                              f"{list(DTYPES)}")
         return known
     try:
-        dt = np.dtype(value)  # type: ignore[call-overload]
+        dt: np.dtype = np.dtype(value)  # type: ignore[call-overload]
     except (TypeError, ValueError):
         raise DTypeError(f"unknown dtype {value!r}; valid dtypes: {list(DTYPES)}") from None
     if dt.name not in _BY_NAME or _BY_NAME[dt.name] != dt:
@@ -164,7 +163,7 @@ def storage(name: str) -> str:
 def max_finite(name: str) -> float:
     """The largest finite value of floating dtype ``name`` (float8: the saturation
     bound of a cast)."""
-    return float(ml_dtypes.finfo(_BY_NAME[name]).max)
+    return float(ml_dtypes.finfo(_BY_NAME[name]).max)  # type: ignore[no-untyped-call]
 
 
 def is_float8(name: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from reshard.errors import ShapeError, SpecError
 from reshard.mesh import DeviceMesh
@@ -32,7 +33,7 @@ def check_shape(shape: Sequence[int]) -> tuple[int, ...]:
     """Validate a tensor shape: a sequence of non-negative integers, at most
     :data:`MAX_ELEMENTS` elements (and every dim at most that)."""
     try:
-        out = tuple(int(s.__index__()) for s in shape)  # type: ignore[attr-defined]
+        out = tuple(int(s.__index__()) for s in shape)
     except (AttributeError, TypeError):
         raise ShapeError(
             f"tensor shape must be a sequence of integers, got {shape!r}; e.g. (1024, 64)"
@@ -177,12 +178,12 @@ class Layout:
             dev for coords, dev in self.mesh.iter_coords() if all(coords[a] == 0 for a in part)
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"mesh": self.mesh.to_dict(), "spec": str(self.spec)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> Layout:
+    def from_dict(cls, d: dict[str, Any]) -> Layout:
         """Inverse of :meth:`to_dict`."""
         return cls(DeviceMesh.from_dict(d["mesh"]), ShardingSpec.parse(d["spec"]))
 

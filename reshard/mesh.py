@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from reshard.errors import MeshError
 
@@ -12,7 +13,7 @@ from reshard.errors import MeshError
 def _as_int(value: object, what: str) -> int:
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise MeshError(f"{what} must be an integer, got {value!r}")
-    return int(value.__index__())  # type: ignore[attr-defined]
+    return int(value.__index__())
 
 
 @dataclass(frozen=True, init=False)
@@ -121,13 +122,13 @@ class DeviceMesh:
             raise MeshError(f"mesh axis {axis} out of range for a {self.ndim}-axis mesh")
         return axis
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"shape": list(self.shape), "devices": list(self.devices),
                 "axis_names": list(self.axis_names)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> DeviceMesh:
+    def from_dict(cls, d: dict[str, Any]) -> DeviceMesh:
         """Inverse of :meth:`to_dict`."""
         return cls(d["shape"], d["devices"], d.get("axis_names"))
 

@@ -124,7 +124,7 @@ def _declared_placement(p: object) -> Placement | None:
             f"which a spec cannot say alone; read it with its mesh and shape: "
             f"reshard.adapters.dtensor.to_layout(mesh, placements, shape)")
     if _asks(p, "is_shard") and hasattr(p, "dim"):
-        return Shard(int(p.dim))  # type: ignore[attr-defined]
+        return Shard(int(p.dim))
     if _asks(p, "is_replicate"):
         return Replicate()
     if _asks(p, "is_partial"):
