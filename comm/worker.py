@@ -1,8 +1,8 @@
 """The worker of a Runtime: one device's named arrays, plans and extensions, run by an
 :class:`~reshard.comm.executor.Executor`.
 
-A :class:`DeviceWorker` is what a Runtime's launcher calls by method name on each
-device: it keeps the shards stored under keys, loads plans under the driver's ids
+A :class:`DeviceWorker` is what runs a Runtime's calls on each device (typed calls,
+:mod:`reshard.comm.calls`, through the :data:`DISPATCH` table): it keeps the shards stored under keys, loads plans under the driver's ids
 (each device gets its :class:`~reshard.comm.program.WorkerProgram`; receive/pack
 scratch buffers are allocated then, per plan, not per call) and executes them on
 named arrays. The execution itself, step by step in the plan's global order, is the
@@ -25,8 +25,10 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
+from reshard.comm import calls
 from reshard.comm.backend import Backend
 from reshard.comm.executor import Executor
+from reshard.comm.program import WorkerProgram
 from reshard.comm.steps import LoadedProgram, StepTask
 from reshard.comm.steps import scratch_elems as _scratch_elems
 from reshard.errors import ReshardError
@@ -80,6 +82,14 @@ class DeviceWorker:
     def current(self) -> tuple[int, str] | None:
         """(task index, task text) in flight or last failed."""
         return self.executor.current
+
+    def run(self, call: calls.WorkerCall) -> Any:
+        """Run a driver's call (:mod:`reshard.comm.calls`) through :data:`DISPATCH`."""
+        run = DISPATCH.get(type(call))
+        if run is None:
+            raise ReshardError(f"device {self.device}: {call!r:.80} is not a worker call; "
+                               f"valid: {[c.__name__ for c in calls.CALLS]}")
+        return run(self, call)
 
     # ----- channels and extensions -----------------------------------------------------
     def backend_for(self, channel: str | None) -> Backend:
@@ -135,7 +145,7 @@ class DeviceWorker:
 
     # ----- plans ---------------------------------------------------------------------
     @_communicating
-    def load_plan(self, plan_id: int, plan: ReshardPlan | str,
+    def load_plan(self, plan_id: int, plan: ReshardPlan | WorkerProgram | str | bytes,
                   channel: str | None = None, verified: bool = False,
                   coalesce: bool = True) -> int:
         """Prepare this device's program of ``plan`` (object or JSON; a plan or a
@@ -193,4 +203,24 @@ class DeviceWorker:
         return handle.sent
 
 
-__all__ = ["DeviceWorker", "LoadedPlan", "LoadedProgram", "StepTask", "_scratch_elems"]
+def _load(w: DeviceWorker, c: calls.LoadPlan) -> int:
+    return w.load_plan(c.plan_id, c.plan, c.channel, coalesce=c.coalesce)
+
+
+DISPATCH: dict[type, Callable[[DeviceWorker, Any], Any]] = {
+    calls.LoadPlan: _load,
+    calls.UnloadPlan: lambda w, c: w.unload_plan(c.plan_id),
+    calls.Execute: lambda w, c: w.execute(c.plan_id, c.in_keys, c.out_keys),
+    calls.Put: lambda w, c: w.put(c.key, c.shard),
+    calls.Get: lambda w, c: w.get(c.key),
+    calls.Drop: lambda w, c: w.drop(c.keys),
+    calls.Ping: lambda w, c: w.ping(),
+    calls.Stats: lambda w, c: w.stats(),
+    calls.Attach: lambda w, c: w.attach(c.name, c.factory, *c.args),
+    calls.Invoke: lambda w, c: w.invoke(c.name, c.method, *c.args),
+}
+"""What a worker runs for each kind of call (:data:`reshard.comm.calls.CALLS`, every
+one)."""
+
+
+__all__ = ["DISPATCH", "DeviceWorker", "LoadedPlan", "LoadedProgram", "StepTask", "_scratch_elems"]

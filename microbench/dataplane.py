@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from reshard.cluster import GBIT, Cluster
+from reshard.comm.calls import Ping
 from reshard.dtypes import itemsize
 from reshard.errors import ExecutionError, ReshardBaseError
 from reshard.layout import Layout
@@ -90,7 +91,7 @@ def round_trip_seconds(rt: Any, runs: int = 7) -> float:
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        futures = [rt.group.submit(d, "ping") for d in rt.group.devices]
+        futures = [rt.group.submit(d, Ping()) for d in rt.group.devices]
         wait(futures)
         for f in futures:
             f.result()

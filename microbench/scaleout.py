@@ -38,6 +38,7 @@ import time
 from collections.abc import Sequence
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.comm.calls import LoadPlan, UnloadPlan
 from reshard.comm.program import WorkerProgram, programs
 from reshard.microbench import flags
 from reshard.microbench.steal import cpu_times, stolen
@@ -122,10 +123,10 @@ def runtime_load(workers: int, rounds: int) -> dict:
                     rt._check_plan(plan)
                     text = plan.to_json()
                     pid = 10**6 + r
-                    rt.call({d: ("load_plan", pid, text, None) for d in targets}, "load")
+                    rt.call({d: LoadPlan(pid, text) for d in targets}, "load")
                     old_s.append(time.perf_counter() - t0)
                     sent_old = len(text) * len(targets)
-                    rt.call({d: ("unload_plan", pid) for d in targets}, "unload")
+                    rt.call({d: UnloadPlan(pid) for d in targets}, "unload")
                 else:
                     rt.load(plan)
                     new_s.append(time.perf_counter() - t0)

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from reshard import Cluster, DeviceMesh, Layout, Runtime
+from reshard.comm.calls import Drop, Execute, Get, LoadPlan
 from reshard.comm.program import programs
 from reshard.dtypes import parse_dtype
 from reshard.microbench import flags
@@ -86,21 +87,21 @@ def _measure(reqs: list[tuple], cluster: Cluster, iters: int, netns: object) -> 
         in_keys = [x.key for x in xs]
         times: dict[bool, list[float]] = {True: [], False: []}
         for way, pid in ((True, 9001), (False, 9002)):
-            rt.call({d: ("load_plan", pid, progs[d], None, True, way) for d in progs}, "load")
+            rt.call({d: LoadPlan(pid, progs[d], coalesce=way) for d in progs}, "load")
         for k in range(iters + 1):
             for way in ((True, False) if k % 2 == 0 else (False, True)):
                 pid = 9001 if way else 9002
                 out_keys = [f"small-{way}-{k}-{i}" for i in range(len(reqs))]
                 t0 = time.perf_counter()
-                rt.call({d: ("execute", pid, in_keys, out_keys) for d in plan.devices}, "run")
+                rt.call({d: Execute(pid, in_keys, out_keys) for d in plan.devices}, "run")
                 if k:  # the first round warms both up
                     times[way].append(time.perf_counter() - t0)
                 wrong = 0
                 for i, (v, (_, _, _, dst)) in enumerate(zip(values, reqs)):
-                    got = rt.call({d: ("get", out_keys[i]) for d in dst.devices}, "get")
+                    got = rt.call({d: Get(out_keys[i]) for d in dst.devices}, "get")
                     for d, sl in dst.index_map(v.shape).items():
                         wrong += int(got[d].tobytes() != np.ascontiguousarray(v[sl]).tobytes())
-                rt.call({d: ("drop", out_keys) for d in plan.devices}, "drop")
+                rt.call({d: Drop(out_keys) for d in plan.devices}, "drop")
                 if wrong:
                     raise AssertionError(f"{wrong} destination shards differ (coalesce={way})")
     merged = len(followers(plan.tasks, plan.tensors))

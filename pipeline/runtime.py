@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from reshard.comm.calls import Attach, Invoke
 from reshard.errors import ReshardError
 from reshard.layout import Layout
 from reshard.pipeline.actions import Action
@@ -137,7 +138,7 @@ class PipelineRuntime:
             self.schedule.to_text(), self.stages, act, grad,
             tuple(tuple((n, x.key) for n, x in sorted(ps.items())) for ps in placed),
             self.dtype, self.rt.timeout)
-        self.rt.call({d: ("attach", EXTENSION, "reshard.pipeline.worker:StageWorker", config)
+        self.rt.call({d: Attach(EXTENSION, "reshard.pipeline.worker:StageWorker", (config,))
                       for d in self.devices}, "start pipeline stages")
         self.params = placed
 
@@ -164,7 +165,7 @@ class PipelineRuntime:
         self._iteration += 1
         t0 = time.monotonic()
         out = self.rt.call(
-            {d: ("invoke", EXTENSION, "run", it, [x.key for x in xs], [t.key for t in ts])
+            {d: Invoke(EXTENSION, "run", (it, [x.key for x in xs], [t.key for t in ts]))
              for d in self.devices}, f"pipeline iteration {it}")
         wall = time.monotonic() - t0
         self.rt.free(*xs, *ts)
@@ -223,7 +224,7 @@ class PipelineRuntime:
                 reduced.append((v, name, y.key))
                 if y is not g:
                     moved.append(y)
-        self.rt.call({d: ("invoke", EXTENSION, "sgd", lr, reduced) for d in self.devices},
+        self.rt.call({d: Invoke(EXTENSION, "sgd", (lr, reduced)) for d in self.devices},
                      "pipeline update")
         if moved:
             self.rt.free(*moved)

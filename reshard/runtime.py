@@ -18,6 +18,7 @@ from typing import Any, Self
 import numpy as np
 
 from reshard.cluster import Cluster
+from reshard.comm.calls import Drop, Execute, Get, LoadPlan, Put, UnloadPlan, WorkerCall
 from reshard.comm.program import WorkerProgram, programs
 from reshard.dtypes import accumulate, itemsize, parse_dtype, storage
 from reshard.errors import ExecutionError, ReshardError, ShapeError
@@ -216,9 +217,9 @@ class Runtime:
         return len(self._cached) + len(self._pinned)
 
     # ----- issuing and waiting -----------------------------------------------------------
-    def _submit(self, device: int, method: str, *args: Any) -> tuple[int, Future]:
+    def _submit(self, device: int, call: WorkerCall) -> tuple[int, Future]:
         """Issue one worker call (the caller holds the lock)."""
-        fut = self.group.submit(device, method, *args)
+        fut = self.group.submit(device, call)
         fut.add_done_callback(functools.partial(self._made_progress, device))
         return device, fut
 
@@ -324,12 +325,12 @@ class Runtime:
         return f"{what} failed: " + "; ".join(parts[:8]) + (
             f" (+{len(parts) - 8} more)" if len(parts) > 8 else "")
 
-    def _issue(self, calls: dict[int, tuple]) -> list[tuple[int, Future]]:
-        """Issue ``{device: (method, *args)}`` (the caller holds the lock)."""
-        return [self._submit(d, method, *args) for d, (method, *args) in calls.items()]
+    def _issue(self, calls: dict[int, WorkerCall]) -> list[tuple[int, Future]]:
+        """Issue ``{device: call}`` (the caller holds the lock)."""
+        return [self._submit(d, call) for d, call in calls.items()]
 
-    def call(self, calls: dict[int, tuple], what: str) -> dict[int, Any]:
-        """Call worker methods, ``{device: (method, *args)}``, concurrently; returns
+    def call(self, calls: dict[int, WorkerCall], what: str) -> dict[int, Any]:
+        """Make worker calls (:mod:`reshard.comm.calls`), ``{device: call}``, concurrently; returns
         ``{device: result}``. A failure anywhere shuts the runtime down and raises one
         :class:`ExecutionError` naming dead devices and failing tasks."""
         with self._lock:
@@ -424,7 +425,7 @@ class Runtime:
             self._ensure(layout.devices)
             x = DArray(self._new_key(), shape_t, dt.name, layout)
             issued = time.monotonic()
-            futures = self._issue({d: ("put", x.key, a) for d, a in arrays.items()})
+            futures = self._issue({d: Put(x.key, a) for d, a in arrays.items()})
             self._live[x.key] = x
         self._wait(futures, "put", issued, timeout)
         return x
@@ -435,7 +436,7 @@ class Runtime:
             self._check_open()
             self._check_live([x])
             issued = time.monotonic()
-            futures = self._issue({d: ("get", x.key) for d in x.layout.devices})
+            futures = self._issue({d: Get(x.key) for d in x.layout.devices})
         self._wait(futures, "get", issued, timeout)
         dt = parse_dtype(x.dtype)
         return {d: _typed(f.result(), dt) for d, f in futures}
@@ -471,7 +472,7 @@ class Runtime:
                 for d in x.layout.devices:
                     calls.setdefault(d, []).append(x.key)
             issued = time.monotonic()
-            futures = self._issue({d: ("drop", keys) for d, keys in calls.items()})
+            futures = self._issue({d: Drop(keys) for d, keys in calls.items()})
         self._wait(futures, "free", issued)
 
     # ----- resharding ------------------------------------------------------------------
@@ -570,12 +571,12 @@ class Runtime:
             return pid, []
         self._ensure(plan.devices)
         pid = next(self._ids)
-        calls = self._issue({d: ("load_plan", pid, prog, channel)
+        calls = self._issue({d: LoadPlan(pid, prog, channel)
                              for d, prog in self._programs(plan).items()})
         (self._pinned if pin else self._cached)[key] = pid
         while len(self._cached) > self.max_plans:
             (old, _), old_pid = self._cached.popitem(last=False)
-            calls += self._issue({d: ("unload_plan", old_pid) for d in self._targets(old)})
+            calls += self._issue({d: UnloadPlan(old_pid) for d in self._targets(old)})
         return pid, calls
 
     def load(self, plan: ReshardPlan, channel: str | None = None) -> int:
@@ -610,7 +611,7 @@ class Runtime:
             if pid is None:
                 return
             issued = time.monotonic()
-            calls = self._issue({d: ("unload_plan", pid) for d in self._targets(plan)})
+            calls = self._issue({d: UnloadPlan(pid) for d in self._targets(plan)})
         self._wait(calls, "unload plan", issued)
 
     def execute(self, plan: ReshardPlan, xs: Sequence[DArray], *,
@@ -643,7 +644,7 @@ class Runtime:
             for k, x in zip(inputs, xs):
                 in_keys[k] = x.key
             out_keys = [None if y is None else y.key for y in made]
-            calls += self._issue({d: ("execute", pid, in_keys, out_keys) for d in plan.devices})
+            calls += self._issue({d: Execute(pid, in_keys, out_keys) for d in plan.devices})
             outs = [made[k] for k in inputs]
             for y in made:
                 if y is not None:

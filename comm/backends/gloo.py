@@ -305,7 +305,7 @@ class GlooBackend(HostMemory):
             raise ExecutionError(
                 f"device {self.device}: no process group for members {list(key)}; gloo "
                 f"sub-groups are created when a plan is loaded on every worker "
-                f"(WorkerHost.call('load_plan', ...))")
+                f"(a LoadPlan call, reshard.comm.calls)")
         return pg
 
     def _bytes(self, buf: np.ndarray) -> Any:

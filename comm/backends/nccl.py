@@ -233,7 +233,7 @@ class NcclBackend:
         if comm is None:
             raise ExecutionError(
                 f"device {self.device}: no NCCL communicator for devices {list(g)}; they "
-                f"are created when a plan is loaded (WorkerHost.call('load_plan', ...))")
+                f"are created when a plan is loaded (a LoadPlan call, reshard.comm.calls)")
         self._used[g] = comm
         return g, comm
 

@@ -1,13 +1,15 @@
-"""What a launcher provides: a group of workers, one per device, called by method name."""
+"""What a launcher provides: a group of workers, one per device, each running the
+driver's typed calls (:mod:`reshard.comm.calls`)."""
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
 from concurrent.futures import Future
-from typing import Any, Protocol
+from typing import Protocol
 
 from reshard.choice import parse_choice
+from reshard.comm.calls import WorkerCall
 from reshard.errors import ReshardError
 
 
@@ -39,8 +41,8 @@ class WorkerGroup(Protocol):
     def pids(self) -> dict[int, int]:
         """The process id each device's worker runs in (where known)."""
 
-    def submit(self, device: int, method: str, *args: Any) -> Future:
-        """Call ``DeviceWorker.<method>(*args)`` on ``device``'s worker."""
+    def submit(self, device: int, call: WorkerCall) -> Future:
+        """Run ``call`` (:mod:`reshard.comm.calls`) on ``device``'s worker."""
 
     def ensure(self, devices: Iterable[int]) -> None:
         """Make sure every device has a worker: start missing ones where the launcher

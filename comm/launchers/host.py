@@ -2,8 +2,8 @@
 
 A :class:`WorkerHost` builds the backend rank for its device from a
 :class:`WorkerSpec`, wraps it in a :class:`~reshard.comm.worker.DeviceWorker`, and
-dispatches the driver's calls by method name (plans arrive as JSON the driver has
-verified).
+runs the driver's typed calls (:mod:`reshard.comm.calls`; plans arrive as the
+programs the driver cut from a plan it verified).
 
 Nothing here imports torch or cupy at module level: the launcher applies the
 worker's environment first (``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``,
@@ -17,13 +17,12 @@ import pickle
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reshard.errors import ExecutionError, ReshardBaseError, ReshardError
 
-# DeviceWorker methods the driver may call.
-METHODS = frozenset({"load_plan", "unload_plan", "execute", "put", "get", "drop", "ping",
-                     "stats", "attach", "invoke"})
+if TYPE_CHECKING:
+    from reshard.comm.calls import WorkerCall
 
 # Environment every worker gets unless the caller's ``env`` says otherwise: many
 # workers share few cores, and their copies are memory-bound.
@@ -119,7 +118,7 @@ def portable_error(exc: BaseException, device: int) -> BaseException:
 
 
 class WorkerHost:
-    """One device's backend rank and worker, called by method name.
+    """One device's backend rank and worker, running the driver's calls.
 
     Constructing it joins the backend's world: every worker of the runtime must
     construct its host at about the same time.
@@ -143,16 +142,10 @@ class WorkerHost:
         """Facts the driver records about this worker."""
         return {"device": self.spec.device, "pid": os.getpid()}
 
-    def call(self, method: str, args: Sequence[Any]) -> Any:
-        """Run ``DeviceWorker.<method>(*args)``."""
-        if method not in METHODS:
-            raise ReshardError(f"unknown worker method {method!r}; valid: {sorted(METHODS)}")
+    def call(self, call: WorkerCall) -> Any:
+        """Run a driver's call (:mod:`reshard.comm.calls`) on this device's worker."""
         self.backend.activate()
-        if method == "load_plan":  # the driver verified the plan it sends down this pipe
-            plan_id, plan, *rest = args  # (plan_id, plan[, channel])
-            channel = rest[0] if rest else None
-            return self.worker.load_plan(plan_id, plan, channel, verified=True)
-        return getattr(self.worker, method)(*args)
+        return self.worker.run(call)
 
     def close(self) -> None:
         """Release the backend (its channels first) and the rendezvous connection."""
@@ -164,5 +157,5 @@ class WorkerHost:
             self.rendezvous.close()
 
 
-__all__ = ["DEFAULT_ENV", "METHODS", "WorkerHost", "WorkerSpec", "describe_exit",
+__all__ = ["DEFAULT_ENV", "WorkerHost", "WorkerSpec", "describe_exit",
            "make_specs", "portable_error", "worker_env"]

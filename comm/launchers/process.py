@@ -46,7 +46,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reshard.comm.backend import BackendKind
 from reshard.comm.launchers.base import require_workers
@@ -63,6 +63,9 @@ from reshard.comm.launchers.spawn import ExecStarter, ForkServer, Starter, Worke
 from reshard.comm.launchers.worker_loop import CLOSE
 from reshard.comm.rendezvous import TcpRendezvousServer
 from reshard.errors import ExecutionError
+
+if TYPE_CHECKING:
+    from reshard.comm.calls import WorkerCall
 
 # Imported once by the fork server, then inherited by every worker it forks: importing
 # torch in 8 processes at once on 2 cores takes ~20 s, forking a server that has it
@@ -273,8 +276,8 @@ class ProcessGroup:
         """Process id of every device's worker."""
         return {d: w.pid for d, w in self._workers.items() if w.pid is not None}
 
-    def submit(self, device: int, method: str, *args: Any) -> Future:
-        """Call ``DeviceWorker.<method>(*args)`` in ``device``'s process."""
+    def submit(self, device: int, call: WorkerCall) -> Future:
+        """Run ``call`` in ``device``'s process (pickled down its pipe)."""
         fut: Future = Future()
         w = self._workers.get(device)
         with self._lock:
@@ -288,7 +291,7 @@ class ProcessGroup:
             else:
                 call_id = next(self._ids)
                 w.pending[call_id] = fut
-                w.outbox.put((call_id, method, args))
+                w.outbox.put((call_id, call))
         return fut
 
     def ensure(self, devices: Iterable[int]) -> None:

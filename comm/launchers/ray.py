@@ -47,7 +47,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -58,6 +58,9 @@ from reshard.comm.launchers.cleanup import close_at_exit
 from reshard.comm.launchers.host import WorkerHost, WorkerSpec, make_specs, portable_error
 from reshard.comm.launchers.raywatch import children_of, watch_ray
 from reshard.errors import ExecutionError, ReshardBaseError
+
+if TYPE_CHECKING:
+    from reshard.comm.calls import WorkerCall
 
 _CLOSE_WAIT = 10.0  # seconds close() waits for killed actors of this machine to exit
 
@@ -141,12 +144,12 @@ class _DeviceActor:
         return {**self.host.info(), "node": ray.get_runtime_context().get_node_id(),
                 "machine": machine_id()}
 
-    def call(self, method: str, args: tuple) -> Any:
-        """``DeviceWorker.<method>(*args)``."""
+    def call(self, call: WorkerCall) -> Any:
+        """Run a driver's call (:mod:`reshard.comm.calls`) on this device's worker."""
         if self.host is None:
             raise ExecutionError(f"device {self.spec.device}: worker not started")
         try:
-            return self.host.call(method, args)
+            return self.host.call(call)
         except BaseException as e:  # noqa: BLE001 - re-raised portable
             raise portable_error(e, self.spec.device) from None
 
@@ -351,8 +354,8 @@ class RayGroup:
         """Process id of every device's actor."""
         return {d: i["pid"] for d, i in self.info.items()}
 
-    def submit(self, device: int, method: str, *args: Any) -> Future:
-        """Call ``DeviceWorker.<method>(*args)`` on ``device``'s actor."""
+    def submit(self, device: int, call: WorkerCall) -> Future:
+        """Run ``call`` on ``device``'s actor."""
         out: Future = Future()
         actor = self.actors.get(device)
         if actor is None or self._closed:
@@ -363,7 +366,7 @@ class RayGroup:
         if device in self._dead:
             out.set_exception(ExecutionError(f"device {device}: {self._dead[device]}"))
             return out
-        inner = actor.call.remote(method, args).future()
+        inner = actor.call.remote(call).future()
 
         def done(f: Future) -> None:
             exc = f.exception()

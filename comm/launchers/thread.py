@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING
 
 from reshard.comm.backends.local import LocalBackend, LocalFabric
 from reshard.comm.worker import DeviceWorker
+
+if TYPE_CHECKING:
+    from reshard.comm.calls import WorkerCall
 
 
 class ThreadGroup:
@@ -41,10 +44,10 @@ class ThreadGroup:
                 self.workers[d] = DeviceWorker(d, LocalBackend(d, self.fabric))
                 self.pools[d] = ThreadPoolExecutor(1, thread_name_prefix=f"reshard-dev{d}")
 
-    def submit(self, device: int, method: str, *args: Any) -> Future:
-        """Run ``method`` on the device's worker thread."""
+    def submit(self, device: int, call: WorkerCall) -> Future:
+        """Run ``call`` on the device's worker thread."""
         self.ensure((device,))
-        return self.pools[device].submit(getattr(self.workers[device], method), *args)
+        return self.pools[device].submit(self.workers[device].run, call)
 
     def dead(self) -> dict[int, str]:
         """Threads do not die on their own."""

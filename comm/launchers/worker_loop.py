@@ -15,6 +15,7 @@ import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
+from reshard.comm.calls import call_name
 from reshard.comm.launchers.host import WorkerHost, WorkerSpec, portable_error
 from reshard.comm.launchers.netns import enter_netns
 from reshard.errors import ExecutionError
@@ -124,16 +125,16 @@ def worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
         msg = inbox.get()
         if msg == CLOSE:
             break
-        call_id, method, args = msg
+        call_id, call = msg
         try:
-            reply = (call_id, True, host.call(method, args))
+            reply = (call_id, True, host.call(call))
         except BaseException as e:  # noqa: BLE001 - the call's error is the reply
             reply = (call_id, False, portable_error(e, spec.device))
         try:
             results.send(reply)
         except Exception as e:  # noqa: BLE001 - an unpicklable result
             results.send((call_id, False, ExecutionError(
-                f"device {spec.device}: {method} returned an unsendable value: {e}")))
+                f"device {spec.device}: {call_name(call)} returned an unsendable value: {e}")))
     if profile is not None:
         profile()
     try:

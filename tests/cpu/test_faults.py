@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from reshard import Cluster, DeviceMesh, ExecutionError, Layout
+from reshard.comm.calls import Ping
 from reshard.runtime import Runtime
 
 from ._helpers import check_shards, pid_alive, wait_gone
@@ -140,7 +141,7 @@ def test_ray_actors_killed_on_close(ray_session):
     assert wait_gone(pids.values(), 1.0) == []  # close() waits for local actors to exit
     for actor in actors.values():
         with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.call.remote("ping", ()), timeout=30)
+            ray.get(actor.call.remote(Ping()), timeout=30)
 
 
 @pytest.mark.timeout(120)

@@ -76,9 +76,9 @@ class _Spy:
     def __init__(self, group):
         self.group, self.calls = group, []
 
-    def __call__(self, device, method, *args):
-        self.calls.append((device, method))
-        return self.group.__class__.submit(self.group, device, method, *args)
+    def __call__(self, device, call):
+        self.calls.append((device, type(call).__name__))
+        return self.group.__class__.submit(self.group, device, call)
 
 
 @pytest.mark.timeout(120)

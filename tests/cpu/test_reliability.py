@@ -27,6 +27,7 @@ from reshard import (
     ReshardPlan,
     ShapeError,
 )
+from reshard.comm.calls import Stats
 from reshard.runtime import Runtime
 
 from ..common import in_threads, put_value
@@ -86,7 +87,7 @@ def test_threads_sharing_a_runtime_get_their_own_data(rt):
     errors = in_threads(worker, 8, 200)
     assert not errors, errors[:3]
     assert len(done) == 8 * 18
-    stats = rt.call({d: ("stats",) for d in rt.group.devices}, "stats")
+    stats = rt.call({d: Stats() for d in rt.group.devices}, "stats")
     assert all(s["arrays"] == 0 for s in stats.values()), stats  # every array freed
 
 
@@ -189,7 +190,7 @@ def test_memory_stays_flat_over_1000_cycles(rt):
         if i == 199:
             rss = {d: _rss_mib(p) for d, p in pids.items()}
         if i % 100 == 99:
-            stats = rt.call({d: ("stats",) for d in rt.group.devices}, "stats")
+            stats = rt.call({d: Stats() for d in rt.group.devices}, "stats")
             assert all(s["plans"] <= rt.max_plans and s["arrays"] == 0
                        for s in stats.values()), stats
             assert rt.loaded_plans <= rt.max_plans
