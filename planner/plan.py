@@ -20,17 +20,15 @@ from reshard.planner.balance import Loads
 from reshard.planner.cell_table import CellTable, decompose_table
 from reshard.planner.cell_tasks import CELL_PLANNERS, split_box
 from reshard.planner.decompose import Cell, decompose, devices_by_box
-from reshard.planner.fuse import fuse_reductions
 from reshard.planner.gcpause import paused
-from reshard.planner.ir import Derive, ReshardPlan, Task, TaskKind, TensorSpec
-from reshard.planner.order import one_at_a_time
+from reshard.planner.ir import Derive, ReshardPlan, Task, TensorSpec
 from reshard.planner.ordered import OrderedTasks
+from reshard.planner.passes import search
 from reshard.planner.reduce import decompose_pieces, ready_step, reduce_sources
 from reshard.planner.request import Request, default_cluster, make_tensor_spec, request_parts
 from reshard.planner.scales import with_scales
 from reshard.planner.staging import check_budget, fit_budget
 from reshard.planner.strategy import Strategy
-from reshard.planner.trees import reshapes, treeify
 from reshard.planner.work import Splitter, WorkList
 
 
@@ -103,12 +101,10 @@ def plan_many(
 ) -> ReshardPlan:
     """Plan several tensors together: one sender balance and one global order.
 
-    A broadcast plan whose partial sums are reduced in pipelined pieces is also
-    planned with the pieces' chains fanning out inside their last host at the next
-    step (:func:`~reshard.planner.cell_tasks.fan_out`), and one whose chains cross
-    many hosts with those chains reshaped into trees
-    (:func:`~reshard.planner.trees.treeify`); the model picks the fastest (plans up
-    to :data:`COMPARE_UP_TO` tasks).
+    The strategy's first plan is then searched (:mod:`reshard.planner.passes`): named
+    passes propose candidates (partial-sum pieces fanning out inside their last host,
+    reductions fused with their deliveries, chains reshaped into trees, one task per
+    device at a time) and the cost model keeps the fastest, by each pass's rule.
 
     A scaled cast adds its amax and scales tensors (:mod:`reshard.planner.scales`):
     the amaxes are reduced in a first phase, everything else moves in a second.
@@ -219,55 +215,10 @@ def _phase(tensors: tuple[TensorSpec, ...], indices: Sequence[int], cluster: Clu
 
 def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
                strat: Strategy) -> ReshardPlan:
-    """The fastest by the model of the plans tried for ``tensors`` (see
-    :func:`plan_many`)."""
+    """The fastest by the model of the plans tried for ``tensors``: the strategy's first
+    plan, then its passes' candidates (:mod:`reshard.planner.passes`)."""
     tasks, pipelined = plan_tasks(tensors, cluster, strat, fan_out=False)
-    best = ReshardPlan(tensors, tasks, strat, cluster)
-    if pipelined and len(tasks) <= COMPARE_UP_TO:
-        fanned = ReshardPlan(tensors, plan_tasks(tensors, cluster, strat, fan_out=True)[0],
-                             strat, cluster)
-        if len(fanned.tasks) <= COMPARE_UP_TO and fanned.estimate() < best.estimate():
-            best = fanned
-    if strat is Strategy.BROADCAST and len(tasks) <= FUSE_UP_TO and any(
-            t.kind is TaskKind.REDUCE and tensors[t.tensor].fuses for t in tasks):
-        fused = ReshardPlan(tensors, fuse_reductions(
-            plan_tasks(tensors, cluster, strat, fan_out=False, fuse=True)[0],
-            {i for i, t in enumerate(tensors) if t.fuses}), strat, cluster)
-        if fused.estimate() < best.estimate():
-            best = fused
-    return _least_concurrent(_with_trees(best))
-
-
-def _with_trees(best: ReshardPlan) -> ReshardPlan:
-    """``best``, or the same plan with its chains reshaped into trees
-    (:mod:`reshard.planner.trees`: two binary trees over many hosts, or stars inside
-    hosts, or hosts fed by the root's directly), whichever the model says is fastest
-    (plans up to :data:`TREES_UP_TO` tasks)."""
-    host = best.cluster.host_of
-    if len(best.tasks) > TREES_UP_TO:
-        return best
-    chains = best
-    for shape, intra in TREE_FORMS:
-        if not reshapes(chains.tasks, host, shape):
-            continue
-        tree = ReshardPlan(chains.tensors, treeify(chains.tasks, host, intra, shape),
-                           chains.strategy, chains.cluster)
-        if tree.estimate() * (1 + TREE_GAIN) < best.estimate():
-            best = tree
-    return best
-
-
-TREE_GAIN = 0.001
-"""A tree form is kept only when the model predicts at least this much gain over the
-best plan so far: trees cost real backends more than the model says (more messages,
-relays passing on to several devices). On the emulated testbed a double tree the
-model rated 0.004% faster than its chain measured 5% slower (1-to-4x2: 1.15 vs 1.10
-of the bound); the realistic suite's trees gain 0.15-67%."""
-
-TREE_FORMS = (("double", "star"), ("double", "chain"), ("chain", "star"), ("star", "star"),
-              ("star", "chain"))
-"""The (host shape, passing on inside a host) forms of :func:`~reshard.planner.trees.
-treeify` a broadcast plan is also costed in."""
+    return search(ReshardPlan(tensors, tasks, strat, cluster), pipelined, plan_tasks)
 
 
 def plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
@@ -350,52 +301,10 @@ def _splitter(itemsize: int, loads: Loads, min_piece: int) -> Splitter:
     return split
 
 
-COMPARE_UP_TO = 1024
-"""Plans up to this many tasks are also costed one task per device at a time, and
-broadcasts of pipelined partial sums also with their chains fanning out (the cheaper
-by the model is kept)."""
-
-TREES_UP_TO = 2048
-"""Broadcast plans up to this many tasks are also costed with their chains reshaped
-into trees (:data:`TREE_FORMS`; each form about 0.1 ms of simulation per task)."""
-
-FUSE_UP_TO = 2048
-"""Broadcast plans of partial sums up to this many tasks are also costed with each
-root's reductions fused into its deliveries (:func:`~reshard.planner.fuse.
-fuse_reductions`; a 16384 x 16384 float32 S0R+P1 (4, 8) -> RS0 (4, 8) on dgx-h100 has
-1,280 tasks: 1.27x the bound unfused, 1.035x fused)."""
-
 BUDGET_COMPARE_UP_TO = 30_000
 """Plans up to this many tasks are costed both ways under a memory budget (buckets
 filled first fit, even buckets); the model's fluid simulation of larger ones can take
 minutes (a 32,435-task GB200 plan: over 90 s)."""
-
-ALTERNATIVES_UP_TO = max(COMPARE_UP_TO, TREES_UP_TO, FUSE_UP_TO)
-"""Plans of more tasks than this are kept as first planned: no alternative (fanned
-out, fused, trees, one task per device at a time) is costed against them, so a device's
-share of such a plan can be cut before the plan's other tasks are built
-(:mod:`reshard.planner.share`)."""
-
-CONCURRENCY_GAIN = 0.02
-"""Concurrent steps are kept only when the model predicts at least this much gain."""
-
-
-def _least_concurrent(grouped: ReshardPlan) -> ReshardPlan:
-    """``grouped``, or the same tasks one per device and step when the model predicts
-    that concurrency gains less than :data:`CONCURRENCY_GAIN` (operations in flight at
-    once cost real backends more than the model says; see
-    :mod:`reshard.planner.order`). Large plans stay grouped (costing them twice is
-    the expensive part of planning)."""
-    if len(grouped.tasks) > COMPARE_UP_TO:
-        return grouped
-    serial_tasks = one_at_a_time(grouped.tasks)
-    if serial_tasks == grouped.tasks:
-        return grouped
-    serial = ReshardPlan(grouped.tensors, serial_tasks, grouped.strategy, grouped.cluster)
-    if serial.estimate() <= grouped.estimate() * (1 + CONCURRENCY_GAIN):
-        return serial
-    return grouped
-
 
 def plan(
     shape: Sequence[int],

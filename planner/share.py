@@ -10,7 +10,7 @@ the whole plan from them (:mod:`reshard.planner.digest`: the same digest as
 :meth:`ReshardPlan.digest` of the whole plan) and builds only the device's tasks.
 
 That shortcut applies where the plan is the planner's first answer: more tasks than
-:data:`~reshard.planner.plan.ALTERNATIVES_UP_TO` (no alternative is costed against it), no
+:data:`~reshard.planner.passes.ALTERNATIVES_UP_TO` (no alternative is costed against it), no
 memory budget (bucketing reads every task) and no scaled cast (two phases). Otherwise
 the whole plan is built and cut; the share is the same either way.
 """
@@ -25,13 +25,8 @@ from reshard.dtypes import ScaleMode
 from reshard.planner.digest import digest
 from reshard.planner.gcpause import paused
 from reshard.planner.ir import ReshardPlan, plan_header
-from reshard.planner.plan import (
-    ALTERNATIVES_UP_TO,
-    ordered_tasks,
-    phased,
-    plan_tensors,
-    planned_tensors,
-)
+from reshard.planner.passes import ALTERNATIVES_UP_TO
+from reshard.planner.plan import ordered_tasks, phased, plan_tensors, planned_tensors
 from reshard.planner.request import Request
 from reshard.planner.staging import check_budget
 from reshard.planner.strategy import Strategy

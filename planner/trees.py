@@ -19,9 +19,11 @@ says is faster (:func:`reshard.planner.plan.plan_many`).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 
+from reshard.choice import parse_choice
 from reshard.layout import box_size
 from reshard.planner.cell_tasks import split_box
 from reshard.planner.tasks import Task, TaskKind
@@ -30,16 +32,35 @@ MIN_HOSTS = 3
 """A chain is reshaped only when it enters at least this many hosts after its root's
 (over two hosts a tree is the chain)."""
 
-INTRA = ("star", "chain")
-"""How a tree's entry device passes the pieces on inside its host."""
+class Intra(enum.Enum):
+    """How a tree's entry device passes the pieces on inside its host."""
 
-SHAPES = ("double", "chain", "star")
-"""How hosts are linked: two complementary binary trees over half boxes
-(``double``, chains entering at least :data:`MIN_HOSTS` hosts); the chain's own
-host order with each host's entry passing on straight to the next host's
-(``chain``, chains with at least :data:`MIN_FANOUT` receivers in some host); or
-every host's entry fed by the root's host directly (``star``, chains entering two
-or more hosts: fewer hops, more bytes through the root host's NICs)."""
+    STAR = "star"  # to each of the host's other receivers, all at once
+    CHAIN = "chain"  # down a chain through them
+
+
+class HostShape(enum.Enum):
+    """How hosts are linked: two complementary binary trees over half boxes
+    (``double``, chains entering at least :data:`MIN_HOSTS` hosts); the chain's own
+    host order with each host's entry passing on straight to the next host's
+    (``chain``, chains with at least :data:`MIN_FANOUT` receivers in some host); or
+    every host's entry fed by the root's host directly (``star``, chains entering two
+    or more hosts: fewer hops, more bytes through the root host's NICs)."""
+
+    DOUBLE = "double"
+    CHAIN = "chain"
+    STAR = "star"
+
+
+INTRA = tuple(Intra)
+SHAPES = tuple(HostShape)
+
+TREE_FORMS: tuple[tuple[HostShape, Intra], ...] = (
+    (HostShape.DOUBLE, Intra.STAR), (HostShape.DOUBLE, Intra.CHAIN),
+    (HostShape.CHAIN, Intra.STAR), (HostShape.STAR, Intra.STAR),
+    (HostShape.STAR, Intra.CHAIN))
+"""The (host shape, passing on inside a host) forms a broadcast plan is also costed in
+(:mod:`reshard.planner.passes`, one pass each)."""
 
 MIN_FANOUT = 3
 """A host's receivers (its entry included) from which passing on inside it as a star
@@ -62,7 +83,7 @@ def _heap_parent(i: int) -> int:
 
 
 def _tree_edges(order: Sequence[int], exit_dev: int, entry: dict[int, int],
-                members: dict[int, list[int]], intra: str,
+                members: dict[int, list[int]], intra: Intra,
                 parent: Callable[[int], int] = _heap_parent) -> list[tuple[int, int]]:
     """(parent, receiver) pairs of one tree over ``order`` (by default a binary tree in
     heap order: host ``order[i]``'s parent host is ``order[(i - 1) // 2]``; the first
@@ -74,12 +95,13 @@ def _tree_edges(order: Sequence[int], exit_dev: int, entry: dict[int, int],
         edges.append((exit_dev if up < 0 else entry[order[up]], e))
         prev = e
         for m in members[h]:
-            edges.append((e if intra == "star" else prev, m))
+            edges.append((e if intra is Intra.STAR else prev, m))
             prev = m
     return edges
 
 
-def _reshape(task: Task, host: Callable[[int], int], intra: str, shape: str) -> list[Task]:
+def _reshape(task: Task, host: Callable[[int], int], intra: Intra,
+             shape: HostShape) -> list[Task]:
     """``task`` (a chain broadcast) as two half-box tasks down complementary binary
     trees over its remote hosts (``double``), or as one task down the chain's host
     order (``chain``), entries passing on inside their hosts as ``intra`` says."""
@@ -95,13 +117,12 @@ def _reshape(task: Task, host: Callable[[int], int], intra: str, shape: str) -> 
         entry[h] = seg[0]
         # a relay that only led out of the host is not needed: the entry sends on
         members[h] = [d for d in seg[1:] if d not in through]
-    if shape == "double":
+    if shape is HostShape.DOUBLE:
         half = len(hosts) // 2
         shaped = list(zip(split_box(task.box, 2), (hosts, hosts[half:] + hosts[:half])))
-        parent = _heap_parent
     else:
         shaped = [(task.box, hosts)]
-        parent = _previous if shape == "chain" else _first
+    parent = _PARENT[shape]
     itemsize = task.nbytes // box_size(task.box) if box_size(task.box) else 0
     out: list[Task] = []
     for box, order in shaped:
@@ -128,20 +149,27 @@ def _first(i: int) -> int:
     return -1
 
 
-def _applies(task: Task, host: Callable[[int], int], shape: str) -> bool:
+_PARENT: dict[HostShape, Callable[[int], int]] = {
+    HostShape.DOUBLE: _heap_parent, HostShape.CHAIN: _previous, HostShape.STAR: _first}
+"""Each host shape's parent of the ``i``-th host it links (negative: the root's)."""
+
+_APPLIES: dict[HostShape, Callable[[list[list[int]]], bool]] = {
+    HostShape.DOUBLE: lambda segs: len(segs) - 1 >= MIN_HOSTS,
+    HostShape.STAR: lambda segs: len(segs) - 1 >= 2,
+    HostShape.CHAIN: lambda segs: any(len(seg) >= MIN_FANOUT for seg in segs[1:]),
+}
+"""Which chains (cut into host segments, the root's first) each host shape reshapes."""
+
+
+def _applies(task: Task, host: Callable[[int], int], shape: HostShape) -> bool:
     """Whether :func:`treeify` reshapes ``task`` for ``shape``."""
     if task.kind is not TaskKind.BROADCAST or task.parents:
         return False
-    segs = _segments(task, host)
-    if shape == "double":
-        return len(segs) - 1 >= MIN_HOSTS
-    if shape == "star":
-        return len(segs) - 1 >= 2
-    return any(len(seg) >= MIN_FANOUT for seg in segs[1:])
+    return _APPLIES[shape](_segments(task, host))
 
 
-def treeify(tasks: Iterable[Task], host: Callable[[int], int], intra: str,
-            shape: str = "double") -> tuple[Task, ...]:
+def treeify(tasks: Iterable[Task], host: Callable[[int], int], intra: Intra | str,
+            shape: HostShape | str = HostShape.DOUBLE) -> tuple[Task, ...]:
     """``tasks`` with chain broadcasts reshaped in place (same step, same source):
     ``double``: each chain entering at least :data:`MIN_HOSTS` hosts after its root's
     becomes two half-box tasks down complementary binary trees over those hosts;
@@ -149,20 +177,24 @@ def treeify(tasks: Iterable[Task], host: Callable[[int], int], intra: str,
     keeps its host order, each host's entry passing straight on to the next host's;
     ``star``: each chain entering two or more hosts has every host's entry fed by
     the root's host.
-    Inside a host the entry passes on as ``intra`` says (:data:`INTRA`)."""
-    if intra not in INTRA:
-        raise ValueError(f"intra must be one of {INTRA}, got {intra!r}")
-    if shape not in SHAPES:
-        raise ValueError(f"shape must be one of {SHAPES}, got {shape!r}")
+    Inside a host the entry passes on as ``intra`` says (:class:`Intra`).
+
+    Raises:
+        OptionError: ``intra`` or ``shape`` names no member (the error lists them).
+    """
+    how = parse_choice(Intra, intra, "passing on inside a host")
+    form = parse_choice(HostShape, shape, "host shape")
     out: list[Task] = []
     for t in tasks:
-        if _applies(t, host, shape):
-            out.extend(_reshape(t, host, intra, shape))
+        if _applies(t, host, form):
+            out.extend(_reshape(t, host, how, form))
         else:
             out.append(t)
     return tuple(out)
 
 
-def reshapes(tasks: Iterable[Task], host: Callable[[int], int], shape: str) -> bool:
+def reshapes(tasks: Iterable[Task], host: Callable[[int], int],
+             shape: HostShape | str) -> bool:
     """Whether :func:`treeify` with ``shape`` would change any of ``tasks``."""
-    return any(_applies(t, host, shape) for t in tasks)
+    form = parse_choice(HostShape, shape, "host shape")
+    return any(_applies(t, host, form) for t in tasks)

@@ -139,6 +139,20 @@ def accumulator(name: str) -> str | None:
     return name
 
 
+_REDUCE_AS: dict[str, tuple[str, bool]] = {
+    "uint32": ("int32", False), "uint64": ("int64", False),  # the same bits wrap alike
+    "int16": ("int32", True), "uint16": ("int32", True),  # widened, wrapped back after
+}
+
+
+def reduce_as(name: str) -> tuple[str, bool]:
+    """How a backend whose collectives lack ``name``'s sum (torch.distributed's gloo and
+    NCCL: unsigned 32/64-bit, 16-bit integers) reduces it: the dtype to reduce in, and
+    whether to widen into it (and wrap back after) rather than view the same bytes as
+    it; ``(name, False)`` where the sum exists."""
+    return _REDUCE_AS.get(name, (name, False))
+
+
 def summable(name: str) -> bool:
     """True if a partial sum of ``name`` can be reduced."""
     return accumulator(name) is not None
@@ -340,6 +354,7 @@ __all__ = [
     "max_finite",
     "numpy_of_torch",
     "parse_dtype",
+    "reduce_as",
     "scale_grid",
     "storage",
     "summable",

@@ -52,7 +52,7 @@ import numpy as np
 from reshard.comm.backend import Capabilities
 from reshard.comm.backends.host_memory import HostMemory
 from reshard.comm.sockets import interface_of, listen_on
-from reshard.dtypes import ReduceOp
+from reshard.dtypes import ReduceOp, reduce_as
 from reshard.errors import ExecutionError
 
 CHAIN_PIECE = 1 << 18
@@ -60,15 +60,6 @@ CHAIN_PIECE = 1 << 18
 it has all of it, so a chain's fill costs one piece per hop: 256 KiB pieces measured
 1.15x the bound on the testbed's weight-sync slice (many small boxes, 2-hop chains)
 where 1 MiB pieces measured 1.22x, with the paper cases unchanged (1.05-1.19x)."""
-
-# Sum dtypes gloo lacks, as (dtype to reduce in, widen first?).
-_REDUCE_AS: dict[np.dtype, tuple[np.dtype, bool]] = {
-    np.dtype(np.uint32): (np.dtype(np.int32), False),
-    np.dtype(np.uint64): (np.dtype(np.int64), False),
-    np.dtype(np.int16): (np.dtype(np.int32), True),
-    np.dtype(np.uint16): (np.dtype(np.int32), True),
-}
-
 
 def torch_op(dist: Any, op: ReduceOp) -> Any:
     """torch.distributed's reduce op for ``op``."""
@@ -215,7 +206,7 @@ class GlooBackend(HostMemory):
 
     name = "gloo"
     # Bytes move as uint8 (any dtype); every accumulator sums (gloo's own types plus
-    # _REDUCE_AS); numpy with ml_dtypes converts every dtype.
+    # reshard.dtypes.reduce_as); numpy with ml_dtypes converts every dtype.
     capabilities = Capabilities(moves=None, sums=None, groups_need_world=True, device="cpu",
                                 fuses_sums=True, lands_pieces=True)
 
@@ -466,8 +457,8 @@ class GlooBackend(HostMemory):
         if not buf.size:
             return
         pg = self._group(group)
-        as_dt, widen = _REDUCE_AS.get(buf.dtype, (buf.dtype, False))
-        work = buf.astype(as_dt) if widen else buf.view(as_dt)
+        as_name, widen = reduce_as(buf.dtype.name)
+        work = buf.astype(as_name) if widen else buf.view(np.dtype(as_name))
         handle = self._call("reduce", group, self._dist.reduce, self._torch.from_numpy(work),
                             dst=self.rank_of[root], op=torch_op(self._dist, op),
                             group=pg, async_op=True)

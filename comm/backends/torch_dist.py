@@ -44,14 +44,8 @@ import numpy as np
 from reshard.choice import parse_choice
 from reshard.comm.backend import Backend, Capabilities
 from reshard.comm.backends.gloo import GlooBackend, torch_op
-from reshard.dtypes import ReduceOp, numpy_of_torch, torch_of_numpy
+from reshard.dtypes import ReduceOp, numpy_of_torch, reduce_as, torch_of_numpy
 from reshard.errors import ExecutionError
-
-# Sum dtypes gloo and NCCL lack, as (dtype to reduce in, widen first?).
-_REDUCE_AS: dict[str, tuple[str, bool]] = {
-    "uint32": ("int32", False), "uint64": ("int64", False),  # wrap alike
-    "int16": ("int32", True), "uint16": ("int32", True),
-}
 
 
 class BufferKind(enum.Enum):
@@ -324,7 +318,7 @@ class TorchTensorBackend:
         if not buf.numel():
             return
         name = str(buf.dtype).removeprefix("torch.")
-        as_name, widen = _REDUCE_AS.get(name, (name, False))
+        as_name, widen = reduce_as(name)
         as_dt = getattr(self._torch, as_name)
         work = buf.to(as_dt) if widen else buf.view(as_dt)
         after = None

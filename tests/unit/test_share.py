@@ -13,7 +13,8 @@ import reshard
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.comm.program import WorkerProgram, programs, share_program
 from reshard.planner.ir import ReshardPlan, TaskKind
-from reshard.planner.plan import ALTERNATIVES_UP_TO, ordered_tasks, planned_tensors
+from reshard.planner.passes import ALTERNATIVES_UP_TO
+from reshard.planner.plan import ordered_tasks, planned_tensors
 from reshard.planner.share import PlanShare, plan_share
 from reshard.planner.strategy import Strategy
 from reshard.planner.tasks import Buffer

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 import reshard
-from reshard import Cluster, DeviceMesh, Layout, PlanError, ReshardPlan
+from reshard import Cluster, DeviceMesh, Layout, OptionError, PlanError, ReshardPlan
 from reshard.planner.cost import task_path
 from reshard.planner.ir import Task, TaskKind
-from reshard.planner.plan import TREE_GAIN, make_tensor_spec, plan_tasks
+from reshard.planner.passes import TREE_GAIN
+from reshard.planner.plan import make_tensor_spec, plan_tasks
 from reshard.planner.strategy import Strategy
-from reshard.planner.trees import INTRA, MIN_HOSTS, SHAPES, treeify
+from reshard.planner.trees import INTRA, MIN_HOSTS, SHAPES, HostShape, Intra, treeify
 from reshard.planner.verify import verify_plan
 from reshard.service.plan_codec import plan_from_pb, plan_to_pb
 
@@ -62,7 +63,7 @@ def test_two_trees_keep_every_nic_load_and_cut_the_depth(intra):
     assert tree_nic <= chain_nic * (1 + 1e-9)
     lat = max(task_path(t, H100)[1] for t in tree.tasks)
     hops = 5 * H100.latency
-    assert lat == pytest.approx(hops + (2 if intra == "star" else 8) * H100.intra_latency)
+    assert lat == pytest.approx(hops + (2 if intra is Intra.STAR else 8) * H100.intra_latency)
     assert tree.estimate() < chain.estimate()
 
 
@@ -148,3 +149,14 @@ def test_tree_plans_exact_on_the_local_backend(shape, dtype, src, dst, intra):
     with reshard.Runtime("local", CL, "thread") as rt:
         x = rt.put(value, src)
         check_shards(rt, rt.execute(plan, [x])[0], value)
+
+
+def test_forms_are_named_choices():
+    """A form is an enum member or its name; anything else is refused, listing them."""
+    chain = _chain_plan(H100, (32000, 4096), "uint16", ROOT, ALL)
+    assert treeify(chain.tasks, H100.host_of, "star", "double") == treeify(
+        chain.tasks, H100.host_of, Intra.STAR, HostShape.DOUBLE)
+    with pytest.raises(OptionError, match=r"'ring'.*'star'.*'chain'"):
+        treeify(chain.tasks, H100.host_of, "ring")
+    with pytest.raises(OptionError, match=r"'double'.*'chain'.*'star'"):
+        treeify(chain.tasks, H100.host_of, "star", "binary")

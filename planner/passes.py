@@ -1,0 +1,204 @@
+"""A strategy's search: its first plan, then named passes, each proposing candidate
+plans that the one cost model accepts or rejects.
+
+The first plan of a strategy is what :func:`~reshard.planner.plan.plan_tasks` builds
+(chains for ``broadcast``, point-to-point sends for ``send_recv``, scatters and
+all-gathers for ``allgather``; the global order, the NIC balance). The passes then run
+in stages (:data:`STAGES`): every pass of a stage proposes candidates from the best
+plan when the stage began, and a candidate replaces the running best when its pass's
+rule (:attr:`Pass.keep`, on the model's times) says so. Each pass is a name, the file
+that builds its candidates, a size limit and a rule:
+
+========================  =====================  ========================================
+pass                      builds with            kept when (model times)
+========================  =====================  ========================================
+``fan-out``               ``cell_tasks.fan_out``  faster
+``fused``                 ``fuse.py``             faster
+``trees:<hosts>/<intra>`` ``trees.py``            faster by :data:`TREE_GAIN`
+``least-concurrent``      ``order.py``            at most :data:`CONCURRENCY_GAIN` slower
+========================  =====================  ========================================
+
+(Coalescing is not a candidate: it changes no task, only how a step's small transfers
+travel, and every device derives it from the plan alone, :mod:`reshard.planner.coalesce`.)
+Pure: passes build plans, the search compares their model times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from reshard.cluster import Cluster
+from reshard.planner.fuse import fuse_reductions
+from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
+from reshard.planner.order import one_at_a_time
+from reshard.planner.strategy import Strategy
+from reshard.planner.trees import TREE_FORMS, HostShape, Intra, reshapes, treeify
+
+COMPARE_UP_TO = 1024
+"""Plans up to this many tasks are also costed one task per device at a time, and
+broadcasts of pipelined partial sums also with their chains fanning out (the cheaper
+by the model is kept)."""
+
+TREES_UP_TO = 2048
+"""Broadcast plans up to this many tasks are also costed with their chains reshaped
+into trees (:data:`~reshard.planner.trees.TREE_FORMS`; each form about 0.1 ms of
+simulation per task)."""
+
+FUSE_UP_TO = 2048
+"""Broadcast plans of partial sums up to this many tasks are also costed with each
+root's reductions fused into its deliveries (:func:`~reshard.planner.fuse.
+fuse_reductions`; a 16384 x 16384 float32 S0R+P1 (4, 8) -> RS0 (4, 8) on dgx-h100 has
+1,280 tasks: 1.27x the bound unfused, 1.035x fused)."""
+
+ALTERNATIVES_UP_TO = max(COMPARE_UP_TO, TREES_UP_TO, FUSE_UP_TO)
+"""Plans of more tasks than this are kept as first planned: no pass proposes anything
+against them, so a device's share of such a plan can be cut before the plan's other
+tasks are built (:mod:`reshard.planner.share`)."""
+
+TREE_GAIN = 0.001
+"""A tree form is kept only when the model predicts at least this much gain over the
+best plan so far: trees cost real backends more than the model says (more messages,
+relays passing on to several devices). On the emulated testbed a double tree the
+model rated 0.004% faster than its chain measured 5% slower (1-to-4x2: 1.15 vs 1.10
+of the bound); the realistic suite's trees gain 0.15-67%."""
+
+CONCURRENCY_GAIN = 0.02
+"""Concurrent steps are kept only when the model predicts at least this much gain."""
+
+BuildTasks = Callable[..., tuple[tuple[Task, ...], bool]]
+""":func:`reshard.planner.plan.plan_tasks` (given to the search: the planner's entry
+module imports this one)."""
+
+
+@dataclass(frozen=True)
+class Search:
+    """What every pass may read: the request, and the strategy's first plan.
+
+    Attributes:
+        tensors: the validated tensors.
+        cluster: hosts and links.
+        strategy: the strategy.
+        first: the strategy's first plan.
+        pipelined: some broadcast of a reduced piece could fan out (from building the
+            first plan).
+        build: builds a plan's tasks (``build(tensors, cluster, strategy, fan_out=...,
+            fuse=...)``), :func:`~reshard.planner.plan.plan_tasks`.
+    """
+
+    tensors: tuple[TensorSpec, ...]
+    cluster: Cluster
+    strategy: Strategy
+    first: ReshardPlan
+    pipelined: bool
+    build: BuildTasks
+
+    def plan(self, tasks: Sequence[Task]) -> ReshardPlan:
+        """A candidate plan of these tasks."""
+        return ReshardPlan(self.tensors, tuple(tasks), self.strategy, self.cluster)
+
+
+def faster(candidate: float, best: float) -> bool:
+    """Kept when the model says the candidate is faster."""
+    return candidate < best
+
+
+def faster_by_tree_gain(candidate: float, best: float) -> bool:
+    """Kept when faster by at least :data:`TREE_GAIN`."""
+    return candidate * (1 + TREE_GAIN) < best
+
+
+def within_concurrency_gain(candidate: float, best: float) -> bool:
+    """Kept unless the best is faster by :data:`CONCURRENCY_GAIN` or more."""
+    return candidate <= best * (1 + CONCURRENCY_GAIN)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One candidate of a strategy's search.
+
+    Attributes:
+        name: its name (``"fan-out"``, ``"trees:double/star"``, ...).
+        up_to: it proposes nothing against a stage's starting plan of more tasks.
+        propose: its candidates, from the search and the stage's starting plan.
+        keep: whether a candidate (its model time) replaces the best (its model time).
+    """
+
+    name: str
+    up_to: int
+    propose: Callable[[Search, ReshardPlan], Iterator[ReshardPlan]]
+    keep: Callable[[float, float], bool] = faster
+
+
+def _fanned(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
+    """Broadcasts of pipelined partial-sum pieces fanning out inside their last host."""
+    if not search.pipelined:
+        return
+    fanned = search.plan(search.build(search.tensors, search.cluster, search.strategy,
+                                      fan_out=True)[0])
+    if len(fanned.tasks) <= COMPARE_UP_TO:
+        yield fanned
+
+
+def _fused(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
+    """Each root's reductions fused into its deliveries (broadcast only)."""
+    tensors = search.tensors
+    if search.strategy is not Strategy.BROADCAST or not any(
+            t.kind is TaskKind.REDUCE and tensors[t.tensor].fuses for t in search.first.tasks):
+        return
+    tasks = search.build(tensors, search.cluster, search.strategy, fan_out=False, fuse=True)[0]
+    yield search.plan(fuse_reductions(tasks, {i for i, t in enumerate(tensors) if t.fuses}))
+
+
+def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
+                                                       Iterator[ReshardPlan]]:
+    """The starting plan's chains reshaped into trees of this form."""
+    def propose(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
+        host = search.cluster.host_of
+        if reshapes(start.tasks, host, shape):
+            yield search.plan(treeify(start.tasks, host, intra, shape))
+
+    return propose
+
+
+def _serial(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
+    """The starting plan's tasks one per device and step (operations in flight at once
+    cost real backends more than the model says; :mod:`reshard.planner.order`)."""
+    serial = one_at_a_time(start.tasks)
+    if serial != start.tasks:
+        yield search.plan(serial)
+
+
+STAGES: tuple[tuple[Pass, ...], ...] = (
+    (Pass("fan-out", COMPARE_UP_TO, _fanned), Pass("fused", FUSE_UP_TO, _fused)),
+    tuple(Pass(f"trees:{shape.value}/{intra.value}", TREES_UP_TO, _trees(shape, intra),
+               faster_by_tree_gain) for shape, intra in TREE_FORMS),
+    (Pass("least-concurrent", COMPARE_UP_TO, _serial, within_concurrency_gain),),
+)
+"""Every pass, in stages (see the module docstring)."""
+
+
+def search(first: ReshardPlan, pipelined: bool, build: BuildTasks,
+           stages: Sequence[Sequence[Pass]] = STAGES) -> ReshardPlan:
+    """The best plan of ``first``'s request: ``first``, or a candidate of a pass that its
+    rule kept (see the module docstring)."""
+    s = Search(first.tensors, first.cluster, first.strategy, first, pipelined, build)
+    best = first
+    for stage in stages:
+        start = best
+        for p in stage:
+            if len(start.tasks) > p.up_to:
+                continue
+            for candidate in p.propose(s, start):
+                if p.keep(candidate.estimate(), best.estimate()):
+                    best = candidate
+    return best
+
+
+def pass_names(stages: Sequence[Sequence[Pass]] = STAGES) -> tuple[str, ...]:
+    """Every pass's name, in the order the search runs them."""
+    return tuple(p.name for stage in stages for p in stage)
+
+
+__all__ = ["ALTERNATIVES_UP_TO", "COMPARE_UP_TO", "CONCURRENCY_GAIN", "FUSE_UP_TO", "STAGES",
+           "TREES_UP_TO", "TREE_GAIN", "Pass", "Search", "pass_names", "search"]

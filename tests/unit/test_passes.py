@@ -1,0 +1,100 @@
+"""A strategy's search (reshard.planner.passes): named passes propose candidates that
+verify, the cost model keeps them by each pass's rule, and the search is what the
+planner returns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from unittest import mock
+
+import pytest
+
+import reshard
+from reshard import Cluster, DeviceMesh, Layout
+from reshard.planner import passes
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.plan import make_tensor_spec, plan_tasks
+from reshard.planner.strategy import Strategy
+
+CASES = {
+    "partial sum": ((64, 64), "float32", Layout(DeviceMesh((2, 2)), "S0R+P1"),
+                    Layout(DeviceMesh((2, 2), range(4, 8)), "RS0"), Cluster.regular(4, 2)),
+    "one to many hosts": ((4096, 4096), "float32", Layout(DeviceMesh((1, 1)), "RR"),
+                          Layout(DeviceMesh((4, 8), range(8, 40)), "RR"),
+                          Cluster.preset("dgx-h100", 5)),
+    "replicated partial sum": ((12, 4), "int32", Layout(DeviceMesh((2, 2)), "RR+P1"),
+                               Layout(DeviceMesh((2, 2), range(4, 8)), "RR"),
+                               Cluster.regular(4, 2)),
+}
+
+
+def _first(name: str, strategy: Strategy = Strategy.BROADCAST) -> tuple[ReshardPlan, bool]:
+    shape, dtype, src, dst, cluster = CASES[name]
+    tensors = (make_tensor_spec(shape, dtype, src, dst, cluster),)
+    tasks, pipelined = plan_tasks(tensors, cluster, strategy, fan_out=False)
+    return ReshardPlan(tensors, tasks, strategy, cluster), pipelined
+
+
+def test_the_passes_run_in_stages_by_name():
+    assert passes.pass_names() == (
+        "fan-out", "fused", "trees:double/star", "trees:double/chain", "trees:chain/star",
+        "trees:star/star", "trees:star/chain", "least-concurrent")
+
+
+def test_every_pass_proposes_plans_that_verify():
+    """Each pass proposes a candidate on some case (fan-out: partial sums reduced in
+    pipelined pieces), and every candidate is a valid plan of the same request."""
+    proposed: set[str] = set()
+    for pieces in (1, 3):
+        with mock.patch("reshard.planner.reduce.reduce_pieces", lambda *_, n=pieces: n):
+            for name in CASES:
+                first, pipelined = _first(name)
+                search = passes.Search(first.tensors, first.cluster, first.strategy, first,
+                                       pipelined, plan_tasks)
+                for stage in passes.STAGES:
+                    for p in stage:
+                        for candidate in p.propose(search, first):
+                            assert candidate.tensors == first.tensors
+                            candidate.verify()
+                            proposed.add(p.name)
+    assert proposed == set(passes.pass_names())
+
+
+def test_each_rule_on_model_times():
+    assert passes.faster(0.99, 1.0) and not passes.faster(1.0, 1.0)
+    assert passes.faster_by_tree_gain(0.998, 1.0)
+    assert not passes.faster_by_tree_gain(0.9995, 1.0)  # less than TREE_GAIN: kept out
+    assert passes.within_concurrency_gain(1.01, 1.0)  # one at a time, if barely slower
+    assert not passes.within_concurrency_gain(1.03, 1.0)
+
+
+def test_a_stage_starts_every_pass_from_its_first_plan():
+    """A stage's passes all read the plan the stage started with; each candidate
+    competes with the running best; a later stage starts from that best."""
+    first, pipelined = _first("one to many hosts")
+    seen: list[tuple[str, ReshardPlan]] = []
+
+    def spy(label: str, make: passes.Pass) -> passes.Pass:
+        def propose(search: passes.Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
+            seen.append((label, start))
+            yield from make.propose(search, start)
+        return passes.Pass(label, make.up_to, propose, make.keep)
+
+    trees = passes.STAGES[1]
+    stages = ((spy("a", trees[0]), spy("b", trees[1])), (spy("c", passes.STAGES[2][0]),))
+    best = passes.search(first, pipelined, plan_tasks, stages)
+    assert [label for label, _ in seen] == ["a", "b", "c"]
+    assert seen[0][1] is first and seen[1][1] is first  # both trees reshape the chains
+    assert seen[2][1] is not first  # the tree kept in stage one is where stage two starts
+    assert best.estimate() < first.estimate()
+    too_small = passes.Pass("never", 0, trees[0].propose)  # up_to 0: proposes nothing
+    assert passes.search(first, pipelined, plan_tasks, ((too_small,),)) is first
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("strategy", list(Strategy))
+def test_the_search_is_the_plan(name, strategy):
+    first, pipelined = _first(name, strategy)
+    shape, dtype, src, dst, cluster = CASES[name]
+    planned = reshard.plan(shape, dtype, src, dst, cluster=cluster, strategy=strategy)
+    assert passes.search(first, pipelined, plan_tasks).tasks == planned.tasks
