@@ -58,14 +58,15 @@ class Capabilities:
             world, members or not (gloo's ``new_group``): every worker must load every
             plan, in one order. False: only a plan's devices load it.
         device: where buffers live: ``"cpu"`` (host memory) or ``"cuda"`` (a GPU).
-        fuses_sums: :meth:`Backend.broadcast` takes ``addends`` and sums them on the
-            way, pipelined (a plan's broadcast of a partial sum). False: the executor
-            runs such a task as a reduction, then a broadcast of the sum.
-        lands_pieces: :meth:`Backend.broadcast` and :meth:`Backend.recv` take
-            ``landed=``, a callable they call with the bytes of a receiver's ``buf``
-            filled so far (from its start) as pieces arrive, so the executor copies a
-            box received into scratch memory into place while the rest arrives.
-            False: it copies after the step.
+        fuses_sums: :meth:`Backend.broadcast` sums its ``addends`` on the way,
+            pipelined (a plan's broadcast of a partial sum). False: the executor runs
+            such a task as a reduction, then a broadcast of the sum, and never passes
+            ``addends`` (the backend refuses them, :func:`refuse_unsupported`).
+        lands_pieces: :meth:`Backend.broadcast` and :meth:`Backend.recv` call their
+            ``landed``, on a receiver, with the bytes of its ``buf`` filled so far
+            (from its start) as pieces arrive, so the executor copies a box received
+            into scratch memory into place while the rest arrives. False: it copies
+            after the step, and never passes ``landed`` (refused likewise).
         converts: dtype names its buffers convert between (a cast on the wire, a
             partial sum into and out of its accumulator); None: every dtype
             (:mod:`reshard.casting` on numpy or torch buffers).
@@ -145,20 +146,21 @@ class Backend(Protocol):
 
     def broadcast(self, buf: Any, root: int, group: Sequence[int],
                   chain: Sequence[int] | None = None, *, tag: int = 0,
-                  parents: Sequence[int] | None = None) -> None:
+                  parents: Sequence[int] | None = None, addends: Sequence[int] = (),
+                  landed: Callable[[int], None] | None = None) -> None:
         """Send ``buf`` from ``root`` to every member of ``group`` (in place).
         ``chain`` is the plan's order of the receivers (root's host first), and
         ``parents`` (a tree plan's) the member each of them receives from, for
         backends that pipeline a chain or tree themselves; ``tag`` as for
         :meth:`send`. The result is the same with or without them.
 
-        A backend declaring ``capabilities.fuses_sums`` also takes ``addends=`` (a
-        keyword, never passed to others): devices of ``group`` whose ``buf`` (each its
-        own addend) is summed, down the chain ``addends[0] -> ... -> root``, into the
-        root's ``buf`` (which starts as the root's addend) while the sum goes on to the
-        receivers; afterwards the root's and the receivers' ``buf`` hold the sum (an
-        addend's holds a partial sum). One declaring ``capabilities.lands_pieces``
-        takes ``landed=`` (on receivers only): see :class:`Capabilities`."""
+        ``addends`` (only where ``capabilities.fuses_sums``; else refused): devices of
+        ``group`` whose ``buf`` (each its own addend) is summed, down the chain
+        ``addends[0] -> ... -> root``, into the root's ``buf`` (which starts as the
+        root's addend) while the sum goes on to the receivers; afterwards the root's
+        and the receivers' ``buf`` hold the sum (an addend's holds a partial sum).
+        ``landed`` (on receivers, only where ``capabilities.lands_pieces``; else
+        refused): see :class:`Capabilities`."""
 
     def send(self, buf: Any, peer: int, *, tag: int = 0) -> None:
         """Send ``buf`` to ``peer``.
@@ -169,9 +171,10 @@ class Backend(Protocol):
         issue order (every rank issues them in the plan's one global order) may
         ignore it."""
 
-    def recv(self, buf: Any, peer: int, *, tag: int = 0) -> None:
-        """Receive from ``peer`` into ``buf`` (the send with the same ``tag``); a
-        backend declaring ``capabilities.lands_pieces`` also takes ``landed=``."""
+    def recv(self, buf: Any, peer: int, *, tag: int = 0,
+             landed: Callable[[int], None] | None = None) -> None:
+        """Receive from ``peer`` into ``buf`` (the send with the same ``tag``);
+        ``landed`` as for :meth:`broadcast` (only where ``capabilities.lands_pieces``)."""
 
     def all_gather(self, out: Any, inp: Any, group: Sequence[int]) -> None:
         """``out[i] = inp of group[i]`` on every member; ``out`` is (len(group), n)."""
@@ -209,6 +212,19 @@ class Backend(Protocol):
         """Release communicators and connections."""
 
 
+
+
+def refuse_unsupported(backend: str, caps: Capabilities, addends: Sequence[int] = (),
+                       landed: Callable[[int], None] | None = None) -> None:
+    """Raise if a caller passed :meth:`Backend.broadcast` / :meth:`Backend.recv` an
+    argument that ``caps`` does not declare (the executor never does: a plan's fused
+    sums are split for such backends, and landed pieces not asked for)."""
+    if addends and not caps.fuses_sums:
+        raise ReshardError(f"the {backend} backend does not sum addends on the way "
+                           f"(Capabilities.fuses_sums); run the reduction, then broadcast")
+    if landed is not None and not caps.lands_pieces:
+        raise ReshardError(f"the {backend} backend does not report landed pieces "
+                           f"(Capabilities.lands_pieces)")
 
 
 def check_dtypes(tensors: Sequence[Conversion], tasks: Iterable[Task], caps: Capabilities,
@@ -451,4 +467,4 @@ def backend_class(kind: str | BackendKind) -> type:
 
 __all__ = ["Backend", "BackendEntry", "BackendKind", "BackendRegistry", "Capabilities",
            "Factory", "backend_class", "builtin_backends", "check_dtypes",
-           "register_backend"]
+           "refuse_unsupported", "register_backend"]

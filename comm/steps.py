@@ -458,21 +458,19 @@ class Execution:
         if t.root == self.device:
             self.backend.send(op.buf, t.receivers[0], tag=op.st.index)
             return
-        # landed: only on backends that report landed pieces (Capabilities.lands_pieces)
-        landed: dict[str, Any] = {} if op.sink is None else {"landed": op.sink.upto}
-        self.backend.recv(op.buf, t.root, tag=op.st.index, **landed)
+        # a sink only on backends that report landed pieces (Capabilities.lands_pieces)
+        self.backend.recv(op.buf, t.root, tag=op.st.index,
+                          landed=None if op.sink is None else op.sink.upto)
 
     def issue_broadcast(self, op: _Op) -> None:
         """BROADCAST: the receivers in chain order, and a tree's parents (for backends
         that pipeline a chain or tree)."""
         t = op.task
-        tree: dict[str, Any] = {"parents": t.parents} if t.parents else {}
-        if t.addends:  # only on backends that fuse sums (else program_steps split it)
-            tree["addends"] = t.addends
-        if op.sink is not None:  # only on backends that report landed pieces
-            tree["landed"] = op.sink.upto
+        # addends only on backends that fuse sums (else program_steps split the task);
+        # a sink only on backends that report landed pieces
         self.backend.broadcast(op.buf, t.root, t.group, chain=t.receivers, tag=op.st.index,
-                               **tree)
+                               parents=t.parents or None, addends=t.addends,
+                               landed=None if op.sink is None else op.sink.upto)
 
     def issue_reduce(self, op: _Op) -> None:
         """REDUCE: summed (an amax: maxed) into the root's buffer."""

@@ -11,11 +11,11 @@ from __future__ import annotations
 import queue
 import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from reshard.comm.backend import Capabilities
+from reshard.comm.backend import Capabilities, refuse_unsupported
 from reshard.comm.backends.host_memory import HostMemory
 from reshard.dtypes import ReduceOp
 from reshard.errors import ExecutionError
@@ -117,8 +117,11 @@ class LocalBackend(HostMemory):
         :meth:`group_start`)."""
         self.fabric.post(self.device, peer, buf, self.context)
 
-    def recv(self, buf: np.ndarray, peer: int, *, tag: int = 0) -> None:
-        """Receive the next message from ``peer`` into ``buf`` (``tag`` unused)."""
+    def recv(self, buf: np.ndarray, peer: int, *, tag: int = 0,
+             landed: Callable[[int], None] | None = None) -> None:
+        """Receive the next message from ``peer`` into ``buf`` (``tag`` unused; no
+        ``landed``)."""
+        refuse_unsupported("local", self.capabilities, landed=landed)
         msg = self.fabric.take(peer, self.device, self.context)
         if msg.size != buf.size:
             raise ExecutionError(
@@ -129,11 +132,13 @@ class LocalBackend(HostMemory):
 
     def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int],
                   chain: Sequence[int] | None = None, *, tag: int = 0,
-                  parents: Sequence[int] | None = None, addends: Sequence[int] = ()
-                  ) -> None:
+                  parents: Sequence[int] | None = None, addends: Sequence[int] = (),
+                  landed: Callable[[int], None] | None = None) -> None:
         """Root posts to every member; members receive (the chain or tree is a
         performance hint; the result is the same). With ``addends``, the running sum
-        goes down their chain to the root first, each adding its ``buf``."""
+        goes down their chain to the root first, each adding its ``buf`` (no
+        ``landed``)."""
+        refuse_unsupported("local", self.capabilities, landed=landed)
         path = (*addends, root) if addends else ()
         if self.device in path:
             k = path.index(self.device)

@@ -42,12 +42,12 @@ import copy
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from reshard.comm.backend import Capabilities
+from reshard.comm.backend import Capabilities, refuse_unsupported
 from reshard.dtypes import NARROW, ReduceOp, parse_dtype, storage
 from reshard.errors import ExecutionError
 
@@ -280,9 +280,12 @@ class NcclBackend:
 
     def broadcast(self, buf: Any, root: int, group: Sequence[int],
                   chain: Sequence[int] | None = None, *, tag: int = 0,
-                  parents: Sequence[int] | None = None) -> None:
+                  parents: Sequence[int] | None = None, addends: Sequence[int] = (),
+                  landed: Callable[[int], None] | None = None) -> None:
         """``ncclBroadcast`` in place on the member set's communicator (NCCL pipelines
-        its own ring, so the chain or tree hint is not used; ``tag``: see :meth:`send`)."""
+        its own ring, so the chain or tree hint is not used; ``tag``: see :meth:`send`;
+        no ``addends`` or ``landed``: see :attr:`capabilities`)."""
+        refuse_unsupported("nccl", self.capabilities, addends, landed)
         if not buf.size:  # every member skips it alike (sizes come from the plan)
             return
         g, comm = self._comm(group)
@@ -300,8 +303,11 @@ class NcclBackend:
         self._world_comm.send(ptr, n, self._nccl.NCCL_UINT8, self.world.index(peer),
                               self._stream.ptr)
 
-    def recv(self, buf: Any, peer: int, *, tag: int = 0) -> None:
-        """``ncclRecv`` on the world communicator (``tag``: see :meth:`send`)."""
+    def recv(self, buf: Any, peer: int, *, tag: int = 0,
+             landed: Callable[[int], None] | None = None) -> None:
+        """``ncclRecv`` on the world communicator (``tag``: see :meth:`send`; no
+        ``landed``)."""
+        refuse_unsupported("nccl", self.capabilities, landed=landed)
         if not buf.size:
             return
         self._used[self.world] = self._world_comm

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from reshard.choice import parse_choice
-from reshard.comm.backend import Backend, Capabilities
+from reshard.comm.backend import Backend, Capabilities, refuse_unsupported
 from reshard.comm.backends.gloo import GlooBackend, torch_op
 from reshard.dtypes import ReduceOp, numpy_of_torch, reduce_as, torch_of_numpy
 from reshard.errors import ExecutionError
@@ -285,9 +285,11 @@ class TorchTensorBackend:
 
     def broadcast(self, buf: Any, root: int, group: Sequence[int],
                   chain: Sequence[int] | None = None, *, tag: int = 0,
-                  parents: Sequence[int] | None = None) -> None:
+                  parents: Sequence[int] | None = None, addends: Sequence[int] = (),
+                  landed: Callable[[int], None] | None = None) -> None:
         """``dist.broadcast`` on the member set's sub-group (the chain or tree is left
-        to the library: NCCL pipelines its own ring)."""
+        to the library: NCCL pipelines its own ring; no ``addends`` or ``landed``)."""
+        refuse_unsupported("torch", self.capabilities, addends, landed)
         if buf.numel():
             self._issue("broadcast", group, self._dist.broadcast, self._bytes(buf), src=root,
                         group=self._group(group), async_op=True)
@@ -298,8 +300,10 @@ class TorchTensorBackend:
             self._issue("send", (peer,), self._dist.isend, self._bytes(buf), dst=peer,
                         group=self._p2p, tag=tag)
 
-    def recv(self, buf: Any, peer: int, *, tag: int = 0) -> None:
-        """``dist.irecv`` from ``peer`` into ``buf``."""
+    def recv(self, buf: Any, peer: int, *, tag: int = 0,
+             landed: Callable[[int], None] | None = None) -> None:
+        """``dist.irecv`` from ``peer`` into ``buf`` (no ``landed``)."""
+        refuse_unsupported("torch", self.capabilities, landed=landed)
         if buf.numel():
             self._issue("recv", (peer,), self._dist.irecv, self._bytes(buf), src=peer,
                         group=self._p2p, tag=tag)

@@ -182,3 +182,23 @@ def test_fused_partial_sums_exact(problem, seed):
         assert out[d][0].tobytes() == np.ascontiguousarray(want).tobytes(), d
     for d, shard in given_shards.items():  # sources untouched
         assert shard.tobytes() == originals[d].tobytes(), d
+
+
+def test_backends_refuse_arguments_their_capabilities_do_not_declare():
+    """Every backend takes the Backend protocol's arguments; one whose capabilities do
+    not declare fused sums or landed pieces refuses them by name (the executor never
+    passes them there)."""
+    from reshard import ReshardError
+    from reshard.comm.backend import Capabilities, refuse_unsupported
+    from reshard.comm.backends.local import LocalBackend, LocalFabric
+
+    local = LocalBackend(0, LocalFabric(1.0))
+    buf = np.zeros(4, np.float32)
+    with pytest.raises(ReshardError, match="local backend does not report landed pieces"):
+        local.recv(buf, 1, landed=lambda n: None)
+    with pytest.raises(ReshardError, match="local backend does not report landed pieces"):
+        local.broadcast(buf, 0, (0, 1), landed=lambda n: None)
+    plain = Capabilities(moves=None, sums=None, groups_need_world=False, device="cpu")
+    with pytest.raises(ReshardError, match=r"nccl backend does not sum addends.*fuses_sums"):
+        refuse_unsupported("nccl", plain, addends=(2,))
+    refuse_unsupported("nccl", plain)  # nothing undeclared: nothing refused
