@@ -269,6 +269,31 @@ def _fail(code: int, message: str) -> int:
     return code
 
 
+def _header(args: argparse.Namespace, opts: Options, presets: set[str]) -> list[str]:
+    """The run's header lines: what runs, on which cluster, what the columns mean."""
+    where = (f"cluster {presets.pop() if len(presets) == 1 else 'per case (column preset)'}"
+             + (f", {opts.hosts} hosts" if opts.hosts else "")
+             + (f", {opts.devices_per_host} devices per host" if opts.devices_per_host else ""))
+    how = ("the cost model" if opts.mode is Mode.SIM else
+           f"{opts.backend} workers ({opts.launcher or 'default'} launcher), median of "
+           f"{opts.iters} runs after {opts.warmup} warm-up")
+    first = (f"# reshard-bench {reshard.__version__}: suite {args.suite}, mode "
+             f"{opts.mode.value} ({how}), {where}, strategies {','.join(opts.strategies)}")
+    out = [first]
+    if opts.links is not None:
+        out += [f"# cluster for {n} devices: {lk.describe()}" for n, lk in opts.links]
+        out.append("# each case keeps its hosts; its bound and model are of the links "
+                   "measured with as many devices")
+    elif opts.mode is Mode.RUN:
+        out.append("# bound and model are of the modelled cluster, not of this machine "
+                   "(--cluster local measures this machine's links)")
+    if opts.mode is Mode.SIM and opts.check:
+        out.append(f"# #wrong: every case also moved on the local backend at about "
+                   f"{opts.check_elements} elements per tensor (--check-elements), or its own "
+                   f"size if smaller: check(B) is the size checked")
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (see the module's docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -279,27 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         return _fail(2, problem)
     shape, steps, presets = _layout(opts, cases)
-    where = (f"cluster {presets.pop() if len(presets) == 1 else 'per case (column preset)'}"
-             + (f", {opts.hosts} hosts" if opts.hosts else "")
-             + (f", {opts.devices_per_host} devices per host" if opts.devices_per_host else ""))
-    how = ("the cost model" if opts.mode is Mode.SIM else
-           f"{opts.backend} workers ({opts.launcher or 'default'} launcher), median of "
-           f"{opts.iters} runs "
-           f"after {opts.warmup} warm-up")
-    print(f"# reshard-bench {reshard.__version__}: suite {args.suite}, mode {opts.mode.value} "
-          f"({how}), {where}, strategies {','.join(opts.strategies)}", flush=True)
-    if opts.links is not None:
-        for n, lk in opts.links:
-            print(f"# cluster for {n} devices: {lk.describe()}", flush=True)
-        print("# each case keeps its hosts; its bound and model are of the links measured "
-              "with as many devices", flush=True)
-    elif opts.mode is Mode.RUN:
-        print("# bound and model are of the modelled cluster, not of this machine "
-              "(--cluster local measures this machine's links)", flush=True)
-    if opts.mode is Mode.SIM and opts.check:
-        print(f"# #wrong: every case also moved on the local backend at about "
-              f"{opts.check_elements} elements per tensor (--check-elements), or its own size "
-              f"if smaller: check(B) is the size checked", flush=True)
+    for line in _header(args, opts, presets):
+        print(line, flush=True)
     refused: list[dict] = []
     launcher = None
     t0 = time.perf_counter()

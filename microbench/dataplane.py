@@ -149,6 +149,23 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _measure(args: argparse.Namespace, cluster: Cluster, cases: list[tuple[Any, tuple]],
+             env: dict[str, Any], out: Stream, progress: Progress, t0: float) -> None:
+    """Start the workers, then measure every case (its layouts beside it) into ``out``;
+    the start time and launcher go into ``env``."""
+    from reshard.runtime import Runtime
+
+    with Runtime(args.backend, cluster, args.launcher, timeout=args.timeout) as rt:
+        env["start_seconds"] = time.perf_counter() - t0
+        env["launcher"] = rt.launcher.value
+        rtt = round_trip_seconds(rt)
+        for case, (src, dst) in cases:
+            progress.describe(f"case {case.name} ({case.nbytes} B)")
+            for row in bench_case(rt, case, src, dst, args.strategies, args.iters,
+                                  args.warmup, rtt, bool(args.check), progress.advance):
+                out.row(row)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark: rows as they are measured, then a note; optionally JSON.
     Exit 1 if any element was wrong, 2 on a usage error or a backend this machine
@@ -162,8 +179,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         print(f"{ap.prog}: error: {problem}", file=sys.stderr)
         return 2
-
-    from reshard.runtime import Runtime
 
     over = {"nic_bandwidth": args.nic_gbps * GBIT} if args.nic_gbps else {}
     cluster = Cluster.regular(args.hosts, args.devices_per_host,
@@ -189,16 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.start()
         progress.describe(f"starting {len(cluster.devices)} {args.backend} workers")
         try:
-            with Runtime(args.backend, cluster, args.launcher, timeout=args.timeout) as rt:
-                env["start_seconds"] = time.perf_counter() - t0
-                env["launcher"] = rt.launcher.value
-                rtt = round_trip_seconds(rt)
-                for case, (src, dst) in zip(cases, layouts):
-                    progress.describe(f"case {case.name} ({case.nbytes} B)")
-                    for row in bench_case(rt, case, src, dst, args.strategies, args.iters,
-                                          args.warmup, rtt, bool(args.check),
-                                          progress.advance):
-                        out.row(row)
+            _measure(args, cluster, list(zip(cases, layouts)), env, out, progress, t0)
         except ReshardBaseError as e:
             progress.close()
             print(f"{ap.prog}: error: {e}", file=sys.stderr)

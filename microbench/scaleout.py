@@ -28,6 +28,7 @@ The machine's stolen CPU share is printed with the numbers (``reshard.microbench
 
 from __future__ import annotations
 
+import argparse
 import json
 import pickle
 import resource
@@ -224,8 +225,7 @@ def spmd_rank(devices: int, whole: bool = False) -> dict:
     return json.loads(run.stdout)  # type: ignore[no-any-return]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run (a), (b), (c) and print their numbers."""
+def _parser() -> argparse.ArgumentParser:
     ap = flags.parser("python -m reshard.microbench.scaleout", __doc__ or "")
     ap.add_argument("--devices", type=int, default=256, help="(a): devices per mesh")
     ap.add_argument("--workers", type=int, default=8, help="(b): gloo workers")
@@ -235,50 +235,74 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--spmd-devices", type=int, default=1024, help="(c): devices per mesh")
     ap.add_argument("--spmd-rounds", type=int, default=2,
                     help="(c): alternated runs of each way")
-    args = ap.parse_args(argv)
-    before = cpu_times()
+    return ap
+
+
+def _cut_line(args: argparse.Namespace) -> str:
     a = cut_programs(args.devices)
-    print(f"(a) {a['devices']} -> {a['devices']} all-to-all, {a['tasks']} tasks, plan "
-          f"{a['plan_s']:.2f} s, JSON {a['plan_json_mb']:.1f} MB, verify {a['verify_s']:.2f} s; "
-          f"all {a['programs']} programs cut in {a['cut_all_s']:.2f} s (one scan each: "
-          f"{a['old_cut_all_s']:.1f} s, {a['old_cut_all_s'] / a['cut_all_s']:.0f}x); largest "
-          f"program {a['largest_program_kb']:.1f} kB, loaded (parse + check) in "
-          f"{a['load_program_ms']:.1f} ms; all programs {a['programs_json_mb']:.1f} MB vs the "
-          f"plan to each worker {a['plan_json_mb'] * a['programs']:.0f} MB", flush=True)
-    if args.workers:
-        b = runtime_load(args.workers, args.rounds)
-        print(f"(b) Runtime.load of a {b['tasks']}-task plan on {b['workers']} gloo workers: "
-              f"the plan to every worker {b['old_bytes_per_worker'] / 1e3:.0f} kB each, "
-              f"{b['old_load_s'] * 1e3:.0f} ms; programs {b['new_bytes_per_worker'] / 1e3:.0f} "
-              f"kB each, pickled (their JSON {b['new_json_per_worker'] / 1e3:.0f} kB; "
-              f"{b['old_bytes_per_worker'] / b['new_bytes_per_worker']:.1f}x fewer "
-              f"bytes), {b['new_load_s'] * 1e3:.0f} ms ({b['old_load_s'] / b['new_load_s']:.1f}x "
-              f"faster; medians of {args.rounds}, alternated)", flush=True)
-    if args.against:
-        d = against(args.against, args.workers, args.rounds)
-        print(f"(d) Runtime.load first load, {args.workers} gloo workers, {d['rev']}'s code "
-              f"vs this: {d['old_load_s'] * 1e3:.0f} ms vs {d['new_load_s'] * 1e3:.0f} ms, "
-              f"{d['old_load_s'] / d['new_load_s']:.1f}x (medians of {d['loads']} loads each, "
-              f"processes alternated)", flush=True)
-    if args.spmd_devices:
-        runs: dict[bool, list[dict]] = {False: [], True: []}
-        for r in range(args.spmd_rounds):  # alternated: share, whole, whole, share, ...
-            for whole in ((False, True) if r % 2 == 0 else (True, False)):
-                runs[whole].append(spmd_rank(args.spmd_devices, whole))
-        if {c["digest"] for c in runs[False] + runs[True]}.__len__() != 1:
-            raise SystemExit("(c) the share's digest differs from the whole plan's")
-        for whole, label in ((True, "the whole plan, cut"), (False, "its share only")):
-            c = min(runs[whole], key=lambda c: c["total_s"])
-            print(f"(c) SPMD rank of a {c['devices']} -> {c['devices']} all-to-all "
-                  f"({c['tasks']} tasks, {c['own_tasks']} its own), {label}: plan + digest "
-                  f"{c['plan_and_digest_s']:.2f} s, its program {c['cut_s']:.2f} s, total "
-                  f"{c['total_s']:.2f} s, peak RSS {c['peak_rss_mb']:.0f} MB, program "
-                  f"{c['program_kb']:.0f} kB", flush=True)
-        best = {w: min(c["total_s"] for c in runs[w]) for w in runs}
-        rss = {w: min(c["peak_rss_mb"] for c in runs[w]) for w in runs}
-        print(f"(c) share vs whole: {best[True] / best[False]:.1f}x faster, "
-              f"{rss[True] / rss[False]:.1f}x less peak RSS (best of {args.spmd_rounds} "
-              f"each, alternated); digests equal", flush=True)
+    return (f"(a) {a['devices']} -> {a['devices']} all-to-all, {a['tasks']} tasks, plan "
+            f"{a['plan_s']:.2f} s, JSON {a['plan_json_mb']:.1f} MB, verify "
+            f"{a['verify_s']:.2f} s; all {a['programs']} programs cut in {a['cut_all_s']:.2f} s "
+            f"(one scan each: {a['old_cut_all_s']:.1f} s, "
+            f"{a['old_cut_all_s'] / a['cut_all_s']:.0f}x); largest program "
+            f"{a['largest_program_kb']:.1f} kB, loaded (parse + check) in "
+            f"{a['load_program_ms']:.1f} ms; all programs {a['programs_json_mb']:.1f} MB vs the "
+            f"plan to each worker {a['plan_json_mb'] * a['programs']:.0f} MB")
+
+
+def _load_line(args: argparse.Namespace) -> str:
+    b = runtime_load(args.workers, args.rounds)
+    return (f"(b) Runtime.load of a {b['tasks']}-task plan on {b['workers']} gloo workers: "
+            f"the plan to every worker {b['old_bytes_per_worker'] / 1e3:.0f} kB each, "
+            f"{b['old_load_s'] * 1e3:.0f} ms; programs {b['new_bytes_per_worker'] / 1e3:.0f} "
+            f"kB each, pickled (their JSON {b['new_json_per_worker'] / 1e3:.0f} kB; "
+            f"{b['old_bytes_per_worker'] / b['new_bytes_per_worker']:.1f}x fewer bytes), "
+            f"{b['new_load_s'] * 1e3:.0f} ms ({b['old_load_s'] / b['new_load_s']:.1f}x "
+            f"faster; medians of {args.rounds}, alternated)")
+
+
+def _against_line(args: argparse.Namespace) -> str:
+    d = against(args.against, args.workers, args.rounds)
+    return (f"(d) Runtime.load first load, {args.workers} gloo workers, {d['rev']}'s code "
+            f"vs this: {d['old_load_s'] * 1e3:.0f} ms vs {d['new_load_s'] * 1e3:.0f} ms, "
+            f"{d['old_load_s'] / d['new_load_s']:.1f}x (medians of {d['loads']} loads each, "
+            f"processes alternated)")
+
+
+def _spmd_lines(args: argparse.Namespace) -> list[str]:
+    runs: dict[bool, list[dict]] = {False: [], True: []}
+    for r in range(args.spmd_rounds):  # alternated: share, whole, whole, share, ...
+        for whole in ((False, True) if r % 2 == 0 else (True, False)):
+            runs[whole].append(spmd_rank(args.spmd_devices, whole))
+    if len({c["digest"] for c in runs[False] + runs[True]}) != 1:
+        raise SystemExit("(c) the share's digest differs from the whole plan's")
+    out = []
+    for whole, label in ((True, "the whole plan, cut"), (False, "its share only")):
+        c = min(runs[whole], key=lambda c: c["total_s"])
+        out.append(f"(c) SPMD rank of a {c['devices']} -> {c['devices']} all-to-all "
+                   f"({c['tasks']} tasks, {c['own_tasks']} its own), {label}: plan + digest "
+                   f"{c['plan_and_digest_s']:.2f} s, its program {c['cut_s']:.2f} s, total "
+                   f"{c['total_s']:.2f} s, peak RSS {c['peak_rss_mb']:.0f} MB, program "
+                   f"{c['program_kb']:.0f} kB")
+    best = {w: min(c["total_s"] for c in runs[w]) for w in runs}
+    rss = {w: min(c["peak_rss_mb"] for c in runs[w]) for w in runs}
+    out.append(f"(c) share vs whole: {best[True] / best[False]:.1f}x faster, "
+               f"{rss[True] / rss[False]:.1f}x less peak RSS (best of {args.spmd_rounds} "
+               f"each, alternated); digests equal")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run (a), then (b), (d) and (c) where asked, and print their numbers."""
+    args = _parser().parse_args(argv)
+    before = cpu_times()
+    parts = ((True, lambda: [_cut_line(args)]), (args.workers, lambda: [_load_line(args)]),
+             (args.against, lambda: [_against_line(args)]),
+             (args.spmd_devices, lambda: _spmd_lines(args)))
+    for wanted, lines in parts:
+        if wanted:
+            for line in lines():
+                print(line, flush=True)
     share = stolen(before, cpu_times())
     if share is not None:
         print(f"stolen CPU share over the run: {share:.1%}")
