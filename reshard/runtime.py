@@ -19,6 +19,7 @@ import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.comm.calls import Drop, Execute, Get, LoadPlan, Put, UnloadPlan, WorkerCall
+from reshard.comm.launchers.netns import Placement
 from reshard.comm.program import WorkerProgram, programs
 from reshard.dtypes import accumulate, itemsize, parse_dtype, storage
 from reshard.errors import ExecutionError, ReshardError, ShapeError
@@ -130,7 +131,7 @@ class Runtime:
         timeout: float = 60.0,
         address: str | None = None,
         env: dict[str, str] | None = None,
-        netns: Any = None,
+        netns: Placement | None = None,
         max_plans: int = DEFAULT_MAX_PLANS,
         registry: Any = None,
         memory_budget: int | None = None,

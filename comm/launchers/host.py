@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from reshard.errors import ExecutionError, ReshardBaseError, ReshardError
 
 if TYPE_CHECKING:
+    from reshard.cluster import Cluster
     from reshard.comm.calls import WorkerCall
 
 # Environment every worker gets unless the caller's ``env`` says otherwise: many
@@ -75,7 +76,7 @@ def worker_env(env: Mapping[str, str] | None, device: int, rank: int, host: int)
     return out
 
 
-def make_specs(backend: str, devices: Sequence[int], cluster: Any, timeout: float,
+def make_specs(backend: str, devices: Sequence[int], cluster: Cluster | None, timeout: float,
                rendezvous: Any, env: Mapping[str, str] | None,
                options: Mapping[str, Any] | None = None) -> list[WorkerSpec]:
     """One :class:`WorkerSpec` per device (world = the sorted devices)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeAlias
 
 from reshard.comm.launchers.host import WorkerSpec
 from reshard.errors import ExecutionError
@@ -65,7 +65,20 @@ class NetnsPlacement:
         return self.hosts[host]
 
 
-def as_placement(netns: Any) -> NetnsPlacement:
+class PlacementSource(Protocol):
+    """Anything that places cluster hosts in network namespaces (the testbed,
+    :class:`reshard.microbench.infra.testbed.Testbed`, which the library never imports)."""
+
+    def netns_placement(self) -> NetnsPlacement:
+        """Its hosts' namespaces."""
+        ...
+
+
+Placement: TypeAlias = NetnsPlacement | PlacementSource
+"""What ``Runtime(..., netns=...)`` takes."""
+
+
+def as_placement(netns: Placement | Any) -> NetnsPlacement:
     """A :class:`NetnsPlacement`, or what an object's ``netns_placement()`` returns
     (a :class:`~reshard.microbench.infra.testbed.Testbed`)."""
     if isinstance(netns, NetnsPlacement):

@@ -48,6 +48,7 @@ from concurrent.futures import Future
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
+from reshard.cluster import Cluster
 from reshard.comm.backend import BackendKind
 from reshard.comm.launchers.base import require_workers
 from reshard.comm.launchers.cleanup import close_at_exit
@@ -56,6 +57,7 @@ from reshard.comm.launchers.netns import (
     NETNS_DIR,
     NetnsHost,
     NetnsPlacement,
+    Placement,
     as_placement,
     enter_netns,
 )
@@ -130,9 +132,9 @@ class ProcessGroup:
             then listens on the placement's driver address instead of loopback.
     """
 
-    def __init__(self, backend: BackendKind, devices: Sequence[int], cluster: Any,
+    def __init__(self, backend: BackendKind, devices: Sequence[int], cluster: Cluster | None,
                  timeout: float, env: dict[str, str] | None = None,
-                 netns: Any = None) -> None:
+                 netns: Placement | None = None) -> None:
         self.backend = BackendKind.parse(backend)
         self.timeout = float(timeout)
         self._ids = itertools.count()

@@ -60,6 +60,7 @@ from reshard.comm.launchers.raywatch import children_of, watch_ray
 from reshard.errors import ExecutionError, ReshardBaseError
 
 if TYPE_CHECKING:
+    from reshard.cluster import Cluster
     from reshard.comm.calls import WorkerCall
 
 _CLOSE_WAIT = 10.0  # seconds close() waits for killed actors of this machine to exit
@@ -218,21 +219,18 @@ def _node_order(node: dict[str, Any]) -> tuple[int, int, str, str]:
         return (1, 0, addr, node["NodeID"])
 
 
-def _node_plan(cluster: Any, devices: Sequence[int],
+def _node_plan(cluster: Cluster | None, devices: Sequence[int],
                gpus: bool = False) -> dict[int, str | None]:
     """Ray node id per device (None: let Ray choose); with ``gpus``, only nodes that
     have GPUs host devices."""
-    hosts: list[int] = []
-    for d in devices:
-        h = cluster.host_of(d) if cluster is not None else 0
-        if h not in hosts:
-            hosts.append(h)
+    host_of = {d: cluster.host_of(d) if cluster is not None else 0 for d in devices}
+    hosts = list(dict.fromkeys(host_of.values()))  # in first-use order
     nodes = sorted((n for n in ray.nodes() if n.get("Alive") and (
         not gpus or n.get("Resources", {}).get("GPU", 0) >= 1)), key=_node_order)
     if len(hosts) < 2 or len(nodes) < 2:
         return {d: None for d in devices}
     node_of_host = {h: nodes[i % len(nodes)]["NodeID"] for i, h in enumerate(hosts)}
-    return {d: node_of_host[cluster.host_of(d)] for d in devices}
+    return {d: node_of_host[host_of[d]] for d in devices}
 
 
 _TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
@@ -277,7 +275,7 @@ class RayGroup:
             ``{host}`` in values are replaced per worker).
     """
 
-    def __init__(self, backend: BackendKind, devices: Sequence[int], cluster: Any,
+    def __init__(self, backend: BackendKind, devices: Sequence[int], cluster: Cluster | None,
                  timeout: float, address: str | None = None,
                  env: dict[str, str] | None = None) -> None:
         self.backend = BackendKind.parse(backend)
