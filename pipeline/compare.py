@@ -16,12 +16,12 @@ from typing import Any
 from reshard.cliargs import add_version
 from reshard.helptext import for_terminal
 from reshard.pipeline.costs import PipelineCosts
-from reshard.pipeline.generators import make_schedule
+from reshard.pipeline.generators import TRANSFER_AWARE, make_schedule
 from reshard.pipeline.simulator import simulate
 from reshard.tables import table
 
 DEFAULT_SCHEDULES = ("gpipe", "1f1b", "eager-1f1b", "interleaved-1f1b", "zb-h1", "zb-v",
-                     "dualpipe-v")
+                     "eager-zb-v", "dualpipe-v")
 
 
 def compare_schedules(
@@ -59,7 +59,9 @@ def compare_schedules(
     """
     rows = []
     for name in names:
-        options = {"n_chunks": n_chunks} if name == "interleaved-1f1b" else {}
+        options: dict[str, Any] = {"n_chunks": n_chunks} if name == "interleaved-1f1b" else {}
+        if name in TRANSFER_AWARE and fwd > 0:  # built for the transfer, in chunk forwards
+            options["transfer"] = transfer / (fwd / 2)
         schedule = make_schedule(name, n_stages, n_mb, **options)
         chunks = schedule.num_chunks
         costs = PipelineCosts(

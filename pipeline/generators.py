@@ -293,6 +293,55 @@ def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0) -> Schedule:
     return best[1]
 
 
+def eager_zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 1.0) -> Schedule:
+    """ZB-V with eager forwards, for exposed transfers: what eager 1F1B is to 1F1B.
+
+    The V of :func:`zero_bubble_v`, list-scheduled for boundary transfers of
+    ``transfer`` (units of one chunk's forward) with a higher memory limit: a stage may
+    hold up to ``4 * n_stages - 2`` chunk activations, eager 1F1B's peak on its first
+    stage (``2 * n_stages - 1`` whole-stage microbatches) where ZB-V holds 1F1B's
+    ``2 * n_stages``. Stages then run forwards of later microbatches while a transfer
+    is in flight instead of waiting on it. Candidates: ZB-V for this transfer time, and
+    the list-scheduled V at every limit from ``2 * n_stages`` to ``4 * n_stages - 2``
+    under each rule order (:data:`V_CANDIDATES`); the fastest by the simulator with
+    this transfer time is kept (ties: the lower peak, then ZB-V). With free transfers
+    it is ZB-V.
+
+    Args:
+        n_stages: Number of stages (>= 1).
+        n_mb: Number of microbatches (>= 1).
+        transfer: Boundary transfer time the order is built for (>= 0; units of one
+            chunk's forward; 1 by default: a transfer as long as a chunk's forward).
+
+    Returns:
+        The schedule (2 chunks, V placement).
+    """
+    base = zero_bubble_v(n_stages, n_mb, transfer)  # checks the arguments
+    if not transfer:
+        return base
+    from reshard.pipeline.costs import PipelineCosts
+    from reshard.pipeline.simulator import simulate
+
+    costs = PipelineCosts(forward=1.0, backward=2.0, activation_transfer=float(transfer))
+    cap = 4 * n_stages - 2
+
+    def rank(schedule: Schedule) -> tuple[float, int]:
+        timeline = simulate(schedule, costs)
+        return timeline.iteration_time, max(timeline.peak_activations)
+
+    best, best_rank = base, rank(base)
+    for limit in range(2 * n_stages, cap + 1):
+        for order in dict.fromkeys(o for _, o in V_CANDIDATES):
+            try:
+                candidate = _list_scheduled_v(n_stages, n_mb, limit, float(transfer), order)
+            except ScheduleError:  # this rule set deadlocks here
+                continue
+            got = rank(candidate)
+            if got[1] <= cap and got < best_rank:
+                best, best_rank = candidate, got
+    return best
+
+
 def _zb_v_phases(n: int, m: int) -> Schedule:
     """ZB-V as its paper lays it out (Qi et al. 2024, section 6), stage ``s`` of ``n``:
     ``2 * (n - s) - 1`` chunk-0 forwards; ``s`` pairs of a chunk-1 and a chunk-0
@@ -546,10 +595,15 @@ SCHEDULES: Mapping[str, Callable[..., Schedule]] = MappingProxyType(
         "interleaved-1f1b": interleaved_one_f_one_b,
         "zb-h1": zero_bubble_h1,
         "zb-v": zero_bubble_v,
+        "eager-zb-v": eager_zero_bubble_v,
         "dualpipe-v": dualpipe_v,
     }
 )
 """Shipped schedule generators by name (read-only)."""
+
+TRANSFER_AWARE = frozenset({"zb-v", "eager-zb-v"})
+"""Shipped schedules built for a boundary transfer time (their ``transfer=`` option, in
+units of one chunk's forward; both have two chunks per stage)."""
 
 
 def make_schedule(name: str, n_stages: int, n_mb: int, **options: Any) -> Schedule:

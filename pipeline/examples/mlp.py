@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from reshard.cliargs import add_version
+from reshard.errors import ReshardError
 from reshard.mesh import DeviceMesh
 from reshard.pipeline.stage import ParamSpec, StageSpec
 
@@ -205,7 +206,9 @@ def train(backend: str = "local", launcher: str | None = None, schedule: str = "
 
     Stage ``s`` gets a mesh of ``2`` devices for ``"col"`` stages and alternately 2 and
     4 for ``"dp"`` stages (so layouts and mesh sizes differ across stages); with
-    ``chunks > 1`` the virtual stages take turns on the physical stages.
+    ``chunks > 1`` the virtual stages take turns on the physical stages, as the
+    schedule places them (interleaved, or in a V: ``zb-v``, ``eager-zb-v`` and
+    ``dualpipe-v`` take ``chunks=2``).
 
     Returns:
         Per step: losses, the largest absolute difference from the reference (losses,
@@ -216,6 +219,11 @@ def train(backend: str = "local", launcher: str | None = None, schedule: str = "
     from reshard.pipeline.runtime import PipelineRuntime
 
     n_stages = len(kinds) // chunks
+    options = {"n_chunks": chunks} if schedule == "interleaved-1f1b" else {}
+    sched = make_schedule(schedule, n_stages, microbatches, **options)
+    if sched.num_chunks != chunks:
+        raise ReshardError(f"schedule {schedule!r} runs {sched.num_chunks} chunks per "
+                           f"stage; give chunks={sched.num_chunks}")
     sizes = [2 if kinds[s] == "col" or s % 2 == 0 else 4 for s in range(n_stages)]
     hosts, meshes, next_dev = [], [], 0
     for g in sizes:
@@ -223,7 +231,7 @@ def train(backend: str = "local", launcher: str | None = None, schedule: str = "
         hosts.append(devs)
         meshes.append(DeviceMesh((g,), devices=devs))
         next_dev += g
-    vmeshes = [meshes[v % n_stages] for v in range(len(kinds))]
+    vmeshes = [meshes[sched.locate(v)[0]] for v in range(len(kinds))]
     rng = np.random.default_rng(seed)
     width = [6] + [int(w) for w in rng.integers(5, 13, size=len(kinds) - 1)] + [3]
     stages = make_stages(kinds, width, vmeshes, batch, microbatches)
@@ -231,8 +239,6 @@ def train(backend: str = "local", launcher: str | None = None, schedule: str = "
     inputs = [rng.normal(size=(batch, width[0])) for _ in range(microbatches)]
     targets = [rng.normal(size=(batch, width[-1])) for _ in range(microbatches)]
     cluster = reshard.Cluster.from_hosts(hosts)
-    options = {"n_chunks": chunks} if chunks > 1 else {}
-    sched = make_schedule(schedule, n_stages, microbatches, **options)
     out = []
     with reshard.Runtime(backend, cluster=cluster, launcher=launcher) as rt:
         pipe = PipelineRuntime(rt, stages, sched)

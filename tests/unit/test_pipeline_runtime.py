@@ -20,6 +20,9 @@ from reshard.pipeline.runtime import PipelineRuntime
     ("eager-1f1b", ("col", "dp", "col", "dp"), 1),
     ("zb-h1", ("dp", "col", "dp"), 1),
     ("interleaved-1f1b", ("dp", "col", "dp", "dp"), 2),
+    ("zb-v", ("dp", "col", "dp", "dp"), 2),  # the V: virtual stages 0 and 3 on stage 0
+    ("eager-zb-v", ("dp", "col", "dp", "dp"), 2),
+    ("dualpipe-v", ("dp", "col", "dp", "dp"), 2),
 ])
 def test_mlp_matches_reference(schedule, kinds, chunks):
     rows = mlp.train("local", schedule=schedule, kinds=kinds, steps=2, chunks=chunks,
@@ -28,6 +31,13 @@ def test_mlp_matches_reference(schedule, kinds, chunks):
     for r in rows:
         assert r["max_abs_diff"] < 1e-9, r
     assert rows[1]["loss"] < rows[0]["loss"]  # training makes progress
+
+
+def test_mlp_names_the_chunks_a_schedule_runs():
+    from reshard import ReshardError
+
+    with pytest.raises(ReshardError, match="runs 2 chunks per stage; give chunks=2"):
+        mlp.train("local", schedule="zb-v", kinds=("dp", "col"), steps=1, log=lambda *_: None)
 
 
 def _setup(schedule_name="1f1b", m=3):

@@ -104,7 +104,7 @@ def test_zero_bubble_splits_backward():
 
 def test_registry_is_read_only_and_complete():
     assert set(SCHEDULES) == {"gpipe", "1f1b", "eager-1f1b", "interleaved-1f1b", "zb-h1",
-                              "zb-v", "dualpipe-v"}
+                              "zb-v", "eager-zb-v", "dualpipe-v"}
     with pytest.raises(TypeError):
         SCHEDULES["mine"] = gpipe  # type: ignore[index]
 

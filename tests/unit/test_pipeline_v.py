@@ -34,7 +34,7 @@ def test_a_v_schedules_text_names_its_placement():
         Schedule((("F0",),), 1, 1, "w")
 
 
-@pytest.mark.parametrize("name", ["zb-v", "dualpipe-v"])
+@pytest.mark.parametrize("name", ["zb-v", "eager-zb-v", "dualpipe-v"])
 @pytest.mark.parametrize("n, m", SIZES)
 def test_v_schedules_validate(name, n, m):
     if name == "dualpipe-v" and m < 2 * n:
@@ -51,7 +51,7 @@ def test_v_schedules_validate(name, n, m):
 
 
 def _run(name, n=4, m=8, transfer=0.0, options=None):
-    chunks = 2 if name in ("zb-v", "dualpipe-v") else 1
+    chunks = 2 if name in ("zb-v", "eager-zb-v", "dualpipe-v") else 1
     costs = PipelineCosts(forward=1 / chunks, backward=2 / chunks, activation_transfer=transfer)
     t = simulate(make_schedule(name, n, m, **(options or {})), costs)
     return t.iteration_time, t.mean_bubble_fraction, max(t.peak_activations) / chunks
@@ -74,6 +74,23 @@ def test_transfer_aware_list_scheduling_gains_where_transfers_are_exposed():
         assert aware < 0.9 * plain, (transfer, aware, plain)
     with pytest.raises(ScheduleError, match="transfer"):
         make_schedule("zb-v", 4, 8, transfer=-1)
+
+
+@pytest.mark.parametrize("n, m", [(2, 4), (3, 6), (4, 8), (4, 16), (6, 12)])
+def test_eager_zb_v_trades_memory_for_exposed_transfers(n, m):
+    """Built for the transfer it meets, eager ZB-V is never slower than ZB-V built for
+    it, holds at most eager 1F1B's first-stage peak (2n - 1 microbatches) on any stage,
+    and is ZB-V with free transfers; at 4 stages, a transfer of a chunk's forward, it
+    gains (the simulator's case for it)."""
+    for transfer in (0.0, 0.25, 0.5, 1.0):  # a chunk's forward is 0.5
+        zb = _run("zb-v", n, m, transfer, {"transfer": 2 * transfer})
+        eager = _run("eager-zb-v", n, m, transfer, {"transfer": 2 * transfer})
+        assert eager[0] <= zb[0] and eager[2] <= 2 * n - 1, (transfer, eager, zb)
+        if not transfer:
+            assert make_schedule("eager-zb-v", n, m, transfer=0) == make_schedule("zb-v", n, m)
+    if (n, m) == (4, 8):
+        assert _run("eager-zb-v", 4, 8, 0.5, {"transfer": 1.0})[0] < 0.95 * _run(
+            "zb-v", 4, 8, 0.5, {"transfer": 1.0})[0]
 
 
 @pytest.mark.parametrize("n, m", [(2, 4), (3, 6), (4, 8), (4, 12)])
