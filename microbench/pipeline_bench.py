@@ -50,6 +50,7 @@ from reshard.errors import ExecutionError, ReshardBaseError, ReshardError
 from reshard.microbench import flags
 from reshard.microbench.report import Column, Progress, Shape, Stream, machine, write_json
 from reshard.pipeline import SCHEDULES, Action, PipelineCosts, Schedule, make_schedule, simulate
+from reshard.pipeline.generators import TRANSFER_AWARE
 from reshard.pipeline.runtime import PipelineRuntime
 from reshard.pipeline.stage import StageSpec
 from reshard.pipeline.timeline import Timeline
@@ -141,7 +142,8 @@ def run(args: argparse.Namespace, out: Stream | None = None) -> tuple[list[dict]
             for name in args.schedules:
                 # a transfer-aware order, for the transfer this run sets up: about
                 # --transfer-ratio forwards of a stage, two chunk forwards on a V
-                options = {"transfer": 2 * args.transfer_ratio} if name == "zb-v" else {}
+                options = ({"transfer": 2 * args.transfer_ratio} if name in TRANSFER_AWARE
+                           else {})
                 sched = make_schedule(name, args.stages, args.microbatches, **options)
                 stages = stage_specs(args.stages, args.devices_per_host, shape, fwd, bwd,
                                      sched)
