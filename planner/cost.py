@@ -19,6 +19,7 @@ receive that it does not hold, over its link; plus one latency.
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -77,17 +78,24 @@ def task_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]
     else:  # a fused reduction's addends first pass their running sum to the root
         edges = [*itertools.pairwise((*task.addends, task.root)), *task.edges()]
     # Each edge carries every byte (a sender with k children sends them k times); the
-    # pipelined pieces reach the farthest receiver after the latencies of its path.
+    # pipelined pieces reach the farthest receiver after the latencies of its path, and
+    # after each relay (a sender that received the bytes itself) held a whole piece of
+    # them for each child it feeds (Cluster.relay_piece; 0: no such fill).
     host, nic = cluster.host_of, cluster.nic_of
     path = []
-    reach = {edges[0][0]: 0.0}
+    first = edges[0][0]
+    reach = {first: 0.0}
+    piece = min(cluster.relay_piece, task.nbytes)
+    children = collections.Counter(a for a, _ in edges) if piece else None
     for a, b in edges:
         path += [((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0)]
-        if host(a) != host(b):
+        crosses = host(a) != host(b)
+        if crosses:
             path += [((NIC_OUT, nic(a)), 1.0), ((NIC_IN, nic(b)), 1.0)]
-            reach[b] = reach[a] + cluster.latency
-        else:
-            reach[b] = reach[a] + cluster.intra_latency
+        reach[b] = reach[a] + (cluster.latency if crosses else cluster.intra_latency)
+        if children is not None and a != first:
+            rate = cluster.nic_capacity if crosses else cluster.intra_bandwidth
+            reach[b] += children[a] * piece / rate
     return path, max(reach.values())
 
 

@@ -129,6 +129,11 @@ class Cluster:
         nics_per_host: NICs per host, each with ``nic_bandwidth / nics_per_host``; a
             device uses NIC ``i * nics_per_host // g`` of its host (``i``: its position
             among the host's ``g`` devices). 1: one NIC shared by every device.
+        relay_piece: bytes a relay of a broadcast chain or tree receives before it
+            passes them on (the backend's pipelining piece: gloo's is 256 KiB); each
+            relay hop then adds that piece's time to the chain's fill (for each child it
+            feeds). 0: relays pass bytes on as they arrive (the presets, a model of
+            NCCL's fine-grained pipelining).
     """
 
     hosts: tuple[tuple[int, ...], ...]
@@ -139,13 +144,14 @@ class Cluster:
     copy_bandwidth: float = PRESETS[PAPER_PRESET].copy_bandwidth
     name: str = "custom"
     nics_per_host: int = 1
+    relay_piece: int = 0
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled by its fields (the device index built from them is not picklable;
         the constructor builds it again)."""
         return (Cluster, (self.hosts, self.intra_bandwidth, self.nic_bandwidth, self.latency,
                           self.intra_latency, self.copy_bandwidth, self.name,
-                          self.nics_per_host))
+                          self.nics_per_host, self.relay_piece))
 
     def __post_init__(self) -> None:
         hosts = tuple(tuple(int(d) for d in h) for h in self.hosts)
@@ -171,6 +177,9 @@ class Cluster:
             if not 0 <= v < math.inf:
                 raise ClusterError(f"{attr} must be a finite number >= 0 seconds, got {v}")
             object.__setattr__(self, attr, v)
+        piece = self.relay_piece
+        if isinstance(piece, bool) or not isinstance(piece, int) or piece < 0:
+            raise ClusterError(f"relay_piece must be an integer >= 0 bytes, got {piece!r}")
         object.__setattr__(self, "_host_of", MappingProxyType(seen))
         nics = self.nics_per_host
         if isinstance(nics, bool) or not isinstance(nics, int) or nics < 1:
@@ -215,6 +224,7 @@ class Cluster:
             "intra_bandwidth": fig.intra_bandwidth, "nic_bandwidth": fig.nic_bandwidth,
             "latency": fig.latency, "intra_latency": fig.intra_latency,
             "copy_bandwidth": fig.copy_bandwidth, "nics_per_host": fig.nics_per_host,
+            "relay_piece": 0,
         }
         unknown = set(overrides) - set(figures) - {"name"}
         if unknown:
@@ -279,12 +289,13 @@ class Cluster:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
+        """JSON-ready form (``relay_piece`` only when set)."""
         return {
             "hosts": [list(h) for h in self.hosts], "intra_bandwidth": self.intra_bandwidth,
             "nic_bandwidth": self.nic_bandwidth, "latency": self.latency,
             "intra_latency": self.intra_latency, "copy_bandwidth": self.copy_bandwidth,
             "name": self.name, "nics_per_host": self.nics_per_host,
+            **({"relay_piece": self.relay_piece} if self.relay_piece else {}),
         }
 
     @classmethod

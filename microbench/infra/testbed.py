@@ -407,12 +407,16 @@ class Testbed:
         """A :class:`Cluster` of this testbed's hosts (or the first ``num_hosts``), device
         ids host-major, whose ``nic_bandwidth`` is the TCP payload rate the tc rate
         leaves (:attr:`payload_bandwidth`) and, with ``latency_ms``,
-        whose ``latency`` is the netem delay. Other figures come from ``preset`` unless
-        given in ``overrides``."""
+        whose ``latency`` is the netem delay; its relays hold gloo's pipelining piece
+        before passing it on (``relay_piece``: the testbed runs gloo workers). Other
+        figures come from ``preset`` unless given in ``overrides``."""
         n = self.num_hosts if num_hosts is None else int(num_hosts)
         if not 1 <= n <= self.num_hosts:
             raise TestbedError(f"num_hosts must be 1..{self.num_hosts}, got {num_hosts}")
+        from reshard.comm.backends.gloo import CHAIN_PIECE
+
         figures: dict[str, Any] = {"nic_bandwidth": self.payload_bandwidth,
+                                   "relay_piece": CHAIN_PIECE,
                                    "name": f"testbed {self.nic_gbit_per_s:g} Gbit/s"}
         if self.latency_ms:
             figures["latency"] = self.latency_ms / 1000

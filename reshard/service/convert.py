@@ -31,7 +31,7 @@ MAX_DEVICES = 1 << 16
 """Devices a mesh, or a cluster given by size, may have in a request."""
 
 FIGURES = ("intra_bandwidth", "nic_bandwidth", "latency", "intra_latency",
-           "copy_bandwidth", "nics_per_host")
+           "copy_bandwidth", "nics_per_host", "relay_piece")
 """The link figures a cluster message can set (Cluster fields of the same names)."""
 
 STRATEGIES: Mapping[Strategy, pb.Strategy] = MappingProxyType({
@@ -165,7 +165,7 @@ def cluster_to_pb(cluster: Cluster) -> pb.Cluster:
     d = cluster.to_dict()
     return pb.Cluster(hosts=pb.HostsCluster(
         hosts=[pb.Host(devices=h) for h in d["hosts"]], name=d["name"],
-        figures=pb.LinkFigures(**{name: d[name] for name in FIGURES})))
+        figures=pb.LinkFigures(**{name: d[name] for name in FIGURES if name in d})))
 
 
 def _check_size(num_hosts: int, devices_per_host: int, what: str) -> None:

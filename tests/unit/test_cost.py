@@ -98,3 +98,29 @@ def test_partial_sum_broadcast_never_worse_than_baselines(name):
            for s in ("broadcast", "allgather", "send_recv")}
     bound = reshard.plan_many(requests, cluster=cluster).lower_bound()
     assert bound <= est["broadcast"] <= min(est["allgather"], est["send_recv"])
+
+
+def test_relays_that_hold_a_piece_add_it_for_each_child():
+    """Cluster.relay_piece: a relay passes bytes on once it holds a piece, so each relay
+    hop adds the piece's time (for each child it feeds) to the farthest receiver's
+    latency; the root's own hops and relay_piece 0 add nothing."""
+    import pickle
+
+    from reshard.planner.cost import task_path
+    from reshard.planner.ir import Task, TaskKind
+
+    box = ((0, 1000),)
+    chain = Task(TaskKind.BROADCAST, 0, box, 0, (1, 2), 4000)
+    tree = Task(TaskKind.BROADCAST, 0, box, 0, (1, 2, 3), 4000, parents=(0, 1, 1))
+    small = Task(TaskKind.BROADCAST, 0, ((0, 100),), 0, (1, 2), 400)
+    plain = Cluster.regular(4, 1, nic_bandwidth=1e9, latency=1e-5)
+    piece = Cluster.regular(4, 1, nic_bandwidth=1e9, latency=1e-5, relay_piece=1000)
+    assert task_path(chain, plain)[1] == pytest.approx(2e-5)
+    assert task_path(chain, piece)[1] == pytest.approx(2e-5 + 1000 / 1e9)
+    assert task_path(tree, piece)[1] == pytest.approx(2e-5 + 2 * 1000 / 1e9)  # two children
+    assert task_path(small, piece)[1] == pytest.approx(2e-5 + 400 / 1e9)  # all it has
+    assert "relay_piece" not in plain.to_dict()
+    assert Cluster.from_dict(piece.to_dict()) == piece == pickle.loads(pickle.dumps(piece))
+    for bad in (-1, 1.5, True):
+        with pytest.raises(reshard.ClusterError, match="relay_piece"):
+            Cluster.regular(2, 1, relay_piece=bad)

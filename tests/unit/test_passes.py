@@ -38,7 +38,7 @@ def _first(name: str, strategy: Strategy = Strategy.BROADCAST) -> tuple[ReshardP
 def test_the_passes_run_in_stages_by_name():
     assert passes.pass_names() == (
         "fan-out", "fused", "trees:double/star", "trees:double/chain", "trees:chain/star",
-        "trees:star/star", "trees:star/chain", "least-concurrent")
+        "trees:star/star", "trees:star/chain", "point-to-point", "least-concurrent")
 
 
 def test_every_pass_proposes_plans_that_verify():
@@ -60,10 +60,31 @@ def test_every_pass_proposes_plans_that_verify():
     assert proposed == set(passes.pass_names())
 
 
+def test_relays_are_kept_only_where_they_gain():
+    """Point-to-point sends replace relayed broadcasts unless the relays gain at least
+    RELAY_GAIN by the model: replicas on two hosts fed from sharded sources (each box
+    once either way: the sends) vs. one holder feeding three hosts (its NIC would carry
+    the box three times: the chain)."""
+    cluster = Cluster.regular(4, 2, nic_bandwidth=37.5e6, relay_piece=256 << 10)
+    src = Layout(DeviceMesh((2, 2), range(4)), "S01R")
+    dst = Layout(DeviceMesh((2, 2), range(4, 8)), "S1R")  # replicas on two hosts
+    sends = reshard.plan((2048, 2048), "float32", src, dst, cluster=cluster)
+    assert all(len(t.receivers) == 1 for t in sends.tasks)
+    one = Layout(DeviceMesh((1, 1), [0]), "RR")
+    fan = Layout(DeviceMesh((3, 2), range(2, 8)), "RR")
+    relayed = reshard.plan((2048, 2048), "float32", one, fan, cluster=cluster)
+    assert any(len(t.receivers) > 1 for t in relayed.tasks)
+    for plan in (sends, relayed):
+        plan.verify()
+        assert plan.estimate() <= plan.lower_bound() * (1 + passes.RELAY_GAIN) * 1.05
+
+
 def test_each_rule_on_model_times():
     assert passes.faster(0.99, 1.0) and not passes.faster(1.0, 1.0)
     assert passes.faster_by_tree_gain(0.998, 1.0)
     assert not passes.faster_by_tree_gain(0.9995, 1.0)  # less than TREE_GAIN: kept out
+    assert passes.within_relay_gain(1.004, 1.0)  # sends, if barely slower than relays
+    assert not passes.within_relay_gain(1.006, 1.0)
     assert passes.within_concurrency_gain(1.01, 1.0)  # one at a time, if barely slower
     assert not passes.within_concurrency_gain(1.03, 1.0)
 
@@ -81,7 +102,7 @@ def test_a_stage_starts_every_pass_from_its_first_plan():
         return passes.Pass(label, make.up_to, propose, make.keep)
 
     trees = passes.STAGES[1]
-    stages = ((spy("a", trees[0]), spy("b", trees[1])), (spy("c", passes.STAGES[2][0]),))
+    stages = ((spy("a", trees[0]), spy("b", trees[1])), (spy("c", passes.STAGES[3][0]),))
     best = passes.search(first, pipelined, plan_tasks, stages)
     assert [label for label, _ in seen] == ["a", "b", "c"]
     assert seen[0][1] is first and seen[1][1] is first  # both trees reshape the chains

@@ -76,7 +76,7 @@ def test_relays_steps_and_many_tensors_survive_the_wire():
     assert wire(p) == p
     stepped = cases["tp-row-partial-to-rep"]  # reductions fused with their broadcasts
     cluster = stepped.cluster()
-    q = reshard.plan_many(stepped.small(4096).requests_on(cluster), cluster=cluster)
+    q = reshard.plan_many(stepped.small(1 << 16).requests_on(cluster), cluster=cluster)
     assert any(t.addends for t in q.tasks) and wire(q) == q
     tensors = tuple(make_tensor_spec(*r[:4], cluster=cluster)  # pipelined: several steps
                     for r in stepped.small(4096).requests_on(cluster))

@@ -66,7 +66,7 @@ def test_programs_pickle_to_equal_programs():
     from dataclasses import replace
 
     fused = Layout(DeviceMesh((2, 2), [4, 5, 6, 7]), "RS0")  # the partial sums fuse
-    plans = [_plan(), reshard.plan((6, 4), "float32", PARTIAL, fused, cluster=CLUSTER),
+    plans = [_plan(), reshard.plan((64, 64), "float32", PARTIAL, fused, cluster=CLUSTER),
              *(reshard.plan_many([((64, 48), "float32", SRC, RR)], cluster=CLUSTER, strategy=s)
                for s in ("allgather", "broadcast", "send_recv"))]
     tasks = [t for p in plans for t in p.tasks]

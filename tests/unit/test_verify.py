@@ -43,10 +43,11 @@ def _stepped(shape, dtype, src, dst):
 
 BASE = {
     "send_recv": _plan((6, 4), "int32", Layout(A, "S0R"), Layout(B, "RS0"), "send_recv"),
-    "broadcast": _plan((6, 4), "int32", Layout(A, "S0R"), Layout(C, "RR"), "broadcast"),
+    # large enough that chains beat point-to-point sends (smaller: latency-bound, sends)
+    "broadcast": _plan((256, 256), "int32", Layout(A, "S0R"), Layout(C, "RR"), "broadcast"),
     "allgather": _plan((6, 4), "int32", Layout(A, "S0R"), Layout(C, "RR"), "allgather"),
     "partial": _stepped((6, 4), "float32", Layout(AB, "S0R+P1"), Layout(C, "RS0")),
-    "fused": _plan((6, 4), "float32", Layout(AB, "S0R+P1"), Layout(C, "RS0"), "broadcast"),
+    "fused": _plan((64, 64), "float32", Layout(AB, "S0R+P1"), Layout(C, "RS0"), "broadcast"),
     "partial_dst": _plan((6, 4), "int64", Layout(A, "S0R"), Layout(C, "RR+P0"), "send_recv"),
     "copy": _plan((6, 4), "int32", Layout(A, "S0R"), Layout(A, "RS0"), "send_recv"),
 }
