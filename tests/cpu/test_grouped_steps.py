@@ -84,11 +84,16 @@ CHAIN_COLS = 300_000  # 1.2 MB of float32 per row: several pieces of gloo's chai
 
 
 def crossing_chains(rt, x, dst: Layout) -> ReshardPlan:
-    """The broadcast plan of ``x`` to ``dst`` with every task in step 0 and each row's
-    chain made root -> 4 -> 6 (rows 0, 1) or root -> 6 -> 4 (rows 2, 3)."""
+    """The broadcast strategy's first plan (its chains: the search would keep point-to-
+    point sends here, within RELAY_GAIN) of ``x`` to ``dst`` with every task in step 0 and
+    each row's chain made root -> 4 -> 6 (rows 0, 1) or root -> 6 -> 4 (rows 2, 3)."""
+    from reshard.planner.plan import plan_tasks
+    from reshard.planner.strategy import Strategy
+
     plan = rt.plan(x, dst, "broadcast")
     tasks = []
-    for t in plan.tasks:
+    first, _ = plan_tasks(plan.tensors, plan.cluster, Strategy.BROADCAST, fan_out=False)
+    for t in first:
         assert t.kind is TaskKind.BROADCAST and sorted(t.receivers) == [4, 6], t
         chain = (4, 6) if t.box[0][0] < CHAIN_ROWS // 2 else (6, 4)
         tasks.append(dataclasses.replace(t, step=0, receivers=chain))
