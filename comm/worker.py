@@ -2,7 +2,8 @@
 :class:`~reshard.comm.executor.Executor`.
 
 A :class:`DeviceWorker` is what runs a Runtime's calls on each device (typed calls,
-:mod:`reshard.comm.calls`, through the :data:`DISPATCH` table): it keeps the shards stored under keys, loads plans under the driver's ids
+:mod:`reshard.comm.calls`, through the :data:`DISPATCH` table): it keeps the shards
+stored under keys, loads plans under the driver's ids
 (each device gets its :class:`~reshard.comm.program.WorkerProgram`; receive/pack
 scratch buffers are allocated then, per plan, not per call) and executes them on
 named arrays. The execution itself, step by step in the plan's global order, is the

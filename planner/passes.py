@@ -15,7 +15,7 @@ pass                      builds with            kept when (model times)
 ``fan-out``               ``cell_tasks.fan_out``  faster
 ``fused``                 ``fuse.py``             faster
 ``trees:<hosts>/<intra>`` ``trees.py``            faster by :data:`TREE_GAIN`
-``point-to-point``        ``cell_tasks.py``       faster by :data:`TREE_GAIN`
+``point-to-point``        ``cell_tasks.py``       at most :data:`RELAY_GAIN` slower
 ``least-concurrent``      ``order.py``            at most :data:`CONCURRENCY_GAIN` slower
 ========================  =====================  ========================================
 
@@ -164,9 +164,10 @@ def _fused(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
 
 
 def _point_to_point(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
-    """A broadcast plan's request planned as point-to-point sends (each receiver its own
-    copy from a holder), where those cost the model less than the chains."""
-    if search.strategy is not Strategy.BROADCAST:
+    """A broadcast plan with relays (chains, trees) planned again as point-to-point sends
+    (each receiver its own copy from a holder), for :func:`within_relay_gain`."""
+    if search.strategy is not Strategy.BROADCAST or all(
+            len(t.receivers) < 2 for t in start.tasks):  # no relays to replace
         return
     tasks = search.build(search.tensors, search.cluster, Strategy.SEND_RECV, fan_out=False)[0]
     if len(tasks) <= COMPARE_UP_TO:

@@ -167,7 +167,8 @@ class _Replay:
         self.dst: list[dict[int, Box]] = []
         self.leaders: list[frozenset[int]] = []
         self.group_of: list[dict[int, tuple[int, ...]]] = []  # partial sources only
-        boxes: dict[tuple[Any, ...], dict[int, Box]] = {}  # many tensors share layouts and shapes
+        # many tensors share layouts and shapes
+        boxes: dict[tuple[Any, ...], dict[int, Box]] = {}
         leaders: dict[Layout, frozenset[int]] = {}
         groups: dict[Layout, dict[int, tuple[int, ...]]] = {}
         for t in plan.tensors:
