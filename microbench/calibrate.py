@@ -2,13 +2,16 @@
 
 Run mode times worker processes on one machine, which talk over loopback TCP (gloo) and
 share its cores; the presets' figures (NICs of 10-400 Gbit/s) say nothing about that,
-so against a preset ``time/bound`` is 10-70 here. :func:`measure` starts ``pairs``
-sender / receiver process pairs that stream ``nbytes`` each over loopback TCP at once
-and takes the bandwidth one pair gets while all of them run (what one device's link
-gives when every device moves bytes, as in a reshard), the one-way latency of a small
-message (half a ping-pong's round trip) and one process's memory-copy bandwidth.
+so against a preset ``time/bound`` is 10-70 here. :func:`measure` streams ``nbytes``
+over loopback TCP with one sender / receiver process pair alone (what one device's link
+gives), then with ``pairs`` pairs at once (their sum: what the machine's cores move in
+all, every link together), and takes the one-way latency of a small message (half a
+ping-pong's round trip) and one process's memory-copy bandwidth.
 :meth:`Links.overrides` turns them into cluster figures: every device its own link of
-that bandwidth, within a host and between hosts (loopback is both here).
+the one-pair bandwidth, within a host and between hosts (loopback is both here), and
+the sum as the bandwidth every transfer shares (``Cluster.shared_bandwidth``): on 2
+cores, 8 pairs streaming at once get a quarter of one pair alone each, the same bytes
+per second in all.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import multiprocessing as mp
 import socket
 import statistics
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -32,21 +36,24 @@ class Links:
     """Measured figures of this machine.
 
     Attributes:
-        bandwidth: bytes/s one pair streams while every pair streams at once.
+        bandwidth: bytes/s one pair streams alone.
         latency: seconds, one way, of a 1-byte message.
         copy_bandwidth: bytes/s of one process's memory copy.
-        pairs: how many pairs streamed at once.
+        pairs: how many pairs streamed at once for :attr:`shared`.
+        shared: bytes/s of all ``pairs`` pairs together, streaming at once.
     """
 
     bandwidth: float
     latency: float
     copy_bandwidth: float
     pairs: int
+    shared: float
 
     def overrides(self, devices_per_host: int) -> dict[str, Any]:
         """Cluster figures (``Cluster.regular(..., **overrides)``): each device its own
-        link of :attr:`bandwidth`, inside a host and to other hosts alike."""
-        return {"intra_bandwidth": self.bandwidth,
+        link of :attr:`bandwidth`, inside a host and to other hosts alike, all of them
+        sharing :attr:`shared`."""
+        return {"intra_bandwidth": self.bandwidth, "shared_bandwidth": self.shared,
                 "nic_bandwidth": self.bandwidth * devices_per_host,
                 "nics_per_host": devices_per_host, "latency": self.latency,
                 "intra_latency": self.latency, "copy_bandwidth": self.copy_bandwidth,
@@ -54,54 +61,59 @@ class Links:
 
     def describe(self) -> str:
         """One line for a report's header."""
-        return (f"local (measured here: {self.bandwidth / 1e9:.2f} GB/s per link with "
-                f"{self.pairs} pairs streaming at once, {self.latency * 1e6:.0f} us latency, "
+        return (f"local (measured here: {self.bandwidth / 1e9:.2f} GB/s per link, "
+                f"{self.shared / 1e9:.2f} GB/s shared by all ({self.pairs} pairs streaming "
+                f"at once), {self.latency * 1e6:.0f} us latency, "
                 f"copies {self.copy_bandwidth / 1e9:.1f} GB/s)")
 
 
-def _receiver(port_out: Connection, nbytes: int, ping: bool) -> None:
+def _receiver(port_out: Connection, nbytes: int, ping: bool, rounds: int) -> None:
     with socket.create_server(("127.0.0.1", 0)) as server:
         port_out.send(server.getsockname()[1])
         conn, _ = server.accept()
         with conn:
             if ping:
                 one = bytearray(1)
-                for _ in range(nbytes):
+                for _ in range(nbytes * rounds):
                     conn.recv_into(one)
                     conn.sendall(one)
                 return
             buf = bytearray(CHUNK)
-            got = 0
-            while got < nbytes:
-                n = conn.recv_into(buf)
-                if not n:
-                    break
-                got += n
-            conn.sendall(b"k")
+            for _ in range(rounds):
+                got = 0
+                while got < nbytes:
+                    n = conn.recv_into(buf, min(CHUNK, nbytes - got))
+                    if not n:
+                        return
+                    got += n
+                conn.sendall(b"k")
 
 
-def _sender(port: int, go: Connection, nbytes: int, ping: bool, out: Connection) -> None:
+def _sender(port: int, go: Connection, nbytes: int, ping: bool, out: Connection,
+            rounds: int) -> None:
     with socket.create_connection(("127.0.0.1", port)) as conn:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        go.recv()
-        t0 = time.perf_counter()
-        if ping:
-            one = bytearray(1)
-            for _ in range(nbytes):
-                conn.sendall(b"p")
-                conn.recv_into(one)
-        else:
-            chunk = bytes(CHUNK)
-            left = nbytes
-            while left > 0:
-                conn.sendall(chunk[:min(left, CHUNK)])
-                left -= CHUNK
-            conn.recv(1)
-        out.send(time.perf_counter() - t0)
+        chunk = bytes(CHUNK)
+        one = bytearray(1)
+        for _ in range(rounds):
+            go.recv()
+            t0 = time.perf_counter()
+            if ping:
+                for _ in range(nbytes):
+                    conn.sendall(b"p")
+                    conn.recv_into(one)
+            else:
+                left = nbytes
+                while left > 0:
+                    conn.sendall(chunk[:min(left, CHUNK)])
+                    left -= CHUNK
+                conn.recv(1)
+            out.send(time.perf_counter() - t0)
 
 
-def _streams(pairs: int, nbytes: int, ping: bool) -> list[float]:
-    """Seconds each of ``pairs`` concurrent pairs took (ping: ``nbytes`` round trips)."""
+def _streams(pairs: int, nbytes: int, ping: bool, rounds: int = 1) -> list[list[float]]:
+    """Per round, the seconds each of ``pairs`` concurrent pairs took (ping: ``nbytes``
+    round trips); the pairs start each round together, in the same processes."""
     ctx = mp.get_context("forkserver")  # not fork: the caller may hold threads (JAX)
     procs = []
     gos = []
@@ -111,17 +123,22 @@ def _streams(pairs: int, nbytes: int, ping: bool) -> list[float]:
             port_r, port_w = ctx.Pipe(duplex=False)
             go_r, go_w = ctx.Pipe(duplex=False)
             out_r, out_w = ctx.Pipe(duplex=False)
-            recv = ctx.Process(target=_receiver, args=(port_w, nbytes, ping), daemon=True)
+            recv = ctx.Process(target=_receiver, args=(port_w, nbytes, ping, rounds),
+                               daemon=True)
             recv.start()
             port = port_r.recv()
-            send = ctx.Process(target=_sender, args=(port, go_r, nbytes, ping, out_w), daemon=True)
+            send = ctx.Process(target=_sender, args=(port, go_r, nbytes, ping, out_w, rounds),
+                               daemon=True)
             send.start()
             procs += [recv, send]
             gos.append(go_w)
             outs.append(out_r)
-        for g in gos:
-            g.send(True)
-        return [o.recv() for o in outs]
+        times = []
+        for _ in range(rounds):
+            for g in gos:
+                g.send(True)
+            times.append([o.recv() for o in outs])
+        return times
     finally:
         for p in procs:
             p.join(timeout=30)
@@ -140,13 +157,30 @@ def _copy_bandwidth(nbytes: int = 64 << 20) -> float:
     return nbytes / min(times)
 
 
-def measure(pairs: int, nbytes: int = 64 << 20, round_trips: int = 200) -> Links:
-    """Measure this machine's :class:`Links` with ``pairs`` pairs streaming at once."""
-    pairs = max(1, pairs)
-    seconds = _streams(pairs, nbytes, ping=False)
-    bandwidth = nbytes / statistics.median(seconds)
-    rtt = statistics.median(_streams(1, round_trips, ping=True)) / round_trips
-    return Links(bandwidth, rtt / 2, _copy_bandwidth(), pairs)
+def measure_many(pair_counts: Iterable[int], nbytes: int = 64 << 20, round_trips: int = 200,
+                 repeats: int = 3) -> dict[int, Links]:
+    """This machine's :class:`Links` for each count of pairs streaming at once: one pair
+    alone, the latency and the copy measured once, each count's pairs together
+    (medians of ``repeats`` rounds each, in the same processes)."""
+    alone = statistics.median(r[0] for r in _streams(1, nbytes, ping=False, rounds=repeats))
+    rtt = _streams(1, round_trips, ping=True)[0][0] / round_trips
+    copy = _copy_bandwidth()
+    out = {}
+    for pairs in sorted({max(1, p) for p in pair_counts}):
+        # every pair's bytes over the time of the slowest (the pairs start together)
+        together = statistics.median(
+            max(r) for r in _streams(pairs, nbytes, ping=False, rounds=repeats)
+        ) if pairs > 1 else alone
+        out[pairs] = Links(nbytes / alone, rtt / 2, copy, pairs,
+                           max(nbytes / alone, pairs * nbytes / together))
+    return out
 
 
-__all__ = ["Links", "measure"]
+def measure(pairs: int, nbytes: int = 64 << 20, round_trips: int = 200,
+            repeats: int = 3) -> Links:
+    """Measure this machine's :class:`Links` with ``pairs`` pairs (see
+    :func:`measure_many`)."""
+    return measure_many([pairs], nbytes, round_trips, repeats)[max(1, pairs)]
+
+
+__all__ = ["Links", "measure", "measure_many"]

@@ -138,8 +138,9 @@ def resolve(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Opti
         if args.nic_gbps:
             ap.error("--nic-gbps overrides a preset's NIC, and --cluster local measures this "
                      "machine's links; drop one of them")
-        links = tuple((n, calibrate.measure(pairs=max(1, n // 2)))
-                      for n in sorted({c.devices_needed for c in cases}))
+        counts = sorted({c.devices_needed for c in cases})
+        measured = calibrate.measure_many(max(1, n // 2) for n in counts)
+        links = tuple((n, measured[max(1, n // 2)]) for n in counts)
     opts = Options(
         mode=mode, strategies=args.strategies, sizes=sizes, links=links,
         preset=None if args.cluster == "local" else args.cluster, nic_gbps=args.nic_gbps,

@@ -5,7 +5,8 @@ A task starts when each of its devices has finished its tasks of earlier steps (
 step is a group whose tasks run concurrently), spends a latency, then moves its bytes
 through every resource on its path: the NIC it leaves a host by and the one it enters
 the next host by (one direction each), the intra-host link of each device it leaves
-and enters, or a device's copy engine. Concurrent tasks share a resource max-min
+and enters, or a device's copy engine, and a cluster's shared bandwidth if it has one
+(``Cluster.shared_bandwidth``: one machine's cores). Concurrent tasks share a resource max-min
 fairly. A broadcast is a pipelined chain root -> receivers
 (each host boundary crossed once) or a pipelined tree (its latency: the deepest
 path's); an all-gather is a ring (each member receives
@@ -14,7 +15,8 @@ path's); an all-gather is a ring (each member receives
 Lower bound: no plan is faster than the largest of: the bytes a host must receive that
 none of its devices holds, over its NIC bandwidth; the bytes leaving a set of hosts
 that alone hold some slices needed elsewhere, over their NICs; the bytes a device must
-receive that it does not hold, over its link; plus one latency.
+receive that it does not hold, over its link; the bytes all devices must receive that
+they do not hold, over the shared bandwidth (if any); plus one latency.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.layout import box_size
 from reshard.planner.decompose import decompose, devices_by_box
-from reshard.planner.resources import COPY, DEV_IN, DEV_OUT, NIC_IN, NIC_OUT, Resource
+from reshard.planner.resources import COPY, DEV_IN, DEV_OUT, NIC_IN, NIC_OUT, SHARED, Resource
 from reshard.planner.tasks import Task, TaskKind, TensorSpec
 
 if TYPE_CHECKING:
@@ -57,6 +59,16 @@ class Estimate:
 def task_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]], float]:
     """Resources a task's bytes cross (with the fraction of the bytes on each) and its
     fixed latency."""
+    path, lat = _links_path(task, cluster)
+    if cluster.shared_bandwidth and task.kind is not TaskKind.COPY:
+        # every byte a device receives crosses the shared resource once
+        received = sum(f for (kind, _), f in path if kind == DEV_IN)
+        path.append(((SHARED, 0), received))
+    return path, lat
+
+
+def _links_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]], float]:
+    """:func:`task_path` without the cluster's shared bandwidth."""
     if task.kind is TaskKind.COPY:
         return [((COPY, task.root), 1.0)], 0.0
     if task.kind is TaskKind.ALLGATHER:
@@ -105,6 +117,7 @@ _CAPACITY: dict[str, Callable[[Cluster], float]] = {
     DEV_OUT: lambda c: c.intra_bandwidth,
     DEV_IN: lambda c: c.intra_bandwidth,
     COPY: lambda c: c.copy_bandwidth,
+    SHARED: lambda c: c.shared_bandwidth,
 }
 
 
@@ -294,6 +307,8 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
     terms += [b / cluster.nic_bandwidth for b in host_in.values()]
     terms += [b / cluster.intra_bandwidth for b in dev_in.values()]
     terms += [b / cluster.copy_bandwidth for b in dev_copy.values()]
+    if cluster.shared_bandwidth:
+        terms.append(sum(dev_in.values()) / cluster.shared_bandwidth)
     # Slices held only inside a host set S and needed outside it leave through S's NICs.
     for s in leave:
         out = sum(nb for hs, items in leave.items() if hs <= s

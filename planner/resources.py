@@ -3,8 +3,9 @@
 A transfer leaves a host through its sending device's NIC (``NIC_OUT``) and enters the
 next host through its receiving device's NIC (``NIC_IN``); inside a host it leaves a
 device by ``DEV_OUT`` and enters one by ``DEV_IN``; a local copy uses the device's
-``COPY`` engine. A resource is ``(kind, index)``: a NIC index (``Cluster.nic_of``) or a
-device id.
+``COPY`` engine; a cluster with ``Cluster.shared_bandwidth`` has one more, ``SHARED``
+(index 0), that every byte moving between two devices crosses once. A resource is
+``(kind, index)``: a NIC index (``Cluster.nic_of``), a device id, or 0.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ NIC_IN = "nic_in"
 DEV_OUT = "dev_out"
 DEV_IN = "dev_in"
 COPY = "copy"
+SHARED = "shared"
 
 Resource = tuple[str, int]
 

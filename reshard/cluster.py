@@ -134,6 +134,11 @@ class Cluster:
             relay hop then adds that piece's time to the chain's fill (for each child it
             feeds). 0: relays pass bytes on as they arrive (the presets, a model of
             NCCL's fine-grained pipelining).
+        shared_bandwidth: bytes/s that every transfer between devices shares, whatever
+            hosts or links it uses: one machine whose cores move every byte of its
+            workers' loopback links (``reshard-bench --cluster local``), or a switch all
+            links pass through. Each byte a device receives from another crosses it
+            once. 0: no such resource (the presets).
     """
 
     hosts: tuple[tuple[int, ...], ...]
@@ -145,13 +150,14 @@ class Cluster:
     name: str = "custom"
     nics_per_host: int = 1
     relay_piece: int = 0
+    shared_bandwidth: float = 0.0
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled by its fields (the device index built from them is not picklable;
         the constructor builds it again)."""
         return (Cluster, (self.hosts, self.intra_bandwidth, self.nic_bandwidth, self.latency,
                           self.intra_latency, self.copy_bandwidth, self.name,
-                          self.nics_per_host, self.relay_piece))
+                          self.nics_per_host, self.relay_piece, self.shared_bandwidth))
 
     def __post_init__(self) -> None:
         hosts = tuple(tuple(int(d) for d in h) for h in self.hosts)
@@ -177,6 +183,11 @@ class Cluster:
             if not 0 <= v < math.inf:
                 raise ClusterError(f"{attr} must be a finite number >= 0 seconds, got {v}")
             object.__setattr__(self, attr, v)
+        shared = float(self.shared_bandwidth)
+        if not 0 <= shared < math.inf:
+            raise ClusterError(
+                f"shared_bandwidth must be a finite number >= 0 bytes/s (0: none), got {shared}")
+        object.__setattr__(self, "shared_bandwidth", shared)
         piece = self.relay_piece
         if isinstance(piece, bool) or not isinstance(piece, int) or piece < 0:
             raise ClusterError(f"relay_piece must be an integer >= 0 bytes, got {piece!r}")
@@ -224,7 +235,7 @@ class Cluster:
             "intra_bandwidth": fig.intra_bandwidth, "nic_bandwidth": fig.nic_bandwidth,
             "latency": fig.latency, "intra_latency": fig.intra_latency,
             "copy_bandwidth": fig.copy_bandwidth, "nics_per_host": fig.nics_per_host,
-            "relay_piece": 0,
+            "relay_piece": 0, "shared_bandwidth": 0.0,
         }
         unknown = set(overrides) - set(figures) - {"name"}
         if unknown:
@@ -289,13 +300,14 @@ class Cluster:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (``relay_piece`` only when set)."""
+        """JSON-ready form (``relay_piece`` and ``shared_bandwidth`` only when set)."""
         return {
             "hosts": [list(h) for h in self.hosts], "intra_bandwidth": self.intra_bandwidth,
             "nic_bandwidth": self.nic_bandwidth, "latency": self.latency,
             "intra_latency": self.intra_latency, "copy_bandwidth": self.copy_bandwidth,
             "name": self.name, "nics_per_host": self.nics_per_host,
             **({"relay_piece": self.relay_piece} if self.relay_piece else {}),
+            **({"shared_bandwidth": self.shared_bandwidth} if self.shared_bandwidth else {}),
         }
 
     @classmethod

@@ -507,11 +507,12 @@ def test_cluster_local_models_this_machines_measured_links(monkeypatch):
 
     asked = []
 
-    def fake(pairs):
-        asked.append(pairs)
-        return calibrate.Links(1e9 * pairs, 1e-4, 1e10, pairs)
+    def fake(counts):
+        counts = list(counts)
+        asked.extend(counts)
+        return {p: calibrate.Links(1e9, 1e-4, 1e10, p, 0.8e9 * p) for p in counts}
 
-    monkeypatch.setattr(calibrate, "measure", fake)
+    monkeypatch.setattr(calibrate, "measure_many", fake)
     opts, cases = _resolved(["--mode", "run", "--cluster", "local", "--cases", "1,7"])
     assert sorted(asked) == sorted(c.devices_needed // 2 for c in cases)  # one per count
     assert sorted(c.devices_needed for c in cases) == [12, 16]
@@ -522,6 +523,8 @@ def test_cluster_local_models_this_machines_measured_links(monkeypatch):
         per_host = len(p.cluster.hosts[0])
         assert p.cluster.nics_per_host == per_host
         assert p.cluster.nic_bandwidth == p.cluster.intra_bandwidth * per_host
+        # every link shares what the case's pairs moved at once, and the bound says so
+        assert p.cluster.shared_bandwidth == 0.8e9 * (case.devices_needed // 2)
 
 
 def test_calibration_measures_loopback_streams():
@@ -529,5 +532,6 @@ def test_calibration_measures_loopback_streams():
 
     links = calibrate.measure(2, nbytes=4 << 20, round_trips=20)
     assert links.pairs == 2 and 1e7 < links.bandwidth < 1e12
+    assert links.shared >= links.bandwidth
     assert 0 < links.latency < 0.1 and links.copy_bandwidth > 1e8
     assert "2 pairs" in links.describe()

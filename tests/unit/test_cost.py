@@ -124,3 +124,56 @@ def test_relays_that_hold_a_piece_add_it_for_each_child():
     for bad in (-1, 1.5, True):
         with pytest.raises(reshard.ClusterError, match="relay_piece"):
             Cluster.regular(2, 1, relay_piece=bad)
+
+
+def test_a_shared_bandwidth_carries_every_received_byte_once():
+    """Cluster.shared_bandwidth (one machine's cores under all its loopback links): two
+    sends on disjoint links that each alone would take 1 s take 2 s when the shared
+    resource moves only one link's bytes per second, a chain's relays count each hop's
+    bytes, and the bound counts every byte a device must receive over it."""
+    import pickle
+
+    from reshard.planner.cost import task_path
+    from reshard.planner.ir import Task, TaskKind
+    from reshard.planner.resources import SHARED
+
+    links = {"nic_bandwidth": 2e9, "intra_bandwidth": 1e9, "latency": 0.0,
+             "intra_latency": 0.0, "nics_per_host": 2}
+    plain = Cluster.regular(2, 2, **links)
+    shared = Cluster.regular(2, 2, shared_bandwidth=1e9, **links)
+    src = Layout(DeviceMesh((2,), devices=[0, 1]), "S0")
+    dst = Layout(DeviceMesh((2,), devices=[2, 3]), "S0")
+    for cluster, seconds in ((plain, 1.0), (shared, 2.0)):
+        p = reshard.plan((500_000_000,), "int32", src, dst, cluster=cluster)
+        assert len(p.tasks) == 2
+        assert p.estimate() == pytest.approx(seconds)
+        assert p.lower_bound() == pytest.approx(seconds)
+    chain = Task(TaskKind.BROADCAST, 0, ((0, 1000),), 0, (1, 2, 3), 4000)
+    assert ((SHARED, 0), 3.0) in task_path(chain, shared)[0]
+    assert all(r[0] != SHARED for r, _ in task_path(chain, plain)[0])
+    copy = Task(TaskKind.COPY, 0, ((0, 1000),), 0, (0,), 4000)
+    assert all(r[0] != SHARED for r, _ in task_path(copy, shared)[0])
+    assert "shared_bandwidth" not in plain.to_dict()
+    assert Cluster.from_dict(shared.to_dict()) == shared == pickle.loads(pickle.dumps(shared))
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(reshard.ClusterError, match="shared_bandwidth"):
+            Cluster.regular(2, 1, shared_bandwidth=bad)
+
+
+def test_the_bound_holds_under_a_shared_bandwidth():
+    """Every strategy's model stays at or above the bound when every link shares one
+    resource, on a transpose, a 1-to-m broadcast and a partial sum."""
+    cluster = Cluster.regular(3, 4, nic_bandwidth=4e9, intra_bandwidth=1e9, latency=3e-5,
+                              intra_latency=3e-5, nics_per_host=4, shared_bandwidth=2.5e9)
+    cases = [((64, 64), "S0R", "RS0", range(6), range(6, 12)),
+             ((4096,), "R", "R", [0], range(4, 12)),
+             ((64, 64), "S0R+P1", "RS0", range(8), range(4, 12))]
+    for shape, a, b, sd, dd in cases:
+        sd, dd = list(sd), list(dd)
+        sm = DeviceMesh((2, len(sd) // 2) if len(sd) > 1 else (1,), devices=sd)
+        dm = DeviceMesh((2, len(dd) // 2), devices=dd)
+        src = Layout(sm, a)
+        dst = Layout(dm, b)
+        for strategy in ("send_recv", "allgather", "broadcast"):
+            p = reshard.plan(shape, "float32", src, dst, cluster=cluster, strategy=strategy)
+            assert p.estimate() >= p.lower_bound() * (1 - 1e-9), (a, b, strategy)

@@ -112,7 +112,7 @@ class Layout(_message.Message):
     def __init__(self, mesh: _Optional[_Union[Mesh, _Mapping]] = ..., spec: _Optional[_Union[ShardingSpec, _Mapping]] = ...) -> None: ...
 
 class LinkFigures(_message.Message):
-    __slots__ = ("intra_bandwidth", "nic_bandwidth", "latency", "intra_latency", "copy_bandwidth", "nics_per_host", "relay_piece")
+    __slots__ = ("intra_bandwidth", "nic_bandwidth", "latency", "intra_latency", "copy_bandwidth", "nics_per_host", "relay_piece", "shared_bandwidth")
     INTRA_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
     NIC_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
     LATENCY_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +120,7 @@ class LinkFigures(_message.Message):
     COPY_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
     NICS_PER_HOST_FIELD_NUMBER: _ClassVar[int]
     RELAY_PIECE_FIELD_NUMBER: _ClassVar[int]
+    SHARED_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
     intra_bandwidth: float
     nic_bandwidth: float
     latency: float
@@ -127,7 +128,8 @@ class LinkFigures(_message.Message):
     copy_bandwidth: float
     nics_per_host: int
     relay_piece: int
-    def __init__(self, intra_bandwidth: _Optional[float] = ..., nic_bandwidth: _Optional[float] = ..., latency: _Optional[float] = ..., intra_latency: _Optional[float] = ..., copy_bandwidth: _Optional[float] = ..., nics_per_host: _Optional[int] = ..., relay_piece: _Optional[int] = ...) -> None: ...
+    shared_bandwidth: float
+    def __init__(self, intra_bandwidth: _Optional[float] = ..., nic_bandwidth: _Optional[float] = ..., latency: _Optional[float] = ..., intra_latency: _Optional[float] = ..., copy_bandwidth: _Optional[float] = ..., nics_per_host: _Optional[int] = ..., relay_piece: _Optional[int] = ..., shared_bandwidth: _Optional[float] = ...) -> None: ...
 
 class PresetCluster(_message.Message):
     __slots__ = ("name", "num_hosts", "devices_per_host")
