@@ -86,9 +86,6 @@ def _filled(j: int, total: int) -> int:
 _GATHER_TAG = 0x3FFF0000
 """The tag of all-gather pieces (tasks' tags are their indices in the plan, far below)."""
 
-_PAUSE_MIN, _PAUSE_MAX = 2e-5, 1e-3
-"""Seconds between polls of a group's relays: doubling from the first to the second."""
-
 
 class _Posted:
     """An operation of an open group: its started Works, waited in order by
@@ -134,15 +131,18 @@ class _Relay(_Posted):
         self.arrived = 0  # receives known to be complete (written by the watcher only)
         self.error: BaseException | None = None  # the watcher's
         self._watcher: threading.Thread | None = None
+        self._wake: threading.Event | None = None  # set by the watcher on each arrival
 
     @property
     def pending(self) -> bool:
         """Pieces not passed on yet."""
         return self.passed < len(self.pieces)
 
-    def watch(self) -> None:
-        """Start a daemon thread that waits for the receives in order and counts them
-        in ``arrived`` (the only way to learn that a gloo receive completed)."""
+    def watch(self, wake: threading.Event) -> None:
+        """Start a daemon thread that waits for the receives in order, counts them in
+        ``arrived`` (the only way to learn that a gloo receive completed) and sets
+        ``wake`` after each (and on an error)."""
+        self._wake = wake
         self._watcher = threading.Thread(
             target=self._wait_recvs, daemon=True,
             name=f"reshard-gloo-relay-{self.backend.device}-{self.tag}")
@@ -153,8 +153,12 @@ class _Relay(_Posted):
             for work in self.recvs:
                 work.wait()
                 self.arrived += 1
+                if self._wake is not None:
+                    self._wake.set()
         except BaseException as e:  # noqa: BLE001 - raised by poll
             self.error = e
+            if self._wake is not None:
+                self._wake.set()
 
     def poll(self) -> bool:
         """Pass on every piece the watcher saw arrive; True if there was one."""
@@ -482,9 +486,9 @@ class GlooBackend(HostMemory):
         Chain members between root and last pass pieces on as they arrive: with two or
         more such relays in the group, each relay's receives are watched by a thread
         (gloo's send/recv Work reports ``is_completed()`` only once ``wait()`` has
-        run; pytorch/pytorch#30723) and this thread polls them with a backoff of
-        20 us to 1 ms, forwarding whatever arrived, never blocking on one chain; it
-        raises when none progressed for the timeout. Then every operation is waited
+        run; pytorch/pytorch#30723), which wake this thread on each arrival; it
+        forwards whatever arrived, never blocking on one chain, and raises when none
+        progressed for the timeout. Then every operation is waited
         in issue order (collectives and sends need nothing more from this rank; a lone
         relay forwards its pieces there, blocking on each). Every rank issues its
         operations in the plan's one global order, so this cannot deadlock: the
@@ -500,24 +504,28 @@ class GlooBackend(HostMemory):
             op.finish()
 
     def _forward(self, relays: list[_Relay]) -> None:
-        """Poll ``relays`` until each has passed every piece on (see :meth:`group_end`)."""
+        """Pass pieces on as the watchers see them arrive, until each relay has passed
+        every piece on (see :meth:`group_end`). The wake-up is cleared before each
+        look, so an arrival after the look sets it again and is not missed."""
+        wake = threading.Event()
         for r in relays:
-            r.watch()
-        pause, last = _PAUSE_MIN, time.monotonic()
+            r.watch(wake)
+        last = time.monotonic()
         while True:
+            wake.clear()
             waiting = [r for r in relays if r.pending]
             if not waiting:
                 return
             if sum(r.poll() for r in waiting):
-                pause, last = _PAUSE_MIN, time.monotonic()
+                last = time.monotonic()
                 continue
-            if time.monotonic() - last > self.timeout:
+            left = self.timeout - (time.monotonic() - last)
+            if left <= 0:
                 peers = sorted({r.prev for r in waiting})
                 raise ExecutionError(
                     f"gloo chain broadcast: no piece from device(s) {peers} within "
                     f"{self.timeout:g}s (peer dead or stuck)")
-            time.sleep(pause)
-            pause = min(2 * pause, _PAUSE_MAX)
+            wake.wait(left)
 
     def close(self) -> None:
         """Destroy the process groups (idempotent; a channel leaves that to the main
