@@ -74,6 +74,8 @@ class StepTask:
             back to back from ``message_at``; else 0.
         follows: a later task of a coalesced message (the first one issues it).
         message_at: where the message of a ``message`` task starts (scratch bytes).
+        members: of a ``message`` task, the positions in its step of the tasks that
+            follow it (made ready before it issues the message).
     """
 
     index: int
@@ -82,6 +84,7 @@ class StepTask:
     message: int = 0
     follows: bool = False
     message_at: int = 0
+    members: tuple[int, ...] = ()
 
     def __str__(self) -> str:
         return f"task #{self.index} ({self.task})"
@@ -136,7 +139,9 @@ def program_steps(program: WorkerProgram, fuses: bool = True, coalesce: bool = T
                 placed[i] = StepTask(i, t, used, 0, True)
                 used += size[i]
             i, t = msg[0]
-            placed[i] = StepTask(i, t, placed[i].offset, total, False, start)
+            pos = {j: k for k, (j, _) in enumerate(run)}
+            placed[i] = StepTask(i, t, placed[i].offset, total, False, start,
+                                 tuple(pos[j] for j, _ in msg[1:]))
             used = start + region_bytes(total)
         for i, t in run:
             if i not in placed:
@@ -172,6 +177,7 @@ class LoadedProgram:
     scratch: Any
     backend: Backend
     _elements: dict[str, Any] = field(default_factory=dict, repr=False)
+    _regions: dict[tuple[int, int, str], Any] = field(default_factory=dict, repr=False)
 
     @property
     def num_tasks(self) -> int:
@@ -194,11 +200,17 @@ class LoadedProgram:
     def region(self, offset: int, n: int, dtype: str) -> Any:
         """``n`` elements of ``dtype`` (a name) at byte ``offset`` of the scratch buffer,
         as the backend holds that dtype (its own element type: cupy keeps bfloat16 as
-        its bits), sharing the buffer's memory."""
-        elem = self._elements.get(dtype)
-        if elem is None:  # what the backend's buffers of that dtype hold
-            elem = self._elements[dtype] = self.backend.empty(0, parse_dtype(dtype)).dtype
-        return self.scratch[offset:offset + n * itemsize(dtype)].view(elem)
+        its bits), sharing the buffer's memory. Made once per region: the scratch buffer
+        lives as long as the loaded program, and a step's tasks ask for theirs on every
+        run."""
+        key = (offset, n, dtype)
+        view = self._regions.get(key)
+        if view is None:
+            elem = self._elements.get(dtype)
+            if elem is None:  # what the backend's buffers of that dtype hold
+                elem = self._elements[dtype] = self.backend.empty(0, parse_dtype(dtype)).dtype
+            view = self._regions[key] = self.scratch[offset:offset + n * itemsize(dtype)].view(elem)
+        return view
 
 
 @dataclass
@@ -212,19 +224,49 @@ class _Op:
         rows: ALLGATHER: the gathered rows, one per member.
         sent: bytes this device sends.
         sink: a SEND / BROADCAST receiver's box received into scratch, unpacked piece
-            by piece as the backend reports them landed (backends that do).
+            by piece as the backend reports them landed (backends that do); of a
+            coalesced message, its tasks unpacked each as its payload lands.
+        unpacked: already in its destination (by its message's sink).
     """
 
     st: StepTask
     buf: Any
     rows: Any = None
     sent: int = 0
-    sink: Unpacker | None = None
+    sink: Unpacker | _MessageSink | None = None
+    unpacked: bool = False
 
     @property
     def task(self) -> Task:
         """The task."""
         return self.st.task
+
+
+class _MessageSink:
+    """A receiver's coalesced message: each task's payload is unpacked into its
+    destination as soon as the bytes landed so far cover it (the payloads lie back to
+    back from the message's start), so unpacking one overlaps the arrival of the rest
+    instead of following the whole step."""
+
+    def __init__(self, ex: Execution, start: int, members: list[_Op]) -> None:
+        self.ex = ex
+        ends = [(op.st.offset - start + box_size(op.task.box) * op.buf.itemsize, op)
+                for op in members]
+        self.items = sorted(ends, key=lambda e: e[0])
+        self.done = 0
+
+    def upto(self, nbytes: int) -> None:
+        """Unpack every task whose payload the message's first ``nbytes`` hold."""
+        items = self.items
+        while self.done < len(items) and items[self.done][0] <= nbytes:
+            op = items[self.done][1]
+            self.ex.unpack_received(op)
+            op.unpacked = True
+            self.done += 1
+
+    def finish(self) -> None:
+        """Unpack what is left."""
+        self.upto(1 << 62)
 
 
 Blame = Callable[..., AbstractContextManager[None]]
@@ -325,45 +367,90 @@ class Execution:
 
     def run_step(self, step: tuple[StepTask, ...], blame: Blame) -> int:
         """This device's tasks of one step: prepared, issued as one group, unpacked
-        (the module docstring's three phases). Returns the bytes sent."""
+        (the module docstring's three phases). A coalesced message is issued as soon
+        as its tasks are ready, in the step's order (a backend that starts operations
+        as they are issued, gloo, sends it while the next ones are packed), every
+        other task after all are ready, in the step's order: the same order on every
+        device. A backend that batches a group (NCCL) launches them all at its end.
+        Returns the bytes sent."""
         self.own_sources(step)
-        ops = []
-        for st in step:
+        ready: dict[int, _Op | None] = {}
+
+        def prepare(k: int) -> _Op | None:
+            st = step[k]
             with blame(st):
-                op = _PREPARE[st.task.kind](self, st)
-                if op is not None and (st.message or st.follows):
-                    self.coalesced(op)
-            if op is not None:
-                ops.append(op)
-        if not ops:
-            return 0
-        backend = self.backend
-        backend.group_start()
-        for op in ops:
-            if op.st.follows:  # in the message its first task issues
-                continue
-            with blame(op.st):
-                if op.st.message:
-                    whole = self.lp.region(op.st.message_at, op.st.message, "uint8")
-                    _ISSUE[op.task.kind](self, _Op(op.st, whole))
+                if st.message or st.follows:
+                    op = self.prepare_coalesced(st)
                 else:
-                    _ISSUE[op.task.kind](self, op)
+                    op = _PREPARE[st.task.kind](self, st)
+            ready[k] = op
+            return op
+
+        backend = self.backend
+        opened = False
+        later: list[_Op] = []
+        for k, st in enumerate(step):
+            if st.follows:  # made ready by (and travels in) its message's first task
+                continue
+            for m in st.members:
+                prepare(m)
+            op = prepare(k)
+            if op is None:
+                continue
+            if not st.message:
+                later.append(op)
+                continue
+            if not opened:
+                backend.group_start()
+                opened = True
+            with blame(st):
+                whole = _Op(st, self.lp.region(st.message_at, st.message, "uint8"))
+                if self._lands and self._receives(st.task):
+                    whole.sink = _MessageSink(self, st.message_at, [
+                        o for o in (op, *(ready[m] for m in st.members)) if o is not None])
+                _ISSUE[op.task.kind](self, whole)
+        if later and not opened:
+            backend.group_start()
+            opened = True
+        for op in later:
+            with blame(op.st):
+                _ISSUE[op.task.kind](self, op)
+        ops = [op for _, op in sorted(ready.items()) if op is not None]
+        if not opened:
+            return 0
         with blame(*(op.st for op in ops), step=True):
             backend.group_end()
         for op in ops:
-            with blame(op.st):
-                _UNPACK[op.task.kind](self, op)
+            if not op.unpacked:
+                with blame(op.st):
+                    _UNPACK[op.task.kind](self, op)
         return sum(op.sent for op in ops)
 
-    def coalesced(self, op: _Op) -> None:
+    @property
+    def _lands(self) -> bool:
+        """The backend reports a receive's pieces as they land."""
+        return bool(self.backend.capabilities.lands_pieces)
+
+    def _receives(self, t: Task) -> bool:
+        """This device receives ``t``'s box for its destination (not its root, a relay
+        or an addend)."""
+        d = self.device
+        return t.root != d and d not in t.through and d not in t.addends
+
+    def prepare_coalesced(self, st: StepTask) -> _Op | None:
         """A task of a coalesced message: its data in its own scratch region, which the
-        message covers (the root copies a zero-copy view there; a receiver receives
-        there and unpacks after the step)."""
-        t = op.task
-        mine = self._scratch(op.st, box_size(t.box))
-        if t.root == self.device and not same_memory(op.buf, mine):
-            mine[...] = op.buf
-        op.buf, op.sink = mine, None
+        message covers (the root packs its box there, copying a zero-copy view in; a
+        receiver or relay receives there, and a receiver unpacks after the step)."""
+        t = st.task
+        if t.root != self.device and not t.addends:  # nothing to make ready
+            return _Op(st, self._scratch(st, box_size(t.box)))
+        op = _PREPARE[t.kind](self, st)
+        if op is not None:
+            mine = self._scratch(st, box_size(t.box))
+            if t.root == self.device and not same_memory(op.buf, mine):
+                mine[...] = op.buf
+            op.buf, op.sink = mine, None
+        return op
 
     def own_sources(self, step: Sequence[StepTask]) -> None:
         """Before a step: a REDUCE root (or a broadcast's that sums addends) sums into
