@@ -16,7 +16,9 @@ Lower bound: no plan is faster than the largest of: the bytes a host must receiv
 none of its devices holds, over its NIC bandwidth; the bytes leaving a set of hosts
 that alone hold some slices needed elsewhere, over their NICs; the bytes a device must
 receive that it does not hold, over its link; the bytes all devices must receive that
-they do not hold, over the shared bandwidth (if any); plus one latency.
+they do not hold, over the shared bandwidth (if any); plus one latency. A partial sum of
+two or more addends is held by no device (an addend holds a part of it) and by a host
+only if one whole group of its addends lies inside it.
 """
 
 from __future__ import annotations
@@ -284,19 +286,32 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
     crosses_host = moves = False
     for t in tensors:
         itemsize = t.itemsize  # after any cast: what the wire carries
-        # A partial source counts as held by every member of its groups: optimistic,
-        # so the bound stays a bound.
+        # A partial source whose groups have two or more addends is a sum no device
+        # holds: a needer receives every element of it at least once (from another
+        # addend, or the sum), so it counts as received even by an addend; a host
+        # holds it only if one whole group lies inside it.
+        groups = t.src.partial_groups() if t.src.spec.partial else []
+        summed = any(len(g) > 1 for g in groups)
+        # each addend's group, and the one host holding all of it (None: several)
+        sum_host: dict[int, int | None] = {}
+        for g in groups:
+            hosts = {cluster.host_of(d) for d in g}
+            one = next(iter(hosts)) if len(hosts) == 1 else None
+            for d in g:
+                sum_host[d] = one
         cells = decompose(t.shape, devices_by_box(t.src, t.shape),
                           devices_by_box(t.dst, t.shape, t.dst.partial_leaders()))
         for c in cells:
             nbytes = box_size(c.box) * itemsize
             hold_hosts = frozenset(cluster.host_of(d) for d in c.holders)
             need_hosts = {cluster.host_of(d) for d in c.needers}
-            for h in need_hosts - hold_hosts:
+            summing = hold_hosts if not summed else \
+                {h for h in (sum_host[d] for d in c.holders) if h is not None}
+            for h in need_hosts - summing:
                 host_in[h] = host_in.get(h, 0.0) + nbytes
                 crosses_host = True
             for d in c.needers:
-                if d in c.holders:
+                if d in c.holders and not summed:
                     dev_copy[d] = dev_copy.get(d, 0.0) + nbytes
                 else:
                     dev_in[d] = dev_in.get(d, 0.0) + nbytes

@@ -177,3 +177,29 @@ def test_the_bound_holds_under_a_shared_bandwidth():
         for strategy in ("send_recv", "allgather", "broadcast"):
             p = reshard.plan(shape, "float32", src, dst, cluster=cluster, strategy=strategy)
             assert p.estimate() >= p.lower_bound() * (1 - 1e-9), (a, b, strategy)
+
+
+def test_a_partial_sum_is_held_by_no_single_addend():
+    """An addend holds a part of a sum, not the sum: a device that needs the value
+    receives every element of it at least once (from another addend, or the sum), and
+    a host holds the sum only when one whole group of addends lies inside it. The
+    bound counts both (before, an addend counted as holding the sum: 1e-3 s here), and
+    every strategy's model stays above it."""
+    gb = 1_000_000_000
+    one_host = Cluster.regular(1, 2, intra_bandwidth=1e9, intra_latency=1e-5,
+                               copy_bandwidth=1e12)
+    two_hosts = Cluster.regular(2, 1, nic_bandwidth=1e9, latency=1e-4, copy_bandwidth=1e12)
+    pair = DeviceMesh((2,), devices=[0, 1])
+    src, dst = Layout(pair, "R+P0"), Layout(pair, "R")
+    for cluster, seconds in ((one_host, 1e-5 + 1.0), (two_hosts, 1e-4 + 1.0)):
+        for strategy in ("send_recv", "allgather", "broadcast"):
+            p = reshard.plan((gb // 4,), "int32", src, dst, cluster=cluster, strategy=strategy)
+            assert p.lower_bound() == pytest.approx(seconds)
+            assert p.estimate() >= p.lower_bound() * (1 - 1e-9)
+    # a whole group on one host sums there: only the other host receives over its NIC
+    cl = Cluster.regular(2, 2, nic_bandwidth=1e9, intra_bandwidth=1e12, latency=1e-4,
+                         intra_latency=0.0, copy_bandwidth=1e12)
+    src = Layout(DeviceMesh((1, 2), devices=[0, 1]), "R+P1")  # one group, on host 0
+    dst = Layout(DeviceMesh((2,), devices=[1, 2]), "R")
+    p = reshard.plan((gb // 4,), "int32", src, dst, cluster=cl)
+    assert p.lower_bound() == pytest.approx(1e-4 + 1.0)  # host 1's NIC, once
