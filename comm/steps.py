@@ -131,6 +131,7 @@ def program_steps(program: WorkerProgram, fuses: bool = True, coalesce: bool = T
         # a task with addends never travels with others: the rest stage one region
         found = coalescing.messages(run, lambda r: r[1], lambda t: tensors[t.tensor],
                                     _staged(size)) if coalesce else []
+        pos = {j: k for k, (j, _) in enumerate(run)} if found else {}
         for msg in found:
             wide = sorted(msg, key=lambda r: -itemsize(buffer_dtype(tensors[r[1].tensor],
                                                                     r[1])))
@@ -139,7 +140,6 @@ def program_steps(program: WorkerProgram, fuses: bool = True, coalesce: bool = T
                 placed[i] = StepTask(i, t, used, 0, True)
                 used += size[i]
             i, t = msg[0]
-            pos = {j: k for k, (j, _) in enumerate(run)}
             placed[i] = StepTask(i, t, placed[i].offset, total, False, start,
                                  tuple(pos[j] for j, _ in msg[1:]))
             used = start + region_bytes(total)
@@ -577,8 +577,7 @@ class Execution:
             op.sink.finish()
         elif t.addends and t.root == self.device:
             unpack(self.src[t.tensor], t.box, self.lp.src_box[t.tensor], op.buf)
-        elif t.root != self.device and self.device not in t.through and \
-                self.device not in t.addends:
+        elif self._receives(t):
             unpack(self.dst[t.tensor], t.box, self.lp.dst_box[t.tensor], op.buf)
 
     def unpack_reduced(self, op: _Op) -> None:

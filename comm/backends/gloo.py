@@ -131,7 +131,6 @@ class _Relay(_Posted):
         self.arrived = 0  # receives known to be complete (written by the watcher only)
         self.error: BaseException | None = None  # the watcher's
         self._watcher: threading.Thread | None = None
-        self._wake: threading.Event | None = None  # set by the watcher on each arrival
 
     @property
     def pending(self) -> bool:
@@ -142,23 +141,20 @@ class _Relay(_Posted):
         """Start a daemon thread that waits for the receives in order, counts them in
         ``arrived`` (the only way to learn that a gloo receive completed) and sets
         ``wake`` after each (and on an error)."""
-        self._wake = wake
         self._watcher = threading.Thread(
-            target=self._wait_recvs, daemon=True,
+            target=self._wait_recvs, args=(wake,), daemon=True,
             name=f"reshard-gloo-relay-{self.backend.device}-{self.tag}")
         self._watcher.start()
 
-    def _wait_recvs(self) -> None:
+    def _wait_recvs(self, wake: threading.Event) -> None:
         try:
             for work in self.recvs:
                 work.wait()
                 self.arrived += 1
-                if self._wake is not None:
-                    self._wake.set()
+                wake.set()
         except BaseException as e:  # noqa: BLE001 - raised by poll
             self.error = e
-            if self._wake is not None:
-                self._wake.set()
+            wake.set()
 
     def poll(self) -> bool:
         """Pass on every piece the watcher saw arrive; True if there was one."""
