@@ -147,6 +147,7 @@ class Backend(Protocol):
     def broadcast(self, buf: Any, root: int, group: Sequence[int],
                   chain: Sequence[int] | None = None, *, tag: int = 0,
                   parents: Sequence[int] | None = None, addends: Sequence[int] = (),
+                  addend_parents: Sequence[int] | None = None,
                   landed: Callable[[int], None] | None = None) -> None:
         """Send ``buf`` from ``root`` to every member of ``group`` (in place).
         ``chain`` is the plan's order of the receivers (root's host first), and
@@ -156,9 +157,11 @@ class Backend(Protocol):
 
         ``addends`` (only where ``capabilities.fuses_sums``; else refused): devices of
         ``group`` whose ``buf`` (each its own addend) is summed, down the chain
-        ``addends[0] -> ... -> root``, into the root's ``buf`` (which starts as the
-        root's addend) while the sum goes on to the receivers; afterwards the root's
-        and the receivers' ``buf`` hold the sum (an addend's holds a partial sum).
+        ``addends[0] -> ... -> root`` (or up the tree ``addend_parents`` gives: one
+        parent per addend, the root or another addend), into the root's ``buf`` (which
+        starts as the root's addend) while the sum goes on to the receivers;
+        afterwards the root's and the receivers' ``buf`` hold the sum (an addend's
+        holds a partial sum).
         ``landed`` (on receivers, only where ``capabilities.lands_pieces``; else
         refused): see :class:`Capabilities`."""
 

@@ -557,6 +557,7 @@ class Execution:
         # a sink only on backends that report landed pieces
         self.backend.broadcast(op.buf, t.root, t.group, chain=t.receivers, tag=op.st.index,
                                parents=t.parents or None, addends=t.addends,
+                               addend_parents=t.addend_parents or None,
                                landed=None if op.sink is None else op.sink.upto)
 
     def issue_reduce(self, op: _Op) -> None:

@@ -34,6 +34,10 @@ class Loads:
         self.expected: dict[tuple[str, int], float] = defaultdict(float)
         self._least_expected: dict[tuple[str, int], float] = {}
         self._may_relay: dict[tuple[str, int], bool] = {}
+        # devices a transfer from a root must not relay through: the other addends of a
+        # sum it reduces to be fused with its delivery (fuse_reductions leaves apart a
+        # reduction whose delivery relays through one of its addends)
+        self.keep_off: dict[int, frozenset[int]] = {}
 
     def expect(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
         """Account a slice's NIC demand before any choice: it leaves through its
@@ -188,7 +192,7 @@ class Loads:
             r = receivers[0]
             if self.cluster.nics_per_host == 1 or self.host(r) == self.host(root):
                 return receivers, ()
-            used = {root, r}
+            used = {root, r, *self.keep_off.get(root, ())}
             out = self._relay(NIC_OUT, root, self.host(root), used)
             into = self._relay(NIC_IN, r, self.host(r), used)
             relays = tuple(d for d in (out, into) if d is not None)
@@ -205,7 +209,7 @@ class Loads:
                 segments.append([d])
         if len(segments) == 1:
             return chain, ()
-        used = set(chain) | {root}
+        used = set(chain) | {root, *self.keep_off.get(root, ())}
         through: list[int] = []
         for a, b in itertools.pairwise(segments):
             relay = self._relay(NIC_OUT, a[-1], host(a[-1]), used)

@@ -89,16 +89,17 @@ def _links_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, floa
     if task.kind is TaskKind.REDUCE:
         chain = [*task.receivers, task.root]
         edges: Sequence[tuple[int, int]] = list(itertools.pairwise(chain))
-    else:  # a fused reduction's addends first pass their running sum to the root
-        edges = [*itertools.pairwise((*task.addends, task.root)), *task.edges()]
+    else:  # a fused reduction's addends first pass their running sums to the root
+        edges = [*task.sum_edges(), *task.edges()]
     # Each edge carries every byte (a sender with k children sends them k times); the
-    # pipelined pieces reach the farthest receiver after the latencies of its path, and
+    # pipelined pieces reach a device after the latencies of its slowest path in, and
     # after each relay (a sender that received the bytes itself) held a whole piece of
-    # them for each child it feeds (Cluster.relay_piece; 0: no such fill).
+    # them for each child it feeds (Cluster.relay_piece; 0: no such fill). A device
+    # summing what several send it starts when the last of them reaches it.
     host, nic = cluster.host_of, cluster.nic_of
     path = []
-    first = edges[0][0]
-    reach = {first: 0.0}
+    reach: dict[int, float] = {}
+    received: set[int] = set()
     piece = min(cluster.relay_piece, task.nbytes)
     children = collections.Counter(a for a, _ in edges) if piece else None
     for a, b in edges:
@@ -106,10 +107,12 @@ def _links_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, floa
         crosses = host(a) != host(b)
         if crosses:
             path += [((NIC_OUT, nic(a)), 1.0), ((NIC_IN, nic(b)), 1.0)]
-        reach[b] = reach[a] + (cluster.latency if crosses else cluster.intra_latency)
-        if children is not None and a != first:
+        at = reach.setdefault(a, 0.0) + (cluster.latency if crosses else cluster.intra_latency)
+        if children is not None and a in received:
             rate = cluster.nic_capacity if crosses else cluster.intra_bandwidth
-            reach[b] += children[a] * piece / rate
+            at += children[a] * piece / rate
+        reach[b] = max(reach.get(b, 0.0), at)
+        received.add(b)
     return path, max(reach.values())
 
 

@@ -32,7 +32,7 @@ CHUNK = 1 << 16
 """Other tasks pickled at a time."""
 
 _FIELDS = attrgetter("tensor", "box", "root", "receivers", "nbytes", "step", "pieces",
-                     "through", "parents", "addends")
+                     "through", "parents", "addends", "addend_parents")
 """A task's fields but its two enums (spelled by value)."""
 
 _SEND = TaskKind.SEND
@@ -42,7 +42,7 @@ _SRC = Buffer.SRC
 def is_plain_send(t: Task) -> bool:
     """A ``SEND`` from the source shard to one receiver with nothing else set."""
     return (t.kind is _SEND and t.source is _SRC and len(t.receivers) == 1
-            and not (t.pieces or t.through or t.parents or t.addends))
+            and not (t.pieces or t.through or t.parents or t.addends or t.addend_parents))
 
 
 class Sends:

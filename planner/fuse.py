@@ -16,6 +16,7 @@ broadcast or sent on, in boxes that partition it, disappears into those transfer
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
@@ -25,14 +26,41 @@ from reshard.planner.tasks import Buffer, Task, TaskKind
 _CARRIERS = (TaskKind.BROADCAST, TaskKind.SEND)
 
 
-def fuse_reductions(tasks: Sequence[Task],
-                    fusable: Collection[int] | None = None) -> tuple[Task, ...]:
+class SumShape(enum.Enum):
+    """How a fused sum's addends pass their running sums to the root.
+
+    ``CHAIN``: one after the other, ``addends[0] -> addends[1] -> ... -> root`` (every
+    link carries the box once; one latency per addend). ``STAR``: each straight to the
+    root (one latency; the root receives every addend's box at once). ``BINARY``: a
+    binary tree over ``(root, *addends)`` in heap order (about log2 of the addends'
+    latencies; a member receives at most two).
+    """
+
+    CHAIN = "chain"
+    STAR = "star"
+    BINARY = "binary"
+
+
+def sum_parents(root: int, addends: Sequence[int], shape: SumShape) -> tuple[int, ...]:
+    """Each addend's parent in a sum of this shape (:attr:`Task.addend_parents`; empty
+    for a chain)."""
+    if shape is SumShape.CHAIN:
+        return ()
+    if shape is SumShape.STAR:
+        return (root,) * len(addends)
+    nodes = (root, *addends)
+    return tuple(nodes[(k - 1) // 2] for k in range(1, len(nodes)))
+
+
+def fuse_reductions(tasks: Sequence[Task], fusable: Collection[int] | None = None,
+                    shape: SumShape = SumShape.CHAIN) -> tuple[Task, ...]:
     """``tasks`` with every ``REDUCE`` whose sum only broadcasts and sends read (in
     disjoint boxes covering it exactly, none of them a relay's, already fused or
     delivering to one of its addends) replaced by those transfers summing its addends
     on the way; steps renumbered 0, 1, ... (a step left empty disappears). Other
     reductions stay as they are, and so do those of tensors not in ``fusable`` (None:
-    every tensor; see :attr:`~reshard.planner.ir.TensorSpec.fuses`)."""
+    every tensor; see :attr:`~reshard.planner.ir.TensorSpec.fuses`). The addends pass
+    their running sums to the root in ``shape``."""
     reduces: dict[tuple[int, int], list[int]] = {}
     for i, t in enumerate(tasks):
         if t.kind is TaskKind.REDUCE and (fusable is None or t.tensor in fusable):
@@ -62,12 +90,14 @@ def fuse_reductions(tasks: Sequence[Task],
                        for n, a in enumerate(js) for b in js[n + 1:]):
             continue
         gone.add(r)
+        parents = sum_parents(rt.root, rt.receivers, shape)
         for j in js:
-            fused[j] = replace(tasks[j], kind=TaskKind.BROADCAST, addends=rt.receivers)
+            fused[j] = replace(tasks[j], kind=TaskKind.BROADCAST, addends=rt.receivers,
+                               addend_parents=parents)
     kept = [fused.get(j, t) for j, t in enumerate(tasks) if j not in gone]
     steps = {s: n for n, s in enumerate(sorted({t.step for t in kept}))}
     return tuple(t if t.step == steps[t.step] else replace(t, step=steps[t.step])
                  for t in kept)
 
 
-__all__ = ["fuse_reductions"]
+__all__ = ["SumShape", "fuse_reductions", "sum_parents"]

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from reshard.cluster import Cluster
-from reshard.planner.fuse import fuse_reductions
+from reshard.planner.fuse import SumShape, fuse_reductions
 from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
 from reshard.planner.order import one_at_a_time
 from reshard.planner.strategy import Strategy
@@ -154,13 +154,16 @@ def _fanned(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
 
 
 def _fused(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
-    """Each root's reductions fused into its deliveries (broadcast only)."""
+    """Each root's reductions fused into its deliveries (broadcast only), the addends'
+    running sums passed on in each :class:`~reshard.planner.fuse.SumShape`."""
     tensors = search.tensors
     if search.strategy is not Strategy.BROADCAST or not any(
             t.kind is TaskKind.REDUCE and tensors[t.tensor].fuses for t in search.first.tasks):
         return
     tasks = search.build(tensors, search.cluster, search.strategy, fan_out=False, fuse=True)[0]
-    yield search.plan(fuse_reductions(tasks, {i for i, t in enumerate(tensors) if t.fuses}))
+    fusable = {i for i, t in enumerate(tensors) if t.fuses}
+    for shape in SumShape:
+        yield search.plan(fuse_reductions(tasks, fusable, shape))
 
 
 def _point_to_point(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:

@@ -19,6 +19,12 @@ from reshard.planner.tasks import Task, TaskKind, TensorSpec
 PIPELINE_PIECES = (1, 2, 4, 8, 16)
 """Candidate numbers of pieces a partial-sum box is reduced in (pipelining)."""
 
+FUSED_PIECE = 1 << 16
+"""Smallest share of a partial-sum box one root reduces when the reductions are to be
+fused with their deliveries: a fused sum costs one latency per hop, not one per piece
+and stage, so small boxes still spread over one root per NIC (a 4 MiB S0R+P1 (4, 8) ->
+RS0 (4, 8) on dgx-h100 reduces each host's 1 MiB over 8 roots, not 1)."""
+
 
 def reduce_pieces(nbytes: int, group_size: int, cluster: Cluster) -> int:
     """How many pieces to reduce a partial box of ``nbytes`` in, so that moving piece
@@ -100,7 +106,7 @@ def reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
     n = 0
     for j, piece in enumerate(split_box(box, k, dim)):
         pbytes = box_size(piece) * itemsize
-        r = max(1, min(len(nic_roots), pbytes // min_piece))
+        r = max(1, min(len(nic_roots), pbytes // (FUSED_PIECE if whole else min_piece)))
         for sub in split_box(piece, r, dim):
             sbytes = box_size(sub) * itemsize
             if not sbytes:
@@ -109,6 +115,8 @@ def reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
             n += 1
             others = tuple(d for d in group if d != root)
             tasks.append(Task(TaskKind.REDUCE, index, sub, root, others, sbytes, step=j))
+            if whole:  # to be fused: its deliveries must not relay through an addend
+                loads.keep_off[root] = loads.keep_off.get(root, frozenset()).union(others)
             for d in others:
                 loads.charge(d, (root,), sbytes)
             out[sub] = frozenset((root,))

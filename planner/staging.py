@@ -18,6 +18,7 @@ pool of 256 MiB per communicator.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
@@ -65,8 +66,15 @@ def scratch_elems(task: Task, device: int) -> int:
 
 
 def _parts(task: Task) -> tuple[Task, ...]:
-    """What ``task`` stages as: a broadcast that sums addends, its two parts."""
-    return task.parts() if task.addends else (task,)
+    """What ``task`` stages as: a broadcast that sums addends, its two parts, and its
+    sum's part once more for each running sum beyond the first that one member receives
+    (a backend that fuses sums receives each apart: a star's root holds its own box and
+    one per other addend)."""
+    if not task.addends:
+        return (task,)
+    reduced, delivered = task.parts()
+    fan_in = max(collections.Counter(p for _, p in task.sum_edges()).values())
+    return (reduced, delivered, *[reduced] * (fan_in - 1))
 
 
 def _slack(task: Task) -> int:
@@ -77,7 +85,9 @@ def _slack(task: Task) -> int:
 def task_staging(task: Task, tensor: Conversion) -> int:
     """Bytes ``task`` stages on each of its devices (its region, aligned). A broadcast
     that sums addends counts as both its parts (a backend that does not fuse sums runs
-    the reduction, in the accumulator dtype, in the same step)."""
+    the reduction, in the accumulator dtype, in the same step), plus a region for each
+    further running sum its busiest member receives (:func:`_parts`; charged to every
+    member alike, so a budget holds on each)."""
     if task.kind is TaskKind.COPY:
         return 0
     return sum(region_bytes(scratch_elems(part, part.root) * itemsize(buffer_dtype(tensor, part)))

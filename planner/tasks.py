@@ -18,7 +18,10 @@ initially zeros). Boxes are global; a device addresses them relative to its shar
   A broadcast with ``addends`` broadcasts a partial sum as it is reduced (a reduction
   fused with its delivery): first ``root.src[box] = sum(d.src[box] for d in
   (*addends, root))`` as a ``REDUCE`` does (the root's private copy), each piece summed
-  down the chain ``addends[0] -> addends[1] -> ... -> root`` and passed on to the
+  down the chain ``addends[0] -> addends[1] -> ... -> root`` (or, when
+  ``addend_parents`` is given, up a tree: ``addends[i]`` adds the running sums its
+  children passed it to its own and passes the result to ``addend_parents[i]``, the root
+  or another addend; a star when every parent is the root) and passed on to the
   receivers as soon as the root added its own; ``source`` is ``src``.
 * ``REDUCE``: ``root.src[box] = sum(d.src[box] for d in (root, *receivers))``; the root
   works on a private copy of its source shard, so the caller's data is untouched.
@@ -92,6 +95,9 @@ class Task:
         addends: ``BROADCAST`` only: the other addends of a partial sum the root
             reduces while it broadcasts it, in chain order (empty: the box is read
             as it is).
+        addend_parents: with ``addends`` only, empty for their chain: the device each
+            addend passes its running sum to (the root or another addend), one per
+            addend.
     """
 
     kind: TaskKind
@@ -106,6 +112,7 @@ class Task:
     through: tuple[int, ...] = ()
     parents: tuple[int, ...] = ()
     addends: tuple[int, ...] = ()
+    addend_parents: tuple[int, ...] = ()
 
     def edges(self) -> tuple[tuple[int, int], ...]:
         """A ``SEND`` / ``BROADCAST`` as (sender, receiver) pairs in receiver order:
@@ -113,6 +120,24 @@ class Task:
         if self.parents:
             return tuple(zip(self.parents, self.receivers))
         return tuple(zip((self.root, *self.receivers), self.receivers))
+
+    def sum_edges(self) -> tuple[tuple[int, int], ...]:
+        """A fused sum's (addend, device it passes its running sum to) pairs, every
+        addend's edge after those of the addends it receives from: the chain
+        ``addends[0] -> ... -> root``, or the tree of :attr:`addend_parents` (deepest
+        addends first). Empty without addends."""
+        if not self.addend_parents:
+            return tuple(zip(self.addends, (*self.addends[1:], self.root)))
+        parent = dict(zip(self.addends, self.addend_parents))
+
+        def hops(d: int) -> int:  # to the root (bounded: the verifier refuses cycles)
+            n = 0
+            while d != self.root and n <= len(parent):
+                d, n = parent.get(d, self.root), n + 1
+            return n
+
+        order = sorted(range(len(self.addends)), key=lambda i: -hops(self.addends[i]))
+        return tuple((self.addends[i], self.addend_parents[i]) for i in order)
 
     def parts(self) -> tuple[Task, Task]:
         """A broadcast with ``addends`` as what it fuses: the ``REDUCE`` of its box
@@ -122,7 +147,7 @@ class Task:
             raise PlanError(f"task ({self}) sums no addends; it has no parts")
         return (Task(TaskKind.REDUCE, self.tensor, self.box, self.root, self.addends,
                      self.nbytes, self.step),
-                replace(self, addends=()))
+                replace(self, addends=(), addend_parents=()))
 
     @property
     def devices(self) -> tuple[int, ...]:
@@ -151,6 +176,8 @@ class Task:
             d["parents"] = list(self.parents)
         if self.addends:
             d["addends"] = list(self.addends)
+        if self.addend_parents:
+            d["addend_parents"] = list(self.addend_parents)
         return d
 
     @classmethod
@@ -170,11 +197,14 @@ class Task:
             _ints(d.get("through", []), "task through"),
             _ints(d.get("parents", []), "task parents"),
             _ints(d.get("addends", []), "task addends"),
+            _ints(d.get("addend_parents", []), "task addend_parents"),
         )
 
     def __str__(self) -> str:
         box = "x".join(f"{a}:{b}" for a, b in self.box)
         summed = f"sum{list(self.addends)}+" if self.addends else ""
+        if self.addend_parents:
+            summed = f"sum{list(self.addends)}->{list(self.addend_parents)}+"
         return (f"[{self.step}] {self.kind.value} t{self.tensor} [{box}] "
                 f"{summed}{self.root}->{list(self.receivers)} {self.nbytes}B")
 

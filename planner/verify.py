@@ -29,7 +29,8 @@ breaks a rule:
     receiver (so every receiver is reached, and no cycle);
   - ``REDUCE`` sums one whole partial group of a partial source, each addend once; so
     does a broadcast with ``addends`` (root and addends: the group), whose receivers
-    get the sum in the same task;
+    get the sum in the same task; its ``addend_parents`` (a tree of the sum): one per
+    addend, the root or another addend, every addend reaching the root;
   - every device's destination shard receives every element exactly once (partial
     destinations: the leaders do; the other addends receive nothing and stay zero).
 
@@ -333,13 +334,34 @@ def _fused(r: _Replay, task: Task) -> str | None:
             set(task.addends) & set(task.receivers):
         return ("a broadcast's addends are distinct devices other than its root and its "
                 "receivers")
-    why = r.reduce(task.tensor, task.parts()[0])
+    why = _sum_tree(task) or r.reduce(task.tensor, task.parts()[0])
     if task.through:
         why = why or _relays(r, task)
     for d in task.receivers:
         if d not in task.through:
             why = why or r.write(task.tensor, d, task.box)
     return why
+
+
+def _sum_tree(task: Task) -> str | None:
+    """A fused sum's addend parents: one per addend, each the root or another addend,
+    every addend's running sum reaching the root (no cycle)."""
+    if not task.addend_parents:
+        return None
+    if len(task.addend_parents) != len(task.addends):
+        return (f"a sum's tree has one parent per addend: {len(task.addends)} addends, "
+                f"{len(task.addend_parents)} addend parents")
+    parent = dict(zip(task.addends, task.addend_parents))
+    for a, p in parent.items():
+        if p != task.root and (p not in parent or p == a):
+            return f"addend {a}'s parent {p} is neither the root nor another addend"
+    for a in parent:
+        d, hops = a, 0
+        while d != task.root:
+            d, hops = parent[d], hops + 1
+            if hops > len(parent):
+                return f"addend {a}'s running sum never reaches the root (a cycle)"
+    return None
 
 
 def _tree(task: Task) -> str | None:
@@ -461,6 +483,8 @@ def _form(task: Task, t: TensorSpec) -> str | None:
         return "the root is also a receiver"
     if task.parents and task.kind is not TaskKind.BROADCAST:
         return "only a broadcast has a tree (parents)"
+    if task.addend_parents and not task.addends:
+        return "addend parents without addends"
     if task.addends and task.kind is not TaskKind.BROADCAST:
         return "only a broadcast sums addends on its way (a reduce lists them as receivers)"
     if task.addends and not t.fuses:

@@ -112,60 +112,71 @@ class _Posted:
 
 class _Relay(_Posted):
     """A broadcast member that passes pieces on (a chain's middle, a tree's inner
-    node): the receives of every piece from ``prev`` are posted at once; piece ``j``
-    goes on to each of ``nxts`` (same tag, so the pieces of one broadcast stay in
-    order) once it arrived. ``works`` collects the forwarding sends. ``add`` (a member
-    summing a partial sum on the way): called with ``j`` once piece ``j`` arrived
-    (into a buffer of its own), to add it into ``pieces[j]`` before that goes on.
-    ``landed`` (kept as ``relayed``): told the bytes passed on so far."""
+    node, a sum's root or inner addend): the receives of every piece from each peer
+    of ``streams`` ((peer, receives) pairs; several for a member summing what several
+    addends pass it) are posted at once; piece ``j`` goes on to each of ``nxts`` (same
+    tag, so the pieces of one broadcast stay in order) once it arrived from every
+    peer. ``works`` collects the forwarding sends. ``add`` (a member summing a partial
+    sum on the way): called with ``j`` once piece ``j`` arrived (into buffers of their
+    own), to add it into ``pieces[j]`` before that goes on. ``landed`` (kept as
+    ``relayed``): told the bytes passed on so far."""
 
-    def __init__(self, backend: GlooBackend, what: str, pieces: list[Any], recvs: list[Any],
-                 prev: int, nxts: Sequence[int], tag: int,
+    def __init__(self, backend: GlooBackend, what: str, pieces: list[Any],
+                 streams: Sequence[tuple[int, list[Any]]], nxts: Sequence[int], tag: int,
                  add: Callable[[int], None] | None = None,
                  landed: Callable[[int], None] | None = None, total: int = 0) -> None:
         super().__init__(backend, what, tuple(nxts), [])
         self.relayed, self.total = landed, total
-        self.pieces, self.recvs, self.add = pieces, recvs, add
-        self.prev, self.nxts, self.tag = prev, tuple(nxts), tag
+        self.pieces, self.streams, self.add = pieces, tuple(streams), add
+        self.prevs = tuple(peer for peer, _ in self.streams)
+        self.nxts, self.tag = tuple(nxts), tag
         self.passed = 0  # pieces passed on to every next member
-        self.arrived = 0  # receives known to be complete (written by the watcher only)
-        self.error: BaseException | None = None  # the watcher's
-        self._watcher: threading.Thread | None = None
+        # receives known to be complete, per stream (each written by its watcher only)
+        self.arrived = [0] * len(self.streams)
+        self.error: BaseException | None = None  # a watcher's
+        self._watchers: list[threading.Thread] = []
 
     @property
     def pending(self) -> bool:
         """Pieces not passed on yet."""
         return self.passed < len(self.pieces)
 
-    def watch(self, wake: threading.Event) -> None:
-        """Start a daemon thread that waits for the receives in order, counts them in
-        ``arrived`` (the only way to learn that a gloo receive completed) and sets
-        ``wake`` after each (and on an error)."""
-        self._watcher = threading.Thread(
-            target=self._wait_recvs, args=(wake,), daemon=True,
-            name=f"reshard-gloo-relay-{self.backend.device}-{self.tag}")
-        self._watcher.start()
+    def behind(self) -> list[int]:
+        """The peers whose next piece has not arrived yet."""
+        return [peer for (peer, _), n in zip(self.streams, self.arrived) if n <= self.passed]
 
-    def _wait_recvs(self, wake: threading.Event) -> None:
+    def watch(self, wake: threading.Event) -> None:
+        """Start a daemon thread per stream that waits for its receives in order,
+        counts them in ``arrived`` (the only way to learn that a gloo receive
+        completed) and sets ``wake`` after each (and on an error)."""
+        for k, (peer, recvs) in enumerate(self.streams):
+            w = threading.Thread(
+                target=self._wait_recvs, args=(k, recvs, wake), daemon=True,
+                name=f"reshard-gloo-relay-{self.backend.device}-{self.tag}-{peer}")
+            w.start()
+            self._watchers.append(w)
+
+    def _wait_recvs(self, k: int, recvs: list[Any], wake: threading.Event) -> None:
         try:
-            for work in self.recvs:
+            for work in recvs:
                 work.wait()
-                self.arrived += 1
+                self.arrived[k] += 1
                 wake.set()
         except BaseException as e:  # noqa: BLE001 - raised by poll
             self.error = e
             wake.set()
 
     def poll(self) -> bool:
-        """Pass on every piece the watcher saw arrive; True if there was one."""
+        """Pass on every piece the watchers saw arrive from every peer; True if there
+        was one."""
         if self.error is not None:
             raise ExecutionError(
-                f"gloo {self.what} with device(s) {[self.prev]} failed: "
+                f"gloo {self.what} with device(s) {list(self.prevs)} failed: "
                 f"{_gist(self.error)}") from self.error
-        start = self.passed
-        for j in range(start, self.arrived):
+        start, ready = self.passed, min(self.arrived)
+        for j in range(start, ready):
             self._pass_on(j)
-        return self.arrived > start
+        return ready > start
 
     def _pass_on(self, j: int) -> None:
         b = self.backend
@@ -179,14 +190,16 @@ class _Relay(_Posted):
             self.relayed(_filled(j, self.total))
 
     def finish(self) -> None:
-        """Pass on what is left (unwatched: blocking on each piece in turn), then wait
-        for the forwarding sends."""
-        if self._watcher is None:
+        """Pass on what is left (unwatched: blocking on each piece in turn, from each
+        peer), then wait for the forwarding sends."""
+        if not self._watchers:
             for j in range(self.passed, len(self.pieces)):
-                self.backend._call(self.what, (self.prev,), self.recvs[j].wait)
+                for peer, recvs in self.streams:
+                    self.backend._call(self.what, (peer,), recvs[j].wait)
                 self._pass_on(j)
         else:  # group_end polled until every piece arrived and was passed on
-            self._watcher.join()
+            for w in self._watchers:
+                w.join()
             self.poll()
         super().finish()
 
@@ -338,6 +351,7 @@ class GlooBackend(HostMemory):
     def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int],
                   chain: Sequence[int] | None = None, *, tag: int = 0,
                   parents: Sequence[int] | None = None, addends: Sequence[int] = (),
+                  addend_parents: Sequence[int] | None = None,
                   landed: Callable[[int], None] | None = None) -> None:
         """Broadcast from ``root`` to ``group``.
 
@@ -356,7 +370,9 @@ class GlooBackend(HostMemory):
         ``addends[0]`` and runs through the other addends to the root: each of them
         adds its own piece ``j`` to the running sum's piece ``j`` as it arrives (in
         numpy, in the buffer's dtype) and passes the sum on, so summing and delivery
-        overlap piece by piece.
+        overlap piece by piece. With ``addend_parents`` too (one per addend), the sums
+        go up that tree instead: a member adds piece ``j`` of every running sum it
+        receives (once all arrived, in the order of ``addends``) to its own.
 
         ``landed`` (``Capabilities.lands_pieces``; a receiver's): called with the bytes
         of ``buf`` filled so far, piece by piece as they arrive (a relay: as it passes
@@ -377,38 +393,44 @@ class GlooBackend(HostMemory):
             (" of a sum" if addends else "")
         if parents is None:  # a chain: each member receives from the one before
             parents = [root, *receivers[:-1]]
-        # the whole path: the addends' chain into the root, then the broadcast
-        path = (*addends, root)
-        members = [*path[1:], *receivers]
-        feeds = [*path[:-1], *parents]
+        # every hop of the bytes: the addends' running sums into the root (their chain,
+        # or addend_parents' tree), then the broadcast's
+        sums_into = addend_parents or (*addends[1:], root)
+        flows = [*zip(addends, sums_into), *zip(parents, receivers)]
         me = self.device
-        prev = None if me == path[0] else feeds[members.index(me)]
-        nxts = [d for d, p in zip(members, feeds) if p == me]
+        prevs = [a for a, b in flows if b == me]
+        nxts = [b for a, b in flows if a == me]
         data = self._bytes(buf)
         pieces = _pieces(data)
-        if prev is None:  # the first: every piece on its way at once
+        if not prevs:  # the root of a plain broadcast, or a first addend: all at once
             sends = [self._call(what, (nxt,), dist.isend, p, dst=self.rank_of[nxt],
                                 group=self._p2p, tag=tag) for p in pieces for nxt in nxts]
             if sends:
                 self._add(_Posted(self, what, nxts, sends))
             return
-        add = None
-        into = pieces
-        if me in path:  # an addend or the root: receive the running sum apart, add own
+        if me != root and me not in addends:  # a receiver: straight into its buffer
+            recvs = self._recvs(what, prevs[0], pieces, tag)
+            if not nxts:  # a leaf
+                self._add(_Posted(self, what, prevs, recvs, landed=landed,
+                                  total=data.numel()))
+            else:
+                self._add(_Relay(self, what, pieces, [(prevs[0], recvs)], nxts, tag,
+                                 landed=landed, total=data.numel()))
+            return
+        # an addend or the root: each running sum it receives apart, added to its own
+        mine, per = buf.reshape(-1), CHAIN_PIECE // buf.itemsize
+        theirs, streams = [], []
+        for prev in prevs:
             extra = np.empty_like(buf)
-            into = _pieces(self._bytes(extra))
-            mine, theirs = buf.reshape(-1), extra.reshape(-1)
-            per = CHAIN_PIECE // buf.itemsize
+            theirs.append(extra.reshape(-1))
+            streams.append((prev, self._recvs(what, prev, _pieces(self._bytes(extra)), tag)))
 
-            def add(j: int) -> None:
-                part = slice(j * per, (j + 1) * per)
-                mine[part] += theirs[part]
-        recvs = self._recvs(what, prev, into, tag)
-        if not nxts and add is None:  # a leaf
-            self._add(_Posted(self, what, (prev,), recvs, landed=landed, total=data.numel()))
-        else:
-            self._add(_Relay(self, what, pieces, recvs, prev, nxts, tag, add, landed,
-                             data.numel()))
+        def add(j: int) -> None:
+            part = slice(j * per, (j + 1) * per)
+            for other in theirs:
+                mine[part] += other[part]
+
+        self._add(_Relay(self, what, pieces, streams, nxts, tag, add, landed, data.numel()))
 
     def send(self, buf: np.ndarray, peer: int, *, tag: int = 0) -> None:
         """``dist.isend`` to ``peer`` (tagged ``tag``), in pieces of :data:`CHAIN_PIECE`
@@ -517,7 +539,7 @@ class GlooBackend(HostMemory):
                 continue
             left = self.timeout - (time.monotonic() - last)
             if left <= 0:
-                peers = sorted({r.prev for r in waiting})
+                peers = sorted({p for r in waiting for p in r.behind()})
                 raise ExecutionError(
                     f"gloo chain broadcast: no piece from device(s) {peers} within "
                     f"{self.timeout:g}s (peer dead or stuck)")

@@ -133,22 +133,24 @@ class LocalBackend(HostMemory):
     def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int],
                   chain: Sequence[int] | None = None, *, tag: int = 0,
                   parents: Sequence[int] | None = None, addends: Sequence[int] = (),
+                  addend_parents: Sequence[int] | None = None,
                   landed: Callable[[int], None] | None = None) -> None:
         """Root posts to every member; members receive (the chain or tree is a
-        performance hint; the result is the same). With ``addends``, the running sum
-        goes down their chain to the root first, each adding its ``buf`` (no
+        performance hint; the result is the same). With ``addends``, the running sums
+        go up their chain (or ``addend_parents``' tree) to the root first, each member
+        adding what its children pass it to its ``buf`` in the children's order (no
         ``landed``)."""
         refuse_unsupported("local", self.capabilities, landed=landed)
-        path = (*addends, root) if addends else ()
-        if self.device in path:
-            k = path.index(self.device)
-            if k:
+        if addends:
+            sums_into = dict(zip(addends, addend_parents or (*addends[1:], root)))
+            if self.device in sums_into or self.device == root:
                 tmp = np.empty_like(buf)
-                self.recv(tmp, path[k - 1])
-                buf += tmp
-            if self.device != root:
-                self.send(buf, path[k + 1])
-                return
+                for child in (a for a in addends if sums_into[a] == self.device):
+                    self.recv(tmp, child)
+                    buf += tmp
+                if self.device != root:
+                    self.send(buf, sums_into[self.device])
+                    return
         if self.device == root:
             for d in group:
                 if d != root and d not in addends:

@@ -281,6 +281,7 @@ class NcclBackend:
     def broadcast(self, buf: Any, root: int, group: Sequence[int],
                   chain: Sequence[int] | None = None, *, tag: int = 0,
                   parents: Sequence[int] | None = None, addends: Sequence[int] = (),
+                  addend_parents: Sequence[int] | None = None,
                   landed: Callable[[int], None] | None = None) -> None:
         """``ncclBroadcast`` in place on the member set's communicator (NCCL pipelines
         its own ring, so the chain or tree hint is not used; ``tag``: see :meth:`send`;

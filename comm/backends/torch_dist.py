@@ -286,6 +286,7 @@ class TorchTensorBackend:
     def broadcast(self, buf: Any, root: int, group: Sequence[int],
                   chain: Sequence[int] | None = None, *, tag: int = 0,
                   parents: Sequence[int] | None = None, addends: Sequence[int] = (),
+                  addend_parents: Sequence[int] | None = None,
                   landed: Callable[[int], None] | None = None) -> None:
         """``dist.broadcast`` on the member set's sub-group (the chain or tree is left
         to the library: NCCL pipelines its own ring; no ``addends`` or ``landed``)."""

@@ -61,7 +61,8 @@ def task_to_pb(t: Task) -> pb.Task:
     return pb.Task(kind=TASK_KINDS[t.kind], tensor=t.tensor, box=_box_pb(t.box), root=t.root,
                    receivers=t.receivers, nbytes=t.nbytes, step=t.step,
                    source=BUFFERS[t.source], pieces=[_box_pb(p) for p in t.pieces],
-                   through=t.through, parents=t.parents, addends=t.addends)
+                   through=t.through, parents=t.parents, addends=t.addends,
+                   addend_parents=t.addend_parents)
 
 
 def header_to_pb(plan: ReshardPlan, into: pb.Plan | None = None) -> pb.Plan:
@@ -152,6 +153,8 @@ def _task_dict(m: pb.Task) -> dict[str, Any]:
         d["parents"] = list(m.parents)
     if m.addends:
         d["addends"] = list(m.addends)
+    if m.addend_parents:
+        d["addend_parents"] = list(m.addend_parents)
     return d
 
 

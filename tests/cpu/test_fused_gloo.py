@@ -1,6 +1,6 @@
 """Partial sums reduced on the way to their receivers, on gloo worker processes
-(planner/fuse.py): each piece summed down the addends' chain into the root and passed
-on at once (gloo's chain of a sum), also reshaped into trees. Every destination shard
+(planner/fuse.py): each piece summed down the addends' chain (or star, or binary tree)
+into the root and passed on at once (gloo's chain of a sum), also reshaped into trees. Every destination shard
 exact, the callers' source shards untouched, for several pieces per chain (boxes over
 gloo's 256 KiB piece), dtypes that wrap (int16) or round (float32, summed in order by
 every backend alike; float16 and bfloat16 accumulate in float32 and are never fused),
@@ -13,7 +13,7 @@ import pytest
 
 from reshard import DeviceMesh, Layout, ReshardPlan
 from reshard.comm.backends.gloo import CHAIN_PIECE
-from reshard.planner.fuse import fuse_reductions
+from reshard.planner.fuse import SumShape, fuse_reductions
 from reshard.planner.ir import TaskKind
 from reshard.planner.plan import make_tensor_spec, plan_tasks
 from reshard.planner.strategy import Strategy
@@ -36,10 +36,11 @@ CASES = [  # (shape, dtype, source, destination)
 ]
 
 
-def fused_plan(shape, dtype, src, dst, tree: tuple[str, str] | None = None) -> ReshardPlan:
+def fused_plan(shape, dtype, src, dst, tree: tuple[str, str] | None = None,
+               sums: SumShape = SumShape.CHAIN) -> ReshardPlan:
     tensors = (make_tensor_spec(shape, dtype, src, dst, WORLD),)
     tasks = fuse_reductions(plan_tasks(tensors, WORLD, Strategy.BROADCAST, fan_out=False,
-                                       fuse=True)[0])
+                                       fuse=True)[0], shape=sums)
     if tree is not None:
         tasks = treeify(tasks, WORLD.host_of, tree[1], tree[0])
     plan = ReshardPlan(tensors, tasks, Strategy.BROADCAST, WORLD)
@@ -49,10 +50,17 @@ def fused_plan(shape, dtype, src, dst, tree: tuple[str, str] | None = None) -> R
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("sums", list(SumShape), ids=[s.value for s in SumShape])
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[2].spec}->{c[3].spec}" for c in CASES])
-def test_fused_plan_exact_on_gloo(rt, case):
+def test_fused_plan_exact_on_gloo(rt, case, sums):
     shape, dtype, src, dst = case
-    plan = fused_plan(shape, dtype, src, dst)
+    plan = fused_plan(shape, dtype, src, dst, sums=sums)
+    fused = [t for t in plan.tasks if t.addends]
+    if sums is SumShape.STAR:  # every addend straight to the root
+        assert all(t.addend_parents == (t.root,) * len(t.addends) for t in fused)
+    if sums is SumShape.BINARY and str(src.spec) == "RR+P01":  # the root sums two, an addend one
+        assert all(len(t.addends) == 3 and t.addend_parents[:2] == (t.root,) * 2
+                   and t.addend_parents[2] == t.addends[0] for t in fused)
     rng = np.random.default_rng(sum(shape))
     for _ in range(2):  # a loaded plan runs again from fresh addends
         value = sample(rng, shape, dtype)

@@ -31,9 +31,9 @@ class _Recv:
 def _backend(timeout: float) -> SimpleNamespace:
     sent: list[tuple[object, int]] = []
 
-    def isend(piece: object, dst: int, group: object, tag: int) -> str:
+    def isend(piece: object, dst: int, group: object, tag: int) -> SimpleNamespace:
         sent.append((piece, dst))
-        return "work"
+        return SimpleNamespace(wait=lambda: True)  # a send Work, complete
 
     return SimpleNamespace(
         _call=lambda what, peers, fn, *a, **k: fn(*a, **k),
@@ -44,7 +44,7 @@ def _backend(timeout: float) -> SimpleNamespace:
 def _relay(backend: SimpleNamespace, prev: int, nxt: int, n: int) -> tuple[_Relay, list[_Recv]]:
     recvs = [_Recv() for _ in range(n)]
     pieces = [f"{prev}->{nxt}:{j}" for j in range(n)]
-    return _Relay(backend, "broadcast", pieces, recvs, prev, (nxt,), tag=prev), recvs
+    return _Relay(backend, "broadcast", pieces, [(prev, recvs)], (nxt,), tag=prev), recvs
 
 
 def test_pieces_go_on_in_order_as_they_arrive_from_other_threads():
@@ -86,3 +86,22 @@ def test_a_failed_receive_wakes_the_forwarder_and_is_raised():
     threading.Timer(0.05, recvs1[0].done.set).start()
     with pytest.raises(ExecutionError, match="Connection reset by peer"):
         GlooBackend._forward(b, [r1])  # type: ignore[arg-type]
+
+
+def test_a_member_summing_two_running_sums_passes_a_piece_on_once_both_arrived():
+    """A star's root (or a tree's inner addend): piece j goes on after the add saw it
+    from every peer; the timeout names only the peer still behind."""
+    b = _backend(timeout=0.3)
+    from_0, from_3 = [_Recv() for _ in range(2)], [_Recv() for _ in range(2)]
+    added: list[int] = []
+    r = _Relay(b, "broadcast", ["sum:0", "sum:1"], [(0, from_0), (3, from_3)], (2,), tag=5,
+               add=added.append)
+    assert r.prevs == (0, 3)
+    for w in (from_0[0], from_0[1], from_3[0]):
+        w.done.set()
+    with pytest.raises(ExecutionError, match=r"no piece from device\(s\) \[3\] within 0.3s"):
+        GlooBackend._forward(b, [r, _relay(b, 1, 2, 0)[0]])  # type: ignore[arg-type]
+    assert added == [0] and [s for s, _ in b.sent] == ["sum:0"]  # piece 1 waits for 3
+    from_3[1].done.set()
+    r.finish()  # blocks on each peer's piece in turn, then the forwarding sends
+    assert added == [0, 1] and [s for s, _ in b.sent] == ["sum:0", "sum:1"]

@@ -78,6 +78,7 @@ def test_relays_steps_and_many_tensors_survive_the_wire():
     cluster = stepped.cluster()
     q = reshard.plan_many(stepped.small(1 << 16).requests_on(cluster), cluster=cluster)
     assert any(t.addends for t in q.tasks) and wire(q) == q
+    assert any(t.addend_parents for t in q.tasks)  # summed by a star
     tensors = tuple(make_tensor_spec(*r[:4], cluster=cluster)  # pipelined: several steps
                     for r in stepped.small(4096).requests_on(cluster))
     tasks, _ = plan_tasks(tensors, cluster, Strategy.BROADCAST, fan_out=False)

@@ -282,6 +282,36 @@ def test_fused_sums():
     _refused(e, "has not reduced")
 
 
+def test_sum_trees():
+    """A fused sum's addend parents: one per addend, each the root or another addend,
+    every running sum reaching the root; a chain, a star and a binary tree verify."""
+    from reshard.planner.fuse import SumShape, fuse_reductions
+
+    src = Layout(DeviceMesh((1, 4), [0, 1, 2, 3]), "RR+P1")  # four addends on CL's hosts 0-1
+    tensors = (make_tensor_spec((8, 4), "int32", src, Layout(C, "RS0"), CL),)
+    tasks, _ = plan_tasks(tensors, CL, Strategy.BROADCAST, fan_out=False, fuse=True)
+    for shape in SumShape:
+        p = ReshardPlan(tensors, fuse_reductions(tasks, shape=shape), Strategy.BROADCAST, CL)
+        p.verify()
+        assert ReshardPlan.from_json(p.to_json()) == p
+    d = p.to_dict()  # the binary tree's
+    f = next(i for i, t in enumerate(d["tasks"]) if t.get("addend_parents"))
+    task = d["tasks"][f]
+    a0, a1, a2 = task["addends"]
+    assert task["addend_parents"] == [task["root"], task["root"], a0]
+    for edit, needle in (
+        (lambda t: t.update(addend_parents=t["addend_parents"][:2]), "one parent per addend"),
+        (lambda t: t.update(addend_parents=[t["root"], t["receivers"][0], a0]),
+         f"addend {a1}'s parent {task['receivers'][0]} is neither"),
+        (lambda t: t.update(addend_parents=[t["root"], a1, a0]), f"addend {a1}'s parent {a1}"),
+        (lambda t: t.update(addend_parents=[t["root"], a2, a1]), "never reaches the root"),
+        (lambda t: t.update(addends=[], addend_parents=[t["root"]]), "without addends"),
+    ):
+        e = copy.deepcopy(d)
+        edit(e["tasks"][f])
+        _refused(e, f"task #{f}", needle)
+
+
 def test_foreign_device_and_cluster():
     d = BASE["send_recv"].to_dict()
     d["cluster"]["hosts"] = [[0, 1]]

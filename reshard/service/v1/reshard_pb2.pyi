@@ -216,7 +216,7 @@ class Box(_message.Message):
     def __init__(self, dims: _Optional[_Iterable[_Union[Range, _Mapping]]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("kind", "tensor", "box", "root", "receivers", "nbytes", "step", "source", "pieces", "through", "parents", "addends")
+    __slots__ = ("kind", "tensor", "box", "root", "receivers", "nbytes", "step", "source", "pieces", "through", "parents", "addends", "addend_parents")
     KIND_FIELD_NUMBER: _ClassVar[int]
     TENSOR_FIELD_NUMBER: _ClassVar[int]
     BOX_FIELD_NUMBER: _ClassVar[int]
@@ -229,6 +229,7 @@ class Task(_message.Message):
     THROUGH_FIELD_NUMBER: _ClassVar[int]
     PARENTS_FIELD_NUMBER: _ClassVar[int]
     ADDENDS_FIELD_NUMBER: _ClassVar[int]
+    ADDEND_PARENTS_FIELD_NUMBER: _ClassVar[int]
     kind: TaskKind
     tensor: int
     box: Box
@@ -241,7 +242,8 @@ class Task(_message.Message):
     through: _containers.RepeatedScalarFieldContainer[int]
     parents: _containers.RepeatedScalarFieldContainer[int]
     addends: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, kind: _Optional[_Union[TaskKind, str]] = ..., tensor: _Optional[int] = ..., box: _Optional[_Union[Box, _Mapping]] = ..., root: _Optional[int] = ..., receivers: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., step: _Optional[int] = ..., source: _Optional[_Union[Buffer, str]] = ..., pieces: _Optional[_Iterable[_Union[Box, _Mapping]]] = ..., through: _Optional[_Iterable[int]] = ..., parents: _Optional[_Iterable[int]] = ..., addends: _Optional[_Iterable[int]] = ...) -> None: ...
+    addend_parents: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, kind: _Optional[_Union[TaskKind, str]] = ..., tensor: _Optional[int] = ..., box: _Optional[_Union[Box, _Mapping]] = ..., root: _Optional[int] = ..., receivers: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., step: _Optional[int] = ..., source: _Optional[_Union[Buffer, str]] = ..., pieces: _Optional[_Iterable[_Union[Box, _Mapping]]] = ..., through: _Optional[_Iterable[int]] = ..., parents: _Optional[_Iterable[int]] = ..., addends: _Optional[_Iterable[int]] = ..., addend_parents: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Plan(_message.Message):
     __slots__ = ("format", "strategy", "cluster", "tensors", "tasks")
