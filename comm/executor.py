@@ -156,6 +156,28 @@ def _what(tasks: Sequence[StepTask], step: bool) -> str:
     return f"step {tasks[0].task.step} ({what})" if step else what
 
 
+class _Blame:
+    """:meth:`Executor._blame`'s context (a class: entered once per task of every step,
+    where a generator-based context costs several times as much)."""
+
+    __slots__ = ("executor", "step", "tasks")
+
+    def __init__(self, executor: Executor, tasks: tuple[StepTask, ...], step: bool) -> None:
+        self.executor, self.tasks, self.step = executor, tasks, step
+
+    def __enter__(self) -> None:
+        self.executor._current = self.tasks[0]  # formatted only when read
+
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None,
+                 tb: object) -> None:
+        if e is None or not isinstance(e, Exception):
+            return
+        what = f"device {self.executor.device}: {_what(self.tasks, self.step)} failed: "
+        if isinstance(e, (ReshardError, ExecutionError)):
+            raise ExecutionError(f"{what}{e}") from e
+        raise ExecutionError(f"{what}{type(e).__name__}: {e}") from e  # a backend's
+
+
 class Executor:
     """This process's part of reshard plans, on buffers it owns (module docstring).
 
@@ -241,19 +263,10 @@ class Executor:
             self.failed = f"{type(e).__name__}: {e}"[:400]
             raise
 
-    @contextlib.contextmanager
-    def _blame(self, *tasks: StepTask, step: bool = False) -> Iterator[None]:
+    def _blame(self, *tasks: StepTask, step: bool = False) -> _Blame:
         """Run the body as work on ``tasks``; its errors become ExecutionErrors naming
         the task, or (``step``) the step and its tasks on this device."""
-        self._current = tasks[0]  # formatted only when read (a few per task otherwise)
-        try:
-            yield
-        except (ReshardError, ExecutionError) as e:
-            raise ExecutionError(f"device {self.device}: {_what(tasks, step)} failed: "
-                                 f"{e}") from e
-        except Exception as e:  # backend errors of any type
-            raise ExecutionError(f"device {self.device}: {_what(tasks, step)} failed: "
-                                 f"{type(e).__name__}: {e}") from e
+        return _Blame(self, tasks, step)
 
     @property
     def current(self) -> tuple[int, str] | None:

@@ -256,11 +256,16 @@ class _MessageSink:
         self.done = 0
 
     def upto(self, nbytes: int) -> None:
-        """Unpack every task whose payload the message's first ``nbytes`` hold."""
-        items = self.items
+        """Unpack every task whose payload the message's first ``nbytes`` hold (each a
+        receiver's box in its region of the message: straight into its destination)."""
+        items, ex = self.items, self.ex
+        dst, dst_box = ex.dst, ex.lp.dst_box
         while self.done < len(items) and items[self.done][0] <= nbytes:
             op = items[self.done][1]
-            self.ex.unpack_received(op)
+            t = op.task
+            if ex._receives(t):
+                view = region(dst[t.tensor], t.box, dst_box[t.tensor])
+                view[...] = op.buf.reshape(view.shape)
             op.unpacked = True
             self.done += 1
 
@@ -374,7 +379,7 @@ class Execution:
         device. A backend that batches a group (NCCL) launches them all at its end.
         Returns the bytes sent."""
         self.own_sources(step)
-        ready: dict[int, _Op | None] = {}
+        ready: list[_Op | None] = [None] * len(step)
 
         def prepare(k: int) -> _Op | None:
             st = step[k]
@@ -415,7 +420,7 @@ class Execution:
         for op in later:
             with blame(op.st):
                 _ISSUE[op.task.kind](self, op)
-        ops = [op for _, op in sorted(ready.items()) if op is not None]
+        ops = [op for op in ready if op is not None]
         if not opened:
             return 0
         with blame(*(op.st for op in ops), step=True):
@@ -444,6 +449,13 @@ class Execution:
         t = st.task
         if t.root != self.device and not t.addends:  # nothing to make ready
             return _Op(st, self._scratch(st, box_size(t.box)))
+        i = t.tensor
+        if t.source is Buffer.SRC and not t.addends and not self.converts(i):
+            # the root's box, copied from its source shard straight into the region
+            mine = self._scratch(st, box_size(t.box))
+            view = region(self.source(i), t.box, self.lp.src_box[i])
+            mine.reshape(view.shape)[...] = view
+            return _Op(st, mine, sent=mine.size * mine.itemsize)
         op = _PREPARE[t.kind](self, st)
         if op is not None:
             mine = self._scratch(st, box_size(t.box))

@@ -77,6 +77,9 @@ def _lookup(name: str) -> np.dtype:
 
 
 _BY_NAME: dict[str, np.dtype] = {n: _lookup(n) for n in DTYPES}
+_NAME_OF: dict[np.dtype, str] = {dt: n for n, dt in _BY_NAME.items()}
+"""Each supported numpy dtype's name (the executor names every shard's dtype on every
+call: this skips :func:`parse_dtype`'s checks for the common case)."""
 
 
 def is_torch(value: object) -> bool:
@@ -121,6 +124,10 @@ def parse_dtype(value: object) -> np.dtype:
 
 def dtype_name(value: object) -> str:
     """The canonical name of a dtype (see :func:`parse_dtype`)."""
+    if isinstance(value, np.dtype):
+        name = _NAME_OF.get(value)
+        if name is not None:
+            return name
     return parse_dtype(value).name
 
 

@@ -23,6 +23,7 @@ from reshard.dtypes import (
     ScaleMode,
     accumulate,
     accumulator,
+    dtype_name,
     parse_dtype,
     scale_grid,
 )
@@ -67,6 +68,9 @@ def test_every_dtype_round_trips_by_name():
     for name in DTYPES:
         dt = parse_dtype(name)
         assert dt.name == name and parse_dtype(dt) == dt
+        assert dtype_name(dt) == dtype_name(name) == name  # the lookup and the parse agree
+    with pytest.raises(reshard.DTypeError, match="not supported"):
+        dtype_name(np.dtype(">f4"))  # equal in kind, not in byte order: not looked up
 
 
 def test_accumulators():
