@@ -51,7 +51,9 @@ def reduce_sources(t: TensorSpec, index: int, loads: Loads,
     ``j``; transfers of a piece follow at the next step. Each piece is split again
     over one root per NIC among the group's members on the hosts that want the box
     most (a reduce-scatter), so the sums leave through every NIC. ``whole``: one
-    piece (the reductions are to be fused with their transfers, which pipeline).
+    piece (the reductions are to be fused with their transfers, which pipeline), split
+    over the roots down to :data:`FUSED_PIECE` bytes, whose deliveries keep off the
+    other addends (``Loads.keep_off``).
     """
     if not t.src.spec.is_partial:
         return devices_by_box(t.src, t.shape), []
