@@ -38,6 +38,9 @@ class Loads:
         # sum it reduces to be fused with its delivery (fuse_reductions leaves apart a
         # reduction whose delivery relays through one of its addends)
         self.keep_off: dict[int, frozenset[int]] = {}
+        # bytes relays moved onto (+) or off (-) each NIC, per direction: its projected
+        # final load is expected + moved
+        self.moved: defaultdict[tuple[str, int], float] = defaultdict(float)
 
     def expect(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
         """Account a slice's NIC demand before any choice: it leaves through its
@@ -193,8 +196,8 @@ class Loads:
             if self.cluster.nics_per_host == 1 or self.host(r) == self.host(root):
                 return receivers, ()
             used = {root, r, *self.keep_off.get(root, ())}
-            out = self._relay(NIC_OUT, root, self.host(root), used)
-            into = self._relay(NIC_IN, r, self.host(r), used)
+            out = self._relay(NIC_OUT, root, self.host(root), used, nbytes)
+            into = self._relay(NIC_IN, r, self.host(r), used, nbytes)
             relays = tuple(d for d in (out, into) if d is not None)
             return (*relays, r), relays
         chain = self.chain(root, receivers)
@@ -212,14 +215,14 @@ class Loads:
         used = set(chain) | {root, *self.keep_off.get(root, ())}
         through: list[int] = []
         for a, b in itertools.pairwise(segments):
-            relay = self._relay(NIC_OUT, a[-1], host(a[-1]), used)
+            relay = self._relay(NIC_OUT, a[-1], host(a[-1]), used, nbytes)
             if relay is not None:
                 a.append(relay)
             elif len(a) > 2:  # the root stays first; the idlest member leaves last
                 last = min(a[1:], key=lambda d: (self.nic_out[nic(d)], d))
                 a.remove(last)
                 a.append(last)
-            relay = self._relay(NIC_IN, b[0], host(b[0]), used)
+            relay = self._relay(NIC_IN, b[0], host(b[0]), used, nbytes)
             if relay is not None:
                 b.insert(0, relay)
             for r in (a[-1], b[0]):
@@ -228,10 +231,15 @@ class Loads:
         order = tuple(d for seg in segments for d in seg)[1:]
         return order, tuple(through)
 
-    def _relay(self, direction: str, member: int, h: int, used: set[int]) -> int | None:
+    def _relay(self, direction: str, member: int, h: int, used: set[int],
+               nbytes: int) -> int | None:
         """A device of host ``h`` outside the chain to cross the host boundary through
-        instead of ``member``: the one whose NIC is expected to carry least, if the
-        plan's slices crowd ``member``'s NIC more than it and it is less loaded now."""
+        instead of ``member``: the one whose NIC's projected load (expected, plus what
+        relays moved onto it, less what they moved off) is least, if the plan's slices
+        crowd ``member``'s NIC more than it and moving these ``nbytes`` leaves it no
+        more loaded than ``member``'s NIC was (a relay must even the NICs out, not swap
+        which one is crowded: with shards a row apart, the NIC of the smaller shards
+        took every relay, 1.6x the bound)."""
         nic = self.nic
         if not self.may_relay_end(direction, member):
             return None  # no NIC of the host is expected to carry less
@@ -239,10 +247,19 @@ class Loads:
         free = [d for d in self.cluster.hosts[h] if d not in used]
         if not free:
             return None
-        best = min(free, key=lambda d: (self.expected[(direction, nic(d))], load[nic(d)], d))
+        expected, moved = self.expected, self.moved
+
+        def projected(d: int) -> float:
+            key = (direction, nic(d))
+            return expected[key] + moved[key]
+
+        best = min(free, key=lambda d: (projected(d), load[nic(d)], d))
         if nic(best) == nic(member) or load[nic(best)] >= load[nic(member)] or \
+                projected(best) + nbytes > projected(member) or \
                 not self._crowded(direction, nic(member), nic(best)):
             return None
+        moved[(direction, nic(best))] += nbytes
+        moved[(direction, nic(member))] -= nbytes
         used.add(best)
         return best
 
