@@ -13,6 +13,7 @@ that builds its candidates, a size limit and a rule:
 pass                      builds with            kept when (model times)
 ========================  =====================  ========================================
 ``fan-out``               ``cell_tasks.fan_out``  faster
+``finer``                 ``plan.py`` (``fine``)  faster by :data:`SPLIT_GAIN`
 ``fused``                 ``fuse.py``             faster
 ``fused:<shape>``         ``fuse.py``             faster by :data:`SUM_GAIN`
 ``trees:<hosts>/<intra>`` ``trees.py``            faster by :data:`TREE_GAIN`
@@ -77,6 +78,13 @@ where the model rated the star 0.07% faster; with the roots rotating (four NICs 
 host) 51.6 vs 52.7 ms. On a DGX H100 partial sum the star gains 2.6% (1 GiB) to 62% (4
 MiB)."""
 
+SPLIT_GAIN = 0.02
+"""Cells split finer (:data:`~reshard.planner.plan.FINE_SPLIT`) are kept only when the
+model predicts at least this much gain: more tasks cost a real backend more than the
+model says (each is an operation and a message). On dgx-h100 a 4 MB RR (2, 8) -> RS0
+(4, 8) over the same hosts gains 2.4x (each receiver's own 1 MB over its own NIC,
+against 128 KB pieces over all eight and a hop inside the host)."""
+
 CONCURRENCY_GAIN = 0.02
 """Concurrent steps are kept only when the model predicts at least this much gain."""
 
@@ -104,7 +112,7 @@ class Search:
         pipelined: some broadcast of a reduced piece could fan out (from building the
             first plan).
         build: builds a plan's tasks (``build(tensors, cluster, strategy, fan_out=...,
-            fuse=...)``), :func:`~reshard.planner.plan.plan_tasks`.
+            fuse=..., fine=...)``), :func:`~reshard.planner.plan.plan_tasks`.
         built: tasks a pass built that another may reuse (by name; this search's own).
     """
 
@@ -173,6 +181,19 @@ def _fanned(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
         yield fanned
 
 
+def _finer(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
+    """The request planned again with its cells split finer."""
+    finer = search.plan(search.build(search.tensors, search.cluster, search.strategy,
+                                     fan_out=False, fine=True)[0])
+    if len(finer.tasks) <= COMPARE_UP_TO and finer.tasks != search.first.tasks:
+        yield finer
+
+
+def faster_by_split_gain(candidate: float, best: float) -> bool:
+    """Kept when faster by at least :data:`SPLIT_GAIN`."""
+    return candidate * (1 + SPLIT_GAIN) < best
+
+
 def _fused(shape: SumShape) -> Callable[[Search, ReshardPlan], Iterator[ReshardPlan]]:
     """Each root's reductions fused into its deliveries (broadcast only), the addends'
     running sums passed on in ``shape``."""
@@ -224,7 +245,9 @@ def _serial(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
 
 
 STAGES: tuple[tuple[Pass, ...], ...] = (
-    (Pass("fan-out", COMPARE_UP_TO, _fanned), Pass("fused", FUSE_UP_TO, _fused(SumShape.CHAIN)),
+    (Pass("fan-out", COMPARE_UP_TO, _fanned),
+     Pass("finer", COMPARE_UP_TO, _finer, faster_by_split_gain),
+     Pass("fused", FUSE_UP_TO, _fused(SumShape.CHAIN)),
      *(Pass(f"fused:{shape.value}", FUSE_UP_TO, _fused(shape), faster_by_sum_gain)
        for shape in (SumShape.STAR, SumShape.BINARY))),
     tuple(Pass(f"trees:{shape.value}/{intra.value}", TREES_UP_TO, _trees(shape, intra),
@@ -257,5 +280,6 @@ def pass_names(stages: Sequence[Sequence[Pass]] = STAGES) -> tuple[str, ...]:
     return tuple(p.name for stage in stages for p in stage)
 
 
-__all__ = ["ALTERNATIVES_UP_TO", "COMPARE_UP_TO", "CONCURRENCY_GAIN", "FUSE_UP_TO", "STAGES",
-           "SUM_GAIN", "TREES_UP_TO", "TREE_GAIN", "Pass", "Search", "pass_names", "search"]
+__all__ = ["ALTERNATIVES_UP_TO", "COMPARE_UP_TO", "CONCURRENCY_GAIN", "FUSE_UP_TO",
+           "SPLIT_GAIN", "STAGES", "SUM_GAIN", "TREES_UP_TO", "TREE_GAIN", "Pass", "Search",
+           "pass_names", "search"]

@@ -31,11 +31,19 @@ from reshard.planner.staging import check_budget, fit_budget
 from reshard.planner.strategy import Strategy
 from reshard.planner.work import Splitter, WorkList
 
+FINE_SPLIT = 16
+"""A plan built with ``fine`` splits cells into pieces this many times smaller than
+:func:`_min_piece` (at least 64 KiB): where one NIC per receiver would carry a whole
+small cell, pieces over every NIC of the host and a hop inside it beat the latency
+the coarse pieces save (the planner costs both, :mod:`reshard.planner.passes`)."""
 
-def _min_piece(cluster: Cluster) -> int:
+
+def _min_piece(cluster: Cluster, fine: bool = False) -> int:
     """Smallest piece a cell is split into for balance: long enough that a NIC's
-    latency costs at most a quarter of its transfer time (and at least 64 KiB)."""
-    return max(1 << 16, int(4 * cluster.latency * cluster.nic_capacity))
+    latency costs at most a quarter of its transfer time (and at least 64 KiB);
+    ``fine``: :data:`FINE_SPLIT` times smaller."""
+    piece = int(4 * cluster.latency * cluster.nic_capacity)
+    return max(1 << 16, piece // FINE_SPLIT if fine else piece)
 
 
 def _split_for_balance(cell: Cell, itemsize: int, loads: Loads, min_piece: int) -> list[Cell]:
@@ -222,16 +230,18 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
 
 
 def plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
-               fan_out: bool, fuse: bool = False) -> tuple[tuple[Task, ...], bool]:
+               fan_out: bool, fuse: bool = False, fine: bool = False
+               ) -> tuple[tuple[Task, ...], bool]:
     """Every task of a plan of ``tensors`` in the global order, and whether some
     broadcast of a reduced piece could fan out (:func:`ordered_tasks`, every task
     built)."""
-    ordered, pipelined = ordered_tasks(tensors, cluster, strat, fan_out, fuse)
+    ordered, pipelined = ordered_tasks(tensors, cluster, strat, fan_out, fuse, fine)
     return ordered.tasks(), pipelined
 
 
 def ordered_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
-                  fan_out: bool, fuse: bool = False) -> tuple[OrderedTasks, bool]:
+                  fan_out: bool, fuse: bool = False, fine: bool = False
+                  ) -> tuple[OrderedTasks, bool]:
     """Every task of a plan of ``tensors`` in the global order (its sends still
     columns), and whether some broadcast of a reduced piece could fan out.
 
@@ -243,12 +253,13 @@ def ordered_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Stra
             host (see :meth:`reshard.planner.work.WorkList.plan`).
         fuse: partial sums reduced in one piece per root (for
             :func:`~reshard.planner.fuse.fuse_reductions`, whose chains pipeline).
+        fine: cells split into pieces :data:`FINE_SPLIT` times smaller.
     """
     loads = Loads(cluster)
     work = WorkList(cluster, loads)
     reduces: list[Task] = []
     broadcast = strat is Strategy.BROADCAST
-    min_piece = _min_piece(cluster)
+    min_piece = _min_piece(cluster, fine)
     same: dict[tuple[Any, ...], list[Cell] | CellTable] = {}  # tensors of one shape and layouts
     boxes = _LayoutBoxes()
     itemsizes = [t.itemsize for t in tensors]
