@@ -16,9 +16,13 @@ Lower bound: no plan is faster than the largest of: the bytes a host must receiv
 none of its devices holds, over its NIC bandwidth; the bytes leaving a set of hosts
 that alone hold some slices needed elsewhere, over their NICs; the bytes a device must
 receive that it does not hold, over its link; the bytes all devices must receive that
-they do not hold, over the shared bandwidth (if any); plus one latency. A partial sum of
-two or more addends is held by no device (an addend holds a part of it) and by a host
-only if one whole group of its addends lies inside it.
+they do not hold, over the shared bandwidth (if any); the bytes a host's devices must
+take in, over their links and the host's NICs (a sum's addends merged elsewhere leave
+through those); plus one latency. A partial sum of two or more addends is held by no
+device (an addend holds a part of it) and by a host only if one whole group of its
+addends lies inside it; summing ``k`` addends takes ``k - 1`` moves of each element, on
+a host holding a whole group: a reduce-scatter over one host's eight GPUs is bound by
+7/8 of the tensor over their links (NCCL's bus bandwidth), not by the 1/8 each receives.
 """
 
 from __future__ import annotations
@@ -286,7 +290,12 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
     dev_in: dict[int, float] = {}
     dev_copy: dict[int, float] = {}
     leave: dict[frozenset[int], list[tuple[frozenset[int], float]]] = {}
-    crosses_host = moves = False
+    # bytes a host's devices must take in (or its NICs send out, for sums merged
+    # elsewhere), and the extra moves every merge of a sum costs (for the shared term)
+    host_take: dict[int, float] = {}
+    merged = 0.0
+    near: set[int] = set()  # devices some of whose bytes may come from their own host
+    host_of = cluster.host_of
     for t in tensors:
         itemsize = t.itemsize  # after any cast: what the wire carries
         # A partial source whose groups have two or more addends is a sum no device
@@ -302,6 +311,7 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
             one = next(iter(hosts)) if len(hosts) == 1 else None
             for d in g:
                 sum_host[d] = one
+        size = min((len(g) for g in groups), default=1)  # addends per group
         cells = decompose(t.shape, devices_by_box(t.src, t.shape),
                           devices_by_box(t.dst, t.shape, t.dst.partial_leaders()))
         for c in cells:
@@ -312,25 +322,49 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
                 {h for h in (sum_host[d] for d in c.holders) if h is not None}
             for h in need_hosts - summing:
                 host_in[h] = host_in.get(h, 0.0) + nbytes
-                crosses_host = True
             for d in c.needers:
                 if d in c.holders and not summed:
                     dev_copy[d] = dev_copy.get(d, 0.0) + nbytes
                 else:
                     dev_in[d] = dev_in.get(d, 0.0) + nbytes
-                    moves = True
+                    host_take[host_of(d)] = host_take.get(host_of(d), 0.0) + nbytes
+                    if host_of(d) in summing:
+                        near.add(d)
+            if summed and c.needers:
+                # Summing ``size`` addends takes size - 1 moves of each element (each
+                # merges two partial values on one device) and every needer but the
+                # one holding the sum receives it: size - 2 moves beyond the needers'.
+                merged += (size - 2) * nbytes
+                inside = {sum_host[d] for d in c.holders}
+                one = next(iter(inside)) if len(inside) == 1 else None
+                if one is not None:
+                    # every group in one host: each merge lands on one of its devices or
+                    # needs an addend to leave it through its NICs, and its needers'
+                    # receipts above count one too many when the sum ends on one of them
+                    local = sum(1 for d in c.needers if host_of(d) == one)
+                    host_take[one] = host_take.get(one, 0.0) + nbytes * (
+                        size - 1 - (1 if local else 0))
             if need_hosts - hold_hosts:
                 leave.setdefault(hold_hosts, []).append((frozenset(need_hosts), nbytes))
+    # Each term is bytes over a bandwidth plus the least latency its bytes may pay:
+    # bytes that must cross a host boundary one network latency, bytes a device may
+    # receive from its own host (or a host's merges) one intra-host latency.
+    lat, intra = cluster.latency, min(cluster.latency, cluster.intra_latency)
     terms = [0.0]
-    terms += [b / cluster.nic_bandwidth for b in host_in.values()]
-    terms += [b / cluster.intra_bandwidth for b in dev_in.values()]
+    terms += [b / cluster.nic_bandwidth + lat for b in host_in.values()]
+    terms += [b / cluster.intra_bandwidth + (intra if d in near else lat)
+              for d, b in dev_in.items()]
     terms += [b / cluster.copy_bandwidth for b in dev_copy.values()]
-    if cluster.shared_bandwidth:
-        terms.append(sum(dev_in.values()) / cluster.shared_bandwidth)
+    if cluster.shared_bandwidth and dev_in:
+        terms.append((sum(dev_in.values()) + merged) / cluster.shared_bandwidth + intra)
+    # A host takes its bytes in through its devices' links, or sends a sum's addends out
+    # through its NICs to be merged elsewhere.
+    for h, b in host_take.items():
+        terms.append(b / (len(cluster.hosts[h]) * cluster.intra_bandwidth
+                          + cluster.nic_bandwidth) + intra)
     # Slices held only inside a host set S and needed outside it leave through S's NICs.
     for s in leave:
         out = sum(nb for hs, items in leave.items() if hs <= s
                   for need, nb in items if not need <= s)
-        terms.append(out / (len(s) * cluster.nic_bandwidth))
-    lat = cluster.latency if crosses_host else (cluster.intra_latency if moves else 0.0)
-    return max(terms) + lat
+        terms.append(out / (len(s) * cluster.nic_bandwidth) + lat)
+    return max(terms)

@@ -203,3 +203,34 @@ def test_a_partial_sum_is_held_by_no_single_addend():
     dst = Layout(DeviceMesh((2,), devices=[1, 2]), "R")
     p = reshard.plan((gb // 4,), "int32", src, dst, cluster=cl)
     assert p.lower_bound() == pytest.approx(1e-4 + 1.0)  # host 1's NIC, once
+
+
+def test_each_bound_term_pays_only_the_latency_its_bytes_must():
+    """A big box to a device of the source's own host and a tiny one to another host: the
+    big one's link bounds the time plus an intra-host latency, not a network one (the
+    bound once added the network latency to every term, above the plan's own model)."""
+    cluster = Cluster.regular(2, 2, intra_bandwidth=1e9, nic_bandwidth=1e12, latency=1e-3,
+                              intra_latency=1e-6)
+    one = Layout(DeviceMesh((1,), [0]), "R")
+    reqs = [((250000,), "float32", one, Layout(DeviceMesh((1,), [1]), "R")),
+            ((250,), "float32", one, Layout(DeviceMesh((1,), [2]), "R"))]
+    for strategy in ("send_recv", "broadcast"):
+        p = reshard.plan_many(reqs, cluster=cluster, strategy=strategy)
+        assert p.lower_bound() == pytest.approx(1e-3 + 1e-6)
+        assert p.estimate() >= p.lower_bound()
+
+
+def test_a_sum_inside_one_host_is_bound_by_its_merges():
+    """Eight addends on one host's eight devices: summing takes seven moves of every
+    element, each landing on one of the host's links (or leaving through its NIC), so a
+    reduce-scatter is bound by 7/8 of the bytes over the links, as NCCL's bus bandwidth
+    says, not by the 1/8 each device receives; an all-reduce by 14/8."""
+    cluster = Cluster.regular(1, 8, intra_bandwidth=100e9, nic_bandwidth=10e9,
+                              intra_latency=1e-6)
+    mesh = DeviceMesh((8,), range(8))
+    nbytes = 8_000_000 * 4
+    for dst, moves in (("S0", 7), ("R", 14)):
+        p = reshard.plan((8_000_000,), "float32", Layout(mesh, "R+P0"), Layout(mesh, dst),
+                         cluster=cluster)
+        assert p.lower_bound() == pytest.approx(moves * nbytes / (8 * 100e9 + 10e9) + 1e-6)
+        assert p.estimate() >= p.lower_bound()
