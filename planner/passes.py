@@ -144,6 +144,11 @@ def faster_by_sum_gain(candidate: float, best: float) -> bool:
     return candidate * (1 + SUM_GAIN) < best
 
 
+def faster_by_split_gain(candidate: float, best: float) -> bool:
+    """Kept when faster by at least :data:`SPLIT_GAIN`."""
+    return candidate * (1 + SPLIT_GAIN) < best
+
+
 def within_relay_gain(candidate: float, best: float) -> bool:
     """Kept unless the best is faster by :data:`RELAY_GAIN` or more."""
     return candidate <= best * (1 + RELAY_GAIN)
@@ -187,11 +192,6 @@ def _finer(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
                                      fan_out=False, fine=True)[0])
     if len(finer.tasks) <= COMPARE_UP_TO and finer.tasks != search.first.tasks:
         yield finer
-
-
-def faster_by_split_gain(candidate: float, best: float) -> bool:
-    """Kept when faster by at least :data:`SPLIT_GAIN`."""
-    return candidate * (1 + SPLIT_GAIN) < best
 
 
 def _fused(shape: SumShape) -> Callable[[Search, ReshardPlan], Iterator[ReshardPlan]]:
