@@ -443,23 +443,22 @@ class Execution:
         return t.root != d and d not in t.through and d not in t.addends
 
     def prepare_coalesced(self, st: StepTask) -> _Op | None:
-        """A task of a coalesced message: its data in its own scratch region, which the
-        message covers (the root packs its box there, copying a zero-copy view in; a
-        receiver or relay receives there, and a receiver unpacks after the step)."""
+        """A task of a coalesced message (which never sums addends): its data in its own
+        scratch region, which the message covers (the root copies its box there; a
+        receiver or relay receives there, and a receiver unpacks as it lands)."""
         t = st.task
-        if t.root != self.device and not t.addends:  # nothing to make ready
-            return _Op(st, self._scratch(st, box_size(t.box)))
+        mine = self._scratch(st, box_size(t.box))
+        if t.root != self.device:  # nothing to make ready
+            return _Op(st, mine)
         i = t.tensor
-        if t.source is Buffer.SRC and not t.addends and not self.converts(i):
+        if t.source is Buffer.SRC and not self.converts(i):
             # the root's box, copied from its source shard straight into the region
-            mine = self._scratch(st, box_size(t.box))
             view = region(self.source(i), t.box, self.lp.src_box[i])
             mine.reshape(view.shape)[...] = view
             return _Op(st, mine, sent=mine.size * mine.itemsize)
-        op = _PREPARE[t.kind](self, st)
+        op = _PREPARE[t.kind](self, st)  # converted, or a relay's box from its destination
         if op is not None:
-            mine = self._scratch(st, box_size(t.box))
-            if t.root == self.device and not same_memory(op.buf, mine):
+            if not same_memory(op.buf, mine):
                 mine[...] = op.buf
             op.buf, op.sink = mine, None
         return op

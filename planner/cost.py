@@ -307,7 +307,7 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
         # each addend's group, and the one host holding all of it (None: several)
         sum_host: dict[int, int | None] = {}
         for g in groups:
-            hosts = {cluster.host_of(d) for d in g}
+            hosts = {host_of(d) for d in g}
             one = next(iter(hosts)) if len(hosts) == 1 else None
             for d in g:
                 sum_host[d] = one
@@ -316,10 +316,12 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
                           devices_by_box(t.dst, t.shape, t.dst.partial_leaders()))
         for c in cells:
             nbytes = box_size(c.box) * itemsize
-            hold_hosts = frozenset(cluster.host_of(d) for d in c.holders)
-            need_hosts = {cluster.host_of(d) for d in c.needers}
-            summing = hold_hosts if not summed else \
-                {h for h in (sum_host[d] for d in c.holders) if h is not None}
+            hold_hosts = frozenset(host_of(d) for d in c.holders)
+            need_hosts = {host_of(d) for d in c.needers}
+            # the hosts holding a whole group of the cell's addends (None: a group
+            # spread over hosts)
+            inside: set[int | None] = {sum_host[d] for d in c.holders} if summed else set()
+            summing = {h for h in inside if h is not None} if summed else hold_hosts
             for h in need_hosts - summing:
                 host_in[h] = host_in.get(h, 0.0) + nbytes
             for d in c.needers:
@@ -335,7 +337,6 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
                 # merges two partial values on one device) and every needer but the
                 # one holding the sum receives it: size - 2 moves beyond the needers'.
                 merged += (size - 2) * nbytes
-                inside = {sum_host[d] for d in c.holders}
                 one = next(iter(inside)) if len(inside) == 1 else None
                 if one is not None:
                     # every group in one host: each merge lands on one of its devices or

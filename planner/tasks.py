@@ -42,7 +42,7 @@ operations one at a time in that order is still correct (only slower).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -126,18 +126,14 @@ class Task:
         addend's edge after those of the addends it receives from: the chain
         ``addends[0] -> ... -> root``, or the tree of :attr:`addend_parents` (deepest
         addends first). Empty without addends."""
+        targets = sum_targets(self.root, self.addends, self.addend_parents)
         if not self.addend_parents:
-            return tuple(zip(self.addends, (*self.addends[1:], self.root)))
-        parent = dict(zip(self.addends, self.addend_parents))
-
-        def hops(d: int) -> int:  # to the root (bounded: the verifier refuses cycles)
-            n = 0
-            while d != self.root and n <= len(parent):
-                d, n = parent.get(d, self.root), n + 1
-            return n
-
-        order = sorted(range(len(self.addends)), key=lambda i: -hops(self.addends[i]))
-        return tuple((self.addends[i], self.addend_parents[i]) for i in order)
+            return tuple(zip(self.addends, targets))
+        parent = dict(zip(self.addends, targets))
+        # deepest first (a cycle, which the verifier refuses, counts as no hops)
+        order = sorted(range(len(self.addends)),
+                       key=lambda i: -(sum_hops(self.root, parent, self.addends[i]) or 0))
+        return tuple((self.addends[i], targets[i]) for i in order)
 
     def parts(self) -> tuple[Task, Task]:
         """A broadcast with ``addends`` as what it fuses: the ``REDUCE`` of its box
@@ -207,6 +203,25 @@ class Task:
             summed = f"sum{list(self.addends)}->{list(self.addend_parents)}+"
         return (f"[{self.step}] {self.kind.value} t{self.tensor} [{box}] "
                 f"{summed}{self.root}->{list(self.receivers)} {self.nbytes}B")
+
+
+def sum_targets(root: int, addends: Sequence[int],
+                addend_parents: Sequence[int] | None = ()) -> tuple[int, ...]:
+    """Where each of a fused sum's addends passes its running sum: its parent in
+    ``addend_parents``, or (empty: a chain) the next addend, the last one the root."""
+    return tuple(addend_parents or (*addends[1:], root))
+
+
+def sum_hops(root: int, parent: Mapping[int, int], addend: int) -> int | None:
+    """Hops from ``addend`` up ``parent`` (addend -> the device it passes its running
+    sum to) to ``root``; None where they never reach it (a cycle, or a parent that is
+    neither the root nor an addend)."""
+    hops = 0
+    while addend != root:
+        if addend not in parent or hops >= len(parent):  # acyclic: at most one per addend
+            return None
+        addend, hops = parent[addend], hops + 1
+    return hops
 
 
 def _obj(raw: Any, what: str) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from reshard.errors import PlanError, ReshardError
 from reshard.layout import Box, Layout, box_size, box_within
 from reshard.planner.request import make_tensor_spec
 from reshard.planner.scales import expected_scales
-from reshard.planner.tasks import Buffer, Derive, Task, TaskKind, TensorSpec
+from reshard.planner.tasks import Buffer, Derive, Task, TaskKind, TensorSpec, sum_hops
 
 if TYPE_CHECKING:
     from reshard.planner.ir import ReshardPlan
@@ -356,11 +356,8 @@ def _sum_tree(task: Task) -> str | None:
         if p != task.root and (p not in parent or p == a):
             return f"addend {a}'s parent {p} is neither the root nor another addend"
     for a in parent:
-        d, hops = a, 0
-        while d != task.root:
-            d, hops = parent[d], hops + 1
-            if hops > len(parent):
-                return f"addend {a}'s running sum never reaches the root (a cycle)"
+        if sum_hops(task.root, parent, a) is None:
+            return f"addend {a}'s running sum never reaches the root (a cycle)"
     return None
 
 

@@ -54,6 +54,7 @@ from reshard.comm.backends.host_memory import HostMemory
 from reshard.comm.sockets import interface_of, listen_on
 from reshard.dtypes import ReduceOp, reduce_as
 from reshard.errors import ExecutionError
+from reshard.planner.tasks import sum_targets
 
 CHAIN_PIECE = 1 << 18
 """Bytes per pipelined piece of a chain broadcast. A relay passes a piece on only once
@@ -395,8 +396,8 @@ class GlooBackend(HostMemory):
             parents = [root, *receivers[:-1]]
         # every hop of the bytes: the addends' running sums into the root (their chain,
         # or addend_parents' tree), then the broadcast's
-        sums_into = addend_parents or (*addends[1:], root)
-        flows = [*zip(addends, sums_into), *zip(parents, receivers)]
+        flows = [*zip(addends, sum_targets(root, addends, addend_parents)),
+                 *zip(parents, receivers)]
         me = self.device
         prevs = [a for a, b in flows if b == me]
         nxts = [b for a, b in flows if a == me]

@@ -19,6 +19,7 @@ from reshard.comm.backend import Capabilities, refuse_unsupported
 from reshard.comm.backends.host_memory import HostMemory
 from reshard.dtypes import ReduceOp
 from reshard.errors import ExecutionError
+from reshard.planner.tasks import sum_targets
 
 
 class LocalFabric:
@@ -142,14 +143,16 @@ class LocalBackend(HostMemory):
         ``landed``)."""
         refuse_unsupported("local", self.capabilities, landed=landed)
         if addends:
-            sums_into = dict(zip(addends, addend_parents or (*addends[1:], root)))
-            if self.device in sums_into or self.device == root:
-                tmp = np.empty_like(buf)
-                for child in (a for a in addends if sums_into[a] == self.device):
-                    self.recv(tmp, child)
-                    buf += tmp
+            into = dict(zip(addends, sum_targets(root, addends, addend_parents)))
+            if self.device in into or self.device == root:
+                children = [a for a in addends if into[a] == self.device]
+                if children:
+                    tmp = np.empty_like(buf)
+                    for child in children:
+                        self.recv(tmp, child)
+                        buf += tmp
                 if self.device != root:
-                    self.send(buf, sums_into[self.device])
+                    self.send(buf, into[self.device])
                     return
         if self.device == root:
             for d in group:
