@@ -23,6 +23,9 @@ device (an addend holds a part of it) and by a host only if one whole group of i
 addends lies inside it; summing ``k`` addends takes ``k - 1`` moves of each element, on
 a host holding a whole group: a reduce-scatter over one host's eight GPUs is bound by
 7/8 of the tensor over their links (NCCL's bus bandwidth), not by the 1/8 each receives.
+A host's intake pays its hops (:func:`ingress_time`): merging addends and spreading a
+byte to the host's other devices are hops, and a byte that skips one crosses the NICs
+once per addend or once per device needing it.
 """
 
 from __future__ import annotations
@@ -284,6 +287,34 @@ def simulate(plan: ReshardPlan) -> Estimate:
                     tuple(ends.tolist()), (busiest[0][0], busiest[0][1], busiest[1]))
 
 
+def ingress_time(busy: float, addends: int, needers: int, hop: float) -> float:
+    """Least seconds after the first byte can arrive for a host to take in bytes that
+    keep its NICs ``busy`` seconds, when each is a sum of at least ``addends`` values
+    held outside it and needed by at least ``needers`` of its devices, and a hop
+    between two devices costs ``hop`` seconds.
+
+    Merging two addends is a hop, so in the first ``hop`` seconds only raw addends
+    arrive: an element then costs ``addends`` crossings. Spreading a byte to another
+    device is a hop, so in the last ``hop`` seconds a byte reaches only the device it
+    enters by: it costs ``needers`` crossings. In between each byte crosses once (the
+    host takes it in, merged, then spreads it). The time to take in ``busy`` seconds'
+    worth of bytes at those costs (both in a window of both): the bytes done by
+    ``tau`` after the first arrival are ``tau / (k g)`` up to ``hop``, then up to
+    ``2 hop`` ``hop / (k g) + (tau - hop) (1 / k + 1 / g - 1 / (k g))``, then one per
+    second. With one addend and one needer it is ``busy``.
+    """
+    k, g = max(1, addends), max(1, needers)
+    if hop <= 0 or (k == 1 and g == 1):
+        return busy
+    first = hop / (k * g)  # done by tau = hop
+    second = hop / k + hop / g  # done by tau = 2 hop
+    if busy <= first:
+        return busy * k * g
+    if busy <= second:
+        return hop + (busy - first) * hop / (second - first)
+    return 2 * hop + busy - second
+
+
 def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
     """Seconds no plan moving ``tensors`` can beat on ``cluster``."""
     host_in: dict[int, float] = {}
@@ -293,6 +324,9 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
     # bytes a host's devices must take in (or its NICs send out, for sums merged
     # elsewhere), and the extra moves every merge of a sum costs (for the shared term)
     host_take: dict[int, float] = {}
+    # per host: the fewest addends and the fewest of its needers any byte it takes in
+    # has (the cost of skipping the merge before, or the spread after, the NIC)
+    host_least: dict[int, tuple[int, int]] = {}
     merged = 0.0
     near: set[int] = set()  # devices some of whose bytes may come from their own host
     host_of = cluster.host_of
@@ -324,6 +358,11 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
             summing = {h for h in inside if h is not None} if summed else hold_hosts
             for h in need_hosts - summing:
                 host_in[h] = host_in.get(h, 0.0) + nbytes
+                # an addend inside h may merge there without crossing its NICs
+                adds = size if summed and h not in hold_hosts else 1
+                spread = sum(1 for d in c.needers if host_of(d) == h)
+                least = host_least.get(h, (adds, spread))
+                host_least[h] = (min(least[0], adds), min(least[1], spread))
             for d in c.needers:
                 if d in c.holders and not summed:
                     dev_copy[d] = dev_copy.get(d, 0.0) + nbytes
@@ -352,7 +391,8 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
     # receive from its own host (or a host's merges) one intra-host latency.
     lat, intra = cluster.latency, min(cluster.latency, cluster.intra_latency)
     terms = [0.0]
-    terms += [b / cluster.nic_bandwidth + lat for b in host_in.values()]
+    terms += [lat + ingress_time(b / cluster.nic_bandwidth, *host_least[h], intra)
+              for h, b in host_in.items()]
     terms += [b / cluster.intra_bandwidth + (intra if d in near else lat)
               for d, b in dev_in.items()]
     terms += [b / cluster.copy_bandwidth for b in dev_copy.values()]

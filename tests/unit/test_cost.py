@@ -6,6 +6,7 @@ import pytest
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout, ReshardPlan
+from reshard.planner.cost import ingress_time
 
 NIC = 1e9  # bytes/s
 CL = Cluster.regular(4, 2, nic_bandwidth=NIC, intra_bandwidth=1e11, latency=1e-3,
@@ -60,7 +61,8 @@ def test_broadcast_over_many_hosts_is_two_trees():
     assert [len(t.parents) for t in b.tasks] == [6, 6]
     assert b.estimate() == pytest.approx(1e-3 + 2e-3 + 1e-5, rel=1e-6)
     assert s.estimate() > 2 * b.estimate()  # host 0 sends 6 copies
-    assert b.lower_bound() == pytest.approx(1e-3 + 1e-3)
+    # each host's two devices: one entry and a hop, or an entry each (half a hop less)
+    assert b.lower_bound() == pytest.approx(1e-3 + 1e-3 + 1e-5 / 2)
     # the chain it replaced: one latency per host
     chain = ReshardPlan(b.tensors, (_chain_task(0, range(2, 8), 1_000_000),), b.strategy,
                         b.cluster)
@@ -234,3 +236,54 @@ def test_a_sum_inside_one_host_is_bound_by_its_merges():
                          cluster=cluster)
         assert p.lower_bound() == pytest.approx(moves * nbytes / (8 * 100e9 + 10e9) + 1e-6)
         assert p.estimate() >= p.lower_bound()
+
+
+def test_ingress_time_in_its_three_windows():
+    """Bytes a host takes in: in the first hop after the first arrival each costs
+    ``k`` crossings (nothing merged yet) and in the last hop ``g`` (no time left to
+    spread it); both at once ``k g``; in between one."""
+    hop = 1.0
+    assert ingress_time(5.0, 1, 1, hop) == 5.0
+    assert ingress_time(0.01, 4, 2, hop) == pytest.approx(0.08)  # all in the overlap
+    # tau = hop: hop / (k g) done; tau = 2 hop: hop / k + hop / g; then one per second
+    assert ingress_time(1 / 8, 4, 2, hop) == pytest.approx(1.0)
+    assert ingress_time(0.75, 4, 2, hop) == pytest.approx(2.0)
+    assert ingress_time(0.75 + 3.0, 4, 2, hop) == pytest.approx(5.0)
+    mid = 0.125 + 0.5 * (0.75 - 0.125)
+    assert ingress_time(mid, 4, 2, hop) == pytest.approx(1.5)
+    # a hop-free cluster, or one addend and one needer: the NIC time alone
+    assert ingress_time(3.0, 8, 8, 0.0) == 3.0
+    assert ingress_time(3.0, 1, 8, hop) == pytest.approx(2 * hop + 3.0 - hop - hop / 8)
+
+
+def test_a_host_spreads_what_it_takes_in_or_takes_it_in_per_device():
+    """Host 1's four devices all need what host 0 holds: either a byte enters once and
+    hops to the others (a latency more), or it enters through each device's own NIC
+    (four times the bytes). The bound charges the cheaper in each window; the model of
+    the planner's tree (one entry, one hop) stays above it."""
+    nic, lat, hop = 4e9, 1e-4, 1e-5
+    cl = Cluster.regular(2, 4, nic_bandwidth=nic, intra_bandwidth=1e12, latency=lat,
+                         intra_latency=hop, copy_bandwidth=1e13, nics_per_host=4)
+    src = Layout(DeviceMesh((1,), [0]), "R")
+    dst = Layout(DeviceMesh((4,), [4, 5, 6, 7]), "R")
+    nbytes = 4_000_000
+    p = reshard.plan((nbytes // 4,), "float32", src, dst, cluster=cl, strategy="broadcast")
+    busy = nbytes / nic
+    assert p.lower_bound() == pytest.approx(lat + hop - hop / 4 + busy)
+    assert p.estimate() >= p.lower_bound()
+
+
+def test_a_sum_merges_before_the_network_and_spreads_after_it():
+    """S0R+P1 (4, 8) -> RS0 (4, 8) on dgx-h100, 4 MiB: each destination host takes in a
+    quarter of the tensor, every byte of it the sum of eight addends on another host and
+    needed by all eight of its GPUs. A byte that skips the merge crosses eight times, one
+    that skips the spread eight times too, so the bound is the network latency, two
+    NVLink hops less an eighth of each, and the NIC time; the plan is within 1.10."""
+    cl = Cluster.preset("dgx-h100", 8)
+    src = Layout(DeviceMesh((4, 8), devices=range(32)), "S0R+P1")
+    dst = Layout(DeviceMesh((4, 8), devices=range(32, 64)), "RS0")
+    p = reshard.plan((1024, 1024), "float32", src, dst, cluster=cl, strategy="broadcast")
+    hop = cl.intra_latency
+    busy = 1024 * 1024 * 4 / 4 / cl.nic_bandwidth
+    assert p.lower_bound() == pytest.approx(cl.latency + 2 * hop - hop / 8 - hop / 8 + busy)
+    assert p.lower_bound() <= p.estimate() <= 1.10 * p.lower_bound()
