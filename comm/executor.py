@@ -58,6 +58,7 @@ from reshard.comm.spmd import LocalPlan, exchange, world_of
 from reshard.comm.steps import Execution, LoadedProgram, StepTask, program_steps
 from reshard.dtypes import dtype_name, parse_dtype, storage
 from reshard.errors import ExecutionError, ReshardError, ShapeError
+from reshard.planner.gcpause import paused
 from reshard.planner.ir import Derive, ReshardPlan, TensorSpec
 from reshard.planner.staging import check_budget
 from reshard.planner.strategy import Strategy
@@ -467,7 +468,10 @@ class Executor:
 
     def _execute(self, lp: LoadedProgram, src: dict[int, Any],
                  dst: dict[int, Any]) -> tuple[dict[int, Any], int]:
-        with self.communicating():
+        # the cyclic collector paused: a step of many small tasks allocates thousands of
+        # short-lived objects (freed by reference counting), whose collector passes over
+        # the worker's heap cost a few % of a coalesced execute and find nothing
+        with self.communicating(), paused():
             lp.backend.activate()  # e.g. make the GPU current in this thread
             sent = Execution(lp, dict(src), dst).run(self._blame)
             self._current = None

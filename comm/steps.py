@@ -45,6 +45,7 @@ from reshard.comm.backend import Backend
 from reshard.comm.packing import (
     Unpacker,
     is_contiguous,
+    local_slices,
     pack,
     recv_target,
     region,
@@ -178,6 +179,7 @@ class LoadedProgram:
     backend: Backend
     _elements: dict[str, Any] = field(default_factory=dict, repr=False)
     _regions: dict[tuple[int, int, str], Any] = field(default_factory=dict, repr=False)
+    _payloads: dict[int, Payload] = field(default_factory=dict, repr=False)
 
     @property
     def num_tasks(self) -> int:
@@ -211,6 +213,43 @@ class LoadedProgram:
                 elem = self._elements[dtype] = self.backend.empty(0, parse_dtype(dtype)).dtype
             view = self._regions[key] = self.scratch[offset:offset + n * itemsize(dtype)].view(elem)
         return view
+
+    def payload(self, st: StepTask) -> Payload:
+        """A coalesced task's payload here (:class:`Payload`), made on its first run."""
+        got = self._payloads.get(st.index)
+        if got is None:
+            t = st.task
+            i, dtype = t.tensor, buffer_dtype(self.program.tensors[t.tensor], t)
+            flat = self.region(st.offset, box_size(t.box), dtype)
+            # a root's source shard, or a destination shard (a relay may hold neither)
+            reads = t.root == self.device and t.source is Buffer.SRC
+            box = (self.src_box if reads else self.dst_box).get(i)
+            got = self._payloads[st.index] = Payload(
+                flat, flat.reshape(tuple(hi - lo for lo, hi in t.box)),
+                () if box is None else local_slices(t.box, box),
+                box_size(t.box) * itemsize(dtype))
+        return got
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A coalesced task's region of its message on one device, kept with the program
+    (a coalesced step runs many small tasks: slicing and reshaping once per load, not
+    per run, is most of what it costs per task).
+
+    Attributes:
+        flat: the region, 1-d, in the task's buffer dtype.
+        shaped: the same memory in the box's shape.
+        slices: where the box lies in this device's shard: its source shard at the
+            task's root (a relay's root: its destination shard), its destination shard
+            elsewhere; () where it holds neither.
+        nbytes: the region's bytes.
+    """
+
+    flat: Any
+    shaped: Any
+    slices: tuple[slice, ...]
+    nbytes: int
 
 
 @dataclass
@@ -259,13 +298,13 @@ class _MessageSink:
         """Unpack every task whose payload the message's first ``nbytes`` hold (each a
         receiver's box in its region of the message: straight into its destination)."""
         items, ex = self.items, self.ex
-        dst, dst_box = ex.dst, ex.lp.dst_box
+        dst = ex.dst
         while self.done < len(items) and items[self.done][0] <= nbytes:
             op = items[self.done][1]
             t = op.task
             if ex._receives(t):
-                view = region(dst[t.tensor], t.box, dst_box[t.tensor])
-                view[...] = op.buf.reshape(view.shape)
+                got = ex.lp.payload(op.st)
+                dst[t.tensor][got.slices] = got.shaped
             op.unpacked = True
             self.done += 1
 
@@ -447,15 +486,15 @@ class Execution:
         scratch region, which the message covers (the root copies its box there; a
         receiver or relay receives there, and a receiver unpacks as it lands)."""
         t = st.task
-        mine = self._scratch(st, box_size(t.box))
+        got = self.lp.payload(st)
+        mine = got.flat
         if t.root != self.device:  # nothing to make ready
             return _Op(st, mine)
         i = t.tensor
         if t.source is Buffer.SRC and not self.converts(i):
             # the root's box, copied from its source shard straight into the region
-            view = region(self.source(i), t.box, self.lp.src_box[i])
-            mine.reshape(view.shape)[...] = view
-            return _Op(st, mine, sent=mine.size * mine.itemsize)
+            got.shaped[...] = self.source(i)[got.slices]
+            return _Op(st, mine, sent=got.nbytes)
         op = _PREPARE[t.kind](self, st)  # converted, or a relay's box from its destination
         if op is not None:
             if not same_memory(op.buf, mine):

@@ -1,4 +1,5 @@
-"""Python's cyclic garbage collector, paused while the planner builds a plan.
+"""Python's cyclic garbage collector, paused while the planner builds a plan (and while
+an executor runs one: a coalesced step's thousands of small, short-lived objects).
 
 A plan of a large all-to-all is a million small task objects that all stay alive: the
 collector's passes over the growing heap find nothing to free and cost about a third

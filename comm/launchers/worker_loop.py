@@ -6,7 +6,6 @@ network namespace to serving the driver's calls until :data:`CLOSE` (started by
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import sys
 import threading
@@ -107,22 +106,17 @@ def worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
         return
     results.send(("ready", host.info()))
 
-    inbox: queue.Queue = queue.Queue()
-
-    def read() -> None:  # keeps draining the pipe while the main thread works
-        while True:
-            try:
-                msg = commands.recv()
-            except (EOFError, OSError):
-                os._exit(0)  # the driver is gone
-            inbox.put(msg)
-            if msg == CLOSE:
-                return
-
-    threading.Thread(target=read, name="reshard-commands", daemon=True).start()
     profile = _profiler(os.environ.get(PROFILE_ENV), spec.device)
     while True:
-        msg = inbox.get()
+        # Read on this thread: a reader thread handing each call over cost two more
+        # wake-ups a call (16 workers, a 16-byte execute: 92 -> 61 context switches,
+        # 2-3% of its time on 2 cores). The driver's per-worker writer thread, not its
+        # caller, waits when a busy worker's pipe is full; a driver that dies is noticed
+        # by EOF here or by _watch_parent.
+        try:
+            msg = commands.recv()
+        except (EOFError, OSError):
+            os._exit(0)  # the driver is gone
         if msg == CLOSE:
             break
         call_id, call = msg
