@@ -41,12 +41,17 @@ class Loads:
         # bytes relays moved onto (+) or off (-) each NIC, per direction: its projected
         # final load is expected + moved
         self.moved: defaultdict[tuple[str, int], float] = defaultdict(float)
+        # bytes the cluster's shared bandwidth (if any) is expected to carry: every
+        # byte a device receives from another, relays' receipts included
+        self.shared = 0.0
 
     def expect(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
         """Account a slice's NIC demand before any choice: it leaves through its
         holders' NICs (shared evenly) and enters each host that needs it and holds
         none through its needers' NICs there (shared evenly)."""
         nic, host = self.nic, self.host
+        if self.cluster.shared_bandwidth:
+            self.shared += nbytes * len(needers - holders)
         if len(holders) == 1 and len(needers) == 1:  # point to point
             (a,), (b,) = holders, needers
             if host(a) != host(b):
@@ -256,12 +261,23 @@ class Loads:
         best = min(free, key=lambda d: (projected(d), load[nic(d)], d))
         if nic(best) == nic(member) or load[nic(best)] >= load[nic(member)] or \
                 projected(best) + nbytes > projected(member) or \
-                not self._crowded(direction, nic(member), nic(best)):
+                not self._crowded(direction, nic(member), nic(best)) or \
+                self._shared_binds(projected(member), nbytes):
             return None
         moved[(direction, nic(best))] += nbytes
         moved[(direction, nic(member))] -= nbytes
+        self.shared += nbytes  # the relay receives the bytes too
         used.add(best)
         return best
+
+    def _shared_binds(self, nic_bytes: float, nbytes: int) -> bool:
+        """Whether the cluster's shared bandwidth, with a relay's ``nbytes`` more on
+        it, would take longer than a NIC carrying ``nic_bytes``: then relaying off
+        that NIC saves nothing and costs the relay's receipt (on one machine's
+        loopback links every relayed byte is one more for the same cores to move)."""
+        shared = self.cluster.shared_bandwidth
+        return bool(shared) and \
+            (self.shared + nbytes) / shared >= nic_bytes / self.cluster.nic_capacity
 
     def charge(self, root: int, chain: tuple[int, ...], nbytes: int) -> None:
         """Account a pipelined chain transfer root -> chain[0] -> chain[1] ...."""

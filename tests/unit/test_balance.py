@@ -48,3 +48,22 @@ def test_shards_a_row_apart_keep_every_nic_of_a_host_even():
                 out[n] += f * t.nbytes
     assert len(out) == 4 and max(out.values()) <= 1.02 * min(out.values())
     assert p.estimate() <= 1.01 * p.lower_bound()
+
+
+def test_no_relay_where_a_shared_bandwidth_binds():
+    """One device to three of another host, each device its own NIC: the root's NIC
+    carries the whole box while its neighbours' idle, so the planner relays through
+    them, unless every received byte crosses a shared bandwidth that binds first
+    (``--cluster local``: one machine's cores), where a relay's receipt is one more
+    byte for it and evens out no NIC that matters (1.22x the bound, now 1.005x)."""
+    figures = dict(nic_bandwidth=4 * 4.83e9, nics_per_host=4, intra_bandwidth=4.83e9,
+                   latency=22e-6, intra_latency=22e-6, copy_bandwidth=12.6e9)
+    src = Layout(DeviceMesh((1,), [0]), "R")
+    dst = Layout(DeviceMesh((3,), [4, 5, 6]), "R")
+    for shared, relays in ((0.0, True), (6.25e9, False)):
+        cluster = Cluster.regular(2, 4, shared_bandwidth=shared, **figures)
+        p = reshard.plan((2_097_152,), "float32", src, dst, cluster=cluster,
+                         strategy="broadcast")
+        assert any(t.through for t in p.tasks) is relays
+        if shared:
+            assert p.estimate() <= 1.01 * p.lower_bound()
