@@ -56,8 +56,8 @@ def test_no_relay_where_a_shared_bandwidth_binds():
     them, unless every received byte crosses a shared bandwidth that binds first
     (``--cluster local``: one machine's cores), where a relay's receipt is one more
     byte for it and evens out no NIC that matters (1.22x the bound, now 1.005x)."""
-    figures = dict(nic_bandwidth=4 * 4.83e9, nics_per_host=4, intra_bandwidth=4.83e9,
-                   latency=22e-6, intra_latency=22e-6, copy_bandwidth=12.6e9)
+    figures = {"nic_bandwidth": 4 * 4.83e9, "nics_per_host": 4, "intra_bandwidth": 4.83e9,
+               "latency": 22e-6, "intra_latency": 22e-6, "copy_bandwidth": 12.6e9}
     src = Layout(DeviceMesh((1,), [0]), "R")
     dst = Layout(DeviceMesh((3,), [4, 5, 6]), "R")
     for shared, relays in ((0.0, True), (6.25e9, False)):
