@@ -73,6 +73,10 @@ class Capabilities:
         bits: dtype names its array library lacks, so its buffers hold them as unsigned
             integers of the same width (:func:`reshard.dtypes.storage`): the caller's
             arrays of such a tensor may be of either type, and the bits move unchanged.
+        sized_pieces: the backend pipelines in pieces of a size it is told: the
+            executor calls its ``use_piece(nbytes)`` before running a program, with the
+            program's piece (its plan's ``Cluster.relay_piece``, which the cost model
+            charges each relay for; 0: the backend's own). False: never called.
     """
 
     moves: frozenset[str] | None
@@ -83,12 +87,14 @@ class Capabilities:
     lands_pieces: bool = False
     converts: frozenset[str] | None = None
     bits: frozenset[str] = frozenset()
+    sized_pieces: bool = False
 
     def meet(self, rank: Capabilities) -> Capabilities:
         """What a rank built from a registration declaring ``self`` may be asked to do,
         when the rank declares ``rank`` itself: the dtypes both allow, communicators
         made world-wide if either says so, buffers where the rank has them, sums fused
-        only if both fuse them (and report landed pieces only if both do)."""
+        only if both fuse them (and report landed pieces, and take a piece size, only if
+        both do)."""
         def both(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
             return b if a is None else a if b is None else a & b
 
@@ -96,7 +102,8 @@ class Capabilities:
                             self.groups_need_world or rank.groups_need_world, rank.device,
                             self.fuses_sums and rank.fuses_sums,
                             self.lands_pieces and rank.lands_pieces,
-                            both(self.converts, rank.converts), self.bits | rank.bits)
+                            both(self.converts, rank.converts), self.bits | rank.bits,
+                            self.sized_pieces and rank.sized_pieces)
 
 
 @runtime_checkable

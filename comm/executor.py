@@ -473,6 +473,8 @@ class Executor:
         # the worker's heap cost a few % of a coalesced execute and find nothing
         with self.communicating(), paused():
             lp.backend.activate()  # e.g. make the GPU current in this thread
+            if lp.backend.capabilities.sized_pieces:  # the piece its plan's model charges
+                lp.backend.use_piece(lp.program.piece)  # type: ignore[attr-defined]
             sent = Execution(lp, dict(src), dst).run(self._blame)
             self._current = None
         return dst, sent

@@ -88,6 +88,9 @@ class WorkerProgram:
         tasks: this device's tasks as ``(index in the plan, task)``, in plan order.
         groups: the plan's collective member sets, in first-use order.
         strategy: the plan's strategy name (for messages).
+        piece: bytes a relay passes on at a time, for backends that take a size
+            (``Capabilities.sized_pieces``): the plan's ``Cluster.relay_piece``, which
+            its model charges; 0: the backend's own.
     """
 
     device: int
@@ -95,6 +98,7 @@ class WorkerProgram:
     tasks: tuple[tuple[int, Task], ...]
     groups: tuple[tuple[int, ...], ...]
     strategy: str = ""
+    piece: int = 0
 
     @classmethod
     def of(cls, plan: ReshardPlan, device: int) -> WorkerProgram:
@@ -120,6 +124,9 @@ class WorkerProgram:
             PlanError: naming the task and the rule it breaks.
         """
         d = self.device
+        if not isinstance(self.piece, int) or self.piece < 0:
+            raise PlanError(f"device {d}'s program: piece must be an integer >= 0 bytes, "
+                            f"got {self.piece!r}")
         for i, t in self.tasks:
             if d not in t.devices:
                 raise PlanError(f"{_where(i, t, d)} does not involve device {d}; a program "
@@ -154,12 +161,13 @@ class WorkerProgram:
         launcher's transport pickles a program for each worker: a program of 1,024 tasks
         pickles 3.8x and unpickles 1.6x faster so, and is 15% smaller)."""
         rows = tuple((i, _TASK_FIELDS(t)) for i, t in self.tasks)
-        return (_unpickled, (self.device, self.tensors, rows, self.groups, self.strategy))
+        return (_unpickled, (self.device, self.tensors, rows, self.groups, self.strategy,
+                             self.piece))
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
         return {"format": PROGRAM_FORMAT, "device": self.device, "strategy": self.strategy,
-                "tensors": [t.to_dict() for t in self.tensors],
+                "piece": self.piece, "tensors": [t.to_dict() for t in self.tensors],
                 "tasks": [[i, t.to_dict()] for i, t in self.tasks],
                 "groups": [list(g) for g in self.groups]}
 
@@ -183,7 +191,7 @@ class WorkerProgram:
                        tuple(ProgramTensor.from_dict(t) for t in d["tensors"]),
                        tuple((int(i), Task.from_dict(t)) for i, t in d["tasks"]),
                        tuple(tuple(int(x) for x in g) for g in d["groups"]),
-                       str(d.get("strategy", "")))
+                       str(d.get("strategy", "")), int(d.get("piece", 0)))
         except PlanError:
             raise
         except (KeyError, TypeError, ValueError) as e:
@@ -207,11 +215,12 @@ _TASK_FIELDS = operator.attrgetter(*(f.name for f in fields(Task)))
 
 def _unpickled(device: int, tensors: tuple[ProgramTensor, ...],
                rows: tuple[tuple[int, tuple[Any, ...]], ...],
-               groups: tuple[tuple[int, ...], ...], strategy: str) -> WorkerProgram:
+               groups: tuple[tuple[int, ...], ...], strategy: str,
+               piece: int = 0) -> WorkerProgram:
     """Inverse of :meth:`WorkerProgram.__reduce__` (the receiver checks the program,
     as it checks any it did not cut itself)."""
     return WorkerProgram(device, tensors, tuple((i, Task(*row)) for i, row in rows),
-                         groups, strategy)
+                         groups, strategy, piece)
 
 
 def programs(plan: ReshardPlan, devices: Iterable[int] | None = None, *,
@@ -250,7 +259,7 @@ def programs(plan: ReshardPlan, devices: Iterable[int] | None = None, *,
                 theirs = groups.get(d)
                 if theirs is not None:
                     theirs.append(g)
-    cut = _Cutter(plan.tensors, plan.strategy.value)
+    cut = _Cutter(plan.tensors, plan.strategy.value, plan.cluster.relay_piece)
     out = {}
     for d in wanted:
         out[d] = cut.program(d, tasks[d], everything if all_groups else tuple(groups[d]))
@@ -273,7 +282,8 @@ def share_program(share: PlanShare, all_groups: bool = True) -> WorkerProgram:
     """
     d = share.device
     groups = share.groups if all_groups else tuple(g for g in share.groups if d in g)
-    prog = _Cutter(share.tensors, share.strategy.value).program(d, share.tasks, groups)
+    prog = _Cutter(share.tensors, share.strategy.value, share.cluster.relay_piece).program(
+        d, share.tasks, groups)
     prog.check()
     return prog
 
@@ -281,9 +291,10 @@ def share_program(share: PlanShare, all_groups: bool = True) -> WorkerProgram:
 class _Cutter:
     """Programs of one plan's devices, the layouts' boxes computed once per layout."""
 
-    def __init__(self, tensors: Sequence[TensorSpec], strategy: str) -> None:
+    def __init__(self, tensors: Sequence[TensorSpec], strategy: str, piece: int) -> None:
         self.tensors = tensors
         self.strategy = strategy
+        self.piece = piece
         self._layouts: dict[tuple, tuple[dict[int, Box], dict[int, Box], frozenset[int]]] = {}
 
     def _boxes(self, t: TensorSpec) -> tuple[dict[int, Box], dict[int, Box], frozenset[int]]:
@@ -304,7 +315,7 @@ class _Cutter:
             out.append(ProgramTensor(t.shape, t.dtype, src_boxes.get(d), dst,
                                      dst is not None and d not in leaders, t.cast, t.scale,
                                      t.derive, t.link))
-        return WorkerProgram(d, tuple(out), tuple(tasks), groups, self.strategy)
+        return WorkerProgram(d, tuple(out), tuple(tasks), groups, self.strategy, self.piece)
 
 
 def _where(i: int, t: Task, d: int) -> str:

@@ -30,6 +30,17 @@ import numpy as np
 CHUNK = 1 << 20
 """Bytes per ``sendall`` / ``recv_into``."""
 
+LOCAL_PIECE = 1 << 20
+"""Bytes a relay passes on at a time on this machine's loopback links (the cluster's
+``relay_piece``, which the model charges each relay for and the gloo backend follows).
+gloo's own 256 KiB suits a slow network, where a relay's fill costs most; here each
+piece costs a worker's Python a forward of tens of microseconds on shared cores, and
+at 8 MiB (``reshard-bench --mode run --backend gloo --cluster local``, two alternated
+rounds) 1 MiB pieces ran a 1 -> 8 chain in 28.0 / 23.3 ms against 37.9 / 32.5 with
+256 KiB, paper cases 3 and 9 10-25% faster, 2 MiB no better than 1 MiB. A box under
+4 MiB is cut into quarters instead (at least 256 KiB: :func:`reshard.cluster.
+pipeline_piece`), so it still pipelines through its relays."""
+
 
 @dataclass(frozen=True)
 class Links:
@@ -52,12 +63,12 @@ class Links:
     def overrides(self, devices_per_host: int) -> dict[str, Any]:
         """Cluster figures (``Cluster.regular(..., **overrides)``): each device its own
         link of :attr:`bandwidth`, inside a host and to other hosts alike, all of them
-        sharing :attr:`shared`."""
+        sharing :attr:`shared`; relays pass on :data:`LOCAL_PIECE` bytes at a time."""
         return {"intra_bandwidth": self.bandwidth, "shared_bandwidth": self.shared,
                 "nic_bandwidth": self.bandwidth * devices_per_host,
                 "nics_per_host": devices_per_host, "latency": self.latency,
                 "intra_latency": self.latency, "copy_bandwidth": self.copy_bandwidth,
-                "name": "local"}
+                "name": "local", "relay_piece": LOCAL_PIECE}
 
     def describe(self) -> str:
         """One line for a report's header."""
@@ -183,4 +194,4 @@ def measure(pairs: int, nbytes: int = 64 << 20, round_trips: int = 200,
     return measure_many([pairs], nbytes, round_trips, repeats)[max(1, pairs)]
 
 
-__all__ = ["Links", "measure", "measure_many"]
+__all__ = ["LOCAL_PIECE", "Links", "measure", "measure_many"]

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from reshard.cluster import Cluster
+from reshard.cluster import Cluster, pipeline_piece
 from reshard.layout import box_size
 from reshard.planner.decompose import decompose, devices_by_box
 from reshard.planner.resources import COPY, DEV_IN, DEV_OUT, NIC_IN, NIC_OUT, SHARED, Resource
@@ -107,7 +107,7 @@ def _links_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, floa
     path = []
     reach: dict[int, float] = {}
     received: set[int] = set()
-    piece = min(cluster.relay_piece, task.nbytes)
+    piece = pipeline_piece(cluster.relay_piece, task.nbytes)
     children = collections.Counter(a for a, _ in edges) if piece else None
     for a, b in edges:
         path += [((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0)]

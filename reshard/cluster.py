@@ -109,6 +109,22 @@ PRESETS: Mapping[str, LinkFigures] = _figures(
 PAPER_PRESET = "aws-p3.8xlarge"
 
 
+MIN_PIECE = 1 << 18
+"""The smallest piece :func:`pipeline_piece` cuts a box into below the cluster's own
+(gloo's default piece: on a slow network the fill of a relay costs most)."""
+
+
+def pipeline_piece(relay_piece: int, nbytes: int) -> int:
+    """Bytes a relay holds before it passes a transfer of ``nbytes`` on, on a cluster
+    whose ``relay_piece`` is given: that piece, but a quarter of the transfer where
+    that is smaller (at least :data:`MIN_PIECE`), so a box a few pieces long still
+    pipelines; 0 (no such piece: relays pass bytes on as they arrive) for 0. The cost
+    model charges it and the backends that take a piece size cut their buffers so."""
+    if not relay_piece:
+        return 0
+    return min(relay_piece, max(MIN_PIECE, nbytes // 4), nbytes)
+
+
 def preset_names() -> tuple[str, ...]:
     """Names accepted by :meth:`Cluster.preset` (``"paper"`` is an alias)."""
     return (*PRESETS, "paper")
@@ -130,10 +146,11 @@ class Cluster:
             device uses NIC ``i * nics_per_host // g`` of its host (``i``: its position
             among the host's ``g`` devices). 1: one NIC shared by every device.
         relay_piece: bytes a relay of a broadcast chain or tree receives before it
-            passes them on (the backend's pipelining piece: gloo's is 256 KiB); each
-            relay hop then adds that piece's time to the chain's fill (for each child it
-            feeds). 0: relays pass bytes on as they arrive (the presets, a model of
-            NCCL's fine-grained pipelining).
+            passes them on (the backend's pipelining piece); each relay hop then adds
+            that piece's time to the chain's fill (for each child it feeds). A backend
+            that takes a piece size (``Capabilities.sized_pieces``: gloo) pipelines in
+            pieces of it. 0: relays pass bytes on as they arrive (the presets, a model
+            of NCCL's fine-grained pipelining; gloo then uses its own 256 KiB).
         shared_bandwidth: bytes/s that every transfer between devices shares, whatever
             hosts or links it uses: one machine whose cores move every byte of its
             workers' loopback links (``reshard-bench --cluster local``), or a switch all

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from reshard.cluster import pipeline_piece
 from reshard.comm.backend import Capabilities
 from reshard.comm.backends.host_memory import HostMemory
 from reshard.comm.sockets import interface_of, listen_on
@@ -74,14 +75,14 @@ def _gist(exc: BaseException) -> str:
     return text.split(". ")[0].rstrip(".")
 
 
-def _pieces(data: Any) -> list[Any]:
-    """A byte tensor as consecutive views of :data:`CHAIN_PIECE` bytes."""
-    return [data[a:a + CHAIN_PIECE] for a in range(0, data.numel(), CHAIN_PIECE)]
+def _pieces(data: Any, piece: int) -> list[Any]:
+    """A byte tensor as consecutive views of ``piece`` bytes."""
+    return [data[a:a + piece] for a in range(0, data.numel(), piece)]
 
 
-def _filled(j: int, total: int) -> int:
+def _filled(j: int, total: int, piece: int) -> int:
     """Bytes of a ``total``-byte buffer that its first ``j + 1`` pieces fill."""
-    return min(total, (j + 1) * CHAIN_PIECE)
+    return min(total, (j + 1) * piece)
 
 
 _GATHER_TAG = 0x3FFF0000
@@ -105,7 +106,7 @@ class _Posted:
         for j, work in enumerate(self.works):
             self.backend._call(self.what, self.peers, work.wait)
             if self.landed is not None:
-                self.landed(_filled(j, self.total))
+                self.landed(_filled(j, self.total, self.backend.piece_for(self.total)))
         self.works = []
         if self.after is not None:
             self.after()
@@ -188,7 +189,7 @@ class _Relay(_Posted):
                                       dst=b.rank_of[nxt], group=b._p2p, tag=self.tag))
         self.passed = j + 1
         if self.relayed is not None:
-            self.relayed(_filled(j, self.total))
+            self.relayed(_filled(j, self.total, b.piece_for(self.total)))
 
     def finish(self) -> None:
         """Pass on what is left (unwatched: blocking on each piece in turn, from each
@@ -222,7 +223,10 @@ class GlooBackend(HostMemory):
     # Bytes move as uint8 (any dtype); every accumulator sums (gloo's own types plus
     # reshard.dtypes.reduce_as); numpy with ml_dtypes converts every dtype.
     capabilities = Capabilities(moves=None, sums=None, groups_need_world=True, device="cpu",
-                                fuses_sums=True, lands_pieces=True)
+                                fuses_sums=True, lands_pieces=True, sized_pieces=True)
+    relay_piece = 0
+    """The running program's piece (:meth:`use_piece`; 0: :data:`CHAIN_PIECE` for every
+    operation; a rank's own, subclasses' too)."""
 
     def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
                  *, advertise: str = "127.0.0.1", host: int = 0, local_index: int = 0) -> None:
@@ -283,6 +287,22 @@ class GlooBackend(HostMemory):
         child._open = None
         child._channel = f"{self._channel}/{name}"
         return child
+
+    def use_piece(self, nbytes: int) -> None:
+        """Pipeline the operations that follow in pieces of the plan's
+        ``Cluster.relay_piece`` ``nbytes`` (:meth:`piece_for`; 0: :data:`CHAIN_PIECE`)."""
+        self.relay_piece = max(0, int(nbytes))
+
+    def piece_for(self, nbytes: int) -> int:
+        """Bytes per piece of an operation on an ``nbytes`` buffer: the cost model's
+        (:func:`reshard.cluster.pipeline_piece` of the program's piece), rounded down to
+        whole 64 bytes (any element divides them), at least 4 KiB; :data:`CHAIN_PIECE`
+        without one. Every member of an operation computes the same: they run the same
+        program on buffers of the same size."""
+        if not self.relay_piece:
+            return CHAIN_PIECE
+        piece = pipeline_piece(self.relay_piece, nbytes)
+        return piece if piece >= nbytes else max(4096, piece // 64 * 64)
 
     def prepare(self, plan: Any) -> None:
         """Create the plan's missing sub-groups (every rank, same order)."""
@@ -357,8 +377,8 @@ class GlooBackend(HostMemory):
         """Broadcast from ``root`` to ``group``.
 
         With a ``chain`` order (the plan's: the root's host first, then host by host),
-        a pipelined chain root -> chain[0] -> chain[1] ... of send/recv in pieces of
-        :data:`CHAIN_PIECE` bytes, all tagged ``tag``: each host boundary is crossed
+        a pipelined chain root -> chain[0] -> chain[1] ... of send/recv in pieces
+        (:meth:`piece_for`), all tagged ``tag``: each host boundary is crossed
         once and every link is busy at once, as NCCL's ring broadcast does; with
         ``parents`` too (one per ``chain`` entry), a pipelined tree: ``chain[i]``
         receives from ``parents[i]``. Every receive is posted at once; a member that
@@ -402,7 +422,8 @@ class GlooBackend(HostMemory):
         prevs = [a for a, b in flows if b == me]
         nxts = [b for a, b in flows if a == me]
         data = self._bytes(buf)
-        pieces = _pieces(data)
+        piece = self.piece_for(data.numel())
+        pieces = _pieces(data, piece)
         if not prevs:  # the root of a plain broadcast, or a first addend: all at once
             sends = [self._call(what, (nxt,), dist.isend, p, dst=self.rank_of[nxt],
                                 group=self._p2p, tag=tag) for p in pieces for nxt in nxts]
@@ -419,12 +440,13 @@ class GlooBackend(HostMemory):
                                  landed=landed, total=data.numel()))
             return
         # an addend or the root: each running sum it receives apart, added to its own
-        mine, per = buf.reshape(-1), CHAIN_PIECE // buf.itemsize
+        mine, per = buf.reshape(-1), piece // buf.itemsize
         theirs, streams = [], []
         for prev in prevs:
             extra = np.empty_like(buf)
             theirs.append(extra.reshape(-1))
-            streams.append((prev, self._recvs(what, prev, _pieces(self._bytes(extra)), tag)))
+            streams.append((prev, self._recvs(what, prev, _pieces(self._bytes(extra), piece),
+                                              tag)))
 
         def add(j: int) -> None:
             part = slice(j * per, (j + 1) * per)
@@ -434,10 +456,12 @@ class GlooBackend(HostMemory):
         self._add(_Relay(self, what, pieces, streams, nxts, tag, add, landed, data.numel()))
 
     def send(self, buf: np.ndarray, peer: int, *, tag: int = 0) -> None:
-        """``dist.isend`` to ``peer`` (tagged ``tag``), in pieces of :data:`CHAIN_PIECE`
-        bytes (so the receiver can put each in place as it lands)."""
+        """``dist.isend`` to ``peer`` (tagged ``tag``), in pieces (:meth:`piece_for`; so
+        the receiver can put each in place as it lands)."""
         if buf.size:
-            works = self._sends("send", peer, _pieces(self._bytes(buf)), tag)
+            data = self._bytes(buf)
+            works = self._sends("send", peer, _pieces(data, self.piece_for(data.numel())),
+                                tag)
             self._add(_Posted(self, "send", (peer,), works))
 
     def recv(self, buf: np.ndarray, peer: int, *, tag: int = 0,
@@ -446,13 +470,14 @@ class GlooBackend(HostMemory):
         :meth:`send` sends them; ``landed`` as for :meth:`broadcast`."""
         if buf.size:
             data = self._bytes(buf)
-            works = self._recvs("recv", peer, _pieces(data), tag)
+            works = self._recvs("recv", peer, _pieces(data, self.piece_for(data.numel())),
+                                tag)
             self._add(_Posted(self, "recv", (peer,), works, landed=landed,
                               total=data.numel()))
 
     def all_gather(self, out: np.ndarray, inp: np.ndarray, group: Sequence[int]) -> None:
         """Row ``i`` of ``out`` = member ``group[i]``'s ``inp``, point to point: this
-        member's input goes to every other in pieces of :data:`CHAIN_PIECE` bytes and
+        member's input goes to every other in pieces (:meth:`piece_for`) and
         theirs land straight in their rows. gloo's own all-gather copies through
         temporary tensors: between two processes on loopback it took 80-170 ms for
         18 MB each way, where the exchange itself takes about 10. The pieces carry
@@ -463,14 +488,16 @@ class GlooBackend(HostMemory):
         me = self.device
         rows = out.reshape(len(group), -1)
         rows[list(group).index(me)] = inp.reshape(-1)  # the result holds every row
-        mine = _pieces(self._bytes(inp))
+        data = self._bytes(inp)
+        piece = self.piece_for(data.numel())  # every row as long as the input
+        mine = _pieces(data, piece)
         works = []
         for d in group:
             if d != me:
                 works += self._sends("all-gather", d, mine, _GATHER_TAG)
         for row, d in enumerate(group):
             if d != me:
-                works += self._recvs("all-gather", d, _pieces(self._bytes(rows[row])),
+                works += self._recvs("all-gather", d, _pieces(self._bytes(rows[row]), piece),
                                      _GATHER_TAG)
         self._add(_Posted(self, "all-gather", group, works))
 
