@@ -99,6 +99,7 @@ class _Posted:
         self.backend, self.what, self.peers = backend, what, tuple(peers)
         self.works, self.after = works, after
         self.landed, self.total = landed, total
+        self.piece = backend.piece_for(total)  # of the pieces the works move
 
     def finish(self) -> None:
         """Wait for every Work (raising the first error), then run ``after``. With
@@ -106,7 +107,7 @@ class _Posted:
         for j, work in enumerate(self.works):
             self.backend._call(self.what, self.peers, work.wait)
             if self.landed is not None:
-                self.landed(_filled(j, self.total, self.backend.piece_for(self.total)))
+                self.landed(_filled(j, self.total, self.piece))
         self.works = []
         if self.after is not None:
             self.after()
@@ -127,8 +128,8 @@ class _Relay(_Posted):
                  streams: Sequence[tuple[int, list[Any]]], nxts: Sequence[int], tag: int,
                  add: Callable[[int], None] | None = None,
                  landed: Callable[[int], None] | None = None, total: int = 0) -> None:
-        super().__init__(backend, what, tuple(nxts), [])
-        self.relayed, self.total = landed, total
+        super().__init__(backend, what, tuple(nxts), [], total=total)
+        self.relayed = landed
         self.pieces, self.streams, self.add = pieces, tuple(streams), add
         self.prevs = tuple(peer for peer, _ in self.streams)
         self.nxts, self.tag = tuple(nxts), tag
@@ -189,7 +190,7 @@ class _Relay(_Posted):
                                       dst=b.rank_of[nxt], group=b._p2p, tag=self.tag))
         self.passed = j + 1
         if self.relayed is not None:
-            self.relayed(_filled(j, self.total, b.piece_for(self.total)))
+            self.relayed(_filled(j, self.total, self.piece))
 
     def finish(self) -> None:
         """Pass on what is left (unwatched: blocking on each piece in turn, from each
@@ -292,6 +293,10 @@ class GlooBackend(HostMemory):
         """Pipeline the operations that follow in pieces of the plan's
         ``Cluster.relay_piece`` ``nbytes`` (:meth:`piece_for`; 0: :data:`CHAIN_PIECE`)."""
         self.relay_piece = max(0, int(nbytes))
+
+    def _cut(self, data: Any) -> list[Any]:
+        """A byte tensor as the pieces an operation on it moves (:meth:`piece_for`)."""
+        return _pieces(data, self.piece_for(data.numel()))
 
     def piece_for(self, nbytes: int) -> int:
         """Bytes per piece of an operation on an ``nbytes`` buffer: the cost model's
@@ -459,9 +464,7 @@ class GlooBackend(HostMemory):
         """``dist.isend`` to ``peer`` (tagged ``tag``), in pieces (:meth:`piece_for`; so
         the receiver can put each in place as it lands)."""
         if buf.size:
-            data = self._bytes(buf)
-            works = self._sends("send", peer, _pieces(data, self.piece_for(data.numel())),
-                                tag)
+            works = self._sends("send", peer, self._cut(self._bytes(buf)), tag)
             self._add(_Posted(self, "send", (peer,), works))
 
     def recv(self, buf: np.ndarray, peer: int, *, tag: int = 0,
@@ -470,8 +473,7 @@ class GlooBackend(HostMemory):
         :meth:`send` sends them; ``landed`` as for :meth:`broadcast`."""
         if buf.size:
             data = self._bytes(buf)
-            works = self._recvs("recv", peer, _pieces(data, self.piece_for(data.numel())),
-                                tag)
+            works = self._recvs("recv", peer, self._cut(data), tag)
             self._add(_Posted(self, "recv", (peer,), works, landed=landed,
                               total=data.numel()))
 
@@ -488,16 +490,14 @@ class GlooBackend(HostMemory):
         me = self.device
         rows = out.reshape(len(group), -1)
         rows[list(group).index(me)] = inp.reshape(-1)  # the result holds every row
-        data = self._bytes(inp)
-        piece = self.piece_for(data.numel())  # every row as long as the input
-        mine = _pieces(data, piece)
+        mine = self._cut(self._bytes(inp))  # every row as long as the input
         works = []
         for d in group:
             if d != me:
                 works += self._sends("all-gather", d, mine, _GATHER_TAG)
         for row, d in enumerate(group):
             if d != me:
-                works += self._recvs("all-gather", d, _pieces(self._bytes(rows[row]), piece),
+                works += self._recvs("all-gather", d, self._cut(self._bytes(rows[row])),
                                      _GATHER_TAG)
         self._add(_Posted(self, "all-gather", group, works))
 
