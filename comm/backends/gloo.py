@@ -99,7 +99,8 @@ class _Posted:
         self.backend, self.what, self.peers = backend, what, tuple(peers)
         self.works, self.after = works, after
         self.landed, self.total = landed, total
-        self.piece = backend.piece_for(total)  # of the pieces the works move
+        # the pieces' size, for reporting what landed
+        self.piece = backend.piece_for(total) if landed is not None else 0
 
     def finish(self) -> None:
         """Wait for every Work (raising the first error), then run ``after``. With
@@ -130,6 +131,8 @@ class _Relay(_Posted):
                  landed: Callable[[int], None] | None = None, total: int = 0) -> None:
         super().__init__(backend, what, tuple(nxts), [], total=total)
         self.relayed = landed
+        if landed is not None:  # the pieces' size, for reporting what was passed on
+            self.piece = backend.piece_for(total)
         self.pieces, self.streams, self.add = pieces, tuple(streams), add
         self.prevs = tuple(peer for peer, _ in self.streams)
         self.nxts, self.tag = tuple(nxts), tag
