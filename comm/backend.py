@@ -77,6 +77,10 @@ class Capabilities:
             executor calls its ``use_piece(nbytes)`` before running a program, with the
             program's piece (its plan's ``Cluster.relay_piece``, which the cost model
             charges each relay for; 0: the backend's own). False: never called.
+        batch_scheduled: the worker processes the process and Ray launchers start for
+            it run under Linux's ``SCHED_BATCH`` policy (no preemption on wake-up;
+            :mod:`reshard.comm.launchers.scheduling` says why gloo asks). Never applied
+            to a process the caller owns (the embeddable executor, the thread launcher).
     """
 
     moves: frozenset[str] | None
@@ -88,13 +92,14 @@ class Capabilities:
     converts: frozenset[str] | None = None
     bits: frozenset[str] = frozenset()
     sized_pieces: bool = False
+    batch_scheduled: bool = False
 
     def meet(self, rank: Capabilities) -> Capabilities:
         """What a rank built from a registration declaring ``self`` may be asked to do,
         when the rank declares ``rank`` itself: the dtypes both allow, communicators
         made world-wide if either says so, buffers where the rank has them, sums fused
-        only if both fuse them (and report landed pieces, and take a piece size, only if
-        both do)."""
+        only if both fuse them (and report landed pieces, take a piece size and ask for
+        batch scheduling, only if both do)."""
         def both(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
             return b if a is None else a if b is None else a & b
 
@@ -103,7 +108,8 @@ class Capabilities:
                             self.fuses_sums and rank.fuses_sums,
                             self.lands_pieces and rank.lands_pieces,
                             both(self.converts, rank.converts), self.bits | rank.bits,
-                            self.sized_pieces and rank.sized_pieces)
+                            self.sized_pieces and rank.sized_pieces,
+                            self.batch_scheduled and rank.batch_scheduled)
 
 
 @runtime_checkable

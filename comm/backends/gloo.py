@@ -227,7 +227,8 @@ class GlooBackend(HostMemory):
     # Bytes move as uint8 (any dtype); every accumulator sums (gloo's own types plus
     # reshard.dtypes.reduce_as); numpy with ml_dtypes converts every dtype.
     capabilities = Capabilities(moves=None, sums=None, groups_need_world=True, device="cpu",
-                                fuses_sums=True, lands_pieces=True, sized_pieces=True)
+                                fuses_sums=True, lands_pieces=True, sized_pieces=True,
+                                batch_scheduled=True)
     relay_piece = 0
     """The running program's piece (:meth:`use_piece`; 0: :data:`CHAIN_PIECE` for every
     operation; a rank's own, subclasses' too)."""

@@ -93,7 +93,8 @@ class TorchDistBackend(GlooBackend):
     """
 
     name = "torch"
-    capabilities = dataclasses.replace(GlooBackend.capabilities, fuses_sums=False)
+    capabilities = dataclasses.replace(GlooBackend.capabilities, fuses_sums=False,
+                                       batch_scheduled=False)  # the caller's processes
 
     def __init__(self, group: Any = None, *, timeout: float = 60.0) -> None:
         import torch

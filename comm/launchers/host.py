@@ -129,19 +129,24 @@ class WorkerHost:
     """
 
     def __init__(self, spec: WorkerSpec) -> None:
-        from reshard.comm.backend import backend_class
+        from reshard.comm.backend import backend_class, builtin_backends
+        from reshard.comm.launchers.scheduling import apply, wanted
         from reshard.comm.worker import DeviceWorker
 
         self.spec = spec
-        self.rendezvous = spec.rendezvous.connect(spec.timeout)
         cls = backend_class(spec.backend)
+        # Before the backend starts its threads (they inherit the policy).
+        declared = builtin_backends().entry(spec.backend).capabilities
+        self.scheduling = apply(wanted(declared.batch_scheduled, os.environ))
+        self.rendezvous = spec.rendezvous.connect(spec.timeout)
         self.backend = cls(spec.device, spec.world, self.rendezvous, spec.timeout,
                            host=spec.host, local_index=spec.local_index, **spec.options)
         self.worker = DeviceWorker(spec.device, self.backend)
 
     def info(self) -> dict[str, Any]:
-        """Facts the driver records about this worker."""
-        return {"device": self.spec.device, "pid": os.getpid()}
+        """Facts the driver records about this worker: its device, process id and
+        scheduling policy (:mod:`reshard.comm.launchers.scheduling`)."""
+        return {"device": self.spec.device, "pid": os.getpid(), "scheduling": self.scheduling}
 
     def call(self, call: WorkerCall) -> Any:
         """Run a driver's call (:mod:`reshard.comm.calls`) on this device's worker."""
