@@ -36,6 +36,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -270,14 +271,28 @@ def _fail(code: int, message: str) -> int:
     return code
 
 
+def _policy(backend: str) -> str:
+    """``", SCHED_BATCH"`` where the backend's worker processes run under it
+    (:mod:`reshard.comm.launchers.scheduling`), else nothing."""
+    from reshard.comm.backend import builtin_backends
+    from reshard.comm.launchers.scheduling import wanted
+
+    try:
+        declared = builtin_backends().entry(backend).capabilities.batch_scheduled
+        return ", SCHED_BATCH" if wanted(declared, os.environ) == "batch" else ""
+    except (ReshardError, ValueError):
+        return ""
+
+
 def _header(args: argparse.Namespace, opts: Options, presets: set[str]) -> list[str]:
     """The run's header lines: what runs, on which cluster, what the columns mean."""
     where = (f"cluster {presets.pop() if len(presets) == 1 else 'per case (column preset)'}"
              + (f", {opts.hosts} hosts" if opts.hosts else "")
              + (f", {opts.devices_per_host} devices per host" if opts.devices_per_host else ""))
     how = ("the cost model" if opts.mode is Mode.SIM else
-           f"{opts.backend} workers ({opts.launcher or 'default'} launcher), median of "
-           f"{opts.iters} runs after {opts.warmup} warm-up")
+           f"{opts.backend} workers ({opts.launcher or 'default'} launcher"
+           f"{_policy(opts.backend)}), median of {opts.iters} runs after {opts.warmup} "
+           f"warm-up")
     first = (f"# reshard-bench {reshard.__version__}: suite {args.suite}, mode "
              f"{opts.mode.value} ({how}), {where}, strategies {','.join(opts.strategies)}")
     out = [first]

@@ -90,3 +90,14 @@ def test_gloo_workers_run_under_the_policy(env, want):
             assert "gloo_tcp_loop" in threads.values()
             assert {scheduling.policy_of(t) for t in threads} == {want}
     assert scheduling.policy_of(0) == "other"  # the driver's own policy never changes
+
+
+def test_the_bench_header_says_the_policy(monkeypatch):
+    from reshard.microbench import cli
+
+    monkeypatch.delenv(scheduling.SCHED_ENV, raising=False)
+    assert cli._policy("gloo") == ", SCHED_BATCH"
+    assert cli._policy("local") == ""
+    assert cli._policy("no-such-backend") == ""
+    monkeypatch.setenv(scheduling.SCHED_ENV, "other")
+    assert cli._policy("gloo") == ""
