@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import socket
-import statistics
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -169,17 +168,22 @@ def _copy_bandwidth(nbytes: int = 64 << 20) -> float:
 
 
 def measure_many(pair_counts: Iterable[int], nbytes: int = 64 << 20, round_trips: int = 200,
-                 repeats: int = 3) -> dict[int, Links]:
+                 repeats: int = 5) -> dict[int, Links]:
     """This machine's :class:`Links` for each count of pairs streaming at once: one pair
-    alone, the latency and the copy measured once, each count's pairs together
-    (medians of ``repeats`` rounds each, in the same processes)."""
-    alone = statistics.median(r[0] for r in _streams(1, nbytes, ping=False, rounds=repeats))
-    rtt = _streams(1, round_trips, ping=True)[0][0] / round_trips
+    alone, the latency, the copy, each count's pairs together (the best of ``repeats``
+    rounds each, in the same processes).
+
+    The best round, not a typical one: these figures make a lower bound, which must not
+    exceed what the machine can do, and on a shared machine a round is only ever slowed
+    (one pair alone measured 2.1-4.8 GB/s between runs with medians of three: a slow
+    calibration put measured times under their bound)."""
+    alone = min(r[0] for r in _streams(1, nbytes, ping=False, rounds=repeats))
+    rtt = min(r[0] for r in _streams(1, round_trips, ping=True, rounds=3)) / round_trips
     copy = _copy_bandwidth()
     out = {}
     for pairs in sorted({max(1, p) for p in pair_counts}):
         # every pair's bytes over the time of the slowest (the pairs start together)
-        together = statistics.median(
+        together = min(
             max(r) for r in _streams(pairs, nbytes, ping=False, rounds=repeats)
         ) if pairs > 1 else alone
         out[pairs] = Links(nbytes / alone, rtt / 2, copy, pairs,
@@ -188,7 +192,7 @@ def measure_many(pair_counts: Iterable[int], nbytes: int = 64 << 20, round_trips
 
 
 def measure(pairs: int, nbytes: int = 64 << 20, round_trips: int = 200,
-            repeats: int = 3) -> Links:
+            repeats: int = 5) -> Links:
     """Measure this machine's :class:`Links` with ``pairs`` pairs (see
     :func:`measure_many`)."""
     return measure_many([pairs], nbytes, round_trips, repeats)[max(1, pairs)]

@@ -535,3 +535,18 @@ def test_calibration_measures_loopback_streams():
     assert links.shared >= links.bandwidth
     assert 0 < links.latency < 0.1 and links.copy_bandwidth > 1e8
     assert "2 pairs" in links.describe()
+
+
+def test_calibration_keeps_the_best_round(monkeypatch):
+    # a lower bound must not exceed what the machine can do: slow rounds are noise
+    from reshard.microbench import calibrate
+
+    measured = {(1, False): [[4.0], [1.0], [2.0]], (1, True): [[0.5], [0.2], [0.9]],
+              (2, False): [[3.0, 2.0], [1.0, 1.5], [5.0, 1.0]]}
+    monkeypatch.setattr(calibrate, "_streams",
+                        lambda pairs, n, ping, rounds=1: measured[(pairs, ping)])
+    monkeypatch.setattr(calibrate, "_copy_bandwidth", lambda: 1e10)
+    links = calibrate.measure(2, nbytes=1000, round_trips=10)
+    assert links.bandwidth == 1000 / 1.0  # the fastest of 4, 1 and 2 s
+    assert links.latency == 0.2 / 10 / 2  # half the fastest round trip
+    assert links.shared == 2 * 1000 / 1.5  # the slowest pair of the fastest round
