@@ -14,8 +14,10 @@ backend's world (:class:`~reshard.comm.launchers.host.WorkerHost`), reports read
 then serves ``(call_id, method, args)`` commands from a pipe one at a time and sends
 back ``(call_id, ok, result-or-exception)``.
 
-Driver side, per worker a writer thread drains a command queue into the pipe (so a
-submit never blocks on a busy or stopped worker), and one monitor thread waits on
+Driver side, a command goes down its worker's pipe on the submitting thread where
+that cannot block (a small command, nothing queued before it, room in the pipe), else a
+per-worker writer thread drains a queue into the pipe (so a submit never blocks on a
+busy or stopped worker); either way in submission order. One monitor thread waits on
 every result pipe and every process sentinel: it resolves futures, and when a
 process exits it records why and fails that worker's pending calls at once.
 
@@ -41,16 +43,19 @@ import itertools
 import multiprocessing as mp
 import os
 import queue
+import select
 import selectors
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from multiprocessing.connection import Connection, wait
+from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any
 
 from reshard.cluster import Cluster
 from reshard.comm.backend import BackendKind
+from reshard.comm.calls import call_name
 from reshard.comm.launchers.base import require_workers
 from reshard.comm.launchers.cleanup import close_at_exit
 from reshard.comm.launchers.host import WorkerSpec, make_specs
@@ -82,8 +87,19 @@ _GRACE = 3.0  # seconds a worker gets to exit on its own at close
 
 
 # ----- driver side -------------------------------------------------------------------
+_DIRECT = 4096 - 4
+"""Pickled commands up to this size (a pipe's atomic write, ``PIPE_BUF``, less the
+connection's 4-byte length) go down the pipe on the submitting thread when nothing is
+queued before them and the pipe has a free page: such a write never blocks."""
+
+
 class _Worker:
-    """Driver-side handle of one worker process."""
+    """Driver-side handle of one worker process.
+
+    A command goes down its pipe on the caller's thread when that cannot block (small,
+    nothing queued before it, room in the pipe), else through the writer thread, in
+    submission order either way: handing each command to the writer cost a thread
+    wake-up per worker and call (16 workers per execute)."""
 
     def __init__(self, spec: WorkerSpec, process: Any, commands: Connection,
                  results: Connection) -> None:
@@ -94,26 +110,49 @@ class _Worker:
         self.results = results
         self.pending: dict[int, Future] = {}
         self.outbox: queue.Queue = queue.Queue()
+        self.queued = 0  # commands handed to the writer and not yet written
+        self.posting = threading.Lock()  # orders posts, guards ``queued``
+        self.room = select.poll()
+        self.room.register(commands.fileno(), select.POLLOUT)
         self.dead: str | None = None
         self.pid: int | None = process.pid
         self.writer = threading.Thread(target=self._write, daemon=True,
                                        name=f"reshard-send-dev{self.device}")
 
+    def post(self, call_id: int | None, what: str, data: bytes) -> None:
+        """Send pickled command ``data`` (call ``call_id``, None for :data:`CLOSE`; ``what``
+        names it in an error): at once where that cannot block, else by the writer."""
+        with self.posting:
+            if not self.queued and len(data) <= _DIRECT and self.room.poll(0):
+                self._send(call_id, what, data)
+                return
+            self.queued += 1
+            self.outbox.put((call_id, what, data))
+
+    def stop_writer(self) -> None:
+        """The writer thread ends after what is queued."""
+        self.outbox.put(None)
+
     def _write(self) -> None:
         while True:
-            msg = self.outbox.get()
-            if msg is None:
+            item = self.outbox.get()
+            if item is None:
                 return
-            try:
-                self.commands.send(msg)
-            except Exception as e:  # noqa: BLE001 - fails the call's future
-                if msg == CLOSE:
-                    return
-                fut = self.pending.pop(msg[0], None)
-                if fut is not None and not fut.done():
-                    fut.set_exception(ExecutionError(
-                        f"device {self.device}: cannot send {msg[1]!r} to the worker: "
-                        f"{type(e).__name__}: {e}"))
+            self._send(*item)
+            with self.posting:
+                self.queued -= 1
+
+    def _send(self, call_id: int | None, what: str, data: bytes) -> None:
+        try:
+            self.commands.send_bytes(data)
+        except Exception as e:  # noqa: BLE001 - fails the call's future
+            if call_id is None:
+                return
+            fut = self.pending.pop(call_id, None)
+            if fut is not None and not fut.done():
+                fut.set_exception(ExecutionError(
+                    f"device {self.device}: cannot send {what} to the worker: "
+                    f"{type(e).__name__}: {e}"))
 
 
 class ProcessGroup:
@@ -292,6 +331,14 @@ class ProcessGroup:
         """Run ``call`` in ``device``'s process (pickled down its pipe)."""
         fut: Future = Future()
         w = self._workers.get(device)
+        call_id = next(self._ids)
+        try:  # here, not under the group's lock
+            data = bytes(ForkingPickler.dumps((call_id, call)))
+        except Exception as e:  # noqa: BLE001 - fails the call's future
+            fut.set_exception(ExecutionError(
+                f"device {device}: cannot send {call_name(call)!r} to the worker: "
+                f"{type(e).__name__}: {e}"))
+            return fut
         with self._lock:
             if w is None:
                 fut.set_exception(ExecutionError(
@@ -301,9 +348,8 @@ class ProcessGroup:
             elif w.dead is not None:
                 fut.set_exception(ExecutionError(f"device {device}: {w.dead}"))
             else:
-                call_id = next(self._ids)
                 w.pending[call_id] = fut
-                w.outbox.put((call_id, call))
+                w.post(call_id, repr(call_name(call)), data)
         return fut
 
     def ensure(self, devices: Iterable[int]) -> None:
@@ -338,8 +384,8 @@ class ProcessGroup:
                 w.pending = {}
         atexit.unregister(self._atexit)
         for w in self._workers.values():
-            w.outbox.put(CLOSE)
-            w.outbox.put(None)
+            w.post(None, "close", bytes(ForkingPickler.dumps(CLOSE)))
+            w.stop_writer()
         deadline = time.monotonic() + grace
         for w in self._workers.values():
             w.process.join(max(0.0, deadline - time.monotonic()))

@@ -168,3 +168,43 @@ def test_nccl_module_imports_without_cupy():
     if not nccl.available():
         with pytest.raises(ExecutionError, match="nccl"):
             cls(0, (0,), None, 1.0)
+
+
+@pytest.mark.timeout(30)
+def test_commands_go_down_the_pipe_in_order():
+    """A small command goes down its worker's pipe on the caller's thread when nothing
+    is queued before it; a large one, and every one after it until the writer has sent
+    them, goes through the writer thread: the worker reads them in submission order."""
+    import multiprocessing as mp
+    from concurrent.futures import Future
+    from multiprocessing.reduction import ForkingPickler
+
+    from reshard.comm.launchers.host import WorkerSpec
+    from reshard.comm.launchers.process import _DIRECT, _Worker
+
+    worker_end, driver_end = mp.Pipe(duplex=False)
+    spec = WorkerSpec("gloo", 0, (0,), 5.0, None)
+    w = _Worker(spec, type("P", (), {"pid": None})(), driver_end, worker_end)
+
+    def post(i, size):
+        w.post(i, "test", bytes(ForkingPickler.dumps((i, b"x" * size))))
+
+    post(1, 10)  # the writer thread is not running: only a direct write gets through
+    assert worker_end.poll(1) and worker_end.recv()[0] == 1
+    post(2, 2 * _DIRECT)  # too large: queued for the writer
+    post(3, 10)  # small, but behind 2: queued too
+    assert not worker_end.poll(0.2)
+    w.writer.start()
+    assert [worker_end.recv()[0] for _ in range(2)] == [2, 3]
+    post(4, 10)
+    assert worker_end.recv()[0] == 4
+    # a broken pipe fails the call's future instead of raising in the caller
+    fut: Future = Future()
+    w.pending[5] = fut
+    worker_end.close()
+    post(5, 10)
+    with pytest.raises(ExecutionError, match="device 0: cannot send test"):
+        fut.result(5)
+    w.stop_writer()
+    w.writer.join(5)
+    driver_end.close()
