@@ -5,9 +5,10 @@ Each case starts its gloo workers (process launcher) once per policy and round, 
 policies alternated, and times ``-n`` executes of one plan after warm-ups. Printed per
 case and policy: milliseconds per execute (median over rounds), the workers' CPU time
 per execute, the part of it in gloo's TCP progress threads (``gloo_tcp_loop``, where
-the lock spin shows), and batch / default. Cases: a 16-byte broadcast to 8 workers
-(16 workers: the per-execute floor of run mode's paper cases), the same with 2 workers,
-and the paper's case 4 (64 tasks over 16 workers) at 8 MiB::
+the lock spin shows), and batch / default. Cases: a 16-byte tensor replicated on 8
+workers resharded onto 8 others (16 workers: the per-execute floor of run mode's paper
+cases), one worker to another, and the paper's case 4 (64 tasks over 16 workers) at 8
+MiB::
 
     python -m reshard.microbench.scheduling [-n 200] [--rounds 2]
 """
@@ -49,7 +50,7 @@ def cases() -> list[Case]:
     """The three cases of the module's docstring."""
     a, b = DeviceMesh((2, 4), range(8)), DeviceMesh((2, 4), range(8, 16))
     one, two = DeviceMesh((1, 1), [0]), DeviceMesh((1, 1), [1])
-    return [Case("16 B, 16 workers", (4,), Layout(a, "R"), Layout(b, "S0"), 4, 4),
+    return [Case("16 B, 16 workers", (4,), Layout(a, "R"), Layout(b, "S0"), 4, 4),  # 8 -> 8
             Case("16 B, 2 workers", (4,), Layout(one, "R"), Layout(two, "R"), 1, 2),
             Case("case 4 8 MiB, 16 workers", (161, 161, 81), Layout(a, "RS01R"),
                  Layout(b, "S01RR"), 4, 4, runs=20)]
