@@ -274,12 +274,10 @@ def _fail(code: int, message: str) -> int:
 def _policy(backend: str) -> str:
     """``", SCHED_BATCH"`` where the backend's worker processes run under it
     (:mod:`reshard.comm.launchers.scheduling`), else nothing."""
-    from reshard.comm.backend import builtin_backends
-    from reshard.comm.launchers.scheduling import wanted
+    from reshard.comm.launchers.scheduling import for_backend
 
     try:
-        declared = builtin_backends().entry(backend).capabilities.batch_scheduled
-        return ", SCHED_BATCH" if wanted(declared, os.environ) == "batch" else ""
+        return ", SCHED_BATCH" if for_backend(backend, os.environ) == "batch" else ""
     except (ReshardError, ValueError):
         return ""
 

@@ -129,15 +129,14 @@ class WorkerHost:
     """
 
     def __init__(self, spec: WorkerSpec) -> None:
-        from reshard.comm.backend import backend_class, builtin_backends
-        from reshard.comm.launchers.scheduling import apply, wanted
+        from reshard.comm.backend import backend_class
+        from reshard.comm.launchers.scheduling import apply, for_backend
         from reshard.comm.worker import DeviceWorker
 
         self.spec = spec
         cls = backend_class(spec.backend)
         # Before the backend starts its threads (they inherit the policy).
-        declared = builtin_backends().entry(spec.backend).capabilities
-        self.scheduling = apply(wanted(declared.batch_scheduled, os.environ))
+        self.scheduling = apply(for_backend(spec.backend, os.environ))
         self.rendezvous = spec.rendezvous.connect(spec.timeout)
         self.backend = cls(spec.device, spec.world, self.rendezvous, spec.timeout,
                            host=spec.host, local_index=spec.local_index, **spec.options)

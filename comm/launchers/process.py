@@ -87,7 +87,7 @@ _GRACE = 3.0  # seconds a worker gets to exit on its own at close
 
 
 # ----- driver side -------------------------------------------------------------------
-_DIRECT = 4096 - 4
+_DIRECT = select.PIPE_BUF - 4
 """Pickled commands up to this size (a pipe's atomic write, ``PIPE_BUF``, less the
 connection's 4-byte length) go down the pipe on the submitting thread when nothing is
 queued before them and the pipe has a free page: such a write never blocks."""
@@ -383,8 +383,9 @@ class ProcessGroup:
             for w in self._workers.values():
                 w.pending = {}
         atexit.unregister(self._atexit)
+        close = bytes(ForkingPickler.dumps(CLOSE))
         for w in self._workers.values():
-            w.post(None, "close", bytes(ForkingPickler.dumps(CLOSE)))
+            w.post(None, "close", close)
             w.stop_writer()
         deadline = time.monotonic() + grace
         for w in self._workers.values():

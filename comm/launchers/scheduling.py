@@ -49,6 +49,19 @@ def wanted(batch_scheduled: bool, env: Mapping[str, str]) -> str:
     return "batch"
 
 
+def for_backend(name: str, env: Mapping[str, str]) -> str:
+    """The policy the workers of built-in backend ``name`` run under, given their
+    environment ``env`` (:func:`wanted` of its declared ``batch_scheduled``).
+
+    Raises:
+        OptionError: no such backend.
+        ValueError: ``RESHARD_WORKER_SCHED`` names no policy.
+    """
+    from reshard.comm.backend import builtin_backends
+
+    return wanted(builtin_backends().entry(name).capabilities.batch_scheduled, env)
+
+
 def apply(policy: str) -> str:
     """Put every thread of this process under ``policy`` (``"batch"``; ``"other"``
     changes nothing); threads started later inherit it. Returns the policy in force:
@@ -84,4 +97,4 @@ def policy_of(tid: int) -> str:
     return str(got)
 
 
-__all__ = ["POLICIES", "SCHED_ENV", "apply", "policy_of", "wanted"]
+__all__ = ["POLICIES", "SCHED_ENV", "apply", "for_backend", "policy_of", "wanted"]

@@ -197,3 +197,19 @@ def fake_nccl_runtime(cluster: Cluster, timeout: float = 30):
         for k in [k for k in sys.modules if k.split(".")[0] in ("cupy", "cupyx", "cupy_backends")]:
             del sys.modules[k]
         sys.modules.update(real)
+
+
+def thread_policies(pid: int) -> dict[tuple[str, int], str]:
+    """``{(thread name, thread id): scheduling policy}`` of every thread of process
+    ``pid`` (:func:`reshard.comm.launchers.scheduling.policy_of`), skipping threads
+    that end meanwhile."""
+    from reshard.comm.launchers.scheduling import policy_of
+
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                out[f.read().strip(), int(tid)] = policy_of(int(tid))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return out

@@ -24,6 +24,7 @@ from ._helpers import (
     problem_settings,
     problems,
     sample,
+    thread_policies,
 )
 
 pytestmark = pytest.mark.cpu
@@ -143,20 +144,10 @@ def test_a_failure_and_a_bad_input_are_different_categories():
 def test_workers_run_under_batch_scheduling(rt):
     """gloo asks for SCHED_BATCH (reshard.comm.launchers.scheduling): every thread of
     every worker, process or Ray actor, gloo's progress thread included, runs under it."""
-    import os
-
-    from reshard.comm.launchers.scheduling import policy_of
-
     pids = rt.group.pids
     assert sorted(pids) == sorted(rt.group.devices)
     for device, pid in pids.items():
-        policies = {}
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:  # a short-lived thread may end meanwhile
-                with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                    policies[f.read().strip(), int(tid)] = policy_of(int(tid))
-            except (FileNotFoundError, ProcessLookupError):
-                continue
+        policies = thread_policies(pid)
         assert "gloo_tcp_loop" in {name for name, _ in policies}, device
         wrong = {k: v for k, v in policies.items() if v != "batch"}
         assert not wrong, f"device {device}: {wrong}"

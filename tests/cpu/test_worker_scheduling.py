@@ -17,16 +17,10 @@ from reshard.comm.backends.local import LocalBackend
 from reshard.comm.backends.torch_dist import TorchDistBackend
 from reshard.comm.launchers import scheduling
 
+from ._helpers import thread_policies
+
 pytestmark = [pytest.mark.cpu,
               pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux policies")]
-
-
-def _threads(pid: int) -> dict[int, str]:
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/comm") as f:
-            out[int(tid)] = f.read().strip()
-    return out
 
 
 def test_which_policy_a_worker_wants():
@@ -85,10 +79,10 @@ def test_gloo_workers_run_under_the_policy(env, want):
         pids = rt.group.pids
         assert sorted(pids) == [0, 1]
         for pid in pids.values():
-            threads = _threads(pid)
+            policies = thread_policies(pid)
             # gloo's progress thread was started after the policy was set
-            assert "gloo_tcp_loop" in threads.values()
-            assert {scheduling.policy_of(t) for t in threads} == {want}
+            assert "gloo_tcp_loop" in {name for name, _ in policies}
+            assert set(policies.values()) == {want}
     assert scheduling.policy_of(0) == "other"  # the driver's own policy never changes
 
 
