@@ -1,5 +1,5 @@
-"""gloo's own floor under run mode's rows: each row's plan replayed with bare
-torch.distributed operations, no reshard runtime in the way.
+"""The backend's own floor under run mode's rows: each row's plan replayed with bare
+torch.distributed gloo operations, and over plain sockets, no reshard runtime in the way.
 
 ``reshard-bench --mode run --backend gloo --cluster local`` reports time / bound, the
 bound of this machine's calibrated links. Where a row stays far above its bound, is it
@@ -10,9 +10,11 @@ scheduling policy the launchers give gloo workers): per step, every edge of ever
 one ``isend`` / ``irecv`` of the task's whole box, all of a step's edges at once (a
 relay does not wait for what it forwards), steps back to back, rounds back to back as
 nccl-tests times its operations; no packing, no commands, no replies. That is
-optimistic for gloo: no plan runs faster on it here. Printed per row: the bound, gloo's
-floor, and floor / bound: a row whose floor alone is over 3x its bound is out of the
-3x goal's reach on this machine whatever reshard does::
+optimistic for gloo: this plan runs no faster on it here. The same messages then go
+over plain TCP loopback sockets (one connection per ordered pair, non-blocking, a
+selector per process, the same processes' layout): what these cores do without gloo.
+Printed per row: the bound, each floor and floor / bound. A row whose gloo floor alone
+is over 3x its bound is out of the 3x goal's reach with the gloo backend::
 
     python -m reshard.microbench.gloo_floor [--cases 1,4,9] [-b 1M -e 8M] [-n 40]
 """
@@ -101,69 +103,231 @@ def rows(case_names: Sequence[str] | None, sizes: Sequence[int]) -> list[Row]:
     return out
 
 
-def _one_round(dist: Any, rank: int, steps: Sequence[Sequence[tuple[int, int, Any]]]) -> None:
-    """Every step of one round: its messages posted at once, then waited for."""
-    for step in steps:
-        works = [dist.isend(buf, b) if a == rank else dist.irecv(buf, a) for a, b, buf in step]
-        for w in works:
-            w.wait()
+class _Gloo:
+    """Bare torch.distributed gloo: one ``isend`` / ``irecv`` per edge."""
+
+    def __init__(self, rank: int, world: int, tmp: str, rows: Sequence[Row]) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.rank, self.dist, self.torch = rank, dist, torch
+        dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'store')}",
+                                rank=rank, world_size=world)
+
+    def buffer(self, n: int) -> Any:
+        return self.torch.empty(n, dtype=self.torch.uint8)
+
+    def round(self, steps: Sequence[Sequence[tuple[int, int, Any]]]) -> None:
+        """Every step: its messages posted at once, then waited for."""
+        dist, rank = self.dist, self.rank
+        for step in steps:
+            works = [dist.isend(buf, b) if a == rank else dist.irecv(buf, a)
+                     for a, b, buf in step]
+            for w in works:
+                w.wait()
+
+    def barrier(self) -> None:
+        self.dist.barrier()
+
+    def close(self) -> None:
+        self.dist.destroy_process_group()
 
 
-def _replay(rank: int, world: int, store: str, rows: Sequence[Row], rounds: int,
-            repeats: int, policy: str, results: mp.SimpleQueue) -> None:
+class _Sockets:
+    """The same messages over plain TCP loopback sockets, one connection per ordered
+    pair, non-blocking, driven by a selector: what the machine does without gloo."""
+
+    def __init__(self, rank: int, world: int, tmp: str, rows: Sequence[Row]) -> None:
+        import selectors
+        import socket
+        import struct
+
+        self.rank, self.world, self.socket = rank, world, socket
+        self.selector = selectors.DefaultSelector()
+        listener = socket.create_server(("127.0.0.1", 0), backlog=4 * world)
+        _publish(os.path.join(tmp, f"port.{rank}"), listener.getsockname()[1])
+        ports = [_lookup(os.path.join(tmp, f"port.{r}")) for r in range(world)]
+        senders = {a for row in rows for step in row.steps for a, b, _ in step if b == rank}
+        receivers = sorted({b for row in rows for step in row.steps for a, b, _ in step
+                            if a == rank})
+        hello = struct.Struct("<ci")
+        self.out = {}
+        for b in receivers:
+            self.out[b] = socket.create_connection(("127.0.0.1", ports[b]))
+            self.out[b].sendall(hello.pack(b"d", rank))
+        self.control = [] if rank == 0 else [socket.create_connection(("127.0.0.1", ports[0]))]
+        for c in self.control:
+            c.sendall(hello.pack(b"c", rank))
+        self.into: dict[int, Any] = {}
+        controls = world - 1 if rank == 0 else 0
+        while len(self.into) < len(senders) or len(self.control) < controls:
+            conn, _ = listener.accept()
+            kind, peer = hello.unpack(_read(conn, hello.size))
+            if kind == b"d":
+                self.into[peer] = conn
+            else:
+                self.control.append(conn)
+        listener.close()
+        for conn in (*self.out.values(), *self.into.values()):
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.setblocking(False)
+
+    def buffer(self, n: int) -> Any:
+        import numpy as np
+
+        return memoryview(bytearray(np.ones(n, np.uint8).tobytes()))
+
+    def round(self, steps: Sequence[Sequence[tuple[int, int, Any]]]) -> None:
+        """Every step: each connection's messages in the step's order, all
+        connections at once."""
+        import selectors
+
+        sel = self.selector
+        conn: Any
+        for step in steps:
+            work: dict[Any, list[Any]] = {}
+            for a, b, buf in step:
+                conn = self.out[b] if a == self.rank else self.into[a]
+                work.setdefault(conn, []).append(buf)
+            for conn in work:
+                sel.register(conn, selectors.EVENT_WRITE if conn in self.out.values()
+                             else selectors.EVENT_READ)
+            while work:
+                for key, _ in sel.select():
+                    conn = key.fileobj
+                    bufs = work[conn]
+                    try:
+                        n = (conn.send(bufs[0]) if key.events & selectors.EVENT_WRITE
+                             else conn.recv_into(bufs[0]))
+                    except BlockingIOError:
+                        continue
+                    if n == 0 and key.events & selectors.EVENT_READ:
+                        raise ConnectionError("a peer closed its connection")
+                    bufs[0] = bufs[0][n:]
+                    if not len(bufs[0]):
+                        bufs.pop(0)
+                    if not bufs:
+                        del work[conn]
+                        sel.unregister(conn)
+
+    def barrier(self) -> None:
+        """Every rank tells rank 0 it is here; rank 0 answers all once all are."""
+        if self.rank:
+            self.control[0].sendall(b"b")
+            _read(self.control[0], 1)
+            return
+        for c in self.control:
+            _read(c, 1)
+        for c in self.control:
+            c.sendall(b"g")
+
+    def close(self) -> None:
+        for conn in (*self.out.values(), *self.into.values(), *self.control):
+            conn.close()
+
+
+def _publish(path: str, port: int) -> None:
+    with open(path + ".tmp", "w") as f:
+        f.write(str(port))
+    os.replace(path + ".tmp", path)
+
+
+def _lookup(path: str, timeout: float = 60.0) -> int:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no port in {path} after {timeout:.0f} s")
+        time.sleep(0.01)
+    with open(path) as f:
+        return int(f.read())
+
+
+def _read(conn: Any, n: int) -> bytes:
+    got = b""
+    while len(got) < n:
+        more = conn.recv(n - len(got))
+        if not more:
+            raise ConnectionError("a peer closed its connection")
+        got += more
+    return got
+
+
+TRANSPORTS: dict[str, type[_Gloo | _Sockets]] = {"gloo": _Gloo, "sockets": _Sockets}
+"""How the replay moves a plan's messages."""
+
+
+def _replay(rank: int, world: int, tmp: str, transport: str, rows: Sequence[Row],
+            rounds: int, repeats: int, policy: str, results: mp.SimpleQueue) -> None:
     """One device's process: every row's messages ``repeats`` times ``rounds`` rounds;
-    puts (rank, the best seconds per round of each row)."""
-    import torch
-    import torch.distributed as dist
-
-    apply(policy)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
-                            world_size=world)
-    best: list[float] = []
+    puts (rank, the best seconds per round of each row), or (rank, what failed) and
+    exits at once (its peers may be stuck waiting on it: closing would hang)."""
     try:
+        apply(policy)
+        link: _Gloo | _Sockets = TRANSPORTS[transport](rank, world, tmp, rows)
+        best: list[float] = []
         for row in rows:
-            steps = [[(a, b, torch.empty(n, dtype=torch.uint8)) for a, b, n in step
-                      if rank in (a, b)] for step in row.steps]
-
-            _one_round(dist, rank, steps)  # warm-up: connections made, buffers touched
+            steps = [[(a, b, link.buffer(n)) for a, b, n in step if rank in (a, b)]
+                     for step in row.steps]
+            link.round(steps)  # warm-up: connections made, buffers touched
             times = []
             for _ in range(repeats):
-                dist.barrier()
+                link.barrier()
                 t0 = time.perf_counter()
                 for _ in range(rounds):
-                    _one_round(dist, rank, steps)
-                dist.barrier()
+                    link.round(steps)
+                link.barrier()
                 times.append((time.perf_counter() - t0) / rounds)
             best.append(min(times))
-    finally:
-        dist.destroy_process_group()
+    except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises
+        results.put((rank, f"rank {rank}: {type(e).__name__}: {e}"))
+        os._exit(1)
+    link.close()
     results.put((rank, best))
 
 
-def floors(rows: Sequence[Row], rounds: int, repeats: int = 3,
-           policy: str = "batch") -> list[float]:
-    """Seconds per round of each row on bare gloo (the slowest rank's best repeat),
-    one process per device, started once for every row."""
+def floors(rows: Sequence[Row], rounds: int, repeats: int = 3, policy: str = "batch",
+           transport: str = "gloo", timeout: float = 600.0) -> list[float]:
+    """Seconds per round of each row over ``transport`` (the slowest rank's best
+    repeat), one process per device, started once for every row. A process that fails,
+    or all of them past ``timeout`` seconds (gloo waits for ever on a message to a rank
+    that never takes it), fail the call."""
     world = max(r.devices for r in rows)
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
-    with tempfile.TemporaryDirectory(prefix="reshard-gloo-floor-") as tmp:
-        procs = [ctx.Process(target=_replay, args=(r, world, os.path.join(tmp, "store"),
-                                                   rows, rounds, repeats, policy, results),
+    deadline = time.monotonic() + timeout
+    with tempfile.TemporaryDirectory(prefix="reshard-floor-") as tmp:
+        procs = [ctx.Process(target=_replay, args=(r, world, tmp, transport, rows, rounds,
+                                                   repeats, policy, results),
                              daemon=True) for r in range(world)]
         for p in procs:
             p.start()
-        got = [results.get() for _ in procs]
-        for p in procs:
-            p.join(30)
-    bad = [p.exitcode for p in procs if p.exitcode != 0]
-    if bad:
-        raise RuntimeError(f"{len(bad)} gloo processes failed (exit codes {bad})")
-    return [max(best[i] for _, best in got) for i in range(len(rows))]
+        got: list[list[float]] = []
+        failed: list[str] = []
+        try:
+            # one failure is enough: its peers may wait on it for ever
+            while len(got) < world and not failed:
+                if not results.empty():
+                    _, best = results.get()
+                    (failed.append if isinstance(best, str) else got.append)(best)
+                elif any(p.exitcode not in (None, 0) for p in procs):
+                    failed.append("a process died without a word")
+                elif time.monotonic() > deadline:
+                    failed.append(f"{world - len(got)} not done after {timeout:g} s")
+                else:
+                    time.sleep(0.05)
+        finally:
+            for p in procs:
+                p.join(5 if not failed else 0)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+    if failed:
+        raise RuntimeError(f"{transport} processes failed: {failed[0]}")
+    return [max(best[i] for best in got) for i in range(len(rows))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Plan, replay on bare gloo, print one line per row."""
+    """Plan, replay over bare gloo and plain sockets, print one line per row."""
     ap = flags.parser("python -m reshard.microbench.gloo_floor", __doc__ or "")
     ap.add_argument("--cases", default=None, help="paper cases, comma-separated (default: all)")
     ap.add_argument("-b", "--sizes", default=None,
@@ -178,16 +342,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     before = cpu_times()
-    got = floors(todo, args.rounds)
-    print(f"{'case':5s} {'size':>6s} {'msgs':>5s} {'bound ms':>9s} {'gloo ms':>8s} "
-          f"{'gloo/bound':>10s}")
-    for row, floor in zip(todo, got):
-        ratio = floor / row.bound
-        print(f"{row.case:5s} {row.nbytes / (1 << 20):5.0f}M {row.messages:5d} "
-              f"{row.bound * 1e3:9.3f} {floor * 1e3:8.3f} {ratio:10.2f}"
-              f"{'  (over 3x: out of reach)' if ratio > 3 else ''}", flush=True)
-    print("# bare torch.distributed gloo, one process per device, best of 3 timings of "
-          f"{args.rounds} back-to-back rounds" + stolen_note(before, cpu_times()))
+    got = {t: floors(todo, args.rounds, transport=t) for t in TRANSPORTS}
+    print(f"{'case':11s} {'size':>5s} {'msgs':>5s} {'bound ms':>9s} {'gloo ms':>8s} "
+          f"{'/bound':>7s} {'sockets ms':>10s} {'/bound':>7s}")
+    for i, row in enumerate(todo):
+        g, k = got["gloo"][i], got["sockets"][i]
+        print(f"{row.case:11s} {row.nbytes / (1 << 20):4.0f}M {row.messages:5d} "
+              f"{row.bound * 1e3:9.3f} {g * 1e3:8.3f} {g / row.bound:7.2f} {k * 1e3:10.3f} "
+              f"{k / row.bound:7.2f}{'  (gloo alone over 3x)' if g > 3 * row.bound else ''}",
+              flush=True)
+    print("# one process per device, best of 3 timings of "
+          f"{args.rounds} back-to-back rounds; gloo: bare torch.distributed, sockets: plain "
+          "TCP loopback" + stolen_note(before, cpu_times()))
     return 0
 
 

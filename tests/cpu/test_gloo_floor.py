@@ -43,9 +43,23 @@ def test_copies_send_nothing_reductions_chain_into_their_root_allgathers_refused
 
 
 @pytest.mark.timeout(180)
-def test_bare_gloo_replays_a_plan():
+@pytest.mark.parametrize("transport", sorted(gloo_floor.TRANSPORTS))
+def test_a_plan_replays_over_each_transport(transport):
+    # a chain 0 -> 1 -> 2 and a second step back from 2 to 0: both directions of
+    # connections, a relay, two steps, one message per connection and step
     p = _plan([1, 2])
-    rows = [gloo_floor.Row("tiny", 64 * 32 * 4, 3, gloo_floor.plan_steps(p.tasks),
-                           p.lower_bound())]
-    (seconds,) = gloo_floor.floors(rows, rounds=3, repeats=1)
+    steps = (*gloo_floor.plan_steps(p.tasks), ((2, 0, 1000), (2, 0, 24)))
+    rows = [gloo_floor.Row("tiny", 64 * 32 * 4, 3, steps, p.lower_bound())]
+    (seconds,) = gloo_floor.floors(rows, rounds=3, repeats=1, transport=transport)
     assert 0 < seconds < 10
+
+
+@pytest.mark.timeout(120)
+def test_a_failing_or_stuck_replay_fails_instead_of_hanging():
+    # rank 3 is outside the world of 3: the sockets replay has no port for it (its
+    # sender fails at once); gloo waits for ever on it (the call's timeout ends it)
+    rows = [gloo_floor.Row("bad", 16, 3, (((0, 3, 16),),), 1e-6)]
+    with pytest.raises(RuntimeError, match="sockets processes failed: rank 0: IndexError"):
+        gloo_floor.floors(rows, rounds=1, repeats=1, transport="sockets")
+    with pytest.raises(RuntimeError, match="gloo processes failed: 3 not done after 15 s"):
+        gloo_floor.floors(rows, rounds=1, repeats=1, transport="gloo", timeout=15)
