@@ -35,11 +35,17 @@ from reshard.microbench import calibrate, flags
 from reshard.microbench.steal import cpu_times, stolen_note
 from reshard.microbench.suites.paper import all_cases
 from reshard.microbench.sweep import links_for
+from reshard.planner.coalesce import followers, messages
 from reshard.planner.plan import plan_many
+from reshard.planner.staging import step_runs
 from reshard.planner.tasks import Task, TaskKind
 
 Edge = tuple[int, int, int]
 """(sender, receiver, bytes): one message."""
+
+Place = tuple[str, str, str]
+"""Where a rank runs on the emulated testbed: (network namespace, its address there,
+its interface's name)."""
 
 SIZES = (1 << 20, 8 << 20)
 """Run mode's default sizes (``reshard-bench --mode run``)."""
@@ -81,6 +87,25 @@ def plan_steps(tasks: Sequence[Task]) -> tuple[tuple[Edge, ...], ...]:
     return tuple(tuple(by_step[s]) for s in sorted(by_step) if by_step[s])
 
 
+def coalesced_steps(tasks: Sequence[Task],
+                    tensors: Sequence[Any]) -> tuple[tuple[Edge, ...], ...]:
+    """:func:`plan_steps` as the executor coalesces them (:mod:`reshard.planner.
+    coalesce`): each coalesced message once, along its first task's edges, carrying
+    its tasks' bytes."""
+    total: dict[int, int] = {}
+    for run in step_runs(tasks):
+        for m in messages(run, lambda r: r[1], lambda t: tensors[t.tensor]):
+            total[m[0][0]] = sum(t.nbytes for _, t in m)
+    skip = followers(tasks, tensors)
+    by_step: dict[int, list[Edge]] = {}
+    for i, t in enumerate(tasks):
+        if i in skip:
+            continue
+        n = total.get(i, t.nbytes)
+        by_step.setdefault(t.step, []).extend((a, b, n) for a, b, _ in task_edges(t))
+    return tuple(tuple(by_step[s]) for s in sorted(by_step) if by_step[s])
+
+
 def rows(case_names: Sequence[str] | None, sizes: Sequence[int]) -> list[Row]:
     """Run mode's paper cases (those named, else all: the nine and the 1-to-m) at ``sizes``, planned (broadcast)
     on this machine's links, measured first (:mod:`reshard.microbench.calibrate`)."""
@@ -106,7 +131,8 @@ def rows(case_names: Sequence[str] | None, sizes: Sequence[int]) -> list[Row]:
 class _Gloo:
     """Bare torch.distributed gloo: one ``isend`` / ``irecv`` per edge."""
 
-    def __init__(self, rank: int, world: int, tmp: str, rows: Sequence[Row]) -> None:
+    def __init__(self, rank: int, world: int, tmp: str, rows: Sequence[Row],
+                 address: str) -> None:
         import torch
         import torch.distributed as dist
 
@@ -137,15 +163,16 @@ class _Sockets:
     """The same messages over plain TCP loopback sockets, one connection per ordered
     pair, non-blocking, driven by a selector: what the machine does without gloo."""
 
-    def __init__(self, rank: int, world: int, tmp: str, rows: Sequence[Row]) -> None:
+    def __init__(self, rank: int, world: int, tmp: str, rows: Sequence[Row],
+                 address: str) -> None:
         import selectors
         import socket
         import struct
 
         self.rank, self.world, self.socket = rank, world, socket
         self.selector = selectors.DefaultSelector()
-        listener = socket.create_server(("127.0.0.1", 0), backlog=4 * world)
-        _publish(os.path.join(tmp, f"port.{rank}"), listener.getsockname()[1])
+        listener = socket.create_server((address, 0), backlog=4 * world)
+        _publish(os.path.join(tmp, f"port.{rank}"), f"{address}:{listener.getsockname()[1]}")
         ports = [_lookup(os.path.join(tmp, f"port.{r}")) for r in range(world)]
         senders = {a for row in rows for step in row.steps for a, b, _ in step if b == rank}
         receivers = sorted({b for row in rows for step in row.steps for a, b, _ in step
@@ -153,9 +180,9 @@ class _Sockets:
         hello = struct.Struct("<ci")
         self.out = {}
         for b in receivers:
-            self.out[b] = socket.create_connection(("127.0.0.1", ports[b]))
+            self.out[b] = socket.create_connection(ports[b])
             self.out[b].sendall(hello.pack(b"d", rank))
-        self.control = [] if rank == 0 else [socket.create_connection(("127.0.0.1", ports[0]))]
+        self.control = [] if rank == 0 else [socket.create_connection(ports[0])]
         for c in self.control:
             c.sendall(hello.pack(b"c", rank))
         self.into: dict[int, Any] = {}
@@ -226,20 +253,21 @@ class _Sockets:
             conn.close()
 
 
-def _publish(path: str, port: int) -> None:
+def _publish(path: str, where: str) -> None:
     with open(path + ".tmp", "w") as f:
-        f.write(str(port))
+        f.write(where)
     os.replace(path + ".tmp", path)
 
 
-def _lookup(path: str, timeout: float = 60.0) -> int:
+def _lookup(path: str, timeout: float = 60.0) -> tuple[str, int]:
     deadline = time.monotonic() + timeout
     while not os.path.exists(path):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no port in {path} after {timeout:.0f} s")
+            raise TimeoutError(f"no address in {path} after {timeout:.0f} s")
         time.sleep(0.01)
     with open(path) as f:
-        return int(f.read())
+        host, _, port = f.read().rpartition(":")
+    return host, int(port)
 
 
 def _read(conn: Any, n: int) -> bytes:
@@ -257,13 +285,22 @@ TRANSPORTS: dict[str, type[_Gloo | _Sockets]] = {"gloo": _Gloo, "sockets": _Sock
 
 
 def _replay(rank: int, world: int, tmp: str, transport: str, rows: Sequence[Row],
-            rounds: int, repeats: int, policy: str, results: mp.SimpleQueue) -> None:
-    """One device's process: every row's messages ``repeats`` times ``rounds`` rounds;
-    puts (rank, the best seconds per round of each row), or (rank, what failed) and
-    exits at once (its peers may be stuck waiting on it: closing would hang)."""
+            rounds: int, repeats: int, policy: str, results: mp.SimpleQueue,
+            place: Place | None) -> None:
+    """One device's process (in its testbed host's namespace with ``place``): every
+    row's messages ``repeats`` times ``rounds`` rounds; puts (rank, the best seconds per
+    round of each row), or (rank, what failed) and exits at once (its peers may be
+    stuck waiting on it: closing would hang)."""
     try:
+        address = "127.0.0.1"
+        if place is not None:
+            from reshard.comm.launchers.netns import enter_netns
+
+            enter_netns(place[0])  # before any thread: all of them live there
+            address = place[1]
+            os.environ["GLOO_SOCKET_IFNAME"] = place[2]
         apply(policy)
-        link: _Gloo | _Sockets = TRANSPORTS[transport](rank, world, tmp, rows)
+        link: _Gloo | _Sockets = TRANSPORTS[transport](rank, world, tmp, rows, address)
         best: list[float] = []
         for row in rows:
             steps = [[(a, b, link.buffer(n)) for a, b, n in step if rank in (a, b)]
@@ -286,19 +323,21 @@ def _replay(rank: int, world: int, tmp: str, transport: str, rows: Sequence[Row]
 
 
 def floors(rows: Sequence[Row], rounds: int, repeats: int = 3, policy: str = "batch",
-           transport: str = "gloo", timeout: float = 600.0) -> list[float]:
+           transport: str = "gloo", timeout: float = 600.0,
+           places: Sequence[Place] | None = None) -> list[float]:
     """Seconds per round of each row over ``transport`` (the slowest rank's best
-    repeat), one process per device, started once for every row. A process that fails,
-    or all of them past ``timeout`` seconds (gloo waits for ever on a message to a rank
-    that never takes it), fail the call."""
+    repeat), one process per device, started once for every row; ``places``: each
+    rank's testbed host (else loopback). A process that fails, or all of them past
+    ``timeout`` seconds (gloo waits for ever on a message to a rank that never takes
+    it), fail the call."""
     world = max(r.devices for r in rows)
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
     deadline = time.monotonic() + timeout
     with tempfile.TemporaryDirectory(prefix="reshard-floor-") as tmp:
-        procs = [ctx.Process(target=_replay, args=(r, world, tmp, transport, rows, rounds,
-                                                   repeats, policy, results),
-                             daemon=True) for r in range(world)]
+        procs = [ctx.Process(target=_replay, args=(
+            r, world, tmp, transport, rows, rounds, repeats, policy, results,
+            None if places is None else places[r]), daemon=True) for r in range(world)]
         for p in procs:
             p.start()
         got: list[list[float]] = []

@@ -13,10 +13,12 @@ seconds and the ratio; every destination shard is checked against the expected s
 namespace whose NIC tc limits to GBIT Gbit/s, 2 workers per host: the source mesh on
 hosts 0-1, the destination on hosts 2-3), with ``--tensors`` (then 1,000 by default) of
 4 KiB to 1 MiB (``--kib``), log-uniform; also printed: the plan's lower bound and model time on the
-testbed's cluster, and measured / bound, model / measured::
+testbed's cluster, and measured / bound, model / measured. ``--floor`` then replays both
+ways' messages with no runtime at all (:mod:`reshard.microbench.gloo_floor`: one process
+per device in its host's namespace, bare gloo and plain sockets)::
 
     python -m reshard.microbench.small_tensors [--tensors 400] [-n 5]
-    python -m reshard.microbench.small_tensors --testbed 0.3 [-n 3] [--kib 4-1024]
+    python -m reshard.microbench.small_tensors --testbed 0.3 [-n 3] [--kib 4-1024] [--floor]
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +38,7 @@ from reshard.dtypes import parse_dtype
 from reshard.microbench import flags
 from reshard.microbench.steal import cpu_times, stolen_note
 from reshard.planner.coalesce import followers
+from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan_many
 
 SPECS = (("S0R", "RS0"), ("RS0", "S0R"), ("RR", "S0S1"), ("S0S1", "RR"), ("S01R", "RS01"))
@@ -61,8 +65,10 @@ def requests(count: int, seed: int = 0, low: int = 1 << 10, high: int = 64 << 10
 
 
 def measure(count: int, iters: int, testbed_gbit: float | None = None,
-            kib: tuple[int, int] | None = None) -> dict:
-    """Both ways on one set of workers (module docstring); ``kib``: the sizes' range."""
+            kib: tuple[int, int] | None = None, floor: bool = False) -> dict:
+    """Both ways on one set of workers (module docstring); ``kib``: the sizes' range;
+    ``floor`` (testbed only): also both ways' messages on bare gloo and plain sockets
+    (:func:`floors`)."""
     if testbed_gbit is None:
         low, high = kib or (1, 64)
         return _measure(requests(count, low=low << 10, high=high << 10), Cluster.regular(2, 4),
@@ -71,8 +77,35 @@ def measure(count: int, iters: int, testbed_gbit: float | None = None,
 
     low, high = kib or (4, 1024)
     with Testbed(4, testbed_gbit) as tb:
-        return _measure(requests(count, low=low << 10, high=high << 10, log=True),
-                        tb.cluster(2), iters, tb)
+        reqs = requests(count, low=low << 10, high=high << 10, log=True)
+        got = _measure(reqs, tb.cluster(2), iters, tb)
+        if floor:
+            got["floors"] = floors(plan_many(reqs, cluster=tb.cluster(2)), tb)
+        return got
+
+
+def floors(plan: ReshardPlan, tb: Any) -> dict[str, tuple[float, float]]:
+    """The plan's messages, coalesced and one per task, replayed with no runtime over
+    bare gloo and plain sockets by one process per device in its testbed host
+    (:mod:`reshard.microbench.gloo_floor`): per transport, seconds (best of 2 timings
+    of 2 rounds) coalesced and one message per task."""
+    from reshard.microbench import gloo_floor
+    from reshard.microbench.infra.testbed import NS_IFNAME
+
+    per_host = len(tb.cluster(2).hosts[0])
+    places = [(tb.netns(d // per_host), tb.address(d // per_host), NS_IFNAME)
+              for d in range(len(plan.devices))]
+    bound = plan.lower_bound()
+    rows = [gloo_floor.Row("coalesced", 0, len(places),
+                           gloo_floor.coalesced_steps(plan.tasks, plan.tensors), bound),
+            gloo_floor.Row("per task", 0, len(places), gloo_floor.plan_steps(plan.tasks),
+                           bound)]
+    out = {}
+    for transport in gloo_floor.TRANSPORTS:
+        on, off = gloo_floor.floors(rows, rounds=2, repeats=2, transport=transport,
+                                    places=places)
+        out[transport] = (on, off)
+    return out
 
 
 def _measure(reqs: list[tuple], cluster: Cluster, iters: int, netns: object) -> dict:
@@ -133,10 +166,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="on the emulated testbed, NICs of GBIT Gbit/s (needs root)")
     ap.add_argument("--kib", type=_kib_range, default=None, metavar="LOW-HIGH",
                     help="tensor sizes in KiB (default: 1-64; 4-1024 with --testbed)")
+    ap.add_argument("--floor", action="store_true",
+                    help="with --testbed: also replay both ways' messages with no runtime, "
+                         "on bare gloo and plain sockets")
     args = ap.parse_args(argv)
+    if args.floor and args.testbed is None:
+        ap.error("--floor replays on the testbed: give --testbed GBIT too")
     count = args.tensors or (1000 if args.testbed else 400)
     before = cpu_times()
-    r = measure(count, args.iters, args.testbed, args.kib)
+    r = measure(count, args.iters, args.testbed, args.kib, args.floor)
     after = cpu_times()
     where = (f"the testbed (4 hosts x 2 gloo workers, {args.testbed:g} Gbit/s NICs)"
              if args.testbed else "8 gloo workers")
@@ -152,6 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"coalesced {r['on_s'] / r['bound_s']:.2f}x the bound, uncoalesced "
               f"{r['off_s'] / r['bound_s']:.2f}x; model / measured (coalesced) "
               f"{r['model_s'] / r['on_s']:.2f}")
+    for transport, (on, off) in r.get("floors", {}).items():
+        print(f"no runtime, {transport}: coalesced {on * 1e3:.1f} ms "
+              f"({on / r['bound_s']:.2f}x the bound), one message per task {off * 1e3:.1f} ms "
+              f"({off / on:.2f}x the coalesced)")
     return 0
 
 

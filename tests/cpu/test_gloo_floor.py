@@ -42,6 +42,29 @@ def test_copies_send_nothing_reductions_chain_into_their_root_allgathers_refused
         gloo_floor.task_edges(Task(TaskKind.ALLGATHER, 0, box, 0, (0, 1), 16, 0))
 
 
+def test_coalesced_messages_replay_once_with_their_tasks_bytes():
+    from reshard.microbench.small_tensors import requests
+    from reshard.planner.coalesce import followers
+    from reshard.planner.plan import plan_many
+
+    p = plan_many(requests(40), Cluster.regular(2, 4))
+    skip = followers(p.tasks, p.tensors)
+    assert skip  # some tasks do travel in others' messages
+    alone, merged = gloo_floor.plan_steps(p.tasks), gloo_floor.coalesced_steps(p.tasks,
+                                                                               p.tensors)
+    # the same bytes cross every (sender, receiver) pair, in fewer messages
+    def per_pair(steps):
+        out: dict[tuple[int, int], int] = {}
+        for step in steps:
+            for a, b, n in step:
+                out[(a, b)] = out.get((a, b), 0) + n
+        return out
+
+    assert per_pair(merged) == per_pair(alone)
+    assert sum(map(len, merged)) == sum(map(len, alone)) - sum(
+        len(p.tasks[i].edges()) for i in skip)
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("transport", sorted(gloo_floor.TRANSPORTS))
 def test_a_plan_replays_over_each_transport(transport):
@@ -63,3 +86,28 @@ def test_a_failing_or_stuck_replay_fails_instead_of_hanging():
         gloo_floor.floors(rows, rounds=1, repeats=1, transport="sockets")
     with pytest.raises(RuntimeError, match="gloo processes failed: 3 not done after 15 s"):
         gloo_floor.floors(rows, rounds=1, repeats=1, transport="gloo", timeout=15)
+
+
+def _testbed_available():
+    from reshard.microbench.infra.testbed import available
+
+    return available()
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(240)
+def test_a_replay_on_the_testbed_goes_through_its_shaped_nics():
+    avail = _testbed_available()
+    if not avail:
+        pytest.skip(f"no netns testbed: {avail.reason}")
+    from reshard.microbench.infra.testbed import NS_IFNAME, Testbed
+
+    nbytes = 1 << 20
+    rows = [gloo_floor.Row("1 MiB across", nbytes, 2, (((0, 1, nbytes),),), 1e-3)]
+    with Testbed(2, 1.0) as tb:
+        places = [(tb.netns(h), tb.address(h), NS_IFNAME) for h in range(2)]
+        wire = nbytes / tb.payload_bandwidth  # 8.8 ms at 1 Gbit/s; loopback: ~0.3 ms
+        for transport in sorted(gloo_floor.TRANSPORTS):
+            (seconds,) = gloo_floor.floors(rows, rounds=3, repeats=1, transport=transport,
+                                           places=places)
+            assert 0.9 * wire < seconds < 20 * wire, transport
