@@ -160,8 +160,9 @@ class _Gloo:
 
 
 class _Sockets:
-    """The same messages over plain TCP loopback sockets, one connection per ordered
-    pair, non-blocking, driven by a selector: what the machine does without gloo."""
+    """The same messages over plain TCP sockets (loopback, or the testbed's
+    namespaces), one connection per ordered pair, non-blocking, driven by a selector:
+    what the machine does without gloo."""
 
     def __init__(self, rank: int, world: int, tmp: str, rows: Sequence[Row],
                  address: str) -> None:
@@ -169,7 +170,7 @@ class _Sockets:
         import socket
         import struct
 
-        self.rank, self.world, self.socket = rank, world, socket
+        self.rank, self.world = rank, world
         self.selector = selectors.DefaultSelector()
         listener = socket.create_server((address, 0), backlog=4 * world)
         _publish(os.path.join(tmp, f"port.{rank}"), f"{address}:{listener.getsockname()[1]}")
@@ -214,8 +215,9 @@ class _Sockets:
         for step in steps:
             work: dict[Any, list[Any]] = {}
             for a, b, buf in step:
-                conn = self.out[b] if a == self.rank else self.into[a]
-                work.setdefault(conn, []).append(buf)
+                if len(buf):  # an empty message moves nothing (and reads as a close)
+                    conn = self.out[b] if a == self.rank else self.into[a]
+                    work.setdefault(conn, []).append(buf)
             for conn in work:
                 sel.register(conn, selectors.EVENT_WRITE if conn in self.out.values()
                              else selectors.EVENT_READ)

@@ -69,9 +69,9 @@ def test_coalesced_messages_replay_once_with_their_tasks_bytes():
 @pytest.mark.parametrize("transport", sorted(gloo_floor.TRANSPORTS))
 def test_a_plan_replays_over_each_transport(transport):
     # a chain 0 -> 1 -> 2 and a second step back from 2 to 0: both directions of
-    # connections, a relay, two steps, one message per connection and step
+    # connections, a relay, two steps, two messages on one connection, an empty one
     p = _plan([1, 2])
-    steps = (*gloo_floor.plan_steps(p.tasks), ((2, 0, 1000), (2, 0, 24)))
+    steps = (*gloo_floor.plan_steps(p.tasks), ((2, 0, 1000), (2, 0, 24), (1, 2, 0)))
     rows = [gloo_floor.Row("tiny", 64 * 32 * 4, 3, steps, p.lower_bound())]
     (seconds,) = gloo_floor.floors(rows, rounds=3, repeats=1, transport=transport)
     assert 0 < seconds < 10
