@@ -15,7 +15,8 @@ hosts 0-1, the destination on hosts 2-3), with ``--tensors`` (then 1,000 by defa
 4 KiB to 1 MiB (``--kib``), log-uniform; also printed: the plan's lower bound and model time on the
 testbed's cluster, and measured / bound, model / measured. ``--floor`` then replays both
 ways' messages with no runtime at all (:mod:`reshard.microbench.gloo_floor`: one process
-per device in its host's namespace, bare gloo and plain sockets)::
+per device in its host's namespace; bare gloo, plain sockets, and gloo with each
+message copied in before it is sent and out after it arrived)::
 
     python -m reshard.microbench.small_tensors [--tensors 400] [-n 5]
     python -m reshard.microbench.small_tensors --testbed 0.3 [-n 3] [--kib 4-1024] [--floor]
@@ -86,9 +87,10 @@ def measure(count: int, iters: int, testbed_gbit: float | None = None,
 
 def floors(plan: ReshardPlan, tb: Any) -> dict[str, tuple[float, float]]:
     """The plan's messages, coalesced and one per task, replayed with no runtime over
-    bare gloo and plain sockets by one process per device in its testbed host
-    (:mod:`reshard.microbench.gloo_floor`): per transport, seconds (best of 2 timings
-    of 2 rounds) coalesced and one message per task."""
+    bare gloo, plain sockets, and gloo with a pack and an unpack copy of each message, by
+    one process per device in its testbed host (:mod:`reshard.microbench.gloo_floor`):
+    per transport, seconds (best of 2 timings of 2 rounds) coalesced and one message per
+    task."""
     from reshard.microbench import gloo_floor
     from reshard.microbench.infra.testbed import NS_IFNAME
 
