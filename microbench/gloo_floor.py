@@ -60,6 +60,10 @@ class Row:
     devices: int
     steps: tuple[tuple[Edge, ...], ...]
     bound: float
+    copies: tuple[tuple[tuple[int, int], ...], ...] = ()
+    """Per step and edge (aligned with ``steps``; empty: none): the bytes its sender
+    must copy in before sending and its receiver copy out after (see
+    :func:`strided_copies`); only ``sockets+sg`` replays them."""
 
     @property
     def messages(self) -> int:
@@ -106,6 +110,59 @@ def coalesced_steps(tasks: Sequence[Task],
     return tuple(tuple(by_step[s]) for s in sorted(by_step) if by_step[s])
 
 
+def contiguous(box: Sequence[tuple[int, int]], shard: Sequence[tuple[int, int]]) -> bool:
+    """Whether global ``box`` is one C-contiguous run of a shard holding ``shard``: every
+    dimension after some one spans the shard, every dimension before it is one wide."""
+    extents = [hi - lo for lo, hi in box]
+    full = [hi - lo for lo, hi in shard]
+    if 0 in extents:
+        return True
+    j = len(extents) - 1
+    while j >= 0 and extents[j] == full[j]:
+        j -= 1
+    return all(e == 1 for e in extents[:max(j, 0)])
+
+
+def strided_copies(tasks: Sequence[Task], tensors: Sequence[Any], coalesced: bool = True,
+                   ) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """For :func:`coalesced_steps`' edges (``coalesced=False``: :func:`plan_steps`'),
+    the copies a data plane with scatter /
+    gather I/O could not avoid: (bytes of the message's boxes strided in the sender's
+    source shard, which a root packs; bytes of them strided in the receiver's
+    destination shard, which a receiver that keeps the box unpacks). A relay forwards
+    what it received as it is."""
+    known: dict[tuple[int, str], dict[int, Any]] = {}
+
+    def boxes(i: int, which: str) -> dict[int, Any]:
+        got = known.get((i, which))
+        if got is None:
+            spec = tensors[i]
+            got = known[(i, which)] = getattr(spec, which).boxes(spec.shape)
+        return got
+
+    members: dict[int, list[Task]] = {}
+    for run in step_runs(tasks) if coalesced else ():
+        for m in messages(run, lambda r: r[1], lambda t: tensors[t.tensor]):
+            members[m[0][0]] = [t for _, t in m]
+    skip = followers(tasks, tensors) if coalesced else set()
+    by_step: dict[int, list[tuple[int, int]]] = {}
+    for i, t in enumerate(tasks):
+        if i in skip:
+            continue
+        group = members.get(i, [t])
+        for a, b, _ in task_edges(t):
+            pack = unpack = 0
+            for u in group:
+                src = boxes(u.tensor, "src" if u.source.value == "src" else "dst")
+                dst = boxes(u.tensor, "dst")
+                if a == u.root and not contiguous(u.box, src[a]):
+                    pack += u.nbytes
+                if b not in u.through and b in dst and not contiguous(u.box, dst[b]):
+                    unpack += u.nbytes
+            by_step.setdefault(t.step, []).append((pack, unpack))
+    return tuple(tuple(by_step[s]) for s in sorted(by_step) if by_step[s])
+
+
 def rows(case_names: Sequence[str] | None, sizes: Sequence[int]) -> list[Row]:
     """Run mode's paper cases (those named, else all: the nine and the 1-to-m) at ``sizes``, planned (broadcast)
     on this machine's links, measured first (:mod:`reshard.microbench.calibrate`)."""
@@ -143,12 +200,12 @@ class _Gloo:
     def buffer(self, n: int) -> Any:
         return self.torch.empty(n, dtype=self.torch.uint8)
 
-    def round(self, steps: Sequence[Sequence[tuple[int, int, Any]]]) -> None:
+    def round(self, steps: Sequence[Sequence[tuple[Any, ...]]]) -> None:
         """Every step: its messages posted at once, then waited for."""
         dist, rank = self.dist, self.rank
         for step in steps:
             works = [dist.isend(buf, b) if a == rank else dist.irecv(buf, a)
-                     for a, b, buf in step]
+                     for a, b, buf, *_ in step]
             for w in works:
                 w.wait()
 
@@ -205,7 +262,7 @@ class _Sockets:
 
         return memoryview(bytearray(np.ones(n, np.uint8).tobytes()))
 
-    def round(self, steps: Sequence[Sequence[tuple[int, int, Any]]]) -> None:
+    def round(self, steps: Sequence[Sequence[tuple[Any, ...]]]) -> None:
         """Every step: each connection's messages in the step's order, all
         connections at once."""
         import selectors
@@ -214,30 +271,44 @@ class _Sockets:
         conn: Any
         for step in steps:
             work: dict[Any, list[Any]] = {}
-            for a, b, buf in step:
-                if len(buf):  # an empty message moves nothing (and reads as a close)
-                    conn = self.out[b] if a == self.rank else self.into[a]
-                    work.setdefault(conn, []).append(buf)
+            for a, b, buf, *copies in step:
+                if not len(buf):  # an empty message moves nothing (and reads as a close)
+                    continue
+                if a == self.rank:
+                    self.packed(buf, copies)
+                    conn = self.out[b]
+                else:
+                    conn = self.into[a]
+                work.setdefault(conn, []).append([buf, buf, copies])
             for conn in work:
                 sel.register(conn, selectors.EVENT_WRITE if conn in self.out.values()
                              else selectors.EVENT_READ)
             while work:
                 for key, _ in sel.select():
                     conn = key.fileobj
-                    bufs = work[conn]
+                    items = work[conn]
+                    left = items[0][1]
+                    reading = not key.events & selectors.EVENT_WRITE
                     try:
-                        n = (conn.send(bufs[0]) if key.events & selectors.EVENT_WRITE
-                             else conn.recv_into(bufs[0]))
+                        n = conn.recv_into(left) if reading else conn.send(left)
                     except BlockingIOError:
                         continue
-                    if n == 0 and key.events & selectors.EVENT_READ:
+                    if n == 0 and reading:
                         raise ConnectionError("a peer closed its connection")
-                    bufs[0] = bufs[0][n:]
-                    if not len(bufs[0]):
-                        bufs.pop(0)
-                    if not bufs:
+                    items[0][1] = left[n:]
+                    if not len(items[0][1]):
+                        whole, _, copies = items.pop(0)
+                        if reading:
+                            self.landed(whole, copies)
+                    if not items:
                         del work[conn]
                         sel.unregister(conn)
+
+    def packed(self, buf: Any, copies: Sequence[int]) -> None:
+        """Before a message goes (plain sockets: nothing to do)."""
+
+    def landed(self, buf: Any, copies: Sequence[int]) -> None:
+        """Once a message arrived (plain sockets: nothing to do)."""
 
     def barrier(self) -> None:
         """Every rank tells rank 0 it is here; rank 0 answers all once all are."""
@@ -293,11 +364,11 @@ class _GlooCopies(_Gloo):
         t.staged = self.torch.ones(n, dtype=self.torch.uint8)  # the shard's side
         return t
 
-    def round(self, steps: Sequence[Sequence[tuple[int, int, Any]]]) -> None:
+    def round(self, steps: Sequence[Sequence[tuple[Any, ...]]]) -> None:
         dist, rank = self.dist, self.rank
         for step in steps:
             works = []
-            for a, b, buf in step:
+            for a, b, buf, *_ in step:
                 if a == rank:
                     buf.copy_(buf.staged)
                     works.append((None, dist.isend(buf, b)))
@@ -309,8 +380,42 @@ class _GlooCopies(_Gloo):
                     buf.staged.copy_(buf)
 
 
+class _SocketsGather(_Sockets):
+    """Plain sockets plus the copies a data plane with scatter / gather I/O could not
+    avoid (:attr:`Row.copies`): a root's boxes strided in its source shard packed just
+    before the message goes, a receiver's strided in its destination unpacked as soon
+    as the message arrived; contiguous boxes would go from and land in the shards' own
+    memory."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.staged: Any = None
+
+    def _staged(self, n: int) -> Any:
+        import numpy as np
+
+        if self.staged is None or len(self.staged) < n:
+            self.staged = np.ones(max(n, 1 << 20), np.uint8)
+        return self.staged
+
+    def packed(self, buf: Any, copies: Sequence[int]) -> None:
+        import numpy as np
+
+        n = copies[0] if copies else 0
+        if n:
+            np.frombuffer(buf, np.uint8)[:n] = self._staged(n)[:n]
+
+    def landed(self, buf: Any, copies: Sequence[int]) -> None:
+        import numpy as np
+
+        n = copies[1] if copies else 0
+        if n:
+            self._staged(n)[:n] = np.frombuffer(buf, np.uint8)[:n]
+
+
 TRANSPORTS: dict[str, type[_Gloo | _Sockets]] = {
-    "gloo": _Gloo, "sockets": _Sockets, "gloo+copies": _GlooCopies}
+    "gloo": _Gloo, "sockets": _Sockets, "gloo+copies": _GlooCopies,
+    "sockets+sg": _SocketsGather}
 """How the replay moves a plan's messages."""
 
 
@@ -333,8 +438,9 @@ def _replay(rank: int, world: int, tmp: str, transport: str, rows: Sequence[Row]
         link: _Gloo | _Sockets = TRANSPORTS[transport](rank, world, tmp, rows, address)
         best: list[float] = []
         for row in rows:
-            steps = [[(a, b, link.buffer(n)) for a, b, n in step if rank in (a, b)]
-                     for step in row.steps]
+            copies = row.copies or tuple(((0, 0),) * len(step) for step in row.steps)
+            steps = [[(a, b, link.buffer(n), *c) for (a, b, n), c in zip(step, cs)
+                      if rank in (a, b)] for step, cs in zip(row.steps, copies)]
             link.round(steps)  # warm-up: connections made, buffers touched
             times = []
             for _ in range(repeats):

@@ -15,8 +15,9 @@ hosts 0-1, the destination on hosts 2-3), with ``--tensors`` (then 1,000 by defa
 4 KiB to 1 MiB (``--kib``), log-uniform; also printed: the plan's lower bound and model time on the
 testbed's cluster, and measured / bound, model / measured. ``--floor`` then replays both
 ways' messages with no runtime at all (:mod:`reshard.microbench.gloo_floor`: one process
-per device in its host's namespace; bare gloo, plain sockets, and gloo with each
-message copied in before it is sent and out after it arrived)::
+per device in its host's namespace; bare gloo, plain sockets, gloo with each message
+copied in before it is sent and out after it arrived, and sockets copying only the boxes
+strided in their shards, as a scatter / gather data plane would)::
 
     python -m reshard.microbench.small_tensors [--tensors 400] [-n 5]
     python -m reshard.microbench.small_tensors --testbed 0.3 [-n 3] [--kib 4-1024] [--floor]
@@ -87,7 +88,8 @@ def measure(count: int, iters: int, testbed_gbit: float | None = None,
 
 def floors(plan: ReshardPlan, tb: Any) -> dict[str, tuple[float, float]]:
     """The plan's messages, coalesced and one per task, replayed with no runtime over
-    bare gloo, plain sockets, and gloo with a pack and an unpack copy of each message, by
+    bare gloo, plain sockets, gloo with a pack and an unpack copy of each message, and
+    sockets with only the copies of strided boxes (what scatter / gather I/O leaves), by
     one process per device in its testbed host (:mod:`reshard.microbench.gloo_floor`):
     per transport, seconds (best of 2 timings of 2 rounds) coalesced and one message per
     task."""
@@ -99,9 +101,11 @@ def floors(plan: ReshardPlan, tb: Any) -> dict[str, tuple[float, float]]:
               for d in range(len(plan.devices))]
     bound = plan.lower_bound()
     rows = [gloo_floor.Row("coalesced", 0, len(places),
-                           gloo_floor.coalesced_steps(plan.tasks, plan.tensors), bound),
+                           gloo_floor.coalesced_steps(plan.tasks, plan.tensors), bound,
+                           gloo_floor.strided_copies(plan.tasks, plan.tensors)),
             gloo_floor.Row("per task", 0, len(places), gloo_floor.plan_steps(plan.tasks),
-                           bound)]
+                           bound, gloo_floor.strided_copies(plan.tasks, plan.tensors,
+                                                            coalesced=False))]
     out = {}
     for transport in gloo_floor.TRANSPORTS:
         on, off = gloo_floor.floors(rows, rounds=2, repeats=2, transport=transport,

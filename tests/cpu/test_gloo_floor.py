@@ -65,6 +65,35 @@ def test_coalesced_messages_replay_once_with_their_tasks_bytes():
         len(p.tasks[i].edges()) for i in skip)
 
 
+def test_a_box_is_contiguous_when_it_is_whole_rows_or_part_of_one():
+    full = ((0, 4), (0, 8))
+    assert gloo_floor.contiguous(((1, 3), (0, 8)), full)
+    assert gloo_floor.contiguous(((2, 3), (2, 6)), full)
+    assert not gloo_floor.contiguous(((1, 3), (0, 4)), full)
+    cube = ((0, 2), (0, 3), (0, 4))
+    assert gloo_floor.contiguous(((1, 2), (1, 3), (0, 4)), cube)
+    assert not gloo_floor.contiguous(((0, 2), (1, 3), (0, 4)), cube)
+    assert gloo_floor.contiguous(((0, 1), (0, 1), (0, 2)), cube)  # part of one row
+    assert gloo_floor.contiguous(((0, 2), (0, 3), (0, 4)), cube)  # all of it
+
+
+def test_only_strided_boxes_are_copied():
+    # rows split -> columns split: each box is half of its source shard's rows (strided
+    # there: a root packs it) and whole rows of its destination shard (lands in place)
+    from reshard.planner.plan import plan_many
+
+    a, b = DeviceMesh((1, 2), [0, 1]), DeviceMesh((1, 2), [2, 3])
+    for src, dst, packs in (("S1R", "RS1", True), ("RS1", "S1R", False)):
+        p = plan_many([((64, 64), "float32", Layout(a, src), Layout(b, dst))],
+                      Cluster.regular(2, 2))
+        steps = gloo_floor.plan_steps(p.tasks)
+        copies = gloo_floor.strided_copies(p.tasks, p.tensors, coalesced=False)
+        assert [len(s) for s in copies] == [len(s) for s in steps]
+        for step, cs in zip(steps, copies):
+            for (_, _, n), (pack, unpack) in zip(step, cs):
+                assert (pack, unpack) == ((n, 0) if packs else (0, n))
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("transport", sorted(gloo_floor.TRANSPORTS))
 def test_a_plan_replays_over_each_transport(transport):
