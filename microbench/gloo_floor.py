@@ -38,7 +38,7 @@ from reshard.microbench.sweep import links_for
 from reshard.planner.coalesce import followers, messages
 from reshard.planner.plan import plan_many
 from reshard.planner.staging import step_runs
-from reshard.planner.tasks import Task, TaskKind
+from reshard.planner.tasks import Buffer, Task, TaskKind
 
 Edge = tuple[int, int, int]
 """(sender, receiver, bytes): one message."""
@@ -91,21 +91,30 @@ def plan_steps(tasks: Sequence[Task]) -> tuple[tuple[Edge, ...], ...]:
     return tuple(tuple(by_step[s]) for s in sorted(by_step) if by_step[s])
 
 
-def coalesced_steps(tasks: Sequence[Task],
-                    tensors: Sequence[Any]) -> tuple[tuple[Edge, ...], ...]:
-    """:func:`plan_steps` as the executor coalesces them (:mod:`reshard.planner.
-    coalesce`): each coalesced message once, along its first task's edges, carrying
-    its tasks' bytes."""
-    total: dict[int, int] = {}
+def _grouped(tasks: Sequence[Task], tensors: Sequence[Any],
+             coalesced: bool = True) -> tuple[dict[int, list[Task]], set[int]]:
+    """The executor's coalesced messages (:mod:`reshard.planner.coalesce`): each
+    message's tasks by the index of its first, and the indices of the others (which
+    travel in it). ``coalesced=False``: none."""
+    if not coalesced:
+        return {}, set()
+    members: dict[int, list[Task]] = {}
     for run in step_runs(tasks):
         for m in messages(run, lambda r: r[1], lambda t: tensors[t.tensor]):
-            total[m[0][0]] = sum(t.nbytes for _, t in m)
-    skip = followers(tasks, tensors)
+            members[m[0][0]] = [t for _, t in m]
+    return members, followers(tasks, tensors)
+
+
+def coalesced_steps(tasks: Sequence[Task],
+                    tensors: Sequence[Any]) -> tuple[tuple[Edge, ...], ...]:
+    """:func:`plan_steps` as the executor coalesces them: each coalesced message once,
+    along its first task's edges, carrying its tasks' bytes."""
+    members, skip = _grouped(tasks, tensors)
     by_step: dict[int, list[Edge]] = {}
     for i, t in enumerate(tasks):
         if i in skip:
             continue
-        n = total.get(i, t.nbytes)
+        n = sum(u.nbytes for u in members.get(i, [t]))
         by_step.setdefault(t.step, []).extend((a, b, n) for a, b, _ in task_edges(t))
     return tuple(tuple(by_step[s]) for s in sorted(by_step) if by_step[s])
 
@@ -125,12 +134,11 @@ def contiguous(box: Sequence[tuple[int, int]], shard: Sequence[tuple[int, int]])
 
 def strided_copies(tasks: Sequence[Task], tensors: Sequence[Any], coalesced: bool = True,
                    ) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """For :func:`coalesced_steps`' edges (``coalesced=False``: :func:`plan_steps`'),
-    the copies a data plane with scatter /
-    gather I/O could not avoid: (bytes of the message's boxes strided in the sender's
-    source shard, which a root packs; bytes of them strided in the receiver's
-    destination shard, which a receiver that keeps the box unpacks). A relay forwards
-    what it received as it is."""
+    """For each edge of :func:`coalesced_steps` (``coalesced=False``: of
+    :func:`plan_steps`), the copies a data plane with scatter / gather I/O could not
+    avoid: (bytes of the message's boxes strided in the sender's source shard, which
+    its root packs; bytes of them strided in the receiver's destination shard, which a
+    receiver that keeps the box unpacks). A relay forwards what it received as it is."""
     known: dict[tuple[int, str], dict[int, Any]] = {}
 
     def boxes(i: int, which: str) -> dict[int, Any]:
@@ -140,11 +148,7 @@ def strided_copies(tasks: Sequence[Task], tensors: Sequence[Any], coalesced: boo
             got = known[(i, which)] = getattr(spec, which).boxes(spec.shape)
         return got
 
-    members: dict[int, list[Task]] = {}
-    for run in step_runs(tasks) if coalesced else ():
-        for m in messages(run, lambda r: r[1], lambda t: tensors[t.tensor]):
-            members[m[0][0]] = [t for _, t in m]
-    skip = followers(tasks, tensors) if coalesced else set()
+    members, skip = _grouped(tasks, tensors, coalesced)
     by_step: dict[int, list[tuple[int, int]]] = {}
     for i, t in enumerate(tasks):
         if i in skip:
@@ -153,7 +157,7 @@ def strided_copies(tasks: Sequence[Task], tensors: Sequence[Any], coalesced: boo
         for a, b, _ in task_edges(t):
             pack = unpack = 0
             for u in group:
-                src = boxes(u.tensor, "src" if u.source.value == "src" else "dst")
+                src = boxes(u.tensor, "src" if u.source is Buffer.SRC else "dst")
                 dst = boxes(u.tensor, "dst")
                 if a == u.root and not contiguous(u.box, src[a]):
                     pack += u.nbytes
@@ -164,8 +168,9 @@ def strided_copies(tasks: Sequence[Task], tensors: Sequence[Any], coalesced: boo
 
 
 def rows(case_names: Sequence[str] | None, sizes: Sequence[int]) -> list[Row]:
-    """Run mode's paper cases (those named, else all: the nine and the 1-to-m) at ``sizes``, planned (broadcast)
-    on this machine's links, measured first (:mod:`reshard.microbench.calibrate`)."""
+    """Run mode's paper cases (those named, else all: the nine and the 1-to-m) at
+    ``sizes``, planned (broadcast) on this machine's links, measured first
+    (:mod:`reshard.microbench.calibrate`)."""
     cases = [c for c in all_cases() if case_names is None or c.name in case_names]
     if not cases:
         raise ValueError(f"no paper case named {', '.join(case_names or ())}")
