@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from reshard.comm.sockets import is_wildcard, listen_on
+from reshard.comm.sockets import is_wildcard, listen_on, recv_exact
 from reshard.errors import ExecutionError
 
 _HEAD = struct.Struct("!cII")  # op, key length, value length
@@ -49,14 +49,7 @@ class RendezvousClient(Protocol):
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    chunks = []
-    while n:
-        chunk = sock.recv(min(n, 1 << 16))
-        if not chunk:
-            raise ConnectionError("rendezvous connection closed")
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
+    return recv_exact(sock, n, "rendezvous connection")
 
 
 class TcpRendezvousServer:

@@ -64,6 +64,19 @@ def is_wildcard(host: str) -> bool:
     return ip.is_unspecified or bool(mapped is not None and mapped.is_unspecified)
 
 
+def recv_exact(sock: socket.socket, n: int, what: str = "connection") -> bytes:
+    """Exactly ``n`` bytes from ``sock``; a ConnectionError (``"<what> closed"``) if
+    the peer closes first."""
+    chunks = []
+    while n:
+        chunk = sock.recv(min(n, 1 << 16))
+        if not chunk:
+            raise ConnectionError(f"{what} closed")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
 def listen_on(address: str, port: int = 0, backlog: int = 128) -> socket.socket:
     """A TCP socket listening on ``address:port`` only (0: a free port; never the
     wildcard, in any spelling)."""

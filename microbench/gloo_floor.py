@@ -30,7 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from reshard.comm.launchers.netns import NetnsHost
 from reshard.comm.launchers.scheduling import apply
+from reshard.comm.sockets import listen_on, recv_exact
 from reshard.microbench import calibrate, flags
 from reshard.microbench.steal import cpu_times, stolen_note
 from reshard.microbench.suites.paper import all_cases
@@ -42,10 +44,6 @@ from reshard.planner.tasks import Buffer, Task, TaskKind
 
 Edge = tuple[int, int, int]
 """(sender, receiver, bytes): one message."""
-
-Place = tuple[str, str, str]
-"""Where a rank runs on the emulated testbed: (network namespace, its address there,
-its interface's name)."""
 
 SIZES = (1 << 20, 8 << 20)
 """Run mode's default sizes (``reshard-bench --mode run``)."""
@@ -234,7 +232,7 @@ class _Sockets:
 
         self.rank, self.world = rank, world
         self.selector = selectors.DefaultSelector()
-        listener = socket.create_server((address, 0), backlog=4 * world)
+        listener = listen_on(address, backlog=4 * world)
         _publish(os.path.join(tmp, f"port.{rank}"), f"{address}:{listener.getsockname()[1]}")
         ports = [_lookup(os.path.join(tmp, f"port.{r}")) for r in range(world)]
         senders = {a for row in rows for step in row.steps for a, b, _ in step if b == rank}
@@ -252,7 +250,7 @@ class _Sockets:
         controls = world - 1 if rank == 0 else 0
         while len(self.into) < len(senders) or len(self.control) < controls:
             conn, _ = listener.accept()
-            kind, peer = hello.unpack(_read(conn, hello.size))
+            kind, peer = hello.unpack(recv_exact(conn, hello.size, "a peer's connection"))
             if kind == b"d":
                 self.into[peer] = conn
             else:
@@ -281,13 +279,13 @@ class _Sockets:
                     continue
                 if a == self.rank:
                     self.packed(buf, copies)
-                    conn = self.out[b]
+                    conn, events = self.out[b], selectors.EVENT_WRITE
                 else:
-                    conn = self.into[a]
-                work.setdefault(conn, []).append([buf, buf, copies])
-            for conn in work:
-                sel.register(conn, selectors.EVENT_WRITE if conn in self.out.values()
-                             else selectors.EVENT_READ)
+                    conn, events = self.into[a], selectors.EVENT_READ
+                if conn not in work:
+                    work[conn] = []
+                    sel.register(conn, events)
+                work[conn].append([buf, buf, copies])
             while work:
                 for key, _ in sel.select():
                     conn = key.fileobj
@@ -319,10 +317,10 @@ class _Sockets:
         """Every rank tells rank 0 it is here; rank 0 answers all once all are."""
         if self.rank:
             self.control[0].sendall(b"b")
-            _read(self.control[0], 1)
+            recv_exact(self.control[0], 1, "rank 0's connection")
             return
         for c in self.control:
-            _read(c, 1)
+            recv_exact(c, 1, "a peer's connection")
         for c in self.control:
             c.sendall(b"g")
 
@@ -346,16 +344,6 @@ def _lookup(path: str, timeout: float = 60.0) -> tuple[str, int]:
     with open(path) as f:
         host, _, port = f.read().rpartition(":")
     return host, int(port)
-
-
-def _read(conn: Any, n: int) -> bytes:
-    got = b""
-    while len(got) < n:
-        more = conn.recv(n - len(got))
-        if not more:
-            raise ConnectionError("a peer closed its connection")
-        got += more
-    return got
 
 
 class _GlooCopies(_Gloo):
@@ -426,7 +414,7 @@ TRANSPORTS: dict[str, type[_Gloo | _Sockets]] = {
 
 def _replay(rank: int, world: int, tmp: str, transport: str, rows: Sequence[Row],
             rounds: int, repeats: int, policy: str, results: mp.SimpleQueue,
-            place: Place | None) -> None:
+            place: NetnsHost | None) -> None:
     """One device's process (in its testbed host's namespace with ``place``): every
     row's messages ``repeats`` times ``rounds`` rounds; puts (rank, the best seconds per
     round of each row), or (rank, what failed) and exits at once (its peers may be
@@ -436,9 +424,9 @@ def _replay(rank: int, world: int, tmp: str, transport: str, rows: Sequence[Row]
         if place is not None:
             from reshard.comm.launchers.netns import enter_netns
 
-            enter_netns(place[0])  # before any thread: all of them live there
-            address = place[1]
-            os.environ["GLOO_SOCKET_IFNAME"] = place[2]
+            enter_netns(place.netns)  # before any thread: all of them live there
+            address = place.address
+            os.environ["GLOO_SOCKET_IFNAME"] = place.ifname
         apply(policy)
         link: _Gloo | _Sockets = TRANSPORTS[transport](rank, world, tmp, rows, address)
         best: list[float] = []
@@ -465,7 +453,7 @@ def _replay(rank: int, world: int, tmp: str, transport: str, rows: Sequence[Row]
 
 def floors(rows: Sequence[Row], rounds: int, repeats: int = 3, policy: str = "batch",
            transport: str = "gloo", timeout: float = 600.0,
-           places: Sequence[Place] | None = None) -> list[float]:
+           places: Sequence[NetnsHost] | None = None) -> list[float]:
     """Seconds per round of each row over ``transport`` (the slowest rank's best
     repeat), one process per device, started once for every row; ``places``: each
     rank's testbed host (else loopback). A process that fails, or all of them past

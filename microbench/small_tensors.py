@@ -73,16 +73,17 @@ def measure(count: int, iters: int, testbed_gbit: float | None = None,
     (:func:`floors`)."""
     if testbed_gbit is None:
         low, high = kib or (1, 64)
-        return _measure(requests(count, low=low << 10, high=high << 10), Cluster.regular(2, 4),
-                        iters, None)
+        reqs = requests(count, low=low << 10, high=high << 10)
+        return _measure(reqs, plan_many(reqs, cluster=Cluster.regular(2, 4)), iters, None)
     from reshard.microbench.infra.testbed import Testbed
 
     low, high = kib or (4, 1024)
     with Testbed(4, testbed_gbit) as tb:
         reqs = requests(count, low=low << 10, high=high << 10, log=True)
-        got = _measure(reqs, tb.cluster(2), iters, tb)
+        plan = plan_many(reqs, cluster=tb.cluster(2))
+        got = _measure(reqs, plan, iters, tb)
         if floor:
-            got["floors"] = floors(plan_many(reqs, cluster=tb.cluster(2)), tb)
+            got["floors"] = floors(plan, tb)
         return got
 
 
@@ -94,11 +95,10 @@ def floors(plan: ReshardPlan, tb: Any) -> dict[str, tuple[float, float]]:
     per transport, seconds (best of 2 timings of 2 rounds) coalesced and one message per
     task."""
     from reshard.microbench import gloo_floor
-    from reshard.microbench.infra.testbed import NS_IFNAME
 
-    per_host = len(tb.cluster(2).hosts[0])
-    places = [(tb.netns(d // per_host), tb.address(d // per_host), NS_IFNAME)
-              for d in range(len(plan.devices))]
+    per_host = len(plan.cluster.hosts[0])
+    hosts = tb.netns_placement().hosts
+    places = [hosts[d // per_host] for d in range(len(plan.devices))]
     bound = plan.lower_bound()
     rows = [gloo_floor.Row("coalesced", 0, len(places),
                            gloo_floor.coalesced_steps(plan.tasks, plan.tensors), bound,
@@ -114,12 +114,11 @@ def floors(plan: ReshardPlan, tb: Any) -> dict[str, tuple[float, float]]:
     return out
 
 
-def _measure(reqs: list[tuple], cluster: Cluster, iters: int, netns: object) -> dict:
-    plan = plan_many(reqs, cluster=cluster)
+def _measure(reqs: list[tuple], plan: ReshardPlan, iters: int, netns: object) -> dict:
     rng = np.random.default_rng(1)
     values = [rng.random(shape).astype(np.float32).astype(parse_dtype(dt))
               for shape, dt, _, _ in reqs]
-    with Runtime("gloo", cluster, "process", timeout=300, netns=netns) as rt:
+    with Runtime("gloo", plan.cluster, "process", timeout=300, netns=netns) as rt:
         xs = [rt.put(v, src) for v, (_, _, src, _) in zip(values, reqs)]
         rt._check_plan(plan)
         progs = {d: p.to_json() for d, p in programs(plan, rt.group.devices).items()}

@@ -129,12 +129,12 @@ def test_a_replay_on_the_testbed_goes_through_its_shaped_nics():
     avail = _testbed_available()
     if not avail:
         pytest.skip(f"no netns testbed: {avail.reason}")
-    from reshard.microbench.infra.testbed import NS_IFNAME, Testbed
+    from reshard.microbench.infra.testbed import Testbed
 
     nbytes = 1 << 20
     rows = [gloo_floor.Row("1 MiB across", nbytes, 2, (((0, 1, nbytes),),), 1e-3)]
     with Testbed(2, 1.0) as tb:
-        places = [(tb.netns(h), tb.address(h), NS_IFNAME) for h in range(2)]
+        places = tb.netns_placement().hosts
         wire = nbytes / tb.payload_bandwidth  # 8.8 ms at 1 Gbit/s; loopback: ~0.3 ms
         for transport in sorted(gloo_floor.TRANSPORTS):
             (seconds,) = gloo_floor.floors(rows, rounds=3, repeats=1, transport=transport,
