@@ -494,19 +494,23 @@ def floors(rows: Sequence[Row], rounds: int, repeats: int = 3, policy: str = "ba
     return [max(best[i] for best in got) for i in range(len(rows))]
 
 
+def _sizes(text: str) -> list[int]:
+    """``-b``: comma-separated sizes (:func:`reshard.microbench.flags.parse_size` each)."""
+    return [flags.parse_size(s) for s in text.split(",")]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Plan, replay over bare gloo and plain sockets, print one line per row."""
     ap = flags.parser("python -m reshard.microbench.gloo_floor", __doc__ or "")
     ap.add_argument("--cases", default=None, help="paper cases, comma-separated (default: all)")
-    ap.add_argument("-b", "--sizes", default=None,
+    ap.add_argument("-b", "--sizes", type=_sizes, default=list(SIZES),
                     help="tensor sizes, comma-separated (e.g. 1M,8M; default: run mode's)")
-    ap.add_argument("-n", "--rounds", type=int, default=40, help="rounds per timing")
+    ap.add_argument("-n", "--rounds", type=flags.positive_int, default=40,
+                    help="rounds per timing")
     args = ap.parse_args(argv)
     names = [n.strip() for n in args.cases.split(",")] if args.cases else None
     try:
-        sizes = ([flags.parse_size(s) for s in args.sizes.split(",")] if args.sizes
-                 else list(SIZES))
-        todo = rows(names, sizes)
+        todo = rows(names, args.sizes)
     except ValueError as e:
         ap.error(str(e))
     before = cpu_times()

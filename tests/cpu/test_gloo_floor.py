@@ -140,3 +140,16 @@ def test_a_replay_on_the_testbed_goes_through_its_shaped_nics():
             (seconds,) = gloo_floor.floors(rows, rounds=3, repeats=1, transport=transport,
                                            places=places)
             assert 0.9 * wire < seconds < 20 * wire, transport
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["-n", "0"], "expected an integer >= 1"),
+    (["-b", "1Q"], "bad size '1Q'"),
+    (["-b", "1M,,8M"], "bad size ''"),
+    (["--cases", "nine"], "no paper case named nine"),
+])
+def test_bad_flags_are_usage_errors_before_anything_runs(argv, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        gloo_floor.main(argv)
+    assert e.value.code == 2
+    assert says in capsys.readouterr().err
