@@ -3,7 +3,7 @@
 A backend instance serves one device (one rank). Collectives name their member set
 as a sorted tuple of global device ids (the communicator key); rows of an all-gather
 follow that order. Buffers are 1-d contiguous arrays of the backend's array module
-(numpy for ``local``, ``gloo`` and ``torch`` on CPU, cupy for ``nccl``, torch tensors
+(numpy for ``local``, ``gloo``, ``tcp`` and ``torch`` on CPU, cupy for ``nccl``, torch tensors
 for ``torch`` on CUDA).
 
 Registration: a :class:`BackendRegistry` is an immutable value mapping names to
@@ -36,11 +36,19 @@ class BackendKind(enum.Enum):
     LOCAL = "local"
     GLOO = "gloo"
     NCCL = "nccl"
+    TCP = "tcp"
 
     @classmethod
     def parse(cls, value: str | BackendKind) -> BackendKind:
         """Accept a BackendKind or its name; raise listing the valid names."""
         return parse_choice(cls, value, "backend")
+
+    @property
+    def advertises(self) -> bool:
+        """Its ranks talk over the host's network and are told the address the others
+        reach them at (``advertise=``; loopback, a Ray node's address, a testbed
+        namespace's): the CPU data planes ``gloo`` and ``tcp``."""
+        return self in (BackendKind.GLOO, BackendKind.TCP)
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,15 @@ class Capabilities:
             it run under Linux's ``SCHED_BATCH`` policy (no preemption on wake-up;
             :mod:`reshard.comm.launchers.scheduling` says why gloo asks). Never applied
             to a process the caller owns (the embeddable executor, the thread launcher).
+        gathers: :meth:`Backend.send`, :meth:`Backend.recv` and
+            :meth:`Backend.broadcast` also take ``buf`` as a list of 1-d C-contiguous
+            arrays (of any dtypes) or flat byte memoryviews of host memory, moved as
+            the concatenation of their bytes, and the
+            members of one operation may cut it differently (same total): a sender
+            gathers from where each box lies, a receiver scatters to where each goes
+            (``sendmsg`` / ``recvmsg_into``). The executor then moves a coalesced
+            message's boxes that are contiguous in their shard straight from and into
+            the shard instead of through scratch memory. False: ``buf`` is one array.
     """
 
     moves: frozenset[str] | None
@@ -93,13 +110,14 @@ class Capabilities:
     bits: frozenset[str] = frozenset()
     sized_pieces: bool = False
     batch_scheduled: bool = False
+    gathers: bool = False
 
     def meet(self, rank: Capabilities) -> Capabilities:
         """What a rank built from a registration declaring ``self`` may be asked to do,
         when the rank declares ``rank`` itself: the dtypes both allow, communicators
         made world-wide if either says so, buffers where the rank has them, sums fused
-        only if both fuse them (and report landed pieces, take a piece size and ask for
-        batch scheduling, only if both do)."""
+        only if both fuse them (and report landed pieces, take a piece size, ask for
+        batch scheduling and gather buffers, only if both do)."""
         def both(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
             return b if a is None else a if b is None else a & b
 
@@ -109,7 +127,8 @@ class Capabilities:
                             self.lands_pieces and rank.lands_pieces,
                             both(self.converts, rank.converts), self.bits | rank.bits,
                             self.sized_pieces and rank.sized_pieces,
-                            self.batch_scheduled and rank.batch_scheduled)
+                            self.batch_scheduled and rank.batch_scheduled,
+                            self.gathers and rank.gathers)
 
 
 @runtime_checkable
@@ -425,19 +444,21 @@ _BUILTIN = (
     ("gloo", "reshard.comm.backends.gloo:GlooBackend", ("process", "ray")),
     ("nccl", "reshard.comm.backends.nccl:NcclBackend", ("process", "ray")),
     ("torch", "reshard.comm.backends.torch_dist:torch_backend", ()),
+    ("tcp", "reshard.comm.backends.tcp:TcpBackend", ("process", "ray")),
 )
 _CAPABILITIES = {
     # where each built-in declares its capabilities (modules import no torch / cupy)
     "local": "reshard.comm.backends.local:LocalBackend",
     "gloo": "reshard.comm.backends.gloo:GlooBackend",
     "nccl": "reshard.comm.backends.nccl:NcclBackend",
+    "tcp": "reshard.comm.backends.tcp:TcpBackend",
     "torch": "reshard.comm.backends.torch_dist:TorchDistBackend",
 }
 
 
 def builtin_backends() -> BackendRegistry:
-    """A registry of the built-in backends: ``local``, ``gloo``, ``nccl`` (started by a
-    Runtime) and ``torch`` (ranks of a torch.distributed process group the caller made;
+    """A registry of the built-in backends: ``local``, ``gloo``, ``nccl``, ``tcp``
+    (started by a Runtime) and ``torch`` (ranks of a torch.distributed process group the caller made;
     embedded only). Each call returns a new value; extend it with
     :meth:`BackendRegistry.register` or :func:`register_backend`."""
     entries = []

@@ -24,6 +24,25 @@ def region(shard: Any, box: Box, shard_box: Box) -> Any:
     return shard[local_slices(box, shard_box)]
 
 
+def byte_span(box: Box, shard_box: Box, itemsize: int) -> tuple[int, int] | None:
+    """Bytes ``[a, b)`` of global ``box`` in a C-contiguous shard holding ``shard_box``
+    (elements of ``itemsize`` bytes) when the box is one run of the shard's memory
+    (every dimension after its first longer than 1 whole); None when it is strided
+    there, or empty."""
+    ext = [b - a for a, b in box]
+    n = math.prod(ext)
+    if not n:
+        return None
+    shape = [b - a for a, b in shard_box]
+    first = next((d for d, e in enumerate(ext) if e > 1), len(ext))
+    if any(ext[d] != shape[d] for d in range(first + 1, len(ext))):
+        return None
+    at = 0
+    for (lo, _), (s, _), size in zip(box, shard_box, shape):
+        at = at * size + (lo - s)
+    return at * itemsize, (at + n) * itemsize
+
+
 def is_contiguous(view: Any) -> bool:
     """True if ``view`` is one C-contiguous run of memory."""
     if is_torch(view):

@@ -40,10 +40,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
 from reshard.casting import block_amax, convert_into, quantize_into, scales_from_amax
 from reshard.comm.backend import Backend
 from reshard.comm.packing import (
     Unpacker,
+    byte_span,
     is_contiguous,
     local_slices,
     pack,
@@ -179,7 +182,8 @@ class LoadedProgram:
     backend: Backend
     _elements: dict[str, Any] = field(default_factory=dict, repr=False)
     _regions: dict[tuple[int, int, str], Any] = field(default_factory=dict, repr=False)
-    _payloads: dict[int, Payload] = field(default_factory=dict, repr=False)
+    _messages: dict[int, MessageLayout] = field(default_factory=dict, repr=False)
+    _owners: dict[int, tuple[StepTask, ...]] = field(default_factory=dict, repr=False)
 
     @property
     def num_tasks(self) -> int:
@@ -214,58 +218,102 @@ class LoadedProgram:
             view = self._regions[key] = self.scratch[offset:offset + n * itemsize(dtype)].view(elem)
         return view
 
-    def payload(self, st: StepTask) -> Payload:
-        """A coalesced task's payload here (:class:`Payload`), made on its first run."""
-        got = self._payloads.get(st.index)
+    def owners(self, step: Sequence[StepTask]) -> tuple[StepTask, ...]:
+        """The tasks of ``step`` (one of :attr:`steps`) whose root is this device and
+        sums into its source shard (a REDUCE, or a broadcast with addends; found on the
+        step's first run)."""
+        key = id(step)  # the steps live as long as the program
+        got = self._owners.get(key)
         if got is None:
-            t = st.task
-            i, dtype = t.tensor, buffer_dtype(self.program.tensors[t.tensor], t)
-            flat = self.region(st.offset, box_size(t.box), dtype)
-            # a root's source shard, or a destination shard (a relay may hold neither)
-            reads = t.root == self.device and t.source is Buffer.SRC
-            box = (self.src_box if reads else self.dst_box).get(i)
-            got = self._payloads[st.index] = Payload(
-                flat, flat.reshape(tuple(hi - lo for lo, hi in t.box)),
-                () if box is None else local_slices(t.box, box),
-                box_size(t.box) * itemsize(dtype))
+            me = self.device
+            got = self._owners[key] = tuple(
+                st for st in step if (st.task.kind is TaskKind.REDUCE or st.task.addends)
+                and st.task.root == me)
+        return got
+
+    def message(self, st: StepTask, step: Sequence[StepTask]) -> MessageLayout:
+        """The layout of the coalesced message ``st`` issues (``step``: its step) on this
+        device (:class:`MessageLayout`), made on its first run."""
+        got = self._messages.get(st.index)
+        if got is None:
+            tensors, me = self.program.tensors, self.device
+            pieces = []
+            for m in (st, *(step[k] for k in st.members)):
+                t = m.task
+                i, dtype = t.tensor, buffer_dtype(tensors[t.tensor], t)
+                flat = self.region(m.offset, box_size(t.box), dtype)
+                # a root's source shard, or a destination shard (a relay may hold neither)
+                reads = t.root == me and t.source is Buffer.SRC
+                box = (self.src_box if reads else self.dst_box).get(i)
+                start = m.offset - st.message_at
+                pieces.append(MessagePiece(
+                    m, i, () if box is None else local_slices(t.box, box), flat,
+                    flat.reshape(tuple(hi - lo for lo, hi in t.box)), start,
+                    start + box_size(t.box) * itemsize(dtype),
+                    None if box is None else byte_span(t.box, box, itemsize(dtype))))
+            pieces.sort(key=lambda p: p.start)
+            got = self._messages[st.index] = MessageLayout(
+                tuple(pieces), self.region(st.message_at, st.message, "uint8"))
         return got
 
 
 @dataclass(frozen=True)
-class Payload:
-    """A coalesced task's region of its message on one device, kept with the program
+class MessagePiece:
+    """A coalesced task's payload in its message on one device, kept with the program
     (a coalesced step runs many small tasks: slicing and reshaping once per load, not
     per run, is most of what it costs per task).
 
     Attributes:
-        flat: the region, 1-d, in the task's buffer dtype.
-        shaped: the same memory in the box's shape.
-        slices: where the box lies in this device's shard: its source shard at the
+        st: the task.
+        tensor: its tensor.
+        slices: where its box lies in this device's shard: its source shard at the
             task's root (a relay's root: its destination shard), its destination shard
             elsewhere; () where it holds neither.
-        nbytes: the region's bytes.
+        flat: its region of the message's scratch memory, 1-d, in its buffer dtype.
+        shaped: the same memory in the box's shape.
+        start: where its bytes start in the message.
+        end: where they end.
+        span: its bytes in that shard when the shard is C-contiguous and the box one
+            run of it (:func:`~reshard.comm.packing.byte_span`); None where strided.
     """
 
+    st: StepTask
+    tensor: int
+    slices: tuple[slice, ...]
     flat: Any
     shaped: Any
-    slices: tuple[slice, ...]
-    nbytes: int
+    start: int
+    end: int
+    span: tuple[int, int] | None
 
 
-@dataclass
+@dataclass(frozen=True)
+class MessageLayout:
+    """A coalesced message on one device: its payloads in message order and its
+    scratch region (the payloads back to back, as 1-d bytes)."""
+
+    pieces: tuple[MessagePiece, ...]
+    region: Any
+
+
+@dataclass(slots=True)
 class _Op:
-    """A task of the running step on this device, with its buffers.
+    """A task of the running step on this device, with its buffers (or a coalesced
+    message, under its first task).
 
     Attributes:
         st: the task.
         buf: SEND / BROADCAST: the packed data (root) or the receive target; REDUCE:
             this device's addend (the sum, at the root); ALLGATHER: this device's piece.
+            A coalesced message: its scratch region, or (a backend that gathers) the
+            list of its parts.
         rows: ALLGATHER: the gathered rows, one per member.
         sent: bytes this device sends.
         sink: a SEND / BROADCAST receiver's box received into scratch, unpacked piece
             by piece as the backend reports them landed (backends that do); of a
-            coalesced message, its tasks unpacked each as its payload lands.
-        unpacked: already in its destination (by its message's sink).
+            coalesced message, its payloads unpacked each as it lands.
+        unpacks: a coalesced message's payloads to unpack (after the step: what its
+            sink has not).
     """
 
     st: StepTask
@@ -273,7 +321,7 @@ class _Op:
     rows: Any = None
     sent: int = 0
     sink: Unpacker | _MessageSink | None = None
-    unpacked: bool = False
+    unpacks: _MessageSink | None = None
 
     @property
     def task(self) -> Task:
@@ -282,31 +330,30 @@ class _Op:
 
 
 class _MessageSink:
-    """A receiver's coalesced message: each task's payload is unpacked into its
-    destination as soon as the bytes landed so far cover it (the payloads lie back to
-    back from the message's start), so unpacking one overlaps the arrival of the rest
-    instead of following the whole step."""
+    """A receiver's coalesced message: each payload received into scratch is unpacked
+    into its destination as soon as the bytes landed so far cover it (the payloads lie
+    back to back from the message's start), so unpacking one overlaps the arrival of
+    the rest instead of following the whole step.
 
-    def __init__(self, ex: Execution, start: int, members: list[_Op]) -> None:
-        self.ex = ex
-        ends = [(op.st.offset - start + box_size(op.task.box) * op.buf.itemsize, op)
-                for op in members]
-        self.items = sorted(ends, key=lambda e: e[0])
+    Args:
+        dst: tensor -> this device's destination shard.
+        pieces: the payloads to unpack, in message order.
+    """
+
+    __slots__ = ("done", "dst", "pieces")
+
+    def __init__(self, dst: dict[int, Any], pieces: list[MessagePiece]) -> None:
+        self.dst, self.pieces = dst, pieces
         self.done = 0
 
     def upto(self, nbytes: int) -> None:
-        """Unpack every task whose payload the message's first ``nbytes`` hold (each a
-        receiver's box in its region of the message: straight into its destination)."""
-        items, ex = self.items, self.ex
-        dst = ex.dst
-        while self.done < len(items) and items[self.done][0] <= nbytes:
-            op = items[self.done][1]
-            t = op.task
-            if ex._receives(t):
-                got = ex.lp.payload(op.st)
-                dst[t.tensor][got.slices] = got.shaped
-            op.unpacked = True
-            self.done += 1
+        """Unpack every payload the message's first ``nbytes`` hold."""
+        pieces, dst, k = self.pieces, self.dst, self.done
+        while k < len(pieces) and pieces[k].end <= nbytes:
+            p = pieces[k]
+            dst[p.tensor][p.slices] = p.shaped
+            k += 1
+        self.done = k
 
     def finish(self) -> None:
         """Unpack what is left."""
@@ -339,6 +386,8 @@ class Execution:
         self.backend = lp.backend
         self.tensors = lp.program.tensors
         self._private: set[int] = set()  # tensors whose source shard is a private copy
+        self._bytes: dict[int, Any] = {}  # id(shard) -> its bytes (_shard_bytes)
+        self._converts: dict[int, bool] = {}  # tensor -> converts(tensor), until private
 
     # ----- sources ---------------------------------------------------------------------
     def source(self, i: int) -> Any:
@@ -390,9 +439,12 @@ class Execution:
     def converts(self, i: int) -> bool:
         """True if tensor ``i``'s source shard here is not what the wire carries (a cast,
         scales, or a partial sum's accumulator)."""
-        pt = self.tensors[i]
-        held = (pt.sum_dtype or pt.dtype) if i in self._private else pt.dtype
-        return held != pt.out_dtype or pt.scale is not ScaleMode.NONE
+        got = self._converts.get(i)
+        if got is None:
+            pt = self.tensors[i]
+            held = (pt.sum_dtype or pt.dtype) if i in self._private else pt.dtype
+            got = self._converts[i] = held != pt.out_dtype or pt.scale is not ScaleMode.NONE
+        return got
 
     def pack_source(self, st: StepTask, shard: Any, shard_box: Box, n: int) -> Any:
         """The task's box of a source shard as a 1-d buffer of the wire's dtype: a view
@@ -412,35 +464,25 @@ class Execution:
     def run_step(self, step: tuple[StepTask, ...], blame: Blame) -> int:
         """This device's tasks of one step: prepared, issued as one group, unpacked
         (the module docstring's three phases). A coalesced message is issued as soon
-        as its tasks are ready, in the step's order (a backend that starts operations
+        as its payloads are ready, in the step's order (a backend that starts operations
         as they are issued, gloo, sends it while the next ones are packed), every
         other task after all are ready, in the step's order: the same order on every
         device. A backend that batches a group (NCCL) launches them all at its end.
         Returns the bytes sent."""
         self.own_sources(step)
-        ready: list[_Op | None] = [None] * len(step)
-
-        def prepare(k: int) -> _Op | None:
-            st = step[k]
-            with blame(st):
-                if st.message or st.follows:
-                    op = self.prepare_coalesced(st)
-                else:
-                    op = _PREPARE[st.task.kind](self, st)
-            ready[k] = op
-            return op
-
+        ops: list[_Op] = []
+        later: list[_Op] = []
         backend = self.backend
         opened = False
-        later: list[_Op] = []
-        for k, st in enumerate(step):
-            if st.follows:  # made ready by (and travels in) its message's first task
+        for st in step:
+            if st.follows:  # travels in its message, which its first task issues
                 continue
-            for m in st.members:
-                prepare(m)
-            op = prepare(k)
+            with blame(st):
+                op: _Op | None = self.prepare_message(st, step) if st.message else \
+                    _PREPARE[st.task.kind](self, st)
             if op is None:
                 continue
+            ops.append(op)
             if not st.message:
                 later.append(op)
                 continue
@@ -448,25 +490,22 @@ class Execution:
                 backend.group_start()
                 opened = True
             with blame(st):
-                whole = _Op(st, self.lp.region(st.message_at, st.message, "uint8"))
-                if self._lands and self._receives(st.task):
-                    whole.sink = _MessageSink(self, st.message_at, [
-                        o for o in (op, *(ready[m] for m in st.members)) if o is not None])
-                _ISSUE[op.task.kind](self, whole)
+                _ISSUE[op.task.kind](self, op)
         if later and not opened:
             backend.group_start()
             opened = True
         for op in later:
             with blame(op.st):
                 _ISSUE[op.task.kind](self, op)
-        ops = [op for op in ready if op is not None]
         if not opened:
             return 0
         with blame(*(op.st for op in ops), step=True):
             backend.group_end()
         for op in ops:
-            if not op.unpacked:
-                with blame(op.st):
+            with blame(op.st):
+                if op.unpacks is not None:
+                    op.unpacks.finish()
+                elif not op.st.message:
                     _UNPACK[op.task.kind](self, op)
         return sum(op.sent for op in ops)
 
@@ -481,35 +520,93 @@ class Execution:
         d = self.device
         return t.root != d and d not in t.through and d not in t.addends
 
-    def prepare_coalesced(self, st: StepTask) -> _Op | None:
-        """A task of a coalesced message (which never sums addends): its data in its own
-        scratch region, which the message covers (the root copies its box there; a
-        receiver or relay receives there, and a receiver unpacks as it lands)."""
+    def _shard_bytes(self, shard: Any) -> Any:
+        """A C-contiguous numpy shard's memory as flat bytes (memoryview), else None
+        (cached for the run: a message reads a shard for each of its payloads)."""
+        key = id(shard)
+        got = self._bytes.get(key, False)
+        if got is False:
+            got = self._bytes[key] = (
+                memoryview(shard.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+                if isinstance(shard, np.ndarray) and shard.flags.c_contiguous else None)
+        return got
+
+    def prepare_message(self, st: StepTask, step: Sequence[StepTask]) -> _Op:
+        """A coalesced message (whose tasks never sum addends), as one operation of its
+        first task: the root copies each payload from its shard into the message's
+        scratch region, a receiver receives there and unpacks each payload as it lands
+        (a relay only passes it on). On a backend that gathers
+        (``Capabilities.gathers``), a payload that is one contiguous run of its shard
+        is sent from there or received straight into it instead: the message is the
+        list of its parts (runs of the region between such payloads)."""
+        lay = self.lp.message(st, step)
+        region, total = lay.region, st.message
+        parts: list[Any] = []
+        run = -1  # where the open run of scratch-held payloads starts; -1: none
+        gathers = self.backend.capabilities.gathers
         t = st.task
-        got = self.lp.payload(st)
-        mine = got.flat
-        if t.root != self.device:  # nothing to make ready
-            return _Op(st, mine)
-        i = t.tensor
-        if t.source is Buffer.SRC and not self.converts(i):
-            # the root's box, copied from its source shard straight into the region
-            got.shaped[...] = self.source(i)[got.slices]
-            return _Op(st, mine, sent=got.nbytes)
-        op = _PREPARE[t.kind](self, st)  # converted, or a relay's box from its destination
-        if op is not None:
-            if not same_memory(op.buf, mine):
-                mine[...] = op.buf
-            op.buf, op.sink = mine, None
-        return op
+        sink = None
+        if t.root == self.device:
+            for p in lay.pieces:
+                pt, i = p.st.task, p.tensor
+                if pt.source is Buffer.SRC and not self.converts(i):
+                    shard = self.source(i)
+                    direct = self._shard_bytes(shard) if gathers and p.span else None
+                    if direct is None:
+                        p.shaped[...] = shard[p.slices]
+                    else:
+                        direct = direct[p.span[0]:p.span[1]]  # type: ignore[index]
+                else:  # converted, or a relay's box from its destination
+                    op = _PREPARE[pt.kind](self, p.st)
+                    direct = None
+                    if op is not None and not same_memory(op.buf, p.flat):
+                        if gathers:
+                            direct = op.buf
+                        else:
+                            p.flat[...] = op.buf
+                if direct is None:
+                    if run < 0:
+                        run = p.start
+                    continue
+                if run >= 0:
+                    parts.append(region[run:p.start])
+                    run = -1
+                parts.append(direct)
+            sent = total
+        else:
+            unpack: list[MessagePiece] = []
+            receives = self._receives(t)
+            dst = self.dst
+            for p in lay.pieces:
+                if receives:
+                    into = self._shard_bytes(dst[p.tensor]) if gathers and p.span else None
+                    if into is not None:
+                        if run >= 0:
+                            parts.append(region[run:p.start])
+                            run = -1
+                        parts.append(into[p.span[0]:p.span[1]])  # type: ignore[index]
+                        continue
+                    unpack.append(p)
+                if run < 0:
+                    run = p.start
+            if unpack:
+                sink = _MessageSink(dst, unpack)
+            sent = 0
+        if run == 0:
+            buf = region
+        else:
+            if run > 0:
+                parts.append(region[run:total])
+            buf = parts
+        return _Op(st, buf, sent=sent, sink=sink if self._lands else None, unpacks=sink)
 
     def own_sources(self, step: Sequence[StepTask]) -> None:
         """Before a step: a REDUCE root (or a broadcast's that sums addends) sums into
         a private copy of its source shard (one per tensor), never into the caller's
         array."""
-        for st in step:
+        for st in self.lp.owners(step):
             t = st.task
-            if (t.kind is TaskKind.REDUCE or t.addends) and t.root == self.device and \
-                    t.tensor not in self._private:
+            if t.tensor not in self._private:
                 shard = self.source(t.tensor)
                 pt = self.tensors[t.tensor]
                 copy = self.backend.empty(math.prod(shard.shape),
@@ -518,6 +615,7 @@ class Execution:
                 copy[...] = shard  # into the accumulator: exact (bf16 -> float32)
                 self.src[t.tensor] = copy
                 self._private.add(t.tensor)
+                self._converts.pop(t.tensor, None)
 
     def _addend(self, st: StepTask) -> Any:
         """A copy of this device's source box of the task in the task's scratch region

@@ -26,6 +26,7 @@ strided in their shards, as a scatter / gather data plane would)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from collections.abc import Sequence
@@ -45,6 +46,8 @@ from reshard.planner.plan import plan_many
 
 SPECS = (("S0R", "RS0"), ("RS0", "S0R"), ("RR", "S0S1"), ("S0S1", "RR"), ("S01R", "RS01"))
 DTYPES = ("float32", "bfloat16", "int8")
+CPU_PLANES = ("gloo", "tcp")
+"""The backends ``--backend`` runs it on (worker processes on CPU)."""
 
 
 def requests(count: int, seed: int = 0, low: int = 1 << 10, high: int = 64 << 10,
@@ -67,21 +70,24 @@ def requests(count: int, seed: int = 0, low: int = 1 << 10, high: int = 64 << 10
 
 
 def measure(count: int, iters: int, testbed_gbit: float | None = None,
-            kib: tuple[int, int] | None = None, floor: bool = False) -> dict:
-    """Both ways on one set of workers (module docstring); ``kib``: the sizes' range;
-    ``floor`` (testbed only): also both ways' messages on bare gloo and plain sockets
-    (:func:`floors`)."""
+            kib: tuple[int, int] | None = None, floor: bool = False,
+            backends: Sequence[str] = ("gloo",)) -> dict:
+    """Both ways on one set of workers per backend (module docstring); ``kib``: the
+    sizes' range; ``floor`` (testbed only): also both ways' messages on bare gloo and
+    plain sockets (:func:`floors`); ``backends``: the CPU data planes to run it on
+    (several: alternated within each round)."""
     if testbed_gbit is None:
         low, high = kib or (1, 64)
         reqs = requests(count, low=low << 10, high=high << 10)
-        return _measure(reqs, plan_many(reqs, cluster=Cluster.regular(2, 4)), iters, None)
+        return _measure(reqs, plan_many(reqs, cluster=Cluster.regular(2, 4)), iters, None,
+                        backends)
     from reshard.microbench.infra.testbed import Testbed
 
     low, high = kib or (4, 1024)
     with Testbed(4, testbed_gbit) as tb:
         reqs = requests(count, low=low << 10, high=high << 10, log=True)
         plan = plan_many(reqs, cluster=tb.cluster(2))
-        got = _measure(reqs, plan, iters, tb)
+        got = _measure(reqs, plan, iters, tb, backends)
         if floor:
             got["floors"] = floors(plan, tb)
         return got
@@ -114,26 +120,32 @@ def floors(plan: ReshardPlan, tb: Any) -> dict[str, tuple[float, float]]:
     return out
 
 
-def _measure(reqs: list[tuple], plan: ReshardPlan, iters: int, netns: object) -> dict:
+def _measure(reqs: list[tuple], plan: ReshardPlan, iters: int, netns: object,
+             backends: Sequence[str]) -> dict:
     rng = np.random.default_rng(1)
     values = [rng.random(shape).astype(np.float32).astype(parse_dtype(dt))
               for shape, dt, _, _ in reqs]
-    with Runtime("gloo", plan.cluster, "process", timeout=300, netns=netns) as rt:
-        xs = [rt.put(v, src) for v, (_, _, src, _) in zip(values, reqs)]
-        rt._check_plan(plan)
-        progs = {d: p.to_json() for d, p in programs(plan, rt.group.devices).items()}
-        in_keys = [x.key for x in xs]
-        times: dict[bool, list[float]] = {True: [], False: []}
-        for way, pid in ((True, 9001), (False, 9002)):
-            rt.call({d: LoadPlan(pid, progs[d], coalesce=way) for d in progs}, "load")
+    times: dict[tuple[str, bool], list[float]] = {
+        (b, way): [] for b in backends for way in (True, False)}
+    with contextlib.ExitStack() as stack:
+        rts = {b: stack.enter_context(Runtime(b, plan.cluster, "process", timeout=300,
+                                              netns=netns)) for b in backends}
+        keys = {}
+        for b, rt in rts.items():
+            keys[b] = [rt.put(v, src).key for v, (_, _, src, _) in zip(values, reqs)]
+            rt._check_plan(plan)
+            progs = {d: p.to_json() for d, p in programs(plan, rt.group.devices).items()}
+            for way, pid in ((True, 9001), (False, 9002)):
+                rt.call({d: LoadPlan(pid, progs[d], coalesce=way) for d in progs}, "load")
+        runs = [(b, way) for b in backends for way in (True, False)]
         for k in range(iters + 1):
-            for way in ((True, False) if k % 2 == 0 else (False, True)):
-                pid = 9001 if way else 9002
+            for b, way in (runs if k % 2 == 0 else runs[::-1]):  # alternated
+                rt, pid = rts[b], 9001 if way else 9002
                 out_keys = [f"small-{way}-{k}-{i}" for i in range(len(reqs))]
                 t0 = time.perf_counter()
-                rt.call({d: Execute(pid, in_keys, out_keys) for d in plan.devices}, "run")
-                if k:  # the first round warms both up
-                    times[way].append(time.perf_counter() - t0)
+                rt.call({d: Execute(pid, keys[b], out_keys) for d in plan.devices}, "run")
+                if k:  # the first round warms every way up
+                    times[(b, way)].append(time.perf_counter() - t0)
                 wrong = 0
                 for i, (v, (_, _, _, dst)) in enumerate(zip(values, reqs)):
                     got = rt.call({d: Get(out_keys[i]) for d in dst.devices}, "get")
@@ -141,13 +153,24 @@ def _measure(reqs: list[tuple], plan: ReshardPlan, iters: int, netns: object) ->
                         wrong += int(got[d].tobytes() != np.ascontiguousarray(v[sl]).tobytes())
                 rt.call({d: Drop(out_keys) for d in plan.devices}, "drop")
                 if wrong:
-                    raise AssertionError(f"{wrong} destination shards differ (coalesce={way})")
+                    raise AssertionError(f"{wrong} destination shards differ ({b}, "
+                                         f"coalesce={way})")
     merged = len(followers(plan.tasks, plan.tensors))
+    per = {b: {"on_s": statistics.median(times[(b, True)]),
+               "off_s": statistics.median(times[(b, False)])} for b in backends}
     return {"tensors": len(reqs), "tasks": len(plan.tasks), "messages_coalesced":
-            len(plan.tasks) - merged, "on_s": statistics.median(times[True]),
-            "off_s": statistics.median(times[False]), "bound_s": plan.lower_bound(),
-            "model_s": plan.estimate(),
+            len(plan.tasks) - merged, **per[backends[0]], "backends": per,
+            "bound_s": plan.lower_bound(), "model_s": plan.estimate(),
             "mib": sum(v.nbytes for v in values) / (1 << 20)}
+
+
+def _backends(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",") if n.strip()))
+    bad = [n for n in names if n not in CPU_PLANES]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(
+            f"expected CPU data planes from {list(CPU_PLANES)}, comma-separated; got {text!r}")
+    return names
 
 
 def _kib_range(text: str) -> tuple[int, int]:
@@ -174,27 +197,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--floor", action="store_true",
                     help="with --testbed: also replay both ways' messages with no runtime, "
                          "on bare gloo and plain sockets")
+    ap.add_argument("--backend", default="gloo", type=_backends, metavar="NAME[,NAME]",
+                    help="the CPU data plane(s): gloo, tcp, or both as 'gloo,tcp' "
+                         "(alternated within each round)")
     args = ap.parse_args(argv)
     if args.floor and args.testbed is None:
         ap.error("--floor replays on the testbed: give --testbed GBIT too")
     count = args.tensors or (1000 if args.testbed else 400)
     before = cpu_times()
-    r = measure(count, args.iters, args.testbed, args.kib, args.floor)
+    r = measure(count, args.iters, args.testbed, args.kib, args.floor, args.backend)
     after = cpu_times()
-    where = (f"the testbed (4 hosts x 2 gloo workers, {args.testbed:g} Gbit/s NICs)"
-             if args.testbed else "8 gloo workers")
     low, high = args.kib or ((4, 1024) if args.testbed else (1, 64))
     sizes = f"{low}-{high} KiB"
-    print(f"{r['tensors']} tensors of {sizes} ({r['mib']:.1f} MiB), {r['tasks']} tasks on "
-          f"{where}: coalesced into {r['messages_coalesced']} messages "
-          f"{r['on_s'] * 1e3:.1f} ms, one message per task {r['off_s'] * 1e3:.1f} ms "
-          f"({r['off_s'] / r['on_s']:.2f}x faster coalesced; medians of {args.iters}, "
-          f"alternated); all exact" + stolen_note(before, after))
-    if args.testbed:
-        print(f"lower bound {r['bound_s'] * 1e3:.1f} ms, model {r['model_s'] * 1e3:.1f} ms: "
-              f"coalesced {r['on_s'] / r['bound_s']:.2f}x the bound, uncoalesced "
-              f"{r['off_s'] / r['bound_s']:.2f}x; model / measured (coalesced) "
-              f"{r['model_s'] / r['on_s']:.2f}")
+    for b, got in r["backends"].items():
+        where = (f"the testbed (4 hosts x 2 {b} workers, {args.testbed:g} Gbit/s NICs)"
+                 if args.testbed else f"8 {b} workers")
+        print(f"{r['tensors']} tensors of {sizes} ({r['mib']:.1f} MiB), {r['tasks']} tasks "
+              f"on {where}: coalesced into {r['messages_coalesced']} messages "
+              f"{got['on_s'] * 1e3:.1f} ms, one message per task {got['off_s'] * 1e3:.1f} ms "
+              f"({got['off_s'] / got['on_s']:.2f}x faster coalesced; medians of "
+              f"{args.iters}, alternated); all exact" + stolen_note(before, after))
+        if args.testbed:
+            print(f"  {b}: lower bound {r['bound_s'] * 1e3:.1f} ms, model "
+                  f"{r['model_s'] * 1e3:.1f} ms: coalesced {got['on_s'] / r['bound_s']:.2f}x "
+                  f"the bound, uncoalesced {got['off_s'] / r['bound_s']:.2f}x; model / "
+                  f"measured (coalesced) {r['model_s'] / got['on_s']:.2f}")
     for transport, (on, off) in r.get("floors", {}).items():
         print(f"no runtime, {transport}: coalesced {on * 1e3:.1f} ms "
               f"({on / r['bound_s']:.2f}x the bound), one message per task {off * 1e3:.1f} ms "

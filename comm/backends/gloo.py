@@ -49,19 +49,13 @@ from typing import Any
 
 import numpy as np
 
-from reshard.cluster import pipeline_piece
 from reshard.comm.backend import Capabilities
-from reshard.comm.backends.host_memory import HostMemory
+from reshard.comm.backends.host_memory import CHAIN_PIECE, HostMemory, wire_piece
 from reshard.comm.sockets import interface_of, listen_on
 from reshard.dtypes import ReduceOp, reduce_as
 from reshard.errors import ExecutionError
 from reshard.planner.tasks import sum_targets
 
-CHAIN_PIECE = 1 << 18
-"""Bytes per pipelined piece of a chain broadcast. A relay passes a piece on only once
-it has all of it, so a chain's fill costs one piece per hop: 256 KiB pieces measured
-1.15x the bound on the testbed's weight-sync slice (many small boxes, 2-hop chains)
-where 1 MiB pieces measured 1.22x, with the paper cases unchanged (1.05-1.19x)."""
 
 def torch_op(dist: Any, op: ReduceOp) -> Any:
     """torch.distributed's reduce op for ``op``."""
@@ -303,15 +297,9 @@ class GlooBackend(HostMemory):
         return _pieces(data, self.piece_for(data.numel()))
 
     def piece_for(self, nbytes: int) -> int:
-        """Bytes per piece of an operation on an ``nbytes`` buffer: the cost model's
-        (:func:`reshard.cluster.pipeline_piece` of the program's piece), rounded down to
-        whole 64 bytes (any element divides them), at least 4 KiB; :data:`CHAIN_PIECE`
-        without one. Every member of an operation computes the same: they run the same
-        program on buffers of the same size."""
-        if not self.relay_piece:
-            return CHAIN_PIECE
-        piece = pipeline_piece(self.relay_piece, nbytes)
-        return piece if piece >= nbytes else max(4096, piece // 64 * 64)
+        """Bytes per piece of an operation on an ``nbytes`` buffer
+        (:func:`~reshard.comm.backends.host_memory.wire_piece` of the program's piece)."""
+        return wire_piece(self.relay_piece, nbytes)
 
     def prepare(self, plan: Any) -> None:
         """Create the plan's missing sub-groups (every rank, same order)."""
@@ -586,3 +574,6 @@ class GlooBackend(HostMemory):
         self._groups.clear()
         if self._dist.is_initialized():
             self._dist.destroy_process_group()
+
+
+__all__ = ["CHAIN_PIECE", "GlooBackend", "torch_op"]

@@ -82,6 +82,7 @@ _PRELOAD = {
     BackendKind.GLOO: ["reshard.comm.launchers.worker_loop", "reshard.comm.backends.gloo",
                        "torch.distributed"],
     BackendKind.NCCL: ["reshard.comm.launchers.worker_loop"],
+    BackendKind.TCP: ["reshard.comm.launchers.worker_loop", "reshard.comm.backends.tcp"],
 }
 _GRACE = 3.0  # seconds a worker gets to exit on its own at close
 
@@ -159,7 +160,7 @@ class ProcessGroup:
     """Workers as local processes, one per device.
 
     Args:
-        backend: ``gloo`` or ``nccl``.
+        backend: ``gloo``, ``tcp`` or ``nccl``.
         devices: devices to start workers for.
         cluster: maps devices to hosts (for per-host GPU indices and ``{host}``).
         timeout: seconds any blocking operation may wait; start-up may take this plus
@@ -168,7 +169,7 @@ class ProcessGroup:
             ``{host}`` in values are replaced per worker).
         netns: run each worker in its cluster host's network namespace: a
             :class:`NetnsPlacement` or an object with ``netns_placement()`` (a
-            :class:`~reshard.microbench.infra.testbed.Testbed`). gloo only. The rendezvous
+            :class:`~reshard.microbench.infra.testbed.Testbed`). gloo and tcp only. The rendezvous
             then listens on the placement's driver address instead of loopback.
     """
 
@@ -182,10 +183,10 @@ class ProcessGroup:
         self._closed = False
         self._workers: dict[int, _Worker] = {}
         placement = None if netns is None else as_placement(netns)
-        if placement is not None and self.backend is not BackendKind.GLOO:
+        if placement is not None and not self.backend.advertises:
             raise ExecutionError(
-                f"network namespaces (netns=...) are supported for the gloo backend, not "
-                f"{self.backend.value!r}")
+                f"network namespaces (netns=...) are supported for the gloo and tcp "
+                f"backends, not {self.backend.value!r}")
         self.placement = placement
         # One connection per worker; room for as many again (a restarted channel).
         self.rendezvous = TcpRendezvousServer(
@@ -199,7 +200,7 @@ class ProcessGroup:
             specs = make_specs(self.backend.value, devices, cluster, self.timeout,
                                self.rendezvous.address, env,
                                {"advertise": "127.0.0.1"}
-                               if self.backend is BackendKind.GLOO else {})
+                               if self.backend.advertises else {})
             where: Mapping[int, str | None] = {s.device: None for s in specs}
             if placement is not None:
                 where = {s.device: placement.host(s.host).netns for s in specs}

@@ -135,7 +135,7 @@ class _DeviceActor:
     def start(self) -> dict[str, Any]:
         """Join the backend's world; returns facts about this worker."""
         spec = self.spec
-        if spec.backend == BackendKind.GLOO.value and "advertise" not in spec.options:
+        if BackendKind.parse(spec.backend).advertises and "advertise" not in spec.options:
             spec = dataclasses.replace(spec, options={
                 **spec.options, "advertise": ray.util.get_node_ip_address()})
         try:

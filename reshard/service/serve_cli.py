@@ -36,7 +36,7 @@ from reshard.service.options import (
 )
 
 TOKEN_ENV = "RESHARD_SERVICE_TOKEN"
-BACKENDS = ("local", "gloo", "nccl", "none")
+BACKENDS = ("local", "gloo", "nccl", "tcp", "none")
 _CLUSTER = re.compile(r"(?:(?P<preset>[\w.-]+):)?(?P<hosts>\d+)(?:x(?P<devices>\d+))?")
 
 

@@ -1,5 +1,5 @@
-"""Fixtures of the real-process tier: one Ray runtime per test session, and a gloo
-runtime per module for modules that need no other (those that do define their own
+"""Fixtures of the real-process tier: one Ray runtime per test session, and a gloo and
+a tcp runtime per module for modules that need no other (those that do define their own
 ``rt``, which takes precedence)."""
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ def ray_session():
             ray.shutdown()
 
 
-@pytest.fixture(scope="module")
-def rt():
-    """Eight gloo workers (process launcher) on the four hosts of
-    :data:`tests.cpu._helpers.WORLD`, shared by a module's tests."""
+@pytest.fixture(scope="module", params=["gloo", "tcp"])
+def rt(request):
+    """Eight workers of each CPU data plane, ``gloo`` and ``tcp`` (process launcher),
+    on the four hosts of :data:`tests.cpu._helpers.WORLD`, shared by a module's tests."""
     from reshard.runtime import Runtime
 
     from ._helpers import WORLD
 
-    with Runtime("gloo", WORLD, "process", timeout=30) as runtime:
+    with Runtime(request.param, WORLD, "process", timeout=30) as runtime:
         yield runtime

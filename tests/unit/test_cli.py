@@ -205,7 +205,7 @@ def test_run_mode_refusing_every_case_exits_2(capsys):
     (["--mode", "run", "--check-elements", "64"], "--check-elements: sim mode only"),
     (["-c", "0", "--check-elements", "64"], "-c 0 turns it off"),
     (["-c", "2"], "invalid choice: 2 (choose from 0, 1)"),
-    (["--backend", "mpi"], "invalid choice: 'mpi' (choose from 'local', 'gloo', 'nccl')"),
+    (["--backend", "mpi"], "invalid choice: 'mpi' (choose from 'local', 'gloo', 'nccl', 'tcp')"),
     (["--suite", "n-to-m", "--hosts", "1"], "needs at least 2 hosts"),
     (["--plot", "out.gif"], "must be one of .png, .svg, .pdf"),
     (["-J", "/no/such/folder/b.json"], "folder /no/such/folder does not exist"),
