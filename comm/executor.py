@@ -352,7 +352,7 @@ class Executor:
                 f"step, over this executor's memory_budget of {self.memory_budget}; plan "
                 f"it with memory_budget={self.memory_budget} (plan_many / load_request)")
         scratch = backend.empty(need, np.uint8)
-        return LoadedProgram(prog, steps, src_box, dst_box, scratch, backend)
+        return LoadedProgram(prog, steps, src_box, dst_box, scratch, backend, self.capabilities)
 
     def load_request(self, requests: Sequence[tuple], cluster: Cluster, *,
                      strategy: str | Strategy = Strategy.BROADCAST,

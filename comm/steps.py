@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from reshard.casting import block_amax, convert_into, quantize_into, scales_from_amax
-from reshard.comm.backend import Backend
+from reshard.comm.backend import Backend, Capabilities
 from reshard.comm.packing import (
     Unpacker,
     byte_span,
@@ -172,6 +172,8 @@ class LoadedProgram:
         dst_box: tensor -> this device's destination box.
         scratch: the 1-d byte buffer every task's scratch region lies in.
         backend: the (channel's) backend rank it runs on.
+        capabilities: what its runs may ask of the backend (the executor's: the rank's
+            own, or less; None: the rank's own).
     """
 
     program: WorkerProgram
@@ -180,6 +182,7 @@ class LoadedProgram:
     dst_box: dict[int, Box]
     scratch: Any
     backend: Backend
+    capabilities: Capabilities | None = None
     _elements: dict[str, Any] = field(default_factory=dict, repr=False)
     _regions: dict[tuple[int, int, str], Any] = field(default_factory=dict, repr=False)
     _messages: dict[int, MessageLayout] = field(default_factory=dict, repr=False)
@@ -384,6 +387,7 @@ class Execution:
     def __init__(self, lp: LoadedProgram, src: dict[int, Any], dst: dict[int, Any]) -> None:
         self.device, self.lp, self.src, self.dst = lp.device, lp, src, dst
         self.backend = lp.backend
+        self.caps = lp.capabilities or lp.backend.capabilities
         self.tensors = lp.program.tensors
         self._private: set[int] = set()  # tensors whose source shard is a private copy
         self._bytes: dict[int, Any] = {}  # id(shard) -> its bytes (_shard_bytes)
@@ -512,7 +516,7 @@ class Execution:
     @property
     def _lands(self) -> bool:
         """The backend reports a receive's pieces as they land."""
-        return bool(self.backend.capabilities.lands_pieces)
+        return bool(self.caps.lands_pieces)
 
     def _receives(self, t: Task) -> bool:
         """This device receives ``t``'s box for its destination (not its root, a relay
@@ -543,7 +547,7 @@ class Execution:
         region, total = lay.region, st.message
         parts: list[Any] = []
         run = -1  # where the open run of scratch-held payloads starts; -1: none
-        gathers = self.backend.capabilities.gathers
+        gathers = self.caps.gathers
         t = st.task
         sink = None
         if t.root == self.device:
@@ -663,7 +667,7 @@ class Execution:
             return _Op(st, self._scratch(st, n))
         buf = recv_target(self.dst[i], t.box, lp.dst_box[i], self._scratch(st, n))
         op = _Op(st, buf)
-        if self.backend.capabilities.lands_pieces and \
+        if self.caps.lands_pieces and \
                 not is_contiguous(region(self.dst[i], t.box, lp.dst_box[i])):
             op.sink = Unpacker(self.dst[i], t.box, lp.dst_box[i], buf)  # into scratch
         return op

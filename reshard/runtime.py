@@ -311,7 +311,8 @@ class Runtime:
             parts.append(f"device {d} died ({why}){_its_tasks(plan, d)}")
         for d in stuck:
             if d not in dead:
-                parts.append(f"device {d} made no progress for {limit:g}s (stuck)")
+                parts.append(f"device {d} made no progress for {limit:g}s (stuck)"
+                             f"{_its_tasks(plan, d)}")
         seen = set()
         for d, f in sorted(calls, key=lambda c: c[0]):
             if f.done() and f.exception() is not None and d not in dead:

@@ -74,9 +74,10 @@ def launcher(request):
 
 
 @pytest.mark.timeout(150)
-def test_worker_killed_mid_plan(launcher):
+@pytest.mark.parametrize("backend", ["gloo", "tcp"])
+def test_worker_killed_mid_plan(launcher, backend):
     timeout = 20.0
-    rt = Runtime("gloo", CLUSTER, launcher, timeout=timeout)
+    rt = Runtime(backend, CLUSTER, launcher, timeout=timeout)
     pids = dict(rt.group.pids)
     try:
         box = _reshard_with_victim(rt, victim=3, kill=True)
@@ -97,9 +98,10 @@ def test_worker_killed_mid_plan(launcher):
 
 
 @pytest.mark.timeout(120)
-def test_stuck_worker_times_out():
+@pytest.mark.parametrize("backend", ["gloo", "tcp"])
+def test_stuck_worker_times_out(backend):
     timeout = 4.0
-    rt = Runtime("gloo", CLUSTER, "process", timeout=timeout)
+    rt = Runtime(backend, CLUSTER, "process", timeout=timeout)
     pids = dict(rt.group.pids)
     try:
         box = _reshard_with_victim(rt, victim=2, kill=False)
@@ -107,7 +109,7 @@ def test_stuck_worker_times_out():
         rt.close()
     err = box.get("error")
     assert isinstance(err, ExecutionError), box
-    # the workers' gloo timeout fires; the driver gives up at timeout + 5 s at the latest
+    # the workers' own timeout fires; the driver gives up at timeout + 5 s at the latest
     assert box["seconds"] < timeout + 9, f"error after {box['seconds']:.1f}s"
     assert "task #" in str(err), str(err)
     assert wait_gone(pids.values()) == [], "a stopped worker survived close()"

@@ -1,7 +1,7 @@
-"""gloo on real worker processes, with both launchers: every destination shard exact
-for every strategy, on the paper's cases and on random layouts.
+"""The CPU data planes (gloo, tcp) on real worker processes, with both launchers: every
+destination shard exact for every strategy, on the paper's cases and on random layouts.
 
-One runtime (eight workers) per launcher serves the whole module.
+One runtime (eight workers) per backend and launcher serves the whole module.
 """
 
 from __future__ import annotations
@@ -32,11 +32,14 @@ pytestmark = pytest.mark.cpu
 CASES = paper_cases()
 
 
-@pytest.fixture(scope="module", params=["process", "ray"])
+@pytest.fixture(scope="module", params=[("gloo", "process"), ("gloo", "ray"),
+                                        ("tcp", "process"), ("tcp", "ray")],
+                ids=["gloo-process", "gloo-ray", "tcp-process", "tcp-ray"])
 def rt(request):
-    if request.param == "ray":
+    backend, launcher = request.param
+    if launcher == "ray":
         request.getfixturevalue("ray_session")
-    with Runtime("gloo", WORLD, request.param, timeout=30) as runtime:
+    with Runtime(backend, WORLD, launcher, timeout=30) as runtime:
         yield runtime
 
 
@@ -123,8 +126,9 @@ def test_unknown_device_refused(rt):
 
 @pytest.mark.timeout(60)
 def test_load_reaches_every_worker(rt):
-    """gloo makes sub-groups with every rank: plans load on the whole world."""
-    assert rt.capabilities.groups_need_world is True
+    """gloo makes sub-groups with every rank: plans load on the whole world; tcp
+    connects pairs on first use: only on a plan's devices."""
+    assert rt.capabilities.groups_need_world is (rt.backend.value == "gloo")
     assert rt.group.devices == WORLD.devices
     assert not rt.group.dead()
 
@@ -142,12 +146,14 @@ def test_a_failure_and_a_bad_input_are_different_categories():
 
 @pytest.mark.timeout(60)
 def test_workers_run_under_batch_scheduling(rt):
-    """gloo asks for SCHED_BATCH (reshard.comm.launchers.scheduling): every thread of
-    every worker, process or Ray actor, gloo's progress thread included, runs under it."""
+    """gloo and tcp ask for SCHED_BATCH (reshard.comm.launchers.scheduling): every
+    thread of every worker, process or Ray actor, gloo's progress thread included, runs
+    under it."""
     pids = rt.group.pids
     assert sorted(pids) == sorted(rt.group.devices)
     for device, pid in pids.items():
         policies = thread_policies(pid)
-        assert "gloo_tcp_loop" in {name for name, _ in policies}, device
+        if rt.backend.value == "gloo":
+            assert "gloo_tcp_loop" in {name for name, _ in policies}, device
         wrong = {k: v for k, v in policies.items() if v != "batch"}
         assert not wrong, f"device {device}: {wrong}"

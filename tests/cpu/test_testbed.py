@@ -250,12 +250,13 @@ def test_cleanup_stale_after_sigkill():
 
 @netns
 @pytest.mark.timeout(120)
-def test_gloo_workers_in_namespaces():
+@pytest.mark.parametrize("backend", ["gloo", "tcp"])
+def test_workers_in_namespaces(backend):
     """Paper case 1 on (2, 2) meshes, exact for every strategy, on workers inside the
     hosts' namespaces; then one device-to-device transfer across two limited NICs."""
     case = paper_cases()[0]
     with Testbed(4, 0.5) as tb:
-        with Runtime("gloo", tb.cluster(2), "process", netns=tb, timeout=30) as rt:
+        with Runtime(backend, tb.cluster(2), "process", netns=tb, timeout=30) as rt:
             for d, pid in rt.group.pids.items():  # each worker in its host's namespace
                 ns = tb.netns(rt.cluster.host_of(d))
                 assert (os.stat(f"/proc/{pid}/ns/net").st_ino
