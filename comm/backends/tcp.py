@@ -353,12 +353,14 @@ class TcpBackend(HostMemory):
     # ----- posting ----------------------------------------------------------------------
     def _queue(self, peer: int, tag: int, stream: _Stream, a: int, b: int) -> None:
         """Frames of stream bytes ``[a, b)`` to ``peer``, a piece each."""
-        out = self._link(peer).out
+        link = self._link(peer)
+        out = link.out
         piece = wire_piece(self.relay_piece, stream.total)
         pack = _HEADER.pack
         for views in stream.frames(a, b, piece):
             out.append(memoryview(pack(tag, sum(map(len, views)))))
             out.extend(views)
+        self._write(link)  # what the kernel takes now goes while the caller packs on
 
     def _post(self, what: str, peer: int, tag: int, stream: _Stream,
               on_frame: Callable[[int, int], None] | None = None) -> None:
@@ -368,6 +370,7 @@ class TcpBackend(HostMemory):
             _Inbound(what, peer, tag, stream, on_frame))
         link.expect += 1
         self._pending += 1
+        self._read(link)  # what has arrived lands (and a relay passes it on) already
 
     def _run(self) -> None:
         """Outside a group an operation is a group of its own."""
