@@ -253,7 +253,8 @@ class LoadedProgram:
                     m, i, () if box is None else local_slices(t.box, box), flat,
                     flat.reshape(tuple(hi - lo for lo, hi in t.box)), start,
                     start + box_size(t.box) * itemsize(dtype),
-                    None if box is None else byte_span(t.box, box, itemsize(dtype))))
+                    None if box is None else byte_span(t.box, box, itemsize(dtype)),
+                    reads))
             pieces.sort(key=lambda p: p.start)
             got = self._messages[st.index] = MessageLayout(
                 tuple(pieces), self.region(st.message_at, st.message, "uint8"))
@@ -278,6 +279,8 @@ class MessagePiece:
         end: where they end.
         span: its bytes in that shard when the shard is C-contiguous and the box one
             run of it (:func:`~reshard.comm.packing.byte_span`); None where strided.
+        plain: at its root, it is read from the source shard (not a relay's box of its
+            destination shard).
     """
 
     st: StepTask
@@ -288,6 +291,7 @@ class MessagePiece:
     start: int
     end: int
     span: tuple[int, int] | None
+    plain: bool
 
 
 @dataclass(frozen=True)
@@ -363,6 +367,13 @@ class _MessageSink:
         self.upto(1 << 62)
 
 
+def _flat_bytes(shard: Any) -> Any:
+    """A C-contiguous numpy shard's memory as flat bytes (a memoryview), else None."""
+    if isinstance(shard, np.ndarray) and shard.flags.c_contiguous:
+        return memoryview(shard.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+    return None
+
+
 Blame = Callable[..., AbstractContextManager[None]]
 """``blame(*step_tasks, step=False)``: a context that turns errors of its body into
 errors naming those tasks (or the step)."""
@@ -390,7 +401,8 @@ class Execution:
         self.caps = lp.capabilities or lp.backend.capabilities
         self.tensors = lp.program.tensors
         self._private: set[int] = set()  # tensors whose source shard is a private copy
-        self._bytes: dict[int, Any] = {}  # id(shard) -> its bytes (_shard_bytes)
+        self._held: dict[int, tuple[Any, Any] | bool] = {}  # tensor -> _hold's
+        self._into: dict[int, Any] = {}  # tensor -> its destination shard's bytes
         self._converts: dict[int, bool] = {}  # tensor -> converts(tensor), until private
 
     # ----- sources ---------------------------------------------------------------------
@@ -524,15 +536,16 @@ class Execution:
         d = self.device
         return t.root != d and d not in t.through and d not in t.addends
 
-    def _shard_bytes(self, shard: Any) -> Any:
-        """A C-contiguous numpy shard's memory as flat bytes (memoryview), else None
-        (cached for the run: a message reads a shard for each of its payloads)."""
-        key = id(shard)
-        got = self._bytes.get(key, False)
-        if got is False:
-            got = self._bytes[key] = (
-                memoryview(shard.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
-                if isinstance(shard, np.ndarray) and shard.flags.c_contiguous else None)
+    def _hold(self, i: int) -> tuple[Any, Any] | bool:
+        """Tensor ``i``'s source shard here and (a backend that gathers) its bytes
+        (:func:`_flat_bytes`), for a root's payloads of it; False where the wire
+        carries it converted. Kept for the run (until its shard is made private)."""
+        if self.converts(i):
+            got: tuple[Any, Any] | bool = False
+        else:
+            shard = self.source(i)
+            got = (shard, _flat_bytes(shard) if self.caps.gathers else None)
+        self._held[i] = got
         return got
 
     def prepare_message(self, st: StepTask, step: Sequence[StepTask]) -> _Op:
@@ -551,17 +564,20 @@ class Execution:
         t = st.task
         sink = None
         if t.root == self.device:
+            held = self._held
             for p in lay.pieces:
-                pt, i = p.st.task, p.tensor
-                if pt.source is Buffer.SRC and not self.converts(i):
-                    shard = self.source(i)
-                    direct = self._shard_bytes(shard) if gathers and p.span else None
-                    if direct is None:
-                        p.shaped[...] = shard[p.slices]
+                got = held.get(p.tensor) if p.plain else False
+                if got is None:
+                    got = self._hold(p.tensor)
+                if got:  # the root's box of its source shard, as the wire carries it
+                    shard, whole = got
+                    if gathers and p.span and whole is not None:
+                        direct = whole[p.span[0]:p.span[1]]
                     else:
-                        direct = direct[p.span[0]:p.span[1]]  # type: ignore[index]
+                        p.shaped[...] = shard[p.slices]
+                        direct = None
                 else:  # converted, or a relay's box from its destination
-                    op = _PREPARE[pt.kind](self, p.st)
+                    op = _PREPARE[p.st.task.kind](self, p.st)
                     direct = None
                     if op is not None and not same_memory(op.buf, p.flat):
                         if gathers:
@@ -580,16 +596,19 @@ class Execution:
         else:
             unpack: list[MessagePiece] = []
             receives = self._receives(t)
-            dst = self.dst
+            dst, into = self.dst, self._into
             for p in lay.pieces:
                 if receives:
-                    into = self._shard_bytes(dst[p.tensor]) if gathers and p.span else None
-                    if into is not None:
-                        if run >= 0:
-                            parts.append(region[run:p.start])
-                            run = -1
-                        parts.append(into[p.span[0]:p.span[1]])  # type: ignore[index]
-                        continue
+                    if gathers and p.span:
+                        whole = into.get(p.tensor, False)
+                        if whole is False:
+                            whole = into[p.tensor] = _flat_bytes(dst[p.tensor])
+                        if whole is not None:
+                            if run >= 0:
+                                parts.append(region[run:p.start])
+                                run = -1
+                            parts.append(whole[p.span[0]:p.span[1]])
+                            continue
                     unpack.append(p)
                 if run < 0:
                     run = p.start
@@ -620,6 +639,7 @@ class Execution:
                 self.src[t.tensor] = copy
                 self._private.add(t.tensor)
                 self._converts.pop(t.tensor, None)
+                self._held.pop(t.tensor, None)
 
     def _addend(self, st: StepTask) -> Any:
         """A copy of this device's source box of the task in the task's scratch region

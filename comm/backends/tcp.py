@@ -569,27 +569,31 @@ class TcpBackend(HostMemory):
                     if not self._match(link, *link.parked):
                         return moved
                     continue
-                try:
-                    n = sock.recv_into(link.headview[link.got:])
-                except BlockingIOError:
-                    return moved
-                except OSError as e:
-                    raise self._broken(link, e) from e
-                if not n:
-                    raise self._broken(link, None)
-                moved = True
-                link.got += n
-                if link.got == _HEADER.size:
-                    link.got = 0
-                    tag, size = _HEADER.unpack(link.head)
-                    if not self._match(link, tag, size):
-                        link.parked = (tag, size)
+                if link.got < _HEADER.size:
+                    try:
+                        n = sock.recv_into(link.headview[link.got:])
+                    except BlockingIOError:
                         return moved
+                    except OSError as e:
+                        raise self._broken(link, e) from e
+                    if not n:
+                        raise self._broken(link, None)
+                    moved = True
+                    link.got += n
+                    continue
+                link.got = 0
+                tag, size = _HEADER.unpack(link.head)
+                if not self._match(link, tag, size):
+                    link.parked = (tag, size)
+                    return moved
                 continue
-            views = into.places(link.left)
+            left = link.left
+            views = into.places(left)
+            if len(views) < _IOV:  # they hold the rest: the next header may come along
+                views.append(link.headview)
             try:
-                n = sock.recv_into(views[0]) if len(views) == 1 else \
-                    sock.recvmsg_into(views)[0]
+                n = sock.recvmsg_into(views)[0] if len(views) > 1 else \
+                    sock.recv_into(views[0])
             except BlockingIOError:
                 return moved
             except OSError as e:
@@ -597,6 +601,8 @@ class TcpBackend(HostMemory):
             if not n:
                 raise self._broken(link, None)
             moved = True
+            if n > left:  # the frame's end and (part of) the next one's header
+                link.got, n = n - left, left
             into.advance(n)
             link.left -= n
             if not link.left:
