@@ -43,6 +43,30 @@ def byte_span(box: Box, shard_box: Box, itemsize: int) -> tuple[int, int] | None
     return at * itemsize, (at + n) * itemsize
 
 
+def row_runs(box: Box, shard_box: Box, itemsize: int
+             ) -> tuple[tuple[int, ...], int, int, tuple[int, ...]] | None:
+    """``box`` in a C-contiguous shard holding ``shard_box`` as runs of contiguous
+    bytes (its rows): ``(shape, run, offset, strides)``, the runs indexed by the box's
+    leading dimensions (``shape``, ``strides`` in bytes), each ``run`` bytes from
+    ``offset`` plus their stride; the dimensions from the last one the box cuts are in
+    every run (the ones after it are whole). Copying runs as single elements of
+    ``run`` bytes is one loop over rows where numpy would loop over each row's elements
+    (4x faster for 32-byte rows of int8). None when the box is empty or one run."""
+    ext = [b - a for a, b in box]
+    shape = [b - a for a, b in shard_box]
+    if not math.prod(ext) or byte_span(box, shard_box, itemsize) is not None:
+        return None
+    cut = max(d for d in range(len(ext)) if ext[d] != shape[d])
+    run = ext[cut] * math.prod(shape[cut + 1:]) * itemsize
+    strides, step = [], itemsize
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    strides.reverse()
+    offset = sum((lo - s) * st for (lo, _), (s, _), st in zip(box, shard_box, strides))
+    return tuple(ext[:cut]), run, offset, tuple(strides[:cut])
+
+
 def is_contiguous(view: Any) -> bool:
     """True if ``view`` is one C-contiguous run of memory."""
     if is_torch(view):

@@ -52,6 +52,7 @@ from reshard.comm.packing import (
     pack,
     recv_target,
     region,
+    row_runs,
     same_memory,
     unpack,
 )
@@ -249,12 +250,19 @@ class LoadedProgram:
                 reads = t.root == me and t.source is Buffer.SRC
                 box = (self.src_box if reads else self.dst_box).get(i)
                 start = m.offset - st.message_at
+                runs = None if box is None else row_runs(t.box, box, itemsize(dtype))
+                rows = packed_rows = None
+                if runs is not None and isinstance(flat, np.ndarray):  # host memory
+                    shape, run, offset, strides = runs
+                    void = np.dtype((np.void, run))
+                    rows = (shape, void, offset, strides)
+                    packed_rows = flat.view(np.uint8).view(void).reshape(shape)
                 pieces.append(MessagePiece(
                     m, i, () if box is None else local_slices(t.box, box), flat,
                     flat.reshape(tuple(hi - lo for lo, hi in t.box)), start,
                     start + box_size(t.box) * itemsize(dtype),
                     None if box is None else byte_span(t.box, box, itemsize(dtype)),
-                    reads))
+                    reads, rows, packed_rows))
             pieces.sort(key=lambda p: p.start)
             got = self._messages[st.index] = MessageLayout(
                 tuple(pieces), self.region(st.message_at, st.message, "uint8"))
@@ -281,6 +289,11 @@ class MessagePiece:
             run of it (:func:`~reshard.comm.packing.byte_span`); None where strided.
         plain: at its root, it is read from the source shard (not a relay's box of its
             destination shard).
+        rows: where span is None, its runs in that shard
+            (:func:`~reshard.comm.packing.row_runs`: shape, run bytes, offset,
+            strides); None for an empty box or no shard.
+        packed_rows: where ``rows`` is set, ``flat`` as those runs (elements of ``run``
+            bytes each), which a copy from or to the shard's runs moves one run at a time.
     """
 
     st: StepTask
@@ -292,6 +305,13 @@ class MessagePiece:
     end: int
     span: tuple[int, int] | None
     plain: bool
+    rows: tuple[tuple[int, ...], Any, int, tuple[int, ...]] | None = None
+    packed_rows: Any = None
+
+    def runs_in(self, whole: Any) -> Any:
+        """Its box as runs (``rows``) of a C-contiguous shard whose bytes are ``whole``."""
+        shape, void, offset, strides = self.rows  # type: ignore[misc]
+        return np.ndarray(shape, void, buffer=whole, offset=offset, strides=strides)
 
 
 @dataclass(frozen=True)
@@ -344,21 +364,26 @@ class _MessageSink:
 
     Args:
         dst: tensor -> this device's destination shard.
-        pieces: the payloads to unpack, in message order.
+        pieces: the payloads to unpack, in message order, each with its destination
+            shard's bytes where it is copied run by run (else None).
     """
 
     __slots__ = ("done", "dst", "pieces")
 
-    def __init__(self, dst: dict[int, Any], pieces: list[MessagePiece]) -> None:
+    def __init__(self, dst: dict[int, Any], pieces: list[tuple[MessagePiece, Any]]) -> None:
         self.dst, self.pieces = dst, pieces
         self.done = 0
 
     def upto(self, nbytes: int) -> None:
-        """Unpack every payload the message's first ``nbytes`` hold."""
+        """Unpack every payload the message's first ``nbytes`` hold (a strided box of a
+        C-contiguous shard, whose bytes come along, run by run)."""
         pieces, dst, k = self.pieces, self.dst, self.done
-        while k < len(pieces) and pieces[k].end <= nbytes:
-            p = pieces[k]
-            dst[p.tensor][p.slices] = p.shaped
+        while k < len(pieces) and pieces[k][0].end <= nbytes:
+            p, whole = pieces[k]
+            if whole is None:
+                dst[p.tensor][p.slices] = p.shaped
+            else:
+                p.runs_in(whole)[...] = p.packed_rows
             k += 1
         self.done = k
 
@@ -537,14 +562,14 @@ class Execution:
         return t.root != d and d not in t.through and d not in t.addends
 
     def _hold(self, i: int) -> tuple[Any, Any] | bool:
-        """Tensor ``i``'s source shard here and (a backend that gathers) its bytes
-        (:func:`_flat_bytes`), for a root's payloads of it; False where the wire
+        """Tensor ``i``'s source shard here and its bytes (:func:`_flat_bytes`), for a
+        root's payloads of it; False where the wire
         carries it converted. Kept for the run (until its shard is made private)."""
         if self.converts(i):
             got: tuple[Any, Any] | bool = False
         else:
             shard = self.source(i)
-            got = (shard, _flat_bytes(shard) if self.caps.gathers else None)
+            got = (shard, _flat_bytes(shard))
         self._held[i] = got
         return got
 
@@ -571,11 +596,15 @@ class Execution:
                     got = self._hold(p.tensor)
                 if got:  # the root's box of its source shard, as the wire carries it
                     shard, whole = got
-                    if gathers and p.span and whole is not None:
+                    direct = None
+                    if whole is None or not (p.rows or gathers):
+                        p.shaped[...] = shard[p.slices]
+                    elif p.rows:
+                        p.packed_rows[...] = p.runs_in(whole)
+                    elif p.span:
                         direct = whole[p.span[0]:p.span[1]]
                     else:
                         p.shaped[...] = shard[p.slices]
-                        direct = None
                 else:  # converted, or a relay's box from its destination
                     op = _PREPARE[p.st.task.kind](self, p.st)
                     direct = None
@@ -594,22 +623,21 @@ class Execution:
                 parts.append(direct)
             sent = total
         else:
-            unpack: list[MessagePiece] = []
+            unpack: list[tuple[MessagePiece, Any]] = []
             receives = self._receives(t)
             dst, into = self.dst, self._into
             for p in lay.pieces:
                 if receives:
-                    if gathers and p.span:
-                        whole = into.get(p.tensor, False)
-                        if whole is False:
-                            whole = into[p.tensor] = _flat_bytes(dst[p.tensor])
-                        if whole is not None:
-                            if run >= 0:
-                                parts.append(region[run:p.start])
-                                run = -1
-                            parts.append(whole[p.span[0]:p.span[1]])
-                            continue
-                    unpack.append(p)
+                    whole = into.get(p.tensor, False)
+                    if whole is False:
+                        whole = into[p.tensor] = _flat_bytes(dst[p.tensor])
+                    if gathers and p.span and whole is not None:
+                        if run >= 0:
+                            parts.append(region[run:p.start])
+                            run = -1
+                        parts.append(whole[p.span[0]:p.span[1]])
+                        continue
+                    unpack.append((p, whole if p.rows else None))
                 if run < 0:
                     run = p.start
             if unpack:
