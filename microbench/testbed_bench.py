@@ -1,7 +1,8 @@
 """The paper's n-to-m cases on the emulated multi-host testbed, measured against the model.
 
 Builds a :class:`~reshard.microbench.infra.testbed.Testbed` (hosts = network namespaces,
-NICs = tc-limited veths), runs gloo workers inside it (process launcher), and for
+NICs = tc-limited veths), runs gloo workers inside it (``--backend tcp``: reshard's own
+sockets data plane; process launcher), and for
 every case and strategy reports:
 
 * ``meas s``: median wall time of ``Runtime.execute`` over ``-n`` runs after
@@ -180,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     flags.add_iterations(ap, iters=3, warmup=1)
     flags.add_check(ap)
     flags.add_cluster(ap, devices_per_host=2, presets=False)
-    flags.add_runtime(ap, timeout=120.0, backends=("gloo",), launchers=("process", "ray"))
+    flags.add_runtime(ap, timeout=120.0, backends=("gloo", "tcp"), launchers=("process", "ray"))
     flags.add_output(ap)
     g = ap.add_argument_group("testbed")
     g.add_argument("--gbit", type=flags.positive_float, default=0.3, action=flags.Given,
@@ -237,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ReshardError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
-    print(f"# NIC {args.gbit:g} Gbit/s (tc tbf, each way), {g} gloo workers per host "
+    print(f"# NIC {args.gbit:g} Gbit/s (tc tbf, each way), {g} {args.backend} workers per host "
           f"({launcher} launcher); meas = median of {args.iters} runs after {args.warmup} "
           f"warm-up; model = plan.estimate() on the testbed cluster; bound = "
           f"plan.lower_bound()" + ("" if args.check else "; -c 0: results not checked"))
@@ -299,7 +300,8 @@ def _run(args: argparse.Namespace, launcher: str, narrowed: Sequence[Case],
         for n, group in sorted(by_hosts.items()):
             t0 = time.perf_counter()
             progress.describe(f"starting {n * g} workers")
-            with Runtime("gloo", cluster(n), launcher, timeout=args.timeout, **where) as rt:
+            with Runtime(args.backend, cluster(n), launcher, timeout=args.timeout,
+                         **where) as rt:
                 out.note(f"# {n} hosts x {g} workers started in "
                          f"{time.perf_counter() - t0:.1f}s")
                 for c in group:
