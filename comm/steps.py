@@ -426,7 +426,7 @@ class Execution:
         self.caps = lp.capabilities or lp.backend.capabilities
         self.tensors = lp.program.tensors
         self._private: set[int] = set()  # tensors whose source shard is a private copy
-        self._held: dict[int, tuple[Any, Any] | bool] = {}  # tensor -> _hold's
+        self._held: dict[int, tuple[Any, Any] | None] = {}  # tensor -> _hold's
         self._into: dict[int, Any] = {}  # tensor -> its destination shard's bytes
         self._converts: dict[int, bool] = {}  # tensor -> converts(tensor), until private
 
@@ -561,13 +561,12 @@ class Execution:
         d = self.device
         return t.root != d and d not in t.through and d not in t.addends
 
-    def _hold(self, i: int) -> tuple[Any, Any] | bool:
+    def _hold(self, i: int) -> tuple[Any, Any] | None:
         """Tensor ``i``'s source shard here and its bytes (:func:`_flat_bytes`), for a
-        root's payloads of it; False where the wire
-        carries it converted. Kept for the run (until its shard is made private)."""
-        if self.converts(i):
-            got: tuple[Any, Any] | bool = False
-        else:
+        root's payloads of it; None where the wire carries it converted. Kept for the
+        run (until its shard is made private)."""
+        got = None
+        if not self.converts(i):
             shard = self.source(i)
             got = (shard, _flat_bytes(shard))
         self._held[i] = got
@@ -591,10 +590,9 @@ class Execution:
         if t.root == self.device:
             held = self._held
             for p in lay.pieces:
-                got = held.get(p.tensor) if p.plain else False
-                if got is None:
-                    got = self._hold(p.tensor)
-                if got:  # the root's box of its source shard, as the wire carries it
+                got = (held[p.tensor] if p.tensor in held else self._hold(p.tensor)) \
+                    if p.plain else None
+                if got is not None:  # the root's box of its source shard, as is
                     shard, whole = got
                     direct = None
                     if whole is None or not (p.rows or gathers):

@@ -22,11 +22,13 @@ first, and reads its body straight into that receive's places. Frames of differe
 operations interleave on a connection, so a relay's pieces never wait behind a whole
 message.
 
-Groups: an operation only posts (its frames queued, its receive registered); the
-group's end runs one loop over the connections with work, non-blocking, writing what
-each can take and reading what has arrived, passing a relay's pieces on as they land
-and telling a receiver's ``landed`` of each, and polls when nothing moved. It returns
-when every frame of the group is in the kernel and every receive has all its bytes.
+Groups: an operation posts (its frames queued, its receive registered) and moves what
+it can at once without waiting (the kernel takes the first frames while the executor
+packs the next message; what has already arrived lands); the group's end runs one
+loop over the connections with work, non-blocking, writing what each can take and
+reading what has arrived, passing a relay's pieces on as they land and telling a
+receiver's ``landed`` of each, and polls when nothing moved. It returns when every
+frame of the group is in the kernel and every receive has all its bytes.
 Every rank issues its operations in the plan's one global order and the frames of a
 pair travel in that order, so this cannot deadlock (as for gloo, the earliest
 unfinished operation has every member at it or past it). A frame a peer sent for a

@@ -67,3 +67,58 @@ def test_unpacker_copies_the_slices_each_prefix_completes():
             assert np.array_equal(other, want), (box, nbytes)
         sink.finish()
         assert np.array_equal(other[sl], shard[sl]) and other.sum() == shard[sl].sum()
+
+
+def _boxes(seed: int, count: int):
+    """Random (shard box, box inside it) pairs of 1-4 dims, empty boxes included."""
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        shard_box = tuple((int(o), int(o) + int(n)) for o, n in
+                          zip(rng.integers(0, 6, 4), rng.integers(1, 6, 4)))[
+            :int(rng.integers(1, 5))]
+        box = []
+        for a, b in shard_box:
+            lo = int(rng.integers(a, b))
+            box.append((lo, int(rng.integers(lo, b + 1))))
+        yield shard_box, tuple(box)
+
+
+def test_byte_span_is_numpys_answer():
+    """Where numpy's own view of the box is one C-contiguous run, its bytes in the
+    shard; None where numpy's view is strided (or empty)."""
+    from reshard.comm.packing import byte_span, region
+
+    runs = 0
+    for shard_box, box in _boxes(1, 3000):
+        shard = np.zeros([b - a for a, b in shard_box], np.int16)
+        view = region(shard, box, shard_box)
+        got = byte_span(box, shard_box, 2)
+        if view.size and view.flags.c_contiguous:
+            start = view.__array_interface__["data"][0] - shard.__array_interface__["data"][0]
+            assert got == (start, start + view.nbytes), (shard_box, box)
+            runs += 1
+        else:
+            assert got is None, (shard_box, box)
+    assert runs > 300  # both kinds were drawn
+
+
+def test_row_runs_hold_the_box_in_order():
+    """A strided box's runs, as elements of one void dtype over the shard's memory, are
+    the box's bytes in C order (what packing it gives)."""
+    from reshard.comm.packing import region, row_runs
+
+    strided = 0
+    for shard_box, box in _boxes(2, 3000):
+        shard = np.arange(np.prod([b - a for a, b in shard_box]), dtype=np.int32).reshape(
+            [b - a for a, b in shard_box])
+        view = region(shard, box, shard_box)
+        got = row_runs(box, shard_box, 4)
+        if not view.size or view.flags.c_contiguous:
+            assert got is None
+            continue
+        shape, run, offset, strides = got
+        rows = np.ndarray(shape, np.dtype((np.void, run)), buffer=shard, offset=offset,
+                          strides=strides)
+        assert rows.tobytes() == np.ascontiguousarray(view).tobytes(), (shard_box, box)
+        strided += 1
+    assert strided > 100  # strided boxes were drawn
