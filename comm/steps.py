@@ -21,6 +21,13 @@ another task of its step writes, so a device runs each of its steps in three pha
    backend that reports a broadcast's pieces as they land has had most of a
    scratch-received box copied into place during phase 2 already).
 
+A coalesced message (:mod:`reshard.planner.coalesce`) is one operation of its first
+task: its payloads lie back to back in one scratch region (:class:`MessageLayout`,
+made on the first run); the root copies strided boxes in run by run, a receiver copies
+them out as their bytes land, and on a backend that gathers
+(``Capabilities.gathers``) boxes that are one run of their shard move straight from
+and into it, the message then being the list of its parts.
+
 The device starts its next step only after this one. Each phase dispatches on the
 task kind through a table of handlers (:data:`_PREPARE`, :data:`_ISSUE`,
 :data:`_UNPACK`). Plans whose steps have one task per device run exactly as one

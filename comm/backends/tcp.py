@@ -70,6 +70,8 @@ _HELLO = struct.Struct("<4s16sqH")
 """A connection's first bytes: magic, the listener's secret, the connecting device,
 the length of the channel's name (which follows, UTF-8)."""
 _MAGIC = b"RSH1"
+_HELLO_WAIT = 5.0
+"""Seconds a new connection has to introduce itself."""
 _IOV = 1024
 """Pieces of memory per ``sendmsg`` / ``recvmsg_into`` (Linux's ``IOV_MAX``)."""
 _BATCH = 1 << 21
@@ -254,8 +256,11 @@ class _Hub:
                                      f"peer dead or stuck)")
 
     def _introduced(self, conn: socket.socket) -> tuple[str, int] | None:
+        """The (channel, device) a new connection says it is for, or None (closed) if it
+        does not know this listener's secret or says nothing within a few seconds (a
+        peer sends its introduction as it connects; the lock is held meanwhile)."""
         try:
-            conn.settimeout(self.timeout)
+            conn.settimeout(min(self.timeout, _HELLO_WAIT))
             magic, secret, peer, n = _HELLO.unpack(recv_exact(conn, _HELLO.size))
             ok = magic == _MAGIC and secrets.compare_digest(secret, self.secret)
             channel = recv_exact(conn, n).decode() if ok else ""
