@@ -45,7 +45,7 @@ class ServeOptions:
         host: address to listen on (loopback by default; never a wildcard; a
             non-loopback address needs a token).
         port: TCP port; 0 picks a free one (the server reports it).
-        backend: the Runtime's backend for Execute (``"local"``, ``"gloo"``,
+        backend: the Runtime's backend for Execute (``"local"``, ``"gloo"``, ``"tcp"``,
             ``"nccl"``); None runs no Runtime (Execute answers FAILED_PRECONDITION).
         launcher: the Runtime's launcher (None: the backend's default).
         cluster: the default cluster of requests that name none, and the Runtime's

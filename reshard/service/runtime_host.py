@@ -129,7 +129,7 @@ class RuntimeHost:
             if self._factory is None:
                 raise ServiceError(
                     "this server runs no Runtime (reshard serve --backend none); start it "
-                    "with --backend local, gloo or nccl to Execute plans",
+                    "with --backend local, gloo, tcp or nccl to Execute plans",
                     grpc.StatusCode.FAILED_PRECONDITION)
             if self._runtime is not None and self._runtime.failed:
                 # a call past its deadline broke it: the next call gets a new one (closed

@@ -327,3 +327,26 @@ def test_contiguous_payloads_of_a_message_skip_scratch_memory():
     total_off, kept_off, exact_off = _scratch_untouched(gathers=False)
     assert exact_off and total_off == total
     assert kept_off < 0.02 * total  # without gathering every payload goes through scratch
+
+
+@pytest.mark.timeout(120)
+def test_spmd_ranks_plan_for_themselves_and_agree_on_tcp():
+    """Executor.load_request on tcp ranks: every rank plans its own share, the digests
+    are exchanged over tcp (an all-gather), and the reshard is exact."""
+    from reshard import DeviceMesh, Layout
+
+    src = Layout(DeviceMesh((2,), [0, 1]), "S0R")
+    dst = Layout(DeviceMesh((2,), [2, 3]), "RS0")
+    value = np.arange(64 * 48, dtype=np.float32).reshape(64, 48)
+    world = (0, 1, 2, 3)
+
+    def body(b: TcpBackend) -> bool:
+        ex = Executor(b)
+        lp, _ = ex.load_request([((64, 48), "float32", src, dst)], Cluster.regular(2, 2))
+        d = b.device
+        mine = src.index_map(value.shape).get(d)
+        got = ex.run(lp, [None if mine is None else np.ascontiguousarray(value[mine])]).wait()
+        want = dst.index_map(value.shape).get(d)
+        return want is None or got[0].tobytes() == np.ascontiguousarray(value[want]).tobytes()
+
+    assert all(_ok(_ranks(body, world=world)).values())
