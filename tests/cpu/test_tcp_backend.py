@@ -350,3 +350,33 @@ def test_spmd_ranks_plan_for_themselves_and_agree_on_tcp():
         return want is None or got[0].tobytes() == np.ascontiguousarray(value[want]).tobytes()
 
     assert all(_ok(_ranks(body, world=world)).values())
+
+
+@pytest.mark.timeout(60)
+def test_executor_create_builds_tcp_ranks_by_name():
+    """The registry's ``tcp`` entry: Executor.create with the rendezvous alone."""
+    import reshard
+    from reshard import DeviceMesh, Layout
+
+    server = TcpRendezvousServer()
+    src = Layout(DeviceMesh((1,), [0]), "R")
+    dst = Layout(DeviceMesh((1,), [1]), "R")
+    plan = reshard.plan((300,), "int64", src, dst, cluster=Cluster.regular(2, 1))
+    out: dict[int, Any] = {}
+
+    def run(d: int) -> None:
+        try:
+            with Executor.create("tcp", d, (0, 1), server.address.connect(10), 10.0) as ex:
+                assert ex.capabilities.gathers and not ex.capabilities.groups_need_world
+                got = ex.execute(plan, [np.arange(300) if d == 0 else None])
+                out[d] = got.get(0)
+        except BaseException as e:  # noqa: BLE001 - returned to the test
+            out[d] = e
+
+    threads = [threading.Thread(target=run, args=(d,)) for d in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    server.close()
+    assert out[1].tolist() == list(range(300)), out
