@@ -15,8 +15,8 @@ the kernel a list of pieces of memory (``sendmsg``), a receiver a list of places
 Wire: one TCP connection per pair of devices and channel, made on first use (the
 lower device connects to the listener the higher one published through the driver's
 rendezvous, proving with that listener's secret that it read it there). On it travel
-*frames*: a 16-byte header (the operation's tag, the body's bytes) and a body of at
-most one pipelined piece (:func:`~reshard.comm.backends.host_memory.wire_piece`). A
+*frames*: a 24-byte header (the operation's tag, the body's bytes, the whole
+operation's bytes) and a body of at most one pipelined piece (:func:`~reshard.comm.backends.host_memory.wire_piece`). A
 receiver matches a frame to the receive posted for its (peer, tag), first posted
 first, and reads its body straight into that receive's places. Frames of different
 operations interleave on a connection, so a relay's pieces never wait behind a whole
@@ -64,14 +64,21 @@ from reshard.comm.sockets import listen_on, recv_exact
 from reshard.dtypes import ReduceOp
 from reshard.errors import ExecutionError
 
-_HEADER = struct.Struct("<QQ")
-"""A frame's header: the operation's tag, the body's bytes."""
+_HEADER = struct.Struct("<QQQ")
+"""A frame's header: the operation's tag, the body's bytes, the operation's bytes (a
+receive of another size is refused at its first frame, even where the frames would
+have fit)."""
 _HELLO = struct.Struct("<4s16sqH")
 """A connection's first bytes: magic, the listener's secret, the connecting device,
 the length of the channel's name (which follows, UTF-8)."""
 _MAGIC = b"RSH1"
 _HELLO_WAIT = 5.0
 """Seconds a new connection has to introduce itself."""
+_BACKLOG = 4096
+"""Connections the listener queues before they are accepted (the first all-gather of
+an SPMD world connects every lower device at once)."""
+_POLL = 60.0
+"""The longest single wait for a connection to move (timeouts are longer)."""
 _IOV = 1024
 """Pieces of memory per ``sendmsg`` / ``recvmsg_into`` (Linux's ``IOV_MAX``)."""
 _BATCH = 1 << 21
@@ -87,7 +94,9 @@ def _bytes_of(buf: Any) -> memoryview:
     """A flat byte view of a 1-d C-contiguous numpy array's memory (a memoryview of
     bytes: itself)."""
     if isinstance(buf, memoryview):
-        return buf
+        if not buf.c_contiguous:
+            raise ExecutionError("backend buffers must be C-contiguous memoryviews")
+        return buf if buf.format == "B" and buf.ndim == 1 else buf.cast("B")
     if not buf.flags.c_contiguous:
         raise ExecutionError(f"backend buffers must be C-contiguous, got strides "
                              f"{buf.strides} for shape {buf.shape}")
@@ -191,27 +200,33 @@ class _Link:
         self.left = 0
         self.start = 0  # where the frame being read starts in its receive's stream
         self.expect = 0  # receives posted from this peer and not complete
-        self.parked: tuple[int, int] | None = None  # a header nobody here expects yet
+        self.parked: tuple[int, int, int] | None = None  # a header nobody expects yet
 
 
 class _Hub:
     """What the channels of one rank share: its listener (and its secret), the
     connections accepted for any channel until that channel asks, and the peers'
-    published addresses. Guarded by a lock: channels run on threads of their own."""
+    published addresses. Channels run on threads of their own: one of them at a time
+    takes the listener (``listening``), never holding it longer than one short accept
+    and a new connection's introduction; the table of accepted connections has a lock of
+    its own, held only to look; the rendezvous (one connection, not thread-safe) a third."""
 
     def __init__(self, advertise: str, rendezvous: Any, timeout: float) -> None:
-        self.listener = listen_on(advertise)
+        self.listener = listen_on(advertise, backlog=_BACKLOG)
         self.secret = secrets.token_bytes(16)
         self.rendezvous, self.timeout = rendezvous, timeout
-        self.lock = threading.Lock()
+        self.listening = threading.Lock()
+        self.lock = threading.Lock()  # accepted, closed
+        self.asking = threading.Lock()  # the rendezvous, addresses
         self.accepted: dict[tuple[str, int], socket.socket] = {}
         self.addresses: dict[int, tuple[str, int, bytes]] = {}
+        self.closed = False
         host, port = self.listener.getsockname()[:2]
         self.published = f"{host}|{port}|{self.secret.hex()}".encode()
 
     def address(self, peer: int) -> tuple[str, int, bytes]:
         """Where ``peer`` listens, and its secret (from the rendezvous, once)."""
-        with self.lock:
+        with self.asking:
             got = self.addresses.get(peer)
             if got is None:
                 raw = self.rendezvous.get(f"tcp/{peer}", self.timeout).decode()
@@ -222,11 +237,14 @@ class _Hub:
     def connect(self, me: int, peer: int, channel: str) -> socket.socket:
         """A new connection to ``peer`` for ``channel``, introduced."""
         host, port, secret = self.address(peer)
+        sock = None
         try:
             sock = socket.create_connection((host, port), timeout=self.timeout)
             name = channel.encode()
             sock.sendall(_HELLO.pack(_MAGIC, secret, me, len(name)) + name)
         except OSError as e:
+            if sock is not None:
+                sock.close()
             raise ExecutionError(f"device {me}: cannot connect to device {peer} at "
                                  f"{host}:{port}: {e}") from e
         return sock
@@ -236,29 +254,45 @@ class _Hub:
         others accepted meanwhile are kept for whoever asks for them. Connections that
         do not introduce themselves with this listener's secret are closed."""
         deadline = time.monotonic() + self.timeout
+        key = (channel, peer)
         while True:
             with self.lock:
-                sock = self.accepted.pop((channel, peer), None)
-                if sock is not None:
-                    return sock
-                self.listener.settimeout(0.05)
+                if self.closed:
+                    raise ExecutionError(f"device {me}: closed while waiting for device "
+                                         f"{peer} to connect")
+                sock = self.accepted.pop(key, None)
+            if sock is not None:
+                return sock
+            if self.listening.acquire(timeout=0.05):
                 try:
-                    conn, _ = self.listener.accept()
-                except TimeoutError:
-                    conn = None
+                    conn = self._accept_one()
+                finally:
+                    self.listening.release()
                 if conn is not None:
-                    key = self._introduced(conn)
-                    if key is not None:
-                        self.accepted[key] = conn
+                    got = self._introduced(conn)
+                    if got is not None:
+                        with self.lock:
+                            old = self.accepted.pop(got, None)
+                            if old is not None:  # a peer that connected again wins
+                                old.close()
+                            self.accepted[got] = conn
             if time.monotonic() > deadline:
                 raise ExecutionError(f"device {me}: device {peer} did not connect within "
                                      f"{self.timeout:g}s (channel {channel or 'main'!r}; "
                                      f"peer dead or stuck)")
 
+    def _accept_one(self) -> socket.socket | None:
+        """A connection the listener has, waiting briefly; None if none (or closed)."""
+        try:
+            self.listener.settimeout(0.05)
+            return self.listener.accept()[0]
+        except (TimeoutError, OSError):  # OSError: closed under us (close() below)
+            return None
+
     def _introduced(self, conn: socket.socket) -> tuple[str, int] | None:
         """The (channel, device) a new connection says it is for, or None (closed) if it
         does not know this listener's secret or says nothing within a few seconds (a
-        peer sends its introduction as it connects; the lock is held meanwhile)."""
+        peer sends its introduction as it connects)."""
         try:
             conn.settimeout(min(self.timeout, _HELLO_WAIT))
             magic, secret, peer, n = _HELLO.unpack(recv_exact(conn, _HELLO.size))
@@ -272,11 +306,13 @@ class _Hub:
         return channel, int(peer)
 
     def close(self) -> None:
+        """Close the listener and the connections no channel took."""
         with self.lock:
+            self.closed = True
             for sock in self.accepted.values():
                 sock.close()
             self.accepted.clear()
-            self.listener.close()
+        self.listener.close()
 
 
 class TcpBackend(HostMemory):
@@ -306,7 +342,11 @@ class TcpBackend(HostMemory):
             raise ExecutionError(f"device {device} is not in the world {list(self._world)}")
         self.timeout = float(timeout)
         self._hub = _Hub(advertise, rendezvous, self.timeout)
-        rendezvous.set(f"tcp/{self.device}", self._hub.published)
+        try:
+            rendezvous.set(f"tcp/{self.device}", self._hub.published)
+        except BaseException:
+            self._hub.close()
+            raise
         self._channel = ""
         self._links: dict[int, _Link] = {}
         self._posted: dict[tuple[int, int], collections.deque[_Inbound]] = {}
@@ -314,6 +354,7 @@ class TcpBackend(HostMemory):
         self._after: list[Callable[[], None]] = []  # to run once the group completed
         self._open = False
         self._closed = False
+        self._failed: ExecutionError | None = None  # this channel's first failure
 
     @property
     def world(self) -> tuple[int, ...]:
@@ -327,30 +368,54 @@ class TcpBackend(HostMemory):
         child = copy.copy(self)
         child._channel = f"{self._channel}/{name}"
         child._links, child._posted, child._after = {}, {}, []
-        child._pending, child._open = 0, False
+        child._pending, child._open, child._failed = 0, False, None
         return child
 
     def _link(self, peer: int) -> _Link:
         link = self._links.get(peer)
         if link is None:
+            if self._failed is not None:
+                raise self._failed
             if peer == self.device or peer not in self._world:
                 raise ExecutionError(f"device {self.device}: no connection to device {peer} "
                                      f"(the world is {list(self._world)})")
             hub = self._hub
-            sock = (hub.connect(self.device, peer, self._channel) if self.device < peer
-                    else hub.accept(self.device, peer, self._channel))
+            try:
+                sock = (hub.connect(self.device, peer, self._channel) if self.device < peer
+                        else hub.accept(self.device, peer, self._channel))
+            except ExecutionError as e:
+                raise self._fail(e) from None
             link = self._links[peer] = _Link(sock, peer)
         return link
 
+    def _fail(self, e: ExecutionError) -> ExecutionError:
+        """Record this channel's first failure (its connections' state is unknown after
+        it: every later operation is refused) and return ``e``."""
+        if self._failed is None:
+            self._failed = ExecutionError(f"device {self.device}: this tcp channel failed "
+                                          f"earlier ({e}); make a new backend")
+        return e
+
     def prepare(self, plan: Any) -> None:
-        """Check that the plan's groups are within the world (connections are made on
-        first use)."""
+        """Check that the plan's groups are within the world, and connect to every
+        device this rank's tasks share (a ReshardPlan's or a WorkerProgram's), in
+        ascending order: the lowest device only connects, which never waits, so each
+        rank's accepts are answered in turn; a run then never stops its traffic to wait
+        for a connection."""
         for group in plan.communicator_groups():
             unknown = [d for d in group if d not in self._world]
             if unknown:
                 raise ExecutionError(
                     f"device {self.device}: group {list(group)} has devices {unknown} "
                     f"outside the world {list(self._world)}")
+        me, peers = self.device, set()
+        for task in getattr(plan, "tasks", ()):
+            t = task[1] if isinstance(task, tuple) else task
+            if me in t.devices:
+                peers.update(t.devices)
+        for peer in sorted(peers - {me}):
+            if peer in self._world:
+                self._link(peer)
 
     def use_piece(self, nbytes: int) -> None:
         """Pipeline the operations that follow in pieces of the plan's
@@ -364,8 +429,9 @@ class TcpBackend(HostMemory):
         out = link.out
         piece = wire_piece(self.relay_piece, stream.total)
         pack = _HEADER.pack
+        total = stream.total
         for views in stream.frames(a, b, piece):
-            out.append(memoryview(pack(tag, sum(map(len, views)))))
+            out.append(memoryview(pack(tag, sum(map(len, views)), total)))
             out.extend(views)
         self._write(link)  # what the kernel takes now goes while the caller packs on
 
@@ -381,6 +447,8 @@ class TcpBackend(HostMemory):
 
     def _run(self) -> None:
         """Outside a group an operation is a group of its own."""
+        if self._failed is not None:
+            raise self._failed
         if not self._open:
             self._open = True
             self.group_end()
@@ -425,8 +493,8 @@ class TcpBackend(HostMemory):
         if me == root:
             for nxt in nxts:
                 self._queue(nxt, tag, stream, 0, stream.total)
-        else:
-            prev = next(a for a, b in zip(parents, receivers) if b == me)
+        elif me in receivers:
+            prev = parents[receivers.index(me)]
             what = "chain broadcast" if len(receivers) > 1 else "broadcast"
             for nxt in nxts:  # connected now: the group's loop makes no connection
                 self._link(nxt)
@@ -446,6 +514,8 @@ class TcpBackend(HostMemory):
         if not inp.size:
             return
         me = self.device
+        if me not in group:
+            return
         rows = out.reshape(len(group), -1)
         rows[list(group).index(me)] = inp.reshape(-1)
         mine = _Stream(inp)
@@ -486,6 +556,8 @@ class TcpBackend(HostMemory):
     # ----- groups -------------------------------------------------------------------------
     def group_start(self) -> None:
         """Open a group: operations only post until :meth:`group_end`."""
+        if self._failed is not None:
+            raise self._failed
         if self._open:
             raise ExecutionError(f"device {self.device}: group_start inside an open group")
         self._open = True
@@ -498,6 +570,8 @@ class TcpBackend(HostMemory):
         self._open = False
         try:
             self._progress()
+        except ExecutionError as e:
+            raise self._fail(e) from e.__cause__
         finally:
             after, self._after = self._after, []
         for fn in after:
@@ -534,7 +608,7 @@ class TcpBackend(HostMemory):
                 (select.POLLIN if link.expect and link.parked is None else 0)
             if mask:
                 poll.register(link.sock, mask)
-        poll.poll(max(1, int(seconds * 1000)))
+        poll.poll(max(1, int(min(seconds, _POLL) * 1000)))
 
     def _write(self, link: _Link) -> bool:
         """Write what the kernel takes of ``link``'s queue; True if anything went."""
@@ -589,9 +663,9 @@ class TcpBackend(HostMemory):
                     link.got += n
                     continue
                 link.got = 0
-                tag, size = _HEADER.unpack(link.head)
-                if not self._match(link, tag, size):
-                    link.parked = (tag, size)
+                tag, size, total = _HEADER.unpack(link.head)
+                if not self._match(link, tag, size, total):
+                    link.parked = (tag, size, total)
                     return moved
                 continue
             left = link.left
@@ -616,18 +690,18 @@ class TcpBackend(HostMemory):
                 self._landed(link, into)
         return moved
 
-    def _match(self, link: _Link, tag: int, size: int) -> bool:
-        """Start reading a ``size``-byte frame tagged ``tag`` into the receive posted
-        first for it; False if none is posted (yet)."""
+    def _match(self, link: _Link, tag: int, size: int, total: int) -> bool:
+        """Start reading a ``size``-byte frame tagged ``tag`` (of a ``total``-byte
+        operation) into the receive posted first for it; False if none is posted (yet)."""
         queue = self._posted.get((link.peer, tag))
         if not queue:
             return False
         into = queue[0]
-        if size > into.stream.total - into.filled:
-            raise ExecutionError(
-                f"tcp {into.what} from device {link.peer}: a frame of {size} bytes (tag "
-                f"{tag}) exceeds the {into.stream.total - into.filled} bytes still expected "
-                f"(the two ranks run different plans)")
+        if total != into.stream.total or size > into.stream.total - into.filled:
+            raise self._fail(ExecutionError(
+                f"device {self.device}: tcp {into.what} from device {link.peer} (tag {tag}) "
+                f"sends {total} bytes in frames of up to {size}, where {into.stream.total} "
+                f"are expected ({into.filled} landed): the two ranks run different plans"))
         link.parked = None
         link.into, link.left, link.start = into, size, into.filled
         if not size:
@@ -652,8 +726,9 @@ class TcpBackend(HostMemory):
         doing = (link.into.what if link.into is not None else
                  next((q[0].what for (p, _), q in self._posted.items() if p == link.peer),
                       "send"))
-        return ExecutionError(f"tcp {doing} with device(s) [{link.peer}] failed: device "
-                              f"{link.peer} {why} (peer dead or its run failed)")
+        return self._fail(ExecutionError(
+            f"device {self.device}: tcp {doing} with device(s) [{link.peer}] failed: device "
+            f"{link.peer} {why} (peer dead or its run failed)"))
 
     def _stuck(self) -> ExecutionError:
         waiting = sorted({p for p, _ in self._posted})
@@ -666,8 +741,9 @@ class TcpBackend(HostMemory):
         parked = sorted((link.peer, link.parked[0]) for link in self._links.values()
                         if link.parked is not None and link.expect)
         also = (f"; unexpected frames (device, tag): {parked}" if parked else "")
-        return ExecutionError(f"tcp: no progress {' and '.join(parts)} within "
-                              f"{self.timeout:g}s (peer dead or stuck){also}")
+        where = f" (channel {self._channel!r})" if self._channel else ""
+        return ExecutionError(f"device {self.device}: tcp: no progress {' and '.join(parts)} "
+                              f"within {self.timeout:g}s{where} (peer dead or stuck){also}")
 
     def close(self) -> None:
         """Close this channel's connections (the main rank: its listener too)."""

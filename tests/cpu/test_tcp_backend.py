@@ -244,16 +244,55 @@ def test_a_silent_peer_times_out_naming_it():
 
 
 @pytest.mark.timeout(60)
-def test_a_frame_longer_than_the_receive_is_refused():
+def test_a_receive_of_another_size_is_refused_and_the_channel_with_it():
+    """Sizes are compared at the first frame, also where the frames would fit (two
+    4 KiB frames into a 4 KiB receive and the next one of the same tag); the channel
+    refuses every later operation, naming the first failure."""
     def body(b: TcpBackend) -> Any:
+        b.use_piece(4096)
         if b.device == 0:
             b.send(np.zeros(100, np.uint8), 3, tag=2)
+            b.send(np.zeros(8192, np.uint8), 3, tag=5)
         if b.device == 3:
-            with pytest.raises(ExecutionError, match=r"frame of 100 bytes .* exceeds the 50"):
+            with pytest.raises(ExecutionError, match=r"sends 100 bytes .* where 50 are "
+                                                     r"expected .* different plans"):
                 b.recv(np.zeros(50, np.uint8), 0, tag=2)
+            with pytest.raises(ExecutionError, match=r"failed earlier .*sends 100 bytes"):
+                b.recv(np.zeros(4096, np.uint8), 0, tag=5)
+        if b.device == 5:  # a fresh pair: 8192 bytes sent as 4 KiB frames, 4096 expected
+            b.send(np.zeros(8192, np.uint8), 0, tag=7)
+        if b.device == 0:
+            with pytest.raises(ExecutionError, match=r"sends 8192 bytes .* where 4096"):
+                b.recv(np.zeros(4096, np.uint8), 5, tag=7)
         return None
 
     _ok(_ranks(body, timeout=5.0))
+
+
+@pytest.mark.timeout(60)
+def test_more_parts_than_one_system_call_takes_and_members_outside_a_broadcast():
+    def body(b: TcpBackend) -> Any:
+        out = {}
+        if b.device == 0:  # 1,500 parts of 3 bytes: two sendmsg calls' worth of iovecs
+            b.send([np.full(3, k % 251, np.uint8) for k in range(1500)], 5)
+            into = [np.zeros(5, np.uint8) for _ in range(1300)]
+            b.recv(into, 5)
+            out["scattered"] = np.concatenate(into)
+        if b.device == 5:
+            got = np.zeros(4500, np.uint8)
+            b.recv(got, 0)
+            out["gathered"] = got
+            b.send(np.arange(6500, dtype=np.uint8), 0)
+        buf = np.ones(4, np.int32) * (b.device == 3)
+        b.broadcast(buf, 3, (3, 5))  # device 0 is not a member: nothing to do
+        out["bcast"] = buf.tolist()
+        return out
+
+    got = _ok(_ranks(body))
+    want = np.concatenate([np.full(3, k % 251, np.uint8) for k in range(1500)])
+    assert got[5]["gathered"].tobytes() == want.tobytes()
+    assert got[0]["scattered"].tobytes() == np.arange(6500, dtype=np.uint8).tobytes()
+    assert got[5]["bcast"] == [1, 1, 1, 1] and got[0]["bcast"] == [0, 0, 0, 0]
 
 
 @pytest.mark.timeout(60)
