@@ -419,3 +419,31 @@ def test_executor_create_builds_tcp_ranks_by_name():
         t.join(30)
     server.close()
     assert out[1].tolist() == list(range(300)), out
+
+
+@pytest.mark.timeout(60)
+def test_a_frame_nobody_expects_yet_waits_for_its_receive():
+    """A relay's own message overtakes the one it relays (its frames go as soon as it
+    issues them, the relayed ones as they arrive): the receiver, which posts the relayed
+    one first, finds a header it does not expect yet; it waits (parked) and is read once
+    its receive is posted."""
+    def body(b: TcpBackend) -> Any:
+        d = b.device
+        relayed = np.arange(6, dtype=np.int64) if d == 0 else np.zeros(6, np.int64)
+        own = np.full(4, 7, np.int32) if d == 3 else np.zeros(4, np.int32)
+        b.all_gather(np.zeros((3, 1), np.uint8), np.zeros(1, np.uint8), WORLD)  # connected
+        if d == 0:
+            time.sleep(0.6)  # device 3's own message is on the wire long before
+        if d == 5:
+            time.sleep(0.3)  # and has arrived when 5 posts its first receive
+        b.group_start()
+        b.broadcast(relayed, 0, WORLD, chain=(3, 5), tag=1)  # 0 -> 3 -> 5
+        if d == 3:
+            b.send(own, 5, tag=2)
+        if d == 5:
+            b.recv(own, 3, tag=2)
+        b.group_end()
+        return relayed.tolist(), own.tolist()
+
+    got = _ok(_ranks(body, timeout=10.0))
+    assert got[5] == (list(range(6)), [7] * 4)
