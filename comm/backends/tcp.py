@@ -36,8 +36,9 @@ later group (it finished this one first) stays unread until that group posts its
 receive. No threads: the calling thread does all of it.
 
 Partial sums are not fused (``fuses_sums`` false: the executor runs a reduction, then
-the broadcast of the sum); a reduction gathers the addends at the root, which
-combines them in group order in numpy. Failures: a peer that closes its connection
+the broadcast of the sum); a reduction runs down a pipelined chain of the members in
+group order to the root, each adding every frame of the running result (held in one
+piece-sized buffer) into its own in numpy and passing it on. Failures: a peer that closes its connection
 (dead) fails the operation at once naming it; no progress for the timeout fails it
 naming the peers it waits on.
 """
@@ -178,6 +179,37 @@ class _Inbound:
             off -= len(views[k])
             k += 1
         self.k, self.off = k, off
+
+
+class _Reused(_Inbound):
+    """A posted receive whose frames all land in one piece-sized buffer (``held``), each
+    consumed by ``on_frame`` before the next is read (a reduction's running sums)."""
+
+    __slots__ = ("held",)
+
+    def __init__(self, what: str, peer: int, tag: int, total: int, held: np.ndarray,
+                 on_frame: Callable[[int, int], None]) -> None:
+        super().__init__(what, peer, tag, _Sized(total), on_frame)
+        self.held = memoryview(held)  # type: ignore[arg-type]
+
+    def places(self, n: int) -> list[memoryview]:
+        """The piece buffer, from where the frame being read has got to."""
+        off = self.filled % len(self.held)
+        return [self.held[off:off + n]]
+
+    def advance(self, n: int) -> None:
+        """``n`` more bytes landed."""
+        self.filled += n
+
+
+class _Sized(_Stream):
+    """The size of a receive whose bytes land in no stream of their own
+    (:class:`_Reused`)."""
+
+    __slots__ = ()
+
+    def __init__(self, total: int) -> None:
+        self.views, self.starts, self.total = [], [], total
 
 
 class _Link:
@@ -529,29 +561,51 @@ class TcpBackend(HostMemory):
 
     def reduce(self, buf: np.ndarray, root: int, group: Sequence[int], *,
                op: ReduceOp = ReduceOp.SUM) -> None:
-        """Every member's ``buf`` to the root, which combines them into its own in
-        group order once all arrived (numpy, in the buffer's dtype: integers wrap)."""
-        if not buf.size:
+        """A pipelined chain through the members in group order, ending at the root:
+        each member adds every frame of the running result, as it lands in one
+        piece-sized buffer, into its own ``buf`` (numpy, in the buffer's dtype: integers
+        wrap) and passes that piece on; the root's ``buf`` ends with the result (a
+        member's with a partial one). Each member receives and sends the buffer once
+        and holds one piece beside it, whatever the group's size."""
+        me = self.device
+        if not buf.size or me not in group:
             return
-        if self.device != root:
-            mine = _Stream(buf)
-            self._queue(root, _REDUCE_TAG, mine, 0, mine.total)
+        chain = [d for d in group if d != root] + [root]
+        at = chain.index(me)
+        mine = _Stream(buf)
+        nxt = chain[at + 1] if at + 1 < len(chain) else None
+        if at == 0:
+            if nxt is not None:
+                self._queue(nxt, _REDUCE_TAG, mine, 0, mine.total)
             self._run()
             return
-        theirs = []
-        for d in group:
-            if d != root:
-                tmp = np.empty_like(buf)
-                theirs.append(tmp)
-                self._post("reduce", d, _REDUCE_TAG, _Stream(tmp))
-        combine = _COMBINE[op]
+        if nxt is not None:
+            self._link(nxt)  # connected now: the group's loop makes no connection
+        piece = wire_piece(self.relay_piece, mine.total)
+        held = np.empty(min(piece, mine.total), np.uint8)
+        combine, flat, size = _COMBINE[op], buf.reshape(-1), buf.itemsize
 
-        def after() -> None:
-            for tmp in theirs:
-                combine(buf, tmp, out=buf)
+        def on_frame(a: int, b: int) -> None:
+            got = held[:b - a].view(buf.dtype)
+            part = flat[a // size:b // size]
+            combine(part, got, out=part)
+            if nxt is not None:
+                self._queue(nxt, _REDUCE_TAG, mine, a, b)
 
-        self._after.append(after)
+        self._post_into("reduce", chain[at - 1], _REDUCE_TAG, mine.total, held, on_frame)
         self._run()
+
+    def _post_into(self, what: str, peer: int, tag: int, total: int, held: np.ndarray,
+                   on_frame: Callable[[int, int], None]) -> None:
+        """Register a receive of ``total`` bytes from ``peer`` whose every frame lands at
+        the start of ``held`` (one piece; ``on_frame`` consumes it before the next frame
+        is read)."""
+        link = self._link(peer)
+        self._posted.setdefault((peer, tag), collections.deque()).append(
+            _Reused(what, peer, tag, total, held, on_frame))
+        link.expect += 1
+        self._pending += 1
+        self._read(link)
 
     # ----- groups -------------------------------------------------------------------------
     def group_start(self) -> None:

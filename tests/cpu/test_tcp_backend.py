@@ -447,3 +447,27 @@ def test_a_frame_nobody_expects_yet_waits_for_its_receive():
 
     got = _ok(_ranks(body, timeout=10.0))
     assert got[5] == (list(range(6)), [7] * 4)
+
+
+@pytest.mark.timeout(60)
+def test_reductions_run_down_a_chain_in_frames():
+    """A reduction of several 4 KiB frames, its root in the middle of the group: the
+    sum (integers wrapping) and the max, exact at the root."""
+    from reshard.dtypes import ReduceOp
+
+    n = 5000  # 20,000 bytes of int32: five frames, the last one short
+
+    def body(b: TcpBackend) -> dict:
+        b.use_piece(4096)
+        d = b.device
+        total = (np.arange(n, dtype=np.int64) * (d + 1) * 700_000_000).astype(np.int32)
+        b.reduce(total, 3, WORLD)
+        top = np.where(np.arange(n) % 3 == WORLD.index(d), d, -1).astype(np.float32)
+        b.reduce(top, 3, WORLD, op=ReduceOp.MAX)
+        return {"sum": total, "max": top}
+
+    got = _ok(_ranks(body))
+    want = sum((np.arange(n, dtype=np.int64) * (d + 1) * 700_000_000).astype(np.int32)
+               for d in WORLD)  # numpy's int32 sum wraps like the ranks' does
+    assert got[3]["sum"].tobytes() == want.astype(np.int32).tobytes()
+    assert got[3]["max"].tolist() == [float(WORLD[k % 3]) for k in range(n)]
