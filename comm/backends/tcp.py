@@ -12,9 +12,10 @@ the kernel a list of pieces of memory (``sendmsg``), a receiver a list of places
 (``recvmsg_into``), and the two lists may be cut differently
 (:attr:`~reshard.comm.backend.Capabilities.gathers`).
 
-Wire: one TCP connection per pair of devices and channel, made on first use (the
-lower device connects to the listener the higher one published through the driver's
-rendezvous, proving with that listener's secret that it read it there). On it travel
+Wire: one TCP connection per pair of devices and channel, made when a plan loads
+(:meth:`TcpBackend.prepare`), else on first use (the lower device connects to the
+listener the higher one published through the driver's rendezvous, proving with that
+listener's secret that it read it there). On it travel
 *frames*: a 24-byte header (the operation's tag, the body's bytes, the whole
 operation's bytes) and a body of at most one pipelined piece (:func:`~reshard.comm.backends.host_memory.wire_piece`). A
 receiver matches a frame to the receive posted for its (peer, tag), first posted
