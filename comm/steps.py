@@ -602,11 +602,9 @@ class Execution:
                 if got is not None:  # the root's box of its source shard, as is
                     shard, whole = got
                     direct = None
-                    if whole is None or not (p.rows or gathers):
-                        p.shaped[...] = shard[p.slices]
-                    elif p.rows:
+                    if whole is not None and p.rows:
                         p.packed_rows[...] = p.runs_in(whole)
-                    elif p.span:
+                    elif whole is not None and gathers and p.span:
                         direct = whole[p.span[0]:p.span[1]]
                     else:
                         p.shaped[...] = shard[p.slices]

@@ -470,10 +470,13 @@ class TcpBackend(HostMemory):
 
     def _post(self, what: str, peer: int, tag: int, stream: _Stream,
               on_frame: Callable[[int, int], None] | None = None) -> None:
-        """Register a receive of ``stream`` from ``peer`` (first posted, first matched)."""
-        link = self._link(peer)
-        self._posted.setdefault((peer, tag), collections.deque()).append(
-            _Inbound(what, peer, tag, stream, on_frame))
+        """Register a receive of ``stream`` from ``peer`` (:meth:`_register`)."""
+        self._register(_Inbound(what, peer, tag, stream, on_frame))
+
+    def _register(self, into: _Inbound) -> None:
+        """Register a posted receive (first posted, first matched by its peer and tag)."""
+        link = self._link(into.peer)
+        self._posted.setdefault((into.peer, into.tag), collections.deque()).append(into)
         link.expect += 1
         self._pending += 1
         self._read(link)  # what has arrived lands (and a relay passes it on) already
@@ -593,20 +596,10 @@ class TcpBackend(HostMemory):
             if nxt is not None:
                 self._queue(nxt, _REDUCE_TAG, mine, a, b)
 
-        self._post_into("reduce", chain[at - 1], _REDUCE_TAG, mine.total, held, on_frame)
+        # every frame lands at the start of ``held``, consumed before the next is read
+        self._register(_Reused("reduce", chain[at - 1], _REDUCE_TAG, mine.total, held,
+                               on_frame))
         self._run()
-
-    def _post_into(self, what: str, peer: int, tag: int, total: int, held: np.ndarray,
-                   on_frame: Callable[[int, int], None]) -> None:
-        """Register a receive of ``total`` bytes from ``peer`` whose every frame lands at
-        the start of ``held`` (one piece; ``on_frame`` consumes it before the next frame
-        is read)."""
-        link = self._link(peer)
-        self._posted.setdefault((peer, tag), collections.deque()).append(
-            _Reused(what, peer, tag, total, held, on_frame))
-        link.expect += 1
-        self._pending += 1
-        self._read(link)
 
     # ----- groups -------------------------------------------------------------------------
     def group_start(self) -> None:
@@ -696,7 +689,6 @@ class TcpBackend(HostMemory):
     def _read(self, link: _Link) -> bool:
         """Read what has arrived on ``link`` into the receives it belongs to; True if
         anything did."""
-        sock = link.sock
         moved = False
         while link.expect:
             into = link.into
@@ -706,14 +698,9 @@ class TcpBackend(HostMemory):
                         return moved
                     continue
                 if link.got < _HEADER.size:
-                    try:
-                        n = sock.recv_into(link.headview[link.got:])
-                    except BlockingIOError:
+                    n = self._receive(link, [link.headview[link.got:]])
+                    if n is None:
                         return moved
-                    except OSError as e:
-                        raise self._broken(link, e) from e
-                    if not n:
-                        raise self._broken(link, None)
                     moved = True
                     link.got += n
                     continue
@@ -727,16 +714,10 @@ class TcpBackend(HostMemory):
             views = into.places(left)
             if len(views) < _IOV:  # they hold the rest: the next header may come along
                 views.append(link.headview)
-            try:
-                n = sock.recvmsg_into(views)[0] if len(views) > 1 else \
-                    sock.recv_into(views[0])
-            except BlockingIOError:
+            got = self._receive(link, views)
+            if got is None:
                 return moved
-            except OSError as e:
-                raise self._broken(link, e) from e
-            if not n:
-                raise self._broken(link, None)
-            moved = True
+            n, moved = got, True
             if n > left:  # the frame's end and (part of) the next one's header
                 link.got, n = n - left, left
             into.advance(n)
@@ -744,6 +725,20 @@ class TcpBackend(HostMemory):
             if not link.left:
                 self._landed(link, into)
         return moved
+
+    def _receive(self, link: _Link, views: list[memoryview]) -> int | None:
+        """Bytes read from ``link`` into ``views`` (in order) without waiting; None if
+        none had arrived. A closed or failed connection raises, naming the peer."""
+        sock = link.sock
+        try:
+            n = sock.recvmsg_into(views)[0] if len(views) > 1 else sock.recv_into(views[0])
+        except BlockingIOError:
+            return None
+        except OSError as e:
+            raise self._broken(link, e) from e
+        if not n:
+            raise self._broken(link, None)
+        return n
 
     def _match(self, link: _Link, tag: int, size: int, total: int) -> bool:
         """Start reading a ``size``-byte frame tagged ``tag`` (of a ``total``-byte
