@@ -1,8 +1,9 @@
 """Packing global boxes of a local shard into contiguous buffers and back.
 
 Shards and buffers are numpy or cupy arrays, or torch tensors (the ``torch`` backend on
-a GPU): only slicing, ``reshape`` and assignment are used, plus the two questions
-below whose answer each library spells its own way.
+a GPU): only slicing, ``reshape`` and assignment are used (a strided box of cupy arrays
+as pitched copies, :mod:`reshard.comm.pitched`), plus the two questions below whose
+answer each library spells its own way.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from reshard.comm.pitched import copy_into
 from reshard.dtypes import is_torch
 from reshard.layout import Box
 
@@ -85,7 +87,7 @@ def pack(shard: Any, box: Box, shard_box: Box, out: Any | None = None) -> Any:
         return view.reshape(-1)
     if out is None:
         return view.reshape(-1)  # a copy: the view is not contiguous
-    out.reshape(view.shape)[...] = view
+    copy_into(out.reshape(view.shape), view)
     return out
 
 
@@ -99,7 +101,7 @@ def unpack(shard: Any, box: Box, shard_box: Box, buf: Any) -> None:
     flat = buf[:n]
     if is_contiguous(view) and same_memory(view, flat):
         return
-    view[...] = flat.reshape(view.shape)
+    copy_into(view, flat.reshape(view.shape))
 
 
 class Unpacker:

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from reshard.bits import assign
 from reshard.casting import block_amax, convert_into, quantize_into, scales_from_amax
 from reshard.comm.backend import Backend, Capabilities
 from reshard.comm.packing import (
@@ -63,6 +64,7 @@ from reshard.comm.packing import (
     same_memory,
     unpack,
 )
+from reshard.comm.pitched import copy_into
 from reshard.comm.program import WorkerProgram
 from reshard.dtypes import ScaleMode, block_shape, itemsize, parse_dtype, scale_grid
 from reshard.errors import ReshardError
@@ -388,7 +390,7 @@ class _MessageSink:
         while k < len(pieces) and pieces[k][0].end <= nbytes:
             p, whole = pieces[k]
             if whole is None:
-                dst[p.tensor][p.slices] = p.shaped
+                copy_into(dst[p.tensor][p.slices], p.shaped)
             else:
                 p.runs_in(whole)[...] = p.packed_rows
             k += 1
@@ -450,7 +452,7 @@ class Execution:
         whole scale grid (zeros for blocks the shard does not meet)."""
         pt = self.tensors[w]
         return block_amax(self.source(w), self.lp.src_box[w], block_shape(pt.shape, pt.scale),
-                          scale_grid(pt.shape, pt.scale))
+                          scale_grid(pt.shape, pt.scale), self.held_dtype(w))
 
     def _amax(self, i: int) -> Any:
         """Tensor ``i`` (an amax): the scaled tensor's block amax here (a partial max)."""
@@ -478,11 +480,17 @@ class Execution:
         converted to the destination dtype, divided by its scales if it has them."""
         pt = self.tensors[i]
         if pt.scale is ScaleMode.NONE:
-            convert_into(out, values, pt.out_dtype)
+            convert_into(out, values, pt.out_dtype, self.held_dtype(i))
             return
         k = pt.link
         quantize_into(out, values, box, block_shape(pt.shape, pt.scale), self.source(k),
-                      self.lp.src_box[k], pt.out_dtype)
+                      self.lp.src_box[k], pt.out_dtype, self.held_dtype(i))
+
+    def held_dtype(self, i: int) -> str:
+        """The dtype of tensor ``i``'s source shard here: its own, or its accumulator once
+        the shard is a private copy that sums (a backend may hold either as its bits)."""
+        pt = self.tensors[i]
+        return (pt.sum_dtype or pt.dtype) if i in self._private else pt.dtype
 
     def converts(self, i: int) -> bool:
         """True if tensor ``i``'s source shard here is not what the wire carries (a cast,
@@ -490,8 +498,8 @@ class Execution:
         got = self._converts.get(i)
         if got is None:
             pt = self.tensors[i]
-            held = (pt.sum_dtype or pt.dtype) if i in self._private else pt.dtype
-            got = self._converts[i] = held != pt.out_dtype or pt.scale is not ScaleMode.NONE
+            got = self._converts[i] = (self.held_dtype(i) != pt.out_dtype
+                                       or pt.scale is not ScaleMode.NONE)
         return got
 
     def pack_source(self, st: StepTask, shard: Any, shard_box: Box, n: int) -> Any:
@@ -607,7 +615,7 @@ class Execution:
                     elif whole is not None and gathers and p.span:
                         direct = whole[p.span[0]:p.span[1]]
                     else:
-                        p.shaped[...] = shard[p.slices]
+                        copy_into(p.shaped, shard[p.slices])
                 else:  # converted, or a relay's box from its destination
                     op = _PREPARE[p.st.task.kind](self, p.st)
                     direct = None
@@ -663,10 +671,10 @@ class Execution:
             if t.tensor not in self._private:
                 shard = self.source(t.tensor)
                 pt = self.tensors[t.tensor]
-                copy = self.backend.empty(math.prod(shard.shape),
-                                          parse_dtype(pt.sum_dtype or pt.dtype))
+                acc = pt.sum_dtype or pt.dtype
+                copy = self.backend.empty(math.prod(shard.shape), parse_dtype(acc))
                 copy = copy.reshape(tuple(shard.shape))
-                copy[...] = shard  # into the accumulator: exact (bf16 -> float32)
+                assign(copy, acc, shard, pt.dtype)  # into the accumulator: exact
                 self.src[t.tensor] = copy
                 self._private.add(t.tensor)
                 self._converts.pop(t.tensor, None)
@@ -677,8 +685,10 @@ class Execution:
         (an addend that a reduction sums into; in its accumulator)."""
         t = st.task
         buf = self._scratch(st, box_size(t.box))
-        buf.reshape(tuple(hi - lo for lo, hi in t.box))[...] = region(
-            self.source(t.tensor), t.box, self.lp.src_box[t.tensor])
+        assign(buf.reshape(tuple(hi - lo for lo, hi in t.box)),
+               buffer_dtype(self.tensors[t.tensor], t),
+               region(self.source(t.tensor), t.box, self.lp.src_box[t.tensor]),
+               self.held_dtype(t.tensor))
         return buf
 
     def _scratch(self, st: StepTask, n: int) -> Any:
@@ -696,7 +706,7 @@ class Execution:
         if self.converts(i):
             self.convert_into(into, values, i, t.box)
         else:
-            into[...] = values
+            copy_into(into, values)
         return None
 
     def prepare_transfer(self, st: StepTask) -> _Op | None:

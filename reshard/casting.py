@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from reshard.bits import array_module, as_float32, assign, encode_into, holds_bits
 from reshard.dtypes import (
     Cast,
     ScaleMode,
@@ -37,29 +38,20 @@ from reshard.dtypes import (
 from reshard.layout import Box
 
 
-def _float32(a: Any) -> Any:
-    """``a`` as a new float32 array of its library."""
-    if is_torch(a):
-        import torch
-
-        return a.to(torch.float32, copy=True)
-    return a.astype(np.float32)
+def _store(out: Any, values: Any, target: str) -> None:
+    """``out[...] = values`` (float32) in ``out``'s dtype ``target`` (as the type or its
+    bits)."""
+    if holds_bits(out, target):
+        encode_into(out, values.reshape(tuple(out.shape)), target)
+    else:
+        out[...] = values.reshape(tuple(out.shape))
 
 
 def _clip(a: Any, bound: float) -> Any:
     """Clip float32 ``a`` to ``[-bound, bound]`` in place (NaN stays NaN)."""
     if is_torch(a):
         return a.clamp_(-bound, bound)
-    return _module(a).clip(a, -bound, bound, out=a)
-
-
-def _module(a: Any) -> Any:
-    """The array module of a numpy or cupy array."""
-    if isinstance(a, np.ndarray):
-        return np
-    import cupy  # only reached with cupy arrays
-
-    return cupy
+    return array_module(a).clip(a, -bound, bound, out=a)
 
 
 def _amax_along(a: Any, axis: int) -> Any:
@@ -75,7 +67,7 @@ def _concat(parts: list[Any], axis: int) -> Any:
         import torch
 
         return torch.cat(parts, dim=axis)
-    return _module(parts[0]).concatenate(parts, axis=axis)
+    return array_module(parts[0]).concatenate(parts, axis=axis)
 
 
 def _take(a: Any, axis: int, start: int, stop: int) -> Any:
@@ -108,7 +100,7 @@ def _zeros_like_grid(a: Any, grid: Sequence[int]) -> Any:
         import torch
 
         return torch.zeros(tuple(grid), dtype=torch.float32, device=a.device)
-    return _module(a).zeros(tuple(grid), dtype=np.float32)
+    return array_module(a).zeros(tuple(grid), dtype=np.float32)
 
 
 def block_range(box: Box, block: Sequence[int]) -> Box:
@@ -117,14 +109,16 @@ def block_range(box: Box, block: Sequence[int]) -> Box:
                  for (a, c), b in zip(box, block))
 
 
-def block_amax(values: Any, box: Box, block: Sequence[int], grid: Sequence[int]) -> Any:
+def block_amax(values: Any, box: Box, block: Sequence[int], grid: Sequence[int],
+               dtype: str | None = None) -> Any:
     """Per scale block, the max ``|x|`` over the elements of ``box`` (``values`` holds
-    them): a float32 array of shape ``grid``, zeros for blocks ``box`` does not meet.
-    NaN propagates into its block."""
+    them, of ``dtype`` as the type or its bits; None: its own dtype): a float32 array of
+    shape ``grid``, zeros for blocks ``box`` does not meet. NaN propagates into its
+    block."""
     out = _zeros_like_grid(values, grid)
     if not all(c > a for a, c in box):
         return out
-    mags = _float32(values)
+    mags = as_float32(values, dtype)
     mags = mags.abs() if is_torch(mags) else abs(mags)
     for axis, ((a, _), b) in enumerate(zip(box, block)):
         mags = _segment_max(mags, axis, a, b)
@@ -140,7 +134,7 @@ def scales_from_amax(amax: Any, target: str) -> Any:
 
         return torch.where(amax > 0, amax / top, torch.ones_like(amax))
     one = np.float32(1)
-    return _module(amax).where(amax > 0, amax / np.float32(top), one).astype(np.float32)
+    return array_module(amax).where(amax > 0, amax / np.float32(top), one).astype(np.float32)
 
 
 def _scale_of_elements(scales: Any, scales_box: Box, box: Box,
@@ -162,32 +156,36 @@ def _scale_of_elements(scales: Any, scales_box: Box, box: Box,
         if torch_:
             index.append(torch.from_numpy(idx).to(scales.device).reshape(shape))
         else:
-            index.append(_module(scales).asarray(idx).reshape(shape))
+            index.append(array_module(scales).asarray(idx).reshape(shape))
     return scales[tuple(index)] if ndim else scales
 
 
 def quantize_into(out: Any, values: Any, box: Box, block: Sequence[int], scales: Any,
-                  scales_box: Box, target: str) -> None:
+                  scales_box: Box, target: str, dtype: str | None = None) -> None:
     """``out[...] = saturate(values / scale of each element's block)`` in float32,
-    rounded to ``out``'s dtype (``target``). ``values`` holds ``box``; ``scales`` the
-    blocks of ``scales_box`` (a box of the scale grid containing ``box``'s blocks)."""
+    rounded to ``out``'s dtype (``target``). ``values`` holds ``box`` (of ``dtype``, as
+    the type or its bits; None: its own dtype); ``scales`` the blocks of ``scales_box``
+    (a box of the scale grid containing ``box``'s blocks)."""
     if not all(c > a for a, c in box):
         return
-    v = _float32(values)
+    v = as_float32(values, dtype)
     s = _scale_of_elements(scales, scales_box, box, block)
     if is_torch(v):
         v.div_(s)
     else:
-        _module(v).divide(v, s, out=v)
-    out[...] = _clip(v, max_finite(target)).reshape(tuple(out.shape))
+        array_module(v).divide(v, s, out=v)
+    _store(out, _clip(v, max_finite(target)), target)
 
 
-def convert_into(out: Any, values: Any, target: str) -> None:
+def convert_into(out: Any, values: Any, target: str, dtype: str | None = None) -> None:
     """``out[...] = values`` converted to ``out``'s dtype (``target``): round to
     nearest even; into a float8 type through float32, saturating to its finite
-    range."""
+    range. ``values`` is of ``dtype`` (None: its own); either array may hold its dtype
+    as its bits (:mod:`reshard.bits`)."""
     if is_float8(target):
-        out[...] = _clip(_float32(values), max_finite(target)).reshape(tuple(out.shape))
+        _store(out, _clip(as_float32(values, dtype), max_finite(target)), target)
+    elif dtype is not None:
+        assign(out, target, values, dtype)
     else:
         out[...] = values.reshape(tuple(out.shape))
 

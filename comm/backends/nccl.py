@@ -20,13 +20,14 @@ that stream waits for the current stream (where packing happened); after
 communicators' asynchronous errors, for at most the timeout; on expiry the used
 communicators are aborted and an :class:`~reshard.ExecutionError` names the peers.
 Data movement goes as bytes (``NCCL_UINT8``), so any dtype moves; cupy has no
-bfloat16 or float8, so buffers of those hold their bits (``Capabilities.bits``) and
-this backend neither sums nor casts them (a bf16 partial sum accumulates in float32,
-which it cannot convert to: run it on ``gloo`` or the ``torch`` backend). Reduce (SUM,
-or MAX for a scaled cast's amax) works in the real type: complex as two floats, 16-bit
-integers widened to int32 and wrapped back. NCCL has ``ncclBfloat16`` (cupy's
+bfloat16 or float8, so buffers of those hold their bits (``Capabilities.bits``), and
+casts into and out of them (bf16 -> fp8 with block scales, a bf16 partial sum into its
+float32 accumulator and back) convert the bits through float32 on the GPU with integer
+arithmetic (:mod:`reshard.bits`, bit-exact with ml_dtypes). Reduce (SUM, or MAX for a
+scaled cast's amax) works in the real type: complex as two floats, 16-bit integers
+widened to int32 and wrapped back. NCCL has ``ncclBfloat16`` (cupy's
 ``NCCL_BFLOAT16``) and, since 2.24, float8 types (not in cupy's constants); reshard
-never asks it to sum them.
+never asks it to sum them (a bf16 partial sum is summed in float32).
 
 GPU for a rank: ``gpu=`` if given, else ``RESHARD_GPU`` from the worker's
 environment, else the rank's position among its host's devices modulo the number
@@ -48,12 +49,14 @@ from typing import Any
 import numpy as np
 
 from reshard.comm.backend import Capabilities, refuse_unsupported
-from reshard.dtypes import NARROW, ReduceOp, parse_dtype, storage
+from reshard.dtypes import CAST_TARGETS, NARROW, ReduceOp, parse_dtype, storage
 from reshard.errors import ExecutionError
 
-_CUPY_FLOATS = frozenset({"float16", "float32", "float64"})
-"""The floating dtypes cupy has, between which its assignment converts (rounding to
-nearest even): the casts and accumulations this backend can make."""
+_CONVERTS = frozenset(CAST_TARGETS)
+"""The floating dtypes this backend converts between (casts on the wire, a partial
+sum's accumulator): cupy's own (float16/32/64) by its assignment, bfloat16 and float8,
+which cupy lacks, as their bits through float32 on the GPU (:mod:`reshard.bits`); both
+round to nearest even."""
 
 
 def available() -> bool:
@@ -101,10 +104,10 @@ class NcclBackend:
 
     name = "nccl"
     # Every dtype moves as bytes; cupy has no bfloat16 or float8, so buffers hold those
-    # as their bits (uint16 / uint8) and cannot convert them; every accumulator sums
-    # through _dtype_table.
+    # as their bits (uint16 / uint8), converted through float32 (reshard.bits); every
+    # accumulator sums through _dtype_table.
     capabilities = Capabilities(moves=None, sums=None, groups_need_world=False,
-                                device="cuda", converts=_CUPY_FLOATS,
+                                device="cuda", converts=_CONVERTS,
                                 bits=frozenset(NARROW))
 
     def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,

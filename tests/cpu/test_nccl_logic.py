@@ -13,10 +13,13 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import assume, given
+from hypothesis import given
 
-from reshard import Cluster, DeviceMesh, DTypeError, Layout
+from reshard import Cluster, DeviceMesh, Layout
+from reshard.casting import reference_cast
+from reshard.dtypes import Cast, ScaleMode, accumulate, parse_dtype
 
+from ..common import cast_values, narrow_addends
 from ._helpers import (
     STRATEGIES,
     addends,
@@ -53,18 +56,15 @@ def test_paper_cases_on_fake_nccl(rt):
 @problem_settings(max_examples=15)
 @given(problem=problems(devices=CLUSTER.devices))
 def test_random_layouts_on_fake_nccl(rt, problem):
-    _, dtype, src, _ = problem
-    # cupy has no bfloat16: its partial sums (accumulated in float32) are refused
-    # (test_narrow_dtypes_on_fake_nccl)
-    assume(not (dtype == "bfloat16" and src.spec.is_partial))
     check_random_problem(rt, problem)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_narrow_dtypes_on_fake_nccl(rt):
-    """bfloat16 and float8 move as their bits (cupy has neither type); float16 partial
-    sums accumulate in float32 (cupy converts float16); a bf16 partial sum or a cast to
-    float8 is refused when planned, naming the backends that can."""
+    """bfloat16 and float8 move as their bits (cupy has neither type); float16 and
+    bfloat16 partial sums accumulate in float32 and round once (bf16 as its bits,
+    reshard.bits); casts to bfloat16 and float8 (unscaled, tensor and 128 x 128 block
+    scales) deliver the numpy reference bit for bit, with its scales."""
     rng = np.random.default_rng(4)
     src = Layout(DeviceMesh((2, 2), [0, 1, 2, 3]), "S0S1")
     dst = Layout(DeviceMesh((2,), [1, 3]), "RS0")
@@ -73,16 +73,29 @@ def test_narrow_dtypes_on_fake_nccl(rt):
         y = rt.reshard(rt.put(value, src), dst)
         check_shards(rt, y, value)  # shards come back in the array's own dtype
     half = Layout(DeviceMesh((2, 2), [0, 1, 2, 3]), "S0R+P1")
-    value = sample(rng, (6, 4), "float16")
-    x = rt.put_shards(addends(rng, value, half), half, value.shape, "float16")
-    check_shards(rt, rt.reshard(x, dst), value)
-    bf = rt.put(sample(rng, (6, 4), "bfloat16"), half)
-    with pytest.raises(DTypeError, match=r"nccl backend cannot convert.*'gloo' or 'torch'"):
-        rt.reshard(bf, dst)
-    x32 = rt.put(sample(rng, (6, 4), "float32"), src)
-    with pytest.raises(DTypeError, match="nccl backend cannot convert"):
-        rt.reshard(x32, dst, cast="float8_e4m3fn", scale="tensor")
-    check_shards(rt, rt.reshard(x32, dst, cast="float16"), rt.get(x32).astype(np.float16))
+    for dtype in ("float16", "bfloat16"):
+        shards = narrow_addends(rng, (6, 260), half, dtype)
+        boxes = half.index_map((6, 260))
+        want = np.zeros((6, 260), parse_dtype(dtype))
+        for group in half.partial_groups():
+            want[boxes[group[0]]] = accumulate([shards[d] for d in group], dtype)
+        x = rt.put_shards(shards, half, (6, 260), dtype)
+        for strategy in STRATEGIES:
+            check_shards(rt, rt.reshard(x, dst, strategy), want)
+    for src_dtype, cast in (("float32", Cast("bfloat16")),
+                            ("bfloat16", Cast("float8_e4m3fn")),
+                            ("float32", Cast("float8_e4m3fn", ScaleMode.TENSOR)),
+                            ("bfloat16", Cast("float8_e4m3fn", ScaleMode.BLOCK128)),
+                            ("bfloat16", Cast("float8_e5m2", ScaleMode.BLOCK128))):
+        value = cast_values(rng, (300, 260), src_dtype)
+        want, want_scales = reference_cast(value, cast)
+        x = rt.put(value, src)
+        for strategy in STRATEGIES:
+            y = rt.reshard(x, dst, strategy, cast=cast.dtype, scale=cast.scale)
+            assert y.dtype == cast.dtype
+            check_shards(rt, y, want)
+            if want_scales is not None:
+                check_shards(rt, y.scales, want_scales)
 
 
 @pytest.mark.timeout(120)

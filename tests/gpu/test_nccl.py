@@ -1,7 +1,10 @@
 """nccl with the process launcher: the CPU tier's checks on GPUs.
 
 Four ranks; with fewer GPUs they share GPU 0 (distinct ``NCCL_HOSTID`` each), which
-checks correctness, not speed. Skipped without cupy or a GPU.
+checks correctness, not speed. The paper's cases in int32, float32 and bfloat16 (also
+at a size whose strided boxes move as pitched copies), float32 and bfloat16 partial
+sums, casts on the wire to bfloat16 and float8 (tensor and 128 x 128 block scales),
+every result byte for byte against the numpy reference. Skipped without cupy or a GPU.
 """
 
 from __future__ import annotations
@@ -16,14 +19,21 @@ import pytest
 from hypothesis import given
 
 from reshard import Cluster, DeviceMesh, ExecutionError, Layout, ShapeError
+from reshard.casting import reference_cast
+from reshard.dtypes import Cast, ScaleMode, accumulate, parse_dtype
 from reshard.runtime import Runtime
 
+from ..common import cast_values, narrow_addends
 from ..cpu._helpers import (
+    STRATEGIES,
     check_paper_case,
     check_random_problem,
+    check_shards,
+    check_strategies,
     paper_cases,
     problem_settings,
     problems,
+    sample,
     wait_gone,
 )
 from .conftest import nccl_env
@@ -45,6 +55,93 @@ def rt(gpus):
 @pytest.mark.parametrize("case", CASES, ids=[f"case{c.name}" for c in CASES])
 def test_paper_case(rt, case):
     check_paper_case(rt, case, CLUSTER)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", CASES, ids=[f"case{c.name}" for c in CASES])
+def test_paper_case_floats(rt, case, dtype):
+    """The paper's cases in float32 and bfloat16 (bf16 moves as its bits), at a size
+    whose strided boxes have rows of 512+ bytes (pitched copies, comm.pitched)."""
+    shape = (48, 32, 130) if case.name == "6" else (32, 32, 128)
+    src, dst = case.layouts(CLUSTER)
+    value = sample(np.random.default_rng(int(case.name)), shape, dtype)
+    x = rt.put(value, src)
+    check_strategies(rt, x, dst, value)
+    rt.free(x)
+
+
+PARTIALS = [  # (shape, source, destination)
+    ((300_000,), Layout(DeviceMesh((2, 2), [0, 1, 2, 3]), "R+P01"),
+     Layout(DeviceMesh((2,), [2, 3]), "R")),
+    ((513, 129), Layout(DeviceMesh((2, 2), [0, 1, 2, 3]), "S0R+P1"),
+     Layout(DeviceMesh((4,), [3, 2, 1, 0]), "RS0")),
+    ((64, 300), Layout(DeviceMesh((2,), [0, 1]), "RR+P0"),
+     Layout(DeviceMesh((2, 2), [0, 1, 2, 3]), "S1S0")),
+]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", PARTIALS, ids=[f"{c[1].spec}->{c[2].spec}" for c in PARTIALS])
+def test_partial_sums(rt, case, dtype):
+    """Partial sums reduced by NCCL (bf16: in float32, from and back to its bits on the
+    GPU), rounded once: the reference's bits, for every strategy; the caller's addends
+    untouched."""
+    shape, src, dst = case
+    shards = narrow_addends(np.random.default_rng(5), shape, src, dtype)
+    boxes = src.index_map(shape)
+    want = np.zeros(shape, parse_dtype(dtype))
+    for group in src.partial_groups():
+        want[boxes[group[0]]] = accumulate([shards[d] for d in group], dtype)
+    x = rt.put_shards(shards, src, shape, dtype)
+    for strategy in STRATEGIES:
+        y = rt.reshard(x, dst, strategy)
+        check_shards(rt, y, want)
+        rt.free(y)
+    kept = rt.shards(x)
+    assert all(kept[d].tobytes() == shards[d].tobytes() for d in shards)
+    rt.free(x)
+
+
+H01 = DeviceMesh((2, 2), [0, 1, 2, 3])
+CASTS = [
+    ("float32", Cast("bfloat16"), (1000, 300), Layout(H01, "S0S1"),
+     Layout(DeviceMesh((2,), [2, 3]), "RS0")),
+    ("bfloat16", Cast("float8_e4m3fn"), (257, 3, 100), Layout(DeviceMesh((2,), [0, 1]), "RS0R"),
+     Layout(DeviceMesh((2,), [2, 3]), "S0RR")),
+    ("bfloat16", Cast("float8_e4m3fn", ScaleMode.TENSOR), (300, 517), Layout(H01, "S1S0"),
+     Layout(DeviceMesh((2,), [3, 1]), "RR")),
+    ("bfloat16", Cast("float8_e4m3fn", ScaleMode.BLOCK128), (300, 517), Layout(H01, "S0S1"),
+     Layout(DeviceMesh((2, 2), [3, 2, 1, 0]), "S1S0")),  # shards straddle blocks
+    ("bfloat16", Cast("float8_e4m3fn", ScaleMode.BLOCK128), (512, 1024), Layout(H01, "S0S1"),
+     Layout(DeviceMesh((1, 2), [2, 3]), "RS1")),  # whole blocks: each source its own scales
+    ("float32", Cast("float8_e5m2", ScaleMode.BLOCK128), (2, 260, 140),
+     Layout(DeviceMesh((2,), [0, 1]), "RRR"), Layout(DeviceMesh((2,), [2, 3]), "RS0R")),
+]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", CASTS,
+                         ids=[f"{c[0]}->{c[1]}-{c[3].spec}->{c[4].spec}" for c in CASTS])
+def test_cast_on_the_wire(rt, case):
+    """Converted on the GPU as it is packed (bf16 / fp8 as bits, reshard.bits; block
+    amax reduced with NCCL's MAX): values and scales equal the numpy reference bit for
+    bit, for every strategy."""
+    src_dtype, cast, shape, src, dst = case
+    x = cast_values(np.random.default_rng(9), shape, src_dtype)
+    want, want_scales = reference_cast(x, cast)
+    a = rt.put(x, src)
+    for strategy in STRATEGIES:
+        y = rt.reshard(a, dst, strategy, cast=cast.dtype, scale=cast.scale)
+        assert y.dtype == cast.dtype
+        check_shards(rt, y, want)
+        if want_scales is None:
+            assert y.scales is None
+        else:
+            check_shards(rt, y.scales, want_scales)
+        rt.free(y)
+    rt.free(a)
 
 
 @pytest.mark.timeout(600)

@@ -6,6 +6,7 @@ survivors on the reference backend)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import time
@@ -392,7 +393,8 @@ def test_mutated_plans_are_refused_or_exact(case):
 # ----- what a backend can do ----------------------------------------------------------------
 def test_backend_dtypes():
     """The dtype policy applied to each backend's declared capabilities: every backend
-    moves every dtype; nccl (cupy: no bfloat16 / float8 type) cannot accumulate a bf16
+    moves every dtype; nccl (cupy: no bfloat16 / float8 type) converts them as bits
+    (reshard.bits); a backend converting only cupy's own floats cannot accumulate a bf16
     partial sum in float32 nor cast to float8; a registered backend's narrower sums and
     moves are refused by name."""
     from reshard.comm.backend import Capabilities, check_dtypes
@@ -401,19 +403,22 @@ def test_backend_dtypes():
 
     mesh = DeviceMesh((2,), [0, 1])
     gloo, nccl = GlooBackend.capabilities, NcclBackend.capabilities
+    floats = dataclasses.replace(nccl, converts=frozenset({"float16", "float32", "float64"}))
     part = reshard.plan((4, 4), "bfloat16", Layout(mesh, "RR+P0"), Layout(B, "RR"), cluster=CL)
     check_dtypes(part.tensors, part.tasks, gloo, "gloo")  # summed in float32
+    check_dtypes(part.tensors, part.tasks, nccl, "nccl")  # as bits through float32
     with pytest.raises(reshard.DTypeError,
-                       match=r"nccl backend cannot convert \['bfloat16'\].*summed in float32"):
-        check_dtypes(part.tensors, part.tasks, nccl, "nccl")
+                       match=r"floats backend cannot convert \['bfloat16'\].*summed in float32"):
+        check_dtypes(part.tensors, part.tasks, floats, "floats")
     moved = reshard.plan((4, 4), "float8_e4m3fn", Layout(mesh, "RR"), Layout(B, "S0R"),
                          cluster=CL)
-    check_dtypes(moved.tensors, moved.tasks, nccl, "nccl")  # bits move anywhere
+    check_dtypes(moved.tensors, moved.tasks, floats, "floats")  # bits move anywhere
     cast = reshard.plan((4, 4), "bfloat16", Layout(mesh, "RR"), Layout(B, "S0R"), cluster=CL,
                         cast="float8_e4m3fn")
     check_dtypes(cast.tensors, cast.tasks, gloo, "gloo")
-    with pytest.raises(reshard.DTypeError, match="nccl backend cannot convert"):
-        check_dtypes(cast.tensors, cast.tasks, nccl, "nccl")
+    check_dtypes(cast.tensors, cast.tasks, nccl, "nccl")
+    with pytest.raises(reshard.DTypeError, match="floats backend cannot convert"):
+        check_dtypes(cast.tensors, cast.tasks, floats, "floats")
     half = reshard.plan((4, 4), "float16", Layout(mesh, "RR+P0"), Layout(B, "RR"), cluster=CL)
     check_dtypes(half.tensors, half.tasks, nccl, "nccl")  # cupy converts float16
     narrow = Capabilities(moves=frozenset({"float16", "float32"}), sums=frozenset({"int32"}),

@@ -1,0 +1,279 @@
+"""The GPU data plane's own floor: packing and unpacking strided boxes against a plain
+device-to-device copy of the same bytes.
+
+Every box a reshard moves that is not one run of its shard is copied twice on the GPU:
+packed from the source shard into a contiguous buffer by the root, unpacked into the
+destination shard by a receiver (comm/steps.py through comm/packing.py). This measures
+those copies for the paper's n-to-m cases (Zhuang et al., section 5.1): for each case,
+the largest strided box of a source shard (pack) and of a destination shard (unpack),
+the tensor scaled so that box holds 1 MiB ... 1 GiB. Per box, each timed with CUDA
+events (median of ``-n`` after ``-w`` warm-ups):
+
+* ``floor``: ``cudaMemcpyAsync`` of the box's bytes between two contiguous buffers;
+* ``kernel``: cupy's assignment of the strided view (an elementwise kernel: what
+  packing did before pitched copies);
+* ``pitched``: the box as pitched copies whatever its row length (shown as its ratio
+  to ``floor``; what :data:`reshard.comm.pitched.MIN_ROW` is chosen from);
+* ``reshard``: what comm/packing.py issues now (:mod:`reshard.comm.pitched`: one or a
+  few ``cudaMemcpy2DAsync``, or the kernel where they do not apply), checked byte for
+  byte against the kernel's result first.
+
+Rates count the box's bytes once (a copy reads and writes them: HBM traffic is twice
+that). The goal: ``reshard`` >= 0.8x ``floor`` for boxes of 16 MiB and more.
+
+Needs cupy and a GPU. ``--dry-run`` lists the boxes it would measure, without cupy.
+
+Example::
+
+    python -m reshard.microbench.gpu_pack -J gpu_pack.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from reshard.comm.packing import is_contiguous, pack, region, unpack
+from reshard.comm.pitched import pitched_copies
+from reshard.dtypes import itemsize
+from reshard.layout import Box, box_size
+from reshard.microbench.report import machine, write_json
+from reshard.microbench.suites.paper import Case, n_to_m_cases
+
+MIB = 1 << 20
+SIZES = tuple(MIB << k for k in range(0, 11, 2))  # 1 MiB, 4, 16, 64, 256 MiB, 1 GiB
+GOAL, GOAL_FROM = 0.8, 16 * MIB
+
+
+@dataclass(frozen=True)
+class PackBox:
+    """One strided box of one case: which side copies it, the box and the shard that
+    holds it (global coordinates), and the tensor's dtype."""
+
+    case: str
+    side: str  # "pack" (a source shard) or "unpack" (a destination shard)
+    box: Box
+    shard: Box
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return box_size(self.box) * itemsize(self.dtype)
+
+    @property
+    def box_shape(self) -> tuple[int, ...]:
+        return tuple(b - a for a, b in self.box)
+
+    @property
+    def shard_shape(self) -> tuple[int, ...]:
+        return tuple(b - a for a, b in self.shard)
+
+
+def _strided(box: Box, shard: Box) -> bool:
+    """True if ``box`` is not one run of a C-contiguous shard holding ``shard``."""
+    ext = [b - a for a, b in box]
+    whole = [b - a for a, b in shard]
+    first = next((d for d, e in enumerate(ext) if e > 1), len(ext))
+    return any(ext[d] != whole[d] for d in range(first + 1, len(ext)))
+
+
+def _intersect(a: Box, b: Box) -> Box | None:
+    out = tuple((max(x0, y0), min(x1, y1)) for (x0, x1), (y0, y1) in zip(a, b))
+    return out if all(hi > lo for lo, hi in out) else None
+
+
+def strided_boxes(case: Case) -> dict[str, PackBox]:
+    """The case's largest strided box per side: each source shard's box that a
+    destination shard needs (what a root packs), and the same box in the destination
+    shard (what a receiver unpacks)."""
+    src, dst, _ = case.build()
+    shape = case.shape
+    sboxes, dboxes = src.boxes(shape), dst.boxes(shape)
+    best: dict[str, PackBox] = {}
+    for s in dict.fromkeys(sboxes.values()):
+        for d in dict.fromkeys(dboxes.values()):
+            box = _intersect(s, d)
+            if box is None:
+                continue
+            for side, shard in (("pack", s), ("unpack", d)):
+                if not _strided(box, shard):
+                    continue
+                cand = PackBox(case.name, side, box, shard, case.dtype)
+                if side not in best or cand.nbytes > best[side].nbytes:
+                    best[side] = cand
+    return best
+
+
+def boxes(sizes: tuple[int, ...] = SIZES, cases: tuple[Case, ...] | None = None
+          ) -> Iterator[PackBox]:
+    """Every case's largest strided box per side, the case scaled for each size."""
+    for case in cases or n_to_m_cases():
+        full = strided_boxes(case)
+        for side in ("pack", "unpack"):
+            if side not in full:
+                continue
+            for size in sizes:
+                scaled = strided_boxes(case.with_bytes(round(case.nbytes * size
+                                                             / full[side].nbytes)))
+                if side in scaled:
+                    yield scaled[side]
+
+
+class GpuTimer:
+    """Median milliseconds of a GPU operation on the current stream (CUDA events)."""
+
+    def __init__(self, cupy: Any, runs: int, warmup: int) -> None:
+        self.cp, self.runs, self.warmup = cupy, runs, warmup
+
+    def ms(self, fn: Callable[[], None]) -> float:
+        cp = self.cp
+        for _ in range(self.warmup):
+            fn()
+        times = []
+        for _ in range(self.runs):
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, stop))
+        return statistics.median(times)
+
+
+def measure(pb: PackBox, cupy: Any, timer: GpuTimer) -> dict[str, Any]:
+    """One box's floor, kernel and reshard rates (GB/s of the box's bytes), the
+    reshard copy checked byte for byte against the kernel's."""
+    cp = cupy
+    dt = pb.dtype
+    bits = {1: cp.uint8, 2: cp.uint16, 4: cp.uint32, 8: cp.uint64}[itemsize(dt)]
+    shard = cp.arange(math.prod(pb.shard_shape), dtype=bits).view(dt).reshape(pb.shard_shape)
+    view = region(shard, pb.box, pb.shard)
+    flat = cp.empty(math.prod(pb.box_shape), dtype=dt)
+    other = cp.empty_like(flat)
+    n = pb.nbytes
+    stream = cp.cuda.get_current_stream().ptr
+    runtime = cp.cuda.runtime
+
+    def floor() -> None:
+        runtime.memcpyAsync(other.data.ptr, flat.data.ptr, n, runtime.memcpyDeviceToDevice,
+                            stream)
+
+    if pb.side == "pack":
+        def kernel() -> None:
+            flat.reshape(view.shape)[...] = view
+
+        def ours() -> None:
+            pack(shard, pb.box, pb.shard, flat)
+
+        kernel()
+        want = flat.copy()
+        flat.fill(0)
+        ours()
+        exact = bool(cp.array_equal(flat.view(bits), want.view(bits)))
+    else:
+        flat[...] = cp.arange(flat.size, dtype=dt) * 7 + 3
+
+        def kernel() -> None:
+            view[...] = flat.reshape(view.shape)
+
+        def ours() -> None:
+            unpack(shard, pb.box, pb.shard, flat)
+
+        kernel()
+        want = shard.copy()
+        view.fill(0)
+        ours()
+        exact = bool(cp.array_equal(shard.view(bits), want.view(bits)))
+        del want
+    assert not is_contiguous(view)
+    packed = flat.reshape(view.shape)
+    to, fro = (packed, view) if pb.side == "pack" else (view, packed)
+    copies = pitched_copies(tuple(to.shape), tuple(to.strides), tuple(fro.strides),
+                            view.itemsize)
+    forced = pitched_copies(tuple(to.shape), tuple(to.strides), tuple(fro.strides),
+                            view.itemsize, min_row=1)
+
+    def pitched() -> None:  # every row length (comm.pitched.MIN_ROW aside)
+        for c in forced or ():
+            runtime.memcpy2DAsync(to.data.ptr + c.dst, c.dpitch, fro.data.ptr + c.src,
+                                  c.spitch, c.width, c.height, runtime.memcpyDeviceToDevice,
+                                  stream)
+
+    timed = [("floor", floor), ("kernel", kernel), ("reshard", ours)]
+    if forced is not None:
+        timed.append(("pitched", pitched))
+    ms = {name: timer.ms(fn) for name, fn in timed}
+    rate = {k: n / (v * 1e-3) / 1e9 for k, v in ms.items()}
+    return {"case": pb.case, "side": pb.side, "box": pb.box_shape, "shard": pb.shard_shape,
+            "MiB": n / MIB, "path": "kernel" if copies is None else f"pitched x{len(copies)}",
+            "exact": exact, **{f"{k}_ms": v for k, v in ms.items()},
+            **{f"{k}_GBs": r for k, r in rate.items()},
+            "kernel_vs_floor": rate["kernel"] / rate["floor"],
+            "pitched_vs_floor": rate.get("pitched", math.nan) / rate["floor"],
+            "reshard_vs_floor": rate["reshard"] / rate["floor"]}
+
+
+def _row(r: dict[str, Any]) -> str:
+    return (f"{r['case']:>4} {r['side']:>6} {r['MiB']:>8.1f} {r['box']!s:>18} "
+            f"{r['shard']!s:>18} {r['path']:>11} {r['floor_GBs']:>7.0f} "
+            f"{r['kernel_GBs']:>7.0f} {r['kernel_vs_floor']:>5.2f} "
+            f"{r['pitched_vs_floor']:>7.2f} {r['reshard_GBs']:>7.0f} "
+            f"{r['reshard_vs_floor']:>5.2f} {'yes' if r['exact'] else 'NO'}")
+
+
+HEADER = (f"{'case':>4} {'side':>6} {'MiB':>8} {'box':>18} {'shard':>18} {'path':>11} "
+          f"{'floor':>7} {'kernel':>7} {'x':>5} {'pitchx':>7} {'reshard':>7} {'x':>5} exact")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m reshard.microbench.gpu_pack",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("-n", "--runs", type=int, default=10, help="timed runs per copy")
+    p.add_argument("-w", "--warmup", type=int, default=2, help="untimed runs first")
+    p.add_argument("-e", "--max-bytes", type=int, default=SIZES[-1],
+                   help="largest box in bytes (sizes are 1 MiB x 4^k up to it)")
+    p.add_argument("-J", "--json", help="write the rows to this file")
+    p.add_argument("--dry-run", action="store_true", help="list the boxes; needs no GPU")
+    args = p.parse_args(argv)
+    if args.runs < 1 or args.warmup < 0:
+        p.error("-n must be >= 1 and -w >= 0")
+    sizes = tuple(s for s in SIZES if s <= args.max_bytes)
+    if args.dry_run:
+        for pb in boxes(sizes):
+            print(f"case {pb.case} {pb.side}: box {pb.box_shape} of shard {pb.shard_shape}"
+                  f" ({pb.nbytes / MIB:.1f} MiB)")
+        return 0
+    try:
+        import cupy
+    except ImportError:
+        print("gpu_pack needs cupy and a GPU (--dry-run lists the boxes)", file=sys.stderr)
+        return 2
+    timer = GpuTimer(cupy, args.runs, args.warmup)
+    name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    print(f"device: {name.decode() if isinstance(name, bytes) else name}; GB/s of box bytes")
+    print(HEADER, flush=True)
+    rows = []
+    for pb in boxes(sizes):
+        r = measure(pb, cupy, timer)
+        cupy.get_default_memory_pool().free_all_blocks()  # the box's arrays are gone
+        rows.append(r)
+        print(_row(r), flush=True)
+    big = [r for r in rows if r["MiB"] * MIB >= GOAL_FROM]
+    worst = min((r["reshard_vs_floor"] for r in big), default=float("nan"))
+    met = sum(r["reshard_vs_floor"] >= GOAL for r in big)
+    print(f"goal reshard >= {GOAL}x floor for boxes >= {GOAL_FROM // MIB} MiB: "
+          f"{met}/{len(big)} rows, worst {worst:.2f}x; "
+          f"{'all exact' if all(r['exact'] for r in rows) else 'NOT EXACT'}")
+    if args.json:
+        write_json(args.json, {"device": str(name), "machine": machine(), "rows": rows,
+                               "goal": GOAL, "goal_from_bytes": GOAL_FROM})
+    return 0 if all(r["exact"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The GPU check (issue 40), in one run of under 8 minutes on a machine with cupy, NCCL
+# and a GPU (no Ray: the process launcher), its results written to one folder:
+#   env.txt         the device (nvidia-smi), driver, CUDA, NCCL, cupy, numpy versions
+#   tests.log/.xml  pytest tests/gpu: the paper's cases on nccl in int32, float32 and
+#                   bfloat16, partial sums (float32, bfloat16), casts on the wire (bf16,
+#                   fp8 with tensor and 128x128 block scales), random layouts, bad
+#                   input, a killed worker; reshard.bits and pitched copies on cupy
+#   gpu_pack.log/.json  pack / unpack of the paper's strided boxes vs a plain
+#                   device-to-device copy of the same bytes, 1 MiB - 1 GiB
+# With one GPU, the four ranks share it (a distinct NCCL_HOSTID each: correctness only,
+# never timings). With several, the ranks get their own GPUs.
+#
+# usage: scripts/gpu_check.sh [--dry-run] [OUTDIR]    (OUTDIR default: $OUT, else gpu-results)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+DRY=0
+if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
+RESULTS="${1:-${OUT:-gpu-results}}"
+PY="${PYTHON:-python3}"
+TESTS_S="${GPU_TESTS_TIMEOUT:-270}"   # the pytest run's wall-clock cap
+PACK_S="${GPU_PACK_TIMEOUT:-120}"     # the pack benchmark's
+
+run() {  # print the command; run it unless --dry-run
+  echo "+ $*"
+  if (( ! DRY )); then "$@"; fi
+}
+
+mkdir -p "$RESULTS"
+start=$(date +%s)
+{
+  run nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm \
+      --format=csv
+  run nvidia-smi -L
+  run "$PY" -c "import sys, numpy, cupy
+from cupy.cuda import nccl, runtime
+print('python', sys.version.split()[0], 'numpy', numpy.__version__, 'cupy', cupy.__version__)
+print('CUDA runtime', runtime.runtimeGetVersion(), 'driver', runtime.driverGetVersion(),
+      'NCCL', nccl.get_version(), 'GPUs', runtime.getDeviceCount())"
+} 2>&1 | tee "$RESULTS/env.txt"
+
+# reshard as CI installs it (editable: the top-level folders are reshard's subpackages),
+# without dependencies: the image has them and no registry is reachable
+run "$PY" -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -3
+run "$PY" -c "import reshard.planner, reshard.comm.backends.nccl as n; assert n.available()"
+
+run timeout -k 10 "$PACK_S" "$PY" -m reshard.microbench.gpu_pack -n 10 -w 2 \
+    -J "$RESULTS/gpu_pack.json" 2>&1 | tee "$RESULTS/gpu_pack.log"
+
+run timeout -k 10 "$TESTS_S" "$PY" -m pytest tests/gpu -v -p no:cacheprovider \
+    --junitxml="$RESULTS/tests.xml" 2>&1 | tee "$RESULTS/tests.log"
+
+echo "gpu_check: $(( $(date +%s) - start )) s; results in $RESULTS"
