@@ -12,14 +12,17 @@ events (median of ``-n`` after ``-w`` warm-ups):
 * ``floor``: ``cudaMemcpyAsync`` of the box's bytes between two contiguous buffers;
 * ``kernel``: cupy's assignment of the strided view (an elementwise kernel: what
   packing did before pitched copies);
-* ``pitched``: the box as pitched copies whatever its row length (shown as its ratio
-  to ``floor``; what :data:`reshard.comm.pitched.MIN_ROW` is chosen from);
-* ``reshard``: what comm/packing.py issues now (:mod:`reshard.comm.pitched`: one or a
-  few ``cudaMemcpy2DAsync``, or the kernel where they do not apply), checked byte for
-  byte against the kernel's result first.
+* ``2D``: the box as ``cudaMemcpy2DAsync`` calls (the same rows and pitches; shown as
+  its ratio to ``floor``);
+* ``reshard``: what comm/packing.py issues now (:mod:`reshard.comm.pitched`: its own
+  copy kernel, or cupy's where the geometry does not apply), checked byte for byte
+  against cupy's result first.
 
 Rates count the box's bytes once (a copy reads and writes them: HBM traffic is twice
-that). The goal: ``reshard`` >= 0.8x ``floor`` for boxes of 16 MiB and more.
+that) and are the device's: five calls captured in a CUDA graph, the graph timed. ``q
+x`` is reshard's ratio when the same five calls are issued from Python back to back
+(what a caller sees when the host, not the GPU, is the bottleneck), and the ``us``
+columns the host's microseconds to issue one call of floor, kernel and reshard. The goal: ``reshard`` >= 0.8x ``floor`` for boxes of 16 MiB and more.
 
 Needs cupy and a GPU. ``--dry-run`` lists the boxes it would measure, without cupy.
 
@@ -34,12 +37,13 @@ import argparse
 import math
 import statistics
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from reshard.comm.packing import is_contiguous, pack, region, unpack
-from reshard.comm.pitched import pitched_copies
+from reshard.comm.pitched import launch, pitched_copies
 from reshard.dtypes import itemsize
 from reshard.layout import Box, box_size
 from reshard.microbench.report import machine, write_json
@@ -125,10 +129,12 @@ def boxes(sizes: tuple[int, ...] = SIZES, cases: tuple[Case, ...] | None = None
 
 
 class GpuTimer:
-    """Median milliseconds of a GPU operation on the current stream (CUDA events)."""
+    """Median milliseconds of a GPU operation on the current stream: CUDA events
+    around ``batch`` calls queued back to back (the device's time, as copies queued
+    behind other work run; the host's own time per call is :meth:`host_us`)."""
 
-    def __init__(self, cupy: Any, runs: int, warmup: int) -> None:
-        self.cp, self.runs, self.warmup = cupy, runs, warmup
+    def __init__(self, cupy: Any, runs: int, warmup: int, batch: int = 5) -> None:
+        self.cp, self.runs, self.warmup, self.batch = cupy, runs, warmup, batch
 
     def ms(self, fn: Callable[[], None]) -> float:
         cp = self.cp
@@ -138,10 +144,50 @@ class GpuTimer:
         for _ in range(self.runs):
             start, stop = cp.cuda.Event(), cp.cuda.Event()
             start.record()
-            fn()
+            for _ in range(self.batch):
+                fn()
             stop.record()
             stop.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, stop))
+            times.append(cp.cuda.get_elapsed_time(start, stop) / self.batch)
+        return statistics.median(times)
+
+    def graph_ms(self, fn: Callable[[], None]) -> float:
+        """Median milliseconds per call of the device alone: ``batch`` calls captured
+        in a CUDA graph, the graph launched between events (no host work between the
+        copies). NaN where the capture fails."""
+        cp = self.cp
+        side = cp.cuda.Stream(non_blocking=True)
+        try:
+            with side:
+                fn()  # anything lazy (a kernel's first load) before the capture
+                side.synchronize()
+                side.begin_capture()
+                for _ in range(self.batch):
+                    fn()
+                graph = side.end_capture()
+        except Exception:  # noqa: BLE001 - reported as NaN: the queued rate remains
+            return math.nan
+        times = []
+        for i in range(self.warmup + self.runs):
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record(side)
+            graph.launch(side)
+            stop.record(side)
+            stop.synchronize()
+            if i >= self.warmup:
+                times.append(cp.cuda.get_elapsed_time(start, stop) / self.batch)
+        return statistics.median(times)
+
+    def host_us(self, fn: Callable[[], None]) -> float:
+        """Median microseconds the host spends issuing one call (the device idle)."""
+        stream = self.cp.cuda.get_current_stream()
+        times = []
+        for _ in range(self.runs):
+            stream.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e6)
+        stream.synchronize()
         return statistics.median(times)
 
 
@@ -156,12 +202,11 @@ def measure(pb: PackBox, cupy: Any, timer: GpuTimer) -> dict[str, Any]:
     flat = cp.empty(math.prod(pb.box_shape), dtype=dt)
     other = cp.empty_like(flat)
     n = pb.nbytes
-    stream = cp.cuda.get_current_stream().ptr
     runtime = cp.cuda.runtime
 
     def floor() -> None:
         runtime.memcpyAsync(other.data.ptr, flat.data.ptr, n, runtime.memcpyDeviceToDevice,
-                            stream)
+                            cp.cuda.get_current_stream().ptr)
 
     if pb.side == "pack":
         def kernel() -> None:
@@ -198,36 +243,47 @@ def measure(pb: PackBox, cupy: Any, timer: GpuTimer) -> dict[str, Any]:
     forced = pitched_copies(tuple(to.shape), tuple(to.strides), tuple(fro.strides),
                             view.itemsize, min_row=1)
 
-    def pitched() -> None:  # every row length (comm.pitched.MIN_ROW aside)
+    def pitched() -> None:  # cudaMemcpy2DAsync, every row length
         for c in forced or ():
             runtime.memcpy2DAsync(to.data.ptr + c.dst, c.dpitch, fro.data.ptr + c.src,
                                   c.spitch, c.width, c.height, runtime.memcpyDeviceToDevice,
-                                  stream)
+                                  cp.cuda.get_current_stream().ptr)
 
     timed = [("floor", floor), ("kernel", kernel), ("reshard", ours)]
     if forced is not None:
-        timed.append(("pitched", pitched))
-    ms = {name: timer.ms(fn) for name, fn in timed}
+        timed.append(("2D", pitched))
+    ms = {name: timer.graph_ms(fn) for name, fn in timed}
+    queued = timer.ms(ours)
+    timing = "graph"
+    if any(math.isnan(v) for v in ms.values()):  # no capture: the queued rates instead
+        ms, timing = {name: timer.ms(fn) for name, fn in timed}, "queued"
+    host = {f"{name}_host_us": timer.host_us(fn) for name, fn in timed}
     rate = {k: n / (v * 1e-3) / 1e9 for k, v in ms.items()}
+    rate["queued"] = n / (queued * 1e-3) / 1e9
     return {"case": pb.case, "side": pb.side, "box": pb.box_shape, "shard": pb.shard_shape,
-            "MiB": n / MIB, "path": "kernel" if copies is None else f"pitched x{len(copies)}",
-            "exact": exact, **{f"{k}_ms": v for k, v in ms.items()},
+            "MiB": n / MIB, "timing": timing,
+            "path": "cupy" if copies is None else launch(copies[0], to.data.ptr,
+                                                          fro.data.ptr).kernel[8:],
+            "exact": exact, **{f"{k}_ms": v for k, v in ms.items()}, **host,
             **{f"{k}_GBs": r for k, r in rate.items()},
             "kernel_vs_floor": rate["kernel"] / rate["floor"],
-            "pitched_vs_floor": rate.get("pitched", math.nan) / rate["floor"],
-            "reshard_vs_floor": rate["reshard"] / rate["floor"]}
+            "memcpy2d_vs_floor": rate.get("2D", math.nan) / rate["floor"],
+            "reshard_vs_floor": rate["reshard"] / rate["floor"],
+            "queued_vs_floor": rate["queued"] / rate["floor"]}
 
 
 def _row(r: dict[str, Any]) -> str:
     return (f"{r['case']:>4} {r['side']:>6} {r['MiB']:>8.1f} {r['box']!s:>18} "
             f"{r['shard']!s:>18} {r['path']:>11} {r['floor_GBs']:>7.0f} "
             f"{r['kernel_GBs']:>7.0f} {r['kernel_vs_floor']:>5.2f} "
-            f"{r['pitched_vs_floor']:>7.2f} {r['reshard_GBs']:>7.0f} "
-            f"{r['reshard_vs_floor']:>5.2f} {'yes' if r['exact'] else 'NO'}")
+            f"{r['memcpy2d_vs_floor']:>5.2f} {r['reshard_GBs']:>7.0f} "
+            f"{r['reshard_vs_floor']:>5.2f} {r['queued_vs_floor']:>5.2f} {r['floor_host_us']:>5.0f} {r['kernel_host_us']:>5.0f} "
+            f"{r['reshard_host_us']:>5.0f} {'yes' if r['exact'] else 'NO'}")
 
 
 HEADER = (f"{'case':>4} {'side':>6} {'MiB':>8} {'box':>18} {'shard':>18} {'path':>11} "
-          f"{'floor':>7} {'kernel':>7} {'x':>5} {'pitchx':>7} {'reshard':>7} {'x':>5} exact")
+          f"{'floor':>7} {'kernel':>7} {'x':>5} {'2D x':>5} {'reshard':>7} {'x':>5} {'q x':>5} "
+          f"{'us:fl':>5} {'kern':>5} {'resh':>5} exact")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -107,3 +107,25 @@ def test_copy_into_assigns_numpy():
     np.testing.assert_array_equal(out, a[:, ::2])
     with pytest.raises(ValueError):
         copy_into(out, a)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(width=st.integers(1, 1 << 22), rows=st.integers(1, 1 << 21),
+       pad=st.integers(0, 4096), dst=st.integers(0, 64), src=st.integers(0, 64))
+def test_launch_covers_every_row_with_aligned_loads(width, rows, pad, dst, src):
+    """The widest load every row start, pitch and row length allow; every element of
+    every row reached by the grid (or by its grid-stride loops, at the grid's caps)."""
+    from reshard.comm.pitched import THREADS, UNROLL, Copy, launch
+
+    c = Copy(0, width, 0, width + pad, width, rows)
+    go = launch(c, 4096 + dst, 8192 + src)
+    v = go.vector
+    assert go.kernel == f"reshard_pitched_{v}" and v * go.n == width
+    for x in (4096 + dst, 8192 + src, width) + ((width, width + pad) if rows > 1 else ()):
+        assert x % v == 0
+    assert v == 16 or any(x % (2 * v) for x in (4096 + dst, 8192 + src, width)
+                          + ((width, width + pad) if rows > 1 else ()))
+    (gx, gy, gz), (bx, by, bz) = go.grid, go.block
+    assert bx * by == THREADS and bz == gz == 1 and bx & (bx - 1) == 0 and bx >= 32
+    assert gx * bx * UNROLL[v] >= go.n or gx == 4096
+    assert gy * by >= rows or gy == 65535
