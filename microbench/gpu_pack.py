@@ -35,7 +35,6 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
@@ -44,10 +43,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from reshard.cliargs import natural_int, positive_int
 from reshard.comm.packing import is_contiguous, pack, region, unpack
 from reshard.comm.pitched import launch, pitched_copies
 from reshard.dtypes import itemsize
 from reshard.layout import Box, box_size
+from reshard.microbench import flags
 from reshard.microbench.report import machine, write_json
 from reshard.microbench.suites.paper import Case, n_to_m_cases
 
@@ -291,17 +292,14 @@ HEADER = (f"{'case':>4} {'side':>6} {'MiB':>8} {'box':>18} {'shard':>18} {'path'
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m reshard.microbench.gpu_pack",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("-n", "--runs", type=int, default=10, help="timed runs per copy")
-    p.add_argument("-w", "--warmup", type=int, default=2, help="untimed runs first")
-    p.add_argument("-e", "--max-bytes", type=int, default=SIZES[-1],
-                   help="largest box in bytes (sizes are 1 MiB x 4^k up to it)")
+    p = flags.parser("python -m reshard.microbench.gpu_pack", __doc__ or "")
+    p.add_argument("-n", "--runs", type=positive_int, default=10, help="timed runs per copy")
+    p.add_argument("-w", "--warmup", type=natural_int, default=2, help="untimed runs first")
+    p.add_argument("-e", "--max-bytes", type=flags.parse_size, default=SIZES[-1],
+                   help="largest box (bytes, or with K/M/G; sizes are 1 MiB x 4^k up to it)")
     p.add_argument("-J", "--json", help="write the rows to this file")
     p.add_argument("--dry-run", action="store_true", help="list the boxes; needs no GPU")
     args = p.parse_args(argv)
-    if args.runs < 1 or args.warmup < 0:
-        p.error("-n must be >= 1 and -w >= 0")
     sizes = tuple(s for s in SIZES if s <= args.max_bytes)
     if args.dry_run:
         for pb in boxes(sizes):
@@ -310,8 +308,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         import cupy
-    except ImportError:
-        print("gpu_pack needs cupy and a GPU (--dry-run lists the boxes)", file=sys.stderr)
+
+        usable = bool(cupy.is_available())
+    except Exception:  # noqa: BLE001 - no cupy, or a cupy without a usable driver
+        usable = False
+    if not usable:
+        print("gpu_pack needs cupy and a CUDA GPU; none is usable here (--dry-run lists "
+              "the boxes)", file=sys.stderr)
         return 2
     timer = GpuTimer(cupy, args.runs, args.warmup)
     name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
