@@ -211,36 +211,26 @@ def measure(pb: PackBox, cupy: Any, timer: GpuTimer) -> dict[str, Any]:
         runtime.memcpyAsync(other.data.ptr, flat.data.ptr, n, runtime.memcpyDeviceToDevice,
                             cp.cuda.get_current_stream().ptr)
 
-    if pb.side == "pack":
-        def kernel() -> None:
-            flat.reshape(view.shape)[...] = view
-
-        def ours() -> None:
-            pack(shard, pb.box, pb.shard, flat)
-
-        kernel()
-        want = flat.copy()
-        flat.fill(0)
-        ours()
-        exact = bool(cp.array_equal(flat.view(bits), want.view(bits)))
-    else:
-        flat[...] = cp.arange(flat.size, dtype=dt) * 7 + 3
-
-        def kernel() -> None:
-            view[...] = flat.reshape(view.shape)
-
-        def ours() -> None:
-            unpack(shard, pb.box, pb.shard, flat)
-
-        kernel()
-        want = shard.copy()
-        view.fill(0)
-        ours()
-        exact = bool(cp.array_equal(shard.view(bits), want.view(bits)))
-        del want
-    assert not is_contiguous(view)
     packed = flat.reshape(view.shape)
-    to, fro = (packed, view) if pb.side == "pack" else (view, packed)
+    if pb.side == "unpack":
+        flat[...] = cp.arange(flat.size, dtype=bits).view(dt) * 7 + 3
+    # pack: the box into the flat buffer; unpack: the flat buffer into the box
+    to, fro, whole = (packed, view, flat) if pb.side == "pack" else (view, packed, shard)
+    copy = pack if pb.side == "pack" else unpack
+
+    def kernel() -> None:
+        to[...] = fro
+
+    def ours() -> None:
+        copy(shard, pb.box, pb.shard, flat)
+
+    kernel()
+    want = whole.copy()
+    to.fill(0)
+    ours()
+    exact = bool(cp.array_equal(whole.view(bits), want.view(bits)))
+    del want
+    assert not is_contiguous(view)
     copies = pitched_copies(tuple(to.shape), tuple(to.strides), tuple(fro.strides),
                             view.itemsize)
     forced = pitched_copies(tuple(to.shape), tuple(to.strides), tuple(fro.strides),

@@ -16,6 +16,8 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 
 from reshard import Cluster, Layout
+from reshard.casting import reference_cast
+from reshard.dtypes import Cast, accumulate, parse_dtype
 from reshard.microbench.suites.paper import Case, n_to_m_cases
 
 from .. import common
@@ -104,6 +106,47 @@ def check_random_problem(rt, problem) -> None:
     x = rt.put_shards(addends(rng, value, src), src, shape, dtype)
     check_strategies(rt, x, dst, value)
     rt.free(x)
+
+
+def check_partial_sum(rt, shape: tuple[int, ...], src: Layout, dst: Layout, dtype: str,
+                      seed: int = 5) -> None:
+    """Random addends whose float32 sum is exact (:func:`common.narrow_addends`) put as
+    ``src``'s partial shards: after every strategy each destination shard holds the
+    reference sum (summed in the accumulator, rounded once), and the caller's addends
+    are untouched."""
+    shards = common.narrow_addends(np.random.default_rng(seed), shape, src, dtype)
+    boxes = src.index_map(shape)
+    want = np.zeros(shape, parse_dtype(dtype))
+    for group in src.partial_groups():
+        want[boxes[group[0]]] = accumulate([shards[d] for d in group], dtype)
+    x = rt.put_shards(shards, src, shape, dtype)
+    for strategy in STRATEGIES:
+        y = rt.reshard(x, dst, strategy)
+        check_shards(rt, y, want)
+        rt.free(y)
+    kept = rt.shards(x)
+    assert all(kept[d].tobytes() == shards[d].tobytes() for d in shards)  # untouched
+    rt.free(x)
+
+
+def check_cast(rt, src_dtype: str, cast: Cast, shape: tuple[int, ...], src: Layout,
+               dst: Layout, seed: int = 9) -> None:
+    """Values of very different magnitudes per row (:func:`common.cast_values`) cast on
+    the wire: after every strategy the destination shards and scales equal
+    :func:`reshard.casting.reference_cast`'s bit for bit."""
+    x = common.cast_values(np.random.default_rng(seed), shape, src_dtype)
+    want, want_scales = reference_cast(x, cast)
+    a = rt.put(x, src)
+    for strategy in STRATEGIES:
+        y = rt.reshard(a, dst, strategy, cast=cast.dtype, scale=cast.scale)
+        assert y.dtype == cast.dtype
+        check_shards(rt, y, want)
+        if want_scales is None:
+            assert y.scales is None
+        else:
+            check_shards(rt, y.scales, want_scales)
+        rt.free(y)
+    rt.free(a)
 
 
 # ----- processes ------------------------------------------------------------------------

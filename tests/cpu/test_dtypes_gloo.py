@@ -13,11 +13,9 @@ import numpy as np
 import pytest
 
 from reshard import DeviceMesh, Layout
-from reshard.casting import reference_cast
-from reshard.dtypes import Cast, ScaleMode, accumulate, parse_dtype
+from reshard.dtypes import Cast, ScaleMode, parse_dtype
 
-from ..common import cast_values, narrow_addends
-from ._helpers import check_shards, rank_results
+from ._helpers import check_cast, check_partial_sum, check_shards, rank_results
 
 pytestmark = pytest.mark.cpu
 
@@ -56,19 +54,7 @@ def test_narrow_partial_sums_on_gloo(rt, dtype, case):
     """Summed in float32 (the reductions carry float32), rounded once: the reference's
     bits, for every strategy."""
     shape, src, dst = case
-    shards = narrow_addends(np.random.default_rng(5), shape, src, dtype)
-    boxes = src.index_map(shape)
-    want = np.zeros(shape, parse_dtype(dtype))
-    for group in src.partial_groups():
-        want[boxes[group[0]]] = accumulate([shards[d] for d in group], dtype)
-    x = rt.put_shards(shards, src, shape, dtype)
-    for strategy in ("broadcast", "send_recv", "allgather"):
-        y = rt.reshard(x, dst, strategy)
-        check_shards(rt, y, want)
-        rt.free(y)
-    kept = rt.shards(x)
-    assert all(kept[d].tobytes() == shards[d].tobytes() for d in shards)  # untouched
-    rt.free(x)
+    check_partial_sum(rt, shape, src, dst, dtype)
 
 
 CASTS = [
@@ -90,20 +76,7 @@ CASTS = [
 @pytest.mark.parametrize("case", CASTS,
                          ids=[f"{c[0]}->{c[1]}-{c[3].spec}->{c[4].spec}" for c in CASTS])
 def test_cast_on_the_wire_on_gloo(rt, case):
-    src_dtype, cast, shape, src, dst = case
-    x = cast_values(np.random.default_rng(9), shape, src_dtype)
-    want, want_scales = reference_cast(x, cast)
-    a = rt.put(x, src)
-    for strategy in ("broadcast", "send_recv", "allgather"):
-        y = rt.reshard(a, dst, strategy, cast=cast.dtype, scale=cast.scale)
-        assert y.dtype == cast.dtype
-        check_shards(rt, y, want)
-        if want_scales is None:
-            assert y.scales is None
-        else:
-            check_shards(rt, y.scales, want_scales)
-        rt.free(y)
-    rt.free(a)
+    check_cast(rt, *case)
 
 
 def _max_main(device: int, address, results, done) -> None:

@@ -16,14 +16,14 @@ import pytest
 from hypothesis import given
 
 from reshard import Cluster, DeviceMesh, Layout
-from reshard.casting import reference_cast
-from reshard.dtypes import Cast, ScaleMode, accumulate, parse_dtype
+from reshard.dtypes import Cast, ScaleMode
 
-from ..common import cast_values, narrow_addends
 from ._helpers import (
     STRATEGIES,
     addends,
+    check_cast,
     check_paper_case,
+    check_partial_sum,
     check_random_problem,
     check_shards,
     fake_nccl_runtime,
@@ -74,28 +74,13 @@ def test_narrow_dtypes_on_fake_nccl(rt):
         check_shards(rt, y, value)  # shards come back in the array's own dtype
     half = Layout(DeviceMesh((2, 2), [0, 1, 2, 3]), "S0R+P1")
     for dtype in ("float16", "bfloat16"):
-        shards = narrow_addends(rng, (6, 260), half, dtype)
-        boxes = half.index_map((6, 260))
-        want = np.zeros((6, 260), parse_dtype(dtype))
-        for group in half.partial_groups():
-            want[boxes[group[0]]] = accumulate([shards[d] for d in group], dtype)
-        x = rt.put_shards(shards, half, (6, 260), dtype)
-        for strategy in STRATEGIES:
-            check_shards(rt, rt.reshard(x, dst, strategy), want)
+        check_partial_sum(rt, (6, 260), half, dst, dtype)
     for src_dtype, cast in (("float32", Cast("bfloat16")),
                             ("bfloat16", Cast("float8_e4m3fn")),
                             ("float32", Cast("float8_e4m3fn", ScaleMode.TENSOR)),
                             ("bfloat16", Cast("float8_e4m3fn", ScaleMode.BLOCK128)),
                             ("bfloat16", Cast("float8_e5m2", ScaleMode.BLOCK128))):
-        value = cast_values(rng, (300, 260), src_dtype)
-        want, want_scales = reference_cast(value, cast)
-        x = rt.put(value, src)
-        for strategy in STRATEGIES:
-            y = rt.reshard(x, dst, strategy, cast=cast.dtype, scale=cast.scale)
-            assert y.dtype == cast.dtype
-            check_shards(rt, y, want)
-            if want_scales is not None:
-                check_shards(rt, y.scales, want_scales)
+        check_cast(rt, src_dtype, cast, (300, 260), src, dst)
 
 
 @pytest.mark.timeout(120)

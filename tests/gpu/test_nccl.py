@@ -19,16 +19,14 @@ import pytest
 from hypothesis import given
 
 from reshard import Cluster, DeviceMesh, ExecutionError, Layout, ShapeError
-from reshard.casting import reference_cast
-from reshard.dtypes import Cast, ScaleMode, accumulate, parse_dtype
+from reshard.dtypes import Cast, ScaleMode
 from reshard.runtime import Runtime
 
-from ..common import cast_values, narrow_addends
 from ..cpu._helpers import (
-    STRATEGIES,
+    check_cast,
     check_paper_case,
+    check_partial_sum,
     check_random_problem,
-    check_shards,
     check_strategies,
     paper_cases,
     problem_settings,
@@ -89,19 +87,7 @@ def test_partial_sums(rt, case, dtype):
     GPU), rounded once: the reference's bits, for every strategy; the caller's addends
     untouched."""
     shape, src, dst = case
-    shards = narrow_addends(np.random.default_rng(5), shape, src, dtype)
-    boxes = src.index_map(shape)
-    want = np.zeros(shape, parse_dtype(dtype))
-    for group in src.partial_groups():
-        want[boxes[group[0]]] = accumulate([shards[d] for d in group], dtype)
-    x = rt.put_shards(shards, src, shape, dtype)
-    for strategy in STRATEGIES:
-        y = rt.reshard(x, dst, strategy)
-        check_shards(rt, y, want)
-        rt.free(y)
-    kept = rt.shards(x)
-    assert all(kept[d].tobytes() == shards[d].tobytes() for d in shards)
-    rt.free(x)
+    check_partial_sum(rt, shape, src, dst, dtype)
 
 
 H01 = DeviceMesh((2, 2), [0, 1, 2, 3])
@@ -128,20 +114,7 @@ def test_cast_on_the_wire(rt, case):
     """Converted on the GPU as it is packed (bf16 / fp8 as bits, reshard.bits; block
     amax reduced with NCCL's MAX): values and scales equal the numpy reference bit for
     bit, for every strategy."""
-    src_dtype, cast, shape, src, dst = case
-    x = cast_values(np.random.default_rng(9), shape, src_dtype)
-    want, want_scales = reference_cast(x, cast)
-    a = rt.put(x, src)
-    for strategy in STRATEGIES:
-        y = rt.reshard(a, dst, strategy, cast=cast.dtype, scale=cast.scale)
-        assert y.dtype == cast.dtype
-        check_shards(rt, y, want)
-        if want_scales is None:
-            assert y.scales is None
-        else:
-            check_shards(rt, y.scales, want_scales)
-        rt.free(y)
-    rt.free(a)
+    check_cast(rt, *case)
 
 
 @pytest.mark.timeout(600)
