@@ -290,6 +290,17 @@ class Cluster:
                 f"{_span(self.devices)}); add it to a host or use a larger cluster"
             ) from None
 
+    @property
+    def host_map(self) -> Mapping[int, int]:
+        """Every device's host index (read only; :meth:`host_of` names a missing
+        device in its error)."""
+        return self._host_of  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def nic_map(self) -> Mapping[int, int]:
+        """Every device's global NIC index (read only; see :meth:`nic_of`)."""
+        return self._nic_of  # type: ignore[attr-defined,no-any-return]
+
     def nic_of(self, device: int) -> int:
         """Global index of the NIC ``device`` uses (host ``h``'s NICs are
         ``h * nics_per_host ...``)."""
