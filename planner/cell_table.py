@@ -20,6 +20,11 @@ import numpy as np
 from reshard.layout import Box
 from reshard.planner.decompose import Cell, merge_cells, pieces
 
+TABLE_FROM = 1024
+"""Tensors whose source and destination pieces make at least this many pairs are
+decomposed with numpy (:func:`decompose_table`); smaller ones cell by cell (numpy's
+fixed cost per call exceeds the work)."""
+
 
 def boxes_of(lo: np.ndarray, hi: np.ndarray) -> list[Box]:
     """Boxes from their starts and stops ``(rows, ndim)`` as tuples of (start, stop);

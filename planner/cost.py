@@ -40,8 +40,9 @@ import numpy as np
 
 from reshard.cluster import Cluster, pipeline_piece
 from reshard.layout import box_size
+from reshard.planner.cell_table import TABLE_FROM, decompose_table
 from reshard.planner.decompose import decompose, devices_by_box
-from reshard.planner.fairshare import FairShare, Fill
+from reshard.planner.fairshare import FairShare, Fill, capacity
 from reshard.planner.resources import COPY, DEV_IN, DEV_OUT, NIC_IN, NIC_OUT, SHARED, Resource
 from reshard.planner.tasks import Task, TaskKind, TensorSpec
 
@@ -106,7 +107,7 @@ def _links_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, floa
     # summing what several send it starts when the last of them reaches it.
     host, nic = cluster.host_map, cluster.nic_map  # plain lookups: a hot loop
     lat, intra = cluster.latency, cluster.intra_latency
-    path: list[tuple[Resource, float]] = []
+    path = []
     add = path.append
     reach: dict[int, float] = {}
     received: set[int] = set()
@@ -163,17 +164,9 @@ def simulate(plan: ReshardPlan) -> Estimate:
     cluster = plan.cluster
     tasks = plan.tasks
     n = len(tasks)
-    paths, lats = [], []
-    known: dict[tuple[object, ...], tuple[list[tuple[Resource, float]], float]] = {}
-    piece = cluster.relay_piece
-    for t in tasks:  # tasks of one route (other tensors, steps, boxes) share their path
-        key = (t.kind, t.root, t.receivers, t.parents, t.addends, t.addend_parents,
-               pipeline_piece(piece, t.nbytes))
-        got = known.get(key)
-        if got is None:
-            got = known[key] = task_path(t, cluster)
-        paths.append(got[0])
-        lats.append(got[1])
+    routes = plan.routes()
+    paths = [p for p, _ in routes]
+    lats = [lat for _, lat in routes]
     flows = FairShare(paths, cluster)
     nbytes = np.array([float(t.nbytes) for t in tasks])
     carried = np.bincount(flows.res, weights=flows.frac * nbytes[flows.task],
@@ -299,6 +292,41 @@ def simulate(plan: ReshardPlan) -> Estimate:
                     tuple(ends.tolist()), busiest)
 
 
+def task_routes(tasks: Sequence[Task], cluster: Cluster
+                ) -> tuple[tuple[list[tuple[Resource, float]], float], ...]:
+    """:func:`task_path` of every task; tasks of one route (other tensors, steps or
+    boxes, the same devices in the same roles) share one (read only)."""
+    known: dict[tuple[object, ...], tuple[list[tuple[Resource, float]], float]] = {}
+    piece = cluster.relay_piece
+    out = []
+    for t in tasks:
+        key = (t.kind, t.root, t.receivers, t.parents, t.addends, t.addend_parents,
+               pipeline_piece(piece, t.nbytes))
+        got = known.get(key)
+        if got is None:
+            got = known[key] = task_path(t, cluster)
+        out.append(got)
+    return tuple(out)
+
+
+def one_at_a_time_time(plan: ReshardPlan) -> float:
+    """Seconds no plan of ``plan``'s tasks that runs each device's tasks one at a time
+    can beat: per device, the sum over its tasks of each one's latency and its bytes
+    over the slowest resource on its path (each task alone, at best)."""
+    cluster = plan.cluster
+    busy: dict[int, float] = {}
+    slowest: dict[int, float] = {}  # by id of a shared path
+    for t, (path, lat) in zip(plan.tasks, plan.routes()):
+        per_byte = slowest.get(id(path))
+        if per_byte is None:
+            per_byte = slowest[id(path)] = max(
+                (f / capacity(r, cluster) for r, f in path if f > 0), default=0.0)
+        seconds = lat + per_byte * t.nbytes
+        for d in set(t.devices):
+            busy[d] = busy.get(d, 0.0) + seconds
+    return max(busy.values(), default=0.0)
+
+
 def ingress_time(busy: float, addends: int, needers: int, hop: float) -> float:
     """Least seconds after the first byte can arrive for a host to take in bytes that
     keep its NICs ``busy`` seconds, when each is a sum of at least ``addends`` values
@@ -325,6 +353,28 @@ def ingress_time(busy: float, addends: int, needers: int, hop: float) -> float:
     if busy <= second:
         return hop + (busy - first) * hop / (second - first)
     return 2 * hop + busy - second
+
+
+def _cell_groups(t: TensorSpec) -> dict[tuple[frozenset[int], frozenset[int]], int]:
+    """Elements of tensor ``t`` by (holders, needers): its unit slices' boxes summed
+    per pair of device sets (what every term of the bound depends on)."""
+    holders = devices_by_box(t.src, t.shape)
+    needers = devices_by_box(t.dst, t.shape, t.dst.partial_leaders())
+    out: dict[tuple[frozenset[int], frozenset[int]], int] = {}
+    if len(holders) * len(needers) >= TABLE_FROM:
+        table = decompose_table(t.shape, holders, needers)
+        sums: dict[tuple[int, int], int] = {}
+        for h, n, size in zip(table.holder.tolist(), table.needer.tolist(),
+                              table.size.tolist()):
+            sums[(h, n)] = sums.get((h, n), 0) + size
+        for (h, n), size in sums.items():
+            key = (table.holder_sets[h], table.needer_sets[n])
+            out[key] = out.get(key, 0) + size
+        return out
+    for c in decompose(t.shape, holders, needers):
+        key = (frozenset(c.holders), frozenset(c.needers))
+        out[key] = out.get(key, 0) + box_size(c.box)
+    return out
 
 
 def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
@@ -358,32 +408,30 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
             for d in g:
                 sum_host[d] = one
         size = min((len(g) for g in groups), default=1)  # addends per group
-        cells = decompose(t.shape, devices_by_box(t.src, t.shape),
-                          devices_by_box(t.dst, t.shape, t.dst.partial_leaders()))
-        for c in cells:
-            nbytes = box_size(c.box) * itemsize
-            hold_hosts = frozenset(host_of(d) for d in c.holders)
-            need_hosts = {host_of(d) for d in c.needers}
+        for (holders, needers), elements in _cell_groups(t).items():
+            nbytes = elements * itemsize
+            hold_hosts = frozenset(host_of(d) for d in holders)
+            need_hosts = {host_of(d) for d in needers}
             # the hosts holding a whole group of the cell's addends (None: a group
             # spread over hosts)
-            inside: set[int | None] = {sum_host[d] for d in c.holders} if summed else set()
+            inside: set[int | None] = {sum_host[d] for d in holders} if summed else set()
             summing = {h for h in inside if h is not None} if summed else hold_hosts
             for h in need_hosts - summing:
                 host_in[h] = host_in.get(h, 0.0) + nbytes
                 # an addend inside h may merge there without crossing its NICs
                 adds = size if summed and h not in hold_hosts else 1
-                spread = sum(1 for d in c.needers if host_of(d) == h)
+                spread = sum(1 for d in needers if host_of(d) == h)
                 least = host_least.get(h, (adds, spread))
                 host_least[h] = (min(least[0], adds), min(least[1], spread))
-            for d in c.needers:
-                if d in c.holders and not summed:
+            for d in needers:
+                if d in holders and not summed:
                     dev_copy[d] = dev_copy.get(d, 0.0) + nbytes
                 else:
                     dev_in[d] = dev_in.get(d, 0.0) + nbytes
                     host_take[host_of(d)] = host_take.get(host_of(d), 0.0) + nbytes
                     if host_of(d) in summing:
                         near.add(d)
-            if summed and c.needers:
+            if summed and needers:
                 # Summing ``size`` addends takes size - 1 moves of each element (each
                 # merges two partial values on one device) and every needer but the
                 # one holding the sum receives it: size - 2 moves beyond the needers'.
@@ -393,7 +441,7 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
                     # every group in one host: each merge lands on one of its devices or
                     # needs an addend to leave it through its NICs, and its needers'
                     # receipts above count one too many when the sum ends on one of them
-                    local = sum(1 for d in c.needers if host_of(d) == one)
+                    local = sum(1 for d in needers if host_of(d) == one)
                     host_take[one] = host_take.get(one, 0.0) + nbytes * (
                         size - 1 - (1 if local else 0))
             if need_hosts - hold_hosts:

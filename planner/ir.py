@@ -161,6 +161,16 @@ class ReshardPlan:
             self._cache["estimate"] = est
         return est
 
+    def routes(self) -> tuple[tuple[list[tuple[tuple[str, int], float]], float], ...]:
+        """Per task (plan order) the resources its bytes cross with their fractions, and
+        its latency (:func:`reshard.planner.cost.task_routes`; cached)."""
+        got = self._cache.get("routes")
+        if got is None:
+            from reshard.planner.cost import task_routes
+
+            got = self._cache["routes"] = task_routes(self.tasks, self.cluster)
+        return got  # type: ignore[no-any-return]
+
     def estimate(self) -> float:
         """Predicted seconds to run the plan on :attr:`cluster`."""
         return self.simulate().time

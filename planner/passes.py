@@ -24,7 +24,10 @@ pass                      builds with            kept when (model times)
 (``<shape>``: ``star`` or ``binary``, the sum's tree; ``fused`` sums down chains.)
 (Coalescing is not a candidate: it changes no task, only how a step's small transfers
 travel, and every device derives it from the plan alone, :mod:`reshard.planner.coalesce`.)
-Pure: passes build plans, the search compares their model times.
+A pass is skipped when a floor of its candidates' times (the request's lower bound,
+or one of its own: ``least-concurrent``'s is each device's tasks back to back) could
+not be kept: a plan at the bound is searched no further by the passes that keep only
+faster plans. Pure: passes build plans, the search compares their model times.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from reshard.cluster import Cluster
+from reshard.planner.cost import one_at_a_time_time
 from reshard.planner.fuse import SumShape, fuse_reductions
 from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
 from reshard.planner.order import one_at_a_time
@@ -168,12 +172,17 @@ class Pass:
         up_to: it proposes nothing against a stage's starting plan of more tasks.
         propose: its candidates, from the search and the stage's starting plan.
         keep: whether a candidate (its model time) replaces the best (its model time).
+        floor: a time none of its candidates can beat (model seconds), cheaper than
+            building them; without one, the request's lower bound. A pass whose floor
+            its rule would not keep proposes nothing (every rule keeps a faster
+            candidate when it keeps a slower one).
     """
 
     name: str
     up_to: int
     propose: Callable[[Search, ReshardPlan], Iterator[ReshardPlan]]
     keep: Callable[[float, float], bool] = faster
+    floor: Callable[[Search, ReshardPlan], float] | None = None
 
 
 def _fanned(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
@@ -236,6 +245,12 @@ def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
     return propose
 
 
+def _serial_floor(search: Search, start: ReshardPlan) -> float:
+    """No plan running each device's tasks one at a time beats each device's tasks
+    back to back (:func:`~reshard.planner.cost.one_at_a_time_time`)."""
+    return one_at_a_time_time(start)
+
+
 def _serial(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
     """The starting plan's tasks one per device and step (operations in flight at once
     cost real backends more than the model says; :mod:`reshard.planner.order`)."""
@@ -253,7 +268,8 @@ STAGES: tuple[tuple[Pass, ...], ...] = (
     tuple(Pass(f"trees:{shape.value}/{intra.value}", TREES_UP_TO, _trees(shape, intra),
                faster_by_tree_gain) for shape, intra in TREE_FORMS),
     (Pass("point-to-point", COMPARE_UP_TO, _point_to_point, within_relay_gain),),
-    (Pass("least-concurrent", COMPARE_UP_TO, _serial, within_concurrency_gain),),
+    (Pass("least-concurrent", COMPARE_UP_TO, _serial, within_concurrency_gain,
+          _serial_floor),),
 )
 """Every pass, in stages (see the module docstring)."""
 
@@ -264,11 +280,15 @@ def search(first: ReshardPlan, pipelined: bool, build: BuildTasks,
     rule kept (see the module docstring)."""
     s = Search(first.tensors, first.cluster, first.strategy, first, pipelined, build)
     best = first
+    bound = first.lower_bound()
     for stage in stages:
         start = best
         for p in stage:
             if len(start.tasks) > p.up_to:
                 continue
+            floor = bound if p.floor is None else max(bound, p.floor(s, start))
+            if not p.keep(floor, best.estimate()):
+                continue  # no candidate of it could be kept
             for candidate in p.propose(s, start):
                 if p.keep(candidate.estimate(), best.estimate()):
                     best = candidate

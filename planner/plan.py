@@ -17,7 +17,7 @@ from reshard.dtypes import Cast, ScaleMode
 from reshard.errors import ReshardError
 from reshard.layout import Box, Layout, box_size
 from reshard.planner.balance import Loads
-from reshard.planner.cell_table import CellTable, decompose_table
+from reshard.planner.cell_table import TABLE_FROM, CellTable, decompose_table
 from reshard.planner.cell_tasks import CELL_PLANNERS, split_box
 from reshard.planner.decompose import Cell, decompose, devices_by_box
 from reshard.planner.gcpause import paused
@@ -64,12 +64,6 @@ def _split_for_balance(cell: Cell, itemsize: int, loads: Loads, min_piece: int) 
         return [cell]
     return [Cell(b, cell.holders, cell.needers) for b in split_box(cell.box, k)
             if box_size(b)]
-
-
-TABLE_FROM = 1024
-"""Tensors whose source and destination pieces make at least this many pairs are
-decomposed with numpy (:mod:`reshard.planner.cell_table`); smaller ones cell by cell
-(numpy's fixed cost per call exceeds the work)."""
 
 
 class _LayoutBoxes:
