@@ -26,6 +26,7 @@ from reshard.errors import (
 )
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
+from reshard.planner.estimates import CostCache, EstimateError, estimate, estimate_many
 from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
 from reshard.planner.plan import plan, plan_many
 from reshard.planner.strategy import Strategy
@@ -36,8 +37,10 @@ __all__ = [
     "PRESETS",
     "Cluster",
     "ClusterError",
+    "CostCache",
     "DTypeError",
     "DeviceMesh",
+    "EstimateError",
     "ExecutionError",
     "Executor",
     "Layout",
@@ -64,6 +67,8 @@ __all__ = [
     "TensorSpec",
     "WorkerProgram",
     "builtin_backends",
+    "estimate",
+    "estimate_many",
     "plan",
     "plan_many",
     "preset_names",

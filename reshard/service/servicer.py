@@ -29,7 +29,7 @@ from reshard.planner.request import default_cluster, make_tensor_spec
 from reshard.planner.strategy import Strategy
 from reshard.service import jobs
 from reshard.service.budget import INLINE_CELLS, INLINE_TASKS, request_cells
-from reshard.service.cache import LruCache
+from reshard.lru import LruCache
 from reshard.service.convert import layout_to_pb, request_from_pb, split_rules
 from reshard.service.options import ServeOptions
 from reshard.service.plan_codec import (

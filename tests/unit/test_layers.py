@@ -17,7 +17,7 @@ import reshard
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core types", ("reshard.errors", "reshard.choice", "reshard.dtypes", "reshard.spec",
-                    "reshard.mesh", "reshard.layout", "reshard.cluster", "reshard.bits", "reshard.casting",
+                    "reshard.mesh", "reshard.layout", "reshard.cluster", "reshard.bits", "reshard.casting", "reshard.lru",
                     "reshard.helptext", "reshard.tables", "reshard.cliargs", "reshard.version")),
     ("planner", ("reshard.planner",)),
     ("data plane", ("reshard.comm",)),

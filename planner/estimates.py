@@ -1,0 +1,239 @@
+"""Costs at a compiler's rate: many estimates, each the planner's own, normalized and
+remembered.
+
+An auto-parallel compiler asks what thousands of moves cost while it chooses stages and
+layouts. :func:`estimate_many` answers a batch: for each request ``(shape, dtype, src,
+dst, cluster[, strategy])`` the model's seconds for the plan :func:`reshard.plan`
+would build (``plan(...).estimate()``, exactly: the same planner runs, on the same
+question put in a normal form). What makes a repeated or a similar question cheap:
+
+* a request is first looked up as given (a hash of its values);
+* else in its normal form: the hosts it touches renumbered in order and every other host
+  dropped, each device keeping its place on its host (its NIC), so the same move between
+  other stages of a pipeline, other hosts of a cluster, is the same question (the
+  planner's choices depend on the order of hosts and devices and on where a device sits
+  on its host, never on their numbers: checked by a property test);
+* else it is planned, on the normal form, and both keys remembered.
+
+A :class:`CostCache` holds the answers, least recently used out first once its bytes
+(an estimate of each key's size) pass its bound; a caller keeps one across batches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from reshard.cluster import Cluster
+from reshard.dtypes import Cast, ScaleMode, parse_dtype
+from reshard.errors import ReshardBaseError, ReshardError
+from reshard.layout import Layout, check_shape
+from reshard.lru import LruCache
+from reshard.mesh import DeviceMesh
+from reshard.planner.plan import plan
+from reshard.planner.request import default_cluster
+from reshard.planner.strategy import Strategy
+
+DEFAULT_CACHE_BYTES = 64 << 20
+"""A :class:`CostCache`'s bound unless told otherwise."""
+
+_ENTRY_BYTES = 240
+"""Bytes one remembered estimate costs besides its key's device ids (a dict slot, the
+key's tuples, the float)."""
+
+
+class EstimateError(ReshardError):
+    """Some requests of a batch could not be estimated; the others were.
+
+    Attributes:
+        estimates: every request's seconds, in order (NaN where it failed).
+        failures: the failed requests' positions and their errors.
+    """
+
+    def __init__(self, estimates: list[float], failures: dict[int, ReshardBaseError]) -> None:
+        self.estimates = estimates
+        self.failures = failures
+        shown = "; ".join(f"request {i}: {type(e).__name__}: {e}"
+                          for i, e in list(failures.items())[:5])
+        more = f"; and {len(failures) - 5} more" if len(failures) > 5 else ""
+        super().__init__(f"{len(failures)} of {len(estimates)} requests could not be "
+                         f"estimated (the others were: see .estimates): {shown}{more}")
+
+
+@dataclass
+class CostCache:
+    """Estimates by request, exact and normalized (module docstring), bounded in bytes.
+
+    Thread-safe. Args:
+        max_bytes: the bytes its keys and answers may take (about).
+    """
+
+    max_bytes: int = DEFAULT_CACHE_BYTES
+    _lru: LruCache[Any, tuple[float, int]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) \
+                or self.max_bytes < 0:
+            raise ReshardError(f"max_bytes must be an integer >= 0, got {self.max_bytes!r}")
+        self._lru = LruCache(self.max_bytes, weigh=lambda v: v[1])
+
+    def _get(self, key: Any) -> float | None:
+        got = self._lru.get(key)
+        return None if got is None else got[0]
+
+    def _put(self, key: Any, seconds: float, devices: int) -> None:
+        """Remember ``seconds`` under ``key``, which names ``devices`` device ids."""
+        self._lru.put(key, (seconds, _ENTRY_BYTES + 16 * devices))
+
+    @property
+    def hits(self) -> int:
+        """Lookups answered from the cache."""
+        return self._lru.hits
+
+    @property
+    def misses(self) -> int:
+        """Lookups not answered from the cache (a miss of the exact key that the
+        normal form answers counts as one miss and one hit)."""
+        return self._lru.misses
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+
+@dataclass(frozen=True)
+class Normal:
+    """A request in its normal form (module docstring)."""
+
+    key: tuple[Any, ...]
+    src: Layout
+    dst: Layout
+    cluster: Cluster
+
+
+def _figures(cluster: Cluster) -> tuple[Any, ...]:
+    return (cluster.intra_bandwidth, cluster.nic_bandwidth, cluster.latency,
+            cluster.intra_latency, cluster.copy_bandwidth, cluster.nics_per_host,
+            cluster.relay_piece, cluster.shared_bandwidth)
+
+
+def normal_form(shape: tuple[int, ...], dtype: str, src: Layout, dst: Layout,
+                cluster: Cluster, strategy: Strategy, cast: Cast | None) -> Normal:
+    """The request with the hosts it touches renumbered in order (devices keep their
+    place on their host) and the others dropped, and the key that names it."""
+    host_of = cluster.host_map
+    hosts = sorted({host_of[d] for d in (*src.devices, *dst.devices)})
+    new_hosts: list[tuple[int, ...]] = []
+    first: dict[int, int] = {}
+    at = 0
+    for h in hosts:
+        size = len(cluster.hosts[h])
+        first[h] = at
+        new_hosts.append(tuple(range(at, at + size)))
+        at += size
+    place = {d: i for h in hosts for i, d in enumerate(cluster.hosts[h])}
+
+    def moved(lay: Layout) -> Layout:
+        devs = tuple(first[host_of[d]] + place[d] for d in lay.mesh.devices)
+        return Layout(DeviceMesh(lay.mesh.shape, devs), lay.spec)
+
+    a, b = moved(src), moved(dst)
+    normal = Cluster(tuple(new_hosts), cluster.intra_bandwidth, cluster.nic_bandwidth,
+                     cluster.latency, cluster.intra_latency, cluster.copy_bandwidth,
+                     cluster.name, cluster.nics_per_host, cluster.relay_piece,
+                     cluster.shared_bandwidth)
+    key = (shape, dtype, None if cast is None else (cast.dtype, cast.scale.value),
+           strategy.value, a.mesh.shape, a.mesh.devices, str(a.spec), b.mesh.shape,
+           b.mesh.devices, str(b.spec), tuple(len(h) for h in new_hosts), _figures(cluster))
+    return Normal(key, a, b, normal)
+
+
+def _one(request: Any, strategy: Strategy, cast: Cast | None, cache: CostCache) -> float:
+    """One request's seconds (from ``cache``, else planned and remembered)."""
+    try:
+        parts = tuple(request)
+    except TypeError:
+        parts = ()
+    if len(parts) not in (5, 6):
+        raise ReshardError(f"a request is (shape, dtype, src_layout, dst_layout, cluster) or "
+                           f"(..., strategy), got {request!r:.200}")
+    shape, dtype, src, dst, cluster = parts[:5]
+    strat = Strategy.parse(parts[5]) if len(parts) == 6 else strategy
+    shape_t = check_shape(shape)
+    name = parse_dtype(dtype).name
+    for what, lay in (("source", src), ("destination", dst)):
+        if not isinstance(lay, Layout):
+            raise ReshardError(f"the {what} layout must be a reshard.Layout, got "
+                               f"{type(lay).__name__}")
+    if cluster is None:
+        cluster = default_cluster((src, dst))
+    elif not isinstance(cluster, Cluster):
+        raise ReshardError(f"cluster must be a reshard.Cluster or None, got "
+                           f"{type(cluster).__name__}")
+    exact = (shape_t, name, src, dst, cluster, strat, cast)
+    got = cache._get(exact)
+    if got is not None:
+        return got
+    cluster.check_devices((*src.devices, *dst.devices), "the request")
+    normal = normal_form(shape_t, name, src, dst, cluster, strat, cast)
+    got = cache._get(normal.key)
+    if got is None:
+        kwargs = {} if cast is None else {"cast": cast.dtype, "scale": cast.scale}
+        got = plan(shape_t, name, normal.src, normal.dst, cluster=normal.cluster,
+                   strategy=strat, **kwargs).estimate()
+        cache._put(normal.key, got, len(src.devices) + len(dst.devices))
+    cache._put(exact, got, len(src.devices) + len(dst.devices))
+    return got
+
+
+def estimate_many(requests: Iterable[Any], *, strategy: str | Strategy = Strategy.BROADCAST,
+                  cast: object = None, scale: str | ScaleMode | None = None,
+                  cache: CostCache | None = None) -> list[float]:
+    """The model's seconds for each request, in order: what ``plan(shape, dtype, src,
+    dst, cluster, strategy).estimate()`` returns (module docstring).
+
+    Args:
+        requests: ``(shape, dtype, src_layout, dst_layout, cluster)`` tuples, each
+            optionally with a sixth item, its strategy; a cluster of None is one host
+            holding every device (as :func:`reshard.plan`'s default).
+        strategy: the strategy of requests that name none.
+        cast: deliver this dtype (as :func:`reshard.plan`), for every request.
+        scale: a float8 cast's scales (``"none"``, ``"tensor"``, ``"block128"``).
+        cache: answers kept across calls (default: a new one for this batch, which
+            still answers a batch's repeated and similar requests once).
+
+    Raises:
+        EstimateError: some requests were malformed or could not be planned; it
+            carries every other request's estimate and each failure's position.
+    """
+    strat = Strategy.parse(strategy)
+    the_cast = Cast.parse(cast, scale)
+    cache = CostCache() if cache is None else cache
+    out: list[float] = []
+    failures: dict[int, ReshardBaseError] = {}
+    for i, request in enumerate(requests):
+        try:
+            out.append(_one(request, strat, the_cast, cache))
+        except ReshardBaseError as e:
+            failures[i] = e
+            out.append(math.nan)
+    if failures:
+        raise EstimateError(out, failures)
+    return out
+
+
+def estimate(shape: Sequence[int], dtype: object, src: Layout, dst: Layout,
+             cluster: Cluster | None = None, strategy: str | Strategy = Strategy.BROADCAST,
+             *, cast: object = None, scale: str | ScaleMode | None = None,
+             cache: CostCache | None = None) -> float:
+    """One request's seconds (:func:`estimate_many` of one); its error as raised."""
+    try:
+        return estimate_many([(shape, dtype, src, dst, cluster)], strategy=strategy,
+                             cast=cast, scale=scale, cache=cache)[0]
+    except EstimateError as e:
+        raise e.failures[0] from None
+
+
+__all__ = ["DEFAULT_CACHE_BYTES", "CostCache", "EstimateError", "Normal", "estimate",
+           "estimate_many", "normal_form"]

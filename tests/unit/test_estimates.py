@@ -1,0 +1,91 @@
+"""reshard.estimate_many: each estimate the planner's own (plan(...).estimate()) over
+random layouts on clusters with hosts the request does not touch, the same move between
+other hosts answered from the cache, a bad request failing alone with its position, and
+the cache bounded."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import reshard
+from reshard import Cluster, DeviceMesh, Layout
+from reshard.planner.estimates import CostCache, EstimateError, estimate_many, normal_form
+from reshard.planner.strategy import Strategy
+
+from ..common import problems
+
+CLUSTERS = (Cluster.preset("dgx-h100", 5, 2),  # two NICs a host: a device's place counts
+            Cluster.regular(6, 2, nic_bandwidth=1e9, intra_bandwidth=4e9, latency=2e-5),
+            Cluster.from_hosts([[0, 1, 2], [3, 4], [5, 6, 7], [8, 9]], preset="dgx-a100"))
+
+
+@settings(max_examples=120, deadline=None, derandomize=True, database=None)
+@given(data=st.data(), which=st.integers(0, len(CLUSTERS) - 1),
+       strategy=st.sampled_from(["broadcast", "send_recv", "allgather"]))
+def test_every_estimate_is_the_planners_own(data, which, strategy):
+    """Within 2% is the promise; the normal form plans the same question, so equal."""
+    cluster = CLUSTERS[which]
+    shape, dtype, src, dst = data.draw(problems(cluster.devices, max_ndim=2, max_size=6))
+    want = reshard.plan(shape, dtype, src, dst, cluster=cluster, strategy=strategy).estimate()
+    got = estimate_many([(shape, dtype, src, dst, cluster, strategy)])[0]
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-15)
+
+
+def test_the_same_move_between_other_hosts_is_one_question():
+    cluster = Cluster.preset("dgx-h100", 16)
+    cache = CostCache()
+    reqs = []
+    for first in (0, 32, 64):  # three stage boundaries of a pipeline, 4x8 -> 4x8
+        a = DeviceMesh((4, 8), range(first, first + 32))
+        b = DeviceMesh((4, 8), range(first + 32, first + 64))
+        reqs.append(((8192, 4096), "bfloat16", Layout(a, "S0R"), Layout(b, "RS0"), cluster))
+    got = estimate_many(reqs, cache=cache)
+    assert got[0] == got[1] == got[2] > 0
+    assert cache.misses == 4 and cache.hits == 2  # one plan; the others by normal form
+    assert estimate_many(reqs, cache=cache) == got
+    assert cache.hits == 5  # now by their exact keys
+    shifted = normal_form((8192, 4096), "bfloat16", reqs[2][2], reqs[2][3], cluster,
+                          Strategy.BROADCAST, None)
+    assert shifted.src.mesh.devices == tuple(range(32)) and len(shifted.cluster.hosts) == 8
+
+
+def test_a_bad_request_fails_alone_with_its_position():
+    cluster = Cluster.regular(2, 2)
+    a, b = DeviceMesh((2,), [0, 1]), DeviceMesh((2,), [2, 3])
+    good = ((8, 8), "float32", Layout(a, "S0R"), Layout(b, "RS0"), cluster)
+    reqs = [good, ((8, 8), "float32", Layout(a, "S0R"), "RS0", cluster),
+            ((8, 8), "float32", Layout(a, "S0R"), Layout(DeviceMesh((2,), [2, 9]), "RS0"),
+             cluster),
+            ((8,), "float32", Layout(a, "S0R"), Layout(b, "RS0"), cluster),
+            ((8, 8), "bool", Layout(a, "RR+P0"), Layout(b, "RS0"), cluster),
+            (1, 2, 3), good + ("sideways",), good]
+    with pytest.raises(EstimateError) as info:
+        estimate_many(reqs)
+    err = info.value
+    assert sorted(err.failures) == [1, 2, 3, 4, 5, 6]
+    assert err.estimates[0] == err.estimates[7] > 0
+    assert all(math.isnan(err.estimates[i]) for i in err.failures)
+    text = str(err)
+    for part in ("request 1: ReshardError: the destination layout must be a reshard.Layout",
+                 "request 2: ClusterError", "request 3: SpecError", "request 4: PartialError",
+                 "and 1 more"):
+        assert part in text, part
+    assert "valid" in str(err.failures[6])  # the unknown strategy lists the valid ones
+    with pytest.raises(reshard.SpecError):
+        reshard.estimate((8,), "float32", Layout(a, "S0R"), Layout(b, "RS0"), cluster)
+
+
+def test_the_cache_is_bounded_in_bytes():
+    cluster = Cluster.regular(4, 2)
+    cache = CostCache(max_bytes=4_000)
+    a, b = DeviceMesh((2,), [0, 1]), DeviceMesh((2,), [4, 5])
+    reqs = [((n, 4), "float32", Layout(a, "S0R"), Layout(b, "RS0"), cluster)
+            for n in range(1, 60)]
+    estimate_many(reqs, cache=cache)
+    assert 0 < len(cache) <= 4_000 // 240
+    with pytest.raises(reshard.ReshardError, match="max_bytes"):
+        CostCache(max_bytes=-1)
