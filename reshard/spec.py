@@ -279,6 +279,30 @@ class ShardingSpec:
                 partial.append(axis)
         return cls(tuple(tuple(a) for a in dims), tuple(partial), SplitRule.NESTED)
 
+    @classmethod
+    def from_sbp(cls, sbp: str | Sequence[str], ndim: int) -> ShardingSpec:
+        """A spec from OneFlow's SBP signature: one of ``S(d)`` (split tensor dim ``d``),
+        ``B`` (broadcast: replicated) or ``P`` (partial sum) per mesh axis, as a
+        sequence or one string (``"(S(0), B)"``, ``"S(0), B"``, ``"S(0)B"``).
+
+        Args:
+            sbp: the signature.
+            ndim: tensor rank.
+        """
+        if isinstance(sbp, str):
+            text = sbp.strip()
+            if text.startswith(("(", "[")) and text.endswith((")", "]")) and \
+                    not re.fullmatch(r"S\(\d+\)", text):
+                text = text[1:-1]
+            parts = re.findall(r"S\(\s*\d+\s*\)|[A-Za-z]\w*|\S", text.replace(",", " "))
+            items: list[str] = [p.replace(" ", "") for p in parts]
+        else:
+            items = [str(p) for p in sbp]
+        if not items:
+            raise SpecError(f"SBP signature {sbp!r} names no placement; give one per mesh "
+                            f"axis, e.g. '(S(0), B)'")
+        return cls.from_placements(items, ndim)
+
     def to_placements(self, mesh_ndim: int) -> tuple[Placement, ...]:
         """Per-mesh-axis placements (DTensor / SBP style), the inverse of
         :meth:`from_placements`.

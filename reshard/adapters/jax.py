@@ -17,6 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from reshard.cluster import Cluster
 from reshard.dtypes import parse_dtype
 from reshard.errors import ReshardError, ShapeError, SpecError
 from reshard.layout import Layout
@@ -24,7 +25,7 @@ from reshard.mesh import DeviceMesh
 from reshard.planner.strategy import Strategy
 from reshard.spec import ShardingSpec, SplitRule
 
-__all__ = ["mesh_of", "reshard_array", "to_layout", "to_sharding"]
+__all__ = ["cost_request", "mesh_of", "reshard_array", "to_layout", "to_sharding"]
 
 
 def _id(device: Any) -> int:
@@ -240,3 +241,14 @@ def _run(rt: Any, shards: dict[int, np.ndarray], src: Layout, dst: Layout, x: ja
     finally:
         rt.free(a)
 
+
+def cost_request(shape: Sequence[int], dtype: Any, src: NamedSharding | SingleDeviceSharding,
+                 dst: NamedSharding | SingleDeviceSharding, cluster: Cluster | None = None
+                 ) -> tuple[Any, ...]:
+    """A :func:`reshard.estimate_many` request for moving an array of ``shape`` /
+    ``dtype`` from sharding ``src`` to ``dst`` (JAX device ids are the cluster's
+    device ids): ``reshard.estimate_many([cost_request(...), ...], cache=...)`` prices
+    a ``device_put`` between them as reshard would run it."""
+    shape = tuple(int(n) for n in shape)
+    return (shape, parse_dtype(dtype).name, to_layout(src, shape), to_layout(dst, shape),
+            cluster)

@@ -28,11 +28,11 @@ from reshard.cluster import Cluster
 from reshard.dtypes import Cast, parse_dtype
 from reshard.errors import ReshardError
 from reshard.layout import Layout, check_shape
+from reshard.lru import LruCache
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.request import request_parts
 from reshard.planner.strategy import Strategy
 from reshard.service.auth import bearer
-from reshard.lru import LruCache
 from reshard.service.convert import SERVICE_NAME, encode_value, layout_from_pb, request_to_pb
 from reshard.service.options import DEFAULT_MAX_MESSAGE
 from reshard.service.plan_codec import merge_chunks, plan_from_pb, plan_to_pb

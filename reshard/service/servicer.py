@@ -23,13 +23,13 @@ import grpc
 import reshard
 from reshard.cluster import Cluster, preset_names
 from reshard.errors import ReshardBaseError, ReshardError
+from reshard.lru import LruCache
 from reshard.planner.ir import FORMAT_VERSION, READABLE_FORMATS, ReshardPlan
 from reshard.planner.plan import plan_many
 from reshard.planner.request import default_cluster, make_tensor_spec
 from reshard.planner.strategy import Strategy
 from reshard.service import jobs
 from reshard.service.budget import INLINE_CELLS, INLINE_TASKS, request_cells
-from reshard.lru import LruCache
 from reshard.service.convert import layout_to_pb, request_from_pb, split_rules
 from reshard.service.options import ServeOptions
 from reshard.service.plan_codec import (

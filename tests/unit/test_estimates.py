@@ -62,7 +62,7 @@ def test_a_bad_request_fails_alone_with_its_position():
              cluster),
             ((8,), "float32", Layout(a, "S0R"), Layout(b, "RS0"), cluster),
             ((8, 8), "bool", Layout(a, "RR+P0"), Layout(b, "RS0"), cluster),
-            (1, 2, 3), good + ("sideways",), good]
+            (1, 2, 3), (*good, "sideways"), good]
     with pytest.raises(EstimateError) as info:
         estimate_many(reqs)
     err = info.value
@@ -89,3 +89,20 @@ def test_the_cache_is_bounded_in_bytes():
     assert 0 < len(cache) <= 4_000 // 240
     with pytest.raises(reshard.ReshardError, match="max_bytes"):
         CostCache(max_bytes=-1)
+
+
+def test_sbp_signatures_name_layouts():
+    """OneFlow's SBP: S(d) split, B broadcast (replicated), P partial; as a string or a
+    sequence, one per mesh axis."""
+    from reshard.spec import ShardingSpec
+
+    mesh = DeviceMesh((2, 4), range(8))
+    for sbp, want in (("(S(0), B)", "S0R"), ("S(0), B", "S0R"), ("S(0)B", "S0R"),
+                      (["S(1)", "P"], "RS0+P1"), ("(B, S(0))", "S1R"), ("S(0)S(1)", "S0S1")):
+        got = ShardingSpec.from_sbp(sbp, 2)
+        assert Layout(mesh, got).index_map((8, 8)) == Layout(mesh, want).index_map((8, 8))
+        assert got.partial == ShardingSpec.parse(want).partial
+    with pytest.raises(reshard.SpecError, match="unknown placement"):
+        ShardingSpec.from_sbp("(S(0), X)", 2)
+    with pytest.raises(reshard.SpecError, match="names no placement"):
+        ShardingSpec.from_sbp("()", 2)

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reshard
-import reshard.planner.cost as cost
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.planner import cost
 from reshard.planner.fairshare import FairShare
 
 from ..common import problems

@@ -9,8 +9,8 @@ import pytest
 from reshard import Cluster
 from reshard import cli as reshard_cli
 from reshard.errors import ClusterError, ReshardError
-from reshard.service.auth import check_listen, is_loopback, listen_address
 from reshard.lru import LruCache
+from reshard.service.auth import check_listen, is_loopback, listen_address
 from reshard.service.options import ServeOptions
 from reshard.service.runtime_host import DEADLINE_MARGIN, call_timeout, deadline_expired
 from reshard.service.serve_cli import parse_cluster
