@@ -42,7 +42,7 @@ from reshard.cluster import Cluster, pipeline_piece
 from reshard.layout import box_size
 from reshard.planner.cell_table import TABLE_FROM, decompose_table
 from reshard.planner.decompose import decompose, devices_by_box
-from reshard.planner.fairshare import FairShare, Fill, capacity
+from reshard.planner.fairshare import FairShare, Fill, capacities
 from reshard.planner.resources import COPY, DEV_IN, DEV_OUT, NIC_IN, NIC_OUT, SHARED, Resource
 from reshard.planner.tasks import Task, TaskKind, TensorSpec
 
@@ -313,14 +313,14 @@ def one_at_a_time_time(plan: ReshardPlan) -> float:
     """Seconds no plan of ``plan``'s tasks that runs each device's tasks one at a time
     can beat: per device, the sum over its tasks of each one's latency and its bytes
     over the slowest resource on its path (each task alone, at best)."""
-    cluster = plan.cluster
+    cap = capacities(plan.cluster)
     busy: dict[int, float] = {}
     slowest: dict[int, float] = {}  # by id of a shared path
     for t, (path, lat) in zip(plan.tasks, plan.routes()):
         per_byte = slowest.get(id(path))
         if per_byte is None:
             per_byte = slowest[id(path)] = max(
-                (f / capacity(r, cluster) for r, f in path if f > 0), default=0.0)
+                (f / cap[r[0]] for r, f in path if f > 0), default=0.0)
         seconds = lat + per_byte * t.nbytes
         for d in set(t.devices):
             busy[d] = busy.get(d, 0.0) + seconds
@@ -391,7 +391,7 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
     host_least: dict[int, tuple[int, int]] = {}
     merged = 0.0
     near: set[int] = set()  # devices some of whose bytes may come from their own host
-    host_of = cluster.host_of
+    host_of = cluster.host_map.__getitem__  # a plain lookup: a hot loop
     for t in tensors:
         itemsize = t.itemsize  # after any cast: what the wire carries
         # A partial source whose groups have two or more addends is a sum no device

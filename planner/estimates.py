@@ -8,11 +8,12 @@ would build (``plan(...).estimate()``, exactly: the same planner runs, on the sa
 question put in a normal form). What makes a repeated or a similar question cheap:
 
 * a request is first looked up as given (a hash of its values);
-* else in its normal form: the hosts it touches renumbered in order and every other host
-  dropped, each device keeping its place on its host (its NIC), so the same move between
-  other stages of a pipeline, other hosts of a cluster, is the same question (the
-  planner's choices depend on the order of hosts and devices and on where a device sits
-  on its host, never on their numbers: checked by a property test);
+* else in its normal form: the hosts it touches kept in order and every other host
+  dropped, their devices renumbered by rank (each keeps its host, its place on it: its
+  NIC, and its order among the others), so the same move between other stages of a
+  pipeline, other hosts of a cluster, is the same question (the planner's choices
+  depend on the order of hosts and devices and on where a device sits on its host,
+  never on their numbers: checked by a property test);
 * else it is planned, on the normal form, and both keys remembered.
 
 A :class:`CostCache` holds the answers, least recently used out first once its bytes
@@ -120,23 +121,18 @@ def _figures(cluster: Cluster) -> tuple[Any, ...]:
 
 def normal_form(shape: tuple[int, ...], dtype: str, src: Layout, dst: Layout,
                 cluster: Cluster, strategy: Strategy, cast: Cast | None) -> Normal:
-    """The request with the hosts it touches renumbered in order (devices keep their
-    place on their host) and the others dropped, and the key that names it."""
+    """The request on the hosts it touches alone, their devices renumbered by rank
+    (module docstring), and the key that names it."""
     host_of = cluster.host_map
     hosts = sorted({host_of[d] for d in (*src.devices, *dst.devices)})
-    new_hosts: list[tuple[int, ...]] = []
-    first: dict[int, int] = {}
-    at = 0
-    for h in hosts:
-        size = len(cluster.hosts[h])
-        first[h] = at
-        new_hosts.append(tuple(range(at, at + size)))
-        at += size
-    place = {d: i for h in hosts for i, d in enumerate(cluster.hosts[h])}
+    # each device of those hosts renumbered by its rank among them: membership, the
+    # place on its host (its NIC) and the order of ids and hosts all kept
+    rank = {d: i for i, d in enumerate(sorted(d for h in hosts for d in cluster.hosts[h]))}
+    new_hosts = [tuple(rank[d] for d in cluster.hosts[h]) for h in hosts]
 
     def moved(lay: Layout) -> Layout:
-        devs = tuple(first[host_of[d]] + place[d] for d in lay.mesh.devices)
-        return Layout(DeviceMesh(lay.mesh.shape, devs), lay.spec)
+        return Layout(DeviceMesh(lay.mesh.shape, tuple(rank[d] for d in lay.mesh.devices)),
+                      lay.spec)
 
     a, b = moved(src), moved(dst)
     normal = Cluster(tuple(new_hosts), cluster.intra_bandwidth, cluster.nic_bandwidth,
@@ -145,7 +141,7 @@ def normal_form(shape: tuple[int, ...], dtype: str, src: Layout, dst: Layout,
                      cluster.shared_bandwidth)
     key = (shape, dtype, None if cast is None else (cast.dtype, cast.scale.value),
            strategy.value, a.mesh.shape, a.mesh.devices, str(a.spec), b.mesh.shape,
-           b.mesh.devices, str(b.spec), tuple(len(h) for h in new_hosts), _figures(cluster))
+           b.mesh.devices, str(b.spec), tuple(new_hosts), _figures(cluster))
     return Normal(key, a, b, normal)
 
 

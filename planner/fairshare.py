@@ -52,6 +52,11 @@ def capacity(res: Resource, cluster: Cluster) -> float:
     return _CAPACITY[res[0]](cluster)
 
 
+def capacities(cluster: Cluster) -> dict[str, float]:
+    """Bytes per second of a resource of each kind of ``cluster``."""
+    return {kind: of(cluster) for kind, of in _CAPACITY.items()}
+
+
 def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     """The concatenation of ``arange(starts[i], stops[i])`` over ``i``."""
     lens = stops - starts
@@ -192,4 +197,4 @@ class Fill:
     level: np.ndarray
 
 
-__all__ = ["TIGHT", "FairShare", "Fill", "capacity"]
+__all__ = ["TIGHT", "FairShare", "Fill", "capacities", "capacity"]

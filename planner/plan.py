@@ -23,7 +23,7 @@ from reshard.planner.decompose import Cell, decompose, devices_by_box
 from reshard.planner.gcpause import paused
 from reshard.planner.ir import Derive, ReshardPlan, Task, TensorSpec
 from reshard.planner.ordered import OrderedTasks
-from reshard.planner.passes import search
+from reshard.planner.passes import ALTERNATIVES_UP_TO, search
 from reshard.planner.reduce import decompose_pieces, ready_step, reduce_sources
 from reshard.planner.request import Request, default_cluster, make_tensor_spec, request_parts
 from reshard.planner.scales import with_scales
@@ -215,12 +215,30 @@ def _phase(tensors: tuple[TensorSpec, ...], indices: Sequence[int], cluster: Clu
             for t in best.tasks]
 
 
+BASELINES_UP_TO = ALTERNATIVES_UP_TO
+"""Broadcast plans up to this many tasks that the model puts above the lower bound are
+also planned as the baselines (``send_recv``, ``allgather``, each searched), and the
+fastest by the model is kept: the default strategy is never modelled slower than a
+baseline's plan of the same request. Larger plans keep their broadcasts (planning them
+three times costs seconds)."""
+
+
 def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
                strat: Strategy) -> ReshardPlan:
     """The fastest by the model of the plans tried for ``tensors``: the strategy's first
-    plan, then its passes' candidates (:mod:`reshard.planner.passes`)."""
+    plan, then its passes' candidates (:mod:`reshard.planner.passes`); for
+    ``broadcast``, also the baselines' plans where they could be faster
+    (:data:`BASELINES_UP_TO`), kept under the broadcast label (the request's)."""
     tasks, pipelined = plan_tasks(tensors, cluster, strat, fan_out=False)
-    return search(ReshardPlan(tensors, tasks, strat, cluster), pipelined, plan_tasks)
+    best = search(ReshardPlan(tensors, tasks, strat, cluster), pipelined, plan_tasks)
+    if strat is not Strategy.BROADCAST or len(best.tasks) > BASELINES_UP_TO or \
+            best.estimate() <= best.lower_bound() * (1 + 1e-9):
+        return best
+    for baseline in (Strategy.SEND_RECV, Strategy.ALLGATHER):
+        other = _best_plan(tensors, cluster, baseline)
+        if other.estimate() < best.estimate():
+            best = ReshardPlan(tensors, other.tasks, strat, cluster)
+    return best
 
 
 def plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,

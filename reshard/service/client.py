@@ -15,6 +15,7 @@ limits) raise :class:`ServiceError` with the gRPC status code.
 
 from __future__ import annotations
 
+import math
 import pathlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -26,9 +27,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from reshard.cluster import Cluster
 from reshard.dtypes import Cast, parse_dtype
-from reshard.errors import ReshardError
+from reshard.errors import ReshardBaseError, ReshardError
 from reshard.layout import Layout, check_shape
 from reshard.lru import LruCache
+from reshard.planner.estimates import EstimateError
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.request import request_parts
 from reshard.planner.strategy import Strategy
@@ -36,7 +38,7 @@ from reshard.service.auth import bearer
 from reshard.service.convert import SERVICE_NAME, encode_value, layout_from_pb, request_to_pb
 from reshard.service.options import DEFAULT_MAX_MESSAGE
 from reshard.service.plan_codec import merge_chunks, plan_from_pb, plan_to_pb
-from reshard.service.status import ServiceError, raise_rpc_error
+from reshard.service.status import ERROR_CLASSES, ServiceError, raise_rpc_error
 from reshard.service.v1 import reshard_pb2 as pb
 from reshard.service.v1 import reshard_pb2_grpc as pb_grpc
 
@@ -206,6 +208,50 @@ class Client:
                                 Cast.parse(cast, scale))
         cost = self._call(self._stub.Estimate, request, timeout)
         return cost.seconds, cost.lower_bound_seconds
+
+    def estimate_many(self, requests: Iterable[Sequence[Any]],
+                      strategy: str | Strategy = Strategy.BROADCAST, *, cast: Any = None,
+                      scale: Any = None, timeout: float | None = None) -> list[float]:
+        """The server's :func:`reshard.estimate_many`: each request ``(shape, dtype, src,
+        dst, cluster[, strategy])`` (a cluster of None: the server's default) answered
+        in order, streamed; a bad request fails alone (:class:`reshard.EstimateError`
+        carries the others' estimates and each failure's position and error)."""
+        the_cast = Cast.parse(cast, scale)
+        message = pb.EstimateManyRequest()
+        local: dict[int, ReshardBaseError] = {}
+        for i, r in enumerate(requests):
+            try:
+                parts = tuple(r)
+                if len(parts) not in (5, 6):
+                    raise ReshardError(
+                        f"a request is (shape, dtype, src_layout, dst_layout, cluster) or "
+                        f"(..., strategy), got {r!r:.200}")
+                message.requests.append(self._request(
+                    [parts[:4]], parts[4], parts[5] if len(parts) == 6 else strategy,
+                    the_cast))
+            except ReshardBaseError as e:  # refused here; the others still go
+                local[i] = e
+                message.requests.append(pb.PlanRequest())
+        out = [math.nan] * len(message.requests)
+        failures: dict[int, ReshardBaseError] = {}
+        try:
+            for reply in self._stub.EstimateMany(
+                    message, timeout=self.timeout if timeout is None else timeout,
+                    metadata=self._metadata):
+                for res in reply.results:
+                    if res.error:
+                        cls = ERROR_CLASSES.get(res.error_type, ReshardError)
+                        failures[res.index] = cls(res.error)
+                    else:
+                        out[res.index] = res.seconds
+        except grpc.RpcError as e:
+            raise_rpc_error(e)
+        failures.update(local)
+        if failures:
+            for i in failures:
+                out[i] = math.nan
+            raise EstimateError(out, dict(sorted(failures.items())))
+        return out
 
     # ----- execution ------------------------------------------------------------------
     def execute(self, plan: ReshardPlan, inputs: Sequence[np.ndarray | RemoteArray | str], *,

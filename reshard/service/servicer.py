@@ -24,6 +24,7 @@ import reshard
 from reshard.cluster import Cluster, preset_names
 from reshard.errors import ReshardBaseError, ReshardError
 from reshard.lru import LruCache
+from reshard.planner.estimates import CostCache, estimate
 from reshard.planner.ir import FORMAT_VERSION, READABLE_FORMATS, ReshardPlan
 from reshard.planner.plan import plan_many
 from reshard.planner.request import default_cluster, make_tensor_spec
@@ -63,6 +64,13 @@ PLAN_TENSOR_BYTES = 2048
 def plan_bytes(plan: ReshardPlan) -> int:
     """What a plan costs a cache to keep, in bytes (an estimate from its size)."""
     return PLAN_TASK_BYTES * len(plan.tasks) + PLAN_TENSOR_BYTES * len(plan.tensors) + 4096
+
+ESTIMATE_RUN = 512
+"""EstimateMany answers per streamed message."""
+
+ANSWER_ENTRIES = 1 << 18
+"""EstimateMany answers kept by their encoded request (a key of 32 bytes and a float
+each, with any error's text)."""
 
 R = TypeVar("R")
 
@@ -128,6 +136,9 @@ class ReshardServicer(pb_grpc.ReshardServicer):
                                                                  weigh=plan_bytes)
         self.costs: LruCache[bytes, bytes] = LruCache(COST_CACHE_ENTRIES)
         self.replies: LruCache[bytes, bytes] = LruCache(options.reply_cache_bytes, weigh=len)
+        self.estimates = CostCache(options.reply_cache_bytes // 2)
+        self.answers: LruCache[bytes, tuple[float, str, str]] = LruCache(
+            ANSWER_ENTRIES)
 
     # ----- planning -------------------------------------------------------------------
     def _sized(self, request: pb.PlanRequest, what: str) -> tuple[list, Cluster, Strategy, int]:
@@ -219,6 +230,67 @@ class ReshardServicer(pb_grpc.ReshardServicer):
     @_guarded
     def Estimate(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> bytes:
         return self._cost(request, request_key(request), context)
+
+    def _estimate_one(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> float:
+        """One tensor's estimate (planned on the normal form, :mod:`reshard.planner.
+        estimates`, through the server's cost cache); several tensors' (or a large
+        plan's, in a job worker) as Estimate computes it."""
+        reqs, cluster, strategy = request_from_pb(request, self.options.cluster)
+        if len(reqs) != 1 or request_cells(
+                [(r[0], r[1], r[2], r[3]) for r in reqs]) > INLINE_CELLS:
+            return pb.Cost.FromString(self._cost(request, request_key(request),
+                                                 context)).seconds
+        shape, dtype, src, dst, cast = reqs[0]
+        return estimate(shape, dtype, src, dst, cluster, strategy,
+                        cast=None if cast is None else cast.dtype,
+                        scale=None if cast is None else cast.scale, cache=self.estimates)
+
+    def EstimateMany(self, request: pb.EstimateManyRequest,
+                     context: grpc.ServicerContext) -> Iterator[pb.EstimateManyReply]:
+        """Each request's estimate, streamed in runs of :data:`ESTIMATE_RUN`; answered
+        from the cache of encoded requests when asked before. The requests not cached
+        are sized first: over the server's plan budget together, the batch is refused
+        before any is planned."""
+        try:
+            keys = [canonical_key(r, "include_cost", "max_chunk_tasks")
+                    for r in request.requests]
+            known = [self.answers.get(k) for k in keys]
+            todo: dict[bytes, int] = {k: i for i, (k, got) in enumerate(zip(keys, known))
+                                      if got is None}
+            cells = 0
+            for i in todo.values():
+                try:
+                    reqs, _, _ = request_from_pb(request.requests[i], self.options.cluster)
+                    cells += request_cells([(r[0], r[1], r[2], r[3]) for r in reqs])
+                except ReshardBaseError:
+                    continue  # answered below with its error
+                if cells > self.options.max_plan_cells:
+                    raise ServiceError(
+                        f"EstimateMany: the batch's {len(todo)} uncached requests would "
+                        f"plan about {cells}+ cells (tasks), over the server's budget of "
+                        f"{self.options.max_plan_cells} (--max-plan-cells); send fewer "
+                        f"requests per call", grpc.StatusCode.RESOURCE_EXHAUSTED)
+            run: list[pb.EstimateResult] = []
+            for i, (k, got) in enumerate(zip(keys, known)):
+                if got is None:
+                    if deadline_expired(context.time_remaining()):
+                        raise ServiceError(
+                            f"EstimateMany: the deadline passed after {i} of "
+                            f"{len(keys)} requests", grpc.StatusCode.DEADLINE_EXCEEDED)
+                    try:
+                        got = (self._estimate_one(request.requests[i], context), "", "")
+                    except ReshardBaseError as e:
+                        got = (0.0, details(str(e)), error_name(e))
+                    self.answers.put(k, got)
+                run.append(pb.EstimateResult(index=i, seconds=got[0], error=got[1],
+                                             error_type=got[2]))
+                if len(run) == ESTIMATE_RUN:
+                    yield pb.EstimateManyReply(results=run)
+                    run = []
+            if run or not keys:
+                yield pb.EstimateManyReply(results=run)
+        except Exception as e:  # noqa: BLE001 - every failure becomes a status
+            abort(context, e)
 
     # ----- execution ------------------------------------------------------------------
     def _executable(self, plan: pb.Plan, context: grpc.ServicerContext) -> ReshardPlan:

@@ -20,7 +20,9 @@ from ..common import problems
 
 CLUSTERS = (Cluster.preset("dgx-h100", 5, 2),  # two NICs a host: a device's place counts
             Cluster.regular(6, 2, nic_bandwidth=1e9, intra_bandwidth=4e9, latency=2e-5),
-            Cluster.from_hosts([[0, 1, 2], [3, 4], [5, 6, 7], [8, 9]], preset="dgx-a100"))
+            Cluster.from_hosts([[0, 1, 2], [3, 4], [5, 6, 7], [8, 9]], preset="dgx-a100"),
+            # ids out of order on their hosts: the normal form keeps places and order
+            Cluster.from_hosts([[7, 1], [5, 3], [4, 2], [0, 6]], preset="dgx-h100"))
 
 
 @settings(max_examples=120, deadline=None, derandomize=True, database=None)

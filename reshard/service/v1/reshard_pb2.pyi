@@ -307,6 +307,30 @@ class PlanChunk(_message.Message):
     cost: Cost
     def __init__(self, index: _Optional[int] = ..., count: _Optional[int] = ..., part: _Optional[_Union[Plan, _Mapping]] = ..., cost: _Optional[_Union[Cost, _Mapping]] = ...) -> None: ...
 
+class EstimateManyRequest(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[PlanRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[PlanRequest, _Mapping]]] = ...) -> None: ...
+
+class EstimateResult(_message.Message):
+    __slots__ = ("index", "seconds", "error", "error_type")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    seconds: float
+    error: str
+    error_type: str
+    def __init__(self, index: _Optional[int] = ..., seconds: _Optional[float] = ..., error: _Optional[str] = ..., error_type: _Optional[str] = ...) -> None: ...
+
+class EstimateManyReply(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[EstimateResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[EstimateResult, _Mapping]]] = ...) -> None: ...
+
 class ArrayRef(_message.Message):
     __slots__ = ("handle", "data")
     HANDLE_FIELD_NUMBER: _ClassVar[int]

@@ -49,6 +49,11 @@ class ReshardStub:
                 request_serializer=reshard_dot_service_dot_v1_dot_reshard__pb2.PlanRequest.SerializeToString,
                 response_deserializer=reshard_dot_service_dot_v1_dot_reshard__pb2.Cost.FromString,
                 _registered_method=True)
+        self.EstimateMany = channel.unary_stream(
+                '/reshard.v1.Reshard/EstimateMany',
+                request_serializer=reshard_dot_service_dot_v1_dot_reshard__pb2.EstimateManyRequest.SerializeToString,
+                response_deserializer=reshard_dot_service_dot_v1_dot_reshard__pb2.EstimateManyReply.FromString,
+                _registered_method=True)
         self.Execute = channel.unary_unary(
                 '/reshard.v1.Reshard/Execute',
                 request_serializer=reshard_dot_service_dot_v1_dot_reshard__pb2.ExecuteRequest.SerializeToString,
@@ -91,6 +96,14 @@ class ReshardServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EstimateMany(self, request, context):
+        """The estimates of many requests, streamed in runs: a malformed request fails alone
+        (its EstimateResult.error), a batch over the server's budget is refused before work.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Execute(self, request, context):
         """Run a plan on the server's Runtime.
         """
@@ -128,6 +141,11 @@ def add_ReshardServicer_to_server(servicer, server):
                     servicer.Estimate,
                     request_deserializer=reshard_dot_service_dot_v1_dot_reshard__pb2.PlanRequest.FromString,
                     response_serializer=reshard_dot_service_dot_v1_dot_reshard__pb2.Cost.SerializeToString,
+            ),
+            'EstimateMany': grpc.unary_stream_rpc_method_handler(
+                    servicer.EstimateMany,
+                    request_deserializer=reshard_dot_service_dot_v1_dot_reshard__pb2.EstimateManyRequest.FromString,
+                    response_serializer=reshard_dot_service_dot_v1_dot_reshard__pb2.EstimateManyReply.SerializeToString,
             ),
             'Execute': grpc.unary_unary_rpc_method_handler(
                     servicer.Execute,
@@ -226,6 +244,33 @@ class Reshard:
             '/reshard.v1.Reshard/Estimate',
             reshard_dot_service_dot_v1_dot_reshard__pb2.PlanRequest.SerializeToString,
             reshard_dot_service_dot_v1_dot_reshard__pb2.Cost.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EstimateMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/reshard.v1.Reshard/EstimateMany',
+            reshard_dot_service_dot_v1_dot_reshard__pb2.EstimateManyRequest.SerializeToString,
+            reshard_dot_service_dot_v1_dot_reshard__pb2.EstimateManyReply.FromString,
             options,
             channel_credentials,
             insecure,
