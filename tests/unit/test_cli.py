@@ -119,12 +119,12 @@ def test_sim_mode_places_meshes_on_hosts_and_devices_per_host(tmp_path, capsys):
 
 
 def test_goal_line_says_missed_when_missed(capsys):
-    # a 64 KiB all-to-all is latency-bound: its model misses the goal
-    code, out, _ = _bench(["--suite", "realistic", "--cases", "a2a-16x8", "-b", "64K", "-e",
-                           "64K", "-c", "0", "--strategies", "broadcast"], capsys)
+    # a 64 KiB partial sum over four hosts is latency-bound: its model misses the goal
+    code, out, _ = _bench(["--suite", "realistic", "--cases", "partial-h100-4x8", "-b", "64K",
+                           "-e", "64K", "-c", "0", "--strategies", "broadcast"], capsys)
     assert code == 0
     (goal,) = [line for line in out.splitlines() if line.startswith("# goal")]
-    assert "MISSED in 1 of 1 rows, case a2a-16x8" in goal
+    assert "MISSED in 1 of 1 rows, case partial-h100-4x8" in goal
     code, out, _ = _bench(["--suite", "n-to-m", "--cases", "1", "-c", "0"], capsys)
     assert "# goal broadcast model/bound <= 1.10: met in all 1 rows" in out
 
