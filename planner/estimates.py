@@ -175,9 +175,9 @@ def _one(request: Any, strategy: Strategy, cast: Cast | None, cache: CostCache) 
     normal = normal_form(shape_t, name, src, dst, cluster, strat, cast)
     got = cache._get(normal.key)
     if got is None:
-        kwargs = {} if cast is None else {"cast": cast.dtype, "scale": cast.scale}
         got = plan(shape_t, name, normal.src, normal.dst, cluster=normal.cluster,
-                   strategy=strat, **kwargs).estimate()
+                   strategy=strat, cast=None if cast is None else cast.dtype,
+                   scale=None if cast is None else cast.scale).estimate()
         cache._put(normal.key, got, len(src.devices) + len(dst.devices))
     cache._put(exact, got, len(src.devices) + len(dst.devices))
     return got

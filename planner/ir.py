@@ -169,7 +169,7 @@ class ReshardPlan:
             from reshard.planner.cost import task_routes
 
             got = self._cache["routes"] = task_routes(self.tasks, self.cluster)
-        return got  # type: ignore[no-any-return]
+        return got
 
     def estimate(self) -> float:
         """Predicted seconds to run the plan on :attr:`cluster`."""

@@ -118,8 +118,9 @@ def test_weight_sync_to_fp8_casts_the_linear_layers():
     assert {n for n, c in casts.items() if c is not None} == {
         n for n, _, kind in LLAMA2_7B.sliced(2).parameters() if kind in ("column", "row")}
     assert all(c == Cast("float8_e4m3fn", ScaleMode.BLOCK128) for c in casts.values() if c)
-    p16 = reshard.plan_many(*bf16.build_many())
-    p8 = reshard.plan_many(*fp8.build_many())
+    # one strategy for both (the default may take another's plan per tensor set)
+    p16 = reshard.plan_many(*bf16.build_many(), strategy="send_recv")
+    p8 = reshard.plan_many(*fp8.build_many(), strategy="send_recv")
     linear = sum(math.prod(t.shape) for t in fp8.tensors if t.cast)
     assert p16.bytes_moved() - p8.bytes_moved() > 0.99 * linear  # a byte saved per element
     assert p8.lower_bound() < p16.lower_bound()
@@ -210,7 +211,7 @@ def test_planner_time_all_to_alls_are_all_to_alls():
     a2a = [r for r in rows if "slope" in r]
     # every source device sends a piece to every destination device: D * D tasks
     assert [(r["devices"], r["tasks"]) for r in a2a] == [(16, 256), (32, 1024)]
-    assert all(isinstance(r["ratio"], float) and r["ratio"] >= 1.0 for r in rows)
+    assert all(isinstance(r["ratio"], float) and r["ratio"] >= 1.0 - 1e-9 for r in rows)
     assert rows[-1]["name"].endswith("20 tensors")
     text = planner_time.render(rows)
     assert "planning time grows as devices^" in text
