@@ -8,8 +8,9 @@ element) and moves 4 bytes per thread: 0.40x the bandwidth of a plain device-to-
 copy on an H200 (``cudaMemcpy2DAsync`` of the same rows: 0.34-0.79x, depending on the
 rows' alignment). :data:`SOURCE` is a copy kernel of reshard's own: a thread block's x
 threads walk a row in the widest loads the rows' alignment allows (16, 8, 4, 2 or 1
-bytes), its y threads cover several rows when rows are short, and every thread has four
-loads in flight before it stores them (microbench/gpu_pack.py measures all four).
+bytes), its y threads cover several rows when rows are short, and every thread has
+several loads in flight before it stores them (:data:`UNROLL`; microbench/gpu_pack.py
+measures all four ways).
 
 :func:`pitched_copies` is the geometry (pure: shapes and byte strides in, copies
 out), :func:`launch` a copy's kernel and grid (pure); :func:`copy_into` is

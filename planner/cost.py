@@ -197,8 +197,7 @@ def simulate(plan: ReshardPlan) -> Estimate:
     flowing = np.zeros(n, dtype=bool)
     rate = np.zeros(n)
     now = 0.0
-    # plans of more than EXACT_UP_TO tasks refill after ends only once they freed
-    # DEFER_SHARE of some resource (until then the others keep their rates)
+    # plans of more than EXACT_UP_TO tasks refill up to `window` late (DEFER_TIME)
     busiest_s = float((carried / flows.capacity).max(initial=0.0))
     window = DEFER_TIME * busiest_s if n > EXACT_UP_TO else None
     refill_at = np.inf  # a deferred refill's time
@@ -206,7 +205,7 @@ def simulate(plan: ReshardPlan) -> Estimate:
     freed = np.zeros(len(flows.capacity))  # load ended tasks took off, since the fill
     usage = np.zeros(len(flows.capacity))  # load the flowing tasks put on, at `rate`
     low = np.inf  # the lowest rate of the tasks ended since the last fill
-    share = Fill(rate, np.full(len(flows.capacity), np.inf))
+    share = Fill(np.zeros(n), np.full(len(flows.capacity), np.inf))  # nothing flows
 
     def enter(d: int) -> None:
         for i in members[(d, steps_of[d][at[d]])]:
@@ -363,11 +362,8 @@ def _cell_groups(t: TensorSpec) -> dict[tuple[frozenset[int], frozenset[int]], i
     out: dict[tuple[frozenset[int], frozenset[int]], int] = {}
     if len(holders) * len(needers) >= TABLE_FROM:
         table = decompose_table(t.shape, holders, needers)
-        sums: dict[tuple[int, int], int] = {}
         for h, n, size in zip(table.holder.tolist(), table.needer.tolist(),
                               table.size.tolist()):
-            sums[(h, n)] = sums.get((h, n), 0) + size
-        for (h, n), size in sums.items():
             key = (table.holder_sets[h], table.needer_sets[n])
             out[key] = out.get(key, 0) + size
         return out

@@ -145,8 +145,11 @@ def normal_form(shape: tuple[int, ...], dtype: str, src: Layout, dst: Layout,
     return Normal(key, a, b, normal)
 
 
-def _one(request: Any, strategy: Strategy, cast: Cast | None, cache: CostCache) -> float:
-    """One request's seconds (from ``cache``, else planned and remembered)."""
+def request_parts(request: Any, strategy: str | Strategy
+                  ) -> tuple[Any, Any, Any, Any, Any, Strategy]:
+    """``(shape, dtype, src, dst, cluster, strategy)`` of an :func:`estimate_many`
+    request (``strategy`` where it names none), unchecked but for its length and its
+    strategy."""
     try:
         parts = tuple(request)
     except TypeError:
@@ -154,8 +157,12 @@ def _one(request: Any, strategy: Strategy, cast: Cast | None, cache: CostCache) 
     if len(parts) not in (5, 6):
         raise ReshardError(f"a request is (shape, dtype, src_layout, dst_layout, cluster) or "
                            f"(..., strategy), got {request!r:.200}")
-    shape, dtype, src, dst, cluster = parts[:5]
-    strat = Strategy.parse(parts[5]) if len(parts) == 6 else strategy
+    return (*parts[:5], Strategy.parse(parts[5] if len(parts) == 6 else strategy))
+
+
+def _one(request: Any, strategy: Strategy, cast: Cast | None, cache: CostCache) -> float:
+    """One request's seconds (from ``cache``, else planned and remembered)."""
+    shape, dtype, src, dst, cluster, strat = request_parts(request, strategy)
     shape_t = check_shape(shape)
     name = parse_dtype(dtype).name
     for what, lay in (("source", src), ("destination", dst)):
@@ -232,4 +239,4 @@ def estimate(shape: Sequence[int], dtype: object, src: Layout, dst: Layout,
 
 
 __all__ = ["DEFAULT_CACHE_BYTES", "CostCache", "EstimateError", "Normal", "estimate",
-           "estimate_many", "normal_form"]
+           "estimate_many", "normal_form", "request_parts"]

@@ -122,17 +122,24 @@ def as_float32(a: Any, name: str | None = None) -> Any:
     return a.astype(np.float32)
 
 
+def store(out: Any, values: Any, name: str) -> None:
+    """``out[...] = values`` (float32, ``out``'s shape or its size) in ``out``'s dtype
+    ``name``, held as the type or as its bits."""
+    if holds_bits(out, name):
+        encode_into(out, values.reshape(tuple(out.shape)), name)
+    else:
+        out[...] = values.reshape(tuple(out.shape))
+
+
 def assign(out: Any, out_dtype: str, values: Any, dtype: str) -> None:
     """``out[...] = values`` converted from dtype ``dtype`` to ``out_dtype``, either
     array holding its dtype as the type or as its bits. Conversions the library has
     are its own; bits go through float32 (exact for a widening, one rounding for a
     narrowing: the value the library's own conversion would give)."""
-    if holds_bits(out, out_dtype):
-        encode_into(out, as_float32(values, dtype).reshape(tuple(out.shape)), out_dtype)
-    elif holds_bits(values, dtype):
-        out[...] = decode(values, dtype).reshape(tuple(out.shape))
-    else:
-        out[...] = values.reshape(tuple(out.shape))
+    if holds_bits(out, out_dtype) or holds_bits(values, dtype):
+        values = as_float32(values, dtype)
+    store(out, values, out_dtype)
 
 
-__all__ = ["array_module", "as_float32", "assign", "decode", "encode_into", "holds_bits"]
+__all__ = ["array_module", "as_float32", "assign", "decode", "encode_into", "holds_bits",
+           "store"]

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from reshard.bits import array_module, as_float32, assign, encode_into, holds_bits
+from reshard.bits import array_module, as_float32, assign, store
 from reshard.dtypes import (
     Cast,
     ScaleMode,
@@ -36,15 +36,6 @@ from reshard.dtypes import (
     scale_grid,
 )
 from reshard.layout import Box
-
-
-def _store(out: Any, values: Any, target: str) -> None:
-    """``out[...] = values`` (float32) in ``out``'s dtype ``target`` (as the type or its
-    bits)."""
-    if holds_bits(out, target):
-        encode_into(out, values.reshape(tuple(out.shape)), target)
-    else:
-        out[...] = values.reshape(tuple(out.shape))
 
 
 def _clip(a: Any, bound: float) -> Any:
@@ -174,7 +165,7 @@ def quantize_into(out: Any, values: Any, box: Box, block: Sequence[int], scales:
         v.div_(s)
     else:
         array_module(v).divide(v, s, out=v)
-    _store(out, _clip(v, max_finite(target)), target)
+    store(out, _clip(v, max_finite(target)), target)
 
 
 def convert_into(out: Any, values: Any, target: str, dtype: str | None = None) -> None:
@@ -183,7 +174,7 @@ def convert_into(out: Any, values: Any, target: str, dtype: str | None = None) -
     range. ``values`` is of ``dtype`` (None: its own); either array may hold its dtype
     as its bits (:mod:`reshard.bits`)."""
     if is_float8(target):
-        _store(out, _clip(as_float32(values, dtype), max_finite(target)), target)
+        store(out, _clip(as_float32(values, dtype), max_finite(target)), target)
     elif dtype is not None:
         assign(out, target, values, dtype)
     else:

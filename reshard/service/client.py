@@ -31,6 +31,7 @@ from reshard.errors import ReshardBaseError, ReshardError
 from reshard.layout import Layout, check_shape
 from reshard.lru import LruCache
 from reshard.planner.estimates import EstimateError
+from reshard.planner.estimates import request_parts as estimate_parts
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.request import request_parts
 from reshard.planner.strategy import Strategy
@@ -221,14 +222,9 @@ class Client:
         local: dict[int, ReshardBaseError] = {}
         for i, r in enumerate(requests):
             try:
-                parts = tuple(r)
-                if len(parts) not in (5, 6):
-                    raise ReshardError(
-                        f"a request is (shape, dtype, src_layout, dst_layout, cluster) or "
-                        f"(..., strategy), got {r!r:.200}")
-                message.requests.append(self._request(
-                    [parts[:4]], parts[4], parts[5] if len(parts) == 6 else strategy,
-                    the_cast))
+                shape, dtype, src, dst, cluster, strat = estimate_parts(r, strategy)
+                message.requests.append(self._request([(shape, dtype, src, dst)], cluster,
+                                                      strat, the_cast))
             except ReshardBaseError as e:  # refused here; the others still go
                 local[i] = e
                 message.requests.append(pb.PlanRequest())

@@ -231,15 +231,17 @@ class ReshardServicer(pb_grpc.ReshardServicer):
     def Estimate(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> bytes:
         return self._cost(request, request_key(request), context)
 
-    def _estimate_one(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> float:
+    def _estimate_one(self, request: pb.PlanRequest, key: bytes,
+                      decoded: tuple[list, Cluster | None, Strategy],
+                      context: grpc.ServicerContext) -> float:
         """One tensor's estimate (planned on the normal form, :mod:`reshard.planner.
         estimates`, through the server's cost cache); several tensors' (or a large
-        plan's, in a job worker) as Estimate computes it."""
-        reqs, cluster, strategy = request_from_pb(request, self.options.cluster)
+        plan's, in a job worker) as Estimate computes it. ``decoded``: the request's
+        :func:`request_from_pb`, ``key`` its :func:`request_key`."""
+        reqs, cluster, strategy = decoded
         if len(reqs) != 1 or request_cells(
                 [(r[0], r[1], r[2], r[3]) for r in reqs]) > INLINE_CELLS:
-            return pb.Cost.FromString(self._cost(request, request_key(request),
-                                                 context)).seconds
+            return pb.Cost.FromString(self._cost(request, key, context)).seconds
         shape, dtype, src, dst, cast = reqs[0]
         return estimate(shape, dtype, src, dst, cluster, strategy,
                         cast=None if cast is None else cast.dtype,
@@ -249,41 +251,49 @@ class ReshardServicer(pb_grpc.ReshardServicer):
                      context: grpc.ServicerContext) -> Iterator[pb.EstimateManyReply]:
         """Each request's estimate, streamed in runs of :data:`ESTIMATE_RUN`; answered
         from the cache of encoded requests when asked before. The requests not cached
-        are sized first: over the server's plan budget together, the batch is refused
-        before any is planned."""
+        are decoded and sized first: over the server's plan budget together, the batch
+        is refused before any is planned."""
         try:
-            keys = [canonical_key(r, "include_cost", "max_chunk_tasks")
-                    for r in request.requests]
-            known = [self.answers.get(k) for k in keys]
-            todo: dict[bytes, int] = {k: i for i, (k, got) in enumerate(zip(keys, known))
-                                      if got is None}
+            keys = [request_key(r) for r in request.requests]
+            decoded: dict[bytes, tuple[list, Cluster | None, Strategy] | ReshardBaseError] = {}
             cells = 0
-            for i in todo.values():
+            for i, k in enumerate(keys):
+                if k in decoded or self.answers.get(k) is not None:
+                    continue
                 try:
-                    reqs, _, _ = request_from_pb(request.requests[i], self.options.cluster)
-                    cells += request_cells([(r[0], r[1], r[2], r[3]) for r in reqs])
-                except ReshardBaseError:
-                    continue  # answered below with its error
+                    got = decoded[k] = request_from_pb(request.requests[i],
+                                                       self.options.cluster)
+                except ReshardBaseError as e:
+                    decoded[k] = e  # answered below with its error
+                    continue
+                cells += request_cells([(r[0], r[1], r[2], r[3]) for r in got[0]])
                 if cells > self.options.max_plan_cells:
                     raise ServiceError(
-                        f"EstimateMany: the batch's {len(todo)} uncached requests would "
-                        f"plan about {cells}+ cells (tasks), over the server's budget of "
-                        f"{self.options.max_plan_cells} (--max-plan-cells); send fewer "
+                        f"EstimateMany: the batch's {len(decoded)}+ uncached requests "
+                        f"would plan about {cells}+ cells (tasks), over the server's budget "
+                        f"of {self.options.max_plan_cells} (--max-plan-cells); send fewer "
                         f"requests per call", grpc.StatusCode.RESOURCE_EXHAUSTED)
             run: list[pb.EstimateResult] = []
-            for i, (k, got) in enumerate(zip(keys, known)):
-                if got is None:
+            for i, k in enumerate(keys):
+                answer = self.answers.get(k)
+                if answer is None:
                     if deadline_expired(context.time_remaining()):
                         raise ServiceError(
                             f"EstimateMany: the deadline passed after {i} of "
                             f"{len(keys)} requests", grpc.StatusCode.DEADLINE_EXCEEDED)
                     try:
-                        got = (self._estimate_one(request.requests[i], context), "", "")
+                        known = decoded.get(k)  # none: its answer left the cache since
+                        if known is None:
+                            known = request_from_pb(request.requests[i], self.options.cluster)
+                        if isinstance(known, ReshardBaseError):
+                            raise known
+                        answer = (self._estimate_one(request.requests[i], k, known, context),
+                                  "", "")
                     except ReshardBaseError as e:
-                        got = (0.0, details(str(e)), error_name(e))
-                    self.answers.put(k, got)
-                run.append(pb.EstimateResult(index=i, seconds=got[0], error=got[1],
-                                             error_type=got[2]))
+                        answer = (0.0, details(str(e)), error_name(e))
+                    self.answers.put(k, answer)
+                run.append(pb.EstimateResult(index=i, seconds=answer[0], error=answer[1],
+                                             error_type=answer[2]))
                 if len(run) == ESTIMATE_RUN:
                     yield pb.EstimateManyReply(results=run)
                     run = []
