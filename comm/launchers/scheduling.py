@@ -62,6 +62,10 @@ def for_backend(name: str, env: Mapping[str, str]) -> str:
     return wanted(builtin_backends().entry(name).capabilities.batch_scheduled, env)
 
 
+APPLY_PASSES = 8
+"""The most times :func:`apply` lists the process's threads."""
+
+
 def apply(policy: str) -> str:
     """Put every thread of this process under ``policy`` (``"batch"``; ``"other"``
     changes nothing); threads started later inherit it. Returns the policy in force:
@@ -72,17 +76,25 @@ def apply(policy: str) -> str:
     batch = getattr(os, "SCHED_BATCH", None)
     if batch is None or not hasattr(os, "sched_setscheduler"):
         return "other"
-    try:
-        threads = [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:
-        threads = [0]
     done = False
-    for tid in threads:
+    seen: set[int] = set()
+    # a thread that a thread not yet switched starts while this runs inherits the old
+    # policy: list the threads again until a pass finds none new (a few passes at most)
+    for _ in range(APPLY_PASSES):
         try:
-            os.sched_setscheduler(tid, batch, os.sched_param(0))
-            done = True
+            threads = {int(t) for t in os.listdir("/proc/self/task")}
         except OSError:
-            continue  # a thread that ended meanwhile, or a refusal
+            threads = {0}
+        new = threads - seen
+        if not new:
+            break
+        seen |= new
+        for tid in new:
+            try:
+                os.sched_setscheduler(tid, batch, os.sched_param(0))
+                done = True
+            except OSError:
+                continue  # a thread that ended meanwhile, or a refusal
     return "batch" if done else "other"
 
 
@@ -97,4 +109,5 @@ def policy_of(tid: int) -> str:
     return str(got)
 
 
-__all__ = ["POLICIES", "SCHED_ENV", "apply", "for_backend", "policy_of", "wanted"]
+__all__ = ["APPLY_PASSES", "POLICIES", "SCHED_ENV", "apply", "for_backend", "policy_of",
+           "wanted"]
