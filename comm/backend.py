@@ -27,7 +27,8 @@ from typing import Any, Protocol, runtime_checkable
 from reshard.choice import parse_choice
 from reshard.dtypes import ReduceOp, accumulator, why_not_summable
 from reshard.errors import DTypeError, OptionError, ReshardError
-from reshard.planner.ir import Conversion, Task, TaskKind
+from reshard.planner.ir import Conversion, Task
+from reshard.planner.tasks import SUMMING
 
 
 class BackendKind(enum.Enum):
@@ -98,6 +99,11 @@ class Capabilities:
             (``sendmsg`` / ``recvmsg_into``). The executor then moves a coalesced
             message's boxes that are contiguous in their shard straight from and into
             the shard instead of through scratch memory. False: ``buf`` is one array.
+        all_reduces: it is also an :class:`AllReducing` backend: its ``all_reduce``
+            runs a plan's ``ALLREDUCE`` tasks in one operation (gloo's and NCCL's
+            ring). False: the executor runs each as a reduction into the first member,
+            then a broadcast of the sum (:func:`reshard.planner.tasks.allreduce_parts`),
+            and never calls ``all_reduce``.
     """
 
     moves: frozenset[str] | None
@@ -111,13 +117,14 @@ class Capabilities:
     sized_pieces: bool = False
     batch_scheduled: bool = False
     gathers: bool = False
+    all_reduces: bool = False
 
     def meet(self, rank: Capabilities) -> Capabilities:
         """What a rank built from a registration declaring ``self`` may be asked to do,
         when the rank declares ``rank`` itself: the dtypes both allow, communicators
         made world-wide if either says so, buffers where the rank has them, sums fused
         only if both fuse them (and report landed pieces, take a piece size, ask for
-        batch scheduling and gather buffers, only if both do)."""
+        batch scheduling, gather buffers and all-reduce, only if both do)."""
         def both(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
             return b if a is None else a if b is None else a & b
 
@@ -128,7 +135,8 @@ class Capabilities:
                             both(self.converts, rank.converts), self.bits | rank.bits,
                             self.sized_pieces and rank.sized_pieces,
                             self.batch_scheduled and rank.batch_scheduled,
-                            self.gathers and rank.gathers)
+                            self.gathers and rank.gathers,
+                            self.all_reduces and rank.all_reduces)
 
 
 @runtime_checkable
@@ -249,6 +257,17 @@ class Backend(Protocol):
 
 
 
+@runtime_checkable
+class AllReducing(Protocol):
+    """The operation a backend declaring ``Capabilities.all_reduces`` adds to
+    :class:`Backend`."""
+
+    def all_reduce(self, buf: Any, group: Sequence[int], *,
+                   op: ReduceOp = ReduceOp.SUM) -> None:
+        """Combine every member's ``buf`` with ``op`` into every member's ``buf`` (in
+        place; every member ends with the same bits)."""
+
+
 def refuse_unsupported(backend: str, caps: Capabilities, addends: Sequence[int] = (),
                        landed: Callable[[int], None] | None = None) -> None:
     """Raise if a caller passed :meth:`Backend.broadcast` / :meth:`Backend.recv` an
@@ -277,7 +296,7 @@ def check_dtypes(tensors: Sequence[Conversion], tasks: Iterable[Task], caps: Cap
     Raises:
         DTypeError: naming the tensor, the dtype and what the backend supports.
     """
-    reduced = {t.tensor for t in tasks if t.kind is TaskKind.REDUCE or t.addends}
+    reduced = {t.tensor for t in tasks if t.kind in SUMMING or t.addends}
     for i, t in enumerate(tensors):
         what = f"tensor {i} ({t.shape} {t.dtype})"
         for dt in dict.fromkeys((t.dtype, t.out_dtype)):

@@ -345,7 +345,8 @@ class Executor:
                     f"{type(e).__name__}: {e}") from e
         src_box = {i: t.src_box for i, t in enumerate(prog.tensors) if t.src_box is not None}
         dst_box = {i: t.dst_box for i, t in enumerate(prog.tensors) if t.dst_box is not None}
-        steps, need = program_steps(prog, self.capabilities.fuses_sums, coalesce)
+        steps, need = program_steps(prog, self.capabilities.fuses_sums, coalesce,
+                                    self.capabilities.all_reduces)
         if self.memory_budget is not None and need > self.memory_budget:
             raise ReshardError(
                 f"device {self.device}: the program stages {need} bytes in its fullest "

@@ -328,7 +328,7 @@ def _shards_needed(t: Task, d: int, pt: ProgramTensor) -> list[tuple[str, Box | 
     """The shards device ``d`` reads or writes in task ``t``: ``(name, its box)``."""
     if t.kind is TaskKind.COPY:
         return [("source", pt.src_box), ("destination", pt.dst_box)]
-    if t.kind is TaskKind.REDUCE:
+    if t.kind is TaskKind.REDUCE or t.kind is TaskKind.ALLREDUCE:
         return [("source", pt.src_box)]
     if t.kind is TaskKind.ALLGATHER:
         return [("destination", pt.dst_box)]

@@ -45,13 +45,13 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from reshard.bits import assign
 from reshard.casting import block_amax, convert_into, quantize_into, scales_from_amax
-from reshard.comm.backend import Backend, Capabilities
+from reshard.comm.backend import AllReducing, Backend, Capabilities
 from reshard.comm.packing import (
     Unpacker,
     byte_span,
@@ -72,6 +72,7 @@ from reshard.layout import Box, box_size
 from reshard.planner import coalesce as coalescing
 from reshard.planner.ir import Buffer, Derive, Task, TaskKind
 from reshard.planner.staging import ALIGN, buffer_dtype, region_bytes, scratch_elems
+from reshard.planner.tasks import allreduce_parts, delivers
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,8 @@ class StepTask:
         return f"task #{self.index} ({self.task})"
 
 
-def program_steps(program: WorkerProgram, fuses: bool = True, coalesce: bool = True
+def program_steps(program: WorkerProgram, fuses: bool = True, coalesce: bool = True,
+                  all_reduces: bool = True
                   ) -> tuple[tuple[tuple[StepTask, ...], ...], int]:
     """The program's tasks grouped by step (runs of equal ``step`` in plan order), each
     with its byte offset in the scratch buffer; and the scratch bytes the fullest step
@@ -117,14 +119,20 @@ def program_steps(program: WorkerProgram, fuses: bool = True, coalesce: bool = T
     the sum in a second half of the step after every task of the first (on every
     device alike, so the plan's one global order still holds).
 
+    ``all_reduces``: the backend has an all-reduce (``Capabilities.all_reduces``). Else
+    each ``ALLREDUCE`` runs as its :func:`~reshard.planner.tasks.allreduce_parts`, the
+    reduction in its step and the broadcast of the sum in the step's second half.
+
     ``coalesce``: small transfers of a step that share their route travel as one message
     (:mod:`reshard.planner.coalesce`); every device of a plan must agree on it.
     """
     device = program.device
     runs: list[tuple[tuple[int, int], int, Task]] = []
     for i, t in program.tasks:
-        if t.addends and not fuses:
-            for half, part in enumerate(t.parts()):
+        split = t.parts() if t.addends and not fuses else allreduce_parts(t) \
+            if t.kind is TaskKind.ALLREDUCE and not all_reduces else None
+        if split is not None:
+            for half, part in enumerate(split):
                 if device in part.devices:
                     runs.append(((t.step, half), i, part))
         else:
@@ -232,17 +240,23 @@ class LoadedProgram:
         return view
 
     def owners(self, step: Sequence[StepTask]) -> tuple[StepTask, ...]:
-        """The tasks of ``step`` (one of :attr:`steps`) whose root is this device and
-        sums into its source shard (a REDUCE, or a broadcast with addends; found on the
-        step's first run)."""
+        """The tasks of ``step`` (one of :attr:`steps`) that sum into this device's
+        source shard: a REDUCE or a broadcast with addends whose root it is, an
+        ALLREDUCE whose sum it keeps there (found on the step's first run)."""
         key = id(step)  # the steps live as long as the program
         got = self._owners.get(key)
         if got is None:
             me = self.device
             got = self._owners[key] = tuple(
-                st for st in step if (st.task.kind is TaskKind.REDUCE or st.task.addends)
-                and st.task.root == me)
+                st for st in step if ((st.task.kind is TaskKind.REDUCE or st.task.addends)
+                and st.task.root == me) or (st.task.kind is TaskKind.ALLREDUCE
+                and not self.delivers(st.task)))
         return got
+
+    def delivers(self, t: Task) -> bool:
+        """An ALLREDUCE's sum lands in this device's destination shard (which holds
+        its box), not in its source copy."""
+        return delivers(self.dst_box.get(t.tensor), t.box)
 
     def message(self, st: StepTask, step: Sequence[StepTask]) -> MessageLayout:
         """The layout of the coalesced message ``st`` issues (``step``: its step) on this
@@ -751,6 +765,33 @@ class Execution:
             inp[:pn] = region(self.dst[t.tensor], mine, self.lp.dst_box[t.tensor]).reshape(-1)
         return _Op(st, inp, rows, sent=pn * inp.itemsize * (k - 1))
 
+    def prepare_allreduce(self, st: StepTask) -> _Op | None:
+        """ALLREDUCE: this member's addend, summed in place: in its destination shard
+        where the sum lands there and needs no conversion (a contiguous box), else in
+        its scratch region. A backend without an all-reduce runs the second of its
+        parts here (the first, a REDUCE, ran in the step's first half): the first
+        member packs the sum from its private source copy, the others receive it into
+        scratch."""
+        t, lp = st.task, self.lp
+        i, n = t.tensor, box_size(t.box)
+        pt = self.tensors[i]
+        if t.root == self.device:
+            buf = pack(self.src[i], t.box, lp.src_box[i], self._scratch(st, n))
+            return _Op(st, buf, sent=buf.nbytes)
+        if t.root >= 0:
+            return _Op(st, self._scratch(st, n))
+        k = len(t.receivers)
+        if self.lp.delivers(t) and (pt.sum_dtype or pt.dtype) == pt.out_dtype:
+            into = region(self.dst[i], t.box, lp.dst_box[i])
+            if is_contiguous(into):
+                assign(into, pt.out_dtype, region(self.source(i), t.box, lp.src_box[i]),
+                       self.held_dtype(i))
+                op = _Op(st, into.reshape(-1), sent=2 * (k - 1) * into.nbytes // k)
+                op.rows = into  # in place: nothing to unpack
+                return op
+        buf = self._addend(st)
+        return _Op(st, buf, sent=2 * (k - 1) * buf.nbytes // k)
+
     # ----- issue: inside the step's group, tagged with the task's index ----------------
     def issue_send(self, op: _Op) -> None:
         """SEND: the root sends, the receiver receives."""
@@ -778,6 +819,17 @@ class Execution:
         t = op.task
         self.backend.reduce(op.buf, t.root, t.group, op=self.tensors[t.tensor].reduce_op)
 
+    def issue_allreduce(self, op: _Op) -> None:
+        """ALLREDUCE: summed (an amax: maxed) into every member's buffer; without the
+        backend's all-reduce, the sum broadcast from the first member."""
+        t = op.task
+        if t.root < 0:
+            cast(AllReducing, self.backend).all_reduce(op.buf, t.group,
+                                                       op=self.tensors[t.tensor].reduce_op)
+        else:
+            self.backend.broadcast(op.buf, t.root, t.group, chain=t.receivers,
+                                   tag=op.st.index)
+
     def issue_gather(self, op: _Op) -> None:
         """ALLGATHER: every member's piece into every member's rows."""
         self.backend.all_gather(op.rows, op.buf, op.task.group)
@@ -799,6 +851,23 @@ class Execution:
         t = op.task
         if t.root == self.device:
             unpack(self.src[t.tensor], t.box, self.lp.src_box[t.tensor], op.buf)
+
+    def unpack_allreduced(self, op: _Op) -> None:
+        """Every member's sum into its destination shard where it lands there (converted
+        to the destination dtype), else into its private source copy (the broadcast's
+        root of a backend without an all-reduce has it there already)."""
+        t = op.task
+        if op.rows is not None:  # summed in place in the destination
+            return
+        i = t.tensor
+        if self.lp.delivers(t):
+            values = region(self.src[i], t.box, self.lp.src_box[i]) if t.root == self.device \
+                else op.buf.reshape(tuple(hi - lo for lo, hi in t.box))
+            pt = self.tensors[i]
+            convert_into(region(self.dst[i], t.box, self.lp.dst_box[i]), values,
+                         pt.out_dtype, pt.sum_dtype or pt.dtype)
+        elif t.root != self.device:
+            unpack(self.src[i], t.box, self.lp.src_box[i], op.buf)
 
     def unpack_gathered(self, op: _Op) -> None:
         """The other members' pieces into the destination shard."""
@@ -824,6 +893,7 @@ _PREPARE: Mapping[TaskKind, Callable[[Execution, StepTask], _Op | None]] = Mappi
     TaskKind.BROADCAST: Execution.prepare_transfer,
     TaskKind.REDUCE: Execution.prepare_reduce,
     TaskKind.ALLGATHER: Execution.prepare_gather,
+    TaskKind.ALLREDUCE: Execution.prepare_allreduce,
 })
 """Phase 1 per task kind: do a copy, or make the task's buffers ready."""
 
@@ -832,6 +902,7 @@ _ISSUE: Mapping[TaskKind, Callable[[Execution, _Op], None]] = MappingProxyType({
     TaskKind.BROADCAST: Execution.issue_broadcast,
     TaskKind.REDUCE: Execution.issue_reduce,
     TaskKind.ALLGATHER: Execution.issue_gather,
+    TaskKind.ALLREDUCE: Execution.issue_allreduce,
 })
 """Phase 2 per task kind: start the task's operation inside the step's group."""
 
@@ -840,6 +911,7 @@ _UNPACK: Mapping[TaskKind, Callable[[Execution, _Op], None]] = MappingProxyType(
     TaskKind.BROADCAST: Execution.unpack_received,
     TaskKind.REDUCE: Execution.unpack_reduced,
     TaskKind.ALLGATHER: Execution.unpack_gathered,
+    TaskKind.ALLREDUCE: Execution.unpack_allreduced,
 })
 """Phase 3 per task kind: received data into place once the group completed."""
 

@@ -76,8 +76,8 @@ def task_edges(task: Task) -> list[Edge]:
     if task.kind is TaskKind.REDUCE:
         chain = [*task.receivers, task.root]
         return [(a, b, task.nbytes) for a, b in itertools.pairwise(chain)]
-    if task.kind is TaskKind.ALLGATHER:
-        raise ValueError("an all-gather task has no point-to-point replay here")
+    if task.kind in (TaskKind.ALLGATHER, TaskKind.ALLREDUCE):
+        raise ValueError(f"an {task.kind.value} task has no point-to-point replay here")
     return [(a, b, task.nbytes) for a, b in (*task.sum_edges(), *task.edges())]
 
 

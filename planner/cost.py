@@ -10,7 +10,8 @@ and enters, or a device's copy engine, and a cluster's shared bandwidth if it ha
 fairly. A broadcast is a pipelined chain root -> receivers
 (each host boundary crossed once) or a pipelined tree (its latency: the deepest
 path's); an all-gather is a ring (each member receives
-(k-1)/k of the box); a reduction is the reverse chain.
+(k-1)/k of the box); a reduction is the reverse chain; an all-reduce a ring (each
+member sends and receives 2(k-1)/k of the box).
 
 Lower bound: no plan is faster than the largest of: the bytes a host must receive that
 none of its devices holds, over its NIC bandwidth; the bytes leaving a set of hosts
@@ -95,6 +96,8 @@ def _links_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, floa
                          ((NIC_OUT, cluster.nic_of(d)), frac)]
         lat = cluster.latency * (len(hosts) - 1) + cluster.intra_latency * (k - len(hosts))
         return path, lat
+    if task.kind is TaskKind.ALLREDUCE:
+        return _ring_path(task, cluster)
     if task.kind is TaskKind.REDUCE:
         chain = [*task.receivers, task.root]
         edges: Sequence[tuple[int, int]] = list(itertools.pairwise(chain))
@@ -130,6 +133,24 @@ def _links_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, floa
             reach.setdefault(b, 0.0)
         received.add(b)
     return path, max(reach.values())
+
+
+def _ring_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]], float]:
+    """An all-reduce as a ring over its members in device order (NCCL's and gloo's): a
+    reduce-scatter then an all-gather, each member sending and receiving 2(k-1)/k of
+    the box (over the NICs where the ring crosses hosts), after 2(k-1) hops."""
+    ring = sorted(task.receivers)
+    k = len(ring)
+    frac = 2 * (k - 1) / k
+    host, nic = cluster.host_map, cluster.nic_map
+    path: list[tuple[Resource, float]] = []
+    worst = cluster.intra_latency
+    for a, b in zip(ring, ring[1:] + ring[:1]):
+        path += [((DEV_OUT, a), frac), ((DEV_IN, b), frac)]
+        if host[a] != host[b]:
+            path += [((NIC_OUT, nic[a]), frac), ((NIC_IN, nic[b]), frac)]
+            worst = max(worst, cluster.latency)
+    return path, worst * 2 * (k - 1)
 
 
 EXACT_UP_TO = 4096

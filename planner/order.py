@@ -37,6 +37,7 @@ from reshard.planner.tasks import Task, TaskKind
 
 PHASE = {
     TaskKind.REDUCE: 0,
+    TaskKind.ALLREDUCE: 0,
     TaskKind.COPY: 1,
     TaskKind.SEND: 1,
     TaskKind.BROADCAST: 1,

@@ -16,6 +16,7 @@ from reshard.cluster import Cluster
 from reshard.dtypes import Cast, ScaleMode
 from reshard.errors import ReshardError
 from reshard.layout import Box, Layout, box_size
+from reshard.planner.allreduce import allreduce_first
 from reshard.planner.balance import Loads
 from reshard.planner.cell_table import TABLE_FROM, CellTable, decompose_table
 from reshard.planner.cell_tasks import CELL_PLANNERS, split_box
@@ -217,8 +218,9 @@ def _phase(tensors: tuple[TensorSpec, ...], indices: Sequence[int], cluster: Clu
 
 BASELINES_UP_TO = ALTERNATIVES_UP_TO
 """Broadcast plans up to this many tasks that the model puts above the lower bound are
-also planned as the baselines (``send_recv``, ``allgather``, each searched), and the
-fastest by the model is kept: the default strategy is never modelled slower than a
+also planned as the baselines (``send_recv``, ``allgather``, each searched) and, where a
+partial sum's meshes coincide, all-reduce first (:mod:`reshard.planner.allreduce`), and
+the fastest by the model is kept: the default strategy is never modelled slower than a
 baseline's plan of the same request. Larger plans keep their broadcasts (planning them
 three times costs seconds)."""
 
@@ -227,15 +229,17 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
                strat: Strategy) -> ReshardPlan:
     """The fastest by the model of the plans tried for ``tensors``: the strategy's first
     plan, then its passes' candidates (:mod:`reshard.planner.passes`); for
-    ``broadcast``, also the baselines' plans where they could be faster
-    (:data:`BASELINES_UP_TO`), kept under the broadcast label (the request's)."""
+    ``broadcast``, also the baselines' plans and all-reduce first where they could be
+    faster (:data:`BASELINES_UP_TO`), kept under the broadcast label (the request's)."""
     tasks, pipelined = plan_tasks(tensors, cluster, strat, fan_out=False)
     best = search(ReshardPlan(tensors, tasks, strat, cluster), pipelined, plan_tasks)
     if strat is not Strategy.BROADCAST or len(best.tasks) > BASELINES_UP_TO or \
             best.estimate() <= best.lower_bound() * (1 + 1e-9):
         return best
-    for baseline in (Strategy.SEND_RECV, Strategy.ALLGATHER):
-        other = _best_plan(tensors, cluster, baseline)
+    others = [_best_plan(tensors, cluster, baseline)
+              for baseline in (Strategy.SEND_RECV, Strategy.ALLGATHER)]
+    first = allreduce_first(tensors, cluster, strat, _best_plan)
+    for other in (*others, *([first] if first is not None else [])):
         if other.estimate() < best.estimate():
             best = ReshardPlan(tensors, other.tasks, strat, cluster)
     return best

@@ -25,7 +25,7 @@ from dataclasses import replace
 from reshard.dtypes import itemsize
 from reshard.errors import ReshardError
 from reshard.layout import Box, box_size
-from reshard.planner.tasks import Conversion, Task, TaskKind
+from reshard.planner.tasks import SUMMING, Conversion, Task, TaskKind
 
 ALIGN = 64
 """Bytes each task's scratch region is aligned to (any dtype's view of it is aligned)."""
@@ -48,7 +48,7 @@ def check_budget(budget: int | None) -> int | None:
 def buffer_dtype(tensor: Conversion, task: Task) -> str:
     """The dtype of ``task``'s buffers: a reduction's accumulator, else what the wire
     carries (the destination dtype)."""
-    if task.kind is TaskKind.REDUCE:
+    if task.kind in SUMMING:
         return tensor.sum_dtype or tensor.dtype
     return tensor.out_dtype
 

@@ -27,6 +27,13 @@ initially zeros). Boxes are global; a device addresses them relative to its shar
   works on a private copy of its source shard, so the caller's data is untouched.
 * ``ALLGATHER``: member ``receivers[i]`` holds ``pieces[i]`` in its ``dst``; afterwards
   every member holds every piece in its ``dst``.
+* ``ALLREDUCE``: the sum ``sum(d.src[box] for d in receivers)`` (over one whole
+  partial group; ``root`` is ``-1``) lands on every member ``m``: in ``m.dst[box]``
+  where ``m``'s destination shard holds the box (:func:`delivers`), else in ``m``'s
+  private copy of its source shard (as a ``REDUCE`` root's), for later tasks to read.
+  It is the backend's all-reduce (e.g. a ring), summing in place in the destination
+  where it can; a backend without one runs it as a ``REDUCE`` into ``receivers[0]``
+  and a broadcast of the sum.
 
 Steps: tasks with the same ``step`` form a group, and steps never decrease along the
 plan's tuple order. On each device every task of one step is issued together and may be
@@ -64,6 +71,31 @@ class TaskKind(enum.Enum):
     BROADCAST = "broadcast"
     REDUCE = "reduce"
     ALLGATHER = "allgather"
+    ALLREDUCE = "allreduce"
+
+
+SUMMING = frozenset({TaskKind.REDUCE, TaskKind.ALLREDUCE})
+"""Kinds that carry a partial sum's addends, in its accumulator (the other kinds carry
+the destination dtype)."""
+
+
+def delivers(dst_box: Box | None, box: Box) -> bool:
+    """Whether an ``ALLREDUCE`` of ``box`` delivers its sum into a member's destination
+    shard (``dst_box``; None: it has none): where the shard holds the whole box."""
+    return dst_box is not None and all(a <= lo and hi <= b for (lo, hi), (a, b)
+                                       in zip(box, dst_box))
+
+
+def allreduce_parts(task: Task) -> tuple[Task, Task]:
+    """An ``ALLREDUCE`` as a backend without an all-reduce runs it: the ``REDUCE`` of its
+    box into its first member, then the broadcast of the sum to the others (the second
+    part keeps the all-reduce's kind: its receivers keep the sum in their source
+    copies, not their destinations)."""
+    if task.kind is not TaskKind.ALLREDUCE:
+        raise PlanError(f"task ({task}) is not an all-reduce")
+    first, rest = task.receivers[0], task.receivers[1:]
+    return (Task(TaskKind.REDUCE, task.tensor, task.box, first, rest, task.nbytes, task.step),
+            replace(task, root=first, receivers=rest))
 
 
 class Buffer(enum.Enum):
@@ -80,9 +112,9 @@ class Task:
         kind: the operation.
         tensor: index of the tensor in :attr:`ReshardPlan.tensors`.
         box: the global box moved (for ``ALLGATHER``, the union of the pieces).
-        root: sending / reducing device; ``-1`` for ``ALLGATHER``.
-        receivers: receiving devices (``REDUCE``: contributing devices; ``ALLGATHER``:
-            members).
+        root: sending / reducing device; ``-1`` for ``ALLGATHER`` and ``ALLREDUCE``.
+        receivers: receiving devices (``REDUCE``: contributing devices; ``ALLGATHER``
+            and ``ALLREDUCE``: members).
         nbytes: bytes of ``box``.
         step: the group of the global order this task belongs to (see the module
             docstring): a device's tasks of one step run concurrently.
@@ -420,7 +452,7 @@ def communicator_groups(tasks: Iterable[Task]) -> tuple[tuple[int, ...], ...]:
     summing addends counts as its :meth:`Task.parts`, which a backend that runs them
     apart makes communicators for); sends and copies have none."""
     seen: dict[tuple[int, ...], None] = {}
-    collective = (TaskKind.BROADCAST, TaskKind.REDUCE, TaskKind.ALLGATHER)
+    collective = (TaskKind.BROADCAST, TaskKind.REDUCE, TaskKind.ALLGATHER, TaskKind.ALLREDUCE)
     for t in tasks:
         if t.addends:
             for part in t.parts():

@@ -27,7 +27,9 @@ breaks a rule:
     never the chain's last (in a tree: never a leaf);
   - a broadcast tree (``parents``): one parent per receiver, the root or an earlier
     receiver (so every receiver is reached, and no cycle);
-  - ``REDUCE`` sums one whole partial group of a partial source, each addend once; so
+  - ``REDUCE`` sums one whole partial group of a partial source, each addend once (an
+    ``ALLREDUCE`` likewise, its sum delivered to every member whose destination shard
+    holds the box, kept in the source copy of the others); so
     does a broadcast with ``addends`` (root and addends: the group), whose receivers
     get the sum in the same task; its ``addend_parents`` (a tree of the sum): one per
     addend, the root or another addend, every addend reaching the root;
@@ -52,7 +54,16 @@ from reshard.errors import PlanError, ReshardError
 from reshard.layout import Box, Layout, box_size, box_within
 from reshard.planner.request import make_tensor_spec
 from reshard.planner.scales import expected_scales
-from reshard.planner.tasks import Buffer, Derive, Task, TaskKind, TensorSpec, sum_hops
+from reshard.planner.tasks import (
+    SUMMING,
+    Buffer,
+    Derive,
+    Task,
+    TaskKind,
+    TensorSpec,
+    delivers,
+    sum_hops,
+)
 
 if TYPE_CHECKING:
     from reshard.planner.ir import ReshardPlan
@@ -250,12 +261,13 @@ class _Replay:
         return None
 
     def reduce(self, i: int, task: Task) -> str | None:
-        """Record a REDUCE of tensor ``i``."""
+        """Record a REDUCE of tensor ``i`` (an ALLREDUCE: the sum kept by every member)."""
         groups = self.group_of[i]
         if not groups:
             return f"tensor {i}'s source is not a partial sum; nothing to reduce"
-        members = (task.root, *task.receivers)
-        group = groups.get(task.root)
+        every = task.kind is TaskKind.ALLREDUCE
+        members = task.receivers if every else (task.root, *task.receivers)
+        group = groups.get(members[0])
         if group is None or set(members) != set(group):
             return (f"a reduce sums one whole partial group of the source once; devices "
                     f"{sorted(members)} are not one (groups: {sorted(set(groups.values()))})")
@@ -266,8 +278,18 @@ class _Replay:
             if any(_overlap(task.box, b) for b in self.reduced.get((i, d), [])) or any(
                     key == (i, d) and _overlap(task.box, b) for key, b in self._new_reduced):
                 return f"device {d} already holds a reduced sum of part of the box"
-        if box_size(task.box):
+        if not box_size(task.box):
+            return None
+        if not every:
             self._new_reduced.append(((i, task.root), task.box))
+            return None
+        for d in members:  # the sum lands in the destination shard where it holds the box
+            if delivers(self.dst[i].get(d), task.box):
+                why = self.write(i, d, task.box)
+                if why:
+                    return why
+            else:
+                self._new_reduced.append(((i, d), task.box))
         return None
 
     # ----- the end ------------------------------------------------------------------
@@ -448,12 +470,25 @@ def _allgather(r: _Replay, task: Task) -> str | None:
     return None
 
 
+def _allreduce(r: _Replay, task: Task) -> str | None:
+    if task.through or task.pieces:
+        return "an all-reduce has neither relay-only receivers (through) nor pieces"
+    if task.root != -1:
+        return f"an all-reduce has no root (-1), got {task.root}"
+    if len(task.receivers) < 2:
+        return "an all-reduce needs at least two members"
+    if task.source is not Buffer.SRC:
+        return "an all-reduce sums source shards (source=src)"
+    return r.reduce(task.tensor, task)
+
+
 _RULES: dict[TaskKind, Callable[[_Replay, Task], str | None]] = {
     TaskKind.COPY: _copy,
     TaskKind.SEND: _send,
     TaskKind.BROADCAST: _broadcast,
     TaskKind.REDUCE: _reduce,
     TaskKind.ALLGATHER: _allgather,
+    TaskKind.ALLREDUCE: _allreduce,
 }
 
 
@@ -461,13 +496,13 @@ def _form(task: Task, t: TensorSpec) -> str | None:
     """Rules on one task alone (its tensor known)."""
     if len(task.box) != len(t.shape):
         return f"the box has {len(task.box)} dims, tensor {task.tensor} has {len(t.shape)}"
-    want = t.sum_itemsize if task.kind is TaskKind.REDUCE else t.itemsize
+    want = t.sum_itemsize if task.kind in SUMMING else t.itemsize
     for (a, b), n in zip(task.box, t.shape):  # the box's size, checking each dim
         if not 0 <= a <= b <= n:
             return _outside(task.box, t.shape)
         want *= b - a
     if task.nbytes != want:
-        carried = t.sum_dtype if task.kind is TaskKind.REDUCE else t.out_dtype
+        carried = t.sum_dtype if task.kind in SUMMING else t.out_dtype
         return (f"nbytes is {task.nbytes}, but the box holds {want} bytes of {carried} (what "
                 f"a {task.kind.value} of this tensor carries)")
     if task.step < 0:

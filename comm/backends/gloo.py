@@ -222,7 +222,7 @@ class GlooBackend(HostMemory):
     # reshard.dtypes.reduce_as); numpy with ml_dtypes converts every dtype.
     capabilities = Capabilities(moves=None, sums=None, groups_need_world=True, device="cpu",
                                 fuses_sums=True, lands_pieces=True, sized_pieces=True,
-                                batch_scheduled=True)
+                                batch_scheduled=True, all_reduces=True)
     relay_piece = 0
     """The running program's piece (:meth:`use_piece`; 0: :data:`CHAIN_PIECE` for every
     operation; a rank's own, subclasses' too)."""
@@ -509,6 +509,23 @@ class GlooBackend(HostMemory):
             def after() -> None:
                 buf[...] = work.astype(buf.dtype)  # wraps like the narrow sum would
         self._add(_Posted(self, "reduce", group, [handle], after))
+
+    def all_reduce(self, buf: np.ndarray, group: Sequence[int], *,
+                   op: ReduceOp = ReduceOp.SUM) -> None:
+        """``dist.all_reduce`` (SUM or MAX; gloo's ring) into every member's ``buf``."""
+        if not buf.size:
+            return
+        pg = self._group(group)
+        as_name, widen = reduce_as(buf.dtype.name)
+        work = buf.astype(as_name) if widen else buf.view(np.dtype(as_name))
+        handle = self._call("all-reduce", group, self._dist.all_reduce,
+                            self._torch.from_numpy(work), op=torch_op(self._dist, op),
+                            group=pg, async_op=True)
+        after = None
+        if widen:
+            def after() -> None:
+                buf[...] = work.astype(buf.dtype)  # wraps like the narrow sum would
+        self._add(_Posted(self, "all-reduce", group, [handle], after))
 
     def group_start(self) -> None:
         """Open a group: the operations issued until :meth:`group_end` are all started

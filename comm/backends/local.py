@@ -98,7 +98,7 @@ class LocalBackend(HostMemory):
 
     name = "local"
     capabilities = Capabilities(moves=None, sums=None, groups_need_world=False, device="cpu",
-                                fuses_sums=True)
+                                fuses_sums=True, all_reduces=True)
     world: tuple[int, ...] | None = None  # any device of the fabric
 
     def __init__(self, device: int, fabric: LocalFabric, context: str = "") -> None:
@@ -184,6 +184,26 @@ class LocalBackend(HostMemory):
             if d != root:
                 self.recv(tmp, d)
                 combine(buf, tmp, out=buf)
+
+    def all_reduce(self, buf: np.ndarray, group: Sequence[int], *,
+                   op: ReduceOp = ReduceOp.SUM) -> None:
+        """Every member posts to every other and combines all in group order (so every
+        member ends with the same bits)."""
+        for d in group:
+            if d != self.device:
+                self.send(buf, d)
+        combine = _COMBINE[op]
+        parts = []
+        for d in group:
+            if d == self.device:
+                parts.append(buf.copy())
+            else:
+                part = np.empty_like(buf)
+                self.recv(part, d)
+                parts.append(part)
+        buf[...] = parts[0]
+        for part in parts[1:]:
+            combine(buf, part, out=buf)
 
     def group_start(self) -> None:
         """No batching: operations run at once, one after the other, even inside a

@@ -108,7 +108,7 @@ class NcclBackend:
     # accumulator sums through _dtype_table.
     capabilities = Capabilities(moves=None, sums=None, groups_need_world=False,
                                 device="cuda", converts=_CONVERTS,
-                                bits=frozenset(NARROW))
+                                bits=frozenset(NARROW), all_reduces=True)
 
     def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
                  *, host: int = 0, local_index: int = 0, gpu: int | None = None) -> None:
@@ -328,11 +328,12 @@ class NcclBackend:
         dst = self._ready(out)
         comm.allGather(src, dst, n, self._nccl.NCCL_UINT8, self._stream.ptr)
 
-    def reduce(self, buf: Any, root: int, group: Sequence[int], *,
-               op: ReduceOp = ReduceOp.SUM) -> None:
-        """``ncclReduce`` (SUM or MAX) in place into ``root``'s ``buf``."""
-        if not buf.size:
-            return
+    def _summed(self, buf: Any, group: Sequence[int], keeps: bool,
+                op: ReduceOp) -> tuple[Any, Any, Any, int, Any, Any]:
+        """What a reduction of ``buf`` over ``group`` passes NCCL: the member order, the
+        communicator, the buffer it sums (16-bit integers widened, wrapped back into
+        ``buf`` after the group where this member ``keeps`` the result), its pointer,
+        the NCCL type and op."""
         g, comm = self._comm(group)
         try:
             nccl_type, as_dt = self._types[np.dtype(buf.dtype)]
@@ -343,13 +344,29 @@ class NcclBackend:
         if as_dt is not None and as_dt.itemsize > buf.itemsize:  # widen, wrap back after
             with self._dev:
                 work = buf.astype(as_dt)
-            if self.device == root:
+            if keeps:
                 self._after.append(lambda: buf.__setitem__(Ellipsis, work.astype(buf.dtype)))
         elif as_dt is not None:
             work = buf.view(as_dt)
         ptr = self._ready(work)
         nccl_op = {ReduceOp.SUM: self._nccl.NCCL_SUM, ReduceOp.MAX: self._nccl.NCCL_MAX}[op]
-        comm.reduce(ptr, ptr, work.size, nccl_type, nccl_op, g.index(root), self._stream.ptr)
+        return g, comm, ptr, work.size, nccl_type, nccl_op
+
+    def reduce(self, buf: Any, root: int, group: Sequence[int], *,
+               op: ReduceOp = ReduceOp.SUM) -> None:
+        """``ncclReduce`` (SUM or MAX) in place into ``root``'s ``buf``."""
+        if not buf.size:
+            return
+        g, comm, ptr, n, nccl_type, nccl_op = self._summed(buf, group, self.device == root, op)
+        comm.reduce(ptr, ptr, n, nccl_type, nccl_op, g.index(root), self._stream.ptr)
+
+    def all_reduce(self, buf: Any, group: Sequence[int], *,
+                   op: ReduceOp = ReduceOp.SUM) -> None:
+        """``ncclAllReduce`` (SUM or MAX) in place into every member's ``buf``."""
+        if not buf.size:
+            return
+        _, comm, ptr, n, nccl_type, nccl_op = self._summed(buf, group, True, op)
+        comm.allReduce(ptr, ptr, n, nccl_type, nccl_op, self._stream.ptr)
 
     def group_start(self) -> None:
         """``ncclGroupStart``: the operations until :meth:`group_end` are launched

@@ -167,7 +167,7 @@ class TorchTensorBackend:
         self._cuda = device == "cuda"
         # bytes move (any dtype), every accumulator sums, torch converts every dtype
         self.capabilities = Capabilities(moves=None, sums=None, groups_need_world=True,
-                                         device=device)
+                                         device=device, all_reduces=True)
         self.device = int(dist.get_rank())
         self.world = world
         self.timeout = float(timeout)
@@ -332,6 +332,24 @@ class TorchTensorBackend:
             def after() -> None:
                 buf.copy_(work.to(buf.dtype))  # wraps like the narrow sum would
         self._issue("reduce", group, self._dist.reduce, work, dst=root,
+                    op=torch_op(self._dist, op), group=self._group(group), async_op=True,
+                    after=after)
+
+    def all_reduce(self, buf: Any, group: Sequence[int], *,
+                   op: ReduceOp = ReduceOp.SUM) -> None:
+        """``dist.all_reduce`` (SUM or MAX) into every member's ``buf`` (16-bit integers
+        widened as for :meth:`reduce`)."""
+        if not buf.numel():
+            return
+        name = str(buf.dtype).removeprefix("torch.")
+        as_name, widen = reduce_as(name)
+        as_dt = getattr(self._torch, as_name)
+        work = buf.to(as_dt) if widen else buf.view(as_dt)
+        after = None
+        if widen:
+            def after() -> None:
+                buf.copy_(work.to(buf.dtype))
+        self._issue("all-reduce", group, self._dist.all_reduce, work,
                     op=torch_op(self._dist, op), group=self._group(group), async_op=True,
                     after=after)
 

@@ -173,6 +173,7 @@ class Redistributor:
         self.device_type: str | None = None
         self._plans: OrderedDict[tuple, tuple[tuple[TensorSpec, ...], LoadedProgram]] = \
             OrderedDict()
+        self._calls: OrderedDict[tuple, list[_Move]] = OrderedDict()
         self.hits = self.misses = 0
 
     @property
@@ -262,8 +263,21 @@ class Redistributor:
         meshes = _per_tensor(device_mesh, names, "device_mesh", _is_mesh)
         pls = _per_tensor(placements, names, "placements", _is_placements)
         device_type = str(meshes[0].device_type)
-        moves = self._moves(dts, meshes, pls, names, conversion)
-        tensors_, loaded = self.plan(moves, Strategy.parse(strategy), device_type)
+        strat = Strategy.parse(strategy)
+        # a repeated call (a training loop's) skips the layouts' derivation: keyed by
+        # the DTensors' meshes, placements, shapes and dtypes (each hashed once, cheap)
+        call = (strat, conversion, tuple(
+            (dt.device_mesh, dt.placements, dt.shape, dt.dtype, mesh, tuple(pl))
+            for dt, mesh, pl in zip(dts, meshes, pls)))
+        moves = self._calls.get(call)
+        if moves is None:
+            moves = self._moves(dts, meshes, pls, names, conversion)
+            self._calls[call] = moves
+            while len(self._calls) > 4 * self.max_plans:
+                self._calls.popitem(last=False)
+        else:
+            self._calls.move_to_end(call)
+        tensors_, loaded = self.plan(moves, strat, device_type)
         ex = self._executor(device_type)
         me = ex.device
         device = dts[0].to_local().device
@@ -278,7 +292,7 @@ class Redistributor:
             t = tensors_[k]
             if me not in t.dst.devices:
                 continue
-            shape = t.dst.shard_shape(t.shape, me)
+            shape = loaded.dst_shape(k)
             bits = moves[k].bits if k < len(moves) else None
             torch_dtype = dts[k].dtype if bits is not None else getattr(torch, t.out_dtype)
             locals_[k] = torch.empty(shape, dtype=torch_dtype, device=device)
@@ -312,6 +326,7 @@ class Redistributor:
     def close(self) -> None:
         """Drop the plans and the executor (the caller's process group stays)."""
         self._plans.clear()
+        self._calls.clear()
         if self.executor is not None:
             self.executor.close()
             self.executor = None

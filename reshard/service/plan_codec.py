@@ -37,6 +37,7 @@ TASK_KINDS: Mapping[TaskKind, pb.TaskKind] = MappingProxyType({
     TaskKind.BROADCAST: pb.TASK_KIND_BROADCAST,
     TaskKind.REDUCE: pb.TASK_KIND_REDUCE,
     TaskKind.ALLGATHER: pb.TASK_KIND_ALLGATHER,
+    TaskKind.ALLREDUCE: pb.TASK_KIND_ALLREDUCE,
 })
 KIND_OF: Mapping[int, TaskKind] = MappingProxyType({v: k for k, v in TASK_KINDS.items()})
 

@@ -43,6 +43,7 @@ class TaskKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_KIND_BROADCAST: _ClassVar[TaskKind]
     TASK_KIND_REDUCE: _ClassVar[TaskKind]
     TASK_KIND_ALLGATHER: _ClassVar[TaskKind]
+    TASK_KIND_ALLREDUCE: _ClassVar[TaskKind]
 
 class Buffer(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -71,6 +72,7 @@ TASK_KIND_SEND: TaskKind
 TASK_KIND_BROADCAST: TaskKind
 TASK_KIND_REDUCE: TaskKind
 TASK_KIND_ALLGATHER: TaskKind
+TASK_KIND_ALLREDUCE: TaskKind
 BUFFER_UNSPECIFIED: Buffer
 BUFFER_SRC: Buffer
 BUFFER_DST: Buffer

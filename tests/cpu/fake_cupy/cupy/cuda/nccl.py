@@ -86,6 +86,14 @@ class NcclCommunicator:
         opts.reduceOp = dist.ReduceOp.SUM if op == NCCL_SUM else dist.ReduceOp.MAX
         self._pg.reduce([_view(recvbuf, count, datatype)], opts).wait()
 
+    def allReduce(self, sendbuf, recvbuf, count, datatype, op, stream) -> None:
+        import torch.distributed as dist
+
+        assert sendbuf == recvbuf and op in (NCCL_SUM, NCCL_MAX)
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.SUM if op == NCCL_SUM else dist.ReduceOp.MAX
+        self._pg.allreduce([_view(recvbuf, count, datatype)], opts).wait()
+
     def check_async_error(self) -> None:
         pass
 
