@@ -12,7 +12,10 @@ The source and destination meshes may be disjoint or overlap; ``Partial("sum")``
 sources are summed on the way; uneven shapes follow DTensor's own placement rule
 (``reshard.adapters.dtensor.to_layout``). The result is a DTensor on ``device_mesh``
 with ``placements``; a rank outside that mesh gets what DTensor gives non-members (an
-empty local tensor). The result is a new tensor, outside autograd.
+empty local tensor). The result is outside autograd; it is a new tensor, except where
+a rank's part of the move is only a copy within it of a contiguous slice (DTensor's
+``Replicate -> Shard(0)``): there, as DTensor's own result, a view of the source's local
+tensor.
 
 :func:`redistribute_many` moves a whole state dict with one plan (``plan_many``: one
 load balance and one task order for all tensors), the RL weight-sync case.
@@ -58,11 +61,12 @@ from reshard.adapters.dtensor_layout import to_layout, to_placements
 from reshard.cluster import Cluster
 from reshard.comm.backend import BackendRegistry
 from reshard.comm.executor import Executor
+from reshard.comm.packing import local_slices
 from reshard.comm.steps import LoadedProgram
 from reshard.dtypes import DTYPES, Cast, parse_dtype
 from reshard.errors import DTypeError, ReshardError, ShapeError
 from reshard.layout import Layout
-from reshard.planner.ir import TensorSpec, output_indices
+from reshard.planner.ir import TaskKind, TensorSpec, output_indices
 from reshard.planner.staging import check_budget
 from reshard.planner.strategy import Strategy
 
@@ -288,6 +292,9 @@ class Redistributor:
             if me in m.src.devices:
                 local = dt.to_local().detach().contiguous()
                 sources[i] = local if m.bits is None else local.view(m.bits)
+        views = _local_views(loaded, tensors_, sources, [dt.dtype for dt in dts])
+        if views is not None:  # only copies within this rank: views, as DTensor gives
+            return self._results(dts, meshes, pls, moves, tensors_, views, names, tensors)
         for k in output_indices(tensors_):
             t = tensors_[k]
             if me not in t.dst.devices:
@@ -297,11 +304,21 @@ class Redistributor:
             torch_dtype = dts[k].dtype if bits is not None else getattr(torch, t.out_dtype)
             locals_[k] = torch.empty(shape, dtype=torch_dtype, device=device)
             outs[k] = locals_[k] if bits is None else locals_[k].view(bits)
+        self._run(ex, loaded, sources, outs)
+        return self._results(dts, meshes, pls, moves, tensors_, locals_, names, tensors)
+
+    @staticmethod
+    def _run(ex: Executor, loaded: LoadedProgram, sources: list[Any], outs: list[Any]) -> None:
         try:
             ex.run(loaded, sources, outs).wait()
         except ShapeError as e:
             raise ShapeError(f"{e} (a DTensor's local tensor must be its shard under "
                              f"DTensor's placement rule)") from None
+
+    @staticmethod
+    def _results(dts: list, meshes: list, pls: list, moves: list[_Move],
+                 tensors_: tuple[TensorSpec, ...], locals_: dict[int, torch.Tensor],
+                 names: list[str], tensors: Any) -> Any:
         results: list[Any] = []
         for i, (dt, mesh, pl, m) in enumerate(zip(dts, meshes, pls, moves)):
             t = tensors_[i]
@@ -330,6 +347,26 @@ class Redistributor:
         if self.executor is not None:
             self.executor.close()
             self.executor = None
+
+
+def _local_views(loaded: LoadedProgram, tensors: tuple[TensorSpec, ...], sources: list[Any],
+                 dtypes: list[torch.dtype]) -> dict[int, torch.Tensor] | None:
+    """Where every task of this rank's program is a copy within it that converts
+    nothing (DTensor's ``Replicate -> Shard``), each destination shard as a view of its
+    source's local tensor (contiguous, as DTensor's own result), in the DTensor's dtype
+    ``dtypes[k]``; None where one is not (the program runs)."""
+    if len(tensors) != len(dtypes) or any(
+            t.kind is not TaskKind.COPY for _, t in loaded.program.tasks):
+        return None
+    views: dict[int, torch.Tensor] = {}
+    for k, box in loaded.dst_box.items():
+        if tensors[k].cast or sources[k] is None or k not in loaded.src_box:
+            return None
+        view = sources[k][local_slices(box, loaded.src_box[k])]
+        if not view.is_contiguous():
+            return None
+        views[k] = view.view(dtypes[k])
+    return views
 
 
 def _dtensor(local: torch.Tensor | None, like: DTensor, mesh: Any, placements: tuple,
