@@ -280,12 +280,12 @@ def search(first: ReshardPlan, pipelined: bool, build: BuildTasks,
     rule kept (see the module docstring)."""
     s = Search(first.tensors, first.cluster, first.strategy, first, pipelined, build)
     best = first
-    bound = first.lower_bound()
     for stage in stages:
         start = best
         for p in stage:
             if len(start.tasks) > p.up_to:
                 continue
+            bound = first.lower_bound()  # computed once, where some pass applies
             floor = bound if p.floor is None else max(bound, p.floor(s, start))
             if not p.keep(floor, best.estimate()):
                 continue  # no candidate of it could be kept

@@ -22,6 +22,8 @@ import collections
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
+import numpy as np
+
 from reshard.dtypes import itemsize
 from reshard.errors import ReshardError
 from reshard.layout import Box, box_size
@@ -234,19 +236,26 @@ def _even(run: list[tuple[int, Task]], tensors: Sequence[Conversion],
             piece = t if len(boxes) == 1 else _piece(t, box)
             pieces.append((order, j, piece, task_staging(piece, tensor), devices))
     pieces.sort(key=lambda p: -p[3])  # stable: ties in plan order
+    # each bucket's bytes per device as a (bucket, device) table: a piece goes to the
+    # first bucket where the fullest of its devices holds least
+    column = {d: c for c, d in enumerate(use)}
+    cols: dict[tuple[int, ...], np.ndarray] = {}
+    for _, _, _, _, devices in pieces:
+        if devices not in cols:
+            cols[devices] = np.fromiter((column[d] for d in devices), np.intp, len(devices))
     for k in range(least, least + EVEN_TRIES):
-        held: list[dict[int, int]] = [{} for _ in range(k)]
+        held = np.zeros((k, len(column)), np.int64)
         out: list[tuple[int, int, int, Task]] = []  # order, piece, bucket, task
         for order, t, n, devices in whole:
             for d in devices:
-                held[0][d] = held[0].get(d, 0) + n
+                held[0, column[d]] += n
             out.append((order, 0, 0, t))
         for order, j, piece, m, devices in pieces:
-            b = min(range(k), key=lambda b: max(held[b].get(d, 0) for d in devices))
-            for d in devices:
-                held[b][d] = held[b].get(d, 0) + m
+            idx = cols[devices]
+            b = int(held[:, idx].max(axis=1).argmin())
+            held[b, idx] += m
             out.append((order, j, b, piece))
-        if all(n <= budget for bucket in held for n in bucket.values()):
+        if int(held.max()) <= budget:
             out.sort(key=lambda o: (o[0], o[1]))
             return [(b, t) for _, _, b, t in out]
     return None
