@@ -59,6 +59,11 @@ class PlanError(ReshardError):
     """A plan is inconsistent or cannot be deserialized."""
 
 
+class SearchError(ReshardError):
+    """A stage and layout search cannot run: a model, a cluster or a limit that no
+    choice satisfies (the message names the layer or the limit)."""
+
+
 class ExecutionError(ReshardBaseError, RuntimeError):
     """Executing a plan failed: a worker died, timed out, or a backend raised (not a
     ``ValueError``: the input may have been fine)."""

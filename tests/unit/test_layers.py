@@ -22,7 +22,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("planner", ("reshard.planner",)),
     ("data plane", ("reshard.comm",)),
     ("driver", ("reshard.runtime", "reshard")),
-    ("applications", ("reshard.adapters", "reshard.pipeline", "reshard.service")),
+    ("applications", ("reshard.adapters", "reshard.pipeline", "reshard.service",
+                      "reshard.search")),
     ("test infrastructure", ("reshard.microbench.infra",)),
     ("tools", ("reshard.cli", "reshard.microbench")),
 )

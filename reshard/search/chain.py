@@ -1,0 +1,287 @@
+"""Stages, submeshes and layouts of a chain of layers, with every move priced.
+
+The objective (Alpa's, with the moves it leaves out): a stage ``s`` spends per
+microbatch ``c_s`` (its layers' compute and the moves between its own layers) and
+``m_s`` (its input activation moved from the stage before, and the gradient moved
+back: reshard's estimates, :mod:`reshard.search.costs`). With ``B`` microbatches
+
+* ``1f1b`` (the moves on the critical path): ``T = sum_s (c_s + m_s) + (B - 1) * max_s
+  (c_s + m_s)``;
+* ``eager-1f1b`` (a stage sends its next activation while it computes, so a move hides
+  behind compute): ``T = sum_s (c_s + m_s) + (B - 1) * max_s max(c_s, m_s)``.
+
+The search (:func:`search_chain`) is exact for that objective: as Alpa's stage DP it
+fixes the slowest stage's bound ``t`` (each distinct stage period, in increasing
+order), finds the least ``sum_s`` over stages whose periods are all within ``t`` by
+dynamic programming over (next layer, next device, the stage before's submesh and
+output layout), and keeps the best ``sum + (B - 1) * t``, stopping once ``(B - 1) * t``
+alone is no better. Inside a stage the layers' candidates are chosen by a chain DP
+over (layer, candidate) whose entries are the Pareto front of (time, memory), so a
+memory limit per device is met exactly. ``moves="free"`` runs the same search with
+every move at 0 (Alpa's, whose stage DP prices none); :func:`evaluate` then gives any
+choice's real objective.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from reshard.cluster import Cluster
+from reshard.errors import SearchError
+from reshard.planner.estimates import CostCache
+from reshard.search.costs import MoveCosts
+from reshard.search.model import (
+    Candidate,
+    Choice,
+    Layer,
+    Placement,
+    Shape,
+    Stage,
+    check_cluster,
+    placements,
+)
+
+SCHEDULES = ("1f1b", "eager-1f1b")
+"""The schedules the objective models (module docstring)."""
+
+MOVES = ("priced", "free")
+"""How moves are priced while choosing."""
+
+
+@dataclass(frozen=True)
+class _Option:
+    """A stage the DP may take: layers ``first..last`` on ``placement``, entered in
+    ``entry``'s input layout, left in ``exit``'s output layout, at ``inner`` seconds
+    per microbatch (compute and inner moves) through candidates ``names``."""
+
+    first: int
+    last: int
+    placement: Placement
+    entry: Candidate
+    exit: Candidate
+    inner: float
+    compute: float
+    names: tuple[str, ...]
+
+
+def period(schedule: str, inner: float, move_in: float) -> float:
+    """A stage's time per microbatch in the steady state of ``schedule``."""
+    return inner + move_in if schedule == "1f1b" else max(inner, move_in)
+
+
+def objective(stages: Sequence[Stage], microbatches: int, schedule: str) -> Choice:
+    """The objective's iteration time of ``stages`` (module docstring) and its
+    breakdown: the bottleneck stage's compute and exposed moves over ``B``
+    microbatches, and the rest (fill and drain)."""
+    sched = parse_choice_name(schedule, SCHEDULES, "schedule")
+    periods = [period(sched, s.compute + s.inner, s.move_in) for s in stages]
+    total = sum(s.compute + s.inner + s.move_in for s in stages)
+    slow = max(range(len(stages)), key=lambda k: periods[k])
+    time = total + (microbatches - 1) * periods[slow]
+    compute = microbatches * stages[slow].compute
+    transfer = microbatches * (periods[slow] - stages[slow].compute)
+    return Choice(tuple(stages), microbatches, sched, time, compute, transfer,
+                  time - compute - transfer)
+
+
+def parse_choice_name(value: str, valid: Sequence[str], what: str) -> str:
+    """``value`` if it is one of ``valid``; else a SearchError listing them."""
+    if value not in valid:
+        raise SearchError(f"unknown {what} {value!r}; valid: {', '.join(valid)}")
+    return value
+
+
+def evaluate(layers: Sequence[Layer], stages: Sequence[Stage], cluster: Cluster,
+             microbatches: int, schedule: str = "1f1b",
+             costs: MoveCosts | None = None) -> Choice:
+    """The objective of ``stages`` with every move priced by reshard (their recorded
+    ``inner`` and ``move_in`` recomputed: a choice made with ``moves="free"`` gets its
+    real cost)."""
+    costs = MoveCosts(cluster) if costs is None else MoveCosts(cluster, False, costs.cache)
+    priced = []
+    prev: tuple[Placement, Candidate] | None = None
+    for st in stages:
+        cands = [_named(layers[k], st.placement.shape, n)
+                 for k, n in zip(range(st.first, st.last + 1), st.choices)]
+        inner = sum(costs.move(layers[k - 1].output_shape, layers[k - 1].dtype,
+                               st.placement.layout(cands[k - st.first - 1].output),
+                               st.placement.layout(cands[k - st.first].input))
+                    for k in range(st.first + 1, st.last + 1))
+        move_in = 0.0 if prev is None else costs.move(
+            layers[st.first - 1].output_shape, layers[st.first - 1].dtype,
+            prev[0].layout(prev[1].output), st.placement.layout(cands[0].input))
+        priced.append(Stage(st.first, st.last, st.placement, st.choices,
+                            sum(c.compute for c in cands), inner, move_in))
+        prev = (st.placement, cands[-1])
+    return objective(priced, microbatches, schedule)
+
+
+def _named(layer: Layer, shape: Shape, name: str) -> Candidate:
+    for c in layer.candidates.get(shape, ()):
+        if c.name == name:
+            return c
+    raise SearchError(f"layer {layer.name!r} has no candidate {name!r} on a {shape} submesh")
+
+
+def _check(layers: Sequence[Layer], cluster: Cluster, microbatches: int) -> None:
+    if not layers:
+        raise SearchError("the model has no layers")
+    if isinstance(microbatches, bool) or not isinstance(microbatches, int) or \
+            microbatches < 1:
+        raise SearchError(f"microbatches must be an integer >= 1, got {microbatches!r}")
+    check_cluster(cluster)
+    for k, layer in enumerate(layers):
+        if not any(layer.candidates.values()):
+            raise SearchError(f"layer {k} ({layer.name!r}) has no candidate on any submesh "
+                              f"shape; give at least one")
+        if k + 1 < len(layers) and not layer.output_shape:
+            raise SearchError(f"layer {k} ({layer.name!r}) gives no output shape")
+
+
+def _stage_options(layers: Sequence[Layer], p: Placement, first: int, costs: MoveCosts,
+                   limit: float) -> Iterator[_Option]:
+    """Every (last layer, entry, exit) of a stage starting at layer ``first`` on ``p``,
+    each at the least time of its candidates within ``limit`` bytes per device."""
+    shape = p.shape
+    # per candidate of the current layer: Pareto front of (time, memory, names) paths
+    fronts: dict[tuple[Candidate, Candidate], list[tuple[float, int, float, tuple[str, ...]]]] = {}
+    for c in layers[first].candidates.get(shape, ()):
+        if c.memory <= limit:
+            fronts[(c, c)] = [(c.compute, c.memory, c.compute, (c.name,))]
+    for last in range(first, len(layers)):
+        if not fronts:
+            return
+        for (entry, cur), front in fronts.items():
+            t, _, comp, names = front[0]  # least time first
+            yield _Option(first, last, p, entry, cur, t, comp, names)
+        if last + 1 == len(layers):
+            return
+        prev_layer, layer = layers[last], layers[last + 1]
+        grown: dict[tuple[Candidate, Candidate], list[tuple[float, int, float, tuple[str, ...]]]] = {}
+        for c in layer.candidates.get(shape, ()):
+            for (entry, cur), front in fronts.items():
+                step = c.compute + costs.move(prev_layer.output_shape, prev_layer.dtype,
+                                              p.layout(cur.output), p.layout(c.input))
+                got = grown.setdefault((entry, c), [])
+                for t, mem, comp, names in front:
+                    if mem + c.memory <= limit:
+                        got.append((t + step, mem + c.memory, comp + c.compute,
+                                    (*names, c.name)))
+        fronts = {k: _pareto(v) for k, v in grown.items() if v}
+
+
+def _pareto(entries: list[tuple[float, int, float, tuple[str, ...]]]
+            ) -> list[tuple[float, int, float, tuple[str, ...]]]:
+    """The entries no other beats in both time and memory, least time first."""
+    out: list[tuple[float, int, float, tuple[str, ...]]] = []
+    for e in sorted(entries, key=lambda e: (e[0], e[1])):
+        if not out or e[1] < out[-1][1]:
+            out.append(e)
+    return out
+
+
+def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *,
+                 schedule: str = "1f1b", memory_limit: int | None = None,
+                 moves: str = "priced", cache: CostCache | None = None) -> Choice:
+    """The stages, submeshes and candidates of ``layers`` that minimise the objective
+    (module docstring) on ``cluster`` with ``microbatches`` microbatches.
+
+    Args:
+        layers: the chain, first layer first.
+        cluster: a regular cluster (hosts of one size, devices numbered host by host);
+            every device is used, by one stage.
+        microbatches: B.
+        schedule: ``"1f1b"`` or ``"eager-1f1b"``.
+        memory_limit: the most bytes a device may hold (the sum of its stage's
+            candidates' ``memory``); None: no limit.
+        moves: ``"priced"`` (reshard's estimates) or ``"free"`` (moves cost 0 while
+            choosing; the answer then reports the cost the choice really has).
+        cache: reshard's estimates, kept across searches.
+
+    Raises:
+        SearchError: no layers, a layer without candidates, an irregular cluster, no
+            stages that use every device, or none within the memory limit.
+    """
+    sched = parse_choice_name(schedule, SCHEDULES, "schedule")
+    how = parse_choice_name(moves, MOVES, "moves")
+    _check(layers, cluster, microbatches)
+    limit = math.inf if memory_limit is None else memory_limit
+    costs = MoveCosts(cluster, how == "free", cache if cache is not None else CostCache())
+    n, total = len(layers), len(cluster.devices)
+    shapes = sorted({s for layer in layers for s in layer.candidates})
+    options: dict[tuple[int, int], list[_Option]] = {}
+    for d in range(total):
+        for shape in shapes:
+            p = placements(cluster, shape, d)
+            if p is None:
+                continue
+            for i in range(n):
+                options.setdefault((i, d), []).extend(_stage_options(layers, p, i, costs,
+                                                                     limit))
+    if not any(options.values()):
+        raise SearchError(
+            "no stage fits: every layer's candidates exceed the memory limit of "
+            f"{memory_limit} bytes per device, or no submesh shape fits the cluster")
+
+    def move_in(prev: tuple[Placement, Candidate] | None, o: _Option) -> float:
+        if prev is None:
+            return 0.0
+        before = layers[o.first - 1]
+        return costs.move(before.output_shape, before.dtype, prev[0].layout(prev[1].output),
+                          o.placement.layout(o.entry.input))
+
+    def best_sum(cap: float) -> tuple[float, tuple[tuple[_Option, float], ...]]:
+        @functools.cache
+        def f(i: int, d: int, prev: tuple[Placement, Candidate] | None
+              ) -> tuple[float, tuple[tuple[_Option, float], ...]]:
+            if i == n:
+                return (0.0, ()) if d == total else (math.inf, ())
+            best: tuple[float, tuple[tuple[_Option, float], ...]] = (math.inf, ())
+            for o in options.get((i, d), ()):
+                m = move_in(prev, o)
+                if period(sched, o.inner, m) > cap:
+                    continue
+                rest, path = f(o.last + 1, d + o.placement.size, (o.placement, o.exit))
+                here = o.inner + m + rest
+                if here < best[0]:
+                    best = (here, ((o, m), *path))
+            return best
+
+        return f(0, 0, None)
+
+    # the bounds to try: every period a stage could have (its options after each
+    # predecessor), in increasing order; a bound no better than the best so far stops
+    caps: set[float] = set()
+    for (i, _), opts in options.items():
+        for o in opts:
+            if i == 0:
+                caps.add(period(sched, o.inner, 0.0))
+                continue
+            for (_, d2), before in options.items():
+                for b in before:
+                    if b.last + 1 == i and d2 + b.placement.size == o.placement.first:
+                        caps.add(period(sched, o.inner, move_in((b.placement, b.exit), o)))
+    best_t = math.inf
+    best_path: tuple[tuple[_Option, float], ...] = ()
+    for cap in sorted(caps):
+        if (microbatches - 1) * cap >= best_t:
+            break
+        s, path = best_sum(cap)
+        if s + (microbatches - 1) * cap < best_t and path:
+            best_t, best_path = s + (microbatches - 1) * cap, path
+    if not best_path:
+        raise SearchError(
+            f"no stages use all {total} devices: the layers' submesh shapes "
+            f"{shapes} cannot tile the cluster"
+            + ("" if memory_limit is None else f" within {memory_limit} bytes per device"))
+    stages = tuple(Stage(o.first, o.last, o.placement, o.names, o.compute,
+                         o.inner - o.compute, m) for o, m in best_path)
+    if how == "free":
+        return evaluate(layers, stages, cluster, microbatches, sched, costs)
+    return objective(stages, microbatches, sched)
+
+
+__all__ = ["MOVES", "SCHEDULES", "evaluate", "objective", "period", "search_chain"]

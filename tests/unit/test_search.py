@@ -1,0 +1,164 @@
+"""The stage and layout search (reshard.search): exact for its objective.
+
+The DP's answer equals brute force (every split of the chain into stages, every
+sequence of submeshes that tiles the cluster, every candidate per layer, each priced
+by reshard's estimates through :func:`reshard.search.evaluate`) on random small
+instances, both schedules, with and without a memory limit; the choice made with moves
+free (Alpa's stage DP) is never better once its moves are priced, and worse where a
+move crosses a slow network; bad input is refused before any search runs."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reshard import Cluster, SearchError
+from reshard.planner.estimates import CostCache
+from reshard.search import Candidate, Layer, Stage, evaluate, placements, search_chain
+
+CLUSTER = Cluster.regular(2, 2)
+SHAPES = ((1, 1), (1, 2), (2, 2))
+SPECS = ("RR", "S0R", "RS1", "S1R", "RS0", "S01R", "RS01")
+
+
+def _brute(layers, cluster, microbatches, schedule, limit, cache):
+    """The least objective over every choice (None: no choice is feasible)."""
+    n, total = len(layers), len(cluster.devices)
+    best = math.inf
+    for cuts in itertools.product((False, True), repeat=n - 1):
+        bounds, start = [], 0
+        for k, cut in enumerate(cuts):
+            if cut:
+                bounds.append((start, k))
+                start = k + 1
+        bounds.append((start, n - 1))
+        for shapes in itertools.product(SHAPES, repeat=len(bounds)):
+            places, at = [], 0
+            for shape in shapes:
+                p = placements(cluster, shape, at)
+                if p is None:
+                    break
+                places.append(p)
+                at += p.size
+            if len(places) != len(bounds) or at != total:
+                continue
+            per_layer = []
+            for (a, b), p in zip(bounds, places):
+                for k in range(a, b + 1):
+                    per_layer.append(layers[k].candidates.get(p.shape, ()))
+            for picks in itertools.product(*per_layer):
+                stages, k = [], 0
+                ok = True
+                for (a, b), p in zip(bounds, places):
+                    mine = picks[k:k + b - a + 1]
+                    k += b - a + 1
+                    if sum(c.memory for c in mine) > limit:
+                        ok = False
+                        break
+                    stages.append(Stage(a, b, p, tuple(c.name for c in mine), 0.0, 0.0, 0.0))
+                if not ok:
+                    continue
+                t = evaluate(layers, stages, cluster, microbatches, schedule,
+                             _costs(cache)).time
+                best = min(best, t)
+    return None if best == math.inf else best
+
+
+def _costs(cache):
+    from reshard.search import MoveCosts
+
+    return MoveCosts(CLUSTER, cache=cache)
+
+
+@st.composite
+def instances(draw):
+    n = draw(st.integers(1, 4))
+    shapes = draw(st.lists(st.sampled_from(SHAPES), min_size=1, max_size=3, unique=True))
+    layers = []
+    for k in range(n):
+        cands = {}
+        for shape in shapes:
+            m = draw(st.integers(1, 3 if len(shapes) < 3 else 2))
+            cands[shape] = tuple(
+                Candidate(f"c{j}", draw(st.integers(1, 40)) * 1e-4,
+                          draw(st.sampled_from(SPECS)), draw(st.sampled_from(SPECS)),
+                          draw(st.integers(0, 3)))
+                for j in range(m))
+        rows = draw(st.sampled_from((16, 256, 2048)))
+        layers.append(Layer(f"l{k}", (rows, 64), "float32", cands))
+    return (layers, draw(st.integers(1, 8)), draw(st.sampled_from(("1f1b", "eager-1f1b"))),
+            draw(st.sampled_from((math.inf, 4, 6))))
+
+
+@pytest.fixture(scope="module")
+def cache():
+    return CostCache()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=instances())
+def test_dp_equals_brute_force(case, cache):
+    layers, b, schedule, limit = case
+    want = _brute(layers, CLUSTER, b, schedule, limit, cache)
+    kw = {"schedule": schedule, "cache": cache,
+          "memory_limit": None if limit == math.inf else limit}
+    if want is None:
+        with pytest.raises(SearchError):
+            search_chain(layers, CLUSTER, b, **kw)
+        return
+    got = search_chain(layers, CLUSTER, b, **kw)
+    assert got.time == pytest.approx(want, rel=1e-9, abs=1e-15)
+    # its stages tile the layers and the devices, in order, and cost what it says
+    assert [s.first for s in got.stages] == [0] + [s.last + 1 for s in got.stages[:-1]]
+    assert got.stages[-1].last == len(layers) - 1
+    assert sum(s.placement.size for s in got.stages) == len(CLUSTER.devices)
+    again = evaluate(layers, got.stages, CLUSTER, b, schedule, _costs(cache))
+    assert again.time == pytest.approx(got.time, rel=1e-9, abs=1e-15)
+    assert got.compute + got.transfer + got.bubble == pytest.approx(got.time)
+    # the choice made with moves free is never better, priced
+    free = search_chain(layers, CLUSTER, b, moves="free", **kw)
+    assert free.time >= got.time * (1 - 1e-9)
+
+
+def test_priced_moves_change_the_choice_on_a_slow_network():
+    """Two hosts of one device on 10 Gbit/s: a 2-stage pipeline computes a little
+    faster, but its activation (64 MiB) crosses the network each microbatch; one
+    data-parallel stage over both hosts moves nothing. Alpa's stage DP (moves free)
+    takes the pipeline; priced, the search keeps one stage, and is faster."""
+    cluster = Cluster.regular(2, 1)
+    big = (4096, 4096)
+    layers = [Layer(f"l{k}", big, "float32", {
+        (1, 1): (Candidate("one", 10e-3, "RR", "RR"),),
+        (2, 1): (Candidate("dp", 6e-3, "S0R", "S0R"),),
+    }) for k in range(2)]
+    free = search_chain(layers, cluster, 8, moves="free")
+    priced = search_chain(layers, cluster, 8)
+    assert len(free.stages) == 2 and len(priced.stages) == 1
+    assert priced.time < free.time
+    assert free.stages[1].move_in > 0  # the free choice evaluated with its real move
+
+
+def test_bad_input_is_refused_before_searching():
+    ok = Layer("ok", (8, 8), "float32", {(1, 1): (Candidate("c", 1e-3, "RR", "RR"),)})
+    with pytest.raises(SearchError, match="no layers"):
+        search_chain([], CLUSTER, 4)
+    with pytest.raises(SearchError, match=r"layer 1 \('empty'\) has no candidate"):
+        search_chain([ok, Layer("empty", (8, 8), "float32", {})], CLUSTER, 4)
+    with pytest.raises(SearchError, match="microbatches"):
+        search_chain([ok], CLUSTER, 0)
+    with pytest.raises(SearchError, match="unknown schedule"):
+        search_chain([ok], CLUSTER, 4, schedule="gpipe-ish")
+    with pytest.raises(SearchError, match="numbered host by host"):
+        search_chain([ok], Cluster.from_hosts([[0, 1], [2]]), 4)
+    with pytest.raises(SearchError, match="compute"):
+        Candidate("bad", -1.0, "RR", "RR")
+    heavy = Layer("heavy", (8, 8), "float32",
+                  {(1, 1): (Candidate("c", 1e-3, "RR", "RR", memory=10),)})
+    with pytest.raises(SearchError, match="memory limit"):
+        search_chain([heavy] * 4, CLUSTER, 4, memory_limit=5)
+    with pytest.raises(SearchError, match="cannot tile"):  # 3 layers cannot fill 4 devices
+        search_chain([ok] * 3, CLUSTER, 4)
