@@ -106,13 +106,13 @@ def evaluate(layers: Sequence[Layer], stages: Sequence[Stage], cluster: Cluster,
     for st in stages:
         cands = [_named(layers[k], st.placement.shape, n)
                  for k, n in zip(range(st.first, st.last + 1), st.choices)]
+        p = st.placement
         inner = sum(costs.move(layers[k - 1].output_shape, layers[k - 1].dtype,
-                               st.placement.layout(cands[k - st.first - 1].output),
-                               st.placement.layout(cands[k - st.first].input))
+                               p, cands[k - st.first - 1].output, p, cands[k - st.first].input)
                     for k in range(st.first + 1, st.last + 1))
         move_in = 0.0 if prev is None else costs.move(
             layers[st.first - 1].output_shape, layers[st.first - 1].dtype,
-            prev[0].layout(prev[1].output), st.placement.layout(cands[0].input))
+            prev[0], prev[1].output, p, cands[0].input)
         priced.append(Stage(st.first, st.last, st.placement, st.choices,
                             sum(c.compute for c in cands), inner, move_in))
         prev = (st.placement, cands[-1])
@@ -164,7 +164,7 @@ def _stage_options(layers: Sequence[Layer], p: Placement, first: int, costs: Mov
         for c in layer.candidates.get(shape, ()):
             for (entry, cur), front in fronts.items():
                 step = c.compute + costs.move(prev_layer.output_shape, prev_layer.dtype,
-                                              p.layout(cur.output), p.layout(c.input))
+                                              p, cur.output, p, c.input)
                 got = grown.setdefault((entry, c), [])
                 for t, mem, comp, names in front:
                     if mem + c.memory <= limit:
@@ -183,9 +183,42 @@ def _pareto(entries: list[tuple[float, int, float, tuple[str, ...]]]
     return out
 
 
+MAX_BLOCKS = 16
+"""A chain of more layers than this is searched in blocks of ``ceil(L / MAX_BLOCKS)``
+consecutive layers (:func:`blocks`), unless the caller sets ``block``."""
+
+
+def blocks(layers: Sequence[Layer], size: int) -> tuple[list[Layer], list[int]]:
+    """``layers`` in blocks of ``size`` consecutive layers (the last takes the rest), and
+    each block's first layer. A block runs one candidate on all its layers: a name every
+    one of them has on that submesh shape, whose output layout is its input layout (no
+    move between them); its compute and memory are the layers' sums. Stage boundaries
+    then fall between blocks (Alpa's layer clustering, with boundaries kept where the
+    layers change)."""
+    merged, firsts = [], []
+    for a in range(0, len(layers), size):
+        part = layers[a:a + size]
+        cands = {}
+        for shape in part[0].candidates:
+            by_name = [{c.name: c for c in layer.candidates.get(shape, ())} for layer in part]
+            got = []
+            for name, c in by_name[0].items():
+                every = [m.get(name) for m in by_name]
+                if all(x is not None and x.input == x.output == c.input for x in every):
+                    got.append(Candidate(name, sum(x.compute for x in every if x), c.input,
+                                         c.output, sum(x.memory for x in every if x)))
+            if got:
+                cands[shape] = tuple(got)
+        merged.append(Layer(f"{part[0].name}..{part[-1].name}", part[-1].output_shape,
+                            part[-1].dtype, cands))
+        firsts.append(a)
+    return merged, firsts
+
+
 def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *,
                  schedule: str = "1f1b", memory_limit: int | None = None,
-                 moves: str = "priced", cache: CostCache | None = None) -> Choice:
+                 moves: str = "priced", cache: CostCache | None = None,
+                 block: int | None = None) -> Choice:
     """The stages, submeshes and candidates of ``layers`` that minimise the objective
     (module docstring) on ``cluster`` with ``microbatches`` microbatches.
 
@@ -200,6 +233,10 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
         moves: ``"priced"`` (reshard's estimates) or ``"free"`` (moves cost 0 while
             choosing; the answer then reports the cost the choice really has).
         cache: reshard's estimates, kept across searches.
+        block: search in blocks of this many layers (:func:`blocks`); default 1 up to
+            :data:`MAX_BLOCKS` layers, else ``ceil(L / MAX_BLOCKS)``. The answer is
+            exact for the objective over stage boundaries between blocks, and its time
+            is the objective of its stages on the layers themselves.
 
     Raises:
         SearchError: no layers, a layer without candidates, an irregular cluster, no
@@ -208,6 +245,24 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
     sched = parse_choice_name(schedule, SCHEDULES, "schedule")
     how = parse_choice_name(moves, MOVES, "moves")
     _check(layers, cluster, microbatches)
+    size = block if block is not None else max(1, -(-len(layers) // MAX_BLOCKS))
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise SearchError(f"block must be an integer >= 1, got {block!r}")
+    if size > 1:
+        merged, firsts = blocks(layers, size)
+        got = search_chain(merged, cluster, microbatches, schedule=sched,
+                           memory_limit=memory_limit, moves=moves, cache=cache, block=1)
+        expanded = []
+        for st in got.stages:
+            first = firsts[st.first]
+            last = firsts[st.last + 1] - 1 if st.last + 1 < len(firsts) else len(layers) - 1
+            names = tuple(n for k, n in enumerate(st.choices)
+                          for _ in range((firsts[st.first + k + 1] if st.first + k + 1 <
+                                          len(firsts) else len(layers))
+                                         - firsts[st.first + k]))
+            expanded.append(Stage(first, last, st.placement, names, 0.0, 0.0, 0.0))
+        return evaluate(layers, expanded, cluster, microbatches, sched,
+                        MoveCosts(cluster, cache=cache if cache is not None else CostCache()))
     limit = math.inf if memory_limit is None else memory_limit
     costs = MoveCosts(cluster, how == "free", cache if cache is not None else CostCache())
     n, total = len(layers), len(cluster.devices)
@@ -226,47 +281,56 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
             "no stage fits: every layer's candidates exceed the memory limit of "
             f"{memory_limit} bytes per device, or no submesh shape fits the cluster")
 
-    def move_in(prev: tuple[Placement, Candidate] | None, o: _Option) -> float:
-        if prev is None:
-            return 0.0
-        before = layers[o.first - 1]
-        return costs.move(before.output_shape, before.dtype, prev[0].layout(prev[1].output),
-                          o.placement.layout(o.entry.input))
+    # every stage option after every way the stage before can end (its submesh and
+    # output layout, as an id), with the move between them: priced once
+    flat = [o for opts in options.values() for o in opts]
+    at: dict[tuple[int, int], list[int]] = {}
+    exit_id: dict[tuple[Placement, Candidate], int] = {}
+    exit_of: list[int] = []
+    ends: dict[tuple[int, int], set[int]] = {}
+    for k, o in enumerate(flat):
+        at.setdefault((o.first, o.placement.first), []).append(k)
+        e = exit_id.setdefault((o.placement, o.exit), len(exit_id))
+        exit_of.append(e)
+        ends.setdefault((o.last + 1, o.placement.first + o.placement.size), set()).add(e)
+    exits = list(exit_id)
+    moved: dict[tuple[int, int], float] = {}  # (exit id, option) -> move in; -1: none
+    for (i, d), ks in at.items():
+        for k in ks:
+            o = flat[k]
+            if i == 0:
+                moved[(-1, k)] = 0.0
+                continue
+            before = layers[i - 1]
+            for e in ends.get((i, d), ()):
+                place, cand = exits[e]
+                moved[(e, k)] = costs.move(before.output_shape, before.dtype, place,
+                                           cand.output, o.placement, o.entry.input)
+    # the bounds to try: every period a stage could have, in increasing order; a bound
+    # no better than the best so far stops
+    caps = sorted({period(sched, flat[k].inner, m) for (_, k), m in moved.items()})
 
     def best_sum(cap: float) -> tuple[float, tuple[tuple[_Option, float], ...]]:
         @functools.cache
-        def f(i: int, d: int, prev: tuple[Placement, Candidate] | None
-              ) -> tuple[float, tuple[tuple[_Option, float], ...]]:
+        def f(i: int, d: int, prev: int) -> tuple[float, tuple[tuple[_Option, float], ...]]:
             if i == n:
                 return (0.0, ()) if d == total else (math.inf, ())
             best: tuple[float, tuple[tuple[_Option, float], ...]] = (math.inf, ())
-            for o in options.get((i, d), ()):
-                m = move_in(prev, o)
+            for k in at.get((i, d), ()):
+                o, m = flat[k], moved[(prev, k)]
                 if period(sched, o.inner, m) > cap:
                     continue
-                rest, path = f(o.last + 1, d + o.placement.size, (o.placement, o.exit))
+                rest, path = f(o.last + 1, d + o.placement.size, exit_of[k])
                 here = o.inner + m + rest
                 if here < best[0]:
                     best = (here, ((o, m), *path))
             return best
 
-        return f(0, 0, None)
+        return f(0, 0, -1)
 
-    # the bounds to try: every period a stage could have (its options after each
-    # predecessor), in increasing order; a bound no better than the best so far stops
-    caps: set[float] = set()
-    for (i, _), opts in options.items():
-        for o in opts:
-            if i == 0:
-                caps.add(period(sched, o.inner, 0.0))
-                continue
-            for (_, d2), before in options.items():
-                for b in before:
-                    if b.last + 1 == i and d2 + b.placement.size == o.placement.first:
-                        caps.add(period(sched, o.inner, move_in((b.placement, b.exit), o)))
     best_t = math.inf
     best_path: tuple[tuple[_Option, float], ...] = ()
-    for cap in sorted(caps):
+    for cap in caps:
         if (microbatches - 1) * cap >= best_t:
             break
         s, path = best_sum(cap)
@@ -284,4 +348,4 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
     return objective(stages, microbatches, sched)
 
 
-__all__ = ["MOVES", "SCHEDULES", "evaluate", "objective", "period", "search_chain"]
+__all__ = ["MAX_BLOCKS", "MOVES", "SCHEDULES", "blocks", "evaluate", "objective", "period", "search_chain"]

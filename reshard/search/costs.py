@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from reshard.cluster import Cluster
-from reshard.layout import Layout
 from reshard.planner.estimates import CostCache, estimate_many
+from reshard.search.model import Placement
 
 
 @dataclass
@@ -31,16 +31,25 @@ class MoveCosts:
     free: bool = False
     cache: CostCache = field(default_factory=CostCache)
     asked: int = 0
+    _known: dict[tuple, float] = field(default_factory=dict, repr=False)
 
-    def move(self, shape: tuple[int, ...], dtype: str, src: Layout, dst: Layout) -> float:
-        """The activation from ``src`` to ``dst`` and its gradient back."""
-        if self.free or src == dst:
+    def move(self, shape: tuple[int, ...], dtype: str, src: Placement, src_spec: str,
+             dst: Placement, dst_spec: str) -> float:
+        """The activation from ``src_spec`` on submesh ``src`` to ``dst_spec`` on ``dst``,
+        and its gradient back (kept by those six values: a search asks each many
+        times)."""
+        if self.free or (src == dst and src_spec == dst_spec):
             return 0.0
-        self.asked += 2
-        there, back = estimate_many([(shape, dtype, src, dst, self.cluster),
-                                     (shape, dtype, dst, src, self.cluster)],
-                                    cache=self.cache)
-        return there + back
+        key = (shape, dtype, src, src_spec, dst, dst_spec)
+        got = self._known.get(key)
+        if got is None:
+            self.asked += 2
+            a, b = src.layout(src_spec), dst.layout(dst_spec)
+            there, back = estimate_many([(shape, dtype, a, b, self.cluster),
+                                         (shape, dtype, b, a, self.cluster)],
+                                        cache=self.cache)
+            got = self._known[key] = there + back
+        return got
 
 
 __all__ = ["MoveCosts"]

@@ -162,3 +162,54 @@ def test_bad_input_is_refused_before_searching():
         search_chain([heavy] * 4, CLUSTER, 4, memory_limit=5)
     with pytest.raises(SearchError, match="cannot tile"):  # 3 layers cannot fill 4 devices
         search_chain([ok] * 3, CLUSTER, 4)
+
+
+def _gpt_layers():
+    from reshard.search.transformer import GPT, gpt_layers
+
+    model = GPT("tiny", 20, 256, 4, seq=128, microbatch=4, batch=64)
+    cluster = Cluster.regular(2, 2, preset="aws-p3.8xlarge")
+    return model, cluster, gpt_layers(model, cluster, 125e12)
+
+
+def test_blocks_search_between_blocks_and_price_the_layers():
+    """20 layers search in blocks of 2 (MAX_BLOCKS 16): stage boundaries fall between
+    blocks, the time is the objective of the chosen stages on the layers themselves,
+    and it is never better than the search layer by layer."""
+    model, cluster, layers = _gpt_layers()
+    cache = CostCache()
+    blocked = search_chain(layers, cluster, model.microbatches, cache=cache)
+    assert all(s.first % 2 == 0 for s in blocked.stages)
+    again = evaluate(layers, blocked.stages, cluster, model.microbatches, "1f1b",
+                     _costs_for(cluster, cache))
+    assert again.time == pytest.approx(blocked.time, rel=1e-12)
+    exact = search_chain(layers, cluster, model.microbatches, cache=cache, block=1)
+    assert exact.time <= blocked.time * (1 + 1e-12)
+    with pytest.raises(SearchError, match="block"):
+        search_chain(layers, cluster, model.microbatches, block=0)
+
+
+def _costs_for(cluster, cache):
+    from reshard.search import MoveCosts
+
+    return MoveCosts(cluster, cache=cache)
+
+
+def test_transformer_candidates_and_the_baselines():
+    """The analytical layer: tp pays its activation all-reduces and holds 1/g of the
+    weights; the search's choice is at least as fast as Megatron's uniform choice and
+    as Alpa's (moves free), all three within the memory limit."""
+    from reshard.search.baselines import uniform
+
+    model, cluster, layers = _gpt_layers()
+    (dp,) = layers[0].candidates[(1, 1)]
+    dp2, tp2 = layers[0].candidates[(1, 2)]
+    assert dp.name == "dp" and tp2.name == "tp"
+    assert dp2.compute < dp.compute and tp2.compute > dp2.compute  # tp's collectives
+    assert tp2.memory < dp2.memory  # half the weights
+    limit = 2 * sum(c.memory for c in (dp2,)) * 20
+    mine = search_chain(layers, cluster, model.microbatches, memory_limit=limit)
+    alpa = search_chain(layers, cluster, model.microbatches, memory_limit=limit,
+                        moves="free")
+    mega = uniform(layers, cluster, model.microbatches, memory_limit=limit)
+    assert mine.time <= alpa.time * (1 + 1e-12) and mine.time <= mega.time * (1 + 1e-12)

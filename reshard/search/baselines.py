@@ -1,0 +1,69 @@
+"""The baselines a stage search is measured against.
+
+* :func:`uniform`: Megatron's way: ``p`` stages of equal layer count (the last takes
+  the rest) on equal submeshes, one candidate on every layer; the best ``p`` and
+  candidate by the real objective (as a user tuning Megatron's ``--pipeline-model-
+  parallel-size`` would).
+* Alpa's way is :func:`reshard.search.search_chain` with ``moves="free"``: the same DP
+  choosing as if moves cost nothing, its answer priced with the moves it really makes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from reshard.cluster import Cluster
+from reshard.errors import SearchError
+from reshard.planner.estimates import CostCache
+from reshard.search.chain import evaluate
+from reshard.search.costs import MoveCosts
+from reshard.search.model import Choice, Layer, Stage, placements
+
+
+def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
+            schedule: str = "1f1b", cache: CostCache | None = None,
+            memory_limit: int | None = None) -> Choice:
+    """The best Megatron-style choice (module docstring) by the real objective, among
+    those whose every stage holds at most ``memory_limit`` bytes per device."""
+    limit = math.inf if memory_limit is None else memory_limit
+    costs = MoveCosts(cluster, cache=CostCache() if cache is None else cache)
+    total, n = len(cluster.devices), len(layers)
+    best: Choice | None = None
+    shapes = sorted({s for layer in layers for s in layer.candidates})
+    for shape in shapes:
+        size = shape[0] * shape[1]
+        if total % size:
+            continue
+        p = total // size
+        if p > n:
+            continue
+        places = [placements(cluster, shape, k * size) for k in range(p)]
+        if any(pl is None for pl in places):
+            continue
+        names = {c.name for c in layers[0].candidates.get(shape, ())}
+        for layer in layers[1:]:
+            names &= {c.name for c in layer.candidates.get(shape, ())}
+        per = math.ceil(n / p)
+        for name in sorted(names):
+            stages = []
+            for k, pl in enumerate(places):
+                first, last = k * per, min(n, (k + 1) * per) - 1
+                if first > last or pl is None:
+                    break
+                stages.append(Stage(first, last, pl, (name,) * (last - first + 1), 0, 0, 0))
+            if len(stages) != p or stages[-1].last != n - 1 or any(
+                    sum(next(c.memory for c in layers[k].candidates[shape] if c.name == name)
+                        for k in range(st.first, st.last + 1)) > limit for st in stages):
+                continue
+            got = evaluate(layers, stages, cluster, microbatches, schedule, costs)
+            if best is None or got.time < best.time:
+                best = got
+    if best is None:
+        raise SearchError("no uniform choice: no submesh shape divides the cluster into "
+                          "stages that every layer has a common candidate on, within the "
+                          "memory limit")
+    return best
+
+
+__all__ = ["uniform"]
