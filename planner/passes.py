@@ -286,8 +286,8 @@ def search(first: ReshardPlan, pipelined: bool, build: BuildTasks,
             if len(start.tasks) > p.up_to:
                 continue
             bound = first.lower_bound()  # computed once, where some pass applies
-            if not p.keep(bound, best.estimate()) or p.floor is not None and not p.keep(
-                    max(bound, p.floor(s, start)), best.estimate()):
+            if not p.keep(bound, best.estimate()) or (p.floor is not None and not p.keep(
+                    max(bound, p.floor(s, start)), best.estimate())):
                 continue  # no candidate of it could be kept (its own floor, if any,
                 # is computed only where the bound does not already say so)
             for candidate in p.propose(s, start):
