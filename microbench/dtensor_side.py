@@ -26,14 +26,14 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from reshard.microbench import flags
 from reshard.microbench.report import Column, machine, table, write_json
 from reshard.microbench.steal import cpu_times, stolen_note
+from reshard.microbench.weight_sync_bench import slowest_rank
 
 WORLD = 8
 MOVES: dict[str, tuple[tuple[int, ...], str, str]] = {
@@ -57,20 +57,6 @@ def placements(text: str) -> list[Any]:
     for p in text.split(","):
         out.append(Replicate() if p == "R" else Partial() if p == "P" else Shard(int(p[1:])))
     return out
-
-
-def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    """``fn()`` between barriers; the slowest rank's seconds (all ranks get it)."""
-    import torch
-    import torch.distributed as dist
-
-    dist.barrier()
-    t0 = time.perf_counter()
-    out = fn()
-    dist.barrier()
-    slowest = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return float(slowest), out
 
 
 def _source(name: str, side: int, rank: int) -> Any:
@@ -127,7 +113,7 @@ def rank_main(rank: int, store: str, report: str, args: argparse.Namespace) -> N
             for i in range(args.warmup + args.iters):
                 order = ("dtensor", "reshard") if i % 2 == 0 else ("reshard", "dtensor")
                 for way in order:
-                    t, got[way] = _timed(ways[way])
+                    t, got[way] = slowest_rank(ways[way])
                     if i >= args.warmup:
                         times[way].append(t)
             wrong = torch.tensor([0 if not args.check or torch.equal(

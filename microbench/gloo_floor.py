@@ -68,6 +68,10 @@ class Row:
         return sum(len(s) for s in self.steps)
 
 
+_COLLECTIVE = {TaskKind.ALLGATHER: "all-gather", TaskKind.ALLREDUCE: "all-reduce"}
+"""Kinds that run as one collective call, which this replay has none of."""
+
+
 def task_edges(task: Task) -> list[Edge]:
     """The messages a task's bytes take: every edge of its chain or tree (a fused
     sum's addend edges first), or a reduction's chain into its root."""
@@ -76,8 +80,9 @@ def task_edges(task: Task) -> list[Edge]:
     if task.kind is TaskKind.REDUCE:
         chain = [*task.receivers, task.root]
         return [(a, b, task.nbytes) for a, b in itertools.pairwise(chain)]
-    if task.kind in (TaskKind.ALLGATHER, TaskKind.ALLREDUCE):
-        raise ValueError(f"an {task.kind.value} task has no point-to-point replay here")
+    if task.kind in _COLLECTIVE:
+        raise ValueError(f"an {_COLLECTIVE[task.kind]} task has no point-to-point replay "
+                         f"here")
     return [(a, b, task.nbytes) for a, b in (*task.sum_edges(), *task.edges())]
 
 

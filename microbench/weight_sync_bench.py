@@ -156,7 +156,7 @@ class Sync:
                    for n, t in self.full.items())
 
 
-def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+def slowest_rank(fn: Callable[[], Any]) -> tuple[float, Any]:
     """``fn()`` between barriers; the slowest rank's seconds (all ranks get it)."""
     import torch
     import torch.distributed as dist
@@ -200,12 +200,12 @@ def rank_main(rank: int, store: str, report: str, args: argparse.Namespace,
                 rd = Redistributor(cluster=cluster) if method == "reshard" else None
                 run = (lambda s=strategy, r=rd: sync.reshard(s, r)) if method == "reshard" \
                     else getattr(sync, method)
-                first, got = _timed(run)
+                first, got = slowest_rank(run)
                 for _ in range(max(args.warmup - 1, 0)):
-                    _timed(run)
+                    slowest_rank(run)
                 times = []
                 for _ in range(args.iters):
-                    t, got = _timed(run)
+                    t, got = slowest_rank(run)
                     times.append(t)
                 wrong = torch.tensor([sync.wrong(got) if args.check else 0])
                 dist.all_reduce(wrong)

@@ -496,36 +496,31 @@ class GlooBackend(HostMemory):
     def reduce(self, buf: np.ndarray, root: int, group: Sequence[int], *,
                op: ReduceOp = ReduceOp.SUM) -> None:
         """``dist.reduce`` (SUM or MAX) into ``root``'s ``buf``."""
-        if not buf.size:
-            return
-        pg = self._group(group)
-        as_name, widen = reduce_as(buf.dtype.name)
-        work = buf.astype(as_name) if widen else buf.view(np.dtype(as_name))
-        handle = self._call("reduce", group, self._dist.reduce, self._torch.from_numpy(work),
-                            dst=self.rank_of[root], op=torch_op(self._dist, op),
-                            group=pg, async_op=True)
-        after = None
-        if widen and self.device == root:
-            def after() -> None:
-                buf[...] = work.astype(buf.dtype)  # wraps like the narrow sum would
-        self._add(_Posted(self, "reduce", group, [handle], after))
+        self._summed("reduce", self._dist.reduce, buf, group, op, self.device == root,
+                     dst=self.rank_of[root])
 
     def all_reduce(self, buf: np.ndarray, group: Sequence[int], *,
                    op: ReduceOp = ReduceOp.SUM) -> None:
         """``dist.all_reduce`` (SUM or MAX; gloo's ring) into every member's ``buf``."""
+        self._summed("all-reduce", self._dist.all_reduce, buf, group, op, True)
+
+    def _summed(self, what: str, call: Any, buf: np.ndarray, group: Sequence[int],
+                op: ReduceOp, keeps: bool, **where: Any) -> None:
+        """Post ``call`` (a reduction) of ``buf`` over ``group``, in a dtype gloo sums
+        (:func:`reshard.dtypes.reduce_as`); where this member ``keeps`` the result and
+        it was widened, it is wrapped back into ``buf`` once done."""
         if not buf.size:
             return
-        pg = self._group(group)
         as_name, widen = reduce_as(buf.dtype.name)
         work = buf.astype(as_name) if widen else buf.view(np.dtype(as_name))
-        handle = self._call("all-reduce", group, self._dist.all_reduce,
-                            self._torch.from_numpy(work), op=torch_op(self._dist, op),
-                            group=pg, async_op=True)
+        handle = self._call(what, group, call, self._torch.from_numpy(work),
+                            op=torch_op(self._dist, op), group=self._group(group),
+                            async_op=True, **where)
         after = None
-        if widen:
+        if widen and keeps:
             def after() -> None:
                 buf[...] = work.astype(buf.dtype)  # wraps like the narrow sum would
-        self._add(_Posted(self, "all-reduce", group, [handle], after))
+        self._add(_Posted(self, what, group, [handle], after))
 
     def group_start(self) -> None:
         """Open a group: the operations issued until :meth:`group_end` are all started

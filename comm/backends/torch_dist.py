@@ -321,37 +321,31 @@ class TorchTensorBackend:
                op: ReduceOp = ReduceOp.SUM) -> None:
         """``dist.reduce`` (SUM or MAX) into ``root``'s ``buf`` (16-bit integers widened
         to int32 and wrapped back, unsigned 32/64-bit as their signed twins)."""
-        if not buf.numel():
-            return
-        name = str(buf.dtype).removeprefix("torch.")
-        as_name, widen = reduce_as(name)
-        as_dt = getattr(self._torch, as_name)
-        work = buf.to(as_dt) if widen else buf.view(as_dt)
-        after = None
-        if widen and self.device == root:
-            def after() -> None:
-                buf.copy_(work.to(buf.dtype))  # wraps like the narrow sum would
-        self._issue("reduce", group, self._dist.reduce, work, dst=root,
-                    op=torch_op(self._dist, op), group=self._group(group), async_op=True,
-                    after=after)
+        self._summed("reduce", self._dist.reduce, buf, group, op, self.device == root,
+                     dst=root)
 
     def all_reduce(self, buf: Any, group: Sequence[int], *,
                    op: ReduceOp = ReduceOp.SUM) -> None:
         """``dist.all_reduce`` (SUM or MAX) into every member's ``buf`` (16-bit integers
         widened as for :meth:`reduce`)."""
+        self._summed("all-reduce", self._dist.all_reduce, buf, group, op, True)
+
+    def _summed(self, what: str, call: Any, buf: Any, group: Sequence[int], op: ReduceOp,
+                keeps: bool, **where: Any) -> None:
+        """Issue ``call`` (a reduction) of ``buf`` over ``group`` in a dtype torch sums;
+        where this member ``keeps`` the result and it was widened, it is wrapped back
+        into ``buf`` once done."""
         if not buf.numel():
             return
-        name = str(buf.dtype).removeprefix("torch.")
-        as_name, widen = reduce_as(name)
+        as_name, widen = reduce_as(str(buf.dtype).removeprefix("torch."))
         as_dt = getattr(self._torch, as_name)
         work = buf.to(as_dt) if widen else buf.view(as_dt)
         after = None
-        if widen:
+        if widen and keeps:
             def after() -> None:
-                buf.copy_(work.to(buf.dtype))
-        self._issue("all-reduce", group, self._dist.all_reduce, work,
-                    op=torch_op(self._dist, op), group=self._group(group), async_op=True,
-                    after=after)
+                buf.copy_(work.to(buf.dtype))  # wraps like the narrow sum would
+        self._issue(what, group, call, work, op=torch_op(self._dist, op),
+                    group=self._group(group), async_op=True, after=after, **where)
 
     def group_start(self) -> None:
         """Open a group: operations until :meth:`group_end` are all started (on CUDA, one

@@ -42,6 +42,8 @@ def test_copies_send_nothing_reductions_chain_into_their_root_allgathers_refused
     assert gloo_floor.task_edges(red) == [(3, 1, 16), (1, 0, 16)]
     with pytest.raises(ValueError, match="all-gather"):
         gloo_floor.task_edges(Task(TaskKind.ALLGATHER, 0, box, 0, (0, 1), 16, 0))
+    with pytest.raises(ValueError, match="all-reduce"):
+        gloo_floor.task_edges(Task(TaskKind.ALLREDUCE, 0, box, -1, (0, 1), 16, 0))
 
 
 def test_coalesced_messages_replay_once_with_their_tasks_bytes():
