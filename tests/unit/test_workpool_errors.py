@@ -26,7 +26,7 @@ def _oom() -> None:
 
 
 def _ask(fn, cap: int) -> tuple:
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context("spawn")  # not fork: the test process may run threads (JAX)
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_serve, args=(child, cap), daemon=True)
     proc.start()
@@ -35,7 +35,7 @@ def _ask(fn, cap: int) -> tuple:
         parent.send((fn, ()))
         assert parent.poll(30), "the worker did not answer"
         return parent.recv()
-    finally:  # the forked worker holds the parent's end too: it never sees EOF
+    finally:  # killed: nothing more to ask it
         parent.close()
         proc.kill()
         proc.join(10)
