@@ -26,14 +26,13 @@ import os
 import statistics
 import sys
 import tempfile
-import traceback
 from collections.abc import Sequence
 from typing import Any
 
 from reshard.microbench import flags
+from reshard.microbench.gloo_ranks import gloo_group, report_rows, slowest_rank
 from reshard.microbench.report import Column, machine, table, write_json
 from reshard.microbench.steal import cpu_times, stolen_note
-from reshard.microbench.weight_sync_bench import slowest_rank
 
 WORLD = 8
 MOVES: dict[str, tuple[tuple[int, ...], str, str]] = {
@@ -97,9 +96,7 @@ def rank_main(rank: int, store: str, report: str, args: argparse.Namespace) -> N
     from reshard.adapters.dtensor_redistribute import Redistributor
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
-                            world_size=WORLD)
-    try:
+    with gloo_group(rank, store, WORLD):
         rd = Redistributor()
         rows = []
         side = max(int((args.size // 4) ** 0.5) // 8 * 8, 8)
@@ -125,15 +122,7 @@ def rank_main(rank: int, store: str, report: str, args: argparse.Namespace) -> N
                          "reshard_ms": r * 1e3, "ratio": d / r,
                          "wrong": int(wrong) if args.check else None})
         rd.close()
-        if rank == 0:
-            with open(report, "w", encoding="utf-8") as f:
-                json.dump(rows, f)
-        dist.barrier()
-    except BaseException:
-        traceback.print_exc()
-        raise
-    finally:
-        dist.destroy_process_group()
+        report_rows(rank, report, rows)
 
 
 COLUMNS = (Column("move", "move", align="<"), Column("mesh", "mesh", align="<"),

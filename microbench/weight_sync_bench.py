@@ -33,13 +33,12 @@ import pathlib
 import statistics
 import sys
 import tempfile
-import time
-import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
 from reshard.microbench import flags
+from reshard.microbench.gloo_ranks import gloo_group, report_rows, slowest_rank
 from reshard.microbench.report import Column, machine, table, write_json
 
 WORLD = 8
@@ -156,20 +155,6 @@ class Sync:
                    for n, t in self.full.items())
 
 
-def slowest_rank(fn: Callable[[], Any]) -> tuple[float, Any]:
-    """``fn()`` between barriers; the slowest rank's seconds (all ranks get it)."""
-    import torch
-    import torch.distributed as dist
-
-    dist.barrier()
-    t0 = time.perf_counter()
-    out = fn()
-    dist.barrier()
-    slowest = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return float(slowest), out
-
-
 def rank_main(rank: int, store: str, report: str, args: argparse.Namespace,
               netns: Sequence[tuple[str, str]] | None, cluster: Any) -> None:
     """One of the 8 ranks: every method, ``-w`` + ``-n`` syncs each (``netns``: each
@@ -190,9 +175,7 @@ def rank_main(rank: int, store: str, report: str, args: argparse.Namespace,
     cluster = None if cluster is None else Cluster.from_dict(cluster)
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
-                            world_size=WORLD)
-    try:
+    with gloo_group(rank, store, WORLD):
         sync = Sync(load_example(), args, rank)
         rows = []
         for method in args.methods:
@@ -217,15 +200,7 @@ def rank_main(rank: int, store: str, report: str, args: argparse.Namespace,
                              "time_ms": statistics.median(times) * 1e3,
                              "GBps": sync.nbytes / statistics.median(times) / 1e9,
                              "wrong": int(wrong) if args.check else None})
-        if rank == 0:
-            with open(report, "w", encoding="utf-8") as f:
-                json.dump(rows, f)
-        dist.barrier()
-    except BaseException:
-        traceback.print_exc()
-        raise
-    finally:
-        dist.destroy_process_group()
+        report_rows(rank, report, rows)
 
 
 COLUMNS = (Column("method", "method", align="<"), Column("strategy", "strategy", align="<"),

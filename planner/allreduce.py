@@ -69,17 +69,18 @@ def allreduce_first(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: St
         return None
     first: list[Task] = []
     mids = list(tensors)
-    for i in chosen:
-        first += allreduce_tasks(tensors[i], i)
-        mids[i] = reduced(tensors[i])
     # where a member's destination shard holds its box, the sum lands there: the rest
     # plan's local copy of it goes; a plan that reads it from the source there is none
     landed: dict[tuple[int, int], list[Box]] = {}
-    for a in first:
-        dst = tensors[a.tensor].dst.boxes(tensors[a.tensor].shape)
-        for m in a.receivers:
-            if delivers(dst.get(m), a.box):
-                landed.setdefault((a.tensor, m), []).append(a.box)
+    for i in chosen:
+        mine = allreduce_tasks(tensors[i], i)
+        dst = tensors[i].dst.boxes(tensors[i].shape)
+        for a in mine:
+            for m in a.receivers:
+                if delivers(dst.get(m), a.box):
+                    landed.setdefault((i, m), []).append(a.box)
+        first += mine
+        mids[i] = reduced(tensors[i])
     shift = 1 if first else 0
     tasks = list(first)
     for x in planner(tuple(mids), cluster, strat).tasks:

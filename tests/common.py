@@ -92,6 +92,23 @@ def check_shards(rt, y, value: np.ndarray) -> None:
         assert got.tobytes() == want.tobytes(), f"device {d} of {y.layout} differs"
 
 
+def allreduce_first_moves(rt, value: np.ndarray, src: Layout, dst: Layout,
+                          rng: np.random.Generator):
+    """Put ``value`` on ``src`` (random addends where partial), move it to ``dst`` with
+    the all-reduce-first plan (reshard.planner.allreduce; it must begin with an
+    ALLREDUCE), check every destination shard byte for byte; returns ``(x, y)``."""
+    from reshard.planner.allreduce import allreduce_first
+    from reshard.planner.plan import _best_plan
+
+    x = put_value(rt, value, src, rng)
+    p = rt.plan(x, dst)
+    first = allreduce_first(p.tensors, p.cluster, p.strategy, _best_plan)
+    assert first is not None and first.tasks[0].kind is TaskKind.ALLREDUCE
+    (y,) = rt.execute(first, [x])
+    check_shards(rt, y, value)
+    return x, y
+
+
 def wire_bytes(plan: ReshardPlan) -> int:
     """Bytes a plan puts on the wire, from its tasks alone: a send carries its box once,
     a broadcast once per receiver (and, summing addends, once per addend), a reduction

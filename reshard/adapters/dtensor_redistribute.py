@@ -66,6 +66,7 @@ from reshard.comm.steps import LoadedProgram
 from reshard.dtypes import DTYPES, Cast, parse_dtype
 from reshard.errors import DTypeError, ReshardError, ShapeError
 from reshard.layout import Layout
+from reshard.lru import LruCache
 from reshard.planner.ir import TaskKind, TensorSpec, output_indices
 from reshard.planner.staging import check_budget
 from reshard.planner.strategy import Strategy
@@ -177,7 +178,7 @@ class Redistributor:
         self.device_type: str | None = None
         self._plans: OrderedDict[tuple, tuple[tuple[TensorSpec, ...], LoadedProgram]] = \
             OrderedDict()
-        self._calls: OrderedDict[tuple, list[_Move]] = OrderedDict()
+        self._calls: LruCache[tuple, list[_Move]] = LruCache(4 * max_plans)
         self.hits = self.misses = 0
 
     @property
@@ -273,14 +274,8 @@ class Redistributor:
         call = (strat, conversion, tuple(
             (dt.device_mesh, dt.placements, dt.shape, dt.dtype, mesh, tuple(pl))
             for dt, mesh, pl in zip(dts, meshes, pls)))
-        moves = self._calls.get(call)
-        if moves is None:
-            moves = self._moves(dts, meshes, pls, names, conversion)
-            self._calls[call] = moves
-            while len(self._calls) > 4 * self.max_plans:
-                self._calls.popitem(last=False)
-        else:
-            self._calls.move_to_end(call)
+        moves = self._calls.get_or_make(
+            call, lambda: self._moves(dts, meshes, pls, names, conversion))
         tensors_, loaded = self.plan(moves, strat, device_type)
         ex = self._executor(device_type)
         me = ex.device
@@ -343,7 +338,7 @@ class Redistributor:
     def close(self) -> None:
         """Drop the plans and the executor (the caller's process group stays)."""
         self._plans.clear()
-        self._calls.clear()
+        self._calls = LruCache(4 * self.max_plans)
         if self.executor is not None:
             self.executor.close()
             self.executor = None

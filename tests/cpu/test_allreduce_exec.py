@@ -12,11 +12,8 @@ import numpy as np
 import pytest
 
 from reshard import DeviceMesh, Layout
-from reshard.planner.allreduce import allreduce_first
-from reshard.planner.plan import _best_plan
-from reshard.planner.tasks import TaskKind
 
-from ..common import check_shards, put_value, sample
+from ..common import allreduce_first_moves, sample
 
 pytestmark = pytest.mark.cpu
 
@@ -35,11 +32,5 @@ def test_allreduce_first_bytes(rt, shape, s, d, dtype):
     rng = np.random.default_rng(11)
     value = sample(rng, (37, 10), dtype)
     mesh = DeviceMesh(shape)
-    src, dst = Layout(mesh, s), Layout(mesh, d)
-    x = put_value(rt, value, src, rng)
-    p = rt.plan(x, dst)
-    first = allreduce_first(p.tensors, p.cluster, p.strategy, _best_plan)
-    assert first is not None and first.tasks[0].kind is TaskKind.ALLREDUCE
-    (y,) = rt.execute(first, [x])
-    check_shards(rt, y, value)
+    x, y = allreduce_first_moves(rt, value, Layout(mesh, s), Layout(mesh, d), rng)
     rt.free(x, y)

@@ -25,7 +25,7 @@ from reshard.planner.plan import _best_plan
 from reshard.planner.strategy import Strategy
 from reshard.planner.tasks import Task, TaskKind
 
-from ..common import check_shards, put_value, sample
+from ..common import allreduce_first_moves, sample
 
 ONE_HOST = Cluster.from_hosts([list(range(8))])
 MESH = DeviceMesh((8,))
@@ -132,12 +132,7 @@ def test_bytes_on_the_local_backend(mesh, s, d, dtype, native, monkeypatch):
         if method is not None:
             monkeypatch.setattr(LocalBackend, name, _counted(method, name, calls))
     with reshard.Runtime(backend="local", cluster=ONE_HOST) as rt:
-        x = put_value(rt, value, src, rng)
-        p = rt.plan(x, dst)
-        first = allreduce_first(p.tensors, p.cluster, p.strategy, _best_plan)
-        assert first is not None and first.tasks[0].kind is TaskKind.ALLREDUCE
-        (y,) = rt.execute(first, [x])
-        check_shards(rt, y, value)
+        x, _ = allreduce_first_moves(rt, value, src, dst, rng)
         again = rt.get(x)  # the caller's addends untouched: the sum again
         assert again.tobytes() == value.tobytes()
     ran = set(calls)
