@@ -21,16 +21,13 @@ Run: ``python -m reshard.microbench.dtensor_side`` (ratio > 1: reshard faster).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
-import tempfile
 from collections.abc import Sequence
 from typing import Any
 
 from reshard.microbench import flags
-from reshard.microbench.gloo_ranks import gloo_group, report_rows, slowest_rank
+from reshard.microbench.gloo_ranks import gloo_group, report_rows, slowest_rank, spawn_ranks
 from reshard.microbench.report import Column, machine, table, write_json
 from reshard.microbench.steal import cpu_times, stolen_note
 
@@ -156,16 +153,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run every move on 8 spawned gloo processes and print the table."""
     args = parse(argv)
-    import torch.multiprocessing as mp
-
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     before = cpu_times()
-    with tempfile.TemporaryDirectory() as tmp:
-        report = os.path.join(tmp, "rows.json")
-        store = os.path.join(tmp, "store")
-        mp.spawn(rank_main, args=(store, report, args), nprocs=WORLD, join=True)
-        with open(report, encoding="utf-8") as f:
-            rows = json.load(f)
+    rows = spawn_ranks(rank_main, WORLD, args)
     print(f"# DTensor.redistribute vs reshard on one mesh of 8 gloo processes on this "
           f"machine; float32; median of {args.iters}, alternated; "
           f"{stolen_note(before, cpu_times())}")

@@ -6,6 +6,8 @@ slowest rank saw it, and hand the rows to the parent through rank 0's report fil
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -56,4 +58,20 @@ def report_rows(rank: int, path: str, rows: list[dict[str, Any]]) -> None:
     dist.barrier()
 
 
-__all__ = ["gloo_group", "report_rows", "slowest_rank"]
+def spawn_ranks(rank_main: Callable[..., None], world: int, *args: Any) -> list[dict[str, Any]]:
+    """Run ``rank_main(rank, store, report, *args)`` in ``world`` spawned processes
+    (one thread each for BLAS: ``OMP_NUM_THREADS=1`` unless set) and return the rows
+    rank 0 reported (:func:`report_rows`)."""
+    import torch.multiprocessing as mp
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "rows.json")
+        mp.spawn(rank_main, args=(os.path.join(tmp, "store"), report, *args), nprocs=world,
+                 join=True)
+        with open(report, encoding="utf-8") as f:
+            rows: list[dict[str, Any]] = json.load(f)
+    return rows
+
+
+__all__ = ["gloo_group", "report_rows", "slowest_rank", "spawn_ranks"]

@@ -27,18 +27,16 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import pathlib
 import statistics
 import sys
-import tempfile
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
 from reshard.microbench import flags
-from reshard.microbench.gloo_ranks import gloo_group, report_rows, slowest_rank
+from reshard.microbench.gloo_ranks import gloo_group, report_rows, slowest_rank, spawn_ranks
 from reshard.microbench.report import Column, machine, table, write_json
 
 WORLD = 8
@@ -243,24 +241,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run every method on 8 spawned gloo processes and print the table."""
     args = parse(argv)
     load_example()  # fail early outside a checkout
-    import torch.multiprocessing as mp
+    if args.testbed is None:
+        rows = spawn_ranks(rank_main, WORLD, args, None, None)
+    else:
+        from reshard.microbench.infra.testbed import Testbed
 
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    with tempfile.TemporaryDirectory() as tmp:
-        report = os.path.join(tmp, "rows.json")
-        store = os.path.join(tmp, "store")
-        if args.testbed is None:
-            mp.spawn(rank_main, args=(store, report, args, None, None), nprocs=WORLD,
-                     join=True)
-        else:
-            from reshard.microbench.infra.testbed import Testbed
-
-            with Testbed(4, args.testbed) as tb:
-                hosts = [(h.netns, h.ifname) for h in tb.netns_placement().hosts]
-                mp.spawn(rank_main, args=(store, report, args, hosts, tb.cluster(2).to_dict()),
-                         nprocs=WORLD, join=True)
-        with open(report, encoding="utf-8") as f:
-            rows = json.load(f)
+        with Testbed(4, args.testbed) as tb:
+            hosts = [(h.netns, h.ifname) for h in tb.netns_placement().hosts]
+            rows = spawn_ranks(rank_main, WORLD, args, hosts, tb.cluster(2).to_dict())
     base = {r["method"]: r["time_ms"] for r in rows}.get("full_bcast")
     for r in rows:
         r["speedup"] = base / r["time_ms"] if base else None
