@@ -479,11 +479,15 @@ def floors(rows: Sequence[Row], rounds: int, repeats: int = 3, policy: str = "ba
         try:
             # one failure is enough: its peers may wait on it for ever
             while len(got) < world and not failed:
+                # who is dead is looked at before the queue: a failing process puts its
+                # error, then exits, and may do both between this loop's two looks
+                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
                 if not results.empty():
                     _, best = results.get()
                     (failed.append if isinstance(best, str) else got.append)(best)
-                elif any(p.exitcode not in (None, 0) for p in procs):
-                    failed.append("a process died without a word")
+                elif dead:
+                    failed.append(f"rank {dead[0]} died without a word "
+                                  f"(exit code {procs[dead[0]].exitcode})")
                 elif time.monotonic() > deadline:
                     failed.append(f"{world - len(got)} not done after {timeout:g} s")
                 else:

@@ -114,13 +114,15 @@ def test_a_plan_replays_over_each_transport(transport):
 def test_a_failing_or_stuck_replay_fails_instead_of_hanging():
     # rank 3 is outside the world of 3: the sockets replay has no port for it (its
     # sender fails at once); gloo waits for ever on it (the call's timeout ends it, or,
-    # as the processes are stopped, a peer's broken connection is reported first)
+    # as the processes are stopped, a peer's broken connection is reported first; under
+    # load gloo has also been seen to end a process without a Python error)
     rows = [gloo_floor.Row("bad", 16, 3, (((0, 3, 16),),), 1e-6)]
     with pytest.raises(RuntimeError, match="sockets processes failed: rank 0: IndexError"):
         gloo_floor.floors(rows, rounds=1, repeats=1, transport="sockets")
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match=r"gloo processes failed: (3 not done after 15 s|"
-                                           r"rank \d: RuntimeError: .*Connection reset)"):
+                                           r"rank \d: RuntimeError: .*Connection reset|"
+                                           r"rank \d died without a word \(exit code -?\d+\))"):
         gloo_floor.floors(rows, rounds=1, repeats=1, transport="gloo", timeout=15)
     assert time.monotonic() - t0 < 60
 
