@@ -8,9 +8,11 @@ it leaves out, exact for its objective).
     choice = search_chain([layer] * 8, Cluster.regular(2, 4), microbatches=16)
 """
 
-from reshard.search.chain import MOVES, SCHEDULES, evaluate, objective, search_chain
+from reshard.search.chain import MOVES, SCHEDULES, best_few, evaluate, objective, search_chain
 from reshard.search.costs import MoveCosts
+from reshard.search.graph import METHODS, Graph, evaluate_graph, search_graph
 from reshard.search.model import Candidate, Choice, Layer, Placement, Stage, placements
 
-__all__ = ["MOVES", "SCHEDULES", "Candidate", "Choice", "Layer", "MoveCosts", "Placement",
-           "Stage", "evaluate", "objective", "placements", "search_chain"]
+__all__ = ["METHODS", "MOVES", "SCHEDULES", "Candidate", "Choice", "Graph", "Layer",
+           "MoveCosts", "Placement", "Stage", "best_few", "evaluate", "evaluate_graph",
+           "objective", "placements", "search_chain", "search_graph"]

@@ -24,6 +24,7 @@ choice's real objective.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections.abc import Iterator, Sequence
@@ -96,27 +97,45 @@ def parse_choice_name(value: str, valid: Sequence[str], what: str) -> str:
 
 def evaluate(layers: Sequence[Layer], stages: Sequence[Stage], cluster: Cluster,
              microbatches: int, schedule: str = "1f1b",
-             costs: MoveCosts | None = None) -> Choice:
+             costs: MoveCosts | None = None,
+             edges: Sequence[tuple[int, int]] | None = None) -> Choice:
     """The objective of ``stages`` with every move priced by reshard (their recorded
     ``inner`` and ``move_in`` recomputed: a choice made with ``moves="free"`` gets its
-    real cost)."""
+    real cost). ``edges``: which layer's output each layer takes (``(producer,
+    consumer)`` pairs, :class:`reshard.search.Graph`); default the chain's."""
     costs = MoveCosts(cluster) if costs is None else MoveCosts(cluster, False, costs.cache)
-    priced = []
-    prev: tuple[Placement, Candidate] | None = None
-    for st in stages:
-        cands = [_named(layers[k], st.placement.shape, n)
-                 for k, n in zip(range(st.first, st.last + 1), st.choices)]
-        p = st.placement
-        inner = sum(costs.move(layers[k - 1].output_shape, layers[k - 1].dtype,
-                               p, cands[k - st.first - 1].output, p, cands[k - st.first].input)
-                    for k in range(st.first + 1, st.last + 1))
-        move_in = 0.0 if prev is None else costs.move(
-            layers[st.first - 1].output_shape, layers[st.first - 1].dtype,
-            prev[0], prev[1].output, p, cands[0].input)
-        priced.append(Stage(st.first, st.last, st.placement, st.choices,
-                            sum(c.compute for c in cands), inner, move_in))
-        prev = (st.placement, cands[-1])
-    return objective(priced, microbatches, schedule)
+    cands = [_named(layers[k], st.placement.shape, n)
+             for st in stages for k, n in zip(range(st.first, st.last + 1), st.choices)]
+    links = chain_edges(len(layers)) if edges is None else edges
+    return objective(price(layers, links, stages, cands, costs), microbatches, schedule)
+
+
+def chain_edges(n: int) -> tuple[tuple[int, int], ...]:
+    """A chain's edges: each layer takes the one before's output."""
+    return tuple((k, k + 1) for k in range(n - 1))
+
+
+def price(layers: Sequence[Layer], edges: Sequence[tuple[int, int]],
+          stages: Sequence[Stage], cands: Sequence[Candidate], costs: MoveCosts
+          ) -> list[Stage]:
+    """``stages`` with layer ``k`` running ``cands[k]``, their compute and moves priced:
+    an edge inside a stage is an inner move of it, one from an earlier stage a move in
+    of the stage it enters."""
+    stage_of = [i for i, st in enumerate(stages) for _ in range(st.first, st.last + 1)]
+    inner = [0.0] * len(stages)
+    moved = [0.0] * len(stages)
+    for u, v in edges:
+        su, sv = stage_of[u], stage_of[v]
+        m = costs.move(layers[u].output_shape, layers[u].dtype, stages[su].placement,
+                       cands[u].output, stages[sv].placement, cands[v].input)
+        if su == sv:
+            inner[sv] += m
+        else:
+            moved[sv] += m
+    return [Stage(st.first, st.last, st.placement,
+                  tuple(c.name for c in cands[st.first:st.last + 1]),
+                  sum(c.compute for c in cands[st.first:st.last + 1]), inner[i], moved[i])
+            for i, st in enumerate(stages)]
 
 
 def _named(layer: Layer, shape: Shape, name: str) -> Candidate:
@@ -242,29 +261,66 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
         SearchError: no layers, a layer without candidates, an irregular cluster, no
             stages that use every device, or none within the memory limit.
     """
+    return best_few(layers, cluster, microbatches, 1, schedule=schedule,
+                    memory_limit=memory_limit, moves=moves, cache=cache, block=block)[0]
+
+
+def best_few(layers: Sequence[Layer], cluster: Cluster, microbatches: int, count: int, *,
+             schedule: str = "1f1b", memory_limit: int | None = None,
+             moves: str = "priced", cache: CostCache | None = None,
+             block: int | None = None) -> list[Choice]:
+    """:func:`search_chain`'s best answer first, then up to ``count - 1`` more: the
+    least-sum stages under each other bound on the slowest stage's period that could
+    still be among the best ``count`` (each the best choice whose slowest stage is that
+    bound's), best objective first. The pipeline simulator re-ranks them
+    (:func:`reshard.search.rerank`). Arguments and errors as :func:`search_chain`'s."""
     sched = parse_choice_name(schedule, SCHEDULES, "schedule")
     how = parse_choice_name(moves, MOVES, "moves")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise SearchError(f"count must be an integer >= 1, got {count!r}")
     _check(layers, cluster, microbatches)
     size = block if block is not None else max(1, -(-len(layers) // MAX_BLOCKS))
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise SearchError(f"block must be an integer >= 1, got {block!r}")
+    costs = MoveCosts(cluster, how == "free", cache if cache is not None else CostCache())
     if size > 1:
         merged, firsts = blocks(layers, size)
-        got = search_chain(merged, cluster, microbatches, schedule=sched,
-                           memory_limit=memory_limit, moves=moves, cache=cache, block=1)
-        expanded = []
-        for st in got.stages:
-            first = firsts[st.first]
-            last = firsts[st.last + 1] - 1 if st.last + 1 < len(firsts) else len(layers) - 1
-            names = tuple(n for k, n in enumerate(st.choices)
-                          for _ in range((firsts[st.first + k + 1] if st.first + k + 1 <
-                                          len(firsts) else len(layers))
-                                         - firsts[st.first + k]))
-            expanded.append(Stage(first, last, st.placement, names, 0.0, 0.0, 0.0))
-        return evaluate(layers, expanded, cluster, microbatches, sched,
-                        MoveCosts(cluster, cache=cache if cache is not None else CostCache()))
+        got = best_few(merged, cluster, microbatches, count, schedule=sched,
+                       memory_limit=memory_limit, moves=moves, cache=costs.cache, block=1)
+        return [evaluate(layers, _expand(c.stages, firsts, len(layers)), cluster,
+                         microbatches, sched, costs) for c in got]
     limit = math.inf if memory_limit is None else memory_limit
-    costs = MoveCosts(cluster, how == "free", cache if cache is not None else CostCache())
+    found = _dp(layers, cluster, microbatches, sched, limit, costs, count)
+    if not found:
+        shapes = sorted({s for layer in layers for s in layer.candidates})
+        raise SearchError(
+            f"no stages use all {len(cluster.devices)} devices: the layers' submesh shapes "
+            f"{shapes} cannot tile the cluster"
+            + ("" if memory_limit is None else f" within {memory_limit} bytes per device"))
+    out = []
+    for path in found:
+        stages = tuple(Stage(o.first, o.last, o.placement, o.names, o.compute,
+                             o.inner - o.compute, m) for o, m in path)
+        out.append(evaluate(layers, stages, cluster, microbatches, sched, costs)
+                   if how == "free" else objective(stages, microbatches, sched))
+    return sorted(out, key=lambda c: c.time)
+
+
+def _expand(stages: Sequence[Stage], firsts: Sequence[int], n: int) -> list[Stage]:
+    """Stages over blocks (first layers ``firsts`` of ``n``) as stages over the layers,
+    each layer taking its block's candidate (unpriced)."""
+    ends = [*firsts[1:], n]
+    return [Stage(firsts[st.first], ends[st.last] - 1, st.placement,
+                  tuple(name for k, name in enumerate(st.choices)
+                        for _ in range(ends[st.first + k] - firsts[st.first + k])),
+                  0.0, 0.0, 0.0) for st in stages]
+
+
+def _dp(layers: Sequence[Layer], cluster: Cluster, microbatches: int, sched: str,
+        limit: float, costs: MoveCosts, count: int
+        ) -> list[tuple[tuple[_Option, float], ...]]:
+    """The DP of the module docstring: the best ``count`` answers over the bounds (each
+    bound's least sum), as paths of (stage option, its move in)."""
     n, total = len(layers), len(cluster.devices)
     shapes = sorted({s for layer in layers for s in layer.candidates})
     options: dict[tuple[int, int], list[_Option]] = {}
@@ -279,7 +335,7 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
     if not any(options.values()):
         raise SearchError(
             "no stage fits: every layer's candidates exceed the memory limit of "
-            f"{memory_limit} bytes per device, or no submesh shape fits the cluster")
+            f"{limit} bytes per device, or no submesh shape fits the cluster")
 
     # every stage option after every way the stage before can end (its submesh and
     # output layout, as an id), with the move between them: priced once
@@ -307,7 +363,7 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
                 moved[(e, k)] = costs.move(before.output_shape, before.dtype, place,
                                            cand.output, o.placement, o.entry.input)
     # the bounds to try: every period a stage could have, in increasing order; a bound
-    # no better than the best so far stops
+    # no better than the count-th best so far stops
     caps = sorted({period(sched, flat[k].inner, m) for (_, k), m in moved.items()})
 
     def best_sum(cap: float) -> tuple[float, tuple[tuple[_Option, float], ...]]:
@@ -328,24 +384,22 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
 
         return f(0, 0, -1)
 
-    best_t = math.inf
-    best_path: tuple[tuple[_Option, float], ...] = ()
+    found: dict[tuple, tuple[float, tuple[tuple[_Option, float], ...]]] = {}
+    best: list[float] = []  # the least ``count`` values so far, increasing
     for cap in caps:
-        if (microbatches - 1) * cap >= best_t:
+        if len(best) == count and (microbatches - 1) * cap >= best[-1]:
             break
         s, path = best_sum(cap)
-        if s + (microbatches - 1) * cap < best_t and path:
-            best_t, best_path = s + (microbatches - 1) * cap, path
-    if not best_path:
-        raise SearchError(
-            f"no stages use all {total} devices: the layers' submesh shapes "
-            f"{shapes} cannot tile the cluster"
-            + ("" if memory_limit is None else f" within {memory_limit} bytes per device"))
-    stages = tuple(Stage(o.first, o.last, o.placement, o.names, o.compute,
-                         o.inner - o.compute, m) for o, m in best_path)
-    if how == "free":
-        return evaluate(layers, stages, cluster, microbatches, sched, costs)
-    return objective(stages, microbatches, sched)
+        if not path:
+            continue
+        key = tuple((o.first, o.last, o.placement, o.names) for o, _ in path)
+        value = s + (microbatches - 1) * cap
+        if key not in found or value < found[key][0]:
+            found[key] = (value, path)
+            bisect.insort(best, value)
+            del best[count:]
+    return [path for _, path in sorted(found.values(), key=lambda vp: vp[0])[:count]]
 
 
-__all__ = ["MAX_BLOCKS", "MOVES", "SCHEDULES", "blocks", "evaluate", "objective", "period", "search_chain"]
+__all__ = ["MAX_BLOCKS", "MOVES", "SCHEDULES", "best_few", "blocks", "chain_edges", "evaluate",
+           "objective", "period", "price", "search_chain"]

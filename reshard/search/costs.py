@@ -31,15 +31,21 @@ class MoveCosts:
     free: bool = False
     cache: CostCache = field(default_factory=CostCache)
     asked: int = 0
-    _known: dict[tuple, float] = field(default_factory=dict, repr=False)
+    _known: dict[tuple, tuple[float, float]] = field(default_factory=dict, repr=False)
 
     def move(self, shape: tuple[int, ...], dtype: str, src: Placement, src_spec: str,
              dst: Placement, dst_spec: str) -> float:
         """The activation from ``src_spec`` on submesh ``src`` to ``dst_spec`` on ``dst``,
         and its gradient back (kept by those six values: a search asks each many
         times)."""
+        there, back = self.both(shape, dtype, src, src_spec, dst, dst_spec)
+        return there + back
+
+    def both(self, shape: tuple[int, ...], dtype: str, src: Placement, src_spec: str,
+             dst: Placement, dst_spec: str) -> tuple[float, float]:
+        """:meth:`move`'s two parts: the activation there, the gradient back."""
         if self.free or (src == dst and src_spec == dst_spec):
-            return 0.0
+            return (0.0, 0.0)
         key = (shape, dtype, src, src_spec, dst, dst_spec)
         got = self._known.get(key)
         if got is None:
@@ -48,7 +54,7 @@ class MoveCosts:
             there, back = estimate_many([(shape, dtype, a, b, self.cluster),
                                          (shape, dtype, b, a, self.cluster)],
                                         cache=self.cache)
-            got = self._known[key] = there + back
+            got = self._known[key] = (there, back)
         return got
 
 

@@ -1,0 +1,296 @@
+"""A model as a DAG (skip connections): its layouts at fixed stages by coordinate
+descent (AutoDDL's way), started from the chain DP's choice, or by MCMC (FlexFlow's).
+
+A :class:`Graph` is its layers in a topological order and its edges ``(producer,
+consumer)``: the consumer takes the producer's output activation, in the consumer's
+candidate's input layout, and sends the gradient back. Stages are runs of consecutive
+layers of that order, so every edge goes forward or stays in a stage. The objective is
+the chain's (:mod:`reshard.search.chain`) with every edge priced: an edge inside a
+stage adds to that stage's inner time, one from an earlier stage (a skip connection
+may cross several) to the move in of the stage it enters.
+
+:func:`search_graph` takes the chain DP's best few stage choices of the layers in
+order (the edges between consecutive layers priced, the skip connections not), and at
+each choice's stages chooses the layers' candidates on the graph's objective:
+
+* ``method="descent"`` (AutoDDL): change one layer's candidate, or two layers joined
+  by an edge together, to the best with the others fixed; repeat until no change
+  lowers the objective (a local optimum; the seed is the chain DP's);
+* ``method="mcmc"`` (FlexFlow): from the same seed, ``steps`` random changes of one
+  layer's candidate, each kept with probability ``exp(-(new - old) / (beta * old))``
+  (always when no worse), seeded; the best seen is the answer.
+
+The stage choice with the least objective after that is the answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from reshard.cluster import Cluster
+from reshard.errors import SearchError
+from reshard.planner.estimates import CostCache
+from reshard.search.chain import (
+    best_few,
+    chain_edges,
+    evaluate,
+    objective,
+    parse_choice_name,
+    price,
+)
+from reshard.search.costs import MoveCosts
+from reshard.search.model import Candidate, Choice, Layer, Stage
+from reshard.spec import ShardingSpec
+
+METHODS = ("descent", "mcmc")
+"""How :func:`search_graph` chooses layouts at fixed stages."""
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Layers in a topological order and the edges between them.
+
+    Attributes:
+        layers: every layer, each after all the layers it takes an output from.
+        edges: ``(producer, consumer)`` index pairs; a consumer takes each producer's
+            output (``output_shape``, ``dtype``) in its candidate's ``input`` layout.
+
+    Raises:
+        SearchError: an edge names no layer, joins a layer to itself or goes round a
+            cycle; the layers are not in a topological order (the message gives one);
+            a consumer's input layout does not fit the rank of a producer's output.
+    """
+
+    layers: tuple[Layer, ...]
+    edges: tuple[tuple[int, int], ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", tuple(self.layers))
+        object.__setattr__(self, "edges", tuple(sorted({(int(u), int(v))
+                                                        for u, v in self.edges})))
+        n = len(self.layers)
+        for u, v in self.edges:
+            if not (0 <= u < n and 0 <= v < n):
+                raise SearchError(f"edge ({u}, {v}) names no layer: there are {n}")
+            if u == v:
+                raise SearchError(f"edge ({u}, {v}) joins layer {u} "
+                                  f"({self.layers[u].name!r}) to itself")
+        backward = [(u, v) for u, v in self.edges if u > v]
+        if backward:
+            cycle = _cycle(n, self.edges)
+            if cycle:
+                raise SearchError("the graph has a cycle: " + " -> ".join(
+                    f"{k} ({self.layers[k].name!r})" for k in cycle))
+            raise SearchError(f"edge {backward[0]} goes back: list the layers in a "
+                              f"topological order, e.g. {_order(n, self.edges)}")
+        for u, v in self.edges:
+            rank = len(self.layers[u].output_shape)
+            for shape, cands in self.layers[v].candidates.items():
+                for c in cands:
+                    want = ShardingSpec.parse(c.input).ndim
+                    if want != rank:
+                        raise SearchError(
+                            f"edge ({u}, {v}): layer {v} ({self.layers[v].name!r}) candidate "
+                            f"{c.name!r} on {shape} takes its input as {c.input!r} (rank "
+                            f"{want}), but layer {u} ({self.layers[u].name!r}) gives shape "
+                            f"{self.layers[u].output_shape} (rank {rank})")
+
+    @classmethod
+    def chain(cls, layers: Sequence[Layer]) -> Graph:
+        """Each layer taking the one before's output."""
+        return cls(tuple(layers), chain_edges(len(layers)))
+
+
+def _cycle(n: int, edges: Sequence[tuple[int, int]]) -> list[int]:
+    """One cycle of the graph as its layers (the first again at the end), or []."""
+    out: dict[int, list[int]] = {}
+    for u, v in edges:
+        out.setdefault(u, []).append(v)
+    state = [0] * n  # 0 new, 1 on the path, 2 done
+    path: list[int] = []
+
+    def visit(u: int) -> list[int]:
+        state[u] = 1
+        path.append(u)
+        for v in out.get(u, ()):
+            if state[v] == 1:
+                return [*path[path.index(v):], v]
+            if state[v] == 0:
+                got = visit(v)
+                if got:
+                    return got
+        path.pop()
+        state[u] = 2
+        return []
+
+    for k in range(n):
+        if state[k] == 0:
+            got = visit(k)
+            if got:
+                return got
+    return []
+
+
+def _order(n: int, edges: Sequence[tuple[int, int]]) -> list[int]:
+    """A topological order of an acyclic graph (Kahn's, least index first)."""
+    need = [0] * n
+    for _, v in edges:
+        need[v] += 1
+    ready = [k for k in range(n) if need[k] == 0]
+    order = []
+    while ready:
+        u = min(ready)
+        ready.remove(u)
+        order.append(u)
+        for a, b in edges:
+            if a == u:
+                need[b] -= 1
+                if need[b] == 0:
+                    ready.append(b)
+    return order
+
+
+def evaluate_graph(graph: Graph, stages: Sequence[Stage], cluster: Cluster,
+                   microbatches: int, schedule: str = "1f1b",
+                   costs: MoveCosts | None = None) -> Choice:
+    """The objective of ``stages`` (their layers' candidates by name) on ``graph``, every
+    edge priced by reshard."""
+    return evaluate(graph.layers, stages, cluster, microbatches, schedule, costs,
+                    edges=graph.edges)
+
+
+class _Layouts:
+    """The objective of candidate choices at fixed stages, and their memory."""
+
+    def __init__(self, graph: Graph, stages: Sequence[Stage], microbatches: int,
+                 schedule: str, costs: MoveCosts, limit: float) -> None:
+        self.graph, self.stages, self.costs = graph, list(stages), costs
+        self.microbatches, self.schedule, self.limit = microbatches, schedule, limit
+        self.options: list[tuple[Candidate, ...]] = [
+            tuple(graph.layers[k].candidates.get(st.placement.shape, ()))
+            for st in stages for k in range(st.first, st.last + 1)]
+        self.stage_of = [i for i, st in enumerate(stages) for _ in range(st.first, st.last + 1)]
+
+    def time(self, picks: Sequence[Candidate]) -> float:
+        """The objective, or inf where a stage holds more than the limit."""
+        for st in self.stages:
+            if sum(c.memory for c in picks[st.first:st.last + 1]) > self.limit:
+                return math.inf
+        return self.choice(picks).time
+
+    def choice(self, picks: Sequence[Candidate]) -> Choice:
+        """The priced choice."""
+        return objective(price(self.graph.layers, self.graph.edges, self.stages, picks,
+                               self.costs), self.microbatches, self.schedule)
+
+    def seed(self, names: Sequence[str]) -> list[Candidate]:
+        """The candidates called ``names``, layer by layer."""
+        return [next(c for c in opts if c.name == name)
+                for opts, name in zip(self.options, names)]
+
+
+def _descent(lay: _Layouts, picks: list[Candidate]) -> list[Candidate]:
+    """Coordinate descent (module docstring): single layers, then edges' pairs."""
+    best = lay.time(picks)
+    groups: list[tuple[int, ...]] = [(k,) for k in range(len(picks))]
+    groups += sorted({(u, v) for u, v in lay.graph.edges}
+                     | {(k, k + 1) for k in range(len(picks) - 1)})
+    changed = True
+    while changed:
+        changed = False
+        for group in groups:
+            for combo in itertools.product(*(lay.options[k] for k in group)):
+                if all(picks[k] == c for k, c in zip(group, combo)):
+                    continue
+                trial = list(picks)
+                for k, c in zip(group, combo):
+                    trial[k] = c
+                t = lay.time(trial)
+                if t < best * (1 - 1e-12):
+                    best, picks, changed = t, trial, True
+    return picks
+
+
+def _mcmc(lay: _Layouts, picks: list[Candidate], steps: int, seed: int,
+          beta: float) -> list[Candidate]:
+    """FlexFlow's MCMC (module docstring), the best seen."""
+    rng = random.Random(seed)
+    now = lay.time(picks)
+    best, best_picks = now, list(picks)
+    free = [k for k, opts in enumerate(lay.options) if len(opts) > 1]
+    if not free:
+        return picks
+    for _ in range(steps):
+        k = rng.choice(free)
+        trial = list(picks)
+        trial[k] = rng.choice([c for c in lay.options[k] if c != picks[k]])
+        t = lay.time(trial)
+        if t <= now or (math.isfinite(t) and now > 0 and
+                        rng.random() < math.exp(-(t - now) / (beta * now))):
+            picks, now = trial, t
+            if t < best:
+                best, best_picks = t, list(trial)
+    return best_picks
+
+
+def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
+                 schedule: str = "1f1b", memory_limit: int | None = None,
+                 method: str = "descent", few: int = 4, steps: int = 2000, seed: int = 0,
+                 beta: float = 0.05, cache: CostCache | None = None,
+                 block: int | None = None) -> Choice:
+    """Stages, submeshes and candidates of ``graph``'s layers (module docstring).
+
+    Args:
+        graph: the model.
+        cluster, microbatches, schedule, memory_limit, cache, block: as
+            :func:`reshard.search.search_chain` takes them.
+        method: ``"descent"`` or ``"mcmc"``.
+        few: how many of the chain DP's best stage choices to refine.
+        steps: MCMC's proposals per stage choice.
+        seed: MCMC's random seed.
+        beta: MCMC's temperature, relative to the current objective.
+
+    Raises:
+        SearchError: as :func:`reshard.search.search_chain`, or an unknown method.
+    """
+    how = parse_choice_name(method, METHODS, "method")
+    limit = math.inf if memory_limit is None else memory_limit
+    costs = MoveCosts(cluster, cache=CostCache() if cache is None else cache)
+    seeds = best_few(graph.layers, cluster, microbatches, few, schedule=schedule,
+                     memory_limit=memory_limit, cache=costs.cache, block=block)
+    best: Choice | None = None
+    for got in seeds:
+        lay = _Layouts(graph, got.stages, microbatches, got.schedule, costs, limit)
+        picks = lay.seed([n for st in got.stages for n in st.choices])
+        picks = _descent(lay, picks) if how == "descent" else _mcmc(lay, picks, steps,
+                                                                    seed, beta)
+        mine = lay.choice(picks)
+        if best is None or mine.time < best.time:
+            best = mine
+    assert best is not None  # best_few answers at least one or raises
+    return best
+
+
+def brute_layouts(graph: Graph, stages: Sequence[Stage], cluster: Cluster,
+                  microbatches: int, schedule: str = "1f1b",
+                  memory_limit: int | None = None, costs: MoveCosts | None = None
+                  ) -> Choice | None:
+    """The least objective over every candidate of every layer at ``stages`` (None:
+    none within the memory limit): what the descent is measured against, on small
+    graphs."""
+    costs = MoveCosts(cluster) if costs is None else costs
+    lay = _Layouts(graph, stages, microbatches, schedule, costs,
+                   math.inf if memory_limit is None else memory_limit)
+    best, best_picks = math.inf, None
+    for picks in itertools.product(*lay.options):
+        t = lay.time(picks)
+        if t < best:
+            best, best_picks = t, picks
+    return None if best_picks is None else lay.choice(best_picks)
+
+
+__all__ = ["METHODS", "Graph", "brute_layouts", "evaluate_graph", "search_graph"]
