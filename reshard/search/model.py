@@ -148,6 +148,8 @@ class Choice:
         compute: of it, the bottleneck stage's compute over all microbatches.
         transfer: of it, the bottleneck stage's exposed moves over all microbatches.
         bubble: the rest (pipeline fill and drain).
+        simulated: the pipeline simulator's iteration time of it, where it was asked
+            (:func:`reshard.search.rerank`); None otherwise.
     """
 
     stages: tuple[Stage, ...]
@@ -157,6 +159,7 @@ class Choice:
     compute: float
     transfer: float
     bubble: float
+    simulated: float | None = None
 
 
 def check_cluster(cluster: Cluster) -> None:

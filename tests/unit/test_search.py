@@ -213,3 +213,33 @@ def test_transformer_candidates_and_the_baselines():
                         moves="free")
     mega = uniform(layers, cluster, model.microbatches, memory_limit=limit)
     assert mine.time <= alpa.time * (1 + 1e-12) and mine.time <= mega.time * (1 + 1e-12)
+
+
+def test_the_simulator_agrees_with_the_objective_where_moves_are_nothing_and_reranks():
+    # four equal layers on four single-device stages, moves of a 4-byte activation
+    # (latency only) beside 1 s of compute: the simulated 1F1B is (B + S - 1)(F + B),
+    # which is the objective's sum + (B - 1) max
+    from reshard.search import best_few, rerank, simulated
+
+    cluster = Cluster.regular(1, 4)
+    cands = {(1, 1): (Candidate("a", 1.0, "R", "R"),)}
+    layers = [Layer(f"l{k}", (1,), "float32", cands) for k in range(4)]
+    for schedule in ("1f1b", "eager-1f1b"):
+        got = search_chain(layers, cluster, 8, schedule=schedule)
+        assert len(got.stages) == 4
+        assert simulated(layers, got, cluster) == pytest.approx(got.time, rel=1e-4)
+        assert got.time == pytest.approx(11.0, rel=1e-4)
+    # the DP's best few, re-ranked: the same choices, least simulated time first, each
+    # simulated as on its own
+    cluster = Cluster.regular(2, 2)
+    cands = {(1, 1): (Candidate("a", 1e-3, "S0R", "S0R"),),
+             (1, 2): (Candidate("b", 6e-4, "S1R", "S1R"), Candidate("c", 5e-4, "RR", "RR")),
+             (2, 2): (Candidate("d", 9e-4, "S01R", "S01R"),)}
+    layers = [Layer(f"l{k}", (256, 64), "float32", cands) for k in range(4)]
+    few = best_few(layers, cluster, 6, 4)
+    assert len(few) > 1 and [c.time for c in few] == sorted(c.time for c in few)
+    ranked = rerank(layers, few, cluster)
+    assert sorted(c.time for c in ranked) == sorted(c.time for c in few)
+    assert [c.simulated for c in ranked] == sorted(c.simulated for c in ranked)
+    for c in ranked:
+        assert c.simulated == pytest.approx(simulated(layers, c, cluster))

@@ -1,0 +1,73 @@
+"""A choice's iteration time from the pipeline simulator, and the DP's best few
+re-ranked by it.
+
+The objective (:mod:`reshard.search.chain`) is a closed form: it puts a stage's moves
+on its period (1F1B) or lets them hide behind its compute (eager 1F1B). The simulator
+(:func:`reshard.pipeline.simulate`) runs the schedule's actions: a stage's forward
+(a third of its time per microbatch: compute and inner moves) and backward (two
+thirds) on its compute stream, every activation and gradient on its own link beside
+it, a receive waiting only for its own data. It differs from the objective where the
+closed form is coarse: under 1F1B a move overlaps the sender's next action (the
+objective charges it in full), fill and drain see each boundary's moves once per
+direction (the objective sums them once), and a stage whose move in is its bottleneck
+waits only as long as its receives do. Skip connections' moves are charged to the
+boundary before the stage they enter (the simulator has links between neighbours only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from reshard.cluster import Cluster
+from reshard.pipeline.costs import PipelineCosts
+from reshard.pipeline.generators import make_schedule
+from reshard.pipeline.simulator import simulate
+from reshard.search.chain import _named, chain_edges
+from reshard.search.costs import MoveCosts
+from reshard.search.model import Choice, Layer
+
+FORWARD_SHARE = 1 / 3
+"""A stage's forward share of its time per microbatch (the backward takes the rest)."""
+
+
+def simulated(layers: Sequence[Layer], choice: Choice, cluster: Cluster,
+              costs: MoveCosts | None = None,
+              edges: Sequence[tuple[int, int]] | None = None) -> float:
+    """``choice``'s iteration time under the simulator running its schedule (module
+    docstring); ``edges`` as :func:`reshard.search.evaluate` takes them."""
+    costs = MoveCosts(cluster) if costs is None else MoveCosts(cluster, False, costs.cache)
+    stages = choice.stages
+    stage_of = [i for i, st in enumerate(stages) for _ in range(st.first, st.last + 1)]
+    cands = [_named(layers[k], st.placement.shape, n)
+             for st in stages for k, n in zip(range(st.first, st.last + 1), st.choices)]
+    there = [0.0] * max(0, len(stages) - 1)
+    back = [0.0] * max(0, len(stages) - 1)
+    for u, v in (chain_edges(len(layers)) if edges is None else edges):
+        su, sv = stage_of[u], stage_of[v]
+        if su == sv:
+            continue
+        a, b = costs.both(layers[u].output_shape, layers[u].dtype, stages[su].placement,
+                          cands[u].output, stages[sv].placement, cands[v].input)
+        there[sv - 1] += a
+        back[sv - 1] += b
+    per = [st.compute + st.inner for st in stages]
+    times = PipelineCosts(forward=tuple(t * FORWARD_SHARE for t in per),
+                          backward=tuple(t * (1 - FORWARD_SHARE) for t in per),
+                          activation_transfer=tuple(there) or 0.0,
+                          gradient_transfer=tuple(back) or 0.0)
+    schedule = make_schedule(choice.schedule, len(stages), choice.microbatches)
+    return simulate(schedule, times).iteration_time
+
+
+def rerank(layers: Sequence[Layer], choices: Sequence[Choice], cluster: Cluster,
+           costs: MoveCosts | None = None,
+           edges: Sequence[tuple[int, int]] | None = None) -> list[Choice]:
+    """``choices`` (e.g. :func:`reshard.search.best_few`'s) with their ``simulated``
+    time set, least simulated time first (ties: the objective's order)."""
+    timed = [dataclasses.replace(c, simulated=simulated(layers, c, cluster, costs, edges))
+             for c in choices]
+    return sorted(timed, key=lambda c: c.simulated or 0.0)
+
+
+__all__ = ["FORWARD_SHARE", "rerank", "simulated"]
