@@ -1,8 +1,9 @@
 """The baselines a stage search is measured against.
 
 * :func:`uniform`: Megatron's way: ``p`` stages of equal layer count (the last takes
-  the rest) on equal submeshes, one candidate on every layer; the best ``p`` and
-  candidate by the real objective (as a user tuning Megatron's ``--pipeline-model-
+  the rest) on equal submeshes, one candidate on every layer of a kind (layers with
+  the same candidate names: a MoE model's dense and expert layers are two kinds); the
+  best ``p`` and candidates by the real objective (as a user tuning Megatron's ``--pipeline-model-
   parallel-size`` would).
 * Alpa's way is :func:`reshard.search.search_chain` with ``moves="free"``: the same DP
   choosing as if moves cost nothing, its answer priced with the moves it really makes.
@@ -10,6 +11,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -41,19 +43,25 @@ def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
         places = [placements(cluster, shape, k * size) for k in range(p)]
         if any(pl is None for pl in places):
             continue
-        names = {c.name for c in layers[0].candidates.get(shape, ())}
-        for layer in layers[1:]:
-            names &= {c.name for c in layer.candidates.get(shape, ())}
+        # layers of one kind (the same candidate names) take one candidate: a name per kind
+        kinds = sorted({tuple(sorted(c.name for c in layer.candidates.get(shape, ())))
+                        for layer in layers})
+        if any(not kind for kind in kinds):
+            continue
         per = math.ceil(n / p)
-        for name in sorted(names):
+        for picks in itertools.product(*kinds):
+            pick = dict(zip(kinds, picks))
+            names = [pick[tuple(sorted(c.name for c in layer.candidates[shape]))]
+                     for layer in layers]
             stages = []
             for k, pl in enumerate(places):
                 first, last = k * per, min(n, (k + 1) * per) - 1
                 if first > last or pl is None:
                     break
-                stages.append(Stage(first, last, pl, (name,) * (last - first + 1), 0, 0, 0))
+                stages.append(Stage(first, last, pl, tuple(names[first:last + 1]), 0, 0, 0))
             if len(stages) != p or stages[-1].last != n - 1 or any(
-                    sum(next(c.memory for c in layers[k].candidates[shape] if c.name == name)
+                    sum(next(c.memory for c in layers[k].candidates[shape]
+                             if c.name == names[k])
                         for k in range(st.first, st.last + 1)) > limit for st in stages):
                 continue
             got = evaluate(layers, stages, cluster, microbatches, schedule, costs)
@@ -61,7 +69,7 @@ def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
                 best = got
     if best is None:
         raise SearchError("no uniform choice: no submesh shape divides the cluster into "
-                          "stages that every layer has a common candidate on, within the "
+                          "stages whose layers all have candidates on it, within the "
                           "memory limit")
     return best
 

@@ -25,7 +25,6 @@ choice's real objective.
 from __future__ import annotations
 
 import bisect
-import functools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -268,12 +267,16 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
 def best_few(layers: Sequence[Layer], cluster: Cluster, microbatches: int, count: int, *,
              schedule: str = "1f1b", memory_limit: int | None = None,
              moves: str = "priced", cache: CostCache | None = None,
-             block: int | None = None) -> list[Choice]:
+             block: int | None = None, bound: float | None = None) -> list[Choice]:
     """:func:`search_chain`'s best answer first, then up to ``count - 1`` more: the
     least-sum stages under each other bound on the slowest stage's period that could
     still be among the best ``count`` (each the best choice whose slowest stage is that
-    bound's), best objective first. The pipeline simulator re-ranks them
-    (:func:`reshard.search.rerank`). Arguments and errors as :func:`search_chain`'s."""
+    bound's), best objective first, among the choices no slower than the one made with
+    moves free (priced: it bounds the search, whose stages that alone would take longer
+    are never priced), or than ``bound`` seconds where given (a search whose objective
+    is another, :func:`reshard.search.search_graph`'s, gives its own). The pipeline
+    simulator re-ranks them (:func:`reshard.search.rerank`). Other arguments and errors
+    as :func:`search_chain`'s."""
     sched = parse_choice_name(schedule, SCHEDULES, "schedule")
     how = parse_choice_name(moves, MOVES, "moves")
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
@@ -286,11 +289,23 @@ def best_few(layers: Sequence[Layer], cluster: Cluster, microbatches: int, count
     if size > 1:
         merged, firsts = blocks(layers, size)
         got = best_few(merged, cluster, microbatches, count, schedule=sched,
-                       memory_limit=memory_limit, moves=moves, cache=costs.cache, block=1)
+                       memory_limit=memory_limit, moves=moves, cache=costs.cache, block=1,
+                       bound=bound)
         return [evaluate(layers, _expand(c.stages, firsts, len(layers)), cluster,
                          microbatches, sched, costs) for c in got]
     limit = math.inf if memory_limit is None else memory_limit
-    found = _dp(layers, cluster, microbatches, sched, limit, costs, count)
+    if bound is None and how == "priced":
+        bound = math.inf
+        # the choice made with moves free, priced, bounds the answer: a stage that
+        # alone takes longer over B - 1 microbatches is in no better choice (its moves
+        # are never priced)
+        free = _dp(layers, cluster, microbatches, sched, limit,
+                   MoveCosts(cluster, True, costs.cache), 1)
+        if free:
+            bound = evaluate(layers, _path_stages(free[0]), cluster, microbatches, sched,
+                             costs).time
+    found = _dp(layers, cluster, microbatches, sched, limit, costs, count,
+                math.inf if bound is None else bound)
     if not found:
         shapes = sorted({s for layer in layers for s in layer.candidates})
         raise SearchError(
@@ -299,11 +314,16 @@ def best_few(layers: Sequence[Layer], cluster: Cluster, microbatches: int, count
             + ("" if memory_limit is None else f" within {memory_limit} bytes per device"))
     out = []
     for path in found:
-        stages = tuple(Stage(o.first, o.last, o.placement, o.names, o.compute,
-                             o.inner - o.compute, m) for o, m in path)
+        stages = _path_stages(path)
         out.append(evaluate(layers, stages, cluster, microbatches, sched, costs)
                    if how == "free" else objective(stages, microbatches, sched))
     return sorted(out, key=lambda c: c.time)
+
+
+def _path_stages(path: Sequence[tuple[_Option, float]]) -> tuple[Stage, ...]:
+    """The DP's stage options and their moves in as stages."""
+    return tuple(Stage(o.first, o.last, o.placement, o.names, o.compute,
+                       o.inner - o.compute, m) for o, m in path)
 
 
 def _expand(stages: Sequence[Stage], firsts: Sequence[int], n: int) -> list[Stage]:
@@ -317,10 +337,11 @@ def _expand(stages: Sequence[Stage], firsts: Sequence[int], n: int) -> list[Stag
 
 
 def _dp(layers: Sequence[Layer], cluster: Cluster, microbatches: int, sched: str,
-        limit: float, costs: MoveCosts, count: int
+        limit: float, costs: MoveCosts, count: int, bound: float = math.inf
         ) -> list[tuple[tuple[_Option, float], ...]]:
     """The DP of the module docstring: the best ``count`` answers over the bounds (each
-    bound's least sum), as paths of (stage option, its move in)."""
+    bound's least sum), as paths of (stage option, its move in), among those whose
+    every stage's time over ``B - 1`` microbatches is within ``bound``."""
     n, total = len(layers), len(cluster.devices)
     shapes = sorted({s for layer in layers for s in layer.candidates})
     options: dict[tuple[int, int], list[_Option]] = {}
@@ -339,7 +360,8 @@ def _dp(layers: Sequence[Layer], cluster: Cluster, microbatches: int, sched: str
 
     # every stage option after every way the stage before can end (its submesh and
     # output layout, as an id), with the move between them: priced once
-    flat = [o for opts in options.values() for o in opts]
+    flat = [o for opts in options.values() for o in opts
+            if (microbatches - 1) * o.inner <= bound]
     at: dict[tuple[int, int], list[int]] = {}
     exit_id: dict[tuple[Placement, Candidate], int] = {}
     exit_of: list[int] = []
@@ -362,40 +384,79 @@ def _dp(layers: Sequence[Layer], cluster: Cluster, microbatches: int, sched: str
                 place, cand = exits[e]
                 moved[(e, k)] = costs.move(before.output_shape, before.dtype, place,
                                            cand.output, o.placement, o.entry.input)
-    # the bounds to try: every period a stage could have, in increasing order; a bound
-    # no better than the count-th best so far stops
-    caps = sorted({period(sched, flat[k].inner, m) for (_, k), m in moved.items()})
+    # per state (next layer, next device, how the stage before ends) its transitions:
+    # (period, the stage's time with its move in, the state after, option), by period,
+    # so that a bound takes a prefix
+    Key = tuple[int, int, int]
+    moves_out: dict[Key, list[tuple[float, float, Key, int]]] = {}
+    for (prev, k), m in moved.items():
+        o = flat[k]
+        moves_out.setdefault((o.first, o.placement.first, prev), []).append(
+            (period(sched, o.inner, m), o.inner + m,
+             (o.last + 1, o.placement.first + o.placement.size, exit_of[k]), k))
+    trans: dict[Key, tuple[list[float], list[tuple[float, Key, int]]]] = {}
+    for key, ts in moves_out.items():
+        ts.sort(key=lambda t: t[0])
+        trans[key] = ([t[0] for t in ts], [(t[1], t[2], t[3]) for t in ts])
+    done = (n, total)
 
-    def best_sum(cap: float) -> tuple[float, tuple[tuple[_Option, float], ...]]:
-        @functools.cache
-        def f(i: int, d: int, prev: int) -> tuple[float, tuple[tuple[_Option, float], ...]]:
-            if i == n:
-                return (0.0, ()) if d == total else (math.inf, ())
-            best: tuple[float, tuple[tuple[_Option, float], ...]] = (math.inf, ())
-            for k in at.get((i, d), ()):
-                o, m = flat[k], moved[(prev, k)]
-                if period(sched, o.inner, m) > cap:
-                    continue
-                rest, path = f(o.last + 1, d + o.placement.size, exit_of[k])
-                here = o.inner + m + rest
-                if here < best[0]:
-                    best = (here, ((o, m), *path))
+    def best_sum(cap: float) -> tuple[float, list[int]]:
+        """The least sum of stage times over stages whose periods are all within
+        ``cap``, and its options (none: no such stages)."""
+        memo: dict[Key, tuple[float, Key | None, int]] = {}
+
+        def f(key: Key) -> float:
+            got = memo.get(key)
+            if got is not None:
+                return got[0]
+            if key[:2] == done:
+                memo[key] = (0.0, None, -1)
+                return 0.0
+            best, after, pick = math.inf, None, -1
+            here = trans.get(key)
+            if here is not None:
+                periods, steps = here
+                for j in range(bisect.bisect_right(periods, cap)):
+                    cost, nxt, k = steps[j]
+                    if cost >= best:
+                        continue
+                    total_here = cost + f(nxt)
+                    if total_here < best:
+                        best, after, pick = total_here, nxt, k
+            memo[key] = (best, after, pick)
             return best
 
-        return f(0, 0, -1)
+        start: Key = (0, 0, -1)
+        value = f(start)
+        path = []
+        key: Key | None = start
+        while key is not None and math.isfinite(value):
+            _, key, pick = memo[key]
+            if pick >= 0:
+                path.append(pick)
+        return value, path
 
+    # the bounds to try: every period a stage could have, in increasing order; a bound
+    # whose least possible objective (the least sum of all, plus (B - 1) times it) is
+    # no better than the count-th best so far stops
+    caps = sorted({p for periods, _ in trans.values() for p in periods})
+    floor, _ = best_sum(math.inf)
     found: dict[tuple, tuple[float, tuple[tuple[_Option, float], ...]]] = {}
     best: list[float] = []  # the least ``count`` values so far, increasing
     for cap in caps:
-        if len(best) == count and (microbatches - 1) * cap >= best[-1]:
+        if len(best) == count and floor + (microbatches - 1) * cap >= best[-1]:
             break
-        s, path = best_sum(cap)
-        if not path:
+        s, picks = best_sum(cap)
+        if not picks:
             continue
+        path, prev = [], -1
+        for k in picks:
+            path.append((flat[k], moved[(prev, k)]))
+            prev = exit_of[k]
         key = tuple((o.first, o.last, o.placement, o.names) for o, _ in path)
         value = s + (microbatches - 1) * cap
         if key not in found or value < found[key][0]:
-            found[key] = (value, path)
+            found[key] = (value, tuple(path))
             bisect.insort(best, value)
             del best[count:]
     return [path for _, path in sorted(found.values(), key=lambda vp: vp[0])[:count]]

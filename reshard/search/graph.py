@@ -41,6 +41,7 @@ from reshard.search.chain import (
     objective,
     parse_choice_name,
     price,
+    search_chain,
 )
 from reshard.search.costs import MoveCosts
 from reshard.search.model import Candidate, Choice, Layer, Stage
@@ -260,10 +261,17 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
     how = parse_choice_name(method, METHODS, "method")
     limit = math.inf if memory_limit is None else memory_limit
     costs = MoveCosts(cluster, cache=CostCache() if cache is None else cache)
+    # the choice made with moves free (Alpa's) priced on the graph bounds the chain DP
+    # (whose own bound is the chain's objective, which skip connections raise) and is
+    # refined as well: the answer is never slower than it
+    free = search_chain(graph.layers, cluster, microbatches, schedule=schedule,
+                        memory_limit=memory_limit, moves="free", cache=costs.cache,
+                        block=block)
+    bound = evaluate_graph(graph, free.stages, cluster, microbatches, schedule, costs).time
     seeds = best_few(graph.layers, cluster, microbatches, few, schedule=schedule,
-                     memory_limit=memory_limit, cache=costs.cache, block=block)
+                     memory_limit=memory_limit, cache=costs.cache, block=block, bound=bound)
     best: Choice | None = None
-    for got in seeds:
+    for got in [*seeds, free]:
         lay = _Layouts(graph, got.stages, microbatches, got.schedule, costs, limit)
         picks = lay.seed([n for st in got.stages for n in st.choices])
         picks = _descent(lay, picks) if how == "descent" else _mcmc(lay, picks, steps,

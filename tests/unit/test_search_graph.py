@@ -65,20 +65,22 @@ def test_descent_and_mcmc_reach_the_brute_force_optimum_on_95_percent():
         assert best is not None  # the seed itself meets the limit
         assert evaluate_graph(graph, best.stages, CLUSTER, b, sched, costs).time == \
             pytest.approx(best.time)
-        hits["seed"] += evaluate_graph(graph, seed.stages, CLUSTER, b, sched,
-                                       costs).time <= best.time * (1 + 1e-9)
+        seeded = evaluate_graph(graph, seed.stages, CLUSTER, b, sched, costs).time
+        hits["seed"] += seeded <= best.time * (1 + 1e-9)
         for method in ("descent", "mcmc"):
             got = search_graph(graph, CLUSTER, b, schedule=sched, few=1, method=method,
                                steps=300, cache=cache, memory_limit=limit)
-            assert [(s.first, s.last, s.placement) for s in got.stages] == \
-                [(s.first, s.last, s.placement) for s in seed.stages]
-            assert got.time >= best.time * (1 - 1e-9)  # never below the optimum
+            # its stages are the chain DP's or the moves-free choice's: the optimum there
+            here = brute_layouts(graph, got.stages, CLUSTER, b, sched, limit, costs)
+            assert got.time >= here.time * (1 - 1e-9)  # never below the optimum
             if limit is not None:
                 for s in got.stages:
                     assert sum(c.memory for k, n in zip(range(s.first, s.last + 1), s.choices)
                                for c in graph.layers[k].candidates[s.placement.shape]
                                if c.name == n) <= limit
-            hits[method] += got.time <= best.time * (1 + 1e-9)
+            hits[method] += got.time <= here.time * (1 + 1e-9)
+            # and never slower than the chain DP's own choice
+            assert got.time <= seeded * (1 + 1e-9)
     assert hits["descent"] >= 0.95 * runs, hits
     assert hits["mcmc"] >= 0.95 * runs, hits
     # the skip connections matter: the chain DP's own layouts miss the optimum often
