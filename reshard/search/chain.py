@@ -453,10 +453,10 @@ def _dp(layers: Sequence[Layer], cluster: Cluster, microbatches: int, sched: str
         for k in picks:
             path.append((flat[k], moved[(prev, k)]))
             prev = exit_of[k]
-        key = tuple((o.first, o.last, o.placement, o.names) for o, _ in path)
+        which = tuple((o.first, o.last, o.placement, o.names) for o, _ in path)
         value = s + (microbatches - 1) * cap
-        if key not in found or value < found[key][0]:
-            found[key] = (value, tuple(path))
+        if which not in found or value < found[which][0]:
+            found[which] = (value, tuple(path))
             bisect.insort(best, value)
             del best[count:]
     return [path for _, path in sorted(found.values(), key=lambda vp: vp[0])[:count]]
