@@ -2,7 +2,9 @@
 
 Suites: paper (the paper's n-to-m and 1-to-m cases; also n-to-m, 1-to-m), realistic
 (layout pairs of real training runs at real sizes), weight-sync (a 7B model's
-parameters FSDP -> tensor parallel, all tensors in one plan, one row).
+parameters FSDP -> tensor parallel, all tensors in one plan, one row), search (not
+moves but choices: the stage and layout search against Megatron's and Alpa's, modelled;
+its own flags, ``python -m reshard.microbench.search_bench --help``).
 
 Modes:
   sim  the cost model on a modelled cluster (each case's own preset; the paper's
@@ -31,6 +33,7 @@ Examples:
   reshard-bench --suite 1-to-m -J out.json --plot out.png
   reshard-bench --backend gloo --cases 1,7 -b 1M -e 64M -f 4 -n 5 -w 1 --devices-per-host 2
   reshard-bench --planner-time
+  reshard-bench --suite search --quick       # stage and layout search vs Megatron, Alpa
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--mode", choices=[m.value for m in Mode], default=None,
                     help="sim: model (default); run: execute on workers (default when a "
                          "run-mode flag is given)")
-    flags.add_cases(ap, sorted(SUITES), suite="paper")
+    flags.add_cases(ap, sorted([*SUITES, SEARCH]), suite="paper")
     flags.add_sizes(ap)
     flags.add_iterations(ap, iters=5, warmup=1)
     check = flags.add_check(ap)
@@ -308,9 +311,28 @@ def _header(args: argparse.Namespace, opts: Options, presets: set[str]) -> list[
     return out
 
 
+SEARCH = "search"
+"""The suite that runs :mod:`reshard.microbench.search_bench` (its own flags)."""
+
+
+def _search_argv(argv: Sequence[str]) -> list[str] | None:
+    """The search bench's arguments where ``--suite search`` is asked, else None."""
+    for i, a in enumerate(argv):
+        if a == "--suite" and i + 1 < len(argv) and argv[i + 1] == SEARCH:
+            return [*argv[:i], *argv[i + 2:]]
+        if a == f"--suite={SEARCH}":
+            return [*argv[:i], *argv[i + 1:]]
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (see the module's docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    search = _search_argv(argv)
+    if search is not None:
+        from reshard.microbench import search_bench
+
+        return search_bench.main(search)
     ap = build_parser()
     args = ap.parse_args(argv)
     opts, cases = resolve(ap, args)

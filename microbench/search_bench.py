@@ -1,25 +1,35 @@
 """Stage and layout search: reshard's choice against Megatron's and Alpa's (modelled).
 
-For GPT configurations of Alpa's benchmark suite (:data:`reshard.search.transformer.ALPA_SUITE`;
-layers' candidates from the analytical model there: FLOPs over peak, each layout's
-collectives priced by reshard) on the paper's cluster (aws-p3.8xlarge: 4 V100 a host,
-10 Gbit/s between hosts) and on DGX H100 hosts, three choices, each priced by the
-same objective with every move costed by reshard (:mod:`reshard.search.chain`):
+Models: GPT configurations of Alpa's benchmark suite
+(:data:`reshard.search.transformer.ALPA_SUITE`; layers' candidates from the analytical
+model there: FLOPs over peak, each layout's collectives priced by reshard), a
+U-Transformer of the same layers with skip connections (:mod:`reshard.search.unet`,
+the case in Alpa's paper where cross-mesh resharding mattered most) and a MoE model
+(:mod:`reshard.search.moe`: dense and expert layers in turn, expert parallelism's
+all-to-alls priced by reshard), on the paper's cluster (aws-p3.8xlarge: 4 V100 a host,
+10 Gbit/s between hosts) and on DGX H100 hosts. Three choices, each priced by the same
+objective with every move costed by reshard (:mod:`reshard.search.chain`; on the
+U-Transformer every skip connection too, :mod:`reshard.search.graph`):
 
-* ``megatron``: equal stages on equal submeshes, one candidate on every layer, the
-  best stage count and candidate (:func:`reshard.search.baselines.uniform`);
+* ``megatron``: equal stages on equal submeshes, one candidate on every layer of a
+  kind, the best stage count and candidates (:func:`reshard.search.baselines.uniform`);
 * ``alpa``: the stage DP with moves free while choosing (Alpa's stage DP prices
   none), its choice then priced;
-* ``reshard``: the stage DP with every move priced.
+* ``reshard``: the stage DP with every move priced (on a graph: the chain DP's best
+  few stage choices and the moves-free one, layouts by coordinate descent).
 
 Every choice holds within the device's memory (:data:`MEMORY`: weights, gradients and
 Adam state of its layers, and the activations of the microbatches in flight).
 
-Prints the iteration times (seconds), the ratios (> 1: reshard faster) and the search
-time; exits 1 if reshard's choice is slower than either baseline anywhere (the DP is
-exact for the objective over block boundaries, so it never should be).
+Prints the iteration times (seconds), the ratios (> 1: reshard faster), the pipeline
+simulator's time of reshard's choice (``sim``) and of the simulator's pick among the
+DP's best few (``rerank``), the time to build the candidates and to search; exits 1 if
+reshard's choice is slower than either baseline anywhere (the DP is exact for the
+objective over block boundaries, and the graph search starts from the baseline, so it
+never should be). The last row is the speed case: a 96-layer GPT on 64 H100s.
 
-Run: ``python -m reshard.microbench.search_bench`` (about a minute here).
+Run: ``python -m reshard.microbench.search_bench`` (about two minutes here); also
+``reshard-bench --suite search``.
 """
 
 from __future__ import annotations
@@ -34,9 +44,20 @@ from reshard.cluster import Cluster
 from reshard.microbench import flags
 from reshard.microbench.report import Column, machine, table, write_json
 from reshard.planner.estimates import CostCache
-from reshard.search import search_chain
+from reshard.search import (
+    Choice,
+    Graph,
+    best_few,
+    evaluate_graph,
+    rerank,
+    search_chain,
+    search_graph,
+    simulated,
+)
 from reshard.search.baselines import uniform
-from reshard.search.transformer import ALPA_SUITE, gpt_layers
+from reshard.search.moe import MoE, moe_layers
+from reshard.search.transformer import ALPA_SUITE, GPT, gpt_layers
+from reshard.search.unet import u_transformer
 
 PEAK = {"aws-p3.8xlarge": 125e12, "dgx-h100": 989e12}
 """Dense fp16 / bf16 peak FLOP/s of one device of each preset (V100, H100)."""
@@ -44,44 +65,85 @@ PEAK = {"aws-p3.8xlarge": 125e12, "dgx-h100": 989e12}
 MEMORY = {"aws-p3.8xlarge": 16 << 30, "dgx-h100": 80 << 30}
 """Each preset's device memory (V100 16 GB, H100 80 GB): every choice holds within it."""
 
-CONFIGS = (  # (model, preset, hosts, devices per host)
-    ("gpt-350m", "aws-p3.8xlarge", 2, 4),
-    ("gpt-1.3b", "aws-p3.8xlarge", 2, 4),
-    ("gpt-1.3b", "aws-p3.8xlarge", 4, 4),
-    ("gpt-2.6b", "aws-p3.8xlarge", 4, 4),
-    ("gpt-1.3b", "dgx-h100", 1, 8),
-    ("gpt-2.6b", "dgx-h100", 2, 8),
+MODELS: dict[str, GPT] = {**{m.name: m for m in ALPA_SUITE},
+                          "gpt-96l": GPT("gpt-96l", 96, 4096, 32)}
+"""The GPTs by name (the suite's, and a 96-layer one for the speed case)."""
+
+CONFIGS = (  # (kind, model, preset, hosts, devices per host)
+    ("gpt", "gpt-350m", "aws-p3.8xlarge", 2, 4),
+    ("gpt", "gpt-1.3b", "aws-p3.8xlarge", 2, 4),
+    ("gpt", "gpt-1.3b", "aws-p3.8xlarge", 4, 4),
+    ("gpt", "gpt-2.6b", "aws-p3.8xlarge", 4, 4),
+    ("gpt", "gpt-1.3b", "dgx-h100", 1, 8),
+    ("gpt", "gpt-2.6b", "dgx-h100", 2, 8),
+    ("u", "gpt-1.3b", "aws-p3.8xlarge", 4, 4),
+    ("u", "gpt-1.3b", "dgx-h100", 2, 8),
+    ("moe32", "gpt-350m", "aws-p3.8xlarge", 4, 4),
+    ("moe64", "gpt-1.3b", "dgx-h100", 2, 8),
+    ("gpt", "gpt-96l", "dgx-h100", 8, 8),
 )
+"""``gpt``: the chain; ``u``: the U-Transformer of its layers; ``moeE``: its layers with
+every other one's feed-forward block ``E`` experts, top 2 (sized to fit the devices:
+a 1.3B with 32 experts fits no split of 16 V100s)."""
+
+FEW = 4
+"""How many of the DP's best choices the simulator re-ranks."""
 
 
-def _stages(choice: Any) -> str:
+def _stages(choice: Choice) -> str:
     return " | ".join(f"{s.first}-{s.last} {s.placement.shape[0]}x{s.placement.shape[1]} "
-                      f"{s.choices[0]}" for s in choice.stages)
+                      f"{'/'.join(sorted(set(s.choices)))}" for s in choice.stages)
 
 
-def run(config: tuple[str, str, int, int], schedule: str) -> dict[str, Any]:
+def run(config: tuple[str, str, str, int, int], schedule: str) -> dict[str, Any]:
     """One row: the three choices of one configuration."""
-    name, preset, hosts, per = config
-    model = {m.name: m for m in ALPA_SUITE}[name]
+    kind, name, preset, hosts, per = config
+    model = MODELS[name]
     cluster = Cluster.regular(hosts, per, preset=preset)
     cache = CostCache()
-    t0 = time.perf_counter()
-    layers = gpt_layers(model, cluster, PEAK[preset], cache=cache)
-    t1 = time.perf_counter()
     limit = MEMORY[preset]
-    mine = search_chain(layers, cluster, model.microbatches, schedule=schedule, cache=cache,
-                        memory_limit=limit)
+    b = model.microbatches
+    t0 = time.perf_counter()
+    if kind == "u":
+        label = f"u-{name}"
+        graph = u_transformer(model, cluster, PEAK[preset], cache=cache)
+    elif kind.startswith("moe"):
+        moe = MoE(model, experts=int(kind[3:]))
+        label = moe.name
+        graph = Graph.chain(moe_layers(moe, cluster, PEAK[preset], cache=cache))
+    else:
+        label = name
+        graph = Graph.chain(gpt_layers(model, cluster, PEAK[preset], cache=cache))
+    layers = list(graph.layers)
+    t1 = time.perf_counter()
+    if kind == "u":
+        mine = search_graph(graph, cluster, b, schedule=schedule, cache=cache,
+                            memory_limit=limit)
+    else:
+        mine = search_chain(layers, cluster, b, schedule=schedule, cache=cache,
+                            memory_limit=limit)
     t2 = time.perf_counter()
-    alpa = search_chain(layers, cluster, model.microbatches, schedule=schedule, cache=cache,
-                        moves="free", memory_limit=limit)
-    mega = uniform(layers, cluster, model.microbatches, schedule, cache=cache,
-                   memory_limit=limit)
-    return {"model": name, "preset": preset, "devices": f"{hosts}x{per}",
-            "microbatches": model.microbatches, "megatron_s": mega.time,
-            "alpa_s": alpa.time, "reshard_s": mine.time,
-            "vs_megatron": mega.time / mine.time, "vs_alpa": alpa.time / mine.time,
-            "candidates_s": t1 - t0, "search_s": t2 - t1, "reshard": _stages(mine),
-            "alpa": _stages(alpa), "megatron": _stages(mega)}
+    alpa = search_chain(layers, cluster, b, schedule=schedule, cache=cache, moves="free",
+                        memory_limit=limit)
+    mega = uniform(layers, cluster, b, schedule, cache=cache, memory_limit=limit)
+    if kind == "u":  # the baselines' choices with the skip connections priced
+        alpa, mega = (evaluate_graph(graph, c.stages, cluster, b, schedule) for c in (alpa, mega))
+    row = {"kind": kind, "model": label, "preset": preset, "devices": f"{hosts}x{per}", "microbatches": b,
+           "megatron_s": mega.time, "alpa_s": alpa.time, "reshard_s": mine.time,
+           "vs_megatron": mega.time / mine.time, "vs_alpa": alpa.time / mine.time,
+           "candidates_s": t1 - t0, "search_s": t2 - t1, "reshard": _stages(mine),
+           "alpa": _stages(alpa), "megatron": _stages(mega)}
+    edges = graph.edges
+    row["reshard_sim_s"] = simulated(layers, mine, cluster, edges=edges)
+    if kind != "u" and name != "gpt-96l":
+        few = best_few(layers, cluster, b, FEW, schedule=schedule, cache=cache,
+                       memory_limit=limit)
+        ranked = rerank(layers, few, cluster, edges=edges)
+        row["rerank_s"] = ranked[0].simulated
+        row["rerank_moved"] = ranked[0].stages != few[0].stages
+        row["few_objective_s"] = [c.time for c in few]
+        row["few_simulated_s"] = [c.simulated for c in sorted(ranked, key=lambda c: c.time)]
+    return row
 
 
 COLUMNS = (Column("model", "model", align="<"), Column("preset", "cluster", align="<"),
@@ -89,7 +151,9 @@ COLUMNS = (Column("model", "model", align="<"), Column("preset", "cluster", alig
            Column("megatron_s", "megatron(s)", ".3f"), Column("alpa_s", "alpa(s)", ".3f"),
            Column("reshard_s", "reshard(s)", ".3f"),
            Column("vs_megatron", "megatron/reshard", ".3f"),
-           Column("vs_alpa", "alpa/reshard", ".3f"), Column("search_s", "search(s)", ".1f"))
+           Column("vs_alpa", "alpa/reshard", ".3f"),
+           Column("reshard_sim_s", "sim(s)", ".3f"), Column("rerank_s", "rerank(s)", ".3f"),
+           Column("candidates_s", "cands(s)", ".1f"), Column("search_s", "search(s)", ".1f"))
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -97,6 +161,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = flags.parser("python -m reshard.microbench.search_bench", __doc__ or "")
     ap.add_argument("--schedule", default="1f1b", choices=("1f1b", "eager-1f1b"),
                     help="the schedule the objective models")
+    ap.add_argument("--quick", action="store_true",
+                    help="leave out the speed case (96 layers on 64 devices, ~30 s here)")
     flags.add_output(ap)
     args = ap.parse_args(argv)
     flags.check_output_paths(ap, [args.json])
@@ -106,13 +172,22 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Every configuration, the table, and the choices."""
     args = parse(argv)
-    rows = [run(c, args.schedule) for c in CONFIGS]
-    print(f"# stage search, GPT (Alpa's suite), schedule {args.schedule}: modelled "
-          f"iteration time of each choice, every move priced by reshard")
+    configs = [c for c in CONFIGS if not (args.quick and c[1] == "gpt-96l")]
+    print(f"# stage search, schedule {args.schedule}: modelled iteration time of each "
+          f"choice, every move priced by reshard; sim: the pipeline simulator's time of "
+          f"reshard's choice; rerank: of the simulator's pick among the DP's best {FEW}",
+          flush=True)
+    rows = []
+    for c in configs:
+        rows.append(run(c, args.schedule))
     print(table(rows, COLUMNS))
     for r in rows:
         print(f"# {r['model']} {r['preset']} {r['devices']}: reshard [{r['reshard']}]; "
               f"alpa [{r['alpa']}]; megatron [{r['megatron']}]")
+        if r.get("rerank_moved"):
+            print(f"#   the simulator re-ranks the DP's best {FEW}: objective "
+                  f"{', '.join(f'{t:.3f}' for t in r['few_objective_s'])} s, simulated "
+                  f"{', '.join(f'{t:.3f}' for t in r['few_simulated_s'])} s")
     worse = [r for r in rows if r["vs_megatron"] < 1 - 1e-9 or r["vs_alpa"] < 1 - 1e-9]
     print(f"# reshard's choice slower than a baseline in {len(worse)} of {len(rows)} rows")
     if args.json:

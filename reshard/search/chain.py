@@ -206,31 +206,45 @@ MAX_BLOCKS = 16
 consecutive layers (:func:`blocks`), unless the caller sets ``block``."""
 
 
-def blocks(layers: Sequence[Layer], size: int) -> tuple[list[Layer], list[int]]:
-    """``layers`` in blocks of ``size`` consecutive layers (the last takes the rest), and
-    each block's first layer. A block runs one candidate on all its layers: a name every
-    one of them has on that submesh shape, whose output layout is its input layout (no
-    move between them); its compute and memory are the layers' sums. Stage boundaries
-    then fall between blocks (Alpa's layer clustering, with boundaries kept where the
-    layers change)."""
-    merged, firsts = [], []
+def blocks(layers: Sequence[Layer], size: int
+           ) -> tuple[list[Layer], list[int], dict[tuple[int, Shape, str], tuple[str, ...]]]:
+    """``layers`` in blocks of ``size`` consecutive layers (the last takes the rest), each
+    block's first layer, and what each block candidate runs on its layers. A block
+    candidate runs, on every layer of the block, a candidate whose input and output
+    layout are one layout, the same for all (no move between them): per layout and
+    submesh shape, the combinations no other beats in both compute and memory (a MoE
+    block of a dense and an expert layer keeps dense dp with expert dp, and with expert
+    parallel); its compute and memory are the layers' sums. Stage boundaries then fall
+    between blocks (Alpa's layer clustering, with boundaries kept where the layers
+    change)."""
+    merged: list[Layer] = []
+    firsts: list[int] = []
+    runs: dict[tuple[int, Shape, str], tuple[str, ...]] = {}
     for a in range(0, len(layers), size):
         part = layers[a:a + size]
-        cands = {}
+        cands: dict[Shape, tuple[Candidate, ...]] = {}
         for shape in part[0].candidates:
-            by_name = [{c.name: c for c in layer.candidates.get(shape, ())} for layer in part]
             got = []
-            for name, c in by_name[0].items():
-                every = [m.get(name) for m in by_name]
-                if all(x is not None and x.input == x.output == c.input for x in every):
-                    got.append(Candidate(name, sum(x.compute for x in every if x), c.input,
-                                         c.output, sum(x.memory for x in every if x)))
+            specs = sorted({c.input for c in part[0].candidates[shape] if c.input == c.output})
+            for spec in specs:
+                # (compute, memory, compute, names): the stage DP's Pareto entries
+                front: list[tuple[float, int, float, tuple[str, ...]]] = [(0.0, 0, 0.0, ())]
+                for layer in part:
+                    fits = [c for c in layer.candidates.get(shape, ())
+                            if c.input == c.output == spec]
+                    front = _pareto([(t + c.compute, m + c.memory, t + c.compute,
+                                      (*names, c.name)) for t, m, _, names in front
+                                     for c in fits])
+                for t, m, _, names in front:
+                    name = names[0] if len(set(names)) == 1 else "+".join(names)
+                    runs[(len(merged), shape, name)] = names
+                    got.append(Candidate(name, t, spec, spec, m))
             if got:
                 cands[shape] = tuple(got)
         merged.append(Layer(f"{part[0].name}..{part[-1].name}", part[-1].output_shape,
                             part[-1].dtype, cands))
         firsts.append(a)
-    return merged, firsts
+    return merged, firsts, runs
 
 
 def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *,
@@ -287,11 +301,11 @@ def best_few(layers: Sequence[Layer], cluster: Cluster, microbatches: int, count
         raise SearchError(f"block must be an integer >= 1, got {block!r}")
     costs = MoveCosts(cluster, how == "free", cache if cache is not None else CostCache())
     if size > 1:
-        merged, firsts = blocks(layers, size)
+        merged, firsts, runs = blocks(layers, size)
         got = best_few(merged, cluster, microbatches, count, schedule=sched,
                        memory_limit=memory_limit, moves=moves, cache=costs.cache, block=1,
                        bound=bound)
-        return [evaluate(layers, _expand(c.stages, firsts, len(layers)), cluster,
+        return [evaluate(layers, _expand(c.stages, runs, firsts, len(layers)), cluster,
                          microbatches, sched, costs) for c in got]
     limit = math.inf if memory_limit is None else memory_limit
     if bound is None and how == "priced":
@@ -326,13 +340,14 @@ def _path_stages(path: Sequence[tuple[_Option, float]]) -> tuple[Stage, ...]:
                        o.inner - o.compute, m) for o, m in path)
 
 
-def _expand(stages: Sequence[Stage], firsts: Sequence[int], n: int) -> list[Stage]:
-    """Stages over blocks (first layers ``firsts`` of ``n``) as stages over the layers,
-    each layer taking its block's candidate (unpriced)."""
+def _expand(stages: Sequence[Stage], runs: dict[tuple[int, Shape, str], tuple[str, ...]],
+            firsts: Sequence[int], n: int) -> list[Stage]:
+    """Stages over blocks (first layers ``firsts`` of ``n``; ``runs``: what each block
+    candidate runs, :func:`blocks`) as stages over the layers (unpriced)."""
     ends = [*firsts[1:], n]
     return [Stage(firsts[st.first], ends[st.last] - 1, st.placement,
-                  tuple(name for k, name in enumerate(st.choices)
-                        for _ in range(ends[st.first + k] - firsts[st.first + k])),
+                  tuple(name for k, block in enumerate(st.choices)
+                        for name in runs[(st.first + k, st.placement.shape, block)]),
                   0.0, 0.0, 0.0) for st in stages]
 
 

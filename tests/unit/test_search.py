@@ -243,3 +243,28 @@ def test_the_simulator_agrees_with_the_objective_where_moves_are_nothing_and_rer
     assert [c.simulated for c in ranked] == sorted(c.simulated for c in ranked)
     for c in ranked:
         assert c.simulated == pytest.approx(simulated(layers, c, cluster))
+
+
+def test_blocks_keep_mixed_candidates_of_layers_of_two_kinds():
+    # 20 layers (blocks of 2): dense layers (dp, tp) and expert layers (dp, ep) in turn;
+    # the best runs dense dp with expert ep in one layout: a block must keep that mix,
+    # so the search is no slower than Megatron's one candidate per kind of layer
+    from reshard.search.baselines import uniform
+
+    cluster = Cluster.regular(1, 2)
+    dense = {s: (Candidate("dp", 1e-3, "S01R", "S01R", 4), Candidate("tp", 2e-3, "S0R", "S0R", 2))
+             for s in ((1, 1), (1, 2))}
+    expert = {s: (Candidate("dp", 3e-3, "S01R", "S01R", 8), Candidate("ep", 1e-3, "S01R", "S01R", 2))
+              for s in ((1, 1), (1, 2))}
+    layers = [Layer(f"l{k}", (64, 64), "float32", expert if k % 2 else dense)
+              for k in range(20)]
+    got = search_chain(layers, cluster, 8)
+    mega = uniform(layers, cluster, 8)
+    assert got.time <= mega.time * (1 + 1e-9)
+    assert {n for s in got.stages for n in s.choices[1::2]} == {"ep"}
+    assert {n for s in got.stages for n in s.choices[0::2]} == {"dp"}
+    # under a memory limit the Pareto front of a block keeps the lighter mix too
+    light = search_chain(layers, cluster, 8, memory_limit=40)
+    assert all(sum(4 if n == "dp" and k % 2 == 0 else 2 if n in ("tp", "ep") else 8
+                   for k, n in zip(range(s.first, s.last + 1), s.choices)) <= 40
+               for s in light.stages)
