@@ -66,7 +66,8 @@ class PipelineRuntime:
         schedule: the schedule (validated here).
         dtype: activation / gradient dtype.
         strategy: the reshard strategy of the cross-mesh transfers.
-        name: names the channels (several pipelines can share a runtime).
+        name: names the channels and the stage workers' extension: pipelines of other
+            names can share a runtime (each steps in turn, not at once).
     """
 
     def __init__(self, runtime: Runtime, stages: Sequence[StageSpec], schedule: Schedule,
@@ -98,6 +99,7 @@ class PipelineRuntime:
         self.dtype = np.dtype(dtype).name
         self.strategy = Strategy.parse(strategy)
         self.name = name
+        self.extension = f"{EXTENSION}/{name}"
         self.devices = tuple(sorted(owner))
         self.act_plans: list[ReshardPlan] = []
         self.grad_plans: list[ReshardPlan] = []
@@ -138,7 +140,7 @@ class PipelineRuntime:
             self.schedule.to_text(), self.stages, act, grad,
             tuple(tuple((n, x.key) for n, x in sorted(ps.items())) for ps in placed),
             self.dtype, self.rt.timeout)
-        self.rt.call({d: Attach(EXTENSION, "reshard.pipeline.worker:StageWorker", (config,))
+        self.rt.call({d: Attach(self.extension, "reshard.pipeline.worker:StageWorker", (config,))
                       for d in self.devices}, "start pipeline stages")
         self.params = placed
 
@@ -165,7 +167,7 @@ class PipelineRuntime:
         self._iteration += 1
         t0 = time.monotonic()
         out = self.rt.call(
-            {d: Invoke(EXTENSION, "run", (it, [x.key for x in xs], [t.key for t in ts]))
+            {d: Invoke(self.extension, "run", (it, [x.key for x in xs], [t.key for t in ts]))
              for d in self.devices}, f"pipeline iteration {it}")
         wall = time.monotonic() - t0
         self.rt.free(*xs, *ts)
@@ -224,7 +226,7 @@ class PipelineRuntime:
                 reduced.append((v, name, y.key))
                 if y is not g:
                     moved.append(y)
-        self.rt.call({d: Invoke(EXTENSION, "sgd", (lr, reduced)) for d in self.devices},
+        self.rt.call({d: Invoke(self.extension, "sgd", (lr, reduced)) for d in self.devices},
                      "pipeline update")
         if moved:
             self.rt.free(*moved)

@@ -75,3 +75,32 @@ def test_bad_pipeline_input():
         pipe = PipelineRuntime(rt, stages, sched)
         with pytest.raises(reshard.ReshardError, match="set_params"):
             pipe.step([], [])
+
+
+def test_pipelines_of_two_names_share_a_runtime_in_turn():
+    # two pipelines on other meshes of one runtime, stepped in turn: each gives the
+    # losses it gives alone (each has its own stage workers: one did replace the other's)
+    a_stages, sched = _setup()
+    meshes = [reshard.DeviceMesh((1,), devices=[3]), reshard.DeviceMesh((3,), devices=[0, 1, 2])]
+    b_stages = mlp.make_stages(["dp", "col"], [4, 6, 2], meshes, 4, 3)
+    rng = np.random.default_rng(1)
+    data = {name: ([rng.normal(size=(4, 4)) for _ in range(3)],
+                   [rng.normal(size=(4, 2)) for _ in range(3)]) for name in "ab"}
+    stages = {"a": a_stages, "b": b_stages}
+    alone = {}
+    for name in "ab":
+        with reshard.Runtime("local") as rt:
+            pipe = PipelineRuntime(rt, stages[name], sched, name=name)
+            pipe.set_params(mlp.init_params(stages[name]))
+            alone[name] = [pipe.step(*data[name]).losses for _ in range(2)]
+    assert not np.allclose(alone["a"], alone["b"])  # the two really differ
+    with reshard.Runtime("local") as rt:
+        pipes = {name: PipelineRuntime(rt, stages[name], sched, name=name) for name in "ab"}
+        for name, pipe in pipes.items():
+            pipe.set_params(mlp.init_params(stages[name]))
+        turns: dict[str, list] = {name: [] for name in "ab"}
+        for _ in range(2):
+            for name, pipe in pipes.items():
+                turns[name].append(pipe.step(*data[name]).losses)
+    for name in "ab":
+        assert np.allclose(turns[name], alone[name]), name
