@@ -34,6 +34,7 @@ from reshard.errors import SearchError
 from reshard.planner.estimates import CostCache
 from reshard.search.costs import MoveCosts
 from reshard.search.model import (
+    Budget,
     Candidate,
     Choice,
     Layer,
@@ -250,7 +251,8 @@ def blocks(layers: Sequence[Layer], size: int
 def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *,
                  schedule: str = "1f1b", memory_limit: int | None = None,
                  moves: str = "priced", cache: CostCache | None = None,
-                 block: int | None = None) -> Choice:
+                 block: int | None = None, time_limit: float | Budget | None = None
+                 ) -> Choice:
     """The stages, submeshes and candidates of ``layers`` that minimise the objective
     (module docstring) on ``cluster`` with ``microbatches`` microbatches.
 
@@ -269,19 +271,23 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
             :data:`MAX_BLOCKS` layers, else ``ceil(L / MAX_BLOCKS)``. The answer is
             exact for the objective over stage boundaries between blocks, and its time
             is the objective of its stages on the layers themselves.
+        time_limit: the most seconds the search may take (None: no limit).
 
     Raises:
         SearchError: no layers, a layer without candidates, an irregular cluster, no
-            stages that use every device, or none within the memory limit.
+            stages that use every device, none within the memory limit, or the time
+            limit spent (naming the phase it was spent in).
     """
     return best_few(layers, cluster, microbatches, 1, schedule=schedule,
-                    memory_limit=memory_limit, moves=moves, cache=cache, block=block)[0]
+                    memory_limit=memory_limit, moves=moves, cache=cache, block=block,
+                    time_limit=time_limit)[0]
 
 
 def best_few(layers: Sequence[Layer], cluster: Cluster, microbatches: int, count: int, *,
              schedule: str = "1f1b", memory_limit: int | None = None,
              moves: str = "priced", cache: CostCache | None = None,
-             block: int | None = None, bound: float | None = None) -> list[Choice]:
+             block: int | None = None, bound: float | None = None,
+             time_limit: float | Budget | None = None) -> list[Choice]:
     """:func:`search_chain`'s best answer first, then up to ``count - 1`` more: the
     least-sum stages under each other bound on the slowest stage's period that could
     still be among the best ``count`` (each the best choice whose slowest stage is that
@@ -295,6 +301,7 @@ def best_few(layers: Sequence[Layer], cluster: Cluster, microbatches: int, count
     how = parse_choice_name(moves, MOVES, "moves")
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise SearchError(f"count must be an integer >= 1, got {count!r}")
+    budget = Budget.of(time_limit)
     _check(layers, cluster, microbatches)
     size = block if block is not None else max(1, -(-len(layers) // MAX_BLOCKS))
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -304,7 +311,7 @@ def best_few(layers: Sequence[Layer], cluster: Cluster, microbatches: int, count
         merged, firsts, runs = blocks(layers, size)
         got = best_few(merged, cluster, microbatches, count, schedule=sched,
                        memory_limit=memory_limit, moves=moves, cache=costs.cache, block=1,
-                       bound=bound)
+                       bound=bound, time_limit=budget)
         return [evaluate(layers, _expand(c.stages, runs, firsts, len(layers)), cluster,
                          microbatches, sched, costs) for c in got]
     limit = math.inf if memory_limit is None else memory_limit
@@ -314,12 +321,12 @@ def best_few(layers: Sequence[Layer], cluster: Cluster, microbatches: int, count
         # alone takes longer over B - 1 microbatches is in no better choice (its moves
         # are never priced)
         free = _dp(layers, cluster, microbatches, sched, limit,
-                   MoveCosts(cluster, True, costs.cache), 1)
+                   MoveCosts(cluster, True, costs.cache), 1, budget=budget)
         if free:
             bound = evaluate(layers, _path_stages(free[0]), cluster, microbatches, sched,
                              costs).time
     found = _dp(layers, cluster, microbatches, sched, limit, costs, count,
-                math.inf if bound is None else bound)
+                math.inf if bound is None else bound, budget)
     if not found:
         shapes = sorted({s for layer in layers for s in layer.candidates})
         raise SearchError(
@@ -352,8 +359,8 @@ def _expand(stages: Sequence[Stage], runs: dict[tuple[int, Shape, str], tuple[st
 
 
 def _dp(layers: Sequence[Layer], cluster: Cluster, microbatches: int, sched: str,
-        limit: float, costs: MoveCosts, count: int, bound: float = math.inf
-        ) -> list[tuple[tuple[_Option, float], ...]]:
+        limit: float, costs: MoveCosts, count: int, bound: float = math.inf,
+        budget: Budget | None = None) -> list[tuple[tuple[_Option, float], ...]]:
     """The DP of the module docstring: the best ``count`` answers over the bounds (each
     bound's least sum), as paths of (stage option, its move in), among those whose
     every stage's time over ``B - 1`` microbatches is within ``bound``."""
@@ -387,8 +394,11 @@ def _dp(layers: Sequence[Layer], cluster: Cluster, microbatches: int, sched: str
         exit_of.append(e)
         ends.setdefault((o.last + 1, o.placement.first + o.placement.size), set()).add(e)
     exits = list(exit_id)
+    budget = Budget(None) if budget is None else budget
     moved: dict[tuple[int, int], float] = {}  # (exit id, option) -> move in; -1: none
-    for (i, d), ks in at.items():
+    for n_at, ((i, d), ks) in enumerate(at.items()):
+        budget.check(f"pricing the moves into stages ({n_at} of {len(at)} stage starts "
+                     f"done, {costs.asked} estimates asked)")
         for k in ks:
             o = flat[k]
             if i == 0:
@@ -458,7 +468,8 @@ def _dp(layers: Sequence[Layer], cluster: Cluster, microbatches: int, sched: str
     floor, _ = best_sum(math.inf)
     found: dict[tuple, tuple[float, tuple[tuple[_Option, float], ...]]] = {}
     best: list[float] = []  # the least ``count`` values so far, increasing
-    for cap in caps:
+    for tried, cap in enumerate(caps):
+        budget.check(f"bounding the slowest stage ({tried} of {len(caps)} bounds tried)")
         if len(best) == count and floor + (microbatches - 1) * cap >= best[-1]:
             break
         s, picks = best_sum(cap)

@@ -44,7 +44,7 @@ from reshard.search.chain import (
     search_chain,
 )
 from reshard.search.costs import MoveCosts
-from reshard.search.model import Candidate, Choice, Layer, Stage
+from reshard.search.model import Budget, Candidate, Choice, Layer, Stage
 from reshard.spec import ShardingSpec
 
 METHODS = ("descent", "mcmc")
@@ -194,16 +194,17 @@ class _Layouts:
                 for opts, name in zip(self.options, names)]
 
 
-def _descent(lay: _Layouts, picks: list[Candidate]) -> list[Candidate]:
+def _descent(lay: _Layouts, picks: list[Candidate], budget: Budget) -> list[Candidate]:
     """Coordinate descent (module docstring): single layers, then edges' pairs."""
     best = lay.time(picks)
     groups: list[tuple[int, ...]] = [(k,) for k in range(len(picks))]
     groups += sorted({(u, v) for u, v in lay.graph.edges}
                      | {(k, k + 1) for k in range(len(picks) - 1)})
-    changed = True
+    changed, sweep = True, 0
     while changed:
-        changed = False
+        changed, sweep = False, sweep + 1
         for group in groups:
+            budget.check(f"in coordinate descent (sweep {sweep})")
             for combo in itertools.product(*(lay.options[k] for k in group)):
                 if all(picks[k] == c for k, c in zip(group, combo)):
                     continue
@@ -217,7 +218,7 @@ def _descent(lay: _Layouts, picks: list[Candidate]) -> list[Candidate]:
 
 
 def _mcmc(lay: _Layouts, picks: list[Candidate], steps: int, seed: int,
-          beta: float) -> list[Candidate]:
+          beta: float, budget: Budget) -> list[Candidate]:
     """FlexFlow's MCMC (module docstring), the best seen."""
     rng = random.Random(seed)
     now = lay.time(picks)
@@ -225,7 +226,8 @@ def _mcmc(lay: _Layouts, picks: list[Candidate], steps: int, seed: int,
     free = [k for k, opts in enumerate(lay.options) if len(opts) > 1]
     if not free:
         return picks
-    for _ in range(steps):
+    for step in range(steps):
+        budget.check(f"in MCMC (step {step} of {steps})")
         k = rng.choice(free)
         trial = list(picks)
         trial[k] = rng.choice([c for c in lay.options[k] if c != picks[k]])
@@ -242,13 +244,14 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
                  schedule: str = "1f1b", memory_limit: int | None = None,
                  method: str = "descent", few: int = 4, steps: int = 2000, seed: int = 0,
                  beta: float = 0.05, cache: CostCache | None = None,
-                 block: int | None = None) -> Choice:
+                 block: int | None = None, time_limit: float | None = None) -> Choice:
     """Stages, submeshes and candidates of ``graph``'s layers (module docstring).
 
     Args:
         graph: the model.
-        cluster, microbatches, schedule, memory_limit, cache, block: as
-            :func:`reshard.search.search_chain` takes them.
+        cluster, microbatches, schedule, memory_limit, cache, block, time_limit: as
+            :func:`reshard.search.search_chain` takes them (the time limit covers the
+            whole search).
         method: ``"descent"`` or ``"mcmc"``.
         few: how many of the chain DP's best stage choices to refine.
         steps: MCMC's proposals per stage choice.
@@ -259,6 +262,7 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
         SearchError: as :func:`reshard.search.search_chain`, or an unknown method.
     """
     how = parse_choice_name(method, METHODS, "method")
+    budget = Budget.of(time_limit)
     limit = math.inf if memory_limit is None else memory_limit
     costs = MoveCosts(cluster, cache=CostCache() if cache is None else cache)
     # the choice made with moves free (Alpa's) priced on the graph bounds the chain DP
@@ -266,16 +270,17 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
     # refined as well: the answer is never slower than it
     free = search_chain(graph.layers, cluster, microbatches, schedule=schedule,
                         memory_limit=memory_limit, moves="free", cache=costs.cache,
-                        block=block)
+                        block=block, time_limit=budget)
     bound = evaluate_graph(graph, free.stages, cluster, microbatches, schedule, costs).time
     seeds = best_few(graph.layers, cluster, microbatches, few, schedule=schedule,
-                     memory_limit=memory_limit, cache=costs.cache, block=block, bound=bound)
+                     memory_limit=memory_limit, cache=costs.cache, block=block, bound=bound,
+                     time_limit=budget)
     best: Choice | None = None
     for got in [*seeds, free]:
         lay = _Layouts(graph, got.stages, microbatches, got.schedule, costs, limit)
         picks = lay.seed([n for st in got.stages for n in st.choices])
-        picks = _descent(lay, picks) if how == "descent" else _mcmc(lay, picks, steps,
-                                                                    seed, beta)
+        picks = _descent(lay, picks, budget) if how == "descent" else _mcmc(
+            lay, picks, steps, seed, beta, budget)
         mine = lay.choice(picks)
         if best is None or mine.time < best.time:
             best = mine

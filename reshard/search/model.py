@@ -14,6 +14,7 @@ bytes it holds per device.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -162,6 +163,32 @@ class Choice:
     simulated: float | None = None
 
 
+@dataclass(frozen=True)
+class Budget:
+    """A search's time budget: at most ``seconds`` from ``start`` (None: no limit)."""
+
+    seconds: float | None
+    start: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def of(cls, value: float | Budget | None) -> Budget:
+        """``value`` as a budget starting now (a budget: itself)."""
+        if isinstance(value, Budget):
+            return value
+        if value is not None and (isinstance(value, bool) or
+                                  not isinstance(value, (int, float)) or
+                                  not math.isfinite(value) or value <= 0):
+            raise SearchError(f"time_limit must be seconds > 0 or None, got {value!r}")
+        return cls(None if value is None else float(value))
+
+    def check(self, where: str) -> None:
+        """A SearchError naming ``where`` once the budget is spent."""
+        if self.seconds is not None and time.monotonic() - self.start > self.seconds:
+            raise SearchError(f"the search ran past its time_limit of {self.seconds:g} s "
+                              f"{where}; give a larger time_limit, fewer candidates or "
+                              f"larger blocks")
+
+
 def check_cluster(cluster: Cluster) -> None:
     """A search cuts submeshes from hosts of one size whose devices are numbered host
     by host from 0 (:meth:`reshard.Cluster.regular`, the presets)."""
@@ -174,5 +201,5 @@ def check_cluster(cluster: Cluster) -> None:
             f"{[len(h) for h in cluster.hosts]} devices")
 
 
-__all__ = ["Candidate", "Choice", "Layer", "Placement", "Shape", "Stage", "check_cluster",
+__all__ = ["Budget", "Candidate", "Choice", "Layer", "Placement", "Shape", "Stage", "check_cluster",
            "placements"]

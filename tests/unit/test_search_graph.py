@@ -154,3 +154,19 @@ def test_an_unknown_method_is_refused():
     with pytest.raises(SearchError, match="unknown method 'anneal'; valid: descent, mcmc"):
         search_graph(graph, CLUSTER, b, method="anneal")
     assert math.isfinite(search_graph(graph, CLUSTER, b).time)
+
+
+def test_a_search_past_its_time_limit_is_refused_naming_where():
+    graph, b, _ = _instance(random.Random(11))
+    cluster = Cluster.regular(2, 2)
+    with pytest.raises(SearchError, match=r"ran past its time_limit of 1e-09 s (pricing the "
+                                          r"moves into stages|bounding the slowest stage)"):
+        search_chain(list(graph.layers), cluster, b, time_limit=1e-9)
+    with pytest.raises(SearchError, match=r"ran past its time_limit of 1e-09 s"):
+        search_graph(graph, cluster, b, time_limit=1e-9)
+    for bad in (0, -1.0, math.inf, "1", True):
+        with pytest.raises(SearchError, match="time_limit must be seconds > 0 or None"):
+            search_chain(list(graph.layers), cluster, b, time_limit=bad)
+    # a generous limit changes nothing
+    assert search_graph(graph, cluster, b, time_limit=600).time == \
+        search_graph(graph, cluster, b).time
