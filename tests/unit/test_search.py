@@ -3,7 +3,7 @@
 The DP's answer equals brute force (every split of the chain into stages, every
 sequence of submeshes that tiles the cluster, every candidate per layer, each priced
 by reshard's estimates through :func:`reshard.search.evaluate`) on random small
-instances, both schedules, with and without a memory limit; the choice made with moves
+instances (up to 6 layers, 4 candidates, 3 submesh shapes), both schedules, with and without a memory limit; the choice made with moves
 free (Alpa's stage DP) is never better once its moves are priced, and worse where a
 move crosses a slow network; bad input is refused before any search runs."""
 
@@ -76,13 +76,16 @@ def _costs(cache):
 
 @st.composite
 def instances(draw):
-    n = draw(st.integers(1, 4))
+    # up to 6 layers, 4 candidates per submesh shape, 3 shapes (the brute force's
+    # candidate products kept to a few thousand: fewer candidates on longer chains)
+    n = draw(st.integers(1, 6))
     shapes = draw(st.lists(st.sampled_from(SHAPES), min_size=1, max_size=3, unique=True))
+    most = {1: 4, 2: 4, 3: 4, 4: 3, 5: 2, 6: 2}[n]
     layers = []
     for k in range(n):
         cands = {}
         for shape in shapes:
-            m = draw(st.integers(1, 3 if len(shapes) < 3 else 2))
+            m = draw(st.integers(1, most if len(shapes) < 3 else min(most, 3)))
             cands[shape] = tuple(
                 Candidate(f"c{j}", draw(st.integers(1, 40)) * 1e-4,
                           draw(st.sampled_from(SPECS)), draw(st.sampled_from(SPECS)),
@@ -99,7 +102,7 @@ def cache():
     return CostCache()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=instances())
 def test_dp_equals_brute_force(case, cache):
     layers, b, schedule, limit = case
