@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from reshard.cluster import Cluster
+from reshard.errors import ReshardError, SearchError
 from reshard.pipeline.costs import PipelineCosts
 from reshard.pipeline.generators import make_schedule
 from reshard.pipeline.simulator import simulate
@@ -33,9 +34,17 @@ FORWARD_SHARE = 1 / 3
 
 def simulated(layers: Sequence[Layer], choice: Choice, cluster: Cluster,
               costs: MoveCosts | None = None,
-              edges: Sequence[tuple[int, int]] | None = None) -> float:
-    """``choice``'s iteration time under the simulator running its schedule (module
-    docstring); ``edges`` as :func:`reshard.search.evaluate` takes them."""
+              edges: Sequence[tuple[int, int]] | None = None,
+              schedule: str | None = None) -> float:
+    """``choice``'s iteration time under the simulator running its schedule, or
+    ``schedule`` (any of :data:`reshard.pipeline.SCHEDULES` with one chunk per stage:
+    ``gpipe``, ``1f1b``, ``eager-1f1b``, ``zb-h1``; a V or interleaved schedule puts
+    several stages on one submesh, which a choice's stages, each on its own, do not)
+    (module docstring); ``edges`` as :func:`reshard.search.evaluate` takes them.
+
+    Raises:
+        SearchError: a schedule with several chunks per stage, or an unknown one.
+    """
     costs = MoveCosts(cluster) if costs is None else MoveCosts(cluster, False, costs.cache)
     stages = choice.stages
     stage_of = [i for i, st in enumerate(stages) for _ in range(st.first, st.last + 1)]
@@ -56,16 +65,27 @@ def simulated(layers: Sequence[Layer], choice: Choice, cluster: Cluster,
                           backward=tuple(t * (1 - FORWARD_SHARE) for t in per),
                           activation_transfer=tuple(there) or 0.0,
                           gradient_transfer=tuple(back) or 0.0)
-    schedule = make_schedule(choice.schedule, len(stages), choice.microbatches)
-    return simulate(schedule, times).iteration_time
+    name = choice.schedule if schedule is None else schedule
+    try:
+        order = make_schedule(name, len(stages), choice.microbatches)
+    except ReshardError as e:
+        raise SearchError(str(e)) from None
+    if order.num_chunks != 1:
+        raise SearchError(f"schedule {name!r} runs {order.num_chunks} chunks per stage; "
+                          f"a choice's stages each run one: give gpipe, 1f1b, eager-1f1b "
+                          f"or zb-h1")
+    return simulate(order, times).iteration_time
 
 
 def rerank(layers: Sequence[Layer], choices: Sequence[Choice], cluster: Cluster,
            costs: MoveCosts | None = None,
-           edges: Sequence[tuple[int, int]] | None = None) -> list[Choice]:
+           edges: Sequence[tuple[int, int]] | None = None,
+           schedule: str | None = None) -> list[Choice]:
     """``choices`` (e.g. :func:`reshard.search.best_few`'s) with their ``simulated``
-    time set, least simulated time first (ties: the objective's order)."""
-    timed = [dataclasses.replace(c, simulated=simulated(layers, c, cluster, costs, edges))
+    time set (under their schedule, or ``schedule``: :func:`simulated`), least
+    simulated time first (ties: the objective's order)."""
+    timed = [dataclasses.replace(c, simulated=simulated(layers, c, cluster, costs, edges,
+                                                        schedule))
              for c in choices]
     return sorted(timed, key=lambda c: c.simulated or 0.0)
 

@@ -271,3 +271,20 @@ def test_blocks_keep_mixed_candidates_of_layers_of_two_kinds():
     assert all(sum(4 if n == "dp" and k % 2 == 0 else 2 if n in ("tp", "ep") else 8
                    for k, n in zip(range(s.first, s.last + 1), s.choices)) <= 40
                for s in light.stages)
+
+
+def test_the_simulator_takes_another_one_chunk_schedule():
+    from reshard.search import simulated
+
+    cluster = Cluster.regular(1, 4)
+    cands = {(1, 1): (Candidate("a", 1.0, "R", "R"),)}
+    layers = [Layer(f"l{k}", (1,), "float32", cands) for k in range(4)]
+    got = search_chain(layers, cluster, 8)
+    one = simulated(layers, got, cluster)
+    # zero bubble H1 fills the 1F1B bubble with weight gradients: shorter; GPipe the same
+    assert simulated(layers, got, cluster, schedule="zb-h1") < one
+    assert simulated(layers, got, cluster, schedule="gpipe") == pytest.approx(one, rel=1e-3)
+    with pytest.raises(SearchError, match="'zb-v' runs 2 chunks per stage"):
+        simulated(layers, got, cluster, schedule="zb-v")
+    with pytest.raises(SearchError, match="unknown schedule 'zb-w'"):
+        simulated(layers, got, cluster, schedule="zb-w")
