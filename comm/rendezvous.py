@@ -52,14 +52,33 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return recv_exact(sock, n, "rendezvous connection")
 
 
+def _recv_by(sock: socket.socket, n: int, deadline: float) -> bytes:
+    """Exactly ``n`` bytes from ``sock`` by ``deadline`` (monotonic seconds), however
+    they trickle in; a TimeoutError past it, a ConnectionError if the peer closes."""
+    chunks = []
+    while n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the rendezvous token did not arrive in time")
+        sock.settimeout(left)
+        chunk = sock.recv(n)
+        if not chunk:
+            raise ConnectionError("rendezvous connection closed")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
 class TcpRendezvousServer:
     """The driver side: serves one key/value table to any number of workers.
 
-    Every connection must present the token within ``auth_timeout`` seconds or is
-    closed; at most ``max_pending`` connections may be waiting to authenticate and at
-    most ``max_clients`` may be authenticated at once (more are closed at once), and a
-    connection's thread ends with it, so idle or hostile connections cannot pile up
-    threads or memory.
+    Every connection must present the token within ``auth_timeout`` seconds in all (not
+    per byte: one byte every few seconds does not keep it) or is closed; at most
+    ``max_pending`` connections may be waiting to authenticate (a new one closes the
+    oldest waiting: a worker sends its token at once, so strangers that hold every slot
+    cannot keep it out) and at most ``max_clients`` may be authenticated at once (more
+    are closed at once), and a connection's thread ends with it, so idle or hostile
+    connections cannot pile up threads or memory.
 
     Args:
         host: interface to listen on (``127.0.0.1`` for local workers); never the
@@ -68,11 +87,11 @@ class TcpRendezvousServer:
         max_clients: authenticated connections at once (a runtime's workers use one
             each).
         max_pending: connections at once that have not authenticated yet.
-        auth_timeout: seconds a new connection has to present the token.
+        auth_timeout: seconds a new connection has, in all, to present the token.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, max_clients: int = 1024,
-                 max_pending: int = 64, auth_timeout: float = 5.0) -> None:
+                 max_pending: int = 64, auth_timeout: float = 2.0) -> None:
         if is_wildcard(host):
             raise ExecutionError(
                 f"the rendezvous must listen on one interface's address, not {host!r}; "
@@ -85,7 +104,7 @@ class TcpRendezvousServer:
         self._closed = False
         self._sock = listen_on(host, port)
         self._conns: set[socket.socket] = set()
-        self._pending = 0  # connections not authenticated yet
+        self._waiting: dict[socket.socket, None] = {}  # not authenticated yet, oldest first
         self._clients = 0  # authenticated connections
         self.refused = 0  # connections closed for a full table (for tests and logs)
         self.host, self.port = host, self._sock.getsockname()[1]
@@ -114,11 +133,13 @@ class TcpRendezvousServer:
                 if self._closed:
                     conn.close()
                     return
-                if self._pending >= self.max_pending:
+                if len(self._waiting) >= self.max_pending:
+                    oldest = next(iter(self._waiting))
+                    del self._waiting[oldest]
                     self.refused += 1
-                    conn.close()
-                    continue
-                self._pending += 1
+                    with contextlib.suppress(OSError):
+                        oldest.shutdown(socket.SHUT_RDWR)  # its thread ends, closing it
+                self._waiting[conn] = None
                 self._conns.add(conn)
             threading.Thread(target=self._serve, args=(conn,), daemon=True,
                              name="reshard-rendezvous-conn").start()
@@ -126,12 +147,14 @@ class TcpRendezvousServer:
     def _authenticate(self, conn: socket.socket) -> bool:
         """Read the token within the time limit; count the connection as a client."""
         try:
-            conn.settimeout(self.auth_timeout)
-            ok = secrets.compare_digest(_recv_exact(conn, len(self.token)), self.token)
+            got = _recv_by(conn, len(self.token), time.monotonic() + self.auth_timeout)
+            ok = secrets.compare_digest(got, self.token)
         except (OSError, ConnectionError):
             ok = False
         with self._cond:
-            self._pending -= 1
+            kept = conn in self._waiting  # not dropped as the oldest meanwhile
+            self._waiting.pop(conn, None)
+            ok = ok and kept
             if ok and self._clients >= self.max_clients:
                 self.refused += 1
                 ok = False

@@ -208,3 +208,48 @@ def test_commands_go_down_the_pipe_in_order():
     w.stop_writer()
     w.writer.join(5)
     driver_end.close()
+
+
+@pytest.mark.timeout(60)
+def test_rendezvous_strangers_trickling_bytes_keep_no_worker_out():
+    """64 connections that each send one byte of a token every 0.5 s (the per-byte
+    timeout once kept them for ever, holding every pending slot): each is closed at
+    its one deadline, and a worker connecting meanwhile gets in at once."""
+    import socket
+
+    server = TcpRendezvousServer(max_pending=64, auth_timeout=1.5)
+    stop = threading.Event()
+    strangers = [socket.create_connection((server.host, server.port), timeout=5)
+                 for _ in range(64)]
+    cut: list[float] = []
+    t0 = time.monotonic()
+
+    def trickle(s: socket.socket) -> None:
+        try:
+            for _ in range(30):
+                if stop.wait(0.5):
+                    return
+                s.send(b"x")
+        except OSError:
+            cut.append(time.monotonic() - t0)
+
+    threads = [threading.Thread(target=trickle, args=(s,), daemon=True) for s in strangers]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(0.7)  # every slot held by a stranger mid-token
+        w0 = time.monotonic()
+        good = server.address.connect(5)
+        assert time.monotonic() - w0 < 1.0  # admitted at once: an oldest stranger made room
+        good.set("k", b"v")
+        assert good.get("k", 1) == b"v"
+        for t in threads:
+            t.join(10)
+        assert len(cut) == 64  # every stranger closed...
+        assert max(cut) < 1.5 + 2.0  # ...within its one deadline (plus a trickle's wait)
+        good.close()
+    finally:
+        stop.set()
+        for s in strangers:
+            s.close()
+        server.close()
