@@ -57,7 +57,7 @@ from reshard.comm.program import WorkerProgram
 from reshard.comm.spmd import LocalPlan, exchange, world_of
 from reshard.comm.steps import Execution, LoadedProgram, StepTask, program_steps
 from reshard.dtypes import dtype_name, parse_dtype, storage
-from reshard.errors import ExecutionError, ReshardError, ShapeError
+from reshard.errors import ExecutionError, PlanError, ReshardError, ShapeError
 from reshard.planner.gcpause import paused
 from reshard.planner.ir import Derive, ReshardPlan, TensorSpec
 from reshard.planner.staging import check_budget
@@ -376,9 +376,15 @@ class Executor:
         backend = self.channel(channel)
         members = world_of(backend, world)
         local = LocalPlan(requests, cluster, self.device, strategy, verify,
-                          self.memory_budget)
-        with self.communicating():
-            rows = exchange(backend, members, local.record)
+                          self.memory_budget, members, channel)
+        try:
+            with self.communicating():
+                rows = exchange(backend, members, local.record)
+        except ExecutionError as e:
+            raise PlanError(
+                f"device {self.device}: the ranks' plan records could not be exchanged "
+                f"({local.where}): {e}; a rank given another world or channel fails so: "
+                f"give every rank the same world= (in one order) and channel=") from e
         # every rank saw the same records: a disagreement is refused on all of them
         # alike, and the executor stays usable
         program = local.program(members, rows, self.capabilities.groups_need_world)

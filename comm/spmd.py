@@ -6,8 +6,9 @@ dtypes, layouts, cluster, strategy), plans it (the planner is deterministic: the
 plan bit for bit in every process, whatever its hash seed), cuts its own program and
 drops the rest. Before any byte moves, the ranks compare what they planned: one
 all-gather of a small fixed-size record per rank (the plan's digest, the request's
-digest, reshard's version, whether planning failed). Ranks that disagree, given
-different requests or running different reshard versions, all raise one
+digest, the digest of the world and channel the rank plans over, reshard's version,
+whether planning failed). Ranks that disagree, given different requests, worlds or
+channels, or running different reshard versions, all raise one
 :class:`~reshard.errors.PlanError` naming the ranks and what differs, instead of
 hanging on mismatched messages; a rank whose planning failed reports it to every rank
 the same way (Megatron-Core's resharding builds the same plan on every rank from shared
@@ -33,8 +34,17 @@ from reshard.version import __version__
 
 DIGEST = 32
 VERSION = 24
-RECORD = 2 * DIGEST + VERSION + 1
-"""Bytes each rank contributes: plan digest, request digest, version, a failure flag."""
+RECORD = 3 * DIGEST + VERSION + 1
+"""Bytes each rank contributes: plan digest, request digest, world-and-channel digest,
+version, a failure flag."""
+_WHERE = slice(2 * DIGEST, 3 * DIGEST)
+_VERSION = slice(3 * DIGEST, 3 * DIGEST + VERSION)
+
+
+def where_digest(world: Sequence[int], channel: str | None) -> bytes:
+    """The SHA-256 of the world (in its order) and channel a rank plans over."""
+    text = json.dumps({"world": [int(d) for d in world], "channel": channel or ""})
+    return hashlib.sha256(text.encode()).digest()
 
 
 def request_digest(requests: Sequence[tuple], cluster: Cluster, strategy: Strategy,
@@ -51,9 +61,10 @@ def request_digest(requests: Sequence[tuple], cluster: Cluster, strategy: Strate
     return hashlib.sha256(text.encode()).digest()
 
 
-def _record(plan_digest: bytes, req_digest: bytes, failed: bool) -> np.ndarray:
+def _record(plan_digest: bytes, req_digest: bytes, where: bytes, failed: bool) -> np.ndarray:
     version = __version__.encode()[:VERSION].ljust(VERSION, b"\0")
-    raw = plan_digest.ljust(DIGEST, b"\0") + req_digest + version + bytes([int(failed)])
+    raw = (plan_digest.ljust(DIGEST, b"\0") + req_digest + where + version
+           + bytes([int(failed)]))
     return np.frombuffer(raw, dtype=np.uint8).copy()
 
 
@@ -78,8 +89,18 @@ def exchange(backend: Backend, world: Sequence[int], record: np.ndarray) -> np.n
     return np.asarray(backend.to_host(out), dtype=np.uint8).reshape(len(group), RECORD)
 
 
-def _disagreement(world: Sequence[int], rows: np.ndarray) -> str | None:
-    """What the ranks' records say, when they do not all agree (None when they do)."""
+def _disagreement(world: Sequence[int], rows: np.ndarray, where: str = "") -> str | None:
+    """What the ranks' records say, when they do not all agree (None when they do);
+    ``where``: this rank's world and channel, for the message."""
+    places: dict[bytes, list[int]] = {}
+    for d, row in zip(world, rows):
+        places.setdefault(row[_WHERE].tobytes(), []).append(d)
+    if len(places) > 1:
+        groups = "; ".join(f"devices {_ranges(ds)} one ({k.hex()[:12]})"
+                           for k, ds in places.items())
+        return (f"ranks disagree on the world or channel they plan over: {groups}"
+                f"{f' (this rank: {where})' if where else ''}; give every rank the same "
+                f"world= (in one order) and channel=")
     failed = [d for d, row in zip(world, rows) if row[-1]]
     if failed:
         return (f"planning failed on devices {failed} (each raised its own error); no rank "
@@ -93,14 +114,13 @@ def _disagreement(world: Sequence[int], rows: np.ndarray) -> str | None:
 
     def say(digest: bytes) -> str:
         row = first[digest]
-        version = row[2 * DIGEST:2 * DIGEST + VERSION].tobytes().rstrip(b"\0").decode(
-            errors="replace")
+        version = row[_VERSION].tobytes().rstrip(b"\0").decode(errors="replace")
         return (f"devices {_ranges(kinds[digest])} planned {digest.hex()[:12]} (request "
                 f"{row[DIGEST:2 * DIGEST].tobytes().hex()[:12]}, reshard {version})")
 
     what = "; ".join(say(k) for k in kinds)
     requests = {first[k][DIGEST:2 * DIGEST].tobytes() for k in kinds}
-    versions = {first[k][2 * DIGEST:2 * DIGEST + VERSION].tobytes() for k in kinds}
+    versions = {first[k][_VERSION].tobytes() for k in kinds}
     if len(requests) > 1:
         why = ("their requests differ (shapes, dtypes, layouts, cast, cluster, strategy or "
                "memory budget): "
@@ -146,11 +166,14 @@ class LocalPlan:
             the cut).
         memory_budget: plan within this many bytes of staging per device (None:
             unbounded); part of the request the ranks compare.
+        world: the ranks that plan together, in the order the records are gathered.
+        channel: the channel they exchange records on (None: the main one).
     """
 
     def __init__(self, requests: Sequence[tuple], cluster: Cluster, device: int,
                  strategy: str | Strategy = Strategy.BROADCAST, verify: bool = False,
-                 memory_budget: int | None = None) -> None:
+                 memory_budget: int | None = None, world: Sequence[int] = (),
+                 channel: str | None = None) -> None:
         self.share: PlanShare | None = None
         self.error: ReshardError | None = None
         req = b"\0" * DIGEST
@@ -164,8 +187,9 @@ class LocalPlan:
                 self.share.plan.verify()
         except ReshardError as e:
             self.error = e
+        self.where = f"world {list(world)}, channel {channel or 'main'!r}"
         self.record = _record(self.share.digest if self.share is not None else b"", req,
-                              self.error is not None)
+                              where_digest(world, channel), self.error is not None)
 
     @property
     def tensors(self) -> tuple[TensorSpec, ...]:
@@ -183,13 +207,13 @@ class LocalPlan:
             ReshardError: planning failed here (the error it raised).
             PlanError: the ranks disagree, or planning failed on another rank.
         """
-        if self.error is not None:
+        problem = _disagreement(world, rows, self.where)
+        if self.error is not None and (problem is None or "planning failed" in problem):
             raise self.error
-        problem = _disagreement(world, rows)
         if problem is not None:
             raise PlanError(problem)
         assert self.share is not None
         return share_program(self.share, all_groups)
 
 
-__all__ = ["RECORD", "LocalPlan", "exchange", "request_digest", "world_of"]
+__all__ = ["RECORD", "LocalPlan", "exchange", "request_digest", "where_digest", "world_of"]

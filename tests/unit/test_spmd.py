@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -80,9 +81,10 @@ def test_programs_pickle_to_equal_programs():
     assert pickle.loads(pickle.dumps(relayed)) == relayed
 
 
-def _spmd(requests_of, world=tuple(range(8)), timeout=20.0):
+def _spmd(requests_of, world=tuple(range(8)), timeout=20.0, world_of=None, channel_of=None):
     """Run ``load_request`` and one run on a thread per rank: per device, its outputs or
-    the exception it raised."""
+    the exception it raised (``world_of`` / ``channel_of``: a rank's own world= and
+    channel=, default ``world`` and the main channel)."""
     fabric = LocalFabric(timeout)
     out: dict[int, object] = {}
 
@@ -90,7 +92,9 @@ def _spmd(requests_of, world=tuple(range(8)), timeout=20.0):
         ex = Executor(LocalBackend(d, fabric))
         try:
             requests, values = requests_of(d)
-            loaded, tensors = ex.load_request(requests, CLUSTER, world=world)
+            loaded, tensors = ex.load_request(
+                requests, CLUSTER, world=world if world_of is None else world_of(d),
+                channel=None if channel_of is None else channel_of(d))
             sources = [values[k].get(d) for k in range(len(requests))]
             out[d] = (ex.run(loaded, sources).wait(), tensors)
         except Exception as e:  # noqa: BLE001 - the test looks at it
@@ -147,6 +151,29 @@ def test_a_rank_whose_planning_fails_is_named_by_the_others():
         if d != 2:
             assert isinstance(got, reshard.PlanError), f"device {d}: {got!r}"
             assert "planning failed on devices [2]" in str(got)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["world order", "world members", "channel"])
+def test_ranks_given_another_world_or_channel_all_refuse(how):
+    # one rank given the world in another order, a world without one of the others, or
+    # another channel: every rank raises a PlanError that says to give one world and
+    # channel (by the records where they could be exchanged, else naming the failed
+    # exchange), not a bare timeout or "cannot connect"
+    requests, shards, _ = _request()
+    world = tuple(range(8))
+    other = {"world order": tuple(reversed(world)), "world members": world[:7],
+             "channel": world}[how]
+    t0 = time.monotonic()
+    out = _spmd(lambda d: (requests, shards), timeout=3.0,
+                world_of=(lambda d: other if d == 5 else world),
+                channel_of=(lambda d: "other" if how == "channel" and d == 5 else None))
+    assert time.monotonic() - t0 < 30
+    for d, got in out.items():
+        if how == "world members" and d == 7:
+            continue  # not in rank 5's world: it waits for the others, then fails alike
+        assert isinstance(got, reshard.PlanError), f"device {d}: {got!r}"
+        assert "same world= (in one order) and channel=" in str(got), str(got)
 
 
 DIGESTS = r"""
