@@ -49,8 +49,11 @@ def listen_address(host: str, port: int) -> str:
     return f"[{bare}]:{port}" if ":" in bare else f"{bare}:{port}"
 
 
-def check_listen(host: str, token: str | None, tls: TlsFiles | None) -> None:
-    """Refuse wildcard addresses, and non-loopback ones without a token.
+def check_listen(host: str, token: str | None, tls: TlsFiles | None,
+                 insecure: bool = False) -> None:
+    """Refuse wildcard addresses, non-loopback ones without a token, and non-loopback
+    ones without TLS (the token would cross the network in plaintext) unless
+    ``insecure``.
 
     Raises:
         ReshardError: naming the address and what to do instead.
@@ -65,6 +68,11 @@ def check_listen(host: str, token: str | None, tls: TlsFiles | None) -> None:
             f"serving on {host!r}, which is not loopback, needs a token: pass "
             f"--token-file FILE (or RESHARD_SERVICE_TOKEN), and TLS (--tls-cert, --tls-key) "
             f"so that the token does not cross the network in plaintext")
+    if not is_loopback(host) and tls is None and not insecure:
+        raise ReshardError(
+            f"serving on {host!r}, which is not loopback, without TLS sends the token in "
+            f"plaintext for anyone on the network to read: give --tls-cert and --tls-key, "
+            f"or --insecure to serve plaintext anyway (on a network you trust)")
 
 
 def _read(path: str, what: str) -> bytes:

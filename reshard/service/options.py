@@ -53,6 +53,8 @@ class ServeOptions:
         token: when set, every call but health checks must carry the metadata
             ``authorization: Bearer <token>``.
         tls: serve TLS with these files (None: plaintext).
+        insecure: serve a non-loopback address with a token in plaintext (no TLS):
+            the token crosses the network readable; refused unless this is set.
         max_message_bytes: largest message received or sent.
         max_inline_bytes: largest total of inline array bytes in one Execute request
             or reply.
@@ -84,6 +86,7 @@ class ServeOptions:
     cluster: Cluster | None = None
     token: str | None = field(default=None, repr=False)
     tls: TlsFiles | None = None
+    insecure: bool = False
     max_message_bytes: int = DEFAULT_MAX_MESSAGE
     max_inline_bytes: int = DEFAULT_MAX_INLINE
     workers: int = 8

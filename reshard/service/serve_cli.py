@@ -5,7 +5,7 @@ Example::
     reshard serve                                   # 127.0.0.1:50051, local backend
     reshard serve --port 0 --cluster paper:4x4      # a free port; 4 p3.8xlarge hosts
     RESHARD_SERVICE_TOKEN=... reshard serve --host 10.0.0.5 \\
-        --tls-cert server.pem --tls-key server.key
+        --tls-cert server.pem --tls-key server.key     # off loopback: TLS, or --insecure
 
 Prints ``reshard serve: listening on HOST:PORT ...`` once it serves. SIGTERM (or
 Ctrl-C) drains: health turns NOT_SERVING, new calls are refused, calls in flight get
@@ -85,6 +85,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
     ap.add_argument("--tls-client-ca", default=None,
                     help="PEM CA: require client certificates signed by it (mutual TLS)")
+    ap.add_argument("--insecure", action="store_true",
+                    help="serve a non-loopback --host without TLS (the token then crosses "
+                         "the network in plaintext); refused without this flag")
     ap.add_argument("--max-message-mb", type=float, default=DEFAULT_MAX_MESSAGE / MIB,
                     help="largest message received or sent, MiB")
     ap.add_argument("--max-inline-mb", type=float, default=DEFAULT_MAX_INLINE / MIB,
@@ -114,12 +117,31 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def _token(path: str | None) -> str | None:
+    """The token from ``path``, else from ``$RESHARD_SERVICE_TOKEN``, which is removed
+    from this process's environment once read (the processes the server starts, its
+    data-plane workers among them, do not inherit it)."""
+    from_env = os.environ.pop(TOKEN_ENV, None)
     if path is not None:
         try:
             return pathlib.Path(path).read_text().strip()
         except OSError as e:
             raise ReshardError(f"cannot read --token-file {path!r}: {e.strerror}") from None
-    return os.environ.get(TOKEN_ENV) or None
+    return from_env or None
+
+
+def token_file_warning(path: str | None) -> str | None:
+    """A warning when the token file at ``path`` is readable or writable by others
+    than its owner (None when it is not, or there is none)."""
+    if path is None:
+        return None
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if mode & 0o077:
+        return (f"--token-file {path} is open to others (mode {mode & 0o777:o}): anyone "
+                f"who can read it can call this server; chmod 600 it")
+    return None
 
 
 def options_from(args: argparse.Namespace) -> ServeOptions:
@@ -135,7 +157,7 @@ def options_from(args: argparse.Namespace) -> ServeOptions:
         host=args.host, port=args.port,
         backend=None if args.backend == "none" else args.backend, launcher=args.launcher,
         cluster=parse_cluster(args.cluster) if args.cluster else None, token=_token(args.token_file),
-        tls=tls, max_message_bytes=int(args.max_message_mb * MIB),
+        tls=tls, insecure=args.insecure, max_message_bytes=int(args.max_message_mb * MIB),
         max_inline_bytes=int(args.max_inline_mb * MIB), workers=args.workers,
         grace=args.grace, runtime_timeout=args.timeout, max_plan_cells=args.max_plan_cells,
         job_workers=args.job_workers, job_memory_bytes=int(args.job_memory_mb * MIB),
@@ -171,6 +193,9 @@ def run(args: argparse.Namespace) -> int:
     from reshard.service.server import Server
 
     fix_mmap_threshold()
+    warning = token_file_warning(args.token_file)
+    if warning:
+        print(f"reshard serve: warning: {warning}", file=sys.stderr, flush=True)
     try:
         options = options_from(args)
         server = Server(options).start()

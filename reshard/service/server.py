@@ -64,7 +64,7 @@ class Server:
 
     def __init__(self, options: ServeOptions,
                  runtime_factory: RuntimeFactory | None = None) -> None:
-        check_listen(options.host, options.token, options.tls)
+        check_listen(options.host, options.token, options.tls, options.insecure)
         self.options = options
         factory = runtime_factory or default_runtime_factory(options)
         self.host = RuntimeHost(factory, options.max_inline_bytes, options.runtime_timeout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -11,7 +12,7 @@ from reshard import cli as reshard_cli
 from reshard.errors import ClusterError, ReshardError
 from reshard.lru import LruCache
 from reshard.service.auth import check_listen, is_loopback, listen_address
-from reshard.service.options import ServeOptions
+from reshard.service.options import ServeOptions, TlsFiles
 from reshard.service.runtime_host import DEADLINE_MARGIN, call_timeout, deadline_expired
 from reshard.service.serve_cli import parse_cluster
 
@@ -53,7 +54,11 @@ def test_listen_rules():
         assert not is_loopback(host)
         with pytest.raises(ReshardError, match="needs a token"):
             check_listen(host, None, None)
-        check_listen(host, "tok", None)
+        # a token without TLS would cross the network readable: refused unless insecure
+        with pytest.raises(ReshardError, match="without TLS sends the token in plaintext"):
+            check_listen(host, "tok", None)
+        check_listen(host, "tok", None, insecure=True)
+        check_listen(host, "tok", TlsFiles("c.pem", "k.pem"))
     assert listen_address("::1", 5) == "[::1]:5" and listen_address("[::1]", 5) == "[::1]:5"
     assert listen_address("127.0.0.1", 5) == "127.0.0.1:5"
 
@@ -87,3 +92,29 @@ def test_lru_cache_evicts_by_weight():
     cache.put("d", "w" * 11)  # heavier than the whole cache: not kept
     assert cache.get("d") is None and len(cache) == 2
     assert cache.get_or_make("e", lambda: "v") == "v" and cache.get("e") == "v"
+
+
+def test_the_token_leaves_the_environment_once_read_and_an_open_file_is_warned(
+        tmp_path, monkeypatch):
+    from reshard.service import serve_cli
+
+    monkeypatch.setenv(serve_cli.TOKEN_ENV, "s3cret")
+    assert serve_cli._token(None) == "s3cret"
+    assert serve_cli.TOKEN_ENV not in os.environ  # the workers it starts do not inherit it
+    path = tmp_path / "token"
+    path.write_text("t0k\n")
+    path.chmod(0o644)
+    warning = serve_cli.token_file_warning(str(path))
+    assert warning is not None and "mode 644" in warning and "chmod 600" in warning
+    path.chmod(0o600)
+    assert serve_cli.token_file_warning(str(path)) is None
+    assert serve_cli._token(str(path)) == "t0k"
+
+
+def test_a_public_address_needs_tls_or_insecure(tmp_path, capsys):
+    path = tmp_path / "token"
+    path.write_text("t0k")
+    path.chmod(0o600)
+    flags = ["serve", "--port", "0", "--host", "10.1.2.3", "--token-file", str(path)]
+    assert reshard_cli.main(flags) == 2
+    assert "without TLS sends the token in plaintext" in capsys.readouterr().err
