@@ -71,6 +71,9 @@ class ServeOptions:
             verifying large plans), each stopped at its caller's deadline; 0 runs them
             on the serving threads, unbounded (tests).
         job_memory_bytes: each worker's memory cap; a request needing more is refused.
+        job_timeout: the most seconds one expensive request's work may take, whatever
+            its deadline (a request without one is stopped here); a worker is also
+            stopped the moment its caller cancels.
         max_inflight_bytes: the most memory requests in flight hold at once (each counted
             as ``REQUEST_MEMORY_FACTOR`` (3) x its size before parsing, given back when
             its call ends); a request that would pass it is refused with
@@ -97,6 +100,7 @@ class ServeOptions:
     max_plan_cells: int = 1 << 21
     job_workers: int = 2
     job_memory_bytes: int = 2048 * MIB
+    job_timeout: float = 120.0
     max_inflight_bytes: int = 256 * MIB
     max_queued_calls: int = 64
 
@@ -128,7 +132,7 @@ class ServeOptions:
             raise ReshardError(
                 f"job_workers must be an integer from 0 to workers - 1 ({self.workers - 1}: "
                 f"serving threads must stay free for cheap calls), got {self.job_workers!r}")
-        for name in ("grace", "runtime_timeout"):
+        for name in ("grace", "runtime_timeout", "job_timeout"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ReshardError(f"{name} must be > 0 seconds, got {value!r}")

@@ -105,6 +105,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "deadline); fewer than --workers")
     ap.add_argument("--job-memory-mb", type=float, default=2048.0,
                     help="memory cap of each of those processes, MiB")
+    ap.add_argument("--job-timeout", type=float, default=120.0,
+                    help="seconds one expensive request's work may take, whatever its "
+                         "deadline (stopped also when its caller cancels)")
     ap.add_argument("--max-inflight-mb", type=float, default=256.0,
                     help="most memory requests in flight hold at once, MiB (each counts 3 x "
                          "its size; more are refused before parsing); at least 3 x "
@@ -161,6 +164,7 @@ def options_from(args: argparse.Namespace) -> ServeOptions:
         max_inline_bytes=int(args.max_inline_mb * MIB), workers=args.workers,
         grace=args.grace, runtime_timeout=args.timeout, max_plan_cells=args.max_plan_cells,
         job_workers=args.job_workers, job_memory_bytes=int(args.job_memory_mb * MIB),
+        job_timeout=args.job_timeout,
         max_inflight_bytes=int(args.max_inflight_mb * MIB),
         max_queued_calls=args.max_queued_calls, plan_cache_bytes=int(args.plan_cache_mb * MIB))
 

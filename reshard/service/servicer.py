@@ -140,6 +140,12 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         self.answers: LruCache[bytes, tuple[float, str, str]] = LruCache(
             ANSWER_ENTRIES)
 
+    def _job(self, what: str, context: grpc.ServicerContext, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` in a job worker, stopped at the caller's deadline, when the
+        caller cancels, or at the server's cap (``job_timeout``)."""
+        return self.jobs.run(what, fn, *args, time_left=context.time_remaining,
+                             active=context.is_active, cap=self.options.job_timeout)
+
     # ----- planning -------------------------------------------------------------------
     def _sized(self, request: pb.PlanRequest, what: str) -> tuple[list, Cluster, Strategy, int]:
         """The request's plan_many arguments and its cells (:mod:`reshard.service.budget`);
@@ -162,8 +168,8 @@ class ReshardServicer(pb_grpc.ReshardServicer):
             reqs, cluster, strategy, cells = self._sized(request, what)
             if cells <= INLINE_CELLS:
                 return plan_many(reqs, cluster=cluster, strategy=strategy)
-            return self.jobs.run(what, jobs.plan, request.SerializeToString(),  # type: ignore[no-any-return]
-                                 self.options.cluster, time_left=context.time_remaining)
+            return self._job(what, context, jobs.plan, request.SerializeToString(),  # type: ignore[no-any-return]
+                             self.options.cluster)
         return self.plans.get_or_make(key, make)
 
     def _cost(self, request: pb.PlanRequest, key: bytes,
@@ -175,9 +181,9 @@ class ReshardServicer(pb_grpc.ReshardServicer):
             if plan is None:
                 reqs, cluster, strategy, cells = self._sized(request, "Estimate")
                 if cells > INLINE_CELLS:
-                    return self.jobs.run(  # type: ignore[no-any-return]
-                        "Estimate", jobs.cost, request.SerializeToString(),
-                        self.options.cluster, time_left=context.time_remaining)
+                    return self._job(  # type: ignore[no-any-return]
+                        "Estimate", context, jobs.cost, request.SerializeToString(),
+                        self.options.cluster)
                 plan = self.plans.get_or_make(
                     key, lambda: plan_many(reqs, cluster=cluster, strategy=strategy))
             return cost_to_pb(plan).SerializeToString()
@@ -313,8 +319,8 @@ class ReshardServicer(pb_grpc.ReshardServicer):
                     grpc.StatusCode.RESOURCE_EXHAUSTED)
             if tasks <= INLINE_TASKS:
                 return plan_from_pb(plan, verify=True)
-            return self.jobs.run("Execute", jobs.verify,  # type: ignore[no-any-return]
-                                 plan.SerializeToString(), time_left=context.time_remaining)
+            return self._job("Execute", context, jobs.verify,  # type: ignore[no-any-return]
+                             plan.SerializeToString())
         return self.executable.get_or_make(canonical_key(plan), make)
 
     @_guarded

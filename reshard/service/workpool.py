@@ -143,7 +143,8 @@ class WorkPool:
         self.killed += not alive
 
     def run(self, what: str, fn: Callable[..., Any], *args: Any,
-            time_left: Callable[[], float | None] = lambda: None) -> Any:
+            time_left: Callable[[], float | None] = lambda: None,
+            active: Callable[[], bool] = lambda: True, cap: float | None = None) -> Any:
         """``fn(*args)`` in a worker; its answer, or its ReshardError raised here.
 
         Args:
@@ -151,17 +152,22 @@ class WorkPool:
             fn: a module-level function (it travels by name).
             args: its arguments (picklable).
             time_left: seconds left to the caller's deadline (None: none).
+            active: whether the caller still waits (False once it cancelled).
+            cap: the most seconds a job may take whatever its deadline (None: no cap).
 
         Raises:
-            ServiceError: every worker busy (RESOURCE_EXHAUSTED), the deadline passed
-                (DEADLINE_EXCEEDED: the worker was killed), the job ran out of memory
-                (RESOURCE_EXHAUSTED), or the server is stopping (UNAVAILABLE).
+            ServiceError: every worker busy (RESOURCE_EXHAUSTED), the deadline or the cap
+                passed (DEADLINE_EXCEEDED), the caller cancelled (CANCELLED), the job ran
+                out of memory (RESOURCE_EXHAUSTED), or the server is stopping
+                (UNAVAILABLE); in each but the last, the worker was killed (a new one
+                takes its place), so the pool is free for the next request at once.
             ReshardError: the job's own (bad input), as raised there.
         """
         if self.size == 0:
             return fn(*args)
         w = self._take(what)
         alive = False
+        start = time.monotonic()
         try:
             w.conn.send((fn, args))
             while not w.conn.poll(POLL):
@@ -173,6 +179,14 @@ class WorkPool:
                     raise ServiceError(f"{what}: the call's deadline passed before the "
                                        f"request's work was done; it was stopped",
                                        grpc.StatusCode.DEADLINE_EXCEEDED)
+                if not active():
+                    raise ServiceError(f"{what}: the caller cancelled the call; its work "
+                                       f"was stopped", grpc.StatusCode.CANCELLED)
+                if cap is not None and time.monotonic() - start > cap:
+                    raise ServiceError(
+                        f"{what}: the request's work ran past the server's cap of {cap:g} s "
+                        f"(--job-timeout); it was stopped: ask for less, or run it in "
+                        f"process (reshard.plan)", grpc.StatusCode.DEADLINE_EXCEEDED)
                 if not w.proc.is_alive():
                     raise ServiceError(f"{what}: the worker doing the request died "
                                        f"(exit code {w.proc.exitcode})",

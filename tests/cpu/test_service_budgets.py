@@ -78,6 +78,48 @@ def test_the_deadline_stops_the_work(served):
 
 
 @pytest.mark.timeout(90)
+def test_a_cancelled_call_stops_its_work_and_frees_the_pool(served):
+    """A deadline-less 1024 -> 1024 Estimate whose client goes away after 1 s (its call
+    cancelled): the worker is killed at once, and the next expensive request is served
+    within 2 s (it was refused "busy" while the cancelled work ran on)."""
+    server, _ = served
+    killed = server.servicer.jobs.killed
+    gone = Client(server.address, timeout=30)
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            estimate(gone, 1024, timeout=None)
+        except BaseException as e:  # noqa: BLE001 - the cancellation, looked at below
+            errors.append(e)
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    time.sleep(1.0)
+    gone.close()  # cancels the call in flight
+    t0 = time.monotonic()
+    while server.servicer.jobs.killed == killed and time.monotonic() - t0 < 2.0:
+        time.sleep(0.02)
+    assert server.servicer.jobs.killed == killed + 1, "the cancelled work ran on"
+    with Client(server.address, timeout=30) as client:
+        seconds, bound = estimate(client, 256, timeout=20)  # the worker is free again
+    assert seconds >= bound > 0
+    t.join(10)
+
+
+@pytest.mark.timeout(60)
+def test_work_without_a_deadline_stops_at_the_servers_cap():
+    options = ServeOptions(port=0, backend=None, job_workers=1, job_timeout=1.0)
+    with Server(options).start() as server, Client(server.address, timeout=30) as client:
+        t0 = time.monotonic()
+        with pytest.raises(ServiceError, match=r"ran past the server's cap of 1 s "
+                                               r"\(--job-timeout\)") as e:
+            estimate(client, 1024, timeout=None)
+        assert e.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
+        assert time.monotonic() - t0 < 3.0
+
+
+@pytest.mark.timeout(90)
 def test_busy_workers_refuse_and_cheap_calls_keep_flowing(served):
     """While the one worker plans a huge request, another huge request is refused at
     once, and small requests (planned inline) keep their latency."""
