@@ -84,9 +84,10 @@ class CostCache:
         got = self._lru.get(key)
         return None if got is None else got[0]
 
-    def _put(self, key: Any, seconds: float, devices: int) -> None:
-        """Remember ``seconds`` under ``key``, which names ``devices`` device ids."""
-        self._lru.put(key, (seconds, _ENTRY_BYTES + 16 * devices))
+    def _put(self, key: Any, seconds: float, devices: int, held: int = 0) -> None:
+        """Remember ``seconds`` under ``key``, which names ``devices`` device ids and
+        holds ``held`` bytes more (a cluster it keeps: its footprint)."""
+        self._lru.put(key, (seconds, _ENTRY_BYTES + 16 * devices + held))
 
     @property
     def hits(self) -> int:
@@ -186,7 +187,7 @@ def _one(request: Any, strategy: Strategy, cast: Cast | None, cache: CostCache) 
                    strategy=strat, cast=None if cast is None else cast.dtype,
                    scale=None if cast is None else cast.scale).estimate()
         cache._put(normal.key, got, len(src.devices) + len(dst.devices))
-    cache._put(exact, got, len(src.devices) + len(dst.devices))
+    cache._put(exact, got, len(src.devices) + len(dst.devices), cluster.footprint)
     return got
 
 

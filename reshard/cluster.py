@@ -280,6 +280,12 @@ class Cluster:
         """All devices, host-major."""
         return tuple(d for h in self.hosts for d in h)
 
+    @property
+    def footprint(self) -> int:
+        """About the bytes this object holds (its name, its hosts' device ids and the
+        map from device to host): what a cache keyed or valued by it pays to keep it."""
+        return 512 + len(self.name.encode(errors="replace")) + 120 * len(self._host_of)  # type: ignore[attr-defined]
+
     def host_of(self, device: int) -> int:
         """Host index of ``device``."""
         try:

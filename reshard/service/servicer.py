@@ -62,8 +62,11 @@ PLAN_TENSOR_BYTES = 2048
 
 
 def plan_bytes(plan: ReshardPlan) -> int:
-    """What a plan costs a cache to keep, in bytes (an estimate from its size)."""
-    return PLAN_TASK_BYTES * len(plan.tasks) + PLAN_TENSOR_BYTES * len(plan.tensors) + 4096
+    """What a plan costs a cache to keep, in bytes (an estimate from its size): its
+    tasks and tensors, and its cluster (a request may name a huge cluster, or give it a
+    huge name: the plan keeps both)."""
+    return (PLAN_TASK_BYTES * len(plan.tasks) + PLAN_TENSOR_BYTES * len(plan.tensors)
+            + plan.cluster.footprint + 4096)
 
 ESTIMATE_RUN = 512
 """EstimateMany answers per streamed message."""

@@ -293,3 +293,23 @@ def test_service_flood_reports_the_servers_memory():
     assert set(r["outcomes"]) <= {"OK", "RESOURCE_EXHAUSTED"}
     assert r["rss_peak_mb"] >= r["rss_after_mb"] > 0 and r["rss_before_mb"] > 0
     assert r["budget_mb"] == 2 * 128 + 64 + 256
+
+
+@pytest.mark.timeout(120)
+def test_the_plan_cache_weighs_what_a_request_makes_it_hold():
+    """Ten valid Estimates whose clusters have 8 MiB names: the plan cache (32 MiB)
+    keeps what fits, weighed with each plan's cluster, where it kept all ten almost free
+    (each name +8 MiB of server memory: the audit's 30 MiB names OOM-killed a server at
+    the 123rd)."""
+    import dataclasses
+
+    options = ServeOptions(port=0, backend=None, job_workers=1, plan_cache_bytes=32 * MIB)
+    src = Layout(DeviceMesh((2,)), "S0R")
+    dst = Layout(DeviceMesh((2,), devices=[2, 3]), "S0R")
+    with Server(options).start() as server, Client(server.address, timeout=30) as client:
+        for k in range(10):
+            named = dataclasses.replace(Cluster.regular(2, 2), name=f"{k}" + "x" * (8 << 20))
+            client.estimate((64, 8), "float32", src, dst, cluster=named)
+        plans = server.servicer.plans
+        assert 1 <= len(plans) <= 3
+        assert plans._weight <= plans.capacity

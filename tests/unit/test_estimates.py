@@ -108,3 +108,19 @@ def test_sbp_signatures_name_layouts():
         ShardingSpec.from_sbp("(S(0), X)", 2)
     with pytest.raises(reshard.SpecError, match="names no placement"):
         ShardingSpec.from_sbp("()", 2)
+
+
+def test_the_cache_weighs_the_cluster_its_exact_keys_hold():
+    # a cluster with a 4 MiB name in each exact key: a 16 MiB cache keeps at most 3 of
+    # them (it counted 16 bytes a device, and kept every one)
+    import dataclasses
+
+    from reshard import estimate
+
+    cache = CostCache(16 << 20)
+    src = Layout(DeviceMesh((2,)), "S0R")
+    dst = Layout(DeviceMesh((2,), devices=[2, 3]), "S0R")
+    for k in range(8):
+        named = dataclasses.replace(Cluster.regular(2, 2), name=f"{k}" + "x" * (4 << 20))
+        estimate((64, 8), "float32", src, dst, named, cache=cache)
+    assert len(cache) <= 1 + 3  # the normal form's one entry and what fits
