@@ -185,13 +185,15 @@ class Runtime:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self) -> None:
-        """Stop every worker (idempotent; after a failure, wait until they are gone)."""
+    def close(self, grace: float | None = None) -> None:
+        """Stop every worker (idempotent; after a failure, wait until they are gone);
+        ``grace``: the most seconds workers get to exit on their own before they are
+        killed (None: the launcher's own)."""
         with self._lock:
             closing = not self._closed
             self._closed = True
         if closing:
-            self.group.close()
+            self.group.close(grace)
         aborting = self._aborting
         if aborting is not None and aborting is not threading.current_thread():
             aborting.join()

@@ -51,8 +51,10 @@ class WorkerGroup(Protocol):
     def dead(self) -> dict[int, str]:
         """Devices whose worker is gone, with a reason."""
 
-    def close(self) -> None:
-        """Stop every worker and release every resource (idempotent)."""
+    def close(self, grace: float | None = None) -> None:
+        """Stop every worker and release every resource (idempotent); ``grace``: the
+        most seconds workers get to exit on their own before they are killed (None:
+        the launcher's own; launchers whose workers are threads ignore it)."""
 
     def abort(self) -> None:
         """Like :meth:`close`, but without waiting for workers to finish what they are

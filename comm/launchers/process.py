@@ -373,9 +373,12 @@ class ProcessGroup:
         """Kill every worker process now (idempotent)."""
         self.close(grace=0.0)
 
-    def close(self, grace: float = _GRACE) -> None:
-        """Stop every worker process (idempotent): ask, give them ``grace`` seconds,
-        then terminate, then kill."""
+    def close(self, grace: float | None = None) -> None:
+        """Stop every worker process (idempotent): ask, give them ``grace`` seconds
+        (None: :data:`_GRACE`), then terminate (for a moment), then kill: bounded by
+        ``grace`` and about a second more, whatever state a worker is in (a stopped
+        process ignores the terminate)."""
+        grace = _GRACE if grace is None else max(0.0, grace)
         with self._lock:
             if self._closed:
                 return
@@ -391,12 +394,14 @@ class ProcessGroup:
         deadline = time.monotonic() + grace
         for w in self._workers.values():
             w.process.join(max(0.0, deadline - time.monotonic()))
-        for stop in (("terminate", "kill") if grace else ("kill",)):
+        for stop, patience in ((("terminate", 0.3), ("kill", 1.0)) if grace else
+                               (("kill", 1.0),)):
             alive = [w for w in self._workers.values() if w.process.is_alive()]
             for w in alive:
                 getattr(w.process, stop)()
+            until = time.monotonic() + patience  # one wait for them all, not one each
             for w in alive:
-                w.process.join(1.0)
+                w.process.join(max(0.0, until - time.monotonic()))
         with contextlib.suppress(OSError):
             self._wake_w.send(None)
         if self._monitor is not None and self._monitor is not threading.current_thread():

@@ -404,8 +404,9 @@ class RayGroup:
         """Same as :meth:`close` (actors are killed, not asked)."""
         self.close()
 
-    def close(self) -> None:
-        """Kill every actor (idempotent)."""
+    def close(self, grace: float | None = None) -> None:
+        """Kill every actor (idempotent; ``grace``: ignored, actors are killed at
+        once)."""
         if self._closed:
             return
         self._closed = True

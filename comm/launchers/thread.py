@@ -57,8 +57,9 @@ class ThreadGroup:
         """Same as :meth:`close` (blocked receivers are woken)."""
         self.close()
 
-    def close(self) -> None:
-        """Wake blocked receivers and stop the threads."""
+    def close(self, grace: float | None = None) -> None:
+        """Wake blocked receivers and stop the threads (``grace``: ignored; threads
+        cannot be killed)."""
         self.fabric.closed.set()
         for pool in self.pools.values():
             pool.shutdown(wait=True, cancel_futures=True)

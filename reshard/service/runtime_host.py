@@ -103,14 +103,15 @@ class RuntimeHost:
         if self._factory is not None:
             self._current()
 
-    def close(self) -> None:
-        """Close the Runtime; later calls are refused."""
+    def close(self, grace: float | None = None) -> None:
+        """Close the Runtime (its workers get ``grace`` seconds, then are killed; None:
+        the launcher's own); later calls are refused."""
         with self._lock:
             self._closed = True
             rt, self._runtime = self._runtime, None
             self._arrays.clear()
         if rt is not None:
-            rt.close()
+            rt.close(grace)
 
     def _current(self) -> Any:
         try:

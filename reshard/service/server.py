@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Self
 
@@ -122,13 +123,16 @@ class Server:
         and close the Runtime."""
         self.health.enter_graceful_shutdown()
         grace = self.options.grace if grace is None else grace
+        deadline = time.monotonic() + grace
         if self._server is not None:
             done = self._server.stop(grace)
             done.wait(grace)
             self.servicer.jobs.close()  # calls waiting on jobs end at once
             done.wait(1.0)
         self.servicer.jobs.close()
-        self.host.close()
+        # the Runtime's workers get what is left of the grace, then are killed (a
+        # stopped or stuck worker no longer adds the launcher's own seconds)
+        self.host.close(max(0.0, deadline - time.monotonic()))
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the server stops (or ``timeout`` seconds); True if it stopped."""
