@@ -15,11 +15,73 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from reshard.errors import ReshardError
 from reshard.layout import Layout
+from reshard.service.v1 import reshard_pb2 as pb
 
 INLINE_CELLS = 4096
 """Requests of at most this many cells are planned on the serving thread (a few ms);
 larger ones in a worker process, where a deadline can stop them."""
+
+INLINE_TENSORS = 1024
+"""Requests of more tensors are sized, as well as planned, in a worker process."""
+
+INLINE_DEVICES = 1024
+"""Requests naming more devices (a mesh or the cluster) are sized, planned and costed
+in a worker process: the lower bound's decomposition grows faster than linearly in the
+devices (about 2 s at 4,096)."""
+
+
+class OverBudget(ReshardError):
+    """A request over one of the server's budgets (the service answers
+    RESOURCE_EXHAUSTED)."""
+
+
+def raw_counts(request: pb.PlanRequest) -> tuple[int, int]:
+    """``(tensors, devices)`` of a request read off its message, before anything is
+    built from it: how many tensors, and the most devices one of its meshes or its
+    cluster names (a preset's own devices per host counted as 72, the most of any)."""
+    most = 0
+    for t in request.tensors:
+        for lay in (t.src, t.dst):
+            most = max(most, math.prod(lay.mesh.shape) if lay.mesh.shape else 0,
+                       len(lay.mesh.devices))
+    kind = request.cluster.WhichOneof("kind")
+    if kind == "preset":
+        c = request.cluster.preset
+        most = max(most, c.num_hosts * (c.devices_per_host or 72))
+    elif kind == "regular":
+        c2 = request.cluster.regular
+        most = max(most, c2.num_hosts * c2.devices_per_host)
+    elif kind == "hosts":
+        most = max(most, sum(len(h.devices) for h in request.cluster.hosts.hosts))
+    return len(request.tensors), most
+
+
+def check_counts(what: str, request: pb.PlanRequest, max_tensors: int,
+                 max_devices: int) -> tuple[int, int]:
+    """:func:`raw_counts`, refused (:class:`OverBudget`) over the server's budgets."""
+    tensors, devices = raw_counts(request)
+    if tensors > max_tensors:
+        raise OverBudget(f"{what}: the request has {tensors} tensors, over the server's "
+                         f"budget of {max_tensors} (--max-tensors); split it")
+    if devices > max_devices:
+        raise OverBudget(f"{what}: the request names {devices} devices (a mesh or its "
+                         f"cluster), over the server's budget of {max_devices} "
+                         f"(--max-devices); plan it in process (reshard.plan) or on a "
+                         f"server with a larger budget")
+    return tensors, devices
+
+
+def check_cells(what: str, requests: Sequence[tuple[Any, ...]], max_cells: int) -> int:
+    """:func:`request_cells`, refused (:class:`OverBudget`) over ``max_cells``."""
+    cells = request_cells(requests)
+    if cells > max_cells:
+        raise OverBudget(
+            f"{what}: the request's plan would have about {cells} cells (tasks), over the "
+            f"server's budget of {max_cells} (--max-plan-cells); split it into smaller "
+            f"requests")
+    return cells
 
 INLINE_TASKS = 4096
 """Plans of at most this many tasks are verified on the serving thread."""
@@ -44,4 +106,5 @@ def request_cells(requests: Sequence[tuple[Any, ...]]) -> int:
     return sum(tensor_cells(r[0], r[2], r[3]) for r in requests)
 
 
-__all__ = ["INLINE_CELLS", "INLINE_TASKS", "request_cells", "tensor_cells"]
+__all__ = ["INLINE_CELLS", "INLINE_DEVICES", "INLINE_TASKS", "INLINE_TENSORS", "OverBudget",
+           "check_cells", "check_counts", "raw_counts", "request_cells", "tensor_cells"]

@@ -67,6 +67,10 @@ class ServeOptions:
         reply_cache_bytes: encoded Plan replies kept for repeated requests, in bytes.
         max_plan_cells: the largest plan a request may ask for, in cells (about tasks;
             :mod:`reshard.service.budget`), checked before any work.
+        max_tensors: the most tensors one request may hold, counted off the message
+            before anything is built from it.
+        max_devices: the most devices one request's mesh or cluster may name, counted
+            off the message before anything is built from it.
         job_workers: worker processes for expensive requests (planning, costing,
             verifying large plans), each stopped at its caller's deadline; 0 runs them
             on the serving threads, unbounded (tests).
@@ -98,6 +102,8 @@ class ServeOptions:
     plan_cache_bytes: int = 128 * MIB
     reply_cache_bytes: int = 64 * MIB
     max_plan_cells: int = 1 << 21
+    max_tensors: int = 100_000
+    max_devices: int = 16_384
     job_workers: int = 2
     job_memory_bytes: int = 2048 * MIB
     job_timeout: float = 120.0
@@ -109,6 +115,7 @@ class ServeOptions:
             raise ReshardError(f"port must be 0..65535, got {self.port}; 0 picks a free port")
         for name in ("max_message_bytes", "max_inline_bytes", "workers",
                      "plan_cache_bytes", "reply_cache_bytes", "max_plan_cells",
+                     "max_tensors", "max_devices",
                      "job_memory_bytes", "max_inflight_bytes", "max_queued_calls"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

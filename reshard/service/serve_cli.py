@@ -100,6 +100,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-plan-cells", type=int, default=1 << 21,
                     help="refuse requests whose plan would have more cells (about tasks) "
                          "than this, before any work")
+    ap.add_argument("--max-tensors", type=int, default=100_000,
+                    help="refuse requests of more tensors, counted before any work")
+    ap.add_argument("--max-devices", type=int, default=16_384,
+                    help="refuse requests whose meshes or cluster name more devices, "
+                         "counted before any work")
     ap.add_argument("--job-workers", type=int, default=2,
                     help="processes for expensive requests (stopped at the caller's "
                          "deadline); fewer than --workers")
@@ -163,6 +168,7 @@ def options_from(args: argparse.Namespace) -> ServeOptions:
         tls=tls, insecure=args.insecure, max_message_bytes=int(args.max_message_mb * MIB),
         max_inline_bytes=int(args.max_inline_mb * MIB), workers=args.workers,
         grace=args.grace, runtime_timeout=args.timeout, max_plan_cells=args.max_plan_cells,
+        max_tensors=args.max_tensors, max_devices=args.max_devices,
         job_workers=args.job_workers, job_memory_bytes=int(args.job_memory_mb * MIB),
         job_timeout=args.job_timeout,
         max_inflight_bytes=int(args.max_inflight_mb * MIB),

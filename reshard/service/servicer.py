@@ -30,7 +30,16 @@ from reshard.planner.plan import plan_many
 from reshard.planner.request import default_cluster, make_tensor_spec
 from reshard.planner.strategy import Strategy
 from reshard.service import jobs
-from reshard.service.budget import INLINE_CELLS, INLINE_TASKS, request_cells
+from reshard.service.budget import (
+    INLINE_CELLS,
+    INLINE_DEVICES,
+    INLINE_TASKS,
+    INLINE_TENSORS,
+    OverBudget,
+    check_cells,
+    check_counts,
+    request_cells,
+)
 from reshard.service.convert import layout_to_pb, request_from_pb, split_rules
 from reshard.service.options import ServeOptions
 from reshard.service.plan_codec import (
@@ -81,6 +90,8 @@ R = TypeVar("R")
 def abort(context: grpc.ServicerContext, error: BaseException) -> None:
     """End the call with the status ``error`` stands for (raises, as
     ``context.abort`` does)."""
+    if isinstance(error, OverBudget):  # the service's refusal, wherever it was found
+        error = ServiceError(str(error), grpc.StatusCode.RESOURCE_EXHAUSTED)
     if isinstance(error, ReshardBaseError):
         code = status_code(error, deadline_expired(context.time_remaining()))
         text = str(error)
@@ -145,7 +156,8 @@ class ReshardServicer(pb_grpc.ReshardServicer):
 
     def _job(self, what: str, context: grpc.ServicerContext, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` in a job worker, stopped at the caller's deadline, when the
-        caller cancels, or at the server's cap (``job_timeout``)."""
+        caller cancels, or at the server's cap (``job_timeout``); a budget the job found
+        exceeded is RESOURCE_EXHAUSTED, as on the serving thread (:func:`abort`)."""
         return self.jobs.run(what, fn, *args, time_left=context.time_remaining,
                              active=context.is_active, cap=self.options.job_timeout)
 
@@ -157,22 +169,27 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         if cluster is None:
             cluster = default_cluster(lay for r in reqs for lay in r[2:4])
         specs = [make_tensor_spec(*r[:4], cluster=cluster, cast=r[4]) for r in reqs]
-        cells = request_cells([(t.shape, t.dtype, t.src, t.dst) for t in specs])
-        if cells > self.options.max_plan_cells:
-            raise ServiceError(
-                f"{what}: the request's plan would have about {cells} cells (tasks), over the "
-                f"server's budget of {self.options.max_plan_cells} (--max-plan-cells); "
-                f"split it into smaller requests", grpc.StatusCode.RESOURCE_EXHAUSTED)
+        cells = check_cells(what, [(t.shape, t.dtype, t.src, t.dst) for t in specs],
+                            self.options.max_plan_cells)
         return reqs, cluster, strategy, cells
+
+    def _inline(self, request: pb.PlanRequest, what: str) -> bool:
+        """Whether the request may be sized on the serving thread (few tensors and
+        devices: provably cheap), after its counts, read off the message, pass the
+        server's budgets; otherwise a job worker sizes, plans and costs it."""
+        tensors, devices = check_counts(what, request, self.options.max_tensors,
+                                        self.options.max_devices)
+        return tensors <= INLINE_TENSORS and devices <= INLINE_DEVICES
 
     def _plan(self, request: pb.PlanRequest, key: bytes, what: str,
               context: grpc.ServicerContext) -> ReshardPlan:
         def make() -> ReshardPlan:
-            reqs, cluster, strategy, cells = self._sized(request, what)
-            if cells <= INLINE_CELLS:
-                return plan_many(reqs, cluster=cluster, strategy=strategy)
+            if self._inline(request, what):
+                reqs, cluster, strategy, cells = self._sized(request, what)
+                if cells <= INLINE_CELLS:
+                    return plan_many(reqs, cluster=cluster, strategy=strategy)
             return self._job(what, context, jobs.plan, request.SerializeToString(),  # type: ignore[no-any-return]
-                             self.options.cluster)
+                             self.options.cluster, self.options.max_plan_cells, what)
         return self.plans.get_or_make(key, make)
 
     def _cost(self, request: pb.PlanRequest, key: bytes,
@@ -182,13 +199,15 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         def make() -> bytes:
             plan = self.plans.get(key)
             if plan is None:
-                reqs, cluster, strategy, cells = self._sized(request, "Estimate")
-                if cells > INLINE_CELLS:
+                if self._inline(request, "Estimate"):
+                    reqs, cluster, strategy, cells = self._sized(request, "Estimate")
+                    if cells <= INLINE_CELLS:
+                        plan = self.plans.get_or_make(
+                            key, lambda: plan_many(reqs, cluster=cluster, strategy=strategy))
+                if plan is None:
                     return self._job(  # type: ignore[no-any-return]
                         "Estimate", context, jobs.cost, request.SerializeToString(),
-                        self.options.cluster)
-                plan = self.plans.get_or_make(
-                    key, lambda: plan_many(reqs, cluster=cluster, strategy=strategy))
+                        self.options.cluster, self.options.max_plan_cells)
             return cost_to_pb(plan).SerializeToString()
         return self.costs.get_or_make(key, make)
 
@@ -248,7 +267,7 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         plan's, in a job worker) as Estimate computes it. ``decoded``: the request's
         :func:`request_from_pb`, ``key`` its :func:`request_key`."""
         reqs, cluster, strategy = decoded
-        if len(reqs) != 1 or request_cells(
+        if len(reqs) != 1 or not self._inline(request, "EstimateMany") or request_cells(
                 [(r[0], r[1], r[2], r[3]) for r in reqs]) > INLINE_CELLS:
             return pb.Cost.FromString(self._cost(request, key, context)).seconds
         shape, dtype, src, dst, cast = reqs[0]
