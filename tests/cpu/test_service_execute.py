@@ -143,8 +143,9 @@ class FakeRuntime:
     def free(self, *xs):
         pass
 
-    def close(self):
+    def close(self, grace=None):  # the server gives what is left of its grace
         self.closed = True
+        self.grace = grace
 
 
 def serve_fake(behaviour):
