@@ -11,7 +11,15 @@ plan (one load balance over all tensors, no full copy anywhere); the plan is mad
 loaded once, so later syncs cost only the transfer. Every inference shard is checked
 against the full weights, sliced by DTensor's own placement rule.
 
-Run: ``python examples/rl_weight_sync.py`` (CPU, torch with gloo; about 30 s).
+With ``--fp8`` the trainer holds bfloat16 weights and the engine takes what an fp8
+engine takes: every matrix (embedding, projections, LM head) as float8_e4m3fn with
+float32 scales per 128 x 128 block, the biases and norms (rank 1) as bfloat16, all in
+one plan, by a rule per tensor; each fp8 shard and its scales are checked against the
+reference cast of the full weights.
+
+Run: ``python examples/rl_weight_sync.py`` (CPU, torch with gloo). On a 2-core machine
+most of its time is the 8 processes starting (each imports torch: 30-70 s here, more
+under load); it prints when they have joined, each sync, and when it shuts them down.
 """
 
 from __future__ import annotations
@@ -88,26 +96,60 @@ def tp_placements(name: str) -> list[Placement]:
     return [Replicate()]
 
 
-def full_weights(vocab: int, dim: int, layers: int, step: int) -> dict[str, torch.Tensor]:
+def full_weights(vocab: int, dim: int, layers: int, step: int,
+                 dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """The model's weights after ``step`` training steps (the same in every process:
-    the seeded initial model, then a deterministic update per step)."""
+    the seeded initial model in ``dtype``, then a deterministic update per step)."""
     torch.manual_seed(0)
-    state = {n: t.clone() for n, t in TinyTransformer(vocab, dim, layers).state_dict().items()}
+    state = {n: t.to(dtype) for n, t in TinyTransformer(vocab, dim, layers).state_dict().items()}
     for _ in range(step):  # the same float additions the training ranks make
         for t in state.values():
             t.add_(0.5)
     return state
 
 
-def rank_main(rank: int, store_path: str, args: argparse.Namespace) -> None:
-    """One rank: FSDP shards (training) or TP shards (inference), and every sync."""
+def check_shard(rank: int, step: int, name: str, got: object, full: torch.Tensor,
+                mesh: DeviceMesh, placements: list[Placement]) -> None:
+    """``got`` (a DTensor, or an fp8 one and its scales) against ``full`` sliced by
+    DTensor's rule (fp8: the reference cast of ``full``, and its scales)."""
+    if isinstance(got, tuple):
+        from reshard.casting import reference_cast
+        from reshard.dtypes import Cast, ScaleMode, numpy_of_torch, torch_of_numpy
+
+        values, scales = got
+        ref_q, ref_s = reference_cast(numpy_of_torch(full),
+                                      Cast("float8_e4m3fn", ScaleMode.BLOCK128))
+        pairs = [(values, torch_of_numpy(ref_q), placements),
+                 (scales, torch_of_numpy(ref_s), list(scales.placements))]
+    else:
+        pairs = [(got, full, placements)]
+    for dt, whole, pl in pairs:
+        expect = distribute_tensor(whole, mesh, pl, src_data_rank=None).to_local()
+        assert isinstance(dt, DTensor) and tuple(dt.placements) == tuple(pl)
+        mine, theirs = dt.to_local().contiguous(), expect.contiguous()
+        if mine.dtype != theirs.dtype:
+            raise AssertionError(f"rank {rank}: step {step}: {name} is {mine.dtype}, "
+                                 f"not {theirs.dtype}")
+        if mine.dtype == torch.float8_e4m3fn:  # compared bit for bit
+            mine, theirs = mine.view(torch.uint8), theirs.view(torch.uint8)
+        if not torch.equal(mine, theirs):
+            raise AssertionError(f"rank {rank}: step {step}: {name} differs")
+
+
+def rank_main(rank: int, store_path: str, args: argparse.Namespace, t0: float) -> None:
+    """One rank: FSDP shards (training) or TP shards (inference), and every sync
+    (``t0``: when the run started, for the progress lines)."""
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank,
                             world_size=WORLD)
+    if rank == 0:
+        print(f"all {WORLD} processes joined ({time.time() - t0:.0f} s); syncing "
+              f"{args.steps} times ...", flush=True)
     try:
         torch.set_num_threads(1)
         train = DeviceMesh("cpu", torch.tensor(TRAIN), mesh_dim_names=("fsdp",))
         infer = DeviceMesh("cpu", torch.tensor(INFER), mesh_dim_names=("tp",))
-        full = full_weights(args.vocab, args.dim, args.layers, 0)
+        dtype = torch.bfloat16 if args.fp8 else torch.float32
+        full = full_weights(args.vocab, args.dim, args.layers, 0, dtype)
         # FSDP: dim 0 of every parameter over the training ranks (DTensor's chunk rule)
         state = {n: distribute_tensor(t, train, [Shard(0)], src_data_rank=None)
                  for n, t in full.items()}
@@ -119,27 +161,34 @@ def rank_main(rank: int, store_path: str, args: argparse.Namespace) -> None:
                     dt.to_local().add_(0.5)
             dist.barrier()
             t0 = time.perf_counter()
-            synced = redistribute_many(state, infer, placements, strategy=args.strategy)
+            if args.fp8:  # matrices to fp8 with block scales, the rest as they are
+                synced = redistribute_many(
+                    state, infer, placements, strategy=args.strategy,
+                    cast=lambda n, t: "float8_e4m3fn" if t.ndim >= 2 else None,
+                    scale=lambda n, t: "block128" if t.ndim >= 2 else None)
+            else:
+                synced = redistribute_many(state, infer, placements, strategy=args.strategy)
             times.append(time.perf_counter() - t0)
             if rank in INFER:
-                want = full_weights(args.vocab, args.dim, args.layers, step)
-                for n, dt in synced.items():
-                    expect = distribute_tensor(want[n], infer, placements[n],
-                                               src_data_rank=None).to_local()
-                    assert isinstance(dt, DTensor) and tuple(dt.placements) == tuple(placements[n])
-                    if not torch.equal(dt.to_local(), expect):
-                        raise AssertionError(f"rank {rank}: step {step}: {n} differs")
+                want = full_weights(args.vocab, args.dim, args.layers, step, dtype)
+                for n, got in synced.items():
+                    check_shard(rank, step, n, got, want[n], infer, placements[n])
                 if rank == INFER[0]:  # a sign of life per sync
                     print(f"sync {step + 1}/{args.steps}: {len(synced)} tensors exact, "
                           f"{times[-1] * 1e3:.0f} ms", flush=True)
         if rank == INFER[0]:
             nbytes = sum(t.numel() * t.element_size() for t in full.values())
             again = statistics.median(times[1:]) if len(times) > 1 else float("nan")
+            kind = ("bf16 -> fp8 matrices with block scales, bf16 biases and norms, "
+                    if args.fp8 else "")
             print(f"{len(full)} tensors, {nbytes / 1e6:.1f} MB: FSDP on ranks {list(TRAIN)} -> "
-                  f"TP on ranks {list(INFER)}, every shard equal to the full weights'; "
+                  f"TP on ranks {list(INFER)}, {kind}every shard equal to the full weights'"
+                  f"{' reference cast' if args.fp8 else ''}; "
                   f"first sync {times[0] * 1e3:.0f} ms (plan + load + transfer), later syncs "
                   f"{again * 1e3:.0f} ms (median of {len(times) - 1})", flush=True)
         dist.barrier()
+        if rank == 0:
+            print(f"shutting the {WORLD} processes down ...", flush=True)
     except BaseException:
         traceback.print_exc()
         raise
@@ -157,11 +206,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=4, help="training steps, one sync each")
     ap.add_argument("--strategy", default="broadcast",
                     help="reshard strategy: broadcast, send_recv, allgather (default broadcast)")
+    ap.add_argument("--fp8", action="store_true",
+                    help="bfloat16 trainer, fp8 engine: matrices as float8_e4m3fn with "
+                         "128 x 128 block scales, biases and norms as bfloat16, one plan")
     args = ap.parse_args(argv)
-    print(f"starting {WORLD} gloo processes (a few seconds) ...", flush=True)
+    t0 = time.time()
+    print(f"starting {WORLD} gloo processes (each imports torch: 30-70 s on 2 cores) ...",
+          flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        mp.spawn(rank_main, args=(os.path.join(tmp, "store"), args), nprocs=WORLD, join=True)
+        mp.spawn(rank_main, args=(os.path.join(tmp, "store"), args, t0), nprocs=WORLD,
+                 join=True)
+    print(f"done in {time.time() - t0:.0f} s", flush=True)
     return 0
 
 

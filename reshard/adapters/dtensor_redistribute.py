@@ -63,7 +63,7 @@ from reshard.comm.backend import BackendRegistry
 from reshard.comm.executor import Executor
 from reshard.comm.packing import local_slices
 from reshard.comm.steps import LoadedProgram
-from reshard.dtypes import DTYPES, Cast, parse_dtype
+from reshard.dtypes import DTYPES, Cast, ScaleMode, parse_dtype
 from reshard.errors import DTypeError, ReshardError, ShapeError
 from reshard.layout import Layout
 from reshard.lru import LruCache
@@ -217,9 +217,9 @@ class Redistributor:
     # ----- planning ------------------------------------------------------------------
     def _moves(self, dtensors: Sequence[DTensor], meshes: Sequence[Any],
                placements: Sequence[Sequence[Any]], names: Sequence[str],
-               cast: Cast | None = None) -> list[_Move]:
+               casts: Sequence[Cast | None]) -> list[_Move]:
         moves = []
-        for dt, mesh, pl, name in zip(dtensors, meshes, placements, names):
+        for dt, mesh, pl, name, cast in zip(dtensors, meshes, placements, names, casts):
             if not isinstance(dt, DTensor):
                 raise ReshardError(f"{name}: expected a DTensor, got {type(dt).__name__}; "
                                    f"make one with DTensor.from_local or distribute_tensor")
@@ -264,18 +264,18 @@ class Redistributor:
         names, dts = _items(tensors)
         if not dts:
             return {} if isinstance(tensors, Mapping) else []
-        conversion = Cast.parse(cast, scale)
+        conversions = _conversions(cast, scale, names, dts)
         meshes = _per_tensor(device_mesh, names, "device_mesh", _is_mesh)
         pls = _per_tensor(placements, names, "placements", _is_placements)
         device_type = str(meshes[0].device_type)
         strat = Strategy.parse(strategy)
         # a repeated call (a training loop's) skips the layouts' derivation: keyed by
         # the DTensors' meshes, placements, shapes and dtypes (each hashed once, cheap)
-        call = (strat, conversion, tuple(
+        call = (strat, tuple(conversions), tuple(
             (dt.device_mesh, dt.placements, dt.shape, dt.dtype, mesh, tuple(pl))
             for dt, mesh, pl in zip(dts, meshes, pls)))
         moves = self._calls.get_or_make(
-            call, lambda: self._moves(dts, meshes, pls, names, conversion))
+            call, lambda: self._moves(dts, meshes, pls, names, conversions))
         tensors_, loaded = self.plan(moves, strat, device_type)
         ex = self._executor(device_type)
         me = ex.device
@@ -342,6 +342,33 @@ class Redistributor:
         if self.executor is not None:
             self.executor.close()
             self.executor = None
+
+
+def _conversions(cast: Any, scale: Any, names: Sequence[str],
+                 dtensors: Sequence[DTensor]) -> list[Cast | None]:
+    """Each tensor's conversion: ``cast`` and ``scale`` each one value for every tensor,
+    a mapping by name (a name it lacks: none), or a callable ``f(name, dtensor)``
+    giving the value (a rule: ``lambda n, t: "block128" if t.ndim >= 2 else None``).
+    Block scales on a tensor of rank under 2 are refused naming it and the rule."""
+    def pick(value: Any, name: str, dt: DTensor) -> Any:
+        if isinstance(value, Mapping):
+            return value.get(name)
+        if callable(value) and not isinstance(value, (str, Cast, ScaleMode, torch.dtype)):
+            return value(name, dt)
+        return value
+
+    out = []
+    for name, dt in zip(names, dtensors):
+        got = Cast.parse(pick(cast, name, dt), pick(scale, name, dt))
+        if got is not None and got.scale is ScaleMode.BLOCK128 and dt.ndim < 2:
+            raise DTypeError(
+                f"{name}: scale='block128' takes 128 x 128 blocks of the last two dims, "
+                f"but {name} has rank {dt.ndim} (shape {tuple(dt.shape)}); give a rule per "
+                f"tensor: cast=lambda n, t: 'float8_e4m3fn' if t.ndim >= 2 else None, "
+                f"scale=lambda n, t: 'block128' if t.ndim >= 2 else None (biases and norms "
+                f"then move as they are), or a mapping by name")
+        out.append(got)
+    return out
 
 
 def _local_views(loaded: LoadedProgram, tensors: tuple[TensorSpec, ...], sources: list[Any],
@@ -476,14 +503,17 @@ def redistribute_many(tensors: Mapping[str, DTensor] | Sequence[DTensor], device
         placements: the destination placements, one sequence for all or per tensor
             (e.g. column- and row-parallel weights of a tensor-parallel model).
         strategy: as for :func:`redistribute`.
-        cast, scale: as for :func:`redistribute`, for every tensor (an RL weight sync
-            from a bf16 trainer to an fp8 inference engine: ``cast="float8_e4m3fn",
-            scale="block128"``).
+        cast, scale: as for :func:`redistribute`: one value for every tensor, a mapping
+            by name (a name it lacks: no conversion), or a rule ``f(name, dtensor)``.
+            An RL weight sync from a bf16 trainer to an fp8 inference engine, block
+            scales on the matrices and the rest (biases, norms) as they are:
+            ``cast=lambda n, t: "float8_e4m3fn" if t.ndim >= 2 else None,
+            scale=lambda n, t: "block128" if t.ndim >= 2 else None``.
         redistributor: as for :func:`redistribute`.
 
     Returns:
         The moved DTensors in the same container: a dict with the same keys, or a list
-        (with ``scale``: a ``(values, scales)`` pair per tensor).
+        (a tensor with scales: a ``(values, scales)`` pair).
     """
     rd = default_redistributor() if redistributor is None else redistributor
     return rd.redistribute_many(tensors, device_mesh, placements, strategy=strategy,

@@ -286,6 +286,37 @@ def _rank_main(cases: list[dict], device: int, address, results, done) -> None:
                     assert got.to_local().numel() == 0, n
                 else:
                     assert _same(got.to_local(), want), (n, pl)
+        # a real state dict's mix in one plan (issue 44): matrices to fp8 with block
+        # scales, biases and norms (rank 1) as bf16, by a rule per tensor; a blanket
+        # block128 on the rank-1 ones is refused naming the tensor and the rule
+        import pytest as _pytest
+
+        from reshard import DTypeError
+
+        mixed = {"w": _value(410, (300, 260), "float32").to(torch.bfloat16),
+                 "bias": _value(411, (300,), "float32").to(torch.bfloat16),
+                 "norm": _value(412, (260,), "float32").to(torch.bfloat16)}
+        mixed_d = {n: _dtensor_of(w, a, [Shard(0)], device) for n, w in mixed.items()}
+        with _pytest.raises(DTypeError, match=r"bias: scale='block128' .* rank 1 .* "
+                                              r"give a rule per tensor"):
+            redistribute_many(mixed_d, b, [Replicate(), Shard(0)], cast="float8_e4m3fn",
+                              scale="block128", redistributor=rd)
+        got = redistribute_many(
+            mixed_d, b, [Replicate(), Shard(0)], redistributor=rd,
+            cast=lambda n, t: "float8_e4m3fn" if t.ndim >= 2 else None,
+            scale=lambda n, t: "block128" if t.ndim >= 2 else None)
+        q, sc = got["w"]
+        ref_q, ref_s = reference_cast(numpy_of_torch(mixed["w"]),
+                                      Cast("float8_e4m3fn", ScaleMode.BLOCK128))
+        want = _slice(torch_of_numpy(ref_q), b, [Replicate(), Shard(0)], device)
+        assert q.dtype == torch.float8_e4m3fn and sc.shape == ref_s.shape
+        assert (q.to_local().numel() == 0) if want is None else _same(q.to_local(), want)
+        for n in ("bias", "norm"):
+            assert got[n].dtype == torch.bfloat16 and not isinstance(got[n], tuple), n
+            want = _slice(mixed[n], b, [Replicate(), Shard(0)], device)
+            assert (got[n].to_local().numel() == 0) if want is None else \
+                _same(got[n].to_local(), want), n
+
         # SPMD: a 50-tensor state dict, planned on every rank (digests compared), exact
 
         checked += state_dict_50(a, b, rd, device)

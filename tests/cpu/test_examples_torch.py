@@ -45,6 +45,19 @@ def test_dtensor_pipeline_example():
     out = run_example("dtensor_pipeline.py", "--microbatches", "3", timeout=180)
     assert "outputs equal the one-process result" in out, out[-2000:]
     assert "microbatch 3/3: exact" in out  # a heartbeat while it runs
+    # and a word at each long wait: the processes joined, the teardown, the total
+    assert "all 8 processes joined" in out and "shutting the 8 processes down" in out
+    assert "done in " in out
+
+
+@pytest.mark.timeout(200)
+def test_rl_weight_sync_example_to_an_fp8_engine():
+    # bf16 trainer -> fp8 engine: matrices fp8 with block scales, biases and norms bf16,
+    # one plan, each shard and its scales against the reference cast (issue 44)
+    out = run_example("rl_weight_sync.py", "--steps", "2", "--dim", "64", "--fp8",
+                      timeout=180)
+    assert "fp8 matrices with block scales, bf16 biases and norms, every shard equal to " \
+        "the full weights' reference cast" in out, out[-2000:]
 
 
 @pytest.mark.timeout(200)
@@ -52,3 +65,5 @@ def test_rl_weight_sync_example():
     out = run_example("rl_weight_sync.py", "--steps", "2", "--dim", "64", timeout=180)
     assert "every shard equal to the full weights'" in out, out[-2000:]
     assert "sync 2/2:" in out  # a heartbeat while it runs
+    assert "all 8 processes joined" in out and "shutting the 8 processes down" in out
+    assert "done in " in out
