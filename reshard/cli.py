@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -43,6 +44,17 @@ def parse_mesh(text: str) -> reshard.DeviceMesh:
     shape = _ints(shape_text, "x")
     start = int(first) if first else 0
     return reshard.DeviceMesh(shape, devices=range(start, start + math.prod(shape)))
+
+
+class _WithDefaults(argparse.RawDescriptionHelpFormatter,
+                    argparse.ArgumentDefaultsHelpFormatter):
+    """The description as written, and every flag's default in its help (where it
+    has one: not None, not a switch's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,9 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="at most this much staging memory per device, MiB (steps in "
                         "buckets, big boxes in pieces)")
     p.add_argument("--json", default=None, help="write the plan's JSON here")
+    p.add_argument("--summary", action="store_true",
+                   help="print the plan's summary line only, not every task")
     s = sub.add_parser("serve", help="serve plans, estimates and execution over gRPC",
                        description=for_terminal(serve_cli.__doc__),
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=_WithDefaults)
     serve_cli.add_arguments(s)
     return ap
 
@@ -109,7 +123,7 @@ def _plan(args: argparse.Namespace) -> int:
                 "holding every device)")
         print(f"reshard: error: {text}", file=sys.stderr)
         return 2
-    print(p)
+    print(p.summary() if args.summary else p)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             f.write(p.to_json(indent=1))
@@ -123,9 +137,16 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point."""
+    """Entry point (a reader that goes away, as ``| head`` does, ends it quietly)."""
     args = build_parser().parse_args(argv)
-    return COMMANDS[args.command](args)
+    try:
+        return COMMANDS[args.command](args)
+    except BrokenPipeError:
+        # stdout's reader left: point stdout at nothing so that the interpreter's own
+        # flush at exit does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

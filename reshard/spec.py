@@ -208,7 +208,7 @@ class ShardingSpec:
     @classmethod
     def parse(cls, text: str | ShardingSpec) -> ShardingSpec:
         """Parse the text form, e.g. ``"S0RR"``, ``"RS01R"``, ``"S0R+P1"``,
-        ``"S01R:nested"``, ``"S[10]R"``."""
+        ``"S01R:nested"``, ``"S[10]R"`` (letters in either case: ``"s0r"`` too)."""
         if isinstance(text, ShardingSpec):
             return text
         if not isinstance(text, str):
@@ -218,6 +218,7 @@ class ShardingSpec:
                             f"{MAX_SPEC_CHARS}; a spec has one short token per tensor dim "
                             f"(e.g. 'S0RR'): check what was passed")
         rest, colon, rule_name = text.strip().partition(":")
+        rest = rest.upper()  # 's0r+p1' is 'S0R+P1' (a split rule's name stays as given)
         rule = SplitRule.parse(rule_name) if colon else SplitRule.FLAT
         body, plus, part = rest.partition("+")
         partial: tuple[int, ...] = ()

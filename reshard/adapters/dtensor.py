@@ -5,6 +5,7 @@ placements <-> a reshard :class:`~reshard.layout.Layout`,
 the layouts)."""
 
 from reshard.adapters.dtensor_layout import mesh_of, to_layout, to_placements
-from reshard.adapters.dtensor_redistribute import redistribute, redistribute_many
+from reshard.adapters.dtensor_redistribute import Redistributor, redistribute, redistribute_many
 
-__all__ = ["mesh_of", "redistribute", "redistribute_many", "to_layout", "to_placements"]
+__all__ = ["Redistributor", "mesh_of", "redistribute", "redistribute_many", "to_layout",
+           "to_placements"]
