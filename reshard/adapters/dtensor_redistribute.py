@@ -48,6 +48,7 @@ moves as raw bits of its width (never summed, never cast).
 from __future__ import annotations
 
 import contextvars
+import datetime
 import socket
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -64,7 +65,7 @@ from reshard.comm.executor import Executor
 from reshard.comm.packing import local_slices
 from reshard.comm.steps import LoadedProgram
 from reshard.dtypes import DTYPES, Cast, ScaleMode, parse_dtype
-from reshard.errors import DTypeError, ReshardError, ShapeError
+from reshard.errors import DTypeError, ExecutionError, ReshardError, ShapeError
 from reshard.layout import Layout
 from reshard.lru import LruCache
 from reshard.planner.ir import TaskKind, TensorSpec, output_indices
@@ -191,15 +192,50 @@ class Redistributor:
     # ----- set-up on first use -----------------------------------------------------------
     def _cluster(self) -> Cluster:
         if self.cluster is None:
-            import torch.distributed as dist
-
-            names: list[Any] = [None] * dist.get_world_size()
-            dist.all_gather_object(names, socket.gethostname(), group=self.group)
+            names = self._hostnames()
             hosts: dict[str, list[int]] = {}
             for rank, name in enumerate(names):
                 hosts.setdefault(str(name), []).append(rank)
             self.cluster = Cluster.from_hosts(list(hosts.values()))
         return self.cluster
+
+    def _hostnames(self) -> list[str]:
+        """Every rank's host name: the first exchange of a Redistributor, through the
+        default group's store within this Redistributor's timeout (the group's own
+        collectives would wait for the group's, 30 minutes by default, on a rank that
+        failed before its call); past it, an ExecutionError naming the ranks that never
+        came. A group of its own (not the default) exchanges by all-gather."""
+        import torch.distributed as dist
+
+        world = dist.get_world_size()
+        store = None
+        if self.group is None or self.group is dist.group.WORLD:
+            try:
+                from torch.distributed.distributed_c10d import _get_default_store
+
+                store = _get_default_store()
+            except (ImportError, RuntimeError, ValueError):  # private: may move
+                store = None
+        if store is None:
+            names: list[Any] = [None] * world
+            dist.all_gather_object(names, socket.gethostname(), group=self.group)
+            return [str(n) for n in names]
+        # the round: every rank adds 1 once per exchange, and a rank's next exchange
+        # starts only after every rank added for this one (it waits for all below)
+        ticket = int(store.add("reshard/hosts/tickets", 1))
+        prefix = f"reshard/hosts/{(ticket - 1) // world}/"
+        store.set(f"{prefix}{dist.get_rank()}", socket.gethostname())
+        keys = [f"{prefix}{r}" for r in range(world)]
+        try:
+            store.wait(keys, datetime.timedelta(seconds=self.timeout))
+        except RuntimeError as e:  # the store's timeout
+            missing = [r for r, k in enumerate(keys) if not store.check([k])]
+            raise ExecutionError(
+                f"rank {dist.get_rank()}: ranks {missing} did not join the redistribute "
+                f"within {self.timeout:g}s (they failed before their call, or call other "
+                f"collectives): every rank of the default group calls it, in one order "
+                f"({str(e).splitlines()[0][:120]})") from None
+        return [store.get(k).decode() for k in keys]
 
     def _executor(self, device_type: str) -> Executor:
         if self.executor is None:
