@@ -104,10 +104,20 @@ def evaluate(layers: Sequence[Layer], stages: Sequence[Stage], cluster: Cluster,
     real cost). ``edges``: which layer's output each layer takes (``(producer,
     consumer)`` pairs, :class:`reshard.search.Graph`); default the chain's."""
     costs = MoveCosts(cluster) if costs is None else MoveCosts(cluster, False, costs.cache)
-    cands = [_named(layers[k], st.placement.shape, n)
-             for st in stages for k, n in zip(range(st.first, st.last + 1), st.choices)]
     links = chain_edges(len(layers)) if edges is None else edges
-    return objective(price(layers, links, stages, cands, costs), microbatches, schedule)
+    return objective(price(layers, links, stages, named_candidates(layers, stages), costs),
+                     microbatches, schedule)
+
+
+def named_candidates(layers: Sequence[Layer], stages: Sequence[Stage]) -> list[Candidate]:
+    """Per layer, the candidate its stage's ``choices`` name on the stage's submesh."""
+    return [_named(layers[k], st.placement.shape, n)
+            for st in stages for k, n in zip(range(st.first, st.last + 1), st.choices)]
+
+
+def stage_index(stages: Sequence[Stage]) -> list[int]:
+    """Per layer, the index of the stage that runs it."""
+    return [i for i, st in enumerate(stages) for _ in range(st.first, st.last + 1)]
 
 
 def chain_edges(n: int) -> tuple[tuple[int, int], ...]:
@@ -116,12 +126,13 @@ def chain_edges(n: int) -> tuple[tuple[int, int], ...]:
 
 
 def price(layers: Sequence[Layer], edges: Sequence[tuple[int, int]],
-          stages: Sequence[Stage], cands: Sequence[Candidate], costs: MoveCosts
-          ) -> list[Stage]:
+          stages: Sequence[Stage], cands: Sequence[Candidate], costs: MoveCosts,
+          stage_of: Sequence[int] | None = None) -> list[Stage]:
     """``stages`` with layer ``k`` running ``cands[k]``, their compute and moves priced:
     an edge inside a stage is an inner move of it, one from an earlier stage a move in
-    of the stage it enters."""
-    stage_of = [i for i, st in enumerate(stages) for _ in range(st.first, st.last + 1)]
+    of the stage it enters (``stage_of``: :func:`stage_index` of ``stages``, where the
+    caller prices them many times)."""
+    stage_of = stage_index(stages) if stage_of is None else stage_of
     inner = [0.0] * len(stages)
     moved = [0.0] * len(stages)
     for u, v in edges:
@@ -489,4 +500,4 @@ def _dp(layers: Sequence[Layer], cluster: Cluster, microbatches: int, sched: str
 
 
 __all__ = ["MAX_BLOCKS", "MOVES", "SCHEDULES", "best_few", "blocks", "chain_edges", "evaluate",
-           "objective", "period", "price", "search_chain"]
+           "named_candidates", "objective", "period", "price", "search_chain", "stage_index"]

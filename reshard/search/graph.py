@@ -38,10 +38,12 @@ from reshard.search.chain import (
     best_few,
     chain_edges,
     evaluate,
+    named_candidates,
     objective,
     parse_choice_name,
     price,
     search_chain,
+    stage_index,
 )
 from reshard.search.costs import MoveCosts
 from reshard.search.model import Budget, Candidate, Choice, Layer, Stage
@@ -174,7 +176,7 @@ class _Layouts:
         self.options: list[tuple[Candidate, ...]] = [
             tuple(graph.layers[k].candidates.get(st.placement.shape, ()))
             for st in stages for k in range(st.first, st.last + 1)]
-        self.stage_of = [i for i, st in enumerate(stages) for _ in range(st.first, st.last + 1)]
+        self.stage_of = stage_index(stages)  # priced many times: derived once
 
     def time(self, picks: Sequence[Candidate]) -> float:
         """The objective, or inf where a stage holds more than the limit."""
@@ -186,12 +188,7 @@ class _Layouts:
     def choice(self, picks: Sequence[Candidate]) -> Choice:
         """The priced choice."""
         return objective(price(self.graph.layers, self.graph.edges, self.stages, picks,
-                               self.costs), self.microbatches, self.schedule)
-
-    def seed(self, names: Sequence[str]) -> list[Candidate]:
-        """The candidates called ``names``, layer by layer."""
-        return [next(c for c in opts if c.name == name)
-                for opts, name in zip(self.options, names)]
+                               self.costs, self.stage_of), self.microbatches, self.schedule)
 
 
 def _descent(lay: _Layouts, picks: list[Candidate], budget: Budget) -> list[Candidate]:
@@ -278,7 +275,7 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
     best: Choice | None = None
     for got in [*seeds, free]:
         lay = _Layouts(graph, got.stages, microbatches, got.schedule, costs, limit)
-        picks = lay.seed([n for st in got.stages for n in st.choices])
+        picks = named_candidates(graph.layers, got.stages)
         picks = _descent(lay, picks, budget) if how == "descent" else _mcmc(
             lay, picks, steps, seed, beta, budget)
         mine = lay.choice(picks)

@@ -24,7 +24,7 @@ from reshard.errors import ReshardError, SearchError
 from reshard.pipeline.costs import PipelineCosts
 from reshard.pipeline.generators import make_schedule
 from reshard.pipeline.simulator import simulate
-from reshard.search.chain import _named, chain_edges
+from reshard.search.chain import chain_edges, named_candidates, stage_index
 from reshard.search.costs import MoveCosts
 from reshard.search.model import Choice, Layer
 
@@ -47,9 +47,8 @@ def simulated(layers: Sequence[Layer], choice: Choice, cluster: Cluster,
     """
     costs = MoveCosts(cluster) if costs is None else MoveCosts(cluster, False, costs.cache)
     stages = choice.stages
-    stage_of = [i for i, st in enumerate(stages) for _ in range(st.first, st.last + 1)]
-    cands = [_named(layers[k], st.placement.shape, n)
-             for st in stages for k, n in zip(range(st.first, st.last + 1), st.choices)]
+    stage_of = stage_index(stages)
+    cands = named_candidates(layers, stages)
     there = [0.0] * max(0, len(stages) - 1)
     back = [0.0] * max(0, len(stages) - 1)
     for u, v in (chain_edges(len(layers)) if edges is None else edges):
