@@ -52,22 +52,6 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return recv_exact(sock, n, "rendezvous connection")
 
 
-def _recv_by(sock: socket.socket, n: int, deadline: float) -> bytes:
-    """Exactly ``n`` bytes from ``sock`` by ``deadline`` (monotonic seconds), however
-    they trickle in; a TimeoutError past it, a ConnectionError if the peer closes."""
-    chunks = []
-    while n:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the rendezvous token did not arrive in time")
-        sock.settimeout(left)
-        chunk = sock.recv(n)
-        if not chunk:
-            raise ConnectionError("rendezvous connection closed")
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
-
 
 class TcpRendezvousServer:
     """The driver side: serves one key/value table to any number of workers.
@@ -147,7 +131,8 @@ class TcpRendezvousServer:
     def _authenticate(self, conn: socket.socket) -> bool:
         """Read the token within the time limit; count the connection as a client."""
         try:
-            got = _recv_by(conn, len(self.token), time.monotonic() + self.auth_timeout)
+            got = recv_exact(conn, len(self.token), "rendezvous connection",
+                             time.monotonic() + self.auth_timeout)
             ok = secrets.compare_digest(got, self.token)
         except (OSError, ConnectionError):
             ok = False

@@ -13,6 +13,7 @@ import fcntl
 import ipaddress
 import socket
 import struct
+import time
 
 from reshard.errors import ExecutionError
 
@@ -64,11 +65,20 @@ def is_wildcard(host: str) -> bool:
     return ip.is_unspecified or bool(mapped is not None and mapped.is_unspecified)
 
 
-def recv_exact(sock: socket.socket, n: int, what: str = "connection") -> bytes:
+def recv_exact(sock: socket.socket, n: int, what: str = "connection",
+               deadline: float | None = None) -> bytes:
     """Exactly ``n`` bytes from ``sock``; a ConnectionError (``"<what> closed"``) if
-    the peer closes first."""
+    the peer closes first. With ``deadline`` (``time.monotonic()`` seconds) all of them
+    by then, however they trickle in (a TimeoutError past it; the socket's timeout is
+    set to what is left before each read); without, the socket's own timeout applies
+    to each read."""
     chunks = []
     while n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{what}: {n} bytes still missing at the deadline")
+            sock.settimeout(left)
         chunk = sock.recv(min(n, 1 << 16))
         if not chunk:
             raise ConnectionError(f"{what} closed")
