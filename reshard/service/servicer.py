@@ -181,13 +181,22 @@ class ReshardServicer(pb_grpc.ReshardServicer):
                                         self.options.max_devices)
         return tensors <= INLINE_TENSORS and devices <= INLINE_DEVICES
 
+    def _inline_plan(self, request: pb.PlanRequest, what: str) -> Callable[[], ReshardPlan] | None:
+        """What plans the request on the serving thread, where that is cheap (few
+        tensors, devices and cells); None where a job worker must (sizing included)."""
+        if not self._inline(request, what):
+            return None
+        reqs, cluster, strategy, cells = self._sized(request, what)
+        if cells > INLINE_CELLS:
+            return None
+        return lambda: plan_many(reqs, cluster=cluster, strategy=strategy)
+
     def _plan(self, request: pb.PlanRequest, key: bytes, what: str,
               context: grpc.ServicerContext) -> ReshardPlan:
         def make() -> ReshardPlan:
-            if self._inline(request, what):
-                reqs, cluster, strategy, cells = self._sized(request, what)
-                if cells <= INLINE_CELLS:
-                    return plan_many(reqs, cluster=cluster, strategy=strategy)
+            inline = self._inline_plan(request, what)
+            if inline is not None:
+                return inline()
             return self._job(what, context, jobs.plan, request.SerializeToString(),  # type: ignore[no-any-return]
                              self.options.cluster, self.options.max_plan_cells, what)
         return self.plans.get_or_make(key, make)
@@ -199,12 +208,10 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         def make() -> bytes:
             plan = self.plans.get(key)
             if plan is None:
-                if self._inline(request, "Estimate"):
-                    reqs, cluster, strategy, cells = self._sized(request, "Estimate")
-                    if cells <= INLINE_CELLS:
-                        plan = self.plans.get_or_make(
-                            key, lambda: plan_many(reqs, cluster=cluster, strategy=strategy))
-                if plan is None:
+                inline = self._inline_plan(request, "Estimate")
+                if inline is not None:
+                    plan = self.plans.get_or_make(key, inline)
+                else:
                     return self._job(  # type: ignore[no-any-return]
                         "Estimate", context, jobs.cost, request.SerializeToString(),
                         self.options.cluster, self.options.max_plan_cells)
