@@ -329,6 +329,76 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster
     return tuple(out)
 
 
+def stepped_floor(plan: ReshardPlan) -> float:
+    """Seconds the cost model cannot predict below for ``plan``, from its steps alone,
+    without simulating the sharing (a bound on :func:`simulate`, cheaper by far).
+
+    The model runs a device's steps in order, and every task of a device's step lies
+    inside that device's window for the step (it starts after the device entered the
+    step, which ends when the task has). So a window lasts at least the least latency of
+    its tasks plus, for each resource of the device (its links, its copy engine, its
+    NIC where the device is alone on it), the bytes its step's tasks put there over the
+    resource's capacity; and a task ends no earlier than its latency plus its bytes over
+    its slowest resource after the last of its devices entered its step. Run through the
+    steps in order, those give each device's earliest exit; the latest is the floor.
+    Resources other devices share (a NIC of several devices, the shared bandwidth) add
+    to the tasks' own times only, so the floor stays below the model's prediction.
+    """
+    tasks = plan.tasks
+    n = len(tasks)
+    if not n:
+        return 0.0
+    routes = plan.routes()
+    flows = FairShare([p for p, _ in routes], plan.cluster)
+    lat = np.array([lt for _, lt in routes])
+    nbytes = np.array([float(t.nbytes) for t in tasks])
+    seconds = flows.frac * nbytes[flows.task] / flows.capacity[flows.res]  # per edge
+    alone = np.zeros(n)
+    np.maximum.at(alone, flows.task, seconds)
+    alone += lat
+    nic_devices = collections.Counter(plan.cluster.nic_map.values())
+    nic_device = {nic: d for d, nic in plan.cluster.nic_map.items() if nic_devices[nic] == 1}
+    own = {DEV_IN: lambda i: i, DEV_OUT: lambda i: i, COPY: lambda i: i,
+           NIC_IN: nic_device.get, NIC_OUT: nic_device.get}
+    owner = np.array([-1 if (f := own.get(kind)) is None or (d := f(i)) is None else d
+                      for kind, i in flows.resources] or [-1], dtype=np.int64)
+    step = np.array([t.step for t in tasks], dtype=np.int64)
+    member_task = np.array([i for i, t in enumerate(tasks) for _ in set(t.devices)],
+                           dtype=np.int64)
+    member_dev = np.array([d for t in tasks for d in set(t.devices)], dtype=np.int64)
+    ndev = int(max(member_dev.max(initial=0), owner.max())) + 1
+    nres = len(flows.resources)
+    # per (step, device): the least latency, and its busiest own resource's seconds
+    mine = owner[flows.res] >= 0
+    key = (step[flows.task[mine]] * ndev + owner[flows.res[mine]]) * nres + flows.res[mine]
+    keys, at = np.unique(key, return_inverse=True)
+    busy = np.bincount(at, weights=seconds[mine], minlength=len(keys))
+    pairs, pair_at = np.unique(np.concatenate([keys // nres,
+                                               step[member_task] * ndev + member_dev]),
+                               return_inverse=True)
+    window = np.zeros(len(pairs))
+    np.maximum.at(window, pair_at[:len(keys)], busy)
+    least = np.full(len(pairs), np.inf)
+    np.minimum.at(least, pair_at[len(keys):], lat[member_task])
+    window += np.where(np.isfinite(least), least, 0.0)
+    pair_step, pair_dev = pairs // ndev, pairs % ndev
+    exit_at = np.zeros(ndev)  # each device's exit from the last step it ran
+    member_step = step[member_task]
+    for s in np.unique(step):
+        m = member_step == s
+        who, dev = member_task[m], member_dev[m]
+        start = np.zeros(n)
+        np.maximum.at(start, who, exit_at[dev])
+        ends = start[who] + alone[who]
+        leave = exit_at.copy()
+        np.maximum.at(leave, dev, ends)
+        here = pair_step == s
+        d = pair_dev[here]
+        leave[d] = np.maximum(leave[d], exit_at[d] + window[here])
+        exit_at = leave
+    return float(exit_at.max())
+
+
 def one_at_a_time_time(plan: ReshardPlan) -> float:
     """Seconds no plan of ``plan``'s tasks that runs each device's tasks one at a time
     can beat: per device, the sum over its tasks of each one's latency and its bytes
