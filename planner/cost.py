@@ -312,11 +312,18 @@ def simulate(plan: ReshardPlan) -> Estimate:
                     tuple(ends.tolist()), busiest)
 
 
-def task_routes(tasks: Sequence[Task], cluster: Cluster
+Routes = dict[tuple[object, ...], tuple[list[tuple[Resource, float]], float]]
+"""Task routes by what decides them (:func:`task_routes`' ``known``)."""
+
+
+def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = None
                 ) -> tuple[tuple[list[tuple[Resource, float]], float], ...]:
     """:func:`task_path` of every task; tasks of one route (other tensors, steps or
-    boxes, the same devices in the same roles) share one (read only)."""
-    known: dict[tuple[object, ...], tuple[list[tuple[Resource, float]], float]] = {}
+    boxes, the same devices in the same roles) share one (read only). ``known``: the
+    routes of other tasks on ``cluster`` (filled in as they are found), so that plans
+    of the same tasks in other orders or steps find each route once."""
+    if known is None:
+        known = {}
     piece = cluster.relay_piece
     out = []
     for t in tasks:
@@ -358,10 +365,14 @@ def stepped_floor(plan: ReshardPlan) -> float:
     alone += lat
     nic_devices = collections.Counter(plan.cluster.nic_map.values())
     nic_device = {nic: d for d, nic in plan.cluster.nic_map.items() if nic_devices[nic] == 1}
-    own = {DEV_IN: lambda i: i, DEV_OUT: lambda i: i, COPY: lambda i: i,
-           NIC_IN: nic_device.get, NIC_OUT: nic_device.get}
-    owner = np.array([-1 if (f := own.get(kind)) is None or (d := f(i)) is None else d
-                      for kind, i in flows.resources] or [-1], dtype=np.int64)
+    def owned_by(res: Resource) -> int:
+        """The device whose window bounds ``res``'s load (-1: none alone)."""
+        kind, i = res
+        if kind in (DEV_IN, DEV_OUT, COPY):
+            return i
+        return nic_device.get(i, -1) if kind in (NIC_IN, NIC_OUT) else -1
+
+    owner = np.array([owned_by(r) for r in flows.resources] or [-1], dtype=np.int64)
     step = np.array([t.step for t in tasks], dtype=np.int64)
     member_task = np.array([i for i, t in enumerate(tasks) for _ in set(t.devices)],
                            dtype=np.int64)

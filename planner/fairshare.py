@@ -78,12 +78,21 @@ class FairShare:
 
     def __init__(self, paths: Sequence[Sequence[tuple[Resource, float]]],
                  cluster: Cluster) -> None:
-        lens = np.fromiter((len(p) for p in paths), dtype=np.int64, count=len(paths))
-        flat = [edge for p in paths for edge in p]
+        # tasks of one route share one path object: each distinct path is read once
+        which: dict[int, int] = {}
+        of = np.fromiter((which.setdefault(id(p), len(which)) for p in paths),
+                         dtype=np.int64, count=len(paths))
+        distinct = list({id(p): p for p in paths}.values())
+        dlens = np.fromiter((len(p) for p in distinct), dtype=np.int64, count=len(distinct))
+        flat = [edge for p in distinct for edge in p]
         keys = [r for r, _ in flat]
         index = {r: i for i, r in enumerate(dict.fromkeys(keys))}
-        res = np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys))
-        frac = np.fromiter((f for _, f in flat), dtype=np.float64, count=len(flat))
+        dres = np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys))
+        dfrac = np.fromiter((f for _, f in flat), dtype=np.float64, count=len(flat))
+        dat = np.concatenate([[0], np.cumsum(dlens)])
+        lens = dlens[of]
+        edges = _ranges(dat[of], dat[of] + lens)
+        res, frac = dres[edges], dfrac[edges]
         task = np.repeat(np.arange(len(paths), dtype=np.int64), lens)
         used = frac > 0
         self.n = len(paths)

@@ -161,14 +161,17 @@ class ReshardPlan:
             self._cache["estimate"] = est
         return est
 
-    def routes(self) -> tuple[tuple[list[tuple[tuple[str, int], float]], float], ...]:
+    def routes(self, known: dict[tuple[object, ...], Any] | None = None
+               ) -> tuple[tuple[list[tuple[tuple[str, int], float]], float], ...]:
         """Per task (plan order) the resources its bytes cross with their fractions, and
-        its latency (:func:`reshard.planner.cost.task_routes`; cached)."""
+        its latency (:func:`reshard.planner.cost.task_routes`; cached). ``known``: a
+        memo shared with other plans on the same cluster (the planner's bucketings of
+        one plan), filled in."""
         got = self._cache.get("routes")
         if got is None:
             from reshard.planner.cost import task_routes
 
-            got = self._cache["routes"] = task_routes(self.tasks, self.cluster)
+            got = self._cache["routes"] = task_routes(self.tasks, self.cluster, known)
         return got
 
     def estimate(self) -> float:

@@ -19,8 +19,8 @@ from reshard.layout import Box, Layout, box_size
 from reshard.planner.allreduce import allreduce_first
 from reshard.planner.balance import Loads
 from reshard.planner.cell_table import TABLE_FROM, CellTable, decompose_table
-from reshard.planner.cost import stepped_floor
 from reshard.planner.cell_tasks import CELL_PLANNERS, split_box
+from reshard.planner.cost import Routes, stepped_floor
 from reshard.planner.decompose import Cell, decompose, devices_by_box
 from reshard.planner.gcpause import paused
 from reshard.planner.ir import Derive, ReshardPlan, Task, TensorSpec
@@ -190,6 +190,9 @@ def _within(plan: ReshardPlan, budget: int | None) -> ReshardPlan:
     even = fit_budget(plan.tasks, plan.tensors, budget, even=True)
     if even != first_fit:
         balanced = ReshardPlan(plan.tensors, even, plan.strategy, plan.cluster)
+        known: Routes = {}  # the bucketings share their tasks' routes
+        balanced.routes(known)
+        best.routes(known)
         # the even buckets' prediction first: where first fit's floor is above it, first
         # fit cannot be faster and is not simulated (seconds on a plan of 27k tasks)
         fast = balanced.estimate()
