@@ -56,7 +56,7 @@ from reshard.comm.packing import same_memory
 from reshard.comm.program import WorkerProgram
 from reshard.comm.spmd import LocalPlan, exchange, world_of
 from reshard.comm.steps import Execution, LoadedProgram, StepTask, program_steps
-from reshard.dtypes import dtype_name, parse_dtype, storage
+from reshard.dtypes import dtype_name, is_torch, parse_dtype, storage, torch_of_numpy
 from reshard.errors import ExecutionError, PlanError, ReshardError, ShapeError
 from reshard.planner.gcpause import paused
 from reshard.planner.ir import Derive, ReshardPlan, TensorSpec
@@ -75,9 +75,11 @@ class Handle:
         program: the loaded program that ran.
     """
 
-    def __init__(self, lp: LoadedProgram, future: Future) -> None:
+    def __init__(self, lp: LoadedProgram, future: Future,
+                 shown: dict[int, Any] | None = None) -> None:
         self.program = lp
         self._future = future
+        self._shown = shown  # the results as the caller holds them (None: the backend's)
 
     def done(self) -> bool:
         """True once the run finished (or failed)."""
@@ -86,7 +88,10 @@ class Handle:
     def wait(self, timeout: float | None = None) -> dict[int, Any]:
         """This device's destination shards, ``{tensor index: shard}``, once the run
         finished (host-memory backends: complete; stream backends: ordered before later
-        work on their stream).
+        work on their stream), in the caller's array type: the ``out`` buffers given
+        (the same objects), and where the run allocated, torch tensors sharing the
+        shard's memory if the caller gave torch tensors (torch's own bfloat16 and
+        float8 dtypes), else the backend's arrays (numpy on CPU).
 
         Args:
             timeout: seconds to wait; None waits as long as the backend's own timeouts.
@@ -95,7 +100,8 @@ class Handle:
             ExecutionError: the run failed (naming the task), or ``timeout`` expired.
         """
         try:
-            return self._future.result(timeout)[0]  # type: ignore[no-any-return]
+            got = self._future.result(timeout)[0]
+            return got if self._shown is None else self._shown  # type: ignore[no-any-return]
         except TimeoutError:
             raise ExecutionError(
                 f"device {self.program.device}: run of a {self.program.num_tasks}-task "
@@ -118,6 +124,24 @@ def _done(value: Any) -> Future:
     fut: Future = Future()
     fut.set_result(value)
     return fut
+
+
+def _as_given(lp: LoadedProgram, dst: dict[int, Any], sources: Shards | None,
+              out: Shards | None, torch_caller: bool) -> dict[int, Any] | None:
+    """The destination shards ``dst`` as the caller holds arrays: its own ``out``
+    buffers, and torch views of the others where it gave torch tensors (or
+    ``torch_caller``) and the backend holds numpy (None: the backend's arrays as they
+    are)."""
+    tensors = lp.program.tensors
+    inputs = [i for i, t in enumerate(tensors) if t.derive is Derive.NONE]
+    given = _per_tensor(out, len(tensors), "out")
+    caller = [*given.values(), *_per_tensor(sources, len(tensors), "sources", inputs).values()]
+    torch_caller = torch_caller or any(is_torch(a) for a in caller)
+    if not given and not torch_caller:
+        return None
+    return {i: given[i] if i in given else
+            torch_of_numpy(buf) if torch_caller and isinstance(buf, np.ndarray) else buf
+            for i, buf in dst.items()}
 
 
 def _dtype_name(array: Any) -> str:
@@ -191,11 +215,18 @@ class Executor:
         memory_budget: the most bytes of staging (scratch) a loaded program may hold; a
             program over it is refused at load, and :meth:`load_request` plans within
             it (:func:`reshard.planner.staging.fit_budget`). None: unbounded.
+        arrays: the array type of the shards :meth:`run` returns where the caller gave
+            no buffer: ``"torch"`` (CPU torch tensors sharing the shards' memory, in
+            torch's own bfloat16 / float8 dtypes; :meth:`for_process_group`'s default),
+            or None: torch where the caller gave torch tensors to the run, else the
+            backend's own arrays (numpy on CPU).
     """
 
     def __init__(self, backend: Backend, *, owns_backend: bool = False,
                  capabilities: Capabilities | None = None,
-                 memory_budget: int | None = None) -> None:
+                 memory_budget: int | None = None, arrays: str | None = None) -> None:
+        if arrays not in (None, "torch"):
+            raise ReshardError(f"arrays must be None or 'torch', got {arrays!r}")
         if not isinstance(backend, Backend):
             raise ReshardError(
                 f"Executor needs a backend rank (reshard.comm.backend.Backend), got "
@@ -209,16 +240,18 @@ class Executor:
         self._caps = backend.capabilities if capabilities is None else capabilities
         self._issuer: ThreadPoolExecutor | None = None
         self.memory_budget = check_budget(memory_budget)
+        self.arrays = arrays
 
     # ----- construction ----------------------------------------------------------------
     @classmethod
     def create(cls, name: str, *args: Any, registry: BackendRegistry | None = None,
-               memory_budget: int | None = None, **kwargs: Any) -> Executor:
+               memory_budget: int | None = None, arrays: str | None = None,
+               **kwargs: Any) -> Executor:
         """An executor on a new rank of backend ``name`` (``registry``'s entry, default
         the built-ins), built with the backend's own arguments."""
         entry = (builtin_backends() if registry is None else registry).entry(name)
         rank = entry.create(*args, **kwargs)
-        return cls(rank, owns_backend=True, memory_budget=memory_budget,
+        return cls(rank, owns_backend=True, memory_budget=memory_budget, arrays=arrays,
                    capabilities=entry.capabilities.meet(rank.capabilities))
 
     @classmethod
@@ -227,7 +260,7 @@ class Executor:
         """An executor on the ``torch`` backend: this rank of ``group`` (default: the
         default process group), which the caller initialised; device ids are global
         ranks. See :mod:`reshard.comm.backends.torch_dist`."""
-        return cls.create("torch", group, timeout=timeout, registry=registry)
+        return cls.create("torch", group, timeout=timeout, registry=registry, arrays="torch")
 
     @property
     def capabilities(self) -> Capabilities:
@@ -467,11 +500,12 @@ class Executor:
         self._check_usable("run")
         src = self._sources(loaded, sources)
         dst = self._outputs(loaded, out)
+        shown = _as_given(loaded, dst, sources, out, self.arrays == "torch")
         if blocking:
-            return Handle(loaded, _done(self._execute(loaded, src, dst)))
+            return Handle(loaded, _done(self._execute(loaded, src, dst)), shown)
         if self._issuer is None:
             self._issuer = ThreadPoolExecutor(1, thread_name_prefix=f"reshard-exec{self.device}")
-        return Handle(loaded, self._issuer.submit(self._execute, loaded, src, dst))
+        return Handle(loaded, self._issuer.submit(self._execute, loaded, src, dst), shown)
 
     def _execute(self, lp: LoadedProgram, src: dict[int, Any],
                  dst: dict[int, Any]) -> tuple[dict[int, Any], int]:

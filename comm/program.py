@@ -23,7 +23,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from reshard.dtypes import ScaleMode
+import numpy as np
+
+from reshard.dtypes import ScaleMode, parse_dtype
 from reshard.errors import PlanError
 from reshard.layout import Box
 from reshard.planner.gcpause import paused
@@ -79,6 +81,61 @@ class ProgramTensor(Conversion):
 
 
 @dataclass(frozen=True)
+class Destination:
+    """One buffer a device receives into (:meth:`WorkerProgram.destinations`).
+
+    Attributes:
+        tensor: the plan's tensor index: the key of ``Executor.run(..., out=)`` and of
+            ``Handle.wait()``'s result.
+        request: the request it belongs to: its index among the plan's inputs, the
+            order the requests were given in.
+        kind: ``"value"`` (the request's tensor, in its destination dtype) or
+            ``"scales"`` (a scaled cast's scales, float32 or float8_e8m0fnu).
+        shape: this device's shard of it.
+        dtype: its dtype's name, as reshard, torch and ml_dtypes spell it
+            (``"float8_e4m3fn"``, ``"bfloat16"``, ``"float32"``).
+        box: the global box the shard holds.
+    """
+
+    tensor: int
+    request: int
+    kind: str
+    shape: tuple[int, ...]
+    dtype: str
+    box: Box
+
+    def empty(self, library: str = "numpy", device: Any = None) -> Any:
+        """An uninitialised buffer for it: a numpy array (ml_dtypes' bfloat16 and
+        float8), or with ``library="torch"`` a torch tensor in torch's own dtype on
+        ``device`` (default: the CPU)."""
+        if library == "torch":
+            import torch
+
+            return torch.empty(self.shape, dtype=getattr(torch, self.dtype), device=device)
+        if library != "numpy":
+            raise ValueError(f"library must be 'numpy' or 'torch', got {library!r}")
+        return np.empty(self.shape, dtype=parse_dtype(self.dtype))
+
+
+def destinations(tensors: Sequence[ProgramTensor]) -> tuple[Destination, ...]:
+    """The buffers a device whose tensors are ``tensors`` receives into, by request,
+    each request's value before its scales (an amax is the plan's own)."""
+    inputs = [i for i, t in enumerate(tensors) if t.derive is Derive.NONE]
+    request = {i: k for k, i in enumerate(inputs)}
+
+    def owner(i: int) -> int:  # a scale's chain of links ends at its request's tensor
+        while tensors[i].derive is not Derive.NONE:
+            i = tensors[i].link
+        return request[i]
+
+    out = [Destination(i, owner(i), "value" if t.derive is Derive.NONE else "scales",
+                       tuple(b - a for a, b in t.dst_box), t.out_dtype, t.dst_box)
+           for i, t in enumerate(tensors)
+           if t.dst_box is not None and t.derive is not Derive.AMAX]
+    return tuple(sorted(out, key=lambda d: (d.request, d.kind != "value", d.tensor)))
+
+
+@dataclass(frozen=True)
 class WorkerProgram:
     """One device's part of a plan.
 
@@ -106,6 +163,11 @@ class WorkerProgram:
         device outside the plan, which still names the plan's member sets). To cut many,
         :func:`programs` does all in one pass."""
         return programs(plan, (int(device),))[int(device)]
+
+    def destinations(self) -> tuple[Destination, ...]:
+        """The buffers this device receives into, by request (each request's value,
+        then its scales): the shapes and dtypes of ``Executor.run``'s ``out``."""
+        return destinations(self.tensors)
 
     def communicator_groups(self) -> tuple[tuple[int, ...], ...]:
         """The plan's collective member sets in first-use order (what a backend's
@@ -340,4 +402,5 @@ def _shards_needed(t: Task, d: int, pt: ProgramTensor) -> list[tuple[str, Box | 
     return [("destination", pt.dst_box)]
 
 
-__all__ = ["PROGRAM_FORMAT", "ProgramTensor", "WorkerProgram", "programs", "share_program"]
+__all__ = ["PROGRAM_FORMAT", "Destination", "ProgramTensor", "WorkerProgram", "destinations",
+           "programs", "share_program"]

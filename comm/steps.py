@@ -65,7 +65,7 @@ from reshard.comm.packing import (
     unpack,
 )
 from reshard.comm.pitched import copy_into
-from reshard.comm.program import WorkerProgram
+from reshard.comm.program import Destination, WorkerProgram
 from reshard.dtypes import ScaleMode, block_shape, itemsize, parse_dtype, scale_grid
 from reshard.errors import ReshardError
 from reshard.layout import Box, box_size
@@ -215,6 +215,11 @@ class LoadedProgram:
     def device(self) -> int:
         """The device it runs on."""
         return self.program.device
+
+    def destinations(self) -> tuple[Destination, ...]:
+        """The buffers this device receives into, by request: the shapes and dtypes
+        of :meth:`Executor.run`'s ``out`` (:meth:`WorkerProgram.destinations`)."""
+        return self.program.destinations()
 
     def dst_shape(self, tensor: int) -> tuple[int, ...]:
         """Shape of this device's destination shard of ``tensor``."""

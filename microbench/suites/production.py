@@ -58,6 +58,8 @@ class Model:
         mla: multi-head latent attention (DeepSeek-V3): ``(q_lora_rank, kv_lora_rank,
             qk_nope_head_dim, qk_rope_head_dim, v_head_dim)``; None: grouped-query.
         qk_norm: per-head q / k norms (Qwen3).
+        tied: ``lm_head`` is the embedding (``tie_word_embeddings``): not a parameter
+            of its own.
         source: where the numbers come from.
     """
 
@@ -75,6 +77,7 @@ class Model:
     shared: int = 0
     mla: tuple[int, int, int, int, int] | None = None
     qk_norm: bool = False
+    tied: bool = False
     source: str = ""
 
     def layer(self, i: int) -> list[tuple[str, tuple[int, ...], str]]:
@@ -122,8 +125,9 @@ class Model:
             (-1, "embed_tokens", (self.vocab, h), "vocab")]
         for i in range(self.layers):
             out += [(i, n, s, k) for n, s, k in self.layer(i)]
-        out += [(self.layers, "norm", (h,), "norm"),
-                (self.layers, "lm_head", (self.vocab, h), "vocab")]
+        out.append((self.layers, "norm", (h,), "norm"))
+        if not self.tied:
+            out.append((self.layers, "lm_head", (self.vocab, h), "vocab"))
         return out
 
     @property
@@ -132,6 +136,9 @@ class Model:
         return sum(math.prod(s) for _, _, s, _ in self.parameters())
 
 
+QWEN3_0_6B = Model("Qwen3-0.6B", vocab=151936, hidden=1024, layers=28, heads=16, kv_heads=8,
+                   head_dim=128, mlp=3072, qk_norm=True, tied=True,
+                   source="huggingface.co/Qwen/Qwen3-0.6B config.json")
 QWEN3_32B = Model("Qwen3-32B", vocab=151936, hidden=5120, layers=64, heads=64, kv_heads=8,
                   head_dim=128, mlp=25600, qk_norm=True,
                   source="huggingface.co/Qwen/Qwen3-32B config.json")
@@ -224,5 +231,5 @@ def production_cases() -> tuple[Sync, ...]:
     )
 
 
-__all__ = ["DEEPSEEK_V3", "KIMI_K2", "QWEN3_32B", "QWEN3_235B", "Model", "Sync",
+__all__ = ["DEEPSEEK_V3", "KIMI_K2", "QWEN3_0_6B", "QWEN3_32B", "QWEN3_235B", "Model", "Sync",
            "production_cases", "requests"]
