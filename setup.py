@@ -64,7 +64,7 @@ setup(
         "jax": ["jax[cpu]>=0.10.2"],
         # what the tests run with; the README's test command adds dev (its lint, type
         # and stub tests skip without it)
-        "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.2"],
+        "test": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.2", "torchao>=0.18"],
         # lint, type-check, protobuf stub generation
         "dev": ["ruff>=0.17", "mypy>=2.4", "grpcio-tools>=1.85.1"],
     },

@@ -50,7 +50,13 @@ from typing import Any, cast
 import numpy as np
 
 from reshard.bits import assign
-from reshard.casting import block_amax, convert_into, quantize_into, scales_from_amax
+from reshard.casting import (
+    block_amax,
+    convert_into,
+    quantize_into,
+    scales_from_amax,
+    stored_scales,
+)
 from reshard.comm.backend import AllReducing, Backend, Capabilities
 from reshard.comm.packing import (
     Unpacker,
@@ -457,6 +463,7 @@ class Execution:
         self._held: dict[int, tuple[Any, Any] | None] = {}  # tensor -> _hold's
         self._into: dict[int, Any] = {}  # tensor -> its destination shard's bytes
         self._converts: dict[int, bool] = {}  # tensor -> converts(tensor), until private
+        self._scale_values: dict[int, Any] = {}  # scales tensor -> its float32 values here
 
     # ----- sources ---------------------------------------------------------------------
     def source(self, i: int) -> Any:
@@ -481,15 +488,33 @@ class Execution:
         """Tensor ``i`` (scales): of the amax this device received (tensor ``link``'s
         destination shard, complete since the plan's first phase)."""
         amax = self.tensors[i].link
-        return scales_from_amax(self.dst[amax], self.tensors[self.tensors[amax].link].out_dtype)
+        return self._stored(i, self.tensors[amax].link, self.dst[amax])
 
     def _own_scales(self, i: int) -> Any:
         """Tensor ``i`` (scales of block-aligned shards): of the blocks of the scaled
         tensor's own source shard here."""
         w = self.tensors[i].link
         amax = self._block_amax(w)
-        return scales_from_amax(amax[tuple(slice(a, b) for a, b in self.lp.src_box[i])],
-                                self.tensors[w].out_dtype)
+        return self._stored(i, w, amax[tuple(slice(a, b) for a, b in self.lp.src_box[i])])
+
+    def _stored(self, i: int, w: int, amax: Any) -> Any:
+        """Scales tensor ``i``'s source shard, of scaled tensor ``w``'s blocks whose max
+        ``|x|`` is ``amax``: in the scales' dtype as the backend holds it (float32, or
+        E8M0 for the power-of-two modes); their float32 values are kept for packing
+        ``w`` (:meth:`scale_values`)."""
+        pt = self.tensors[w]
+        values = scales_from_amax(amax, pt.out_dtype, pt.scale)
+        self._scale_values[i] = values
+        kind = pt.scale.scale_dtype
+        if kind == "float32":
+            return values
+        like = self.lp.backend.empty(math.prod(values.shape), parse_dtype(kind))
+        return stored_scales(values, pt.scale, like.reshape(tuple(values.shape)))
+
+    def scale_values(self, k: int) -> Any:
+        """Scales tensor ``k``'s source shard here as float32 values."""
+        self.source(k)
+        return self._scale_values[k]
 
     def _given(self, i: int) -> Any:
         raise ReshardError(f"device {self.device} was given no source shard of tensor {i}")
@@ -502,7 +527,7 @@ class Execution:
             convert_into(out, values, pt.out_dtype, self.held_dtype(i))
             return
         k = pt.link
-        quantize_into(out, values, box, block_shape(pt.shape, pt.scale), self.source(k),
+        quantize_into(out, values, box, block_shape(pt.shape, pt.scale), self.scale_values(k),
                       self.lp.src_box[k], pt.out_dtype, self.held_dtype(i))
 
     def held_dtype(self, i: int) -> str:

@@ -288,7 +288,8 @@ def add_cases(ap: argparse.ArgumentParser, suites: Sequence[str] = (),
                         f"{', '.join(CAST_TARGETS)}")
     g.add_argument(*FLAGS["scale"], choices=[m.value for m in ScaleMode], default=None,
                    action=Given,
-                   help="scales of a --cast to float8 (block128: tensors of rank >= 2)")
+                   help="scales of a --cast to float8 (block128, block128-ue8m0: tensors of "
+                        "rank >= 2; mx32: rank >= 1)")
     return g
 
 

@@ -203,7 +203,8 @@ def estimate_many(requests: Iterable[Any], *, strategy: str | Strategy = Strateg
             holding every device (as :func:`reshard.plan`'s default).
         strategy: the strategy of requests that name none.
         cast: deliver this dtype (as :func:`reshard.plan`), for every request.
-        scale: a float8 cast's scales (``"none"``, ``"tensor"``, ``"block128"``).
+        scale: a float8 cast's scales (``"none"``, ``"tensor"``, ``"block128"``,
+            ``"block128-ue8m0"``, ``"mx32"``).
         cache: answers kept across calls (default: a new one for this batch, which
             still answers a batch's repeated and similar requests once).
 

@@ -121,7 +121,8 @@ def plan_many(
         cast: the dtype to deliver (a dtype, its name or a
             :class:`~reshard.dtypes.Cast`), for every request that names none;
             default: the source dtype.
-        scale: scales of a cast to float8 (``"none"``, ``"tensor"``, ``"block128"``).
+        scale: scales of a cast to float8 (``"none"``, ``"tensor"``, ``"block128"``,
+            ``"block128-ue8m0"``, ``"mx32"``: :class:`reshard.dtypes.ScaleMode`).
         memory_budget: at most this many bytes of staging (scratch) on any device: steps
             that would stage more run in buckets, boxes too big alone in pieces
             (:func:`reshard.planner.staging.fit_budget`); None: unbounded.
@@ -364,8 +365,10 @@ def plan(
         cluster: hosts and links used for balancing and costing; default one host.
         strategy: ``"broadcast"`` (default), ``"allgather"`` or ``"send_recv"``.
         cast: deliver this dtype, converted at the source (default: ``dtype``).
-        scale: scales of a cast to float8: ``"none"`` (saturate), ``"tensor"`` or
-            ``"block128"`` (128 x 128 blocks); the plan then also delivers the scales.
+        scale: scales of a cast to float8: ``"none"`` (saturate), ``"tensor"``,
+            ``"block128"`` (128 x 128 blocks, float32), ``"block128-ue8m0"`` (the same
+            blocks, powers of two as float8_e8m0fnu) or ``"mx32"`` (MXFP8: 32 elements
+            of the last dim, E8M0); the plan then also delivers the scales.
         memory_budget: at most this many bytes of staging per device (see
             :func:`plan_many`).
     """

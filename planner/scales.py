@@ -11,7 +11,8 @@ tensor ``W`` (index ``i``) brings:
   device of ``W``'s source mesh, the max ``|x|`` of each block over the elements it
   holds (zeros elsewhere), a partial max over every mesh axis; its destination is the
   same mesh, replicated (an all-reduce of max). Its tasks form the plan's first phase.
-* its **scales** ``S`` (``Derive.SCALES``): the scales of ``A``'s result, source on the
+* its **scales** ``S`` (``Derive.SCALES``, float32 or, for the power-of-two modes,
+  float8_e8m0fnu): the scales of ``A``'s result, source on the
   same replicated layout, delivered laid out like ``W`` on the destination mesh (a
   per-tensor scale: replicated there). ``W``'s packers read their scales from ``S``'s
   source shard, so ``W`` and ``S`` move in the second phase.
@@ -41,7 +42,7 @@ def scales_layout(w: TensorSpec) -> Layout:
     per-tensor scale: replicated."""
     spec = w.dst.spec
     like = Layout(w.dst.mesh, ShardingSpec(spec.dims, (), spec.rule))
-    if w.scale is ScaleMode.BLOCK128 and _holds_whole_blocks(w, w.dst, like):
+    if w.scale is not ScaleMode.TENSOR and _holds_whole_blocks(w, w.dst, like):
         return like
     return Layout(w.dst.mesh, ShardingSpec.replicated(len(w.shape)))
 
@@ -91,12 +92,13 @@ def scale_tensors(w: TensorSpec, i: int, first: int) -> list[TensorSpec]:
     """The tensors scaled tensor ``w`` (plan tensor ``i``) brings, placed from plan index
     ``first`` on: its amax (unless block-aligned), then its scales."""
     grid = scale_grid(w.shape, w.scale)
+    kind = w.scale.scale_dtype  # float32, or float8_e8m0fnu for powers of two
     if block_aligned(w):
-        return [TensorSpec(grid, "float32", own_scales_layout(w), scales_layout(w),
+        return [TensorSpec(grid, kind, own_scales_layout(w), scales_layout(w),
                            derive=Derive.OWN_SCALES, link=i)]
     part, rep = amax_layouts(w)
     return [TensorSpec(grid, "float32", part, rep, derive=Derive.AMAX, link=i),
-            TensorSpec(grid, "float32", rep, scales_layout(w), derive=Derive.SCALES,
+            TensorSpec(grid, kind, rep, scales_layout(w), derive=Derive.SCALES,
                        link=first)]
 
 

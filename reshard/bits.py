@@ -64,10 +64,27 @@ def decode(bits: Any, name: str) -> Any:
     xp = array_module(bits)
     if name == "bfloat16":
         return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
-    if name in _FLOAT8:
+    if name in _FLOAT8 or name == E8M0:
         table = np.arange(256, dtype=np.uint8).view(parse_dtype(name)).astype(np.float32)
         return xp.asarray(table)[bits.astype(np.intp)]
     raise ValueError(f"{name} is not held as bits")
+
+
+E8M0 = "float8_e8m0fnu"
+"""The scale type of the power-of-two scale modes: 8 exponent bits, no sign, no
+mantissa; code ``c`` is ``2^(c - 127)``, 255 is NaN (there is no zero)."""
+
+
+def _e8m0(v: Any, xp: Any) -> Any:
+    """E8M0 codes of float32 ``v`` as ml_dtypes rounds: the exponent of a normal float32
+    with its mantissa rounded half up; below ``2^-126`` (float32 subnormals) code 0 up
+    to ``2^-127`` and 1 above it; NaN, zero, negatives and overflow 255."""
+    u = v.view(np.uint32).astype(np.int64)
+    normal = (u + (1 << 22)) >> 23  # rounds 1.5 * 2^k up to 2^(k + 1)
+    tiny = u < (1 << 23)  # float32 subnormals: 2^-127 is half the least normal
+    code = xp.where(tiny, xp.where(u > (1 << 22), 1, 0), normal)
+    bad = xp.isnan(v) | (v <= 0) | (code > 254)
+    return xp.where(bad, 255, code).astype(np.uint8)
 
 
 def _bfloat16(v: Any, xp: Any) -> Any:
@@ -106,6 +123,8 @@ def encode_into(out: Any, values: Any, name: str) -> None:
         out[...] = _bfloat16(v, xp)
     elif name in _FLOAT8:
         out[...] = _float8(v, _FLOAT8[name], xp)
+    elif name == E8M0:
+        out[...] = _e8m0(v, xp)
     else:
         raise ValueError(f"{name} is not held as bits")
 

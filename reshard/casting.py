@@ -12,7 +12,9 @@ any order), and every other step is elementwise.
   float8 type's finite range (through float32).
 * :func:`block_amax`: the max ``|x|`` per scale block over the elements of a box (the
   partial amax one device contributes; zeros for blocks outside the box).
-* :func:`scales_from_amax`: ``amax / max_finite`` in float32, 1 for an all-zero block.
+* :func:`scales_from_amax`: ``amax / max_finite`` in float32, 1 for an all-zero block,
+  or the power of two of the E8M0 modes (``block128-ue8m0``, ``mx32``);
+  :func:`stored_scales` holds those in the scales tensor's dtype (float8_e8m0fnu).
 * :func:`quantize_into`: ``out[...] = saturate(values / scales)``, each element divided
   by the scale of its block, in float32.
 * :func:`reference_cast`: the whole tensor through the three (values and scales).
@@ -32,7 +34,9 @@ from reshard.dtypes import (
     block_shape,
     is_float8,
     is_torch,
+    max_exponent,
     max_finite,
+    parse_dtype,
     scale_grid,
 )
 from reshard.layout import Box
@@ -117,8 +121,15 @@ def block_amax(values: Any, box: Box, block: Sequence[int], grid: Sequence[int],
     return out
 
 
-def scales_from_amax(amax: Any, target: str) -> Any:
-    """``amax / max_finite(target)`` in float32; 1 where ``amax`` is 0."""
+def scales_from_amax(amax: Any, target: str, mode: ScaleMode = ScaleMode.BLOCK128) -> Any:
+    """The scales (float32 values) of blocks whose max ``|x|`` is ``amax``, cast to
+    ``target`` as ``mode`` says (:mod:`reshard.dtypes`): ``amax / max_finite(target)``,
+    1 where ``amax`` is 0 (``tensor``, ``block128``); the power of two at or above that
+    (``block128-ue8m0``); ``2^(floor(log2(amax)) - emax)``, ``2^-127`` where ``amax`` is
+    0 (``mx32``). Powers of two are clamped to ``[2^-127, 2^127]``; a NaN or infinite
+    amax gives NaN."""
+    if mode in _POWERS:
+        return _powers_of_two(amax, target, mode)
     top = max_finite(target)
     if is_torch(amax):
         import torch
@@ -126,6 +137,60 @@ def scales_from_amax(amax: Any, target: str) -> Any:
         return torch.where(amax > 0, amax / top, torch.ones_like(amax))
     one = np.float32(1)
     return array_module(amax).where(amax > 0, amax / np.float32(top), one).astype(np.float32)
+
+
+def _powers_of_two(amax: Any, target: str, mode: ScaleMode) -> Any:
+    """:func:`scales_from_amax` for the E8M0 modes. The exponent comes from frexp
+    (``x = m 2^e``, ``m`` in ``[0.5, 1)``), exact where a float32 log2 would round:
+    ``ceil(log2 x)`` is ``e - 1`` when ``m`` is exactly 0.5, else ``e``;
+    ``floor(log2 x)`` is ``e - 1``."""
+    torch_ = is_torch(amax)
+    xp: Any
+    if torch_:
+        import torch as xp
+    else:
+        xp = array_module(amax)
+    a = amax.float() if torch_ else amax.astype(np.float32)
+    if mode is ScaleMode.BLOCK128_UE8M0:
+        x = a / np.float32(max_finite(target))
+        m, e = xp.frexp(x)
+        k = xp.where(m == 0.5, e - 1, e)
+        zero = 0  # an all-zero block: scale 1
+    else:  # MX32
+        m, e = xp.frexp(a)
+        k = e - 1 - max_exponent(target)
+        zero = -127  # an all-zero block: 2^-127, E8M0's least
+    k = xp.where(a > 0, k, zero)
+    k = k.clamp(-127, 127) if torch_ else xp.clip(k, -127, 127)
+    if torch_:  # 2^k, exact down to 2^-127 (a float32 subnormal)
+        out = xp.ldexp(xp.ones_like(a), k.to(xp.float32))
+    else:
+        out = xp.ldexp(xp.ones_like(a), k.astype(np.int32))
+    bad = ~xp.isfinite(a)
+    return xp.where(bad, xp.full_like(a, float("nan")), out)
+
+
+_POWERS = frozenset({ScaleMode.BLOCK128_UE8M0, ScaleMode.MX32})
+
+
+def stored_scales(scales: Any, mode: ScaleMode, like: Any = None) -> Any:
+    """Float32 ``scales`` as ``mode``'s scales tensor holds them
+    (:attr:`ScaleMode.scale_dtype`: float32, or float8_e8m0fnu, exact for the powers of
+    two :func:`scales_from_amax` gives; NaN is E8M0's NaN): numpy an ml_dtypes array,
+    torch its own dtype, cupy the bits. ``like``: an empty array of the scale dtype as
+    the backend holds it (None: numpy or torch, as ``scales``)."""
+    name = mode.scale_dtype
+    if name == "float32":
+        return scales
+    if like is None:
+        if is_torch(scales):
+            import torch
+
+            return scales.to(getattr(torch, name))
+        return np.asarray(scales).astype(parse_dtype(name))
+    out = like.reshape(tuple(scales.shape)) if like.size == scales.size else like
+    store(out, scales, name)
+    return out
 
 
 def _scale_of_elements(scales: Any, scales_box: Box, box: Box,
@@ -155,8 +220,8 @@ def quantize_into(out: Any, values: Any, box: Box, block: Sequence[int], scales:
                   scales_box: Box, target: str, dtype: str | None = None) -> None:
     """``out[...] = saturate(values / scale of each element's block)`` in float32,
     rounded to ``out``'s dtype (``target``). ``values`` holds ``box`` (of ``dtype``, as
-    the type or its bits; None: its own dtype); ``scales`` the blocks of ``scales_box``
-    (a box of the scale grid containing ``box``'s blocks)."""
+    the type or its bits; None: its own dtype); ``scales`` (float32 values) the blocks
+    of ``scales_box`` (a box of the scale grid containing ``box``'s blocks)."""
     if not all(c > a for a, c in box):
         return
     v = as_float32(values, dtype)
@@ -185,7 +250,6 @@ def reference_cast(x: np.ndarray, cast: Cast) -> tuple[np.ndarray, np.ndarray | 
     """The reference of a cast on the wire: ``x`` (a whole numpy tensor) converted as
     ``cast`` says, and its scales (None without scales). What every test compares a
     reshard's destination shards (and delivered scales) with."""
-    from reshard.dtypes import parse_dtype
 
     target = parse_dtype(cast.dtype)
     out = np.empty(x.shape, dtype=target)
@@ -195,9 +259,9 @@ def reference_cast(x: np.ndarray, cast: Cast) -> tuple[np.ndarray, np.ndarray | 
     box = tuple((0, n) for n in x.shape)
     block = block_shape(x.shape, cast.scale)
     grid = scale_grid(x.shape, cast.scale)
-    scales = scales_from_amax(block_amax(x, box, block, grid), cast.dtype)
+    scales = scales_from_amax(block_amax(x, box, block, grid), cast.dtype, cast.scale)
     quantize_into(out, x, box, block, scales, tuple((0, g) for g in grid), cast.dtype)
-    return out, scales
+    return out, stored_scales(scales, cast.scale)
 
 
 __all__ = ["block_amax", "block_range", "convert_into", "quantize_into", "reference_cast",

@@ -28,7 +28,7 @@ def parse_choice(cls: type[E], value: str | E, what: str,
     if isinstance(value, str):
         key = value.strip().lower().replace("-", "_")
         for member in cls:
-            if member.value == key:
+            if member.value.replace("-", "_") == key:
                 return member
     plural = what[:-1] + "ies" if what.endswith("y") else what + "s"
     raise error(

@@ -21,12 +21,20 @@ keeps a dtype list of its own.
   reads. The cast runs at the source, as the bytes are packed, so the wire carries
   the destination type and the cost model counts its bytes. To a float8 type the
   cast saturates to the type's largest finite value (``+-448`` for ``float8_e4m3fn``;
-  NaN stays NaN) and may divide by scales first (:class:`ScaleMode`): one per tensor,
-  or one per 128 x 128 block of the last two dims (DeepSeek-V3's weight blocks), each
-  ``amax / max_finite`` in float32 (``1`` where a block is all zeros), so that
-  ``x ~= q * scale``. Every conversion to float8 computes in float32 (a float64
-  source is rounded to float32 first); others round once, to nearest even
-  (:mod:`reshard.casting` holds the kernels and the numpy reference).
+  NaN stays NaN) and may divide by scales first (:class:`ScaleMode`), so that
+  ``x ~= q * scale``: one per tensor, or one per 128 x 128 block of the last two dims
+  (DeepSeek-V3's weight blocks), each ``amax / max_finite`` in float32 (``1`` where a
+  block is all zeros); per 128 x 128 block a power of two,
+  ``2^ceil(log2(amax / max_finite))`` stored as ``float8_e8m0fnu`` (``block128-ue8m0``:
+  DeepGEMM's and SGLang's scales on Blackwell); or MXFP8 (``mx32``, the OCP
+  Microscaling spec v1.0): per 32 consecutive elements of the last dim
+  ``2^(floor(log2(amax)) - emax)`` (``emax`` the element type's largest exponent: 8
+  for e4m3, 15 for e5m2; ``2^-127`` for an all-zero block), stored as
+  ``float8_e8m0fnu``. Exponents are exact (read from the float32's bits, not a
+  rounded log) and clamped to E8M0's range ``[-127, 127]``; a NaN amax gives a NaN
+  scale. Every conversion to float8 computes in float32 (a float64 source is rounded
+  to float32 first); others round once, to nearest even (:mod:`reshard.casting` holds
+  the kernels and the numpy reference).
 """
 
 from __future__ import annotations
@@ -181,6 +189,12 @@ def storage(name: str) -> str:
     return {1: "uint8", 2: "uint16"}[itemsize(name)]
 
 
+def max_exponent(name: str) -> int:
+    """The exponent of floating dtype ``name``'s largest finite value (``emax``: 8 for
+    float8_e4m3fn, 15 for float8_e5m2), which MX scales subtract."""
+    return int(np.frexp(max_finite(name))[1]) - 1
+
+
 def max_finite(name: str) -> float:
     """The largest finite value of floating dtype ``name`` (float8: the saturation
     bound of a cast)."""
@@ -206,6 +220,18 @@ class ScaleMode(enum.Enum):
     NONE = "none"  # saturate, no scale
     TENSOR = "tensor"  # one scale for the whole tensor
     BLOCK128 = "block128"  # one per 128 x 128 block of the last two dims
+    BLOCK128_UE8M0 = "block128-ue8m0"  # the same blocks, powers of two stored as E8M0
+    MX32 = "mx32"  # MXFP8: one E8M0 power of two per 32 elements of the last dim
+
+    @property
+    def scale_dtype(self) -> str:
+        """The dtype of its scales tensor."""
+        return "float8_e8m0fnu" if self in _POWER_OF_TWO else "float32"
+
+    @property
+    def min_rank(self) -> int:
+        """The least tensor rank its blocks need (their dims)."""
+        return _MIN_RANK.get(self, 0)
 
     @classmethod
     def parse(cls, value: str | ScaleMode | None) -> ScaleMode:
@@ -215,13 +241,23 @@ class ScaleMode(enum.Enum):
         return parse_choice(cls, value, "scale mode", DTypeError)
 
 
+_POWER_OF_TWO = frozenset({ScaleMode.BLOCK128_UE8M0, ScaleMode.MX32})
+_MIN_RANK = {ScaleMode.BLOCK128: 2, ScaleMode.BLOCK128_UE8M0: 2, ScaleMode.MX32: 1}
+
+MX_BLOCK = 32
+"""Elements of the last dim per MX scale block (``ScaleMode.MX32``)."""
+
+
 def block_shape(shape: Sequence[int], mode: ScaleMode) -> tuple[int, ...]:
     """The edge of one scale block per dim (``mode`` not NONE): the whole tensor for
-    TENSOR, ``(1, ..., 1, 128, 128)`` for BLOCK128."""
+    TENSOR, ``(1, ..., 1, 128, 128)`` for the 128 x 128 modes, ``(1, ..., 1, 32)`` for
+    MX32."""
     if mode is ScaleMode.TENSOR:
         return tuple(max(int(n), 1) for n in shape)
-    if mode is ScaleMode.BLOCK128:
+    if mode in (ScaleMode.BLOCK128, ScaleMode.BLOCK128_UE8M0):
         return (1,) * (len(shape) - 2) + (BLOCK, BLOCK)
+    if mode is ScaleMode.MX32:
+        return (1,) * (len(shape) - 1) + (MX_BLOCK,)
     raise DTypeError(f"scale mode {mode.value!r} has no blocks")
 
 
@@ -291,10 +327,19 @@ def check_cast(src: str, cast: Cast, shape: Sequence[int], partial: bool) -> Non
         raise DTypeError(
             f"scale={cast.scale.value!r} scales into a float8 type, but the cast is to "
             f"{cast.dtype}; use one of {list(SCALED_TARGETS)} or scale='none'")
-    if cast.scale is ScaleMode.BLOCK128 and len(shape) < 2:
+    if src in FLOAT8:
         raise DTypeError(
-            f"scale='block128' takes {BLOCK} x {BLOCK} blocks of the last two dims, but the "
-            f"tensor has rank {len(shape)} (shape {tuple(shape)}); use scale='tensor'")
+            f"a scaled cast (scale={cast.scale.value!r}) reads the true values, but the "
+            f"source is {src}, already quantized with scales reshard does not hold: "
+            f"dequantize it first (to bfloat16 or float32), or move it as it is "
+            f"(no cast)")
+    if len(shape) < cast.scale.min_rank:
+        what = (f"{BLOCK} x {BLOCK} blocks of the last two dims"
+                if cast.scale.min_rank == 2 else f"blocks of {MX_BLOCK} along the last dim")
+        raise DTypeError(
+            f"scale={cast.scale.value!r} takes {what}, but the tensor has rank "
+            f"{len(shape)} (shape {tuple(shape)}); use scale='tensor'"
+            + ("" if cast.scale.min_rank == 2 or len(shape) else " or no scale"))
     if partial:
         raise DTypeError(
             "a scaled cast of a partial sum needs the sum's amax: reshard it to a "
@@ -346,6 +391,7 @@ __all__ = [
     "FLOAT8",
     "FLOATS",
     "INTEGERS",
+    "MX_BLOCK",
     "NARROW",
     "SCALED_TARGETS",
     "Cast",
@@ -358,6 +404,7 @@ __all__ = [
     "dtype_name",
     "is_float8",
     "itemsize",
+    "max_exponent",
     "max_finite",
     "numpy_of_torch",
     "parse_dtype",

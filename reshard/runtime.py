@@ -530,8 +530,9 @@ class Runtime:
         """Move ``x`` to ``layout`` with a plan of the given strategy.
 
         ``cast``: deliver this dtype, converted at the source (the wire carries it);
-        ``scale`` (a cast to float8): ``"tensor"`` or ``"block128"`` scales, delivered
-        as the result's :attr:`DArray.scales` (see :mod:`reshard.dtypes`)::
+        ``scale`` (a cast to float8): ``"tensor"``, ``"block128"``, ``"block128-ue8m0"`` or
+        ``"mx32"`` scales, delivered as the result's :attr:`DArray.scales` (see
+        :mod:`reshard.dtypes`)::
 
             q = rt.reshard(w, infer, cast="float8_e4m3fn", scale="block128")
             rt.get(q), rt.get(q.scales)   # w ~= q * scales, per 128 x 128 block

@@ -396,10 +396,11 @@ def _conversions(cast: Any, scale: Any, names: Sequence[str],
     out = []
     for name, dt in zip(names, dtensors):
         got = Cast.parse(pick(cast, name, dt), pick(scale, name, dt))
-        if got is not None and got.scale is ScaleMode.BLOCK128 and dt.ndim < 2:
+        if got is not None and dt.ndim < got.scale.min_rank:
             raise DTypeError(
-                f"{name}: scale='block128' takes 128 x 128 blocks of the last two dims, "
-                f"but {name} has rank {dt.ndim} (shape {tuple(dt.shape)}); give a rule per "
+                f"{name}: scale={got.scale.value!r} takes blocks of the last "
+                f"{got.scale.min_rank} dim(s), but {name} has rank {dt.ndim} (shape "
+                f"{tuple(dt.shape)}); give a rule per "
                 f"tensor: cast=lambda n, t: 'float8_e4m3fn' if t.ndim >= 2 else None, "
                 f"scale=lambda n, t: 'block128' if t.ndim >= 2 else None (biases and norms "
                 f"then move as they are), or a mapping by name")
@@ -505,7 +506,8 @@ def redistribute(dtensor: DTensor, device_mesh: Any, placements: Sequence[Any], 
         strategy: ``"broadcast"`` (default), ``"send_recv"`` or ``"allgather"``.
         cast: deliver this dtype (e.g. ``torch.bfloat16``, ``"float8_e4m3fn"``),
             converted at the source before any byte moves (:mod:`reshard.dtypes`).
-        scale: with a float8 ``cast``: ``"tensor"`` or ``"block128"`` scales.
+        scale: with a float8 ``cast``: ``"tensor"``, ``"block128"``,
+            ``"block128-ue8m0"`` or ``"mx32"`` scales (:class:`reshard.dtypes.ScaleMode`).
         redistributor: the context to use (default: :func:`default_redistributor`).
 
     Returns:

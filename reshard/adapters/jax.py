@@ -183,7 +183,8 @@ def reshard_array(x: jax.Array, sharding: NamedSharding, *,
         runtime: a :class:`reshard.Runtime` whose devices are the JAX device ids.
         cast: deliver this dtype instead, converted at the source (e.g.
             ``jnp.bfloat16``, ``"float8_e4m3fn"``; see :mod:`reshard.dtypes`).
-        scale: with a float8 ``cast``: ``"tensor"`` or ``"block128"`` scales.
+        scale: with a float8 ``cast``: ``"tensor"``, ``"block128"``,
+            ``"block128-ue8m0"`` or ``"mx32"`` scales (:class:`reshard.dtypes.ScaleMode`).
 
     Returns:
         The moved array; with ``scale``, ``(values, scales)``: the scales a float32

@@ -44,6 +44,8 @@ SCALE_MODES: Mapping[ScaleMode, pb.ScaleMode] = MappingProxyType({
     ScaleMode.NONE: pb.SCALE_MODE_NONE,
     ScaleMode.TENSOR: pb.SCALE_MODE_TENSOR,
     ScaleMode.BLOCK128: pb.SCALE_MODE_BLOCK128,
+    ScaleMode.BLOCK128_UE8M0: pb.SCALE_MODE_BLOCK128_UE8M0,
+    ScaleMode.MX32: pb.SCALE_MODE_MX32,
 })
 SCALE_OF: Mapping[int, ScaleMode] = MappingProxyType(
     {pb.SCALE_MODE_UNSPECIFIED: ScaleMode.NONE, **{v: k for k, v in SCALE_MODES.items()}})

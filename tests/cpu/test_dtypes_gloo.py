@@ -1,7 +1,8 @@
 """Real LLM dtypes on gloo worker processes: bfloat16 and float8 move bit-exact,
 bfloat16 / float16 partial sums equal the float32-then-round reference (also across
 gloo's 256 KiB pieces and several hosts), and casts on the wire (fp32 -> bf16, bf16 ->
-fp8 unscaled, per-tensor and 128 x 128 block scales) deliver the reference bit for bit
+fp8 unscaled, per-tensor, 128 x 128 block, UE8M0 block and MXFP8 scales) deliver the
+reference bit for bit
 for sharded, replicated, uneven and overlapping layouts; the raw backend's MAX
 reduction (a scaled cast's amax)."""
 
@@ -69,6 +70,17 @@ CASTS = [
      Layout(H23, "RS1")),  # whole blocks: each source its own scales
     ("float32", Cast("float8_e5m2", ScaleMode.BLOCK128), (2, 260, 140), Layout(H0, "RRR"),
      Layout(ROW, "RS0R")),  # replicated source, rank 3
+    # the power-of-two formats: DeepGEMM's UE8M0 blocks and MXFP8 (E8M0 scales)
+    ("bfloat16", Cast("float8_e4m3fn", ScaleMode.BLOCK128_UE8M0), (300, 517),
+     Layout(H01, "S0S1"), Layout(H23, "S1S0")),  # blocks straddle shards: amax first
+    ("bfloat16", Cast("float8_e4m3fn", ScaleMode.BLOCK128_UE8M0), (512, 1024),
+     Layout(H01, "S0S1"), Layout(H23, "RS1")),  # whole blocks
+    ("bfloat16", Cast("float8_e4m3fn", ScaleMode.MX32), (300, 517), Layout(H01, "S0S1"),
+     Layout(H23, "RS0")),  # 259 / 258 columns a shard: 32-blocks straddle, amax first
+    ("bfloat16", Cast("float8_e4m3fn", ScaleMode.MX32), (256, 512), Layout(H01, "S0S1"),
+     Layout(H23, "S1R")),  # whole 32-blocks: each source its own scales
+    ("float32", Cast("float8_e5m2", ScaleMode.MX32), (2, 260, 140), Layout(H0, "RRR"),
+     Layout(ROW, "RS0R")),  # replicated source, rank 3, ragged last block
 ]
 
 

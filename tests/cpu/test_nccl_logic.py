@@ -63,8 +63,8 @@ def test_random_layouts_on_fake_nccl(rt, problem):
 def test_narrow_dtypes_on_fake_nccl(rt):
     """bfloat16 and float8 move as their bits (cupy has neither type); float16 and
     bfloat16 partial sums accumulate in float32 and round once (bf16 as its bits,
-    reshard.bits); casts to bfloat16 and float8 (unscaled, tensor and 128 x 128 block
-    scales) deliver the numpy reference bit for bit, with its scales."""
+    reshard.bits); casts to bfloat16 and float8 (unscaled, tensor, 128 x 128 block,
+    UE8M0 block and MX scales, E8M0 held as its bits) deliver the numpy reference bit for bit, with its scales."""
     rng = np.random.default_rng(4)
     src = Layout(DeviceMesh((2, 2), [0, 1, 2, 3]), "S0S1")
     dst = Layout(DeviceMesh((2,), [1, 3]), "RS0")
@@ -79,7 +79,9 @@ def test_narrow_dtypes_on_fake_nccl(rt):
                             ("bfloat16", Cast("float8_e4m3fn")),
                             ("float32", Cast("float8_e4m3fn", ScaleMode.TENSOR)),
                             ("bfloat16", Cast("float8_e4m3fn", ScaleMode.BLOCK128)),
-                            ("bfloat16", Cast("float8_e5m2", ScaleMode.BLOCK128))):
+                            ("bfloat16", Cast("float8_e5m2", ScaleMode.BLOCK128)),
+                            ("bfloat16", Cast("float8_e4m3fn", ScaleMode.BLOCK128_UE8M0)),
+                            ("bfloat16", Cast("float8_e4m3fn", ScaleMode.MX32))):
         check_cast(rt, src_dtype, cast, (300, 260), src, dst)
 
 

@@ -104,6 +104,10 @@ CASTS = [
      Layout(DeviceMesh((1, 2), [2, 3]), "RS1")),  # whole blocks: each source its own scales
     ("float32", Cast("float8_e5m2", ScaleMode.BLOCK128), (2, 260, 140),
      Layout(DeviceMesh((2,), [0, 1]), "RRR"), Layout(DeviceMesh((2,), [2, 3]), "RS0R")),
+    ("bfloat16", Cast("float8_e4m3fn", ScaleMode.BLOCK128_UE8M0), (300, 517),
+     Layout(H01, "S0S1"), Layout(DeviceMesh((2, 2), [3, 2, 1, 0]), "S1S0")),
+    ("bfloat16", Cast("float8_e4m3fn", ScaleMode.MX32), (300, 517), Layout(H01, "S0S1"),
+     Layout(DeviceMesh((2,), [2, 3]), "RS0")),
 ]
 
 

@@ -19,6 +19,8 @@ class ScaleMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SCALE_MODE_NONE: _ClassVar[ScaleMode]
     SCALE_MODE_TENSOR: _ClassVar[ScaleMode]
     SCALE_MODE_BLOCK128: _ClassVar[ScaleMode]
+    SCALE_MODE_BLOCK128_UE8M0: _ClassVar[ScaleMode]
+    SCALE_MODE_MX32: _ClassVar[ScaleMode]
 
 class Derive(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -57,6 +59,8 @@ SCALE_MODE_UNSPECIFIED: ScaleMode
 SCALE_MODE_NONE: ScaleMode
 SCALE_MODE_TENSOR: ScaleMode
 SCALE_MODE_BLOCK128: ScaleMode
+SCALE_MODE_BLOCK128_UE8M0: ScaleMode
+SCALE_MODE_MX32: ScaleMode
 DERIVE_UNSPECIFIED: Derive
 DERIVE_NONE: Derive
 DERIVE_AMAX: Derive
