@@ -1,0 +1,219 @@
+"""Packed parameters: fused buffers as views of their logical parts.
+
+Inference engines fuse a layer's q, k and v projections into one ``qkv_proj`` and its
+gate and up projections into one ``gate_up_proj``: on each tensor-parallel rank the
+buffer holds that rank's q rows, then its k rows, then its v rows (vLLM's
+``QKVParallelLinear``, ``MergedColumnParallelLinear``). With grouped-query attention
+and more ranks than kv heads, each kv head is replicated on ``tp / kv_heads`` ranks.
+Megatron-LM's ``linear_qkv`` instead interleaves per query group: a rank's shard is, for
+each of its groups, the group's q heads, then its k head, then its v head.
+
+reshard moves the logical parts, each a tensor with its own layout on each side, in
+one plan; a rank passes views of its fused buffers as the parts' shards (sources, and
+``out=`` on the receiving side), so the bytes land in the engine's packed buffer with
+no full-size temporary anywhere. Attention's parts are kept in *grouped* coordinates,
+``q: (groups, q_per_group * head_dim, hidden)``, ``k, v: (groups, head_dim, hidden)``, so
+that both packings are plain views (Megatron's strided, vLLM's contiguous) and a rank's
+part is a box of the logical tensor:
+
+* :class:`Packing`: one rank's fused buffer as its parts (rows per part, repeated per
+  group); :meth:`Packing.views` gives each part's view with the shard's shape.
+* :class:`Attention`: the grouped parts' shapes, their tensor-parallel layouts
+  (:meth:`Attention.layouts`, with kv replication when ``tp > kv_heads``) and the two
+  packings (:meth:`Attention.engine_packing`: vLLM's; :meth:`Attention.megatron_packing`).
+* :func:`mlp_parts`: gate and up, concatenated per rank (both sides).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from reshard.errors import ReshardError
+from reshard.layout import Layout
+from reshard.mesh import DeviceMesh
+
+
+@dataclass(frozen=True)
+class Packing:
+    """One rank's fused buffer: along its dim 0, ``groups`` repetitions of its parts'
+    rows in order (``groups`` 1: the parts concatenated).
+
+    Attributes:
+        rows: ``(part name, rows per group)`` in buffer order.
+        groups: repetitions (Megatron's query groups on the rank; 1 for vLLM's buffers).
+    """
+
+    rows: tuple[tuple[str, int], ...]
+    groups: int = 1
+
+    @property
+    def length(self) -> int:
+        """The buffer's extent along dim 0."""
+        return self.groups * sum(n for _, n in self.rows)
+
+    def shape(self, rest: Sequence[int]) -> tuple[int, ...]:
+        """The fused buffer's shape, ``rest`` its other dims."""
+        return (self.length, *rest)
+
+    def views(self, buffer: Any, shards: Mapping[str, Sequence[int] | None]) -> dict[str, Any]:
+        """Each part's view of ``buffer`` (numpy or torch; never a copy), shaped as its
+        shard in ``shards`` (None: the rank holds none of that part: no view).
+
+        Raises:
+            ReshardError: the buffer's dim 0 is not :attr:`length`, or a part's rows
+                do not hold its shard (naming the part and both sizes).
+        """
+        if len(buffer.shape) < 1 or buffer.shape[0] != self.length:
+            raise ReshardError(
+                f"packed buffer of shape {tuple(buffer.shape)}: its parts "
+                f"{[n for n, _ in self.rows]} take {self.groups} x "
+                f"{sum(n for _, n in self.rows)} = {self.length} rows of dim 0")
+        rest = tuple(buffer.shape[1:])
+        per_group = buffer.reshape(self.groups, self.length // self.groups, *rest)
+        out: dict[str, Any] = {}
+        at = 0
+        for name, n in self.rows:
+            shard = shards.get(name)
+            part = per_group[:, at:at + n]
+            at += n
+            if shard is None:
+                continue
+            if math.prod(shard) != math.prod(part.shape):
+                raise ReshardError(
+                    f"part {name!r}: its shard {tuple(shard)} has {math.prod(shard)} "
+                    f"elements, its rows of the packed buffer {math.prod(part.shape)} "
+                    f"({self.groups} x {n} rows x {rest}); the parts do not add up to "
+                    f"the buffer")
+            out[name] = part.reshape(tuple(shard)) if tuple(part.shape) != tuple(shard) \
+                else part
+        missing = sorted(set(shards) - {n for n, _ in self.rows})
+        if missing:
+            raise ReshardError(f"parts {missing} are not in the packing "
+                               f"{[n for n, _ in self.rows]}")
+        return out
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Grouped-query attention's q, k, v projections (weights ``[out, hidden]``).
+
+    Attributes:
+        heads: query heads.
+        kv_heads: key / value heads (the query groups).
+        head_dim: each head's width.
+        hidden: the model width (the weights' input dim).
+    """
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+
+    def __post_init__(self) -> None:
+        if min(self.heads, self.kv_heads, self.head_dim, self.hidden) < 1 or \
+                self.heads % self.kv_heads:
+            raise ReshardError(
+                f"attention with {self.heads} heads and {self.kv_heads} kv heads: the "
+                f"heads must be a positive multiple of the kv heads")
+
+    @property
+    def per_group(self) -> int:
+        """Query heads per kv head."""
+        return self.heads // self.kv_heads
+
+    def shapes(self) -> dict[str, tuple[int, int, int]]:
+        """The parts' global shapes, grouped: ``q (groups, per_group * head_dim,
+        hidden)``, ``k`` and ``v`` ``(groups, head_dim, hidden)``."""
+        g, d, h = self.kv_heads, self.head_dim, self.hidden
+        return {"q": (g, self.per_group * d, h), "k": (g, d, h), "v": (g, d, h)}
+
+    def _check_tp(self, tp: int) -> int:
+        """Ranks sharing one kv head (1 when ``tp <= kv_heads``)."""
+        g = self.kv_heads
+        if tp >= 1 and g % tp == 0:
+            return 1
+        if tp > g and tp % g == 0 and self.per_group % (tp // g) == 0:
+            return tp // g
+        valid = sorted({t for t in range(1, self.heads + 1)
+                        if g % t == 0 or (t % g == 0 and self.per_group % (t // g) == 0)})
+        raise ReshardError(
+            f"tensor parallelism {tp} with {self.kv_heads} kv heads and {self.heads} "
+            f"heads: tp must divide the kv heads, or be a multiple of them that divides "
+            f"the heads (each kv head then on tp / kv_heads ranks); valid: {valid}")
+
+    def layouts(self, devices: Sequence[int]) -> dict[str, Layout]:
+        """The parts' layouts on one tensor-parallel group (rank ``r`` is
+        ``devices[r]``), as vLLM shards them: each rank the q heads ``[r H / tp, (r + 1)
+        H / tp)`` and the kv heads of its groups; with ``tp > kv_heads`` rank ``r`` holds
+        kv head ``r // (tp / kv_heads)``, replicated on those ranks, and its slice of
+        that group's q heads. Megatron's TP shards alike (it needs ``tp <= kv_heads``).
+
+        Raises:
+            ReshardError: ``tp`` neither divides the kv heads nor is a multiple of them
+                dividing the heads (the valid ``tp`` named).
+        """
+        tp = len(devices)
+        rep = self._check_tp(tp)
+        if rep == 1:
+            mesh = DeviceMesh((tp,), list(devices))
+            return {"q": Layout(mesh, "S0RR"), "k": Layout(mesh, "S0RR"),
+                    "v": Layout(mesh, "S0RR")}
+        mesh = DeviceMesh((self.kv_heads, rep), list(devices))
+        return {"q": Layout(mesh, "S0S1R"), "k": Layout(mesh, "S0RR"),
+                "v": Layout(mesh, "S0RR")}
+
+    def engine_packing(self, tp: int) -> Packing:
+        """vLLM's ``qkv_proj`` on one of ``tp`` ranks: its q rows, its k rows, its v
+        rows, concatenated."""
+        rep = self._check_tp(tp)
+        d = self.head_dim
+        kv = (self.kv_heads // tp if rep == 1 else 1) * d
+        return Packing((("q", self.heads // tp * d), ("k", kv), ("v", kv)))
+
+    def megatron_packing(self, tp: int) -> Packing:
+        """Megatron-LM's ``linear_qkv`` on one of ``tp`` ranks: per query group it holds,
+        the group's q heads, its k head, its v head.
+
+        Raises:
+            ReshardError: ``tp`` does not divide the kv heads (Megatron's own rule).
+        """
+        if tp < 1 or self.kv_heads % tp:
+            raise ReshardError(
+                f"Megatron's linear_qkv splits whole query groups: tp {tp} must divide "
+                f"the {self.kv_heads} kv heads")
+        d = self.head_dim
+        return Packing((("q", self.per_group * d), ("k", d), ("v", d)),
+                       groups=self.kv_heads // tp)
+
+
+def mlp_parts(intermediate: int, hidden: int, devices: Sequence[int]
+              ) -> tuple[dict[str, tuple[int, int]], dict[str, Layout], Packing]:
+    """Gate and up projections (``[intermediate, hidden]`` each) on one tensor-parallel
+    group: their shapes, layouts (rows split over the group) and the per-rank packing
+    (``gate_up_proj``: the rank's gate rows, then its up rows; Megatron's swiglu
+    ``linear_fc1`` packs a rank's shard alike)."""
+    tp = len(devices)
+    if tp < 1 or intermediate % tp:
+        raise ReshardError(f"tensor parallelism {tp} must divide the MLP width {intermediate}")
+    mesh = DeviceMesh((tp,), list(devices))
+    shape = (intermediate, hidden)
+    return ({"gate": shape, "up": shape},
+            {"gate": Layout(mesh, "S0R"), "up": Layout(mesh, "S0R")},
+            Packing((("gate", intermediate // tp), ("up", intermediate // tp))))
+
+
+def shard_shapes(shapes: Mapping[str, Sequence[int]], layouts: Mapping[str, Layout],
+                 device: int) -> dict[str, tuple[int, ...] | None]:
+    """Each part's shard shape on ``device`` (None where it holds none): what
+    :meth:`Packing.views` takes."""
+    out: dict[str, tuple[int, ...] | None] = {}
+    for name, shape in shapes.items():
+        box = layouts[name].boxes(tuple(shape)).get(device)
+        out[name] = None if box is None else tuple(b - a for a, b in box)
+    return out
+
+
+__all__ = ["Attention", "Packing", "mlp_parts", "shard_shapes"]
