@@ -18,12 +18,13 @@ import reshard
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core types", ("reshard.errors", "reshard.choice", "reshard.dtypes", "reshard.spec",
                     "reshard.mesh", "reshard.layout", "reshard.cluster", "reshard.bits", "reshard.casting", "reshard.lru",
-                    "reshard.helptext", "reshard.tables", "reshard.cliargs", "reshard.version")),
+                    "reshard.helptext", "reshard.tables", "reshard.cliargs", "reshard.version",
+                    "reshard.packed")),
     ("planner", ("reshard.planner",)),
     ("data plane", ("reshard.comm",)),
     ("driver", ("reshard.runtime", "reshard")),
     ("applications", ("reshard.adapters", "reshard.pipeline", "reshard.service",
-                      "reshard.search")),
+                      "reshard.search", "reshard.model_sync")),
     ("test infrastructure", ("reshard.microbench.infra",)),
     ("tools", ("reshard.cli", "reshard.microbench")),
 )
