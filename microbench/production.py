@@ -5,7 +5,9 @@ model's time against the lower bound (both of the case's machines, modelled: not
 here is measured on that hardware), the largest per-rank program (JSON bytes: what a
 driver ships one worker, or what an SPMD rank keeps) and the largest per-device staging
 (scratch) memory; then the same plan under memory budgets of 1 GiB and 4 GiB
-(``--budgets``): its staging and its model time against the unbounded plan's. The cost
+(``--budgets``): its staging and its model time against the unbounded plan's; where a
+peer published a time for the same transfer, it is shown beside (theirs, on their
+hardware: not re-measured). The cost
 model's fluid simulation is slow on plans with tens of thousands of concurrent tasks:
 a case whose simulation passes ``--cost-seconds`` shows n/a for the model::
 
@@ -32,7 +34,7 @@ GIB = 1 << 30
 COLUMNS = [("case", "case"), ("params_b", "params (1e9)"), ("gb", "GB"), ("tasks", "tasks"),
            ("plan_s", "plan(s)"), ("model_s", "model(s)"), ("bound_s", "bound(s)"),
            ("ratio", "model/bound"), ("program_kb", "max program(kB)"),
-           ("staging_mib", "max staging(MiB)")]
+           ("staging_mib", "max staging(MiB)"), ("published", "published (theirs)")]
 
 
 class _TooLong(Exception):
@@ -76,7 +78,8 @@ def measure(sync: Sync, budgets: Sequence[float], cost_seconds: float = 120.0) -
            "plan_s": planned, "model_s": model if model is not None else "n/a",
            "bound_s": bound, "ratio": model / bound if model is not None else "n/a",
            "program_kb": max(len(p.to_json()) for p in progs.values()) / 1e3,
-           "staging_mib": max(staging_by_device(plan.tasks, plan.tensors).values()) / 2**20}
+           "staging_mib": max(staging_by_device(plan.tasks, plan.tensors).values()) / 2**20,
+           "published": sync.published or "-"}
     for gib in budgets:
         budgeted = plan_many(reqs, cluster=cluster, memory_budget=int(gib * GIB))
         est = _timed(budgeted.estimate, cost_seconds) if model is not None else None

@@ -144,26 +144,32 @@ class Attention:
             f"heads: tp must divide the kv heads, or be a multiple of them that divides "
             f"the heads (each kv head then on tp / kv_heads ranks); valid: {valid}")
 
-    def layouts(self, devices: Sequence[int]) -> dict[str, Layout]:
-        """The parts' layouts on one tensor-parallel group (rank ``r`` is
-        ``devices[r]``), as vLLM shards them: each rank the q heads ``[r H / tp, (r + 1)
-        H / tp)`` and the kv heads of its groups; with ``tp > kv_heads`` rank ``r`` holds
-        kv head ``r // (tp / kv_heads)``, replicated on those ranks, and its slice of
-        that group's q heads. Megatron's TP shards alike (it needs ``tp <= kv_heads``).
+    def layouts(self, devices: Sequence[int], replicas: int = 1) -> dict[str, Layout]:
+        """The parts' layouts on tensor-parallel groups (``replicas`` of them, the
+        devices replica-major: rank ``r`` of replica ``i`` is ``devices[i * tp + r]``),
+        as vLLM shards them: each rank the q heads ``[r H / tp, (r + 1) H / tp)`` and the
+        kv heads of its groups; with ``tp > kv_heads`` rank ``r`` holds kv head
+        ``r // (tp / kv_heads)``, replicated on those ranks, and its slice of that
+        group's q heads. Megatron's TP shards alike (it needs ``tp <= kv_heads``).
 
         Raises:
             ReshardError: ``tp`` neither divides the kv heads nor is a multiple of them
-                dividing the heads (the valid ``tp`` named).
+                dividing the heads (the valid ``tp`` named), or ``replicas`` does not
+                divide the devices.
         """
-        tp = len(devices)
+        if replicas < 1 or len(devices) % replicas:
+            raise ReshardError(f"{len(devices)} devices do not make {replicas} replicas")
+        tp = len(devices) // replicas
         rep = self._check_tp(tp)
+        lead = () if replicas == 1 else (replicas,)
+        axis = len(lead)  # the mesh axis of the kv groups
         if rep == 1:
-            mesh = DeviceMesh((tp,), list(devices))
-            return {"q": Layout(mesh, "S0RR"), "k": Layout(mesh, "S0RR"),
-                    "v": Layout(mesh, "S0RR")}
-        mesh = DeviceMesh((self.kv_heads, rep), list(devices))
-        return {"q": Layout(mesh, "S0S1R"), "k": Layout(mesh, "S0RR"),
-                "v": Layout(mesh, "S0RR")}
+            mesh = DeviceMesh((*lead, tp), list(devices))
+            spec = f"S{axis}RR"
+            return {"q": Layout(mesh, spec), "k": Layout(mesh, spec), "v": Layout(mesh, spec)}
+        mesh = DeviceMesh((*lead, self.kv_heads, rep), list(devices))
+        return {"q": Layout(mesh, f"S{axis}S{axis + 1}R"), "k": Layout(mesh, f"S{axis}RR"),
+                "v": Layout(mesh, f"S{axis}RR")}
 
     def engine_packing(self, tp: int) -> Packing:
         """vLLM's ``qkv_proj`` on one of ``tp`` ranks: its q rows, its k rows, its v

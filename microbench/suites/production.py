@@ -25,10 +25,11 @@ import math
 from dataclasses import dataclass
 
 from reshard.cluster import PRESETS, Cluster
-from reshard.dtypes import Cast
+from reshard.dtypes import Cast, ScaleMode
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
 from reshard.microbench.suites.weight_sync import FP8_BLOCK
+from reshard.packed import Attention
 
 BF16 = "bfloat16"
 
@@ -167,7 +168,12 @@ class Sync:
         engine: the engine's ``(replicas, tp)`` mesh.
         preset: the machines (:data:`reshard.PRESETS`).
         cast: the engine's linear weights' conversion (None: bfloat16).
+        packed: the engine holds attention packed (vLLM's ``qkv_proj``: q, k and v in
+            grouped coordinates, :class:`reshard.packed.Attention`; kv heads replicated
+            where the engine's TP exceeds them); grouped-query models only.
         note: the topology's origin.
+        published: a peer's published time for this transfer (theirs, on their
+            hardware and setup), shown beside the model.
     """
 
     name: str
@@ -177,7 +183,9 @@ class Sync:
     engine: tuple[int, int]
     preset: str
     cast: Cast | None = None
+    packed: bool = False
     note: str = ""
+    published: str = ""
 
     @property
     def train_devices(self) -> int:
@@ -200,11 +208,25 @@ def requests(sync: Sync) -> tuple[list[tuple], Cluster]:
     def stage_of(layer: int) -> int:
         return min(sync.pp - 1, max(0, layer) * sync.pp // layers)
 
-    out = []
-    for layer, _, shape, kind in sync.model.parameters():
+    attn = None
+    if sync.packed:
+        m = sync.model
+        if m.mla is not None:
+            raise ValueError(f"{sync.name}: packed attention needs grouped-query heads")
+        attn = Attention(m.heads, m.kv_heads, m.head_dim, m.hidden)
+        grouped = attn.shapes()
+        infer = attn.layouts(engine.devices, replicas=sync.engine[0])
+        train = [attn.layouts(st.devices, replicas=sync.stage[0]) for st in stages]
+    out: list[tuple] = []
+    for layer, name, shape, kind in sync.model.parameters():
+        cast = sync.cast if kind in ("column", "row") else None
+        part = name.rsplit(".", 1)[-1][0] if attn is not None and \
+            name.endswith(("q_proj", "k_proj", "v_proj")) else ""
+        if part:  # the same weight in grouped coordinates, laid out as the packing needs
+            out.append((grouped[part], BF16, train[stage_of(layer)][part], infer[part], cast))
+            continue
         src = Layout(stages[stage_of(layer)], spec(TRAIN, kind, len(shape)))
         dst = Layout(engine, spec(INFER, kind, len(shape)))
-        cast = sync.cast if kind in ("column", "row") else None
         out.append((shape, BF16, src, dst, cast))
     g = PRESETS[sync.preset].devices_per_host
     return out, Cluster.preset(sync.preset, -(-sync.devices // g))
@@ -228,6 +250,29 @@ def production_cases() -> tuple[Sync, ...]:
              note="256 trainer GPUs -> 128 inference GPUs (the Perplexity setup)"),
         Sync("kimi-k2-fp8", KIMI_K2, pp=8, stage=(4, 8), engine=(16, 8), preset="dgx-h100",
              cast=FP8_BLOCK, note="as kimi-k2, the dense linear weights cast to block fp8"),
+        # engine formats (packed attention, fp8 scale formats) at production scale
+        Sync("qwen3-32b-packed-fp8", QWEN3_32B, pp=4, stage=(2, 4), engine=(8, 4),
+             preset="dgx-h100", cast=FP8_BLOCK, packed=True,
+             note="as qwen3-32b (nccl_m2n qwen3-32b-tp4pp4dp2-to-tp4dp8-64gpus-h100), the "
+                  "engine's packed qkv_proj, linear weights to block fp8"),
+        Sync("qwen3-235b-packed-ue8m0", QWEN3_235B, pp=4, stage=(4, 4), engine=(8, 8),
+             preset="dgx-h100", cast=Cast("float8_e4m3fn", ScaleMode.BLOCK128_UE8M0),
+             packed=True,
+             note="as qwen3-235b, packed qkv_proj at TP8 over 4 kv heads (each on 2 "
+                  "ranks), UE8M0 block scales (DeepGEMM on Blackwell)"),
+        Sync("deepseek-v3-gb200-mx32", DEEPSEEK_V3, pp=4, stage=(4, 8), engine=(16, 8),
+             preset="gb200-nvl72", cast=Cast("float8_e4m3fn", ScaleMode.MX32),
+             note="as deepseek-v3-gb200 (nccl_m2n dsv3-256gpus-gb200), dense linear "
+                  "weights to MXFP8"),
+        Sync("deepseek-v3-nemo-rl-h100", DEEPSEEK_V3, pp=16, stage=(1, 16), engine=(8, 32),
+             preset="dgx-h100",
+             note="NeMo-RL's M2N refit: BF16 PP16 x EP16 -> TP32 x DP8 (here 256 trainer + "
+                  "256 engine H100, disjoint)",
+             published="NeMo-RL M2N refit 2.39-2.83 s on H100 (theirs)"),
+        Sync("deepseek-v3-nemo-rl-gb200", DEEPSEEK_V3, pp=16, stage=(1, 16), engine=(8, 32),
+             preset="gb200-nvl72",
+             note="as deepseek-v3-nemo-rl-h100 on GB200 NVL72",
+             published="NeMo-RL M2N refit 1.93-2.59 s on GB200 (theirs)"),
     )
 
 

@@ -215,3 +215,19 @@ def test_bad_packings_are_refused_naming_the_numbers():
         pack.views(np.zeros((6, 3)), {"q": (4, 3), "k": (3, 3)})
     with pytest.raises(ReshardError, match=r"parts \['o'\] are not in the packing"):
         pack.views(np.zeros((6, 3)), {"q": (4, 3), "o": (2, 3)})
+
+
+def test_layouts_on_replicated_tp_groups():
+    """(replicas, tp) meshes, replica-major: each replica holds the whole weight as one
+    TP group does; with tp > kv heads the kv heads are replicated inside each group."""
+    devs = list(range(32))
+    for replicas, tp in ((2, 16), (4, 8)):
+        lay = QWEN.layouts(devs, replicas=replicas)
+        alone = QWEN.layouts(devs[:tp])
+        for p, shape in QWEN.shapes().items():
+            with_reps, one = lay[p].boxes(shape), alone[p].boxes(shape)
+            for i in range(replicas):
+                assert [with_reps[d] for d in devs[i * tp:(i + 1) * tp]] == \
+                    [one[d] for d in devs[:tp]], (p, replicas)
+    with pytest.raises(ReshardError, match="32 devices do not make 3 replicas"):
+        QWEN.layouts(devs, replicas=3)
