@@ -18,8 +18,9 @@ one plan, by a rule per tensor; each fp8 shard and its scales are checked agains
 reference cast of the full weights.
 
 Run: ``python examples/rl_weight_sync.py`` (CPU, torch with gloo). On a 2-core machine
-most of its time is the 8 processes starting (each imports torch: 30-70 s here, more
-under load); it prints when they have joined, each sync, and when it shuts them down.
+most of its time is the 8 processes starting (each imports torch: they joined after
+17 s, 37 s in all, at a load average of 3.5-5.6; 30-70 s on a busier machine); it
+prints when they have joined, each sync, and when it shuts them down.
 """
 
 from __future__ import annotations
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                          "128 x 128 block scales, biases and norms as bfloat16, one plan")
     args = ap.parse_args(argv)
     t0 = time.time()
-    print(f"starting {WORLD} gloo processes (each imports torch: 30-70 s on 2 cores) ...",
+    print(f"starting {WORLD} gloo processes (each imports torch: 15-70 s on 2 cores) ...",
           flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
