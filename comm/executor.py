@@ -324,7 +324,7 @@ class Executor:
             else:
                 plan = ReshardPlan.from_dict(raw, verify=not verified)
                 if verified:  # trust the driver's verification; cut without redoing it
-                    plan._cache["verified"] = True
+                    plan.assume_verified()
         if isinstance(plan, ReshardPlan):
             prog = WorkerProgram.of(plan, self.device)
         elif isinstance(plan, WorkerProgram):

@@ -30,15 +30,11 @@ from reshard.comm import calls
 from reshard.comm.backend import Backend
 from reshard.comm.executor import Executor
 from reshard.comm.program import WorkerProgram
-from reshard.comm.steps import LoadedProgram, StepTask
-from reshard.comm.steps import scratch_elems as _scratch_elems
+from reshard.comm.steps import LoadedProgram
 from reshard.errors import ReshardError
 from reshard.planner.ir import Derive, ReshardPlan
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-LoadedPlan = LoadedProgram
-"""The name this module used before the executor existed."""
 
 
 def _communicating(method: F) -> F:
@@ -93,12 +89,6 @@ class DeviceWorker:
         return run(self, call)
 
     # ----- channels and extensions -----------------------------------------------------
-    def backend_for(self, channel: str | None) -> Backend:
-        """The backend of a communication channel: plans loaded on different channels
-        use separate communicators, so they can run concurrently from different
-        threads (the pipeline runtime's transfer threads)."""
-        return self.executor.channel(channel)
-
     @_communicating
     def attach(self, name: str, factory: str, *args: Any) -> None:
         """Build ``factory(self, *args)`` (``"package.module:callable"``) in this worker
@@ -224,4 +214,4 @@ DISPATCH: dict[type, Callable[[DeviceWorker, Any], Any]] = {
 one)."""
 
 
-__all__ = ["DISPATCH", "DeviceWorker", "LoadedPlan", "LoadedProgram", "StepTask", "_scratch_elems"]
+__all__ = ["DISPATCH", "DeviceWorker"]

@@ -9,6 +9,7 @@ import.
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -276,6 +277,20 @@ class ReshardPlan:
 
             verify_plan(self)
             self._cache["verified"] = True
+
+    def assume_verified(self) -> None:
+        """Record that this plan was verified where it was made (a driver that ships it
+        verified): :meth:`verify` then returns at once."""
+        self._cache["verified"] = True
+
+    def checked_for(self, context: Hashable) -> bool:
+        """True once :meth:`mark_checked_for` recorded a caller's check of this plan
+        against ``context`` (a Runtime's backend, cluster and budget)."""
+        return bool(self._cache.get(("checked for", context)))
+
+    def mark_checked_for(self, context: Hashable) -> None:
+        """Remember that this plan passed a caller's checks against ``context``."""
+        self._cache[("checked for", context)] = True
 
     def summary(self) -> str:
         """A few lines describing the plan."""

@@ -507,8 +507,8 @@ class Runtime:
 
         if not isinstance(plan, ReshardPlan):
             raise ReshardError(f"expected a ReshardPlan, got {type(plan).__name__}")
-        key = ("checked for", self.backend, self.cluster, self.memory_budget)  # plan, then run
-        if plan._cache.get(key):
+        context = (self.backend, self.cluster, self.memory_budget)  # plan, then run
+        if plan.checked_for(context):
             return
         plan.verify()
         check_dtypes(plan.tensors, plan.tasks, self.capabilities, self.backend.value)
@@ -522,7 +522,7 @@ class Runtime:
                     f"the plan stages {staged[worst]} bytes on device {worst}, over the "
                     f"Runtime's memory_budget of {self.memory_budget}; plan it with "
                     f"memory_budget={self.memory_budget} (Runtime.plan does)")
-        plan._cache[key] = True
+        plan.mark_checked_for(context)
 
     def reshard(self, x: DArray, layout: Layout,
                 strategy: str | Strategy = Strategy.BROADCAST, *, cast: Any = None,
