@@ -16,12 +16,12 @@ from typing import Any
 from reshard.cliargs import add_version
 from reshard.helptext import for_terminal
 from reshard.pipeline.costs import PipelineCosts
-from reshard.pipeline.generators import TRANSFER_AWARE, make_schedule
+from reshard.pipeline.generators import SCHEDULES, TRANSFER_AWARE, make_schedule
 from reshard.pipeline.simulator import simulate
 from reshard.tables import table
 
-DEFAULT_SCHEDULES = ("gpipe", "1f1b", "eager-1f1b", "interleaved-1f1b", "zb-h1", "zb-v",
-                     "eager-zb-v", "dualpipe-v")
+DEFAULT_SCHEDULES = tuple(SCHEDULES)
+"""Every shipped schedule, in the registry's order (one list: generators.SCHEDULES)."""
 
 
 def compare_schedules(

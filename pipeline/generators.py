@@ -53,7 +53,7 @@ def gpipe(n_stages: int, n_mb: int) -> Schedule:
     """
     _check_counts(n_stages=n_stages, n_mb=n_mb)
     order = [Action(_F, k) for k in range(n_mb)] + [Action(_B, k) for k in range(n_mb)]
-    return _with_transfers([order] * n_stages, n_mb, 1)
+    return with_transfers([order] * n_stages, n_mb, 1)
 
 
 def one_f_one_b(n_stages: int, n_mb: int) -> Schedule:
@@ -78,7 +78,7 @@ def one_f_one_b(n_stages: int, n_mb: int) -> Schedule:
         3: .. .. .. F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 .. .. ..
     """
     _check_counts(n_stages=n_stages, n_mb=n_mb)
-    return _with_transfers(
+    return with_transfers(
         [_one_f_one_b_order(n_mb, n_stages - i) for i in range(n_stages)], n_mb, 1
     )
 
@@ -108,7 +108,7 @@ def eager_one_f_one_b(n_stages: int, n_mb: int) -> Schedule:
         3: .. .. .. F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 .. .. ..
     """
     _check_counts(n_stages=n_stages, n_mb=n_mb)
-    return _with_transfers(
+    return with_transfers(
         [_one_f_one_b_order(n_mb, 2 * (n_stages - i) - 1) for i in range(n_stages)], n_mb, 1
     )
 
@@ -163,7 +163,7 @@ def interleaved_one_f_one_b(n_stages: int, n_mb: int, n_chunks: int = 2) -> Sche
             order += [forwards[warmup + i], backwards[i]]
         order += backwards[total - warmup:]
         programs.append(order)
-    return _with_transfers(programs, n_mb, n_chunks)
+    return with_transfers(programs, n_mb, n_chunks)
 
 
 def zero_bubble_h1(n_stages: int, n_mb: int) -> Schedule:
@@ -225,7 +225,7 @@ def zero_bubble_h1(n_stages: int, n_mb: int) -> Schedule:
                 programs[s].append(Action(_W, done_w[s]))
                 done_w[s] += 1
         time += 1
-    return _with_transfers(programs, n_mb, 1)
+    return with_transfers(programs, n_mb, 1)
 
 
 def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0) -> Schedule:
@@ -377,7 +377,7 @@ def _zb_v_phases(n: int, m: int) -> Schedule:
             while p.nxt[(_W, c)] < p.nxt[(_I, c)]:
                 p.run(_W, c)
         programs.append([a for a in p.out if a.microbatch < m])
-    return _with_transfers(programs, m, 2, "v")
+    return with_transfers(programs, m, 2, "v")
 
 
 V_CANDIDATES = ((0, "IFW"), (0, "FIW"), (-1, "IFW"), (-1, "FIW"))
@@ -413,7 +413,7 @@ def dualpipe_v(n_stages: int, n_mb: int) -> Schedule:
     if n_mb < 2 * n_stages:
         raise ScheduleError(f"dualpipe-v needs at least 2 * n_stages = {2 * n_stages} "
                             f"microbatches, got {n_mb}")
-    return _with_transfers([_dualpipe_v_stage(n_stages, n_mb, s) for s in range(n_stages)],
+    return with_transfers([_dualpipe_v_stage(n_stages, n_mb, s) for s in range(n_stages)],
                            n_mb, 2, "v")
 
 
@@ -535,7 +535,7 @@ def _list_scheduled_v(n: int, m: int, limit: int, transfer: float = 0.0,
                 if 0 <= w < v_count:
                     later += [e + hop(v, w) for e in ends if e + hop(v, w) > time]
         time = min(later, default=time + 1)
-    return _with_transfers(programs, m, 2, "v")
+    return with_transfers(programs, m, 2, "v")
 
 
 def _v_pick(s: int, n: int, m: int, limit: int, time: float, vs: Callable[[int, int], int],
@@ -648,8 +648,8 @@ def _one_f_one_b_order(n_mb: int, forwards_first: int) -> list[Action]:
     return order
 
 
-def _with_transfers(programs: list[list[Action]], n_mb: int, n_chunks: int,
-                    placement: str = "interleaved") -> Schedule:
+def with_transfers(programs: list[list[Action]], n_mb: int, n_chunks: int,
+                   placement: str = "interleaved") -> Schedule:
     """Adds the receive before, and the send after, each action that crosses a boundary."""
     bare = Schedule(tuple(tuple(p) for p in programs), n_mb, n_chunks, placement)
     stages = []

@@ -21,7 +21,7 @@ from typing import Any
 from reshard.pipeline.actions import Action, ActionKind
 from reshard.pipeline.costs import PipelineCosts
 from reshard.pipeline.errors import ScheduleError
-from reshard.pipeline.generators import _with_transfers, make_schedule
+from reshard.pipeline.generators import make_schedule, with_transfers
 from reshard.pipeline.schedule import Schedule
 from reshard.pipeline.simulator import simulate
 
@@ -77,7 +77,7 @@ def torch_schedule(name: str, n_stages: int, n_mb: int) -> Schedule:
                                         f"{placement} placement puts it on stage {stage}")
                 program.append(Action(kind, part.microbatch_index, chunk))
         programs.append(program)
-    return _with_transfers(programs, n_mb, chunks, placement)
+    return with_transfers(programs, n_mb, chunks, placement)
 
 
 def compare_with_torch(n_stages: int, n_mb: int, fwd: float, bwd: float,
