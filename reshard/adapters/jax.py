@@ -164,22 +164,27 @@ def to_sharding(layout: Layout, mesh: Mesh | None = None) -> NamedSharding:
 
 
 def reshard_array(x: jax.Array, sharding: NamedSharding, *,
-                  strategy: str | Strategy = Strategy.BROADCAST,
+                  strategy: str | Strategy | None = None,
                   runtime: Any = None, cast: Any = None,
                   scale: str | None = None) -> Any:
-    """``x`` moved to ``sharding`` (other devices allowed) through a reshard plan; equal
-    to ``jax.device_put(x, sharding)`` bit for bit, in any dtype (JAX's ``bfloat16`` and
+    """``x`` moved to ``sharding`` (other devices allowed); equal to
+    ``jax.device_put(x, sharding)`` bit for bit, in any dtype (JAX's ``bfloat16`` and
     float8 types included).
 
-    The source shards leave through ``x.addressable_shards``, the plan runs on
-    ``runtime`` (default: a fresh in-process ``Runtime(backend="local")``, the reference
-    executor), and the result is assembled with
-    ``jax.make_array_from_single_device_arrays``.
+    Where JAX can make the move itself, it does: with every device of both shardings in
+    this process, no partial (``unreduced``) axis, and none of reshard's own options
+    (``strategy``, ``runtime``, ``cast``, ``scale``), this is ``jax.device_put`` (on
+    device, no host round trip). Otherwise the move runs as a reshard plan: the source
+    shards leave through ``x.addressable_shards``, the plan runs on ``runtime``
+    (default: a fresh in-process ``Runtime(backend="local")``, the reference executor),
+    and the result is assembled with ``jax.make_array_from_single_device_arrays``.
 
     Args:
         x: a fully addressable array (every shard in this process).
         sharding: the destination ``NamedSharding``.
-        strategy: the plan's strategy (``"broadcast"``, ``"send_recv"``, ``"allgather"``).
+        strategy: the plan's strategy (``"broadcast"``, ``"send_recv"``, ``"allgather"``;
+            given, the move runs as a reshard plan; None: JAX's where it can, else
+            ``"broadcast"``).
         runtime: a :class:`reshard.Runtime` whose devices are the JAX device ids.
         cast: deliver this dtype instead, converted at the source (e.g.
             ``jnp.bfloat16``, ``"float8_e4m3fn"``; see :mod:`reshard.dtypes`).
@@ -190,6 +195,10 @@ def reshard_array(x: jax.Array, sharding: NamedSharding, *,
         The moved array; with ``scale``, ``(values, scales)``: the scales a float32
         array on the destination mesh (``x ~= values * scales`` per block).
     """
+    if _jax_moves_it(x, sharding, strategy, runtime, cast, scale):
+        return jax.device_put(x, sharding)
+    if strategy is None:
+        strategy = Strategy.BROADCAST
     if not x.is_fully_addressable:
         raise ReshardError(
             "reshard_array needs every shard of x in this process (x.is_fully_addressable "
@@ -216,6 +225,19 @@ def reshard_array(x: jax.Array, sharding: NamedSharding, *,
     mesh = sharding.mesh
     assert isinstance(mesh, Mesh)  # to_layout refused an AbstractMesh above
     return values, _assemble(shards_of, shape, to_sharding(layout, mesh), layout)
+
+
+def _jax_moves_it(x: jax.Array, sharding: Any, *options: Any) -> bool:
+    """True where ``jax.device_put`` makes the move (:func:`reshard_array`): every device
+    here, no partial axis, and no reshard option given."""
+    if any(o is not None for o in options):
+        return False
+    if not (x.is_fully_addressable and getattr(sharding, "is_fully_addressable", False)):
+        return False
+    for s in (x.sharding, sharding):
+        if getattr(getattr(s, "spec", None), "unreduced", None):
+            return False
+    return True
 
 
 def _assemble(shards: dict[int, np.ndarray], shape: tuple[int, ...], sharding: NamedSharding,

@@ -160,6 +160,34 @@ def test_reshard_array_own_runtime_other_devices(devices):
     assert np.array_equal(np.asarray(y), np.asarray(x))
 
 
+def test_reshard_array_is_device_put_where_jax_can(devices, monkeypatch):
+    """Every device here and no reshard option: JAX moves it (no Runtime, no host
+    copy); a reshard option (strategy, runtime, cast) or a partial source runs a plan."""
+    import reshard.runtime
+
+    first = Mesh(devices[:4].reshape(2, 2), ("a", "b"))
+    second = Mesh(devices[2:6].reshape(2, 2), ("a", "b"))  # overlapping
+    x = jax.device_put((np.arange(64 * 32) % 200).astype(np.float32).reshape(64, 32),
+                       NamedSharding(first, P("a", "b")))  # bf16 holds these exactly
+    dst = NamedSharding(second, P("b", "a"))
+    made = []
+    real = reshard.runtime.Runtime
+    monkeypatch.setattr(reshard.runtime, "Runtime",
+                        lambda *a, **k: made.append(1) or real(*a, **k))
+    y = rj.reshard_array(x, dst)
+    assert not made and y.sharding == dst
+    assert np.array_equal(np.asarray(y), np.asarray(x))
+    for options in ({"strategy": "broadcast"}, {"cast": "bfloat16"}):
+        z = rj.reshard_array(x, dst, **options)
+        assert np.array_equal(np.asarray(z).astype(np.float32), np.asarray(x))
+    assert len(made) == 2
+    unreduced = NamedSharding(Mesh(devices[:4].reshape(2, 2), ("a", "b"),
+                                   axis_types=(AxisType.Explicit,) * 2),
+                              P("a", None, unreduced={"b"}))
+    assert not rj._jax_moves_it(x, unreduced) and not rj._jax_moves_it(
+        jax.device_put(np.zeros((4, 4), np.float32), unreduced), dst)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float16"])
 def test_reshard_array_narrow_dtypes_equal_device_put(devices, local_runtime, dtype):
     """JAX's default training dtype (bfloat16) and the float8 kinds: bit for bit what
@@ -205,3 +233,12 @@ def test_reshard_array_casts(devices, local_runtime, cast, scale):
         scales = out[1]
         assert scales.dtype == np.float32 and scales.sharding.mesh == dst.mesh
         assert np.array_equal(np.asarray(scales), want_scales)
+
+
+def test_the_side_by_side_benchmark_runs(devices, capsys):
+    """microbench/jax_side.py, shrunk: every case's results equal device_put's."""
+    from reshard.microbench import jax_side
+
+    assert jax_side.main(["--scale", "0.005", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count(" yes") == len(jax_side.CASES) and "worst ratio" in out
