@@ -205,8 +205,8 @@ def _even(run: list[tuple[int, Task]], tensors: Sequence[Conversion],
     every bucket, where first fit can leave them idle in some.
     """
     use: dict[int, int] = {}
-    for _, t in run:
-        n = task_staging(t, tensors[t.tensor])
+    sizes = [task_staging(t, tensors[t.tensor]) for _, t in run]
+    for (_, t), n in zip(run, sizes):
         for d in set(t.devices):
             use[d] = use.get(d, 0) + n
     peak = max(use.values(), default=0)
@@ -218,10 +218,9 @@ def _even(run: list[tuple[int, Task]], tensors: Sequence[Conversion],
     over = {d for d, n in use.items() if n > budget}
     pieces: list[tuple[int, int, Task, int, tuple[int, ...]]] = []  # order, -, piece, bytes, devices
     whole: list[tuple[int, Task, int, tuple[int, ...]]] = []
-    for order, (_, t) in enumerate(run):
+    for order, ((_, t), n) in enumerate(zip(run, sizes)):
         tensor = tensors[t.tensor]
         devices = tuple(set(t.devices))
-        n = task_staging(t, tensor)
         if over.isdisjoint(devices) or not n:
             whole.append((order, t, n, devices))
             continue
@@ -234,7 +233,8 @@ def _even(run: list[tuple[int, Task]], tensors: Sequence[Conversion],
         boxes = split_box(t.box, max(1, room // per)) if n > budget // EVEN_PIECE else [t.box]
         for j, box in enumerate(boxes):
             piece = t if len(boxes) == 1 else _piece(t, box)
-            pieces.append((order, j, piece, task_staging(piece, tensor), devices))
+            pieces.append((order, j, piece, n if piece is t else task_staging(piece, tensor),
+                           devices))
     pieces.sort(key=lambda p: -p[3])  # stable: ties in plan order
     # each bucket's bytes per device as a (bucket, device) table: a piece goes to the
     # first bucket where the fullest of its devices holds least
@@ -284,7 +284,7 @@ def _first_fit(run: list[tuple[int, Task]], tensors: Sequence[Conversion], budge
         else:
             pieces = [t]
         for piece in pieces:
-            m = task_staging(piece, tensor)
+            m = n if piece is t else task_staging(piece, tensor)
             k = next((k for k, held in enumerate(use)
                       if all(held.get(d, 0) + m <= budget for d in devices)), len(use))
             if k == len(use):
