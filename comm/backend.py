@@ -32,7 +32,8 @@ from reshard.planner.tasks import SUMMING
 
 
 class BackendKind(enum.Enum):
-    """The built-in data planes a :class:`reshard.Runtime` starts workers for."""
+    """The built-in data planes a :class:`reshard.Runtime` starts workers for: the
+    entries of :func:`builtin_backends` that have launchers (a test holds them equal)."""
 
     LOCAL = "local"
     GLOO = "gloo"
@@ -47,9 +48,13 @@ class BackendKind(enum.Enum):
     @property
     def advertises(self) -> bool:
         """Its ranks talk over the host's network and are told the address the others
-        reach them at (``advertise=``; loopback, a Ray node's address, a testbed
-        namespace's): the CPU data planes ``gloo`` and ``tcp``."""
-        return self in (BackendKind.GLOO, BackendKind.TCP)
+        reach them at (the registry's :attr:`BackendEntry.advertises`)."""
+        return builtin_backends().entry(self.value).advertises
+
+    @property
+    def entry(self) -> BackendEntry:
+        """Its entry of :func:`builtin_backends` (the one table of the built-ins)."""
+        return builtin_backends().entry(self.value)
 
 
 @dataclass(frozen=True)
@@ -344,12 +349,31 @@ class BackendEntry:
             (:class:`reshard.comm.launchers.LauncherKind` values); empty for a
             backend that runs only inside processes the caller owns (through
             :class:`reshard.comm.executor.Executor`).
+        preload: modules a process launcher's fork server imports once before it
+            forks the ranks (what a rank imports; nothing that starts CUDA).
+        advertises: its ranks talk over the host's network and are told the address
+            the others reach them at (``advertise=``; loopback, a Ray node's, a
+            testbed namespace's).
+        requires: ``"package.module:function"`` saying why it cannot run on this
+            machine (a missing package, no GPU) or None, asked before anything starts;
+            empty: it always can.
     """
 
     name: str
     factory: Factory
     capabilities: Capabilities
     launchers: tuple[str, ...] = ()
+    preload: tuple[str, ...] = ()
+    advertises: bool = False
+    requires: str = ""
+
+    def problem(self) -> str | None:
+        """Why it cannot run on this machine, or None (:attr:`requires`)."""
+        if not self.requires:
+            return None
+        module, _, attr = self.requires.partition(":")
+        check: Callable[[], str | None] = getattr(importlib.import_module(module), attr)
+        return check()
 
     def load(self) -> Callable[..., Backend]:
         """The factory as a callable (imports its module when given as a path)."""
@@ -437,6 +461,11 @@ class BackendRegistry:
                 capabilities are of the wrong type.
         """
         key = _entry_name(name)
+        if launchers and key not in {k.value for k in BackendKind}:
+            raise ReshardError(
+                f"backend {key!r}: a registered backend runs inside processes the caller "
+                f"owns (reshard.Executor); only the built-ins {[k.value for k in BackendKind]} "
+                f"are started by reshard's launchers: register it without launchers")
         if not isinstance(capabilities, Capabilities):
             raise ReshardError(
                 f"backend {key!r}: capabilities must be a reshard.comm.backend.Capabilities, "
@@ -457,34 +486,43 @@ class BackendRegistry:
         return self.entry(name).create(*args, **kwargs)
 
 
-_BUILTIN = (
-    # name, factory path, launchers (preferred first)
-    ("local", "reshard.comm.backends.local:LocalBackend", ("thread",)),
-    ("gloo", "reshard.comm.backends.gloo:GlooBackend", ("process", "ray")),
-    ("nccl", "reshard.comm.backends.nccl:NcclBackend", ("process", "ray")),
-    ("torch", "reshard.comm.backends.torch_dist:torch_backend", ()),
-    ("tcp", "reshard.comm.backends.tcp:TcpBackend", ("process", "ray")),
+_LOOP = "reshard.comm.launchers.worker_loop"
+_NEEDS = "reshard.comm.backends.requirements:"
+
+_BUILTIN: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...], bool, str], ...] = (
+    # The one table of the built-ins: everything that lists backends derives from it.
+    # name, factory path, where it declares its capabilities (modules that import no
+    # torch / cupy), launchers (preferred first), fork-server preloads, advertises,
+    # requirement
+    ("local", "reshard.comm.backends.local:LocalBackend",
+     "reshard.comm.backends.local:LocalBackend", ("thread",), (), False, ""),
+    ("gloo", "reshard.comm.backends.gloo:GlooBackend",
+     "reshard.comm.backends.gloo:GlooBackend", ("process", "ray"),
+     (_LOOP, "reshard.comm.backends.gloo", "torch.distributed"), True, _NEEDS + "needs_torch"),
+    ("nccl", "reshard.comm.backends.nccl:NcclBackend",
+     "reshard.comm.backends.nccl:NcclBackend", ("process", "ray"), (_LOOP,), False,
+     _NEEDS + "needs_gpu"),
+    ("torch", "reshard.comm.backends.torch_dist:torch_backend",
+     "reshard.comm.backends.torch_dist:TorchDistBackend", (), (), False, ""),
+    ("tcp", "reshard.comm.backends.tcp:TcpBackend",
+     "reshard.comm.backends.tcp:TcpBackend", ("process", "ray"),
+     (_LOOP, "reshard.comm.backends.tcp"), True, ""),
 )
-_CAPABILITIES = {
-    # where each built-in declares its capabilities (modules import no torch / cupy)
-    "local": "reshard.comm.backends.local:LocalBackend",
-    "gloo": "reshard.comm.backends.gloo:GlooBackend",
-    "nccl": "reshard.comm.backends.nccl:NcclBackend",
-    "tcp": "reshard.comm.backends.tcp:TcpBackend",
-    "torch": "reshard.comm.backends.torch_dist:TorchDistBackend",
-}
 
 
 def builtin_backends() -> BackendRegistry:
     """A registry of the built-in backends: ``local``, ``gloo``, ``nccl``, ``tcp``
-    (started by a Runtime) and ``torch`` (ranks of a torch.distributed process group the caller made;
-    embedded only). Each call returns a new value; extend it with
-    :meth:`BackendRegistry.register` or :func:`register_backend`."""
+    (started by a Runtime) and ``torch`` (ranks of a torch.distributed process group the
+    caller made; embedded only). Each call returns a new value; extend it with
+    :meth:`BackendRegistry.register` or :func:`register_backend` (a registered backend
+    runs embedded, through :class:`reshard.comm.executor.Executor`: reshard's launchers
+    and :class:`reshard.Runtime` start the built-ins only)."""
     entries = []
-    for name, factory, launchers in _BUILTIN:
-        module, _, cls = _CAPABILITIES[name].partition(":")
+    for name, factory, declared, launchers, preload, advertises, requires in _BUILTIN:
+        module, _, cls = declared.partition(":")
         caps = getattr(importlib.import_module(module), cls).capabilities
-        entries.append(BackendEntry(name, factory, caps, launchers))
+        entries.append(BackendEntry(name, factory, caps, launchers, preload, advertises,
+                                    requires))
     return BackendRegistry(tuple(entries))
 
 

@@ -16,7 +16,6 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -25,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from reshard.microbench import flags
 from reshard.microbench.steal import cpu_times, stolen_note
 
 CASES = (  # name, shape, dtype, source spec, destination spec, destination devices
@@ -48,9 +48,8 @@ def _median_ms(fn: Callable[[], Any], results: list) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the cases and print the table."""
-    ap = argparse.ArgumentParser(prog="python -m reshard.microbench.jax_side",
-                                 description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=7)
+    ap = flags.parser("python -m reshard.microbench.jax_side", __doc__ or "")
+    ap.add_argument("--repeats", type=int, default=7, help="timed rounds of each call")
     ap.add_argument("--scale", type=float, default=1.0,
                     help="shrink every case's rows by this factor (tests: 0.01)")
     args = ap.parse_args(argv)

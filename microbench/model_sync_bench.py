@@ -16,7 +16,6 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import threading
 import time
@@ -30,6 +29,7 @@ from reshard.comm.executor import Executor
 from reshard.comm.rendezvous import TcpRendezvousServer
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
+from reshard.microbench import flags
 from reshard.microbench.steal import cpu_times, stolen_note
 from reshard.model_sync import ModelSync, Param
 
@@ -79,11 +79,10 @@ def rank(device: int, address, ps: list[Param], rounds: int, out: dict) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run and print."""
-    ap = argparse.ArgumentParser(prog="python -m reshard.microbench.model_sync_bench",
-                                 description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--width", type=int, default=1024)
-    ap.add_argument("--rounds", type=int, default=15)
+    ap = flags.parser("python -m reshard.microbench.model_sync_bench", __doc__ or "")
+    ap.add_argument("--layers", type=int, default=4, help="transformer blocks")
+    ap.add_argument("--width", type=int, default=1024, help="model width")
+    ap.add_argument("--rounds", type=int, default=15, help="timed rounds of each call")
     args = ap.parse_args(argv)
     ps = params(args.layers, args.width)
     nbytes = sum(4 * int(np.prod(p.shape)) for p in ps)

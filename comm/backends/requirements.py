@@ -4,20 +4,20 @@ anything starts so that a command line can say it as a usage error."""
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
 
-from reshard.comm.backend import BackendKind
+from reshard.comm.backend import builtin_backends
 
 
-def _needs_torch() -> str | None:
+def needs_torch() -> str | None:
+    """Why gloo cannot run here (no torch), or None."""
     if importlib.util.find_spec("torch") is None:
         return ("--backend gloo needs torch, which is not installed: pip install -c "
                 "constraints.txt 'reshard[gloo]' (a CPU build), or use --backend local")
     return None
 
 
-def _needs_gpu() -> str | None:
+def needs_gpu() -> str | None:
+    """Why nccl cannot run here (no cupy or no usable GPU), or None."""
     from reshard.comm.backends.nccl import available
 
     if not available():
@@ -27,16 +27,11 @@ def _needs_gpu() -> str | None:
     return None
 
 
-_REQUIREMENTS: Mapping[str, Callable[[], str | None]] = MappingProxyType({
-    BackendKind.GLOO.value: _needs_torch,
-    BackendKind.NCCL.value: _needs_gpu,
-})
-
-
 def backend_problem(backend: str) -> str | None:
-    """Why ``backend`` cannot run on this machine (a missing package, no GPU), or None."""
-    check = _REQUIREMENTS.get(backend)
-    return check() if check is not None else None
+    """Why ``backend`` cannot run on this machine (a missing package, no GPU), or None
+    (the registry's :attr:`~reshard.comm.backend.BackendEntry.requires`)."""
+    registry = builtin_backends()
+    return registry.entry(backend).problem() if backend in registry else None
 
 
-__all__ = ["backend_problem"]
+__all__ = ["backend_problem", "needs_gpu", "needs_torch"]

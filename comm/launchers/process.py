@@ -75,15 +75,6 @@ from reshard.errors import ExecutionError
 if TYPE_CHECKING:
     from reshard.comm.calls import WorkerCall
 
-# Imported once by the fork server, then inherited by every worker it forks: importing
-# torch in 8 processes at once on 2 cores takes ~20 s, forking a server that has it
-# takes ~0.1 s. Nothing that starts CUDA is preloaded.
-_PRELOAD = {
-    BackendKind.GLOO: ["reshard.comm.launchers.worker_loop", "reshard.comm.backends.gloo",
-                       "torch.distributed"],
-    BackendKind.NCCL: ["reshard.comm.launchers.worker_loop"],
-    BackendKind.TCP: ["reshard.comm.launchers.worker_loop", "reshard.comm.backends.tcp"],
-}
 _GRACE = 3.0  # seconds a worker gets to exit on its own at close
 
 
@@ -220,7 +211,10 @@ class ProcessGroup:
                 f"RESHARD_START_METHOD={method!r} is not supported; use 'forkserver' or "
                 f"'spawn' (never 'fork': torch, gloo and the driver's threads do not "
                 f"survive it)")
-        return ForkServer(_PRELOAD[self.backend], self.timeout + 60.0)
+        # imported once by the fork server, then inherited by every worker it forks:
+        # importing torch in 8 processes at once on 2 cores takes ~20 s, forking a
+        # server that has it ~0.1 s (the registry's preload list)
+        return ForkServer(list(self.backend.entry.preload), self.timeout + 60.0)
 
     def _start(self, specs: list[WorkerSpec], netns: Mapping[int, str | None]) -> None:
         self.spawner = self._starter()

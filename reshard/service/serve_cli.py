@@ -25,6 +25,8 @@ import threading
 from typing import Any
 
 from reshard.cluster import Cluster, preset_names
+from reshard.comm.backend import BackendKind
+from reshard.comm.launchers import LauncherKind
 from reshard.errors import ClusterError, ReshardBaseError, ReshardError
 from reshard.service.options import (
     DEFAULT_MAX_INLINE,
@@ -36,7 +38,9 @@ from reshard.service.options import (
 )
 
 TOKEN_ENV = "RESHARD_SERVICE_TOKEN"
-BACKENDS = ("local", "gloo", "nccl", "tcp", "none")
+BACKENDS = (*(k.value for k in BackendKind), "none")
+"""What ``--backend`` takes: the backends a Runtime starts (:class:`BackendKind`, the
+registry's built-ins with launchers), or ``none`` (no Runtime: planning only)."""
 _CLUSTER = re.compile(r"(?:(?P<preset>[\w.-]+):)?(?P<hosts>\d+)(?:x(?P<devices>\d+))?")
 
 
@@ -74,7 +78,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port (0: a free one)")
     ap.add_argument("--backend", default="local", choices=BACKENDS,
                     help="the Runtime's backend for Execute ('none': no Runtime)")
-    ap.add_argument("--launcher", default=None, choices=("thread", "process", "ray"),
+    ap.add_argument("--launcher", default=None, choices=[k.value for k in LauncherKind],
                     help="the Runtime's launcher (default: the backend's)")
     ap.add_argument("--cluster", default=None,
                     help="default cluster of requests without one, and the Runtime's: "

@@ -310,11 +310,11 @@ def test_a_connection_without_the_secret_is_dropped():
             ready.set()
         ready.wait(10)
         if b.device == 0:  # an intruder connects first, claiming to be device 3
-            from reshard.comm.backends import tcp
+            from reshard.comm.backends import tcp_hub
 
             with socket.create_connection(addresses[5]) as s:
-                s.recv(tcp._CHALLENGE.size)  # answered without the secret: a wrong MAC
-                s.sendall(tcp._HELLO.pack(tcp._MAGIC, bytes(32), 3, 0))
+                s.recv(tcp_hub.CHALLENGE.size)  # answered without the secret: a wrong MAC
+                s.sendall(tcp_hub.HELLO.pack(tcp_hub.MAGIC, bytes(32), 3, 0))
                 time.sleep(0.3)
         b.barrier(WORLD)
         buf = np.arange(4.0) if b.device == 3 else np.zeros(4)

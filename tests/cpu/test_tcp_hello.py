@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from reshard.comm.backends import tcp
+from reshard.comm.backends import tcp_hub
 from reshard.comm.backends.tcp import TcpBackend
 from reshard.errors import ExecutionError
 
@@ -37,14 +37,14 @@ class _Book:
         return self.values[key]
 
 
-def _hubs(timeout: float = 10.0) -> tuple[tcp._Hub, tcp._Hub, _Book]:
+def _hubs(timeout: float = 10.0) -> tuple[tcp_hub.Hub, tcp_hub.Hub, _Book]:
     book = _Book()
-    a, b = tcp._Hub("127.0.0.1", book, timeout), tcp._Hub("127.0.0.1", book, timeout)
+    a, b = tcp_hub.Hub("127.0.0.1", book, timeout), tcp_hub.Hub("127.0.0.1", book, timeout)
     book.set("tcp/1", b.published)
     return a, b, book
 
 
-def _accept_in_thread(hub: tcp._Hub, me: int, peer: int, channel: str) -> dict:
+def _accept_in_thread(hub: tcp_hub.Hub, me: int, peer: int, channel: str) -> dict:
     out: dict = {}
 
     def run() -> None:
@@ -63,14 +63,14 @@ def _accept_in_thread(hub: tcp._Hub, me: int, peer: int, channel: str) -> dict:
 def test_silent_and_slow_connections_do_not_stall_a_real_one():
     a, b, _ = _hubs()
     host, port = b.listener.getsockname()[:2]
-    silent = [socket.create_connection((host, port)) for _ in range(3 * tcp._PENDING)]
+    silent = [socket.create_connection((host, port)) for _ in range(3 * tcp_hub.PENDING)]
     slow = socket.create_connection((host, port))
     stop = threading.Event()
 
     def trickle() -> None:  # one byte of a plausible introduction every 0.2 s
         try:
-            slow.recv(tcp._CHALLENGE.size)
-            for byte in tcp._MAGIC + bytes(60):
+            slow.recv(tcp_hub.CHALLENGE.size)
+            for byte in tcp_hub.MAGIC + bytes(60):
                 if stop.wait(0.2):
                     return
                 slow.send(bytes([byte]))
@@ -88,7 +88,7 @@ def test_silent_and_slow_connections_do_not_stall_a_real_one():
         assert "sock" in got, got
         assert took < 2.0, took  # was 5 s per silent connection ahead of it
         # the slow one is cut at its one deadline, not kept alive byte by byte
-        deadline = time.monotonic() + 3 * tcp._HELLO_WAIT
+        deadline = time.monotonic() + 3 * tcp_hub.HELLO_WAIT
         slow.settimeout(0.5)
         closed = False
         while time.monotonic() < deadline and not closed:
@@ -115,13 +115,13 @@ def test_the_secret_never_crosses_the_wire_and_a_response_does_not_replay():
     host, port = listener.getsockname()[:2]
     book = _Book()
     book.set("tcp/1", f"{host}|{port}|{secret.hex()}".encode())
-    a = tcp._Hub("127.0.0.1", book, 10.0)
+    a = tcp_hub.Hub("127.0.0.1", book, 10.0)
     nonce = bytes(range(100, 116))
     seen: dict = {}
 
     def serve() -> None:
         conn = listener.accept()[0]
-        conn.sendall(tcp._CHALLENGE.pack(tcp._MAGIC, nonce))
+        conn.sendall(tcp_hub.CHALLENGE.pack(tcp_hub.MAGIC, nonce))
         seen["bytes"] = conn.recv(4096)
         conn.close()
 
@@ -131,9 +131,9 @@ def test_the_secret_never_crosses_the_wire_and_a_response_does_not_replay():
     t.join(10)
     sent = seen["bytes"]
     assert secret not in sent and secret.hex().encode() not in sent
-    magic, mac, device, n = tcp._HELLO.unpack(sent[:tcp._HELLO.size])
+    magic, mac, device, n = tcp_hub.HELLO.unpack(sent[:tcp_hub.HELLO.size])
     assert n == len(b"chan")
-    assert (magic, device, sent[tcp._HELLO.size:]) == (tcp._MAGIC, 0, b"chan")
+    assert (magic, device, sent[tcp_hub.HELLO.size:]) == (tcp_hub.MAGIC, 0, b"chan")
     assert mac == hmac.new(secret, nonce + struct.pack("<q", 0) + b"chan",
                            hashlib.sha256).digest()
     listener.close()
@@ -143,7 +143,7 @@ def test_the_secret_never_crosses_the_wire_and_a_response_does_not_replay():
     host, port = c.listener.getsockname()[:2]
     got = _accept_in_thread(c, 1, 0, "chan")
     with socket.create_connection((host, port)) as s:
-        s.recv(tcp._CHALLENGE.size)
+        s.recv(tcp_hub.CHALLENGE.size)
         s.sendall(sent)  # made for another nonce (and another secret)
         s.settimeout(5)
         assert s.recv(1) == b""  # closed
@@ -153,7 +153,7 @@ def test_the_secret_never_crosses_the_wire_and_a_response_does_not_replay():
     b.close()
 
 
-def _serving(hub: tcp._Hub) -> threading.Thread:
+def _serving(hub: tcp_hub.Hub) -> threading.Thread:
     """A thread that serves ``hub``'s listener (accepting for a key nobody claims) until
     the hub's timeout."""
     return _accept_in_thread(hub, 1, 999, "nobody")["thread"]
