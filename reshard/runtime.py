@@ -5,14 +5,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-import math
 import secrets
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, wait
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Self
 
 import numpy as np
@@ -21,7 +20,9 @@ from reshard.cluster import Cluster
 from reshard.comm.calls import Drop, Execute, Get, LoadPlan, Put, UnloadPlan, WorkerCall
 from reshard.comm.launchers.netns import Placement
 from reshard.comm.program import WorkerProgram, programs
-from reshard.dtypes import accumulate, itemsize, parse_dtype, storage
+from reshard.darray import DArray
+from reshard.diagnosis import DEATH_NOTICE, REPORT_GRACE, collect_reports, deaths, describe_failure
+from reshard.dtypes import accumulate, parse_dtype, storage
 from reshard.errors import ExecutionError, ReshardError, ShapeError
 from reshard.layout import Layout, check_shape
 from reshard.planner.ir import ReshardPlan
@@ -29,38 +30,10 @@ from reshard.planner.plan import plan_many
 from reshard.planner.staging import check_budget, staging_by_device
 from reshard.planner.strategy import Strategy
 
-
-@dataclass(frozen=True)
-class DArray:
-    """A handle to a tensor distributed over workers.
-
-    Attributes:
-        key: the name its shards are stored under on every worker.
-        shape: global shape.
-        dtype: dtype name (:mod:`reshard.dtypes`).
-        layout: how it is laid out.
-        scales: the scales a scaled cast delivered with it (``x ~= values * scales``
-            per block; see :mod:`reshard.dtypes`), or None.
-    """
-
-    key: str
-    shape: tuple[int, ...]
-    dtype: str
-    layout: Layout
-    scales: DArray | None = None
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the global tensor."""
-        return math.prod(self.shape) * itemsize(self.dtype)
-
-
 DEFAULT_MAX_PLANS = 64
 """Plans a Runtime keeps loaded for :meth:`Runtime.reshard` / :meth:`Runtime.execute`
 before it unloads the least recently used one."""
 
-_REPORT_GRACE = 1.0  # seconds the other workers get to say which task they were on
-_DEATH_NOTICE = 0.5  # seconds the launcher gets to notice a dead worker its peers reported
 
 
 class Runtime:
@@ -255,42 +228,14 @@ class Runtime:
             if failed or dead or stuck:
                 # a call with a deadline of its own (a service caller's) must answer
                 # inside it: peers get a twentieth of it to report, not a second
-                grace = _REPORT_GRACE if timeout is None else \
-                    min(_REPORT_GRACE, max(0.02, timeout / 20))
-                self._collect_reports({f for d, f in calls if d not in dead and not f.done()},
-                                      grace)
-                dead = self._deaths(calls, min(grace, _DEATH_NOTICE))  # also while reporting
+                grace = REPORT_GRACE if timeout is None else \
+                    min(REPORT_GRACE, max(0.02, timeout / 20))
+                collect_reports({f for d, f in calls if d not in dead and not f.done()}, grace)
+                dead = deaths(self.group, calls, min(grace, DEATH_NOTICE))  # also while reporting
                 silent = sorted({d for d, f in calls if not f.done() and d not in dead})
-                reason = self._describe_failure(calls, what, silent if stuck else [], dead,
-                                                limit, plan)
+                reason = describe_failure(calls, what, silent if stuck else [], dead, limit, plan)
                 self._fail(reason)
                 raise ExecutionError(reason)
-
-    def _deaths(self, calls: list[tuple[int, Future]], within: float) -> dict[int, str]:
-        """The dead workers, after giving the launcher up to ``within`` seconds to
-        notice the death of a worker whose call is still open (peers that lost it may
-        report before the launcher has reaped it)."""
-        end = time.monotonic() + within
-        while True:
-            dead = self.group.dead()
-            if time.monotonic() >= end or all(f.done() or d in dead for d, f in calls):
-                return dead
-            time.sleep(0.02)
-
-    @staticmethod
-    def _collect_reports(waiting: set[Future], grace: float = _REPORT_GRACE) -> None:
-        """Give workers up to ``grace`` seconds to report which task they failed on
-        (their own timeouts fire just after the driver's); once one has, the rest get
-        0.1 s."""
-        end = time.monotonic() + grace
-        while waiting:
-            left = end - time.monotonic()
-            if left <= 0:
-                return
-            done, waiting = wait(waiting, timeout=left, return_when="FIRST_COMPLETED")
-            if not done:
-                return
-            end = min(end, time.monotonic() + 0.1)
 
     def _fail(self, reason: str) -> None:
         """Record why, and stop every worker now (their state is unknown), in the
@@ -304,30 +249,6 @@ class Runtime:
             self._aborting = threading.Thread(target=self.group.abort, daemon=True,
                                               name="reshard-abort")
             self._aborting.start()
-
-    def _describe_failure(self, calls: list[tuple[int, Future]], what: str,
-                          stuck: list[int], dead: dict[int, str], limit: float,
-                          plan: ReshardPlan | None = None) -> str:
-        parts = []
-        for d, why in sorted(dead.items()):
-            parts.append(f"device {d} died ({why}){_its_tasks(plan, d)}")
-        for d in stuck:
-            if d not in dead:
-                parts.append(f"device {d} made no progress for {limit:g}s (stuck)"
-                             f"{_its_tasks(plan, d)}")
-        seen = set()
-        for d, f in sorted(calls, key=lambda c: c[0]):
-            if f.done() and f.exception() is not None and d not in dead:
-                exc = f.exception()
-                text = str(exc) or f"device {d}: {type(exc).__name__} (no message)"
-                if text not in seen:
-                    seen.add(text)
-                    parts.append(text)
-        if not parts:
-            parts.append(f"devices {sorted(d for d, f in calls if not f.done())} had not "
-                         f"answered when the call failed; none reported why")
-        return f"{what} failed: " + "; ".join(parts[:8]) + (
-            f" (+{len(parts) - 8} more)" if len(parts) > 8 else "")
 
     def _issue(self, calls: dict[int, WorkerCall]) -> list[tuple[int, Future]]:
         """Issue ``{device: call}`` (the caller holds the lock)."""
@@ -680,19 +601,6 @@ def _typed(shard: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if shard.dtype != dtype and shard.dtype.name == storage(dtype.name):
         return shard.view(dtype)
     return shard
-
-
-def _its_tasks(plan: ReshardPlan | None, device: int, most: int = 3) -> str:
-    """``", in task #i (...), ..."``: the tasks of ``plan`` that ``device`` takes part
-    in (peers that had sent everything to it may finish without noticing its death)."""
-    if plan is None:
-        return ""
-    mine = [i for i, t in enumerate(plan.tasks) if device in t.devices]
-    if not mine:
-        return ""
-    shown = ", ".join(f"task #{i} ({plan.tasks[i]})" for i in mine[:most])
-    more = f" and {len(mine) - most} more" if len(mine) > most else ""
-    return f", in {shown}{more}"
 
 
 def _as_array(value: Any) -> np.ndarray:
