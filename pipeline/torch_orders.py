@@ -21,7 +21,8 @@ from typing import Any
 from reshard.pipeline.actions import Action, ActionKind
 from reshard.pipeline.costs import PipelineCosts
 from reshard.pipeline.errors import ScheduleError
-from reshard.pipeline.generators import make_schedule, with_transfers
+from reshard.pipeline.generators import make_schedule
+from reshard.pipeline.programs import with_transfers
 from reshard.pipeline.schedule import Schedule
 from reshard.pipeline.simulator import simulate
 

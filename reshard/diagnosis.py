@@ -17,13 +17,13 @@ DEATH_NOTICE = 0.5
 """Seconds the launcher gets to notice a dead worker its peers reported."""
 
 
-def deaths(group: Any, calls: list[tuple[int, Future]], within: float) -> Mapping[int, str]:
+def deaths(group: Any, calls: list[tuple[int, Future]], within: float) -> dict[int, str]:
     """The dead workers of ``group``, after giving the launcher up to ``within``
     seconds to notice the death of a worker whose call is still open (peers that lost
     it may report before the launcher has reaped it)."""
     end = time.monotonic() + within
     while True:
-        dead: Mapping[int, str] = group.dead()
+        dead: dict[int, str] = dict(group.dead())
         if time.monotonic() >= end or all(f.done() or d in dead for d, f in calls):
             return dead
         time.sleep(0.02)

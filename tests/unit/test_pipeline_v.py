@@ -65,7 +65,7 @@ def test_zb_v_has_a_third_of_1f1bs_bubble_at_1f1bs_peak_memory():
 
 
 def test_transfer_aware_list_scheduling_gains_where_transfers_are_exposed():
-    from reshard.pipeline.generators import _list_scheduled_v
+    from reshard.pipeline.v_schedules import _list_scheduled_v
 
     for transfer in (0.5, 1.0):  # a chunk's forward is 0.5
         costs = PipelineCosts(forward=0.5, backward=1.0, activation_transfer=transfer)
@@ -106,8 +106,8 @@ def test_dualpipe_v_is_torchs_order(n, m):
 @pytest.mark.parametrize("n, m", [(1, 2), (2, 2), (3, 6), (4, 5), (4, 8), (5, 11), (8, 16)])
 def test_the_papers_zb_v_layout_is_torchs_order(n, m):
     pytest.importorskip("torch")
-    from reshard.pipeline.generators import _zb_v_phases
     from reshard.pipeline.torch_orders import torch_schedule
+    from reshard.pipeline.v_schedules import _zb_v_phases
 
     theirs = torch_schedule("zb-v", n, m)
     validate(theirs)
