@@ -23,6 +23,9 @@ A sync lands while the engine may be generating. Three ways to keep its reads wh
 * ``"none"``: one set, written in place, no coordination (a reader may see two
   versions: for engines that pause themselves).
 
+In every mode :meth:`ModelSync.wait_version` is the "version ready" point an engine
+may wait on (the version has landed on the rank and readers see it).
+
 On the trainer side ``snapshot=True`` copies this rank's source shards when the sync
 begins (a copy of the rank's shards, which must fit its ``memory_budget`` if it has
 one), so that with ``blocking=False`` the optimizer may write its weights as soon as
@@ -49,7 +52,7 @@ from reshard.cluster import Cluster
 from reshard.comm.executor import Executor
 from reshard.comm.program import Destination
 from reshard.dtypes import Cast, itemsize
-from reshard.errors import ReshardError
+from reshard.errors import ExecutionError, ReshardError
 from reshard.layout import Layout
 
 MODES = ("double", "lock", "none")
@@ -187,6 +190,21 @@ class ModelSync:
         return one * len(self._sets)
 
     # ----- the engine's side ----------------------------------------------------------
+    def wait_version(self, version: int, timeout: float | None = None) -> int:
+        """The "version ready" point: block until ``version`` (or a newer one) has
+        landed on this rank and is the one readers see; returns that version.
+
+        Raises:
+            ExecutionError: it did not land within ``timeout`` seconds (naming the last
+                one that did).
+        """
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._landed >= version, timeout):
+                raise ExecutionError(
+                    f"version {version} did not land within {timeout:g}s on this rank; "
+                    f"the last one that did: {self._landed}")
+            return self._landed
+
     @contextmanager
     def reading(self) -> Iterator[tuple[int, Mapping[str, Any]]]:
         """``(version, {key: shard})``: one whole version of this rank's weights, held

@@ -13,7 +13,7 @@ import pytest
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.comm.backends.tcp import TcpBackend
 from reshard.comm.executor import Executor
-from reshard.errors import ReshardError
+from reshard.errors import ExecutionError, ReshardError
 from reshard.model_sync import ModelSync, Param
 
 from .test_tcp_backend import _ok, _ranks
@@ -104,6 +104,9 @@ def test_a_snapshot_lets_the_trainer_write_at_once():
     non-blocking sync returns still delivers the version it gave."""
     def body(b: TcpBackend) -> object:
         with ModelSync(Executor(b), PARAMS, CLUSTER, snapshot=True) as sync:
+            ready: list[int] = []
+            waiter = threading.Thread(target=lambda: ready.append(sync.wait_version(5, 60)))
+            waiter.start()  # the engine's "version ready" point, before any sync
             for v in (3, 4, 5):
                 mine = _shards(b.device, v)
                 handle = sync.sync(mine, v, blocking=False)
@@ -114,6 +117,10 @@ def test_a_snapshot_lets_the_trainer_write_at_once():
                     with sync.reading() as (version, weights):
                         assert version == v
                         assert all((w == v).all() for w in weights.values())
+            waiter.join(60)
+            assert ready == [5]
+            with pytest.raises(ExecutionError, match=r"version 9 did not land within 0\.1s"):
+                sync.wait_version(9, 0.1)
             return sync.version
 
     assert set(_ok(_ranks(body, world=(0, 1, 2, 3))).values()) == {5}
