@@ -127,20 +127,14 @@ def _done(value: Any) -> Future:
     return fut
 
 
-def _as_given(lp: LoadedProgram, dst: dict[int, Any], sources: Shards | None,
-              out: Shards | None, torch_caller: bool) -> dict[int, Any] | None:
+def _as_given(dst: dict[int, Any], out: dict[int, Any], torch_caller: bool
+              ) -> dict[int, Any] | None:
     """The destination shards ``dst`` as the caller holds arrays: its own ``out``
-    buffers, and torch views of the others where it gave torch tensors (or
-    ``torch_caller``) and the backend holds numpy (None: the backend's arrays as they
-    are)."""
-    tensors = lp.program.tensors
-    inputs = [i for i, t in enumerate(tensors) if t.derive is Derive.NONE]
-    given = _per_tensor(out, len(tensors), "out")
-    caller = [*given.values(), *_per_tensor(sources, len(tensors), "sources", inputs).values()]
-    torch_caller = torch_caller or any(is_torch(a) for a in caller)
-    if not given and not torch_caller:
+    buffers (by tensor index), and torch views of the others where ``torch_caller`` and
+    the backend holds numpy (None: the backend's arrays as they are)."""
+    if not out and not torch_caller:
         return None
-    return {i: given[i] if i in given else
+    return {i: out[i] if i in out else
             torch_of_numpy(buf) if torch_caller and isinstance(buf, np.ndarray) else buf
             for i, buf in dst.items()}
 
@@ -426,10 +420,10 @@ class Executor:
         return self._loaded(self._accepted(program), channel, True), local.tensors
 
     # ----- running -----------------------------------------------------------------------
-    def _sources(self, lp: LoadedProgram, sources: Shards | None) -> dict[int, Any]:
+    def _sources(self, lp: LoadedProgram, given: dict[int, Any]) -> dict[int, Any]:
+        """``given`` (the caller's source shards by tensor index) checked against the
+        program."""
         tensors = lp.program.tensors
-        inputs = [i for i, t in enumerate(tensors) if t.derive is Derive.NONE]
-        given = _per_tensor(sources, len(tensors), "sources", inputs)
         out = {}
         for i, box in lp.src_box.items():
             if tensors[i].derive is not Derive.NONE:
@@ -442,9 +436,10 @@ class Executor:
                                    f"source shard of tensor {i}")
         return out
 
-    def _outputs(self, lp: LoadedProgram, out: Shards | None) -> dict[int, Any]:
+    def _outputs(self, lp: LoadedProgram, given: dict[int, Any]) -> dict[int, Any]:
+        """The destination shards: the caller's ``given`` buffers by tensor index,
+        checked, and the rest allocated."""
         tensors = lp.program.tensors
-        given = _per_tensor(out, len(tensors), "out")
         extra = sorted(set(given) - set(lp.dst_box))
         if extra:
             raise ReshardError(f"out: device {self.device} holds no destination shard of "
@@ -499,9 +494,15 @@ class Executor:
             raise ReshardError(f"program of device {loaded.device} given to the executor of "
                                f"device {self.device}")
         self._check_usable("run")
-        src = self._sources(loaded, sources)
-        dst = self._outputs(loaded, out)
-        shown = _as_given(loaded, dst, sources, out, self.arrays == "torch")
+        tensors = loaded.program.tensors
+        inputs = [i for i, t in enumerate(tensors) if t.derive is Derive.NONE]
+        given_src = _per_tensor(sources, len(tensors), "sources", inputs)
+        src = self._sources(loaded, given_src)
+        given_out = _per_tensor(out, len(tensors), "out")
+        dst = self._outputs(loaded, given_out)
+        torch_caller = self.arrays == "torch" or any(
+            is_torch(a) for a in (*given_out.values(), *given_src.values()))
+        shown = _as_given(dst, given_out, torch_caller)
         if blocking:
             return Handle(loaded, _done(self._execute(loaded, src, dst)), shown)
         if self._issuer is None:

@@ -374,9 +374,9 @@ def stepped_floor(plan: ReshardPlan) -> float:
 
     owner = np.array([owned_by(r) for r in flows.resources] or [-1], dtype=np.int64)
     step = np.array([t.step for t in tasks], dtype=np.int64)
-    member_task = np.array([i for i, t in enumerate(tasks) for _ in set(t.devices)],
-                           dtype=np.int64)
-    member_dev = np.array([d for t in tasks for d in set(t.devices)], dtype=np.int64)
+    members = [(i, d) for i, t in enumerate(tasks) for d in set(t.devices)]
+    member_task = np.array([i for i, _ in members], dtype=np.int64)
+    member_dev = np.array([d for _, d in members], dtype=np.int64)
     ndev = int(max(member_dev.max(initial=0), owner.max())) + 1
     nres = len(flows.resources)
     # per (step, device): the least latency, and its busiest own resource's seconds

@@ -153,7 +153,10 @@ class ModelSync:
         self._issued: int | None = None  # the last version given to sync
         self._cond = threading.Condition()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="reshard-sync")
-        self._inputs = [p.name for p in self.params]
+        self._inputs = names
+        # each set as Executor.run's out= (tensor index -> buffer), made once
+        self._outs = [{self._dests[k].tensor: buf for k, buf in bufs.items()}
+                      for bufs in self._sets]
 
     def _buffers(self, given: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None,
                  library: str) -> dict[str, Any]:
@@ -267,9 +270,8 @@ class ModelSync:
                 if self.mode == "lock":  # new readers wait from now (no writer starves)
                     self._writing = True
                     self._cond.wait_for(lambda: self._readers[target] == 0)
-        out = {self._dests[k].tensor: buf for k, buf in self._sets[target].items()}
         try:
-            self.executor.run(self.loaded, shards, out=out).wait()
+            self.executor.run(self.loaded, shards, out=self._outs[target]).wait()
         finally:
             with self._cond:
                 self._writing = False
