@@ -6,7 +6,10 @@ so against a preset ``time/bound`` is 10-70 here. :func:`measure` streams ``nbyt
 over loopback TCP with one sender / receiver process pair alone (what one device's link
 gives), then with ``pairs`` pairs at once (their sum: what the machine's cores move in
 all, every link together), and takes the one-way latency of a small message (half a
-ping-pong's round trip) and one process's memory-copy bandwidth.
+ping-pong's round trip, with ``pairs`` pairs ping-ponging at once: on shared cores a
+message waits for its process to be scheduled, and a row of 16 processes on 2 cores
+paid 55-150 us one way where one pair alone paid 16) and one process's memory-copy
+bandwidth.
 :meth:`Links.overrides` turns them into cluster figures: every device its own link of
 the one-pair bandwidth, within a host and between hosts (loopback is both here), and
 the sum as the bandwidth every transfer shares (``Cluster.shared_bandwidth``): on 2
@@ -47,7 +50,9 @@ class Links:
 
     Attributes:
         bandwidth: bytes/s one pair streams alone.
-        latency: seconds, one way, of a 1-byte message.
+        latency: seconds, one way, of a 1-byte message while ``pairs`` pairs exchange
+            them at once (the slowest pair's, in the best round).
+        alone_latency: the same of one pair alone.
         copy_bandwidth: bytes/s of one process's memory copy.
         pairs: how many pairs streamed at once for :attr:`shared`.
         shared: bytes/s of all ``pairs`` pairs together, streaming at once.
@@ -58,6 +63,7 @@ class Links:
     copy_bandwidth: float
     pairs: int
     shared: float
+    alone_latency: float = 0.0
 
     def overrides(self, devices_per_host: int) -> dict[str, Any]:
         """Cluster figures (``Cluster.regular(..., **overrides)``): each device its own
@@ -73,7 +79,8 @@ class Links:
         """One line for a report's header."""
         return (f"local (measured here: {self.bandwidth / 1e9:.2f} GB/s per link, "
                 f"{self.shared / 1e9:.2f} GB/s shared by all ({self.pairs} pairs streaming "
-                f"at once), {self.latency * 1e6:.0f} us latency, "
+                f"at once), {self.latency * 1e6:.0f} us latency with as many exchanging "
+                f"({self.alone_latency * 1e6:.0f} alone), "
                 f"copies {self.copy_bandwidth / 1e9:.1f} GB/s)")
 
 
@@ -186,8 +193,10 @@ def measure_many(pair_counts: Iterable[int], nbytes: int = 64 << 20, round_trips
         together = min(
             max(r) for r in _streams(pairs, nbytes, ping=False, rounds=repeats)
         ) if pairs > 1 else alone
-        out[pairs] = Links(nbytes / alone, rtt / 2, copy, pairs,
-                           max(nbytes / alone, pairs * nbytes / together))
+        busy_rtt = min(max(r) for r in _streams(pairs, round_trips, ping=True, rounds=3)
+                       ) / round_trips if pairs > 1 else rtt
+        out[pairs] = Links(nbytes / alone, max(rtt, busy_rtt) / 2, copy, pairs,
+                           max(nbytes / alone, pairs * nbytes / together), rtt / 2)
     return out
 
 
