@@ -56,6 +56,8 @@ setup(
     extras_require={
         "ray": ["ray>=2.52"],  # token authentication (the testbed's RayCluster)
         "gloo": ["torch>=2.1"],
+        # NVIDIA's transfer library (the nixl backend): host memory over UCX, no GPU needed
+        "nixl": ["nixl>=1.5.1"],
         "cuda12": ["cupy-cuda12x>=13", "nvidia-nccl-cu12"],
         "cuda13": ["cupy-cuda13x>=13.6", "nvidia-nccl-cu13"],
         "plot": ["matplotlib>=3.7"],

@@ -39,6 +39,7 @@ class BackendKind(enum.Enum):
     GLOO = "gloo"
     NCCL = "nccl"
     TCP = "tcp"
+    NIXL = "nixl"
 
     @classmethod
     def parse(cls, value: str | BackendKind) -> BackendKind:
@@ -507,12 +508,15 @@ _BUILTIN: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...], bool, str
     ("tcp", "reshard.comm.backends.tcp:TcpBackend",
      "reshard.comm.backends.tcp:TcpBackend", ("process", "ray"),
      (_LOOP, "reshard.comm.backends.tcp"), True, ""),
+    ("nixl", "reshard.comm.backends.nixl:NixlBackend",
+     "reshard.comm.backends.nixl:NixlBackend", ("process", "ray"),
+     (_LOOP, "reshard.comm.backends.nixl"), False, _NEEDS + "needs_nixl"),
 )
 
 
 def builtin_backends() -> BackendRegistry:
-    """A registry of the built-in backends: ``local``, ``gloo``, ``nccl``, ``tcp``
-    (started by a Runtime) and ``torch`` (ranks of a torch.distributed process group the
+    """A registry of the built-in backends: ``local``, ``gloo``, ``nccl``, ``tcp``,
+    ``nixl`` (started by a Runtime) and ``torch`` (ranks of a torch.distributed process group the
     caller made; embedded only). Each call returns a new value; extend it with
     :meth:`BackendRegistry.register` or :func:`register_backend` (a registered backend
     runs embedded, through :class:`reshard.comm.executor.Executor`: reshard's launchers

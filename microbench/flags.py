@@ -376,7 +376,8 @@ def add_runtime(ap: argparse.ArgumentParser, backend: str = "gloo", timeout: flo
 def _add_backend(g: argparse._ArgumentGroup, backend: str, backends: Sequence[str],
                  launchers: Sequence[str]) -> None:
     what = {"local": "local (in-process reference)", "gloo": "gloo (CPU processes)",
-            "nccl": "nccl (GPUs)", "tcp": "tcp (CPU processes, scatter / gather sockets)"}
+            "nccl": "nccl (GPUs)", "tcp": "tcp (CPU processes, scatter / gather sockets)",
+            "nixl": "nixl (CPU processes, NIXL one-sided WRITEs over UCX)"}
     g.add_argument(*FLAGS["backend"], choices=tuple(backends), default=backend, action=Given,
                    help="data plane: " + ", ".join(what.get(b, b) for b in backends))
     g.add_argument(*FLAGS["launcher"], choices=tuple(launchers), default=None, action=Given,

@@ -27,6 +27,13 @@ def needs_gpu() -> str | None:
     return None
 
 
+def needs_nixl() -> str | None:
+    """Why nixl cannot run here (the package missing), or None."""
+    from reshard.comm.backends.nixl import available
+
+    return available()
+
+
 def backend_problem(backend: str) -> str | None:
     """Why ``backend`` cannot run on this machine (a missing package, no GPU), or None
     (the registry's :attr:`~reshard.comm.backend.BackendEntry.requires`)."""
@@ -34,4 +41,4 @@ def backend_problem(backend: str) -> str | None:
     return registry.entry(backend).problem() if backend in registry else None
 
 
-__all__ = ["backend_problem", "needs_gpu", "needs_torch"]
+__all__ = ["backend_problem", "needs_gpu", "needs_nixl", "needs_torch"]

@@ -1,4 +1,4 @@
-"""The CPU data planes (gloo, tcp) on real worker processes, with both launchers: every
+"""The CPU data planes (gloo, tcp, nixl) on real worker processes, with both launchers: every
 destination shard exact for every strategy, on the paper's cases and on random layouts.
 
 One runtime (eight workers) per backend and launcher serves the whole module.
@@ -33,10 +33,14 @@ CASES = paper_cases()
 
 
 @pytest.fixture(scope="module", params=[("gloo", "process"), ("gloo", "ray"),
-                                        ("tcp", "process"), ("tcp", "ray")],
-                ids=["gloo-process", "gloo-ray", "tcp-process", "tcp-ray"])
+                                        ("tcp", "process"), ("tcp", "ray"),
+                                        ("nixl", "process"), ("nixl", "ray")],
+                ids=["gloo-process", "gloo-ray", "tcp-process", "tcp-ray", "nixl-process",
+                     "nixl-ray"])
 def rt(request):
     backend, launcher = request.param
+    if backend == "nixl":
+        pytest.importorskip("nixl", reason="the nixl extra is not installed")
     if launcher == "ray":
         request.getfixturevalue("ray_session")
     with Runtime(backend, WORLD, launcher, timeout=30) as runtime:
@@ -146,7 +150,7 @@ def test_a_failure_and_a_bad_input_are_different_categories():
 
 @pytest.mark.timeout(60)
 def test_workers_run_under_batch_scheduling(rt):
-    """gloo and tcp ask for SCHED_BATCH (reshard.comm.launchers.scheduling): every
+    """gloo, tcp and nixl ask for SCHED_BATCH (reshard.comm.launchers.scheduling): every
     thread of every worker, process or Ray actor, gloo's progress thread included, runs
     under it."""
     pids = rt.group.pids

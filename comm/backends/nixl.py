@@ -1,0 +1,601 @@
+"""The ``nixl`` backend: one-sided WRITEs of registered host memory through NVIDIA's NIXL.
+
+NIXL (the transfer library of Dynamo, vLLM's KV connectors and NeMo-RL's refit) moves
+bytes by one-sided READ / WRITE of memory registered with an *agent*, named by
+descriptor lists, and tells the target of a finished transfer by a *notification*
+(bytes it polls for). Each rank is one agent (``reshard-<device>``, the UCX plug-in);
+its metadata (connection and registration keys) travels through the run's rendezvous,
+loaded by every peer it shares a task with.
+
+A transfer of the Backend protocol (two-sided: a ``send`` on one rank, a ``recv`` on
+the other) runs as:
+
+1. the receiver registers its places (the buffers themselves: a shard, or scratch;
+   :mod:`reshard.comm.backends.nixl_memory`) and notifies the sender *ready*: the
+   operation's tag and number (the how-many-th operation of that tag between the pair:
+   both sides count alike, every rank issuing its operations in the plan's order), its
+   places as (address, bytes) runs, and the partial metadata of any registration the
+   sender has not seen;
+2. the sender WRITEs, piece by piece (:func:`~reshard.comm.backends.host_memory.
+   wire_piece`), from its own registered places into those, each piece's descriptor
+   lists cut at the union of the two sides' boundaries, with a notification *landed*
+   (tag, number, bytes ``[a, b)``) that NIXL delivers after the piece's bytes;
+3. the receiver's operation is complete once every byte has landed; the sender's once
+   every WRITE reports ``DONE``.
+
+A relay of a broadcast chain or tree passes each piece on as it lands (a WRITE from its
+own buffer into the next member's), so chains pipeline; ``landed`` hears of each piece.
+A reduction runs down the members in group order to the root, each member's running
+result landing in a scratch buffer the member adds piece by piece into its own and
+passes on. An all-gather writes each member's input straight into the others' rows.
+
+Groups: operations post (ready notifications sent, writes started where the target is
+ready) and :meth:`NixlBackend.group_end` polls the agent's notifications and the
+writes' states until all are complete. Every failure names the device and peer: a
+WRITE NIXL reports failed (a peer that died, a registration gone), a notification from
+an agent outside the world, metadata naming another agent than the one asked for, and
+no progress within the timeout (a notification that never comes).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import copy
+import struct
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from reshard.comm.backend import Capabilities, refuse_unsupported
+from reshard.comm.backends.host_memory import HostMemory, wire_piece
+from reshard.comm.backends.nixl_memory import Registrations, Run, paired, places
+from reshard.comm.backends.tcp_frames import Stream
+from reshard.dtypes import ReduceOp
+from reshard.errors import ExecutionError
+
+_READY = b"R"
+_LANDED = b"L"
+_HEAD = struct.Struct("<cHqQ")  # kind, channel name bytes, tag, number
+_RANGE = struct.Struct("<QQ")
+_GATHER_TAG = -1
+_REDUCE_TAG = -2
+_COMBINE: dict[ReduceOp, Callable[..., Any]] = {ReduceOp.SUM: np.add, ReduceOp.MAX: np.maximum}
+_IDLE = (2e-5, 1e-3)
+"""Seconds a group's loop sleeps when nothing moved: from the first to the second,
+doubling (a rank of 2 cores' worth of processes must not spin)."""
+
+
+def available() -> str | None:
+    """Why the nixl backend cannot run here (the package missing), or None."""
+    import importlib.util
+
+    if importlib.util.find_spec("nixl") is None:
+        return ("--backend nixl needs NIXL, which is not installed: pip install -c "
+                "constraints.txt 'reshard[nixl]', or use --backend tcp")
+    return None
+
+
+def agent_name(device: int) -> str:
+    """The NIXL agent name of ``device``'s rank."""
+    return f"reshard-{device}"
+
+
+Landed = Callable[[int, int, int], None]
+"""Told of a piece that landed: its bytes ``[a, b)``, and the bytes complete from the
+stream's start."""
+
+
+@dataclass
+class _Inbound:
+    """A posted receive from ``peer``: ``stream``'s bytes land in pieces (in any order);
+    ``on_piece`` hears of each."""
+
+    what: str
+    peer: int
+    key: tuple[int, int]  # (tag, number)
+    stream: Stream
+    on_piece: Landed | None
+    filled: int = 0
+    spans: list[Run] = field(default_factory=list)  # landed byte ranges, merged
+
+    def land(self, a: int, b: int) -> int:
+        """Record bytes ``[a, b)``; the bytes complete from the start."""
+        self.filled += b - a
+        return _contiguous_done(self.spans, a, b)
+
+
+@dataclass
+class _Outbound:
+    """A posted send to ``peer`` of ``stream``'s bytes; ``ready``: the target's places
+    once told; ``have``: bytes of the stream this rank holds (a relay's grow)."""
+
+    peer: int
+    key: tuple[int, int]
+    stream: Stream
+    have: int
+    piece: int
+    ready: list[Run] | None = None
+    sent: int = 0
+    handles: list[Any] = field(default_factory=list)
+
+
+class _Agent:
+    """What every channel of one rank shares: the NIXL agent, its registrations, the
+    peers loaded, and notifications by channel (a channel polls for all of them and
+    keeps the others' for them)."""
+
+    def __init__(self, device: int, world: tuple[int, ...], rendezvous: Any,
+                 timeout: float) -> None:
+        from nixl._api import nixl_agent, nixl_agent_config
+
+        self.name = agent_name(device)
+        self.world = world
+        self.rendezvous = rendezvous
+        self.timeout = timeout
+        self.agent = nixl_agent(self.name, nixl_agent_config(enable_prog_thread=True,
+                                                             backends=["UCX"]))
+        self.memory = Registrations(self.agent)
+        self.loaded: set[int] = set()
+        self.seen: set[tuple[int, Run, int]] = set()  # (peer, run, generation) told
+        self.inbox: dict[str, collections.deque[tuple[int, bytes]]] = \
+            collections.defaultdict(collections.deque)
+        self.names = {agent_name(d): d for d in world}
+        rendezvous.set(f"nixl/{device}", bytes(self.agent.get_agent_metadata()))
+
+    def load(self, me: int, peer: int) -> None:
+        """Load ``peer``'s agent metadata (once), checking that it names that agent."""
+        if peer in self.loaded:
+            return
+        if peer not in self.world or peer == me:
+            raise ExecutionError(f"device {me}: no nixl peer {peer} (the world is "
+                                 f"{list(self.world)})")
+        try:
+            meta = self.rendezvous.get(f"nixl/{peer}", self.timeout)
+        except Exception as e:  # noqa: BLE001 - rendezvous errors vary by store
+            raise ExecutionError(f"device {me}: nixl: no agent metadata from device {peer} "
+                                 f"within {self.timeout:g}s ({e})") from None
+        got = self.agent.add_remote_agent(meta)
+        got = got.decode() if isinstance(got, bytes) else str(got)
+        if got != agent_name(peer):
+            self.agent.remove_remote_agent(got)
+            raise ExecutionError(f"device {me}: nixl metadata published for device {peer} "
+                                 f"names agent {got!r}, not {agent_name(peer)!r}: refused")
+        self.loaded.add(peer)
+
+    def poll(self, me: int) -> None:
+        """Move new notifications into their channels' inboxes."""
+        for sender, msgs in self.agent.get_new_notifs().items():
+            peer = self.names.get(sender)
+            if peer is None:
+                raise ExecutionError(f"device {me}: nixl notification from agent {sender!r}, "
+                                     f"which is not in the world {list(self.world)}")
+            for m in msgs:
+                (n,) = struct.unpack_from("<H", m, 1)
+                channel = m[_HEAD.size:_HEAD.size + n].decode()
+                self.inbox[channel].append((peer, m))
+
+    def close(self) -> None:
+        self.memory.release()
+        for peer in sorted(self.loaded):
+            with contextlib.suppress(Exception):  # closing: the peer may be gone
+                self.agent.remove_remote_agent(agent_name(peer))
+        self.loaded.clear()
+
+
+class NixlBackend(HostMemory):
+    """One rank of the ``nixl`` backend (module docstring).
+
+    Args:
+        device: the global device id served.
+        world: every device of the runtime.
+        rendezvous: a connected rendezvous client (``set`` / ``get``).
+        timeout: seconds an operation may go without progress.
+        advertise, host, local_index: placement facts (UCX finds its interfaces).
+    """
+
+    name = "nixl"
+    capabilities = Capabilities(moves=None, sums=None, groups_need_world=False, device="cpu",
+                                lands_pieces=True, sized_pieces=True, batch_scheduled=True,
+                                gathers=True)
+    relay_piece = 0
+    """The running program's piece (:meth:`use_piece`; 0: the default piece)."""
+
+    def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
+                 *, advertise: str = "127.0.0.1", host: int = 0, local_index: int = 0) -> None:
+        self.device = int(device)
+        self._world = tuple(sorted(int(d) for d in world))
+        if self.device not in self._world:
+            raise ExecutionError(f"device {device} is not in the world {list(self._world)}")
+        self.timeout = float(timeout)
+        self._shared = _Agent(self.device, self._world, rendezvous, self.timeout)
+        self._channel = ""
+        self._reset()
+        self._closed = False
+
+    def _reset(self) -> None:
+        self._counts: collections.Counter[tuple[int, int, str]] = collections.Counter()
+        self._inbound: dict[tuple[int, int, int], _Inbound] = {}
+        self._outbound: dict[tuple[int, int, int], _Outbound] = {}
+        self._early: dict[tuple[int, int, int], list[Run]] = {}  # ready before posted
+        self._writing: list[tuple[_Outbound, Any]] = []
+        self._open = False
+        self._failed: ExecutionError | None = None
+
+    @property
+    def world(self) -> tuple[int, ...]:
+        """Every device of the runtime, in rank order."""
+        return self._world
+
+    @property
+    def registrations(self) -> Registrations:
+        """This rank's registered memory (shared by its channels)."""
+        return self._shared.memory
+
+    def channel(self, name: str) -> NixlBackend:
+        """This rank on an independent channel (the same agent; its notifications
+        carry the channel's name)."""
+        child = copy.copy(self)
+        child._channel = f"{self._channel}/{name}"
+        child._reset()
+        return child
+
+    def prepare(self, plan: Any) -> None:
+        """Check the plan's groups are within the world and load the agent metadata of
+        every device this rank shares a task with."""
+        for group in plan.communicator_groups():
+            unknown = [d for d in group if d not in self._world]
+            if unknown:
+                raise ExecutionError(
+                    f"device {self.device}: group {list(group)} has devices {unknown} "
+                    f"outside the world {list(self._world)}")
+        peers: set[int] = set()
+        for task in getattr(plan, "tasks", ()):
+            t = task[1] if isinstance(task, tuple) else task
+            if self.device in t.devices:
+                peers.update(t.devices)
+        for peer in sorted(peers - {self.device}):
+            self._shared.load(self.device, peer)
+
+    def use_piece(self, nbytes: int) -> None:
+        """Write in pieces of the plan's ``Cluster.relay_piece`` ``nbytes``."""
+        self.relay_piece = max(0, int(nbytes))
+
+    # ----- posting ----------------------------------------------------------------------
+    def _number(self, peer: int, tag: int, way: str) -> tuple[int, int]:
+        """The how-many-th operation of ``tag`` with ``peer`` this is, one way."""
+        k = self._counts[(peer, tag, way)]
+        self._counts[(peer, tag, way)] = k + 1
+        return (tag, k)
+
+    def _message(self, kind: bytes, key: tuple[int, int], body: bytes) -> bytes:
+        ch = self._channel.encode()
+        return _HEAD.pack(kind, len(ch), key[0], key[1]) + ch + body
+
+    def _expect(self, what: str, peer: int, tag: int, stream: Stream,
+                on_piece: Landed | None) -> None:
+        """Post a receive of ``stream`` from ``peer``: register its places and tell the
+        peer it may write."""
+        sh = self._shared
+        sh.load(self.device, peer)
+        key = self._number(peer, tag, "in")
+        regs = sh.memory.ensure(stream.views)
+        new = [run for run, gen in regs if (peer, run, gen) not in sh.seen]
+        meta = sh.memory.metadata(new) if new else b""
+        for run, gen in regs:
+            sh.seen.add((peer, run, gen))
+        runs = places(stream.views, 0, stream.total)
+        body = struct.pack("<I", len(runs)) + b"".join(_RANGE.pack(a, n) for a, n in runs)
+        sh.agent.send_notif(agent_name(peer), self._message(_READY, key, body + meta))
+        self._inbound[(peer, *key)] = _Inbound(what, peer, key, stream, on_piece)
+
+    def _give(self, peer: int, tag: int, stream: Stream, have: int) -> _Outbound:
+        """Post a send of ``stream`` to ``peer``; ``have`` bytes of it are here now."""
+        sh = self._shared
+        sh.load(self.device, peer)
+        sh.memory.ensure(stream.views)
+        key = self._number(peer, tag, "out")
+        out = _Outbound(peer, key, stream, have, wire_piece(self.relay_piece, stream.total))
+        self._outbound[(peer, *key)] = out
+        ready = self._early.pop((peer, *key), None)
+        if ready is not None:
+            out.ready = ready
+        self._push(out)
+        return out
+
+    def _push(self, out: _Outbound) -> None:
+        """Write what ``out``'s target is ready for and this rank holds, piece by piece."""
+        if out.ready is None:
+            return
+        agent = self._shared.agent
+        while out.sent < out.have:
+            a = out.sent
+            b = min(a + out.piece, out.stream.total)
+            if b > out.have:
+                return  # a relay's partial piece: wait for the rest of it
+            mine, theirs = paired(places(out.stream.views, a, b), _cut(out.ready, a, b))
+            local = agent.get_xfer_descs([(x, n, 0) for x, n in mine], "DRAM")
+            remote = agent.get_xfer_descs([(x, n, 0) for x, n in theirs], "DRAM")
+            note = self._message(_LANDED, out.key, _RANGE.pack(a, b))
+            handle = agent.initialize_xfer("WRITE", local, remote, agent_name(out.peer), note)
+            if handle is None:
+                raise self._fail(ExecutionError(
+                    f"device {self.device}: nixl could not start a WRITE to device "
+                    f"{out.peer} (its agent or registration is unknown here)"))
+            state = agent.transfer(handle)
+            if state == "ERR":
+                raise self._fail(ExecutionError(
+                    f"device {self.device}: nixl WRITE to device {out.peer} failed at once"))
+            out.handles.append(handle)
+            self._writing.append((out, handle))
+            out.sent = b
+
+    def _run(self) -> None:
+        """Outside a group an operation is a group of its own."""
+        if self._failed is not None:
+            raise self._failed
+        if not self._open:
+            self._open = True
+            self.group_end()
+
+    def send(self, buf: Any, peer: int, *, tag: int = 0) -> None:
+        """WRITE ``buf`` (an array, or a list of them) into ``peer``'s receive."""
+        stream = Stream(buf)
+        if stream.total:
+            self._give(peer, tag, stream, stream.total)
+            self._run()
+
+    def recv(self, buf: Any, peer: int, *, tag: int = 0,
+             landed: Callable[[int], None] | None = None) -> None:
+        """Let ``peer`` WRITE into ``buf`` (an array, or a list of them)."""
+        stream = Stream(buf)
+        if stream.total:
+            self._expect("recv", peer, tag, stream,
+                         None if landed is None else lambda a, b, done: landed(done))
+            self._run()
+
+    def broadcast(self, buf: Any, root: int, group: Sequence[int],
+                  chain: Sequence[int] | None = None, *, tag: int = 0,
+                  parents: Sequence[int] | None = None, addends: Sequence[int] = (),
+                  addend_parents: Sequence[int] | None = None,
+                  landed: Callable[[int], None] | None = None) -> None:
+        """From ``root`` down the chain or tree; a relay passes each piece on as it
+        lands (``landed`` hears of the bytes filled so far)."""
+        refuse_unsupported(self.name, self.capabilities, addends)
+        stream = Stream(buf)
+        if not stream.total:
+            return
+        if chain is None:
+            chain = [d for d in group if d != root]
+        receivers = [d for d in chain if d != root]
+        if parents is None:
+            parents = [root, *receivers[:-1]]
+        me = self.device
+        nxts = [b for a, b in zip(parents, receivers) if a == me]
+        if me == root:
+            for nxt in nxts:
+                self._give(nxt, tag, stream, stream.total)
+        elif me in receivers:
+            prev = parents[receivers.index(me)]
+            outs = [self._give(nxt, tag, stream, 0) for nxt in nxts]
+            what = "chain broadcast" if len(receivers) > 1 else "broadcast"
+
+            def on_piece(a: int, b: int, done: int) -> None:
+                for out in outs:
+                    out.have = done
+                    self._push(out)
+                if landed is not None:
+                    landed(done)
+
+            self._expect(what, prev, tag, stream, on_piece if outs or landed else None)
+        self._run()
+
+    def all_gather(self, out: np.ndarray, inp: np.ndarray, group: Sequence[int]) -> None:
+        """Row ``i`` of ``out`` = member ``group[i]``'s ``inp``, written straight into
+        the rows."""
+        me = self.device
+        if not inp.size or me not in group:
+            return
+        rows = out.reshape(len(group), -1)
+        rows[list(group).index(me)] = inp.reshape(-1)
+        for row, d in enumerate(group):
+            if d != me:
+                self._expect("all-gather", d, _GATHER_TAG, Stream(rows[row]), None)
+        mine = Stream(inp)
+        for d in group:
+            if d != me:
+                self._give(d, _GATHER_TAG, mine, mine.total)
+        self._run()
+
+    def reduce(self, buf: np.ndarray, root: int, group: Sequence[int], *,
+               op: ReduceOp = ReduceOp.SUM) -> None:
+        """Down the members in group order to the root: each adds the running result,
+        landing piece by piece in a scratch buffer, into its own ``buf`` and passes the
+        piece on; the root's ``buf`` ends with the result."""
+        me = self.device
+        if not buf.size or me not in group:
+            return
+        chain = [d for d in group if d != root] + [root]
+        at = chain.index(me)
+        mine = Stream(buf)
+        nxt = chain[at + 1] if at + 1 < len(chain) else None
+        if at == 0:
+            if nxt is not None:
+                self._give(nxt, _REDUCE_TAG, mine, mine.total)
+            self._run()
+            return
+        out = self._give(nxt, _REDUCE_TAG, mine, 0) if nxt is not None else None
+        held = np.empty(buf.nbytes, np.uint8)
+        combine, flat, size = _COMBINE[op], buf.reshape(-1), buf.itemsize
+
+        def on_piece(a: int, b: int, done: int) -> None:
+            part = flat[a // size:b // size]
+            combine(part, held[a:b].view(buf.dtype), out=part)
+            if out is not None:
+                out.have = done
+                self._push(out)
+
+        self._expect("reduce", chain[at - 1], _REDUCE_TAG, Stream(held), on_piece)
+        self._run()
+
+    # ----- groups -------------------------------------------------------------------------
+    def group_start(self) -> None:
+        """Open a group: operations only post until :meth:`group_end`."""
+        if self._failed is not None:
+            raise self._failed
+        if self._open:
+            raise ExecutionError(f"device {self.device}: group_start inside an open group")
+        self._open = True
+
+    def group_end(self) -> None:
+        """Wait until every operation of the group has completed (module docstring)."""
+        if not self._open:
+            raise ExecutionError(f"device {self.device}: group_end without group_start")
+        self._open = False
+        try:
+            self._progress()
+        except ExecutionError as e:
+            raise self._fail(e) from e.__cause__
+
+    def _progress(self) -> None:
+        sh = self._shared
+        agent = sh.agent
+        last = time.monotonic()
+        idle = _IDLE[0]
+        while self._inbound or self._outbound or self._writing:
+            moved = False
+            sh.poll(self.device)
+            box = sh.inbox.get(self._channel)
+            while box:
+                peer, msg = box.popleft()
+                self._take(peer, msg)
+                moved = True
+            still = []
+            for out, handle in self._writing:
+                state = agent.check_xfer_state(handle)
+                if state == "DONE":
+                    agent.release_xfer_handle(handle)
+                    out.handles.remove(handle)
+                    moved = True
+                elif state == "ERR":
+                    raise ExecutionError(
+                        f"device {self.device}: nixl WRITE to device {out.peer} failed "
+                        f"(peer dead, or its registration gone)")
+                else:
+                    still.append((out, handle))
+            self._writing = still
+            for k, out in list(self._outbound.items()):
+                if out.sent == out.stream.total and not out.handles:
+                    del self._outbound[k]
+                    moved = True
+            if moved:
+                last = time.monotonic()
+                idle = _IDLE[0]
+                continue
+            if time.monotonic() - last > self.timeout:
+                raise self._stuck()
+            time.sleep(idle)
+            idle = min(_IDLE[1], idle * 2)
+
+    def _take(self, peer: int, msg: bytes) -> None:
+        """Act on one notification from ``peer``."""
+        kind, n, tag, num = _HEAD.unpack_from(msg)
+        body = memoryview(msg)[_HEAD.size + n:]
+        key = (peer, tag, num)
+        if kind == _READY:
+            (count,) = struct.unpack_from("<I", body)
+            runs = [_RANGE.unpack_from(body, 4 + 16 * i) for i in range(count)]
+            meta = bytes(body[4 + 16 * count:])
+            if meta:
+                got = self._shared.agent.add_remote_agent(meta)
+                got = got.decode() if isinstance(got, bytes) else str(got)
+                if got != agent_name(peer):
+                    raise ExecutionError(
+                        f"device {self.device}: nixl: device {peer} sent metadata of agent "
+                        f"{got!r}, not its own {agent_name(peer)!r}: refused")
+            out = self._outbound.get(key)
+            if out is None:
+                self._early[key] = runs
+            else:
+                out.ready = runs
+                self._push(out)
+        elif kind == _LANDED:
+            a, b = _RANGE.unpack_from(body)
+            inb = self._inbound.get(key)
+            if inb is None:
+                raise ExecutionError(f"device {self.device}: nixl: device {peer} wrote "
+                                     f"bytes [{a}, {b}) of an operation (tag {tag}, number "
+                                     f"{num}) this rank did not post")
+            done = inb.land(a, b)
+            if inb.filled >= inb.stream.total:
+                del self._inbound[key]
+            if inb.on_piece is not None:
+                inb.on_piece(a, b, done)
+        else:
+            raise ExecutionError(f"device {self.device}: nixl: unknown notification "
+                                 f"{kind!r} from device {peer}")
+
+    def _fail(self, e: ExecutionError) -> ExecutionError:
+        if self._failed is None:
+            self._failed = ExecutionError(f"device {self.device}: this nixl channel failed "
+                                          f"earlier ({e}); make a new backend")
+        return e
+
+    def _stuck(self) -> ExecutionError:
+        waiting = sorted({inb.peer for inb in self._inbound.values()})
+        unready = sorted({o.peer for o in self._outbound.values() if o.ready is None})
+        writing = sorted({o.peer for o, _ in self._writing})
+        parts = []
+        if waiting:
+            parts.append(f"waiting for bytes from device(s) {waiting}")
+        if unready:
+            parts.append(f"waiting for device(s) {unready} to be ready")
+        if writing:
+            parts.append(f"writing to device(s) {writing}")
+        where = f" (channel {self._channel!r})" if self._channel else ""
+        return ExecutionError(f"device {self.device}: nixl: no progress "
+                              f"{' and '.join(parts)} within {self.timeout:g}s{where} "
+                              f"(peer dead or stuck: a notification never came)")
+
+    def close(self) -> None:
+        """Release the registrations and the peers' metadata (the main rank)."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._channel:
+            self._shared.close()
+
+
+def _cut(runs: Sequence[Run], a: int, b: int) -> list[Run]:
+    """Bytes ``[a, b)`` of the stream whose places are ``runs``."""
+    out: list[Run] = []
+    pos = 0
+    for at, n in runs:
+        lo, hi = max(a, pos), min(b, pos + n)
+        if lo < hi:
+            out.append((at + lo - pos, hi - lo))
+        pos += n
+        if pos >= b:
+            break
+    return out
+
+
+def _contiguous_done(done: list[Run], a: int, b: int) -> int:
+    """Add ``[a, b)`` to the sorted disjoint ranges ``done``; the bytes complete from
+    the start."""
+    done.append((a, b))
+    done.sort()
+    merged: list[Run] = []
+    for lo, hi in done:
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    done[:] = merged
+    return merged[0][1] if merged and merged[0][0] == 0 else 0
+
+
+__all__ = ["NixlBackend", "agent_name", "available"]

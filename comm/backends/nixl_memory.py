@@ -1,0 +1,158 @@
+"""The ``nixl`` backend's memory: registrations of host buffers with one NIXL agent, and
+a byte stream's places as NIXL descriptors.
+
+A one-sided WRITE reads registered memory of the writer and writes registered memory of
+the target, named by descriptors (address, bytes, device id). The memory registered is
+the buffer itself, never a copy: a box that is rows of its shard moves straight from and
+into the shard. :class:`Registrations` registers, per buffer handed to an operation, the
+whole array it is a view of (the shard, a scratch buffer), once, and keeps that array
+alive while registered, so its memory cannot be freed and reused under a registration
+(a stale one). It holds at most ``limit`` arrays; the least recently used beyond that is
+deregistered (a peer told of it learns of its next registration afresh).
+
+:func:`places` turns a stream's views into ``(address, bytes)`` runs, and :func:`paired`
+cuts a writer's runs and a target's runs of the same bytes at the union of their
+boundaries (NIXL pairs descriptor ``i`` of the local list with descriptor ``i`` of the
+remote list, of the same length), so the two sides may cut a message differently
+(:attr:`~reshard.comm.backend.Capabilities.gathers`).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+Run = tuple[int, int]
+"""A contiguous run of memory: ``(address, bytes)``."""
+
+
+def address_of(view: memoryview) -> int:
+    """The address of a flat byte view's first byte."""
+    return int(np.frombuffer(view, np.uint8).ctypes.data) if len(view) else 0
+
+
+def owner_of(view: memoryview) -> tuple[Any, Run]:
+    """The array ``view`` is a view of (followed to the array that owns the memory, or
+    the last one before a non-array base) and its whole memory as a run; the view's own
+    run where that array does not hold it."""
+    obj: Any = view.obj
+    root = None
+    while isinstance(obj, np.ndarray):
+        root = obj
+        obj = obj.base
+    at, n = address_of(view), len(view)
+    if root is not None and root.flags.c_contiguous:
+        start = int(root.ctypes.data)
+        if start <= at and at + n <= start + root.nbytes:
+            return root, (start, int(root.nbytes))
+    return view, (at, n)
+
+
+def places(views: Sequence[memoryview], a: int, b: int) -> list[Run]:
+    """Bytes ``[a, b)`` of the stream made of ``views`` (in order) as runs."""
+    out: list[Run] = []
+    pos = 0
+    for v in views:
+        n = len(v)
+        lo, hi = max(a, pos), min(b, pos + n)
+        if lo < hi:
+            out.append((address_of(v) + lo - pos, hi - lo))
+        pos += n
+        if pos >= b:
+            break
+    return out
+
+
+def paired(mine: Sequence[Run], theirs: Sequence[Run]) -> tuple[list[Run], list[Run]]:
+    """``mine`` and ``theirs`` (runs of the same number of bytes) cut at the union of
+    their boundaries: two lists of equal length whose ``i``-th runs are of one size."""
+    if sum(n for _, n in mine) != sum(n for _, n in theirs):
+        raise ValueError("the two sides of a transfer are of different sizes")
+    out_a: list[Run] = []
+    out_b: list[Run] = []
+    i = j = 0
+    ia, na = mine[0] if mine else (0, 0)
+    jb, nb = theirs[0] if theirs else (0, 0)
+    while i < len(mine) and j < len(theirs):
+        take = min(na, nb)
+        out_a.append((ia, take))
+        out_b.append((jb, take))
+        ia, na, jb, nb = ia + take, na - take, jb + take, nb - take
+        if not na:
+            i += 1
+            if i < len(mine):
+                ia, na = mine[i]
+        if not nb:
+            j += 1
+            if j < len(theirs):
+                jb, nb = theirs[j]
+    return out_a, out_b
+
+
+class Registrations:
+    """Host memory registered with one agent, by the array that holds it (module
+    docstring).
+
+    Args:
+        agent: the NIXL agent (``register_memory`` / ``deregister_memory`` /
+            ``get_partial_agent_metadata``).
+        limit: arrays held registered at most.
+    """
+
+    def __init__(self, agent: Any, limit: int = 4096) -> None:
+        self.agent = agent
+        self.limit = limit
+        # run -> (the array kept alive, its registration, a generation number)
+        self._held: collections.OrderedDict[Run, tuple[Any, Any, int]] = \
+            collections.OrderedDict()
+        self._generation = 0
+        self.registered = 0
+        """Registrations made so far (a test reads it: one per array, not per call)."""
+
+    def ensure(self, views: Sequence[memoryview]) -> list[tuple[Run, int]]:
+        """Register the arrays under ``views`` not yet registered; each array's run and
+        generation (a new generation: a registration the peers have not seen)."""
+        out = []
+        for v in views:
+            if not len(v):
+                continue
+            owner, run = owner_of(v)
+            got = self._held.get(run)
+            if got is None:
+                reg = self.agent.register_memory([(run[0], run[1], 0, "")], "DRAM")
+                if reg is None:
+                    raise RuntimeError(f"NIXL refused to register {run[1]} bytes of host "
+                                       f"memory at {run[0]:#x}")
+                self._generation += 1
+                self.registered += 1
+                got = self._held[run] = (owner, reg, self._generation)
+                self._trim()
+            else:
+                self._held.move_to_end(run)
+            out.append((run, got[2]))
+        return out
+
+    def metadata(self, runs: Sequence[Run]) -> bytes:
+        """The agent's partial metadata for the registrations of ``runs`` (what a peer
+        loads to write into them)."""
+        if not runs:
+            return b""
+        regs = self.agent.get_reg_descs([(a, n, 0, "") for a, n in runs], "DRAM")
+        return bytes(self.agent.get_partial_agent_metadata(regs, False))
+
+    def _trim(self) -> None:
+        while len(self._held) > self.limit:
+            _, (_, reg, _) = self._held.popitem(last=False)
+            self.agent.deregister_memory(reg)
+
+    def release(self) -> None:
+        """Deregister everything (the agent is closing)."""
+        while self._held:
+            _, (_, reg, _) = self._held.popitem()
+            self.agent.deregister_memory(reg)
+
+
+__all__ = ["Registrations", "Run", "address_of", "owner_of", "paired", "places"]
