@@ -3,7 +3,7 @@
 NIXL (the transfer library of Dynamo, vLLM's KV connectors and NeMo-RL's refit) moves
 bytes by one-sided READ / WRITE of memory registered with an *agent*, named by
 descriptor lists, and tells the target of a finished transfer by a *notification*
-(bytes it polls for). Each rank is one agent (``reshard-<device>``, the UCX plug-in);
+(bytes it polls for). Each rank is one agent (``reshard-<device>-<random>``, the UCX plug-in);
 its metadata (connection and registration keys) travels through the run's rendezvous,
 loaded by every peer it shares a task with.
 
@@ -43,7 +43,9 @@ import collections
 import contextlib
 import copy
 import struct
+import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,9 +81,10 @@ def available() -> str | None:
     return None
 
 
-def agent_name(device: int) -> str:
-    """The NIXL agent name of ``device``'s rank."""
-    return f"reshard-{device}"
+def agent_prefix(device: int) -> str:
+    """How the NIXL agent name of ``device``'s rank begins (``reshard-<device>-``, then
+    a random part: agents of two runs in one process never share a name)."""
+    return f"reshard-{device}-"
 
 
 Landed = Callable[[int, int, int], None]
@@ -132,18 +135,20 @@ class _Agent:
                  timeout: float) -> None:
         from nixl._api import nixl_agent, nixl_agent_config
 
-        self.name = agent_name(device)
+        self.name = agent_prefix(device) + uuid.uuid4().hex[:12]
         self.world = world
         self.rendezvous = rendezvous
         self.timeout = timeout
         self.agent = nixl_agent(self.name, nixl_agent_config(enable_prog_thread=True,
                                                              backends=["UCX"]))
         self.memory = Registrations(self.agent)
+        self.lock = threading.RLock()  # channels on threads of their own share the agent
         self.loaded: set[int] = set()
         self.seen: set[tuple[int, Run, int]] = set()  # (peer, run, generation) told
         self.inbox: dict[str, collections.deque[tuple[int, bytes]]] = \
             collections.defaultdict(collections.deque)
-        self.names = {agent_name(d): d for d in world}
+        self.names: dict[str, int] = {}  # agent name -> device, of the peers loaded
+        self.agents: dict[int, str] = {}  # device -> agent name
         rendezvous.set(f"nixl/{device}", bytes(self.agent.get_agent_metadata()))
 
     def load(self, me: int, peer: int) -> None:
@@ -160,19 +165,28 @@ class _Agent:
                                  f"within {self.timeout:g}s ({e})") from None
         got = self.agent.add_remote_agent(meta)
         got = got.decode() if isinstance(got, bytes) else str(got)
-        if got != agent_name(peer):
+        if not got.startswith(agent_prefix(peer)) or got in self.names:
             self.agent.remove_remote_agent(got)
             raise ExecutionError(f"device {me}: nixl metadata published for device {peer} "
-                                 f"names agent {got!r}, not {agent_name(peer)!r}: refused")
+                                 f"names agent {got!r}, not one of device {peer} "
+                                 f"({agent_prefix(peer)}...): refused")
         self.loaded.add(peer)
+        self.names[got] = peer
+        self.agents[peer] = got
 
     def poll(self, me: int) -> None:
         """Move new notifications into their channels' inboxes."""
         for sender, msgs in self.agent.get_new_notifs().items():
             peer = self.names.get(sender)
+            if peer is None:  # a peer that wrote first: load it, if it is one
+                claimed = sender.split("-")[1] if sender.count("-") == 2 else ""
+                if claimed.isdigit() and int(claimed) in self.world and int(claimed) != me:
+                    self.load(me, int(claimed))
+                    peer = self.names.get(sender)
             if peer is None:
                 raise ExecutionError(f"device {me}: nixl notification from agent {sender!r}, "
-                                     f"which is not in the world {list(self.world)}")
+                                     f"which is no device's of this run (the world is "
+                                     f"{list(self.world)}): refused")
             for m in msgs:
                 (n,) = struct.unpack_from("<H", m, 1)
                 channel = m[_HEAD.size:_HEAD.size + n].decode()
@@ -182,7 +196,7 @@ class _Agent:
         self.memory.release()
         for peer in sorted(self.loaded):
             with contextlib.suppress(Exception):  # closing: the peer may be gone
-                self.agent.remove_remote_agent(agent_name(peer))
+                self.agent.remove_remote_agent(self.agents[peer])
         self.loaded.clear()
 
 
@@ -280,31 +294,42 @@ class NixlBackend(HostMemory):
         """Post a receive of ``stream`` from ``peer``: register its places and tell the
         peer it may write."""
         sh = self._shared
-        sh.load(self.device, peer)
         key = self._number(peer, tag, "in")
-        regs = sh.memory.ensure(stream.views)
-        new = [run for run, gen in regs if (peer, run, gen) not in sh.seen]
-        meta = sh.memory.metadata(new) if new else b""
-        for run, gen in regs:
-            sh.seen.add((peer, run, gen))
         runs = places(stream.views, 0, stream.total)
         body = struct.pack("<I", len(runs)) + b"".join(_RANGE.pack(a, n) for a, n in runs)
-        sh.agent.send_notif(agent_name(peer), self._message(_READY, key, body + meta))
-        self._inbound[(peer, *key)] = _Inbound(what, peer, key, stream, on_piece)
+        with sh.lock:
+            sh.load(self.device, peer)
+            regs = sh.memory.ensure(stream.views)
+            new = [run for run, gen in regs if (peer, run, gen) not in sh.seen]
+            meta = sh.memory.metadata(new) if new else b""
+            sh.seen.update((peer, run, gen) for run, gen in regs)
+            self._inbound[(peer, *key)] = _Inbound(what, peer, key, stream, on_piece)
+            sh.agent.send_notif(sh.agents[peer], self._message(_READY, key, body + meta))
 
     def _give(self, peer: int, tag: int, stream: Stream, have: int) -> _Outbound:
         """Post a send of ``stream`` to ``peer``; ``have`` bytes of it are here now."""
         sh = self._shared
-        sh.load(self.device, peer)
-        sh.memory.ensure(stream.views)
         key = self._number(peer, tag, "out")
         out = _Outbound(peer, key, stream, have, wire_piece(self.relay_piece, stream.total))
-        self._outbound[(peer, *key)] = out
-        ready = self._early.pop((peer, *key), None)
-        if ready is not None:
-            out.ready = ready
-        self._push(out)
+        with sh.lock:
+            sh.load(self.device, peer)
+            sh.memory.ensure(stream.views)
+            self._outbound[(peer, *key)] = out
+            ready = self._early.pop((peer, *key), None)
+            if ready is not None:
+                self._ready(out, ready)
         return out
+
+    def _ready(self, out: _Outbound, runs: list[Run]) -> None:
+        """``out``'s target is ready to take its bytes at ``runs``: write what is here."""
+        size = sum(n for _, n in runs)
+        if size != out.stream.total:
+            raise self._fail(ExecutionError(
+                f"device {self.device}: nixl: device {out.peer} receives {size} bytes "
+                f"(tag {out.key[0]}) where this rank sends {out.stream.total}: the two "
+                f"ranks run different plans"))
+        out.ready = runs
+        self._push(out)
 
     def _push(self, out: _Outbound) -> None:
         """Write what ``out``'s target is ready for and this rank holds, piece by piece."""
@@ -320,7 +345,8 @@ class NixlBackend(HostMemory):
             local = agent.get_xfer_descs([(x, n, 0) for x, n in mine], "DRAM")
             remote = agent.get_xfer_descs([(x, n, 0) for x, n in theirs], "DRAM")
             note = self._message(_LANDED, out.key, _RANGE.pack(a, b))
-            handle = agent.initialize_xfer("WRITE", local, remote, agent_name(out.peer), note)
+            handle = agent.initialize_xfer("WRITE", local, remote,
+                                           self._shared.agents[out.peer], note)
             if handle is None:
                 raise self._fail(ExecutionError(
                     f"device {self.device}: nixl could not start a WRITE to device "
@@ -466,31 +492,8 @@ class NixlBackend(HostMemory):
         last = time.monotonic()
         idle = _IDLE[0]
         while self._inbound or self._outbound or self._writing:
-            moved = False
-            sh.poll(self.device)
-            box = sh.inbox.get(self._channel)
-            while box:
-                peer, msg = box.popleft()
-                self._take(peer, msg)
-                moved = True
-            still = []
-            for out, handle in self._writing:
-                state = agent.check_xfer_state(handle)
-                if state == "DONE":
-                    agent.release_xfer_handle(handle)
-                    out.handles.remove(handle)
-                    moved = True
-                elif state == "ERR":
-                    raise ExecutionError(
-                        f"device {self.device}: nixl WRITE to device {out.peer} failed "
-                        f"(peer dead, or its registration gone)")
-                else:
-                    still.append((out, handle))
-            self._writing = still
-            for k, out in list(self._outbound.items()):
-                if out.sent == out.stream.total and not out.handles:
-                    del self._outbound[k]
-                    moved = True
+            with sh.lock:
+                moved = self._step(sh, agent)
             if moved:
                 last = time.monotonic()
                 idle = _IDLE[0]
@@ -499,6 +502,35 @@ class NixlBackend(HostMemory):
                 raise self._stuck()
             time.sleep(idle)
             idle = min(_IDLE[1], idle * 2)
+
+    def _step(self, sh: _Agent, agent: Any) -> bool:
+        """One pass over the notifications and the writes; True if anything moved."""
+        moved = False
+        sh.poll(self.device)
+        box = sh.inbox.get(self._channel)
+        while box:
+            peer, msg = box.popleft()
+            self._take(peer, msg)
+            moved = True
+        still = []
+        for out, handle in self._writing:
+            state = agent.check_xfer_state(handle)
+            if state == "DONE":
+                agent.release_xfer_handle(handle)
+                out.handles.remove(handle)
+                moved = True
+            elif state == "ERR":
+                raise ExecutionError(
+                    f"device {self.device}: nixl WRITE to device {out.peer} failed "
+                    f"(peer dead, or its registration gone)")
+            else:
+                still.append((out, handle))
+        self._writing = still
+        for k, out in list(self._outbound.items()):
+            if out.sent == out.stream.total and not out.handles:
+                del self._outbound[k]
+                moved = True
+        return moved
 
     def _take(self, peer: int, msg: bytes) -> None:
         """Act on one notification from ``peer``."""
@@ -509,19 +541,19 @@ class NixlBackend(HostMemory):
             (count,) = struct.unpack_from("<I", body)
             runs = [_RANGE.unpack_from(body, 4 + 16 * i) for i in range(count)]
             meta = bytes(body[4 + 16 * count:])
+            self._shared.load(self.device, peer)  # before its registrations' metadata
             if meta:
                 got = self._shared.agent.add_remote_agent(meta)
                 got = got.decode() if isinstance(got, bytes) else str(got)
-                if got != agent_name(peer):
+                if got != self._shared.agents[peer]:
                     raise ExecutionError(
                         f"device {self.device}: nixl: device {peer} sent metadata of agent "
-                        f"{got!r}, not its own {agent_name(peer)!r}: refused")
+                        f"{got!r}, not its own {self._shared.agents[peer]!r}: refused")
             out = self._outbound.get(key)
             if out is None:
                 self._early[key] = runs
             else:
-                out.ready = runs
-                self._push(out)
+                self._ready(out, runs)
         elif kind == _LANDED:
             a, b = _RANGE.unpack_from(body)
             inb = self._inbound.get(key)
@@ -598,4 +630,4 @@ def _contiguous_done(done: list[Run], a: int, b: int) -> int:
     return merged[0][1] if merged and merged[0][0] == 0 else 0
 
 
-__all__ = ["NixlBackend", "agent_name", "available"]
+__all__ = ["NixlBackend", "agent_prefix", "available"]

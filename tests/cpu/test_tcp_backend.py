@@ -1,5 +1,7 @@
-"""The tcp backend's operations against the reference semantics: ranks on threads of
-this process (tcp needs no process of its own), every dtype through broadcast / send /
+"""The tcp and nixl backends' operations against the reference semantics (the tests
+that hold for any host-memory plane run on both; the rest are tcp's own, and nixl's own
+are in test_nixl_backend.py): ranks on threads of
+this process (neither needs a process of its own), every dtype through broadcast / send /
 recv / all-gather / reduce, pipelined chains and trees in several frames, groups with
 relays of two chains at once, scattered and gathered buffers cut differently on the two
 sides, channels on threads of their own, and failures that name the peer. Then an
@@ -19,6 +21,7 @@ import numpy as np
 import pytest
 
 from reshard import Cluster
+from reshard.comm.backends.nixl import NixlBackend, available
 from reshard.comm.backends.tcp import TcpBackend
 from reshard.comm.executor import Executor
 from reshard.comm.rendezvous import TcpRendezvousServer
@@ -47,17 +50,23 @@ def _values(device: int, dtype: str, n: int = 5) -> np.ndarray:
     return out
 
 
-def _ranks(fn: Callable[[TcpBackend], Any], world=WORLD, timeout: float = 20.0,
-           join: float = 60.0) -> dict[int, Any]:
-    """``fn(rank)`` on one thread per device of ``world``; each result, or the exception
-    it raised. The ranks are closed afterwards."""
+PLANES = ["tcp", pytest.param("nixl", marks=pytest.mark.skipif(
+    available() is not None, reason="the nixl extra is not installed"))]
+"""The planes the shared tests run on."""
+_FACTORY: dict[str, Any] = {"tcp": TcpBackend, "nixl": NixlBackend}
+
+
+def _ranks(fn: Callable[[Any], Any], world=WORLD, timeout: float = 20.0,
+           join: float = 60.0, plane: str = "tcp") -> dict[int, Any]:
+    """``fn(rank)`` on one thread per device of ``world`` (ranks of ``plane``); each
+    result, or the exception it raised. The ranks are closed afterwards."""
     server = TcpRendezvousServer()
     out: dict[int, Any] = {}
 
     def run(d: int) -> None:
         b = None
         try:
-            b = TcpBackend(d, world, server.address.connect(10), timeout)
+            b = _FACTORY[plane](d, world, server.address.connect(10), timeout)
             out[d] = fn(b)
         except BaseException as e:  # noqa: BLE001 - returned to the test
             out[d] = e
@@ -84,7 +93,8 @@ def _ok(results: dict[int, Any]) -> dict[int, Any]:
 
 
 @pytest.mark.timeout(120)
-def test_tcp_ops_match_reference_semantics():
+@pytest.mark.parametrize("plane", PLANES)
+def test_tcp_ops_match_reference_semantics(plane):
     def body(b: TcpBackend) -> dict:
         d, out = b.device, {}
         for dt in DTYPES:
@@ -114,7 +124,7 @@ def test_tcp_ops_match_reference_semantics():
         b.broadcast(np.zeros(0, np.float32), 0, WORLD)  # zero bytes: a no-op everywhere
         return out
 
-    got = _ok(_ranks(body))
+    got = _ok(_ranks(body, plane=plane))
     for dt in DTYPES:
         for d in WORLD:
             assert got[d][("bcast", dt)].tobytes() == _values(5, dt).tobytes(), dt
@@ -129,7 +139,8 @@ def test_tcp_ops_match_reference_semantics():
 
 
 @pytest.mark.timeout(120)
-def test_chains_trees_and_gathered_buffers_in_many_frames():
+@pytest.mark.parametrize("plane", PLANES)
+def test_chains_trees_and_gathered_buffers_in_many_frames(plane):
     n = 3 * 4096 // 8 + 5  # several 4 KiB frames and a ragged last one
 
     def body(b: TcpBackend) -> dict:
@@ -164,7 +175,7 @@ def test_chains_trees_and_gathered_buffers_in_many_frames():
             out["want"] = b"".join(p.tobytes() for p in parts)
         return out
 
-    got = _ok(_ranks(body))
+    got = _ok(_ranks(body, plane=plane))
     value = np.arange(n, dtype=np.float64)
     for d in WORLD:
         assert got[d]["a"].tolist() == value.tolist()
@@ -178,7 +189,8 @@ def test_chains_trees_and_gathered_buffers_in_many_frames():
 
 
 @pytest.mark.timeout(120)
-def test_channels_run_concurrently_on_their_own_connections():
+@pytest.mark.parametrize("plane", PLANES)
+def test_channels_run_concurrently_on_their_own_connections(plane):
     def body(b: TcpBackend) -> dict:
         out: dict = {}
         chans = {name: b.channel(name) for name in ("a", "b")}
@@ -200,7 +212,7 @@ def test_channels_run_concurrently_on_their_own_connections():
             ch.close()
         return out
 
-    got = _ok(_ranks(body))
+    got = _ok(_ranks(body, plane=plane))
     for d in WORLD:
         for name in ("a", "b"):
             assert [got[d][(name, r)] for r in range(20)] == \
@@ -274,7 +286,8 @@ def test_a_receive_of_another_size_is_refused_and_the_channel_with_it():
 
 
 @pytest.mark.timeout(60)
-def test_more_parts_than_one_system_call_takes_and_members_outside_a_broadcast():
+@pytest.mark.parametrize("plane", PLANES)
+def test_more_parts_than_one_system_call_takes_and_members_outside_a_broadcast(plane):
     def body(b: TcpBackend) -> Any:
         out = {}
         if b.device == 0:  # 1,500 parts of 3 bytes: two sendmsg calls' worth of iovecs
@@ -292,7 +305,7 @@ def test_more_parts_than_one_system_call_takes_and_members_outside_a_broadcast()
         out["bcast"] = buf.tolist()
         return out
 
-    got = _ok(_ranks(body))
+    got = _ok(_ranks(body, plane=plane))
     want = np.concatenate([np.full(3, k % 251, np.uint8) for k in range(1500)])
     assert got[5]["gathered"].tobytes() == want.tobytes()
     assert got[0]["scattered"].tobytes() == np.arange(6500, dtype=np.uint8).tobytes()
@@ -326,7 +339,7 @@ def test_a_connection_without_the_secret_is_dropped():
 
 
 # ----- the executor on tcp ranks ---------------------------------------------------------
-def _scratch_untouched(gathers: bool) -> tuple[int, int, bool]:
+def _scratch_untouched(gathers: bool, plane: str) -> tuple[int, int, bool]:
     """Twenty small tensors (contiguous in their shards on one side, strided on the other)
     coalesced and run on 8 tcp ranks whose scratch starts as 0xAB; returns the message
     bytes, how many of them stayed 0xAB, and whether every destination was exact."""
@@ -358,25 +371,27 @@ def _scratch_untouched(gathers: bool) -> tuple[int, int, bool]:
                     kept += int((region == 0xAB).sum())
         return total, kept, exact
 
-    got = _ok(_ranks(body, world=world))
+    got = _ok(_ranks(body, world=world, plane=plane))
     return (sum(t for t, _, _ in got.values()), sum(k for _, k, _ in got.values()),
             all(e for *_, e in got.values()))
 
 
 @pytest.mark.timeout(120)
-def test_contiguous_payloads_of_a_message_skip_scratch_memory():
-    total, kept, exact = _scratch_untouched(gathers=True)
+@pytest.mark.parametrize("plane", PLANES)
+def test_contiguous_payloads_of_a_message_skip_scratch_memory(plane):
+    total, kept, exact = _scratch_untouched(gathers=True, plane=plane)
     assert exact and total
     # about half of each payload's copies skip scratch (a box is strided on one side);
     # a few bytes of a region may hold 0xAB by chance, far from half of them
     assert 0.25 * total < kept < 0.9 * total
-    total_off, kept_off, exact_off = _scratch_untouched(gathers=False)
+    total_off, kept_off, exact_off = _scratch_untouched(gathers=False, plane=plane)
     assert exact_off and total_off == total
     assert kept_off < 0.02 * total  # without gathering every payload goes through scratch
 
 
 @pytest.mark.timeout(120)
-def test_spmd_ranks_plan_for_themselves_and_agree_on_tcp():
+@pytest.mark.parametrize("plane", PLANES)
+def test_spmd_ranks_plan_for_themselves_and_agree_on_tcp(plane):
     """Executor.load_request on tcp ranks: every rank plans its own share, the digests
     are exchanged over tcp (an all-gather), and the reshard is exact."""
     from reshard import DeviceMesh, Layout
@@ -395,11 +410,12 @@ def test_spmd_ranks_plan_for_themselves_and_agree_on_tcp():
         want = dst.index_map(value.shape).get(d)
         return want is None or got[0].tobytes() == np.ascontiguousarray(value[want]).tobytes()
 
-    assert all(_ok(_ranks(body, world=world)).values())
+    assert all(_ok(_ranks(body, world=world, plane=plane)).values())
 
 
 @pytest.mark.timeout(60)
-def test_executor_create_builds_tcp_ranks_by_name():
+@pytest.mark.parametrize("plane", PLANES)
+def test_executor_create_builds_tcp_ranks_by_name(plane):
     """The registry's ``tcp`` entry: Executor.create with the rendezvous alone."""
     import reshard
     from reshard import DeviceMesh, Layout
@@ -412,7 +428,7 @@ def test_executor_create_builds_tcp_ranks_by_name():
 
     def run(d: int) -> None:
         try:
-            with Executor.create("tcp", d, (0, 1), server.address.connect(10), 10.0) as ex:
+            with Executor.create(plane, d, (0, 1), server.address.connect(10), 10.0) as ex:
                 assert ex.capabilities.gathers and not ex.capabilities.groups_need_world
                 got = ex.execute(plan, [np.arange(300) if d == 0 else None])
                 out[d] = got.get(0)
@@ -429,7 +445,8 @@ def test_executor_create_builds_tcp_ranks_by_name():
 
 
 @pytest.mark.timeout(60)
-def test_a_frame_nobody_expects_yet_waits_for_its_receive():
+@pytest.mark.parametrize("plane", PLANES)
+def test_a_frame_nobody_expects_yet_waits_for_its_receive(plane):
     """A relay's own message overtakes the one it relays (its frames go as soon as it
     issues them, the relayed ones as they arrive): the receiver, which posts the relayed
     one first, finds a header it does not expect yet; it waits (parked) and is read once
@@ -452,12 +469,13 @@ def test_a_frame_nobody_expects_yet_waits_for_its_receive():
         b.group_end()
         return relayed.tolist(), own.tolist()
 
-    got = _ok(_ranks(body, timeout=10.0))
+    got = _ok(_ranks(body, timeout=10.0, plane=plane))
     assert got[5] == (list(range(6)), [7] * 4)
 
 
 @pytest.mark.timeout(60)
-def test_reductions_run_down_a_chain_in_frames():
+@pytest.mark.parametrize("plane", PLANES)
+def test_reductions_run_down_a_chain_in_frames(plane):
     """A reduction of several 4 KiB frames, its root in the middle of the group: the
     sum (integers wrapping) and the max, exact at the root."""
     from reshard.dtypes import ReduceOp
@@ -473,7 +491,7 @@ def test_reductions_run_down_a_chain_in_frames():
         b.reduce(top, 3, WORLD, op=ReduceOp.MAX)
         return {"sum": total, "max": top}
 
-    got = _ok(_ranks(body))
+    got = _ok(_ranks(body, plane=plane))
     want = sum((np.arange(n, dtype=np.int64) * (d + 1) * 700_000_000).astype(np.int32)
                for d in WORLD)  # numpy's int32 sum wraps like the ranks' does
     assert got[3]["sum"].tobytes() == want.astype(np.int32).tobytes()

@@ -205,7 +205,7 @@ def test_run_mode_refusing_every_case_exits_2(capsys):
     (["--mode", "run", "--check-elements", "64"], "--check-elements: sim mode only"),
     (["-c", "0", "--check-elements", "64"], "-c 0 turns it off"),
     (["-c", "2"], "invalid choice: 2 (choose from 0, 1)"),
-    (["--backend", "mpi"], "invalid choice: 'mpi' (choose from 'local', 'gloo', 'nccl', 'tcp')"),
+    (["--backend", "mpi"], "invalid choice: 'mpi' (choose from 'local', 'gloo', 'nccl', 'tcp', 'nixl')"),
     (["--suite", "n-to-m", "--hosts", "1"], "needs at least 2 hosts"),
     (["--plot", "out.gif"], "must be one of .png, .svg, .pdf"),
     (["-J", "/no/such/folder/b.json"], "folder /no/such/folder does not exist"),
@@ -542,11 +542,17 @@ def test_calibration_keeps_the_best_round(monkeypatch):
     from reshard.microbench import calibrate
 
     measured = {(1, False): [[4.0], [1.0], [2.0]], (1, True): [[0.5], [0.2], [0.9]],
-              (2, False): [[3.0, 2.0], [1.0, 1.5], [5.0, 1.0]]}
+              (2, False): [[3.0, 2.0], [1.0, 1.5], [5.0, 1.0]],
+              (2, True): [[0.6, 0.4], [0.3, 0.35], [0.8, 0.2]]}
     monkeypatch.setattr(calibrate, "_streams",
                         lambda pairs, n, ping, rounds=1: measured[(pairs, ping)])
     monkeypatch.setattr(calibrate, "_copy_bandwidth", lambda: 1e10)
     links = calibrate.measure(2, nbytes=1000, round_trips=10)
     assert links.bandwidth == 1000 / 1.0  # the fastest of 4, 1 and 2 s
-    assert links.latency == 0.2 / 10 / 2  # half the fastest round trip
+    # half the round trip of the slowest pair of the fastest round, both pairs at once
+    assert links.latency == 0.35 / 10 / 2
+    assert links.alone_latency == 0.2 / 10 / 2  # one pair alone: its fastest round
+    # a busy round trip faster than one pair alone is noise: the alone figure stays
+    measured[(2, True)] = [[0.1, 0.1]]
+    assert calibrate.measure(2, nbytes=1000, round_trips=10).latency == 0.2 / 10 / 2
     assert links.shared == 2 * 1000 / 1.5  # the slowest pair of the fastest round
