@@ -510,7 +510,7 @@ _BUILTIN: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...], bool, str
      (_LOOP, "reshard.comm.backends.tcp"), True, ""),
     ("nixl", "reshard.comm.backends.nixl:NixlBackend",
      "reshard.comm.backends.nixl:NixlBackend", ("process", "ray"),
-     (_LOOP, "reshard.comm.backends.nixl"), False, _NEEDS + "needs_nixl"),
+     (_LOOP, "reshard.comm.backends.nixl"), True, _NEEDS + "needs_nixl"),
 )
 
 

@@ -8,6 +8,7 @@ The process launcher applies a :class:`NetnsPlacement` to every worker it starts
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
@@ -16,7 +17,12 @@ from reshard.comm.launchers.host import WorkerSpec
 from reshard.errors import ExecutionError
 
 NETNS_DIR = "/var/run/netns"  # where ``ip netns add`` names namespaces
+_log = logging.getLogger("reshard.netns")
 _CLONE_NEWNET = 0x40000000  # <sched.h>
+_CLONE_NEWNS = 0x00020000
+_MS_REC = 0x4000  # <sys/mount.h>
+_MS_SLAVE = 1 << 19
+_MNT_DETACH = 2
 
 
 @dataclass(frozen=True)
@@ -48,10 +54,14 @@ class NetnsPlacement:
     driver_address: str
 
     def apply(self, spec: WorkerSpec) -> WorkerSpec:
-        """``spec`` with gloo bound to and advertising its host's namespace address
-        (a ``GLOO_SOCKET_IFNAME`` given in the caller's ``env`` is kept)."""
+        """``spec`` with gloo bound to and advertising its host's namespace address,
+        and UCX (the nixl backend's) on TCP over that interface alone: the emulated
+        hosts are processes of one machine, and UCX's shared-memory transports would
+        carry their bytes past the shaped links (what the caller's ``env`` gives is
+        kept)."""
         where = self.host(spec.host)
-        env = {"GLOO_SOCKET_IFNAME": where.ifname, **spec.env}
+        env = {"GLOO_SOCKET_IFNAME": where.ifname, "UCX_TLS": "tcp",
+               "UCX_NET_DEVICES": where.ifname, **spec.env}
         return dataclasses.replace(spec, env=env,
                                    options={**spec.options, "advertise": where.address})
 
@@ -122,3 +132,26 @@ def enter_netns(name: str) -> None:
             raise ExecutionError(f"setns({path}, CLONE_NEWNET) failed: {os.strerror(err)}")
     finally:
         os.close(fd)
+    _own_sysfs(libc)
+
+
+def _own_sysfs(libc: Any) -> None:
+    """Give the calling process a /sys of its network namespace, as ``ip netns exec``
+    does (a mount namespace of its own, /sys mounted afresh): libraries that list
+    interfaces from sysfs (UCX, the nixl backend's) then find the namespace's, not the
+    root namespace's. Best effort: without it, only such libraries are affected."""
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        _log.debug("unshare(CLONE_NEWNS) failed: %s", os.strerror(ctypes_errno()))
+        return
+    # nothing mounted here propagates back to the root mount namespace
+    libc.mount(b"none", b"/", None, _MS_REC | _MS_SLAVE, None)
+    libc.umount2(b"/sys", _MNT_DETACH)
+    if libc.mount(b"sysfs", b"/sys", b"sysfs", 0, None) != 0:
+        _log.debug("mounting /sys failed: %s", os.strerror(ctypes_errno()))
+
+
+def ctypes_errno() -> int:
+    """The C library's errno of the last call made through ctypes with use_errno."""
+    import ctypes
+
+    return ctypes.get_errno()

@@ -175,9 +175,10 @@ class ProcessGroup:
         self._workers: dict[int, _Worker] = {}
         placement = None if netns is None else as_placement(netns)
         if placement is not None and not self.backend.advertises:
+            able = [k.value for k in BackendKind if k.advertises]
             raise ExecutionError(
-                f"network namespaces (netns=...) are supported for the gloo and tcp "
-                f"backends, not {self.backend.value!r}")
+                f"network namespaces (netns=...) are supported for the backends that talk "
+                f"over a host's network ({', '.join(able)}), not {self.backend.value!r}")
         self.placement = placement
         # One connection per worker; room for as many again (a restarted channel).
         self.rendezvous = TcpRendezvousServer(

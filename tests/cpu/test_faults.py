@@ -3,6 +3,8 @@ and cleanup (no worker process or actor survives its runtime)."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import os
 import signal
 import subprocess
@@ -21,6 +23,9 @@ from reshard.runtime import Runtime
 from ._helpers import check_shards, pid_alive, wait_gone
 
 pytestmark = pytest.mark.cpu
+
+NEEDS_NIXL = pytest.mark.skipif(importlib.util.find_spec("nixl") is None,
+                                reason="the nixl extra is not installed")
 
 CLUSTER = Cluster.regular(2, 2)  # four workers
 SRC = Layout(DeviceMesh((2,), [0, 1]), "S0R")
@@ -74,7 +79,7 @@ def launcher(request):
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("backend", ["gloo", "tcp"])
+@pytest.mark.parametrize("backend", ["gloo", "tcp", pytest.param("nixl", marks=NEEDS_NIXL)])
 def test_worker_killed_mid_plan(launcher, backend):
     timeout = 20.0
     rt = Runtime(backend, CLUSTER, launcher, timeout=timeout)
@@ -98,7 +103,7 @@ def test_worker_killed_mid_plan(launcher, backend):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("backend", ["gloo", "tcp"])
+@pytest.mark.parametrize("backend", ["gloo", "tcp", pytest.param("nixl", marks=NEEDS_NIXL)])
 def test_stuck_worker_times_out(backend):
     timeout = 4.0
     rt = Runtime(backend, CLUSTER, "process", timeout=timeout)

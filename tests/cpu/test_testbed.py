@@ -5,6 +5,8 @@ about bytes / rate."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import os
 import re
 import signal
@@ -250,7 +252,8 @@ def test_cleanup_stale_after_sigkill():
 
 @netns
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("backend", ["gloo", "tcp"])
+@pytest.mark.parametrize("backend", ["gloo", "tcp", pytest.param("nixl", marks=pytest.mark.skipif(
+    importlib.util.find_spec("nixl") is None, reason="the nixl extra is not installed"))])
 def test_workers_in_namespaces(backend):
     """Paper case 1 on (2, 2) meshes, exact for every strategy, on workers inside the
     hosts' namespaces; then one device-to-device transfer across two limited NICs."""

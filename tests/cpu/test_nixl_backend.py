@@ -1,0 +1,121 @@
+"""The nixl backend's own behaviour (the operations it shares with tcp run in
+test_tcp_backend.py): WRITEs land only in the destination places (guard bytes around
+every box stay), each array is registered once however often it moves, and the faults
+name the device: a silent peer, metadata published for a device by another agent, a
+notification from an agent outside the run, a receive of another size. Ranks on threads
+of this process."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from reshard.comm.backends.nixl import NixlBackend, agent_prefix, available
+from reshard.errors import ExecutionError
+
+from .test_tcp_backend import WORLD, _ok, _ranks
+
+pytestmark = [pytest.mark.cpu,
+              pytest.mark.skipif(available() is not None,
+                                 reason="the nixl extra is not installed")]
+
+
+@pytest.mark.timeout(120)
+def test_writes_touch_only_the_boxes_and_register_each_array_once():
+    """Device 0 sends eight boxes, gathered from rows of one array, to device 5, which
+    scatters them into eight places of one array with guard bytes between them; ten
+    rounds. Every guard byte stays, and each side registered its array once."""
+    rows, cols = 8, 1000
+
+    def body(b: NixlBackend) -> Any:
+        b.use_piece(4096)
+        d = b.device
+        if d == 0:
+            src = np.arange(rows * cols, dtype=np.int32).reshape(rows, cols)
+            for _ in range(10):
+                b.send([src[r] for r in range(rows)], 5, tag=3)
+            return b.registrations.registered
+        if d == 5:
+            dst = np.full((rows, cols + 16), -7, np.int32)  # 16 guard ints per row
+            for _ in range(10):
+                b.recv([dst[r, 8:8 + cols] for r in range(rows)], 0, tag=3)
+            return dst, b.registrations.registered
+        return None
+
+    got = _ok(_ranks(body, plane="nixl"))
+    dst, registered = got[5]
+    want = np.arange(rows * cols, dtype=np.int32).reshape(rows, cols)
+    assert dst[:, 8:8 + cols].tobytes() == want.tobytes()
+    assert (dst[:, :8] == -7).all() and (dst[:, 8 + cols:] == -7).all()
+    assert registered == 1 and got[0] == 1  # the arrays themselves, once each
+
+
+@pytest.mark.timeout(60)
+def test_a_silent_peer_times_out_naming_it():
+    def body(b: NixlBackend) -> Any:
+        if b.device == 0:
+            time.sleep(2.5)  # never sends what 3 waits for
+            return None
+        if b.device == 3:
+            t0 = time.monotonic()
+            with pytest.raises(ExecutionError, match=r"no progress waiting for bytes from "
+                                                     r"device\(s\) \[0\] within 1s"):
+                b.recv(np.zeros(8, np.uint8), 0, tag=1)
+            return time.monotonic() - t0
+        return None
+
+    got = _ok(_ranks(body, timeout=1.0, plane="nixl"))
+    assert got[3] < 5
+
+
+@pytest.mark.timeout(60)
+def test_a_receive_of_another_size_is_refused_naming_both():
+    def body(b: NixlBackend) -> Any:
+        if b.device == 0:
+            with pytest.raises(ExecutionError, match=r"device 3 receives 50 bytes .* "
+                                                     r"where this rank sends 100"):
+                b.send(np.zeros(100, np.uint8), 3, tag=2)
+            with pytest.raises(ExecutionError, match="failed earlier"):
+                b.send(np.zeros(1, np.uint8), 3)  # the channel is refused from then on
+        if b.device == 3:
+            with pytest.raises(ExecutionError, match=r"waiting for bytes from device\(s\) \[0\]"):
+                b.recv(np.zeros(50, np.uint8), 0, tag=2)
+        return None
+
+    _ok(_ranks(body, timeout=3.0, plane="nixl"))
+
+
+@pytest.mark.timeout(60)
+def test_metadata_and_notifications_of_other_agents_are_refused():
+    """An impostor agent publishes its metadata as device 3's: device 0 refuses it,
+    naming the device and the agent. Another impostor, outside the run, notifies
+    device 5: refused, naming that agent."""
+    from nixl._api import nixl_agent, nixl_agent_config
+
+    from reshard.comm.rendezvous import TcpRendezvousServer
+
+    server = TcpRendezvousServer()
+    config = nixl_agent_config(enable_prog_thread=True, backends=["UCX"])
+    impostor = nixl_agent("someone-else", config)
+    outsider = nixl_agent(agent_prefix(9) + "000000000000", config)
+    try:
+        server.address.connect(10).set("nixl/3", bytes(impostor.get_agent_metadata()))
+        zero = NixlBackend(0, WORLD, server.address.connect(10), 2.0)
+        five = NixlBackend(5, WORLD, server.address.connect(10), 2.0)
+        try:
+            with pytest.raises(ExecutionError, match=r"device 0: nixl metadata published for "
+                                                     r"device 3 names agent 'someone-else'"):
+                zero.send(np.zeros(4, np.uint8), 3)
+            outsider.add_remote_agent(server.address.connect(10).get("nixl/5", 5.0))
+            outsider.send_notif(five._shared.name, b"R" + bytes(64))
+            with pytest.raises(ExecutionError, match=r"notification from agent "
+                                                     r"'reshard-9-0+', which is no device's"):
+                five.recv(np.zeros(4, np.uint8), 0)
+        finally:
+            zero.close()
+            five.close()
+    finally:
+        server.close()
