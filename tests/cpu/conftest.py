@@ -25,11 +25,15 @@ def ray_session():
             ray.shutdown()
 
 
-@pytest.fixture(scope="module", params=["gloo", "tcp"])
+@pytest.fixture(scope="module", params=["gloo", "tcp", "nixl"])
 def rt(request):
-    """Eight workers of each CPU data plane, ``gloo`` and ``tcp`` (process launcher),
-    on the four hosts of :data:`tests.cpu._helpers.WORLD`, shared by a module's tests."""
+    """Eight workers of each CPU data plane, ``gloo``, ``tcp`` and ``nixl`` (process
+    launcher), on the four hosts of :data:`tests.cpu._helpers.WORLD`, shared by a
+    module's tests (nixl's skipped where its extra is not installed)."""
     from reshard.runtime import Runtime
+
+    if request.param == "nixl":
+        pytest.importorskip("nixl", reason="the nixl extra is not installed")
 
     from ._helpers import WORLD
 
