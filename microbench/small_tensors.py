@@ -46,7 +46,7 @@ from reshard.planner.plan import plan_many
 
 SPECS = (("S0R", "RS0"), ("RS0", "S0R"), ("RR", "S0S1"), ("S0S1", "RR"), ("S01R", "RS01"))
 DTYPES = ("float32", "bfloat16", "int8")
-CPU_PLANES = ("gloo", "tcp")
+CPU_PLANES = ("gloo", "tcp", "nixl")
 """The backends ``--backend`` runs it on (worker processes on CPU)."""
 
 

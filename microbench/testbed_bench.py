@@ -181,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     flags.add_iterations(ap, iters=3, warmup=1)
     flags.add_check(ap)
     flags.add_cluster(ap, devices_per_host=2, presets=False)
-    flags.add_runtime(ap, timeout=120.0, backends=("gloo", "tcp"), launchers=("process", "ray"))
+    flags.add_runtime(ap, timeout=120.0, backends=("gloo", "tcp", "nixl"),
+                      launchers=("process", "ray"))
     flags.add_output(ap)
     g = ap.add_argument_group("testbed")
     g.add_argument("--gbit", type=flags.positive_float, default=0.3, action=flags.Given,

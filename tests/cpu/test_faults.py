@@ -4,7 +4,6 @@ and cleanup (no worker process or actor survives its runtime)."""
 from __future__ import annotations
 
 import importlib.util
-
 import os
 import signal
 import subprocess

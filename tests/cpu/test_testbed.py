@@ -6,7 +6,6 @@ about bytes / rate."""
 from __future__ import annotations
 
 import importlib.util
-
 import os
 import re
 import signal

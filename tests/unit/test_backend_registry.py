@@ -32,7 +32,7 @@ def test_every_list_of_backends_is_the_registry():
         assert ("process" not in e.launchers) or "reshard.comm.launchers.worker_loop" in e.preload
         assert backend_problem(e.name) == e.problem()
     assert backend_problem("no-such-backend") is None
-    assert {e.name for e in reg.entries if e.advertises} == {"gloo", "tcp"}
+    assert {e.name for e in reg.entries if e.advertises} == {"gloo", "tcp", "nixl"}
 
 
 def _mine(device: int, fabric: LocalFabric) -> LocalBackend:
