@@ -42,6 +42,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import logging
+import os
 import struct
 import threading
 import time
@@ -135,6 +137,8 @@ class _Agent:
                  timeout: float) -> None:
         from nixl._api import nixl_agent, nixl_agent_config
 
+        if not os.environ.get("NIXL_LOG_LEVEL"):  # a line per agent made is NIXL's INFO
+            logging.getLogger("nixl").setLevel(logging.WARNING)
         self.name = agent_prefix(device) + uuid.uuid4().hex[:12]
         self.world = world
         self.rendezvous = rendezvous
