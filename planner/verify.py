@@ -47,11 +47,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from reshard.dtypes import Cast, ScaleMode, parse_dtype
 from reshard.errors import PlanError, ReshardError
 from reshard.layout import Box, Layout, box_size, box_within
+from reshard.planner.coverage import covered, find_overlap, overlap, tiles
 from reshard.planner.request import make_tensor_spec
 from reshard.planner.scales import expected_scales
 from reshard.planner.tasks import (
@@ -67,107 +66,6 @@ from reshard.planner.tasks import (
 
 if TYPE_CHECKING:
     from reshard.planner.ir import ReshardPlan
-
-
-def _overlap(a: Box, b: Box) -> int:
-    """Elements two boxes share."""
-    n = 1
-    for (lo1, hi1), (lo2, hi2) in zip(a, b):
-        n *= max(0, min(hi1, hi2) - max(lo1, lo2))
-        if not n:
-            return 0
-    return n
-
-
-def _covered(box: Box, boxes: list[Box], exact: set[Box]) -> bool:
-    """True if disjoint ``boxes`` cover ``box`` (``exact``: the same boxes as a set)."""
-    if box in exact:
-        return True
-    need = box_size(box)
-    return sum(_overlap(box, b) for b in boxes) >= need
-
-
-def corner_measure(boxes: list[Box], ndim: int) -> dict[tuple[int, ...], int]:
-    """The signed corners of a list of boxes: each box adds ``(-1)**k`` at each of its
-    ``2**ndim`` corners, ``k`` the number of its upper bounds the corner takes (the
-    boxes' indicator functions, summed, differenced along every dim). Differencing is
-    invertible (prefix sums undo it), so two lists of boxes cover every element the same
-    number of times exactly when their measures are equal: a list tiles a box exactly
-    once when its measure is the box's own. O(boxes * 2**ndim log), never quadratic."""
-    boxes = [b for b in boxes if box_size(b)]
-    if not boxes:
-        return {}
-    if ndim == 0:
-        return {(): len(boxes)}
-    arr = np.asarray(boxes, dtype=np.int64).reshape(len(boxes), ndim, 2)
-    masks = np.arange(1 << ndim)
-    upper = (masks[:, None] >> np.arange(ndim)[None, :]) & 1  # (corners, ndim): 1 = hi
-    coords = np.where(upper[None, :, :] == 1, arr[:, None, :, 1], arr[:, None, :, 0])
-    signs = np.where(upper.sum(axis=1) % 2 == 1, -1, 1)
-    flat = coords.reshape(-1, ndim)
-    corners, inverse = np.unique(flat, axis=0, return_inverse=True)
-    total = np.bincount(inverse.reshape(-1), weights=np.tile(signs, len(boxes)),
-                        minlength=len(corners))
-    keep = np.flatnonzero(total)
-    return {tuple(corners[k].tolist()): int(total[k]) for k in keep}
-
-
-SMALL_TILING = 8
-"""Lists of at most this many boxes are checked pair by pair (cheaper than numpy's
-set-up for the few boxes most devices receive)."""
-
-
-def _tiles(boxes: list[Box], box: Box, ndim: int) -> bool:
-    """True if ``boxes`` cover every element of ``box`` exactly once and nothing else."""
-    boxes = [b for b in boxes if box_size(b)]
-    if _slabs(boxes, box):
-        return True
-    if len(boxes) <= SMALL_TILING:
-        return (all(box_within(b, box) for b in boxes)
-                and not any(_overlap(a, b) for k, a in enumerate(boxes) for b in boxes[:k])
-                and sum(map(box_size, boxes)) == box_size(box))
-    return corner_measure(boxes, ndim) == corner_measure([box], ndim)
-
-
-def _slabs(boxes: list[Box], box: Box) -> bool:
-    """True if ``boxes`` cut ``box`` into slabs along one dim, end to end (what most
-    shards receive; False: not of that form, which proves nothing). Sorting the slabs'
-    spans is cheaper than comparing every pair."""
-    for k, span in enumerate(box):
-        rest = box[:k] + box[k + 1:]
-        if all(b[:k] + b[k + 1:] == rest for b in boxes):
-            at = span[0]
-            for lo, hi in sorted(b[k] for b in boxes):
-                if lo != at:
-                    return False
-                at = hi
-            return at == span[1]
-    return False
-
-
-def _find_overlap(boxes: list[Box], budget: int = 4_000_000) -> tuple[Box, Box] | None:
-    """Two boxes of the list that share an element, found by a sweep along the dim
-    whose starts separate the boxes most; None if none does, or if ``budget`` box
-    comparisons did not find one (only called to name a pair a cheaper test already
-    proved to exist)."""
-    boxes = [b for b in boxes if box_size(b)]
-    if len(boxes) < 2:
-        return None
-    dim = max(range(len(boxes[0])), key=lambda k: len({b[k][0] for b in boxes}), default=0)
-    order = sorted(boxes, key=lambda b: b[dim] if b else ())
-    active: list[Box] = []
-    spent = 0
-    for box in order:
-        lo = box[dim][0] if box else 0
-        active = [a for a in active if not box or a[dim][1] > lo]
-        for a in active:
-            spent += 1
-            if _overlap(a, box):
-                return a, box
-        if spent > budget:
-            return None
-        active.append(box)
-    return None
 
 
 class _Replay:
@@ -227,7 +125,7 @@ class _Replay:
             return f"device {device}'s source shard {_fmt(have)} does not hold the box"
         if self.group_of[i] and box_size(box):
             done = self.reduced.get((i, device), [])
-            if not _covered(box, done, set(done)):
+            if not covered(box, done, set(done)):
                 return (f"the source is a partial sum and device {device} has not reduced "
                         f"the box in an earlier step (it holds one addend)")
         return None
@@ -238,7 +136,7 @@ class _Replay:
         if have is None or not box_within(box, have):
             return f"device {device}'s destination shard does not hold the box"
         key = (i, device)
-        if box_size(box) and not _covered(box, self.received.get(key, []),
+        if box_size(box) and not covered(box, self.received.get(key, []),
                                           self.received_set.get(key, set())):
             return (f"device {device} relays the box before it received all of it in an "
                     f"earlier step")
@@ -275,8 +173,8 @@ class _Replay:
             have = self.src[i][d]
             if not box_within(task.box, have):
                 return f"device {d}'s source shard {_fmt(have)} does not hold the box"
-            if any(_overlap(task.box, b) for b in self.reduced.get((i, d), [])) or any(
-                    key == (i, d) and _overlap(task.box, b) for key, b in self._new_reduced):
+            if any(overlap(task.box, b) for b in self.reduced.get((i, d), [])) or any(
+                    key == (i, d) and overlap(task.box, b) for key, b in self._new_reduced):
                 return f"device {d} already holds a reduced sum of part of the box"
         if not box_size(task.box):
             return None
@@ -300,10 +198,10 @@ class _Replay:
                 if d not in self.leaders[i]:
                     continue
                 got = self.received.get((i, d), [])
-                if _tiles(got, have, len(t.shape)):
+                if tiles(got, have, len(t.shape)):
                     continue  # every element of the shard exactly once
                 missing = box_size(have) - sum(box_size(b) for b in got)
-                pair = _find_overlap(got)
+                pair = find_overlap(got)
                 if pair is not None or missing <= 0:
                     which = (f"boxes {_fmt(pair[0])} and {_fmt(pair[1])} overlap" if pair
                              else "two of its boxes overlap")

@@ -105,12 +105,15 @@ def as_placement(netns: Placement | Any) -> NetnsPlacement:
     return placement
 
 
-def enter_netns(name: str) -> None:
+def enter_netns(name: str, *, sysfs: bool = False) -> None:
     """Move the calling thread into the network namespace ``name`` (``setns``).
 
     Only the calling thread moves; sockets it opens afterwards belong to that
     namespace. A worker calls it before any other thread exists, so the whole
     process (and every thread it starts later) lives there. Needs CAP_SYS_ADMIN.
+    ``sysfs``: also give the process a /sys of that namespace (:func:`_own_sysfs`;
+    only for a process that moves for good, never a thread that moves back: the
+    mount namespace is the whole process's and stays).
 
     Raises:
         ExecutionError: the name is not a plain name, the namespace does not exist,
@@ -132,7 +135,8 @@ def enter_netns(name: str) -> None:
             raise ExecutionError(f"setns({path}, CLONE_NEWNET) failed: {os.strerror(err)}")
     finally:
         os.close(fd)
-    _own_sysfs(libc)
+    if sysfs:
+        _own_sysfs(libc)
 
 
 def _own_sysfs(libc: Any) -> None:

@@ -84,7 +84,7 @@ def worker_main(spec: WorkerSpec, commands: Connection, results: Connection,
         # child has no other thread yet; an exec'd worker may have numpy's OpenBLAS pool
         # (started by unpickling its arguments), which stays behind but opens no sockets.
         try:
-            enter_netns(netns)
+            enter_netns(netns, sysfs=True)
         except BaseException as e:  # noqa: BLE001 - reported to the driver
             results.send(("failed", portable_error(e, spec.device), traceback.format_exc()))
             results.close()

@@ -139,7 +139,7 @@ def _ray_reading_env() -> Any:
 def exec_in_netns() -> None:
     """``python -c _ENTRY NETNS PROGRAM ARG...``: enter the namespace, then exec."""
     netns, *argv = sys.argv[1:]
-    enter_netns(netns)  # a fresh interpreter has one thread: the whole process moves
+    enter_netns(netns, sysfs=True)  # a fresh interpreter has one thread: it all moves
     os.execv(argv[0], argv)
 
 

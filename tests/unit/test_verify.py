@@ -482,7 +482,7 @@ def test_tiling_check_matches_brute_force(data):
     """The verifier's exactly-once test of a destination shard (slabs along one dim,
     its fast path, and the general tests) against counting elements: slabs end to end,
     with a gap, overlapping, duplicated, sticking out, or not slabs at all."""
-    from reshard.planner.verify import _tiles
+    from reshard.planner.coverage import tiles as _tiles
 
     ndim = data.draw(st.integers(1, 3))
     box = tuple((lo, lo + data.draw(st.integers(1, 6)))
