@@ -42,11 +42,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, cast
-
-import numpy as np
 
 from reshard.bits import assign
 from reshard.casting import convert_into, quantize_into
@@ -62,88 +59,12 @@ from reshard.comm.packing import (
     unpack,
 )
 from reshard.comm.pitched import copy_into
+from reshard.comm.step_ops import MessageSink, Op, flat_bytes
 from reshard.comm.steps import LoadedProgram, MessagePiece, StepTask
 from reshard.dtypes import ScaleMode, block_shape, parse_dtype
 from reshard.layout import Box, box_size
 from reshard.planner.ir import Buffer, Task, TaskKind
 from reshard.planner.staging import buffer_dtype
-
-
-@dataclass(slots=True)
-class _Op:
-    """A task of the running step on this device, with its buffers (or a coalesced
-    message, under its first task).
-
-    Attributes:
-        st: the task.
-        buf: SEND / BROADCAST: the packed data (root) or the receive target; REDUCE:
-            this device's addend (the sum, at the root); ALLGATHER: this device's piece.
-            A coalesced message: its scratch region, or (a backend that gathers) the
-            list of its parts.
-        rows: ALLGATHER: the gathered rows, one per member.
-        sent: bytes this device sends.
-        sink: a SEND / BROADCAST receiver's box received into scratch, unpacked piece
-            by piece as the backend reports them landed (backends that do); of a
-            coalesced message, its payloads unpacked each as it lands.
-        unpacks: a coalesced message's payloads to unpack (after the step: what its
-            sink has not).
-    """
-
-    st: StepTask
-    buf: Any
-    rows: Any = None
-    sent: int = 0
-    sink: Unpacker | _MessageSink | None = None
-    unpacks: _MessageSink | None = None
-
-    @property
-    def task(self) -> Task:
-        """The task."""
-        return self.st.task
-
-
-class _MessageSink:
-    """A receiver's coalesced message: each payload received into scratch is unpacked
-    into its destination as soon as the bytes landed so far cover it (the payloads lie
-    back to back from the message's start), so unpacking one overlaps the arrival of
-    the rest instead of following the whole step.
-
-    Args:
-        dst: tensor -> this device's destination shard.
-        pieces: the payloads to unpack, in message order, each with its destination
-            shard's bytes where it is copied run by run (else None).
-    """
-
-    __slots__ = ("done", "dst", "pieces")
-
-    def __init__(self, dst: dict[int, Any], pieces: list[tuple[MessagePiece, Any]]) -> None:
-        self.dst, self.pieces = dst, pieces
-        self.done = 0
-
-    def upto(self, nbytes: int) -> None:
-        """Unpack every payload the message's first ``nbytes`` hold (a strided box of a
-        C-contiguous shard, whose bytes come along, run by run)."""
-        pieces, dst, k = self.pieces, self.dst, self.done
-        while k < len(pieces) and pieces[k][0].end <= nbytes:
-            p, whole = pieces[k]
-            if whole is None:
-                copy_into(dst[p.tensor][p.slices], p.shaped)
-            else:
-                p.runs_in(whole)[...] = p.packed_rows
-            k += 1
-        self.done = k
-
-    def finish(self) -> None:
-        """Unpack what is left."""
-        self.upto(1 << 62)
-
-
-def _flat_bytes(shard: Any) -> Any:
-    """A C-contiguous numpy shard's memory as flat bytes (a memoryview), else None."""
-    if isinstance(shard, np.ndarray) and shard.flags.c_contiguous:
-        return memoryview(shard.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
-    return None
-
 
 Blame = Callable[..., AbstractContextManager[None]]
 """``blame(*step_tasks, step=False)``: a context that turns errors of its body into
@@ -241,15 +162,15 @@ class Execution:
         device. A backend that batches a group (NCCL) launches them all at its end.
         Returns the bytes sent."""
         self.own_sources(step)
-        ops: list[_Op] = []
-        later: list[_Op] = []
+        ops: list[Op] = []
+        later: list[Op] = []
         backend = self.backend
         opened = False
         for st in step:
             if st.follows:  # travels in its message, which its first task issues
                 continue
             with blame(st):
-                op: _Op | None = self.prepare_message(st, step) if st.message else \
+                op: Op | None = self.prepare_message(st, step) if st.message else \
                     _PREPARE[st.task.kind](self, st)
             if op is None:
                 continue
@@ -298,11 +219,11 @@ class Execution:
         got = None
         if not self.converts(i):
             shard = self.source(i)
-            got = (shard, _flat_bytes(shard))
+            got = (shard, flat_bytes(shard))
         self._held[i] = got
         return got
 
-    def prepare_message(self, st: StepTask, step: Sequence[StepTask]) -> _Op:
+    def prepare_message(self, st: StepTask, step: Sequence[StepTask]) -> Op:
         """A coalesced message (whose tasks never sum addends), as one operation of its
         first task: the root copies each payload from its shard into the message's
         scratch region, a receiver receives there and unpacks each payload as it lands
@@ -356,7 +277,7 @@ class Execution:
                 if receives:
                     whole = into.get(p.tensor, False)
                     if whole is False:
-                        whole = into[p.tensor] = _flat_bytes(dst[p.tensor])
+                        whole = into[p.tensor] = flat_bytes(dst[p.tensor])
                     if gathers and p.span and whole is not None:
                         if run >= 0:
                             parts.append(region[run:p.start])
@@ -367,7 +288,7 @@ class Execution:
                 if run < 0:
                     run = p.start
             if unpack:
-                sink = _MessageSink(dst, unpack)
+                sink = MessageSink(dst, unpack)
             sent = 0
         if run == 0:
             buf = region
@@ -375,7 +296,7 @@ class Execution:
             if run > 0:
                 parts.append(region[run:total])
             buf = parts
-        return _Op(st, buf, sent=sent, sink=sink if self._lands else None, unpacks=sink)
+        return Op(st, buf, sent=sent, sink=sink if self._lands else None, unpacks=sink)
 
     def own_sources(self, step: Sequence[StepTask]) -> None:
         """Before a step: a REDUCE root (or a broadcast's that sums addends) sums into
@@ -412,7 +333,7 @@ class Execution:
         return self.lp.region(st.offset, n, buffer_dtype(self.tensors[st.task.tensor], st.task))
 
     # ----- prepare: copies done, buffers ready (None: nothing to issue) -----------------
-    def prepare_copy(self, st: StepTask) -> _Op | None:
+    def prepare_copy(self, st: StepTask) -> Op | None:
         """COPY: done here (converted as the wire would); nothing to issue."""
         t, lp = st.task, self.lp
         i = t.tensor
@@ -424,7 +345,7 @@ class Execution:
             copy_into(into, values)
         return None
 
-    def prepare_transfer(self, st: StepTask) -> _Op | None:
+    def prepare_transfer(self, st: StepTask) -> Op | None:
         """SEND and BROADCAST: the root packs its box (of a sum: its private copy, which
         the backend sums into); an addend copies its own into scratch (summed into on
         the way); a receiver picks its target."""
@@ -432,29 +353,29 @@ class Execution:
         i, n = t.tensor, box_size(t.box)
         if self.device in t.addends:
             buf = self._addend(st)
-            return _Op(st, buf, sent=n * buf.itemsize)
+            return Op(st, buf, sent=n * buf.itemsize)
         if t.root == self.device:
             if t.source is Buffer.SRC:
                 buf = self.pack_source(st, self.source(i), lp.src_box[i], n)
             else:  # a relay of what this device received in an earlier step
                 buf = pack(self.dst[i], t.box, lp.dst_box[i], self._scratch(st, n))
-            return _Op(st, buf, sent=n * buf.itemsize)
+            return Op(st, buf, sent=n * buf.itemsize)
         if self.device in t.through:  # a relay: scratch in, passed on, kept nowhere
-            return _Op(st, self._scratch(st, n))
+            return Op(st, self._scratch(st, n))
         buf = recv_target(self.dst[i], t.box, lp.dst_box[i], self._scratch(st, n))
-        op = _Op(st, buf)
+        op = Op(st, buf)
         if self.caps.lands_pieces and \
                 not is_contiguous(region(self.dst[i], t.box, lp.dst_box[i])):
             op.sink = Unpacker(self.dst[i], t.box, lp.dst_box[i], buf)  # into scratch
         return op
 
-    def prepare_reduce(self, st: StepTask) -> _Op | None:
+    def prepare_reduce(self, st: StepTask) -> Op | None:
         """Every member's addend into its scratch region (reduced in place)."""
         t = st.task
         buf = self._addend(st)
-        return _Op(st, buf, sent=0 if t.root == self.device else box_size(t.box) * buf.itemsize)
+        return Op(st, buf, sent=0 if t.root == self.device else box_size(t.box) * buf.itemsize)
 
-    def prepare_gather(self, st: StepTask) -> _Op | None:
+    def prepare_gather(self, st: StepTask) -> Op | None:
         """This device's piece into its input row; the rows behind it."""
         t = st.task
         k, m = len(t.group), max(box_size(p) for p in t.pieces)
@@ -464,9 +385,9 @@ class Execution:
         pn = box_size(mine)
         if pn:
             inp[:pn] = region(self.dst[t.tensor], mine, self.lp.dst_box[t.tensor]).reshape(-1)
-        return _Op(st, inp, rows, sent=pn * inp.itemsize * (k - 1))
+        return Op(st, inp, rows, sent=pn * inp.itemsize * (k - 1))
 
-    def prepare_allreduce(self, st: StepTask) -> _Op | None:
+    def prepare_allreduce(self, st: StepTask) -> Op | None:
         """ALLREDUCE: this member's addend, summed in place: in its destination shard
         where the sum lands there and needs no conversion (a contiguous box), else in
         its scratch region. A backend without an all-reduce runs the second of its
@@ -478,23 +399,23 @@ class Execution:
         pt = self.tensors[i]
         if t.root == self.device:
             buf = pack(self.src[i], t.box, lp.src_box[i], self._scratch(st, n))
-            return _Op(st, buf, sent=buf.nbytes)
+            return Op(st, buf, sent=buf.nbytes)
         if t.root >= 0:
-            return _Op(st, self._scratch(st, n))
+            return Op(st, self._scratch(st, n))
         k = len(t.receivers)
         if self.lp.delivers(t) and (pt.sum_dtype or pt.dtype) == pt.out_dtype:
             into = region(self.dst[i], t.box, lp.dst_box[i])
             if is_contiguous(into):
                 assign(into, pt.out_dtype, region(self.source(i), t.box, lp.src_box[i]),
                        self.held_dtype(i))
-                op = _Op(st, into.reshape(-1), sent=2 * (k - 1) * into.nbytes // k)
+                op = Op(st, into.reshape(-1), sent=2 * (k - 1) * into.nbytes // k)
                 op.rows = into  # in place: nothing to unpack
                 return op
         buf = self._addend(st)
-        return _Op(st, buf, sent=2 * (k - 1) * buf.nbytes // k)
+        return Op(st, buf, sent=2 * (k - 1) * buf.nbytes // k)
 
     # ----- issue: inside the step's group, tagged with the task's index ----------------
-    def issue_send(self, op: _Op) -> None:
+    def issue_send(self, op: Op) -> None:
         """SEND: the root sends, the receiver receives."""
         t = op.task
         if t.root == self.device:
@@ -504,7 +425,7 @@ class Execution:
         self.backend.recv(op.buf, t.root, tag=op.st.index,
                           landed=None if op.sink is None else op.sink.upto)
 
-    def issue_broadcast(self, op: _Op) -> None:
+    def issue_broadcast(self, op: Op) -> None:
         """BROADCAST: the receivers in chain order, and a tree's parents (for backends
         that pipeline a chain or tree)."""
         t = op.task
@@ -515,12 +436,12 @@ class Execution:
                                addend_parents=t.addend_parents or None,
                                landed=None if op.sink is None else op.sink.upto)
 
-    def issue_reduce(self, op: _Op) -> None:
+    def issue_reduce(self, op: Op) -> None:
         """REDUCE: summed (an amax: maxed) into the root's buffer."""
         t = op.task
         self.backend.reduce(op.buf, t.root, t.group, op=self.tensors[t.tensor].reduce_op)
 
-    def issue_allreduce(self, op: _Op) -> None:
+    def issue_allreduce(self, op: Op) -> None:
         """ALLREDUCE: summed (an amax: maxed) into every member's buffer; without the
         backend's all-reduce, the sum broadcast from the first member."""
         t = op.task
@@ -531,12 +452,12 @@ class Execution:
             self.backend.broadcast(op.buf, t.root, t.group, chain=t.receivers,
                                    tag=op.st.index)
 
-    def issue_gather(self, op: _Op) -> None:
+    def issue_gather(self, op: Op) -> None:
         """ALLGATHER: every member's piece into every member's rows."""
         self.backend.all_gather(op.rows, op.buf, op.task.group)
 
     # ----- unpack: after the group completed ----------------------------------------
-    def unpack_received(self, op: _Op) -> None:
+    def unpack_received(self, op: Op) -> None:
         """SEND and BROADCAST: a receiver's box into its destination shard; the root of
         a sum keeps the sum in its private source copy."""
         t = op.task
@@ -547,13 +468,13 @@ class Execution:
         elif self._receives(t):
             unpack(self.dst[t.tensor], t.box, self.lp.dst_box[t.tensor], op.buf)
 
-    def unpack_reduced(self, op: _Op) -> None:
+    def unpack_reduced(self, op: Op) -> None:
         """The root's sum into its (private) source shard."""
         t = op.task
         if t.root == self.device:
             unpack(self.src[t.tensor], t.box, self.lp.src_box[t.tensor], op.buf)
 
-    def unpack_allreduced(self, op: _Op) -> None:
+    def unpack_allreduced(self, op: Op) -> None:
         """Every member's sum into its destination shard where it lands there (converted
         to the destination dtype), else into its private source copy (the broadcast's
         root of a backend without an all-reduce has it there already)."""
@@ -570,7 +491,7 @@ class Execution:
         elif t.root != self.device:
             unpack(self.src[i], t.box, self.lp.src_box[i], op.buf)
 
-    def unpack_gathered(self, op: _Op) -> None:
+    def unpack_gathered(self, op: Op) -> None:
         """The other members' pieces into the destination shard."""
         t = op.task
         piece_of = dict(zip(t.receivers, t.pieces))
@@ -580,7 +501,7 @@ class Execution:
                 unpack(self.dst[t.tensor], piece, self.lp.dst_box[t.tensor], op.rows[row])
 
 
-_PREPARE: Mapping[TaskKind, Callable[[Execution, StepTask], _Op | None]] = MappingProxyType({
+_PREPARE: Mapping[TaskKind, Callable[[Execution, StepTask], Op | None]] = MappingProxyType({
     TaskKind.COPY: Execution.prepare_copy,
     TaskKind.SEND: Execution.prepare_transfer,
     TaskKind.BROADCAST: Execution.prepare_transfer,
@@ -590,7 +511,7 @@ _PREPARE: Mapping[TaskKind, Callable[[Execution, StepTask], _Op | None]] = Mappi
 })
 """Phase 1 per task kind: do a copy, or make the task's buffers ready."""
 
-_ISSUE: Mapping[TaskKind, Callable[[Execution, _Op], None]] = MappingProxyType({
+_ISSUE: Mapping[TaskKind, Callable[[Execution, Op], None]] = MappingProxyType({
     TaskKind.SEND: Execution.issue_send,
     TaskKind.BROADCAST: Execution.issue_broadcast,
     TaskKind.REDUCE: Execution.issue_reduce,
@@ -599,7 +520,7 @@ _ISSUE: Mapping[TaskKind, Callable[[Execution, _Op], None]] = MappingProxyType({
 })
 """Phase 2 per task kind: start the task's operation inside the step's group."""
 
-_UNPACK: Mapping[TaskKind, Callable[[Execution, _Op], None]] = MappingProxyType({
+_UNPACK: Mapping[TaskKind, Callable[[Execution, Op], None]] = MappingProxyType({
     TaskKind.SEND: Execution.unpack_received,
     TaskKind.BROADCAST: Execution.unpack_received,
     TaskKind.REDUCE: Execution.unpack_reduced,

@@ -20,9 +20,9 @@ from reshard.cluster import Cluster
 from reshard.comm.calls import Drop, Execute, Get, LoadPlan, Put, UnloadPlan, WorkerCall
 from reshard.comm.launchers.netns import Placement
 from reshard.comm.program import WorkerProgram, programs
-from reshard.darray import DArray
+from reshard.darray import DArray, as_array, typed_shard
 from reshard.diagnosis import DEATH_NOTICE, REPORT_GRACE, collect_reports, deaths, describe_failure
-from reshard.dtypes import accumulate, parse_dtype, storage
+from reshard.dtypes import accumulate, parse_dtype
 from reshard.errors import ExecutionError, ReshardError, ShapeError
 from reshard.layout import Layout, check_shape
 from reshard.planner.ir import ReshardPlan
@@ -308,7 +308,7 @@ class Runtime:
         the value and the other addends are zeros. ``timeout``: this call's (seconds a
         worker may make no progress; default the Runtime's), as for :meth:`execute`.
         """
-        arr = _as_array(array)
+        arr = as_array(array)
         dt = parse_dtype(arr.dtype)
         if not isinstance(layout, Layout):
             raise ReshardError(f"layout must be a reshard.Layout, got {type(layout).__name__}")
@@ -338,7 +338,7 @@ class Runtime:
         arrays = {}
         for d, box in boxes.items():
             want = tuple(b - a for a, b in box)
-            got = _as_array(shards[d])
+            got = as_array(shards[d])
             if got.shape != want or got.dtype != dt:
                 raise ShapeError(
                     f"shard of device {d} has shape {got.shape} and dtype {got.dtype}; "
@@ -364,7 +364,7 @@ class Runtime:
             futures = self._issue({d: Get(x.key) for d in x.layout.devices})
         self._wait(futures, "get", issued, timeout)
         dt = parse_dtype(x.dtype)
-        return {d: _typed(f.result(), dt) for d, f in futures}
+        return {d: typed_shard(f.result(), dt) for d, f in futures}
 
     def get(self, x: DArray, *, timeout: float | None = None) -> np.ndarray:
         """The global value of ``x`` (partial addends summed; ``timeout``: as for
@@ -593,21 +593,3 @@ def _outputs(plan: ReshardPlan, new_key: Any) -> list[DArray | None]:
         if t.link >= 0 and y is not None:
             made[k] = replace(y, scales=made[t.link])
     return made
-
-
-def _typed(shard: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """A worker's shard as ``dtype``: a backend without the type (cupy: bfloat16,
-    float8) hands its bits back as unsigned integers of the same width."""
-    if shard.dtype != dtype and shard.dtype.name == storage(dtype.name):
-        return shard.view(dtype)
-    return shard
-
-
-def _as_array(value: Any) -> np.ndarray:
-    """``np.asarray(value)``; a ragged nesting is a ShapeError."""
-    try:
-        return np.asarray(value)
-    except ValueError as e:
-        raise ShapeError(
-            f"cannot make an array of {type(value).__name__}: {e}; pass a numpy array or a "
-            f"nesting of equal-length sequences") from None

@@ -40,14 +40,9 @@ no progress within the timeout (a notification that never comes).
 from __future__ import annotations
 
 import collections
-import contextlib
 import copy
-import logging
-import os
 import struct
-import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +51,7 @@ import numpy as np
 
 from reshard.comm.backend import Capabilities, refuse_unsupported
 from reshard.comm.backends.host_memory import HostMemory, wire_piece
+from reshard.comm.backends.nixl_agent import HEAD, Agent, agent_prefix
 from reshard.comm.backends.nixl_memory import Registrations, Run, paired, places
 from reshard.comm.backends.tcp_frames import Stream
 from reshard.dtypes import ReduceOp
@@ -63,7 +59,6 @@ from reshard.errors import ExecutionError
 
 _READY = b"R"
 _LANDED = b"L"
-_HEAD = struct.Struct("<cHqQ")  # kind, channel name bytes, tag, number
 _RANGE = struct.Struct("<QQ")
 _GATHER_TAG = -1
 _REDUCE_TAG = -2
@@ -89,12 +84,6 @@ def available() -> str | None:
         return ("--backend nixl needs NIXL, which is not installed: pip install -c "
                 "constraints.txt 'reshard[nixl]', or use --backend tcp")
     return None
-
-
-def agent_prefix(device: int) -> str:
-    """How the NIXL agent name of ``device``'s rank begins (``reshard-<device>-``, then
-    a random part: agents of two runs in one process never share a name)."""
-    return f"reshard-{device}-"
 
 
 Landed = Callable[[int, int, int], None]
@@ -136,82 +125,6 @@ class _Outbound:
     handles: list[Any] = field(default_factory=list)
 
 
-class _Agent:
-    """What every channel of one rank shares: the NIXL agent, its registrations, the
-    peers loaded, and notifications by channel (a channel polls for all of them and
-    keeps the others' for them)."""
-
-    def __init__(self, device: int, world: tuple[int, ...], rendezvous: Any,
-                 timeout: float) -> None:
-        from nixl._api import nixl_agent, nixl_agent_config
-
-        if not os.environ.get("NIXL_LOG_LEVEL"):  # a line per agent made is NIXL's INFO
-            logging.getLogger("nixl").setLevel(logging.WARNING)
-        self.name = agent_prefix(device) + uuid.uuid4().hex[:12]
-        self.world = world
-        self.rendezvous = rendezvous
-        self.timeout = timeout
-        self.agent = nixl_agent(self.name, nixl_agent_config(enable_prog_thread=False,
-                                                             backends=["UCX"]))
-        self.memory = Registrations(self.agent)
-        self.lock = threading.RLock()  # channels on threads of their own share the agent
-        self.loaded: set[int] = set()
-        self.seen: set[tuple[int, Run, int]] = set()  # (peer, run, generation) told
-        self.inbox: dict[str, collections.deque[tuple[int, bytes]]] = \
-            collections.defaultdict(collections.deque)
-        self.names: dict[str, int] = {}  # agent name -> device, of the peers loaded
-        self.agents: dict[int, str] = {}  # device -> agent name
-        rendezvous.set(f"nixl/{device}", bytes(self.agent.get_agent_metadata()))
-
-    def load(self, me: int, peer: int) -> None:
-        """Load ``peer``'s agent metadata (once), checking that it names that agent."""
-        if peer in self.loaded:
-            return
-        if peer not in self.world or peer == me:
-            raise ExecutionError(f"device {me}: no nixl peer {peer} (the world is "
-                                 f"{list(self.world)})")
-        try:
-            meta = self.rendezvous.get(f"nixl/{peer}", self.timeout)
-        except Exception as e:  # noqa: BLE001 - rendezvous errors vary by store
-            raise ExecutionError(f"device {me}: nixl: no agent metadata from device {peer} "
-                                 f"within {self.timeout:g}s ({e})") from None
-        got = self.agent.add_remote_agent(meta)
-        got = got.decode() if isinstance(got, bytes) else str(got)
-        if not got.startswith(agent_prefix(peer)) or got in self.names:
-            self.agent.remove_remote_agent(got)
-            raise ExecutionError(f"device {me}: nixl metadata published for device {peer} "
-                                 f"names agent {got!r}, not one of device {peer} "
-                                 f"({agent_prefix(peer)}...): refused")
-        self.loaded.add(peer)
-        self.names[got] = peer
-        self.agents[peer] = got
-
-    def poll(self, me: int) -> None:
-        """Move new notifications into their channels' inboxes."""
-        for sender, msgs in self.agent.get_new_notifs().items():
-            peer = self.names.get(sender)
-            if peer is None:  # a peer that wrote first: load it, if it is one
-                claimed = sender.split("-")[1] if sender.count("-") == 2 else ""
-                if claimed.isdigit() and int(claimed) in self.world and int(claimed) != me:
-                    self.load(me, int(claimed))
-                    peer = self.names.get(sender)
-            if peer is None:
-                raise ExecutionError(f"device {me}: nixl notification from agent {sender!r}, "
-                                     f"which is no device's of this run (the world is "
-                                     f"{list(self.world)}): refused")
-            for m in msgs:
-                (n,) = struct.unpack_from("<H", m, 1)
-                channel = m[_HEAD.size:_HEAD.size + n].decode()
-                self.inbox[channel].append((peer, m))
-
-    def close(self) -> None:
-        self.memory.release()
-        for peer in sorted(self.loaded):
-            with contextlib.suppress(Exception):  # closing: the peer may be gone
-                self.agent.remove_remote_agent(self.agents[peer])
-        self.loaded.clear()
-
-
 class NixlBackend(HostMemory):
     """One rank of the ``nixl`` backend (module docstring).
 
@@ -237,7 +150,7 @@ class NixlBackend(HostMemory):
         if self.device not in self._world:
             raise ExecutionError(f"device {device} is not in the world {list(self._world)}")
         self.timeout = float(timeout)
-        self._shared = _Agent(self.device, self._world, rendezvous, self.timeout)
+        self._shared = Agent(self.device, self._world, rendezvous, self.timeout)
         self._channel = ""
         self._reset()
         self._closed = False
@@ -299,7 +212,7 @@ class NixlBackend(HostMemory):
 
     def _message(self, kind: bytes, key: tuple[int, int], body: bytes) -> bytes:
         ch = self._channel.encode()
-        return _HEAD.pack(kind, len(ch), key[0], key[1]) + ch + body
+        return HEAD.pack(kind, len(ch), key[0], key[1]) + ch + body
 
     def _expect(self, what: str, peer: int, tag: int, stream: Stream,
                 on_piece: Landed | None) -> None:
@@ -515,7 +428,7 @@ class NixlBackend(HostMemory):
             time.sleep(idle)
             idle = min(_IDLE[1], idle * 2)
 
-    def _step(self, sh: _Agent, agent: Any) -> bool:
+    def _step(self, sh: Agent, agent: Any) -> bool:
         """One pass over the notifications and the writes; True if anything moved."""
         moved = False
         sh.poll(self.device)
@@ -549,8 +462,8 @@ class NixlBackend(HostMemory):
 
     def _take(self, peer: int, msg: bytes) -> None:
         """Act on one notification from ``peer``."""
-        kind, n, tag, num = _HEAD.unpack_from(msg)
-        body = memoryview(msg)[_HEAD.size + n:]
+        kind, n, tag, num = HEAD.unpack_from(msg)
+        body = memoryview(msg)[HEAD.size + n:]
         key = (peer, tag, num)
         if kind == _READY:
             (count,) = struct.unpack_from("<I", body)

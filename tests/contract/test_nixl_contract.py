@@ -29,7 +29,8 @@ pytestmark = [pytest.mark.gpu_contract,
                                  reason="the nixl extra is not installed")]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SOURCES = [ROOT / "comm" / "backends" / "nixl.py", ROOT / "comm" / "backends" / "nixl_memory.py"]
+SOURCES = [ROOT / "comm" / "backends" / f"{name}.py"
+           for name in ("nixl", "nixl_agent", "nixl_memory")]
 
 
 def _agent_calls() -> dict[str, list[ast.Call]]:
