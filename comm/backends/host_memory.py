@@ -11,6 +11,7 @@ import numpy as np
 
 from reshard.cluster import pipeline_piece
 from reshard.dtypes import is_torch, numpy_of_torch
+from reshard.errors import ExecutionError
 
 CHAIN_PIECE = 1 << 18
 """Bytes per pipelined piece of a chain broadcast when the program names none. A relay
@@ -31,6 +32,111 @@ def wire_piece(relay_piece: int, nbytes: int) -> int:
         return CHAIN_PIECE
     piece = pipeline_piece(relay_piece, nbytes)
     return piece if piece >= nbytes else max(4096, piece // 64 * 64)
+
+
+def broadcast_route(me: int, root: int, group: Sequence[int], chain: Sequence[int] | None,
+                    parents: Sequence[int] | None) -> tuple[list[int], int | None, list[int]]:
+    """A broadcast's shape as member ``me`` sees it (the Backend protocol's ``chain``
+    and ``parents``; without them the group's order, a chain): every receiver, the
+    member ``me`` receives from (None: the root, or not a receiver), and those it
+    passes the bytes on to."""
+    if chain is None:
+        chain = [d for d in group if d != root]
+    receivers = [d for d in chain if d != root]
+    if parents is None:
+        parents = [root, *receivers[:-1]]
+    prev = parents[receivers.index(me)] if me in receivers else None
+    return receivers, prev, [b for a, b in zip(parents, receivers) if a == me]
+
+
+def reduce_route(me: int, root: int, group: Sequence[int]) -> tuple[int | None, int | None]:
+    """A reduction's chain (the members in group order, the root last) as member ``me``
+    sees it: the member it receives the running result from (None: it starts the
+    chain) and the one it passes it to (None: the root)."""
+    chain = [d for d in group if d != root] + [root]
+    at = chain.index(me)
+    return (chain[at - 1] if at else None,
+            chain[at + 1] if at + 1 < len(chain) else None)
+
+
+class Grouped:
+    """What tcp and nixl share: a world of ranks, pieces of the plan's size, and
+    groups whose operations only post until the group ends, the group's end
+    (``_progress``) moving everything. Outside a group an operation is a group of its
+    own; a channel that failed once refuses every later operation, naming its first
+    failure (the state of its transfers is unknown)."""
+
+    name: str
+    device: int
+    _world: tuple[int, ...]
+    _open: bool = False
+    _failed: ExecutionError | None = None
+    relay_piece = 0
+    """The running program's piece (:meth:`use_piece`; 0: the default piece)."""
+
+    @property
+    def world(self) -> tuple[int, ...]:
+        """Every device of the runtime, in rank order."""
+        return self._world
+
+    def use_piece(self, nbytes: int) -> None:
+        """Pipeline the operations that follow in pieces of the plan's
+        ``Cluster.relay_piece`` ``nbytes`` (:func:`wire_piece`)."""
+        self.relay_piece = max(0, int(nbytes))
+
+    def peers_of(self, plan: Any) -> list[int]:
+        """Check that ``plan``'s groups (a ReshardPlan's or a WorkerProgram's) are
+        within the world; the devices of the world this rank shares a task with, in
+        ascending order."""
+        for group in plan.communicator_groups():
+            unknown = [d for d in group if d not in self._world]
+            if unknown:
+                raise ExecutionError(
+                    f"device {self.device}: group {list(group)} has devices {unknown} "
+                    f"outside the world {list(self._world)}")
+        peers: set[int] = set()
+        for task in getattr(plan, "tasks", ()):
+            t = task[1] if isinstance(task, tuple) else task
+            if self.device in t.devices:
+                peers.update(t.devices)
+        return sorted(p for p in peers - {self.device} if p in self._world)
+
+    def _progress(self) -> None:
+        """Move every operation of the open group to completion."""
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        """Outside a group an operation is a group of its own."""
+        if self._failed is not None:
+            raise self._failed
+        if not self._open:
+            self._open = True
+            self.group_end()
+
+    def group_start(self) -> None:
+        """Open a group: operations only post until :meth:`group_end`."""
+        if self._failed is not None:
+            raise self._failed
+        if self._open:
+            raise ExecutionError(f"device {self.device}: group_start inside an open group")
+        self._open = True
+
+    def group_end(self) -> None:
+        """Complete every operation of the group (the plane's ``_progress``)."""
+        if not self._open:
+            raise ExecutionError(f"device {self.device}: group_end without group_start")
+        self._open = False
+        try:
+            self._progress()
+        except ExecutionError as e:
+            raise self._fail(e) from e.__cause__
+
+    def _fail(self, e: ExecutionError) -> ExecutionError:
+        """Record this channel's first failure and return ``e``."""
+        if self._failed is None:
+            self._failed = ExecutionError(f"device {self.device}: this {self.name} channel "
+                                          f"failed earlier ({e}); make a new backend")
+        return e
 
 
 class HostMemory:

@@ -50,7 +50,13 @@ from typing import Any
 import numpy as np
 
 from reshard.comm.backend import Capabilities, refuse_unsupported
-from reshard.comm.backends.host_memory import HostMemory, wire_piece
+from reshard.comm.backends.host_memory import (
+    Grouped,
+    HostMemory,
+    broadcast_route,
+    reduce_route,
+    wire_piece,
+)
 from reshard.comm.backends.nixl_agent import HEAD, Agent, agent_prefix
 from reshard.comm.backends.nixl_memory import Registrations, Run, paired, places
 from reshard.comm.backends.tcp_frames import Stream
@@ -125,7 +131,7 @@ class _Outbound:
     handles: list[Any] = field(default_factory=list)
 
 
-class NixlBackend(HostMemory):
+class NixlBackend(Grouped, HostMemory):
     """One rank of the ``nixl`` backend (module docstring).
 
     Args:
@@ -140,8 +146,6 @@ class NixlBackend(HostMemory):
     capabilities = Capabilities(moves=None, sums=None, groups_need_world=False, device="cpu",
                                 lands_pieces=True, sized_pieces=True, batch_scheduled=True,
                                 gathers=True)
-    relay_piece = 0
-    """The running program's piece (:meth:`use_piece`; 0: the default piece)."""
 
     def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
                  *, advertise: str = "127.0.0.1", host: int = 0, local_index: int = 0) -> None:
@@ -164,10 +168,6 @@ class NixlBackend(HostMemory):
         self._open = False
         self._failed: ExecutionError | None = None
 
-    @property
-    def world(self) -> tuple[int, ...]:
-        """Every device of the runtime, in rank order."""
-        return self._world
 
     @property
     def registrations(self) -> Registrations:
@@ -185,23 +185,9 @@ class NixlBackend(HostMemory):
     def prepare(self, plan: Any) -> None:
         """Check the plan's groups are within the world and load the agent metadata of
         every device this rank shares a task with."""
-        for group in plan.communicator_groups():
-            unknown = [d for d in group if d not in self._world]
-            if unknown:
-                raise ExecutionError(
-                    f"device {self.device}: group {list(group)} has devices {unknown} "
-                    f"outside the world {list(self._world)}")
-        peers: set[int] = set()
-        for task in getattr(plan, "tasks", ()):
-            t = task[1] if isinstance(task, tuple) else task
-            if self.device in t.devices:
-                peers.update(t.devices)
-        for peer in sorted(peers - {self.device}):
+        for peer in self.peers_of(plan):
             self._shared.load(self.device, peer)
 
-    def use_piece(self, nbytes: int) -> None:
-        """Write in pieces of the plan's ``Cluster.relay_piece`` ``nbytes``."""
-        self.relay_piece = max(0, int(nbytes))
 
     # ----- posting ----------------------------------------------------------------------
     def _number(self, peer: int, tag: int, way: str) -> tuple[int, int]:
@@ -284,13 +270,6 @@ class NixlBackend(HostMemory):
             self._writing.append((out, handle))
             out.sent = b
 
-    def _run(self) -> None:
-        """Outside a group an operation is a group of its own."""
-        if self._failed is not None:
-            raise self._failed
-        if not self._open:
-            self._open = True
-            self.group_end()
 
     def send(self, buf: Any, peer: int, *, tag: int = 0) -> None:
         """WRITE ``buf`` (an array, or a list of them) into ``peer``'s receive."""
@@ -319,18 +298,11 @@ class NixlBackend(HostMemory):
         stream = Stream(buf)
         if not stream.total:
             return
-        if chain is None:
-            chain = [d for d in group if d != root]
-        receivers = [d for d in chain if d != root]
-        if parents is None:
-            parents = [root, *receivers[:-1]]
-        me = self.device
-        nxts = [b for a, b in zip(parents, receivers) if a == me]
-        if me == root:
+        receivers, prev, nxts = broadcast_route(self.device, root, group, chain, parents)
+        if self.device == root:
             for nxt in nxts:
                 self._give(nxt, tag, stream, stream.total)
-        elif me in receivers:
-            prev = parents[receivers.index(me)]
+        elif prev is not None:
             outs = [self._give(nxt, tag, stream, 0) for nxt in nxts]
             what = "chain broadcast" if len(receivers) > 1 else "broadcast"
 
@@ -369,11 +341,9 @@ class NixlBackend(HostMemory):
         me = self.device
         if not buf.size or me not in group:
             return
-        chain = [d for d in group if d != root] + [root]
-        at = chain.index(me)
+        prev, nxt = reduce_route(me, root, group)
         mine = Stream(buf)
-        nxt = chain[at + 1] if at + 1 < len(chain) else None
-        if at == 0:
+        if prev is None:
             if nxt is not None:
                 self._give(nxt, _REDUCE_TAG, mine, mine.total)
             self._run()
@@ -389,27 +359,11 @@ class NixlBackend(HostMemory):
                 out.have = done
                 self._push(out)
 
-        self._expect("reduce", chain[at - 1], _REDUCE_TAG, Stream(held), on_piece)
+        self._expect("reduce", prev, _REDUCE_TAG, Stream(held), on_piece)
         self._run()
 
     # ----- groups -------------------------------------------------------------------------
-    def group_start(self) -> None:
-        """Open a group: operations only post until :meth:`group_end`."""
-        if self._failed is not None:
-            raise self._failed
-        if self._open:
-            raise ExecutionError(f"device {self.device}: group_start inside an open group")
-        self._open = True
 
-    def group_end(self) -> None:
-        """Wait until every operation of the group has completed (module docstring)."""
-        if not self._open:
-            raise ExecutionError(f"device {self.device}: group_end without group_start")
-        self._open = False
-        try:
-            self._progress()
-        except ExecutionError as e:
-            raise self._fail(e) from e.__cause__
 
     def _progress(self) -> None:
         sh = self._shared
@@ -498,11 +452,6 @@ class NixlBackend(HostMemory):
             raise ExecutionError(f"device {self.device}: nixl: unknown notification "
                                  f"{kind!r} from device {peer}")
 
-    def _fail(self, e: ExecutionError) -> ExecutionError:
-        if self._failed is None:
-            self._failed = ExecutionError(f"device {self.device}: this nixl channel failed "
-                                          f"earlier ({e}); make a new backend")
-        return e
 
     def _stuck(self) -> ExecutionError:
         waiting = sorted({inb.peer for inb in self._inbound.values()})

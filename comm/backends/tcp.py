@@ -56,7 +56,13 @@ from typing import Any
 import numpy as np
 
 from reshard.comm.backend import Capabilities, refuse_unsupported
-from reshard.comm.backends.host_memory import HostMemory, wire_piece
+from reshard.comm.backends.host_memory import (
+    Grouped,
+    HostMemory,
+    broadcast_route,
+    reduce_route,
+    wire_piece,
+)
 from reshard.comm.backends.tcp_frames import HEADER, IOV, Inbound, Link, Reused, Stream
 from reshard.comm.backends.tcp_hub import Hub
 from reshard.dtypes import ReduceOp
@@ -75,7 +81,7 @@ _REDUCE_TAG = 0x3FFF0001
 _COMBINE: dict[ReduceOp, Callable[..., Any]] = {ReduceOp.SUM: np.add, ReduceOp.MAX: np.maximum}
 
 
-class TcpBackend(HostMemory):
+class TcpBackend(Grouped, HostMemory):
     """One rank of the ``tcp`` backend (module docstring).
 
     Args:
@@ -91,8 +97,6 @@ class TcpBackend(HostMemory):
     capabilities = Capabilities(moves=None, sums=None, groups_need_world=False, device="cpu",
                                 lands_pieces=True, sized_pieces=True, batch_scheduled=True,
                                 gathers=True)
-    relay_piece = 0
-    """The running program's piece (:meth:`use_piece`; 0: the default piece)."""
 
     def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
                  *, advertise: str = "127.0.0.1", host: int = 0, local_index: int = 0) -> None:
@@ -111,15 +115,10 @@ class TcpBackend(HostMemory):
         self._links: dict[int, Link] = {}
         self._posted: dict[tuple[int, int], collections.deque[Inbound]] = {}
         self._pending = 0  # receives posted and not complete
-        self._after: list[Callable[[], None]] = []  # to run once the group completed
         self._open = False
         self._closed = False
         self._failed: ExecutionError | None = None  # this channel's first failure
 
-    @property
-    def world(self) -> tuple[int, ...]:
-        """Every device of the runtime, in rank order."""
-        return self._world
 
     # ----- connections and channels --------------------------------------------------
     def channel(self, name: str) -> TcpBackend:
@@ -127,7 +126,7 @@ class TcpBackend(HostMemory):
         use, like the main ones)."""
         child = copy.copy(self)
         child._channel = f"{self._channel}/{name}"
-        child._links, child._posted, child._after = {}, {}, []
+        child._links, child._posted = {}, {}
         child._pending, child._open, child._failed = 0, False, None
         return child
 
@@ -148,13 +147,6 @@ class TcpBackend(HostMemory):
             link = self._links[peer] = Link(sock, peer)
         return link
 
-    def _fail(self, e: ExecutionError) -> ExecutionError:
-        """Record this channel's first failure (its connections' state is unknown after
-        it: every later operation is refused) and return ``e``."""
-        if self._failed is None:
-            self._failed = ExecutionError(f"device {self.device}: this tcp channel failed "
-                                          f"earlier ({e}); make a new backend")
-        return e
 
     def prepare(self, plan: Any) -> None:
         """Check that the plan's groups are within the world, and connect to every
@@ -162,25 +154,9 @@ class TcpBackend(HostMemory):
         ascending order: the lowest device only connects, which never waits, so each
         rank's accepts are answered in turn; a run then never stops its traffic to wait
         for a connection."""
-        for group in plan.communicator_groups():
-            unknown = [d for d in group if d not in self._world]
-            if unknown:
-                raise ExecutionError(
-                    f"device {self.device}: group {list(group)} has devices {unknown} "
-                    f"outside the world {list(self._world)}")
-        me, peers = self.device, set()
-        for task in getattr(plan, "tasks", ()):
-            t = task[1] if isinstance(task, tuple) else task
-            if me in t.devices:
-                peers.update(t.devices)
-        for peer in sorted(peers - {me}):
-            if peer in self._world:
-                self._link(peer)
+        for peer in self.peers_of(plan):
+            self._link(peer)
 
-    def use_piece(self, nbytes: int) -> None:
-        """Pipeline the operations that follow in pieces of the plan's
-        ``Cluster.relay_piece`` ``nbytes`` (:func:`wire_piece`)."""
-        self.relay_piece = max(0, int(nbytes))
 
     # ----- posting ----------------------------------------------------------------------
     def _queue(self, peer: int, tag: int, stream: Stream, a: int, b: int) -> None:
@@ -208,13 +184,6 @@ class TcpBackend(HostMemory):
         self._pending += 1
         self._read(link)  # what has arrived lands (and a relay passes it on) already
 
-    def _run(self) -> None:
-        """Outside a group an operation is a group of its own."""
-        if self._failed is not None:
-            raise self._failed
-        if not self._open:
-            self._open = True
-            self.group_end()
 
     def send(self, buf: Any, peer: int, *, tag: int = 0) -> None:
         """Frames of ``buf`` (an array, or a list of them) to ``peer``, tagged ``tag``."""
@@ -246,18 +215,11 @@ class TcpBackend(HostMemory):
         stream = Stream(buf)
         if not stream.total:
             return
-        if chain is None:
-            chain = [d for d in group if d != root]
-        receivers = [d for d in chain if d != root]
-        if parents is None:
-            parents = [root, *receivers[:-1]]
-        me = self.device
-        nxts = [b for a, b in zip(parents, receivers) if a == me]
-        if me == root:
+        receivers, prev, nxts = broadcast_route(self.device, root, group, chain, parents)
+        if self.device == root:
             for nxt in nxts:
                 self._queue(nxt, tag, stream, 0, stream.total)
-        elif me in receivers:
-            prev = parents[receivers.index(me)]
+        elif prev is not None:
             what = "chain broadcast" if len(receivers) > 1 else "broadcast"
             for nxt in nxts:  # connected now: the group's loop makes no connection
                 self._link(nxt)
@@ -301,11 +263,9 @@ class TcpBackend(HostMemory):
         me = self.device
         if not buf.size or me not in group:
             return
-        chain = [d for d in group if d != root] + [root]
-        at = chain.index(me)
+        prev, nxt = reduce_route(me, root, group)
         mine = Stream(buf)
-        nxt = chain[at + 1] if at + 1 < len(chain) else None
-        if at == 0:
+        if prev is None:
             if nxt is not None:
                 self._queue(nxt, _REDUCE_TAG, mine, 0, mine.total)
             self._run()
@@ -324,33 +284,12 @@ class TcpBackend(HostMemory):
                 self._queue(nxt, _REDUCE_TAG, mine, a, b)
 
         # every frame lands at the start of ``held``, consumed before the next is read
-        self._register(Reused("reduce", chain[at - 1], _REDUCE_TAG, mine.total, held,
+        self._register(Reused("reduce", prev, _REDUCE_TAG, mine.total, held,
                                on_frame))
         self._run()
 
     # ----- groups -------------------------------------------------------------------------
-    def group_start(self) -> None:
-        """Open a group: operations only post until :meth:`group_end`."""
-        if self._failed is not None:
-            raise self._failed
-        if self._open:
-            raise ExecutionError(f"device {self.device}: group_start inside an open group")
-        self._open = True
 
-    def group_end(self) -> None:
-        """Move every frame of the group and every byte it receives (module docstring);
-        on return the group's operations are complete."""
-        if not self._open:
-            raise ExecutionError(f"device {self.device}: group_end without group_start")
-        self._open = False
-        try:
-            self._progress()
-        except ExecutionError as e:
-            raise self._fail(e) from e.__cause__
-        finally:
-            after, self._after = self._after, []
-        for fn in after:
-            fn()
 
     def _progress(self) -> None:
         links = self._links.values()
