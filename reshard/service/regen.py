@@ -15,7 +15,9 @@ check compares like with like.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import pathlib
+import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -40,24 +42,34 @@ def stub_dir() -> pathlib.Path:
     return import_root() / PROTO.parent
 
 
+def run_protoc(args: list[str]) -> int:
+    """grpcio-tools' protoc on ``args`` (its well-known types included), in a process of
+    its own: protoc's C++ runtime and other native libraries that bundle their own
+    (NIXL's: the nixl backend) abort when loaded into one process, so protoc is never
+    imported into the caller's. Returns its exit status.
+
+    Raises:
+        RuntimeError: grpcio-tools is missing.
+    """
+    spec = importlib.util.find_spec("grpc_tools")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            "regenerating the service stubs needs grpcio-tools; install it with "
+            "`pip install -c constraints.txt grpcio-tools`")
+    include = pathlib.Path(next(iter(spec.submodule_search_locations))) / "_proto"
+    return subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{include}", *args],
+                          check=False).returncode
+
+
 def generate(out_root: pathlib.Path) -> dict[str, str]:
     """Run protoc on the .proto into ``out_root``; returns ``{stub name: text}``.
 
     Raises:
         RuntimeError: grpcio-tools is missing or protoc failed (its exit status).
     """
-    try:
-        from grpc_tools import protoc
-    except ImportError as e:
-        raise RuntimeError(
-            "regenerating the service stubs needs grpcio-tools; install it with "
-            "`pip install -c constraints.txt grpcio-tools`") from e
     root = import_root()
-    proto_include = pathlib.Path(protoc.__file__).parent / "_proto"
-    args = ["grpc_tools.protoc", f"-I{root}", f"-I{proto_include}",
-            f"--python_out={out_root}", f"--pyi_out={out_root}",
-            f"--grpc_python_out={out_root}", str(root / PROTO)]
-    status = protoc.main(args)
+    status = run_protoc([f"-I{root}", f"--python_out={out_root}", f"--pyi_out={out_root}",
+                         f"--grpc_python_out={out_root}", str(root / PROTO)])
     if status != 0:
         raise RuntimeError(f"protoc exited with status {status} on {root / PROTO}")
     folder = out_root / PROTO.parent
