@@ -58,7 +58,7 @@ from reshard.comm.backends.host_memory import (
     wire_piece,
 )
 from reshard.comm.backends.nixl_agent import HEAD, Agent, agent_prefix
-from reshard.comm.backends.nixl_memory import Registrations, Run, paired, places
+from reshard.comm.backends.nixl_memory import Registrations, Run, cut, paired, runs_of
 from reshard.comm.backends.tcp_frames import Stream
 from reshard.dtypes import ReduceOp
 from reshard.errors import ExecutionError
@@ -118,12 +118,14 @@ class _Inbound:
 
 @dataclass
 class _Outbound:
-    """A posted send to ``peer`` of ``stream``'s bytes; ``ready``: the target's places
-    once told; ``have``: bytes of the stream this rank holds (a relay's grow)."""
+    """A posted send to ``peer`` of ``stream``'s bytes (``runs``: its places);
+    ``ready``: the target's places once told; ``have``: bytes of the stream this rank
+    holds (a relay's grow)."""
 
     peer: int
     key: tuple[int, int]
     stream: Stream
+    runs: list[Run]
     have: int
     piece: int
     ready: list[Run] | None = None
@@ -168,7 +170,6 @@ class NixlBackend(Grouped, HostMemory):
         self._open = False
         self._failed: ExecutionError | None = None
 
-
     @property
     def registrations(self) -> Registrations:
         """This rank's registered memory (shared by its channels)."""
@@ -188,7 +189,6 @@ class NixlBackend(Grouped, HostMemory):
         for peer in self.peers_of(plan):
             self._shared.load(self.device, peer)
 
-
     # ----- posting ----------------------------------------------------------------------
     def _number(self, peer: int, tag: int, way: str) -> tuple[int, int]:
         """The how-many-th operation of ``tag`` with ``peer`` this is, one way."""
@@ -206,7 +206,7 @@ class NixlBackend(Grouped, HostMemory):
         peer it may write."""
         sh = self._shared
         key = self._number(peer, tag, "in")
-        runs = places(stream.views, 0, stream.total)
+        runs = runs_of(stream.views)
         body = struct.pack("<I", len(runs)) + b"".join(_RANGE.pack(a, n) for a, n in runs)
         with sh.lock:
             sh.load(self.device, peer)
@@ -221,7 +221,8 @@ class NixlBackend(Grouped, HostMemory):
         """Post a send of ``stream`` to ``peer``; ``have`` bytes of it are here now."""
         sh = self._shared
         key = self._number(peer, tag, "out")
-        out = _Outbound(peer, key, stream, have, wire_piece(self.relay_piece, stream.total))
+        out = _Outbound(peer, key, stream, runs_of(stream.views), have,
+                        wire_piece(self.relay_piece, stream.total))
         with sh.lock:
             sh.load(self.device, peer)
             sh.memory.ensure(stream.views)
@@ -252,7 +253,7 @@ class NixlBackend(Grouped, HostMemory):
             b = min(a + out.piece, out.stream.total)
             if b > out.have:
                 return  # a relay's partial piece: wait for the rest of it
-            mine, theirs = paired(places(out.stream.views, a, b), _cut(out.ready, a, b))
+            mine, theirs = paired(cut(out.runs, a, b), cut(out.ready, a, b))
             local = agent.get_xfer_descs([(x, n, 0) for x, n in mine], "DRAM")
             remote = agent.get_xfer_descs([(x, n, 0) for x, n in theirs], "DRAM")
             note = self._message(_LANDED, out.key, _RANGE.pack(a, b))
@@ -269,7 +270,6 @@ class NixlBackend(Grouped, HostMemory):
             out.handles.append(handle)
             self._writing.append((out, handle))
             out.sent = b
-
 
     def send(self, buf: Any, peer: int, *, tag: int = 0) -> None:
         """WRITE ``buf`` (an array, or a list of them) into ``peer``'s receive."""
@@ -363,8 +363,6 @@ class NixlBackend(Grouped, HostMemory):
         self._run()
 
     # ----- groups -------------------------------------------------------------------------
-
-
     def _progress(self) -> None:
         sh = self._shared
         agent = sh.agent
@@ -408,10 +406,8 @@ class NixlBackend(Grouped, HostMemory):
                 self._writing.append((out, handle))
         for out in freed:
             self._push(out)  # its next pieces may go
-        for k, out in list(self._outbound.items()):
             if out.sent == out.stream.total and not out.handles:
-                del self._outbound[k]
-                moved = True
+                self._outbound.pop((out.peer, *out.key), None)
         return moved
 
     def _take(self, peer: int, msg: bytes) -> None:
@@ -452,7 +448,6 @@ class NixlBackend(Grouped, HostMemory):
             raise ExecutionError(f"device {self.device}: nixl: unknown notification "
                                  f"{kind!r} from device {peer}")
 
-
     def _stuck(self) -> ExecutionError:
         waiting = sorted({inb.peer for inb in self._inbound.values()})
         unready = sorted({o.peer for o in self._outbound.values() if o.ready is None})
@@ -476,20 +471,6 @@ class NixlBackend(Grouped, HostMemory):
         self._closed = True
         if not self._channel:
             self._shared.close()
-
-
-def _cut(runs: Sequence[Run], a: int, b: int) -> list[Run]:
-    """Bytes ``[a, b)`` of the stream whose places are ``runs``."""
-    out: list[Run] = []
-    pos = 0
-    for at, n in runs:
-        lo, hi = max(a, pos), min(b, pos + n)
-        if lo < hi:
-            out.append((at + lo - pos, hi - lo))
-        pos += n
-        if pos >= b:
-            break
-    return out
 
 
 def _contiguous_done(done: list[Run], a: int, b: int) -> int:

@@ -10,7 +10,8 @@ alive while registered, so its memory cannot be freed and reused under a registr
 (a stale one). It holds at most ``limit`` arrays; the least recently used beyond that is
 deregistered (a peer told of it learns of its next registration afresh).
 
-:func:`places` turns a stream's views into ``(address, bytes)`` runs, and :func:`paired`
+:func:`runs_of` turns a stream's views into ``(address, bytes)`` runs, :func:`cut` takes
+a byte range of them, and :func:`paired`
 cuts a writer's runs and a target's runs of the same bytes at the union of their
 boundaries (NIXL pairs descriptor ``i`` of the local list with descriptor ``i`` of the
 remote list, of the same length), so the two sides may cut a message differently
@@ -51,15 +52,19 @@ def owner_of(view: memoryview) -> tuple[Any, Run]:
     return view, (at, n)
 
 
-def places(views: Sequence[memoryview], a: int, b: int) -> list[Run]:
-    """Bytes ``[a, b)`` of the stream made of ``views`` (in order) as runs."""
+def runs_of(views: Sequence[memoryview]) -> list[Run]:
+    """The stream made of ``views`` (in order) as runs, one per non-empty view."""
+    return [(address_of(v), len(v)) for v in views if len(v)]
+
+
+def cut(runs: Sequence[Run], a: int, b: int) -> list[Run]:
+    """Bytes ``[a, b)`` of the stream whose places are ``runs`` (in order)."""
     out: list[Run] = []
     pos = 0
-    for v in views:
-        n = len(v)
+    for at, n in runs:
         lo, hi = max(a, pos), min(b, pos + n)
         if lo < hi:
-            out.append((address_of(v) + lo - pos, hi - lo))
+            out.append((at + lo - pos, hi - lo))
         pos += n
         if pos >= b:
             break
@@ -155,4 +160,4 @@ class Registrations:
             self.agent.deregister_memory(reg)
 
 
-__all__ = ["Registrations", "Run", "address_of", "owner_of", "paired", "places"]
+__all__ = ["Registrations", "Run", "address_of", "cut", "owner_of", "paired", "runs_of"]
