@@ -111,13 +111,15 @@ class Loads:
         hosts by ascending NIC out load (the last host forwards nothing). Inside a
         host, the device whose NIC has received least enters first and the one whose
         NIC has sent least leaves last (they differ only with several NICs per host)."""
-        rh = self.host(root)
+        host = self.host
+        rh = host(root)
         by_host: dict[int, list[int]] = {}
         for r in sorted(receivers):
-            by_host.setdefault(self.host(r), []).append(r)
+            by_host.setdefault(host(r), []).append(r)
         nic, nic_in, nic_out = self.nic, self.nic_in, self.nic_out
+        sent = nic_out.__getitem__
         hosts = sorted((h for h in by_host if h != rh),
-                       key=lambda h: (min(nic_out[nic(d)] for d in by_host[h]), h))
+                       key=lambda h: (min(map(sent, map(nic, by_host[h]))), h))
         order: list[int] = []
         local = by_host.get(rh, [])
         if local:

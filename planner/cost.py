@@ -45,6 +45,7 @@ from reshard.planner.cell_table import TABLE_FROM, decompose_table
 from reshard.planner.decompose import decompose, devices_by_box
 from reshard.planner.fairshare import FairShare, Fill, capacities
 from reshard.planner.resources import COPY, DEV_IN, DEV_OUT, NIC_IN, NIC_OUT, SHARED, Resource
+from reshard.planner.stepgate import StepGate
 from reshard.planner.tasks import Task, TaskKind, TensorSpec
 
 if TYPE_CHECKING:
@@ -68,10 +69,16 @@ class Estimate:
     busiest: tuple[str, int, float]
 
 
-def task_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]], float]:
+Hops = dict[tuple[int, int], tuple[tuple[tuple[Resource, float], ...], float, float]]
+"""What one (sender, receiver) edge of a transfer crosses (:func:`_hop`), by edge: the
+routes of one plan share them (a broadcast tree's edges recur across its tasks)."""
+
+
+def task_path(task: Task, cluster: Cluster, hops: Hops | None = None
+              ) -> tuple[list[tuple[Resource, float]], float]:
     """Resources a task's bytes cross (with the fraction of the bytes on each) and its
-    fixed latency."""
-    path, lat = _links_path(task, cluster)
+    fixed latency. ``hops``: edges already looked at on ``cluster`` (filled in)."""
+    path, lat = _links_path(task, cluster, {} if hops is None else hops)
     if cluster.shared_bandwidth and task.kind is not TaskKind.COPY:
         # every byte a device receives crosses the shared resource once
         received = sum(f for (kind, _), f in path if kind == DEV_IN)
@@ -79,7 +86,21 @@ def task_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]
     return path, lat
 
 
-def _links_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]], float]:
+def _hop(a: int, b: int, cluster: Cluster
+         ) -> tuple[tuple[tuple[Resource, float], ...], float, float]:
+    """The edge ``a -> b``: the resources every byte crosses, the hop's latency, and
+    the rate a relay passes a piece on at (over the NICs where the hop leaves the
+    host, else over the device's link)."""
+    if cluster.host_map[a] == cluster.host_map[b]:
+        return (((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0)), cluster.intra_latency, \
+            cluster.intra_bandwidth
+    nic = cluster.nic_map
+    return (((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0), ((NIC_OUT, nic[a]), 1.0),
+            ((NIC_IN, nic[b]), 1.0)), cluster.latency, cluster.nic_capacity
+
+
+def _links_path(task: Task, cluster: Cluster, hops: Hops
+                ) -> tuple[list[tuple[Resource, float]], float]:
     """:func:`task_path` without the cluster's shared bandwidth."""
     if task.kind is TaskKind.COPY:
         return [((COPY, task.root), 1.0)], 0.0
@@ -102,30 +123,26 @@ def _links_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, floa
         chain = [*task.receivers, task.root]
         edges: Sequence[tuple[int, int]] = list(itertools.pairwise(chain))
     else:  # a fused reduction's addends first pass their running sums to the root
-        edges = [*task.sum_edges(), *task.edges()]
+        edges = [*task.sum_edges(), *task.edges()] if task.addends else task.edges()
     # Each edge carries every byte (a sender with k children sends them k times); the
     # pipelined pieces reach a device after the latencies of its slowest path in, and
     # after each relay (a sender that received the bytes itself) held a whole piece of
     # them for each child it feeds (Cluster.relay_piece; 0: no such fill). A device
     # summing what several send it starts when the last of them reaches it.
-    host, nic = cluster.host_map, cluster.nic_map  # plain lookups: a hot loop
-    lat, intra = cluster.latency, cluster.intra_latency
     path = []
-    add = path.append
     reach: dict[int, float] = {}
     received: set[int] = set()
     piece = pipeline_piece(cluster.relay_piece, task.nbytes)
     children = collections.Counter(a for a, _ in edges) if piece else None
-    for a, b in edges:
-        add(((DEV_OUT, a), 1.0))
-        add(((DEV_IN, b), 1.0))
-        crosses = host[a] != host[b]
-        if crosses:
-            add(((NIC_OUT, nic[a]), 1.0))
-            add(((NIC_IN, nic[b]), 1.0))
-        at = reach.get(a, 0.0) + (lat if crosses else intra)
+    for edge in edges:
+        hop = hops.get(edge)
+        if hop is None:
+            hop = hops[edge] = _hop(*edge, cluster)
+        crossed, wait, rate = hop
+        path.extend(crossed)
+        a, b = edge
+        at = reach.get(a, 0.0) + wait
         if children is not None and a in received:
-            rate = cluster.nic_capacity if crosses else cluster.intra_bandwidth
             at += children[a] * piece / rate
         if at > reach.get(b, 0.0):
             reach[b] = at
@@ -192,22 +209,7 @@ def simulate(plan: ReshardPlan) -> Estimate:
     nbytes = np.array([float(t.nbytes) for t in tasks])
     carried = np.bincount(flows.res, weights=flows.frac * nbytes[flows.task],
                           minlength=len(flows.resources))
-    # per device: its steps in order, and per step its tasks
-    steps_of: dict[int, list[int]] = {}
-    members: dict[tuple[int, int], list[int]] = {}
-    devs_of = [tuple(set(t.devices)) for t in tasks]
-    for i, t in enumerate(tasks):
-        for d in devs_of[i]:
-            lst = members.setdefault((d, t.step), [])
-            if not lst:
-                steps_of.setdefault(d, []).append(t.step)
-            lst.append(i)
-    for steps in steps_of.values():
-        steps.sort()
-    at = {d: 0 for d in steps_of}  # index into steps_of[d] of the step d is in
-    left_in_step = {key: len(v) for key, v in members.items()}
-    arrived = np.zeros(n, dtype=np.int64)
-    need = np.array([len(ds) for ds in devs_of], dtype=np.int64)
+    gate = StepGate(tasks)
     starts = np.zeros(n)
     ends = np.zeros(n)
     remaining = nbytes.copy()  # as of `since`
@@ -228,15 +230,11 @@ def simulate(plan: ReshardPlan) -> Estimate:
     low = np.inf  # the lowest rate of the tasks ended since the last fill
     share = Fill(np.zeros(n), np.full(len(flows.capacity), np.inf))  # nothing flows
 
-    def enter(d: int) -> None:
-        for i in members[(d, steps_of[d][at[d]])]:
-            arrived[i] += 1
-            if arrived[i] == need[i]:
-                starts[i] = now
-                flow_at[i] = now + lat_arr[i]
+    def enter(ready: np.ndarray) -> None:
+        starts[ready] = now
+        flow_at[ready] = now + lat_arr[ready]
 
-    for d in steps_of:
-        enter(d)
+    enter(gate.start())
     finished_count = 0
     while finished_count < n:
         nxt = min(float(fin.min()) if n else np.inf, float(flow_at.min()) if n else np.inf,
@@ -295,16 +293,10 @@ def simulate(plan: ReshardPlan) -> Estimate:
             rate[changed] = r
             with np.errstate(divide="ignore"):
                 fin[changed] = now + np.where(np.isinf(r), 0.0, remaining[changed] / r)
-        for i in ending.tolist():
-            ends[i] = now
-            finished_count += 1
-            step = tasks[i].step
-            for d in devs_of[i]:
-                key = (d, step)
-                left_in_step[key] -= 1
-                if left_in_step[key] == 0 and at[d] + 1 < len(steps_of[d]):
-                    at[d] += 1
-                    enter(d)
+        if len(ending):
+            ends[ending] = now
+            finished_count += len(ending)
+            enter(gate.ended(ending))
     top = int(np.argmax(carried)) if len(carried) else -1
     busiest = (flows.resources[top][0], flows.resources[top][1], float(carried[top])) \
         if top >= 0 else ("none", -1, 0.0)
@@ -325,13 +317,14 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
     if known is None:
         known = {}
     piece = cluster.relay_piece
+    hops: Hops = {}
     out = []
     for t in tasks:
         key = (t.kind, t.root, t.receivers, t.parents, t.addends, t.addend_parents,
                pipeline_piece(piece, t.nbytes))
         got = known.get(key)
         if got is None:
-            got = known[key] = task_path(t, cluster)
+            got = known[key] = task_path(t, cluster, hops)
         out.append(got)
     return tuple(out)
 
@@ -374,9 +367,8 @@ def stepped_floor(plan: ReshardPlan) -> float:
 
     owner = np.array([owned_by(r) for r in flows.resources] or [-1], dtype=np.int64)
     step = np.array([t.step for t in tasks], dtype=np.int64)
-    members = [(i, d) for i, t in enumerate(tasks) for d in set(t.devices)]
-    member_task = np.array([i for i, _ in members], dtype=np.int64)
-    member_dev = np.array([d for _, d in members], dtype=np.int64)
+    gate = StepGate(tasks)
+    member_task, member_dev = gate.member_task, gate.member_dev
     ndev = int(max(member_dev.max(initial=0), owner.max())) + 1
     nres = len(flows.resources)
     # per (step, device): the least latency, and its busiest own resource's seconds

@@ -57,7 +57,7 @@ def capacities(cluster: Cluster) -> dict[str, float]:
     return {kind: of(cluster) for kind, of in _CAPACITY.items()}
 
 
-def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     """The concatenation of ``arange(starts[i], stops[i])`` over ``i``."""
     lens = stops - starts
     total = int(lens.sum())
@@ -65,6 +65,14 @@ def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     ends = np.cumsum(lens)
     return np.repeat(starts - ends + lens, lens) + np.arange(total)
+
+
+def _distinct(values: np.ndarray, bound: int) -> np.ndarray:
+    """``np.unique(values)`` for integers in ``[0, bound)`` (a flag per value: linear,
+    where the sort is not)."""
+    seen = np.zeros(bound, dtype=bool)
+    seen[values] = True
+    return np.flatnonzero(seen)
 
 
 class FairShare:
@@ -91,7 +99,7 @@ class FairShare:
         dfrac = np.fromiter((f for _, f in flat), dtype=np.float64, count=len(flat))
         dat = np.concatenate([[0], np.cumsum(dlens)])
         lens = dlens[of]
-        edges = _ranges(dat[of], dat[of] + lens)
+        edges = ranges(dat[of], dat[of] + lens)
         res, frac = dres[edges], dfrac[edges]
         task = np.repeat(np.arange(len(paths), dtype=np.int64), lens)
         used = frac > 0
@@ -104,11 +112,13 @@ class FairShare:
         # a transfer's edges: task_at[t]:task_at[t + 1]
         self.task_at = np.searchsorted(self.task, np.arange(self.n + 1))
         self.limited = np.bincount(self.task, minlength=self.n) > 0
+        # demand below this is rounding (a resource whose transfers all froze)
+        self.floor = 1e-12 * float(self.frac.max(initial=1.0))
 
     def load(self, which: np.ndarray, rate: np.ndarray) -> np.ndarray:
         """Bytes/s that the transfers ``which`` (indices) at ``rate`` put on each
         resource."""
-        mine = _ranges(self.task_at[which], self.task_at[which + 1])
+        mine = ranges(self.task_at[which], self.task_at[which + 1])
         r = rate[self.task[mine]]
         return np.bincount(self.res[mine], weights=self.frac[mine] * np.where(
             np.isfinite(r), r, 0.0), minlength=len(self.resources))
@@ -143,7 +153,7 @@ class FairShare:
             filled[held] = last.level[held]
             # what the kept transfers use: everything, less what the others used
             again = np.flatnonzero(active)
-            mine = _ranges(self.task_at[again], self.task_at[again + 1])
+            mine = ranges(self.task_at[again], self.task_at[again + 1])
             r, f = self.res[mine], self.frac[mine]
             prev = last.rate[self.task[mine]]
             left -= usage - np.bincount(r, weights=f * np.where(np.isfinite(prev), prev, 0.0),
@@ -151,7 +161,7 @@ class FairShare:
             np.maximum(left, 0.0, out=left)
         else:
             again = np.flatnonzero(active)
-            mine = _ranges(self.task_at[again], self.task_at[again + 1])
+            mine = ranges(self.task_at[again], self.task_at[again + 1])
             r, f = self.res[mine], self.frac[mine]
         rate[again[~self.limited[again]]] = np.inf
         demand = np.bincount(r, weights=f, minlength=nres)
@@ -163,14 +173,14 @@ class FairShare:
         level = np.full(nres, np.inf)
         some = demand > 0
         level[some] = left[some] / demand[some]
-        floor = 1e-12 * float(self.frac.max(initial=1.0))
+        floor = self.floor
         while nres:
             low = float(level.min())
             if not np.isfinite(low):
                 break
             tight = np.flatnonzero(level <= low * (1 + TIGHT))
-            edges = by_res[_ranges(res_at[tight], res_at[tight + 1])]
-            frozen = np.unique(self.task[edges])
+            edges = by_res[ranges(res_at[tight], res_at[tight + 1])]
+            frozen = _distinct(self.task[edges], self.n)
             frozen = frozen[active[frozen]]
             level[tight] = np.inf
             demand[tight] = 0.0
@@ -179,11 +189,11 @@ class FairShare:
             filled[tight] = low
             rate[frozen] = low
             active[frozen] = False
-            mine = _ranges(self.task_at[frozen], self.task_at[frozen + 1])
+            mine = ranges(self.task_at[frozen], self.task_at[frozen + 1])
             r, f = self.res[mine], self.frac[mine]
             left -= np.bincount(r, weights=f * low, minlength=nres)
             demand -= np.bincount(r, weights=f, minlength=nres)
-            touched = np.unique(r)
+            touched = _distinct(r, nres)
             touched = touched[np.isfinite(level[touched])]
             d = demand[touched]
             live = d > floor
@@ -206,4 +216,4 @@ class Fill:
     level: np.ndarray
 
 
-__all__ = ["TIGHT", "FairShare", "Fill", "capacities", "capacity"]
+__all__ = ["TIGHT", "FairShare", "Fill", "capacities", "capacity", "ranges"]

@@ -29,7 +29,7 @@ from reshard.planner.passes import ALTERNATIVES_UP_TO, search
 from reshard.planner.reduce import decompose_pieces, ready_step, reduce_sources
 from reshard.planner.request import Request, default_cluster, make_tensor_spec, request_parts
 from reshard.planner.scales import with_scales
-from reshard.planner.staging import check_budget, fit_budget
+from reshard.planner.staging import check_budget, fit_budget, staging_sizes
 from reshard.planner.strategy import Strategy
 from reshard.planner.work import Splitter, WorkList
 
@@ -182,13 +182,14 @@ def _within(plan: ReshardPlan, budget: int | None) -> ReshardPlan:
     buckets' prediction."""
     if budget is None:
         return plan
-    first_fit = fit_budget(plan.tasks, plan.tensors, budget, even=False)
+    sizes = staging_sizes(plan.tasks, plan.tensors)  # both bucketings read them
+    first_fit = fit_budget(plan.tasks, plan.tensors, budget, even=False, sizes=sizes)
     if first_fit == plan.tasks:
         return plan
     best = ReshardPlan(plan.tensors, first_fit, plan.strategy, plan.cluster)
     if len(plan.tasks) > BUDGET_COMPARE_UP_TO:
         return best
-    even = fit_budget(plan.tasks, plan.tensors, budget, even=True)
+    even = fit_budget(plan.tasks, plan.tensors, budget, even=True, sizes=sizes)
     if even != first_fit:
         balanced = ReshardPlan(plan.tensors, even, plan.strategy, plan.cluster)
         known: Routes = {}  # the bucketings share their tasks' routes

@@ -149,7 +149,8 @@ def _per_element(task: Task, tensor: Conversion) -> int:
 
 
 def fit_budget(tasks: Sequence[Task], tensors: Sequence[Conversion],
-               budget: int, even: bool = True) -> tuple[Task, ...]:
+               budget: int, even: bool = True, sizes: Sequence[int] | None = None
+               ) -> tuple[Task, ...]:
     """``tasks`` (a plan's, steps contiguous) rearranged so that no device stages more
     than ``budget`` bytes (:func:`staging_by_device`): each step that would stage more
     cut into buckets, consecutive steps (a step's tasks are independent, so any bucket
@@ -158,26 +159,33 @@ def fit_budget(tasks: Sequence[Task], tensors: Sequence[Conversion],
     fit, first fit (:func:`_first_fit`: the plan's order kept). Which is faster depends
     on the plan (the planner costs both). Boxes too big alone are split (module
     docstring). Inside a bucket tasks keep their order; steps are renumbered
-    from 0.
+    from 0. ``sizes``: :func:`staging_sizes` of ``tasks``, where the caller has them.
 
     Raises:
         ReshardError: ``budget`` is too small for some task; names the smallest budget
             that works.
     """
     check_budget(budget)
+    if sizes is None:
+        sizes = staging_sizes(tasks, tensors)
     placed: list[tuple[int, int, Task]] = []  # (step, order, task)
     first = 0
     for run in step_runs(tasks):
-        got = _even(run, tensors, budget) if even else None
+        got = _even(run, tensors, budget, sizes) if even else None
         if got is None:
-            got = _first_fit(run, tensors, budget, tasks)
+            got = _first_fit(run, tensors, budget, tasks, sizes)
         buckets = 0
         for k, piece in got:
             placed.append((first + k, len(placed), piece))
             buckets = max(buckets, k + 1)
         first += max(1, buckets)
     placed.sort(key=lambda p: (p[0], p[1]))
-    return tuple(replace(t, step=step) for step, _, t in placed)
+    return tuple(t.at_step(step) for step, _, t in placed)
+
+
+def staging_sizes(tasks: Sequence[Task], tensors: Sequence[Conversion]) -> list[int]:
+    """:func:`task_staging` of each of ``tasks``."""
+    return [task_staging(t, tensors[t.tensor]) for t in tasks]
 
 
 EVEN_TRIES = 4
@@ -192,7 +200,7 @@ budget: pieces would be many and small)."""
 
 
 def _even(run: list[tuple[int, Task]], tensors: Sequence[Conversion],
-          budget: int) -> list[tuple[int, Task]] | None:
+          budget: int, staged: Sequence[int]) -> list[tuple[int, Task]] | None:
     """One step's tasks in ``k`` buckets that each hold about ``1/k`` of every device's
     bytes: ``(bucket, task or piece)`` each, or None where no ``k`` tried fits (an
     all-gather on a device over the budget, which is not split, or pieces too coarse).
@@ -204,11 +212,10 @@ def _even(run: list[tuple[int, Task]], tensors: Sequence[Conversion],
     other task stays whole in bucket 0. The links that bound the step then stay busy in
     every bucket, where first fit can leave them idle in some.
     """
-    use: dict[int, int] = {}
-    sizes = [task_staging(t, tensors[t.tensor]) for _, t in run]
+    use: collections.Counter[int] = collections.Counter()
+    sizes = [staged[i] for i, _ in run]
     for (_, t), n in zip(run, sizes):
-        for d in set(t.devices):
-            use[d] = use.get(d, 0) + n
+        use.update(dict.fromkeys(t.devices, n))
     peak = max(use.values(), default=0)
     if peak <= budget:
         return [(0, t) for _, t in run]
@@ -220,7 +227,7 @@ def _even(run: list[tuple[int, Task]], tensors: Sequence[Conversion],
     whole: list[tuple[int, Task, int, tuple[int, ...]]] = []
     for order, ((_, t), n) in enumerate(zip(run, sizes)):
         tensor = tensors[t.tensor]
-        devices = tuple(set(t.devices))
+        devices = tuple(dict.fromkeys(t.devices))
         if over.isdisjoint(devices) or not n:
             whole.append((order, t, n, devices))
             continue
@@ -243,13 +250,15 @@ def _even(run: list[tuple[int, Task]], tensors: Sequence[Conversion],
     for _, _, _, _, devices in pieces:
         if devices not in cols:
             cols[devices] = np.fromiter((column[d] for d in devices), np.intp, len(devices))
+    base = np.zeros(len(column), np.int64)  # the whole tasks' bytes, all in bucket 0
+    for _, _, n, devices in whole:
+        for d in devices:
+            base[column[d]] += n
     for k in range(least, least + EVEN_TRIES):
         held = np.zeros((k, len(column)), np.int64)
-        out: list[tuple[int, int, int, Task]] = []  # order, piece, bucket, task
-        for order, t, n, devices in whole:
-            for d in devices:
-                held[0, column[d]] += n
-            out.append((order, 0, 0, t))
+        held[0] = base
+        out: list[tuple[int, int, int, Task]] = [(order, 0, 0, t)
+                                                 for order, t, _, _ in whole]
         for order, j, piece, m, devices in pieces:
             idx = cols[devices]
             b = int(held[:, idx].max(axis=1).argmin())
@@ -262,18 +271,18 @@ def _even(run: list[tuple[int, Task]], tensors: Sequence[Conversion],
 
 
 def _first_fit(run: list[tuple[int, Task]], tensors: Sequence[Conversion], budget: int,
-               tasks: Sequence[Task]) -> list[tuple[int, Task]]:
+               tasks: Sequence[Task], staged: Sequence[int]) -> list[tuple[int, Task]]:
     """One step's tasks in buckets filled first fit: a task (or piece) goes to the first
     bucket where each of its devices has room (a device's tasks do not wait behind
     buckets other devices filled); a task too big alone is cut into pieces of whole rows
     (or elements) that fit. ``tasks``: the whole plan's (for the error's smallest
-    budget)."""
-    use: list[dict[int, int]] = []
+    budget); ``staged``: their :func:`task_staging`."""
+    use: list[collections.defaultdict[int, int]] = []
     out: list[tuple[int, Task]] = []
     for i, t in run:
         tensor = tensors[t.tensor]
-        devices = tuple(set(t.devices))
-        n = task_staging(t, tensor)
+        devices = tuple(dict.fromkeys(t.devices))
+        n = staged[i]
         if n > budget:
             per = _per_element(t, tensor)
             room = budget - _slack(t)
@@ -286,11 +295,12 @@ def _first_fit(run: list[tuple[int, Task]], tensors: Sequence[Conversion], budge
         for piece in pieces:
             m = n if piece is t else task_staging(piece, tensor)
             k = next((k for k, held in enumerate(use)
-                      if all(held.get(d, 0) + m <= budget for d in devices)), len(use))
+                      if max(map(held.__getitem__, devices)) + m <= budget), len(use))
             if k == len(use):
-                use.append({})
+                use.append(collections.defaultdict(int))
+            held = use[k]
             for d in devices:
-                use[k][d] = use[k].get(d, 0) + m
+                held[d] += m
             out.append((k, piece))
     return out
 
@@ -318,4 +328,4 @@ def _too_small(budget: int, i: int, t: Task, need: int, smallest: int) -> str:
 
 __all__ = ["ALIGN", "buffer_dtype", "check_budget", "fit_budget", "region_bytes",
            "scratch_elems", "smallest_budget", "split_box", "staging_by_device",
-           "step_runs", "task_staging"]
+           "staging_sizes", "step_runs", "task_staging"]

@@ -1,0 +1,84 @@
+"""Which tasks of a stepped plan may start, as tasks end: the cost model's step rule.
+
+A device runs its steps in order (:mod:`reshard.planner.tasks`): it enters its first
+step at once and its next step when every task it has in the present one has ended; a
+task starts when all its devices have entered its step. The bookkeeping is over
+(device, step) **slots**, as arrays, so that an event of the simulation costs a few
+array operations however many devices its tasks span (a 27k-task plan has 450k
+(task, device) memberships).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+
+from reshard.planner.fairshare import ranges
+from reshard.planner.tasks import Task
+
+
+class StepGate:
+    """The step rule over a plan's ``tasks`` (steps in any order of the tuple).
+
+    Attributes:
+        member_task: per membership (a task and one of its distinct devices), the
+            task; memberships are grouped by task, in task order.
+        member_dev: the membership's device.
+        need: per task, how many distinct devices it has.
+    """
+
+    def __init__(self, tasks: Sequence[Task]) -> None:
+        n = len(tasks)
+        devs = [dict.fromkeys(t.devices) for t in tasks]  # distinct, in order
+        self.need = np.fromiter(map(len, devs), dtype=np.int64, count=n)
+        total = int(self.need.sum())
+        self.member_task = np.repeat(np.arange(n, dtype=np.int64), self.need)
+        self.member_dev = np.fromiter(itertools.chain.from_iterable(devs), dtype=np.int64,
+                                      count=total)
+        self._member_at = np.concatenate([[0], np.cumsum(self.need)])
+        step = np.fromiter((t.step for t in tasks), dtype=np.int64, count=n)
+        span = int(step.max(initial=0)) + 1
+        # slots sorted by device, then step: a device's next slot is the next one
+        keys, self._slot = np.unique(self.member_dev * span + step[self.member_task],
+                                     return_inverse=True)
+        self._slot = self._slot.reshape(-1)
+        dev = keys // span
+        nslots = len(keys)
+        self._left = np.bincount(self._slot, minlength=nslots)
+        self._has_next = np.zeros(nslots, dtype=bool)
+        self._has_next[:-1] = dev[1:] == dev[:-1]
+        self._first = np.flatnonzero(np.r_[True, dev[1:] != dev[:-1]]) if nslots else \
+            np.zeros(0, dtype=np.int64)
+        order = np.argsort(self._slot, kind="stable")
+        self._slot_tasks = self.member_task[order]
+        self._slot_at = np.searchsorted(self._slot[order], np.arange(nslots + 1))
+        self._arrived = np.zeros(n, dtype=np.int64)
+
+    def start(self) -> np.ndarray:
+        """The tasks that may start at once (every device enters its first step);
+        ascending."""
+        return self._enter(self._first)
+
+    def ended(self, which: np.ndarray) -> np.ndarray:
+        """The tasks that may start once the tasks ``which`` (each once, never again)
+        have ended; ascending."""
+        if not len(which):
+            return which
+        slots = self._slot[ranges(self._member_at[which], self._member_at[which + 1])]
+        self._left -= np.bincount(slots, minlength=len(self._left))
+        touched = np.unique(slots)
+        done = touched[self._left[touched] == 0]
+        return self._enter(done[self._has_next[done]] + 1)
+
+    def _enter(self, slots: np.ndarray) -> np.ndarray:
+        """Devices enter the ``slots``' steps: the tasks whose every device is in."""
+        tasks = self._slot_tasks[ranges(self._slot_at[slots], self._slot_at[slots + 1])]
+        np.add.at(self._arrived, tasks, 1)
+        tasks = np.unique(tasks)
+        ready: np.ndarray = tasks[self._arrived[tasks] == self.need[tasks]]
+        return ready
+
+
+__all__ = ["StepGate"]

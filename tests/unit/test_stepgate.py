@@ -1,0 +1,94 @@
+"""planner.stepgate: the cost model's step rule as array bookkeeping, held to the rule
+as the plan IR states it (a task starts once every device of it has no unfinished
+task in an earlier step), over random stepped plans ended in random order."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import reshard
+from reshard import Cluster
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.stepgate import StepGate
+from reshard.planner.tasks import Task, TaskKind
+
+from ..common import problems
+
+CLUSTER = Cluster.regular(4, 2)
+
+
+def _may_start(tasks, ended: set[int], i: int) -> bool:
+    """The rule itself: no device of task ``i`` has an unfinished task of an earlier
+    step."""
+    mine = set(tasks[i].devices)
+    return all(j in ended for j, t in enumerate(tasks)
+               if t.step < tasks[i].step and mine & set(t.devices))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(problem=problems(CLUSTER.devices, max_ndim=2, max_size=8),
+       strategy=st.sampled_from(["broadcast", "send_recv", "allgather"]),
+       data=st.data())
+def test_the_gate_starts_exactly_what_the_rule_allows(problem, strategy, data):
+    shape, dtype, src, dst = problem
+    p = reshard.plan(shape, dtype, src, dst, cluster=CLUSTER, strategy=strategy)
+    steps = sorted(data.draw(st.lists(st.integers(0, 4), min_size=len(p.tasks),
+                                      max_size=len(p.tasks))))
+    tasks = tuple(replace(t, step=s) for t, s in zip(p.tasks, steps, strict=True))
+    rng = random.Random(data.draw(st.integers(0, 2**16)))
+    gate = StepGate(tasks)
+    started = set(gate.start().tolist())
+    ended: set[int] = set()
+    assert started == {i for i in range(len(tasks)) if _may_start(tasks, ended, i)}
+    while len(ended) < len(tasks):
+        running = sorted(started - ended)
+        assert running, "the gate stalled"
+        batch = rng.sample(running, rng.randint(1, len(running)))
+        ended |= set(batch)
+        new = gate.ended(np.array(sorted(batch), dtype=np.int64))
+        assert not set(new.tolist()) & started, "a task started twice"
+        started |= set(new.tolist())
+        assert started == {i for i in range(len(tasks)) if _may_start(tasks, ended, i)}
+
+
+def test_memberships_are_each_tasks_distinct_devices_in_task_order():
+    tasks = (Task(TaskKind.SEND, 0, ((0, 4),), 3, (5,), 16, step=0),
+             Task(TaskKind.BROADCAST, 0, ((0, 4),), 1, (2, 1, 7), 16, step=1))
+    gate = StepGate(tasks)
+    assert gate.member_task.tolist() == [0, 0, 1, 1, 1]
+    assert gate.member_dev.tolist() == [3, 5, 1, 2, 7]
+    assert gate.need.tolist() == [2, 3]
+
+
+@pytest.mark.parametrize("step", [0, 5])
+def test_at_step_is_replace(step):
+    """Task.at_step builds the task field by field: it must equal dataclasses.replace
+    with every field set (a field added to Task and forgotten there fails here)."""
+    t = Task(TaskKind.BROADCAST, 3, ((0, 4), (2, 6)), 1, (2, 4, 6), 32, step=2,
+             pieces=(((0, 2), (2, 6)),), through=(4,), parents=(1, 2, 2), addends=(9,),
+             addend_parents=(1,))
+    assert t.at_step(step) == replace(t, step=step)
+    assert t.at_step(2) is t
+
+
+def test_plans_keep_their_predictions_with_routes_shared_per_edge():
+    """The cost model's routes look each (sender, receiver) edge up once per plan: a
+    plan's prediction equals one made from routes built a task at a time."""
+    from reshard.planner import cost
+
+    c = Cluster.preset("dgx-h100", 4)
+    a = reshard.DeviceMesh((2, 8), range(16))
+    b = reshard.DeviceMesh((2, 8), range(16, 32))
+    p = reshard.plan((4096, 1024), "bfloat16", reshard.Layout(a, "S0R"),
+                     reshard.Layout(b, "RS0"), cluster=c)
+    shared = cost.task_routes(p.tasks, c)
+    alone = tuple(cost.task_path(t, c) for t in p.tasks)
+    assert [(list(r), lat) for r, lat in shared] == [(list(r), lat) for r, lat in alone]
+    fresh = ReshardPlan(p.tensors, p.tasks, p.strategy, c)
+    assert cost.simulate(fresh).time == p.estimate()
