@@ -27,8 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 from reshard.choice import parse_choice
 from reshard.dtypes import ReduceOp, accumulator, why_not_summable
 from reshard.errors import DTypeError, OptionError, ReshardError
-from reshard.planner.ir import Conversion, Task
-from reshard.planner.tasks import SUMMING
+from reshard.planner.values.tasks import SUMMING, Conversion, Task
 
 
 class BackendKind(enum.Enum):
@@ -108,7 +107,7 @@ class Capabilities:
         all_reduces: it is also an :class:`AllReducing` backend: its ``all_reduce``
             runs a plan's ``ALLREDUCE`` tasks in one operation (gloo's and NCCL's
             ring). False: the executor runs each as a reduction into the first member,
-            then a broadcast of the sum (:func:`reshard.planner.tasks.allreduce_parts`),
+            then a broadcast of the sum (:func:`reshard.planner.values.tasks.allreduce_parts`),
             and never calls ``all_reduce``.
     """
 

@@ -1,6 +1,6 @@
 """Sources a plan derives on each device: a scaled cast's amax and scales.
 
-A cast to float8 with scales (:mod:`reshard.planner.scales`) adds tensors whose source
+A cast to float8 with scales (:mod:`reshard.planner.values.scales`) adds tensors whose source
 shards no caller gives: an amax (the max ``|x|`` per block of the scaled tensor's source
 shard here, a partial max the plan reduces first), and scales (of the amax this device
 received, or of its own blocks where its shards hold whole blocks), in the scales'
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from reshard.casting import block_amax, scales_from_amax, stored_scales
 from reshard.dtypes import block_shape, parse_dtype, scale_grid
 from reshard.errors import ReshardError
-from reshard.planner.ir import Derive
+from reshard.planner.values.tasks import Derive
 
 if TYPE_CHECKING:
     from reshard.comm.execution import Execution

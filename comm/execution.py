@@ -21,7 +21,7 @@ another task of its step writes, so a device runs each of its steps in three pha
    backend that reports a broadcast's pieces as they land has had most of a
    scratch-received box copied into place during phase 2 already).
 
-A coalesced message (:mod:`reshard.planner.coalesce`) is one operation of its first
+A coalesced message (:mod:`reshard.planner.schedule.coalesce`) is one operation of its first
 task: its payloads lie back to back in one scratch region (:class:`MessageLayout`,
 made on the first run); the root copies strided boxes in run by run, a receiver copies
 them out as their bytes land, and on a backend that gathers
@@ -63,8 +63,8 @@ from reshard.comm.step_ops import MessageSink, Op, flat_bytes
 from reshard.comm.steps import LoadedProgram, MessagePiece, StepTask
 from reshard.dtypes import ScaleMode, block_shape, parse_dtype
 from reshard.layout import Box, box_size
-from reshard.planner.ir import Buffer, Task, TaskKind
-from reshard.planner.staging import buffer_dtype
+from reshard.planner.schedule.staging import buffer_dtype
+from reshard.planner.values.tasks import Buffer, Task, TaskKind
 
 Blame = Callable[..., AbstractContextManager[None]]
 """``blame(*step_tasks, step=False)``: a context that turns errors of its body into
@@ -76,7 +76,7 @@ class Execution:
     of each phase per task kind (the tables below the class).
 
     Sources the plan derives (a scaled cast's amax and scales, see
-    :mod:`reshard.planner.scales`) are computed when first read, by
+    :mod:`reshard.planner.values.scales`) are computed when first read, by
     :data:`reshard.comm.derived.DERIVE`.
 
     Args:

@@ -59,10 +59,11 @@ from reshard.comm.spmd import LocalPlan, exchange, world_of
 from reshard.comm.steps import LoadedProgram, StepTask, program_steps
 from reshard.dtypes import dtype_name, is_torch, parse_dtype, storage, torch_of_numpy
 from reshard.errors import ExecutionError, PlanError, ReshardError, ShapeError
-from reshard.planner.gcpause import paused
-from reshard.planner.ir import Derive, ReshardPlan, TensorSpec
-from reshard.planner.staging import check_budget
-from reshard.planner.strategy import Strategy
+from reshard.gcpause import paused
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.schedule.staging import check_budget
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import Derive, TensorSpec
 
 Shards = Mapping[int, Any] | Sequence[Any]
 """Per tensor of a plan, this device's shard: a sequence in plan order (None where
@@ -209,7 +210,7 @@ class Executor:
             ``capabilities``; :meth:`create` passes what the registry entry declares).
         memory_budget: the most bytes of staging (scratch) a loaded program may hold; a
             program over it is refused at load, and :meth:`load_request` plans within
-            it (:func:`reshard.planner.staging.fit_budget`). None: unbounded.
+            it (:func:`reshard.planner.schedule.staging.fit_budget`). None: unbounded.
         arrays: the array type of the shards :meth:`run` returns where the caller gave
             no buffer: ``"torch"`` (CPU torch tensors sharing the shards' memory, in
             torch's own bfloat16 / float8 dtypes; :meth:`for_process_group`'s default),
@@ -351,7 +352,7 @@ class Executor:
             channel: the communication channel (None: the main one).
             verified: see :meth:`program`.
             coalesce: small transfers of a step that share their route travel as one
-                message (:mod:`reshard.planner.coalesce`); every rank must agree.
+                message (:mod:`reshard.planner.schedule.coalesce`); every rank must agree.
 
         Returns:
             The loaded program, to :meth:`run` any number of times.

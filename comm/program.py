@@ -27,10 +27,11 @@ import numpy as np
 
 from reshard.dtypes import ScaleMode, parse_dtype
 from reshard.errors import PlanError
+from reshard.gcpause import paused
 from reshard.layout import Box
-from reshard.planner.gcpause import paused
-from reshard.planner.ir import Buffer, Conversion, Derive, ReshardPlan, Task, TaskKind, TensorSpec
+from reshard.planner.ir import ReshardPlan
 from reshard.planner.share import PlanShare, tasks_of
+from reshard.planner.values.tasks import Buffer, Conversion, Derive, Task, TaskKind, TensorSpec
 
 PROGRAM_FORMAT = 1
 

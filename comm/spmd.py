@@ -28,8 +28,8 @@ from reshard.comm.backend import Backend
 from reshard.comm.program import WorkerProgram, share_program
 from reshard.errors import PlanError, ReshardError
 from reshard.planner.share import PlanShare, plan_share
-from reshard.planner.strategy import Strategy
-from reshard.planner.tasks import TensorSpec
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import TensorSpec
 from reshard.version import __version__
 
 DIGEST = 32

@@ -13,7 +13,7 @@ import numpy as np
 from reshard.comm.packing import Unpacker
 from reshard.comm.pitched import copy_into
 from reshard.comm.steps import MessagePiece, StepTask
-from reshard.planner.ir import Task
+from reshard.planner.values.tasks import Task
 
 
 @dataclass(slots=True)

@@ -3,7 +3,7 @@
 A plan's tasks with the same ``step`` are contiguous in plan order; a device takes part
 in some tasks of some steps. :func:`program_steps` lays a device's program out as its
 steps (fusing a fused sum's parts where the backend cannot, coalescing a step's tasks
-between the same devices into messages, :mod:`reshard.planner.coalesce`);
+between the same devices into messages, :mod:`reshard.planner.schedule.coalesce`);
 :class:`LoadedProgram` is that layout prepared on a backend rank (communicators made,
 one scratch buffer sized for the step that needs most), with each coalesced message's
 layout (:class:`MessageLayout`: its payloads back to back in one scratch region, made
@@ -28,10 +28,9 @@ from reshard.comm.packing import (
 from reshard.comm.program import Destination, WorkerProgram
 from reshard.dtypes import itemsize, parse_dtype
 from reshard.layout import Box, box_size
-from reshard.planner import coalesce as coalescing
-from reshard.planner.ir import Buffer, Task, TaskKind
-from reshard.planner.staging import ALIGN, buffer_dtype, region_bytes, scratch_elems
-from reshard.planner.tasks import allreduce_parts, delivers
+from reshard.planner.schedule import coalesce as coalescing
+from reshard.planner.schedule.staging import ALIGN, buffer_dtype, region_bytes, scratch_elems
+from reshard.planner.values.tasks import Buffer, Task, TaskKind, allreduce_parts, delivers
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ class StepTask:
         offset: the byte where its region starts in the program's scratch buffer (the
             tasks of one step use disjoint regions).
         message: the first task (in plan order) of a coalesced message
-            (:mod:`reshard.planner.coalesce`): the message's bytes, its tasks' regions
+            (:mod:`reshard.planner.schedule.coalesce`): the message's bytes, its tasks' regions
             back to back from ``message_at``; else 0.
         follows: a later task of a coalesced message (the first one issues it).
         message_at: where the message of a ``message`` task starts (scratch bytes).
@@ -70,7 +69,7 @@ def program_steps(program: WorkerProgram, fuses: bool = True, coalesce: bool = T
     """The program's tasks grouped by step (runs of equal ``step`` in plan order), each
     with its byte offset in the scratch buffer; and the scratch bytes the fullest step
     needs (the sum of its tasks' regions, each aligned to :data:`ALIGN` bytes: one
-    buffer serves every dtype, :mod:`reshard.planner.staging`).
+    buffer serves every dtype, :mod:`reshard.planner.schedule.staging`).
 
     ``fuses``: the backend sums a broadcast's addends on the way
     (``Capabilities.fuses_sums``). Else each such broadcast runs as its
@@ -79,11 +78,11 @@ def program_steps(program: WorkerProgram, fuses: bool = True, coalesce: bool = T
     device alike, so the plan's one global order still holds).
 
     ``all_reduces``: the backend has an all-reduce (``Capabilities.all_reduces``). Else
-    each ``ALLREDUCE`` runs as its :func:`~reshard.planner.tasks.allreduce_parts`, the
+    each ``ALLREDUCE`` runs as its :func:`~reshard.planner.values.tasks.allreduce_parts`, the
     reduction in its step and the broadcast of the sum in the step's second half.
 
     ``coalesce``: small transfers of a step that share their route travel as one message
-    (:mod:`reshard.planner.coalesce`); every device of a plan must agree on it.
+    (:mod:`reshard.planner.schedule.coalesce`); every device of a plan must agree on it.
     """
     device = program.device
     runs: list[tuple[tuple[int, int], int, Task]] = []

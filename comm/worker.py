@@ -32,7 +32,8 @@ from reshard.comm.executor import Executor
 from reshard.comm.program import WorkerProgram
 from reshard.comm.steps import LoadedProgram
 from reshard.errors import ReshardError
-from reshard.planner.ir import Derive, ReshardPlan
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.values.tasks import Derive
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -35,7 +35,7 @@ from reshard.comm.launchers.base import LauncherKind
 from reshard.dtypes import CAST_TARGETS, DTYPES, Cast, ScaleMode, parse_dtype
 from reshard.errors import ReshardError
 from reshard.helptext import for_terminal
-from reshard.planner.strategy import Strategy
+from reshard.planner.values.strategy import Strategy
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 STRATEGIES = tuple(s.value for s in Strategy)

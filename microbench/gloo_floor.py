@@ -37,10 +37,10 @@ from reshard.microbench import calibrate, flags
 from reshard.microbench.steal import cpu_times, stolen_note
 from reshard.microbench.suites.paper import all_cases
 from reshard.microbench.sweep import links_for
-from reshard.planner.coalesce import followers, messages
 from reshard.planner.plan import plan_many
-from reshard.planner.staging import step_runs
-from reshard.planner.tasks import Buffer, Task, TaskKind
+from reshard.planner.schedule.coalesce import followers, messages
+from reshard.planner.schedule.staging import step_runs
+from reshard.planner.values.tasks import Buffer, Task, TaskKind
 
 Edge = tuple[int, int, int]
 """(sender, receiver, bytes): one message."""
@@ -96,7 +96,7 @@ def plan_steps(tasks: Sequence[Task]) -> tuple[tuple[Edge, ...], ...]:
 
 def _grouped(tasks: Sequence[Task], tensors: Sequence[Any],
              coalesced: bool = True) -> tuple[dict[int, list[Task]], set[int]]:
-    """The executor's coalesced messages (:mod:`reshard.planner.coalesce`): each
+    """The executor's coalesced messages (:mod:`reshard.planner.schedule.coalesce`): each
     message's tasks by the index of its first, and the indices of the others (which
     travel in it). ``coalesced=False``: none."""
     if not coalesced:

@@ -31,7 +31,7 @@ from reshard import Cluster, DeviceMesh, Layout, Runtime
 from reshard.microbench import flags
 from reshard.microbench.procmem import memory_mib, reset_peak
 from reshard.microbench.steal import cpu_times, stolen_note
-from reshard.planner.staging import staging_by_device
+from reshard.planner.schedule.staging import staging_by_device
 
 MIB = 1 << 20
 

@@ -28,7 +28,7 @@ from reshard.microbench import flags
 from reshard.microbench.report import table
 from reshard.microbench.suites.production import Sync, production_cases, requests
 from reshard.planner.plan import plan_many
-from reshard.planner.staging import staging_by_device
+from reshard.planner.schedule.staging import staging_by_device
 
 GIB = 1 << 30
 COLUMNS = [("case", "case"), ("params_b", "params (1e9)"), ("gb", "GB"), ("tasks", "tasks"),

@@ -5,7 +5,7 @@
 workers, the kind of norms and biases a weight sync carries) are planned together
 (one ``plan_many``), loaded twice on the same workers, once with coalescing (small
 transfers of a step that share their route travel as one message,
-:mod:`reshard.planner.coalesce`) and once without, and run ``-n`` times each,
+:mod:`reshard.planner.schedule.coalesce`) and once without, and run ``-n`` times each,
 alternated, after a warm-up. Printed: tasks, the messages each way sends, the median
 seconds and the ratio; every destination shard is checked against the expected slice.
 
@@ -40,9 +40,9 @@ from reshard.comm.program import programs
 from reshard.dtypes import parse_dtype
 from reshard.microbench import flags
 from reshard.microbench.steal import cpu_times, stolen_note
-from reshard.planner.coalesce import followers
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan_many
+from reshard.planner.schedule.coalesce import followers
 
 SPECS = (("S0R", "RS0"), ("RS0", "S0R"), ("RR", "S0S1"), ("S0S1", "RR"), ("S01R", "RS01"))
 DTYPES = ("float32", "bfloat16", "int8")

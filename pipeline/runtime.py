@@ -29,7 +29,7 @@ from reshard.pipeline.validate import check
 from reshard.pipeline.worker import PipelineConfig, grad_key
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan as make_plan
-from reshard.planner.strategy import Strategy
+from reshard.planner.values.strategy import Strategy
 from reshard.runtime import DArray, Runtime
 
 EXTENSION = "pipeline"

@@ -34,8 +34,8 @@ from reshard.layout import Layout, check_shape
 from reshard.lru import LruCache
 from reshard.mesh import DeviceMesh
 from reshard.planner.plan import plan
-from reshard.planner.request import default_cluster
-from reshard.planner.strategy import Strategy
+from reshard.planner.values.request import default_cluster
+from reshard.planner.values.strategy import Strategy
 
 DEFAULT_CACHE_BYTES = 64 << 20
 """A :class:`CostCache`'s bound unless told otherwise."""

@@ -1,7 +1,7 @@
 """The plan IR: the frozen :class:`ReshardPlan`, with its lossless JSON form, digest,
 cost and verification (the tasks and tensors it holds, and their execution
-semantics, are :mod:`reshard.planner.tasks`; this module re-exports them). Costing
-(:mod:`reshard.planner.cost`) and verifying (:mod:`reshard.planner.verify`) are
+semantics, are :mod:`reshard.planner.values.tasks`; this module re-exports them). Costing
+(:mod:`reshard.planner.costing.cost`) and verifying (:mod:`reshard.planner.costing.verify`) are
 functions over those value types; the plan offers them as methods through a one-way
 import.
 """
@@ -19,15 +19,15 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.dtypes import parse_dtype
 from reshard.errors import PlanError
+from reshard.gcpause import paused
 from reshard.layout import Layout
-from reshard.planner.digest import digest_tasks
-from reshard.planner.gcpause import paused
-from reshard.planner.strategy import Strategy
+from reshard.planner.values.digest import digest_tasks
+from reshard.planner.values.strategy import Strategy
 
 if TYPE_CHECKING:
-    from reshard.planner.cost import Estimate
+    from reshard.planner.costing.cost import Estimate
 
-from reshard.planner.tasks import (
+from reshard.planner.values.tasks import (
     FORMAT_VERSION,
     READABLE_FORMATS,
     Buffer,
@@ -156,7 +156,7 @@ class ReshardPlan:
         """The cost model's detailed prediction (cached)."""
         est = self._cache.get("estimate")
         if est is None:
-            from reshard.planner.cost import simulate
+            from reshard.planner.costing.cost import simulate
 
             est = simulate(self)
             self._cache["estimate"] = est
@@ -165,12 +165,12 @@ class ReshardPlan:
     def routes(self, known: dict[tuple[object, ...], Any] | None = None
                ) -> tuple[tuple[list[tuple[tuple[str, int], float]], float], ...]:
         """Per task (plan order) the resources its bytes cross with their fractions, and
-        its latency (:func:`reshard.planner.cost.task_routes`; cached). ``known``: a
+        its latency (:func:`reshard.planner.costing.cost.task_routes`; cached). ``known``: a
         memo shared with other plans on the same cluster (the planner's bucketings of
         one plan), filled in."""
         got = self._cache.get("routes")
         if got is None:
-            from reshard.planner.cost import task_routes
+            from reshard.planner.costing.cost import task_routes
 
             got = self._cache["routes"] = task_routes(self.tasks, self.cluster, known)
         return got
@@ -180,10 +180,10 @@ class ReshardPlan:
         return self.simulate().time
 
     def lower_bound(self) -> float:
-        """Seconds no plan can beat on :attr:`cluster` (see :mod:`reshard.planner.cost`)."""
+        """Seconds no plan can beat on :attr:`cluster` (see :mod:`reshard.planner.costing.cost`)."""
         lb = self._cache.get("lower_bound")
         if lb is None:
-            from reshard.planner.cost import lower_bound
+            from reshard.planner.costing.cost import lower_bound
 
             lb = lower_bound(self.tensors, self.cluster)
             self._cache["lower_bound"] = lb
@@ -225,7 +225,7 @@ class ReshardPlan:
 
         Raises:
             PlanError: the form is malformed or the plan breaks a rule of
-                :mod:`reshard.planner.verify`; the message names the task and the rule.
+                :mod:`reshard.planner.costing.verify`; the message names the task and the rule.
         """
         d = _obj(d, "plan")
         if d.get("format") not in READABLE_FORMATS:
@@ -273,7 +273,7 @@ class ReshardPlan:
             PlanError: naming the first task that breaks a rule and the rule.
         """
         if not self._cache.get("verified"):
-            from reshard.planner.verify import verify_plan
+            from reshard.planner.costing.verify import verify_plan
 
             verify_plan(self)
             self._cache["verified"] = True

@@ -15,29 +15,36 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.dtypes import Cast, ScaleMode
 from reshard.errors import ReshardError
+from reshard.gcpause import paused
 from reshard.layout import Box, Layout, box_size
-from reshard.planner.allreduce import allreduce_first
-from reshard.planner.balance import Loads
-from reshard.planner.cell_table import TABLE_FROM, CellTable, decompose_table
-from reshard.planner.cell_tasks import CELL_PLANNERS, split_box
-from reshard.planner.cost import Routes, stepped_floor
-from reshard.planner.decompose import Cell, decompose, devices_by_box
-from reshard.planner.gcpause import paused
-from reshard.planner.ir import Derive, ReshardPlan, Task, TensorSpec
-from reshard.planner.ordered import OrderedTasks
-from reshard.planner.passes import ALTERNATIVES_UP_TO, search
-from reshard.planner.reduce import decompose_pieces, ready_step, reduce_sources
-from reshard.planner.request import Request, default_cluster, make_tensor_spec, request_parts
-from reshard.planner.scales import with_scales
-from reshard.planner.staging import check_budget, fit_budget, staging_sizes
-from reshard.planner.strategy import Strategy
-from reshard.planner.work import Splitter, WorkList
+from reshard.planner.cells.balance import Loads
+from reshard.planner.cells.cell_tasks import CELL_PLANNERS, split_box
+from reshard.planner.cells.decompose import (
+    TABLE_FROM,
+    Cell,
+    CellTable,
+    decompose,
+    decompose_table,
+    devices_by_box,
+)
+from reshard.planner.cells.reduce import decompose_pieces, ready_step, reduce_sources
+from reshard.planner.costing.cost import Routes, stepped_floor
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.schedule.send_columns import OrderedTasks
+from reshard.planner.schedule.staging import check_budget, fit_budget, staging_sizes
+from reshard.planner.schedule.work import Splitter, WorkList
+from reshard.planner.search.allreduce import allreduce_first
+from reshard.planner.search.passes import ALTERNATIVES_UP_TO, search
+from reshard.planner.values.request import Request, default_cluster, make_tensor_spec, request_parts
+from reshard.planner.values.scales import with_scales
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import Derive, Task, TensorSpec
 
 FINE_SPLIT = 16
 """A plan built with ``fine`` splits cells into pieces this many times smaller than
 :func:`_min_piece` (at least 64 KiB): where one NIC per receiver would carry a whole
 small cell, pieces over every NIC of the host and a hop inside it beat the latency
-the coarse pieces save (the planner costs both, :mod:`reshard.planner.passes`)."""
+the coarse pieces save (the planner costs both, :mod:`reshard.planner.search.passes`)."""
 
 
 def _min_piece(cluster: Cluster, fine: bool = False) -> int:
@@ -105,12 +112,12 @@ def plan_many(
 ) -> ReshardPlan:
     """Plan several tensors together: one sender balance and one global order.
 
-    The strategy's first plan is then searched (:mod:`reshard.planner.passes`): named
+    The strategy's first plan is then searched (:mod:`reshard.planner.search.passes`): named
     passes propose candidates (partial-sum pieces fanning out inside their last host,
     reductions fused with their deliveries, chains reshaped into trees, one task per
     device at a time) and the cost model keeps the fastest, by each pass's rule.
 
-    A scaled cast adds its amax and scales tensors (:mod:`reshard.planner.scales`):
+    A scaled cast adds its amax and scales tensors (:mod:`reshard.planner.values.scales`):
     the amaxes are reduced in a first phase, everything else moves in a second.
 
     Args:
@@ -125,7 +132,7 @@ def plan_many(
             ``"block128-ue8m0"``, ``"mx32"``: :class:`reshard.dtypes.ScaleMode`).
         memory_budget: at most this many bytes of staging (scratch) on any device: steps
             that would stage more run in buckets, boxes too big alone in pieces
-            (:func:`reshard.planner.staging.fit_budget`); None: unbounded.
+            (:func:`reshard.planner.schedule.staging.fit_budget`); None: unbounded.
 
     Returns:
         A frozen :class:`ReshardPlan`.
@@ -175,10 +182,10 @@ def planned_tensors(requests: Iterable[Request], cluster: Cluster | None, cast: 
 
 def _within(plan: ReshardPlan, budget: int | None) -> ReshardPlan:
     """``plan`` with its steps fitted to ``budget`` bytes of staging per device: buckets
-    filled first fit or even buckets (:func:`~reshard.planner.staging.fit_budget`),
+    filled first fit or even buckets (:func:`~reshard.planner.schedule.staging.fit_budget`),
     whichever the model says is faster (plans up to :data:`BUDGET_COMPARE_UP_TO` tasks;
     larger ones first fit). First fit is simulated only where its
-    :func:`~reshard.planner.cost.stepped_floor` does not already put it above the even
+    :func:`~reshard.planner.costing.cost.stepped_floor` does not already put it above the even
     buckets' prediction."""
     if budget is None:
         return plan
@@ -230,7 +237,7 @@ def _phase(tensors: tuple[TensorSpec, ...], indices: Sequence[int], cluster: Clu
 BASELINES_UP_TO = ALTERNATIVES_UP_TO
 """Broadcast plans up to this many tasks that the model puts above the lower bound are
 also planned as the baselines (``send_recv``, ``allgather``, each searched) and, where a
-partial sum's meshes coincide, all-reduce first (:mod:`reshard.planner.allreduce`), and
+partial sum's meshes coincide, all-reduce first (:mod:`reshard.planner.search.allreduce`), and
 the fastest by the model is kept: the default strategy is never modelled slower than a
 baseline's plan of the same request. Larger plans keep their broadcasts (planning them
 three times costs seconds)."""
@@ -239,7 +246,7 @@ three times costs seconds)."""
 def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
                strat: Strategy) -> ReshardPlan:
     """The fastest by the model of the plans tried for ``tensors``: the strategy's first
-    plan, then its passes' candidates (:mod:`reshard.planner.passes`); for
+    plan, then its passes' candidates (:mod:`reshard.planner.search.passes`); for
     ``broadcast``, also the baselines' plans and all-reduce first where they could be
     faster (:data:`BASELINES_UP_TO`), kept under the broadcast label (the request's)."""
     tasks, pipelined = plan_tasks(tensors, cluster, strat, fan_out=False)
@@ -277,9 +284,9 @@ def ordered_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Stra
         cluster: hosts and links.
         strat: the strategy.
         fan_out: broadcasts of pipelined partial-sum pieces fan out inside their last
-            host (see :meth:`reshard.planner.work.WorkList.plan`).
+            host (see :meth:`reshard.planner.schedule.work.WorkList.plan`).
         fuse: partial sums reduced in one piece per root (for
-            :func:`~reshard.planner.fuse.fuse_reductions`, whose chains pipeline).
+            :func:`~reshard.planner.cells.fuse.fuse_reductions`, whose chains pipeline).
         fine: cells split into pieces :data:`FINE_SPLIT` times smaller.
     """
     loads = Loads(cluster)

@@ -5,12 +5,12 @@ its own tasks and the plan's digest, which it compares with its peers'. Building
 every task object of a large plan costs most of its planning (a million sends of a
 1,024 -> 1,024 all-to-all: seconds and hundreds of MB), though a rank keeps about two
 thousand of them. :func:`plan_share` plans as :func:`reshard.plan_many` does, keeps the
-sends as the planner's columns (:class:`~reshard.planner.ordered.OrderedTasks`), digests
-the whole plan from them (:mod:`reshard.planner.digest`: the same digest as
+sends as the planner's columns (:class:`~reshard.planner.schedule.send_columns.OrderedTasks`), digests
+the whole plan from them (:mod:`reshard.planner.values.digest`: the same digest as
 :meth:`ReshardPlan.digest` of the whole plan) and builds only the device's tasks.
 
 That shortcut applies where the plan is the planner's first answer: more tasks than
-:data:`~reshard.planner.passes.ALTERNATIVES_UP_TO` (no alternative is costed against it), no
+:data:`~reshard.planner.search.passes.ALTERNATIVES_UP_TO` (no alternative is costed against it), no
 memory budget (bucketing reads every task) and no scaled cast (two phases). Otherwise
 the whole plan is built and cut; the share is the same either way.
 """
@@ -22,15 +22,15 @@ from dataclasses import dataclass
 
 from reshard.cluster import Cluster
 from reshard.dtypes import ScaleMode
-from reshard.planner.digest import digest
-from reshard.planner.gcpause import paused
+from reshard.gcpause import paused
 from reshard.planner.ir import ReshardPlan, plan_header
-from reshard.planner.passes import ALTERNATIVES_UP_TO
 from reshard.planner.plan import ordered_tasks, phased, plan_tensors, planned_tensors
-from reshard.planner.request import Request
-from reshard.planner.staging import check_budget
-from reshard.planner.strategy import Strategy
-from reshard.planner.tasks import Task, TensorSpec
+from reshard.planner.schedule.staging import check_budget
+from reshard.planner.search.passes import ALTERNATIVES_UP_TO
+from reshard.planner.values.digest import digest
+from reshard.planner.values.request import Request
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import Task, TensorSpec
 
 
 @dataclass(frozen=True, eq=False)

@@ -28,9 +28,10 @@ from reshard.errors import (
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
 from reshard.planner.estimates import CostCache, EstimateError, estimate, estimate_many
-from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
+from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan, plan_many
-from reshard.planner.strategy import Strategy
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
 from reshard.spec import Partial, Replicate, Shard, ShardingSpec
 from reshard.version import __version__ as __version__
 

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
-import secrets
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import Future, wait
 from dataclasses import replace
 from typing import Any, Self
 
@@ -20,15 +15,16 @@ from reshard.cluster import Cluster
 from reshard.comm.calls import Drop, Execute, Get, LoadPlan, Put, UnloadPlan, WorkerCall
 from reshard.comm.launchers.netns import Placement
 from reshard.comm.program import WorkerProgram, programs
-from reshard.darray import DArray, as_array, typed_shard
-from reshard.diagnosis import DEATH_NOTICE, REPORT_GRACE, collect_reports, deaths, describe_failure
+from reshard.darray import DArray, LiveArrays, as_array, typed_shard
 from reshard.dtypes import accumulate, parse_dtype
-from reshard.errors import ExecutionError, ReshardError, ShapeError
+from reshard.errors import ReshardError, ShapeError
 from reshard.layout import Layout, check_shape
+from reshard.loaded_plans import LoadedPlans
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan_many
-from reshard.planner.staging import check_budget, staging_by_device
-from reshard.planner.strategy import Strategy
+from reshard.planner.schedule.staging import check_budget, staging_by_device
+from reshard.planner.values.strategy import Strategy
+from reshard.workers import Issued, Workers
 
 DEFAULT_MAX_PLANS = 64
 """Plans a Runtime keeps loaded for :meth:`Runtime.reshard` / :meth:`Runtime.execute`
@@ -63,7 +59,7 @@ class Runtime:
             used is unloaded. Plans loaded with :meth:`load` stay until :meth:`unload`.
         memory_budget: the most bytes of staging (scratch) one plan may hold on a
             worker: :meth:`plan` / :meth:`reshard` plan within it (steps in buckets,
-            big boxes in pieces; :func:`reshard.planner.staging.fit_budget`), and
+            big boxes in pieces; :func:`reshard.planner.schedule.staging.fit_budget`), and
             :meth:`load` / :meth:`execute` refuse a plan over it. None: unbounded.
         registry: the backends by name (default
             :func:`reshard.comm.backend.builtin_backends`); a Runtime reads the chosen
@@ -138,18 +134,12 @@ class Runtime:
                 f"devices to start workers for, e.g. cluster=Cluster.regular(2, 4)")
         self.capabilities = entry.capabilities
         devices = cluster.devices if cluster is not None else ()
-        self._tag = secrets.token_hex(3)  # keys of this runtime's arrays start with it
-        self._ids = itertools.count()
-        self._lock = threading.RLock()  # one global order of calls
-        self._cached: OrderedDict[tuple[ReshardPlan, str | None], int] = OrderedDict()
-        self._pinned: dict[tuple[ReshardPlan, str | None], int] = {}
-        self._live: dict[str, DArray] = {}
-        self._progress: dict[int, float] = {}  # device -> when it last finished a call
-        self._closed = False
-        self._broken: str | None = None
-        self._aborting: threading.Thread | None = None
-        self.group = start_group(self.backend, self.launcher, devices, cluster, self.timeout,
-                                 address=address, env=env, netns=netns)
+        self._arrays = LiveArrays()
+        self._plans = LoadedPlans(max_plans)
+        self._plan_ids = itertools.count()
+        self._workers = Workers(start_group(self.backend, self.launcher, devices, cluster,
+                                            self.timeout, address=address, env=env,
+                                            netns=netns), self.timeout)
 
     # ----- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> Self:
@@ -162,143 +152,46 @@ class Runtime:
         """Stop every worker (idempotent; after a failure, wait until they are gone);
         ``grace``: the most seconds workers get to exit on their own before they are
         killed (None: the launcher's own)."""
-        with self._lock:
-            closing = not self._closed
-            self._closed = True
-        if closing:
-            self.group.close(grace)
-        aborting = self._aborting
-        if aborting is not None and aborting is not threading.current_thread():
-            aborting.join()
+        self._workers.close(grace)
 
     def __del__(self) -> None:  # best effort; close() is the contract
         with contextlib.suppress(Exception):  # a finaliser must not raise
             self.close()
 
-    def _check_open(self) -> None:
-        if self._broken:  # checked first: a failure also closes the runtime
-            raise ExecutionError(
-                f"this Runtime failed earlier and was shut down: {self._broken}")
-        if self._closed:
-            raise ReshardError("this Runtime is closed; create a new one")
+    @property
+    def group(self) -> Any:
+        """The launcher's worker group (its workers, and the fabric of the local
+        backend)."""
+        return self._workers.group
+
+    @property
+    def closed(self) -> bool:
+        """Whether this Runtime was closed (or shut down by a failure)."""
+        return self._workers.closed
 
     @property
     def failed(self) -> str | None:
         """Why this Runtime failed and shut down (None while it has not)."""
-        return self._broken
+        return self._workers.broken
 
     @property
     def loaded_plans(self) -> int:
         """Plans loaded on the workers now (cached and pinned)."""
-        return len(self._cached) + len(self._pinned)
-
-    # ----- issuing and waiting -----------------------------------------------------------
-    def _submit(self, device: int, call: WorkerCall) -> tuple[int, Future]:
-        """Issue one worker call (the caller holds the lock)."""
-        fut = self.group.submit(device, call)
-        fut.add_done_callback(functools.partial(self._made_progress, device))
-        return device, fut
-
-    def _made_progress(self, device: int, _: Future) -> None:
-        """A call of ``device`` finished: it is alive and moving."""
-        self._progress[device] = time.monotonic()
-
-    def _wait(self, calls: list[tuple[int, Future]], what: str, issued: float,
-              timeout: float | None = None, plan: ReshardPlan | None = None) -> None:
-        """Wait for issued calls; on failure shut down and raise one error naming the
-        dead or stuck devices and the failing tasks (``timeout``: this call's, default
-        the Runtime's; ``plan``: the plan being executed, whose tasks a dead device
-        took part in are named too, whether or not a peer reported one)."""
-        limit = self.timeout if timeout is None else timeout
-        pending = {f for _, f in calls}
-        while pending:
-            try:
-                done, pending = wait(pending, timeout=0.1, return_when="FIRST_EXCEPTION")
-            except KeyboardInterrupt:
-                # Workers may be mid-plan: their state is unknown, so stop them.
-                self._fail(f"{what} was interrupted")
-                raise
-            if self._broken:  # another thread's call failed and shut the runtime down
-                raise ExecutionError(f"this Runtime failed and was shut down: {self._broken}")
-            failed = any(f.exception() is not None for f in done)
-            dead = self.group.dead()
-            now = time.monotonic()
-            stuck = sorted({d for d, f in calls if not f.done() and
-                            now - max(issued, self._progress.get(d, 0.0)) >= limit})
-            if failed or dead or stuck:
-                # a call with a deadline of its own (a service caller's) must answer
-                # inside it: peers get a twentieth of it to report, not a second
-                grace = REPORT_GRACE if timeout is None else \
-                    min(REPORT_GRACE, max(0.02, timeout / 20))
-                collect_reports({f for d, f in calls if d not in dead and not f.done()}, grace)
-                dead = deaths(self.group, calls, min(grace, DEATH_NOTICE))  # also while reporting
-                silent = sorted({d for d, f in calls if not f.done() and d not in dead})
-                reason = describe_failure(calls, what, silent if stuck else [], dead, limit, plan)
-                self._fail(reason)
-                raise ExecutionError(reason)
-
-    def _fail(self, reason: str) -> None:
-        """Record why, and stop every worker now (their state is unknown), in the
-        background so that the error is raised at once; :meth:`close` waits for it."""
-        with self._lock:
-            if self._broken is None:
-                self._broken = reason
-            if self._closed:
-                return
-            self._closed = True
-            self._aborting = threading.Thread(target=self.group.abort, daemon=True,
-                                              name="reshard-abort")
-            self._aborting.start()
-
-    def _issue(self, calls: dict[int, WorkerCall]) -> list[tuple[int, Future]]:
-        """Issue ``{device: call}`` (the caller holds the lock)."""
-        return [self._submit(d, call) for d, call in calls.items()]
+        return len(self._plans)
 
     def call(self, calls: dict[int, WorkerCall], what: str) -> dict[int, Any]:
         """Make worker calls (:mod:`reshard.comm.calls`), ``{device: call}``, concurrently; returns
         ``{device: result}``. A failure anywhere shuts the runtime down and raises one
         :class:`ExecutionError` naming dead devices and failing tasks."""
-        with self._lock:
-            self._check_open()
-            issued = time.monotonic()
-            futures = self._issue(calls)
-        self._wait(futures, what, issued)
-        return {d: f.result() for d, f in futures}
-
-    def _ensure(self, devices: Sequence[int]) -> None:
-        self.group.ensure(devices)
+        return self._workers.call(calls, what)
 
     # ----- arrays ----------------------------------------------------------------------
-    def _check_live(self, xs: Sequence[Any]) -> None:
-        """Raise unless every handle is a live array of this runtime (lock held)."""
-        for x in xs:
-            if not isinstance(x, DArray):
-                raise ReshardError(
-                    f"expected a DArray returned by this Runtime's put/reshard, got "
-                    f"{type(x).__name__}")
-            have = self._live.get(x.key)
-            if have is None:
-                if x.key.startswith(self._tag + ":"):
-                    raise ReshardError(
-                        f"array {x.key} ({x.shape} {x.dtype} on {x.layout}) was freed "
-                        f"(Runtime.free); use an array that is still alive")
-                raise ReshardError(
-                    f"array {x.key} ({x.shape} {x.dtype}) does not belong to this Runtime "
-                    f"(made by another or a closed one); put it on this Runtime first")
-            if have != x:
-                raise ReshardError(
-                    f"handle {x} does not match the array stored under {x.key!r} ({have}); "
-                    f"use the DArray the Runtime returned")
-
-    def _new_key(self) -> str:
-        return f"{self._tag}:{next(self._ids)}"
-
     def adopt(self, key: str, shape: Sequence[int], dtype: Any, layout: Layout) -> DArray:
         """A handle to an array that code running on the workers created under ``key``
         (e.g. a worker extension's results); it then behaves like any other array."""
         x = DArray(str(key), check_shape(shape), parse_dtype(dtype).name, layout)
-        with self._lock:
-            self._live[x.key] = x
+        with self._workers.lock:
+            self._arrays.add(x)
         return x
 
     def put(self, array: Any, layout: Layout, *, timeout: float | None = None) -> DArray:
@@ -345,24 +238,26 @@ class Runtime:
                     f"layout {layout} of a {shape_t} {dt} tensor needs shape {want} and "
                     f"dtype {dt}")
             arrays[d] = got
-        with self._lock:
-            self._check_open()
-            self._ensure(layout.devices)
-            x = DArray(self._new_key(), shape_t, dt.name, layout)
+        w = self._workers
+        with w.lock:
+            w.check_open()
+            w.ensure(layout.devices)
+            x = DArray(self._arrays.new_key(), shape_t, dt.name, layout)
             issued = time.monotonic()
-            futures = self._issue({d: Put(x.key, a) for d, a in arrays.items()})
-            self._live[x.key] = x
-        self._wait(futures, "put", issued, timeout)
+            futures = w.issue({d: Put(x.key, a) for d, a in arrays.items()})
+            self._arrays.add(x)
+        w.wait(futures, "put", issued, timeout)
         return x
 
     def shards(self, x: DArray, *, timeout: float | None = None) -> dict[int, np.ndarray]:
         """Every device's shard of ``x`` (``timeout``: as for :meth:`execute`)."""
-        with self._lock:
-            self._check_open()
-            self._check_live([x])
+        w = self._workers
+        with w.lock:
+            w.check_open()
+            self._arrays.check([x])
             issued = time.monotonic()
-            futures = self._issue({d: Get(x.key) for d in x.layout.devices})
-        self._wait(futures, "get", issued, timeout)
+            futures = w.issue({d: Get(x.key) for d in x.layout.devices})
+        w.wait(futures, "get", issued, timeout)
         dt = parse_dtype(x.dtype)
         return {d: typed_shard(f.result(), dt) for d, f in futures}
 
@@ -387,18 +282,19 @@ class Runtime:
         """Drop arrays from their workers; using them afterwards raises (an array's
         :attr:`DArray.scales` is an array of its own: free it too)."""
         calls: dict[int, list[str]] = {}
-        with self._lock:
-            self._check_open()
-            self._check_live(arrays)
+        w = self._workers
+        with w.lock:
+            w.check_open()
+            self._arrays.check(arrays)
             if len({x.key for x in arrays}) != len(arrays):
                 raise ReshardError("free() got the same array twice")
             for x in arrays:
-                del self._live[x.key]
+                self._arrays.remove(x)
                 for d in x.layout.devices:
                     calls.setdefault(d, []).append(x.key)
             issued = time.monotonic()
-            futures = self._issue({d: Drop(keys) for d, keys in calls.items()})
-        self._wait(futures, "free", issued)
+            futures = w.issue({d: Drop(keys) for d, keys in calls.items()})
+        w.wait(futures, "free", issued)
 
     # ----- resharding ------------------------------------------------------------------
     def _check_devices(self, layout: Layout) -> None:
@@ -479,30 +375,21 @@ class Runtime:
         ways; a worker checks its own program on load and never sees the whole plan."""
         return programs(plan, self._targets(plan), all_groups=self.capabilities.groups_need_world)
 
-    def _load(self, plan: ReshardPlan, channel: str | None,
-              pin: bool) -> tuple[int, list[tuple[int, Future]]]:
+    def _load(self, plan: ReshardPlan, channel: str | None, pin: bool) -> tuple[int, Issued]:
         """The plan's id on the workers, loading it if needed (lock held): returns the id
         and the issued calls (loads, and unloads of evicted plans)."""
         key = (plan, channel)
-        pid = self._pinned.get(key)
+        pid = self._plans.find(key, pin)
         if pid is not None:
             return pid, []
-        pid = self._cached.get(key)
-        if pid is not None:
-            if pin:
-                del self._cached[key]
-                self._pinned[key] = pid
-            else:
-                self._cached.move_to_end(key)
-            return pid, []
-        self._ensure(plan.devices)
-        pid = next(self._ids)
-        calls = self._issue({d: LoadPlan(pid, prog, channel)
-                             for d, prog in self._programs(plan).items()})
-        (self._pinned if pin else self._cached)[key] = pid
-        while len(self._cached) > self.max_plans:
-            (old, _), old_pid = self._cached.popitem(last=False)
-            calls += self._issue({d: UnloadPlan(old_pid) for d in self._targets(old)})
+        w = self._workers
+        w.ensure(plan.devices)
+        pid = next(self._plan_ids)
+        calls = w.issue({d: LoadPlan(pid, prog, channel)
+                         for d, prog in self._programs(plan).items()})
+        self._plans.add(key, pid, pin)
+        for old, old_pid in self._plans.evicted():
+            calls += w.issue({d: UnloadPlan(old_pid) for d in self._targets(old)})
         return pid, calls
 
     def load(self, plan: ReshardPlan, channel: str | None = None) -> int:
@@ -519,26 +406,25 @@ class Runtime:
             The plan id the workers know it by.
         """
         self._check_plan(plan)
-        with self._lock:
-            self._check_open()
+        w = self._workers
+        with w.lock:
+            w.check_open()
             issued = time.monotonic()
             pid, calls = self._load(plan, channel, pin=True)
-        self._wait(calls, "load plan", issued)
+        w.wait(calls, "load plan", issued)
         return pid
 
     def unload(self, plan: ReshardPlan, channel: str | None = None) -> None:
         """Free a loaded plan's buffers on its workers (no-op if it is not loaded)."""
-        with self._lock:
-            self._check_open()
-            key = (plan, channel)
-            pid = self._pinned.pop(key, None)
-            if pid is None:
-                pid = self._cached.pop(key, None)
+        w = self._workers
+        with w.lock:
+            w.check_open()
+            pid = self._plans.drop((plan, channel))
             if pid is None:
                 return
             issued = time.monotonic()
-            calls = self._issue({d: UnloadPlan(pid) for d in self._targets(plan)})
-        self._wait(calls, "unload plan", issued)
+            calls = w.issue({d: UnloadPlan(pid) for d in self._targets(plan)})
+        w.wait(calls, "unload plan", issued)
 
     def execute(self, plan: ReshardPlan, xs: Sequence[DArray], *,
                 timeout: float | None = None) -> list[DArray]:
@@ -560,22 +446,23 @@ class Runtime:
                 raise ShapeError(
                     f"array {i} is {x.shape} {x.dtype} on {x.layout}, but the plan expects "
                     f"{t.shape} {t.dtype} on {t.src}; plan it again for this array")
-        with self._lock:
-            self._check_open()
-            self._check_live(xs)
+        w = self._workers
+        with w.lock:
+            w.check_open()
+            self._arrays.check(xs)
             issued = time.monotonic()
             pid, calls = self._load(plan, None, pin=False)
-            made = _outputs(plan, self._new_key)
+            made = _outputs(plan, self._arrays.new_key)
             in_keys: list[str | None] = [None] * len(plan.tensors)
             for k, x in zip(inputs, xs):
                 in_keys[k] = x.key
             out_keys = [None if y is None else y.key for y in made]
-            calls += self._issue({d: Execute(pid, in_keys, out_keys) for d in plan.devices})
+            calls += w.issue({d: Execute(pid, in_keys, out_keys) for d in plan.devices})
             outs = [made[k] for k in inputs]
             for y in made:
                 if y is not None:
-                    self._live[y.key] = y
-        self._wait(calls, f"plan {pid} ({plan.strategy.value}, {len(plan.tasks)} tasks)", issued,
+                    self._arrays.add(y)
+        w.wait(calls, f"plan {pid} ({plan.strategy.value}, {len(plan.tasks)} tasks)", issued,
                    timeout, plan)
         return outs  # type: ignore[return-value]
 

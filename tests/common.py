@@ -14,7 +14,8 @@ from reshard import DeviceMesh, Layout, ShardingSpec
 from reshard.dtypes import is_float8, parse_dtype
 from reshard.dtypes import summable as dtypes_summable
 from reshard.microbench.measure import partial_addends
-from reshard.planner.ir import ReshardPlan, TaskKind
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.values.tasks import TaskKind
 
 STRATEGIES = ("send_recv", "allgather", "broadcast")
 DTYPES = ("int8", "uint16", "int32", "int64", "float32", "float64", "complex64", "bool",
@@ -95,10 +96,10 @@ def check_shards(rt, y, value: np.ndarray) -> None:
 def allreduce_first_moves(rt, value: np.ndarray, src: Layout, dst: Layout,
                           rng: np.random.Generator):
     """Put ``value`` on ``src`` (random addends where partial), move it to ``dst`` with
-    the all-reduce-first plan (reshard.planner.allreduce; it must begin with an
+    the all-reduce-first plan (reshard.planner.search.allreduce; it must begin with an
     ALLREDUCE), check every destination shard byte for byte; returns ``(x, y)``."""
-    from reshard.planner.allreduce import allreduce_first
     from reshard.planner.plan import _best_plan
+    from reshard.planner.search.allreduce import allreduce_first
 
     x = put_value(rt, value, src, rng)
     p = rt.plan(x, dst)

@@ -54,7 +54,7 @@ from reshard.comm.backends.host_memory import CHAIN_PIECE, HostMemory, wire_piec
 from reshard.comm.sockets import interface_of, listen_on
 from reshard.dtypes import ReduceOp, reduce_as
 from reshard.errors import ExecutionError
-from reshard.planner.tasks import sum_targets
+from reshard.planner.values.tasks import sum_targets
 
 
 def torch_op(dist: Any, op: ReduceOp) -> Any:

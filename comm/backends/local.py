@@ -19,7 +19,7 @@ from reshard.comm.backend import Capabilities, refuse_unsupported
 from reshard.comm.backends.host_memory import HostMemory
 from reshard.dtypes import ReduceOp
 from reshard.errors import ExecutionError
-from reshard.planner.tasks import sum_targets
+from reshard.planner.values.tasks import sum_targets
 
 
 class LocalFabric:

@@ -21,7 +21,7 @@ from reshard.cluster import Cluster
 from reshard.dtypes import parse_dtype
 from reshard.errors import SpecError
 from reshard.planner.estimates import CostCache, estimate_many
-from reshard.planner.strategy import Strategy
+from reshard.planner.values.strategy import Strategy
 
 
 def request(shape: Sequence[int], dtype: Any, src: tuple[Any, Sequence[Any]],

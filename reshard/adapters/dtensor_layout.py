@@ -35,7 +35,7 @@ from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
 from reshard.spec import Partial, Replicate, Shard, ShardingSpec, SplitRule
 
-__all__ = ["mesh_of", "to_layout", "to_placements"]
+__all__ = ["from_layout", "mesh_of", "to_layout", "to_placements"]
 
 
 def mesh_of(device_mesh: TorchMesh) -> DeviceMesh:
@@ -100,6 +100,11 @@ def to_placements(layout: Layout) -> tuple[TorchPlacement, ...]:
 
 
 # ----- conversion tables --------------------------------------------------------------
+from_layout = to_placements
+"""The adapters' one shape: ``to_layout`` (the system's sharding to a reshard
+:class:`~reshard.layout.Layout`) and ``from_layout`` (back); here :func:`to_placements`."""
+
+
 def _from_partial(p: TorchPlacement, axis: int) -> Partial:
     op = p.reduce_op  # type: ignore[attr-defined]
     if op != "sum":

@@ -68,9 +68,9 @@ from reshard.dtypes import DTYPES, Cast, ScaleMode, parse_dtype
 from reshard.errors import DTypeError, ExecutionError, ReshardError, ShapeError
 from reshard.layout import Layout
 from reshard.lru import LruCache
-from reshard.planner.ir import TaskKind, TensorSpec, output_indices
-from reshard.planner.staging import check_budget
-from reshard.planner.strategy import Strategy
+from reshard.planner.schedule.staging import check_budget
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import TaskKind, TensorSpec, output_indices
 
 __all__ = ["Redistributor", "default_redistributor", "redistribute", "redistribute_many"]
 
@@ -152,7 +152,7 @@ class Redistributor:
         timeout: seconds communicator set-up and each wait may take.
         max_plans: plans kept loaded; beyond it the least recently used goes.
         memory_budget: the most bytes of staging (scratch) a plan may hold on a rank;
-            plans are made within it (:func:`reshard.planner.staging.fit_budget`).
+            plans are made within it (:func:`reshard.planner.schedule.staging.fit_budget`).
     """
 
     def __init__(self, group: Any = None, *, cluster: Cluster | None = None,

@@ -22,10 +22,10 @@ from reshard.dtypes import parse_dtype
 from reshard.errors import ReshardError, ShapeError, SpecError
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
-from reshard.planner.strategy import Strategy
+from reshard.planner.values.strategy import Strategy
 from reshard.spec import ShardingSpec, SplitRule
 
-__all__ = ["cost_request", "mesh_of", "reshard_array", "to_layout", "to_sharding"]
+__all__ = ["cost_request", "from_layout", "mesh_of", "reshard_array", "to_layout", "to_sharding"]
 
 
 def _id(device: Any) -> int:
@@ -161,6 +161,11 @@ def to_sharding(layout: Layout, mesh: Mesh | None = None) -> NamedSharding:
     unreduced = {names[a] for a in layout.spec.partial}
     spec = PartitionSpec(*entries, unreduced=unreduced) if unreduced else PartitionSpec(*entries)
     return NamedSharding(mesh, spec)
+
+
+from_layout = to_sharding
+"""The adapters' one shape: ``to_layout`` (the system's sharding to a reshard
+:class:`~reshard.layout.Layout`) and ``from_layout`` (back); here :func:`to_sharding`."""
 
 
 def reshard_array(x: jax.Array, sharding: NamedSharding, *,

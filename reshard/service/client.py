@@ -33,8 +33,8 @@ from reshard.lru import LruCache
 from reshard.planner.estimates import EstimateError
 from reshard.planner.estimates import request_parts as estimate_parts
 from reshard.planner.ir import ReshardPlan
-from reshard.planner.request import request_parts
-from reshard.planner.strategy import Strategy
+from reshard.planner.values.request import request_parts
+from reshard.planner.values.strategy import Strategy
 from reshard.service.auth import bearer
 from reshard.service.convert import SERVICE_NAME, encode_value, layout_from_pb, request_to_pb
 from reshard.service.options import DEFAULT_MAX_MESSAGE

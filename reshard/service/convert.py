@@ -19,8 +19,8 @@ from reshard.dtypes import Cast, ScaleMode
 from reshard.errors import ClusterError, MeshError, ReshardError, SpecError
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
-from reshard.planner.ir import Derive, TensorSpec
-from reshard.planner.strategy import Strategy
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import Derive, TensorSpec
 from reshard.service.v1 import reshard_pb2 as pb
 from reshard.spec import ShardingSpec, SplitRule
 

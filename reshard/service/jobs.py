@@ -6,7 +6,7 @@ from __future__ import annotations
 from reshard.cluster import Cluster
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan_many
-from reshard.planner.request import default_cluster, make_tensor_spec
+from reshard.planner.values.request import default_cluster, make_tensor_spec
 from reshard.service.budget import check_cells
 from reshard.service.convert import request_from_pb
 from reshard.service.plan_codec import cost_to_pb, plan_from_pb

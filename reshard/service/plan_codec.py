@@ -13,13 +13,14 @@ from typing import Any
 
 from reshard.errors import PlanError
 from reshard.layout import Box
-from reshard.planner.ir import (
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.values.tasks import (
     FORMAT_VERSION,
     READABLE_FORMATS,
     Buffer,
-    ReshardPlan,
     Task,
     TaskKind,
+    task_dict,
 )
 from reshard.service.convert import (
     STRATEGIES,
@@ -142,21 +143,12 @@ def _task_dict(m: pb.Task) -> dict[str, Any]:
     if source is None:
         raise PlanError(f"source {m.source} is not one of "
                         f"{[pb.Buffer.Name(v) for v in BUFFERS.values()]}")
-    d: dict[str, Any] = {
+    return task_dict({
         "kind": kind.value, "tensor": m.tensor, "box": _box_list(m.box), "root": m.root,
         "receivers": list(m.receivers), "nbytes": m.nbytes, "step": m.step,
-        "source": source.value}
-    if m.pieces:
-        d["pieces"] = [_box_list(p) for p in m.pieces]
-    if m.through:
-        d["through"] = list(m.through)
-    if m.parents:
-        d["parents"] = list(m.parents)
-    if m.addends:
-        d["addends"] = list(m.addends)
-    if m.addend_parents:
-        d["addend_parents"] = list(m.addend_parents)
-    return d
+        "source": source.value, "pieces": [_box_list(p) for p in m.pieces],
+        "through": list(m.through), "parents": list(m.parents), "addends": list(m.addends),
+        "addend_parents": list(m.addend_parents)})
 
 
 def plan_from_pb(m: pb.Plan, verify: bool = True) -> ReshardPlan:

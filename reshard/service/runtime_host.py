@@ -25,7 +25,8 @@ import numpy as np
 
 from reshard.dtypes import itemsize, parse_dtype
 from reshard.errors import ExecutionError, ReshardError, ShapeError
-from reshard.planner.ir import ReshardPlan, TensorSpec
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.values.tasks import TensorSpec
 from reshard.service.status import ServiceError
 
 DEADLINE_MARGIN = 0.5

@@ -25,10 +25,11 @@ from reshard.cluster import Cluster, preset_names
 from reshard.errors import ReshardBaseError, ReshardError
 from reshard.lru import LruCache
 from reshard.planner.estimates import CostCache, estimate
-from reshard.planner.ir import FORMAT_VERSION, READABLE_FORMATS, ReshardPlan
+from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan_many
-from reshard.planner.request import default_cluster, make_tensor_spec
-from reshard.planner.strategy import Strategy
+from reshard.planner.values.request import default_cluster, make_tensor_spec
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import FORMAT_VERSION, READABLE_FORMATS
 from reshard.service import jobs
 from reshard.service.budget import (
     INLINE_CELLS,

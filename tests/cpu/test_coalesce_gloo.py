@@ -13,8 +13,8 @@ from reshard.comm.program import programs
 from reshard.comm.steps import program_steps
 from reshard.dtypes import parse_dtype
 from reshard.microbench.small_tensors import requests
-from reshard.planner.coalesce import followers
-from reshard.planner.ir import TaskKind
+from reshard.planner.schedule.coalesce import followers
+from reshard.planner.values.tasks import TaskKind
 
 pytestmark = pytest.mark.cpu
 

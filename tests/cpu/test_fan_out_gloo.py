@@ -12,7 +12,7 @@ import pytest
 
 from reshard import DeviceMesh, Layout, ReshardPlan
 from reshard.planner.plan import make_tensor_spec, plan_tasks
-from reshard.planner.strategy import Strategy
+from reshard.planner.values.strategy import Strategy
 
 from ._helpers import WORLD, addends, check_shards, sample
 
@@ -32,7 +32,7 @@ CASES = [  # (shape, dtype, source, destination, pieces)
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[2].spec}->{c[3].spec}" for c in CASES])
 def test_fanned_out_plan_exact_on_gloo(rt, case):
     shape, dtype, src, dst, pieces = case
-    with mock.patch("reshard.planner.reduce.reduce_pieces", lambda *_: pieces):
+    with mock.patch("reshard.planner.cells.reduce.reduce_pieces", lambda *_: pieces):
         tensors = (make_tensor_spec(shape, dtype, src, dst, WORLD),)
         tasks, _ = plan_tasks(tensors, WORLD, Strategy.BROADCAST, fan_out=True)
     plan = ReshardPlan(tensors, tasks, Strategy.BROADCAST, WORLD)

@@ -1,5 +1,5 @@
 """Partial sums reduced on the way to their receivers, on gloo worker processes
-(planner/fuse.py): each piece summed down the addends' chain (or star, or binary tree)
+(planner/cells/fuse.py): each piece summed down the addends' chain (or star, or binary tree)
 into the root and passed on at once (gloo's chain of a sum), also reshaped into trees. Every destination shard
 exact, the callers' source shards untouched, for several pieces per chain (boxes over
 gloo's 256 KiB piece), dtypes that wrap (int16) or round (float32, summed in order by
@@ -13,11 +13,11 @@ import pytest
 
 from reshard import DeviceMesh, Layout, ReshardPlan
 from reshard.comm.backends.gloo import CHAIN_PIECE
-from reshard.planner.fuse import SumShape, fuse_reductions
-from reshard.planner.ir import TaskKind
+from reshard.planner.cells.fuse import SumShape, fuse_reductions
+from reshard.planner.cells.trees import INTRA, treeify
 from reshard.planner.plan import make_tensor_spec, plan_tasks
-from reshard.planner.strategy import Strategy
-from reshard.planner.trees import INTRA, treeify
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import TaskKind
 
 from ._helpers import WORLD, addends, check_shards, sample
 

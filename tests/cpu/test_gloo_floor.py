@@ -8,7 +8,7 @@ import pytest
 
 from reshard import Cluster, DeviceMesh, Layout, plan
 from reshard.microbench import gloo_floor
-from reshard.planner.tasks import Task, TaskKind
+from reshard.planner.values.tasks import Task, TaskKind
 
 pytestmark = pytest.mark.cpu
 
@@ -48,8 +48,8 @@ def test_copies_send_nothing_reductions_chain_into_their_root_allgathers_refused
 
 def test_coalesced_messages_replay_once_with_their_tasks_bytes():
     from reshard.microbench.small_tensors import requests
-    from reshard.planner.coalesce import followers
     from reshard.planner.plan import plan_many
+    from reshard.planner.schedule.coalesce import followers
 
     p = plan_many(requests(40), Cluster.regular(2, 4))
     skip = followers(p.tasks, p.tensors)

@@ -10,7 +10,7 @@ import pytest
 
 from reshard import DeviceMesh, Layout
 from reshard.comm.backends.gloo import CHAIN_PIECE
-from reshard.planner.ir import TaskKind
+from reshard.planner.values.tasks import TaskKind
 
 from ._helpers import check_shards, sample
 

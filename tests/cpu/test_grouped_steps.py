@@ -14,7 +14,8 @@ import pytest
 
 import reshard
 from reshard import DeviceMesh, Layout
-from reshard.planner.ir import ReshardPlan, TaskKind
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.values.tasks import TaskKind
 from reshard.runtime import Runtime
 
 from ..common import put_value
@@ -88,7 +89,7 @@ def crossing_chains(rt, x, dst: Layout) -> ReshardPlan:
     point sends here, within RELAY_GAIN) of ``x`` to ``dst`` with every task in step 0 and
     each row's chain made root -> 4 -> 6 (rows 0, 1) or root -> 6 -> 4 (rows 2, 3)."""
     from reshard.planner.plan import plan_tasks
-    from reshard.planner.strategy import Strategy
+    from reshard.planner.values.strategy import Strategy
 
     plan = rt.plan(x, dst, "broadcast")
     tasks = []
@@ -121,7 +122,12 @@ def test_scratch_is_sized_for_the_fullest_step():
     from reshard.comm.backends.local import LocalBackend, LocalFabric
     from reshard.comm.worker import DeviceWorker
     from reshard.dtypes import itemsize
-    from reshard.planner.staging import ALIGN, region_bytes, scratch_elems, staging_by_device
+    from reshard.planner.schedule.staging import (
+        ALIGN,
+        region_bytes,
+        scratch_elems,
+        staging_by_device,
+    )
 
     _, shape, dtype, src, dst = CASES[2]
     plan = by_phase(reshard.plan(shape, dtype, src, dst, cluster=WORLD, strategy="allgather"))

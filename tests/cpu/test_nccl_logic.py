@@ -104,9 +104,9 @@ def test_fused_sums_run_as_their_parts_on_fake_nccl(rt):
     broadcasts of partial sums run as a reduction, then a broadcast of the sum, each
     with its own communicator. Every destination shard exact."""
     from reshard import ReshardPlan
-    from reshard.planner.fuse import fuse_reductions
+    from reshard.planner.cells.fuse import fuse_reductions
     from reshard.planner.plan import make_tensor_spec, plan_tasks
-    from reshard.planner.strategy import Strategy
+    from reshard.planner.values.strategy import Strategy
 
     assert not rt.capabilities.fuses_sums
     src = Layout(DeviceMesh((1, 2), [0, 1]), "RR+P1")

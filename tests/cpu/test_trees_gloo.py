@@ -1,6 +1,6 @@
 """Broadcast trees on gloo worker processes: chains over three or more hosts reshaped
 into two half-box binary trees, or fed host by host from the root's host
-(planner/trees.py), pipelined in pieces by gloo's tree broadcast. Every destination shard exact, with several pieces per half (boxes
+(planner/cells/trees.py), pipelined in pieces by gloo's tree broadcast. Every destination shard exact, with several pieces per half (boxes
 over gloo's 256 KiB piece), several trees in one step (relays polled together) and
 one (a lone relay), for both ways of passing on inside a host."""
 
@@ -11,10 +11,10 @@ import pytest
 
 from reshard import DeviceMesh, Layout, ReshardPlan
 from reshard.comm.backends.gloo import CHAIN_PIECE
-from reshard.planner.ir import TaskKind
+from reshard.planner.cells.trees import INTRA, treeify
 from reshard.planner.plan import make_tensor_spec, plan_tasks
-from reshard.planner.strategy import Strategy
-from reshard.planner.trees import INTRA, treeify
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import TaskKind
 
 from ._helpers import WORLD, check_shards, sample
 

@@ -1,6 +1,6 @@
 """The cost model's fluid simulation as first written (every event refills every
-flowing task from scratch): the oracle that planner/cost.py's incremental simulation
-(planner/fairshare.py) is checked against. Tests only; slow on large plans."""
+flowing task from scratch): the oracle that planner/costing/cost.py's incremental simulation
+(planner/costing/fairshare.py) is checked against. Tests only; slow on large plans."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from reshard.cluster import Cluster
-from reshard.planner.cost import Estimate, task_path
-from reshard.planner.fairshare import capacity as _capacity
-from reshard.planner.resources import Resource
+from reshard.planner.costing.cost import Estimate, task_path
+from reshard.planner.values.resources import Resource
+from reshard.planner.values.resources import capacity as _capacity
 
 if TYPE_CHECKING:
     from reshard.planner.ir import ReshardPlan

@@ -1,4 +1,4 @@
-"""The ALLREDUCE task and the all-reduce-first candidate (reshard.planner.allreduce).
+"""The ALLREDUCE task and the all-reduce-first candidate (reshard.planner.search.allreduce).
 
 Where a partial sum's meshes coincide, the default plan may all-reduce first; every
 such plan is verified, costed as a ring, and moves the right bytes on the local
@@ -18,12 +18,12 @@ from reshard.comm.backend import Capabilities
 from reshard.comm.backends.local import LocalBackend
 from reshard.comm.program import WorkerProgram
 from reshard.comm.steps import program_steps
-from reshard.planner.allreduce import allreduce_first, applies
-from reshard.planner.cost import simulate
+from reshard.planner.costing.cost import simulate
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import _best_plan
-from reshard.planner.strategy import Strategy
-from reshard.planner.tasks import Task, TaskKind
+from reshard.planner.search.allreduce import allreduce_first, applies
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import Task, TaskKind
 
 from ..common import allreduce_first_moves, sample
 

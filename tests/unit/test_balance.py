@@ -1,4 +1,4 @@
-"""NIC balance with relays (planner/balance.py): a transfer leaves (or enters) a host
+"""NIC balance with relays (planner/cells/balance.py): a transfer leaves (or enters) a host
 through another device's NIC only where that evens the host's NICs out."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import collections
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
-from reshard.planner.balance import Loads
-from reshard.planner.cost import task_path
-from reshard.planner.resources import NIC_OUT
+from reshard.planner.cells.balance import Loads
+from reshard.planner.costing.cost import task_path
+from reshard.planner.values.resources import NIC_OUT
 
 
 def test_a_relay_must_leave_its_nic_no_more_loaded_than_the_one_it_relieves():

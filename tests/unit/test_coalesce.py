@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.dtypes import parse_dtype
-from reshard.planner.coalesce import TASK_BYTES, followers, messages, route
+from reshard.planner.schedule.coalesce import TASK_BYTES, followers, messages, route
 
 from ..common import check_shards, problems, put_value, sample, wire_bytes
 

@@ -6,7 +6,7 @@ import pytest
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout, ReshardPlan
-from reshard.planner.cost import ingress_time
+from reshard.planner.costing.cost import ingress_time
 
 NIC = 1e9  # bytes/s
 CL = Cluster.regular(4, 2, nic_bandwidth=NIC, intra_bandwidth=1e11, latency=1e-3,
@@ -33,14 +33,14 @@ def test_two_sends_share_a_nic():
 
 
 def _chain_task(root, receivers, nbytes=1_000_000_000):
-    from reshard.planner.ir import Task, TaskKind
+    from reshard.planner.values.tasks import Task, TaskKind
     return Task(TaskKind.BROADCAST, 0, ((0, nbytes // 4),), root, tuple(receivers), nbytes)
 
 
 def test_broadcast_chain_crosses_each_host_once():
     # one device to every device of hosts 1, 2, 3: a chain, each NIC carries 1e9 once,
     # 3 network and 3 intra-host latencies
-    from reshard.planner.cost import task_path
+    from reshard.planner.costing.cost import task_path
 
     path, lat = task_path(_chain_task(0, range(2, 8)), CL)
     assert lat == pytest.approx(3e-3 + 3e-5)
@@ -108,8 +108,8 @@ def test_relays_that_hold_a_piece_add_it_for_each_child():
     latency; the root's own hops and relay_piece 0 add nothing."""
     import pickle
 
-    from reshard.planner.cost import task_path
-    from reshard.planner.ir import Task, TaskKind
+    from reshard.planner.costing.cost import task_path
+    from reshard.planner.values.tasks import Task, TaskKind
 
     box = ((0, 1000),)
     chain = Task(TaskKind.BROADCAST, 0, box, 0, (1, 2), 4000)
@@ -135,9 +135,9 @@ def test_a_shared_bandwidth_carries_every_received_byte_once():
     bytes, and the bound counts every byte a device must receive over it."""
     import pickle
 
-    from reshard.planner.cost import task_path
-    from reshard.planner.ir import Task, TaskKind
-    from reshard.planner.resources import SHARED
+    from reshard.planner.costing.cost import task_path
+    from reshard.planner.values.resources import SHARED
+    from reshard.planner.values.tasks import Task, TaskKind
 
     links = {"nic_bandwidth": 2e9, "intra_bandwidth": 1e9, "latency": 0.0,
              "intra_latency": 0.0, "nics_per_host": 2}

@@ -27,7 +27,7 @@ from reshard.dtypes import (
     parse_dtype,
     scale_grid,
 )
-from reshard.planner.ir import Derive
+from reshard.planner.values.tasks import Derive
 from reshard.runtime import Runtime
 
 from ..common import cast_values, check_shards, meshes, narrow_addends, specs, wire_bytes

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.planner.estimates import CostCache, EstimateError, estimate_many, normal_form
-from reshard.planner.strategy import Strategy
+from reshard.planner.values.strategy import Strategy
 
 from ..common import problems
 

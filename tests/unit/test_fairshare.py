@@ -1,9 +1,9 @@
 """The cost model's max-min fair shares and its fluid simulation.
 
-planner/fairshare.py is checked against the definition of max-min fairness itself
+planner/costing/fairshare.py is checked against the definition of max-min fairness itself
 (every allocation feasible, every flowing transfer with a full resource on which no
 transfer goes faster), its incremental refill against a whole one, and
-planner/cost.py's simulation against the simulation as first written
+planner/costing/cost.py's simulation against the simulation as first written
 (tests/unit/_reference_cost.py, every event refilling everything): equal on plans of
 up to EXACT_UP_TO tasks, and on larger ones (deferred refills) slower by less than 1%.
 """
@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
-from reshard.planner import cost
-from reshard.planner.fairshare import FairShare
+from reshard.planner.costing import cost
+from reshard.planner.costing.fairshare import FairShare
 
 from ..common import problems
 from ._reference_cost import reference_simulate

@@ -1,4 +1,4 @@
-"""Partial sums reduced on the way to their receivers (planner/fuse.py): which
+"""Partial sums reduced on the way to their receivers (planner/cells/fuse.py): which
 reductions fuse, what the fused plan costs, and that it moves the right bytes on a
 backend that fuses (local) and on one that runs the parts apart."""
 
@@ -18,10 +18,10 @@ from reshard.comm.backends.local import LocalFabric
 from reshard.comm.executor import Executor
 from reshard.comm.program import WorkerProgram
 from reshard.comm.steps import program_steps
-from reshard.planner.fuse import SumShape, fuse_reductions, sum_parents
-from reshard.planner.ir import Task, TaskKind
+from reshard.planner.cells.fuse import SumShape, fuse_reductions, sum_parents
 from reshard.planner.plan import make_tensor_spec, plan_tasks
-from reshard.planner.strategy import Strategy
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import Task, TaskKind
 
 from ..common import check_shards, in_threads, put_value, sample, wire_bytes
 from .test_planner_properties import partial_pipelines
@@ -144,7 +144,7 @@ def test_sum_edges_lead_from_the_leaves_to_the_root():
 def test_a_sum_s_staging_counts_each_running_sum_one_member_receives():
     """A fusing backend receives each running sum apart: a star's root holds its own
     box and one per other addend; a chain's members one more (both parts)."""
-    from reshard.planner.staging import region_bytes, task_staging
+    from reshard.planner.schedule.staging import region_bytes, task_staging
 
     src = Layout(DeviceMesh((4,), [0, 1, 2, 3]), "R+P0")
     dst = Layout(DeviceMesh((1,), [4]), "R")

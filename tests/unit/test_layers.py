@@ -19,10 +19,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core types", ("reshard.errors", "reshard.choice", "reshard.dtypes", "reshard.spec",
                     "reshard.mesh", "reshard.layout", "reshard.cluster", "reshard.bits", "reshard.casting", "reshard.lru",
                     "reshard.helptext", "reshard.tables", "reshard.cliargs", "reshard.version",
-                    "reshard.packed", "reshard.darray")),
+                    "reshard.packed", "reshard.darray", "reshard.gcpause")),
     ("planner", ("reshard.planner",)),
     ("data plane", ("reshard.comm",)),
-    ("driver", ("reshard.runtime", "reshard.diagnosis", "reshard")),
+    ("driver", ("reshard.runtime", "reshard.workers", "reshard.loaded_plans", "reshard.diagnosis",
+                "reshard")),
     ("applications", ("reshard.adapters", "reshard.pipeline", "reshard.service",
                       "reshard.search", "reshard.model_sync")),
     ("test infrastructure", ("reshard.microbench.infra",)),
@@ -192,6 +193,53 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     assert circles(g) == [["reshard.comm.b", "reshard.planner.a"]]
     assert layer_of("reshard") == layer_of("reshard.runtime")
     assert layer_of("reshard.microbench.infra.testbed") < layer_of("reshard.microbench.cli")
+
+
+PLANNER_STAGES: tuple[tuple[str, ...], ...] = (
+    ("reshard.planner.values",),
+    ("reshard.planner.cells",),
+    ("reshard.planner.schedule", "reshard.planner.costing"),
+    ("reshard.planner.ir",),
+    ("reshard.planner.search",),
+)
+"""The planner's stages, lowest first (docs/architecture.md); the entry points
+(``plan``, ``estimates``, ``share``) and the old paths' aliases sit above them all."""
+
+
+def planner_stage(module: str) -> int:
+    """The index in :data:`PLANNER_STAGES` of a planner module's stage (above them all
+    for the entry points)."""
+    for i, prefixes in enumerate(PLANNER_STAGES):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return i
+    return len(PLANNER_STAGES)
+
+
+def test_the_planner_stages_import_only_downwards(package_graph):
+    """A planner stage imports from its own stage or a lower one: the value types know
+    nothing of cells, the cells nothing of the cost model, the cost model nothing of
+    the search."""
+    planner = {m: t for m, t in package_graph.items() if m.startswith("reshard.planner.")}
+    assert len(planner) > 30
+    bad = [f"{a} imports {b}" for a, targets in sorted(planner.items()) for b in sorted(targets)
+           if b.startswith("reshard.planner.") and planner_stage(b) > planner_stage(a)]
+    assert not bad, "imports against the planner's stages:\n" + "\n".join(bad)
+
+
+def test_task_types_come_from_one_place():
+    """The plan IR's value types are imported from :mod:`reshard.planner.values.tasks`,
+    not through :mod:`reshard.planner.ir` (which re-exports them for callers outside the
+    package only)."""
+    from reshard.planner import ir
+
+    own = {n for n, v in vars(ir).items()
+           if getattr(v, "__module__", None) == ir.__name__} | {"plan_header"}
+    found = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "reshard.planner.ir":
+                found += [f"{name}: {a.name}" for a in node.names if a.name not in own]
+    assert not found, "import these from reshard.planner.values.tasks:\n" + "\n".join(found)
 
 
 def test_the_version_is_the_one_setup_py_installs():

@@ -15,7 +15,12 @@ from reshard.comm.backends.local import LocalBackend, LocalFabric
 from reshard.comm.program import WorkerProgram
 from reshard.comm.steps import program_steps
 from reshard.planner.ir import ReshardPlan
-from reshard.planner.staging import fit_budget, smallest_budget, split_box, staging_by_device
+from reshard.planner.schedule.staging import (
+    fit_budget,
+    smallest_budget,
+    split_box,
+    staging_by_device,
+)
 
 from ..common import STRATEGIES, check_shards, put_value, sample
 from .test_planner_properties import planning_problems

@@ -1,4 +1,4 @@
-"""A strategy's search (reshard.planner.passes): named passes propose candidates that
+"""A strategy's search (reshard.planner.search.passes): named passes propose candidates that
 verify, the cost model keeps them by each pass's rule, and the search is what the
 planner returns."""
 
@@ -12,10 +12,10 @@ from hypothesis import given, settings
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
-from reshard.planner import passes
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import make_tensor_spec, plan_tasks
-from reshard.planner.strategy import Strategy
+from reshard.planner.search import passes
+from reshard.planner.values.strategy import Strategy
 
 from ..common import problems
 
@@ -52,7 +52,7 @@ def test_every_pass_proposes_plans_that_verify():
     pipelined pieces), and every candidate is a valid plan of the same request."""
     proposed: set[str] = set()
     for pieces in (1, 3):
-        with mock.patch("reshard.planner.reduce.reduce_pieces", lambda *_, n=pieces: n):
+        with mock.patch("reshard.planner.cells.reduce.reduce_pieces", lambda *_, n=pieces: n):
             for name in CASES:
                 first, pipelined = _first(name)
                 search = passes.Search(first.tensors, first.cluster, first.strategy, first,
@@ -132,7 +132,7 @@ def test_a_sum_tree_is_kept_only_where_it_gains():
     the other host: the model rates a star 0.07% faster than the chain (one hop for
     three), under SUM_GAIN, so the chain stays (on gloo the star measured 1.38x slower);
     on DGX H100 hosts the star gains 2.6% and more, and is kept."""
-    from reshard.planner.fuse import SumShape, fuse_reductions
+    from reshard.planner.cells.fuse import SumShape, fuse_reductions
 
     cluster = Cluster.regular(2, 4)
     src = Layout(DeviceMesh((1, 4), range(4)), "RR+P1")

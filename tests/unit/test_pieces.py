@@ -90,8 +90,8 @@ def test_a_box_a_few_pieces_long_still_pipelines():
     least 256 KiB): with 1 MiB pieces a 1 MiB box would cross each relay whole. The
     model charges each relay that piece's time (the backends cut their buffers so)."""
     from reshard.cluster import MIN_PIECE, pipeline_piece
-    from reshard.planner.cost import task_path
-    from reshard.planner.ir import Task, TaskKind
+    from reshard.planner.costing.cost import task_path
+    from reshard.planner.values.tasks import Task, TaskKind
 
     mib = 1 << 20
     assert pipeline_piece(0, 8 * mib) == 0

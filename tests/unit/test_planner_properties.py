@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 import reshard
 from reshard import Cluster, Layout, ShardingSpec
-from reshard.planner.ir import ReshardPlan, TaskKind
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.values.tasks import TaskKind
 from reshard.spec import SplitRule
 
 from ..common import STRATEGIES, check_shards, problems, put_value, sample, specs, wire_bytes
@@ -164,8 +165,7 @@ def test_decompositions_against_every_element(problem):
     """The numpy decomposition (cell_table) lists the same cells, in the same order, as
     the cell-by-cell one; and those cells cover every element some device needs once,
     each with exactly the devices whose boxes contain it (checked element by element)."""
-    from reshard.planner.cell_table import decompose_table
-    from reshard.planner.decompose import decompose
+    from reshard.planner.cells.decompose import decompose, decompose_table
 
     shape, holders, needers = problem
     cells = decompose(shape, holders, needers)
@@ -200,7 +200,7 @@ def test_bulk_planning_equals_cell_by_cell(problem, strategy):
 
     shape, dtype, src, dst, cluster = problem
     with mock.patch.object(plan_module, "TABLE_FROM", 0), \
-            mock.patch("reshard.planner.work.BULK_FLUSH", 1):
+            mock.patch("reshard.planner.schedule.work.BULK_FLUSH", 1):
         bulk = reshard.plan(shape, dtype, src, dst, cluster=cluster, strategy=strategy)
     with mock.patch.object(plan_module, "TABLE_FROM", 10 ** 18):
         cells = reshard.plan(shape, dtype, src, dst, cluster=cluster, strategy=strategy)
@@ -224,7 +224,7 @@ def test_bulk_loads_steer_later_choices():
     plans = []
     for table_from, flush in ((0, 1), (10 ** 18, 32)):
         with mock.patch.object(plan_module, "TABLE_FROM", table_from), \
-                mock.patch("reshard.planner.work.BULK_FLUSH", flush):
+                mock.patch("reshard.planner.schedule.work.BULK_FLUSH", flush):
             plans.append(reshard.plan_many([big, small], cluster=cluster))
     assert plans[0].to_json() == plans[1].to_json()
     (send,) = [t for t in plans[0].tasks if t.tensor == 1]
@@ -233,7 +233,7 @@ def test_bulk_loads_steer_later_choices():
 
 def _broadcast_tasks(tensors, cluster, fan_out):
     import reshard.planner.plan as plan_module
-    from reshard.planner.strategy import Strategy
+    from reshard.planner.values.strategy import Strategy
 
     tasks, _ = plan_module.plan_tasks(tensors, cluster, Strategy.BROADCAST, fan_out)
     return ReshardPlan(tensors, tasks, Strategy.BROADCAST, cluster)
@@ -284,7 +284,7 @@ def test_fanned_out_partial_sums_exact(problem, pieces, seed):
     from reshard.planner.plan import make_tensor_spec
 
     shape, dtype, src, dst, cluster = problem
-    with mock.patch("reshard.planner.reduce.reduce_pieces", lambda *_: pieces):
+    with mock.patch("reshard.planner.cells.reduce.reduce_pieces", lambda *_: pieces):
         tensors = (make_tensor_spec(shape, dtype, src, dst, cluster),)
         chains = _broadcast_tasks(tensors, cluster, fan_out=False)
         fanned = _broadcast_tasks(tensors, cluster, fan_out=True)
@@ -321,7 +321,7 @@ def test_fan_out_splits_chains_of_all_but_the_last_piece():
     cluster = Cluster.regular(2, 4)
     src = Layout(reshard.DeviceMesh((1, 4), devices=range(4)), "RR+P1")
     dst = Layout(reshard.DeviceMesh((1, 4), devices=range(4, 8)), "RR")
-    with mock.patch("reshard.planner.reduce.reduce_pieces", lambda *_: 4):
+    with mock.patch("reshard.planner.cells.reduce.reduce_pieces", lambda *_: 4):
         tensors = (make_tensor_spec((64, 32), "int32", src, dst, cluster),)
         plan = _broadcast_tasks(tensors, cluster, fan_out=True)
     plan.verify()
@@ -340,7 +340,7 @@ def test_fan_out_splits_chains_of_all_but_the_last_piece():
     _run_exact(plan, src, np.random.default_rng(0))
     # one task per device and step (what the planner keeps when concurrency gains
     # nothing) still relays after the crossing
-    from reshard.planner.order import one_at_a_time
+    from reshard.planner.schedule.order import one_at_a_time
 
     serial = ReshardPlan(plan.tensors, one_at_a_time(plan.tasks), plan.strategy, cluster)
     serial.verify()
@@ -354,7 +354,7 @@ def test_decomposition_memory_is_linear_in_pieces():
     which is deterministic."""
     import tracemalloc
 
-    from reshard.planner.cell_table import decompose_table
+    from reshard.planner.cells.decompose import decompose_table
 
     n = 8192
     shape = (2 * n, 16)

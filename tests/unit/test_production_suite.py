@@ -14,7 +14,7 @@ from reshard.microbench.suites.production import (
     production_cases,
     requests,
 )
-from reshard.planner.staging import staging_by_device
+from reshard.planner.schedule.staging import staging_by_device
 
 
 @pytest.mark.parametrize("model, published", [

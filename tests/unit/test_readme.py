@@ -23,7 +23,7 @@ def test_readme_api_example_runs():
     scope = _run_block("API in a few lines")
     p, y, rt = scope["p"], scope["y"], scope["rt"]
     assert p.estimate() >= p.lower_bound() > 0
-    assert y.layout == scope["dst"] and rt._closed
+    assert y.layout == scope["dst"] and rt.closed
 
 
 def test_readme_dtype_example_runs():

@@ -19,7 +19,7 @@ from reshard.dtypes import Cast, ScaleMode
 from reshard.errors import ClusterError, MeshError, PlanError, ReshardError, SpecError
 from reshard.microbench.suites.realistic import realistic_cases
 from reshard.planner.plan import make_tensor_spec, plan_tasks
-from reshard.planner.strategy import Strategy
+from reshard.planner.values.strategy import Strategy
 from reshard.service import convert, plan_codec
 from reshard.service.status import (
     ERROR_CLASSES,

@@ -1,7 +1,7 @@
 """A device's share of a plan (:mod:`reshard.planner.share`) against the whole plan cut
 (the oracle: ``plan_many`` then the device's tasks), and the plan digest computed from
 the planner's columns against the one computed from the tasks
-(:mod:`reshard.planner.digest`)."""
+(:mod:`reshard.planner.values.digest`)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import pytest
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.comm.program import WorkerProgram, programs, share_program
-from reshard.planner.ir import ReshardPlan, TaskKind
-from reshard.planner.passes import ALTERNATIVES_UP_TO
+from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import ordered_tasks, planned_tensors
+from reshard.planner.search.passes import ALTERNATIVES_UP_TO
 from reshard.planner.share import PlanShare, plan_share
-from reshard.planner.strategy import Strategy
-from reshard.planner.tasks import Buffer
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import Buffer, TaskKind
 
 CL = Cluster.preset("dgx-h100", 16)
 A = Layout(DeviceMesh((8, 8)), "S01R")

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 import reshard
 from reshard import Cluster
+from reshard.planner.costing.stepgate import StepGate
 from reshard.planner.ir import ReshardPlan
-from reshard.planner.stepgate import StepGate
-from reshard.planner.tasks import Task, TaskKind
+from reshard.planner.values.tasks import Task, TaskKind
 
 from ..common import problems
 
@@ -80,7 +80,7 @@ def test_at_step_is_replace(step):
 def test_plans_keep_their_predictions_with_routes_shared_per_edge():
     """The cost model's routes look each (sender, receiver) edge up once per plan: a
     plan's prediction equals one made from routes built a task at a time."""
-    from reshard.planner import cost
+    from reshard.planner.costing import cost
 
     c = Cluster.preset("dgx-h100", 4)
     a = reshard.DeviceMesh((2, 8), range(16))

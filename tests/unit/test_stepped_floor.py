@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
-from reshard.planner import cost
 from reshard.planner import plan as planner
+from reshard.planner.costing import cost
 from reshard.planner.ir import ReshardPlan
 
 from ..common import problems

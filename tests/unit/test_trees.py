@@ -1,4 +1,4 @@
-"""Broadcast trees (planner/trees.py): shape, NIC loads, cost, verification, JSON, and
+"""Broadcast trees (planner/cells/trees.py): shape, NIC loads, cost, verification, JSON, and
 bytes on the local backend."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import pytest
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout, OptionError, PlanError, ReshardPlan
-from reshard.planner.cost import task_path
-from reshard.planner.ir import Task, TaskKind
-from reshard.planner.passes import TREE_GAIN
+from reshard.planner.cells.trees import INTRA, MIN_HOSTS, SHAPES, HostShape, Intra, treeify
+from reshard.planner.costing.cost import task_path
+from reshard.planner.costing.verify import verify_plan
 from reshard.planner.plan import make_tensor_spec, plan_tasks
-from reshard.planner.strategy import Strategy
-from reshard.planner.trees import INTRA, MIN_HOSTS, SHAPES, HostShape, Intra, treeify
-from reshard.planner.verify import verify_plan
+from reshard.planner.search.passes import TREE_GAIN
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import Task, TaskKind
 from reshard.service.plan_codec import plan_from_pb, plan_to_pb
 
 from ..common import check_shards, sample

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import reshard
 from reshard import Cluster, DeviceMesh, Layout, PlanError, ReshardPlan
 from reshard.planner.plan import make_tensor_spec, plan_tasks
-from reshard.planner.strategy import Strategy
+from reshard.planner.values.strategy import Strategy
 
 from ..common import STRATEGIES, addends, check_shards, problems, sample
 
@@ -286,7 +286,7 @@ def test_fused_sums():
 def test_sum_trees():
     """A fused sum's addend parents: one per addend, each the root or another addend,
     every running sum reaching the root; a chain, a star and a binary tree verify."""
-    from reshard.planner.fuse import SumShape, fuse_reductions
+    from reshard.planner.cells.fuse import SumShape, fuse_reductions
 
     src = Layout(DeviceMesh((1, 4), [0, 1, 2, 3]), "RR+P1")  # four addends on CL's hosts 0-1
     tensors = (make_tensor_spec((8, 4), "int32", src, Layout(C, "RS0"), CL),)
@@ -437,10 +437,10 @@ def test_fanned_out_relays():
     from unittest import mock
 
     from reshard.planner.plan import make_tensor_spec, plan_tasks
-    from reshard.planner.strategy import Strategy
+    from reshard.planner.values.strategy import Strategy
 
     src, dst = Layout(AB, "RR+P1"), Layout(C, "RR")
-    with mock.patch("reshard.planner.reduce.reduce_pieces", lambda *_: 3):
+    with mock.patch("reshard.planner.cells.reduce.reduce_pieces", lambda *_: 3):
         tensors = (make_tensor_spec((12, 4), "int32", src, dst, CL),)
         tasks, _ = plan_tasks(tensors, CL, Strategy.BROADCAST, fan_out=True)
     plan = ReshardPlan(tensors, tasks, Strategy.BROADCAST, CL)
@@ -482,7 +482,7 @@ def test_tiling_check_matches_brute_force(data):
     """The verifier's exactly-once test of a destination shard (slabs along one dim,
     its fast path, and the general tests) against counting elements: slabs end to end,
     with a gap, overlapping, duplicated, sticking out, or not slabs at all."""
-    from reshard.planner.coverage import tiles as _tiles
+    from reshard.planner.costing.coverage import tiles as _tiles
 
     ndim = data.draw(st.integers(1, 3))
     box = tuple((lo, lo + data.draw(st.integers(1, 6)))

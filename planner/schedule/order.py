@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reshard.cluster import Cluster
-from reshard.planner.tasks import Task, TaskKind
+from reshard.planner.values.tasks import Task, TaskKind
 
 PHASE = {
     TaskKind.REDUCE: 0,

@@ -25,37 +25,17 @@ DeepSeek-V3 weight sync on GB200: 32,435 tasks in one step):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from reshard.cluster import Cluster
-from reshard.planner.resources import COPY, DEV_IN, DEV_OUT, NIC_IN, NIC_OUT, SHARED, Resource
+from reshard.planner.values.resources import Resource, capacity
 
 TIGHT = 1e-9
 """Resources whose level is within this relative margin of the lowest fill together
 (one round)."""
-
-_CAPACITY: dict[str, Callable[[Cluster], float]] = {
-    NIC_OUT: lambda c: c.nic_capacity,
-    NIC_IN: lambda c: c.nic_capacity,
-    DEV_OUT: lambda c: c.intra_bandwidth,
-    DEV_IN: lambda c: c.intra_bandwidth,
-    COPY: lambda c: c.copy_bandwidth,
-    SHARED: lambda c: c.shared_bandwidth,
-}
-
-
-def capacity(res: Resource, cluster: Cluster) -> float:
-    """Bytes per second of one resource of ``cluster``."""
-    return _CAPACITY[res[0]](cluster)
-
-
-def capacities(cluster: Cluster) -> dict[str, float]:
-    """Bytes per second of a resource of each kind of ``cluster``."""
-    return {kind: of(cluster) for kind, of in _CAPACITY.items()}
-
 
 def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     """The concatenation of ``arange(starts[i], stops[i])`` over ``i``."""
@@ -216,4 +196,4 @@ class Fill:
     level: np.ndarray
 
 
-__all__ = ["TIGHT", "FairShare", "Fill", "capacities", "capacity", "ranges"]
+__all__ = ["TIGHT", "FairShare", "Fill", "ranges"]

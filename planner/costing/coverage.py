@@ -1,4 +1,4 @@
-"""Box geometry the plan verifier asks (:mod:`reshard.planner.verify`): how many
+"""Box geometry the plan verifier asks (:mod:`reshard.planner.costing.verify`): how many
 elements two boxes share, whether boxes cover a box, whether they tile it exactly
 (corner measures: an inclusion-exclusion over the boxes' corners, exact for any
 number of boxes), and a pair of boxes that overlap, found by a sweep."""

@@ -104,6 +104,16 @@ class Buffer(enum.Enum):
     SRC = "src"
     DST = "dst"
 
+OPTIONAL_FIELDS = ("pieces", "through", "parents", "addends", "addend_parents")
+"""A task's fields its JSON form leaves out where they are empty."""
+
+
+def task_dict(fields: dict[str, Any]) -> dict[str, Any]:
+    """A task's JSON form from all its fields (as lists): the optional ones
+    (:data:`OPTIONAL_FIELDS`) only where they are not empty."""
+    return {k: v for k, v in fields.items() if v or k not in OPTIONAL_FIELDS}
+
+
 @dataclass(frozen=True, slots=True)
 class Task:
     """One step of a plan.
@@ -200,22 +210,13 @@ class Task:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        d: dict[str, Any] = {
+        return task_dict({
             "kind": self.kind.value, "tensor": self.tensor, "box": [list(b) for b in self.box],
             "root": self.root, "receivers": list(self.receivers), "nbytes": self.nbytes,
             "step": self.step, "source": self.source.value,
-        }
-        if self.pieces:
-            d["pieces"] = [[list(b) for b in p] for p in self.pieces]
-        if self.through:
-            d["through"] = list(self.through)
-        if self.parents:
-            d["parents"] = list(self.parents)
-        if self.addends:
-            d["addends"] = list(self.addends)
-        if self.addend_parents:
-            d["addend_parents"] = list(self.addend_parents)
-        return d
+            "pieces": [[list(b) for b in p] for p in self.pieces], "through": list(self.through),
+            "parents": list(self.parents), "addends": list(self.addends),
+            "addend_parents": list(self.addend_parents)})
 
     @classmethod
     def from_dict(cls, d: Any) -> Task:

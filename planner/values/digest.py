@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from reshard.planner.tasks import Buffer, Task, TaskKind
+from reshard.planner.values.tasks import Buffer, Task, TaskKind
 
 CHUNK = 1 << 16
 """Other tasks pickled at a time."""

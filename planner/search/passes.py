@@ -23,7 +23,7 @@ pass                      builds with            kept when (model times)
 
 (``<shape>``: ``star`` or ``binary``, the sum's tree; ``fused`` sums down chains.)
 (Coalescing is not a candidate: it changes no task, only how a step's small transfers
-travel, and every device derives it from the plan alone, :mod:`reshard.planner.coalesce`.)
+travel, and every device derives it from the plan alone, :mod:`reshard.planner.schedule.coalesce`.)
 A pass is skipped when a floor of its candidates' times (the request's lower bound,
 or one of its own: ``least-concurrent``'s is each device's tasks back to back) could
 not be kept: a plan at the bound is searched no further by the passes that keep only
@@ -34,14 +34,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from reshard.cluster import Cluster
-from reshard.planner.cost import one_at_a_time_time
-from reshard.planner.fuse import SumShape, fuse_reductions
-from reshard.planner.ir import ReshardPlan, Task, TaskKind, TensorSpec
-from reshard.planner.order import one_at_a_time
-from reshard.planner.strategy import Strategy
-from reshard.planner.trees import TREE_FORMS, HostShape, Intra, reshapes, treeify
+from reshard.planner.cells.fuse import SumShape, fuse_reductions
+from reshard.planner.cells.trees import TREE_FORMS, HostShape, Intra, reshapes, treeify
+from reshard.planner.costing.cost import one_at_a_time_time
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.schedule.order import one_at_a_time
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
 
 COMPARE_UP_TO = 1024
 """Plans up to this many tasks are also costed one task per device at a time, and
@@ -50,12 +52,12 @@ by the model is kept)."""
 
 TREES_UP_TO = 2048
 """Broadcast plans up to this many tasks are also costed with their chains reshaped
-into trees (:data:`~reshard.planner.trees.TREE_FORMS`; each form about 0.1 ms of
+into trees (:data:`~reshard.planner.cells.trees.TREE_FORMS`; each form about 0.1 ms of
 simulation per task)."""
 
 FUSE_UP_TO = 2048
 """Broadcast plans of partial sums up to this many tasks are also costed with each
-root's reductions fused into its deliveries (:func:`~reshard.planner.fuse.
+root's reductions fused into its deliveries (:func:`~reshard.planner.cells.fuse.
 fuse_reductions`; a 16384 x 16384 float32 S0R+P1 (4, 8) -> RS0 (4, 8) on dgx-h100 has
 1,280 tasks: 1.27x the bound unfused, 1.035x fused)."""
 
@@ -99,9 +101,16 @@ predicts at least this much gain: a relay costs a real backend more than the mod
 emulated testbed the weight-sync slice's chains measured 1.056x the bound, the same
 request as point-to-point sends 1.022x, where the model rated them within 0.1%."""
 
-BuildTasks = Callable[..., tuple[tuple[Task, ...], bool]]
-""":func:`reshard.planner.plan.plan_tasks` (given to the search: the planner's entry
-module imports this one)."""
+class BuildTasks(Protocol):
+    """What builds a plan's tasks (:func:`reshard.planner.plan.plan_tasks`, given to
+    the search: the planner's entry module imports this one, not the other way)."""
+
+    def __call__(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+                 fan_out: bool, fuse: bool = False, fine: bool = False
+                 ) -> tuple[tuple[Task, ...], bool]:
+        """Every task in the global order, and whether some broadcast of a reduced
+        piece could fan out."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -247,13 +256,13 @@ def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
 
 def _serial_floor(search: Search, start: ReshardPlan) -> float:
     """No plan running each device's tasks one at a time beats each device's tasks
-    back to back (:func:`~reshard.planner.cost.one_at_a_time_time`)."""
+    back to back (:func:`~reshard.planner.costing.cost.one_at_a_time_time`)."""
     return one_at_a_time_time(start)
 
 
 def _serial(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
     """The starting plan's tasks one per device and step (operations in flight at once
-    cost real backends more than the model says; :mod:`reshard.planner.order`)."""
+    cost real backends more than the model says; :mod:`reshard.planner.schedule.order`)."""
     serial = one_at_a_time(start.tasks)
     if serial != start.tasks:
         yield search.plan(serial)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from reshard.cluster import Cluster
+
 NIC_OUT = "nic_out"
 NIC_IN = "nic_in"
 DEV_OUT = "dev_out"
@@ -20,6 +22,25 @@ COPY = "copy"
 SHARED = "shared"
 
 Resource = tuple[str, int]
+
+_CAPACITY: dict[str, Callable[[Cluster], float]] = {
+    NIC_OUT: lambda c: c.nic_capacity,
+    NIC_IN: lambda c: c.nic_capacity,
+    DEV_OUT: lambda c: c.intra_bandwidth,
+    DEV_IN: lambda c: c.intra_bandwidth,
+    COPY: lambda c: c.copy_bandwidth,
+    SHARED: lambda c: c.shared_bandwidth,
+}
+
+
+def capacity(res: Resource, cluster: Cluster) -> float:
+    """Bytes per second of one resource of ``cluster``."""
+    return _CAPACITY[res[0]](cluster)
+
+
+def capacities(cluster: Cluster) -> dict[str, float]:
+    """Bytes per second of a resource of each kind of ``cluster``."""
+    return {kind: of(cluster) for kind, of in _CAPACITY.items()}
 
 
 def crossings(host: Callable[[int], int], root: int,

@@ -2,7 +2,7 @@
 
 Where a partial sum's devices all hold part of the destination too (DTensor's
 ``Partial -> Replicate`` and ``Partial -> Shard`` on one mesh), the backend's own
-all-reduce is a candidate (:data:`~reshard.planner.tasks.TaskKind.ALLREDUCE`: gloo's
+all-reduce is a candidate (:data:`~reshard.planner.values.tasks.TaskKind.ALLREDUCE`: gloo's
 and NCCL's ring, each member sending and receiving 2(k-1)/k of the box, against a
 reduction into one root and a broadcast of the sum, each member at least once the box
 each way). The candidate all-reduces every partial group's box in step 0; then every
@@ -23,8 +23,8 @@ from reshard.cluster import Cluster
 from reshard.dtypes import ScaleMode
 from reshard.layout import Box, Layout, box_size, box_within, boxes_meet
 from reshard.planner.ir import ReshardPlan
-from reshard.planner.strategy import Strategy
-from reshard.planner.tasks import Buffer, Derive, Task, TaskKind, TensorSpec, delivers
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import Buffer, Derive, Task, TaskKind, TensorSpec, delivers
 
 Planner = Callable[[tuple[TensorSpec, ...], Cluster, Strategy], ReshardPlan]
 """Plans tensors whose sources are no partial sums (the caller's best plan)."""

@@ -1,5 +1,5 @@
 """A request to plan: one tensor's ``(shape, dtype, src, dst[, cast])`` or a
-:class:`~reshard.planner.tasks.TensorSpec`, validated and frozen as a TensorSpec (what
+:class:`~reshard.planner.values.tasks.TensorSpec`, validated and frozen as a TensorSpec (what
 the planner plans and the verifier re-checks a plan's tensors against).
 """
 
@@ -12,7 +12,7 @@ from reshard.cluster import Cluster
 from reshard.dtypes import Cast, ScaleMode, check_cast, parse_dtype, summable, why_not_summable
 from reshard.errors import PartialError, ReshardError, SpecError
 from reshard.layout import Layout, check_shape
-from reshard.planner.tasks import Derive, TensorSpec
+from reshard.planner.values.tasks import Derive, TensorSpec
 
 Request: TypeAlias = TensorSpec | Sequence[Any]
 """A tensor to plan: a TensorSpec, or ``(shape, dtype, src_layout, dst_layout)``,

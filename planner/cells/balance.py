@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable
 
 from reshard.cluster import Cluster
-from reshard.planner.resources import NIC_IN, NIC_OUT, crossings
+from reshard.planner.values.resources import NIC_IN, NIC_OUT, crossings
 
 
 class Loads:

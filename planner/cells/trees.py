@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from reshard.choice import parse_choice
 from reshard.layout import box_size
-from reshard.planner.cell_tasks import split_box
-from reshard.planner.tasks import Task, TaskKind
+from reshard.planner.cells.cell_tasks import split_box
+from reshard.planner.values.tasks import Task, TaskKind
 
 MIN_HOSTS = 3
 """A chain is reshaped only when it enters at least this many hosts after its root's
@@ -60,7 +60,7 @@ TREE_FORMS: tuple[tuple[HostShape, Intra], ...] = (
     (HostShape.CHAIN, Intra.STAR), (HostShape.STAR, Intra.STAR),
     (HostShape.STAR, Intra.CHAIN))
 """The (host shape, passing on inside a host) forms a broadcast plan is also costed in
-(:mod:`reshard.planner.passes`, one pass each)."""
+(:mod:`reshard.planner.search.passes`, one pass each)."""
 
 MIN_FANOUT = 3
 """A host's receivers (its entry included) from which passing on inside it as a star

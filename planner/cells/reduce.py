@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from reshard.cluster import Cluster
 from reshard.layout import Box, box_size, boxes_meet
-from reshard.planner.balance import Loads
-from reshard.planner.cell_tasks import split_box
-from reshard.planner.decompose import Cell, decompose, devices_by_box
-from reshard.planner.tasks import Task, TaskKind, TensorSpec
+from reshard.planner.cells.balance import Loads
+from reshard.planner.cells.cell_tasks import split_box
+from reshard.planner.cells.decompose import Cell, decompose, devices_by_box
+from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
 
 PIPELINE_PIECES = (1, 2, 4, 8, 16)
 """Candidate numbers of pieces a partial-sum box is reduced in (pipelining)."""
@@ -126,7 +126,7 @@ def reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
 
 def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],
                      needers: dict[Box, frozenset[int]], ready: dict[Box, int]) -> list[Cell]:
-    """:func:`~reshard.planner.decompose.decompose`, keeping apart the cells of pieces
+    """:func:`~reshard.planner.cells.decompose.decompose`, keeping apart the cells of pieces
     reduced at different steps: a cell merged across two pieces would wait for the
     later one, and its transfer would no longer overlap the reduction (pieces with one
     root, and so equal holders, would all merge into one cell)."""

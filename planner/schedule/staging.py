@@ -27,7 +27,7 @@ import numpy as np
 from reshard.dtypes import itemsize
 from reshard.errors import ReshardError
 from reshard.layout import Box, box_size
-from reshard.planner.tasks import SUMMING, Conversion, Task, TaskKind
+from reshard.planner.values.tasks import SUMMING, Conversion, Task, TaskKind
 
 ALIGN = 64
 """Bytes each task's scratch region is aligned to (any dtype's view of it is aligned)."""

@@ -21,15 +21,14 @@ import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.layout import Box
-from reshard.planner.balance import Loads
-from reshard.planner.cell_table import CellTable
-from reshard.planner.cell_tasks import CellPlanner
-from reshard.planner.cell_tasks import fan_out as split_chains
-from reshard.planner.decompose import Cell
-from reshard.planner.order import PHASE, OrderKeys
-from reshard.planner.ordered import OrderedTasks, SendColumns
-from reshard.planner.resources import NIC_IN, NIC_OUT
-from reshard.planner.tasks import Buffer, Task, TaskKind
+from reshard.planner.cells.balance import Loads
+from reshard.planner.cells.cell_tasks import CellPlanner
+from reshard.planner.cells.cell_tasks import fan_out as split_chains
+from reshard.planner.cells.decompose import Cell, CellTable
+from reshard.planner.schedule.order import PHASE, OrderKeys
+from reshard.planner.schedule.send_columns import OrderedTasks, SendColumns
+from reshard.planner.values.resources import NIC_IN, NIC_OUT
+from reshard.planner.values.tasks import Buffer, Task, TaskKind
 
 Splitter = Callable[[Cell, int], list[Cell]]
 """Pieces of a cell of ``nbytes`` bytes to plan separately (balance over NICs)."""
@@ -138,7 +137,7 @@ class WorkList:
              first: Sequence[Task] = ()) -> OrderedTasks:
         """Plan every slice, largest first; return ``first`` (tasks planned before, e.g.
         reductions) and every slice's tasks, in the global order (the sends still
-        columns: :class:`~reshard.planner.ordered.OrderedTasks`).
+        columns: :class:`~reshard.planner.schedule.send_columns.OrderedTasks`).
 
         Args:
             planner: the strategy's cell planner, for the general cells.
@@ -150,7 +149,7 @@ class WorkList:
             restep: the strategy's tasks read what their own cell delivered (all-gathers).
             fan_out: a broadcast of a cell that starts at a step after 0 (a reduced
                 piece) and before its tensor's last such step fans out inside its last
-                host at the next step (:func:`~reshard.planner.cell_tasks.fan_out`):
+                host at the next step (:func:`~reshard.planner.cells.cell_tasks.fan_out`):
                 that step's transfers of the next piece hide the fan-out.
             first: tasks planned before the slices.
         """

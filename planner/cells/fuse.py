@@ -21,7 +21,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from reshard.layout import box_size, box_within, boxes_meet
-from reshard.planner.tasks import Buffer, Task, TaskKind
+from reshard.planner.values.tasks import Buffer, Task, TaskKind
 
 _CARRIERS = (TaskKind.BROADCAST, TaskKind.SEND)
 

@@ -41,12 +41,20 @@ import numpy as np
 
 from reshard.cluster import Cluster, pipeline_piece
 from reshard.layout import box_size
-from reshard.planner.cell_table import TABLE_FROM, decompose_table
-from reshard.planner.decompose import decompose, devices_by_box
-from reshard.planner.fairshare import FairShare, Fill, capacities
-from reshard.planner.resources import COPY, DEV_IN, DEV_OUT, NIC_IN, NIC_OUT, SHARED, Resource
-from reshard.planner.stepgate import StepGate
-from reshard.planner.tasks import Task, TaskKind, TensorSpec
+from reshard.planner.cells.decompose import TABLE_FROM, decompose, decompose_table, devices_by_box
+from reshard.planner.costing.fairshare import FairShare, Fill
+from reshard.planner.costing.stepgate import StepGate
+from reshard.planner.values.resources import (
+    COPY,
+    DEV_IN,
+    DEV_OUT,
+    NIC_IN,
+    NIC_OUT,
+    SHARED,
+    Resource,
+    capacities,
+)
+from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
 
 if TYPE_CHECKING:
     from reshard.planner.ir import ReshardPlan
@@ -194,7 +202,7 @@ def simulate(plan: ReshardPlan) -> Estimate:
     Steps are groups: a device enters its next step when every task it has in earlier
     steps has ended; a task starts when all its devices entered its step, waits its
     latency, then moves its bytes at its max-min fair share of every resource on its
-    path (:mod:`reshard.planner.fairshare`; shares recomputed whenever a task starts or
+    path (:mod:`reshard.planner.costing.fairshare`; shares recomputed whenever a task starts or
     ends: after ends alone, only for the tasks that may change). A task's finish time
     is kept until its rate changes, so an event costs a few array operations over the
     tasks plus the refilling.

@@ -1,12 +1,12 @@
 """A planning call's tasks in the global order, before every task object is built.
 
 The planner keeps the point-to-point slices of a large plan (every cell of an
-all-to-all) as columns until the global order is known (:mod:`reshard.planner.work`).
+all-to-all) as columns until the global order is known (:mod:`reshard.planner.schedule.work`).
 :class:`OrderedTasks` holds that order: the few task objects planned one by one, at
 their positions, and the sends as columns. It builds every task
 (:meth:`OrderedTasks.tasks`, what a whole plan holds), or only one device's
 (:meth:`OrderedTasks.of`, what an SPMD rank keeps), and digests the whole plan from
-the columns (:meth:`OrderedTasks.sends`, :mod:`reshard.planner.digest`) without
+the columns (:meth:`OrderedTasks.sends`, :mod:`reshard.planner.values.digest`) without
 building the rest.
 """
 
@@ -18,9 +18,9 @@ from itertools import compress, repeat
 import numpy as np
 
 from reshard.layout import Box
-from reshard.planner.cell_table import boxes_of
-from reshard.planner.digest import Sends, is_plain_send
-from reshard.planner.tasks import Task, TaskKind, communicator_groups
+from reshard.planner.cells.decompose import boxes_of
+from reshard.planner.values.digest import Sends, is_plain_send
+from reshard.planner.values.tasks import Task, TaskKind, communicator_groups
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,12 +100,12 @@ class OrderedTasks:
         return mine
 
     def groups(self) -> tuple[tuple[int, ...], ...]:
-        """The plan's communicator groups (:func:`~reshard.planner.tasks.
+        """The plan's communicator groups (:func:`~reshard.planner.values.tasks.
         communicator_groups`: sends have none, so the objects hold them all)."""
         return communicator_groups(self.objects)
 
     def sends(self) -> tuple[Sends, list[int], list[Task]]:
-        """The digest's parts (:func:`reshard.planner.digest.digest`): the plain sends
+        """The digest's parts (:func:`reshard.planner.values.digest.digest`): the plain sends
         as columns, the other tasks and their positions."""
         cols = self.send_columns
         plain = list(map(is_plain_send, self.objects))

@@ -1,6 +1,6 @@
 """Which tasks of a stepped plan may start, as tasks end: the cost model's step rule.
 
-A device runs its steps in order (:mod:`reshard.planner.tasks`): it enters its first
+A device runs its steps in order (:mod:`reshard.planner.values.tasks`): it enters its first
 step at once and its next step when every task it has in the present one has ended; a
 task starts when all its devices have entered its step. The bookkeeping is over
 (device, step) **slots**, as arrays, so that an event of the simulation costs a few
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reshard.planner.fairshare import ranges
-from reshard.planner.tasks import Task
+from reshard.planner.costing.fairshare import ranges
+from reshard.planner.values.tasks import Task
 
 
 class StepGate:

@@ -7,10 +7,10 @@ import dataclasses
 from collections.abc import Callable
 
 from reshard.layout import Box, box_size, chunk_bounds
-from reshard.planner.balance import Loads
-from reshard.planner.decompose import Cell
-from reshard.planner.strategy import Strategy
-from reshard.planner.tasks import Buffer, Task, TaskKind
+from reshard.planner.cells.balance import Loads
+from reshard.planner.cells.decompose import Cell
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import Buffer, Task, TaskKind
 
 CellPlanner = Callable[[Cell, int, int, Loads], list[Task]]
 
