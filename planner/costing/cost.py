@@ -364,38 +364,14 @@ def stepped_floor(plan: ReshardPlan) -> float:
     alone = np.zeros(n)
     np.maximum.at(alone, flows.task, seconds)
     alone += lat
-    nic_devices = collections.Counter(plan.cluster.nic_map.values())
-    nic_device = {nic: d for d, nic in plan.cluster.nic_map.items() if nic_devices[nic] == 1}
-    def owned_by(res: Resource) -> int:
-        """The device whose window bounds ``res``'s load (-1: none alone)."""
-        kind, i = res
-        if kind in (DEV_IN, DEV_OUT, COPY):
-            return i
-        return nic_device.get(i, -1) if kind in (NIC_IN, NIC_OUT) else -1
-
-    owner = np.array([owned_by(r) for r in flows.resources] or [-1], dtype=np.int64)
     step = np.array([t.step for t in tasks], dtype=np.int64)
     gate = StepGate(tasks)
     member_task, member_dev = gate.member_task, gate.member_dev
-    ndev = int(max(member_dev.max(initial=0), owner.max())) + 1
-    nres = len(flows.resources)
-    # per (step, device): the least latency, and its busiest own resource's seconds
-    mine = owner[flows.res] >= 0
-    key = (step[flows.task[mine]] * ndev + owner[flows.res[mine]]) * nres + flows.res[mine]
-    keys, at = np.unique(key, return_inverse=True)
-    busy = np.bincount(at, weights=seconds[mine], minlength=len(keys))
-    pairs, pair_at = np.unique(np.concatenate([keys // nres,
-                                               step[member_task] * ndev + member_dev]),
-                               return_inverse=True)
-    window = np.zeros(len(pairs))
-    np.maximum.at(window, pair_at[:len(keys)], busy)
-    least = np.full(len(pairs), np.inf)
-    np.minimum.at(least, pair_at[len(keys):], lat[member_task])
-    window += np.where(np.isfinite(least), least, 0.0)
-    pair_step, pair_dev = pairs // ndev, pairs % ndev
-    exit_at = np.zeros(ndev)  # each device's exit from the last step it ran
+    pair_step, pair_dev, window = _step_windows(flows, _owners(plan.cluster, flows), step,
+                                                gate, seconds, lat)
+    exit_at = np.zeros(int(max(member_dev.max(initial=0), pair_dev.max(initial=0))) + 1)
     member_step = step[member_task]
-    for s in np.unique(step):
+    for s in np.unique(step):  # each device's exit from the last step it ran
         m = member_step == s
         who, dev = member_task[m], member_dev[m]
         start = np.zeros(n)
@@ -408,6 +384,45 @@ def stepped_floor(plan: ReshardPlan) -> float:
         leave[d] = np.maximum(leave[d], exit_at[d] + window[here])
         exit_at = leave
     return float(exit_at.max())
+
+
+def _owners(cluster: Cluster, flows: FairShare) -> np.ndarray:
+    """Per resource of ``flows``, the device whose step window bounds its load: a
+    device's links and copy engine, a NIC that device alone uses (-1: none alone)."""
+    nic_devices = collections.Counter(cluster.nic_map.values())
+    nic_device = {nic: d for d, nic in cluster.nic_map.items() if nic_devices[nic] == 1}
+
+    def owned_by(res: Resource) -> int:
+        kind, i = res
+        if kind in (DEV_IN, DEV_OUT, COPY):
+            return i
+        return nic_device.get(i, -1) if kind in (NIC_IN, NIC_OUT) else -1
+
+    return np.array([owned_by(r) for r in flows.resources] or [-1], dtype=np.int64)
+
+
+def _step_windows(flows: FairShare, owner: np.ndarray, step: np.ndarray, gate: StepGate,
+                  seconds: np.ndarray, lat: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per (step, device) that has tasks: the step, the device, and the least its window
+    lasts: the least latency of its tasks there plus its busiest own resource's
+    seconds (``seconds``: per edge of ``flows``)."""
+    member_task, member_dev = gate.member_task, gate.member_dev
+    ndev = int(max(member_dev.max(initial=0), owner.max())) + 1
+    nres = len(flows.resources)
+    mine = owner[flows.res] >= 0
+    key = (step[flows.task[mine]] * ndev + owner[flows.res[mine]]) * nres + flows.res[mine]
+    keys, at = np.unique(key, return_inverse=True)
+    busy = np.bincount(at, weights=seconds[mine], minlength=len(keys))
+    pairs, pair_at = np.unique(np.concatenate([keys // nres,
+                                               step[member_task] * ndev + member_dev]),
+                               return_inverse=True)
+    window = np.zeros(len(pairs))
+    np.maximum.at(window, pair_at[:len(keys)], busy)
+    least = np.full(len(pairs), np.inf)
+    np.minimum.at(least, pair_at[len(keys):], lat[member_task])
+    window += np.where(np.isfinite(least), least, 0.0)
+    return pairs // ndev, pairs % ndev, window
 
 
 def one_at_a_time_time(plan: ReshardPlan) -> float:

@@ -223,26 +223,10 @@ def _even(run: list[tuple[int, Task]], tensors: Sequence[Conversion],
     if least > EVEN_UP_TO:
         return None
     over = {d for d, n in use.items() if n > budget}
-    pieces: list[tuple[int, int, Task, int, tuple[int, ...]]] = []  # order, -, piece, bytes, devices
-    whole: list[tuple[int, Task, int, tuple[int, ...]]] = []
-    for order, ((_, t), n) in enumerate(zip(run, sizes)):
-        tensor = tensors[t.tensor]
-        devices = tuple(dict.fromkeys(t.devices))
-        if over.isdisjoint(devices) or not n:
-            whole.append((order, t, n, devices))
-            continue
-        if t.kind is TaskKind.ALLGATHER:
-            return None
-        room = budget // EVEN_PIECE - _slack(t)
-        per = _per_element(t, tensor)
-        if room < per:
-            return None
-        boxes = split_box(t.box, max(1, room // per)) if n > budget // EVEN_PIECE else [t.box]
-        for j, box in enumerate(boxes):
-            piece = t if len(boxes) == 1 else _piece(t, box)
-            pieces.append((order, j, piece, n if piece is t else task_staging(piece, tensor),
-                           devices))
-    pieces.sort(key=lambda p: -p[3])  # stable: ties in plan order
+    parts = _even_parts(run, tensors, budget, sizes, over)
+    if parts is None:
+        return None
+    whole, pieces = parts
     # each bucket's bytes per device as a (bucket, device) table: a piece goes to the
     # first bucket where the fullest of its devices holds least
     column = {d: c for c, d in enumerate(use)}
@@ -268,6 +252,41 @@ def _even(run: list[tuple[int, Task]], tensors: Sequence[Conversion],
             out.sort(key=lambda o: (o[0], o[1]))
             return [(b, t) for _, _, b, t in out]
     return None
+
+
+_Whole = list[tuple[int, Task, int, tuple[int, ...]]]
+"""Tasks kept whole: (order in the step, task, staging bytes, devices)."""
+
+_Pieces = list[tuple[int, int, Task, int, tuple[int, ...]]]
+"""Pieces to balance: (order in the step, piece number, piece, staging bytes, devices)."""
+
+
+def _even_parts(run: list[tuple[int, Task]], tensors: Sequence[Conversion], budget: int,
+                sizes: Sequence[int], over: set[int]) -> tuple[_Whole, _Pieces] | None:
+    """:func:`_even`'s tasks: those on no device ``over`` the budget stay whole; the
+    others cut into pieces of at most ``budget / EVEN_PIECE`` bytes, largest first
+    (None: an all-gather there, which is not split, or not even one element fits)."""
+    pieces: _Pieces = []
+    whole: _Whole = []
+    for order, ((_, t), n) in enumerate(zip(run, sizes)):
+        tensor = tensors[t.tensor]
+        devices = tuple(dict.fromkeys(t.devices))
+        if over.isdisjoint(devices) or not n:
+            whole.append((order, t, n, devices))
+            continue
+        if t.kind is TaskKind.ALLGATHER:
+            return None
+        room = budget // EVEN_PIECE - _slack(t)
+        per = _per_element(t, tensor)
+        if room < per:
+            return None
+        boxes = split_box(t.box, max(1, room // per)) if n > budget // EVEN_PIECE else [t.box]
+        for j, box in enumerate(boxes):
+            piece = t if len(boxes) == 1 else _piece(t, box)
+            pieces.append((order, j, piece, n if piece is t else task_staging(piece, tensor),
+                           devices))
+    pieces.sort(key=lambda p: -p[3])  # stable: ties in plan order
+    return whole, pieces
 
 
 def _first_fit(run: list[tuple[int, Task]], tensors: Sequence[Conversion], budget: int,
