@@ -17,7 +17,8 @@ Measures, on this machine, against the goals of issue 41:
   form (no planning);
 * with ``--production``: the DeepSeek-V3 GB200 sync planned and modelled, and Kimi-K2
   planned under a 1 GiB staging budget (goals < 10 s each), each in a fresh
-  interpreter of its own.
+  interpreter of its own; Kimi-K2 three times, its worst against the goal (reliably
+  under it, on a machine whose speed swings).
 
 Each line prints the measured value, the goal and whether it is met, with the CPU steal
 of the run.
@@ -144,12 +145,17 @@ def _alone(code: str) -> list[float]:
     return [float(x) for x in out.stdout.split()]
 
 
-def production_seconds() -> tuple[float, float, float]:
+KIMI_RUNS = 3
+"""Fresh processes Kimi-K2's budgeted plan is timed in."""
+
+
+def production_seconds() -> tuple[float, float, list[float]]:
     """Seconds to plan and to model the DeepSeek-V3 GB200 sync, and to plan Kimi-K2
-    under a 1 GiB staging budget, each in a process of its own."""
+    under a 1 GiB staging budget (:data:`KIMI_RUNS` times), each in a process of its
+    own."""
     plan_s, model_s = _alone(_GB200)
-    (kimi_s,) = _alone(_KIMI)
-    return plan_s, model_s, kimi_s
+    kimi = [_alone(_KIMI)[0] for _ in range(KIMI_RUNS)]
+    return plan_s, model_s, kimi
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -174,10 +180,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     later, _ = cold_ms()  # the same after 40,000 cached answers and the service's heap
     _line("cold later", later, "ms", "(for reference)", True)
     if args.production:
-        plan_s, model_s, kimi_s = production_seconds()
+        plan_s, model_s, kimi = production_seconds()
         _line("ds3-gb200", plan_s, "s to plan", "", True)
         _line("ds3-gb200", model_s, "s to model", "< 10", model_s < 10)
-        _line("kimi-1GiB", kimi_s, "s to plan", "< 10", kimi_s < 10)
+        _line("kimi-1GiB", max(kimi), f"s to plan, worst of {len(kimi)} "
+              f"({', '.join(f'{k:.1f}' for k in kimi)})", "< 10", max(kimi) < 10)
     print(f"this run{stolen_note(before, cpu_times())}")
     return 0
 

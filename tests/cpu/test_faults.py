@@ -194,7 +194,7 @@ def test_interrupted_driver_stops_its_workers(tmp_path):
             try:
                 rt.reshard(x, Layout(DeviceMesh((1,), [1]), "RR"))
             except KeyboardInterrupt:
-                print("interrupted closed=%s" % rt._closed, flush=True)
+                print("interrupted closed=%s" % rt.closed, flush=True)
     """)
     path = tmp_path / "driver.py"
     path.write_text(script)
