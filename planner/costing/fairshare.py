@@ -119,9 +119,8 @@ class FairShare:
                 transfers put on the resources at their ``last`` rates: then only the
                 edges of the transfers filled again are read.
         """
-        nres = len(self.resources)
         rate = np.zeros(self.n)
-        filled = np.full(nres, np.inf)
+        filled = np.full(len(self.resources), np.inf)
         active = flowing.copy()
         left = self.capacity.copy()
         if last is not None and usage is not None and np.isfinite(below):
@@ -134,16 +133,24 @@ class FairShare:
             # what the kept transfers use: everything, less what the others used
             again = np.flatnonzero(active)
             mine = ranges(self.task_at[again], self.task_at[again + 1])
-            r, f = self.res[mine], self.frac[mine]
             prev = last.rate[self.task[mine]]
-            left -= usage - np.bincount(r, weights=f * np.where(np.isfinite(prev), prev, 0.0),
-                                        minlength=nres)
+            left -= usage - np.bincount(self.res[mine], weights=self.frac[mine] * np.where(
+                np.isfinite(prev), prev, 0.0), minlength=len(self.resources))
             np.maximum(left, 0.0, out=left)
         else:
             again = np.flatnonzero(active)
             mine = ranges(self.task_at[again], self.task_at[again + 1])
-            r, f = self.res[mine], self.frac[mine]
         rate[again[~self.limited[again]]] = np.inf
+        self._progressive(mine, active, left, rate, filled)
+        return Fill(rate, filled)
+
+    def _progressive(self, mine: np.ndarray, active: np.ndarray, left: np.ndarray,
+                     rate: np.ndarray, filled: np.ndarray) -> None:
+        """Progressive filling of the ``active`` transfers (their edges ``mine``) on
+        the capacity ``left``: sets their ``rate`` and the ``filled`` level of each
+        resource that fills, a round per lowest level (module docstring)."""
+        nres = len(self.resources)
+        r, f = self.res[mine], self.frac[mine]
         demand = np.bincount(r, weights=f, minlength=nres)
         # the filled transfers' edges by resource (each resource's read once, when full)
         order = np.argsort(r.astype(np.int16) if nres < 1 << 15 else r,  # radix sort
@@ -153,7 +160,6 @@ class FairShare:
         level = np.full(nres, np.inf)
         some = demand > 0
         level[some] = left[some] / demand[some]
-        floor = self.floor
         while nres:
             low = float(level.min())
             if not np.isfinite(low):
@@ -169,17 +175,16 @@ class FairShare:
             filled[tight] = low
             rate[frozen] = low
             active[frozen] = False
-            mine = ranges(self.task_at[frozen], self.task_at[frozen + 1])
-            r, f = self.res[mine], self.frac[mine]
+            edges = ranges(self.task_at[frozen], self.task_at[frozen + 1])
+            r, f = self.res[edges], self.frac[edges]
             left -= np.bincount(r, weights=f * low, minlength=nres)
             demand -= np.bincount(r, weights=f, minlength=nres)
             touched = _distinct(r, nres)
             touched = touched[np.isfinite(level[touched])]
             d = demand[touched]
-            live = d > floor
+            live = d > self.floor
             level[touched] = np.inf
             level[touched[live]] = np.maximum(left[touched[live]], 0.0) / d[live]
-        return Fill(rate, filled)
 
 
 @dataclass(frozen=True)
