@@ -25,7 +25,7 @@ from reshard.planner.values.digest import digest_tasks
 from reshard.planner.values.strategy import Strategy
 
 if TYPE_CHECKING:
-    from reshard.planner.costing.cost import Estimate
+    from reshard.planner.costing.fluid import Estimate
 
 from reshard.planner.values.tasks import (
     FORMAT_VERSION,
@@ -156,7 +156,7 @@ class ReshardPlan:
         """The cost model's detailed prediction (cached)."""
         est = self._cache.get("estimate")
         if est is None:
-            from reshard.planner.costing.cost import simulate
+            from reshard.planner.costing.fluid import simulate
 
             est = simulate(self)
             self._cache["estimate"] = est

@@ -34,7 +34,6 @@ from __future__ import annotations
 import collections
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,7 +41,8 @@ import numpy as np
 from reshard.cluster import Cluster, pipeline_piece
 from reshard.layout import box_size
 from reshard.planner.cells.decompose import TABLE_FROM, decompose, decompose_table, devices_by_box
-from reshard.planner.costing.fairshare import FairShare, Fill
+from reshard.planner.costing.fairshare import FairShare
+from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.stepgate import StepGate
 from reshard.planner.values.resources import (
     COPY,
@@ -58,23 +58,6 @@ from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
 
 if TYPE_CHECKING:
     from reshard.planner.ir import ReshardPlan
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A cost-model prediction.
-
-    Attributes:
-        time: predicted seconds for the whole plan.
-        starts: per task (plan order) its predicted start time.
-        ends: per task its predicted end time.
-        busiest: the resource that carried the most bytes, and its bytes.
-    """
-
-    time: float
-    starts: tuple[float, ...]
-    ends: tuple[float, ...]
-    busiest: tuple[str, int, float]
 
 
 Hops = dict[tuple[int, int], tuple[tuple[tuple[Resource, float], ...], float, float]]
@@ -127,6 +110,12 @@ def _links_path(task: Task, cluster: Cluster, hops: Hops
         return path, lat
     if task.kind is TaskKind.ALLREDUCE:
         return _ring_path(task, cluster)
+    if task.kind is TaskKind.SEND:  # one edge: its hop alone (an all-to-all's every task)
+        edge = (task.root, task.receivers[0])
+        hop = hops.get(edge)
+        if hop is None:
+            hop = hops[edge] = _hop(*edge, cluster)
+        return list(hop[0]), hop[1]
     if task.kind is TaskKind.REDUCE:
         chain = [*task.receivers, task.root]
         edges: Sequence[tuple[int, int]] = list(itertools.pairwise(chain))
@@ -176,140 +165,6 @@ def _ring_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float
             path += [((NIC_OUT, nic[a]), frac), ((NIC_IN, nic[b]), frac)]
             worst = max(worst, cluster.latency)
     return path, worst * 2 * (k - 1)
-
-
-EXACT_UP_TO = 4096
-"""Plans of up to this many tasks refill the fair shares at every event."""
-
-DEFER_TIME = 0.002
-"""In larger plans, starts and ends that take load off a full resource refill the
-shares this long after the first of them (a fraction of the busiest resource's time:
-the bytes it carries over its capacity), not at once: until then the other tasks keep
-their rates, a feasible allocation that leaves the freed capacity idle, and a started
-task waits, so the model errs slow (on the DeepSeek-V3 GB200 sync by 0.19%, 234
-refills instead of 6,193). Smaller plans refill at every start, and after every end
-that takes load off a full resource."""
-
-
-START_SHARE = 0.05
-"""A larger plan's started tasks wait this share of :data:`DEFER_TIME` at most for
-their refill."""
-
-
-def simulate(plan: ReshardPlan) -> Estimate:
-    """Run the fluid simulation of ``plan`` on ``plan.cluster``.
-
-    Steps are groups: a device enters its next step when every task it has in earlier
-    steps has ended; a task starts when all its devices entered its step, waits its
-    latency, then moves its bytes at its max-min fair share of every resource on its
-    path (:mod:`reshard.planner.costing.fairshare`; shares recomputed whenever a task starts or
-    ends: after ends alone, only for the tasks that may change). A task's finish time
-    is kept until its rate changes, so an event costs a few array operations over the
-    tasks plus the refilling.
-    """
-    cluster = plan.cluster
-    tasks = plan.tasks
-    n = len(tasks)
-    routes = plan.routes()
-    paths = [p for p, _ in routes]
-    lats = [lat for _, lat in routes]
-    flows = FairShare(paths, cluster)
-    nbytes = np.array([float(t.nbytes) for t in tasks])
-    carried = np.bincount(flows.res, weights=flows.frac * nbytes[flows.task],
-                          minlength=len(flows.resources))
-    gate = StepGate(tasks)
-    starts = np.zeros(n)
-    ends = np.zeros(n)
-    remaining = nbytes.copy()  # as of `since`
-    since = np.zeros(n)
-    lat_arr = np.array(lats, dtype=np.float64)
-    flow_at = np.full(n, np.inf)  # time a started task's bytes begin to flow
-    fin = np.full(n, np.inf)  # a flowing task's finish at its present rate
-    flowing = np.zeros(n, dtype=bool)
-    rate = np.zeros(n)
-    now = 0.0
-    # plans of more than EXACT_UP_TO tasks refill up to `window` late (DEFER_TIME)
-    busiest_s = float((carried / flows.capacity).max(initial=0.0))
-    window = DEFER_TIME * busiest_s if n > EXACT_UP_TO else None
-    refill_at = np.inf  # a deferred refill's time
-    started = False  # tasks started since the last fill
-    freed = np.zeros(len(flows.capacity))  # load ended tasks took off, since the fill
-    usage = np.zeros(len(flows.capacity))  # load the flowing tasks put on, at `rate`
-    low = np.inf  # the lowest rate of the tasks ended since the last fill
-    share = Fill(np.zeros(n), np.full(len(flows.capacity), np.inf))  # nothing flows
-
-    def enter(ready: np.ndarray) -> None:
-        starts[ready] = now
-        flow_at[ready] = now + lat_arr[ready]
-
-    enter(gate.start())
-    finished_count = 0
-    while finished_count < n:
-        nxt = min(float(fin.min()) if n else np.inf, float(flow_at.min()) if n else np.inf,
-                  refill_at)
-        if nxt == np.inf:
-            raise RuntimeError("cost simulation stalled; the plan's order is inconsistent")
-        now = nxt
-        ending = np.flatnonzero(fin <= now * (1 + 1e-12))
-        starting = np.flatnonzero(flow_at <= now)
-        if len(starting):
-            flow_at[starting] = np.inf
-            empty = remaining[starting] <= 0
-            ending = np.union1d(ending, starting[empty])
-            flowing[starting[~empty]] = True
-        refill = now >= refill_at
-        if len(starting):
-            started = True
-            if window is None:
-                refill = True
-            else:  # a larger plan's new tasks flow from the next refill on
-                refill_at = min(refill_at, now + window * START_SHARE)
-        if len(ending):
-            flowing[ending] = False
-            fin[ending] = np.inf
-            low = min(low, float(rate[ending].min()))
-            off = flows.load(ending, rate)
-            freed += off
-            usage -= off
-            # only load taken off a full resource can change a rate
-            full = np.isfinite(share.level)
-            if (freed[full] > 0).any():
-                if window is None:
-                    refill = True
-                else:
-                    refill_at = min(refill_at, now + window)
-            rate[ending] = 0.0
-        changed = np.zeros(0, dtype=np.int64)
-        if refill:
-            # ends alone: what froze below them keeps its rate
-            share = flows.fill(flowing, None if started else share, low, usage)
-            started = False
-            new = share.rate
-            changed = np.flatnonzero(flowing & (new != rate))
-            usage += flows.load(changed, new) - flows.load(changed, rate)
-            low = np.inf
-            freed[:] = 0.0
-            refill_at = np.inf
-        if len(changed):
-            old = rate[changed]
-            was = old > 0
-            moved = np.where(np.isinf(old), remaining[changed], old * (now - since[changed]))
-            remaining[changed] = np.where(was, np.maximum(0.0, remaining[changed] - moved),
-                                          remaining[changed])
-            since[changed] = now
-            r = new[changed]
-            rate[changed] = r
-            with np.errstate(divide="ignore"):
-                fin[changed] = now + np.where(np.isinf(r), 0.0, remaining[changed] / r)
-        if len(ending):
-            ends[ending] = now
-            finished_count += len(ending)
-            enter(gate.ended(ending))
-    top = int(np.argmax(carried)) if len(carried) else -1
-    busiest = (flows.resources[top][0], flows.resources[top][1], float(carried[top])) \
-        if top >= 0 else ("none", -1, 0.0)
-    return Estimate(float(ends.max()) if n else 0.0, tuple(starts.tolist()),
-                    tuple(ends.tolist()), busiest)
 
 
 Routes = dict[tuple[object, ...], tuple[list[tuple[Resource, float]], float]]
@@ -582,3 +437,7 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
                   for need, nb in items if not need <= s)
         terms.append(out / (len(s) * cluster.nic_bandwidth) + lat)
     return max(terms)
+
+
+__all__ = ["Estimate", "Hops", "Routes", "ingress_time", "lower_bound", "one_at_a_time_time",
+           "simulate", "stepped_floor", "task_path", "task_routes"]

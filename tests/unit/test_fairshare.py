@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
-from reshard.planner.costing import cost
+from reshard.planner.costing import cost, fluid
 from reshard.planner.costing.fairshare import FairShare
 
 from ..common import problems
@@ -120,7 +120,7 @@ def test_simulation_equals_the_reference(problem, strategy):
 
 @pytest.mark.parametrize("case", ["S0R->RS0", "RS01->S01R", "RR+P0->S0R", "steps"])
 def test_deferred_refills_err_slow_by_little(monkeypatch, case):
-    """Plans over EXACT_UP_TO tasks refill late (cost.DEFER_TIME): never faster than
+    """Plans over EXACT_UP_TO tasks refill late (fluid.DEFER_TIME): never faster than
     the reference, and slower by under 1% (forced here on plans of a few hundred
     tasks, one step and several)."""
     cluster = Cluster.preset("dgx-h100", 4)
@@ -133,6 +133,6 @@ def test_deferred_refills_err_slow_by_little(monkeypatch, case):
     assert len(p.tasks) >= 32
     assert case != "steps" or len({t.step for t in p.tasks}) == 4
     want = reference_simulate(p).time
-    monkeypatch.setattr(cost, "EXACT_UP_TO", 0)
+    monkeypatch.setattr(fluid, "EXACT_UP_TO", 0)
     got = cost.simulate(p).time
     assert want * (1 - 1e-9) <= got <= want * 1.01, (got / want, len(p.tasks))
