@@ -90,57 +90,66 @@ def decompose(
         need = frozenset().union(*(d for _, d in dst))
         return [Cell((), hold, need)]
 
-    # Per dim: the intervals between merged cut points, and for each interval bitmasks
-    # of the source / destination pieces covering it.
-    axes: list[list[tuple[tuple[int, int], int, int]]] = []
-    for d in range(ndim):
-        cuts = {0, shape[d]}
-        for b, _ in src:
-            cuts.update(b[d])
-        for b, _ in dst:
-            cuts.update(b[d])
-        pts = sorted(cuts)
-        intervals = []
-        for lo, hi in itertools.pairwise(pts):
-            smask = 0
-            for i, (b, _) in enumerate(src):
-                if b[d][0] <= lo and hi <= b[d][1]:
-                    smask |= 1 << i
-            dmask = 0
-            for i, (b, _) in enumerate(dst):
-                if b[d][0] <= lo and hi <= b[d][1]:
-                    dmask |= 1 << i
-            if dmask:
-                intervals.append(((lo, hi), smask, dmask))
-        axes.append(intervals)
-
-    src_sets = [devs for _, devs in src]
-    dst_sets = [devs for _, devs in dst]
-    union_cache: dict[tuple[int, int], frozenset[int]] = {}
-
-    def devices_of(mask: int, sets: list[frozenset[int]], tag: int) -> frozenset[int]:
-        key = (tag, mask)
-        got = union_cache.get(key)
-        if got is None:
-            acc: set[int] = set()
-            i = 0
-            while mask:
-                if mask & 1:
-                    acc |= sets[i]
-                mask >>= 1
-                i += 1
-            got = frozenset(acc)
-            union_cache[key] = got
-        return got
-
+    axes = [_intervals(d, shape[d], src, dst) for d in range(ndim)]
+    unions = _Unions([devs for _, devs in src], [devs for _, devs in dst])
     # The grid's cells dim by dim, dropping a prefix as soon as no one needs it.
     partial: list[tuple[Box, int, int]] = [((), (1 << len(src)) - 1, -1)]
     for ax in axes:
         partial = [((*box, iv), smask & s, dmask & dm)
                    for box, smask, dmask in partial for iv, s, dm in ax if dmask & dm]
-    cells = [Cell(box, devices_of(smask, src_sets, 0), devices_of(dmask, dst_sets, 1))
+    cells = [Cell(box, unions.of(smask, 0), unions.of(dmask, 1))
              for box, smask, dmask in partial]
     return merge_cells(cells, ndim)
+
+
+def _intervals(d: int, size: int, src: list[tuple[Box, frozenset[int]]],
+               dst: list[tuple[Box, frozenset[int]]]) -> list[tuple[tuple[int, int], int, int]]:
+    """Dim ``d``'s intervals between the merged cut points of every source and
+    destination piece, each with bitmasks of the source / destination pieces covering
+    it; intervals no destination piece covers are left out."""
+    cuts = {0, size}
+    for b, _ in src:
+        cuts.update(b[d])
+    for b, _ in dst:
+        cuts.update(b[d])
+    out = []
+    for lo, hi in itertools.pairwise(sorted(cuts)):
+        dmask = _covering(d, lo, hi, dst)
+        if dmask:
+            out.append(((lo, hi), _covering(d, lo, hi, src), dmask))
+    return out
+
+
+def _covering(d: int, lo: int, hi: int, boxes: list[tuple[Box, frozenset[int]]]) -> int:
+    """The bitmask of the pieces whose dim ``d`` covers ``[lo, hi)``."""
+    mask = 0
+    for i, (b, _) in enumerate(boxes):
+        if b[d][0] <= lo and hi <= b[d][1]:
+            mask |= 1 << i
+    return mask
+
+
+class _Unions:
+    """The devices of a bitmask of pieces (their sets' union), each mask's once."""
+
+    def __init__(self, *sets: list[frozenset[int]]) -> None:
+        self.sets = sets
+        self.known: dict[tuple[int, int], frozenset[int]] = {}
+
+    def of(self, mask: int, which: int) -> frozenset[int]:
+        """The union of ``self.sets[which]``'s sets that ``mask`` flags."""
+        key = (which, mask)
+        got = self.known.get(key)
+        if got is None:
+            acc: set[int] = set()
+            sets, i = self.sets[which], 0
+            while mask:
+                if mask & 1:
+                    acc |= sets[i]
+                mask >>= 1
+                i += 1
+            got = self.known[key] = frozenset(acc)
+        return got
 
 
 def merge_cells(cells: list[Cell], ndim: int) -> list[Cell]:

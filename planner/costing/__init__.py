@@ -1,4 +1,4 @@
-"""What a plan costs and whether it is right: the cost model's fluid simulation and the
-lower bound (``cost``), max-min fair shares (``fairshare``), the step rule
-(``stepgate``), and the verifier (``verify``, with the box geometry it asks,
-``coverage``)."""
+"""What a plan costs and whether it is right: the cost model's routes and the lower
+bound (``cost``), its fluid simulation (``fluid``), max-min fair shares
+(``fairshare``), the step rule (``stepgate``), and the verifier (``verify``, with the
+box geometry it asks, ``coverage``)."""

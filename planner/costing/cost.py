@@ -347,21 +347,35 @@ def _cell_groups(t: TensorSpec) -> dict[tuple[frozenset[int], frozenset[int]], i
 
 def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
     """Seconds no plan moving ``tensors`` can beat on ``cluster``."""
-    host_in: dict[int, float] = {}
-    dev_in: dict[int, float] = {}
-    dev_copy: dict[int, float] = {}
-    leave: dict[frozenset[int], list[tuple[frozenset[int], float]]] = {}
-    # bytes a host's devices must take in (or its NICs send out, for sums merged
-    # elsewhere), and the extra moves every merge of a sum costs (for the shared term)
-    host_take: dict[int, float] = {}
-    # per host: the fewest addends and the fewest of its needers any byte it takes in
-    # has (the cost of skipping the merge before, or the spread after, the NIC)
-    host_least: dict[int, tuple[int, int]] = {}
-    merged = 0.0
-    near: set[int] = set()  # devices some of whose bytes may come from their own host
-    host_of = cluster.host_map.__getitem__  # a plain lookup: a hot loop
+    intake = _Intake(cluster)
     for t in tensors:
-        itemsize = t.itemsize  # after any cast: what the wire carries
+        intake.add(t)
+    return intake.bound()
+
+
+class _Intake:
+    """What the lower bound's terms count, tensor by tensor: the bytes each host and
+    device must take in, copy, or send out (module docstring)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.host_in: dict[int, float] = {}
+        self.dev_in: dict[int, float] = {}
+        self.dev_copy: dict[int, float] = {}
+        self.leave: dict[frozenset[int], list[tuple[frozenset[int], float]]] = {}
+        # bytes a host's devices must take in (or its NICs send out, for sums merged
+        # elsewhere), and the extra moves every merge of a sum costs (for the shared term)
+        self.host_take: dict[int, float] = {}
+        # per host: the fewest addends and the fewest of its needers any byte it takes in
+        # has (the cost of skipping the merge before, or the spread after, the NIC)
+        self.host_least: dict[int, tuple[int, int]] = {}
+        self.merged = 0.0
+        self.near: set[int] = set()  # devices some of whose bytes may come from their own host
+        self.host_of = cluster.host_map.__getitem__  # a plain lookup: a hot loop
+
+    def add(self, t: TensorSpec) -> None:
+        """Count tensor ``t``'s cells."""
+        host_of = self.host_of
         # A partial source whose groups have two or more addends is a sum no device
         # holds: a needer receives every element of it at least once (from another
         # addend, or the sum), so it counts as received even by an addend; a host
@@ -377,66 +391,78 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
                 sum_host[d] = one
         size = min((len(g) for g in groups), default=1)  # addends per group
         for (holders, needers), elements in _cell_groups(t).items():
-            nbytes = elements * itemsize
-            hold_hosts = frozenset(host_of(d) for d in holders)
-            need_hosts = {host_of(d) for d in needers}
             # the hosts holding a whole group of the cell's addends (None: a group
             # spread over hosts)
             inside: set[int | None] = {sum_host[d] for d in holders} if summed else set()
-            summing = {h for h in inside if h is not None} if summed else hold_hosts
-            for h in need_hosts - summing:
-                host_in[h] = host_in.get(h, 0.0) + nbytes
-                # an addend inside h may merge there without crossing its NICs
-                adds = size if summed and h not in hold_hosts else 1
-                spread = sum(1 for d in needers if host_of(d) == h)
-                least = host_least.get(h, (adds, spread))
-                host_least[h] = (min(least[0], adds), min(least[1], spread))
-            for d in needers:
-                if d in holders and not summed:
-                    dev_copy[d] = dev_copy.get(d, 0.0) + nbytes
-                else:
-                    dev_in[d] = dev_in.get(d, 0.0) + nbytes
-                    host_take[host_of(d)] = host_take.get(host_of(d), 0.0) + nbytes
-                    if host_of(d) in summing:
-                        near.add(d)
-            if summed and needers:
-                # Summing ``size`` addends takes size - 1 moves of each element (each
-                # merges two partial values on one device) and every needer but the
-                # one holding the sum receives it: size - 2 moves beyond the needers'.
-                merged += (size - 2) * nbytes
-                one = next(iter(inside)) if len(inside) == 1 else None
-                if one is not None:
-                    # every group in one host: each merge lands on one of its devices or
-                    # needs an addend to leave it through its NICs, and its needers'
-                    # receipts above count one too many when the sum ends on one of them
-                    local = sum(1 for d in needers if host_of(d) == one)
-                    host_take[one] = host_take.get(one, 0.0) + nbytes * (
-                        size - 1 - (1 if local else 0))
-            if need_hosts - hold_hosts:
-                leave.setdefault(hold_hosts, []).append((frozenset(need_hosts), nbytes))
-    # Each term is bytes over a bandwidth plus the least latency its bytes may pay:
-    # bytes that must cross a host boundary one network latency, bytes a device may
-    # receive from its own host (or a host's merges) one intra-host latency.
-    lat, intra = cluster.latency, min(cluster.latency, cluster.intra_latency)
-    terms = [0.0]
-    terms += [lat + ingress_time(b / cluster.nic_bandwidth, *host_least[h], intra)
-              for h, b in host_in.items()]
-    terms += [b / cluster.intra_bandwidth + (intra if d in near else lat)
-              for d, b in dev_in.items()]
-    terms += [b / cluster.copy_bandwidth for b in dev_copy.values()]
-    if cluster.shared_bandwidth and dev_in:
-        terms.append((sum(dev_in.values()) + merged) / cluster.shared_bandwidth + intra)
-    # A host takes its bytes in through its devices' links, or sends a sum's addends out
-    # through its NICs to be merged elsewhere.
-    for h, b in host_take.items():
-        terms.append(b / (len(cluster.hosts[h]) * cluster.intra_bandwidth
-                          + cluster.nic_bandwidth) + intra)
-    # Slices held only inside a host set S and needed outside it leave through S's NICs.
-    for s in leave:
-        out = sum(nb for hs, items in leave.items() if hs <= s
-                  for need, nb in items if not need <= s)
-        terms.append(out / (len(s) * cluster.nic_bandwidth) + lat)
-    return max(terms)
+            self._cell(holders, needers, elements * t.itemsize, size if summed else 0, inside)
+
+    def _cell(self, holders: frozenset[int], needers: frozenset[int], nbytes: float,
+              size: int, inside: set[int | None]) -> None:
+        """Count one cell group's ``nbytes`` (after any cast: what the wire carries);
+        ``size``: addends per group of a summed source (0: not a sum)."""
+        host_of, summed = self.host_of, size > 0
+        hold_hosts = frozenset(host_of(d) for d in holders)
+        need_hosts = {host_of(d) for d in needers}
+        summing = {h for h in inside if h is not None} if summed else hold_hosts
+        for h in need_hosts - summing:
+            self.host_in[h] = self.host_in.get(h, 0.0) + nbytes
+            # an addend inside h may merge there without crossing its NICs
+            adds = size if summed and h not in hold_hosts else 1
+            spread = sum(1 for d in needers if host_of(d) == h)
+            least = self.host_least.get(h, (adds, spread))
+            self.host_least[h] = (min(least[0], adds), min(least[1], spread))
+        for d in needers:
+            if d in holders and not summed:
+                self.dev_copy[d] = self.dev_copy.get(d, 0.0) + nbytes
+            else:
+                self.dev_in[d] = self.dev_in.get(d, 0.0) + nbytes
+                self.host_take[host_of(d)] = self.host_take.get(host_of(d), 0.0) + nbytes
+                if host_of(d) in summing:
+                    self.near.add(d)
+        if summed and needers:
+            # Summing ``size`` addends takes size - 1 moves of each element (each
+            # merges two partial values on one device) and every needer but the
+            # one holding the sum receives it: size - 2 moves beyond the needers'.
+            self.merged += (size - 2) * nbytes
+            one = next(iter(inside)) if len(inside) == 1 else None
+            if one is not None:
+                # every group in one host: each merge lands on one of its devices or
+                # needs an addend to leave it through its NICs, and its needers'
+                # receipts above count one too many when the sum ends on one of them
+                local = sum(1 for d in needers if host_of(d) == one)
+                self.host_take[one] = self.host_take.get(one, 0.0) + nbytes * (
+                    size - 1 - (1 if local else 0))
+        if need_hosts - hold_hosts:
+            self.leave.setdefault(hold_hosts, []).append((frozenset(need_hosts), nbytes))
+
+    def bound(self) -> float:
+        """The largest term. Each is bytes over a bandwidth plus the least latency its
+        bytes may pay: bytes that must cross a host boundary one network latency,
+        bytes a device may receive from its own host (or a host's merges) one
+        intra-host latency."""
+        cluster = self.cluster
+        lat, intra = cluster.latency, min(cluster.latency, cluster.intra_latency)
+        terms = [0.0]
+        terms += [lat + ingress_time(b / cluster.nic_bandwidth, *self.host_least[h], intra)
+                  for h, b in self.host_in.items()]
+        terms += [b / cluster.intra_bandwidth + (intra if d in self.near else lat)
+                  for d, b in self.dev_in.items()]
+        terms += [b / cluster.copy_bandwidth for b in self.dev_copy.values()]
+        if cluster.shared_bandwidth and self.dev_in:
+            terms.append((sum(self.dev_in.values()) + self.merged) / cluster.shared_bandwidth
+                         + intra)
+        # A host takes its bytes in through its devices' links, or sends a sum's addends
+        # out through its NICs to be merged elsewhere.
+        for h, b in self.host_take.items():
+            terms.append(b / (len(cluster.hosts[h]) * cluster.intra_bandwidth
+                              + cluster.nic_bandwidth) + intra)
+        # Slices held only inside a host set S and needed outside it leave through S's
+        # NICs.
+        for s in self.leave:
+            out = sum(nb for hs, items in self.leave.items() if hs <= s
+                      for need, nb in items if not need <= s)
+            terms.append(out / (len(s) * cluster.nic_bandwidth) + lat)
+        return max(terms)
 
 
 __all__ = ["Estimate", "Hops", "Routes", "ingress_time", "lower_bound", "one_at_a_time_time",
