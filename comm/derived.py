@@ -13,20 +13,39 @@ function, which :meth:`reshard.comm.execution.Execution.source` calls on first r
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from reshard.casting import block_amax, scales_from_amax, stored_scales
+from reshard.comm.program import ProgramTensor
+from reshard.comm.steps import LoadedProgram
 from reshard.dtypes import block_shape, parse_dtype, scale_grid
 from reshard.errors import ReshardError
 from reshard.planner.values.tasks import Derive
 
-if TYPE_CHECKING:
-    from reshard.comm.execution import Execution
+
+class ExecutionView(Protocol):
+    """What deriving a source reads of one execution on one device
+    (:class:`reshard.comm.execution.Execution` is the one): a protocol, so that no
+    import runs from here back to the execution, not even for types."""
+
+    device: int
+    lp: LoadedProgram
+    dst: dict[int, Any]
+    tensors: Sequence[ProgramTensor]
+    scale_values_of: dict[int, Any]
+
+    def source(self, i: int) -> Any:
+        """Tensor ``i``'s source shard here (derived on first read)."""
+        ...
+
+    def held_dtype(self, i: int) -> str:
+        """The dtype tensor ``i``'s destination holds here before any cast."""
+        ...
 
 
-def block_amax_here(ex: Execution, w: int) -> Any:
+def block_amax_here(ex: ExecutionView, w: int) -> Any:
     """The max ``|x|`` per block of scaled tensor ``w``'s source shard here, over its
     whole scale grid (zeros for blocks the shard does not meet)."""
     pt = ex.tensors[w]
@@ -34,19 +53,19 @@ def block_amax_here(ex: Execution, w: int) -> Any:
                       scale_grid(pt.shape, pt.scale), ex.held_dtype(w))
 
 
-def amax(ex: Execution, i: int) -> Any:
+def amax(ex: ExecutionView, i: int) -> Any:
     """Tensor ``i`` (an amax): the scaled tensor's block amax here (a partial max)."""
     return block_amax_here(ex, ex.tensors[i].link)
 
 
-def scales(ex: Execution, i: int) -> Any:
+def scales(ex: ExecutionView, i: int) -> Any:
     """Tensor ``i`` (scales): of the amax this device received (tensor ``link``'s
     destination shard, complete since the plan's first phase)."""
     a = ex.tensors[i].link
     return stored(ex, i, ex.tensors[a].link, ex.dst[a])
 
 
-def own_scales(ex: Execution, i: int) -> Any:
+def own_scales(ex: ExecutionView, i: int) -> Any:
     """Tensor ``i`` (scales of block-aligned shards): of the blocks of the scaled
     tensor's own source shard here."""
     w = ex.tensors[i].link
@@ -54,7 +73,7 @@ def own_scales(ex: Execution, i: int) -> Any:
     return stored(ex, i, w, blocks[tuple(slice(a, b) for a, b in ex.lp.src_box[i])])
 
 
-def stored(ex: Execution, i: int, w: int, block_max: Any) -> Any:
+def stored(ex: ExecutionView, i: int, w: int, block_max: Any) -> Any:
     """Scales tensor ``i``'s source shard, of scaled tensor ``w``'s blocks whose max
     ``|x|`` is ``block_max``, as the backend holds the scales' dtype; their float32
     values are kept in ``ex.scale_values_of``."""
@@ -68,12 +87,12 @@ def stored(ex: Execution, i: int, w: int, block_max: Any) -> Any:
     return stored_scales(values, pt.scale, like.reshape(tuple(values.shape)))
 
 
-def given(ex: Execution, i: int) -> Any:
+def given(ex: ExecutionView, i: int) -> Any:
     """A tensor the caller gives: reaching here, it was not given."""
     raise ReshardError(f"device {ex.device} was given no source shard of tensor {i}")
 
 
-DERIVE: Mapping[Derive, Callable[[Execution, int], Any]] = MappingProxyType({
+DERIVE: Mapping[Derive, Callable[[ExecutionView, int], Any]] = MappingProxyType({
     Derive.NONE: given,
     Derive.AMAX: amax,
     Derive.SCALES: scales,

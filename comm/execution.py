@@ -60,7 +60,7 @@ from reshard.comm.packing import (
 )
 from reshard.comm.pitched import copy_into
 from reshard.comm.step_ops import MessageSink, Op, flat_bytes
-from reshard.comm.steps import LoadedProgram, MessagePiece, StepTask
+from reshard.comm.steps import LoadedProgram, MessageLayout, MessagePiece, StepTask
 from reshard.dtypes import ScaleMode, block_shape, parse_dtype
 from reshard.layout import Box, box_size
 from reshard.planner.schedule.staging import buffer_dtype
@@ -234,61 +234,12 @@ class Execution:
         lay = self.lp.message(st, step)
         region, total = lay.region, st.message
         parts: list[Any] = []
-        run = -1  # where the open run of scratch-held payloads starts; -1: none
-        gathers = self.caps.gathers
-        t = st.task
         sink = None
-        if t.root == self.device:
-            held = self._held
-            for p in lay.pieces:
-                got = (held[p.tensor] if p.tensor in held else self._hold(p.tensor)) \
-                    if p.plain else None
-                if got is not None:  # the root's box of its source shard, as is
-                    shard, whole = got
-                    direct = None
-                    if whole is not None and p.rows:
-                        p.packed_rows[...] = p.runs_in(whole)
-                    elif whole is not None and gathers and p.span:
-                        direct = whole[p.span[0]:p.span[1]]
-                    else:
-                        copy_into(p.shaped, shard[p.slices])
-                else:  # converted, or a relay's box from its destination
-                    op = _PREPARE[p.st.task.kind](self, p.st)
-                    direct = None
-                    if op is not None and not same_memory(op.buf, p.flat):
-                        if gathers:
-                            direct = op.buf
-                        else:
-                            p.flat[...] = op.buf
-                if direct is None:
-                    if run < 0:
-                        run = p.start
-                    continue
-                if run >= 0:
-                    parts.append(region[run:p.start])
-                    run = -1
-                parts.append(direct)
+        if st.task.root == self.device:
+            run = self._message_out(lay, parts)
             sent = total
         else:
-            unpack: list[tuple[MessagePiece, Any]] = []
-            receives = self._receives(t)
-            dst, into = self.dst, self._into
-            for p in lay.pieces:
-                if receives:
-                    whole = into.get(p.tensor, False)
-                    if whole is False:
-                        whole = into[p.tensor] = flat_bytes(dst[p.tensor])
-                    if gathers and p.span and whole is not None:
-                        if run >= 0:
-                            parts.append(region[run:p.start])
-                            run = -1
-                        parts.append(whole[p.span[0]:p.span[1]])
-                        continue
-                    unpack.append((p, whole if p.rows else None))
-                if run < 0:
-                    run = p.start
-            if unpack:
-                sink = MessageSink(dst, unpack)
+            run, sink = self._message_in(st.task, lay, parts)
             sent = 0
         if run == 0:
             buf = region
@@ -297,6 +248,66 @@ class Execution:
                 parts.append(region[run:total])
             buf = parts
         return Op(st, buf, sent=sent, sink=sink if self._lands else None, unpacks=sink)
+
+    def _message_out(self, lay: MessageLayout, parts: list[Any]) -> int:
+        """The root's side of :meth:`prepare_message`: each payload copied into the
+        region, or sent from its shard (``parts``, filled in); returns where the open
+        run of region-held payloads starts (-1: none)."""
+        region, run, gathers, held = lay.region, -1, self.caps.gathers, self._held
+        for p in lay.pieces:
+            got = (held[p.tensor] if p.tensor in held else self._hold(p.tensor)) \
+                if p.plain else None
+            direct = None
+            if got is not None:  # the root's box of its source shard, as is
+                shard, whole = got
+                if whole is not None and p.rows:
+                    p.packed_rows[...] = p.runs_in(whole)
+                elif whole is not None and gathers and p.span:
+                    direct = whole[p.span[0]:p.span[1]]
+                else:
+                    copy_into(p.shaped, shard[p.slices])
+            else:  # converted, or a relay's box from its destination
+                op = _PREPARE[p.st.task.kind](self, p.st)
+                if op is not None and not same_memory(op.buf, p.flat):
+                    if gathers:
+                        direct = op.buf
+                    else:
+                        p.flat[...] = op.buf
+            if direct is None:
+                if run < 0:
+                    run = p.start
+                continue
+            if run >= 0:
+                parts.append(region[run:p.start])
+                run = -1
+            parts.append(direct)
+        return run
+
+    def _message_in(self, t: Task, lay: MessageLayout, parts: list[Any]
+                    ) -> tuple[int, MessageSink | None]:
+        """A receiver's side of :meth:`prepare_message`: payloads received into the
+        region and unpacked as they land, or straight into the shard (``parts``, filled
+        in); returns where the open run of region-held payloads starts (-1: none), and
+        what unpacks them."""
+        region, run, gathers = lay.region, -1, self.caps.gathers
+        unpack: list[tuple[MessagePiece, Any]] = []
+        receives = self._receives(t)
+        dst, into = self.dst, self._into
+        for p in lay.pieces:
+            if receives:
+                whole = into.get(p.tensor, False)
+                if whole is False:
+                    whole = into[p.tensor] = flat_bytes(dst[p.tensor])
+                if gathers and p.span and whole is not None:
+                    if run >= 0:
+                        parts.append(region[run:p.start])
+                        run = -1
+                    parts.append(whole[p.span[0]:p.span[1]])
+                    continue
+                unpack.append((p, whole if p.rows else None))
+            if run < 0:
+                run = p.start
+        return run, (MessageSink(dst, unpack) if unpack else None)
 
     def own_sources(self, step: Sequence[StepTask]) -> None:
         """Before a step: a REDUCE root (or a broadcast's that sums addends) sums into

@@ -98,38 +98,44 @@ def program_steps(program: WorkerProgram, fuses: bool = True, coalesce: bool = T
     runs.sort(key=lambda r: r[0])  # stable: plan order inside each (half) step
     steps: list[tuple[StepTask, ...]] = []
     need = 0
-    tensors = program.tensors
     for _, group in itertools.groupby(runs, key=lambda r: r[0]):
         run = [(i, t) for _, i, t in group]
-        size = {i: scratch_elems(t, device) * itemsize(buffer_dtype(tensors[t.tensor], t))
-                for i, t in run}
-        # a coalesced message's payloads back to back, widest dtype first (each then
-        # starts aligned to its itemsize, and no padding crosses the wire), its first
-        # task in plan order issuing it; then every other task's region, aligned
-        placed: dict[int, StepTask] = {}
-        used = 0
-        # a task with addends never travels with others: the rest stage one region
-        found = coalescing.messages(run, lambda r: r[1], lambda t: tensors[t.tensor],
-                                    _staged(size)) if coalesce else []
-        pos = {j: k for k, (j, _) in enumerate(run)} if found else {}
-        for msg in found:
-            wide = sorted(msg, key=lambda r: -itemsize(buffer_dtype(tensors[r[1].tensor],
-                                                                    r[1])))
-            start, total = used, sum(size[i] for i, _ in msg)
-            for i, t in wide:
-                placed[i] = StepTask(i, t, used, 0, True)
-                used += size[i]
-            i, t = msg[0]
-            placed[i] = StepTask(i, t, placed[i].offset, total, False, start,
-                                 tuple(pos[j] for j, _ in msg[1:]))
-            used = start + region_bytes(total)
-        for i, t in run:
-            if i not in placed:
-                placed[i] = StepTask(i, t, used)
-                used += region_bytes(size[i])
+        placed, used = _place(run, program, coalesce)
         need = max(need, used)
         steps.append(tuple(placed[i] for i, _ in run))
     return tuple(steps), need
+
+
+def _place(run: list[tuple[int, Task]], program: WorkerProgram, coalesce: bool
+           ) -> tuple[dict[int, StepTask], int]:
+    """One step's tasks at their offsets in the scratch buffer, and the bytes used: a
+    coalesced message's payloads back to back, widest dtype first (each then starts
+    aligned to its itemsize, and no padding crosses the wire), its first task in plan
+    order issuing it; then every other task's region, aligned."""
+    tensors = program.tensors
+    size = {i: scratch_elems(t, program.device) * itemsize(buffer_dtype(tensors[t.tensor], t))
+            for i, t in run}
+    placed: dict[int, StepTask] = {}
+    used = 0
+    # a task with addends never travels with others: the rest stage one region
+    found = coalescing.messages(run, lambda r: r[1], lambda t: tensors[t.tensor],
+                                _staged(size)) if coalesce else []
+    pos = {j: k for k, (j, _) in enumerate(run)} if found else {}
+    for msg in found:
+        wide = sorted(msg, key=lambda r: -itemsize(buffer_dtype(tensors[r[1].tensor], r[1])))
+        start, total = used, sum(size[i] for i, _ in msg)
+        for i, t in wide:
+            placed[i] = StepTask(i, t, used, 0, True)
+            used += size[i]
+        i, t = msg[0]
+        placed[i] = StepTask(i, t, placed[i].offset, total, False, start,
+                             tuple(pos[j] for j, _ in msg[1:]))
+        used = start + region_bytes(total)
+    for i, t in run:
+        if i not in placed:
+            placed[i] = StepTask(i, t, used)
+            used += region_bytes(size[i])
+    return placed, used
 
 
 def _staged(size: dict[int, int]) -> Callable[[tuple[int, Task]], int]:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from reshard.errors import ReshardError
-
-if TYPE_CHECKING:
-    from reshard.pipeline.validate import Problem
 
 
 class ScheduleError(ReshardError):
@@ -18,10 +15,12 @@ class ScheduleError(ReshardError):
     every problem found, the first of which is described in the message.
 
     Attributes:
-        problems: The problems found by validation, in report order (empty when the
-            error is not about a whole schedule).
+        problems: The problems found by validation
+            (:class:`reshard.pipeline.validate.Problem` values), in report order (empty
+            when the error is not about a whole schedule). Typed loosely: validation
+            imports this module, and this one names nothing above it, not even for types.
     """
 
-    def __init__(self, message: str, problems: tuple[Problem, ...] = ()) -> None:
+    def __init__(self, message: str, problems: tuple[Any, ...] = ()) -> None:
         super().__init__(message)
         self.problems = problems

@@ -36,6 +36,20 @@ from reshard.pipeline.timeline import Stream, Timeline, TimelineEvent
 from reshard.pipeline.validate import check
 
 
+def _on_wire(schedule: Schedule, costs: PipelineCosts, stage: int, action: Action,
+             now: float, link_free: dict[Channel | int, float]) -> tuple[float, float]:
+    """When a send's data is on the wire: from when both the stage and its link (its
+    channel, or the stage's NIC with ``shared_nic``) are free, for its transfer time."""
+    link = schedule.channel(stage, action)
+    boundary = schedule.boundary(stage, action)
+    assert link is not None and boundary is not None  # validated
+    key: Channel | int = stage if costs.shared_nic else link
+    start = max(now, link_free.get(key, 0.0))
+    end = start + costs.transfer_time(action.kind, boundary)
+    link_free[key] = end
+    return start, end
+
+
 def simulate(schedule: Schedule, costs: PipelineCosts | None = None) -> Timeline:
     """Simulates one iteration of a schedule.
 
@@ -76,13 +90,7 @@ def simulate(schedule: Schedule, costs: PipelineCosts | None = None) -> Timeline
                     )
                     clocks[stage] = end
                 elif action.kind.is_send:
-                    link = schedule.channel(stage, action)
-                    boundary = schedule.boundary(stage, action)
-                    assert link is not None and boundary is not None  # validated
-                    key = stage if costs.shared_nic else link
-                    start = max(now, link_free.get(key, 0.0))
-                    end = start + costs.transfer_time(action.kind, boundary)
-                    link_free[key] = end
+                    start, end = _on_wire(schedule, costs, stage, action, now, link_free)
                     events[stage].append(TimelineEvent(stage, Stream.SEND, str(action), start, end))
                     arrivals[schedule.peer(stage, action)] = (start, end)  # type: ignore[index]
                 else:

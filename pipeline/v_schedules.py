@@ -21,6 +21,19 @@ _F, _B, _I, _W = (
 )
 
 
+def _v_candidates(n_stages: int, n_mb: int, transfer: float) -> list[Schedule]:
+    """The paper's V layout, then the list-scheduled orders of :data:`V_CANDIDATES`
+    that do not deadlock."""
+    candidates: list[Schedule] = [_zb_v_phases(n_stages, n_mb)]
+    for limit, order in V_CANDIDATES:
+        try:
+            candidates.append(_list_scheduled_v(n_stages, n_mb, limit + 2 * n_stages,
+                                                transfer, order))
+        except ScheduleError:  # this rule set deadlocks here
+            continue
+    return candidates
+
+
 def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0) -> Schedule:
     """ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", 2024; torch's
     ``ScheduleZBVZeroBubble``).
@@ -68,14 +81,7 @@ def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0) -> Schedule:
 
     costs = PipelineCosts(forward=1.0, backward=2.0, activation_transfer=float(transfer))
     best: tuple[float, Schedule] | None = None
-    candidates: list[Schedule] = [_zb_v_phases(n_stages, n_mb)]
-    for limit, order in V_CANDIDATES:
-        try:
-            candidates.append(_list_scheduled_v(n_stages, n_mb, limit + 2 * n_stages,
-                                                float(transfer), order))
-        except ScheduleError:  # this rule set deadlocks here
-            continue
-    for candidate in candidates:
+    for candidate in _v_candidates(n_stages, n_mb, float(transfer)):
         timeline = simulate(candidate, costs)
         if max(timeline.peak_activations) <= 2 * n_stages and (
                 best is None or timeline.iteration_time < best[0]):

@@ -316,14 +316,12 @@ def _deadlock(schedule: Schedule) -> Problem | None:
     return _describe_cycle(schedule, pcs, pending, blocked)
 
 
-def _describe_cycle(
-    schedule: Schedule,
-    pcs: list[int],
-    pending: dict[Channel, deque[tuple[int, Action]]],
-    blocked: list[int],
-) -> Problem:
+def _waits(schedule: Schedule, pcs: list[int],
+           pending: dict[Channel, deque[tuple[int, Action]]],
+           blocked: list[int]) -> dict[int, tuple[int, str, int]]:
+    """Per blocked stage: the stage it waits on, why (in words), and that stage's step."""
     step_of = [{a: i for i, a in enumerate(p)} for p in schedule.stages]
-    waits: dict[int, tuple[int, str, int]] = {}  # stage -> (stage waited on, why, its step)
+    waits: dict[int, tuple[int, str, int]] = {}
     for stage in blocked:
         action = schedule.stages[stage][pcs[stage]]
         channel = schedule.channel(stage, action)
@@ -348,6 +346,16 @@ def _describe_cycle(
                 f"stage {peer_stage} to send {peer_action} at its step {send_step}"
             )
             waits[stage] = (peer_stage, why, send_step)
+    return waits
+
+
+def _describe_cycle(
+    schedule: Schedule,
+    pcs: list[int],
+    pending: dict[Channel, deque[tuple[int, Action]]],
+    blocked: list[int],
+) -> Problem:
+    waits = _waits(schedule, pcs, pending, blocked)
     # Every blocked stage waits on a blocked stage, so following waits from any
     # blocked stage ends in a cycle.
     seen: list[int] = []

@@ -50,11 +50,15 @@ from typing import Any
 import numpy as np
 
 from reshard.comm.backend import Capabilities
-from reshard.comm.backends.host_memory import CHAIN_PIECE, HostMemory, wire_piece
+from reshard.comm.backends.host_memory import (
+    CHAIN_PIECE,
+    HostMemory,
+    broadcast_neighbours,
+    wire_piece,
+)
 from reshard.comm.sockets import interface_of, listen_on
 from reshard.dtypes import ReduceOp, reduce_as
 from reshard.errors import ExecutionError
-from reshard.planner.values.tasks import sum_targets
 
 
 def torch_op(dist: Any, op: ReduceOp) -> Any:
@@ -404,28 +408,16 @@ class GlooBackend(HostMemory):
                               src=self.rank_of[root], group=self._group(group), async_op=True)
             self._add(_Posted(self, "broadcast", group, [work]))
             return
-        if chain is None:
-            chain = [d for d in group if d != root and d not in addends]
-        receivers = [d for d in chain if d != root]
         what = ("chain broadcast" if parents is None else "tree broadcast") + \
             (" of a sum" if addends else "")
-        if parents is None:  # a chain: each member receives from the one before
-            parents = [root, *receivers[:-1]]
-        # every hop of the bytes: the addends' running sums into the root (their chain,
-        # or addend_parents' tree), then the broadcast's
-        flows = [*zip(addends, sum_targets(root, addends, addend_parents)),
-                 *zip(parents, receivers)]
         me = self.device
-        prevs = [a for a, b in flows if b == me]
-        nxts = [b for a, b in flows if a == me]
+        prevs, nxts = broadcast_neighbours(me, root, group, chain, parents, addends,
+                                          addend_parents)
         data = self._bytes(buf)
         piece = self.piece_for(data.numel())
         pieces = _pieces(data, piece)
         if not prevs:  # the root of a plain broadcast, or a first addend: all at once
-            sends = [self._call(what, (nxt,), dist.isend, p, dst=self.rank_of[nxt],
-                                group=self._p2p, tag=tag) for p in pieces for nxt in nxts]
-            if sends:
-                self._add(_Posted(self, what, nxts, sends))
+            self._send_all(what, pieces, nxts, tag)
             return
         if me != root and me not in addends:  # a receiver: straight into its buffer
             recvs = self._recvs(what, prevs[0], pieces, tag)
@@ -436,7 +428,21 @@ class GlooBackend(HostMemory):
                 self._add(_Relay(self, what, pieces, [(prevs[0], recvs)], nxts, tag,
                                  landed=landed, total=data.numel()))
             return
-        # an addend or the root: each running sum it receives apart, added to its own
+        self._sum_relay(what, buf, piece, prevs, nxts, tag, landed)
+
+    def _send_all(self, what: str, pieces: list[Any], nxts: Sequence[int], tag: int) -> None:
+        """Post every piece to every member of ``nxts`` at once."""
+        sends = [self._call(what, (nxt,), self._dist.isend, p, dst=self.rank_of[nxt],
+                            group=self._p2p, tag=tag) for p in pieces for nxt in nxts]
+        if sends:
+            self._add(_Posted(self, what, list(nxts), sends))
+
+    def _sum_relay(self, what: str, buf: np.ndarray, piece: int, prevs: Sequence[int],
+                   nxts: Sequence[int], tag: int,
+                   landed: Callable[[int], None] | None) -> None:
+        """An addend or the root of a broadcast that sums: each running sum it receives
+        apart, added to its own piece by piece, and the sum passed on."""
+        data = self._bytes(buf)
         mine, per = buf.reshape(-1), piece // buf.itemsize
         theirs, streams = [], []
         for prev in prevs:
@@ -450,7 +456,8 @@ class GlooBackend(HostMemory):
             for other in theirs:
                 mine[part] += other[part]
 
-        self._add(_Relay(self, what, pieces, streams, nxts, tag, add, landed, data.numel()))
+        self._add(_Relay(self, what, _pieces(data, piece), streams, list(nxts), tag, add,
+                         landed, data.numel()))
 
     def send(self, buf: np.ndarray, peer: int, *, tag: int = 0) -> None:
         """``dist.isend`` to ``peer`` (tagged ``tag``), in pieces (:meth:`piece_for`; so

@@ -12,6 +12,7 @@ import numpy as np
 from reshard.cluster import pipeline_piece
 from reshard.dtypes import is_torch, numpy_of_torch
 from reshard.errors import ExecutionError
+from reshard.planner.values.tasks import sum_targets
 
 CHAIN_PIECE = 1 << 18
 """Bytes per pipelined piece of a chain broadcast when the program names none. A relay
@@ -47,6 +48,21 @@ def broadcast_route(me: int, root: int, group: Sequence[int], chain: Sequence[in
         parents = [root, *receivers[:-1]]
     prev = parents[receivers.index(me)] if me in receivers else None
     return receivers, prev, [b for a, b in zip(parents, receivers) if a == me]
+
+
+def broadcast_neighbours(me: int, root: int, group: Sequence[int],
+                         chain: Sequence[int] | None, parents: Sequence[int] | None,
+                         addends: Sequence[int], addend_parents: Sequence[int] | None
+                         ) -> tuple[list[int], list[int]]:
+    """Whom member ``me`` receives from and passes bytes on to in a broadcast
+    (:func:`broadcast_route`) that sums ``addends`` on the way: their running sums go
+    first into the root (their chain, or the tree of ``addend_parents``)."""
+    if chain is None:
+        chain = [d for d in group if d != root and d not in addends]
+    _, prev, nxts = broadcast_route(me, root, group, chain, parents)
+    sums = list(zip(addends, sum_targets(root, addends, addend_parents)))
+    return ([a for a, b in sums if b == me] + ([] if prev is None else [prev]),
+            [b for a, b in sums if a == me] + nxts)
 
 
 def reduce_route(me: int, root: int, group: Sequence[int]) -> tuple[int | None, int | None]:

@@ -285,14 +285,30 @@ def decompose_table(
         need = frozenset().union(*(d for _, d in dst))
         return CellTable.from_cells([Cell((), hold, need)], 0)
 
-    # Per dim: the intervals between merged cut points, and for each interval which
-    # source / destination pieces cover it (an id of that set of pieces).
-    src_lo, src_hi = _bounds([b for b, _ in src], ndim)
-    dst_lo, dst_hi = _bounds([b for b, _ in dst], ndim)
     src_sets = _PieceSets([devs for _, devs in src])
     dst_sets = _PieceSets([devs for _, devs in dst])
-    # The grid's cells dim by dim (row-major), dropping a prefix as soon as no one
-    # needs it; per cell, the id of the pieces covering it so far.
+    cell_lo, cell_hi, cell_src, cell_dst = _grid(shape, src, dst, src_sets, dst_sets)
+    # Sets of pieces -> sets of devices (pieces of one device set share an id).
+    hold_of = np.array(src_sets.device_set, dtype=np.int64)[cell_src]
+    need_of = np.array(dst_sets.device_set, dtype=np.int64)[cell_dst]
+    table = CellTable(cell_lo, cell_hi, np.prod(cell_hi - cell_lo, axis=1), hold_of,
+                      need_of, src_sets.distinct_devices(), dst_sets.distinct_devices())
+    pairs = np.sort(hold_of * (len(table.needer_sets) + 1) + need_of)
+    if (pairs[1:] != pairs[:-1]).all():  # nothing to merge; row-major = box order
+        return table
+    return CellTable.from_cells(merge_cells(table.cells(), ndim), ndim)
+
+
+def _grid(shape: tuple[int, ...], src: list[tuple[Box, frozenset[int]]],
+          dst: list[tuple[Box, frozenset[int]]], src_sets: _PieceSets, dst_sets: _PieceSets
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The grid's needed cells dim by dim (row-major), dropping a prefix as soon as no
+    one needs it: their low and high corners, and the ids of the source and destination
+    pieces covering each. Per dim, the intervals between merged cut points, and for each
+    the id of the set of pieces covering it."""
+    ndim = len(shape)
+    src_lo, src_hi = _bounds([b for b, _ in src], ndim)
+    dst_lo, dst_hi = _bounds([b for b, _ in dst], ndim)
     cell_lo = np.zeros((1, 0), dtype=np.int64)
     cell_hi = np.zeros((1, 0), dtype=np.int64)
     cell_src = np.full(1, src_sets.everything, dtype=np.int64)
@@ -315,15 +331,7 @@ def decompose_table(
         cell_hi = np.concatenate((np.repeat(cell_hi, k, axis=0)[needed],
                                   np.tile(hi, n)[needed, None]), axis=1)
         cell_src, cell_dst = new_src, new_dst[needed]
-    # Sets of pieces -> sets of devices (pieces of one device set share an id).
-    hold_of = np.array(src_sets.device_set, dtype=np.int64)[cell_src]
-    need_of = np.array(dst_sets.device_set, dtype=np.int64)[cell_dst]
-    table = CellTable(cell_lo, cell_hi, np.prod(cell_hi - cell_lo, axis=1), hold_of,
-                      need_of, src_sets.distinct_devices(), dst_sets.distinct_devices())
-    pairs = np.sort(hold_of * (len(table.needer_sets) + 1) + need_of)
-    if (pairs[1:] != pairs[:-1]).all():  # nothing to merge; row-major = box order
-        return table
-    return CellTable.from_cells(merge_cells(table.cells(), ndim), ndim)
+    return cell_lo, cell_hi, cell_src, cell_dst
 
 
 def _bounds(boxes: list[Box], ndim: int) -> tuple[np.ndarray, np.ndarray]:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import collections
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -44,6 +43,7 @@ from reshard.planner.cells.decompose import TABLE_FROM, decompose, decompose_tab
 from reshard.planner.costing.fairshare import FairShare
 from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.stepgate import StepGate
+from reshard.planner.values.plan_view import PlanView
 from reshard.planner.values.resources import (
     COPY,
     DEV_IN,
@@ -55,10 +55,6 @@ from reshard.planner.values.resources import (
     capacities,
 )
 from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
-
-if TYPE_CHECKING:
-    from reshard.planner.ir import ReshardPlan
-
 
 Hops = dict[tuple[int, int], tuple[tuple[tuple[Resource, float], ...], float, float]]
 """What one (sender, receiver) edge of a transfer crosses (:func:`_hop`), by edge: the
@@ -192,7 +188,7 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
     return tuple(out)
 
 
-def stepped_floor(plan: ReshardPlan) -> float:
+def stepped_floor(plan: PlanView) -> float:
     """Seconds the cost model cannot predict below for ``plan``, from its steps alone,
     without simulating the sharing (a bound on :func:`simulate`, cheaper by far).
 
@@ -280,7 +276,7 @@ def _step_windows(flows: FairShare, owner: np.ndarray, step: np.ndarray, gate: S
     return pairs // ndev, pairs % ndev, window
 
 
-def one_at_a_time_time(plan: ReshardPlan) -> float:
+def one_at_a_time_time(plan: PlanView) -> float:
     """Seconds no plan of ``plan``'s tasks that runs each device's tasks one at a time
     can beat: per device, the sum over its tasks of each one's latency and its bytes
     over the slowest resource on its path (each task alone, at best)."""

@@ -5,15 +5,12 @@ max-min fairly, step by step (the model itself is described in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from reshard.planner.costing.fairshare import FairShare, Fill
 from reshard.planner.costing.stepgate import StepGate
-
-if TYPE_CHECKING:
-    from reshard.planner.ir import ReshardPlan
+from reshard.planner.values.plan_view import PlanView
 
 
 @dataclass(frozen=True)
@@ -50,7 +47,7 @@ START_SHARE = 0.05
 their refill."""
 
 
-def simulate(plan: ReshardPlan) -> Estimate:
+def simulate(plan: PlanView) -> Estimate:
     """Run the fluid simulation of ``plan`` on ``plan.cluster``.
 
     Steps are groups: a device enters its next step when every task it has in earlier
@@ -68,7 +65,7 @@ class _Fluid:
     """One simulation's state: per task its times, bytes left and rate; the fair
     shares last filled and what happened since."""
 
-    def __init__(self, plan: ReshardPlan) -> None:
+    def __init__(self, plan: PlanView) -> None:
         routes = plan.routes()
         self.n = n = len(plan.tasks)
         self.flows = FairShare([p for p, _ in routes], plan.cluster)

@@ -45,12 +45,13 @@ loads a plan.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from reshard.dtypes import Cast, ScaleMode, parse_dtype
 from reshard.errors import PlanError, ReshardError
 from reshard.layout import Box, Layout, box_size, box_within
 from reshard.planner.costing.coverage import covered, find_overlap, overlap, tiles
+from reshard.planner.values.plan_view import PlanView
 from reshard.planner.values.request import make_tensor_spec
 from reshard.planner.values.scales import expected_scales
 from reshard.planner.values.tasks import (
@@ -64,14 +65,11 @@ from reshard.planner.values.tasks import (
     sum_hops,
 )
 
-if TYPE_CHECKING:
-    from reshard.planner.ir import ReshardPlan
-
 
 class _Replay:
     """The symbolic state of a plan: what each device holds, task by task."""
 
-    def __init__(self, plan: ReshardPlan) -> None:
+    def __init__(self, plan: PlanView) -> None:
         self.plan = plan
         self.src: list[dict[int, Box]] = []
         self.dst: list[dict[int, Box]] = []
@@ -437,7 +435,7 @@ def _outside(box: Box, shape: tuple[int, ...]) -> str:
     return f"box dim {d} is {a}:{b}, outside 0:{n} of the tensor's shape {shape} (or reversed)"
 
 
-def _check_tensor(index: int, t: TensorSpec, plan: ReshardPlan) -> None:
+def _check_tensor(index: int, t: TensorSpec, plan: PlanView) -> None:
     try:
         if not isinstance(t.shape, tuple) or not all(
                 isinstance(s, int) and not isinstance(s, bool) for s in t.shape):
@@ -454,7 +452,7 @@ def _check_tensor(index: int, t: TensorSpec, plan: ReshardPlan) -> None:
                         f"{again.dtype!r} (cast {again.cast!r}); write that")
 
 
-def _check_links(plan: ReshardPlan) -> None:
+def _check_links(plan: PlanView) -> None:
     """A scaled cast's amax and scales are exactly what the planner makes for it
     (:mod:`reshard.planner.values.scales`), each serving one scaled tensor; an amax's tasks all
     come before any other task (their steps are the plan's first phase)."""
@@ -495,7 +493,7 @@ def _check_links(plan: ReshardPlan) -> None:
             f"scales are computed from the reduced amax")
 
 
-def verify_plan(plan: ReshardPlan) -> None:
+def verify_plan(plan: PlanView) -> None:
     """Check ``plan`` (see the module docstring); the plan is fine if it returns.
 
     Raises:

@@ -164,7 +164,6 @@ class WorkList:
             ref = self._relayed(ref, p2p)
         order = np.argsort(-nbytes, kind="stable")  # largest first, ties as added
         ref, after, nbytes = ref[order], after[order], nbytes[order]
-        loads = self.loads
         objects: list[Task] = list(first)
         obj_seq: list[int] = list(range(len(first)))
         seq = len(first)
@@ -182,18 +181,23 @@ class WorkList:
                 seq += k - done
             if k == len(ref):
                 break
-            tensor, cell = self.general[-1 - r]
-            got = planner(cell, tensor, itemsizes[tensor], loads)
-            if step or restep:
-                got = _at_step(got, step)
-            if fan_out and 0 < step < self._last_step[tensor]:
-                got = split_chains(got, loads.host)
-            for t in got:
+            for t in self._general_tasks(r, step, planner, itemsizes, restep, fan_out):
                 objects.append(t)
                 obj_seq.append(seq)
                 seq += 1
             done = k + 1
         return self._ordered(objects, np.array(obj_seq, dtype=np.int64), p2p, p_seq, p_step)
+
+    def _general_tasks(self, r: int, step: int, planner: CellPlanner,
+                       itemsizes: Sequence[int], restep: bool, fan_out: bool) -> list[Task]:
+        """The tasks of general cell ``r`` (:meth:`plan`'s arguments), at ``step``."""
+        tensor, cell = self.general[-1 - r]
+        got = planner(cell, tensor, itemsizes[tensor], self.loads)
+        if step or restep:
+            got = _at_step(got, step)
+        if fan_out and 0 < step < self._last_step[tensor]:
+            got = split_chains(got, self.loads.host)
+        return list(got)
 
     def _expect(self, nbytes: np.ndarray, ref: np.ndarray, p2p: _Columns) -> None:
         """:meth:`Loads.expect` for every slice, in the order added (sums of fractions

@@ -204,17 +204,9 @@ def reshard_array(x: jax.Array, sharding: NamedSharding, *,
         return jax.device_put(x, sharding)
     if strategy is None:
         strategy = Strategy.BROADCAST
-    if not x.is_fully_addressable:
-        raise ReshardError(
-            "reshard_array needs every shard of x in this process (x.is_fully_addressable "
-            "is False); in each JAX process, plan and run its part with reshard's Executor "
-            "(Executor.load_request: every process plans the same request, the digests "
-            "are compared before any byte moves)")
+    shards = _source_shards(x)
     src = to_layout(x.sharding, x.shape)  # type: ignore[arg-type]  # checked inside
     dst = to_layout(sharding, x.shape)
-    shards: dict[int, np.ndarray] = {}
-    for shard in x.addressable_shards:
-        shards.setdefault(_id(shard.device), np.asarray(shard.data))
     options = {"cast": cast, "scale": scale}
     if runtime is None:
         from reshard.runtime import Runtime
@@ -230,6 +222,20 @@ def reshard_array(x: jax.Array, sharding: NamedSharding, *,
     mesh = sharding.mesh
     assert isinstance(mesh, Mesh)  # to_layout refused an AbstractMesh above
     return values, _assemble(shards_of, shape, to_sharding(layout, mesh), layout)
+
+
+def _source_shards(x: jax.Array) -> dict[int, np.ndarray]:
+    """Each device's shard of ``x`` on the host (a replica's once)."""
+    if not x.is_fully_addressable:
+        raise ReshardError(
+            "reshard_array needs every shard of x in this process (x.is_fully_addressable "
+            "is False); in each JAX process, plan and run its part with reshard's Executor "
+            "(Executor.load_request: every process plans the same request, the digests "
+            "are compared before any byte moves)")
+    shards: dict[int, np.ndarray] = {}
+    for shard in x.addressable_shards:
+        shards.setdefault(_id(shard.device), np.asarray(shard.data))
+    return shards
 
 
 def _jax_moves_it(x: jax.Array, sharding: Any, *options: Any) -> bool:

@@ -369,121 +369,42 @@ def _expand(stages: Sequence[Stage], runs: dict[tuple[int, Shape, str], tuple[st
                   0.0, 0.0, 0.0) for st in stages]
 
 
+_Key = tuple[int, int, int]
+"""A DP state: the next layer, the next device, how the stage before ends (an exit id;
+-1: no stage before)."""
+
+_Trans = dict[_Key, tuple[list[float], list[tuple[float, _Key, int]]]]
+"""Per state its transitions by period: the periods (increasing), and per transition
+the stage's time with its move in, the state after, and the option (an index)."""
+
+
 def _dp(layers: Sequence[Layer], cluster: Cluster, microbatches: int, sched: str,
         limit: float, costs: MoveCosts, count: int, bound: float = math.inf,
         budget: Budget | None = None) -> list[tuple[tuple[_Option, float], ...]]:
     """The DP of the module docstring: the best ``count`` answers over the bounds (each
     bound's least sum), as paths of (stage option, its move in), among those whose
     every stage's time over ``B - 1`` microbatches is within ``bound``."""
-    n, total = len(layers), len(cluster.devices)
-    shapes = sorted({s for layer in layers for s in layer.candidates})
-    options: dict[tuple[int, int], list[_Option]] = {}
-    for d in range(total):
-        for shape in shapes:
-            p = placements(cluster, shape, d)
-            if p is None:
-                continue
-            for i in range(n):
-                options.setdefault((i, d), []).extend(_stage_options(layers, p, i, costs,
-                                                                     limit))
-    if not any(options.values()):
-        raise SearchError(
-            "no stage fits: every layer's candidates exceed the memory limit of "
-            f"{limit} bytes per device, or no submesh shape fits the cluster")
-
+    options = _all_options(layers, cluster, costs, limit)
     # every stage option after every way the stage before can end (its submesh and
     # output layout, as an id), with the move between them: priced once
     flat = [o for opts in options.values() for o in opts
             if (microbatches - 1) * o.inner <= bound]
-    at: dict[tuple[int, int], list[int]] = {}
-    exit_id: dict[tuple[Placement, Candidate], int] = {}
-    exit_of: list[int] = []
-    ends: dict[tuple[int, int], set[int]] = {}
-    for k, o in enumerate(flat):
-        at.setdefault((o.first, o.placement.first), []).append(k)
-        e = exit_id.setdefault((o.placement, o.exit), len(exit_id))
-        exit_of.append(e)
-        ends.setdefault((o.last + 1, o.placement.first + o.placement.size), set()).add(e)
-    exits = list(exit_id)
     budget = Budget(None) if budget is None else budget
-    moved: dict[tuple[int, int], float] = {}  # (exit id, option) -> move in; -1: none
-    for n_at, ((i, d), ks) in enumerate(at.items()):
-        budget.check(f"pricing the moves into stages ({n_at} of {len(at)} stage starts "
-                     f"done, {costs.asked} estimates asked)")
-        for k in ks:
-            o = flat[k]
-            if i == 0:
-                moved[(-1, k)] = 0.0
-                continue
-            before = layers[i - 1]
-            for e in ends.get((i, d), ()):
-                place, cand = exits[e]
-                moved[(e, k)] = costs.move(before.output_shape, before.dtype, place,
-                                           cand.output, o.placement, o.entry.input)
-    # per state (next layer, next device, how the stage before ends) its transitions:
-    # (period, the stage's time with its move in, the state after, option), by period,
-    # so that a bound takes a prefix
-    Key = tuple[int, int, int]
-    moves_out: dict[Key, list[tuple[float, float, Key, int]]] = {}
-    for (prev, k), m in moved.items():
-        o = flat[k]
-        moves_out.setdefault((o.first, o.placement.first, prev), []).append(
-            (period(sched, o.inner, m), o.inner + m,
-             (o.last + 1, o.placement.first + o.placement.size, exit_of[k]), k))
-    trans: dict[Key, tuple[list[float], list[tuple[float, Key, int]]]] = {}
-    for key, ts in moves_out.items():
-        ts.sort(key=lambda t: t[0])
-        trans[key] = ([t[0] for t in ts], [(t[1], t[2], t[3]) for t in ts])
-    done = (n, total)
-
-    def best_sum(cap: float) -> tuple[float, list[int]]:
-        """The least sum of stage times over stages whose periods are all within
-        ``cap``, and its options (none: no such stages)."""
-        memo: dict[Key, tuple[float, Key | None, int]] = {}
-
-        def f(key: Key) -> float:
-            got = memo.get(key)
-            if got is not None:
-                return got[0]
-            if key[:2] == done:
-                memo[key] = (0.0, None, -1)
-                return 0.0
-            best, after, pick = math.inf, None, -1
-            here = trans.get(key)
-            if here is not None:
-                periods, steps = here
-                for j in range(bisect.bisect_right(periods, cap)):
-                    cost, nxt, k = steps[j]
-                    if cost >= best:
-                        continue
-                    total_here = cost + f(nxt)
-                    if total_here < best:
-                        best, after, pick = total_here, nxt, k
-            memo[key] = (best, after, pick)
-            return best
-
-        start: Key = (0, 0, -1)
-        value = f(start)
-        path = []
-        key: Key | None = start
-        while key is not None and math.isfinite(value):
-            _, key, pick = memo[key]
-            if pick >= 0:
-                path.append(pick)
-        return value, path
-
+    moved, exit_of = _moves_in(flat, layers, costs, budget)
+    trans = _transitions(flat, moved, exit_of, sched)
+    done = (len(layers), len(cluster.devices))
     # the bounds to try: every period a stage could have, in increasing order; a bound
     # whose least possible objective (the least sum of all, plus (B - 1) times it) is
     # no better than the count-th best so far stops
     caps = sorted({p for periods, _ in trans.values() for p in periods})
-    floor, _ = best_sum(math.inf)
+    floor, _ = _best_sum(trans, done, math.inf)
     found: dict[tuple, tuple[float, tuple[tuple[_Option, float], ...]]] = {}
     best: list[float] = []  # the least ``count`` values so far, increasing
     for tried, cap in enumerate(caps):
         budget.check(f"bounding the slowest stage ({tried} of {len(caps)} bounds tried)")
         if len(best) == count and floor + (microbatches - 1) * cap >= best[-1]:
             break
-        s, picks = best_sum(cap)
+        s, picks = _best_sum(trans, done, cap)
         if not picks:
             continue
         path, prev = [], -1
@@ -497,6 +418,112 @@ def _dp(layers: Sequence[Layer], cluster: Cluster, microbatches: int, sched: str
             bisect.insort(best, value)
             del best[count:]
     return [path for _, path in sorted(found.values(), key=lambda vp: vp[0])[:count]]
+
+
+def _all_options(layers: Sequence[Layer], cluster: Cluster, costs: MoveCosts,
+                 limit: float) -> dict[tuple[int, int], list[_Option]]:
+    """Every stage option by (first layer, first device)."""
+    shapes = sorted({s for layer in layers for s in layer.candidates})
+    options: dict[tuple[int, int], list[_Option]] = {}
+    for d in range(len(cluster.devices)):
+        for shape in shapes:
+            p = placements(cluster, shape, d)
+            if p is None:
+                continue
+            for i in range(len(layers)):
+                options.setdefault((i, d), []).extend(_stage_options(layers, p, i, costs,
+                                                                     limit))
+    if not any(options.values()):
+        raise SearchError(
+            "no stage fits: every layer's candidates exceed the memory limit of "
+            f"{limit} bytes per device, or no submesh shape fits the cluster")
+    return options
+
+
+def _moves_in(flat: list[_Option], layers: Sequence[Layer], costs: MoveCosts,
+              budget: Budget) -> tuple[dict[tuple[int, int], float], list[int]]:
+    """The move into each stage option from every way the stage before can end, priced
+    once: ``{(exit id, option): seconds}`` (exit -1: the first stage, no move), and
+    each option's own exit id."""
+    at: dict[tuple[int, int], list[int]] = {}
+    exit_id: dict[tuple[Placement, Candidate], int] = {}
+    exit_of: list[int] = []
+    ends: dict[tuple[int, int], set[int]] = {}
+    for k, o in enumerate(flat):
+        at.setdefault((o.first, o.placement.first), []).append(k)
+        e = exit_id.setdefault((o.placement, o.exit), len(exit_id))
+        exit_of.append(e)
+        ends.setdefault((o.last + 1, o.placement.first + o.placement.size), set()).add(e)
+    exits = list(exit_id)
+    moved: dict[tuple[int, int], float] = {}
+    for n_at, ((i, d), ks) in enumerate(at.items()):
+        budget.check(f"pricing the moves into stages ({n_at} of {len(at)} stage starts "
+                     f"done, {costs.asked} estimates asked)")
+        for k in ks:
+            o = flat[k]
+            if i == 0:
+                moved[(-1, k)] = 0.0
+                continue
+            before = layers[i - 1]
+            for e in ends.get((i, d), ()):
+                place, cand = exits[e]
+                moved[(e, k)] = costs.move(before.output_shape, before.dtype, place,
+                                           cand.output, o.placement, o.entry.input)
+    return moved, exit_of
+
+
+def _transitions(flat: list[_Option], moved: dict[tuple[int, int], float],
+                 exit_of: list[int], sched: str) -> _Trans:
+    """Per state its transitions (:data:`_Trans`), by period, so that a bound takes a
+    prefix."""
+    moves_out: dict[_Key, list[tuple[float, float, _Key, int]]] = {}
+    for (prev, k), m in moved.items():
+        o = flat[k]
+        moves_out.setdefault((o.first, o.placement.first, prev), []).append(
+            (period(sched, o.inner, m), o.inner + m,
+             (o.last + 1, o.placement.first + o.placement.size, exit_of[k]), k))
+    trans: _Trans = {}
+    for key, ts in moves_out.items():
+        ts.sort(key=lambda t: t[0])
+        trans[key] = ([t[0] for t in ts], [(t[1], t[2], t[3]) for t in ts])
+    return trans
+
+
+def _best_sum(trans: _Trans, done: tuple[int, int], cap: float) -> tuple[float, list[int]]:
+    """The least sum of stage times over stages whose periods are all within ``cap``,
+    and its options (none: no such stages)."""
+    memo: dict[_Key, tuple[float, _Key | None, int]] = {}
+
+    def f(key: _Key) -> float:
+        got = memo.get(key)
+        if got is not None:
+            return got[0]
+        if key[:2] == done:
+            memo[key] = (0.0, None, -1)
+            return 0.0
+        best, after, pick = math.inf, None, -1
+        here = trans.get(key)
+        if here is not None:
+            periods, steps = here
+            for j in range(bisect.bisect_right(periods, cap)):
+                cost, nxt, k = steps[j]
+                if cost >= best:
+                    continue
+                total_here = cost + f(nxt)
+                if total_here < best:
+                    best, after, pick = total_here, nxt, k
+        memo[key] = (best, after, pick)
+        return best
+
+    start: _Key = (0, 0, -1)
+    value = f(start)
+    path = []
+    key: _Key | None = start
+    while key is not None and math.isfinite(value):
+        _, key, pick = memo[key]
+        if pick >= 0:
+            path.append(pick)
+    return value, path
 
 
 __all__ = ["MAX_BLOCKS", "MOVES", "SCHEDULES", "best_few", "blocks", "chain_edges", "evaluate",

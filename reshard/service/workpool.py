@@ -171,26 +171,8 @@ class WorkPool:
         try:
             w.conn.send((fn, args))
             while not w.conn.poll(POLL):
-                left = time_left()
-                if self._closed:
-                    raise ServiceError(f"{what}: the server is shutting down; the request "
-                                       f"was stopped", grpc.StatusCode.UNAVAILABLE)
-                if left is not None and left <= 0:
-                    raise ServiceError(f"{what}: the call's deadline passed before the "
-                                       f"request's work was done; it was stopped",
-                                       grpc.StatusCode.DEADLINE_EXCEEDED)
-                if not active():
-                    raise ServiceError(f"{what}: the caller cancelled the call; its work "
-                                       f"was stopped", grpc.StatusCode.CANCELLED)
-                if cap is not None and time.monotonic() - start > cap:
-                    raise ServiceError(
-                        f"{what}: the request's work ran past the server's cap of {cap:g} s "
-                        f"(--job-timeout); it was stopped: ask for less, or run it in "
-                        f"process (reshard.plan)", grpc.StatusCode.DEADLINE_EXCEEDED)
-                if not w.proc.is_alive():
-                    raise ServiceError(f"{what}: the worker doing the request died "
-                                       f"(exit code {w.proc.exitcode})",
-                                       grpc.StatusCode.RESOURCE_EXHAUSTED)
+                self._check_waiting(what, w, time_left(), active(),
+                                    None if cap is None else (cap, time.monotonic() - start))
             try:
                 status, value = w.conn.recv()
             except (EOFError, OSError):
@@ -211,6 +193,32 @@ class WorkPool:
                 f"(fewer devices or tensors per request)", grpc.StatusCode.RESOURCE_EXHAUSTED)
         raise ServiceError(f"{what}: internal error in the worker: {value}",
                            grpc.StatusCode.INTERNAL)
+
+    def _check_waiting(self, what: str, w: _Worker, left: float | None, active: bool,
+                       capped: tuple[float, float] | None) -> None:
+        """Raise the ServiceError that stops a job the caller should wait on no longer:
+        the server stopping, the deadline passed (``left``), the caller gone
+        (``active``), the cap exceeded (``capped``: the cap and the seconds spent), or
+        the worker dead."""
+        if self._closed:
+            raise ServiceError(f"{what}: the server is shutting down; the request "
+                               f"was stopped", grpc.StatusCode.UNAVAILABLE)
+        if left is not None and left <= 0:
+            raise ServiceError(f"{what}: the call's deadline passed before the "
+                               f"request's work was done; it was stopped",
+                               grpc.StatusCode.DEADLINE_EXCEEDED)
+        if not active:
+            raise ServiceError(f"{what}: the caller cancelled the call; its work "
+                               f"was stopped", grpc.StatusCode.CANCELLED)
+        if capped is not None and capped[1] > capped[0]:
+            raise ServiceError(
+                f"{what}: the request's work ran past the server's cap of {capped[0]:g} s "
+                f"(--job-timeout); it was stopped: ask for less, or run it in "
+                f"process (reshard.plan)", grpc.StatusCode.DEADLINE_EXCEEDED)
+        if not w.proc.is_alive():
+            raise ServiceError(f"{what}: the worker doing the request died "
+                               f"(exit code {w.proc.exitcode})",
+                               grpc.StatusCode.RESOURCE_EXHAUSTED)
 
     def close(self) -> None:
         """Kill every worker (idempotent); jobs in flight end UNAVAILABLE."""

@@ -79,11 +79,19 @@ def _runs(node: ast.AST) -> Iterator[ast.AST]:
         yield from _runs(child)
 
 
-def imports_of(name: str, path: Path, known: Mapping[str, Path]) -> set[str]:
-    """The package's modules that ``name`` (source at ``path``) imports."""
+def _all(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node under ``node``, those under ``if TYPE_CHECKING:`` too."""
+    return ast.walk(node)
+
+
+def imports_of(name: str, path: Path, known: Mapping[str, Path],
+               types_too: bool = False) -> set[str]:
+    """The package's modules that ``name`` (source at ``path``) imports (with
+    ``types_too``, those it imports for type checking only as well)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in _runs(ast.parse(path.read_text(), str(path))):
+    nodes = _all if types_too else _runs
+    for node in nodes(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -177,6 +185,15 @@ def test_no_import_runs_from_a_lower_layer_to_a_higher_one(package_graph):
 def test_no_import_circles(package_graph):
     found = circles(package_graph)
     assert not found, f"modules importing each other round a circle: {found}"
+
+
+def test_no_import_circles_even_for_types():
+    """Imports made for type checking only close no circle either (a lower module
+    names what it reads of a higher one as a protocol of its own)."""
+    known = modules()
+    g = {n: imports_of(n, p, known, types_too=True) for n, p in known.items()}
+    found = circles(g)
+    assert not found, f"modules importing each other round a circle (types included): {found}"
 
 
 def test_the_checks_find_what_they_look_for(tmp_path):
