@@ -194,6 +194,25 @@ class GpuTimer:
         return statistics.median(times)
 
 
+def _timed(timer: GpuTimer, timed: list[tuple[str, Any]], n: int
+           ) -> tuple[dict[str, float], str, dict[str, float], dict[str, float]]:
+    """Each copy's milliseconds (captured in a graph where it can, else queued), how
+    they were timed, its host microseconds, and its rate in GB/s of ``n`` bytes; plus
+    the queued rate of ``reshard``'s."""
+    fns = dict(timed)
+    ms = {name: timer.graph_ms(fn) for name, fn in timed}
+    queued = timer.ms(fns["reshard"])
+    timing = "graph"
+    if any(math.isnan(v) for v in ms.values()):  # no capture: the queued rates instead
+        ms, timing = {name: timer.ms(fn) for name, fn in timed}, "queued"
+    else:  # a copy node of a graph can run slower than the same copy queued: the floor
+        ms["floor"] = min(ms["floor"], timer.ms(fns["floor"]))  # is the faster of the two
+    host = {f"{name}_host_us": timer.host_us(fn) for name, fn in timed}
+    rate = {k: n / (v * 1e-3) / 1e9 for k, v in ms.items()}
+    rate["queued"] = n / (queued * 1e-3) / 1e9
+    return ms, timing, host, rate
+
+
 def measure(pb: PackBox, cupy: Any, timer: GpuTimer) -> dict[str, Any]:
     """One box's floor, kernel and reshard rates (GB/s of the box's bytes), the
     reshard copy checked byte for byte against the kernel's."""
@@ -231,10 +250,8 @@ def measure(pb: PackBox, cupy: Any, timer: GpuTimer) -> dict[str, Any]:
     exact = bool(cp.array_equal(whole.view(bits), want.view(bits)))
     del want
     assert not is_contiguous(view)
-    copies = pitched_copies(tuple(to.shape), tuple(to.strides), tuple(fro.strides),
-                            view.itemsize)
-    forced = pitched_copies(tuple(to.shape), tuple(to.strides), tuple(fro.strides),
-                            view.itemsize, min_row=1)
+    copies, forced = (pitched_copies(tuple(to.shape), tuple(to.strides), tuple(fro.strides),
+                                     view.itemsize, **rows) for rows in ({}, {"min_row": 1}))
 
     def pitched() -> None:  # cudaMemcpy2DAsync, every row length
         for c in forced or ():
@@ -245,16 +262,7 @@ def measure(pb: PackBox, cupy: Any, timer: GpuTimer) -> dict[str, Any]:
     timed = [("floor", floor), ("kernel", kernel), ("reshard", ours)]
     if forced is not None:
         timed.append(("2D", pitched))
-    ms = {name: timer.graph_ms(fn) for name, fn in timed}
-    queued = timer.ms(ours)
-    timing = "graph"
-    if any(math.isnan(v) for v in ms.values()):  # no capture: the queued rates instead
-        ms, timing = {name: timer.ms(fn) for name, fn in timed}, "queued"
-    else:  # a copy node of a graph can run slower than the same copy queued: the floor
-        ms["floor"] = min(ms["floor"], timer.ms(floor))  # is the faster of the two
-    host = {f"{name}_host_us": timer.host_us(fn) for name, fn in timed}
-    rate = {k: n / (v * 1e-3) / 1e9 for k, v in ms.items()}
-    rate["queued"] = n / (queued * 1e-3) / 1e9
+    ms, timing, host, rate = _timed(timer, timed, n)
     return {"case": pb.case, "side": pb.side, "box": pb.box_shape, "shard": pb.shard_shape,
             "MiB": n / MIB, "timing": timing,
             "path": "cupy" if copies is None else launch(copies[0], to.data.ptr,

@@ -140,50 +140,51 @@ def run(args: argparse.Namespace, out: Stream | None = None) -> tuple[list[dict]
         facts["launcher"] = launcher
         with reshard.Runtime("gloo", cluster, launcher, timeout=args.timeout, **where) as rt:
             for name in args.schedules:
-                # a transfer-aware order, for the transfer this run sets up: about
-                # --transfer-ratio forwards of a stage, two chunk forwards on a V
-                options = ({"transfer": 2 * args.transfer_ratio} if name in TRANSFER_AWARE
-                           else {})
-                sched = make_schedule(name, args.stages, args.microbatches, **options)
-                stages = stage_specs(args.stages, args.devices_per_host, shape, fwd, bwd,
-                                     sched)
-                pipe = PipelineRuntime(rt, stages, sched, dtype="float32", name=name)
-                pipe.set_params([{} for _ in stages])
-                xs = [np.ones(shape, np.float32) for _ in range(args.microbatches)]
-                results = [_step(pipe, xs, out) for _ in range(args.warmup + args.iters)]
-                results = results[args.warmup:]
-                times = [r.timeline.iteration_time for r in results]
-                measured = statistics.median_low(times)
-                best = results[times.index(measured)].timeline
-                transfer = pipe.act_plans[0].estimate()
-                chunks = sched.num_chunks
-                model = simulate(sched, PipelineCosts(forward=fwd / chunks,
-                                                      backward=bwd / chunks,
-                                                      shared_nic=True,
-                                                      activation_transfer=transfer,
-                                                      gradient_transfer=pipe.grad_plans[0]
-                                                      .estimate()))
-                calib = simulate(sched, calibrated_costs(best, sched, fwd / chunks,
-                                                         bwd / chunks, transfer))
-                row = {
-                    "schedule": name, "measured_s": measured,
-                    "model_s": model.iteration_time,
-                    "model_err": model.iteration_time / measured - 1,
-                    "calib_s": calib.iteration_time,
-                    "calib_err": calib.iteration_time / measured - 1,
-                    "transfer_ms": transfer * 1e3,
-                    "measured_transfer_ms": _mean(wire_times(best, sched, "RA"), 0) * 1e3,
-                    "peak_act": " ".join(map(str, best.peak_activations)),
-                    "bubble": best.mean_bubble_fraction,
-                }
+                row = _measure_schedule(rt, name, args, shape, fwd, bwd, out)
                 rows.append(row)
                 if out is not None:
                     out.row(row)
-                if args.timeline_dir:
-                    folder = args.timeline_dir
-                    best.plot(f"{folder}/{name}-measured.png", f"{name}: measured")
-                    model.plot(f"{folder}/{name}-model.png", f"{name}: simulated")
     return rows, facts
+
+
+def _measure_schedule(rt: Any, name: str, args: argparse.Namespace,
+                      shape: tuple[int, int], fwd: float, bwd: float,
+                      out: Stream | None) -> dict:
+    """One schedule's row: measured, modelled, and modelled with calibrated costs."""
+    # a transfer-aware order, for the transfer this run sets up: about --transfer-ratio
+    # forwards of a stage, two chunk forwards on a V
+    options = {"transfer": 2 * args.transfer_ratio} if name in TRANSFER_AWARE else {}
+    sched = make_schedule(name, args.stages, args.microbatches, **options)
+    stages = stage_specs(args.stages, args.devices_per_host, shape, fwd, bwd, sched)
+    pipe = PipelineRuntime(rt, stages, sched, dtype="float32", name=name)
+    pipe.set_params([{} for _ in stages])
+    xs = [np.ones(shape, np.float32) for _ in range(args.microbatches)]
+    results = [_step(pipe, xs, out) for _ in range(args.warmup + args.iters)]
+    results = results[args.warmup:]
+    times = [r.timeline.iteration_time for r in results]
+    measured = statistics.median_low(times)
+    best = results[times.index(measured)].timeline
+    transfer = pipe.act_plans[0].estimate()
+    chunks = sched.num_chunks
+    model = simulate(sched, PipelineCosts(forward=fwd / chunks, backward=bwd / chunks,
+                                          shared_nic=True, activation_transfer=transfer,
+                                          gradient_transfer=pipe.grad_plans[0].estimate()))
+    calib = simulate(sched, calibrated_costs(best, sched, fwd / chunks, bwd / chunks,
+                                             transfer))
+    if args.timeline_dir:
+        best.plot(f"{args.timeline_dir}/{name}-measured.png", f"{name}: measured")
+        model.plot(f"{args.timeline_dir}/{name}-model.png", f"{name}: simulated")
+    return {
+        "schedule": name, "measured_s": measured,
+        "model_s": model.iteration_time,
+        "model_err": model.iteration_time / measured - 1,
+        "calib_s": calib.iteration_time,
+        "calib_err": calib.iteration_time / measured - 1,
+        "transfer_ms": transfer * 1e3,
+        "measured_transfer_ms": _mean(wire_times(best, sched, "RA"), 0) * 1e3,
+        "peak_act": " ".join(map(str, best.peak_activations)),
+        "bubble": best.mean_bubble_fraction,
+    }
 
 
 def _step(pipe: PipelineRuntime, xs: list, out: Stream | None) -> Any:

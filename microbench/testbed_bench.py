@@ -307,20 +307,27 @@ def _run(args: argparse.Namespace, launcher: str, narrowed: Sequence[Case],
                          f"{time.perf_counter() - t0:.1f}s")
                 for c in group:
                     progress.describe(f"case {c.name}")
-                    before = cpu_times()
-                    requests = c.requests_on(cluster(n))
-                    if len(requests) == 1:
-                        src, dst = requests[0][2], requests[0][3]
-                        new = bench_case(rt, c, src, dst, args.strategies, args.iters,
-                                         args.warmup, bool(args.check), progress.advance)
-                    else:
-                        new = bench_many(rt, c, requests, args.strategies, args.iters,
-                                         args.warmup, bool(args.check), progress.advance)
-                    share = stolen(before, cpu_times())
-                    for r in new:
-                        r["cpu_steal"] = share
+                    for r in _measure_case(rt, c, cluster(n), args, progress.advance):
                         out.row(r)
     return out.rows, env
+
+
+def _measure_case(rt: Any, c: Case, cluster: Cluster, args: argparse.Namespace,
+                  advance: Any) -> list[dict]:
+    """One case's rows on a running ``rt``, each with the CPU steal of its run."""
+    before = cpu_times()
+    requests = c.requests_on(cluster)
+    if len(requests) == 1:
+        src, dst = requests[0][2], requests[0][3]
+        new = bench_case(rt, c, src, dst, args.strategies, args.iters, args.warmup,
+                         bool(args.check), advance)
+    else:
+        new = bench_many(rt, c, requests, args.strategies, args.iters, args.warmup,
+                         bool(args.check), advance)
+    share = stolen(before, cpu_times())
+    for r in new:
+        r["cpu_steal"] = share
+    return list(new)
 
 
 if __name__ == "__main__":

@@ -44,17 +44,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import fcntl
 import functools
 import ipaddress
 import os
 import re
-import shutil
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -63,236 +58,33 @@ from typing import Any, Self
 
 from reshard.cliargs import add_version
 from reshard.cluster import Cluster
-from reshard.comm.launchers.netns import NETNS_DIR, NetnsHost, NetnsPlacement, enter_netns
-from reshard.errors import ReshardError
+from reshard.comm.launchers.netns import NETNS_DIR, NetnsHost, NetnsPlacement
 from reshard.helptext import for_terminal
 from reshard.microbench.infra.exit_guard import ExitGuard
+from reshard.microbench.infra.host_net import (
+    NS_IFNAME,
+    STATE_DIR,
+    Availability,
+    TestbedError,
+    available,
+    cleanup_stale,
+    in_netns,
+    links,
+    locked,
+    namespaces,
+    qdisc_devices,
+    run_ip,
+    start_time,
+    tag_of,
+)
 
-NS_IFNAME = "rsnic0"  # the host's NIC, inside its namespace (names are per namespace)
 SUBNET_PREFIX = "10.213"  # subnets 10.213.<k>.0/24
-STATE_DIR = "/run/reshard-testbed"  # owner records (pid, start time) and the lock
-_NAME = re.compile(r"^rs-(\d+)(?:-(\d+|p))?-(h\d+|br)$")  # p: availability probe
-_RAY_DIR = re.compile(r"^(rs-\d+(?:-\d+)?)-ray-")  # a RayCluster's directory: <tag>-ray-*
 _IFNAMSIZ = 15  # longest link name
-_CLONE_NEWNET = 0x40000000
 _MAX_HOSTS = 250
 MTU = 1500
 """Every veth's MTU (set when it is made; the bridge takes its ports')."""
 _ETHERNET_HEADER = 14  # counted by tc on a veth
 _TCP_IP_HEADERS = 20 + 20 + 12  # IPv4, TCP, TCP timestamps (on by default in a netns)
-
-
-class TestbedError(ReshardError, RuntimeError):
-    """The testbed cannot be built here, or a command that builds it failed (a
-    :class:`~reshard.ReshardError`; also a ``RuntimeError``, as it always was)."""
-
-    __test__ = False  # not a pytest test class
-
-
-# ----- commands ------------------------------------------------------------------------
-def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run an iproute2 command; raise :class:`TestbedError` with its stderr if it fails."""
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise TestbedError(f"`{' '.join(argv)}` could not run: {e}") from e
-    if check and proc.returncode != 0:
-        raise TestbedError(f"`{' '.join(argv)}` failed (exit {proc.returncode}): "
-                           f"{proc.stderr.strip() or proc.stdout.strip()}")
-    return proc
-
-
-def _links() -> list[str]:
-    """Names of the links of the root namespace."""
-    out = _run("ip", "-o", "link", "show").stdout
-    return [m.group(1) for m in re.finditer(r"^\d+:\s+([^:@\s]+)", out, re.MULTILINE)]
-
-
-def _namespaces() -> list[str]:
-    """Names of the named network namespaces (``ip netns list``)."""
-    out = _run("ip", "netns", "list").stdout
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
-
-
-def _qdisc_devices() -> list[str]:
-    """Devices of the root namespace that carry a shaping qdisc (tbf, netem)."""
-    out = _run("tc", "qdisc", "show").stdout
-    return sorted({m.group(2) for m in re.finditer(r"^qdisc (tbf|netem) \S+ dev (\S+)", out,
-                                                    re.MULTILINE)})
-
-
-# ----- ownership -----------------------------------------------------------------------
-def _start_time(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (tells a live owner from a reused pid)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def _owner_alive(pid: int, tag: str) -> bool:
-    """True if the process that created ``tag`` is still running."""
-    started = _start_time(pid)
-    if started is None:
-        return False
-    try:
-        with open(os.path.join(STATE_DIR, tag)) as f:
-            recorded = f.read().split()
-    except OSError:
-        return True  # no record (yet): trust the pid
-    return len(recorded) < 2 or recorded[1] == started
-
-
-def _tag_of(name: str) -> tuple[int, str] | None:
-    """(owner pid, tag) of one of this module's names, else None."""
-    m = _NAME.match(name)
-    if not m:
-        return None
-    tag = f"rs-{m.group(1)}" + (f"-{m.group(2)}" if m.group(2) else "")
-    return int(m.group(1)), tag
-
-
-@contextlib.contextmanager
-def _locked() -> Iterator[None]:
-    """An exclusive lock shared by every testbed of the machine (subnet choice)."""
-    os.makedirs(STATE_DIR, exist_ok=True)
-    fd = os.open(os.path.join(STATE_DIR, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def cleanup_stale(verbose: bool = False) -> list[str]:
-    """Remove the namespaces, links (with their qdiscs) and records of testbeds whose
-    creating process is gone (e.g. killed by SIGKILL). Live testbeds are left alone.
-
-    Also removes the directories named after such a testbed in the temporary
-    directory (a :class:`~reshard.microbench.infra.ray_cluster.RayCluster`'s token and logs).
-
-    Returns:
-        What was removed, as ``"netns NAME"`` / ``"link NAME"`` / ``"dir PATH"`` /
-        ``"record TAG"``.
-    """
-    removed: list[str] = []
-    live: dict[str, bool] = {}
-
-    def stale(name: str) -> bool:
-        owner = _tag_of(name)
-        if owner is None:
-            return False
-        pid, tag = owner
-        if tag not in live:
-            live[tag] = _owner_alive(pid, tag)
-        return not live[tag]
-
-    # veths first (each takes its peer in a namespace along), then bridges
-    links = sorted((n for n in _links() if stale(n)), key=lambda n: n.endswith("-br"))
-    for name in links:
-        if _run("ip", "link", "del", name, check=False).returncode == 0:
-            removed.append(f"link {name}")
-    for name in _namespaces():
-        if stale(name) and _run("ip", "netns", "del", name, check=False).returncode == 0:
-            removed.append(f"netns {name}")
-    tmp = tempfile.gettempdir()
-    with contextlib.suppress(OSError):
-        for name in os.listdir(tmp):
-            m = _RAY_DIR.match(name)
-            if m and stale(f"{m.group(1)}-br"):
-                shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
-                removed.append(f"dir {os.path.join(tmp, name)}")
-    with contextlib.suppress(OSError):
-        for tag in os.listdir(STATE_DIR):
-            owner = _tag_of(f"{tag}-br")
-            if owner is not None and not _owner_alive(*owner):
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(STATE_DIR, tag))
-                    removed.append(f"record {tag}")
-    if verbose:
-        for what in removed:
-            print(f"removed stale {what}")
-    return removed
-
-
-# ----- availability --------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Availability:
-    """Whether testbeds can be built here; ``reason`` says why not (or what works)."""
-
-    ok: bool
-    reason: str
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-
-@functools.cache
-def available(latency: bool = False) -> Availability:
-    """Check, once per process, that a testbed can be built: root, ``ip`` and ``tc``,
-    and a probe namespace with a veth pair, a bridge and a ``tbf`` qdisc (``netem``
-    too when ``latency``) can be made and removed.
-
-    Args:
-        latency: also require ``netem`` (needed for ``latency_ms > 0``).
-    """
-    if not sys.platform.startswith("linux"):
-        return Availability(False, f"network namespaces need Linux, this is {sys.platform}")
-    if os.geteuid() != 0:
-        return Availability(False, "network namespaces and tc need root (euid 0)")
-    for tool in ("ip", "tc"):
-        if shutil.which(tool) is None:
-            return Availability(False, f"`{tool}` (iproute2) is not on PATH")
-    tag = f"rs-{os.getpid()}-p"  # names cleanup_stale recognises, should this crash
-    ns = a = f"{tag}-h0"
-    br = f"{tag}-br"
-    steps = [
-        ("create a network namespace", ["ip", "netns", "add", ns]),
-        ("create a veth pair", ["ip", "link", "add", a, "type", "veth", "peer", "name",
-                                NS_IFNAME, "netns", ns]),
-        ("create a bridge", ["ip", "link", "add", br, "type", "bridge"]),
-        ("add a tbf qdisc", ["tc", "qdisc", "add", "dev", a, "root", "tbf", "rate",
-                             "100mbit", "burst", "128kb", "limit", "1mb"]),
-    ]
-    if latency:
-        steps.append(("add a netem qdisc (latency)",
-                      ["tc", "-n", ns, "qdisc", "add", "dev", NS_IFNAME, "root", "netem",
-                       "delay", "1ms"]))
-    try:
-        for what, argv in steps:
-            proc = _run(*argv, check=False)
-            if proc.returncode != 0:
-                return Availability(False, f"cannot {what}: `{' '.join(argv)}`: "
-                                           f"{proc.stderr.strip()}")
-        with _in_netns(ns):  # what workers do
-            pass
-    except TestbedError as e:
-        return Availability(False, str(e))
-    finally:
-        _run("ip", "link", "del", a, check=False)
-        _run("ip", "link", "del", br, check=False)
-        _run("ip", "netns", "del", ns, check=False)
-    return Availability(True, "root, iproute2, netns, veth, bridge, tbf"
-                        + (", netem" if latency else ""))
-
-
-@contextlib.contextmanager
-def _in_netns(name: str) -> Iterator[None]:
-    """Run the body with the calling thread in namespace ``name``, then move it back."""
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        enter_netns(name)
-        try:
-            yield
-        finally:
-            import ctypes
-
-            if ctypes.CDLL(None, use_errno=True).setns(home, _CLONE_NEWNET) != 0:
-                raise TestbedError(f"cannot move back from network namespace {name}: "
-                                   f"{os.strerror(ctypes.get_errno())}")
-    finally:
-        os.close(home)
 
 
 # ----- the testbed ---------------------------------------------------------------------
@@ -435,7 +227,7 @@ class Testbed:
         """Run the body with the calling thread inside host ``host``'s namespace (sockets
         made there belong to it, and keep doing so afterwards), then move it back."""
         self._check_started()
-        with _in_netns(self.netns(host)):
+        with in_netns(self.netns(host)):
             yield
 
     def measure(self, src: int, dst: int, nbytes: int, timeout: float = 60.0) -> float:
@@ -514,13 +306,13 @@ class Testbed:
 
     def _do(self, argv: Sequence[str], undo: Sequence[str] | None, what: str) -> None:
         """Run a command; if it made something, remember how to remove it."""
-        _run(*argv)
+        run_ip(*argv)
         if undo is not None:
-            self._undo.append((what, functools.partial(_run, *undo, check=False)))
+            self._undo.append((what, functools.partial(run_ip, *undo, check=False)))
 
     def _pick_tag(self) -> str:
         pid = os.getpid()
-        taken = {t for n in _links() + _namespaces() if (t := (_tag_of(n) or (0, ""))[1])}
+        taken = {t for n in links() + namespaces() if (t := (tag_of(n) or (0, ""))[1])}
         for n in range(1000):
             tag = f"rs-{pid}" + (f"-{n}" if n else "")
             if tag not in taken and len(f"{tag}-h{self.num_hosts - 1}") <= _IFNAMSIZ:
@@ -530,8 +322,8 @@ class Testbed:
 
     def _pick_subnet(self) -> ipaddress.IPv4Network:
         used = []
-        for line in _run("ip", "-o", "-4", "addr", "show").stdout.splitlines() + \
-                _run("ip", "-4", "route", "show", "table", "all").stdout.splitlines():
+        for line in run_ip("ip", "-o", "-4", "addr", "show").stdout.splitlines() + \
+                run_ip("ip", "-4", "route", "show", "table", "all").stdout.splitlines():
             for m in re.finditer(r"\b(\d+\.\d+\.\d+\.\d+)(/\d+)?\b", line):
                 with contextlib.suppress(ValueError):
                     used.append(ipaddress.ip_network(m.group(0), strict=False))
@@ -542,21 +334,21 @@ class Testbed:
         raise TestbedError(f"every subnet {SUBNET_PREFIX}.0-255.0/24 is in use")
 
     def _build(self) -> None:
-        with _locked():
+        with locked():
             cleanup_stale()
             self.tag = self._pick_tag()
             record = os.path.join(STATE_DIR, self.tag)
             with open(record, "w") as f:
-                f.write(f"{os.getpid()} {_start_time(os.getpid())}\n")
+                f.write(f"{os.getpid()} {start_time(os.getpid())}\n")
             self._undo.append(("record", functools.partial(_unlink, record)))
             self.subnet = self._pick_subnet()
             br = self.bridge
             self._do(["ip", "link", "add", "name", br, "type", "bridge"],
                      ["ip", "link", "del", br], f"bridge {br}")
             # A bridge of our own: no netfilter on it, no IPv6 addresses, no STP delay.
-            _run("ip", "link", "set", br, "type", "bridge", "nf_call_iptables", "0",
+            run_ip("ip", "link", "set", br, "type", "bridge", "nf_call_iptables", "0",
                  "nf_call_ip6tables", "0", "nf_call_arptables", "0", check=False)
-            _run("ip", "link", "set", br, "addrgenmode", "none", check=False)
+            run_ip("ip", "link", "set", br, "addrgenmode", "none", check=False)
             self._do(["ip", "addr", "add", f"{self.driver_address}/{self.subnet.prefixlen}",
                       "dev", br], None, "")
             self._do(["ip", "link", "set", br, "up"], None, "")
@@ -575,7 +367,7 @@ class Testbed:
             ["ip", "link", "set", root_end, "addrgenmode", "none"],
             ["ip", "-n", ns, "link", "set", NS_IFNAME, "addrgenmode", "none"],
         ):
-            _run(*argv, check=False)
+            run_ip(*argv, check=False)
         assert self.subnet is not None
         for argv in (
             ["ip", "link", "set", root_end, "master", self.bridge],
@@ -628,10 +420,9 @@ class Testbed:
         if not self.tag:
             return []
         names = self.names()
-        out = [f"netns {n}" for n in _namespaces() if n in names["netns"]]
-        links = _links()
-        out += [f"link {n}" for n in links if n in names["links"]]
-        out += [f"qdisc on {n}" for n in _qdisc_devices() if n in names["links"]]
+        out = [f"netns {n}" for n in namespaces() if n in names["netns"]]
+        out += [f"link {n}" for n in links() if n in names["links"]]
+        out += [f"qdisc on {n}" for n in qdisc_devices() if n in names["links"]]
         out += [f"file {p}" for n in names["netns"]
                 if os.path.exists(p := os.path.join(NETNS_DIR, n))]
         return sorted(set(out))

@@ -197,6 +197,28 @@ def reference(stages: Sequence[StageSpec], params: Sequence[Mapping[str, np.ndar
     return losses, grads
 
 
+def _stage_meshes(kinds: Sequence[str], n_stages: int
+                  ) -> tuple[list[list[int]], list[DeviceMesh]]:
+    """Each stage's hosts (one host per stage) and mesh: 2 devices for ``"col"``
+    stages, alternately 2 and 4 for ``"dp"`` ones."""
+    hosts: list[list[int]] = []
+    meshes: list[DeviceMesh] = []
+    next_dev = 0
+    for s in range(n_stages):
+        g = 2 if kinds[s] == "col" or s % 2 == 0 else 4
+        devs = list(range(next_dev, next_dev + g))
+        hosts.append(devs)
+        meshes.append(DeviceMesh((g,), devices=devs))
+        next_dev += g
+    return hosts, meshes
+
+
+def _max_diff(got: Sequence[dict], want: Sequence[dict]) -> float:
+    """The largest absolute difference between two per-stage dicts of arrays."""
+    return max(float(np.max(np.abs(got[v][k] - want[v][k])))
+               for v in range(len(want)) for k in want[v])
+
+
 def train(backend: str = "local", launcher: str | None = None, schedule: str = "eager-1f1b",
           kinds: Sequence[str] = ("dp", "col", "dp"), steps: int = 3, microbatches: int = 4,
           batch: int = 8, lr: float = 0.1, seed: int = 0, chunks: int = 1,
@@ -224,13 +246,7 @@ def train(backend: str = "local", launcher: str | None = None, schedule: str = "
     if sched.num_chunks != chunks:
         raise ReshardError(f"schedule {schedule!r} runs {sched.num_chunks} chunks per "
                            f"stage; give chunks={sched.num_chunks}")
-    sizes = [2 if kinds[s] == "col" or s % 2 == 0 else 4 for s in range(n_stages)]
-    hosts, meshes, next_dev = [], [], 0
-    for g in sizes:
-        devs = list(range(next_dev, next_dev + g))
-        hosts.append(devs)
-        meshes.append(DeviceMesh((g,), devices=devs))
-        next_dev += g
+    hosts, meshes = _stage_meshes(kinds, n_stages)
     vmeshes = [meshes[sched.locate(v)[0]] for v in range(len(kinds))]
     rng = np.random.default_rng(seed)
     width = [6] + [int(w) for w in rng.integers(5, 13, size=len(kinds) - 1)] + [3]
@@ -249,13 +265,8 @@ def train(backend: str = "local", launcher: str | None = None, schedule: str = "
             grads = pipe.gradients()
             pipe.sgd(lr)
             params = [{k: p[k] - lr * ref_grads[v][k] for k in p} for v, p in enumerate(params)]
-            got = pipe.parameters()
-            diff = max(
-                float(np.max(np.abs(np.subtract(result.losses, ref_losses)))),
-                max(float(np.max(np.abs(grads[v][k] - ref_grads[v][k])))
-                    for v in range(len(stages)) for k in ref_grads[v]),
-                max(float(np.max(np.abs(got[v][k] - params[v][k])))
-                    for v in range(len(stages)) for k in params[v]))
+            diff = max(float(np.max(np.abs(np.subtract(result.losses, ref_losses)))),
+                       _max_diff(grads, ref_grads), _max_diff(pipe.parameters(), params))
             out.append({"step": step, "loss": result.loss, "ref_loss": float(sum(ref_losses)),
                         "max_abs_diff": diff, "wall_s": result.wall})
             log(f"step {step}: loss {result.loss:.6f} (reference {sum(ref_losses):.6f}), "
@@ -279,18 +290,13 @@ def _stage_kinds(text: str) -> tuple[str, ...]:
     return kinds
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m reshard.pipeline.examples.mlp``: train and compare; exit 1 on mismatch
-    or a failed execution, 2 on a usage error or a backend this machine lacks."""
+def _parser(interleaved: str) -> Any:
+    """The example's command line."""
     import argparse
-    import sys
 
     from reshard.cliargs import positive_int
-    from reshard.comm.backends.requirements import backend_problem
-    from reshard.errors import ExecutionError, ReshardBaseError
     from reshard.pipeline.generators import SCHEDULES
 
-    interleaved = "interleaved-1f1b"
     ap = argparse.ArgumentParser(
         prog="python -m reshard.pipeline.examples.mlp",
         description="Pipeline-parallel MLP on reshard workers, checked against a "
@@ -315,6 +321,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="microbatches per step")
     ap.add_argument("--tolerance", type=float, default=1e-9,
                     help="largest difference from the reference that passes")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m reshard.pipeline.examples.mlp``: train and compare; exit 1 on mismatch
+    or a failed execution, 2 on a usage error or a backend this machine lacks."""
+    import sys
+
+    from reshard.comm.backends.requirements import backend_problem
+    from reshard.errors import ExecutionError, ReshardBaseError
+
+    interleaved = "interleaved-1f1b"
+    ap = _parser(interleaved)
     args = ap.parse_args(argv)
     if args.chunks is None:
         args.chunks = 2 if args.schedule == interleaved else 1

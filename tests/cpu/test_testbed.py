@@ -20,13 +20,13 @@ from reshard import DeviceMesh, ExecutionError, Layout, OptionError
 from reshard.comm.launchers.netns import NetnsHost, NetnsPlacement
 from reshard.comm.launchers.process import ProcessGroup
 from reshard.microbench.infra.exit_guard import ExitGuard
+from reshard.microbench.infra.host_net import links as _links
+from reshard.microbench.infra.host_net import namespaces as _namespaces
+from reshard.microbench.infra.host_net import qdisc_devices as _qdisc_devices
+from reshard.microbench.infra.host_net import run_ip as _run
 from reshard.microbench.infra.testbed import (
     Testbed,
     TestbedError,
-    _links,
-    _namespaces,
-    _qdisc_devices,
-    _run,
     available,
     cleanup_stale,
 )
