@@ -33,8 +33,12 @@ class ExecutionView(Protocol):
     device: int
     lp: LoadedProgram
     dst: dict[int, Any]
-    tensors: Sequence[ProgramTensor]
     scale_values_of: dict[int, Any]
+
+    @property
+    def tensors(self) -> Sequence[ProgramTensor]:
+        """Every planned tensor, in plan order."""
+        ...
 
     def source(self, i: int) -> Any:
         """Tensor ``i``'s source shard here (derived on first read)."""

@@ -28,7 +28,7 @@ without transfer actions.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from reshard.pipeline.actions import Action, ActionKind
@@ -294,6 +294,21 @@ class Schedule:
                 cells.append(f"{text:<{width}}")
             rows.append(f"stage {s}".ljust(label) + " " + " ".join(cells))
         return "\n".join(r.rstrip() for r in rows)
+
+    def interpret(self, run: Callable[[int, Action], bool]) -> list[int]:
+        """Run every stage's program round-robin under the blocking model: ``run(stage,
+        action)`` runs an action or says it blocks (False); a stage goes on until it
+        blocks or ends, and the rounds go on until no stage moves. Returns each
+        stage's position (its program's length where it ended)."""
+        pcs = [0] * self.num_stages
+        moved = True
+        while moved:
+            moved = False
+            for stage, program in enumerate(self.stages):
+                while pcs[stage] < len(program) and run(stage, program[pcs[stage]]):
+                    pcs[stage] += 1
+                    moved = True
+        return pcs
 
     def __str__(self) -> str:
         return self.to_text()

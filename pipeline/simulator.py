@@ -70,38 +70,32 @@ def simulate(schedule: Schedule, costs: PipelineCosts | None = None) -> Timeline
     check(schedule)
     costs = PipelineCosts() if costs is None else costs
     programs = schedule.stages
-    pcs = [0] * schedule.num_stages
     clocks = [0.0] * schedule.num_stages
     link_free: dict[Channel | int, float] = {}  # per channel, or per stage (shared_nic)
     arrivals: dict[tuple[int, Action], tuple[float, float]] = {}
     events: list[list[TimelineEvent]] = [[] for _ in programs]
-    moved = True
-    while moved:
-        moved = False
-        for stage, program in enumerate(programs):
-            while pcs[stage] < len(program):
-                action = program[pcs[stage]]
-                now = clocks[stage]
-                if action.kind.is_compute:
-                    virtual = schedule.virtual_stage(stage, action.chunk)
-                    end = now + costs.compute_time(action.kind, virtual)
-                    events[stage].append(
-                        TimelineEvent(stage, Stream.COMPUTE, str(action), now, end)
-                    )
-                    clocks[stage] = end
-                elif action.kind.is_send:
-                    start, end = _on_wire(schedule, costs, stage, action, now, link_free)
-                    events[stage].append(TimelineEvent(stage, Stream.SEND, str(action), start, end))
-                    arrivals[schedule.peer(stage, action)] = (start, end)  # type: ignore[index]
-                else:
-                    arrival = arrivals.pop((stage, action), None)
-                    if arrival is None:
-                        break
-                    start, end = arrival
-                    events[stage].append(TimelineEvent(stage, Stream.RECV, str(action), start, end))
-                    clocks[stage] = max(now, end)
-                pcs[stage] += 1
-                moved = True
+
+    def run(stage: int, action: Action) -> bool:
+        now = clocks[stage]
+        if action.kind.is_compute:
+            virtual = schedule.virtual_stage(stage, action.chunk)
+            end = now + costs.compute_time(action.kind, virtual)
+            events[stage].append(TimelineEvent(stage, Stream.COMPUTE, str(action), now, end))
+            clocks[stage] = end
+        elif action.kind.is_send:
+            start, end = _on_wire(schedule, costs, stage, action, now, link_free)
+            events[stage].append(TimelineEvent(stage, Stream.SEND, str(action), start, end))
+            arrivals[schedule.peer(stage, action)] = (start, end)  # type: ignore[index]
+        else:
+            arrival = arrivals.pop((stage, action), None)
+            if arrival is None:
+                return False
+            start, end = arrival
+            events[stage].append(TimelineEvent(stage, Stream.RECV, str(action), start, end))
+            clocks[stage] = max(now, end)
+        return True
+
+    pcs = schedule.interpret(run)
     stuck = [s for s, program in enumerate(programs) if pcs[s] < len(program)]
     if stuck:  # check() rules this out; kept so a bug cannot return a partial timeline
         raise ScheduleError(f"simulation stalled on stages {stuck} at steps {pcs}")

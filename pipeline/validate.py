@@ -292,24 +292,20 @@ def _order_problems(schedule: Schedule) -> list[Problem]:
 def _deadlock(schedule: Schedule) -> Problem | None:
     """Runs the programs under the blocking model; a Problem if they get stuck."""
     programs = schedule.stages
-    pcs = [0] * schedule.num_stages
     pending: dict[Channel, deque[tuple[int, Action]]] = {}
-    moved = True
-    while moved:
-        moved = False
-        for stage, program in enumerate(programs):
-            while pcs[stage] < len(program):
-                action = program[pcs[stage]]
-                channel = schedule.channel(stage, action)
-                if channel is not None and action.kind.is_send:
-                    pending.setdefault(channel, deque()).append(schedule.peer(stage, action))  # type: ignore[arg-type]
-                elif channel is not None:
-                    queue = pending.get(channel)
-                    if not queue or queue[0] != (stage, action):
-                        break
-                    queue.popleft()
-                pcs[stage] += 1
-                moved = True
+
+    def run(stage: int, action: Action) -> bool:
+        channel = schedule.channel(stage, action)
+        if channel is not None and action.kind.is_send:
+            pending.setdefault(channel, deque()).append(schedule.peer(stage, action))  # type: ignore[arg-type]
+        elif channel is not None:
+            queue = pending.get(channel)
+            if not queue or queue[0] != (stage, action):
+                return False
+            queue.popleft()
+        return True
+
+    pcs = schedule.interpret(run)
     blocked = [s for s in range(schedule.num_stages) if pcs[s] < len(programs[s])]
     if not blocked:
         return None

@@ -184,13 +184,8 @@ def _rank_main(cases: list[dict], device: int, address, results, done) -> None:
     try:
         import torch.distributed as dist
         from torch.distributed.device_mesh import DeviceMesh
-        from torch.distributed.tensor import DTensor
 
-        from reshard.adapters.dtensor_redistribute import (
-            Redistributor,
-            redistribute,
-            redistribute_many,
-        )
+        from reshard.adapters.dtensor_redistribute import Redistributor
 
         init_gloo(device, address, WORLD)
         meshes: dict = {}
@@ -201,140 +196,182 @@ def _rank_main(cases: list[dict], device: int, address, results, done) -> None:
                 meshes[key] = DeviceMesh("cpu", torch.tensor(spec[0]).reshape(spec[1]))
             return meshes[key]
 
-        checked = 0
-        for k, c in enumerate(cases):
-            src, dst = mesh(c["src"]), mesh(c["dst"])
-            spl, dpl = _torch_placements(c["src_pl"]), _torch_placements(c["dst_pl"])
-            full = _value(k, c["shape"], c["dtype"])
-            x = DTensor.from_local(_source_local(k, full, src, spl, device), src, spl,
-                                   run_check=False, shape=full.shape, stride=full.stride())
-            y = redistribute(x, dst, dpl, strategy=("broadcast", "send_recv", "allgather")[k % 3])
-            assert y.device_mesh is dst and tuple(y.placements) == tuple(dpl), k
-            assert y.shape == full.shape and y.dtype == full.dtype, k
-            want = _slice(full, dst, dpl, device)
-            got = y.to_local()
-            if want is None:
-                assert got.numel() == 0, (k, got.shape)
-                continue
-            assert _same(got, want), f"case {k} {c}: rank {device}\n{got}\n!=\n{want}"
-            checked += 1
-            if k % 4 == 0 and c["dst"][0] == sorted(c["dst"][0]):
-                # DTensor's own all-gather agrees (a collective of dst's ranks; torch 2.13
-                # gathers wrong on meshes whose ranks are not in ascending order)
-                assert _same(y.full_tensor(), full), k
-
-        # a state dict as one plan; the repeated call reuses the loaded plan
+        checked = _check_cases(cases, mesh, device)
         rd = Redistributor()
         a = mesh(([0, 1, 2, 3], (4,)))
         b = mesh(([4, 5, 6, 7], (2, 2)))
-        from torch.distributed.tensor import Replicate, Shard
-
-        state = {}
-        fulls = {}
-        for i, (name, shape, dt) in enumerate([("w1", (9, 6), torch.float32),
-                                               ("w2", (6, 9), torch.bfloat16),
-                                               ("b", (5,), torch.float64)]):
-            fulls[name] = _value(100 + i, shape, "float32").to(dt)
-            local = _slice(fulls[name], a, [Shard(0)], device)
-            state[name] = DTensor.from_local(
-                fulls[name].new_empty(0) if local is None else local.clone(), a, [Shard(0)],
-                run_check=False, shape=fulls[name].shape, stride=fulls[name].stride())
-        place = {"w1": [Replicate(), Shard(0)], "w2": [Replicate(), Shard(1)],
-                 "b": [Replicate(), Replicate()]}
-        for _ in range(2):
-            out = redistribute_many(state, b, place, redistributor=rd)
-            assert set(out) == set(state)
-            for name, y in out.items():
-                want = _slice(fulls[name], b, place[name], device)
-                if want is None:
-                    assert y.to_local().numel() == 0
-                else:
-                    assert torch.equal(y.to_local(), want), name
-        assert (rd.misses, rd.hits) == (1, 1), (rd.misses, rd.hits)
-
-        # bf16 / fp8 on one mesh: what DTensor's own redistribute gives (its gloo
-        # all-to-all refuses float8, "Invalid scalar type": it moves fp8's bytes there)
-        for k, tdt in enumerate((torch.bfloat16, torch.float8_e4m3fn)):
-            full = _value(300 + k, (12, 8), "float32").to(tdt)
-            x = _dtensor_of(full, a, [Shard(0)], device)
-            ours = redistribute(x, a, [Shard(1)], redistributor=rd)
-            if tdt == torch.bfloat16:
-                theirs = x.redistribute(a, [Shard(1)]).to_local()
-            else:
-                as_bytes = _dtensor_of(full.view(torch.uint8), a, [Shard(0)], device)
-                theirs = as_bytes.redistribute(a, [Shard(1)]).to_local().view(tdt)
-            assert ours.dtype == tdt and _same(ours.to_local(), theirs), tdt
-
-        # a bf16 trainer to an fp8 engine: values and 128 x 128 block scales, the reference's
-        from reshard.casting import reference_cast
-        from reshard.dtypes import Cast, ScaleMode, numpy_of_torch
-
-        weights = {"w": _value(400, (300, 260), "float32").to(torch.bfloat16),
-                   "v": _value(401, (256, 512), "float32").to(torch.bfloat16)}
-        state = {n: _dtensor_of(w, a, [Shard(0)], device) for n, w in weights.items()}
-        out = redistribute_many(state, b, [Replicate(), Shard(1)], cast="float8_e4m3fn",
-                                scale="block128", redistributor=rd)
-        for n, (q, sc) in out.items():
-            ref_q, ref_s = reference_cast(numpy_of_torch(weights[n]),
-                                          Cast("float8_e4m3fn", ScaleMode.BLOCK128))
-            assert q.dtype == torch.float8_e4m3fn and sc.dtype == torch.float32, n
-            assert sc.device_mesh is b and sc.shape == ref_s.shape, n
-            for got, ref, pl in ((q, ref_q, [Replicate(), Shard(1)]),
-                                 (sc, ref_s, list(sc.placements))):
-                want = _slice(torch_of_numpy(ref), b, pl, device)
-                if want is None:
-                    assert got.to_local().numel() == 0, n
-                else:
-                    assert _same(got.to_local(), want), (n, pl)
-        # a real state dict's mix in one plan (issue 44): matrices to fp8 with block
-        # scales, biases and norms (rank 1) as bf16, by a rule per tensor; a blanket
-        # block128 on the rank-1 ones is refused naming the tensor and the rule
-        import pytest as _pytest
-
-        from reshard import DTypeError
-
-        mixed = {"w": _value(410, (300, 260), "float32").to(torch.bfloat16),
-                 "bias": _value(411, (300,), "float32").to(torch.bfloat16),
-                 "norm": _value(412, (260,), "float32").to(torch.bfloat16)}
-        mixed_d = {n: _dtensor_of(w, a, [Shard(0)], device) for n, w in mixed.items()}
-        with _pytest.raises(DTypeError, match=r"bias: scale='block128' .* rank 1 .* "
-                                              r"give a rule per tensor"):
-            redistribute_many(mixed_d, b, [Replicate(), Shard(0)], cast="float8_e4m3fn",
-                              scale="block128", redistributor=rd)
-        got = redistribute_many(
-            mixed_d, b, [Replicate(), Shard(0)], redistributor=rd,
-            cast=lambda n, t: "float8_e4m3fn" if t.ndim >= 2 else None,
-            scale=lambda n, t: "block128" if t.ndim >= 2 else None)
-        q, sc = got["w"]
-        ref_q, ref_s = reference_cast(numpy_of_torch(mixed["w"]),
-                                      Cast("float8_e4m3fn", ScaleMode.BLOCK128))
-        want = _slice(torch_of_numpy(ref_q), b, [Replicate(), Shard(0)], device)
-        assert q.dtype == torch.float8_e4m3fn and sc.shape == ref_s.shape
-        assert (q.to_local().numel() == 0) if want is None else _same(q.to_local(), want)
-        for n in ("bias", "norm"):
-            assert got[n].dtype == torch.bfloat16 and not isinstance(got[n], tuple), n
-            want = _slice(mixed[n], b, [Replicate(), Shard(0)], device)
-            assert (got[n].to_local().numel() == 0) if want is None else \
-                _same(got[n].to_local(), want), n
-
+        _check_state_dict(a, b, rd, device)
+        _check_narrow_dtypes(a, rd, device)
+        _check_fp8_engine(a, b, rd, device)
+        _check_mixed_rules(a, b, rd, device)
         # SPMD: a 50-tensor state dict, planned on every rank (digests compared), exact
-
         checked += state_dict_50(a, b, rd, device)
-
-        # a rank given another shape: every rank refuses (naming it) instead of hanging,
-        # and the Redistributor stays usable
-        assert refuses_another_shape(a, b, rd, device, odd=3), "not refused"
-        right = _value(601, (12, 8), "float32")
-        y = redistribute(_dtensor_of(right, a, [Shard(0)], device), b,
-                         [Shard(1), Replicate()], redistributor=rd)
-        want = _slice(right, b, [Shard(1), Replicate()], device)
-        assert (y.to_local().numel() == 0) if want is None else torch.equal(y.to_local(), want)
+        _check_refusal(a, b, rd, device)
         rd.close()
         results.put((device, {"checked": checked}))
         done.wait(60)  # rank 0 hosts the store: it stays until every rank is done
         dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - reported to the test
         results.put((device, traceback.format_exc()))
+
+
+def _check_cases(cases: list[dict], mesh, device: int) -> int:
+    """Every random case moved by redistribute, each rank's shard exact; how many
+    shards were checked."""
+    from torch.distributed.tensor import DTensor
+
+    from reshard.adapters.dtensor_redistribute import redistribute
+
+    checked = 0
+    for k, c in enumerate(cases):
+        src, dst = mesh(c["src"]), mesh(c["dst"])
+        spl, dpl = _torch_placements(c["src_pl"]), _torch_placements(c["dst_pl"])
+        full = _value(k, c["shape"], c["dtype"])
+        x = DTensor.from_local(_source_local(k, full, src, spl, device), src, spl,
+                               run_check=False, shape=full.shape, stride=full.stride())
+        y = redistribute(x, dst, dpl, strategy=("broadcast", "send_recv", "allgather")[k % 3])
+        assert y.device_mesh is dst and tuple(y.placements) == tuple(dpl), k
+        assert y.shape == full.shape and y.dtype == full.dtype, k
+        want = _slice(full, dst, dpl, device)
+        got = y.to_local()
+        if want is None:
+            assert got.numel() == 0, (k, got.shape)
+            continue
+        assert _same(got, want), f"case {k} {c}: rank {device}\n{got}\n!=\n{want}"
+        checked += 1
+        if k % 4 == 0 and c["dst"][0] == sorted(c["dst"][0]):
+            # DTensor's own all-gather agrees (a collective of dst's ranks; torch 2.13
+            # gathers wrong on meshes whose ranks are not in ascending order)
+            assert _same(y.full_tensor(), full), k
+    return checked
+
+
+def _check_state_dict(a, b, rd, device: int) -> None:
+    """A state dict as one plan; the repeated call reuses the loaded plan."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    from reshard.adapters.dtensor_redistribute import redistribute_many
+
+    state = {}
+    fulls = {}
+    for i, (name, shape, dt) in enumerate([("w1", (9, 6), torch.float32),
+                                           ("w2", (6, 9), torch.bfloat16),
+                                           ("b", (5,), torch.float64)]):
+        fulls[name] = _value(100 + i, shape, "float32").to(dt)
+        local = _slice(fulls[name], a, [Shard(0)], device)
+        state[name] = DTensor.from_local(
+            fulls[name].new_empty(0) if local is None else local.clone(), a, [Shard(0)],
+            run_check=False, shape=fulls[name].shape, stride=fulls[name].stride())
+    place = {"w1": [Replicate(), Shard(0)], "w2": [Replicate(), Shard(1)],
+             "b": [Replicate(), Replicate()]}
+    for _ in range(2):
+        out = redistribute_many(state, b, place, redistributor=rd)
+        assert set(out) == set(state)
+        for name, y in out.items():
+            want = _slice(fulls[name], b, place[name], device)
+            if want is None:
+                assert y.to_local().numel() == 0
+            else:
+                assert torch.equal(y.to_local(), want), name
+    assert (rd.misses, rd.hits) == (1, 1), (rd.misses, rd.hits)
+
+
+def _check_narrow_dtypes(a, rd, device: int) -> None:
+    """bf16 / fp8 on one mesh: what DTensor's own redistribute gives (its gloo
+    all-to-all refuses float8, "Invalid scalar type": it moves fp8's bytes there)."""
+    from torch.distributed.tensor import Shard
+
+    from reshard.adapters.dtensor_redistribute import redistribute
+
+    for k, tdt in enumerate((torch.bfloat16, torch.float8_e4m3fn)):
+        full = _value(300 + k, (12, 8), "float32").to(tdt)
+        x = _dtensor_of(full, a, [Shard(0)], device)
+        ours = redistribute(x, a, [Shard(1)], redistributor=rd)
+        if tdt == torch.bfloat16:
+            theirs = x.redistribute(a, [Shard(1)]).to_local()
+        else:
+            as_bytes = _dtensor_of(full.view(torch.uint8), a, [Shard(0)], device)
+            theirs = as_bytes.redistribute(a, [Shard(1)]).to_local().view(tdt)
+        assert ours.dtype == tdt and _same(ours.to_local(), theirs), tdt
+
+
+def _check_fp8_engine(a, b, rd, device: int) -> None:
+    """A bf16 trainer to an fp8 engine: values and 128 x 128 block scales, the
+    reference's."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    from reshard.adapters.dtensor_redistribute import redistribute_many
+    from reshard.casting import reference_cast
+    from reshard.dtypes import Cast, ScaleMode, numpy_of_torch
+
+    weights = {"w": _value(400, (300, 260), "float32").to(torch.bfloat16),
+               "v": _value(401, (256, 512), "float32").to(torch.bfloat16)}
+    state = {n: _dtensor_of(w, a, [Shard(0)], device) for n, w in weights.items()}
+    out = redistribute_many(state, b, [Replicate(), Shard(1)], cast="float8_e4m3fn",
+                            scale="block128", redistributor=rd)
+    for n, (q, sc) in out.items():
+        ref_q, ref_s = reference_cast(numpy_of_torch(weights[n]),
+                                      Cast("float8_e4m3fn", ScaleMode.BLOCK128))
+        assert q.dtype == torch.float8_e4m3fn and sc.dtype == torch.float32, n
+        assert sc.device_mesh is b and sc.shape == ref_s.shape, n
+        for got, ref, pl in ((q, ref_q, [Replicate(), Shard(1)]),
+                             (sc, ref_s, list(sc.placements))):
+            want = _slice(torch_of_numpy(ref), b, pl, device)
+            if want is None:
+                assert got.to_local().numel() == 0, n
+            else:
+                assert _same(got.to_local(), want), (n, pl)
+
+
+def _check_mixed_rules(a, b, rd, device: int) -> None:
+    """A real state dict's mix in one plan (issue 44): matrices to fp8 with block
+    scales, biases and norms (rank 1) as bf16, by a rule per tensor; a blanket
+    block128 on the rank-1 ones is refused naming the tensor and the rule."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    from reshard import DTypeError
+    from reshard.adapters.dtensor_redistribute import redistribute_many
+    from reshard.casting import reference_cast
+    from reshard.dtypes import Cast, ScaleMode, numpy_of_torch
+
+    mixed = {"w": _value(410, (300, 260), "float32").to(torch.bfloat16),
+             "bias": _value(411, (300,), "float32").to(torch.bfloat16),
+             "norm": _value(412, (260,), "float32").to(torch.bfloat16)}
+    mixed_d = {n: _dtensor_of(w, a, [Shard(0)], device) for n, w in mixed.items()}
+    with pytest.raises(DTypeError, match=r"bias: scale='block128' .* rank 1 .* "
+                                         r"give a rule per tensor"):
+        redistribute_many(mixed_d, b, [Replicate(), Shard(0)], cast="float8_e4m3fn",
+                          scale="block128", redistributor=rd)
+    got = redistribute_many(
+        mixed_d, b, [Replicate(), Shard(0)], redistributor=rd,
+        cast=lambda n, t: "float8_e4m3fn" if t.ndim >= 2 else None,
+        scale=lambda n, t: "block128" if t.ndim >= 2 else None)
+    q, sc = got["w"]
+    ref_q, ref_s = reference_cast(numpy_of_torch(mixed["w"]),
+                                  Cast("float8_e4m3fn", ScaleMode.BLOCK128))
+    want = _slice(torch_of_numpy(ref_q), b, [Replicate(), Shard(0)], device)
+    assert q.dtype == torch.float8_e4m3fn and sc.shape == ref_s.shape
+    assert (q.to_local().numel() == 0) if want is None else _same(q.to_local(), want)
+    for n in ("bias", "norm"):
+        assert got[n].dtype == torch.bfloat16 and not isinstance(got[n], tuple), n
+        want = _slice(mixed[n], b, [Replicate(), Shard(0)], device)
+        assert (got[n].to_local().numel() == 0) if want is None else \
+            _same(got[n].to_local(), want), n
+
+
+def _check_refusal(a, b, rd, device: int) -> None:
+    """A rank given another shape: every rank refuses (naming it) instead of hanging,
+    and the Redistributor stays usable."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    from reshard.adapters.dtensor_redistribute import redistribute
+
+    assert refuses_another_shape(a, b, rd, device, odd=3), "not refused"
+    right = _value(601, (12, 8), "float32")
+    y = redistribute(_dtensor_of(right, a, [Shard(0)], device), b,
+                     [Shard(1), Replicate()], redistributor=rd)
+    want = _slice(right, b, [Shard(1), Replicate()], device)
+    assert (y.to_local().numel() == 0) if want is None else torch.equal(y.to_local(), want)
 
 
 @pytest.mark.timeout(300)

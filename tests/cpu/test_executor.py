@@ -69,11 +69,9 @@ def expected(value: np.ndarray, layout: Layout, device: int) -> np.ndarray:
 
 def _run_problems(problem_list, buffers: str, device: int, address, results, done) -> None:
     try:
-        import torch
         import torch.distributed as dist
 
         from reshard.comm.backends.torch_dist import torch_backend
-        from reshard.comm.packing import data_address
 
         init_gloo(device, address, len(RANKS))
         ex = Executor(torch_backend(buffers=buffers), owns_backend=True)
@@ -86,52 +84,10 @@ def _run_problems(problem_list, buffers: str, device: int, address, results, don
             what = WorkerProgram.of(plan, device).to_json() if k % 2 else plan
             loaded = ex.load(what)
             for again in range(1 + (k % 3 == 0)):  # a loaded program runs again
-                rng = np.random.default_rng(zlib.crc32(repr((k, again)).encode()))
-                value = sample(rng, shape, dtype)
-                shards = addends(rng, value, src)
-                sources = [shards.get(device)]
-                if buffers == "tensor" and sources[0] is not None:
-                    sources = [torch_of_numpy(sources[0])]
-                out = None
-                if device in dst.devices and k % 2 == 0:  # the caller's own buffer
-                    out = [torch.full(dst.shard_shape(shape, device), 1).to(
-                        getattr(torch, np.dtype(dtype).name))]
-                handle = ex.run(loaded, sources, out, blocking=bool(k % 4))
-                got = handle.wait()
                 runs += 1
-                if device not in dst.devices:
-                    assert got == {}, got
-                    continue
-                shard = got[0]
-                if out is not None:
-                    if out[0].numel():  # written in place
-                        assert data_address(shard) == data_address(out[0])
-                    shard = out[0]
-                arr = numpy_of_torch(shard) if isinstance(shard, torch.Tensor) else shard
-                want = expected(value, dst, device)
-                assert arr.shape == want.shape and arr.dtype == want.dtype, \
-                    (k, arr.shape, want.shape, arr.dtype)
-                assert arr.tobytes() == want.tobytes(), \
-                    f"problem {k} {shape} {dtype} {src} -> {dst} ({strategy}): device {device}"
-                checked += 1
-        # a scaled cast (bf16 -> block fp8) on this kind of buffer: the reference's bits
-        from reshard.casting import reference_cast
-        from reshard.dtypes import Cast, ScaleMode
-
-        src = Layout(DeviceMesh((2, 2), RANKS), "S0S1")
-        dst = Layout(DeviceMesh((2,), (1, 3)), "RS0")
-        value = (np.random.default_rng(11).standard_normal((300, 260)) * 5).astype("bfloat16")
-        plan = reshard.plan(value.shape, "bfloat16", src, dst, cluster=CLUSTER,
-                            cast="float8_e4m3fn", scale="block128")
-        want, want_scales = reference_cast(value, Cast("float8_e4m3fn", ScaleMode.BLOCK128))
-        mine = expected(value, src, device)
-        got = ex.execute(plan, [torch_of_numpy(mine) if buffers == "tensor" else mine])
-        for k, ref in zip(plan.outputs, (want, want_scales)):
-            lay = plan.tensors[k].dst
-            if device in lay.devices:
-                arr = numpy_of_torch(got[k]) if isinstance(got[k], torch.Tensor) else got[k]
-                assert arr.tobytes() == expected(ref, lay, device).tobytes(), (buffers, k)
-                checked += 1
+                checked += _run_once(ex, loaded, k, again, (shape, dtype, src, dst), buffers,
+                                     device, strategy)
+        checked += _scaled_cast(ex, buffers, device)
         # a user error leaves the executor usable
         shape, dtype, src, dst = problem_list[0]
         plan = reshard.plan(shape, dtype, src, dst, cluster=CLUSTER)
@@ -150,6 +106,69 @@ def _run_problems(problem_list, buffers: str, device: int, address, results, don
         dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - reported to the test
         results.put((device, traceback.format_exc()))
+
+
+def _run_once(ex, loaded, k: int, again: int, problem, buffers: str, device: int,
+              strategy: str) -> int:
+    """One run of problem ``k``'s loaded program, this rank's shard checked byte for
+    byte (1: checked; 0: this rank holds no destination shard)."""
+    import torch
+
+    from reshard.comm.packing import data_address
+
+    shape, dtype, src, dst = problem
+    rng = np.random.default_rng(zlib.crc32(repr((k, again)).encode()))
+    value = sample(rng, shape, dtype)
+    shards = addends(rng, value, src)
+    sources = [shards.get(device)]
+    if buffers == "tensor" and sources[0] is not None:
+        sources = [torch_of_numpy(sources[0])]
+    out = None
+    if device in dst.devices and k % 2 == 0:  # the caller's own buffer
+        out = [torch.full(dst.shard_shape(shape, device), 1).to(
+            getattr(torch, np.dtype(dtype).name))]
+    got = ex.run(loaded, sources, out, blocking=bool(k % 4)).wait()
+    if device not in dst.devices:
+        assert got == {}, got
+        return 0
+    shard = got[0]
+    if out is not None:
+        if out[0].numel():  # written in place
+            assert data_address(shard) == data_address(out[0])
+        shard = out[0]
+    arr = numpy_of_torch(shard) if isinstance(shard, torch.Tensor) else shard
+    want = expected(value, dst, device)
+    assert arr.shape == want.shape and arr.dtype == want.dtype, \
+        (k, arr.shape, want.shape, arr.dtype)
+    assert arr.tobytes() == want.tobytes(), \
+        f"problem {k} {shape} {dtype} {src} -> {dst} ({strategy}): device {device}"
+    return 1
+
+
+def _scaled_cast(ex, buffers: str, device: int) -> int:
+    """A scaled cast (bf16 -> block fp8) on this kind of buffer: the reference's bits;
+    how many of this rank's shards were checked."""
+    import torch
+
+    from reshard.casting import reference_cast
+    from reshard.dtypes import Cast, ScaleMode
+
+    src = Layout(DeviceMesh((2, 2), RANKS), "S0S1")
+    dst = Layout(DeviceMesh((2,), (1, 3)), "RS0")
+    value = (np.random.default_rng(11).standard_normal((300, 260)) * 5).astype("bfloat16")
+    plan = reshard.plan(value.shape, "bfloat16", src, dst, cluster=CLUSTER,
+                        cast="float8_e4m3fn", scale="block128")
+    want, want_scales = reference_cast(value, Cast("float8_e4m3fn", ScaleMode.BLOCK128))
+    mine = expected(value, src, device)
+    got = ex.execute(plan, [torch_of_numpy(mine) if buffers == "tensor" else mine])
+    checked = 0
+    for k, ref in zip(plan.outputs, (want, want_scales)):
+        lay = plan.tensors[k].dst
+        if device in lay.devices:
+            arr = numpy_of_torch(got[k]) if isinstance(got[k], torch.Tensor) else got[k]
+            assert arr.tobytes() == expected(ref, lay, device).tobytes(), (buffers, k)
+            checked += 1
+    return checked
 
 
 def _run_through_store(problem_list, device: int, address, results, done) -> None:

@@ -69,17 +69,9 @@ class _Flows:
         return rate
 
 
-def reference_simulate(plan: ReshardPlan) -> Estimate:
-    """Run the fluid simulation of ``plan`` on ``plan.cluster``.
-
-    Steps are groups: a device enters its next step when every task it has in earlier
-    steps has ended; a task starts when all its devices entered its step, waits its
-    latency, then moves its bytes at its max-min fair share of every resource on its
-    path (shares recomputed whenever a task starts or ends).
-    """
-    cluster = plan.cluster
-    tasks = plan.tasks
-    n = len(tasks)
+def _routes(tasks, cluster):
+    """Each task's path and latency (:func:`task_path`, one task at a time), and the
+    bytes every resource carries in all."""
     paths, lats = [], []
     carried: dict[Resource, float] = {}
     for t in tasks:
@@ -88,23 +80,67 @@ def reference_simulate(plan: ReshardPlan) -> Estimate:
         lats.append(lat)
         for r, f in p:
             carried[r] = carried.get(r, 0.0) + f * t.nbytes
+    return paths, lats, carried
+
+
+class _Steps:
+    """The step rule, one task at a time in plain Python (independent of the library's
+    array bookkeeping, :mod:`reshard.planner.costing.stepgate`): a device enters its
+    next step when its tasks of this one ended; a task starts when all its devices
+    entered its step."""
+
+    def __init__(self, tasks) -> None:
+        self.tasks = tasks
+        self.steps_of: dict[int, list[int]] = {}  # per device: its steps in order
+        self.members: dict[tuple[int, int], list[int]] = {}  # per (device, step): tasks
+        self.devs_of = [tuple(set(t.devices)) for t in tasks]
+        for i, t in enumerate(tasks):
+            for d in self.devs_of[i]:
+                lst = self.members.setdefault((d, t.step), [])
+                if not lst:
+                    self.steps_of.setdefault(d, []).append(t.step)
+                lst.append(i)
+        for steps in self.steps_of.values():
+            steps.sort()
+        self.at = {d: 0 for d in self.steps_of}  # index into steps_of[d] of d's step
+        self.left = {key: len(v) for key, v in self.members.items()}
+        self.arrived = [0] * len(tasks)
+
+    def _enter(self, d: int) -> list[int]:
+        ready = []
+        for i in self.members[(d, self.steps_of[d][self.at[d]])]:
+            self.arrived[i] += 1
+            if self.arrived[i] == len(self.devs_of[i]):
+                ready.append(i)
+        return ready
+
+    def start(self) -> list[int]:
+        """The tasks that start at once."""
+        return [i for d in self.steps_of for i in self._enter(d)]
+
+    def ended(self, i: int) -> list[int]:
+        """The tasks that start once task ``i`` ended."""
+        ready = []
+        step = self.tasks[i].step
+        for d in self.devs_of[i]:
+            key = (d, step)
+            self.left[key] -= 1
+            if self.left[key] == 0 and self.at[d] + 1 < len(self.steps_of[d]):
+                self.at[d] += 1
+                ready += self._enter(d)
+        return ready
+
+
+def reference_simulate(plan: ReshardPlan) -> Estimate:
+    """The fluid simulation of ``plan`` (steps by :class:`_Steps`): a started task waits
+    its latency, then moves its bytes at its max-min fair share of every resource on its
+    path, shares recomputed whenever a task starts or ends."""
+    cluster = plan.cluster
+    tasks = plan.tasks
+    n = len(tasks)
+    paths, lats, carried = _routes(tasks, cluster)
     flows = _Flows(paths, cluster)
-    # per device: its steps in order, and per step its tasks
-    steps_of: dict[int, list[int]] = {}
-    members: dict[tuple[int, int], list[int]] = {}
-    devs_of = [tuple(set(t.devices)) for t in tasks]
-    for i, t in enumerate(tasks):
-        for d in devs_of[i]:
-            lst = members.setdefault((d, t.step), [])
-            if not lst:
-                steps_of.setdefault(d, []).append(t.step)
-            lst.append(i)
-    for steps in steps_of.values():
-        steps.sort()
-    at = {d: 0 for d in steps_of}  # index into steps_of[d] of the step d is in
-    left_in_step = {key: len(v) for key, v in members.items()}
-    arrived = np.zeros(n, dtype=np.int64)
-    need = np.array([len(ds) for ds in devs_of], dtype=np.int64)
+    steps = _Steps(tasks)
     starts = np.zeros(n)
     ends = np.zeros(n)
     remaining = np.array([float(t.nbytes) for t in tasks])
@@ -113,15 +149,10 @@ def reference_simulate(plan: ReshardPlan) -> Estimate:
     flowing = np.zeros(n, dtype=bool)
     now = 0.0
 
-    def enter(d: int) -> None:
-        for i in members[(d, steps_of[d][at[d]])]:
-            arrived[i] += 1
-            if arrived[i] == need[i]:
-                starts[i] = now
-                flow_at[i] = now + lat_arr[i]
+    def start(ready: list[int]) -> None:
+        starts[ready], flow_at[ready] = now, now + lat_arr[ready]
 
-    for d in steps_of:
-        enter(d)
+    start(steps.start())
     finished_count = 0
     rate = np.zeros(n)
     dirty = True
@@ -154,13 +185,7 @@ def reference_simulate(plan: ReshardPlan) -> Estimate:
         for i in np.flatnonzero(ending).tolist():
             ends[i] = now
             finished_count += 1
-            step = tasks[i].step
-            for d in devs_of[i]:
-                key = (d, step)
-                left_in_step[key] -= 1
-                if left_in_step[key] == 0 and at[d] + 1 < len(steps_of[d]):
-                    at[d] += 1
-                    enter(d)
+            start(steps.ended(i))
     busiest = max(carried.items(), key=lambda kv: kv[1], default=(("none", -1), 0.0))
     return Estimate(float(ends.max()) if n else 0.0, tuple(starts.tolist()),
                     tuple(ends.tolist()), (busiest[0][0], busiest[0][1], busiest[1]))
