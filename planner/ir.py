@@ -22,6 +22,7 @@ from reshard.errors import PlanError
 from reshard.gcpause import paused
 from reshard.layout import Layout
 from reshard.planner.values.digest import digest_tasks
+from reshard.planner.values.plan_view import Route
 from reshard.planner.values.strategy import Strategy
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ class ReshardPlan:
         return est
 
     def routes(self, known: dict[tuple[object, ...], Any] | None = None
-               ) -> tuple[tuple[list[tuple[tuple[str, int], float]], float], ...]:
+               ) -> tuple[Route, ...]:
         """Per task (plan order) the resources its bytes cross with their fractions, and
         its latency (:func:`reshard.planner.costing.cost.task_routes`; cached). ``known``: a
         memo shared with other plans on the same cluster (the planner's bucketings of

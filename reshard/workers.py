@@ -110,17 +110,17 @@ class Workers:
             stuck = sorted({d for d, f in calls if not f.done() and
                             now - max(issued, self._progress.get(d, 0.0)) >= limit})
             if failed or dead or stuck:
-                reason = self._diagnose(calls, what, stuck, limit, timeout, plan)
+                reason = self._diagnose(calls, what, dead, stuck, limit, timeout, plan)
                 self.fail(reason)
                 raise ExecutionError(reason)
 
-    def _diagnose(self, calls: Issued, what: str, stuck: list[int], limit: float,
-                  timeout: float | None, plan: ReshardPlan | None) -> str:
-        """Why the calls failed: the peers' reports, the dead and the silent devices."""
+    def _diagnose(self, calls: Issued, what: str, dead: dict[int, str], stuck: list[int],
+                  limit: float, timeout: float | None, plan: ReshardPlan | None) -> str:
+        """Why the calls failed: the peers' reports, the dead (``dead``: those the
+        group saw dead already) and the silent devices."""
         # a call with a deadline of its own (a service caller's) must answer inside it:
         # peers get a twentieth of it to report, not a second
         grace = REPORT_GRACE if timeout is None else min(REPORT_GRACE, max(0.02, timeout / 20))
-        dead = self.group.dead()
         collect_reports({f for d, f in calls if d not in dead and not f.done()}, grace)
         dead = deaths(self.group, calls, min(grace, DEATH_NOTICE))  # also while reporting
         silent = sorted({d for d, f in calls if not f.done() and d not in dead})

@@ -428,7 +428,7 @@ class GlooBackend(HostMemory):
                 self._add(_Relay(self, what, pieces, [(prevs[0], recvs)], nxts, tag,
                                  landed=landed, total=data.numel()))
             return
-        self._sum_relay(what, buf, piece, prevs, nxts, tag, landed)
+        self._sum_relay(what, buf, pieces, piece, prevs, nxts, tag, landed)
 
     def _send_all(self, what: str, pieces: list[Any], nxts: Sequence[int], tag: int) -> None:
         """Post every piece to every member of ``nxts`` at once."""
@@ -437,12 +437,12 @@ class GlooBackend(HostMemory):
         if sends:
             self._add(_Posted(self, what, list(nxts), sends))
 
-    def _sum_relay(self, what: str, buf: np.ndarray, piece: int, prevs: Sequence[int],
-                   nxts: Sequence[int], tag: int,
+    def _sum_relay(self, what: str, buf: np.ndarray, pieces: list[Any], piece: int,
+                   prevs: Sequence[int], nxts: Sequence[int], tag: int,
                    landed: Callable[[int], None] | None) -> None:
         """An addend or the root of a broadcast that sums: each running sum it receives
-        apart, added to its own piece by piece, and the sum passed on."""
-        data = self._bytes(buf)
+        apart, added to its own piece by piece, and the sum passed on (``pieces``:
+        ``buf``'s bytes cut at ``piece``)."""
         mine, per = buf.reshape(-1), piece // buf.itemsize
         theirs, streams = [], []
         for prev in prevs:
@@ -456,8 +456,8 @@ class GlooBackend(HostMemory):
             for other in theirs:
                 mine[part] += other[part]
 
-        self._add(_Relay(self, what, _pieces(data, piece), streams, list(nxts), tag, add,
-                         landed, data.numel()))
+        self._add(_Relay(self, what, pieces, streams, list(nxts), tag, add, landed,
+                         buf.nbytes))
 
     def send(self, buf: np.ndarray, peer: int, *, tag: int = 0) -> None:
         """``dist.isend`` to ``peer`` (tagged ``tag``), in pieces (:meth:`piece_for`; so

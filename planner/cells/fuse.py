@@ -96,8 +96,7 @@ def fuse_reductions(tasks: Sequence[Task], fusable: Collection[int] | None = Non
                                addend_parents=parents)
     kept = [fused.get(j, t) for j, t in enumerate(tasks) if j not in gone]
     steps = {s: n for n, s in enumerate(sorted({t.step for t in kept}))}
-    return tuple(t if t.step == steps[t.step] else replace(t, step=steps[t.step])
-                 for t in kept)
+    return tuple(t.at_step(steps[t.step]) for t in kept)
 
 
 __all__ = ["SumShape", "fuse_reductions", "sum_parents"]

@@ -43,7 +43,7 @@ from reshard.planner.cells.decompose import TABLE_FROM, decompose, decompose_tab
 from reshard.planner.costing.fairshare import FairShare
 from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.stepgate import StepGate
-from reshard.planner.values.plan_view import PlanView
+from reshard.planner.values.plan_view import PlanView, Route
 from reshard.planner.values.resources import (
     COPY,
     DEV_IN,
@@ -62,7 +62,7 @@ routes of one plan share them (a broadcast tree's edges recur across its tasks).
 
 
 def task_path(task: Task, cluster: Cluster, hops: Hops | None = None
-              ) -> tuple[list[tuple[Resource, float]], float]:
+              ) -> Route:
     """Resources a task's bytes cross (with the fraction of the bytes on each) and its
     fixed latency. ``hops``: edges already looked at on ``cluster`` (filled in)."""
     path, lat = _links_path(task, cluster, {} if hops is None else hops)
@@ -87,7 +87,7 @@ def _hop(a: int, b: int, cluster: Cluster
 
 
 def _links_path(task: Task, cluster: Cluster, hops: Hops
-                ) -> tuple[list[tuple[Resource, float]], float]:
+                ) -> Route:
     """:func:`task_path` without the cluster's shared bandwidth."""
     if task.kind is TaskKind.COPY:
         return [((COPY, task.root), 1.0)], 0.0
@@ -145,7 +145,7 @@ def _links_path(task: Task, cluster: Cluster, hops: Hops
     return path, max(reach.values())
 
 
-def _ring_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float]], float]:
+def _ring_path(task: Task, cluster: Cluster) -> Route:
     """An all-reduce as a ring over its members in device order (NCCL's and gloo's): a
     reduce-scatter then an all-gather, each member sending and receiving 2(k-1)/k of
     the box (over the NICs where the ring crosses hosts), after 2(k-1) hops."""
@@ -163,12 +163,12 @@ def _ring_path(task: Task, cluster: Cluster) -> tuple[list[tuple[Resource, float
     return path, worst * 2 * (k - 1)
 
 
-Routes = dict[tuple[object, ...], tuple[list[tuple[Resource, float]], float]]
+Routes = dict[tuple[object, ...], Route]
 """Task routes by what decides them (:func:`task_routes`' ``known``)."""
 
 
 def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = None
-                ) -> tuple[tuple[list[tuple[Resource, float]], float], ...]:
+                ) -> tuple[Route, ...]:
     """:func:`task_path` of every task; tasks of one route (other tensors, steps or
     boxes, the same devices in the same roles) share one (read only). ``known``: the
     routes of other tasks on ``cluster`` (filled in as they are found), so that plans

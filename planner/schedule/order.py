@@ -124,6 +124,6 @@ def one_at_a_time(tasks: Sequence[Task]) -> tuple[Task, ...]:
         step = 1 + max((last.get(d, -1) for d in t.devices), default=-1)
         for d in t.devices:
             last[d] = step
-        out.append(t if t.step == step else dataclasses.replace(t, step=step))
+        out.append(t.at_step(step))
     out.sort(key=lambda t: t.step)  # stable: every device keeps its order
     return tuple(out)

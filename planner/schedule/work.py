@@ -13,7 +13,6 @@ same as planning every slice one by one.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -43,7 +42,7 @@ def _at_step(tasks: list[Task], step: int) -> list[Task]:
     out = []
     for t in tasks:
         s = step + (1 if t.source is Buffer.DST else 0)
-        out.append(t if t.step == s else dataclasses.replace(t, step=s))
+        out.append(t.at_step(s))
     return out
 
 
