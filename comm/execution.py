@@ -394,8 +394,9 @@ class Execution:
         inp, rows = scratch[:m], scratch[m:].reshape(k, m)
         mine = dict(zip(t.receivers, t.pieces))[self.device]
         pn = box_size(mine)
-        if pn:
-            inp[:pn] = region(self.dst[t.tensor], mine, self.lp.dst_box[t.tensor]).reshape(-1)
+        if pn:  # one copy, straight from the shard (a strided view's reshape is another)
+            view = region(self.dst[t.tensor], mine, self.lp.dst_box[t.tensor])
+            copy_into(inp[:pn].reshape(view.shape), view)
         return Op(st, inp, rows, sent=pn * inp.itemsize * (k - 1))
 
     def prepare_allreduce(self, st: StepTask) -> Op | None:

@@ -9,7 +9,10 @@ all, every link together), and takes the one-way latency of a small message (hal
 ping-pong's round trip, with ``pairs`` pairs ping-ponging at once: on shared cores a
 message waits for its process to be scheduled, and a row of 16 processes on 2 cores
 paid 55-150 us one way where one pair alone paid 16) and one process's memory-copy
-bandwidth.
+bandwidth. With a backend named, :func:`measure_many` also times that backend's own
+messages (:func:`message_cost`): the CPU each end of a small message takes in the
+backend's worker code, which a row of many small pieces or an all-gather among 4-8
+workers pays many times over on shared cores.
 :meth:`Links.overrides` turns them into cluster figures: every device its own link of
 the one-pair bandwidth, within a host and between hosts (loopback is both here), and
 the sum as the bandwidth every transfer shares (``Cluster.shared_bandwidth``): on 2
@@ -20,6 +23,7 @@ per second in all.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import socket
 import time
 from collections.abc import Iterable
@@ -56,6 +60,9 @@ class Links:
         copy_bandwidth: bytes/s of one process's memory copy.
         pairs: how many pairs streamed at once for :attr:`shared`.
         shared: bytes/s of all ``pairs`` pairs together, streaming at once.
+        message_cost: seconds of the whole machine (CPU seconds over its cores) one end
+            of one message takes in the run's backend (:func:`message_cost`; 0: not
+            measured).
     """
 
     bandwidth: float
@@ -64,6 +71,7 @@ class Links:
     pairs: int
     shared: float
     alone_latency: float = 0.0
+    message_cost: float = 0.0
 
     def overrides(self, devices_per_host: int) -> dict[str, Any]:
         """Cluster figures (``Cluster.regular(..., **overrides)``): each device its own
@@ -73,7 +81,7 @@ class Links:
                 "nic_bandwidth": self.bandwidth * devices_per_host,
                 "nics_per_host": devices_per_host, "latency": self.latency,
                 "intra_latency": self.latency, "copy_bandwidth": self.copy_bandwidth,
-                "name": "local", "relay_piece": LOCAL_PIECE}
+                "name": "local", "relay_piece": LOCAL_PIECE, "message_cost": self.message_cost}
 
     def describe(self) -> str:
         """One line for a report's header."""
@@ -81,7 +89,9 @@ class Links:
                 f"{self.shared / 1e9:.2f} GB/s shared by all ({self.pairs} pairs streaming "
                 f"at once), {self.latency * 1e6:.0f} us latency with as many exchanging "
                 f"({self.alone_latency * 1e6:.0f} alone), "
-                f"copies {self.copy_bandwidth / 1e9:.1f} GB/s)")
+                f"copies {self.copy_bandwidth / 1e9:.1f} GB/s"
+                + (f", {self.message_cost * 1e6:.1f} us of the machine per message end"
+                   if self.message_cost else "") + ")")
 
 
 def _receiver(port_out: Connection, nbytes: int, ping: bool, rounds: int) -> None:
@@ -174,11 +184,85 @@ def _copy_bandwidth(nbytes: int = 64 << 20) -> float:
     return nbytes / min(times)
 
 
+def _message_end(device: int, backend: str, address: Any, count: int, rounds: int,
+                 out: Connection) -> None:
+    """One of two ranks of ``backend``: ``rounds`` times, ``count`` small messages to
+    (device 0) or from (device 1) the other in one group, as a plan's step issues them;
+    sends the least CPU seconds (every thread of the process) a round took."""
+    from reshard.comm.backend import builtin_backends
+
+    rank = builtin_backends().create(backend, device, (0, 1), address.connect(60.0), 60.0)
+    try:
+        bufs = [np.zeros(64, np.uint8) for _ in range(count)]
+        best = float("inf")
+        for r in range(rounds + 1):  # the first round warms up
+            c0 = time.process_time()
+            rank.group_start()
+            for tag, buf in enumerate(bufs):
+                if device == 0:
+                    rank.send(buf, 1, tag=tag)
+                else:
+                    rank.recv(buf, 0, tag=tag)
+            rank.group_end()
+            if r:
+                best = min(best, time.process_time() - c0)
+        out.send(best)
+    finally:
+        rank.close()
+
+
+def measurable(backend: str) -> bool:
+    """Whether :func:`message_cost` can time ``backend`` here: a built-in backend on
+    host memory whose ranks run in processes of their own (a thread launcher's ranks
+    share one process, a GPU backend needs a GPU per rank)."""
+    from reshard.comm.backend import builtin_backends
+
+    entry = builtin_backends().entry(backend)
+    return entry.capabilities.device == "cpu" and "process" in entry.launchers
+
+
+def message_cost(backend: str, count: int = 256, rounds: int = 5) -> float:
+    """Seconds of the whole machine one end of one small message takes in ``backend``
+    (two of its ranks in processes of their own: the least CPU seconds a round of
+    ``count`` messages took, each end's, averaged over the two ends, per message, over
+    this machine's cores). It is what the cluster's ``message_cost`` charges: the
+    worker's and the backend's work per message, posting, matching and completing it,
+    that the streaming figures (one large message per pair) leave out; gloo measured
+    about 30 us of CPU per end here, reshard's issue path included more."""
+    from reshard.comm.rendezvous import TcpRendezvousServer
+
+    ctx = mp.get_context("forkserver")
+    server = TcpRendezvousServer()
+    procs, outs = [], []
+    try:
+        for device in (0, 1):
+            out_r, out_w = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_message_end, daemon=True,
+                            args=(device, backend, server.address, count, rounds, out_w))
+            p.start()
+            procs.append(p)
+            outs.append(out_r)
+        ends = []
+        for o in outs:
+            if not o.poll(120):
+                raise TimeoutError(f"measuring {backend}'s messages took over 120 s")
+            ends.append(o.recv())
+        cores = len(os.sched_getaffinity(0))
+        return sum(ends) / len(ends) / count / cores
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+        server.close()
+
+
 def measure_many(pair_counts: Iterable[int], nbytes: int = 64 << 20, round_trips: int = 200,
-                 repeats: int = 5) -> dict[int, Links]:
+                 repeats: int = 5, backend: str | None = None) -> dict[int, Links]:
     """This machine's :class:`Links` for each count of pairs streaming at once: one pair
     alone, the latency, the copy, each count's pairs together (the best of ``repeats``
-    rounds each, in the same processes).
+    rounds each, in the same processes), and with ``backend`` its
+    :func:`message_cost`.
 
     The best round, not a typical one: these figures make a lower bound, which must not
     exceed what the machine can do, and on a shared machine a round is only ever slowed
@@ -187,6 +271,7 @@ def measure_many(pair_counts: Iterable[int], nbytes: int = 64 << 20, round_trips
     alone = min(r[0] for r in _streams(1, nbytes, ping=False, rounds=repeats))
     rtt = min(r[0] for r in _streams(1, round_trips, ping=True, rounds=3)) / round_trips
     copy = _copy_bandwidth()
+    per_message = message_cost(backend) if backend and measurable(backend) else 0.0
     out = {}
     for pairs in sorted({max(1, p) for p in pair_counts}):
         # every pair's bytes over the time of the slowest (the pairs start together)
@@ -196,15 +281,16 @@ def measure_many(pair_counts: Iterable[int], nbytes: int = 64 << 20, round_trips
         busy_rtt = min(max(r) for r in _streams(pairs, round_trips, ping=True, rounds=3)
                        ) / round_trips if pairs > 1 else rtt
         out[pairs] = Links(nbytes / alone, max(rtt, busy_rtt) / 2, copy, pairs,
-                           max(nbytes / alone, pairs * nbytes / together), rtt / 2)
+                           max(nbytes / alone, pairs * nbytes / together), rtt / 2,
+                           per_message)
     return out
 
 
 def measure(pairs: int, nbytes: int = 64 << 20, round_trips: int = 200,
-            repeats: int = 5) -> Links:
+            repeats: int = 5, backend: str | None = None) -> Links:
     """Measure this machine's :class:`Links` with ``pairs`` pairs (see
     :func:`measure_many`)."""
-    return measure_many([pairs], nbytes, round_trips, repeats)[max(1, pairs)]
+    return measure_many([pairs], nbytes, round_trips, repeats, backend)[max(1, pairs)]
 
 
-__all__ = ["LOCAL_PIECE", "Links", "measure", "measure_many"]
+__all__ = ["LOCAL_PIECE", "Links", "measurable", "measure", "measure_many", "message_cost"]

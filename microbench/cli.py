@@ -143,7 +143,9 @@ def resolve(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Opti
             ap.error("--nic-gbps overrides a preset's NIC, and --cluster local measures this "
                      "machine's links; drop one of them")
         counts = sorted({c.devices_needed for c in cases})
-        measured = calibrate.measure_many(max(1, n // 2) for n in counts)
+        measured = calibrate.measure_many(
+            (max(1, n // 2) for n in counts),
+            backend=args.backend if mode is Mode.RUN else None)
         links = tuple((n, measured[max(1, n // 2)]) for n in counts)
     opts = Options(
         mode=mode, strategies=args.strategies, sizes=sizes, links=links,

@@ -178,7 +178,7 @@ def rows(case_names: Sequence[str] | None, sizes: Sequence[int]) -> list[Row]:
     if not cases:
         raise ValueError(f"no paper case named {', '.join(case_names or ())}")
     counts = sorted({c.devices_needed for c in cases})
-    measured = calibrate.measure_many(max(1, n // 2) for n in counts)
+    measured = calibrate.measure_many((max(1, n // 2) for n in counts), backend="gloo")
     links = [(n, measured[max(1, n // 2)]) for n in counts]
     out = []
     for case in cases:

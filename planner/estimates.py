@@ -22,6 +22,7 @@ A :class:`CostCache` holds the answers, least recently used out first once its b
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -117,7 +118,7 @@ class Normal:
 def _figures(cluster: Cluster) -> tuple[Any, ...]:
     return (cluster.intra_bandwidth, cluster.nic_bandwidth, cluster.latency,
             cluster.intra_latency, cluster.copy_bandwidth, cluster.nics_per_host,
-            cluster.relay_piece, cluster.shared_bandwidth)
+            cluster.relay_piece, cluster.shared_bandwidth, cluster.message_cost)
 
 
 def normal_form(shape: tuple[int, ...], dtype: str, src: Layout, dst: Layout,
@@ -136,10 +137,7 @@ def normal_form(shape: tuple[int, ...], dtype: str, src: Layout, dst: Layout,
                       lay.spec)
 
     a, b = moved(src), moved(dst)
-    normal = Cluster(tuple(new_hosts), cluster.intra_bandwidth, cluster.nic_bandwidth,
-                     cluster.latency, cluster.intra_latency, cluster.copy_bandwidth,
-                     cluster.name, cluster.nics_per_host, cluster.relay_piece,
-                     cluster.shared_bandwidth)
+    normal = dataclasses.replace(cluster, hosts=tuple(new_hosts))
     key = (shape, dtype, None if cast is None else (cast.dtype, cast.scale.value),
            strategy.value, a.mesh.shape, a.mesh.devices, str(a.spec), b.mesh.shape,
            b.mesh.devices, str(b.spec), tuple(new_hosts), _figures(cluster))

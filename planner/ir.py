@@ -173,7 +173,8 @@ class ReshardPlan:
         if got is None:
             from reshard.planner.costing.cost import task_routes
 
-            got = self._cache["routes"] = task_routes(self.tasks, self.cluster, known)
+            got = self._cache["routes"] = task_routes(self.tasks, self.cluster, known,
+                                                      self.tensors)
         return got
 
     def estimate(self) -> float:

@@ -156,6 +156,14 @@ class Cluster:
             workers' loopback links (``reshard-bench --cluster local``), or a switch all
             links pass through. Each byte a device receives from another crosses it
             once. 0: no such resource (the presets).
+        message_cost: seconds of the shared bandwidth's resource (the machine's cores,
+            all of them) that each end of one message takes whatever its size: the
+            sender's and the receiver's work to post, match and complete it (a piece of
+            a pipelined transfer is a message; an all-gather sends each member's piece
+            to each other member). Charged with ``shared_bandwidth`` only, and with it
+            the copies those cores make to stage an all-gather's rows (each member
+            copies the box once, at ``copy_bandwidth``). 0: none (the presets;
+            ``reshard-bench --cluster local`` measures it through the run's backend).
     """
 
     hosts: tuple[tuple[int, ...], ...]
@@ -168,13 +176,15 @@ class Cluster:
     nics_per_host: int = 1
     relay_piece: int = 0
     shared_bandwidth: float = 0.0
+    message_cost: float = 0.0
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled by its fields (the device index built from them is not picklable;
         the constructor builds it again)."""
         return (Cluster, (self.hosts, self.intra_bandwidth, self.nic_bandwidth, self.latency,
                           self.intra_latency, self.copy_bandwidth, self.name,
-                          self.nics_per_host, self.relay_piece, self.shared_bandwidth))
+                          self.nics_per_host, self.relay_piece, self.shared_bandwidth,
+                          self.message_cost))
 
     def __post_init__(self) -> None:
         hosts = tuple(tuple(int(d) for d in h) for h in self.hosts)
@@ -205,6 +215,11 @@ class Cluster:
             raise ClusterError(
                 f"shared_bandwidth must be a finite number >= 0 bytes/s (0: none), got {shared}")
         object.__setattr__(self, "shared_bandwidth", shared)
+        cost = float(self.message_cost)
+        if not 0 <= cost < math.inf:
+            raise ClusterError(
+                f"message_cost must be a finite number >= 0 seconds (0: none), got {cost}")
+        object.__setattr__(self, "message_cost", cost)
         piece = self.relay_piece
         if isinstance(piece, bool) or not isinstance(piece, int) or piece < 0:
             raise ClusterError(f"relay_piece must be an integer >= 0 bytes, got {piece!r}")
@@ -252,7 +267,7 @@ class Cluster:
             "intra_bandwidth": fig.intra_bandwidth, "nic_bandwidth": fig.nic_bandwidth,
             "latency": fig.latency, "intra_latency": fig.intra_latency,
             "copy_bandwidth": fig.copy_bandwidth, "nics_per_host": fig.nics_per_host,
-            "relay_piece": 0, "shared_bandwidth": 0.0,
+            "relay_piece": 0, "shared_bandwidth": 0.0, "message_cost": 0.0,
         }
         unknown = set(overrides) - set(figures) - {"name"}
         if unknown:
@@ -334,7 +349,8 @@ class Cluster:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (``relay_piece`` and ``shared_bandwidth`` only when set)."""
+        """JSON-ready form (``relay_piece``, ``shared_bandwidth`` and ``message_cost``
+        only when set)."""
         return {
             "hosts": [list(h) for h in self.hosts], "intra_bandwidth": self.intra_bandwidth,
             "nic_bandwidth": self.nic_bandwidth, "latency": self.latency,
@@ -342,6 +358,7 @@ class Cluster:
             "name": self.name, "nics_per_host": self.nics_per_host,
             **({"relay_piece": self.relay_piece} if self.relay_piece else {}),
             **({"shared_bandwidth": self.shared_bandwidth} if self.shared_bandwidth else {}),
+            **({"message_cost": self.message_cost} if self.message_cost else {}),
         }
 
     @classmethod

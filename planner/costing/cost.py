@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -43,6 +44,7 @@ from reshard.planner.cells.decompose import TABLE_FROM, decompose, decompose_tab
 from reshard.planner.costing.fairshare import FairShare
 from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.stepgate import StepGate
+from reshard.planner.schedule.coalesce import followers
 from reshard.planner.values.plan_view import PlanView, Route
 from reshard.planner.values.resources import (
     COPY,
@@ -54,23 +56,57 @@ from reshard.planner.values.resources import (
     Resource,
     capacities,
 )
-from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
+from reshard.planner.values.tasks import Conversion, Task, TaskKind, TensorSpec
 
 Hops = dict[tuple[int, int], tuple[tuple[tuple[Resource, float], ...], float, float]]
 """What one (sender, receiver) edge of a transfer crosses (:func:`_hop`), by edge: the
 routes of one plan share them (a broadcast tree's edges recur across its tasks)."""
 
 
-def task_path(task: Task, cluster: Cluster, hops: Hops | None = None
-              ) -> Route:
+def task_path(task: Task, cluster: Cluster, hops: Hops | None = None, *,
+              rides: bool = False) -> Route:
     """Resources a task's bytes cross (with the fraction of the bytes on each) and its
-    fixed latency. ``hops``: edges already looked at on ``cluster`` (filled in)."""
+    fixed latency. ``hops``: edges already looked at on ``cluster`` (filled in).
+    ``rides``: the task travels in another task's coalesced message
+    (:func:`reshard.planner.schedule.coalesce.followers`), so it adds no message of its
+    own (``Cluster.message_cost``)."""
     path, lat = _links_path(task, cluster, {} if hops is None else hops)
     if cluster.shared_bandwidth and task.kind is not TaskKind.COPY:
-        # every byte a device receives crosses the shared resource once
+        # every byte a device receives crosses the shared resource once, and each end
+        # of each message takes its fixed share of it (as bytes of this task)
         received = sum(f for (kind, _), f in path if kind == DEV_IN)
+        if cluster.message_cost and task.nbytes and not rides:
+            received += (2 * messages(task, cluster) * cluster.message_cost
+                         * cluster.shared_bandwidth / task.nbytes)
+        if cluster.message_cost and task.kind is TaskKind.ALLGATHER:
+            # the same cores stage its rows: each member copies the box once (its piece
+            # into the rows, the others' out of them), before and after the exchange
+            received += len(task.receivers) * cluster.shared_bandwidth / cluster.copy_bandwidth
         path.append(((SHARED, 0), received))
     return path, lat
+
+
+def _pieces(nbytes: int, cluster: Cluster) -> int:
+    """Messages one edge's ``nbytes`` take: a backend that pipelines cuts them in
+    :func:`~reshard.cluster.pipeline_piece` pieces (one message when it is 0)."""
+    piece = pipeline_piece(cluster.relay_piece, nbytes)
+    return max(1, -(-nbytes // piece)) if piece else 1
+
+
+def messages(task: Task, cluster: Cluster) -> int:
+    """Messages ``task`` sends (each has two ends, a sender's and a receiver's): a
+    piece of a pipelined transfer per edge (:func:`_pieces`); an all-gather's member
+    piece to each other member; an all-reduce's ring (the backend's own: each member
+    sends ``2(k - 1)`` times); none for a copy. What ``Cluster.message_cost`` charges."""
+    k = len(task.receivers)
+    if task.kind is TaskKind.COPY:
+        return 0
+    if task.kind is TaskKind.ALLGATHER:
+        return k * (k - 1) * _pieces(task.nbytes // max(k, 1), cluster)
+    if task.kind is TaskKind.ALLREDUCE:
+        return 2 * k * (k - 1)
+    edges = k if task.kind is TaskKind.REDUCE else len(task.edges()) + len(task.addends)
+    return edges * _pieces(task.nbytes, cluster)
 
 
 def _hop(a: int, b: int, cluster: Cluster
@@ -167,23 +203,28 @@ Routes = dict[tuple[object, ...], Route]
 """Task routes by what decides them (:func:`task_routes`' ``known``)."""
 
 
-def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = None
-                ) -> tuple[Route, ...]:
+def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = None,
+                tensors: Sequence[Conversion] = ()) -> tuple[Route, ...]:
     """:func:`task_path` of every task; tasks of one route (other tensors, steps or
     boxes, the same devices in the same roles) share one (read only). ``known``: the
     routes of other tasks on ``cluster`` (filled in as they are found), so that plans
-    of the same tasks in other orders or steps find each route once."""
+    of the same tasks in other orders or steps find each route once. ``tensors``: the
+    plan's, where the cluster charges messages (``Cluster.message_cost``): the tasks
+    that ride in another's coalesced message add none."""
     if known is None:
         known = {}
     piece = cluster.relay_piece
+    per_message = bool(cluster.message_cost and cluster.shared_bandwidth)
+    riders = followers(tasks, tensors) if per_message and tensors else set()
     hops: Hops = {}
     out = []
-    for t in tasks:
+    for i, t in enumerate(tasks):
+        rides = i in riders
         key = (t.kind, t.root, t.receivers, t.parents, t.addends, t.addend_parents,
-               pipeline_piece(piece, t.nbytes))
+               pipeline_piece(piece, t.nbytes), t.nbytes if per_message else 0, rides)
         got = known.get(key)
         if got is None:
-            got = known[key] = task_path(t, cluster, hops)
+            got = known[key] = task_path(t, cluster, hops, rides=rides)
         out.append(got)
     return tuple(out)
 
@@ -367,6 +408,7 @@ class _Intake:
         self.host_least: dict[int, tuple[int, int]] = {}
         self.merged = 0.0
         self.near: set[int] = set()  # devices some of whose bytes may come from their own host
+        self.sums_to: set[int] = set()  # devices needing a sum (an all-reduce may bring it)
         self.host_of = cluster.host_map.__getitem__  # a plain lookup: a hot loop
 
     def add(self, t: TensorSpec) -> None:
@@ -413,6 +455,8 @@ class _Intake:
             else:
                 self.dev_in[d] = self.dev_in.get(d, 0.0) + nbytes
                 self.host_take[host_of(d)] = self.host_take.get(host_of(d), 0.0) + nbytes
+                if summed:
+                    self.sums_to.add(d)
                 if host_of(d) in summing:
                     self.near.add(d)
         if summed and needers:
@@ -431,6 +475,16 @@ class _Intake:
         if need_hosts - hold_hosts:
             self.leave.setdefault(hold_hosts, []).append((frozenset(need_hosts), nbytes))
 
+    def fewest_messages(self) -> int:
+        """Messages the devices must receive at the least: no message of a send, a
+        broadcast or an all-gather carries more than ``Cluster.relay_piece`` bytes
+        (:func:`messages`), so a device takes in its bytes in that many; a device
+        needing a sum, or any with no piece size, in one at least (an all-reduce's
+        ring messages are of any size)."""
+        piece = self.cluster.relay_piece
+        return sum(1 if not piece or d in self.sums_to else max(1, math.ceil(b / piece))
+                   for d, b in self.dev_in.items())
+
     def bound(self) -> float:
         """The largest term. Each is bytes over a bandwidth plus the least latency its
         bytes may pay: bytes that must cross a host boundary one network latency,
@@ -446,7 +500,7 @@ class _Intake:
         terms += [b / cluster.copy_bandwidth for b in self.dev_copy.values()]
         if cluster.shared_bandwidth and self.dev_in:
             terms.append((sum(self.dev_in.values()) + self.merged) / cluster.shared_bandwidth
-                         + intra)
+                         + 2 * cluster.message_cost * self.fewest_messages() + intra)
         # A host takes its bytes in through its devices' links, or sends a sum's addends
         # out through its NICs to be merged elsewhere.
         for h, b in self.host_take.items():
@@ -461,5 +515,16 @@ class _Intake:
         return max(terms)
 
 
-__all__ = ["Estimate", "Hops", "Routes", "ingress_time", "lower_bound", "one_at_a_time_time",
-           "simulate", "stepped_floor", "task_path", "task_routes"]
+__all__ = [
+    "Estimate",
+    "Hops",
+    "Routes",
+    "ingress_time",
+    "lower_bound",
+    "messages",
+    "one_at_a_time_time",
+    "simulate",
+    "stepped_floor",
+    "task_path",
+    "task_routes",
+]

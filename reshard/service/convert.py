@@ -31,7 +31,8 @@ MAX_DEVICES = 1 << 16
 """Devices a mesh, or a cluster given by size, may have in a request."""
 
 FIGURES = ("intra_bandwidth", "nic_bandwidth", "latency", "intra_latency",
-           "copy_bandwidth", "nics_per_host", "relay_piece", "shared_bandwidth")
+           "copy_bandwidth", "nics_per_host", "relay_piece", "shared_bandwidth",
+           "message_cost")
 """The link figures a cluster message can set (Cluster fields of the same names)."""
 
 STRATEGIES: Mapping[Strategy, pb.Strategy] = MappingProxyType({

@@ -506,15 +506,19 @@ def test_cluster_local_models_this_machines_measured_links(monkeypatch):
     from reshard.microbench import calibrate
 
     asked = []
+    backends = []
 
-    def fake(counts):
+    def fake(counts, backend=None):
         counts = list(counts)
         asked.extend(counts)
-        return {p: calibrate.Links(1e9, 1e-4, 1e10, p, 0.8e9 * p) for p in counts}
+        backends.append(backend)
+        return {p: calibrate.Links(1e9, 1e-4, 1e10, p, 0.8e9 * p, message_cost=3e-5)
+                for p in counts}
 
     monkeypatch.setattr(calibrate, "measure_many", fake)
     opts, cases = _resolved(["--mode", "run", "--cluster", "local", "--cases", "1,7"])
     assert sorted(asked) == sorted(c.devices_needed // 2 for c in cases)  # one per count
+    assert backends == ["gloo"]  # the run's backend: its messages are timed
     assert sorted(c.devices_needed for c in cases) == [12, 16]
     for case in cases:
         p = sweep.place(case, opts)
@@ -525,6 +529,7 @@ def test_cluster_local_models_this_machines_measured_links(monkeypatch):
         assert p.cluster.nic_bandwidth == p.cluster.intra_bandwidth * per_host
         # every link shares what the case's pairs moved at once, and the bound says so
         assert p.cluster.shared_bandwidth == 0.8e9 * (case.devices_needed // 2)
+        assert p.cluster.message_cost == 3e-5
 
 
 def test_calibration_measures_loopback_streams():
@@ -535,6 +540,19 @@ def test_calibration_measures_loopback_streams():
     assert links.shared >= links.bandwidth
     assert 0 < links.latency < 0.1 and links.copy_bandwidth > 1e8
     assert "2 pairs" in links.describe()
+
+
+def test_calibration_times_a_backends_messages():
+    from reshard.microbench import calibrate
+
+    assert calibrate.measurable("gloo") and calibrate.measurable("tcp")
+    assert not calibrate.measurable("local")  # its ranks are threads of one process
+    assert not calibrate.measurable("nccl")  # a GPU per rank
+    cost = calibrate.message_cost("tcp", count=64, rounds=2)
+    assert 1e-7 < cost < 1e-2  # a microsecond to a few milliseconds of the machine
+    links = calibrate.Links(1e9, 1e-4, 1e10, 1, 1e9, message_cost=cost)
+    assert links.overrides(2)["message_cost"] == cost
+    assert "per message end" in links.describe()
 
 
 def test_calibration_keeps_the_best_round(monkeypatch):

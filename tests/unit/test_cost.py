@@ -162,11 +162,71 @@ def test_a_shared_bandwidth_carries_every_received_byte_once():
             Cluster.regular(2, 1, shared_bandwidth=bad)
 
 
+def test_each_end_of_each_message_takes_its_share_of_the_shared_bandwidth():
+    """Cluster.message_cost (a CPU machine's work per message end, posting, matching,
+    completing: ``--cluster local`` times it through the run's backend): a send cut in
+    pieces pays two ends per piece, an all-gather one message per member piece to each
+    other member, a chain one per piece per hop; without a shared bandwidth it is not
+    charged, and the model of a plan of many messages rises by exactly their cost."""
+    import pickle
+
+    from reshard.planner.costing.cost import messages, task_path
+    from reshard.planner.values.resources import SHARED
+    from reshard.planner.values.tasks import Task, TaskKind
+
+    links = {"nic_bandwidth": 2e9, "intra_bandwidth": 1e9, "latency": 0.0,
+             "intra_latency": 0.0, "relay_piece": 1 << 20}
+    shared = Cluster.regular(2, 4, shared_bandwidth=1e9, **links)
+    costly = Cluster.regular(2, 4, shared_bandwidth=1e9, message_cost=1e-4, **links)
+    mib = 1 << 20
+    send = Task(TaskKind.SEND, 0, ((0, 2 * mib),), 0, (4,), 8 * mib)
+    assert messages(send, costly) == 8  # 1 MiB pieces
+    gather = Task(TaskKind.ALLGATHER, 0, ((0, mib),), -1, (4, 5, 6, 7), 4 * mib,
+                  pieces=tuple(((i * mib // 4, (i + 1) * mib // 4),) for i in range(4)))
+    assert messages(gather, costly) == 4 * 3 * 4  # 1 MiB a member: in quarters
+    chain = Task(TaskKind.BROADCAST, 0, ((0, mib // 4),), 0, (1, 2, 3), mib)
+    assert messages(chain, costly) == 3 * 4
+    copy = Task(TaskKind.COPY, 0, ((0, 1000),), 0, (0,), 4000)
+    assert messages(copy, costly) == 0
+    for task, staged in ((send, 0), (gather, 4 * 4 * mib), (chain, 0)):
+        plain_share = dict(task_path(task, shared)[0])[(SHARED, 0)]
+        share = dict(task_path(task, costly)[0])[(SHARED, 0)]
+        extra_seconds = (share - plain_share) * task.nbytes / 1e9
+        # and an all-gather's four members each copy its 4 MiB box through its rows
+        assert extra_seconds == pytest.approx(2 * messages(task, costly) * 1e-4
+                                              + staged / costly.copy_bandwidth)
+    nic_only = Cluster.regular(2, 4, message_cost=1e-4, **links)
+    assert all(r[0] != SHARED for r, _ in task_path(send, nic_only)[0])
+    # a plan: 16 MiB from one device to another, in 16 pieces of 1 MiB
+    src = Layout(DeviceMesh((1,), devices=[0]), "R")
+    dst = Layout(DeviceMesh((1,), devices=[4]), "R")
+    a = reshard.plan((4 * mib,), "int32", src, dst, cluster=shared)
+    b = reshard.plan((4 * mib,), "int32", src, dst, cluster=costly)
+    assert a.tasks == b.tasks and len(b.tasks) == 1
+    assert b.estimate() - a.estimate() == pytest.approx(2 * 16 * 1e-4)
+    # no plan delivers 16 MiB in fewer than 16 messages of at most 1 MiB
+    assert b.lower_bound() - a.lower_bound() == pytest.approx(2 * 16 * 1e-4)
+    assert b.estimate() >= b.lower_bound() * (1 - 1e-9)
+    # 40 small tensors of one step travel coalesced: one message, not 40
+    small = [((1024,), "float32", src, dst)] * 40
+    many = reshard.plan_many(small, cluster=costly)
+    alone = reshard.plan_many(small, cluster=shared)
+    assert len(many.tasks) == 40 and len({t.step for t in many.tasks}) == 1
+    assert many.estimate() - alone.estimate() == pytest.approx(2 * 1e-4, rel=0.05)
+    assert "message_cost" not in shared.to_dict()
+    assert Cluster.from_dict(costly.to_dict()) == costly == pickle.loads(pickle.dumps(costly))
+    assert costly != shared
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(reshard.ClusterError, match="message_cost"):
+            Cluster.regular(2, 1, message_cost=bad)
+
+
 def test_the_bound_holds_under_a_shared_bandwidth():
     """Every strategy's model stays at or above the bound when every link shares one
     resource, on a transpose, a 1-to-m broadcast and a partial sum."""
     cluster = Cluster.regular(3, 4, nic_bandwidth=4e9, intra_bandwidth=1e9, latency=3e-5,
-                              intra_latency=3e-5, nics_per_host=4, shared_bandwidth=2.5e9)
+                              intra_latency=3e-5, nics_per_host=4, shared_bandwidth=2.5e9,
+                              message_cost=3e-5, relay_piece=1 << 20)
     cases = [((64, 64), "S0R", "RS0", range(6), range(6, 12)),
              ((4096,), "R", "R", [0], range(4, 12)),
              ((64, 64), "S0R+P1", "RS0", range(8), range(4, 12))]

@@ -177,10 +177,11 @@ def test_cluster_forms_build_what_the_python_api_builds():
     assert convert.cluster_from_pb(narrow) == Cluster.preset("paper", 3, 2)
     regular = pb.Cluster(regular=pb.RegularCluster(
         num_hosts=4, devices_per_host=2, preset="aws-p4d.24xlarge",
-        figures=pb.LinkFigures(nic_bandwidth=1e9, nics_per_host=2, shared_bandwidth=3e9)))
+        figures=pb.LinkFigures(nic_bandwidth=1e9, nics_per_host=2, shared_bandwidth=3e9,
+                               message_cost=2e-5)))
     assert convert.cluster_from_pb(regular) == Cluster.regular(
         4, 2, preset="aws-p4d.24xlarge", nic_bandwidth=1e9, nics_per_host=2,
-        shared_bandwidth=3e9)
+        shared_bandwidth=3e9, message_cost=2e-5)
     hosts = pb.Cluster(hosts=pb.HostsCluster(hosts=[pb.Host(devices=[0, 2]),
                                                     pb.Host(devices=[1, 3])], name="lab"))
     assert convert.cluster_from_pb(hosts) == Cluster.from_hosts([[0, 2], [1, 3]], name="lab")
