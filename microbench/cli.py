@@ -233,21 +233,35 @@ def summary(rows: Sequence[dict], suite: str, mode: Mode, checked: bool) -> list
 
 
 def _slower_line(rows: Sequence[dict], key: str) -> str | None:
+    """In how many cases broadcast's ``key`` (model or measured time) exceeds the best
+    baseline's; a measured row whose plan is that baseline's own (the same tasks: the
+    default chose it) is marked, its difference being the runs' spread."""
     by_case: dict[tuple, dict[str, float]] = {}
+    plans: dict[tuple, dict[str, str]] = {}
     for r in rows:
         if r[key] is not None:
             by_case.setdefault((r["case"], r["bytes"]), {})[r["strategy"]] = r[key]
+            plans.setdefault((r["case"], r["bytes"]), {})[r["strategy"]] = \
+                r.get("tasks_digest") or ""
     baselines = [s for s in ("send_recv", "allgather") if any(s in t for t in by_case.values())]
     if not baselines or not any("broadcast" in t for t in by_case.values()):
         return None
     worse = []
+    same = 0
     for (case, nbytes), t in by_case.items():
-        base = min((t[b] for b in baselines if b in t), default=None)
-        if "broadcast" in t and base and t["broadcast"] > base * (1 + 1e-9):
+        best = min((b for b in baselines if b in t), key=lambda b: t[b], default=None)
+        if "broadcast" in t and best and t["broadcast"] > t[best] * (1 + 1e-9):
             size = f" @ {nbytes} B" if sum(k[0] == case for k in by_case) > 1 else ""
-            worse.append(f"{case}{size} (+{100 * (t['broadcast'] / base - 1):.1f}%)")
+            digests = plans[(case, nbytes)]
+            twin = key == "measured_us" and digests["broadcast"] and \
+                digests["broadcast"] == digests[best]
+            same += bool(twin)
+            worse.append(f"{case}{size} (+{100 * (t['broadcast'] / t[best] - 1):.1f}%"
+                         f"{', same plan' if twin else ''})")
+    spread = (f"; {same} of them the baseline's own plan (the runs' spread)"
+              if same else "")
     return (f"broadcast slower than the best of {'/'.join(baselines)} in {len(worse)} of "
-            f"{len(by_case)} cases" + (f": {', '.join(worse)}" if worse else ""))
+            f"{len(by_case)} cases" + (f": {', '.join(worse)}" if worse else "") + spread)
 
 
 def payload(args: argparse.Namespace, opts: Options, launcher: str | None, rows: list[dict],

@@ -48,6 +48,7 @@ from reshard.microbench.measure import (
 from reshard.microbench.report import Stream
 from reshard.microbench.suites.paper import Case, Request, preset_key
 from reshard.planner.ir import ReshardPlan
+from reshard.planner.values.digest import digest_tasks
 
 if TYPE_CHECKING:
     from reshard.runtime import DArray, Runtime
@@ -230,6 +231,7 @@ def row(p: Placed, plan: ReshardPlan, plan_s: float, times: Sequence[float] | No
         "preset": p.preset, "hosts": p.cluster.num_hosts,
         "devices_per_host": len(p.cluster.hosts[0]),
         "strategy": plan.strategy.value, "tasks": len(plan.tasks),
+        "tasks_digest": digest_tasks({}, plan.tasks).hex()[:16],
         "bytes_moved": plan.bytes_moved(), "plan_ms": plan_s * 1e3,
         "model_us": model * 1e6, "lb_us": lb * 1e6, "model_over_bound": ratio(model, lb),
         "measured_us": None if median is None else median * 1e6,

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -409,6 +408,8 @@ class _Intake:
         self.merged = 0.0
         self.near: set[int] = set()  # devices some of whose bytes may come from their own host
         self.sums_to: set[int] = set()  # devices needing a sum (an all-reduce may bring it)
+        # where messages cost (Cluster.message_cost): each device's holder sets
+        self.roots: dict[int, set[frozenset[int]]] | None = {} if cluster.message_cost else None
         self.host_of = cluster.host_map.__getitem__  # a plain lookup: a hot loop
 
     def add(self, t: TensorSpec) -> None:
@@ -457,6 +458,8 @@ class _Intake:
                 self.host_take[host_of(d)] = self.host_take.get(host_of(d), 0.0) + nbytes
                 if summed:
                     self.sums_to.add(d)
+                elif self.roots is not None:
+                    self.roots.setdefault(d, set()).add(frozenset(holders))
                 if host_of(d) in summing:
                     self.near.add(d)
         if summed and needers:
@@ -476,14 +479,27 @@ class _Intake:
             self.leave.setdefault(hold_hosts, []).append((frozenset(need_hosts), nbytes))
 
     def fewest_messages(self) -> int:
-        """Messages the devices must receive at the least: no message of a send, a
-        broadcast or an all-gather carries more than ``Cluster.relay_piece`` bytes
-        (:func:`messages`), so a device takes in its bytes in that many; a device
-        needing a sum, or any with no piece size, in one at least (an all-reduce's
-        ring messages are of any size)."""
+        """Messages the devices must receive at the least, each device the more of:
+        its bytes ``b`` in pieces of ``pipeline_piece(relay_piece, b)`` (no message of
+        a send, a broadcast or an all-gather into it carries more: its pieces are of a
+        transfer of at most ``b`` bytes, :func:`messages`; one for a device needing a
+        sum, whose all-reduce's ring messages are of any size, or without a piece size);
+        and its cells' holder sets that share no device (a message carries the boxes
+        of one cell group, or of several with one root, which their holder sets share:
+        a greedy pick of disjoint sets, the smallest first, counts some of them)."""
         piece = self.cluster.relay_piece
-        return sum(1 if not piece or d in self.sums_to else max(1, math.ceil(b / piece))
-                   for d, b in self.dev_in.items())
+        roots = self.roots or {}
+        total = 0
+        for d, b in self.dev_in.items():
+            least = 1 if not piece or d in self.sums_to else _pieces(int(b), self.cluster)
+            taken: set[int] = set()
+            disjoint = 0
+            for hs in sorted(roots.get(d, ()), key=len):
+                if taken.isdisjoint(hs):
+                    taken |= hs
+                    disjoint += 1
+            total += max(least, disjoint)
+        return total
 
     def bound(self) -> float:
         """The largest term. Each is bytes over a bandwidth plus the least latency its
@@ -500,7 +516,8 @@ class _Intake:
         terms += [b / cluster.copy_bandwidth for b in self.dev_copy.values()]
         if cluster.shared_bandwidth and self.dev_in:
             terms.append((sum(self.dev_in.values()) + self.merged) / cluster.shared_bandwidth
-                         + 2 * cluster.message_cost * self.fewest_messages() + intra)
+                         + (2 * cluster.message_cost * self.fewest_messages()
+                            if cluster.message_cost else 0.0) + intra)
         # A host takes its bytes in through its devices' links, or sends a sum's addends
         # out through its NICs to be merged elsewhere.
         for h, b in self.host_take.items():

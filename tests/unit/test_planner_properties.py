@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -112,6 +113,19 @@ def test_plan_json_round_trip_and_determinism(problem, strategy):
             assert all(s < t.step for (i, box), s in reduced.items()
                        if i == t.tensor and _overlaps(box, t.box))
     p.verify()
+    assert p.estimate() >= p.lower_bound() * (1 - 1e-9)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(planning_problems(), st.sampled_from(STRATEGIES), st.sampled_from([0, 4096, 1 << 20]))
+def test_the_bound_counts_no_message_a_plan_can_do_without(problem, strategy, piece):
+    """On a CPU machine's cluster whose messages cost far more than their bytes
+    (Cluster.message_cost), the bound's fewest messages never exceed what a plan
+    sends: every strategy's model stays at or above it."""
+    shape, dtype, src, dst, cluster = problem
+    cpu = dataclasses.replace(cluster, shared_bandwidth=1e9, message_cost=1e-3,
+                              relay_piece=piece)
+    p = reshard.plan(shape, dtype, src, dst, cluster=cpu, strategy=strategy)
     assert p.estimate() >= p.lower_bound() * (1 - 1e-9)
 
 

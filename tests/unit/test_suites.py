@@ -199,6 +199,23 @@ def test_summary_names_worst_case_and_counts_baseline_wins():
                                "send_recv/allgather in 1 of 2 cases: b")
 
 
+def test_measured_summary_marks_the_rows_where_the_default_ran_the_baselines_plan():
+    def row(case, strategy, t, digest):
+        return {"case": case, "bytes": 8, "strategy": strategy, "model_us": 1.0,
+                "lb_us": 1.0, "model_over_bound": 1.0, "measured_us": t, "wrong": 0,
+                "tasks_digest": digest}
+    rows = [row("a", "send_recv", 4.0, "p"), row("a", "allgather", 5.0, "q"),
+            row("a", "broadcast", 4.4, "p"),  # send_recv's plan: slower by the spread
+            row("b", "send_recv", 4.0, "p"), row("b", "allgather", 5.0, "q"),
+            row("b", "broadcast", 4.8, "r")]  # a plan of its own, slower
+    lines = bench_cli.summary(rows, "demo", bench_cli.Mode.RUN, checked=True)
+    measured = next(ln for ln in lines if ln.startswith("# measured:"))
+    assert "in 2 of 2 cases: a (+10.0%, same plan), b (+20.0%)" in measured
+    assert measured.endswith("; 1 of them the baseline's own plan (the runs' spread)")
+    model = next(ln for ln in lines if ln.startswith("# model:"))
+    assert "same plan" not in model
+
+
 def test_run_mode_refuses_cases_too_big_for_the_machine(capsys):
     code = bench_cli.main(["--mode", "run", "--backend", "local", "--suite", "realistic",
                            "--cases", "a2a-16x8", "-b", "64K", "--max-devices", "16"])
