@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from reshard.cluster import pipeline_piece
+from reshard.comm.backend import Capabilities
 from reshard.dtypes import is_torch, numpy_of_torch
 from reshard.errors import ExecutionError
 from reshard.planner.values.tasks import sum_targets
@@ -89,6 +90,20 @@ class Grouped:
     _failed: ExecutionError | None = None
     relay_piece = 0
     """The running program's piece (:meth:`use_piece`; 0: the default piece)."""
+    capabilities = Capabilities(moves=None, sums=None, groups_need_world=False, device="cpu",
+                                lands_pieces=True, sized_pieces=True, batch_scheduled=True,
+                                gathers=True)
+    """Point to point in pieces on host memory: every move (relays and gathers built
+    from sends), no reduction of their own."""
+
+    def _join(self, device: int, world: tuple[int, ...], timeout: float) -> None:
+        """This rank: ``device`` of ``world`` (in the plane's rank order), whose
+        operations may go ``timeout`` seconds without progress."""
+        self.device = int(device)
+        self._world = world
+        if self.device not in world:
+            raise ExecutionError(f"device {device} is not in the world {list(world)}")
+        self.timeout = float(timeout)
 
     @property
     def world(self) -> tuple[int, ...]:

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from reshard.comm.backend import Capabilities, refuse_unsupported
+from reshard.comm.backend import refuse_unsupported
 from reshard.comm.backends.host_memory import (
     Grouped,
     HostMemory,
@@ -145,17 +145,10 @@ class NixlBackend(Grouped, HostMemory):
     """
 
     name = "nixl"
-    capabilities = Capabilities(moves=None, sums=None, groups_need_world=False, device="cpu",
-                                lands_pieces=True, sized_pieces=True, batch_scheduled=True,
-                                gathers=True)
 
     def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
                  *, advertise: str = "127.0.0.1", host: int = 0, local_index: int = 0) -> None:
-        self.device = int(device)
-        self._world = tuple(sorted(int(d) for d in world))
-        if self.device not in self._world:
-            raise ExecutionError(f"device {device} is not in the world {list(self._world)}")
-        self.timeout = float(timeout)
+        self._join(device, tuple(sorted(int(d) for d in world)), timeout)
         self._shared = Agent(self.device, self._world, rendezvous, self.timeout)
         self._channel = ""
         self._reset()

@@ -25,7 +25,8 @@ from reshard.mesh import DeviceMesh
 from reshard.planner.values.strategy import Strategy
 from reshard.spec import ShardingSpec, SplitRule
 
-__all__ = ["cost_request", "from_layout", "mesh_of", "reshard_array", "to_layout", "to_sharding"]
+__all__ = ["ProcessMove", "cost_request", "from_layout", "mesh_of", "reshard_array", "to_layout",
+           "to_sharding"]
 
 
 def _id(device: Any) -> int:
@@ -252,12 +253,14 @@ def _jax_moves_it(x: jax.Array, sharding: Any, *options: Any) -> bool:
 
 
 def _assemble(shards: dict[int, np.ndarray], shape: tuple[int, ...], sharding: NamedSharding,
-              layout: Layout) -> jax.Array:
-    """A jax.Array of this process's shards (device ids as JAX's)."""
+              layout: Layout, dtype: Any = None) -> jax.Array:
+    """A jax.Array of this process's shards (device ids as JAX's); ``dtype``: the
+    array's, for a process holding none of it."""
     by_id: dict[int, Any] = {_id(d): d for d in sharding.device_set}
     arrays = [jax.device_put(shards[i], by_id[i]) for i in layout.devices
               if by_id[i].process_index == jax.process_index()]
-    return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
+    return jax.make_array_from_single_device_arrays(shape, sharding, arrays,
+                                                    dtype=None if arrays else dtype)
 
 
 def _run(rt: Any, shards: dict[int, np.ndarray], src: Layout, dst: Layout, x: jax.Array,
@@ -286,3 +289,69 @@ def cost_request(shape: Sequence[int], dtype: Any, src: NamedSharding | SingleDe
     shape = tuple(int(n) for n in shape)
     return (shape, parse_dtype(dtype).name, to_layout(src, shape), to_layout(dst, shape),
             cluster)
+
+
+class ProcessMove:
+    """A move between shardings whose devices live in several JAX processes
+    (multi-controller JAX: each process sees its own devices only), run by reshard's
+    embeddable Executor, one rank per process.
+
+    ``jax.device_put`` between two device sets of several processes is refused on CPU
+    and GPU ("input and target sharding should have the same set of devices"; JAX has
+    experimental support on TPU alone), and a jit whose input and output shardings name
+    different devices is too. Every process builds the same move (same arguments, in the
+    same order), which plans it once (:meth:`Executor.load_request`: each process plans
+    the whole request and the plans' digests are compared before any byte moves) and
+    loads only this process's program; then each call moves one array::
+
+        ex = Executor.create("gloo", my_id, all_ids, rendezvous, 60.0)
+        move = ProcessMove(ex, x.shape, x.dtype, x.sharding, target)
+        y = move(x)        # in every process; y.sharding == target
+
+    Args:
+        executor: a :class:`reshard.comm.executor.Executor` whose device is this
+            process's JAX device (``jax.Device.id``; at most one of the two shardings'
+            devices per process) and whose world holds every device of both. A process
+            of its world with no device of either builds the move too where the backend
+            loads every program on every rank (gloo); its calls return an array with no
+            shard here.
+        shape, dtype: the array's.
+        src, dst: its sharding and the target one.
+        strategy: the plan's strategy (default broadcast).
+        cluster: the cluster to plan for (default: one host per JAX process, the
+            ``"paper"`` preset's figures).
+    """
+
+    def __init__(self, executor: Any, shape: Sequence[int], dtype: Any,
+                 src: NamedSharding, dst: NamedSharding, *,
+                 strategy: str | Strategy = Strategy.BROADCAST,
+                 cluster: Cluster | None = None) -> None:
+        self.shape = tuple(int(n) for n in shape)
+        self.sharding = dst
+        self.src, self.dst = to_layout(src, self.shape), to_layout(dst, self.shape)
+        mine = {_id(d) for d in (*src.addressable_devices, *dst.addressable_devices)}
+        if not mine <= {executor.device}:
+            raise ReshardError(
+                f"ProcessMove runs one reshard rank per JAX process: this process holds "
+                f"devices {sorted(mine)} of the two shardings, its executor is device "
+                f"{executor.device}; give each process at most one device of the "
+                f"shardings and an Executor for it")
+        if cluster is None:
+            hosts: dict[int, list[int]] = {}
+            for d in sorted({*src.device_set, *dst.device_set}, key=_id):
+                hosts.setdefault(d.process_index, []).append(_id(d))
+            cluster = Cluster.from_hosts(hosts[p] for p in sorted(hosts))
+        self.executor, self.dtype = executor, dtype
+        self.loaded, _ = executor.load_request(
+            [(self.shape, parse_dtype(dtype).name, self.src, self.dst)], cluster,
+            strategy=strategy)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """``x`` (this move's shape and source sharding) at the target sharding."""
+        me = self.executor.device
+        shard = None
+        if me in self.src.devices:
+            shard = np.asarray(x.addressable_shards[0].data)
+        out = self.executor.run(self.loaded, [shard]).wait()
+        got = {me: out[0]} if me in self.dst.devices else {}
+        return _assemble(got, self.shape, self.sharding, self.dst, self.dtype)

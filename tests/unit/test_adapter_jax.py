@@ -242,3 +242,19 @@ def test_the_side_by_side_benchmark_runs(devices, capsys):
     assert jax_side.main(["--scale", "0.005", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert out.count(" yes") == len(jax_side.CASES) and "worst ratio" in out
+
+
+def test_a_process_move_refuses_a_process_of_several_devices(devices):
+    """ProcessMove runs one reshard rank per JAX process: a process holding several of
+    the shardings' devices is refused before any plan is exchanged."""
+    class Rank:
+        device = int(devices[0].id)
+
+        def load_request(self, *args, **kwargs):
+            raise AssertionError("refused before planning")
+
+    mesh = Mesh(devices[:4].reshape(2, 2), ("a", "b"))
+    src, dst = NamedSharding(mesh, P("a", "b")), NamedSharding(mesh, P("b", "a"))
+    with pytest.raises(reshard.ReshardError, match="one reshard rank per JAX process"):
+        rj.ProcessMove(Rank(), (8, 8), np.float32, src, dst)
+
