@@ -44,6 +44,7 @@ import os
 import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -340,7 +341,14 @@ class GlooBackend(HostMemory):
             raise ExecutionError(
                 f"device {self.device}: backend buffers must be C-contiguous, got strides "
                 f"{buf.strides} for shape {buf.shape}")
-        return self._torch.from_numpy(buf.reshape(-1).view(np.uint8))
+        flat = buf.reshape(-1).view(np.uint8)
+        if flat.flags.writeable:
+            return self._torch.from_numpy(flat)
+        # a read-only source (a JAX array's host view): only ever sent, never written;
+        # torch warns that it cannot mark the tensor read-only
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return self._torch.from_numpy(flat)
 
     # ----- operations ----------------------------------------------------------------
     def _call(self, what: str, peers: Sequence[int], fn: Any, *args: Any, **kwargs: Any) -> Any:

@@ -429,11 +429,34 @@ class _Intake:
             for d in g:
                 sum_host[d] = one
         size = min((len(g) for g in groups), default=1)  # addends per group
+        item = t.itemsize
         for (holders, needers), elements in _cell_groups(t).items():
+            if not summed and len(holders) == 1 and len(needers) == 1:
+                self._pair(next(iter(holders)), next(iter(needers)), elements * item)
+                continue
             # the hosts holding a whole group of the cell's addends (None: a group
             # spread over hosts)
             inside: set[int | None] = {sum_host[d] for d in holders} if summed else set()
-            self._cell(holders, needers, elements * t.itemsize, size if summed else 0, inside)
+            self._cell(holders, needers, elements * item, size if summed else 0, inside)
+
+    def _pair(self, s: int, d: int, nbytes: float) -> None:
+        """:meth:`_cell` of a cell group one device holds and one needs (an all-to-all's
+        every cell): the same counts without building its sets."""
+        if s == d:
+            self.dev_copy[d] = self.dev_copy.get(d, 0.0) + nbytes
+            return
+        hs, hd = self.host_of(s), self.host_of(d)
+        if hs != hd:
+            self.host_in[hd] = self.host_in.get(hd, 0.0) + nbytes
+            self.host_least[hd] = (1, 1)  # one holder, one needer: the least there is
+        self.dev_in[d] = self.dev_in.get(d, 0.0) + nbytes
+        self.host_take[hd] = self.host_take.get(hd, 0.0) + nbytes
+        if self.roots is not None:
+            self.roots.setdefault(d, set()).add(frozenset((s,)))
+        if hs == hd:
+            self.near.add(d)
+        else:
+            self.leave.setdefault(frozenset((hs,)), []).append((frozenset((hd,)), nbytes))
 
     def _cell(self, holders: frozenset[int], needers: frozenset[int], nbytes: float,
               size: int, inside: set[int | None]) -> None:

@@ -347,3 +347,27 @@ def test_a_sum_merges_before_the_network_and_spreads_after_it():
     busy = 1024 * 1024 * 4 / 4 / cl.nic_bandwidth
     assert p.lower_bound() == pytest.approx(cl.latency + 2 * hop - hop / 8 - hop / 8 + busy)
     assert p.lower_bound() <= p.estimate() <= 1.10 * p.lower_bound()
+
+
+def test_the_bounds_one_holder_one_needer_path_counts_as_the_general_one(monkeypatch):
+    """_Intake._pair (a cell group one device holds and one needs: an all-to-all's every
+    cell) counts exactly what _Intake._cell counts for it, on all-to-alls within and
+    across hosts, with and without a message cost."""
+    from reshard.planner.costing import cost
+
+    def general(self, s, d, nbytes):
+        self._cell(frozenset((s,)), frozenset((d,)), nbytes, 0, set())
+
+    cases = [((64, 96), "S01R", "RS10", range(8), range(8, 16)),
+             ((64, 96), "S0S1", "S1S0", range(8), range(8)),
+             ((60, 90), "S0R", "RS0", range(4), range(2, 6))]
+    for figures in ({}, {"shared_bandwidth": 3e9, "message_cost": 2e-5, "relay_piece": 4096}):
+        cluster = Cluster.regular(4, 4, **figures)
+        for shape, a, b, sd, dd in cases:
+            sm = DeviceMesh((2, len(sd) // 2), devices=list(sd))
+            dm = DeviceMesh((2, len(dd) // 2), devices=list(dd))
+            p = reshard.plan(shape, "float32", Layout(sm, a), Layout(dm, b), cluster=cluster)
+            fast = cost.lower_bound(p.tensors, cluster)
+            with monkeypatch.context() as m:
+                m.setattr(cost._Intake, "_pair", general)
+                assert cost.lower_bound(p.tensors, cluster) == fast, (a, b, figures)
