@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from reshard.microbench.infra.procs import reap
+
 CHUNK = 1 << 20
 """Bytes per ``sendall`` / ``recv_into``."""
 
@@ -167,10 +169,7 @@ def _streams(pairs: int, nbytes: int, ping: bool, rounds: int = 1) -> list[list[
             times.append([o.recv() for o in outs])
         return times
     finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
+        reap(procs)
 
 
 def _copy_bandwidth(nbytes: int = 64 << 20) -> float:
@@ -250,10 +249,7 @@ def message_cost(backend: str, count: int = 256, rounds: int = 5) -> float:
         cores = len(os.sched_getaffinity(0))
         return sum(ends) / len(ends) / count / cores
     finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
+        reap(procs)
         server.close()
 
 

@@ -34,6 +34,7 @@ from reshard.comm.launchers.netns import NetnsHost
 from reshard.comm.launchers.scheduling import apply
 from reshard.comm.sockets import listen_on, recv_exact
 from reshard.microbench import calibrate, flags
+from reshard.microbench.infra.procs import reap
 from reshard.microbench.steal import cpu_times, stolen_note
 from reshard.microbench.suites.paper import all_cases
 from reshard.microbench.sweep import links_for
@@ -493,11 +494,7 @@ def floors(rows: Sequence[Row], rounds: int, repeats: int = 3, policy: str = "ba
                 else:
                     time.sleep(0.05)
         finally:
-            for p in procs:
-                p.join(5 if not failed else 0)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
+            reap(procs, 5 if not failed else 0)
     if failed:
         raise RuntimeError(f"{transport} processes failed: {failed[0]}")
     return [max(best[i] for best in got) for i in range(len(rows))]

@@ -118,6 +118,7 @@ def run(repeats: int = 7, rows: int = 4096, measured: bool = True) -> list[dict[
     ``measured``: plan for this machine's links (else the paper preset's)."""
     from reshard.comm.rendezvous import TcpRendezvousServer
     from reshard.microbench.calibrate import measure
+    from reshard.microbench.infra.procs import reap
 
     n = 8
     shape = (rows, 4096)
@@ -138,10 +139,7 @@ def run(repeats: int = 7, rows: int = 4096, measured: bool = True) -> list[dict[
     try:
         got = dict(results.get(timeout=600) for _ in procs)
     finally:
-        for p in procs:
-            p.join(timeout=60)
-            if p.is_alive():
-                p.kill()
+        reap(procs, 60.0)
         server.close()
     bad = {pid: r for pid, r in got.items() if isinstance(r, str)}
     if bad:

@@ -408,8 +408,10 @@ class _Intake:
         self.merged = 0.0
         self.near: set[int] = set()  # devices some of whose bytes may come from their own host
         self.sums_to: set[int] = set()  # devices needing a sum (an all-reduce may bring it)
-        # where messages cost (Cluster.message_cost): each device's holder sets
-        self.roots: dict[int, set[frozenset[int]]] | None = {} if cluster.message_cost else None
+        # where messages cost (Cluster.message_cost, on a shared bandwidth): each
+        # device's holder sets
+        self.roots: dict[int, set[frozenset[int]]] | None = \
+            {} if cluster.message_cost and cluster.shared_bandwidth else None
         self.host_of = cluster.host_map.__getitem__  # a plain lookup: a hot loop
 
     def add(self, t: TensorSpec) -> None:
@@ -510,11 +512,10 @@ class _Intake:
         and its cells' holder sets that share no device (a message carries the boxes
         of one cell group, or of several with one root, which their holder sets share:
         a greedy pick of disjoint sets, the smallest first, counts some of them)."""
-        piece = self.cluster.relay_piece
         roots = self.roots or {}
         total = 0
         for d, b in self.dev_in.items():
-            least = 1 if not piece or d in self.sums_to else _pieces(int(b), self.cluster)
+            least = 1 if d in self.sums_to else _pieces(int(b), self.cluster)
             taken: set[int] = set()
             disjoint = 0
             for hs in sorted(roots.get(d, ()), key=len):
