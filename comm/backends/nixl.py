@@ -16,10 +16,12 @@ the other) runs as:
    both sides count alike, every rank issuing its operations in the plan's order), its
    places as (address, bytes) runs, and the partial metadata of any registration the
    sender has not seen;
-2. the sender WRITEs, piece by piece (:func:`~reshard.comm.backends.host_memory.
-   wire_piece`), from its own registered places into those, each piece's descriptor
-   lists cut at the union of the two sides' boundaries, with a notification *landed*
-   (tag, number, bytes ``[a, b)``) that NIXL delivers after the piece's bytes;
+2. the sender WRITEs from its own registered places into those, each WRITE's
+   descriptor lists cut at the union of the two sides' boundaries, with a notification
+   *landed* (tag, number, bytes ``[a, b)``) that NIXL delivers after the WRITE's bytes:
+   piece by piece (:func:`~reshard.comm.backends.host_memory.wire_piece`) where the
+   receiver said it acts on pieces as they land (a relay, a reduction, a caller's
+   ``landed``), else all the sender holds in one WRITE;
 3. the receiver's operation is complete once every byte has landed; the sender's once
    every WRITE reports ``DONE``.
 
@@ -41,7 +43,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,15 +58,21 @@ from reshard.comm.backends.host_memory import (
     reduce_route,
     wire_piece,
 )
-from reshard.comm.backends.nixl_agent import HEAD, Agent, agent_prefix
+from reshard.comm.backends.nixl_agent import (
+    HEAD,
+    LANDED,
+    RANGE,
+    READY,
+    Agent,
+    Ready,
+    agent_prefix,
+    body_of,
+)
 from reshard.comm.backends.nixl_memory import Registrations, Run, cut, paired, runs_of
 from reshard.comm.backends.tcp_frames import Stream
 from reshard.dtypes import ReduceOp
 from reshard.errors import ExecutionError
 
-_READY = b"R"
-_LANDED = b"L"
-_RANGE = struct.Struct("<QQ")
 _GATHER_TAG = -1
 _REDUCE_TAG = -2
 _COMBINE: dict[ReduceOp, Callable[..., Any]] = {ReduceOp.SUM: np.add, ReduceOp.MAX: np.maximum}
@@ -107,6 +114,7 @@ class _Inbound:
     key: tuple[int, int]  # (tag, number)
     stream: Stream
     on_piece: Landed | None
+    regs: list[tuple[Run, int]] = field(default_factory=list)  # pinned until complete
     filled: int = 0
     spans: list[Run] = field(default_factory=list)  # landed byte ranges, merged
 
@@ -128,7 +136,9 @@ class _Outbound:
     runs: list[Run]
     have: int
     piece: int
+    regs: list[tuple[Run, int]] = field(default_factory=list)  # pinned until complete
     ready: list[Run] | None = None
+    pieces: bool = True  # the target acts on each piece as it lands
     sent: int = 0
     handles: list[Any] = field(default_factory=list)
 
@@ -158,8 +168,11 @@ class NixlBackend(Grouped, HostMemory):
         self._counts: collections.Counter[tuple[int, int, str]] = collections.Counter()
         self._inbound: dict[tuple[int, int, int], _Inbound] = {}
         self._outbound: dict[tuple[int, int, int], _Outbound] = {}
-        self._early: dict[tuple[int, int, int], list[Run]] = {}  # ready before posted
+        # ready before posted: the target's places, and whether it acts on pieces
+        self._early: dict[tuple[int, int, int], tuple[list[Run], bool]] = {}
         self._writing: list[tuple[_Outbound, Any]] = []
+        # ready, but naming registrations whose metadata has not arrived yet
+        self._parked: list[tuple[tuple[int, int, int], Ready]] = []
         self._open = False
         self._failed: ExecutionError | None = None
 
@@ -199,16 +212,15 @@ class NixlBackend(Grouped, HostMemory):
         peer it may write."""
         sh = self._shared
         key = self._number(peer, tag, "in")
-        runs = runs_of(stream.views)
-        body = struct.pack("<I", len(runs)) + b"".join(_RANGE.pack(a, n) for a, n in runs)
         with sh.lock:
             sh.load(self.device, peer)
             regs = sh.memory.ensure(stream.views)
-            new = [run for run, gen in regs if (peer, run, gen) not in sh.seen]
-            meta = sh.memory.metadata(new) if new else b""
-            sh.seen.update((peer, run, gen) for run, gen in regs)
-            self._inbound[(peer, *key)] = _Inbound(what, peer, key, stream, on_piece)
-            sh.agent.send_notif(sh.agents[peer], self._message(_READY, key, body + meta))
+            told, whole = sh.tell(peer, regs, sh.memory.trimmed > 0)
+            meta = (sh.memory.whole_metadata() if whole
+                    else sh.memory.metadata([run for (run, _), new in told if new]))
+            self._inbound[(peer, *key)] = _Inbound(what, peer, key, stream, on_piece, regs)
+            ready = Ready(runs_of(stream.views), on_piece is not None, told, meta, whole)
+            sh.agent.send_notif(sh.agents[peer], self._message(READY, key, ready.pack()))
 
     def _give(self, peer: int, tag: int, stream: Stream, have: int) -> _Outbound:
         """Post a send of ``stream`` to ``peer``; ``have`` bytes of it are here now."""
@@ -218,15 +230,16 @@ class NixlBackend(Grouped, HostMemory):
                         wire_piece(self.relay_piece, stream.total))
         with sh.lock:
             sh.load(self.device, peer)
-            sh.memory.ensure(stream.views)
+            out.regs = sh.memory.ensure(stream.views)
             self._outbound[(peer, *key)] = out
             ready = self._early.pop((peer, *key), None)
             if ready is not None:
-                self._ready(out, ready)
+                self._ready(out, *ready)
         return out
 
-    def _ready(self, out: _Outbound, runs: list[Run]) -> None:
-        """``out``'s target is ready to take its bytes at ``runs``: write what is here."""
+    def _ready(self, out: _Outbound, runs: list[Run], pieces: bool) -> None:
+        """``out``'s target is ready to take its bytes at ``runs`` (``pieces``: it acts
+        on each piece as it lands): write what is here."""
         size = sum(n for _, n in runs)
         if size != out.stream.total:
             raise self._fail(ExecutionError(
@@ -234,22 +247,24 @@ class NixlBackend(Grouped, HostMemory):
                 f"(tag {out.key[0]}) where this rank sends {out.stream.total}: the two "
                 f"ranks run different plans"))
         out.ready = runs
+        out.pieces = pieces
         self._push(out)
 
     def _push(self, out: _Outbound) -> None:
-        """Write what ``out``'s target is ready for and this rank holds, piece by piece."""
+        """Write what ``out``'s target is ready for and this rank holds: piece by
+        piece where the target acts on pieces, else all that is here in one WRITE."""
         if out.ready is None:
             return
         agent = self._shared.agent
         while out.sent < out.have and len(out.handles) < _IN_FLIGHT:
             a = out.sent
-            b = min(a + out.piece, out.stream.total)
+            b = min(a + out.piece, out.stream.total) if out.pieces else out.have
             if b > out.have:
                 return  # a relay's partial piece: wait for the rest of it
             mine, theirs = paired(cut(out.runs, a, b), cut(out.ready, a, b))
             local = agent.get_xfer_descs([(x, n, 0) for x, n in mine], "DRAM")
             remote = agent.get_xfer_descs([(x, n, 0) for x, n in theirs], "DRAM")
-            note = self._message(_LANDED, out.key, _RANGE.pack(a, b))
+            note = self._message(LANDED, out.key, RANGE.pack(a, b))
             handle = agent.initialize_xfer("WRITE", local, remote,
                                            self._shared.agents[out.peer], note)
             if handle is None:
@@ -262,6 +277,7 @@ class NixlBackend(Grouped, HostMemory):
                     f"device {self.device}: nixl WRITE to device {out.peer} failed at once"))
             out.handles.append(handle)
             self._writing.append((out, handle))
+            self._shared.writing[out.peer] += 1
             out.sent = b
 
     def send(self, buf: Any, peer: int, *, tag: int = 0) -> None:
@@ -361,7 +377,7 @@ class NixlBackend(Grouped, HostMemory):
         agent = sh.agent
         last = time.monotonic()
         idle = _IDLE[0]
-        while self._inbound or self._outbound or self._writing:
+        while self._inbound or self._outbound or self._writing or self._parked:
             with sh.lock:
                 moved = self._step(sh, agent)
             if moved:
@@ -382,11 +398,17 @@ class NixlBackend(Grouped, HostMemory):
             peer, msg = box.popleft()
             self._take(peer, msg)
             moved = True
+        if self._parked:
+            parked, self._parked = self._parked, []
+            for key, ready in parked:
+                self._target(key, ready)
+            moved = moved or len(self._parked) < len(parked)
         writing, self._writing = self._writing, []
         freed = []
         for out, handle in writing:
             state = agent.check_xfer_state(handle)
             if state == "DONE":
+                sh.writing[out.peer] -= 1
                 agent.release_xfer_handle(handle)
                 out.handles.remove(handle)
                 freed.append(out)
@@ -399,34 +421,20 @@ class NixlBackend(Grouped, HostMemory):
                 self._writing.append((out, handle))
         for out in freed:
             self._push(out)  # its next pieces may go
-            if out.sent == out.stream.total and not out.handles:
-                self._outbound.pop((out.peer, *out.key), None)
+            if (out.sent == out.stream.total and not out.handles
+                    and self._outbound.pop((out.peer, *out.key), None) is not None):
+                sh.memory.unpin(out.regs)
         return moved
 
     def _take(self, peer: int, msg: bytes) -> None:
         """Act on one notification from ``peer``."""
-        kind, n, tag, num = HEAD.unpack_from(msg)
-        body = memoryview(msg)[HEAD.size + n:]
+        _, _, tag, num = HEAD.unpack_from(msg)
+        kind, body = body_of(msg)
         key = (peer, tag, num)
-        if kind == _READY:
-            (count,) = struct.unpack_from("<I", body)
-            runs = [_RANGE.unpack_from(body, 4 + 16 * i) for i in range(count)]
-            meta = bytes(body[4 + 16 * count:])
-            self._shared.load(self.device, peer)  # before its registrations' metadata
-            if meta:
-                got = self._shared.agent.add_remote_agent(meta)
-                got = got.decode() if isinstance(got, bytes) else str(got)
-                if got != self._shared.agents[peer]:
-                    raise ExecutionError(
-                        f"device {self.device}: nixl: device {peer} sent metadata of agent "
-                        f"{got!r}, not its own {self._shared.agents[peer]!r}: refused")
-            out = self._outbound.get(key)
-            if out is None:
-                self._early[key] = runs
-            else:
-                self._ready(out, runs)
-        elif kind == _LANDED:
-            a, b = _RANGE.unpack_from(body)
+        if kind == READY:
+            self._target(key, Ready.unpack(body))
+        elif kind == LANDED:
+            a, b = RANGE.unpack_from(body)
             inb = self._inbound.get(key)
             if inb is None:
                 raise ExecutionError(f"device {self.device}: nixl: device {peer} wrote "
@@ -435,17 +443,33 @@ class NixlBackend(Grouped, HostMemory):
             done = inb.land(a, b)
             if inb.filled >= inb.stream.total:
                 del self._inbound[key]
+                self._shared.memory.unpin(inb.regs)
             if inb.on_piece is not None:
                 inb.on_piece(a, b, done)
         else:
             raise ExecutionError(f"device {self.device}: nixl: unknown notification "
                                  f"{kind!r} from device {peer}")
 
+    def _target(self, key: tuple[int, int, int], ready: Ready) -> None:
+        """A receive's places are ready: write into them once this rank has loaded the
+        metadata of every registration they lie in (else park them until it has)."""
+        if not self._shared.loaded_all(key[0], ready):
+            self._parked.append((key, ready))
+            return
+        out = self._outbound.get(key)
+        if out is None:
+            self._early[key] = (ready.places, ready.pieces)
+        else:
+            self._ready(out, ready.places, ready.pieces)
+
     def _stuck(self) -> ExecutionError:
         waiting = sorted({inb.peer for inb in self._inbound.values()})
         unready = sorted({o.peer for o in self._outbound.values() if o.ready is None})
         writing = sorted({o.peer for o, _ in self._writing})
+        unknown = sorted({key[0] for key, _ in self._parked})
         parts = []
+        if unknown:
+            parts.append(f"waiting for the registration metadata of device(s) {unknown}")
         if waiting:
             parts.append(f"waiting for bytes from device(s) {waiting}")
         if unready:

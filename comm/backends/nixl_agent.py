@@ -13,6 +13,7 @@ import os
 import struct
 import threading
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from reshard.comm.backends.nixl_memory import Registrations, Run
@@ -20,6 +21,62 @@ from reshard.errors import ExecutionError
 
 HEAD = struct.Struct("<cHqQ")
 """A notification's header: kind, the channel name's bytes (which follow), tag, number."""
+READY = b"R"
+LANDED = b"L"
+RANGE = struct.Struct("<QQ")
+_READY_HEAD = struct.Struct("<I??I")
+_REG = struct.Struct("<QQQ?")
+
+Reg = tuple[Run, int]
+"""A registration as the peers know it: the array's run and its generation."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A receiver's *ready* notification's body: its places (``(address, bytes)``
+    runs in stream order), whether it acts on each piece as it lands (if not, the
+    sender writes what it holds in as few WRITEs as it can), the registrations the
+    places lie in (each with whether this message carries its metadata) and that
+    partial metadata.
+
+    Metadata is loaded when the notification arrives, in arrival order, whichever
+    channel it is for; a sender writes only once every registration its target
+    names is loaded (a ready may overtake the one that carried a registration's
+    metadata: UCX orders no large message before a small one, and channels take
+    their notifications in their own time)."""
+
+    places: list[Run]
+    pieces: bool
+    regs: list[tuple[Reg, bool]]
+    meta: bytes
+    whole: bool = False
+    """``meta`` is the receiver's whole metadata, to load in place of all it told
+    before: a registration it tells now overlaps memory it told of before and has
+    since deregistered (NIXL would look up the stale key and find no registration)."""
+
+    def pack(self) -> bytes:
+        return (_READY_HEAD.pack(len(self.places), self.pieces, self.whole, len(self.regs))
+                + b"".join(RANGE.pack(a, n) for a, n in self.places)
+                + b"".join(_REG.pack(a, n, g, told) for ((a, n), g), told in self.regs)
+                + self.meta)
+
+    @classmethod
+    def unpack(cls, body: memoryview) -> Ready:
+        count, pieces, whole, nregs = _READY_HEAD.unpack_from(body)
+        at = _READY_HEAD.size
+        places = [RANGE.unpack_from(body, at + RANGE.size * i) for i in range(count)]
+        at += RANGE.size * count
+        regs = []
+        for i in range(nregs):
+            a, n, g, told = _REG.unpack_from(body, at + _REG.size * i)
+            regs.append((((a, n), g), told))
+        return cls(places, pieces, regs, bytes(body[at + _REG.size * nregs:]), whole)
+
+
+def body_of(msg: bytes) -> tuple[bytes, memoryview]:
+    """A notification's kind and body (after its header and channel name)."""
+    kind, n, _, _ = HEAD.unpack_from(msg)
+    return kind, memoryview(msg)[HEAD.size + n:]
 
 
 def agent_prefix(device: int) -> str:
@@ -48,7 +105,13 @@ class Agent:
         self.memory = Registrations(self.agent)
         self.lock = threading.RLock()  # channels on threads of their own share the agent
         self.loaded: set[int] = set()
-        self.seen: set[tuple[int, Run, int]] = set()  # (peer, run, generation) told
+        self.seen: dict[int, set[Reg]] = collections.defaultdict(set)  # told, by peer
+        self.known: dict[int, set[Reg]] = collections.defaultdict(set)  # peers' loaded
+        self.writing: collections.Counter[int] = collections.Counter()  # WRITEs, by peer
+        self.reloads = 0  # peers' whole metadata loaded in place of what they told
+        # a peer's notifications held back behind a whole-metadata ready, until no
+        # WRITE to it is in flight (reloading its agent would cancel them)
+        self.held_back: dict[int, list[tuple[str, bytes]]] = collections.defaultdict(list)
         self.inbox: dict[str, collections.deque[tuple[int, bytes]]] = \
             collections.defaultdict(collections.deque)
         self.names: dict[str, int] = {}  # agent name -> device, of the peers loaded
@@ -93,8 +156,60 @@ class Agent:
                                      f"{list(self.world)}): refused")
             for m in msgs:
                 (n,) = struct.unpack_from("<H", m, 1)
-                channel = m[HEAD.size:HEAD.size + n].decode()
-                self.inbox[channel].append((peer, m))
+                self.held_back[peer].append((m[HEAD.size:HEAD.size + n].decode(), m))
+        for peer in [p for p, q in self.held_back.items() if q]:
+            self._deliver(me, peer)
+
+    def _deliver(self, me: int, peer: int) -> None:
+        """Pass ``peer``'s notifications to their channels in order, loading the
+        metadata of each ready; stop at a whole-metadata ready while a WRITE to the
+        peer is in flight."""
+        queue = self.held_back[peer]
+        done = 0
+        for channel, m in queue:
+            kind, body = body_of(m)
+            if kind == READY:
+                ready = Ready.unpack(body)
+                if ready.whole and self.writing[peer]:
+                    break
+                self._learn(me, peer, ready)
+            self.inbox[channel].append((peer, m))
+            done += 1
+        del queue[:done]
+
+    def _learn(self, me: int, peer: int, ready: Ready) -> None:
+        """Load the registrations' metadata a ready carries (checked to be the peer's)."""
+        if not ready.meta:
+            return
+        if ready.whole:
+            self.agent.remove_remote_agent(self.agents[peer])
+            self.known[peer].clear()
+            self.reloads += 1
+        got = self.agent.add_remote_agent(ready.meta)
+        got = got.decode() if isinstance(got, bytes) else str(got)
+        if got != self.agents[peer]:
+            raise ExecutionError(
+                f"device {me}: nixl: device {peer} sent metadata of agent {got!r}, not its "
+                f"own {self.agents[peer]!r}: refused")
+        self.known[peer].update(reg for reg, told in ready.regs if told)
+
+    def tell(self, peer: int, regs: list[Reg], trimmed: bool) -> tuple[list[tuple[Reg, bool]], bool]:
+        """Which of ``regs`` (a receive's registrations) ``peer`` is to be told of now,
+        and whether with the whole metadata: once some registration was deregistered
+        (``trimmed``), a new one overlapping memory told of before needs it."""
+        seen = self.seen[peer]
+        told = [(reg, reg not in seen) for reg in dict.fromkeys(regs)]
+        whole = trimmed and any(new and _overlaps(reg, seen) for reg, new in told)
+        if whole:
+            seen.clear()
+            told = [(reg, True) for reg, _ in told]
+        seen.update(reg for reg, _ in told)
+        return told, whole
+
+    def loaded_all(self, peer: int, ready: Ready) -> bool:
+        """Whether the metadata of every registration ``ready`` names is loaded here."""
+        known = self.known[peer]
+        return all(reg in known for reg, _ in ready.regs)
 
     def close(self) -> None:
         self.memory.release()
@@ -104,4 +219,11 @@ class Agent:
         self.loaded.clear()
 
 
-__all__ = ["HEAD", "Agent", "agent_prefix"]
+def _overlaps(reg: Reg, regs: set[Reg]) -> bool:
+    """Whether ``reg``'s memory overlaps that of another registration in ``regs``."""
+    (a, n), _ = reg
+    return any(b < a + n and a < b + m for (b, m), g in regs if ((b, m), g) != reg)
+
+
+__all__ = ["HEAD", "LANDED", "RANGE", "READY", "Agent", "Ready", "Reg", "agent_prefix",
+           "body_of"]

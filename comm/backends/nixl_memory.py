@@ -8,7 +8,10 @@ into the shard. :class:`Registrations` registers, per buffer handed to an operat
 whole array it is a view of (the shard, a scratch buffer), once, and keeps that array
 alive while registered, so its memory cannot be freed and reused under a registration
 (a stale one). It holds at most ``limit`` arrays; the least recently used beyond that is
-deregistered (a peer told of it learns of its next registration afresh).
+deregistered (a peer told of it learns of its next registration afresh), never one an
+operation still uses: each operation pins the registrations of its places from posting
+to completion (a receive whose places were deregistered before the peer wrote would
+have the peer write into memory no longer the receiver's).
 
 :func:`runs_of` turns a stream's views into ``(address, bytes)`` runs, :func:`cut` takes
 a byte range of them, and :func:`paired`
@@ -113,13 +116,17 @@ class Registrations:
         # run -> (the array kept alive, its registration, a generation number)
         self._held: collections.OrderedDict[Run, tuple[Any, Any, int]] = \
             collections.OrderedDict()
+        self._pins: collections.Counter[Run] = collections.Counter()  # operations using
         self._generation = 0
         self.registered = 0
         """Registrations made so far (a test reads it: one per array, not per call)."""
+        self.trimmed = 0
+        """Registrations deregistered to keep within the limit, so far."""
 
     def ensure(self, views: Sequence[memoryview]) -> list[tuple[Run, int]]:
-        """Register the arrays under ``views`` not yet registered; each array's run and
-        generation (a new generation: a registration the peers have not seen)."""
+        """Register the arrays under ``views`` not yet registered and pin them (until
+        :meth:`unpin`); each array's run and generation (a new generation: a
+        registration the peers have not seen)."""
         out = []
         for v in views:
             if not len(v):
@@ -134,11 +141,31 @@ class Registrations:
                 self._generation += 1
                 self.registered += 1
                 got = self._held[run] = (owner, reg, self._generation)
-                self._trim()
             else:
                 self._held.move_to_end(run)
+            self._pins[run] += 1
             out.append((run, got[2]))
+        self._trim()
         return out
+
+    def unpin(self, regs: Sequence[tuple[Run, int]]) -> None:
+        """The operation that :meth:`ensure` returned ``regs`` for is complete."""
+        for run, _ in regs:
+            left = self._pins[run] - 1
+            if left > 0:
+                self._pins[run] = left
+            else:
+                del self._pins[run]
+        self._trim()
+
+    @property
+    def held(self) -> int:
+        """Arrays registered now."""
+        return len(self._held)
+
+    def whole_metadata(self) -> bytes:
+        """The agent's whole metadata: every registration held, and how to connect."""
+        return bytes(self.agent.get_agent_metadata())
 
     def metadata(self, runs: Sequence[Run]) -> bytes:
         """The agent's partial metadata for the registrations of ``runs`` (what a peer
@@ -149,9 +176,20 @@ class Registrations:
         return bytes(self.agent.get_partial_agent_metadata(regs, False))
 
     def _trim(self) -> None:
-        while len(self._held) > self.limit:
-            _, (_, reg, _) = self._held.popitem(last=False)
+        """Deregister the least recently used unpinned arrays beyond the limit."""
+        over = len(self._held) - self.limit
+        if over <= 0:
+            return
+        free = []
+        for run in self._held:  # oldest first
+            if run not in self._pins:
+                free.append(run)
+                if len(free) == over:
+                    break
+        for run in free:
+            _, reg, _ = self._held.pop(run)
             self.agent.deregister_memory(reg)
+        self.trimmed += len(free)
 
     def release(self) -> None:
         """Deregister everything (the agent is closing)."""

@@ -1,6 +1,7 @@
 """The nixl backend's own behaviour (the operations it shares with tcp run in
 test_tcp_backend.py): WRITEs land only in the destination places (guard bytes around
-every box stay), each array is registered once however often it moves, and the faults
+every box stay), each array is registered once however often it moves, a send goes in
+pieces only to a receiver that acts on them, and the faults
 name the device: a silent peer, metadata published for a device by another agent, a
 notification from an agent outside the run, a receive of another size. Ranks on threads
 of this process."""
@@ -51,6 +52,80 @@ def test_writes_touch_only_the_boxes_and_register_each_array_once():
     assert dst[:, 8:8 + cols].tobytes() == want.tobytes()
     assert (dst[:, :8] == -7).all() and (dst[:, 8 + cols:] == -7).all()
     assert registered == 1 and got[0] == 1  # the arrays themselves, once each
+
+
+@pytest.mark.timeout(120)
+def test_pieces_go_one_by_one_only_where_the_receiver_acts_on_them():
+    """Device 0 sends 64 KiB in 4 KiB pieces to device 5 twice: to a receive that
+    hears of every piece (``landed``), then to a plain one. The first lands in 16
+    WRITEs, each heard of as it lands; the second in one. Both exact."""
+    n = 64 << 10
+
+    def body(b: NixlBackend) -> Any:
+        b.use_piece(4096)
+        if b.device == 0:
+            src = np.arange(n, dtype=np.uint8)
+            agent = b._shared.agent
+            real, writes = agent.initialize_xfer, []
+
+            def counted(*args: Any, **kw: Any) -> Any:
+                writes.append(args[0])
+                return real(*args, **kw)
+
+            agent.initialize_xfer = counted
+            try:
+                b.send(src, 5, tag=1)
+                first = len(writes)
+                b.send(src, 5, tag=1)
+            finally:
+                agent.initialize_xfer = real
+            return first, len(writes) - first
+        if b.device == 5:
+            heard: list[int] = []
+            piecewise, whole = np.zeros(n, np.uint8), np.zeros(n, np.uint8)
+            b.recv(piecewise, 0, tag=1, landed=heard.append)
+            b.recv(whole, 0, tag=1)
+            return heard, piecewise, whole
+        return None
+
+    got = _ok(_ranks(body, plane="nixl"))
+    heard, piecewise, whole = got[5]
+    want = np.arange(n, dtype=np.uint8)
+    assert piecewise.tobytes() == want.tobytes() and whole.tobytes() == want.tobytes()
+    assert got[0] == (16, 1)
+    assert len(heard) == 16 and heard[-1] == n and heard == sorted(heard)
+
+
+@pytest.mark.timeout(120)
+def test_memory_deregistered_and_reused_is_written_through_fresh_keys():
+    """Device 5 receives 40 rounds into fresh arrays, holding at most 3 registered:
+    older ones are deregistered and their memory reused by later arrays. A peer still
+    holding the old keys would find no registration for the new places (NIXL looks up
+    the stale one); the receiver sends its whole metadata when it tells of memory it
+    told of before, and device 0 reloads it. Every round exact."""
+    sizes = [4096, 8192, 12288]
+
+    def body(b: NixlBackend) -> Any:
+        b.registrations.limit = 3
+        if b.device == 0:
+            for k in range(40):
+                b.send(np.full(sizes[k % 3], k % 251, np.uint8), 5, tag=1)
+            return b._shared.reloads
+        if b.device == 5:
+            wrong = 0
+            for k in range(40):
+                dst = np.zeros(sizes[k % 3], np.uint8)
+                b.recv(dst, 0, tag=1)
+                wrong += int((dst != k % 251).sum())
+                del dst
+            return wrong, b.registrations.trimmed, b.registrations.held
+        return None
+
+    got = _ok(_ranks(body, plane="nixl"))
+    wrong, trimmed, held = got[5]
+    assert wrong == 0
+    assert trimmed > 0 and held <= 3
+    assert got[0] >= 1  # the peer reloaded the receiver's whole metadata
 
 
 @pytest.mark.timeout(60)
