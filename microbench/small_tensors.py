@@ -17,7 +17,11 @@ testbed's cluster, and measured / bound, model / measured. ``--floor`` then repl
 ways' messages with no runtime at all (:mod:`reshard.microbench.gloo_floor`: one process
 per device in its host's namespace; bare gloo, plain sockets, gloo with each message
 copied in before it is sent and out after it arrived, and sockets copying only the boxes
-strided in their shards, as a scatter / gather data plane would)::
+strided in their shards, as a scatter / gather data plane would). ``--message-cost``
+(with ``--testbed``) also models the plan, per backend, with what a message costs that
+backend on this machine (:func:`reshard.microbench.calibrate.message_cost`) charged on
+the machine's cores (the shared bandwidth: :func:`reshard.microbench.calibrate.measure`
+of 4 pairs streaming at once), which all emulated hosts share::
 
     python -m reshard.microbench.small_tensors [--tensors 400] [-n 5]
     python -m reshard.microbench.small_tensors --testbed 0.3 [-n 3] [--kib 4-1024] [--floor]
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import statistics
 import time
 from collections.abc import Sequence
@@ -71,11 +76,12 @@ def requests(count: int, seed: int = 0, low: int = 1 << 10, high: int = 64 << 10
 
 def measure(count: int, iters: int, testbed_gbit: float | None = None,
             kib: tuple[int, int] | None = None, floor: bool = False,
-            backends: Sequence[str] = ("gloo",)) -> dict:
+            backends: Sequence[str] = ("gloo",), message_cost: bool = False) -> dict:
     """Both ways on one set of workers per backend (module docstring); ``kib``: the
     sizes' range; ``floor`` (testbed only): also both ways' messages on bare gloo and
     plain sockets (:func:`floors`); ``backends``: the CPU data planes to run it on
-    (several: alternated within each round)."""
+    (several: alternated within each round); ``message_cost`` (testbed only): also the
+    model with each backend's measured message cost (:func:`with_message_cost`)."""
     if testbed_gbit is None:
         low, high = kib or (1, 64)
         reqs = requests(count, low=low << 10, high=high << 10)
@@ -90,7 +96,27 @@ def measure(count: int, iters: int, testbed_gbit: float | None = None,
         got = _measure(reqs, plan, iters, tb, backends)
         if floor:
             got["floors"] = floors(plan, tb)
+        if message_cost:
+            for b, (cost, model) in with_message_cost(plan, backends).items():
+                got["backends"][b].update(message_cost_s=cost, model_mc_s=model)
         return got
+
+
+def with_message_cost(plan: ReshardPlan, backends: Sequence[str]
+                      ) -> dict[str, tuple[float, float]]:
+    """Per backend, its measured seconds of the machine per message end and the model
+    time of ``plan``'s own tasks on its cluster with that cost, charged on the machine's
+    shared bandwidth (measured: 4 pairs streaming at once)."""
+    from reshard.microbench import calibrate
+
+    shared = calibrate.measure(4).shared
+    out = {}
+    for b in backends:
+        cost = calibrate.message_cost(b)
+        cluster = dataclasses.replace(plan.cluster, message_cost=cost,
+                                      shared_bandwidth=shared)
+        out[b] = cost, dataclasses.replace(plan, cluster=cluster, _cache={}).estimate()
+    return out
 
 
 def floors(plan: ReshardPlan, tb: Any) -> dict[str, tuple[float, float]]:
@@ -197,15 +223,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--floor", action="store_true",
                     help="with --testbed: also replay both ways' messages with no runtime, "
                          "on bare gloo and plain sockets")
+    ap.add_argument("--message-cost", action="store_true",
+                    help="with --testbed: also model the plan with each backend's "
+                         "measured cost per message (calibrate.message_cost)")
     ap.add_argument("--backend", default="gloo", type=_backends, metavar="NAME[,NAME]",
                     help="the CPU data plane(s): gloo, tcp, or both as 'gloo,tcp' "
                          "(alternated within each round)")
     args = ap.parse_args(argv)
-    if args.floor and args.testbed is None:
-        ap.error("--floor replays on the testbed: give --testbed GBIT too")
+    if (args.floor or args.message_cost) and args.testbed is None:
+        ap.error("--floor and --message-cost are of the testbed: give --testbed GBIT too")
     count = args.tensors or (1000 if args.testbed else 400)
     before = cpu_times()
-    r = measure(count, args.iters, args.testbed, args.kib, args.floor, args.backend)
+    r = measure(count, args.iters, args.testbed, args.kib, args.floor, args.backend,
+                args.message_cost)
     after = cpu_times()
     low, high = args.kib or ((4, 1024) if args.testbed else (1, 64))
     sizes = f"{low}-{high} KiB"
@@ -222,6 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{r['model_s'] * 1e3:.1f} ms: coalesced {got['on_s'] / r['bound_s']:.2f}x "
                   f"the bound, uncoalesced {got['off_s'] / r['bound_s']:.2f}x; model / "
                   f"measured (coalesced) {r['model_s'] / got['on_s']:.2f}")
+            if "model_mc_s" in got:
+                print(f"  {b}: {got['message_cost_s'] * 1e6:.1f} us of the machine per "
+                      f"message end: model {got['model_mc_s'] * 1e3:.1f} ms, model / "
+                      f"measured (coalesced) {got['model_mc_s'] / got['on_s']:.2f}")
     for transport, (on, off) in r.get("floors", {}).items():
         print(f"no runtime, {transport}: coalesced {on * 1e3:.1f} ms "
               f"({on / r['bound_s']:.2f}x the bound), one message per task {off * 1e3:.1f} ms "

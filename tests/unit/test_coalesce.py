@@ -74,3 +74,27 @@ def test_plan_many_of_small_random_tensors_is_exact(reqs, strategy, seed):
         assert rt.group.fabric.total_bytes() == wire_bytes(p)
         for y, v in zip(ys, values):
             check_shards(rt, y, v)
+
+
+def test_the_small_tensors_model_with_a_message_cost_prices_the_same_tasks(monkeypatch):
+    """``small_tensors --message-cost`` models the measured plan's own tasks with each
+    backend's cost per message end: more than without it, more for a dearer backend, by
+    about the cost of the messages the plan sends; the plan's cached figures are not
+    reused for the new cluster."""
+    from reshard.microbench import calibrate, small_tensors
+
+    reqs = small_tensors.requests(60, low=4 << 10, high=64 << 10)
+    cluster = Cluster.regular(4, 2, nic_bandwidth=1e9, intra_bandwidth=4e9)
+    plan = reshard.plan_many(reqs, cluster=cluster)
+    before = plan.estimate()
+    links = calibrate.Links(4e9, 1e-5, 8e9, 4, 8e9)
+    monkeypatch.setattr(calibrate, "measure", lambda pairs, **kw: links)
+    monkeypatch.setattr(calibrate, "message_cost", {"cheap": 1e-5, "dear": 1e-4}.__getitem__)
+    got = small_tensors.with_message_cost(plan, ("cheap", "dear"))
+    assert got["cheap"][0] == 1e-5 and got["dear"][0] == 1e-4
+    assert before < got["cheap"][1] < got["dear"][1]
+    assert plan.estimate() == before  # the measured plan's own figures untouched
+    # the difference is the messages' ends on the shared cores: at least one message
+    # end per destination device's messages, at most every task's two ends
+    ends = 2 * len(plan.tasks)
+    assert got["dear"][1] - got["cheap"][1] <= ends * (1e-4 - 1e-5) * 1.01
