@@ -66,7 +66,6 @@ from reshard.comm.backends.nixl_agent import (
     Agent,
     Ready,
     agent_prefix,
-    body_of,
 )
 from reshard.comm.backends.nixl_memory import Registrations, Run, cut, paired, runs_of
 from reshard.comm.backends.tcp_frames import Stream
@@ -168,8 +167,7 @@ class NixlBackend(Grouped, HostMemory):
         self._counts: collections.Counter[tuple[int, int, str]] = collections.Counter()
         self._inbound: dict[tuple[int, int, int], _Inbound] = {}
         self._outbound: dict[tuple[int, int, int], _Outbound] = {}
-        # ready before posted: the target's places, and whether it acts on pieces
-        self._early: dict[tuple[int, int, int], tuple[list[Run], bool]] = {}
+        self._early: dict[tuple[int, int, int], Ready] = {}  # ready before posted
         self._writing: list[tuple[_Outbound, Any]] = []
         # ready, but naming registrations whose metadata has not arrived yet
         self._parked: list[tuple[tuple[int, int, int], Ready]] = []
@@ -234,20 +232,20 @@ class NixlBackend(Grouped, HostMemory):
             self._outbound[(peer, *key)] = out
             ready = self._early.pop((peer, *key), None)
             if ready is not None:
-                self._ready(out, *ready)
+                self._ready(out, ready)
         return out
 
-    def _ready(self, out: _Outbound, runs: list[Run], pieces: bool) -> None:
-        """``out``'s target is ready to take its bytes at ``runs`` (``pieces``: it acts
-        on each piece as it lands): write what is here."""
-        size = sum(n for _, n in runs)
+    def _ready(self, out: _Outbound, ready: Ready) -> None:
+        """``out``'s target is ready to take its bytes at its places (and says whether
+        it acts on each piece as it lands): write what is here."""
+        size = sum(n for _, n in ready.places)
         if size != out.stream.total:
             raise self._fail(ExecutionError(
                 f"device {self.device}: nixl: device {out.peer} receives {size} bytes "
                 f"(tag {out.key[0]}) where this rank sends {out.stream.total}: the two "
                 f"ranks run different plans"))
-        out.ready = runs
-        out.pieces = pieces
+        out.ready = ready.places
+        out.pieces = ready.pieces
         self._push(out)
 
     def _push(self, out: _Outbound) -> None:
@@ -395,8 +393,7 @@ class NixlBackend(Grouped, HostMemory):
         sh.poll(self.device)
         box = sh.inbox.get(self._channel)
         while box:
-            peer, msg = box.popleft()
-            self._take(peer, msg)
+            self._take(*box.popleft())
             moved = True
         if self._parked:
             parked, self._parked = self._parked, []
@@ -426,15 +423,14 @@ class NixlBackend(Grouped, HostMemory):
                 sh.memory.unpin(out.regs)
         return moved
 
-    def _take(self, peer: int, msg: bytes) -> None:
-        """Act on one notification from ``peer``."""
-        _, _, tag, num = HEAD.unpack_from(msg)
-        kind, body = body_of(msg)
+    def _take(self, peer: int, msg: bytes, ready: Ready | None) -> None:
+        """Act on one notification from ``peer`` (``ready``: parsed where it is one)."""
+        kind, n, tag, num = HEAD.unpack_from(msg)
         key = (peer, tag, num)
-        if kind == READY:
-            self._target(key, Ready.unpack(body))
+        if ready is not None:
+            self._target(key, ready)
         elif kind == LANDED:
-            a, b = RANGE.unpack_from(body)
+            a, b = RANGE.unpack_from(msg, HEAD.size + n)
             inb = self._inbound.get(key)
             if inb is None:
                 raise ExecutionError(f"device {self.device}: nixl: device {peer} wrote "
@@ -458,9 +454,9 @@ class NixlBackend(Grouped, HostMemory):
             return
         out = self._outbound.get(key)
         if out is None:
-            self._early[key] = (ready.places, ready.pieces)
+            self._early[key] = ready
         else:
-            self._ready(out, ready.places, ready.pieces)
+            self._ready(out, ready)
 
     def _stuck(self) -> ExecutionError:
         waiting = sorted({inb.peer for inb in self._inbound.values()})

@@ -73,12 +73,6 @@ class Ready:
         return cls(places, pieces, regs, bytes(body[at + _REG.size * nregs:]), whole)
 
 
-def body_of(msg: bytes) -> tuple[bytes, memoryview]:
-    """A notification's kind and body (after its header and channel name)."""
-    kind, n, _, _ = HEAD.unpack_from(msg)
-    return kind, memoryview(msg)[HEAD.size + n:]
-
-
 def agent_prefix(device: int) -> str:
     """How the NIXL agent name of ``device``'s rank begins (``reshard-<device>-``, then
     a random part: agents of two runs in one process never share a name)."""
@@ -111,8 +105,10 @@ class Agent:
         self.reloads = 0  # peers' whole metadata loaded in place of what they told
         # a peer's notifications held back behind a whole-metadata ready, until no
         # WRITE to it is in flight (reloading its agent would cancel them)
-        self.held_back: dict[int, list[tuple[str, bytes]]] = collections.defaultdict(list)
-        self.inbox: dict[str, collections.deque[tuple[int, bytes]]] = \
+        self.held_back: dict[int, list[tuple[str, bytes, Ready | None]]] = \
+            collections.defaultdict(list)
+        # by channel: (peer, the notification, its ready parsed where it is one)
+        self.inbox: dict[str, collections.deque[tuple[int, bytes, Ready | None]]] = \
             collections.defaultdict(collections.deque)
         self.names: dict[str, int] = {}  # agent name -> device, of the peers loaded
         self.agents: dict[int, str] = {}  # device -> agent name
@@ -155,8 +151,9 @@ class Agent:
                                      f"which is no device's of this run (the world is "
                                      f"{list(self.world)}): refused")
             for m in msgs:
-                (n,) = struct.unpack_from("<H", m, 1)
-                self.held_back[peer].append((m[HEAD.size:HEAD.size + n].decode(), m))
+                kind, n, _, _ = HEAD.unpack_from(m)
+                ready = Ready.unpack(memoryview(m)[HEAD.size + n:]) if kind == READY else None
+                self.held_back[peer].append((m[HEAD.size:HEAD.size + n].decode(), m, ready))
         for peer in [p for p, q in self.held_back.items() if q]:
             self._deliver(me, peer)
 
@@ -166,14 +163,12 @@ class Agent:
         peer is in flight."""
         queue = self.held_back[peer]
         done = 0
-        for channel, m in queue:
-            kind, body = body_of(m)
-            if kind == READY:
-                ready = Ready.unpack(body)
+        for channel, m, ready in queue:
+            if ready is not None:
                 if ready.whole and self.writing[peer]:
                     break
                 self._learn(me, peer, ready)
-            self.inbox[channel].append((peer, m))
+            self.inbox[channel].append((peer, m, ready))
             done += 1
         del queue[:done]
 
@@ -225,5 +220,4 @@ def _overlaps(reg: Reg, regs: set[Reg]) -> bool:
     return any(b < a + n and a < b + m for (b, m), g in regs if ((b, m), g) != reg)
 
 
-__all__ = ["HEAD", "LANDED", "RANGE", "READY", "Agent", "Ready", "Reg", "agent_prefix",
-           "body_of"]
+__all__ = ["HEAD", "LANDED", "RANGE", "READY", "Agent", "Ready", "Reg", "agent_prefix"]
