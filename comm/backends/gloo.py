@@ -41,7 +41,6 @@ from __future__ import annotations
 import copy
 import datetime
 import os
-import re
 import threading
 import time
 import warnings
@@ -51,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from reshard.comm.backend import Capabilities
+from reshard.comm.backends.gloo_works import GATHER_TAG, Posted, Relay, gist, pieces_of
 from reshard.comm.backends.host_memory import (
     CHAIN_PIECE,
     HostMemory,
@@ -65,148 +65,6 @@ from reshard.errors import ExecutionError
 def torch_op(dist: Any, op: ReduceOp) -> Any:
     """torch.distributed's reduce op for ``op``."""
     return {ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.MAX: dist.ReduceOp.MAX}[op]
-
-
-def _gist(exc: BaseException) -> str:
-    """The informative part of a gloo error: no source path, no advice, one line."""
-    text = " ".join(str(exc).split())
-    text = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", text)
-    return text.split(". ")[0].rstrip(".")
-
-
-def _pieces(data: Any, piece: int) -> list[Any]:
-    """A byte tensor as consecutive views of ``piece`` bytes."""
-    return [data[a:a + piece] for a in range(0, data.numel(), piece)]
-
-
-def _filled(j: int, total: int, piece: int) -> int:
-    """Bytes of a ``total``-byte buffer that its first ``j + 1`` pieces fill."""
-    return min(total, (j + 1) * piece)
-
-
-_GATHER_TAG = 0x3FFF0000
-"""The tag of all-gather pieces (tasks' tags are their indices in the plan, far below)."""
-
-
-class _Posted:
-    """An operation of an open group: its started Works, waited in order by
-    :meth:`finish`, and what must follow them on this rank (``after``)."""
-
-    def __init__(self, backend: GlooBackend, what: str, peers: Sequence[int],
-                 works: list[Any], after: Callable[[], None] | None = None,
-                 landed: Callable[[int], None] | None = None, total: int = 0) -> None:
-        self.backend, self.what, self.peers = backend, what, tuple(peers)
-        self.works, self.after = works, after
-        self.landed, self.total = landed, total
-        # the pieces' size, for reporting what landed
-        self.piece = backend.piece_for(total) if landed is not None else 0
-
-    def finish(self) -> None:
-        """Wait for every Work (raising the first error), then run ``after``. With
-        ``landed`` (a leaf's receives of consecutive pieces), report each one's end."""
-        for j, work in enumerate(self.works):
-            self.backend._call(self.what, self.peers, work.wait)
-            if self.landed is not None:
-                self.landed(_filled(j, self.total, self.piece))
-        self.works = []
-        if self.after is not None:
-            self.after()
-
-
-class _Relay(_Posted):
-    """A broadcast member that passes pieces on (a chain's middle, a tree's inner
-    node, a sum's root or inner addend): the receives of every piece from each peer
-    of ``streams`` ((peer, receives) pairs; several for a member summing what several
-    addends pass it) are posted at once; piece ``j`` goes on to each of ``nxts`` (same
-    tag, so the pieces of one broadcast stay in order) once it arrived from every
-    peer. ``works`` collects the forwarding sends. ``add`` (a member summing a partial
-    sum on the way): called with ``j`` once piece ``j`` arrived (into buffers of their
-    own), to add it into ``pieces[j]`` before that goes on. ``landed`` (kept as
-    ``relayed``): told the bytes passed on so far."""
-
-    def __init__(self, backend: GlooBackend, what: str, pieces: list[Any],
-                 streams: Sequence[tuple[int, list[Any]]], nxts: Sequence[int], tag: int,
-                 add: Callable[[int], None] | None = None,
-                 landed: Callable[[int], None] | None = None, total: int = 0) -> None:
-        super().__init__(backend, what, tuple(nxts), [], total=total)
-        self.relayed = landed
-        if landed is not None:  # the pieces' size, for reporting what was passed on
-            self.piece = backend.piece_for(total)
-        self.pieces, self.streams, self.add = pieces, tuple(streams), add
-        self.prevs = tuple(peer for peer, _ in self.streams)
-        self.nxts, self.tag = tuple(nxts), tag
-        self.passed = 0  # pieces passed on to every next member
-        # receives known to be complete, per stream (each written by its watcher only)
-        self.arrived = [0] * len(self.streams)
-        self.error: BaseException | None = None  # a watcher's
-        self._watchers: list[threading.Thread] = []
-
-    @property
-    def pending(self) -> bool:
-        """Pieces not passed on yet."""
-        return self.passed < len(self.pieces)
-
-    def behind(self) -> list[int]:
-        """The peers whose next piece has not arrived yet."""
-        return [peer for (peer, _), n in zip(self.streams, self.arrived) if n <= self.passed]
-
-    def watch(self, wake: threading.Event) -> None:
-        """Start a daemon thread per stream that waits for its receives in order,
-        counts them in ``arrived`` (the only way to learn that a gloo receive
-        completed) and sets ``wake`` after each (and on an error)."""
-        for k, (peer, recvs) in enumerate(self.streams):
-            w = threading.Thread(
-                target=self._wait_recvs, args=(k, recvs, wake), daemon=True,
-                name=f"reshard-gloo-relay-{self.backend.device}-{self.tag}-{peer}")
-            w.start()
-            self._watchers.append(w)
-
-    def _wait_recvs(self, k: int, recvs: list[Any], wake: threading.Event) -> None:
-        try:
-            for work in recvs:
-                work.wait()
-                self.arrived[k] += 1
-                wake.set()
-        except BaseException as e:  # noqa: BLE001 - raised by poll
-            self.error = e
-            wake.set()
-
-    def poll(self) -> bool:
-        """Pass on every piece the watchers saw arrive from every peer; True if there
-        was one."""
-        if self.error is not None:
-            raise ExecutionError(
-                f"gloo {self.what} with device(s) {list(self.prevs)} failed: "
-                f"{_gist(self.error)}") from self.error
-        start, ready = self.passed, min(self.arrived)
-        for j in range(start, ready):
-            self._pass_on(j)
-        return ready > start
-
-    def _pass_on(self, j: int) -> None:
-        b = self.backend
-        if self.add is not None:
-            self.add(j)
-        for nxt in self.nxts:
-            self.works.append(b._call(self.what, (nxt,), b._dist.isend, self.pieces[j],
-                                      dst=b.rank_of[nxt], group=b._p2p, tag=self.tag))
-        self.passed = j + 1
-        if self.relayed is not None:
-            self.relayed(_filled(j, self.total, self.piece))
-
-    def finish(self) -> None:
-        """Pass on what is left (unwatched: blocking on each piece in turn, from each
-        peer), then wait for the forwarding sends."""
-        if not self._watchers:
-            for j in range(self.passed, len(self.pieces)):
-                for peer, recvs in self.streams:
-                    self.backend._call(self.what, (peer,), recvs[j].wait)
-                self._pass_on(j)
-        else:  # group_end polled until every piece arrived and was passed on
-            for w in self._watchers:
-                w.join()
-            self.poll()
-        super().finish()
 
 
 class GlooBackend(HostMemory):
@@ -278,7 +136,7 @@ class GlooBackend(HostMemory):
         # all_gather_single supersedes all_gather_into_tensor (deprecated in torch 2.13)
         self._gather_into = getattr(dist, "all_gather_single", None) or \
             dist.all_gather_into_tensor
-        self._open: list[_Posted] | None = None  # operations of the open group
+        self._open: list[Posted] | None = None  # operations of the open group
         self._closed = False
 
     # ----- communicators -------------------------------------------------------------
@@ -299,7 +157,7 @@ class GlooBackend(HostMemory):
 
     def _cut(self, data: Any) -> list[Any]:
         """A byte tensor as the pieces an operation on it moves (:meth:`piece_for`)."""
-        return _pieces(data, self.piece_for(data.numel()))
+        return pieces_of(data, self.piece_for(data.numel()))
 
     def piece_for(self, nbytes: int) -> int:
         """Bytes per piece of an operation on an ``nbytes`` buffer
@@ -358,7 +216,7 @@ class GlooBackend(HostMemory):
             return fn(*args, **kwargs)
         except RuntimeError as e:
             raise ExecutionError(
-                f"gloo {what} with device(s) {list(peers)} failed: {_gist(e)}") from e
+                f"gloo {what} with device(s) {list(peers)} failed: {gist(e)}") from e
 
     def _sends(self, what: str, peer: int, pieces: list[Any], tag: int) -> list[Any]:
         """``isend`` of every piece to ``peer``, in order, tagged ``tag``."""
@@ -370,7 +228,7 @@ class GlooBackend(HostMemory):
         return [self._call(what, (peer,), self._dist.irecv, p, src=self.rank_of[peer],
                            group=self._p2p, tag=tag) for p in pieces]
 
-    def _add(self, op: _Posted) -> None:
+    def _add(self, op: Posted) -> None:
         """Make ``op`` part of the open group, or (outside a group) a group of its own."""
         if self._open is not None:
             self._open.append(op)
@@ -414,7 +272,7 @@ class GlooBackend(HostMemory):
         if chain is None and not addends:
             work = self._call("broadcast", group, dist.broadcast, self._bytes(buf),
                               src=self.rank_of[root], group=self._group(group), async_op=True)
-            self._add(_Posted(self, "broadcast", group, [work]))
+            self._add(Posted(self, "broadcast", group, [work]))
             return
         what = ("chain broadcast" if parents is None else "tree broadcast") + \
             (" of a sum" if addends else "")
@@ -423,17 +281,17 @@ class GlooBackend(HostMemory):
                                           addend_parents)
         data = self._bytes(buf)
         piece = self.piece_for(data.numel())
-        pieces = _pieces(data, piece)
+        pieces = pieces_of(data, piece)
         if not prevs:  # the root of a plain broadcast, or a first addend: all at once
             self._send_all(what, pieces, nxts, tag)
             return
         if me != root and me not in addends:  # a receiver: straight into its buffer
             recvs = self._recvs(what, prevs[0], pieces, tag)
             if not nxts:  # a leaf
-                self._add(_Posted(self, what, prevs, recvs, landed=landed,
+                self._add(Posted(self, what, prevs, recvs, landed=landed,
                                   total=data.numel()))
             else:
-                self._add(_Relay(self, what, pieces, [(prevs[0], recvs)], nxts, tag,
+                self._add(Relay(self, what, pieces, [(prevs[0], recvs)], nxts, tag,
                                  landed=landed, total=data.numel()))
             return
         self._sum_relay(what, buf, pieces, piece, prevs, nxts, tag, landed)
@@ -443,7 +301,7 @@ class GlooBackend(HostMemory):
         sends = [self._call(what, (nxt,), self._dist.isend, p, dst=self.rank_of[nxt],
                             group=self._p2p, tag=tag) for p in pieces for nxt in nxts]
         if sends:
-            self._add(_Posted(self, what, list(nxts), sends))
+            self._add(Posted(self, what, list(nxts), sends))
 
     def _sum_relay(self, what: str, buf: np.ndarray, pieces: list[Any], piece: int,
                    prevs: Sequence[int], nxts: Sequence[int], tag: int,
@@ -456,7 +314,7 @@ class GlooBackend(HostMemory):
         for prev in prevs:
             extra = np.empty_like(buf)
             theirs.append(extra.reshape(-1))
-            streams.append((prev, self._recvs(what, prev, _pieces(self._bytes(extra), piece),
+            streams.append((prev, self._recvs(what, prev, pieces_of(self._bytes(extra), piece),
                                               tag)))
 
         def add(j: int) -> None:
@@ -464,7 +322,7 @@ class GlooBackend(HostMemory):
             for other in theirs:
                 mine[part] += other[part]
 
-        self._add(_Relay(self, what, pieces, streams, list(nxts), tag, add, landed,
+        self._add(Relay(self, what, pieces, streams, list(nxts), tag, add, landed,
                          buf.nbytes))
 
     def send(self, buf: np.ndarray, peer: int, *, tag: int = 0) -> None:
@@ -472,7 +330,7 @@ class GlooBackend(HostMemory):
         the receiver can put each in place as it lands)."""
         if buf.size:
             works = self._sends("send", peer, self._cut(self._bytes(buf)), tag)
-            self._add(_Posted(self, "send", (peer,), works))
+            self._add(Posted(self, "send", (peer,), works))
 
     def recv(self, buf: np.ndarray, peer: int, *, tag: int = 0,
              landed: Callable[[int], None] | None = None) -> None:
@@ -481,7 +339,7 @@ class GlooBackend(HostMemory):
         if buf.size:
             data = self._bytes(buf)
             works = self._recvs("recv", peer, self._cut(data), tag)
-            self._add(_Posted(self, "recv", (peer,), works, landed=landed,
+            self._add(Posted(self, "recv", (peer,), works, landed=landed,
                               total=data.numel()))
 
     def all_gather(self, out: np.ndarray, inp: np.ndarray, group: Sequence[int]) -> None:
@@ -490,7 +348,7 @@ class GlooBackend(HostMemory):
         theirs land straight in their rows. gloo's own all-gather copies through
         temporary tensors: between two processes on loopback it took 80-170 ms for
         18 MB each way, where the exchange itself takes about 10. The pieces carry
-        :data:`_GATHER_TAG` (above any task's index); every member posts them in the
+        :data:`GATHER_TAG` (above any task's index); every member posts them in the
         plan's one order, and gloo matches a pair's messages of one tag in order."""
         if not inp.size:
             return
@@ -501,12 +359,12 @@ class GlooBackend(HostMemory):
         works = []
         for d in group:
             if d != me:
-                works += self._sends("all-gather", d, mine, _GATHER_TAG)
+                works += self._sends("all-gather", d, mine, GATHER_TAG)
         for row, d in enumerate(group):
             if d != me:
                 works += self._recvs("all-gather", d, self._cut(self._bytes(rows[row])),
-                                     _GATHER_TAG)
-        self._add(_Posted(self, "all-gather", group, works))
+                                     GATHER_TAG)
+        self._add(Posted(self, "all-gather", group, works))
 
     def reduce(self, buf: np.ndarray, root: int, group: Sequence[int], *,
                op: ReduceOp = ReduceOp.SUM) -> None:
@@ -535,7 +393,7 @@ class GlooBackend(HostMemory):
         if widen and keeps:
             def after() -> None:
                 buf[...] = work.astype(buf.dtype)  # wraps like the narrow sum would
-        self._add(_Posted(self, what, group, [handle], after))
+        self._add(Posted(self, what, group, [handle], after))
 
     def group_start(self) -> None:
         """Open a group: the operations issued until :meth:`group_end` are all started
@@ -562,13 +420,13 @@ class GlooBackend(HostMemory):
         ops, self._open = self._open, None
         if ops is None:
             raise ExecutionError(f"device {self.device}: group_end without group_start")
-        relays = [op for op in ops if isinstance(op, _Relay)]
+        relays = [op for op in ops if isinstance(op, Relay)]
         if len(relays) > 1:
             self._forward(relays)
         for op in ops:
             op.finish()
 
-    def _forward(self, relays: list[_Relay]) -> None:
+    def _forward(self, relays: list[Relay]) -> None:
         """Pass pieces on as the watchers see them arrive, until each relay has passed
         every piece on (see :meth:`group_end`). The wake-up is cleared before each
         look, so an arrival after the look sets it again and is not missed."""
