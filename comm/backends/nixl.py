@@ -212,12 +212,13 @@ class NixlBackend(Grouped, HostMemory):
         key = self._number(peer, tag, "in")
         with sh.lock:
             sh.load(self.device, peer)
-            regs = sh.memory.ensure(stream.views)
+            runs = runs_of(stream.views)
+            regs = sh.memory.ensure(stream.views, runs)
             told, whole = sh.tell(peer, regs, sh.memory.trimmed > 0)
             meta = (sh.memory.whole_metadata() if whole
                     else sh.memory.metadata([run for (run, _), new in told if new]))
             self._inbound[(peer, *key)] = _Inbound(what, peer, key, stream, on_piece, regs)
-            ready = Ready(runs_of(stream.views), on_piece is not None, told, meta, whole)
+            ready = Ready(runs, on_piece is not None, told, meta, whole)
             sh.agent.send_notif(sh.agents[peer], self._message(READY, key, ready.pack()))
 
     def _give(self, peer: int, tag: int, stream: Stream, have: int) -> _Outbound:
@@ -228,7 +229,7 @@ class NixlBackend(Grouped, HostMemory):
                         wire_piece(self.relay_piece, stream.total))
         with sh.lock:
             sh.load(self.device, peer)
-            out.regs = sh.memory.ensure(stream.views)
+            out.regs = sh.memory.ensure(stream.views, out.runs)
             self._outbound[(peer, *key)] = out
             ready = self._early.pop((peer, *key), None)
             if ready is not None:
