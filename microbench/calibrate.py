@@ -184,30 +184,71 @@ def _copy_bandwidth(nbytes: int = 64 << 20) -> float:
 
 
 def _message_end(device: int, backend: str, address: Any, count: int, rounds: int,
-                 out: Connection) -> None:
+                 out: Connection, parts: bool = False,
+                 env: dict[str, str] | None = None) -> None:
     """One of two ranks of ``backend``: ``rounds`` times, ``count`` small messages to
     (device 0) or from (device 1) the other in one group, as a plan's step issues them;
-    sends the least CPU seconds (every thread of the process) a round took."""
+    sends the least CPU seconds (every thread of the process) a round took. ``parts``:
+    instead, one message of ``count`` parts of 64 bytes (strided views of one array: a
+    coalesced message of as many boxes) and one of the same bytes in one piece,
+    alternated; sends both least CPU seconds. ``env``: set before the rank is made
+    (a transport's choice, e.g. UCX's)."""
     from reshard.comm.backend import builtin_backends
 
+    os.environ.update(env or {})
     rank = builtin_backends().create(backend, device, (0, 1), address.connect(60.0), 60.0)
     try:
-        bufs = [np.zeros(64, np.uint8) for _ in range(count)]
-        best = float("inf")
+        if parts:
+            spread = np.zeros(2 * 64 * count, np.uint8)
+            shapes = [[spread[j:j + 64] for j in range(0, spread.size, 128)],
+                      [np.zeros(64 * count, np.uint8)]]
+        else:
+            shapes = [[np.zeros(64, np.uint8) for _ in range(count)]]
+        best = [float("inf")] * len(shapes)
         for r in range(rounds + 1):  # the first round warms up
-            c0 = time.process_time()
-            rank.group_start()
-            for tag, buf in enumerate(bufs):
-                if device == 0:
-                    rank.send(buf, 1, tag=tag)
-                else:
-                    rank.recv(buf, 0, tag=tag)
-            rank.group_end()
-            if r:
-                best = min(best, time.process_time() - c0)
+            for k, bufs in enumerate(shapes):
+                c0 = time.process_time()
+                rank.group_start()
+                for tag, buf in enumerate(bufs if not parts else [bufs]):
+                    if device == 0:
+                        rank.send(buf, 1, tag=tag)
+                    else:
+                        rank.recv(buf, 0, tag=tag)
+                rank.group_end()
+                if r:
+                    best[k] = min(best[k], time.process_time() - c0)
         out.send(best)
     finally:
         rank.close()
+
+
+def _two_ends(backend: str, count: int, rounds: int, parts: bool,
+              env: dict[str, str] | None) -> list[list[float]]:
+    """:func:`_message_end` on two ranks of ``backend`` in processes of their own: each
+    end's least CPU seconds."""
+    from reshard.comm.rendezvous import TcpRendezvousServer
+
+    ctx = mp.get_context("forkserver")
+    server = TcpRendezvousServer()
+    procs, outs = [], []
+    try:
+        for device in (0, 1):
+            out_r, out_w = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_message_end, daemon=True,
+                            args=(device, backend, server.address, count, rounds, out_w,
+                                  parts, env))
+            p.start()
+            procs.append(p)
+            outs.append(out_r)
+        ends = []
+        for o in outs:
+            if not o.poll(120):
+                raise TimeoutError(f"measuring {backend}'s messages took over 120 s")
+            ends.append(o.recv())
+        return ends
+    finally:
+        reap(procs)
+        server.close()
 
 
 def measurable(backend: str) -> bool:
@@ -220,37 +261,39 @@ def measurable(backend: str) -> bool:
     return entry.capabilities.device == "cpu" and "process" in entry.launchers
 
 
-def message_cost(backend: str, count: int = 256, rounds: int = 5) -> float:
+def message_cost(backend: str, count: int = 256, rounds: int = 5,
+                 env: dict[str, str] | None = None) -> float:
     """Seconds of the whole machine one end of one small message takes in ``backend``
     (two of its ranks in processes of their own: the least CPU seconds a round of
     ``count`` messages took, each end's, averaged over the two ends, per message, over
     this machine's cores). It is what the cluster's ``message_cost`` charges: the
     worker's and the backend's work per message, posting, matching and completing it,
     that the streaming figures (one large message per pair) leave out; gloo measured
-    about 30 us of CPU per end here, reshard's issue path included more."""
-    from reshard.comm.rendezvous import TcpRendezvousServer
+    about 30 us of CPU per end here, reshard's issue path included more. ``env``: the
+    ranks' environment beyond this process's (the testbed's transports:
+    :data:`reshard.comm.launchers.netns.WIRE_ENV`)."""
+    ends = _two_ends(backend, count, rounds, False, env)
+    cores = len(os.sched_getaffinity(0))
+    return sum(e[0] for e in ends) / len(ends) / count / cores
 
-    ctx = mp.get_context("forkserver")
-    server = TcpRendezvousServer()
-    procs, outs = [], []
-    try:
-        for device in (0, 1):
-            out_r, out_w = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_message_end, daemon=True,
-                            args=(device, backend, server.address, count, rounds, out_w))
-            p.start()
-            procs.append(p)
-            outs.append(out_r)
-        ends = []
-        for o in outs:
-            if not o.poll(120):
-                raise TimeoutError(f"measuring {backend}'s messages took over 120 s")
-            ends.append(o.recv())
-        cores = len(os.sched_getaffinity(0))
-        return sum(ends) / len(ends) / count / cores
-    finally:
-        reap(procs)
-        server.close()
+
+def part_cost(backend: str, count: int = 1024, rounds: int = 5,
+              env: dict[str, str] | None = None) -> float:
+    """Seconds of the whole machine one end of a message spends on each part it carries
+    (two ranks of ``backend`` in processes of their own: one message of ``count``
+    64-byte parts against one of the same bytes in one piece, the least CPU seconds of
+    each, the difference per part, averaged over the two ends, over this machine's
+    cores; never below 0). What the cluster's ``part_cost`` charges for each box a
+    coalesced message carries beyond its first. A backend that does not gather
+    (``Capabilities.gathers``) is handed the parts packed, by the executor: 0 here, its
+    copies are charged as copies. ``env``: as :func:`message_cost`'s."""
+    from reshard.comm.backend import builtin_backends
+
+    if not builtin_backends().entry(backend).capabilities.gathers:
+        return 0.0
+    ends = _two_ends(backend, count, rounds, True, env)
+    cores = len(os.sched_getaffinity(0))
+    return max(0.0, sum(e[0] - e[1] for e in ends) / len(ends) / count / cores)
 
 
 def measure_many(pair_counts: Iterable[int], nbytes: int = 64 << 20, round_trips: int = 200,
@@ -289,4 +332,5 @@ def measure(pairs: int, nbytes: int = 64 << 20, round_trips: int = 200,
     return measure_many([pairs], nbytes, round_trips, repeats, backend)[max(1, pairs)]
 
 
-__all__ = ["LOCAL_PIECE", "Links", "measurable", "measure", "measure_many", "message_cost"]
+__all__ = ["LOCAL_PIECE", "Links", "measurable", "measure", "measure_many", "message_cost",
+           "part_cost"]

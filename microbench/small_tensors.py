@@ -19,7 +19,9 @@ per device in its host's namespace; bare gloo, plain sockets, gloo with each mes
 copied in before it is sent and out after it arrived, and sockets copying only the boxes
 strided in their shards, as a scatter / gather data plane would). ``--message-cost``
 (with ``--testbed``) also models the plan, per backend, with what a message costs that
-backend on this machine (:func:`reshard.microbench.calibrate.message_cost`) charged on
+backend on this machine (:func:`reshard.microbench.calibrate.message_cost`) and what each
+part a coalesced message carries costs it (:func:`reshard.microbench.calibrate.part_cost`),
+both timed with the testbed's transports (UCX on TCP), charged on
 the machine's cores (the shared bandwidth: :func:`reshard.microbench.calibrate.measure`
 of 4 pairs streaming at once), which all emulated hosts share::
 
@@ -97,25 +99,30 @@ def measure(count: int, iters: int, testbed_gbit: float | None = None,
         if floor:
             got["floors"] = floors(plan, tb)
         if message_cost:
-            for b, (cost, model) in with_message_cost(plan, backends).items():
-                got["backends"][b].update(message_cost_s=cost, model_mc_s=model)
+            for b, (cost, part, model) in with_message_cost(plan, backends).items():
+                got["backends"][b].update(message_cost_s=cost, part_cost_s=part,
+                                          model_mc_s=model)
         return got
 
 
 def with_message_cost(plan: ReshardPlan, backends: Sequence[str]
-                      ) -> dict[str, tuple[float, float]]:
-    """Per backend, its measured seconds of the machine per message end and the model
-    time of ``plan``'s own tasks on its cluster with that cost, charged on the machine's
-    shared bandwidth (measured: 4 pairs streaming at once)."""
+                      ) -> dict[str, tuple[float, float, float]]:
+    """Per backend, its measured seconds of the machine per message end and per part a
+    coalesced message carries, and the model time of ``plan``'s own tasks on its
+    cluster with those costs, charged on the machine's shared bandwidth (measured: 4
+    pairs streaming at once). The backends are timed with the testbed's transports
+    (:data:`~reshard.comm.launchers.netns.WIRE_ENV`: UCX on TCP)."""
+    from reshard.comm.launchers.netns import WIRE_ENV
     from reshard.microbench import calibrate
 
     shared = calibrate.measure(4).shared
     out = {}
     for b in backends:
-        cost = calibrate.message_cost(b)
-        cluster = dataclasses.replace(plan.cluster, message_cost=cost,
+        cost = calibrate.message_cost(b, env=WIRE_ENV)
+        part = calibrate.part_cost(b, env=WIRE_ENV)
+        cluster = dataclasses.replace(plan.cluster, message_cost=cost, part_cost=part,
                                       shared_bandwidth=shared)
-        out[b] = cost, dataclasses.replace(plan, cluster=cluster, _cache={}).estimate()
+        out[b] = cost, part, dataclasses.replace(plan, cluster=cluster, _cache={}).estimate()
     return out
 
 
@@ -254,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"measured (coalesced) {r['model_s'] / got['on_s']:.2f}")
             if "model_mc_s" in got:
                 print(f"  {b}: {got['message_cost_s'] * 1e6:.1f} us of the machine per "
-                      f"message end: model {got['model_mc_s'] * 1e3:.1f} ms, model / "
+                      f"message end, {got.get('part_cost_s', 0.0) * 1e6:.2f} per part: model {got['model_mc_s'] * 1e3:.1f} ms, model / "
                       f"measured (coalesced) {got['model_mc_s'] / got['on_s']:.2f}")
     for transport, (on, off) in r.get("floors", {}).items():
         print(f"no runtime, {transport}: coalesced {on * 1e3:.1f} ms "

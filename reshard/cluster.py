@@ -164,6 +164,13 @@ class Cluster:
             the copies those cores make to stage an all-gather's rows (each member
             copies the box once, at ``copy_bandwidth``). 0: none (the presets;
             ``reshard-bench --cluster local`` measures it through the run's backend).
+        part_cost: seconds of the shared bandwidth's resource that each end of a
+            coalesced message spends on each part it carries beyond its first (a box
+            that rides in another task's message: a descriptor of a one-sided WRITE, an
+            iovec of a scatter / gather send, where one message of a thousand boxes
+            costs a thousand of them however few bytes each holds). Charged with
+            ``shared_bandwidth`` only. 0: none (the presets; the small-tensor benchmark
+            measures it through each backend, ``calibrate.part_cost``).
     """
 
     hosts: tuple[tuple[int, ...], ...]
@@ -177,6 +184,7 @@ class Cluster:
     relay_piece: int = 0
     shared_bandwidth: float = 0.0
     message_cost: float = 0.0
+    part_cost: float = 0.0
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled by its fields (the device index built from them is not picklable;
@@ -184,7 +192,7 @@ class Cluster:
         return (Cluster, (self.hosts, self.intra_bandwidth, self.nic_bandwidth, self.latency,
                           self.intra_latency, self.copy_bandwidth, self.name,
                           self.nics_per_host, self.relay_piece, self.shared_bandwidth,
-                          self.message_cost))
+                          self.message_cost, self.part_cost))
 
     def __post_init__(self) -> None:
         hosts = tuple(tuple(int(d) for d in h) for h in self.hosts)
@@ -215,11 +223,12 @@ class Cluster:
             raise ClusterError(
                 f"shared_bandwidth must be a finite number >= 0 bytes/s (0: none), got {shared}")
         object.__setattr__(self, "shared_bandwidth", shared)
-        cost = float(self.message_cost)
-        if not 0 <= cost < math.inf:
-            raise ClusterError(
-                f"message_cost must be a finite number >= 0 seconds (0: none), got {cost}")
-        object.__setattr__(self, "message_cost", cost)
+        for attr in ("message_cost", "part_cost"):
+            cost = float(getattr(self, attr))
+            if not 0 <= cost < math.inf:
+                raise ClusterError(
+                    f"{attr} must be a finite number >= 0 seconds (0: none), got {cost}")
+            object.__setattr__(self, attr, cost)
         piece = self.relay_piece
         if isinstance(piece, bool) or not isinstance(piece, int) or piece < 0:
             raise ClusterError(f"relay_piece must be an integer >= 0 bytes, got {piece!r}")
@@ -268,6 +277,7 @@ class Cluster:
             "latency": fig.latency, "intra_latency": fig.intra_latency,
             "copy_bandwidth": fig.copy_bandwidth, "nics_per_host": fig.nics_per_host,
             "relay_piece": 0, "shared_bandwidth": 0.0, "message_cost": 0.0,
+            "part_cost": 0.0,
         }
         unknown = set(overrides) - set(figures) - {"name"}
         if unknown:
@@ -349,8 +359,8 @@ class Cluster:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (``relay_piece``, ``shared_bandwidth`` and ``message_cost``
-        only when set)."""
+        """JSON-ready form (``relay_piece``, ``shared_bandwidth``, ``message_cost`` and
+        ``part_cost`` only when set)."""
         return {
             "hosts": [list(h) for h in self.hosts], "intra_bandwidth": self.intra_bandwidth,
             "nic_bandwidth": self.nic_bandwidth, "latency": self.latency,
@@ -359,6 +369,7 @@ class Cluster:
             **({"relay_piece": self.relay_piece} if self.relay_piece else {}),
             **({"shared_bandwidth": self.shared_bandwidth} if self.shared_bandwidth else {}),
             **({"message_cost": self.message_cost} if self.message_cost else {}),
+            **({"part_cost": self.part_cost} if self.part_cost else {}),
         }
 
     @classmethod

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from reshard.errors import ExecutionError
@@ -21,10 +21,17 @@ from reshard.errors import ExecutionError
 class Host(Protocol):
     """What the operations use of the backend that posted them."""
 
-    device: int
-    rank_of: dict[int, int]
-    _dist: Any
-    _p2p: Any
+    @property
+    def device(self) -> int: ...
+
+    @property
+    def rank_of(self) -> Mapping[int, int]: ...
+
+    @property
+    def _dist(self) -> Any: ...
+
+    @property
+    def _p2p(self) -> Any: ...
 
     def piece_for(self, nbytes: int) -> int: ...
 

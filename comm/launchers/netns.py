@@ -25,6 +25,12 @@ _MS_SLAVE = 1 << 19
 _MNT_DETACH = 2
 
 
+
+WIRE_ENV = {"UCX_TLS": "tcp"}
+"""What every worker in a namespace runs with whatever its interface: UCX (the nixl
+backend's) on TCP only, so its bytes cross the shaped links (a calibration of the
+testbed's transports runs with it too)."""
+
 @dataclass(frozen=True)
 class NetnsHost:
     """Where the workers of one cluster host live.
@@ -60,7 +66,7 @@ class NetnsPlacement:
         carry their bytes past the shaped links (what the caller's ``env`` gives is
         kept)."""
         where = self.host(spec.host)
-        env = {"GLOO_SOCKET_IFNAME": where.ifname, "UCX_TLS": "tcp",
+        env = {"GLOO_SOCKET_IFNAME": where.ifname, **WIRE_ENV,
                "UCX_NET_DEVICES": where.ifname, **spec.env}
         return dataclasses.replace(spec, env=env,
                                    options={**spec.options, "advertise": where.address})

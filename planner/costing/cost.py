@@ -68,7 +68,8 @@ def task_path(task: Task, cluster: Cluster, hops: Hops | None = None, *,
     fixed latency. ``hops``: edges already looked at on ``cluster`` (filled in).
     ``rides``: the task travels in another task's coalesced message
     (:func:`reshard.planner.schedule.coalesce.followers`), so it adds no message of its
-    own (``Cluster.message_cost``)."""
+    own (``Cluster.message_cost``), only a part of that message at each end
+    (``Cluster.part_cost``)."""
     path, lat = _links_path(task, cluster, {} if hops is None else hops)
     if cluster.shared_bandwidth and task.kind is not TaskKind.COPY:
         # every byte a device receives crosses the shared resource once, and each end
@@ -76,6 +77,9 @@ def task_path(task: Task, cluster: Cluster, hops: Hops | None = None, *,
         received = sum(f for (kind, _), f in path if kind == DEV_IN)
         if cluster.message_cost and task.nbytes and not rides:
             received += (2 * messages(task, cluster) * cluster.message_cost
+                         * cluster.shared_bandwidth / task.nbytes)
+        if cluster.part_cost and task.nbytes and rides:
+            received += (2 * len(task.edges()) * cluster.part_cost
                          * cluster.shared_bandwidth / task.nbytes)
         if cluster.message_cost and task.kind is TaskKind.ALLGATHER:
             # the same cores stage its rows: each member copies the box once (its piece
@@ -209,11 +213,13 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
     routes of other tasks on ``cluster`` (filled in as they are found), so that plans
     of the same tasks in other orders or steps find each route once. ``tensors``: the
     plan's, where the cluster charges messages (``Cluster.message_cost``): the tasks
-    that ride in another's coalesced message add none."""
+    that ride in another's coalesced message add none, only a part of it
+    (``Cluster.part_cost``)."""
     if known is None:
         known = {}
     piece = cluster.relay_piece
-    per_message = bool(cluster.message_cost and cluster.shared_bandwidth)
+    per_message = bool((cluster.message_cost or cluster.part_cost)
+                       and cluster.shared_bandwidth)
     riders = followers(tasks, tensors) if per_message and tensors else set()
     hops: Hops = {}
     out = []

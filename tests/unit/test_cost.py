@@ -221,6 +221,59 @@ def test_each_end_of_each_message_takes_its_share_of_the_shared_bandwidth():
             Cluster.regular(2, 1, message_cost=bad)
 
 
+def test_each_part_a_coalesced_message_carries_costs_its_ends():
+    """Cluster.part_cost (what a backend spends on each box a coalesced message carries
+    beyond its first: a WRITE's descriptor, a send's iovec): 40 small tensors of one
+    step travel in one message, which costs 39 parts at each end on the shared
+    resource, and nothing more where nothing is coalesced or nothing is shared; the
+    figure survives JSON, pickle and the service's cluster message, and a bad one is
+    refused by name."""
+    import pickle
+
+    from reshard.planner.costing.cost import task_path
+    from reshard.planner.values.resources import SHARED
+    from reshard.planner.values.tasks import Task, TaskKind
+
+    links = {"nic_bandwidth": 2e9, "intra_bandwidth": 1e9, "latency": 0.0,
+             "intra_latency": 0.0, "relay_piece": 1 << 20, "shared_bandwidth": 1e9}
+    plain = Cluster.regular(2, 4, message_cost=1e-4, **links)
+    parted = Cluster.regular(2, 4, message_cost=1e-4, part_cost=2e-5, **links)
+    src = Layout(DeviceMesh((1,), devices=[0]), "R")
+    dst = Layout(DeviceMesh((1,), devices=[4]), "R")
+    small = [((1024,), "float32", src, dst)] * 40
+    a = reshard.plan_many(small, cluster=plain)
+    b = reshard.plan_many(small, cluster=parted)
+    assert a.tasks == b.tasks and len({t.step for t in b.tasks}) == 1
+    assert b.estimate() - a.estimate() == pytest.approx(2 * 39 * 2e-5, rel=0.05)
+    # a rider's share: one part at each end of each edge; a message's first: none
+    chain = Task(TaskKind.BROADCAST, 0, ((0, 1024),), 0, (4, 5), 4096)
+    share = dict(task_path(chain, parted, rides=True)[0])[(SHARED, 0)]
+    base = dict(task_path(chain, plain, rides=True)[0])[(SHARED, 0)]
+    assert (share - base) * 4096 / 1e9 == pytest.approx(2 * 2 * 2e-5)
+    assert task_path(chain, parted) == task_path(chain, plain)
+    # one tensor: no message carries a second part
+    one = [((1 << 16,), "float32", src, dst)]
+    assert reshard.plan_many(one, cluster=parted).estimate() == pytest.approx(
+        reshard.plan_many(one, cluster=plain).estimate())
+    # without a shared resource the figure is not charged
+    bare = {k: v for k, v in links.items() if k != "shared_bandwidth"}
+    assert reshard.plan_many(small, cluster=Cluster.regular(2, 4, part_cost=1e-3, **bare)
+                             ).estimate() == pytest.approx(
+        reshard.plan_many(small, cluster=Cluster.regular(2, 4, **bare)).estimate())
+    assert "part_cost" not in plain.to_dict() and parted.to_dict()["part_cost"] == 2e-5
+    assert Cluster.from_dict(parted.to_dict()) == parted == pickle.loads(pickle.dumps(parted))
+    assert parted != plain
+    from reshard.service import convert
+    from reshard.service.v1 import reshard_pb2 as pb
+
+    msg = pb.Cluster(regular=pb.RegularCluster(num_hosts=2, devices_per_host=4,
+                                               figures=pb.LinkFigures(part_cost=2e-5)))
+    assert convert.cluster_from_pb(msg) == Cluster.regular(2, 4, part_cost=2e-5)
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(reshard.ClusterError, match="part_cost"):
+            Cluster.regular(2, 1, part_cost=bad)
+
+
 def test_the_bound_holds_under_a_shared_bandwidth():
     """Every strategy's model stays at or above the bound when every link shares one
     resource, on a transpose, a 1-to-m broadcast and a partial sum."""
