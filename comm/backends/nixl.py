@@ -14,8 +14,10 @@ the other) runs as:
    :mod:`reshard.comm.backends.nixl_memory`) and notifies the sender *ready*: the
    operation's tag and number (the how-many-th operation of that tag between the pair:
    both sides count alike, every rank issuing its operations in the plan's order), its
-   places as (address, bytes) runs, and the partial metadata of any registration the
-   sender has not seen;
+   places as (address, bytes) runs, the partial metadata of any registration the
+   sender has not seen, and the registrations it was told of that are gone since (a
+   receive into memory the sender may hold stale keys of lands in a staging buffer and
+   is copied into place as it lands: :mod:`~reshard.comm.backends.nixl_memory`);
 2. the sender WRITEs from its own registered places into those, each WRITE's
    descriptor lists cut at the union of the two sides' boundaries, with a notification
    *landed* (tag, number, bytes ``[a, b)``) that NIXL delivers after the WRITE's bytes:
@@ -116,9 +118,17 @@ class _Inbound:
     regs: list[tuple[Run, int]] = field(default_factory=list)  # pinned until complete
     filled: int = 0
     spans: list[Run] = field(default_factory=list)  # landed byte ranges, merged
+    # parts landing in a staging buffer: (stream position, their place, where they land)
+    staged: list[tuple[int, memoryview, memoryview]] = field(default_factory=list)
+    slab: Any = None  # the staging buffer
 
     def land(self, a: int, b: int) -> int:
-        """Record bytes ``[a, b)``; the bytes complete from the start."""
+        """Record bytes ``[a, b)`` (copied into place from staging, where they landed
+        there); the bytes complete from the start."""
+        for at, place, landing in self.staged:
+            lo, hi = max(a, at), min(b, at + len(place))
+            if lo < hi:
+                place[lo - at:hi - at] = landing[lo - at:hi - at]
         self.filled += b - a
         return _contiguous_done(self.spans, a, b)
 
@@ -213,13 +223,36 @@ class NixlBackend(Grouped, HostMemory):
         with sh.lock:
             sh.load(self.device, peer)
             runs = runs_of(stream.views)
-            regs = sh.memory.ensure(stream.views, runs)
-            told, whole = sh.tell(peer, regs, sh.memory.trimmed > 0)
-            meta = (sh.memory.whole_metadata() if whole
-                    else sh.memory.metadata([run for (run, _), new in told if new]))
-            self._inbound[(peer, *key)] = _Inbound(what, peer, key, stream, on_piece, regs)
-            ready = Ready(runs, on_piece is not None, told, meta, whole)
+            inb = _Inbound(what, peer, key, stream, on_piece)
+            stale = sh.memory.stale_under(stream.views, runs)
+            if stale:
+                stream, runs = self._stage(inb, stale)
+            inb.regs = regs = sh.memory.ensure(stream.views, runs)
+            told, dropped = sh.tell(peer, regs)
+            meta = sh.memory.metadata([run for (run, _), new in told if new])
+            self._inbound[(peer, *key)] = inb
+            ready = Ready(runs, on_piece is not None, told, meta, dropped)
             sh.agent.send_notif(sh.agents[peer], self._message(READY, key, ready.pack()))
+
+    def _stage(self, inb: _Inbound, stale: list[int]) -> tuple[Stream, list[Run]]:
+        """``inb``'s places with its parts ``stale`` (indices of its stream's views,
+        whose arrays overlap memory a peer may hold stale keys of) in a staging buffer
+        instead, copied into place as their bytes land: the stream the peer writes,
+        and its runs."""
+        memory = self._shared.memory
+        stream = inb.stream
+        views = list(stream.views)
+        inb.slab = slab = memory.staging(sum(len(views[i]) for i in stale))
+        flat = slab.data
+        at = 0
+        for i in stale:
+            n = len(views[i])
+            inb.staged.append((stream.starts[i], views[i], flat[at:at + n]))
+            views[i] = flat[at:at + n]
+            at += n
+        memory.staged += 1
+        landing = Stream(views)
+        return landing, runs_of(landing.views)
 
     def _give(self, peer: int, tag: int, stream: Stream, have: int) -> _Outbound:
         """Post a send of ``stream`` to ``peer``; ``have`` bytes of it are here now."""
@@ -276,7 +309,6 @@ class NixlBackend(Grouped, HostMemory):
                     f"device {self.device}: nixl WRITE to device {out.peer} failed at once"))
             out.handles.append(handle)
             self._writing.append((out, handle))
-            self._shared.writing[out.peer] += 1
             out.sent = b
 
     def send(self, buf: Any, peer: int, *, tag: int = 0) -> None:
@@ -406,7 +438,6 @@ class NixlBackend(Grouped, HostMemory):
         for out, handle in writing:
             state = agent.check_xfer_state(handle)
             if state == "DONE":
-                sh.writing[out.peer] -= 1
                 agent.release_xfer_handle(handle)
                 out.handles.remove(handle)
                 freed.append(out)
@@ -441,6 +472,8 @@ class NixlBackend(Grouped, HostMemory):
             if inb.filled >= inb.stream.total:
                 del self._inbound[key]
                 self._shared.memory.unpin(inb.regs)
+                if inb.slab is not None:
+                    self._shared.memory.restage(inb.slab)
             if inb.on_piece is not None:
                 inb.on_piece(a, b, done)
         else:

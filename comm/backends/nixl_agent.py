@@ -13,10 +13,10 @@ import os
 import struct
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from reshard.comm.backends.nixl_memory import Registrations, Run
+from reshard.comm.backends.nixl_memory import Reg, Registrations, Run
 from reshard.errors import ExecutionError
 
 HEAD = struct.Struct("<cHqQ")
@@ -24,11 +24,8 @@ HEAD = struct.Struct("<cHqQ")
 READY = b"R"
 LANDED = b"L"
 RANGE = struct.Struct("<QQ")
-_READY_HEAD = struct.Struct("<I??I")
+_READY_HEAD = struct.Struct("<I?II")
 _REG = struct.Struct("<QQQ?")
-
-Reg = tuple[Run, int]
-"""A registration as the peers know it: the array's run and its generation."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +34,8 @@ class Ready:
     runs in stream order), whether it acts on each piece as it lands (if not, the
     sender writes what it holds in as few WRITEs as it can), the registrations the
     places lie in (each with whether this message carries its metadata) and that
-    partial metadata.
+    partial metadata, and the registrations told of before that are gone since
+    (``dropped``: the sender forgets them).
 
     Metadata is loaded when the notification arrives, in arrival order, whichever
     channel it is for; a sender writes only once every registration its target
@@ -49,20 +47,19 @@ class Ready:
     pieces: bool
     regs: list[tuple[Reg, bool]]
     meta: bytes
-    whole: bool = False
-    """``meta`` is the receiver's whole metadata, to load in place of all it told
-    before: a registration it tells now overlaps memory it told of before and has
-    since deregistered (NIXL would look up the stale key and find no registration)."""
+    dropped: list[Reg] = field(default_factory=list)
 
     def pack(self) -> bytes:
-        return (_READY_HEAD.pack(len(self.places), self.pieces, self.whole, len(self.regs))
+        return (_READY_HEAD.pack(len(self.places), self.pieces, len(self.regs),
+                                 len(self.dropped))
                 + b"".join(RANGE.pack(a, n) for a, n in self.places)
                 + b"".join(_REG.pack(a, n, g, told) for ((a, n), g), told in self.regs)
+                + b"".join(_REG.pack(a, n, g, False) for (a, n), g in self.dropped)
                 + self.meta)
 
     @classmethod
     def unpack(cls, body: memoryview) -> Ready:
-        count, pieces, whole, nregs = _READY_HEAD.unpack_from(body)
+        count, pieces, nregs, ndropped = _READY_HEAD.unpack_from(body)
         at = _READY_HEAD.size
         places = [RANGE.unpack_from(body, at + RANGE.size * i) for i in range(count)]
         at += RANGE.size * count
@@ -70,7 +67,12 @@ class Ready:
         for i in range(nregs):
             a, n, g, told = _REG.unpack_from(body, at + _REG.size * i)
             regs.append((((a, n), g), told))
-        return cls(places, pieces, regs, bytes(body[at + _REG.size * nregs:]), whole)
+        at += _REG.size * nregs
+        dropped = []
+        for i in range(ndropped):
+            a, n, g, _ = _REG.unpack_from(body, at + _REG.size * i)
+            dropped.append(((a, n), g))
+        return cls(places, pieces, regs, bytes(body[at + _REG.size * ndropped:]), dropped)
 
 
 def agent_prefix(device: int) -> str:
@@ -101,12 +103,8 @@ class Agent:
         self.loaded: set[int] = set()
         self.seen: dict[int, set[Reg]] = collections.defaultdict(set)  # told, by peer
         self.known: dict[int, set[Reg]] = collections.defaultdict(set)  # peers' loaded
-        self.writing: collections.Counter[int] = collections.Counter()  # WRITEs, by peer
-        self.reloads = 0  # peers' whole metadata loaded in place of what they told
-        # a peer's notifications held back behind a whole-metadata ready, until no
-        # WRITE to it is in flight (reloading its agent would cancel them)
-        self.held_back: dict[int, list[tuple[str, bytes, Ready | None]]] = \
-            collections.defaultdict(list)
+        # told of to a peer and deregistered since, not yet reported to it
+        self.gone: dict[int, list[Reg]] = collections.defaultdict(list)
         # by channel: (peer, the notification, its ready parsed where it is one)
         self.inbox: dict[str, collections.deque[tuple[int, bytes, Ready | None]]] = \
             collections.defaultdict(collections.deque)
@@ -152,34 +150,18 @@ class Agent:
                                      f"{list(self.world)}): refused")
             for m in msgs:
                 kind, n, _, _ = HEAD.unpack_from(m)
-                ready = Ready.unpack(memoryview(m)[HEAD.size + n:]) if kind == READY else None
-                self.held_back[peer].append((m[HEAD.size:HEAD.size + n].decode(), m, ready))
-        for peer in [p for p, q in self.held_back.items() if q]:
-            self._deliver(me, peer)
-
-    def _deliver(self, me: int, peer: int) -> None:
-        """Pass ``peer``'s notifications to their channels in order, loading the
-        metadata of each ready; stop at a whole-metadata ready while a WRITE to the
-        peer is in flight."""
-        queue = self.held_back[peer]
-        done = 0
-        for channel, m, ready in queue:
-            if ready is not None:
-                if ready.whole and self.writing[peer]:
-                    break
-                self._learn(me, peer, ready)
-            self.inbox[channel].append((peer, m, ready))
-            done += 1
-        del queue[:done]
+                ready = None
+                if kind == READY:
+                    ready = Ready.unpack(memoryview(m)[HEAD.size + n:])
+                    self._learn(me, peer, ready)
+                self.inbox[m[HEAD.size:HEAD.size + n].decode()].append((peer, m, ready))
 
     def _learn(self, me: int, peer: int, ready: Ready) -> None:
-        """Load the registrations' metadata a ready carries (checked to be the peer's)."""
+        """Load the registrations' metadata a ready carries (checked to be the peer's)
+        and forget those it says are gone."""
+        self.known[peer].difference_update(ready.dropped)
         if not ready.meta:
             return
-        if ready.whole:
-            self.agent.remove_remote_agent(self.agents[peer])
-            self.known[peer].clear()
-            self.reloads += 1
         got = self.agent.add_remote_agent(ready.meta)
         got = got.decode() if isinstance(got, bytes) else str(got)
         if got != self.agents[peer]:
@@ -188,18 +170,19 @@ class Agent:
                 f"own {self.agents[peer]!r}: refused")
         self.known[peer].update(reg for reg, told in ready.regs if told)
 
-    def tell(self, peer: int, regs: list[Reg], trimmed: bool) -> tuple[list[tuple[Reg, bool]], bool]:
+    def tell(self, peer: int, regs: list[Reg]) -> tuple[list[tuple[Reg, bool]], list[Reg]]:
         """Which of ``regs`` (a receive's registrations) ``peer`` is to be told of now,
-        and whether with the whole metadata: once some registration was deregistered
-        (``trimmed``), a new one overlapping memory told of before needs it."""
+        and which registrations told of to it before are gone since."""
+        for reg in self.memory.dropped():
+            for p, seen in self.seen.items():
+                if reg in seen:
+                    seen.remove(reg)
+                    self.gone[p].append(reg)
         seen = self.seen[peer]
         told = [(reg, reg not in seen) for reg in dict.fromkeys(regs)]
-        whole = trimmed and any(new and _overlaps(reg, seen) for reg, new in told)
-        if whole:
-            seen.clear()
-            told = [(reg, True) for reg, _ in told]
         seen.update(reg for reg, _ in told)
-        return told, whole
+        self.memory.told([reg for reg, new in told if new])
+        return told, self.gone.pop(peer, [])
 
     def loaded_all(self, peer: int, ready: Ready) -> bool:
         """Whether the metadata of every registration ``ready`` names is loaded here."""
@@ -212,12 +195,6 @@ class Agent:
             with contextlib.suppress(Exception):  # closing: the peer may be gone
                 self.agent.remove_remote_agent(self.agents[peer])
         self.loaded.clear()
-
-
-def _overlaps(reg: Reg, regs: set[Reg]) -> bool:
-    """Whether ``reg``'s memory overlaps that of another registration in ``regs``."""
-    (a, n), _ = reg
-    return any(b < a + n and a < b + m for (b, m), g in regs if ((b, m), g) != reg)
 
 
 __all__ = ["HEAD", "LANDED", "RANGE", "READY", "Agent", "Ready", "Reg", "agent_prefix"]

@@ -8,10 +8,21 @@ into the shard. :class:`Registrations` registers, per buffer handed to an operat
 whole array it is a view of (the shard, a scratch buffer), once, and keeps that array
 alive while registered, so its memory cannot be freed and reused under a registration
 (a stale one). It holds at most ``limit`` arrays; the least recently used beyond that is
-deregistered (a peer told of it learns of its next registration afresh), never one an
-operation still uses: each operation pins the registrations of its places from posting
-to completion (a receive whose places were deregistered before the peer wrote would
-have the peer write into memory no longer the receiver's).
+deregistered, never one an operation still uses: each operation pins the
+registrations of its places from posting to completion (a receive whose places were
+deregistered before the peer wrote would have the peer write into memory no longer the
+receiver's).
+
+A peer told of a registration keeps its keys after the deregistration (NIXL drops a
+peer's keys only by disconnecting from it, which loses whatever is in flight between
+the two), and the allocator may hand that memory to a new array; a WRITE there could
+go through the stale keys (an RDMA transport refuses them; NIXL may pick either of two
+registrations holding the place). So memory told of and since deregistered is *stale*
+(:class:`Intervals`) for good, and a receive whose array overlaps stale memory lands in
+a *staging* buffer instead (:meth:`Registrations.staging`: registered once and never
+released, its memory never stale), copied into place as each piece lands. Peers are
+told which registrations went (:meth:`Registrations.dropped`), so what each side
+records of the other stays bounded.
 
 :func:`runs_of` turns a stream's views into ``(address, bytes)`` runs, :func:`cut` takes
 a byte range of them, and :func:`paired`
@@ -23,6 +34,7 @@ remote list, of the same length), so the two sides may cut a message differently
 
 from __future__ import annotations
 
+import bisect
 import collections
 import ctypes
 from collections.abc import Sequence
@@ -32,6 +44,9 @@ import numpy as np
 
 Run = tuple[int, int]
 """A contiguous run of memory: ``(address, bytes)``."""
+
+Reg = tuple[Run, int]
+"""A registration as the peers know it: the array's run and its generation."""
 
 
 def address_of(view: memoryview) -> int:
@@ -121,6 +136,34 @@ def paired(mine: Sequence[Run], theirs: Sequence[Run]) -> tuple[list[Run], list[
     return out_a, out_b
 
 
+class Intervals:
+    """A set of byte ranges (merged, sorted), asked whether a run overlaps it."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+
+    def add(self, run: Run) -> None:
+        """Add ``[a, a + n)``, merging it with the ranges it touches."""
+        a, n = run
+        b = a + n
+        i = bisect.bisect_left(self._ends, a)  # the first range ending at or after a
+        j = bisect.bisect_right(self._starts, b)  # past the last one starting by b
+        if i < j:
+            a, b = min(a, self._starts[i]), max(b, self._ends[j - 1])
+        self._starts[i:j] = [a]
+        self._ends[i:j] = [b]
+
+    def hits(self, run: Run) -> bool:
+        """Whether ``[a, a + n)`` overlaps a range of the set."""
+        a, n = run
+        i = bisect.bisect_right(self._ends, a)  # the first range ending after a
+        return i < len(self._starts) and self._starts[i] < a + n
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+
 class Registrations:
     """Host memory registered with one agent, by the array that holds it (module
     docstring).
@@ -143,6 +186,14 @@ class Registrations:
         """Registrations made so far (a test reads it: one per array, not per call)."""
         self.trimmed = 0
         """Registrations deregistered to keep within the limit, so far."""
+        self.stale = Intervals()
+        """Memory told of to a peer and deregistered since (module docstring)."""
+        self.staged = 0
+        """Receives that landed in a staging buffer, so far."""
+        self._told: set[Run] = set()  # registrations held that a peer was told of
+        self._dropped: list[Reg] = []  # told of, deregistered, not yet reported
+        self._slabs: list[Any] = []  # staging buffers free (registered for good)
+        self._quarantine: list[Any] = []  # allocations that fell on stale memory
 
     def ensure(self, views: Sequence[memoryview],
                runs: Sequence[Run] | None = None) -> list[tuple[Run, int]]:
@@ -193,9 +244,49 @@ class Registrations:
         """Arrays registered now."""
         return len(self._held)
 
-    def whole_metadata(self) -> bytes:
-        """The agent's whole metadata: every registration held, and how to connect."""
-        return bytes(self.agent.get_agent_metadata())
+    def told(self, regs: Sequence[Reg]) -> None:
+        """A peer is being told of ``regs``: once deregistered, their memory is stale."""
+        self._told.update(run for run, _ in regs)
+
+    def dropped(self) -> list[Reg]:
+        """The registrations told of and deregistered since the last call."""
+        out, self._dropped = self._dropped, []
+        return out
+
+    def stale_under(self, views: Sequence[memoryview], runs: Sequence[Run]) -> list[int]:
+        """Indices of ``views`` (the non-empty ones, ``runs`` their own runs) whose
+        array overlaps stale memory: a receive must not let a peer write there."""
+        if not len(self.stale):
+            return []
+        starts: dict[int, int] = {}
+        return [i for i, (v, (at, _)) in enumerate(zip(views, runs, strict=True))
+                if self.stale.hits(owner_of(v, at, starts)[1])]
+
+    def staging(self, nbytes: int) -> Any:
+        """A registered buffer of at least ``nbytes`` for a receive that may not land in
+        place (:meth:`stale_under`), kept registered and pinned for good (give it back
+        with :meth:`restage`); never one on stale memory (an allocation there is held
+        aside so the allocator moves on)."""
+        fits = [s for s in self._slabs if s.nbytes >= nbytes]
+        if fits:
+            slab = min(fits, key=lambda s: s.nbytes)
+            self._slabs.remove(slab)
+            return slab
+        size = 1 << max(16, (nbytes - 1).bit_length())
+        for _ in range(64):
+            slab = np.empty(size, np.uint8)
+            if not self.stale.hits((int(slab.ctypes.data), size)):
+                break
+            self._quarantine.append(slab)
+        else:
+            raise RuntimeError(f"no memory for a {size}-byte staging buffer off stale memory")
+        ((run, _),) = self.ensure([slab.data], [(int(slab.ctypes.data), size)])
+        self._told.discard(run)  # told or not, never deregistered: never stale
+        return slab
+
+    def restage(self, slab: Any) -> None:
+        """A staging buffer's receive is complete: it may serve another."""
+        self._slabs.append(slab)
 
     def metadata(self, runs: Sequence[Run]) -> bytes:
         """The agent's partial metadata for the registrations of ``runs`` (what a peer
@@ -217,8 +308,12 @@ class Registrations:
                 if len(free) == over:
                     break
         for run in free:
-            _, reg, _ = self._held.pop(run)
+            _, reg, generation = self._held.pop(run)
             self.agent.deregister_memory(reg)
+            if run in self._told:
+                self._told.remove(run)
+                self.stale.add(run)
+                self._dropped.append((run, generation))
         self.trimmed += len(free)
 
     def release(self) -> None:
@@ -228,4 +323,5 @@ class Registrations:
             self.agent.deregister_memory(reg)
 
 
-__all__ = ["Registrations", "Run", "address_of", "cut", "owner_of", "paired", "runs_of"]
+__all__ = ["Intervals", "Reg", "Registrations", "Run", "address_of", "cut", "owner_of", "paired",
+           "runs_of"]
