@@ -26,7 +26,7 @@ import multiprocessing as mp
 import os
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -184,46 +184,36 @@ def _copy_bandwidth(nbytes: int = 64 << 20) -> float:
 
 
 def _message_end(device: int, backend: str, address: Any, count: int, rounds: int,
-                 out: Connection, parts: bool = False,
-                 env: dict[str, str] | None = None) -> None:
+                 out: Connection, env: dict[str, str] | None = None) -> None:
     """One of two ranks of ``backend``: ``rounds`` times, ``count`` small messages to
     (device 0) or from (device 1) the other in one group, as a plan's step issues them;
-    sends the least CPU seconds (every thread of the process) a round took. ``parts``:
-    instead, one message of ``count`` parts of 64 bytes (strided views of one array: a
-    coalesced message of as many boxes) and one of the same bytes in one piece,
-    alternated; sends both least CPU seconds. ``env``: set before the rank is made
-    (a transport's choice, e.g. UCX's)."""
+    sends the least CPU seconds (every thread of the process) a round took. ``env``: set
+    before the rank is made (a transport's choice, e.g. UCX's)."""
     from reshard.comm.backend import builtin_backends
 
     os.environ.update(env or {})
     rank = builtin_backends().create(backend, device, (0, 1), address.connect(60.0), 60.0)
     try:
-        if parts:
-            spread = np.zeros(2 * 64 * count, np.uint8)
-            shapes = [[spread[j:j + 64] for j in range(0, spread.size, 128)],
-                      [np.zeros(64 * count, np.uint8)]]
-        else:
-            shapes = [[np.zeros(64, np.uint8) for _ in range(count)]]
-        best = [float("inf")] * len(shapes)
+        bufs = [np.zeros(64, np.uint8) for _ in range(count)]
+        best = float("inf")
         for r in range(rounds + 1):  # the first round warms up
-            for k, bufs in enumerate(shapes):
-                c0 = time.process_time()
-                rank.group_start()
-                for tag, buf in enumerate(bufs if not parts else [bufs]):
-                    if device == 0:
-                        rank.send(buf, 1, tag=tag)
-                    else:
-                        rank.recv(buf, 0, tag=tag)
-                rank.group_end()
-                if r:
-                    best[k] = min(best[k], time.process_time() - c0)
+            c0 = time.process_time()
+            rank.group_start()
+            for tag, buf in enumerate(bufs):
+                if device == 0:
+                    rank.send(buf, 1, tag=tag)
+                else:
+                    rank.recv(buf, 0, tag=tag)
+            rank.group_end()
+            if r:
+                best = min(best, time.process_time() - c0)
         out.send(best)
     finally:
         rank.close()
 
 
-def _two_ends(backend: str, count: int, rounds: int, parts: bool,
-              env: dict[str, str] | None) -> list[list[float]]:
+def _two_ends(backend: str, count: int, rounds: int,
+              env: dict[str, str] | None) -> list[float]:
     """:func:`_message_end` on two ranks of ``backend`` in processes of their own: each
     end's least CPU seconds."""
     from reshard.comm.rendezvous import TcpRendezvousServer
@@ -236,7 +226,7 @@ def _two_ends(backend: str, count: int, rounds: int, parts: bool,
             out_r, out_w = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_message_end, daemon=True,
                             args=(device, backend, server.address, count, rounds, out_w,
-                                  parts, env))
+                                  env))
             p.start()
             procs.append(p)
             outs.append(out_r)
@@ -261,6 +251,95 @@ def measurable(backend: str) -> bool:
     return entry.capabilities.device == "cpu" and "process" in entry.launchers
 
 
+def busy_seconds() -> float:
+    """CPU seconds this machine's cores have been busy since boot (user, nice, system,
+    interrupts; not idle, I/O wait or time stolen by the hypervisor): every process's
+    and the kernel's, the network stack's work for the testbed's links included."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq = map(int, f.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def runtime_shared(rt: Any, src: Sequence[int], dst: Sequence[int], nbytes: int = 64 << 20,
+                   rounds: int = 3) -> float:
+    """Bytes/s the machine's cores move through ``rt``'s backend and links, as
+    ``Cluster.shared_bandwidth`` charges them: ``nbytes`` from each device of ``src`` to
+    the device of ``dst`` at the same place, at once, in one plan on ``rt`` (its
+    workers, its launcher: on the testbed, across the emulated hosts, through veth and
+    the shaped queues), the bytes over the busy CPU seconds of the whole machine (over
+    its cores) in the round that took the fewest (the first warms up). The machine's
+    rate whether or not its cores limit the round; what loopback streaming
+    (:func:`measure`) leaves out: the kernel's per-packet work on 1,500-byte links and
+    the backend's own work per byte."""
+    import reshard
+    from reshard import DeviceMesh, Layout
+
+    k = len(src)
+    if k != len(dst) or not k:
+        raise ValueError(f"src and dst must pair devices one to one, got {src} and {dst}")
+    shape = (k, nbytes)
+    here = Layout(DeviceMesh((k,), devices=list(src)), "S0R")
+    plan = reshard.plan(shape, "uint8", here, Layout(DeviceMesh((k,), devices=list(dst)), "S0R"),
+                        cluster=rt.cluster)
+    x = rt.put(np.ones(shape, np.uint8), here)
+    best = float("inf")
+    try:
+        for r in range(rounds + 1):
+            before = busy_seconds()
+            (y,) = rt.execute(plan, [x])
+            took = busy_seconds() - before
+            rt.free(y)
+            if r:
+                best = min(best, took)
+    finally:
+        rt.free(x)
+    cores = len(os.sched_getaffinity(0))
+    return k * nbytes / max(best / cores, 1e-9)
+
+
+def runtime_part_cost(rt: Any, src: Sequence[int], dst: Sequence[int], count: int = 1024,
+                      nbytes: int = 256, rounds: int = 3) -> float:
+    """Seconds of the whole machine (busy CPU seconds over its cores, the kernel's
+    included) each end of a coalesced message spends on each task riding in it, through
+    ``rt`` (its workers, backend and links): ``count`` tensors of ``nbytes`` from each
+    device of ``src`` to the device of ``dst`` at the same place, planned together
+    (their tasks coalesced into a message per pair), against one such tensor, in the
+    rounds that took the fewest (the first warms up). The worker's work per box
+    (laying it out, moving it, checking it in) beside the backend's
+    (:func:`part_cost`), which is what a plan of many small tensors pays."""
+    import reshard
+    from reshard import DeviceMesh, Layout
+    from reshard.planner.schedule.coalesce import followers
+
+    k = len(src)
+    if k != len(dst) or not k:
+        raise ValueError(f"src and dst must pair devices one to one, got {src} and {dst}")
+    here = Layout(DeviceMesh((k,), devices=list(src)), "S0R")
+    there = Layout(DeviceMesh((k,), devices=list(dst)), "S0R")
+    shape = (k, nbytes)
+    busy, riders = [], []
+    for n in (1, count):
+        plan = reshard.plan_many([(shape, "uint8", here, there)] * n, cluster=rt.cluster)
+        xs = [rt.put(np.ones(shape, np.uint8), here) for _ in range(n)]
+        best = float("inf")
+        try:
+            for r in range(rounds + 1):
+                before = busy_seconds()
+                ys = rt.execute(plan, xs)
+                took = busy_seconds() - before
+                rt.free(*ys)
+                if r:
+                    best = min(best, took)
+        finally:
+            rt.free(*xs)
+        busy.append(best)
+        riders.append(len(followers(plan.tasks, plan.tensors)))
+    if riders[1] <= riders[0]:
+        raise ValueError(f"{count} tensors of {nbytes} B were not coalesced here")
+    cores = len(os.sched_getaffinity(0))
+    return max(0.0, (busy[1] - busy[0]) / cores / (2 * (riders[1] - riders[0])))
+
+
 def message_cost(backend: str, count: int = 256, rounds: int = 5,
                  env: dict[str, str] | None = None) -> float:
     """Seconds of the whole machine one end of one small message takes in ``backend``
@@ -272,28 +351,9 @@ def message_cost(backend: str, count: int = 256, rounds: int = 5,
     about 30 us of CPU per end here, reshard's issue path included more. ``env``: the
     ranks' environment beyond this process's (the testbed's transports:
     :data:`reshard.comm.launchers.netns.WIRE_ENV`)."""
-    ends = _two_ends(backend, count, rounds, False, env)
+    ends = _two_ends(backend, count, rounds, env)
     cores = len(os.sched_getaffinity(0))
-    return sum(e[0] for e in ends) / len(ends) / count / cores
-
-
-def part_cost(backend: str, count: int = 1024, rounds: int = 5,
-              env: dict[str, str] | None = None) -> float:
-    """Seconds of the whole machine one end of a message spends on each part it carries
-    (two ranks of ``backend`` in processes of their own: one message of ``count``
-    64-byte parts against one of the same bytes in one piece, the least CPU seconds of
-    each, the difference per part, averaged over the two ends, over this machine's
-    cores; never below 0). What the cluster's ``part_cost`` charges for each box a
-    coalesced message carries beyond its first. A backend that does not gather
-    (``Capabilities.gathers``) is handed the parts packed, by the executor: 0 here, its
-    copies are charged as copies. ``env``: as :func:`message_cost`'s."""
-    from reshard.comm.backend import builtin_backends
-
-    if not builtin_backends().entry(backend).capabilities.gathers:
-        return 0.0
-    ends = _two_ends(backend, count, rounds, True, env)
-    cores = len(os.sched_getaffinity(0))
-    return max(0.0, sum(e[0] - e[1] for e in ends) / len(ends) / count / cores)
+    return sum(ends) / len(ends) / count / cores
 
 
 def measure_many(pair_counts: Iterable[int], nbytes: int = 64 << 20, round_trips: int = 200,
@@ -332,5 +392,5 @@ def measure(pairs: int, nbytes: int = 64 << 20, round_trips: int = 200,
     return measure_many([pairs], nbytes, round_trips, repeats, backend)[max(1, pairs)]
 
 
-__all__ = ["LOCAL_PIECE", "Links", "measurable", "measure", "measure_many", "message_cost",
-           "part_cost"]
+__all__ = ["LOCAL_PIECE", "Links", "busy_seconds", "measurable", "measure", "measure_many",
+           "message_cost", "runtime_part_cost", "runtime_shared"]

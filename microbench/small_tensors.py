@@ -19,11 +19,13 @@ per device in its host's namespace; bare gloo, plain sockets, gloo with each mes
 copied in before it is sent and out after it arrived, and sockets copying only the boxes
 strided in their shards, as a scatter / gather data plane would). ``--message-cost``
 (with ``--testbed``) also models the plan, per backend, with what a message costs that
-backend on this machine (:func:`reshard.microbench.calibrate.message_cost`) and what each
-part a coalesced message carries costs it (:func:`reshard.microbench.calibrate.part_cost`),
-both timed with the testbed's transports (UCX on TCP), charged on
-the machine's cores (the shared bandwidth: :func:`reshard.microbench.calibrate.measure`
-of 4 pairs streaming at once), which all emulated hosts share::
+backend on this machine (:func:`reshard.microbench.calibrate.message_cost`, timed with the
+testbed's transports: UCX on TCP) and what each box riding in a coalesced message costs
+its runtime on the testbed (:func:`reshard.microbench.calibrate.runtime_part_cost`),
+charged on the machine's cores (the shared bandwidth, which all emulated hosts share:
+the bytes the backend's runtime moves across the testbed's links per busy second of the
+machine, :func:`reshard.microbench.calibrate.runtime_shared`, 64 MiB from each source
+device at once); these calibrations move other tensors than the measured ones::
 
     python -m reshard.microbench.small_tensors [--tensors 400] [-n 5]
     python -m reshard.microbench.small_tensors --testbed 0.3 [-n 3] [--kib 4-1024] [--floor]
@@ -95,34 +97,40 @@ def measure(count: int, iters: int, testbed_gbit: float | None = None,
     with Testbed(4, testbed_gbit) as tb:
         reqs = requests(count, low=low << 10, high=high << 10, log=True)
         plan = plan_many(reqs, cluster=tb.cluster(2))
-        got = _measure(reqs, plan, iters, tb, backends)
+        got = _measure(reqs, plan, iters, tb, backends, rates=message_cost)
         if floor:
             got["floors"] = floors(plan, tb)
         if message_cost:
-            for b, (cost, part, model) in with_message_cost(plan, backends).items():
+            rates = {b: (got["backends"][b]["shared_bandwidth"], got["backends"][b]["part_cost_s"])
+                     for b in backends}
+            for b, (cost, part, shared, model) in with_message_cost(plan, backends,
+                                                                    rates).items():
                 got["backends"][b].update(message_cost_s=cost, part_cost_s=part,
-                                          model_mc_s=model)
+                                          shared_bandwidth=shared, model_mc_s=model)
         return got
 
 
-def with_message_cost(plan: ReshardPlan, backends: Sequence[str]
-                      ) -> dict[str, tuple[float, float, float]]:
-    """Per backend, its measured seconds of the machine per message end and per part a
-    coalesced message carries, and the model time of ``plan``'s own tasks on its
-    cluster with those costs, charged on the machine's shared bandwidth (measured: 4
-    pairs streaming at once). The backends are timed with the testbed's transports
-    (:data:`~reshard.comm.launchers.netns.WIRE_ENV`: UCX on TCP)."""
+def with_message_cost(plan: ReshardPlan, backends: Sequence[str],
+                      rates: dict[str, tuple[float, float]]
+                      ) -> dict[str, tuple[float, float, float, float]]:
+    """Per backend, its measured seconds of the machine per message end (timed with the
+    testbed's transports, :data:`~reshard.comm.launchers.netns.WIRE_ENV`: UCX on TCP),
+    its runtime's bytes/s and seconds per coalesced part (``rates``:
+    :func:`~reshard.microbench.calibrate.runtime_shared` and
+    :func:`~reshard.microbench.calibrate.runtime_part_cost` on the testbed), and the
+    model time of ``plan``'s own tasks on its cluster with those figures (the costs
+    charged on that shared bandwidth)."""
     from reshard.comm.launchers.netns import WIRE_ENV
     from reshard.microbench import calibrate
 
-    shared = calibrate.measure(4).shared
     out = {}
     for b in backends:
         cost = calibrate.message_cost(b, env=WIRE_ENV)
-        part = calibrate.part_cost(b, env=WIRE_ENV)
+        shared, part = rates[b]
         cluster = dataclasses.replace(plan.cluster, message_cost=cost, part_cost=part,
                                       shared_bandwidth=shared)
-        out[b] = cost, part, dataclasses.replace(plan, cluster=cluster, _cache={}).estimate()
+        out[b] = (cost, part, shared,
+                  dataclasses.replace(plan, cluster=cluster, _cache={}).estimate())
     return out
 
 
@@ -154,7 +162,13 @@ def floors(plan: ReshardPlan, tb: Any) -> dict[str, tuple[float, float]]:
 
 
 def _measure(reqs: list[tuple], plan: ReshardPlan, iters: int, netns: object,
-             backends: Sequence[str]) -> dict:
+             backends: Sequence[str], rates: bool = False) -> dict:
+    """Time the plan coalesced and one message per task on each backend, alternated,
+    every shard checked; ``rates``: then also what each backend's runtime moves per
+    second of the machine's cores (:func:`~reshard.microbench.calibrate.runtime_shared`:
+    64 MiB from each source host's device to a destination host's at once) and spends
+    per box riding in a coalesced message
+    (:func:`~reshard.microbench.calibrate.runtime_part_cost`)."""
     rng = np.random.default_rng(1)
     values = [rng.random(shape).astype(np.float32).astype(parse_dtype(dt))
               for shape, dt, _, _ in reqs]
@@ -188,9 +202,20 @@ def _measure(reqs: list[tuple], plan: ReshardPlan, iters: int, netns: object,
                 if wrong:
                     raise AssertionError(f"{wrong} destination shards differ ({b}, "
                                          f"coalesce={way})")
+        shared = {}
+        if rates:
+            from reshard.microbench import calibrate
+
+            hosts = plan.cluster.hosts
+            src = [d for h in hosts[:len(hosts) // 2] for d in h]
+            dst = [d for h in hosts[len(hosts) // 2:] for d in h]
+            shared = {b: {"shared_bandwidth": calibrate.runtime_shared(rt, src, dst),
+                          "part_cost_s": calibrate.runtime_part_cost(rt, src, dst)}
+                      for b, rt in rts.items()}
     merged = len(followers(plan.tasks, plan.tensors))
     per = {b: {"on_s": statistics.median(times[(b, True)]),
-               "off_s": statistics.median(times[(b, False)])} for b in backends}
+               "off_s": statistics.median(times[(b, False)]),
+               **shared.get(b, {})} for b in backends}
     return {"tensors": len(reqs), "tasks": len(plan.tasks), "messages_coalesced":
             len(plan.tasks) - merged, **per[backends[0]], "backends": per,
             "bound_s": plan.lower_bound(), "model_s": plan.estimate(),
@@ -261,7 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"measured (coalesced) {r['model_s'] / got['on_s']:.2f}")
             if "model_mc_s" in got:
                 print(f"  {b}: {got['message_cost_s'] * 1e6:.1f} us of the machine per "
-                      f"message end, {got.get('part_cost_s', 0.0) * 1e6:.2f} per part: model {got['model_mc_s'] * 1e3:.1f} ms, model / "
+                      f"message end, {got.get('part_cost_s', 0.0) * 1e6:.2f} per part, "
+                      f"{got.get('shared_bandwidth', 0.0) / 1e9:.2f} GB/s streamed by all: model {got['model_mc_s'] * 1e3:.1f} ms, model / "
                       f"measured (coalesced) {got['model_mc_s'] / got['on_s']:.2f}")
     for transport, (on, off) in r.get("floors", {}).items():
         print(f"no runtime, {transport}: coalesced {on * 1e3:.1f} ms "

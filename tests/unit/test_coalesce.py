@@ -87,29 +87,29 @@ def test_the_small_tensors_model_with_a_message_cost_prices_the_same_tasks(monke
     cluster = Cluster.regular(4, 2, nic_bandwidth=1e9, intra_bandwidth=4e9)
     plan = reshard.plan_many(reqs, cluster=cluster)
     before = plan.estimate()
-    links = calibrate.Links(4e9, 1e-5, 8e9, 4, 8e9)
-    monkeypatch.setattr(calibrate, "measure", lambda pairs, **kw: links)
     envs = []
 
-    def timed(figures):
-        def measured(backend, env=None):
-            envs.append(env)
-            return figures[backend]
-        return measured
+    def measured(backend, env=None):
+        envs.append(env)
+        return {"cheap": 1e-5, "dear": 1e-4}[backend]
 
-    monkeypatch.setattr(calibrate, "message_cost", timed({"cheap": 1e-5, "dear": 1e-4}))
-    monkeypatch.setattr(calibrate, "part_cost", timed({"cheap": 0.0, "dear": 0.0}))
-    got = small_tensors.with_message_cost(plan, ("cheap", "dear"))
-    # timed with the testbed's transports
+    monkeypatch.setattr(calibrate, "message_cost", measured)
+    rates = {"cheap": (8e9, 0.0), "dear": (8e9, 0.0)}
+    got = small_tensors.with_message_cost(plan, ("cheap", "dear"), rates)
+    # messages timed with the testbed's transports
     assert envs and all(e == {"UCX_TLS": "tcp"} for e in envs)
-    assert got["cheap"][:2] == (1e-5, 0.0) and got["dear"][:2] == (1e-4, 0.0)
-    assert before < got["cheap"][2] < got["dear"][2]
+    assert got["cheap"][:3] == (1e-5, 0.0, 8e9) and got["dear"][:3] == (1e-4, 0.0, 8e9)
+    assert before < got["cheap"][3] < got["dear"][3]
     assert plan.estimate() == before  # the measured plan's own figures untouched
     # the difference is the messages' ends on the shared cores: at least one message
     # end per destination device's messages, at most every task's two ends
     ends = 2 * len(plan.tasks)
-    assert got["dear"][2] - got["cheap"][2] <= ends * (1e-4 - 1e-5) * 1.01
+    assert got["dear"][3] - got["cheap"][3] <= ends * (1e-4 - 1e-5) * 1.01
     # a cost per part raises the model of a plan whose messages carry several boxes
-    monkeypatch.setattr(calibrate, "part_cost", timed({"cheap": 0.0, "dear": 1e-5}))
-    parted = small_tensors.with_message_cost(plan, ("cheap", "dear"))
-    assert parted["dear"][2] > got["dear"][2] and parted["cheap"][2] == got["cheap"][2]
+    parted = small_tensors.with_message_cost(plan, ("cheap", "dear"),
+                                             {"cheap": (8e9, 0.0), "dear": (8e9, 1e-5)})
+    assert parted["dear"][3] > got["dear"][3] and parted["cheap"][3] == got["cheap"][3]
+    # and a backend whose runtime moves fewer bytes per second of the cores, slower
+    slow = small_tensors.with_message_cost(plan, ("cheap", "dear"),
+                                           {"cheap": (8e9, 0.0), "dear": (2e9, 1e-5)})
+    assert slow["dear"][3] > parted["dear"][3] and slow["cheap"][3] == parted["cheap"][3]
