@@ -37,6 +37,7 @@ from __future__ import annotations
 import bisect
 import collections
 import ctypes
+import mmap
 from collections.abc import Sequence
 from typing import Any
 
@@ -267,14 +268,13 @@ class Registrations:
         place (:meth:`stale_under`), kept registered and pinned for good (give it back
         with :meth:`restage`); never one on stale memory (an allocation there is held
         aside so the allocator moves on)."""
-        fits = [s for s in self._slabs if s.nbytes >= nbytes]
-        if fits:
-            slab = min(fits, key=lambda s: s.nbytes)
-            self._slabs.remove(slab)
-            return slab
-        size = 1 << max(16, (nbytes - 1).bit_length())
+        fits = [i for i, s in enumerate(self._slabs) if s.nbytes >= nbytes]
+        if fits:  # the smallest that fits (by position: arrays do not compare as values)
+            return self._slabs.pop(min(fits, key=lambda i: self._slabs[i].nbytes))
+        size = 1 << max(20, (nbytes - 1).bit_length())
         for _ in range(64):
-            slab = np.empty(size, np.uint8)
+            # a mapping of its own: the heap's free blocks are where stale memory is
+            slab = np.frombuffer(mmap.mmap(-1, size), np.uint8)
             if not self.stale.hits((int(slab.ctypes.data), size)):
                 break
             self._quarantine.append(slab)

@@ -120,4 +120,9 @@ def test_memory_told_and_deregistered_is_stale_and_receives_there_are_staged():
     assert (slab.ctypes.data, slab.nbytes) in agent.live
     regs.restage(slab)
     assert regs.staging(50) is slab  # the free one serves the next receive
-    assert regs.staging(50) is not slab
+    other = regs.staging(50)
+    assert other is not slab
+    big = regs.staging(3 << 20)  # larger than any free one: a new, larger buffer
+    for s in (big, other, slab):
+        regs.restage(s)
+    assert regs.staging(2 << 20) is big and regs.staging(10) is not big
