@@ -6,8 +6,6 @@ scatter+all-gather baselines), execute them on NCCL / gloo / a local reference
 backend, and schedule them inside a pipeline.
 """
 
-from typing import Any
-
 from reshard.cluster import PRESETS, Cluster, LinkFigures, preset_names
 from reshard.errors import (
     ClusterError,
@@ -26,6 +24,7 @@ from reshard.errors import (
     StrategyError,
 )
 from reshard.layout import Layout
+from reshard.lazy import lazy_attributes
 from reshard.mesh import DeviceMesh
 from reshard.planner.estimates import CostCache, EstimateError, estimate, estimate_many
 from reshard.planner.ir import ReshardPlan
@@ -87,11 +86,4 @@ _LAZY = {
     "builtin_backends": "reshard.comm.backend",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'reshard' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -7,7 +7,7 @@ works even while the generated stubs are stale.
 
 from __future__ import annotations
 
-from typing import Any
+from reshard.lazy import lazy_attributes
 
 __all__ = ["Client", "RemoteArray", "ServeOptions", "Server", "ServiceError"]
 
@@ -19,11 +19,4 @@ _HOMES = {
     "ServiceError": "reshard.service.status",
 }
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'reshard.service' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(home), name)
+__getattr__ = lazy_attributes(__name__, _HOMES)

@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core types", ("reshard.errors", "reshard.choice", "reshard.dtypes", "reshard.spec",
                     "reshard.mesh", "reshard.layout", "reshard.cluster", "reshard.bits", "reshard.casting", "reshard.lru",
                     "reshard.helptext", "reshard.tables", "reshard.cliargs", "reshard.version",
-                    "reshard.packed", "reshard.darray", "reshard.gcpause")),
+                    "reshard.packed", "reshard.darray", "reshard.gcpause", "reshard.lazy")),
     ("planner", ("reshard.planner",)),
     ("data plane", ("reshard.comm",)),
     ("driver", ("reshard.runtime", "reshard.workers", "reshard.loaded_plans", "reshard.diagnosis",
