@@ -10,7 +10,9 @@ loaded by every peer it shares a task with.
 A transfer of the Backend protocol (two-sided: a ``send`` on one rank, a ``recv`` on
 the other) runs as:
 
-1. the receiver registers its places (the buffers themselves: a shard, or scratch;
+1. the receiver registers its places (the buffers themselves: a shard, or scratch,
+   which the backend hands out as blocks of slabs registered once,
+   :mod:`reshard.comm.backends.nixl_pool`; a caller's arrays one by one,
    :mod:`reshard.comm.backends.nixl_memory`) and notifies the sender *ready*: the
    operation's tag and number (the how-many-th operation of that tag between the pair:
    both sides count alike, every rank issuing its operations in the plan's order), its
@@ -188,6 +190,15 @@ class NixlBackend(Grouped, HostMemory):
     def registrations(self) -> Registrations:
         """This rank's registered memory (shared by its channels)."""
         return self._shared.memory
+
+    def empty(self, n: int, dtype: Any) -> np.ndarray:
+        """A new 1-d buffer, a block of this rank's registered slabs
+        (:mod:`~reshard.comm.backends.nixl_pool`: never registered on its own, never
+        stale), or where the pool is at its cap, as every host-memory backend's."""
+        sh = self._shared
+        with sh.lock:  # the pool registers a new slab through the shared registrations
+            got = sh.memory.pool.empty(n, dtype)
+        return got if got is not None else super().empty(n, dtype)
 
     def channel(self, name: str) -> NixlBackend:
         """This rank on an independent channel (the same agent; its notifications
@@ -389,7 +400,7 @@ class NixlBackend(Grouped, HostMemory):
             self._run()
             return
         out = self._give(nxt, _REDUCE_TAG, mine, 0) if nxt is not None else None
-        held = np.empty(buf.nbytes, np.uint8)
+        held = self.empty(buf.nbytes, np.uint8)
         combine, flat, size = _COMBINE[op], buf.reshape(-1), buf.itemsize
 
         def on_piece(a: int, b: int, done: int) -> None:
@@ -472,8 +483,7 @@ class NixlBackend(Grouped, HostMemory):
             if inb.filled >= inb.stream.total:
                 del self._inbound[key]
                 self._shared.memory.unpin(inb.regs)
-                if inb.slab is not None:
-                    self._shared.memory.restage(inb.slab)
+                inb.slab = None  # its block goes back to the pool
             if inb.on_piece is not None:
                 inb.on_piece(a, b, done)
         else:

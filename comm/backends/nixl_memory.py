@@ -19,10 +19,13 @@ the two), and the allocator may hand that memory to a new array; a WRITE there c
 go through the stale keys (an RDMA transport refuses them; NIXL may pick either of two
 registrations holding the place). So memory told of and since deregistered is *stale*
 (:class:`Intervals`) for good, and a receive whose array overlaps stale memory lands in
-a *staging* buffer instead (:meth:`Registrations.staging`: registered once and never
-released, its memory never stale), copied into place as each piece lands. Peers are
-told which registrations went (:meth:`Registrations.dropped`), so what each side
-records of the other stays bounded.
+a *staging* buffer (:meth:`Registrations.staging`), copied into place as each piece
+lands. Peers are told which registrations went (:meth:`Registrations.dropped`), so what
+each side records of the other stays bounded. The buffers the backend hands out itself
+(destination shards, scratch, staging) are blocks of slabs registered for good
+(:class:`~reshard.comm.backends.nixl_pool.Pool`): a view of one is the slab's
+registration, never one of its own, and never stale; arrays from elsewhere (a caller's)
+take the path above.
 
 :func:`runs_of` turns a stream's views into ``(address, bytes)`` runs, :func:`cut` takes
 a byte range of them, and :func:`paired`
@@ -37,11 +40,13 @@ from __future__ import annotations
 import bisect
 import collections
 import ctypes
-import mmap
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from reshard.comm.backends.nixl_pool import Pool
 
 Run = tuple[int, int]
 """A contiguous run of memory: ``(address, bytes)``."""
@@ -193,8 +198,11 @@ class Registrations:
         """Receives that landed in a staging buffer, so far."""
         self._told: set[Run] = set()  # registrations held that a peer was told of
         self._dropped: list[Reg] = []  # told of, deregistered, not yet reported
-        self._slabs: list[Any] = []  # staging buffers free (registered for good)
-        self._quarantine: list[Any] = []  # allocations that fell on stale memory
+        self.pool = Pool(self._slab, cap=_pool_cap())
+        """Buffers carved from slabs registered for good (:mod:`.nixl_pool`)."""
+        # staging buffers' own slabs: needed whatever the pool's cap (as many bytes as
+        # receives are staged at once)
+        self._staging = Pool(self._slab, slab=1 << 20, cap=1 << 62)
 
     def ensure(self, views: Sequence[memoryview],
                runs: Sequence[Run] | None = None) -> list[tuple[Run, int]]:
@@ -209,6 +217,9 @@ class Registrations:
         last: tuple[Run, int] | None = None
         for v, at in zip(nonempty, ats, strict=True):
             owner, run = owner_of(v, at, starts)
+            if (self.pool.total or self._staging.total) and run not in self._held:
+                # a block of a slab: the slab's registration
+                run = self.pool.slab_of(run) or self._staging.slab_of(run) or run
             if last is not None and last[0] == run:
                 self._pins[run] += 1  # the next part of the array just seen
                 out.append(last)
@@ -264,29 +275,25 @@ class Registrations:
                 if self.stale.hits(owner_of(v, at, starts)[1])]
 
     def staging(self, nbytes: int) -> Any:
-        """A registered buffer of at least ``nbytes`` for a receive that may not land in
-        place (:meth:`stale_under`), kept registered and pinned for good (give it back
-        with :meth:`restage`); never one on stale memory (an allocation there is held
-        aside so the allocator moves on)."""
-        fits = [i for i, s in enumerate(self._slabs) if s.nbytes >= nbytes]
-        if fits:  # the smallest that fits (by position: arrays do not compare as values)
-            return self._slabs.pop(min(fits, key=lambda i: self._slabs[i].nbytes))
-        size = 1 << max(20, (nbytes - 1).bit_length())
-        for _ in range(64):
-            # a mapping of its own: the heap's free blocks are where stale memory is
-            slab = np.frombuffer(mmap.mmap(-1, size), np.uint8)
-            if not self.stale.hits((int(slab.ctypes.data), size)):
-                break
-            self._quarantine.append(slab)
-        else:
-            raise RuntimeError(f"no memory for a {size}-byte staging buffer off stale memory")
-        ((run, _),) = self.ensure([slab.data], [(int(slab.ctypes.data), size)])
-        self._told.discard(run)  # told or not, never deregistered: never stale
-        return slab
+        """A buffer of ``nbytes`` for a receive that may not land in place
+        (:meth:`stale_under`): a block of a slab registered for good, never stale; it
+        goes back to its slab when dropped."""
+        got = self.pool.empty(nbytes, np.uint8)
+        if got is None:  # the pool is at its cap (or has none)
+            got = self._staging.empty(nbytes, np.uint8)
+        if got is None:
+            raise RuntimeError(f"nixl: no memory off stale memory for a {nbytes}-byte "
+                               f"staging buffer")
+        return got
 
-    def restage(self, slab: Any) -> None:
-        """A staging buffer's receive is complete: it may serve another."""
-        self._slabs.append(slab)
+    def _slab(self, slab: Any) -> Run | None:
+        """Register a new slab of the pool for good (pinned: never deregistered); None
+        where it lies on stale memory (the pool then maps another)."""
+        run = (int(slab.ctypes.data), int(slab.nbytes))
+        if self.stale.hits(run):
+            return None
+        self.ensure([slab.data], [run])
+        return run
 
     def metadata(self, runs: Sequence[Run]) -> bytes:
         """The agent's partial metadata for the registrations of ``runs`` (what a peer
@@ -323,5 +330,27 @@ class Registrations:
             self.agent.deregister_memory(reg)
 
 
-__all__ = ["Intervals", "Reg", "Registrations", "Run", "address_of", "cut", "owner_of", "paired",
+POOL_ENV = "RESHARD_NIXL_POOL_MB"
+"""Environment variable: MiB of slabs a rank's pool maps at most (0: none, every buffer
+registered on its own); half the machine's memory by default."""
+
+
+def _pool_cap() -> int:
+    """Bytes of slabs a rank's pool maps at most (:data:`POOL_ENV`)."""
+    given = os.environ.get(POOL_ENV)
+    if given is not None:
+        try:
+            mib = float(given)
+        except ValueError:
+            mib = -1.0
+        if not mib >= 0:
+            raise ValueError(f"{POOL_ENV} must be a number of MiB >= 0, got {given!r}")
+        return int(mib * (1 << 20))
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError):
+        return 8 << 30
+
+
+__all__ = ["POOL_ENV", "Intervals", "Reg", "Registrations", "Run", "address_of", "cut", "owner_of", "paired",
            "runs_of"]

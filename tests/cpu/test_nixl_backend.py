@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from reshard.comm.backends.nixl import NixlBackend, agent_prefix, available
+from reshard.comm.backends.nixl_memory import POOL_ENV
 from reshard.errors import ExecutionError
 
 from .test_tcp_backend import WORLD, _ok, _ranks
@@ -140,11 +141,13 @@ def test_memory_deregistered_and_reused_lands_in_staging_never_under_stale_keys(
 @pytest.mark.timeout(180)
 def test_many_small_receives_over_deregistered_memory_between_processes(monkeypatch):
     """The plan of 600 small tensors, coalesced, run 9 times between four pairs of
-    worker processes (UCX on TCP, as on the testbed): each receiver registers 600 fresh
+    worker processes (UCX on TCP, as on the testbed), with no pool (every buffer
+    registered on its own, as a caller's arrays are): each receiver registers 600 fresh
     arrays a run, past its 4,096 and into memory its peer was told of before. Every
     run completes, every shard exact. (Reloading a peer's whole metadata instead
     disconnected the two agents while notifications were in flight: a ready was lost
-    and both sides waited out the timeout.)"""
+    and both sides waited out the timeout.) With the pool, the same runs register one
+    slab a receiver."""
     import reshard
     from reshard import Cluster, DeviceMesh, Layout
 
@@ -155,14 +158,19 @@ def test_many_small_receives_over_deregistered_memory_between_processes(monkeypa
     plan = reshard.plan_many([((4, 256), "uint8", here, there)] * 600,
                              cluster=Cluster.regular(4, 2))
     monkeypatch.setenv("UCX_TLS", "tcp")
-    with reshard.Runtime("nixl", Cluster.regular(4, 2), "process", timeout=60) as rt:
-        xs = [rt.put(v, here) for v in values]
-        for _ in range(9):
-            ys = rt.execute(plan, xs)
-            wrong = [i for i, (y, v) in enumerate(zip(ys, values))
-                     if not np.array_equal(rt.get(y), v)]
-            assert not wrong, f"{len(wrong)} tensors differ, the first {wrong[:5]}"
-            rt.free(*ys)
+    for pool, runs in (("0", 9), (None, 3)):
+        if pool is None:
+            monkeypatch.delenv(POOL_ENV, raising=False)
+        else:
+            monkeypatch.setenv(POOL_ENV, pool)
+        with reshard.Runtime("nixl", Cluster.regular(4, 2), "process", timeout=60) as rt:
+            xs = [rt.put(v, here) for v in values]
+            for _ in range(runs):
+                ys = rt.execute(plan, xs)
+                wrong = [i for i, (y, v) in enumerate(zip(ys, values))
+                         if not np.array_equal(rt.get(y), v)]
+                assert not wrong, f"{len(wrong)} tensors differ, the first {wrong[:5]}"
+                rt.free(*ys)
 
 
 @pytest.mark.timeout(60)

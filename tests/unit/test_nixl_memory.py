@@ -113,16 +113,72 @@ def test_memory_told_and_deregistered_is_stale_and_receives_there_are_staged():
 
     assert regs.stale_under(views, runs_of(views)) == [1]
     slab = regs.staging(100)
-    assert slab.nbytes >= 100 and not regs.stale.hits((slab.ctypes.data, slab.nbytes))
-    assert (slab.ctypes.data, slab.nbytes) in agent.live
-    for _ in range(3):  # pinned for good: other arrays come and go, the slab stays
+    at = int(slab.ctypes.data)
+    assert slab.nbytes == 100 and not regs.stale.hits((at, slab.nbytes))
+    # a block of a slab registered for good: other arrays come and go, it stays
+    (run,) = [r for r in agent.live if r[0] <= at < r[0] + r[1]]
+    for _ in range(3):
         regs.unpin(regs.ensure([_view(np.zeros(512, np.uint8))]))
-    assert (slab.ctypes.data, slab.nbytes) in agent.live
-    regs.restage(slab)
-    assert regs.staging(50) is slab  # the free one serves the next receive
-    other = regs.staging(50)
-    assert other is not slab
-    big = regs.staging(3 << 20)  # larger than any free one: a new, larger buffer
-    for s in (big, other, slab):
-        regs.restage(s)
-    assert regs.staging(2 << 20) is big and regs.staging(10) is not big
+    assert run in agent.live
+    # a view of the block is the slab's registration, not one of its own
+    before = regs.registered
+    assert [r for r, _ in regs.ensure([_view(slab[10:20])])] == [run]
+    assert regs.registered == before
+    # with no pool (a cap of 0), staging still has buffers of its own, off stale memory
+    bare = Registrations(_Agent(), limit=1)
+    bare.pool.cap = 0
+    assert bare.pool.empty(10, np.uint8) is None
+    got = bare.staging(5000)
+    assert got.nbytes == 5000 and bare.pool.total == 0
+
+
+def test_the_pool_carves_registered_slabs_and_takes_blocks_back():
+    from reshard.comm.backends.nixl_pool import ALIGN, Pool
+
+    made: list = []
+
+    def register(slab):
+        made.append(slab)
+        return None if len(made) == 1 else (int(slab.ctypes.data), slab.nbytes)
+
+    pool = Pool(register, slab=1 << 20, cap=3 << 20)
+    a = pool.empty(1000, np.float32)
+    b = pool.empty(10, np.int8)
+    assert len(made) == 2  # the first mapping refused (as on stale memory): another
+    assert a.dtype == np.float32 and a.shape == (1000,) and a.flags.writeable
+    pa, pb = int(a.ctypes.data), int(b.ctypes.data)
+    assert pa % ALIGN == 0 and pb % ALIGN == 0 and pb >= pa + a.nbytes  # apart
+    assert pool.slab_of((pb, 10)) == pool.slab_of((pa, 4000)) is not None
+    assert pool.slab_of((pa - 1, 4)) is None
+    a[:] = 1.5
+    b[:] = 7
+    assert (a == 1.5).all() and (b == 7).all()
+    view = a[100:200].reshape(10, 10)  # a view keeps the block
+    del a
+    assert pool.empty(1000, np.float32).ctypes.data != pa
+    del view
+    again = pool.empty(1000, np.float32)  # the block is back (first fit)
+    assert int(again.ctypes.data) == pa
+    big = pool.empty(3 << 19, np.uint8)  # 1.5 MiB: a slab of its own (2 MiB)
+    assert big is not None and pool.total == 3 << 20
+    assert pool.empty(1 << 20, np.uint8) is None  # a new slab would pass the cap
+    assert pool.empty(0, np.uint8) is None
+    del again, b, big
+    assert pool.free_bytes() == pool.total  # every block back, merged
+
+
+def test_the_pool_cap_is_read_from_the_environment(monkeypatch):
+    import pytest
+
+    from reshard.comm.backends.nixl_memory import POOL_ENV
+
+    monkeypatch.setenv(POOL_ENV, "1.5")
+    assert Registrations(_Agent()).pool.cap == 3 << 19
+    monkeypatch.setenv(POOL_ENV, "0")
+    assert Registrations(_Agent()).pool.cap == 0
+    for bad in ("-1", "lots", "nan"):
+        monkeypatch.setenv(POOL_ENV, bad)
+        with pytest.raises(ValueError, match=POOL_ENV):
+            Registrations(_Agent())
+    monkeypatch.delenv(POOL_ENV)
+    assert Registrations(_Agent()).pool.cap > 0  # half the machine's memory
