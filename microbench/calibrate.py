@@ -260,6 +260,36 @@ def busy_seconds() -> float:
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
+def _pair_layouts(src: Sequence[int], dst: Sequence[int]) -> tuple[Any, Any]:
+    """Layouts that send a row from each device of ``src`` to the device of ``dst`` at
+    the same place (``S0R`` on a 1-d mesh each)."""
+    from reshard import DeviceMesh, Layout
+
+    k = len(src)
+    if k != len(dst) or not k:
+        raise ValueError(f"src and dst must pair devices one to one, got {src} and {dst}")
+    return (Layout(DeviceMesh((k,), devices=list(src)), "S0R"),
+            Layout(DeviceMesh((k,), devices=list(dst)), "S0R"))
+
+
+def _least_busy(rt: Any, plan: Any, xs: list[Any], rounds: int) -> float:
+    """The fewest busy CPU seconds of the machine (:func:`busy_seconds`) that one run of
+    ``plan`` on ``rt`` took, over ``rounds`` runs after one that warms up; the inputs
+    ``xs`` are freed after."""
+    best = float("inf")
+    try:
+        for r in range(rounds + 1):
+            before = busy_seconds()
+            ys = rt.execute(plan, xs)
+            took = busy_seconds() - before
+            rt.free(*ys)
+            if r:
+                best = min(best, took)
+    finally:
+        rt.free(*xs)
+    return best
+
+
 def runtime_shared(rt: Any, src: Sequence[int], dst: Sequence[int], nbytes: int = 64 << 20,
                    rounds: int = 3) -> float:
     """Bytes/s the machine's cores move through ``rt``'s backend and links, as
@@ -272,29 +302,13 @@ def runtime_shared(rt: Any, src: Sequence[int], dst: Sequence[int], nbytes: int 
     (:func:`measure`) leaves out: the kernel's per-packet work on 1,500-byte links and
     the backend's own work per byte."""
     import reshard
-    from reshard import DeviceMesh, Layout
 
-    k = len(src)
-    if k != len(dst) or not k:
-        raise ValueError(f"src and dst must pair devices one to one, got {src} and {dst}")
-    shape = (k, nbytes)
-    here = Layout(DeviceMesh((k,), devices=list(src)), "S0R")
-    plan = reshard.plan(shape, "uint8", here, Layout(DeviceMesh((k,), devices=list(dst)), "S0R"),
-                        cluster=rt.cluster)
-    x = rt.put(np.ones(shape, np.uint8), here)
-    best = float("inf")
-    try:
-        for r in range(rounds + 1):
-            before = busy_seconds()
-            (y,) = rt.execute(plan, [x])
-            took = busy_seconds() - before
-            rt.free(y)
-            if r:
-                best = min(best, took)
-    finally:
-        rt.free(x)
+    here, there = _pair_layouts(src, dst)
+    shape = (len(src), nbytes)
+    plan = reshard.plan(shape, "uint8", here, there, cluster=rt.cluster)
+    best = _least_busy(rt, plan, [rt.put(np.ones(shape, np.uint8), here)], rounds)
     cores = len(os.sched_getaffinity(0))
-    return k * nbytes / max(best / cores, 1e-9)
+    return len(src) * nbytes / max(best / cores, 1e-9)
 
 
 def runtime_part_cost(rt: Any, src: Sequence[int], dst: Sequence[int], count: int = 1024,
@@ -305,34 +319,18 @@ def runtime_part_cost(rt: Any, src: Sequence[int], dst: Sequence[int], count: in
     device of ``src`` to the device of ``dst`` at the same place, planned together
     (their tasks coalesced into a message per pair), against one such tensor, in the
     rounds that took the fewest (the first warms up). The worker's work per box
-    (laying it out, moving it, checking it in) beside the backend's
-    (:func:`part_cost`), which is what a plan of many small tensors pays."""
+    (laying it out, moving it, checking it in) and the backend's (a descriptor, an
+    iovec), which is what a plan of many small tensors pays."""
     import reshard
-    from reshard import DeviceMesh, Layout
     from reshard.planner.schedule.coalesce import followers
 
-    k = len(src)
-    if k != len(dst) or not k:
-        raise ValueError(f"src and dst must pair devices one to one, got {src} and {dst}")
-    here = Layout(DeviceMesh((k,), devices=list(src)), "S0R")
-    there = Layout(DeviceMesh((k,), devices=list(dst)), "S0R")
-    shape = (k, nbytes)
+    here, there = _pair_layouts(src, dst)
+    shape = (len(src), nbytes)
     busy, riders = [], []
     for n in (1, count):
         plan = reshard.plan_many([(shape, "uint8", here, there)] * n, cluster=rt.cluster)
         xs = [rt.put(np.ones(shape, np.uint8), here) for _ in range(n)]
-        best = float("inf")
-        try:
-            for r in range(rounds + 1):
-                before = busy_seconds()
-                ys = rt.execute(plan, xs)
-                took = busy_seconds() - before
-                rt.free(*ys)
-                if r:
-                    best = min(best, took)
-        finally:
-            rt.free(*xs)
-        busy.append(best)
+        busy.append(_least_busy(rt, plan, xs, rounds))
         riders.append(len(followers(plan.tasks, plan.tensors)))
     if riders[1] <= riders[0]:
         raise ValueError(f"{count} tensors of {nbytes} B were not coalesced here")

@@ -101,24 +101,22 @@ def measure(count: int, iters: int, testbed_gbit: float | None = None,
         if floor:
             got["floors"] = floors(plan, tb)
         if message_cost:
-            rates = {b: (got["backends"][b]["shared_bandwidth"], got["backends"][b]["part_cost_s"])
-                     for b in backends}
-            for b, (cost, part, shared, model) in with_message_cost(plan, backends,
-                                                                    rates).items():
-                got["backends"][b].update(message_cost_s=cost, part_cost_s=part,
-                                          shared_bandwidth=shared, model_mc_s=model)
+            rates = {b: (r["shared_bandwidth"], r["part_cost_s"])
+                     for b, r in got["backends"].items()}
+            for b, (cost, model) in with_message_cost(plan, backends, rates).items():
+                got["backends"][b].update(message_cost_s=cost, model_mc_s=model)
         return got
 
 
 def with_message_cost(plan: ReshardPlan, backends: Sequence[str],
                       rates: dict[str, tuple[float, float]]
-                      ) -> dict[str, tuple[float, float, float, float]]:
+                      ) -> dict[str, tuple[float, float]]:
     """Per backend, its measured seconds of the machine per message end (timed with the
-    testbed's transports, :data:`~reshard.comm.launchers.netns.WIRE_ENV`: UCX on TCP),
-    its runtime's bytes/s and seconds per coalesced part (``rates``:
+    testbed's transports, :data:`~reshard.comm.launchers.netns.WIRE_ENV`: UCX on TCP)
+    and the model time of ``plan``'s own tasks on its cluster with that cost and its
+    runtime's bytes/s and seconds per coalesced part (``rates``, per backend:
     :func:`~reshard.microbench.calibrate.runtime_shared` and
-    :func:`~reshard.microbench.calibrate.runtime_part_cost` on the testbed), and the
-    model time of ``plan``'s own tasks on its cluster with those figures (the costs
+    :func:`~reshard.microbench.calibrate.runtime_part_cost` on the testbed; the costs
     charged on that shared bandwidth)."""
     from reshard.comm.launchers.netns import WIRE_ENV
     from reshard.microbench import calibrate
@@ -129,8 +127,7 @@ def with_message_cost(plan: ReshardPlan, backends: Sequence[str],
         shared, part = rates[b]
         cluster = dataclasses.replace(plan.cluster, message_cost=cost, part_cost=part,
                                       shared_bandwidth=shared)
-        out[b] = (cost, part, shared,
-                  dataclasses.replace(plan, cluster=cluster, _cache={}).estimate())
+        out[b] = cost, dataclasses.replace(plan, cluster=cluster, _cache={}).estimate()
     return out
 
 
@@ -287,7 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "model_mc_s" in got:
                 print(f"  {b}: {got['message_cost_s'] * 1e6:.1f} us of the machine per "
                       f"message end, {got.get('part_cost_s', 0.0) * 1e6:.2f} per part, "
-                      f"{got.get('shared_bandwidth', 0.0) / 1e9:.2f} GB/s streamed by all: model {got['model_mc_s'] * 1e3:.1f} ms, model / "
+                      f"{got.get('shared_bandwidth', 0.0) / 1e9:.2f} GB/s streamed by all: "
+                      f"model {got['model_mc_s'] * 1e3:.1f} ms, model / "
                       f"measured (coalesced) {got['model_mc_s'] / got['on_s']:.2f}")
     for transport, (on, off) in r.get("floors", {}).items():
         print(f"no runtime, {transport}: coalesced {on * 1e3:.1f} ms "

@@ -170,7 +170,8 @@ class Cluster:
             iovec of a scatter / gather send, where one message of a thousand boxes
             costs a thousand of them however few bytes each holds). Charged with
             ``shared_bandwidth`` only. 0: none (the presets; the small-tensor benchmark
-            measures it through each backend, ``calibrate.part_cost``).
+            measures it through each backend's runtime on the testbed,
+            ``calibrate.runtime_part_cost``).
     """
 
     hosts: tuple[tuple[int, ...], ...]

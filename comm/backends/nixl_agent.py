@@ -63,16 +63,19 @@ class Ready:
         at = _READY_HEAD.size
         places = [RANGE.unpack_from(body, at + RANGE.size * i) for i in range(count)]
         at += RANGE.size * count
-        regs = []
-        for i in range(nregs):
-            a, n, g, told = _REG.unpack_from(body, at + _REG.size * i)
-            regs.append((((a, n), g), told))
+        regs = _regs(body, at, nregs)
         at += _REG.size * nregs
-        dropped = []
-        for i in range(ndropped):
-            a, n, g, _ = _REG.unpack_from(body, at + _REG.size * i)
-            dropped.append(((a, n), g))
+        dropped = [reg for reg, _ in _regs(body, at, ndropped)]
         return cls(places, pieces, regs, bytes(body[at + _REG.size * ndropped:]), dropped)
+
+
+def _regs(body: memoryview, at: int, count: int) -> list[tuple[Reg, bool]]:
+    """``count`` registration records from ``body[at:]``: each with its told flag."""
+    out = []
+    for i in range(count):
+        a, n, g, told = _REG.unpack_from(body, at + _REG.size * i)
+        out.append((((a, n), g), told))
+    return out
 
 
 def agent_prefix(device: int) -> str:

@@ -352,5 +352,5 @@ def _pool_cap() -> int:
         return 8 << 30
 
 
-__all__ = ["POOL_ENV", "Intervals", "Reg", "Registrations", "Run", "address_of", "cut", "owner_of", "paired",
-           "runs_of"]
+__all__ = ["POOL_ENV", "Intervals", "Reg", "Registrations", "Run", "address_of", "cut",
+           "owner_of", "paired", "runs_of"]

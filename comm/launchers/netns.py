@@ -24,12 +24,11 @@ _MS_REC = 0x4000  # <sys/mount.h>
 _MS_SLAVE = 1 << 19
 _MNT_DETACH = 2
 
-
-
 WIRE_ENV = {"UCX_TLS": "tcp"}
 """What every worker in a namespace runs with whatever its interface: UCX (the nixl
 backend's) on TCP only, so its bytes cross the shaped links (a calibration of the
 testbed's transports runs with it too)."""
+
 
 @dataclass(frozen=True)
 class NetnsHost:
