@@ -76,29 +76,29 @@ def generate(out_root: pathlib.Path) -> dict[str, str]:
     return {name: (folder / name).read_text(encoding="utf-8") for name in STUBS}
 
 
-def differences() -> list[str]:
-    """Stub files whose checked-in text differs from what protoc makes now."""
+def _stale_stubs(write: bool) -> list[str]:
+    """Stub files whose checked-in text differs from what protoc makes now, each
+    overwritten with the fresh text when ``write``."""
     with tempfile.TemporaryDirectory() as tmp:
         fresh = generate(pathlib.Path(tmp))
-    out = []
+    stale = []
     for name, text in fresh.items():
         path = stub_dir() / name
         if not path.exists() or path.read_text(encoding="utf-8") != text:
-            out.append(name)
-    return out
+            if write:
+                path.write_text(text, encoding="utf-8")
+            stale.append(name)
+    return stale
+
+
+def differences() -> list[str]:
+    """Stub files whose checked-in text differs from what protoc makes now."""
+    return _stale_stubs(write=False)
 
 
 def regenerate() -> list[str]:
     """Write fresh stubs next to the .proto; returns the files that changed."""
-    with tempfile.TemporaryDirectory() as tmp:
-        fresh = generate(pathlib.Path(tmp))
-    changed = []
-    for name, text in fresh.items():
-        path = stub_dir() / name
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
-            path.write_text(text, encoding="utf-8")
-            changed.append(name)
-    return changed
+    return _stale_stubs(write=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
