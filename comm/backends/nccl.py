@@ -44,7 +44,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -300,24 +300,24 @@ class NcclBackend:
         """``ncclSend`` on the world communicator. NCCL has no tags: the sends and
         receives of a group between one pair are matched in issue order, which is the
         plan's global order on both ranks (``tag`` is ignored)."""
-        if not buf.size:
-            return
-        self._used[self.world] = self._world_comm
-        ptr, n = self._raw(buf)
-        self._world_comm.send(ptr, n, self._nccl.NCCL_UINT8, self.world.index(peer),
-                              self._stream.ptr)
+        self._point_to_point("send", buf, peer)
 
     def recv(self, buf: Any, peer: int, *, tag: int = 0,
              landed: Callable[[int], None] | None = None) -> None:
         """``ncclRecv`` on the world communicator (``tag``: see :meth:`send`; no
         ``landed``)."""
         refuse_unsupported("nccl", self.capabilities, landed=landed)
+        self._point_to_point("recv", buf, peer)
+
+    def _point_to_point(self, op: Literal["send", "recv"], buf: Any, peer: int) -> None:
+        """The world communicator's ``op`` of ``buf``'s bytes with ``peer``, on this
+        backend's stream (nothing for an empty ``buf``)."""
         if not buf.size:
             return
         self._used[self.world] = self._world_comm
         ptr, n = self._raw(buf)
-        self._world_comm.recv(ptr, n, self._nccl.NCCL_UINT8, self.world.index(peer),
-                              self._stream.ptr)
+        getattr(self._world_comm, op)(ptr, n, self._nccl.NCCL_UINT8, self.world.index(peer),
+                                      self._stream.ptr)
 
     def all_gather(self, out: Any, inp: Any, group: Sequence[int]) -> None:
         """``ncclAllGather``: row ``i`` of ``out`` from member ``group[i]``."""
