@@ -70,6 +70,40 @@ def parse_cluster(text: str) -> Cluster:
     return Cluster.preset(m["preset"], hosts, int(devices) if devices else None)
 
 
+_NUMBERS: tuple[tuple[str, type, float, str], ...] = (
+    ("--max-message-mb", float, DEFAULT_MAX_MESSAGE / MIB,
+     "largest message received or sent, MiB"),
+    ("--max-inline-mb", float, DEFAULT_MAX_INLINE / MIB,
+     "largest inline array bytes of one Execute request or reply, MiB"),
+    ("--workers", int, 8, "threads serving calls"),
+    ("--grace", float, 10.0, "seconds calls in flight get to finish on SIGTERM"),
+    ("--timeout", float, 60.0, "the Runtime's timeout (a caller's deadline shortens it)"),
+    ("--max-plan-cells", int, 1 << 21,
+     ("refuse requests whose plan would have more cells (about tasks) than this, before "
+      "any work")),
+    ("--max-tensors", int, 100_000, "refuse requests of more tensors, counted before any work"),
+    ("--max-devices", int, 16_384,
+     "refuse requests whose meshes or cluster name more devices, counted before any work"),
+    ("--job-workers", int, 2,
+     ("processes for expensive requests (stopped at the caller's deadline); fewer than "
+      "--workers")),
+    ("--job-memory-mb", float, 2048.0, "memory cap of each of those processes, MiB"),
+    ("--job-timeout", float, 120.0,
+     ("seconds one expensive request's work may take, whatever its deadline (stopped also "
+      "when its caller cancels)")),
+    ("--max-inflight-mb", float, 256.0,
+     ("most memory requests in flight hold at once, MiB (each counts 3 x its size; more are "
+      "refused before parsing); at least 3 x --max-message-mb")),
+    ("--max-queued-calls", int, 64,
+     "calls accepted at once, serving or queued (more are refused)"),
+    ("--plan-cache-mb", float, 128.0,
+     ("memory of the plans kept for repeated requests, MiB (planned and executable plans: "
+      "each cache this much)")),
+)
+"""The numeric flags of ``reshard serve`` (the sizes and limits of :class:`ServeOptions`,
+the threads and timeouts): ``(flag, type, default, help)``."""
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The flags of ``reshard serve``."""
     ap.add_argument("--host", default="127.0.0.1",
@@ -92,41 +126,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--insecure", action="store_true",
                     help="serve a non-loopback --host without TLS (the token then crosses "
                          "the network in plaintext); refused without this flag")
-    ap.add_argument("--max-message-mb", type=float, default=DEFAULT_MAX_MESSAGE / MIB,
-                    help="largest message received or sent, MiB")
-    ap.add_argument("--max-inline-mb", type=float, default=DEFAULT_MAX_INLINE / MIB,
-                    help="largest inline array bytes of one Execute request or reply, MiB")
-    ap.add_argument("--workers", type=int, default=8, help="threads serving calls")
-    ap.add_argument("--grace", type=float, default=10.0,
-                    help="seconds calls in flight get to finish on SIGTERM")
-    ap.add_argument("--timeout", type=float, default=60.0,
-                    help="the Runtime's timeout (a caller's deadline shortens it)")
-    ap.add_argument("--max-plan-cells", type=int, default=1 << 21,
-                    help="refuse requests whose plan would have more cells (about tasks) "
-                         "than this, before any work")
-    ap.add_argument("--max-tensors", type=int, default=100_000,
-                    help="refuse requests of more tensors, counted before any work")
-    ap.add_argument("--max-devices", type=int, default=16_384,
-                    help="refuse requests whose meshes or cluster name more devices, "
-                         "counted before any work")
-    ap.add_argument("--job-workers", type=int, default=2,
-                    help="processes for expensive requests (stopped at the caller's "
-                         "deadline); fewer than --workers")
-    ap.add_argument("--job-memory-mb", type=float, default=2048.0,
-                    help="memory cap of each of those processes, MiB")
-    ap.add_argument("--job-timeout", type=float, default=120.0,
-                    help="seconds one expensive request's work may take, whatever its "
-                         "deadline (stopped also when its caller cancels)")
-    ap.add_argument("--max-inflight-mb", type=float, default=256.0,
-                    help="most memory requests in flight hold at once, MiB (each counts 3 x "
-                         "its size; more are refused before parsing); at least 3 x "
-                         "--max-message-mb")
-    ap.add_argument("--max-queued-calls", type=int, default=64,
-                    help="calls accepted at once, serving or queued (more are refused)")
-    ap.add_argument("--plan-cache-mb", type=float, default=128.0,
-                    help="memory of the plans kept for repeated requests, MiB (planned and "
-                         "executable plans: each cache this much)")
-
+    for flag, kind, default, text in _NUMBERS:
+        ap.add_argument(flag, type=kind, default=default, help=text)
 
 def _token(path: str | None) -> str | None:
     """The token from ``path``, else from ``$RESHARD_SERVICE_TOKEN``, which is removed
