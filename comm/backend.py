@@ -22,12 +22,18 @@ import enum
 import importlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from reshard.choice import parse_choice
 from reshard.dtypes import ReduceOp, accumulator, why_not_summable
 from reshard.errors import DTypeError, OptionError, ReshardError
 from reshard.planner.values.tasks import SUMMING, Conversion, Task
+
+Devices: TypeAlias = Sequence[int]
+"""Global device ids: a collective's member set, a broadcast's chain or tree parents."""
+Landed: TypeAlias = Callable[[int], None]
+"""A receiver's progress callback: told the bytes of its buffer filled so far
+(:attr:`Capabilities.lands_pieces`)."""
 
 
 class BackendKind(enum.Enum):
@@ -189,11 +195,9 @@ class Backend(Protocol):
     def to_host(self, array: Any) -> Any:
         """``array`` as a numpy array."""
 
-    def broadcast(self, buf: Any, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None, *, tag: int = 0,
-                  parents: Sequence[int] | None = None, addends: Sequence[int] = (),
-                  addend_parents: Sequence[int] | None = None,
-                  landed: Callable[[int], None] | None = None) -> None:
+    def broadcast(self, buf: Any, root: int, group: Devices, chain: Devices | None = None,
+                  *, tag: int = 0, parents: Devices | None = None, addends: Devices = (),
+                  addend_parents: Devices | None = None, landed: Landed | None = None) -> None:
         """Send ``buf`` from ``root`` to every member of ``group`` (in place).
         ``chain`` is the plan's order of the receivers (root's host first), and
         ``parents`` (a tree plan's) the member each of them receives from, for
@@ -219,8 +223,7 @@ class Backend(Protocol):
         issue order (every rank issues them in the plan's one global order) may
         ignore it."""
 
-    def recv(self, buf: Any, peer: int, *, tag: int = 0,
-             landed: Callable[[int], None] | None = None) -> None:
+    def recv(self, buf: Any, peer: int, *, tag: int = 0, landed: Landed | None = None) -> None:
         """Receive from ``peer`` into ``buf`` (the send with the same ``tag``);
         ``landed`` as for :meth:`broadcast` (only where ``capabilities.lands_pieces``)."""
 
@@ -273,8 +276,8 @@ class AllReducing(Protocol):
         place; every member ends with the same bits)."""
 
 
-def refuse_unsupported(backend: str, caps: Capabilities, addends: Sequence[int] = (),
-                       landed: Callable[[int], None] | None = None) -> None:
+def refuse_unsupported(backend: str, caps: Capabilities, addends: Devices = (),
+                       landed: Landed | None = None) -> None:
     """Raise if a caller passed :meth:`Backend.broadcast` / :meth:`Backend.recv` an
     argument that ``caps`` does not declare (the executor never does: a plan's fused
     sums are split for such backends, and landed pieces not asked for)."""

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from reshard.comm.backend import Capabilities
+from reshard.comm.backend import Capabilities, Devices, Landed
 from reshard.comm.backends.gloo_works import GATHER_TAG, Posted, Relay, gist, pieces_of
 from reshard.comm.backends.host_memory import (
     CHAIN_PIECE,
@@ -236,11 +236,9 @@ class GlooBackend(HostMemory):
         self._open = [op]
         self.group_end()
 
-    def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None, *, tag: int = 0,
-                  parents: Sequence[int] | None = None, addends: Sequence[int] = (),
-                  addend_parents: Sequence[int] | None = None,
-                  landed: Callable[[int], None] | None = None) -> None:
+    def broadcast(self, buf: np.ndarray, root: int, group: Devices, chain: Devices | None = None,
+                  *, tag: int = 0, parents: Devices | None = None, addends: Devices = (),
+                  addend_parents: Devices | None = None, landed: Landed | None = None) -> None:
         """Broadcast from ``root`` to ``group``.
 
         With a ``chain`` order (the plan's: the root's host first, then host by host),
@@ -333,7 +331,7 @@ class GlooBackend(HostMemory):
             self._add(Posted(self, "send", (peer,), works))
 
     def recv(self, buf: np.ndarray, peer: int, *, tag: int = 0,
-             landed: Callable[[int], None] | None = None) -> None:
+             landed: Landed | None = None) -> None:
         """``dist.irecv`` from ``peer`` (tagged ``tag``) into ``buf``, piece by piece as
         :meth:`send` sends them; ``landed`` as for :meth:`broadcast`."""
         if buf.size:

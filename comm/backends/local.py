@@ -11,11 +11,11 @@ from __future__ import annotations
 import queue
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from reshard.comm.backend import Capabilities, refuse_unsupported
+from reshard.comm.backend import Capabilities, Devices, Landed, refuse_unsupported
 from reshard.comm.backends.host_memory import HostMemory
 from reshard.dtypes import ReduceOp
 from reshard.errors import ExecutionError
@@ -119,7 +119,7 @@ class LocalBackend(HostMemory):
         self.fabric.post(self.device, peer, buf, self.context)
 
     def recv(self, buf: np.ndarray, peer: int, *, tag: int = 0,
-             landed: Callable[[int], None] | None = None) -> None:
+             landed: Landed | None = None) -> None:
         """Receive the next message from ``peer`` into ``buf`` (``tag`` unused; no
         ``landed``)."""
         refuse_unsupported("local", self.capabilities, landed=landed)
@@ -131,11 +131,9 @@ class LocalBackend(HostMemory):
             )
         buf[...] = msg.reshape(buf.shape)
 
-    def broadcast(self, buf: np.ndarray, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None, *, tag: int = 0,
-                  parents: Sequence[int] | None = None, addends: Sequence[int] = (),
-                  addend_parents: Sequence[int] | None = None,
-                  landed: Callable[[int], None] | None = None) -> None:
+    def broadcast(self, buf: np.ndarray, root: int, group: Devices, chain: Devices | None = None,
+                  *, tag: int = 0, parents: Devices | None = None, addends: Devices = (),
+                  addend_parents: Devices | None = None, landed: Landed | None = None) -> None:
         """Root posts to every member; members receive (the chain or tree is a
         performance hint; the result is the same). With ``addends``, the running sums
         go up their chain (or ``addend_parents``' tree) to the root first, each member

@@ -43,12 +43,12 @@ import copy
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 
-from reshard.comm.backend import Capabilities, refuse_unsupported
+from reshard.comm.backend import Capabilities, Devices, Landed, refuse_unsupported
 from reshard.dtypes import CAST_TARGETS, NARROW, ReduceOp, parse_dtype, storage
 from reshard.errors import ExecutionError
 
@@ -281,11 +281,9 @@ class NcclBackend:
         """(pointer, byte count) for data movement as NCCL_UINT8."""
         return self._ready(buf), buf.size * buf.itemsize
 
-    def broadcast(self, buf: Any, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None, *, tag: int = 0,
-                  parents: Sequence[int] | None = None, addends: Sequence[int] = (),
-                  addend_parents: Sequence[int] | None = None,
-                  landed: Callable[[int], None] | None = None) -> None:
+    def broadcast(self, buf: Any, root: int, group: Devices, chain: Devices | None = None,
+                  *, tag: int = 0, parents: Devices | None = None, addends: Devices = (),
+                  addend_parents: Devices | None = None, landed: Landed | None = None) -> None:
         """``ncclBroadcast`` in place on the member set's communicator (NCCL pipelines
         its own ring, so the chain or tree hint is not used; ``tag``: see :meth:`send`;
         no ``addends`` or ``landed``: see :attr:`capabilities`)."""
@@ -302,8 +300,7 @@ class NcclBackend:
         plan's global order on both ranks (``tag`` is ignored)."""
         self._point_to_point("send", buf, peer)
 
-    def recv(self, buf: Any, peer: int, *, tag: int = 0,
-             landed: Callable[[int], None] | None = None) -> None:
+    def recv(self, buf: Any, peer: int, *, tag: int = 0, landed: Landed | None = None) -> None:
         """``ncclRecv`` on the world communicator (``tag``: see :meth:`send`; no
         ``landed``)."""
         refuse_unsupported("nccl", self.capabilities, landed=landed)

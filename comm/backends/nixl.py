@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from reshard.comm.backend import refuse_unsupported
+from reshard.comm.backend import Devices, Landed, refuse_unsupported
 from reshard.comm.backends.host_memory import (
     Grouped,
     HostMemory,
@@ -102,7 +102,7 @@ def available() -> str | None:
     return None
 
 
-Landed = Callable[[int, int, int], None]
+OnPiece = Callable[[int, int, int], None]
 """Told of a piece that landed: its bytes ``[a, b)``, and the bytes complete from the
 stream's start."""
 
@@ -116,7 +116,7 @@ class _Inbound:
     peer: int
     key: tuple[int, int]  # (tag, number)
     stream: Stream
-    on_piece: Landed | None
+    on_piece: OnPiece | None
     regs: list[tuple[Run, int]] = field(default_factory=list)  # pinned until complete
     filled: int = 0
     spans: list[Run] = field(default_factory=list)  # landed byte ranges, merged
@@ -226,7 +226,7 @@ class NixlBackend(Grouped, HostMemory):
         return HEAD.pack(kind, len(ch), key[0], key[1]) + ch + body
 
     def _expect(self, what: str, peer: int, tag: int, stream: Stream,
-                on_piece: Landed | None) -> None:
+                on_piece: OnPiece | None) -> None:
         """Post a receive of ``stream`` from ``peer``: register its places and tell the
         peer it may write."""
         sh = self._shared
@@ -329,8 +329,7 @@ class NixlBackend(Grouped, HostMemory):
             self._give(peer, tag, stream, stream.total)
             self._run()
 
-    def recv(self, buf: Any, peer: int, *, tag: int = 0,
-             landed: Callable[[int], None] | None = None) -> None:
+    def recv(self, buf: Any, peer: int, *, tag: int = 0, landed: Landed | None = None) -> None:
         """Let ``peer`` WRITE into ``buf`` (an array, or a list of them)."""
         stream = Stream(buf)
         if stream.total:
@@ -338,11 +337,9 @@ class NixlBackend(Grouped, HostMemory):
                          None if landed is None else lambda a, b, done: landed(done))
             self._run()
 
-    def broadcast(self, buf: Any, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None, *, tag: int = 0,
-                  parents: Sequence[int] | None = None, addends: Sequence[int] = (),
-                  addend_parents: Sequence[int] | None = None,
-                  landed: Callable[[int], None] | None = None) -> None:
+    def broadcast(self, buf: Any, root: int, group: Devices, chain: Devices | None = None,
+                  *, tag: int = 0, parents: Devices | None = None, addends: Devices = (),
+                  addend_parents: Devices | None = None, landed: Landed | None = None) -> None:
         """From ``root`` down the chain or tree; a relay passes each piece on as it
         lands (``landed`` hears of the bytes filled so far)."""
         refuse_unsupported(self.name, self.capabilities, addends)

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from reshard.comm.backend import refuse_unsupported
+from reshard.comm.backend import Devices, Landed, refuse_unsupported
 from reshard.comm.backends.host_memory import (
     Grouped,
     HostMemory,
@@ -185,8 +185,7 @@ class TcpBackend(Grouped, HostMemory):
             self._queue(peer, tag, stream, 0, stream.total)
             self._run()
 
-    def recv(self, buf: Any, peer: int, *, tag: int = 0,
-             landed: Callable[[int], None] | None = None) -> None:
+    def recv(self, buf: Any, peer: int, *, tag: int = 0, landed: Landed | None = None) -> None:
         """Receive ``buf`` (an array, or a list of them: scattered) from ``peer``;
         ``landed`` hears of the bytes filled after each frame."""
         stream = Stream(buf)
@@ -195,11 +194,9 @@ class TcpBackend(Grouped, HostMemory):
                        None if landed is None else lambda a, b: landed(b))
             self._run()
 
-    def broadcast(self, buf: Any, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None, *, tag: int = 0,
-                  parents: Sequence[int] | None = None, addends: Sequence[int] = (),
-                  addend_parents: Sequence[int] | None = None,
-                  landed: Callable[[int], None] | None = None) -> None:
+    def broadcast(self, buf: Any, root: int, group: Devices, chain: Devices | None = None,
+                  *, tag: int = 0, parents: Devices | None = None, addends: Devices = (),
+                  addend_parents: Devices | None = None, landed: Landed | None = None) -> None:
         """From ``root`` down the chain (``chain`` order; the group's without one) or
         the tree ``parents`` give, pipelined: a member others receive from passes each
         frame on as it lands. ``landed`` (a receiver's) hears of the bytes filled so

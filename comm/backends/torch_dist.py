@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from reshard.choice import parse_choice
-from reshard.comm.backend import Backend, Capabilities, refuse_unsupported
+from reshard.comm.backend import Backend, Capabilities, Devices, Landed, refuse_unsupported
 from reshard.comm.backends.gloo import GlooBackend, torch_op
 from reshard.dtypes import ReduceOp, numpy_of_torch, reduce_as, torch_of_numpy
 from reshard.errors import ExecutionError
@@ -284,11 +284,9 @@ class TorchTensorBackend:
         if op.after is not None:
             op.after()
 
-    def broadcast(self, buf: Any, root: int, group: Sequence[int],
-                  chain: Sequence[int] | None = None, *, tag: int = 0,
-                  parents: Sequence[int] | None = None, addends: Sequence[int] = (),
-                  addend_parents: Sequence[int] | None = None,
-                  landed: Callable[[int], None] | None = None) -> None:
+    def broadcast(self, buf: Any, root: int, group: Devices, chain: Devices | None = None,
+                  *, tag: int = 0, parents: Devices | None = None, addends: Devices = (),
+                  addend_parents: Devices | None = None, landed: Landed | None = None) -> None:
         """``dist.broadcast`` on the member set's sub-group (the chain or tree is left
         to the library: NCCL pipelines its own ring; no ``addends`` or ``landed``)."""
         refuse_unsupported("torch", self.capabilities, addends, landed)
@@ -302,8 +300,7 @@ class TorchTensorBackend:
             self._issue("send", (peer,), self._dist.isend, self._bytes(buf), dst=peer,
                         group=self._p2p, tag=tag)
 
-    def recv(self, buf: Any, peer: int, *, tag: int = 0,
-             landed: Callable[[int], None] | None = None) -> None:
+    def recv(self, buf: Any, peer: int, *, tag: int = 0, landed: Landed | None = None) -> None:
         """``dist.irecv`` from ``peer`` into ``buf`` (no ``landed``)."""
         refuse_unsupported("torch", self.capabilities, landed=landed)
         if buf.numel():
