@@ -101,15 +101,10 @@ class _LayoutBoxes:
         return got
 
 
-def plan_many(
-    requests: Iterable[Request],
-    cluster: Cluster | None = None,
-    strategy: str | Strategy = Strategy.BROADCAST,
-    *,
-    cast: object = None,
-    scale: str | ScaleMode | None = None,
-    memory_budget: int | None = None,
-) -> ReshardPlan:
+def plan_many(requests: Iterable[Request], cluster: Cluster | None = None,
+              strategy: str | Strategy = Strategy.BROADCAST, *, cast: object = None,
+              scale: str | ScaleMode | None = None,
+              memory_budget: int | None = None) -> ReshardPlan:
     """Plan several tensors together: one sender balance and one global order.
 
     The strategy's first plan is then searched (:mod:`reshard.planner.search.passes`): named
@@ -351,18 +346,10 @@ BUDGET_COMPARE_UP_TO = 30_000
 filled first fit, even buckets); the model's fluid simulation of larger ones can take
 minutes (a 32,435-task GB200 plan: over 90 s)."""
 
-def plan(
-    shape: Sequence[int],
-    dtype: object,
-    src: Layout,
-    dst: Layout,
-    cluster: Cluster | None = None,
-    strategy: str | Strategy = Strategy.BROADCAST,
-    *,
-    cast: object = None,
-    scale: str | ScaleMode | None = None,
-    memory_budget: int | None = None,
-) -> ReshardPlan:
+def plan(shape: Sequence[int], dtype: object, src: Layout, dst: Layout,
+         cluster: Cluster | None = None, strategy: str | Strategy = Strategy.BROADCAST, *,
+         cast: object = None, scale: str | ScaleMode | None = None,
+         memory_budget: int | None = None) -> ReshardPlan:
     """Plan moving one tensor of ``shape``/``dtype`` from layout ``src`` to ``dst``.
 
     Args:
