@@ -1,13 +1,16 @@
 """The shipped schedule generators and the registry that names them (the schedule IR
 they build is :mod:`reshard.pipeline.schedule`).
 
-Every generator returns a :class:`~reshard.pipeline.Schedule` with the boundary
-transfers written out: on a stage, a forward ``F k`` is preceded by the receive of
-its input (``RA k``, unless it is the first virtual stage) and followed by the send
-of its output (``SA k``, unless it is the last); a backward (``B k``, or ``I k``
-when split) is preceded by ``RG k`` and followed by ``SG k``. Sends are issued right
-after the data is produced (they do not block), receives right before the data is
-used (they block), so every transfer overlaps whatever the receiver does meanwhile.
+Every generator takes the number of stages ``n_stages`` and of microbatches ``n_mb``
+(each >= 1, else :class:`~reshard.pipeline.ScheduleError`; a generator's Args name
+only what else it takes or needs) and returns a :class:`~reshard.pipeline.Schedule`
+with the boundary transfers written out: on a stage, a forward ``F k`` is preceded
+by the receive of its input (``RA k``, unless it is the first virtual stage) and
+followed by the send of its output (``SA k``, unless it is the last); a backward
+(``B k``, or ``I k`` when split) is preceded by ``RG k`` and followed by ``SG k``.
+Sends are issued right after the data is produced (they do not block), receives
+right before the data is used (they block), so every transfer overlaps whatever the
+receiver does meanwhile.
 
 The timelines in the docstrings are :meth:`~reshard.pipeline.Timeline.to_ascii`
 renderings of :func:`~reshard.pipeline.simulate` with the costs each one names and
@@ -44,13 +47,6 @@ def gpipe(n_stages: int, n_mb: int) -> Schedule:
 
     Peak activations: every microbatch on every stage.
 
-    Args:
-        n_stages: Number of stages (>= 1).
-        n_mb: Number of microbatches (>= 1).
-
-    Returns:
-        The schedule.
-
     Timeline (4 stages, 8 microbatches; F=1, B=1)::
 
         0: F0 F1 F2 F3 F4 F5 F6 F7 .. .. .. .. .. .. B0 B1 B2 B3 B4 B5 B6 B7
@@ -69,13 +65,6 @@ def one_f_one_b(n_stages: int, n_mb: int) -> Schedule:
     Stage ``i`` runs ``min(n_stages - i, n_mb)`` forwards before its first backward,
     then one backward and one forward in turn, then the remaining backwards. At most
     ``n_stages - i`` activations are in flight on stage ``i``.
-
-    Args:
-        n_stages: Number of stages (>= 1).
-        n_mb: Number of microbatches (>= 1).
-
-    Returns:
-        The schedule.
 
     Timeline (4 stages, 8 microbatches; F=1, B=1)::
 
@@ -99,13 +88,6 @@ def eager_one_f_one_b(n_stages: int, n_mb: int) -> Schedule:
     behind compute. The price is memory: up to ``2 * (n_stages - i) - 1`` activations in
     flight on stage ``i`` instead of ``n_stages - i``. With free transfers it takes as
     long as 1F1B.
-
-    Args:
-        n_stages: Number of stages (>= 1).
-        n_mb: Number of microbatches (>= 1).
-
-    Returns:
-        The schedule.
 
     Timeline (4 stages, 8 microbatches; F=1, B=1)::
 
@@ -136,12 +118,7 @@ def interleaved_one_f_one_b(n_stages: int, n_mb: int, n_chunks: int = 2) -> Sche
     ``n_mb``. With ``n_chunks == 1`` this is :func:`eager_one_f_one_b`.
 
     Args:
-        n_stages: Number of stages (>= 1).
-        n_mb: Number of microbatches (>= 1).
         n_chunks: Model chunks per stage (>= 1).
-
-    Returns:
-        The schedule.
 
     Timeline (4 stages, 4 microbatches, 2 chunks; F=1, B=1 per chunk)::
 
@@ -185,13 +162,6 @@ def zero_bubble_h1(n_stages: int, n_mb: int) -> Schedule:
     its oldest pending W. The bound is 1F1B's peak (that of its stage 0), so peak
     memory matches 1F1B's, though later stages hold more than they do in 1F1B.
     Tuned for free transfers: with slow transfers 1F1B-like orders may do better.
-
-    Args:
-        n_stages: Number of stages (>= 1).
-        n_mb: Number of microbatches (>= 1).
-
-    Returns:
-        The schedule.
 
     Timeline (4 stages, 8 microbatches; F=1, I=1, W=1)::
 

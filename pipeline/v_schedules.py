@@ -2,6 +2,10 @@
 data going down the stages on chunk 0 and back up on chunk 1; placement ``"v"``),
 built by list scheduling (:func:`zero_bubble_v`) or phase by phase
 (:func:`dualpipe_v`). Registered by name in :data:`reshard.pipeline.generators.SCHEDULES`.
+
+Each takes ``n_stages`` and ``n_mb`` as every generator does
+(:mod:`reshard.pipeline.generators`) and returns a schedule of 2 chunks on the V
+placement.
 """
 
 from __future__ import annotations
@@ -57,13 +61,8 @@ def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0) -> Schedule:
     last stage, is free).
 
     Args:
-        n_stages: Number of stages (>= 1).
-        n_mb: Number of microbatches (>= 1).
         transfer: Boundary transfer time the order is built for (>= 0; units of one
             chunk's forward).
-
-    Returns:
-        The schedule (2 chunks, V placement).
 
     Timeline (4 stages, 4 microbatches; F=1, I=1, W=1 per chunk)::
 
@@ -107,13 +106,8 @@ def eager_zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 1.0) -> Sche
     it is ZB-V.
 
     Args:
-        n_stages: Number of stages (>= 1).
-        n_mb: Number of microbatches (>= 1).
         transfer: Boundary transfer time the order is built for (>= 0; units of one
             chunk's forward; 1 by default: a transfer as long as a chunk's forward).
-
-    Returns:
-        The schedule (2 chunks, V placement).
     """
     base = zero_bubble_v(n_stages, n_mb, transfer)  # checks the arguments
     if not transfer:
@@ -202,11 +196,7 @@ def dualpipe_v(n_stages: int, n_mb: int) -> Schedule:
     what the overlap hides (communication inside a stage's compute) is not modelled.
 
     Args:
-        n_stages: Number of stages (>= 1).
         n_mb: Number of microbatches (>= 2 * n_stages).
-
-    Returns:
-        The schedule (2 chunks, V placement).
     """
     check_counts(n_stages=n_stages, n_mb=n_mb)
     if n_mb < 2 * n_stages:
