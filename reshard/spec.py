@@ -193,14 +193,14 @@ class ShardingSpec:
                         f"'{_example_fix(dims, d, a)}'"
                     )
                 used[a] = f"tensor dim {d}"
-        for a in partial:
-            if a < 0:
-                raise SpecError(f"partial mesh axis must be >= 0, got {a}")
-            if a in used:
-                raise SpecError(
-                    f"mesh axis {a} both splits {used[a]} and is partial in '{self}'; a mesh "
-                    f"axis has one placement: drop it from the split or from +P"
-                )
+        if partial and partial[0] < 0:  # sorted: the lowest axis first
+            raise SpecError(f"partial mesh axis must be >= 0, got {partial[0]}")
+        split = [a for a in partial if a in used]
+        if split:
+            raise SpecError(
+                f"mesh axis {split[0]} both splits {used[split[0]]} and is partial in "
+                f"'{self}'; a mesh axis has one placement: drop it from the split or from +P"
+            )
         if len(set(partial)) != len(partial):
             raise SpecError(f"partial axes repeat in {partial}; list each axis once")
 
