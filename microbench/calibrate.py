@@ -26,7 +26,7 @@ import multiprocessing as mp
 import os
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -272,16 +272,17 @@ def _pair_layouts(src: Sequence[int], dst: Sequence[int]) -> tuple[Any, Any]:
             Layout(DeviceMesh((k,), devices=list(dst)), "S0R"))
 
 
-def _least_busy(rt: Any, plan: Any, xs: list[Any], rounds: int) -> float:
-    """The fewest busy CPU seconds of the machine (:func:`busy_seconds`) that one run of
-    ``plan`` on ``rt`` took, over ``rounds`` runs after one that warms up; the inputs
-    ``xs`` are freed after."""
+def _least_busy(rt: Any, plan: Any, xs: list[Any], rounds: int,
+                clock: Callable[[], float] = busy_seconds) -> float:
+    """The fewest busy CPU seconds of the machine (:func:`busy_seconds`; or another
+    ``clock``'s seconds) that one run of ``plan`` on ``rt`` took, over ``rounds`` runs
+    after one that warms up; the inputs ``xs`` are freed after."""
     best = float("inf")
     try:
         for r in range(rounds + 1):
-            before = busy_seconds()
+            before = clock()
             ys = rt.execute(plan, xs)
-            took = busy_seconds() - before
+            took = clock() - before
             rt.free(*ys)
             if r:
                 best = min(best, took)
@@ -338,6 +339,38 @@ def runtime_part_cost(rt: Any, src: Sequence[int], dst: Sequence[int], count: in
     return max(0.0, (busy[1] - busy[0]) / cores / (2 * (riders[1] - riders[0])))
 
 
+def runtime_cast_bandwidth(rt: Any, devices: Sequence[int], cast: Any,
+                           dtype: str = "bfloat16", nbytes: int = 8 << 20,
+                           rounds: int = 3) -> float:
+    """Bytes/s of ``dtype`` source data each of ``devices`` converts as ``cast`` says
+    (a :class:`~reshard.dtypes.Cast` or a dtype name) while all of them convert at once,
+    through ``rt`` (its workers): a plan that casts a tensor in place on a 1-d mesh of
+    ``devices`` (``S0R`` both sides: each device converts its ``nbytes`` of rows, block
+    scales derived where the cast has them, in a local copy; no byte crosses a link),
+    the bytes per device over the wall seconds of the fastest of ``rounds`` runs (the
+    first warms up). What ``Cluster.cast_bandwidth`` charges. On the testbed the
+    devices share the machine's cores, so the figure holds for that many devices
+    converting at once: give the devices that convert in the plan it prices (a
+    broadcast's roots, a source mesh)."""
+    import reshard
+    from reshard.dtypes import itemsize, parse_dtype
+    from reshard.planner.costing.casts import converts
+
+    k = len(devices)
+    if not k:
+        raise ValueError("devices must name at least one device")
+    cols = 4096
+    rows = max(128, nbytes // (cols * itemsize(dtype)) // 128 * 128)
+    here = reshard.Layout(reshard.DeviceMesh((k,), devices=list(devices)), "S0R")
+    shape = (k * rows, cols)
+    plan = reshard.plan(shape, dtype, here, here, cluster=rt.cluster, cast=cast)
+    if not any(map(converts, plan.tensors)):
+        raise ValueError(f"a cast to {cast!r} converts nothing from {dtype}")
+    x = rt.put(np.ones(shape, dtype=parse_dtype(dtype)), here)
+    best = _least_busy(rt, plan, [x], rounds, clock=time.perf_counter)
+    return rows * cols * itemsize(dtype) / max(best, 1e-9)
+
+
 def message_cost(backend: str, count: int = 256, rounds: int = 5,
                  env: dict[str, str] | None = None) -> float:
     """Seconds of the whole machine one end of one small message takes in ``backend``
@@ -391,4 +424,4 @@ def measure(pairs: int, nbytes: int = 64 << 20, round_trips: int = 200,
 
 
 __all__ = ["LOCAL_PIECE", "Links", "busy_seconds", "measurable", "measure", "measure_many",
-           "message_cost", "runtime_part_cost", "runtime_shared"]
+           "message_cost", "runtime_cast_bandwidth", "runtime_part_cost", "runtime_shared"]

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -115,10 +116,12 @@ def sized(case: Case, hosts: int, cluster: Callable[[int], Cluster], seconds: fl
 
 def bench_many(rt: Any, case: Case, requests: Sequence[tuple], strategies: Sequence[str],
                runs: int, warmup: int, check: bool = True,
-               on_run: Callable[[], Any] | None = None) -> list[dict]:
+               on_run: Callable[[], Any] | None = None,
+               model: Cluster | None = None) -> list[dict]:
     """Measure every strategy of a case of several tensors (one plan) on a running
     runtime; every destination shard of every tensor checked on the first run (unless
-    not ``check``); ``on_run`` is called after every run."""
+    not ``check``); ``on_run`` is called after every run; ``model``: the cluster the
+    model prices the plans on (the runtime's where None)."""
     values = [sample_value(shape, dtype) for shape, dtype, *_ in requests]
     xs = [rt.put(v, r[2]) for v, r in zip(values, requests)]
     casts = [r[4] if len(r) > 4 else None for r in requests]
@@ -135,7 +138,7 @@ def bench_many(rt: Any, case: Case, requests: Sequence[tuple], strategies: Seque
             seconds, times, bad = time_execute(rt, plan, xs, runs, warmup,
                                                check=wrong if check else None, on_run=on_run)
             m = Measured(strategy, plan, seconds, times, bad, 0.0, None)
-            rows.append(_row(case, src0, dst0, m, tensors=len(requests)))
+            rows.append(_row(case, src0, dst0, m, model, tensors=len(requests)))
     finally:
         rt.free(*xs)
     return rows
@@ -143,21 +146,28 @@ def bench_many(rt: Any, case: Case, requests: Sequence[tuple], strategies: Seque
 
 def bench_case(rt: Any, case: Case, src: Layout, dst: Layout, strategies: Sequence[str],
                runs: int, warmup: int, check: bool = True,
-               on_run: Callable[[], Any] | None = None) -> list[dict]:
-    """Measure every strategy of one case on a running runtime."""
+               on_run: Callable[[], Any] | None = None,
+               model: Cluster | None = None) -> list[dict]:
+    """Measure every strategy of one case on a running runtime (``model``: as
+    :func:`bench_many`'s)."""
     value = sample_value(case.shape, case.dtype)
-    return [_row(case, src, dst, m)
+    return [_row(case, src, dst, m, model)
             for m in measure_strategies(rt, value, src, dst, strategies, runs, warmup,
                                         check=check, cast=case.cast, on_run=on_run)]
 
 
-def _row(case: Case, src: Layout, dst: Layout, m: Measured, **extra: Any) -> dict:
-    """:func:`measured_row` with the model's prediction and the bound beside it."""
-    seconds, model, bound = m.seconds, m.plan.estimate(), m.plan.lower_bound()
+def _row(case: Case, src: Layout, dst: Layout, m: Measured, model: Cluster | None = None,
+         **extra: Any) -> dict:
+    """:func:`measured_row` with the model's prediction (on ``model`` where given: the
+    runtime's cluster with figures measured since it started) and the bound beside it."""
+    costed = m.plan if model is None else dataclasses.replace(m.plan, cluster=model, _cache={})
+    seconds, predicted, bound = m.seconds, costed.estimate(), m.plan.lower_bound()
+    if model is not None and model.cast_bandwidth:
+        extra["cast_bandwidth"] = model.cast_bandwidth
     return measured_row(
-        case, src, dst, m, **extra, layouts=case.layout_text(), model_seconds=model,
-        lower_bound_seconds=bound, measured_over_model=seconds / model,
-        measured_over_bound=seconds / bound, busiest_resource=list(m.plan.simulate().busiest))
+        case, src, dst, m, **extra, layouts=case.layout_text(), model_seconds=predicted,
+        lower_bound_seconds=bound, measured_over_model=seconds / predicted,
+        measured_over_bound=seconds / bound, busiest_resource=list(costed.simulate().busiest))
 
 
 COLUMNS = (Column("case", "case", align="<"), Column("layouts", "src->dst", align="<"),
@@ -317,17 +327,36 @@ def _measure_case(rt: Any, c: Case, cluster: Cluster, args: argparse.Namespace,
     """One case's rows on a running ``rt``, each with the CPU steal of its run."""
     before = cpu_times()
     requests = c.requests_on(cluster)
+    model = _with_cast_rate(rt, cluster, requests, c.cast)
     if len(requests) == 1:
         src, dst = requests[0][2], requests[0][3]
         new = bench_case(rt, c, src, dst, args.strategies, args.iters, args.warmup,
-                         bool(args.check), advance)
+                         bool(args.check), advance, model)
     else:
         new = bench_many(rt, c, requests, args.strategies, args.iters, args.warmup,
-                         bool(args.check), advance)
+                         bool(args.check), advance, model)
     share = stolen(before, cpu_times())
     for r in new:
         r["cpu_steal"] = share
     return list(new)
+
+
+def _with_cast_rate(rt: Any, cluster: Cluster, requests: Sequence[tuple],
+                    cast: Any) -> Cluster:
+    """``cluster`` with the rate the case's converting devices cast at
+    (``Cluster.cast_bandwidth``, :func:`~reshard.microbench.calibrate.runtime_cast_bandwidth`
+    on ``rt``, those devices converting at once); ``cluster`` itself where nothing
+    casts. A request's fifth item is its cast, else the case's ``cast``."""
+    from reshard.microbench import calibrate
+
+    casting = [(r[1], r[2], r[4] if len(r) > 4 else cast) for r in requests]
+    casting = [(dtype, src, how) for dtype, src, how in casting if how is not None]
+    if not casting:
+        return cluster
+    devices = sorted({d for _, src, _ in casting for d in src.mesh.devices})
+    dtype, _, how = casting[0]
+    return dataclasses.replace(
+        cluster, cast_bandwidth=calibrate.runtime_cast_bandwidth(rt, devices, how, dtype))
 
 
 if __name__ == "__main__":

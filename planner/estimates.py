@@ -119,7 +119,7 @@ def _figures(cluster: Cluster) -> tuple[Any, ...]:
     return (cluster.intra_bandwidth, cluster.nic_bandwidth, cluster.latency,
             cluster.intra_latency, cluster.copy_bandwidth, cluster.nics_per_host,
             cluster.relay_piece, cluster.shared_bandwidth, cluster.message_cost,
-            cluster.part_cost)
+            cluster.part_cost, cluster.cast_bandwidth)
 
 
 def normal_form(shape: tuple[int, ...], dtype: str, src: Layout, dst: Layout,

@@ -172,6 +172,14 @@ class Cluster:
             ``shared_bandwidth`` only. 0: none (the presets; the small-tensor benchmark
             measures it through each backend's runtime on the testbed,
             ``calibrate.runtime_part_cost``).
+        cast_bandwidth: bytes/s of source data one device converts for a cast on the
+            wire (reads a box in its dtype, derives its scales, writes the wire's
+            dtype), while the other devices of the plan convert theirs. A device
+            converts what it sends in a step before that step's transfers start (the
+            executor prepares a step's payloads, then issues them), so a task waits for
+            the conversions of each of its devices in its step. 0: free (the presets: a
+            GPU converts at its memory's speed, far above its links; the testbed
+            measures it on the devices that convert, ``calibrate.runtime_cast_bandwidth``).
     """
 
     hosts: tuple[tuple[int, ...], ...]
@@ -186,6 +194,7 @@ class Cluster:
     shared_bandwidth: float = 0.0
     message_cost: float = 0.0
     part_cost: float = 0.0
+    cast_bandwidth: float = 0.0
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled by its fields (the device index built from them is not picklable;
@@ -193,7 +202,7 @@ class Cluster:
         return (Cluster, (self.hosts, self.intra_bandwidth, self.nic_bandwidth, self.latency,
                           self.intra_latency, self.copy_bandwidth, self.name,
                           self.nics_per_host, self.relay_piece, self.shared_bandwidth,
-                          self.message_cost, self.part_cost))
+                          self.message_cost, self.part_cost, self.cast_bandwidth))
 
     def __post_init__(self) -> None:
         hosts = tuple(tuple(int(d) for d in h) for h in self.hosts)
@@ -219,11 +228,12 @@ class Cluster:
             if not 0 <= v < math.inf:
                 raise ClusterError(f"{attr} must be a finite number >= 0 seconds, got {v}")
             object.__setattr__(self, attr, v)
-        shared = float(self.shared_bandwidth)
-        if not 0 <= shared < math.inf:
-            raise ClusterError(
-                f"shared_bandwidth must be a finite number >= 0 bytes/s (0: none), got {shared}")
-        object.__setattr__(self, "shared_bandwidth", shared)
+        for attr in ("shared_bandwidth", "cast_bandwidth"):
+            rate = float(getattr(self, attr))
+            if not 0 <= rate < math.inf:
+                raise ClusterError(
+                    f"{attr} must be a finite number >= 0 bytes/s (0: none), got {rate}")
+            object.__setattr__(self, attr, rate)
         for attr in ("message_cost", "part_cost"):
             cost = float(getattr(self, attr))
             if not 0 <= cost < math.inf:
@@ -278,7 +288,7 @@ class Cluster:
             "latency": fig.latency, "intra_latency": fig.intra_latency,
             "copy_bandwidth": fig.copy_bandwidth, "nics_per_host": fig.nics_per_host,
             "relay_piece": 0, "shared_bandwidth": 0.0, "message_cost": 0.0,
-            "part_cost": 0.0,
+            "part_cost": 0.0, "cast_bandwidth": 0.0,
         }
         unknown = set(overrides) - set(figures) - {"name"}
         if unknown:
@@ -360,8 +370,8 @@ class Cluster:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (``relay_piece``, ``shared_bandwidth``, ``message_cost`` and
-        ``part_cost`` only when set)."""
+        """JSON-ready form (``relay_piece``, ``shared_bandwidth``, ``message_cost``,
+        ``part_cost`` and ``cast_bandwidth`` only when set)."""
         return {
             "hosts": [list(h) for h in self.hosts], "intra_bandwidth": self.intra_bandwidth,
             "nic_bandwidth": self.nic_bandwidth, "latency": self.latency,
@@ -371,6 +381,7 @@ class Cluster:
             **({"shared_bandwidth": self.shared_bandwidth} if self.shared_bandwidth else {}),
             **({"message_cost": self.message_cost} if self.message_cost else {}),
             **({"part_cost": self.part_cost} if self.part_cost else {}),
+            **({"cast_bandwidth": self.cast_bandwidth} if self.cast_bandwidth else {}),
         }
 
     @classmethod

@@ -40,6 +40,7 @@ import numpy as np
 from reshard.cluster import Cluster, pipeline_piece
 from reshard.layout import box_size
 from reshard.planner.cells.decompose import TABLE_FROM, decompose, decompose_table, devices_by_box
+from reshard.planner.costing.casts import task_latencies
 from reshard.planner.costing.fairshare import FairShare
 from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.stepgate import StepGate
@@ -255,7 +256,7 @@ def stepped_floor(plan: PlanView) -> float:
         return 0.0
     routes = plan.routes()
     flows = FairShare([p for p, _ in routes], plan.cluster)
-    lat = np.array([lt for _, lt in routes])
+    lat = task_latencies(plan, routes)
     nbytes = np.array([float(t.nbytes) for t in tasks])
     seconds = flows.frac * nbytes[flows.task] / flows.capacity[flows.res]  # per edge
     alone = np.zeros(n)

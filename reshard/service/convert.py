@@ -32,7 +32,7 @@ MAX_DEVICES = 1 << 16
 
 FIGURES = ("intra_bandwidth", "nic_bandwidth", "latency", "intra_latency",
            "copy_bandwidth", "nics_per_host", "relay_piece", "shared_bandwidth",
-           "message_cost", "part_cost")
+           "message_cost", "part_cost", "cast_bandwidth")
 """The link figures a cluster message can set (Cluster fields of the same names)."""
 
 STRATEGIES: Mapping[Strategy, pb.Strategy] = MappingProxyType({

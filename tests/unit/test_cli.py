@@ -557,6 +557,7 @@ def test_calibration_times_a_backends_messages():
     # spends on each of 1,024 boxes riding in a coalesced message (a CPU cost per box of
     # the worker and the backend: tens of ms in all, well above a jiffy's resolution)
     import reshard
+    from reshard.dtypes import Cast, ScaleMode
 
     busy = calibrate.busy_seconds()
     with reshard.Runtime("tcp", reshard.Cluster.regular(2, 2), "process") as rt:
@@ -564,8 +565,14 @@ def test_calibration_times_a_backends_messages():
         part = calibrate.runtime_part_cost(rt, [0, 1], [2, 3], rounds=2)
         with pytest.raises(ValueError, match="pair devices"):
             calibrate.runtime_shared(rt, [0, 1], [2])
+        # what two devices converting bfloat16 to block-scaled float8 at once manage
+        cast = calibrate.runtime_cast_bandwidth(rt, [0, 1], Cast(
+            "float8_e4m3fn", ScaleMode.BLOCK128), nbytes=2 << 20, rounds=1)
+        with pytest.raises(ValueError, match="converts nothing"):
+            calibrate.runtime_cast_bandwidth(rt, [0], "bfloat16")
     assert 1e7 < rate < 1e12  # 10 MB/s to 1 TB/s of the machine
     assert 1e-7 < part < 1e-3
+    assert 1e5 < cast < 1e11  # 100 kB/s to 100 GB/s a device
     assert calibrate.busy_seconds() > busy
 
 

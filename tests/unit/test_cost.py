@@ -274,6 +274,88 @@ def test_each_part_a_coalesced_message_carries_costs_its_ends():
             Cluster.regular(2, 1, part_cost=bad)
 
 
+def test_a_cast_waits_for_its_devices_conversions():
+    """Cluster.cast_bandwidth (bytes/s of source data a device converts for a cast on
+    the wire): a broadcast whose root converts its box starts that box's bytes later by
+    the box over the rate; the figure is charged only where the plan casts, keeps the
+    floor below the model, survives JSON, pickle and the service's cluster message, and
+    a bad one is refused by name."""
+    import pickle
+
+    from reshard.planner.costing.casts import cast_waits
+    from reshard.planner.costing.cost import stepped_floor
+
+    links = {"nic_bandwidth": 1e9, "intra_bandwidth": 1e10, "latency": 1e-4,
+             "intra_latency": 0.0, "copy_bandwidth": 1e12}
+    plain = Cluster.regular(2, 2, **links)
+    casting = Cluster.regular(2, 2, cast_bandwidth=1e8, **links)
+    src = Layout(DeviceMesh((1,), devices=[0]), "RR")
+    dst = Layout(DeviceMesh((2,), devices=[2, 3]), "RR")
+    shape = (1024, 1024)  # 2 MiB of bfloat16 on the root
+    a = reshard.plan(shape, "bfloat16", src, dst, cluster=plain, cast="float8_e4m3fn")
+    b = reshard.plan(shape, "bfloat16", src, dst, cluster=casting, cast="float8_e4m3fn")
+    assert a.tasks == b.tasks and len(b.tasks) == 1
+    assert b.estimate() - a.estimate() == pytest.approx(2 * 1024 * 1024 / 1e8)
+    assert stepped_floor(b) <= b.estimate() * (1 + 1e-9)
+    # the same move without a cast pays nothing
+    same = reshard.plan(shape, "bfloat16", src, dst, cluster=casting)
+    assert cast_waits(same) is None
+    assert same.estimate() == pytest.approx(
+        reshard.plan(shape, "bfloat16", src, dst, cluster=plain).estimate())
+    # a scaled cast: each device of a split source converts its own rows, at once
+    split = Layout(DeviceMesh((2,), devices=[0, 1]), "S0R")
+    c = reshard.plan(shape, "bfloat16", split, dst, cluster=casting, cast="float8_e4m3fn",
+                     scale="block128")
+    waits = cast_waits(c)
+    assert waits is not None
+    values = [i for i, t in enumerate(c.tasks) if t.tensor == 0]
+    assert values and all(waits[i] == pytest.approx(512 * 1024 * 2 / 1e8) for i in values)
+    assert stepped_floor(c) <= c.estimate() * (1 + 1e-9)
+    assert "cast_bandwidth" not in plain.to_dict() and casting.to_dict()["cast_bandwidth"] == 1e8
+    assert Cluster.from_dict(casting.to_dict()) == casting == pickle.loads(pickle.dumps(casting))
+    from reshard.service import convert
+    from reshard.service.v1 import reshard_pb2 as pb
+
+    msg = pb.Cluster(regular=pb.RegularCluster(num_hosts=2, devices_per_host=2,
+                                               figures=pb.LinkFigures(cast_bandwidth=1e8)))
+    assert convert.cluster_from_pb(msg) == Cluster.regular(2, 2, cast_bandwidth=1e8)
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(reshard.ClusterError, match="cast_bandwidth"):
+            Cluster.regular(2, 1, cast_bandwidth=bad)
+
+
+def test_a_coalesced_message_waits_only_for_the_conversions_before_it():
+    """A device prepares its step in plan order: a coalesced message of small cast
+    tensors leaves once its own payloads and those before it are converted; a task that
+    travels alone, once every payload of the step is."""
+    import dataclasses
+
+    from reshard.planner.costing.casts import cast_waits
+    from reshard.planner.schedule.coalesce import followers
+
+    plain = Cluster.regular(2, 2, nic_bandwidth=1e9)
+    casting = dataclasses.replace(plain, cast_bandwidth=1e8)
+    src = Layout(DeviceMesh((1,), devices=[0]), "RR")
+    dst = Layout(DeviceMesh((1,), devices=[2]), "RR")
+    small = [((64, 64), "bfloat16", src, dst, "float8_e4m3fn")] * 3
+    large = [((1024, 1024), "bfloat16", src, dst, "float8_e4m3fn")]
+    # planned where casting is free (one step), priced where it is not
+    p = dataclasses.replace(reshard.plan_many(small + large, cluster=plain),
+                            cluster=casting, _cache={})
+    assert len({t.step for t in p.tasks}) == 1
+    riders = followers(p.tasks, p.tensors)
+    waits = cast_waits(p)
+    assert waits is not None and len(riders) == 2
+    smalls, total = 3 * 64 * 64 * 2 / 1e8, (3 * 64 * 64 + 1024 * 1024) * 2 / 1e8
+    # the planner put the large box first: everything waits for every conversion
+    assert p.tasks[0].tensor == 3
+    assert waits.tolist() == pytest.approx([total] * 4)
+    # the message first: it waits for its own three boxes only; the large box for all
+    first = dataclasses.replace(p, tasks=(*p.tasks[1:], p.tasks[0]), _cache={})
+    assert followers(first.tasks, first.tensors) == {1, 2}
+    assert cast_waits(first).tolist() == pytest.approx([smalls] * 3 + [total])
+
+
 def test_the_bound_holds_under_a_shared_bandwidth():
     """Every strategy's model stays at or above the bound when every link shares one
     resource, on a transpose, a 1-to-m broadcast and a partial sum."""

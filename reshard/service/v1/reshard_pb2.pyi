@@ -118,7 +118,7 @@ class Layout(_message.Message):
     def __init__(self, mesh: _Optional[_Union[Mesh, _Mapping]] = ..., spec: _Optional[_Union[ShardingSpec, _Mapping]] = ...) -> None: ...
 
 class LinkFigures(_message.Message):
-    __slots__ = ("intra_bandwidth", "nic_bandwidth", "latency", "intra_latency", "copy_bandwidth", "nics_per_host", "relay_piece", "shared_bandwidth", "message_cost", "part_cost")
+    __slots__ = ("intra_bandwidth", "nic_bandwidth", "latency", "intra_latency", "copy_bandwidth", "nics_per_host", "relay_piece", "shared_bandwidth", "message_cost", "part_cost", "cast_bandwidth")
     INTRA_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
     NIC_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
     LATENCY_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +129,7 @@ class LinkFigures(_message.Message):
     SHARED_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_COST_FIELD_NUMBER: _ClassVar[int]
     PART_COST_FIELD_NUMBER: _ClassVar[int]
+    CAST_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
     intra_bandwidth: float
     nic_bandwidth: float
     latency: float
@@ -139,7 +140,8 @@ class LinkFigures(_message.Message):
     shared_bandwidth: float
     message_cost: float
     part_cost: float
-    def __init__(self, intra_bandwidth: _Optional[float] = ..., nic_bandwidth: _Optional[float] = ..., latency: _Optional[float] = ..., intra_latency: _Optional[float] = ..., copy_bandwidth: _Optional[float] = ..., nics_per_host: _Optional[int] = ..., relay_piece: _Optional[int] = ..., shared_bandwidth: _Optional[float] = ..., message_cost: _Optional[float] = ..., part_cost: _Optional[float] = ...) -> None: ...
+    cast_bandwidth: float
+    def __init__(self, intra_bandwidth: _Optional[float] = ..., nic_bandwidth: _Optional[float] = ..., latency: _Optional[float] = ..., intra_latency: _Optional[float] = ..., copy_bandwidth: _Optional[float] = ..., nics_per_host: _Optional[int] = ..., relay_piece: _Optional[int] = ..., shared_bandwidth: _Optional[float] = ..., message_cost: _Optional[float] = ..., part_cost: _Optional[float] = ..., cast_bandwidth: _Optional[float] = ...) -> None: ...
 
 class PresetCluster(_message.Message):
     __slots__ = ("name", "num_hosts", "devices_per_host")
