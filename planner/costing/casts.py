@@ -26,12 +26,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reshard.dtypes import itemsize
+from reshard.dtypes import ScaleMode, itemsize
 from reshard.layout import box_size
 from reshard.planner.schedule.coalesce import messages
 from reshard.planner.schedule.staging import step_runs
 from reshard.planner.values.plan_view import PlanView, Route
-from reshard.planner.values.tasks import ScaleMode, Task, TaskKind, TensorSpec
+from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
 
 _ROOT_CONVERTS = frozenset({TaskKind.SEND, TaskKind.BROADCAST, TaskKind.COPY})
 """Kinds whose root converts the whole box (an all-gather's members convert a share
