@@ -28,7 +28,7 @@ from typing import Any
 
 from reshard.microbench import flags
 from reshard.microbench.gloo_ranks import gloo_group, report_rows, slowest_rank, spawn_ranks
-from reshard.microbench.report import Column, machine, table, write_json
+from reshard.microbench.report import Column, print_rows
 from reshard.microbench.steal import cpu_times, stolen_note
 
 WORLD = 8
@@ -143,9 +143,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     flags.add_check(ap)
     flags.add_output(ap)
     args = ap.parse_args(argv)
-    bad = [m for m in args.moves if m not in MOVES]
-    if bad:
-        ap.error(f"--moves: unknown {bad}; valid: {', '.join(MOVES)}")
+    flags.check_names(ap, args, "moves", MOVES)
     flags.check_output_paths(ap, [args.json])
     return args
 
@@ -158,11 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"# DTensor.redistribute vs reshard on one mesh of 8 gloo processes on this "
           f"machine; float32; median of {args.iters}, alternated; "
           f"{stolen_note(before, cpu_times())}")
-    print(table(rows, COLUMNS))
-    if args.json:
-        write_json(args.json, {"args": flags.as_dict(args), "machine": machine(),
-                               "rows": rows})
-    return 1 if any(r["wrong"] for r in rows) else 0
+    return print_rows(args, rows, COLUMNS)
 
 
 if __name__ == "__main__":

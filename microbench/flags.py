@@ -186,6 +186,16 @@ def refuse(ap: argparse.ArgumentParser, args: argparse.Namespace, dests: Iterabl
         ap.error(f"{', '.join(spelling(d) for d in bad)}: {why}")
 
 
+def check_names(ap: argparse.ArgumentParser, args: argparse.Namespace, dest: str,
+                valid: Iterable[str]) -> None:
+    """A usage error (exit 2) for names of the :func:`name_list` flag stored in ``dest``
+    that are not among ``valid``: the flag, the unknown names, then the valid ones."""
+    names = tuple(valid)
+    bad = [n for n in getattr(args, dest) if n not in names]
+    if bad:
+        ap.error(f"{spelling(dest)}: unknown {bad}; valid: {', '.join(names)}")
+
+
 # ----- the parser and its groups ----------------------------------------------------------
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the description's layout and appends each flag's default to its help (not

@@ -7,20 +7,23 @@ finish under a progress bar, and JSON.
   front), with notes between rows and a :class:`Progress` bar on stderr that the rows
   never tear;
 * :func:`write_json` and :func:`machine`: the JSON file and what it says about the
-  machine.
+  machine; :func:`write_rows`: a run's ``-J/--json`` file (flags, machine, rows), and
+  :func:`print_rows`: a run's table, that file and its exit status.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any, Self, TextIO
 
+from reshard.microbench import flags
 from reshard.tables import Column, Format, Shape, fmt, scaled, table  # noqa: F401
 
 
@@ -138,6 +141,22 @@ def write_json(path: str, payload: dict) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(payload, f, indent=2, default=str)
         f.write("\n")
+
+
+def write_rows(args: argparse.Namespace, rows: list[dict]) -> None:
+    """With ``-J/--json`` given, write the run's JSON report: its flags, the machine and
+    the rows (nothing otherwise)."""
+    if args.json:
+        write_json(args.json, {"args": flags.as_dict(args), "machine": machine(),
+                               "rows": rows})
+
+
+def print_rows(args: argparse.Namespace, rows: list[dict], columns: Sequence[Column]) -> int:
+    """Print the rows' table, write the ``-J/--json`` report (:func:`write_rows`) and
+    return the exit status: 1 if any row counted wrong results (``"wrong"``), else 0."""
+    print(table(rows, columns))
+    write_rows(args, rows)
+    return 1 if any(r["wrong"] for r in rows) else 0
 
 
 def _version(package: str) -> str | None:

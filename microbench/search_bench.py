@@ -42,7 +42,7 @@ from typing import Any
 
 from reshard.cluster import Cluster
 from reshard.microbench import flags
-from reshard.microbench.report import Column, machine, table, write_json
+from reshard.microbench.report import Column, table, write_rows
 from reshard.planner.estimates import CostCache
 from reshard.search import (
     Choice,
@@ -190,9 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{', '.join(f'{t:.3f}' for t in r['few_simulated_s'])} s")
     worse = [r for r in rows if r["vs_megatron"] < 1 - 1e-9 or r["vs_alpa"] < 1 - 1e-9]
     print(f"# reshard's choice slower than a baseline in {len(worse)} of {len(rows)} rows")
-    if args.json:
-        write_json(args.json, {"args": flags.as_dict(args), "machine": machine(),
-                               "rows": rows})
+    write_rows(args, rows)
     return 1 if worse else 0
 
 

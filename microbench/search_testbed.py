@@ -37,7 +37,7 @@ import numpy as np
 
 import reshard
 from reshard.microbench import flags
-from reshard.microbench.report import Column, machine, table, write_json
+from reshard.microbench.report import Column, table, write_rows
 from reshard.pipeline.generators import make_schedule
 from reshard.pipeline.runtime import PipelineRuntime
 from reshard.pipeline.stage import StageSpec
@@ -155,9 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(rows, COLUMNS))
     print(f"# alpa / reshard: measured {by['alpa']['measured_s'] / by['reshard']['measured_s']:.3f}"
           f", simulated {by['alpa']['simulated_s'] / by['reshard']['simulated_s']:.3f}")
-    if args.json:
-        write_json(args.json, {"args": flags.as_dict(args), "machine": machine(),
-                               "rows": rows})
+    write_rows(args, rows)
     return 0
 
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from reshard.microbench import flags
 from reshard.microbench.gloo_ranks import gloo_group, report_rows, slowest_rank, spawn_ranks
-from reshard.microbench.report import Column, machine, table, write_json
+from reshard.microbench.report import Column, print_rows
 
 WORLD = 8
 TRAIN = (0, 1, 2, 3)
@@ -229,9 +229,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     flags.add_check(ap)
     flags.add_output(ap)
     args = ap.parse_args(argv)
-    bad = [m for m in args.methods if m not in METHODS]
-    if bad:
-        ap.error(f"--methods: unknown {bad}; valid: {', '.join(METHODS)}")
+    flags.check_names(ap, args, "methods", METHODS)
     flags.check_output_paths(ap, [args.json])
     args.warmup = max(args.warmup, 1)  # the first sync is always the 'first' column
     return args
@@ -256,11 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              if args.testbed else "8 gloo processes on this machine")
     print(f"# weight sync: FSDP [Shard(0)] on ranks {list(TRAIN)} -> Megatron TP on ranks "
           f"{list(INFER)}; {where}; median of {args.iters}")
-    print(table(rows, COLUMNS))
-    if args.json:
-        write_json(args.json, {"args": flags.as_dict(args), "machine": machine(),
-                               "rows": rows})
-    return 1 if any(r["wrong"] for r in rows) else 0
+    return print_rows(args, rows, COLUMNS)
 
 
 if __name__ == "__main__":
