@@ -10,7 +10,7 @@ built, so that a small message cannot make the server allocate without limit.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -21,6 +21,7 @@ from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Derive, TensorSpec
+from reshard.service.enums import EnumPair
 from reshard.service.v1 import reshard_pb2 as pb
 from reshard.spec import ShardingSpec, SplitRule
 
@@ -35,36 +36,10 @@ FIGURES = ("intra_bandwidth", "nic_bandwidth", "latency", "intra_latency",
            "message_cost", "part_cost", "cast_bandwidth")
 """The link figures a cluster message can set (Cluster fields of the same names)."""
 
-STRATEGIES: Mapping[Strategy, pb.Strategy] = MappingProxyType({
-    Strategy.SEND_RECV: pb.STRATEGY_SEND_RECV,
-    Strategy.ALLGATHER: pb.STRATEGY_ALLGATHER,
-    Strategy.BROADCAST: pb.STRATEGY_BROADCAST,
-})
-STRATEGY_OF: Mapping[int, Strategy] = MappingProxyType({v: k for k, v in STRATEGIES.items()})
-SCALE_MODES: Mapping[ScaleMode, pb.ScaleMode] = MappingProxyType({
-    ScaleMode.NONE: pb.SCALE_MODE_NONE,
-    ScaleMode.TENSOR: pb.SCALE_MODE_TENSOR,
-    ScaleMode.BLOCK128: pb.SCALE_MODE_BLOCK128,
-    ScaleMode.BLOCK128_UE8M0: pb.SCALE_MODE_BLOCK128_UE8M0,
-    ScaleMode.MX32: pb.SCALE_MODE_MX32,
-})
-SCALE_OF: Mapping[int, ScaleMode] = MappingProxyType(
-    {pb.SCALE_MODE_UNSPECIFIED: ScaleMode.NONE, **{v: k for k, v in SCALE_MODES.items()}})
-DERIVES: Mapping[Derive, pb.Derive] = MappingProxyType({
-    Derive.NONE: pb.DERIVE_NONE,
-    Derive.AMAX: pb.DERIVE_AMAX,
-    Derive.SCALES: pb.DERIVE_SCALES,
-    Derive.OWN_SCALES: pb.DERIVE_OWN_SCALES,
-})
-DERIVE_OF: Mapping[int, Derive] = MappingProxyType(
-    {pb.DERIVE_UNSPECIFIED: Derive.NONE, **{v: k for k, v in DERIVES.items()}})
-
-
-def _name(table: Any, value: int) -> str:
-    try:
-        return str(table.Name(value))
-    except ValueError:
-        return str(value)
+STRATEGY = EnumPair(Strategy, pb.Strategy, "STRATEGY_")
+"""Strategies both ways (a request's UNSPECIFIED is broadcast: :func:`strategy_from_pb`)."""
+SCALE_MODE = EnumPair(ScaleMode, pb.ScaleMode, "SCALE_MODE_", unspecified=ScaleMode.NONE)
+DERIVE = EnumPair(Derive, pb.Derive, "DERIVE_", unspecified=Derive.NONE)
 
 
 # ----- meshes ---------------------------------------------------------------------------
@@ -87,38 +62,26 @@ def mesh_from_pb(m: pb.Mesh, what: str = "mesh") -> DeviceMesh:
 
 
 # ----- specs ----------------------------------------------------------------------------
-SPLIT_RULES: Mapping[int, SplitRule] = MappingProxyType({
-    pb.SPLIT_RULE_UNSPECIFIED: SplitRule.FLAT,
-    pb.SPLIT_RULE_FLAT: SplitRule.FLAT,
-    pb.SPLIT_RULE_NESTED: SplitRule.NESTED,
-})
-"""Split rules by message value (UNSPECIFIED: flat, the text form's default)."""
-RULE_PB: Mapping[SplitRule, pb.SplitRule] = MappingProxyType({
-    SplitRule.FLAT: pb.SPLIT_RULE_FLAT,
-    SplitRule.NESTED: pb.SPLIT_RULE_NESTED,
-})
+SPLIT_RULE = EnumPair(SplitRule, pb.SplitRule, "SPLIT_RULE_", unspecified=SplitRule.FLAT)
+"""Split rules both ways (UNSPECIFIED: flat, the text form's default)."""
 
 
 def split_rules() -> tuple[pb.SplitRule, ...]:
     """The split rules this server plans (message values, UNSPECIFIED left out)."""
-    return tuple(RULE_PB.values())
+    return tuple(SPLIT_RULE.to_pb.values())
 
 
 def spec_to_pb(spec: ShardingSpec) -> pb.ShardingSpec:
     """A spec message with both the structured and the text form."""
     return pb.ShardingSpec(dims=[pb.MeshAxes(axes=a) for a in spec.dims],
-                           partial=spec.partial, split_rule=RULE_PB[spec.rule],
+                           partial=spec.partial, split_rule=SPLIT_RULE.to_pb[spec.rule],
                            text=str(spec))
 
 
 def spec_from_pb(m: pb.ShardingSpec, what: str = "spec") -> ShardingSpec:
     """The spec of a message: its text form, its structured form (with its split rule),
     or both when they agree."""
-    rule = SPLIT_RULES.get(m.split_rule)
-    if rule is None:
-        raise SpecError(
-            f"{what}: split rule {_name(pb.SplitRule, m.split_rule)} is not known; valid: "
-            f"{[pb.SplitRule.Name(v) for v in SPLIT_RULES]}")
+    rule = SPLIT_RULE.decode(m.split_rule, f"{what}: split rule", SpecError)
     dims = tuple(tuple(a.axes) for a in m.dims)
     try:
         if not m.text:
@@ -243,16 +206,8 @@ def tensor_to_pb(shape: Sequence[int], dtype: str, src: Layout, dst: Layout,
     msg = pb.Tensor(shape=shape, dtype=dtype, src=encode(src), dst=encode(dst))
     if cast is not None:
         msg.cast = cast.dtype
-        msg.scale = SCALE_MODES[cast.scale]
+        msg.scale = SCALE_MODE.to_pb[cast.scale]
     return msg
-
-
-def _enum_of(table: Mapping[int, Any], enum_pb: Any, value: int, what: str) -> Any:
-    found = table.get(value)
-    if found is None:
-        raise ReshardError(f"{what} {_name(enum_pb, value)} is not known; valid: "
-                           f"{[enum_pb.Name(v) for v in table]}")
-    return found
 
 
 def _layouts(m: pb.Tensor, what: str) -> tuple[Layout, Layout]:
@@ -269,15 +224,15 @@ def tensor_from_pb(m: pb.Tensor, what: str = "tensor") -> Request:
     if m.derive not in (pb.DERIVE_UNSPECIFIED, pb.DERIVE_NONE) or m.HasField("link"):
         raise ReshardError(f"{what} sets derive/link, which only a plan's tensors carry (the "
                            f"planner adds a scaled cast's amax and scales); drop them")
-    scale = _enum_of(SCALE_OF, pb.ScaleMode, m.scale, f"{what}.scale")
+    scale = SCALE_MODE.decode(m.scale, f"{what}.scale")
     return tuple(m.shape), m.dtype, src, dst, Cast.parse(m.cast or None, scale)
 
 
 def tensor_spec_to_pb(t: TensorSpec) -> pb.Tensor:
     """A plan tensor's message."""
     msg = pb.Tensor(shape=t.shape, dtype=t.dtype, src=layout_to_pb(t.src),
-                    dst=layout_to_pb(t.dst), cast=t.cast, scale=SCALE_MODES[t.scale],
-                    derive=DERIVES[t.derive])
+                    dst=layout_to_pb(t.dst), cast=t.cast, scale=SCALE_MODE.to_pb[t.scale],
+                    derive=DERIVE.to_pb[t.derive])
     if t.link >= 0:
         msg.link = t.link
     return msg
@@ -287,8 +242,8 @@ def tensor_spec_from_pb(m: pb.Tensor, what: str = "tensor") -> TensorSpec:
     """A plan tensor of its message (checked by the plan verifier)."""
     src, dst = _layouts(m, what)
     return TensorSpec(tuple(m.shape), m.dtype, src, dst, m.cast,
-                      _enum_of(SCALE_OF, pb.ScaleMode, m.scale, f"{what}.scale"),
-                      _enum_of(DERIVE_OF, pb.Derive, m.derive, f"{what}.derive"),
+                      SCALE_MODE.decode(m.scale, f"{what}.scale"),
+                      DERIVE.decode(m.derive, f"{what}.derive"),
                       m.link if m.HasField("link") else -1)
 
 
@@ -296,12 +251,7 @@ def strategy_from_pb(value: int) -> Strategy:
     """A request's strategy (UNSPECIFIED: broadcast)."""
     if value == pb.STRATEGY_UNSPECIFIED:
         return Strategy.BROADCAST
-    try:
-        return STRATEGY_OF[value]
-    except KeyError:
-        raise ReshardError(
-            f"strategy {_name(pb.Strategy, value)} is not known; valid: "
-            f"{[pb.Strategy.Name(v) for v in STRATEGIES.values()]}") from None
+    return STRATEGY.decode(value, "strategy")
 
 
 def request_to_pb(requests: Sequence[Request], cluster: Cluster | None,
@@ -319,7 +269,7 @@ def request_to_pb(requests: Sequence[Request], cluster: Cluster | None,
     """
     encode = encode or encode_value
     msg = pb.PlanRequest(tensors=[tensor_to_pb(*r, encode=encode) for r in requests],
-                         strategy=STRATEGIES[Strategy.parse(strategy)])
+                         strategy=STRATEGY.to_pb[Strategy.parse(strategy)])
     if cluster is not None:
         msg.cluster.CopyFrom(encode(cluster))
     return msg

@@ -7,8 +7,7 @@ types), the core types' own constructors, and (unless told otherwise) the verifi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from types import MappingProxyType
+from collections.abc import Iterable
 from typing import Any
 
 from reshard.errors import PlanError
@@ -23,31 +22,17 @@ from reshard.planner.values.tasks import (
     task_dict,
 )
 from reshard.service.convert import (
-    STRATEGIES,
-    STRATEGY_OF,
+    STRATEGY,
     cluster_from_pb,
     cluster_to_pb,
     tensor_spec_from_pb,
     tensor_spec_to_pb,
 )
+from reshard.service.enums import EnumPair
 from reshard.service.v1 import reshard_pb2 as pb
 
-TASK_KINDS: Mapping[TaskKind, pb.TaskKind] = MappingProxyType({
-    TaskKind.COPY: pb.TASK_KIND_COPY,
-    TaskKind.SEND: pb.TASK_KIND_SEND,
-    TaskKind.BROADCAST: pb.TASK_KIND_BROADCAST,
-    TaskKind.REDUCE: pb.TASK_KIND_REDUCE,
-    TaskKind.ALLGATHER: pb.TASK_KIND_ALLGATHER,
-    TaskKind.ALLREDUCE: pb.TASK_KIND_ALLREDUCE,
-})
-KIND_OF: Mapping[int, TaskKind] = MappingProxyType({v: k for k, v in TASK_KINDS.items()})
-
-BUFFERS: Mapping[Buffer, pb.Buffer] = MappingProxyType({
-    Buffer.SRC: pb.BUFFER_SRC,
-    Buffer.DST: pb.BUFFER_DST,
-})
-BUFFER_OF: Mapping[int, Buffer] = MappingProxyType(
-    {pb.BUFFER_UNSPECIFIED: Buffer.SRC, **{v: k for k, v in BUFFERS.items()}})
+TASK_KIND = EnumPair(TaskKind, pb.TaskKind, "TASK_KIND_")
+BUFFER = EnumPair(Buffer, pb.Buffer, "BUFFER_", unspecified=Buffer.SRC)
 
 DEFAULT_CHUNK_TASKS = 4096
 """Tasks per streamed chunk unless the request asks for fewer (about 0.5 MB)."""
@@ -60,9 +45,9 @@ def _box_pb(box: Box) -> pb.Box:
 
 def task_to_pb(t: Task) -> pb.Task:
     """A task message."""
-    return pb.Task(kind=TASK_KINDS[t.kind], tensor=t.tensor, box=_box_pb(t.box), root=t.root,
+    return pb.Task(kind=TASK_KIND.to_pb[t.kind], tensor=t.tensor, box=_box_pb(t.box), root=t.root,
                    receivers=t.receivers, nbytes=t.nbytes, step=t.step,
-                   source=BUFFERS[t.source], pieces=[_box_pb(p) for p in t.pieces],
+                   source=BUFFER.to_pb[t.source], pieces=[_box_pb(p) for p in t.pieces],
                    through=t.through, parents=t.parents, addends=t.addends,
                    addend_parents=t.addend_parents)
 
@@ -71,7 +56,7 @@ def header_to_pb(plan: ReshardPlan, into: pb.Plan | None = None) -> pb.Plan:
     """Every field of the plan's message but the tasks (written into ``into`` if given)."""
     msg = pb.Plan() if into is None else into
     msg.format = FORMAT_VERSION
-    msg.strategy = STRATEGIES[plan.strategy]
+    msg.strategy = STRATEGY.to_pb[plan.strategy]
     msg.cluster.CopyFrom(cluster_to_pb(plan.cluster))
     msg.tensors.extend(tensor_spec_to_pb(t) for t in plan.tensors)
     return msg
@@ -135,14 +120,8 @@ def _box_list(m: pb.Box) -> list[list[int]]:
 
 
 def _task_dict(m: pb.Task) -> dict[str, Any]:
-    kind = KIND_OF.get(m.kind)
-    if kind is None:
-        raise PlanError(f"kind {m.kind} is not one of "
-                        f"{[pb.TaskKind.Name(v) for v in TASK_KINDS.values()]}")
-    source = BUFFER_OF.get(m.source)
-    if source is None:
-        raise PlanError(f"source {m.source} is not one of "
-                        f"{[pb.Buffer.Name(v) for v in BUFFERS.values()]}")
+    kind = TASK_KIND.decode(m.kind, "kind", PlanError)
+    source = BUFFER.decode(m.source, "source", PlanError)
     return task_dict({
         "kind": kind.value, "tensor": m.tensor, "box": _box_list(m.box), "root": m.root,
         "receivers": list(m.receivers), "nbytes": m.nbytes, "step": m.step,
@@ -166,10 +145,7 @@ def plan_from_pb(m: pb.Plan, verify: bool = True) -> ReshardPlan:
     if m.format not in READABLE_FORMATS:
         raise PlanError(f"plan format {m.format} is not supported; this reshard reads "
                         f"formats {list(READABLE_FORMATS)}")
-    strategy = STRATEGY_OF.get(m.strategy)
-    if strategy is None:
-        raise PlanError(f"plan strategy {m.strategy} is not one of "
-                        f"{[pb.Strategy.Name(v) for v in STRATEGIES.values()]}")
+    strategy = STRATEGY.decode(m.strategy, "plan strategy", PlanError)
     cluster = cluster_from_pb(m.cluster)
     if cluster is None:
         raise PlanError("plan has no cluster; a plan carries the cluster it was made for")
