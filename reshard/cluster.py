@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from reshard.errors import ClusterError
+from reshard.unique_ids import group_of_each
 
 GBIT = 1e9 / 8  # bytes/s in one Gbit/s
 GBYTE = 1e9
@@ -207,17 +208,10 @@ class Cluster:
     def __post_init__(self) -> None:
         hosts = tuple(tuple(int(d) for d in h) for h in self.hosts)
         object.__setattr__(self, "hosts", hosts)
-        seen: dict[int, int] = {}
-        for h, devs in enumerate(hosts):
-            for d in devs:
-                if d < 0:
-                    raise ClusterError(f"device ids must be >= 0, got {d} on host {h}")
-                if d in seen:
-                    raise ClusterError(
-                        f"device {d} is listed on host {seen[d]} and host {h}; "
-                        f"a device belongs to exactly one host"
-                    )
-                seen[d] = h
+        seen = group_of_each(
+            hosts, lambda d, h: ClusterError(f"device ids must be >= 0, got {d} on host {h}"),
+            lambda d, first, h: ClusterError(f"device {d} is listed on host {first} and host "
+                                             f"{h}; a device belongs to exactly one host"))
         for attr in ("intra_bandwidth", "nic_bandwidth", "copy_bandwidth"):
             v = float(getattr(self, attr))
             if not 0 < v < math.inf:

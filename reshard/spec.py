@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from reshard.errors import SpecError
+from reshard.unique_ids import group_of_each
 
 _AXIS = r"(?:\d|\[\d+\])"
 _TOKEN = re.compile(rf"R|S{_AXIS}+")
@@ -181,24 +182,18 @@ class ShardingSpec:
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "partial", partial)
         object.__setattr__(self, "rule", rule)
-        used: dict[int, str] = {}
-        for d, axes in enumerate(dims):
-            for a in axes:
-                if a < 0:
-                    raise SpecError(f"mesh axis must be >= 0, got {a} in dim {d} of {self}")
-                if a in used:
-                    raise SpecError(
-                        f"mesh axis {a} is used twice ({used[a]} and tensor dim {d}) in "
-                        f"'{self}'; each mesh axis splits at most one dim once, e.g. "
-                        f"'{_example_fix(dims, d, a)}'"
-                    )
-                used[a] = f"tensor dim {d}"
+        used = group_of_each(
+            dims, lambda a, d: SpecError(f"mesh axis must be >= 0, got {a} in dim {d} of {self}"),
+            lambda a, first, d: SpecError(
+                f"mesh axis {a} is used twice (tensor dim {first} and tensor dim {d}) in "
+                f"'{self}'; each mesh axis splits at most one dim once, e.g. "
+                f"'{_example_fix(dims, d, a)}'"))
         if partial and partial[0] < 0:  # sorted: the lowest axis first
             raise SpecError(f"partial mesh axis must be >= 0, got {partial[0]}")
         split = [a for a in partial if a in used]
         if split:
             raise SpecError(
-                f"mesh axis {split[0]} both splits {used[split[0]]} and is partial in "
+                f"mesh axis {split[0]} both splits tensor dim {used[split[0]]} and is partial in "
                 f"'{self}'; a mesh axis has one placement: drop it from the split or from +P"
             )
         if len(set(partial)) != len(partial):
