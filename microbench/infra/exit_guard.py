@@ -15,6 +15,9 @@ guard disarmed while another sits above it stays in the chain as a pass-through 
 behaves like what it replaced (the default action is re-raised as such), and is
 unlinked once the guards above it are gone. The first signal resets every guarded
 signal to its default action, so a second one kills as usual.
+
+:class:`Guarded` is the lifecycle such a resource shares: built new, started once,
+closed once, its guard armed from the start on.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, Self
 
 GUARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -120,6 +123,57 @@ class ExitGuard:
         return f"ExitGuard({self.name or self._close!r}, armed={self._armed})"
 
 
+class Guarded:
+    """A resource started once and then closed (new, running, closed), with an
+    :class:`ExitGuard` that closes it at exit and on SIGTERM / SIGHUP from its start on;
+    a ``with`` block starts and closes it. A subclass's ``start`` refuses a second start
+    and calls :meth:`_begin` before it builds anything; its ``close``, holding
+    ``_lock``, returns where :meth:`_nothing_to_close`, and disarms ``_guard`` when done.
+
+    Args:
+        name: what the resource is, for its guard's ``repr``.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._started = False
+        self._closed = False
+        self._lock = threading.Lock()
+        self._guard = ExitGuard(self.close, name)
+
+    def start(self) -> object:
+        """Build the resource (a subclass's)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Undo what :meth:`start` built (a subclass's; idempotent)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _begin(self) -> None:
+        """Mark the resource started and arm its guard: close at exit and on SIGTERM /
+        SIGHUP from now on."""
+        self._started = True
+        self._guard.arm()
+
+    def _nothing_to_close(self) -> bool:
+        """(Under ``_lock``.) True where the resource never started or is closed
+        already, marking it closed: its ``close`` has nothing to undo."""
+        if self._closed or not self._started:
+            self._closed = True
+            return True
+        return False
+
+    def _state(self) -> str:
+        """``new``, ``running`` or ``closed``, for ``repr``."""
+        return "closed" if self._closed else "running" if self._started else "new"
+
+
 def _unlink_top(sig: int) -> None:
     """Pop disarmed guards off the top of ``sig``'s handler chain."""
     current = signal.getsignal(sig)
@@ -128,4 +182,4 @@ def _unlink_top(sig: int) -> None:
         signal.signal(sig, current)
 
 
-__all__ = ["GUARDED_SIGNALS", "ExitGuard"]
+__all__ = ["GUARDED_SIGNALS", "ExitGuard", "Guarded"]

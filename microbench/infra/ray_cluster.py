@@ -53,13 +53,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import IO, Any, Self
 
 from reshard.comm.launchers.netns import enter_netns
 from reshard.comm.launchers.raywatch import process_tree, watch_ray
-from reshard.microbench.infra.exit_guard import ExitGuard
+from reshard.microbench.infra.exit_guard import Guarded
 from reshard.microbench.infra.testbed import Testbed, TestbedError
 
 _ENTRY = "from reshard.microbench.infra.ray_cluster import exec_in_netns; exec_in_netns()"
@@ -143,7 +142,7 @@ def exec_in_netns() -> None:
     os.execv(argv[0], argv)
 
 
-class RayCluster:
+class RayCluster(Guarded):
     """Ray nodes on the first ``num_hosts`` hosts of a started testbed, this process
     their driver.
 
@@ -174,10 +173,7 @@ class RayCluster:
         self._watchdog: subprocess.Popen | None = None
         self._saved_env: dict[str, str | None] = {}
         self._connected = False
-        self._started = False
-        self._closed = False
-        self._lock = threading.Lock()
-        self._guard = ExitGuard(self.close, "ray cluster")
+        super().__init__("ray cluster")
 
     # ----- facts -----------------------------------------------------------------------
     @property
@@ -237,13 +233,7 @@ class RayCluster:
         """Where ``host``'s ``ray start`` writes its output."""
         return os.path.join(self.directory, f"node-h{host}.log")
 
-    # ----- lifecycle -------------------------------------------------------------------
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
+    # ----- lifecycle (and a with block: Guarded's) -----------------------------------
     def start(self) -> Self:
         """Start the head, then the other nodes, connect this process as the driver and
         wait until every node has joined."""
@@ -254,8 +244,7 @@ class RayCluster:
                 "this process is already connected to a Ray cluster; a RayCluster makes "
                 "this process its driver: call ray.shutdown() first or use a fresh process")
         self.testbed.netns(0)  # raises unless the testbed runs
-        self._started = True
-        self._guard.arm()
+        self._begin()
         try:
             self.directory = tempfile.mkdtemp(prefix=f"{self.testbed.tag}-ray-")
             os.chmod(self.directory, 0o700)
@@ -351,8 +340,7 @@ class RayCluster:
         """Disconnect the driver, stop every node, remove the cluster's directory
         (idempotent)."""
         with self._lock:
-            if self._closed or not self._started:
-                self._closed = True
+            if self._nothing_to_close():
                 return
             self._closed = True
         try:
@@ -396,8 +384,7 @@ class RayCluster:
             proc.wait()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "running" if self._started else "new"
-        return f"RayCluster({self.num_hosts} nodes at {self.address}) [{state}]"
+        return f"RayCluster({self.num_hosts} nodes at {self.address}) [{self._state()}]"
 
 
 def join_as_stranger(cluster: RayCluster, host: int, token: str | None = None,

@@ -54,13 +54,13 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Self
+from typing import Any
 
 from reshard.cliargs import add_version
 from reshard.cluster import Cluster
 from reshard.comm.launchers.netns import NETNS_DIR, NetnsHost, NetnsPlacement
 from reshard.helptext import for_terminal
-from reshard.microbench.infra.exit_guard import ExitGuard
+from reshard.microbench.infra.exit_guard import Guarded
 from reshard.microbench.infra.host_net import (
     NS_IFNAME,
     STATE_DIR,
@@ -88,7 +88,7 @@ _TCP_IP_HEADERS = 20 + 20 + 12  # IPv4, TCP, TCP timestamps (on by default in a 
 
 
 # ----- the testbed ---------------------------------------------------------------------
-class Testbed:
+class Testbed(Guarded):
     """``num_hosts`` emulated hosts whose NICs carry ``nic_gbit_per_s`` each way.
 
     Args:
@@ -124,10 +124,7 @@ class Testbed:
         self.tag = ""
         self.subnet: ipaddress.IPv4Network | None = None
         self._undo: list[tuple[str, Callable[[], Any]]] = []
-        self._started = False
-        self._closed = False
-        self._lock = threading.Lock()
-        self._guard = ExitGuard(self.close, "testbed")
+        super().__init__("testbed")
 
     # ----- names -----------------------------------------------------------------------
     @property
@@ -280,14 +277,7 @@ class Testbed:
             raise TestbedError(f"receiving on host {dst} failed: {errors[0]}")
         return seconds
 
-    # ----- lifecycle -------------------------------------------------------------------
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
+    # ----- lifecycle (and a with block: Guarded's) -----------------------------------
     def start(self) -> Testbed:
         """Create namespaces, bridge, veths, addresses and qdiscs."""
         if self._started:
@@ -295,8 +285,7 @@ class Testbed:
         ok = available(latency=self.latency_ms > 0)
         if not ok:
             raise TestbedError(f"cannot build a network-namespace testbed here: {ok.reason}")
-        self._started = True
-        self._guard.arm()  # close at exit and on SIGTERM / SIGHUP, from now on
+        self._begin()  # close at exit and on SIGTERM / SIGHUP, from now on
         try:
             self._build()
         except BaseException:
@@ -395,8 +384,7 @@ class Testbed:
         """Remove everything this testbed created (idempotent; safe to re-run after an
         interruption: finished steps are not repeated). Warns about what remains."""
         with self._lock:
-            if self._closed or not self._started:
-                self._closed = True
+            if self._nothing_to_close():
                 return
             failed = []
             while self._undo:
@@ -428,10 +416,9 @@ class Testbed:
         return sorted(set(out))
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "running" if self._started else "new"
         return (f"Testbed({self.num_hosts}, nic_gbit_per_s={self.nic_gbit_per_s:g}, "
                 f"latency_ms={self.latency_ms:g}) [{self.tag or '-'} {self.subnet or ''} "
-                f"{state}]")
+                f"{self._state()}]")
 
 
 def _unlink(path: str) -> None:
