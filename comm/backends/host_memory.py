@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from reshard.cluster import pipeline_piece
-from reshard.comm.backend import Capabilities
+from reshard.comm.backend import Capabilities, Devices, refuse_unsupported
+from reshard.comm.backends.tcp_frames import Stream
 from reshard.dtypes import is_torch, numpy_of_torch
 from reshard.errors import ExecutionError
 from reshard.planner.values.tasks import sum_targets
@@ -135,6 +136,53 @@ class Grouped:
     def _progress(self) -> None:
         """Move every operation of the open group to completion."""
         raise NotImplementedError
+
+    def _send_whole(self, peer: int, tag: int, stream: Stream) -> None:
+        """Post all of ``stream`` to ``peer`` (the group's end moves it)."""
+        raise NotImplementedError
+
+    def _reduce_part(self, buf: np.ndarray, root: int, group: Sequence[int], tag: int
+                     ) -> tuple[Stream, int, int | None] | None:
+        """This member's part in a reduction's chain (:func:`reduce_route`): its buffer
+        as a stream, the member it receives the running result from and the one it
+        passes it to (None: it is the root); None where its part is done: no byte
+        moves, it is not a member, or it starts the chain (its buffer sent on whole)."""
+        me = self.device
+        if not buf.size or me not in group:
+            return None
+        prev, nxt = reduce_route(me, root, group)
+        mine = Stream(buf)
+        if prev is None:
+            if nxt is not None:
+                self._send_whole(nxt, tag, mine)
+            self._run()
+            return None
+        return mine, prev, nxt
+
+    def _broadcast_part(self, buf: Any, root: int, group: Devices, chain: Devices | None,
+                        parents: Devices | None, addends: Devices
+                        ) -> tuple[Stream, str, int | None, list[int]] | None:
+        """This member's part in a broadcast: its buffer as a stream, the name of its
+        receive ("chain broadcast" past one receiver), the member it receives from
+        (None: the root, or not a receiver) and those it passes the bytes on to
+        (:func:`broadcast_route`); None where no byte moves. Refuses addends."""
+        refuse_unsupported(self.name, self.capabilities, addends)
+        stream = Stream(buf)
+        if not stream.total:
+            return None
+        receivers, prev, nxts = broadcast_route(self.device, root, group, chain, parents)
+        return stream, "chain broadcast" if len(receivers) > 1 else "broadcast", prev, nxts
+
+    def _gather_rows(self, out: np.ndarray, inp: np.ndarray, group: Sequence[int]
+                     ) -> np.ndarray | None:
+        """An all-gather's ``out`` as one row per member of ``group``, this member's
+        ``inp`` already in its row; None where it takes no part or no byte moves."""
+        me = self.device
+        if not inp.size or me not in group:
+            return None
+        rows = out.reshape(len(group), -1)
+        rows[list(group).index(me)] = inp.reshape(-1)
+        return rows
 
     def _run(self) -> None:
         """Outside a group an operation is a group of its own."""

@@ -54,12 +54,10 @@ from typing import Any
 
 import numpy as np
 
-from reshard.comm.backend import Devices, Landed, refuse_unsupported
+from reshard.comm.backend import Devices, Landed
 from reshard.comm.backends.host_memory import (
     Grouped,
     HostMemory,
-    broadcast_route,
-    reduce_route,
     wire_piece,
 )
 from reshard.comm.backends.nixl_agent import (
@@ -265,6 +263,9 @@ class NixlBackend(Grouped, HostMemory):
         landing = Stream(views)
         return landing, runs_of(landing.views)
 
+    def _send_whole(self, peer: int, tag: int, stream: Stream) -> None:
+        self._give(peer, tag, stream, stream.total)
+
     def _give(self, peer: int, tag: int, stream: Stream, have: int) -> _Outbound:
         """Post a send of ``stream`` to ``peer``; ``have`` bytes of it are here now."""
         sh = self._shared
@@ -342,17 +343,15 @@ class NixlBackend(Grouped, HostMemory):
                   addend_parents: Devices | None = None, landed: Landed | None = None) -> None:
         """From ``root`` down the chain or tree; a relay passes each piece on as it
         lands (``landed`` hears of the bytes filled so far)."""
-        refuse_unsupported(self.name, self.capabilities, addends)
-        stream = Stream(buf)
-        if not stream.total:
+        part = self._broadcast_part(buf, root, group, chain, parents, addends)
+        if part is None:
             return
-        receivers, prev, nxts = broadcast_route(self.device, root, group, chain, parents)
+        stream, what, prev, nxts = part
         if self.device == root:
             for nxt in nxts:
-                self._give(nxt, tag, stream, stream.total)
+                self._send_whole(nxt, tag, stream)
         elif prev is not None:
             outs = [self._give(nxt, tag, stream, 0) for nxt in nxts]
-            what = "chain broadcast" if len(receivers) > 1 else "broadcast"
 
             def on_piece(a: int, b: int, done: int) -> None:
                 for out in outs:
@@ -367,18 +366,17 @@ class NixlBackend(Grouped, HostMemory):
     def all_gather(self, out: np.ndarray, inp: np.ndarray, group: Sequence[int]) -> None:
         """Row ``i`` of ``out`` = member ``group[i]``'s ``inp``, written straight into
         the rows."""
-        me = self.device
-        if not inp.size or me not in group:
+        rows = self._gather_rows(out, inp, group)
+        if rows is None:
             return
-        rows = out.reshape(len(group), -1)
-        rows[list(group).index(me)] = inp.reshape(-1)
+        me = self.device
         for row, d in enumerate(group):
             if d != me:
                 self._expect("all-gather", d, _GATHER_TAG, Stream(rows[row]), None)
         mine = Stream(inp)
         for d in group:
             if d != me:
-                self._give(d, _GATHER_TAG, mine, mine.total)
+                self._send_whole(d, _GATHER_TAG, mine)
         self._run()
 
     def reduce(self, buf: np.ndarray, root: int, group: Sequence[int], *,
@@ -386,16 +384,10 @@ class NixlBackend(Grouped, HostMemory):
         """Down the members in group order to the root: each adds the running result,
         landing piece by piece in a scratch buffer, into its own ``buf`` and passes the
         piece on; the root's ``buf`` ends with the result."""
-        me = self.device
-        if not buf.size or me not in group:
+        part = self._reduce_part(buf, root, group, _REDUCE_TAG)
+        if part is None:
             return
-        prev, nxt = reduce_route(me, root, group)
-        mine = Stream(buf)
-        if prev is None:
-            if nxt is not None:
-                self._give(nxt, _REDUCE_TAG, mine, mine.total)
-            self._run()
-            return
+        mine, prev, nxt = part
         out = self._give(nxt, _REDUCE_TAG, mine, 0) if nxt is not None else None
         held = self.empty(buf.nbytes, np.uint8)
         combine, flat, size = _COMBINE[op], buf.reshape(-1), buf.itemsize

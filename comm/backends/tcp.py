@@ -55,12 +55,10 @@ from typing import Any
 
 import numpy as np
 
-from reshard.comm.backend import Devices, Landed, refuse_unsupported
+from reshard.comm.backend import Devices, Landed
 from reshard.comm.backends.host_memory import (
     Grouped,
     HostMemory,
-    broadcast_route,
-    reduce_route,
     wire_piece,
 )
 from reshard.comm.backends.tcp_frames import HEADER, IOV, Inbound, Link, Reused, Stream
@@ -152,6 +150,9 @@ class TcpBackend(Grouped, HostMemory):
 
 
     # ----- posting ----------------------------------------------------------------------
+    def _send_whole(self, peer: int, tag: int, stream: Stream) -> None:
+        self._queue(peer, tag, stream, 0, stream.total)
+
     def _queue(self, peer: int, tag: int, stream: Stream, a: int, b: int) -> None:
         """Frames of stream bytes ``[a, b)`` to ``peer``, a piece each."""
         link = self._link(peer)
@@ -201,16 +202,14 @@ class TcpBackend(Grouped, HostMemory):
         the tree ``parents`` give, pipelined: a member others receive from passes each
         frame on as it lands. ``landed`` (a receiver's) hears of the bytes filled so
         far after each frame."""
-        refuse_unsupported(self.name, self.capabilities, addends)
-        stream = Stream(buf)
-        if not stream.total:
+        part = self._broadcast_part(buf, root, group, chain, parents, addends)
+        if part is None:
             return
-        receivers, prev, nxts = broadcast_route(self.device, root, group, chain, parents)
+        stream, what, prev, nxts = part
         if self.device == root:
             for nxt in nxts:
-                self._queue(nxt, tag, stream, 0, stream.total)
+                self._send_whole(nxt, tag, stream)
         elif prev is not None:
-            what = "chain broadcast" if len(receivers) > 1 else "broadcast"
             for nxt in nxts:  # connected now: the group's loop makes no connection
                 self._link(nxt)
 
@@ -226,17 +225,14 @@ class TcpBackend(Grouped, HostMemory):
     def all_gather(self, out: np.ndarray, inp: np.ndarray, group: Sequence[int]) -> None:
         """Row ``i`` of ``out`` = member ``group[i]``'s ``inp``: this member's input
         goes to every other, theirs land straight in their rows."""
-        if not inp.size:
+        rows = self._gather_rows(out, inp, group)
+        if rows is None:
             return
         me = self.device
-        if me not in group:
-            return
-        rows = out.reshape(len(group), -1)
-        rows[list(group).index(me)] = inp.reshape(-1)
         mine = Stream(inp)
         for d in group:
             if d != me:
-                self._queue(d, _GATHER_TAG, mine, 0, mine.total)
+                self._send_whole(d, _GATHER_TAG, mine)
         for row, d in enumerate(group):
             if d != me:
                 self._post("all-gather", d, _GATHER_TAG, Stream(rows[row]))
@@ -250,16 +246,10 @@ class TcpBackend(Grouped, HostMemory):
         wrap) and passes that piece on; the root's ``buf`` ends with the result (a
         member's with a partial one). Each member receives and sends the buffer once
         and holds one piece beside it, whatever the group's size."""
-        me = self.device
-        if not buf.size or me not in group:
+        part = self._reduce_part(buf, root, group, _REDUCE_TAG)
+        if part is None:
             return
-        prev, nxt = reduce_route(me, root, group)
-        mine = Stream(buf)
-        if prev is None:
-            if nxt is not None:
-                self._queue(nxt, _REDUCE_TAG, mine, 0, mine.total)
-            self._run()
-            return
+        mine, prev, nxt = part
         if nxt is not None:
             self._link(nxt)  # connected now: the group's loop makes no connection
         piece = wire_piece(self.relay_piece, mine.total)
