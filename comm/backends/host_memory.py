@@ -160,17 +160,24 @@ class Grouped:
         return mine, prev, nxt
 
     def _broadcast_part(self, buf: Any, root: int, group: Devices, chain: Devices | None,
-                        parents: Devices | None, addends: Devices
-                        ) -> tuple[Stream, str, int | None, list[int]] | None:
-        """This member's part in a broadcast: its buffer as a stream, the name of its
-        receive ("chain broadcast" past one receiver), the member it receives from
-        (None: the root, or not a receiver) and those it passes the bytes on to
-        (:func:`broadcast_route`); None where no byte moves. Refuses addends."""
+                        parents: Devices | None, addends: Devices, tag: int
+                        ) -> tuple[Stream, str, int, list[int]] | None:
+        """A receiver's part in a broadcast: its buffer as a stream, the name of its
+        receive ("chain broadcast" past one receiver), the member it receives from and
+        those it passes the bytes on to (:func:`broadcast_route`). None where this
+        member's part is done: no byte moves, it is not a receiver, or it is the root
+        (its buffer sent whole to each member it feeds). Refuses addends."""
         refuse_unsupported(self.name, self.capabilities, addends)
         stream = Stream(buf)
         if not stream.total:
             return None
         receivers, prev, nxts = broadcast_route(self.device, root, group, chain, parents)
+        if prev is None:
+            if self.device == root:
+                for nxt in nxts:
+                    self._send_whole(nxt, tag, stream)
+            self._run()
+            return None
         return stream, "chain broadcast" if len(receivers) > 1 else "broadcast", prev, nxts
 
     def _gather_rows(self, out: np.ndarray, inp: np.ndarray, group: Sequence[int]

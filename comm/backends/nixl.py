@@ -343,24 +343,20 @@ class NixlBackend(Grouped, HostMemory):
                   addend_parents: Devices | None = None, landed: Landed | None = None) -> None:
         """From ``root`` down the chain or tree; a relay passes each piece on as it
         lands (``landed`` hears of the bytes filled so far)."""
-        part = self._broadcast_part(buf, root, group, chain, parents, addends)
+        part = self._broadcast_part(buf, root, group, chain, parents, addends, tag)
         if part is None:
             return
         stream, what, prev, nxts = part
-        if self.device == root:
-            for nxt in nxts:
-                self._send_whole(nxt, tag, stream)
-        elif prev is not None:
-            outs = [self._give(nxt, tag, stream, 0) for nxt in nxts]
+        outs = [self._give(nxt, tag, stream, 0) for nxt in nxts]
 
-            def on_piece(a: int, b: int, done: int) -> None:
-                for out in outs:
-                    out.have = done
-                    self._push(out)
-                if landed is not None:
-                    landed(done)
+        def on_piece(a: int, b: int, done: int) -> None:
+            for out in outs:
+                out.have = done
+                self._push(out)
+            if landed is not None:
+                landed(done)
 
-            self._expect(what, prev, tag, stream, on_piece if outs or landed else None)
+        self._expect(what, prev, tag, stream, on_piece if outs or landed else None)
         self._run()
 
     def all_gather(self, out: np.ndarray, inp: np.ndarray, group: Sequence[int]) -> None:

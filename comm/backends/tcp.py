@@ -202,24 +202,20 @@ class TcpBackend(Grouped, HostMemory):
         the tree ``parents`` give, pipelined: a member others receive from passes each
         frame on as it lands. ``landed`` (a receiver's) hears of the bytes filled so
         far after each frame."""
-        part = self._broadcast_part(buf, root, group, chain, parents, addends)
+        part = self._broadcast_part(buf, root, group, chain, parents, addends, tag)
         if part is None:
             return
         stream, what, prev, nxts = part
-        if self.device == root:
+        for nxt in nxts:  # connected now: the group's loop makes no connection
+            self._link(nxt)
+
+        def on_frame(a: int, b: int) -> None:
             for nxt in nxts:
-                self._send_whole(nxt, tag, stream)
-        elif prev is not None:
-            for nxt in nxts:  # connected now: the group's loop makes no connection
-                self._link(nxt)
+                self._queue(nxt, tag, stream, a, b)
+            if landed is not None:
+                landed(b)
 
-            def on_frame(a: int, b: int) -> None:
-                for nxt in nxts:
-                    self._queue(nxt, tag, stream, a, b)
-                if landed is not None:
-                    landed(b)
-
-            self._post(what, prev, tag, stream, on_frame if nxts or landed else None)
+        self._post(what, prev, tag, stream, on_frame if nxts or landed else None)
         self._run()
 
     def all_gather(self, out: np.ndarray, inp: np.ndarray, group: Sequence[int]) -> None:
