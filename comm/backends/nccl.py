@@ -44,7 +44,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -298,23 +298,24 @@ class NcclBackend:
         """``ncclSend`` on the world communicator. NCCL has no tags: the sends and
         receives of a group between one pair are matched in issue order, which is the
         plan's global order on both ranks (``tag`` is ignored)."""
-        self._point_to_point("send", buf, peer)
-
-    def recv(self, buf: Any, peer: int, *, tag: int = 0, landed: Landed | None = None) -> None:
-        """``ncclRecv`` on the world communicator (``tag``: see :meth:`send`; no
-        ``landed``)."""
-        refuse_unsupported("nccl", self.capabilities, landed=landed)
-        self._point_to_point("recv", buf, peer)
-
-    def _point_to_point(self, op: Literal["send", "recv"], buf: Any, peer: int) -> None:
-        """The world communicator's ``op`` of ``buf``'s bytes with ``peer``, on this
-        backend's stream (nothing for an empty ``buf``)."""
         if not buf.size:
             return
         self._used[self.world] = self._world_comm
         ptr, n = self._raw(buf)
-        getattr(self._world_comm, op)(ptr, n, self._nccl.NCCL_UINT8, self.world.index(peer),
-                                      self._stream.ptr)
+        self._world_comm.send(ptr, n, self._nccl.NCCL_UINT8, self.world.index(peer),
+                              self._stream.ptr)
+
+    def recv(self, buf: Any, peer: int, *, tag: int = 0, landed: Landed | None = None) -> None:
+        """``ncclRecv`` on the world communicator (``tag``: see :meth:`send`; no
+        ``landed``). Written out as :meth:`send` is: the contract tests read each call
+        the backend makes (tests/contract/test_nccl_contract.py)."""
+        refuse_unsupported("nccl", self.capabilities, landed=landed)
+        if not buf.size:
+            return
+        self._used[self.world] = self._world_comm
+        ptr, n = self._raw(buf)
+        self._world_comm.recv(ptr, n, self._nccl.NCCL_UINT8, self.world.index(peer),
+                              self._stream.ptr)
 
     def all_gather(self, out: Any, inp: Any, group: Sequence[int]) -> None:
         """``ncclAllGather``: row ``i`` of ``out`` from member ``group[i]``."""
