@@ -29,7 +29,7 @@ from typing import Any
 
 from reshard.cliargs import add_version, int_at_least, natural_int, positive_int
 from reshard.cluster import preset_names
-from reshard.comm.backend import BackendKind
+from reshard.comm.backend import BackendKind, builtin_backends
 from reshard.comm.backends.requirements import backend_problem  # noqa: F401
 from reshard.comm.launchers.base import LauncherKind
 from reshard.dtypes import CAST_TARGETS, DTYPES, Cast, ScaleMode, parse_dtype
@@ -41,6 +41,10 @@ UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 STRATEGIES = tuple(s.value for s in Strategy)
 BACKENDS = tuple(b.value for b in BackendKind)
 LAUNCHERS = tuple(k.value for k in LauncherKind)
+CPU_PLANES = tuple(e.name for e in builtin_backends().entries
+                   if e.capabilities.device == "cpu" and "process" in e.launchers)
+"""Backends whose ranks are processes on host memory: the CPU data planes a testbed
+benchmark can run side by side."""
 
 FLAGS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "iters": ("-n", "--iters"), "warmup": ("-w", "--warmup"),
@@ -370,13 +374,32 @@ def add_cluster(ap: argparse.ArgumentParser, hosts: int | None = None,
     return g
 
 
+def cpu_planes(text: str) -> tuple[str, ...]:
+    """A comma-separated list of :data:`CPU_PLANES` (each once, in order)."""
+    names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",") if n.strip()))
+    bad = [n for n in names if n not in CPU_PLANES]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(
+            f"expected CPU data planes from {list(CPU_PLANES)}, comma-separated; got {text!r}")
+    return names
+
+
 def add_runtime(ap: argparse.ArgumentParser, backend: str = "gloo", timeout: float = 120.0,
                 backends: Sequence[str] = BACKENDS,
-                launchers: Sequence[str] = LAUNCHERS) -> argparse._ArgumentGroup:
+                launchers: Sequence[str] = LAUNCHERS,
+                several: bool = False) -> argparse._ArgumentGroup:
     """``--backend``, ``--launcher`` (unless ``backends`` is empty: a tool with one
-    fixed) and ``--timeout``."""
+    fixed) and ``--timeout``; ``several``: ``--backend`` takes a comma-separated list
+    of CPU data planes (:func:`cpu_planes`), a tuple."""
     g = ap.add_argument_group("workers")
-    if backends:
+    if several:
+        g.add_argument(*FLAGS["backend"], type=cpu_planes, default=(backend,), action=Given,
+                       metavar="NAME[,NAME]",
+                       help=f"the CPU data plane(s), from {', '.join(CPU_PLANES)}; several "
+                            f"as 'tcp,nixl' run side by side, alternated")
+        g.add_argument(*FLAGS["launcher"], choices=tuple(launchers), default=None,
+                       action=Given, help="how workers start (default: process)")
+    elif backends:
         _add_backend(g, backend, backends, launchers)
     g.add_argument(*FLAGS["timeout"], type=positive_float, default=timeout, action=Given,
                    metavar="S", help="seconds any blocking operation may take")

@@ -55,8 +55,6 @@ from reshard.planner.schedule.coalesce import followers
 
 SPECS = (("S0R", "RS0"), ("RS0", "S0R"), ("RR", "S0S1"), ("S0S1", "RR"), ("S01R", "RS01"))
 DTYPES = ("float32", "bfloat16", "int8")
-CPU_PLANES = ("gloo", "tcp", "nixl")
-"""The backends ``--backend`` runs it on (worker processes on CPU)."""
 
 
 def requests(count: int, seed: int = 0, low: int = 1 << 10, high: int = 64 << 10,
@@ -219,15 +217,6 @@ def _measure(reqs: list[tuple], plan: ReshardPlan, iters: int, netns: object,
             "mib": sum(v.nbytes for v in values) / (1 << 20)}
 
 
-def _backends(text: str) -> tuple[str, ...]:
-    names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",") if n.strip()))
-    bad = [n for n in names if n not in CPU_PLANES]
-    if not names or bad:
-        raise argparse.ArgumentTypeError(
-            f"expected CPU data planes from {list(CPU_PLANES)}, comma-separated; got {text!r}")
-    return names
-
-
 def _kib_range(text: str) -> tuple[int, int]:
     low, _, high = text.partition("-")
     try:
@@ -255,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--message-cost", action="store_true",
                     help="with --testbed: also model the plan with each backend's "
                          "measured cost per message (calibrate.message_cost)")
-    ap.add_argument("--backend", default="gloo", type=_backends, metavar="NAME[,NAME]",
+    ap.add_argument("--backend", default="gloo", type=flags.cpu_planes, metavar="NAME[,NAME]",
                     help="the CPU data plane(s): gloo, tcp, or both as 'gloo,tcp' "
                          "(alternated within each round)")
     args = ap.parse_args(argv)

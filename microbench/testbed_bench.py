@@ -22,6 +22,11 @@ both (then the meshes share hosts). Without ``--hosts`` each case gets just the 
 it needs. Each case's tensor is sized so that its broadcast plan takes about
 ``--seconds`` on the model.
 
+``--backend tcp,nixl,gloo`` runs several CPU data planes side by side: a runtime of each
+on the same testbed, every case measured on each in turn (the order reversed from one
+case to the next), each row naming its backend, and a summary of each one's seconds
+over the first's and its model / measured.
+
 ``--launcher ray`` runs the same workers as Ray actors on a real multi-node Ray cluster
 built on the testbed (:class:`~reshard.microbench.infra.ray_cluster.RayCluster`: a Ray node
 per host namespace, the head on host 0, this process its driver), instead of plain
@@ -171,7 +176,7 @@ def _row(case: Case, src: Layout, dst: Layout, m: Measured, model: Cluster | Non
 
 
 COLUMNS = (Column("case", "case", align="<"), Column("layouts", "src->dst", align="<"),
-           Column("strategy", "strategy", align="<"),
+           Column("strategy", "strategy", align="<"), Column("backend", "backend", align="<"),
            Column("tensor_bytes", "tensor MB", scaled(1e-6, ".1f")),
            Column("bytes_moved", "moved MB", scaled(1e-6, ".1f")),
            Column("seconds", "meas s", scaled(1, ".3f"), 6),
@@ -191,8 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     flags.add_iterations(ap, iters=3, warmup=1)
     flags.add_check(ap)
     flags.add_cluster(ap, devices_per_host=2, presets=False)
-    flags.add_runtime(ap, timeout=120.0, backends=("gloo", "tcp", "nixl"),
-                      launchers=("process", "ray"))
+    flags.add_runtime(ap, timeout=120.0, launchers=("process", "ray"), several=True)
     flags.add_output(ap)
     g = ap.add_argument_group("testbed")
     g.add_argument("--gbit", type=flags.positive_float, default=0.3, action=flags.Given,
@@ -249,17 +253,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ReshardError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
-    print(f"# NIC {args.gbit:g} Gbit/s (tc tbf, each way), {g} {args.backend} workers per host "
-          f"({launcher} launcher); meas = median of {args.iters} runs after {args.warmup} "
-          f"warm-up; model = plan.estimate() on the testbed cluster; bound = "
+    print(f"# NIC {args.gbit:g} Gbit/s (tc tbf, each way), {g} {'/'.join(args.backend)} "
+          f"workers per host ({launcher} launcher); meas = median of {args.iters} runs after "
+          f"{args.warmup} warm-up; model = plan.estimate() on the testbed cluster; bound = "
           f"plan.lower_bound()" + ("" if args.check else "; -c 0: results not checked"))
+    for line in side_by_side(rows, args.backend):
+        print(line)
     shares = [r["cpu_steal"] for r in rows if r.get("cpu_steal") is not None]
     if shares and max(shares) > NOISY:
         print(f"# steal% = CPU time the hypervisor gave to other guests during the case "
               f"(/proc/stat); up to {100 * max(shares):.0f}% here: above "
               f"{100 * NOISY:.0f}% this machine's timings are not to be trusted")
     order = {c.name: i for i, c in enumerate(full)}
-    rows.sort(key=lambda r: (order[r["case"]], args.strategies.index(r["strategy"])))
+    rows.sort(key=lambda r: (order[r["case"]], args.strategies.index(r["strategy"]),
+                             args.backend.index(r["backend"])))
     if args.json:
         write_json(args.json, {"schema_version": 1, "tool": "testbed_bench",
                                "machine": machine(), "environment": env,
@@ -275,8 +282,8 @@ def _run(args: argparse.Namespace, launcher: str, narrowed: Sequence[Case],
     g, hosts = args.devices_per_host, max(counts)
     env: dict[str, Any] = {"nic_gbit_per_s": args.gbit, "latency_ms": args.latency_ms,
                            "devices_per_host": g, "hosts": hosts, "launcher": launcher}
-    known = [{"case": c.name, "layouts": c.layout_text(), "strategy": s}
-             for c in narrowed for s in args.strategies]
+    known = [{"case": c.name, "layouts": c.layout_text(), "strategy": s, "backend": b}
+             for c in narrowed for s in args.strategies for b in args.backend]
     steps = len(known) * (args.warmup + args.iters)
     with contextlib.ExitStack() as stack:
         progress = stack.enter_context(Progress(steps, not args.no_progress, "testbed"))
@@ -310,16 +317,39 @@ def _run(args: argparse.Namespace, launcher: str, narrowed: Sequence[Case],
         out.start()
         for n, group in sorted(by_hosts.items()):
             t0 = time.perf_counter()
-            progress.describe(f"starting {n * g} workers")
-            with Runtime(args.backend, cluster(n), launcher, timeout=args.timeout,
-                         **where) as rt:
-                out.note(f"# {n} hosts x {g} workers started in "
+            progress.describe(f"starting {n * g} workers per backend")
+            with contextlib.ExitStack() as running:
+                rts = {b: running.enter_context(Runtime(b, cluster(n), launcher,
+                                                        timeout=args.timeout, **where))
+                       for b in args.backend}
+                out.note(f"# {n} hosts x {g} workers ({'/'.join(rts)}) started in "
                          f"{time.perf_counter() - t0:.1f}s")
-                for c in group:
+                for k, c in enumerate(group):
                     progress.describe(f"case {c.name}")
-                    for r in _measure_case(rt, c, cluster(n), args, progress.advance):
-                        out.row(r)
+                    # every case on each backend in turn, the order reversed each case
+                    for b in (args.backend if k % 2 == 0 else args.backend[::-1]):
+                        for r in _measure_case(rts[b], c, cluster(n), args, progress.advance):
+                            out.row({**r, "backend": b})
     return out.rows, env
+
+
+def side_by_side(rows: Sequence[dict], backends: Sequence[str]) -> list[str]:
+    """With several backends: per case and strategy, each backend's seconds over the
+    first's, and the range of model / measured for each backend."""
+    if len(backends) < 2:
+        return []
+    first = backends[0]
+    base = {(r["case"], r["strategy"]): r["seconds"] for r in rows if r["backend"] == first}
+    lines = []
+    for b in backends[1:]:
+        ratios = [f"{r['case']} {r['seconds'] / base[(r['case'], r['strategy'])]:.2f}"
+                  for r in rows if r["backend"] == b and (r["case"], r["strategy"]) in base]
+        lines.append(f"# {b} / {first}: " + ", ".join(ratios))
+    for b in backends:
+        fits = [r["model_seconds"] / r["seconds"] for r in rows if r["backend"] == b]
+        if fits:
+            lines.append(f"# model / measured, {b}: {min(fits):.2f}-{max(fits):.2f}")
+    return lines
 
 
 def _measure_case(rt: Any, c: Case, cluster: Cluster, args: argparse.Namespace,

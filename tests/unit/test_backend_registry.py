@@ -25,6 +25,8 @@ def test_every_list_of_backends_is_the_registry():
     assert tuple(k.value for k in BackendKind) == started
     assert (*started, "none") == serve_cli.BACKENDS
     assert started == flags.BACKENDS
+    assert flags.CPU_PLANES == tuple(e.name for e in reg.entries if e.capabilities.device == "cpu"
+                                     and "process" in e.launchers) == ("gloo", "tcp", "nixl")
     for e in reg.entries:
         if e.launchers:
             assert BackendKind(e.name).advertises == e.advertises

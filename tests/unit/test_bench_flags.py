@@ -61,7 +61,11 @@ def test_shared_flags_parse_as_in_reshard_bench(name, argv):
     shared = [d for d in flags.FLAGS if any(a.dest == d for a in ap._actions)]
     assert {"iters", "warmup", "json", "timeout", "launcher", "devices_per_host"} <= set(shared)
     for dest in shared:
-        assert getattr(ours, dest) == getattr(theirs, dest), dest
+        got = getattr(ours, dest)
+        if dest == "backend" and isinstance(got, tuple):  # data planes side by side
+            assert got == (theirs.backend,)
+            continue
+        assert got == getattr(theirs, dest), dest
         assert _option(ap, dest).option_strings == list(flags.FLAGS[dest]), dest
     assert flags.given(ours) == flags.given(theirs) & set(vars(ours))
     assert ours.iters == 4 and ours.devices_per_host == 3
@@ -76,6 +80,25 @@ def test_defaults_keep_each_tools_own_values():
     pb = pipeline_bench.build_parser().parse_args([])
     assert (pb.iters, pb.warmup, pb.devices_per_host, pb.stages) == (3, 1, 2, 4)
     assert pb.schedules == ("1f1b", "eager-1f1b") and pb.timeline_dir is None
+
+
+def test_testbed_bench_runs_data_planes_side_by_side():
+    """--backend takes several CPU data planes (each once, in order); the summary gives
+    each one's seconds over the first's per case, and each one's model / measured."""
+    args = testbed_bench.build_parser().parse_args(["--backend", "tcp, nixl,tcp,gloo"])
+    assert args.backend == ("tcp", "nixl", "gloo") == flags.CPU_PLANES[1:] + flags.CPU_PLANES[:1]
+    assert testbed_bench.build_parser().parse_args([]).backend == ("gloo",)
+
+    def row(case, b, seconds, model):
+        return {"case": case, "strategy": "broadcast", "backend": b, "seconds": seconds,
+                "model_seconds": model}
+
+    rows = [row("a", "tcp", 2.0, 2.0), row("a", "nixl", 2.2, 2.0), row("b", "tcp", 1.0, 0.9),
+            row("b", "nixl", 0.9, 0.9)]
+    assert testbed_bench.side_by_side(rows, ("tcp", "nixl")) == [
+        "# nixl / tcp: a 1.10, b 0.90", "# model / measured, tcp: 0.90-1.00",
+        "# model / measured, nixl: 0.91-1.00"]
+    assert testbed_bench.side_by_side(rows[:1], ("tcp",)) == []
 
 
 def test_json_arguments_are_json_ready():
@@ -108,7 +131,7 @@ def test_current_spellings_do_not_warn(name, capsys):
 @pytest.mark.parametrize("argv,message", [
     (["--suite", "nope"], "choose from paper, realistic"),
     (["--launcher", "thread"], "choose from process, ray"),
-    (["--backend", "nccl"], "choose from gloo"),
+    (["--backend", "nccl"], "expected CPU data planes from [gloo, tcp, nixl], comma-separated"),
     (["--intra", "x"], "choose from measured, preset"),
     (["--strategies", "bcast"], "valid strategies: send_recv, allgather, broadcast"),
     (["--cases", "99"], "no case '99' in suite paper; valid: 1, 2, 3, 4, 5, 6, 7, 9"),
