@@ -131,6 +131,15 @@ def preset_names() -> tuple[str, ...]:
     return (*PRESETS, "paper")
 
 
+_FIGURE_RULES: tuple[tuple[tuple[str, ...], bool, str], ...] = (
+    (("intra_bandwidth", "nic_bandwidth", "copy_bandwidth"), False, "> 0 bytes/s"),
+    (("latency", "intra_latency"), True, ">= 0 seconds"),
+    (("shared_bandwidth", "cast_bandwidth"), True, ">= 0 bytes/s (0: none)"),
+    (("message_cost", "part_cost"), True, ">= 0 seconds (0: none)"),
+)
+"""The Cluster's number figures: which, whether 0 is allowed, and what they are."""
+
+
 @dataclass(frozen=True)
 class Cluster:
     """Hosts, their devices, and the link model.
@@ -212,28 +221,12 @@ class Cluster:
             hosts, lambda d, h: ClusterError(f"device ids must be >= 0, got {d} on host {h}"),
             lambda d, first, h: ClusterError(f"device {d} is listed on host {first} and host "
                                              f"{h}; a device belongs to exactly one host"))
-        for attr in ("intra_bandwidth", "nic_bandwidth", "copy_bandwidth"):
-            v = float(getattr(self, attr))
-            if not 0 < v < math.inf:
-                raise ClusterError(f"{attr} must be a finite number > 0 bytes/s, got {v}")
-            object.__setattr__(self, attr, v)
-        for attr in ("latency", "intra_latency"):
-            v = float(getattr(self, attr))
-            if not 0 <= v < math.inf:
-                raise ClusterError(f"{attr} must be a finite number >= 0 seconds, got {v}")
-            object.__setattr__(self, attr, v)
-        for attr in ("shared_bandwidth", "cast_bandwidth"):
-            rate = float(getattr(self, attr))
-            if not 0 <= rate < math.inf:
-                raise ClusterError(
-                    f"{attr} must be a finite number >= 0 bytes/s (0: none), got {rate}")
-            object.__setattr__(self, attr, rate)
-        for attr in ("message_cost", "part_cost"):
-            cost = float(getattr(self, attr))
-            if not 0 <= cost < math.inf:
-                raise ClusterError(
-                    f"{attr} must be a finite number >= 0 seconds (0: none), got {cost}")
-            object.__setattr__(self, attr, cost)
+        for attrs, zero, what in _FIGURE_RULES:
+            for attr in attrs:
+                v = float(getattr(self, attr))
+                if not ((v >= 0) if zero else (v > 0)) or not v < math.inf:
+                    raise ClusterError(f"{attr} must be a finite number {what}, got {v}")
+                object.__setattr__(self, attr, v)
         piece = self.relay_piece
         if isinstance(piece, bool) or not isinstance(piece, int) or piece < 0:
             raise ClusterError(f"relay_piece must be an integer >= 0 bytes, got {piece!r}")
