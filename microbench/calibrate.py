@@ -356,13 +356,12 @@ def runtime_cast_bandwidth(rt: Any, devices: Sequence[int], cast: Any,
     from reshard.dtypes import itemsize, parse_dtype
     from reshard.planner.costing.casts import converts
 
-    k = len(devices)
-    if not k:
+    if not devices:
         raise ValueError("devices must name at least one device")
     cols = 4096
     rows = max(128, nbytes // (cols * itemsize(dtype)) // 128 * 128)
-    here = reshard.Layout(reshard.DeviceMesh((k,), devices=list(devices)), "S0R")
-    shape = (k * rows, cols)
+    here, _ = _pair_layouts(devices, devices)  # the same rows on both sides
+    shape = (len(devices) * rows, cols)
     plan = reshard.plan(shape, dtype, here, here, cluster=rt.cluster, cast=cast)
     if not any(map(converts, plan.tensors)):
         raise ValueError(f"a cast to {cast!r} converts nothing from {dtype}")

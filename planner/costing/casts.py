@@ -41,8 +41,7 @@ each; a reduction converts nothing before it moves)."""
 def converts(tensor: TensorSpec) -> bool:
     """Whether moving ``tensor`` converts its source (another dtype on the wire, or
     scales)."""
-    return (bool(tensor.cast) and tensor.cast != tensor.dtype) or \
-        tensor.scale is not ScaleMode.NONE
+    return tensor.out_dtype != tensor.dtype or tensor.scale is not ScaleMode.NONE
 
 
 def _converted(task: Task, tensor: TensorSpec) -> dict[int, int]:
