@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from reshard.cluster import GBIT, Cluster
+from reshard.cluster import Cluster
 from reshard.comm.calls import Ping
 from reshard.dtypes import itemsize
 from reshard.errors import ExecutionError, ReshardBaseError
@@ -58,6 +58,7 @@ from reshard.microbench import flags
 from reshard.microbench.measure import measure_strategies, measured_row, sample_value
 from reshard.microbench.report import Column, Progress, Shape, Stream, machine, scaled, write_json
 from reshard.microbench.suites.paper import Case, n_to_m_cases, preset_key
+from reshard.presets import GBIT
 
 
 def delivered_bytes(src: Layout, dst: Layout, shape: tuple[int, ...], itemsize: int) -> int:

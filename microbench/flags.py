@@ -28,7 +28,6 @@ from types import MappingProxyType
 from typing import Any
 
 from reshard.cliargs import add_version, int_at_least, natural_int, positive_int
-from reshard.cluster import preset_names
 from reshard.comm.backend import BackendKind, builtin_backends
 from reshard.comm.backends.requirements import backend_problem  # noqa: F401
 from reshard.comm.launchers.base import LauncherKind
@@ -36,6 +35,7 @@ from reshard.dtypes import CAST_TARGETS, DTYPES, Cast, ScaleMode, parse_dtype
 from reshard.errors import ReshardError
 from reshard.helptext import for_terminal
 from reshard.planner.values.strategy import Strategy
+from reshard.presets import preset_names
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 STRATEGIES = tuple(s.value for s in Strategy)

@@ -34,7 +34,7 @@ import ml_dtypes
 import numpy as np
 
 import reshard
-from reshard.cluster import GBIT, Cluster
+from reshard.cluster import Cluster
 from reshard.dtypes import itemsize, parse_dtype
 from reshard.errors import ReshardError
 from reshard.layout import box_size
@@ -49,6 +49,7 @@ from reshard.microbench.report import Stream
 from reshard.microbench.suites.paper import Case, Request, preset_key
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.values.digest import digest_tasks
+from reshard.presets import GBIT
 
 if TYPE_CHECKING:
     from reshard.runtime import DArray, Runtime

@@ -6,7 +6,7 @@ scatter+all-gather baselines), execute them on NCCL / gloo / a local reference
 backend, and schedule them inside a pipeline.
 """
 
-from reshard.cluster import PRESETS, Cluster, LinkFigures, preset_names
+from reshard.cluster import Cluster
 from reshard.errors import (
     ClusterError,
     DTypeError,
@@ -31,6 +31,7 @@ from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan, plan_many
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
+from reshard.presets import PRESETS, LinkFigures, preset_names
 from reshard.spec import Partial, Replicate, Shard, ShardingSpec
 from reshard.version import __version__ as __version__
 

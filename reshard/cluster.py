@@ -17,98 +17,16 @@ from types import MappingProxyType
 from typing import Any
 
 from reshard.errors import ClusterError
-from reshard.unique_ids import group_of_each
-
-GBIT = 1e9 / 8  # bytes/s in one Gbit/s
-GBYTE = 1e9
-
-
-@dataclass(frozen=True)
-class LinkFigures:
-    """The published figures of one machine type, and where they come from.
-
-    Attributes:
-        name: preset name.
-        devices_per_host: accelerators per host.
-        intra_bandwidth: bytes/s a device can send (and, separately, receive) to other
-            devices of its host.
-        nic_bandwidth: bytes/s a host can send (and, separately, receive) to the network.
-        latency: seconds of fixed cost of an inter-host transfer.
-        intra_latency: seconds of fixed cost of an intra-host transfer.
-        copy_bandwidth: bytes/s of a device-local copy.
-        source: where the figures come from.
-        nics_per_host: network interfaces per host sharing ``nic_bandwidth`` equally;
-            device ``i`` of a host with ``g`` devices uses NIC ``i * nics_per_host // g``.
-    """
-
-    name: str
-    devices_per_host: int
-    intra_bandwidth: float
-    nic_bandwidth: float
-    latency: float
-    intra_latency: float
-    copy_bandwidth: float
-    source: str
-    nics_per_host: int = 1
-
-
-def _figures(*items: LinkFigures) -> Mapping[str, LinkFigures]:
-    return MappingProxyType({f.name: f for f in items})
-
-
-PRESETS: Mapping[str, LinkFigures] = _figures(
-    LinkFigures(
-        "aws-p3.8xlarge", 4, 150 * GBYTE, 10 * GBIT, 30e-6, 5e-6, 450 * GBYTE,
-        "AWS EC2 P3 instance table: p3.8xlarge = 4x V100 with NVLink, 10 Gbit/s network "
-        "(the cluster of Zhuang et al., MLSys 2023). NVIDIA V100 datasheet: NVLink 300 GB/s "
-        "bidirectional per GPU (150 GB/s each way); HBM2 900 GB/s (a copy reads and writes).",
-    ),
-    LinkFigures(
-        "aws-p3.16xlarge", 8, 150 * GBYTE, 25 * GBIT, 30e-6, 5e-6, 450 * GBYTE,
-        "AWS EC2 P3 instance table: 8x V100 with NVLink, 25 Gbit/s network; V100 datasheet.",
-    ),
-    LinkFigures(
-        "aws-p3dn.24xlarge", 8, 150 * GBYTE, 100 * GBIT, 15e-6, 5e-6, 450 * GBYTE,
-        "AWS EC2 P3 instance table: 8x V100 32 GB with NVLink, 100 Gbit/s network.",
-    ),
-    LinkFigures(
-        "aws-p4d.24xlarge", 8, 300 * GBYTE, 400 * GBIT, 10e-6, 3e-6, 750 * GBYTE,
-        "AWS EC2 P4 instance table: 8x A100 40 GB, NVSwitch 600 GB/s bidirectional per GPU, "
-        "400 Gbit/s EFA (4 NICs of 100 Gbit/s, one per GPU pair); A100 datasheet HBM2 "
-        "1555 GB/s.",
-        nics_per_host=4,
-    ),
-    LinkFigures(
-        "aws-p5.48xlarge", 8, 450 * GBYTE, 3200 * GBIT, 10e-6, 3e-6, 1600 * GBYTE,
-        "AWS EC2 P5 instance table: 8x H100 80 GB, NVLink 900 GB/s bidirectional per GPU, "
-        "3200 Gbit/s EFAv2 (32 interfaces, 400 Gbit/s per GPU); H100 SXM datasheet HBM3 "
-        "3.35 TB/s.",
-        nics_per_host=8,
-    ),
-    LinkFigures(
-        "dgx-a100", 8, 300 * GBYTE, 1600 * GBIT, 5e-6, 3e-6, 900 * GBYTE,
-        "NVIDIA DGX A100 datasheet: 8x A100 80 GB, NVSwitch 600 GB/s bidirectional per GPU, "
-        "8x 200 Gbit/s HDR InfiniBand compute NICs (one per GPU); HBM2e 2039 GB/s.",
-        nics_per_host=8,
-    ),
-    LinkFigures(
-        "dgx-h100", 8, 450 * GBYTE, 3200 * GBIT, 5e-6, 3e-6, 1600 * GBYTE,
-        "NVIDIA DGX H100 datasheet: 8x H100, NVLink 900 GB/s bidirectional per GPU, "
-        "8x 400 Gbit/s NDR InfiniBand (ConnectX-7) compute NICs (one per GPU, "
-        "rail-optimised); HBM3 3.35 TB/s.",
-        nics_per_host=8,
-    ),
-    LinkFigures(
-        "gb200-nvl72", 72, 900 * GBYTE, 72 * 400 * GBIT, 5e-6, 3e-6, 8000 * GBYTE,
-        "NVIDIA GB200 NVL72 datasheet: one rack of 72 Blackwell GPUs in one NVLink domain "
-        "(fifth-generation NVLink, 1.8 TB/s bidirectional per GPU, 130 TB/s in all), "
-        "HBM3e 8 TB/s per GPU; one 400 Gbit/s ConnectX-7 compute NIC per GPU (the "
-        "reference scale-out fabric). A host here is a rack: its NVLink domain.",
-        nics_per_host=72,
-    ),
+from reshard.presets import (  # LinkFigures, preset_names: their old import path
+    GBIT,
+    GBYTE,
+    PAPER_PRESET,
+    PRESETS,
+    LinkFigures,  # noqa: F401
+    lookup,
+    preset_names,  # noqa: F401
 )
-PAPER_PRESET = "aws-p3.8xlarge"
-
+from reshard.unique_ids import group_of_each
 
 MIN_PIECE = 1 << 18
 """The smallest piece :func:`pipeline_piece` cuts a box into below the cluster's own
@@ -124,11 +42,6 @@ def pipeline_piece(relay_piece: int, nbytes: int) -> int:
     if not relay_piece:
         return 0
     return min(relay_piece, max(MIN_PIECE, nbytes // 4), nbytes)
-
-
-def preset_names() -> tuple[str, ...]:
-    """Names accepted by :meth:`Cluster.preset` (``"paper"`` is an alias)."""
-    return (*PRESETS, "paper")
 
 
 _FIGURE_RULES: tuple[tuple[tuple[str, ...], bool, str], ...] = (
@@ -269,7 +182,7 @@ class Cluster:
         cls, hosts: Iterable[Iterable[int]], *, preset: str = PAPER_PRESET, **overrides: float
     ) -> Cluster:
         """Hosts given as lists of device ids, link figures from ``preset``."""
-        fig = _lookup(preset)
+        fig = lookup(preset)
         figures = {
             "intra_bandwidth": fig.intra_bandwidth, "nic_bandwidth": fig.nic_bandwidth,
             "latency": fig.latency, "intra_latency": fig.intra_latency,
@@ -289,7 +202,7 @@ class Cluster:
     @classmethod
     def preset(cls, name: str, num_hosts: int, devices_per_host: int | None = None) -> Cluster:
         """A cluster of ``num_hosts`` machines of a named type (see :data:`PRESETS`)."""
-        fig = _lookup(name)
+        fig = lookup(name)
         return cls.regular(num_hosts, devices_per_host or fig.devices_per_host, preset=fig.name)
 
     # ----- queries ------------------------------------------------------------------------
@@ -383,13 +296,6 @@ class Cluster:
                 f"NIC {self.nic_bandwidth / GBIT:g} Gbit/s"
                 f"{f' over {self.nics_per_host} NICs' if self.nics_per_host > 1 else ''}, intra "
                 f"{self.intra_bandwidth / GBYTE:g} GB/s)")
-
-
-def _lookup(name: str) -> LinkFigures:
-    key = PAPER_PRESET if name == "paper" else name
-    if key not in PRESETS:
-        raise ClusterError(f"unknown cluster preset {name!r}; valid: {list(preset_names())}")
-    return PRESETS[key]
 
 
 def _span(devs: Sequence[int]) -> str:

@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reshard.cluster import PAPER_PRESET, PRESETS, Cluster
+from reshard.cluster import Cluster
 from reshard.dtypes import Cast, ScaleMode, itemsize
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
+from reshard.presets import PAPER_PRESET, PRESETS
 
 FULL_SHAPE = (1024, 1024, 512)
 CASE6_SHAPE = (3072, 1024, 170)

@@ -24,12 +24,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from reshard.cluster import PRESETS, Cluster
+from reshard.cluster import Cluster
 from reshard.dtypes import Cast, ScaleMode
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
 from reshard.microbench.suites.weight_sync import FP8_BLOCK
 from reshard.packed import Attention
+from reshard.presets import PRESETS
 
 BF16 = "bfloat16"
 

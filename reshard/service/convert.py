@@ -14,13 +14,14 @@ from collections.abc import Callable, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from reshard.cluster import PAPER_PRESET, PRESETS, Cluster, preset_names
+from reshard.cluster import Cluster
 from reshard.dtypes import Cast, ScaleMode
 from reshard.errors import ClusterError, MeshError, ReshardError, SpecError
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Derive, TensorSpec
+from reshard.presets import PAPER_PRESET, PRESETS, preset_names
 from reshard.service.enums import EnumPair
 from reshard.service.v1 import reshard_pb2 as pb
 from reshard.spec import ShardingSpec, SplitRule

@@ -24,10 +24,11 @@ import sys
 import threading
 from typing import Any
 
-from reshard.cluster import Cluster, preset_names
+from reshard.cluster import Cluster
 from reshard.comm.backend import BackendKind
 from reshard.comm.launchers import LauncherKind
 from reshard.errors import ClusterError, ReshardBaseError, ReshardError
+from reshard.presets import preset_names
 from reshard.service.options import (
     DEFAULT_MAX_INLINE,
     DEFAULT_MAX_MESSAGE,

@@ -21,7 +21,7 @@ import google.protobuf
 import grpc
 
 import reshard
-from reshard.cluster import Cluster, preset_names
+from reshard.cluster import Cluster
 from reshard.errors import ReshardBaseError, ReshardError
 from reshard.lru import LruCache
 from reshard.planner.estimates import CostCache, estimate
@@ -30,6 +30,7 @@ from reshard.planner.plan import plan_many
 from reshard.planner.values.request import default_cluster, make_tensor_spec
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import FORMAT_VERSION, READABLE_FORMATS
+from reshard.presets import preset_names
 from reshard.service import jobs
 from reshard.service.budget import (
     INLINE_CELLS,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reshard.cluster import GBIT
 from reshard.pipeline.compare import paper_setting, paper_transfer
+from reshard.presets import GBIT
 
 
 def test_paper_transfer_is_the_planners_broadcast_time():
