@@ -294,28 +294,33 @@ class NcclBackend:
         ptr, n = self._raw(buf)
         comm.broadcast(ptr, ptr, n, self._nccl.NCCL_UINT8, g.index(root), self._stream.ptr)
 
+    def _point_to_point(self, buf: Any) -> tuple[int, int] | None:
+        """``buf``'s (pointer, bytes) for a send or receive on the world communicator,
+        which the group then ends; None for an empty one, which both ranks skip alike
+        (sizes come from the plan)."""
+        if not buf.size:
+            return None
+        self._used[self.world] = self._world_comm
+        return self._raw(buf)
+
     def send(self, buf: Any, peer: int, *, tag: int = 0) -> None:
         """``ncclSend`` on the world communicator. NCCL has no tags: the sends and
         receives of a group between one pair are matched in issue order, which is the
         plan's global order on both ranks (``tag`` is ignored)."""
-        if not buf.size:
-            return
-        self._used[self.world] = self._world_comm
-        ptr, n = self._raw(buf)
-        self._world_comm.send(ptr, n, self._nccl.NCCL_UINT8, self.world.index(peer),
-                              self._stream.ptr)
+        if (raw := self._point_to_point(buf)) is not None:
+            ptr, n = raw
+            self._world_comm.send(ptr, n, self._nccl.NCCL_UINT8, self.world.index(peer),
+                                  self._stream.ptr)
 
     def recv(self, buf: Any, peer: int, *, tag: int = 0, landed: Landed | None = None) -> None:
         """``ncclRecv`` on the world communicator (``tag``: see :meth:`send`; no
         ``landed``). Written out as :meth:`send` is: the contract tests read each call
         the backend makes (tests/contract/test_nccl_contract.py)."""
         refuse_unsupported("nccl", self.capabilities, landed=landed)
-        if not buf.size:
-            return
-        self._used[self.world] = self._world_comm
-        ptr, n = self._raw(buf)
-        self._world_comm.recv(ptr, n, self._nccl.NCCL_UINT8, self.world.index(peer),
-                              self._stream.ptr)
+        if (raw := self._point_to_point(buf)) is not None:
+            ptr, n = raw
+            self._world_comm.recv(ptr, n, self._nccl.NCCL_UINT8, self.world.index(peer),
+                                  self._stream.ptr)
 
     def all_gather(self, out: Any, inp: Any, group: Sequence[int]) -> None:
         """``ncclAllGather``: row ``i`` of ``out`` from member ``group[i]``."""
