@@ -5,7 +5,10 @@
 #   tests.log/.xml  pytest tests/gpu: the paper's cases on nccl in int32, float32 and
 #                   bfloat16, partial sums (float32, bfloat16), casts on the wire (bf16,
 #                   fp8 with tensor and 128x128 block scales), random layouts, bad
-#                   input, a killed worker; reshard.bits and pitched copies on cupy
+#                   input, a killed worker; reshard.bits and pitched copies on cupy;
+#                   NIXL WRITEs of strided rows into and out of GPU memory (VRAM
+#                   registrations), when NIXL is there: the image has none, so carry
+#                   the wheels scripts/gpu_wheels.sh downloads (`carry: [".whl"]`)
 #   gpu_pack.log/.json  pack / unpack of the paper's strided boxes vs a plain
 #                   device-to-device copy of the same bytes, 1 MiB - 1 GiB
 # With one GPU, the four ranks share it (a distinct NCCL_HOSTID each: correctness only,
@@ -39,6 +42,16 @@ print('python', sys.version.split()[0], 'numpy', numpy.__version__, 'cupy', cupy
 print('CUDA runtime', runtime.runtimeGetVersion(), 'driver', runtime.driverGetVersion(),
       'NCCL', nccl.get_version(), 'GPUs', runtime.getDeviceCount())"
 } 2>&1 | tee "$RESULTS/env.txt"
+
+# wheels carried in .whl/ (scripts/gpu_wheels.sh), installed beside the image's packages
+if compgen -G ".whl/*.whl" > /dev/null; then
+  run "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+run "$PY" -c "import importlib.util as u
+print('nixl', 'present' if u.find_spec('nixl') else 'absent (tests/gpu/test_nixl_vram.py skips)')" \
+    2>&1 | tee -a "$RESULTS/env.txt"
 
 # reshard as CI installs it (editable: the top-level folders are reshard's subpackages),
 # without dependencies: the image has them and no registry is reachable
