@@ -177,6 +177,18 @@ class ReshardPlan:
                                                       self.tensors)
         return got
 
+    def latencies(self) -> np.ndarray:
+        """Per task, its route's latency and its wait for conversions
+        (:func:`reshard.planner.costing.casts.task_latencies`; cached: the simulation
+        and the floors read it)."""
+        got = self._cache.get("latencies")
+        if got is None:
+            from reshard.planner.costing.casts import task_latencies
+
+            got = self._cache["latencies"] = task_latencies(self, self.routes())
+            got.setflags(write=False)  # shared by every reader of the plan
+        return got
+
     def estimate(self) -> float:
         """Predicted seconds to run the plan on :attr:`cluster`."""
         return self.simulate().time

@@ -95,6 +95,23 @@ def _by_device(run: list[tuple[int, Task]]) -> dict[int, list[int]]:
     return out
 
 
+def conversion_seconds(plan: PlanView) -> dict[int, float]:
+    """Seconds each device spends converting what it sends over the whole plan (by
+    device; empty where the cluster converts for free or the plan converts nothing).
+    Where a device runs one task at a time, each of its tasks waits at least for its
+    own conversions: :func:`~reshard.planner.costing.cost.one_at_a_time_time` counts
+    them."""
+    rate = plan.cluster.cast_bandwidth
+    out: dict[int, float] = collections.defaultdict(float)
+    if rate:
+        for t in plan.tasks:
+            tensor = plan.tensors[t.tensor]
+            if converts(tensor):
+                for d, nbytes in _converted(t, tensor).items():
+                    out[d] += nbytes / rate
+    return dict(out)
+
+
 def task_latencies(plan: PlanView, routes: Sequence[Route]) -> np.ndarray:
     """Per task of ``plan``, its route's latency and its wait for conversions
     (:func:`cast_waits`): what the simulation and its floor wait before its bytes
@@ -104,4 +121,4 @@ def task_latencies(plan: PlanView, routes: Sequence[Route]) -> np.ndarray:
     return lat if waits is None else lat + waits
 
 
-__all__ = ["cast_waits", "converts", "task_latencies"]
+__all__ = ["cast_waits", "conversion_seconds", "converts", "task_latencies"]

@@ -40,7 +40,7 @@ import numpy as np
 from reshard.cluster import Cluster, pipeline_piece
 from reshard.layout import box_size
 from reshard.planner.cells.decompose import TABLE_FROM, decompose, decompose_table, devices_by_box
-from reshard.planner.costing.casts import task_latencies
+from reshard.planner.costing.casts import conversion_seconds
 from reshard.planner.costing.fairshare import FairShare
 from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.stepgate import StepGate
@@ -256,7 +256,7 @@ def stepped_floor(plan: PlanView) -> float:
         return 0.0
     routes = plan.routes()
     flows = FairShare([p for p, _ in routes], plan.cluster)
-    lat = task_latencies(plan, routes)
+    lat = plan.latencies()
     nbytes = np.array([float(t.nbytes) for t in tasks])
     seconds = flows.frac * nbytes[flows.task] / flows.capacity[flows.res]  # per edge
     alone = np.zeros(n)
@@ -326,9 +326,10 @@ def _step_windows(flows: FairShare, owner: np.ndarray, step: np.ndarray, gate: S
 def one_at_a_time_time(plan: PlanView) -> float:
     """Seconds no plan of ``plan``'s tasks that runs each device's tasks one at a time
     can beat: per device, the sum over its tasks of each one's latency and its bytes
-    over the slowest resource on its path (each task alone, at best)."""
+    over the slowest resource on its path (each task alone, at best), and of the
+    conversions it makes for casts on the wire (each before its own task's bytes)."""
     cap = capacities(plan.cluster)
-    busy: dict[int, float] = {}
+    busy = conversion_seconds(plan)
     slowest: dict[int, float] = {}  # by id of a shared path
     for t, (path, lat) in zip(plan.tasks, plan.routes()):
         per_byte = slowest.get(id(path))

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reshard.planner.costing.casts import task_latencies
 from reshard.planner.costing.fairshare import FairShare, Fill
 from reshard.planner.costing.stepgate import StepGate
 from reshard.planner.values.plan_view import PlanView
@@ -75,7 +74,7 @@ class _Fluid:
         self.carried = np.bincount(flows.res, weights=flows.frac * self.nbytes[flows.task],
                                    minlength=len(flows.resources))
         self.gate = StepGate(plan.tasks)
-        self.lat = task_latencies(plan, routes)
+        self.lat = plan.latencies()
         self.starts = np.zeros(n)
         self.ends = np.zeros(n)
         self.remaining = self.nbytes.copy()  # as of `since`

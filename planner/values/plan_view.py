@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import numpy as np
+
 from reshard.cluster import Cluster
 from reshard.planner.values.resources import Resource
 from reshard.planner.values.tasks import Task, TensorSpec
@@ -37,6 +39,12 @@ class PlanView(Protocol):
 
     def routes(self, known: dict[tuple[object, ...], Any] | None = None) -> Sequence[Route]:
         """Every task's route (cached)."""
+        ...
+
+    def latencies(self) -> np.ndarray:
+        """Per task, the seconds before its bytes flow once it may start: its route's
+        latency and its wait for its devices' conversions
+        (:func:`reshard.planner.costing.casts.task_latencies`; cached)."""
         ...
 
 

@@ -324,6 +324,43 @@ def test_a_cast_waits_for_its_devices_conversions():
             Cluster.regular(2, 1, cast_bandwidth=bad)
 
 
+def test_conversions_are_worked_out_once_a_plan_and_count_in_the_serial_floor(monkeypatch):
+    """The simulation and the floors read one cached, read-only array of the tasks'
+    latencies and conversion waits; the one-at-a-time floor counts each device's own
+    conversions (its tasks wait for them) and stays under the model."""
+    from reshard.planner.costing import casts
+    from reshard.planner.costing.cost import one_at_a_time_time, stepped_floor
+
+    links = {"nic_bandwidth": 1e9, "intra_bandwidth": 1e10, "latency": 1e-4,
+             "intra_latency": 0.0, "copy_bandwidth": 1e12}
+    src = Layout(DeviceMesh((2,), devices=[0, 1]), "S0R")
+    dst = Layout(DeviceMesh((2,), devices=[2, 3]), "RS0")
+    shape = (1024, 1024)
+    calls = []
+    real = casts.cast_waits
+    monkeypatch.setattr(casts, "cast_waits", lambda plan: calls.append(plan) or real(plan))
+    plans = {rate: reshard.plan(shape, "bfloat16", src, dst, cast="float8_e4m3fn",
+                                cluster=Cluster.regular(2, 2, cast_bandwidth=rate, **links))
+             for rate in (0.0, 1e8)}
+    from reshard.planner.ir import ReshardPlan
+    from reshard.planner.schedule.order import one_at_a_time
+
+    slow = plans[1e8]
+    fresh = ReshardPlan(slow.tensors, slow.tasks, slow.strategy, slow.cluster)  # no cache
+    calls.clear()
+    assert stepped_floor(fresh) <= fresh.estimate() * (1 + 1e-9)
+    assert len(calls) == 1 and fresh.estimate() == slow.estimate()
+    assert not slow.latencies().flags.writeable
+    # each source device converts the rows it sends: its half, 1 MiB of bfloat16
+    assert casts.conversion_seconds(slow) == pytest.approx({0: 2**20 / 1e8, 1: 2**20 / 1e8})
+    assert casts.conversion_seconds(plans[0.0]) == {}
+    assert one_at_a_time_time(slow) - one_at_a_time_time(plans[0.0]) == pytest.approx(
+        2**20 / 1e8)
+    # a plan of one task per device and step: the floor holds under its own model
+    serial = ReshardPlan(slow.tensors, one_at_a_time(slow.tasks), slow.strategy, slow.cluster)
+    assert one_at_a_time_time(serial) <= serial.estimate() * (1 + 1e-9)
+
+
 def test_a_coalesced_message_waits_only_for_the_conversions_before_it():
     """A device prepares its step in plan order: a coalesced message of small cast
     tensors leaves once its own payloads and those before it are converted; a task that
