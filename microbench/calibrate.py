@@ -22,6 +22,7 @@ per second in all.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import socket
@@ -370,6 +371,22 @@ def runtime_cast_bandwidth(rt: Any, devices: Sequence[int], cast: Any,
     return rows * cols * itemsize(dtype) / max(best, 1e-9)
 
 
+def with_cast_rate(rt: Any, cluster: Any, requests: Sequence[tuple],
+                   cast: Any = None) -> Any:
+    """``cluster`` with the rate the converting devices of ``requests`` cast at
+    (``Cluster.cast_bandwidth``, :func:`runtime_cast_bandwidth` on ``rt``, those
+    devices converting at once); ``cluster`` itself where nothing casts. A request's
+    fifth item is its cast, else ``cast``."""
+    casting = [(r[1], r[2], r[4] if len(r) > 4 else cast) for r in requests]
+    casting = [(dtype, src, how) for dtype, src, how in casting if how is not None]
+    if not casting:
+        return cluster
+    devices = sorted({d for _, src, _ in casting for d in src.mesh.devices})
+    dtype, _, how = casting[0]
+    return dataclasses.replace(
+        cluster, cast_bandwidth=runtime_cast_bandwidth(rt, devices, how, dtype))
+
+
 def message_cost(backend: str, count: int = 256, rounds: int = 5,
                  env: dict[str, str] | None = None) -> float:
     """Seconds of the whole machine one end of one small message takes in ``backend``
@@ -423,4 +440,5 @@ def measure(pairs: int, nbytes: int = 64 << 20, round_trips: int = 200,
 
 
 __all__ = ["LOCAL_PIECE", "Links", "busy_seconds", "measurable", "measure", "measure_many",
-           "message_cost", "runtime_cast_bandwidth", "runtime_part_cost", "runtime_shared"]
+           "message_cost", "runtime_cast_bandwidth", "runtime_part_cost", "runtime_shared",
+           "with_cast_rate"]

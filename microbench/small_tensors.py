@@ -125,7 +125,7 @@ def with_message_cost(plan: ReshardPlan, backends: Sequence[str],
         shared, part = rates[b]
         cluster = dataclasses.replace(plan.cluster, message_cost=cost, part_cost=part,
                                       shared_bandwidth=shared)
-        out[b] = cost, dataclasses.replace(plan, cluster=cluster, _cache={}).estimate()
+        out[b] = cost, plan.priced_on(cluster).estimate()
     return out
 
 

@@ -9,7 +9,9 @@ Rows have the same keys in both modes (JSON ``schema_version`` 1):
   ``devices_per_host``;
 * the plan: ``strategy``, ``tasks``, ``bytes_moved``, ``plan_ms``;
 * the model: ``model_us`` (:meth:`ReshardPlan.estimate`), ``lb_us`` (the lower bound:
-  no plan is faster), ``model_over_bound``;
+  no plan is faster), ``model_over_bound``, ``cast_bandwidth`` (bytes/s each converting
+  device casts at, measured through the run's workers where ``--cluster local`` runs a
+  case that casts: the plan is made, modelled and bounded knowing it; 0 otherwise);
 * measured (None in sim mode): ``measured_us`` (median of ``-n`` runs),
   ``measured_all_us``, ``measured_over_model``, ``measured_over_bound``;
 * bandwidths, GB/s = 1e9 bytes/s of ``bytes``: ``model_algbw_gbps``,
@@ -27,7 +29,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import ml_dtypes
@@ -38,7 +40,7 @@ from reshard.cluster import Cluster
 from reshard.dtypes import itemsize, parse_dtype
 from reshard.errors import ReshardError
 from reshard.layout import box_size
-from reshard.microbench.calibrate import Links
+from reshard.microbench.calibrate import Links, with_cast_rate
 from reshard.microbench.measure import (
     count_wrong_all,
     partial_addends,
@@ -235,6 +237,7 @@ def row(p: Placed, plan: ReshardPlan, plan_s: float, times: Sequence[float] | No
         "tasks_digest": digest_tasks({}, plan.tasks).hex()[:16],
         "bytes_moved": plan.bytes_moved(), "plan_ms": plan_s * 1e3,
         "model_us": model * 1e6, "lb_us": lb * 1e6, "model_over_bound": ratio(model, lb),
+        "cast_bandwidth": plan.cluster.cast_bandwidth,
         "measured_us": None if median is None else median * 1e6,
         "measured_all_us": None if times is None else [t * 1e6 for t in times],
         "measured_over_model": ratio(median, model), "measured_over_bound": ratio(median, lb),
@@ -332,12 +335,15 @@ def measure(cases: Sequence[Case], opts: Options, out: Stream,
         with reshard.Runtime(backend=opts.backend, cluster=placed[0].cluster,
                              launcher=opts.launcher, timeout=opts.timeout) as rt:
             launcher = rt.launcher.value
+            # this machine's figures: the case's converting devices' cast rate too
+            rate = with_cast_rate(rt, rt.cluster, placed[0].requests).cast_bandwidth \
+                if opts.links is not None else 0.0
             for p in placed:
                 why = memory_refusal(p, opts)
                 if why:
                     _refuse(p, why, opts, out, refused)
                 else:
-                    _measure_one(rt, p, opts, out)
+                    _measure_one(rt, p, opts, out, rate)
     return launcher
 
 
@@ -347,7 +353,8 @@ def _refuse(p: Placed, why: str, opts: Options, out: Stream, refused: list[dict]
     out.progress.advance(len(opts.strategies) * opts.runs)
 
 
-def _measure_one(rt: Runtime, p: Placed, opts: Options, out: Stream) -> None:
+def _measure_one(rt: Runtime, p: Placed, opts: Options, out: Stream,
+                 cast_rate: float = 0.0) -> None:
     values = values_of(p.requests)
     rng = np.random.default_rng(1)
     xs = [put_value(rt, v, r[2], rng) for v, r in zip(values, p.requests)]
@@ -356,11 +363,16 @@ def _measure_one(rt: Runtime, p: Placed, opts: Options, out: Stream) -> None:
     def check(ys: list) -> int:
         return count_wrong_all(rt, ys, values, casts)
 
+    # planned knowing what converting costs where it was measured (the plan may then
+    # spread a cast's conversions over more of the devices that hold its source)
+    assert rt.cluster is not None
+    cluster = replace(rt.cluster, cast_bandwidth=cast_rate) if cast_rate else rt.cluster
+
     try:
         for strategy in opts.strategies:
             out.progress.describe(f"case {p.case.name} ({p.case.nbytes} B): {strategy}")
             t0 = time.perf_counter()
-            plan = reshard.plan_many(p.requests, cluster=rt.cluster, strategy=strategy)
+            plan = reshard.plan_many(p.requests, cluster=cluster, strategy=strategy)
             plan_s = time.perf_counter() - t0
             # the first run loads the plan; the last run's result is checked
             median, times, wrong = time_execute(

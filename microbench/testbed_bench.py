@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import sys
 import time
@@ -63,7 +62,7 @@ from typing import Any
 from reshard.cluster import Cluster
 from reshard.errors import ExecutionError, ReshardError
 from reshard.layout import Layout
-from reshard.microbench import flags
+from reshard.microbench import calibrate, flags
 from reshard.microbench.infra.ray_cluster import RayCluster
 from reshard.microbench.infra.testbed import Testbed, available
 from reshard.microbench.measure import (
@@ -165,8 +164,8 @@ def _row(case: Case, src: Layout, dst: Layout, m: Measured, model: Cluster | Non
          **extra: Any) -> dict:
     """:func:`measured_row` with the model's prediction (on ``model`` where given: the
     runtime's cluster with figures measured since it started) and the bound beside it."""
-    costed = m.plan if model is None else dataclasses.replace(m.plan, cluster=model, _cache={})
-    seconds, predicted, bound = m.seconds, costed.estimate(), m.plan.lower_bound()
+    costed = m.plan if model is None else m.plan.priced_on(model)
+    seconds, predicted, bound = m.seconds, costed.estimate(), costed.lower_bound()
     if model is not None and model.cast_bandwidth:
         extra["cast_bandwidth"] = model.cast_bandwidth
     return measured_row(
@@ -357,7 +356,7 @@ def _measure_case(rt: Any, c: Case, cluster: Cluster, args: argparse.Namespace,
     """One case's rows on a running ``rt``, each with the CPU steal of its run."""
     before = cpu_times()
     requests = c.requests_on(cluster)
-    model = _with_cast_rate(rt, cluster, requests, c.cast)
+    model = calibrate.with_cast_rate(rt, cluster, requests, c.cast)
     if len(requests) == 1:
         src, dst = requests[0][2], requests[0][3]
         new = bench_case(rt, c, src, dst, args.strategies, args.iters, args.warmup,
@@ -369,24 +368,6 @@ def _measure_case(rt: Any, c: Case, cluster: Cluster, args: argparse.Namespace,
     for r in new:
         r["cpu_steal"] = share
     return list(new)
-
-
-def _with_cast_rate(rt: Any, cluster: Cluster, requests: Sequence[tuple],
-                    cast: Any) -> Cluster:
-    """``cluster`` with the rate the case's converting devices cast at
-    (``Cluster.cast_bandwidth``, :func:`~reshard.microbench.calibrate.runtime_cast_bandwidth`
-    on ``rt``, those devices converting at once); ``cluster`` itself where nothing
-    casts. A request's fifth item is its cast, else the case's ``cast``."""
-    from reshard.microbench import calibrate
-
-    casting = [(r[1], r[2], r[4] if len(r) > 4 else cast) for r in requests]
-    casting = [(dtype, src, how) for dtype, src, how in casting if how is not None]
-    if not casting:
-        return cluster
-    devices = sorted({d for _, src, _ in casting for d in src.mesh.devices})
-    dtype, _, how = casting[0]
-    return dataclasses.replace(
-        cluster, cast_bandwidth=calibrate.runtime_cast_bandwidth(rt, devices, how, dtype))
 
 
 if __name__ == "__main__":

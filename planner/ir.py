@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -188,6 +188,12 @@ class ReshardPlan:
             got = self._cache["latencies"] = task_latencies(self, self.routes())
             got.setflags(write=False)  # shared by every reader of the plan
         return got
+
+    def priced_on(self, cluster: Cluster) -> ReshardPlan:
+        """The same tasks costed on ``cluster`` (the one they were planned for with
+        figures measured since, e.g. a cast rate): a plan of its own, whose caches start
+        empty."""
+        return replace(self, cluster=cluster, _cache={})
 
     def estimate(self) -> float:
         """Predicted seconds to run the plan on :attr:`cluster`."""

@@ -44,14 +44,16 @@ def converts(tensor: TensorSpec) -> bool:
     return tensor.out_dtype != tensor.dtype or tensor.scale is not ScaleMode.NONE
 
 
-def _converted(task: Task, tensor: TensorSpec) -> dict[int, int]:
-    """Source bytes each device converts for ``task`` (by device)."""
+def _converted(task: Task, tensor: TensorSpec) -> dict[int, float]:
+    """Source bytes each device converts for ``task`` (by device; an all-gather's
+    members a share each, exactly: the shares sum to the box, as the lower bound
+    counts it)."""
     nbytes = box_size(task.box) * itemsize(tensor.dtype)
     if task.kind in _ROOT_CONVERTS:
         return {task.root: nbytes}
     if task.kind is TaskKind.ALLGATHER:
         k = max(len(task.receivers), 1)
-        return dict.fromkeys(task.receivers, nbytes // k)
+        return dict.fromkeys(task.receivers, nbytes / k)
     return {}
 
 
@@ -71,7 +73,7 @@ def cast_waits(plan: PlanView) -> np.ndarray | None:
                   for m in messages(run, lambda r: r[1], lambda t: tensors[t.tensor])
                   for i, _ in m}
         for d, mine in _by_device(run).items():
-            done, ready, after = 0, {}, []
+            done, ready, after = 0.0, {}, []
             for i in mine:
                 group = groups.get(i)
                 if group is None:  # issued once the step's every payload is ready

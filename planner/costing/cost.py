@@ -26,7 +26,10 @@ a host holding a whole group: a reduce-scatter over one host's eight GPUs is bou
 7/8 of the tensor over their links (NCCL's bus bandwidth), not by the 1/8 each receives.
 A host's intake pays its hops (:func:`ingress_time`): merging addends and spreading a
 byte to the host's other devices are hops, and a byte that skips one crosses the NICs
-once per addend or once per device needing it.
+once per addend or once per device needing it. Where the cluster prices casts on the
+wire (``Cluster.cast_bandwidth``), the source bytes held only by a set of devices are
+converted by those devices, each at that rate, before they leave: no plan is faster
+than that either (:meth:`_Intake._conversions`).
 """
 
 from __future__ import annotations
@@ -38,9 +41,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from reshard.cluster import Cluster, pipeline_piece
+from reshard.dtypes import itemsize
 from reshard.layout import box_size
 from reshard.planner.cells.decompose import TABLE_FROM, decompose, decompose_table, devices_by_box
-from reshard.planner.costing.casts import conversion_seconds
+from reshard.planner.costing.casts import conversion_seconds, converts
 from reshard.planner.costing.fairshare import FairShare
 from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.stepgate import StepGate
@@ -397,6 +401,11 @@ def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
     return intake.bound()
 
 
+_SUBSET_SETS = 256
+"""Holder sets of converted bytes up to which the bound's conversion term also gives
+each set the bytes of its subsets (quadratic in the sets)."""
+
+
 class _Intake:
     """What the lower bound's terms count, tensor by tensor: the bytes each host and
     device must take in, copy, or send out (module docstring)."""
@@ -421,6 +430,9 @@ class _Intake:
         self.roots: dict[int, set[frozenset[int]]] | None = \
             {} if cluster.message_cost and cluster.shared_bandwidth else None
         self.host_of = cluster.host_map.__getitem__  # a plain lookup: a hot loop
+        # source bytes a cast on the wire converts, by the devices holding them (where
+        # the cluster prices conversions: Cluster.cast_bandwidth)
+        self.convert: dict[frozenset[int], float] = {}
 
     def add(self, t: TensorSpec) -> None:
         """Count tensor ``t``'s cells."""
@@ -440,7 +452,13 @@ class _Intake:
                 sum_host[d] = one
         size = min((len(g) for g in groups), default=1)  # addends per group
         item = t.itemsize
+        # a needed element is converted by one of its holders (a partial sum's, where it
+        # lands: neither the model nor the bound prices that)
+        src_item = itemsize(t.dtype) if self.cluster.cast_bandwidth and converts(t) \
+            and not t.src.spec.partial else 0
         for (holders, needers), elements in _cell_groups(t).items():
+            if src_item:
+                self.convert[holders] = self.convert.get(holders, 0.0) + elements * src_item
             if not summed and len(holders) == 1 and len(needers) == 1:
                 self._pair(next(iter(holders)), next(iter(needers)), elements * item)
                 continue
@@ -561,7 +579,26 @@ class _Intake:
             out = sum(nb for hs, items in self.leave.items() if hs <= s
                       for need, nb in items if not need <= s)
             terms.append(out / (len(s) * cluster.nic_bandwidth) + lat)
+        terms += self._conversions()
         return max(terms)
+
+    def _conversions(self) -> list[float]:
+        """Seconds of converting: the source bytes of a cast held only by a device set
+        are converted by its devices, each at ``cast_bandwidth`` (a device converts what
+        it sends before its step's transfers go, so the plan lasts at least its own
+        conversions): per set of holders (with the bytes of its subsets, up to
+        :data:`_SUBSET_SETS` sets), and all of them over every holder."""
+        if not self.convert:
+            return []
+        rate = self.cluster.cast_bandwidth
+        sets = list(self.convert.items())
+        if len(sets) <= _SUBSET_SETS:
+            terms = [sum(b for hs, b in sets if hs <= s) / (len(s) * rate) for s, _ in sets]
+        else:
+            terms = [b / (len(s) * rate) for s, b in sets]
+        holders = frozenset().union(*self.convert)
+        terms.append(sum(self.convert.values()) / (len(holders) * rate))
+        return terms
 
 
 __all__ = [

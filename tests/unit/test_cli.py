@@ -532,6 +532,52 @@ def test_cluster_local_models_this_machines_measured_links(monkeypatch):
         assert p.cluster.message_cost == 3e-5
 
 
+def test_cluster_local_prices_a_cast_at_the_rate_its_workers_convert(monkeypatch, tmp_path,
+                                                                      capsys):
+    """--cluster local measures the cast rate of a case's converting devices through the
+    run's workers (once a case) and the model charges it: each row says the rate, and
+    its model is the plan's on the local figures with that rate; a case that casts
+    nothing measures none."""
+    import dataclasses
+
+    from reshard.microbench import calibrate
+
+    monkeypatch.setattr(calibrate, "measure_many", lambda counts, backend=None: {
+        p: calibrate.Links(1e9, 1e-4, 1e10, p, 0.8e9 * p) for p in counts})
+    asked = []
+
+    def rate(rt, devices, cast, dtype="bfloat16", nbytes=8 << 20, rounds=3):
+        asked.append((tuple(devices), str(cast), dtype))
+        return 5e7
+
+    monkeypatch.setattr(calibrate, "runtime_cast_bandwidth", rate)
+    base = ["--mode", "run", "--backend", "local", "--cluster", "local", "--suite", "n-to-m",
+            "--cases", "5", "-b", "1M", "-e", "1M", "--strategies", "broadcast", "-n", "1",
+            "-w", "0", "-d", "bfloat16"]
+    out = tmp_path / "cast.json"
+    assert _bench([*base, "--cast", "float8_e4m3fn", "--scale", "block128",
+                   "-J", str(out)], capsys)[0] == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    opts, (case,) = _resolved([*base, "--cast", "float8_e4m3fn", "--scale", "block128"])
+    p = sweep.place(sweep.sized(case, opts)[0], opts)
+    (devices, cast, dtype), = asked
+    assert devices == tuple(sorted(p.requests[0][2].mesh.devices)) and dtype == "bfloat16"
+    assert "float8_e4m3fn" in cast
+    plan = reshard.plan_many(p.requests, cluster=p.cluster, strategy="broadcast")
+    priced = reshard.plan_many(p.requests, strategy="broadcast",
+                               cluster=dataclasses.replace(p.cluster, cast_bandwidth=5e7))
+    assert row["cast_bandwidth"] == 5e7 and row["wrong"] == 0
+    assert row["tasks_digest"] == sweep.digest_tasks({}, priced.tasks).hex()[:16]
+    assert row["model_us"] == pytest.approx(priced.estimate() * 1e6)
+    assert priced.estimate() > plan.estimate()  # the conversions are charged
+    assert row["lb_us"] == pytest.approx(priced.lower_bound() * 1e6)  # and bounded
+    assert priced.lower_bound() > plan.lower_bound()
+    asked.clear()
+    assert _bench([*base, "-J", str(out)], capsys)[0] == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["cast_bandwidth"] == 0.0 and not asked
+
+
 def test_calibration_measures_loopback_streams():
     from reshard.microbench import calibrate
 

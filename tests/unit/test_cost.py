@@ -361,6 +361,29 @@ def test_conversions_are_worked_out_once_a_plan_and_count_in_the_serial_floor(mo
     assert one_at_a_time_time(serial) <= serial.estimate() * (1 + 1e-9)
 
 
+def test_the_bound_counts_the_conversions_a_cast_needs():
+    """Source bytes held only by a set of devices are converted by those devices: the
+    bound is at least their bytes over the set's rate (a lone holder converts all it
+    alone holds; a replicated source may share the work), and the model stays above."""
+    links = {"nic_bandwidth": 1e9, "intra_bandwidth": 1e10, "latency": 1e-4,
+             "intra_latency": 0.0, "copy_bandwidth": 1e12}
+    slow = Cluster.regular(2, 2, cast_bandwidth=1e6, **links)  # conversions dominate
+    dst = Layout(DeviceMesh((2,), devices=[2, 3]), "RR")
+    shape, nbytes = (1024, 1024), 2 * 1024 * 1024  # bfloat16
+    cases = {"RR on one": (Layout(DeviceMesh((1,), devices=[0]), "RR"), nbytes / 1e6),
+             "RR on two": (Layout(DeviceMesh((2,), devices=[0, 1]), "RR"), nbytes / 2e6),
+             "S0R on two": (Layout(DeviceMesh((2,), devices=[0, 1]), "S0R"), nbytes / 2e6)}
+    for name, (src, want) in cases.items():
+        p = reshard.plan(shape, "bfloat16", src, dst, cluster=slow, cast="float8_e4m3fn")
+        assert p.lower_bound() == pytest.approx(want), name
+        assert p.lower_bound() <= p.estimate() * (1 + 1e-9), name
+        plain = reshard.plan(shape, "bfloat16", src, dst, cluster=slow)  # no cast
+        assert plain.lower_bound() < 0.01 * want, name
+    one = reshard.plan(shape, "bfloat16", cases["RR on one"][0], dst, cluster=slow,
+                       cast="float8_e4m3fn")
+    assert one.estimate() <= 1.01 * one.lower_bound()  # the root converts, then sends
+
+
 def test_a_coalesced_message_waits_only_for_the_conversions_before_it():
     """A device prepares its step in plan order: a coalesced message of small cast
     tensors leaves once its own payloads and those before it are converted; a task that

@@ -129,6 +129,25 @@ def test_the_bound_counts_no_message_a_plan_can_do_without(problem, strategy, pi
     assert p.estimate() >= p.lower_bound() * (1 - 1e-9)
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(planning_problems(), st.sampled_from(STRATEGIES), st.sampled_from([1e5, 1e7, 1e9]),
+       st.sampled_from([("bfloat16", "none"), ("float8_e4m3fn", "tensor"),
+                        ("float8_e4m3fn", "block128")]))
+def test_the_bound_counts_no_conversion_a_plan_can_do_without(problem, strategy, rate, cast):
+    """Where the cluster prices casts on the wire (Cluster.cast_bandwidth: slow, as one
+    machine's cores, to fast), the bound's conversions never exceed what a plan's
+    devices convert: every strategy's model stays at or above it."""
+    shape, _, src, dst, cluster = problem
+    assume(not src.spec.is_partial and not dst.spec.is_partial)
+    if cast[1] == "block128":
+        assume(len(shape) >= 2)
+    slow = dataclasses.replace(cluster, cast_bandwidth=rate)
+    p = reshard.plan(shape, "float32", src, dst, cluster=slow, strategy=strategy,
+                     cast=cast[0], scale=cast[1])
+    event(f"bound from conversions: {p.lower_bound() > p.priced_on(cluster).lower_bound()}")
+    assert p.estimate() >= p.lower_bound() * (1 - 1e-9)
+
+
 def _overlaps(a, b):
     return all(max(lo1, lo2) < min(hi1, hi2) for (lo1, hi1), (lo2, hi2) in zip(a, b))
 
