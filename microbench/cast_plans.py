@@ -128,10 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                          backend=args.backend, launcher=args.launcher, timeout=args.timeout)
     before = cpu_times()
     rows = [measure_case(c, opts, args.iters, args.warmup) for c in cases]
-    print(f"# broadcast plans of bfloat16 -> {CAST} on this machine's {args.backend} workers "
-          f"(links measured here), blind to the cast rate and aware of it; median of "
-          f"{args.iters}, alternated{stolen_note(before, cpu_times())}")
-    return print_rows(args, rows, COLUMNS)
+    return print_rows(args, rows, COLUMNS, title=(
+        f"# broadcast plans of bfloat16 -> {CAST} on this machine's {args.backend} workers "
+        f"(links measured here), blind to the cast rate and aware of it; median of "
+        f"{args.iters}, alternated{stolen_note(before, cpu_times())}"))
 
 
 if __name__ == "__main__":

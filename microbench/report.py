@@ -151,9 +151,13 @@ def write_rows(args: argparse.Namespace, rows: list[dict]) -> None:
                                "rows": rows})
 
 
-def print_rows(args: argparse.Namespace, rows: list[dict], columns: Sequence[Column]) -> int:
-    """Print the rows' table, write the ``-J/--json`` report (:func:`write_rows`) and
-    return the exit status: 1 if any row counted wrong results (``"wrong"``), else 0."""
+def print_rows(args: argparse.Namespace, rows: list[dict], columns: Sequence[Column],
+               title: str | None = None) -> int:
+    """Print ``title`` (a ``# ...`` line saying what ran) and the rows' table, write the
+    ``-J/--json`` report (:func:`write_rows`) and return the exit status: 1 if any row
+    counted wrong results (``"wrong"``), else 0."""
+    if title is not None:
+        print(title)
     print(table(rows, columns))
     write_rows(args, rows)
     return 1 if any(r["wrong"] for r in rows) else 0

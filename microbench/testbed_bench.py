@@ -125,7 +125,8 @@ def bench_many(rt: Any, case: Case, requests: Sequence[tuple], strategies: Seque
     """Measure every strategy of a case of several tensors (one plan) on a running
     runtime; every destination shard of every tensor checked on the first run (unless
     not ``check``); ``on_run`` is called after every run; ``model``: the cluster the
-    model prices the plans on (the runtime's where None)."""
+    plans are made for and priced on (the runtime's where None: with figures measured
+    since it started, such as a cast rate, the planner weighs them)."""
     values = [sample_value(shape, dtype) for shape, dtype, *_ in requests]
     xs = [rt.put(v, r[2]) for v, r in zip(values, requests)]
     casts = [r[4] if len(r) > 4 else None for r in requests]
@@ -137,7 +138,7 @@ def bench_many(rt: Any, case: Case, requests: Sequence[tuple], strategies: Seque
     rows = []
     try:
         for strategy in strategies:
-            plan = plan_many(requests, cluster=rt.cluster, strategy=strategy)
+            plan = plan_many(requests, cluster=model or rt.cluster, strategy=strategy)
             rt.load(plan)
             seconds, times, bad = time_execute(rt, plan, xs, runs, warmup,
                                                check=wrong if check else None, on_run=on_run)
