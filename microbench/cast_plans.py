@@ -24,7 +24,6 @@ measured / bound (the bound with the rate)::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import sys
 import time
@@ -81,12 +80,11 @@ def _timed(rt: Any, plan: Any, xs: list[Any]) -> float:
 
 def measure_case(case: Any, opts: sweep.Options, iters: int, warmup: int) -> dict:
     """One case's row: both plans on one runtime, alternated."""
-    (p,) = [sweep.place(c, opts) for c in sweep.sized(case, opts)][:1]
+    p = sweep.place(sweep.sized(case, opts)[0], opts)
     before = cpu_times()
     with reshard.Runtime(backend=opts.backend, cluster=p.cluster, launcher=opts.launcher,
                          timeout=opts.timeout) as rt:
-        rate = calibrate.with_cast_rate(rt, p.cluster, p.requests).cast_bandwidth
-        aware_cluster = dataclasses.replace(p.cluster, cast_bandwidth=rate)
+        aware_cluster = calibrate.with_cast_rate(rt, p.cluster, p.requests)
         plans = {"blind": reshard.plan_many(p.requests, cluster=p.cluster,
                                             strategy="broadcast"),
                  "aware": reshard.plan_many(p.requests, cluster=aware_cluster,
@@ -107,7 +105,8 @@ def measure_case(case: Any, opts: sweep.Options, iters: int, warmup: int) -> dic
         rt.free(*xs)
     blind, aware = (statistics.median(times[k]) for k in ("blind", "aware"))
     priced = plans["blind"].priced_on(aware_cluster)
-    return {"case": p.case.name, "layouts": p.case.layout_text(), "cast_bandwidth": rate,
+    return {"case": p.case.name, "layouts": p.case.layout_text(),
+            "cast_bandwidth": aware_cluster.cast_bandwidth,
             "blind_s": blind, "aware_s": aware, "aware_over_blind": aware / blind,
             "blind_model_over_measured": priced.estimate() / blind,
             "aware_model_over_measured": plans["aware"].estimate() / aware,

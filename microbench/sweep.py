@@ -29,7 +29,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import ml_dtypes
@@ -335,15 +335,16 @@ def measure(cases: Sequence[Case], opts: Options, out: Stream,
         with reshard.Runtime(backend=opts.backend, cluster=placed[0].cluster,
                              launcher=opts.launcher, timeout=opts.timeout) as rt:
             launcher = rt.launcher.value
-            # this machine's figures: the case's converting devices' cast rate too
-            rate = with_cast_rate(rt, rt.cluster, placed[0].requests).cast_bandwidth \
-                if opts.links is not None else 0.0
+            # this machine's figures: the case's converting devices' cast rate too, so
+            # the plans are made knowing what converting costs here
+            cluster = with_cast_rate(rt, placed[0].cluster, placed[0].requests) \
+                if opts.links is not None else placed[0].cluster
             for p in placed:
                 why = memory_refusal(p, opts)
                 if why:
                     _refuse(p, why, opts, out, refused)
                 else:
-                    _measure_one(rt, p, opts, out, rate)
+                    _measure_one(rt, p, opts, out, cluster)
     return launcher
 
 
@@ -354,7 +355,7 @@ def _refuse(p: Placed, why: str, opts: Options, out: Stream, refused: list[dict]
 
 
 def _measure_one(rt: Runtime, p: Placed, opts: Options, out: Stream,
-                 cast_rate: float = 0.0) -> None:
+                 cluster: Cluster) -> None:
     values = values_of(p.requests)
     rng = np.random.default_rng(1)
     xs = [put_value(rt, v, r[2], rng) for v, r in zip(values, p.requests)]
@@ -362,11 +363,6 @@ def _measure_one(rt: Runtime, p: Placed, opts: Options, out: Stream,
 
     def check(ys: list) -> int:
         return count_wrong_all(rt, ys, values, casts)
-
-    # planned knowing what converting costs where it was measured (the plan may then
-    # spread a cast's conversions over more of the devices that hold its source)
-    assert rt.cluster is not None
-    cluster = replace(rt.cluster, cast_bandwidth=cast_rate) if cast_rate else rt.cluster
 
     try:
         for strategy in opts.strategies:
