@@ -376,7 +376,7 @@ def add_cluster(ap: argparse.ArgumentParser, hosts: int | None = None,
 
 def cpu_planes(text: str) -> tuple[str, ...]:
     """A comma-separated list of :data:`CPU_PLANES` (each once, in order)."""
-    names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",") if n.strip()))
+    names = tuple(dict.fromkeys(n.lower() for n in name_list(text)))
     bad = [n for n in names if n not in CPU_PLANES]
     if not names or bad:
         raise argparse.ArgumentTypeError(

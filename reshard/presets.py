@@ -67,6 +67,15 @@ def bandwidth(text: str) -> float:
         raise ClusterError(f"bandwidth {text!r}: {number!r} is not a number") from None
 
 
+def _seconds(microseconds: Any) -> float:
+    """Seconds of a number of microseconds (in decimal, rounded once: ``30`` is exactly
+    ``30e-6``)."""
+    try:
+        return float(decimal.Decimal(str(microseconds)) * _MICRO)
+    except decimal.InvalidOperation:
+        raise ClusterError(f"latency {microseconds!r}: not a number of microseconds") from None
+
+
 def _figures(name: str, table: Mapping[str, Any]) -> LinkFigures:
     try:
         return LinkFigures(
@@ -74,8 +83,8 @@ def _figures(name: str, table: Mapping[str, Any]) -> LinkFigures:
             devices_per_host=int(table["devices_per_host"]),
             intra_bandwidth=bandwidth(table["intra_bandwidth"]),
             nic_bandwidth=bandwidth(table["nic_bandwidth"]),
-            latency=float(decimal.Decimal(str(table["latency_us"])) * _MICRO),
-            intra_latency=float(decimal.Decimal(str(table["intra_latency_us"])) * _MICRO),
+            latency=_seconds(table["latency_us"]),
+            intra_latency=_seconds(table["intra_latency_us"]),
             copy_bandwidth=bandwidth(table["copy_bandwidth"]),
             source=str(table["source"]),
             nics_per_host=int(table.get("nics_per_host", 1)),

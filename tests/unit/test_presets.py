@@ -50,5 +50,7 @@ source = "our rack"
         "lab", 12.5e-6, 25 * GBIT, 1)
     with pytest.raises(ClusterError, match="'lab' has no source"):
         read(text.replace('source = "our rack"', ""))
+    with pytest.raises(ClusterError, match="not a number of microseconds"):
+        read(text.replace("latency_us = 12.5", 'latency_us = "fast"'))
     with pytest.raises(ClusterError, match="unknown cluster preset 'lab'"):
         lookup("lab")
