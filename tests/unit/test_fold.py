@@ -64,6 +64,11 @@ def test_a_folded_cast_runs_plans_and_round_trips():
     p = reshard.plan(shape, "bfloat16", src, dst, cast=FOLD)
     assert '"fold": true' in p.to_json() and reshard.ReshardPlan.from_json(p.to_json()) == p
     assert "/fold" in str(p.tensors[0])
+    from reshard.comm.program import WorkerProgram, programs
+
+    for prog in programs(p, [0, 1, 2, 3, 4, 5]).values():  # what a worker process loads
+        again = WorkerProgram.from_json(prog.to_json())
+        assert again == prog and again.tensors[0].fold
     plain = reshard.plan(shape, "bfloat16", src, dst, cast="float8_e4m3fn", scale="block128")
     assert '"fold"' not in plain.to_json() and p.digest() != plain.digest()
 
