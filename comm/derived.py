@@ -53,8 +53,9 @@ def block_amax_here(ex: ExecutionView, w: int) -> Any:
     """The max ``|x|`` per block of scaled tensor ``w``'s source shard here, over its
     whole scale grid (zeros for blocks the shard does not meet)."""
     pt = ex.tensors[w]
-    return block_amax(ex.source(w), ex.lp.src_box[w], block_shape(pt.shape, pt.scale),
-                      scale_grid(pt.shape, pt.scale), ex.held_dtype(w))
+    block = block_shape(pt.shape, pt.scale, pt.fold)
+    return block_amax(ex.source(w), ex.lp.src_box[w], block,
+                      scale_grid(pt.shape, pt.scale, pt.fold), ex.held_dtype(w))
 
 
 def amax(ex: ExecutionView, i: int) -> Any:

@@ -119,8 +119,9 @@ class Execution:
             convert_into(out, values, pt.out_dtype, self.held_dtype(i))
             return
         k = pt.link
-        quantize_into(out, values, box, block_shape(pt.shape, pt.scale), self.scale_values(k),
-                      self.lp.src_box[k], pt.out_dtype, self.held_dtype(i))
+        block = block_shape(pt.shape, pt.scale, pt.fold)
+        quantize_into(out, values, box, block, self.scale_values(k), self.lp.src_box[k],
+                      pt.out_dtype, self.held_dtype(i))
 
     def held_dtype(self, i: int) -> str:
         """The dtype of tensor ``i``'s source shard here: its own, or its accumulator once

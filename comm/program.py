@@ -47,7 +47,7 @@ class ProgramTensor(Conversion):
         dst_box: the global box of its destination shard (None: it receives none).
         dst_fill: its destination shard starts as zeros and no task writes it (an
             addend of a partial-sum destination other than the first).
-        cast, scale, derive, link: as the plan's
+        cast, scale, derive, link, fold: as the plan's
             :class:`~reshard.planner.ir.TensorSpec` says.
     """
 
@@ -60,6 +60,7 @@ class ProgramTensor(Conversion):
     scale: ScaleMode = ScaleMode.NONE
     derive: Derive = Derive.NONE
     link: int = -1
+    fold: bool = False
 
     def to_dict(self) -> dict:
         """JSON-ready form (conversion fields only when set)."""
@@ -377,7 +378,7 @@ class _Cutter:
             dst = dst_boxes.get(d)
             out.append(ProgramTensor(t.shape, t.dtype, src_boxes.get(d), dst,
                                      dst is not None and d not in leaders, t.cast, t.scale,
-                                     t.derive, t.link))
+                                     t.derive, t.link, t.fold))
         return WorkerProgram(d, tuple(out), tuple(tasks), groups, self.strategy, self.piece)
 
 

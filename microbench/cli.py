@@ -1,10 +1,11 @@
 """reshard-bench: resharding microbenchmarks in the manner of nccl-tests.
 
-Suites: paper (the paper's n-to-m and 1-to-m cases; also n-to-m, 1-to-m), realistic
-(layout pairs of real training runs at real sizes), weight-sync (a 7B model's
-parameters FSDP -> tensor parallel, all tensors in one plan, one row), search (not
-moves but choices: the stage and layout search against Megatron's and Alpa's, modelled;
-its own flags, ``python -m reshard.microbench.search_bench --help``).
+Suites: paper (the paper's n-to-m cases 1-7 and 9, and its 1-to-m; also n-to-m,
+1-to-m: the published case 8 repeats case 7, so it is left out and the published
+numbering kept), realistic (layout pairs of real training runs at real sizes),
+weight-sync (a 7B model's parameters FSDP -> tensor parallel, all tensors in
+one plan, one row), search (not moves but choices: the stage and layout search against
+Megatron's and Alpa's, modelled; its own flags, listed below under "search suite").
 
 Modes:
   sim  the cost model on a modelled cluster (each case's own preset; the paper's
@@ -104,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--planner-time", action="store_true",
                         help="also time the planner (python -m "
                              "reshard.microbench.planner_time)")
+    search = ap.add_argument_group(
+        "search suite (--suite search only; reshard.microbench.search_bench runs it and "
+        "also takes -J and --no-progress)")
+    search.add_argument("--quick", action=flags.GivenTrue,
+                        help="leave out the speed case (96 layers on 64 devices)")
+    search.add_argument("--schedule", choices=("1f1b", "eager-1f1b"), default="1f1b",
+                        action=flags.Given, help="the schedule the search's objective models")
     return ap
 
 
@@ -129,6 +137,8 @@ def resolve(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Opti
     """The sweep's options and cases from the parsed flags; a usage error (exit 2) for
     any flag that would do nothing or cannot work."""
     flags.check_sizes(ap, args)
+    flags.refuse(ap, args, ["quick", "schedule"], f"these apply to --suite {SEARCH} only "
+                 f"(the stage and layout search); add --suite {SEARCH} or drop them")
     mode = _mode(ap, args)
     cases = flags.pick_cases(ap, SUITES[args.suite](), args.cases, args.suite, args)
     sizes = tuple(flags.sizes(args))

@@ -139,7 +139,7 @@ def normal_form(shape: tuple[int, ...], dtype: str, src: Layout, dst: Layout,
 
     a, b = moved(src), moved(dst)
     normal = dataclasses.replace(cluster, hosts=tuple(new_hosts))
-    key = (shape, dtype, None if cast is None else (cast.dtype, cast.scale.value),
+    key = (shape, dtype, None if cast is None else (cast.dtype, cast.scale.value, cast.fold),
            strategy.value, a.mesh.shape, a.mesh.devices, str(a.spec), b.mesh.shape,
            b.mesh.devices, str(b.spec), tuple(new_hosts), _figures(cluster))
     return Normal(key, a, b, normal)

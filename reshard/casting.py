@@ -257,8 +257,8 @@ def reference_cast(x: np.ndarray, cast: Cast) -> tuple[np.ndarray, np.ndarray | 
         convert_into(out, x, cast.dtype)
         return out, None
     box = tuple((0, n) for n in x.shape)
-    block = block_shape(x.shape, cast.scale)
-    grid = scale_grid(x.shape, cast.scale)
+    block = block_shape(x.shape, cast.scale, cast.fold)
+    grid = scale_grid(x.shape, cast.scale, cast.fold)
     scales = scales_from_amax(block_amax(x, box, block, grid), cast.dtype, cast.scale)
     quantize_into(out, x, box, block, scales, tuple((0, g) for g in grid), cast.dtype)
     return out, stored_scales(scales, cast.scale)

@@ -35,6 +35,12 @@ keeps a dtype list of its own.
   scale. Every conversion to float8 computes in float32 (a float64 source is rounded
   to float32 first); others round once, to nearest even (:mod:`reshard.casting` holds
   the kernels and the numpy reference).
+* **Folded blocks** (``Cast(..., fold=True)``, the 128 x 128 modes): the blocks are
+  those of the tensor's 2-D projection ``[product of the leading dims, last dim]``,
+  128 rows by 128 columns, as an engine blocks a weight ``[out, in]`` that reshard
+  moves as a grouped view of it (:mod:`reshard.packed`'s attention parts,
+  ``(groups, rows per group, hidden)``): a block may span several groups
+  (:func:`projection_block`).
 """
 
 from __future__ import annotations
@@ -248,22 +254,55 @@ MX_BLOCK = 32
 """Elements of the last dim per MX scale block (``ScaleMode.MX32``)."""
 
 
-def block_shape(shape: Sequence[int], mode: ScaleMode) -> tuple[int, ...]:
+_FOLDS = frozenset({ScaleMode.BLOCK128, ScaleMode.BLOCK128_UE8M0})
+
+
+def projection_block(shape: Sequence[int]) -> tuple[int, ...]:
+    """The edge per dim of a 128 x 128 block of the 2-D projection of ``shape``
+    (``[product of the leading dims, last dim]``), as a box of ``shape``: 128 rows are
+    ``128 / inner`` indices of the dim whose trailing leading dims hold ``inner`` rows.
+    ``(g, 64, h)``: ``(2, 64, 128)``; ``(g, 512, h)``: ``(1, 128, 128)``.
+
+    Raises:
+        DTypeError: 128 rows of the projection are no box of ``shape`` (a dim's rows
+            neither a multiple nor a divisor of 128, e.g. ``(g, 96, h)``).
+    """
+    dims = tuple(int(n) for n in shape)
+    inner = 1
+    for j in range(len(dims) - 2, -1, -1):
+        if j == 0 or dims[j] * inner >= BLOCK:
+            step = BLOCK // inner if BLOCK % inner == 0 else 0
+            if step == 0 or (j > 0 and dims[j] % step):
+                raise DTypeError(
+                    f"a 128 x 128 block of the 2-D projection of shape {dims} (rows: the "
+                    f"product of its leading dims) is no box of it: dim {j} holds "
+                    f"{dims[j]} x {inner} rows, and 128 rows neither split nor gather "
+                    f"them evenly; use a shape whose per-group rows divide or are "
+                    f"divided by 128, or fold=False")
+            return (1,) * j + (step, *dims[j + 1:-1], BLOCK)
+        inner *= dims[j]
+    raise DTypeError(f"a folded 128 x 128 block needs rank >= 2, got shape {dims}")
+
+
+def block_shape(shape: Sequence[int], mode: ScaleMode, fold: bool = False) -> tuple[int, ...]:
     """The edge of one scale block per dim (``mode`` not NONE): the whole tensor for
-    TENSOR, ``(1, ..., 1, 128, 128)`` for the 128 x 128 modes, ``(1, ..., 1, 32)`` for
-    MX32."""
+    TENSOR, ``(1, ..., 1, 128, 128)`` for the 128 x 128 modes (with ``fold``: a block
+    of the 2-D projection, :func:`projection_block`), ``(1, ..., 1, 32)`` for MX32."""
     if mode is ScaleMode.TENSOR:
         return tuple(max(int(n), 1) for n in shape)
-    if mode in (ScaleMode.BLOCK128, ScaleMode.BLOCK128_UE8M0):
+    if mode in _FOLDS:
+        if fold:
+            return projection_block(shape)
         return (1,) * (len(shape) - 2) + (BLOCK, BLOCK)
     if mode is ScaleMode.MX32:
         return (1,) * (len(shape) - 1) + (MX_BLOCK,)
     raise DTypeError(f"scale mode {mode.value!r} has no blocks")
 
 
-def scale_grid(shape: Sequence[int], mode: ScaleMode) -> tuple[int, ...]:
-    """The shape of the scales tensor: blocks per dim."""
-    return tuple(-(-int(n) // b) for n, b in zip(shape, block_shape(shape, mode)))
+def scale_grid(shape: Sequence[int], mode: ScaleMode, fold: bool = False) -> tuple[int, ...]:
+    """The shape of the scales tensor: blocks per dim (``fold``: as
+    :func:`block_shape`; its row-major order is the 2-D projection's grid's)."""
+    return tuple(-(-int(n) // b) for n, b in zip(shape, block_shape(shape, mode, fold)))
 
 
 @dataclass(frozen=True)
@@ -273,10 +312,13 @@ class Cast:
     Attributes:
         dtype: the destination dtype name (one of :data:`CAST_TARGETS`).
         scale: the scaling (float8 targets only).
+        fold: the 128 x 128 modes' blocks are those of the tensor's 2-D projection
+            (:func:`projection_block`; module docstring), not of its last two dims.
     """
 
     dtype: str
     scale: ScaleMode = ScaleMode.NONE
+    fold: bool = False
 
     @classmethod
     def parse(cls, cast: object, scale: str | ScaleMode | None = None) -> Cast | None:
@@ -301,7 +343,9 @@ class Cast:
         return cls(dtype_name(cast), mode)
 
     def __str__(self) -> str:
-        return self.dtype if self.scale is ScaleMode.NONE else f"{self.dtype}/{self.scale.value}"
+        if self.scale is ScaleMode.NONE:
+            return self.dtype
+        return f"{self.dtype}/{self.scale.value}" + ("/fold" if self.fold else "")
 
 
 def check_cast(src: str, cast: Cast, shape: Sequence[int], partial: bool) -> None:
@@ -321,6 +365,11 @@ def check_cast(src: str, cast: Cast, shape: Sequence[int], partial: bool) -> Non
                          f"valid sources: {list(CAST_SOURCES)}")
     if cast.dtype not in CAST_TARGETS:
         raise DTypeError(f"cannot cast to {cast.dtype}; valid targets: {list(CAST_TARGETS)}")
+    if cast.fold and cast.scale not in _FOLDS:
+        raise DTypeError(
+            f"fold=True folds the 128 x 128 blocks of {[m.value for m in _FOLDS]}, but the "
+            f"cast's scale is {cast.scale.value!r} (its blocks do not span rows); drop "
+            f"fold")
     if cast.scale is ScaleMode.NONE:
         return
     if cast.dtype not in SCALED_TARGETS:
@@ -340,6 +389,8 @@ def check_cast(src: str, cast: Cast, shape: Sequence[int], partial: bool) -> Non
             f"scale={cast.scale.value!r} takes {what}, but the tensor has rank "
             f"{len(shape)} (shape {tuple(shape)}); use scale='tensor'"
             + ("" if cast.scale.min_rank == 2 or len(shape) else " or no scale"))
+    if cast.fold:
+        projection_block(shape)
     if partial:
         raise DTypeError(
             "a scaled cast of a partial sum needs the sum's amax: reshard it to a "
@@ -408,6 +459,7 @@ __all__ = [
     "max_finite",
     "numpy_of_torch",
     "parse_dtype",
+    "projection_block",
     "reduce_as",
     "scale_grid",
     "storage",

@@ -22,6 +22,37 @@ part is a box of the logical tensor:
   (:meth:`Attention.layouts`, with kv replication when ``tp > kv_heads``) and the two
   packings (:meth:`Attention.engine_packing`: vLLM's; :meth:`Attention.megatron_packing`).
 * :func:`mlp_parts`: gate and up, concatenated per rank (both sides).
+
+**fp8 scales as engines lay them out.** An engine quantizes each projection as a 2-D
+weight ``[out, hidden]`` in 128 x 128 blocks; with ``head_dim`` 64 one block spans two
+kv heads' rows, which in grouped coordinates are two groups. :meth:`Attention.casts`
+gives each part the cast whose blocks are the 2-D projection's (``fold``,
+:func:`reshard.dtypes.projection_block`), so the delivered scales are, byte for byte,
+those of the 2-D quantization. :meth:`Packing.scales` lays the parts' scales out as the
+engine packs its fused scale buffer (``weight_scale_inv``): per part, its rows' blocks,
+in the weight's part order; a part whose rows on a rank are not whole 128-row blocks is
+refused, naming it, as the engines refuse it:
+
+* vLLM (``vllm/model_executor/layers/quantization/utils/fp8_utils.py``,
+  ``create_fp8_scale_parameter``: a fused layer's ``weight_scale_inv`` is
+  ``[ceil(rows / 128), ceil(hidden / 128)]`` of the rank's fused rows;
+  ``validate_fp8_block_shape``: every part's rows on a rank a multiple of 128, but the
+  last one at TP 1) and ``vllm/model_executor/layers/linear.py``
+  (``QKVParallelLinear.weight_loader_v2`` with ``adjust_block_scale_shard``: part ``p``
+  lands at row ``offset_p / 128``, from the checkpoint's 2-D scales of its rows; kv
+  parts of rank ``r`` from kv head ``r // replicas``).
+* SGLang (``python/sglang/srt/layers/linear.py``, ``QKVParallelLinear.weight_loader_v2``:
+  the same offsets, ``block_n`` inlined; ``srt/layers/quantization/fp8_utils.py``,
+  ``validate_fp8_block_shape``: the same rule).
+* Megatron-Core's ``linear_qkv`` with Transformer Engine's blockwise fp8
+  (``Float8BlockQuantizer``: 128 x 128 blocks of the rank's fused weight, its
+  ``rowwise_scale_inv`` ``[ceil(rows / 128), ceil(hidden / 128)]`` padded to a multiple
+  of 4 columns): a block lies within one part only when every part's rows per group are
+  whole blocks (``head_dim`` 128 and up), and the scales interleave per group as the
+  weight does.
+
+``mx32`` scales one row's 32 elements, so a part's scales are its rows' and pack as
+its rows do (no fold, nothing refused).
 """
 
 from __future__ import annotations
@@ -31,7 +62,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reshard.errors import ReshardError
+from reshard.dtypes import BLOCK, Cast, ScaleMode, projection_block
+from reshard.errors import DTypeError, ReshardError
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
 
@@ -94,6 +126,36 @@ class Packing:
             raise ReshardError(f"parts {missing} are not in the packing "
                                f"{[n for n, _ in self.rows]}")
         return out
+
+    def scales(self, scale: ScaleMode | str) -> Packing:
+        """The packing of this buffer's scales as the engine lays them out (the module
+        docstring cites each engine): the 128 x 128 modes one row per 128 rows of a
+        part (its blocks' row), ``mx32`` one per row; in the weight's part order,
+        repeated per group as the weight is. The scale buffer's shape is
+        ``reshard.dtypes.scale_grid(weight buffer shape, scale)``.
+
+        Raises:
+            ReshardError: a 128 x 128 mode and a part's rows (per group) not a multiple
+                of 128: the engine's blocks would span two parts (naming the part,
+                its rows and the rule); a mode with no per-row blocks.
+        """
+        mode = ScaleMode.parse(scale)
+        if mode is ScaleMode.MX32:
+            return self
+        if mode not in (ScaleMode.BLOCK128, ScaleMode.BLOCK128_UE8M0):
+            raise ReshardError(
+                f"scale {mode.value!r} has no per-row blocks to pack; valid: 'block128', "
+                f"'block128-ue8m0', 'mx32'")
+        for name, n in self.rows:
+            if n % BLOCK:
+                per = f" per group ({self.groups} groups)" if self.groups > 1 else ""
+                raise ReshardError(
+                    f"part {name!r} has {n} rows{per} on each rank, not a multiple of "
+                    f"{BLOCK}: the engine's fused scale buffer blocks {BLOCK} rows of the "
+                    f"fused weight, so a block would span two parts (vLLM's and SGLang's "
+                    f"validate_fp8_block_shape refuse it too); use a tensor parallelism "
+                    f"that leaves each part whole blocks, or mx32 scales")
+        return Packing(tuple((name, n // BLOCK) for name, n in self.rows), self.groups)
 
 
 @dataclass(frozen=True)
@@ -171,9 +233,30 @@ class Attention:
         return {"q": Layout(mesh, f"S{axis}S{axis + 1}R"), "k": Layout(mesh, f"S{axis}RR"),
                 "v": Layout(mesh, f"S{axis}RR")}
 
+    def casts(self, cast: Cast) -> dict[str, Cast]:
+        """Each part's cast, its scales blocked as an engine blocks the 2-D projection
+        (``[out, hidden]``): the 128 x 128 modes with ``fold`` (a block may span several
+        groups), the others as they are.
+
+        Raises:
+            ReshardError: a part whose 128 rows of the projection are no box of its
+                grouped shape (its rows per group neither divide nor are divided by
+                128), naming the part.
+        """
+        if cast.scale not in (ScaleMode.BLOCK128, ScaleMode.BLOCK128_UE8M0):
+            return dict.fromkeys(self.shapes(), cast)
+        out = {}
+        for name, shape in self.shapes().items():
+            try:
+                projection_block(shape)
+            except DTypeError as e:
+                raise ReshardError(f"part {name!r} of {self}: {e}") from None
+            out[name] = Cast(cast.dtype, cast.scale, fold=True)
+        return out
+
     def engine_packing(self, tp: int) -> Packing:
-        """vLLM's ``qkv_proj`` on one of ``tp`` ranks: its q rows, its k rows, its v
-        rows, concatenated."""
+        """vLLM's (and SGLang's) ``qkv_proj`` on one of ``tp`` ranks: its q rows, its k
+        rows, its v rows, concatenated (``.scales(mode)``: its ``weight_scale_inv``)."""
         rep = self._check_tp(tp)
         d = self.head_dim
         kv = (self.kv_heads // tp if rep == 1 else 1) * d
@@ -181,7 +264,8 @@ class Attention:
 
     def megatron_packing(self, tp: int) -> Packing:
         """Megatron-LM's ``linear_qkv`` on one of ``tp`` ranks: per query group it holds,
-        the group's q heads, its k head, its v head.
+        the group's q heads, its k head, its v head (``.scales(mode)``: Transformer
+        Engine's blockwise scales of it, their columns unpadded).
 
         Raises:
             ReshardError: ``tp`` does not divide the kv heads (Megatron's own rule).

@@ -41,6 +41,7 @@ from __future__ import annotations
 import copy
 import datetime
 import os
+import socket
 import threading
 import time
 import warnings
@@ -65,6 +66,49 @@ from reshard.errors import ExecutionError
 def torch_op(dist: Any, op: ReduceOp) -> Any:
     """torch.distributed's reduce op for ``op``."""
     return {ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.MAX: dist.ReduceOp.MAX}[op]
+
+
+def _barrier(store: Any, key: str, n: int, timeout: float) -> None:
+    """Wait until ``n`` ranks have reached ``key`` on ``store`` (a torch Store)."""
+    if store.add(key, 1) == n:
+        store.set(f"{key}/all", b"1")
+    store.wait([f"{key}/all"], datetime.timedelta(seconds=timeout))
+
+
+def one_rank_a_process(store: Any, device: int, rank: int, n: int, timeout: float) -> None:
+    """Refuse, on every rank of the world at once, a world with two ranks in one process.
+
+    torch.distributed keeps one default world per process, so gloo ranks on threads of
+    one process race for it and then wait on each other's keys until the timeout (a
+    ``DistStoreError`` on every rank). Each rank counts its process (host name and pid)
+    on the world's store; after every rank has, any process counted twice fails them
+    all, before ``init_process_group``.
+
+    Raises:
+        ExecutionError: two or more ranks of the world share a process (the reason and
+            the alternatives).
+    """
+    me = f"reshard/gloo/process/{socket.gethostname()}/{os.getpid()}"
+    store.add(me, 1)
+    _barrier(store, "reshard/gloo/counted", n, timeout)
+    here = store.add(me, 0)
+    if here > 1:
+        store.add("reshard/gloo/shared", 1)
+    _barrier(store, "reshard/gloo/checked", n, timeout)
+    if store.add("reshard/gloo/shared", 0):
+        # the store lives in rank 0's backend: it goes once every other rank has read
+        if rank == 0:
+            store.wait(["reshard/gloo/told/all"], datetime.timedelta(seconds=timeout))
+        elif store.add("reshard/gloo/told", 1) == n - 1:
+            store.set("reshard/gloo/told/all", b"1")
+        where = (f"{here} of its {n} ranks run in this process (pid {os.getpid()})"
+                 if here > 1 else f"some of its {n} ranks share another process")
+        raise ExecutionError(
+            f"device {device}: gloo needs a process per rank, but {where}: "
+            f"torch.distributed holds one world per process, so ranks on threads would "
+            f"wait on each other until the timeout; start each rank in a process of its "
+            f"own (torchrun, multiprocessing, Runtime(backend='gloo')), or use backend "
+            f"'tcp', whose ranks may share a process")
 
 
 class GlooBackend(HostMemory):
@@ -128,6 +172,7 @@ class GlooBackend(HostMemory):
             addr = rendezvous.get("gloo/store", self.timeout).decode()
             host_name, _, port = addr.rpartition(":")
             self._store = dist.TCPStore(host_name, int(port), n, False, timeout=self._td)
+        one_rank_a_process(self._store, self.device, rank, n, self.timeout)
         dist.init_process_group("gloo", store=self._store, rank=rank, world_size=n,
                                 timeout=self._td)
         self._groups: dict[tuple[int, ...], Any] = {self.world: dist.group.WORLD}

@@ -440,7 +440,7 @@ def _check_tensor(index: int, t: TensorSpec, plan: PlanView) -> None:
         if not isinstance(t.shape, tuple) or not all(
                 isinstance(s, int) and not isinstance(s, bool) for s in t.shape):
             raise PlanError(f"shape must be a tuple of integers, got {t.shape!r}")
-        cast = Cast(parse_dtype(t.cast).name, t.scale) if t.cast else None
+        cast = Cast(parse_dtype(t.cast).name, t.scale, t.fold) if t.cast else None
         if t.scale is not ScaleMode.NONE and not t.cast:
             raise PlanError(f"scale {t.scale.value!r} without a cast (scales are of a cast "
                             f"to float8)")

@@ -44,7 +44,8 @@ def make_tensor_spec(shape: Sequence[int], dtype: object, src: Layout, dst: Layo
     if cast is None or (cast.dtype == dt.name and cast.scale is ScaleMode.NONE):
         return TensorSpec(shape_t, dt.name, src, dst)
     check_cast(dt.name, cast, shape_t, src.spec.is_partial)
-    return TensorSpec(shape_t, dt.name, src, dst, cast=cast.dtype, scale=cast.scale)
+    return TensorSpec(shape_t, dt.name, src, dst, cast=cast.dtype, scale=cast.scale,
+                      fold=cast.fold)
 
 
 def request_parts(request: Request) -> tuple[Any, Any, Any, Any, Cast | None]:
@@ -57,7 +58,7 @@ def request_parts(request: Request) -> tuple[Any, Any, Any, Any, Cast | None]:
                 f"request {request} is a tensor the planner derives (a scaled cast's "
                 f"{request.derive.value}); request the scaled tensor itself")
         cast = (None if not request.cast and request.scale is ScaleMode.NONE
-                else Cast(request.out_dtype, request.scale))
+                else Cast(request.out_dtype, request.scale, request.fold))
         return request.shape, request.dtype, request.src, request.dst, cast
     try:
         parts = tuple(request)

@@ -73,8 +73,8 @@ def block_aligned(w: TensorSpec) -> bool:
 def _holds_whole_blocks(w: TensorSpec, layout: Layout, grid_layout: Layout) -> bool:
     """True if each device's shard of ``w`` under ``layout`` holds whole blocks, which
     ``grid_layout`` gives it on the scale grid (and nothing more)."""
-    block = block_shape(w.shape, w.scale)
-    grid = scale_grid(w.shape, w.scale)
+    block = block_shape(w.shape, w.scale, w.fold)
+    grid = scale_grid(w.shape, w.scale, w.fold)
     grid_boxes = grid_layout.boxes(grid)
     for d, box in layout.boxes(w.shape).items():
         if any(c <= a for a, c in box):
@@ -91,7 +91,7 @@ def _holds_whole_blocks(w: TensorSpec, layout: Layout, grid_layout: Layout) -> b
 def scale_tensors(w: TensorSpec, i: int, first: int) -> list[TensorSpec]:
     """The tensors scaled tensor ``w`` (plan tensor ``i``) brings, placed from plan index
     ``first`` on: its amax (unless block-aligned), then its scales."""
-    grid = scale_grid(w.shape, w.scale)
+    grid = scale_grid(w.shape, w.scale, w.fold)
     kind = w.scale.scale_dtype  # float32, or float8_e8m0fnu for powers of two
     if block_aligned(w):
         return [TensorSpec(grid, kind, own_scales_layout(w), scales_layout(w),

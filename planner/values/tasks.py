@@ -331,6 +331,7 @@ class Conversion:
     scale: ScaleMode
     derive: Derive
     link: int
+    fold: bool
 
     def conversion_dict(self) -> dict[str, Any]:
         """The JSON fields of the conversion, those that are set (a tensor without one
@@ -344,19 +345,25 @@ class Conversion:
             d["derive"] = self.derive.value
         if self.link >= 0:
             d["link"] = self.link
+        if self.fold:
+            d["fold"] = True
         return d
 
     @staticmethod
-    def conversion_of(d: dict[str, Any], what: str = "tensor") -> tuple[str, ScaleMode, Derive, int]:
-        """``(cast, scale, derive, link)`` of a JSON form (:meth:`conversion_dict`);
+    def conversion_of(d: dict[str, Any], what: str = "tensor"
+                      ) -> tuple[str, ScaleMode, Derive, int, bool]:
+        """``(cast, scale, derive, link, fold)`` of a JSON form (:meth:`conversion_dict`);
         strict about types."""
         cast = d.get("cast", "")
         if not isinstance(cast, str):
             raise PlanError(f"{what} cast must be a dtype name such as 'bfloat16', got "
                             f"{cast!r:.60}")
+        fold = d.get("fold", False)
+        if not isinstance(fold, bool):
+            raise PlanError(f"{what} fold must be true or false, got {fold!r:.60}")
         return (cast, _enum(ScaleMode, d.get("scale", "none"), f"{what} scale"),
                 _enum(Derive, d.get("derive", "none"), f"{what} derive"),
-                _int(d.get("link", -1), f"{what} link"))
+                _int(d.get("link", -1), f"{what} link"), fold)
 
     @property
     def out_dtype(self) -> str:
@@ -415,6 +422,8 @@ class TensorSpec(Conversion):
         derive: the source is computed on each device, not given (the tensors a scaled
             cast adds: module docstring).
         link: the tensor ``scale`` or ``derive`` refers to (-1: none).
+        fold: ``scale``'s 128 x 128 blocks are those of the 2-D projection
+            (:class:`reshard.dtypes.Cast`'s ``fold``).
     """
 
     shape: tuple[int, ...]
@@ -425,6 +434,7 @@ class TensorSpec(Conversion):
     scale: ScaleMode = ScaleMode.NONE
     derive: Derive = Derive.NONE
     link: int = -1
+    fold: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -451,7 +461,7 @@ class TensorSpec(Conversion):
     def __str__(self) -> str:
         conv = f"->{self.cast}" if self.cast else ""
         if self.scale is not ScaleMode.NONE:
-            conv += f"/{self.scale.value}"
+            conv += f"/{self.scale.value}" + ("/fold" if self.fold else "")
         if self.derive is not Derive.NONE:
             conv += f" ({self.derive.value} of t{self.link})"
         return f"{self.shape} {self.dtype}{conv} {self.src} -> {self.dst}"

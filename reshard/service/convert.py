@@ -206,9 +206,19 @@ def tensor_to_pb(shape: Sequence[int], dtype: str, src: Layout, dst: Layout,
     """A tensor message (``encode``: the message of a layout)."""
     msg = pb.Tensor(shape=shape, dtype=dtype, src=encode(src), dst=encode(dst))
     if cast is not None:
+        _no_fold(cast.fold, str(cast))
         msg.cast = cast.dtype
         msg.scale = SCALE_MODE.to_pb[cast.scale]
     return msg
+
+
+def _no_fold(fold: bool, what: str) -> None:
+    """Refuse a folded cast (:class:`reshard.dtypes.Cast`'s ``fold``): the service's
+    messages do not carry it."""
+    if fold:
+        raise ReshardError(f"{what}: the gRPC service carries no folded scale blocks "
+                           f"(Cast(..., fold=True)); plan it in process (reshard.plan_many, "
+                           f"Executor.load_request)")
 
 
 def _layouts(m: pb.Tensor, what: str) -> tuple[Layout, Layout]:
@@ -231,6 +241,7 @@ def tensor_from_pb(m: pb.Tensor, what: str = "tensor") -> Request:
 
 def tensor_spec_to_pb(t: TensorSpec) -> pb.Tensor:
     """A plan tensor's message."""
+    _no_fold(t.fold, str(t))
     msg = pb.Tensor(shape=t.shape, dtype=t.dtype, src=layout_to_pb(t.src),
                     dst=layout_to_pb(t.dst), cast=t.cast, scale=SCALE_MODE.to_pb[t.scale],
                     derive=DERIVE.to_pb[t.derive])
