@@ -10,6 +10,7 @@ sub-blocks, more than three dims) against the numpy kernels."""
 from __future__ import annotations
 
 import platform
+import re
 
 import ml_dtypes
 import numpy as np
@@ -360,3 +361,34 @@ def test_geometry_folds_merges_and_declines():
     # a long row without blocks becomes rows (the amax's row tiles)
     g = geometry(((0, 1 << 20),), (1,), (1,), (1 << 20,), (0,), (1,), 2, 1)
     assert g is not None and [d.n for d in g.dims] == [1, 256, 4096]
+
+
+# ----- the GPU's own compiler ----------------------------------------------------------
+def test_the_source_compiles_for_hopper_without_spills(tmp_path):
+    """nvcc (the CUDA toolkit's, no GPU or driver needed) compiles the kernels for sm_90:
+    every entry point a launch can name exists, none spills registers to memory."""
+    import shutil
+    import subprocess
+
+    from reshard.kernels.cast_source import SOURCE
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc")
+    cu = tmp_path / "casts.cu"
+    cu.write_text(SOURCE)
+    done = subprocess.run([nvcc, "--std=c++17", "-arch=sm_90", "--cubin", "-Xptxas", "-v",
+                           "-o", str(tmp_path / "casts.cubin"), str(cu)], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    compiled = set(re.findall(r"Compiling entry function '(\w+)'", done.stderr))
+    spills = re.findall(r"(\d+) bytes spill stores", done.stderr)
+    assert spills and set(spills) == {"0"}, spills
+    planned = {"reshard_scales", "reshard_e8m0"}
+    for kind, item in (("bf16", 2), ("f32", 4)):
+        for v in (1, 16 // item):
+            planned.add(f"reshard_amax_{kind}_v{v}")
+            for t in ("e4m3", "e5m2"):
+                planned |= {f"reshard_quantize_{kind}_{t}_{s}_v{v}" for s in "sn"}
+    planned |= {"reshard_quantize_f32_bf16_n_v1", "reshard_quantize_f32_bf16_n_v4"}
+    assert planned <= compiled, planned - compiled
