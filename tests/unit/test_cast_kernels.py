@@ -379,7 +379,7 @@ def test_the_source_compiles_for_hopper_without_spills(tmp_path):
     cu.write_text(SOURCE)
     done = subprocess.run([nvcc, "--std=c++17", "-arch=sm_90", "--cubin", "-Xptxas", "-v",
                            "-o", str(tmp_path / "casts.cubin"), str(cu)], capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     compiled = set(re.findall(r"Compiling entry function '(\w+)'", done.stderr))
     spills = re.findall(r"(\d+) bytes spill stores", done.stderr)
