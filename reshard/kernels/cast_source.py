@@ -24,7 +24,7 @@ their bits; NaN above infinity), exact in any order.
 
 from __future__ import annotations
 
-COMMON = r"""
+BASICS = r"""
 #ifndef __CUDACC__
 #define __host__
 #define __device__
@@ -75,7 +75,11 @@ __host__ __device__ __forceinline__ void copy_bytes(void* to, const void* from) 
   __builtin_memcpy(to, from, BYTES);
 #endif
 }
+"""
+"""Types, bit casts, IEEE division and loads of 1-16 bytes, for the GPU and the CPU
+(shared with the batched box copies, :mod:`reshard.comm.box_batch`)."""
 
+COMMON = BASICS + r"""
 __host__ __device__ __forceinline__ bool is_nan(u32 u) { return (u & 0x7FFFFFFFu) > 0x7F800000u; }
 
 // the float32 bits of a source element: bfloat16 (u16) or float32 (u32)
@@ -394,4 +398,4 @@ SOURCE = COMMON + KERNELS
 AMAX_UNROLL = 4
 """Vectors per lane per row of an amax tile (``U`` of the amax kernels)."""
 
-__all__ = ["AMAX_UNROLL", "COMMON", "KERNELS", "SOURCE"]
+__all__ = ["AMAX_UNROLL", "BASICS", "COMMON", "KERNELS", "SOURCE"]
