@@ -175,9 +175,10 @@ def _torch_recipe(cast: Cast, torch: Any) -> Callable[[Any], Any] | None:
 
 
 def torch_rows(x_host: np.ndarray, source: str, cast: Cast, want: np.ndarray, runs: int,
-               warmup: int) -> dict[str, Any]:
-    """torch.compile and eager of the recipe, and reshard.casting on torch tensors:
-    ms and differing codes each (empty without torch on CUDA)."""
+               warmup: int, compile_it: bool) -> dict[str, Any]:
+    """torch.compile (where ``compile_it``: its first compile takes tens of seconds) and
+    eager of the recipe, and reshard.casting on torch tensors: ms and differing codes
+    each (empty without torch on CUDA)."""
     try:
         import torch
 
@@ -192,6 +193,7 @@ def torch_rows(x_host: np.ndarray, source: str, cast: Cast, want: np.ndarray, ru
     recipe = _torch_recipe(cast, torch)
     if recipe is not None:
         fns["eager"] = lambda: recipe(x)
+    if recipe is not None and compile_it:
         try:
             compiled = torch.compile(recipe)
             fns["compile"] = lambda: compiled(x)
@@ -224,7 +226,7 @@ def _torch_ms(torch: Any, fn: Callable[[], Any], runs: int, warmup: int) -> floa
 
 
 def cast_row(cupy: Any, timer: GpuTimer, shape: tuple[int, ...], source: str, cast: Cast,
-             with_torch: bool) -> dict[str, Any]:
+             with_torch: bool, compile_it: bool = False) -> dict[str, Any]:
     """One cast: its times, its ratio to the bound, exactness, torch beside it."""
     x = sample(cupy, shape, source)
     got, scales = run_cast(x, source, cast)
@@ -245,7 +247,8 @@ def cast_row(cupy: Any, timer: GpuTimer, shape: tuple[int, ...], source: str, ca
                                            == np.asarray(want_scales).view(
                                                _host(scales).dtype).tobytes())
     if with_torch:
-        row.update(torch_rows(x_host, source, cast, want, timer.runs, timer.warmup))
+        row.update(torch_rows(x_host, source, cast, want, timer.runs, timer.warmup,
+                              compile_it))
     return row
 
 
@@ -333,9 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'source':>8}    {'cast':<28} {'bound':>7} {'device':>8} {'queued':>8} "
           f"{'/bound':>7} {'goal':>6} {'GB/s':>7} exact   (ms; torch beside)", flush=True)
     rows, ok = [], True
-    for source, cast in CASTS:
+    for k, (source, cast) in enumerate(CASTS):
         try:
-            r = cast_row(cupy, timer, shape, source, cast, not args.no_torch)
+            r = cast_row(cupy, timer, shape, source, cast, not args.no_torch, k == 0)
         except Exception as e:  # noqa: BLE001 - one failing case must not stop the others
             print(f"{source} -> {cast}: FAILED {e!r}", flush=True)
             ok = False
