@@ -24,6 +24,7 @@ import numpy as np
 from reshard.dtypes import ScaleMode, is_torch, max_exponent, max_finite
 from reshard.kernels.cast_geometry import (
     THREADS,
+    Geo,
     Grid,
     amax_grid,
     contiguous_strides,
@@ -84,13 +85,31 @@ def shaped(v: View, shape: tuple[int, ...]) -> View | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _geometry(box: tuple[tuple[int, int], ...], src_strides: tuple[int, ...],
+              dst_strides: tuple[int, ...], block: tuple[int, ...], start: tuple[int, ...],
+              scale_strides: tuple[int, ...], src_item: int, dst_item: int, src_align: int,
+              dst_align: int) -> Geo | None:
+    """:func:`geometry` for views starting at addresses of these residues modulo 16 (all
+    it reads of them), remembered: a loaded plan casts the same boxes on every run (a
+    cache of a pure function, not state)."""
+    return geometry(box, src_strides, dst_strides, block, start, scale_strides, src_item,
+                    dst_item, src_align, dst_align)
+
+
+def _geo(box: Sequence[tuple[int, int]], src: View, dst: View, block: Sequence[int],
+         start: Sequence[int], scale_strides: Sequence[int]) -> Geo | None:
+    return _geometry(tuple((int(a), int(c)) for a, c in box), src.strides, dst.strides,
+                     tuple(int(b) for b in block), tuple(int(x) for x in start),
+                     tuple(int(x) for x in scale_strides), src.itemsize, dst.itemsize,
+                     src.ptr % 16, dst.ptr % 16)
+
+
 def plan_amax(src: View, kind: str, box: Sequence[tuple[int, int]], block: Sequence[int],
               grid_shape: Sequence[int], out_ptr: int) -> Launch | None:
     """The block amax of ``box`` (``src``, of source kind ``kind``) into a zeroed
     float32 array of ``grid_shape`` at ``out_ptr``."""
-    geo = geometry(box, src.strides, src.strides, block, [0] * len(box),
-                   contiguous_strides(grid_shape), src.itemsize, src.itemsize, src.ptr,
-                   src.ptr)
+    geo = _geo(box, src, src, block, [0] * len(box), contiguous_strides(grid_shape))
     if geo is None:
         return None
     return Launch(f"reshard_amax_{kind}_v{geo.vec}", amax_grid(geo), (out_ptr, src.ptr),
@@ -112,8 +131,7 @@ def plan_quantize(dst: View, src: View, kind: str, target: str,
     else:
         assert block is not None and scales_box is not None
         start, sst = [a for a, _ in scales_box], list(scales.strides)
-    geo = geometry(box, src.strides, dst.strides, block, start, sst, src.itemsize,
-                   dst.itemsize, src.ptr, dst.ptr)
+    geo = _geo(box, src, dst, block, start, sst)
     if geo is None:
         return None
     s = "s" if scales is not None else "n"
@@ -191,6 +209,10 @@ class Runner(Protocol):
         """An uninitialised array of ``dtype`` beside ``like``."""
         ...
 
+    def contiguous(self, a: Any) -> Any:
+        """``a`` as a C-contiguous array (itself if it is one)."""
+        ...
+
     def run(self, go: Launch, like: Any) -> None:
         """Launch ``go`` where ``like``'s work is ordered."""
         ...
@@ -224,6 +246,14 @@ class GpuRunner:
 
         return cupy.empty(shape, dtype=dtype)
 
+    def contiguous(self, a: Any) -> Any:
+        """A C-contiguous copy of ``a`` on its device (itself if it is one)."""
+        if is_torch(a):
+            return a.contiguous()
+        import cupy
+
+        return cupy.ascontiguousarray(a)
+
     def run(self, go: Launch, like: Any) -> None:
         """The launch, on the stream ``like`` is used on."""
         import cupy
@@ -254,12 +284,11 @@ def block_amax(values: Any, box: Sequence[tuple[int, int]], block: Sequence[int]
         return None
     shape = tuple(int(g) for g in grid)
     src = describe(values)
-    if plan_amax(src, kind, box, block, shape, 0) is None:
+    go = plan_amax(src, kind, box, block, shape, 0)
+    if go is None:
         return None
     out = runner.zeros(values, shape)
-    go = plan_amax(src, kind, box, block, shape, describe(out).ptr)
-    assert go is not None
-    runner.run(go, values)
+    runner.run(go._replace(pointers=(describe(out).ptr, src.ptr)), values)
     return out
 
 
@@ -309,8 +338,9 @@ def scales_from_amax(amax: Any, target: str, mode: ScaleMode, codes: Any = None,
             or not runner.accepts(amax) or _dtype_name(amax) != "float32":
         return None
     a = describe(amax)
-    if a.strides != contiguous_strides(a.shape):
-        return None
+    if a.strides != contiguous_strides(a.shape):  # a box of a grid: its blocks alone
+        amax = runner.contiguous(amax)
+        a = describe(amax)
     out = runner.empty(amax, a.shape, amax.dtype)
     n = int(np.prod(a.shape))
     if n:

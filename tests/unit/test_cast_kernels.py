@@ -48,6 +48,9 @@ class TwinRunner:
     def empty(self, like, shape, dtype):
         return np.empty(shape, dtype)
 
+    def contiguous(self, a):
+        return np.ascontiguousarray(a)
+
     def run(self, go, like):
         self.launches.append(go)
         self.twin.run(go)
@@ -317,9 +320,13 @@ def test_boxes_of_shards_equal_the_numpy_kernels(twin, case):
                         [1] * len(box), 2, 2) is None or len(box) > 3
         return
     assert np.array_equal(got, want, equal_nan=True)
+    sbox = casting.block_range(box, block)
+    part = want[tuple(slice(a, c) for a, c in sbox)]  # a box of the grid: strided
     with np.errstate(all="ignore"):
         scales = casting.scales_from_amax(want, target, mode)
-    sbox = casting.block_range(box, block)
+        fused = cl.scales_from_amax(part, target, mode, None, runner)
+    assert fused.tobytes() == np.ascontiguousarray(
+        scales[tuple(slice(a, c) for a, c in sbox)]).tobytes()
     scales = np.ascontiguousarray(scales[tuple(slice(a, c) for a, c in sbox)])
     for out_kind in ("flat", "strided"):
         ext = tuple(c - a for a, c in box)
