@@ -78,14 +78,22 @@ extern "C" __global__ void reshard_boxes(const i64* table, i64 count) {
 """The kernel: ``reshard_boxes(table, count)``."""
 
 
+@functools.lru_cache(maxsize=4096)
+def _copies(shape: tuple[int, ...], dst_strides: tuple[int, ...],
+            src_strides: tuple[int, ...], itemsize: int) -> tuple[Any, ...] | None:
+    """:func:`pitched_copies` of any row length, remembered per geometry (a loaded plan
+    copies the same boxes on every run: a cache of a pure function, not state)."""
+    got = pitched_copies(shape, dst_strides, src_strides, itemsize, min_row=1)
+    return None if got is None else tuple(got)
+
+
 def table_rows(dst_ptr: int, dst_strides: Sequence[int], src_ptr: int,
                src_strides: Sequence[int], shape: Sequence[int], itemsize: int
                ) -> list[tuple[int, ...]] | None:
     """``dst[...] = src`` (views of ``shape`` at these addresses, byte strides) as table
     rows; None where :func:`pitched_copies` does not cover the views (or they are
     empty)."""
-    copies = pitched_copies(tuple(shape), tuple(dst_strides), tuple(src_strides), itemsize,
-                            min_row=1)
+    copies = _copies(tuple(shape), tuple(dst_strides), tuple(src_strides), itemsize)
     if copies is None:
         return None
     return [(dst_ptr + c.dst, c.dpitch, src_ptr + c.src, c.spitch, c.width, c.height)
