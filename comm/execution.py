@@ -48,6 +48,7 @@ from typing import Any, cast
 from reshard.bits import assign
 from reshard.casting import convert_into, quantize_into
 from reshard.comm.backend import AllReducing
+from reshard.comm.box_batch import BoxBatch
 from reshard.comm.derived import DERIVE
 from reshard.comm.packing import (
     Unpacker,
@@ -96,6 +97,7 @@ class Execution:
         self._into: dict[int, Any] = {}  # tensor -> its destination shard's bytes
         self._converts: dict[int, bool] = {}  # tensor -> converts(tensor), until private
         self.scale_values_of: dict[int, Any] = {}  # scales tensor -> its float32 values here
+        self.batch = BoxBatch()  # a step's GPU box copies, one launch before they are read
 
     # ----- sources ---------------------------------------------------------------------
     def source(self, i: int) -> Any:
@@ -145,7 +147,7 @@ class Execution:
         the task's scratch region."""
         t = st.task
         if not self.converts(t.tensor):
-            return pack(shard, t.box, shard_box, self._scratch(st, n))
+            return pack(shard, t.box, shard_box, self._scratch(st, n), self.batch)
         buf = self._scratch(st, n)
         self.convert_into(buf, region(shard, t.box, shard_box), t.tensor, t.box)
         return buf
@@ -184,6 +186,7 @@ class Execution:
                 opened = True
             with blame(st):
                 _ISSUE[op.task.kind](self, op)
+        self.batch.flush()  # the packs of every task not issued yet, one launch
         if later and not opened:
             backend.group_start()
             opened = True
@@ -200,6 +203,7 @@ class Execution:
                     op.unpacks.finish()
                 elif not op.st.message:
                     _UNPACK[op.task.kind](self, op)
+        self.batch.flush()
         return sum(op.sent for op in ops)
 
     @property
@@ -242,6 +246,7 @@ class Execution:
         else:
             run, sink = self._message_in(st.task, lay, parts)
             sent = 0
+        self.batch.flush()  # the root's payloads, before the message is issued
         if run == 0:
             buf = region
         else:
@@ -266,10 +271,11 @@ class Execution:
                 elif whole is not None and gathers and p.span:
                     direct = whole[p.span[0]:p.span[1]]
                 else:
-                    copy_into(p.shaped, shard[p.slices])
+                    copy_into(p.shaped, shard[p.slices], self.batch)
             else:  # converted, or a relay's box from its destination
                 op = _PREPARE[p.st.task.kind](self, p.st)
                 if op is not None and not same_memory(op.buf, p.flat):
+                    self.batch.flush()  # op.buf may be a queued copy's target
                     if gathers:
                         direct = op.buf
                     else:
@@ -308,7 +314,7 @@ class Execution:
                 unpack.append((p, whole if p.rows else None))
             if run < 0:
                 run = p.start
-        return run, (MessageSink(dst, unpack) if unpack else None)
+        return run, (MessageSink(dst, unpack, self.batch) if unpack else None)
 
     def own_sources(self, step: Sequence[StepTask]) -> None:
         """Before a step: a REDUCE root (or a broadcast's that sums addends) sums into
@@ -354,7 +360,7 @@ class Execution:
         if self.converts(i):
             self.convert_into(into, values, i, t.box)
         else:
-            copy_into(into, values)
+            copy_into(into, values, self.batch)
         return None
 
     def prepare_transfer(self, st: StepTask) -> Op | None:
@@ -370,7 +376,7 @@ class Execution:
             if t.source is Buffer.SRC:
                 buf = self.pack_source(st, self.source(i), lp.src_box[i], n)
             else:  # a relay of what this device received in an earlier step
-                buf = pack(self.dst[i], t.box, lp.dst_box[i], self._scratch(st, n))
+                buf = pack(self.dst[i], t.box, lp.dst_box[i], self._scratch(st, n), self.batch)
             return Op(st, buf, sent=n * buf.itemsize)
         if self.device in t.through:  # a relay: scratch in, passed on, kept nowhere
             return Op(st, self._scratch(st, n))
@@ -397,7 +403,7 @@ class Execution:
         pn = box_size(mine)
         if pn:  # one copy, straight from the shard (a strided view's reshape is another)
             view = region(self.dst[t.tensor], mine, self.lp.dst_box[t.tensor])
-            copy_into(inp[:pn].reshape(view.shape), view)
+            copy_into(inp[:pn].reshape(view.shape), view, self.batch)
         return Op(st, inp, rows, sent=pn * inp.itemsize * (k - 1))
 
     def prepare_allreduce(self, st: StepTask) -> Op | None:
@@ -411,7 +417,7 @@ class Execution:
         i, n = t.tensor, box_size(t.box)
         pt = self.tensors[i]
         if t.root == self.device:
-            buf = pack(self.src[i], t.box, lp.src_box[i], self._scratch(st, n))
+            buf = pack(self.src[i], t.box, lp.src_box[i], self._scratch(st, n), self.batch)
             return Op(st, buf, sent=buf.nbytes)
         if t.root >= 0:
             return Op(st, self._scratch(st, n))
@@ -477,15 +483,15 @@ class Execution:
         if op.sink is not None:
             op.sink.finish()
         elif t.addends and t.root == self.device:
-            unpack(self.src[t.tensor], t.box, self.lp.src_box[t.tensor], op.buf)
+            unpack(self.src[t.tensor], t.box, self.lp.src_box[t.tensor], op.buf, self.batch)
         elif self._receives(t):
-            unpack(self.dst[t.tensor], t.box, self.lp.dst_box[t.tensor], op.buf)
+            unpack(self.dst[t.tensor], t.box, self.lp.dst_box[t.tensor], op.buf, self.batch)
 
     def unpack_reduced(self, op: Op) -> None:
         """The root's sum into its (private) source shard."""
         t = op.task
         if t.root == self.device:
-            unpack(self.src[t.tensor], t.box, self.lp.src_box[t.tensor], op.buf)
+            unpack(self.src[t.tensor], t.box, self.lp.src_box[t.tensor], op.buf, self.batch)
 
     def unpack_allreduced(self, op: Op) -> None:
         """Every member's sum into its destination shard where it lands there (converted
@@ -502,7 +508,7 @@ class Execution:
             convert_into(region(self.dst[i], t.box, self.lp.dst_box[i]), values,
                          pt.out_dtype, pt.sum_dtype or pt.dtype)
         elif t.root != self.device:
-            unpack(self.src[i], t.box, self.lp.src_box[i], op.buf)
+            unpack(self.src[i], t.box, self.lp.src_box[i], op.buf, self.batch)
 
     def unpack_gathered(self, op: Op) -> None:
         """The other members' pieces into the destination shard."""
@@ -511,7 +517,8 @@ class Execution:
         for row, member in enumerate(t.group):
             piece = piece_of[member]
             if member != self.device and box_size(piece):
-                unpack(self.dst[t.tensor], piece, self.lp.dst_box[t.tensor], op.rows[row])
+                unpack(self.dst[t.tensor], piece, self.lp.dst_box[t.tensor], op.rows[row],
+                       self.batch)
 
 
 _PREPARE: Mapping[TaskKind, Callable[[Execution, StepTask], Op | None]] = MappingProxyType({

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from reshard.comm.pitched import copy_into
+from reshard.comm.pitched import CopySink, copy_into
 from reshard.dtypes import is_torch
 from reshard.layout import Box
 
@@ -76,24 +76,27 @@ def is_contiguous(view: Any) -> bool:
     return bool(view.flags.c_contiguous)
 
 
-def pack(shard: Any, box: Box, shard_box: Box, out: Any | None = None) -> Any:
+def pack(shard: Any, box: Box, shard_box: Box, out: Any | None = None,
+         sink: CopySink | None = None) -> Any:
     """A 1-d contiguous buffer with the elements of ``box``.
 
     Zero-copy (a view of the shard) when the box is already contiguous in the shard;
-    otherwise copied into ``out`` (or a new buffer).
+    otherwise copied into ``out`` (or a new buffer; into ``out`` queued in ``sink``
+    where it takes the copy: the caller flushes it before the buffer is read).
     """
     view = region(shard, box, shard_box)
     if is_contiguous(view):
         return view.reshape(-1)
     if out is None:
         return view.reshape(-1)  # a copy: the view is not contiguous
-    copy_into(out.reshape(view.shape), view)
+    copy_into(out.reshape(view.shape), view, sink)
     return out
 
 
-def unpack(shard: Any, box: Box, shard_box: Box, buf: Any) -> None:
+def unpack(shard: Any, box: Box, shard_box: Box, buf: Any,
+           sink: CopySink | None = None) -> None:
     """Write a 1-d buffer holding ``box`` into the shard (no-op if ``buf`` already is
-    the shard's own memory)."""
+    the shard's own memory; queued in ``sink`` where it takes the copy)."""
     view = region(shard, box, shard_box)
     n = math.prod(view.shape)
     if n == 0:
@@ -101,7 +104,7 @@ def unpack(shard: Any, box: Box, shard_box: Box, buf: Any) -> None:
     flat = buf[:n]
     if is_contiguous(view) and same_memory(view, flat):
         return
-    copy_into(view, flat.reshape(view.shape))
+    copy_into(view, flat.reshape(view.shape), sink)
 
 
 class Unpacker:

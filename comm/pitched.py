@@ -22,7 +22,7 @@ than :data:`MIN_ROW` bytes, more than :data:`MAX_COPIES` copies).
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -197,9 +197,21 @@ def _is_cupy(a: Any) -> bool:
     return type(a).__module__.startswith("cupy") and hasattr(a, "__cuda_array_interface__")
 
 
-def copy_into(dst: Any, src: Any) -> None:
-    """``dst[...] = src`` (same shape and dtype): the copy kernel on the current stream
-    for cupy arrays where :func:`pitched_copies` covers them, else assignment."""
+class CopySink(Protocol):
+    """Where copies can wait for one launch of many (:class:`reshard.comm.box_batch.
+    BoxBatch`)."""
+
+    def add(self, dst: Any, src: Any) -> bool:
+        """Queue ``dst[...] = src``; False where it does not take them."""
+        ...
+
+
+def copy_into(dst: Any, src: Any, sink: CopySink | None = None) -> None:
+    """``dst[...] = src`` (same shape and dtype): queued in ``sink`` where it takes them
+    (cupy arrays: the caller flushes it), else the copy kernel on the current stream for
+    cupy arrays where :func:`pitched_copies` covers them, else assignment."""
+    if sink is not None and sink.add(dst, src):
+        return
     if not (_is_cupy(dst) and _is_cupy(src)) or dst.dtype != src.dtype \
             or dst.shape != src.shape or (dst.flags.c_contiguous and src.flags.c_contiguous):
         dst[...] = src  # cupy copies contiguous arrays with cudaMemcpyAsync
@@ -215,5 +227,5 @@ def copy_into(dst: Any, src: Any) -> None:
                                                _I64(go.n), _I64(c.height)))
 
 
-__all__ = ["MAX_COPIES", "MIN_ROW", "SOURCE", "Copy", "Launch", "copy_into", "launch",
+__all__ = ["MAX_COPIES", "MIN_ROW", "SOURCE", "Copy", "CopySink", "Launch", "copy_into", "launch",
            "pitched_copies"]

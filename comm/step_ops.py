@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from reshard.comm.box_batch import BoxBatch
 from reshard.comm.packing import Unpacker
 from reshard.comm.pitched import copy_into
 from reshard.comm.steps import MessagePiece, StepTask
@@ -59,12 +60,15 @@ class MessageSink:
         dst: tensor -> this device's destination shard.
         pieces: the payloads to unpack, in message order, each with its destination
             shard's bytes where it is copied run by run (else None).
+        batch: where a GPU's copies of one :meth:`upto` wait for one launch (flushed
+            before it returns).
     """
 
-    __slots__ = ("done", "dst", "pieces")
+    __slots__ = ("batch", "done", "dst", "pieces")
 
-    def __init__(self, dst: dict[int, Any], pieces: list[tuple[MessagePiece, Any]]) -> None:
-        self.dst, self.pieces = dst, pieces
+    def __init__(self, dst: dict[int, Any], pieces: list[tuple[MessagePiece, Any]],
+                 batch: BoxBatch | None = None) -> None:
+        self.dst, self.pieces, self.batch = dst, pieces, batch
         self.done = 0
 
     def upto(self, nbytes: int) -> None:
@@ -74,11 +78,13 @@ class MessageSink:
         while k < len(pieces) and pieces[k][0].end <= nbytes:
             p, whole = pieces[k]
             if whole is None:
-                copy_into(dst[p.tensor][p.slices], p.shaped)
+                copy_into(dst[p.tensor][p.slices], p.shaped, self.batch)
             else:
                 p.runs_in(whole)[...] = p.packed_rows
             k += 1
         self.done = k
+        if self.batch is not None:
+            self.batch.flush()
 
     def finish(self) -> None:
         """Unpack what is left."""

@@ -387,6 +387,32 @@ def with_cast_rate(rt: Any, cluster: Any, requests: Sequence[tuple],
         cluster, cast_bandwidth=runtime_cast_bandwidth(rt, devices, how, dtype))
 
 
+def gpu_cast_bandwidth(cast: Any = None, dtype: str = "bfloat16",
+                       shape: Sequence[int] = (7168, 18432), runs: int = 10,
+                       warmup: int = 2) -> float:
+    """Bytes/s of ``dtype`` source data the current GPU converts as ``cast`` says (default:
+    fp8 e4m3 with 128 x 128 block scales, the RL weight sync's) on the kernels the nccl
+    backend's casts run (:func:`reshard.microbench.gpu_cast.run_cast`: amax, scales,
+    quantize of a ``shape`` tensor, issued from Python back to back as a step issues
+    them; median of ``runs`` after ``warmup``, CUDA events). What
+    ``Cluster.cast_bandwidth`` charges a GPU cluster (the presets' ``cast_bandwidth``).
+    Needs cupy and a GPU."""
+    import cupy
+
+    from reshard.dtypes import Cast, ScaleMode, itemsize
+    from reshard.microbench.gpu_cast import run_cast, sample
+    from reshard.microbench.gpu_pack import GpuTimer
+
+    how = cast if cast is not None else Cast("float8_e4m3fn", ScaleMode.BLOCK128)
+    x = sample(cupy, tuple(shape), dtype)
+
+    def go() -> None:
+        run_cast(x, dtype, how)
+
+    ms = GpuTimer(cupy, runs, warmup).ms(go)
+    return float(np.prod(shape)) * itemsize(dtype) / (ms * 1e-3)
+
+
 def message_cost(backend: str, count: int = 256, rounds: int = 5,
                  env: dict[str, str] | None = None) -> float:
     """Seconds of the whole machine one end of one small message takes in ``backend``
@@ -439,6 +465,6 @@ def measure(pairs: int, nbytes: int = 64 << 20, round_trips: int = 200,
     return measure_many([pairs], nbytes, round_trips, repeats, backend)[max(1, pairs)]
 
 
-__all__ = ["LOCAL_PIECE", "Links", "busy_seconds", "measurable", "measure", "measure_many",
-           "message_cost", "runtime_cast_bandwidth", "runtime_part_cost", "runtime_shared",
-           "with_cast_rate"]
+__all__ = ["LOCAL_PIECE", "Links", "busy_seconds", "gpu_cast_bandwidth", "measurable", "measure",
+           "measure_many", "message_cost", "runtime_cast_bandwidth", "runtime_part_cost",
+           "runtime_shared", "with_cast_rate"]

@@ -18,6 +18,14 @@ any order), and every other step is elementwise.
 * :func:`quantize_into`: ``out[...] = saturate(values / scales)``, each element divided
   by the scale of its block, in float32.
 * :func:`reference_cast`: the whole tensor through the three (values and scales).
+
+On a GPU (cupy arrays, torch CUDA tensors) the same functions run the fused kernels of
+:mod:`reshard.kernels.cast_launch` where they take the case (bfloat16 or float32 read,
+float8 or bfloat16 written): the block amax one pass over the data, the scales one
+launch over the blocks, the quantize and encode another pass; elsewhere (numpy, CPU
+torch, other dtypes) the array library's own operations. Both are exact: torch divides
+by tensors here, never by a Python number (which CUDA would multiply by its rounded
+reciprocal, one ulp off the reference's quotient).
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from reshard.dtypes import (
     parse_dtype,
     scale_grid,
 )
+from reshard.kernels import cast_launch as fused
 from reshard.layout import Box
 
 
@@ -110,6 +119,10 @@ def block_amax(values: Any, box: Box, block: Sequence[int], grid: Sequence[int],
     them, of ``dtype`` as the type or its bits; None: its own dtype): a float32 array of
     shape ``grid``, zeros for blocks ``box`` does not meet. NaN propagates into its
     block."""
+    if all(c > a for a, c in box) and fused.on_gpu(values):
+        got = fused.block_amax(values, box, block, grid, dtype)
+        if got is not None:
+            return got
     out = _zeros_like_grid(values, grid)
     if not all(c > a for a, c in box):
         return out
@@ -128,13 +141,18 @@ def scales_from_amax(amax: Any, target: str, mode: ScaleMode = ScaleMode.BLOCK12
     (``block128-ue8m0``); ``2^(floor(log2(amax)) - emax)``, ``2^-127`` where ``amax`` is
     0 (``mx32``). Powers of two are clamped to ``[2^-127, 2^127]``; a NaN or infinite
     amax gives NaN."""
+    if fused.on_gpu(amax):
+        got = fused.scales_from_amax(amax, target, mode)
+        if got is not None:
+            return got
     if mode in _POWERS:
         return _powers_of_two(amax, target, mode)
     top = max_finite(target)
     if is_torch(amax):
         import torch
 
-        return torch.where(amax > 0, amax / top, torch.ones_like(amax))
+        a = amax.float()
+        return torch.where(a > 0, a / torch.full_like(a, top), torch.ones_like(a))
     one = np.float32(1)
     return array_module(amax).where(amax > 0, amax / np.float32(top), one).astype(np.float32)
 
@@ -152,7 +170,8 @@ def _powers_of_two(amax: Any, target: str, mode: ScaleMode) -> Any:
         xp = array_module(amax)
     a = amax.float() if torch_ else amax.astype(np.float32)
     if mode is ScaleMode.BLOCK128_UE8M0:
-        x = a / np.float32(max_finite(target))
+        top = max_finite(target)
+        x = a / (xp.full_like(a, top) if torch_ else np.float32(top))
         m, e = xp.frexp(x)
         k = xp.where(m == 0.5, e - 1, e)
         zero = 0  # an all-zero block: scale 1
@@ -189,7 +208,8 @@ def stored_scales(scales: Any, mode: ScaleMode, like: Any = None) -> Any:
             return scales.to(getattr(torch, name))
         return np.asarray(scales).astype(parse_dtype(name))
     out = like.reshape(tuple(scales.shape)) if like.size == scales.size else like
-    store(out, scales, name)
+    if not (fused.on_gpu(out) and fused.store_e8m0(out, scales)):
+        store(out, scales, name)
     return out
 
 
@@ -224,6 +244,9 @@ def quantize_into(out: Any, values: Any, box: Box, block: Sequence[int], scales:
     of ``scales_box`` (a box of the scale grid containing ``box``'s blocks)."""
     if not all(c > a for a, c in box):
         return
+    if fused.on_gpu(out) and fused.quantize_into(out, values, box, block, scales, scales_box,
+                                                 target, dtype):
+        return
     v = as_float32(values, dtype)
     s = _scale_of_elements(scales, scales_box, box, block)
     if is_torch(v):
@@ -238,6 +261,8 @@ def convert_into(out: Any, values: Any, target: str, dtype: str | None = None) -
     nearest even; into a float8 type through float32, saturating to its finite
     range. ``values`` is of ``dtype`` (None: its own); either array may hold its dtype
     as its bits (:mod:`reshard.bits`)."""
+    if fused.on_gpu(out) and fused.convert_into(out, values, target, dtype):
+        return
     if is_float8(target):
         store(out, _clip(as_float32(values, dtype), max_finite(target)), target)
     elif dtype is not None:

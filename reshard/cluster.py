@@ -188,7 +188,7 @@ class Cluster:
             "latency": fig.latency, "intra_latency": fig.intra_latency,
             "copy_bandwidth": fig.copy_bandwidth, "nics_per_host": fig.nics_per_host,
             "relay_piece": 0, "shared_bandwidth": 0.0, "message_cost": 0.0,
-            "part_cost": 0.0, "cast_bandwidth": 0.0,
+            "part_cost": 0.0, "cast_bandwidth": fig.cast_bandwidth,
         }
         unknown = set(overrides) - set(figures) - {"name"}
         if unknown:

@@ -42,6 +42,8 @@ class LinkFigures:
         source: where the figures come from.
         nics_per_host: network interfaces per host sharing ``nic_bandwidth`` equally;
             device ``i`` of a host with ``g`` devices uses NIC ``i * nics_per_host // g``.
+        cast_bandwidth: bytes/s of source data one device converts for a cast on the
+            wire (``Cluster.cast_bandwidth``; 0: not measured, a cast is free).
     """
 
     name: str
@@ -53,6 +55,7 @@ class LinkFigures:
     copy_bandwidth: float
     source: str
     nics_per_host: int = 1
+    cast_bandwidth: float = 0.0
 
 
 def bandwidth(text: str) -> float:
@@ -88,6 +91,8 @@ def _figures(name: str, table: Mapping[str, Any]) -> LinkFigures:
             copy_bandwidth=bandwidth(table["copy_bandwidth"]),
             source=str(table["source"]),
             nics_per_host=int(table.get("nics_per_host", 1)),
+            cast_bandwidth=bandwidth(table["cast_bandwidth"]) if "cast_bandwidth" in table
+            else 0.0,
         )
     except KeyError as e:
         raise ClusterError(f"preset {name!r} has no {e.args[0]}") from None

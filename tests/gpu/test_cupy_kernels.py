@@ -56,3 +56,63 @@ def test_pitched_copies_match_assignment(gpus):
         want[box] = packed
         assert cupy.asnumpy(back).tobytes() == cupy.asnumpy(want).tobytes()
     assert pitched == len(boxes)  # every one of these took the pitched path
+
+
+@pytest.mark.timeout(120)
+def test_box_batch_equals_assignment(gpus):
+    """comm.box_batch: boxes of many shapes, dtypes and alignments, packed and unpacked,
+    in one launch each way, equal to cupy's assignment (and nothing else written)."""
+    import cupy
+
+    from reshard.comm.box_batch import BoxBatch
+
+    rng = np.random.default_rng(5)
+    cases = []
+    for k in range(200):
+        dtype = [np.uint8, np.uint16, np.int32, np.float64][k % 4]
+        shape = tuple(int(v) for v in rng.integers(1, 40, 3))
+        shard = cupy.asarray(rng.integers(0, 100, shape).astype(dtype))
+        starts = [int(rng.integers(0, n)) for n in shape]
+        box = tuple(slice(a, a + int(rng.integers(1, n - a + 1))) for a, n in zip(starts, shape))
+        cases.append((shard, box))
+    batch = BoxBatch()
+    packed = []
+    for shard, box in cases:
+        out = cupy.zeros(shard[box].shape, shard.dtype)
+        assert batch.add(out, shard[box])
+        packed.append(out)
+    batch.flush()
+    for (shard, box), out in zip(cases, packed):
+        assert cupy.array_equal(out, shard[box])
+    backs = [cupy.zeros_like(shard) for shard, _ in cases]
+    for (_, box), out, back in zip(cases, packed, backs):
+        assert batch.add(back[box], out)
+    batch.flush()
+    for (shard, box), back in zip(cases, backs):
+        want = cupy.zeros_like(shard)
+        want[box] = shard[box]
+        assert cupy.array_equal(back, want)
+
+
+@pytest.mark.timeout(120)
+def test_a_thousand_16k_boxes_in_one_launch(gpus):
+    import cupy
+
+    from reshard.comm.box_batch import BoxBatch
+
+    shard = cupy.arange(1000 * 16 * 1024, dtype=cupy.int32).reshape(16000, 1024)
+    out = cupy.zeros((1000, 16, 256), cupy.int32)
+    batch = BoxBatch()
+    for k in range(1000):
+        assert batch.add(out[k], shard[16 * k:16 * (k + 1), 256:512])
+    assert len(batch.rows) == 1000
+    batch.flush()
+    assert cupy.array_equal(out, shard.reshape(1000, 16, 1024)[:, :, 256:512])
+
+
+@pytest.mark.timeout(120)
+def test_gpu_cast_bandwidth_is_measured(gpus):
+    from reshard.microbench.calibrate import gpu_cast_bandwidth
+
+    rate = gpu_cast_bandwidth(shape=(1024, 4096), runs=3, warmup=1)
+    assert 1e9 < rate < 1e14

@@ -20,7 +20,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "reshard.mesh", "reshard.layout", "reshard.cluster", "reshard.bits", "reshard.casting", "reshard.lru",
                     "reshard.helptext", "reshard.tables", "reshard.cliargs", "reshard.version",
                     "reshard.packed", "reshard.darray", "reshard.gcpause", "reshard.lazy",
-                    "reshard.unique_ids", "reshard.presets")),
+                    "reshard.unique_ids", "reshard.presets", "reshard.kernels")),
     ("planner", ("reshard.planner",)),
     ("data plane", ("reshard.comm",)),
     ("driver", ("reshard.runtime", "reshard.workers", "reshard.loaded_plans", "reshard.diagnosis",

@@ -32,6 +32,8 @@ def test_the_papers_cluster_and_a_rail_optimised_one():
     assert Cluster.preset("dgx-h100", 2).nics_per_host == 8
     for figures in PRESETS.values():
         assert figures.source and figures.copy_bandwidth > figures.intra_bandwidth > 0
+        # a preset's measured cast rate (or 0) reaches the clusters built from it
+        assert Cluster.preset(figures.name, 1).cast_bandwidth == figures.cast_bandwidth
 
 
 def test_a_table_read_from_text_and_its_errors():
@@ -48,6 +50,9 @@ source = "our rack"
     (lab,) = read(text).values()
     assert (lab.name, lab.latency, lab.nic_bandwidth, lab.nics_per_host) == (
         "lab", 12.5e-6, 25 * GBIT, 1)
+    assert lab.cast_bandwidth == 0.0  # not measured: a cast is free
+    (cast,) = read(text + 'cast_bandwidth = "1800 GB/s"\n').values()
+    assert cast.cast_bandwidth == 1800 * GBYTE
     with pytest.raises(ClusterError, match="'lab' has no source"):
         read(text.replace('source = "our rack"', ""))
     with pytest.raises(ClusterError, match="not a number of microseconds"):
