@@ -34,6 +34,7 @@ import os
 import queue
 import random
 import signal
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -78,6 +79,7 @@ class Soak:
     timeout: float = 10.0
     after: float = 0.5
     seed: int = 0
+    switch: float | None = None
 
 
 def shards(device: int, version: int) -> dict[str, np.ndarray]:
@@ -159,18 +161,20 @@ def rank(device: int, address: Any, cfg: Soak, results: Any) -> None:
     import traceback
 
     try:
+        if cfg.switch is not None:
+            sys.setswitchinterval(cfg.switch)
         ex = Executor.create(cfg.backend, device, WORLD, address.connect(30), cfg.timeout)
         with ex, ModelSync(ex, MODEL, Cluster.regular(2, 2), mode=cfg.mode) as sync:
             reader = Reader(sync) if device in ENGINE.devices else None
             failed = ""
-            t0 = time.monotonic()
             for v in range(cfg.syncs):
                 if device == VICTIM and v == cfg.crash_at:
                     _arm_kill(sync.loaded.backend, cfg)
+                t0 = time.monotonic()
                 try:
                     sync.sync(shards(device, v), v)
                 except ExecutionError as e:
-                    failed = f"sync {v} failed after {time.monotonic() - t0:.1f}s: {e}"[:300]
+                    failed = f"sync {v} failed in {time.monotonic() - t0:.1f}s: {e}"[:300]
                     break
             if reader is not None:
                 time.sleep(cfg.after if failed else 0.0)
@@ -234,16 +238,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "the victim's sends")
     ap.add_argument("--backend", default="tcp", choices=["tcp", "nixl"])
     ap.add_argument("--timeout", type=float, default=10.0, help="the backend's timeout")
+    ap.add_argument("--switch-us", type=float, default=None,
+                    help="the ranks' thread switch interval in microseconds (Python's "
+                         "default: 5,000); small values make reads and syncs race more")
     args = ap.parse_args(argv)
     before, wall0 = cpu_times(), time.monotonic()
     total = dict.fromkeys(KINDS, 0)
     cpu = 0.0
     for r in range(args.rounds):
         cfg = Soak(args.mode, args.syncs, args.crash_at, args.hold, args.kill_window,
-                   args.backend, args.timeout, seed=r)
+                   args.backend, args.timeout, seed=r,
+                   switch=None if args.switch_us is None else args.switch_us * 1e-6)
         got = run_round(cfg)
-        crash = "" if cfg.crash_at is None else \
-            f", rank {VICTIM} killed in sync {cfg.crash_at}{' (holding)' if cfg.hold else ''}"
+        crash = "" if cfg.crash_at is None else f", rank {VICTIM} killed " + (
+            f"in sync {cfg.crash_at} before sending" if cfg.hold else
+            f"0-{1e3 * cfg.kill_window:g} ms after its first send of sync {cfg.crash_at}")
+        if args.switch_us is not None:
+            crash += f", threads switching every {args.switch_us:g} us"
         print(f"round {r}: {args.mode}, {args.backend}, {args.syncs} syncs{crash}")
         for d in sorted(got):
             g = got[d]
