@@ -35,10 +35,11 @@ version has landed on the rank and readers see it; a failed sync of it raises at
 A sync ends with a confirmation: every rank of the executor's world (trainer and
 engine) all-gathers the version it landed (8 bytes a rank), so a :meth:`ModelSync.sync`
 (or its handle's ``wait``) returns on any rank, a trainer's included, only once every
-rank has landed the version (an engine rank's readers see it from then), and a rank
-given another version than its peers raises naming them. A destination that never
-takes the version makes the sources' sync raise at the backend's timeout instead of
-returning.
+rank has landed the version, and an engine rank's readers are given it only from then
+(so no engine rank reads a version another failed to land). A rank given another
+version than its peers raises naming them; a destination that never takes the version
+makes the sources' sync raise at the backend's timeout instead of returning. Either way
+the version is not published and counts as a failed sync.
 
 On the trainer side ``snapshot=True`` copies this rank's source shards when the sync
 begins (a copy of the rank's shards, which must fit its ``memory_budget`` if it has
@@ -302,16 +303,16 @@ class ModelSync:
         return handle
 
     def _land(self, shards: list[Any], version: int) -> None:
-        """Run the plan into the set the gate gives, publish it (or mark it torn), then
-        confirm the version with every rank."""
+        """Run the plan into the set the gate gives and confirm the version with every
+        rank; then publish the set, or (either failed) leave it torn."""
         target = self._gate.begin()
         try:
             self.executor.run(self.loaded, shards, out=self._outs[target]).wait()
+            self._confirm(version)
         except BaseException as e:
             self._gate.fail(target, version, f"{type(e).__name__}: {e}")
             raise
         self._gate.publish(target, version)
-        self._confirm(version)
 
     def _confirm(self, version: int) -> None:
         """Every rank of the world landed ``version``: one all-gather of it (8 bytes a

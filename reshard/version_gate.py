@@ -8,8 +8,9 @@ threads. Each set is in one of three states, kept under one lock:
 * *whole at version v* (``v = -1``: nothing synced yet): readers may take it and are
   told ``v``;
 * *being written* by the one sync in flight;
-* *torn*: a write into it failed part way (a peer died, a timeout), so it holds bytes
-  of two versions. It stays torn until a later sync lands whole in it.
+* *torn*: a write into it failed part way (a peer died, a timeout), so it may hold
+  bytes of two versions (or one version that not every rank landed). It stays torn
+  until a later sync lands whole in it.
 
 Every change a reader can observe is made in one critical section: a sync's landing
 marks its set whole, makes it the set readers get (``live``), records the version and

@@ -205,16 +205,21 @@ def test_a_buffer_of_another_dtype_is_refused_when_the_sync_is_built():
 @pytest.mark.timeout(120)
 def test_ranks_given_different_versions_are_refused():
     """The engines sync version 5 while the trainers sync 6: every rank's sync raises,
-    naming the others' version (the confirmation's all-gather)."""
+    naming the others' version (the confirmation's all-gather), and no engine rank's
+    readers are given the bytes under either label."""
     def body(b: TcpBackend) -> object:
         with ModelSync(Executor(b), PARAMS, CLUSTER) as sync:
             v = 5 if b.device in ENGINE.devices else 6
             with pytest.raises(ExecutionError, match="ranks synced another version") as e:
                 sync.sync(_shards(b.device, v), v)
-            return str(e.value)
+            failure = sync.failure
+            assert failure is not None
+            with sync.reading() as (version, _):
+                return str(e.value), version, failure.version
 
     got = _ok(_ranks(body, world=(0, 1, 2, 3)))
-    assert "{2: 5, 3: 5}" in got[0] and "{0: 6, 1: 6}" in got[2], got
+    assert "{2: 5, 3: 5}" in got[0][0] and "{0: 6, 1: 6}" in got[2][0], got
+    assert got[2][1:] == got[3][1:] == (-1, 5)  # still nothing synced, version 5 failed
 
 
 @pytest.mark.timeout(120)
