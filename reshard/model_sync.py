@@ -330,8 +330,9 @@ class ModelSync:
             raise
         except Exception as e:
             raise ExecutionError(
-                f"device {self.executor.device}: version {version} left this rank but "
-                f"not every rank of {list(group)} confirmed it landed: {e}") from e
+                f"device {self.executor.device}: version {version} is done on this rank "
+                f"but not every rank of {list(group)} confirmed it (one failed, died or "
+                f"never took it), so this rank does not publish it: {e}") from e
         other = {d: int(v) for d, v in zip(group, got) if int(v) != version}
         if other:
             raise ExecutionError(

@@ -172,8 +172,8 @@ def test_a_source_sync_returns_only_once_the_engines_hold_the_version():
                 return sync.version
             t0 = time.monotonic()
             try:
-                with pytest.raises(ExecutionError, match="version 3 left this rank but not "
-                                                         "every rank"):
+                with pytest.raises(ExecutionError, match="version 3 is done on this rank "
+                                                         "but not every rank"):
                     sync.sync(mine, 3)
                 took = time.monotonic() - t0
                 with sync.reading() as (version, _):
