@@ -69,6 +69,7 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.comm.executor import Executor
 from reshard.comm.program import Destination
+from reshard.comm.spmd import world_of
 from reshard.dtypes import Cast, dtype_name, itemsize, storage
 from reshard.errors import ExecutionError, ReshardError
 from reshard.layout import Layout
@@ -172,8 +173,8 @@ class ModelSync:
         self._gate = VersionGate(mode, f"device {executor.device}")
         self._sets = [self._buffers(buffers, library) for _ in range(self._gate.policy.sets)]
         self._issued: int | None = None  # the last version given to sync
-        self._world = tuple(self.loaded.backend.world)
-        with executor.communicating():  # the confirmation's group (load_request's world)
+        self._world = world_of(self.loaded.backend, None)  # load_request's world
+        with executor.communicating():  # the confirmation's group
             self.loaded.backend.prepare(_Group(self._world))
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="reshard-sync")
         self._inputs = names
