@@ -10,21 +10,36 @@ same request and the digests are compared, :meth:`reshard.comm.executor.Executor
 load_request`) and loads it; :meth:`ModelSync.sync` then only moves bytes.
 
 A sync lands while the engine may be generating. Three ways to keep its reads whole
-(``mode``):
+(``mode``; the protocol is :mod:`reshard.version_gate`'s):
 
 * ``"double"`` (default): an engine rank holds two sets of destination buffers; a
   sync writes the set no reader holds, and swaps when every tensor of its version has
   landed on the rank. Readers (:meth:`ModelSync.reading`) never wait; a sync waits for
   the readers still holding the set it is about to overwrite (those that began before
-  the last swap). Costs a second copy of the rank's destination shards.
+  the last swap). A sync that fails part way (a peer died) leaves readers on the last
+  whole version. Costs a second copy of the rank's destination shards.
 * ``"lock"``: one set; a sync waits for the readers to leave and readers wait while a
   sync waits or writes (no memory beside the buffers; reads and syncs take turns, and a
-  sync is never starved by readers that keep coming).
-* ``"none"``: one set, written in place, no coordination (a reader may see two
-  versions: for engines that pause themselves).
+  sync is never starved by readers that keep coming). A sync that fails part way leaves
+  the set torn: readers are refused (:class:`reshard.errors.ExecutionError` naming the
+  failed version) until a later sync lands whole, never told the old version.
+* ``"none"``: one set, written in place, no coordination (a reader during a sync may
+  see two versions: for engines that pause themselves); after a failed sync readers are
+  refused as in ``"lock"``.
 
-In every mode :meth:`ModelSync.wait_version` is the "version ready" point an engine
-may wait on (the version has landed on the rank and readers see it).
+In every mode the version a reader is told is the version of the buffers it holds (the
+end of a write, the swap and the new version are one step), and
+:meth:`ModelSync.wait_version` is the "version ready" point an engine may wait on (the
+version has landed on the rank and readers see it; a failed sync of it raises at once).
+
+A sync ends with a confirmation: every rank of the executor's world (trainer and
+engine) all-gathers the version it landed (8 bytes a rank), so a :meth:`ModelSync.sync`
+(or its handle's ``wait``) returns on any rank, a trainer's included, only once every
+rank has landed the version, and an engine rank's readers are given it only from then
+(so no engine rank reads a version another failed to land). A rank given another
+version than its peers raises naming them; a destination that never takes the version
+makes the sources' sync raise at the backend's timeout instead of returning. Either way
+the version is not published and counts as a failed sync.
 
 On the trainer side ``snapshot=True`` copies this rank's source shards when the sync
 begins (a copy of the rank's shards, which must fit its ``memory_budget`` if it has
@@ -33,13 +48,16 @@ one), so that with ``blocking=False`` the optimizer may write its weights as soo
 
 Versions are integers that only increase: a sync of a version not newer than the last
 one given is refused before anything moves. Every rank must sync the same versions in
-the same order (each rank checks its own order; a rank given another version is not
-detected across ranks).
+the same order (each rank checks its own order before anything moves; the confirmation
+refuses a disagreement after the bytes moved).
+
+Failures: a sync that fails while communicating leaves its executor refusing every
+later run (:class:`reshard.comm.executor.Executor`): build a new executor and a new
+``ModelSync`` (over the engine's own ``buffers``) to go on.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -51,11 +69,13 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.comm.executor import Executor
 from reshard.comm.program import Destination
-from reshard.dtypes import Cast, itemsize
+from reshard.comm.spmd import world_of
+from reshard.dtypes import Cast, dtype_name, itemsize, storage
 from reshard.errors import ExecutionError, ReshardError
 from reshard.layout import Layout
+from reshard.version_gate import POLICIES, Failure, VersionGate
 
-MODES = ("double", "lock", "none")
+MODES = tuple(POLICIES)
 """How a sync keeps an engine rank's reads whole (module docstring)."""
 
 
@@ -93,18 +113,19 @@ def _key(params: Sequence[Param], d: Destination) -> str:
 
 class SyncHandle:
     """One :meth:`ModelSync.sync` in flight; :meth:`wait` returns its version once it
-    has landed on this rank (and, on an engine rank, been made the one readers see)."""
+    has landed on every rank (on an engine rank, it is the one readers see)."""
 
     def __init__(self, future: Future, version: int) -> None:
         self._future = future
         self.version = version
 
     def done(self) -> bool:
-        """True once it landed (or failed)."""
+        """True once it landed everywhere (or failed)."""
         return self._future.done()
 
     def wait(self, timeout: float | None = None) -> int:
-        """Its version, once landed; raises what the transfer raised."""
+        """Its version, once landed on every rank; raises what the transfer or the
+        confirmation raised."""
         self._future.result(timeout)
         return self.version
 
@@ -120,10 +141,15 @@ class ModelSync:
         mode: ``"double"``, ``"lock"`` or ``"none"`` (:data:`MODES`).
         snapshot: copy the sources when a sync begins (trainer side).
         buffers: this rank's destination buffers, ``{key: array}`` with the keys of
-            :meth:`destinations` (the engine's own, packed views included); a callable
-            makes a set (called twice in ``"double"`` mode); None: allocated (numpy, or
-            torch with an executor whose ``arrays`` is ``"torch"``).
+            :meth:`destinations` (the engine's own, packed views included), each of its
+            shard's shape and dtype (checked here); a callable makes a set (called
+            twice in ``"double"`` mode); None: allocated (numpy, or torch with an
+            executor whose ``arrays`` is ``"torch"``).
         strategy: the plan's strategy.
+
+    Raises:
+        ReshardError: an unknown mode, a parameter named twice, or a buffer this rank
+            does not receive or of another shape or dtype than its shard (naming it).
     """
 
     def __init__(self, executor: Executor, params: Sequence[Param], cluster: Cluster, *,
@@ -144,14 +170,12 @@ class ModelSync:
                                                strategy=strategy)
         self._dests = {_key(self.params, d): d for d in self.loaded.destinations()}
         library = "torch" if executor.arrays == "torch" else "numpy"
-        sets = 2 if mode == "double" else 1
-        self._sets = [self._buffers(buffers, library) for _ in range(sets)]
-        self._live = 0
-        self._readers = [0] * sets
-        self._writing = False
-        self._landed = -1  # the version readers see (-1: none yet)
+        self._gate = VersionGate(mode, f"device {executor.device}")
+        self._sets = [self._buffers(buffers, library) for _ in range(self._gate.policy.sets)]
         self._issued: int | None = None  # the last version given to sync
-        self._cond = threading.Condition()
+        self._world = world_of(self.loaded.backend, None)  # load_request's world
+        with executor.communicating():  # the confirmation's group
+            self.loaded.backend.prepare(_Group(self._world))
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="reshard-sync")
         self._inputs = names
         # each set as Executor.run's out= (tensor index -> buffer), made once
@@ -172,7 +196,23 @@ class ModelSync:
             elif tuple(got[key].shape) != d.shape:
                 raise ReshardError(f"buffer {key!r} has shape {tuple(got[key].shape)}; this "
                                    f"rank's shard is {d.shape} ({d.dtype})")
+            else:
+                self._check_dtype(key, got[key], d)
         return got
+
+    def _check_dtype(self, key: str, buf: Any, d: Destination) -> None:
+        """Refuse a buffer whose dtype the run would refuse (the executor's rule: the
+        shard's dtype, or its bits as unsigned integers where the backend holds them so)."""
+        try:
+            held = dtype_name(buf.dtype)
+        except (ReshardError, TypeError, ValueError, AttributeError):
+            held = str(getattr(buf, "dtype", type(buf).__name__))
+        bits = d.dtype in self.executor.capabilities.bits
+        if held == d.dtype or (bits and held == storage(d.dtype)):
+            return
+        also = f" (or {storage(d.dtype)}, its bits)" if bits else ""
+        raise ReshardError(f"buffer {key!r} has dtype {held}; this rank's shard of {key!r} "
+                           f"is {d.dtype}, shape {d.shape}: pass a {d.dtype}{also} buffer")
 
     def destinations(self) -> dict[str, Destination]:
         """What this rank receives, by key (a parameter's name; its scales as
@@ -181,9 +221,15 @@ class ModelSync:
 
     @property
     def version(self) -> int:
-        """The version readers on this rank see (-1 before the first sync landed)."""
-        with self._cond:
-            return self._landed
+        """The newest version that landed whole on this rank (-1 before the first): the
+        one readers see, unless :attr:`failure` says a later sync tore their buffers."""
+        return self._gate.landed
+
+    @property
+    def failure(self) -> Failure | None:
+        """The last sync that failed on this rank, until a later one lands (None: none
+        since). In ``"lock"`` and ``"none"`` mode readers are refused meanwhile."""
+        return self._gate.failure
 
     @property
     def memory(self) -> int:
@@ -199,48 +245,46 @@ class ModelSync:
 
         Raises:
             ExecutionError: it did not land within ``timeout`` seconds (naming the last
-                one that did).
+                one that did), or the sync of it (or of a newer one) failed here (at
+                once, naming why).
         """
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._landed >= version, timeout):
-                raise ExecutionError(
-                    f"version {version} did not land within {timeout:g}s on this rank; "
-                    f"the last one that did: {self._landed}")
-            return self._landed
+        return self._gate.wait_landed(version, timeout)
 
     @contextmanager
     def reading(self) -> Iterator[tuple[int, Mapping[str, Any]]]:
         """``(version, {key: shard})``: one whole version of this rank's weights, held
-        until the block ends (``"lock"`` mode: waits while a sync writes)::
+        until the block ends (``"lock"`` mode: waits while a sync writes); ``version`` is
+        the version those buffers hold (-1: nothing synced yet)::
 
             with sync.reading() as (version, weights):
                 ...  # generate with weights["layers.0.q_proj"], ...
+
+        Raises:
+            ExecutionError: ``"lock"`` / ``"none"`` mode, after a sync failed part way:
+                the buffers hold no whole version (naming the failed one) until a later
+                sync lands.
         """
-        with self._cond:
-            if self.mode == "lock":
-                self._cond.wait_for(lambda: not self._writing)
-            i = self._live
-            self._readers[i] += 1
-            version = self._landed
+        i, version = self._gate.enter()
         try:
             yield version, self._sets[i]
         finally:
-            with self._cond:
-                self._readers[i] -= 1
-                self._cond.notify_all()
+            self._gate.leave(i)
 
     # ----- a step ---------------------------------------------------------------------
     def sync(self, sources: Mapping[str, Any] | None, version: int, *,
              blocking: bool = True) -> SyncHandle:
         """Move ``version`` of the weights: ``sources`` is this rank's shard of each
         parameter it holds on the trainer (``{name: array}``; None or missing where it
-        holds none). With ``blocking``, returns once it landed here; else at once (after
-        the snapshot, with ``snapshot``), the transfer running on this object's thread,
-        one sync after another.
+        holds none). With ``blocking``, returns once it landed on every rank of the
+        world (the confirmation, module docstring), a trainer rank's too; else at once
+        (after the snapshot, with ``snapshot``), the transfer running on this object's
+        thread, one sync after another, and the handle's ``wait`` says when.
 
         Raises:
             ReshardError: ``version`` is not newer than the last one given (before
                 anything moves), or a source of a name that is not a parameter.
+            ExecutionError: (blocking) the transfer failed, or a rank did not confirm
+                the version within the backend's timeout or confirmed another one.
         """
         if self._issued is not None and version <= self._issued:
             raise ReshardError(f"version {version} is not newer than {self._issued}, the "
@@ -260,26 +304,41 @@ class ModelSync:
         return handle
 
     def _land(self, shards: list[Any], version: int) -> None:
-        """Run the plan into the set no reader can see, then publish it."""
-        with self._cond:
-            if self.mode == "double":
-                target = 1 - self._live
-                self._cond.wait_for(lambda: self._readers[target] == 0)
-            else:
-                target = self._live
-                if self.mode == "lock":  # new readers wait from now (no writer starves)
-                    self._writing = True
-                    self._cond.wait_for(lambda: self._readers[target] == 0)
+        """Run the plan into the set the gate gives and confirm the version with every
+        rank; then publish the set, or (either failed) leave it torn."""
+        target = self._gate.begin()
         try:
             self.executor.run(self.loaded, shards, out=self._outs[target]).wait()
-        finally:
-            with self._cond:
-                self._writing = False
-                self._cond.notify_all()
-        with self._cond:
-            self._live = target
-            self._landed = version
-            self._cond.notify_all()
+            self._confirm(version)
+        except BaseException as e:
+            self._gate.fail(target, version, f"{type(e).__name__}: {e}")
+            raise
+        self._gate.publish(target, version)
+
+    def _confirm(self, version: int) -> None:
+        """Every rank of the world landed ``version``: one all-gather of it (8 bytes a
+        rank) after this rank's part; raises if a rank does not take part within the
+        backend's timeout, or took part with another version."""
+        b, group = self.loaded.backend, self._world
+        try:
+            with self.executor.communicating():
+                mine = b.asarray(np.array([version], np.int64).view(np.uint8))
+                out = b.empty(8 * len(group), np.uint8).reshape(len(group), 8)
+                b.all_gather(out, mine, group)
+                b.synchronize()
+                got = np.ascontiguousarray(b.to_host(out)).view(np.int64).ravel()
+        except ReshardError:
+            raise
+        except Exception as e:
+            raise ExecutionError(
+                f"device {self.executor.device}: version {version} is done on this rank "
+                f"but not every rank of {list(group)} confirmed it (one failed, died or "
+                f"never took it), so this rank does not publish it: {e}") from e
+        other = {d: int(v) for d, v in zip(group, got) if int(v) != version}
+        if other:
+            raise ExecutionError(
+                f"device {self.executor.device}: ranks synced another version than "
+                f"{version}: {other}; every rank must sync the same versions in one order")
 
     def close(self) -> None:
         """Wait for the syncs in flight and stop this object's thread (the executor
@@ -293,6 +352,16 @@ class ModelSync:
         self.close()
 
 
+class _Group:
+    """The confirmation's one communicator group, as ``Backend.prepare`` takes it."""
+
+    def __init__(self, group: tuple[int, ...]) -> None:
+        self._group = group
+
+    def communicator_groups(self) -> tuple[tuple[int, ...], ...]:
+        return (self._group,)
+
+
 def _copy(array: Any) -> Any:
     """A private copy of a source shard (numpy or torch)."""
     if hasattr(array, "clone"):
@@ -300,4 +369,4 @@ def _copy(array: Any) -> Any:
     return np.array(array, copy=True)
 
 
-__all__ = ["MODES", "ModelSync", "Param", "SyncHandle"]
+__all__ = ["MODES", "Failure", "ModelSync", "Param", "SyncHandle"]

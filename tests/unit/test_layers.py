@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("driver", ("reshard.runtime", "reshard.workers", "reshard.loaded_plans", "reshard.diagnosis",
                 "reshard")),
     ("applications", ("reshard.adapters", "reshard.pipeline", "reshard.service",
-                      "reshard.search", "reshard.model_sync")),
+                      "reshard.search", "reshard.model_sync", "reshard.version_gate")),
     ("test infrastructure", ("reshard.microbench.infra",)),
     ("tools", ("reshard.cli", "reshard.microbench")),
 )
