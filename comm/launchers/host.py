@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from reshard.comm.backends.tcp_intro import LinkKey
 from reshard.errors import ExecutionError, ReshardBaseError, ReshardError
 
 if TYPE_CHECKING:
@@ -79,10 +80,16 @@ def worker_env(env: Mapping[str, str] | None, device: int, rank: int, host: int)
 def make_specs(backend: str, devices: Sequence[int], cluster: Cluster | None, timeout: float,
                rendezvous: Any, env: Mapping[str, str] | None,
                options: Mapping[str, Any] | None = None) -> list[WorkerSpec]:
-    """One :class:`WorkerSpec` per device (world = the sorted devices)."""
+    """One :class:`WorkerSpec` per device (world = the sorted devices). A ``tcp`` run
+    gets one fresh :class:`~reshard.comm.backends.tcp_intro.LinkKey` in every spec's
+    options (unless ``options`` has one): its connections introduce themselves with it,
+    and it travels only with the specs, never through the rendezvous."""
     world = tuple(sorted(int(d) for d in devices))
     if len(set(world)) != len(world):
         raise ReshardError(f"devices {list(devices)} contain duplicates")
+    options = dict(options or {})
+    if backend == "tcp" and "link_key" not in options:
+        options["link_key"] = LinkKey.new()
     specs = []
     seen_on_host: dict[int, int] = {}
     for rank, d in enumerate(world):
@@ -90,7 +97,7 @@ def make_specs(backend: str, devices: Sequence[int], cluster: Cluster | None, ti
         local = seen_on_host.get(host, 0)
         seen_on_host[host] = local + 1
         specs.append(WorkerSpec(backend, d, world, float(timeout), rendezvous, host, local,
-                                worker_env(env, d, rank, host), dict(options or {})))
+                                worker_env(env, d, rank, host), dict(options)))
     return specs
 
 
