@@ -65,7 +65,7 @@ from reshard.comm.backends.host_memory import (
 )
 from reshard.comm.backends.tcp_frames import HEADER, IOV, Inbound, Link, Reused, Stream
 from reshard.comm.backends.tcp_hub import Hub
-from reshard.comm.backends.tcp_intro import LinkKey
+from reshard.comm.link_key import LinkKey
 from reshard.dtypes import ReduceOp
 from reshard.errors import ExecutionError
 
@@ -73,6 +73,9 @@ _log = logging.getLogger("reshard.tcp")
 
 _SERVE = 0.25
 """The longest single wait for a connection to move (timeouts are longer)."""
+_SERVE_EVERY = 0.05
+"""Seconds at least between two rounds of reading introductions from a wait (a wait
+is often short: a relay's next frame)."""
 _BATCH = 1 << 21
 """Bytes handed to one ``sendmsg`` at most (about what a socket's send buffer takes)."""
 _GATHER_TAG = 0x3FFF0000
@@ -92,7 +95,7 @@ class TcpBackend(Grouped, HostMemory):
         timeout: seconds an operation may go without progress.
         advertise: the address other ranks reach this process at (its listener's).
         link_key: the run's key for introducing connections (a
-            :class:`~reshard.comm.backends.tcp_intro.LinkKey` or its bytes), the same on
+            :class:`~reshard.comm.link_key.LinkKey` or its bytes), the same on
             every rank and never in the rendezvous: reshard's launchers make one per
             run. None: each listener's own secret, published with its address in the
             rendezvous (whoever reads the rendezvous can then introduce itself).
@@ -105,8 +108,7 @@ class TcpBackend(Grouped, HostMemory):
                  *, advertise: str = "127.0.0.1", link_key: LinkKey | bytes | None = None,
                  host: int = 0, local_index: int = 0) -> None:
         self._join(device, tuple(int(d) for d in world), timeout)
-        key = LinkKey(link_key) if isinstance(link_key, bytes) else link_key
-        self._hub = Hub(self.device, advertise, rendezvous, self.timeout, key)
+        self._hub = Hub(self.device, advertise, rendezvous, self.timeout, LinkKey.of(link_key))
         try:
             rendezvous.set(f"tcp/{self.device}", self._hub.published)
         except BaseException:
@@ -318,8 +320,10 @@ class TcpBackend(Grouped, HostMemory):
         :data:`_SERVE`: between waits the rank reads new introductions, so a peer's
         connection is answered, and a second claim of a link seen, while it waits)."""
         hub = self._hub
-        if hub.listening.acquire(blocking=False):
+        now = time.monotonic()
+        if now - hub.served > _SERVE_EVERY and hub.listening.acquire(blocking=False):
             try:
+                hub.served = now
                 hub.introduce(0.0)
             finally:
                 hub.listening.release()

@@ -5,7 +5,7 @@ and the table of connections accepted for channels not yet asking.
 One TCP connection per pair of devices and channel, made when a plan loads
 (:meth:`TcpBackend.prepare`), else on first use: the lower device connects to the
 listener the higher one published through the rendezvous (its address only where the
-launcher handed the run a :class:`~reshard.comm.backends.tcp_intro.LinkKey`).
+launcher handed the run a :class:`~reshard.comm.link_key.LinkKey`).
 
 The listener's side, under attack:
 
@@ -46,12 +46,12 @@ from reshard.comm.backends.tcp_intro import (
     MAGIC,
     MAX_NAME,
     VERDICT,
-    LinkKey,
     hello_mac,
     introduce,
     refusal,
     taken_mac,
 )
+from reshard.comm.link_key import LinkKey
 from reshard.comm.sockets import listen_on
 from reshard.errors import ExecutionError
 
@@ -130,6 +130,7 @@ class Hub:
         self.conflicts: dict[tuple[str, int], str] = {}
         self.channels: set[str] = {""}
         self.pending: dict[socket.socket, _Pending] = {}
+        self.served = 0.0  # when a channel's wait last read introductions
         self.addresses: dict[int, tuple[str, int, bytes]] = {}
         self.closed = False
         host, port = self.listener.getsockname()[:2]

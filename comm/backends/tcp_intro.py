@@ -17,21 +17,19 @@ that does not hold the secret (an address rewritten in the rendezvous) cannot ma
 and a connection the listener did not keep (a second claim, an impostor's first) fails
 before an operation on it can succeed.
 
-The secret is the run's :class:`LinkKey` where the launcher handed one to every worker
-(with its spec, down the pipe that starts it: the rendezvous never holds it), else the
+The secret is the run's :class:`~reshard.comm.link_key.LinkKey` where the launcher
+handed one to every worker (with its spec: the rendezvous never holds it), else the
 listener's own random secret, published with its address (embedded ranks that did not
 get a key: anyone who can read the rendezvous can then introduce themselves).
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import secrets
 import socket
 import struct
-from dataclasses import dataclass, field
 
+from reshard.comm.link_key import LinkKey, mac
 from reshard.comm.sockets import recv_exact
 from reshard.errors import ExecutionError
 
@@ -50,41 +48,14 @@ MAX_NAME = 4096
 """The longest channel name a hello may carry."""
 
 
-@dataclass(frozen=True)
-class LinkKey:
-    """A run's key for introducing its tcp connections: made by the launcher and handed
-    to each worker with its spec (down the pipe that starts it, or in Ray's object
-    store), never published in the rendezvous. Its repr hides it."""
-
-    secret: bytes = field(repr=False)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.secret, bytes) or len(self.secret) < 16:
-            raise ExecutionError(
-                f"a tcp link key must be at least 16 random bytes, got "
-                f"{type(self.secret).__name__} of length {len(self.secret or b'')}; make "
-                f"one with LinkKey.new()")
-
-    @classmethod
-    def new(cls) -> LinkKey:
-        """A fresh random key (32 bytes)."""
-        return cls(secrets.token_bytes(32))
-
-
-def _mac(secret: bytes, what: bytes, nonce: bytes, connector: int, listener: int,
-         name: bytes) -> bytes:
-    return hmac.new(secret, what + nonce + struct.pack("<qq", connector, listener) + name,
-                    hashlib.sha256).digest()
-
-
 def hello_mac(secret: bytes, nonce: bytes, connector: int, listener: int, name: bytes) -> bytes:
     """The connector's answer to a challenge."""
-    return _mac(secret, b"hello", nonce, connector, listener, name)
+    return mac(secret, b"hello" + nonce, (connector, listener), name)
 
 
 def taken_mac(secret: bytes, nonce: bytes, connector: int, listener: int, name: bytes) -> bytes:
     """The listener's proof that it kept the connection."""
-    return _mac(secret, b"taken", nonce, connector, listener, name)
+    return mac(secret, b"taken" + nonce, (connector, listener), name)
 
 
 def refusal(reason: str) -> bytes:

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from reshard.comm.backends.tcp_intro import LinkKey
+from reshard.comm.link_key import LinkKey
 from reshard.errors import ExecutionError, ReshardBaseError, ReshardError
 
 if TYPE_CHECKING:
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 # Environment every worker gets unless the caller's ``env`` says otherwise: many
 # workers share few cores, and their copies are memory-bound.
 DEFAULT_ENV: Mapping[str, str] = {"OMP_NUM_THREADS": "1"}
+
+_KEYED = ("tcp", "nixl")
+"""The backends whose connections authenticate with a run's link key."""
 
 
 @dataclass(frozen=True)
@@ -80,15 +83,15 @@ def worker_env(env: Mapping[str, str] | None, device: int, rank: int, host: int)
 def make_specs(backend: str, devices: Sequence[int], cluster: Cluster | None, timeout: float,
                rendezvous: Any, env: Mapping[str, str] | None,
                options: Mapping[str, Any] | None = None) -> list[WorkerSpec]:
-    """One :class:`WorkerSpec` per device (world = the sorted devices). A ``tcp`` run
-    gets one fresh :class:`~reshard.comm.backends.tcp_intro.LinkKey` in every spec's
-    options (unless ``options`` has one): its connections introduce themselves with it,
-    and it travels only with the specs, never through the rendezvous."""
+    """One :class:`WorkerSpec` per device (world = the sorted devices). A ``tcp`` or
+    ``nixl`` run gets one fresh :class:`~reshard.comm.link_key.LinkKey` in every spec's
+    options (unless ``options`` has one): its connections authenticate with it, and it
+    travels only with the specs, never through the rendezvous."""
     world = tuple(sorted(int(d) for d in devices))
     if len(set(world)) != len(world):
         raise ReshardError(f"devices {list(devices)} contain duplicates")
     options = dict(options or {})
-    if backend == "tcp" and "link_key" not in options:
+    if backend in _KEYED and "link_key" not in options:
         options["link_key"] = LinkKey.new()
     specs = []
     seen_on_host: dict[int, int] = {}

@@ -21,7 +21,7 @@ import pytest
 
 from reshard.comm.backends import tcp_hub, tcp_intro
 from reshard.comm.backends.tcp import TcpBackend
-from reshard.comm.backends.tcp_intro import LinkKey
+from reshard.comm.link_key import LinkKey
 from reshard.comm.rendezvous import TcpRendezvousServer
 from reshard.errors import ExecutionError
 
