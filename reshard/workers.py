@@ -4,10 +4,12 @@ error naming devices and tasks: :mod:`reshard.diagnosis`)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,42 @@ if TYPE_CHECKING:
 
 Issued = list[tuple[int, Future]]
 """Calls on their way: ``(device, future)`` each."""
+
+ABORT_WAIT = 15.0
+"""Seconds :meth:`Workers.close` waits for a failure's shutdown (killing the workers
+takes about a second; the rest releases pipes and the rendezvous): past it, close
+returns rather than hang the caller (or the interpreter's exit) on a stuck thread."""
+
+
+class _Interrupt:
+    """A SIGINT handler that only records the signal (see :func:`interrupts_deferred`)."""
+
+    def __init__(self) -> None:
+        self.hit = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.hit = True
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[_Interrupt | None]:
+    """Ctrl-C inside the block is recorded, not raised where it lands: the caller
+    checks ``hit`` at points where raising is safe. Python raises KeyboardInterrupt
+    between any two bytecodes, also inside ``threading.Condition.__enter__`` after its
+    lock is taken (a future's lock, a waiter's event), and a lock left held that way
+    hung the shutdown that followed for ever (issue 61, item 12). Only in the main
+    thread and only over Python's own default handler (a caller's handler is left
+    alone: None is yielded)."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield None
+        return
+    box = _Interrupt()
+    old = signal.signal(signal.SIGINT, box)
+    try:
+        yield box
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 class Workers:
@@ -51,7 +89,7 @@ class Workers:
             self.group.close(grace)
         aborting = self._aborting
         if aborting is not None and aborting is not threading.current_thread():
-            aborting.join()
+            aborting.join(ABORT_WAIT)
 
     def check_open(self) -> None:
         """Raise unless calls may be made (a failure also closes the group)."""
@@ -66,12 +104,18 @@ class Workers:
         self.group.ensure(devices)
 
     def issue(self, calls: dict[int, WorkerCall]) -> Issued:
-        """Issue ``{device: call}`` (the caller holds :attr:`lock`)."""
+        """Issue ``{device: call}`` (the caller holds :attr:`lock`): to every device or,
+        interrupted (Ctrl-C), to every device and then the group is shut down (a call
+        issued to some devices only would leave the others' order behind)."""
         out = []
-        for d, call in calls.items():
-            fut = self.group.submit(d, call)
-            fut.add_done_callback(functools.partial(self._made_progress, d))
-            out.append((d, fut))
+        with interrupts_deferred() as interrupt:
+            for d, call in calls.items():
+                fut = self.group.submit(d, call)
+                fut.add_done_callback(functools.partial(self._made_progress, d))
+                out.append((d, fut))
+        if interrupt is not None and interrupt.hit:
+            self.fail("issuing calls was interrupted")
+            raise KeyboardInterrupt
         return out
 
     def _made_progress(self, device: int, _: Future) -> None:
@@ -94,9 +138,19 @@ class Workers:
         the group's; ``plan``: the plan being executed, whose tasks a dead device took
         part in are named too, whether or not a peer reported one)."""
         limit = self.timeout if timeout is None else timeout
+        with interrupts_deferred() as interrupt:
+            self._wait(calls, what, issued, limit, timeout, plan, interrupt)
+        if interrupt is not None and interrupt.hit:
+            raise KeyboardInterrupt  # it came as the calls finished: they are whole
+
+    def _wait(self, calls: Issued, what: str, issued: float, limit: float,
+              timeout: float | None, plan: ReshardPlan | None,
+              interrupt: _Interrupt | None) -> None:
         pending = {f for _, f in calls}
         while pending:
             try:
+                if interrupt is not None and interrupt.hit:
+                    raise KeyboardInterrupt
                 done, pending = wait(pending, timeout=0.1, return_when="FIRST_EXCEPTION")
             except KeyboardInterrupt:
                 # Workers may be mid-plan: their state is unknown, so stop them.

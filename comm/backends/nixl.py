@@ -71,6 +71,7 @@ from reshard.comm.backends.nixl_agent import (
 )
 from reshard.comm.backends.nixl_memory import Registrations, Run, cut, paired, runs_of
 from reshard.comm.backends.tcp_frames import Stream
+from reshard.comm.link_key import LinkKey
 from reshard.dtypes import ReduceOp
 from reshard.errors import ExecutionError
 
@@ -160,15 +161,22 @@ class NixlBackend(Grouped, HostMemory):
         world: every device of the runtime.
         rendezvous: a connected rendezvous client (``set`` / ``get``).
         timeout: seconds an operation may go without progress.
+        link_key: the run's key (a :class:`~reshard.comm.link_key.LinkKey` or its
+            bytes), the same on every rank and never in the rendezvous: the metadata
+            each rank publishes is signed with it and every notification tagged
+            (:mod:`~reshard.comm.backends.nixl_agent`); reshard's launchers make one per
+            run. None: only the agents' names are checked.
         advertise, host, local_index: placement facts (UCX finds its interfaces).
     """
 
     name = "nixl"
 
     def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
-                 *, advertise: str = "127.0.0.1", host: int = 0, local_index: int = 0) -> None:
+                 *, advertise: str = "127.0.0.1", link_key: LinkKey | bytes | None = None,
+                 host: int = 0, local_index: int = 0) -> None:
         self._join(device, tuple(sorted(int(d) for d in world)), timeout)
-        self._shared = Agent(self.device, self._world, rendezvous, self.timeout)
+        self._shared = Agent(self.device, self._world, rendezvous, self.timeout,
+                             LinkKey.of(link_key))
         self._channel = ""
         self._reset()
         self._closed = False
@@ -219,9 +227,10 @@ class NixlBackend(Grouped, HostMemory):
         self._counts[(peer, tag, way)] = k + 1
         return (tag, k)
 
-    def _message(self, kind: bytes, key: tuple[int, int], body: bytes) -> bytes:
+    def _message(self, kind: bytes, key: tuple[int, int], body: bytes, peer: int) -> bytes:
+        """A notification for ``peer`` (tagged with the run's key where there is one)."""
         ch = self._channel.encode()
-        return HEAD.pack(kind, len(ch), key[0], key[1]) + ch + body
+        return self._shared.seal(peer, HEAD.pack(kind, len(ch), key[0], key[1]) + ch + body)
 
     def _expect(self, what: str, peer: int, tag: int, stream: Stream,
                 on_piece: OnPiece | None) -> None:
@@ -241,7 +250,7 @@ class NixlBackend(Grouped, HostMemory):
             meta = sh.memory.metadata([run for (run, _), new in told if new])
             self._inbound[(peer, *key)] = inb
             ready = Ready(runs, on_piece is not None, told, meta, dropped)
-            sh.agent.send_notif(sh.agents[peer], self._message(READY, key, ready.pack()))
+            sh.agent.send_notif(sh.agents[peer], self._message(READY, key, ready.pack(), peer))
 
     def _stage(self, inb: _Inbound, stale: list[int]) -> tuple[Stream, list[Run]]:
         """``inb``'s places with its parts ``stale`` (indices of its stream's views,
@@ -305,10 +314,15 @@ class NixlBackend(Grouped, HostMemory):
             b = min(a + out.piece, out.stream.total) if out.pieces else out.have
             if b > out.have:
                 return  # a relay's partial piece: wait for the rest of it
-            mine, theirs = paired(cut(out.runs, a, b), cut(out.ready, a, b))
+            try:
+                mine, theirs = paired(cut(out.runs, a, b), cut(out.ready, a, b))
+            except ExecutionError as e:
+                raise self._fail(ExecutionError(
+                    f"device {self.device}: WRITE to device {out.peer} (tag {out.key[0]}): "
+                    f"{e}")) from None
             local = agent.get_xfer_descs([(x, n, 0) for x, n in mine], "DRAM")
             remote = agent.get_xfer_descs([(x, n, 0) for x, n in theirs], "DRAM")
-            note = self._message(LANDED, out.key, RANGE.pack(a, b))
+            note = self._message(LANDED, out.key, RANGE.pack(a, b), out.peer)
             handle = agent.initialize_xfer("WRITE", local, remote,
                                            self._shared.agents[out.peer], note)
             if handle is None:
@@ -486,6 +500,29 @@ class NixlBackend(Grouped, HostMemory):
             self._early[key] = ready
         else:
             self._ready(out, ready)
+
+    def _fail(self, e: ExecutionError) -> ExecutionError:
+        """Record this channel's first failure and abandon what it has in flight
+        (:meth:`_abandon`)."""
+        first = self._failed is None
+        out = super()._fail(e)
+        if first:
+            self._abandon()
+        return out
+
+    def _abandon(self) -> None:
+        """After this channel's failure (a peer dead or stuck): each receive in flight
+        gives its registrations up (:meth:`Registrations.abandon`: deregistered now,
+        its buffers kept alive until close), so neither a dead peer's registrations nor
+        its receives' stay pinned for the rank's life. Sends in flight keep theirs until
+        close: NIXL may still be reading them for a WRITE."""
+        sh = self._shared
+        with sh.lock:
+            for inb in self._inbound.values():
+                sh.memory.abandon(inb.regs, (inb.stream, inb.slab))
+            self._inbound.clear()
+            self._early.clear()
+            self._parked.clear()
 
     def _stuck(self) -> ExecutionError:
         waiting = sorted({inb.peer for inb in self._inbound.values()})

@@ -2,12 +2,21 @@
 the agent (UCX plug-in, no progress thread of NIXL's own: the backend's group loop
 progresses it), its registered memory, the peers whose metadata it loaded (each checked
 to name an agent of the device it was published for), and the notifications it
-received, by channel."""
+received, by channel.
+
+With the run's :class:`~reshard.comm.link_key.LinkKey` (reshard's launchers hand every
+worker one), the metadata a rank publishes is signed (``HMAC(key, device | metadata)``
+before it) and every notification carries a tag (``HMAC(key, sender | receiver |
+notification)``, 16 bytes, after it): metadata a writer of the rendezvous forged, and
+notifications from an agent that took a worker's name (the name is in the published
+metadata: any reader of the rendezvous can take it), are refused naming the device.
+Without a key, only the agents' names are checked."""
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import hmac
 import logging
 import os
 import struct
@@ -17,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reshard.comm.backends.nixl_memory import Reg, Registrations, Run
+from reshard.comm.link_key import LinkKey, mac
 from reshard.errors import ExecutionError
 
 HEAD = struct.Struct("<cHqQ")
@@ -26,6 +36,10 @@ LANDED = b"L"
 RANGE = struct.Struct("<QQ")
 _READY_HEAD = struct.Struct("<I?II")
 _REG = struct.Struct("<QQQ?")
+SIGNATURE = 32
+"""Bytes of the signature before a keyed rank's published metadata."""
+NOTE_TAG = 16
+"""Bytes of the tag after a keyed rank's notifications."""
 
 
 @dataclass(frozen=True)
@@ -90,18 +104,20 @@ class Agent:
     keeps the others' for them)."""
 
     def __init__(self, device: int, world: tuple[int, ...], rendezvous: Any,
-                 timeout: float) -> None:
+                 timeout: float, key: LinkKey | None = None) -> None:
         from nixl._api import nixl_agent, nixl_agent_config
 
         if not os.environ.get("NIXL_LOG_LEVEL"):  # a line per agent made is NIXL's INFO
             logging.getLogger("nixl").setLevel(logging.WARNING)
         self.name = agent_prefix(device) + uuid.uuid4().hex[:12]
+        self.device = device
         self.world = world
+        self.key = key
         self.rendezvous = rendezvous
         self.timeout = timeout
         self.agent = nixl_agent(self.name, nixl_agent_config(enable_prog_thread=False,
                                                              backends=["UCX"]))
-        self.memory = Registrations(self.agent)
+        self.memory = Registrations(self.agent, device=device)
         self.lock = threading.RLock()  # channels on threads of their own share the agent
         self.loaded: set[int] = set()
         self.seen: dict[int, set[Reg]] = collections.defaultdict(set)  # told, by peer
@@ -113,7 +129,10 @@ class Agent:
             collections.defaultdict(collections.deque)
         self.names: dict[str, int] = {}  # agent name -> device, of the peers loaded
         self.agents: dict[int, str] = {}  # device -> agent name
-        rendezvous.set(f"nixl/{device}", bytes(self.agent.get_agent_metadata()))
+        meta = bytes(self.agent.get_agent_metadata())
+        if key is not None:
+            meta = mac(key.secret, b"nixl-agent", (device,), meta) + meta
+        rendezvous.set(f"nixl/{device}", meta)
 
     def load(self, me: int, peer: int) -> None:
         """Load ``peer``'s agent metadata (once), checking that it names that agent."""
@@ -127,6 +146,7 @@ class Agent:
         except Exception as e:  # noqa: BLE001 - rendezvous errors vary by store
             raise ExecutionError(f"device {me}: nixl: no agent metadata from device {peer} "
                                  f"within {self.timeout:g}s ({e})") from None
+        meta = self._signed(me, peer, bytes(meta))
         got = self.agent.add_remote_agent(meta)
         got = got.decode() if isinstance(got, bytes) else str(got)
         if not got.startswith(agent_prefix(peer)) or got in self.names:
@@ -137,6 +157,38 @@ class Agent:
         self.loaded.add(peer)
         self.names[got] = peer
         self.agents[peer] = got
+
+    def _signed(self, me: int, peer: int, meta: bytes) -> bytes:
+        """``peer``'s published metadata without its signature, checked (a rank with
+        the run's key); refused, naming the device, if forged."""
+        if self.key is None:
+            return meta
+        sig, body = meta[:SIGNATURE], meta[SIGNATURE:]
+        if not hmac.compare_digest(sig, mac(self.key.secret, b"nixl-agent", (peer,), body)):
+            raise ExecutionError(
+                f"device {me}: nixl metadata published for device {peer} is not signed with "
+                f"the run's key: forged by a writer of the rendezvous (or device {peer} was "
+                f"started without the key: give every rank the same link_key=): refused")
+        return body
+
+    def seal(self, peer: int, msg: bytes) -> bytes:
+        """``msg`` for ``peer``, with its tag where this rank has the run's key."""
+        if self.key is None:
+            return msg
+        return msg + mac(self.key.secret, b"nixl-note", (self.device, peer), msg)[:NOTE_TAG]
+
+    def _opened(self, me: int, peer: int, sender: str, msg: bytes) -> bytes:
+        """A notification from ``peer`` without its tag, checked."""
+        if self.key is None:
+            return msg
+        body, tag = msg[:-NOTE_TAG], msg[-NOTE_TAG:]
+        if len(msg) <= NOTE_TAG or not hmac.compare_digest(
+                tag, mac(self.key.secret, b"nixl-note", (peer, me), body)[:NOTE_TAG]):
+            raise ExecutionError(
+                f"device {me}: nixl notification from agent {sender!r} (device {peer}'s name) "
+                f"does not carry the run's key: another agent took device {peer}'s name: "
+                f"refused")
+        return body
 
     def poll(self, me: int) -> None:
         """Move new notifications into their channels' inboxes."""
@@ -152,6 +204,7 @@ class Agent:
                                      f"which is no device's of this run (the world is "
                                      f"{list(self.world)}): refused")
             for m in msgs:
+                m = self._opened(me, peer, sender, bytes(m))
                 kind, n, _, _ = HEAD.unpack_from(m)
                 ready = None
                 if kind == READY:

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from reshard.comm.backends.nixl_pool import Pool
+from reshard.errors import ExecutionError
 
 Run = tuple[int, int]
 """A contiguous run of memory: ``(address, bytes)``."""
@@ -117,7 +118,9 @@ def paired(mine: Sequence[Run], theirs: Sequence[Run]) -> tuple[list[Run], list[
     """``mine`` and ``theirs`` (runs of the same number of bytes) cut at the union of
     their boundaries: two lists of equal length whose ``i``-th runs are of one size."""
     if sum(n for _, n in mine) != sum(n for _, n in theirs):
-        raise ValueError("the two sides of a transfer are of different sizes")
+        raise ExecutionError(f"nixl: the two sides of a transfer are of different sizes "
+                             f"({sum(n for _, n in mine)} and {sum(n for _, n in theirs)} "
+                             f"bytes)")
     if len(mine) == len(theirs) and all(
             m[1] == t[1] for m, t in zip(mine, theirs, strict=True)):
         return list(mine), list(theirs)  # cut alike already (parts of the same sizes)
@@ -178,10 +181,12 @@ class Registrations:
         agent: the NIXL agent (``register_memory`` / ``deregister_memory`` /
             ``get_partial_agent_metadata``).
         limit: arrays held registered at most.
+        device: the rank's device (its errors name it).
     """
 
-    def __init__(self, agent: Any, limit: int = 4096) -> None:
+    def __init__(self, agent: Any, limit: int = 4096, device: int | None = None) -> None:
         self.agent = agent
+        self.where = "" if device is None else f"device {device}: "
         self.limit = limit
         # run -> (the array kept alive, its registration, a generation number)
         self._held: collections.OrderedDict[Run, tuple[Any, Any, int]] = \
@@ -196,6 +201,10 @@ class Registrations:
         """Memory told of to a peer and deregistered since (module docstring)."""
         self.staged = 0
         """Receives that landed in a staging buffer, so far."""
+        self.abandoned = 0
+        """Registrations deregistered because their operation failed, so far."""
+        self.kept: list[Any] = []
+        """Buffers of failed operations, alive until :meth:`release` (:meth:`abandon`)."""
         self._told: set[Run] = set()  # registrations held that a peer was told of
         self._dropped: list[Reg] = []  # told of, deregistered, not yet reported
         self.pool = Pool(self._slab, cap=_pool_cap())
@@ -228,8 +237,8 @@ class Registrations:
             if got is None:
                 reg = self.agent.register_memory([(run[0], run[1], 0, "")], "DRAM")
                 if reg is None:
-                    raise RuntimeError(f"NIXL refused to register {run[1]} bytes of host "
-                                       f"memory at {run[0]:#x}")
+                    raise ExecutionError(f"{self.where}nixl: NIXL refused to register "
+                                         f"{run[1]} bytes of host memory at {run[0]:#x}")
                 self._generation += 1
                 self.registered += 1
                 got = self._held[run] = (owner, reg, self._generation)
@@ -282,8 +291,8 @@ class Registrations:
         if got is None:  # the pool is at its cap (or has none)
             got = self._staging.empty(nbytes, np.uint8)
         if got is None:
-            raise RuntimeError(f"nixl: no memory off stale memory for a {nbytes}-byte "
-                               f"staging buffer")
+            raise ExecutionError(f"{self.where}nixl: no memory off stale memory for a "
+                                 f"{nbytes}-byte staging buffer")
         return got
 
     def _slab(self, slab: Any) -> Run | None:
@@ -323,11 +332,41 @@ class Registrations:
                 self._dropped.append((run, generation))
         self.trimmed += len(free)
 
+    def abandon(self, regs: Sequence[tuple[Run, int]], keep: Any) -> None:
+        """The operation that :meth:`ensure` returned ``regs`` for failed (its peer dead
+        or stuck): unpin them and deregister those no other operation uses now, so a
+        late WRITE through their keys fails. ``keep`` (what the peer may still write
+        into: the operation's buffers) stays alive until :meth:`release`: a transport
+        that writes without keys (shared memory) cannot land in memory reused since."""
+        self.kept.append(keep)
+        for run, _ in regs:
+            left = self._pins[run] - 1
+            if left > 0:
+                self._pins[run] = left
+                continue
+            self._pins.pop(run, None)
+            got = self._held.pop(run, None)
+            if got is None:
+                continue
+            self.agent.deregister_memory(got[1])
+            self.abandoned += 1
+            if run in self._told:
+                self._told.remove(run)
+                self.stale.add(run)
+                self._dropped.append((run, got[2]))
+
+    @property
+    def pinned(self) -> int:
+        """Registrations an operation in flight uses now."""
+        return len(self._pins)
+
     def release(self) -> None:
         """Deregister everything (the agent is closing)."""
         while self._held:
             _, (_, reg, _) = self._held.popitem()
             self.agent.deregister_memory(reg)
+        self._pins.clear()
+        self.kept.clear()
 
 
 POOL_ENV = "RESHARD_NIXL_POOL_MB"

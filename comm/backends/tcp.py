@@ -13,8 +13,10 @@ the kernel a list of pieces of memory (``sendmsg``), a receiver a list of places
 (:attr:`~reshard.comm.backend.Capabilities.gathers`).
 
 Wire: one TCP connection per pair of devices and channel, made when a plan loads
-(:meth:`TcpBackend.prepare`), else on first use, introduced by a challenge and a
-response (:mod:`reshard.comm.backends.tcp_hub`). On it travel
+(:meth:`TcpBackend.prepare`), else on first use, introduced by a challenge, a response
+and the listener's proof that it kept the connection, all under the run's link key
+(:mod:`reshard.comm.backends.tcp_intro`, :mod:`reshard.comm.backends.tcp_hub`). On it
+travel
 *frames*: a 24-byte header (the operation's tag, the body's bytes, the whole
 operation's bytes) and a body of at most one pipelined piece (:func:`~reshard.comm.backends.host_memory.wire_piece`). A
 receiver matches a frame to the receive posted for its (peer, tag), first posted
@@ -63,13 +65,17 @@ from reshard.comm.backends.host_memory import (
 )
 from reshard.comm.backends.tcp_frames import HEADER, IOV, Inbound, Link, Reused, Stream
 from reshard.comm.backends.tcp_hub import Hub
+from reshard.comm.link_key import LinkKey
 from reshard.dtypes import ReduceOp
 from reshard.errors import ExecutionError
 
 _log = logging.getLogger("reshard.tcp")
 
-_POLL = 60.0
+_SERVE = 0.25
 """The longest single wait for a connection to move (timeouts are longer)."""
+_SERVE_EVERY = 0.05
+"""Seconds at least between two rounds of reading introductions from a wait (a wait
+is often short: a relay's next frame)."""
 _BATCH = 1 << 21
 """Bytes handed to one ``sendmsg`` at most (about what a socket's send buffer takes)."""
 _GATHER_TAG = 0x3FFF0000
@@ -88,15 +94,21 @@ class TcpBackend(Grouped, HostMemory):
         rendezvous: a connected rendezvous client (``set`` / ``get``).
         timeout: seconds an operation may go without progress.
         advertise: the address other ranks reach this process at (its listener's).
+        link_key: the run's key for introducing connections (a
+            :class:`~reshard.comm.link_key.LinkKey` or its bytes), the same on
+            every rank and never in the rendezvous: reshard's launchers make one per
+            run. None: each listener's own secret, published with its address in the
+            rendezvous (whoever reads the rendezvous can then introduce itself).
         host, local_index: placement facts (unused).
     """
 
     name = "tcp"
 
     def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
-                 *, advertise: str = "127.0.0.1", host: int = 0, local_index: int = 0) -> None:
+                 *, advertise: str = "127.0.0.1", link_key: LinkKey | bytes | None = None,
+                 host: int = 0, local_index: int = 0) -> None:
         self._join(device, tuple(int(d) for d in world), timeout)
-        self._hub = Hub(advertise, rendezvous, self.timeout)
+        self._hub = Hub(self.device, advertise, rendezvous, self.timeout, LinkKey.of(link_key))
         try:
             rendezvous.set(f"tcp/{self.device}", self._hub.published)
         except BaseException:
@@ -119,6 +131,7 @@ class TcpBackend(Grouped, HostMemory):
         child._channel = f"{self._channel}/{name}"
         child._links, child._posted = {}, {}
         child._pending, child._open, child._failed = 0, False, None
+        self._hub.open_channel(child._channel)
         return child
 
     def _link(self, peer: int) -> Link:
@@ -281,6 +294,7 @@ class TcpBackend(Grouped, HostMemory):
                     moved |= self._read(link)
                     busy = True
             if not busy and not self._pending:
+                self._check_claims()
                 return
             if moved:
                 last = time.monotonic()
@@ -290,15 +304,38 @@ class TcpBackend(Grouped, HostMemory):
                 raise self._stuck()
             self._wait(left)
 
+    def _check_claims(self) -> None:
+        """Fail if another connection claimed to be a peer of one of this channel's
+        links (:mod:`~reshard.comm.backends.tcp_hub`): one of the two is an impostor,
+        so no operation on the link may succeed."""
+        conflicts = self._hub.conflicts
+        if conflicts:
+            for peer in self._links:
+                why = conflicts.get((self._channel, peer))
+                if why is not None:
+                    raise self._fail(ExecutionError(f"device {self.device}: {why}"))
+
     def _wait(self, seconds: float) -> None:
-        """Wait until a connection with work can move, or ``seconds`` passed."""
+        """Wait until a connection with work can move, or ``seconds`` passed (at most
+        :data:`_SERVE`: between waits the rank reads new introductions, so a peer's
+        connection is answered, and a second claim of a link seen, while it waits)."""
+        hub = self._hub
+        now = time.monotonic()
+        if now - hub.served > _SERVE_EVERY and hub.listening.acquire(blocking=False):
+            try:
+                hub.served = now
+                hub.introduce(0.0)
+            finally:
+                hub.listening.release()
+        self._check_claims()
+        seconds = min(seconds, _SERVE)
         poll = select.poll()
         for link in self._links.values():
             mask = (select.POLLOUT if link.out else 0) | \
                 (select.POLLIN if link.expect and link.parked is None else 0)
             if mask:
                 poll.register(link.sock, mask)
-        poll.poll(max(1, int(min(seconds, _POLL) * 1000)))
+        poll.poll(max(1, int(seconds * 1000)))
 
     def _write(self, link: Link) -> bool:
         """Write what the kernel takes of ``link``'s queue; True if anything went."""

@@ -195,6 +195,8 @@ def test_interrupted_driver_stops_its_workers(tmp_path):
                 rt.reshard(x, Layout(DeviceMesh((1,), [1]), "RR"))
             except KeyboardInterrupt:
                 print("interrupted closed=%s" % rt.closed, flush=True)
+            rt.close()
+            print("closed", flush=True)
     """)
     path = tmp_path / "driver.py"
     path.write_text(script)
@@ -206,7 +208,65 @@ def test_interrupted_driver_stops_its_workers(tmp_path):
         time.sleep(1.0)
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: driver and workers
         out, _ = proc.communicate(timeout=30)
+        assert "interrupted closed=True" in out and "closed\n" in out, out
+        assert wait_gone(pids, 5.0) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_inside_a_lock_still_closes_the_driver(tmp_path):
+    """Issue 61, item 12: Python raises KeyboardInterrupt between any two bytecodes,
+    also inside ``threading.Condition.__enter__`` once its lock is taken. The driver
+    here raises SIGINT at exactly that point (the first Condition its main thread
+    enters one second into a reshard waiting on a stopped worker): the lock was left
+    held, the failure's shutdown thread blocked on it for ever, and ``close()`` waited
+    on that thread: the driver never exited. Now a Ctrl-C while the driver waits is
+    recorded and raised where nothing is held: close returns at once, no worker
+    survives."""
+    script = textwrap.dedent("""
+        import os, signal, threading, time
+        import numpy as np
+        from reshard import Cluster, DeviceMesh, Layout
+        from reshard.runtime import Runtime
+
+        armed = []
+        enter = threading.Condition.__enter__
+
+        def enter_then_interrupt(self):
+            got = enter(self)
+            if armed and threading.current_thread() is threading.main_thread():
+                armed.clear()
+                signal.raise_signal(signal.SIGINT)  # lands with this lock held
+            return got
+
+        threading.Condition.__enter__ = enter_then_interrupt
+        if __name__ == "__main__":
+            rt = Runtime("gloo", Cluster.regular(1, 2), "process", timeout=60)
+            x = rt.put(np.ones((4, 4)), Layout(DeviceMesh((1,), [0]), "RR"))
+            os.kill(rt.group.pids[1], signal.SIGSTOP)
+            print(" ".join(str(p) for p in rt.group.pids.values()), flush=True)
+            threading.Timer(1.0, armed.append, (True,)).start()
+            try:
+                rt.reshard(x, Layout(DeviceMesh((1,), [1]), "RR"))
+            except KeyboardInterrupt:
+                print("interrupted closed=%s" % rt.closed, flush=True)
+            t0 = time.monotonic()
+            rt.close()
+            print("closed in %.1f s" % (time.monotonic() - t0), flush=True)
+    """)
+    path = tmp_path / "driver.py"
+    path.write_text(script)
+    proc = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 2, pids
+        out, _ = proc.communicate(timeout=40)  # was: alive until killed
         assert "interrupted closed=True" in out, out
+        took = float(out.split("closed in ")[1].split()[0])
+        assert took < 10.0, out  # not the shutdown's bounded wait (ABORT_WAIT, 15 s)
         assert wait_gone(pids, 5.0) == []
     finally:
         if proc.poll() is None:

@@ -8,6 +8,8 @@ of this process."""
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 from typing import Any
 
@@ -238,4 +240,203 @@ def test_metadata_and_notifications_of_other_agents_are_refused():
             zero.close()
             five.close()
     finally:
+        server.close()
+
+
+# ----- issue 61, item 11: forged agents, lost notifications, a dead peer ------------------
+def _keyed(world: tuple[int, ...], server: Any, key: Any, timeout: float = 5.0
+           ) -> dict[int, NixlBackend]:
+    """Ranks of ``world`` (this process) sharing the run's link key."""
+    return {d: NixlBackend(d, world, server.address.connect(10), timeout, link_key=key)
+            for d in world}
+
+
+@pytest.mark.timeout(60)
+def test_metadata_forged_in_a_worker_s_name_is_refused():
+    """A writer of the rendezvous replaces device 3's metadata with its own agent's,
+    named as device 3's would be (``reshard-3-...``): the name check let it through
+    (device 0 would then have told it where to write); with the run's key the
+    metadata is unsigned, refused naming the device."""
+    from nixl._api import nixl_agent, nixl_agent_config
+
+    from reshard.comm.link_key import LinkKey
+    from reshard.comm.rendezvous import TcpRendezvousServer
+
+    server = TcpRendezvousServer()
+    ranks = _keyed((0, 3), server, LinkKey.new())
+    impostor = nixl_agent(agent_prefix(3) + "0123456789ab",
+                          nixl_agent_config(enable_prog_thread=True, backends=["UCX"]))
+    try:
+        server.address.connect(10).set("nixl/3", bytes(impostor.get_agent_metadata()))
+        with pytest.raises(ExecutionError, match=r"device 0: nixl metadata published for "
+                                                 r"device 3 is not signed with the run's key"):
+            ranks[0].send(np.zeros(4, np.uint8), 3)
+    finally:
+        for b in ranks.values():
+            b.close()
+        server.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_notification_from_an_agent_that_took_a_worker_s_name_is_refused():
+    """A reader of the rendezvous learns device 3's agent name from its metadata, makes
+    an agent of that name and tells device 0 the bytes it waits for have landed. Before,
+    device 0's receive completed with bytes that never came (reported as success); now
+    the notification carries no tag made with the run's key: refused, naming both."""
+    from nixl._api import nixl_agent, nixl_agent_config
+
+    from reshard.comm.backends.nixl_agent import HEAD, LANDED, RANGE
+    from reshard.comm.link_key import LinkKey
+    from reshard.comm.rendezvous import TcpRendezvousServer
+
+    server = TcpRendezvousServer()
+    ranks = _keyed((0, 3), server, LinkKey.new())
+    zero, three = ranks[0], ranks[3]
+    zero._shared.load(0, 3)
+    impostor = nixl_agent(three._shared.name,
+                          nixl_agent_config(enable_prog_thread=True, backends=["UCX"]))
+    impostor.add_remote_agent(server.address.connect(10).get("nixl/0", 5.0)[32:])
+    buf = np.full(16, 7, np.uint8)
+    out: dict = {}
+
+    def receive() -> None:
+        try:
+            zero.recv(buf, 3, tag=1)
+            out["done"] = buf.tolist()
+        except ExecutionError as e:
+            out["error"] = e
+
+    t = threading.Thread(target=receive, daemon=True)
+    try:
+        t.start()
+        time.sleep(0.5)
+        impostor.send_notif(zero._shared.name,
+                            HEAD.pack(LANDED, 0, 1, 0) + RANGE.pack(0, 16) + bytes(16))
+        t.join(20)
+        assert "error" in out, out  # not "done" with bytes nobody wrote
+        assert re.search(r"device 0: nixl notification from agent 'reshard-3-\w+' \(device "
+                         r"3's name\) does not carry the run's key", str(out["error"])), out
+    finally:
+        for b in ranks.values():
+            b.close()
+        server.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_notification_that_never_arrives_names_the_peer_and_the_task():
+    """Device 0's WRITE lands but its *landed* notification goes astray (here: sent
+    for a channel device 3 has not opened): device 3's executor fails at its timeout,
+    naming the task and the peer it waited on, instead of waiting for ever."""
+    from reshard import Cluster, DeviceMesh, Layout
+    from reshard.comm.executor import Executor
+    from reshard.comm.link_key import LinkKey
+    from reshard.comm.rendezvous import TcpRendezvousServer
+    from reshard.planner.plan import plan
+
+    src = Layout(DeviceMesh((1,), [0]), "RR")
+    dst = Layout(DeviceMesh((1,), [3]), "RR")
+    value = np.arange(64, dtype=np.float32).reshape(8, 8)
+    p = plan(value.shape, "float32", src, dst, cluster=Cluster.regular(1, 4))
+    server = TcpRendezvousServer()
+    ranks = _keyed((0, 3), server, LinkKey.new(), timeout=2.0)
+    out: dict[int, Any] = {}
+
+    def run(d: int) -> None:
+        b = ranks[d]
+        if d == 0:
+            real = b._message
+
+            def astray(kind: bytes, key: Any, body: bytes, peer: int) -> bytes:
+                if kind == b"L":  # the landed notification: for a channel nobody has
+                    saved, b._channel = b._channel, "/elsewhere"
+                    try:
+                        return real(kind, key, body, peer)
+                    finally:
+                        b._channel = saved
+                return real(kind, key, body, peer)
+
+            b._message = astray  # type: ignore[method-assign]
+        ex = Executor(b)
+        try:
+            lp = ex.load(p)
+            out[d] = ex.run(lp, [value if d == 0 else None]).wait()
+        except ExecutionError as e:
+            out[d] = e
+
+    threads = [threading.Thread(target=run, args=(d,), daemon=True) for d in (0, 3)]
+    t0 = time.monotonic()
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        took = time.monotonic() - t0
+        assert isinstance(out[3], ExecutionError), out
+        assert re.search(r"device 3: step 0 \(task #0 .*0->\[3\].*\) failed: device 3: nixl: "
+                         r"no progress waiting for bytes from device\(s\) \[0\] within 2s",
+                         str(out[3])), out[3]
+        assert took < 15, took
+    finally:
+        for b in ranks.values():
+            b.close()
+        server.close()
+
+
+_PEER = """
+import sys, time, pickle
+from reshard.comm.backends.nixl import NixlBackend
+address, key = pickle.loads(bytes.fromhex(sys.argv[1]))
+b = NixlBackend(0, (0, 3), address.connect(10), 30.0, link_key=key)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_peer_s_receives_give_their_registrations_up():
+    """Device 3 posts receives from device 0 (a process of its own) into fresh arrays,
+    registering them; device 0 is SIGKILLed before it writes. Device 3's operation fails
+    at its timeout naming device 0, and the receives' registrations are released at once
+    (deregistered, unpinned): before, they stayed pinned and registered for the rank's
+    life. Their arrays are kept alive until the rank closes (a late writer cannot land in
+    reused memory), then released too."""
+    import pickle
+    import signal
+    import subprocess
+    import sys
+
+    from reshard.comm.link_key import LinkKey
+    from reshard.comm.rendezvous import TcpRendezvousServer
+
+    server = TcpRendezvousServer()
+    key = LinkKey.new()
+    peer = subprocess.Popen(
+        [sys.executable, "-c", _PEER, pickle.dumps((server.address, key)).hex()],
+        stdout=subprocess.PIPE, text=True)
+    three = None
+    try:
+        assert peer.stdout.readline().strip() == "ready"
+        three = NixlBackend(3, (0, 3), server.address.connect(10), 2.0, link_key=key)
+        memory = three.registrations
+        base = memory.held
+        arrays = [np.zeros(1000 + i, np.uint8) for i in range(3)]
+        three.group_start()
+        for i, a in enumerate(arrays):
+            three.recv(a, 0, tag=i)
+        assert memory.held == base + 3 and memory.pinned == 3
+        peer.send_signal(signal.SIGKILL)
+        peer.wait(10)
+        with pytest.raises(ExecutionError, match=r"device 3: nixl: no progress waiting for "
+                                                 r"bytes from device\(s\) \[0\]"):
+            three.group_end()
+        assert memory.pinned == 0 and memory.held == base, (memory.pinned, memory.held)
+        assert memory.abandoned == 3 and len(memory.kept) == 3
+        three.close()
+        assert memory.held == 0 and not memory.kept
+        three = None
+    finally:
+        if peer.poll() is None:
+            peer.kill()
+        if three is not None:
+            three.close()
         server.close()

@@ -182,3 +182,23 @@ def test_the_pool_cap_is_read_from_the_environment(monkeypatch):
             Registrations(_Agent())
     monkeypatch.delenv(POOL_ENV)
     assert Registrations(_Agent()).pool.cap > 0  # half the machine's memory
+
+
+def test_a_failed_operation_s_registrations_are_given_up_and_its_buffers_kept():
+    """Issue 61, item 11: a receive whose peer died is abandoned: its registrations are
+    deregistered at once (a told one becomes stale and is reported dropped), one
+    another operation still pins stays, and the buffers live until release."""
+    agent = _Agent()
+    regs = Registrations(agent, limit=8)
+    a, b = np.zeros(100, np.uint8), np.zeros(200, np.uint8)
+    failed = regs.ensure([_view(a), _view(b)])
+    other = regs.ensure([_view(b)])  # another operation in flight uses b too
+    regs.told(failed)
+    regs.abandon(failed, keep=(a, b))
+    assert agent.live == {(b.ctypes.data, b.nbytes)} and regs.pinned == 1
+    assert regs.abandoned == 1 and regs.stale.hits((a.ctypes.data, 1))
+    assert [run for run, _ in regs.dropped()] == [(a.ctypes.data, a.nbytes)]
+    assert regs.kept == [(a, b)]
+    regs.unpin(other)
+    regs.release()
+    assert not agent.live and not regs.kept and regs.pinned == 0
