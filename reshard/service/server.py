@@ -104,7 +104,7 @@ class Server:
         server = grpc.server(ThreadPoolExecutor(max_workers=o.workers, thread_name_prefix="reshard-rpc"),
                              interceptors=interceptors, options=grpc_options(o.max_message_bytes),
                              maximum_concurrent_rpcs=o.max_queued_calls)
-        add_service(self.servicer, server, "Reshard", self.inflight)
+        add_service(self.servicer, server, "Reshard", self.inflight, self.servicer.wire_checks())
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         where = listen_address(o.host, o.port)
         try:
