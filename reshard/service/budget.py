@@ -69,6 +69,8 @@ def check_tensors(what: str, tensors: int, max_tensors: int) -> None:
 def check_plan_request_wire(what: str, raw: bytes, max_tensors: int) -> None:
     """Refuse a PlanRequest's bytes holding more than ``max_tensors`` tensors, counted
     on the wire before it is parsed (:mod:`reshard.service.wire`)."""
+    if len(raw) <= 2 * max_tensors:
+        return  # too short to hold more: each tensor takes at least two bytes
     tensors = wire.plan_request_tensors(raw, max_tensors)
     if tensors > max_tensors:
         raise OverBudget(f"{what}: the request has more than {max_tensors} tensors (counted "
@@ -80,6 +82,8 @@ def check_estimate_many_wire(raw: bytes, max_estimates: int, max_tensors: int) -
     """Refuse an EstimateManyRequest's bytes holding more than ``max_estimates``
     requests, or more than ``max_tensors`` tensors in its requests together, counted on
     the wire before it is parsed."""
+    if len(raw) <= 2 * min(max_estimates, max_tensors):
+        return  # too short to hold more of either: each takes at least two bytes
     requests, tensors = wire.estimate_many_counts(raw, max_estimates, max_tensors)
     if requests > max_estimates:
         raise OverBudget(f"EstimateMany: the call has more than {max_estimates} requests "

@@ -121,13 +121,18 @@ def size(request: pb.PlanRequest, default: Cluster | None, limits: Limits) -> Si
     return Sized(tuple(reqs), cluster, strategy, work + cells, cells)
 
 
-def size_all(requests: Sequence[pb.PlanRequest], default: Cluster | None,
-             limits: Limits) -> list[Sized | Answer]:
+def size_all(requests: Sequence[pb.PlanRequest], default: Cluster | None, limits: Limits,
+             time_left: Callable[[], float | None] = lambda: None
+             ) -> list[Sized | Answer] | None:
     """Each request sized, or its error answer; :class:`OverBudget` when the sized ones
-    together pass ``limits.max_cells`` (before any is planned)."""
+    together pass ``limits.max_cells`` (before any is planned); None when
+    ``time_left()`` ran out first."""
     out: list[Sized | Answer] = []
     cells = 0
     for r in requests:
+        left = time_left()
+        if left is not None and left <= 0:
+            return None
         try:
             s = size(r, default, limits)
         except Exception as e:
@@ -186,13 +191,16 @@ def answer_sized(sized: Sequence[Sized | Answer], cache: CostCache,
 
 
 def answer_within(requests: Sequence[bytes], default: Cluster | None, limits: Limits,
-                  seconds: float | None) -> list[Answer]:
-    """The answers of encoded requests, sized first, within ``seconds`` (None: no
-    limit) from now: what a job worker runs (the first ones when the time runs out)."""
-    end = None if seconds is None else time.monotonic() + seconds
-    sized = size_all([pb.PlanRequest.FromString(r) for r in requests], default, limits)
-    return answer_sized(sized, CostCache(),
-                        lambda: None if end is None else end - time.monotonic())
+                  until: float | None) -> list[Answer]:
+    """The answers of encoded requests, sized first, until ``until`` (a
+    :func:`time.monotonic` time, the machine's clock: the server's; None: no limit):
+    what a job worker runs (the first ones when the time runs out, none when it ran out
+    while sizing)."""
+    def time_left() -> float | None:
+        return None if until is None else until - time.monotonic()
+    sized = size_all([pb.PlanRequest.FromString(r) for r in requests], default, limits,
+                     time_left)
+    return [] if sized is None else answer_sized(sized, CostCache(), time_left)
 
 
 __all__ = ["INLINE_WORK", "REQUEST_WORK", "Answer", "Limits", "Sized", "answer_one",

@@ -34,10 +34,11 @@ def cost(request: bytes, cluster: Cluster | None, max_cells: int | None = None) 
 
 
 def estimate_many(requests: list[bytes], cluster: Cluster | None, limits: Limits,
-                  seconds: float | None) -> list[Answer]:
+                  until: float | None) -> list[Answer]:
     """The answers of an EstimateMany's uncached requests (their PlanRequests' bytes),
-    sized first, within ``seconds`` (:func:`reshard.service.estimates.answer_within`)."""
-    return answer_within(requests, cluster, limits, seconds)
+    sized first, until the monotonic time ``until``
+    (:func:`reshard.service.estimates.answer_within`)."""
+    return answer_within(requests, cluster, limits, until)
 
 
 def verify(message: bytes) -> ReshardPlan:

@@ -15,7 +15,7 @@ import hashlib
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import google.protobuf
@@ -99,6 +99,9 @@ ANSWER_ENTRY_BYTES = 320
 """Memory one cached EstimateMany answer holds besides its strings: its 32-byte key, its
 tuples, float and weight, the cache's slot (measured with tracemalloc: 305-315 bytes;
 tests/unit/test_service_answers.py)."""
+
+EARLY_SAMPLE = 16
+"""Requests of a batch looked up before refusing it while the job workers are busy."""
 
 JOB_ANSWER_MARGIN = 1.0
 """Seconds (at most a quarter of the time it has) an EstimateMany job keeps to send the
@@ -332,13 +335,14 @@ class ReshardServicer(pb_grpc.ReshardServicer):
     def Estimate(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> bytes:
         return self._cost(request, request_key(request), context)
 
-    def _job_seconds(self, context: grpc.ServicerContext) -> float:
-        """How long a job may answer before it returns what it has: the caller's time or
-        the server's cap (``job_timeout``), less a margin to send the answers back in
-        time (the worker is killed at the deadline or the cap itself)."""
+    def _job_until(self, context: grpc.ServicerContext) -> float:
+        """When (:func:`time.monotonic`) a job stops answering and returns what it has:
+        the caller's deadline or the server's cap (``job_timeout``), less a margin to
+        send the answers back in time (the worker is killed at the deadline or the cap
+        itself)."""
         left = context.time_remaining()
         hard = self.options.job_timeout if left is None else min(left, self.options.job_timeout)
-        return max(0.0, hard - min(JOB_ANSWER_MARGIN, hard / 4))
+        return time.monotonic() + max(0.0, hard - min(JOB_ANSWER_MARGIN, hard / 4))
 
     def _answer_inline(self, requests: list[pb.PlanRequest],
                        context: grpc.ServicerContext) -> list[Answer] | None:
@@ -353,13 +357,15 @@ class ReshardServicer(pb_grpc.ReshardServicer):
                 work += REQUEST_WORK  # answered with its error when sized
             if work > INLINE_WORK:
                 return None
-        sized = size_all(requests, self.options.cluster, self.limits)
-        if sum(s.work for s in sized if isinstance(s, Sized)) > INLINE_WORK:
-            return None
-
         def time_left() -> float | None:
             left = context.time_remaining()
             return None if left is None else left - DEADLINE_MARGIN
+
+        sized = size_all(requests, self.options.cluster, self.limits, time_left)
+        if sized is None:
+            return []
+        if sum(s.work for s in sized if isinstance(s, Sized)) > INLINE_WORK:
+            return None
         return answer_sized(sized, self.estimates, time_left)
 
     def _answer(self, requests: list[pb.PlanRequest],
@@ -374,7 +380,19 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         return self._job(  # type: ignore[no-any-return]
             "EstimateMany", context, jobs.estimate_many,
             [r.SerializeToString() for r in requests], self.options.cluster, self.limits,
-            self._job_seconds(context))
+            self._job_until(context))
+
+    def _refuse_early(self, requests: Sequence[pb.PlanRequest]) -> None:
+        """Refuse a batch while every job worker is busy when a sample of its first
+        requests says its uncached work is over the serving thread's (so that a flood
+        of such batches costs the server little: no key of the rest is computed)."""
+        n = len(requests)
+        if n * REQUEST_WORK <= INLINE_WORK or self.jobs.free():
+            return
+        sample = requests[:EARLY_SAMPLE]
+        misses = sum(self.answers.get(admitted_key(r)) is None for r in sample)
+        if misses * n * REQUEST_WORK > INLINE_WORK * len(sample):
+            raise self.jobs.busy_error("EstimateMany")
 
     def EstimateMany(self, request: pb.EstimateManyRequest,
                      context: grpc.ServicerContext) -> Iterator[pb.EstimateManyReply]:
@@ -389,6 +407,7 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         DEADLINE_EXCEEDED."""
         try:
             check_estimates(len(request.requests), self.options.max_estimates)
+            self._refuse_early(request.requests)
             keys = [admitted_key(r) for r in request.requests]
             got: dict[bytes, Answer] = {}
             todo: dict[bytes, pb.PlanRequest] = {}

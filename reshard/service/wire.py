@@ -6,14 +6,14 @@ longer than a deadline to walk. The service therefore counts, in the raw bytes, 
 entries a budget limits (a PlanRequest's tensors; an EstimateManyRequest's requests and
 their tensors together) and refuses a request over its budget before parsing it. The
 count stops one past the budget, so that refusing costs at most the budget's worth of
-scanning (about 0.6 us an entry); a message shorter than twice the budget (every entry
+scanning (about 0.8 us an entry, nested ones included); a message shorter than twice the budget (every entry
 takes at least two bytes) is not scanned at all. Bytes that are no valid message are
 left to the parser, which refuses them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 
 LEN = 2
 """The wire type of length-delimited fields (messages, bytes, strings, packed arrays)."""
@@ -24,6 +24,10 @@ _SKIP = {1: 8, 5: 4}
 
 class Malformed(Exception):
     """Bytes that are not a message (the parser says why)."""
+
+
+class _Over(Exception):
+    """A count passed its limit (stops the scan)."""
 
 
 def _varint(raw: bytes, i: int) -> tuple[int, int]:
@@ -43,50 +47,56 @@ def _varint(raw: bytes, i: int) -> tuple[int, int]:
             raise Malformed
 
 
-def fields(raw: bytes, start: int = 0, stop: int | None = None
-           ) -> Iterator[tuple[int, int, int]]:
-    """``(field number, start, stop)`` of each length-delimited field of the message in
-    ``raw[start:stop]`` (its value's bytes); other fields are skipped."""
+def entries(raw: bytes, field: int, limit: int, start: int = 0, stop: int | None = None,
+            each: Callable[[int, int], None] | None = None) -> int:
+    """How many times length-delimited ``field`` occurs in the message ``raw[start:
+    stop]``, counted up to ``limit + 1`` (where counting stops); ``each(start, stop)``
+    is called with each occurrence's value (its bytes' range). Other fields are skipped.
+
+    Raises:
+        Malformed: the bytes are not a message.
+    """
     end = len(raw) if stop is None else stop
-    i = start
-    while i < end:
-        tag, i = _varint(raw, i)
-        kind = tag & 7
-        if kind == LEN:
-            n, i = _varint(raw, i)
-            if i + n > end:
+    i, n = start, 0
+    try:
+        while i < end:
+            tag = raw[i]  # one byte for fields 1-15, the common case
+            i += 1
+            if tag >= 0x80:
+                tag, i = _varint(raw, i - 1)
+            kind = tag & 7
+            if kind == LEN:
+                size = raw[i]
+                i += 1
+                if size >= 0x80:
+                    size, i = _varint(raw, i - 1)
+                if tag >> 3 == field:
+                    n += 1
+                    if n > limit:
+                        return n
+                    if each is not None:
+                        each(i, i + size)
+                i += size
+            elif kind == 0:
+                while raw[i] >= 0x80:
+                    i += 1
+                i += 1
+            elif kind in _SKIP:
+                i += _SKIP[kind]
+            else:  # groups (deprecated) or garbage
                 raise Malformed
-            yield tag >> 3, i, i + n
-            i += n
-        elif kind == 0:
-            _, i = _varint(raw, i)
-        elif kind in _SKIP:
-            i += _SKIP[kind]
-        else:  # groups (deprecated) or garbage
-            raise Malformed
+    except IndexError:
+        raise Malformed from None
     if i != end:
         raise Malformed
-
-
-def count(raw: bytes, field: int, limit: int, start: int = 0, stop: int | None = None) -> int:
-    """How many times length-delimited ``field`` occurs in the message ``raw[start:
-    stop]``, counted up to ``limit + 1`` (where counting stops)."""
-    n = 0
-    for number, _, _ in fields(raw, start, stop):
-        if number == field:
-            n += 1
-            if n > limit:
-                break
     return n
 
 
 def plan_request_tensors(raw: bytes, limit: int) -> int:
     """A PlanRequest's tensors (field 1) in its bytes, counted up to ``limit + 1``; 0
-    when it is too short to hold more than ``limit`` or is no valid message."""
-    if len(raw) <= 2 * limit:
-        return 0
+    when they are no valid message."""
     try:
-        return count(raw, 1, limit)
+        return entries(raw, 1, limit)
     except Malformed:
         return 0
 
@@ -94,22 +104,22 @@ def plan_request_tensors(raw: bytes, limit: int) -> int:
 def estimate_many_counts(raw: bytes, max_requests: int, max_tensors: int) -> tuple[int, int]:
     """``(requests, tensors)`` of an EstimateManyRequest's bytes: its requests (field
     1) and their tensors together (each request's field 1), each counted up to its
-    limit + 1; zeros where the bytes are too short to pass either or are no valid
-    message."""
-    if len(raw) <= 2 * min(max_requests, max_tensors):
-        return 0, 0
-    requests = tensors = 0
+    limit + 1 (where counting stops: the other count is then short); zeros where the
+    bytes are no valid message."""
+    tensors = [0]
+
+    def each(start: int, stop: int) -> None:
+        tensors[0] += entries(raw, 1, max_tensors - tensors[0], start, stop)
+        if tensors[0] > max_tensors:
+            raise _Over
+
     try:
-        for number, start, stop in fields(raw):
-            if number != 1:
-                continue
-            requests += 1
-            tensors += count(raw, 1, max_tensors - tensors, start, stop)
-            if requests > max_requests or tensors > max_tensors:
-                break
+        requests = entries(raw, 1, max_requests, each=each)
+    except _Over:
+        return 0, tensors[0]
     except Malformed:
         return 0, 0
-    return requests, tensors
+    return requests, tensors[0]
 
 
-__all__ = ["count", "estimate_many_counts", "fields", "plan_request_tensors"]
+__all__ = ["Malformed", "entries", "estimate_many_counts", "plan_request_tensors"]

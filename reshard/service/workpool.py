@@ -35,11 +35,12 @@ from reshard.service.status import ServiceError
 POLL = 0.02
 """Seconds between checks of a job's deadline while it runs."""
 
-JOB_NICE = 10
-"""How much lower a worker's CPU priority is than the server's (``nice``): on a busy
-machine the serving threads' cheap calls get the cores first, the expensive jobs what is
-left (measured on 2 cores: a good client's p99 under 8 threads of 64-request
-EstimateMany batches of 512-device moves, see docs/guide.md)."""
+JOB_NICE = 5
+"""How much lower a worker's CPU priority is than the server's (``nice``): the serving
+threads' cheap calls get the cores first, the expensive jobs what is left (the server's
+one process weighs 3x a worker; measured on 2 cores under 8 threads of 64-request
+EstimateMany batches of 512-device moves, a good client's p99: nice 0 174-216 ms, nice 5
+126-130 ms; nice 10 starved the jobs on a machine loaded by others)."""
 
 
 def _serve(conn: Connection, memory_bytes: int) -> None:
@@ -127,6 +128,20 @@ class WorkPool:
             while len(self._idle) + len(self._busy) < self.size:
                 self._idle.append(_Worker(self._ctx, self.memory_bytes))
 
+    def free(self) -> bool:
+        """Whether a job could start now (a worker idle or yet to start; always with
+        no workers: jobs then run inline)."""
+        with self._lock:
+            return self.size == 0 or (not self._closed and (
+                bool(self._idle) or len(self._busy) < self.size))
+
+    def busy_error(self, what: str) -> ServiceError:
+        """The refusal of a job while every worker is busy."""
+        return ServiceError(
+            f"{what}: all {self.size} workers for expensive requests are busy; "
+            f"retry later (the server runs --job-workers of them at once)",
+            grpc.StatusCode.RESOURCE_EXHAUSTED)
+
     def _take(self, what: str) -> _Worker:
         with self._lock:
             if self._closed:
@@ -135,10 +150,7 @@ class WorkPool:
             if not self._idle and len(self._busy) < self.size:
                 self._idle.append(_Worker(self._ctx, self.memory_bytes))
             if not self._idle:
-                raise ServiceError(
-                    f"{what}: all {self.size} workers for expensive requests are busy; "
-                    f"retry later (the server runs --job-workers of them at once)",
-                    grpc.StatusCode.RESOURCE_EXHAUSTED)
+                raise self.busy_error(what)
             w = self._idle.pop()
             self._busy.add(w)
             return w

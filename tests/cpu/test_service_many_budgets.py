@@ -135,50 +135,52 @@ def test_a_call_of_too_many_requests_is_refused_at_once(served):
     assert time.monotonic() - t0 < 5.0
 
 
+def answered(estimates: list[float]) -> list[int]:
+    return [i for i, x in enumerate(estimates) if not math.isnan(x)]
+
+
 @pytest.mark.timeout(120)
 def test_the_servers_cap_ends_a_long_batch_with_the_answers_it_has():
-    """3,000 distinct tiny moves (~10 s of planning) with no deadline: the server's cap
+    """400 distinct 64 -> 64 moves (~4 s of planning) with no deadline: the server's cap
     (job_timeout 2 s) ends the call with the answers it has (DEADLINE_EXCEEDED for the
     rest), where it held a serving thread until every one was planned; asking again
     goes on from there (the answers are cached)."""
     options = ServeOptions(port=0, backend=None, job_workers=1, job_timeout=2.0)
-    reqs = tiny(3000, first=20_000)
+    reqs = [s0(64, 100 + k) for k in range(400)]
     with Server(options).start() as server, Client(server.address, timeout=None) as client:
         t0 = time.monotonic()
         with pytest.raises(reshard.EstimateError) as info:
             client.estimate_many(reqs, timeout=None)
         took = time.monotonic() - t0
         first = info.value
-        answered = [i for i, x in enumerate(first.estimates) if not math.isnan(x)]
-        assert answered, "no answer came back before the cap"
-        assert len(answered) < len(reqs)
+        done = answered(first.estimates)
+        assert done, "no answer came back before the cap"
+        assert len(done) < len(reqs)
         left = sorted(first.failures)
-        assert left == [i for i in range(len(reqs)) if i not in set(answered)]
+        assert left == [i for i in range(len(reqs)) if i not in set(done)]
         stop = first.failures[left[0]]
         assert isinstance(stop, ServiceError) and stop.code is grpc.StatusCode.DEADLINE_EXCEEDED
         assert "--job-timeout" in str(stop)
-        assert took < 10.0, f"the call ran {took:.1f}s past a 2 s cap"
-        want = reshard.plan(*reqs[answered[-1]][:4]).estimate()
-        assert first.estimates[answered[-1]] == pytest.approx(want, rel=1e-9)
+        assert took < 6.0, f"the call ran {took:.1f}s past a 2 s cap"
+        shape, dtype, src, dst, cluster = reqs[done[-1]]
+        want = reshard.plan(shape, dtype, src, dst, cluster=cluster).estimate()
+        assert first.estimates[done[-1]] == pytest.approx(want, rel=1e-9)
         try:
-            again = client.estimate_many(reqs, timeout=None)
-            more = len(reqs)
+            more = len(client.estimate_many(reqs, timeout=None))
         except reshard.EstimateError as e:
-            again = e.estimates
-            more = sum(not math.isnan(x) for x in again)
-        assert more > len(answered)
+            more = len(answered(e.estimates))
+        assert more > len(done)
 
 
 @pytest.mark.timeout(60)
 def test_a_deadline_ends_a_long_batch_with_the_answers_it_has(served):
     _, client = served
-    reqs = tiny(3000, first=40_000)
+    reqs = [s0(64, 1000 + k) for k in range(400)]
     t0 = time.monotonic()
     with pytest.raises(reshard.EstimateError) as info:
         client.estimate_many(reqs, timeout=3.0)
     assert time.monotonic() - t0 < 4.0
-    answered = sum(not math.isnan(x) for x in info.value.estimates)
-    assert 0 < answered < len(reqs)
+    assert 0 < len(answered(info.value.estimates)) < len(reqs)
 
 
 @pytest.mark.timeout(120)
@@ -232,3 +234,19 @@ def test_the_answers_cache_is_bounded_in_bytes():
         answers = server.servicer.answers
         assert answers._weight <= answers.capacity == 1 << 20
         assert 150 <= len(answers) <= 260  # ~4.5 KB each as held
+
+
+@pytest.mark.timeout(180)
+def test_the_benchmark_reports_what_it_promises():
+    """service_many's loads run (briefly) and report every number they print; speed
+    is the benchmark's to measure, not this test's."""
+    from reshard.microbench.service_many import bad_answers, contended
+
+    r = contended("starve", seconds=3.0, hostile=2, size=8, devices=64, deadline=2.0,
+                  quiet=1.0)
+    assert r["good_ok"] > 0 and r["good_p99_ms"] >= r["good_p50_ms"] > 0
+    assert r["quiet_p99_ms"] >= r["quiet_p50_ms"] > 0
+    assert sum(r["hostile_outcomes"].values()) >= 2 and r["server_rss_peak_mb"] > 0
+    assert set(r["hostile_outcomes"]) <= {"OK", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"}
+    b = bad_answers(requests=300, size=100)
+    assert b["errors"] == 300 and b["rss_peak_mb"] >= b["rss_after_mb"] > 0
