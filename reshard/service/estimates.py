@@ -1,13 +1,13 @@
 """EstimateMany's work: each request checked and sized before any is planned, then
 answered alone (a bad one gets its own error answer, the others their seconds).
 
-A batch's *work* is counted in cells (:mod:`reshard.service.budget`): each request's
-:data:`REQUEST_WORK` (decoding it, its normal form, the planner's fixed cost: about a
-tiny move's planning), the most devices one of its meshes or its cluster names (read
-off the message: :func:`raw_work`), and, once decoded, the cells of its plan
-(:func:`size`). The servicer answers a batch of at most :data:`INLINE_WORK` on its
-serving thread (about what one inline Estimate may cost) and sends a larger one to a job
-worker (:func:`reshard.service.jobs.estimate_many`), which sizes every request first
+A batch's *work* is counted in cells (:func:`reshard.service.budget.work`): each
+request's fixed work (decoding it, its normal form, the planner's fixed cost), the most
+devices one of its meshes or its cluster names (read off the message: :func:`raw_work`),
+and, once decoded, the cells of its plan (:func:`size`). The servicer answers a batch of
+at most :data:`~reshard.service.budget.INLINE_WORK` on its serving thread (about what
+one inline Estimate may cost; :mod:`reshard.service.inline`) and sends a larger one to a
+job worker (:func:`reshard.service.jobs.estimate_many`), which sizes every request first
 (over ``--max-plan-cells`` together, the batch is refused before any is planned) and
 then answers them in order until its time budget runs out: a batch stopped there
 returns the answers it has (the rest are for another call).
@@ -27,13 +27,7 @@ from reshard.planner.estimates import CostCache, estimate
 from reshard.planner.plan import plan_many
 from reshard.planner.values.request import default_cluster, make_tensor_spec
 from reshard.planner.values.strategy import Strategy
-from reshard.service.budget import (
-    INLINE_CELLS,
-    INLINE_DEVICES,
-    OverBudget,
-    check_counts,
-    request_cells,
-)
+from reshard.service.budget import OverBudget, check_counts, request_cells, work
 from reshard.service.convert import Request, request_from_pb
 from reshard.service.status import details, error_name
 from reshard.service.v1 import reshard_pb2 as pb
@@ -43,16 +37,6 @@ log = logging.getLogger("reshard.service")
 Answer = tuple[float, str, str]
 """One request's answer: its seconds, and (when it failed) the error's text and class
 name (empty otherwise), as ``EstimateResult`` carries them."""
-
-REQUEST_WORK = 256
-"""A request's work besides its devices and cells, in cells: what decoding it and the
-planner's fixed cost take (measured: a tiny 2 -> 2 move plans in about 4.6 ms, a 512 ->
-512 S0 -> S0 move of 1,024 devices and 2,048 cells in about 58 ms)."""
-
-INLINE_WORK = INLINE_CELLS + INLINE_DEVICES
-"""The most work (in cells) of a batch's uncached requests that is answered on the
-serving thread (about what one inline Estimate may cost, ~0.1 s); more goes to a job
-worker."""
 
 @dataclass(frozen=True)
 class Limits:
@@ -105,20 +89,20 @@ def raw_work(request: pb.PlanRequest, limits: Limits) -> int:
     :class:`OverBudget` over ``--max-tensors`` or ``--max-devices``)."""
     tensors, devices = check_counts("EstimateMany", request, limits.max_tensors,
                                     limits.max_devices)
-    return REQUEST_WORK * max(1, tensors) + devices
+    return work(tensors, devices)
 
 
 def size(request: pb.PlanRequest, default: Cluster | None, limits: Limits) -> Sized:
     """The request decoded and checked as :func:`reshard.plan_many` would check it (a
     layout whose rank is not its shape's, a device outside the cluster, a partial sum of
     a type that cannot sum, ...: its error raised) and sized."""
-    work = raw_work(request, limits)
+    fixed = raw_work(request, limits)
     reqs, cluster, strategy = request_from_pb(request, default)
     if cluster is None:
         cluster = default_cluster(lay for r in reqs for lay in r[2:4])
     specs = [make_tensor_spec(*r[:4], cluster=cluster, cast=r[4]) for r in reqs]
     cells = request_cells([(t.shape, t.dtype, t.src, t.dst) for t in specs])
-    return Sized(tuple(reqs), cluster, strategy, work + cells, cells)
+    return Sized(tuple(reqs), cluster, strategy, fixed + cells, cells)
 
 
 def size_all(requests: Sequence[pb.PlanRequest], default: Cluster | None, limits: Limits,
@@ -203,6 +187,6 @@ def answer_within(requests: Sequence[bytes], default: Cluster | None, limits: Li
     return [] if sized is None else answer_sized(sized, CostCache(), time_left)
 
 
-__all__ = ["INLINE_WORK", "REQUEST_WORK", "Answer", "Limits", "Sized", "answer_one",
+__all__ = ["Answer", "Limits", "Sized", "answer_one",
            "answer_sized", "answer_within", "error_answer", "raw_work", "seconds_of",
            "size", "size_all"]

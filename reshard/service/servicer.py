@@ -38,17 +38,18 @@ from reshard.service.budget import (
     INLINE_DEVICES,
     INLINE_TASKS,
     INLINE_TENSORS,
+    INLINE_WORK,
+    REQUEST_WORK,
     OverBudget,
     check_cells,
     check_counts,
     check_estimate_many_wire,
     check_estimates,
     check_plan_request_wire,
+    work,
 )
 from reshard.service.convert import layout_to_pb, request_from_pb, split_rules
 from reshard.service.estimates import (
-    INLINE_WORK,
-    REQUEST_WORK,
     Answer,
     Limits,
     Sized,
@@ -56,6 +57,7 @@ from reshard.service.estimates import (
     raw_work,
     size_all,
 )
+from reshard.service.inline import InlineSlots
 from reshard.service.options import ServeOptions
 from reshard.service.plan_codec import (
     DEFAULT_CHUNK_TASKS,
@@ -210,6 +212,7 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         self.answers: LruCache[bytes, Answer] = LruCache(options.answer_cache_bytes,
                                                          weigh=answer_bytes)
         self.limits = Limits(options.max_tensors, options.max_devices, options.max_plan_cells)
+        self.slots = InlineSlots()
 
     def wire_checks(self) -> dict[str, Callable[[bytes], None]]:
         """What each method's request bytes are checked by before they are parsed (the
@@ -242,30 +245,38 @@ class ReshardServicer(pb_grpc.ReshardServicer):
                             self.options.max_plan_cells)
         return reqs, cluster, strategy, cells
 
-    def _inline(self, request: pb.PlanRequest, what: str) -> bool:
-        """Whether the request may be sized on the serving thread (few tensors and
-        devices: provably cheap), after its counts, read off the message, pass the
-        server's budgets; otherwise a job worker sizes, plans and costs it."""
+    def _inline(self, request: pb.PlanRequest, what: str) -> tuple[int, int] | None:
+        """The request's ``(tensors, devices)`` where it may be sized on the serving
+        thread (few tensors and devices: provably cheap), after its counts, read off the
+        message, pass the server's budgets; None where a job worker sizes, plans and
+        costs it."""
         tensors, devices = check_counts(what, request, self.options.max_tensors,
                                         self.options.max_devices)
-        return tensors <= INLINE_TENSORS and devices <= INLINE_DEVICES
+        if tensors <= INLINE_TENSORS and devices <= INLINE_DEVICES:
+            return tensors, devices
+        return None
 
-    def _inline_plan(self, request: pb.PlanRequest, what: str) -> Callable[[], ReshardPlan] | None:
+    def _inline_plan(self, request: pb.PlanRequest, what: str
+                     ) -> tuple[Callable[[], ReshardPlan], int] | None:
         """What plans the request on the serving thread, where that is cheap (few
-        tensors, devices and cells); None where a job worker must (sizing included)."""
-        if not self._inline(request, what):
+        tensors, devices and cells), and its work (:func:`reshard.service.budget.work`);
+        None where a job worker must (sizing included)."""
+        counts = self._inline(request, what)
+        if counts is None:
             return None
         reqs, cluster, strategy, cells = self._sized(request, what)
         if cells > INLINE_CELLS:
             return None
-        return lambda: plan_many(reqs, cluster=cluster, strategy=strategy)
+        return lambda: plan_many(reqs, cluster=cluster, strategy=strategy), work(*counts, cells)
 
     def _plan(self, request: pb.PlanRequest, key: bytes, what: str,
               context: grpc.ServicerContext) -> ReshardPlan:
         def make() -> ReshardPlan:
             inline = self._inline_plan(request, what)
             if inline is not None:
-                return inline()
+                with self.slots.hold(inline[1]) as here:
+                    if here:
+                        return inline[0]()
             return self._job(what, context, jobs.plan, request.SerializeToString(),  # type: ignore[no-any-return]
                              self.options.cluster, self.options.max_plan_cells, what)
         return self.plans.get_or_make(key, make)
@@ -273,18 +284,21 @@ class ReshardServicer(pb_grpc.ReshardServicer):
     def _cost(self, request: pb.PlanRequest, key: bytes,
               context: grpc.ServicerContext) -> bytes:
         """The encoded Cost of the request's plan (kept encoded: a few dozen bytes, where
-        a decoded one holds about 550)."""
+        a decoded one holds about 550): on the serving thread where the request is cheap
+        and (beyond light work) an inline slot is free, else in a job worker."""
         def make() -> bytes:
             plan = self.plans.get(key)
-            if plan is None:
-                inline = self._inline_plan(request, "Estimate")
-                if inline is not None:
-                    plan = self.plans.get_or_make(key, inline)
-                else:
-                    return self._job(  # type: ignore[no-any-return]
-                        "Estimate", context, jobs.cost, request.SerializeToString(),
-                        self.options.cluster, self.options.max_plan_cells)
-            return cost_to_pb(plan).SerializeToString()
+            if plan is not None:
+                return cost_to_pb(plan).SerializeToString()
+            inline = self._inline_plan(request, "Estimate")
+            if inline is not None:
+                with self.slots.hold(inline[1]) as here:
+                    if here:
+                        return cost_to_pb(self.plans.get_or_make(key, inline[0])
+                                          ).SerializeToString()
+            return self._job(  # type: ignore[no-any-return]
+                "Estimate", context, jobs.cost, request.SerializeToString(),
+                self.options.cluster, self.options.max_plan_cells)
         return self.costs.get_or_make(key, make)
 
     @_guarded
@@ -347,8 +361,9 @@ class ReshardServicer(pb_grpc.ReshardServicer):
     def _answer_inline(self, requests: list[pb.PlanRequest],
                        context: grpc.ServicerContext) -> list[Answer] | None:
         """The answers, worked out on the serving thread where the requests' work
-        (:mod:`reshard.service.estimates`) is at most :data:`INLINE_WORK`; None where it
-        is more (read off the messages first, then from the decoded layouts)."""
+        (:mod:`reshard.service.estimates`) is at most :data:`INLINE_WORK` (read off the
+        messages first, then from the decoded layouts) and, beyond light work, an inline
+        slot is free (:mod:`reshard.service.inline`); None where not."""
         work = 0
         for r in requests:
             try:
@@ -364,9 +379,11 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         sized = size_all(requests, self.options.cluster, self.limits, time_left)
         if sized is None:
             return []
-        if sum(s.work for s in sized if isinstance(s, Sized)) > INLINE_WORK:
+        total = sum(s.work for s in sized if isinstance(s, Sized))
+        if total > INLINE_WORK:
             return None
-        return answer_sized(sized, self.estimates, time_left)
+        with self.slots.hold(total) as here:
+            return answer_sized(sized, self.estimates, time_left) if here else None
 
     def _answer(self, requests: list[pb.PlanRequest],
                 context: grpc.ServicerContext) -> list[Answer]:

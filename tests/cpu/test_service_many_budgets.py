@@ -6,6 +6,7 @@ before parsing (reshard.service.estimates, reshard.service.wire)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import threading
@@ -123,6 +124,45 @@ def test_a_large_batch_runs_in_a_job_worker_and_small_calls_keep_flowing(served)
     assert latencies
     # structure, not speed: the small calls were served while the worker was busy
     assert max(latencies) < 2.0, f"small calls waited: {statistics.mean(latencies):.3f}s mean"
+
+
+@pytest.mark.timeout(120)
+def test_heavier_inline_work_takes_a_slot_or_goes_to_a_worker(served):
+    """Beyond light work, a request runs on a serving thread only in a free inline slot
+    (reshard.service.inline), else in a job worker: with the slot taken and the one
+    worker busy, a 256 -> 256 Estimate (~30 ms, once planned inline by any number of
+    threads at once) is refused at once, a small one is answered; with the slot free,
+    the same Estimate is answered on the serving thread."""
+    server, client = served
+    thread = threading.Thread(target=lambda: _quietly(client.estimate_many,
+                                                      [s0(256, 2000 + k) for k in range(64)]))
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.servicer.jobs._busy and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.servicer.jobs._busy, "the batch never reached the job worker"
+    slots = server.servicer.slots
+    assert slots._free.acquire(blocking=False)  # this test holds the one slot
+    try:
+        shape, dtype, src, dst, cluster = s0(256, 3000)
+        with pytest.raises(ServiceError, match="workers for expensive requests are busy") as e:
+            client.estimate(shape, dtype, src, dst, cluster=cluster)
+        assert e.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        with pytest.raises(ServiceError, match="busy"):
+            client.estimate_many([s0(256, 3001)])
+        assert client.estimate((64, 8), "float32", SRC, DST)[0] > 0  # light: served
+    finally:
+        slots._free.release()
+    assert server.servicer.jobs._busy, "the worker finished too early for this test"
+    seconds, _ = client.estimate(shape, dtype, src, dst, cluster=cluster)
+    assert seconds == pytest.approx(reshard.plan(shape, dtype, src, dst,
+                                                 cluster=cluster).estimate(), rel=1e-9)
+    thread.join(120)
+
+
+def _quietly(fn, *args) -> None:
+    with contextlib.suppress(ServiceError, reshard.EstimateError):
+        fn(*args)
 
 
 @pytest.mark.timeout(60)
