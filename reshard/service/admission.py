@@ -25,7 +25,7 @@ import grpc
 
 from reshard.service.budget import OverBudget
 from reshard.service.options import REQUEST_MEMORY_FACTOR
-from reshard.service.status import ERROR_KEY, details
+from reshard.service.status import ERROR_KEY, ServiceError, details
 from reshard.service.v1 import reshard_pb2 as pb
 
 
@@ -81,11 +81,14 @@ def _parse(parse: Callable[[bytes], Any], raw: bytes, context: grpc.ServicerCont
 
 
 def _check(check: Callable[[bytes], None], raw: bytes, context: grpc.ServicerContext) -> None:
+    """``check(raw)``; its refusal (:class:`OverBudget`: RESOURCE_EXHAUSTED, or a
+    :class:`ServiceError` with its own code) ends the call."""
     try:
         check(raw)
-    except OverBudget as e:
+    except (OverBudget, ServiceError) as e:
+        code = e.code if isinstance(e, ServiceError) else grpc.StatusCode.RESOURCE_EXHAUSTED
         context.set_trailing_metadata(((ERROR_KEY, "ServiceError"),))
-        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, details(str(e)))
+        context.abort(code, details(str(e)))
 
 
 @contextlib.contextmanager
@@ -138,7 +141,8 @@ def add_service(servicer: Any, server: grpc.Server, service: str, budget: ByteBu
     """Register every method of ``service`` (a service of reshard's proto, e.g.
     ``"Reshard"``) on ``server``, served by ``servicer``'s method of the same name, each
     request's bytes counted against ``budget`` and checked by ``checks[method]`` (which
-    raises :class:`OverBudget` to refuse them) before it is parsed. A method may return
+    raises :class:`OverBudget` or a :class:`ServiceError` to refuse them) before it is
+    parsed. A method may return
     its reply encoded (bytes)."""
     desc = pb.DESCRIPTOR.services_by_name[service]
     handlers = {}

@@ -66,12 +66,22 @@ def check_tensors(what: str, tensors: int, max_tensors: int) -> None:
                          f"budget of {max_tensors} (--max-tensors); split it")
 
 
+def _padded(what: str, entries: int, flags: str) -> OverBudget:
+    fields = wire.FIELDS_PER_ENTRY * entries + wire.SPARE_FIELDS
+    return OverBudget(f"{what}: the request has more than {fields} fields (counted before "
+                      f"parsing: {wire.FIELDS_PER_ENTRY} an entry of {flags} ({entries}) and "
+                      f"{wire.SPARE_FIELDS} more); send it without padding")
+
+
 def check_plan_request_wire(what: str, raw: bytes, max_tensors: int) -> None:
     """Refuse a PlanRequest's bytes holding more than ``max_tensors`` tensors, counted
     on the wire before it is parsed (:mod:`reshard.service.wire`)."""
     if len(raw) <= 2 * max_tensors:
         return  # too short to hold more: each tensor takes at least two bytes
-    tensors = wire.plan_request_tensors(raw, max_tensors)
+    try:
+        tensors = wire.plan_request_tensors(raw, max_tensors)
+    except wire.TooLong:
+        raise _padded(what, max_tensors, "--max-tensors") from None
     if tensors > max_tensors:
         raise OverBudget(f"{what}: the request has more than {max_tensors} tensors (counted "
                          f"before parsing), over the server's budget of {max_tensors} "
@@ -84,7 +94,11 @@ def check_estimate_many_wire(raw: bytes, max_estimates: int, max_tensors: int) -
     the wire before it is parsed."""
     if len(raw) <= 2 * min(max_estimates, max_tensors):
         return  # too short to hold more of either: each takes at least two bytes
-    requests, tensors = wire.estimate_many_counts(raw, max_estimates, max_tensors)
+    try:
+        requests, tensors = wire.estimate_many_counts(raw, max_estimates, max_tensors)
+    except wire.TooLong:
+        raise _padded("EstimateMany", max_estimates + max_tensors,
+                      "--max-estimates + --max-tensors") from None
     if requests > max_estimates:
         raise OverBudget(f"EstimateMany: the call has more than {max_estimates} requests "
                          f"(counted before parsing), over the server's budget of "

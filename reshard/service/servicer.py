@@ -15,7 +15,7 @@ import hashlib
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import google.protobuf
@@ -32,7 +32,7 @@ from reshard.planner.values.request import default_cluster, make_tensor_spec
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import FORMAT_VERSION, READABLE_FORMATS
 from reshard.presets import preset_names
-from reshard.service import jobs
+from reshard.service import jobs, wire
 from reshard.service.budget import (
     INLINE_CELLS,
     INLINE_DEVICES,
@@ -104,6 +104,10 @@ tests/unit/test_service_answers.py)."""
 
 EARLY_SAMPLE = 16
 """Requests of a batch looked up before refusing it while the job workers are busy."""
+
+EARLY_BYTES = 64 << 10
+"""EstimateMany calls of at most this many bytes are never refused early (a few
+requests: the handler decides); nor are those whose sampled requests are larger."""
 
 JOB_ANSWER_MARGIN = 1.0
 """Seconds (at most a quarter of the time it has) an EstimateMany job keeps to send the
@@ -222,8 +226,7 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         checks: dict[str, Callable[[bytes], None]] = {
             what: functools.partial(check_plan_request_wire, what, max_tensors=o.max_tensors)
             for what in ("Plan", "PlanMany", "Estimate")}
-        checks["EstimateMany"] = functools.partial(
-            check_estimate_many_wire, max_estimates=o.max_estimates, max_tensors=o.max_tensors)
+        checks["EstimateMany"] = self._check_estimate_many
         return checks
 
     def _job(self, what: str, context: grpc.ServicerContext, fn: Any, *args: Any) -> Any:
@@ -399,16 +402,36 @@ class ReshardServicer(pb_grpc.ReshardServicer):
             [r.SerializeToString() for r in requests], self.options.cluster, self.limits,
             self._job_until(context))
 
-    def _refuse_early(self, requests: Sequence[pb.PlanRequest]) -> None:
-        """Refuse a batch while every job worker is busy when a sample of its first
-        requests says its uncached work is over the serving thread's (so that a flood
-        of such batches costs the server little: no key of the rest is computed)."""
-        n = len(requests)
-        if n * REQUEST_WORK <= INLINE_WORK or self.jobs.free():
+    def _check_estimate_many(self, raw: bytes) -> None:
+        """An EstimateMany's bytes, before they are parsed: while every job worker is
+        busy, a batch whose first :data:`EARLY_SAMPLE` requests (parsed alone) say its
+        uncached work is over the serving thread's is refused busy, the rest never
+        scanned or parsed (a flood of such batches then costs the server little); then
+        its counts within the budgets (:func:`check_estimate_many_wire`)."""
+        self._refuse_early(raw)
+        o = self.options
+        check_estimate_many_wire(raw, o.max_estimates, o.max_tensors)
+
+    def _refuse_early(self, raw: bytes) -> None:
+        """Refuse an EstimateMany's bytes while the job workers are busy (see
+        :meth:`_check_estimate_many`); a sample of small requests only."""
+        if len(raw) <= EARLY_BYTES or self.jobs.free():
             return
-        sample = requests[:EARLY_SAMPLE]
-        misses = sum(self.answers.get(admitted_key(r)) is None for r in sample)
-        if misses * n * REQUEST_WORK > INLINE_WORK * len(sample):
+        ranges = wire.first_entries(raw, 1, EARLY_SAMPLE)
+        if not ranges or any(stop - start > EARLY_BYTES for start, stop in ranges):
+            return
+        n = len(raw) * len(ranges) // ranges[-1][1]  # about, from the sample's sizes
+        if n * REQUEST_WORK <= INLINE_WORK:
+            return
+        misses = 0
+        for start, stop in ranges:
+            try:
+                r = pb.PlanRequest.FromString(raw[start:stop])
+            except Exception:  # noqa: BLE001 - not a request: the parser will say so
+                return
+            r.DiscardUnknownFields()
+            misses += self.answers.get(admitted_key(r)) is None
+        if misses * n * REQUEST_WORK > INLINE_WORK * len(ranges):
             raise self.jobs.busy_error("EstimateMany")
 
     def EstimateMany(self, request: pb.EstimateManyRequest,
@@ -424,7 +447,6 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         DEADLINE_EXCEEDED."""
         try:
             check_estimates(len(request.requests), self.options.max_estimates)
-            self._refuse_early(request.requests)
             keys = [admitted_key(r) for r in request.requests]
             got: dict[bytes, Answer] = {}
             todo: dict[bytes, pb.PlanRequest] = {}

@@ -5,10 +5,13 @@ PlanRequest of 1.2 million tiny tensors (48 MB) takes about 560 MB once parsed, 
 longer than a deadline to walk. The service therefore counts, in the raw bytes, the
 entries a budget limits (a PlanRequest's tensors; an EstimateManyRequest's requests and
 their tensors together) and refuses a request over its budget before parsing it. The
-count stops one past the budget, so that refusing costs at most the budget's worth of
-scanning (about 0.8 us an entry, nested ones included); a message shorter than twice the budget (every entry
-takes at least two bytes) is not scanned at all. Bytes that are no valid message are
-left to the parser, which refuses them.
+count stops one past the budget, and the scan visits at most :data:`FIELDS_PER_ENTRY`
+fields a budgeted entry (and :data:`SPARE_FIELDS` more) before it calls the request too
+long (:class:`TooLong`: padded with other fields), so that refusing costs at most the
+budget's worth of scanning (about 0.4 us a field, nested ones included) whatever the
+bytes hold. The service does not scan a message shorter than twice the budget (each
+entry takes at least two bytes). Bytes that are no valid message are left to the parser,
+which refuses them.
 """
 
 from __future__ import annotations
@@ -21,9 +24,20 @@ LEN = 2
 _SKIP = {1: 8, 5: 4}
 """Bytes of the fixed-width wire types (64-bit, 32-bit)."""
 
+FIELDS_PER_ENTRY = 4
+"""Fields a scan visits per entry its budget allows (a request's tensor, an
+EstimateMany's request: each with a few fields beside)."""
+
+SPARE_FIELDS = 64
+"""Fields a scan visits beyond those."""
+
 
 class Malformed(Exception):
     """Bytes that are not a message (the parser says why)."""
+
+
+class TooLong(Exception):
+    """The bytes hold more fields than the scan visits (a request padded with them)."""
 
 
 class _Over(Exception):
@@ -48,18 +62,26 @@ def _varint(raw: bytes, i: int) -> tuple[int, int]:
 
 
 def entries(raw: bytes, field: int, limit: int, start: int = 0, stop: int | None = None,
-            each: Callable[[int, int], None] | None = None) -> int:
+            each: Callable[[int, int], None] | None = None,
+            visits: list[int] | None = None) -> int:
     """How many times length-delimited ``field`` occurs in the message ``raw[start:
     stop]``, counted up to ``limit + 1`` (where counting stops); ``each(start, stop)``
     is called with each occurrence's value (its bytes' range). Other fields are skipped.
+    ``visits``: ``[the fields the scan may still visit]``, shared by nested scans
+    (decremented here).
 
     Raises:
         Malformed: the bytes are not a message.
+        TooLong: more fields than ``visits`` allows.
     """
     end = len(raw) if stop is None else stop
     i, n = start, 0
     try:
         while i < end:
+            if visits is not None:
+                visits[0] -= 1
+                if visits[0] < 0:
+                    raise TooLong
             tag = raw[i]  # one byte for fields 1-15, the common case
             i += 1
             if tag >= 0x80:
@@ -92,11 +114,30 @@ def entries(raw: bytes, field: int, limit: int, start: int = 0, stop: int | None
     return n
 
 
+def first_entries(raw: bytes, field: int, k: int) -> list[tuple[int, int]]:
+    """The byte ranges of the first ``k`` values of length-delimited ``field`` in the
+    message ``raw`` (fewer where it has fewer; none where it is no valid message or
+    they do not come within the first ``FIELDS_PER_ENTRY * k + SPARE_FIELDS``
+    fields)."""
+    out: list[tuple[int, int]] = []
+    try:
+        entries(raw, field, k, each=lambda start, stop: out.append((start, stop)),
+                visits=[FIELDS_PER_ENTRY * k + SPARE_FIELDS])
+    except (Malformed, TooLong):
+        return []
+    return out[:k]
+
+
 def plan_request_tensors(raw: bytes, limit: int) -> int:
     """A PlanRequest's tensors (field 1) in its bytes, counted up to ``limit + 1``; 0
-    when they are no valid message."""
+    when they are no valid message.
+
+    Raises:
+        TooLong: the bytes hold more than ``FIELDS_PER_ENTRY * limit + SPARE_FIELDS``
+            fields.
+    """
     try:
-        return entries(raw, 1, limit)
+        return entries(raw, 1, limit, visits=[FIELDS_PER_ENTRY * limit + SPARE_FIELDS])
     except Malformed:
         return 0
 
@@ -105,16 +146,22 @@ def estimate_many_counts(raw: bytes, max_requests: int, max_tensors: int) -> tup
     """``(requests, tensors)`` of an EstimateManyRequest's bytes: its requests (field
     1) and their tensors together (each request's field 1), each counted up to its
     limit + 1 (where counting stops: the other count is then short); zeros where the
-    bytes are no valid message."""
+    bytes are no valid message.
+
+    Raises:
+        TooLong: the bytes hold more than ``FIELDS_PER_ENTRY * (max_requests +
+            max_tensors) + SPARE_FIELDS`` fields, nested ones included.
+    """
     tensors = [0]
+    visits = [FIELDS_PER_ENTRY * (max_requests + max_tensors) + SPARE_FIELDS]
 
     def each(start: int, stop: int) -> None:
-        tensors[0] += entries(raw, 1, max_tensors - tensors[0], start, stop)
+        tensors[0] += entries(raw, 1, max_tensors - tensors[0], start, stop, visits=visits)
         if tensors[0] > max_tensors:
             raise _Over
 
     try:
-        requests = entries(raw, 1, max_requests, each=each)
+        requests = entries(raw, 1, max_requests, each=each, visits=visits)
     except _Over:
         return 0, tensors[0]
     except Malformed:
@@ -122,4 +169,5 @@ def estimate_many_counts(raw: bytes, max_requests: int, max_tensors: int) -> tup
     return requests, tensors[0]
 
 
-__all__ = ["Malformed", "entries", "estimate_many_counts", "plan_request_tensors"]
+__all__ = ["FIELDS_PER_ENTRY", "SPARE_FIELDS", "Malformed", "TooLong", "entries",
+           "estimate_many_counts", "first_entries", "plan_request_tensors"]

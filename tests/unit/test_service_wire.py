@@ -70,3 +70,20 @@ def test_bytes_that_are_no_message_are_left_to_the_parser(raw):
         wire.entries(raw, 1, 100)
     assert wire.plan_request_tensors(raw * 20, 1) == 0
     assert wire.estimate_many_counts(raw * 20, 1, 1) == (0, 0)
+
+
+def test_a_request_padded_with_fields_is_refused_at_the_scans_bound():
+    """A request of a million tiny unknown fields (3 MB; each skipped field costs the
+    scan as much as a tensor) is refused after ``4 x budget + 64`` fields, top level
+    or nested, where the scan would have walked them all."""
+    pad = b"\xa8\x06\x01" * 1_000_000  # field 101, varint 1
+    one = pb.PlanRequest(tensors=[tensor(0)]).SerializeToString()
+    with pytest.raises(wire.TooLong):
+        wire.plan_request_tensors(one + pad, 1000)
+    with pytest.raises(budget.OverBudget, match=r"more than 4064 fields \(counted before"):
+        budget.check_plan_request_wire("Estimate", one + pad, 1000)
+    assert wire.plan_request_tensors(one + pad[:3000], 1000) == 1  # a few are fine
+    nested = pb.EstimateManyRequest(requests=[pb.PlanRequest.FromString(one + pad)])
+    with pytest.raises(budget.OverBudget, match="fields"):
+        budget.check_estimate_many_wire(nested.SerializeToString(), 100, 1000)
+    assert wire.first_entries(pad + one, 1, 16) == []  # the sample gives up as well
