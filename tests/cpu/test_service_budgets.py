@@ -386,7 +386,9 @@ def test_a_request_of_too_many_tensors_is_refused_before_it_is_sized():
                                                r"\(--max-tensors\)") as e:
             client.plan_many(many, timeout=30)
         assert e.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert time.monotonic() - t0 < 5.0
+        # the client's encoding of 20,000 tensors is most of it (~2 s, more under load);
+        # the server's count on the wire takes under a millisecond
+        assert time.monotonic() - t0 < 15.0
 
 
 @pytest.mark.timeout(120)
