@@ -39,7 +39,7 @@ from reshard.service.auth import bearer
 from reshard.service.convert import SERVICE_NAME, encode_value, layout_from_pb, request_to_pb
 from reshard.service.options import DEFAULT_MAX_MESSAGE
 from reshard.service.plan_codec import merge_chunks, plan_from_pb, plan_to_pb
-from reshard.service.status import ERROR_CLASSES, ServiceError, raise_rpc_error
+from reshard.service.status import ERROR_CLASSES, ServiceError, raise_rpc_error, rpc_error
 from reshard.service.v1 import reshard_pb2 as pb
 from reshard.service.v1 import reshard_pb2_grpc as pb_grpc
 
@@ -216,7 +216,11 @@ class Client:
         """The server's :func:`reshard.estimate_many`: each request ``(shape, dtype, src,
         dst, cluster[, strategy])`` (a cluster of None: the server's default) answered
         in order, streamed; a bad request fails alone (:class:`reshard.EstimateError`
-        carries the others' estimates and each failure's position and error)."""
+        carries the others' estimates and each failure's position and error). A call the
+        server stopped at its deadline or its cap after some answers raises
+        EstimateError too: those answers, and for each request left the call's
+        :class:`ServiceError` (``DEADLINE_EXCEEDED``; the server caches what it
+        answered, so asking the batch again goes on where it stopped)."""
         the_cast = Cast.parse(cast, scale)
         message = pb.EstimateManyRequest()
         local: dict[int, ReshardBaseError] = {}
@@ -230,18 +234,23 @@ class Client:
                 message.requests.append(pb.PlanRequest())
         out = [math.nan] * len(message.requests)
         failures: dict[int, ReshardBaseError] = {}
+        answered: set[int] = set()
         try:
             for reply in self._stub.EstimateMany(
                     message, timeout=self.timeout if timeout is None else timeout,
                     metadata=self._metadata):
                 for res in reply.results:
+                    answered.add(res.index)
                     if res.error:
                         cls = ERROR_CLASSES.get(res.error_type, ReshardError)
                         failures[res.index] = cls(res.error)
                     else:
                         out[res.index] = res.seconds
         except grpc.RpcError as e:
-            raise_rpc_error(e)
+            if not answered:
+                raise_rpc_error(e)
+            stopped = rpc_error(e)  # after some answers: the rest fail with it
+            failures.update((i, stopped) for i in range(len(out)) if i not in answered)
         failures.update(local)
         if failures:
             for i in failures:

@@ -9,6 +9,7 @@ from reshard.planner.plan import plan_many
 from reshard.planner.values.request import default_cluster, make_tensor_spec
 from reshard.service.budget import check_cells
 from reshard.service.convert import request_from_pb
+from reshard.service.estimates import Answer, Limits, answer_within
 from reshard.service.plan_codec import cost_to_pb, plan_from_pb
 from reshard.service.v1 import reshard_pb2 as pb
 
@@ -32,9 +33,17 @@ def cost(request: bytes, cluster: Cluster | None, max_cells: int | None = None) 
     return bytes(cost_to_pb(plan(request, cluster, max_cells, "Estimate")).SerializeToString())
 
 
+def estimate_many(requests: list[bytes], cluster: Cluster | None, limits: Limits,
+                  until: float | None) -> list[Answer]:
+    """The answers of an EstimateMany's uncached requests (their PlanRequests' bytes),
+    sized first, until the monotonic time ``until``
+    (:func:`reshard.service.estimates.answer_within`)."""
+    return answer_within(requests, cluster, limits, until)
+
+
 def verify(message: bytes) -> ReshardPlan:
     """The verified plan of a Plan message's bytes."""
     return plan_from_pb(pb.Plan.FromString(message), verify=True)
 
 
-__all__ = ["cost", "plan", "verify"]
+__all__ = ["cost", "estimate_many", "plan", "verify"]

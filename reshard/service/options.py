@@ -71,6 +71,10 @@ class ServeOptions:
             before anything is built from it.
         max_devices: the most devices one request's mesh or cluster may name, counted
             off the message before anything is built from it.
+        max_estimates: the most requests one EstimateMany may hold (refused at once).
+        answer_cache_bytes: EstimateMany answers kept for repeated requests, in bytes
+            of memory (keys, answers and their error texts), least recently used out
+            first.
         job_workers: worker processes for expensive requests (planning, costing,
             verifying large plans), each stopped at its caller's deadline; 0 runs them
             on the serving threads, unbounded (tests).
@@ -104,6 +108,8 @@ class ServeOptions:
     max_plan_cells: int = 1 << 21
     max_tensors: int = 100_000
     max_devices: int = 16_384
+    max_estimates: int = 10_000
+    answer_cache_bytes: int = 32 * MIB
     job_workers: int = 2
     job_memory_bytes: int = 2048 * MIB
     job_timeout: float = 120.0
@@ -115,7 +121,7 @@ class ServeOptions:
             raise ReshardError(f"port must be 0..65535, got {self.port}; 0 picks a free port")
         for name in ("max_message_bytes", "max_inline_bytes", "workers",
                      "plan_cache_bytes", "reply_cache_bytes", "max_plan_cells",
-                     "max_tensors", "max_devices",
+                     "max_tensors", "max_devices", "max_estimates", "answer_cache_bytes",
                      "job_memory_bytes", "max_inflight_bytes", "max_queued_calls"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

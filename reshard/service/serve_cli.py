@@ -85,6 +85,8 @@ _NUMBERS: tuple[tuple[str, type, float, str], ...] = (
     ("--max-tensors", int, 100_000, "refuse requests of more tensors, counted before any work"),
     ("--max-devices", int, 16_384,
      "refuse requests whose meshes or cluster name more devices, counted before any work"),
+    ("--max-estimates", int, 10_000,
+     "refuse EstimateMany calls of more requests, before any work"),
     ("--job-workers", int, 2,
      ("processes for expensive requests (stopped at the caller's deadline); fewer than "
       "--workers")),
@@ -100,6 +102,9 @@ _NUMBERS: tuple[tuple[str, type, float, str], ...] = (
     ("--plan-cache-mb", float, 128.0,
      ("memory of the plans kept for repeated requests, MiB (planned and executable plans: "
       "each cache this much)")),
+    ("--answer-cache-mb", float, 32.0,
+     ("memory of the EstimateMany answers kept for repeated requests, MiB (error texts "
+      "included)")),
 )
 """The numeric flags of ``reshard serve`` (the sizes and limits of :class:`ServeOptions`,
 the threads and timeouts): ``(flag, type, default, help)``."""
@@ -175,6 +180,8 @@ def options_from(args: argparse.Namespace) -> ServeOptions:
         max_inline_bytes=int(args.max_inline_mb * MIB), workers=args.workers,
         grace=args.grace, runtime_timeout=args.timeout, max_plan_cells=args.max_plan_cells,
         max_tensors=args.max_tensors, max_devices=args.max_devices,
+        max_estimates=args.max_estimates,
+        answer_cache_bytes=int(args.answer_cache_mb * MIB),
         job_workers=args.job_workers, job_memory_bytes=int(args.job_memory_mb * MIB),
         job_timeout=args.job_timeout,
         max_inflight_bytes=int(args.max_inflight_mb * MIB),

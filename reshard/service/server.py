@@ -8,12 +8,15 @@ Example::
         print(server.address)                               # "127.0.0.1:41234"
         ...                                                 # serve until the block ends
 
-``stop()`` drains: health turns NOT_SERVING, new calls are refused, calls in flight get
-``options.grace`` seconds to finish, then the Runtime closes.
+``stop()`` drains within ``options.grace`` seconds: health turns NOT_SERVING, new calls
+are refused, calls in flight get the grace but its last second (or half) to finish,
+then the jobs left are killed and the Runtime closes.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Self
@@ -28,6 +31,14 @@ from reshard.service.convert import SERVICE_NAME
 from reshard.service.options import ServeOptions
 from reshard.service.runtime_host import RuntimeFactory, RuntimeHost
 from reshard.service.servicer import ReshardServicer
+
+log = logging.getLogger("reshard.service")
+
+STOP_RESERVE = 1.0
+"""Seconds at the end of a stop's grace (at most half of it) kept for what comes after
+the calls and the Runtime's workers' own exit: killing the jobs and the workers left
+(the launcher's terminate, 0.3 s, then its kill), so that the whole stop holds its
+grace."""
 
 
 def default_runtime_factory(options: ServeOptions) -> RuntimeFactory | None:
@@ -93,7 +104,7 @@ class Server:
         server = grpc.server(ThreadPoolExecutor(max_workers=o.workers, thread_name_prefix="reshard-rpc"),
                              interceptors=interceptors, options=grpc_options(o.max_message_bytes),
                              maximum_concurrent_rpcs=o.max_queued_calls)
-        add_service(self.servicer, server, "Reshard", self.inflight)
+        add_service(self.servicer, server, "Reshard", self.inflight, self.servicer.wire_checks())
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         where = listen_address(o.host, o.port)
         try:
@@ -117,22 +128,31 @@ class Server:
         return self
 
     def stop(self, grace: float | None = None) -> None:
-        """Drain and stop: NOT_SERVING, refuse new calls, let calls in flight finish
-        within ``grace`` seconds (default ``options.grace``), then stop the jobs still
-        running (their worker processes are killed: the stop is bounded by ``grace``)
-        and close the Runtime."""
+        """Drain and stop within ``grace`` seconds (default ``options.grace``):
+        NOT_SERVING, refuse new calls, let calls in flight finish until the last
+        :data:`STOP_RESERVE` (at most half) of the grace, then kill the jobs still
+        running and close the Runtime (its workers get what is left of the grace, less
+        that reserve, then are killed). Returns at the grace even when closing the Runtime takes longer
+        (its launcher's fork server slow to exit): that close goes on in the background,
+        logged."""
         self.health.enter_graceful_shutdown()
         grace = self.options.grace if grace is None else grace
         deadline = time.monotonic() + grace
+        reserve = min(STOP_RESERVE, grace / 2)
         if self._server is not None:
-            done = self._server.stop(grace)
-            done.wait(grace)
+            done = self._server.stop(grace - reserve)  # then every call left is cancelled
+            done.wait(grace - reserve)
             self.servicer.jobs.close()  # calls waiting on jobs end at once
-            done.wait(1.0)
+            done.wait(max(0.0, deadline - reserve / 2 - time.monotonic()))
         self.servicer.jobs.close()
-        # the Runtime's workers get what is left of the grace, then are killed (a
-        # stopped or stuck worker no longer adds the launcher's own seconds)
-        self.host.close(max(0.0, deadline - time.monotonic()))
+        closing = threading.Thread(
+            target=self.host.close, args=(max(0.0, deadline - reserve - time.monotonic()),),
+            name="reshard-service-close", daemon=True)
+        closing.start()
+        closing.join(max(0.0, deadline - time.monotonic()))
+        if closing.is_alive():
+            log.warning("reshard serve: closing the Runtime ran past the %g s grace (its "
+                        "launcher still stopping); it goes on in the background", grace)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the server stops (or ``timeout`` seconds); True if it stopped."""

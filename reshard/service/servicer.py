@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -24,25 +25,39 @@ import reshard
 from reshard.cluster import Cluster
 from reshard.errors import ReshardBaseError, ReshardError
 from reshard.lru import LruCache
-from reshard.planner.estimates import CostCache, estimate
+from reshard.planner.estimates import CostCache
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan_many
 from reshard.planner.values.request import default_cluster, make_tensor_spec
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import FORMAT_VERSION, READABLE_FORMATS
 from reshard.presets import preset_names
-from reshard.service import jobs
+from reshard.service import jobs, wire
 from reshard.service.budget import (
     INLINE_CELLS,
     INLINE_DEVICES,
     INLINE_TASKS,
     INLINE_TENSORS,
+    INLINE_WORK,
+    REQUEST_WORK,
     OverBudget,
     check_cells,
     check_counts,
-    request_cells,
+    check_estimate_many_wire,
+    check_estimates,
+    check_plan_request_wire,
+    work,
 )
 from reshard.service.convert import layout_to_pb, request_from_pb, split_rules
+from reshard.service.estimates import (
+    Answer,
+    Limits,
+    Sized,
+    answer_sized,
+    raw_work,
+    size_all,
+)
+from reshard.service.inline import InlineSlots
 from reshard.service.options import ServeOptions
 from reshard.service.plan_codec import (
     DEFAULT_CHUNK_TASKS,
@@ -51,7 +66,7 @@ from reshard.service.plan_codec import (
     plan_from_pb,
     plan_to_pb,
 )
-from reshard.service.runtime_host import RuntimeHost, deadline_expired
+from reshard.service.runtime_host import DEADLINE_MARGIN, RuntimeHost, deadline_expired
 from reshard.service.status import ERROR_KEY, ServiceError, details, error_name, status_code
 from reshard.service.v1 import reshard_pb2 as pb
 from reshard.service.v1 import reshard_pb2_grpc as pb_grpc
@@ -82,9 +97,21 @@ def plan_bytes(plan: ReshardPlan) -> int:
 ESTIMATE_RUN = 512
 """EstimateMany answers per streamed message."""
 
-ANSWER_ENTRIES = 1 << 18
-"""EstimateMany answers kept by their encoded request (a key of 32 bytes and a float
-each, with any error's text)."""
+ANSWER_ENTRY_BYTES = 320
+"""Memory one cached EstimateMany answer holds besides its strings: its 32-byte key, its
+tuples, float and weight, the cache's slot (measured with tracemalloc: 305-315 bytes;
+tests/unit/test_service_answers.py)."""
+
+EARLY_SAMPLE = 16
+"""Requests of a batch looked up before refusing it while the job workers are busy."""
+
+EARLY_BYTES = 64 << 10
+"""EstimateMany calls of at most this many bytes are never refused early (a few
+requests: the handler decides); nor are those whose sampled requests are larger."""
+
+JOB_ANSWER_MARGIN = 1.0
+"""Seconds (at most a quarter of the time it has) an EstimateMany job keeps to send the
+answers it has back before the call's deadline or the server's cap."""
 
 R = TypeVar("R")
 
@@ -134,6 +161,39 @@ def request_key(request: pb.PlanRequest) -> bytes:
     return canonical_key(request, "include_cost", "max_chunk_tasks")
 
 
+def admitted_key(request: pb.PlanRequest) -> bytes:
+    """:func:`request_key` of a request whose unknown fields were dropped on arrival
+    (:mod:`reshard.service.admission` does so, nested messages included): the same key,
+    without copying the message (an EstimateMany's thousands of keys)."""
+    if request.include_cost or request.max_chunk_tasks:
+        return request_key(request)
+    return hashlib.sha256(request.SerializeToString(deterministic=True)).digest()
+
+
+def _runs(keys: list[bytes], answers: dict[bytes, Answer]) -> Iterator[pb.EstimateManyReply]:
+    """The answers of ``keys`` (those known) in order, in runs of :data:`ESTIMATE_RUN`
+    (one empty reply for no keys)."""
+    run: list[pb.EstimateResult] = []
+    for i, k in enumerate(keys):
+        answer = answers.get(k)
+        if answer is None:
+            continue
+        run.append(pb.EstimateResult(index=i, seconds=answer[0], error=answer[1],
+                                     error_type=answer[2]))
+        if len(run) == ESTIMATE_RUN:
+            yield pb.EstimateManyReply(results=run)
+            run = []
+    if run or not keys:
+        yield pb.EstimateManyReply(results=run)
+
+
+def answer_bytes(answer: Answer) -> int:
+    """What an answer costs the answers cache, in bytes: its entry (key, tuples, float,
+    the cache's own slot: :data:`ANSWER_ENTRY_BYTES`) and its strings as Python holds
+    them (an error's text: up to 4 KB, 4 bytes a character outside Latin-1)."""
+    return ANSWER_ENTRY_BYTES + sys.getsizeof(answer[1]) + sys.getsizeof(answer[2])
+
+
 class ReshardServicer(pb_grpc.ReshardServicer):
     """Handlers of the ``reshard.v1.Reshard`` service.
 
@@ -153,8 +213,21 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         self.costs: LruCache[bytes, bytes] = LruCache(COST_CACHE_ENTRIES)
         self.replies: LruCache[bytes, bytes] = LruCache(options.reply_cache_bytes, weigh=len)
         self.estimates = CostCache(options.reply_cache_bytes // 2)
-        self.answers: LruCache[bytes, tuple[float, str, str]] = LruCache(
-            ANSWER_ENTRIES)
+        self.answers: LruCache[bytes, Answer] = LruCache(options.answer_cache_bytes,
+                                                         weigh=answer_bytes)
+        self.limits = Limits(options.max_tensors, options.max_devices, options.max_plan_cells)
+        self.slots = InlineSlots()
+
+    def wire_checks(self) -> dict[str, Callable[[bytes], None]]:
+        """What each method's request bytes are checked by before they are parsed (the
+        counts ``--max-tensors`` and ``--max-estimates`` limit:
+        :mod:`reshard.service.wire`)."""
+        o = self.options
+        checks: dict[str, Callable[[bytes], None]] = {
+            what: functools.partial(check_plan_request_wire, what, max_tensors=o.max_tensors)
+            for what in ("Plan", "PlanMany", "Estimate")}
+        checks["EstimateMany"] = self._check_estimate_many
+        return checks
 
     def _job(self, what: str, context: grpc.ServicerContext, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` in a job worker, stopped at the caller's deadline, when the
@@ -175,30 +248,38 @@ class ReshardServicer(pb_grpc.ReshardServicer):
                             self.options.max_plan_cells)
         return reqs, cluster, strategy, cells
 
-    def _inline(self, request: pb.PlanRequest, what: str) -> bool:
-        """Whether the request may be sized on the serving thread (few tensors and
-        devices: provably cheap), after its counts, read off the message, pass the
-        server's budgets; otherwise a job worker sizes, plans and costs it."""
+    def _inline(self, request: pb.PlanRequest, what: str) -> tuple[int, int] | None:
+        """The request's ``(tensors, devices)`` where it may be sized on the serving
+        thread (few tensors and devices: provably cheap), after its counts, read off the
+        message, pass the server's budgets; None where a job worker sizes, plans and
+        costs it."""
         tensors, devices = check_counts(what, request, self.options.max_tensors,
                                         self.options.max_devices)
-        return tensors <= INLINE_TENSORS and devices <= INLINE_DEVICES
+        if tensors <= INLINE_TENSORS and devices <= INLINE_DEVICES:
+            return tensors, devices
+        return None
 
-    def _inline_plan(self, request: pb.PlanRequest, what: str) -> Callable[[], ReshardPlan] | None:
+    def _inline_plan(self, request: pb.PlanRequest, what: str
+                     ) -> tuple[Callable[[], ReshardPlan], int] | None:
         """What plans the request on the serving thread, where that is cheap (few
-        tensors, devices and cells); None where a job worker must (sizing included)."""
-        if not self._inline(request, what):
+        tensors, devices and cells), and its work (:func:`reshard.service.budget.work`);
+        None where a job worker must (sizing included)."""
+        counts = self._inline(request, what)
+        if counts is None:
             return None
         reqs, cluster, strategy, cells = self._sized(request, what)
         if cells > INLINE_CELLS:
             return None
-        return lambda: plan_many(reqs, cluster=cluster, strategy=strategy)
+        return lambda: plan_many(reqs, cluster=cluster, strategy=strategy), work(*counts, cells)
 
     def _plan(self, request: pb.PlanRequest, key: bytes, what: str,
               context: grpc.ServicerContext) -> ReshardPlan:
         def make() -> ReshardPlan:
             inline = self._inline_plan(request, what)
             if inline is not None:
-                return inline()
+                with self.slots.hold(inline[1]) as here:
+                    if here:
+                        return inline[0]()
             return self._job(what, context, jobs.plan, request.SerializeToString(),  # type: ignore[no-any-return]
                              self.options.cluster, self.options.max_plan_cells, what)
         return self.plans.get_or_make(key, make)
@@ -206,18 +287,21 @@ class ReshardServicer(pb_grpc.ReshardServicer):
     def _cost(self, request: pb.PlanRequest, key: bytes,
               context: grpc.ServicerContext) -> bytes:
         """The encoded Cost of the request's plan (kept encoded: a few dozen bytes, where
-        a decoded one holds about 550)."""
+        a decoded one holds about 550): on the serving thread where the request is cheap
+        and (beyond light work) an inline slot is free, else in a job worker."""
         def make() -> bytes:
             plan = self.plans.get(key)
-            if plan is None:
-                inline = self._inline_plan(request, "Estimate")
-                if inline is not None:
-                    plan = self.plans.get_or_make(key, inline)
-                else:
-                    return self._job(  # type: ignore[no-any-return]
-                        "Estimate", context, jobs.cost, request.SerializeToString(),
-                        self.options.cluster, self.options.max_plan_cells)
-            return cost_to_pb(plan).SerializeToString()
+            if plan is not None:
+                return cost_to_pb(plan).SerializeToString()
+            inline = self._inline_plan(request, "Estimate")
+            if inline is not None:
+                with self.slots.hold(inline[1]) as here:
+                    if here:
+                        return cost_to_pb(self.plans.get_or_make(key, inline[0])
+                                          ).SerializeToString()
+            return self._job(  # type: ignore[no-any-return]
+                "Estimate", context, jobs.cost, request.SerializeToString(),
+                self.options.cluster, self.options.max_plan_cells)
         return self.costs.get_or_make(key, make)
 
     @_guarded
@@ -268,74 +352,123 @@ class ReshardServicer(pb_grpc.ReshardServicer):
     def Estimate(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> bytes:
         return self._cost(request, request_key(request), context)
 
-    def _estimate_one(self, request: pb.PlanRequest, key: bytes,
-                      decoded: tuple[list, Cluster | None, Strategy],
-                      context: grpc.ServicerContext) -> float:
-        """One tensor's estimate (planned on the normal form, :mod:`reshard.planner.
-        estimates`, through the server's cost cache); several tensors' (or a large
-        plan's, in a job worker) as Estimate computes it. ``decoded``: the request's
-        :func:`request_from_pb`, ``key`` its :func:`request_key`."""
-        reqs, cluster, strategy = decoded
-        if len(reqs) != 1 or not self._inline(request, "EstimateMany") or request_cells(
-                [(r[0], r[1], r[2], r[3]) for r in reqs]) > INLINE_CELLS:
-            return pb.Cost.FromString(self._cost(request, key, context)).seconds
-        shape, dtype, src, dst, cast = reqs[0]
-        return estimate(shape, dtype, src, dst, cluster, strategy,
-                        cast=None if cast is None else cast.dtype,
-                        scale=None if cast is None else cast.scale, cache=self.estimates)
+    def _job_until(self, context: grpc.ServicerContext) -> float:
+        """When (:func:`time.monotonic`) a job stops answering and returns what it has:
+        the caller's deadline or the server's cap (``job_timeout``), less a margin to
+        send the answers back in time (the worker is killed at the deadline or the cap
+        itself)."""
+        left = context.time_remaining()
+        hard = self.options.job_timeout if left is None else min(left, self.options.job_timeout)
+        return time.monotonic() + max(0.0, hard - min(JOB_ANSWER_MARGIN, hard / 4))
+
+    def _answer_inline(self, requests: list[pb.PlanRequest],
+                       context: grpc.ServicerContext) -> list[Answer] | None:
+        """The answers, worked out on the serving thread where the requests' work
+        (:mod:`reshard.service.estimates`) is at most :data:`INLINE_WORK` (read off the
+        messages first, then from the decoded layouts) and, beyond light work, an inline
+        slot is free (:mod:`reshard.service.inline`); None where not."""
+        work = 0
+        for r in requests:
+            try:
+                work += raw_work(r, self.limits)
+            except OverBudget:
+                work += REQUEST_WORK  # answered with its error when sized
+            if work > INLINE_WORK:
+                return None
+        def time_left() -> float | None:
+            left = context.time_remaining()
+            return None if left is None else left - DEADLINE_MARGIN
+
+        sized = size_all(requests, self.options.cluster, self.limits, time_left)
+        if sized is None:
+            return []
+        total = sum(s.work for s in sized if isinstance(s, Sized))
+        if total > INLINE_WORK:
+            return None
+        with self.slots.hold(total) as here:
+            return answer_sized(sized, self.estimates, time_left) if here else None
+
+    def _answer(self, requests: list[pb.PlanRequest],
+                context: grpc.ServicerContext) -> list[Answer]:
+        """The answers of uncached requests, in order: on the serving thread when their
+        work is small, else in a job worker (refused when every worker is busy), the
+        first ones only when the time ran out."""
+        if len(requests) * REQUEST_WORK <= INLINE_WORK:
+            inline = self._answer_inline(requests, context)
+            if inline is not None:
+                return inline
+        return self._job(  # type: ignore[no-any-return]
+            "EstimateMany", context, jobs.estimate_many,
+            [r.SerializeToString() for r in requests], self.options.cluster, self.limits,
+            self._job_until(context))
+
+    def _check_estimate_many(self, raw: bytes) -> None:
+        """An EstimateMany's bytes, before they are parsed: while every job worker is
+        busy, a batch whose first :data:`EARLY_SAMPLE` requests (parsed alone) say its
+        uncached work is over the serving thread's is refused busy, the rest never
+        scanned or parsed (a flood of such batches then costs the server little); then
+        its counts within the budgets (:func:`check_estimate_many_wire`)."""
+        self._refuse_early(raw)
+        o = self.options
+        check_estimate_many_wire(raw, o.max_estimates, o.max_tensors)
+
+    def _refuse_early(self, raw: bytes) -> None:
+        """Refuse an EstimateMany's bytes while the job workers are busy (see
+        :meth:`_check_estimate_many`); a sample of small requests only."""
+        if len(raw) <= EARLY_BYTES or self.jobs.free():
+            return
+        ranges = wire.first_entries(raw, 1, EARLY_SAMPLE)
+        if not ranges or any(stop - start > EARLY_BYTES for start, stop in ranges):
+            return
+        n = len(raw) * len(ranges) // ranges[-1][1]  # about, from the sample's sizes
+        if n * REQUEST_WORK <= INLINE_WORK:
+            return
+        misses = 0
+        for start, stop in ranges:
+            try:
+                r = pb.PlanRequest.FromString(raw[start:stop])
+            except Exception:  # noqa: BLE001 - not a request: the parser will say so
+                return
+            r.DiscardUnknownFields()
+            misses += self.answers.get(admitted_key(r)) is None
+        if misses * n * REQUEST_WORK > INLINE_WORK * len(ranges):
+            raise self.jobs.busy_error("EstimateMany")
 
     def EstimateMany(self, request: pb.EstimateManyRequest,
                      context: grpc.ServicerContext) -> Iterator[pb.EstimateManyReply]:
-        """Each request's estimate, streamed in runs of :data:`ESTIMATE_RUN`; answered
-        from the cache of encoded requests when asked before. The requests not cached
-        are decoded and sized first: over the server's plan budget together, the batch
-        is refused before any is planned."""
+        """Each request's estimate, streamed in order in runs of :data:`ESTIMATE_RUN`;
+        answered from the cache of encoded requests when asked before. Over
+        ``--max-estimates`` requests the call is refused at once. The uncached ones
+        are checked and sized before any is planned (:mod:`reshard.service.estimates`):
+        each bad one gets its own error answer; over the server's plan budget together
+        the batch is refused; a small batch is answered on the serving thread, a larger
+        one in a job worker (refused when all are busy) until the deadline or the
+        server's cap: the answers it has are streamed, then the call ends
+        DEADLINE_EXCEEDED."""
         try:
-            keys = [request_key(r) for r in request.requests]
-            decoded: dict[bytes, tuple[list, Cluster | None, Strategy] | ReshardBaseError] = {}
-            cells = 0
-            for i, k in enumerate(keys):
-                if k in decoded or self.answers.get(k) is not None:
-                    continue
-                try:
-                    got = decoded[k] = request_from_pb(request.requests[i],
-                                                       self.options.cluster)
-                except ReshardBaseError as e:
-                    decoded[k] = e  # answered below with its error
-                    continue
-                cells += request_cells([(r[0], r[1], r[2], r[3]) for r in got[0]])
-                if cells > self.options.max_plan_cells:
-                    raise ServiceError(
-                        f"EstimateMany: the batch's {len(decoded)}+ uncached requests "
-                        f"would plan about {cells}+ cells (tasks), over the server's budget "
-                        f"of {self.options.max_plan_cells} (--max-plan-cells); send fewer "
-                        f"requests per call", grpc.StatusCode.RESOURCE_EXHAUSTED)
-            run: list[pb.EstimateResult] = []
-            for i, k in enumerate(keys):
-                answer = self.answers.get(k)
-                if answer is None:
-                    if deadline_expired(context.time_remaining()):
-                        raise ServiceError(
-                            f"EstimateMany: the deadline passed after {i} of "
-                            f"{len(keys)} requests", grpc.StatusCode.DEADLINE_EXCEEDED)
-                    try:
-                        known = decoded.get(k)  # none: its answer left the cache since
-                        if known is None:
-                            known = request_from_pb(request.requests[i], self.options.cluster)
-                        if isinstance(known, ReshardBaseError):
-                            raise known
-                        answer = (self._estimate_one(request.requests[i], k, known, context),
-                                  "", "")
-                    except ReshardBaseError as e:
-                        answer = (0.0, details(str(e)), error_name(e))
-                    self.answers.put(k, answer)
-                run.append(pb.EstimateResult(index=i, seconds=answer[0], error=answer[1],
-                                             error_type=answer[2]))
-                if len(run) == ESTIMATE_RUN:
-                    yield pb.EstimateManyReply(results=run)
-                    run = []
-            if run or not keys:
-                yield pb.EstimateManyReply(results=run)
+            check_estimates(len(request.requests), self.options.max_estimates)
+            keys = [admitted_key(r) for r in request.requests]
+            got: dict[bytes, Answer] = {}
+            todo: dict[bytes, pb.PlanRequest] = {}
+            for k, r in zip(keys, request.requests, strict=True):
+                if k not in got and k not in todo:
+                    answer = self.answers.get(k)
+                    if answer is None:
+                        todo[k] = r
+                    else:
+                        got[k] = answer
+            answered = self._answer(list(todo.values()), context) if todo else []
+            for k, (seconds, error, kind) in zip(todo, answered, strict=False):
+                got[k] = (seconds, error, sys.intern(kind))
+                self.answers.put(k, got[k])
+            yield from _runs(keys, got)
+            if len(answered) < len(todo):
+                done = sum(k in got for k in keys)
+                raise ServiceError(
+                    f"EstimateMany: answered {done} of {len(keys)} requests (streamed before this) "
+                    f"before the call's deadline or the server's cap of "
+                    f"{self.options.job_timeout:g} s (--job-timeout); they are cached now: "
+                    f"ask the rest again, or fewer per call", grpc.StatusCode.DEADLINE_EXCEEDED)
         except Exception as e:  # noqa: BLE001 - every failure becomes a status
             abort(context, e)
 

@@ -102,8 +102,8 @@ def details(message: str) -> str:
     return message[:MAX_DETAILS - 20] + " ... (message cut)"
 
 
-def raise_rpc_error(e: grpc.RpcError) -> NoReturn:
-    """Raise the reshard error a failed call stands for: the class the server named in
+def rpc_error(e: grpc.RpcError) -> errors.ReshardBaseError:
+    """The reshard error a failed call stands for: the class the server named in
     :data:`ERROR_KEY` with its message, else :class:`ServiceError` with the status code."""
     if isinstance(e, grpc.Call):  # what every failed call of a channel raises
         code, text, trailing = e.code(), e.details() or "", e.trailing_metadata()
@@ -112,5 +112,10 @@ def raise_rpc_error(e: grpc.RpcError) -> NoReturn:
     name = dict(trailing or ()).get(ERROR_KEY)
     cls = ERROR_CLASSES.get(str(name)) if name is not None else None
     if cls is None or cls is ServiceError:
-        raise ServiceError(f"{code.name}: {text}" if cls is None else str(text), code) from None
-    raise cls(text) from None
+        return ServiceError(f"{code.name}: {text}" if cls is None else str(text), code)
+    return cls(text)
+
+
+def raise_rpc_error(e: grpc.RpcError) -> NoReturn:
+    """Raise :func:`rpc_error` of ``e``."""
+    raise rpc_error(e) from None

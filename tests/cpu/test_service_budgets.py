@@ -182,7 +182,7 @@ def test_stop_is_bounded_by_its_grace():
     server.stop()
     took = time.monotonic() - t0
     client.close()
-    assert took < 2.5, f"stop took {took:.1f}s with grace 1"
+    assert took < 1.2, f"stop took {took:.2f}s with grace 1"
     assert done.wait(5)
 
 
@@ -202,7 +202,9 @@ def test_sigterm_during_the_heaviest_request_exits_within_the_grace():
             proc.communicate(timeout=30)
             took = time.monotonic() - t0
         assert proc.returncode == 0
-        assert took < 5.0, f"exit took {took:.1f}s with --grace 3"  # 3.1-3.4 s measured
+        # the stop holds the grace (it was 1 s over with a Runtime); the process's own
+        # exit after it takes a few tenths more
+        assert took < 4.0, f"exit took {took:.1f}s with --grace 3"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -318,8 +320,9 @@ def test_the_plan_cache_weighs_what_a_request_makes_it_hold():
 @pytest.mark.timeout(120)
 def test_stop_is_bounded_by_its_grace_with_a_stopped_gloo_worker():
     """A gloo worker stopped (SIGSTOP) when the server stops with a 1 s grace: the stop
-    takes the grace and about a second more (the audit's took 8.5-8.9 s against a 3 s
-    grace: the launcher's own 3 s, then a second per terminate and kill)."""
+    holds the grace, the workers killed by then (the audit's took 8.5-8.9 s against a
+    3 s grace; then 1-2.5 s over it: the launcher's terminate and kill, and its fork
+    server's exit, came after the grace)."""
     pytest.importorskip("torch")
     options = ServeOptions(port=0, backend="gloo", launcher="process",
                            cluster=Cluster.regular(1, 2), job_workers=1, grace=1.0)
@@ -331,14 +334,22 @@ def test_stop_is_bounded_by_its_grace_with_a_stopped_gloo_worker():
         t0 = time.monotonic()
         server.stop()
         took = time.monotonic() - t0
+        left = [pid for pid in pids if _alive(pid)]  # a killed one is a zombie at most
     finally:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    assert took < 2.8, f"stop took {took:.1f}s against a 1 s grace"
-    for pid in pids:  # both gone
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+    assert took < 1.2, f"stop took {took:.2f}s against a 1 s grace"
+    assert not left, f"workers {left} outlived the stop"
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def s0(n: int) -> tuple[tuple, Cluster]:
@@ -370,11 +381,14 @@ def test_a_request_of_too_many_tensors_is_refused_before_it_is_sized():
     many = [((8,), "float32", src, dst)] * 20_000
     with Server(options).start() as server, Client(server.address, timeout=60) as client:
         t0 = time.monotonic()
-        with pytest.raises(ServiceError, match=r"20000 tensors, over the server's budget "
-                                               r"of 1000 \(--max-tensors\)") as e:
+        with pytest.raises(ServiceError, match=r"more than 1000 tensors \(counted before "
+                                               r"parsing\), over the server's budget of 1000 "
+                                               r"\(--max-tensors\)") as e:
             client.plan_many(many, timeout=30)
         assert e.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert time.monotonic() - t0 < 5.0
+        # the client's encoding of 20,000 tensors is most of it (~2 s, more under load);
+        # the server's count on the wire takes under a millisecond
+        assert time.monotonic() - t0 < 15.0
 
 
 @pytest.mark.timeout(120)

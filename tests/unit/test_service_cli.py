@@ -40,10 +40,26 @@ def test_cluster_flag_forms(tmp_path):
     (["--tls-cert", "c.pem"], "TLS needs both --tls-cert and --tls-key"),
     (["--cluster", "zz:2"], "unknown cluster preset 'zz'"),
     (["--max-inline-mb", "64", "--max-message-mb", "64"], "must leave"),
+    (["--max-estimates", "0"], "max_estimates must be an integer >= 1"),
+    (["--answer-cache-mb", "0"], "answer_cache_bytes must be an integer >= 1"),
 ])
 def test_bad_serve_flags_exit_2_before_listening(flags, message, capsys):
     assert reshard_cli.main(["serve", "--port", "0", *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_estimate_many_budgets_come_from_their_flags():
+    import argparse
+
+    from reshard.service.serve_cli import add_arguments, options_from
+
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    o = options_from(ap.parse_args(["--max-estimates", "123", "--answer-cache-mb", "2"]))
+    assert (o.max_estimates, o.answer_cache_bytes) == (123, 2 << 20)
+    default = options_from(ap.parse_args([]))
+    assert default.max_estimates == ServeOptions().max_estimates == 10_000
+    assert default.answer_cache_bytes == ServeOptions().answer_cache_bytes == 32 << 20
 
 
 def test_listen_rules():
