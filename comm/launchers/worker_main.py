@@ -5,6 +5,7 @@ a fork server, ``run COMMANDS_FD RESULTS_FD`` one worker. Started by the launche
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -15,6 +16,12 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["serve"] and len(args) >= 3:
         spawn.serve(int(args[1]), int(args[2]), args[3:])
+        # the driver closed the control socket: exit now, skipping the interpreter's
+        # teardown of what the server preloaded (torch's took 1-2 s on a loaded machine,
+        # which a Runtime's close and the service's grace waited for)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     elif args[:1] == ["run"] and len(args) == 3:
         spawn.run(int(args[1]), int(args[2]))
     else:

@@ -253,3 +253,22 @@ def test_rendezvous_strangers_trickling_bytes_keep_no_worker_out():
         for s in strangers:
             s.close()
         server.close()
+
+
+@pytest.mark.timeout(60)
+def test_fork_server_exits_without_the_interpreters_teardown(tmp_path, monkeypatch):
+    # what the server preloaded (torch, for gloo) is not torn down when the driver closes
+    # it: the server leaves at once (a teardown took the Runtime's close 1-2 s)
+    from reshard.comm.launchers.spawn import ForkServer
+
+    marker = tmp_path / "teardown-ran"
+    (tmp_path / "rs_preload_probe.py").write_text(
+        "import atexit, os\n"
+        "atexit.register(lambda: open(os.environ['RS_PROBE_MARKER'], 'w').close())\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the server imports as the driver does
+    monkeypatch.setenv("RS_PROBE_MARKER", str(marker))
+    server = ForkServer(["rs_preload_probe"])
+    proc = server._proc
+    server.close()
+    assert proc.returncode == 0
+    assert not marker.exists()
