@@ -27,7 +27,7 @@ from reshard.planner.cells.decompose import (
     decompose_table,
     devices_by_box,
 )
-from reshard.planner.cells.reduce import decompose_pieces, ready_step, reduce_sources
+from reshard.planner.cells.reduce import decompose_pieces, reduce_sources
 from reshard.planner.costing.cost import Routes, stepped_floor
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.schedule.send_columns import OrderedTasks
@@ -238,23 +238,65 @@ baseline's plan of the same request. Larger plans keep their broadcasts (plannin
 three times costs seconds)."""
 
 
+class Builds:
+    """One planning call's memo: each distinct build of tasks (:func:`plan_tasks`) done
+    once, and each distinct task order's model time simulated once.
+
+    The search asks for the same build more than once (``point-to-point`` plans the
+    request as ``send_recv``, and so does the ``send_recv`` baseline's first plan), and
+    keeps a baseline's tasks under the broadcast label (the model reads no strategy):
+    both are answered from here. Pure: the same inputs build the same tasks, so a plan
+    is the same with or without the memo."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[tuple[Any, ...], tuple[tuple[Task, ...], bool]] = {}
+        self._plans: dict[tuple[Any, ...], ReshardPlan] = {}
+
+    def __call__(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+                 fan_out: bool, fuse: bool = False, fine: bool = False
+                 ) -> tuple[tuple[Task, ...], bool]:
+        """:func:`plan_tasks`, each distinct question built once."""
+        key = (tensors, cluster, strat, fan_out, fuse, fine)
+        got = self._tasks.get(key)
+        if got is None:
+            got = self._tasks[key] = plan_tasks(tensors, cluster, strat, fan_out, fuse, fine)
+        return got
+
+    def relabel(self, plan: ReshardPlan, strat: Strategy) -> ReshardPlan:
+        """``plan``'s tasks as a plan of ``strat``, its model time and routes kept (the
+        cost model reads the tasks, the tensors and the cluster, never the label)."""
+        out = ReshardPlan(plan.tensors, plan.tasks, strat, plan.cluster)
+        for key in _PRICED:
+            if key in plan._cache:
+                out._cache[key] = plan._cache[key]
+        return out
+
+
+_PRICED = ("estimate", "routes", "latencies", "lower_bound")
+"""What a plan caches that depends on its tasks, tensors and cluster alone (not on its
+strategy label): :meth:`Builds.relabel` keeps them."""
+
+
 def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
-               strat: Strategy) -> ReshardPlan:
+               strat: Strategy, builds: Builds | None = None) -> ReshardPlan:
     """The fastest by the model of the plans tried for ``tensors``: the strategy's first
     plan, then its passes' candidates (:mod:`reshard.planner.search.passes`); for
     ``broadcast``, also the baselines' plans and all-reduce first where they could be
-    faster (:data:`BASELINES_UP_TO`), kept under the broadcast label (the request's)."""
-    tasks, pipelined = plan_tasks(tensors, cluster, strat, fan_out=False)
-    best = search(ReshardPlan(tensors, tasks, strat, cluster), pipelined, plan_tasks)
+    faster (:data:`BASELINES_UP_TO`), kept under the broadcast label (the request's).
+    ``builds``: the planning call's memo (default: a new one)."""
+    builds = Builds() if builds is None else builds
+    tasks, pipelined = builds(tensors, cluster, strat, fan_out=False)
+    best = search(ReshardPlan(tensors, tasks, strat, cluster), pipelined, builds)
     if strat is not Strategy.BROADCAST or len(best.tasks) > BASELINES_UP_TO or \
             best.estimate() <= best.lower_bound() * (1 + 1e-9):
         return best
-    others = [_best_plan(tensors, cluster, baseline)
+    others = [_best_plan(tensors, cluster, baseline, builds)
               for baseline in (Strategy.SEND_RECV, Strategy.ALLGATHER)]
-    first = allreduce_first(tensors, cluster, strat, _best_plan)
+    first = allreduce_first(tensors, cluster, strat,
+                            lambda ts, cl, st: _best_plan(ts, cl, st, builds))
     for other in (*others, *([first] if first is not None else [])):
         if other.estimate() < best.estimate():
-            best = ReshardPlan(tensors, other.tasks, strat, cluster)
+            best = builds.relabel(other, strat)
     return best
 
 
@@ -296,6 +338,7 @@ def ordered_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Stra
         key = (t.shape, t.src, t.dst)
         cells = same.get(key)
         ready: dict[Box, int] = {}
+        steps: list[int] = []
         if cells is None:
             needers = boxes.needers(t)
             if t.src.spec.is_partial:
@@ -306,7 +349,7 @@ def ordered_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Stra
             reduces.extend(tensor_reduces)
             ready = {r.box: r.step + 1 for r in tensor_reduces}
             if ready:
-                cells = decompose_pieces(t.shape, holders, needers, ready)
+                cells, steps = decompose_pieces(t.shape, holders, needers, ready)
             elif len(holders) * len(needers) >= TABLE_FROM:
                 cells = decompose_table(t.shape, holders, needers)
             else:
@@ -318,8 +361,7 @@ def ordered_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Stra
             work.add_table(i, cells, itemsizes[i], np.zeros(len(cells), np.int64), split)
         else:
             work.add_cells(i, cells, itemsizes[i],
-                           [ready_step(c.box, ready) for c in cells] if ready
-                           else [0] * len(cells), split)
+                           steps if ready else [0] * len(cells), split)
     # Largest slices first, so balancing places the big ones on free NICs.
     tasks = work.plan(CELL_PLANNERS[strat], itemsizes,
                       expect=broadcast and cluster.nics_per_host > 1, relays=broadcast,
