@@ -240,7 +240,7 @@ three times costs seconds)."""
 
 class Builds:
     """One planning call's memo: each distinct build of tasks (:func:`plan_tasks`) done
-    once, and each distinct task order's model time simulated once.
+    once, and each task's route found once (:attr:`known`, shared by every candidate).
 
     The search asks for the same build more than once (``point-to-point`` plans the
     request as ``send_recv``, and so does the ``send_recv`` baseline's first plan), and
@@ -250,7 +250,7 @@ class Builds:
 
     def __init__(self) -> None:
         self._tasks: dict[tuple[Any, ...], tuple[tuple[Task, ...], bool]] = {}
-        self._plans: dict[tuple[Any, ...], ReshardPlan] = {}
+        self.known: Routes = {}  # every candidate's routes (one cluster a call)
 
     def __call__(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
                  fan_out: bool, fuse: bool = False, fine: bool = False
@@ -286,7 +286,8 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
     ``builds``: the planning call's memo (default: a new one)."""
     builds = Builds() if builds is None else builds
     tasks, pipelined = builds(tensors, cluster, strat, fan_out=False)
-    best = search(ReshardPlan(tensors, tasks, strat, cluster), pipelined, builds)
+    best = search(ReshardPlan(tensors, tasks, strat, cluster), pipelined, builds,
+                  known=builds.known)
     if strat is not Strategy.BROADCAST or len(best.tasks) > BASELINES_UP_TO or \
             best.estimate() <= best.lower_bound() * (1 + 1e-9):
         return best

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable
 
 from reshard.cluster import Cluster
-from reshard.planner.values.resources import NIC_IN, NIC_OUT, crossings
+from reshard.planner.values.resources import NIC_IN, NIC_OUT
 
 
 class Loads:
@@ -219,7 +219,8 @@ class Loads:
                 segments.append([d])
         if len(segments) == 1:
             return chain, ()
-        used = set(chain) | {root, *self.keep_off.get(root, ())}
+        members = set(chain)
+        used = members | {root, *self.keep_off.get(root, ())}
         through: list[int] = []
         for a, b in itertools.pairwise(segments):
             relay = self._relay(NIC_OUT, a[-1], host(a[-1]), used, nbytes)
@@ -233,7 +234,7 @@ class Loads:
             if relay is not None:
                 b.insert(0, relay)
             for r in (a[-1], b[0]):
-                if r != root and r not in chain and r not in through:
+                if r != root and r not in members and r not in through:
                     through.append(r)
         order = tuple(d for seg in segments for d in seg)[1:]
         return order, tuple(through)
@@ -282,13 +283,23 @@ class Loads:
             (self.shared + nbytes) / shared >= nic_bytes / self.cluster.nic_capacity
 
     def charge(self, root: int, chain: tuple[int, ...], nbytes: int) -> None:
-        """Account a pipelined chain transfer root -> chain[0] -> chain[1] ...."""
+        """Account a pipelined chain transfer root -> chain[0] -> chain[1] ....
+
+        Each host boundary the chain crosses (:func:`~reshard.planner.values.resources.
+        crossings`, walked inline: this runs once per task) charges the NIC it leaves
+        through and the one it enters through."""
         if not chain:
             return
         self.dev_out[root] += nbytes
+        dev_in = self.dev_in
         for r in chain:
-            self.dev_in[r] += nbytes
-        nic = self.nic
-        for a, b in crossings(self.host, root, chain):
-            self.nic_out[nic(a)] += nbytes
-            self.nic_in[nic(b)] += nbytes
+            dev_in[r] += nbytes
+        host, nic, nic_out, nic_in = self.host, self.nic, self.nic_out, self.nic_in
+        prev, prev_host = root, host(root)
+        for d in chain:
+            h = host(d)
+            if h != prev_host:
+                nic_out[nic(prev)] += nbytes
+                nic_in[nic(d)] += nbytes
+                prev_host = h
+            prev = d

@@ -69,12 +69,17 @@ may pay (fewer: the star is the chain)."""
 
 def _segments(task: Task, host: Callable[[int], int]) -> list[list[int]]:
     """The chain root -> receivers cut where it changes host (root's segment first)."""
-    segs: list[list[int]] = [[task.root]]
+    seg = [task.root]
+    segs: list[list[int]] = [seg]
+    here = host(task.root)
     for d in task.receivers:
-        if host(d) == host(segs[-1][0]):
-            segs[-1].append(d)
+        h = host(d)
+        if h == here:
+            seg.append(d)
         else:
-            segs.append([d])
+            seg = [d]
+            segs.append(seg)
+            here = h
     return segs
 
 

@@ -39,7 +39,7 @@ from typing import Protocol
 from reshard.cluster import Cluster
 from reshard.planner.cells.fuse import SumShape, fuse_reductions
 from reshard.planner.cells.trees import TREE_FORMS, HostShape, Intra, reshapes, treeify
-from reshard.planner.costing.cost import one_at_a_time_time
+from reshard.planner.costing.cost import Routes, one_at_a_time_time
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.schedule.order import one_at_a_time
 from reshard.planner.values.strategy import Strategy
@@ -127,6 +127,9 @@ class Search:
         build: builds a plan's tasks (``build(tensors, cluster, strategy, fan_out=...,
             fuse=..., fine=...)``), :func:`~reshard.planner.plan.plan_tasks`.
         built: tasks a pass built that another may reuse (by name; this search's own).
+        known: the routes of tasks already costed on the cluster, by what decides them
+            (:func:`~reshard.planner.costing.cost.task_routes`), shared by the planning
+            call's candidates.
     """
 
     tensors: tuple[TensorSpec, ...]
@@ -136,10 +139,13 @@ class Search:
     pipelined: bool
     build: BuildTasks
     built: dict[str, tuple[Task, ...]] = field(default_factory=dict, compare=False)
+    known: Routes = field(default_factory=dict, compare=False)
 
     def plan(self, tasks: Sequence[Task]) -> ReshardPlan:
-        """A candidate plan of these tasks."""
-        return ReshardPlan(self.tensors, tuple(tasks), self.strategy, self.cluster)
+        """A candidate plan of these tasks (its routes found in :attr:`known`, the
+        memo of the tasks' routes every candidate of the planning call shares)."""
+        return ReshardPlan(self.tensors, tuple(tasks), self.strategy,
+                           self.cluster).share_routes(self.known)
 
 
 def faster(candidate: float, best: float) -> bool:
@@ -284,10 +290,14 @@ STAGES: tuple[tuple[Pass, ...], ...] = (
 
 
 def search(first: ReshardPlan, pipelined: bool, build: BuildTasks,
-           stages: Sequence[Sequence[Pass]] = STAGES) -> ReshardPlan:
+           stages: Sequence[Sequence[Pass]] = STAGES, known: Routes | None = None
+           ) -> ReshardPlan:
     """The best plan of ``first``'s request: ``first``, or a candidate of a pass that its
-    rule kept (see the module docstring)."""
-    s = Search(first.tensors, first.cluster, first.strategy, first, pipelined, build)
+    rule kept (see the module docstring). ``known``: routes already found on the
+    cluster (:attr:`Search.known`; default: ``first``'s candidates share a new memo)."""
+    s = Search(first.tensors, first.cluster, first.strategy, first, pipelined, build,
+               known={} if known is None else known)
+    first.share_routes(s.known)
     best = first
     for stage in stages:
         start = best
