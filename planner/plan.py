@@ -6,8 +6,9 @@ process, a device or a global.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from reshard.planner.cells.decompose import (
 from reshard.planner.cells.reduce import decompose_pieces, reduce_sources
 from reshard.planner.costing.cost import Routes, stepped_floor
 from reshard.planner.ir import ReshardPlan
+from reshard.planner.schedule.floors import baseline_floor
 from reshard.planner.schedule.send_columns import OrderedTasks
 from reshard.planner.schedule.staging import check_budget, fit_budget, staging_sizes
 from reshard.planner.schedule.work import Splitter, WorkList
@@ -250,16 +252,57 @@ class Builds:
 
     def __init__(self) -> None:
         self._tasks: dict[tuple[Any, ...], tuple[tuple[Task, ...], bool]] = {}
+        self._slices: dict[tuple[Any, ...], Slices] = {}  # cut, not yet planned
         self.known: Routes = {}  # every candidate's routes (one cluster a call)
 
     def __call__(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
-                 fan_out: bool, fuse: bool = False, fine: bool = False
-                 ) -> tuple[tuple[Task, ...], bool]:
-        """:func:`plan_tasks`, each distinct question built once."""
+                 fan_out: bool, fuse: bool = False, fine: bool = False,
+                 limit: int | None = None) -> tuple[tuple[Task, ...], bool] | None:
+        """:func:`plan_tasks`, each distinct question built once (a build cut short by
+        ``limit`` is not remembered, its slices are)."""
         key = (tensors, cluster, strat, fan_out, fuse, fine)
         got = self._tasks.get(key)
+        if got is not None:
+            return got
+        slices = self.slices(tensors, cluster, strat, fuse, fine)
+        if limit is not None and slices.least_tasks() > limit:
+            return None
+        del self._slices[(tensors, cluster, strat, fuse, fine)]  # planning uses them up
+        ordered, pipelined = slices.plan(fan_out)
+        got = self._tasks[key] = (ordered.tasks(), pipelined)
+        return got
+
+    def slices(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+               fuse: bool = False, fine: bool = False) -> Slices:
+        """:func:`cut_slices`, kept until a build plans them."""
+        key = (tensors, cluster, strat, fuse, fine)
+        got = self._slices.get(key)
         if got is None:
-            got = self._tasks[key] = plan_tasks(tensors, cluster, strat, fan_out, fuse, fine)
+            got = self._slices[key] = cut_slices(tensors, cluster, strat, fuse, fine)
+        return got
+
+    def beaten(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, baseline: Strategy,
+               seconds: float) -> bool:
+        """Whether no plan the search of ``baseline`` (``send_recv`` or ``allgather``)
+        could keep is modelled faster than ``seconds``: its slices' floor
+        (:func:`~reshard.planner.schedule.floors.baseline_floor`; the lower of the
+        coarse and the fine cut's where a source is a partial sum, whose reductions
+        ``finer`` cuts again) is not below it."""
+        floor = math.inf
+        cuts = (False, True) if any(t.src.spec.is_partial for t in tensors) else (False,)
+        for fine in cuts:
+            s = self.slices(tensors, cluster, baseline, fine=fine)
+            floor = min(floor, baseline_floor(s.work, s.reduces, s.itemsizes, cluster,
+                                              baseline))
+            if floor < seconds:
+                return False
+        return True
+
+    def whole(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+              fan_out: bool) -> tuple[tuple[Task, ...], bool]:
+        """:meth:`__call__` without a limit (never None)."""
+        got = self(tensors, cluster, strat, fan_out)
+        assert got is not None
         return got
 
     def relabel(self, plan: ReshardPlan, strat: Strategy) -> ReshardPlan:
@@ -285,14 +328,17 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
     faster (:data:`BASELINES_UP_TO`), kept under the broadcast label (the request's).
     ``builds``: the planning call's memo (default: a new one)."""
     builds = Builds() if builds is None else builds
-    tasks, pipelined = builds(tensors, cluster, strat, fan_out=False)
+    tasks, pipelined = builds.whole(tensors, cluster, strat, fan_out=False)
     best = search(ReshardPlan(tensors, tasks, strat, cluster), pipelined, builds,
                   known=builds.known)
     if strat is not Strategy.BROADCAST or len(best.tasks) > BASELINES_UP_TO or \
             best.estimate() <= best.lower_bound() * (1 + 1e-9):
         return best
+    # a baseline whose floor is not below the best so far cannot replace it: neither
+    # built nor simulated
     others = [_best_plan(tensors, cluster, baseline, builds)
-              for baseline in (Strategy.SEND_RECV, Strategy.ALLGATHER)]
+              for baseline in (Strategy.SEND_RECV, Strategy.ALLGATHER)
+              if not builds.beaten(tensors, cluster, baseline, best.estimate())]
     first = allreduce_first(tensors, cluster, strat,
                             lambda ts, cl, st: _best_plan(ts, cl, st, builds))
     for other in (*others, *([first] if first is not None else [])):
@@ -302,12 +348,17 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
 
 
 def plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
-               fan_out: bool, fuse: bool = False, fine: bool = False
-               ) -> tuple[tuple[Task, ...], bool]:
+               fan_out: bool, fuse: bool = False, fine: bool = False,
+               limit: int | None = None) -> tuple[tuple[Task, ...], bool] | None:
     """Every task of a plan of ``tensors`` in the global order, and whether some
     broadcast of a reduced piece could fan out (:func:`ordered_tasks`, every task
-    built)."""
-    ordered, pipelined = ordered_tasks(tensors, cluster, strat, fan_out, fuse, fine)
+    built). ``limit``: None instead where the plan would have more than ``limit``
+    tasks, known before any slice is planned (:meth:`Slices.least_tasks`): a search
+    pass that keeps no larger candidate builds none."""
+    slices = cut_slices(tensors, cluster, strat, fuse, fine)
+    if limit is not None and slices.least_tasks() > limit:
+        return None
+    ordered, pipelined = slices.plan(fan_out)
     return ordered.tasks(), pipelined
 
 
@@ -327,6 +378,41 @@ def ordered_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Stra
             :func:`~reshard.planner.cells.fuse.fuse_reductions`, whose chains pipeline).
         fine: cells split into pieces :data:`FINE_SPLIT` times smaller.
     """
+    return cut_slices(tensors, cluster, strat, fuse, fine).plan(fan_out)
+
+
+@dataclass
+class Slices:
+    """A planning call's slices, cut but not yet planned (:func:`cut_slices`): the
+    partial sums' reductions, and every cell to move in the work list."""
+
+    cluster: Cluster
+    strat: Strategy
+    work: WorkList
+    reduces: list[Task]
+    itemsizes: list[int]
+
+    def least_tasks(self) -> int:
+        """Tasks the plan will have at the least: every reduction, and at least one
+        task a slice (a slice some device needs is copied to it or received by it)."""
+        return len(self.reduces) + self.work.slices()
+
+    def plan(self, fan_out: bool) -> tuple[OrderedTasks, bool]:
+        """Every slice planned, largest first (:meth:`WorkList.plan`): the tasks in the
+        global order, and whether some broadcast of a reduced piece could fan out."""
+        broadcast = self.strat is Strategy.BROADCAST
+        tasks = self.work.plan(CELL_PLANNERS[self.strat], self.itemsizes,
+                               expect=broadcast and self.cluster.nics_per_host > 1,
+                               relays=broadcast, restep=self.strat is Strategy.ALLGATHER,
+                               fan_out=fan_out, first=self.reduces)
+        return tasks, broadcast and any(r.step > 0 for r in self.reduces)
+
+
+def cut_slices(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+               fuse: bool = False, fine: bool = False) -> Slices:
+    """The slices of a plan of ``tensors`` (:func:`ordered_tasks`' arguments): each
+    tensor's cells (a partial source's reduced first), split for balance under
+    ``broadcast``, in a work list."""
     loads = Loads(cluster)
     work = WorkList(cluster, loads)
     reduces: list[Task] = []
@@ -363,12 +449,7 @@ def ordered_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Stra
         else:
             work.add_cells(i, cells, itemsizes[i],
                            steps if ready else [0] * len(cells), split)
-    # Largest slices first, so balancing places the big ones on free NICs.
-    tasks = work.plan(CELL_PLANNERS[strat], itemsizes,
-                      expect=broadcast and cluster.nics_per_host > 1, relays=broadcast,
-                      restep=strat is Strategy.ALLGATHER, fan_out=fan_out, first=reduces)
-    pipelined = broadcast and any(r.step > 0 for r in reduces)
-    return tasks, pipelined
+    return Slices(cluster, strat, work, reduces, itemsizes)
 
 
 def _splitter(itemsize: int, loads: Loads, min_piece: int) -> Splitter:

@@ -123,6 +123,14 @@ class WorkList:
                                split)
         self._flush()
 
+    def point_to_point(self) -> _Columns:
+        """The point-to-point rows added so far, column by column."""
+        return self._p2p.columns()
+
+    def slices(self) -> int:
+        """Slices added so far (each piece of a split cell counts)."""
+        return sum(len(c[2]) for c in self._chunks) + len(self._ref)
+
     def _flush(self) -> None:
         if self._ref:
             self._chunks.append((np.array(self._nbytes, dtype=np.int64),

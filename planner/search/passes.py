@@ -106,10 +106,11 @@ class BuildTasks(Protocol):
     the search: the planner's entry module imports this one, not the other way)."""
 
     def __call__(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
-                 fan_out: bool, fuse: bool = False, fine: bool = False
-                 ) -> tuple[tuple[Task, ...], bool]:
+                 fan_out: bool, fuse: bool = False, fine: bool = False,
+                 limit: int | None = None) -> tuple[tuple[Task, ...], bool] | None:
         """Every task in the global order, and whether some broadcast of a reduced
-        piece could fan out."""
+        piece could fan out; None where the plan would have more than ``limit``
+        tasks (known before it is built)."""
         ...
 
 
@@ -204,18 +205,18 @@ def _fanned(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
     """Broadcasts of pipelined partial-sum pieces fanning out inside their last host."""
     if not search.pipelined:
         return
-    fanned = search.plan(search.build(search.tensors, search.cluster, search.strategy,
-                                      fan_out=True)[0])
-    if len(fanned.tasks) <= COMPARE_UP_TO:
-        yield fanned
+    got = search.build(search.tensors, search.cluster, search.strategy, fan_out=True,
+                       limit=COMPARE_UP_TO)
+    if got is not None and len(got[0]) <= COMPARE_UP_TO:
+        yield search.plan(got[0])
 
 
 def _finer(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
     """The request planned again with its cells split finer."""
-    finer = search.plan(search.build(search.tensors, search.cluster, search.strategy,
-                                     fan_out=False, fine=True)[0])
-    if len(finer.tasks) <= COMPARE_UP_TO and finer.tasks != search.first.tasks:
-        yield finer
+    got = search.build(search.tensors, search.cluster, search.strategy, fan_out=False,
+                       fine=True, limit=COMPARE_UP_TO)
+    if got is not None and len(got[0]) <= COMPARE_UP_TO and got[0] != search.first.tasks:
+        yield search.plan(got[0])
 
 
 def _fused(shape: SumShape) -> Callable[[Search, ReshardPlan], Iterator[ReshardPlan]]:
@@ -229,9 +230,10 @@ def _fused(shape: SumShape) -> Callable[[Search, ReshardPlan], Iterator[ReshardP
             return
         tasks = search.built.get("fuse")  # one build serves every shape
         if tasks is None:
-            tasks = search.built["fuse"] = search.build(tensors, search.cluster,
-                                                        search.strategy, fan_out=False,
-                                                        fuse=True)[0]
+            got = search.build(tensors, search.cluster, search.strategy, fan_out=False,
+                               fuse=True)
+            assert got is not None  # no limit
+            tasks = search.built["fuse"] = got[0]
         fusable = {i for i, t in enumerate(tensors) if t.fuses}
         yield search.plan(fuse_reductions(tasks, fusable, shape))
 
@@ -244,9 +246,10 @@ def _point_to_point(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]
     if search.strategy is not Strategy.BROADCAST or all(
             len(t.receivers) < 2 for t in start.tasks):  # no relays to replace
         return
-    tasks = search.build(search.tensors, search.cluster, Strategy.SEND_RECV, fan_out=False)[0]
-    if len(tasks) <= COMPARE_UP_TO:
-        yield search.plan(tasks)
+    got = search.build(search.tensors, search.cluster, Strategy.SEND_RECV, fan_out=False,
+                       limit=COMPARE_UP_TO)
+    if got is not None and len(got[0]) <= COMPARE_UP_TO:
+        yield search.plan(got[0])
 
 
 def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
