@@ -25,6 +25,7 @@ shape).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 
 from reshard.cluster import Cluster
@@ -46,38 +47,41 @@ def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[
     """Seconds every plan of ``work``'s slices (after ``reduces``; ``itemsizes``: each
     tensor's bytes per element) under ``strategy`` (``send_recv`` or ``allgather``)
     takes at least in the cost model (module docstring), less :data:`FLOOR_MARGIN`."""
-    load: dict[Resource, float] = {}
+    load: defaultdict[Resource, float] = defaultdict(float)
     for t in reduces:
         for res, frac in task_path(t, cluster)[0]:
-            load[res] = load.get(res, 0.0) + frac * t.nbytes
+            load[res] += frac * t.nbytes
     host, nic = cluster.host_map, cluster.nic_map
-
-    def add(res: Resource, nbytes: float) -> None:
-        load[res] = load.get(res, 0.0) + nbytes
+    # per kind of resource, by index (a dict a kind: the loop below is the hot part)
+    dev_out: defaultdict[int, float] = defaultdict(float)
+    dev_in: defaultdict[int, float] = defaultdict(float)
+    nic_out: defaultdict[int, float] = defaultdict(float)
+    nic_in: defaultdict[int, float] = defaultdict(float)
 
     def send(root: int, receiver: int, nbytes: float) -> None:
         """``root`` sends ``nbytes`` to ``receiver`` (a send, or a chain's first edge)."""
-        add((DEV_OUT, root), nbytes)
-        add((DEV_IN, receiver), nbytes)
+        dev_out[root] += nbytes
+        dev_in[receiver] += nbytes
         if host[root] != host[receiver]:
-            add((NIC_OUT, nic[root]), nbytes)
-            add((NIC_IN, nic[receiver]), nbytes)
+            nic_out[nic[root]] += nbytes
+            nic_in[nic[receiver]] += nbytes
 
     p2p = work.point_to_point()
     for root, recv, nb in zip(p2p.root.tolist(), p2p.recv.tolist(), p2p.nbytes.tolist()):
         send(root, recv, nb)
+    point_to_point = strategy is Strategy.SEND_RECV
     for tensor, cell in work.general:
         receivers = sorted(cell.needers - cell.holders)
         nbytes = cell.size * itemsizes[tensor]
         if not receivers or not nbytes:
             continue
         if len(cell.holders) != 1:  # the sender is a choice; the receipts are not
-            if strategy is Strategy.SEND_RECV:
+            if point_to_point:
                 for r in receivers:
-                    add((DEV_IN, r), nbytes)
+                    dev_in[r] += nbytes
             continue
         (root,) = cell.holders
-        if strategy is Strategy.SEND_RECV:
+        if point_to_point:
             for r in receivers:
                 send(root, r, nbytes)
             continue
@@ -88,7 +92,7 @@ def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[
             if h == host[root] or len(members) == 1:  # whole, down a chain or sent
                 send(root, members[0], nbytes)
                 for m in members[1:]:
-                    add((DEV_IN, m), nbytes)
+                    dev_in[m] += nbytes
                 continue
             item = itemsizes[tensor]
             for m, piece in zip(members, split_box(cell.box, len(members))):
@@ -96,8 +100,12 @@ def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[
                     send(root, m, box_size(piece) * item)
             share = nbytes * (len(members) - 1) / len(members)  # the all-gather's
             for m in members:
-                add((DEV_IN, m), share)
-                add((DEV_OUT, m), share)
+                dev_in[m] += share
+                dev_out[m] += share
+    for kind, part in ((DEV_OUT, dev_out), (DEV_IN, dev_in), (NIC_OUT, nic_out),
+                       (NIC_IN, nic_in)):
+        for i, b in part.items():
+            load[(kind, i)] += b
     worst = max((b / capacity(res, cluster) for res, b in load.items()), default=0.0)
     return worst * (1 - FLOOR_MARGIN)
 

@@ -38,7 +38,7 @@ from typing import Protocol
 
 from reshard.cluster import Cluster
 from reshard.planner.cells.fuse import SumShape, fuse_reductions
-from reshard.planner.cells.trees import TREE_FORMS, HostShape, Intra, reshapes, treeify
+from reshard.planner.cells.trees import TREE_FORMS, HostShape, Intra, Segments, reshapes, treeify
 from reshard.planner.costing.cost import Routes, one_at_a_time_time
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.schedule.order import one_at_a_time
@@ -128,6 +128,8 @@ class Search:
         build: builds a plan's tasks (``build(tensors, cluster, strategy, fan_out=...,
             fuse=..., fine=...)``), :func:`~reshard.planner.plan.plan_tasks`.
         built: tasks a pass built that another may reuse (by name; this search's own).
+        segments: the host segments of the chains of each plan the tree forms start
+            from (by the plan's id, with the plan), cut once for every form.
         known: the routes of tasks already costed on the cluster, by what decides them
             (:func:`~reshard.planner.costing.cost.task_routes`), shared by the planning
             call's candidates.
@@ -141,6 +143,8 @@ class Search:
     build: BuildTasks
     built: dict[str, tuple[Task, ...]] = field(default_factory=dict, compare=False)
     known: Routes = field(default_factory=dict, compare=False)
+    segments: dict[int, tuple[ReshardPlan, Segments]] = field(default_factory=dict,
+                                                              compare=False)
 
     def plan(self, tasks: Sequence[Task]) -> ReshardPlan:
         """A candidate plan of these tasks (its routes found in :attr:`known`, the
@@ -257,8 +261,9 @@ def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
     """The starting plan's chains reshaped into trees of this form."""
     def propose(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
         host = search.cluster.host_of
-        if reshapes(start.tasks, host, shape):
-            yield search.plan(treeify(start.tasks, host, intra, shape))
+        memo = search.segments.setdefault(id(start), (start, {}))[1]  # per start plan
+        if reshapes(start.tasks, host, shape, memo):
+            yield search.plan(treeify(start.tasks, host, intra, shape, memo))
 
     return propose
 
