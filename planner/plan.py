@@ -393,9 +393,9 @@ class Slices:
     itemsizes: list[int]
 
     def least_tasks(self) -> int:
-        """Tasks the plan will have at the least: every reduction, and at least one
-        task a slice (a slice some device needs is copied to it or received by it)."""
-        return len(self.reduces) + self.work.slices()
+        """Tasks the plan will have at the least: every reduction, and what each slice
+        gives at the least (:meth:`WorkList.least_tasks`)."""
+        return len(self.reduces) + self.work.least_tasks(self.strat is Strategy.SEND_RECV)
 
     def plan(self, fan_out: bool) -> tuple[OrderedTasks, bool]:
         """Every slice planned, largest first (:meth:`WorkList.plan`): the tasks in the

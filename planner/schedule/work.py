@@ -127,9 +127,18 @@ class WorkList:
         """The point-to-point rows added so far, column by column."""
         return self._p2p.columns()
 
-    def slices(self) -> int:
-        """Slices added so far (each piece of a split cell counts)."""
-        return sum(len(c[2]) for c in self._chunks) + len(self._ref)
+    def least_tasks(self, point_to_point: bool) -> int:
+        """Tasks the slices added so far give at the least: a point-to-point row one
+        send; a cell one copy a needer that holds it and, for the others, one task
+        (a broadcast, or an all-gather's first) or, ``point_to_point``, one send each
+        (as :mod:`reshard.planner.cells.cell_tasks` plans them)."""
+        rows = self._p2p.count
+        cells = 0
+        for _, cell in self.general:
+            held = len(cell.needers & cell.holders)
+            rest = len(cell.needers) - held
+            cells += held + (rest if point_to_point else min(rest, 1))
+        return rows + cells
 
     def _flush(self) -> None:
         if self._ref:
