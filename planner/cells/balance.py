@@ -282,6 +282,20 @@ class Loads:
         return bool(shared) and \
             (self.shared + nbytes) / shared >= nic_bytes / self.cluster.nic_capacity
 
+    def gather(self, senders: Iterable[int], root: int, nbytes: int) -> None:
+        """Account ``nbytes`` sent by each of ``senders`` to ``root`` (a reduction's
+        addends): :meth:`charge` of each one-hop chain, in one loop (each load gets the
+        same additions in the same order)."""
+        host, nic = self.host, self.nic
+        dev_out, dev_in, nic_out, nic_in = self.dev_out, self.dev_in, self.nic_out, self.nic_in
+        root_host, root_nic = host(root), nic(root)
+        for d in senders:
+            dev_out[d] += nbytes
+            dev_in[root] += nbytes
+            if host(d) != root_host:
+                nic_out[nic(d)] += nbytes
+                nic_in[root_nic] += nbytes
+
     def charge(self, root: int, chain: tuple[int, ...], nbytes: int) -> None:
         """Account a pipelined chain transfer root -> chain[0] -> chain[1] ....
 

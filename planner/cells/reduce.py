@@ -119,8 +119,7 @@ def reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
             tasks.append(Task(TaskKind.REDUCE, index, sub, root, others, sbytes, step=j))
             if whole:  # to be fused: its deliveries must not relay through an addend
                 loads.keep_off[root] = loads.keep_off.get(root, frozenset()).union(others)
-            for d in others:
-                loads.charge(d, (root,), sbytes)
+            loads.gather(others, root, sbytes)
             out[sub] = frozenset((root,))
 
 

@@ -44,9 +44,9 @@ PLAIN = ("RR", "S0R", "S1R", "S01R", "RS0", "RS1", "RS10", "S0S1", "S1S0")
 
 
 @st.composite
-def partial_moves(draw):
+def partial_moves(draw, rows_of: int = 1024):
     """A partial-sum source on a 2-d mesh moved to a plain layout (disjoint or the same
-    devices), large enough that pieces pipeline."""
+    devices), large enough that pieces pipeline (``rows_of``: the rows' granularity)."""
     cluster = draw(st.sampled_from(CLUSTERS))
     devices = cluster.devices
     rows, cols = draw(st.sampled_from([(2, 2), (2, 3), (1, 4), (2, 4)]))
@@ -55,7 +55,7 @@ def partial_moves(draw):
     src = Layout(DeviceMesh((rows, cols), order[:n]), draw(st.sampled_from(PARTIAL)))
     pool = order[n:] if draw(st.booleans()) and len(order) >= 2 * n else order
     dst = Layout(DeviceMesh((rows, cols), pool[:n]), draw(st.sampled_from(PLAIN)))
-    shape = (draw(st.integers(1, 64)) * 1024, draw(st.integers(1, 8)) * 512)
+    shape = (draw(st.integers(1, 64)) * rows_of, draw(st.integers(1, 8)) * 512)
     return shape, "bfloat16", src, dst, cluster
 
 
@@ -208,3 +208,19 @@ def test_a_small_cache_keeps_fewer_thousand_dim_entries():
              Layout(b, "R" * 1000), Cluster.regular(4, 2)) for k in range(1, 5)]
     estimate_many(reqs, cache=cache)
     assert 0 < len(cache) <= 4 and cache.nbytes <= 64 << 10
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(partial_moves(rows_of=64))
+def test_the_baselines_floors_change_no_plan(move):
+    """The same plans with every baseline built and simulated (no floor rules one out)."""
+    shape, dtype, src, dst, cluster = move
+    tensors, _ = planned_tensors([(shape, dtype, src, dst)], cluster, None, None)
+    fast = _best_plan(tensors, cluster, Strategy.BROADCAST)
+
+    class Unpruned(Builds):
+        def beaten(self, *args, **kwargs):
+            return False
+
+    slow = _best_plan(tensors, cluster, Strategy.BROADCAST, Unpruned())
+    assert fast.tasks == slow.tasks and fast.estimate() == slow.estimate()
