@@ -6,7 +6,6 @@ process, a device or a global.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -253,6 +252,7 @@ class Builds:
     def __init__(self) -> None:
         self._tasks: dict[tuple[Any, ...], tuple[tuple[Task, ...], bool]] = {}
         self._slices: dict[tuple[Any, ...], Slices] = {}  # cut, not yet planned
+        self._floors: dict[tuple[Any, ...], float] = {}
         self.known: Routes = {}  # every candidate's routes (one cluster a call)
 
     def __call__(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
@@ -281,22 +281,26 @@ class Builds:
             got = self._slices[key] = cut_slices(tensors, cluster, strat, fuse, fine)
         return got
 
+    def floor(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, baseline: Strategy,
+              fine: bool = False) -> float:
+        """The floor of every plan of ``baseline``'s slices (cut ``fine`` or not):
+        :func:`~reshard.planner.schedule.floors.baseline_floor`, found once."""
+        key = (tensors, cluster, baseline, fine)
+        got = self._floors.get(key)
+        if got is None:
+            s = self.slices(tensors, cluster, baseline, fine=fine)
+            got = self._floors[key] = baseline_floor(s.work, s.reduces, s.itemsizes,
+                                                     cluster, baseline)
+        return got
+
     def beaten(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, baseline: Strategy,
                seconds: float) -> bool:
         """Whether no plan the search of ``baseline`` (``send_recv`` or ``allgather``)
         could keep is modelled faster than ``seconds``: its slices' floor
-        (:func:`~reshard.planner.schedule.floors.baseline_floor`; the lower of the
-        coarse and the fine cut's where a source is a partial sum, whose reductions
-        ``finer`` cuts again) is not below it."""
-        floor = math.inf
+        (:meth:`floor`; the lower of the coarse and the fine cut's where a source is a
+        partial sum, whose reductions ``finer`` cuts again) is not below it."""
         cuts = (False, True) if any(t.src.spec.is_partial for t in tensors) else (False,)
-        for fine in cuts:
-            s = self.slices(tensors, cluster, baseline, fine=fine)
-            floor = min(floor, baseline_floor(s.work, s.reduces, s.itemsizes, cluster,
-                                              baseline))
-            if floor < seconds:
-                return False
-        return True
+        return all(self.floor(tensors, cluster, baseline, fine) >= seconds for fine in cuts)
 
     def whole(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
               fan_out: bool) -> tuple[tuple[Task, ...], bool]:
@@ -330,7 +334,8 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
     builds = Builds() if builds is None else builds
     tasks, pipelined = builds.whole(tensors, cluster, strat, fan_out=False)
     best = search(ReshardPlan(tensors, tasks, strat, cluster), pipelined, builds,
-                  known=builds.known)
+                  known=builds.known,
+                  floor_of=lambda baseline: builds.floor(tensors, cluster, baseline))
     if strat is not Strategy.BROADCAST or len(best.tasks) > BASELINES_UP_TO or \
             best.estimate() <= best.lower_bound() * (1 + 1e-9):
         return best

@@ -25,7 +25,8 @@ pass                      builds with            kept when (model times)
 (Coalescing is not a candidate: it changes no task, only how a step's small transfers
 travel, and every device derives it from the plan alone, :mod:`reshard.planner.schedule.coalesce`.)
 A pass is skipped when a floor of its candidates' times (the request's lower bound,
-or one of its own: ``least-concurrent``'s is each device's tasks back to back) could
+or one of its own: ``least-concurrent``'s is each device's tasks back to back,
+``point-to-point``'s its ``send_recv`` slices' floor, :attr:`Search.floor_of`) could
 not be kept: a plan at the bound is searched no further by the passes that keep only
 faster plans. Pure: passes build plans, the search compares their model times.
 """
@@ -128,6 +129,9 @@ class Search:
         build: builds a plan's tasks (``build(tensors, cluster, strategy, fan_out=...,
             fuse=..., fine=...)``), :func:`~reshard.planner.plan.plan_tasks`.
         built: tasks a pass built that another may reuse (by name; this search's own).
+        floor_of: seconds no plan of a baseline strategy's first cut of the request
+            takes less than in the model (:meth:`reshard.planner.plan.Builds.floor`),
+            where the caller knows them; ``point-to-point``'s floor.
         segments: the host segments of the chains of each plan the tree forms start
             from (by the plan's id, with the plan), cut once for every form.
         known: the routes of tasks already costed on the cluster, by what decides them
@@ -145,6 +149,7 @@ class Search:
     known: Routes = field(default_factory=dict, compare=False)
     segments: dict[int, tuple[ReshardPlan, Segments]] = field(default_factory=dict,
                                                               compare=False)
+    floor_of: Callable[[Strategy], float] | None = field(default=None, compare=False)
 
     def plan(self, tasks: Sequence[Task]) -> ReshardPlan:
         """A candidate plan of these tasks (its routes found in :attr:`known`, the
@@ -256,6 +261,15 @@ def _point_to_point(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]
         yield search.plan(got[0])
 
 
+def _point_to_point_floor(search: Search, start: ReshardPlan) -> float:
+    """No point-to-point plan of the request beats its ``send_recv`` slices' floor
+    (where the search knows it; else 0, and the bound decides)."""
+    if search.floor_of is None or search.strategy is not Strategy.BROADCAST or all(
+            len(t.receivers) < 2 for t in start.tasks):  # no candidate: nothing to cut
+        return 0.0
+    return search.floor_of(Strategy.SEND_RECV)
+
+
 def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
                                                        Iterator[ReshardPlan]]:
     """The starting plan's chains reshaped into trees of this form."""
@@ -290,7 +304,8 @@ STAGES: tuple[tuple[Pass, ...], ...] = (
        for shape in (SumShape.STAR, SumShape.BINARY))),
     tuple(Pass(f"trees:{shape.value}/{intra.value}", TREES_UP_TO, _trees(shape, intra),
                faster_by_tree_gain) for shape, intra in TREE_FORMS),
-    (Pass("point-to-point", COMPARE_UP_TO, _point_to_point, within_relay_gain),),
+    (Pass("point-to-point", COMPARE_UP_TO, _point_to_point, within_relay_gain,
+          _point_to_point_floor),),
     (Pass("least-concurrent", COMPARE_UP_TO, _serial, within_concurrency_gain,
           _serial_floor),),
 )
@@ -298,13 +313,14 @@ STAGES: tuple[tuple[Pass, ...], ...] = (
 
 
 def search(first: ReshardPlan, pipelined: bool, build: BuildTasks,
-           stages: Sequence[Sequence[Pass]] = STAGES, known: Routes | None = None
-           ) -> ReshardPlan:
+           stages: Sequence[Sequence[Pass]] = STAGES, known: Routes | None = None,
+           floor_of: Callable[[Strategy], float] | None = None) -> ReshardPlan:
     """The best plan of ``first``'s request: ``first``, or a candidate of a pass that its
     rule kept (see the module docstring). ``known``: routes already found on the
-    cluster (:attr:`Search.known`; default: ``first``'s candidates share a new memo)."""
+    cluster (:attr:`Search.known`; default: ``first``'s candidates share a new memo).
+    ``floor_of``: :attr:`Search.floor_of`."""
     s = Search(first.tensors, first.cluster, first.strategy, first, pipelined, build,
-               known={} if known is None else known)
+               known={} if known is None else known, floor_of=floor_of)
     first.share_routes(s.known)
     best = first
     for stage in stages:
