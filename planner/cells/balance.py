@@ -115,24 +115,31 @@ class Loads:
         rh = host(root)
         by_host: dict[int, list[int]] = {}
         for r in sorted(receivers):
-            by_host.setdefault(host(r), []).append(r)
+            h = host(r)
+            group = by_host.get(h)
+            if group is None:
+                by_host[h] = [r]
+            else:
+                group.append(r)
         nic, nic_in, nic_out = self.nic, self.nic_in, self.nic_out
-        sent = nic_out.__getitem__
-        hosts = sorted((h for h in by_host if h != rh),
-                       key=lambda h: (min(map(sent, map(nic, by_host[h]))), h))
+        # keys as tuples built in one pass (the same order as sorting by a key function)
+        hosts = [h for _, h in sorted(
+            (min([nic_out[nic(d)] for d in group]), h)
+            for h, group in by_host.items() if h != rh)]
         order: list[int] = []
         local = by_host.get(rh, [])
         if local:
             if hosts:  # the last local receiver forwards to the next host
-                local.sort(key=lambda d: (-nic_out[nic(d)], d))
+                local = [d for _, d in sorted([(-nic_out[nic(d)], d) for d in local])]
             order.extend(local)
+        last = len(hosts) - 1
         for k, h in enumerate(hosts):
             group = by_host[h]
             if len(group) > 1:
-                entry = min(group, key=lambda d: (nic_in[nic(d)], d))
+                _, entry = min([(nic_in[nic(d)], d) for d in group])
                 rest = [d for d in group if d != entry]
-                if k + 1 < len(hosts):
-                    rest.sort(key=lambda d: (-nic_out[nic(d)], d))
+                if k < last:
+                    rest = [d for _, d in sorted([(-nic_out[nic(d)], d) for d in rest])]
                 group = [entry, *rest]
             order.extend(group)
         return tuple(order)
@@ -211,12 +218,17 @@ class Loads:
         if self.cluster.nics_per_host == 1 or not chain:
             return chain, ()
         host, nic = self.host, self.nic
-        segments: list[list[int]] = [[root]]
+        seg = [root]
+        segments: list[list[int]] = [seg]
+        here = host(root)
         for d in chain:
-            if host(d) == host(segments[-1][0]):
-                segments[-1].append(d)
+            h = host(d)
+            if h == here:
+                seg.append(d)
             else:
-                segments.append([d])
+                seg = [d]
+                segments.append(seg)
+                here = h
         if len(segments) == 1:
             return chain, ()
         members = set(chain)
