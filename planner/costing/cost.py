@@ -122,7 +122,8 @@ def _hop(a: int, b: int, cluster: Cluster
     """The edge ``a -> b``: the resources every byte crosses, the hop's latency, and
     the rate a relay passes a piece on at (over the NICs where the hop leaves the
     host, else over the device's link)."""
-    if cluster.host_map[a] == cluster.host_map[b]:
+    host = cluster.host_map
+    if host[a] == host[b]:
         return (((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0)), cluster.intra_latency, \
             cluster.intra_bandwidth
     nic = cluster.nic_map
