@@ -253,6 +253,7 @@ class Builds:
         self._tasks: dict[tuple[Any, ...], tuple[tuple[Task, ...], bool]] = {}
         self._slices: dict[tuple[Any, ...], Slices] = {}  # cut, not yet planned
         self._floors: dict[tuple[Any, ...], float] = {}
+        self._planned: dict[tuple[Any, ...], Slices] = {}  # planned, to assemble again
         self.known: Routes = {}  # every candidate's routes (one cluster a call)
 
     def __call__(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
@@ -264,11 +265,17 @@ class Builds:
         got = self._tasks.get(key)
         if got is not None:
             return got
-        slices = self.slices(tensors, cluster, strat, fuse, fine)
-        if limit is not None and slices.least_tasks() > limit:
-            return None
-        del self._slices[(tensors, cluster, strat, fuse, fine)]  # planning uses them up
-        ordered, pipelined = slices.plan(fan_out)
+        cut = (tensors, cluster, strat, fuse, fine)
+        slices = self._planned.get(cut)
+        if slices is not None:  # planned already, fanned out the other way: the same
+            ordered, pipelined = slices.assemble(fan_out)  # choices, only assembled
+        else:
+            slices = self.slices(tensors, cluster, strat, fuse, fine)
+            if limit is not None and slices.least_tasks() > limit:
+                return None
+            del self._slices[cut]  # planning uses them up
+            ordered, pipelined = slices.plan(fan_out)
+            self._planned[cut] = slices
         got = self._tasks[key] = (ordered.tasks(), pipelined)
         return got
 
@@ -410,7 +417,16 @@ class Slices:
                                expect=broadcast and self.cluster.nics_per_host > 1,
                                relays=broadcast, restep=self.strat is Strategy.ALLGATHER,
                                fan_out=fan_out, first=self.reduces)
-        return tasks, broadcast and any(r.step > 0 for r in self.reduces)
+        return tasks, self.pipelined()
+
+    def assemble(self, fan_out: bool) -> tuple[OrderedTasks, bool]:
+        """:meth:`plan` again, fanned out as ``fan_out`` says, from the choices it made
+        (fanning out changes no choice: :meth:`WorkList.assemble`)."""
+        return self.work.assemble(fan_out), self.pipelined()
+
+    def pipelined(self) -> bool:
+        """Whether some broadcast of a reduced piece could fan out."""
+        return self.strat is Strategy.BROADCAST and any(r.step > 0 for r in self.reduces)
 
 
 def cut_slices(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,

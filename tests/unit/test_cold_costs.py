@@ -224,3 +224,17 @@ def test_the_baselines_floors_change_no_plan(move):
 
     slow = _best_plan(tensors, cluster, Strategy.BROADCAST, Unpruned())
     assert fast.tasks == slow.tasks and fast.estimate() == slow.estimate()
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(partial_moves(), st.booleans())
+def test_a_fanned_out_build_assembled_from_the_first_is_a_fresh_one(move, fine):
+    """Fanning out changes no choice: the first build's choices, assembled fanned out,
+    are the tasks a fresh fanned-out build makes."""
+    shape, dtype, src, dst, cluster = move
+    tensors, _ = planned_tensors([(shape, dtype, src, dst)], cluster, None, None)
+    memo = Builds()
+    first = memo(tensors, cluster, Strategy.BROADCAST, False, fine=fine)
+    fanned = memo(tensors, cluster, Strategy.BROADCAST, True, fine=fine)
+    assert first == plan_tasks(tensors, cluster, Strategy.BROADCAST, False, fine=fine)
+    assert fanned == plan_tasks(tensors, cluster, Strategy.BROADCAST, True, fine=fine)
