@@ -160,7 +160,7 @@ def scale_list(text: str) -> tuple[int, ...]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Print each scale's distribution (exit 0)."""
     ap = flags.parser("python -m reshard.microbench.cold_estimates", __doc__ or "")
-    ap.add_argument("--scales", type=scale_list, default=(32, 256, 1024),
+    ap.add_argument("--scales", type=scale_list, default="32,256,1024",
                     help="devices per mesh of the sets to run (32, 256, 1024)")
     ap.add_argument("--slowest", type=int, default=10, help="slowest requests listed")
     flags.add_output(ap)

@@ -238,3 +238,27 @@ def test_a_fanned_out_build_assembled_from_the_first_is_a_fresh_one(move, fine):
     fanned = memo(tensors, cluster, Strategy.BROADCAST, True, fine=fine)
     assert first == plan_tasks(tensors, cluster, Strategy.BROADCAST, False, fine=fine)
     assert fanned == plan_tasks(tensors, cluster, Strategy.BROADCAST, True, fine=fine)
+
+
+def test_the_cold_benchmark_times_each_request_and_says_a_goal_only_where_one_is(capsys):
+    from reshard.microbench import cold_estimates, estimate_rate
+
+    scale = cold_estimates.Scale(16, 2, ((256, 512),), (("S0R", "RS0"), ("RR+P0", "RS1")),
+                                 None, 1e9)
+    seen = []
+    rows = cold_estimates.run(scale, progress=seen.append)
+    assert seen == rows and [(r.src, r.dst) for r in rows] == list(scale.pairs)
+    assert all(r.cpu_ms > 0 and r.seconds > 0 for r in rows)
+    text = cold_estimates.render(scale, rows, slowest=1)
+    median, = (line for line in text.splitlines() if "median" in line)
+    top, = (line for line in text.splitlines() if line.strip().startswith("max"))
+    assert "goal" not in median and "met" not in median  # no goal: no verdict
+    assert "goal <= 1e+09 ms  met" in top
+    with pytest.raises(SystemExit) as done:
+        cold_estimates.main(["--help"])
+    assert done.value.code == 0
+    with pytest.raises(SystemExit):
+        cold_estimates.main(["--scales", "33"])
+    assert "unknown scale '33'" in capsys.readouterr().err
+    estimate_rate._line("similar", 0.4, "ms")
+    assert "met" not in capsys.readouterr().out
