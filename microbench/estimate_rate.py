@@ -15,17 +15,21 @@ Measures, on this machine, against the goals of issue 41:
   40,000 cached answers and a server's), for reference;
 * ``similar``: the same move between another pair of stages answered from the normal
   form (no planning);
+* with ``--cold``: nothing of the above, but every distinct request of a mixed set
+  (plain and partial-sum sources; 32, 256 and 1,024 devices a mesh) timed cold in CPU,
+  its distribution and slowest pairs (:mod:`reshard.microbench.cold_estimates`);
 * with ``--production``: the DeepSeek-V3 GB200 sync planned and modelled, and Kimi-K2
   planned under a 1 GiB staging budget (goals < 10 s each), each in a fresh
   interpreter of its own; Kimi-K2 three times, its worst against the goal (reliably
   under it, on a machine whose speed swings).
 
-Each line prints the measured value, the goal and whether it is met, with the CPU steal
-of the run.
+Each line prints the measured value and, where it has a goal, the goal and whether it
+is met; the last line the CPU steal of the run.
 
 Example::
 
     python -m reshard.microbench.estimate_rate [--production]
+    python -m reshard.microbench.estimate_rate --cold [--scales 32,256]
 """
 
 from __future__ import annotations
@@ -62,9 +66,11 @@ def stage_requests(cluster: Cluster, first: int = 0) -> list[tuple]:
     return out
 
 
-def _line(name: str, value: float, unit: str, goal: str, met: bool) -> None:
-    print(f"{name:>10}: {value:>12,.1f} {unit:<12} goal {goal:<12} "
-          f"{'met' if met else 'MISSED'}", flush=True)
+def _line(name: str, value: float, unit: str, goal: str = "", met: bool | None = None) -> None:
+    """One measurement; with a goal, the goal and whether it is met (a line without
+    one says neither)."""
+    verdict = "" if met is None else f"goal {goal:<12} {'met' if met else 'MISSED'}"
+    print(f"{name:>10}: {value:>12,.1f} {unit:<12} {verdict}".rstrip(), flush=True)
 
 
 def repeated_rate(reqs: list[tuple], rounds: int = 20) -> float:
@@ -164,12 +170,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--production", action="store_true",
                     help="also the production syncs (about a minute)")
     ap.add_argument("--no-service", action="store_true", help="skip the gRPC service")
-    args = ap.parse_args(argv)
+    ap.add_argument("--cold", action="store_true",
+                    help="instead: every distinct request's cold CPU time over the mixed "
+                         "sets of reshard.microbench.cold_estimates (its own flags after "
+                         "--cold pass on to it)")
+    args, rest = ap.parse_known_args(argv)
+    if args.cold:
+        from reshard.microbench import cold_estimates
+
+        return cold_estimates.main(rest)
+    if rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     before = cpu_times()
     # cold first: a compiler's first questions in its process
     cold, similar = cold_ms()
     _line("cold", cold, "ms", "< 50", cold < 50)
-    _line("similar", similar, "ms", "(cached)", similar < cold)
+    _line("similar", similar, "ms (answered from the normal form)")
     cluster = Cluster.preset("dgx-h100", 16)
     reqs = stage_requests(cluster)
     rate = repeated_rate(reqs)
@@ -178,10 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         rate = service_rate(reqs)
         _line("service", rate, "estimates/s", ">= 5,000", rate >= 5_000)
     later, _ = cold_ms()  # the same after 40,000 cached answers and the service's heap
-    _line("cold later", later, "ms", "(for reference)", True)
+    _line("cold later", later, "ms (after the phases above)")
     if args.production:
         plan_s, model_s, kimi = production_seconds()
-        _line("ds3-gb200", plan_s, "s to plan", "", True)
+        _line("ds3-gb200", plan_s, "s to plan")
         _line("ds3-gb200", model_s, "s to model", "< 10", model_s < 10)
         _line("kimi-1GiB", max(kimi), f"s to plan, worst of {len(kimi)} "
               f"({', '.join(f'{k:.1f}' for k in kimi)})", "< 10", max(kimi) < 10)

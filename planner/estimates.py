@@ -17,14 +17,21 @@ question put in a normal form). What makes a repeated or a similar question chea
 * else it is planned, on the normal form, and both keys remembered.
 
 A :class:`CostCache` holds the answers, least recently used out first once its bytes
-(an estimate of each key's size) pass its bound; a caller keeps one across batches.
+pass its bound (each entry weighed by what its key holds, counted deeply:
+:func:`key_bytes`); a caller keeps one across batches.
+
+A long batch answers as it goes: :func:`estimate_iter` yields each request's
+:class:`Answer` as soon as it is known (a compiler's first pass, or a progress bar:
+``estimate_many(..., on_answer=...)`` calls back with each).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,8 +49,37 @@ DEFAULT_CACHE_BYTES = 64 << 20
 """A :class:`CostCache`'s bound unless told otherwise."""
 
 _ENTRY_BYTES = 240
-"""Bytes one remembered estimate costs besides its key's device ids (a dict slot, the
-key's tuples, the float)."""
+"""Bytes one remembered estimate costs besides its key (the cache's slot and link, the
+value's tuple, the float and the weight)."""
+
+_SHARED_INTS = range(-5, 257)
+"""Integers every Python process shares (one object each): a key naming them holds no
+memory of its own for them."""
+
+
+def key_bytes(key: Any, seen: set[int] | None = None) -> int:
+    """Bytes a cache key holds, counted deeply (``sys.getsizeof`` of the key and of
+    every object it reaches once each: tuples, strings, numbers; a layout's mesh and
+    spec, a cast; a cluster as :meth:`reshard.Cluster.footprint` says), so that a
+    1,000-dim shape weighs its thousand numbers and not a fixed guess. Enum members
+    and the integers Python shares are free. An upper bound of what dropping the key
+    frees (what other references share is counted too)."""
+    seen = set() if seen is None else seen
+    if id(key) in seen or key is None or isinstance(key, (bool, enum.Enum)) or \
+            (type(key) is int and key in _SHARED_INTS):
+        return 0
+    seen.add(id(key))
+    if isinstance(key, Cluster):
+        return key.footprint
+    size = sys.getsizeof(key)
+    if isinstance(key, (tuple, list, frozenset, set)):
+        return size + sum(key_bytes(k, seen) for k in key)
+    if isinstance(key, dict):
+        return size + sum(key_bytes(k, seen) + key_bytes(v, seen) for k, v in key.items())
+    if dataclasses.is_dataclass(key) and not isinstance(key, type):
+        return size + sum(key_bytes(getattr(key, f.name), seen)
+                          for f in dataclasses.fields(key))
+    return size
 
 
 class EstimateError(ReshardError):
@@ -85,10 +121,15 @@ class CostCache:
         got = self._lru.get(key)
         return None if got is None else got[0]
 
-    def _put(self, key: Any, seconds: float, devices: int, held: int = 0) -> None:
-        """Remember ``seconds`` under ``key``, which names ``devices`` device ids and
-        holds ``held`` bytes more (a cluster it keeps: its footprint)."""
-        self._lru.put(key, (seconds, _ENTRY_BYTES + 16 * devices + held))
+    def _put(self, key: Any, seconds: float) -> None:
+        """Remember ``seconds`` under ``key``, weighed by what the key holds
+        (:func:`key_bytes`) and the entry itself."""
+        self._lru.put(key, (seconds, _ENTRY_BYTES + key_bytes(key)))
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes its entries are weighed at, together (at most ``max_bytes``)."""
+        return self._lru.weight
 
     @property
     def hits(self) -> int:
@@ -185,14 +226,57 @@ def _one(request: Any, strategy: Strategy, cast: Cast | None, cache: CostCache) 
         got = plan(shape_t, name, normal.src, normal.dst, cluster=normal.cluster,
                    strategy=strat, cast=None if cast is None else cast.dtype,
                    scale=None if cast is None else cast.scale).estimate()
-        cache._put(normal.key, got, len(src.devices) + len(dst.devices))
-    cache._put(exact, got, len(src.devices) + len(dst.devices), cluster.footprint)
+        cache._put(normal.key, got)
+    cache._put(exact, got)
     return got
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One request's answer, as :func:`estimate_iter` yields it.
+
+    Attributes:
+        index: the request's position in the batch.
+        seconds: the model's seconds (NaN where it failed).
+        error: why it failed (None where it did not).
+    """
+
+    index: int
+    seconds: float
+    error: ReshardBaseError | None = None
+
+
+def estimate_iter(requests: Iterable[Any], *, strategy: str | Strategy = Strategy.BROADCAST,
+                  cast: object = None, scale: str | ScaleMode | None = None,
+                  cache: CostCache | None = None) -> Iterator[Answer]:
+    """:func:`estimate_many`'s answers one by one, each as soon as it is known (a long
+    batch's first answers before its last are planned): an :class:`Answer` per request,
+    in order, a failed one carrying its error (the others still come).
+
+    Raises:
+        OptionError: ``strategy``, ``cast`` or ``scale`` names nothing valid (at the
+            call, before any request is read).
+    """
+    strat = Strategy.parse(strategy)
+    the_cast = Cast.parse(cast, scale)
+    return _answers(requests, strat, the_cast, CostCache() if cache is None else cache)
+
+
+def _answers(requests: Iterable[Any], strat: Strategy, cast: Cast | None,
+             cache: CostCache) -> Iterator[Answer]:
+    for i, request in enumerate(requests):
+        try:
+            seconds = _one(request, strat, cast, cache)
+        except ReshardBaseError as e:
+            yield Answer(i, math.nan, e)
+        else:
+            yield Answer(i, seconds)
 
 
 def estimate_many(requests: Iterable[Any], *, strategy: str | Strategy = Strategy.BROADCAST,
                   cast: object = None, scale: str | ScaleMode | None = None,
-                  cache: CostCache | None = None) -> list[float]:
+                  cache: CostCache | None = None,
+                  on_answer: Callable[[Answer], None] | None = None) -> list[float]:
     """The model's seconds for each request, in order: what ``plan(shape, dtype, src,
     dst, cluster, strategy).estimate()`` returns (module docstring).
 
@@ -206,6 +290,8 @@ def estimate_many(requests: Iterable[Any], *, strategy: str | Strategy = Strateg
             ``"block128-ue8m0"``, ``"mx32"``).
         cache: answers kept across calls (default: a new one for this batch, which
             still answers a batch's repeated and similar requests once).
+        on_answer: called with each request's :class:`Answer` as soon as it is known
+            (progress of a long batch: a bar, a log line, partial results).
 
     Raises:
         EstimateError: some requests were malformed or could not be planned; it
@@ -216,12 +302,17 @@ def estimate_many(requests: Iterable[Any], *, strategy: str | Strategy = Strateg
     cache = CostCache() if cache is None else cache
     out: list[float] = []
     failures: dict[int, ReshardBaseError] = {}
+    # estimate_iter's loop, with no Answer made where none is asked for (a cached
+    # answer costs microseconds: a compiler's inner loop)
     for i, request in enumerate(requests):
         try:
-            out.append(_one(request, strat, the_cast, cache))
+            seconds = _one(request, strat, the_cast, cache)
         except ReshardBaseError as e:
             failures[i] = e
-            out.append(math.nan)
+            seconds = math.nan
+        out.append(seconds)
+        if on_answer is not None:
+            on_answer(Answer(i, seconds, failures.get(i)))
     if failures:
         raise EstimateError(out, failures)
     return out
@@ -239,5 +330,5 @@ def estimate(shape: Sequence[int], dtype: object, src: Layout, dst: Layout,
         raise e.failures[0] from None
 
 
-__all__ = ["DEFAULT_CACHE_BYTES", "CostCache", "EstimateError", "Normal", "estimate",
-           "estimate_many", "normal_form", "request_parts"]
+__all__ = ["DEFAULT_CACHE_BYTES", "Answer", "CostCache", "EstimateError", "Normal", "estimate",
+           "estimate_iter", "estimate_many", "key_bytes", "normal_form", "request_parts"]

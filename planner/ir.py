@@ -173,9 +173,18 @@ class ReshardPlan:
         if got is None:
             from reshard.planner.costing.cost import task_routes
 
+            if known is None:
+                known = self._cache.get("route memo")
             got = self._cache["routes"] = task_routes(self.tasks, self.cluster, known,
                                                       self.tensors)
         return got
+
+    def share_routes(self, known: dict[tuple[object, ...], Any]) -> ReshardPlan:
+        """Find this plan's routes, when they are first asked for, in ``known`` (a memo
+        of routes on the same cluster, filled in): the candidates of one planning
+        call share most of their tasks' routes. Returns the plan itself."""
+        self._cache["route memo"] = known
+        return self
 
     def latencies(self) -> np.ndarray:
         """Per task, its route's latency and its wait for conversions

@@ -7,7 +7,7 @@ process, a device or a global.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -27,9 +27,10 @@ from reshard.planner.cells.decompose import (
     decompose_table,
     devices_by_box,
 )
-from reshard.planner.cells.reduce import decompose_pieces, ready_step, reduce_sources
+from reshard.planner.cells.reduce import decompose_pieces, reduce_sources
 from reshard.planner.costing.cost import Routes, stepped_floor
 from reshard.planner.ir import ReshardPlan
+from reshard.planner.schedule.floors import baseline_floor
 from reshard.planner.schedule.send_columns import OrderedTasks
 from reshard.planner.schedule.staging import check_budget, fit_budget, staging_sizes
 from reshard.planner.schedule.work import Splitter, WorkList
@@ -238,33 +239,138 @@ baseline's plan of the same request. Larger plans keep their broadcasts (plannin
 three times costs seconds)."""
 
 
+class Builds:
+    """One planning call's memo: each distinct build of tasks (:func:`plan_tasks`) done
+    once, and each task's route found once (:attr:`known`, shared by every candidate).
+
+    The search asks for the same build more than once (``point-to-point`` plans the
+    request as ``send_recv``, and so does the ``send_recv`` baseline's first plan), and
+    keeps a baseline's tasks under the broadcast label (the model reads no strategy):
+    both are answered from here. Pure: the same inputs build the same tasks, so a plan
+    is the same with or without the memo."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[tuple[Any, ...], tuple[tuple[Task, ...], bool]] = {}
+        self._slices: dict[tuple[Any, ...], Slices] = {}  # cut, not yet planned
+        self._floors: dict[tuple[Any, ...], float] = {}
+        self._planned: dict[tuple[Any, ...], Slices] = {}  # planned, to assemble again
+        self.known: Routes = {}  # every candidate's routes (one cluster a call)
+
+    def __call__(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+                 fan_out: bool, fuse: bool = False, fine: bool = False,
+                 limit: int | None = None) -> tuple[tuple[Task, ...], bool] | None:
+        """:func:`plan_tasks`, each distinct question built once (a build cut short by
+        ``limit`` is not remembered, its slices are)."""
+        key = (tensors, cluster, strat, fan_out, fuse, fine)
+        got = self._tasks.get(key)
+        if got is not None:
+            return got
+        cut = (tensors, cluster, strat, fuse, fine)
+        slices = self._planned.get(cut)
+        if slices is not None:  # planned already, fanned out the other way: the same
+            ordered, pipelined = slices.assemble(fan_out)  # choices, only assembled
+        else:
+            slices = self.slices(tensors, cluster, strat, fuse, fine)
+            if limit is not None and slices.least_tasks() > limit:
+                return None
+            del self._slices[cut]  # planning uses them up
+            ordered, pipelined = slices.plan(fan_out)
+            self._planned[cut] = slices
+        got = self._tasks[key] = (ordered.tasks(), pipelined)
+        return got
+
+    def slices(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+               fuse: bool = False, fine: bool = False) -> Slices:
+        """:func:`cut_slices`, kept until a build plans them."""
+        key = (tensors, cluster, strat, fuse, fine)
+        got = self._slices.get(key)
+        if got is None:
+            got = self._slices[key] = cut_slices(tensors, cluster, strat, fuse, fine)
+        return got
+
+    def floor(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, baseline: Strategy,
+              fine: bool = False) -> float:
+        """The floor of every plan of ``baseline``'s slices (cut ``fine`` or not):
+        :func:`~reshard.planner.schedule.floors.baseline_floor`, found once."""
+        key = (tensors, cluster, baseline, fine)
+        got = self._floors.get(key)
+        if got is None:
+            s = self.slices(tensors, cluster, baseline, fine=fine)
+            got = self._floors[key] = baseline_floor(s.work, s.reduces, s.itemsizes,
+                                                     cluster, baseline)
+        return got
+
+    def beaten(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, baseline: Strategy,
+               seconds: float) -> bool:
+        """Whether no plan the search of ``baseline`` (``send_recv`` or ``allgather``)
+        could keep is modelled faster than ``seconds``: its slices' floor
+        (:meth:`floor`; the lower of the coarse and the fine cut's where a source is a
+        partial sum, whose reductions ``finer`` cuts again) is not below it."""
+        cuts = (False, True) if any(t.src.spec.is_partial for t in tensors) else (False,)
+        return all(self.floor(tensors, cluster, baseline, fine) >= seconds for fine in cuts)
+
+    def whole(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+              fan_out: bool) -> tuple[tuple[Task, ...], bool]:
+        """:meth:`__call__` without a limit (never None)."""
+        got = self(tensors, cluster, strat, fan_out)
+        assert got is not None
+        return got
+
+    def relabel(self, plan: ReshardPlan, strat: Strategy) -> ReshardPlan:
+        """``plan``'s tasks as a plan of ``strat``, its model time and routes kept (the
+        cost model reads the tasks, the tensors and the cluster, never the label)."""
+        out = ReshardPlan(plan.tensors, plan.tasks, strat, plan.cluster)
+        for key in _PRICED:
+            if key in plan._cache:
+                out._cache[key] = plan._cache[key]
+        return out
+
+
+_PRICED = ("estimate", "routes", "latencies", "lower_bound")
+"""What a plan caches that depends on its tasks, tensors and cluster alone (not on its
+strategy label): :meth:`Builds.relabel` keeps them."""
+
+
 def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
-               strat: Strategy) -> ReshardPlan:
+               strat: Strategy, builds: Builds | None = None) -> ReshardPlan:
     """The fastest by the model of the plans tried for ``tensors``: the strategy's first
     plan, then its passes' candidates (:mod:`reshard.planner.search.passes`); for
     ``broadcast``, also the baselines' plans and all-reduce first where they could be
-    faster (:data:`BASELINES_UP_TO`), kept under the broadcast label (the request's)."""
-    tasks, pipelined = plan_tasks(tensors, cluster, strat, fan_out=False)
-    best = search(ReshardPlan(tensors, tasks, strat, cluster), pipelined, plan_tasks)
+    faster (:data:`BASELINES_UP_TO`), kept under the broadcast label (the request's).
+    ``builds``: the planning call's memo (default: a new one)."""
+    builds = Builds() if builds is None else builds
+    tasks, pipelined = builds.whole(tensors, cluster, strat, fan_out=False)
+    best = search(ReshardPlan(tensors, tasks, strat, cluster), pipelined, builds,
+                  known=builds.known,
+                  floor_of=lambda baseline: builds.floor(tensors, cluster, baseline))
     if strat is not Strategy.BROADCAST or len(best.tasks) > BASELINES_UP_TO or \
             best.estimate() <= best.lower_bound() * (1 + 1e-9):
         return best
-    others = [_best_plan(tensors, cluster, baseline)
-              for baseline in (Strategy.SEND_RECV, Strategy.ALLGATHER)]
-    first = allreduce_first(tensors, cluster, strat, _best_plan)
+    # a baseline whose floor is not below the best so far cannot replace it: neither
+    # built nor simulated
+    others = [_best_plan(tensors, cluster, baseline, builds)
+              for baseline in (Strategy.SEND_RECV, Strategy.ALLGATHER)
+              if not builds.beaten(tensors, cluster, baseline, best.estimate())]
+    first = allreduce_first(tensors, cluster, strat,
+                            lambda ts, cl, st: _best_plan(ts, cl, st, builds))
     for other in (*others, *([first] if first is not None else [])):
         if other.estimate() < best.estimate():
-            best = ReshardPlan(tensors, other.tasks, strat, cluster)
+            best = builds.relabel(other, strat)
     return best
 
 
 def plan_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
-               fan_out: bool, fuse: bool = False, fine: bool = False
-               ) -> tuple[tuple[Task, ...], bool]:
+               fan_out: bool, fuse: bool = False, fine: bool = False,
+               limit: int | None = None) -> tuple[tuple[Task, ...], bool] | None:
     """Every task of a plan of ``tensors`` in the global order, and whether some
     broadcast of a reduced piece could fan out (:func:`ordered_tasks`, every task
-    built)."""
-    ordered, pipelined = ordered_tasks(tensors, cluster, strat, fan_out, fuse, fine)
+    built). ``limit``: None instead where the plan would have more than ``limit``
+    tasks, known before any slice is planned (:meth:`Slices.least_tasks`): a search
+    pass that keeps no larger candidate builds none."""
+    slices = cut_slices(tensors, cluster, strat, fuse, fine)
+    if limit is not None and slices.least_tasks() > limit:
+        return None
+    ordered, pipelined = slices.plan(fan_out)
     return ordered.tasks(), pipelined
 
 
@@ -284,6 +390,50 @@ def ordered_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Stra
             :func:`~reshard.planner.cells.fuse.fuse_reductions`, whose chains pipeline).
         fine: cells split into pieces :data:`FINE_SPLIT` times smaller.
     """
+    return cut_slices(tensors, cluster, strat, fuse, fine).plan(fan_out)
+
+
+@dataclass
+class Slices:
+    """A planning call's slices, cut but not yet planned (:func:`cut_slices`): the
+    partial sums' reductions, and every cell to move in the work list."""
+
+    cluster: Cluster
+    strat: Strategy
+    work: WorkList
+    reduces: list[Task]
+    itemsizes: list[int]
+
+    def least_tasks(self) -> int:
+        """Tasks the plan will have at the least: every reduction, and what each slice
+        gives at the least (:meth:`WorkList.least_tasks`)."""
+        return len(self.reduces) + self.work.least_tasks(self.strat is Strategy.SEND_RECV)
+
+    def plan(self, fan_out: bool) -> tuple[OrderedTasks, bool]:
+        """Every slice planned, largest first (:meth:`WorkList.plan`): the tasks in the
+        global order, and whether some broadcast of a reduced piece could fan out."""
+        broadcast = self.strat is Strategy.BROADCAST
+        tasks = self.work.plan(CELL_PLANNERS[self.strat], self.itemsizes,
+                               expect=broadcast and self.cluster.nics_per_host > 1,
+                               relays=broadcast, restep=self.strat is Strategy.ALLGATHER,
+                               fan_out=fan_out, first=self.reduces)
+        return tasks, self.pipelined()
+
+    def assemble(self, fan_out: bool) -> tuple[OrderedTasks, bool]:
+        """:meth:`plan` again, fanned out as ``fan_out`` says, from the choices it made
+        (fanning out changes no choice: :meth:`WorkList.assemble`)."""
+        return self.work.assemble(fan_out), self.pipelined()
+
+    def pipelined(self) -> bool:
+        """Whether some broadcast of a reduced piece could fan out."""
+        return self.strat is Strategy.BROADCAST and any(r.step > 0 for r in self.reduces)
+
+
+def cut_slices(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+               fuse: bool = False, fine: bool = False) -> Slices:
+    """The slices of a plan of ``tensors`` (:func:`ordered_tasks`' arguments): each
+    tensor's cells (a partial source's reduced first), split for balance under
+    ``broadcast``, in a work list."""
     loads = Loads(cluster)
     work = WorkList(cluster, loads)
     reduces: list[Task] = []
@@ -296,6 +446,7 @@ def ordered_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Stra
         key = (t.shape, t.src, t.dst)
         cells = same.get(key)
         ready: dict[Box, int] = {}
+        steps: list[int] = []
         if cells is None:
             needers = boxes.needers(t)
             if t.src.spec.is_partial:
@@ -306,7 +457,7 @@ def ordered_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Stra
             reduces.extend(tensor_reduces)
             ready = {r.box: r.step + 1 for r in tensor_reduces}
             if ready:
-                cells = decompose_pieces(t.shape, holders, needers, ready)
+                cells, steps = decompose_pieces(t.shape, holders, needers, ready)
             elif len(holders) * len(needers) >= TABLE_FROM:
                 cells = decompose_table(t.shape, holders, needers)
             else:
@@ -318,14 +469,8 @@ def ordered_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Stra
             work.add_table(i, cells, itemsizes[i], np.zeros(len(cells), np.int64), split)
         else:
             work.add_cells(i, cells, itemsizes[i],
-                           [ready_step(c.box, ready) for c in cells] if ready
-                           else [0] * len(cells), split)
-    # Largest slices first, so balancing places the big ones on free NICs.
-    tasks = work.plan(CELL_PLANNERS[strat], itemsizes,
-                      expect=broadcast and cluster.nics_per_host > 1, relays=broadcast,
-                      restep=strat is Strategy.ALLGATHER, fan_out=fan_out, first=reduces)
-    pipelined = broadcast and any(r.step > 0 for r in reduces)
-    return tasks, pipelined
+                           steps if ready else [0] * len(cells), split)
+    return Slices(cluster, strat, work, reduces, itemsizes)
 
 
 def _splitter(itemsize: int, loads: Loads, min_piece: int) -> Splitter:

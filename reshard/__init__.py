@@ -26,7 +26,13 @@ from reshard.errors import (
 from reshard.layout import Layout
 from reshard.lazy import lazy_attributes
 from reshard.mesh import DeviceMesh
-from reshard.planner.estimates import CostCache, EstimateError, estimate, estimate_many
+from reshard.planner.estimates import (
+    CostCache,
+    EstimateError,
+    estimate,
+    estimate_iter,
+    estimate_many,
+)
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan, plan_many
 from reshard.planner.values.strategy import Strategy
@@ -71,6 +77,7 @@ __all__ = [
     "WorkerProgram",
     "builtin_backends",
     "estimate",
+    "estimate_iter",
     "estimate_many",
     "plan",
     "plan_many",

@@ -66,3 +66,9 @@ class LruCache(Generic[K, V]):
     def __len__(self) -> int:
         with self._lock:
             return len(self._data)
+
+    @property
+    def weight(self) -> int:
+        """The total weight of what is kept."""
+        with self._lock:
+            return self._weight

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable
 
 from reshard.cluster import Cluster
-from reshard.planner.values.resources import NIC_IN, NIC_OUT, crossings
+from reshard.planner.values.resources import NIC_IN, NIC_OUT
 
 
 class Loads:
@@ -115,24 +115,31 @@ class Loads:
         rh = host(root)
         by_host: dict[int, list[int]] = {}
         for r in sorted(receivers):
-            by_host.setdefault(host(r), []).append(r)
+            h = host(r)
+            group = by_host.get(h)
+            if group is None:
+                by_host[h] = [r]
+            else:
+                group.append(r)
         nic, nic_in, nic_out = self.nic, self.nic_in, self.nic_out
-        sent = nic_out.__getitem__
-        hosts = sorted((h for h in by_host if h != rh),
-                       key=lambda h: (min(map(sent, map(nic, by_host[h]))), h))
+        # keys as tuples built in one pass (the same order as sorting by a key function)
+        hosts = [h for _, h in sorted(
+            (min([nic_out[nic(d)] for d in group]), h)
+            for h, group in by_host.items() if h != rh)]
         order: list[int] = []
         local = by_host.get(rh, [])
         if local:
             if hosts:  # the last local receiver forwards to the next host
-                local.sort(key=lambda d: (-nic_out[nic(d)], d))
+                local = [d for _, d in sorted([(-nic_out[nic(d)], d) for d in local])]
             order.extend(local)
+        last = len(hosts) - 1
         for k, h in enumerate(hosts):
             group = by_host[h]
             if len(group) > 1:
-                entry = min(group, key=lambda d: (nic_in[nic(d)], d))
+                _, entry = min([(nic_in[nic(d)], d) for d in group])
                 rest = [d for d in group if d != entry]
-                if k + 1 < len(hosts):
-                    rest.sort(key=lambda d: (-nic_out[nic(d)], d))
+                if k < last:
+                    rest = [d for _, d in sorted([(-nic_out[nic(d)], d) for d in rest])]
                 group = [entry, *rest]
             order.extend(group)
         return tuple(order)
@@ -211,15 +218,21 @@ class Loads:
         if self.cluster.nics_per_host == 1 or not chain:
             return chain, ()
         host, nic = self.host, self.nic
-        segments: list[list[int]] = [[root]]
+        seg = [root]
+        segments: list[list[int]] = [seg]
+        here = host(root)
         for d in chain:
-            if host(d) == host(segments[-1][0]):
-                segments[-1].append(d)
+            h = host(d)
+            if h == here:
+                seg.append(d)
             else:
-                segments.append([d])
+                seg = [d]
+                segments.append(seg)
+                here = h
         if len(segments) == 1:
             return chain, ()
-        used = set(chain) | {root, *self.keep_off.get(root, ())}
+        members = set(chain)
+        used = members | {root, *self.keep_off.get(root, ())}
         through: list[int] = []
         for a, b in itertools.pairwise(segments):
             relay = self._relay(NIC_OUT, a[-1], host(a[-1]), used, nbytes)
@@ -233,7 +246,7 @@ class Loads:
             if relay is not None:
                 b.insert(0, relay)
             for r in (a[-1], b[0]):
-                if r != root and r not in chain and r not in through:
+                if r != root and r not in members and r not in through:
                     through.append(r)
         order = tuple(d for seg in segments for d in seg)[1:]
         return order, tuple(through)
@@ -281,14 +294,38 @@ class Loads:
         return bool(shared) and \
             (self.shared + nbytes) / shared >= nic_bytes / self.cluster.nic_capacity
 
+    def gather(self, senders: Iterable[int], root: int, nbytes: int) -> None:
+        """Account ``nbytes`` sent by each of ``senders`` to ``root`` (a reduction's
+        addends): :meth:`charge` of each one-hop chain, in one loop (each load gets the
+        same additions in the same order)."""
+        host, nic = self.host, self.nic
+        dev_out, dev_in, nic_out, nic_in = self.dev_out, self.dev_in, self.nic_out, self.nic_in
+        root_host, root_nic = host(root), nic(root)
+        for d in senders:
+            dev_out[d] += nbytes
+            dev_in[root] += nbytes
+            if host(d) != root_host:
+                nic_out[nic(d)] += nbytes
+                nic_in[root_nic] += nbytes
+
     def charge(self, root: int, chain: tuple[int, ...], nbytes: int) -> None:
-        """Account a pipelined chain transfer root -> chain[0] -> chain[1] ...."""
+        """Account a pipelined chain transfer root -> chain[0] -> chain[1] ....
+
+        Each host boundary the chain crosses (:func:`~reshard.planner.values.resources.
+        crossings`, walked inline: this runs once per task) charges the NIC it leaves
+        through and the one it enters through."""
         if not chain:
             return
         self.dev_out[root] += nbytes
+        dev_in = self.dev_in
         for r in chain:
-            self.dev_in[r] += nbytes
-        nic = self.nic
-        for a, b in crossings(self.host, root, chain):
-            self.nic_out[nic(a)] += nbytes
-            self.nic_in[nic(b)] += nbytes
+            dev_in[r] += nbytes
+        host, nic, nic_out, nic_in = self.host, self.nic, self.nic_out, self.nic_in
+        prev, prev_host = root, host(root)
+        for d in chain:
+            h = host(d)
+            if h != prev_host:
+                nic_out[nic(prev)] += nbytes
+                nic_in[nic(d)] += nbytes
+                prev_host = h
+            prev = d

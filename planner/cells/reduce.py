@@ -2,7 +2,7 @@
 
 A partial source's groups are summed before any of the sum moves. A box is reduced in
 ``k`` pieces (:func:`reduce_pieces`), piece ``j`` at step ``j``; the transfers of a
-piece follow at the next step (:func:`ready_step`), so moving piece ``j`` overlaps
+piece follow at the next step (:func:`decompose_pieces`), so moving piece ``j`` overlaps
 reducing piece ``j + 1``. Each piece is split again over one root per NIC (a
 reduce-scatter), so the sums leave through every NIC.
 """
@@ -119,28 +119,33 @@ def reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
             tasks.append(Task(TaskKind.REDUCE, index, sub, root, others, sbytes, step=j))
             if whole:  # to be fused: its deliveries must not relay through an addend
                 loads.keep_off[root] = loads.keep_off.get(root, frozenset()).union(others)
-            for d in others:
-                loads.charge(d, (root,), sbytes)
+            loads.gather(others, root, sbytes)
             out[sub] = frozenset((root,))
 
 
 def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],
-                     needers: dict[Box, frozenset[int]], ready: dict[Box, int]) -> list[Cell]:
+                     needers: dict[Box, frozenset[int]], ready: dict[Box, int]
+                     ) -> tuple[list[Cell], list[int]]:
     """:func:`~reshard.planner.cells.decompose.decompose`, keeping apart the cells of pieces
     reduced at different steps: a cell merged across two pieces would wait for the
     later one, and its transfer would no longer overlap the reduction (pieces with one
-    root, and so equal holders, would all merge into one cell)."""
+    root, and so equal holders, would all merge into one cell).
+
+    Returns:
+        The cells, and per cell the first step at which every reduced piece it
+        overlaps is complete (``ready``'s step of the pieces it lies in; 0 for a cell
+        no one holds). A cell with holders lies inside the holder boxes of one step's
+        part (the holder boxes are disjoint, and a cell's every element is held by its
+        holders), so its step is that part's, found without comparing boxes.
+    """
     by_step: dict[int, dict[Box, frozenset[int]]] = {}
     for box, devs in holders.items():
         by_step.setdefault(ready.get(box, 0), {})[box] = devs
     if len(by_step) == 1:
-        return decompose(shape, holders, needers)
-    cells = [c for part in by_step.values() for c in decompose(shape, part, needers)
-             if c.holders]
-    cells.sort(key=lambda c: c.box)
-    return cells
-
-
-def ready_step(box: Box, ready: dict[Box, int]) -> int:
-    """The first step at which every reduced piece overlapping ``box`` is complete."""
-    return max((s for b, s in ready.items() if boxes_meet(box, b)), default=0)
+        (step,) = by_step
+        cells = decompose(shape, holders, needers)
+        return cells, [step if c.holders else 0 for c in cells]
+    stepped = [(c, step) for step, part in by_step.items()
+               for c in decompose(shape, part, needers) if c.holders]
+    stepped.sort(key=lambda cs: cs[0].box)
+    return [c for c, _ in stepped], [s for _, s in stepped]

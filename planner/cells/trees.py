@@ -18,7 +18,6 @@ says is faster (:func:`reshard.planner.plan.plan_many`).
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import itertools
 from collections.abc import Callable, Iterable, Sequence
@@ -67,14 +66,31 @@ MIN_FANOUT = 3
 may pay (fewer: the star is the chain)."""
 
 
-def _segments(task: Task, host: Callable[[int], int]) -> list[list[int]]:
-    """The chain root -> receivers cut where it changes host (root's segment first)."""
-    segs: list[list[int]] = [[task.root]]
+Segments = dict[int, tuple[Task, list[list[int]]]]
+"""Tasks' host segments (:func:`_segments`) by the task's id, each with its task (kept
+alive, so the id is not reused): the tree forms of one plan cut each chain once."""
+
+
+def _segments(task: Task, host: Callable[[int], int],
+              memo: Segments | None = None) -> list[list[int]]:
+    """The chain root -> receivers cut where it changes host (root's segment first);
+    ``memo``: segments already cut (filled in; read only by the callers)."""
+    if memo is not None:
+        got = memo.get(id(task))
+        if got is None:
+            got = memo[id(task)] = (task, _segments(task, host))
+        return got[1]
+    seg = [task.root]
+    segs: list[list[int]] = [seg]
+    here = host(task.root)
     for d in task.receivers:
-        if host(d) == host(segs[-1][0]):
-            segs[-1].append(d)
+        h = host(d)
+        if h == here:
+            seg.append(d)
         else:
-            segs.append([d])
+            seg = [d]
+            segs.append(seg)
+            here = h
     return segs
 
 
@@ -101,11 +117,11 @@ def _tree_edges(order: Sequence[int], exit_dev: int, entry: dict[int, int],
 
 
 def _reshape(task: Task, host: Callable[[int], int], intra: Intra,
-             shape: HostShape) -> list[Task]:
+             shape: HostShape, memo: Segments | None = None) -> list[Task]:
     """``task`` (a chain broadcast) as two half-box tasks down complementary binary
     trees over its remote hosts (``double``), or as one task down the chain's host
     order (``chain``), entries passing on inside their hosts as ``intra`` says."""
-    segs = _segments(task, host)
+    segs = _segments(task, host, memo)
     head, rest = segs[0], segs[1:]
     through = set(task.through)
     entry: dict[int, int] = {}
@@ -135,8 +151,9 @@ def _reshape(task: Task, host: Callable[[int], int], intra: Intra,
         receivers = tuple(b for _, b in edges)
         senders = set(parents)
         keep_through = tuple(d for d in receivers if d in through and d in senders)
-        out.append(dataclasses.replace(task, box=box, nbytes=nbytes, receivers=receivers,
-                                       parents=parents, through=keep_through))
+        out.append(Task(task.kind, task.tensor, box, task.root, receivers, nbytes,
+                        task.step, task.source, task.pieces, keep_through, parents,
+                        task.addends, task.addend_parents))  # replace(), built directly
     return out
 
 
@@ -161,15 +178,17 @@ _APPLIES: dict[HostShape, Callable[[list[list[int]]], bool]] = {
 """Which chains (cut into host segments, the root's first) each host shape reshapes."""
 
 
-def _applies(task: Task, host: Callable[[int], int], shape: HostShape) -> bool:
+def _applies(task: Task, host: Callable[[int], int], shape: HostShape,
+             memo: Segments | None = None) -> bool:
     """Whether :func:`treeify` reshapes ``task`` for ``shape``."""
     if task.kind is not TaskKind.BROADCAST or task.parents:
         return False
-    return _APPLIES[shape](_segments(task, host))
+    return _APPLIES[shape](_segments(task, host, memo))
 
 
 def treeify(tasks: Iterable[Task], host: Callable[[int], int], intra: Intra | str,
-            shape: HostShape | str = HostShape.DOUBLE) -> tuple[Task, ...]:
+            shape: HostShape | str = HostShape.DOUBLE,
+            memo: Segments | None = None) -> tuple[Task, ...]:
     """``tasks`` with chain broadcasts reshaped in place (same step, same source):
     ``double``: each chain entering at least :data:`MIN_HOSTS` hosts after its root's
     becomes two half-box tasks down complementary binary trees over those hosts;
@@ -177,7 +196,8 @@ def treeify(tasks: Iterable[Task], host: Callable[[int], int], intra: Intra | st
     keeps its host order, each host's entry passing straight on to the next host's;
     ``star``: each chain entering two or more hosts has every host's entry fed by
     the root's host.
-    Inside a host the entry passes on as ``intra`` says (:class:`Intra`).
+    Inside a host the entry passes on as ``intra`` says (:class:`Intra`). ``memo``: the
+    tasks' host segments already cut (:data:`Segments`, filled in).
 
     Raises:
         OptionError: ``intra`` or ``shape`` names no member (the error lists them).
@@ -186,15 +206,16 @@ def treeify(tasks: Iterable[Task], host: Callable[[int], int], intra: Intra | st
     form = parse_choice(HostShape, shape, "host shape")
     out: list[Task] = []
     for t in tasks:
-        if _applies(t, host, form):
-            out.extend(_reshape(t, host, how, form))
+        if _applies(t, host, form, memo):
+            out.extend(_reshape(t, host, how, form, memo))
         else:
             out.append(t)
     return tuple(out)
 
 
 def reshapes(tasks: Iterable[Task], host: Callable[[int], int],
-             shape: HostShape | str) -> bool:
-    """Whether :func:`treeify` with ``shape`` would change any of ``tasks``."""
+             shape: HostShape | str, memo: Segments | None = None) -> bool:
+    """Whether :func:`treeify` with ``shape`` would change any of ``tasks``
+    (``memo``: as :func:`treeify`'s)."""
     form = parse_choice(HostShape, shape, "host shape")
-    return any(_applies(t, host, form) for t in tasks)
+    return any(_applies(t, host, form, memo) for t in tasks)

@@ -122,7 +122,8 @@ def _hop(a: int, b: int, cluster: Cluster
     """The edge ``a -> b``: the resources every byte crosses, the hop's latency, and
     the rate a relay passes a piece on at (over the NICs where the hop leaves the
     host, else over the device's link)."""
-    if cluster.host_map[a] == cluster.host_map[b]:
+    host = cluster.host_map
+    if host[a] == host[b]:
         return (((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0)), cluster.intra_latency, \
             cluster.intra_bandwidth
     nic = cluster.nic_map
@@ -494,11 +495,15 @@ class _Intake:
         hold_hosts = frozenset(host_of(d) for d in holders)
         need_hosts = {host_of(d) for d in needers}
         summing = {h for h in inside if h is not None} if summed else hold_hosts
+        per_host: dict[int, int] = {}  # needers per host, counted once (not per host)
+        for d in needers:
+            h = host_of(d)
+            per_host[h] = per_host.get(h, 0) + 1
         for h in need_hosts - summing:
             self.host_in[h] = self.host_in.get(h, 0.0) + nbytes
             # an addend inside h may merge there without crossing its NICs
             adds = size if summed and h not in hold_hosts else 1
-            spread = sum(1 for d in needers if host_of(d) == h)
+            spread = per_host[h]
             least = self.host_least.get(h, (adds, spread))
             self.host_least[h] = (min(least[0], adds), min(least[1], spread))
         for d in needers:

@@ -74,6 +74,7 @@ class WorkList:
         self.general: list[tuple[int, Cell]] = []  # (tensor, cell)
         self._p2p = _PointToPoint()
         self._last_step: dict[int, int] = {}  # tensor -> the step its last cells start at
+        self._planned: _Planned | None = None  # the choices plan() made, for assemble()
 
     # ----- adding slices -------------------------------------------------------------
     def add_cells(self, tensor: int, cells: Sequence[Cell], itemsize: int,
@@ -123,6 +124,23 @@ class WorkList:
                                split)
         self._flush()
 
+    def point_to_point(self) -> _Columns:
+        """The point-to-point rows added so far, column by column."""
+        return self._p2p.columns()
+
+    def least_tasks(self, point_to_point: bool) -> int:
+        """Tasks the slices added so far give at the least: a point-to-point row one
+        send; a cell one copy a needer that holds it and, for the others, one task
+        (a broadcast, or an all-gather's first) or, ``point_to_point``, one send each
+        (as :mod:`reshard.planner.cells.cell_tasks` plans them)."""
+        rows = self._p2p.count
+        cells = 0
+        for _, cell in self.general:
+            held = len(cell.needers & cell.holders)
+            rest = len(cell.needers) - held
+            cells += held + (rest if point_to_point else min(rest, 1))
+        return rows + cells
+
     def _flush(self) -> None:
         if self._ref:
             self._chunks.append((np.array(self._nbytes, dtype=np.int64),
@@ -152,6 +170,13 @@ class WorkList:
                 that step's transfers of the next piece hide the fan-out.
             first: tasks planned before the slices.
         """
+        self._planned = self._plan_slices(planner, itemsizes, expect, relays, restep, first)
+        return self.assemble(fan_out)
+
+    def _plan_slices(self, planner: CellPlanner, itemsizes: Sequence[int], expect: bool,
+                     relays: bool, restep: bool, first: Sequence[Task]) -> _Planned:
+        """:meth:`plan`'s choices: every slice planned, largest first (the loads they
+        steer), kept for :meth:`assemble`."""
         self._flush()
         nbytes = _cat([c[0] for c in self._chunks])
         after = _cat([c[1] for c in self._chunks])
@@ -163,24 +188,45 @@ class WorkList:
             ref = self._relayed(ref, p2p)
         order = np.argsort(-nbytes, kind="stable")  # largest first, ties as added
         ref, after, nbytes = ref[order], after[order], nbytes[order]
-        objects: list[Task] = list(first)
-        obj_seq: list[int] = list(range(len(first)))
-        seq = len(first)
-        p_seq = np.full(len(p2p.root), -1, dtype=np.int64)  # -1: planned as general
-        p_step = np.zeros(len(p2p.root), dtype=np.int64)
         general = np.flatnonzero(ref < 0).tolist()
         refs, steps = ref[general].tolist(), after[general].tolist()
+        tasks: list[list[Task]] = []
         done = 0
-        for k, r, step in zip([*general, len(ref)], [*refs, 0], [*steps, 0]):
+        for k, r, step in zip(general, refs, steps):
             if k > done:  # the point-to-point slices before this general one, in bulk
+                self._charge(ref[done:k], p2p, nbytes[done:k])
+            tasks.append(self._general_tasks(r, step, planner, itemsizes, restep))
+            done = k + 1
+        self._charge(ref[done:], p2p, nbytes[done:])
+        return _Planned(tuple(first), ref, after, general, refs, steps, tasks, p2p)
+
+    def assemble(self, fan_out: bool) -> OrderedTasks:
+        """The planned slices' tasks (:meth:`plan`, whose choices are made once) in the
+        global order, the broadcasts of pipelined pieces fanned out or not (``fan_out``,
+        as :meth:`plan`'s: it changes no choice, only what a chain becomes)."""
+        planned = self._planned
+        if planned is None:
+            raise ValueError("WorkList.assemble needs the slices planned first (WorkList.plan)")
+        ref, after, p2p = planned.ref, planned.after, planned.p2p
+        objects: list[Task] = list(planned.first)
+        obj_seq: list[int] = list(range(len(objects)))
+        seq = len(objects)
+        p_seq = np.full(len(p2p.root), -1, dtype=np.int64)  # -1: planned as general
+        p_step = np.zeros(len(p2p.root), dtype=np.int64)
+        done = 0
+        for k, r, step, tasks in zip([*planned.general, len(ref)], [*planned.refs, 0],
+                                     [*planned.steps, 0], [*planned.tasks, []]):
+            if k > done:  # the point-to-point slices before this general one
                 rows = ref[done:k]
-                self._charge(rows, p2p, nbytes[done:k])
                 p_seq[rows] = seq + np.arange(k - done)
                 p_step[rows] = after[done:k]
                 seq += k - done
             if k == len(ref):
                 break
-            for t in self._general_tasks(r, step, planner, itemsizes, restep, fan_out):
+            tensor = self.general[-1 - r][0]
+            if fan_out and 0 < step < self._last_step[tensor]:
+                tasks = split_chains(tasks, self.loads.host)
+            for t in tasks:
                 objects.append(t)
                 obj_seq.append(seq)
                 seq += 1
@@ -188,14 +234,12 @@ class WorkList:
         return self._ordered(objects, np.array(obj_seq, dtype=np.int64), p2p, p_seq, p_step)
 
     def _general_tasks(self, r: int, step: int, planner: CellPlanner,
-                       itemsizes: Sequence[int], restep: bool, fan_out: bool) -> list[Task]:
+                       itemsizes: Sequence[int], restep: bool) -> list[Task]:
         """The tasks of general cell ``r`` (:meth:`plan`'s arguments), at ``step``."""
         tensor, cell = self.general[-1 - r]
         got = planner(cell, tensor, itemsizes[tensor], self.loads)
         if step or restep:
             got = _at_step(got, step)
-        if fan_out and 0 < step < self._last_step[tensor]:
-            got = split_chains(got, self.loads.host)
         return list(got)
 
     def _expect(self, nbytes: np.ndarray, ref: np.ndarray, p2p: _Columns) -> None:
@@ -300,6 +344,22 @@ def _point_to_point(table: CellTable) -> tuple[np.ndarray, np.ndarray]:
     recv = single(table.needer_sets)[table.needer]
     p2p = (root >= 0) & (recv >= 0) & (root != recv)
     return np.where(p2p, root, -1), np.where(p2p, recv, -1)
+
+
+@dataclass(frozen=True, eq=False)
+class _Planned:
+    """What :meth:`WorkList.plan` chose, in its largest-first order: the tasks planned
+    before the slices, each slice's reference and step, the general slices' positions,
+    references, steps and tasks, and the point-to-point rows."""
+
+    first: tuple[Task, ...]
+    ref: np.ndarray
+    after: np.ndarray
+    general: list[int]
+    refs: list[int]
+    steps: list[int]
+    tasks: list[list[Task]]
+    p2p: _Columns
 
 
 @dataclass(frozen=True, eq=False)

@@ -25,7 +25,8 @@ pass                      builds with            kept when (model times)
 (Coalescing is not a candidate: it changes no task, only how a step's small transfers
 travel, and every device derives it from the plan alone, :mod:`reshard.planner.schedule.coalesce`.)
 A pass is skipped when a floor of its candidates' times (the request's lower bound,
-or one of its own: ``least-concurrent``'s is each device's tasks back to back) could
+or one of its own: ``least-concurrent``'s is each device's tasks back to back,
+``point-to-point``'s its ``send_recv`` slices' floor, :attr:`Search.floor_of`) could
 not be kept: a plan at the bound is searched no further by the passes that keep only
 faster plans. Pure: passes build plans, the search compares their model times.
 """
@@ -38,8 +39,8 @@ from typing import Protocol
 
 from reshard.cluster import Cluster
 from reshard.planner.cells.fuse import SumShape, fuse_reductions
-from reshard.planner.cells.trees import TREE_FORMS, HostShape, Intra, reshapes, treeify
-from reshard.planner.costing.cost import one_at_a_time_time
+from reshard.planner.cells.trees import TREE_FORMS, HostShape, Intra, Segments, reshapes, treeify
+from reshard.planner.costing.cost import Routes, one_at_a_time_time
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.schedule.order import one_at_a_time
 from reshard.planner.values.strategy import Strategy
@@ -106,10 +107,11 @@ class BuildTasks(Protocol):
     the search: the planner's entry module imports this one, not the other way)."""
 
     def __call__(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
-                 fan_out: bool, fuse: bool = False, fine: bool = False
-                 ) -> tuple[tuple[Task, ...], bool]:
+                 fan_out: bool, fuse: bool = False, fine: bool = False,
+                 limit: int | None = None) -> tuple[tuple[Task, ...], bool] | None:
         """Every task in the global order, and whether some broadcast of a reduced
-        piece could fan out."""
+        piece could fan out; None where the plan would have more than ``limit``
+        tasks (known before it is built)."""
         ...
 
 
@@ -127,6 +129,14 @@ class Search:
         build: builds a plan's tasks (``build(tensors, cluster, strategy, fan_out=...,
             fuse=..., fine=...)``), :func:`~reshard.planner.plan.plan_tasks`.
         built: tasks a pass built that another may reuse (by name; this search's own).
+        floor_of: seconds no plan of a baseline strategy's first cut of the request
+            takes less than in the model (:meth:`reshard.planner.plan.Builds.floor`),
+            where the caller knows them; ``point-to-point``'s floor.
+        segments: the host segments of the chains of each plan the tree forms start
+            from (by the plan's id, with the plan), cut once for every form.
+        known: the routes of tasks already costed on the cluster, by what decides them
+            (:func:`~reshard.planner.costing.cost.task_routes`), shared by the planning
+            call's candidates.
     """
 
     tensors: tuple[TensorSpec, ...]
@@ -136,10 +146,16 @@ class Search:
     pipelined: bool
     build: BuildTasks
     built: dict[str, tuple[Task, ...]] = field(default_factory=dict, compare=False)
+    known: Routes = field(default_factory=dict, compare=False)
+    segments: dict[int, tuple[ReshardPlan, Segments]] = field(default_factory=dict,
+                                                              compare=False)
+    floor_of: Callable[[Strategy], float] | None = field(default=None, compare=False)
 
     def plan(self, tasks: Sequence[Task]) -> ReshardPlan:
-        """A candidate plan of these tasks."""
-        return ReshardPlan(self.tensors, tuple(tasks), self.strategy, self.cluster)
+        """A candidate plan of these tasks (its routes found in :attr:`known`, the
+        memo of the tasks' routes every candidate of the planning call shares)."""
+        return ReshardPlan(self.tensors, tuple(tasks), self.strategy,
+                           self.cluster).share_routes(self.known)
 
 
 def faster(candidate: float, best: float) -> bool:
@@ -198,18 +214,18 @@ def _fanned(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
     """Broadcasts of pipelined partial-sum pieces fanning out inside their last host."""
     if not search.pipelined:
         return
-    fanned = search.plan(search.build(search.tensors, search.cluster, search.strategy,
-                                      fan_out=True)[0])
-    if len(fanned.tasks) <= COMPARE_UP_TO:
-        yield fanned
+    got = search.build(search.tensors, search.cluster, search.strategy, fan_out=True,
+                       limit=COMPARE_UP_TO)
+    if got is not None and len(got[0]) <= COMPARE_UP_TO:
+        yield search.plan(got[0])
 
 
 def _finer(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
     """The request planned again with its cells split finer."""
-    finer = search.plan(search.build(search.tensors, search.cluster, search.strategy,
-                                     fan_out=False, fine=True)[0])
-    if len(finer.tasks) <= COMPARE_UP_TO and finer.tasks != search.first.tasks:
-        yield finer
+    got = search.build(search.tensors, search.cluster, search.strategy, fan_out=False,
+                       fine=True, limit=COMPARE_UP_TO)
+    if got is not None and len(got[0]) <= COMPARE_UP_TO and got[0] != search.first.tasks:
+        yield search.plan(got[0])
 
 
 def _fused(shape: SumShape) -> Callable[[Search, ReshardPlan], Iterator[ReshardPlan]]:
@@ -223,9 +239,10 @@ def _fused(shape: SumShape) -> Callable[[Search, ReshardPlan], Iterator[ReshardP
             return
         tasks = search.built.get("fuse")  # one build serves every shape
         if tasks is None:
-            tasks = search.built["fuse"] = search.build(tensors, search.cluster,
-                                                        search.strategy, fan_out=False,
-                                                        fuse=True)[0]
+            got = search.build(tensors, search.cluster, search.strategy, fan_out=False,
+                               fuse=True)
+            assert got is not None  # no limit
+            tasks = search.built["fuse"] = got[0]
         fusable = {i for i, t in enumerate(tensors) if t.fuses}
         yield search.plan(fuse_reductions(tasks, fusable, shape))
 
@@ -238,9 +255,19 @@ def _point_to_point(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]
     if search.strategy is not Strategy.BROADCAST or all(
             len(t.receivers) < 2 for t in start.tasks):  # no relays to replace
         return
-    tasks = search.build(search.tensors, search.cluster, Strategy.SEND_RECV, fan_out=False)[0]
-    if len(tasks) <= COMPARE_UP_TO:
-        yield search.plan(tasks)
+    got = search.build(search.tensors, search.cluster, Strategy.SEND_RECV, fan_out=False,
+                       limit=COMPARE_UP_TO)
+    if got is not None and len(got[0]) <= COMPARE_UP_TO:
+        yield search.plan(got[0])
+
+
+def _point_to_point_floor(search: Search, start: ReshardPlan) -> float:
+    """No point-to-point plan of the request beats its ``send_recv`` slices' floor
+    (where the search knows it; else 0, and the bound decides)."""
+    if search.floor_of is None or search.strategy is not Strategy.BROADCAST or all(
+            len(t.receivers) < 2 for t in start.tasks):  # no candidate: nothing to cut
+        return 0.0
+    return search.floor_of(Strategy.SEND_RECV)
 
 
 def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
@@ -248,8 +275,9 @@ def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
     """The starting plan's chains reshaped into trees of this form."""
     def propose(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
         host = search.cluster.host_of
-        if reshapes(start.tasks, host, shape):
-            yield search.plan(treeify(start.tasks, host, intra, shape))
+        memo = search.segments.setdefault(id(start), (start, {}))[1]  # per start plan
+        if reshapes(start.tasks, host, shape, memo):
+            yield search.plan(treeify(start.tasks, host, intra, shape, memo))
 
     return propose
 
@@ -276,7 +304,8 @@ STAGES: tuple[tuple[Pass, ...], ...] = (
        for shape in (SumShape.STAR, SumShape.BINARY))),
     tuple(Pass(f"trees:{shape.value}/{intra.value}", TREES_UP_TO, _trees(shape, intra),
                faster_by_tree_gain) for shape, intra in TREE_FORMS),
-    (Pass("point-to-point", COMPARE_UP_TO, _point_to_point, within_relay_gain),),
+    (Pass("point-to-point", COMPARE_UP_TO, _point_to_point, within_relay_gain,
+          _point_to_point_floor),),
     (Pass("least-concurrent", COMPARE_UP_TO, _serial, within_concurrency_gain,
           _serial_floor),),
 )
@@ -284,10 +313,15 @@ STAGES: tuple[tuple[Pass, ...], ...] = (
 
 
 def search(first: ReshardPlan, pipelined: bool, build: BuildTasks,
-           stages: Sequence[Sequence[Pass]] = STAGES) -> ReshardPlan:
+           stages: Sequence[Sequence[Pass]] = STAGES, known: Routes | None = None,
+           floor_of: Callable[[Strategy], float] | None = None) -> ReshardPlan:
     """The best plan of ``first``'s request: ``first``, or a candidate of a pass that its
-    rule kept (see the module docstring)."""
-    s = Search(first.tensors, first.cluster, first.strategy, first, pipelined, build)
+    rule kept (see the module docstring). ``known``: routes already found on the
+    cluster (:attr:`Search.known`; default: ``first``'s candidates share a new memo).
+    ``floor_of``: :attr:`Search.floor_of`."""
+    s = Search(first.tensors, first.cluster, first.strategy, first, pipelined, build,
+               known={} if known is None else known, floor_of=floor_of)
+    first.share_routes(s.known)
     best = first
     for stage in stages:
         start = best
