@@ -112,16 +112,6 @@ class DeviceMesh:
                 flat //= extent
             yield tuple(reversed(out)), dev
 
-    def axis_index(self, axis: int | str) -> int:
-        """Index of a mesh axis given by position or name."""
-        if isinstance(axis, str):
-            if axis not in self.axis_names:
-                raise MeshError(f"no mesh axis named {axis!r}; axes are {self.axis_names}")
-            return self.axis_names.index(axis)
-        if not 0 <= axis < self.ndim:
-            raise MeshError(f"mesh axis {axis} out of range for a {self.ndim}-axis mesh")
-        return axis
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"shape": list(self.shape), "devices": list(self.devices),

@@ -178,9 +178,6 @@ class GlooBackend(HostMemory):
         self._groups: dict[tuple[int, ...], Any] = {self.world: dist.group.WORLD}
         self._p2p: Any = None  # group of send/recv (None: the world)
         self._channel = ""  # "" for the main backend, else the channel's name
-        # all_gather_single supersedes all_gather_into_tensor (deprecated in torch 2.13)
-        self._gather_into = getattr(dist, "all_gather_single", None) or \
-            dist.all_gather_into_tensor
         self._open: list[Posted] | None = None  # operations of the open group
         self._closed = False
 

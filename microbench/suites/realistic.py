@@ -24,7 +24,7 @@ from __future__ import annotations
 from reshard.microbench.suites.paper import Case
 
 BF16 = "bfloat16"
-P3, P4D, P5, H100 = "aws-p3.8xlarge", "aws-p4d.24xlarge", "aws-p5.48xlarge", "dgx-h100"
+P4D, P5, H100 = "aws-p4d.24xlarge", "aws-p5.48xlarge", "dgx-h100"
 
 
 def realistic_cases() -> tuple[Case, ...]:
