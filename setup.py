@@ -37,7 +37,7 @@ setup(
     description="Cross-mesh resharding: plan, execute and schedule tensor transfers between device meshes",
     long_description=pathlib.Path("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
-    python_requires=">=3.10",
+    python_requires=">=3.11",  # tomllib, typing.Self (tests/unit/test_python_requires.py)
     package_dir=package_dir,
     packages=packages,
     package_data={"reshard": ["py.typed", "presets.toml", "service/v1/*.proto", "service/v1/*.pyi"]},
