@@ -360,6 +360,9 @@ class BackendEntry:
         requires: ``"package.module:function"`` saying why it cannot run on this
             machine (a missing package, no GPU) or None, asked before anything starts;
             empty: it always can.
+        keyed: its ranks authenticate their connections with the run's ``link_key=``
+            (:mod:`reshard.comm.link_key`), which reshard's launchers make once per run.
+        summary: what it is, in a few words (command lines' ``--help``).
     """
 
     name: str
@@ -369,6 +372,8 @@ class BackendEntry:
     preload: tuple[str, ...] = ()
     advertises: bool = False
     requires: str = ""
+    keyed: bool = False
+    summary: str = ""
 
     def problem(self) -> str | None:
         """Why it cannot run on this machine, or None (:attr:`requires`)."""
@@ -491,29 +496,15 @@ class BackendRegistry:
 
 _LOOP = "reshard.comm.launchers.worker_loop"
 _NEEDS = "reshard.comm.backends.requirements:"
+_AT = "reshard.comm.backends."
 
-_BUILTIN: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...], bool, str], ...] = (
-    # The one table of the built-ins: everything that lists backends derives from it.
-    # name, factory path, where it declares its capabilities (modules that import no
-    # torch / cupy), launchers (preferred first), fork-server preloads, advertises,
-    # requirement
-    ("local", "reshard.comm.backends.local:LocalBackend",
-     "reshard.comm.backends.local:LocalBackend", ("thread",), (), False, ""),
-    ("gloo", "reshard.comm.backends.gloo:GlooBackend",
-     "reshard.comm.backends.gloo:GlooBackend", ("process", "ray"),
-     (_LOOP, "reshard.comm.backends.gloo", "torch.distributed"), True, _NEEDS + "needs_torch"),
-    ("nccl", "reshard.comm.backends.nccl:NcclBackend",
-     "reshard.comm.backends.nccl:NcclBackend", ("process", "ray"), (_LOOP,), False,
-     _NEEDS + "needs_gpu"),
-    ("torch", "reshard.comm.backends.torch_dist:torch_backend",
-     "reshard.comm.backends.torch_dist:TorchDistBackend", (), (), False, ""),
-    ("tcp", "reshard.comm.backends.tcp:TcpBackend",
-     "reshard.comm.backends.tcp:TcpBackend", ("process", "ray"),
-     (_LOOP, "reshard.comm.backends.tcp"), True, ""),
-    ("nixl", "reshard.comm.backends.nixl:NixlBackend",
-     "reshard.comm.backends.nixl:NixlBackend", ("process", "ray"),
-     (_LOOP, "reshard.comm.backends.nixl"), True, _NEEDS + "needs_nixl"),
-)
+
+def _declared(path: str) -> Capabilities:
+    """The capabilities the class at ``path`` (``"package.module:Class"``) declares; the
+    built-ins' modules import no torch or cupy until a rank is built."""
+    module, _, cls = path.partition(":")
+    caps: Capabilities = getattr(importlib.import_module(module), cls).capabilities
+    return caps
 
 
 def builtin_backends() -> BackendRegistry:
@@ -522,14 +513,34 @@ def builtin_backends() -> BackendRegistry:
     caller made; embedded only). Each call returns a new value; extend it with
     :meth:`BackendRegistry.register` or :func:`register_backend` (a registered backend
     runs embedded, through :class:`reshard.comm.executor.Executor`: reshard's launchers
-    and :class:`reshard.Runtime` start the built-ins only)."""
-    entries = []
-    for name, factory, declared, launchers, preload, advertises, requires in _BUILTIN:
-        module, _, cls = declared.partition(":")
-        caps = getattr(importlib.import_module(module), cls).capabilities
-        entries.append(BackendEntry(name, factory, caps, launchers, preload, advertises,
-                                    requires))
-    return BackendRegistry(tuple(entries))
+    and :class:`reshard.Runtime` start the built-ins only).
+
+    Its rows are the one table of the built-ins: every list of backends (``BackendKind``,
+    the benchmarks' and the service's choices and help, the process launcher's preloads)
+    derives from them (``tests/unit/test_backend_registry.py``)."""
+    local, gloo, nccl = _AT + "local:LocalBackend", _AT + "gloo:GlooBackend", _AT + "nccl:NcclBackend"
+    tcp, nixl = _AT + "tcp:TcpBackend", _AT + "nixl:NixlBackend"
+    return BackendRegistry((
+        BackendEntry(name="local", summary="in-process reference: threads, numpy",
+                     factory=local, capabilities=_declared(local), launchers=("thread",)),
+        BackendEntry(name="gloo", summary="CPU processes, torch.distributed's gloo",
+                     factory=gloo, capabilities=_declared(gloo), launchers=("process", "ray"),
+                     preload=(_LOOP, _AT + "gloo", "torch.distributed"), advertises=True,
+                     requires=_NEEDS + "needs_torch"),
+        BackendEntry(name="nccl", summary="GPUs, NCCL through cupy",
+                     factory=nccl, capabilities=_declared(nccl), launchers=("process", "ray"),
+                     preload=(_LOOP,), requires=_NEEDS + "needs_gpu"),
+        BackendEntry(name="torch", summary="ranks of a torch.distributed process group the "
+                     "caller made (embedded only)", factory=_AT + "torch_dist:torch_backend",
+                     capabilities=_declared(_AT + "torch_dist:TorchDistBackend")),
+        BackendEntry(name="tcp", summary="CPU processes, scatter / gather sockets",
+                     factory=tcp, capabilities=_declared(tcp), launchers=("process", "ray"),
+                     preload=(_LOOP, _AT + "tcp"), advertises=True, keyed=True),
+        BackendEntry(name="nixl", summary="CPU processes, NIXL one-sided WRITEs over UCX",
+                     factory=nixl, capabilities=_declared(nixl), launchers=("process", "ray"),
+                     preload=(_LOOP, _AT + "nixl"), advertises=True, keyed=True,
+                     requires=_NEEDS + "needs_nixl"),
+    ))
 
 
 def register_backend(name: str, factory: Factory, capabilities: Capabilities, *,

@@ -295,6 +295,8 @@ def _parser(interleaved: str) -> Any:
     import argparse
 
     from reshard.cliargs import positive_int
+    from reshard.comm.backend import BackendKind, builtin_backends
+    from reshard.comm.launchers.base import LauncherKind
     from reshard.pipeline.generators import SCHEDULES
 
     ap = argparse.ArgumentParser(
@@ -303,9 +305,12 @@ def _parser(interleaved: str) -> Any:
                     "one-process numpy reference",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
     add_version(ap)
-    ap.add_argument("--backend", default="gloo", choices=("local", "gloo", "nccl"),
-                    help="data plane of the workers")
-    ap.add_argument("--launcher", default=None, choices=("thread", "process", "ray"),
+    registry = builtin_backends()
+    backends = tuple(k.value for k in BackendKind)
+    ap.add_argument("--backend", default="gloo", choices=backends,
+                    help="data plane of the workers: " + ", ".join(
+                        f"{b} ({registry.entry(b).summary})" for b in backends))
+    ap.add_argument("--launcher", default=None, choices=tuple(k.value for k in LauncherKind),
                     help="how workers start (None: the backend's default)")
     ap.add_argument("--schedule", default="eager-1f1b", choices=tuple(SCHEDULES),
                     help="pipeline schedule")
