@@ -310,6 +310,21 @@ def _fmt(r: dict[str, Any]) -> str:
             f"{'yes' if r['exact'] else 'NO (' + str(r['differ']) + ')'}  {torch_part}")
 
 
+def _boxes(cupy: Any, timer: GpuTimer, count: int) -> dict[str, Any] | None:
+    """:func:`boxes_row`, printed (None when it failed)."""
+    try:
+        boxes = boxes_row(cupy, timer, count)
+    except Exception as e:  # noqa: BLE001 - a failing row must not stop the summary
+        print(f"boxes: FAILED {e!r}", flush=True)
+        return None
+    print(f"{boxes['boxes']} x 16 KiB boxes: bound {boxes['bound_ms']:.4f} ms; per box "
+          f"{boxes['per_box_ms']:.3f} ms ({boxes['per_box_ratio']:.1f}x), batched "
+          f"{boxes['batched_ms']:.3f} ms ({boxes['batched_ratio']:.1f}x; host "
+          f"{boxes['batched_host_us']:.0f} us), kernel alone {boxes['kernel_ms']:.4f} "
+          f"ms ({boxes['kernel_ratio']:.1f}x); exact {boxes['exact']}", flush=True)
+    return boxes
+
+
 def main(argv: list[str] | None = None) -> int:
     p = flags.parser("python -m reshard.microbench.gpu_cast", __doc__ or "")
     p.add_argument("-n", "--runs", type=positive_int, default=10, help="timed runs per case")
@@ -351,19 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         ok &= r["exact"]
         print(_fmt(r), flush=True)
         cupy.get_default_memory_pool().free_all_blocks()
-    boxes = None
-    if args.boxes:
-        try:
-            boxes = boxes_row(cupy, timer, args.boxes)
-            print(f"{boxes['boxes']} x 16 KiB boxes: bound {boxes['bound_ms']:.4f} ms; per box "
-                  f"{boxes['per_box_ms']:.3f} ms ({boxes['per_box_ratio']:.1f}x), batched "
-                  f"{boxes['batched_ms']:.3f} ms ({boxes['batched_ratio']:.1f}x; host "
-                  f"{boxes['batched_host_us']:.0f} us), kernel alone {boxes['kernel_ms']:.4f} "
-                  f"ms ({boxes['kernel_ratio']:.1f}x); exact {boxes['exact']}", flush=True)
-            ok &= boxes["exact"]
-        except Exception as e:  # noqa: BLE001
-            print(f"boxes: FAILED {e!r}", flush=True)
-            ok = False
+    boxes = _boxes(cupy, timer, args.boxes) if args.boxes else None
+    ok &= not args.boxes or (boxes is not None and bool(boxes["exact"]))
     met = sum(r["ratio"] <= r["goal"] for r in rows)
     print(f"goals met: {met}/{len(rows)} casts; "
           f"{'all exact' if all(r['exact'] for r in rows) else 'NOT ALL EXACT'}", flush=True)
