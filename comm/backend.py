@@ -361,7 +361,7 @@ class BackendEntry:
             machine (a missing package, no GPU) or None, asked before anything starts;
             empty: it always can.
         keyed: its ranks authenticate their connections with the run's ``link_key=``
-            (:mod:`reshard.comm.link_key`), which reshard's launchers make once per run.
+            (:mod:`reshard.comm.bootstrap.link_key`), which reshard's launchers make once per run.
         summary: what it is, in a few words (command lines' ``--help``).
     """
 

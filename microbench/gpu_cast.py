@@ -21,7 +21,7 @@ reference.
 
 Boxes (``--boxes``, default 1,000 of 16 KiB: 16 rows of 1 KiB of a 4 KiB-wide int32
 shard each) packed into one buffer: one ``copy_into`` per box (one launch each, before
-issue 60), a :class:`reshard.comm.box_batch.BoxBatch` (the table built and uploaded,
+issue 60), a :class:`reshard.comm.engine.box_batch.BoxBatch` (the table built and uploaded,
 one launch: what a step does now), the batch's kernel alone on a prepared table, and
 one copy of all their bytes.
 
@@ -259,8 +259,8 @@ def cast_row(cupy: Any, timer: GpuTimer, shape: tuple[int, ...], source: str, ca
 def boxes_row(cupy: Any, timer: GpuTimer, count: int) -> dict[str, Any]:
     """``count`` boxes of 16 KiB packed: per-box launches, a BoxBatch, its kernel
     alone, and one copy of their bytes."""
-    from reshard.comm.box_batch import BoxBatch, _kernel, boxes_grid
-    from reshard.comm.pitched import copy_into
+    from reshard.comm.engine.box_batch import BoxBatch, _kernel, boxes_grid
+    from reshard.comm.engine.pitched import copy_into
 
     shard = cupy.arange(count * 16 * 1024, dtype=cupy.int32).reshape(count * 16, 1024)
     out = cupy.zeros((count, 16, 256), cupy.int32)

@@ -45,8 +45,8 @@ import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.comm.backend import builtin_backends
+from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 from reshard.comm.executor import Executor
-from reshard.comm.rendezvous import TcpRendezvousServer
 from reshard.errors import ExecutionError
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh

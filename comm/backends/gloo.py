@@ -58,7 +58,7 @@ from reshard.comm.backends.host_memory import (
     broadcast_neighbours,
     wire_piece,
 )
-from reshard.comm.sockets import interface_of, listen_on
+from reshard.comm.bootstrap.sockets import interface_of, listen_on
 from reshard.dtypes import ReduceOp, reduce_as
 from reshard.errors import ExecutionError
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reshard.comm.backend import builtin_backends
-from reshard.comm.link_key import LinkKey
+from reshard.comm.bootstrap.link_key import LinkKey
 from reshard.errors import ExecutionError, ReshardBaseError, ReshardError
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class WorkerSpec:
         device: the global device id served.
         world: every device of the runtime, sorted; the rank is the index in it.
         timeout: seconds any blocking operation may wait.
-        rendezvous: an address with ``connect()`` (see :mod:`reshard.comm.rendezvous`).
+        rendezvous: an address with ``connect()`` (see :mod:`reshard.comm.bootstrap.rendezvous`).
         host: the cluster host of the device.
         local_index: the device's position among the world's devices on its host.
         env: environment variables to set before the backend is imported.
@@ -82,7 +82,7 @@ def make_specs(backend: str, devices: Sequence[int], cluster: Cluster | None, ti
                options: Mapping[str, Any] | None = None) -> list[WorkerSpec]:
     """One :class:`WorkerSpec` per device (world = the sorted devices). A run of a
     backend the registry marks :attr:`~reshard.comm.backend.BackendEntry.keyed` (``tcp``,
-    ``nixl``) gets one fresh :class:`~reshard.comm.link_key.LinkKey` in every spec's
+    ``nixl``) gets one fresh :class:`~reshard.comm.bootstrap.link_key.LinkKey` in every spec's
     options (unless ``options`` has one): its connections authenticate with it, and it
     travels only with the specs, never through the rendezvous."""
     world = tuple(sorted(int(d) for d in devices))

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from reshard.cluster import Cluster
 from reshard.comm.backend import BackendKind
+from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 from reshard.comm.calls import call_name
 from reshard.comm.launchers.base import require_workers
 from reshard.comm.launchers.cleanup import close_at_exit
@@ -69,7 +70,6 @@ from reshard.comm.launchers.netns import (
 )
 from reshard.comm.launchers.spawn import ExecStarter, ForkServer, Starter, WorkerArgs
 from reshard.comm.launchers.worker_loop import CLOSE
-from reshard.comm.rendezvous import TcpRendezvousServer
 from reshard.errors import ExecutionError
 
 if TYPE_CHECKING:

@@ -61,9 +61,9 @@ from torch.distributed.tensor import DTensor
 from reshard.adapters.dtensor_layout import to_layout, to_placements
 from reshard.cluster import Cluster
 from reshard.comm.backend import BackendRegistry
+from reshard.comm.engine.packing import local_slices
+from reshard.comm.engine.steps import LoadedProgram
 from reshard.comm.executor import Executor
-from reshard.comm.packing import local_slices
-from reshard.comm.steps import LoadedProgram
 from reshard.dtypes import DTYPES, Cast, ScaleMode, parse_dtype
 from reshard.errors import DTypeError, ExecutionError, ReshardError, ShapeError
 from reshard.layout import Layout

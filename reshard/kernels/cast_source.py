@@ -77,7 +77,7 @@ __host__ __device__ __forceinline__ void copy_bytes(void* to, const void* from) 
 }
 """
 """Types, bit casts, IEEE division and loads of 1-16 bytes, for the GPU and the CPU
-(shared with the batched box copies, :mod:`reshard.comm.box_batch`)."""
+(shared with the batched box copies, :mod:`reshard.comm.engine.box_batch`)."""
 
 COMMON = BASICS + r"""
 __host__ __device__ __forceinline__ bool is_nan(u32 u) { return (u & 0x7FFFFFFFu) > 0x7F800000u; }

@@ -27,7 +27,8 @@ def _paths(row: str) -> list[str]:
 def test_the_table_has_a_row_for_each_kind_of_new_thing():
     kinds = {row.split("|")[1].strip() for row in _rows()}
     for kind in ("backend", "strategy", "dtype", "pipeline schedule", "adapter", "benchmark",
-                 "planning step (a strategy's candidate)", "fp8 scale format", "service call"):
+                 "planning step (a strategy's candidate)", "fp8 scale format", "service call",
+                 "task kind", "cost-model term", "launcher", "worker call"):
         assert kind in kinds, f"no row for a new {kind}"
 
 

@@ -1,6 +1,7 @@
-"""The planner by stage (issue 46): the planner modules the documentation named before
-the move still import from their old paths for one release, with a DeprecationWarning,
-and give the moved module's own objects."""
+"""Moved modules (the planner by stage, issue 46; the data plane's engine and bootstrap
+folders, issue 65): the modules the documentation named before a move still import from
+their old paths for one release, with a DeprecationWarning, and give the moved module's
+own objects."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ import pytest
 
 MOVED = {"reshard.planner.scales": "reshard.planner.values.scales",
          "reshard.planner.coalesce": "reshard.planner.schedule.coalesce",
-         "reshard.planner.verify": "reshard.planner.costing.verify"}
+         "reshard.planner.verify": "reshard.planner.costing.verify",
+         **{f"reshard.comm.{m}": f"reshard.comm.engine.{m}"
+            for m in ("execution", "steps", "step_ops", "packing", "pitched", "box_batch",
+                      "derived")},
+         **{f"reshard.comm.{m}": f"reshard.comm.bootstrap.{m}"
+            for m in ("rendezvous", "store_rendezvous", "sockets", "link_key")}}
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))

@@ -3,7 +3,7 @@ through.
 
 The ``gloo`` and ``nccl`` backends exchange a few bytes before they can talk (the gloo
 store's address, NCCL unique ids) through a rendezvous client: ``set(key, value)``,
-``get(key, timeout) -> bytes``, ``close()`` (:class:`reshard.comm.rendezvous.RendezvousClient`).
+``get(key, timeout) -> bytes``, ``close()`` (:class:`reshard.comm.bootstrap.rendezvous.RendezvousClient`).
 A Runtime hosts its own; an embedding process hands over the store it has: a torch
 ``Store`` (``TCPStore``, ``FileStore``, ``PrefixStore``, the one behind its process
 group) through :class:`StoreRendezvous`, or any object with that interface (a wrapper

@@ -5,7 +5,7 @@ A step that packs or unpacks many small boxes (a coalesced message of 1,000 payl
 a weight sync's norms and biases) paid one launch per box: 17-34 us of Python each on
 an H200 (comm/pitched.py's kernel, cupy's copy), far more than the bytes take. A
 :class:`BoxBatch` collects a step's copies instead (each as the pitched copies of
-:func:`reshard.comm.pitched.pitched_copies`: rows of ``width`` bytes at a pitch), and
+:func:`reshard.comm.engine.pitched.pitched_copies`: rows of ``width`` bytes at a pitch), and
 :meth:`BoxBatch.flush` moves them all with one launch of :data:`SOURCE`'s
 ``reshard_boxes``: the grid's y walks the table's rows, its x threads a row's bytes in
 the widest loads that row's addresses, pitches and width allow (16 .. 1 bytes).
@@ -13,7 +13,7 @@ the widest loads that row's addresses, pitches and width allow (16 .. 1 bytes).
 :func:`table_rows` is the geometry (pure), :func:`boxes_grid` the launch's grid (pure);
 the kernel's per-thread work is a ``__host__ __device__`` function the tests run on the
 CPU over every thread of the grid (tests/unit/test_box_batch.py). Arrays that are not
-cupy arrays (numpy, torch) are copied at once by :func:`reshard.comm.pitched.copy_into`,
+cupy arrays (numpy, torch) are copied at once by :func:`reshard.comm.engine.pitched.copy_into`,
 as without a batch.
 """
 
@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from reshard.comm.pitched import pitched_copies
+from reshard.comm.engine.pitched import pitched_copies
 from reshard.kernels.cast_source import BASICS
 
 ROW = 6

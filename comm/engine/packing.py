@@ -2,7 +2,7 @@
 
 Shards and buffers are numpy or cupy arrays, or torch tensors (the ``torch`` backend on
 a GPU): only slicing, ``reshape`` and assignment are used (a strided box of cupy arrays
-as pitched copies, :mod:`reshard.comm.pitched`), plus the two questions below whose
+as pitched copies, :mod:`reshard.comm.engine.pitched`), plus the two questions below whose
 answer each library spells its own way.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from reshard.comm.pitched import CopySink, copy_into
+from reshard.comm.engine.pitched import CopySink, copy_into
 from reshard.dtypes import is_torch
 from reshard.layout import Box
 
@@ -172,3 +172,7 @@ def same_memory(a: Any, b: Any) -> bool:
         return data_address(a) == data_address(b)
     except (AttributeError, TypeError):
         return False
+
+
+__all__ = ["Unpacker", "byte_span", "data_address", "is_contiguous", "local_slices", "pack",
+           "recv_target", "region", "row_runs", "same_memory", "unpack"]

@@ -1,5 +1,5 @@
 """What a step of the execution holds for one task while it runs
-(:mod:`reshard.comm.execution`): the task's :class:`Op` (its buffers, what it sends,
+(:mod:`reshard.comm.engine.execution`): the task's :class:`Op` (its buffers, what it sends,
 how what it receives is unpacked) and a coalesced message's :class:`MessageSink`
 (payloads unpacked as the bytes that cover them land)."""
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from reshard.comm.box_batch import BoxBatch
-from reshard.comm.packing import Unpacker
-from reshard.comm.pitched import copy_into
-from reshard.comm.steps import MessagePiece, StepTask
+from reshard.comm.engine.box_batch import BoxBatch
+from reshard.comm.engine.packing import Unpacker
+from reshard.comm.engine.pitched import copy_into
+from reshard.comm.engine.steps import MessagePiece, StepTask
 from reshard.planner.values.tasks import Task
 
 

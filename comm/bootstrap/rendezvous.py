@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from reshard.comm.sockets import is_wildcard, listen_on, recv_exact
+from reshard.comm.bootstrap.sockets import is_wildcard, listen_on, recv_exact
 from reshard.errors import ExecutionError
 
 _HEAD = struct.Struct("!cII")  # op, key length, value length

@@ -7,7 +7,7 @@ received, or of its own blocks where its shards hold whole blocks), in the scale
 dtype as the backend holds it (float32, or E8M0 for the power-of-two modes; their
 float32 values are kept for packing, :meth:`Execution.scale_values`). The kernels are
 :mod:`reshard.casting`'s; :data:`DERIVE` maps each kind of derived tensor to its
-function, which :meth:`reshard.comm.execution.Execution.source` calls on first read.
+function, which :meth:`reshard.comm.engine.execution.Execution.source` calls on first read.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from reshard.casting import block_amax, scales_from_amax, stored_scales
+from reshard.comm.engine.steps import LoadedProgram
 from reshard.comm.program import ProgramTensor
-from reshard.comm.steps import LoadedProgram
 from reshard.dtypes import block_shape, parse_dtype, scale_grid
 from reshard.errors import ReshardError
 from reshard.planner.values.tasks import Derive
@@ -27,7 +27,7 @@ from reshard.planner.values.tasks import Derive
 
 class ExecutionView(Protocol):
     """What deriving a source reads of one execution on one device
-    (:class:`reshard.comm.execution.Execution` is the one): a protocol, so that no
+    (:class:`reshard.comm.engine.execution.Execution` is the one): a protocol, so that no
     import runs from here back to the execution, not even for types."""
 
     device: int

@@ -7,7 +7,7 @@ between the same devices into messages, :mod:`reshard.planner.schedule.coalesce`
 :class:`LoadedProgram` is that layout prepared on a backend rank (communicators made,
 one scratch buffer sized for the step that needs most), with each coalesced message's
 layout (:class:`MessageLayout`: its payloads back to back in one scratch region, made
-on the first run). :mod:`reshard.comm.execution` runs it, step by step.
+on the first run). :mod:`reshard.comm.engine.execution` runs it, step by step.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from reshard.comm.backend import Backend, Capabilities
-from reshard.comm.packing import (
+from reshard.comm.engine.packing import (
     byte_span,
     local_slices,
     row_runs,
@@ -278,11 +278,11 @@ class MessagePiece:
         start: where its bytes start in the message.
         end: where they end.
         span: its bytes in that shard when the shard is C-contiguous and the box one
-            run of it (:func:`~reshard.comm.packing.byte_span`); None where strided.
+            run of it (:func:`~reshard.comm.engine.packing.byte_span`); None where strided.
         plain: at its root, it is read from the source shard (not a relay's box of its
             destination shard).
         rows: where span is None, its runs in that shard
-            (:func:`~reshard.comm.packing.row_runs`: shape, run bytes, offset,
+            (:func:`~reshard.comm.engine.packing.row_runs`: shape, run bytes, offset,
             strides); None for an empty box or no shard.
         packed_rows: where ``rows`` is set, ``flat`` as those runs (elements of ``run``
             bytes each), which a copy from or to the shard's runs moves one run at a time.

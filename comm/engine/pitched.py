@@ -198,7 +198,7 @@ def _is_cupy(a: Any) -> bool:
 
 
 class CopySink(Protocol):
-    """Where copies can wait for one launch of many (:class:`reshard.comm.box_batch.
+    """Where copies can wait for one launch of many (:class:`reshard.comm.engine.box_batch.
     BoxBatch`)."""
 
     def add(self, dst: Any, src: Any) -> bool:
