@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
-from reshard.choice import parse_choice
-from reshard.dtypes import ReduceOp, accumulator, why_not_summable
-from reshard.errors import DTypeError, OptionError, ReshardError
+from reshard.core.choice import parse_choice
+from reshard.core.dtypes import ReduceOp, accumulator, why_not_summable
+from reshard.core.errors import DTypeError, OptionError, ReshardError
 from reshard.planner.values.tasks import SUMMING, Conversion, Task
 
 Devices: TypeAlias = Sequence[int]
@@ -70,9 +70,9 @@ class Capabilities:
 
     Attributes:
         moves: dtype names the backend moves; None for every dtype of
-            :data:`reshard.dtypes.DTYPES`.
+            :data:`reshard.core.dtypes.DTYPES`.
         sums: dtype names its reduce can combine (sum, and max for an amax); a partial
-            sum reduces in its accumulator (:func:`reshard.dtypes.accumulator`: bf16 and
+            sum reduces in its accumulator (:func:`reshard.core.dtypes.accumulator`: bf16 and
             fp16 in float32), which must be among them. None: every accumulator.
         groups_need_world: collective communicators are created by every rank of the
             world, members or not (gloo's ``new_group``): every worker must load every
@@ -89,9 +89,9 @@ class Capabilities:
             after the step, and never passes ``landed`` (refused likewise).
         converts: dtype names its buffers convert between (a cast on the wire, a
             partial sum into and out of its accumulator); None: every dtype
-            (:mod:`reshard.casting` on numpy or torch buffers).
+            (:mod:`reshard.core.casting` on numpy or torch buffers).
         bits: dtype names its array library lacks, so its buffers hold them as unsigned
-            integers of the same width (:func:`reshard.dtypes.storage`): the caller's
+            integers of the same width (:func:`reshard.core.dtypes.storage`): the caller's
             arrays of such a tensor may be of either type, and the bits move unchanged.
         sized_pieces: the backend pipelines in pieces of a size it is told: the
             executor calls its ``use_piece(nbytes)`` before running a program, with the
@@ -293,7 +293,7 @@ def check_dtypes(tensors: Sequence[Conversion], tasks: Iterable[Task], caps: Cap
                  name: str) -> None:
     """Refuse, before anything moves, a dtype the backend cannot move, a partial sum
     it cannot reduce and a conversion it cannot make (the dtype policy,
-    :mod:`reshard.dtypes`, applied to one backend's capabilities).
+    :mod:`reshard.core.dtypes`, applied to one backend's capabilities).
 
     Args:
         tensors: the plan's (or program's) tensors.

@@ -26,7 +26,7 @@ one launch: what a step does now), the batch's kernel alone on a prepared table,
 one copy of all their bytes.
 
 ``cast_bandwidth``: the block128 cast's rate (bytes/s of source data one GPU converts,
-what ``Cluster.cast_bandwidth`` charges) as the line to put in ``reshard/presets.toml``
+what ``Cluster.cast_bandwidth`` charges) as the line to put in ``reshard/core/presets.toml``
 (:func:`reshard.microbench.calibrate.gpu_cast_bandwidth` measures the same).
 
 Needs cupy and a GPU (exit code 2 without: ``--dry-run`` lists the cases)::
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"goals met: {met}/{len(rows)} casts; "
           f"{'all exact' if all(r['exact'] for r in rows) else 'NOT ALL EXACT'}", flush=True)
     if rows and rows[0]["cast"] == str(CASTS[0][1]):
-        print(f'cast_bandwidth = "{rows[0]["source_GBs"]:.0f} GB/s"   # reshard/presets.toml, '
+        print(f'cast_bandwidth = "{rows[0]["source_GBs"]:.0f} GB/s"   # reshard/core/presets.toml, '
               f"bf16 -> fp8 block128 on this GPU", flush=True)
     if args.json:
         write_json(args.json, {"machine": machine(), "rows": rows, "boxes": boxes,

@@ -11,14 +11,14 @@ from typing import Any, Self
 
 import numpy as np
 
-from reshard.cluster import Cluster
 from reshard.comm.calls import Drop, Execute, Get, LoadPlan, Put, UnloadPlan, WorkerCall
 from reshard.comm.launchers.netns import Placement
 from reshard.comm.program import WorkerProgram, programs
-from reshard.darray import DArray, LiveArrays, as_array, typed_shard
-from reshard.dtypes import accumulate, parse_dtype
-from reshard.errors import ReshardError, ShapeError
-from reshard.layout import Layout, check_shape
+from reshard.core.cluster import Cluster
+from reshard.core.darray import DArray, LiveArrays, as_array, typed_shard
+from reshard.core.dtypes import accumulate, parse_dtype
+from reshard.core.errors import ReshardError, ShapeError
+from reshard.core.layout import Layout, check_shape
 from reshard.loaded_plans import LoadedPlans
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan_many
@@ -316,7 +316,7 @@ class Runtime:
         ``cast``: deliver this dtype, converted at the source (the wire carries it);
         ``scale`` (a cast to float8): ``"tensor"``, ``"block128"``, ``"block128-ue8m0"`` or
         ``"mx32"`` scales, delivered as the result's :attr:`DArray.scales` (see
-        :mod:`reshard.dtypes`)::
+        :mod:`reshard.core.dtypes`)::
 
             q = rt.reshard(w, infer, cast="float8_e4m3fn", scale="block128")
             rt.get(q), rt.get(q.scales)   # w ~= q * scales, per 128 x 128 block

@@ -10,7 +10,7 @@ folders). ``python scripts/stage_package.py [DEST]`` (default ``.docs-src``).
 A package's ``_moved/`` folder holds the modules that answer old import paths (the
 package lists it in its ``__path__``, which the tools do not follow): each is staged
 at its old path too, as the names of the module it stands for, re-exported one by one,
-so the tools resolve ``reshard.errors.PlanError`` to ``reshard.core.errors.PlanError``.
+so the tools resolve ``reshard.core.errors.PlanError`` to ``reshard.core.errors.PlanError``.
 """
 
 from __future__ import annotations

@@ -72,8 +72,8 @@ from reshard.comm.backends.nixl_agent import (
 from reshard.comm.backends.nixl_memory import Registrations, Run, cut, paired, runs_of
 from reshard.comm.backends.tcp_frames import Stream
 from reshard.comm.bootstrap.link_key import LinkKey
-from reshard.dtypes import ReduceOp
-from reshard.errors import ExecutionError
+from reshard.core.dtypes import ReduceOp
+from reshard.core.errors import ExecutionError
 
 _GATHER_TAG = -1
 _REDUCE_TAG = -2

@@ -27,7 +27,7 @@ from typing import Any
 
 from reshard.comm.backends.nixl_memory import Reg, Registrations, Run
 from reshard.comm.bootstrap.link_key import LinkKey, mac
-from reshard.errors import ExecutionError
+from reshard.core.errors import ExecutionError
 
 HEAD = struct.Struct("<cHqQ")
 """A notification's header: kind, the channel name's bytes (which follow), tag, number."""

@@ -66,8 +66,8 @@ from reshard.comm.backends.host_memory import (
 from reshard.comm.backends.tcp_frames import HEADER, IOV, Inbound, Link, Reused, Stream
 from reshard.comm.backends.tcp_hub import Hub
 from reshard.comm.bootstrap.link_key import LinkKey
-from reshard.dtypes import ReduceOp
-from reshard.errors import ExecutionError
+from reshard.core.dtypes import ReduceOp
+from reshard.core.errors import ExecutionError
 
 _log = logging.getLogger("reshard.tcp")
 

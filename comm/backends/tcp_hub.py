@@ -53,7 +53,7 @@ from reshard.comm.backends.tcp_intro import (
 )
 from reshard.comm.bootstrap.link_key import LinkKey
 from reshard.comm.bootstrap.sockets import listen_on
-from reshard.errors import ExecutionError
+from reshard.core.errors import ExecutionError
 
 _log = logging.getLogger("reshard.tcp")
 

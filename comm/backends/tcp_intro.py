@@ -31,7 +31,7 @@ import struct
 
 from reshard.comm.bootstrap.link_key import LinkKey, mac
 from reshard.comm.bootstrap.sockets import recv_exact
-from reshard.errors import ExecutionError
+from reshard.core.errors import ExecutionError
 
 MAGIC = b"RSH3"
 CHALLENGE = struct.Struct("<4s16s")

@@ -41,11 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from reshard.choice import parse_choice
 from reshard.comm.backend import Backend, Capabilities, Devices, Landed, refuse_unsupported
 from reshard.comm.backends.gloo import GlooBackend, torch_op
-from reshard.dtypes import ReduceOp, numpy_of_torch, reduce_as, torch_of_numpy
-from reshard.errors import ExecutionError
+from reshard.core.choice import parse_choice
+from reshard.core.dtypes import ReduceOp, numpy_of_torch, reduce_as, torch_of_numpy
+from reshard.core.errors import ExecutionError
 
 
 class BufferKind(enum.Enum):

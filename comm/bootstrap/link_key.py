@@ -20,7 +20,7 @@ import secrets
 import struct
 from dataclasses import dataclass, field
 
-from reshard.errors import ExecutionError
+from reshard.core.errors import ExecutionError
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from reshard.comm.bootstrap.sockets import is_wildcard, listen_on, recv_exact
-from reshard.errors import ExecutionError
+from reshard.core.errors import ExecutionError
 
 _HEAD = struct.Struct("!cII")  # op, key length, value length
 _REPLY = struct.Struct("!cI")  # status, payload length

@@ -15,7 +15,7 @@ import socket
 import struct
 import time
 
-from reshard.errors import ExecutionError
+from reshard.core.errors import ExecutionError
 
 _SIOCGIFADDR = 0x8915  # <linux/sockios.h>
 

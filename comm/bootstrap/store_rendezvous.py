@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from reshard.errors import ExecutionError
+from reshard.core.errors import ExecutionError
 
 
 class StoreRendezvous:

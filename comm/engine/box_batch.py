@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from reshard.comm.engine.pitched import pitched_copies
-from reshard.kernels.cast_source import BASICS
+from reshard.core.kernels.cast_source import BASICS
 
 ROW = 6
 """int64s per table row: dst address, dst pitch, src address, src pitch, width, height

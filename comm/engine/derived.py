@@ -6,7 +6,7 @@ shard here, a partial max the plan reduces first), and scales (of the amax this 
 received, or of its own blocks where its shards hold whole blocks), in the scales'
 dtype as the backend holds it (float32, or E8M0 for the power-of-two modes; their
 float32 values are kept for packing, :meth:`Execution.scale_values`). The kernels are
-:mod:`reshard.casting`'s; :data:`DERIVE` maps each kind of derived tensor to its
+:mod:`reshard.core.casting`'s; :data:`DERIVE` maps each kind of derived tensor to its
 function, which :meth:`reshard.comm.engine.execution.Execution.source` calls on first read.
 """
 
@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from reshard.casting import block_amax, scales_from_amax, stored_scales
 from reshard.comm.engine.steps import LoadedProgram
 from reshard.comm.program import ProgramTensor
-from reshard.dtypes import block_shape, parse_dtype, scale_grid
-from reshard.errors import ReshardError
+from reshard.core.casting import block_amax, scales_from_amax, stored_scales
+from reshard.core.dtypes import block_shape, parse_dtype, scale_grid
+from reshard.core.errors import ReshardError
 from reshard.planner.values.tasks import Derive
 
 

@@ -37,8 +37,6 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from reshard.bits import assign
-from reshard.casting import convert_into, quantize_into
 from reshard.comm.engine.box_batch import BoxBatch
 from reshard.comm.engine.derived import DERIVE
 from reshard.comm.engine.kinds import KINDS
@@ -46,8 +44,10 @@ from reshard.comm.engine.message import Messages
 from reshard.comm.engine.packing import pack, region
 from reshard.comm.engine.step_ops import Op
 from reshard.comm.engine.steps import LoadedProgram, StepTask
-from reshard.dtypes import ScaleMode, block_shape, parse_dtype
-from reshard.layout import Box, box_size
+from reshard.core.bits import assign
+from reshard.core.casting import convert_into, quantize_into
+from reshard.core.dtypes import ScaleMode, block_shape, parse_dtype
+from reshard.core.layout import Box, box_size
 from reshard.planner.schedule.staging import buffer_dtype
 from reshard.planner.values.tasks import Task
 

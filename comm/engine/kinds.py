@@ -21,8 +21,6 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Protocol, cast
 
-from reshard.bits import assign
-from reshard.casting import convert_into
 from reshard.comm.backend import AllReducing, Backend, Capabilities
 from reshard.comm.engine.box_batch import BoxBatch
 from reshard.comm.engine.packing import Unpacker, is_contiguous, pack, recv_target, region, unpack
@@ -30,7 +28,9 @@ from reshard.comm.engine.pitched import copy_into
 from reshard.comm.engine.step_ops import Op
 from reshard.comm.engine.steps import LoadedProgram, StepTask
 from reshard.comm.program import ProgramTensor
-from reshard.layout import Box, box_size
+from reshard.core.bits import assign
+from reshard.core.casting import convert_into
+from reshard.core.layout import Box, box_size
 from reshard.planner.values.tasks import Buffer, Task, TaskKind
 
 

@@ -12,8 +12,8 @@ import math
 from typing import Any
 
 from reshard.comm.engine.pitched import CopySink, copy_into
-from reshard.dtypes import is_torch
-from reshard.layout import Box
+from reshard.core.dtypes import is_torch
+from reshard.core.layout import Box
 
 
 def local_slices(box: Box, shard_box: Box) -> tuple[slice, ...]:

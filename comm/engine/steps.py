@@ -26,8 +26,8 @@ from reshard.comm.engine.packing import (
     row_runs,
 )
 from reshard.comm.program import Destination, WorkerProgram
-from reshard.dtypes import itemsize, parse_dtype
-from reshard.layout import Box, box_size
+from reshard.core.dtypes import itemsize, parse_dtype
+from reshard.core.layout import Box, box_size
 from reshard.planner.schedule import coalesce as coalescing
 from reshard.planner.schedule.staging import ALIGN, buffer_dtype, region_bytes, scratch_elems
 from reshard.planner.values.tasks import Buffer, Task, TaskKind, allreduce_parts, delivers

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from reshard.comm.backend import builtin_backends
 from reshard.comm.bootstrap.link_key import LinkKey
-from reshard.errors import ExecutionError, ReshardBaseError, ReshardError
+from reshard.core.errors import ExecutionError, ReshardBaseError, ReshardError
 
 if TYPE_CHECKING:
-    from reshard.cluster import Cluster
     from reshard.comm.calls import WorkerCall
+    from reshard.core.cluster import Cluster
 
 # Environment every worker gets unless the caller's ``env`` says otherwise: many
 # workers share few cores, and their copies are memory-bound.

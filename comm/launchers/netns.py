@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
 from reshard.comm.launchers.host import WorkerSpec
-from reshard.errors import ExecutionError
+from reshard.core.errors import ExecutionError
 
 NETNS_DIR = "/var/run/netns"  # where ``ip netns add`` names namespaces
 _log = logging.getLogger("reshard.netns")

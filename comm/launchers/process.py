@@ -53,7 +53,6 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any
 
-from reshard.cluster import Cluster
 from reshard.comm.backend import BackendKind
 from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 from reshard.comm.calls import call_name
@@ -70,7 +69,8 @@ from reshard.comm.launchers.netns import (
 )
 from reshard.comm.launchers.spawn import ExecStarter, ForkServer, Starter, WorkerArgs
 from reshard.comm.launchers.worker_loop import CLOSE
-from reshard.errors import ExecutionError
+from reshard.core.cluster import Cluster
+from reshard.core.errors import ExecutionError
 
 if TYPE_CHECKING:
     from reshard.comm.calls import WorkerCall

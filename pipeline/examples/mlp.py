@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from reshard.cliargs import add_version
-from reshard.errors import ReshardError
-from reshard.mesh import DeviceMesh
+from reshard.core.cliargs import add_version
+from reshard.core.errors import ReshardError
+from reshard.core.mesh import DeviceMesh
 from reshard.pipeline.stage import ParamSpec, StageSpec
 
 MODULE = "reshard.pipeline.examples.mlp"
@@ -294,9 +294,9 @@ def _parser(interleaved: str) -> Any:
     """The example's command line."""
     import argparse
 
-    from reshard.cliargs import positive_int
     from reshard.comm.backend import BackendKind, builtin_backends
     from reshard.comm.launchers.base import LauncherKind
+    from reshard.core.cliargs import positive_int
     from reshard.pipeline.generators import SCHEDULES
 
     ap = argparse.ArgumentParser(
@@ -335,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     from reshard.comm.backends.requirements import backend_problem
-    from reshard.errors import ExecutionError, ReshardBaseError
+    from reshard.core.errors import ExecutionError, ReshardBaseError
 
     interleaved = "interleaved-1f1b"
     ap = _parser(interleaved)

@@ -27,7 +27,7 @@ part is a box of the logical tensor:
 weight ``[out, hidden]`` in 128 x 128 blocks; with ``head_dim`` 64 one block spans two
 kv heads' rows, which in grouped coordinates are two groups. :meth:`Attention.casts`
 gives each part the cast whose blocks are the 2-D projection's (``fold``,
-:func:`reshard.dtypes.projection_block`), so the delivered scales are, byte for byte,
+:func:`reshard.core.dtypes.projection_block`), so the delivered scales are, byte for byte,
 those of the 2-D quantization. :meth:`Packing.scales` lays the parts' scales out as the
 engine packs its fused scale buffer (``weight_scale_inv``): per part, its rows' blocks,
 in the weight's part order; a part whose rows on a rank are not whole 128-row blocks is
@@ -62,10 +62,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reshard.dtypes import BLOCK, Cast, ScaleMode, projection_block
-from reshard.errors import DTypeError, ReshardError
-from reshard.layout import Layout
-from reshard.mesh import DeviceMesh
+from reshard.core.dtypes import BLOCK, Cast, ScaleMode, projection_block
+from reshard.core.errors import DTypeError, ReshardError
+from reshard.core.layout import Layout
+from reshard.core.mesh import DeviceMesh
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class Packing:
         docstring cites each engine): the 128 x 128 modes one row per 128 rows of a
         part (its blocks' row), ``mx32`` one per row; in the weight's part order,
         repeated per group as the weight is. The scale buffer's shape is
-        ``reshard.dtypes.scale_grid(weight buffer shape, scale)``.
+        ``reshard.core.dtypes.scale_grid(weight buffer shape, scale)``.
 
         Raises:
             ReshardError: a 128 x 128 mode and a part's rows (per group) not a multiple

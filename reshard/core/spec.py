@@ -28,8 +28,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from reshard.errors import SpecError
-from reshard.unique_ids import group_of_each
+from reshard.core.errors import SpecError
+from reshard.core.unique_ids import group_of_each
 
 _AXIS = r"(?:\d|\[\d+\])"
 _TOKEN = re.compile(rf"R|S{_AXIS}+")

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reshard.errors import MeshError
+from reshard.core.errors import MeshError
 
 
 def _as_int(value: object, what: str) -> int:

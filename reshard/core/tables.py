@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 Format = Callable[[Any], str]
+Row = dict[str, Any]
+"""A table's row: its cells by column key."""
 
 
 def fmt(v: Any) -> str:
@@ -57,11 +59,11 @@ class Column:
     align: str = ""
 
     @classmethod
-    def of(cls, spec: Column | tuple) -> Column:
+    def of(cls, spec: Column | tuple[Any, ...]) -> Column:
         """A column from itself or a ``(key, header[, cell])`` tuple."""
         return spec if isinstance(spec, Column) else cls(*spec)
 
-    def text(self, row: dict, float_spec: str | None = None) -> str:
+    def text(self, row: Row, float_spec: str | None = None) -> str:
         """The cell of ``row`` (``float_spec`` for floats of a column without a cell)."""
         v = row.get(self.key)
         if callable(self.cell):
@@ -89,7 +91,7 @@ class Shape:
     rule: bool = True
 
     @classmethod
-    def fit(cls, columns: Sequence[Column | tuple], rows: Sequence[dict] = (),
+    def fit(cls, columns: Sequence[Column | tuple[Any, ...]], rows: Sequence[Row] = (),
             align: str = ">", rule: bool = True) -> Shape:
         """Widths that hold the headers and every cell of ``rows`` (for a stream: the
         rows known up front, e.g. each case's descriptive keys)."""
@@ -111,12 +113,12 @@ class Shape:
             lines.append(self._join(["-" * w for w in self.widths]))
         return lines
 
-    def line(self, row: dict) -> str:
+    def line(self, row: Row) -> str:
         """One row (a cell wider than its column pushes the rest to the right)."""
         return self._join([c.text(row, s) for c, s in zip(self.columns, self.specs)])
 
 
-def table(rows: Sequence[dict], columns: Sequence[Column | tuple], align: str = ">",
+def table(rows: Sequence[Row], columns: Sequence[Column | tuple[Any, ...]], align: str = ">",
           rule: bool = True) -> str:
     """The whole table: header (and a rule under it), then one line per row.
 
@@ -130,4 +132,4 @@ def table(rows: Sequence[dict], columns: Sequence[Column | tuple], align: str = 
     return "\n".join(shape.header() + [shape.line(r) for r in rows])
 
 
-__all__ = ["Column", "Format", "Shape", "fmt", "scaled", "table"]
+__all__ = ["Column", "Format", "Row", "Shape", "fmt", "scaled", "table"]

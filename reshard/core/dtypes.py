@@ -33,12 +33,12 @@ keeps a dtype list of its own.
   ``float8_e8m0fnu``. Exponents are exact (read from the float32's bits, not a
   rounded log) and clamped to E8M0's range ``[-127, 127]``; a NaN amax gives a NaN
   scale. Every conversion to float8 computes in float32 (a float64 source is rounded
-  to float32 first); others round once, to nearest even (:mod:`reshard.casting` holds
+  to float32 first); others round once, to nearest even (:mod:`reshard.core.casting` holds
   the kernels and the numpy reference).
 * **Folded blocks** (``Cast(..., fold=True)``, the 128 x 128 modes): the blocks are
   those of the tensor's 2-D projection ``[product of the leading dims, last dim]``,
   128 rows by 128 columns, as an engine blocks a weight ``[out, in]`` that reshard
-  moves as a grouped view of it (:mod:`reshard.packed`'s attention parts,
+  moves as a grouped view of it (:mod:`reshard.core.packed`'s attention parts,
   ``(groups, rows per group, hidden)``): a block may span several groups
   (:func:`projection_block`).
 """
@@ -53,8 +53,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from reshard.choice import parse_choice
-from reshard.errors import DTypeError
+from reshard.core.choice import parse_choice
+from reshard.core.errors import DTypeError
 
 INTEGERS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 FLOATS = ("float16", "bfloat16", "float32", "float64")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from reshard.version import __version__
+from reshard.core.version import __version__
 
 
 def positive_int(text: str) -> int:

@@ -2,7 +2,7 @@
 arithmetic, for array libraries that lack those types (cupy).
 
 A backend whose array library has no bfloat16 or float8 holds such buffers as unsigned
-integers of the same width (:func:`reshard.dtypes.storage`, ``Capabilities.bits``).
+integers of the same width (:func:`reshard.core.dtypes.storage`, ``Capabilities.bits``).
 To cast on the wire, sum a bfloat16 partial sum in float32, or measure a block's amax,
 it reads them as float32 (:func:`decode`) and writes float32 results back as bits
 (:func:`encode_into`). Both use only elementwise operations that numpy and cupy share
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from reshard.dtypes import NARROW, is_torch, parse_dtype
+from reshard.core.dtypes import NARROW, is_torch, parse_dtype
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from reshard.dtypes import itemsize, storage
-from reshard.errors import ReshardError, ShapeError
-from reshard.layout import Layout
+from reshard.core.dtypes import itemsize, storage
+from reshard.core.errors import ReshardError, ShapeError
+from reshard.core.layout import Layout
 
 
 @dataclass(frozen=True)
@@ -23,10 +23,10 @@ class DArray:
     Attributes:
         key: the name its shards are stored under on every worker.
         shape: global shape.
-        dtype: dtype name (:mod:`reshard.dtypes`).
+        dtype: dtype name (:mod:`reshard.core.dtypes`).
         layout: how it is laid out.
         scales: the scales a scaled cast delivered with it (``x ~= values * scales``
-            per block; see :mod:`reshard.dtypes`), or None.
+            per block; see :mod:`reshard.core.dtypes`), or None.
     """
 
     key: str

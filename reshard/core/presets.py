@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from reshard.errors import ClusterError
+from reshard.core.errors import ClusterError
 
 GBIT = 1e9 / 8  # bytes/s in one Gbit/s
 GBYTE = 1e9
@@ -106,7 +106,7 @@ def read(text: str) -> Mapping[str, LinkFigures]:
 
 
 PRESETS: Mapping[str, LinkFigures] = read(
-    importlib.resources.files("reshard").joinpath("presets.toml").read_text(encoding="utf-8"))
+    importlib.resources.files("reshard.core").joinpath("presets.toml").read_text(encoding="utf-8"))
 """Every machine type by name, read once from the package's ``presets.toml``."""
 
 

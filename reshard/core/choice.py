@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import TypeVar
 
-from reshard.errors import OptionError, ReshardError
+from reshard.core.errors import OptionError, ReshardError
 
 E = TypeVar("E", bound=enum.Enum)
 

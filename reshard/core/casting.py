@@ -1,7 +1,7 @@
 """Cast kernels: converting, measuring and scaling values as they are packed, and the
 numpy reference every test compares against.
 
-The semantics are :mod:`reshard.dtypes`'s; this module computes them on the buffers
+The semantics are :mod:`reshard.core.dtypes`'s; this module computes them on the buffers
 of any backend: numpy arrays (ml_dtypes' types included), torch tensors (torch's own
 bfloat16 and float8 types) and cupy arrays (the dtypes cupy has). An executor packing
 a box calls the same functions the reference applies to the whole tensor, so the
@@ -20,7 +20,7 @@ any order), and every other step is elementwise.
 * :func:`reference_cast`: the whole tensor through the three (values and scales).
 
 On a GPU (cupy arrays, torch CUDA tensors) the same functions run the fused kernels of
-:mod:`reshard.kernels.cast_launch` where they take the case (bfloat16 or float32 read,
+:mod:`reshard.core.kernels.cast_launch` where they take the case (bfloat16 or float32 read,
 float8 or bfloat16 written): the block amax one pass over the data, the scales one
 launch over the blocks, the quantize and encode another pass; elsewhere (numpy, CPU
 torch, other dtypes) the array library's own operations. Both are exact: torch divides
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from reshard.bits import array_module, as_float32, assign, store
-from reshard.dtypes import (
+from reshard.core.bits import array_module, as_float32, assign, store
+from reshard.core.dtypes import (
     Cast,
     ScaleMode,
     block_shape,
@@ -47,8 +47,8 @@ from reshard.dtypes import (
     parse_dtype,
     scale_grid,
 )
-from reshard.kernels import cast_launch as fused
-from reshard.layout import Box
+from reshard.core.kernels import cast_launch as fused
+from reshard.core.layout import Box
 
 
 def _clip(a: Any, bound: float) -> Any:
@@ -136,7 +136,7 @@ def block_amax(values: Any, box: Box, block: Sequence[int], grid: Sequence[int],
 
 def scales_from_amax(amax: Any, target: str, mode: ScaleMode = ScaleMode.BLOCK128) -> Any:
     """The scales (float32 values) of blocks whose max ``|x|`` is ``amax``, cast to
-    ``target`` as ``mode`` says (:mod:`reshard.dtypes`): ``amax / max_finite(target)``,
+    ``target`` as ``mode`` says (:mod:`reshard.core.dtypes`): ``amax / max_finite(target)``,
     1 where ``amax`` is 0 (``tensor``, ``block128``); the power of two at or above that
     (``block128-ue8m0``); ``2^(floor(log2(amax)) - emax)``, ``2^-127`` where ``amax`` is
     0 (``mx32``). Powers of two are clamped to ``[2^-127, 2^127]``; a NaN or infinite
@@ -260,7 +260,7 @@ def convert_into(out: Any, values: Any, target: str, dtype: str | None = None) -
     """``out[...] = values`` converted to ``out``'s dtype (``target``): round to
     nearest even; into a float8 type through float32, saturating to its finite
     range. ``values`` is of ``dtype`` (None: its own); either array may hold its dtype
-    as its bits (:mod:`reshard.bits`)."""
+    as its bits (:mod:`reshard.core.bits`)."""
     if fused.on_gpu(out) and fused.convert_into(out, values, target, dtype):
         return
     if is_float8(target):

@@ -11,7 +11,7 @@ the ``__global__`` entry points: each computes its thread's coordinates and call
 functions (the block amax adds a warp's reduction by block and one ``atomicMax`` per
 block and warp). The tests compile :data:`COMMON` for the CPU with a C++ compiler and
 run every thread of every kernel's grid through it serially, bit for bit against
-:func:`reshard.casting.reference_cast` (tests/unit/test_cast_kernels.py); the GPU tier
+:func:`reshard.core.casting.reference_cast` (tests/unit/test_cast_kernels.py); the GPU tier
 runs the kernels themselves (tests/gpu/test_fused_casts.py).
 
 Exactness: every float operation is one IEEE operation (``__fdiv_rn`` on the GPU, ``/``

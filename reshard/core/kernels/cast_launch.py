@@ -6,7 +6,7 @@ Each call is planned first, purely (:func:`plan_amax`, :func:`plan_quantize`,
 :func:`plan_scales`, :func:`plan_e8m0`: buffers described by :class:`View` in, a
 :class:`Launch` out: the entry point, its grid and its arguments), then run: here on
 the GPU, in the tests by the CPU twin of the same source (tests/unit/_cast_twin.py),
-so the tests run the very launches the GPU gets. The functions :mod:`reshard.casting`
+so the tests run the very launches the GPU gets. The functions :mod:`reshard.core.casting`
 calls (:func:`block_amax`, :func:`quantize_into`, :func:`convert_into`,
 :func:`scales_from_amax`, :func:`store_e8m0`) return None / False where the kernels do
 not take the case (another dtype, a view of more than three dims that do not merge, no
@@ -21,8 +21,8 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from reshard.dtypes import ScaleMode, is_torch, max_exponent, max_finite
-from reshard.kernels.cast_geometry import (
+from reshard.core.dtypes import ScaleMode, is_torch, max_exponent, max_finite
+from reshard.core.kernels.cast_geometry import (
     THREADS,
     Geo,
     Grid,
@@ -31,7 +31,7 @@ from reshard.kernels.cast_geometry import (
     geometry,
     quantize_grid,
 )
-from reshard.kernels.cast_source import SOURCE
+from reshard.core.kernels.cast_source import SOURCE
 
 SOURCES = {"bfloat16": "bf16", "float32": "f32"}
 """Source dtypes the kernels read, and their names in the entry points."""
@@ -273,12 +273,12 @@ class GpuRunner:
 
 
 GPU = GpuRunner()
-"""The runner :mod:`reshard.casting` uses (stateless)."""
+"""The runner :mod:`reshard.core.casting` uses (stateless)."""
 
 
 def block_amax(values: Any, box: Sequence[tuple[int, int]], block: Sequence[int],
                grid: Sequence[int], dtype: str | None, runner: Runner = GPU) -> Any:
-    """:func:`reshard.casting.block_amax` in one kernel (None: not taken)."""
+    """:func:`reshard.core.casting.block_amax` in one kernel (None: not taken)."""
     kind = source_kind(values, dtype)
     if kind is None or not runner.accepts(values):
         return None
@@ -295,7 +295,7 @@ def block_amax(values: Any, box: Sequence[tuple[int, int]], block: Sequence[int]
 def quantize_into(out: Any, values: Any, box: Sequence[tuple[int, int]],
                   block: Sequence[int], scales: Any, scales_box: Sequence[tuple[int, int]],
                   target: str, dtype: str | None, runner: Runner = GPU) -> bool:
-    """:func:`reshard.casting.quantize_into` in one kernel (False: not taken)."""
+    """:func:`reshard.core.casting.quantize_into` in one kernel (False: not taken)."""
     kind = source_kind(values, dtype)
     if kind is None or not runner.accepts(out, values, scales) \
             or _dtype_name(scales) != "float32":
@@ -313,7 +313,7 @@ def quantize_into(out: Any, values: Any, box: Sequence[tuple[int, int]],
 
 def convert_into(out: Any, values: Any, target: str, dtype: str | None,
                  runner: Runner = GPU) -> bool:
-    """:func:`reshard.casting.convert_into` to float8 (or float32 to bfloat16) in one
+    """:func:`reshard.core.casting.convert_into` to float8 (or float32 to bfloat16) in one
     kernel (False: not taken)."""
     kind = source_kind(values, dtype)
     if kind is None or not runner.accepts(out, values) or not all(values.shape):
@@ -331,7 +331,7 @@ def convert_into(out: Any, values: Any, target: str, dtype: str | None,
 
 def scales_from_amax(amax: Any, target: str, mode: ScaleMode, codes: Any = None,
                      runner: Runner = GPU) -> Any:
-    """:func:`reshard.casting.scales_from_amax` in one kernel (None: not taken); with
+    """:func:`reshard.core.casting.scales_from_amax` in one kernel (None: not taken); with
     ``codes`` (a contiguous uint8 or E8M0 buffer of as many elements), their E8M0 codes
     too."""
     if mode not in MODES or target not in ("float8_e4m3fn", "float8_e5m2") \

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from reshard.errors import ClusterError
-from reshard.presets import (  # LinkFigures, preset_names: their old import path
+from reshard.core.errors import ClusterError
+from reshard.core.presets import (  # LinkFigures, preset_names: their old import path
     GBIT,
     GBYTE,
     PAPER_PRESET,
@@ -26,7 +26,7 @@ from reshard.presets import (  # LinkFigures, preset_names: their old import pat
     lookup,
     preset_names,  # noqa: F401
 )
-from reshard.unique_ids import group_of_each
+from reshard.core.unique_ids import group_of_each
 
 MIN_PIECE = 1 << 18
 """The smallest piece :func:`pipeline_piece` cuts a box into below the cluster's own

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reshard.errors import ShapeError, SpecError
-from reshard.mesh import DeviceMesh
-from reshard.spec import ShardingSpec, SplitRule
+from reshard.core.errors import ShapeError, SpecError
+from reshard.core.mesh import DeviceMesh
+from reshard.core.spec import ShardingSpec, SplitRule
 
 Box = tuple[tuple[int, int], ...]
 """A global box: per dim a half-open ``(start, stop)`` interval."""
@@ -140,7 +140,7 @@ class Layout:
 
     def boxes(self, shape: Sequence[int]) -> dict[int, Box]:
         """The global box each device holds, as ``{device: ((start, stop), ...)}``,
-        by the spec's split rule (:class:`reshard.spec.SplitRule`)."""
+        by the spec's split rule (:class:`reshard.core.spec.SplitRule`)."""
         shape = check_shape(shape)
         self.spec.check(self.mesh.ndim, len(shape))
         split = _SPLITTERS[self.spec.rule]

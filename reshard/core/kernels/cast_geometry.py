@@ -10,7 +10,7 @@ box to the kernels' three dims ``(L, R, C)``: dims of length 1 fold into ``base`
 dim whose block index is linear (edge 1) or constant folds its start into ``base``,
 neighbours whose strides agree merge while more than three remain; None where the
 view does not fit (then the caller's general path runs). :class:`Geo` is what the
-kernels' ``GEO_PARAMS`` take (:mod:`reshard.kernels.cast_source`).
+kernels' ``GEO_PARAMS`` take (:mod:`reshard.core.kernels.cast_source`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from reshard.kernels.cast_source import AMAX_UNROLL
+from reshard.core.kernels.cast_source import AMAX_UNROLL
 
 ONE_BLOCK = 62
 """The shift of a dim the box meets in one block only (every index's block is 0)."""
