@@ -51,7 +51,7 @@ class Runtime:
             ``OMP_NUM_THREADS=1``. The process launcher starts workers from reshard's
             own entry point (never from the caller's ``__main__``).
         netns: run each worker inside its cluster host's network namespace: a
-            :class:`reshard.microbench.infra.testbed.Testbed` (or a
+            :class:`reshard.testbed.Testbed` (or a
             :class:`~reshard.comm.launchers.netns.NetnsPlacement`); gloo with the
             process launcher only.
         max_plans: plans kept loaded on the workers for :meth:`reshard` and

@@ -21,7 +21,7 @@ busy or stopped worker); either way in submission order. One monitor thread wait
 every result pipe and every process sentinel: it resolves futures, and when a
 process exits it records why and fails that worker's pending calls at once.
 
-Network namespaces (the emulated multi-host testbed, :mod:`reshard.microbench.infra.testbed`):
+Network namespaces (the emulated multi-host testbed, :mod:`reshard.testbed`):
 given a :class:`NetnsPlacement`, each worker enters its cluster host's namespace
 (``setns``) as the very first thing it does, before it starts any thread, so every
 socket it and its backend open lives there; gloo binds to the namespace's interface
@@ -160,7 +160,7 @@ class ProcessGroup:
             ``{host}`` in values are replaced per worker).
         netns: run each worker in its cluster host's network namespace: a
             :class:`NetnsPlacement` or an object with ``netns_placement()`` (a
-            :class:`~reshard.microbench.infra.testbed.Testbed`). gloo and tcp only. The rendezvous
+            :class:`~reshard.testbed.Testbed`). gloo and tcp only. The rendezvous
             then listens on the placement's driver address instead of loopback.
     """
 

@@ -459,8 +459,8 @@ def test_reshard_cli_version_flags_and_terminal_help(tmp_path, capsys):
                     if a.option_strings and not (a.help or "").strip()]
     assert undocumented == []
     assert "{send_recv,allgather,broadcast}" in plan.format_help()
+    from reshard import testbed
     from reshard.microbench import scaleout
-    from reshard.microbench.infra import testbed
 
     for text in (ap.format_help(), ap._subparsers._group_actions[0].choices["serve"]
                  .format_help(), bench_cli.build_parser().format_help()):

@@ -214,7 +214,7 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     assert back_edges(g) == ["reshard.planner.a (planner) imports reshard.comm.b (data plane)"]
     assert circles(g) == [["reshard.comm.b", "reshard.planner.a"]]
     assert layer_of("reshard") == layer_of("reshard.runtime")
-    assert layer_of("reshard.microbench.infra.testbed") < layer_of("reshard.microbench.cli")
+    assert layer_of("reshard.testbed") < layer_of("reshard.microbench.cli")
 
 
 PLANNER_STAGES: tuple[tuple[str, ...], ...] = (

@@ -19,7 +19,8 @@ MOVED = {"reshard.planner.scales": "reshard.planner.values.scales",
             for m in ("execution", "steps", "step_ops", "packing", "pitched", "box_batch",
                       "derived")},
          **{f"reshard.comm.{m}": f"reshard.comm.bootstrap.{m}"
-            for m in ("rendezvous", "store_rendezvous", "sockets", "link_key")}}
+            for m in ("rendezvous", "store_rendezvous", "sockets", "link_key")},
+         "reshard.microbench.infra.testbed": "reshard.testbed"}
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))
@@ -73,3 +74,13 @@ def test_the_package_shows_few_top_level_modules():
                  if p.stem != "__init__")
     assert len(top) <= 12, top
     assert not set(top) & {m for m in CORE if "." not in m}
+
+
+def test_the_testbeds_old_command_still_runs():
+    """``python -m reshard.microbench.infra.testbed`` runs the testbed's ``main`` as
+    ``python -m reshard.testbed`` does."""
+    runs = [subprocess.run([sys.executable, "-m", m, "--check"], capture_output=True,
+                           text=True, timeout=120, check=False)
+            for m in ("reshard.testbed", "reshard.microbench.infra.testbed")]
+    assert runs[0].stdout.startswith("available: ")
+    assert [(r.returncode, r.stdout) for r in runs[1:]] == [(runs[0].returncode, runs[0].stdout)]

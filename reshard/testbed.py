@@ -32,7 +32,7 @@ on an exception), at interpreter exit, and on SIGTERM / SIGHUP (turned into
 :class:`~reshard.microbench.infra.exit_guard.ExitGuard`, importing this module changes
 nothing. Deleting a root-side veth deletes its
 peer and both ends' qdiscs. A run killed by SIGKILL leaves names whose pid is dead:
-:func:`cleanup_stale` removes them (and ``python -m reshard.microbench.infra.testbed
+:func:`cleanup_stale` removes them (and ``python -m reshard.testbed
 --cleanup`` runs it).
 
 Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN), ``ip`` and ``tc`` (iproute2), and kernel
@@ -56,10 +56,10 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from reshard.cliargs import add_version
-from reshard.cluster import Cluster
 from reshard.comm.launchers.netns import NETNS_DIR, NetnsHost, NetnsPlacement
-from reshard.helptext import for_terminal
+from reshard.core.cliargs import add_version
+from reshard.core.cluster import Cluster
+from reshard.core.helptext import for_terminal
 from reshard.microbench.infra.exit_guard import Guarded
 from reshard.microbench.infra.host_net import (
     NS_IFNAME,
@@ -399,7 +399,7 @@ class Testbed(Guarded):
         left = self.leftovers() + failed
         if left:
             warnings.warn(f"testbed {self.tag}: could not remove {left}; run "
-                          f"`python -m reshard.microbench.infra.testbed --cleanup`", RuntimeWarning,
+                          f"`python -m reshard.testbed --cleanup`", RuntimeWarning,
                           stacklevel=2)
 
     def leftovers(self) -> list[str]:
@@ -457,7 +457,7 @@ def selftest(nic_gbit_per_s: float = 0.3, seconds: float = 0.5, runs: int = 3) -
 def main(argv: Sequence[str] | None = None) -> int:
     """``--selftest``: measure a link; ``--cleanup``: remove stale testbeds;
     ``--check``: say whether testbeds can be built here."""
-    ap = argparse.ArgumentParser(prog="python -m reshard.microbench.infra.testbed",
+    ap = argparse.ArgumentParser(prog="python -m reshard.testbed",
                                  description=for_terminal(__doc__).split("\n\n")[0])
     add_version(ap)
     ap.add_argument("--selftest", action="store_true",
