@@ -17,7 +17,7 @@ workers load the same plans in the same order, their caches stay identical.
 Buffers are numpy (ml_dtypes' types for bfloat16 and float8); tensors wrap them with
 ``torch.from_numpy`` (zero copy). Data movement (broadcast, send/recv, all-gather) goes
 as raw bytes, so any dtype works; reduce sums (or, for an amax, maxes) in the buffer's
-dtype, which is a partial sum's accumulator (:func:`reshard.dtypes.accumulator`; 16-bit
+dtype, which is a partial sum's accumulator (:func:`reshard.core.dtypes.accumulator`; 16-bit
 integers, which gloo cannot sum, widened to int32 and wrapped back; unsigned 32/64-bit
 as their signed twins, which wrap alike).
 The timeout given to ``init_process_group`` / ``new_group`` bounds every operation;
@@ -58,9 +58,9 @@ from reshard.comm.backends.host_memory import (
     broadcast_neighbours,
     wire_piece,
 )
-from reshard.comm.sockets import interface_of, listen_on
-from reshard.dtypes import ReduceOp, reduce_as
-from reshard.errors import ExecutionError
+from reshard.comm.bootstrap.sockets import interface_of, listen_on
+from reshard.core.dtypes import ReduceOp, reduce_as
+from reshard.core.errors import ExecutionError
 
 
 def torch_op(dist: Any, op: ReduceOp) -> Any:
@@ -126,7 +126,7 @@ class GlooBackend(HostMemory):
 
     name = "gloo"
     # Bytes move as uint8 (any dtype); every accumulator sums (gloo's own types plus
-    # reshard.dtypes.reduce_as); numpy with ml_dtypes converts every dtype.
+    # reshard.core.dtypes.reduce_as); numpy with ml_dtypes converts every dtype.
     capabilities = Capabilities(moves=None, sums=None, groups_need_world=True, device="cpu",
                                 fuses_sums=True, lands_pieces=True, sized_pieces=True,
                                 batch_scheduled=True, all_reduces=True)
@@ -178,9 +178,6 @@ class GlooBackend(HostMemory):
         self._groups: dict[tuple[int, ...], Any] = {self.world: dist.group.WORLD}
         self._p2p: Any = None  # group of send/recv (None: the world)
         self._channel = ""  # "" for the main backend, else the channel's name
-        # all_gather_single supersedes all_gather_into_tensor (deprecated in torch 2.13)
-        self._gather_into = getattr(dist, "all_gather_single", None) or \
-            dist.all_gather_into_tensor
         self._open: list[Posted] | None = None  # operations of the open group
         self._closed = False
 
@@ -423,7 +420,7 @@ class GlooBackend(HostMemory):
     def _summed(self, what: str, call: Any, buf: np.ndarray, group: Sequence[int],
                 op: ReduceOp, keeps: bool, **where: Any) -> None:
         """Post ``call`` (a reduction) of ``buf`` over ``group``, in a dtype gloo sums
-        (:func:`reshard.dtypes.reduce_as`); where this member ``keeps`` the result and
+        (:func:`reshard.core.dtypes.reduce_as`); where this member ``keeps`` the result and
         it was widened, it is wrapped back into ``buf`` once done."""
         if not buf.size:
             return
