@@ -18,18 +18,22 @@ from collections.abc import Sequence
 from reshard.cluster import Cluster
 from reshard.errors import SearchError
 from reshard.planner.estimates import CostCache
-from reshard.search.chain import evaluate
 from reshard.search.costs import MoveCosts
-from reshard.search.model import Choice, Layer, Stage, placements
+from reshard.search.model import Budget, Choice, Layer, Stage, placements
+from reshard.search.objective import evaluate
 
 
 def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
             schedule: str = "1f1b", cache: CostCache | None = None,
-            memory_limit: int | None = None) -> Choice:
+            memory_limit: int | None = None, *, costs: MoveCosts | None = None,
+            time_limit: float | Budget | None = None) -> Choice:
     """The best Megatron-style choice (module docstring) by the real objective, among
-    those whose every stage holds at most ``memory_limit`` bytes per device."""
+    those whose every stage holds at most ``memory_limit`` bytes per device (``costs``:
+    priced moves to share; ``time_limit``: as the search's)."""
+    budget = Budget.of(time_limit)
     limit = math.inf if memory_limit is None else memory_limit
-    costs = MoveCosts(cluster, cache=CostCache() if cache is None else cache)
+    if costs is None or costs.free:
+        costs = MoveCosts(cluster, cache=CostCache() if cache is None else cache)
     total, n = len(cluster.devices), len(layers)
     best: Choice | None = None
     shapes = sorted({s for layer in layers for s in layer.candidates})
@@ -64,6 +68,7 @@ def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
                              if c.name == names[k])
                         for k in range(st.first, st.last + 1)) > limit for st in stages):
                 continue
+            budget.check("choosing Megatron's uniform baseline (on {})", shape)
             got = evaluate(layers, stages, cluster, microbatches, schedule, costs)
             if best is None or got.time < best.time:
                 best = got
