@@ -42,6 +42,9 @@ class Candidate:
         output: the layout of its output activation.
         memory: bytes it holds on each device (weights, optimizer state and the
             activations it keeps).
+        grads: bytes of weight gradients each device holds, all-reduced across
+            data-parallel replicas of the pipeline once per iteration
+            (:mod:`reshard.search.replicas`); 0: none.
     """
 
     name: str
@@ -49,6 +52,7 @@ class Candidate:
     input: str
     output: str
     memory: int = 0
+    grads: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -58,6 +62,8 @@ class Candidate:
                            real(self.compute, f"candidate {self.name!r}: compute (seconds)"))
         object.__setattr__(self, "memory",
                            integer(self.memory, f"candidate {self.name!r}: memory (bytes)", 0))
+        object.__setattr__(self, "grads",
+                           integer(self.grads, f"candidate {self.name!r}: grads (bytes)", 0))
         for what in ("input", "output"):
             spec_rank(getattr(self, what), f"candidate {self.name!r}: its {what} layout")
 

@@ -37,6 +37,10 @@ from reshard.search.model import Candidate, Layer, Placement, Shape
 BYTES_PER_PARAM = 16
 """bf16 weights and gradients, fp32 Adam moments and master weights."""
 
+GRAD_BYTES = 2
+"""A parameter's bf16 gradient: what data-parallel replicas all-reduce
+(:mod:`reshard.search.replicas`)."""
+
 
 @dataclass(frozen=True)
 class GPT:
@@ -100,13 +104,15 @@ def layer_candidates(model: GPT, cluster: Cluster, shape: Shape, peak_flops: flo
     if n > 1:
         grads = _collective(cache, cluster, p, (model.params,), "R+P01", "R")
     out.append(Candidate("dp", compute + grads / model.microbatches, "S01RR", "S01RR",
-                         BYTES_PER_PARAM * model.params + keep // n))
+                         BYTES_PER_PARAM * model.params + keep // n,
+                         GRAD_BYTES * model.params))
     if g > 1:
         act = 4 * _collective(cache, cluster, p, (b, s, h), "S0RR+P1", "S0RR")
         grads = 0.0 if hosts == 1 else _collective(
             cache, cluster, p, (model.params // g,), "R+P0", "R")
         out.append(Candidate("tp", compute + act + grads / model.microbatches, "S0RR",
-                             "S0RR", BYTES_PER_PARAM * model.params // g + keep // hosts))
+                             "S0RR", BYTES_PER_PARAM * model.params // g + keep // hosts,
+                             GRAD_BYTES * model.params // g))
     return tuple(out)
 
 
@@ -140,5 +146,5 @@ ALPA_SUITE = (
 """GPT configurations as Alpa's benchmark suite sizes them (sequence 1024)."""
 
 
-__all__ = ["ALPA_SUITE", "BYTES_PER_PARAM", "GPT", "gpt_layers", "layer_candidates",
+__all__ = ["ALPA_SUITE", "BYTES_PER_PARAM", "GPT", "GRAD_BYTES", "gpt_layers", "layer_candidates",
            "submesh_shapes"]
