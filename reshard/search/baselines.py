@@ -26,10 +26,12 @@ from reshard.search.objective import evaluate
 def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
             schedule: str = "1f1b", cache: CostCache | None = None,
             memory_limit: int | None = None, *, costs: MoveCosts | None = None,
-            time_limit: float | Budget | None = None) -> Choice:
+            time_limit: float | Budget | None = None,
+            edges: Sequence[tuple[int, int]] | None = None) -> Choice:
     """The best Megatron-style choice (module docstring) by the real objective, among
     those whose every stage holds at most ``memory_limit`` bytes per device (``costs``:
-    priced moves to share; ``time_limit``: as the search's)."""
+    priced moves to share; ``time_limit``: as the search's; ``edges``: as
+    :func:`reshard.search.evaluate` takes them)."""
     budget = Budget.of(time_limit)
     limit = math.inf if memory_limit is None else memory_limit
     if costs is None or costs.free:
@@ -69,7 +71,7 @@ def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
                         for k in range(st.first, st.last + 1)) > limit for st in stages):
                 continue
             budget.check("choosing Megatron's uniform baseline (on {})", shape)
-            got = evaluate(layers, stages, cluster, microbatches, schedule, costs)
+            got = evaluate(layers, stages, cluster, microbatches, schedule, costs, edges)
             if best is None or got.time < best.time:
                 best = got
     if best is None:

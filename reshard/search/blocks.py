@@ -19,20 +19,21 @@ from collections.abc import Sequence
 
 from reshard.search.costs import MoveCosts
 from reshard.search.model import Budget, Candidate, Layer, Shape, Stage, placements
-from reshard.search.options import names_of, paths
+from reshard.search.options import Links, names_of, paths
 
 Runs = dict[tuple[int, Shape, str], tuple[str, ...]]
 """Per (block, submesh shape, block candidate's name), the layers' candidates' names."""
 
 
 def _block_candidates(part: Sequence[Layer], shape: Shape, costs: MoveCosts,
-                      limit: float, budget: Budget, index: int, runs: Runs
-                      ) -> tuple[Candidate, ...]:
+                      limit: float, budget: Budget, index: int, runs: Runs,
+                      links: Links = None) -> tuple[Candidate, ...]:
     got: list[Candidate] = []
     place = placements(costs.cluster, shape, 0)
     if place is None:
         return ()
-    reached = deque(paths(part, place, 0, costs, limit, budget), maxlen=1)  # the last
+    reached = deque(paths(part, place, 0, costs, limit, budget, links=links),
+                    maxlen=1)  # the last
     if not reached:
         return ()
     last, fronts = reached[0]
@@ -45,15 +46,16 @@ def _block_candidates(part: Sequence[Layer], shape: Shape, costs: MoveCosts,
             while (index, shape, name) in runs:
                 name += "'"
             runs[(index, shape, name)] = names
-            got.append(Candidate(name, t, entry.input, exit_.output, mem))
+            got.append(Candidate(name, t, entry, exit_, mem))
     return tuple(got)
 
 
 def blocks(layers: Sequence[Layer], size: int, costs: MoveCosts, limit: float = math.inf,
-           budget: Budget | None = None) -> tuple[list[Layer], list[int], Runs]:
+           budget: Budget | None = None, links: Links = None
+           ) -> tuple[list[Layer], list[int], Runs, Links]:
     """``layers`` in blocks of ``size`` consecutive layers (the last takes the rest):
-    the blocks as layers (module docstring), each block's first layer, and what each
-    block candidate runs on its layers."""
+    the blocks as layers (module docstring), each block's first layer, what each block
+    candidate runs on its layers, and which blocks feed the next (:data:`Links`)."""
     budget = Budget(None) if budget is None else budget
     merged: list[Layer] = []
     firsts: list[int] = []
@@ -63,13 +65,18 @@ def blocks(layers: Sequence[Layer], size: int, costs: MoveCosts, limit: float = 
         shapes = sorted(set.intersection(*(set(layer.candidates) for layer in part)))
         cands = {}
         for shape in shapes:
-            got = _block_candidates(part, shape, costs, limit, budget, len(merged), runs)
+            inside = None if links is None else frozenset(
+                k - a for k in links if a <= k < a + len(part) - 1)
+            got = _block_candidates(part, shape, costs, limit, budget, len(merged), runs,
+                                    inside)
             if got:
                 cands[shape] = got
         merged.append(Layer(f"{part[0].name}..{part[-1].name}", part[-1].output_shape,
                             part[-1].dtype, cands))
         firsts.append(a)
-    return merged, firsts, runs
+    joined = None if links is None else frozenset(
+        j for j in range(len(firsts) - 1) if firsts[j + 1] - 1 in links)
+    return merged, firsts, runs, joined
 
 
 def expand(stages: Sequence[Stage], runs: Runs, firsts: Sequence[int], n: int) -> list[Stage]:

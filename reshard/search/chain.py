@@ -44,11 +44,11 @@ from reshard.search.objective import (
     price,
     stage_index,
 )
-from reshard.search.options import Option, place_class, stage_options
+from reshard.search.options import Links, Option, place_class, stage_options
 from reshard.search.simulated import rerank as rerank_choices
 from reshard.search.stagedp import best_paths, build, path_stages
 
-MAX_BLOCKS = 16
+MAX_BLOCKS = 48
 """A chain of more layers than this is searched in blocks of ``ceil(L / MAX_BLOCKS)``
 consecutive layers (:func:`reshard.search.blocks.blocks`), unless the caller sets
 ``block``."""
@@ -116,7 +116,8 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
                  schedule: str = "1f1b", memory_limit: int | None = None,
                  moves: str = "priced", cache: CostCache | None = None,
                  block: int | None = None, time_limit: float | Budget | None = None,
-                 rerank: int = RERANK) -> Choice:
+                 rerank: int = RERANK,
+                 edges: Sequence[tuple[int, int]] | None = None) -> Choice:
     """The stages, submeshes and candidates of ``layers`` (module docstring) on
     ``cluster`` with ``microbatches`` microbatches.
 
@@ -141,6 +142,9 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
             the baselines' (the answer's ``simulated`` is set, and it never simulates
             slower than Alpa's or Megatron's choice); 0: the objective's best, exact,
             unsimulated (also with ``moves="free"``: Alpa's choice is that DP's own).
+        edges: a graph's edges (:class:`reshard.search.Graph`): the DP prices the moves
+            between consecutive layers joined by one, and no others (default: every
+            consecutive pair, a chain).
 
     Raises:
         SearchError: bad input (naming the layer, candidate or value), no stages that
@@ -148,7 +152,7 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
             the phase it was spent in).
     """
     ask = _Ask.of(layers, cluster, microbatches, schedule, memory_limit, moves, cache, block,
-                  time_limit)
+                  time_limit, edges)
     keep = integer(rerank, "rerank", 0)
     base = _baselines(ask) if ask.how == "priced" else []
     bound = min((c.time for c in base), default=math.inf)
@@ -160,7 +164,7 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
         _no_answer(ask)
     if keep == 0 or ask.how == "free":  # Alpa's choice is the moves-free DP's own
         return found[0]
-    ranked = rerank_choices(layers, [*found, *base], cluster, ask.costs,
+    ranked = rerank_choices(layers, [*found, *base], cluster, ask.costs, ask.edges,
                             time_limit=ask.budget)
     return ranked[0]
 
@@ -169,7 +173,8 @@ def best_few(layers: Sequence[Layer], cluster: Cluster, microbatches: int, count
              schedule: str = "1f1b", memory_limit: int | None = None,
              moves: str = "priced", cache: CostCache | None = None,
              block: int | None = None, bound: float | None = None,
-             time_limit: float | Budget | None = None) -> list[Choice]:
+             time_limit: float | Budget | None = None,
+             edges: Sequence[tuple[int, int]] | None = None) -> list[Choice]:
     """The DP's best answer first, then up to ``count - 1`` more: the least-sum stages
     under each other bound on the slowest stage's period that could still be among the
     best ``count`` (each the best choice whose slowest stage is that bound's), best
@@ -178,7 +183,7 @@ def best_few(layers: Sequence[Layer], cluster: Cluster, microbatches: int, count
     search whose objective is another, :func:`reshard.search.search_graph`'s, gives its
     own). Other arguments and errors as :func:`search_chain`'s."""
     ask = _Ask.of(layers, cluster, microbatches, schedule, memory_limit, moves, cache, block,
-                  time_limit)
+                  time_limit, edges)
     n = integer(count, "count", 1)
     base: list[Choice] = []
     if bound is None and ask.how == "priced":
@@ -202,6 +207,12 @@ class _Ask:
     costs: MoveCosts
     size: int
     budget: Budget
+    links: Links = None
+
+    @property
+    def edges(self) -> list[tuple[int, int]] | None:
+        """The edges the chain DP prices: consecutive layers joined (None: all)."""
+        return None if self.links is None else [(k, k + 1) for k in sorted(self.links)]
 
     @classmethod
     def of(cls, layers: Sequence[Layer], cluster: Cluster, microbatches: object,
@@ -220,7 +231,9 @@ class _Ask:
         if cache is not None and not isinstance(cache, CostCache):
             raise SearchError(f"cache must be a CostCache or None, got {type(cache).__name__}")
         costs = MoveCosts(cluster, how == "free", CostCache() if cache is None else cache)
-        return cls(tuple(layers), cluster, b, sched, how, limit, mem, costs, size, budget)
+        links = None if edges is None else frozenset(u for u, v in edges if v == u + 1)
+        return cls(tuple(layers), cluster, b, sched, how, limit, mem, costs, size, budget,
+                   links)
 
     def free(self) -> _Ask:
         """The same search with moves free."""
@@ -240,7 +253,7 @@ def _baselines(ask: _Ask) -> list[Choice]:
     try:
         out.append(uniform(ask.layers, ask.cluster, ask.microbatches, ask.sched,
                            memory_limit=ask.memory_limit, costs=ask.priced(),
-                           time_limit=ask.budget))
+                           time_limit=ask.budget, edges=ask.edges))
     except SearchError as e:
         if "time_limit" in str(e):
             raise
@@ -254,17 +267,19 @@ def _best(ask: _Ask, count: int, bound: float | None) -> list[Choice]:
     above ``bound``."""
     layers = ask.layers
     if ask.size > 1:
-        merged, firsts, runs = blocks(layers, ask.size, ask.costs, ask.limit, ask.budget)
-        got = _best(dataclasses.replace(ask, layers=tuple(merged), size=1), count, bound)
+        merged, firsts, runs, joined = blocks(layers, ask.size, ask.costs, ask.limit,
+                                              ask.budget, ask.links)
+        got = _best(dataclasses.replace(ask, layers=tuple(merged), size=1, links=joined),
+                    count, bound)
         out = [evaluate(layers, expand(c.stages, runs, firsts, len(layers)), ask.cluster,
-                        ask.microbatches, ask.sched, ask.priced()) for c in got]
+                        ask.microbatches, ask.sched, ask.priced(), ask.edges) for c in got]
         return sorted(out, key=lambda c: c.time)
     b1 = ask.microbatches - 1
     top = math.inf if bound is None else bound
     cap = top / b1 if b1 and math.isfinite(top) else math.inf
-    options = _options(layers, ask.cluster, ask.costs, ask.limit, ask.budget, cap)
+    options = _options(layers, ask.cluster, ask.costs, ask.limit, ask.budget, cap, ask.links)
     g = build(options, layers, len(ask.cluster.devices), len(ask.cluster.hosts[0]),
-              ask.sched, ask.microbatches, ask.costs, top, ask.budget)
+              ask.sched, ask.microbatches, ask.costs, top, ask.budget, ask.links)
     done = (len(layers), len(ask.cluster.devices))
     found = best_paths(g, done, ask.microbatches, count, ask.budget)
     if not found and bound is None:
@@ -273,7 +288,7 @@ def _best(ask: _Ask, count: int, bound: float | None) -> list[Choice]:
     for path in found:
         stages = path_stages(path)
         out.append(evaluate(layers, stages, ask.cluster, ask.microbatches, ask.sched,
-                            ask.priced()) if ask.how == "free"
+                            ask.priced(), ask.edges) if ask.how == "free"
                    else objective(stages, ask.microbatches, ask.sched))
     return sorted(out, key=lambda c: c.time)
 
@@ -291,7 +306,7 @@ def _no_answer(ask: _Ask) -> None:
 
 
 def _options(layers: Sequence[Layer], cluster: Cluster, costs: MoveCosts, limit: float,
-             budget: Budget, cap: float) -> list[Option]:
+             budget: Budget, cap: float, links: Links = None) -> list[Option]:
     """Every stage option, none whose inner time passes ``cap``: built once per submesh
     shape and place on a host (:mod:`reshard.search.options`), placed on every submesh
     of that class."""
@@ -306,7 +321,7 @@ def _options(layers: Sequence[Layer], cluster: Cluster, costs: MoveCosts, limit:
         for offset, firsts in classes.items():
             home = placements(cluster, shape, offset)
             assert home is not None  # a submesh of the class on the first host fits
-            built = [stage_options(layers, home, i, costs, limit, budget, cap)
+            built = [stage_options(layers, home, i, costs, limit, budget, cap, links)
                      for i in range(len(layers))]
             for d in firsts:
                 p = placements(cluster, shape, d)

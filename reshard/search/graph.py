@@ -286,7 +286,7 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
     check_layers(graph.layers, cluster, microbatches, limit, graph.edges)
     costs = MoveCosts(cluster, cache=CostCache() if cache is None else cache)
     kw = {"schedule": schedule, "memory_limit": memory_limit, "cache": costs.cache,
-          "block": block, "time_limit": budget}
+          "block": block, "time_limit": budget, "edges": graph.edges}
     # the choice made with moves free (Alpa's) priced on the graph bounds the chain DP
     # (whose own bound is the chain's objective, which skip connections raise) and is
     # refined as well: the answer is never slower than it
@@ -294,7 +294,7 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
     base = [evaluate_graph(graph, free.stages, cluster, microbatches, schedule, costs)]
     try:
         mega = uniform(graph.layers, cluster, microbatches, schedule, memory_limit=memory_limit,
-                       costs=costs, time_limit=budget)
+                       costs=costs, time_limit=budget, edges=graph.edges)
         base.append(evaluate_graph(graph, mega.stages, cluster, microbatches, schedule, costs))
     except SearchError as e:
         if "time_limit" in str(e):

@@ -6,9 +6,11 @@ hosts (replica ``k`` on hosts ``k H / r`` to ``(k + 1) H / r - 1``, every replic
 out alike). Once per iteration each stage's weight gradients are all-reduced across
 the ``r`` copies of that stage: per layer, the chosen candidate's ``grads`` bytes per
 device, summed over the ``r`` devices at the same place in each replica, every device
-of the stage at once: priced by reshard as one move (a tensor split over the stage's
-devices, a partial sum over the replicas, to the same split with the sum done) on the
-mesh of the ``r`` copies of the stage's submesh (its first submesh of that shape). The
+of the stage at once: priced by reshard as one move (a tensor split over the devices, a
+partial sum over the replicas, to the same split with the sum done) on the mesh of the
+``r`` copies of one host's part of the stage (its first submesh of that shape): a
+stage on ``h`` whole hosts runs ``h`` such groups at once on NICs no other group uses,
+so one group's time is the stage's (the cost model has no resource they share). The
 objective spreads it over the replica's microbatches, as it does a layer's own
 collectives: a candidate's compute grows by its all-reduce over ``ceil(B / r)``
 (:func:`replicated_layers`). The objective of a degree is its replica's
@@ -53,7 +55,10 @@ def allreduce_seconds(cluster: Cluster, replicas: int, shape: Shape, grads: int,
     submesh of ``shape`` (module docstring), by reshard's estimate."""
     if replicas == 1 or grads == 0:
         return 0.0
-    n, stride = shape[0] * shape[1], len(cluster.devices) // replicas
+    # a stage on whole hosts all-reduces host by host: each of its hosts with the hosts
+    # at the same place in the other replicas, over NICs no other group uses; one such
+    # group is the whole move (shape[1] devices per replica)
+    n, stride = shape[1], len(cluster.devices) // replicas
     devices = [k * stride + j for k in range(replicas) for j in range(n)]
     mesh = DeviceMesh((replicas, n), devices)
     elems = -(-grads // 2)  # bf16 gradients

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from reshard.search.costs import MoveCosts
 from reshard.search.model import Budget, Layer, Placement, Stage
 from reshard.search.objective import period
-from reshard.search.options import Option
+from reshard.search.options import Links, Option
 
 Key = tuple[int, int, int]
 """A state: the next layer, the next device, the exit id of the stage before."""
@@ -88,12 +88,12 @@ def _live(options: Sequence[Option], devices: int, n: int
 
 def build(options: Sequence[Option], layers: Sequence[Layer], devices: int, per_host: int,
           schedule: str, microbatches: int, costs: MoveCosts, bound: float,
-          budget: Budget) -> _Graph:
+          budget: Budget, links: Links = None) -> _Graph:
     """The DAG's transitions whose period over ``B - 1`` microbatches is within
     ``bound``, every move in priced once."""
     live, at = _live(options, devices, len(layers))
     exit_id: dict[tuple[Placement, str], int] = {}
-    exit_of = [exit_id.setdefault((o.placement, o.exit.output), len(exit_id)) for o in live]
+    exit_of = [exit_id.setdefault((o.placement, o.exit), len(exit_id)) for o in live]
     exits = list(exit_id)
     ends: dict[tuple[int, int], set[int]] = {}
     for k, o in enumerate(live):
@@ -108,12 +108,12 @@ def build(options: Sequence[Option], layers: Sequence[Layer], devices: int, per_
         for e in froms:
             for k in ks:
                 o = live[k]
-                if e < 0:
+                if e < 0 or (links is not None and i - 1 not in links):
                     m = 0.0
                 else:
                     place, spec = exits[e]
                     m = shifted(costs, per_host, layers[i - 1], place, spec, o.placement,
-                                o.entry.input)
+                                o.entry)
                 p = period(schedule, o.inner, m)
                 if b1 * p <= bound:
                     trans.append((p, o.inner + m, (i, d, e),

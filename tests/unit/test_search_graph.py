@@ -175,3 +175,20 @@ def test_a_search_past_its_time_limit_is_refused_naming_where():
     # a generous limit changes nothing
     assert search_graph(graph, cluster, b, time_limit=600).time == \
         search_graph(graph, cluster, b).time
+
+
+def test_layers_in_order_that_do_not_feed_each_other_are_searched():
+    """Edges (0, 2), (1, 3) on 2 x 2 devices (issue 63: refused as 'cannot tile the
+    cluster'): no layer feeds the next, and the ranks of consecutive layers differ, so
+    the chain DP must price no move between them; the answer is priced on the graph."""
+    wide = {(1, 1): (Candidate("a", 1e-3, "S0R", "S0R"),),
+            (1, 2): (Candidate("b", 6e-4, "S0R", "S1R"),)}
+    flat = {(1, 1): (Candidate("a", 1e-3, "S0", "S0"),),
+            (1, 2): (Candidate("b", 6e-4, "S0", "S1"),)}
+    layers = (Layer("l0", (1024, 64), "float32", wide), Layer("l1", (4096,), "float32", flat),
+              Layer("l2", (1024, 64), "float32", wide), Layer("l3", (4096,), "float32", flat))
+    graph = Graph(layers, ((0, 2), (1, 3)))
+    for rerank in (False, True):
+        got = search_graph(graph, CLUSTER, 4, rerank=rerank)
+        assert got.time == pytest.approx(evaluate_graph(graph, got.stages, CLUSTER, 4).time)
+        assert sum(s.placement.size for s in got.stages) == 4

@@ -28,7 +28,7 @@ def _allreduce(cluster, r, shape, grads, cache):
     devices at one place in each replica, every device of the submesh at once."""
     if r == 1 or grads == 0:
         return 0.0
-    n = shape[0] * shape[1]
+    n = shape[1]  # one host's part: hosts of a stage all-reduce in disjoint groups
     stride = len(cluster.devices) // r
     mesh = DeviceMesh((r, n), [k * stride + j for k in range(r) for j in range(n)])
     return estimate((n * -(-grads // 2),), "bfloat16", Layout(mesh, "S1+P0"),
