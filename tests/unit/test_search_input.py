@@ -200,3 +200,24 @@ def test_the_default_answer_never_simulates_slower_than_the_baselines():
             assert got.simulated <= simulated(layers, base, cluster) * (1 + 1e-12)
         exact = search_chain(layers, cluster, b, cache=cache, rerank=0)
         assert exact.simulated is None and exact.time <= got.time * (1 + 1e-12)
+
+
+def test_the_simulator_extrapolates_its_steady_state_exactly():
+    """Many more microbatches than stages: the steady state is simulated and extended
+    (reshard.search.simulated.STEADY) for the schedules it holds for; equal to the whole
+    simulation."""
+    from reshard.search.simulated import EXTRAPOLATED
+
+    rng = random.Random(4)
+    specs = ["RR", "S0R", "RS1", "S01R"]
+    for t in range(12):
+        cluster = Cluster.regular(2, 2) if t % 2 else Cluster.regular(1, 4)
+        layers = [Layer(f"l{k}", (rng.choice([64, 4096, 16384]), 256), "float32", {
+            s: tuple(Candidate(f"c{j}", rng.uniform(1e-4, 3e-3), rng.choice(specs),
+                               rng.choice(specs)) for j in range(2))
+            for s in ((1, 1), (1, 2), (2, 2))}) for k in range(rng.randint(2, 6))]
+        got = search_chain(layers, cluster, rng.randint(40, 120), rerank=0)
+        for schedule in EXTRAPOLATED:
+            whole = simulated(layers, got, cluster, schedule=schedule, extrapolate=False)
+            assert simulated(layers, got, cluster, schedule=schedule) == \
+                pytest.approx(whole, rel=1e-12)
