@@ -134,7 +134,7 @@ def run_replicated(config: tuple[str, str, str, int, int], schedule: str) -> dic
     t0 = time.process_time()
     mine = search_replicated(layers_for, cluster, model.microbatches, schedule=schedule,
                              replicas=DEGREES[hosts], memory_limit=limit, cache=cache)
-    t1 = time.process_time()
+    t1, cands_cpu = time.process_time(), built[0]
     best: dict[str, tuple[float, int, Choice]] = {}
     for r in DEGREES[hosts]:
         sub, mb = replica_cluster(cluster, r), -(-model.microbatches // r)
@@ -157,7 +157,7 @@ def run_replicated(config: tuple[str, str, str, int, int], schedule: str) -> dic
             "megatron_sim_s": mega[0], "alpa_sim_s": alpa[0], "reshard_sim_s": mine.time,
             "vs_megatron": mega[0] / mine.time, "vs_alpa": alpa[0] / mine.time,
             "objective_best_s": None, "objective_best_sim_s": None,
-            "candidates_cpu_s": built[0], "search_cpu_s": t1 - t0 - built[0],
+            "candidates_cpu_s": cands_cpu, "search_cpu_s": t1 - t0 - cands_cpu,
             "replicas": mine.replicas, "tried": [list(t) for t in mine.tried],
             "reshard": f"dp{mine.replicas} x " + _stages(mine.choice),
             "alpa": f"dp{alpa[1]} x " + _stages(alpa[2]),

@@ -17,7 +17,6 @@ boundary before the stage they enter (the simulator has links between neighbours
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Sequence
 
 from reshard.cluster import Cluster
@@ -36,15 +35,12 @@ FORWARD_SHARE = 1 / 3
 def simulated(layers: Sequence[Layer], choice: Choice, cluster: Cluster,
               costs: MoveCosts | None = None,
               edges: Sequence[tuple[int, int]] | None = None,
-              schedule: str | None = None, extrapolate: bool = True) -> float:
+              schedule: str | None = None) -> float:
     """``choice``'s iteration time under the simulator running its schedule, or
     ``schedule`` (any of :data:`reshard.pipeline.SCHEDULES` with one chunk per stage:
     ``gpipe``, ``1f1b``, ``eager-1f1b``, ``zb-h1``; a V or interleaved schedule puts
     several stages on one submesh, which a choice's stages, each on its own, do not)
-    (module docstring); ``edges`` as :func:`reshard.search.evaluate` takes them. With
-    many more microbatches than stages (``extrapolate``), the steady state is
-    simulated and extended (:data:`STEADY`): each microbatch more adds one period
-    there, which is checked on consecutive runs before it is used.
+    (module docstring); ``edges`` as :func:`reshard.search.evaluate` takes them.
 
     Raises:
         SearchError: a schedule with several chunks per stage, or an unknown one.
@@ -69,33 +65,8 @@ def simulated(layers: Sequence[Layer], choice: Choice, cluster: Cluster,
                           activation_transfer=tuple(there) or 0.0,
                           gradient_transfer=tuple(back) or 0.0)
     name = choice.schedule if schedule is None else schedule
-    b, p = choice.microbatches, len(stages)
-    if not extrapolate or name not in EXTRAPOLATED or b <= STEADY * p + STEADY:
-        return _run(name, p, b, times)
-    # the steady state: each microbatch more adds one period; checked on STEADY + 1
-    # runs in a row, else the whole schedule is simulated
-    first = STEADY * p
-    runs = [_run(name, p, first + k, times) for k in range(STEADY + 1)]
-    steps = [y - x for x, y in itertools.pairwise(runs)]
-    if max(steps) - min(steps) > 1e-9 * runs[-1]:
-        return _run(name, p, b, times)
-    return runs[-1] + (b - first - STEADY) * steps[-1]
-
-
-STEADY = 4
-""":func:`simulated` extrapolates past ``STEADY x stages`` microbatches once ``STEADY``
-microbatches more in a row each add the same time."""
-
-EXTRAPOLATED = ("1f1b", "gpipe", "zb-h1")
-"""The schedules :func:`simulated` extrapolates (equal to the whole simulation within
-1e-14 on random choices, ``tests/unit/test_search_input.py``; eager 1F1B's steady state
-can settle later, up to 2.7% off: it is always simulated whole)."""
-
-
-def _run(name: str, stages: int, microbatches: int, times: PipelineCosts) -> float:
-    """The simulator's iteration time of schedule ``name``."""
     try:
-        order = make_schedule(name, stages, microbatches)
+        order = make_schedule(name, len(stages), choice.microbatches)
     except ReshardError as e:
         raise SearchError(str(e)) from None
     if order.num_chunks != 1:
@@ -129,4 +100,4 @@ def rerank(layers: Sequence[Layer], choices: Sequence[Choice], cluster: Cluster,
     return sorted(timed, key=lambda c: (c.simulated or 0.0, c.time))
 
 
-__all__ = ["EXTRAPOLATED", "FORWARD_SHARE", "STEADY", "rerank", "simulated"]
+__all__ = ["FORWARD_SHARE", "rerank", "simulated"]

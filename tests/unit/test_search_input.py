@@ -63,12 +63,10 @@ def test_an_output_layout_of_the_wrong_rank_and_an_input_that_fits_no_producer()
 def test_a_layer_with_no_usable_submesh_is_named():
     wide = Layer("wide", (8, 8), "float32", {(3, 2): (Candidate("c", 1e-3, "RR", "RR"),),
                                              (1, 4): (Candidate("d", 1e-3, "RR", "RR"),)})
-    t0 = time.monotonic()
     with pytest.raises(SearchError, match=r"layer 1 \('wide'\) has candidates only on "
                                           r"submesh shapes \[\(1, 4\), \(3, 2\)\], none of "
                                           r"which fits the cluster of 2 hosts of 2 devices"):
-        search_chain([_ok(), wide, _ok()], CLUSTER, 4)
-    assert time.monotonic() - t0 < 5  # refused before any search (was 4 s, unnamed)
+        search_chain([_ok(), wide, _ok()], CLUSTER, 4)  # refused before any search
     heavy = Layer("heavy", (8, 8), "float32",
                   {(1, 1): (Candidate("c", 1e-3, "RR", "RR", memory=10),)})
     with pytest.raises(SearchError, match=r"layer 2 \('heavy'\): every candidate holds more "
@@ -201,23 +199,3 @@ def test_the_default_answer_never_simulates_slower_than_the_baselines():
         exact = search_chain(layers, cluster, b, cache=cache, rerank=0)
         assert exact.simulated is None and exact.time <= got.time * (1 + 1e-12)
 
-
-def test_the_simulator_extrapolates_its_steady_state_exactly():
-    """Many more microbatches than stages: the steady state is simulated and extended
-    (reshard.search.simulated.STEADY) for the schedules it holds for; equal to the whole
-    simulation."""
-    from reshard.search.simulated import EXTRAPOLATED
-
-    rng = random.Random(4)
-    specs = ["RR", "S0R", "RS1", "S01R"]
-    for t in range(12):
-        cluster = Cluster.regular(2, 2) if t % 2 else Cluster.regular(1, 4)
-        layers = [Layer(f"l{k}", (rng.choice([64, 4096, 16384]), 256), "float32", {
-            s: tuple(Candidate(f"c{j}", rng.uniform(1e-4, 3e-3), rng.choice(specs),
-                               rng.choice(specs)) for j in range(2))
-            for s in ((1, 1), (1, 2), (2, 2))}) for k in range(rng.randint(2, 6))]
-        got = search_chain(layers, cluster, rng.randint(40, 120), rerank=0)
-        for schedule in EXTRAPOLATED:
-            whole = simulated(layers, got, cluster, schedule=schedule, extrapolate=False)
-            assert simulated(layers, got, cluster, schedule=schedule) == \
-                pytest.approx(whole, rel=1e-12)
