@@ -18,7 +18,15 @@ from collections import deque
 from collections.abc import Sequence
 
 from reshard.search.costs import MoveCosts
-from reshard.search.model import Budget, Candidate, Layer, Shape, Stage, placements
+from reshard.search.model import (
+    Budget,
+    Candidate,
+    Layer,
+    Shape,
+    Stage,
+    checked_already,
+    placements,
+)
 from reshard.search.options import Links, names_of, paths
 
 Runs = dict[tuple[int, Shape, str], tuple[str, ...]]
@@ -46,7 +54,8 @@ def _block_candidates(part: Sequence[Layer], shape: Shape, costs: MoveCosts,
             while (index, shape, name) in runs:
                 name += "'"
             runs[(index, shape, name)] = names
-            got.append(Candidate(name, t, entry, exit_, mem))
+            got.append(checked_already(Candidate, name=name, compute=t, input=entry,
+                                       output=exit_, memory=mem, grads=0))
     return tuple(got)
 
 
@@ -71,8 +80,9 @@ def blocks(layers: Sequence[Layer], size: int, costs: MoveCosts, limit: float = 
                                     inside)
             if got:
                 cands[shape] = got
-        merged.append(Layer(f"{part[0].name}..{part[-1].name}", part[-1].output_shape,
-                            part[-1].dtype, cands))
+        merged.append(checked_already(Layer, name=f"{part[0].name}..{part[-1].name}",
+                                      output_shape=part[-1].output_shape,
+                                      dtype=part[-1].dtype, candidates=cands))
         firsts.append(a)
     joined = None if links is None else frozenset(
         j for j in range(len(firsts) - 1) if firsts[j + 1] - 1 in links)

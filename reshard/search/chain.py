@@ -31,7 +31,15 @@ from reshard.search.baselines import uniform
 from reshard.search.blocks import blocks, expand
 from reshard.search.checks import integer, optional_limit, spec_rank
 from reshard.search.costs import MoveCosts
-from reshard.search.model import Budget, Choice, Layer, Shape, check_cluster, placements
+from reshard.search.model import (
+    Budget,
+    Choice,
+    Layer,
+    Shape,
+    check_cluster,
+    devices,
+    placements,
+)
 from reshard.search.objective import (
     MOVES,
     SCHEDULES,
@@ -82,22 +90,27 @@ def check_layers(layers: object, cluster: object, microbatches: object,
                         f"takes its input as {c.input!r} (rank {spec_rank(c.input, '')}), "
                         f"but layer {u} ({layers[u].name!r}) gives shape "
                         f"{layers[u].output_shape} (rank {rank})")
+    fitting: dict[Shape, bool] = {}
     for k, layer in enumerate(layers):
-        _check_layer(k, layer, len(layers), cluster, limit)
+        _check_layer(k, layer, len(layers), cluster, limit, fitting)
     return b
 
 
-def _check_layer(k: int, layer: Layer, n: int, cluster: Cluster, limit: float) -> None:
+def _check_layer(k: int, layer: Layer, n: int, cluster: Cluster, limit: float,
+                 fitting: dict[Shape, bool]) -> None:
     """A layer with no candidate, no output shape, no submesh shape that fits the
-    cluster, or nothing within the memory limit is refused, named."""
+    cluster (``fitting``: known so far, by shape), or nothing within the memory limit is
+    refused, named."""
     what = f"layer {k} ({layer.name!r})"
     if not any(layer.candidates.values()):
         raise SearchError(f"{what} has no candidate on any submesh shape; give at least one")
     if k + 1 < n and not layer.output_shape:
         raise SearchError(f"{what} gives no output shape")
-    fits = [s for s, cands in layer.candidates.items()
-            if cands and any(placements(cluster, s, d) is not None
-                             for d in range(0, len(cluster.devices), s[1]))]
+    for s in layer.candidates:
+        if s not in fitting:
+            fitting[s] = any(placements(cluster, s, d) is not None
+                             for d in range(0, devices(cluster), s[1]))
+    fits = [s for s, cands in layer.candidates.items() if cands and fitting[s]]
     if not fits:
         g = len(cluster.hosts[0])
         raise SearchError(
@@ -278,9 +291,9 @@ def _best(ask: _Ask, count: int, bound: float | None) -> list[Choice]:
     top = math.inf if bound is None else bound
     cap = top / b1 if b1 and math.isfinite(top) else math.inf
     options = _options(layers, ask.cluster, ask.costs, ask.limit, ask.budget, cap, ask.links)
-    g = build(options, layers, len(ask.cluster.devices), len(ask.cluster.hosts[0]),
+    g = build(options, layers, devices(ask.cluster), len(ask.cluster.hosts[0]),
               ask.sched, ask.microbatches, ask.costs, top, ask.budget, ask.links)
-    done = (len(layers), len(ask.cluster.devices))
+    done = (len(layers), devices(ask.cluster))
     found = best_paths(g, done, ask.microbatches, count, ask.budget)
     if not found and bound is None:
         _no_answer(ask)
@@ -297,7 +310,7 @@ def _no_answer(ask: _Ask) -> None:
     shapes = sorted({s for layer in ask.layers for s in layer.candidates
                      if placements(ask.cluster, s, 0) is not None})
     raise SearchError(
-        f"no stages use all {len(ask.cluster.devices)} devices: the layers' submesh "
+        f"no stages use all {devices(ask.cluster)} devices: the layers' submesh "
         f"shapes that fit the cluster {shapes} cannot tile it with every layer in a stage"
         + ("" if ask.memory_limit is None else
            f" within the memory limit of {ask.memory_limit} bytes per device")
@@ -315,7 +328,7 @@ def _options(layers: Sequence[Layer], cluster: Cluster, costs: MoveCosts, limit:
     out: list[Option] = []
     for shape in shapes:
         classes: dict[int, list[int]] = {}
-        for d in range(len(cluster.devices)):
+        for d in range(devices(cluster)):
             if placements(cluster, shape, d) is not None:
                 classes.setdefault(d % per, []).append(d)
         for offset, firsts in classes.items():

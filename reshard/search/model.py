@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from reshard.cluster import Cluster
 from reshard.dtypes import parse_dtype
@@ -24,6 +25,8 @@ from reshard.errors import ReshardBaseError, SearchError
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
 from reshard.search.checks import fits_submesh, integer, real, shape_key, spec_rank
+
+_T = TypeVar("_T")
 
 Shape = tuple[int, int]
 """A submesh shape: ``(hosts, devices per host)``."""
@@ -115,6 +118,16 @@ class Layer:
                         f"{self.output_shape} has rank {rank}")
 
 
+def checked_already(cls: type[_T], **fields: object) -> _T:
+    """A ``Candidate`` or ``Layer`` built from parts the search checked already (a
+    block of checked layers, a checked candidate with its compute grown), without
+    checking them again: a search at scale builds tens of thousands."""
+    out = object.__new__(cls)
+    for name, value in fields.items():
+        object.__setattr__(out, name, value)
+    return out
+
+
 def _candidate_map(name: str, value: object) -> dict[Shape, tuple[Candidate, ...]]:
     """A layer's candidates as ``{shape: (Candidate, ...)}``, each shape's names
     distinct (a SearchError naming the layer, the shape and the name)."""
@@ -162,12 +175,17 @@ class Placement:
         return Layout(self.mesh(), spec)
 
 
+def devices(cluster: Cluster) -> int:
+    """A regular cluster's device count (without listing its devices)."""
+    return cluster.num_hosts * len(cluster.hosts[0])
+
+
 def placements(cluster: Cluster, shape: Shape, first: int) -> Placement | None:
     """The submesh of ``shape`` starting at device ``first`` of a regular ``cluster``, or
     None where none fits there: ``(1, g)`` inside one host, ``(h, G)`` on whole hosts."""
     hosts, per = shape
     g = len(cluster.hosts[0])
-    if hosts < 1 or per < 1 or first + hosts * per > len(cluster.devices):
+    if hosts < 1 or per < 1 or first + hosts * per > g * cluster.num_hosts:
         return None
     if hosts == 1 and first % g + per <= g:
         return Placement(shape, first)
@@ -279,5 +297,5 @@ def check_cluster(cluster: Cluster) -> None:
             f"{[len(h) for h in cluster.hosts]} devices")
 
 
-__all__ = ["Budget", "Candidate", "Choice", "Layer", "Placement", "Shape", "Stage", "check_cluster",
+__all__ = ["Budget", "Candidate", "Choice", "Layer", "Placement", "Shape", "Stage", "check_cluster", "checked_already", "devices",
            "placements"]

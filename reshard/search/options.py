@@ -17,7 +17,6 @@ per such class and placed (:func:`place_class`).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -151,7 +150,9 @@ def stage_options(layers: Sequence[Layer], p: Placement, first: int, costs: Move
 
 def place_class(options: Sequence[Option], p: Placement) -> list[Option]:
     """Options built on a submesh of ``p``'s class (module docstring), placed on ``p``."""
-    return [o if o.placement == p else dataclasses.replace(o, placement=p) for o in options]
+    return [o if o.placement == p else
+            Option(o.first, o.last, p, o.entry, o.exit, o.inner, o.compute, o.trail, o.memory)
+            for o in options]
 
 
 __all__ = ["MAX_FRONT", "Entry", "Fronts", "Links", "Option", "Trail", "names_of", "pareto", "paths", "place_class",

@@ -33,7 +33,15 @@ from reshard.mesh import DeviceMesh
 from reshard.planner.estimates import CostCache, estimate
 from reshard.search.chain import RERANK, search_chain
 from reshard.search.checks import integer
-from reshard.search.model import Budget, Candidate, Choice, Layer, Shape, check_cluster
+from reshard.search.model import (
+    Budget,
+    Candidate,
+    Choice,
+    Layer,
+    Shape,
+    check_cluster,
+    checked_already,
+)
 
 Model = Sequence[Layer] | Callable[[Cluster], Sequence[Layer]]
 """The layers, or a function that builds them for a (replica's) cluster."""
@@ -86,12 +94,15 @@ def replicated_layers(layers: Sequence[Layer], cluster: Cluster, replicas: int,
                     continue
                 budget.check("pricing the all-reduces across {} replicas (on {})",
                              replicas, shape)
-                cands[shape] = tuple(dataclasses.replace(
-                    c, compute=c.compute + allreduce_seconds(cluster, replicas, shape,
-                                                             c.grads, cache) / microbatches)
+                cands[shape] = tuple(checked_already(
+                    Candidate, name=c.name, input=c.input, output=c.output,
+                    memory=c.memory, grads=c.grads,
+                    compute=c.compute + allreduce_seconds(cluster, replicas, shape,
+                                                          c.grads, cache) / microbatches)
                     for c in cs)
             done[key] = cands
-        out.append(Layer(layer.name, layer.output_shape, layer.dtype, done[key]))
+        out.append(checked_already(Layer, name=layer.name, output_shape=layer.output_shape,
+                                   dtype=layer.dtype, candidates=done[key]))
     return out
 
 
