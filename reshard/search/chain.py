@@ -169,8 +169,11 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
     keep = integer(rerank, "rerank", 0)
     base = _baselines(ask) if ask.how == "priced" else []
     bound = min((c.time for c in base), default=math.inf)
-    found = _best(ask, max(1, keep) if ask.how == "priced" else 1,
-                  bound if ask.how == "priced" else None)
+    if ask.how == "free":  # Megatron's choice bounds the moves-free DP (_baselines)
+        mega = _megatron(ask)
+        found = _best(ask, 1, mega[0].time if mega else None) or _best(ask, 1, None)
+    else:
+        found = _best(ask, max(1, keep), bound)
     if not found:
         found = sorted(base, key=lambda c: c.time)[:1]
     if not found:
@@ -259,19 +262,24 @@ class _Ask:
                                                                 self.costs.cache)
 
 
-def _baselines(ask: _Ask) -> list[Choice]:
-    """Megatron's choice (where there is one) and Alpa's (moves free, then priced), each
-    priced by the objective."""
-    out = []
+def _megatron(ask: _Ask) -> list[Choice]:
+    """Megatron's choice, priced by the objective (none where there is none)."""
     try:
-        out.append(uniform(ask.layers, ask.cluster, ask.microbatches, ask.sched,
-                           memory_limit=ask.memory_limit, costs=ask.priced(),
-                           time_limit=ask.budget, edges=ask.edges))
+        return [uniform(ask.layers, ask.cluster, ask.microbatches, ask.sched,
+                        memory_limit=ask.memory_limit, costs=ask.priced(),
+                        time_limit=ask.budget, edges=ask.edges)]
     except SearchError as e:
         if "time_limit" in str(e):
             raise
-    mega = out[0].time if out else math.inf
-    out.extend(_best(ask.free(), 1, mega if math.isfinite(mega) else None))
+        return []
+
+
+def _baselines(ask: _Ask) -> list[Choice]:
+    """Megatron's choice (where there is one) and Alpa's (moves free, then priced), each
+    priced by the objective. Megatron's bounds Alpa's DP: its priced time is no less
+    than its time with moves free."""
+    out = _megatron(ask)
+    out.extend(_best(ask.free(), 1, out[0].time if out else None))
     return out
 
 
