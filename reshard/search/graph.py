@@ -30,6 +30,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from reshard.cluster import Cluster
 from reshard.errors import SearchError
@@ -285,8 +286,9 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
     limit = math.inf if memory_limit is None else memory_limit
     check_layers(graph.layers, cluster, microbatches, limit, graph.edges)
     costs = MoveCosts(cluster, cache=CostCache() if cache is None else cache)
-    kw = {"schedule": schedule, "memory_limit": memory_limit, "cache": costs.cache,
-          "block": block, "time_limit": budget, "edges": graph.edges}
+    kw: dict[str, Any] = {"schedule": schedule, "memory_limit": memory_limit,
+                          "cache": costs.cache, "block": block, "time_limit": budget,
+                          "edges": graph.edges}
     # the choice made with moves free (Alpa's) priced on the graph bounds the chain DP
     # (whose own bound is the chain's objective, which skip connections raise) and is
     # refined as well: the answer is never slower than it
