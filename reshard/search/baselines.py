@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from reshard.cluster import Cluster
 from reshard.errors import SearchError
@@ -55,7 +55,7 @@ def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
         if any(not kind for kind in kinds):
             continue
         per = math.ceil(n / p)
-        for picks in itertools.product(*kinds):
+        for picks in _picks(layers, shape, kinds):
             pick = dict(zip(kinds, picks))
             names = [pick[tuple(sorted(c.name for c in layer.candidates[shape]))]
                      for layer in layers]
@@ -81,4 +81,24 @@ def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
     return best
 
 
-__all__ = ["uniform"]
+MAX_PICKS = 4096
+"""The most combinations of one candidate per kind of layer :func:`uniform` tries on a
+submesh shape; past it, each kind takes its least-compute candidate (as a user tuning
+one kind at a time would start)."""
+
+
+def _picks(layers: Sequence[Layer], shape: tuple[int, int],
+           kinds: list[tuple[str, ...]]) -> Iterator[tuple[str, ...]]:
+    """A name per kind: every combination, or past :data:`MAX_PICKS` the fastest each."""
+    if math.prod(len(kind) for kind in kinds) <= MAX_PICKS:
+        yield from itertools.product(*kinds)
+        return
+    fastest: dict[tuple[str, ...], str] = {}
+    for layer in layers:
+        cands = layer.candidates[shape]
+        kind = tuple(sorted(c.name for c in cands))
+        fastest.setdefault(kind, min(cands, key=lambda c: (c.compute, c.name)).name)
+    yield tuple(fastest[kind] for kind in kinds)
+
+
+__all__ = ["MAX_PICKS", "uniform"]

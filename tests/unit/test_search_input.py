@@ -199,3 +199,20 @@ def test_the_default_answer_never_simulates_slower_than_the_baselines():
         exact = search_chain(layers, cluster, b, cache=cache, rerank=0)
         assert exact.simulated is None and exact.time <= got.time * (1 + 1e-12)
 
+
+
+def test_layers_of_many_kinds_keep_the_megatron_baseline_bounded():
+    """16 layers whose candidates are named per layer: 16 kinds of 4 names would be
+    4^16 uniform choices; past baselines.MAX_PICKS each kind takes its fastest, so the
+    default search (which prices Megatron's choice as a bound) answers within its limit."""
+    from reshard.search.baselines import MAX_PICKS
+
+    layers = [Layer(f"l{k}", (64, 64), "float32", {
+        (1, 1): tuple(Candidate(f"l{k}.c{j}", 1e-3 * (j + 1), "RR", "RR") for j in range(4)),
+        (1, 2): tuple(Candidate(f"l{k}.c{j}", 6e-4 * (j + 1), "S0R", "S0R")
+                      for j in range(4))}) for k in range(16)]
+    assert MAX_PICKS < 4 ** 16
+    got = search_chain(layers, CLUSTER, 8, time_limit=60)
+    mega = uniform(layers, CLUSTER, 8)
+    assert all(n.endswith(".c0") for s in mega.stages for n in s.choices)  # the fastest
+    assert got.simulated <= simulated(layers, mega, CLUSTER) * (1 + 1e-12)
