@@ -20,7 +20,11 @@ each choice's stages chooses the layers' candidates on the graph's objective:
   layer's candidate, each kept with probability ``exp(-(new - old) / (beta * old))``
   (always when no worse), seeded; the best seen is the answer.
 
-The stage choice with the least objective after that is the answer.
+The baselines' choices (Alpa's moves-free one and Megatron's uniform one, priced on the
+graph) are refined too. By default the pipeline simulator then picks the answer among
+the refined choices and the baselines' own (``rerank``), so it never simulates slower
+than either; with ``rerank=False`` the least objective is the answer. The chain DP
+prices only the moves between consecutive layers that an edge joins.
 """
 
 from __future__ import annotations
