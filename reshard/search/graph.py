@@ -255,6 +255,26 @@ def _mcmc(lay: _Layouts, picks: list[Candidate], steps: int, seed: int,
     return best_picks
 
 
+def _baselines(graph: Graph, cluster: Cluster, microbatches: int, costs: MoveCosts,
+               kw: dict[str, Any]) -> list[Choice]:
+    """Alpa's choice (the chain DP with moves free) and Megatron's (where it has one),
+    each priced on the graph: they bound the chain DP (whose own bound is the chain's
+    objective, which skip connections raise) and are refined as well, so the answer is
+    never slower than either."""
+    schedule, budget = kw["schedule"], kw["time_limit"]
+    free = search_chain(graph.layers, cluster, microbatches, moves="free", rerank=0, **kw)
+    base = [evaluate_graph(graph, free.stages, cluster, microbatches, schedule, costs)]
+    try:
+        mega = uniform(graph.layers, cluster, microbatches, schedule,
+                       memory_limit=kw["memory_limit"], costs=costs, time_limit=budget,
+                       edges=graph.edges)
+        base.append(evaluate_graph(graph, mega.stages, cluster, microbatches, schedule, costs))
+    except SearchError as e:
+        if "time_limit" in str(e):
+            raise
+    return base
+
+
 def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
                  schedule: str = "1f1b", memory_limit: int | None = None,
                  method: str = "descent", few: int = 4, steps: int = 2000, seed: int = 0,
@@ -293,18 +313,7 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
     kw: dict[str, Any] = {"schedule": schedule, "memory_limit": memory_limit,
                           "cache": costs.cache, "block": block, "time_limit": budget,
                           "edges": graph.edges}
-    # the choice made with moves free (Alpa's) priced on the graph bounds the chain DP
-    # (whose own bound is the chain's objective, which skip connections raise) and is
-    # refined as well: the answer is never slower than it
-    free = search_chain(graph.layers, cluster, microbatches, moves="free", rerank=0, **kw)
-    base = [evaluate_graph(graph, free.stages, cluster, microbatches, schedule, costs)]
-    try:
-        mega = uniform(graph.layers, cluster, microbatches, schedule, memory_limit=memory_limit,
-                       costs=costs, time_limit=budget, edges=graph.edges)
-        base.append(evaluate_graph(graph, mega.stages, cluster, microbatches, schedule, costs))
-    except SearchError as e:
-        if "time_limit" in str(e):
-            raise
+    base = _baselines(graph, cluster, microbatches, costs, kw)
     bound = min(c.time for c in base)
     seeds = best_few(graph.layers, cluster, microbatches, n_few, bound=bound, **kw)
     refined: list[Choice] = []
