@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import enum
 import random
+import time
 
+import grpc
 import pytest
 
 from reshard import Cluster, SearchError
+from reshard.planner.estimates import CostCache
 from reshard.search import (
     METHODS,
     MOVES,
@@ -22,8 +25,9 @@ from reshard.search import (
     search_chain,
     search_replicated,
 )
+from reshard.search.model import Budget
+from reshard.service import ServiceError, searches, wire
 from reshard.service import search_codec as sc
-from reshard.service import searches, wire
 from reshard.service.budget import OverBudget, check_search_wire
 from reshard.service.enums import ChoicePair
 from reshard.service.v1 import reshard_pb2 as pb
@@ -209,3 +213,23 @@ def test_a_search_is_counted_on_the_wire_before_parsing():
     noise = b"".join(b"\x20\x01" for _ in range(20_000))  # field 4 (microbatches) again
     with pytest.raises(OverBudget, match="send it without padding"):
         check_search_wire(raw + noise, 100)
+
+
+def test_a_job_answers_with_the_baselines_and_says_when_they_are_missing():
+    """searches.run (what a job worker runs) answers as the search does; a baseline the
+    time did not allow is reported missing and the answer is not complete (the server
+    then does not cache it)."""
+    layers = _layers(3, 8)
+    raw = sc.search_request(layers, CLUSTER, 8).SerializeToString()
+    encoded, complete = searches.run(raw, None, time.monotonic() + 60, 120)
+    got = sc.reply_from_pb(pb.SearchReply.FromString(encoded))
+    assert complete and got.choice == search_chain(layers, CLUSTER, 8)
+    assert set(got.baselines) == {"alpa", "megatron"} and got.missing == {}
+    ask = sc.request_from_pb(pb.SearchRequest.FromString(raw), None)
+    spent = Budget(1e-3, start=time.monotonic() - 1)
+    found, complete = searches.baselines(ask, got.choice, None, spent, CostCache())
+    assert not complete
+    assert [b.missing.startswith("the time ran out before") for b in found] == [True, True]
+    with pytest.raises(ServiceError, match="no time was left") as e:
+        searches.run(raw, None, time.monotonic() - 1, 120)
+    assert e.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
