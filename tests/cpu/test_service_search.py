@@ -258,3 +258,17 @@ def test_answers_are_cached_by_their_canonical_request(served):
         assert ran == ["Search", "Search"]
     finally:
         del server.servicer._job
+
+
+@pytest.mark.timeout(180)
+def test_the_search_load_of_the_benchmark_reports_what_it_promises():
+    """service_many's ``search`` load runs (briefly) and reports the numbers it prints;
+    speed is the benchmark's to measure, not this test's."""
+    from reshard.microbench.service_many import contended
+
+    r = contended("search", seconds=4.0, hostile=2, size=1, devices=0, deadline=1.0,
+                  quiet=1.0, candidates=4)
+    assert r["good_ok"] > 0 and r["good_p99_ms"] >= r["good_p50_ms"] > 0
+    assert set(r["hostile_outcomes"]) <= {"OK", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"}
+    assert r["hostile_outcomes"].get("DEADLINE_EXCEEDED", 0) >= 1
+    assert r["late_max_ms"] >= r["late_p99_ms"] >= r["late_p50_ms"]
