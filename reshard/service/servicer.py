@@ -114,6 +114,11 @@ JOB_ANSWER_MARGIN = 1.0
 """Seconds (at most a quarter of the time it has) an EstimateMany job keeps to send the
 answers it has back before the call's deadline or the server's cap."""
 
+SEARCH_DIGESTS = 4096
+"""Searches answered whose request bytes are remembered (their SHA-256), so that they
+pass the refusal of Searches while the job workers are busy (then answered from the
+cache)."""
+
 R = TypeVar("R")
 
 
@@ -217,6 +222,7 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         self.answers: LruCache[bytes, Answer] = LruCache(options.answer_cache_bytes,
                                                          weigh=answer_bytes)
         self.searches: LruCache[bytes, bytes] = LruCache(options.search_cache_bytes, weigh=len)
+        self.search_digests: LruCache[bytes, bytes] = LruCache(SEARCH_DIGESTS)
         self.limits = Limits(options.max_tensors, options.max_devices, options.max_plan_cells)
         self.slots = InlineSlots()
 
@@ -229,8 +235,7 @@ class ReshardServicer(pb_grpc.ReshardServicer):
             what: functools.partial(check_plan_request_wire, what, max_tensors=o.max_tensors)
             for what in ("Plan", "PlanMany", "Estimate")}
         checks["EstimateMany"] = self._check_estimate_many
-        checks["Search"] = functools.partial(check_search_wire,
-                                             max_entries=o.max_search_candidates)
+        checks["Search"] = self._check_search
         return checks
 
     def _job(self, what: str, context: grpc.ServicerContext, fn: Any, *args: Any) -> Any:
@@ -477,6 +482,17 @@ class ReshardServicer(pb_grpc.ReshardServicer):
             abort(context, e)
 
     # ----- search ---------------------------------------------------------------------
+    def _check_search(self, raw: bytes) -> None:
+        """A Search's bytes, before they are parsed: while every job worker is busy, a
+        Search whose bytes are not those of one answered before (:data:`SEARCH_DIGESTS`)
+        is refused busy, unscanned and unparsed (a search always takes a worker: a flood
+        of them then costs the server little); then its counts within the budget
+        (:func:`check_search_wire`)."""
+        if not self.jobs.free() and \
+                self.search_digests.get(hashlib.sha256(raw).digest()) is None:
+            raise self.jobs.busy_error("Search")
+        check_search_wire(raw, self.options.max_search_candidates)
+
     @_guarded
     def Search(self, request: pb.SearchRequest, context: grpc.ServicerContext) -> bytes:
         """The SearchReply, encoded (:mod:`reshard.service.searches`): answered from the
@@ -491,8 +507,8 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         o = self.options
         searches.check_search(request, o.cluster, o.max_devices, o.max_search_cells)
         until = searches.until(context.time_remaining(), o.job_timeout, searches.MARGIN)
-        encoded, complete = self._job("Search", context, jobs.search,
-                                      request.SerializeToString(), o.cluster, until,
+        raw = request.SerializeToString()  # what a client sends, mostly: its digest below
+        encoded, complete = self._job("Search", context, jobs.search, raw, o.cluster, until,
                                       o.job_timeout)
         if len(encoded) > o.max_message_bytes:
             raise ServiceError(f"Search: the answer encodes to {len(encoded)} bytes, over the "
@@ -500,6 +516,7 @@ class ReshardServicer(pb_grpc.ReshardServicer):
                                f"fewer layers per request", grpc.StatusCode.RESOURCE_EXHAUSTED)
         if complete:
             self.searches.put(key, encoded)
+            self.search_digests.put(hashlib.sha256(raw).digest(), key)
         return encoded  # type: ignore[no-any-return]
 
     # ----- execution ------------------------------------------------------------------

@@ -220,10 +220,13 @@ def test_a_hostile_search_ends_deadline_exceeded_inside_its_deadline(served):
 @pytest.mark.timeout(120)
 def test_a_cancelled_search_is_killed_and_small_calls_keep_flowing(served):
     """While a hostile search holds the one job worker, another is refused at once
-    (busy) and small Estimates are answered; cancelling the call kills the worker."""
+    (busy, before it is parsed), a search answered before is answered from the cache,
+    and small Estimates are answered; cancelling the call kills the worker."""
     server, client = served
     jobs = server.servicer.jobs
     killed = jobs.killed
+    small = chain(3, 31)
+    before = client.search(small, CLUSTER, 8)
     msg = search_request(hostile(seed=2), Cluster.regular(2, 4), 8, memory_limit=1 << 40)
     with grpc.insecure_channel(server.address) as channel:
         future = pb_grpc.ReshardStub(channel).Search.future(msg, timeout=60)
@@ -231,6 +234,7 @@ def test_a_cancelled_search_is_killed_and_small_calls_keep_flowing(served):
         with pytest.raises(ServiceError, match="workers for expensive requests are busy") as e:
             client.search(hostile(seed=3), Cluster.regular(2, 4), 8, timeout=30)
         assert e.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert client.search(small, CLUSTER, 8, timeout=10) == before  # cached
         src = Layout(DeviceMesh((2, 2)), "S0R")
         dst = Layout(DeviceMesh((4,), range(4, 8)), "RS0")
         for k in range(10):
