@@ -10,8 +10,8 @@ class's options once), summed, times the blocks the chain is searched in (a stag
 start at each: ``min(L, 48)`` by default), times the searches the request runs (one per
 data-parallel degree). Over ``--max-search-cells`` the request is refused
 (RESOURCE_EXHAUSTED) before any work; the 16-layer, 8-candidate instance built to hold a
-search on 2 x 4 devices is 18,432 cells, GPT-3 on 1,024 devices with degrees 8 and 16
-about 10^5.
+search on 2 x 4 devices is 18,432 cells, GPT-3 175B on 1,024 devices (2 candidates on 8
+shapes, 96 layers in 48 blocks) with degrees 8 and 16 460,800.
 
 *Running* (:func:`run`, in a job worker: never on a serving thread): the request decoded
 (a bad one: the search's own SearchError, INVALID_ARGUMENT), the search run with its
@@ -166,10 +166,11 @@ without replicas)."""
 
 def _alpa(layers: Sequence[Layer], edges: Sequence[tuple[int, int]] | None,
           cluster: Cluster, b: int, kw: dict[str, Any]) -> Choice:
-    """Alpa's choice: the chain DP with moves free, priced (on the graph's edges)."""
-    got = search_chain(layers, cluster, b, moves="free", rerank=0, **kw)
+    """Alpa's choice: the chain DP with moves free, priced (on the graph's edges, as
+    :func:`reshard.search.search_graph` prices its baseline)."""
     if edges is None:
-        return got
+        return search_chain(layers, cluster, b, moves="free", rerank=0, **kw)
+    got = search_chain(layers, cluster, b, moves="free", rerank=0, edges=edges, **kw)
     graph = Graph(tuple(layers), tuple(edges))
     return evaluate_graph(graph, got.stages, cluster, b, got.schedule,
                           MoveCosts(cluster, cache=kw["cache"]))

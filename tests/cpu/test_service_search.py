@@ -78,7 +78,8 @@ def _wait(what, seconds: float = 20.0) -> bool:
 def _baselines_in_process(layers, cluster, b, answer, edges=None, **kw):
     """Alpa's and Megatron's own choices as the service reports them."""
     cache = CostCache()
-    alpa = search_chain(layers, cluster, b, moves="free", rerank=0, cache=cache, **kw)
+    alpa = search_chain(layers, cluster, b, moves="free", rerank=0, cache=cache, edges=edges,
+                        **kw)
     if edges is not None:
         alpa = evaluate_graph(Graph(tuple(layers), edges), alpa.stages, cluster, b,
                               alpa.schedule, MoveCosts(cluster, cache=cache))
