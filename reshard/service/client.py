@@ -19,7 +19,7 @@ import math
 import pathlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import grpc
 import numpy as np
@@ -35,15 +35,17 @@ from reshard.planner.estimates import request_parts as estimate_parts
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.values.request import request_parts
 from reshard.planner.values.strategy import Strategy
-from reshard.search import Graph, Layer
 from reshard.service.auth import bearer
 from reshard.service.convert import SERVICE_NAME, encode_value, layout_from_pb, request_to_pb
 from reshard.service.options import DEFAULT_MAX_MESSAGE
 from reshard.service.plan_codec import merge_chunks, plan_from_pb, plan_to_pb
-from reshard.service.search_codec import SearchResult, reply_from_pb, search_request
 from reshard.service.status import ERROR_CLASSES, ServiceError, raise_rpc_error, rpc_error
 from reshard.service.v1 import reshard_pb2 as pb
 from reshard.service.v1 import reshard_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:  # the search (and the pipeline it simulates) load when first asked
+    from reshard.search import Graph, Layer
+    from reshard.service.search_codec import SearchResult
 
 
 @dataclass(frozen=True)
@@ -287,6 +289,8 @@ class Client:
             ServiceError: over the server's budgets (RESOURCE_EXHAUSTED), stopped at
                 the deadline, the server's cap or ``time_limit`` (DEADLINE_EXCEEDED).
         """
+        from reshard.service.search_codec import search_request
+
         return self._search(search_request(model, cluster, microbatches,
                                            encode=self._encode, **options), timeout)
 
@@ -299,11 +303,15 @@ class Client:
         ``model`` is the layers (a function building them runs only in process);
         ``options`` as :meth:`search` takes a chain's (``schedule``, ``memory_limit``,
         ``block``, ``rerank``, ``time_limit``)."""
+        from reshard.service.search_codec import search_request
+
         return self._search(search_request(
             model, cluster, microbatches, replicas=True if replicas is None else replicas,
             encode=self._encode, **options), timeout)
 
     def _search(self, request: pb.SearchRequest, timeout: float | None) -> SearchResult:
+        from reshard.service.search_codec import reply_from_pb
+
         return reply_from_pb(self._call(self._stub.Search, request, timeout))
 
     # ----- execution ------------------------------------------------------------------
