@@ -48,7 +48,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 
@@ -235,7 +235,8 @@ def good_client(address: str, until: float) -> tuple[list[float], dict[str, int]
     return latencies, failed
 
 
-def _quantiles(latencies: list[float], method: str = "exclusive") -> tuple[float, float]:
+def _quantiles(latencies: list[float],
+               method: Literal["inclusive", "exclusive"] = "exclusive") -> tuple[float, float]:
     """p50 and p99 of ``latencies`` in ms (NaN for fewer than two; ``method`` as
     :func:`statistics.quantiles` takes it: ``"inclusive"`` stays within the sample)."""
     if len(latencies) < 2:
