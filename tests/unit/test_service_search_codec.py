@@ -233,3 +233,24 @@ def test_a_job_answers_with_the_baselines_and_says_when_they_are_missing():
     with pytest.raises(ServiceError, match="no time was left") as e:
         searches.run(raw, None, time.monotonic() - 1, 120)
     assert e.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_the_search_budgets_come_from_their_flags():
+    import argparse
+
+    from reshard.errors import ReshardError
+    from reshard.service import serve_cli
+    from reshard.service.options import ServeOptions
+
+    ap = argparse.ArgumentParser()
+    serve_cli.add_arguments(ap)
+    default = serve_cli.options_from(ap.parse_args([]))
+    assert (default.max_search_candidates, default.max_search_cells,
+            default.search_cache_bytes) == (100_000, 1 << 22, 16 << 20)
+    o = serve_cli.options_from(ap.parse_args(["--max-search-cells", "99",
+                                              "--max-search-candidates", "7",
+                                              "--search-cache-mb", "2"]))
+    assert (o.max_search_candidates, o.max_search_cells, o.search_cache_bytes) == (
+        7, 99, 2 << 20)
+    with pytest.raises(ReshardError, match="max_search_cells must be an integer >= 1"):
+        ServeOptions(max_search_cells=0)
