@@ -36,6 +36,7 @@ from reshard.planner.schedule.staging import check_budget, fit_budget, staging_s
 from reshard.planner.schedule.work import Splitter, WorkList
 from reshard.planner.search.allreduce import allreduce_first
 from reshard.planner.search.passes import ALTERNATIVES_UP_TO, search
+from reshard.planner.search.twins import Twins
 from reshard.planner.values.request import Request, default_cluster, make_tensor_spec, request_parts
 from reshard.planner.values.scales import with_scales
 from reshard.planner.values.strategy import Strategy
@@ -254,7 +255,10 @@ class Builds:
         self._slices: dict[tuple[Any, ...], Slices] = {}  # cut, not yet planned
         self._floors: dict[tuple[Any, ...], float] = {}
         self._planned: dict[tuple[Any, ...], Slices] = {}  # planned, to assemble again
+        self._cuts: dict[tuple[Any, ...], Cut] = {}  # every strategy's cells, cut once
+        self._signatures: dict[tuple[Any, ...], tuple[object, ...]] = {}  # slices' own
         self.known: Routes = {}  # every candidate's routes (one cluster a call)
+        self.twins = Twins()  # every candidate, each distinct one priced once
 
     def __call__(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
                  fan_out: bool, fuse: bool = False, fine: bool = False,
@@ -265,6 +269,11 @@ class Builds:
         got = self._tasks.get(key)
         if got is not None:
             return got
+        if fine and self._fine_as_coarse(tensors, cluster, strat, fuse):
+            coarse = self(tensors, cluster, strat, fan_out, fuse, False, limit)
+            if coarse is not None:
+                self._tasks[key] = coarse
+            return coarse
         cut = (tensors, cluster, strat, fuse, fine)
         slices = self._planned.get(cut)
         if slices is not None:  # planned already, fanned out the other way: the same
@@ -281,12 +290,37 @@ class Builds:
 
     def slices(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
                fuse: bool = False, fine: bool = False) -> Slices:
-        """:func:`cut_slices`, kept until a build plans them."""
+        """:func:`cut_slices`, kept until a build plans them (their signature, for
+        :meth:`_fine_as_coarse`, kept longer)."""
         key = (tensors, cluster, strat, fuse, fine)
         got = self._slices.get(key)
         if got is None:
-            got = self._slices[key] = cut_slices(tensors, cluster, strat, fuse, fine)
+            cut = self.cut(tensors, cluster, fuse, fine)
+            got = self._slices[key] = cut_slices(tensors, cluster, strat, fuse, fine, cut)
+            self._signatures[key] = (got.reduces, got.work.signature())
         return got
+
+    def cut(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, fuse: bool,
+            fine: bool) -> Cut:
+        """:func:`cut_cells`, once for every strategy (and for ``fuse`` and ``fine``
+        where they change nothing: :func:`cut_key`)."""
+        same = (tensors, cluster, *cut_key(tensors, fuse, fine))
+        got = self._cuts.get(same)
+        if got is None:
+            got = self._cuts[same] = cut_cells(tensors, cluster, fuse, fine)
+        return got
+
+    def _fine_as_coarse(self, tensors: tuple[TensorSpec, ...], cluster: Cluster,
+                        strat: Strategy, fuse: bool) -> bool:
+        """Whether the ``fine`` cut's slices are the coarse cut's (no cell splits
+        further, no reduction changes): then every plan and floor of one is the
+        other's, and the fine one is neither planned nor priced again."""
+        coarse, fine = ((tensors, cluster, strat, fuse, f) for f in (False, True))
+        if coarse not in self._signatures:
+            self.slices(tensors, cluster, strat, fuse, False)
+        if fine not in self._signatures:
+            self.slices(tensors, cluster, strat, fuse, True)
+        return self._signatures[coarse] == self._signatures[fine]
 
     def floor(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, baseline: Strategy,
               fine: bool = False) -> float:
@@ -294,6 +328,8 @@ class Builds:
         :func:`~reshard.planner.schedule.floors.baseline_floor`, found once."""
         key = (tensors, cluster, baseline, fine)
         got = self._floors.get(key)
+        if got is None and fine and self._fine_as_coarse(tensors, cluster, baseline, False):
+            got = self._floors[key] = self.floor(tensors, cluster, baseline)
         if got is None:
             s = self.slices(tensors, cluster, baseline, fine=fine)
             got = self._floors[key] = baseline_floor(s.work, s.reduces, s.itemsizes,
@@ -340,9 +376,10 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
     ``builds``: the planning call's memo (default: a new one)."""
     builds = Builds() if builds is None else builds
     tasks, pipelined = builds.whole(tensors, cluster, strat, fan_out=False)
-    best = search(ReshardPlan(tensors, tasks, strat, cluster), pipelined, builds,
-                  known=builds.known,
-                  floor_of=lambda baseline: builds.floor(tensors, cluster, baseline))
+    first_plan = builds.twins.adopt(ReshardPlan(tensors, tasks, strat, cluster))
+    best = search(first_plan, pipelined, builds, known=builds.known,
+                  floor_of=lambda baseline: builds.floor(tensors, cluster, baseline),
+                  twins=builds.twins)
     if strat is not Strategy.BROADCAST or len(best.tasks) > BASELINES_UP_TO or \
             best.estimate() <= best.lower_bound() * (1 + 1e-9):
         return best
@@ -353,6 +390,8 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
               if not builds.beaten(tensors, cluster, baseline, best.estimate())]
     first = allreduce_first(tensors, cluster, strat,
                             lambda ts, cl, st: _best_plan(ts, cl, st, builds))
+    if first is not None:
+        first = builds.twins.adopt(first.share_routes(builds.known))
     for other in (*others, *([first] if first is not None else [])):
         if other.estimate() < best.estimate():
             best = builds.relabel(other, strat)
@@ -429,19 +468,30 @@ class Slices:
         return self.strat is Strategy.BROADCAST and any(r.step > 0 for r in self.reduces)
 
 
-def cut_slices(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
-               fuse: bool = False, fine: bool = False) -> Slices:
-    """The slices of a plan of ``tensors`` (:func:`ordered_tasks`' arguments): each
-    tensor's cells (a partial source's reduced first), split for balance under
-    ``broadcast``, in a work list."""
+@dataclass(frozen=True)
+class Cut:
+    """The cells of a planning call's tensors, before any strategy's choice
+    (:func:`cut_cells`): per tensor its cells and the step each may start at; the
+    partial sums' reductions; the loads those put on the cluster."""
+
+    cells: tuple[list[Cell] | CellTable, ...]
+    after: tuple[Sequence[int] | np.ndarray, ...]
+    reduces: tuple[Task, ...]
+    loads: Loads
+
+
+def cut_cells(tensors: tuple[TensorSpec, ...], cluster: Cluster, fuse: bool = False,
+              fine: bool = False) -> Cut:
+    """Each tensor's cells (a partial source's reduced first): what every strategy's
+    slices are cut from (:func:`cut_slices`). ``fuse`` and ``fine`` change only the
+    reductions (:func:`cut_key`)."""
     loads = Loads(cluster)
-    work = WorkList(cluster, loads)
     reduces: list[Task] = []
-    broadcast = strat is Strategy.BROADCAST
     min_piece = _min_piece(cluster, fine)
     same: dict[tuple[Any, ...], list[Cell] | CellTable] = {}  # tensors of one shape and layouts
     boxes = _LayoutBoxes()
-    itemsizes = [t.itemsize for t in tensors]
+    per_tensor: list[list[Cell] | CellTable] = []
+    afters: list[Sequence[int] | np.ndarray] = []
     for i, t in enumerate(tensors):
         key = (t.shape, t.src, t.dst)
         cells = same.get(key)
@@ -464,13 +514,41 @@ def cut_slices(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strateg
                 cells = decompose(t.shape, holders, needers)
             if not tensor_reduces:  # reduce roots follow the loads: not reusable
                 same[key] = cells
-        split = _splitter(itemsizes[i], loads, min_piece) if broadcast else None
+        per_tensor.append(cells)
         if isinstance(cells, CellTable):  # never a partial source's (ready is empty)
-            work.add_table(i, cells, itemsizes[i], np.zeros(len(cells), np.int64), split)
+            afters.append(np.zeros(len(cells), np.int64))
         else:
-            work.add_cells(i, cells, itemsizes[i],
-                           steps if ready else [0] * len(cells), split)
-    return Slices(cluster, strat, work, reduces, itemsizes)
+            afters.append(steps if ready else [0] * len(cells))
+    return Cut(tuple(per_tensor), tuple(afters), tuple(reduces), loads)
+
+
+def cut_key(tensors: tuple[TensorSpec, ...], fuse: bool, fine: bool) -> tuple[bool, bool]:
+    """What of ``fuse`` and ``fine`` changes :func:`cut_cells`: only a partial
+    source's reductions read them (``fuse``: of a tensor that fuses)."""
+    partial = [t for t in tensors if t.src.spec.is_partial]
+    return fuse and any(t.fuses for t in partial), fine and bool(partial)
+
+
+def cut_slices(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+               fuse: bool = False, fine: bool = False, cut: Cut | None = None) -> Slices:
+    """The slices of a plan of ``tensors`` (:func:`ordered_tasks`' arguments): each
+    tensor's cells (:func:`cut_cells`; ``cut``: found already, for the same
+    ``tensors``, ``cluster`` and :func:`cut_key`), split for balance under
+    ``broadcast``, in a work list."""
+    if cut is None:
+        cut = cut_cells(tensors, cluster, fuse, fine)
+    loads = cut.loads.copy()  # the cut's own stay as the reductions left them
+    work = WorkList(cluster, loads)
+    broadcast = strat is Strategy.BROADCAST
+    min_piece = _min_piece(cluster, fine)
+    itemsizes = [t.itemsize for t in tensors]
+    for i, (cells, after) in enumerate(zip(cut.cells, cut.after)):
+        split = _splitter(itemsizes[i], loads, min_piece) if broadcast else None
+        if isinstance(cells, CellTable):
+            work.add_table(i, cells, itemsizes[i], np.asarray(after), split)
+        else:
+            work.add_cells(i, cells, itemsizes[i], after, split)
+    return Slices(cluster, strat, work, list(cut.reduces), itemsizes)
 
 
 def _splitter(itemsize: int, loads: Loads, min_piece: int) -> Splitter:

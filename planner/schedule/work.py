@@ -141,6 +141,16 @@ class WorkList:
             cells += held + (rest if point_to_point else min(rest, 1))
         return rows + cells
 
+    def signature(self) -> tuple[object, ...]:
+        """What the slices added so far are, to compare with another work list's before
+        either is planned: equal signatures plan to equal tasks (every choice reads
+        the slices, their order and steps, and loads both start from equally). The
+        point-to-point rows count by the tables they come from (the same objects)."""
+        self._flush()
+        return (tuple(self.general), tuple(a.tobytes() for c in self._chunks for a in c),
+                tuple((tensor, id(table), rows.tobytes())
+                      for tensor, table, rows, *_ in self._p2p._parts))
+
     def _flush(self) -> None:
         if self._ref:
             self._chunks.append((np.array(self._nbytes, dtype=np.int64),
