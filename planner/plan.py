@@ -454,8 +454,7 @@ class Slices:
         broadcast = self.strat is Strategy.BROADCAST
         tasks = self.work.plan(CELL_PLANNERS[self.strat], self.itemsizes,
                                expect=broadcast and self.cluster.nics_per_host > 1,
-                               relays=broadcast, restep=self.strat is Strategy.ALLGATHER,
-                               fan_out=fan_out, first=self.reduces)
+                               relays=broadcast, fan_out=fan_out, first=self.reduces)
         return tasks, self.pipelined()
 
     def assemble(self, fan_out: bool) -> tuple[OrderedTasks, bool]:
