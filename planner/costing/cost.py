@@ -45,7 +45,7 @@ from reshard.dtypes import itemsize
 from reshard.layout import box_size
 from reshard.planner.cells.decompose import TABLE_FROM, decompose, decompose_table, devices_by_box
 from reshard.planner.costing.casts import conversion_seconds, converts
-from reshard.planner.costing.fairshare import FairShare
+from reshard.planner.costing.fairshare import FairShare, Path
 from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.stepgate import StepGate
 from reshard.planner.schedule.coalesce import followers
@@ -235,7 +235,8 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
                pipeline_piece(piece, t.nbytes), t.nbytes if per_message else 0, rides)
         got = known.get(key)
         if got is None:
-            got = known[key] = task_path(t, cluster, hops, rides=rides)
+            path, lat = task_path(t, cluster, hops, rides=rides)
+            got = known[key] = (Path(path), lat)  # its arrays kept with it
         out.append(got)
     return tuple(out)
 

@@ -131,6 +131,20 @@ class WorkList:
             cells += held + (rest if point_to_point else min(rest, 1))
         return rows + cells
 
+    def steps(self) -> tuple[list[int], np.ndarray]:
+        """The step each slice added so far may start at: per general cell (in the
+        order of :attr:`general`), and per point-to-point row (that of
+        :meth:`point_to_point`)."""
+        self._flush()
+        after, ref = _cat([c[1] for c in self._chunks]), _cat([c[2] for c in self._chunks])
+        cells = [0] * len(self.general)
+        rows = np.zeros(self._p2p.count, dtype=np.int64)
+        general = ref < 0
+        for r, af in zip((-1 - ref[general]).tolist(), after[general].tolist()):
+            cells[r] = af
+        rows[ref[~general]] = after[~general]
+        return cells, rows
+
     def signature(self) -> tuple[object, ...]:
         """What the slices added so far are, to compare with another work list's before
         either is planned: equal signatures plan to equal tasks (every choice reads

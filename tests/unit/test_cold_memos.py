@@ -86,3 +86,21 @@ def test_a_plan_priced_as_another_reads_its_numbers_and_refuses_other_tasks():
     assert memo.adopt(p) is p
     again = memo.adopt(ReshardPlan(p.tensors, p.tasks, p.strategy, p.cluster))
     assert again.estimate() == p.estimate() and again.simulate() is p.simulate()
+
+
+def test_an_all_gathers_floor_adds_its_steps(monkeypatch):
+    """All-gathered pieces enter through the NICs, then pass through the links at the
+    next step: the floor counts both, one after the other, and stays below the
+    baseline's searched plan."""
+    from reshard.planner.schedule import floors
+
+    cluster = Cluster.preset("dgx-h100", 4)
+    a, b = DeviceMesh((2, 8), range(16)), DeviceMesh((2, 8), range(16, 32))
+    tensors, _ = planned_tensors([((8192, 4096), "bfloat16", Layout(a, "S10R"),
+                                   Layout(b, "RR"))], cluster, None, None)
+    memo = Builds()
+    stepped = memo.floor(tensors, cluster, Strategy.ALLGATHER)
+    monkeypatch.setattr(floors, "_stepped", lambda load, cluster: 0.0)
+    busiest = Builds().floor(tensors, cluster, Strategy.ALLGATHER)
+    assert stepped > 1.1 * busiest
+    assert stepped <= _best_plan(tensors, cluster, Strategy.ALLGATHER).estimate()
