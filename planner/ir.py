@@ -9,7 +9,7 @@ import.
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -237,11 +237,22 @@ class ReshardPlan:
         """Seconds no plan can beat on :attr:`cluster` (see :mod:`reshard.planner.costing.cost`)."""
         lb = self._cache.get("lower_bound")
         if lb is None:
-            from reshard.planner.costing.cost import lower_bound
+            found = self._cache.pop("bound of", None)
+            if found is not None:
+                lb = found()
+            else:
+                from reshard.planner.costing.cost import lower_bound
 
-            lb = lower_bound(self.tensors, self.cluster)
+                lb = lower_bound(self.tensors, self.cluster)
             self._cache["lower_bound"] = lb
         return lb
+
+    def bound_by(self, found: Callable[[], float]) -> ReshardPlan:
+        """Find this plan's lower bound, when it is first asked for, by ``found()``
+        (the planner's, from the cells it cut: the bound depends on the tensors and the
+        cluster alone). Returns the plan itself."""
+        self._cache["bound of"] = found
+        return self
 
     # ----- serialization -------------------------------------------------------------------
     def digest(self) -> bytes:

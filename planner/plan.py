@@ -6,7 +6,7 @@ process, a device or a global.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,7 +28,7 @@ from reshard.planner.cells.decompose import (
     devices_by_box,
 )
 from reshard.planner.cells.reduce import decompose_pieces, reduce_sources
-from reshard.planner.costing.cost import Routes, stepped_floor
+from reshard.planner.costing.cost import Routes, lower_bound, stepped_floor
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.schedule.floors import baseline_floor
 from reshard.planner.schedule.send_columns import OrderedTasks
@@ -257,6 +257,7 @@ class Builds:
         self._planned: dict[tuple[Any, ...], Slices] = {}  # planned, to assemble again
         self._cuts: dict[tuple[Any, ...], Cut] = {}  # every strategy's cells, cut once
         self._signatures: dict[tuple[Any, ...], tuple[object, ...]] = {}  # slices' own
+        self._bounds: dict[tuple[Any, ...], float] = {}
         self.known: Routes = {}  # every candidate's routes (one cluster a call)
         self.twins = Twins()  # every candidate, each distinct one priced once
 
@@ -309,6 +310,27 @@ class Builds:
         if got is None:
             got = self._cuts[same] = cut_cells(tensors, cluster, fuse, fine)
         return got
+
+    def bound(self, tensors: tuple[TensorSpec, ...], cluster: Cluster) -> float:
+        """The request's lower bound (:func:`~reshard.planner.costing.cost.lower_bound`),
+        found once, from the cells a plain source's slices were cut from."""
+        return self.bound_of(tensors, cluster)()
+
+    def bound_of(self, tensors: tuple[TensorSpec, ...], cluster: Cluster
+                 ) -> Callable[[], float]:
+        """What finds :meth:`bound` when called (holding the cells and the bounds found,
+        not this memo: a plan keeps it until it is called)."""
+        key, known = (tensors, cluster), self._bounds
+        cut = self.cut(tensors, cluster, False, False)
+        cells = [None if t.src.spec.is_partial else c for t, c in zip(tensors, cut.cells)]
+
+        def found() -> float:
+            got = known.get(key)
+            if got is None:
+                got = known[key] = lower_bound(tensors, cluster, cells)
+            return got
+
+        return found
 
     def _fine_as_coarse(self, tensors: tuple[TensorSpec, ...], cluster: Cluster,
                         strat: Strategy, fuse: bool) -> bool:
@@ -376,12 +398,13 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
     ``builds``: the planning call's memo (default: a new one)."""
     builds = Builds() if builds is None else builds
     tasks, pipelined = builds.whole(tensors, cluster, strat, fan_out=False)
-    first_plan = builds.twins.adopt(ReshardPlan(tensors, tasks, strat, cluster))
+    first_plan = builds.twins.adopt(ReshardPlan(tensors, tasks, strat, cluster)).bound_by(
+        builds.bound_of(tensors, cluster))
     best = search(first_plan, pipelined, builds, known=builds.known,
                   floor_of=lambda baseline: builds.floor(tensors, cluster, baseline),
                   twins=builds.twins)
     if strat is not Strategy.BROADCAST or len(best.tasks) > BASELINES_UP_TO or \
-            best.estimate() <= best.lower_bound() * (1 + 1e-9):
+            best.estimate() <= builds.bound(tensors, cluster) * (1 + 1e-9):
         return best
     # a baseline whose floor is not below the best so far cannot replace it: neither
     # built nor simulated

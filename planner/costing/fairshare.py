@@ -58,19 +58,25 @@ def _distinct(values: np.ndarray, bound: int) -> np.ndarray:
 class Path(list[tuple[Resource, float]]):
     """A route's resources and fractions (a list, as any path), which keeps its
     resources' codes and fractions as arrays once :func:`path_arrays` read them: the
-    candidates of one planning call share their tasks' routes, so each is read once."""
+    candidates of one planning call share their tasks' routes, so each is read once.
+    ``codes``: its resources' codes where its maker knew them and every fraction is 1
+    (a transfer's hops)."""
 
-    __slots__ = ("arrays",)
+    __slots__ = ("arrays", "codes")
 
-    def __init__(self, edges: Sequence[tuple[Resource, float]] = ()) -> None:
+    def __init__(self, edges: Sequence[tuple[Resource, float]] = (),
+                 codes: Sequence[int] | None = None) -> None:
         super().__init__(edges)
         self.arrays: tuple[np.ndarray, np.ndarray] | None = None
+        self.codes = codes
 
 
 def path_arrays(path: Sequence[tuple[Resource, float]]) -> tuple[np.ndarray, np.ndarray]:
     """The resources of ``path`` as codes (:func:`~reshard.planner.values.resources.
     code`) and their fractions (kept on a :class:`Path`)."""
     got = path.arrays if isinstance(path, Path) else None
+    if got is None and isinstance(path, Path) and path.codes is not None:
+        got = path.arrays = (np.array(path.codes, dtype=np.int64), np.ones(len(path)))
     if got is None:
         n = len(path)
         got = (np.fromiter((i * 8 + KIND_CODE[k] for (k, i), _ in path), dtype=np.int64, count=n),

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.errors import PlanError
+from reshard.planner.costing.cost import lower_bound
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import Builds, Cut, _best_plan, cut_cells, planned_tensors
 from reshard.planner.search.twins import Twins
@@ -52,6 +53,7 @@ def _same_plans(tensors, cluster, strategy):
     assert fast.tasks == slow.tasks
     assert fast.strategy is slow.strategy
     assert fast.estimate() == slow.estimate()  # bit for bit
+    assert Builds().bound(tensors, cluster) == lower_bound(tensors, cluster)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
