@@ -28,6 +28,7 @@ from reshard.planner.cells.decompose import (
     devices_by_box,
 )
 from reshard.planner.cells.reduce import decompose_pieces, reduce_sources
+from reshard.planner.costing.columns import estimate_columns
 from reshard.planner.costing.cost import Routes, lower_bound, stepped_floor
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.schedule.floors import baseline_floor
@@ -156,6 +157,26 @@ def plan_tensors(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strat
         return _within(min(plans, key=lambda p: p.estimate()), memory_budget)
 
 
+def estimate_tensors(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy
+                     ) -> float:
+    """``plan_tensors(tensors, cluster, strat, None).estimate()`` (:func:`plan_many`'s
+    model seconds, no budget): where the first plan has more tasks than any search
+    looks at (:data:`ALTERNATIVES_UP_TO`: it is the plan), priced from its columns, its
+    sends never built as tasks (:func:`~reshard.planner.costing.columns.
+    estimate_columns`, the same seconds)."""
+    if phased(tensors):
+        return plan_tensors(tensors, cluster, strat, None).estimate()
+    with paused():
+        builds = Builds()
+        first = builds.columns(tensors, cluster, strat, fan_out=False)
+        assert first is not None  # no limit
+        if len(first[0]) > ALTERNATIVES_UP_TO:
+            got = estimate_columns(first[0], tensors, cluster, builds.known)
+            if got is not None:
+                return got
+        return _best_plan(tensors, cluster, strat, builds).estimate()
+
+
 def phased(tensors: Sequence[TensorSpec]) -> bool:
     """Whether a plan of ``tensors`` runs in two phases (a scaled cast's amaxes are
     reduced first)."""
@@ -258,6 +279,7 @@ class Builds:
         self._cuts: dict[tuple[Any, ...], Cut] = {}  # every strategy's cells, cut once
         self._signatures: dict[tuple[Any, ...], tuple[object, ...]] = {}  # slices' own
         self._bounds: dict[tuple[Any, ...], float] = {}
+        self._orders: dict[tuple[Any, ...], tuple[OrderedTasks, bool]] = {}
         self.known: Routes = {}  # every candidate's routes (one cluster a call)
         self.twins = Twins()  # every candidate, each distinct one priced once
 
@@ -268,25 +290,40 @@ class Builds:
         ``limit`` is not remembered, its slices are)."""
         key = (tensors, cluster, strat, fan_out, fuse, fine)
         got = self._tasks.get(key)
+        if got is None:
+            built = self.columns(tensors, cluster, strat, fan_out, fuse, fine, limit)
+            if built is None:
+                return None
+            got = self._tasks[key] = (built[0].tasks(), built[1])
+        return got
+
+    def columns(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+                fan_out: bool, fuse: bool = False, fine: bool = False,
+                limit: int | None = None) -> tuple[OrderedTasks, bool] | None:
+        """:meth:`__call__` with the tasks in the global order, their sends still
+        columns (:class:`~reshard.planner.schedule.send_columns.OrderedTasks`: built
+        as tasks only where a plan asks for them)."""
+        key = (tensors, cluster, strat, fan_out, fuse, fine)
+        got = self._orders.get(key)
         if got is not None:
             return got
         if fine and self._fine_as_coarse(tensors, cluster, strat, fuse):
-            coarse = self(tensors, cluster, strat, fan_out, fuse, False, limit)
+            coarse = self.columns(tensors, cluster, strat, fan_out, fuse, False, limit)
             if coarse is not None:
-                self._tasks[key] = coarse
+                self._orders[key] = coarse
             return coarse
         cut = (tensors, cluster, strat, fuse, fine)
         slices = self._planned.get(cut)
         if slices is not None:  # planned already, fanned out the other way: the same
-            ordered, pipelined = slices.assemble(fan_out)  # choices, only assembled
+            got = slices.assemble(fan_out)  # choices, only assembled
         else:
             slices = self.slices(tensors, cluster, strat, fuse, fine)
             if limit is not None and slices.least_tasks() > limit:
                 return None
             del self._slices[cut]  # planning uses them up
-            ordered, pipelined = slices.plan(fan_out)
+            got = slices.plan(fan_out)
             self._planned[cut] = slices
-        got = self._tasks[key] = (ordered.tasks(), pipelined)
+        self._orders[key] = got
         return got
 
     def slices(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,

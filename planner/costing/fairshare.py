@@ -107,20 +107,34 @@ class FairShare:
         codes = np.concatenate([c for c, _ in distinct]) if distinct else \
             np.zeros(0, dtype=np.int64)
         dfrac = np.concatenate([f for _, f in distinct]) if distinct else np.zeros(0)
+        dat = np.concatenate([[0], np.cumsum(dlens)])
+        lens = dlens[of]
+        edges = ranges(dat[of], dat[of] + lens)
+        self._edges(codes[edges], dfrac[edges], lens, cluster)
+
+    @classmethod
+    def of_edges(cls, codes: np.ndarray, frac: np.ndarray, lens: np.ndarray,
+                 cluster: Cluster) -> FairShare:
+        """The transfers whose paths are given as arrays: transfer ``t`` crosses the
+        resources of the next ``lens[t]`` ``codes`` (:func:`~reshard.planner.values.
+        resources.code`), each with its ``frac``: the same as the paths as lists."""
+        out = cls.__new__(cls)
+        out._edges(codes, frac, lens, cluster)
+        return out
+
+    def _edges(self, codes: np.ndarray, frac: np.ndarray, lens: np.ndarray,
+               cluster: Cluster) -> None:
+        """Set up from every transfer's edges (:meth:`of_edges`)."""
         # resources numbered in the order they first appear
         used_codes, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
         order = np.argsort(first)
         number = np.empty(len(used_codes), dtype=np.int64)
         number[order] = np.arange(len(used_codes))
-        dres = number[inverse.reshape(-1)]
+        res = number[inverse.reshape(-1)]
         in_order = used_codes[order]
-        dat = np.concatenate([[0], np.cumsum(dlens)])
-        lens = dlens[of]
-        edges = ranges(dat[of], dat[of] + lens)
-        res, frac = dres[edges], dfrac[edges]
-        task = np.repeat(np.arange(len(paths), dtype=np.int64), lens)
+        task = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
         used = frac > 0
-        self.n = len(paths)
+        self.n = len(lens)
         self.resources: list[Resource] = [of_code(c) for c in in_order.tolist()]
         present = {r[0] for r in self.resources}
         kinds = np.array([capacity((k, 0), cluster) if k in present else 0.0 for k in KINDS],

@@ -23,8 +23,11 @@ after step, for the longest its own resources (its links, and its NIC where no o
 device shares it) take to carry that step's bytes (as
 :func:`~reshard.planner.costing.cost.stepped_floor` reads a built plan): an all-gather
 baseline receives its pieces through the NICs, then passes the rest through the
-links, one after the other. The floor is the larger of the two bounds:
-:func:`baseline_floor`.
+links, one after the other. Every byte counted is a transfer's (a copy crosses none of
+these resources), which flows only once the transfer's latency has passed: at least
+the cluster's least latency (``min(latency, intra_latency)``, a hop's) in each step
+of a device, and once before the busiest resource's bytes. The floor is the larger of
+the two bounds: :func:`baseline_floor`.
 
 What the baselines' searches change keeps that floor: their passes' candidates are
 the same sends one at a time a device (``least-concurrent``: a device then carries each
@@ -135,7 +138,11 @@ def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[
                        (NIC_IN, nic_in)):
         for key, b in part.items():
             load[(kind, key)] += b
-    return max(_busiest(load, cluster), _stepped(load, cluster)) * (1 - FLOOR_MARGIN)
+    # every byte counted here is a transfer's, which flows only after its latency
+    wait = min(cluster.latency, cluster.intra_latency)
+    busiest = _busiest(load, cluster)
+    return max(busiest + wait if busiest > 0 else 0.0, _stepped(load, cluster, wait)) * \
+        (1 - FLOOR_MARGIN)
 
 
 def _busiest(load: StepLoads, cluster: Cluster) -> float:
@@ -146,9 +153,10 @@ def _busiest(load: StepLoads, cluster: Cluster) -> float:
     return max((b / capacity(res, cluster) for res, b in total.items()), default=0.0)
 
 
-def _stepped(load: StepLoads, cluster: Cluster) -> float:
+def _stepped(load: StepLoads, cluster: Cluster, wait: float = 0.0) -> float:
     """The busiest device's steps end to end: per device, over its steps, its own
-    resources' longest time a step (module docstring)."""
+    resources' longest time a step, after ``wait`` (the least latency of a transfer)
+    a step (module docstring)."""
     on_nic = Counter(cluster.nic_map.values())
     alone = {n: d for d, n in cluster.nic_map.items() if on_nic[n] == 1}
     window: defaultdict[tuple[int, int], float] = defaultdict(float)  # (device, step)
@@ -163,7 +171,8 @@ def _stepped(load: StepLoads, cluster: Cluster) -> float:
         window[(owner, step)] = max(window[(owner, step)], seconds)
     busy: defaultdict[int, float] = defaultdict(float)
     for (owner, _), seconds in window.items():
-        busy[owner] += seconds
+        if seconds > 0:
+            busy[owner] += wait + seconds
     return max(busy.values(), default=0.0)
 
 

@@ -102,7 +102,71 @@ def test_an_all_gathers_floor_adds_its_steps(monkeypatch):
                                    Layout(b, "RR"))], cluster, None, None)
     memo = Builds()
     stepped = memo.floor(tensors, cluster, Strategy.ALLGATHER)
-    monkeypatch.setattr(floors, "_stepped", lambda load, cluster: 0.0)
+    monkeypatch.setattr(floors, "_stepped", lambda load, cluster, wait: 0.0)
     busiest = Builds().floor(tensors, cluster, Strategy.ALLGATHER)
     assert stepped > 1.1 * busiest
     assert stepped <= _best_plan(tensors, cluster, Strategy.ALLGATHER).estimate()
+
+
+LARGE = (("S01R", "RS10"), ("S10R", "RS01"), ("RS01", "S10R"), ("S0S1", "RS10"),
+         ("RR+P0", "S01R"), ("S1R+P0", "RS10"))
+"""Layout pairs whose first plan on (4, 8) or (8, 8) meshes has more tasks than any
+search pass looks at: most of them sends kept as columns."""
+
+
+@settings(max_examples=16, deadline=None, derandomize=True, database=None)
+@given(st.sampled_from(LARGE), st.sampled_from(["dgx-h100", "aws-p4d.24xlarge", "paper"]),
+       st.sampled_from([Strategy.BROADCAST, Strategy.SEND_RECV]), st.booleans(),
+       st.integers(0, 7), st.integers(0, 5), st.randoms(use_true_random=False))
+def test_a_large_plan_priced_from_its_columns_is_the_plans_own(pair, preset, strategy,
+                                                               overlap, dr, dc, rng):
+    """Uneven shapes, meshes on shuffled devices, disjoint or the same devices: the
+    columns' seconds are the whole plan's, bit for bit."""
+    from reshard.planner.costing import columns
+    from reshard.planner.plan import estimate_tensors, plan_tensors
+
+    rows = 4 if pair[0].endswith("+P0") else 8
+    per = 4 if preset == "paper" else 8
+    cluster = Cluster.preset(preset, 2 * rows)
+    devices = list(cluster.devices)
+    rng.shuffle(devices)
+    n = rows * per
+    src = Layout(DeviceMesh((rows, per), devices[:n]), pair[0])
+    pool = devices[:n] if overlap else devices[n:2 * n]
+    rng.shuffle(pool)
+    dst = Layout(DeviceMesh((rows, per), pool), pair[1])
+    shape = (4096 + dr * 3, 2048 - dc)
+    tensors, _ = planned_tensors([(shape, "bfloat16", src, dst)], cluster, None, None)
+    used: list[float | None] = []
+    real = columns.estimate_columns
+
+    def spy(*args, **kwargs):
+        used.append(real(*args, **kwargs))
+        return used[-1]
+
+    import reshard.planner.plan as plan_module
+    plan_module.estimate_columns = spy
+    try:
+        fast = estimate_tensors(tensors, cluster, strategy)
+    finally:
+        plan_module.estimate_columns = real
+    whole = plan_tensors(tensors, cluster, strategy, None)
+    assert fast == whole.estimate()
+    assert (len(whole.tasks) > 2048) == bool(used)
+    assert all(u is not None for u in used)
+
+
+def test_a_large_plan_on_a_shared_bandwidth_is_built_whole():
+    from reshard.planner.costing.columns import estimate_columns
+    from reshard.planner.plan import Builds as Memo
+    from reshard.planner.plan import estimate_tensors, plan_tensors
+
+    cluster = Cluster.regular(4, 8, shared_bandwidth=5e10, message_cost=2e-5)
+    a, b = DeviceMesh((2, 8), range(16)), DeviceMesh((2, 8), range(16, 32))
+    tensors, _ = planned_tensors([((8192, 64), "float32", Layout(a, "S01R"),
+                                   Layout(b, "S10R"))], cluster, None, None)
+    ordered = Memo().columns(tensors, cluster, Strategy.BROADCAST, False)
+    assert ordered is not None
+    assert estimate_columns(ordered[0], tensors, cluster) is None
+    assert estimate_tensors(tensors, cluster, Strategy.BROADCAST) == \
+        plan_tensors(tensors, cluster, Strategy.BROADCAST, None).estimate()
