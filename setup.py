@@ -37,10 +37,10 @@ setup(
     description="Cross-mesh resharding: plan, execute and schedule tensor transfers between device meshes",
     long_description=pathlib.Path("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
-    python_requires=">=3.10",
+    python_requires=">=3.11",  # tomllib, typing.Self (tests/unit/test_python_requires.py)
     package_dir=package_dir,
     packages=packages,
-    package_data={"reshard": ["py.typed", "presets.toml", "service/v1/*.proto", "service/v1/*.pyi"]},
+    package_data={"reshard": ["py.typed", "core/presets.toml", "service/v1/*.proto", "service/v1/*.pyi"]},
     # What a compiler using only the planner (or the service) needs; the data plane's
     # heavy parts are extras.
     install_requires=[

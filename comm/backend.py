@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
-from reshard.choice import parse_choice
-from reshard.dtypes import ReduceOp, accumulator, why_not_summable
-from reshard.errors import DTypeError, OptionError, ReshardError
+from reshard.core.choice import parse_choice
+from reshard.core.dtypes import ReduceOp, accumulator, why_not_summable
+from reshard.core.errors import DTypeError, OptionError, ReshardError
 from reshard.planner.values.tasks import SUMMING, Conversion, Task
 
 Devices: TypeAlias = Sequence[int]
@@ -70,9 +70,9 @@ class Capabilities:
 
     Attributes:
         moves: dtype names the backend moves; None for every dtype of
-            :data:`reshard.dtypes.DTYPES`.
+            :data:`reshard.core.dtypes.DTYPES`.
         sums: dtype names its reduce can combine (sum, and max for an amax); a partial
-            sum reduces in its accumulator (:func:`reshard.dtypes.accumulator`: bf16 and
+            sum reduces in its accumulator (:func:`reshard.core.dtypes.accumulator`: bf16 and
             fp16 in float32), which must be among them. None: every accumulator.
         groups_need_world: collective communicators are created by every rank of the
             world, members or not (gloo's ``new_group``): every worker must load every
@@ -89,9 +89,9 @@ class Capabilities:
             after the step, and never passes ``landed`` (refused likewise).
         converts: dtype names its buffers convert between (a cast on the wire, a
             partial sum into and out of its accumulator); None: every dtype
-            (:mod:`reshard.casting` on numpy or torch buffers).
+            (:mod:`reshard.core.casting` on numpy or torch buffers).
         bits: dtype names its array library lacks, so its buffers hold them as unsigned
-            integers of the same width (:func:`reshard.dtypes.storage`): the caller's
+            integers of the same width (:func:`reshard.core.dtypes.storage`): the caller's
             arrays of such a tensor may be of either type, and the bits move unchanged.
         sized_pieces: the backend pipelines in pieces of a size it is told: the
             executor calls its ``use_piece(nbytes)`` before running a program, with the
@@ -293,7 +293,7 @@ def check_dtypes(tensors: Sequence[Conversion], tasks: Iterable[Task], caps: Cap
                  name: str) -> None:
     """Refuse, before anything moves, a dtype the backend cannot move, a partial sum
     it cannot reduce and a conversion it cannot make (the dtype policy,
-    :mod:`reshard.dtypes`, applied to one backend's capabilities).
+    :mod:`reshard.core.dtypes`, applied to one backend's capabilities).
 
     Args:
         tensors: the plan's (or program's) tensors.
@@ -360,6 +360,9 @@ class BackendEntry:
         requires: ``"package.module:function"`` saying why it cannot run on this
             machine (a missing package, no GPU) or None, asked before anything starts;
             empty: it always can.
+        keyed: its ranks authenticate their connections with the run's ``link_key=``
+            (:mod:`reshard.comm.bootstrap.link_key`), which reshard's launchers make once per run.
+        summary: what it is, in a few words (command lines' ``--help``).
     """
 
     name: str
@@ -369,6 +372,8 @@ class BackendEntry:
     preload: tuple[str, ...] = ()
     advertises: bool = False
     requires: str = ""
+    keyed: bool = False
+    summary: str = ""
 
     def problem(self) -> str | None:
         """Why it cannot run on this machine, or None (:attr:`requires`)."""
@@ -491,29 +496,15 @@ class BackendRegistry:
 
 _LOOP = "reshard.comm.launchers.worker_loop"
 _NEEDS = "reshard.comm.backends.requirements:"
+_AT = "reshard.comm.backends."
 
-_BUILTIN: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...], bool, str], ...] = (
-    # The one table of the built-ins: everything that lists backends derives from it.
-    # name, factory path, where it declares its capabilities (modules that import no
-    # torch / cupy), launchers (preferred first), fork-server preloads, advertises,
-    # requirement
-    ("local", "reshard.comm.backends.local:LocalBackend",
-     "reshard.comm.backends.local:LocalBackend", ("thread",), (), False, ""),
-    ("gloo", "reshard.comm.backends.gloo:GlooBackend",
-     "reshard.comm.backends.gloo:GlooBackend", ("process", "ray"),
-     (_LOOP, "reshard.comm.backends.gloo", "torch.distributed"), True, _NEEDS + "needs_torch"),
-    ("nccl", "reshard.comm.backends.nccl:NcclBackend",
-     "reshard.comm.backends.nccl:NcclBackend", ("process", "ray"), (_LOOP,), False,
-     _NEEDS + "needs_gpu"),
-    ("torch", "reshard.comm.backends.torch_dist:torch_backend",
-     "reshard.comm.backends.torch_dist:TorchDistBackend", (), (), False, ""),
-    ("tcp", "reshard.comm.backends.tcp:TcpBackend",
-     "reshard.comm.backends.tcp:TcpBackend", ("process", "ray"),
-     (_LOOP, "reshard.comm.backends.tcp"), True, ""),
-    ("nixl", "reshard.comm.backends.nixl:NixlBackend",
-     "reshard.comm.backends.nixl:NixlBackend", ("process", "ray"),
-     (_LOOP, "reshard.comm.backends.nixl"), True, _NEEDS + "needs_nixl"),
-)
+
+def _declared(path: str) -> Capabilities:
+    """The capabilities the class at ``path`` (``"package.module:Class"``) declares; the
+    built-ins' modules import no torch or cupy until a rank is built."""
+    module, _, cls = path.partition(":")
+    caps: Capabilities = getattr(importlib.import_module(module), cls).capabilities
+    return caps
 
 
 def builtin_backends() -> BackendRegistry:
@@ -522,14 +513,34 @@ def builtin_backends() -> BackendRegistry:
     caller made; embedded only). Each call returns a new value; extend it with
     :meth:`BackendRegistry.register` or :func:`register_backend` (a registered backend
     runs embedded, through :class:`reshard.comm.executor.Executor`: reshard's launchers
-    and :class:`reshard.Runtime` start the built-ins only)."""
-    entries = []
-    for name, factory, declared, launchers, preload, advertises, requires in _BUILTIN:
-        module, _, cls = declared.partition(":")
-        caps = getattr(importlib.import_module(module), cls).capabilities
-        entries.append(BackendEntry(name, factory, caps, launchers, preload, advertises,
-                                    requires))
-    return BackendRegistry(tuple(entries))
+    and :class:`reshard.Runtime` start the built-ins only).
+
+    Its rows are the one table of the built-ins: every list of backends (``BackendKind``,
+    the benchmarks' and the service's choices and help, the process launcher's preloads)
+    derives from them (``tests/unit/test_backend_registry.py``)."""
+    local, gloo, nccl = _AT + "local:LocalBackend", _AT + "gloo:GlooBackend", _AT + "nccl:NcclBackend"
+    tcp, nixl = _AT + "tcp:TcpBackend", _AT + "nixl:NixlBackend"
+    return BackendRegistry((
+        BackendEntry(name="local", summary="in-process reference: threads, numpy",
+                     factory=local, capabilities=_declared(local), launchers=("thread",)),
+        BackendEntry(name="gloo", summary="CPU processes, torch.distributed's gloo",
+                     factory=gloo, capabilities=_declared(gloo), launchers=("process", "ray"),
+                     preload=(_LOOP, _AT + "gloo", "torch.distributed"), advertises=True,
+                     requires=_NEEDS + "needs_torch"),
+        BackendEntry(name="nccl", summary="GPUs, NCCL through cupy",
+                     factory=nccl, capabilities=_declared(nccl), launchers=("process", "ray"),
+                     preload=(_LOOP,), requires=_NEEDS + "needs_gpu"),
+        BackendEntry(name="torch", summary="ranks of a torch.distributed process group the "
+                     "caller made (embedded only)", factory=_AT + "torch_dist:torch_backend",
+                     capabilities=_declared(_AT + "torch_dist:TorchDistBackend")),
+        BackendEntry(name="tcp", summary="CPU processes, scatter / gather sockets",
+                     factory=tcp, capabilities=_declared(tcp), launchers=("process", "ray"),
+                     preload=(_LOOP, _AT + "tcp"), advertises=True, keyed=True),
+        BackendEntry(name="nixl", summary="CPU processes, NIXL one-sided WRITEs over UCX",
+                     factory=nixl, capabilities=_declared(nixl), launchers=("process", "ray"),
+                     preload=(_LOOP, _AT + "nixl"), advertises=True, keyed=True,
+                     requires=_NEEDS + "needs_nixl"),
+    ))
 
 
 def register_backend(name: str, factory: Factory, capabilities: Capabilities, *,

@@ -44,7 +44,6 @@ from typing import Any, Self
 
 import numpy as np
 
-from reshard.cluster import Cluster
 from reshard.comm.backend import (
     Backend,
     BackendRegistry,
@@ -52,14 +51,15 @@ from reshard.comm.backend import (
     builtin_backends,
     check_dtypes,
 )
-from reshard.comm.execution import Execution
-from reshard.comm.packing import same_memory
+from reshard.comm.engine.execution import Execution
+from reshard.comm.engine.packing import same_memory
+from reshard.comm.engine.steps import LoadedProgram, StepTask, program_steps
 from reshard.comm.program import WorkerProgram
 from reshard.comm.spmd import LocalPlan, exchange, world_of
-from reshard.comm.steps import LoadedProgram, StepTask, program_steps
-from reshard.dtypes import dtype_name, is_torch, parse_dtype, storage, torch_of_numpy
-from reshard.errors import ExecutionError, PlanError, ReshardError, ShapeError
-from reshard.gcpause import paused
+from reshard.core.cluster import Cluster
+from reshard.core.dtypes import dtype_name, is_torch, parse_dtype, storage, torch_of_numpy
+from reshard.core.errors import ExecutionError, PlanError, ReshardError, ShapeError
+from reshard.core.gcpause import paused
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.schedule.staging import check_budget
 from reshard.planner.values.strategy import Strategy

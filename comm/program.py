@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from reshard.dtypes import ScaleMode, parse_dtype
-from reshard.errors import PlanError
-from reshard.gcpause import paused
-from reshard.layout import Box
+from reshard.core.dtypes import ScaleMode, parse_dtype
+from reshard.core.errors import PlanError
+from reshard.core.gcpause import paused
+from reshard.core.layout import Box
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.share import PlanShare, tasks_of
 from reshard.planner.values.tasks import Buffer, Conversion, Derive, Task, TaskKind, TensorSpec

@@ -9,7 +9,7 @@ all-gather of a small fixed-size record per rank (the plan's digest, the request
 digest, the digest of the world and channel the rank plans over, reshard's version,
 whether planning failed). Ranks that disagree, given different requests, worlds or
 channels, or running different reshard versions, all raise one
-:class:`~reshard.errors.PlanError` naming the ranks and what differs, instead of
+:class:`~reshard.core.errors.PlanError` naming the ranks and what differs, instead of
 hanging on mismatched messages; a rank whose planning failed reports it to every rank
 the same way (Megatron-Core's resharding builds the same plan on every rank from shared
 metadata; vLLM's NCCL M2N integration compares a plan digest across ranks).
@@ -23,14 +23,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reshard.cluster import Cluster
 from reshard.comm.backend import Backend
 from reshard.comm.program import WorkerProgram, share_program
-from reshard.errors import PlanError, ReshardError
+from reshard.core.cluster import Cluster
+from reshard.core.errors import PlanError, ReshardError
+from reshard.core.version import __version__
 from reshard.planner.share import PlanShare, plan_share
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import TensorSpec
-from reshard.version import __version__
 
 DIGEST = 32
 VERSION = 24

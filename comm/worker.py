@@ -28,10 +28,10 @@ import numpy as np
 
 from reshard.comm import calls
 from reshard.comm.backend import Backend
+from reshard.comm.engine.steps import LoadedProgram
 from reshard.comm.executor import Executor
 from reshard.comm.program import WorkerProgram
-from reshard.comm.steps import LoadedProgram
-from reshard.errors import ReshardError
+from reshard.core.errors import ReshardError
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.values.tasks import Derive
 

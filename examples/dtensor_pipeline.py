@@ -33,7 +33,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 from reshard.adapters.dtensor import redistribute
-from reshard.cliargs import add_version
+from reshard.core.cliargs import add_version
 
 WORLD = 8
 

@@ -16,7 +16,7 @@ import argparse
 import os
 import sys
 
-from reshard.cliargs import add_version
+from reshard.core.cliargs import add_version
 
 # 8 host devices; must be set before JAX initialises its CPU backend.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")

@@ -41,7 +41,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distribute_tensor
 
 from reshard.adapters.dtensor import redistribute_many
-from reshard.cliargs import add_version
+from reshard.core.cliargs import add_version
 
 WORLD = 8
 TRAIN = (0, 1, 2, 3)
@@ -114,8 +114,8 @@ def check_shard(rank: int, step: int, name: str, got: object, full: torch.Tensor
     """``got`` (a DTensor, or an fp8 one and its scales) against ``full`` sliced by
     DTensor's rule (fp8: the reference cast of ``full``, and its scales)."""
     if isinstance(got, tuple):
-        from reshard.casting import reference_cast
-        from reshard.dtypes import Cast, ScaleMode, numpy_of_torch, torch_of_numpy
+        from reshard.core.casting import reference_cast
+        from reshard.core.dtypes import Cast, ScaleMode, numpy_of_torch, torch_of_numpy
 
         values, scales = got
         ref_q, ref_s = reference_cast(numpy_of_torch(full),

@@ -217,7 +217,7 @@ def _two_ends(backend: str, count: int, rounds: int,
               env: dict[str, str] | None) -> list[float]:
     """:func:`_message_end` on two ranks of ``backend`` in processes of their own: each
     end's least CPU seconds."""
-    from reshard.comm.rendezvous import TcpRendezvousServer
+    from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 
     ctx = mp.get_context("forkserver")
     server = TcpRendezvousServer()

@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     flags.add_iterations(ap, iters=5, warmup=1)
     flags.add_check(ap)
     flags.add_cluster(ap, hosts=4, devices_per_host=2)
-    flags.add_runtime(ap, backend="gloo", timeout=300.0, backends=("gloo", "nccl"),
+    flags.add_runtime(ap, backend="gloo", timeout=300.0, backends=flags.PROCESS_PLANES,
                       launchers=("process", "ray"))
     flags.add_output(ap)
     return ap

@@ -45,6 +45,8 @@ CPU_PLANES = tuple(e.name for e in builtin_backends().entries
                    if e.capabilities.device == "cpu" and "process" in e.launchers)
 """Backends whose ranks are processes on host memory: the CPU data planes a testbed
 benchmark can run side by side."""
+PROCESS_PLANES = tuple(e.name for e in builtin_backends().entries if "process" in e.launchers)
+"""Backends whose ranks are processes (on host memory or a GPU)."""
 
 FLAGS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "iters": ("-n", "--iters"), "warmup": ("-w", "--warmup"),
@@ -408,11 +410,10 @@ def add_runtime(ap: argparse.ArgumentParser, backend: str = "gloo", timeout: flo
 
 def _add_backend(g: argparse._ArgumentGroup, backend: str, backends: Sequence[str],
                  launchers: Sequence[str]) -> None:
-    what = {"local": "local (in-process reference)", "gloo": "gloo (CPU processes)",
-            "nccl": "nccl (GPUs)", "tcp": "tcp (CPU processes, scatter / gather sockets)",
-            "nixl": "nixl (CPU processes, NIXL one-sided WRITEs over UCX)"}
+    registry = builtin_backends()
+    what = [f"{b} ({registry.entry(b).summary})" if b in registry else b for b in backends]
     g.add_argument(*FLAGS["backend"], choices=tuple(backends), default=backend, action=Given,
-                   help="data plane: " + ", ".join(what.get(b, b) for b in backends))
+                   help="data plane: " + ", ".join(what))
     g.add_argument(*FLAGS["launcher"], choices=tuple(launchers), default=None, action=Given,
                    help="how workers start (default: " + (
                        "thread for local, process otherwise)" if "local" in backends

@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from reshard.comm.bootstrap.sockets import listen_on, recv_exact
 from reshard.comm.launchers.netns import NetnsHost
 from reshard.comm.launchers.scheduling import apply
-from reshard.comm.sockets import listen_on, recv_exact
 from reshard.microbench import calibrate, flags
 from reshard.microbench.infra.procs import reap
 from reshard.microbench.steal import cpu_times, stolen_note

@@ -21,12 +21,12 @@ reference.
 
 Boxes (``--boxes``, default 1,000 of 16 KiB: 16 rows of 1 KiB of a 4 KiB-wide int32
 shard each) packed into one buffer: one ``copy_into`` per box (one launch each, before
-issue 60), a :class:`reshard.comm.box_batch.BoxBatch` (the table built and uploaded,
+issue 60), a :class:`reshard.comm.engine.box_batch.BoxBatch` (the table built and uploaded,
 one launch: what a step does now), the batch's kernel alone on a prepared table, and
 one copy of all their bytes.
 
 ``cast_bandwidth``: the block128 cast's rate (bytes/s of source data one GPU converts,
-what ``Cluster.cast_bandwidth`` charges) as the line to put in ``reshard/presets.toml``
+what ``Cluster.cast_bandwidth`` charges) as the line to put in ``reshard/core/presets.toml``
 (:func:`reshard.microbench.calibrate.gpu_cast_bandwidth` measures the same).
 
 Needs cupy and a GPU (exit code 2 without: ``--dry-run`` lists the cases)::
@@ -259,8 +259,8 @@ def cast_row(cupy: Any, timer: GpuTimer, shape: tuple[int, ...], source: str, ca
 def boxes_row(cupy: Any, timer: GpuTimer, count: int) -> dict[str, Any]:
     """``count`` boxes of 16 KiB packed: per-box launches, a BoxBatch, its kernel
     alone, and one copy of their bytes."""
-    from reshard.comm.box_batch import BoxBatch, _kernel, boxes_grid
-    from reshard.comm.pitched import copy_into
+    from reshard.comm.engine.box_batch import BoxBatch, _kernel, boxes_grid
+    from reshard.comm.engine.pitched import copy_into
 
     shard = cupy.arange(count * 16 * 1024, dtype=cupy.int32).reshape(count * 16, 1024)
     out = cupy.zeros((count, 16, 256), cupy.int32)
@@ -310,6 +310,21 @@ def _fmt(r: dict[str, Any]) -> str:
             f"{'yes' if r['exact'] else 'NO (' + str(r['differ']) + ')'}  {torch_part}")
 
 
+def _boxes(cupy: Any, timer: GpuTimer, count: int) -> dict[str, Any] | None:
+    """:func:`boxes_row`, printed (None when it failed)."""
+    try:
+        boxes = boxes_row(cupy, timer, count)
+    except Exception as e:  # noqa: BLE001 - a failing row must not stop the summary
+        print(f"boxes: FAILED {e!r}", flush=True)
+        return None
+    print(f"{boxes['boxes']} x 16 KiB boxes: bound {boxes['bound_ms']:.4f} ms; per box "
+          f"{boxes['per_box_ms']:.3f} ms ({boxes['per_box_ratio']:.1f}x), batched "
+          f"{boxes['batched_ms']:.3f} ms ({boxes['batched_ratio']:.1f}x; host "
+          f"{boxes['batched_host_us']:.0f} us), kernel alone {boxes['kernel_ms']:.4f} "
+          f"ms ({boxes['kernel_ratio']:.1f}x); exact {boxes['exact']}", flush=True)
+    return boxes
+
+
 def main(argv: list[str] | None = None) -> int:
     p = flags.parser("python -m reshard.microbench.gpu_cast", __doc__ or "")
     p.add_argument("-n", "--runs", type=positive_int, default=10, help="timed runs per case")
@@ -351,24 +366,13 @@ def main(argv: list[str] | None = None) -> int:
         ok &= r["exact"]
         print(_fmt(r), flush=True)
         cupy.get_default_memory_pool().free_all_blocks()
-    boxes = None
-    if args.boxes:
-        try:
-            boxes = boxes_row(cupy, timer, args.boxes)
-            print(f"{boxes['boxes']} x 16 KiB boxes: bound {boxes['bound_ms']:.4f} ms; per box "
-                  f"{boxes['per_box_ms']:.3f} ms ({boxes['per_box_ratio']:.1f}x), batched "
-                  f"{boxes['batched_ms']:.3f} ms ({boxes['batched_ratio']:.1f}x; host "
-                  f"{boxes['batched_host_us']:.0f} us), kernel alone {boxes['kernel_ms']:.4f} "
-                  f"ms ({boxes['kernel_ratio']:.1f}x); exact {boxes['exact']}", flush=True)
-            ok &= boxes["exact"]
-        except Exception as e:  # noqa: BLE001
-            print(f"boxes: FAILED {e!r}", flush=True)
-            ok = False
+    boxes = _boxes(cupy, timer, args.boxes) if args.boxes else None
+    ok &= not args.boxes or (boxes is not None and bool(boxes["exact"]))
     met = sum(r["ratio"] <= r["goal"] for r in rows)
     print(f"goals met: {met}/{len(rows)} casts; "
           f"{'all exact' if all(r['exact'] for r in rows) else 'NOT ALL EXACT'}", flush=True)
     if rows and rows[0]["cast"] == str(CASTS[0][1]):
-        print(f'cast_bandwidth = "{rows[0]["source_GBs"]:.0f} GB/s"   # reshard/presets.toml, '
+        print(f'cast_bandwidth = "{rows[0]["source_GBs"]:.0f} GB/s"   # reshard/core/presets.toml, '
               f"bf16 -> fp8 block128 on this GPU", flush=True)
     if args.json:
         write_json(args.json, {"machine": machine(), "rows": rows, "boxes": boxes,

@@ -14,7 +14,7 @@ events (median of ``-n`` after ``-w`` warm-ups):
   packing did before pitched copies);
 * ``2D``: the box as ``cudaMemcpy2DAsync`` calls (the same rows and pitches; shown as
   its ratio to ``floor``);
-* ``reshard``: what comm/packing.py issues now (:mod:`reshard.comm.pitched`: its own
+* ``reshard``: what comm/packing.py issues now (:mod:`reshard.comm.engine.pitched`: its own
   copy kernel, or cupy's where the geometry does not apply), checked byte for byte
   against cupy's result first.
 
@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from reshard.cliargs import natural_int, positive_int
-from reshard.comm.packing import is_contiguous, pack, region, unpack
-from reshard.comm.pitched import launch, pitched_copies
+from reshard.comm.engine.packing import is_contiguous, pack, region, unpack
+from reshard.comm.engine.pitched import launch, pitched_copies
 from reshard.dtypes import itemsize
 from reshard.layout import Box, box_size
 from reshard.microbench import flags

@@ -116,7 +116,7 @@ def run(repeats: int = 7, rows: int = 4096, measured: bool = True) -> list[dict[
     """Every case on 8 processes; per case the median over rounds of the slowest
     process's seconds, per path (and JAX's refusal where it has no path).
     ``measured``: plan for this machine's links (else the paper preset's)."""
-    from reshard.comm.rendezvous import TcpRendezvousServer
+    from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
     from reshard.microbench.calibrate import measure
     from reshard.microbench.infra.procs import reap
 

@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.testbed is None:
         return _compare(args, None)
-    from reshard.microbench.infra.testbed import Testbed
+    from reshard.testbed import Testbed
 
     with Testbed(4, args.testbed) as tb:
         return _compare(args, tb)

@@ -25,8 +25,8 @@ import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.comm.backends.tcp import TcpBackend
+from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 from reshard.comm.executor import Executor
-from reshard.comm.rendezvous import TcpRendezvousServer
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
 from reshard.microbench import flags

@@ -44,8 +44,9 @@ from typing import Any
 import numpy as np
 
 from reshard.cluster import Cluster
+from reshard.comm.backend import builtin_backends
+from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 from reshard.comm.executor import Executor
-from reshard.comm.rendezvous import TcpRendezvousServer
 from reshard.errors import ExecutionError
 from reshard.layout import Layout
 from reshard.mesh import DeviceMesh
@@ -236,7 +237,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--kill-window", type=float, default=0.02,
                     help="without --hold: the kill comes up to this many seconds into "
                          "the victim's sends")
-    ap.add_argument("--backend", default="tcp", choices=["tcp", "nixl"])
+    # the CPU planes whose communicators need not every rank of the world: a killed
+    # trainer rank leaves its peers' communicators usable
+    ap.add_argument("--backend", default="tcp", choices=[
+        e.name for e in builtin_backends().entries
+        if e.name in flags.CPU_PLANES and not e.capabilities.groups_need_world])
     ap.add_argument("--timeout", type=float, default=10.0, help="the backend's timeout")
     ap.add_argument("--switch-us", type=float, default=None,
                     help="the ranks' thread switch interval in microseconds (Python's "

@@ -111,7 +111,7 @@ def calibrated_costs(tl: Timeline, schedule: Schedule, fwd: float, bwd: float,
 def run(args: argparse.Namespace, out: Stream | None = None) -> tuple[list[dict], dict]:
     """Measure every schedule (each row printed through ``out`` when done, whose
     progress bar advances every step); returns table rows and facts about the set-up."""
-    from reshard.microbench.infra import testbed
+    from reshard import testbed
 
     fwd, bwd = args.forward_ms / 1e3, args.backward_ms / 1e3
     launcher = args.launcher or "process"
@@ -276,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      f"{args.microbatches}: {e}")
     launcher = args.launcher or "process"
     if launcher == "ray":
-        from reshard.microbench.infra.testbed import available
+        from reshard.testbed import available
 
         ok = available()
         if not ok:

@@ -79,7 +79,7 @@ def _stages(choice: Choice) -> str:
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Both choices on the testbed, alternated; their rows."""
-    from reshard.microbench.infra import testbed
+    from reshard import testbed
 
     with contextlib.ExitStack() as stack:
         tb = stack.enter_context(testbed.Testbed(HOSTS, args.nic_mbit / 1e3))
@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags.add_output(ap)
     args = ap.parse_args(argv)
     flags.check_output_paths(ap, [args.json])
-    from reshard.microbench.infra.testbed import available
+    from reshard.testbed import available
 
     ok = available()
     if not ok:

@@ -89,7 +89,7 @@ def measure(count: int, iters: int, testbed_gbit: float | None = None,
         reqs = requests(count, low=low << 10, high=high << 10)
         return _measure(reqs, plan_many(reqs, cluster=Cluster.regular(2, 4)), iters, None,
                         backends)
-    from reshard.microbench.infra.testbed import Testbed
+    from reshard.testbed import Testbed
 
     low, high = kib or (4, 1024)
     with Testbed(4, testbed_gbit) as tb:

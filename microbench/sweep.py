@@ -37,6 +37,7 @@ import numpy as np
 
 import reshard
 from reshard.cluster import Cluster
+from reshard.comm.backend import builtin_backends
 from reshard.dtypes import itemsize, parse_dtype
 from reshard.errors import ReshardError
 from reshard.layout import box_size
@@ -271,7 +272,7 @@ def simulate(cases: Sequence[Case], opts: Options, out: Stream) -> None:
 
 
 def host_bytes(requests: Sequence[Request]) -> int:
-    """Bytes the local and gloo backends hold in host memory for ``requests``: the
+    """Bytes a backend on host memory (local, gloo, tcp, nixl) holds for ``requests``: the
     driver's values, every source and destination shard."""
     total = 0
     for shape, dtype, src, dst, *_ in requests:
@@ -302,7 +303,7 @@ def devices_refusal(p: Placed, opts: Options) -> str | None:
 
 def memory_refusal(p: Placed, opts: Options) -> str | None:
     """Why run mode cannot hold ``p``'s values and shards in host memory, or None."""
-    if opts.backend in ("local", "gloo"):
+    if builtin_backends().entry(opts.backend).capabilities.device == "cpu":
         need, have = host_bytes(p.requests), _available_memory()
         if have and need > MEMORY_SHARE * have:
             return (f"needs about {need / 2**30:.1f} GiB of host memory for its values and "

@@ -1,6 +1,6 @@
 """The paper's n-to-m cases on the emulated multi-host testbed, measured against the model.
 
-Builds a :class:`~reshard.microbench.infra.testbed.Testbed` (hosts = network namespaces,
+Builds a :class:`~reshard.testbed.Testbed` (hosts = network namespaces,
 NICs = tc-limited veths), runs gloo workers inside it (``--backend tcp``: reshard's own
 sockets data plane; process launcher), and for
 every case and strategy reports:
@@ -64,7 +64,6 @@ from reshard.errors import ExecutionError, ReshardError
 from reshard.layout import Layout
 from reshard.microbench import calibrate, flags
 from reshard.microbench.infra.ray_cluster import RayCluster
-from reshard.microbench.infra.testbed import Testbed, available
 from reshard.microbench.measure import (
     Measured,
     count_wrong_all,
@@ -78,6 +77,7 @@ from reshard.microbench.steal import NOISY, cpu_times, stolen
 from reshard.microbench.suites.paper import Case, n_to_m_cases
 from reshard.microbench.suites.weight_sync import FP8_BLOCK, LLAMA2_7B, weight_sync_tensors
 from reshard.planner.plan import plan_many
+from reshard.testbed import Testbed, available
 
 PROG = "python -m reshard.microbench.testbed_bench"
 INTRA = ("measured", "preset")

@@ -17,7 +17,7 @@ ones, every sync between barriers, the slowest rank's time:
 ``-c 1`` checks every inference shard against the full weights (DTensor's own
 placement) after each method (``#wrong``: tensors that differ). ``--testbed GBIT`` runs
 the 8 ranks on the emulated testbed instead (4 network namespaces, 2 ranks each,
-NICs limited to GBIT Gbit/s with tc; root only; see ``reshard.microbench.infra.testbed``).
+NICs limited to GBIT Gbit/s with tc; root only; see ``reshard.testbed``).
 
 Run: ``python -m reshard.microbench.weight_sync_bench`` (from a checkout: the model
 comes from ``examples/rl_weight_sync.py``).
@@ -242,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.testbed is None:
         rows = spawn_ranks(rank_main, WORLD, args, None, None)
     else:
-        from reshard.microbench.infra.testbed import Testbed
+        from reshard.testbed import Testbed
 
         with Testbed(4, args.testbed) as tb:
             hosts = [(h.netns, h.ifname) for h in tb.netns_placement().hosts]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from reshard.errors import ReshardError
+from reshard.core.errors import ReshardError
 from reshard.pipeline.compare import main
 
 

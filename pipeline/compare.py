@@ -13,12 +13,12 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from reshard.cliargs import add_version
-from reshard.helptext import for_terminal
+from reshard.core.cliargs import add_version
+from reshard.core.helptext import for_terminal
+from reshard.core.tables import table
 from reshard.pipeline.costs import PipelineCosts
 from reshard.pipeline.generators import SCHEDULES, TRANSFER_AWARE, make_schedule
 from reshard.pipeline.simulator import simulate
-from reshard.tables import table
 
 DEFAULT_SCHEDULES = tuple(SCHEDULES)
 """Every shipped schedule, in the registry's order (one list: generators.SCHEDULES)."""
@@ -82,7 +82,7 @@ def compare_schedules(
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """Rows of :func:`compare_schedules` (or any dicts with the same keys) as aligned text
-    (the one renderer, :func:`reshard.tables.table`)."""
+    (the one renderer, :func:`reshard.core.tables.table`)."""
     if not rows:
         return ""
     return table(rows, [(k, k, _cell) for k in rows[0]], align="<", rule=False)
@@ -104,9 +104,9 @@ def paper_transfer(activation_mb: float, src_spec: str = "RRR", dst_spec: str = 
     ``src_spec`` -> ``dst_spec`` on (1, 4) meshes, broadcast strategy."""
     import math
 
-    from reshard.cluster import Cluster
-    from reshard.layout import Layout
-    from reshard.mesh import DeviceMesh
+    from reshard.core.cluster import Cluster
+    from reshard.core.layout import Layout
+    from reshard.core.mesh import DeviceMesh
     from reshard.planner.plan import plan
 
     per_host = mesh[1]

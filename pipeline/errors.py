@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from reshard.errors import ReshardError
+from reshard.core.errors import ReshardError
 
 
 class ScheduleError(ReshardError):
     """A schedule, action text, schedule name or cost table is invalid.
 
-    A :class:`ValueError` (through :class:`reshard.errors.ReshardError`), so callers can
+    A :class:`ValueError` (through :class:`reshard.core.errors.ReshardError`), so callers can
     catch either. When raised by :func:`reshard.pipeline.check`, ``problems`` holds
     every problem found, the first of which is described in the message.
 

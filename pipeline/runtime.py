@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from reshard.comm.calls import Attach, Invoke
-from reshard.errors import ReshardError
-from reshard.layout import Layout
+from reshard.core.errors import ReshardError
+from reshard.core.layout import Layout
 from reshard.pipeline.actions import Action
 from reshard.pipeline.errors import ScheduleError
 from reshard.pipeline.schedule import Schedule

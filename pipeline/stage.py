@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from reshard.layout import Layout
-from reshard.mesh import DeviceMesh
+from reshard.core.layout import Layout
+from reshard.core.mesh import DeviceMesh
 from reshard.pipeline.errors import ScheduleError
 
 

@@ -17,8 +17,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from reshard.choice import parse_choice
-from reshard.errors import ReshardError
+from reshard.core.choice import parse_choice
+from reshard.core.errors import ReshardError
 from reshard.pipeline.actions import Action, ActionKind
 from reshard.pipeline.errors import ScheduleError
 
@@ -33,7 +33,7 @@ class Stream(enum.Enum):
     @classmethod
     def parse(cls, value: Stream | str) -> Stream:
         """Reads a stream name (``"compute"``, ``"send"`` or ``"recv"``) with
-        :func:`reshard.choice.parse_choice`; a :class:`ScheduleError` listing the valid
+        :func:`reshard.core.choice.parse_choice`; a :class:`ScheduleError` listing the valid
         names otherwise."""
         try:
             return parse_choice(cls, value, "stream")

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from reshard.comm.worker import DeviceWorker
-from reshard.errors import ExecutionError
+from reshard.core.errors import ExecutionError
 from reshard.pipeline.actions import Action, ActionKind
 from reshard.pipeline.schedule import Channel, Schedule
 from reshard.pipeline.stage import StageSpec

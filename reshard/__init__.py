@@ -6,8 +6,15 @@ scatter+all-gather baselines), execute them on NCCL / gloo / a local reference
 backend, and schedule them inside a pipeline.
 """
 
-from reshard.cluster import Cluster
-from reshard.errors import (
+import os
+
+# The core layer lives in core/ and its modules keep their short paths (reshard.errors
+# is reshard.core.errors): the modules in _moved/ answer them. Listed before anything
+# below imports a planner module, which imports the core by its short paths.
+__path__.append(os.path.join(os.path.dirname(__file__), "_moved"))
+
+from reshard.core.cluster import Cluster
+from reshard.core.errors import (
     ClusterError,
     DTypeError,
     ExecutionError,
@@ -23,9 +30,12 @@ from reshard.errors import (
     SpecError,
     StrategyError,
 )
-from reshard.layout import Layout
-from reshard.lazy import lazy_attributes
-from reshard.mesh import DeviceMesh
+from reshard.core.layout import Layout
+from reshard.core.lazy import lazy_attributes
+from reshard.core.mesh import DeviceMesh
+from reshard.core.presets import PRESETS, LinkFigures, preset_names
+from reshard.core.spec import Partial, Replicate, Shard, ShardingSpec
+from reshard.core.version import __version__ as __version__
 from reshard.planner.estimates import (
     CostCache,
     EstimateError,
@@ -37,9 +47,6 @@ from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan, plan_many
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
-from reshard.presets import PRESETS, LinkFigures, preset_names
-from reshard.spec import Partial, Replicate, Shard, ShardingSpec
-from reshard.version import __version__ as __version__
 
 __all__ = [
     "PRESETS",

@@ -24,9 +24,9 @@ import sys
 from collections.abc import Callable, Sequence
 
 import reshard
-from reshard.dtypes import CAST_TARGETS, DTYPES, ScaleMode
-from reshard.helptext import for_terminal
-from reshard.presets import preset_names
+from reshard.core.dtypes import CAST_TARGETS, DTYPES, ScaleMode
+from reshard.core.helptext import for_terminal
+from reshard.core.presets import preset_names
 from reshard.service import serve_cli
 
 

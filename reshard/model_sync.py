@@ -5,7 +5,7 @@ RL frameworks sync the trainer's weights into the inference engine after every
 training step. :class:`ModelSync` is that loop on one rank: built once from the model's
 parameters (:class:`Param`: a name, its shape and dtype, its layout on the trainer and
 on the engine, an optional cast; packed parts are parameters of their own, see
-:mod:`reshard.packed`), it plans every tensor in one plan (SPMD: every rank plans the
+:mod:`reshard.core.packed`), it plans every tensor in one plan (SPMD: every rank plans the
 same request and the digests are compared, :meth:`reshard.comm.executor.Executor.
 load_request`) and loads it; :meth:`ModelSync.sync` then only moves bytes.
 
@@ -21,7 +21,7 @@ A sync lands while the engine may be generating. Three ways to keep its reads wh
 * ``"lock"``: one set; a sync waits for the readers to leave and readers wait while a
   sync waits or writes (no memory beside the buffers; reads and syncs take turns, and a
   sync is never starved by readers that keep coming). A sync that fails part way leaves
-  the set torn: readers are refused (:class:`reshard.errors.ExecutionError` naming the
+  the set torn: readers are refused (:class:`reshard.core.errors.ExecutionError` naming the
   failed version) until a later sync lands whole, never told the old version.
 * ``"none"``: one set, written in place, no coordination (a reader during a sync may
   see two versions: for engines that pause themselves); after a failed sync readers are
@@ -66,13 +66,13 @@ from typing import Any, Self
 
 import numpy as np
 
-from reshard.cluster import Cluster
 from reshard.comm.executor import Executor
 from reshard.comm.program import Destination
 from reshard.comm.spmd import world_of
-from reshard.dtypes import Cast, dtype_name, itemsize, storage
-from reshard.errors import ExecutionError, ReshardError
-from reshard.layout import Layout
+from reshard.core.cluster import Cluster
+from reshard.core.dtypes import Cast, dtype_name, itemsize, storage
+from reshard.core.errors import ExecutionError, ReshardError
+from reshard.core.layout import Layout
 from reshard.version_gate import POLICIES, Failure, VersionGate
 
 MODES = tuple(POLICIES)

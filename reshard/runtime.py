@@ -11,14 +11,14 @@ from typing import Any, Self
 
 import numpy as np
 
-from reshard.cluster import Cluster
 from reshard.comm.calls import Drop, Execute, Get, LoadPlan, Put, UnloadPlan, WorkerCall
 from reshard.comm.launchers.netns import Placement
 from reshard.comm.program import WorkerProgram, programs
-from reshard.darray import DArray, LiveArrays, as_array, typed_shard
-from reshard.dtypes import accumulate, parse_dtype
-from reshard.errors import ReshardError, ShapeError
-from reshard.layout import Layout, check_shape
+from reshard.core.cluster import Cluster
+from reshard.core.darray import DArray, LiveArrays, as_array, typed_shard
+from reshard.core.dtypes import accumulate, parse_dtype
+from reshard.core.errors import ReshardError, ShapeError
+from reshard.core.layout import Layout, check_shape
 from reshard.loaded_plans import LoadedPlans
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan_many
@@ -51,7 +51,7 @@ class Runtime:
             ``OMP_NUM_THREADS=1``. The process launcher starts workers from reshard's
             own entry point (never from the caller's ``__main__``).
         netns: run each worker inside its cluster host's network namespace: a
-            :class:`reshard.microbench.infra.testbed.Testbed` (or a
+            :class:`reshard.testbed.Testbed` (or a
             :class:`~reshard.comm.launchers.netns.NetnsPlacement`); gloo with the
             process launcher only.
         max_plans: plans kept loaded on the workers for :meth:`reshard` and
@@ -222,22 +222,7 @@ class Runtime:
         if not isinstance(layout, Layout):
             raise ReshardError(f"layout must be a reshard.Layout, got {type(layout).__name__}")
         self._check_devices(layout)
-        boxes = layout.boxes(shape_t)
-        if not isinstance(shards, dict) or set(shards) != set(boxes):
-            raise ShapeError(
-                f"shards given for devices {sorted(shards) if isinstance(shards, dict) else shards}"
-                f" but layout {layout} has devices {sorted(boxes)}; pass a dict with exactly "
-                f"one shard per device")
-        arrays = {}
-        for d, box in boxes.items():
-            want = tuple(b - a for a, b in box)
-            got = as_array(shards[d])
-            if got.shape != want or got.dtype != dt:
-                raise ShapeError(
-                    f"shard of device {d} has shape {got.shape} and dtype {got.dtype}; "
-                    f"layout {layout} of a {shape_t} {dt} tensor needs shape {want} and "
-                    f"dtype {dt}")
-            arrays[d] = got
+        arrays = _shard_arrays(shards, layout, shape_t, dt)
         w = self._workers
         with w.lock:
             w.check_open()
@@ -319,27 +304,9 @@ class Runtime:
         return p
 
     def _check_plan(self, plan: ReshardPlan) -> None:
-        """Verify ``plan`` and check it against the backend's capabilities."""
-        from reshard.comm.backend import check_dtypes
-
-        if not isinstance(plan, ReshardPlan):
-            raise ReshardError(f"expected a ReshardPlan, got {type(plan).__name__}")
-        context = (self.backend, self.cluster, self.memory_budget)  # plan, then run
-        if plan.checked_for(context):
-            return
-        plan.verify()
-        check_dtypes(plan.tensors, plan.tasks, self.capabilities, self.backend.value)
-        if self.cluster is not None:
-            self.cluster.check_devices(plan.devices, "the plan")
-        if self.memory_budget is not None:
-            staged = staging_by_device(plan.tasks, plan.tensors)
-            worst = max(staged, key=staged.__getitem__, default=None)
-            if worst is not None and staged[worst] > self.memory_budget:
-                raise ReshardError(
-                    f"the plan stages {staged[worst]} bytes on device {worst}, over the "
-                    f"Runtime's memory_budget of {self.memory_budget}; plan it with "
-                    f"memory_budget={self.memory_budget} (Runtime.plan does)")
-        plan.mark_checked_for(context)
+        """Verify ``plan`` and check it against the backend's capabilities (once per
+        plan and context: :func:`_check_plan`)."""
+        _check_plan(plan, self.backend, self.cluster, self.memory_budget, self.capabilities)
 
     def reshard(self, x: DArray, layout: Layout,
                 strategy: str | Strategy = Strategy.BROADCAST, *, cast: Any = None,
@@ -349,7 +316,7 @@ class Runtime:
         ``cast``: deliver this dtype, converted at the source (the wire carries it);
         ``scale`` (a cast to float8): ``"tensor"``, ``"block128"``, ``"block128-ue8m0"`` or
         ``"mx32"`` scales, delivered as the result's :attr:`DArray.scales` (see
-        :mod:`reshard.dtypes`)::
+        :mod:`reshard.core.dtypes`)::
 
             q = rt.reshard(w, infer, cast="float8_e4m3fn", scale="block128")
             rt.get(q), rt.get(q.scales)   # w ~= q * scales, per 128 x 128 block
@@ -436,16 +403,8 @@ class Runtime:
         timeout does.
         """
         self._check_plan(plan)
+        _check_inputs(plan, xs)
         inputs = plan.inputs
-        if len(xs) != len(inputs):
-            raise ReshardError(f"plan moves {len(inputs)} tensors, got {len(xs)} arrays")
-        for i, (x, t) in enumerate(zip(xs, (plan.tensors[k] for k in inputs))):
-            if not isinstance(x, DArray):
-                raise ReshardError(f"array {i} is a {type(x).__name__}, not a DArray")
-            if x.shape != t.shape or x.dtype != t.dtype or x.layout != t.src:
-                raise ShapeError(
-                    f"array {i} is {x.shape} {x.dtype} on {x.layout}, but the plan expects "
-                    f"{t.shape} {t.dtype} on {t.src}; plan it again for this array")
         w = self._workers
         with w.lock:
             w.check_open()
@@ -465,6 +424,69 @@ class Runtime:
         w.wait(calls, f"plan {pid} ({plan.strategy.value}, {len(plan.tasks)} tasks)", issued,
                    timeout, plan)
         return outs  # type: ignore[return-value]
+
+
+def _shard_arrays(shards: Any, layout: Layout, shape: tuple[int, ...],
+                  dt: np.dtype) -> dict[int, np.ndarray]:
+    """``shards`` checked against ``layout``'s boxes of a ``shape`` ``dt`` tensor: one
+    array of the box's shape and the dtype per device."""
+    boxes = layout.boxes(shape)
+    if not isinstance(shards, dict) or set(shards) != set(boxes):
+        raise ShapeError(
+            f"shards given for devices {sorted(shards) if isinstance(shards, dict) else shards}"
+            f" but layout {layout} has devices {sorted(boxes)}; pass a dict with exactly "
+            f"one shard per device")
+    arrays = {}
+    for d, box in boxes.items():
+        want = tuple(b - a for a, b in box)
+        got = as_array(shards[d])
+        if got.shape != want or got.dtype != dt:
+            raise ShapeError(
+                f"shard of device {d} has shape {got.shape} and dtype {got.dtype}; "
+                f"layout {layout} of a {shape} {dt} tensor needs shape {want} and "
+                f"dtype {dt}")
+        arrays[d] = got
+    return arrays
+
+
+def _check_plan(plan: ReshardPlan, backend: Any, cluster: Cluster | None,
+                memory_budget: int | None, capabilities: Any) -> None:
+    """Verify ``plan`` and check it against a backend's capabilities, a cluster's devices
+    and a memory budget, once per plan and context (the plan remembers)."""
+    from reshard.comm.backend import check_dtypes
+
+    if not isinstance(plan, ReshardPlan):
+        raise ReshardError(f"expected a ReshardPlan, got {type(plan).__name__}")
+    context = (backend, cluster, memory_budget)  # plan, then run
+    if plan.checked_for(context):
+        return
+    plan.verify()
+    check_dtypes(plan.tensors, plan.tasks, capabilities, backend.value)
+    if cluster is not None:
+        cluster.check_devices(plan.devices, "the plan")
+    if memory_budget is not None:
+        staged = staging_by_device(plan.tasks, plan.tensors)
+        worst = max(staged, key=staged.__getitem__, default=None)
+        if worst is not None and staged[worst] > memory_budget:
+            raise ReshardError(
+                f"the plan stages {staged[worst]} bytes on device {worst}, over the "
+                f"Runtime's memory_budget of {memory_budget}; plan it with "
+                f"memory_budget={memory_budget} (Runtime.plan does)")
+    plan.mark_checked_for(context)
+
+
+def _check_inputs(plan: ReshardPlan, xs: Sequence[DArray]) -> None:
+    """``xs`` are arrays matching the tensors ``plan`` moves, in order."""
+    inputs = plan.inputs
+    if len(xs) != len(inputs):
+        raise ReshardError(f"plan moves {len(inputs)} tensors, got {len(xs)} arrays")
+    for i, (x, t) in enumerate(zip(xs, (plan.tensors[k] for k in inputs))):
+        if not isinstance(x, DArray):
+            raise ReshardError(f"array {i} is a {type(x).__name__}, not a DArray")
+        if x.shape != t.shape or x.dtype != t.dtype or x.layout != t.src:
+            raise ShapeError(
+                f"array {i} is {x.shape} {x.dtype} on {x.layout}, but the plan expects "
+                f"{t.shape} {t.dtype} on {t.src}; plan it again for this array")
 
 
 def _outputs(plan: ReshardPlan, new_key: Any) -> list[DArray | None]:

@@ -25,7 +25,7 @@ Per mode (:data:`POLICIES`):
   readers keep reading the last whole version and never wait.
 * ``"lock"``: one set, written in place; a sync waits for the readers to leave and new
   readers wait while it waits or writes. A failed write leaves the set torn: readers
-  are refused (:class:`reshard.errors.ExecutionError` naming the failed version) until
+  are refused (:class:`reshard.core.errors.ExecutionError` naming the failed version) until
   a later sync lands, never handed a torn set under the old version's label.
 * ``"none"``: one set written in place with no coordination: a reader during a write
   may see two versions (told the last one that landed); after a failed write readers
@@ -37,7 +37,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from reshard.errors import ExecutionError, ReshardError
+from reshard.core.errors import ExecutionError, ReshardError
 
 
 @dataclass(frozen=True)

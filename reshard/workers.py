@@ -14,8 +14,8 @@ from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING, Any
 
 from reshard.comm.calls import WorkerCall
+from reshard.core.errors import ExecutionError, ReshardError
 from reshard.diagnosis import DEATH_NOTICE, REPORT_GRACE, collect_reports, deaths, describe_failure
-from reshard.errors import ExecutionError, ReshardError
 
 if TYPE_CHECKING:
     from reshard.planner.ir import ReshardPlan

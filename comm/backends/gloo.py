@@ -17,7 +17,7 @@ workers load the same plans in the same order, their caches stay identical.
 Buffers are numpy (ml_dtypes' types for bfloat16 and float8); tensors wrap them with
 ``torch.from_numpy`` (zero copy). Data movement (broadcast, send/recv, all-gather) goes
 as raw bytes, so any dtype works; reduce sums (or, for an amax, maxes) in the buffer's
-dtype, which is a partial sum's accumulator (:func:`reshard.dtypes.accumulator`; 16-bit
+dtype, which is a partial sum's accumulator (:func:`reshard.core.dtypes.accumulator`; 16-bit
 integers, which gloo cannot sum, widened to int32 and wrapped back; unsigned 32/64-bit
 as their signed twins, which wrap alike).
 The timeout given to ``init_process_group`` / ``new_group`` bounds every operation;
@@ -58,9 +58,14 @@ from reshard.comm.backends.host_memory import (
     broadcast_neighbours,
     wire_piece,
 )
-from reshard.comm.sockets import interface_of, listen_on
-from reshard.dtypes import ReduceOp, reduce_as
-from reshard.errors import ExecutionError
+from reshard.comm.bootstrap.sockets import (
+    GLOO_IFNAME_ENV,
+    gloo_interface,
+    interface_of,
+    listen_on,
+)
+from reshard.core.dtypes import ReduceOp, reduce_as
+from reshard.core.errors import ExecutionError
 
 
 def torch_op(dist: Any, op: ReduceOp) -> Any:
@@ -126,7 +131,7 @@ class GlooBackend(HostMemory):
 
     name = "gloo"
     # Bytes move as uint8 (any dtype); every accumulator sums (gloo's own types plus
-    # reshard.dtypes.reduce_as); numpy with ml_dtypes converts every dtype.
+    # reshard.core.dtypes.reduce_as); numpy with ml_dtypes converts every dtype.
     capabilities = Capabilities(moves=None, sums=None, groups_need_world=True, device="cpu",
                                 fuses_sums=True, lands_pieces=True, sized_pieces=True,
                                 batch_scheduled=True, all_reduces=True)
@@ -157,8 +162,9 @@ class GlooBackend(HostMemory):
         rank, n = self.rank_of[self.device], len(self.world)
         self._store: Any = None  # the TCPStore this backend bootstrapped through
         # gloo's pair sockets bind to the advertised address's interface, not whatever
-        # the host name resolves to (a caller's GLOO_SOCKET_IFNAME wins).
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface_of(advertise))
+        # the host name resolves to (a caller's GLOO_SOCKET_IFNAME wins); set only while
+        # a group is made, so that the process's children never inherit it.
+        self._ifname = os.environ.get(GLOO_IFNAME_ENV) or interface_of(advertise)
         if rank == 0:
             # The store listens on the advertised address only (TCPStore alone binds
             # every interface): hand it a socket already bound there.
@@ -173,14 +179,12 @@ class GlooBackend(HostMemory):
             host_name, _, port = addr.rpartition(":")
             self._store = dist.TCPStore(host_name, int(port), n, False, timeout=self._td)
         one_rank_a_process(self._store, self.device, rank, n, self.timeout)
-        dist.init_process_group("gloo", store=self._store, rank=rank, world_size=n,
-                                timeout=self._td)
+        with gloo_interface(self._ifname):
+            dist.init_process_group("gloo", store=self._store, rank=rank, world_size=n,
+                                    timeout=self._td)
         self._groups: dict[tuple[int, ...], Any] = {self.world: dist.group.WORLD}
         self._p2p: Any = None  # group of send/recv (None: the world)
         self._channel = ""  # "" for the main backend, else the channel's name
-        # all_gather_single supersedes all_gather_into_tensor (deprecated in torch 2.13)
-        self._gather_into = getattr(dist, "all_gather_single", None) or \
-            dist.all_gather_into_tensor
         self._open: list[Posted] | None = None  # operations of the open group
         self._closed = False
 
@@ -212,8 +216,9 @@ class GlooBackend(HostMemory):
     def prepare(self, plan: Any) -> None:
         """Create the plan's missing sub-groups (every rank, same order)."""
         if self._channel and self.world not in self._groups:
-            self._groups[self.world] = self._p2p = self._dist.new_group(
-                list(range(len(self.world))), timeout=self._td, backend="gloo")
+            with gloo_interface(self._ifname):
+                self._groups[self.world] = self._p2p = self._dist.new_group(
+                    list(range(len(self.world))), timeout=self._td, backend="gloo")
         for group in plan.communicator_groups():
             self._ensure_group(tuple(group))
 
@@ -225,8 +230,9 @@ class GlooBackend(HostMemory):
             raise ExecutionError(
                 f"device {self.device}: group {list(group)} has devices {unknown} outside "
                 f"the world {list(self.world)}")
-        self._groups[group] = self._dist.new_group(
-            [self.rank_of[d] for d in group], timeout=self._td, backend="gloo")
+        with gloo_interface(self._ifname):
+            self._groups[group] = self._dist.new_group(
+                [self.rank_of[d] for d in group], timeout=self._td, backend="gloo")
 
     def _group(self, group: Sequence[int]) -> Any:
         key = tuple(group)
@@ -423,7 +429,7 @@ class GlooBackend(HostMemory):
     def _summed(self, what: str, call: Any, buf: np.ndarray, group: Sequence[int],
                 op: ReduceOp, keeps: bool, **where: Any) -> None:
         """Post ``call`` (a reduction) of ``buf`` over ``group``, in a dtype gloo sums
-        (:func:`reshard.dtypes.reduce_as`); where this member ``keeps`` the result and
+        (:func:`reshard.core.dtypes.reduce_as`); where this member ``keeps`` the result and
         it was widened, it is wrapped back into ``buf`` once done."""
         if not buf.size:
             return

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from reshard.errors import ExecutionError
+from reshard.core.errors import ExecutionError
 
 
 class Host(Protocol):

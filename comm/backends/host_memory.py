@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from reshard.cluster import pipeline_piece
 from reshard.comm.backend import Capabilities, Devices, refuse_unsupported
 from reshard.comm.backends.tcp_frames import Stream
-from reshard.dtypes import is_torch, numpy_of_torch
-from reshard.errors import ExecutionError
+from reshard.core.cluster import pipeline_piece
+from reshard.core.dtypes import is_torch, numpy_of_torch
+from reshard.core.errors import ExecutionError
 from reshard.planner.values.tasks import sum_targets
 
 CHAIN_PIECE = 1 << 18
@@ -27,7 +27,7 @@ unchanged (1.05-1.19x)."""
 def wire_piece(relay_piece: int, nbytes: int) -> int:
     """Bytes per piece of an operation on an ``nbytes`` buffer, for a program whose
     ``Cluster.relay_piece`` is ``relay_piece``: the cost model's
-    (:func:`reshard.cluster.pipeline_piece`), rounded down to whole 64 bytes (any
+    (:func:`reshard.core.cluster.pipeline_piece`), rounded down to whole 64 bytes (any
     element divides them), at least 4 KiB; :data:`CHAIN_PIECE` without one. Every
     member of an operation computes the same: they run the same program on buffers of
     the same size."""

@@ -17,8 +17,8 @@ import numpy as np
 
 from reshard.comm.backend import Capabilities, Devices, Landed, refuse_unsupported
 from reshard.comm.backends.host_memory import HostMemory
-from reshard.dtypes import ReduceOp
-from reshard.errors import ExecutionError
+from reshard.core.dtypes import ReduceOp
+from reshard.core.errors import ExecutionError
 from reshard.planner.values.tasks import sum_targets
 
 

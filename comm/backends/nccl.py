@@ -23,7 +23,7 @@ Data movement goes as bytes (``NCCL_UINT8``), so any dtype moves; cupy has no
 bfloat16 or float8, so buffers of those hold their bits (``Capabilities.bits``), and
 casts into and out of them (bf16 -> fp8 with block scales, a bf16 partial sum into its
 float32 accumulator and back) convert the bits through float32 on the GPU with integer
-arithmetic (:mod:`reshard.bits`, bit-exact with ml_dtypes). Reduce (SUM, or MAX for a
+arithmetic (:mod:`reshard.core.bits`, bit-exact with ml_dtypes). Reduce (SUM, or MAX for a
 scaled cast's amax) works in the real type: complex as two floats, 16-bit integers
 widened to int32 and wrapped back. NCCL has ``ncclBfloat16`` (cupy's
 ``NCCL_BFLOAT16``) and, since 2.24, float8 types (not in cupy's constants); reshard
@@ -49,13 +49,13 @@ from typing import Any
 import numpy as np
 
 from reshard.comm.backend import Capabilities, Devices, Landed, refuse_unsupported
-from reshard.dtypes import CAST_TARGETS, NARROW, ReduceOp, parse_dtype, storage
-from reshard.errors import ExecutionError
+from reshard.core.dtypes import CAST_TARGETS, NARROW, ReduceOp, parse_dtype, storage
+from reshard.core.errors import ExecutionError
 
 _CONVERTS = frozenset(CAST_TARGETS)
 """The floating dtypes this backend converts between (casts on the wire, a partial
 sum's accumulator): cupy's own (float16/32/64) by its assignment, bfloat16 and float8,
-which cupy lacks, as their bits through float32 on the GPU (:mod:`reshard.bits`); both
+which cupy lacks, as their bits through float32 on the GPU (:mod:`reshard.core.bits`); both
 round to nearest even."""
 
 
@@ -104,7 +104,7 @@ class NcclBackend:
 
     name = "nccl"
     # Every dtype moves as bytes; cupy has no bfloat16 or float8, so buffers hold those
-    # as their bits (uint16 / uint8), converted through float32 (reshard.bits); every
+    # as their bits (uint16 / uint8), converted through float32 (reshard.core.bits); every
     # accumulator sums through _dtype_table.
     capabilities = Capabilities(moves=None, sums=None, groups_need_world=False,
                                 device="cuda", converts=_CONVERTS,
@@ -257,7 +257,7 @@ class NcclBackend:
 
     def asarray(self, array: Any) -> Any:
         """``array`` on this rank's GPU (an ml_dtypes array: its bits, see
-        :func:`reshard.dtypes.storage`)."""
+        :func:`reshard.core.dtypes.storage`)."""
         if isinstance(array, np.ndarray) and array.dtype.name in NARROW:
             array = array.view(storage(array.dtype.name))
         with self._dev:

@@ -71,9 +71,9 @@ from reshard.comm.backends.nixl_agent import (
 )
 from reshard.comm.backends.nixl_memory import Registrations, Run, cut, paired, runs_of
 from reshard.comm.backends.tcp_frames import Stream
-from reshard.comm.link_key import LinkKey
-from reshard.dtypes import ReduceOp
-from reshard.errors import ExecutionError
+from reshard.comm.bootstrap.link_key import LinkKey
+from reshard.core.dtypes import ReduceOp
+from reshard.core.errors import ExecutionError
 
 _GATHER_TAG = -1
 _REDUCE_TAG = -2
@@ -161,7 +161,7 @@ class NixlBackend(Grouped, HostMemory):
         world: every device of the runtime.
         rendezvous: a connected rendezvous client (``set`` / ``get``).
         timeout: seconds an operation may go without progress.
-        link_key: the run's key (a :class:`~reshard.comm.link_key.LinkKey` or its
+        link_key: the run's key (a :class:`~reshard.comm.bootstrap.link_key.LinkKey` or its
             bytes), the same on every rank and never in the rendezvous: the metadata
             each rank publishes is signed with it and every notification tagged
             (:mod:`~reshard.comm.backends.nixl_agent`); reshard's launchers make one per

@@ -4,7 +4,7 @@ progresses it), its registered memory, the peers whose metadata it loaded (each 
 to name an agent of the device it was published for), and the notifications it
 received, by channel.
 
-With the run's :class:`~reshard.comm.link_key.LinkKey` (reshard's launchers hand every
+With the run's :class:`~reshard.comm.bootstrap.link_key.LinkKey` (reshard's launchers hand every
 worker one), the metadata a rank publishes is signed (``HMAC(key, device | metadata)``
 before it) and every notification carries a tag (``HMAC(key, sender | receiver |
 notification)``, 16 bytes, after it): metadata a writer of the rendezvous forged, and
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reshard.comm.backends.nixl_memory import Reg, Registrations, Run
-from reshard.comm.link_key import LinkKey, mac
-from reshard.errors import ExecutionError
+from reshard.comm.bootstrap.link_key import LinkKey, mac
+from reshard.core.errors import ExecutionError
 
 HEAD = struct.Struct("<cHqQ")
 """A notification's header: kind, the channel name's bytes (which follow), tag, number."""

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from reshard.comm.backends.nixl_pool import Pool
-from reshard.errors import ExecutionError
+from reshard.core.errors import ExecutionError
 
 Run = tuple[int, int]
 """A contiguous run of memory: ``(address, bytes)``."""

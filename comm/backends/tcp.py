@@ -65,9 +65,9 @@ from reshard.comm.backends.host_memory import (
 )
 from reshard.comm.backends.tcp_frames import HEADER, IOV, Inbound, Link, Reused, Stream
 from reshard.comm.backends.tcp_hub import Hub
-from reshard.comm.link_key import LinkKey
-from reshard.dtypes import ReduceOp
-from reshard.errors import ExecutionError
+from reshard.comm.bootstrap.link_key import LinkKey
+from reshard.core.dtypes import ReduceOp
+from reshard.core.errors import ExecutionError
 
 _log = logging.getLogger("reshard.tcp")
 
@@ -95,7 +95,7 @@ class TcpBackend(Grouped, HostMemory):
         timeout: seconds an operation may go without progress.
         advertise: the address other ranks reach this process at (its listener's).
         link_key: the run's key for introducing connections (a
-            :class:`~reshard.comm.link_key.LinkKey` or its bytes), the same on
+            :class:`~reshard.comm.bootstrap.link_key.LinkKey` or its bytes), the same on
             every rank and never in the rendezvous: reshard's launchers make one per
             run. None: each listener's own secret, published with its address in the
             rendezvous (whoever reads the rendezvous can then introduce itself).

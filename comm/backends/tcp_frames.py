@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from reshard.errors import ExecutionError
+from reshard.core.errors import ExecutionError
 
 HEADER = struct.Struct("<QQQ")
 """A frame's header: the operation's tag, the body's bytes, the operation's bytes (a

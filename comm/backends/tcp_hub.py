@@ -5,7 +5,7 @@ and the table of connections accepted for channels not yet asking.
 One TCP connection per pair of devices and channel, made when a plan loads
 (:meth:`TcpBackend.prepare`), else on first use: the lower device connects to the
 listener the higher one published through the rendezvous (its address only where the
-launcher handed the run a :class:`~reshard.comm.link_key.LinkKey`).
+launcher handed the run a :class:`~reshard.comm.bootstrap.link_key.LinkKey`).
 
 The listener's side, under attack:
 
@@ -51,9 +51,9 @@ from reshard.comm.backends.tcp_intro import (
     refusal,
     taken_mac,
 )
-from reshard.comm.link_key import LinkKey
-from reshard.comm.sockets import listen_on
-from reshard.errors import ExecutionError
+from reshard.comm.bootstrap.link_key import LinkKey
+from reshard.comm.bootstrap.sockets import listen_on
+from reshard.core.errors import ExecutionError
 
 _log = logging.getLogger("reshard.tcp")
 

@@ -17,7 +17,7 @@ that does not hold the secret (an address rewritten in the rendezvous) cannot ma
 and a connection the listener did not keep (a second claim, an impostor's first) fails
 before an operation on it can succeed.
 
-The secret is the run's :class:`~reshard.comm.link_key.LinkKey` where the launcher
+The secret is the run's :class:`~reshard.comm.bootstrap.link_key.LinkKey` where the launcher
 handed one to every worker (with its spec: the rendezvous never holds it), else the
 listener's own random secret, published with its address (embedded ranks that did not
 get a key: anyone who can read the rendezvous can then introduce themselves).
@@ -29,9 +29,9 @@ import hmac
 import socket
 import struct
 
-from reshard.comm.link_key import LinkKey, mac
-from reshard.comm.sockets import recv_exact
-from reshard.errors import ExecutionError
+from reshard.comm.bootstrap.link_key import LinkKey, mac
+from reshard.comm.bootstrap.sockets import recv_exact
+from reshard.core.errors import ExecutionError
 
 MAGIC = b"RSH3"
 CHALLENGE = struct.Struct("<4s16s")

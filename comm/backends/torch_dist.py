@@ -41,11 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from reshard.choice import parse_choice
 from reshard.comm.backend import Backend, Capabilities, Devices, Landed, refuse_unsupported
 from reshard.comm.backends.gloo import GlooBackend, torch_op
-from reshard.dtypes import ReduceOp, numpy_of_torch, reduce_as, torch_of_numpy
-from reshard.errors import ExecutionError
+from reshard.core.choice import parse_choice
+from reshard.core.dtypes import ReduceOp, numpy_of_torch, reduce_as, torch_of_numpy
+from reshard.core.errors import ExecutionError
 
 
 class BufferKind(enum.Enum):
@@ -115,8 +115,6 @@ class TorchDistBackend(GlooBackend):
         self._groups: dict[tuple[int, ...], Any] = {world: pg}
         self._p2p = None if pg is dist.group.WORLD else pg
         self._channel = ""
-        self._gather_into = getattr(dist, "all_gather_single", None) or \
-            dist.all_gather_into_tensor
         self._open = None
         self._closed = False
 
@@ -308,9 +306,12 @@ class TorchTensorBackend:
                         group=self._p2p, tag=tag)
 
     def all_gather(self, out: Any, inp: Any, group: Sequence[int]) -> None:
-        """``all_gather_into_tensor`` into the flattened rows (rows in group order)."""
+        """``all_gather_single`` into the flattened rows (rows in group order;
+        ``all_gather_into_tensor``, its name before torch 2.13, where it is missing)."""
         if inp.numel():
-            self._issue("all-gather", group, self._dist.all_gather_into_tensor,
+            gather = getattr(self._dist, "all_gather_single", None) or \
+                self._dist.all_gather_into_tensor
+            self._issue("all-gather", group, gather,
                         self._bytes(out), self._bytes(inp), group=self._group(group),
                         async_op=True)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from reshard.cluster import Cluster
 from reshard.comm.backend import BackendKind
 from reshard.comm.launchers.base import LauncherKind, WorkerGroup
-from reshard.errors import MissingDependencyError, OptionError
+from reshard.core.cluster import Cluster
+from reshard.core.errors import MissingDependencyError, OptionError
 
 
 def start_group(backend: BackendKind, launcher: LauncherKind, devices: Sequence[int],

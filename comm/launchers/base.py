@@ -8,9 +8,9 @@ from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import Protocol
 
-from reshard.choice import parse_choice
 from reshard.comm.calls import WorkerCall
-from reshard.errors import ReshardError
+from reshard.core.choice import parse_choice
+from reshard.core.errors import ReshardError
 
 
 class LauncherKind(enum.Enum):

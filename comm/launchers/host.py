@@ -19,20 +19,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from reshard.comm.link_key import LinkKey
-from reshard.errors import ExecutionError, ReshardBaseError, ReshardError
+from reshard.comm.backend import builtin_backends
+from reshard.comm.bootstrap.link_key import LinkKey
+from reshard.core.errors import ExecutionError, ReshardBaseError, ReshardError
 
 if TYPE_CHECKING:
-    from reshard.cluster import Cluster
     from reshard.comm.calls import WorkerCall
+    from reshard.core.cluster import Cluster
 
 # Environment every worker gets unless the caller's ``env`` says otherwise: many
 # workers share few cores, and their copies are memory-bound.
 DEFAULT_ENV: Mapping[str, str] = {"OMP_NUM_THREADS": "1"}
-
-_KEYED = ("tcp", "nixl")
-"""The backends whose connections authenticate with a run's link key."""
-
 
 @dataclass(frozen=True)
 class WorkerSpec:
@@ -43,7 +40,7 @@ class WorkerSpec:
         device: the global device id served.
         world: every device of the runtime, sorted; the rank is the index in it.
         timeout: seconds any blocking operation may wait.
-        rendezvous: an address with ``connect()`` (see :mod:`reshard.comm.rendezvous`).
+        rendezvous: an address with ``connect()`` (see :mod:`reshard.comm.bootstrap.rendezvous`).
         host: the cluster host of the device.
         local_index: the device's position among the world's devices on its host.
         env: environment variables to set before the backend is imported.
@@ -83,15 +80,17 @@ def worker_env(env: Mapping[str, str] | None, device: int, rank: int, host: int)
 def make_specs(backend: str, devices: Sequence[int], cluster: Cluster | None, timeout: float,
                rendezvous: Any, env: Mapping[str, str] | None,
                options: Mapping[str, Any] | None = None) -> list[WorkerSpec]:
-    """One :class:`WorkerSpec` per device (world = the sorted devices). A ``tcp`` or
-    ``nixl`` run gets one fresh :class:`~reshard.comm.link_key.LinkKey` in every spec's
+    """One :class:`WorkerSpec` per device (world = the sorted devices). A run of a
+    backend the registry marks :attr:`~reshard.comm.backend.BackendEntry.keyed` (``tcp``,
+    ``nixl``) gets one fresh :class:`~reshard.comm.bootstrap.link_key.LinkKey` in every spec's
     options (unless ``options`` has one): its connections authenticate with it, and it
     travels only with the specs, never through the rendezvous."""
     world = tuple(sorted(int(d) for d in devices))
     if len(set(world)) != len(world):
         raise ReshardError(f"devices {list(devices)} contain duplicates")
     options = dict(options or {})
-    if backend in _KEYED and "link_key" not in options:
+    registry = builtin_backends()
+    if backend in registry and registry.entry(backend).keyed and "link_key" not in options:
         options["link_key"] = LinkKey.new()
     specs = []
     seen_on_host: dict[int, int] = {}

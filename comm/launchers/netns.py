@@ -2,7 +2,7 @@
 testbed): which namespace each cluster host's workers live in, and entering one.
 
 The process launcher applies a :class:`NetnsPlacement` to every worker it starts;
-:class:`reshard.microbench.infra.testbed.Testbed` builds one.
+:class:`reshard.testbed.Testbed` builds one.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
 from reshard.comm.launchers.host import WorkerSpec
-from reshard.errors import ExecutionError
+from reshard.core.errors import ExecutionError
 
 NETNS_DIR = "/var/run/netns"  # where ``ip netns add`` names namespaces
 _log = logging.getLogger("reshard.netns")
@@ -82,7 +82,7 @@ class NetnsPlacement:
 
 class PlacementSource(Protocol):
     """Anything that places cluster hosts in network namespaces (the testbed,
-    :class:`reshard.microbench.infra.testbed.Testbed`, which the library never imports)."""
+    :class:`reshard.testbed.Testbed`, which the library never imports)."""
 
     def netns_placement(self) -> NetnsPlacement:
         """Its hosts' namespaces."""
@@ -95,14 +95,14 @@ Placement: TypeAlias = NetnsPlacement | PlacementSource
 
 def as_placement(netns: Placement | Any) -> NetnsPlacement:
     """A :class:`NetnsPlacement`, or what an object's ``netns_placement()`` returns
-    (a :class:`~reshard.microbench.infra.testbed.Testbed`)."""
+    (a :class:`~reshard.testbed.Testbed`)."""
     if isinstance(netns, NetnsPlacement):
         return netns
     get = getattr(netns, "netns_placement", None)
     if get is None:
         raise ExecutionError(
             f"netns must be a NetnsPlacement or have netns_placement() (a "
-            f"reshard.microbench.infra.testbed.Testbed), got {type(netns).__name__}")
+            f"reshard.testbed.Testbed), got {type(netns).__name__}")
     placement = get()
     if not isinstance(placement, NetnsPlacement):
         raise ExecutionError(f"{type(netns).__name__}.netns_placement() returned "

@@ -21,7 +21,7 @@ busy or stopped worker); either way in submission order. One monitor thread wait
 every result pipe and every process sentinel: it resolves futures, and when a
 process exits it records why and fails that worker's pending calls at once.
 
-Network namespaces (the emulated multi-host testbed, :mod:`reshard.microbench.infra.testbed`):
+Network namespaces (the emulated multi-host testbed, :mod:`reshard.testbed`):
 given a :class:`NetnsPlacement`, each worker enters its cluster host's namespace
 (``setns``) as the very first thing it does, before it starts any thread, so every
 socket it and its backend open lives there; gloo binds to the namespace's interface
@@ -53,8 +53,8 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any
 
-from reshard.cluster import Cluster
 from reshard.comm.backend import BackendKind
+from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 from reshard.comm.calls import call_name
 from reshard.comm.launchers.base import require_workers
 from reshard.comm.launchers.cleanup import close_at_exit
@@ -69,8 +69,8 @@ from reshard.comm.launchers.netns import (
 )
 from reshard.comm.launchers.spawn import ExecStarter, ForkServer, Starter, WorkerArgs
 from reshard.comm.launchers.worker_loop import CLOSE
-from reshard.comm.rendezvous import TcpRendezvousServer
-from reshard.errors import ExecutionError
+from reshard.core.cluster import Cluster
+from reshard.core.errors import ExecutionError
 
 if TYPE_CHECKING:
     from reshard.comm.calls import WorkerCall
@@ -160,7 +160,7 @@ class ProcessGroup:
             ``{host}`` in values are replaced per worker).
         netns: run each worker in its cluster host's network namespace: a
             :class:`NetnsPlacement` or an object with ``netns_placement()`` (a
-            :class:`~reshard.microbench.infra.testbed.Testbed`). gloo and tcp only. The rendezvous
+            :class:`~reshard.testbed.Testbed`). gloo and tcp only. The rendezvous
             then listens on the placement's driver address instead of loopback.
     """
 

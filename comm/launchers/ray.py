@@ -57,11 +57,11 @@ from reshard.comm.launchers.base import require_workers
 from reshard.comm.launchers.cleanup import close_at_exit
 from reshard.comm.launchers.host import WorkerHost, WorkerSpec, make_specs, portable_error
 from reshard.comm.launchers.raywatch import children_of, watch_ray
-from reshard.errors import ExecutionError, ReshardBaseError
+from reshard.core.errors import ExecutionError, ReshardBaseError
 
 if TYPE_CHECKING:
-    from reshard.cluster import Cluster
     from reshard.comm.calls import WorkerCall
+    from reshard.core.cluster import Cluster
 
 _CLOSE_WAIT = 10.0  # seconds close() waits for killed actors of this machine to exit
 

@@ -41,7 +41,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from reshard.comm.launchers.host import describe_exit
-from reshard.errors import ExecutionError
+from reshard.core.errors import ExecutionError
 
 _ENTRY = "from reshard.comm.launchers.worker_main import main; main()"
 _PID = struct.Struct("!q")

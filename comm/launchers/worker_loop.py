@@ -17,7 +17,7 @@ from multiprocessing.connection import Connection
 from reshard.comm.calls import call_name
 from reshard.comm.launchers.host import WorkerHost, WorkerSpec, portable_error
 from reshard.comm.launchers.netns import enter_netns
-from reshard.errors import ExecutionError
+from reshard.core.errors import ExecutionError
 
 CLOSE = "__close__"
 """The message that ends a worker's loop."""

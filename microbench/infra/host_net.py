@@ -1,7 +1,7 @@
 """The machine side of the testbed: iproute2 commands, the links, namespaces and
 qdiscs that exist, the owner records that tell a dead run's leftovers from a live
 one's (:func:`cleanup_stale`), and whether a testbed can be built here
-(:func:`available`). :mod:`reshard.microbench.infra.testbed` builds on these."""
+(:func:`available`). :mod:`reshard.testbed` builds on these."""
 
 from __future__ import annotations
 

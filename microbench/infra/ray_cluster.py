@@ -1,6 +1,6 @@
 """A real multi-node Ray cluster on the emulated testbed: one Ray node per host namespace.
 
-Every testbed host (a network namespace, :mod:`reshard.microbench.infra.testbed`) runs one
+Every testbed host (a network namespace, :mod:`reshard.testbed`) runs one
 Ray node, started with ``ray start --block`` inside the namespace: host 0 the head
 (GCS at ``<host 0 address>:6379``), every other host a worker node joining it by that
 address, each with ``--node-ip-address`` = its namespace's address. Nodes of different
@@ -59,7 +59,7 @@ from typing import IO, Any, Self
 from reshard.comm.launchers.netns import enter_netns
 from reshard.comm.launchers.raywatch import process_tree, watch_ray
 from reshard.microbench.infra.exit_guard import Guarded
-from reshard.microbench.infra.testbed import Testbed, TestbedError
+from reshard.testbed import Testbed, TestbedError
 
 _ENTRY = "from reshard.microbench.infra.ray_cluster import exec_in_netns; exec_in_netns()"
 _RAY_CLI = ("-m", "ray.scripts.scripts")
@@ -147,7 +147,7 @@ class RayCluster(Guarded):
     their driver.
 
     Args:
-        testbed: a started :class:`~reshard.microbench.infra.testbed.Testbed`.
+        testbed: a started :class:`~reshard.testbed.Testbed`.
         num_hosts: hosts that get a node (default: all of the testbed's).
         options: how nodes are started.
 

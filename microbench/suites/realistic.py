@@ -24,13 +24,12 @@ from __future__ import annotations
 from reshard.microbench.suites.paper import Case
 
 BF16 = "bfloat16"
-P3, P4D, P5, H100 = "aws-p3.8xlarge", "aws-p4d.24xlarge", "aws-p5.48xlarge", "dgx-h100"
+P4D, P5, H100 = "aws-p4d.24xlarge", "aws-p5.48xlarge", "dgx-h100"
 
 
-def realistic_cases() -> tuple[Case, ...]:
-    """The realistic suite (18 cases)."""
+def _transposes() -> tuple[Case, ...]:
+    """All-to-all transposes."""
     return (
-        # --- all-to-all transposes -----------------------------------------------------
         # Llama-2-70B activations, 32768 tokens x hidden 8192: token-split stage (each
         # host a block of tokens) -> hidden-split stage, 16 hosts each side (512 MiB).
         Case("a2a-16x8", (32768, 8192), BF16, (16, 8), "S0R", (16, 8), "RS0", preset=P4D),
@@ -41,8 +40,12 @@ def realistic_cases() -> tuple[Case, ...]:
         # GPT-2 medium activations, 8 x 1024 tokens x hidden 1024, fp32 (32 MiB): the
         # emulated testbed's size (3 hosts of 2 workers each side).
         Case("a2a-testbed-3x2", (8192, 1024), "float32", (3, 2), "S0R", (3, 2), "RS0"),
+    )
 
-        # --- Megatron tensor-parallel stage boundaries -------------------------------------
+
+def _stage_boundaries() -> tuple[Case, ...]:
+    """Megatron tensor-parallel stage boundaries."""
+    return (
         # Llama-2-13B, batch 4 x seq 4096 x hidden 5120: a column-parallel output (batch
         # over DP axis 0, hidden over TP axis 1) -> the next stage, replicated over TP
         # (it starts with a norm) (160 MiB).
@@ -69,8 +72,12 @@ def realistic_cases() -> tuple[Case, ...]:
         # H100 (512 MiB).
         Case("partial-h100-4x8", (16384, 8192), "float32", (4, 8), "S0R+P1", (4, 8), "RS0",
              preset=H100),
+    )
 
-        # --- replicated -> sharded over overlapping meshes -----------------------------------
+
+def _overlapping_meshes() -> tuple[Case, ...]:
+    """Replicated -> sharded over overlapping meshes."""
+    return (
         # Llama-2-7B up_proj weight (11008 x 4096, fp32 master copy), data-parallel
         # replicated on 2 hosts -> ZeRO-style sharded over 4 hosts that include the
         # source's second host (172 MiB).
@@ -80,16 +87,24 @@ def realistic_cases() -> tuple[Case, ...]:
         # 4 hosts whose first two are the source's (same devices: local copies) (500 MiB).
         Case("rep-to-shard-same-hosts", (32000, 4096), "float32", (2, 8), "RR", (4, 8),
              "RS0", preset=H100, dst_first_host=0),
+    )
 
-        # --- 1-to-m at 64-256 GPUs -----------------------------------------------------------
+
+def _one_to_many() -> tuple[Case, ...]:
+    """1-to-m at 64-256 GPUs."""
+    return (
         # Llama-2-7B embedding (32000 x 4096 bf16, 250 MiB) loaded on one GPU ->
         # replicated on every GPU.
         Case("1-to-64", (32000, 4096), BF16, (1, 1), "RR", (8, 8), "RR", preset=P4D),
         Case("1-to-128", (32000, 4096), BF16, (1, 1), "RR", (16, 8), "RR", preset=H100),
         # Llama-2-70B embedding (32000 x 8192 bf16, 500 MiB).
         Case("1-to-256", (32000, 8192), BF16, (1, 1), "RR", (32, 8), "RR", preset=P5),
+    )
 
-        # --- unequal meshes, uneven shapes ---------------------------------------------------
+
+def _uneven() -> tuple[Case, ...]:
+    """Unequal meshes, uneven shapes."""
+    return (
         # Llama-2-13B activations, 12288 tokens x 5120: 3 hosts -> 5 hosts (120 MiB).
         Case("unequal-3x8-to-5x8", (12288, 5120), BF16, (3, 8), "S0R", (5, 8), "RS0",
              preset=P4D),
@@ -99,12 +114,22 @@ def realistic_cases() -> tuple[Case, ...]:
         # Odd dims everywhere (127 x 1031 x 33 fp32); 33 split 12 ways leaves the last
         # shard empty (torch.chunk rule) (16 MiB).
         Case("uneven-odd-3d", (127, 1031, 33), "float32", (2, 4), "S0S1R", (3, 4), "RRS01"),
+    )
 
-        # --- parameters between parallelisms --------------------------------------------------
+
+def _parameters() -> tuple[Case, ...]:
+    """Parameters between parallelisms."""
+    return (
         # Llama-2-70B down_proj weight (8192 x 28672 bf16, 448 MiB): tensor-parallel
         # row-parallel (input dim over TP) -> FSDP (dim 0 over all 32 GPUs), on p5.
         Case("tp-to-fsdp-p5", (8192, 28672), BF16, (2, 8), "RS1", (4, 8), "S01R", preset=P5),
     )
+
+
+def realistic_cases() -> tuple[Case, ...]:
+    """The realistic suite (18 cases)."""
+    return (*_transposes(), *_stage_boundaries(), *_overlapping_meshes(), *_one_to_many(),
+            *_uneven(), *_parameters())
 
 
 SUITES = {"realistic": realistic_cases}

@@ -15,7 +15,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from reshard.cliargs import add_version
+from reshard.core.cliargs import add_version
 from reshard.pipeline import (
     PipelineCosts,
     Schedule,

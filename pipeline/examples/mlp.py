@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from reshard.cliargs import add_version
-from reshard.errors import ReshardError
-from reshard.mesh import DeviceMesh
+from reshard.core.cliargs import add_version
+from reshard.core.errors import ReshardError
+from reshard.core.mesh import DeviceMesh
 from reshard.pipeline.stage import ParamSpec, StageSpec
 
 MODULE = "reshard.pipeline.examples.mlp"
@@ -294,7 +294,9 @@ def _parser(interleaved: str) -> Any:
     """The example's command line."""
     import argparse
 
-    from reshard.cliargs import positive_int
+    from reshard.comm.backend import BackendKind, builtin_backends
+    from reshard.comm.launchers.base import LauncherKind
+    from reshard.core.cliargs import positive_int
     from reshard.pipeline.generators import SCHEDULES
 
     ap = argparse.ArgumentParser(
@@ -303,9 +305,12 @@ def _parser(interleaved: str) -> Any:
                     "one-process numpy reference",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
     add_version(ap)
-    ap.add_argument("--backend", default="gloo", choices=("local", "gloo", "nccl"),
-                    help="data plane of the workers")
-    ap.add_argument("--launcher", default=None, choices=("thread", "process", "ray"),
+    registry = builtin_backends()
+    backends = tuple(k.value for k in BackendKind)
+    ap.add_argument("--backend", default="gloo", choices=backends,
+                    help="data plane of the workers: " + ", ".join(
+                        f"{b} ({registry.entry(b).summary})" for b in backends))
+    ap.add_argument("--launcher", default=None, choices=tuple(k.value for k in LauncherKind),
                     help="how workers start (None: the backend's default)")
     ap.add_argument("--schedule", default="eager-1f1b", choices=tuple(SCHEDULES),
                     help="pipeline schedule")
@@ -330,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     from reshard.comm.backends.requirements import backend_problem
-    from reshard.errors import ExecutionError, ReshardBaseError
+    from reshard.core.errors import ExecutionError, ReshardBaseError
 
     interleaved = "interleaved-1f1b"
     ap = _parser(interleaved)

@@ -28,10 +28,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reshard.errors import SpecError
-from reshard.layout import Layout
-from reshard.mesh import DeviceMesh
-from reshard.spec import ShardingSpec, SplitRule
+from reshard.core.errors import SpecError
+from reshard.core.layout import Layout
+from reshard.core.mesh import DeviceMesh
+from reshard.core.spec import ShardingSpec, SplitRule
 
 __all__ = ["AlpaShardingSpec", "Chunked", "NoSharding", "Replicated", "ShardedAxis",
            "from_layout", "read_spec", "to_layout"]

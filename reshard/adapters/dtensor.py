@@ -1,5 +1,5 @@
 """PyTorch DTensor adapter, one import path: layouts (a ``DeviceMesh`` and its
-placements <-> a reshard :class:`~reshard.layout.Layout`,
+placements <-> a reshard :class:`~reshard.core.layout.Layout`,
 :mod:`reshard.adapters.dtensor_layout`) and cross-mesh ``redistribute`` /
 ``redistribute_many`` (:mod:`reshard.adapters.dtensor_redistribute`, which builds on
 the layouts)."""

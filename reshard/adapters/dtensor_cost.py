@@ -17,9 +17,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from reshard.adapters.dtensor_layout import to_layout
-from reshard.cluster import Cluster
-from reshard.dtypes import parse_dtype
-from reshard.errors import SpecError
+from reshard.core.cluster import Cluster
+from reshard.core.dtypes import parse_dtype
+from reshard.core.errors import SpecError
 from reshard.planner.estimates import CostCache, estimate_many
 from reshard.planner.values.strategy import Strategy
 

@@ -3,7 +3,7 @@
 DTensor applies placements left to right: each mesh dim that shards tensor dim ``d``
 chunks the piece the previous ones left (``torch.chunk``'s rule), so several mesh dims
 on one uneven tensor dim split it *nested*; layouts made here carry
-:attr:`reshard.spec.SplitRule.NESTED` and match DTensor's own
+:attr:`reshard.core.spec.SplitRule.NESTED` and match DTensor's own
 ``compute_local_shape_and_global_offset`` on every rank.
 
 Device ids are the global ranks of ``device_mesh.mesh`` (row-major), so a layout from
@@ -30,10 +30,10 @@ from torch.distributed.tensor import Replicate as TorchReplicate
 from torch.distributed.tensor import Shard as TorchShard
 from torch.distributed.tensor.placement_types import _StridedShard
 
-from reshard.errors import SpecError
-from reshard.layout import Layout
-from reshard.mesh import DeviceMesh
-from reshard.spec import Partial, Replicate, Shard, ShardingSpec, SplitRule
+from reshard.core.errors import SpecError
+from reshard.core.layout import Layout
+from reshard.core.mesh import DeviceMesh
+from reshard.core.spec import Partial, Replicate, Shard, ShardingSpec, SplitRule
 
 __all__ = ["from_layout", "mesh_of", "to_layout", "to_placements"]
 
@@ -102,7 +102,7 @@ def to_placements(layout: Layout) -> tuple[TorchPlacement, ...]:
 # ----- conversion tables --------------------------------------------------------------
 from_layout = to_placements
 """The adapters' one shape: ``to_layout`` (the system's sharding to a reshard
-:class:`~reshard.layout.Layout`) and ``from_layout`` (back); here :func:`to_placements`."""
+:class:`~reshard.core.layout.Layout`) and ``from_layout`` (back); here :func:`to_placements`."""
 
 
 def _from_partial(p: TorchPlacement, axis: int) -> Partial:

@@ -38,7 +38,7 @@ Hosts: plans balance transfers per host NIC. By default the Redistributor learns
 rank's host from one ``all_gather_object`` of host names, on its first call; pass
 ``cluster=`` (a :class:`reshard.Cluster` over the global ranks) to give link figures.
 
-dtypes: every dtype of :mod:`reshard.dtypes` is first class (``torch.bfloat16`` and
+dtypes: every dtype of :mod:`reshard.core.dtypes` is first class (``torch.bfloat16`` and
 the float8 kinds included): a ``Partial`` bfloat16 / float16 source sums in float32
 and rounds once; ``cast=`` (and ``scale=`` for float8) converts on the way, at the
 source, and then the result is ``(values, scales)``. A torch dtype outside that list
@@ -59,15 +59,15 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from reshard.adapters.dtensor_layout import to_layout, to_placements
-from reshard.cluster import Cluster
 from reshard.comm.backend import BackendRegistry
+from reshard.comm.engine.packing import local_slices
+from reshard.comm.engine.steps import LoadedProgram
 from reshard.comm.executor import Executor
-from reshard.comm.packing import local_slices
-from reshard.comm.steps import LoadedProgram
-from reshard.dtypes import DTYPES, Cast, ScaleMode, parse_dtype
-from reshard.errors import DTypeError, ExecutionError, ReshardError, ShapeError
-from reshard.layout import Layout
-from reshard.lru import LruCache
+from reshard.core.cluster import Cluster
+from reshard.core.dtypes import DTYPES, Cast, ScaleMode, parse_dtype
+from reshard.core.errors import DTypeError, ExecutionError, ReshardError, ShapeError
+from reshard.core.layout import Layout
+from reshard.core.lru import LruCache
 from reshard.planner.schedule.staging import check_budget
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import TaskKind, TensorSpec, output_indices
@@ -87,7 +87,7 @@ class _Move:
 
     Attributes:
         shape: the global shape.
-        dtype: the plan's dtype name (:mod:`reshard.dtypes`).
+        dtype: the plan's dtype name (:mod:`reshard.core.dtypes`).
         bits: the torch dtype to view the tensor as (None: its own dtype moves).
         src: the source layout.
         dst: the destination layout.
@@ -505,9 +505,9 @@ def redistribute(dtensor: DTensor, device_mesh: Any, placements: Sequence[Any], 
             ``Partial("sum")``.
         strategy: ``"broadcast"`` (default), ``"send_recv"`` or ``"allgather"``.
         cast: deliver this dtype (e.g. ``torch.bfloat16``, ``"float8_e4m3fn"``),
-            converted at the source before any byte moves (:mod:`reshard.dtypes`).
+            converted at the source before any byte moves (:mod:`reshard.core.dtypes`).
         scale: with a float8 ``cast``: ``"tensor"``, ``"block128"``,
-            ``"block128-ue8m0"`` or ``"mx32"`` scales (:class:`reshard.dtypes.ScaleMode`).
+            ``"block128-ue8m0"`` or ``"mx32"`` scales (:class:`reshard.core.dtypes.ScaleMode`).
         redistributor: the context to use (default: :func:`default_redistributor`).
 
     Returns:

@@ -17,13 +17,13 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
-from reshard.cluster import Cluster
-from reshard.dtypes import parse_dtype
-from reshard.errors import ReshardError, ShapeError, SpecError
-from reshard.layout import Layout
-from reshard.mesh import DeviceMesh
+from reshard.core.cluster import Cluster
+from reshard.core.dtypes import parse_dtype
+from reshard.core.errors import ReshardError, ShapeError, SpecError
+from reshard.core.layout import Layout
+from reshard.core.mesh import DeviceMesh
+from reshard.core.spec import ShardingSpec, SplitRule
 from reshard.planner.values.strategy import Strategy
-from reshard.spec import ShardingSpec, SplitRule
 
 __all__ = ["ProcessMove", "cost_request", "from_layout", "mesh_of", "reshard_array", "to_layout",
            "to_sharding"]
@@ -166,7 +166,7 @@ def to_sharding(layout: Layout, mesh: Mesh | None = None) -> NamedSharding:
 
 from_layout = to_sharding
 """The adapters' one shape: ``to_layout`` (the system's sharding to a reshard
-:class:`~reshard.layout.Layout`) and ``from_layout`` (back); here :func:`to_sharding`."""
+:class:`~reshard.core.layout.Layout`) and ``from_layout`` (back); here :func:`to_sharding`."""
 
 
 def reshard_array(x: jax.Array, sharding: NamedSharding, *,
@@ -193,9 +193,9 @@ def reshard_array(x: jax.Array, sharding: NamedSharding, *,
             ``"broadcast"``).
         runtime: a :class:`reshard.Runtime` whose devices are the JAX device ids.
         cast: deliver this dtype instead, converted at the source (e.g.
-            ``jnp.bfloat16``, ``"float8_e4m3fn"``; see :mod:`reshard.dtypes`).
+            ``jnp.bfloat16``, ``"float8_e4m3fn"``; see :mod:`reshard.core.dtypes`).
         scale: with a float8 ``cast``: ``"tensor"``, ``"block128"``,
-            ``"block128-ue8m0"`` or ``"mx32"`` scales (:class:`reshard.dtypes.ScaleMode`).
+            ``"block128-ue8m0"`` or ``"mx32"`` scales (:class:`reshard.core.dtypes.ScaleMode`).
 
     Returns:
         The moved array; with ``scale``, ``(values, scales)``: the scales a float32

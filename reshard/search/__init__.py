@@ -12,8 +12,9 @@ from reshard.search.chain import MOVES, SCHEDULES, best_few, evaluate, objective
 from reshard.search.costs import MoveCosts
 from reshard.search.graph import METHODS, Graph, evaluate_graph, search_graph
 from reshard.search.model import Candidate, Choice, Layer, Placement, Stage, placements
+from reshard.search.replicas import Replicated, search_replicated
 from reshard.search.simulated import rerank, simulated
 
 __all__ = ["METHODS", "MOVES", "SCHEDULES", "Candidate", "Choice", "Graph", "Layer",
-           "MoveCosts", "Placement", "Stage", "best_few", "evaluate", "evaluate_graph",
-           "objective", "placements", "rerank", "search_chain", "search_graph", "simulated"]
+           "MoveCosts", "Placement", "Replicated", "Stage", "best_few", "evaluate", "evaluate_graph",
+           "objective", "placements", "rerank", "search_chain", "search_graph", "search_replicated", "simulated"]

@@ -13,23 +13,29 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from reshard.cluster import Cluster
 from reshard.errors import SearchError
 from reshard.planner.estimates import CostCache
-from reshard.search.chain import evaluate
 from reshard.search.costs import MoveCosts
-from reshard.search.model import Choice, Layer, Stage, placements
+from reshard.search.model import Budget, Choice, Layer, Stage, placements
+from reshard.search.objective import evaluate
 
 
 def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
             schedule: str = "1f1b", cache: CostCache | None = None,
-            memory_limit: int | None = None) -> Choice:
+            memory_limit: int | None = None, *, costs: MoveCosts | None = None,
+            time_limit: float | Budget | None = None,
+            edges: Sequence[tuple[int, int]] | None = None) -> Choice:
     """The best Megatron-style choice (module docstring) by the real objective, among
-    those whose every stage holds at most ``memory_limit`` bytes per device."""
+    those whose every stage holds at most ``memory_limit`` bytes per device (``costs``:
+    priced moves to share; ``time_limit``: as the search's; ``edges``: as
+    :func:`reshard.search.evaluate` takes them)."""
+    budget = Budget.of(time_limit)
     limit = math.inf if memory_limit is None else memory_limit
-    costs = MoveCosts(cluster, cache=CostCache() if cache is None else cache)
+    if costs is None or costs.free:
+        costs = MoveCosts(cluster, cache=CostCache() if cache is None else cache)
     total, n = len(cluster.devices), len(layers)
     best: Choice | None = None
     shapes = sorted({s for layer in layers for s in layer.candidates})
@@ -49,7 +55,7 @@ def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
         if any(not kind for kind in kinds):
             continue
         per = math.ceil(n / p)
-        for picks in itertools.product(*kinds):
+        for picks in _picks(layers, shape, kinds):
             pick = dict(zip(kinds, picks))
             names = [pick[tuple(sorted(c.name for c in layer.candidates[shape]))]
                      for layer in layers]
@@ -64,7 +70,8 @@ def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
                              if c.name == names[k])
                         for k in range(st.first, st.last + 1)) > limit for st in stages):
                 continue
-            got = evaluate(layers, stages, cluster, microbatches, schedule, costs)
+            budget.check("choosing Megatron's uniform baseline (on {})", shape)
+            got = evaluate(layers, stages, cluster, microbatches, schedule, costs, edges)
             if best is None or got.time < best.time:
                 best = got
     if best is None:
@@ -74,4 +81,24 @@ def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
     return best
 
 
-__all__ = ["uniform"]
+MAX_PICKS = 4096
+"""The most combinations of one candidate per kind of layer :func:`uniform` tries on a
+submesh shape; past it, each kind takes its least-compute candidate (as a user tuning
+one kind at a time would start)."""
+
+
+def _picks(layers: Sequence[Layer], shape: tuple[int, int],
+           kinds: list[tuple[str, ...]]) -> Iterator[tuple[str, ...]]:
+    """A name per kind: every combination, or past :data:`MAX_PICKS` the fastest each."""
+    if math.prod(len(kind) for kind in kinds) <= MAX_PICKS:
+        yield from itertools.product(*kinds)
+        return
+    fastest: dict[tuple[str, ...], str] = {}
+    for layer in layers:
+        cands = layer.candidates[shape]
+        kind = tuple(sorted(c.name for c in cands))
+        fastest.setdefault(kind, min(cands, key=lambda c: (c.compute, c.name)).name)
+    yield tuple(fastest[kind] for kind in kinds)
+
+
+__all__ = ["MAX_PICKS", "uniform"]

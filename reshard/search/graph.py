@@ -20,7 +20,11 @@ each choice's stages chooses the layers' candidates on the graph's objective:
   layer's candidate, each kept with probability ``exp(-(new - old) / (beta * old))``
   (always when no worse), seeded; the best seen is the answer.
 
-The stage choice with the least objective after that is the answer.
+The baselines' choices (Alpa's moves-free one and Megatron's uniform one, priced on the
+graph) are refined too. By default the pipeline simulator then picks the answer among
+the refined choices and the baselines' own (``rerank``), so it never simulates slower
+than either; with ``rerank=False`` the least objective is the answer. The chain DP
+prices only the moves between consecutive layers that an edge joins.
 """
 
 from __future__ import annotations
@@ -30,23 +34,26 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from reshard.cluster import Cluster
 from reshard.errors import SearchError
 from reshard.planner.estimates import CostCache
-from reshard.search.chain import (
-    best_few,
+from reshard.search.baselines import uniform
+from reshard.search.chain import best_few, check_layers, search_chain
+from reshard.search.checks import integer, real
+from reshard.search.costs import MoveCosts
+from reshard.search.model import Budget, Candidate, Choice, Layer, Stage
+from reshard.search.objective import (
     chain_edges,
     evaluate,
     named_candidates,
     objective,
     parse_choice_name,
     price,
-    search_chain,
     stage_index,
 )
-from reshard.search.costs import MoveCosts
-from reshard.search.model import Budget, Candidate, Choice, Layer, Stage
+from reshard.search.simulated import rerank as rerank_choices
 from reshard.spec import ShardingSpec
 
 METHODS = ("descent", "mcmc")
@@ -73,8 +80,8 @@ class Graph:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
-        object.__setattr__(self, "edges", tuple(sorted({(int(u), int(v))
-                                                        for u, v in self.edges})))
+        object.__setattr__(self, "edges", tuple(sorted({_edge(k, e)
+                                                        for k, e in enumerate(self.edges)})))
         n = len(self.layers)
         for u, v in self.edges:
             if not (0 <= u < n and 0 <= v < n):
@@ -106,6 +113,17 @@ class Graph:
     def chain(cls, layers: Sequence[Layer]) -> Graph:
         """Each layer taking the one before's output."""
         return cls(tuple(layers), chain_edges(len(layers)))
+
+
+def _edge(k: int, value: object) -> tuple[int, int]:
+    """Edge ``k`` as a pair of layer indices (integers: numpy's too; never a float
+    truncated or a string)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 2:
+        raise SearchError(f"edge {k} must be a (producer, consumer) pair of layer indices, "
+                          f"got {value!r:.80}")
+    u, v = value
+    return (integer(u, f"edge {k} {tuple(value)!r}: its producer (a layer index)", 0),
+            integer(v, f"edge {k} {tuple(value)!r}: its consumer (a layer index)", 0))
 
 
 def _cycle(n: int, edges: Sequence[tuple[int, int]]) -> list[int]:
@@ -237,11 +255,32 @@ def _mcmc(lay: _Layouts, picks: list[Candidate], steps: int, seed: int,
     return best_picks
 
 
+def _baselines(graph: Graph, cluster: Cluster, microbatches: int, costs: MoveCosts,
+               kw: dict[str, Any]) -> list[Choice]:
+    """Alpa's choice (the chain DP with moves free) and Megatron's (where it has one),
+    each priced on the graph: they bound the chain DP (whose own bound is the chain's
+    objective, which skip connections raise) and are refined as well, so the answer is
+    never slower than either."""
+    schedule, budget = kw["schedule"], kw["time_limit"]
+    free = search_chain(graph.layers, cluster, microbatches, moves="free", rerank=0, **kw)
+    base = [evaluate_graph(graph, free.stages, cluster, microbatches, schedule, costs)]
+    try:
+        mega = uniform(graph.layers, cluster, microbatches, schedule,
+                       memory_limit=kw["memory_limit"], costs=costs, time_limit=budget,
+                       edges=graph.edges)
+        base.append(evaluate_graph(graph, mega.stages, cluster, microbatches, schedule, costs))
+    except SearchError as e:
+        if "time_limit" in str(e):
+            raise
+    return base
+
+
 def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
                  schedule: str = "1f1b", memory_limit: int | None = None,
                  method: str = "descent", few: int = 4, steps: int = 2000, seed: int = 0,
                  beta: float = 0.05, cache: CostCache | None = None,
-                 block: int | None = None, time_limit: float | None = None) -> Choice:
+                 block: int | None = None, time_limit: float | Budget | None = None,
+                 rerank: bool = True) -> Choice:
     """Stages, submeshes and candidates of ``graph``'s layers (module docstring).
 
     Args:
@@ -254,35 +293,40 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
         steps: MCMC's proposals per stage choice.
         seed: MCMC's random seed.
         beta: MCMC's temperature, relative to the current objective.
+        rerank: the pipeline simulator picks the answer among the refined choices and
+            the baselines' (Alpa's and Megatron's, priced on the graph), so it never
+            simulates slower than either; False: the least objective.
 
     Raises:
-        SearchError: as :func:`reshard.search.search_chain`, or an unknown method.
+        SearchError: as :func:`reshard.search.search_chain`, or an unknown method, or
+            ``few``, ``steps``, ``seed``, ``beta`` out of range.
     """
     how = parse_choice_name(method, METHODS, "method")
+    if not isinstance(graph, Graph):
+        raise SearchError(f"graph must be a reshard.search.Graph, got {type(graph).__name__}")
+    n_few, n_steps = integer(few, "few", 1), integer(steps, "steps", 0)
+    the_seed, temp = integer(seed, "seed"), real(beta, "beta", positive=True)
     budget = Budget.of(time_limit)
     limit = math.inf if memory_limit is None else memory_limit
+    check_layers(graph.layers, cluster, microbatches, limit, graph.edges)
     costs = MoveCosts(cluster, cache=CostCache() if cache is None else cache)
-    # the choice made with moves free (Alpa's) priced on the graph bounds the chain DP
-    # (whose own bound is the chain's objective, which skip connections raise) and is
-    # refined as well: the answer is never slower than it
-    free = search_chain(graph.layers, cluster, microbatches, schedule=schedule,
-                        memory_limit=memory_limit, moves="free", cache=costs.cache,
-                        block=block, time_limit=budget)
-    bound = evaluate_graph(graph, free.stages, cluster, microbatches, schedule, costs).time
-    seeds = best_few(graph.layers, cluster, microbatches, few, schedule=schedule,
-                     memory_limit=memory_limit, cache=costs.cache, block=block, bound=bound,
-                     time_limit=budget)
-    best: Choice | None = None
-    for got in [*seeds, free]:
+    kw: dict[str, Any] = {"schedule": schedule, "memory_limit": memory_limit,
+                          "cache": costs.cache, "block": block, "time_limit": budget,
+                          "edges": graph.edges}
+    base = _baselines(graph, cluster, microbatches, costs, kw)
+    bound = min(c.time for c in base)
+    seeds = best_few(graph.layers, cluster, microbatches, n_few, bound=bound, **kw)
+    refined: list[Choice] = []
+    for got in [*seeds, *base]:
         lay = _Layouts(graph, got.stages, microbatches, got.schedule, costs, limit)
         picks = named_candidates(graph.layers, got.stages)
         picks = _descent(lay, picks, budget) if how == "descent" else _mcmc(
-            lay, picks, steps, seed, beta, budget)
-        mine = lay.choice(picks)
-        if best is None or mine.time < best.time:
-            best = mine
-    assert best is not None  # best_few answers at least one or raises
-    return best
+            lay, picks, n_steps, the_seed, temp, budget)
+        refined.append(lay.choice(picks))
+    if not rerank:
+        return min(refined, key=lambda c: c.time)
+    return rerank_choices(graph.layers, [*sorted(refined, key=lambda c: c.time), *base],
+                          cluster, costs, graph.edges, time_limit=budget)[0]
 
 
 def brute_layouts(graph: Graph, stages: Sequence[Stage], cluster: Cluster,

@@ -27,7 +27,13 @@ from reshard.cluster import Cluster
 from reshard.layout import Layout
 from reshard.planner.estimates import CostCache, estimate
 from reshard.search.model import Candidate, Layer, Placement, Shape
-from reshard.search.transformer import BYTES_PER_PARAM, GPT, layer_candidates, submesh_shapes
+from reshard.search.transformer import (
+    BYTES_PER_PARAM,
+    GPT,
+    GRAD_BYTES,
+    layer_candidates,
+    submesh_shapes,
+)
 
 
 @dataclass(frozen=True)
@@ -80,13 +86,14 @@ def moe_candidates(model: MoE, cluster: Cluster, shape: Shape, peak_flops: float
 
     whole = attention + model.experts * expert
     out = [Candidate("dp", compute + allreduce(whole) / g.microbatches, "S01RR", "S01RR",
-                     BYTES_PER_PARAM * whole + keep // n)]
+                     BYTES_PER_PARAM * whole + keep // n, GRAD_BYTES * whole)]
     if n > 1 and model.experts % n == 0:
         a2a = 4 * estimate((b * s, h), "bfloat16", Layout(mesh, "S01R"), Layout(mesh, "RS01"),
                            cluster, cache=cache)
         held = attention + model.experts // n * expert
         out.append(Candidate("ep", compute + a2a + allreduce(attention) / g.microbatches,
-                             "S01RR", "S01RR", BYTES_PER_PARAM * held + keep // n))
+                             "S01RR", "S01RR", BYTES_PER_PARAM * held + keep // n,
+                             GRAD_BYTES * held))
     return tuple(out)
 
 

@@ -24,9 +24,9 @@ from reshard.errors import ReshardError, SearchError
 from reshard.pipeline.costs import PipelineCosts
 from reshard.pipeline.generators import make_schedule
 from reshard.pipeline.simulator import simulate
-from reshard.search.chain import chain_edges, named_candidates, stage_index
 from reshard.search.costs import MoveCosts
-from reshard.search.model import Choice, Layer
+from reshard.search.model import Budget, Choice, Layer
+from reshard.search.objective import chain_edges, named_candidates, stage_index
 
 FORWARD_SHARE = 1 / 3
 """A stage's forward share of its time per microbatch (the backward takes the rest)."""
@@ -79,14 +79,25 @@ def simulated(layers: Sequence[Layer], choice: Choice, cluster: Cluster,
 def rerank(layers: Sequence[Layer], choices: Sequence[Choice], cluster: Cluster,
            costs: MoveCosts | None = None,
            edges: Sequence[tuple[int, int]] | None = None,
-           schedule: str | None = None) -> list[Choice]:
+           schedule: str | None = None,
+           time_limit: float | Budget | None = None) -> list[Choice]:
     """``choices`` (e.g. :func:`reshard.search.best_few`'s) with their ``simulated``
     time set (under their schedule, or ``schedule``: :func:`simulated`), least
-    simulated time first (ties: the objective's order)."""
-    timed = [dataclasses.replace(c, simulated=simulated(layers, c, cluster, costs, edges,
-                                                        schedule))
-             for c in choices]
-    return sorted(timed, key=lambda c: c.simulated or 0.0)
+    simulated time first (ties: the objective's order; a choice given twice, once);
+    ``time_limit`` as a search's."""
+    budget = Budget.of(time_limit)
+    timed: list[Choice] = []
+    seen: set[tuple] = set()
+    for c in choices:
+        key = tuple((s.first, s.last, s.placement, s.choices) for s in c.stages)
+        if key in seen:
+            continue
+        seen.add(key)
+        budget.check("re-ranking choices by the pipeline simulator ({} of {} done)",
+                     len(timed), len(choices))
+        timed.append(dataclasses.replace(c, simulated=simulated(layers, c, cluster, costs,
+                                                                edges, schedule)))
+    return sorted(timed, key=lambda c: (c.simulated or 0.0, c.time))
 
 
 __all__ = ["FORWARD_SHARE", "rerank", "simulated"]

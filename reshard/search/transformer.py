@@ -27,6 +27,7 @@ activations (``34 b s h``, Megatron's estimate), split as the activation is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reshard.cluster import Cluster
@@ -36,6 +37,10 @@ from reshard.search.model import Candidate, Layer, Placement, Shape
 
 BYTES_PER_PARAM = 16
 """bf16 weights and gradients, fp32 Adam moments and master weights."""
+
+GRAD_BYTES = 2
+"""A parameter's bf16 gradient: what data-parallel replicas all-reduce
+(:mod:`reshard.search.replicas`)."""
 
 
 @dataclass(frozen=True)
@@ -100,32 +105,38 @@ def layer_candidates(model: GPT, cluster: Cluster, shape: Shape, peak_flops: flo
     if n > 1:
         grads = _collective(cache, cluster, p, (model.params,), "R+P01", "R")
     out.append(Candidate("dp", compute + grads / model.microbatches, "S01RR", "S01RR",
-                         BYTES_PER_PARAM * model.params + keep // n))
+                         BYTES_PER_PARAM * model.params + keep // n,
+                         GRAD_BYTES * model.params))
     if g > 1:
         act = 4 * _collective(cache, cluster, p, (b, s, h), "S0RR+P1", "S0RR")
         grads = 0.0 if hosts == 1 else _collective(
             cache, cluster, p, (model.params // g,), "R+P0", "R")
         out.append(Candidate("tp", compute + act + grads / model.microbatches, "S0RR",
-                             "S0RR", BYTES_PER_PARAM * model.params // g + keep // hosts))
+                             "S0RR", BYTES_PER_PARAM * model.params // g + keep // hosts,
+                             GRAD_BYTES * model.params // g))
     return tuple(out)
 
 
-def submesh_shapes(cluster: Cluster) -> tuple[Shape, ...]:
-    """Alpa's submeshes: ``(1, 2^k)`` inside a host, and ``(h, G)`` whole hosts."""
+def submesh_shapes(cluster: Cluster, powers_of_two: bool = False) -> tuple[Shape, ...]:
+    """Alpa's submeshes: ``(1, 2^k)`` inside a host, and ``(h, G)`` whole hosts (with
+    ``powers_of_two``: ``h`` a power of two only, as large clusters are cut)."""
     g = len(cluster.hosts[0])
     inside = [(1, 1 << k) for k in range(g.bit_length()) if 1 << k <= g]
-    whole = [(h, g) for h in range(2, cluster.num_hosts + 1)]
+    whole = [(h, g) for h in range(2, cluster.num_hosts + 1)
+             if not powers_of_two or h & (h - 1) == 0]
     return (*inside, *whole)
 
 
 def gpt_layers(model: GPT, cluster: Cluster, peak_flops: float, efficiency: float = 0.5,
-               cache: CostCache | None = None) -> list[Layer]:
+               cache: CostCache | None = None,
+               shapes: Sequence[Shape] | None = None) -> list[Layer]:
     """The chain of ``model``'s layers with their candidates on every submesh shape of
-    ``cluster`` (the embedding and head left out: a compiler adds them as layers)."""
+    ``cluster`` (or on ``shapes``; the embedding and head left out: a compiler adds
+    them as layers)."""
     cache = CostCache() if cache is None else cache
     cands = {shape: layer_candidates(model, cluster, shape, peak_flops, efficiency,
                                      cache=cache)
-             for shape in submesh_shapes(cluster)}
+             for shape in (submesh_shapes(cluster) if shapes is None else shapes)}
     act = (model.microbatch, model.seq, model.hidden)
     return [Layer(f"{model.name}.{k}", act, "bfloat16", cands) for k in range(model.layers)]
 
@@ -140,5 +151,5 @@ ALPA_SUITE = (
 """GPT configurations as Alpa's benchmark suite sizes them (sequence 1024)."""
 
 
-__all__ = ["ALPA_SUITE", "BYTES_PER_PARAM", "GPT", "gpt_layers", "layer_candidates",
+__all__ = ["ALPA_SUITE", "BYTES_PER_PARAM", "GPT", "GRAD_BYTES", "gpt_layers", "layer_candidates",
            "submesh_shapes"]

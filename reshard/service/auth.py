@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from reshard.comm.sockets import is_wildcard
+from reshard.comm.bootstrap.sockets import is_wildcard
 from reshard.errors import ReshardError
 from reshard.service.options import TlsFiles
 

@@ -230,7 +230,7 @@ class _Recorder:
 
 def test_a_real_unique_id_reaches_every_ranks_communicator_unchanged(real, monkeypatch):
     from reshard.comm.backends.nccl import NcclBackend
-    from reshard.comm.rendezvous import TcpRendezvousServer
+    from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 
     uid = real.get_unique_id()
     assert isinstance(uid, bytes) and len(uid) == 128

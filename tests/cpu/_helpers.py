@@ -184,7 +184,7 @@ def rank_results(target, ranks: Iterable[int], wait: float, join: float = 5.0) -
     others may be waiting for the failed one in a collective)."""
     import multiprocessing as mp
 
-    from reshard.comm.rendezvous import TcpRendezvousServer
+    from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 
     ranks = tuple(ranks)
     ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods()

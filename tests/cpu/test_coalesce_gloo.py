@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from reshard.comm.backends.gloo import CHAIN_PIECE
+from reshard.comm.engine.steps import program_steps
 from reshard.comm.program import programs
-from reshard.comm.steps import program_steps
 from reshard.dtypes import parse_dtype
 from reshard.microbench.small_tensors import requests
 from reshard.planner.schedule.coalesce import followers

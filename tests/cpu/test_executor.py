@@ -114,7 +114,7 @@ def _run_once(ex, loaded, k: int, again: int, problem, buffers: str, device: int
     byte (1: checked; 0: this rank holds no destination shard)."""
     import torch
 
-    from reshard.comm.packing import data_address
+    from reshard.comm.engine.packing import data_address
 
     shape, dtype, src, dst = problem
     rng = np.random.default_rng(zlib.crc32(repr((k, again)).encode()))
@@ -177,7 +177,7 @@ def _run_through_store(problem_list, device: int, address, results, done) -> Non
     try:
         import torch.distributed as dist
 
-        from reshard.comm.store_rendezvous import StoreRendezvous
+        from reshard.comm.bootstrap.store_rendezvous import StoreRendezvous
 
         td = datetime.timedelta(seconds=60)
         rdv = address.connect(60)

@@ -128,7 +128,7 @@ def test_a_failing_or_stuck_replay_fails_instead_of_hanging():
 
 
 def _testbed_available():
-    from reshard.microbench.infra.testbed import available
+    from reshard.testbed import available
 
     return available()
 
@@ -139,7 +139,7 @@ def test_a_replay_on_the_testbed_goes_through_its_shaped_nics():
     avail = _testbed_available()
     if not avail:
         pytest.skip(f"no netns testbed: {avail.reason}")
-    from reshard.microbench.infra.testbed import Testbed
+    from reshard.testbed import Testbed
 
     nbytes = 1 << 20
     rows = [gloo_floor.Row("1 MiB across", nbytes, 2, (((0, 1, nbytes),),), 1e-3)]

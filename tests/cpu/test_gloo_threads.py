@@ -42,7 +42,7 @@ def _ranks_on_threads(devices, world, rendezvous) -> dict[int, str]:
 @pytest.mark.timeout(120)
 def test_gloo_ranks_on_threads_are_refused_at_once_naming_the_alternative():
     pytest.importorskip("torch")
-    from reshard.comm.rendezvous import TcpRendezvousServer
+    from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 
     server = TcpRendezvousServer()
     try:

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from reshard import Cluster, ExecutionError
+from reshard.comm.bootstrap.rendezvous import TcpRendezvous, TcpRendezvousServer
 from reshard.comm.launchers.host import DEFAULT_ENV, describe_exit, make_specs, worker_env
-from reshard.comm.rendezvous import TcpRendezvous, TcpRendezvousServer
 
 pytestmark = pytest.mark.cpu
 

@@ -217,7 +217,7 @@ def test_metadata_and_notifications_of_other_agents_are_refused():
     device 5: refused, naming that agent."""
     from nixl._api import nixl_agent, nixl_agent_config
 
-    from reshard.comm.rendezvous import TcpRendezvousServer
+    from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 
     server = TcpRendezvousServer()
     config = nixl_agent_config(enable_prog_thread=True, backends=["UCX"])
@@ -259,8 +259,8 @@ def test_metadata_forged_in_a_worker_s_name_is_refused():
     metadata is unsigned, refused naming the device."""
     from nixl._api import nixl_agent, nixl_agent_config
 
-    from reshard.comm.link_key import LinkKey
-    from reshard.comm.rendezvous import TcpRendezvousServer
+    from reshard.comm.bootstrap.link_key import LinkKey
+    from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 
     server = TcpRendezvousServer()
     ranks = _keyed((0, 3), server, LinkKey.new())
@@ -286,8 +286,8 @@ def test_a_notification_from_an_agent_that_took_a_worker_s_name_is_refused():
     from nixl._api import nixl_agent, nixl_agent_config
 
     from reshard.comm.backends.nixl_agent import HEAD, LANDED, RANGE
-    from reshard.comm.link_key import LinkKey
-    from reshard.comm.rendezvous import TcpRendezvousServer
+    from reshard.comm.bootstrap.link_key import LinkKey
+    from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 
     server = TcpRendezvousServer()
     ranks = _keyed((0, 3), server, LinkKey.new())
@@ -328,9 +328,9 @@ def test_a_notification_that_never_arrives_names_the_peer_and_the_task():
     for a channel device 3 has not opened): device 3's executor fails at its timeout,
     naming the task and the peer it waited on, instead of waiting for ever."""
     from reshard import Cluster, DeviceMesh, Layout
+    from reshard.comm.bootstrap.link_key import LinkKey
+    from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
     from reshard.comm.executor import Executor
-    from reshard.comm.link_key import LinkKey
-    from reshard.comm.rendezvous import TcpRendezvousServer
     from reshard.planner.plan import plan
 
     src = Layout(DeviceMesh((1,), [0]), "RR")
@@ -405,8 +405,8 @@ def test_a_dead_peer_s_receives_give_their_registrations_up():
     import subprocess
     import sys
 
-    from reshard.comm.link_key import LinkKey
-    from reshard.comm.rendezvous import TcpRendezvousServer
+    from reshard.comm.bootstrap.link_key import LinkKey
+    from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 
     server = TcpRendezvousServer()
     key = LinkKey.new()

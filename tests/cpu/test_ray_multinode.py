@@ -82,8 +82,8 @@ def _fault(rt, rc, report: dict) -> None:
 def driver() -> None:
     """The child: build everything, check, report, then wait for SIGTERM."""
     from reshard.microbench.infra.ray_cluster import RayCluster, join_as_stranger
-    from reshard.microbench.infra.testbed import Testbed
     from reshard.runtime import Runtime
+    from reshard.testbed import Testbed
 
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     t0 = time.monotonic()

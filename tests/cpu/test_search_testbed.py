@@ -16,7 +16,7 @@ pytestmark = pytest.mark.cpu
 @pytest.mark.netns
 @pytest.mark.timeout(300)
 def test_both_choices_run_on_the_testbed():
-    from reshard.microbench.infra.testbed import available
+    from reshard.testbed import available
 
     ok = available()
     if not ok:

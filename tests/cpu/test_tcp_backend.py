@@ -23,8 +23,8 @@ import pytest
 from reshard import Cluster
 from reshard.comm.backends.nixl import NixlBackend, available
 from reshard.comm.backends.tcp import TcpBackend
+from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 from reshard.comm.executor import Executor
-from reshard.comm.rendezvous import TcpRendezvousServer
 from reshard.errors import ExecutionError
 from reshard.microbench.small_tensors import requests
 from reshard.planner.plan import plan_many

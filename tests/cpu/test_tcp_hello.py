@@ -21,8 +21,8 @@ import pytest
 
 from reshard.comm.backends import tcp_hub, tcp_intro
 from reshard.comm.backends.tcp import TcpBackend
-from reshard.comm.link_key import LinkKey
-from reshard.comm.rendezvous import TcpRendezvousServer
+from reshard.comm.bootstrap.link_key import LinkKey
+from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 from reshard.errors import ExecutionError
 
 pytestmark = pytest.mark.cpu
@@ -303,7 +303,7 @@ def test_a_second_claim_fails_a_link_already_in_use():
 
 @pytest.mark.timeout(120)
 def test_ranks_run_while_strangers_hold_connections_to_their_listeners():
-    from reshard.comm.rendezvous import TcpRendezvousServer
+    from reshard.comm.bootstrap.rendezvous import TcpRendezvousServer
 
     server = TcpRendezvousServer()
     world = (0, 1, 2)

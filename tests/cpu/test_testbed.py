@@ -24,13 +24,13 @@ from reshard.microbench.infra.host_net import links as _links
 from reshard.microbench.infra.host_net import namespaces as _namespaces
 from reshard.microbench.infra.host_net import qdisc_devices as _qdisc_devices
 from reshard.microbench.infra.host_net import run_ip as _run
-from reshard.microbench.infra.testbed import (
+from reshard.runtime import Runtime
+from reshard.testbed import (
     Testbed,
     TestbedError,
     available,
     cleanup_stale,
 )
-from reshard.runtime import Runtime
 
 from ._helpers import check_paper_case, paper_cases
 
@@ -96,7 +96,7 @@ def test_missing_namespace_fails_clearly():
 IMPORT_ONLY = """
 import atexit, logging, multiprocessing.util, signal  # the stdlib registers its own
 before = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP), atexit._ncallbacks())
-import reshard.microbench.infra.testbed, reshard.microbench.infra.ray_cluster
+import reshard.testbed, reshard.microbench.infra.ray_cluster
 after = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP), atexit._ncallbacks())
 print(before == after, before, after)
 """
@@ -190,7 +190,7 @@ def test_removed_after_an_exception():
 
 CHILD = """
 import sys, time
-from reshard.microbench.infra.testbed import Testbed
+from reshard.testbed import Testbed
 with Testbed(2, 0.1) as tb:
     print(tb.tag, flush=True)
     time.sleep(60)
@@ -216,7 +216,7 @@ def test_removed_on_sigterm():
 
 
 FORGOTTEN = """
-from reshard.microbench.infra.testbed import Testbed
+from reshard.testbed import Testbed
 tb = Testbed(2, 0.1).start()
 print(tb.tag, flush=True)
 """

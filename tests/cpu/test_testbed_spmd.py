@@ -13,7 +13,7 @@ import traceback
 
 import pytest
 
-from reshard.microbench.infra.testbed import Testbed, available
+from reshard.testbed import Testbed, available
 
 from ._helpers import rank_results
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from reshard.bits import decode, encode_into
-from reshard.comm.pitched import copy_into, pitched_copies
+from reshard.comm.engine.pitched import copy_into, pitched_copies
 from reshard.dtypes import parse_dtype, storage
 
 pytestmark = pytest.mark.gpu
@@ -64,7 +64,7 @@ def test_box_batch_equals_assignment(gpus):
     in one launch each way, equal to cupy's assignment (and nothing else written)."""
     import cupy
 
-    from reshard.comm.box_batch import BoxBatch
+    from reshard.comm.engine.box_batch import BoxBatch
 
     rng = np.random.default_rng(5)
     cases = []
@@ -98,7 +98,7 @@ def test_box_batch_equals_assignment(gpus):
 def test_a_thousand_16k_boxes_in_one_launch(gpus):
     import cupy
 
-    from reshard.comm.box_batch import BoxBatch
+    from reshard.comm.engine.box_batch import BoxBatch
 
     shard = cupy.arange(1000 * 16 * 1024, dtype=cupy.int32).reshape(16000, 1024)
     out = cupy.zeros((1000, 16, 256), cupy.int32)

@@ -16,8 +16,8 @@ import reshard
 from reshard import Cluster, DeviceMesh, Layout, PlanError, plan
 from reshard.comm.backend import Capabilities
 from reshard.comm.backends.local import LocalBackend
+from reshard.comm.engine.steps import program_steps
 from reshard.comm.program import WorkerProgram
-from reshard.comm.steps import program_steps
 from reshard.planner.costing.cost import simulate
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import _best_plan

@@ -27,7 +27,8 @@ def _paths(row: str) -> list[str]:
 def test_the_table_has_a_row_for_each_kind_of_new_thing():
     kinds = {row.split("|")[1].strip() for row in _rows()}
     for kind in ("backend", "strategy", "dtype", "pipeline schedule", "adapter", "benchmark",
-                 "planning step (a strategy's candidate)", "fp8 scale format", "service call"):
+                 "planning step (a strategy's candidate)", "fp8 scale format", "service call",
+                 "task kind", "cost-model term", "launcher", "worker call"):
         assert kind in kinds, f"no row for a new {kind}"
 
 
@@ -43,3 +44,53 @@ def test_every_path_in_the_table_exists():
             if not where.exists():
                 missing.append(p)
     assert not missing, f"docs/architecture.md names paths that do not exist: {missing}"
+
+
+def _names_to_copy(row: str) -> list[str]:
+    """The backticked names in ``row``'s last column ("copy") that are not paths: the
+    example a newcomer is told to copy (``_hop`` there, ``calls.Drop``...)."""
+    copy = row.strip().strip("|").split("|")[-1]
+    return [n for n in re.findall(r"`([^`]+)`", copy) if n not in _paths(row)]
+
+
+def _defines(text: str, name: str) -> bool:
+    """Whether ``text`` defines ``name`` (its last dotted part: a ``def``, ``class``,
+    assignment, protobuf ``rpc`` or ``message``, a quoted key), or holds it literally
+    (a TOML table such as ``["dgx-h100"]``; ``<...>`` placeholders stand for anything)."""
+    if re.fullmatch(r"[A-Za-z_][\w.]*", name):
+        last = re.escape(name.rsplit(".", 1)[-1])
+        return bool(re.search(
+            rf"^\s*((async\s+)?def|class|rpc|message)\s+{last}\b|^\s*{last}\s*[:=]|"
+            rf"[\"']{last}[\"']", text, re.MULTILINE))
+    parts = [re.escape(p) for p in re.split(r"<[^>]*>", name)]
+    return bool(re.search(r"[\w-]+".join(parts), text))
+
+
+def _files_of(row: str) -> list[Path]:
+    out = []
+    for p in _paths(row):
+        where = ROOT / p.split("<", 1)[0]
+        if where.is_file():
+            out.append(where)
+    return out
+
+
+def test_every_name_the_table_says_to_copy_is_where_it_says():
+    missing = []
+    for row in _rows():
+        texts = [f.read_text(encoding="utf-8") for f in _files_of(row)]
+        for name in _names_to_copy(row):
+            if not any(_defines(t, name) for t in texts):
+                missing.append(f"{name} (in {[str(f.relative_to(ROOT)) for f in _files_of(row)]})")
+    assert not missing, f"docs/architecture.md tells a newcomer to copy names its files lack: {missing}"
+
+
+def test_the_name_check_finds_what_it_looks_for():
+    row = "| thing | `comm/calls.py` | `calls.Drop` and `nothing_here` there |"
+    assert _names_to_copy(row) == ["calls.Drop", "nothing_here"]
+    text = (ROOT / "comm" / "calls.py").read_text(encoding="utf-8")
+    assert _defines(text, "calls.Drop") and not _defines(text, "nothing_here")
+    assert _defines('[presets."dgx-h100"]\n["dgx-h100"]\nx = 1\n', '["dgx-h100"]')
+    assert _defines("DTYPES = {\"float8_e5m2\": 1}", "float8_e5m2")
+    assert not _defines("def _hopper(): pass", "_hop")
+    assert _defines("    ('trees:2/4', 1)", "trees:<hosts>/<intra>")

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reshard.comm.box_batch import BOX_COMMON, SOURCE, boxes_grid, table_rows
+from reshard.comm.engine.box_batch import BOX_COMMON, SOURCE, boxes_grid, table_rows
 
 CXX = shutil.which("g++") or shutil.which("c++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler for the twin")
@@ -167,7 +167,7 @@ def test_the_execution_flushes_before_anything_reads(monkeypatch, strategy):
     import reshard
     from reshard import Cluster, DeviceMesh, Layout
     from reshard.casting import reference_cast
-    from reshard.comm import execution
+    from reshard.comm.engine import execution
     from reshard.dtypes import Cast, ScaleMode
     from reshard.microbench.small_tensors import requests
 

@@ -15,9 +15,9 @@ import reshard
 from reshard import Cluster, DeviceMesh, Layout, ReshardPlan
 from reshard.comm.backend import builtin_backends
 from reshard.comm.backends.local import LocalFabric
+from reshard.comm.engine.steps import program_steps
 from reshard.comm.executor import Executor
 from reshard.comm.program import WorkerProgram
-from reshard.comm.steps import program_steps
 from reshard.planner.cells.fuse import SumShape, fuse_reductions, sum_parents
 from reshard.planner.plan import make_tensor_spec, plan_tasks
 from reshard.planner.values.strategy import Strategy

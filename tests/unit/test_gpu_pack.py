@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from reshard.comm.packing import byte_span
+from reshard.comm.engine.packing import byte_span
 from reshard.microbench import gpu_pack
 
 

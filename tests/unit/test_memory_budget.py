@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.comm.backends.local import LocalBackend, LocalFabric
+from reshard.comm.engine.steps import program_steps
 from reshard.comm.program import WorkerProgram
-from reshard.comm.steps import program_steps
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.schedule.staging import (
     fit_budget,

@@ -1,17 +1,26 @@
-"""The planner by stage (issue 46): the planner modules the documentation named before
-the move still import from their old paths for one release, with a DeprecationWarning,
-and give the moved module's own objects."""
+"""Moved modules (the planner by stage, issue 46; the data plane's engine and bootstrap
+folders, issue 65): the modules the documentation named before a move still import from
+their old paths for one release, with a DeprecationWarning, and give the moved module's
+own objects."""
 
 from __future__ import annotations
 
 import importlib
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 MOVED = {"reshard.planner.scales": "reshard.planner.values.scales",
          "reshard.planner.coalesce": "reshard.planner.schedule.coalesce",
-         "reshard.planner.verify": "reshard.planner.costing.verify"}
+         "reshard.planner.verify": "reshard.planner.costing.verify",
+         **{f"reshard.comm.{m}": f"reshard.comm.engine.{m}"
+            for m in ("execution", "steps", "step_ops", "packing", "pitched", "box_batch",
+                      "derived")},
+         **{f"reshard.comm.{m}": f"reshard.comm.bootstrap.{m}"
+            for m in ("rendezvous", "store_rendezvous", "sockets", "link_key")},
+         "reshard.microbench.infra.testbed": "reshard.testbed"}
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))
@@ -26,3 +35,52 @@ def test_old_path_warns_and_gives_the_moved_module(old):
         assert getattr(alias, name) is getattr(new, name)
     with pytest.raises(AttributeError):
         alias.no_such_name  # noqa: B018
+
+
+CORE = ("errors", "choice", "dtypes", "spec", "mesh", "layout", "cluster", "bits", "casting",
+        "lru", "helptext", "tables", "cliargs", "version", "packed", "darray", "gcpause",
+        "lazy", "unique_ids", "presets", "kernels", "kernels.cast_source",
+        "kernels.cast_geometry", "kernels.cast_launch")
+"""The core layer's modules (reshard/core/), each also imported by its short path."""
+
+
+def test_the_cores_short_paths_are_the_same_modules_without_a_warning():
+    """In a fresh interpreter, before anything imported reshard.core, and with every
+    warning an error: ``reshard.X`` is ``reshard.core.X`` itself (one module object: a
+    class, a monkeypatch or a cache is the same through either name)."""
+    code = ("import importlib, sys, warnings\n"
+            "warnings.simplefilter('error')\n"
+            f"for m in {CORE!r}:\n"
+            "    old = importlib.import_module('reshard.' + m)\n"
+            "    assert old is importlib.import_module('reshard.core.' + m), m\n"
+            "    assert sys.modules['reshard.' + m] is old, m\n"
+            "from reshard.errors import PlanError\n"
+            "from reshard.core.errors import PlanError as P\n"
+            "assert PlanError is P and PlanError.__module__ == 'reshard.core.errors'\n"
+            "import reshard.layout, reshard.core.layout\n"
+            "assert reshard.layout is reshard.core.layout\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+def test_the_package_shows_few_top_level_modules():
+    """At most 12 modules at the top of reshard/ (the core layer in core/, the old paths
+    answered from _moved/)."""
+    import reshard
+
+    top = sorted(p.stem for p in Path(reshard.__file__).parent.glob("*.py")
+                 if p.stem != "__init__")
+    assert len(top) <= 12, top
+    assert not set(top) & {m for m in CORE if "." not in m}
+
+
+def test_the_testbeds_old_command_still_runs():
+    """``python -m reshard.microbench.infra.testbed`` runs the testbed's ``main`` as
+    ``python -m reshard.testbed`` does."""
+    runs = [subprocess.run([sys.executable, "-m", m, "--check"], capture_output=True,
+                           text=True, timeout=120, check=False)
+            for m in ("reshard.testbed", "reshard.microbench.infra.testbed")]
+    assert runs[0].stdout.startswith("available: ")
+    assert [(r.returncode, r.stdout) for r in runs[1:]] == [(runs[0].returncode, runs[0].stdout)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reshard.comm.packing import pack, recv_target, unpack
+from reshard.comm.engine.packing import pack, recv_target, unpack
 
 SHARD_BOX = ((4, 8), (0, 6), (10, 13))  # the shard holds rows 4..8 of a global tensor
 
@@ -44,7 +44,7 @@ def test_unpacker_copies_the_slices_each_prefix_completes():
     outermost slices the first ``n`` bytes complete are in place, nothing else;
     ``finish`` writes the rest. Boxes whose leading dims are 1 cut the first longer
     dim."""
-    from reshard.comm.packing import Unpacker
+    from reshard.comm.engine.packing import Unpacker
 
     shard = _shard()
     for box in (((4, 7), (1, 5), (11, 13)), ((5, 6), (0, 6), (10, 12)),
@@ -86,7 +86,7 @@ def _boxes(seed: int, count: int):
 def test_byte_span_is_numpys_answer():
     """Where numpy's own view of the box is one C-contiguous run, its bytes in the
     shard; None where numpy's view is strided (or empty)."""
-    from reshard.comm.packing import byte_span, region
+    from reshard.comm.engine.packing import byte_span, region
 
     runs = 0
     for shard_box, box in _boxes(1, 3000):
@@ -105,7 +105,7 @@ def test_byte_span_is_numpys_answer():
 def test_row_runs_hold_the_box_in_order():
     """A strided box's runs, as elements of one void dtype over the shard's memory, are
     the box's bytes in C order (what packing it gives)."""
-    from reshard.comm.packing import region, row_runs
+    from reshard.comm.engine.packing import region, row_runs
 
     strided = 0
     for shard_box, box in _boxes(2, 3000):

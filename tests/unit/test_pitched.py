@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reshard.comm.pitched import MAX_COPIES, MIN_ROW, copy_into, pitched_copies
+from reshard.comm.engine.pitched import MAX_COPIES, MIN_ROW, copy_into, pitched_copies
 
 
 def _offset(view: np.ndarray, base: np.ndarray) -> int:
@@ -115,7 +115,7 @@ def test_copy_into_assigns_numpy():
 def test_launch_covers_every_row_with_aligned_loads(width, rows, pad, dst, src):
     """The widest load every row start, pitch and row length allow; every element of
     every row reached by the grid (or by its grid-stride loops, at the grid's caps)."""
-    from reshard.comm.pitched import THREADS, UNROLL, Copy, launch
+    from reshard.comm.engine.pitched import THREADS, UNROLL, Copy, launch
 
     c = Copy(0, width, 0, width + pad, width, rows)
     go = launch(c, 4096 + dst, 8192 + src)

@@ -1,4 +1,4 @@
-"""The machine types' figures, read from ``reshard/presets.toml``."""
+"""The machine types' figures, read from ``reshard/core/presets.toml``."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def cache():
 def test_dp_equals_brute_force(case, cache):
     layers, b, schedule, limit = case
     want = _brute(layers, CLUSTER, b, schedule, limit, cache)
-    kw = {"schedule": schedule, "cache": cache,
+    kw = {"schedule": schedule, "cache": cache, "rerank": 0,
           "memory_limit": None if limit == math.inf else limit}
     if want is None:
         with pytest.raises(SearchError):

@@ -1,4 +1,0 @@
-"""GPU kernels of the core layer: the fused casts (:mod:`reshard.kernels.cast_source`, the
-CUDA source; :mod:`reshard.kernels.cast_geometry`, where they read and write;
-:mod:`reshard.kernels.cast_launch`, launching them on cupy arrays and torch CUDA
-tensors). Nothing here imports cupy or torch until a kernel runs."""

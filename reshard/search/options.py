@@ -1,0 +1,159 @@
+"""The stages a chain DP may take, and layers merged into blocks: a run of consecutive
+layers on one submesh, its candidates chosen by a chain DP over (layer, candidate).
+
+A stage's inner time is its layers' compute plus the moves between its own layers
+(each priced by reshard on the stage's submesh). Per (first candidate, last candidate)
+the DP keeps the Pareto front of (time, memory), so a memory limit per device is met
+exactly; with no limit the front is the least time alone. A path's names are a trail
+(each entry points at the one before), so extending a stage by a layer costs the same
+however long it is.
+
+Symmetry: a stage's options on two submeshes of one shape whose first devices sit at
+the same place on their hosts (``first % devices per host``) are the same up to the
+placement: reshard's estimate of a move is that of its normal form, which keeps a
+device's place on its host and drops the hosts it does not touch. They are built once
+per such class and placed (:func:`place_class`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from reshard.search.costs import MoveCosts
+from reshard.search.model import Budget, Layer, Placement
+
+Trail = tuple[str, "Trail"] | None
+"""A path's candidate names, last first (``(name, the trail before)``)."""
+
+Entry = tuple[float, int, float, Trail]
+"""A path through a stage's layers: (inner time, memory per device, compute, trail)."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """A stage the DP may take: layers ``first..last`` on ``placement``, entered in
+    layout ``entry`` (its first candidate's input), left in layout ``exit`` (its last
+    candidate's output), at ``inner`` seconds per microbatch (compute and inner moves,
+    ``compute`` of it) through the candidates ``trail`` names, holding ``memory`` bytes
+    per device."""
+
+    first: int
+    last: int
+    placement: Placement
+    entry: str
+    exit: str
+    inner: float
+    compute: float
+    trail: Trail
+    memory: int = 0
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The candidates' names, first layer first."""
+        return names_of(self.trail)
+
+
+def names_of(trail: Trail) -> tuple[str, ...]:
+    """A trail's names, first first."""
+    out: list[str] = []
+    while trail is not None:
+        name, trail = trail
+        out.append(name)
+    return tuple(reversed(out))
+
+
+MAX_FRONT = 8
+"""The most entries a front keeps: the least time, the least memory and ones evenly
+spread between (exact while a front is smaller, as on every instance the tests check
+against brute force; a long chain of layers of two kinds under a memory limit would
+otherwise keep a front as long as the chain)."""
+
+
+def pareto(entries: list[Entry], memory: bool = True) -> list[Entry]:
+    """The entries no other beats in both time and memory, least time first, at most
+    :data:`MAX_FRONT` (with ``memory`` False: the least time alone)."""
+    if not memory:
+        return [min(entries, key=lambda e: (e[0], e[1]))]
+    out: list[Entry] = []
+    for e in sorted(entries, key=lambda e: (e[0], e[1])):
+        if not out or e[1] < out[-1][1]:
+            out.append(e)
+    if len(out) > MAX_FRONT:
+        last = len(out) - 1
+        out = [out[round(k * last / (MAX_FRONT - 1))] for k in range(MAX_FRONT)]
+    return out
+
+
+Links = frozenset[int] | None
+"""Which layers feed the next one (``k``: layer ``k``'s output is layer ``k + 1``'s
+input); None: every one (a chain). A graph's layers in order may skip: between two
+layers not joined there is no move."""
+
+Fronts = dict[tuple[str, str], list[Entry]]
+"""Per (entry layout, current output layout), the Pareto front of the paths to it (the
+moves before and after a path depend on those two alone)."""
+
+
+def paths(layers: Sequence[Layer], p: Placement, first: int, costs: MoveCosts,
+          limit: float, budget: Budget, stop: int | None = None,
+          cap: float = math.inf, links: Links = None) -> Iterator[tuple[int, Fronts]]:
+    """Per last layer (``first`` up to ``stop``, default the chain's end), the fronts of
+    the paths from layer ``first`` to it on ``p`` within ``limit`` bytes per device;
+    paths whose inner time passes ``cap`` are dropped (their extensions only grow).
+    ``links``: :data:`Links`."""
+    shape, keep_memory = p.shape, math.isfinite(limit)
+    end = len(layers) - 1 if stop is None else stop
+    fronts: Fronts = {}
+    for c in layers[first].candidates.get(shape, ()):
+        if c.memory <= limit and c.compute <= cap:
+            fronts.setdefault((c.input, c.output), []).append(
+                (c.compute, c.memory, c.compute, (c.name, None)))
+    fronts = {k: pareto(v, keep_memory) for k, v in fronts.items()}
+    for last in range(first, end + 1):
+        if not fronts:
+            return
+        yield last, fronts
+        if last == end:
+            return
+        before, layer = layers[last], layers[last + 1]
+        grown: dict[tuple[str, str], list[Entry]] = {}
+        for c in layer.candidates.get(shape, ()):
+            budget.check("building the stages of layers {}.. on {} (at layer {})",
+                         first, p.shape, last + 1)
+            for (entry, out), front in fronts.items():
+                step = c.compute + (costs.move(before.output_shape, before.dtype, p,
+                                               out, p, c.input)
+                                    if links is None or last in links else 0.0)
+                got = [(t + step, mem + c.memory, comp + c.compute, (c.name, trail))
+                       for t, mem, comp, trail in front
+                       if mem + c.memory <= limit and t + step <= cap]
+                if got:
+                    grown.setdefault((entry, c.output), []).extend(got)
+        fronts = {k: pareto(v, keep_memory) for k, v in grown.items()}
+
+
+def stage_options(layers: Sequence[Layer], p: Placement, first: int, costs: MoveCosts,
+                  limit: float, budget: Budget, cap: float = math.inf,
+                  links: Links = None) -> list[Option]:
+    """Every (last layer, entry, exit) of a stage starting at layer ``first`` on ``p``,
+    each at the least time of its paths within ``limit`` bytes per device, none whose
+    inner time passes ``cap``."""
+    out = []
+    for last, fronts in paths(layers, p, first, costs, limit, budget, cap=cap, links=links):
+        for (entry, exit_), front in fronts.items():
+            t, mem, comp, trail = front[0]  # least time first
+            out.append(Option(first, last, p, entry, exit_, t, comp, trail, mem))
+    return out
+
+
+def place_class(options: Sequence[Option], p: Placement) -> list[Option]:
+    """Options built on a submesh of ``p``'s class (module docstring), placed on ``p``."""
+    return [o if o.placement == p else
+            Option(o.first, o.last, p, o.entry, o.exit, o.inner, o.compute, o.trail, o.memory)
+            for o in options]
+
+
+__all__ = ["MAX_FRONT", "Entry", "Fronts", "Links", "Option", "Trail", "names_of", "pareto", "paths", "place_class",
+           "stage_options"]
