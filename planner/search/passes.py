@@ -87,7 +87,7 @@ host) 51.6 vs 52.7 ms. On a DGX H100 partial sum the star gains 2.6% (1 GiB) to 
 MiB)."""
 
 SPLIT_GAIN = 0.02
-"""Cells split finer (:data:`~reshard.planner.plan.FINE_SPLIT`) are kept only when the
+"""Cells split finer (:data:`~reshard.planner.cuts.FINE_SPLIT`) are kept only when the
 model predicts at least this much gain: more tasks cost a real backend more than the
 model says (each is an operation and a message). On dgx-h100 a 4 MB RR (2, 8) -> RS0
 (4, 8) over the same hosts gains 2.4x (each receiver's own 1 MB over its own NIC,

@@ -18,8 +18,9 @@ import reshard
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.errors import PlanError
 from reshard.planner.costing.cost import lower_bound
+from reshard.planner.cuts import Cut, cut_cells
 from reshard.planner.ir import ReshardPlan
-from reshard.planner.plan import Builds, Cut, _best_plan, cut_cells, planned_tensors
+from reshard.planner.plan import Builds, _best_plan, planned_tensors
 from reshard.planner.search.twins import Twins
 from reshard.planner.values.strategy import Strategy
 
