@@ -43,6 +43,7 @@ from reshard.planner.cells.trees import TREE_FORMS, HostShape, Intra, Segments, 
 from reshard.planner.costing.cost import Routes, one_at_a_time_time
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.schedule.order import one_at_a_time
+from reshard.planner.search.twins import Twins
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
 
@@ -86,7 +87,7 @@ host) 51.6 vs 52.7 ms. On a DGX H100 partial sum the star gains 2.6% (1 GiB) to 
 MiB)."""
 
 SPLIT_GAIN = 0.02
-"""Cells split finer (:data:`~reshard.planner.plan.FINE_SPLIT`) are kept only when the
+"""Cells split finer (:data:`~reshard.planner.cuts.FINE_SPLIT`) are kept only when the
 model predicts at least this much gain: more tasks cost a real backend more than the
 model says (each is an operation and a message). On dgx-h100 a 4 MB RR (2, 8) -> RS0
 (4, 8) over the same hosts gains 2.4x (each receiver's own 1 MB over its own NIC,
@@ -137,6 +138,8 @@ class Search:
         known: the routes of tasks already costed on the cluster, by what decides them
             (:func:`~reshard.planner.costing.cost.task_routes`), shared by the planning
             call's candidates.
+        twins: the planning call's candidates so far: one with the tasks of an
+            earlier one takes its prediction (:mod:`reshard.planner.search.twins`).
     """
 
     tensors: tuple[TensorSpec, ...]
@@ -150,12 +153,14 @@ class Search:
     segments: dict[int, tuple[ReshardPlan, Segments]] = field(default_factory=dict,
                                                               compare=False)
     floor_of: Callable[[Strategy], float] | None = field(default=None, compare=False)
+    twins: Twins = field(default_factory=Twins, compare=False)
 
     def plan(self, tasks: Sequence[Task]) -> ReshardPlan:
         """A candidate plan of these tasks (its routes found in :attr:`known`, the
-        memo of the tasks' routes every candidate of the planning call shares)."""
-        return ReshardPlan(self.tensors, tuple(tasks), self.strategy,
-                           self.cluster).share_routes(self.known)
+        memo of the tasks' routes every candidate of the planning call shares; priced
+        as an earlier candidate of the same tasks, :attr:`twins`)."""
+        return self.twins.adopt(ReshardPlan(self.tensors, tuple(tasks), self.strategy,
+                                            self.cluster).share_routes(self.known))
 
 
 def faster(candidate: float, best: float) -> bool:
@@ -314,13 +319,16 @@ STAGES: tuple[tuple[Pass, ...], ...] = (
 
 def search(first: ReshardPlan, pipelined: bool, build: BuildTasks,
            stages: Sequence[Sequence[Pass]] = STAGES, known: Routes | None = None,
-           floor_of: Callable[[Strategy], float] | None = None) -> ReshardPlan:
+           floor_of: Callable[[Strategy], float] | None = None,
+           twins: Twins | None = None) -> ReshardPlan:
     """The best plan of ``first``'s request: ``first``, or a candidate of a pass that its
     rule kept (see the module docstring). ``known``: routes already found on the
     cluster (:attr:`Search.known`; default: ``first``'s candidates share a new memo).
-    ``floor_of``: :attr:`Search.floor_of`."""
+    ``floor_of``: :attr:`Search.floor_of`. ``twins``: :attr:`Search.twins` (default:
+    a new memo)."""
     s = Search(first.tensors, first.cluster, first.strategy, first, pipelined, build,
-               known={} if known is None else known, floor_of=floor_of)
+               known={} if known is None else known, floor_of=floor_of,
+               twins=Twins() if twins is None else twins)
     first.share_routes(s.known)
     best = first
     for stage in stages:
