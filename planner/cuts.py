@@ -37,7 +37,7 @@ FINE_SPLIT = 16
 """A plan built with ``fine`` splits cells into pieces this many times smaller than
 :func:`min_piece` (at least 64 KiB): where one NIC per receiver would carry a whole
 small cell, pieces over every NIC of the host and a hop inside it beat the latency
-the coarse pieces save (the planner costs both, :mod:`reshard.planner.search.passes`)."""
+the coarse pieces save (the planner costs both, :mod:`reshard.planner.passes.stages`)."""
 
 
 def balance_piece(cluster: Cluster, fine: bool = False) -> int:

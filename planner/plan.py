@@ -19,12 +19,12 @@ from reshard.planner.costing.columns import estimate_columns
 from reshard.planner.costing.cost import Routes, lower_bound, stepped_floor
 from reshard.planner.cuts import Cut, Slices, cut_cells, cut_key, cut_slices
 from reshard.planner.ir import ReshardPlan
+from reshard.planner.passes.allreduce import allreduce_first
+from reshard.planner.passes.stages import ALTERNATIVES_UP_TO, search
+from reshard.planner.passes.twins import Twins
 from reshard.planner.schedule.floors import baseline_floor
 from reshard.planner.schedule.send_columns import OrderedTasks
 from reshard.planner.schedule.staging import check_budget, fit_budget, staging_sizes
-from reshard.planner.search.allreduce import allreduce_first
-from reshard.planner.search.passes import ALTERNATIVES_UP_TO, search
-from reshard.planner.search.twins import Twins
 from reshard.planner.values.request import Request, default_cluster, make_tensor_spec, request_parts
 from reshard.planner.values.scales import with_scales
 from reshard.planner.values.strategy import Strategy
@@ -37,7 +37,7 @@ def plan_many(requests: Iterable[Request], cluster: Cluster | None = None,
               memory_budget: int | None = None) -> ReshardPlan:
     """Plan several tensors together: one sender balance and one global order.
 
-    The strategy's first plan is then searched (:mod:`reshard.planner.search.passes`): named
+    The strategy's first plan is then searched (:mod:`reshard.planner.passes.stages`): named
     passes propose candidates (partial-sum pieces fanning out inside their last host,
     reductions fused with their deliveries, chains reshaped into trees, one task per
     device at a time) and the cost model keeps the fastest, by each pass's rule.
@@ -182,7 +182,7 @@ def _phase(tensors: tuple[TensorSpec, ...], indices: Sequence[int], cluster: Clu
 BASELINES_UP_TO = ALTERNATIVES_UP_TO
 """Broadcast plans up to this many tasks that the model puts above the lower bound are
 also planned as the baselines (``send_recv``, ``allgather``, each searched) and, where a
-partial sum's meshes coincide, all-reduce first (:mod:`reshard.planner.search.allreduce`), and
+partial sum's meshes coincide, all-reduce first (:mod:`reshard.planner.passes.allreduce`), and
 the fastest by the model is kept: the default strategy is never modelled slower than a
 baseline's plan of the same request. Larger plans keep their broadcasts (planning them
 three times costs seconds)."""
@@ -356,7 +356,7 @@ strategy label): :meth:`Builds.relabel` keeps them."""
 def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
                strat: Strategy, builds: Builds | None = None) -> ReshardPlan:
     """The fastest by the model of the plans tried for ``tensors``: the strategy's first
-    plan, then its passes' candidates (:mod:`reshard.planner.search.passes`); for
+    plan, then its passes' candidates (:mod:`reshard.planner.passes.stages`); for
     ``broadcast``, also the baselines' plans and all-reduce first where they could be
     faster (:data:`BASELINES_UP_TO`), kept under the broadcast label (the request's).
     ``builds``: the planning call's memo (default: a new one)."""

@@ -1,7 +1,7 @@
 """A large plan's prediction from its columns: its sends never built as tasks.
 
 A plan of more tasks than any search pass looks at is kept as first planned
-(:data:`~reshard.planner.search.passes.ALTERNATIVES_UP_TO`), and most of its tasks are
+(:data:`~reshard.planner.passes.stages.ALTERNATIVES_UP_TO`), and most of its tasks are
 point-to-point sends the planner keeps as columns until a plan asks for them
 (:class:`~reshard.planner.schedule.send_columns.OrderedTasks`: every cell of an
 all-to-all, 1,048,576 at 1,024 devices a mesh). Its model time needs no task object:

@@ -20,8 +20,8 @@ from reshard.errors import PlanError
 from reshard.planner.costing.cost import lower_bound
 from reshard.planner.cuts import Cut, cut_cells
 from reshard.planner.ir import ReshardPlan
+from reshard.planner.passes.twins import Twins
 from reshard.planner.plan import Builds, _best_plan, planned_tensors
-from reshard.planner.search.twins import Twins
 from reshard.planner.values.strategy import Strategy
 
 from ..common import problems
