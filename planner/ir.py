@@ -241,7 +241,7 @@ class ReshardPlan:
             if found is not None:
                 lb = found()
             else:
-                from reshard.planner.costing.cost import lower_bound
+                from reshard.planner.costing.bound import lower_bound
 
                 lb = lower_bound(self.tensors, self.cluster)
             self._cache["lower_bound"] = lb

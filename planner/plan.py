@@ -15,8 +15,9 @@ from reshard.dtypes import Cast, ScaleMode
 from reshard.errors import ReshardError
 from reshard.gcpause import paused
 from reshard.layout import Layout
+from reshard.planner.costing.bound import lower_bound
 from reshard.planner.costing.columns import estimate_columns
-from reshard.planner.costing.cost import Routes, lower_bound, stepped_floor
+from reshard.planner.costing.cost import Routes, stepped_floor
 from reshard.planner.cuts import Cut, Slices, cut_cells, cut_key, cut_slices
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes.allreduce import allreduce_first
@@ -276,7 +277,7 @@ class Builds:
         return got
 
     def bound(self, tensors: tuple[TensorSpec, ...], cluster: Cluster) -> float:
-        """The request's lower bound (:func:`~reshard.planner.costing.cost.lower_bound`),
+        """The request's lower bound (:func:`~reshard.planner.costing.bound.lower_bound`),
         found once, from the cells a plain source's slices were cut from."""
         return self.bound_of(tensors, cluster)()
 

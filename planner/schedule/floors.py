@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from reshard.cluster import Cluster
 from reshard.layout import box_size
 from reshard.planner.cells.cell_tasks import split_box
+from reshard.planner.cells.decompose import Cell
 from reshard.planner.costing.cost import task_path
 from reshard.planner.schedule.work import WorkList
 from reshard.planner.values.resources import (
@@ -71,6 +72,67 @@ StepLoads = dict[tuple[str, tuple[int, int]], float]
 """Bytes by resource kind and (index, step)."""
 
 
+class _Flows:
+    """Bytes by (index, step) per kind of resource a baseline's transfers cross (a dict
+    a kind: counting them is the hot part)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.host, self.nic = cluster.host_map, cluster.nic_map
+        self.dev_out: Loads = defaultdict(float)
+        self.dev_in: Loads = defaultdict(float)
+        self.nic_out: Loads = defaultdict(float)
+        self.nic_in: Loads = defaultdict(float)
+
+    def send(self, root: int, receiver: int, nbytes: float, step: int) -> None:
+        """``root`` sends ``nbytes`` to ``receiver`` at ``step`` (a send, or a chain's
+        first edge)."""
+        self.dev_out[(root, step)] += nbytes
+        self.dev_in[(receiver, step)] += nbytes
+        host, nic = self.host, self.nic
+        if host[root] != host[receiver]:
+            self.nic_out[(nic[root], step)] += nbytes
+            self.nic_in[(nic[receiver], step)] += nbytes
+
+    def cell(self, cell: Cell, nbytes: int, item: int, step: int, point_to_point: bool) -> None:
+        """A general cell's ``receivers``' bytes at ``step``: sent one by one, or (an
+        all-gather baseline) a piece to each receiver of a host then gathered there."""
+        receivers = sorted(cell.needers - cell.holders)
+        if len(cell.holders) != 1:  # the sender is a choice; the receipts are not
+            if point_to_point:
+                for r in receivers:
+                    self.dev_in[(r, step)] += nbytes
+            return
+        (root,) = cell.holders
+        if point_to_point:
+            for r in receivers:
+                self.send(root, r, nbytes, step)
+            return
+        host = self.host
+        by_host: dict[int, list[int]] = {}
+        for r in receivers:
+            by_host.setdefault(host[r], []).append(r)
+        for h, members in by_host.items():
+            if h == host[root] or len(members) == 1:  # whole, down a chain or sent
+                self.send(root, members[0], nbytes, step)
+                for m in members[1:]:
+                    self.dev_in[(m, step)] += nbytes
+                continue
+            for m, piece in zip(members, split_box(cell.box, len(members))):
+                if box_size(piece):
+                    self.send(root, m, box_size(piece) * item, step)
+            share = nbytes * (len(members) - 1) / len(members)  # the all-gather's
+            for m in members:
+                self.dev_in[(m, step + 1)] += share
+                self.dev_out[(m, step + 1)] += share
+
+    def add_to(self, load: StepLoads) -> None:
+        """Add these bytes to ``load`` by resource kind."""
+        for kind, part in ((DEV_OUT, self.dev_out), (DEV_IN, self.dev_in),
+                           (NIC_OUT, self.nic_out), (NIC_IN, self.nic_in)):
+            for key, b in part.items():
+                load[(kind, key)] += b
+
+
 def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[int],
                    cluster: Cluster, strategy: Strategy) -> float:
     """Seconds every plan of ``work``'s slices (after ``reduces``; ``itemsizes``: each
@@ -80,64 +142,19 @@ def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[
     for t in reduces:  # the reductions', by step
         for (kind, i), frac in task_path(t, cluster)[0]:
             load[(kind, (i, t.step))] += frac * t.nbytes
-    host, nic = cluster.host_map, cluster.nic_map
-    # per kind of resource, by (index, step) (a dict a kind: the loop below is the hot part)
-    dev_out: Loads = defaultdict(float)
-    dev_in: Loads = defaultdict(float)
-    nic_out: Loads = defaultdict(float)
-    nic_in: Loads = defaultdict(float)
-
-    def send(root: int, receiver: int, nbytes: float, step: int) -> None:
-        """``root`` sends ``nbytes`` to ``receiver`` at ``step`` (a send, or a chain's
-        first edge)."""
-        dev_out[(root, step)] += nbytes
-        dev_in[(receiver, step)] += nbytes
-        if host[root] != host[receiver]:
-            nic_out[(nic[root], step)] += nbytes
-            nic_in[(nic[receiver], step)] += nbytes
-
+    flows = _Flows(cluster)
     p2p = work.point_to_point()
     cell_steps, row_steps = work.steps()
+    send = flows.send
     for root, recv, nb, step in zip(p2p.root.tolist(), p2p.recv.tolist(),
                                     p2p.nbytes.tolist(), row_steps.tolist()):
         send(root, recv, nb, step)
     point_to_point = strategy is Strategy.SEND_RECV
     for (tensor, cell), step in zip(work.general, cell_steps):
-        receivers = sorted(cell.needers - cell.holders)
         nbytes = cell.size * itemsizes[tensor]
-        if not receivers or not nbytes:
-            continue
-        if len(cell.holders) != 1:  # the sender is a choice; the receipts are not
-            if point_to_point:
-                for r in receivers:
-                    dev_in[(r, step)] += nbytes
-            continue
-        (root,) = cell.holders
-        if point_to_point:
-            for r in receivers:
-                send(root, r, nbytes, step)
-            continue
-        by_host: dict[int, list[int]] = {}
-        for r in receivers:
-            by_host.setdefault(host[r], []).append(r)
-        for h, members in by_host.items():
-            if h == host[root] or len(members) == 1:  # whole, down a chain or sent
-                send(root, members[0], nbytes, step)
-                for m in members[1:]:
-                    dev_in[(m, step)] += nbytes
-                continue
-            item = itemsizes[tensor]
-            for m, piece in zip(members, split_box(cell.box, len(members))):
-                if box_size(piece):
-                    send(root, m, box_size(piece) * item, step)
-            share = nbytes * (len(members) - 1) / len(members)  # the all-gather's
-            for m in members:
-                dev_in[(m, step + 1)] += share
-                dev_out[(m, step + 1)] += share
-    for kind, part in ((DEV_OUT, dev_out), (DEV_IN, dev_in), (NIC_OUT, nic_out),
-                       (NIC_IN, nic_in)):
-        for key, b in part.items():
-            load[(kind, key)] += b
+        if nbytes and not cell.needers <= cell.holders:
+            flows.cell(cell, nbytes, itemsizes[tensor], step, point_to_point)
+    flows.add_to(load)
     # every byte counted here is a transfer's, which flows only after its latency
     wait = min(cluster.latency, cluster.intra_latency)
     busiest = _busiest(load, cluster)

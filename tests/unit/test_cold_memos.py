@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.errors import PlanError
-from reshard.planner.costing.cost import lower_bound
+from reshard.planner.costing.bound import lower_bound
 from reshard.planner.cuts import Cut, cut_cells
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes.twins import Twins

@@ -6,7 +6,7 @@ import pytest
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout, ReshardPlan
-from reshard.planner.costing.cost import ingress_time
+from reshard.planner.costing.bound import ingress_time
 
 NIC = 1e9  # bytes/s
 CL = Cluster.regular(4, 2, nic_bandwidth=NIC, intra_bandwidth=1e11, latency=1e-3,
@@ -548,7 +548,7 @@ def test_the_bounds_one_holder_one_needer_path_counts_as_the_general_one(monkeyp
     """_Intake._pair (a cell group one device holds and one needs: an all-to-all's every
     cell) counts exactly what _Intake._cell counts for it, on all-to-alls within and
     across hosts, with and without a message cost."""
-    from reshard.planner.costing import cost
+    from reshard.planner.costing import bound
 
     def general(self, s, d, nbytes):
         self._cell(frozenset((s,)), frozenset((d,)), nbytes, 0, set())
@@ -562,7 +562,7 @@ def test_the_bounds_one_holder_one_needer_path_counts_as_the_general_one(monkeyp
             sm = DeviceMesh((2, len(sd) // 2), devices=list(sd))
             dm = DeviceMesh((2, len(dd) // 2), devices=list(dd))
             p = reshard.plan(shape, "float32", Layout(sm, a), Layout(dm, b), cluster=cluster)
-            fast = cost.lower_bound(p.tensors, cluster)
+            fast = bound.lower_bound(p.tensors, cluster)
             with monkeypatch.context() as m:
-                m.setattr(cost._Intake, "_pair", general)
-                assert cost.lower_bound(p.tensors, cluster) == fast, (a, b, figures)
+                m.setattr(bound._Intake, "_pair", general)
+                assert bound.lower_bound(p.tensors, cluster) == fast, (a, b, figures)

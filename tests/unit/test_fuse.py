@@ -167,7 +167,7 @@ def test_the_dgx_partial_sum_is_two_intra_hops_from_the_bound(shape):
     took seven hops (21 us more); below 64 MiB, or on uneven shapes (whose deliveries
     relayed through an addend's NIC), the reductions did not fuse. The bound counts
     both hops too, less what a plan could gain by skipping them in their windows at
-    eight times the bytes (``cost.ingress_time``): an eighth of a hop each."""
+    eight times the bytes (``bound.ingress_time``): an eighth of a hop each."""
     cl = Cluster.preset("dgx-h100", 8)
     src = Layout(DeviceMesh((4, 8), devices=range(32)), "S0R+P1")
     dst = Layout(DeviceMesh((4, 8), devices=range(32, 64)), "RS0")

@@ -32,11 +32,6 @@ OWN_LIMITS: Mapping[str, int] = MappingProxyType({
 """Classes held to a tighter limit than :data:`CLASS_LINES`, by ``path::qualname``."""
 
 ALLOWED: Mapping[str, str] = MappingProxyType({
-    "planner/costing/cost.py": "split after issue 62 merges: the lower bound goes to a module "
-                               "of its own (planner/costing/bound.py); issue 62 is rewriting "
-                               "the planner's passes and costing now",
-    "planner/schedule/floors.py::baseline_floor": "issue 62's second round is rewriting the "
-                                                  "baselines' floors now: split then",
 })
 """What may exceed its limit, by path (a file) or ``path::qualname`` (a function or
 class), with the reason."""
