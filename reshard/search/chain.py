@@ -305,26 +305,7 @@ def _best(ask: _Ask, count: int, bound: float | None) -> list[Choice]:
     top = math.inf if bound is None else bound
     b1 = ask.microbatches - 1
     cap = top / b1 if b1 and math.isfinite(top) else math.inf
-    found: list[Path] = []
-    per, total = len(ask.cluster.hosts[0]), devices(ask.cluster)
-    if ask.sched.virtual:
-        for shape, places in virtual_shapes(layers, ask.cluster, ask.sched, ask.chunks,
-                                            ask.microbatches):
-            hold = holding(ask.sched, len(places), ask.chunks, ask.microbatches, ask.limit,
-                           places[0].size)
-            options = place_pieces(_options(layers, ask.cluster, ask.costs, hold.limit,
-                                            ask.budget, cap, ask.links, [shape]),
-                                   places, ask.sched, ask.chunks)
-            g = build(options, layers, ask.chunks * total, per, ask.sched, ask.microbatches,
-                      ask.costs, top, ask.budget, ask.links, hold)
-            found += best_paths(g, (len(layers), ask.chunks * total), ask.microbatches,
-                                count, ask.budget)
-    else:
-        options = _options(layers, ask.cluster, ask.costs, ask.limit, ask.budget, cap,
-                           ask.links)
-        g = build(options, layers, total, per, ask.sched, ask.microbatches, ask.costs, top,
-                  ask.budget, ask.links, _chain_holding(ask, options))
-        found = best_paths(g, (len(layers), total), ask.microbatches, count, ask.budget)
+    found = (_virtual_paths if ask.sched.virtual else _chain_paths)(ask, count, top, cap)
     if not found and bound is None:
         _no_answer(ask)
     out = []
@@ -336,21 +317,60 @@ def _best(ask: _Ask, count: int, bound: float | None) -> list[Choice]:
     return sorted(out, key=lambda c: c.time)[:count]
 
 
-def _chain_holding(ask: _Ask, options: Sequence[Option]) -> Holding:
+def _chain_paths(ask: _Ask, count: int, top: float, cap: float) -> list[Path]:
+    """The one-chunk DP's best ``count`` paths (a stage per submesh), none above
+    ``top``, no stage's inner time above ``cap``."""
+    layers, total = ask.layers, devices(ask.cluster)
+    held = _most_held(ask)
+    options = _options(layers, ask.cluster, ask.costs, ask.limit, ask.budget, cap,
+                       ask.links, None, held)
+    g = build(options, layers, total, len(ask.cluster.hosts[0]), ask.sched,
+              ask.microbatches, ask.costs, top, ask.budget, ask.links,
+              _chain_holding(ask, options, held))
+    return best_paths(g, (len(layers), total), ask.microbatches, count, ask.budget)
+
+
+def _virtual_paths(ask: _Ask, count: int, top: float, cap: float) -> list[Path]:
+    """The virtual-stage DP's best ``count`` paths over every submesh shape
+    (:mod:`reshard.search.virtual`), as :func:`_chain_paths`."""
+    layers, slots = ask.layers, ask.chunks * devices(ask.cluster)
+    found: list[Path] = []
+    for shape, places in virtual_shapes(layers, ask.cluster, ask.sched, ask.chunks,
+                                        ask.microbatches):
+        hold = holding(ask.sched, len(places), ask.chunks, ask.microbatches, ask.limit,
+                       places[0].size)
+        most = [max(hold.slots.values()) if hold.slots else 1] * len(layers)
+        options = place_pieces(_options(layers, ask.cluster, ask.costs, hold.limit,
+                                        ask.budget, cap, ask.links, [shape], most),
+                               places, ask.sched, ask.chunks)
+        g = build(options, layers, slots, len(ask.cluster.hosts[0]), ask.sched,
+                  ask.microbatches, ask.costs, top, ask.budget, ask.links, hold)
+        found += best_paths(g, (len(layers), slots), ask.microbatches, count, ask.budget)
+    return found
+
+
+def _chain_holding(ask: _Ask, options: Sequence[Option], held: Sequence[int]) -> Holding:
     """Where a one-chunk stage option fits the memory limit: by the stages still to come
     (:class:`reshard.search.stagedp.Holding`), counted as far as some option's fit
-    changes (none: no count)."""
+    changes (none: no count); ``held``: :func:`_most_held`."""
     b = ask.microbatches
-    need = max((n + 1 for n in (most_in_flight(o.memory, o.activations, ask.limit)
-                                for o in options) if n < b), default=0)
+    need = max((n + 1 for n, o in ((most_in_flight(o.memory, o.activations, ask.limit), o)
+                                   for o in options) if n < held[o.first]), default=0)
     if need == 0:
         return Holding(ask.limit)
-    smallest = min(s[0] * s[1] for layer in ask.layers for s in layer.candidates)
-    most = min(len(ask.layers), devices(ask.cluster) // smallest)
     top = 1
-    while top < most and chain_in_flight(ask.sched, top + 1, b) < need:
+    while chain_in_flight(ask.sched, top + 1, b) < min(need, held[0]):
         top += 1
     return Holding(ask.limit, tuple(chain_in_flight(ask.sched, k, b) for k in range(1, top + 2)))
+
+
+def _most_held(ask: _Ask) -> list[int]:
+    """Per first layer, the most microbatches a one-chunk stage starting there can hold
+    (the most stages from there on: each a layer on a submesh of the smallest shape)."""
+    smallest = min(s[0] * s[1] for layer in ask.layers for s in layer.candidates)
+    n, total = len(ask.layers), devices(ask.cluster)
+    return [chain_in_flight(ask.sched, min(n - i, total // smallest), ask.microbatches)
+            for i in range(n)]
 
 
 def _no_answer(ask: _Ask) -> None:
@@ -371,9 +391,11 @@ def _no_answer(ask: _Ask) -> None:
 
 def _options(layers: Sequence[Layer], cluster: Cluster, costs: MoveCosts, limit: float,
              budget: Budget, cap: float, links: Links = None,
-             only: Sequence[Shape] | None = None) -> list[Option]:
-    """Every stage option (on the shapes ``only`` where given), none whose inner time
-    passes ``cap``: built once per submesh shape and place on a host
+             only: Sequence[Shape] | None = None,
+             enough: Sequence[int] | None = None) -> list[Option]:
+    """Every stage option (on the shapes ``only`` where given; ``enough``: per first
+    layer the most microbatches a stage there can hold), none whose inner time passes
+    ``cap``: built once per submesh shape and place on a host
     (:mod:`reshard.search.options`), placed on every submesh of that class."""
     per = len(cluster.hosts[0])
     shapes: list[Shape] = sorted({s for layer in layers for s in layer.candidates}
@@ -387,7 +409,8 @@ def _options(layers: Sequence[Layer], cluster: Cluster, costs: MoveCosts, limit:
         for offset, firsts in classes.items():
             home = placements(cluster, shape, offset)
             assert home is not None  # a submesh of the class on the first host fits
-            built = [stage_options(layers, home, i, costs, limit, budget, cap, links)
+            built = [stage_options(layers, home, i, costs, limit, budget, cap, links,
+                                   math.inf if enough is None else enough[i])
                      for i in range(len(layers))]
             for d in firsts:
                 p = placements(cluster, shape, d)

@@ -20,6 +20,7 @@ per such class and placed (:func:`place_class`).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -95,9 +96,21 @@ def pareto(entries: list[Entry], memory: bool = True) -> list[Entry]:
     if not memory:
         return [min(entries, key=lambda e: (e[0], e[1], e[2]))]
     out: list[Entry] = []
+    # the kept entries' (memory, activations) skyline, memory up and so activations
+    # down: an entry (no faster than any kept) is beaten iff the skyline's entry of
+    # the most memory within its own holds no more activations
+    mems: list[int] = []
+    acts: list[int] = []
     for e in sorted(entries, key=lambda e: (e[0], e[1], e[2])):
-        if not any(k[1] <= e[1] and k[2] <= e[2] for k in out):
-            out.append(e)
+        k = bisect.bisect_right(mems, e[1])
+        if k and acts[k - 1] <= e[2]:
+            continue
+        out.append(e)
+        k -= bool(k and mems[k - 1] == e[1])
+        j = k
+        while j < len(mems) and acts[j] >= e[2]:
+            j += 1
+        mems[k:j], acts[k:j] = [e[1]], [e[2]]
     if len(out) > MAX_FRONT:
         last = len(out) - 1
         out = [out[round(k * last / (MAX_FRONT - 1))] for k in range(MAX_FRONT)]
@@ -155,14 +168,15 @@ def paths(layers: Sequence[Layer], p: Placement, first: int, costs: MoveCosts,
 
 def stage_options(layers: Sequence[Layer], p: Placement, first: int, costs: MoveCosts,
                   limit: float, budget: Budget, cap: float = math.inf,
-                  links: Links = None) -> list[Option]:
+                  links: Links = None, enough: float = math.inf) -> list[Option]:
     """Every (last layer, entry, exit) of a stage starting at layer ``first`` on ``p``:
-    per in-flight count, the least time of its paths within ``limit`` bytes per device
-    (:func:`staircase`), none whose inner time passes ``cap``."""
+    per in-flight count up to ``enough`` (the most it can have), the least time of its
+    paths within ``limit`` bytes per device (:func:`staircase`), none whose inner time
+    passes ``cap``."""
     out = []
     for last, fronts in paths(layers, p, first, costs, limit, budget, cap=cap, links=links):
         for (entry, exit_), front in fronts.items():
-            for t, mem, act, comp, trail in staircase(front, limit):
+            for t, mem, act, comp, trail in staircase(front, limit, enough):
                 out.append(Option(first, last, p, entry, exit_, t, comp, trail, mem, act))
     return out
 
@@ -175,9 +189,10 @@ def most_in_flight(memory: int, activations: int, limit: float) -> float:
     return (limit - memory) // activations
 
 
-def staircase(front: Sequence[Entry], limit: float) -> list[Entry]:
+def staircase(front: Sequence[Entry], limit: float, enough: float = math.inf) -> list[Entry]:
     """The entries of a front (least time first) that are the fastest within ``limit``
-    at some in-flight count: each holds more microbatches than every faster one."""
+    at some in-flight count up to ``enough``: each holds more microbatches than every
+    faster one."""
     out: list[Entry] = []
     most = -math.inf
     for e in front:
@@ -185,7 +200,7 @@ def staircase(front: Sequence[Entry], limit: float) -> list[Entry]:
         if n > most:
             out.append(e)
             most = n
-        if most == math.inf:
+        if most >= enough:
             break
     return out
 

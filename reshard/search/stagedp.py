@@ -73,16 +73,17 @@ class Holding:
     slots: dict[int, int] | None = None
     chunks: int = 1
 
-    def steps(self, o: Option, at: int) -> list[tuple[int, int]]:
+    def steps(self, o: Option, at: int, room: int) -> list[tuple[int, int]]:
         """The (stages to go before, after) of every state that may take ``o`` at
-        slot ``at``."""
+        slot ``at``, where at most ``room`` stages can still come."""
         if self.slots is not None:
             return [(0, 0)] if o.fits(self.limit, self.slots[at]) else []
         top = len(self.counts) - 1
         if top <= 0:
             return [(0, 0)]
-        out = [(k, k - 1) for k in range(1, top + 1) if o.fits(self.limit, self.counts[k - 1])]
-        if o.fits(self.limit, self.counts[top]):
+        out = [(k, k - 1) for k in range(1, min(top, room) + 1)
+               if o.fits(self.limit, self.counts[k - 1])]
+        if room > top and o.fits(self.limit, self.counts[top]):
             out += [(top + 1, top + 1), (top + 1, top)]
         return out
 
@@ -150,7 +151,9 @@ def build(options: Sequence[Option], layers: Sequence[Layer], devices: int, per_
         ends.setdefault((o.last + 1, o.start + o.placement.size), set()).add(exit_of[k])
     trans: list[tuple[float, float, Key, Key, int, float]] = []
     b1 = microbatches - 1
-    steps = [holding.steps(o, o.start) for o in live]
+    smallest = min((o.placement.size for o in live), default=1)
+    steps = [holding.steps(o, o.start, min(len(layers) - o.first, (devices - o.start) // smallest))
+             for o in live]
     for n_at, ((i, d), ks) in enumerate(sorted(at.items())):
         budget.check("pricing the moves into stages ({} of {} stage starts done, {} "
                      "estimates asked)", n_at, len(at), costs.asked)
