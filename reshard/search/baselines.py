@@ -21,7 +21,7 @@ from reshard.errors import SearchError
 from reshard.planner.estimates import CostCache
 from reshard.search.costs import MoveCosts
 from reshard.search.kinds import SearchSchedule, parse
-from reshard.search.memory import in_flight
+from reshard.search.memory import Orders, in_flight
 from reshard.search.model import (
     Budget,
     Choice,
@@ -41,13 +41,14 @@ def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
             memory_limit: int | None = None, *, costs: MoveCosts | None = None,
             time_limit: float | Budget | None = None,
             edges: Sequence[tuple[int, int]] | None = None,
-            chunks: int | None = None) -> Choice:
+            chunks: int | None = None, orders: Orders | None = None) -> Choice:
     """The best Megatron-style choice (module docstring) by the real objective, among
     those whose every stage holds at most ``memory_limit`` bytes per device as the
     schedule holds them (:mod:`reshard.search.memory`; with virtual stages each piece
     ``1 / chunks`` of it, as the search holds them) (``costs``: priced moves to share;
     ``time_limit``: as the search's; ``edges``: as :func:`reshard.search.evaluate`
-    takes them; ``chunks``: pieces per submesh under interleaved 1F1B, default 2)."""
+    takes them; ``chunks``: pieces per submesh under interleaved 1F1B, default 2;
+    ``orders``: the search's pipeline schedules, kept)."""
     budget = Budget.of(time_limit)
     sched = parse(SearchSchedule, schedule, "schedule")
     v = sched.chunks(chunks)
@@ -58,7 +59,7 @@ def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
     for shape in sorted({s for layer in layers for s in layer.candidates}):
         kinds = sorted({tuple(sorted(c.name for c in layer.candidates.get(shape, ())))
                         for layer in layers})
-        cut = _cut(layers, cluster, shape, sched, v, microbatches)
+        cut = _cut(layers, cluster, shape, sched, v, microbatches, orders)
         if cut is None or any(not kind for kind in kinds):
             continue
         bounds, places, counts = cut
@@ -83,7 +84,7 @@ def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
 
 
 def _cut(layers: Sequence[Layer], cluster: Cluster, shape: Shape, schedule: SearchSchedule,
-         chunks: int, microbatches: int
+         chunks: int, microbatches: int, orders: Orders | None = None
          ) -> tuple[list[tuple[int, int]], list[Placement], tuple[int, ...]] | None:
     """Equal pieces of ``layers`` (the last takes the rest) on the submeshes of
     ``shape`` tiling ``cluster``, as the schedule places them: each piece's (first,
@@ -101,7 +102,8 @@ def _cut(layers: Sequence[Layer], cluster: Cluster, shape: Shape, schedule: Sear
     if any(pl is None for pl in subs) or any(a > z for a, z in bounds):
         return None
     places = [subs[k] for k in piece_submeshes(schedule, p, chunks)]
-    return bounds, places, in_flight(schedule, p, chunks, microbatches)  # type: ignore[return-value]
+    return bounds, places, in_flight(schedule, p, chunks, microbatches,  # type: ignore[return-value]
+                                     orders)
 
 
 def _held(layers: Sequence[Layer], shape: Shape, names: Sequence[str], first: int, last: int,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reshard.cluster import Cluster
 from reshard.errors import SearchError
@@ -32,7 +32,7 @@ from reshard.search.blocks import blocks, expand
 from reshard.search.checks import integer, optional_limit, spec_rank
 from reshard.search.costs import MoveCosts
 from reshard.search.kinds import MOVES, Moves, SearchSchedule, parse
-from reshard.search.memory import chain_in_flight
+from reshard.search.memory import Orders, chain_in_flight
 from reshard.search.model import (
     Budget,
     Choice,
@@ -184,7 +184,7 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
     if keep == 0 or ask.how == "free":  # Alpa's choice is the moves-free DP's own
         return found[0]
     ranked = rerank_choices(layers, [*found, *base], cluster, ask.costs, ask.edges,
-                            time_limit=ask.budget)
+                            time_limit=ask.budget, orders=ask.orders)
     return ranked[0]
 
 
@@ -229,6 +229,7 @@ class _Ask:
     budget: Budget
     links: Links = None
     chunks: int = 1
+    orders: Orders = field(default_factory=Orders, compare=False)
 
     @property
     def edges(self) -> list[tuple[int, int]] | None:
@@ -273,7 +274,8 @@ def _megatron(ask: _Ask) -> list[Choice]:
     try:
         return [uniform(ask.layers, ask.cluster, ask.microbatches, ask.sched,
                         memory_limit=ask.memory_limit, costs=ask.priced(),
-                        time_limit=ask.budget, edges=ask.edges, chunks=ask.chunks)]
+                        time_limit=ask.budget, edges=ask.edges, chunks=ask.chunks,
+                        orders=ask.orders)]
     except SearchError as e:
         if "time_limit" in str(e):
             raise
@@ -338,7 +340,7 @@ def _virtual_paths(ask: _Ask, count: int, top: float, cap: float) -> list[Path]:
     for shape, places in virtual_shapes(layers, ask.cluster, ask.sched, ask.chunks,
                                         ask.microbatches):
         hold = holding(ask.sched, len(places), ask.chunks, ask.microbatches, ask.limit,
-                       places[0].size)
+                       places[0].size, ask.orders)
         most = [max(hold.slots.values()) if hold.slots else 1] * len(layers)
         options = place_pieces(_options(layers, ask.cluster, ask.costs, hold.limit,
                                         ask.budget, cap, ask.links, [shape], most),

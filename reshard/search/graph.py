@@ -44,7 +44,7 @@ from reshard.search.chain import best_few, check_layers, search_chain
 from reshard.search.checks import integer, real
 from reshard.search.costs import MoveCosts
 from reshard.search.kinds import METHODS, Method, SearchSchedule, parse
-from reshard.search.memory import in_flight
+from reshard.search.memory import Orders, in_flight
 from reshard.search.model import Budget, Candidate, Choice, Layer, Stage
 from reshard.search.objective import (
     chain_edges,
@@ -189,7 +189,8 @@ class _Layouts:
     chunks`` of the limit, as the stage DP holds it)."""
 
     def __init__(self, graph: Graph, stages: Sequence[Stage], microbatches: int,
-                 schedule: str, costs: MoveCosts, limit: float, chunks: int = 1) -> None:
+                 schedule: str, costs: MoveCosts, limit: float, chunks: int = 1,
+                 orders: Orders | None = None) -> None:
         self.graph, self.stages, self.costs = graph, list(stages), costs
         self.microbatches, self.schedule, self.chunks = microbatches, schedule, chunks
         self.limit = limit / chunks
@@ -198,7 +199,7 @@ class _Layouts:
             for st in stages for k in range(st.first, st.last + 1)]
         self.stage_of = stage_index(stages)  # priced many times: derived once
         self.held = in_flight(SearchSchedule(schedule), len(stages) // chunks, chunks,
-                              microbatches)
+                              microbatches, orders)
 
     def time(self, picks: Sequence[Candidate]) -> float:
         """The objective, or inf where a stage holds more than the limit."""
@@ -262,7 +263,7 @@ def _mcmc(lay: _Layouts, picks: list[Candidate], steps: int, seed: int,
 
 
 def _baselines(graph: Graph, cluster: Cluster, microbatches: int, costs: MoveCosts,
-               kw: dict[str, Any]) -> list[Choice]:
+               kw: dict[str, Any], orders: Orders) -> list[Choice]:
     """Alpa's choice (the chain DP with moves free) and Megatron's (where it has one),
     each priced on the graph: they bound the chain DP (whose own bound is the chain's
     objective, which skip connections raise) and are refined as well, so the answer is
@@ -274,7 +275,7 @@ def _baselines(graph: Graph, cluster: Cluster, microbatches: int, costs: MoveCos
     try:
         mega = uniform(graph.layers, cluster, microbatches, schedule,
                        memory_limit=kw["memory_limit"], costs=costs, time_limit=budget,
-                       edges=graph.edges, chunks=kw["chunks"])
+                       edges=graph.edges, chunks=kw["chunks"], orders=orders)
         base.append(evaluate_graph(graph, mega.stages, cluster, microbatches, schedule, costs,
                                    mega.chunks))
     except SearchError as e:
@@ -321,12 +322,14 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
     kw: dict[str, Any] = {"schedule": schedule, "memory_limit": memory_limit,
                           "cache": costs.cache, "block": block, "time_limit": budget,
                           "edges": graph.edges, "chunks": chunks}
-    base = _baselines(graph, cluster, microbatches, costs, kw)
+    orders = Orders()
+    base = _baselines(graph, cluster, microbatches, costs, kw, orders)
     bound = min(c.time for c in base)
     seeds = best_few(graph.layers, cluster, microbatches, n_few, bound=bound, **kw)
     refined: list[Choice] = []
     for got in [*seeds, *base]:
-        lay = _Layouts(graph, got.stages, microbatches, got.schedule, costs, limit, got.chunks)
+        lay = _Layouts(graph, got.stages, microbatches, got.schedule, costs, limit, got.chunks,
+                       orders)
         picks = named_candidates(graph.layers, got.stages)
         picks = _descent(lay, picks, budget) if how == Method.DESCENT else _mcmc(
             lay, picks, n_steps, the_seed, temp, budget)
@@ -334,7 +337,7 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
     if not rerank:
         return min(refined, key=lambda c: c.time)
     return rerank_choices(graph.layers, [*sorted(refined, key=lambda c: c.time), *base],
-                          cluster, costs, graph.edges, time_limit=budget)[0]
+                          cluster, costs, graph.edges, time_limit=budget, orders=orders)[0]
 
 
 def brute_layouts(graph: Graph, stages: Sequence[Stage], cluster: Cluster,

@@ -22,10 +22,12 @@ each piece to ``1 / chunks`` of the limit, so the submesh's sum is within it
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from reshard.errors import ReshardError, SearchError
 from reshard.pipeline.actions import ActionKind
 from reshard.pipeline.generators import make_schedule
+from reshard.pipeline.schedule import Schedule
 from reshard.search.kinds import SearchSchedule
 from reshard.search.model import Choice, Layer
 from reshard.search.objective import named_candidates
@@ -42,17 +44,36 @@ def chain_in_flight(schedule: SearchSchedule, to_go: int, microbatches: int) -> 
     return min(microbatches, to_go)
 
 
+@dataclass
+class Orders:
+    """The pipeline schedules a search builds, each once (ZB-V's list scheduling takes
+    seconds for 16 stages of 128 microbatches): by (name, stages, microbatches,
+    chunks)."""
+
+    built: dict[tuple[str, int, int, int], Schedule] = field(default_factory=dict)
+
+    def get(self, name: str, stages: int, microbatches: int, chunks: int) -> Schedule:
+        """:func:`reshard.pipeline.make_schedule`'s schedule (``n_chunks`` given to
+        interleaved 1F1B); ReshardError as it raises them."""
+        key = (name, stages, microbatches, chunks)
+        if key not in self.built:
+            self.built[key] = make_schedule(
+                name, stages, microbatches,
+                **({"n_chunks": chunks} if name == "interleaved-1f1b" else {}))
+        return self.built[key]
+
+
 def in_flight(schedule: SearchSchedule, stages: int, chunks: int,
-              microbatches: int) -> tuple[int, ...]:
+              microbatches: int, orders: Orders | None = None) -> tuple[int, ...]:
     """Per piece of a pipeline of ``stages`` submeshes (``stages * chunks`` pieces, in
     pipeline order), the most microbatches whose activations it holds at once
-    (module docstring)."""
+    (module docstring); ``orders``: the search's schedules, kept."""
     if not schedule.virtual:
         return tuple(chain_in_flight(schedule, stages - s, microbatches)
                      for s in range(stages))
     try:
-        order = make_schedule(schedule.value, stages, microbatches,
-                              **({"n_chunks": chunks} if schedule.traits.chunks == 0 else {}))
+        order = (Orders() if orders is None else orders).get(schedule.value, stages,
+                                                             microbatches, chunks)
     except ReshardError as e:
         raise SearchError(f"schedule {schedule.value!r} on {stages} submeshes with "
                           f"{microbatches} microbatches: {e}") from None
@@ -66,25 +87,27 @@ def in_flight(schedule: SearchSchedule, stages: int, chunks: int,
     return tuple(most)
 
 
-def stage_memory(layers: Sequence[Layer], choice: Choice) -> tuple[int, ...]:
+def stage_memory(layers: Sequence[Layer], choice: Choice,
+                 orders: Orders | None = None) -> tuple[int, ...]:
     """Per stage (piece) of ``choice``, the bytes per device it holds as its schedule
     holds them."""
     stages = choice.stages
     schedule = SearchSchedule(choice.schedule)
     p = len(stages) // choice.chunks
-    counts = in_flight(schedule, p, choice.chunks, choice.microbatches)
+    counts = in_flight(schedule, p, choice.chunks, choice.microbatches, orders)
     cands = named_candidates(layers, stages)
     return tuple(sum(c.memory + counts[i] * c.activations
                      for c in cands[st.first:st.last + 1]) for i, st in enumerate(stages))
 
 
-def device_memory(layers: Sequence[Layer], choice: Choice) -> tuple[int, ...]:
+def device_memory(layers: Sequence[Layer], choice: Choice,
+                  orders: Orders | None = None) -> tuple[int, ...]:
     """Per submesh of ``choice`` (in the order its first piece runs), the bytes per
     device of all the pieces it holds."""
     out: dict[object, int] = {}
-    for st, mem in zip(choice.stages, stage_memory(layers, choice)):
+    for st, mem in zip(choice.stages, stage_memory(layers, choice, orders)):
         out[st.placement] = out.get(st.placement, 0) + mem
     return tuple(out.values())
 
 
-__all__ = ["chain_in_flight", "device_memory", "in_flight", "stage_memory"]
+__all__ = ["Orders", "chain_in_flight", "device_memory", "in_flight", "stage_memory"]

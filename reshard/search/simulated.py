@@ -24,11 +24,11 @@ from collections.abc import Sequence
 from reshard.cluster import Cluster
 from reshard.errors import ReshardError, SearchError
 from reshard.pipeline.costs import PipelineCosts
-from reshard.pipeline.generators import make_schedule
 from reshard.pipeline.schedule import Schedule
 from reshard.pipeline.simulator import simulate
 from reshard.search.costs import MoveCosts
 from reshard.search.kinds import SearchSchedule
+from reshard.search.memory import Orders
 from reshard.search.model import Budget, Choice, Layer
 from reshard.search.objective import chain_edges, named_candidates, stage_index
 
@@ -39,21 +39,22 @@ FORWARD_SHARE = 1 / 3
 def simulated(layers: Sequence[Layer], choice: Choice, cluster: Cluster,
               costs: MoveCosts | None = None,
               edges: Sequence[tuple[int, int]] | None = None,
-              schedule: str | None = None) -> float:
+              schedule: str | None = None, orders: Orders | None = None) -> float:
     """``choice``'s iteration time under the simulator running its schedule, or
     ``schedule`` (any of :data:`reshard.pipeline.SCHEDULES` that runs the choice's
     pieces per submesh on the same placement: for a choice of one piece per submesh
     ``gpipe``, ``1f1b``, ``eager-1f1b``, ``zb-h1``; for two on a V ``zb-v``,
     ``eager-zb-v``, ``dualpipe-v``) (module docstring); ``edges`` as
-    :func:`reshard.search.evaluate` takes them. A move between two pieces of one
-    submesh (a local handover in the simulator) is charged to the receiving piece's
-    compute.
+    :func:`reshard.search.evaluate` takes them; ``orders``: the search's pipeline
+    schedules, kept. A move between two pieces of one submesh (a local handover in the
+    simulator) is charged to the receiving piece's compute.
 
     Raises:
         SearchError: a schedule that places pieces otherwise, or an unknown one.
     """
     costs = MoveCosts(cluster) if costs is None else MoveCosts(cluster, False, costs.cache)
-    order = _order(choice, choice.schedule if schedule is None else schedule)
+    order = _order(choice, choice.schedule if schedule is None else schedule,
+                   Orders() if orders is None else orders)
     stages = choice.stages
     stage_of = stage_index(stages)
     cands = named_candidates(layers, stages)
@@ -79,15 +80,14 @@ def simulated(layers: Sequence[Layer], choice: Choice, cluster: Cluster,
     return simulate(order, times).iteration_time
 
 
-def _order(choice: Choice, name: str) -> Schedule:
+def _order(choice: Choice, name: str, orders: Orders) -> Schedule:
     """The pipeline schedule ``name`` for ``choice``'s pieces (SearchError: unknown, or
     it places pieces otherwise than the choice's schedule does)."""
     v = choice.chunks
     p = len(choice.stages) // v
     mine = SearchSchedule(choice.schedule).traits.placement
     try:
-        order = make_schedule(name, p, choice.microbatches,
-                              **({"n_chunks": v} if name == "interleaved-1f1b" else {}))
+        order = orders.get(name, p, choice.microbatches, v)
     except ReshardError as e:
         raise SearchError(str(e)) from None
     if order.num_chunks != v or (v > 1 and order.placement != mine):
@@ -103,12 +103,14 @@ def rerank(layers: Sequence[Layer], choices: Sequence[Choice], cluster: Cluster,
            costs: MoveCosts | None = None,
            edges: Sequence[tuple[int, int]] | None = None,
            schedule: str | None = None,
-           time_limit: float | Budget | None = None) -> list[Choice]:
+           time_limit: float | Budget | None = None,
+           orders: Orders | None = None) -> list[Choice]:
     """``choices`` (e.g. :func:`reshard.search.best_few`'s) with their ``simulated``
     time set (under their schedule, or ``schedule``: :func:`simulated`), least
     simulated time first (ties: the objective's order; a choice given twice, once);
     ``time_limit`` as a search's."""
     budget = Budget.of(time_limit)
+    orders = Orders() if orders is None else orders
     timed: list[Choice] = []
     seen: set[tuple] = set()
     for c in choices:
@@ -119,7 +121,7 @@ def rerank(layers: Sequence[Layer], choices: Sequence[Choice], cluster: Cluster,
         budget.check("re-ranking choices by the pipeline simulator ({} of {} done)",
                      len(timed), len(choices))
         timed.append(dataclasses.replace(c, simulated=simulated(layers, c, cluster, costs,
-                                                                edges, schedule)))
+                                                                edges, schedule, orders)))
     return sorted(timed, key=lambda c: (c.simulated or 0.0, c.time))
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from reshard.cluster import Cluster
 from reshard.search.kinds import SearchSchedule
-from reshard.search.memory import in_flight
+from reshard.search.memory import Orders, in_flight
 from reshard.search.model import Layer, Placement, Shape, devices, placements
 from reshard.search.options import Option
 from reshard.search.stagedp import Holding
@@ -67,9 +67,9 @@ def place_pieces(options: Sequence[Option], places: Sequence[Placement],
 
 
 def holding(schedule: SearchSchedule, submeshes: int, chunks: int, microbatches: int,
-            limit: float, size: int) -> Holding:
+            limit: float, size: int, orders: Orders | None = None) -> Holding:
     """Each piece's in-flight count by its first slot, and its share of ``limit``."""
-    counts = in_flight(schedule, submeshes, chunks, microbatches)
+    counts = in_flight(schedule, submeshes, chunks, microbatches, orders)
     return Holding(limit / chunks, slots={j * size: n for j, n in enumerate(counts)},
                    chunks=chunks)
 

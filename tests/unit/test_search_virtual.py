@@ -40,6 +40,8 @@ from reshard.search import (
     simulated,
     stage_memory,
 )
+from reshard.search.kinds import SearchSchedule
+from reshard.search.memory import Orders, in_flight
 from reshard.search.simulated import FORWARD_SHARE
 
 F = FORWARD_SHARE
@@ -274,3 +276,23 @@ def test_a_virtual_choice_simulates_its_own_schedule():
         simulated(layers, v, cluster, schedule="1f1b")
     with pytest.raises(SearchError, match="runs 2 chunks per submesh, got chunks=3"):
         search_chain(layers, cluster, 8, schedule="zb-v", chunks=3)
+
+
+@pytest.mark.parametrize("name,v", [("interleaved-1f1b", 2), ("interleaved-1f1b", 3),
+                                     ("zb-v", 2), ("dualpipe-v", 2)])
+def test_kept_orders_give_the_counts_a_fresh_schedule_gives_and_are_built_once(name, v):
+    """A search's kept pipeline schedules (``Orders``) count in-flight microbatches as a
+    schedule built afresh does, each (name, stages, microbatches, chunks) built once;
+    the simulator under kept orders times a choice as it does without them."""
+    kinds = SearchSchedule(name)
+    orders = Orders()
+    for p, b in [(2, 4), (3, 6), (2, 4)]:
+        assert in_flight(kinds, p, v, b, orders) == in_flight(kinds, p, v, b)
+    assert len(orders.built) == 2
+    first = orders.get(name, 2, 4, v)
+    assert orders.get(name, 2, 4, v) is first and first.num_chunks == v
+    cluster = Cluster.regular(1, 2)
+    cands = {(1, 1): (Candidate("a", 1.0, "R", "R"),)}
+    layers = [Layer(f"l{k}", (1,), "float32", cands) for k in range(2 * v)]
+    got = search_chain(layers, cluster, 4, schedule=name, chunks=v if v != 2 else None)
+    assert simulated(layers, got, cluster, orders=orders) == simulated(layers, got, cluster)
