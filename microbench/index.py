@@ -39,6 +39,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               summary="the planner's own wall time on large inputs"),
     Benchmark(name="estimate_rate", module=_AT + "estimate_rate",
               summary="costs at a compiler's rate: estimates per second, cached and not"),
+    Benchmark(name="cold_estimates", module=_AT + "cold_estimates",
+              summary="cold costs: each distinct estimate's CPU time, 32 to 1,024 devices"),
     Benchmark(name="production", module=_AT + "production",
               summary="production-scale weight syncs, modelled: time against the bound"),
     Benchmark(name="scaleout", module=_AT + "scaleout",
@@ -90,6 +92,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               summary="requests per second through the gRPC service, and its latency"),
     Benchmark(name="service_soak", module=_AT + "service_soak",
               summary="the service under hostile load next to a good client"),
+    Benchmark(name="service_many", module=_AT + "service_many",
+              summary="EstimateMany under hostile batches next to a good client's Estimates"),
 )
 """Every benchmark, grouped by what it measures."""
 

@@ -21,12 +21,20 @@ measurement runs for ``--requests`` requests or ``--seconds`` seconds, whichever
 first (at least 3 requests).
 
 Run ``python -m reshard.microbench.service_bench [--json out.json]``.
+
+``--search`` measures the Search rpc at a cluster's scale instead: GPT-3 175B on 1,024
+H100s (128 dgx-h100 hosts) with data-parallel degrees 8 and 16, the layers built in this
+process (``gpt_layers`` for one degree-8 replica), searched by the server
+(``Client.search_replicated``, the server's own cold caches, the baselines included),
+then asked again (its cache), then searched in this process: the seconds of each and
+whether the answers are equal.
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import platform
 import statistics
 import subprocess
@@ -115,15 +123,55 @@ def _cached_estimates(address: str, case_index: int, seconds: float) -> int:
     return n
 
 
-def start_server() -> tuple[subprocess.Popen, str]:
-    """``reshard serve --backend none --port 0`` and its address."""
+def start_server(*flags: str) -> tuple[subprocess.Popen, str]:
+    """``reshard serve --backend none --port 0`` (and ``flags``) and its address."""
     proc = subprocess.Popen([sys.executable, "-m", "reshard.cli", "serve", "--port", "0",
-                             "--backend", "none"], stdout=subprocess.PIPE, text=True)
+                             "--backend", "none", *flags], stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline() if proc.stdout else ""
     if "listening on" not in line:
         proc.kill()
         raise RuntimeError(f"reshard serve did not start: {line!r}")
     return proc, line.split("listening on ", 1)[1].split()[0]
+
+
+def search_at_scale(job_timeout: float = 900.0) -> dict[str, Any]:
+    """The ``--search`` measurement (module docstring)."""
+    from reshard.microbench.search_bench import MEMORY, MODELS, PEAK
+    from reshard.planner.estimates import CostCache
+    from reshard.search import search_replicated
+    from reshard.search.replicas import replica_cluster
+    from reshard.search.transformer import gpt_layers, submesh_shapes
+    from reshard.service import Client
+
+    model, cluster = MODELS["gpt3-175b"], Cluster.regular(128, 8, preset="dgx-h100")
+    sub = replica_cluster(cluster, 8)
+    t0 = time.process_time()
+    layers = gpt_layers(model, sub, PEAK["dgx-h100"], cache=CostCache(),
+                        shapes=submesh_shapes(sub, powers_of_two=True))
+    built = time.process_time() - t0
+    kw: dict[str, Any] = {"replicas": (8, 16), "memory_limit": MEMORY["dgx-h100"]}
+    proc, address = start_server("--job-timeout", str(job_timeout))
+    try:
+        with Client(address, timeout=None) as c:
+            t0 = time.perf_counter()
+            got = c.search_replicated(layers, cluster, model.microbatches,
+                                      timeout=job_timeout, **kw)
+            remote = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            again = c.search_replicated(layers, cluster, model.microbatches,
+                                        timeout=job_timeout, **kw)
+            cached = time.perf_counter() - t0
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    t0 = time.process_time()
+    want = search_replicated(layers, cluster, model.microbatches, **kw)
+    local = time.process_time() - t0
+    return {"candidates_cpu_s": built, "remote_wall_s": remote, "cached_wall_s": cached,
+            "in_process_cpu_s": local, "equal": got.replicated == want and again == got,
+            "replicas": want.replicas, "simulated_s": got.choice.simulated,
+            "beats": got.beats, "baselines_sim_s": {k: v.simulated
+                                                    for k, v in got.baselines.items()}}
 
 
 def _row(case: Case, tasks: int, rpc: str, mode: str, times: Sequence[float],
@@ -212,7 +260,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=2,
                     help="client processes of the concurrent cached-Estimate row (1: none)")
     ap.add_argument("--json", default=None, help="write the rows here")
+    ap.add_argument("--search", action="store_true",
+                    help="measure the Search rpc on GPT-3 175B at 1,024 devices instead")
     args = ap.parse_args(argv)
+    if args.search:
+        r = search_at_scale()
+        print(f"GPT-3 175B, 1,024 H100s, degrees 8 and 16: candidates {r['candidates_cpu_s']:.1f} "
+              f"s CPU here; the server's Search {r['remote_wall_s']:.1f} s wall (cold, "
+              f"baselines included), again {r['cached_wall_s']:.3f} s (cached); in process "
+              f"{r['in_process_cpu_s']:.1f} s CPU; equal: {r['equal']}; degree "
+              f"{r['replicas']}, simulated {r['simulated_s']:.3f} s, beats {r['beats']}, "
+              f"baselines simulated {r['baselines_sim_s']}; load average "
+              f"{os.getloadavg()[0]:.2f}")
+        return 0
     proc, address = start_server()
     try:
         rows = measure(address, args.requests, args.seconds, args.clients)

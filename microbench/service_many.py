@@ -18,6 +18,14 @@ Three loads (issue 61's items 1, 3 and 4):
 
       python -m reshard.microbench.service_many --load long [--hostile 1]
 
+* ``search``: the hostile threads each repeat Search calls of a search built to hold it
+  (16 layers x ``--candidates`` candidates, every one a distinct layout pair, on every
+  submesh shape of 2 x 4 devices; microbatches grow by one a call: never cached) with
+  ``--deadline`` (default 2 s); how late after their deadline the calls ended (p50, p99,
+  max), beside the good client's latency::
+
+      python -m reshard.microbench.service_many --load search [--hostile 8 --candidates 8]
+
 * ``bad``: ``--requests`` distinct bad requests (each a cluster preset named by 4,000
   characters: an error text of ~4 KB per answer) in batches of ``--batch``; the server's
   RSS before, at its peak and after, next to what its cache budgets allow::
@@ -40,7 +48,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 
@@ -54,6 +62,9 @@ from reshard.service.options import MIB
 from reshard.service.v1 import reshard_pb2 as pb
 
 METHOD = "/reshard.v1.Reshard/EstimateMany"
+VIA_METHODS = {"many": METHOD, "estimate": METHOD.replace("EstimateMany", "Estimate"),
+               "search": METHOD.replace("EstimateMany", "Search")}
+"""The method each hostile load calls (``many``: a stream of answers)."""
 MESSAGE_OPTIONS = [("grpc.max_send_message_length", 64 * MIB),
                    ("grpc.max_receive_message_length", 64 * MIB)]
 
@@ -112,18 +123,46 @@ def one_request(template: pb.PlanRequest, k: int) -> bytes:
     return r.SerializeToString()
 
 
+def hostile_search(candidates: int = 8, seed: int = 0) -> pb.SearchRequest:
+    """A Search of 16 layers, every candidate a distinct layout pair and weight on every
+    submesh shape of a 2 x 4 cluster (tests/unit/test_search_input.py's instance: the
+    search held for minutes before it kept deadlines)."""
+    import random
+
+    from reshard.search import Candidate, Layer
+    from reshard.service.search_codec import search_request
+
+    rng = random.Random(seed)
+    specs = ["RR", "S0R", "RS1", "S1R", "RS0", "S01R", "RS01", "S0S1", "S1S0"]
+    shapes = [(1, 1), (1, 2), (1, 4), (2, 4)]
+    layers = [Layer(f"l{k}", (1024, 1024), "float32", {
+        s: tuple(Candidate(f"c{j}", rng.uniform(1e-4, 1e-2), rng.choice(specs),
+                           rng.choice(specs), rng.randrange(1, 1 << 20))
+                 for j in range(candidates)) for s in shapes}) for k in range(16)]
+    return search_request(layers, Cluster.regular(2, 4), 8, memory_limit=1 << 40)
+
+
+def one_search(template: pb.SearchRequest, k: int) -> bytes:
+    """``template`` with ``k`` more microbatches (a distinct request), encoded."""
+    r = pb.SearchRequest()
+    r.CopyFrom(template)
+    r.microbatches += k
+    return r.SerializeToString()
+
+
 def _count(outcomes: dict[str, int], lock: threading.Lock, name: str) -> None:
     with lock:
         outcomes[name] = outcomes.get(name, 0) + 1
 
 
 def hostile_load(address: str, threads: int, make: Callable[[int], bytes], deadline: float,
-                 seconds: float, via: str = "many") -> tuple[dict[str, int], list[float]]:
-    """``threads`` threads calling EstimateMany (``via="estimate"``: Estimate) with
-    ``make(i)`` (the i-th request) for ``seconds``; their outcomes by status and each
-    call's seconds."""
+                 seconds: float, via: str = "many"
+                 ) -> tuple[dict[str, int], list[tuple[str, float]]]:
+    """``threads`` threads calling EstimateMany (``via="estimate"``: Estimate;
+    ``"search"``: Search) with ``make(i)`` (the i-th request) for ``seconds``; their
+    outcomes by status, and each call's status and seconds."""
     outcomes: dict[str, int] = {}
-    held: list[float] = []
+    held: list[tuple[str, float]] = []
     lock = threading.Lock()
     counter = iter(range(1 << 40))
     until = time.monotonic() + seconds
@@ -131,7 +170,7 @@ def hostile_load(address: str, threads: int, make: Callable[[int], bytes], deadl
     def attack() -> None:
         with grpc.insecure_channel(address, options=MESSAGE_OPTIONS) as ch:
             many = ch.unary_stream(METHOD)
-            one = ch.unary_unary(METHOD.replace("EstimateMany", "Estimate"))
+            one = ch.unary_unary(VIA_METHODS[via])
             while time.monotonic() < until:
                 with lock:
                     i = next(counter)
@@ -147,7 +186,7 @@ def hostile_load(address: str, threads: int, make: Callable[[int], bytes], deadl
                 except grpc.RpcError as e:
                     name = e.code().name
                 with lock:
-                    held.append(time.monotonic() - t0)
+                    held.append((name, time.monotonic() - t0))
                 _count(outcomes, lock, name)
 
     out = [threading.Thread(target=attack, daemon=True) for _ in range(threads)]
@@ -163,6 +202,11 @@ def _attacker(address: str, threads: int, template: bytes, size: int, deadline: 
     """A process's hostile load (:func:`hostile_load` of ``template``'s batches, or of
     single requests), its numbers put on ``out``: the attack's client side never
     competes with the good client for one interpreter."""
+    if via == "search":
+        s = pb.SearchRequest.FromString(template)
+        out.put(hostile_load(address, threads, lambda i: one_search(s, i), deadline,
+                             seconds, via))
+        return
     t = pb.PlanRequest.FromString(template)
     make = ((lambda i: batch(t, i * size, size)) if via == "many" else
             (lambda i: one_request(t, i)))
@@ -191,21 +235,26 @@ def good_client(address: str, until: float) -> tuple[list[float], dict[str, int]
     return latencies, failed
 
 
-def _quantiles(latencies: list[float]) -> tuple[float, float]:
-    """p50 and p99 of ``latencies`` in ms (NaN for fewer than two)."""
+def _quantiles(latencies: list[float],
+               method: Literal["inclusive", "exclusive"] = "exclusive") -> tuple[float, float]:
+    """p50 and p99 of ``latencies`` in ms (NaN for fewer than two; ``method`` as
+    :func:`statistics.quantiles` takes it: ``"inclusive"`` stays within the sample)."""
     if len(latencies) < 2:
         return float("nan"), float("nan")
-    q = statistics.quantiles(latencies, n=100)
+    q = statistics.quantiles(latencies, n=100, method=method)
     return q[49] * 1e3, q[98] * 1e3
 
 
 def contended(load: str, seconds: float, hostile: int, size: int, devices: int,
               deadline: float, serve_flags: Sequence[str] = (), quiet: float = 5.0,
-              via: str = "many") -> dict:
-    """The ``starve`` / ``long`` load (module docstring), after ``quiet`` seconds of the
-    good client alone (the machine's own latency, for comparison); the numbers.
-    ``via="estimate"``: the same moves one per Estimate call instead."""
-    template = move_template(devices if load == "starve" else 2)
+              via: str = "many", candidates: int = 8) -> dict:
+    """The ``starve`` / ``long`` / ``search`` load (module docstring), after ``quiet``
+    seconds of the good client alone (the machine's own latency, for comparison); the
+    numbers. ``via="estimate"``: the same moves one per Estimate call instead."""
+    if load == "search":
+        via, template = "search", hostile_search(candidates)
+    else:
+        template = move_template(devices if load == "starve" else 2)
     with serve(*serve_flags) as (proc, address):
         with Client(address) as warm:  # imports and the first plan, before timing
             warm.estimate((8, 8), "float32", Layout(DeviceMesh((2,)), "S0R"),
@@ -226,11 +275,16 @@ def contended(load: str, seconds: float, hostile: int, size: int, devices: int,
         rss = memory_mib(proc.pid)
     p50, p99 = _quantiles(latencies)
     quiet50, quiet99 = _quantiles(alone)
+    late = sorted(s - deadline for name, s in held if name == "DEADLINE_EXCEEDED")
+    late50, late99 = _quantiles(late, "inclusive")  # a few dozen calls: within them
     return {"load": load, "via": via, "hostile": hostile, "batch": size, "devices": devices,
             "quiet_p50_ms": quiet50, "quiet_p99_ms": quiet99,
             "good_ok": len(latencies), "good_failed": failed, "good_p50_ms": p50,
             "good_p99_ms": p99, "good_max_ms": max(latencies, default=0.0) * 1e3,
-            "hostile_outcomes": outcomes, "hostile_longest_s": max(held, default=0.0),
+            "hostile_outcomes": outcomes,
+            "hostile_longest_s": max((s for _, s in held), default=0.0),
+            "late_p50_ms": late50, "late_p99_ms": late99,
+            "late_max_ms": max(late, default=float("nan")) * 1e3,
             "server_rss_peak_mb": rss.get("VmHWM", 0.0), "load_avg": load_before,
             "steal": stolen_note(before_cpu, cpu_times())}
 
@@ -265,10 +319,22 @@ def bad_answers(requests: int, size: int, serve_flags: Sequence[str] = ()) -> di
             "rss_after_mb": mem["VmRSS"]}
 
 
+def _what(args: Any, r: dict, deadline: float) -> str:
+    """What the hostile threads sent, for the printed line."""
+    if args.load == "search":
+        return (f"Searches of 16 layers x {args.candidates} candidates with a {deadline:g} s "
+                f"deadline (those stopped ended past it by p50 {r['late_p50_ms']:.0f} ms, "
+                f"p99 {r['late_p99_ms']:.0f} ms, max {r['late_max_ms']:.0f} ms; negative: "
+                f"before it)")
+    moves = "tiny" if args.load == "long" else f"{r['devices']} -> {r['devices']}"
+    sent = f"batches of {r['batch']}" if args.via == "many" else "Estimates of"
+    return f"{sent} {moves} moves"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one load and print its numbers."""
     ap = flags.parser("python -m reshard.microbench.service_many", __doc__ or "")
-    ap.add_argument("--load", choices=("starve", "long", "bad"), default="starve",
+    ap.add_argument("--load", choices=("starve", "long", "search", "bad"), default="starve",
                     help="which hostile load (module docstring)")
     ap.add_argument("--seconds", type=float, default=20.0, help="how long the load lasts")
     ap.add_argument("--hostile", type=int, default=None,
@@ -277,7 +343,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="requests per EstimateMany (default 64; long: 100,000; bad: 1,000)")
     ap.add_argument("--devices", type=int, default=512, help="starve: n of the n -> n moves")
     ap.add_argument("--deadline", type=float, default=None,
-                    help="the hostile calls' deadline, s (default 10; long: 300)")
+                    help="the hostile calls' deadline, s (default 10; long: 300; search: 2)")
+    ap.add_argument("--candidates", type=int, default=8,
+                    help="search: candidates per layer and submesh shape")
     ap.add_argument("--via", choices=("many", "estimate"), default="many",
                     help="starve / long: the hostile moves by EstimateMany batches, or one "
                          "per Estimate call (for comparison)")
@@ -293,13 +361,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     long = args.load == "long"
     hostile = args.hostile if args.hostile is not None else 1 if long else 8
+    deadline = args.deadline or {"long": 300.0, "search": 2.0}.get(args.load, 10.0)
     r = contended(args.load, args.seconds, hostile,
-                  args.batch or (100_000 if long else 64), args.devices,
-                  args.deadline or (300.0 if long else 10.0), args.serve_flag, via=args.via)
-    moves = "tiny" if long else f"{r['devices']} -> {r['devices']}"
-    sent = f"batches of {r['batch']}" if args.via == "many" else "Estimates of"
-    print(f"{r['load']}: {r['hostile']} hostile threads, {sent} {moves} "
-          f"moves: good client alone p50 {r['quiet_p50_ms']:.1f} ms, p99 "
+                  args.batch or (100_000 if long else 64), args.devices, deadline,
+                  args.serve_flag, via=args.via, candidates=args.candidates)
+    print(f"{r['load']}: {r['hostile']} hostile threads, {_what(args, r, deadline)}: good "
+          f"client alone p50 {r['quiet_p50_ms']:.1f} ms, p99 "
           f"{r['quiet_p99_ms']:.1f} ms; under the load {r['good_ok']} OK, failed {r['good_failed']}, p50 {r['good_p50_ms']:.1f} ms, "
           f"p99 {r['good_p99_ms']:.1f} ms, max {r['good_max_ms']:.0f} ms; hostile calls "
           f"{r['hostile_outcomes']}, longest {r['hostile_longest_s']:.1f} s; server peak "

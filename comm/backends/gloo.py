@@ -58,7 +58,12 @@ from reshard.comm.backends.host_memory import (
     broadcast_neighbours,
     wire_piece,
 )
-from reshard.comm.bootstrap.sockets import interface_of, listen_on
+from reshard.comm.bootstrap.sockets import (
+    GLOO_IFNAME_ENV,
+    gloo_interface,
+    interface_of,
+    listen_on,
+)
 from reshard.core.dtypes import ReduceOp, reduce_as
 from reshard.core.errors import ExecutionError
 
@@ -157,8 +162,9 @@ class GlooBackend(HostMemory):
         rank, n = self.rank_of[self.device], len(self.world)
         self._store: Any = None  # the TCPStore this backend bootstrapped through
         # gloo's pair sockets bind to the advertised address's interface, not whatever
-        # the host name resolves to (a caller's GLOO_SOCKET_IFNAME wins).
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface_of(advertise))
+        # the host name resolves to (a caller's GLOO_SOCKET_IFNAME wins); set only while
+        # a group is made, so that the process's children never inherit it.
+        self._ifname = os.environ.get(GLOO_IFNAME_ENV) or interface_of(advertise)
         if rank == 0:
             # The store listens on the advertised address only (TCPStore alone binds
             # every interface): hand it a socket already bound there.
@@ -173,8 +179,9 @@ class GlooBackend(HostMemory):
             host_name, _, port = addr.rpartition(":")
             self._store = dist.TCPStore(host_name, int(port), n, False, timeout=self._td)
         one_rank_a_process(self._store, self.device, rank, n, self.timeout)
-        dist.init_process_group("gloo", store=self._store, rank=rank, world_size=n,
-                                timeout=self._td)
+        with gloo_interface(self._ifname):
+            dist.init_process_group("gloo", store=self._store, rank=rank, world_size=n,
+                                    timeout=self._td)
         self._groups: dict[tuple[int, ...], Any] = {self.world: dist.group.WORLD}
         self._p2p: Any = None  # group of send/recv (None: the world)
         self._channel = ""  # "" for the main backend, else the channel's name
@@ -209,8 +216,9 @@ class GlooBackend(HostMemory):
     def prepare(self, plan: Any) -> None:
         """Create the plan's missing sub-groups (every rank, same order)."""
         if self._channel and self.world not in self._groups:
-            self._groups[self.world] = self._p2p = self._dist.new_group(
-                list(range(len(self.world))), timeout=self._td, backend="gloo")
+            with gloo_interface(self._ifname):
+                self._groups[self.world] = self._p2p = self._dist.new_group(
+                    list(range(len(self.world))), timeout=self._td, backend="gloo")
         for group in plan.communicator_groups():
             self._ensure_group(tuple(group))
 
@@ -222,8 +230,9 @@ class GlooBackend(HostMemory):
             raise ExecutionError(
                 f"device {self.device}: group {list(group)} has devices {unknown} outside "
                 f"the world {list(self.world)}")
-        self._groups[group] = self._dist.new_group(
-            [self.rank_of[d] for d in group], timeout=self._td, backend="gloo")
+        with gloo_interface(self._ifname):
+            self._groups[group] = self._dist.new_group(
+                [self.rank_of[d] for d in group], timeout=self._td, backend="gloo")
 
     def _group(self, group: Sequence[int]) -> Any:
         key = tuple(group)

@@ -9,11 +9,14 @@ address into what the libraries underneath need: a listening socket for torch's
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import ipaddress
+import os
 import socket
 import struct
 import time
+from collections.abc import Iterator
 
 from reshard.core.errors import ExecutionError
 
@@ -43,6 +46,26 @@ def interface_of(address: str) -> str:
     raise ExecutionError(
         f"no local network interface has address {address} (interfaces: {names}); "
         f"advertise an address of this machine, or set GLOO_SOCKET_IFNAME")
+
+
+GLOO_IFNAME_ENV = "GLOO_SOCKET_IFNAME"
+
+
+@contextlib.contextmanager
+def gloo_interface(ifname: str) -> Iterator[None]:
+    """``GLOO_SOCKET_IFNAME`` set to ``ifname`` while gloo makes a process group, and
+    put back as it was after: the variable is read by every ``ProcessGroupGloo``
+    made, and left set it would reach every child of the process (a test runner's
+    later subprocesses, a Ray cluster started from it), whose own address differs."""
+    before = os.environ.get(GLOO_IFNAME_ENV)
+    os.environ[GLOO_IFNAME_ENV] = ifname
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(GLOO_IFNAME_ENV, None)
+        else:
+            os.environ[GLOO_IFNAME_ENV] = before
 
 
 def is_wildcard(host: str) -> bool:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from reshard.lazy import lazy_attributes
 
-__all__ = ["Client", "RemoteArray", "ServeOptions", "Server", "ServiceError"]
+__all__ = ["Client", "RemoteArray", "SearchResult", "ServeOptions", "Server", "ServiceError"]
 
 _HOMES = {
     "Client": "reshard.service.client",
     "RemoteArray": "reshard.service.client",
+    "SearchResult": "reshard.service.search_codec",
     "ServeOptions": "reshard.service.options",
     "Server": "reshard.service.server",
     "ServiceError": "reshard.service.status",

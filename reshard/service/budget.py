@@ -109,6 +109,26 @@ def check_estimate_many_wire(raw: bytes, max_estimates: int, max_tensors: int) -
                          f"budget of {max_tensors} (--max-tensors); send fewer per call")
 
 
+def check_search_wire(raw: bytes, max_entries: int) -> None:
+    """Refuse a SearchRequest's bytes holding more than ``max_entries`` layers,
+    submeshes, candidates and edges together, counted on the wire before it is parsed."""
+    if len(raw) <= 2 * max_entries:
+        return  # too short to hold more: each takes at least two bytes
+    try:
+        n = wire.search_counts(raw, max_entries)
+    except wire.TooLong:
+        fields = wire.SEARCH_FIELDS_PER_ENTRY * max_entries + wire.SPARE_FIELDS
+        raise OverBudget(f"Search: the request has more than {fields} fields (counted before "
+                         f"parsing: {wire.SEARCH_FIELDS_PER_ENTRY} an entry of "
+                         f"--max-search-candidates ({max_entries}) and {wire.SPARE_FIELDS} "
+                         f"more); send it without padding") from None
+    if n > max_entries:
+        raise OverBudget(f"Search: the request has more than {max_entries} layers, submeshes, "
+                         f"candidates and edges together (counted before parsing), over the "
+                         f"server's budget of {max_entries} (--max-search-candidates); give "
+                         f"fewer candidates, or search it in process (reshard.search)")
+
+
 def check_counts(what: str, request: pb.PlanRequest, max_tensors: int,
                  max_devices: int) -> tuple[int, int]:
     """:func:`raw_counts`, refused (:class:`OverBudget`) over the server's budgets (the
@@ -184,4 +204,5 @@ def request_cells(requests: Sequence[tuple[Any, ...]]) -> int:
 __all__ = ["INLINE_CELLS", "INLINE_DEVICES", "INLINE_TASKS", "INLINE_TENSORS", "INLINE_WORK",
            "REQUEST_WORK", "OverBudget", "check_cells", "check_counts",
            "check_estimate_many_wire", "check_estimates", "check_plan_request_wire",
+           "check_search_wire",
            "check_tensors", "raw_counts", "request_cells", "tensor_cells", "work"]

@@ -19,7 +19,7 @@ import math
 import pathlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import grpc
 import numpy as np
@@ -42,6 +42,10 @@ from reshard.service.plan_codec import merge_chunks, plan_from_pb, plan_to_pb
 from reshard.service.status import ERROR_CLASSES, ServiceError, raise_rpc_error, rpc_error
 from reshard.service.v1 import reshard_pb2 as pb
 from reshard.service.v1 import reshard_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:  # the search (and the pipeline it simulates) load when first asked
+    from reshard.search import Graph, Layer
+    from reshard.service.search_codec import SearchResult
 
 
 @dataclass(frozen=True)
@@ -257,6 +261,58 @@ class Client:
                 out[i] = math.nan
             raise EstimateError(out, dict(sorted(failures.items())))
         return out
+
+    # ----- search ---------------------------------------------------------------------
+    def search(self, model: Sequence[Layer] | Graph, cluster: Cluster | None,
+               microbatches: int, *, timeout: float | None = None,
+               **options: Any) -> SearchResult:
+        """The server's :func:`reshard.search.search_chain` of ``model`` (a sequence of
+        layers), or :func:`reshard.search.search_graph` (a :class:`reshard.search.Graph`).
+
+        Args:
+            model: the layers, or a graph.
+            cluster: a regular cluster (None: the server's ``--cluster``).
+            microbatches: B.
+            timeout: the call's deadline (default: the Client's); the server stops the
+                search there, less a margin to answer (DEADLINE_EXCEEDED).
+            options: the search's own keyword arguments, as in process: ``schedule``,
+                ``memory_limit``, ``block``, ``rerank``, ``time_limit``; a chain's
+                ``moves``; a graph's ``method``, ``few``, ``steps``, ``seed``, ``beta``
+                (unset: the search's defaults). ``cache`` is the server's own.
+
+        Returns:
+            SearchResult: ``choice`` equal to the in-process search's, and the
+            baselines' own choices (``beats``: those it is faster than).
+
+        Raises:
+            SearchError: bad input, as the search itself names it (INVALID_ARGUMENT).
+            ServiceError: over the server's budgets (RESOURCE_EXHAUSTED), stopped at
+                the deadline, the server's cap or ``time_limit`` (DEADLINE_EXCEEDED).
+        """
+        from reshard.service.search_codec import search_request
+
+        return self._search(search_request(model, cluster, microbatches,
+                                           encode=self._encode, **options), timeout)
+
+    def search_replicated(self, model: Sequence[Layer], cluster: Cluster | None,
+                          microbatches: int, *, replicas: Sequence[int] | None = None,
+                          timeout: float | None = None, **options: Any) -> SearchResult:
+        """The server's :func:`reshard.search.search_replicated`: the data-parallel
+        degree among ``replicas`` (None: every divisor of the host count) and one
+        replica's stages; ``SearchResult.replicated`` equals the in-process answer.
+        ``model`` is the layers (a function building them runs only in process);
+        ``options`` as :meth:`search` takes a chain's (``schedule``, ``memory_limit``,
+        ``block``, ``rerank``, ``time_limit``)."""
+        from reshard.service.search_codec import search_request
+
+        return self._search(search_request(
+            model, cluster, microbatches, replicas=True if replicas is None else replicas,
+            encode=self._encode, **options), timeout)
+
+    def _search(self, request: pb.SearchRequest, timeout: float | None) -> SearchResult:
+        from reshard.service.search_codec import reply_from_pb
+
+        return reply_from_pb(self._call(self._stub.Search, request, timeout))
 
     # ----- execution ------------------------------------------------------------------
     def execute(self, plan: ReshardPlan, inputs: Sequence[np.ndarray | RemoteArray | str], *,

@@ -7,6 +7,7 @@ from reshard.cluster import Cluster
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import plan_many
 from reshard.planner.values.request import default_cluster, make_tensor_spec
+from reshard.service import searches
 from reshard.service.budget import check_cells
 from reshard.service.convert import request_from_pb
 from reshard.service.estimates import Answer, Limits, answer_within
@@ -41,9 +42,16 @@ def estimate_many(requests: list[bytes], cluster: Cluster | None, limits: Limits
     return answer_within(requests, cluster, limits, until)
 
 
+def search(request: bytes, cluster: Cluster | None, until: float,
+           cap: float) -> tuple[bytes, bool]:
+    """A SearchRequest's reply (encoded) and whether it is complete, the search stopped
+    at the monotonic time ``until`` (:func:`reshard.service.searches.run`)."""
+    return searches.run(request, cluster, until, cap)
+
+
 def verify(message: bytes) -> ReshardPlan:
     """The verified plan of a Plan message's bytes."""
     return plan_from_pb(pb.Plan.FromString(message), verify=True)
 
 
-__all__ = ["cost", "estimate_many", "plan", "verify"]
+__all__ = ["cost", "estimate_many", "plan", "search", "verify"]

@@ -88,6 +88,13 @@ class ServeOptions:
             RESOURCE_EXHAUSTED. At least 3 x ``max_message_bytes``.
         max_queued_calls: calls accepted at once, serving or waiting for a thread;
             gRPC refuses more with RESOURCE_EXHAUSTED.
+        max_search_candidates: the most layers, candidates and edges one Search may
+            hold together, counted on the wire before it is parsed.
+        max_search_cells: the largest search a Search may ask for, in cells (layers'
+            candidates x submesh classes x blocks x degrees:
+            :mod:`reshard.service.searches`), checked before any work.
+        search_cache_bytes: Search answers kept for repeated requests, in bytes
+            (encoded), least recently used out first.
     """
 
     host: str = "127.0.0.1"
@@ -115,6 +122,9 @@ class ServeOptions:
     job_timeout: float = 120.0
     max_inflight_bytes: int = 256 * MIB
     max_queued_calls: int = 64
+    max_search_candidates: int = 100_000
+    max_search_cells: int = 1 << 22
+    search_cache_bytes: int = 16 * MIB
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -122,7 +132,8 @@ class ServeOptions:
         for name in ("max_message_bytes", "max_inline_bytes", "workers",
                      "plan_cache_bytes", "reply_cache_bytes", "max_plan_cells",
                      "max_tensors", "max_devices", "max_estimates", "answer_cache_bytes",
-                     "job_memory_bytes", "max_inflight_bytes", "max_queued_calls"):
+                     "job_memory_bytes", "max_inflight_bytes", "max_queued_calls",
+                     "max_search_candidates", "max_search_cells", "search_cache_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ReshardError(f"{name} must be an integer >= 1, got {value!r}")

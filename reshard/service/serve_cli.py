@@ -105,6 +105,12 @@ _NUMBERS: tuple[tuple[str, type, float, str], ...] = (
     ("--answer-cache-mb", float, 32.0,
      ("memory of the EstimateMany answers kept for repeated requests, MiB (error texts "
       "included)")),
+    ("--max-search-candidates", int, 100_000,
+     "refuse Search calls of more layers, candidates and edges together, before parsing"),
+    ("--max-search-cells", int, 1 << 22,
+     ("refuse Search calls of more cells (layers' candidates x submesh classes x blocks x "
+      "degrees), before any work")),
+    ("--search-cache-mb", float, 16.0, "memory of the Search answers kept, MiB"),
 )
 """The numeric flags of ``reshard serve`` (the sizes and limits of :class:`ServeOptions`,
 the threads and timeouts): ``(flag, type, default, help)``."""
@@ -185,7 +191,10 @@ def options_from(args: argparse.Namespace) -> ServeOptions:
         job_workers=args.job_workers, job_memory_bytes=int(args.job_memory_mb * MIB),
         job_timeout=args.job_timeout,
         max_inflight_bytes=int(args.max_inflight_mb * MIB),
-        max_queued_calls=args.max_queued_calls, plan_cache_bytes=int(args.plan_cache_mb * MIB))
+        max_queued_calls=args.max_queued_calls, plan_cache_bytes=int(args.plan_cache_mb * MIB),
+        max_search_candidates=args.max_search_candidates,
+        max_search_cells=args.max_search_cells,
+        search_cache_bytes=int(args.search_cache_mb * MIB))
 
 
 MMAP_THRESHOLD = 1 << 20

@@ -32,7 +32,7 @@ from reshard.planner.values.request import default_cluster, make_tensor_spec
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import FORMAT_VERSION, READABLE_FORMATS
 from reshard.presets import preset_names
-from reshard.service import jobs, wire
+from reshard.service import jobs, searches, wire
 from reshard.service.budget import (
     INLINE_CELLS,
     INLINE_DEVICES,
@@ -46,6 +46,7 @@ from reshard.service.budget import (
     check_estimate_many_wire,
     check_estimates,
     check_plan_request_wire,
+    check_search_wire,
     work,
 )
 from reshard.service.convert import layout_to_pb, request_from_pb, split_rules
@@ -112,6 +113,11 @@ requests: the handler decides); nor are those whose sampled requests are larger.
 JOB_ANSWER_MARGIN = 1.0
 """Seconds (at most a quarter of the time it has) an EstimateMany job keeps to send the
 answers it has back before the call's deadline or the server's cap."""
+
+SEARCH_DIGESTS = 4096
+"""Searches answered whose request bytes are remembered (their SHA-256), so that they
+pass the refusal of Searches while the job workers are busy (then answered from the
+cache)."""
 
 R = TypeVar("R")
 
@@ -215,6 +221,8 @@ class ReshardServicer(pb_grpc.ReshardServicer):
         self.estimates = CostCache(options.reply_cache_bytes // 2)
         self.answers: LruCache[bytes, Answer] = LruCache(options.answer_cache_bytes,
                                                          weigh=answer_bytes)
+        self.searches: LruCache[bytes, bytes] = LruCache(options.search_cache_bytes, weigh=len)
+        self.search_digests: LruCache[bytes, bytes] = LruCache(SEARCH_DIGESTS)
         self.limits = Limits(options.max_tensors, options.max_devices, options.max_plan_cells)
         self.slots = InlineSlots()
 
@@ -227,6 +235,7 @@ class ReshardServicer(pb_grpc.ReshardServicer):
             what: functools.partial(check_plan_request_wire, what, max_tensors=o.max_tensors)
             for what in ("Plan", "PlanMany", "Estimate")}
         checks["EstimateMany"] = self._check_estimate_many
+        checks["Search"] = self._check_search
         return checks
 
     def _job(self, what: str, context: grpc.ServicerContext, fn: Any, *args: Any) -> Any:
@@ -471,6 +480,44 @@ class ReshardServicer(pb_grpc.ReshardServicer):
                     f"ask the rest again, or fewer per call", grpc.StatusCode.DEADLINE_EXCEEDED)
         except Exception as e:  # noqa: BLE001 - every failure becomes a status
             abort(context, e)
+
+    # ----- search ---------------------------------------------------------------------
+    def _check_search(self, raw: bytes) -> None:
+        """A Search's bytes, before they are parsed: while every job worker is busy, a
+        Search whose bytes are not those of one answered before (:data:`SEARCH_DIGESTS`)
+        is refused busy, unscanned and unparsed (a search always takes a worker: a flood
+        of them then costs the server little); then its counts within the budget
+        (:func:`check_search_wire`)."""
+        if not self.jobs.free() and \
+                self.search_digests.get(hashlib.sha256(raw).digest()) is None:
+            raise self.jobs.busy_error("Search")
+        check_search_wire(raw, self.options.max_search_candidates)
+
+    @_guarded
+    def Search(self, request: pb.SearchRequest, context: grpc.ServicerContext) -> bytes:
+        """The SearchReply, encoded (:mod:`reshard.service.searches`): answered from the
+        cache of complete answers (keyed by the canonical request without its
+        ``time_limit``), else sized off the message (refused over ``--max-devices`` or
+        ``--max-search-cells``) and searched in a job worker (refused while every one is
+        busy) until the caller's deadline or ``--job-timeout``, less a margin."""
+        key = canonical_key(request, "time_limit")
+        encoded = self.searches.get(key)
+        if encoded is not None:
+            return encoded
+        o = self.options
+        searches.check_search(request, o.cluster, o.max_devices, o.max_search_cells)
+        until = searches.until(context.time_remaining(), o.job_timeout, searches.MARGIN)
+        raw = request.SerializeToString()  # what a client sends, mostly: its digest below
+        encoded, complete = self._job("Search", context, jobs.search, raw, o.cluster, until,
+                                      o.job_timeout)
+        if len(encoded) > o.max_message_bytes:
+            raise ServiceError(f"Search: the answer encodes to {len(encoded)} bytes, over the "
+                               f"server's message limit of {o.max_message_bytes}; search "
+                               f"fewer layers per request", grpc.StatusCode.RESOURCE_EXHAUSTED)
+        if complete:
+            self.searches.put(key, encoded)
+            self.search_digests.put(hashlib.sha256(raw).digest(), key)
+        return encoded  # type: ignore[no-any-return]
 
     # ----- execution ------------------------------------------------------------------
     def _executable(self, plan: pb.Plan, context: grpc.ServicerContext) -> ReshardPlan:

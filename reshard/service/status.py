@@ -58,7 +58,7 @@ ERROR_CLASSES: Mapping[str, type[errors.ReshardBaseError]] = MappingProxyType({
     cls.__name__: cls for cls in (
         errors.ReshardError, errors.MeshError, errors.SpecError, errors.ShapeError,
         errors.DTypeError, errors.ClusterError, errors.OptionError, errors.StrategyError,
-        errors.PartialError,
+        errors.PartialError, errors.SearchError,
         errors.PlanError, errors.ExecutionError, errors.MissingDependencyError, ServiceError)
 })
 """Every error class that crosses the wire, by name (the value of :data:`ERROR_KEY`)."""

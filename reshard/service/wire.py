@@ -169,5 +169,49 @@ def estimate_many_counts(raw: bytes, max_requests: int, max_tensors: int) -> tup
     return requests, tensors[0]
 
 
-__all__ = ["FIELDS_PER_ENTRY", "SPARE_FIELDS", "Malformed", "TooLong", "entries",
-           "estimate_many_counts", "first_entries", "plan_request_tensors"]
+SEARCH_FIELDS_PER_ENTRY = 16
+"""Fields a Search's scan visits per entry its budget allows (a layer's name, dtype and
+output shape, unpacked, are a few fields beside its submeshes)."""
+
+
+def search_counts(raw: bytes, limit: int) -> int:
+    """A SearchRequest's layers (field 1), their submeshes (a layer's field 4) and those's
+    candidates (a submesh's field 2), and its graph's edges (field 2's field 1), together,
+    counted until the count passes ``limit`` (where counting stops: a submesh and its
+    candidates may go past it by one); 0 where the bytes are no valid message.
+
+    Raises:
+        TooLong: the bytes hold more than ``SEARCH_FIELDS_PER_ENTRY * limit +
+            SPARE_FIELDS`` fields, nested ones included.
+    """
+    count = [0]
+    visits = [SEARCH_FIELDS_PER_ENTRY * limit + SPARE_FIELDS]
+
+    def add(n: int) -> None:
+        count[0] += n
+        if count[0] > limit:
+            raise _Over
+
+    def submesh(start: int, stop: int) -> None:
+        add(1 + entries(raw, 2, limit - count[0], start, stop, visits=visits))
+
+    def layer(start: int, stop: int) -> None:
+        add(1)
+        entries(raw, 4, limit, start, stop, each=submesh, visits=visits)
+
+    def graph(start: int, stop: int) -> None:
+        add(entries(raw, 1, limit - count[0], start, stop, visits=visits))
+
+    try:
+        entries(raw, 1, limit, each=layer, visits=visits)
+        entries(raw, 2, limit, each=graph, visits=visits)
+    except _Over:
+        return count[0]
+    except Malformed:
+        return 0
+    return count[0]
+
+
+__all__ = ["FIELDS_PER_ENTRY", "SEARCH_FIELDS_PER_ENTRY", "SPARE_FIELDS", "Malformed",
+           "TooLong", "entries", "estimate_many_counts", "first_entries",
+           "plan_request_tensors", "search_counts"]

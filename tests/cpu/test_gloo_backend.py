@@ -4,6 +4,7 @@ all-gather / reduce, the pipelined chain broadcast, and the barrier."""
 
 from __future__ import annotations
 
+import os
 import traceback
 
 import numpy as np
@@ -41,7 +42,7 @@ def _rank_main(device: int, address, results, done) -> None:
         b = GlooBackend(device, WORLD, address.connect(10), 10.0)
         b.prepare(_Plan())
         b.prepare(_Plan())  # cached: no second set of groups
-        out = {}
+        out = {"ifname": os.environ.get("GLOO_SOCKET_IFNAME", "unset")}
         for dt in DTYPES:
             buf = _values(device, dt) if device == 5 else np.zeros(5, dt)
             b.broadcast(buf, 5, (0, 3, 5))
@@ -92,6 +93,9 @@ def test_gloo_ops_match_reference_semantics():
         total += _values(5, dt)
         assert got[0][("reduce", dt)].tobytes() == total.tobytes(), dt
     assert np.array_equal(got[5]["p2p"], np.arange(7))
+    # the interface is set only while groups are made: a worker's later children (and
+    # a test runner that made a backend in its own process) never inherit it
+    assert {got[d]["ifname"] for d in WORLD} == {os.environ.get("GLOO_SOCKET_IFNAME", "unset")}
     n = len(got[5]["chain"])
     for d in WORLD:
         assert np.array_equal(got[d]["chain"], np.arange(n, dtype=np.float64)), d

@@ -68,7 +68,7 @@ def test_stubs_are_what_the_pinned_generator_makes():
 def test_every_rpc_of_the_proto_has_a_handler_and_a_stub_method():
     methods = set(reshard_pb2.DESCRIPTOR.services_by_name["Reshard"].methods_by_name)
     assert methods == {"Plan", "PlanMany", "Estimate", "EstimateMany", "Execute", "Free",
-                       "GetVersion"}
+                       "GetVersion", "Search"}
     from reshard.service.servicer import ReshardServicer
 
     for name in methods:

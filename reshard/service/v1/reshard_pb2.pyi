@@ -52,6 +52,30 @@ class Buffer(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BUFFER_UNSPECIFIED: _ClassVar[Buffer]
     BUFFER_SRC: _ClassVar[Buffer]
     BUFFER_DST: _ClassVar[Buffer]
+
+class Schedule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SCHEDULE_UNSPECIFIED: _ClassVar[Schedule]
+    SCHEDULE_1F1B: _ClassVar[Schedule]
+    SCHEDULE_EAGER_1F1B: _ClassVar[Schedule]
+
+class Moves(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MOVES_UNSPECIFIED: _ClassVar[Moves]
+    MOVES_PRICED: _ClassVar[Moves]
+    MOVES_FREE: _ClassVar[Moves]
+
+class SearchMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEARCH_METHOD_UNSPECIFIED: _ClassVar[SearchMethod]
+    SEARCH_METHOD_DESCENT: _ClassVar[SearchMethod]
+    SEARCH_METHOD_MCMC: _ClassVar[SearchMethod]
+
+class Baseline(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BASELINE_UNSPECIFIED: _ClassVar[Baseline]
+    BASELINE_ALPA: _ClassVar[Baseline]
+    BASELINE_MEGATRON: _ClassVar[Baseline]
 SPLIT_RULE_UNSPECIFIED: SplitRule
 SPLIT_RULE_FLAT: SplitRule
 SPLIT_RULE_NESTED: SplitRule
@@ -80,6 +104,18 @@ TASK_KIND_ALLREDUCE: TaskKind
 BUFFER_UNSPECIFIED: Buffer
 BUFFER_SRC: Buffer
 BUFFER_DST: Buffer
+SCHEDULE_UNSPECIFIED: Schedule
+SCHEDULE_1F1B: Schedule
+SCHEDULE_EAGER_1F1B: Schedule
+MOVES_UNSPECIFIED: Moves
+MOVES_PRICED: Moves
+MOVES_FREE: Moves
+SEARCH_METHOD_UNSPECIFIED: SearchMethod
+SEARCH_METHOD_DESCENT: SearchMethod
+SEARCH_METHOD_MCMC: SearchMethod
+BASELINE_UNSPECIFIED: Baseline
+BASELINE_ALPA: Baseline
+BASELINE_MEGATRON: Baseline
 
 class Mesh(_message.Message):
     __slots__ = ("shape", "devices", "axis_names")
@@ -430,3 +466,193 @@ class VersionReply(_message.Message):
     grpc_version: str
     protobuf_version: str
     def __init__(self, reshard_version: _Optional[str] = ..., api: _Optional[str] = ..., plan_format: _Optional[int] = ..., readable_formats: _Optional[_Iterable[int]] = ..., backend: _Optional[str] = ..., strategies: _Optional[_Iterable[str]] = ..., presets: _Optional[_Iterable[str]] = ..., split_rules: _Optional[_Iterable[_Union[SplitRule, str]]] = ..., max_message_bytes: _Optional[int] = ..., max_inline_bytes: _Optional[int] = ..., grpc_version: _Optional[str] = ..., protobuf_version: _Optional[str] = ...) -> None: ...
+
+class SubmeshShape(_message.Message):
+    __slots__ = ("hosts", "devices")
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    hosts: int
+    devices: int
+    def __init__(self, hosts: _Optional[int] = ..., devices: _Optional[int] = ...) -> None: ...
+
+class SearchCandidate(_message.Message):
+    __slots__ = ("name", "compute", "input", "output", "memory", "grads")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    GRADS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    compute: float
+    input: str
+    output: str
+    memory: int
+    grads: int
+    def __init__(self, name: _Optional[str] = ..., compute: _Optional[float] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., memory: _Optional[int] = ..., grads: _Optional[int] = ...) -> None: ...
+
+class SubmeshCandidates(_message.Message):
+    __slots__ = ("shape", "candidates")
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    shape: SubmeshShape
+    candidates: _containers.RepeatedCompositeFieldContainer[SearchCandidate]
+    def __init__(self, shape: _Optional[_Union[SubmeshShape, _Mapping]] = ..., candidates: _Optional[_Iterable[_Union[SearchCandidate, _Mapping]]] = ...) -> None: ...
+
+class SearchLayer(_message.Message):
+    __slots__ = ("name", "output_shape", "dtype", "submeshes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SUBMESHES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    output_shape: _containers.RepeatedScalarFieldContainer[int]
+    dtype: str
+    submeshes: _containers.RepeatedCompositeFieldContainer[SubmeshCandidates]
+    def __init__(self, name: _Optional[str] = ..., output_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., submeshes: _Optional[_Iterable[_Union[SubmeshCandidates, _Mapping]]] = ...) -> None: ...
+
+class SearchEdge(_message.Message):
+    __slots__ = ("producer", "consumer")
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    producer: int
+    consumer: int
+    def __init__(self, producer: _Optional[int] = ..., consumer: _Optional[int] = ...) -> None: ...
+
+class SearchGraph(_message.Message):
+    __slots__ = ("edges",)
+    EDGES_FIELD_NUMBER: _ClassVar[int]
+    edges: _containers.RepeatedCompositeFieldContainer[SearchEdge]
+    def __init__(self, edges: _Optional[_Iterable[_Union[SearchEdge, _Mapping]]] = ...) -> None: ...
+
+class SearchReplicas(_message.Message):
+    __slots__ = ("degrees",)
+    DEGREES_FIELD_NUMBER: _ClassVar[int]
+    degrees: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, degrees: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class SearchRequest(_message.Message):
+    __slots__ = ("layers", "graph", "cluster", "microbatches", "schedule", "memory_limit", "moves", "rerank", "block", "method", "few", "steps", "seed", "beta", "replicas", "time_limit")
+    LAYERS_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    MICROBATCHES_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    RERANK_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    FEW_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    BETA_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    TIME_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    layers: _containers.RepeatedCompositeFieldContainer[SearchLayer]
+    graph: SearchGraph
+    cluster: Cluster
+    microbatches: int
+    schedule: Schedule
+    memory_limit: int
+    moves: Moves
+    rerank: int
+    block: int
+    method: SearchMethod
+    few: int
+    steps: int
+    seed: int
+    beta: float
+    replicas: SearchReplicas
+    time_limit: float
+    def __init__(self, layers: _Optional[_Iterable[_Union[SearchLayer, _Mapping]]] = ..., graph: _Optional[_Union[SearchGraph, _Mapping]] = ..., cluster: _Optional[_Union[Cluster, _Mapping]] = ..., microbatches: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., memory_limit: _Optional[int] = ..., moves: _Optional[_Union[Moves, str]] = ..., rerank: _Optional[int] = ..., block: _Optional[int] = ..., method: _Optional[_Union[SearchMethod, str]] = ..., few: _Optional[int] = ..., steps: _Optional[int] = ..., seed: _Optional[int] = ..., beta: _Optional[float] = ..., replicas: _Optional[_Union[SearchReplicas, _Mapping]] = ..., time_limit: _Optional[float] = ...) -> None: ...
+
+class Submesh(_message.Message):
+    __slots__ = ("shape", "first")
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    shape: SubmeshShape
+    first: int
+    def __init__(self, shape: _Optional[_Union[SubmeshShape, _Mapping]] = ..., first: _Optional[int] = ...) -> None: ...
+
+class SearchStage(_message.Message):
+    __slots__ = ("first", "last", "placement", "choices", "compute", "inner", "move_in")
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    CHOICES_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_FIELD_NUMBER: _ClassVar[int]
+    INNER_FIELD_NUMBER: _ClassVar[int]
+    MOVE_IN_FIELD_NUMBER: _ClassVar[int]
+    first: int
+    last: int
+    placement: Submesh
+    choices: _containers.RepeatedScalarFieldContainer[str]
+    compute: float
+    inner: float
+    move_in: float
+    def __init__(self, first: _Optional[int] = ..., last: _Optional[int] = ..., placement: _Optional[_Union[Submesh, _Mapping]] = ..., choices: _Optional[_Iterable[str]] = ..., compute: _Optional[float] = ..., inner: _Optional[float] = ..., move_in: _Optional[float] = ...) -> None: ...
+
+class SearchChoice(_message.Message):
+    __slots__ = ("stages", "microbatches", "schedule", "time", "compute", "transfer", "bubble", "simulated")
+    STAGES_FIELD_NUMBER: _ClassVar[int]
+    MICROBATCHES_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_FIELD_NUMBER: _ClassVar[int]
+    TRANSFER_FIELD_NUMBER: _ClassVar[int]
+    BUBBLE_FIELD_NUMBER: _ClassVar[int]
+    SIMULATED_FIELD_NUMBER: _ClassVar[int]
+    stages: _containers.RepeatedCompositeFieldContainer[SearchStage]
+    microbatches: int
+    schedule: Schedule
+    time: float
+    compute: float
+    transfer: float
+    bubble: float
+    simulated: float
+    def __init__(self, stages: _Optional[_Iterable[_Union[SearchStage, _Mapping]]] = ..., microbatches: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., time: _Optional[float] = ..., compute: _Optional[float] = ..., transfer: _Optional[float] = ..., bubble: _Optional[float] = ..., simulated: _Optional[float] = ...) -> None: ...
+
+class BaselineResult(_message.Message):
+    __slots__ = ("baseline", "choice", "missing", "beaten")
+    BASELINE_FIELD_NUMBER: _ClassVar[int]
+    CHOICE_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
+    BEATEN_FIELD_NUMBER: _ClassVar[int]
+    baseline: Baseline
+    choice: SearchChoice
+    missing: str
+    beaten: bool
+    def __init__(self, baseline: _Optional[_Union[Baseline, str]] = ..., choice: _Optional[_Union[SearchChoice, _Mapping]] = ..., missing: _Optional[str] = ..., beaten: _Optional[bool] = ...) -> None: ...
+
+class ReplicaTried(_message.Message):
+    __slots__ = ("replicas", "time", "error")
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    replicas: int
+    time: float
+    error: str
+    def __init__(self, replicas: _Optional[int] = ..., time: _Optional[float] = ..., error: _Optional[str] = ...) -> None: ...
+
+class SearchReplicated(_message.Message):
+    __slots__ = ("replicas", "cluster", "layers", "tried")
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    LAYERS_FIELD_NUMBER: _ClassVar[int]
+    TRIED_FIELD_NUMBER: _ClassVar[int]
+    replicas: int
+    cluster: Cluster
+    layers: _containers.RepeatedCompositeFieldContainer[SearchLayer]
+    tried: _containers.RepeatedCompositeFieldContainer[ReplicaTried]
+    def __init__(self, replicas: _Optional[int] = ..., cluster: _Optional[_Union[Cluster, _Mapping]] = ..., layers: _Optional[_Iterable[_Union[SearchLayer, _Mapping]]] = ..., tried: _Optional[_Iterable[_Union[ReplicaTried, _Mapping]]] = ...) -> None: ...
+
+class SearchReply(_message.Message):
+    __slots__ = ("choice", "baselines", "replicated")
+    CHOICE_FIELD_NUMBER: _ClassVar[int]
+    BASELINES_FIELD_NUMBER: _ClassVar[int]
+    REPLICATED_FIELD_NUMBER: _ClassVar[int]
+    choice: SearchChoice
+    baselines: _containers.RepeatedCompositeFieldContainer[BaselineResult]
+    replicated: SearchReplicated
+    def __init__(self, choice: _Optional[_Union[SearchChoice, _Mapping]] = ..., baselines: _Optional[_Iterable[_Union[BaselineResult, _Mapping]]] = ..., replicated: _Optional[_Union[SearchReplicated, _Mapping]] = ...) -> None: ...

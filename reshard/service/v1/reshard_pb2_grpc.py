@@ -69,6 +69,11 @@ class ReshardStub:
                 request_serializer=reshard_dot_service_dot_v1_dot_reshard__pb2.VersionRequest.SerializeToString,
                 response_deserializer=reshard_dot_service_dot_v1_dot_reshard__pb2.VersionReply.FromString,
                 _registered_method=True)
+        self.Search = channel.unary_unary(
+                '/reshard.v1.Reshard/Search',
+                request_serializer=reshard_dot_service_dot_v1_dot_reshard__pb2.SearchRequest.SerializeToString,
+                response_deserializer=reshard_dot_service_dot_v1_dot_reshard__pb2.SearchReply.FromString,
+                _registered_method=True)
 
 
 class ReshardServicer:
@@ -124,6 +129,15 @@ class ReshardServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Search(self, request, context):
+        """Choose pipeline stages, their submeshes and layer layouts (reshard.search), sized
+        before any work (RESOURCE_EXHAUSTED over the server's budget) and run in a job worker
+        until the call's deadline or the server's cap (DEADLINE_EXCEEDED); cached.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReshardServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -161,6 +175,11 @@ def add_ReshardServicer_to_server(servicer, server):
                     servicer.GetVersion,
                     request_deserializer=reshard_dot_service_dot_v1_dot_reshard__pb2.VersionRequest.FromString,
                     response_serializer=reshard_dot_service_dot_v1_dot_reshard__pb2.VersionReply.SerializeToString,
+            ),
+            'Search': grpc.unary_unary_rpc_method_handler(
+                    servicer.Search,
+                    request_deserializer=reshard_dot_service_dot_v1_dot_reshard__pb2.SearchRequest.FromString,
+                    response_serializer=reshard_dot_service_dot_v1_dot_reshard__pb2.SearchReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -352,6 +371,33 @@ class Reshard:
             '/reshard.v1.Reshard/GetVersion',
             reshard_dot_service_dot_v1_dot_reshard__pb2.VersionRequest.SerializeToString,
             reshard_dot_service_dot_v1_dot_reshard__pb2.VersionReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Search(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reshard.v1.Reshard/Search',
+            reshard_dot_service_dot_v1_dot_reshard__pb2.SearchRequest.SerializeToString,
+            reshard_dot_service_dot_v1_dot_reshard__pb2.SearchReply.FromString,
             options,
             channel_credentials,
             insecure,
