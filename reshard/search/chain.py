@@ -256,7 +256,7 @@ class _Ask:
         costs = MoveCosts(cluster, how == "free", CostCache() if cache is None else cache)
         links = None if edges is None else frozenset(u for u, v in edges if v == u + 1)
         return cls(tuple(layers), cluster, b, sched, how, limit, mem, costs, size, budget,
-                   links, v)
+                   links, v, Orders(budget=budget))
 
     def free(self) -> _Ask:
         """The same search with moves free."""

@@ -322,7 +322,7 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
     kw: dict[str, Any] = {"schedule": schedule, "memory_limit": memory_limit,
                           "cache": costs.cache, "block": block, "time_limit": budget,
                           "edges": graph.edges, "chunks": chunks}
-    orders = Orders()
+    orders = Orders(budget=budget)
     base = _baselines(graph, cluster, microbatches, costs, kw, orders)
     bound = min(c.time for c in base)
     seeds = best_few(graph.layers, cluster, microbatches, n_few, bound=bound, **kw)

@@ -29,7 +29,7 @@ from reshard.pipeline.actions import ActionKind
 from reshard.pipeline.generators import make_schedule
 from reshard.pipeline.schedule import Schedule
 from reshard.search.kinds import SearchSchedule
-from reshard.search.model import Choice, Layer
+from reshard.search.model import Budget, Choice, Layer
 from reshard.search.objective import named_candidates
 
 _ADDS = {ActionKind.FORWARD: 1, ActionKind.BACKWARD: -1, ActionKind.BACKWARD_WEIGHT: -1}
@@ -48,15 +48,20 @@ def chain_in_flight(schedule: SearchSchedule, to_go: int, microbatches: int) -> 
 class Orders:
     """The pipeline schedules a search builds, each once (ZB-V's list scheduling takes
     seconds for 16 stages of 128 microbatches): by (name, stages, microbatches,
-    chunks)."""
+    chunks); ``budget``: the search's, checked before each build (a build itself is not
+    interrupted)."""
 
     built: dict[tuple[str, int, int, int], Schedule] = field(default_factory=dict)
+    budget: Budget | None = None
 
     def get(self, name: str, stages: int, microbatches: int, chunks: int) -> Schedule:
         """:func:`reshard.pipeline.make_schedule`'s schedule (``n_chunks`` given to
         interleaved 1F1B); ReshardError as it raises them."""
         key = (name, stages, microbatches, chunks)
         if key not in self.built:
+            if self.budget is not None:
+                self.budget.check("building the {} pipeline schedule of {} submeshes and {} "
+                                  "microbatches", name, stages, microbatches)
             self.built[key] = make_schedule(
                 name, stages, microbatches,
                 **({"n_chunks": chunks} if name == "interleaved-1f1b" else {}))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -42,6 +43,7 @@ from reshard.search import (
 )
 from reshard.search.kinds import SearchSchedule
 from reshard.search.memory import Orders, in_flight
+from reshard.search.model import Budget
 from reshard.search.simulated import FORWARD_SHARE
 
 F = FORWARD_SHARE
@@ -296,3 +298,18 @@ def test_kept_orders_give_the_counts_a_fresh_schedule_gives_and_are_built_once(n
     layers = [Layer(f"l{k}", (1,), "float32", cands) for k in range(2 * v)]
     got = search_chain(layers, cluster, 4, schedule=name, chunks=v if v != 2 else None)
     assert simulated(layers, got, cluster, orders=orders) == simulated(layers, got, cluster)
+
+
+def test_kept_orders_check_the_budget_before_each_build_only():
+    """A spent budget stops a search before it builds another pipeline schedule (naming
+    it), while a schedule already built is still given."""
+    budget = Budget.of(0.01)
+    orders = Orders(budget=budget)
+    kept = orders.get("interleaved-1f1b", 2, 4, 2)
+    while budget.left() > 0:
+        time.sleep(0.005)
+    assert orders.get("interleaved-1f1b", 2, 4, 2) is kept
+    with pytest.raises(SearchError, match=r"past its time_limit .* building the zb-v "
+                                          r"pipeline schedule of 4 submeshes and 8 micro"):
+        orders.get("zb-v", 4, 8, 2)
+    assert list(orders.built) == [("interleaved-1f1b", 2, 4, 2)]
