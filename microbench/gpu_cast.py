@@ -46,9 +46,9 @@ import numpy as np
 
 from reshard import casting
 from reshard.cliargs import natural_int, positive_int
-from reshard.dtypes import Cast, ScaleMode, block_shape, itemsize, parse_dtype, scale_grid
+from reshard.dtypes import Cast, ScaleMode, itemsize, parse_dtype
 from reshard.microbench import flags
-from reshard.microbench.gpu_pack import GpuTimer
+from reshard.microbench.gpu_pack import GpuTimer, usable_cupy
 from reshard.microbench.report import machine, write_json
 
 FFN = (7168, 18432)
@@ -74,23 +74,9 @@ def goal(cast: Cast) -> float:
 
 def run_cast(x: Any, source: str, cast: Cast) -> tuple[Any, Any]:
     """The cast of ``x`` (a whole tensor on the device: cupy bits or a torch tensor) as
-    the nccl backend runs it: reshard.casting's amax, scales (E8M0 codes for the
-    power-of-two formats) and quantize; or one conversion. Returns values and scales."""
-    shape = tuple(x.shape)
-    box = tuple((0, n) for n in shape)
-    out = _empty_like(x, shape, cast.dtype)
-    if cast.scale is ScaleMode.NONE:
-        casting.convert_into(out, x, cast.dtype, source)
-        return out, None
-    block, grid = block_shape(shape, cast.scale), scale_grid(shape, cast.scale)
-    amax = casting.block_amax(x, box, block, grid, source)
-    scales = casting.scales_from_amax(amax, cast.dtype, cast.scale)
-    casting.quantize_into(out, x, box, block, scales, tuple((0, g) for g in grid), cast.dtype,
-                          source)
-    if cast.scale.scale_dtype == "float32":
-        return out, scales
-    like = _empty_like(x, grid, cast.scale.scale_dtype)
-    return out, casting.stored_scales(scales, cast.scale, like)
+    the nccl backend runs it (:func:`reshard.casting.cast_whole`; E8M0 codes for the
+    power-of-two formats). Returns values and scales."""
+    return casting.cast_whole(x, cast, lambda shape, name: _empty_like(x, shape, name), source)
 
 
 def _empty_like(x: Any, shape: tuple[int, ...], name: str) -> Any:
@@ -341,15 +327,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{source} {shape} -> {cast}")
         print(f"{args.boxes} boxes of 16 KiB")
         return 0
-    try:
-        import cupy
-
-        usable = bool(cupy.is_available())
-    except Exception:  # noqa: BLE001 - no cupy, or a cupy without a usable driver
-        usable = False
-    if not usable:
-        print("gpu_cast needs cupy and a CUDA GPU; none is usable here (--dry-run lists "
-              "the cases)", file=sys.stderr)
+    cupy = usable_cupy("gpu_cast", "cases")
+    if cupy is None:
         return 2
     timer = GpuTimer(cupy, args.runs, args.warmup)
     print(f"{'source':>8}    {'cast':<28} {'bound':>7} {'queued':>8} {'host us':>7} "

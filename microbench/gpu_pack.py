@@ -289,6 +289,23 @@ HEADER = (f"{'case':>4} {'side':>6} {'MiB':>8} {'box':>18} {'shard':>18} {'path'
           f"{'us:fl':>5} {'kern':>5} {'resh':>5} exact")
 
 
+
+def usable_cupy(tool: str, listed: str) -> Any:
+    """cupy if it sees a CUDA GPU; else None, after saying so on stderr (``tool``'s
+    ``--dry-run`` lists its ``listed`` without one)."""
+    try:
+        import cupy
+
+        usable = bool(cupy.is_available())
+    except Exception:  # noqa: BLE001 - no cupy, or a cupy without a usable driver
+        usable = False
+    if usable:
+        return cupy
+    print(f"{tool} needs cupy and a CUDA GPU; none is usable here (--dry-run lists the "
+          f"{listed})", file=sys.stderr)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = flags.parser("python -m reshard.microbench.gpu_pack", __doc__ or "")
     p.add_argument("-n", "--runs", type=positive_int, default=10, help="timed runs per copy")
@@ -304,15 +321,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"case {pb.case} {pb.side}: box {pb.box_shape} of shard {pb.shard_shape}"
                   f" ({pb.nbytes / MIB:.1f} MiB)")
         return 0
-    try:
-        import cupy
-
-        usable = bool(cupy.is_available())
-    except Exception:  # noqa: BLE001 - no cupy, or a cupy without a usable driver
-        usable = False
-    if not usable:
-        print("gpu_pack needs cupy and a CUDA GPU; none is usable here (--dry-run lists "
-              "the boxes)", file=sys.stderr)
+    cupy = usable_cupy("gpu_pack", "boxes")
+    if cupy is None:
         return 2
     timer = GpuTimer(cupy, args.runs, args.warmup)
     name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]

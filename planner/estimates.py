@@ -41,7 +41,7 @@ from reshard.errors import ReshardBaseError, ReshardError
 from reshard.layout import Layout, check_shape
 from reshard.lru import LruCache
 from reshard.mesh import DeviceMesh
-from reshard.planner.plan import plan
+from reshard.planner.plan import estimate_tensors, planned_tensors
 from reshard.planner.values.request import default_cluster
 from reshard.planner.values.strategy import Strategy
 
@@ -223,9 +223,10 @@ def _one(request: Any, strategy: Strategy, cast: Cast | None, cache: CostCache) 
     normal = normal_form(shape_t, name, src, dst, cluster, strat, cast)
     got = cache._get(normal.key)
     if got is None:
-        got = plan(shape_t, name, normal.src, normal.dst, cluster=normal.cluster,
-                   strategy=strat, cast=None if cast is None else cast.dtype,
-                   scale=None if cast is None else cast.scale).estimate()
+        tensors, planned_on = planned_tensors(
+            [(shape_t, name, normal.src, normal.dst)], normal.cluster,
+            None if cast is None else cast.dtype, None if cast is None else cast.scale)
+        got = estimate_tensors(tensors, planned_on, strat)  # plan(...).estimate()
         cache._put(normal.key, got)
     cache._put(exact, got)
     return got

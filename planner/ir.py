@@ -9,7 +9,7 @@ import.
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -154,14 +154,35 @@ class ReshardPlan:
 
     # ----- cost ----------------------------------------------------------------------------
     def simulate(self) -> Estimate:
-        """The cost model's detailed prediction (cached)."""
+        """The cost model's detailed prediction (cached; a plan :meth:`priced_as` another
+        reads the other's)."""
         est = self._cache.get("estimate")
         if est is None:
-            from reshard.planner.costing.fluid import simulate
+            twin = self._cache.get("twin")
+            if twin is not None:
+                est = twin.simulate()
+            else:
+                from reshard.planner.costing.fluid import simulate
 
-            est = simulate(self)
+                est = simulate(self)
             self._cache["estimate"] = est
         return est
+
+    def priced_as(self, twin: ReshardPlan) -> ReshardPlan:
+        """Price this plan as ``twin``, a plan of the same tensors, tasks and cluster
+        (its label may differ; the model reads no label): its prediction, routes and
+        latencies are ``twin``'s, found once for both. Returns the plan itself.
+
+        Raises:
+            PlanError: ``twin`` is not a plan of the same tensors, tasks and cluster.
+        """
+        if twin is not self and (twin.tasks != self.tasks or twin.tensors != self.tensors
+                                 or twin.cluster != self.cluster):
+            raise PlanError("a plan is priced as another only where both have the same "
+                            "tensors, tasks and cluster; these differ (plan the tasks anew)")
+        if twin is not self:
+            self._cache["twin"] = twin
+        return self
 
     def routes(self, known: dict[tuple[object, ...], Any] | None = None
                ) -> tuple[Route, ...]:
@@ -170,6 +191,8 @@ class ReshardPlan:
         memo shared with other plans on the same cluster (the planner's bucketings of
         one plan), filled in."""
         got = self._cache.get("routes")
+        if got is None and "twin" in self._cache:
+            got = self._cache["routes"] = self._cache["twin"].routes(known)
         if got is None:
             from reshard.planner.costing.cost import task_routes
 
@@ -191,6 +214,8 @@ class ReshardPlan:
         (:func:`reshard.planner.costing.casts.task_latencies`; cached: the simulation
         and the floors read it)."""
         got = self._cache.get("latencies")
+        if got is None and "twin" in self._cache:
+            got = self._cache["latencies"] = self._cache["twin"].latencies()
         if got is None:
             from reshard.planner.costing.casts import task_latencies
 
@@ -212,11 +237,22 @@ class ReshardPlan:
         """Seconds no plan can beat on :attr:`cluster` (see :mod:`reshard.planner.costing.cost`)."""
         lb = self._cache.get("lower_bound")
         if lb is None:
-            from reshard.planner.costing.cost import lower_bound
+            found = self._cache.pop("bound of", None)
+            if found is not None:
+                lb = found()
+            else:
+                from reshard.planner.costing.cost import lower_bound
 
-            lb = lower_bound(self.tensors, self.cluster)
+                lb = lower_bound(self.tensors, self.cluster)
             self._cache["lower_bound"] = lb
         return lb
+
+    def bound_by(self, found: Callable[[], float]) -> ReshardPlan:
+        """Find this plan's lower bound, when it is first asked for, by ``found()``
+        (the planner's, from the cells it cut: the bound depends on the tensors and the
+        cluster alone). Returns the plan itself."""
+        self._cache["bound of"] = found
+        return self
 
     # ----- serialization -------------------------------------------------------------------
     def digest(self) -> bytes:

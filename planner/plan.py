@@ -6,100 +6,29 @@ process, a device or a global.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
-
-import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.dtypes import Cast, ScaleMode
 from reshard.errors import ReshardError
 from reshard.gcpause import paused
-from reshard.layout import Box, Layout, box_size
-from reshard.planner.cells.balance import Loads
-from reshard.planner.cells.cell_tasks import CELL_PLANNERS, split_box
-from reshard.planner.cells.decompose import (
-    TABLE_FROM,
-    Cell,
-    CellTable,
-    decompose,
-    decompose_table,
-    devices_by_box,
-)
-from reshard.planner.cells.reduce import decompose_pieces, reduce_sources
-from reshard.planner.costing.cost import Routes, stepped_floor
+from reshard.layout import Layout
+from reshard.planner.costing.columns import estimate_columns
+from reshard.planner.costing.cost import Routes, lower_bound, stepped_floor
+from reshard.planner.cuts import Cut, Slices, cut_cells, cut_key, cut_slices
 from reshard.planner.ir import ReshardPlan
+from reshard.planner.passes.allreduce import allreduce_first
+from reshard.planner.passes.stages import ALTERNATIVES_UP_TO, search
+from reshard.planner.passes.twins import Twins
 from reshard.planner.schedule.floors import baseline_floor
 from reshard.planner.schedule.send_columns import OrderedTasks
 from reshard.planner.schedule.staging import check_budget, fit_budget, staging_sizes
-from reshard.planner.schedule.work import Splitter, WorkList
-from reshard.planner.search.allreduce import allreduce_first
-from reshard.planner.search.passes import ALTERNATIVES_UP_TO, search
 from reshard.planner.values.request import Request, default_cluster, make_tensor_spec, request_parts
 from reshard.planner.values.scales import with_scales
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Derive, Task, TensorSpec
-
-FINE_SPLIT = 16
-"""A plan built with ``fine`` splits cells into pieces this many times smaller than
-:func:`_min_piece` (at least 64 KiB): where one NIC per receiver would carry a whole
-small cell, pieces over every NIC of the host and a hop inside it beat the latency
-the coarse pieces save (the planner costs both, :mod:`reshard.planner.search.passes`)."""
-
-
-def _min_piece(cluster: Cluster, fine: bool = False) -> int:
-    """Smallest piece a cell is split into for balance: long enough that a NIC's
-    latency costs at most a quarter of its transfer time (and at least 64 KiB);
-    ``fine``: :data:`FINE_SPLIT` times smaller."""
-    piece = int(4 * cluster.latency * cluster.nic_capacity)
-    return max(1 << 16, piece // FINE_SPLIT if fine else piece)
-
-
-def _split_for_balance(cell: Cell, itemsize: int, loads: Loads, min_piece: int) -> list[Cell]:
-    """Pieces of a cell to balance over NICs: as many as the NICs its holders can send
-    through, or the NICs a needing host can receive it through, whichever is more
-    (at most 16; every piece at least ``min_piece`` bytes)."""
-    nbytes = cell.size * itemsize
-    if nbytes < 2 * min_piece:
-        return [cell]
-    nic = loads.nic
-    hold_nics = len({nic(d) for d in cell.holders})
-    per_host: dict[int, set[int]] = {}
-    for d in cell.needers - cell.holders:
-        per_host.setdefault(loads.host(d), set()).add(nic(d))
-    need_nics = max((len(v) for v in per_host.values()), default=1)
-    k = min(16, max(hold_nics, need_nics), nbytes // min_piece)
-    if k < 2 or not per_host:
-        return [cell]
-    return [Cell(b, cell.holders, cell.needers) for b in split_box(cell.box, k)
-            if box_size(b)]
-
-
-class _LayoutBoxes:
-    """The devices of each distinct box of a layout for a shape, computed once per
-    planning call (tensors of one shape often share a layout)."""
-
-    def __init__(self) -> None:
-        self._known: dict[tuple[Any, ...], dict[Box, frozenset[int]]] = {}
-
-    def holders(self, t: TensorSpec) -> dict[Box, frozenset[int]]:
-        """The devices holding each source box (partial sources: not yet reduced)."""
-        return self._get(t.src, t.shape, None)
-
-    def needers(self, t: TensorSpec) -> dict[Box, frozenset[int]]:
-        """Devices that must receive each destination box (partial: only the leaders;
-        the other addends stay zero)."""
-        return self._get(t.dst, t.shape, t.dst.partial_leaders() if t.dst.spec.is_partial
-                         else None)
-
-    def _get(self, layout: Layout, shape: tuple[int, ...],
-             only: frozenset[int] | None) -> dict[Box, frozenset[int]]:
-        key = (layout, shape, only)
-        got = self._known.get(key)
-        if got is None:
-            got = self._known[key] = devices_by_box(layout, shape, only)
-        return got
 
 
 def plan_many(requests: Iterable[Request], cluster: Cluster | None = None,
@@ -108,7 +37,7 @@ def plan_many(requests: Iterable[Request], cluster: Cluster | None = None,
               memory_budget: int | None = None) -> ReshardPlan:
     """Plan several tensors together: one sender balance and one global order.
 
-    The strategy's first plan is then searched (:mod:`reshard.planner.search.passes`): named
+    The strategy's first plan is then searched (:mod:`reshard.planner.passes.stages`): named
     passes propose candidates (partial-sum pieces fanning out inside their last host,
     reductions fused with their deliveries, chains reshaped into trees, one task per
     device at a time) and the cost model keeps the fastest, by each pass's rule.
@@ -153,6 +82,26 @@ def plan_tensors(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strat
         if any(t.derive is Derive.NONE and not t.needs_scales for t in tensors):
             plans.append(_phased(tensors, cluster, strat, early=True))
         return _within(min(plans, key=lambda p: p.estimate()), memory_budget)
+
+
+def estimate_tensors(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy
+                     ) -> float:
+    """``plan_tensors(tensors, cluster, strat, None).estimate()`` (:func:`plan_many`'s
+    model seconds, no budget): where the first plan has more tasks than any search
+    looks at (:data:`ALTERNATIVES_UP_TO`: it is the plan), priced from its columns, its
+    sends never built as tasks (:func:`~reshard.planner.costing.columns.
+    estimate_columns`, the same seconds)."""
+    if phased(tensors):
+        return plan_tensors(tensors, cluster, strat, None).estimate()
+    with paused():
+        builds = Builds()
+        first = builds.columns(tensors, cluster, strat, fan_out=False)
+        assert first is not None  # no limit
+        if len(first[0]) > ALTERNATIVES_UP_TO:
+            got = estimate_columns(first[0], tensors, cluster, builds.known)
+            if got is not None:
+                return got
+        return _best_plan(tensors, cluster, strat, builds).estimate()
 
 
 def phased(tensors: Sequence[TensorSpec]) -> bool:
@@ -233,7 +182,7 @@ def _phase(tensors: tuple[TensorSpec, ...], indices: Sequence[int], cluster: Clu
 BASELINES_UP_TO = ALTERNATIVES_UP_TO
 """Broadcast plans up to this many tasks that the model puts above the lower bound are
 also planned as the baselines (``send_recv``, ``allgather``, each searched) and, where a
-partial sum's meshes coincide, all-reduce first (:mod:`reshard.planner.search.allreduce`), and
+partial sum's meshes coincide, all-reduce first (:mod:`reshard.planner.passes.allreduce`), and
 the fastest by the model is kept: the default strategy is never modelled slower than a
 baseline's plan of the same request. Larger plans keep their broadcasts (planning them
 three times costs seconds)."""
@@ -254,7 +203,12 @@ class Builds:
         self._slices: dict[tuple[Any, ...], Slices] = {}  # cut, not yet planned
         self._floors: dict[tuple[Any, ...], float] = {}
         self._planned: dict[tuple[Any, ...], Slices] = {}  # planned, to assemble again
+        self._cuts: dict[tuple[Any, ...], Cut] = {}  # every strategy's cells, cut once
+        self._signatures: dict[tuple[Any, ...], tuple[object, ...]] = {}  # slices' own
+        self._bounds: dict[tuple[Any, ...], float] = {}
+        self._orders: dict[tuple[Any, ...], tuple[OrderedTasks, bool]] = {}
         self.known: Routes = {}  # every candidate's routes (one cluster a call)
+        self.twins = Twins()  # every candidate, each distinct one priced once
 
     def __call__(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
                  fan_out: bool, fuse: bool = False, fine: bool = False,
@@ -263,30 +217,96 @@ class Builds:
         ``limit`` is not remembered, its slices are)."""
         key = (tensors, cluster, strat, fan_out, fuse, fine)
         got = self._tasks.get(key)
+        if got is None:
+            built = self.columns(tensors, cluster, strat, fan_out, fuse, fine, limit)
+            if built is None:
+                return None
+            got = self._tasks[key] = (built[0].tasks(), built[1])
+        return got
+
+    def columns(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+                fan_out: bool, fuse: bool = False, fine: bool = False,
+                limit: int | None = None) -> tuple[OrderedTasks, bool] | None:
+        """:meth:`__call__` with the tasks in the global order, their sends still
+        columns (:class:`~reshard.planner.schedule.send_columns.OrderedTasks`: built
+        as tasks only where a plan asks for them)."""
+        key = (tensors, cluster, strat, fan_out, fuse, fine)
+        got = self._orders.get(key)
         if got is not None:
             return got
+        if fine and self._fine_as_coarse(tensors, cluster, strat, fuse):
+            coarse = self.columns(tensors, cluster, strat, fan_out, fuse, False, limit)
+            if coarse is not None:
+                self._orders[key] = coarse
+            return coarse
         cut = (tensors, cluster, strat, fuse, fine)
         slices = self._planned.get(cut)
         if slices is not None:  # planned already, fanned out the other way: the same
-            ordered, pipelined = slices.assemble(fan_out)  # choices, only assembled
+            got = slices.assemble(fan_out)  # choices, only assembled
         else:
             slices = self.slices(tensors, cluster, strat, fuse, fine)
             if limit is not None and slices.least_tasks() > limit:
                 return None
             del self._slices[cut]  # planning uses them up
-            ordered, pipelined = slices.plan(fan_out)
+            got = slices.plan(fan_out)
             self._planned[cut] = slices
-        got = self._tasks[key] = (ordered.tasks(), pipelined)
+        self._orders[key] = got
         return got
 
     def slices(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
                fuse: bool = False, fine: bool = False) -> Slices:
-        """:func:`cut_slices`, kept until a build plans them."""
+        """:func:`cut_slices`, kept until a build plans them (their signature, for
+        :meth:`_fine_as_coarse`, kept longer)."""
         key = (tensors, cluster, strat, fuse, fine)
         got = self._slices.get(key)
         if got is None:
-            got = self._slices[key] = cut_slices(tensors, cluster, strat, fuse, fine)
+            cut = self.cut(tensors, cluster, fuse, fine)
+            got = self._slices[key] = cut_slices(tensors, cluster, strat, fuse, fine, cut)
+            self._signatures[key] = (got.reduces, got.work.signature())
         return got
+
+    def cut(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, fuse: bool,
+            fine: bool) -> Cut:
+        """:func:`cut_cells`, once for every strategy (and for ``fuse`` and ``fine``
+        where they change nothing: :func:`cut_key`)."""
+        same = (tensors, cluster, *cut_key(tensors, fuse, fine))
+        got = self._cuts.get(same)
+        if got is None:
+            got = self._cuts[same] = cut_cells(tensors, cluster, fuse, fine)
+        return got
+
+    def bound(self, tensors: tuple[TensorSpec, ...], cluster: Cluster) -> float:
+        """The request's lower bound (:func:`~reshard.planner.costing.cost.lower_bound`),
+        found once, from the cells a plain source's slices were cut from."""
+        return self.bound_of(tensors, cluster)()
+
+    def bound_of(self, tensors: tuple[TensorSpec, ...], cluster: Cluster
+                 ) -> Callable[[], float]:
+        """What finds :meth:`bound` when called (holding the cells and the bounds found,
+        not this memo: a plan keeps it until it is called)."""
+        key, known = (tensors, cluster), self._bounds
+        cut = self.cut(tensors, cluster, False, False)
+        cells = [None if t.src.spec.is_partial else c for t, c in zip(tensors, cut.cells)]
+
+        def found() -> float:
+            got = known.get(key)
+            if got is None:
+                got = known[key] = lower_bound(tensors, cluster, cells)
+            return got
+
+        return found
+
+    def _fine_as_coarse(self, tensors: tuple[TensorSpec, ...], cluster: Cluster,
+                        strat: Strategy, fuse: bool) -> bool:
+        """Whether the ``fine`` cut's slices are the coarse cut's (no cell splits
+        further, no reduction changes): then every plan and floor of one is the
+        other's, and the fine one is neither planned nor priced again."""
+        coarse, fine = ((tensors, cluster, strat, fuse, f) for f in (False, True))
+        if coarse not in self._signatures:
+            self.slices(tensors, cluster, strat, fuse, False)
+        if fine not in self._signatures:
+            self.slices(tensors, cluster, strat, fuse, True)
+        return self._signatures[coarse] == self._signatures[fine]
 
     def floor(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, baseline: Strategy,
               fine: bool = False) -> float:
@@ -294,6 +314,8 @@ class Builds:
         :func:`~reshard.planner.schedule.floors.baseline_floor`, found once."""
         key = (tensors, cluster, baseline, fine)
         got = self._floors.get(key)
+        if got is None and fine and self._fine_as_coarse(tensors, cluster, baseline, False):
+            got = self._floors[key] = self.floor(tensors, cluster, baseline)
         if got is None:
             s = self.slices(tensors, cluster, baseline, fine=fine)
             got = self._floors[key] = baseline_floor(s.work, s.reduces, s.itemsizes,
@@ -334,17 +356,19 @@ strategy label): :meth:`Builds.relabel` keeps them."""
 def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
                strat: Strategy, builds: Builds | None = None) -> ReshardPlan:
     """The fastest by the model of the plans tried for ``tensors``: the strategy's first
-    plan, then its passes' candidates (:mod:`reshard.planner.search.passes`); for
+    plan, then its passes' candidates (:mod:`reshard.planner.passes.stages`); for
     ``broadcast``, also the baselines' plans and all-reduce first where they could be
     faster (:data:`BASELINES_UP_TO`), kept under the broadcast label (the request's).
     ``builds``: the planning call's memo (default: a new one)."""
     builds = Builds() if builds is None else builds
     tasks, pipelined = builds.whole(tensors, cluster, strat, fan_out=False)
-    best = search(ReshardPlan(tensors, tasks, strat, cluster), pipelined, builds,
-                  known=builds.known,
-                  floor_of=lambda baseline: builds.floor(tensors, cluster, baseline))
+    first_plan = builds.twins.adopt(ReshardPlan(tensors, tasks, strat, cluster)).bound_by(
+        builds.bound_of(tensors, cluster))
+    best = search(first_plan, pipelined, builds, known=builds.known,
+                  floor_of=lambda baseline: builds.floor(tensors, cluster, baseline),
+                  twins=builds.twins)
     if strat is not Strategy.BROADCAST or len(best.tasks) > BASELINES_UP_TO or \
-            best.estimate() <= best.lower_bound() * (1 + 1e-9):
+            best.estimate() <= builds.bound(tensors, cluster) * (1 + 1e-9):
         return best
     # a baseline whose floor is not below the best so far cannot replace it: neither
     # built nor simulated
@@ -353,6 +377,8 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
               if not builds.beaten(tensors, cluster, baseline, best.estimate())]
     first = allreduce_first(tensors, cluster, strat,
                             lambda ts, cl, st: _best_plan(ts, cl, st, builds))
+    if first is not None:
+        first = builds.twins.adopt(first.share_routes(builds.known))
     for other in (*others, *([first] if first is not None else [])):
         if other.estimate() < best.estimate():
             best = builds.relabel(other, strat)
@@ -388,102 +414,9 @@ def ordered_tasks(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Stra
             host (see :meth:`reshard.planner.schedule.work.WorkList.plan`).
         fuse: partial sums reduced in one piece per root (for
             :func:`~reshard.planner.cells.fuse.fuse_reductions`, whose chains pipeline).
-        fine: cells split into pieces :data:`FINE_SPLIT` times smaller.
+        fine: cells split into pieces :data:`~reshard.planner.cuts.FINE_SPLIT` times smaller.
     """
     return cut_slices(tensors, cluster, strat, fuse, fine).plan(fan_out)
-
-
-@dataclass
-class Slices:
-    """A planning call's slices, cut but not yet planned (:func:`cut_slices`): the
-    partial sums' reductions, and every cell to move in the work list."""
-
-    cluster: Cluster
-    strat: Strategy
-    work: WorkList
-    reduces: list[Task]
-    itemsizes: list[int]
-
-    def least_tasks(self) -> int:
-        """Tasks the plan will have at the least: every reduction, and what each slice
-        gives at the least (:meth:`WorkList.least_tasks`)."""
-        return len(self.reduces) + self.work.least_tasks(self.strat is Strategy.SEND_RECV)
-
-    def plan(self, fan_out: bool) -> tuple[OrderedTasks, bool]:
-        """Every slice planned, largest first (:meth:`WorkList.plan`): the tasks in the
-        global order, and whether some broadcast of a reduced piece could fan out."""
-        broadcast = self.strat is Strategy.BROADCAST
-        tasks = self.work.plan(CELL_PLANNERS[self.strat], self.itemsizes,
-                               expect=broadcast and self.cluster.nics_per_host > 1,
-                               relays=broadcast, restep=self.strat is Strategy.ALLGATHER,
-                               fan_out=fan_out, first=self.reduces)
-        return tasks, self.pipelined()
-
-    def assemble(self, fan_out: bool) -> tuple[OrderedTasks, bool]:
-        """:meth:`plan` again, fanned out as ``fan_out`` says, from the choices it made
-        (fanning out changes no choice: :meth:`WorkList.assemble`)."""
-        return self.work.assemble(fan_out), self.pipelined()
-
-    def pipelined(self) -> bool:
-        """Whether some broadcast of a reduced piece could fan out."""
-        return self.strat is Strategy.BROADCAST and any(r.step > 0 for r in self.reduces)
-
-
-def cut_slices(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
-               fuse: bool = False, fine: bool = False) -> Slices:
-    """The slices of a plan of ``tensors`` (:func:`ordered_tasks`' arguments): each
-    tensor's cells (a partial source's reduced first), split for balance under
-    ``broadcast``, in a work list."""
-    loads = Loads(cluster)
-    work = WorkList(cluster, loads)
-    reduces: list[Task] = []
-    broadcast = strat is Strategy.BROADCAST
-    min_piece = _min_piece(cluster, fine)
-    same: dict[tuple[Any, ...], list[Cell] | CellTable] = {}  # tensors of one shape and layouts
-    boxes = _LayoutBoxes()
-    itemsizes = [t.itemsize for t in tensors]
-    for i, t in enumerate(tensors):
-        key = (t.shape, t.src, t.dst)
-        cells = same.get(key)
-        ready: dict[Box, int] = {}
-        steps: list[int] = []
-        if cells is None:
-            needers = boxes.needers(t)
-            if t.src.spec.is_partial:
-                holders, tensor_reduces = reduce_sources(t, i, loads, needers, min_piece,
-                                                         whole=fuse and t.fuses)
-            else:
-                holders, tensor_reduces = boxes.holders(t), []
-            reduces.extend(tensor_reduces)
-            ready = {r.box: r.step + 1 for r in tensor_reduces}
-            if ready:
-                cells, steps = decompose_pieces(t.shape, holders, needers, ready)
-            elif len(holders) * len(needers) >= TABLE_FROM:
-                cells = decompose_table(t.shape, holders, needers)
-            else:
-                cells = decompose(t.shape, holders, needers)
-            if not tensor_reduces:  # reduce roots follow the loads: not reusable
-                same[key] = cells
-        split = _splitter(itemsizes[i], loads, min_piece) if broadcast else None
-        if isinstance(cells, CellTable):  # never a partial source's (ready is empty)
-            work.add_table(i, cells, itemsizes[i], np.zeros(len(cells), np.int64), split)
-        else:
-            work.add_cells(i, cells, itemsizes[i],
-                           steps if ready else [0] * len(cells), split)
-    return Slices(cluster, strat, work, reduces, itemsizes)
-
-
-def _splitter(itemsize: int, loads: Loads, min_piece: int) -> Splitter:
-    """:func:`_split_for_balance` for cells of one tensor (cells under two minimal
-    pieces stay whole)."""
-    small = 2 * min_piece
-
-    def split(cell: Cell, nbytes: int) -> list[Cell]:
-        if nbytes < small:
-            return [cell]
-        return _split_for_balance(cell, itemsize, loads, min_piece)
-
-    return split
 
 
 BUDGET_COMPARE_UP_TO = 30_000

@@ -10,7 +10,7 @@ the whole plan from them (:mod:`reshard.planner.values.digest`: the same digest 
 :meth:`ReshardPlan.digest` of the whole plan) and builds only the device's tasks.
 
 That shortcut applies where the plan is the planner's first answer: more tasks than
-:data:`~reshard.planner.search.passes.ALTERNATIVES_UP_TO` (no alternative is costed against it), no
+:data:`~reshard.planner.passes.stages.ALTERNATIVES_UP_TO` (no alternative is costed against it), no
 memory budget (bucketing reads every task) and no scaled cast (two phases). Otherwise
 the whole plan is built and cut; the share is the same either way.
 """
@@ -24,9 +24,9 @@ from reshard.cluster import Cluster
 from reshard.dtypes import ScaleMode
 from reshard.gcpause import paused
 from reshard.planner.ir import ReshardPlan, plan_header
+from reshard.planner.passes.stages import ALTERNATIVES_UP_TO
 from reshard.planner.plan import ordered_tasks, phased, plan_tensors, planned_tensors
 from reshard.planner.schedule.staging import check_budget
-from reshard.planner.search.passes import ALTERNATIVES_UP_TO
 from reshard.planner.values.digest import digest
 from reshard.planner.values.request import Request
 from reshard.planner.values.strategy import Strategy

@@ -96,10 +96,10 @@ def check_shards(rt, y, value: np.ndarray) -> None:
 def allreduce_first_moves(rt, value: np.ndarray, src: Layout, dst: Layout,
                           rng: np.random.Generator):
     """Put ``value`` on ``src`` (random addends where partial), move it to ``dst`` with
-    the all-reduce-first plan (reshard.planner.search.allreduce; it must begin with an
+    the all-reduce-first plan (reshard.planner.passes.allreduce; it must begin with an
     ALLREDUCE), check every destination shard byte for byte; returns ``(x, y)``."""
+    from reshard.planner.passes.allreduce import allreduce_first
     from reshard.planner.plan import _best_plan
-    from reshard.planner.search.allreduce import allreduce_first
 
     x = put_value(rt, value, src, rng)
     p = rt.plan(x, dst)

@@ -138,6 +138,9 @@ class GlooBackend(HostMemory):
     relay_piece = 0
     """The running program's piece (:meth:`use_piece`; 0: :data:`CHAIN_PIECE` for every
     operation; a rank's own, subclasses' too)."""
+    _ifname: str | None = None
+    """The interface gloo's sockets bind to while this backend makes groups (None: the
+    process's ``GLOO_SOCKET_IFNAME`` as it is, for a caller's own process group)."""
 
     def __init__(self, device: int, world: Sequence[int], rendezvous: Any, timeout: float,
                  *, advertise: str = "127.0.0.1", host: int = 0, local_index: int = 0) -> None:

@@ -52,11 +52,15 @@ GLOO_IFNAME_ENV = "GLOO_SOCKET_IFNAME"
 
 
 @contextlib.contextmanager
-def gloo_interface(ifname: str) -> Iterator[None]:
+def gloo_interface(ifname: str | None) -> Iterator[None]:
     """``GLOO_SOCKET_IFNAME`` set to ``ifname`` while gloo makes a process group, and
     put back as it was after: the variable is read by every ``ProcessGroupGloo``
     made, and left set it would reach every child of the process (a test runner's
-    later subprocesses, a Ray cluster started from it), whose own address differs."""
+    later subprocesses, a Ray cluster started from it), whose own address differs.
+    None: the environment as it is (a caller's own process group)."""
+    if ifname is None:
+        yield
+        return
     before = os.environ.get(GLOO_IFNAME_ENV)
     os.environ[GLOO_IFNAME_ENV] = ifname
     try:

@@ -45,6 +45,18 @@ class Loads:
         # byte a device receives from another, relays' receipts included
         self.shared = 0.0
 
+    def copy(self) -> Loads:
+        """Another accumulator with the same loads so far (each choice made on it
+        leaves this one as it is)."""
+        out = Loads.__new__(Loads)
+        out.__dict__.update(self.__dict__)
+        for name in ("nic_out", "nic_in", "dev_out", "dev_in", "expected", "moved"):
+            setattr(out, name, getattr(self, name).copy())
+        out._least_expected = dict(self._least_expected)
+        out._may_relay = dict(self._may_relay)
+        out.keep_off = dict(self.keep_off)
+        return out
+
     def expect(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
         """Account a slice's NIC demand before any choice: it leaves through its
         holders' NICs (shared evenly) and enters each host that needs it and holds

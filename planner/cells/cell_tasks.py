@@ -12,37 +12,42 @@ from reshard.planner.cells.decompose import Cell
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Buffer, Task, TaskKind
 
-CellPlanner = Callable[[Cell, int, int, Loads], list[Task]]
+CellPlanner = Callable[[Cell, int, int, Loads, int], list[Task]]
+"""A strategy's tasks of one cell: ``planner(cell, tensor, itemsize, loads, step)``,
+its transfers at ``step`` and what reads what they delivered (``source=dst``) at the
+step after."""
 
 
-def _copies(cell: Cell, tensor: int, nbytes: int) -> list[Task]:
+def _copies(cell: Cell, tensor: int, nbytes: int, step: int) -> list[Task]:
     if cell.needers.isdisjoint(cell.holders):
         return []
-    return [Task(TaskKind.COPY, tensor, cell.box, d, (d,), nbytes)
+    return [Task(TaskKind.COPY, tensor, cell.box, d, (d,), nbytes, step)
             for d in sorted(cell.needers & cell.holders)]
 
 
 def _send(cell_box: Box, tensor: int, root: int, receiver: int, nbytes: int,
-          loads: Loads) -> Task:
+          loads: Loads, step: int) -> Task:
     loads.charge(root, (receiver,), nbytes)
-    return Task(TaskKind.SEND, tensor, cell_box, root, (receiver,), nbytes)
+    return Task(TaskKind.SEND, tensor, cell_box, root, (receiver,), nbytes, step)
 
 
-def plan_send_recv(cell: Cell, tensor: int, itemsize: int, loads: Loads) -> list[Task]:
+def plan_send_recv(cell: Cell, tensor: int, itemsize: int, loads: Loads,
+                   step: int = 0) -> list[Task]:
     """Every needer receives the cell point to point from a holder."""
     nbytes = box_size(cell.box) * itemsize
-    tasks = _copies(cell, tensor, nbytes)
+    tasks = _copies(cell, tensor, nbytes, step)
     for n in sorted(cell.needers - cell.holders):
         root = loads.pick_sender(cell.holders, n, nbytes)
-        tasks.append(_send(cell.box, tensor, root, n, nbytes, loads))
+        tasks.append(_send(cell.box, tensor, root, n, nbytes, loads, step))
     return tasks
 
 
-def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads) -> list[Task]:
+def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads,
+                   step: int = 0) -> list[Task]:
     """One broadcast from one holder to every needer that does not hold the cell."""
     nbytes = cell.size * itemsize
     holders = cell.holders
-    tasks = _copies(cell, tensor, nbytes)
+    tasks = _copies(cell, tensor, nbytes, step)
     receivers = cell.needers - holders
     if not receivers:
         return tasks
@@ -50,14 +55,14 @@ def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads) -> list
         (root,), (r,) = holders, receivers
         chain, through = loads.send(root, r, nbytes)
         kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
-        tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, through=through))
+        tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, step, through=through))
         return tasks
     host = loads.host
     root = loads.pick_root(cell.holders, {host(n) for n in receivers}, nbytes)
     chain, through = loads.relay_chain(root, receivers, nbytes)
     loads.charge(root, chain, nbytes)
     kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
-    tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, through=through))
+    tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, step, through=through))
     return tasks
 
 
@@ -127,11 +132,13 @@ def split_box(box: Box, k: int, dim: int | None = None) -> tuple[Box, ...]:
     return tuple(out)
 
 
-def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads) -> list[Task]:
+def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads,
+                   step: int = 0) -> list[Task]:
     """Each needer host receives the cell once, split over its needers, who then
-    all-gather it inside the host. A host that holds the cell broadcasts it locally."""
+    all-gather it inside the host (at the step after). A host that holds the cell
+    broadcasts it locally."""
     nbytes = box_size(cell.box) * itemsize
-    tasks = _copies(cell, tensor, nbytes)
+    tasks = _copies(cell, tensor, nbytes, step)
     by_host: dict[int, list[int]] = {}
     for n in sorted(cell.needers - cell.holders):
         by_host.setdefault(loads.host(n), []).append(n)
@@ -142,7 +149,7 @@ def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads) -> list
             chain = tuple(members)
             loads.charge(root, chain, nbytes)
             kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
-            tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes))
+            tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, step))
             continue
         pieces = split_box(cell.box, len(members))
         for m, piece in zip(members, pieces):
@@ -150,11 +157,11 @@ def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads) -> list
             if pbytes == 0:
                 continue
             root = loads.pick_sender(cell.holders, m, pbytes)
-            tasks.append(_send(piece, tensor, root, m, pbytes, loads))
+            tasks.append(_send(piece, tensor, root, m, pbytes, loads, step))
         for m in members:
             loads.dev_in[m] += nbytes * (len(members) - 1) / len(members)
         tasks.append(Task(TaskKind.ALLGATHER, tensor, cell.box, -1, tuple(members), nbytes,
-                          source=Buffer.DST, pieces=pieces))
+                          step + 1, source=Buffer.DST, pieces=pieces))
     return tasks
 
 

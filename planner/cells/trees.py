@@ -59,7 +59,7 @@ TREE_FORMS: tuple[tuple[HostShape, Intra], ...] = (
     (HostShape.CHAIN, Intra.STAR), (HostShape.STAR, Intra.STAR),
     (HostShape.STAR, Intra.CHAIN))
 """The (host shape, passing on inside a host) forms a broadcast plan is also costed in
-(:mod:`reshard.planner.search.passes`, one pass each)."""
+(:mod:`reshard.planner.passes.stages`, one pass each)."""
 
 MIN_FANOUT = 3
 """A host's receivers (its entry included) from which passing on inside it as a star

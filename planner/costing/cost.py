@@ -43,9 +43,16 @@ import numpy as np
 from reshard.cluster import Cluster, pipeline_piece
 from reshard.dtypes import itemsize
 from reshard.layout import box_size
-from reshard.planner.cells.decompose import TABLE_FROM, decompose, decompose_table, devices_by_box
+from reshard.planner.cells.decompose import (
+    TABLE_FROM,
+    Cell,
+    CellTable,
+    decompose,
+    decompose_table,
+    devices_by_box,
+)
 from reshard.planner.costing.casts import conversion_seconds, converts
-from reshard.planner.costing.fairshare import FairShare
+from reshard.planner.costing.fairshare import FairShare, Path
 from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.stepgate import StepGate
 from reshard.planner.schedule.coalesce import followers
@@ -59,12 +66,16 @@ from reshard.planner.values.resources import (
     SHARED,
     Resource,
     capacities,
+    code,
 )
 from reshard.planner.values.tasks import Conversion, Task, TaskKind, TensorSpec
 
-Hops = dict[tuple[int, int], tuple[tuple[tuple[Resource, float], ...], float, float]]
-"""What one (sender, receiver) edge of a transfer crosses (:func:`_hop`), by edge: the
-routes of one plan share them (a broadcast tree's edges recur across its tasks)."""
+Hop = tuple[tuple[tuple[Resource, float], ...], float, float, tuple[int, ...]]
+"""What one (sender, receiver) edge of a transfer crosses (:func:`_hop`)."""
+
+Hops = dict[tuple[int, int], Hop]
+"""Hops by edge: the routes of one plan share them (a broadcast tree's edges recur
+across its tasks)."""
 
 
 def task_path(task: Task, cluster: Cluster, hops: Hops | None = None, *,
@@ -77,6 +88,7 @@ def task_path(task: Task, cluster: Cluster, hops: Hops | None = None, *,
     (``Cluster.part_cost``)."""
     path, lat = _links_path(task, cluster, {} if hops is None else hops)
     if cluster.shared_bandwidth and task.kind is not TaskKind.COPY:
+        path = list(path)  # its codes, if any, would miss the shared resource
         # every byte a device receives crosses the shared resource once, and each end
         # of each message takes its fixed share of it (as bytes of this task)
         received = sum(f for (kind, _), f in path if kind == DEV_IN)
@@ -117,18 +129,21 @@ def messages(task: Task, cluster: Cluster) -> int:
     return edges * _pieces(task.nbytes, cluster)
 
 
-def _hop(a: int, b: int, cluster: Cluster
-         ) -> tuple[tuple[tuple[Resource, float], ...], float, float]:
-    """The edge ``a -> b``: the resources every byte crosses, the hop's latency, and
-    the rate a relay passes a piece on at (over the NICs where the hop leaves the
-    host, else over the device's link)."""
+def _hop(a: int, b: int, cluster: Cluster) -> Hop:
+    """The edge ``a -> b``: the resources every byte crosses, the hop's latency, the
+    rate a relay passes a piece on at (over the NICs where the hop leaves the host,
+    else over the device's link), and the resources' codes (:func:`~reshard.planner.
+    values.resources.code`)."""
     host = cluster.host_map
     if host[a] == host[b]:
-        return (((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0)), cluster.intra_latency, \
-            cluster.intra_bandwidth
+        crossed: tuple[tuple[Resource, float], ...] = (((DEV_OUT, a), 1.0),
+                                                       ((DEV_IN, b), 1.0))
+        return crossed, cluster.intra_latency, cluster.intra_bandwidth, \
+            tuple(code(r) for r, _ in crossed)
     nic = cluster.nic_map
-    return (((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0), ((NIC_OUT, nic[a]), 1.0),
-            ((NIC_IN, nic[b]), 1.0)), cluster.latency, cluster.nic_capacity
+    crossed = (((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0), ((NIC_OUT, nic[a]), 1.0),
+               ((NIC_IN, nic[b]), 1.0))
+    return crossed, cluster.latency, cluster.nic_capacity, tuple(code(r) for r, _ in crossed)
 
 
 def _links_path(task: Task, cluster: Cluster, hops: Hops
@@ -156,7 +171,7 @@ def _links_path(task: Task, cluster: Cluster, hops: Hops
         hop = hops.get(edge)
         if hop is None:
             hop = hops[edge] = _hop(*edge, cluster)
-        return list(hop[0]), hop[1]
+        return Path(hop[0], hop[3]), hop[1]
     if task.kind is TaskKind.REDUCE:
         chain = [*task.receivers, task.root]
         edges: Sequence[tuple[int, int]] = list(itertools.pairwise(chain))
@@ -167,7 +182,8 @@ def _links_path(task: Task, cluster: Cluster, hops: Hops
     # after each relay (a sender that received the bytes itself) held a whole piece of
     # them for each child it feeds (Cluster.relay_piece; 0: no such fill). A device
     # summing what several send it starts when the last of them reaches it.
-    path = []
+    hops_path = Path()
+    codes: list[int] = []
     reach: dict[int, float] = {}
     received: set[int] = set()
     piece = pipeline_piece(cluster.relay_piece, task.nbytes)
@@ -176,8 +192,9 @@ def _links_path(task: Task, cluster: Cluster, hops: Hops
         hop = hops.get(edge)
         if hop is None:
             hop = hops[edge] = _hop(*edge, cluster)
-        crossed, wait, rate = hop
-        path.extend(crossed)
+        crossed, wait, rate, hop_codes = hop
+        hops_path.extend(crossed)
+        codes.extend(hop_codes)
         a, b = edge
         at = reach.get(a, 0.0) + wait
         if children is not None and a in received:
@@ -187,7 +204,8 @@ def _links_path(task: Task, cluster: Cluster, hops: Hops
         else:
             reach.setdefault(b, 0.0)
         received.add(b)
-    return path, max(reach.values())
+    hops_path.codes = codes  # every hop's bytes whole
+    return hops_path, max(reach.values())
 
 
 def _ring_path(task: Task, cluster: Cluster) -> Route:
@@ -235,7 +253,8 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
                pipeline_piece(piece, t.nbytes), t.nbytes if per_message else 0, rides)
         got = known.get(key)
         if got is None:
-            got = known[key] = task_path(t, cluster, hops, rides=rides)
+            path, lat = task_path(t, cluster, hops, rides=rides)
+            got = known[key] = (path if isinstance(path, Path) else Path(path), lat)
         out.append(got)
     return tuple(out)
 
@@ -375,30 +394,40 @@ def ingress_time(busy: float, addends: int, needers: int, hop: float) -> float:
     return 2 * hop + busy - second
 
 
-def _cell_groups(t: TensorSpec) -> dict[tuple[frozenset[int], frozenset[int]], int]:
+def _cell_groups(t: TensorSpec, cells: list[Cell] | CellTable | None = None
+                 ) -> dict[tuple[frozenset[int], frozenset[int]], int]:
     """Elements of tensor ``t`` by (holders, needers): its unit slices' boxes summed
-    per pair of device sets (what every term of the bound depends on)."""
-    holders = devices_by_box(t.src, t.shape)
-    needers = devices_by_box(t.dst, t.shape, t.dst.partial_leaders())
+    per pair of device sets (what every term of the bound depends on). ``cells``: its
+    source's cells as the planner cut them (a plain source's: the same decomposition),
+    else found here."""
     out: dict[tuple[frozenset[int], frozenset[int]], int] = {}
-    if len(holders) * len(needers) >= TABLE_FROM:
-        table = decompose_table(t.shape, holders, needers)
+    if cells is None:
+        holders = devices_by_box(t.src, t.shape)
+        needers = devices_by_box(t.dst, t.shape, t.dst.partial_leaders())
+        if len(holders) * len(needers) >= TABLE_FROM:
+            cells = decompose_table(t.shape, holders, needers)
+        else:
+            cells = decompose(t.shape, holders, needers)
+    if isinstance(cells, CellTable):
+        table = cells
         for h, n, size in zip(table.holder.tolist(), table.needer.tolist(),
                               table.size.tolist()):
             key = (table.holder_sets[h], table.needer_sets[n])
             out[key] = out.get(key, 0) + size
         return out
-    for c in decompose(t.shape, holders, needers):
+    for c in cells:
         key = (frozenset(c.holders), frozenset(c.needers))
         out[key] = out.get(key, 0) + box_size(c.box)
     return out
 
 
-def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster) -> float:
-    """Seconds no plan moving ``tensors`` can beat on ``cluster``."""
+def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster,
+                cells: Sequence[list[Cell] | CellTable | None] | None = None) -> float:
+    """Seconds no plan moving ``tensors`` can beat on ``cluster``. ``cells``: per
+    tensor, its plain source's cells as the planner cut them (None: found here)."""
     intake = _Intake(cluster)
-    for t in tensors:
-        intake.add(t)
+    for i, t in enumerate(tensors):
+        intake.add(t, None if cells is None else cells[i])
     return intake.bound()
 
 
@@ -435,8 +464,8 @@ class _Intake:
         # the cluster prices conversions: Cluster.cast_bandwidth)
         self.convert: dict[frozenset[int], float] = {}
 
-    def add(self, t: TensorSpec) -> None:
-        """Count tensor ``t``'s cells."""
+    def add(self, t: TensorSpec, cells: list[Cell] | CellTable | None = None) -> None:
+        """Count tensor ``t``'s cells (``cells``: :func:`_cell_groups`')."""
         host_of = self.host_of
         # A partial source whose groups have two or more addends is a sum no device
         # holds: a needer receives every element of it at least once (from another
@@ -457,7 +486,7 @@ class _Intake:
         # lands: neither the model nor the bound prices that)
         src_item = itemsize(t.dtype) if self.cluster.cast_bandwidth and converts(t) \
             and not t.src.spec.partial else 0
-        for (holders, needers), elements in _cell_groups(t).items():
+        for (holders, needers), elements in _cell_groups(t, cells).items():
             if src_item:
                 self.convert[holders] = self.convert.get(holders, 0.0) + elements * src_item
             if not summed and len(holders) == 1 and len(needers) == 1:

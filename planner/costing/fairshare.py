@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reshard.cluster import Cluster
-from reshard.planner.values.resources import Resource, capacity
+from reshard.planner.values.resources import KIND_CODE, KINDS, Resource, capacity, of_code
 
 TIGHT = 1e-9
 """Resources whose level is within this relative margin of the lowest fill together
@@ -55,6 +55,37 @@ def _distinct(values: np.ndarray, bound: int) -> np.ndarray:
     return np.flatnonzero(seen)
 
 
+class Path(list[tuple[Resource, float]]):
+    """A route's resources and fractions (a list, as any path), which keeps its
+    resources' codes and fractions as arrays once :func:`path_arrays` read them: the
+    candidates of one planning call share their tasks' routes, so each is read once.
+    ``codes``: its resources' codes where its maker knew them and every fraction is 1
+    (a transfer's hops)."""
+
+    __slots__ = ("arrays", "codes")
+
+    def __init__(self, edges: Sequence[tuple[Resource, float]] = (),
+                 codes: Sequence[int] | None = None) -> None:
+        super().__init__(edges)
+        self.arrays: tuple[np.ndarray, np.ndarray] | None = None
+        self.codes = codes
+
+
+def path_arrays(path: Sequence[tuple[Resource, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """The resources of ``path`` as codes (:func:`~reshard.planner.values.resources.
+    code`) and their fractions (kept on a :class:`Path`)."""
+    got = path.arrays if isinstance(path, Path) else None
+    if got is None and isinstance(path, Path) and path.codes is not None:
+        got = path.arrays = (np.array(path.codes, dtype=np.int64), np.ones(len(path)))
+    if got is None:
+        n = len(path)
+        got = (np.fromiter((i * 8 + KIND_CODE[k] for (k, i), _ in path), dtype=np.int64, count=n),
+               np.fromiter((f for _, f in path), dtype=np.float64, count=n))
+        if isinstance(path, Path):
+            path.arrays = got
+    return got
+
+
 class FairShare:
     """Transfers x resources, and their max-min fair rates.
 
@@ -70,22 +101,45 @@ class FairShare:
         which: dict[int, int] = {}
         of = np.fromiter((which.setdefault(id(p), len(which)) for p in paths),
                          dtype=np.int64, count=len(paths))
-        distinct = list({id(p): p for p in paths}.values())
-        dlens = np.fromiter((len(p) for p in distinct), dtype=np.int64, count=len(distinct))
-        flat = [edge for p in distinct for edge in p]
-        keys = [r for r, _ in flat]
-        index = {r: i for i, r in enumerate(dict.fromkeys(keys))}
-        dres = np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys))
-        dfrac = np.fromiter((f for _, f in flat), dtype=np.float64, count=len(flat))
+        distinct = [path_arrays(p) for p in {id(p): p for p in paths}.values()]
+        dlens = np.fromiter((len(c) for c, _ in distinct), dtype=np.int64,
+                            count=len(distinct))
+        codes = np.concatenate([c for c, _ in distinct]) if distinct else \
+            np.zeros(0, dtype=np.int64)
+        dfrac = np.concatenate([f for _, f in distinct]) if distinct else np.zeros(0)
         dat = np.concatenate([[0], np.cumsum(dlens)])
         lens = dlens[of]
         edges = ranges(dat[of], dat[of] + lens)
-        res, frac = dres[edges], dfrac[edges]
-        task = np.repeat(np.arange(len(paths), dtype=np.int64), lens)
+        self._edges(codes[edges], dfrac[edges], lens, cluster)
+
+    @classmethod
+    def of_edges(cls, codes: np.ndarray, frac: np.ndarray, lens: np.ndarray,
+                 cluster: Cluster) -> FairShare:
+        """The transfers whose paths are given as arrays: transfer ``t`` crosses the
+        resources of the next ``lens[t]`` ``codes`` (:func:`~reshard.planner.values.
+        resources.code`), each with its ``frac``: the same as the paths as lists."""
+        out = cls.__new__(cls)
+        out._edges(codes, frac, lens, cluster)
+        return out
+
+    def _edges(self, codes: np.ndarray, frac: np.ndarray, lens: np.ndarray,
+               cluster: Cluster) -> None:
+        """Set up from every transfer's edges (:meth:`of_edges`)."""
+        # resources numbered in the order they first appear
+        used_codes, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        order = np.argsort(first)
+        number = np.empty(len(used_codes), dtype=np.int64)
+        number[order] = np.arange(len(used_codes))
+        res = number[inverse.reshape(-1)]
+        in_order = used_codes[order]
+        task = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
         used = frac > 0
-        self.n = len(paths)
-        self.resources = list(index)
-        self.capacity = np.array([capacity(r, cluster) for r in self.resources])
+        self.n = len(lens)
+        self.resources: list[Resource] = [of_code(c) for c in in_order.tolist()]
+        present = {r[0] for r in self.resources}
+        kinds = np.array([capacity((k, 0), cluster) if k in present else 0.0 for k in KINDS],
+                         dtype=np.float64)
+        self.capacity = kinds[in_order % 8]
         self.task = task[used]  # edges, in transfer order
         self.res = res[used]
         self.frac = frac[used]
@@ -201,4 +255,4 @@ class Fill:
     level: np.ndarray
 
 
-__all__ = ["TIGHT", "FairShare", "Fill", "ranges"]
+__all__ = ["TIGHT", "FairShare", "Fill", "Path", "path_arrays", "ranges"]

@@ -58,23 +58,33 @@ def simulate(plan: PlanView) -> Estimate:
     finish time is kept until its rate changes, so an event costs a few array
     operations over the tasks plus the refilling.
     """
-    return _Fluid(plan).run()
+    routes = plan.routes()
+    return _Fluid(FairShare([p for p, _ in routes], plan.cluster),
+                  np.array([float(t.nbytes) for t in plan.tasks]), StepGate(plan.tasks),
+                  plan.latencies()).run()
+
+
+def simulate_arrays(flows: FairShare, nbytes: np.ndarray, gate: StepGate,
+                    lat: np.ndarray) -> Estimate:
+    """:func:`simulate` of a plan given as its parts: its tasks' paths, bytes (float),
+    step rule and latencies, task by task in its order (a large plan whose sends are
+    never built as tasks: :mod:`reshard.planner.costing.columns`)."""
+    return _Fluid(flows, nbytes, gate, lat).run()
 
 
 class _Fluid:
     """One simulation's state: per task its times, bytes left and rate; the fair
     shares last filled and what happened since."""
 
-    def __init__(self, plan: PlanView) -> None:
-        routes = plan.routes()
-        self.n = n = len(plan.tasks)
-        self.flows = FairShare([p for p, _ in routes], plan.cluster)
-        self.nbytes = np.array([float(t.nbytes) for t in plan.tasks])
-        flows = self.flows
+    def __init__(self, flows: FairShare, nbytes: np.ndarray, gate: StepGate,
+                 lat: np.ndarray) -> None:
+        self.n = n = len(nbytes)
+        self.flows = flows
+        self.nbytes = nbytes
         self.carried = np.bincount(flows.res, weights=flows.frac * self.nbytes[flows.task],
                                    minlength=len(flows.resources))
-        self.gate = StepGate(plan.tasks)
-        self.lat = plan.latencies()
+        self.gate = gate
+        self.lat = lat
         self.starts = np.zeros(n)
         self.ends = np.zeros(n)
         self.remaining = self.nbytes.copy()  # as of `since`
@@ -187,4 +197,4 @@ class _Fluid:
             self.fin[changed] = now + np.where(np.isinf(r), 0.0, remaining[changed] / r)
 
 
-__all__ = ["DEFER_TIME", "EXACT_UP_TO", "START_SHARE", "Estimate", "simulate"]
+__all__ = ["DEFER_TIME", "EXACT_UP_TO", "START_SHARE", "Estimate", "simulate", "simulate_arrays"]

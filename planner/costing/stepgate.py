@@ -32,13 +32,27 @@ class StepGate:
     def __init__(self, tasks: Sequence[Task]) -> None:
         n = len(tasks)
         devs = [dict.fromkeys(t.devices) for t in tasks]  # distinct, in order
-        self.need = np.fromiter(map(len, devs), dtype=np.int64, count=n)
-        total = int(self.need.sum())
+        need = np.fromiter(map(len, devs), dtype=np.int64, count=n)
+        self._members(need, np.fromiter(itertools.chain.from_iterable(devs), dtype=np.int64,
+                                        count=int(need.sum())),
+                      np.fromiter((t.step for t in tasks), dtype=np.int64, count=n))
+
+    @classmethod
+    def of_members(cls, need: np.ndarray, member_dev: np.ndarray,
+                   step: np.ndarray) -> StepGate:
+        """The step rule over tasks given as arrays: task ``t`` has the next ``need[t]``
+        distinct devices of ``member_dev`` (in its devices' order) and ``step[t]``."""
+        out = cls.__new__(cls)
+        out._members(need, member_dev, step)
+        return out
+
+    def _members(self, need: np.ndarray, member_dev: np.ndarray, step: np.ndarray) -> None:
+        """Set up from every task's distinct devices and step (:meth:`of_members`)."""
+        n = len(need)
+        self.need = need
         self.member_task = np.repeat(np.arange(n, dtype=np.int64), self.need)
-        self.member_dev = np.fromiter(itertools.chain.from_iterable(devs), dtype=np.int64,
-                                      count=total)
+        self.member_dev = member_dev
         self._member_at = np.concatenate([[0], np.cumsum(self.need)])
-        step = np.fromiter((t.step for t in tasks), dtype=np.int64, count=n)
         span = int(step.max(initial=0)) + 1
         # slots sorted by device, then step: a device's next slot is the next one
         keys, self._slot = np.unique(self.member_dev * span + step[self.member_task],

@@ -27,23 +27,13 @@ from reshard.planner.cells.decompose import Cell, CellTable
 from reshard.planner.schedule.order import PHASE, OrderKeys
 from reshard.planner.schedule.send_columns import OrderedTasks, SendColumns
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
-from reshard.planner.values.tasks import Buffer, Task, TaskKind
+from reshard.planner.values.tasks import Task, TaskKind
 
 Splitter = Callable[[Cell, int], list[Cell]]
 """Pieces of a cell of ``nbytes`` bytes to plan separately (balance over NICs)."""
 
 BULK_FLUSH = 32
 """Below this many point-to-point slices, charge them one by one (numpy's fixed cost)."""
-
-
-def _at_step(tasks: list[Task], step: int) -> list[Task]:
-    """A cell's tasks from ``step`` on: its transfers at ``step``, and what reads what
-    they delivered (an all-gather, source=dst) at the step after."""
-    out = []
-    for t in tasks:
-        s = step + (1 if t.source is Buffer.DST else 0)
-        out.append(t.at_step(s))
-    return out
 
 
 class WorkList:
@@ -141,6 +131,30 @@ class WorkList:
             cells += held + (rest if point_to_point else min(rest, 1))
         return rows + cells
 
+    def steps(self) -> tuple[list[int], np.ndarray]:
+        """The step each slice added so far may start at: per general cell (in the
+        order of :attr:`general`), and per point-to-point row (that of
+        :meth:`point_to_point`)."""
+        self._flush()
+        after, ref = _cat([c[1] for c in self._chunks]), _cat([c[2] for c in self._chunks])
+        cells = [0] * len(self.general)
+        rows = np.zeros(self._p2p.count, dtype=np.int64)
+        general = ref < 0
+        for r, af in zip((-1 - ref[general]).tolist(), after[general].tolist()):
+            cells[r] = af
+        rows[ref[~general]] = after[~general]
+        return cells, rows
+
+    def signature(self) -> tuple[object, ...]:
+        """What the slices added so far are, to compare with another work list's before
+        either is planned: equal signatures plan to equal tasks (every choice reads
+        the slices, their order and steps, and loads both start from equally). The
+        point-to-point rows count by the tables they come from (the same objects)."""
+        self._flush()
+        return (tuple(self.general), tuple(a.tobytes() for c in self._chunks for a in c),
+                tuple((tensor, id(table), rows.tobytes())
+                      for tensor, table, rows, *_ in self._p2p._parts))
+
     def _flush(self) -> None:
         if self._ref:
             self._chunks.append((np.array(self._nbytes, dtype=np.int64),
@@ -150,7 +164,7 @@ class WorkList:
 
     # ----- planning --------------------------------------------------------------------
     def plan(self, planner: CellPlanner, itemsizes: Sequence[int], expect: bool,
-             relays: bool, restep: bool, fan_out: bool = False,
+             relays: bool, fan_out: bool = False,
              first: Sequence[Task] = ()) -> OrderedTasks:
         """Plan every slice, largest first; return ``first`` (tasks planned before, e.g.
         reductions) and every slice's tasks, in the global order (the sends still
@@ -163,18 +177,17 @@ class WorkList:
                 (:meth:`Loads.expect`; broadcasts on hosts with several NICs).
             relays: transfers may be relayed (broadcast): a point-to-point row one of
                 whose ends' NICs may relay is planned as a general cell.
-            restep: the strategy's tasks read what their own cell delivered (all-gathers).
             fan_out: a broadcast of a cell that starts at a step after 0 (a reduced
                 piece) and before its tensor's last such step fans out inside its last
                 host at the next step (:func:`~reshard.planner.cells.cell_tasks.fan_out`):
                 that step's transfers of the next piece hide the fan-out.
             first: tasks planned before the slices.
         """
-        self._planned = self._plan_slices(planner, itemsizes, expect, relays, restep, first)
+        self._planned = self._plan_slices(planner, itemsizes, expect, relays, first)
         return self.assemble(fan_out)
 
     def _plan_slices(self, planner: CellPlanner, itemsizes: Sequence[int], expect: bool,
-                     relays: bool, restep: bool, first: Sequence[Task]) -> _Planned:
+                     relays: bool, first: Sequence[Task]) -> _Planned:
         """:meth:`plan`'s choices: every slice planned, largest first (the loads they
         steer), kept for :meth:`assemble`."""
         self._flush()
@@ -195,7 +208,7 @@ class WorkList:
         for k, r, step in zip(general, refs, steps):
             if k > done:  # the point-to-point slices before this general one, in bulk
                 self._charge(ref[done:k], p2p, nbytes[done:k])
-            tasks.append(self._general_tasks(r, step, planner, itemsizes, restep))
+            tasks.append(self._general_tasks(r, step, planner, itemsizes))
             done = k + 1
         self._charge(ref[done:], p2p, nbytes[done:])
         return _Planned(tuple(first), ref, after, general, refs, steps, tasks, p2p)
@@ -234,13 +247,10 @@ class WorkList:
         return self._ordered(objects, np.array(obj_seq, dtype=np.int64), p2p, p_seq, p_step)
 
     def _general_tasks(self, r: int, step: int, planner: CellPlanner,
-                       itemsizes: Sequence[int], restep: bool) -> list[Task]:
+                       itemsizes: Sequence[int]) -> list[Task]:
         """The tasks of general cell ``r`` (:meth:`plan`'s arguments), at ``step``."""
         tensor, cell = self.general[-1 - r]
-        got = planner(cell, tensor, itemsizes[tensor], self.loads)
-        if step or restep:
-            got = _at_step(got, step)
-        return list(got)
+        return planner(cell, tensor, itemsizes[tensor], self.loads, step)
 
     def _expect(self, nbytes: np.ndarray, ref: np.ndarray, p2p: _Columns) -> None:
         """:meth:`Loads.expect` for every slice, in the order added (sums of fractions

@@ -1,3 +1,3 @@
-"""The planner as a chooser: a strategy's first plan, then named passes that propose
-candidates the cost model keeps by each pass's rule (``passes``), and all-reduce first
-where a partial sum's meshes coincide (``allreduce``)."""
+"""Deprecated: the planner's passes moved to :mod:`reshard.planner.passes` (issue 65,
+item 5: not to be taken for the stage search, :mod:`reshard.search`); the old paths
+import for one release with a DeprecationWarning and give the moved modules' objects."""

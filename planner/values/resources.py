@@ -23,6 +23,23 @@ SHARED = "shared"
 
 Resource = tuple[str, int]
 
+KINDS = (NIC_OUT, NIC_IN, DEV_OUT, DEV_IN, COPY, SHARED)
+"""Every kind of resource, in the order of its code (:func:`code`)."""
+
+KIND_CODE = {kind: i for i, kind in enumerate(KINDS)}
+"""Each kind's place in :data:`KINDS`."""
+
+
+def code(res: Resource) -> int:
+    """One integer for a resource, ``index * 8 + `` its kind's place in :data:`KINDS`
+    (numbered without a cluster; :func:`of_code` inverts it)."""
+    return res[1] * 8 + KIND_CODE[res[0]]
+
+
+def of_code(c: int) -> Resource:
+    """The resource :func:`code` numbered ``c``."""
+    return KINDS[c % 8], c // 8
+
 _CAPACITY: dict[str, Callable[[Cluster], float]] = {
     NIC_OUT: lambda c: c.nic_capacity,
     NIC_IN: lambda c: c.nic_capacity,

@@ -73,6 +73,10 @@ class TaskKind(enum.Enum):
     ALLGATHER = "allgather"
     ALLREDUCE = "allreduce"
 
+    # members compare by identity: hashed by it too, in C (a task's hash and a route's
+    # key read it per task; no order of the planner depends on a hash)
+    __hash__ = object.__hash__
+
 
 SUMMING = frozenset({TaskKind.REDUCE, TaskKind.ALLREDUCE})
 """Kinds that carry a partial sum's addends, in its accumulator (the other kinds carry
@@ -103,6 +107,8 @@ class Buffer(enum.Enum):
 
     SRC = "src"
     DST = "dst"
+
+    __hash__ = object.__hash__  # as TaskKind's
 
 OPTIONAL_FIELDS = ("pieces", "through", "parents", "addends", "addend_parents")
 """A task's fields its JSON form leaves out where they are empty."""

@@ -30,7 +30,7 @@ reciprocal, one ulp off the reference's quotient).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -271,23 +271,35 @@ def convert_into(out: Any, values: Any, target: str, dtype: str | None = None) -
         out[...] = values.reshape(tuple(out.shape))
 
 
+def cast_whole(x: Any, cast: Cast, empty: Callable[[tuple[int, ...], str], Any] | None = None,
+               source: str | None = None, *, stored: bool = True) -> tuple[Any, Any]:
+    """``x`` (a whole tensor: numpy, cupy or torch, of ``source`` as its type or bits;
+    None: its own dtype) converted as ``cast`` says, by the steps a backend runs on a
+    box (block amax, scales, quantize; or one conversion), and its scales (None without
+    scales; float32 if ``stored`` is false, else in the scale dtype).
+    ``empty(shape, dtype name)`` allocates the outputs beside ``x`` (None: numpy)."""
+    shape = tuple(int(n) for n in x.shape)
+    out = np.empty(shape, parse_dtype(cast.dtype)) if empty is None else empty(shape, cast.dtype)
+    if cast.scale is ScaleMode.NONE:
+        convert_into(out, x, cast.dtype, source)
+        return out, None
+    box = tuple((0, n) for n in shape)
+    block = block_shape(shape, cast.scale, cast.fold)
+    grid = scale_grid(shape, cast.scale, cast.fold)
+    scales = scales_from_amax(block_amax(x, box, block, grid, source), cast.dtype, cast.scale)
+    quantize_into(out, x, box, block, scales, tuple((0, g) for g in grid), cast.dtype, source)
+    if cast.scale.scale_dtype == "float32" or not stored:
+        return out, scales
+    like = None if empty is None else empty(grid, cast.scale.scale_dtype)
+    return out, stored_scales(scales, cast.scale, like)
+
+
 def reference_cast(x: np.ndarray, cast: Cast) -> tuple[np.ndarray, np.ndarray | None]:
     """The reference of a cast on the wire: ``x`` (a whole numpy tensor) converted as
     ``cast`` says, and its scales (None without scales). What every test compares a
     reshard's destination shards (and delivered scales) with."""
-
-    target = parse_dtype(cast.dtype)
-    out = np.empty(x.shape, dtype=target)
-    if cast.scale is ScaleMode.NONE:
-        convert_into(out, x, cast.dtype)
-        return out, None
-    box = tuple((0, n) for n in x.shape)
-    block = block_shape(x.shape, cast.scale, cast.fold)
-    grid = scale_grid(x.shape, cast.scale, cast.fold)
-    scales = scales_from_amax(block_amax(x, box, block, grid), cast.dtype, cast.scale)
-    quantize_into(out, x, box, block, scales, tuple((0, g) for g in grid), cast.dtype)
-    return out, stored_scales(scales, cast.scale)
+    return cast_whole(x, cast)
 
 
-__all__ = ["block_amax", "block_range", "convert_into", "quantize_into", "reference_cast",
+__all__ = ["block_amax", "block_range", "cast_whole", "convert_into", "quantize_into", "reference_cast",
            "scales_from_amax"]

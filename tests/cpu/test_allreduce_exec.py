@@ -1,7 +1,7 @@
 """ALLREDUCE tasks on the real CPU data planes: gloo (its ring, ``dist.all_reduce``)
 and tcp (no all-reduce: a reduction into the first member, then a broadcast of the
 sum), eight worker processes on four hosts. Every shard byte for byte, for the plans
-the all-reduce-first candidate makes (reshard.planner.search.allreduce) where partial sums'
+the all-reduce-first candidate makes (reshard.planner.passes.allreduce) where partial sums'
 meshes coincide: the sum landing in place (Partial -> Replicate), kept in the source
 copy and copied on (Partial -> Shard), moved on between devices ((P, S) -> (R, S')),
 in float32, bfloat16 (summed in float32) and int16 (widened)."""

@@ -75,21 +75,8 @@ def _host(a) -> np.ndarray:
 def device_cast(x, source: str, cast: Cast, lib: str, stored: bool = True):
     """The cast as derived.py and execution.py run it on a device: amax, scales (stored
     in the scale dtype unless ``stored`` is false), quantize; or one conversion."""
-    shape = tuple(x.shape)
-    box = tuple((0, n) for n in shape)
-    out = _empty(shape, cast.dtype, lib)
-    if cast.scale is ScaleMode.NONE:
-        casting.convert_into(out, x, cast.dtype, source)
-        return out, None
-    block, grid = block_shape(shape, cast.scale), scale_grid(shape, cast.scale)
-    amax = casting.block_amax(x, box, block, grid, source)
-    scales = casting.scales_from_amax(amax, cast.dtype, cast.scale)
-    casting.quantize_into(out, x, box, block, scales, tuple((0, g) for g in grid), cast.dtype,
-                          source)
-    if cast.scale.scale_dtype == "float32" or not stored:
-        return out, scales
-    like = _empty(grid, "float8_e8m0fnu", lib)
-    return out, casting.stored_scales(scales, cast.scale, like)
+    return casting.cast_whole(x, cast, lambda shape, name: _empty(shape, name, lib), source,
+                              stored=stored)
 
 
 def check(x: np.ndarray, source: str, cast: Cast, lib: str, stored: bool = True) -> None:

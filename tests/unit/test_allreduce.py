@@ -1,4 +1,4 @@
-"""The ALLREDUCE task and the all-reduce-first candidate (reshard.planner.search.allreduce).
+"""The ALLREDUCE task and the all-reduce-first candidate (reshard.planner.passes.allreduce).
 
 Where a partial sum's meshes coincide, the default plan may all-reduce first; every
 such plan is verified, costed as a ring, and moves the right bytes on the local
@@ -20,8 +20,8 @@ from reshard.comm.engine.steps import program_steps
 from reshard.comm.program import WorkerProgram
 from reshard.planner.costing.cost import simulate
 from reshard.planner.ir import ReshardPlan
+from reshard.planner.passes.allreduce import allreduce_first, applies
 from reshard.planner.plan import _best_plan
-from reshard.planner.search.allreduce import allreduce_first, applies
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Task, TaskKind
 

@@ -22,16 +22,9 @@ from reshard import Cluster, DeviceMesh, Layout
 from reshard.layout import boxes_meet
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.reduce import decompose_pieces, reduce_sources
+from reshard.planner.cuts import LayoutBoxes, balance_piece, cut_slices
 from reshard.planner.estimates import Answer, CostCache, estimate_iter, estimate_many
-from reshard.planner.plan import (
-    Builds,
-    _best_plan,
-    _LayoutBoxes,
-    _min_piece,
-    cut_slices,
-    plan_tasks,
-    planned_tensors,
-)
+from reshard.planner.plan import Builds, _best_plan, plan_tasks, planned_tensors
 from reshard.planner.schedule.floors import baseline_floor
 from reshard.planner.values.strategy import Strategy
 
@@ -65,8 +58,8 @@ def test_a_cells_ready_step_is_every_overlapping_piece_s(move, fine):
     shape, dtype, src, dst, cluster = move
     (t,), _ = planned_tensors([(shape, dtype, src, dst)], cluster, None, None)
     loads = Loads(cluster)
-    needers = _LayoutBoxes().needers(t)
-    holders, reduces = reduce_sources(t, 0, loads, needers, _min_piece(cluster, fine))
+    needers = LayoutBoxes().needers(t)
+    holders, reduces = reduce_sources(t, 0, loads, needers, balance_piece(cluster, fine))
     ready = {r.box: r.step + 1 for r in reduces}
     if not ready:
         return

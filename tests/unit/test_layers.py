@@ -222,7 +222,7 @@ PLANNER_STAGES: tuple[tuple[str, ...], ...] = (
     ("reshard.planner.cells",),
     ("reshard.planner.schedule", "reshard.planner.costing"),
     ("reshard.planner.ir",),
-    ("reshard.planner.search",),
+    ("reshard.planner.passes",),
 )
 """The planner's stages, lowest first (docs/architecture.md); the entry points
 (``plan``, ``estimates``, ``share``) and the old paths' aliases sit above them all."""

@@ -20,7 +20,10 @@ MOVED = {"reshard.planner.scales": "reshard.planner.values.scales",
                       "derived")},
          **{f"reshard.comm.{m}": f"reshard.comm.bootstrap.{m}"
             for m in ("rendezvous", "store_rendezvous", "sockets", "link_key")},
-         "reshard.microbench.infra.testbed": "reshard.testbed"}
+         "reshard.microbench.infra.testbed": "reshard.testbed",
+         "reshard.planner.search.passes": "reshard.planner.passes.stages",
+         **{f"reshard.planner.search.{m}": f"reshard.planner.passes.{m}"
+            for m in ("allreduce", "twins")}}
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))

@@ -1,4 +1,4 @@
-"""A strategy's search (reshard.planner.search.passes): named passes propose candidates that
+"""A strategy's search (reshard.planner.passes.stages): named passes propose candidates that
 verify, the cost model keeps them by each pass's rule, and the search is what the
 planner returns."""
 
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.planner.ir import ReshardPlan
+from reshard.planner.passes import stages as passes
 from reshard.planner.plan import make_tensor_spec, plan_tasks
-from reshard.planner.search import passes
 from reshard.planner.values.strategy import Strategy
 
 from ..common import problems

@@ -229,13 +229,13 @@ def test_bulk_planning_equals_cell_by_cell(problem, strategy):
     loads) gives exactly the plan of planning every cell one by one."""
     from unittest import mock
 
-    import reshard.planner.plan as plan_module
+    from reshard.planner import cuts
 
     shape, dtype, src, dst, cluster = problem
-    with mock.patch.object(plan_module, "TABLE_FROM", 0), \
+    with mock.patch.object(cuts, "TABLE_FROM", 0), \
             mock.patch("reshard.planner.schedule.work.BULK_FLUSH", 1):
         bulk = reshard.plan(shape, dtype, src, dst, cluster=cluster, strategy=strategy)
-    with mock.patch.object(plan_module, "TABLE_FROM", 10 ** 18):
+    with mock.patch.object(cuts, "TABLE_FROM", 10 ** 18):
         cells = reshard.plan(shape, dtype, src, dst, cluster=cluster, strategy=strategy)
     assert bulk.to_json() == cells.to_json()
 
@@ -246,7 +246,7 @@ def test_bulk_loads_steer_later_choices():
     replicated tensor leaves from host 1 (device 2), not from idle device 0."""
     from unittest import mock
 
-    import reshard.planner.plan as plan_module
+    from reshard.planner import cuts
 
     cluster = Cluster.regular(4, 2)
     mesh = reshard.DeviceMesh
@@ -256,7 +256,7 @@ def test_bulk_loads_steer_later_choices():
              Layout(mesh((1,), devices=[6]), "RR"))
     plans = []
     for table_from, flush in ((0, 1), (10 ** 18, 32)):
-        with mock.patch.object(plan_module, "TABLE_FROM", table_from), \
+        with mock.patch.object(cuts, "TABLE_FROM", table_from), \
                 mock.patch("reshard.planner.schedule.work.BULK_FLUSH", flush):
             plans.append(reshard.plan_many([big, small], cluster=cluster))
     assert plans[0].to_json() == plans[1].to_json()

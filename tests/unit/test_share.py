@@ -13,8 +13,8 @@ import reshard
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.comm.program import WorkerProgram, programs, share_program
 from reshard.planner.ir import ReshardPlan
+from reshard.planner.passes.stages import ALTERNATIVES_UP_TO
 from reshard.planner.plan import ordered_tasks, planned_tensors
-from reshard.planner.search.passes import ALTERNATIVES_UP_TO
 from reshard.planner.share import PlanShare, plan_share
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Buffer, TaskKind

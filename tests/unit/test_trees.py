@@ -14,8 +14,8 @@ from reshard import Cluster, DeviceMesh, Layout, OptionError, PlanError, Reshard
 from reshard.planner.cells.trees import INTRA, MIN_HOSTS, SHAPES, HostShape, Intra, treeify
 from reshard.planner.costing.cost import task_path
 from reshard.planner.costing.verify import verify_plan
+from reshard.planner.passes.stages import TREE_GAIN
 from reshard.planner.plan import make_tensor_spec, plan_tasks
-from reshard.planner.search.passes import TREE_GAIN
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Task, TaskKind
 from reshard.service.plan_codec import plan_from_pb, plan_to_pb

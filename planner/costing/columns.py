@@ -1,0 +1,103 @@
+"""A large plan's prediction from its columns: its sends never built as tasks.
+
+A plan of more tasks than any search pass looks at is kept as first planned
+(:data:`~reshard.planner.passes.stages.ALTERNATIVES_UP_TO`), and most of its tasks are
+point-to-point sends the planner keeps as columns until a plan asks for them
+(:class:`~reshard.planner.schedule.send_columns.OrderedTasks`: every cell of an
+all-to-all, 1,048,576 at 1,024 devices a mesh). Its model time needs no task object:
+a send's route is one hop (its device's link out and the receiver's link in, and both
+NICs where it changes host; :func:`~reshard.planner.costing.cost.task_path`), its
+latency the hop's, its devices its two ends. :func:`estimate_columns` lays those out as
+the arrays the simulation reads (:meth:`~reshard.planner.costing.fairshare.FairShare.
+of_edges`, :meth:`~reshard.planner.costing.stepgate.StepGate.of_members`), the other
+tasks' from their routes, task by task in the plan's order: the same arrays, so the same
+seconds, bit for bit, as simulating the plan of every task.
+
+Where a send's route or wait reads more than its ends (a cluster with a shared
+bandwidth, whose messages may ride in another's; casts converted on the wire), it says
+so (None) and the caller builds the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from reshard.cluster import Cluster
+from reshard.planner.costing.casts import converts
+from reshard.planner.costing.cost import Routes, task_routes
+from reshard.planner.costing.fairshare import FairShare, path_arrays
+from reshard.planner.costing.fluid import simulate_arrays
+from reshard.planner.costing.stepgate import StepGate
+from reshard.planner.schedule.send_columns import OrderedTasks
+from reshard.planner.values.resources import DEV_IN, DEV_OUT, KIND_CODE, NIC_IN, NIC_OUT
+from reshard.planner.values.tasks import TensorSpec
+
+
+def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], cluster: Cluster,
+                     known: Routes | None = None) -> float | None:
+    """The model's seconds for the plan of ``ordered``'s tasks (module docstring), or
+    None where a send's route reads more than its ends. ``known``: routes found on
+    ``cluster`` already (:func:`~reshard.planner.costing.cost.task_routes`)."""
+    if cluster.shared_bandwidth or (cluster.cast_bandwidth and any(map(converts, tensors))):
+        return None
+    cols, objects = ordered.send_columns, ordered.objects
+    n = len(ordered)
+    at = np.array(ordered.positions, dtype=np.int64)
+    sent = cols.position
+    routes = task_routes(objects, cluster, known, tensors)
+    paths = [path_arrays(p) for p, _ in routes]
+    size = max(cluster.devices, default=-1) + 1
+    host, nic = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
+    for d, h in cluster.host_map.items():
+        host[d], nic[d] = h, cluster.nic_map[d]
+    a, b = cols.root, cols.recv
+    cross = host[a] != host[b]
+    # every task's edges, in the plan's order: a send's hop, another task's route
+    lens = np.empty(n, dtype=np.int64)
+    lens[at] = [len(c) for c, _ in paths]
+    lens[sent] = np.where(cross, 4, 2)
+    starts = np.cumsum(lens) - lens
+    codes = np.empty(int(lens.sum()), dtype=np.int64)
+    frac = np.ones(len(codes))
+    first = starts[sent]
+    codes[first] = a * 8 + KIND_CODE[DEV_OUT]
+    codes[first + 1] = b * 8 + KIND_CODE[DEV_IN]
+    codes[first[cross] + 2] = nic[a[cross]] * 8 + KIND_CODE[NIC_OUT]
+    codes[first[cross] + 3] = nic[b[cross]] * 8 + KIND_CODE[NIC_IN]
+    for k, (c, f) in zip(starts[at].tolist(), paths):
+        codes[k:k + len(c)] = c
+        frac[k:k + len(c)] = f
+    lat = np.empty(n)
+    lat[at] = [lt for _, lt in routes]
+    lat[sent] = np.where(cross, cluster.latency, cluster.intra_latency)
+    nbytes = np.empty(n)
+    nbytes[at] = [float(t.nbytes) for t in objects]
+    nbytes[sent] = cols.nbytes
+    return simulate_arrays(FairShare.of_edges(codes, frac, lens, cluster), nbytes,
+                           _gate(ordered, n, at), lat).time
+
+
+def _gate(ordered: OrderedTasks, n: int, at: np.ndarray) -> StepGate:
+    """The step rule of ``ordered``'s tasks: a send's devices are its two ends, another
+    task's its distinct devices in order."""
+    cols, objects = ordered.send_columns, ordered.objects
+    devs = [list(dict.fromkeys(t.devices)) for t in objects]
+    need = np.empty(n, dtype=np.int64)
+    need[at] = [len(d) for d in devs]
+    need[cols.position] = 2
+    starts = np.cumsum(need) - need
+    member = np.empty(int(need.sum()), dtype=np.int64)
+    first = starts[cols.position]
+    member[first] = cols.root
+    member[first + 1] = cols.recv
+    for k, d in zip(starts[at].tolist(), devs):
+        member[k:k + len(d)] = d
+    step = np.empty(n, dtype=np.int64)
+    step[at] = [t.step for t in objects]
+    step[cols.position] = cols.step
+    return StepGate.of_members(need, member, step)
+
+
+__all__ = ["estimate_columns"]

@@ -1,0 +1,237 @@
+"""A planning call's cells cut into slices, before any is planned.
+
+Every strategy's plan of the same tensors starts from the same cells: each tensor's
+unit-slice cells (a partial source's reduced first, :func:`cut_cells`, once a call:
+:class:`Cut`), then split for balance over the NICs where a strategy broadcasts and put
+in a work list (:func:`cut_slices`: :class:`Slices`, planned later by
+:mod:`reshard.planner.plan`, which keeps both a call long).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from reshard.cluster import Cluster
+from reshard.layout import Box, Layout, box_size
+from reshard.planner.cells.balance import Loads
+from reshard.planner.cells.cell_tasks import CELL_PLANNERS, split_box
+from reshard.planner.cells.decompose import (
+    TABLE_FROM,
+    Cell,
+    CellTable,
+    decompose,
+    decompose_table,
+    devices_by_box,
+)
+from reshard.planner.cells.reduce import decompose_pieces, reduce_sources
+from reshard.planner.schedule.send_columns import OrderedTasks
+from reshard.planner.schedule.work import Splitter, WorkList
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import Task, TensorSpec
+
+FINE_SPLIT = 16
+"""A plan built with ``fine`` splits cells into pieces this many times smaller than
+:func:`min_piece` (at least 64 KiB): where one NIC per receiver would carry a whole
+small cell, pieces over every NIC of the host and a hop inside it beat the latency
+the coarse pieces save (the planner costs both, :mod:`reshard.planner.passes.stages`)."""
+
+
+def balance_piece(cluster: Cluster, fine: bool = False) -> int:
+    """Smallest piece a cell is split into for balance: long enough that a NIC's
+    latency costs at most a quarter of its transfer time (and at least 64 KiB);
+    ``fine``: :data:`FINE_SPLIT` times smaller."""
+    piece = int(4 * cluster.latency * cluster.nic_capacity)
+    return max(1 << 16, piece // FINE_SPLIT if fine else piece)
+
+
+def _split_for_balance(cell: Cell, itemsize: int, loads: Loads, min_piece: int) -> list[Cell]:
+    """Pieces of a cell to balance over NICs: as many as the NICs its holders can send
+    through, or the NICs a needing host can receive it through, whichever is more
+    (at most 16; every piece at least ``min_piece`` bytes)."""
+    nbytes = cell.size * itemsize
+    if nbytes < 2 * min_piece:
+        return [cell]
+    nic = loads.nic
+    hold_nics = len({nic(d) for d in cell.holders})
+    per_host: dict[int, set[int]] = {}
+    for d in cell.needers - cell.holders:
+        per_host.setdefault(loads.host(d), set()).add(nic(d))
+    need_nics = max((len(v) for v in per_host.values()), default=1)
+    k = min(16, max(hold_nics, need_nics), nbytes // min_piece)
+    if k < 2 or not per_host:
+        return [cell]
+    return [Cell(b, cell.holders, cell.needers) for b in split_box(cell.box, k)
+            if box_size(b)]
+
+
+class LayoutBoxes:
+    """The devices of each distinct box of a layout for a shape, computed once per
+    planning call (tensors of one shape often share a layout)."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[Any, ...], dict[Box, frozenset[int]]] = {}
+
+    def holders(self, t: TensorSpec) -> dict[Box, frozenset[int]]:
+        """The devices holding each source box (partial sources: not yet reduced)."""
+        return self._get(t.src, t.shape, None)
+
+    def needers(self, t: TensorSpec) -> dict[Box, frozenset[int]]:
+        """Devices that must receive each destination box (partial: only the leaders;
+        the other addends stay zero)."""
+        return self._get(t.dst, t.shape, t.dst.partial_leaders() if t.dst.spec.is_partial
+                         else None)
+
+    def _get(self, layout: Layout, shape: tuple[int, ...],
+             only: frozenset[int] | None) -> dict[Box, frozenset[int]]:
+        key = (layout, shape, only)
+        got = self._known.get(key)
+        if got is None:
+            got = self._known[key] = devices_by_box(layout, shape, only)
+        return got
+
+
+@dataclass
+class Slices:
+    """A planning call's slices, cut but not yet planned (:func:`cut_slices`): the
+    partial sums' reductions, and every cell to move in the work list."""
+
+    cluster: Cluster
+    strat: Strategy
+    work: WorkList
+    reduces: list[Task]
+    itemsizes: list[int]
+
+    def least_tasks(self) -> int:
+        """Tasks the plan will have at the least: every reduction, and what each slice
+        gives at the least (:meth:`WorkList.least_tasks`)."""
+        return len(self.reduces) + self.work.least_tasks(self.strat is Strategy.SEND_RECV)
+
+    def plan(self, fan_out: bool) -> tuple[OrderedTasks, bool]:
+        """Every slice planned, largest first (:meth:`WorkList.plan`): the tasks in the
+        global order, and whether some broadcast of a reduced piece could fan out."""
+        broadcast = self.strat is Strategy.BROADCAST
+        tasks = self.work.plan(CELL_PLANNERS[self.strat], self.itemsizes,
+                               expect=broadcast and self.cluster.nics_per_host > 1,
+                               relays=broadcast, fan_out=fan_out, first=self.reduces)
+        return tasks, self.pipelined()
+
+    def assemble(self, fan_out: bool) -> tuple[OrderedTasks, bool]:
+        """:meth:`plan` again, fanned out as ``fan_out`` says, from the choices it made
+        (fanning out changes no choice: :meth:`WorkList.assemble`)."""
+        return self.work.assemble(fan_out), self.pipelined()
+
+    def pipelined(self) -> bool:
+        """Whether some broadcast of a reduced piece could fan out."""
+        return self.strat is Strategy.BROADCAST and any(r.step > 0 for r in self.reduces)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """The cells of a planning call's tensors, before any strategy's choice
+    (:func:`cut_cells`): per tensor its cells and the step each may start at; the
+    partial sums' reductions; the loads those put on the cluster."""
+
+    cells: tuple[list[Cell] | CellTable, ...]
+    after: tuple[Sequence[int] | np.ndarray, ...]
+    reduces: tuple[Task, ...]
+    loads: Loads
+
+
+def cut_cells(tensors: tuple[TensorSpec, ...], cluster: Cluster, fuse: bool = False,
+              fine: bool = False) -> Cut:
+    """Each tensor's cells (a partial source's reduced first): what every strategy's
+    slices are cut from (:func:`cut_slices`). ``fuse`` and ``fine`` change only the
+    reductions (:func:`cut_key`)."""
+    loads = Loads(cluster)
+    reduces: list[Task] = []
+    min_piece = balance_piece(cluster, fine)
+    same: dict[tuple[Any, ...], list[Cell] | CellTable] = {}  # tensors of one shape and layouts
+    boxes = LayoutBoxes()
+    per_tensor: list[list[Cell] | CellTable] = []
+    afters: list[Sequence[int] | np.ndarray] = []
+    for i, t in enumerate(tensors):
+        key = (t.shape, t.src, t.dst)
+        cells = same.get(key)
+        ready: dict[Box, int] = {}
+        steps: list[int] = []
+        if cells is None:
+            needers = boxes.needers(t)
+            if t.src.spec.is_partial:
+                holders, tensor_reduces = reduce_sources(t, i, loads, needers, min_piece,
+                                                         whole=fuse and t.fuses)
+            else:
+                holders, tensor_reduces = boxes.holders(t), []
+            reduces.extend(tensor_reduces)
+            ready = {r.box: r.step + 1 for r in tensor_reduces}
+            if ready:
+                cells, steps = decompose_pieces(t.shape, holders, needers, ready)
+            elif len(holders) * len(needers) >= TABLE_FROM:
+                cells = decompose_table(t.shape, holders, needers)
+            else:
+                cells = decompose(t.shape, holders, needers)
+            if not tensor_reduces:  # reduce roots follow the loads: not reusable
+                same[key] = cells
+        per_tensor.append(cells)
+        if isinstance(cells, CellTable):  # never a partial source's (ready is empty)
+            afters.append(np.zeros(len(cells), np.int64))
+        else:
+            afters.append(steps if ready else [0] * len(cells))
+    return Cut(tuple(per_tensor), tuple(afters), tuple(reduces), loads)
+
+
+def cut_key(tensors: tuple[TensorSpec, ...], fuse: bool, fine: bool) -> tuple[bool, bool]:
+    """What of ``fuse`` and ``fine`` changes :func:`cut_cells`: only a partial
+    source's reductions read them (``fuse``: of a tensor that fuses)."""
+    partial = [t for t in tensors if t.src.spec.is_partial]
+    return fuse and any(t.fuses for t in partial), fine and bool(partial)
+
+
+def cut_slices(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+               fuse: bool = False, fine: bool = False, cut: Cut | None = None) -> Slices:
+    """The slices of a plan of ``tensors`` (:func:`ordered_tasks`' arguments): each
+    tensor's cells (:func:`cut_cells`; ``cut``: found already, for the same
+    ``tensors``, ``cluster`` and :func:`cut_key`), split for balance under
+    ``broadcast``, in a work list."""
+    if cut is None:
+        cut = cut_cells(tensors, cluster, fuse, fine)
+    loads = cut.loads.copy()  # the cut's own stay as the reductions left them
+    work = WorkList(cluster, loads)
+    broadcast = strat is Strategy.BROADCAST
+    min_piece = balance_piece(cluster, fine)
+    itemsizes = [t.itemsize for t in tensors]
+    for i, (cells, after) in enumerate(zip(cut.cells, cut.after)):
+        split = _splitter(itemsizes[i], loads, min_piece) if broadcast else None
+        if isinstance(cells, CellTable):
+            work.add_table(i, cells, itemsizes[i], np.asarray(after), split)
+        else:
+            work.add_cells(i, cells, itemsizes[i], after, split)
+    return Slices(cluster, strat, work, list(cut.reduces), itemsizes)
+
+
+def _splitter(itemsize: int, loads: Loads, min_piece: int) -> Splitter:
+    """:func:`_split_for_balance` for cells of one tensor (cells under two minimal
+    pieces stay whole)."""
+    small = 2 * min_piece
+
+    def split(cell: Cell, nbytes: int) -> list[Cell]:
+        if nbytes < small:
+            return [cell]
+        return _split_for_balance(cell, itemsize, loads, min_piece)
+
+    return split
+
+
+__all__ = [
+    "FINE_SPLIT",
+    "Cut",
+    "LayoutBoxes",
+    "Slices",
+    "balance_piece",
+    "cut_cells",
+    "cut_key",
+    "cut_slices",
+]

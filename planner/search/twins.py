@@ -1,0 +1,14 @@
+"""Deprecated: moved to :mod:`reshard.planner.passes.twins` (the planner's passes, issue 65);
+this path goes in the next release."""
+
+import warnings
+from typing import Any
+
+from reshard.planner.passes import twins as _moved
+
+warnings.warn("reshard.planner.search.twins moved to reshard.planner.passes.twins; the old path goes "
+              "in the next release", DeprecationWarning, stacklevel=2)
+
+
+def __getattr__(name: str) -> Any:
+    return getattr(_moved, name)
