@@ -57,6 +57,7 @@ from reshard.search import (
     simulated,
 )
 from reshard.search.baselines import uniform
+from reshard.search.kinds import SEARCH_SCHEDULES
 from reshard.search.moe import MoE, moe_layers
 from reshard.search.replicas import replica_cluster, replicated_layers
 from reshard.search.transformer import ALPA_SUITE, GPT, gpt_layers, submesh_shapes
@@ -236,8 +237,11 @@ COLUMNS = (Column("model", "model", align="<"), Column("preset", "cluster", alig
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line (shared flags from :mod:`reshard.microbench.flags`)."""
     ap = flags.parser("python -m reshard.microbench.search_bench", __doc__ or "")
-    ap.add_argument("--schedule", default="1f1b", choices=("1f1b", "eager-1f1b"),
-                    help="the schedule the objective models")
+    ap.add_argument("--schedule", default="1f1b", choices=SEARCH_SCHEDULES,
+                    help="the schedule the objective models (interleaved-1f1b, zb-v, "
+                         "dualpipe-v: virtual stages, two pieces per submesh)")
+    ap.add_argument("--models", default=None,
+                    help="only the rows of these models, comma-separated (e.g. gpt-96l)")
     ap.add_argument("--quick", action="store_true",
                     help="leave out the speed cases (96 layers on 64 devices; GPT-3 175B with data-parallel replicas on 256 and 1,024 devices)")
     flags.add_output(ap)
@@ -249,7 +253,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Every configuration, the table, and the choices."""
     args = parse(argv)
-    configs = [c for c in CONFIGS if not (args.quick and c[1] in SPEED)]
+    only = None if args.models is None else set(args.models.split(","))
+    configs = [c for c in CONFIGS if not (args.quick and c[1] in SPEED)
+               and (only is None or c[1] in only)]
     print(f"# stage search, schedule {args.schedule}: each choice's iteration time by the "
           f"objective (every move priced by reshard) and by the pipeline simulator (sim); "
           f"reshard's choice is the simulator's pick among the DP's best {FEW} and both "

@@ -1,7 +1,8 @@
 """The baselines a stage search is measured against.
 
 * :func:`uniform`: Megatron's way: ``p`` stages of equal layer count (the last takes
-  the rest) on equal submeshes, one candidate on every layer of a kind (layers with
+  the rest; with virtual stages ``v p`` pieces, placed as the schedule places them) on
+  equal submeshes, one candidate on every layer of a kind (layers with
   the same candidate names: a MoE model's dense and expert layers are two kinds); the
   best ``p`` and candidates by the real objective (as a user tuning Megatron's ``--pipeline-model-
   parallel-size`` would).
@@ -19,59 +20,60 @@ from reshard.cluster import Cluster
 from reshard.errors import SearchError
 from reshard.planner.estimates import CostCache
 from reshard.search.costs import MoveCosts
-from reshard.search.model import Budget, Choice, Layer, Stage, placements
+from reshard.search.kinds import SearchSchedule, parse
+from reshard.search.memory import Orders, in_flight
+from reshard.search.model import (
+    Budget,
+    Choice,
+    Layer,
+    Placement,
+    Shape,
+    Stage,
+    devices,
+    placements,
+)
 from reshard.search.objective import evaluate
+from reshard.search.virtual import piece_submeshes
 
 
 def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
             schedule: str = "1f1b", cache: CostCache | None = None,
             memory_limit: int | None = None, *, costs: MoveCosts | None = None,
             time_limit: float | Budget | None = None,
-            edges: Sequence[tuple[int, int]] | None = None) -> Choice:
+            edges: Sequence[tuple[int, int]] | None = None,
+            chunks: int | None = None, orders: Orders | None = None) -> Choice:
     """The best Megatron-style choice (module docstring) by the real objective, among
-    those whose every stage holds at most ``memory_limit`` bytes per device (``costs``:
-    priced moves to share; ``time_limit``: as the search's; ``edges``: as
-    :func:`reshard.search.evaluate` takes them)."""
+    those whose every stage holds at most ``memory_limit`` bytes per device as the
+    schedule holds them (:mod:`reshard.search.memory`; with virtual stages each piece
+    ``1 / chunks`` of it, as the search holds them) (``costs``: priced moves to share;
+    ``time_limit``: as the search's; ``edges``: as :func:`reshard.search.evaluate`
+    takes them; ``chunks``: pieces per submesh under interleaved 1F1B, default 2;
+    ``orders``: the search's pipeline schedules, kept)."""
     budget = Budget.of(time_limit)
-    limit = math.inf if memory_limit is None else memory_limit
+    sched = parse(SearchSchedule, schedule, "schedule")
+    v = sched.chunks(chunks)
+    limit = (math.inf if memory_limit is None else memory_limit) / v
     if costs is None or costs.free:
         costs = MoveCosts(cluster, cache=CostCache() if cache is None else cache)
-    total, n = len(cluster.devices), len(layers)
     best: Choice | None = None
-    shapes = sorted({s for layer in layers for s in layer.candidates})
-    for shape in shapes:
-        size = shape[0] * shape[1]
-        if total % size:
-            continue
-        p = total // size
-        if p > n:
-            continue
-        places = [placements(cluster, shape, k * size) for k in range(p)]
-        if any(pl is None for pl in places):
-            continue
-        # layers of one kind (the same candidate names) take one candidate: a name per kind
+    for shape in sorted({s for layer in layers for s in layer.candidates}):
         kinds = sorted({tuple(sorted(c.name for c in layer.candidates.get(shape, ())))
                         for layer in layers})
-        if any(not kind for kind in kinds):
+        cut = _cut(layers, cluster, shape, sched, v, microbatches, orders)
+        if cut is None or any(not kind for kind in kinds):
             continue
-        per = math.ceil(n / p)
+        bounds, places, counts = cut
         for picks in _picks(layers, shape, kinds):
             pick = dict(zip(kinds, picks))
             names = [pick[tuple(sorted(c.name for c in layer.candidates[shape]))]
                      for layer in layers]
-            stages = []
-            for k, pl in enumerate(places):
-                first, last = k * per, min(n, (k + 1) * per) - 1
-                if first > last or pl is None:
-                    break
-                stages.append(Stage(first, last, pl, tuple(names[first:last + 1]), 0, 0, 0))
-            if len(stages) != p or stages[-1].last != n - 1 or any(
-                    sum(next(c.memory for c in layers[k].candidates[shape]
-                             if c.name == names[k])
-                        for k in range(st.first, st.last + 1)) > limit for st in stages):
+            if any(_held(layers, shape, names, a, z, n) > limit
+                   for (a, z), n in zip(bounds, counts)):
                 continue
+            stages = [Stage(a, z, pl, tuple(names[a:z + 1]), 0, 0, 0)
+                      for (a, z), pl in zip(bounds, places)]
             budget.check("choosing Megatron's uniform baseline (on {})", shape)
-            got = evaluate(layers, stages, cluster, microbatches, schedule, costs, edges)
+            got = evaluate(layers, stages, cluster, microbatches, sched, costs, edges, v)
             if best is None or got.time < best.time:
                 best = got
     if best is None:
@@ -79,6 +81,40 @@ def uniform(layers: Sequence[Layer], cluster: Cluster, microbatches: int,
                           "stages whose layers all have candidates on it, within the "
                           "memory limit")
     return best
+
+
+def _cut(layers: Sequence[Layer], cluster: Cluster, shape: Shape, schedule: SearchSchedule,
+         chunks: int, microbatches: int, orders: Orders | None = None
+         ) -> tuple[list[tuple[int, int]], list[Placement], tuple[int, ...]] | None:
+    """Equal pieces of ``layers`` (the last takes the rest) on the submeshes of
+    ``shape`` tiling ``cluster``, as the schedule places them: each piece's (first,
+    last) layer, its submesh and its in-flight count; None where they do not fit."""
+    n, total, size = len(layers), devices(cluster), shape[0] * shape[1]
+    if total % size:
+        return None
+    p = total // size
+    pieces = p * chunks
+    if pieces > n or microbatches < schedule.traits.fewest * p:
+        return None
+    subs = [placements(cluster, shape, k * size) for k in range(p)]
+    per = math.ceil(n / pieces)
+    bounds = [(k * per, min(n, (k + 1) * per) - 1) for k in range(pieces)]
+    if any(pl is None for pl in subs) or any(a > z for a, z in bounds):
+        return None
+    places = [subs[k] for k in piece_submeshes(schedule, p, chunks)]
+    return bounds, places, in_flight(schedule, p, chunks, microbatches,  # type: ignore[return-value]
+                                     orders)
+
+
+def _held(layers: Sequence[Layer], shape: Shape, names: Sequence[str], first: int, last: int,
+          in_flight: int) -> int:
+    """Bytes per device of layers ``first..last`` running the candidates ``names`` on a
+    submesh of ``shape`` with ``in_flight`` microbatches' activations."""
+    out = 0
+    for k in range(first, last + 1):
+        c = next(c for c in layers[k].candidates[shape] if c.name == names[k])
+        out += c.memory + in_flight * c.activations
+    return out
 
 
 MAX_PICKS = 4096

@@ -4,7 +4,8 @@ blocks; inside a block every layer keeps its own candidate.
 
 A block candidate is a path through the block's layers on one submesh shape (a
 candidate per layer, the moves between them priced by reshard on the shape's first
-submesh): per (first candidate, last candidate), the Pareto front of (time, memory)
+submesh): per (first candidate, last candidate), the Pareto front of (time, memory,
+activations)
 (:func:`reshard.search.options.paths`, the stage DP's own). It takes the first
 layer's input layout and gives the last layer's output; its compute is the path's
 time, moves included. A MoE block of a dense and an expert layer so keeps dense dp
@@ -48,14 +49,14 @@ def _block_candidates(part: Sequence[Layer], shape: Shape, costs: MoveCosts,
     if last != len(part) - 1:
         return ()
     for (entry, exit_), front in fronts.items():
-        for t, mem, _, trail in front:
+        for t, mem, act, _, trail in front:
             names = names_of(trail)
             name = names[0] if len(set(names)) == 1 else "+".join(names)
             while (index, shape, name) in runs:
                 name += "'"
             runs[(index, shape, name)] = names
             got.append(checked_already(Candidate, name=name, compute=t, input=entry,
-                                       output=exit_, memory=mem, grads=0))
+                                       output=exit_, memory=mem, grads=0, activations=act))
     return tuple(got)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reshard.cluster import Cluster
 from reshard.errors import SearchError
@@ -31,6 +31,8 @@ from reshard.search.baselines import uniform
 from reshard.search.blocks import blocks, expand
 from reshard.search.checks import integer, optional_limit, spec_rank
 from reshard.search.costs import MoveCosts
+from reshard.search.kinds import MOVES, Moves, SearchSchedule, parse
+from reshard.search.memory import Orders, chain_in_flight
 from reshard.search.model import (
     Budget,
     Choice,
@@ -41,20 +43,19 @@ from reshard.search.model import (
     placements,
 )
 from reshard.search.objective import (
-    MOVES,
     SCHEDULES,
     chain_edges,
     evaluate,
     named_candidates,
     objective,
-    parse_choice_name,
     period,
     price,
     stage_index,
 )
-from reshard.search.options import Links, Option, place_class, stage_options
+from reshard.search.options import Links, Option, most_in_flight, place_class, stage_options
 from reshard.search.simulated import rerank as rerank_choices
-from reshard.search.stagedp import best_paths, build, path_stages
+from reshard.search.stagedp import Holding, Path, best_paths, build, path_stages
+from reshard.search.virtual import holding, place_pieces, virtual_shapes
 
 MAX_BLOCKS = 48
 """A chain of more layers than this is searched in blocks of ``ceil(L / MAX_BLOCKS)``
@@ -130,34 +131,36 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
                  moves: str = "priced", cache: CostCache | None = None,
                  block: int | None = None, time_limit: float | Budget | None = None,
                  rerank: int = RERANK,
-                 edges: Sequence[tuple[int, int]] | None = None) -> Choice:
+                 edges: Sequence[tuple[int, int]] | None = None,
+                 chunks: int | None = None) -> Choice:
     """The stages, submeshes and candidates of ``layers`` (module docstring) on
     ``cluster`` with ``microbatches`` microbatches.
 
     Args:
         layers: the chain, first layer first.
-        cluster: a regular cluster (hosts of one size, devices numbered host by host);
-            every device is used, by one stage.
+        cluster: a regular cluster (hosts of one size, devices numbered host by host).
         microbatches: B.
-        schedule: ``"1f1b"`` or ``"eager-1f1b"``.
-        memory_limit: the most bytes a device may hold (the sum of its stage's
-            candidates' ``memory``); None: no limit.
+        schedule: a :class:`~reshard.search.kinds.SearchSchedule` or its name
+            (``"interleaved-1f1b"``, ``"zb-v"``, ``"dualpipe-v"``: virtual stages,
+            :mod:`reshard.search.virtual`).
+        memory_limit: the most bytes a device may hold (its stage's candidates'
+            ``memory``, and their ``activations`` times the stage's in-flight count
+            under the schedule: :mod:`reshard.search.memory`); None: no limit.
         moves: ``"priced"`` (reshard's estimates) or ``"free"`` (moves cost 0 while
-            choosing, Alpa's way; the answer then reports the cost the choice really has).
+            choosing, Alpa's way; the answer reports the cost the choice really has).
         cache: reshard's estimates, kept across searches.
         block: search in blocks of this many layers (:mod:`reshard.search.blocks`);
             default 1 up to :data:`MAX_BLOCKS` layers, else ``ceil(L / MAX_BLOCKS)``.
             The DP is exact over stage boundaries between blocks, and a choice's time is
             the objective of its stages on the layers themselves.
-        time_limit: the most seconds the search may take, every phase included (None:
-            no limit).
+        time_limit: the most seconds the search may take, every phase included.
         rerank: how many of the DP's best choices the pipeline simulator re-ranks with
             the baselines' (the answer's ``simulated`` is set, and it never simulates
             slower than Alpa's or Megatron's choice); 0: the objective's best, exact,
             unsimulated (also with ``moves="free"``: Alpa's choice is that DP's own).
         edges: a graph's edges (:class:`reshard.search.Graph`): the DP prices the moves
-            between consecutive layers joined by one, and no others (default: every
-            consecutive pair, a chain).
+            between consecutive layers joined by one (default: every pair, a chain).
+        chunks: pieces per submesh under interleaved 1F1B (default 2).
 
     Raises:
         SearchError: bad input (naming the layer, candidate or value), no stages that
@@ -165,7 +168,7 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
             the phase it was spent in).
     """
     ask = _Ask.of(layers, cluster, microbatches, schedule, memory_limit, moves, cache, block,
-                  time_limit, edges)
+                  time_limit, edges, chunks)
     keep = integer(rerank, "rerank", 0)
     base = _baselines(ask) if ask.how == "priced" else []
     bound = min((c.time for c in base), default=math.inf)
@@ -181,7 +184,7 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
     if keep == 0 or ask.how == "free":  # Alpa's choice is the moves-free DP's own
         return found[0]
     ranked = rerank_choices(layers, [*found, *base], cluster, ask.costs, ask.edges,
-                            time_limit=ask.budget)
+                            time_limit=ask.budget, orders=ask.orders)
     return ranked[0]
 
 
@@ -190,7 +193,8 @@ def best_few(layers: Sequence[Layer], cluster: Cluster, microbatches: int, count
              moves: str = "priced", cache: CostCache | None = None,
              block: int | None = None, bound: float | None = None,
              time_limit: float | Budget | None = None,
-             edges: Sequence[tuple[int, int]] | None = None) -> list[Choice]:
+             edges: Sequence[tuple[int, int]] | None = None,
+             chunks: int | None = None) -> list[Choice]:
     """The DP's best answer first, then up to ``count - 1`` more: the least-sum stages
     under each other bound on the slowest stage's period that could still be among the
     best ``count`` (each the best choice whose slowest stage is that bound's), best
@@ -199,7 +203,7 @@ def best_few(layers: Sequence[Layer], cluster: Cluster, microbatches: int, count
     search whose objective is another, :func:`reshard.search.search_graph`'s, gives its
     own). Other arguments and errors as :func:`search_chain`'s."""
     ask = _Ask.of(layers, cluster, microbatches, schedule, memory_limit, moves, cache, block,
-                  time_limit, edges)
+                  time_limit, edges, chunks)
     n = integer(count, "count", 1)
     base: list[Choice] = []
     if bound is None and ask.how == "priced":
@@ -216,14 +220,16 @@ class _Ask:
     layers: Sequence[Layer]
     cluster: Cluster
     microbatches: int
-    sched: str
-    how: str
+    sched: SearchSchedule
+    how: Moves
     limit: float
     memory_limit: int | None
     costs: MoveCosts
     size: int
     budget: Budget
     links: Links = None
+    chunks: int = 1
+    orders: Orders = field(default_factory=Orders, compare=False)
 
     @property
     def edges(self) -> list[tuple[int, int]] | None:
@@ -234,11 +240,12 @@ class _Ask:
     def of(cls, layers: Sequence[Layer], cluster: Cluster, microbatches: object,
            schedule: str, memory_limit: object, moves: str, cache: CostCache | None,
            block: object, time_limit: object,
-           edges: Sequence[tuple[int, int]] | None = None) -> _Ask:
+           edges: Sequence[tuple[int, int]] | None = None, chunks: object = None) -> _Ask:
         """The arguments checked (:func:`check_layers`)."""
         budget = Budget.of(time_limit)
-        sched = parse_choice_name(schedule, SCHEDULES, "schedule")
-        how = parse_choice_name(moves, MOVES, "moves")
+        sched = parse(SearchSchedule, schedule, "schedule")
+        how = parse(Moves, moves, "moves")
+        v = sched.chunks(None if chunks is None else integer(chunks, "chunks (per submesh)", 1))
         mem = optional_limit(memory_limit, "memory_limit (bytes per device)")
         limit = math.inf if mem is None else mem
         b = check_layers(layers, cluster, microbatches, limit, edges)
@@ -249,11 +256,11 @@ class _Ask:
         costs = MoveCosts(cluster, how == "free", CostCache() if cache is None else cache)
         links = None if edges is None else frozenset(u for u, v in edges if v == u + 1)
         return cls(tuple(layers), cluster, b, sched, how, limit, mem, costs, size, budget,
-                   links)
+                   links, v, Orders(budget=budget))
 
     def free(self) -> _Ask:
         """The same search with moves free."""
-        return dataclasses.replace(self, how="free",
+        return dataclasses.replace(self, how=Moves.FREE,
                                    costs=MoveCosts(self.cluster, True, self.costs.cache))
 
     def priced(self) -> MoveCosts:
@@ -267,7 +274,8 @@ def _megatron(ask: _Ask) -> list[Choice]:
     try:
         return [uniform(ask.layers, ask.cluster, ask.microbatches, ask.sched,
                         memory_limit=ask.memory_limit, costs=ask.priced(),
-                        time_limit=ask.budget, edges=ask.edges)]
+                        time_limit=ask.budget, edges=ask.edges, chunks=ask.chunks,
+                        orders=ask.orders)]
     except SearchError as e:
         if "time_limit" in str(e):
             raise
@@ -288,38 +296,95 @@ def _best(ask: _Ask, count: int, bound: float | None) -> list[Choice]:
     above ``bound``."""
     layers = ask.layers
     if ask.size > 1:
-        merged, firsts, runs, joined = blocks(layers, ask.size, ask.costs, ask.limit,
-                                              ask.budget, ask.links)
+        merged, firsts, runs, joined = blocks(layers, ask.size, ask.costs,
+                                              ask.limit / ask.chunks, ask.budget, ask.links)
         got = _best(dataclasses.replace(ask, layers=tuple(merged), size=1, links=joined),
                     count, bound)
         out = [evaluate(layers, expand(c.stages, runs, firsts, len(layers)), ask.cluster,
-                        ask.microbatches, ask.sched, ask.priced(), ask.edges) for c in got]
+                        ask.microbatches, ask.sched, ask.priced(), ask.edges, ask.chunks)
+               for c in got]
         return sorted(out, key=lambda c: c.time)
-    b1 = ask.microbatches - 1
     top = math.inf if bound is None else bound
+    b1 = ask.microbatches - 1
     cap = top / b1 if b1 and math.isfinite(top) else math.inf
-    options = _options(layers, ask.cluster, ask.costs, ask.limit, ask.budget, cap, ask.links)
-    g = build(options, layers, devices(ask.cluster), len(ask.cluster.hosts[0]),
-              ask.sched, ask.microbatches, ask.costs, top, ask.budget, ask.links)
-    done = (len(layers), devices(ask.cluster))
-    found = best_paths(g, done, ask.microbatches, count, ask.budget)
+    found = (_virtual_paths if ask.sched.virtual else _chain_paths)(ask, count, top, cap)
     if not found and bound is None:
         _no_answer(ask)
     out = []
     for path in found:
         stages = path_stages(path)
         out.append(evaluate(layers, stages, ask.cluster, ask.microbatches, ask.sched,
-                            ask.priced(), ask.edges) if ask.how == "free"
-                   else objective(stages, ask.microbatches, ask.sched))
-    return sorted(out, key=lambda c: c.time)
+                            ask.priced(), ask.edges, ask.chunks) if ask.how == Moves.FREE
+                   else objective(stages, ask.microbatches, ask.sched, ask.chunks))
+    return sorted(out, key=lambda c: c.time)[:count]
+
+
+def _chain_paths(ask: _Ask, count: int, top: float, cap: float) -> list[Path]:
+    """The one-chunk DP's best ``count`` paths (a stage per submesh), none above
+    ``top``, no stage's inner time above ``cap``."""
+    layers, total = ask.layers, devices(ask.cluster)
+    held = _most_held(ask)
+    options = _options(layers, ask.cluster, ask.costs, ask.limit, ask.budget, cap,
+                       ask.links, None, held)
+    g = build(options, layers, total, len(ask.cluster.hosts[0]), ask.sched,
+              ask.microbatches, ask.costs, top, ask.budget, ask.links,
+              _chain_holding(ask, options, held))
+    return best_paths(g, (len(layers), total), ask.microbatches, count, ask.budget)
+
+
+def _virtual_paths(ask: _Ask, count: int, top: float, cap: float) -> list[Path]:
+    """The virtual-stage DP's best ``count`` paths over every submesh shape
+    (:mod:`reshard.search.virtual`), as :func:`_chain_paths`."""
+    layers, slots = ask.layers, ask.chunks * devices(ask.cluster)
+    found: list[Path] = []
+    for shape, places in virtual_shapes(layers, ask.cluster, ask.sched, ask.chunks,
+                                        ask.microbatches):
+        hold = holding(ask.sched, len(places), ask.chunks, ask.microbatches, ask.limit,
+                       places[0].size, ask.orders)
+        most = [max(hold.slots.values()) if hold.slots else 1] * len(layers)
+        options = place_pieces(_options(layers, ask.cluster, ask.costs, hold.limit,
+                                        ask.budget, cap, ask.links, [shape], most),
+                               places, ask.sched, ask.chunks)
+        g = build(options, layers, slots, len(ask.cluster.hosts[0]), ask.sched,
+                  ask.microbatches, ask.costs, top, ask.budget, ask.links, hold)
+        found += best_paths(g, (len(layers), slots), ask.microbatches, count, ask.budget)
+    return found
+
+
+def _chain_holding(ask: _Ask, options: Sequence[Option], held: Sequence[int]) -> Holding:
+    """Where a one-chunk stage option fits the memory limit: by the stages still to come
+    (:class:`reshard.search.stagedp.Holding`), counted as far as some option's fit
+    changes (none: no count); ``held``: :func:`_most_held`."""
+    b = ask.microbatches
+    need = max((n + 1 for n, o in ((most_in_flight(o.memory, o.activations, ask.limit), o)
+                                   for o in options) if n < held[o.first]), default=0)
+    if need == 0:
+        return Holding(ask.limit)
+    top = 1
+    while chain_in_flight(ask.sched, top + 1, b) < min(need, held[0]):
+        top += 1
+    return Holding(ask.limit, tuple(chain_in_flight(ask.sched, k, b) for k in range(1, top + 2)))
+
+
+def _most_held(ask: _Ask) -> list[int]:
+    """Per first layer, the most microbatches a one-chunk stage starting there can hold
+    (the most stages from there on: each a layer on a submesh of the smallest shape)."""
+    smallest = min(s[0] * s[1] for layer in ask.layers for s in layer.candidates)
+    n, total = len(ask.layers), devices(ask.cluster)
+    return [chain_in_flight(ask.sched, min(n - i, total // smallest), ask.microbatches)
+            for i in range(n)]
 
 
 def _no_answer(ask: _Ask) -> None:
     shapes = sorted({s for layer in ask.layers for s in layer.candidates
                      if placements(ask.cluster, s, 0) is not None})
+    how = "" if not ask.sched.virtual else (
+        f" as {ask.chunks} pieces of at least one layer on each of its submeshes of one "
+        f"shape ({ask.sched.value})")
     raise SearchError(
         f"no stages use all {devices(ask.cluster)} devices: the layers' submesh "
         f"shapes that fit the cluster {shapes} cannot tile it with every layer in a stage"
+        + how
         + ("" if ask.memory_limit is None else
            f" within the memory limit of {ask.memory_limit} bytes per device")
         + "; give more layers, candidates on other shapes"
@@ -327,12 +392,16 @@ def _no_answer(ask: _Ask) -> None:
 
 
 def _options(layers: Sequence[Layer], cluster: Cluster, costs: MoveCosts, limit: float,
-             budget: Budget, cap: float, links: Links = None) -> list[Option]:
-    """Every stage option, none whose inner time passes ``cap``: built once per submesh
-    shape and place on a host (:mod:`reshard.search.options`), placed on every submesh
-    of that class."""
+             budget: Budget, cap: float, links: Links = None,
+             only: Sequence[Shape] | None = None,
+             enough: Sequence[int] | None = None) -> list[Option]:
+    """Every stage option (on the shapes ``only`` where given; ``enough``: per first
+    layer the most microbatches a stage there can hold), none whose inner time passes
+    ``cap``: built once per submesh shape and place on a host
+    (:mod:`reshard.search.options`), placed on every submesh of that class."""
     per = len(cluster.hosts[0])
-    shapes: list[Shape] = sorted({s for layer in layers for s in layer.candidates})
+    shapes: list[Shape] = sorted({s for layer in layers for s in layer.candidates}
+                                 if only is None else only)
     out: list[Option] = []
     for shape in shapes:
         classes: dict[int, list[int]] = {}
@@ -342,7 +411,8 @@ def _options(layers: Sequence[Layer], cluster: Cluster, costs: MoveCosts, limit:
         for offset, firsts in classes.items():
             home = placements(cluster, shape, offset)
             assert home is not None  # a submesh of the class on the first host fits
-            built = [stage_options(layers, home, i, costs, limit, budget, cap, links)
+            built = [stage_options(layers, home, i, costs, limit, budget, cap, links,
+                                   math.inf if enough is None else enough[i])
                      for i in range(len(layers))]
             for d in firsts:
                 p = placements(cluster, shape, d)

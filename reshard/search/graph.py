@@ -43,21 +43,19 @@ from reshard.search.baselines import uniform
 from reshard.search.chain import best_few, check_layers, search_chain
 from reshard.search.checks import integer, real
 from reshard.search.costs import MoveCosts
+from reshard.search.kinds import METHODS, Method, SearchSchedule, parse
+from reshard.search.memory import Orders, in_flight
 from reshard.search.model import Budget, Candidate, Choice, Layer, Stage
 from reshard.search.objective import (
     chain_edges,
     evaluate,
     named_candidates,
     objective,
-    parse_choice_name,
     price,
     stage_index,
 )
 from reshard.search.simulated import rerank as rerank_choices
 from reshard.spec import ShardingSpec
-
-METHODS = ("descent", "mcmc")
-"""How :func:`search_graph` chooses layouts at fixed stages."""
 
 
 @dataclass(frozen=True)
@@ -177,36 +175,45 @@ def _order(n: int, edges: Sequence[tuple[int, int]]) -> list[int]:
 
 def evaluate_graph(graph: Graph, stages: Sequence[Stage], cluster: Cluster,
                    microbatches: int, schedule: str = "1f1b",
-                   costs: MoveCosts | None = None) -> Choice:
+                   costs: MoveCosts | None = None, chunks: int | None = None) -> Choice:
     """The objective of ``stages`` (their layers' candidates by name) on ``graph``, every
-    edge priced by reshard."""
+    edge priced by reshard (``chunks``: pieces per submesh, as
+    :func:`reshard.search.evaluate` takes it)."""
     return evaluate(graph.layers, stages, cluster, microbatches, schedule, costs,
-                    edges=graph.edges)
+                    edges=graph.edges, chunks=chunks)
 
 
 class _Layouts:
-    """The objective of candidate choices at fixed stages, and their memory."""
+    """The objective of candidate choices at fixed stages (pieces, ``chunks`` per
+    submesh), and their memory as the schedule holds it (each piece within ``1 /
+    chunks`` of the limit, as the stage DP holds it)."""
 
     def __init__(self, graph: Graph, stages: Sequence[Stage], microbatches: int,
-                 schedule: str, costs: MoveCosts, limit: float) -> None:
+                 schedule: str, costs: MoveCosts, limit: float, chunks: int = 1,
+                 orders: Orders | None = None) -> None:
         self.graph, self.stages, self.costs = graph, list(stages), costs
-        self.microbatches, self.schedule, self.limit = microbatches, schedule, limit
+        self.microbatches, self.schedule, self.chunks = microbatches, schedule, chunks
+        self.limit = limit / chunks
         self.options: list[tuple[Candidate, ...]] = [
             tuple(graph.layers[k].candidates.get(st.placement.shape, ()))
             for st in stages for k in range(st.first, st.last + 1)]
         self.stage_of = stage_index(stages)  # priced many times: derived once
+        self.held = in_flight(SearchSchedule(schedule), len(stages) // chunks, chunks,
+                              microbatches, orders)
 
     def time(self, picks: Sequence[Candidate]) -> float:
         """The objective, or inf where a stage holds more than the limit."""
-        for st in self.stages:
-            if sum(c.memory for c in picks[st.first:st.last + 1]) > self.limit:
+        for st, n in zip(self.stages, self.held):
+            if sum(c.memory + n * c.activations
+                   for c in picks[st.first:st.last + 1]) > self.limit:
                 return math.inf
         return self.choice(picks).time
 
     def choice(self, picks: Sequence[Candidate]) -> Choice:
         """The priced choice."""
         return objective(price(self.graph.layers, self.graph.edges, self.stages, picks,
-                               self.costs, self.stage_of), self.microbatches, self.schedule)
+                               self.costs, self.stage_of), self.microbatches, self.schedule,
+                         self.chunks)
 
 
 def _descent(lay: _Layouts, picks: list[Candidate], budget: Budget) -> list[Candidate]:
@@ -256,19 +263,21 @@ def _mcmc(lay: _Layouts, picks: list[Candidate], steps: int, seed: int,
 
 
 def _baselines(graph: Graph, cluster: Cluster, microbatches: int, costs: MoveCosts,
-               kw: dict[str, Any]) -> list[Choice]:
+               kw: dict[str, Any], orders: Orders) -> list[Choice]:
     """Alpa's choice (the chain DP with moves free) and Megatron's (where it has one),
     each priced on the graph: they bound the chain DP (whose own bound is the chain's
     objective, which skip connections raise) and are refined as well, so the answer is
     never slower than either."""
     schedule, budget = kw["schedule"], kw["time_limit"]
     free = search_chain(graph.layers, cluster, microbatches, moves="free", rerank=0, **kw)
-    base = [evaluate_graph(graph, free.stages, cluster, microbatches, schedule, costs)]
+    base = [evaluate_graph(graph, free.stages, cluster, microbatches, schedule, costs,
+                           free.chunks)]
     try:
         mega = uniform(graph.layers, cluster, microbatches, schedule,
                        memory_limit=kw["memory_limit"], costs=costs, time_limit=budget,
-                       edges=graph.edges)
-        base.append(evaluate_graph(graph, mega.stages, cluster, microbatches, schedule, costs))
+                       edges=graph.edges, chunks=kw["chunks"], orders=orders)
+        base.append(evaluate_graph(graph, mega.stages, cluster, microbatches, schedule, costs,
+                                   mega.chunks))
     except SearchError as e:
         if "time_limit" in str(e):
             raise
@@ -280,14 +289,14 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
                  method: str = "descent", few: int = 4, steps: int = 2000, seed: int = 0,
                  beta: float = 0.05, cache: CostCache | None = None,
                  block: int | None = None, time_limit: float | Budget | None = None,
-                 rerank: bool = True) -> Choice:
+                 rerank: bool = True, chunks: int | None = None) -> Choice:
     """Stages, submeshes and candidates of ``graph``'s layers (module docstring).
 
     Args:
         graph: the model.
-        cluster, microbatches, schedule, memory_limit, cache, block, time_limit: as
-            :func:`reshard.search.search_chain` takes them (the time limit covers the
-            whole search).
+        cluster, microbatches, schedule, memory_limit, cache, block, time_limit, chunks:
+            as :func:`reshard.search.search_chain` takes them (the time limit covers
+            the whole search).
         method: ``"descent"`` or ``"mcmc"``.
         few: how many of the chain DP's best stage choices to refine.
         steps: MCMC's proposals per stage choice.
@@ -301,7 +310,7 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
         SearchError: as :func:`reshard.search.search_chain`, or an unknown method, or
             ``few``, ``steps``, ``seed``, ``beta`` out of range.
     """
-    how = parse_choice_name(method, METHODS, "method")
+    how = parse(Method, method, "method")
     if not isinstance(graph, Graph):
         raise SearchError(f"graph must be a reshard.search.Graph, got {type(graph).__name__}")
     n_few, n_steps = integer(few, "few", 1), integer(steps, "steps", 0)
@@ -312,33 +321,35 @@ def search_graph(graph: Graph, cluster: Cluster, microbatches: int, *,
     costs = MoveCosts(cluster, cache=CostCache() if cache is None else cache)
     kw: dict[str, Any] = {"schedule": schedule, "memory_limit": memory_limit,
                           "cache": costs.cache, "block": block, "time_limit": budget,
-                          "edges": graph.edges}
-    base = _baselines(graph, cluster, microbatches, costs, kw)
+                          "edges": graph.edges, "chunks": chunks}
+    orders = Orders(budget=budget)
+    base = _baselines(graph, cluster, microbatches, costs, kw, orders)
     bound = min(c.time for c in base)
     seeds = best_few(graph.layers, cluster, microbatches, n_few, bound=bound, **kw)
     refined: list[Choice] = []
     for got in [*seeds, *base]:
-        lay = _Layouts(graph, got.stages, microbatches, got.schedule, costs, limit)
+        lay = _Layouts(graph, got.stages, microbatches, got.schedule, costs, limit, got.chunks,
+                       orders)
         picks = named_candidates(graph.layers, got.stages)
-        picks = _descent(lay, picks, budget) if how == "descent" else _mcmc(
+        picks = _descent(lay, picks, budget) if how == Method.DESCENT else _mcmc(
             lay, picks, n_steps, the_seed, temp, budget)
         refined.append(lay.choice(picks))
     if not rerank:
         return min(refined, key=lambda c: c.time)
     return rerank_choices(graph.layers, [*sorted(refined, key=lambda c: c.time), *base],
-                          cluster, costs, graph.edges, time_limit=budget)[0]
+                          cluster, costs, graph.edges, time_limit=budget, orders=orders)[0]
 
 
 def brute_layouts(graph: Graph, stages: Sequence[Stage], cluster: Cluster,
                   microbatches: int, schedule: str = "1f1b",
-                  memory_limit: int | None = None, costs: MoveCosts | None = None
-                  ) -> Choice | None:
+                  memory_limit: int | None = None, costs: MoveCosts | None = None,
+                  chunks: int = 1) -> Choice | None:
     """The least objective over every candidate of every layer at ``stages`` (None:
     none within the memory limit): what the descent is measured against, on small
     graphs."""
     costs = MoveCosts(cluster) if costs is None else costs
     lay = _Layouts(graph, stages, microbatches, schedule, costs,
-                   math.inf if memory_limit is None else memory_limit)
+                   math.inf if memory_limit is None else memory_limit, chunks)
     best, best_picks = math.inf, None
     for picks in itertools.product(*lay.options):
         t = lay.time(picks)

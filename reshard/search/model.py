@@ -43,11 +43,15 @@ class Candidate:
         input: the layout of the layer's input activation (``ShardingSpec`` text on
             the submesh, e.g. ``"S0R"``: batch split over the submesh's hosts).
         output: the layout of its output activation.
-        memory: bytes it holds on each device (weights, optimizer state and the
-            activations it keeps).
+        memory: bytes it holds on each device whatever the schedule (weights,
+            gradients, optimizer state, working buffers; before ``activations`` was a
+            field, also the activations it keeps).
         grads: bytes of weight gradients each device holds, all-reduced across
             data-parallel replicas of the pipeline once per iteration
             (:mod:`reshard.search.replicas`); 0: none.
+        activations: bytes it keeps on each device per microbatch in flight (from its
+            forward to the end of its backward); the schedule decides how many
+            microbatches a stage holds at once (:mod:`reshard.search.memory`); 0: none.
     """
 
     name: str
@@ -56,6 +60,7 @@ class Candidate:
     output: str
     memory: int = 0
     grads: int = 0
+    activations: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -67,6 +72,9 @@ class Candidate:
                            integer(self.memory, f"candidate {self.name!r}: memory (bytes)", 0))
         object.__setattr__(self, "grads",
                            integer(self.grads, f"candidate {self.name!r}: grads (bytes)", 0))
+        object.__setattr__(self, "activations", integer(
+            self.activations, f"candidate {self.name!r}: activations (bytes per microbatch)",
+            0))
         for what in ("input", "output"):
             spec_rank(getattr(self, what), f"candidate {self.name!r}: its {what} layout")
 
@@ -225,13 +233,17 @@ class Choice:
     Attributes:
         stages: the stages, in pipeline order.
         microbatches: B.
-        schedule: the schedule the objective models (:data:`SCHEDULES`).
+        schedule: the schedule the objective models
+            (:class:`reshard.search.kinds.SearchSchedule`; equal to its name).
         time: the objective's iteration time (seconds).
         compute: of it, the bottleneck stage's compute over all microbatches.
         transfer: of it, the bottleneck stage's exposed moves over all microbatches.
         bubble: the rest (pipeline fill and drain).
         simulated: the pipeline simulator's iteration time of it, where it was asked
             (:func:`reshard.search.rerank`); None otherwise.
+        chunks: stages per submesh (virtual stages: ``stages`` are the pieces in
+            pipeline order, ``len(stages) / chunks`` submeshes each holding ``chunks``
+            of them as the schedule places them); 1: a stage per submesh.
     """
 
     stages: tuple[Stage, ...]
@@ -242,6 +254,7 @@ class Choice:
     transfer: float
     bubble: float
     simulated: float | None = None
+    chunks: int = 1
 
 
 @dataclass(frozen=True)

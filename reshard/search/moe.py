@@ -31,6 +31,7 @@ from reshard.search.transformer import (
     BYTES_PER_PARAM,
     GPT,
     GRAD_BYTES,
+    activation_bytes,
     layer_candidates,
     submesh_shapes,
 )
@@ -76,7 +77,7 @@ def moe_candidates(model: MoE, cluster: Cluster, shape: Shape, peak_flops: float
     b, s, h = g.microbatch, g.seq, g.hidden
     attention, expert = 4 * h * h, 8 * h * h
     compute = 4 * model.flops() / (n * peak_flops * efficiency)
-    keep = (len(cluster.devices) * 2 + 34) * b * s * h
+    work, keep = activation_bytes(b * s * h)
 
     def allreduce(params: int) -> float:
         if n == 1:
@@ -86,14 +87,14 @@ def moe_candidates(model: MoE, cluster: Cluster, shape: Shape, peak_flops: float
 
     whole = attention + model.experts * expert
     out = [Candidate("dp", compute + allreduce(whole) / g.microbatches, "S01RR", "S01RR",
-                     BYTES_PER_PARAM * whole + keep // n, GRAD_BYTES * whole)]
+                     BYTES_PER_PARAM * whole + work // n, GRAD_BYTES * whole, keep // n)]
     if n > 1 and model.experts % n == 0:
         a2a = 4 * estimate((b * s, h), "bfloat16", Layout(mesh, "S01R"), Layout(mesh, "RS01"),
                            cluster, cache=cache)
         held = attention + model.experts // n * expert
         out.append(Candidate("ep", compute + a2a + allreduce(attention) / g.microbatches,
-                             "S01RR", "S01RR", BYTES_PER_PARAM * held + keep // n,
-                             GRAD_BYTES * held))
+                             "S01RR", "S01RR", BYTES_PER_PARAM * held + work // n,
+                             GRAD_BYTES * held, keep // n))
     return tuple(out)
 
 

@@ -1,18 +1,32 @@
 """The objective a stage search minimises, and any choice priced by it.
 
-A stage ``s`` spends per microbatch ``c_s`` (its layers' compute and the moves between
-its own layers) and ``m_s`` (its input activations moved from earlier stages, and their
-gradients moved back: reshard's estimates, :mod:`reshard.search.costs`). With ``B``
-microbatches
+A choice cuts the chain of layers into pieces (stages) in pipeline order: ``p``
+submeshes each hold ``v`` pieces (``v = 1`` for 1F1B and eager 1F1B; interleaved 1F1B
+puts piece ``j`` on submesh ``j mod p``; ZB-V and DualPipeV put pieces ``s`` and
+``2 p - 1 - s`` on submesh ``s``, a V). A piece ``j`` spends per microbatch ``c_j`` (its
+layers' compute and the moves between its own layers) and ``m_j`` (its input
+activations moved from earlier pieces, and their gradients moved back: reshard's
+estimates, :mod:`reshard.search.costs`; a move between two pieces of one submesh is
+priced too, on that submesh). Its *period* is ``t_j = c_j + m_j`` (the moves on the
+critical path), or ``max(c_j, m_j)`` under eager 1F1B (a stage sends its next
+activation while it computes, so a move hides behind compute). With ``B``
+microbatches, ``S = sum_j (c_j + m_j)`` and ``t = max_j t_j``::
 
-* ``1f1b`` (the moves on the critical path): ``T = sum_s (c_s + m_s) + (B - 1) * max_s
-  (c_s + m_s)``;
-* ``eager-1f1b`` (a stage sends its next activation while it computes, so a move hides
-  behind compute): ``T = sum_s (c_s + m_s) + (B - 1) * max_s max(c_s, m_s)``.
+    T = max(S + (B - 1) t,  S / v + (B v - 1) t)
 
-An edge (a producer's output taken by a consumer) inside a stage is an inner move of
-it; one from an earlier stage (a skip connection may cross several) a move in of the
-stage it enters.
+With ``v = 1`` both terms are 1F1B's ``sum_s (c_s + m_s) + (B - 1) max_s t_s``. With
+``v`` pieces per submesh of equal periods ``t`` and moves free, ``S = v p t`` and ``T =
+max((v p + B - 1) t, (B v + p - 1) t)``: the pipeline simulator's interleaved 1F1B to
+the digit (``tests/unit/test_search_virtual.py``: every ``p <= 4``, ``v <= 3``, ``B <=
+16``); ZB-V and DualPipeV simulate up to ``(p - 1) t`` shorter (their zero-bubble
+orders fill part of the fill and drain). With pieces of unequal periods the slowest
+piece stands for its submesh (``v t`` bounds a submesh's work per microbatch), and the
+simulator's time is within a few percent of ``T`` either way (the test measures the
+band on random pieces and moves).
+
+An edge (a producer's output taken by a consumer) inside a piece is an inner move of
+it; one from an earlier piece (a skip connection may cross several) a move in of the
+piece it enters.
 """
 
 from __future__ import annotations
@@ -22,37 +36,50 @@ from collections.abc import Sequence
 from reshard.cluster import Cluster
 from reshard.errors import SearchError
 from reshard.search.costs import MoveCosts
+from reshard.search.kinds import MOVES, TRAITS, SearchSchedule, parse
 from reshard.search.model import Candidate, Choice, Layer, Shape, Stage
 
-SCHEDULES = ("1f1b", "eager-1f1b")
-"""The schedules the objective models (module docstring)."""
-
-MOVES = ("priced", "free")
-"""How moves are priced while choosing."""
+SCHEDULES = tuple(s.value for s in SearchSchedule)
+"""The schedules the objective models, by name (module docstring; the old name of
+:data:`reshard.search.kinds.SEARCH_SCHEDULES`)."""
 
 
 def period(schedule: str, inner: float, move_in: float) -> float:
-    """A stage's time per microbatch in the steady state of ``schedule``."""
-    return inner + move_in if schedule == "1f1b" else max(inner, move_in)
+    """A piece's time per microbatch in the steady state of ``schedule`` (a
+    :class:`SearchSchedule` or its name)."""
+    return max(inner, move_in) if TRAITS[schedule].eager else inner + move_in  # type: ignore[index]
 
 
-def objective(stages: Sequence[Stage], microbatches: int, schedule: str) -> Choice:
-    """The objective's iteration time of ``stages`` (module docstring) and its
-    breakdown: the bottleneck stage's compute and exposed moves over ``B``
-    microbatches, and the rest (fill and drain)."""
-    sched = parse_choice_name(schedule, SCHEDULES, "schedule")
+def total(pieces_sum: float, slowest: float, microbatches: int, chunks: int) -> float:
+    """The objective ``T`` of pieces whose times sum to ``pieces_sum`` and whose
+    slowest period is ``slowest`` (module docstring); increasing in both."""
+    b = microbatches
+    return max(pieces_sum + (b - 1) * slowest,
+               pieces_sum / chunks + (b * chunks - 1) * slowest)
+
+
+def objective(stages: Sequence[Stage], microbatches: int, schedule: str,
+              chunks: int | None = None) -> Choice:
+    """The objective's iteration time of ``stages`` (pieces in pipeline order, module
+    docstring; ``chunks``: pieces per submesh, the schedule's own by default) and its
+    breakdown: the slowest piece's compute and exposed moves over its ``B v`` runs, and
+    the rest (fill and drain)."""
+    sched = parse(SearchSchedule, schedule, "schedule")
+    v = sched.chunks(chunks)
     periods = [period(sched, s.compute + s.inner, s.move_in) for s in stages]
-    total = sum(s.compute + s.inner + s.move_in for s in stages)
     slow = max(range(len(stages)), key=lambda k: periods[k])
-    time = total + (microbatches - 1) * periods[slow]
-    compute = microbatches * stages[slow].compute
-    transfer = microbatches * (periods[slow] - stages[slow].compute)
+    time = total(sum(s.compute + s.inner + s.move_in for s in stages), periods[slow],
+                 microbatches, v)
+    runs = microbatches * v
+    compute = runs * stages[slow].compute
+    transfer = runs * (periods[slow] - stages[slow].compute)
     return Choice(tuple(stages), microbatches, sched, time, compute, transfer,
-                  time - compute - transfer)
+                  time - compute - transfer, None, v)
 
 
 def parse_choice_name(value: str, valid: Sequence[str], what: str) -> str:
-    """``value`` if it is one of ``valid``; else a SearchError listing them."""
+    """``value`` if it is one of ``valid``; else a SearchError listing them (kept for
+    callers of the old string tuples; the search parses :mod:`reshard.search.kinds`)."""
     if value not in valid:
         raise SearchError(f"unknown {what} {value!r}; valid: {', '.join(valid)}")
     return value
@@ -61,16 +88,18 @@ def parse_choice_name(value: str, valid: Sequence[str], what: str) -> str:
 def evaluate(layers: Sequence[Layer], stages: Sequence[Stage], cluster: Cluster,
              microbatches: int, schedule: str = "1f1b",
              costs: MoveCosts | None = None,
-             edges: Sequence[tuple[int, int]] | None = None) -> Choice:
+             edges: Sequence[tuple[int, int]] | None = None,
+             chunks: int | None = None) -> Choice:
     """The objective of ``stages`` with every move priced by reshard (their recorded
     ``inner`` and ``move_in`` recomputed: a choice made with ``moves="free"`` gets its
     real cost). ``edges``: which layer's output each layer takes (``(producer,
-    consumer)`` pairs, :class:`reshard.search.Graph`); default the chain's."""
+    consumer)`` pairs, :class:`reshard.search.Graph`); default the chain's. ``chunks``:
+    pieces per submesh, as :func:`objective` takes it."""
     if costs is None or costs.free:
         costs = MoveCosts(cluster) if costs is None else MoveCosts(cluster, False, costs.cache)
     links = chain_edges(len(layers)) if edges is None else edges
     return objective(price(layers, links, stages, named_candidates(layers, stages), costs),
-                     microbatches, schedule)
+                     microbatches, schedule, chunks)
 
 
 def named_candidates(layers: Sequence[Layer], stages: Sequence[Stage]) -> list[Candidate]:
@@ -121,4 +150,4 @@ def _named(layer: Layer, shape: Shape, name: str) -> Candidate:
 
 
 __all__ = ["MOVES", "SCHEDULES", "chain_edges", "evaluate", "named_candidates", "objective",
-           "parse_choice_name", "period", "price", "stage_index"]
+           "parse_choice_name", "period", "price", "stage_index", "total"]

@@ -3,8 +3,11 @@ layers on one submesh, its candidates chosen by a chain DP over (layer, candidat
 
 A stage's inner time is its layers' compute plus the moves between its own layers
 (each priced by reshard on the stage's submesh). Per (first candidate, last candidate)
-the DP keeps the Pareto front of (time, memory), so a memory limit per device is met
-exactly; with no limit the front is the least time alone. A path's names are a trail
+the DP keeps the Pareto front of (time, memory, activations): a path's bytes per device
+are its memory plus the stage's in-flight count times its activations
+(:mod:`reshard.search.memory`), so a memory limit per device is met exactly at every
+count; with no limit the front is the least time alone. A stage option is each entry of
+a front that is the fastest within the limit at some in-flight count. A path's names are a trail
 (each entry points at the one before), so extending a stage by a layer costs the same
 however long it is.
 
@@ -17,6 +20,7 @@ per such class and placed (:func:`place_class`).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -27,8 +31,9 @@ from reshard.search.model import Budget, Layer, Placement
 Trail = tuple[str, "Trail"] | None
 """A path's candidate names, last first (``(name, the trail before)``)."""
 
-Entry = tuple[float, int, float, Trail]
-"""A path through a stage's layers: (inner time, memory per device, compute, trail)."""
+Entry = tuple[float, int, int, float, Trail]
+"""A path through a stage's layers: (inner time, memory per device, activations per
+device and microbatch in flight, compute, trail)."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,9 @@ class Option:
     layout ``entry`` (its first candidate's input), left in layout ``exit`` (its last
     candidate's output), at ``inner`` seconds per microbatch (compute and inner moves,
     ``compute`` of it) through the candidates ``trail`` names, holding ``memory`` bytes
-    per device."""
+    per device and ``activations`` more per microbatch in flight; ``at``: where the DP
+    places it (its first device, or with virtual stages its piece's first slot: -1,
+    the placement's first device)."""
 
     first: int
     last: int
@@ -48,11 +55,23 @@ class Option:
     compute: float
     trail: Trail
     memory: int = 0
+    activations: int = 0
+    at: int = -1
 
     @property
     def names(self) -> tuple[str, ...]:
         """The candidates' names, first layer first."""
         return names_of(self.trail)
+
+    @property
+    def start(self) -> int:
+        """Its first position in the DP (:attr:`at`, else the placement's first device)."""
+        return self.placement.first if self.at < 0 else self.at
+
+    def fits(self, limit: float, in_flight: int) -> bool:
+        """Whether it holds at most ``limit`` bytes per device with ``in_flight``
+        microbatches' activations."""
+        return self.memory + in_flight * self.activations <= limit
 
 
 def names_of(trail: Trail) -> tuple[str, ...]:
@@ -72,14 +91,26 @@ otherwise keep a front as long as the chain)."""
 
 
 def pareto(entries: list[Entry], memory: bool = True) -> list[Entry]:
-    """The entries no other beats in both time and memory, least time first, at most
-    :data:`MAX_FRONT` (with ``memory`` False: the least time alone)."""
+    """The entries no other beats in time, memory and activations alike, least time
+    first, at most :data:`MAX_FRONT` (with ``memory`` False: the least time alone)."""
     if not memory:
-        return [min(entries, key=lambda e: (e[0], e[1]))]
+        return [min(entries, key=lambda e: (e[0], e[1], e[2]))]
     out: list[Entry] = []
-    for e in sorted(entries, key=lambda e: (e[0], e[1])):
-        if not out or e[1] < out[-1][1]:
-            out.append(e)
+    # the kept entries' (memory, activations) skyline, memory up and so activations
+    # down: an entry (no faster than any kept) is beaten iff the skyline's entry of
+    # the most memory within its own holds no more activations
+    mems: list[int] = []
+    acts: list[int] = []
+    for e in sorted(entries, key=lambda e: (e[0], e[1], e[2])):
+        k = bisect.bisect_right(mems, e[1])
+        if k and acts[k - 1] <= e[2]:
+            continue
+        out.append(e)
+        k -= bool(k and mems[k - 1] == e[1])
+        j = k
+        while j < len(mems) and acts[j] >= e[2]:
+            j += 1
+        mems[k:j], acts[k:j] = [e[1]], [e[2]]
     if len(out) > MAX_FRONT:
         last = len(out) - 1
         out = [out[round(k * last / (MAX_FRONT - 1))] for k in range(MAX_FRONT)]
@@ -107,9 +138,9 @@ def paths(layers: Sequence[Layer], p: Placement, first: int, costs: MoveCosts,
     end = len(layers) - 1 if stop is None else stop
     fronts: Fronts = {}
     for c in layers[first].candidates.get(shape, ()):
-        if c.memory <= limit and c.compute <= cap:
+        if c.memory + c.activations <= limit and c.compute <= cap:
             fronts.setdefault((c.input, c.output), []).append(
-                (c.compute, c.memory, c.compute, (c.name, None)))
+                (c.compute, c.memory, c.activations, c.compute, (c.name, None)))
     fronts = {k: pareto(v, keep_memory) for k, v in fronts.items()}
     for last in range(first, end + 1):
         if not fronts:
@@ -126,9 +157,10 @@ def paths(layers: Sequence[Layer], p: Placement, first: int, costs: MoveCosts,
                 step = c.compute + (costs.move(before.output_shape, before.dtype, p,
                                                out, p, c.input)
                                     if links is None or last in links else 0.0)
-                got = [(t + step, mem + c.memory, comp + c.compute, (c.name, trail))
-                       for t, mem, comp, trail in front
-                       if mem + c.memory <= limit and t + step <= cap]
+                got = [(t + step, mem + c.memory, act + c.activations, comp + c.compute,
+                        (c.name, trail))
+                       for t, mem, act, comp, trail in front
+                       if mem + c.memory + act + c.activations <= limit and t + step <= cap]
                 if got:
                     grown.setdefault((entry, c.output), []).extend(got)
         fronts = {k: pareto(v, keep_memory) for k, v in grown.items()}
@@ -136,24 +168,50 @@ def paths(layers: Sequence[Layer], p: Placement, first: int, costs: MoveCosts,
 
 def stage_options(layers: Sequence[Layer], p: Placement, first: int, costs: MoveCosts,
                   limit: float, budget: Budget, cap: float = math.inf,
-                  links: Links = None) -> list[Option]:
-    """Every (last layer, entry, exit) of a stage starting at layer ``first`` on ``p``,
-    each at the least time of its paths within ``limit`` bytes per device, none whose
-    inner time passes ``cap``."""
+                  links: Links = None, enough: float = math.inf) -> list[Option]:
+    """Every (last layer, entry, exit) of a stage starting at layer ``first`` on ``p``:
+    per in-flight count up to ``enough`` (the most it can have), the least time of its
+    paths within ``limit`` bytes per device (:func:`staircase`), none whose inner time
+    passes ``cap``."""
     out = []
     for last, fronts in paths(layers, p, first, costs, limit, budget, cap=cap, links=links):
         for (entry, exit_), front in fronts.items():
-            t, mem, comp, trail = front[0]  # least time first
-            out.append(Option(first, last, p, entry, exit_, t, comp, trail, mem))
+            for t, mem, act, comp, trail in staircase(front, limit, enough):
+                out.append(Option(first, last, p, entry, exit_, t, comp, trail, mem, act))
+    return out
+
+
+def most_in_flight(memory: int, activations: int, limit: float) -> float:
+    """The most microbatches in flight a path of ``memory`` and ``activations`` bytes
+    holds within ``limit`` (inf: any number)."""
+    if activations == 0 or not math.isfinite(limit):
+        return math.inf
+    return (limit - memory) // activations
+
+
+def staircase(front: Sequence[Entry], limit: float, enough: float = math.inf) -> list[Entry]:
+    """The entries of a front (least time first) that are the fastest within ``limit``
+    at some in-flight count up to ``enough``: each holds more microbatches than every
+    faster one."""
+    out: list[Entry] = []
+    most = -math.inf
+    for e in front:
+        n = most_in_flight(e[1], e[2], limit)
+        if n > most:
+            out.append(e)
+            most = n
+        if most >= enough:
+            break
     return out
 
 
 def place_class(options: Sequence[Option], p: Placement) -> list[Option]:
     """Options built on a submesh of ``p``'s class (module docstring), placed on ``p``."""
     return [o if o.placement == p else
-            Option(o.first, o.last, p, o.entry, o.exit, o.inner, o.compute, o.trail, o.memory)
+            Option(o.first, o.last, p, o.entry, o.exit, o.inner, o.compute, o.trail, o.memory,
+                   o.activations)
             for o in options]
 
 
-__all__ = ["MAX_FRONT", "Entry", "Fronts", "Links", "Option", "Trail", "names_of", "pareto", "paths", "place_class",
-           "stage_options"]
+__all__ = ["MAX_FRONT", "Entry", "Fronts", "Links", "Option", "Trail", "most_in_flight",
+           "names_of", "pareto", "paths", "place_class", "stage_options", "staircase"]

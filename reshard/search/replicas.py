@@ -96,7 +96,7 @@ def replicated_layers(layers: Sequence[Layer], cluster: Cluster, replicas: int,
                              replicas, shape)
                 cands[shape] = tuple(checked_already(
                     Candidate, name=c.name, input=c.input, output=c.output,
-                    memory=c.memory, grads=c.grads,
+                    memory=c.memory, grads=c.grads, activations=c.activations,
                     compute=c.compute + allreduce_seconds(cluster, replicas, shape,
                                                           c.grads, cache) / microbatches)
                     for c in cs)
@@ -142,7 +142,7 @@ def search_replicated(model: Model, cluster: Cluster, microbatches: int, *,
                       replicas: Sequence[int] | None = None, schedule: str = "1f1b",
                       memory_limit: int | None = None, cache: CostCache | None = None,
                       block: int | None = None, time_limit: float | Budget | None = None,
-                      rerank: int = RERANK) -> Replicated:
+                      rerank: int = RERANK, chunks: int | None = None) -> Replicated:
     """The data-parallel degree, and one replica's stages, submeshes and candidates
     (module docstring; :func:`reshard.search.search_chain` for the rest).
 
@@ -176,7 +176,8 @@ def search_replicated(model: Model, cluster: Cluster, microbatches: int, *,
         try:
             layers = replicated_layers(base, cluster, r, mb, cache, budget)
             got = search_chain(layers, sub, mb, schedule=schedule, memory_limit=memory_limit,
-                               cache=cache, block=block, time_limit=budget, rerank=rerank)
+                               cache=cache, block=block, time_limit=budget, rerank=rerank,
+                               chunks=chunks)
         except SearchError as e:
             if "time_limit" in str(e):
                 raise

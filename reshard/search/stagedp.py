@@ -2,11 +2,18 @@
 bound on the slowest stage's period, every bound at once.
 
 A state is (next layer, next device, how the stage before ends: its submesh and output
-layout, as an exit id; -1 for none). A transition is a stage option (:class:`Option`)
-taken from a state, at the option's time plus the move into it from that exit, with
-the period the schedule gives those two. For a bound ``t`` on the period, the least sum
-``S(t)`` over the transitions of period within ``t`` is a shortest path in a DAG; the
-answer is the least ``S(t) + (B - 1) t``.
+layout, as an exit id, -1 for none; and how many stages are still to come, itself
+included, where a stage's in-flight count decides whether it fits the memory limit, 0
+otherwise). A transition is a stage option (:class:`Option`) taken from a state, at the
+option's time plus the move into it from that exit, with the period the schedule gives
+those two. For a bound ``t`` on the period, the least sum ``S(t)`` over the
+transitions of period within ``t`` is a shortest path in a DAG; the answer is the
+least ``T(S(t), t)`` (:func:`reshard.search.objective.total`, increasing in both).
+
+With virtual stages the devices are slots: piece ``j`` of a submesh of ``n`` devices
+takes slots ``j n`` to ``(j + 1) n - 1``, the options of each piece placed on its
+submesh (:attr:`Option.at`), its in-flight count known from ``j``
+(:class:`Holding`).
 
 Rather than solving each bound afresh (Alpa's way), the transitions enter in
 increasing period and each entry lowers the distances it can (a key's distance depends
@@ -27,11 +34,12 @@ from dataclasses import dataclass
 
 from reshard.search.costs import MoveCosts
 from reshard.search.model import Budget, Layer, Placement, Stage
-from reshard.search.objective import period
+from reshard.search.objective import period, total
 from reshard.search.options import Links, Option
 
-Key = tuple[int, int, int]
-"""A state: the next layer, the next device, the exit id of the stage before."""
+Key = tuple[int, int, int, int]
+"""A state: the next layer, the next device (slot), the exit id of the stage before,
+the stages still to come (0: not counted)."""
 
 Path = tuple[tuple[Option, float], ...]
 """A DP answer: its stage options and each one's move in."""
@@ -47,12 +55,53 @@ def shifted(costs: MoveCosts, per_host: int, layer: Layer, src: Placement, src_s
     return costs.move(layer.output_shape, layer.dtype, src, src_spec, dst, dst_spec)
 
 
+@dataclass(frozen=True)
+class Holding:
+    """What decides whether a stage option fits the memory limit where the DP takes it.
+
+    Attributes:
+        limit: bytes per device a stage (piece) may hold (inf: none).
+        counts: a one-chunk pipeline's in-flight count with ``k`` stages to go, at
+            ``counts[k - 1]`` for ``k`` up to ``len(counts) - 1``; the last for every
+            ``k`` beyond (empty: no count matters; the states count no stages).
+        slots: with virtual stages, per piece's first slot its in-flight count.
+        chunks: pieces per submesh (the objective's ``v``).
+    """
+
+    limit: float = math.inf
+    counts: tuple[int, ...] = ()
+    slots: dict[int, int] | None = None
+    chunks: int = 1
+
+    def steps(self, o: Option, at: int, room: int) -> list[tuple[int, int]]:
+        """The (stages to go before, after) of every state that may take ``o`` at
+        slot ``at``, where at most ``room`` stages can still come."""
+        if self.slots is not None:
+            return [(0, 0)] if o.fits(self.limit, self.slots[at]) else []
+        top = len(self.counts) - 1
+        if top <= 0:
+            return [(0, 0)]
+        out = [(k, k - 1) for k in range(1, min(top, room) + 1)
+               if o.fits(self.limit, self.counts[k - 1])]
+        if room > top and o.fits(self.limit, self.counts[top]):
+            out += [(top + 1, top + 1), (top + 1, top)]
+        return out
+
+    def starts(self) -> list[int]:
+        """The stages-to-go a path may start with."""
+        top = len(self.counts) - 1
+        return [0] if self.slots is not None or top <= 0 else list(range(1, top + 2))
+
+
 @dataclass
 class _Graph:
-    """The DAG: transitions ``(period, cost, from, to, option, move)`` and the options."""
+    """The DAG: transitions ``(period, cost, from, to, option, move)``, the options and
+    the stage counts a path may start with."""
 
     options: list[Option]
     trans: list[tuple[float, float, Key, Key, int, float]]
+    starts: list[int]
+    chunks: int = 1
 
 
 def _live(options: Sequence[Option], devices: int, n: int
@@ -61,10 +110,10 @@ def _live(options: Sequence[Option], devices: int, n: int
     per (layer, device) the live options starting there."""
     at: dict[tuple[int, int], list[int]] = {}
     for k, o in enumerate(options):
-        at.setdefault((o.first, o.placement.first), []).append(k)
+        at.setdefault((o.first, o.start), []).append(k)
     ahead: set[tuple[int, int]] = {(n, devices)}  # positions that reach the end
     for pos in sorted(at, reverse=True):
-        if any((options[k].last + 1, options[k].placement.first + options[k].placement.size)
+        if any((options[k].last + 1, options[k].start + options[k].placement.size)
                in ahead for k in at[pos]):
             ahead.add(pos)
     seen, todo = {(0, 0)}, [(0, 0)]
@@ -73,7 +122,7 @@ def _live(options: Sequence[Option], devices: int, n: int
         pos = todo.pop()
         for k in at.get(pos, ()):
             o = options[k]
-            nxt = (o.last + 1, o.placement.first + o.placement.size)
+            nxt = (o.last + 1, o.start + o.placement.size)
             if nxt in ahead:
                 keep.append(k)
                 if nxt not in seen:
@@ -82,25 +131,29 @@ def _live(options: Sequence[Option], devices: int, n: int
     live = [options[k] for k in sorted(keep)]
     by: dict[tuple[int, int], list[int]] = {}
     for k, o in enumerate(live):
-        by.setdefault((o.first, o.placement.first), []).append(k)
+        by.setdefault((o.first, o.start), []).append(k)
     return live, by
 
 
 def build(options: Sequence[Option], layers: Sequence[Layer], devices: int, per_host: int,
           schedule: str, microbatches: int, costs: MoveCosts, bound: float,
-          budget: Budget, links: Links = None) -> _Graph:
+          budget: Budget, links: Links = None, holding: Holding | None = None) -> _Graph:
     """The DAG's transitions whose period over ``B - 1`` microbatches is within
-    ``bound``, every move in priced once."""
+    ``bound``, every move in priced once; ``holding``: where each option fits the
+    memory limit (default: everywhere)."""
+    holding = Holding() if holding is None else holding
     live, at = _live(options, devices, len(layers))
     exit_id: dict[tuple[Placement, str], int] = {}
     exit_of = [exit_id.setdefault((o.placement, o.exit), len(exit_id)) for o in live]
     exits = list(exit_id)
     ends: dict[tuple[int, int], set[int]] = {}
     for k, o in enumerate(live):
-        ends.setdefault((o.last + 1, o.placement.first + o.placement.size), set()).add(
-            exit_of[k])
-    trans = []
+        ends.setdefault((o.last + 1, o.start + o.placement.size), set()).add(exit_of[k])
+    trans: list[tuple[float, float, Key, Key, int, float]] = []
     b1 = microbatches - 1
+    smallest = min((o.placement.size for o in live), default=1)
+    steps = [holding.steps(o, o.start, min(len(layers) - o.first, (devices - o.start) // smallest))
+             for o in live]
     for n_at, ((i, d), ks) in enumerate(sorted(at.items())):
         budget.check("pricing the moves into stages ({} of {} stage starts done, {} "
                      "estimates asked)", n_at, len(at), costs.asked)
@@ -116,10 +169,11 @@ def build(options: Sequence[Option], layers: Sequence[Layer], devices: int, per_
                                 o.entry)
                 p = period(schedule, o.inner, m)
                 if b1 * p <= bound:
-                    trans.append((p, o.inner + m, (i, d, e),
-                                  (o.last + 1, d + o.placement.size, exit_of[k]), k, m))
+                    nxt = (o.last + 1, d + o.placement.size, exit_of[k])
+                    trans.extend((p, o.inner + m, (i, d, e, before), (*nxt, after), k, m)
+                                 for before, after in steps[k])
     trans.sort(key=lambda t: t[0])
-    return _Graph(live, trans)
+    return _Graph(live, trans, holding.starts(), holding.chunks)
 
 
 def _floor(g: _Graph, done: tuple[int, int]) -> float:
@@ -127,33 +181,37 @@ def _floor(g: _Graph, done: tuple[int, int]) -> float:
     dist: dict[Key, float] = {}
     for _, cost, u, v, _, _ in sorted(g.trans, key=lambda t: (t[3][0], t[3][1]),
                                       reverse=True):
-        got = 0.0 if v[:2] == done else dist.get(v, math.inf)
+        got = 0.0 if _done(v, done) else dist.get(v, math.inf)
         if cost + got < dist.get(u, math.inf):
             dist[u] = cost + got
-    return dist.get((0, 0, -1), math.inf)
+    return min(dist.get((0, 0, -1, k), math.inf) for k in g.starts)
+
+
+def _done(key: Key, done: tuple[int, int]) -> bool:
+    """Whether ``key`` is the end: every layer on every device, no stage to come."""
+    return key[0] == done[0] and key[1] == done[1] and key[3] == 0
 
 
 def best_paths(g: _Graph, done: tuple[int, int], microbatches: int, count: int,
                budget: Budget) -> list[Path]:
     """The best ``count`` answers over the bounds (each bound's least sum, a distinct
     choice of stages), best first (module docstring)."""
-    start: Key = (0, 0, -1)
+    starts: list[Key] = [(0, 0, -1, k) for k in g.starts]
     dist: dict[Key, float] = {}
     ptr: dict[Key, tuple[Key, int, float]] = {}
     preds: dict[Key, list[tuple[Key, float, int, float]]] = {}
     floor = _floor(g, done)
     found: dict[tuple, tuple[float, Path]] = {}
     best: list[float] = []
-    b1 = microbatches - 1
     j, n = 0, len(g.trans)
 
     def value(key: Key) -> float:
-        return 0.0 if key[:2] == done else dist.get(key, math.inf)
+        return 0.0 if _done(key, done) else dist.get(key, math.inf)
 
     while j < n:
         cap = g.trans[j][0]
         budget.check("bounding the slowest stage ({} of {} transitions in)", j, n)
-        if len(best) == count and floor + b1 * cap >= best[-1]:
+        if len(best) == count and total(floor, cap, microbatches, g.chunks) >= best[-1]:
             break
         heap: list[tuple[int, int, Key]] = []
         while j < n and g.trans[j][0] == cap:
@@ -173,14 +231,15 @@ def best_paths(g: _Graph, done: tuple[int, int], microbatches: int, count: int,
                 if cost + dist[v] < dist.get(u, math.inf):
                     dist[u], ptr[u] = cost + dist[v], (v, k, m)
                     heapq.heappush(heap, (-u[0], -u[1], u))
+        start = min(starts, key=lambda key: dist.get(key, math.inf))
         if start not in dist:
             continue
         path, key = [], start
-        while key[:2] != done:
+        while not _done(key, done):
             key, k, m = ptr[key]
             path.append((g.options[k], m))
         which = tuple((o.first, o.last, o.placement, o.trail) for o, _ in path)
-        got = dist[start] + b1 * cap
+        got = total(dist[start], cap, microbatches, g.chunks)
         if which not in found or got < found[which][0]:
             found[which] = (got, tuple(path))
             best = sorted(v for v, _ in found.values())[:count]
@@ -193,4 +252,4 @@ def path_stages(path: Path) -> tuple[Stage, ...]:
                        m) for o, m in path)
 
 
-__all__ = ["Key", "Path", "best_paths", "build", "path_stages", "shifted"]
+__all__ = ["Holding", "Key", "Path", "best_paths", "build", "path_stages", "shifted"]

@@ -19,10 +19,12 @@ parameters (Megatron's count). On a submesh of ``n = hosts x g`` devices it runs
   the hosts once per iteration; each device holds ``1/g`` of the layer.
 
 ``P`` is the device's peak times ``efficiency``; memory per device: 16 bytes per
-parameter it holds (bf16 weights and gradients, fp32 Adam moments and master copy) and,
-with full activation recomputation (as Alpa's and Megatron's large runs), the layer's
-input of each microbatch in flight (``2 b s h`` bytes) plus one microbatch's whole
-activations (``34 b s h``, Megatron's estimate), split as the activation is.
+parameter it holds (bf16 weights and gradients, fp32 Adam moments and master copy) and
+one microbatch's whole activations (``34 b s h``, Megatron's estimate) while it
+recomputes them (``Candidate.memory``); with full activation recomputation (as Alpa's
+and Megatron's large runs) it keeps the layer's input of each microbatch in flight
+(``2 b s h`` bytes, ``Candidate.activations``: the schedule decides how many,
+:mod:`reshard.search.memory`); both split as the activation is.
 """
 
 from __future__ import annotations
@@ -91,30 +93,41 @@ def layer_candidates(model: GPT, cluster: Cluster, shape: Shape, peak_flops: flo
                      efficiency: float = 0.5, in_flight: int | None = None,
                      cache: CostCache | None = None) -> tuple[Candidate, ...]:
     """The ``dp`` and ``tp`` candidates of one layer on a submesh of ``shape`` (module
-    docstring); ``in_flight``: microbatches whose activations a device keeps (default
-    the number of devices in the cluster, a 1F1B first stage's worst case bound)."""
+    docstring); ``in_flight``: a fixed count of microbatches whose inputs a device keeps,
+    folded into ``memory`` (``activations`` 0; default: ``activations`` set, the
+    schedule's count applies)."""
     cache = CostCache() if cache is None else cache
     hosts, g = shape
     n = hosts * g
     p = Placement(shape, 0)
     b, s, h = model.microbatch, model.seq, model.hidden
     compute = 4 * model.flops() / (n * peak_flops * efficiency)
-    keep = ((len(cluster.devices) if in_flight is None else in_flight) * 2 + 34) * b * s * h
+    work, keep = activation_bytes(b * s * h, in_flight)
     out = []
     grads = 0.0
     if n > 1:
         grads = _collective(cache, cluster, p, (model.params,), "R+P01", "R")
     out.append(Candidate("dp", compute + grads / model.microbatches, "S01RR", "S01RR",
-                         BYTES_PER_PARAM * model.params + keep // n,
-                         GRAD_BYTES * model.params))
+                         BYTES_PER_PARAM * model.params + work // n,
+                         GRAD_BYTES * model.params, keep // n))
     if g > 1:
         act = 4 * _collective(cache, cluster, p, (b, s, h), "S0RR+P1", "S0RR")
         grads = 0.0 if hosts == 1 else _collective(
             cache, cluster, p, (model.params // g,), "R+P0", "R")
         out.append(Candidate("tp", compute + act + grads / model.microbatches, "S0RR",
-                             "S0RR", BYTES_PER_PARAM * model.params // g + keep // hosts,
-                             GRAD_BYTES * model.params // g))
+                             "S0RR", BYTES_PER_PARAM * model.params // g + work // hosts,
+                             GRAD_BYTES * model.params // g, keep // hosts))
     return tuple(out)
+
+
+def activation_bytes(elements: int, in_flight: int | None = None) -> tuple[int, int]:
+    """(memory, activations) of a layer whose activation has ``elements`` elements
+    (module docstring: ``34`` bf16 values' worth while recomputing, ``2`` bytes per
+    microbatch in flight); with ``in_flight`` that many microbatches' inputs are
+    folded into the memory and none left per microbatch."""
+    if in_flight is None:
+        return 34 * elements, 2 * elements
+    return (34 + 2 * in_flight) * elements, 0
 
 
 def submesh_shapes(cluster: Cluster, powers_of_two: bool = False) -> tuple[Shape, ...]:
@@ -151,5 +164,5 @@ ALPA_SUITE = (
 """GPT configurations as Alpa's benchmark suite sizes them (sequence 1024)."""
 
 
-__all__ = ["ALPA_SUITE", "BYTES_PER_PARAM", "GPT", "GRAD_BYTES", "gpt_layers", "layer_candidates",
-           "submesh_shapes"]
+__all__ = ["ALPA_SUITE", "BYTES_PER_PARAM", "GPT", "GRAD_BYTES", "activation_bytes", "gpt_layers",
+           "layer_candidates", "submesh_shapes"]

@@ -276,7 +276,8 @@ class Client:
             timeout: the call's deadline (default: the Client's); the server stops the
                 search there, less a margin to answer (DEADLINE_EXCEEDED).
             options: the search's own keyword arguments, as in process: ``schedule``,
-                ``memory_limit``, ``block``, ``rerank``, ``time_limit``; a chain's
+                ``memory_limit``, ``block``, ``rerank``, ``time_limit``, ``chunks``
+                (virtual stages: pieces per submesh under interleaved 1F1B); a chain's
                 ``moves``; a graph's ``method``, ``few``, ``steps``, ``seed``, ``beta``
                 (unset: the search's defaults). ``cache`` is the server's own.
 

@@ -61,7 +61,8 @@ def layer_to_pb(layer: Layer) -> pb.SearchLayer:
                 shape=pb.SubmeshShape(hosts=s[0], devices=s[1]),
                 candidates=[pb.SearchCandidate(name=c.name, compute=c.compute, input=c.input,
                                                output=c.output, memory=c.memory,
-                                               grads=c.grads) for c in cands])
+                                               grads=c.grads, activations=c.activations)
+                            for c in cands])
                 for s, cands in layer.candidates.items()])
     except (ValueError, TypeError) as e:  # a number the message cannot hold
         raise SearchError(f"layer {layer.name!r} does not fit the service's message: {e}; "
@@ -70,7 +71,8 @@ def layer_to_pb(layer: Layer) -> pb.SearchLayer:
 
 def _candidate(m: pb.SearchCandidate, where: str) -> Candidate:
     try:
-        return Candidate(m.name, m.compute, m.input, m.output, m.memory, m.grads)
+        return Candidate(m.name, m.compute, m.input, m.output, m.memory, m.grads,
+                         m.activations)
     except SearchError as e:
         raise SearchError(f"{where}: {e}") from None
 
@@ -108,6 +110,7 @@ def choice_to_pb(choice: Choice, into: pb.SearchChoice | None = None) -> pb.Sear
     out.transfer, out.bubble = choice.transfer, choice.bubble
     if choice.simulated is not None:
         out.simulated = choice.simulated
+    out.chunks = choice.chunks
     return out
 
 
@@ -118,7 +121,7 @@ def choice_from_pb(m: pb.SearchChoice) -> Choice:
         tuple(s.choices), s.compute, s.inner, s.move_in) for s in m.stages)
     return Choice(stages, m.microbatches, SCHEDULE.decode(m.schedule, SearchError), m.time,
                   m.compute, m.transfer, m.bubble,
-                  m.simulated if m.HasField("simulated") else None)
+                  m.simulated if m.HasField("simulated") else None, max(1, m.chunks))
 
 
 def replicated_to_pb(r: Replicated, into: pb.SearchReplicated) -> None:
@@ -148,7 +151,8 @@ def replicated_from_pb(m: pb.SearchReplicated, choice: Choice) -> Replicated:
 # ----- requests -------------------------------------------------------------------------
 def _set_optional(msg: pb.SearchRequest, options: Mapping[str, Any]) -> None:
     """The request's scalar options (None: unset, the search's default)."""
-    for name in ("memory_limit", "block", "few", "steps", "seed", "beta", "time_limit"):
+    for name in ("memory_limit", "block", "few", "steps", "seed", "beta", "time_limit",
+                 "chunks"):
         value = options.get(name)
         if value is None:
             continue
@@ -185,7 +189,7 @@ def search_request(model: Sequence[Layer] | Graph, cluster: Cluster | None,
         encode: the message of a Cluster (a client passes a cached one).
         options: the search's keyword arguments (``schedule``, ``memory_limit``,
             ``moves``, ``block``, ``rerank``, ``method``, ``few``, ``steps``, ``seed``,
-            ``beta``, ``time_limit``); None: unset.
+            ``beta``, ``time_limit``, ``chunks``); None: unset.
     """
     msg = pb.SearchRequest()
     if isinstance(model, Graph):
@@ -248,7 +252,7 @@ def _options(m: pb.SearchRequest, kind: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if m.schedule != pb.SCHEDULE_UNSPECIFIED:
         out["schedule"] = SCHEDULE.decode(m.schedule, SearchError)
-    for name in ("memory_limit", "block"):
+    for name in ("memory_limit", "block", "chunks"):
         if m.HasField(name):
             out[name] = getattr(m, name)
     if m.HasField("rerank"):

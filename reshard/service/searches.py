@@ -173,7 +173,7 @@ def _alpa(layers: Sequence[Layer], edges: Sequence[tuple[int, int]] | None,
     got = search_chain(layers, cluster, b, moves="free", rerank=0, edges=edges, **kw)
     graph = Graph(tuple(layers), tuple(edges))
     return evaluate_graph(graph, got.stages, cluster, b, got.schedule,
-                          MoveCosts(cluster, cache=kw["cache"]))
+                          MoveCosts(cluster, cache=kw["cache"]), got.chunks)
 
 
 def _megatron(layers: Sequence[Layer], edges: Sequence[tuple[int, int]] | None,
@@ -182,7 +182,7 @@ def _megatron(layers: Sequence[Layer], edges: Sequence[tuple[int, int]] | None,
     return uniform(layers, cluster, b, kw.get("schedule", "1f1b"),
                    memory_limit=kw.get("memory_limit"),
                    costs=MoveCosts(cluster, cache=kw["cache"]), time_limit=kw["time_limit"],
-                   edges=edges)
+                   edges=edges, chunks=kw.get("chunks"))
 
 
 BASELINE_SEARCHES = {"alpa": _alpa, "megatron": _megatron}
@@ -199,8 +199,8 @@ def baselines(ask: SearchAsk, answer: Choice, replicated: Any, budget: Budget,
         layers, cluster, b = replicated.layers, replicated.cluster, answer.microbatches
     edges = None if ask.graph is None else ask.graph.edges
     kw: dict[str, Any] = {"cache": cache, "time_limit": budget,
-                          **{k: ask.options[k] for k in ("schedule", "memory_limit", "block")
-                             if k in ask.options}}
+                          **{k: ask.options[k] for k in ("schedule", "memory_limit", "block",
+                                                         "chunks") if k in ask.options}}
     out, complete = [], True
     for name, find in BASELINE_SEARCHES.items():
         result = pb.BaselineResult(baseline=BASELINE.to_pb[name])

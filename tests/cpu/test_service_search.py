@@ -82,9 +82,9 @@ def _baselines_in_process(layers, cluster, b, answer, edges=None, **kw):
                         **kw)
     if edges is not None:
         alpa = evaluate_graph(Graph(tuple(layers), edges), alpa.stages, cluster, b,
-                              alpa.schedule, MoveCosts(cluster, cache=cache))
+                              alpa.schedule, MoveCosts(cluster, cache=cache), alpa.chunks)
     mega = uniform(layers, cluster, b, kw.get("schedule", "1f1b"), cache=cache,
-                   memory_limit=kw.get("memory_limit"), edges=edges)
+                   memory_limit=kw.get("memory_limit"), edges=edges, chunks=kw.get("chunks"))
     out = {}
     for name, c in (("alpa", alpa), ("megatron", mega)):
         if answer.simulated is not None:
@@ -100,6 +100,8 @@ def _baselines_in_process(layers, cluster, b, answer, edges=None, **kw):
     (2, {"rerank": 0}),
     (3, {"moves": "free"}),
     (4, {"block": 2, "rerank": 2}),
+    (5, {"schedule": "interleaved-1f1b", "chunks": 2}),
+    (6, {"schedule": "zb-v", "memory_limit": 3 << 20}),
 ])
 def test_a_chain_answers_as_the_in_process_search(served, seed, options):
     _, client = served
@@ -107,7 +109,8 @@ def test_a_chain_answers_as_the_in_process_search(served, seed, options):
     got = client.search(layers, CLUSTER, 8, **options)
     assert got.choice == search_chain(layers, CLUSTER, 8, **options)
     assert got.replicated is None and got.missing == {}
-    kw = {k: v for k, v in options.items() if k in ("schedule", "memory_limit", "block")}
+    kw = {k: v for k, v in options.items()
+          if k in ("schedule", "memory_limit", "block", "chunks")}
     want = _baselines_in_process(layers, CLUSTER, 8, got.choice, **kw)
     assert got.baselines == want
     assert got.beats == tuple(n for n in ("alpa", "megatron") if faster(got.choice, want[n]))

@@ -64,11 +64,13 @@ def test_choices_pair_by_name_whether_names_or_an_enum():
         ONE_F_ONE_B = "1f1b"
         EAGER_1F1B = "eager-1f1b"
         INTERLEAVED = "interleaved-1f1b"
+        ZERO_BUBBLE_H2 = "zb-h2"
 
     pair = ChoicePair(Schedule, pb.Schedule, "SCHEDULE_", "schedule")
     assert pair.to_pb == {Schedule.ONE_F_ONE_B: pb.SCHEDULE_1F1B,
-                          Schedule.EAGER_1F1B: pb.SCHEDULE_EAGER_1F1B}
-    assert pair.unpaired == (Schedule.INTERLEAVED,)
+                          Schedule.EAGER_1F1B: pb.SCHEDULE_EAGER_1F1B,
+                          Schedule.INTERLEAVED: pb.SCHEDULE_INTERLEAVED_1F1B}
+    assert pair.unpaired == (Schedule.ZERO_BUBBLE_H2,)
     assert pair.decode(pb.SCHEDULE_EAGER_1F1B) is Schedule.EAGER_1F1B
     assert pair.encode("eager-1f1b") == pair.encode(Schedule.EAGER_1F1B)
 
@@ -78,11 +80,13 @@ def test_choices_pair_by_name_whether_names_or_an_enum():
 
     assert ChoicePair(Method, pb.SearchMethod, "SEARCH_METHOD_", "method").to_pb == {
         Method.DESCENT: pb.SEARCH_METHOD_DESCENT, Method.MCMC: pb.SEARCH_METHOD_MCMC}
-    with pytest.raises(SearchError, match=r"unknown schedule 'gpipe'; valid: 1f1b, eager-1f1b"):
+    with pytest.raises(SearchError, match=r"unknown schedule 'gpipe'; valid: 1f1b, eager-1f1b, "
+                                          r"interleaved-1f1b, zb-v, dualpipe-v"):
         sc.SCHEDULE.encode("gpipe", SearchError)
-    with pytest.raises(SearchError, match=r"schedule 7 is not known here; valid: "
-                                          r"\['SCHEDULE_1F1B', 'SCHEDULE_EAGER_1F1B'\]"):
-        sc.SCHEDULE.decode(7, SearchError)
+    with pytest.raises(SearchError, match=r"schedule 9 is not known here; valid: "
+                                          r"\['SCHEDULE_1F1B', 'SCHEDULE_EAGER_1F1B', "
+                                          r"'SCHEDULE_INTERLEAVED_1F1B'"):
+        sc.SCHEDULE.decode(9, SearchError)
 
 
 def test_layers_choices_and_replicated_answers_round_trip():
@@ -99,6 +103,28 @@ def test_layers_choices_and_replicated_answers_round_trip():
     msg = pb.SearchReplicated()
     sc.replicated_to_pb(rep, msg)
     assert sc.replicated_from_pb(msg, rep.choice) == rep
+
+
+@pytest.mark.parametrize("schedule, chunks", [("interleaved-1f1b", 3), ("zb-v", None),
+                                               ("dualpipe-v", None)])
+def test_virtual_stages_and_activations_round_trip(schedule, chunks):
+    """A virtual-stage search's request (schedule, chunks) and answer (its pieces and
+    their count per submesh), and candidates' activations, come back as they went."""
+    rng = random.Random(7)
+    layers = [Layer(f"l{k}", (64, 256), "float32", {(1, 1): (
+        Candidate("c", rng.uniform(1e-4, 1e-3), "RR", "RR", 1 << 10, 0, 1 << (10 + k)),)})
+        for k in range(6)]
+    back = [sc.layer_from_pb(sc.layer_to_pb(layer), k) for k, layer in enumerate(layers)]
+    assert back == layers and back[5].candidates[(1, 1)][0].activations == 1 << 15
+    m = sc.search_request(layers, CLUSTER, 8, schedule=schedule, chunks=chunks)
+    ask = sc.request_from_pb(pb.SearchRequest.FromString(m.SerializeToString()), None)
+    assert ask.options == {"schedule": schedule, **({"chunks": chunks} if chunks else {})}
+    choice = search_chain(layers, Cluster.regular(1, 2), 8, **ask.options)
+    assert choice.chunks == (chunks or 2) and len(choice.stages) == 2 * choice.chunks
+    assert sc.choice_from_pb(pb.SearchChoice.FromString(
+        sc.choice_to_pb(choice).SerializeToString())) == choice
+    old = pb.SearchChoice(microbatches=8, schedule=pb.SCHEDULE_1F1B)  # chunks unset
+    assert sc.choice_from_pb(old).chunks == 1
 
 
 def test_a_request_decodes_to_the_search_it_stands_for():

@@ -58,6 +58,9 @@ class Schedule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SCHEDULE_UNSPECIFIED: _ClassVar[Schedule]
     SCHEDULE_1F1B: _ClassVar[Schedule]
     SCHEDULE_EAGER_1F1B: _ClassVar[Schedule]
+    SCHEDULE_INTERLEAVED_1F1B: _ClassVar[Schedule]
+    SCHEDULE_ZB_V: _ClassVar[Schedule]
+    SCHEDULE_DUALPIPE_V: _ClassVar[Schedule]
 
 class Moves(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -107,6 +110,9 @@ BUFFER_DST: Buffer
 SCHEDULE_UNSPECIFIED: Schedule
 SCHEDULE_1F1B: Schedule
 SCHEDULE_EAGER_1F1B: Schedule
+SCHEDULE_INTERLEAVED_1F1B: Schedule
+SCHEDULE_ZB_V: Schedule
+SCHEDULE_DUALPIPE_V: Schedule
 MOVES_UNSPECIFIED: Moves
 MOVES_PRICED: Moves
 MOVES_FREE: Moves
@@ -476,20 +482,22 @@ class SubmeshShape(_message.Message):
     def __init__(self, hosts: _Optional[int] = ..., devices: _Optional[int] = ...) -> None: ...
 
 class SearchCandidate(_message.Message):
-    __slots__ = ("name", "compute", "input", "output", "memory", "grads")
+    __slots__ = ("name", "compute", "input", "output", "memory", "grads", "activations")
     NAME_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
     GRADS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATIONS_FIELD_NUMBER: _ClassVar[int]
     name: str
     compute: float
     input: str
     output: str
     memory: int
     grads: int
-    def __init__(self, name: _Optional[str] = ..., compute: _Optional[float] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., memory: _Optional[int] = ..., grads: _Optional[int] = ...) -> None: ...
+    activations: int
+    def __init__(self, name: _Optional[str] = ..., compute: _Optional[float] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., memory: _Optional[int] = ..., grads: _Optional[int] = ..., activations: _Optional[int] = ...) -> None: ...
 
 class SubmeshCandidates(_message.Message):
     __slots__ = ("shape", "candidates")
@@ -532,7 +540,7 @@ class SearchReplicas(_message.Message):
     def __init__(self, degrees: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SearchRequest(_message.Message):
-    __slots__ = ("layers", "graph", "cluster", "microbatches", "schedule", "memory_limit", "moves", "rerank", "block", "method", "few", "steps", "seed", "beta", "replicas", "time_limit")
+    __slots__ = ("layers", "graph", "cluster", "microbatches", "schedule", "memory_limit", "moves", "rerank", "block", "method", "few", "steps", "seed", "beta", "replicas", "time_limit", "chunks")
     LAYERS_FIELD_NUMBER: _ClassVar[int]
     GRAPH_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
@@ -549,6 +557,7 @@ class SearchRequest(_message.Message):
     BETA_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     TIME_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
     layers: _containers.RepeatedCompositeFieldContainer[SearchLayer]
     graph: SearchGraph
     cluster: Cluster
@@ -565,7 +574,8 @@ class SearchRequest(_message.Message):
     beta: float
     replicas: SearchReplicas
     time_limit: float
-    def __init__(self, layers: _Optional[_Iterable[_Union[SearchLayer, _Mapping]]] = ..., graph: _Optional[_Union[SearchGraph, _Mapping]] = ..., cluster: _Optional[_Union[Cluster, _Mapping]] = ..., microbatches: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., memory_limit: _Optional[int] = ..., moves: _Optional[_Union[Moves, str]] = ..., rerank: _Optional[int] = ..., block: _Optional[int] = ..., method: _Optional[_Union[SearchMethod, str]] = ..., few: _Optional[int] = ..., steps: _Optional[int] = ..., seed: _Optional[int] = ..., beta: _Optional[float] = ..., replicas: _Optional[_Union[SearchReplicas, _Mapping]] = ..., time_limit: _Optional[float] = ...) -> None: ...
+    chunks: int
+    def __init__(self, layers: _Optional[_Iterable[_Union[SearchLayer, _Mapping]]] = ..., graph: _Optional[_Union[SearchGraph, _Mapping]] = ..., cluster: _Optional[_Union[Cluster, _Mapping]] = ..., microbatches: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., memory_limit: _Optional[int] = ..., moves: _Optional[_Union[Moves, str]] = ..., rerank: _Optional[int] = ..., block: _Optional[int] = ..., method: _Optional[_Union[SearchMethod, str]] = ..., few: _Optional[int] = ..., steps: _Optional[int] = ..., seed: _Optional[int] = ..., beta: _Optional[float] = ..., replicas: _Optional[_Union[SearchReplicas, _Mapping]] = ..., time_limit: _Optional[float] = ..., chunks: _Optional[int] = ...) -> None: ...
 
 class Submesh(_message.Message):
     __slots__ = ("shape", "first")
@@ -594,7 +604,7 @@ class SearchStage(_message.Message):
     def __init__(self, first: _Optional[int] = ..., last: _Optional[int] = ..., placement: _Optional[_Union[Submesh, _Mapping]] = ..., choices: _Optional[_Iterable[str]] = ..., compute: _Optional[float] = ..., inner: _Optional[float] = ..., move_in: _Optional[float] = ...) -> None: ...
 
 class SearchChoice(_message.Message):
-    __slots__ = ("stages", "microbatches", "schedule", "time", "compute", "transfer", "bubble", "simulated")
+    __slots__ = ("stages", "microbatches", "schedule", "time", "compute", "transfer", "bubble", "simulated", "chunks")
     STAGES_FIELD_NUMBER: _ClassVar[int]
     MICROBATCHES_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
@@ -603,6 +613,7 @@ class SearchChoice(_message.Message):
     TRANSFER_FIELD_NUMBER: _ClassVar[int]
     BUBBLE_FIELD_NUMBER: _ClassVar[int]
     SIMULATED_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
     stages: _containers.RepeatedCompositeFieldContainer[SearchStage]
     microbatches: int
     schedule: Schedule
@@ -611,7 +622,8 @@ class SearchChoice(_message.Message):
     transfer: float
     bubble: float
     simulated: float
-    def __init__(self, stages: _Optional[_Iterable[_Union[SearchStage, _Mapping]]] = ..., microbatches: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., time: _Optional[float] = ..., compute: _Optional[float] = ..., transfer: _Optional[float] = ..., bubble: _Optional[float] = ..., simulated: _Optional[float] = ...) -> None: ...
+    chunks: int
+    def __init__(self, stages: _Optional[_Iterable[_Union[SearchStage, _Mapping]]] = ..., microbatches: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., time: _Optional[float] = ..., compute: _Optional[float] = ..., transfer: _Optional[float] = ..., bubble: _Optional[float] = ..., simulated: _Optional[float] = ..., chunks: _Optional[int] = ...) -> None: ...
 
 class BaselineResult(_message.Message):
     __slots__ = ("baseline", "choice", "missing", "beaten")
