@@ -223,6 +223,11 @@ TRANSFER_AWARE = frozenset({"zb-v", "eager-zb-v"})
 """Shipped schedules built for a boundary transfer time (their ``transfer=`` option, in
 units of one chunk's forward; both have two chunks per stage)."""
 
+CHECKED = frozenset({"zb-v", "eager-zb-v"})
+"""Shipped schedules whose build takes a ``check=`` callback, called now and then while
+it runs (seconds for many stages and microbatches: a caller's deadline raises from it;
+:data:`reshard.pipeline.v_schedules.Check`)."""
+
 
 def make_schedule(name: str, n_stages: int, n_mb: int, **options: Any) -> Schedule:
     """Builds a shipped schedule by name.
@@ -249,6 +254,6 @@ def make_schedule(name: str, n_stages: int, n_mb: int, **options: Any) -> Schedu
         raise ScheduleError(f"schedule {name!r}: {err}") from None
 
 
-__all__ = ["SCHEDULES", "TRANSFER_AWARE", "V_CANDIDATES", "dualpipe_v", "eager_one_f_one_b",
+__all__ = ["CHECKED", "SCHEDULES", "TRANSFER_AWARE", "V_CANDIDATES", "dualpipe_v", "eager_one_f_one_b",
            "eager_zero_bubble_v", "gpipe", "interleaved_one_f_one_b", "make_schedule",
            "one_f_one_b", "with_transfers", "zero_bubble_h1", "zero_bubble_v"]

@@ -25,20 +25,33 @@ _F, _B, _I, _W = (
 )
 
 
-def _v_candidates(n_stages: int, n_mb: int, transfer: float) -> list[Schedule]:
+Check = Callable[[], None] | None
+"""Called now and then while a schedule is built (between candidates, and every
+:data:`CHECK_EVERY` list-scheduling steps): a caller's deadline raises from it, so a
+long build (ZB-V of 16 stages and 128 microbatches takes seconds) stops on time."""
+
+CHECK_EVERY = 32
+"""List-scheduling time steps between two calls of a build's ``check``."""
+
+
+def _v_candidates(n_stages: int, n_mb: int, transfer: float, check: Check = None
+                  ) -> list[Schedule]:
     """The paper's V layout, then the list-scheduled orders of :data:`V_CANDIDATES`
     that do not deadlock."""
     candidates: list[Schedule] = [_zb_v_phases(n_stages, n_mb)]
     for limit, order in V_CANDIDATES:
+        if check is not None:
+            check()
         try:
             candidates.append(_list_scheduled_v(n_stages, n_mb, limit + 2 * n_stages,
-                                                transfer, order))
+                                                transfer, order, check))
         except ScheduleError:  # this rule set deadlocks here
             continue
     return candidates
 
 
-def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0) -> Schedule:
+def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0, *,
+                  check: Check = None) -> Schedule:
     """ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", 2024; torch's
     ``ScheduleZBVZeroBubble``).
 
@@ -63,6 +76,7 @@ def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0) -> Schedule:
     Args:
         transfer: Boundary transfer time the order is built for (>= 0; units of one
             chunk's forward).
+        check: called now and then while building (:data:`Check`: a deadline raises).
 
     Timeline (4 stages, 4 microbatches; F=1, I=1, W=1 per chunk)::
 
@@ -80,7 +94,9 @@ def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0) -> Schedule:
 
     costs = PipelineCosts(forward=1.0, backward=2.0, activation_transfer=float(transfer))
     best: tuple[float, Schedule] | None = None
-    for candidate in _v_candidates(n_stages, n_mb, float(transfer)):
+    for candidate in _v_candidates(n_stages, n_mb, float(transfer), check):
+        if check is not None:
+            check()
         timeline = simulate(candidate, costs)
         if max(timeline.peak_activations) <= 2 * n_stages and (
                 best is None or timeline.iteration_time < best[0]):
@@ -91,7 +107,8 @@ def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0) -> Schedule:
     return best[1]
 
 
-def eager_zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 1.0) -> Schedule:
+def eager_zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 1.0, *,
+                        check: Check = None) -> Schedule:
     """ZB-V with eager forwards, for exposed transfers: what eager 1F1B is to 1F1B.
 
     The V of :func:`zero_bubble_v`, list-scheduled for boundary transfers of
@@ -108,8 +125,9 @@ def eager_zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 1.0) -> Sche
     Args:
         transfer: Boundary transfer time the order is built for (>= 0; units of one
             chunk's forward; 1 by default: a transfer as long as a chunk's forward).
+        check: called now and then while building (:data:`Check`: a deadline raises).
     """
-    base = zero_bubble_v(n_stages, n_mb, transfer)  # checks the arguments
+    base = zero_bubble_v(n_stages, n_mb, transfer, check=check)  # checks the arguments
     if not transfer:
         return base
     from reshard.pipeline.costs import PipelineCosts
@@ -126,9 +144,12 @@ def eager_zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 1.0) -> Sche
     for limit in range(2 * n_stages, cap + 1):
         for order in dict.fromkeys(o for _, o in V_CANDIDATES):
             try:
-                candidate = _list_scheduled_v(n_stages, n_mb, limit, float(transfer), order)
+                candidate = _list_scheduled_v(n_stages, n_mb, limit, float(transfer), order,
+                                              check)
             except ScheduleError:  # this rule set deadlocks here
                 continue
+            if check is not None:
+                check()
             got = rank(candidate)
             if got[1] <= cap and got < best_rank:
                 best, best_rank = candidate, got
@@ -275,11 +296,12 @@ def _dualpipe_v_stage(n: int, m: int, s: int) -> list[Action]:
 
 
 def _list_scheduled_v(n: int, m: int, limit: int, transfer: float = 0.0,
-                      order: str = "IFW") -> Schedule:
+                      order: str = "IFW", check: Check = None) -> Schedule:
     """The V schedule list scheduling builds (see :func:`zero_bubble_v`), holding at
     most ``limit`` chunk activations per stage; ``transfer``: each boundary transfer
     between two stages takes that long (in units of one action), so an action that
-    waits on one is ready that much later (a handover inside a stage is free)."""
+    waits on one is ready that much later (a handover inside a stage is free);
+    ``check``: called every :data:`CHECK_EVERY` time steps."""
     v_count = 2 * n
     shape = Schedule.layout(n, 2, "v")
     vs = shape.virtual_stage
@@ -295,7 +317,11 @@ def _list_scheduled_v(n: int, m: int, limit: int, transfer: float = 0.0,
     free = [0.0] * n  # when each stage's compute is free
     programs: list[list[Action]] = [[] for _ in range(n)]
     time = 0.0
+    steps = 0
     while any(w < m for w in done_w):
+        steps += 1
+        if check is not None and steps % CHECK_EVERY == 0:
+            check()
         if time > (6 * n * m + 4 * n) * (1 + transfer):
             raise ScheduleError(f"list scheduling a V of {n} stages and {m} microbatches "
                                 f"(limit {limit}, rules {order}) deadlocked")

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from reshard.errors import ReshardError, SearchError
 from reshard.pipeline.actions import ActionKind
-from reshard.pipeline.generators import make_schedule
+from reshard.pipeline.generators import CHECKED, make_schedule
 from reshard.pipeline.schedule import Schedule
 from reshard.search.kinds import SearchSchedule
 from reshard.search.model import Budget, Choice, Layer
@@ -48,8 +49,9 @@ def chain_in_flight(schedule: SearchSchedule, to_go: int, microbatches: int) -> 
 class Orders:
     """The pipeline schedules a search builds, each once (ZB-V's list scheduling takes
     seconds for 16 stages of 128 microbatches): by (name, stages, microbatches,
-    chunks); ``budget``: the search's, checked before each build (a build itself is not
-    interrupted)."""
+    chunks); ``budget``: the search's, checked before each build and, for the builds
+    that take a check (:data:`reshard.pipeline.generators.CHECKED`: ZB-V's), now and
+    then inside one."""
 
     built: dict[tuple[str, int, int, int], Schedule] = field(default_factory=dict)
     budget: Budget | None = None
@@ -59,12 +61,18 @@ class Orders:
         interleaved 1F1B); ReshardError as it raises them."""
         key = (name, stages, microbatches, chunks)
         if key not in self.built:
-            if self.budget is not None:
-                self.budget.check("building the {} pipeline schedule of {} submeshes and {} "
-                                  "microbatches", name, stages, microbatches)
-            self.built[key] = make_schedule(
-                name, stages, microbatches,
-                **({"n_chunks": chunks} if name == "interleaved-1f1b" else {}))
+            options: dict[str, Any] = {"n_chunks": chunks} if name == "interleaved-1f1b" \
+                else {}
+            budget = self.budget
+            if budget is not None:
+                def check() -> None:
+                    budget.check("building the {} pipeline schedule of {} submeshes and {} "
+                                 "microbatches", name, stages, microbatches)
+
+                check()
+                if name in CHECKED:
+                    options["check"] = check
+            self.built[key] = make_schedule(name, stages, microbatches, **options)
         return self.built[key]
 
 

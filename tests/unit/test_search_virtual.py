@@ -300,7 +300,7 @@ def test_kept_orders_give_the_counts_a_fresh_schedule_gives_and_are_built_once(n
     assert simulated(layers, got, cluster, orders=orders) == simulated(layers, got, cluster)
 
 
-def test_kept_orders_check_the_budget_before_each_build_only():
+def test_kept_orders_check_the_budget_before_each_build():
     """A spent budget stops a search before it builds another pipeline schedule (naming
     it), while a schedule already built is still given."""
     budget = Budget.of(0.01)
@@ -313,3 +313,35 @@ def test_kept_orders_check_the_budget_before_each_build_only():
                                           r"pipeline schedule of 4 submeshes and 8 micro"):
         orders.get("zb-v", 4, 8, 2)
     assert list(orders.built) == [("interleaved-1f1b", 2, 4, 2)]
+
+
+@pytest.mark.parametrize("name", ["zb-v", "eager-zb-v"])
+def test_a_long_v_build_checks_inside_and_stops_when_its_check_raises(name):
+    """A ZB-V build (seconds for 16 submeshes of 128 microbatches) calls its check
+    between candidates and inside list scheduling, gives the same schedule as without
+    one, and stops at once when the check raises (a search's spent budget does:
+    test_kept_orders_check_the_budget_before_each_build)."""
+    from reshard.pipeline import v_schedules
+
+    calls: list[int] = []
+    built = make_schedule(name, 8, 32, check=lambda: calls.append(1))
+    assert built == make_schedule(name, 8, 32)
+    between: list[int] = []  # the checks between candidates alone
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(v_schedules, "CHECK_EVERY", 10**9)
+        make_schedule(name, 8, 32, check=lambda: between.append(1))
+    assert between and len(calls) > 2 * len(between)  # inside list scheduling too
+
+    class Stop(Exception):
+        pass
+
+    seen = []
+
+    def stop() -> None:
+        seen.append(1)
+        if len(seen) == 3:
+            raise Stop
+
+    with pytest.raises(Stop):
+        make_schedule(name, 16, 128, check=stop)
+    assert len(seen) == 3
