@@ -40,7 +40,7 @@ setup(
     python_requires=">=3.11",  # tomllib, typing.Self (tests/unit/test_python_requires.py)
     package_dir=package_dir,
     packages=packages,
-    package_data={"reshard": ["py.typed", "core/presets.toml", "service/v1/*.proto", "service/v1/*.pyi"]},
+    package_data={"reshard": ["py.typed", "*.pyi", "core/presets.toml", "service/v1/*.proto", "service/v1/*.pyi"]},
     # What a compiler using only the planner (or the service) needs; the data plane's
     # heavy parts are extras.
     install_requires=[

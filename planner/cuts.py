@@ -207,6 +207,8 @@ def cut_slices(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strateg
         split = _splitter(itemsizes[i], loads, min_piece) if broadcast else None
         if isinstance(cells, CellTable):
             work.add_table(i, cells, itemsizes[i], np.asarray(after), split)
+        elif isinstance(after, np.ndarray):  # a table's steps: never beside a cell list
+            raise TypeError("a list of cells came with a table's steps")
         else:
             work.add_cells(i, cells, itemsizes[i], after, split)
     return Slices(cluster, strat, work, list(cut.reduces), itemsizes)
