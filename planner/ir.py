@@ -52,6 +52,10 @@ def plan_header(tensors: tuple[TensorSpec, ...], strategy: Strategy, cluster: Cl
             "cluster": cluster.to_dict(), "tensors": [t.to_dict() for t in tensors]}
 
 
+PORTABLE_CACHE = frozenset({"estimate", "lower_bound"})
+"""The cached figures a pickled plan keeps (plain floats, the same in every process)."""
+
+
 @dataclass(frozen=True)
 class ReshardPlan:
     """A frozen, serializable resharding plan for one or more tensors.
@@ -68,6 +72,15 @@ class ReshardPlan:
     strategy: Strategy
     cluster: Cluster
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What pickling keeps (a plan sent to or from a worker process): the fields, and
+        of the caches only the figures found (:data:`PORTABLE_CACHE`); the rest may hold
+        this process's hashes, objects keyed by identity, or the callable that finds
+        the bound (:meth:`bound_by`), which does not pickle."""
+        state = dict(self.__dict__)
+        state["_cache"] = {k: v for k, v in self._cache.items() if k in PORTABLE_CACHE}
+        return state
 
     def __hash__(self) -> int:
         """Hashed once (a plan keys the Runtime's caches on every call; its tasks are

@@ -171,3 +171,27 @@ def test_a_large_plan_on_a_shared_bandwidth_is_built_whole():
     assert estimate_columns(ordered[0], tensors, cluster) is None
     assert estimate_tensors(tensors, cluster, Strategy.BROADCAST) == \
         plan_tensors(tensors, cluster, Strategy.BROADCAST, None).estimate()
+
+
+@pytest.mark.parametrize("strategy", ["broadcast", "send_recv"])
+def test_a_plan_with_its_memos_pickles_and_keeps_only_portable_figures(strategy):
+    """A plan holding what finds its bound (a closure over a planning call's memo, as a
+    first plan does until asked; a service worker sends such plans back) pickles all
+    the same: equal to itself, its figures kept, its process-local caches dropped."""
+    import pickle
+
+    from reshard.planner.ir import PORTABLE_CACHE
+
+    src = Layout(DeviceMesh((2, 4)), "S0R")
+    dst = Layout(DeviceMesh((2, 4), devices=range(8, 16)), "RS01")
+    cluster = Cluster.regular(4, 4)
+    planned = reshard.plan((64, 96), "float32", src, dst, cluster=cluster, strategy=strategy)
+    p = ReshardPlan(planned.tensors, planned.tasks, planned.strategy, cluster).bound_by(
+        Builds().bound_of(planned.tensors, cluster))
+    p.estimate()
+    assert "bound of" in p._cache  # the closure, not yet called
+    back = pickle.loads(pickle.dumps(p))
+    assert back == p and back.tasks == p.tasks
+    assert set(back._cache) <= PORTABLE_CACHE
+    assert "estimate" in back._cache and back.estimate() == p.estimate()
+    assert back.lower_bound() == lower_bound(p.tensors, cluster) == p.lower_bound()
