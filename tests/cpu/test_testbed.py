@@ -277,6 +277,9 @@ def test_workers_in_namespaces(backend):
             seconds = time.perf_counter() - t0
             assert np.array_equal(rt.get(y), value)
             ratio = seconds / (nbytes / tb.nic_bandwidth)
-            assert 0.7 <= ratio <= 1.6, (seconds, ratio, plan.estimate())
+            # the NIC's limit holds (never much faster than its rate); the upper side
+            # only catches a gross slowdown: on 2 shared cores a 0.5 s transfer ran at
+            # 1.7x its rate once in CI (load average 4-8), 1.0-1.3x alone
+            assert 0.7 <= ratio <= 2.5, (seconds, ratio, plan.estimate())
         names = tb.names()
     assert present(names) == []
