@@ -219,9 +219,7 @@ class GlooBackend(HostMemory):
     def prepare(self, plan: Any) -> None:
         """Create the plan's missing sub-groups (every rank, same order)."""
         if self._channel and self.world not in self._groups:
-            with gloo_interface(self._ifname):
-                self._groups[self.world] = self._p2p = self._dist.new_group(
-                    list(range(len(self.world))), timeout=self._td, backend="gloo")
+            self._groups[self.world] = self._p2p = self._new_group(range(len(self.world)))
         for group in plan.communicator_groups():
             self._ensure_group(tuple(group))
 
@@ -233,9 +231,13 @@ class GlooBackend(HostMemory):
             raise ExecutionError(
                 f"device {self.device}: group {list(group)} has devices {unknown} outside "
                 f"the world {list(self.world)}")
+        self._groups[group] = self._new_group([self.rank_of[d] for d in group])
+
+    def _new_group(self, ranks: Sequence[int]) -> Any:
+        """A gloo process group of ``ranks`` (every rank of the world calls this, members
+        or not), its sockets on this backend's interface."""
         with gloo_interface(self._ifname):
-            self._groups[group] = self._dist.new_group(
-                [self.rank_of[d] for d in group], timeout=self._td, backend="gloo")
+            return self._dist.new_group(list(ranks), timeout=self._td, backend="gloo")
 
     def _group(self, group: Sequence[int]) -> Any:
         key = tuple(group)
