@@ -51,21 +51,28 @@ def _reexport(dest: pathlib.Path, alias: str) -> str:
     target = f"{found.group(1)}.{found.group(2)}"
     path = dest.joinpath(*target.split("."))
     source = (path / "__init__.py" if path.is_dir() else path.with_suffix(".py")).read_text()
+    lines = [f'"""Staged alias of :mod:`{target}`."""', ""]
+    lines += [f"from {target} import {n} as {n}" for n in exported(source)]
+    return "\n".join(lines) + "\n"
+
+
+def exported(source: str) -> list[str]:
+    """The names a module's source makes its own at the top level: functions, classes,
+    assignments, explicit re-exports (``import x as x``), and what its ``__all__``
+    lists (also what scripts/short_path_stubs.py's stubs re-export)."""
     names: set[str] = set()
     for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
             for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):  # explicit re-exports only
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+                names.update(ast.literal_eval(node.value))
+        elif isinstance(node, ast.Import | ast.ImportFrom):  # explicit re-exports only
             names.update(a.asname for a in node.names if a.asname == a.name.rpartition(".")[2])
-    listed = re.search(r"^__all__ = \[([^\]]*)\]", source, re.MULTILINE)
-    if listed:
-        names.update(re.findall(r"\"(\w+)\"", listed.group(1)))
-    lines = [f'"""Staged alias of :mod:`{target}`."""', ""]
-    lines += [f"from {target} import {n} as {n}" for n in sorted(names - {"__all__"})]
-    return "\n".join(lines) + "\n"
+    return sorted(names - {"__all__"})
 
 
 if __name__ == "__main__":
