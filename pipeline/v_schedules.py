@@ -25,23 +25,26 @@ _F, _B, _I, _W = (
 )
 
 
-Check = Callable[[], None] | None
+Check = Callable[[], None]
 """Called now and then while a schedule is built (between candidates, and every
 :data:`CHECK_EVERY` list-scheduling steps): a caller's deadline raises from it, so a
 long build (ZB-V of 16 stages and 128 microbatches takes seconds) stops on time."""
+
+
+def unchecked() -> None:
+    """The :data:`Check` of a build nobody stops: does nothing."""
 
 CHECK_EVERY = 32
 """List-scheduling time steps between two calls of a build's ``check``."""
 
 
-def _v_candidates(n_stages: int, n_mb: int, transfer: float, check: Check = None
+def _v_candidates(n_stages: int, n_mb: int, transfer: float, check: Check = unchecked
                   ) -> list[Schedule]:
     """The paper's V layout, then the list-scheduled orders of :data:`V_CANDIDATES`
     that do not deadlock."""
     candidates: list[Schedule] = [_zb_v_phases(n_stages, n_mb)]
     for limit, order in V_CANDIDATES:
-        if check is not None:
-            check()
+        check()
         try:
             candidates.append(_list_scheduled_v(n_stages, n_mb, limit + 2 * n_stages,
                                                 transfer, order, check))
@@ -51,7 +54,7 @@ def _v_candidates(n_stages: int, n_mb: int, transfer: float, check: Check = None
 
 
 def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0, *,
-                  check: Check = None) -> Schedule:
+                  check: Check = unchecked) -> Schedule:
     """ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", 2024; torch's
     ``ScheduleZBVZeroBubble``).
 
@@ -95,8 +98,7 @@ def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0, *,
     costs = PipelineCosts(forward=1.0, backward=2.0, activation_transfer=float(transfer))
     best: tuple[float, Schedule] | None = None
     for candidate in _v_candidates(n_stages, n_mb, float(transfer), check):
-        if check is not None:
-            check()
+        check()
         timeline = simulate(candidate, costs)
         if max(timeline.peak_activations) <= 2 * n_stages and (
                 best is None or timeline.iteration_time < best[0]):
@@ -108,7 +110,7 @@ def zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 0.0, *,
 
 
 def eager_zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 1.0, *,
-                        check: Check = None) -> Schedule:
+                        check: Check = unchecked) -> Schedule:
     """ZB-V with eager forwards, for exposed transfers: what eager 1F1B is to 1F1B.
 
     The V of :func:`zero_bubble_v`, list-scheduled for boundary transfers of
@@ -148,8 +150,7 @@ def eager_zero_bubble_v(n_stages: int, n_mb: int, transfer: float = 1.0, *,
                                               check)
             except ScheduleError:  # this rule set deadlocks here
                 continue
-            if check is not None:
-                check()
+            check()
             got = rank(candidate)
             if got[1] <= cap and got < best_rank:
                 best, best_rank = candidate, got
@@ -296,7 +297,7 @@ def _dualpipe_v_stage(n: int, m: int, s: int) -> list[Action]:
 
 
 def _list_scheduled_v(n: int, m: int, limit: int, transfer: float = 0.0,
-                      order: str = "IFW", check: Check = None) -> Schedule:
+                      order: str = "IFW", check: Check = unchecked) -> Schedule:
     """The V schedule list scheduling builds (see :func:`zero_bubble_v`), holding at
     most ``limit`` chunk activations per stage; ``transfer``: each boundary transfer
     between two stages takes that long (in units of one action), so an action that
@@ -320,7 +321,7 @@ def _list_scheduled_v(n: int, m: int, limit: int, transfer: float = 0.0,
     steps = 0
     while any(w < m for w in done_w):
         steps += 1
-        if check is not None and steps % CHECK_EVERY == 0:
+        if steps % CHECK_EVERY == 0:
             check()
         if time > (6 * n * m + 4 * n) * (1 + transfer):
             raise ScheduleError(f"list scheduling a V of {n} stages and {m} microbatches "
