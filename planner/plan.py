@@ -94,15 +94,20 @@ def estimate_tensors(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: S
     estimate_columns`, the same seconds)."""
     if phased(tensors):
         return plan_tensors(tensors, cluster, strat, None).estimate()
-    with paused():
-        builds = Builds()
-        first = builds.columns(tensors, cluster, strat, fan_out=False)
-        assert first is not None  # no limit
-        if len(first[0]) > ALTERNATIVES_UP_TO:
-            got = estimate_columns(first[0], tensors, cluster, builds.known)
-            if got is not None:
-                return got
-        return _best_plan(tensors, cluster, strat, builds).estimate()
+    with paused():  # the call's memo and candidates are freed before the collector
+        return _estimate(tensors, cluster, strat)  # resumes: it has none to walk
+
+
+def _estimate(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy) -> float:
+    """:func:`estimate_tensors` of a request planned in one phase."""
+    builds = Builds()
+    first = builds.columns(tensors, cluster, strat, fan_out=False)
+    assert first is not None  # no limit
+    if len(first[0]) > ALTERNATIVES_UP_TO:
+        got = estimate_columns(first[0], tensors, cluster, builds.known)
+        if got is not None:
+            return got
+    return _best_plan(tensors, cluster, strat, builds).estimate()
 
 
 def phased(tensors: Sequence[TensorSpec]) -> bool:
