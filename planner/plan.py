@@ -376,18 +376,19 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
     if strat is not Strategy.BROADCAST or len(best.tasks) > BASELINES_UP_TO or \
             best.estimate() <= builds.bound(tensors, cluster) * (1 + 1e-9):
         return best
-    # a baseline whose floor is not below the best so far cannot replace it: neither
-    # built nor simulated
-    others = [_best_plan(tensors, cluster, baseline, builds)
-              for baseline in (Strategy.SEND_RECV, Strategy.ALLGATHER)
-              if not builds.beaten(tensors, cluster, baseline, best.estimate())]
+    # a baseline whose floor is not below the best so far (a baseline planned before
+    # it included) cannot replace it: neither built nor simulated
+    for baseline in (Strategy.SEND_RECV, Strategy.ALLGATHER):
+        if not builds.beaten(tensors, cluster, baseline, best.estimate()):
+            other = _best_plan(tensors, cluster, baseline, builds)
+            if other.estimate() < best.estimate():
+                best = builds.relabel(other, strat)
     first = allreduce_first(tensors, cluster, strat,
                             lambda ts, cl, st: _best_plan(ts, cl, st, builds))
     if first is not None:
         first = builds.twins.adopt(first.share_routes(builds.known))
-    for other in (*others, *([first] if first is not None else [])):
-        if other.estimate() < best.estimate():
-            best = builds.relabel(other, strat)
+        if first.estimate() < best.estimate():
+            best = builds.relabel(first, strat)
     return best
 
 
