@@ -278,7 +278,9 @@ class Builds:
         same = (tensors, cluster, *cut_key(tensors, fuse, fine))
         got = self._cuts.get(same)
         if got is None:
-            got = self._cuts[same] = cut_cells(tensors, cluster, fuse, fine)
+            # a fine cut whose reductions come out as the coarse one's has its cells
+            like = self.cut(tensors, cluster, fuse, False) if same[-1] else None
+            got = self._cuts[same] = cut_cells(tensors, cluster, fuse, fine, like)
         return got
 
     def bound(self, tensors: tuple[TensorSpec, ...], cluster: Cluster) -> float:

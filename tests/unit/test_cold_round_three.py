@@ -3,7 +3,8 @@
 A baseline is planned only where its floor is below the best plan so far, a baseline
 planned before it included: the same plan as every baseline built and compared (any
 layouts, plain and partial); and an estimate frees its call's memo before the cyclic
-collector resumes, so the collector has nothing of it left to walk.
+collector resumes, so the collector has nothing of it left to walk; a fine cut whose
+reductions come out as the coarse cut's takes its cells from it, the cells it would cut.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from hypothesis import strategies as st
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.core import gcpause
+from reshard.planner.cuts import cut_cells
 from reshard.planner.plan import Builds, _best_plan, estimate_tensors, planned_tensors
 from reshard.planner.values.strategy import Strategy
 
 from ..common import problems
+from .test_cold_costs import partial_moves
 
 CLUSTERS = (Cluster.preset("dgx-h100", 4, 4),
             Cluster.regular(4, 3, nic_bandwidth=1e9, intra_bandwidth=4e9, latency=2e-5),
@@ -68,3 +71,16 @@ def test_an_estimate_frees_its_memo_before_the_collector_resumes(monkeypatch):
     assert estimate_tensors(tensors, planned_on, Strategy.BROADCAST) == expected
     # the call's plans, tasks and routes (tens of thousands of objects) died first
     assert live and live[-1] - before < 1000, (before, live)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(partial_moves(), st.booleans())
+def test_a_fine_cut_like_the_coarse_one_is_the_cut_made_afresh(move, fuse):
+    shape, dtype, src, dst, cluster = move
+    tensors, _ = planned_tensors([(shape, dtype, src, dst)], cluster, None, None)
+    coarse = cut_cells(tensors, cluster, fuse, False)
+    fresh = cut_cells(tensors, cluster, fuse, True)
+    reused = cut_cells(tensors, cluster, fuse, True, like=coarse)
+    assert reused.reduces == fresh.reduces
+    assert [list(c) for c in reused.cells] == [list(c) for c in fresh.cells]
+    assert [list(a) for a in reused.after] == [list(a) for a in fresh.after]
