@@ -53,6 +53,7 @@ from reshard.search.objective import (
     stage_index,
 )
 from reshard.search.options import Links, Option, most_in_flight, place_class, stage_options
+from reshard.search.reach import reach
 from reshard.search.simulated import rerank as rerank_choices
 from reshard.search.skips import MAX_OPEN, Edges, TooWide, build_graph, graph_options, placed
 from reshard.search.stagedp import Holding, Path, _Graph, best_paths, build, path_stages
@@ -344,7 +345,7 @@ def _chain_paths(ask: _Ask, count: int, top: float, cap: float) -> list[Path]:
     layers, total = ask.layers, devices(ask.cluster)
     held = _most_held(ask)
     options = _options(layers, ask.cluster, ask.costs, ask.limit, ask.budget, cap,
-                       ask.links, None, held, ask.skips)
+                       ask.links, None, held, ask.skips, tiled=True)
     g = _build(ask, options, total, top, _chain_holding(ask, options, held))
     return best_paths(g, (len(layers), total), ask.microbatches, count, ask.budget)
 
@@ -423,15 +424,19 @@ def _no_answer(ask: _Ask) -> None:
 def _options(layers: Sequence[Layer], cluster: Cluster, costs: MoveCosts, limit: float,
              budget: Budget, cap: float, links: Links = None,
              only: Sequence[Shape] | None = None,
-             enough: Sequence[int] | None = None, skips: Edges | None = None) -> list[Option]:
+             enough: Sequence[int] | None = None, skips: Edges | None = None,
+             tiled: bool = False) -> list[Option]:
     """Every stage option (on the shapes ``only`` where given; ``enough``: per first
     layer the most microbatches a stage there can hold; ``skips``: a graph's edges, the
     options knowing them, :mod:`reshard.search.skips`), none whose inner time passes
     ``cap``: built once per submesh shape and place on a host
-    (:mod:`reshard.search.options`), placed on every submesh of that class."""
+    (:mod:`reshard.search.options`), placed on every submesh of that class; ``tiled``
+    (one stage per submesh): only those that can lie on a path of the DP
+    (:mod:`reshard.search.reach`)."""
     per = len(cluster.hosts[0])
     shapes: list[Shape] = sorted({s for layer in layers for s in layer.candidates}
                                  if only is None else only)
+    paths_ok = reach(layers, cluster, shapes, limit, cap) if tiled else None
     out: list[Option] = []
     for shape in shapes:
         classes: dict[int, list[int]] = {}
@@ -441,18 +446,24 @@ def _options(layers: Sequence[Layer], cluster: Cluster, costs: MoveCosts, limit:
         for offset, firsts in classes.items():
             home = placements(cluster, shape, offset)
             assert home is not None  # a submesh of the class on the first host fits
-            most = [math.inf if enough is None else enough[i] for i in range(len(layers))]
-            built: list[Sequence[Option]] = [
-                stage_options(layers, home, i, costs, limit, budget, cap, links, most[i])
-                if skips is None else
-                graph_options(layers, home, i, skips, costs, limit, budget, cap, most[i])
-                for i in range(len(layers))]
-            for d in firsts:
-                p = placements(cluster, shape, d)
-                assert p is not None
-                for opts in built:
-                    out.extend(place_class(opts, p) if skips is None
-                               else placed(opts, p))  # type: ignore[arg-type]
+            for i in range(len(layers)):
+                lasts = {d: set(paths_ok.lasts(shape, i, d)) for d in firsts} \
+                    if paths_ok is not None else None
+                stop = None if lasts is None else max((max(v) for v in lasts.values() if v),
+                                                      default=-1)
+                if stop is not None and stop < i:
+                    continue
+                most = math.inf if enough is None else enough[i]
+                built: Sequence[Option] = (
+                    stage_options(layers, home, i, costs, limit, budget, cap, links, most, stop)
+                    if skips is None else
+                    graph_options(layers, home, i, skips, costs, limit, budget, cap, most, stop))
+                for d in firsts:
+                    p = placements(cluster, shape, d)
+                    assert p is not None
+                    mine = built if lasts is None else [o for o in built if o.last in lasts[d]]
+                    out.extend(place_class(mine, p) if skips is None
+                               else placed(mine, p))  # type: ignore[arg-type]
     return out
 
 

@@ -113,19 +113,22 @@ def _first_fronts(layer: Layer, k: int, p: Placement, g: Edges, limit: float,
 
 
 def stage_paths(layers: Sequence[Layer], p: Placement, first: int, g: Edges,
-                costs: MoveCosts, limit: float, budget: Budget,
-                cap: float = math.inf) -> Iterator[tuple[int, dict[FrontKey, list[Entry]]]]:
-    """Per last layer, the fronts of the stages from layer ``first`` to it on ``p``
-    (module docstring), none past ``limit`` bytes per device or ``cap`` seconds."""
+                costs: MoveCosts, limit: float, budget: Budget, cap: float = math.inf,
+                stop: int | None = None
+                ) -> Iterator[tuple[int, dict[FrontKey, list[Entry]]]]:
+    """Per last layer (up to ``stop``, default the end), the fronts of the stages from
+    layer ``first`` to it on ``p`` (module docstring), none past ``limit`` bytes per
+    device or ``cap`` seconds."""
     keep_memory = math.isfinite(limit)
     fronts = {k: pareto(v, keep_memory)
               for k, v in _first_fronts(layers[first], first, p, g, limit, cap).items()}
-    for last in range(first, len(layers)):
+    end = len(layers) - 1 if stop is None else stop
+    for last in range(first, end + 1):
         if not fronts:
             return
         yield last, fronts
         w = last + 1
-        if w == len(layers):
+        if w > end:
             return
         grown: dict[FrontKey, list[Entry]] = {}
         outside = any(u < first for u in g.into[w])
@@ -154,11 +157,11 @@ def stage_paths(layers: Sequence[Layer], p: Placement, first: int, g: Edges,
 
 def graph_options(layers: Sequence[Layer], p: Placement, first: int, g: Edges,
                   costs: MoveCosts, limit: float, budget: Budget, cap: float = math.inf,
-                  enough: float = math.inf) -> list[GraphOption]:
+                  enough: float = math.inf, stop: int | None = None) -> list[GraphOption]:
     """Every stage option from layer ``first`` on ``p`` (as
     :func:`reshard.search.options.stage_options`, with takes and gives)."""
     out = []
-    for last, fronts in stage_paths(layers, p, first, g, costs, limit, budget, cap):
+    for last, fronts in stage_paths(layers, p, first, g, costs, limit, budget, cap, stop):
         for (takes, live), front in fronts.items():
             for t, mem, act, comp, trail in staircase(front, limit, enough):
                 out.append(GraphOption(first, last, p, "", "", t, comp, trail, mem, act,
