@@ -53,7 +53,7 @@ from reshard.search.objective import (
     stage_index,
 )
 from reshard.search.options import Links, Option, most_in_flight, place_class, stage_options
-from reshard.search.reach import reach
+from reshard.search.reach import block_shapes, reach
 from reshard.search.simulated import rerank as rerank_choices
 from reshard.search.skips import MAX_OPEN, Edges, TooWide, build_graph, graph_options, placed
 from reshard.search.stagedp import Holding, Path, _Graph, best_paths, build, path_stages
@@ -312,8 +312,15 @@ def _best(ask: _Ask, count: int, bound: float | None) -> list[Choice]:
     above ``bound``."""
     layers = ask.layers
     if ask.size > 1:
+        only = None
+        if not ask.sched.virtual and bound is not None and ask.microbatches > 1:
+            only = block_shapes(layers, ask.size, ask.cluster, ask.limit,
+                                bound / (ask.microbatches - 1))
+            if not only:
+                return []  # no stage of any shape on a path within the bound
         merged, firsts, runs, joined = blocks(layers, ask.size, ask.costs,
-                                              ask.limit / ask.chunks, ask.budget, ask.links)
+                                              ask.limit / ask.chunks, ask.budget, ask.links,
+                                              only)
         got = _best(dataclasses.replace(ask, layers=tuple(merged), size=1, links=joined),
                     count, bound)
         out = [evaluate(layers, expand(c.stages, runs, firsts, len(layers)), ask.cluster,
@@ -399,7 +406,7 @@ def _chain_holding(ask: _Ask, options: Sequence[Option], held: Sequence[int]) ->
 def _most_held(ask: _Ask) -> list[int]:
     """Per first layer, the most microbatches a one-chunk stage starting there can hold
     (the most stages from there on: each a layer on a submesh of the smallest shape)."""
-    smallest = min(s[0] * s[1] for layer in ask.layers for s in layer.candidates)
+    smallest = min((s[0] * s[1] for layer in ask.layers for s in layer.candidates), default=1)
     n, total = len(ask.layers), devices(ask.cluster)
     return [chain_in_flight(ask.sched, min(n - i, total // smallest), ask.microbatches)
             for i in range(n)]

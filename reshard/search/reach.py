@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reshard.cluster import Cluster
-from reshard.search.model import Layer, Shape, devices, placements
+from reshard.search.model import Candidate, Layer, Shape, checked_already, devices, placements
 
 
 def far(layers: Sequence[Layer], shape: Shape, limit: float, cap: float) -> list[int]:
@@ -109,6 +109,35 @@ def reach(layers: Sequence[Layer], cluster: Cluster, shapes: Sequence[Shape], li
     return Reach(ahead, behind, reach_far)
 
 
+def block_shapes(layers: Sequence[Layer], size: int, cluster: Cluster, limit: float,
+                 cap: float) -> set[Shape]:
+    """The submesh shapes some stage option over blocks of ``size`` layers
+    (:mod:`reshard.search.blocks`) may lie on a path with: each block's least compute
+    and bytes per shape bound its block candidates' from below, so a shape none of whose
+    floors reaches a path holds no block candidate the DP keeps, and its blocks (and
+    their moves) need not be built."""
+    floors: list[Layer] = []
+    for a in range(0, len(layers), size):
+        part = layers[a:a + size]
+        shared = set.intersection(*(set(layer.candidates) for layer in part))
+        cands = {}
+        for shape in shared:
+            least = [min(((c.compute, c.memory + c.activations)
+                          for c in layer.candidates[shape]), default=None) for layer in part]
+            if all(x is not None for x in least):
+                cands[shape] = (checked_already(
+                    Candidate, name="floor", input="", output="", grads=0, activations=0,
+                    compute=sum(x[0] for x in least if x is not None),
+                    memory=sum(x[1] for x in least if x is not None)),)
+        floors.append(checked_already(Layer, name=part[0].name, output_shape=(),
+                                      dtype=part[-1].dtype, candidates=cands))
+    shapes = sorted({s for layer in floors for s in layer.candidates})
+    r = reach(floors, cluster, shapes, limit, cap)
+    total = devices(cluster)
+    return {s for s in shapes for d in range(total) if placements(cluster, s, d) is not None
+            for i in range(len(floors)) if r.lasts(s, i, d)}
+
+
 def _prefix(row: Sequence[bool]) -> list[int]:
     """``out[k]``: how many of ``row[:k]`` are true."""
     out = [0]
@@ -117,4 +146,4 @@ def _prefix(row: Sequence[bool]) -> list[int]:
     return out
 
 
-__all__ = ["Reach", "far", "reach"]
+__all__ = ["Reach", "block_shapes", "far", "reach"]

@@ -8,12 +8,14 @@ from __future__ import annotations
 import math
 import random
 
-from reshard import Cluster
-from reshard.search import Candidate, Layer
+import pytest
+
+from reshard import Cluster, SearchError
+from reshard.search import Candidate, Layer, search_chain
 from reshard.search.chain import _options
 from reshard.search.costs import MoveCosts
 from reshard.search.model import Budget
-from reshard.search.reach import far, reach
+from reshard.search.reach import block_shapes, far, reach
 from reshard.search.stagedp import _live
 
 SPECS = ("RR", "S0R", "RS1", "S01R")
@@ -76,3 +78,34 @@ def test_far_is_the_lower_bound_stage_and_the_pruning_is_real():
     tiled = _options(layers, cluster, costs, math.inf, Budget(None), 8e-3, tiled=True)
     every = _options(layers, cluster, costs, math.inf, Budget(None), 8e-3)
     assert len(tiled) == 4 and len(every) > 100 * len(tiled), (len(tiled), len(every))
+
+
+def test_blocks_are_built_only_on_shapes_that_can_reach_a_path(monkeypatch):
+    """Blocks of 2 layers: the answer with blocks on every shape (block_shapes patched
+    to keep all) equals the answer with the pruned shapes, on random chains; and on 32
+    layers of 1 ms on (1, 4), 0.3 ms on (4, 4), a cap of 8 ms keeps (1, 4) alone."""
+    import reshard.search.chain as chain_mod
+
+    cands = {(1, 4): (Candidate("a", 1e-3, "RR", "RR", 1),),
+             (4, 4): (Candidate("b", 0.3e-3, "RR", "RR", 1),)}
+    layers = [Layer(f"l{k}", (512, 64), "float32", cands) for k in range(32)]
+    assert block_shapes(layers, 2, Cluster.regular(4, 4), math.inf, 8e-3) == {(1, 4)}
+    assert block_shapes(layers, 2, Cluster.regular(4, 4), math.inf, 1e-2) == {(1, 4), (4, 4)}
+    rng = random.Random(5)
+    for _ in range(12):
+        cluster = rng.choice((Cluster.regular(2, 2), Cluster.regular(2, 4)))
+        g = len(cluster.hosts[0])
+        shapes = [s for s in SHAPES if s[1] <= g and (s[0] == 1 or s[1] == g)
+                  and s[0] <= cluster.num_hosts]
+        chain = _layers(rng, rng.randint(4, 10), shapes)
+        b, limit = rng.randint(2, 16), rng.choice((None, 14))
+        kw = {"block": 2, "memory_limit": limit, "rerank": 0}
+        try:
+            pruned = search_chain(chain, cluster, b, **kw)
+        except SearchError:
+            continue
+        with monkeypatch.context() as m:
+            m.setattr(chain_mod, "block_shapes",
+                      lambda layers, *a: {s for x in layers for s in x.candidates})
+            every = search_chain(chain, cluster, b, **kw)
+        assert pruned.time == pytest.approx(every.time, rel=1e-12)
