@@ -315,7 +315,7 @@ def _best(ask: _Ask, count: int, bound: float | None) -> list[Choice]:
         only = None
         if not ask.sched.virtual and bound is not None and ask.microbatches > 1:
             only = block_shapes(layers, ask.size, ask.cluster, ask.limit,
-                                bound / (ask.microbatches - 1))
+                                bound / (ask.microbatches - 1), ask.budget)
             if not only:
                 return []  # no stage of any shape on a path within the bound
         merged, firsts, runs, joined = blocks(layers, ask.size, ask.costs,
@@ -443,7 +443,7 @@ def _options(layers: Sequence[Layer], cluster: Cluster, costs: MoveCosts, limit:
     per = len(cluster.hosts[0])
     shapes: list[Shape] = sorted({s for layer in layers for s in layer.candidates}
                                  if only is None else only)
-    paths_ok = reach(layers, cluster, shapes, limit, cap) if tiled else None
+    paths_ok = reach(layers, cluster, shapes, limit, cap, budget) if tiled else None
     out: list[Option] = []
     for shape in shapes:
         classes: dict[int, list[int]] = {}

@@ -24,7 +24,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reshard.cluster import Cluster
-from reshard.search.model import Candidate, Layer, Shape, checked_already, devices, placements
+from reshard.search.model import (
+    Budget,
+    Candidate,
+    Layer,
+    Shape,
+    checked_already,
+    devices,
+    placements,
+)
 
 
 def far(layers: Sequence[Layer], shape: Shape, limit: float, cap: float) -> list[int]:
@@ -74,9 +82,10 @@ class Reach:
 
 
 def reach(layers: Sequence[Layer], cluster: Cluster, shapes: Sequence[Shape], limit: float,
-          cap: float) -> Reach:
+          cap: float, budget: Budget | None = None) -> Reach:
     """The positions of the one-chunk DP on some path within the lower bounds (module
-    docstring), for stages of ``shapes``."""
+    docstring), for stages of ``shapes`` (``budget`` checked at every device)."""
+    budget = Budget(None) if budget is None else budget
     n, total = len(layers), devices(cluster)
     reach_far = {s: far(layers, s, limit, cap) for s in shapes}
     at = [[s for s in shapes if placements(cluster, s, d) is not None] for d in range(total)]
@@ -84,6 +93,7 @@ def reach(layers: Sequence[Layer], cluster: Cluster, shapes: Sequence[Shape], li
     behind[total][n] = True
     counts: dict[int, list[int]] = {total: _prefix(behind[total])}
     for d in range(total - 1, -1, -1):
+        budget.check("finding the stages that can lie on a path (device {} of {})", d, total)
         row = behind[d]
         for s in at[d]:
             cnt, f = counts[d + s[0] * s[1]], reach_far[s]
@@ -95,6 +105,7 @@ def reach(layers: Sequence[Layer], cluster: Cluster, shapes: Sequence[Shape], li
     diff[0][0], diff[0][1] = 1, -1
     ahead = []
     for d in range(total + 1):
+        budget.check("finding the stages that can lie on a path (device {} of {})", d, total)
         row, run = [], 0
         for i in range(n + 1):
             run += diff[d][i]
@@ -110,7 +121,7 @@ def reach(layers: Sequence[Layer], cluster: Cluster, shapes: Sequence[Shape], li
 
 
 def block_shapes(layers: Sequence[Layer], size: int, cluster: Cluster, limit: float,
-                 cap: float) -> set[Shape]:
+                 cap: float, budget: Budget | None = None) -> set[Shape]:
     """The submesh shapes some stage option over blocks of ``size`` layers
     (:mod:`reshard.search.blocks`) may lie on a path with: each block's least compute
     and bytes per shape bound its block candidates' from below, so a shape none of whose
@@ -122,17 +133,18 @@ def block_shapes(layers: Sequence[Layer], size: int, cluster: Cluster, limit: fl
         shared = set.intersection(*(set(layer.candidates) for layer in part))
         cands = {}
         for shape in shared:
-            least = [min(((c.compute, c.memory + c.activations)
-                          for c in layer.candidates[shape]), default=None) for layer in part]
-            if all(x is not None for x in least):
+            if all(layer.candidates[shape] for layer in part):
+                # each bound its own least: the fastest candidate need not be the lightest
                 cands[shape] = (checked_already(
                     Candidate, name="floor", input="", output="", grads=0, activations=0,
-                    compute=sum(x[0] for x in least if x is not None),
-                    memory=sum(x[1] for x in least if x is not None)),)
+                    compute=sum(min(c.compute for c in layer.candidates[shape])
+                                for layer in part),
+                    memory=sum(min(c.memory + c.activations for c in layer.candidates[shape])
+                               for layer in part)),)
         floors.append(checked_already(Layer, name=part[0].name, output_shape=(),
                                       dtype=part[-1].dtype, candidates=cands))
     shapes = sorted({s for layer in floors for s in layer.candidates})
-    r = reach(floors, cluster, shapes, limit, cap)
+    r = reach(floors, cluster, shapes, limit, cap, budget)
     total = devices(cluster)
     return {s for s in shapes for d in range(total) if placements(cluster, s, d) is not None
             for i in range(len(floors)) if r.lasts(s, i, d)}

@@ -19,9 +19,11 @@ outputs still open inside the stage, so the answer is exact for the graph's obje
 (:mod:`reshard.search.objective`) as the chain DP is for a chain's.
 
 The state grows with the number of open producers: a graph whose cuts leave more than
-:data:`MAX_OPEN` open (a U-Transformer's middle), or whose DP passes
-:data:`MAX_STATES` states, is refused with :class:`TooWide`, and the caller searches
-it as before (the chain DP over consecutive edges, then layouts on the graph).
+:data:`MAX_OPEN` open (a U-Transformer's middle), whose stage fronts pass
+:data:`MAX_STATES`, or whose walk of open states (counted before any move is priced)
+passes :data:`MAX_PAIRS` (state, option) pairs, is refused with :class:`TooWide`, and
+the caller searches it as before (the chain DP over consecutive edges, then layouts on
+the graph).
 
 Alpa's layer construction, by contrast, charges a segment of operators the bytes of
 every value it takes from before it (skips included) but prices no layouts; its stage
@@ -45,8 +47,13 @@ from reshard.search.stagedp import Holding, Key, _Graph, _live, shifted
 MAX_OPEN = 3
 """The most open producers a cut may leave for the skip-aware DP (module docstring)."""
 
-MAX_STATES = 200_000
-"""The most DP states (or stage fronts) the skip-aware DP builds before it gives up."""
+MAX_STATES = 20_000
+"""The most open states (or stage fronts) the skip-aware DP builds before it gives up."""
+
+MAX_PAIRS = 20_000
+"""The most (open state, stage option) pairs the skip-aware DP may price (each pair may
+ask reshard a cold estimate of its moves in); more, and the graph is searched as one too
+wide (:class:`TooWide`), decided before any move is priced."""
 
 Open = tuple[tuple[int, Placement, str], ...]
 """A cut's open producers: (layer, its stage's submesh, its output layout), by layer."""
@@ -216,6 +223,36 @@ def _after(o: GraphOption, state: Open, g: Edges) -> Open:
         (u, o.placement, s) for u, s in o.gives)
 
 
+def _size_up(live: Sequence[Option], at: dict[tuple[int, int], list[int]], g: Edges,
+             budget: Budget) -> int:
+    """The (state, option) pairs the DP would price with no bound, counted by walking
+    the open states without pricing a move; :class:`TooWide` as soon as they pass
+    :data:`MAX_PAIRS` (each may ask a cold estimate: the chain DP then answers, at
+    the cost of this walk alone)."""
+    walk = _Walk({}, [])
+    seen: dict[tuple[int, int], set[int]] = {(0, 0): {-1}}
+    todo = [(0, 0)]
+    pairs = 0
+    while todo:
+        i, d = heapq.heappop(todo)
+        states, ks = seen.pop((i, d)), at.get((i, d), ())
+        pairs += len(states) * len(ks)
+        if pairs > MAX_PAIRS:
+            raise TooWide(f"over {MAX_PAIRS} stage options from open states")
+        budget.check("counting the stages with skips (at layer {}, device {})", i, d)
+        for e in states:
+            state = walk.of(e)
+            for k in ks:
+                o = live[k]
+                assert isinstance(o, GraphOption)
+                nxt = (o.last + 1, d + o.placement.size)
+                if nxt not in seen:
+                    seen[nxt] = set()
+                    heapq.heappush(todo, nxt)
+                seen[nxt].add(walk.id(_after(o, state, g)))
+    return pairs
+
+
 def build_graph(options: Sequence[GraphOption], layers: Sequence[Layer], g: Edges,
                 devices: int, per_host: int, schedule: str, microbatches: int,
                 costs: MoveCosts, bound: float, budget: Budget,
@@ -225,6 +262,7 @@ def build_graph(options: Sequence[GraphOption], layers: Sequence[Layer], g: Edge
     producers, walked forward from the start (only states some path reaches)."""
     holding = Holding() if holding is None else holding
     live, at = _live(options, devices, len(layers))
+    _size_up(live, at, g, budget)
     smallest = min((o.placement.size for o in live), default=1)
     steps = [holding.steps(o, o.start, min(len(layers) - o.first, (devices - o.start) // smallest))
              for o in live]
@@ -242,6 +280,9 @@ def build_graph(options: Sequence[GraphOption], layers: Sequence[Layer], g: Edge
             for k in at.get((i, d), ()):
                 o = live[k]
                 assert isinstance(o, GraphOption)
+                budget.check("pricing the moves into stages with skips (at layer {}, device "
+                             "{}, {} states, {} estimates asked)", i, d, len(walk.states),
+                             costs.asked)
                 m = _move_in(o, state, layers, g, costs, per_host)
                 p = period(schedule, o.inner, m)
                 if b1 * p > bound:
@@ -258,5 +299,5 @@ def build_graph(options: Sequence[GraphOption], layers: Sequence[Layer], g: Edge
     return _Graph(list(live), trans, holding.starts(), holding.chunks)
 
 
-__all__ = ["MAX_OPEN", "MAX_STATES", "Edges", "GraphOption", "Open", "TooWide",
+__all__ = ["MAX_OPEN", "MAX_PAIRS", "MAX_STATES", "Edges", "GraphOption", "Open", "TooWide",
            "build_graph", "graph_options", "placed", "stage_paths"]

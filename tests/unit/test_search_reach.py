@@ -91,6 +91,13 @@ def test_blocks_are_built_only_on_shapes_that_can_reach_a_path(monkeypatch):
     layers = [Layer(f"l{k}", (512, 64), "float32", cands) for k in range(32)]
     assert block_shapes(layers, 2, Cluster.regular(4, 4), math.inf, 8e-3) == {(1, 4)}
     assert block_shapes(layers, 2, Cluster.regular(4, 4), math.inf, 1e-2) == {(1, 4), (4, 4)}
+    # the fastest candidate is too heavy: the floors take each least on its own
+    mixed = {(1, 4): (Candidate("fast", 1e-3, "RR", "RR", 10), Candidate("light", 1.5e-3, "RR",
+                                                                          "RR", 1))}
+    two = [Layer(f"m{k}", (512, 64), "float32", mixed) for k in range(32)]
+    assert block_shapes(two, 2, Cluster.regular(4, 4), 8, 12e-3) == {(1, 4)}
+    got = search_chain(two, Cluster.regular(4, 4), 4, block=2, memory_limit=8, rerank=0)
+    assert [s.choices for s in got.stages] == [("light",) * 8] * 4
     rng = random.Random(5)
     for _ in range(12):
         cluster = rng.choice((Cluster.regular(2, 2), Cluster.regular(2, 4)))
