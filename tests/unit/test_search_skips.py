@@ -241,3 +241,29 @@ def test_the_skip_aware_dp_equals_the_brute_force_with_virtual_stages_and_activa
                                                                       abs=1e-15)
         checked += 1
     assert checked >= 60, (checked, refused)
+
+
+@pytest.mark.timeout(120)
+def test_the_skip_aware_dp_stops_at_its_deadline():
+    """A 7-layer DAG of 3 candidates per shape on 2 x 4 devices (about 9 s of CPU here):
+    with no baselines to spend the time first, a 1 s limit stops it inside the skip
+    phases, named, within 0.5 s of the deadline."""
+    import time
+
+    from reshard.search.chain import best_few
+
+    rng = random.Random(1)
+    shapes = [(1, 1), (1, 2), (1, 4), (2, 4)]
+    n = 7
+    layers = [Layer(f"l{k}", (1024, 512), "float32", {
+        s: tuple(Candidate(f"c{j}", rng.uniform(1e-4, 3e-3), rng.choice(SPECS),
+                           rng.choice(SPECS), rng.randint(0, 4)) for j in range(3))
+        for s in shapes}) for k in range(n)]
+    edges = tuple((k, k + 1) for k in range(n - 1)) + tuple((k, k + 3) for k in range(0, n - 3, 2))
+    start = time.monotonic()
+    with pytest.raises(SearchError, match=r"ran past its time_limit of 1 s \(by [0-9.]+ s\) "
+                                          r"(building|counting|pricing) the "
+                                          r"(stages|moves into stages) .*with skips"):
+        best_few(layers, Cluster.regular(2, 4), 8, 1, bound=math.inf, edges=edges,
+                 time_limit=1.0)
+    assert time.monotonic() - start < 1.5
