@@ -23,6 +23,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from reshard.cluster import Cluster
 from reshard.errors import SearchError
@@ -160,11 +161,9 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
             the baselines' (the answer's ``simulated`` is set, and it never simulates
             slower than Alpa's or Megatron's choice); 0: the objective's best, exact,
             unsimulated (also with ``moves="free"``: Alpa's choice is that DP's own).
-        edges: a graph's edges (:class:`reshard.search.Graph`; default: every pair of
-            consecutive layers, a chain). With skips the DP prices every edge where it
-            chooses the stages (:mod:`reshard.search.skips`) and the answer's time is
-            the graph's objective; a graph too wide for that is searched pricing the
-            moves between consecutive layers joined by one.
+        edges: a graph's edges (default: a chain). With skips the DP prices every edge
+            where it chooses stages (:mod:`reshard.search.skips`; a graph too wide for
+            that prices the moves between consecutive layers joined by one).
         chunks: pieces per submesh under interleaved 1F1B (default 2).
 
     Raises:
@@ -182,10 +181,7 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
         found = _best(ask, 1, mega[0].time if mega else None) or _best(ask, 1, None)
     else:
         found = _best(ask, max(1, keep), bound)
-    if not found:
-        found = sorted(base, key=lambda c: c.time)[:1]
-    if not found:
-        _no_answer(ask)
+    found = found or sorted(base, key=lambda c: c.time)[:1] or _no_answer(ask)
     if keep == 0 or ask.how == "free":  # Alpa's choice is the moves-free DP's own
         return found[0]
     ranked = rerank_choices(layers, [*found, *base], cluster, ask.costs, ask.edges,
@@ -412,7 +408,7 @@ def _most_held(ask: _Ask) -> list[int]:
             for i in range(n)]
 
 
-def _no_answer(ask: _Ask) -> None:
+def _no_answer(ask: _Ask) -> NoReturn:
     shapes = sorted({s for layer in ask.layers for s in layer.candidates
                      if placements(ask.cluster, s, 0) is not None})
     how = "" if not ask.sched.virtual else (
