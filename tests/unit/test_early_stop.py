@@ -3,11 +3,13 @@ stay exactly those of full simulations, and a stopped one is never an estimate."
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
-from reshard.planner.costing.fluid import simulate
+from reshard.planner.costing.fluid import EXACT_UP_TO, simulate
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes.stages import faster, faster_by_tree_gain, within_relay_gain
 
@@ -18,16 +20,26 @@ CASES = [((1 << 22,), "R+P01", "R"), ((1 << 20,), "R+P0", "R"), ((512, 4096), "S
          ((256, 2048), "S0R+P1", "RS0"), ((1 << 21,), "S0", "R")]
 
 
-def _plans() -> list[ReshardPlan]:
-    return [reshard.plan(shape, "bfloat16", Layout(MESH, s), Layout(MESH, d), cluster=CL)
-            for shape, s, d in CASES]
+BIG = DeviceMesh((8, 8), range(64))
+
+
+@functools.cache
+def _plans() -> tuple[ReshardPlan, ...]:
+    out = [reshard.plan(shape, "bfloat16", Layout(MESH, s), Layout(MESH, d), cluster=CL)
+           for shape, s, d in CASES]
+    # over EXACT_UP_TO tasks (8,448): the simulation refills late, rates held between
+    big = reshard.plan((1 << 26,), "bfloat16", Layout(BIG, "R+P01"), Layout(BIG, "R"),
+                       cluster=Cluster.preset("dgx-h100", 8), strategy="allgather")
+    assert len(big.tasks) > EXACT_UP_TO
+    return (*out, big)
 
 
 def _fresh(plan: ReshardPlan) -> ReshardPlan:
     return ReshardPlan(plan.tensors, plan.tasks, plan.strategy, plan.cluster)
 
 
-@pytest.mark.parametrize("plan", _plans(), ids=[f"{s}->{d}" for _, s, d in CASES])
+@pytest.mark.parametrize("plan", _plans(),
+                         ids=[*(f"{s}->{d}" for _, s, d in CASES), "allgather-8x8"])
 def test_a_stop_never_changes_a_finished_simulation_and_stops_a_slower_plan(plan):
     full = simulate(plan)
     assert full is not None and full.time > 0
