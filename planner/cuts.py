@@ -48,13 +48,22 @@ def balance_piece(cluster: Cluster, fine: bool = False) -> int:
     return max(1 << 16, piece // FINE_SPLIT if fine else piece)
 
 
-def _split_for_balance(cell: Cell, itemsize: int, loads: Loads, min_piece: int) -> list[Cell]:
-    """Pieces of a cell to balance over NICs: as many as the NICs its holders can send
-    through, or the NICs a needing host can receive it through, whichever is more
-    (at most 16; every piece at least ``min_piece`` bytes)."""
-    nbytes = cell.size * itemsize
-    if nbytes < 2 * min_piece:
+def _split_in(cell: Cell, k: int) -> list[Cell]:
+    """``cell`` cut into ``k`` pieces (:func:`split_box`; whole where ``k`` < 2)."""
+    if k < 2:
         return [cell]
+    return [Cell(b, cell.holders, cell.needers) for b in split_box(cell.box, k)
+            if box_size(b)]
+
+
+def _balance_pieces(cell: Cell, nbytes: int, loads: Loads, min_piece: int) -> int:
+    """How many pieces to cut a cell of ``nbytes`` into to balance it over NICs (1:
+    none): as many as the NICs its holders can send through, or the NICs a needing
+    host can receive it through, whichever is more (at most 16; every piece at least
+    ``min_piece`` bytes). Read from its holders, needers and bytes alone (the devices'
+    hosts and NICs, not the loads)."""
+    if nbytes < 2 * min_piece:
+        return 1
     nic = loads.nic
     hold_nics = len({nic(d) for d in cell.holders})
     per_host: dict[int, set[int]] = {}
@@ -62,10 +71,7 @@ def _split_for_balance(cell: Cell, itemsize: int, loads: Loads, min_piece: int) 
         per_host.setdefault(loads.host(d), set()).add(nic(d))
     need_nics = max((len(v) for v in per_host.values()), default=1)
     k = min(16, max(hold_nics, need_nics), nbytes // min_piece)
-    if k < 2 or not per_host:
-        return [cell]
-    return [Cell(b, cell.holders, cell.needers) for b in split_box(cell.box, k)
-            if box_size(b)]
+    return 1 if k < 2 or not per_host else k
 
 
 class LayoutBoxes:
@@ -225,14 +231,20 @@ def cut_slices(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strateg
 
 
 def _splitter(itemsize: int, loads: Loads, min_piece: int) -> Splitter:
-    """:func:`_split_for_balance` for cells of one tensor (cells under two minimal
-    pieces stay whole)."""
+    """Cells of one tensor cut for balance (:func:`_balance_pieces`; cells under two
+    minimal pieces stay whole), each distinct (holders, needers, bytes) counted once (a
+    reduced piece's shares repeat it)."""
     small = 2 * min_piece
+    known: dict[tuple[frozenset[int], frozenset[int], int], int] = {}
 
     def split(cell: Cell, nbytes: int) -> list[Cell]:
         if nbytes < small:
             return [cell]
-        return _split_for_balance(cell, itemsize, loads, min_piece)
+        key = (cell.holders, cell.needers, nbytes)
+        k = known.get(key)
+        if k is None:
+            k = known[key] = _balance_pieces(cell, nbytes, loads, min_piece)
+        return _split_in(cell, k)
 
     return split
 

@@ -178,8 +178,27 @@ class ReshardPlan:
                 from reshard.planner.costing.fluid import simulate
 
                 est = simulate(self)
+                assert est is not None  # never told to stop
             self._cache["estimate"] = est
         return est
+
+    def kept(self, keep: Callable[[float, float], bool], best: float) -> bool:
+        """``keep(self.estimate(), best)``, simulating only as far as needed: where the
+        simulation's clock bound already makes ``keep`` false for every longer time
+        (``keep`` is false for a time when it is for a shorter one: every search rule),
+        it stops early (:func:`~reshard.planner.costing.fluid.simulate`'s ``stop``) and
+        nothing is remembered; a finished simulation is the plan's estimate."""
+        plan = self
+        while "estimate" not in plan._cache and "twin" in plan._cache:
+            plan = plan._cache["twin"]  # priced as its twin: ask the twin
+        if "estimate" not in plan._cache:
+            from reshard.planner.costing.fluid import simulate
+
+            got = simulate(plan, lambda t: not keep(t, best))
+            if got is None:
+                return False
+            plan._cache["estimate"] = got
+        return keep(self.estimate(), best)
 
     def priced_as(self, twin: ReshardPlan) -> ReshardPlan:
         """Price this plan as ``twin``, a plan of the same tensors, tasks and cluster

@@ -21,7 +21,7 @@ from reshard.planner.costing.cost import Routes, stepped_floor
 from reshard.planner.cuts import Cut, Slices, cut_cells, cut_key, cut_slices
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes.allreduce import allreduce_first
-from reshard.planner.passes.stages import ALTERNATIVES_UP_TO, search
+from reshard.planner.passes.stages import ALTERNATIVES_UP_TO, faster, search
 from reshard.planner.passes.twins import Twins
 from reshard.planner.schedule.floors import baseline_floor
 from reshard.planner.schedule.send_columns import OrderedTasks
@@ -383,13 +383,13 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
     for baseline in (Strategy.SEND_RECV, Strategy.ALLGATHER):
         if not builds.beaten(tensors, cluster, baseline, best.estimate()):
             other = _best_plan(tensors, cluster, baseline, builds)
-            if other.estimate() < best.estimate():
+            if other.kept(faster, best.estimate()):
                 best = builds.relabel(other, strat)
     first = allreduce_first(tensors, cluster, strat,
                             lambda ts, cl, st: _best_plan(ts, cl, st, builds))
     if first is not None:
         first = builds.twins.adopt(first.share_routes(builds.known))
-        if first.estimate() < best.estimate():
+        if first.kept(faster, best.estimate()):
             best = builds.relabel(first, strat)
     return best
 

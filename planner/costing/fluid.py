@@ -4,6 +4,7 @@ max-min fairly, step by step (the model itself is described in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,7 +48,20 @@ START_SHARE = 0.05
 their refill."""
 
 
-def simulate(plan: PlanView) -> Estimate:
+STOP_MARGIN = 1e-6
+"""A simulation told to stop (:func:`simulate`'s ``stop``) asks about its clock bound
+shrunk by this share: the bound is exact in real numbers, and the simulation's own
+rounding (events merged within 1e-12 of each other, loads added and taken off) moves its
+end by far less than this, so a plan it stops is one whose full simulation the caller's
+rule would reject."""
+
+Stop = Callable[[float], bool]
+"""``stop(t)``: whether a plan that takes at least ``t`` model seconds is of no use to
+the caller (its rule rejects every such plan: the answer for ``t`` holds for every
+longer time)."""
+
+
+def simulate(plan: PlanView, stop: Stop | None = None) -> Estimate | None:
     """Run the fluid simulation of ``plan`` on ``plan.cluster``.
 
     Steps are groups: a device enters its next step when every task it has in earlier
@@ -57,11 +71,17 @@ def simulate(plan: PlanView) -> Estimate:
     starts or ends: after ends alone, only for the tasks that may change). A task's
     finish time is kept until its rate changes, so an event costs a few array
     operations over the tasks plus the refilling.
+
+    ``stop`` (:data:`Stop`): at every event the simulation bounds its end from below
+    (its clock, plus the bytes each resource has still to carry over its capacity:
+    no share exceeds a capacity) and returns None, unfinished, once ``stop`` rejects
+    that bound (less :data:`STOP_MARGIN`): the caller only needed to know whether the
+    plan beats a time, and it cannot. Such an answer is no estimate: never remember it.
     """
     routes = plan.routes()
     return _Fluid(FairShare([p for p, _ in routes], plan.cluster),
                   np.array([float(t.nbytes) for t in plan.tasks]), StepGate(plan.tasks),
-                  plan.latencies()).run()
+                  plan.latencies()).run(stop)
 
 
 def simulate_arrays(flows: FairShare, nbytes: np.ndarray, gate: StepGate,
@@ -69,7 +89,9 @@ def simulate_arrays(flows: FairShare, nbytes: np.ndarray, gate: StepGate,
     """:func:`simulate` of a plan given as its parts: its tasks' paths, bytes (float),
     step rule and latencies, task by task in its order (a large plan whose sends are
     never built as tasks: :mod:`reshard.planner.costing.columns`)."""
-    return _Fluid(flows, nbytes, gate, lat).run()
+    got = _Fluid(flows, nbytes, gate, lat).run()
+    assert got is not None  # never told to stop
+    return got
 
 
 class _Fluid:
@@ -104,14 +126,19 @@ class _Fluid:
         self.low = np.inf  # the lowest rate of the tasks ended since the last fill
         self.share = Fill(np.zeros(n), np.full(len(flows.capacity), np.inf))  # nothing flows
 
-    def run(self) -> Estimate:
-        """Every event in time order until every task has ended."""
+    def run(self, stop: Stop | None = None) -> Estimate | None:
+        """Every event in time order until every task has ended (None: stopped early,
+        :func:`simulate`)."""
         self._enter(self.gate.start())
         finished = 0
+        bound = _ClockBound(self) if stop is not None else None
         while finished < self.n:
             nxt = min(float(self.fin.min()), float(self.flow_at.min()), self.refill_at)
             if nxt == np.inf:
                 raise RuntimeError("cost simulation stalled; the plan's order is inconsistent")
+            if bound is not None and stop is not None and \
+                    stop(bound.at(nxt) / (1 + STOP_MARGIN)):
+                return None
             self.now = nxt
             ending, refill = self._start_flows(np.flatnonzero(self.fin <= nxt * (1 + 1e-12)))
             if len(ending):
@@ -197,4 +224,26 @@ class _Fluid:
             self.fin[changed] = now + np.where(np.isinf(r), 0.0, remaining[changed] / r)
 
 
-__all__ = ["DEFER_TIME", "EXACT_UP_TO", "START_SHARE", "Estimate", "simulate", "simulate_arrays"]
+class _ClockBound:
+    """A lower bound of a running simulation's end: at time ``t``, ``t`` plus each
+    resource's bytes still to carry over its capacity, the most of these (the bytes
+    carried so far are the flowing tasks' load, :attr:`_Fluid.usage`, over time)."""
+
+    def __init__(self, fluid: _Fluid) -> None:
+        self.fluid = fluid
+        self.left = fluid.carried.astype(np.float64, copy=True)
+        with np.errstate(divide="ignore"):
+            self.per_byte = np.where(fluid.flows.capacity > 0, 1.0 / fluid.flows.capacity,
+                                     0.0)
+        self.last = 0.0
+
+    def at(self, t: float) -> float:
+        """The bound at time ``t`` (the next event's; the load has been
+        :attr:`_Fluid.usage` since the last call)."""
+        self.left -= self.fluid.usage * (t - self.last)
+        self.last = t
+        return t + float((self.left * self.per_byte).max(initial=0.0))
+
+
+__all__ = ["DEFER_TIME", "EXACT_UP_TO", "START_SHARE", "STOP_MARGIN", "Estimate", "Stop",
+           "simulate", "simulate_arrays"]

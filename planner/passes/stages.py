@@ -342,7 +342,7 @@ def search(first: ReshardPlan, pipelined: bool, build: BuildTasks,
                 continue  # no candidate of it could be kept (its own floor, if any,
                 # is computed only where the bound does not already say so)
             for candidate in p.propose(s, start):
-                if p.keep(candidate.estimate(), best.estimate()):
+                if candidate.kept(p.keep, best.estimate()):  # simulated as far as needed
                     best = candidate
     return best
 

@@ -13,6 +13,7 @@ same as planning every slice one by one.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -261,6 +262,7 @@ class WorkList:
             return
         expected, nic, host = loads.expected, loads.nic, loads.host
         root, recv = p2p.root.tolist(), p2p.recv.tolist()
+        demand = _Demand(loads)
         for nb, r in zip(nbytes.tolist(), ref.tolist()):
             if r >= 0:
                 a, b = root[r], recv[r]
@@ -269,7 +271,7 @@ class WorkList:
                     expected[(NIC_IN, nic(b))] += nb
             else:
                 cell = self.general[-1 - r][1]
-                loads.expect(cell.holders, cell.needers - cell.holders, nb)
+                demand.expect(cell.holders, cell.needers, nb)
 
     def _add_expected(self, root: np.ndarray, recv: np.ndarray, nbytes: np.ndarray) -> None:
         """Point-to-point transfers' expected NIC demand, in bulk."""
@@ -341,6 +343,39 @@ class WorkList:
                             p2p.nbytes[p], p_step[p], p2p.box[p], p2p.ndim[p])
         return OrderedTasks([objects[i] for i in order[is_obj].tolist()],
                             np.flatnonzero(is_obj).tolist(), sends)
+
+
+class _Demand:
+    """:meth:`Loads.expect` for the general cells of one work list, each distinct
+    (holders, needers, bytes) worked out once: a broadcast's pieces (a cell split for
+    balance, a reduced piece's every share) repeat it. Each call adds to each NIC one
+    amount that reads nothing but its arguments and the cluster, so replaying the
+    amounts found once (:meth:`Loads.expect` on an empty accumulator, ``0.0 + x`` is
+    ``x``) adds the same numbers in the same order: the same sums, bit for bit."""
+
+    def __init__(self, loads: Loads) -> None:
+        self.loads = loads
+        self.known: dict[tuple[frozenset[int], frozenset[int], int],
+                         tuple[list[tuple[tuple[str, int], float]], float]] = {}
+        self.scratch: Loads | None = None
+
+    def expect(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
+        """``loads.expect(holders, needers - holders, nbytes)``."""
+        key = (holders, needers, nbytes)
+        got = self.known.get(key)
+        if got is None:
+            scratch = self.scratch
+            if scratch is None:
+                scratch = self.scratch = self.loads.copy()
+            scratch.expected = defaultdict(float)
+            scratch.shared = 0.0
+            scratch.expect(holders, needers - holders, nbytes)
+            got = self.known[key] = (list(scratch.expected.items()), scratch.shared)
+        expected = self.loads.expected
+        for k, v in got[0]:
+            expected[k] += v
+        if self.loads.cluster.shared_bandwidth:
+            self.loads.shared += got[1]
 
 
 def _point_to_point(table: CellTable) -> tuple[np.ndarray, np.ndarray]:
