@@ -19,7 +19,6 @@ The lower bound no plan beats is :mod:`reshard.planner.costing.bound`'s.
 from __future__ import annotations
 
 import collections
-import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,6 +34,7 @@ from reshard.planner.values.resources import (
     COPY,
     DEV_IN,
     DEV_OUT,
+    KIND_CODE,
     NIC_IN,
     NIC_OUT,
     SHARED,
@@ -47,9 +47,25 @@ from reshard.planner.values.tasks import Conversion, Task, TaskKind
 Hop = tuple[tuple[tuple[Resource, float], ...], float, float, tuple[int, ...]]
 """What one (sender, receiver) edge of a transfer crosses (:func:`_hop`)."""
 
-Hops = dict[tuple[int, int], Hop]
-"""Hops by edge: the routes of one plan share them (a broadcast tree's edges recur
-across its tasks)."""
+class Hops(dict[tuple[int, int], Hop]):
+    """Hops by edge: the routes of one plan share them (a broadcast tree's edges recur
+    across its tasks); and the cluster's devices' hosts and NICs as arrays (indexed by
+    device, made once), which a task of many edges reads its hops from at once."""
+
+    tables: tuple[np.ndarray, np.ndarray] | None = None
+
+    def arrays(self, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+        """Each device's host and NIC on ``cluster`` (-1: no device)."""
+        if self.tables is None:
+            size = max(cluster.host_map, default=-1) + 1
+            host, nic = np.full(size, -1, dtype=np.int64), np.full(size, -1, dtype=np.int64)
+            devs = np.fromiter(cluster.host_map, dtype=np.int64, count=len(cluster.host_map))
+            host[devs] = np.fromiter(cluster.host_map.values(), dtype=np.int64,
+                                     count=len(devs))
+            nic[devs] = np.fromiter((cluster.nic_map[d] for d in devs.tolist()),
+                                    dtype=np.int64, count=len(devs))
+            self.tables = (host, nic)
+        return self.tables
 
 
 def task_path(task: Task, cluster: Cluster, hops: Hops | None = None, *,
@@ -60,7 +76,7 @@ def task_path(task: Task, cluster: Cluster, hops: Hops | None = None, *,
     (:func:`reshard.planner.schedule.coalesce.followers`), so it adds no message of its
     own (``Cluster.message_cost``), only a part of that message at each end
     (``Cluster.part_cost``)."""
-    path, lat = _links_path(task, cluster, {} if hops is None else hops)
+    path, lat = _links_path(task, cluster, Hops() if hops is None else hops)
     if cluster.shared_bandwidth and task.kind is not TaskKind.COPY:
         path = list(path)  # its codes, if any, would miss the shared resource
         # every byte a device receives crosses the shared resource once, and each end
@@ -147,39 +163,80 @@ def _links_path(task: Task, cluster: Cluster, hops: Hops
             hop = hops[edge] = _hop(*edge, cluster)
         return Path(hop[0], hop[3]), hop[1]
     if task.kind is TaskKind.REDUCE:
-        chain = [*task.receivers, task.root]
-        edges: Sequence[tuple[int, int]] = list(itertools.pairwise(chain))
-    else:  # a fused reduction's addends first pass their running sums to the root
-        edges = [*task.sum_edges(), *task.edges()] if task.addends else task.edges()
-    # Each edge carries every byte (a sender with k children sends them k times); the
-    # pipelined pieces reach a device after the latencies of its slowest path in, and
-    # after each relay (a sender that received the bytes itself) held a whole piece of
-    # them for each child it feeds (Cluster.relay_piece; 0: no such fill). A device
-    # summing what several send it starts when the last of them reaches it.
-    hops_path = Path()
-    codes: list[int] = []
-    reach: dict[int, float] = {}
-    received: set[int] = set()
+        senders: Sequence[int] = task.receivers
+        receivers: Sequence[int] = (*task.receivers[1:], task.root)
+    elif task.addends:  # a fused reduction's addends first pass their running sums on
+        edges = [*task.sum_edges(), *task.edges()]
+        senders, receivers = [a for a, _ in edges], [b for _, b in edges]
+    else:
+        senders, receivers = task.parents or (task.root, *task.receivers[:-1]), task.receivers
+    return _edges_path(np.array(senders, dtype=np.int64), np.array(receivers, dtype=np.int64),
+                       task, cluster, hops)
+
+
+def _edges_path(a: np.ndarray, b: np.ndarray, task: Task, cluster: Cluster, hops: Hops
+                ) -> Route:
+    """The route of ``task``'s edges ``a[i] -> b[i]`` in order (:func:`_hop` of each).
+
+    Each edge carries every byte (a sender with k children sends them k times); the
+    pipelined pieces reach a device after the latencies of its slowest path in, and
+    after each relay (a sender that received the bytes itself) held a whole piece of
+    them for each child it feeds (Cluster.relay_piece; 0: no such fill). A device
+    summing what several send it starts when the last of them reaches it. The hops are
+    read as arrays; the times summed edge by edge in order (as floats: the same sums)."""
+    host, nic = hops.arrays(cluster)
+    cross = host[a] != host[b]
+    quad = np.empty((len(a), 4), dtype=np.int64)
+    quad[:, 0] = a * 8 + KIND_CODE[DEV_OUT]
+    quad[:, 1] = b * 8 + KIND_CODE[DEV_IN]
+    quad[:, 2] = nic[a] * 8 + KIND_CODE[NIC_OUT]
+    quad[:, 3] = nic[b] * 8 + KIND_CODE[NIC_IN]
+    used = np.ones((len(a), 4), dtype=bool)
+    used[:, 2] = used[:, 3] = cross
+    wait = np.where(cross, cluster.latency, cluster.intra_latency)
     piece = pipeline_piece(cluster.relay_piece, task.nbytes)
-    children = collections.Counter(a for a, _ in edges) if piece else None
-    for edge in edges:
-        hop = hops.get(edge)
-        if hop is None:
-            hop = hops[edge] = _hop(*edge, cluster)
-        crossed, wait, rate, hop_codes = hop
-        hops_path.extend(crossed)
-        codes.extend(hop_codes)
-        a, b = edge
-        at = reach.get(a, 0.0) + wait
-        if children is not None and a in received:
-            at += children[a] * piece / rate
-        if at > reach.get(b, 0.0):
-            reach[b] = at
-        else:
-            reach.setdefault(b, 0.0)
-        received.add(b)
-    hops_path.codes = codes  # every hop's bytes whole
-    return hops_path, max(reach.values())
+    fill = None
+    if piece:
+        rate = np.where(cross, cluster.nic_capacity, cluster.intra_bandwidth)
+        fill = np.bincount(a)[a] * piece / rate
+    return Path.of_codes(quad[used]), _reach(a, b, wait, fill)
+
+
+def _reach(a: np.ndarray, b: np.ndarray, wait: np.ndarray, fill: np.ndarray | None
+           ) -> float:
+    """The latest a device of the edges ``a[i] -> b[i]`` is reached: each edge's
+    ``wait`` after its sender was, plus its ``fill`` where the sender received the
+    bytes by an earlier edge (None: no fills), edge by edge in order."""
+    n = len(a)
+    if n and not task_chain_breaks(a, b):
+        # a chain of distinct devices from a root it never reaches: the running sum
+        steps = np.zeros(2 * n)
+        steps[0::2] = wait
+        if fill is not None:
+            steps[3::2] = fill[1:]
+        return float(np.cumsum(steps).max())
+    size = int(max(a.max(initial=0), b.max(initial=0))) + 1
+    reach = [0.0] * size
+    got = [False] * size
+    for s, r, w, f in zip(a.tolist(), b.tolist(), wait.tolist(),
+                          [0.0] * n if fill is None else fill.tolist()):
+        at = reach[s] + w
+        if fill is not None and got[s]:
+            at += f
+        if at > reach[r]:  # noqa: PLR1730 (the float kept where equal, without a call)
+            reach[r] = at
+        got[r] = True
+    return max(reach[r] for r in b.tolist())
+
+
+def task_chain_breaks(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether the edges ``a[i] -> b[i]`` are not one chain (each edge from the last
+    one's receiver) through distinct devices that never return to its root."""
+    if len(a) > 1 and not np.array_equal(a[1:], b[:-1]):
+        return True
+    seen = np.zeros(int(max(a.max(initial=0), b.max(initial=0))) + 1, dtype=np.int64)
+    np.add.at(seen, b, 1)
+    return bool(seen.max() > 1 or seen[a[0]] > 0)
 
 
 def _ring_path(task: Task, cluster: Cluster) -> Route:
@@ -219,7 +276,7 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
     per_message = bool((cluster.message_cost or cluster.part_cost)
                        and cluster.shared_bandwidth)
     riders = followers(tasks, tensors) if per_message and tensors else set()
-    hops: Hops = {}
+    hops = Hops()
     out = []
     for i, t in enumerate(tasks):
         rides = i in riders
