@@ -19,13 +19,14 @@ The lower bound no plan beats is :mod:`reshard.planner.costing.bound`'s.
 from __future__ import annotations
 
 import collections
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
 
 from reshard.cluster import Cluster, pipeline_piece
 from reshard.planner.costing.casts import conversion_seconds
-from reshard.planner.costing.fairshare import FairShare, Path
+from reshard.planner.costing.fairshare import FairShare, Path, path_arrays
 from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.stepgate import StepGate
 from reshard.planner.schedule.coalesce import followers
@@ -35,6 +36,7 @@ from reshard.planner.values.resources import (
     DEV_IN,
     DEV_OUT,
     KIND_CODE,
+    KINDS,
     NIC_IN,
     NIC_OUT,
     SHARED,
@@ -384,17 +386,30 @@ def one_at_a_time_time(plan: PlanView) -> float:
     over the slowest resource on its path (each task alone, at best), and of the
     conversions it makes for casts on the wire (each before its own task's bytes)."""
     cap = capacities(plan.cluster)
-    busy = conversion_seconds(plan)
+    kind_cap = np.array([cap[kind] for kind in KINDS])
     slowest: dict[int, float] = {}  # by id of a shared path
+    seconds = []
     for t, (path, lat) in zip(plan.tasks, plan.routes()):
         per_byte = slowest.get(id(path))
         if per_byte is None:
-            per_byte = slowest[id(path)] = max(
-                (f / cap[r[0]] for r, f in path if f > 0), default=0.0)
-        seconds = lat + per_byte * t.nbytes
-        for d in set(t.devices):
-            busy[d] = busy.get(d, 0.0) + seconds
-    return max(busy.values(), default=0.0)
+            codes, frac = path_arrays(path)
+            on = frac > 0
+            per_byte = slowest[id(path)] = float(
+                (frac[on] / kind_cap[codes[on] % 8]).max(initial=0.0))
+        seconds.append(lat + per_byte * t.nbytes)
+    # each device's tasks' seconds added in task order (np.add.at: one by one)
+    devs = [dict.fromkeys(t.devices) for t in plan.tasks]  # distinct, in order
+    need = np.fromiter(map(len, devs), dtype=np.int64, count=len(devs))
+    member = np.fromiter(itertools.chain.from_iterable(devs), dtype=np.int64,
+                         count=int(need.sum()))
+    conversions = conversion_seconds(plan)
+    size = max(int(member.max(initial=-1)), max(conversions, default=-1)) + 1
+    busy, touched = np.zeros(size), np.zeros(size, dtype=bool)
+    for d, conv in conversions.items():
+        busy[d], touched[d] = conv, True
+    np.add.at(busy, member, np.repeat(np.array(seconds, dtype=np.float64), need))
+    touched[member] = True
+    return float(busy[touched].max()) if touched.any() else 0.0
 
 
 __all__ = [
