@@ -172,8 +172,45 @@ def _links_path(task: Task, cluster: Cluster, hops: Hops
         senders, receivers = [a for a, _ in edges], [b for _, b in edges]
     else:
         senders, receivers = task.parents or (task.root, *task.receivers[:-1]), task.receivers
+    if len(senders) < ARRAY_EDGES:
+        return _hops_path(list(zip(senders, receivers)), task, cluster, hops)
     return _edges_path(np.array(senders, dtype=np.int64), np.array(receivers, dtype=np.int64),
                        task, cluster, hops)
+
+
+ARRAY_EDGES = 48
+"""Edges from which a route is read as arrays (:func:`_edges_path`); fewer are read one
+by one (:func:`_hops_path`: the same route, without the arrays' fixed cost)."""
+
+
+def _hops_path(edges: Sequence[tuple[int, int]], task: Task, cluster: Cluster, hops: Hops
+               ) -> Route:
+    """:func:`_edges_path` of a few edges, edge by edge (each hop looked up once a plan
+    in ``hops``)."""
+    hops_path = Path()
+    codes: list[int] = []
+    reach: dict[int, float] = {}
+    received: set[int] = set()
+    piece = pipeline_piece(cluster.relay_piece, task.nbytes)
+    children = collections.Counter(a for a, _ in edges) if piece else None
+    for edge in edges:
+        hop = hops.get(edge)
+        if hop is None:
+            hop = hops[edge] = _hop(*edge, cluster)
+        crossed, wait, rate, hop_codes = hop
+        hops_path.extend(crossed)
+        codes.extend(hop_codes)
+        a, b = edge
+        at = reach.get(a, 0.0) + wait
+        if children is not None and a in received:
+            at += children[a] * piece / rate
+        if at > reach.get(b, 0.0):
+            reach[b] = at
+        else:
+            reach.setdefault(b, 0.0)
+        received.add(b)
+    hops_path.codes = codes  # every hop's bytes whole
+    return hops_path, max(reach.values())
 
 
 def _edges_path(a: np.ndarray, b: np.ndarray, task: Task, cluster: Cluster, hops: Hops
@@ -391,7 +428,10 @@ def one_at_a_time_time(plan: PlanView) -> float:
     seconds = []
     for t, (path, lat) in zip(plan.tasks, plan.routes()):
         per_byte = slowest.get(id(path))
-        if per_byte is None:
+        if per_byte is None and len(path) < ARRAY_EDGES:
+            per_byte = slowest[id(path)] = max(
+                (f / cap[r[0]] for r, f in path if f > 0), default=0.0)
+        elif per_byte is None:
             codes, frac = path_arrays(path)
             on = frac > 0
             per_byte = slowest[id(path)] = float(
@@ -413,6 +453,7 @@ def one_at_a_time_time(plan: PlanView) -> float:
 
 
 __all__ = [
+    "ARRAY_EDGES",
     "Estimate",
     "Hops",
     "Routes",
