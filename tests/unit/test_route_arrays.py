@@ -173,3 +173,24 @@ def test_one_at_a_time_reads_large_paths_as_arrays():
         for d in set(t.devices):
             busy[d] = busy.get(d, 0.0) + (lat + slow * t.nbytes)
     assert got == max(busy.values())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_long_chain_s_order_by_arrays_is_the_one_by_one_order(seed, monkeypatch):
+    from reshard.planner.cells import balance
+
+    rng = random.Random(seed)
+    cluster = Cluster.preset("dgx-h100", 24)
+    loads = balance.Loads(cluster)
+    for n in range(24 * 8):  # loads with ties (a few values) and zeros
+        loads.nic_out[n] = float(rng.choice([0, 0, 1, 2, 5]) << 20)
+        loads.nic_in[n] = float(rng.choice([0, 1, 3]) << 20)
+    root = rng.randrange(24 * 8)
+    receivers = rng.sample(range(24 * 8), rng.choice([66, 100, 180]))
+    receivers = [r for r in receivers if r != root]
+    if seed == 4:  # the root's host alone
+        receivers = [r for r in range(8) if r != root] + list(range(8, 8 + 60))
+    got = loads.chain(root, receivers)
+    monkeypatch.setattr(balance, "ARRAY_CHAIN", 1 << 30)
+    assert got == loads.chain(root, receivers)
+    assert sorted(got) == sorted(receivers)
