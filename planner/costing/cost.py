@@ -56,6 +56,22 @@ class Hops(dict[tuple[int, int], Hop]):
 
     tables: tuple[np.ndarray, np.ndarray] | None = None
 
+    def host_step(self, cluster: Cluster) -> tuple[int, int] | None:
+        """Devices and NICs a host where ``cluster`` is regular (host ``h`` holds
+        devices ``h * g ... h * g + g - 1``, its NICs numbered ``h * n`` on in the same
+        way for every host, no shared bandwidth), so that moving a transfer by whole
+        hosts moves its resources by whole hosts; else None."""
+        hosts = cluster.hosts
+        if cluster.shared_bandwidth or not hosts or not hosts[0]:
+            return None
+        host, nic = self.arrays(cluster)
+        g, n = len(hosts[0]), cluster.nics_per_host
+        d = np.arange(len(host))
+        if not (np.array_equal(host, d // g)
+                and np.array_equal(nic, (d // g) * n + nic[d % g])):
+            return None
+        return g, n
+
     def arrays(self, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
         """Each device's host and NIC on ``cluster`` (-1: no device)."""
         if self.tables is None:
@@ -348,17 +364,59 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
                        and cluster.shared_bandwidth)
     riders = followers(tasks, tensors) if per_message and tensors else set()
     hops = Hops()
+    step = hops.host_step(cluster)
     out = []
     for i, t in enumerate(tasks):
         rides = i in riders
         key = (t.kind, t.root, t.receivers, t.parents, t.addends, t.addend_parents,
                pipeline_piece(piece, t.nbytes), t.nbytes if per_message else 0, rides)
         got = known.get(key)
-        if got is None:
+        if got is None and step is not None and t.kind in _SHIFTED and t.root >= 0 and \
+                len(t.receivers) < ARRAY_EDGES:
+            got = known[key] = _shifted(t, key, step, cluster, hops, known)
+        elif got is None:
             path, lat = task_path(t, cluster, hops, rides=rides)
             got = known[key] = (path if isinstance(path, Path) else Path(path), lat)
         out.append(got)
     return tuple(out)
+
+
+_SHIFTED = frozenset((TaskKind.SEND, TaskKind.BROADCAST, TaskKind.REDUCE))
+"""Kinds of task whose route is its edges' hops alone (every fraction 1): on a regular
+cluster, the route of the same task whole hosts away is its own moved."""
+
+
+def _shifted(task: Task, key: tuple[object, ...], step: tuple[int, int], cluster: Cluster,
+             hops: Hops, known: Routes) -> Route:
+    """:func:`task_path` of ``task`` (``key``: its :func:`task_routes` key) on a regular
+    cluster (``step``: devices and NICs a host, :meth:`Hops.host_step`): the route of
+    the task moved to its root's host's place in host 0, found once in ``known``, moved
+    back (every device's resource by ``k`` hosts' devices, every NIC's by ``k`` hosts'
+    NICs): the same resources in the same order, the same latency."""
+    devices, nics = step
+    k = task.root // devices
+    base = k * devices
+
+    def moved(ds: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(d - base for d in ds)
+
+    home = ("home", key[0], task.root - base, moved(task.receivers), moved(task.parents),
+            moved(task.addends), moved(task.addend_parents), *key[6:])
+    got = known.get(home)
+    if got is None:
+        path, lat = task_path(task, cluster, hops)
+        codes = path_arrays(path)[0]
+        got = known[home] = (Path.of_codes(codes - _code_shift(codes, k, devices, nics)), lat)
+        return path if isinstance(path, Path) else Path(path), lat
+    codes = path_arrays(got[0])[0]
+    return Path.of_codes(codes + _code_shift(codes, k, devices, nics)), got[1]
+
+
+def _code_shift(codes: np.ndarray, k: int, devices: int, nics: int) -> np.ndarray:
+    """What resource ``codes`` move by, ``k`` hosts on: a NIC's by ``k * nics`` NICs,
+    a device's by ``k * devices`` devices."""
+    on_nic = codes % 8 <= KIND_CODE[NIC_IN]
+    return np.where(on_nic, 8 * k * nics, 8 * k * devices)
 
 
 def stepped_floor(plan: PlanView) -> float:

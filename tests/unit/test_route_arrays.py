@@ -152,6 +152,7 @@ def test_a_large_cell_s_floor_as_arrays_is_the_one_by_one_floor(src, dst, monkey
     monkeypatch.setattr(floors, "ARRAY_RECEIVERS", 1 << 30)
     monkeypatch.setattr(cost, "ARRAY_EDGES", 1 << 30)
     monkeypatch.setattr(trees, "ARRAY_MEMBERS", 1 << 30)
+    monkeypatch.setattr(cost.Hops, "host_step", lambda self, cluster: None)
     assert estimate_many([req], cache=CostCache()) == arrays
     assert seen == by_arrays
 
@@ -194,3 +195,30 @@ def test_a_long_chain_s_order_by_arrays_is_the_one_by_one_order(seed, monkeypatc
     monkeypatch.setattr(balance, "ARRAY_CHAIN", 1 << 30)
     assert got == loads.chain(root, receivers)
     assert sorted(got) == sorted(receivers)
+
+
+@pytest.mark.parametrize("src,dst", [("S0R+P1", "RS0"), ("S01R", "RS10")])
+def test_a_route_moved_by_whole_hosts_is_the_route_found_there(src, dst):
+    """On a regular cluster a small task's route is its twin's in host 0, moved: the
+    same resources, in the same order, and the same latency as found directly."""
+    a = Layout(DeviceMesh((8, 8), range(64)), src)
+    b = Layout(DeviceMesh((8, 8), range(64, 128)), dst)
+    tensors = (make_tensor_spec((2048, 512), "bfloat16", a, b, CLUSTER),)
+    tasks, _ = plan_tasks(tensors, CLUSTER, Strategy.BROADCAST, fan_out=False)
+    assert Hops().host_step(CLUSTER) == (8, 8)
+    known: cost.Routes = {}
+    routes = cost.task_routes(tasks, CLUSTER, known)
+    moved = sum(1 for p, _ in routes if p.arrays is not None and p.codes is None)
+    assert moved > 0  # some routes came from a twin
+    for t, (path, lat) in zip(tasks, routes):
+        want, want_lat = task_path(t, CLUSTER)
+        assert lat == want_lat
+        assert list(path) == list(want)
+        assert path_arrays(path)[0].tolist() == path_arrays(Path(want))[0].tolist()
+
+
+def test_an_irregular_cluster_moves_no_route():
+    odd = Cluster.regular(4, 8, preset="dgx-h100")
+    assert Hops().host_step(odd) == (8, odd.nics_per_host)
+    shared = dataclasses.replace(CLUSTER, shared_bandwidth=1e10)
+    assert Hops().host_step(shared) is None
