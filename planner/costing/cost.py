@@ -49,6 +49,10 @@ from reshard.planner.values.tasks import Conversion, Task, TaskKind
 Hop = tuple[tuple[tuple[Resource, float], ...], float, float, tuple[int, ...]]
 """What one (sender, receiver) edge of a transfer crosses (:func:`_hop`)."""
 
+SHIFT_HOSTS = 16
+"""Hosts from which a cluster's routes are found once per host (:meth:`Hops.host_step`)."""
+
+
 class Hops(dict[tuple[int, int], Hop]):
     """Hops by edge: the routes of one plan share them (a broadcast tree's edges recur
     across its tasks); and the cluster's devices' hosts and NICs as arrays (indexed by
@@ -60,9 +64,10 @@ class Hops(dict[tuple[int, int], Hop]):
         """Devices and NICs a host where ``cluster`` is regular (host ``h`` holds
         devices ``h * g ... h * g + g - 1``, its NICs numbered ``h * n`` on in the same
         way for every host, no shared bandwidth), so that moving a transfer by whole
-        hosts moves its resources by whole hosts; else None."""
+        hosts moves its resources by whole hosts, and has :data:`SHIFT_HOSTS` hosts or
+        more (fewer have few twins to find); else None."""
         hosts = cluster.hosts
-        if cluster.shared_bandwidth or not hosts or not hosts[0]:
+        if cluster.shared_bandwidth or len(hosts) < SHIFT_HOSTS or not hosts[0]:
             return None
         host, nic = self.arrays(cluster)
         g, n = len(hosts[0]), cluster.nics_per_host
@@ -381,9 +386,10 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
     return tuple(out)
 
 
-_SHIFTED = frozenset((TaskKind.SEND, TaskKind.BROADCAST, TaskKind.REDUCE))
+_SHIFTED = frozenset((TaskKind.BROADCAST, TaskKind.REDUCE))
 """Kinds of task whose route is its edges' hops alone (every fraction 1): on a regular
-cluster, the route of the same task whole hosts away is its own moved."""
+cluster, the route of the same task whole hosts away is its own moved (a send's one
+hop is found as cheaply, its hop kept per plan)."""
 
 
 def _shifted(task: Task, key: tuple[object, ...], step: tuple[int, int], cluster: Cluster,
@@ -406,17 +412,15 @@ def _shifted(task: Task, key: tuple[object, ...], step: tuple[int, int], cluster
     if got is None:
         path, lat = task_path(task, cluster, hops)
         codes = path_arrays(path)[0]
-        got = known[home] = (Path.of_codes(codes - _code_shift(codes, k, devices, nics)), lat)
+        # what each code moves by a host on: a NIC's by its host's NICs, a device's by
+        # its host's devices
+        unit = np.where(codes % 8 <= KIND_CODE[NIC_IN], 8 * nics, 8 * devices)
+        known[home] = (Path.of_codes(codes - k * unit), lat)
+        known[("unit", *home)] = (Path.of_codes(unit), 0.0)
         return path if isinstance(path, Path) else Path(path), lat
-    codes = path_arrays(got[0])[0]
-    return Path.of_codes(codes + _code_shift(codes, k, devices, nics)), got[1]
-
-
-def _code_shift(codes: np.ndarray, k: int, devices: int, nics: int) -> np.ndarray:
-    """What resource ``codes`` move by, ``k`` hosts on: a NIC's by ``k * nics`` NICs,
-    a device's by ``k * devices`` devices."""
-    on_nic = codes % 8 <= KIND_CODE[NIC_IN]
-    return np.where(on_nic, 8 * k * nics, 8 * k * devices)
+    home_path, lat = got
+    unit = path_arrays(known[("unit", *home)][0])[0]
+    return Path.of_codes(path_arrays(home_path)[0] + k * unit), lat
 
 
 def stepped_floor(plan: PlanView) -> float:

@@ -87,16 +87,9 @@ class _Kind:
 
     def __init__(self) -> None:
         self.chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        # additions one by one since the last chunk (index, step, bytes)
-        self.index: list[int] = []
-        self.step: list[int] = []
-        self.bytes: list[float] = []
-
-    def one(self, index: int, step: int, nbytes: float) -> None:
-        """Add ``nbytes`` to ``(index, step)``."""
-        self.index.append(index)
-        self.step.append(step)
-        self.bytes.append(nbytes)
+        # additions one by one since the last chunk: (index, step, bytes)
+        self.rows: list[tuple[int, int, float]] = []
+        self.one = self.rows.append  # add one (index, step, bytes)
 
     def add(self, index: np.ndarray, step: np.ndarray, nbytes: np.ndarray) -> None:
         """Add ``nbytes[i]`` to ``(index[i], step[i])``, in order."""
@@ -104,11 +97,11 @@ class _Kind:
         self.chunks.append((index, step, nbytes))
 
     def _flush(self) -> None:
-        if self.index:
-            self.chunks.append((np.array(self.index, dtype=np.int64),
-                                np.array(self.step, dtype=np.int64),
-                                np.array(self.bytes, dtype=np.float64)))
-            self.index, self.step, self.bytes = [], [], []
+        if self.rows:
+            index, step, nbytes = zip(*self.rows)
+            self.chunks.append((np.array(index, dtype=np.int64), np.array(step, dtype=np.int64),
+                                np.array(nbytes, dtype=np.float64)))
+            self.rows.clear()
 
     def items(self) -> list[tuple[tuple[int, int], float]]:
         """Every ((index, step), bytes), in the order each key was first added to."""
@@ -143,11 +136,11 @@ class _Flows:
 
     def send(self, root: int, receiver: int, nbytes: float, step: int) -> None:
         """:meth:`sends` of one send."""
-        self.dev_out.one(root, step, nbytes)
-        self.dev_in.one(receiver, step, nbytes)
+        self.dev_out.one((root, step, nbytes))
+        self.dev_in.one((receiver, step, nbytes))
         if self.host_of[root] != self.host_of[receiver]:
-            self.nic_out.one(self.nic_of[root], step, nbytes)
-            self.nic_in.one(self.nic_of[receiver], step, nbytes)
+            self.nic_out.one((self.nic_of[root], step, nbytes))
+            self.nic_in.one((self.nic_of[receiver], step, nbytes))
 
     def sends(self, root: np.ndarray, receiver: np.ndarray, nbytes: np.ndarray,
               step: np.ndarray) -> None:
@@ -190,7 +183,7 @@ class _Flows:
         if len(cell.holders) != 1:
             if point_to_point:
                 for r in receivers:
-                    dev_in.one(r, step, nbytes)
+                    dev_in.one((r, step, nbytes))
             return
         (root,) = cell.holders
         if point_to_point:
@@ -205,15 +198,15 @@ class _Flows:
             if h == host[root] or len(members) == 1:  # whole, down a chain or sent
                 self.send(root, members[0], nbytes, step)
                 for m in members[1:]:
-                    dev_in.one(m, step, nbytes)
+                    dev_in.one((m, step, nbytes))
                 continue
             for m, piece in zip(members, split_box(cell.box, len(members))):
                 if box_size(piece):
                     self.send(root, m, box_size(piece) * item, step)
             share = nbytes * (len(members) - 1) / len(members)  # the all-gather's
             for m in members:
-                dev_in.one(m, step + 1, share)
-                self.dev_out.one(m, step + 1, share)
+                dev_in.one((m, step + 1, share))
+                self.dev_out.one((m, step + 1, share))
 
     def _gathered(self, root: int, receivers: np.ndarray, cell: Cell, nbytes: int,
                   item: int, step: int) -> None:
