@@ -142,10 +142,12 @@ class Cut:
 
 
 def cut_cells(tensors: tuple[TensorSpec, ...], cluster: Cluster, fuse: bool = False,
-              fine: bool = False) -> Cut:
+              fine: bool = False, like: Cut | None = None) -> Cut:
     """Each tensor's cells (a partial source's reduced first): what every strategy's
     slices are cut from (:func:`cut_slices`). ``fuse`` and ``fine`` change only the
-    reductions (:func:`cut_key`)."""
+    reductions (:func:`cut_key`). ``like``: a cut of the same tensors and cluster whose
+    reductions were cut otherwise (``fine`` or not): a tensor whose reductions come out
+    the same takes its cells and steps from it (they depend on nothing else)."""
     loads = Loads(cluster)
     reduces: list[Task] = []
     min_piece = balance_piece(cluster, fine)
@@ -167,7 +169,9 @@ def cut_cells(tensors: tuple[TensorSpec, ...], cluster: Cluster, fuse: bool = Fa
                 holders, tensor_reduces = boxes.holders(t), []
             reduces.extend(tensor_reduces)
             ready = {r.box: r.step + 1 for r in tensor_reduces}
-            if ready:
+            if ready and like is not None and _same_reductions(like, i, tensor_reduces):
+                cells, steps = like.cells[i], list(like.after[i])
+            elif ready:
                 cells, steps = decompose_pieces(t.shape, holders, needers, ready)
             elif len(holders) * len(needers) >= TABLE_FROM:
                 cells = decompose_table(t.shape, holders, needers)
@@ -181,6 +185,12 @@ def cut_cells(tensors: tuple[TensorSpec, ...], cluster: Cluster, fuse: bool = Fa
         else:
             afters.append(steps if ready else [0] * len(cells))
     return Cut(tuple(per_tensor), tuple(afters), tuple(reduces), loads)
+
+
+def _same_reductions(cut: Cut, tensor: int, reduces: list[Task]) -> bool:
+    """Whether ``cut``'s reductions of ``tensor`` are ``reduces`` (in order)."""
+    mine = [r for r in cut.reduces if r.tensor == tensor]
+    return mine == reduces and isinstance(cut.cells[tensor], list)
 
 
 def cut_key(tensors: tuple[TensorSpec, ...], fuse: bool, fine: bool) -> tuple[bool, bool]:

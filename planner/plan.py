@@ -94,15 +94,20 @@ def estimate_tensors(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: S
     estimate_columns`, the same seconds)."""
     if phased(tensors):
         return plan_tensors(tensors, cluster, strat, None).estimate()
-    with paused():
-        builds = Builds()
-        first = builds.columns(tensors, cluster, strat, fan_out=False)
-        assert first is not None  # no limit
-        if len(first[0]) > ALTERNATIVES_UP_TO:
-            got = estimate_columns(first[0], tensors, cluster, builds.known)
-            if got is not None:
-                return got
-        return _best_plan(tensors, cluster, strat, builds).estimate()
+    with paused():  # the call's memo and candidates are freed before the collector
+        return _estimate(tensors, cluster, strat)  # resumes: it has none to walk
+
+
+def _estimate(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy) -> float:
+    """:func:`estimate_tensors` of a request planned in one phase."""
+    builds = Builds()
+    first = builds.columns(tensors, cluster, strat, fan_out=False)
+    assert first is not None  # no limit
+    if len(first[0]) > ALTERNATIVES_UP_TO:
+        got = estimate_columns(first[0], tensors, cluster, builds.known)
+        if got is not None:
+            return got
+    return _best_plan(tensors, cluster, strat, builds).estimate()
 
 
 def phased(tensors: Sequence[TensorSpec]) -> bool:
@@ -273,7 +278,9 @@ class Builds:
         same = (tensors, cluster, *cut_key(tensors, fuse, fine))
         got = self._cuts.get(same)
         if got is None:
-            got = self._cuts[same] = cut_cells(tensors, cluster, fuse, fine)
+            # a fine cut whose reductions come out as the coarse one's has its cells
+            like = self.cut(tensors, cluster, fuse, False) if same[-1] else None
+            got = self._cuts[same] = cut_cells(tensors, cluster, fuse, fine, like)
         return got
 
     def bound(self, tensors: tuple[TensorSpec, ...], cluster: Cluster) -> float:
@@ -371,18 +378,19 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
     if strat is not Strategy.BROADCAST or len(best.tasks) > BASELINES_UP_TO or \
             best.estimate() <= builds.bound(tensors, cluster) * (1 + 1e-9):
         return best
-    # a baseline whose floor is not below the best so far cannot replace it: neither
-    # built nor simulated
-    others = [_best_plan(tensors, cluster, baseline, builds)
-              for baseline in (Strategy.SEND_RECV, Strategy.ALLGATHER)
-              if not builds.beaten(tensors, cluster, baseline, best.estimate())]
+    # a baseline whose floor is not below the best so far (a baseline planned before
+    # it included) cannot replace it: neither built nor simulated
+    for baseline in (Strategy.SEND_RECV, Strategy.ALLGATHER):
+        if not builds.beaten(tensors, cluster, baseline, best.estimate()):
+            other = _best_plan(tensors, cluster, baseline, builds)
+            if other.estimate() < best.estimate():
+                best = builds.relabel(other, strat)
     first = allreduce_first(tensors, cluster, strat,
                             lambda ts, cl, st: _best_plan(ts, cl, st, builds))
     if first is not None:
         first = builds.twins.adopt(first.share_routes(builds.known))
-    for other in (*others, *([first] if first is not None else [])):
-        if other.estimate() < best.estimate():
-            best = builds.relabel(other, strat)
+        if first.estimate() < best.estimate():
+            best = builds.relabel(first, strat)
     return best
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from reshard.search.costs import MoveCosts
 from reshard.search.model import (
@@ -61,18 +61,21 @@ def _block_candidates(part: Sequence[Layer], shape: Shape, costs: MoveCosts,
 
 
 def blocks(layers: Sequence[Layer], size: int, costs: MoveCosts, limit: float = math.inf,
-           budget: Budget | None = None, links: Links = None
+           budget: Budget | None = None, links: Links = None,
+           only: Collection[Shape] | None = None
            ) -> tuple[list[Layer], list[int], Runs, Links]:
     """``layers`` in blocks of ``size`` consecutive layers (the last takes the rest):
-    the blocks as layers (module docstring), each block's first layer, what each block
-    candidate runs on its layers, and which blocks feed the next (:data:`Links`)."""
+    the blocks as layers (module docstring; their candidates on the shapes ``only``
+    where given), each block's first layer, what each block candidate runs on its
+    layers, and which blocks feed the next (:data:`Links`)."""
     budget = Budget(None) if budget is None else budget
     merged: list[Layer] = []
     firsts: list[int] = []
     runs: Runs = {}
     for a in range(0, len(layers), size):
         part = layers[a:a + size]
-        shapes = sorted(set.intersection(*(set(layer.candidates) for layer in part)))
+        shapes = sorted(set.intersection(*(set(layer.candidates) for layer in part))
+                        & (set(only) if only is not None else set(part[0].candidates)))
         cands = {}
         for shape in shapes:
             inside = None if links is None else frozenset(

@@ -23,6 +23,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from reshard.cluster import Cluster
 from reshard.errors import SearchError
@@ -53,8 +54,10 @@ from reshard.search.objective import (
     stage_index,
 )
 from reshard.search.options import Links, Option, most_in_flight, place_class, stage_options
+from reshard.search.reach import block_shapes, reach
 from reshard.search.simulated import rerank as rerank_choices
-from reshard.search.stagedp import Holding, Path, best_paths, build, path_stages
+from reshard.search.skips import MAX_OPEN, Edges, TooWide, build_graph, graph_options, placed
+from reshard.search.stagedp import Holding, Path, _Graph, best_paths, build, path_stages
 from reshard.search.virtual import holding, place_pieces, virtual_shapes
 
 MAX_BLOCKS = 48
@@ -158,8 +161,9 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
             the baselines' (the answer's ``simulated`` is set, and it never simulates
             slower than Alpa's or Megatron's choice); 0: the objective's best, exact,
             unsimulated (also with ``moves="free"``: Alpa's choice is that DP's own).
-        edges: a graph's edges (:class:`reshard.search.Graph`): the DP prices the moves
-            between consecutive layers joined by one (default: every pair, a chain).
+        edges: a graph's edges (default: a chain). With skips the DP prices every edge
+            where it chooses stages (:mod:`reshard.search.skips`; a graph too wide for
+            that prices the moves between consecutive layers joined by one).
         chunks: pieces per submesh under interleaved 1F1B (default 2).
 
     Raises:
@@ -177,10 +181,7 @@ def search_chain(layers: Sequence[Layer], cluster: Cluster, microbatches: int, *
         found = _best(ask, 1, mega[0].time if mega else None) or _best(ask, 1, None)
     else:
         found = _best(ask, max(1, keep), bound)
-    if not found:
-        found = sorted(base, key=lambda c: c.time)[:1]
-    if not found:
-        _no_answer(ask)
+    found = found or sorted(base, key=lambda c: c.time)[:1] or _no_answer(ask)
     if keep == 0 or ask.how == "free":  # Alpa's choice is the moves-free DP's own
         return found[0]
     ranked = rerank_choices(layers, [*found, *base], cluster, ask.costs, ask.edges,
@@ -230,10 +231,17 @@ class _Ask:
     links: Links = None
     chunks: int = 1
     orders: Orders = field(default_factory=Orders, compare=False)
+    skips: Edges | None = None
+    full: tuple[tuple[int, int], ...] = ()
+    whole: bool = False
 
     @property
     def edges(self) -> list[tuple[int, int]] | None:
-        """The edges the chain DP prices: consecutive layers joined (None: all)."""
+        """The edges a choice is priced on: every edge of the graph where the search
+        knows the skips (:mod:`reshard.search.skips`; ``whole``), else consecutive
+        layers joined (None: all)."""
+        if self.whole:
+            return list(self.full)
         return None if self.links is None else [(k, k + 1) for k in sorted(self.links)]
 
     @classmethod
@@ -255,12 +263,16 @@ class _Ask:
             raise SearchError(f"cache must be a CostCache or None, got {type(cache).__name__}")
         costs = MoveCosts(cluster, how == "free", CostCache() if cache is None else cache)
         links = None if edges is None else frozenset(u for u, v in edges if v == u + 1)
+        full = () if edges is None else tuple(sorted({(int(u), int(v)) for u, v in edges}))
+        graph = Edges.of(len(layers), full) if edges is not None else None
+        skips = graph if (graph is not None and how == Moves.PRICED and size == 1
+                          and graph.skips() and graph.width() <= MAX_OPEN) else None
         return cls(tuple(layers), cluster, b, sched, how, limit, mem, costs, size, budget,
-                   links, v, Orders(budget=budget))
+                   links, v, Orders(budget=budget), skips, full, skips is not None)
 
     def free(self) -> _Ask:
-        """The same search with moves free."""
-        return dataclasses.replace(self, how=Moves.FREE,
+        """The same search with moves free (then blind to the skips: every move is 0)."""
+        return dataclasses.replace(self, how=Moves.FREE, skips=None,
                                    costs=MoveCosts(self.cluster, True, self.costs.cache))
 
     def priced(self) -> MoveCosts:
@@ -296,8 +308,15 @@ def _best(ask: _Ask, count: int, bound: float | None) -> list[Choice]:
     above ``bound``."""
     layers = ask.layers
     if ask.size > 1:
+        only = None
+        if not ask.sched.virtual and bound is not None and ask.microbatches > 1:
+            only = block_shapes(layers, ask.size, ask.cluster, ask.limit,
+                                bound / (ask.microbatches - 1), ask.budget)
+            if not only:
+                return []  # no stage of any shape on a path within the bound
         merged, firsts, runs, joined = blocks(layers, ask.size, ask.costs,
-                                              ask.limit / ask.chunks, ask.budget, ask.links)
+                                              ask.limit / ask.chunks, ask.budget, ask.links,
+                                              only)
         got = _best(dataclasses.replace(ask, layers=tuple(merged), size=1, links=joined),
                     count, bound)
         out = [evaluate(layers, expand(c.stages, runs, firsts, len(layers)), ask.cluster,
@@ -307,14 +326,18 @@ def _best(ask: _Ask, count: int, bound: float | None) -> list[Choice]:
     top = math.inf if bound is None else bound
     b1 = ask.microbatches - 1
     cap = top / b1 if b1 and math.isfinite(top) else math.inf
-    found = (_virtual_paths if ask.sched.virtual else _chain_paths)(ask, count, top, cap)
+    try:
+        found = (_virtual_paths if ask.sched.virtual else _chain_paths)(ask, count, top, cap)
+    except TooWide:  # the skips' state outgrew the DP: the chain's, skips priced after
+        return _best(dataclasses.replace(ask, skips=None), count, bound)
     if not found and bound is None:
         _no_answer(ask)
     out = []
+    blind = ask.how == Moves.FREE or (ask.whole and ask.skips is None)
     for path in found:
         stages = path_stages(path)
         out.append(evaluate(layers, stages, ask.cluster, ask.microbatches, ask.sched,
-                            ask.priced(), ask.edges, ask.chunks) if ask.how == Moves.FREE
+                            ask.priced(), ask.edges, ask.chunks) if blind
                    else objective(stages, ask.microbatches, ask.sched, ask.chunks))
     return sorted(out, key=lambda c: c.time)[:count]
 
@@ -325,11 +348,22 @@ def _chain_paths(ask: _Ask, count: int, top: float, cap: float) -> list[Path]:
     layers, total = ask.layers, devices(ask.cluster)
     held = _most_held(ask)
     options = _options(layers, ask.cluster, ask.costs, ask.limit, ask.budget, cap,
-                       ask.links, None, held)
-    g = build(options, layers, total, len(ask.cluster.hosts[0]), ask.sched,
-              ask.microbatches, ask.costs, top, ask.budget, ask.links,
-              _chain_holding(ask, options, held))
+                       ask.links, None, held, ask.skips, tiled=True)
+    g = _build(ask, options, total, top, _chain_holding(ask, options, held))
     return best_paths(g, (len(layers), total), ask.microbatches, count, ask.budget)
+
+
+def _build(ask: _Ask, options: Sequence[Option], total: int, top: float,
+           hold: Holding) -> _Graph:
+    """The stage DP's transitions: the chain's (:func:`reshard.search.stagedp.build`),
+    or with the skips' open producers in the state where the search knows them
+    (:func:`reshard.search.skips.build_graph`)."""
+    per = len(ask.cluster.hosts[0])
+    if ask.skips is not None:
+        return build_graph(options, ask.layers, ask.skips, total, per,  # type: ignore[arg-type]
+                           ask.sched, ask.microbatches, ask.costs, top, ask.budget, hold)
+    return build(options, ask.layers, total, per, ask.sched, ask.microbatches, ask.costs,
+                 top, ask.budget, ask.links, hold)
 
 
 def _virtual_paths(ask: _Ask, count: int, top: float, cap: float) -> list[Path]:
@@ -343,10 +377,9 @@ def _virtual_paths(ask: _Ask, count: int, top: float, cap: float) -> list[Path]:
                        places[0].size, ask.orders)
         most = [max(hold.slots.values()) if hold.slots else 1] * len(layers)
         options = place_pieces(_options(layers, ask.cluster, ask.costs, hold.limit,
-                                        ask.budget, cap, ask.links, [shape], most),
+                                        ask.budget, cap, ask.links, [shape], most, ask.skips),
                                places, ask.sched, ask.chunks)
-        g = build(options, layers, slots, len(ask.cluster.hosts[0]), ask.sched,
-                  ask.microbatches, ask.costs, top, ask.budget, ask.links, hold)
+        g = _build(ask, options, slots, top, hold)
         found += best_paths(g, (len(layers), slots), ask.microbatches, count, ask.budget)
     return found
 
@@ -369,13 +402,13 @@ def _chain_holding(ask: _Ask, options: Sequence[Option], held: Sequence[int]) ->
 def _most_held(ask: _Ask) -> list[int]:
     """Per first layer, the most microbatches a one-chunk stage starting there can hold
     (the most stages from there on: each a layer on a submesh of the smallest shape)."""
-    smallest = min(s[0] * s[1] for layer in ask.layers for s in layer.candidates)
+    smallest = min((s[0] * s[1] for layer in ask.layers for s in layer.candidates), default=1)
     n, total = len(ask.layers), devices(ask.cluster)
     return [chain_in_flight(ask.sched, min(n - i, total // smallest), ask.microbatches)
             for i in range(n)]
 
 
-def _no_answer(ask: _Ask) -> None:
+def _no_answer(ask: _Ask) -> NoReturn:
     shapes = sorted({s for layer in ask.layers for s in layer.candidates
                      if placements(ask.cluster, s, 0) is not None})
     how = "" if not ask.sched.virtual else (
@@ -394,14 +427,19 @@ def _no_answer(ask: _Ask) -> None:
 def _options(layers: Sequence[Layer], cluster: Cluster, costs: MoveCosts, limit: float,
              budget: Budget, cap: float, links: Links = None,
              only: Sequence[Shape] | None = None,
-             enough: Sequence[int] | None = None) -> list[Option]:
+             enough: Sequence[int] | None = None, skips: Edges | None = None,
+             tiled: bool = False) -> list[Option]:
     """Every stage option (on the shapes ``only`` where given; ``enough``: per first
-    layer the most microbatches a stage there can hold), none whose inner time passes
+    layer the most microbatches a stage there can hold; ``skips``: a graph's edges, the
+    options knowing them, :mod:`reshard.search.skips`), none whose inner time passes
     ``cap``: built once per submesh shape and place on a host
-    (:mod:`reshard.search.options`), placed on every submesh of that class."""
+    (:mod:`reshard.search.options`), placed on every submesh of that class; ``tiled``
+    (one stage per submesh): only those that can lie on a path of the DP
+    (:mod:`reshard.search.reach`)."""
     per = len(cluster.hosts[0])
     shapes: list[Shape] = sorted({s for layer in layers for s in layer.candidates}
                                  if only is None else only)
+    paths_ok = reach(layers, cluster, shapes, limit, cap, budget) if tiled else None
     out: list[Option] = []
     for shape in shapes:
         classes: dict[int, list[int]] = {}
@@ -411,14 +449,24 @@ def _options(layers: Sequence[Layer], cluster: Cluster, costs: MoveCosts, limit:
         for offset, firsts in classes.items():
             home = placements(cluster, shape, offset)
             assert home is not None  # a submesh of the class on the first host fits
-            built = [stage_options(layers, home, i, costs, limit, budget, cap, links,
-                                   math.inf if enough is None else enough[i])
-                     for i in range(len(layers))]
-            for d in firsts:
-                p = placements(cluster, shape, d)
-                assert p is not None
-                for opts in built:
-                    out.extend(place_class(opts, p))
+            for i in range(len(layers)):
+                lasts = {d: set(paths_ok.lasts(shape, i, d)) for d in firsts} \
+                    if paths_ok is not None else None
+                stop = None if lasts is None else max((max(v) for v in lasts.values() if v),
+                                                      default=-1)
+                if stop is not None and stop < i:
+                    continue
+                most = math.inf if enough is None else enough[i]
+                built: Sequence[Option] = (
+                    stage_options(layers, home, i, costs, limit, budget, cap, links, most, stop)
+                    if skips is None else
+                    graph_options(layers, home, i, skips, costs, limit, budget, cap, most, stop))
+                for d in firsts:
+                    p = placements(cluster, shape, d)
+                    assert p is not None
+                    mine = built if lasts is None else [o for o in built if o.last in lasts[d]]
+                    out.extend(place_class(mine, p) if skips is None
+                               else placed(mine, p))  # type: ignore[arg-type]
     return out
 
 

@@ -9,9 +9,11 @@ the chain's (:mod:`reshard.search.chain`) with every edge priced: an edge inside
 stage adds to that stage's inner time, one from an earlier stage (a skip connection
 may cross several) to the move in of the stage it enters.
 
-:func:`search_graph` takes the chain DP's best few stage choices of the layers in
-order (the edges between consecutive layers priced, the skip connections not), and at
-each choice's stages chooses the layers' candidates on the graph's objective:
+:func:`search_graph` takes the stage DP's best few stage choices of the layers in
+order (every edge priced where the stages are chosen, :mod:`reshard.search.skips`; a
+graph too wide for that: the edges between consecutive layers priced, the skip
+connections not), and at each choice's stages chooses the layers' candidates on the
+graph's objective:
 
 * ``method="descent"`` (AutoDDL): change one layer's candidate, or two layers joined
   by an edge together, to the best with the others fixed; repeat until no change
@@ -23,8 +25,7 @@ each choice's stages chooses the layers' candidates on the graph's objective:
 The baselines' choices (Alpa's moves-free one and Megatron's uniform one, priced on the
 graph) are refined too. By default the pipeline simulator then picks the answer among
 the refined choices and the baselines' own (``rerank``), so it never simulates slower
-than either; with ``rerank=False`` the least objective is the answer. The chain DP
-prices only the moves between consecutive layers that an edge joins.
+than either; with ``rerank=False`` the least objective is the answer.
 """
 
 from __future__ import annotations

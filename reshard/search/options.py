@@ -168,13 +168,14 @@ def paths(layers: Sequence[Layer], p: Placement, first: int, costs: MoveCosts,
 
 def stage_options(layers: Sequence[Layer], p: Placement, first: int, costs: MoveCosts,
                   limit: float, budget: Budget, cap: float = math.inf,
-                  links: Links = None, enough: float = math.inf) -> list[Option]:
-    """Every (last layer, entry, exit) of a stage starting at layer ``first`` on ``p``:
-    per in-flight count up to ``enough`` (the most it can have), the least time of its
-    paths within ``limit`` bytes per device (:func:`staircase`), none whose inner time
-    passes ``cap``."""
+                  links: Links = None, enough: float = math.inf,
+                  stop: int | None = None) -> list[Option]:
+    """Every (last layer, entry, exit) of a stage starting at layer ``first`` on ``p``
+    (its last at most ``stop``, default the chain's end): per in-flight count up to
+    ``enough`` (the most it can have), the least time of its paths within ``limit``
+    bytes per device (:func:`staircase`), none whose inner time passes ``cap``."""
     out = []
-    for last, fronts in paths(layers, p, first, costs, limit, budget, cap=cap, links=links):
+    for last, fronts in paths(layers, p, first, costs, limit, budget, stop, cap, links):
         for (entry, exit_), front in fronts.items():
             for t, mem, act, comp, trail in staircase(front, limit, enough):
                 out.append(Option(first, last, p, entry, exit_, t, comp, trail, mem, act))

@@ -8,7 +8,9 @@ stage options grow with: per layer and submesh shape, the candidates times the s
 for ``(1, g)`` on hosts of ``G`` devices, 1 for whole hosts; the search builds each
 class's options once), summed, times the blocks the chain is searched in (a stage may
 start at each: ``min(L, 48)`` by default), times the searches the request runs (one per
-data-parallel degree). Over ``--max-search-cells`` the request is refused
+data-parallel degree), times the stages each submesh holds (virtual stages: interleaved
+1F1B's ``chunks``, default 2; ZB-V and DualPipeV 2; the DP places each stage option at
+every piece). Over ``--max-search-cells`` the request is refused
 (RESOURCE_EXHAUSTED) before any work; the 16-layer, 8-candidate instance built to hold a
 search on 2 x 4 devices is 18,432 cells, GPT-3 175B on 1,024 devices (2 candidates on 8
 shapes, 96 layers in 48 blocks) with degrees 8 and 16 460,800.
@@ -49,10 +51,12 @@ from reshard.search import (
 from reshard.search.baselines import uniform
 from reshard.search.chain import MAX_BLOCKS
 from reshard.search.costs import MoveCosts
+from reshard.search.kinds import TRAITS, SearchSchedule
 from reshard.search.model import Budget
 from reshard.service.budget import OverBudget
 from reshard.service.search_codec import (
     BASELINE,
+    SCHEDULE,
     SearchAsk,
     choice_to_pb,
     error_text,
@@ -119,7 +123,23 @@ def cells(m: pb.SearchRequest, num_hosts: int, per_host: int) -> int:
     if m.HasField("replicas"):
         searches = len(m.replicas.degrees) or sum(1 for h in range(1, num_hosts + 1)
                                                    if num_hosts % h == 0)
-    return max(1, -(-n // block)) * total * max(1, searches)
+    return max(1, -(-n // block)) * total * max(1, searches) * pieces(m)
+
+
+def pieces(m: pb.SearchRequest) -> int:
+    """The stages per submesh the request's schedule runs (virtual stages: each stage
+    option is placed at every piece of its submesh, so the DP's work grows with them);
+    1 for a one-chunk schedule or one the sizing cannot read (decoding refuses it)."""
+    if m.schedule == pb.SCHEDULE_UNSPECIFIED:
+        return 1
+    try:
+        sched = SearchSchedule(SCHEDULE.decode(m.schedule, SearchError))
+    except (SearchError, ValueError):
+        return 1
+    fixed = TRAITS[sched].chunks
+    if fixed > 0:
+        return fixed
+    return m.chunks if m.HasField("chunks") and m.chunks > 0 else sched.chunks()
 
 
 def check_search(m: pb.SearchRequest, default: Cluster | None, max_devices: int,
@@ -274,6 +294,6 @@ def until(time_left: float | None, cap: float, margin: float) -> float:
     return time.monotonic() + max(0.0, hard - min(margin, max(0.0, hard) / 4))
 
 
-__all__ = ["BASELINE_SEARCHES", "MARGIN", "SEARCHES", "baselines", "cells", "check_search", "classes",
-           "grid", "run", "until"]
+__all__ = ["BASELINE_SEARCHES", "MARGIN", "SEARCHES", "baselines", "cells", "check_search",
+           "classes", "grid", "pieces", "run", "until"]
 

@@ -174,7 +174,7 @@ def test_a_search_past_its_time_limit_is_refused_naming_where():
     cluster = Cluster.regular(2, 2)
     with pytest.raises(SearchError, match=r"ran past its time_limit of 1e-09 s \(by [0-9.]+ s\) "
                                           r"(pricing the moves into stages|bounding the "
-                                          r"slowest stage|building the stages|choosing "
+                                          r"slowest stage|building the stages|finding the stages|choosing "
                                           r"Megatron's uniform baseline)"):
         search_chain(list(graph.layers), cluster, b, time_limit=1e-9)
     with pytest.raises(SearchError, match=r"ran past its time_limit of 1e-09 s"):
@@ -236,10 +236,11 @@ def _global_brute(graph, b, sched, costs):
 
 
 @pytest.mark.timeout(900)
-def test_the_graph_search_reaches_the_global_optimum_on_99_percent():
+def test_the_graph_search_reaches_the_global_optimum_on_every_random_dag():
     """Random DAGs of 2-4 layers (each consecutive edge with probability 0.8, each skip
     0.6) against a brute force over stages, submeshes and candidates together: the
-    search (objective's best, rerank=False) reaches the global optimum on >= 99%."""
+    search (objective's best, rerank=False) reaches the global optimum on every one
+    (its stage DP prices the skips, reshard.search.skips; 199 of 200 before)."""
     rng = random.Random(2)
     cache = CostCache()
     costs = MoveCosts(CLUSTER, cache=cache)
@@ -263,4 +264,4 @@ def test_the_graph_search_reaches_the_global_optimum_on_99_percent():
         assert got.time >= want * (1 - 1e-9)
         total += 1
         hits += got.time <= want * (1 + 1e-9)
-    assert total >= 150 and hits >= 0.99 * total, (hits, total)
+    assert total >= 150 and hits == total, (hits, total)

@@ -187,6 +187,33 @@ def test_the_client_side_refuses_what_a_message_cannot_carry():
         sc.search_request(layers, CLUSTER, 8, method="anneal")
 
 
+def test_a_search_is_sized_with_its_virtual_stages():
+    """Virtual stages multiply the cells by the stages per submesh (the DP places every
+    stage option at each piece): interleaved 1F1B by its chunks (default 2), ZB-V and
+    DualPipeV by 2; a one-chunk schedule by 1. The budget refuses what only the pieces
+    push over it."""
+    shapes = [(1, 1), (1, 2), (1, 4), (2, 4)]  # 4 + 3 + 1 + 1 classes
+    layers = [Layer(f"l{k}", (8, 8), "float32", {
+        s: tuple(Candidate(f"c{j}", 1e-3, "RR", "RR") for j in range(8)) for s in shapes})
+        for k in range(16)]
+    one = 16 * 16 * 8 * 9
+    cluster = Cluster.regular(2, 4)
+    for name, kw, want in (("1f1b", {}, 1), ("eager-1f1b", {}, 1),
+                           ("interleaved-1f1b", {}, 2), ("interleaved-1f1b", {"chunks": 3}, 3),
+                           ("zb-v", {}, 2), ("dualpipe-v", {}, 2)):
+        m = sc.search_request(layers, cluster, 8, schedule=name, **kw)
+        assert searches.pieces(m) == want, name
+        assert searches.cells(m, 2, 4) == want * one, name
+        m.replicas.degrees.extend([1, 2])
+        assert searches.cells(m, 2, 4) == 2 * want * one, name
+    plain = sc.search_request(layers, cluster, 8)
+    assert searches.check_search(plain, None, 64, one) == one
+    v = sc.search_request(layers, cluster, 8, schedule="zb-v")
+    with pytest.raises(OverBudget, match=rf"about {2 * one} cells .* over the server's "
+                                         rf"budget of {one} \(--max-search-cells\)"):
+        searches.check_search(v, None, 64, one)
+
+
 def test_a_search_is_sized_off_its_message():
     """Cells: per layer and shape, candidates x submesh classes, times the blocks and
     the degrees (searches module docstring)."""
