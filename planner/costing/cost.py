@@ -268,7 +268,7 @@ def _reach(a: np.ndarray, b: np.ndarray, wait: np.ndarray, fill: np.ndarray | No
     ``wait`` after its sender was, plus its ``fill`` where the sender received the
     bytes by an earlier edge (None: no fills), edge by edge in order."""
     n = len(a)
-    if n and not task_chain_breaks(a, b):
+    if n and not _chain_breaks(a, b):
         # a chain of distinct devices from a root it never reaches: the running sum
         steps = np.zeros(2 * n)
         steps[0::2] = wait
@@ -321,7 +321,7 @@ def _reach_by_depth(a: np.ndarray, b: np.ndarray, wait: np.ndarray,
     return float(at.max()) if done.all() else None
 
 
-def task_chain_breaks(a: np.ndarray, b: np.ndarray) -> bool:
+def _chain_breaks(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether the edges ``a[i] -> b[i]`` are not one chain (each edge from the last
     one's receiver) through distinct devices that never return to its root."""
     if len(a) > 1 and not np.array_equal(a[1:], b[:-1]):
