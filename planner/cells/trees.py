@@ -82,6 +82,11 @@ def _segments(task: Task, host: Callable[[int], int],
         if got is None:
             got = memo[id(task)] = (task, _segments(task, host))
         return got[1]
+    if len(task.receivers) >= ARRAY_MEMBERS:
+        chain = [task.root, *task.receivers]
+        hosts = np.fromiter(map(host, chain), dtype=np.int64, count=len(chain))
+        cuts = np.flatnonzero(hosts[1:] != hosts[:-1]) + 1
+        return [part.tolist() for part in np.split(np.array(chain, dtype=np.int64), cuts)]
     seg = [task.root]
     segs: list[list[int]] = [seg]
     here = host(task.root)

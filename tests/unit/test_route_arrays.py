@@ -222,3 +222,13 @@ def test_an_irregular_cluster_moves_no_route():
     assert Hops().host_step(small) is None
     shared = dataclasses.replace(CLUSTER, shared_bandwidth=1e10)
     assert Hops().host_step(shared) is None
+
+
+def test_a_long_chain_s_host_segments_as_arrays_are_the_loop_s(monkeypatch):
+    for t in _chains():
+        got = trees._segments(t, CLUSTER.host_of)
+        assert len(t.receivers) >= trees.ARRAY_MEMBERS
+        monkeypatch.setattr(trees, "ARRAY_MEMBERS", 1 << 30)
+        assert got == trees._segments(t, CLUSTER.host_of)
+        assert all(type(d) is int for seg in got for d in seg)
+        monkeypatch.undo()
