@@ -76,6 +76,9 @@ class Loads:
                 self.expected[(NIC_OUT, nic(a))] += nbytes
                 self.expected[(NIC_IN, nic(b))] += nbytes
             return
+        if len(needers) >= ARRAY_CHAIN:
+            self._expect_many(holders, needers, nbytes)
+            return
         hold_hosts = {host(d) for d in holders}
         into: dict[int, set[int]] = {}
         for d in needers:
@@ -90,6 +93,28 @@ class Loads:
         for nics in into.values():
             for n in nics:
                 self.expected[(NIC_IN, n)] += nbytes / len(nics)
+
+    def _expect_many(self, holders: frozenset[int], needers: frozenset[int],
+                     nbytes: int) -> None:
+        """:meth:`expect` of a slice of many needers, its NICs found as arrays (each
+        NIC's expectation gets one addition, the same float as the loop's)."""
+        nic, host = self.nic, self.host
+        hold_hosts = {host(d) for d in holders}
+        devs = list(needers)
+        hosts = np.fromiter(map(host, devs), dtype=np.int64, count=len(devs))
+        nics = np.fromiter(map(nic, devs), dtype=np.int64, count=len(devs))
+        away = ~np.isin(hosts, list(hold_hosts))
+        pairs = np.unique(np.stack([hosts[away], nics[away]]), axis=1)  # (host, NIC)
+        if not pairs.shape[1]:
+            return
+        into, per_host = np.unique(pairs[0], return_counts=True)
+        out = {nic(d) for d in holders}
+        expected = self.expected
+        for n in out:
+            expected[(NIC_OUT, n)] += nbytes * len(into) / len(out)
+        share = {h: nbytes / c for h, c in zip(into.tolist(), per_host.tolist())}
+        for h, n in zip(pairs[0].tolist(), pairs[1].tolist()):
+            expected[(NIC_IN, n)] += share[h]
 
     def _crowded(self, direction: str, n: int, other: int) -> bool:
         """Whether NIC ``n`` is expected to carry more than NIC ``other`` of its host,

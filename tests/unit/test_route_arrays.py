@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
-from reshard.planner.cells import trees
+from reshard.planner.cells import balance, trees
 from reshard.planner.cells.trees import SHAPES, Intra, treeify
 from reshard.planner.costing import cost
 from reshard.planner.costing.cost import Hops, one_at_a_time_time, task_path
@@ -152,6 +152,7 @@ def test_a_large_cell_s_floor_as_arrays_is_the_one_by_one_floor(src, dst, monkey
     monkeypatch.setattr(floors, "ARRAY_RECEIVERS", 1 << 30)
     monkeypatch.setattr(cost, "ARRAY_EDGES", 1 << 30)
     monkeypatch.setattr(trees, "ARRAY_MEMBERS", 1 << 30)
+    monkeypatch.setattr(balance, "ARRAY_CHAIN", 1 << 30)
     monkeypatch.setattr(cost.Hops, "host_step", lambda self, cluster: None)
     assert estimate_many([req], cache=CostCache()) == arrays
     assert seen == by_arrays
@@ -178,8 +179,6 @@ def test_one_at_a_time_reads_large_paths_as_arrays():
 
 @pytest.mark.parametrize("seed", range(5))
 def test_a_long_chain_s_order_by_arrays_is_the_one_by_one_order(seed, monkeypatch):
-    from reshard.planner.cells import balance
-
     rng = random.Random(seed)
     cluster = Cluster.preset("dgx-h100", 24)
     loads = balance.Loads(cluster)
@@ -232,3 +231,23 @@ def test_a_long_chain_s_host_segments_as_arrays_are_the_loop_s(monkeypatch):
         assert got == trees._segments(t, CLUSTER.host_of)
         assert all(type(d) is int for seg in got for d in seg)
         monkeypatch.undo()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_many_needer_slice_s_expectation_by_arrays_is_the_loop_s(seed, monkeypatch):
+    rng = random.Random(seed)
+    cluster = Cluster.preset("dgx-h100", 24)
+    slices = []
+    for _ in range(20):
+        holders = frozenset(rng.sample(range(192), rng.choice([1, 2, 9])))
+        needers = frozenset(rng.sample(range(192), rng.choice([70, 150, 192])))
+        slices.append((holders, needers, rng.choice([3, 1 << 20, 12345677])))
+    loads = balance.Loads(cluster)
+    for s in slices:
+        loads.expect(*s)
+    monkeypatch.setattr(balance, "ARRAY_CHAIN", 1 << 30)
+    by_loop = balance.Loads(cluster)
+    for s in slices:
+        by_loop.expect(*s)
+    assert {k: v for k, v in loads.expected.items() if v} == \
+        {k: v for k, v in by_loop.expected.items() if v}
