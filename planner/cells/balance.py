@@ -6,8 +6,14 @@ import itertools
 from collections import defaultdict
 from collections.abc import Collection, Iterable
 
+import numpy as np
+
 from reshard.cluster import Cluster
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
+
+ARRAY_CHAIN = 64
+"""Receivers from which :meth:`Loads.chain` orders them by one sort of arrays (fewer:
+one by one; the same order)."""
 
 
 class Loads:
@@ -70,6 +76,9 @@ class Loads:
                 self.expected[(NIC_OUT, nic(a))] += nbytes
                 self.expected[(NIC_IN, nic(b))] += nbytes
             return
+        if len(needers) >= ARRAY_CHAIN:
+            self._expect_many(holders, needers, nbytes)
+            return
         hold_hosts = {host(d) for d in holders}
         into: dict[int, set[int]] = {}
         for d in needers:
@@ -84,6 +93,28 @@ class Loads:
         for nics in into.values():
             for n in nics:
                 self.expected[(NIC_IN, n)] += nbytes / len(nics)
+
+    def _expect_many(self, holders: frozenset[int], needers: frozenset[int],
+                     nbytes: int) -> None:
+        """:meth:`expect` of a slice of many needers, its NICs found as arrays (each
+        NIC's expectation gets one addition, the same float as the loop's)."""
+        nic, host = self.nic, self.host
+        hold_hosts = {host(d) for d in holders}
+        devs = list(needers)
+        hosts = np.fromiter(map(host, devs), dtype=np.int64, count=len(devs))
+        nics = np.fromiter(map(nic, devs), dtype=np.int64, count=len(devs))
+        away = ~np.isin(hosts, list(hold_hosts))
+        pairs = np.unique(np.stack([hosts[away], nics[away]]), axis=1)  # (host, NIC)
+        if not pairs.shape[1]:
+            return
+        into, per_host = np.unique(pairs[0], return_counts=True)
+        out = {nic(d) for d in holders}
+        expected = self.expected
+        for n in out:
+            expected[(NIC_OUT, n)] += nbytes * len(into) / len(out)
+        share = {h: nbytes / c for h, c in zip(into.tolist(), per_host.tolist())}
+        for h, n in zip(pairs[0].tolist(), pairs[1].tolist()):
+            expected[(NIC_IN, n)] += share[h]
 
     def _crowded(self, direction: str, n: int, other: int) -> bool:
         """Whether NIC ``n`` is expected to carry more than NIC ``other`` of its host,
@@ -123,10 +154,13 @@ class Loads:
         hosts by ascending NIC out load (the last host forwards nothing). Inside a
         host, the device whose NIC has received least enters first and the one whose
         NIC has sent least leaves last (they differ only with several NICs per host)."""
+        receivers = sorted(receivers)
+        if len(receivers) >= ARRAY_CHAIN and len(set(receivers)) == len(receivers):
+            return self._chain_arrays(root, receivers)
         host = self.host
         rh = host(root)
         by_host: dict[int, list[int]] = {}
-        for r in sorted(receivers):
+        for r in receivers:
             h = host(r)
             group = by_host.get(h)
             if group is None:
@@ -155,6 +189,43 @@ class Loads:
                 group = [entry, *rest]
             order.extend(group)
         return tuple(order)
+
+    def _chain_arrays(self, root: int, receivers: list[int]) -> tuple[int, ...]:
+        """:meth:`chain` of many distinct ``receivers`` (sorted) by one sort of arrays:
+        by host (the root's first, then by least NIC out load and host), then inside a
+        host the entry (least NIC in load, then id) first and the rest by most NIC out
+        load then id (in the last host and the root's host when no other follows: by
+        id)."""
+        d = np.array(receivers, dtype=np.int64)
+        host, nic = self.host, self.nic
+        hosts = np.fromiter(map(host, receivers), dtype=np.int64, count=len(d))
+        nics = [nic(r) for r in receivers]
+        out_of, in_of = self.nic_out.get, self.nic_in.get
+        sent = np.array([out_of(n, 0.0) for n in nics], dtype=np.float64)
+        got = np.array([in_of(n, 0.0) for n in nics], dtype=np.float64)
+        rh = host(root)
+        local = hosts == rh
+        distinct, at = np.unique(hosts, return_inverse=True)
+        at = at.reshape(-1)
+        least = np.full(len(distinct), np.inf)
+        np.minimum.at(least, at, sent)
+        remote = distinct != rh
+        by_load = np.lexsort((distinct[remote], least[remote]))
+        rank = np.full(len(distinct), -1, dtype=np.int64)  # the root's host first
+        rank[np.flatnonzero(remote)[by_load]] = np.arange(len(by_load))
+        last = len(by_load) - 1
+        # each remote host's entry: its least NIC in load, then id
+        pick = np.lexsort((d, got, at))
+        entry = np.zeros(len(d), dtype=bool)
+        first_of = np.ones(len(d), dtype=bool)
+        first_of[1:] = at[pick][1:] != at[pick][:-1]
+        entry[pick[first_of]] = True
+        entry &= ~local
+        r = rank[at]
+        by_out = (local & (last >= 0)) | (~local & ~entry & (r < last))
+        key = np.where(by_out, -sent, 0.0)
+        order = np.lexsort((d, key, ~entry, r))
+        return tuple(d[order].tolist())
 
     def send(self, root: int, receiver: int, nbytes: int) -> tuple[tuple[int, ...],
                                                                    tuple[int, ...]]:

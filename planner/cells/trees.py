@@ -22,6 +22,8 @@ import enum
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 
+import numpy as np
+
 from reshard.choice import parse_choice
 from reshard.layout import box_size
 from reshard.planner.cells.cell_tasks import split_box
@@ -80,6 +82,11 @@ def _segments(task: Task, host: Callable[[int], int],
         if got is None:
             got = memo[id(task)] = (task, _segments(task, host))
         return got[1]
+    if len(task.receivers) >= ARRAY_MEMBERS:
+        chain = [task.root, *task.receivers]
+        hosts = np.fromiter(map(host, chain), dtype=np.int64, count=len(chain))
+        cuts = np.flatnonzero(hosts[1:] != hosts[:-1]) + 1
+        return [part.tolist() for part in np.split(np.array(chain, dtype=np.int64), cuts)]
     seg = [task.root]
     segs: list[list[int]] = [seg]
     here = host(task.root)
@@ -98,22 +105,55 @@ def _heap_parent(i: int) -> int:
     return (i - 1) // 2
 
 
-def _tree_edges(order: Sequence[int], exit_dev: int, entry: dict[int, int],
-                members: dict[int, list[int]], intra: Intra,
-                parent: Callable[[int], int] = _heap_parent) -> list[tuple[int, int]]:
-    """(parent, receiver) pairs of one tree over ``order`` (by default a binary tree in
-    heap order: host ``order[i]``'s parent host is ``order[(i - 1) // 2]``; the first
-    host's is ``exit_dev``'s), each host's entry then passing on to its members."""
-    edges: list[tuple[int, int]] = []
-    for i, h in enumerate(order):
+ARRAY_MEMBERS = 64
+"""Members of a tree's hosts from which its edges are laid out as arrays (fewer: one
+by one, the same edges without the arrays' fixed cost)."""
+
+
+def _few_edges(order: Sequence[int], exit_dev: int, entry: dict[int, int],
+               groups: list[list[int]], intra: Intra, parent: Callable[[int], int]
+               ) -> tuple[list[int], list[int]]:
+    """:func:`_tree_edges` of a few members (``groups``: each host's), one by one."""
+    senders: list[int] = []
+    receivers: list[int] = []
+    for i, (h, group) in enumerate(zip(order, groups)):
         e = entry[h]
         up = parent(i)  # negative: the root's host
-        edges.append((exit_dev if up < 0 else entry[order[up]], e))
+        senders.append(exit_dev if up < 0 else entry[order[up]])
+        receivers.append(e)
         prev = e
-        for m in members[h]:
-            edges.append((e if intra is Intra.STAR else prev, m))
+        for m in group:
+            senders.append(e if intra is Intra.STAR else prev)
+            receivers.append(m)
             prev = m
-    return edges
+    return senders, receivers
+
+
+def _tree_edges(order: Sequence[int], exit_dev: int, entry: dict[int, int],
+                members: dict[int, list[int]], intra: Intra,
+                parent: Callable[[int], int] = _heap_parent) -> tuple[list[int], list[int]]:
+    """The senders and the receivers of one tree's edges over ``order`` (by default a
+    binary tree in heap order: host ``order[i]``'s parent host is
+    ``order[(i - 1) // 2]``; the first host's is ``exit_dev``'s), each host's entry
+    then passing on to its members: host by host, its entry's edge then its members'."""
+    groups = [members[h] for h in order]
+    if sum(map(len, groups)) < ARRAY_MEMBERS:
+        return _few_edges(order, exit_dev, entry, groups, intra, parent)
+    entries = np.array([entry[h] for h in order], dtype=np.int64)
+    up = np.array([parent(i) for i in range(len(order))], dtype=np.int64)
+    fed_by = np.where(up < 0, exit_dev, entries[np.maximum(up, 0)])
+    sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups)) + 1
+    starts = np.cumsum(sizes) - sizes
+    receivers = np.empty(int(sizes.sum()), dtype=np.int64)
+    receivers[starts] = entries
+    inner = np.ones(len(receivers), dtype=bool)
+    inner[starts] = False
+    receivers[inner] = np.fromiter(itertools.chain.from_iterable(groups), dtype=np.int64,
+                                   count=int(inner.sum()))
+    # a star: the entry sends to each member; a chain: each member's the one before it
+    senders = np.repeat(entries, sizes) if intra is Intra.STAR else np.roll(receivers, 1)
+    senders[starts] = fed_by
+    return senders.tolist(), receivers.tolist()
 
 
 def _reshape(task: Task, host: Callable[[int], int], intra: Intra,
@@ -145,12 +185,14 @@ def _reshape(task: Task, host: Callable[[int], int], intra: Intra,
         nbytes = box_size(box) * itemsize
         if nbytes == 0:
             continue
-        edges = list(itertools.pairwise(head))
-        edges += _tree_edges(order, head[-1], entry, members, intra, parent)
-        parents = tuple(a for a, _ in edges)
-        receivers = tuple(b for _, b in edges)
-        senders = set(parents)
-        keep_through = tuple(d for d in receivers if d in through and d in senders)
+        tree_senders, tree_receivers = _tree_edges(order, head[-1], entry, members, intra,
+                                                   parent)
+        parents = (*head[:-1], *tree_senders)
+        receivers = (*head[1:], *tree_receivers)
+        keep_through: tuple[int, ...] = ()
+        if through:
+            senders = set(parents)
+            keep_through = tuple(d for d in receivers if d in through and d in senders)
         out.append(Task(task.kind, task.tensor, box, task.root, receivers, nbytes,
                         task.step, task.source, task.pieces, keep_through, parents,
                         task.addends, task.addend_parents))  # replace(), built directly

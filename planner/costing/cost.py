@@ -26,7 +26,7 @@ import numpy as np
 
 from reshard.cluster import Cluster, pipeline_piece
 from reshard.planner.costing.casts import conversion_seconds
-from reshard.planner.costing.fairshare import FairShare, Path
+from reshard.planner.costing.fairshare import FairShare, Path, path_arrays
 from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.stepgate import StepGate
 from reshard.planner.schedule.coalesce import followers
@@ -35,6 +35,8 @@ from reshard.planner.values.resources import (
     COPY,
     DEV_IN,
     DEV_OUT,
+    KIND_CODE,
+    KINDS,
     NIC_IN,
     NIC_OUT,
     SHARED,
@@ -47,9 +49,46 @@ from reshard.planner.values.tasks import Conversion, Task, TaskKind
 Hop = tuple[tuple[tuple[Resource, float], ...], float, float, tuple[int, ...]]
 """What one (sender, receiver) edge of a transfer crosses (:func:`_hop`)."""
 
-Hops = dict[tuple[int, int], Hop]
-"""Hops by edge: the routes of one plan share them (a broadcast tree's edges recur
-across its tasks)."""
+SHIFT_HOSTS = 16
+"""Hosts from which a cluster's routes are found once per host (:meth:`Hops.host_step`)."""
+
+
+class Hops(dict[tuple[int, int], Hop]):
+    """Hops by edge: the routes of one plan share them (a broadcast tree's edges recur
+    across its tasks); and the cluster's devices' hosts and NICs as arrays (indexed by
+    device, made once), which a task of many edges reads its hops from at once."""
+
+    tables: tuple[np.ndarray, np.ndarray] | None = None
+
+    def host_step(self, cluster: Cluster) -> tuple[int, int] | None:
+        """Devices and NICs a host where ``cluster`` is regular (host ``h`` holds
+        devices ``h * g ... h * g + g - 1``, its NICs numbered ``h * n`` on in the same
+        way for every host, no shared bandwidth), so that moving a transfer by whole
+        hosts moves its resources by whole hosts, and has :data:`SHIFT_HOSTS` hosts or
+        more (fewer have few twins to find); else None."""
+        hosts = cluster.hosts
+        if cluster.shared_bandwidth or len(hosts) < SHIFT_HOSTS or not hosts[0]:
+            return None
+        host, nic = self.arrays(cluster)
+        g, n = len(hosts[0]), cluster.nics_per_host
+        d = np.arange(len(host))
+        if not (np.array_equal(host, d // g)
+                and np.array_equal(nic, (d // g) * n + nic[d % g])):
+            return None
+        return g, n
+
+    def arrays(self, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+        """Each device's host and NIC on ``cluster`` (-1: no device)."""
+        if self.tables is None:
+            size = max(cluster.host_map, default=-1) + 1
+            host, nic = np.full(size, -1, dtype=np.int64), np.full(size, -1, dtype=np.int64)
+            devs = np.fromiter(cluster.host_map, dtype=np.int64, count=len(cluster.host_map))
+            host[devs] = np.fromiter(cluster.host_map.values(), dtype=np.int64,
+                                     count=len(devs))
+            nic[devs] = np.fromiter((cluster.nic_map[d] for d in devs.tolist()),
+                                    dtype=np.int64, count=len(devs))
+            self.tables = (host, nic)
+        return self.tables
 
 
 def task_path(task: Task, cluster: Cluster, hops: Hops | None = None, *,
@@ -60,7 +99,7 @@ def task_path(task: Task, cluster: Cluster, hops: Hops | None = None, *,
     (:func:`reshard.planner.schedule.coalesce.followers`), so it adds no message of its
     own (``Cluster.message_cost``), only a part of that message at each end
     (``Cluster.part_cost``)."""
-    path, lat = _links_path(task, cluster, {} if hops is None else hops)
+    path, lat = _links_path(task, cluster, Hops() if hops is None else hops)
     if cluster.shared_bandwidth and task.kind is not TaskKind.COPY:
         path = list(path)  # its codes, if any, would miss the shared resource
         # every byte a device receives crosses the shared resource once, and each end
@@ -147,15 +186,28 @@ def _links_path(task: Task, cluster: Cluster, hops: Hops
             hop = hops[edge] = _hop(*edge, cluster)
         return Path(hop[0], hop[3]), hop[1]
     if task.kind is TaskKind.REDUCE:
-        chain = [*task.receivers, task.root]
-        edges: Sequence[tuple[int, int]] = list(itertools.pairwise(chain))
-    else:  # a fused reduction's addends first pass their running sums to the root
-        edges = [*task.sum_edges(), *task.edges()] if task.addends else task.edges()
-    # Each edge carries every byte (a sender with k children sends them k times); the
-    # pipelined pieces reach a device after the latencies of its slowest path in, and
-    # after each relay (a sender that received the bytes itself) held a whole piece of
-    # them for each child it feeds (Cluster.relay_piece; 0: no such fill). A device
-    # summing what several send it starts when the last of them reaches it.
+        senders: Sequence[int] = task.receivers
+        receivers: Sequence[int] = (*task.receivers[1:], task.root)
+    elif task.addends:  # a fused reduction's addends first pass their running sums on
+        edges = [*task.sum_edges(), *task.edges()]
+        senders, receivers = [a for a, _ in edges], [b for _, b in edges]
+    else:
+        senders, receivers = task.parents or (task.root, *task.receivers[:-1]), task.receivers
+    if len(senders) < ARRAY_EDGES:
+        return _hops_path(list(zip(senders, receivers)), task, cluster, hops)
+    return _edges_path(np.array(senders, dtype=np.int64), np.array(receivers, dtype=np.int64),
+                       task, cluster, hops)
+
+
+ARRAY_EDGES = 48
+"""Edges from which a route is read as arrays (:func:`_edges_path`); fewer are read one
+by one (:func:`_hops_path`: the same route, without the arrays' fixed cost)."""
+
+
+def _hops_path(edges: Sequence[tuple[int, int]], task: Task, cluster: Cluster, hops: Hops
+               ) -> Route:
+    """:func:`_edges_path` of a few edges, edge by edge (each hop looked up once a plan
+    in ``hops``)."""
     hops_path = Path()
     codes: list[int] = []
     reach: dict[int, float] = {}
@@ -180,6 +232,103 @@ def _links_path(task: Task, cluster: Cluster, hops: Hops
         received.add(b)
     hops_path.codes = codes  # every hop's bytes whole
     return hops_path, max(reach.values())
+
+
+def _edges_path(a: np.ndarray, b: np.ndarray, task: Task, cluster: Cluster, hops: Hops
+                ) -> Route:
+    """The route of ``task``'s edges ``a[i] -> b[i]`` in order (:func:`_hop` of each).
+
+    Each edge carries every byte (a sender with k children sends them k times); the
+    pipelined pieces reach a device after the latencies of its slowest path in, and
+    after each relay (a sender that received the bytes itself) held a whole piece of
+    them for each child it feeds (Cluster.relay_piece; 0: no such fill). A device
+    summing what several send it starts when the last of them reaches it. The hops are
+    read as arrays; the times summed edge by edge in order (as floats: the same sums)."""
+    host, nic = hops.arrays(cluster)
+    cross = host[a] != host[b]
+    quad = np.empty((len(a), 4), dtype=np.int64)
+    quad[:, 0] = a * 8 + KIND_CODE[DEV_OUT]
+    quad[:, 1] = b * 8 + KIND_CODE[DEV_IN]
+    quad[:, 2] = nic[a] * 8 + KIND_CODE[NIC_OUT]
+    quad[:, 3] = nic[b] * 8 + KIND_CODE[NIC_IN]
+    used = np.ones((len(a), 4), dtype=bool)
+    used[:, 2] = used[:, 3] = cross
+    wait = np.where(cross, cluster.latency, cluster.intra_latency)
+    piece = pipeline_piece(cluster.relay_piece, task.nbytes)
+    fill = None
+    if piece:
+        rate = np.where(cross, cluster.nic_capacity, cluster.intra_bandwidth)
+        fill = np.bincount(a)[a] * piece / rate
+    return Path.of_codes(quad[used]), _reach(a, b, wait, fill)
+
+
+def _reach(a: np.ndarray, b: np.ndarray, wait: np.ndarray, fill: np.ndarray | None
+           ) -> float:
+    """The latest a device of the edges ``a[i] -> b[i]`` is reached: each edge's
+    ``wait`` after its sender was, plus its ``fill`` where the sender received the
+    bytes by an earlier edge (None: no fills), edge by edge in order."""
+    n = len(a)
+    if n and not _chain_breaks(a, b):
+        # a chain of distinct devices from a root it never reaches: the running sum
+        steps = np.zeros(2 * n)
+        steps[0::2] = wait
+        if fill is not None:
+            steps[3::2] = fill[1:]
+        return float(np.cumsum(steps).max())
+    size = int(max(a.max(initial=0), b.max(initial=0))) + 1
+    shallow = _reach_by_depth(a, b, wait, fill, size)
+    if shallow is not None:
+        return shallow
+    reach = [0.0] * size
+    got = [False] * size
+    for s, r, w, f in zip(a.tolist(), b.tolist(), wait.tolist(),
+                          [0.0] * n if fill is None else fill.tolist()):
+        at = reach[s] + w
+        if fill is not None and got[s]:
+            at += f
+        if at > reach[r]:  # noqa: PLR1730 (the float kept where equal, without a call)
+            reach[r] = at
+        got[r] = True
+    return max(reach[r] for r in b.tolist())
+
+
+def _reach_by_depth(a: np.ndarray, b: np.ndarray, wait: np.ndarray,
+                    fill: np.ndarray | None, size: int) -> float | None:
+    """:func:`_reach` of a shallow tree, a depth at a time: each receiver reached once,
+    by an edge whose sender was reached by an earlier one (or never before it: then it
+    counts as reached at 0, without a fill). The same sums, each edge's after its
+    sender's. None where a device is reached twice or the tree is deeper than
+    ``len(a) // 32`` (then edge by edge is cheaper)."""
+    n = len(a)
+    by = np.full(size, n, dtype=np.int64)  # the edge reaching each device
+    by[b] = np.arange(n)
+    if not np.array_equal(by[b], np.arange(n)):
+        return None  # a device reached twice
+    up = by[a]
+    early = up < np.arange(n)  # the sender was reached by an earlier edge
+    up = np.where(early, up, 0)
+    add = np.where(early, fill, 0.0) if fill is not None else np.zeros(n)
+    at = np.zeros(n)
+    fresh = ~early
+    at[fresh] = wait[fresh] + add[fresh]  # 0.0 + wait, then + 0.0: the same float
+    done = fresh.copy()
+    for _ in range(n // 32):
+        fresh = ~done & fresh[up]
+        if not fresh.any():
+            return float(at.max()) if done.all() else None
+        at[fresh] = (at[up[fresh]] + wait[fresh]) + add[fresh]
+        done |= fresh
+    return float(at.max()) if done.all() else None
+
+
+def _chain_breaks(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether the edges ``a[i] -> b[i]`` are not one chain (each edge from the last
+    one's receiver) through distinct devices that never return to its root."""
+    if len(a) > 1 and not np.array_equal(a[1:], b[:-1]):
+        return True
+    seen = np.zeros(int(max(a.max(initial=0), b.max(initial=0))) + 1, dtype=np.int64)
+    np.add.at(seen, b, 1)
+    return bool(seen.max() > 1 or seen[a[0]] > 0)
 
 
 def _ring_path(task: Task, cluster: Cluster) -> Route:
@@ -219,18 +368,59 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
     per_message = bool((cluster.message_cost or cluster.part_cost)
                        and cluster.shared_bandwidth)
     riders = followers(tasks, tensors) if per_message and tensors else set()
-    hops: Hops = {}
+    hops = Hops()
+    step = hops.host_step(cluster)
     out = []
     for i, t in enumerate(tasks):
         rides = i in riders
         key = (t.kind, t.root, t.receivers, t.parents, t.addends, t.addend_parents,
                pipeline_piece(piece, t.nbytes), t.nbytes if per_message else 0, rides)
         got = known.get(key)
-        if got is None:
+        if got is None and step is not None and t.kind in _SHIFTED and t.root >= 0 and \
+                len(t.receivers) < ARRAY_EDGES:
+            got = known[key] = _shifted(t, key, step, cluster, hops, known)
+        elif got is None:
             path, lat = task_path(t, cluster, hops, rides=rides)
             got = known[key] = (path if isinstance(path, Path) else Path(path), lat)
         out.append(got)
     return tuple(out)
+
+
+_SHIFTED = frozenset((TaskKind.BROADCAST, TaskKind.REDUCE))
+"""Kinds of task whose route is its edges' hops alone (every fraction 1): on a regular
+cluster, the route of the same task whole hosts away is its own moved (a send's one
+hop is found as cheaply, its hop kept per plan)."""
+
+
+def _shifted(task: Task, key: tuple[object, ...], step: tuple[int, int], cluster: Cluster,
+             hops: Hops, known: Routes) -> Route:
+    """:func:`task_path` of ``task`` (``key``: its :func:`task_routes` key) on a regular
+    cluster (``step``: devices and NICs a host, :meth:`Hops.host_step`): the route of
+    the task moved to its root's host's place in host 0, found once in ``known``, moved
+    back (every device's resource by ``k`` hosts' devices, every NIC's by ``k`` hosts'
+    NICs): the same resources in the same order, the same latency."""
+    devices, nics = step
+    k = task.root // devices
+    base = k * devices
+
+    def moved(ds: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(d - base for d in ds)
+
+    home = ("home", key[0], task.root - base, moved(task.receivers), moved(task.parents),
+            moved(task.addends), moved(task.addend_parents), *key[6:])
+    got = known.get(home)
+    if got is None:
+        path, lat = task_path(task, cluster, hops)
+        codes = path_arrays(path)[0]
+        # what each code moves by a host on: a NIC's by its host's NICs, a device's by
+        # its host's devices
+        unit = np.where(codes % 8 <= KIND_CODE[NIC_IN], 8 * nics, 8 * devices)
+        known[home] = (Path.of_codes(codes - k * unit), lat)
+        known[("unit", *home)] = (Path.of_codes(unit), 0.0)
+        return path if isinstance(path, Path) else Path(path), lat
+    home_path, lat = got
+    unit = path_arrays(known[("unit", *home)][0])[0]
+    return Path.of_codes(path_arrays(home_path)[0] + k * unit), lat
 
 
 def stepped_floor(plan: PlanView) -> float:
@@ -327,20 +517,37 @@ def one_at_a_time_time(plan: PlanView) -> float:
     over the slowest resource on its path (each task alone, at best), and of the
     conversions it makes for casts on the wire (each before its own task's bytes)."""
     cap = capacities(plan.cluster)
-    busy = conversion_seconds(plan)
+    kind_cap = np.array([cap[kind] for kind in KINDS])
     slowest: dict[int, float] = {}  # by id of a shared path
+    seconds = []
     for t, (path, lat) in zip(plan.tasks, plan.routes()):
         per_byte = slowest.get(id(path))
-        if per_byte is None:
+        if per_byte is None and len(path) < ARRAY_EDGES:
             per_byte = slowest[id(path)] = max(
                 (f / cap[r[0]] for r, f in path if f > 0), default=0.0)
-        seconds = lat + per_byte * t.nbytes
-        for d in set(t.devices):
-            busy[d] = busy.get(d, 0.0) + seconds
-    return max(busy.values(), default=0.0)
+        elif per_byte is None:
+            codes, frac = path_arrays(path)
+            on = frac > 0
+            per_byte = slowest[id(path)] = float(
+                (frac[on] / kind_cap[codes[on] % 8]).max(initial=0.0))
+        seconds.append(lat + per_byte * t.nbytes)
+    # each device's tasks' seconds added in task order (np.add.at: one by one)
+    devs = [dict.fromkeys(t.devices) for t in plan.tasks]  # distinct, in order
+    need = np.fromiter(map(len, devs), dtype=np.int64, count=len(devs))
+    member = np.fromiter(itertools.chain.from_iterable(devs), dtype=np.int64,
+                         count=int(need.sum()))
+    conversions = conversion_seconds(plan)
+    size = max(int(member.max(initial=-1)), max(conversions, default=-1)) + 1
+    busy, touched = np.zeros(size), np.zeros(size, dtype=bool)
+    for d, conv in conversions.items():
+        busy[d], touched[d] = conv, True
+    np.add.at(busy, member, np.repeat(np.array(seconds, dtype=np.float64), need))
+    touched[member] = True
+    return float(busy[touched].max()) if touched.any() else 0.0
 
 
 __all__ = [
+    "ARRAY_EDGES",
     "Estimate",
     "Hops",
     "Routes",

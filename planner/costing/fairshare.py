@@ -60,15 +60,68 @@ class Path(list[tuple[Resource, float]]):
     resources' codes and fractions as arrays once :func:`path_arrays` read them: the
     candidates of one planning call share their tasks' routes, so each is read once.
     ``codes``: its resources' codes where its maker knew them and every fraction is 1
-    (a transfer's hops)."""
+    (a transfer's hops). A path made from its arrays (:meth:`of_codes`) builds its
+    list only when something reads it as one (the cost model reads the arrays)."""
 
-    __slots__ = ("arrays", "codes")
+    __slots__ = ("_unread", "arrays", "codes")
 
     def __init__(self, edges: Sequence[tuple[Resource, float]] = (),
                  codes: Sequence[int] | None = None) -> None:
         super().__init__(edges)
         self.arrays: tuple[np.ndarray, np.ndarray] | None = None
         self.codes = codes
+        self._unread = False
+
+    @classmethod
+    def of_codes(cls, codes: np.ndarray) -> Path:
+        """The path crossing the resources numbered ``codes`` (:func:`~reshard.planner.
+        values.resources.code`), every byte each, its list built when first read."""
+        out = cls()
+        out.arrays = (codes, np.ones(len(codes)))
+        out._unread = True
+        return out
+
+    def _read(self) -> None:
+        """Build the list from the arrays (once)."""
+        if self._unread:
+            self._unread = False
+            codes, frac = self.arrays  # type: ignore[misc]
+            list.extend(self, [(of_code(c), f) for c, f in zip(codes.tolist(), frac.tolist())])
+
+    def __len__(self) -> int:
+        return len(self.arrays[0]) if self._unread else list.__len__(self)  # type: ignore[index]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        self._read()
+        return list.__iter__(self)
+
+    def __reversed__(self):  # type: ignore[no-untyped-def]
+        self._read()
+        return list.__reversed__(self)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+        self._read()
+        return list.__getitem__(self, i)
+
+    def __contains__(self, item: object) -> bool:
+        self._read()
+        return list.__contains__(self, item)
+
+    def __eq__(self, other: object) -> bool:
+        self._read()
+        if isinstance(other, Path):
+            other._read()
+        return list.__eq__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        self._read()
+        return list.__repr__(self)
+
+    def copy(self) -> list[tuple[Resource, float]]:  # type: ignore[override]
+        self._read()
+        return list.copy(self)
 
 
 def path_arrays(path: Sequence[tuple[Resource, float]]) -> tuple[np.ndarray, np.ndarray]:

@@ -43,11 +43,13 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
+import numpy as np
+
 from reshard.cluster import Cluster
 from reshard.layout import box_size
 from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cells.decompose import Cell
-from reshard.planner.costing.cost import task_path
+from reshard.planner.costing.cost import Hops, task_path
 from reshard.planner.schedule.work import WorkList
 from reshard.planner.values.resources import (
     COPY,
@@ -72,42 +74,123 @@ StepLoads = dict[tuple[str, tuple[int, int]], float]
 """Bytes by resource kind and (index, step)."""
 
 
+ARRAY_RECEIVERS = 64
+"""Needers of a cell from which its transfers are counted as arrays (fewer: one by
+one, without the arrays' fixed cost; the same bytes in the same order)."""
+
+
+class _Kind:
+    """Bytes by (index, step) for one kind of resource: every addition kept in order
+    (one by one, or as arrays), then summed at once (``np.add.at``: one by one, the
+    same sums as a dict's) and read back key by key in the order each key was first
+    added to."""
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        # additions one by one since the last chunk: (index, step, bytes)
+        self.rows: list[tuple[int, int, float]] = []
+        self.one = self.rows.append  # add one (index, step, bytes)
+
+    def add(self, index: np.ndarray, step: np.ndarray, nbytes: np.ndarray) -> None:
+        """Add ``nbytes[i]`` to ``(index[i], step[i])``, in order."""
+        self._flush()
+        self.chunks.append((index, step, nbytes))
+
+    def _flush(self) -> None:
+        if self.rows:
+            index, step, nbytes = zip(*self.rows)
+            self.chunks.append((np.array(index, dtype=np.int64), np.array(step, dtype=np.int64),
+                                np.array(nbytes, dtype=np.float64)))
+            self.rows.clear()
+
+    def items(self) -> list[tuple[tuple[int, int], float]]:
+        """Every ((index, step), bytes), in the order each key was first added to."""
+        self._flush()
+        if not self.chunks:
+            return []
+        index = np.concatenate([c[0] for c in self.chunks])
+        step = np.concatenate([c[1] for c in self.chunks])
+        nbytes = np.concatenate([c[2] for c in self.chunks])
+        span = int(index.max(initial=0)) + 1
+        lo = int(step.min(initial=0))
+        keys, first, at = np.unique((step - lo) * span + index, return_index=True,
+                                    return_inverse=True)
+        total = np.zeros(len(keys))
+        np.add.at(total, at.reshape(-1), nbytes)
+        order = np.argsort(first, kind="stable")
+        keys = keys[order]
+        return list(zip(zip((keys % span).tolist(), (keys // span + lo).tolist()),
+                        total[order].tolist()))
+
+
 class _Flows:
-    """Bytes by (index, step) per kind of resource a baseline's transfers cross (a dict
-    a kind: counting them is the hot part)."""
+    """Bytes by (index, step) per kind of resource a baseline's transfers cross
+    (:class:`_Kind` a kind: counting them is the hot part, so a cell's or the rows'
+    transfers are added as arrays, each key's bytes in the order the transfers come)."""
 
     def __init__(self, cluster: Cluster) -> None:
-        self.host, self.nic = cluster.host_map, cluster.nic_map
-        self.dev_out: Loads = defaultdict(float)
-        self.dev_in: Loads = defaultdict(float)
-        self.nic_out: Loads = defaultdict(float)
-        self.nic_in: Loads = defaultdict(float)
+        self.host, self.nic = Hops().arrays(cluster)
+        self.host_of, self.nic_of = cluster.host_map, cluster.nic_map
+        self.dev_out, self.dev_in = _Kind(), _Kind()
+        self.nic_out, self.nic_in = _Kind(), _Kind()
 
     def send(self, root: int, receiver: int, nbytes: float, step: int) -> None:
-        """``root`` sends ``nbytes`` to ``receiver`` at ``step`` (a send, or a chain's
-        first edge)."""
-        self.dev_out[(root, step)] += nbytes
-        self.dev_in[(receiver, step)] += nbytes
-        host, nic = self.host, self.nic
-        if host[root] != host[receiver]:
-            self.nic_out[(nic[root], step)] += nbytes
-            self.nic_in[(nic[receiver], step)] += nbytes
+        """:meth:`sends` of one send."""
+        self.dev_out.one((root, step, nbytes))
+        self.dev_in.one((receiver, step, nbytes))
+        if self.host_of[root] != self.host_of[receiver]:
+            self.nic_out.one((self.nic_of[root], step, nbytes))
+            self.nic_in.one((self.nic_of[receiver], step, nbytes))
+
+    def sends(self, root: np.ndarray, receiver: np.ndarray, nbytes: np.ndarray,
+              step: np.ndarray) -> None:
+        """Each ``root[i]`` sends ``nbytes[i]`` to ``receiver[i]`` at ``step[i]`` (a
+        send, or a chain's first edge), in order."""
+        self.dev_out.add(root, step, nbytes)
+        self.dev_in.add(receiver, step, nbytes)
+        cross = self.host[root] != self.host[receiver]
+        self.nic_out.add(self.nic[root[cross]], step[cross], nbytes[cross])
+        self.nic_in.add(self.nic[receiver[cross]], step[cross], nbytes[cross])
 
     def cell(self, cell: Cell, nbytes: int, item: int, step: int, point_to_point: bool) -> None:
         """A general cell's ``receivers``' bytes at ``step``: sent one by one, or (an
         all-gather baseline) a piece to each receiver of a host then gathered there."""
-        receivers = sorted(cell.needers - cell.holders)
+        if len(cell.needers) < ARRAY_RECEIVERS:
+            self._few(cell, nbytes, item, step, point_to_point)
+            return
+        receivers = np.array(sorted(cell.needers - cell.holders), dtype=np.int64)
+        n = len(receivers)
+        steps = np.full(n, step, dtype=np.int64)
+        whole = np.full(n, float(nbytes))
         if len(cell.holders) != 1:  # the sender is a choice; the receipts are not
             if point_to_point:
+                self.dev_in.add(receivers, steps, whole)
+            return
+        (root,) = cell.holders
+        if not n:
+            return
+        roots = np.full(n, root, dtype=np.int64)
+        if point_to_point:
+            self.sends(roots, receivers, whole, steps)
+            return
+        self._gathered(root, receivers, cell, nbytes, item, step)
+
+    def _few(self, cell: Cell, nbytes: int, item: int, step: int, point_to_point: bool
+             ) -> None:
+        """:meth:`cell` of a cell of a few receivers, one by one."""
+        receivers = sorted(cell.needers - cell.holders)
+        dev_in = self.dev_in
+        if len(cell.holders) != 1:
+            if point_to_point:
                 for r in receivers:
-                    self.dev_in[(r, step)] += nbytes
+                    dev_in.one((r, step, nbytes))
             return
         (root,) = cell.holders
         if point_to_point:
             for r in receivers:
                 self.send(root, r, nbytes, step)
             return
-        host = self.host
+        host = self.host_of
         by_host: dict[int, list[int]] = {}
         for r in receivers:
             by_host.setdefault(host[r], []).append(r)
@@ -115,15 +198,67 @@ class _Flows:
             if h == host[root] or len(members) == 1:  # whole, down a chain or sent
                 self.send(root, members[0], nbytes, step)
                 for m in members[1:]:
-                    self.dev_in[(m, step)] += nbytes
+                    dev_in.one((m, step, nbytes))
                 continue
             for m, piece in zip(members, split_box(cell.box, len(members))):
                 if box_size(piece):
                     self.send(root, m, box_size(piece) * item, step)
             share = nbytes * (len(members) - 1) / len(members)  # the all-gather's
             for m in members:
-                self.dev_in[(m, step + 1)] += share
-                self.dev_out[(m, step + 1)] += share
+                dev_in.one((m, step + 1, share))
+                self.dev_out.one((m, step + 1, share))
+
+    def _gathered(self, root: int, receivers: np.ndarray, cell: Cell, nbytes: int,
+                  item: int, step: int) -> None:
+        """:meth:`cell` for an all-gather baseline: per host (in the order its first
+        receiver comes), the cell whole to its first receiver (the root's host, or one
+        receiver), the others' receipts down a chain; else a piece to each receiver,
+        then, at the step after, each one's share of the all-gather."""
+        hosts = self.host[receivers]
+        _, first = np.unique(hosts, return_index=True)
+        rank_of = np.empty(int(hosts.max()) + 1, dtype=np.int64)
+        rank_of[hosts[np.sort(first)]] = np.arange(len(first))
+        rank = rank_of[hosts]
+        order = np.argsort(rank, kind="stable")  # by host, receivers in order
+        members, rank = receivers[order], rank[order]
+        counts = np.bincount(rank)
+        pos = np.arange(len(members)) - np.repeat(np.cumsum(counts) - counts, counts)
+        k = counts[rank]
+        whole = (k == 1) | (self.host[members] == self.host[root])
+        share_k = {kk: nbytes * (kk - 1) / kk for kk in np.unique(k[~whole]).tolist()}
+        pieces = {kk: [box_size(p) * item for p in split_box(cell.box, kk)] for kk in share_k}
+        piece = np.full(len(members), float(nbytes))
+        share = np.zeros(len(members))
+        for kk, each in share_k.items():
+            at = ~whole & (k == kk)
+            piece[at] = np.array(pieces[kk], dtype=np.float64)[pos[at]]
+            share[at] = each
+        sent = ~whole & (piece > 0) | whole & (pos == 0)  # from the root
+        chained = whole & (pos > 0)  # down the chain from the first
+        split = ~whole
+        # every entry's place in the loop over hosts: (host, phase, position)
+        entries = [(rank[sent], 0, pos[sent]), (rank[chained], 0, pos[chained]),
+                   (rank[split], 1, pos[split])]
+        order_of = np.lexsort((np.concatenate([p for _, _, p in entries]),
+                               np.concatenate([np.full(len(r), ph) for r, ph, _ in entries]),
+                               np.concatenate([r for r, _, _ in entries])))
+        n_sent, n_chain = int(sent.sum()), int(chained.sum())
+        dev = np.concatenate([members[sent], members[chained], members[split]])[order_of]
+        vals = np.concatenate([piece[sent], piece[chained], share[split]])[order_of]
+        steps = np.concatenate([np.full(n_sent + n_chain, step, dtype=np.int64),
+                                np.full(int(split.sum()), step + 1, dtype=np.int64)])[order_of]
+        is_sent = np.concatenate([np.ones(n_sent, dtype=bool),
+                                  np.zeros(len(dev) - n_sent, dtype=bool)])[order_of]
+        is_share = np.concatenate([np.zeros(n_sent + n_chain, dtype=bool),
+                                   np.ones(len(dev) - n_sent - n_chain, dtype=bool)])[order_of]
+        self.dev_in.add(dev, steps, vals)
+        # the root's sends and the gatherers' shares out, in the loop's order
+        out = is_sent | is_share
+        self.dev_out.add(np.where(is_sent, root, dev)[out], steps[out], vals[out])
+        cross = is_sent & (self.host[dev] != self.host[root])
+        self.nic_out.add(np.full(int(cross.sum()), self.nic[root], dtype=np.int64),
+                         steps[cross], vals[cross])
+        self.nic_in.add(self.nic[dev[cross]], steps[cross], vals[cross])
 
     def add_to(self, load: StepLoads) -> None:
         """Add these bytes to ``load`` by resource kind."""
@@ -145,10 +280,8 @@ def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[
     flows = _Flows(cluster)
     p2p = work.point_to_point()
     cell_steps, row_steps = work.steps()
-    send = flows.send
-    for root, recv, nb, step in zip(p2p.root.tolist(), p2p.recv.tolist(),
-                                    p2p.nbytes.tolist(), row_steps.tolist()):
-        send(root, recv, nb, step)
+    flows.sends(np.asarray(p2p.root, dtype=np.int64), np.asarray(p2p.recv, dtype=np.int64),
+                np.asarray(p2p.nbytes, dtype=np.float64), np.asarray(row_steps, dtype=np.int64))
     point_to_point = strategy is Strategy.SEND_RECV
     for (tensor, cell), step in zip(work.general, cell_steps):
         nbytes = cell.size * itemsizes[tensor]
