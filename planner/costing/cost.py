@@ -289,7 +289,8 @@ def _reach(a: np.ndarray, b: np.ndarray, wait: np.ndarray, fill: np.ndarray | No
         if at > reach[r]:  # noqa: PLR1730 (the float kept where equal, without a call)
             reach[r] = at
         got[r] = True
-    return max(reach[r] for r in b.tolist())
+    ends: list[int] = b.tolist()
+    return max(reach[r] for r in ends)
 
 
 def _reach_by_depth(a: np.ndarray, b: np.ndarray, wait: np.ndarray,

@@ -113,13 +113,13 @@ class Path(list[tuple[Resource, float]]):
             other._read()
         return list.__eq__(self, other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
     def __repr__(self) -> str:
         self._read()
         return list.__repr__(self)
 
-    def copy(self) -> list[tuple[Resource, float]]:  # type: ignore[override]
+    def copy(self) -> list[tuple[Resource, float]]:
         self._read()
         return list.copy(self)
 
