@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from reshard import Cluster, SearchError
 from reshard.planner.estimates import CostCache
-from reshard.search import Candidate, Layer, Stage, evaluate, placements, search_chain
+from reshard.search import Candidate, Layer, Stage, evaluate, search_chain
+from tests.unit._stage_tilings import stage_tilings
 
 CLUSTER = Cluster.regular(2, 2)
 SHAPES = ((1, 1), (1, 2), (2, 2))
@@ -27,44 +28,27 @@ SPECS = ("RR", "S0R", "RS1", "S1R", "RS0", "S01R", "RS01")
 
 def _brute(layers, cluster, microbatches, schedule, limit, cache):
     """The least objective over every choice (None: no choice is feasible)."""
-    n, total = len(layers), len(cluster.devices)
     best = math.inf
-    for cuts in itertools.product((False, True), repeat=n - 1):
-        bounds, start = [], 0
-        for k, cut in enumerate(cuts):
-            if cut:
-                bounds.append((start, k))
-                start = k + 1
-        bounds.append((start, n - 1))
-        for shapes in itertools.product(SHAPES, repeat=len(bounds)):
-            places, at = [], 0
-            for shape in shapes:
-                p = placements(cluster, shape, at)
-                if p is None:
-                    break
-                places.append(p)
-                at += p.size
-            if len(places) != len(bounds) or at != total:
-                continue
-            per_layer = []
+    for bounds, places in stage_tilings(cluster, len(layers), SHAPES):
+        per_layer = []
+        for (a, b), p in zip(bounds, places):
+            for k in range(a, b + 1):
+                per_layer.append(layers[k].candidates.get(p.shape, ()))
+        for picks in itertools.product(*per_layer):
+            stages, k = [], 0
+            ok = True
             for (a, b), p in zip(bounds, places):
-                for k in range(a, b + 1):
-                    per_layer.append(layers[k].candidates.get(p.shape, ()))
-            for picks in itertools.product(*per_layer):
-                stages, k = [], 0
-                ok = True
-                for (a, b), p in zip(bounds, places):
-                    mine = picks[k:k + b - a + 1]
-                    k += b - a + 1
-                    if sum(c.memory for c in mine) > limit:
-                        ok = False
-                        break
-                    stages.append(Stage(a, b, p, tuple(c.name for c in mine), 0.0, 0.0, 0.0))
-                if not ok:
-                    continue
-                t = evaluate(layers, stages, cluster, microbatches, schedule,
-                             _costs(cache)).time
-                best = min(best, t)
+                mine = picks[k:k + b - a + 1]
+                k += b - a + 1
+                if sum(c.memory for c in mine) > limit:
+                    ok = False
+                    break
+                stages.append(Stage(a, b, p, tuple(c.name for c in mine), 0.0, 0.0, 0.0))
+            if not ok:
+                continue
+            t = evaluate(layers, stages, cluster, microbatches, schedule,
+                         _costs(cache)).time
+            best = min(best, t)
     return None if best == math.inf else best
 
 

@@ -16,8 +16,9 @@ import pytest
 from reshard import Cluster, Layout, SearchError
 from reshard.mesh import DeviceMesh
 from reshard.planner.estimates import CostCache, estimate
-from reshard.search import Candidate, Layer, Stage, evaluate, placements, search_chain
+from reshard.search import Candidate, Layer, Stage, evaluate, search_chain
 from reshard.search.replicas import degrees, replica_cluster, search_replicated
+from tests.unit._stage_tilings import stage_tilings
 
 CLUSTER = Cluster.regular(2, 2)
 SPECS = ("RR", "S0R", "RS1", "S01R")
@@ -40,36 +41,19 @@ def _brute(layers, cluster, b, cache):
     for r in (1, 2):
         sub = dataclasses.replace(cluster, hosts=cluster.hosts[:cluster.num_hosts // r])
         mb = -(-b // r)
-        n, total = len(layers), len(sub.devices)
-        for cuts in itertools.product((False, True), repeat=n - 1):
-            bounds, start = [], 0
-            for k, cut in enumerate(cuts):
-                if cut:
-                    bounds.append((start, k))
-                    start = k + 1
-            bounds.append((start, n - 1))
-            for shapes in itertools.product(((1, 1), (1, 2), (2, 2)), repeat=len(bounds)):
-                places, at = [], 0
-                for shape in shapes:
-                    p = placements(sub, shape, at)
-                    if p is None:
-                        break
-                    places.append(p)
-                    at += p.size
-                if len(places) != len(bounds) or at != total:
-                    continue
-                per = [layers[k].candidates.get(p.shape, ()) for (a, z), p in
-                       zip(bounds, places) for k in range(a, z + 1)]
-                for picks in itertools.product(*per):
-                    grown = [dataclasses.replace(c, compute=c.compute + _allreduce(
-                        cluster, r, places[i].shape, c.grads, cache) / mb)
-                        for i, (a, z) in enumerate(bounds) for c in picks[a:z + 1]]
-                    lays = [Layer(layers[k].name, layers[k].output_shape, "float32",
-                                  {places[i].shape: (grown[k],)})
-                            for i, (a, z) in enumerate(bounds) for k in range(a, z + 1)]
-                    stages = [Stage(a, z, p, tuple(c.name for c in grown[a:z + 1]), 0, 0, 0)
-                              for (a, z), p in zip(bounds, places)]
-                    best = min(best, evaluate(lays, stages, sub, mb, "1f1b").time)
+        for bounds, places in stage_tilings(sub, len(layers), ((1, 1), (1, 2), (2, 2))):
+            per = [layers[k].candidates.get(p.shape, ()) for (a, z), p in
+                   zip(bounds, places) for k in range(a, z + 1)]
+            for picks in itertools.product(*per):
+                grown = [dataclasses.replace(c, compute=c.compute + _allreduce(
+                    cluster, r, places[i].shape, c.grads, cache) / mb)
+                    for i, (a, z) in enumerate(bounds) for c in picks[a:z + 1]]
+                lays = [Layer(layers[k].name, layers[k].output_shape, "float32",
+                              {places[i].shape: (grown[k],)})
+                        for i, (a, z) in enumerate(bounds) for k in range(a, z + 1)]
+                stages = [Stage(a, z, p, tuple(c.name for c in grown[a:z + 1]), 0, 0, 0)
+                          for (a, z), p in zip(bounds, places)]
+                best = min(best, evaluate(lays, stages, sub, mb, "1f1b").time)
     return best
 
 

@@ -21,50 +21,28 @@ from reshard.search import (
     Graph,
     Layer,
     Stage,
-    evaluate,
-    placements,
     search_chain,
     search_graph,
 )
 from reshard.search.costs import MoveCosts
 from reshard.search.graph import evaluate_graph
 from reshard.search.skips import Edges
+from tests.unit._stage_tilings import stage_tilings
 from tests.unit.test_search_virtual import SHAPES as VSHAPES
 from tests.unit.test_search_virtual import SPECS as VSPECS
+from tests.unit.test_search_virtual import _brute as _brute_virtual
 from tests.unit.test_search_virtual import _formula
-from tests.unit.test_search_virtual import _tilings as _vtilings
 
 CLUSTER = Cluster.regular(2, 2)
 SHAPES = ((1, 1), (1, 2), (2, 2))
 SPECS = ("RR", "S0R", "RS1", "S1R", "RS0", "S01R", "RS01")
 
 
-def _tilings(n):
-    """Every split of ``n`` layers into runs, with every submesh sequence tiling CLUSTER."""
-    for cuts in itertools.product((False, True), repeat=n - 1):
-        bounds, start = [], 0
-        for k, cut in enumerate(cuts):
-            if cut:
-                bounds.append((start, k))
-                start = k + 1
-        bounds.append((start, n - 1))
-        for shapes in itertools.product(SHAPES, repeat=len(bounds)):
-            places, at = [], 0
-            for shape in shapes:
-                p = placements(CLUSTER, shape, at)
-                if p is None:
-                    break
-                places.append(p)
-                at += p.size
-            if len(places) == len(bounds) and at == len(CLUSTER.devices):
-                yield bounds, places
-
-
 def _brute(graph, b, sched, costs, limit):
     """The least graph objective over every tiling and every candidate of every layer,
     each stage's candidates' memory within ``limit`` (inf: none)."""
     layers, best = graph.layers, math.inf
-    for bounds, places in _tilings(len(layers)):
+    for bounds, places in stage_tilings(CLUSTER, len(layers), SHAPES):
         per = [layers[k].candidates.get(p.shape, ()) for (a, z), p in zip(bounds, places)
                for k in range(a, z + 1)]
         for picks in itertools.product(*per):
@@ -178,30 +156,6 @@ def test_a_graph_too_wide_for_the_dp_is_searched_as_before(monkeypatch):
     assert exact.time <= evaluate_graph(small, blind.stages, CLUSTER, 4).time * (1 + 1e-12)
 
 
-def _brute_pieces(layers, edges, cluster, b, name, v, limit, costs):
-    """test_search_virtual's brute force with the graph's edges priced: every submesh per
-    piece (virtual schedules: one shape), every cut, every candidate, each piece within
-    its share of the limit at its in-flight count (inf: none)."""
-    n, best = len(layers), math.inf
-    for subs, counts in _vtilings(cluster, name, v, b, n):
-        pieces = len(subs)
-        for cuts in itertools.combinations(range(1, n), pieces - 1):
-            ends = (0, *cuts, n)
-            bounds = [(ends[j], ends[j + 1] - 1) for j in range(pieces)]
-            per = [layers[k].candidates.get(subs[j].shape, ())
-                   for j, (a, z) in enumerate(bounds) for k in range(a, z + 1)]
-            for picks in itertools.product(*per):
-                if any(sum(c.memory + counts[j] * c.activations for c in picks[a:z + 1])
-                       > limit / v for j, (a, z) in enumerate(bounds)):
-                    continue
-                stages = [Stage(a, z, subs[j], tuple(c.name for c in picks[a:z + 1]), 0, 0, 0)
-                          for j, (a, z) in enumerate(bounds)]
-                priced = evaluate(layers, stages, cluster, b, name, costs, edges=edges,
-                                  chunks=v).stages
-                best = min(best, _formula(priced, b, v, name))
-    return best
-
-
 @pytest.mark.timeout(900)
 def test_the_skip_aware_dp_equals_the_brute_force_with_virtual_stages_and_activations():
     rng = random.Random(6363)
@@ -225,8 +179,8 @@ def test_the_skip_aware_dp_equals_the_brute_force_with_virtual_stages_and_activa
         if Edges.of(n, edges).width() > skips_mod.MAX_OPEN:
             continue  # searched blind to the skips (the test above)
         limit = rng.choice((math.inf, 8, 14))
-        want = _brute_pieces(layers, edges, cluster, rng_b := rng.randint(1, 8), name, v,
-                             limit, costs)
+        want = _brute_virtual(layers, cluster, rng_b := rng.randint(1, 8), name, v, limit,
+                              costs, edges=edges)
         kw = {"schedule": name, "cache": cache, "rerank": 0, "edges": edges,
               "memory_limit": None if limit == math.inf else limit,
               "chunks": v if name == "interleaved-1f1b" else None}

@@ -167,14 +167,17 @@ def _tilings(cluster, name, v, b, n):
         yield [subs[k] for k in _submesh_order(name, p, v)], _chunk_peaks(name, p, v, b)
 
 
-def _brute(layers, cluster, b, name, v, limit, costs):
-    """The least objective over every choice of the stated objective (inf: none)."""
+def _brute(layers, cluster, b, name, v, limit, costs, edges=None):
+    """The least objective over every choice of the stated objective (inf: none):
+    every submesh per piece (virtual schedules: one shape), every cut, every candidate,
+    each piece within its share of the limit at its in-flight count; ``edges``: a
+    graph's, priced as the objective prices them (default: the chain's)."""
     n, best = len(layers), math.inf
     for subs, counts in _tilings(cluster, name, v, b, n):
         pieces = len(subs)
         for cuts in itertools.combinations(range(1, n), pieces - 1):
-            edges = (0, *cuts, n)
-            bounds = [(edges[j], edges[j + 1] - 1) for j in range(pieces)]
+            ends = (0, *cuts, n)
+            bounds = [(ends[j], ends[j + 1] - 1) for j in range(pieces)]
             per = [layers[k].candidates.get(subs[j].shape, ())
                    for j, (a, z) in enumerate(bounds) for k in range(a, z + 1)]
             for picks in itertools.product(*per):
@@ -183,7 +186,8 @@ def _brute(layers, cluster, b, name, v, limit, costs):
                     continue
                 stages = [Stage(a, z, subs[j], tuple(c.name for c in picks[a:z + 1]), 0, 0, 0)
                           for j, (a, z) in enumerate(bounds)]
-                priced = evaluate(layers, stages, cluster, b, name, costs, chunks=v).stages
+                priced = evaluate(layers, stages, cluster, b, name, costs, edges=edges,
+                                  chunks=v).stages
                 best = min(best, _formula(priced, b, v, name))
     return best
 
