@@ -56,9 +56,13 @@ SHIFT_HOSTS = 16
 class Hops(dict[tuple[int, int], Hop]):
     """Hops by edge: the routes of one plan share them (a broadcast tree's edges recur
     across its tasks); and the cluster's devices' hosts and NICs as arrays (indexed by
-    device, made once), which a task of many edges reads its hops from at once."""
+    device, made once), which a task of many edges reads its hops from at once.
+    :func:`task_routes` keeps one in its memo of routes (:func:`shared_hops`), so that
+    every plan of a planning call reads each edge, the arrays and the host step once."""
 
     tables: tuple[np.ndarray, np.ndarray] | None = None
+    cluster: Cluster | None = None
+    step: tuple[tuple[int, int] | None] | None = None  # host_step, found once (in a 1-tuple)
 
     def host_step(self, cluster: Cluster) -> tuple[int, int] | None:
         """Devices and NICs a host where ``cluster`` is regular (host ``h`` holds
@@ -208,30 +212,41 @@ def _hops_path(edges: Sequence[tuple[int, int]], task: Task, cluster: Cluster, h
                ) -> Route:
     """:func:`_edges_path` of a few edges, edge by edge (each hop looked up once a plan
     in ``hops``)."""
+    get, put = hops.get, hops.setdefault
+    got = [get(e) or put(e, _hop(*e, cluster)) for e in edges]  # a hop is never empty
     hops_path = Path()
-    codes: list[int] = []
+    hops_path.extend(itertools.chain.from_iterable([h[0] for h in got]))
+    hops_path.codes = list(itertools.chain.from_iterable([h[3] for h in got]))  # bytes whole
+    piece = pipeline_piece(cluster.relay_piece, task.nbytes)
+    if not piece:
+        return hops_path, _plain_reach(edges, [h[1] for h in got])
     reach: dict[int, float] = {}
     received: set[int] = set()
-    piece = pipeline_piece(cluster.relay_piece, task.nbytes)
-    children = collections.Counter(a for a, _ in edges) if piece else None
-    for edge in edges:
-        hop = hops.get(edge)
-        if hop is None:
-            hop = hops[edge] = _hop(*edge, cluster)
-        crossed, wait, rate, hop_codes = hop
-        hops_path.extend(crossed)
-        codes.extend(hop_codes)
-        a, b = edge
+    children = collections.Counter(a for a, _ in edges)
+    for (a, b), (_, wait, rate, _) in zip(edges, got):
         at = reach.get(a, 0.0) + wait
-        if children is not None and a in received:
+        if a in received:
             at += children[a] * piece / rate
         if at > reach.get(b, 0.0):
             reach[b] = at
         else:
             reach.setdefault(b, 0.0)
         received.add(b)
-    hops_path.codes = codes  # every hop's bytes whole
     return hops_path, max(reach.values())
+
+
+def _plain_reach(edges: Sequence[tuple[int, int]], waits: Sequence[float]) -> float:
+    """The latest a device of ``edges`` is reached, each edge's ``waits`` after its
+    sender was (0 where it never was), edge by edge in order, without relay fills: the
+    sums of :func:`_hops_path`'s loop (a device reached only at 0 adds nothing to the
+    max, which is at least 0)."""
+    reach: dict[int, float] = {}
+    get = reach.get
+    for (a, b), wait in zip(edges, waits):
+        at = get(a, 0.0) + wait
+        if at > get(b, 0.0):
+            reach[b] = at
+    return max(reach.values(), default=0.0)
 
 
 def _edges_path(a: np.ndarray, b: np.ndarray, task: Task, cluster: Cluster, hops: Hops
@@ -351,7 +366,8 @@ def _ring_path(task: Task, cluster: Cluster) -> Route:
 
 
 Routes = dict[tuple[object, ...], Route]
-"""Task routes by what decides them (:func:`task_routes`' ``known``)."""
+"""Task routes by what decides them (:func:`task_routes`' ``known``; and its
+:class:`Hops` under :data:`HOPS_KEY`)."""
 
 
 def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = None,
@@ -369,8 +385,10 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
     per_message = bool((cluster.message_cost or cluster.part_cost)
                        and cluster.shared_bandwidth)
     riders = followers(tasks, tensors) if per_message and tensors else set()
-    hops = Hops()
-    step = hops.host_step(cluster)
+    hops = shared_hops(known, cluster)
+    if hops.step is None:
+        hops.step = (hops.host_step(cluster),)
+    step = hops.step[0]
     out = []
     for i, t in enumerate(tasks):
         rides = i in riders
@@ -385,6 +403,24 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
             got = known[key] = (path if isinstance(path, Path) else Path(path), lat)
         out.append(got)
     return tuple(out)
+
+
+HOPS_KEY = ("hops",)
+"""Where a memo of routes (:func:`task_routes`' ``known``) keeps its :class:`Hops` (no
+task's key: those start with the task's kind)."""
+
+
+def shared_hops(known: Routes, cluster: Cluster) -> Hops:
+    """The hops of ``known``, a memo of routes on ``cluster`` (made there when it has
+    none); a fresh one, not kept, where the memo's are another cluster's."""
+    got = known.get(HOPS_KEY)
+    if isinstance(got, Hops) and (got.cluster is cluster or got.cluster == cluster):
+        return got
+    hops = Hops()
+    hops.cluster = cluster
+    if got is None:
+        known[HOPS_KEY] = hops  # type: ignore[assignment]  # kept beside the routes
+    return hops
 
 
 _SHIFTED = frozenset((TaskKind.BROADCAST, TaskKind.REDUCE))
