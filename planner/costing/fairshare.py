@@ -55,6 +55,27 @@ def _distinct(values: np.ndarray, bound: int) -> np.ndarray:
     return np.flatnonzero(seen)
 
 
+def _numbered(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``codes`` (non-negative) in the order they first appear, and each
+    code's number in that order: by a table over the codes' range where it is not far
+    larger than the codes (linear; the sort of ``np.unique`` where it is)."""
+    bound = int(codes.max(initial=-1)) + 1
+    n = len(codes)
+    if bound > 4 * n + 4096:
+        used, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        order = np.argsort(first)
+        number = np.empty(len(used), dtype=np.int64)
+        number[order] = np.arange(len(used))
+        return used[order], number[inverse.reshape(-1)]
+    first = np.full(bound, n, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+    used = np.flatnonzero(first < n)
+    in_order = used[np.argsort(first[used])]
+    number = np.empty(bound, dtype=np.int64)
+    number[in_order] = np.arange(len(in_order), dtype=np.int64)
+    return in_order, number[codes]
+
+
 class Path(list[tuple[Resource, float]]):
     """A route's resources and fractions (a list, as any path), which keeps its
     resources' codes and fractions as arrays once :func:`path_arrays` read them: the
@@ -178,13 +199,7 @@ class FairShare:
     def _edges(self, codes: np.ndarray, frac: np.ndarray, lens: np.ndarray,
                cluster: Cluster) -> None:
         """Set up from every transfer's edges (:meth:`of_edges`)."""
-        # resources numbered in the order they first appear
-        used_codes, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-        order = np.argsort(first)
-        number = np.empty(len(used_codes), dtype=np.int64)
-        number[order] = np.arange(len(used_codes))
-        res = number[inverse.reshape(-1)]
-        in_order = used_codes[order]
+        in_order, res = _numbered(codes)  # resources in the order they first appear
         task = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
         used = frac > 0
         self.n = len(lens)
