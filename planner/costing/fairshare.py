@@ -220,10 +220,18 @@ class FairShare:
     def load(self, which: np.ndarray, rate: np.ndarray) -> np.ndarray:
         """Bytes/s that the transfers ``which`` (indices) at ``rate`` put on each
         resource."""
+        return self.loads(which, rate)[0]
+
+    def loads(self, which: np.ndarray, *rates: np.ndarray) -> list[np.ndarray]:
+        """:meth:`load` of ``which`` at each of ``rates`` (their edges found once)."""
         mine = ranges(self.task_at[which], self.task_at[which + 1])
-        r = rate[self.task[mine]]
-        return np.bincount(self.res[mine], weights=self.frac[mine] * np.where(
-            np.isfinite(r), r, 0.0), minlength=len(self.resources))
+        task, res, frac = self.task[mine], self.res[mine], self.frac[mine]
+        out = []
+        for rate in rates:
+            r = rate[task]
+            out.append(np.bincount(res, weights=frac * np.where(np.isfinite(r), r, 0.0),
+                                   minlength=len(self.resources)))
+        return out
 
     def fill(self, flowing: np.ndarray, last: Fill | None = None,
              below: float = np.inf, usage: np.ndarray | None = None) -> Fill:
