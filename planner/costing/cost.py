@@ -26,9 +26,10 @@ import numpy as np
 
 from reshard.cluster import Cluster, pipeline_piece
 from reshard.planner.costing.casts import conversion_seconds
-from reshard.planner.costing.fairshare import FairShare, Path, path_arrays
+from reshard.planner.costing.fairshare import Path, path_arrays
 from reshard.planner.costing.fluid import Estimate, simulate
-from reshard.planner.costing.stepgate import StepGate
+from reshard.planner.costing.hop_batch import batch_routes, edge_lists
+from reshard.planner.costing.step_floor import stepped_floor
 from reshard.planner.schedule.coalesce import followers
 from reshard.planner.values.plan_view import PlanView, Route
 from reshard.planner.values.resources import (
@@ -189,14 +190,7 @@ def _links_path(task: Task, cluster: Cluster, hops: Hops
         if hop is None:
             hop = hops[edge] = _hop(*edge, cluster)
         return Path(hop[0], hop[3]), hop[1]
-    if task.kind is TaskKind.REDUCE:
-        senders: Sequence[int] = task.receivers
-        receivers: Sequence[int] = (*task.receivers[1:], task.root)
-    elif task.addends:  # a fused reduction's addends first pass their running sums on
-        edges = [*task.sum_edges(), *task.edges()]
-        senders, receivers = [a for a, _ in edges], [b for _, b in edges]
-    else:
-        senders, receivers = task.parents or (task.root, *task.receivers[:-1]), task.receivers
+    senders, receivers = edge_lists(task)
     if len(senders) < ARRAY_EDGES:
         return _hops_path(list(zip(senders, receivers)), task, cluster, hops)
     return _edges_path(np.array(senders, dtype=np.int64), np.array(receivers, dtype=np.int64),
@@ -389,6 +383,8 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
     if hops.step is None:
         hops.step = (hops.host_step(cluster),)
     step = hops.step[0]
+    if step is None and not cluster.shared_bandwidth and not piece:
+        _batch(tasks, cluster, hops, known)
     out = []
     for i, t in enumerate(tasks):
         rides = i in riders
@@ -403,6 +399,38 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
             got = known[key] = (path if isinstance(path, Path) else Path(path), lat)
         out.append(got)
     return tuple(out)
+
+
+def _batch(tasks: Sequence[Task], cluster: Cluster, hops: Hops, known: Routes) -> None:
+    """Put the routes of ``tasks``' broadcasts and reductions of a few edges that
+    ``known`` lacks in it, found together (:func:`~reshard.planner.costing.hop_batch.
+    batch_routes`: the routes :func:`task_path` finds, on a cluster without relay
+    pieces, shared bandwidth or host step)."""
+    todo: dict[tuple[object, ...], Task] = {}
+    for t in tasks:
+        if t.kind in _SHIFTED and t.root >= 0 and len(t.receivers) + len(t.addends) < \
+                ARRAY_EDGES:
+            key = (t.kind, t.root, t.receivers, t.parents, t.addends, t.addend_parents,
+                   0, 0, False)
+            if key not in known:
+                todo.setdefault(key, t)
+    if len(todo) < BATCH_FROM:
+        return
+    ends = [edge_lists(t) for t in todo.values()]
+    got = batch_routes([s for s, _ in ends], [r for _, r in ends], *hops.arrays(cluster),
+                       cluster.latency, cluster.intra_latency)
+    if got is None:
+        return
+    for (k, t), codes, reach in zip(todo.items(), *got):
+        if reach is None:  # a device reached twice: the loop's answer
+            path, lat = task_path(t, cluster, hops)
+            known[k] = (path if isinstance(path, Path) else Path(path), lat)
+        else:
+            known[k] = (Path.of_codes(codes), reach)
+
+
+BATCH_FROM = 8
+"""Routes :func:`task_routes` finds together from (fewer: one by one)."""
 
 
 HOPS_KEY = ("hops",)
@@ -458,94 +486,6 @@ def _shifted(task: Task, key: tuple[object, ...], step: tuple[int, int], cluster
     home_path, lat = got
     unit = path_arrays(known[("unit", *home)][0])[0]
     return Path.of_codes(path_arrays(home_path)[0] + k * unit), lat
-
-
-def stepped_floor(plan: PlanView) -> float:
-    """Seconds the cost model cannot predict below for ``plan``, from its steps alone,
-    without simulating the sharing (a bound on :func:`simulate`, cheaper by far).
-
-    The model runs a device's steps in order, and every task of a device's step lies
-    inside that device's window for the step (it starts after the device entered the
-    step, which ends when the task has). So a window lasts at least the least latency of
-    its tasks plus, for each resource of the device (its links, its copy engine, its
-    NIC where the device is alone on it), the bytes its step's tasks put there over the
-    resource's capacity; and a task ends no earlier than its latency plus its bytes over
-    its slowest resource after the last of its devices entered its step. Run through the
-    steps in order, those give each device's earliest exit; the latest is the floor.
-    Resources other devices share (a NIC of several devices, the shared bandwidth) add
-    to the tasks' own times only, so the floor stays below the model's prediction.
-    """
-    tasks = plan.tasks
-    n = len(tasks)
-    if not n:
-        return 0.0
-    routes = plan.routes()
-    flows = FairShare([p for p, _ in routes], plan.cluster)
-    lat = plan.latencies()
-    nbytes = np.array([float(t.nbytes) for t in tasks])
-    seconds = flows.frac * nbytes[flows.task] / flows.capacity[flows.res]  # per edge
-    alone = np.zeros(n)
-    np.maximum.at(alone, flows.task, seconds)
-    alone += lat
-    step = np.array([t.step for t in tasks], dtype=np.int64)
-    gate = StepGate(tasks)
-    member_task, member_dev = gate.member_task, gate.member_dev
-    pair_step, pair_dev, window = _step_windows(flows, _owners(plan.cluster, flows), step,
-                                                gate, seconds, lat)
-    exit_at = np.zeros(int(max(member_dev.max(initial=0), pair_dev.max(initial=0))) + 1)
-    member_step = step[member_task]
-    for s in np.unique(step):  # each device's exit from the last step it ran
-        m = member_step == s
-        who, dev = member_task[m], member_dev[m]
-        start = np.zeros(n)
-        np.maximum.at(start, who, exit_at[dev])
-        ends = start[who] + alone[who]
-        leave = exit_at.copy()
-        np.maximum.at(leave, dev, ends)
-        here = pair_step == s
-        d = pair_dev[here]
-        leave[d] = np.maximum(leave[d], exit_at[d] + window[here])
-        exit_at = leave
-    return float(exit_at.max())
-
-
-def _owners(cluster: Cluster, flows: FairShare) -> np.ndarray:
-    """Per resource of ``flows``, the device whose step window bounds its load: a
-    device's links and copy engine, a NIC that device alone uses (-1: none alone)."""
-    nic_devices = collections.Counter(cluster.nic_map.values())
-    nic_device = {nic: d for d, nic in cluster.nic_map.items() if nic_devices[nic] == 1}
-
-    def owned_by(res: Resource) -> int:
-        kind, i = res
-        if kind in (DEV_IN, DEV_OUT, COPY):
-            return i
-        return nic_device.get(i, -1) if kind in (NIC_IN, NIC_OUT) else -1
-
-    return np.array([owned_by(r) for r in flows.resources] or [-1], dtype=np.int64)
-
-
-def _step_windows(flows: FairShare, owner: np.ndarray, step: np.ndarray, gate: StepGate,
-                  seconds: np.ndarray, lat: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per (step, device) that has tasks: the step, the device, and the least its window
-    lasts: the least latency of its tasks there plus its busiest own resource's
-    seconds (``seconds``: per edge of ``flows``)."""
-    member_task, member_dev = gate.member_task, gate.member_dev
-    ndev = int(max(member_dev.max(initial=0), owner.max())) + 1
-    nres = len(flows.resources)
-    mine = owner[flows.res] >= 0
-    key = (step[flows.task[mine]] * ndev + owner[flows.res[mine]]) * nres + flows.res[mine]
-    keys, at = np.unique(key, return_inverse=True)
-    busy = np.bincount(at, weights=seconds[mine], minlength=len(keys))
-    pairs, pair_at = np.unique(np.concatenate([keys // nres,
-                                               step[member_task] * ndev + member_dev]),
-                               return_inverse=True)
-    window = np.zeros(len(pairs))
-    np.maximum.at(window, pair_at[:len(keys)], busy)
-    least = np.full(len(pairs), np.inf)
-    np.minimum.at(least, pair_at[len(keys):], lat[member_task])
-    window += np.where(np.isfinite(least), least, 0.0)
-    return pairs // ndev, pairs % ndev, window
 
 
 def one_at_a_time_time(plan: PlanView) -> float:

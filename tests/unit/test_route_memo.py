@@ -113,3 +113,43 @@ def test_the_plain_reach_is_the_loop_s(seed):
         else:
             reach.setdefault(b, 0.0)
     assert cost._plain_reach(edges, waits) == max(reach.values())
+
+
+@pytest.mark.parametrize("name", ["uneven", "nics", "preset"])
+@pytest.mark.parametrize("seed", range(4))
+def test_routes_found_together_are_each_one_s_loop(name, seed):
+    """Random edge lists (devices reached twice, senders reached late, self edges):
+    their routes found together (hop_batch) are the loop's codes, and its latency
+    wherever no device is reached twice (None there: the loop answers)."""
+    from reshard.planner.costing.fairshare import path_arrays
+    from reshard.planner.costing.hop_batch import batch_routes
+
+    cluster = _clusters()[name]
+    rng = random.Random(seed)
+    devices = sorted(cluster.host_map)
+    senders, receivers = [], []
+    for _ in range(30):
+        n = rng.randint(1, min(40, len(devices) - 1))
+        if rng.random() < 0.5:  # a tree, each device reached once
+            picked = rng.sample(devices, n + 1)
+            a = [rng.choice(picked[:j + 1]) for j in range(n)]
+            b = picked[1:]
+        else:  # anything
+            a = [rng.choice(devices) for _ in range(n)]
+            b = [rng.choice(devices) for _ in range(n)]
+        senders.append(a)
+        receivers.append(b)
+    hops = Hops()
+    got = batch_routes(senders, receivers, *hops.arrays(cluster), cluster.latency,
+                       cluster.intra_latency)
+    assert got is not None
+    task = Task(TaskKind.BROADCAST, 0, ((0, 8),), 0, (1,), 1000)
+    once = 0
+    for a, b, codes, lat in zip(senders, receivers, *got):
+        path, want_lat = cost._hops_path(list(zip(a, b)), task, cluster, hops)
+        assert codes.tolist() == path_arrays(path)[0].tolist()
+        twice = len(set(b)) < len(b)
+        assert (lat is None) == twice
+        once += not twice
+        assert lat is None or lat == want_lat  # the same float
+    assert once >= 10
