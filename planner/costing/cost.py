@@ -43,7 +43,6 @@ from reshard.planner.values.resources import (
     SHARED,
     Resource,
     capacities,
-    code,
 )
 from reshard.planner.values.tasks import Conversion, Task, TaskKind
 
@@ -153,15 +152,16 @@ def _hop(a: int, b: int, cluster: Cluster) -> Hop:
     else over the device's link), and the resources' codes (:func:`~reshard.planner.
     values.resources.code`)."""
     host = cluster.host_map
+    ends = (a * 8 + KIND_CODE[DEV_OUT], b * 8 + KIND_CODE[DEV_IN])  # code() of each
     if host[a] == host[b]:
         crossed: tuple[tuple[Resource, float], ...] = (((DEV_OUT, a), 1.0),
                                                        ((DEV_IN, b), 1.0))
-        return crossed, cluster.intra_latency, cluster.intra_bandwidth, \
-            tuple(code(r) for r, _ in crossed)
+        return crossed, cluster.intra_latency, cluster.intra_bandwidth, ends
     nic = cluster.nic_map
     crossed = (((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0), ((NIC_OUT, nic[a]), 1.0),
                ((NIC_IN, nic[b]), 1.0))
-    return crossed, cluster.latency, cluster.nic_capacity, tuple(code(r) for r, _ in crossed)
+    return crossed, cluster.latency, cluster.nic_capacity, \
+        (*ends, nic[a] * 8 + KIND_CODE[NIC_OUT], nic[b] * 8 + KIND_CODE[NIC_IN])
 
 
 def _links_path(task: Task, cluster: Cluster, hops: Hops
