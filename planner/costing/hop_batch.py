@@ -14,6 +14,7 @@ order as the loop adds them), or None for a task whose edges reach a device twic
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -49,8 +50,8 @@ def batch_routes(senders: Sequence[Sequence[int]], receivers: Sequence[Sequence[
     would be too large (:data:`TABLE_UP_TO`)."""
     lens = np.fromiter(map(len, senders), dtype=np.int64, count=len(senders))
     total = int(lens.sum())
-    a = np.fromiter((d for s in senders for d in s), dtype=np.int64, count=total)
-    b = np.fromiter((d for r in receivers for d in r), dtype=np.int64, count=total)
+    a = np.fromiter(itertools.chain.from_iterable(senders), dtype=np.int64, count=total)
+    b = np.fromiter(itertools.chain.from_iterable(receivers), dtype=np.int64, count=total)
     n = len(lens)
     size = int(max(a.max(initial=0), b.max(initial=0))) + 1
     if n * size > TABLE_UP_TO or not n or not lens.all() or size > len(host) or \
