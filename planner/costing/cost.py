@@ -429,8 +429,9 @@ def _batch(tasks: Sequence[Task], cluster: Cluster, hops: Hops, known: Routes) -
             known[k] = (Path.of_codes(codes), reach)
 
 
-BATCH_FROM = 8
-"""Routes :func:`task_routes` finds together from (fewer: one by one)."""
+BATCH_FROM = 24
+"""Routes :func:`task_routes` finds together from (fewer: one by one, cheaper where
+they are chains of a few dozen hops: the arrays take a round per hop)."""
 
 
 HOPS_KEY = ("hops",)

@@ -63,7 +63,7 @@ def test_routes_through_a_shared_memo_are_each_task_s_own(name, seed):
     devices = sorted(cluster.host_map)
     known: cost.Routes = {}
     for _ in range(3):  # plans of one planning call: their memo and its hops shared
-        tasks = _tasks(rng, devices, 40)
+        tasks = _tasks(rng, devices, 80)  # enough small ones to be routed together
         got = task_routes(tasks, cluster, known)
         for t, (path, lat) in zip(tasks, got):
             want, want_lat = task_path(t, cluster, Hops())
