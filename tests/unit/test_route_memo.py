@@ -57,8 +57,16 @@ def _tasks(rng: random.Random, devices: list[int], n: int) -> list[Task]:
 
 @pytest.mark.parametrize("name", list(_clusters()))
 @pytest.mark.parametrize("seed", range(3))
-def test_routes_through_a_shared_memo_are_each_task_s_own(name, seed):
+def test_routes_through_a_shared_memo_are_each_task_s_own(name, seed, monkeypatch):
     cluster = _clusters()[name]
+    together = []
+    real = cost.batch_routes
+
+    def spy(*args):
+        together.append(len(args[0]))
+        return real(*args)
+
+    monkeypatch.setattr(cost, "batch_routes", spy)
     rng = random.Random(seed)
     devices = sorted(cluster.host_map)
     known: cost.Routes = {}
@@ -69,6 +77,8 @@ def test_routes_through_a_shared_memo_are_each_task_s_own(name, seed):
             want, want_lat = task_path(t, cluster, Hops())
             assert lat == want_lat  # the same float
             assert list(path) == list(want)
+    # the arrays ran where the cluster allows them (no relay pieces, shared bandwidth)
+    assert bool(together) == (name in ("uneven", "nics", "preset"))
     hops = known[HOPS_KEY]
     assert isinstance(hops, Hops) and hops.cluster is cluster
     assert len(hops) > 0  # edges found once for every plan
