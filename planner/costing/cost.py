@@ -26,9 +26,10 @@ import numpy as np
 
 from reshard.cluster import Cluster, pipeline_piece
 from reshard.planner.costing.casts import conversion_seconds
-from reshard.planner.costing.fairshare import FairShare, Path, path_arrays
+from reshard.planner.costing.fairshare import Path, path_arrays
 from reshard.planner.costing.fluid import Estimate, simulate
-from reshard.planner.costing.stepgate import StepGate
+from reshard.planner.costing.hop_batch import batch_routes, edge_lists
+from reshard.planner.costing.step_floor import stepped_floor
 from reshard.planner.schedule.coalesce import followers
 from reshard.planner.values.plan_view import PlanView, Route
 from reshard.planner.values.resources import (
@@ -42,7 +43,6 @@ from reshard.planner.values.resources import (
     SHARED,
     Resource,
     capacities,
-    code,
 )
 from reshard.planner.values.tasks import Conversion, Task, TaskKind
 
@@ -56,9 +56,13 @@ SHIFT_HOSTS = 16
 class Hops(dict[tuple[int, int], Hop]):
     """Hops by edge: the routes of one plan share them (a broadcast tree's edges recur
     across its tasks); and the cluster's devices' hosts and NICs as arrays (indexed by
-    device, made once), which a task of many edges reads its hops from at once."""
+    device, made once), which a task of many edges reads its hops from at once.
+    :func:`task_routes` keeps one in its memo of routes (:func:`shared_hops`), so that
+    every plan of a planning call reads each edge, the arrays and the host step once."""
 
     tables: tuple[np.ndarray, np.ndarray] | None = None
+    cluster: Cluster | None = None
+    step: tuple[tuple[int, int] | None] | None = None  # host_step, found once (in a 1-tuple)
 
     def host_step(self, cluster: Cluster) -> tuple[int, int] | None:
         """Devices and NICs a host where ``cluster`` is regular (host ``h`` holds
@@ -148,15 +152,16 @@ def _hop(a: int, b: int, cluster: Cluster) -> Hop:
     else over the device's link), and the resources' codes (:func:`~reshard.planner.
     values.resources.code`)."""
     host = cluster.host_map
+    ends = (a * 8 + KIND_CODE[DEV_OUT], b * 8 + KIND_CODE[DEV_IN])  # code() of each
     if host[a] == host[b]:
         crossed: tuple[tuple[Resource, float], ...] = (((DEV_OUT, a), 1.0),
                                                        ((DEV_IN, b), 1.0))
-        return crossed, cluster.intra_latency, cluster.intra_bandwidth, \
-            tuple(code(r) for r, _ in crossed)
+        return crossed, cluster.intra_latency, cluster.intra_bandwidth, ends
     nic = cluster.nic_map
     crossed = (((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0), ((NIC_OUT, nic[a]), 1.0),
                ((NIC_IN, nic[b]), 1.0))
-    return crossed, cluster.latency, cluster.nic_capacity, tuple(code(r) for r, _ in crossed)
+    return crossed, cluster.latency, cluster.nic_capacity, \
+        (*ends, nic[a] * 8 + KIND_CODE[NIC_OUT], nic[b] * 8 + KIND_CODE[NIC_IN])
 
 
 def _links_path(task: Task, cluster: Cluster, hops: Hops
@@ -185,14 +190,7 @@ def _links_path(task: Task, cluster: Cluster, hops: Hops
         if hop is None:
             hop = hops[edge] = _hop(*edge, cluster)
         return Path(hop[0], hop[3]), hop[1]
-    if task.kind is TaskKind.REDUCE:
-        senders: Sequence[int] = task.receivers
-        receivers: Sequence[int] = (*task.receivers[1:], task.root)
-    elif task.addends:  # a fused reduction's addends first pass their running sums on
-        edges = [*task.sum_edges(), *task.edges()]
-        senders, receivers = [a for a, _ in edges], [b for _, b in edges]
-    else:
-        senders, receivers = task.parents or (task.root, *task.receivers[:-1]), task.receivers
+    senders, receivers = edge_lists(task)
     if len(senders) < ARRAY_EDGES:
         return _hops_path(list(zip(senders, receivers)), task, cluster, hops)
     return _edges_path(np.array(senders, dtype=np.int64), np.array(receivers, dtype=np.int64),
@@ -208,30 +206,41 @@ def _hops_path(edges: Sequence[tuple[int, int]], task: Task, cluster: Cluster, h
                ) -> Route:
     """:func:`_edges_path` of a few edges, edge by edge (each hop looked up once a plan
     in ``hops``)."""
+    get, put = hops.get, hops.setdefault
+    got = [get(e) or put(e, _hop(*e, cluster)) for e in edges]  # a hop is never empty
     hops_path = Path()
-    codes: list[int] = []
+    hops_path.extend(itertools.chain.from_iterable([h[0] for h in got]))
+    hops_path.codes = list(itertools.chain.from_iterable([h[3] for h in got]))  # bytes whole
+    piece = pipeline_piece(cluster.relay_piece, task.nbytes)
+    if not piece:
+        return hops_path, _plain_reach(edges, [h[1] for h in got])
     reach: dict[int, float] = {}
     received: set[int] = set()
-    piece = pipeline_piece(cluster.relay_piece, task.nbytes)
-    children = collections.Counter(a for a, _ in edges) if piece else None
-    for edge in edges:
-        hop = hops.get(edge)
-        if hop is None:
-            hop = hops[edge] = _hop(*edge, cluster)
-        crossed, wait, rate, hop_codes = hop
-        hops_path.extend(crossed)
-        codes.extend(hop_codes)
-        a, b = edge
+    children = collections.Counter(a for a, _ in edges)
+    for (a, b), (_, wait, rate, _) in zip(edges, got):
         at = reach.get(a, 0.0) + wait
-        if children is not None and a in received:
+        if a in received:
             at += children[a] * piece / rate
         if at > reach.get(b, 0.0):
             reach[b] = at
         else:
             reach.setdefault(b, 0.0)
         received.add(b)
-    hops_path.codes = codes  # every hop's bytes whole
     return hops_path, max(reach.values())
+
+
+def _plain_reach(edges: Sequence[tuple[int, int]], waits: Sequence[float]) -> float:
+    """The latest a device of ``edges`` is reached, each edge's ``waits`` after its
+    sender was (0 where it never was), edge by edge in order, without relay fills: the
+    sums of :func:`_hops_path`'s loop (a device reached only at 0 adds nothing to the
+    max, which is at least 0)."""
+    reach: dict[int, float] = {}
+    get = reach.get
+    for (a, b), wait in zip(edges, waits):
+        at = get(a, 0.0) + wait
+        if at > get(b, 0.0):
+            reach[b] = at
+    return max(reach.values(), default=0.0)
 
 
 def _edges_path(a: np.ndarray, b: np.ndarray, task: Task, cluster: Cluster, hops: Hops
@@ -351,7 +360,8 @@ def _ring_path(task: Task, cluster: Cluster) -> Route:
 
 
 Routes = dict[tuple[object, ...], Route]
-"""Task routes by what decides them (:func:`task_routes`' ``known``)."""
+"""Task routes by what decides them (:func:`task_routes`' ``known``; and its
+:class:`Hops` under :data:`HOPS_KEY`)."""
 
 
 def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = None,
@@ -369,8 +379,12 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
     per_message = bool((cluster.message_cost or cluster.part_cost)
                        and cluster.shared_bandwidth)
     riders = followers(tasks, tensors) if per_message and tensors else set()
-    hops = Hops()
-    step = hops.host_step(cluster)
+    hops = shared_hops(known, cluster)
+    if hops.step is None:
+        hops.step = (hops.host_step(cluster),)
+    step = hops.step[0]
+    if step is None and not cluster.shared_bandwidth and not piece:
+        _batch(tasks, cluster, hops, known)
     out = []
     for i, t in enumerate(tasks):
         rides = i in riders
@@ -385,6 +399,57 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
             got = known[key] = (path if isinstance(path, Path) else Path(path), lat)
         out.append(got)
     return tuple(out)
+
+
+def _batch(tasks: Sequence[Task], cluster: Cluster, hops: Hops, known: Routes) -> None:
+    """Put the routes of ``tasks``' broadcasts and reductions of a few edges that
+    ``known`` lacks in it, found together (:func:`~reshard.planner.costing.hop_batch.
+    batch_routes`: the routes :func:`task_path` finds, on a cluster without relay
+    pieces, shared bandwidth or host step)."""
+    todo: dict[tuple[object, ...], Task] = {}
+    for t in tasks:
+        if t.kind in _SHIFTED and t.root >= 0 and len(t.receivers) + len(t.addends) < \
+                ARRAY_EDGES:
+            key = (t.kind, t.root, t.receivers, t.parents, t.addends, t.addend_parents,
+                   0, 0, False)
+            if key not in known:
+                todo.setdefault(key, t)
+    if len(todo) < BATCH_FROM:
+        return
+    ends = [edge_lists(t) for t in todo.values()]
+    got = batch_routes([s for s, _ in ends], [r for _, r in ends], *hops.arrays(cluster),
+                       cluster.latency, cluster.intra_latency)
+    if got is None:
+        return
+    for (k, t), codes, reach in zip(todo.items(), *got):
+        if reach is None:  # a device reached twice: the loop's answer
+            path, lat = task_path(t, cluster, hops)
+            known[k] = (path if isinstance(path, Path) else Path(path), lat)
+        else:
+            known[k] = (Path.of_codes(codes), reach)
+
+
+BATCH_FROM = 24
+"""Routes :func:`task_routes` finds together from (fewer: one by one, cheaper where
+they are chains of a few dozen hops: the arrays take a round per hop)."""
+
+
+HOPS_KEY = ("hops",)
+"""Where a memo of routes (:func:`task_routes`' ``known``) keeps its :class:`Hops` (no
+task's key: those start with the task's kind)."""
+
+
+def shared_hops(known: Routes, cluster: Cluster) -> Hops:
+    """The hops of ``known``, a memo of routes on ``cluster`` (made there when it has
+    none); a fresh one, not kept, where the memo's are another cluster's."""
+    got = known.get(HOPS_KEY)
+    if isinstance(got, Hops) and (got.cluster is cluster or got.cluster == cluster):
+        return got
+    hops = Hops()
+    hops.cluster = cluster
+    if got is None:
+        known[HOPS_KEY] = hops  # type: ignore[assignment]  # kept beside the routes
+    return hops
 
 
 _SHIFTED = frozenset((TaskKind.BROADCAST, TaskKind.REDUCE))
@@ -422,94 +487,6 @@ def _shifted(task: Task, key: tuple[object, ...], step: tuple[int, int], cluster
     home_path, lat = got
     unit = path_arrays(known[("unit", *home)][0])[0]
     return Path.of_codes(path_arrays(home_path)[0] + k * unit), lat
-
-
-def stepped_floor(plan: PlanView) -> float:
-    """Seconds the cost model cannot predict below for ``plan``, from its steps alone,
-    without simulating the sharing (a bound on :func:`simulate`, cheaper by far).
-
-    The model runs a device's steps in order, and every task of a device's step lies
-    inside that device's window for the step (it starts after the device entered the
-    step, which ends when the task has). So a window lasts at least the least latency of
-    its tasks plus, for each resource of the device (its links, its copy engine, its
-    NIC where the device is alone on it), the bytes its step's tasks put there over the
-    resource's capacity; and a task ends no earlier than its latency plus its bytes over
-    its slowest resource after the last of its devices entered its step. Run through the
-    steps in order, those give each device's earliest exit; the latest is the floor.
-    Resources other devices share (a NIC of several devices, the shared bandwidth) add
-    to the tasks' own times only, so the floor stays below the model's prediction.
-    """
-    tasks = plan.tasks
-    n = len(tasks)
-    if not n:
-        return 0.0
-    routes = plan.routes()
-    flows = FairShare([p for p, _ in routes], plan.cluster)
-    lat = plan.latencies()
-    nbytes = np.array([float(t.nbytes) for t in tasks])
-    seconds = flows.frac * nbytes[flows.task] / flows.capacity[flows.res]  # per edge
-    alone = np.zeros(n)
-    np.maximum.at(alone, flows.task, seconds)
-    alone += lat
-    step = np.array([t.step for t in tasks], dtype=np.int64)
-    gate = StepGate(tasks)
-    member_task, member_dev = gate.member_task, gate.member_dev
-    pair_step, pair_dev, window = _step_windows(flows, _owners(plan.cluster, flows), step,
-                                                gate, seconds, lat)
-    exit_at = np.zeros(int(max(member_dev.max(initial=0), pair_dev.max(initial=0))) + 1)
-    member_step = step[member_task]
-    for s in np.unique(step):  # each device's exit from the last step it ran
-        m = member_step == s
-        who, dev = member_task[m], member_dev[m]
-        start = np.zeros(n)
-        np.maximum.at(start, who, exit_at[dev])
-        ends = start[who] + alone[who]
-        leave = exit_at.copy()
-        np.maximum.at(leave, dev, ends)
-        here = pair_step == s
-        d = pair_dev[here]
-        leave[d] = np.maximum(leave[d], exit_at[d] + window[here])
-        exit_at = leave
-    return float(exit_at.max())
-
-
-def _owners(cluster: Cluster, flows: FairShare) -> np.ndarray:
-    """Per resource of ``flows``, the device whose step window bounds its load: a
-    device's links and copy engine, a NIC that device alone uses (-1: none alone)."""
-    nic_devices = collections.Counter(cluster.nic_map.values())
-    nic_device = {nic: d for d, nic in cluster.nic_map.items() if nic_devices[nic] == 1}
-
-    def owned_by(res: Resource) -> int:
-        kind, i = res
-        if kind in (DEV_IN, DEV_OUT, COPY):
-            return i
-        return nic_device.get(i, -1) if kind in (NIC_IN, NIC_OUT) else -1
-
-    return np.array([owned_by(r) for r in flows.resources] or [-1], dtype=np.int64)
-
-
-def _step_windows(flows: FairShare, owner: np.ndarray, step: np.ndarray, gate: StepGate,
-                  seconds: np.ndarray, lat: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per (step, device) that has tasks: the step, the device, and the least its window
-    lasts: the least latency of its tasks there plus its busiest own resource's
-    seconds (``seconds``: per edge of ``flows``)."""
-    member_task, member_dev = gate.member_task, gate.member_dev
-    ndev = int(max(member_dev.max(initial=0), owner.max())) + 1
-    nres = len(flows.resources)
-    mine = owner[flows.res] >= 0
-    key = (step[flows.task[mine]] * ndev + owner[flows.res[mine]]) * nres + flows.res[mine]
-    keys, at = np.unique(key, return_inverse=True)
-    busy = np.bincount(at, weights=seconds[mine], minlength=len(keys))
-    pairs, pair_at = np.unique(np.concatenate([keys // nres,
-                                               step[member_task] * ndev + member_dev]),
-                               return_inverse=True)
-    window = np.zeros(len(pairs))
-    np.maximum.at(window, pair_at[:len(keys)], busy)
-    least = np.full(len(pairs), np.inf)
-    np.minimum.at(least, pair_at[len(keys):], lat[member_task])
-    window += np.where(np.isfinite(least), least, 0.0)
-    return pairs // ndev, pairs % ndev, window
 
 
 def one_at_a_time_time(plan: PlanView) -> float:

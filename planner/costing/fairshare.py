@@ -55,6 +55,27 @@ def _distinct(values: np.ndarray, bound: int) -> np.ndarray:
     return np.flatnonzero(seen)
 
 
+def _numbered(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``codes`` (non-negative) in the order they first appear, and each
+    code's number in that order: by a table over the codes' range where it is not far
+    larger than the codes (linear; the sort of ``np.unique`` where it is)."""
+    bound = int(codes.max(initial=-1)) + 1
+    n = len(codes)
+    if bound > 4 * n + 4096:
+        used, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        order = np.argsort(first)
+        number = np.empty(len(used), dtype=np.int64)
+        number[order] = np.arange(len(used))
+        return used[order], number[inverse.reshape(-1)]
+    first = np.full(bound, n, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+    used = np.flatnonzero(first < n)
+    in_order = used[np.argsort(first[used])]
+    number = np.empty(bound, dtype=np.int64)
+    number[in_order] = np.arange(len(in_order), dtype=np.int64)
+    return in_order, number[codes]
+
+
 class Path(list[tuple[Resource, float]]):
     """A route's resources and fractions (a list, as any path), which keeps its
     resources' codes and fractions as arrays once :func:`path_arrays` read them: the
@@ -178,13 +199,7 @@ class FairShare:
     def _edges(self, codes: np.ndarray, frac: np.ndarray, lens: np.ndarray,
                cluster: Cluster) -> None:
         """Set up from every transfer's edges (:meth:`of_edges`)."""
-        # resources numbered in the order they first appear
-        used_codes, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-        order = np.argsort(first)
-        number = np.empty(len(used_codes), dtype=np.int64)
-        number[order] = np.arange(len(used_codes))
-        res = number[inverse.reshape(-1)]
-        in_order = used_codes[order]
+        in_order, res = _numbered(codes)  # resources in the order they first appear
         task = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
         used = frac > 0
         self.n = len(lens)
@@ -205,10 +220,18 @@ class FairShare:
     def load(self, which: np.ndarray, rate: np.ndarray) -> np.ndarray:
         """Bytes/s that the transfers ``which`` (indices) at ``rate`` put on each
         resource."""
+        return self.loads(which, rate)[0]
+
+    def loads(self, which: np.ndarray, *rates: np.ndarray) -> list[np.ndarray]:
+        """:meth:`load` of ``which`` at each of ``rates`` (their edges found once)."""
         mine = ranges(self.task_at[which], self.task_at[which + 1])
-        r = rate[self.task[mine]]
-        return np.bincount(self.res[mine], weights=self.frac[mine] * np.where(
-            np.isfinite(r), r, 0.0), minlength=len(self.resources))
+        task, res, frac = self.task[mine], self.res[mine], self.frac[mine]
+        out = []
+        for rate in rates:
+            r = rate[task]
+            out.append(np.bincount(res, weights=frac * np.where(np.isfinite(r), r, 0.0),
+                                   minlength=len(self.resources)))
+        return out
 
     def fill(self, flowing: np.ndarray, last: Fill | None = None,
              below: float = np.inf, usage: np.ndarray | None = None) -> Fill:

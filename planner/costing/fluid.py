@@ -206,7 +206,8 @@ class _Fluid:
         self.started = False
         new = self.share.rate
         changed = np.flatnonzero(self.flowing & (new != self.rate))
-        self.usage += self.flows.load(changed, new) - self.flows.load(changed, self.rate)
+        on, off = self.flows.loads(changed, new, self.rate)
+        self.usage += on - off
         self.low = np.inf
         self.freed[:] = 0.0
         self.refill_at = np.inf

@@ -55,9 +55,7 @@ class StepGate:
         self._member_at = np.concatenate([[0], np.cumsum(self.need)])
         span = int(step.max(initial=0)) + 1
         # slots sorted by device, then step: a device's next slot is the next one
-        keys, self._slot = np.unique(self.member_dev * span + step[self.member_task],
-                                     return_inverse=True)
-        self._slot = self._slot.reshape(-1)
+        keys, self._slot = _unique(self.member_dev * span + step[self.member_task])
         dev = keys // span
         nslots = len(keys)
         self._left = np.bincount(self._slot, minlength=nslots)
@@ -65,7 +63,8 @@ class StepGate:
         self._has_next[:-1] = dev[1:] == dev[:-1]
         self._first = np.flatnonzero(np.r_[True, dev[1:] != dev[:-1]]) if nslots else \
             np.zeros(0, dtype=np.int64)
-        order = np.argsort(self._slot, kind="stable")
+        order = np.argsort(self._slot.astype(np.int16) if nslots < 1 << 15 else self._slot,
+                           kind="stable")  # radix sort where the slots fit 16 bits
         self._slot_tasks = self.member_task[order]
         self._slot_at = np.searchsorted(self._slot[order], np.arange(nslots + 1))
         self._arrived = np.zeros(n, dtype=np.int64)
@@ -93,6 +92,19 @@ class StepGate:
         tasks = np.unique(tasks)
         ready: np.ndarray = tasks[self._arrived[tasks] == self.need[tasks]]
         return ready
+
+
+def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` of non-negative integers: by a flag per
+    value where their range is not far larger than their count (linear, not a sort)."""
+    bound = int(keys.max(initial=-1)) + 1
+    if bound > 4 * len(keys) + 4096:
+        got, inverse = np.unique(keys, return_inverse=True)
+        return got, inverse.reshape(-1)
+    seen = np.zeros(bound, dtype=bool)
+    seen[keys] = True
+    rank = np.cumsum(seen, dtype=np.int64) - 1
+    return np.flatnonzero(seen), rank[keys]
 
 
 __all__ = ["StepGate"]
