@@ -274,8 +274,9 @@ def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[
     tensor's bytes per element) under ``strategy`` (``send_recv`` or ``allgather``)
     takes at least in the cost model (module docstring), less :data:`FLOOR_MARGIN`."""
     load: defaultdict[tuple[str, tuple[int, int]], float] = defaultdict(float)
+    hops = Hops()  # each edge's hop found once for every reduction
     for t in reduces:  # the reductions', by step
-        for (kind, i), frac in task_path(t, cluster)[0]:
+        for (kind, i), frac in task_path(t, cluster, hops)[0]:
             load[(kind, (i, t.step))] += frac * t.nbytes
     flows = _Flows(cluster)
     p2p = work.point_to_point()
