@@ -150,7 +150,7 @@ def _within(plan: ReshardPlan, budget: int | None) -> ReshardPlan:
     even = fit_budget(plan.tasks, plan.tensors, budget, even=True, sizes=sizes)
     if even != first_fit:
         balanced = ReshardPlan(plan.tensors, even, plan.strategy, plan.cluster)
-        known: Routes = {}  # the bucketings share their tasks' routes
+        known = Routes()  # the bucketings share their tasks' routes
         balanced.routes(known)
         best.routes(known)
         # the even buckets' prediction first: where first fit's floor is above it, first
@@ -213,7 +213,7 @@ class Builds:
         self._signatures: dict[tuple[Any, ...], tuple[object, ...]] = {}  # slices' own
         self._bounds: dict[tuple[Any, ...], float] = {}
         self._orders: dict[tuple[Any, ...], tuple[OrderedTasks, bool]] = {}
-        self.known: Routes = {}  # every candidate's routes (one cluster a call)
+        self.known = Routes()  # every candidate's routes (one cluster a call)
         self.twins = Twins()  # every candidate, each distinct one priced once
 
     def __call__(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,

@@ -359,12 +359,19 @@ def _ring_path(task: Task, cluster: Cluster) -> Route:
     return path, worst * 2 * (k - 1)
 
 
-Routes = dict[tuple[object, ...], Route]
-"""Task routes by what decides them (:func:`task_routes`' ``known``; and its
-:class:`Hops` under :data:`HOPS_KEY`)."""
+RouteMemo = dict[tuple[object, ...], Route]
+"""Task routes by what decides them (any dict; :class:`Routes` also keeps its hops)."""
 
 
-def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = None,
+class Routes(RouteMemo):
+    """Task routes by what decides them (:func:`task_routes`' ``known``), and the
+    :class:`Hops` they were found with (:func:`shared_hops`; ``None`` until one is)."""
+
+    hops: Hops | None = None
+
+
+def task_routes(tasks: Sequence[Task], cluster: Cluster,
+                known: RouteMemo | None = None,
                 tensors: Sequence[Conversion] = ()) -> tuple[Route, ...]:
     """:func:`task_path` of every task; tasks of one route (other tensors, steps or
     boxes, the same devices in the same roles) share one (read only). ``known``: the
@@ -374,7 +381,7 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
     that ride in another's coalesced message add none, only a part of it
     (``Cluster.part_cost``)."""
     if known is None:
-        known = {}
+        known = Routes()
     piece = cluster.relay_piece
     per_message = bool((cluster.message_cost or cluster.part_cost)
                        and cluster.shared_bandwidth)
@@ -401,7 +408,7 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster, known: Routes | None = 
     return tuple(out)
 
 
-def _batch(tasks: Sequence[Task], cluster: Cluster, hops: Hops, known: Routes) -> None:
+def _batch(tasks: Sequence[Task], cluster: Cluster, hops: Hops, known: RouteMemo) -> None:
     """Put the routes of ``tasks``' broadcasts and reductions of a few edges that
     ``known`` lacks in it, found together (:func:`~reshard.planner.costing.hop_batch.
     batch_routes`: the routes :func:`task_path` finds, on a cluster without relay
@@ -434,21 +441,17 @@ BATCH_FROM = 24
 they are chains of a few dozen hops: the arrays take a round per hop)."""
 
 
-HOPS_KEY = ("hops",)
-"""Where a memo of routes (:func:`task_routes`' ``known``) keeps its :class:`Hops` (no
-task's key: those start with the task's kind)."""
-
-
-def shared_hops(known: Routes, cluster: Cluster) -> Hops:
+def shared_hops(known: RouteMemo, cluster: Cluster) -> Hops:
     """The hops of ``known``, a memo of routes on ``cluster`` (made there when it has
-    none); a fresh one, not kept, where the memo's are another cluster's."""
-    got = known.get(HOPS_KEY)
-    if isinstance(got, Hops) and (got.cluster is cluster or got.cluster == cluster):
+    none); a fresh one, not kept, where the memo's are another cluster's or the memo
+    is a plain dict (no :class:`Routes`)."""
+    got = known.hops if isinstance(known, Routes) else None
+    if got is not None and (got.cluster is cluster or got.cluster == cluster):
         return got
     hops = Hops()
     hops.cluster = cluster
-    if got is None:
-        known[HOPS_KEY] = hops  # type: ignore[assignment]  # kept beside the routes
+    if got is None and isinstance(known, Routes):
+        known.hops = hops
     return hops
 
 
@@ -459,7 +462,7 @@ hop is found as cheaply, its hop kept per plan)."""
 
 
 def _shifted(task: Task, key: tuple[object, ...], step: tuple[int, int], cluster: Cluster,
-             hops: Hops, known: Routes) -> Route:
+             hops: Hops, known: RouteMemo) -> Route:
     """:func:`task_path` of ``task`` (``key``: its :func:`task_routes` key) on a regular
     cluster (``step``: devices and NICs a host, :meth:`Hops.host_step`): the route of
     the task moved to its root's host's place in host 0, found once in ``known``, moved

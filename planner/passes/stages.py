@@ -149,7 +149,7 @@ class Search:
     pipelined: bool
     build: BuildTasks
     built: dict[str, tuple[Task, ...]] = field(default_factory=dict, compare=False)
-    known: Routes = field(default_factory=dict, compare=False)
+    known: Routes = field(default_factory=Routes, compare=False)
     segments: dict[int, tuple[ReshardPlan, Segments]] = field(default_factory=dict,
                                                               compare=False)
     floor_of: Callable[[Strategy], float] | None = field(default=None, compare=False)
@@ -327,7 +327,7 @@ def search(first: ReshardPlan, pipelined: bool, build: BuildTasks,
     ``floor_of``: :attr:`Search.floor_of`. ``twins``: :attr:`Search.twins` (default:
     a new memo)."""
     s = Search(first.tensors, first.cluster, first.strategy, first, pipelined, build,
-               known={} if known is None else known, floor_of=floor_of,
+               known=Routes() if known is None else known, floor_of=floor_of,
                twins=Twins() if twins is None else twins)
     first.share_routes(s.known)
     best = first

@@ -13,7 +13,7 @@ import pytest
 
 from reshard import Cluster
 from reshard.planner.costing import cost
-from reshard.planner.costing.cost import HOPS_KEY, Hops, shared_hops, task_path, task_routes
+from reshard.planner.costing.cost import Hops, Routes, shared_hops, task_path, task_routes
 from reshard.planner.values.tasks import Task, TaskKind
 
 
@@ -69,7 +69,7 @@ def test_routes_through_a_shared_memo_are_each_task_s_own(name, seed, monkeypatc
     monkeypatch.setattr(cost, "batch_routes", spy)
     rng = random.Random(seed)
     devices = sorted(cluster.host_map)
-    known: cost.Routes = {}
+    known = Routes()
     for _ in range(3):  # plans of one planning call: their memo and its hops shared
         tasks = _tasks(rng, devices, 80)  # enough small ones to be routed together
         got = task_routes(tasks, cluster, known)
@@ -79,7 +79,7 @@ def test_routes_through_a_shared_memo_are_each_task_s_own(name, seed, monkeypatc
             assert list(path) == list(want)
     # the arrays ran where the cluster allows them (no relay pieces, shared bandwidth)
     assert bool(together) == (name in ("uneven", "nics", "preset"))
-    hops = known[HOPS_KEY]
+    hops = known.hops
     assert isinstance(hops, Hops) and hops.cluster is cluster
     assert len(hops) > 0  # edges found once for every plan
     for edge, hop in hops.items():  # each kept hop is the edge's own
@@ -89,17 +89,19 @@ def test_routes_through_a_shared_memo_are_each_task_s_own(name, seed, monkeypatc
 def test_a_memo_of_another_cluster_lends_no_hops():
     clusters = _clusters()
     a, b = clusters["uneven"], clusters["nics"]
-    known: cost.Routes = {}
+    known = Routes()
     mine = shared_hops(known, a)
     assert shared_hops(known, a) is mine
     assert shared_hops(known, dataclasses.replace(a)) is mine  # an equal cluster's
     other = shared_hops(known, b)
-    assert other is not mine and known[HOPS_KEY] is mine
+    assert other is not mine and known.hops is mine
     rng = random.Random(3)
     tasks = _tasks(rng, sorted(a.host_map), 30)
     task_routes(tasks, a, known)  # fills a's hops
     # a memo whose hops are a's answers b's tasks with b's own routes
-    got = task_routes(tasks, b, {HOPS_KEY: mine})  # type: ignore[dict-item]
+    lent = Routes()
+    lent.hops = mine
+    got = task_routes(tasks, b, lent)
     for t, (path, lat) in zip(tasks, got):
         want, want_lat = task_path(t, b, Hops())
         assert lat == want_lat
