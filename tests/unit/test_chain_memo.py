@@ -1,7 +1,8 @@
 """``Loads.relay_chain`` remembers the chains it worked out (planner/cells/balance.py):
 every answer, and every load it leaves behind, is the one working it out afresh gives,
 on random load tables whose values repeat (so remembered answers are asked for again)
-and whose order changes (so a key missing anything it reads answers wrongly)."""
+and whose order changes (so a key missing anything it reads answers wrongly). And
+``treeify`` finds each chain's trees once (planner/cells/trees.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import random
 import pytest
 
 from reshard import Cluster
+from reshard.layout import box_size
+from reshard.planner.cells import trees
 from reshard.planner.cells.balance import Loads
+from reshard.planner.cells.trees import INTRA, SHAPES, treeify
+from reshard.planner.values.tasks import Task, TaskKind
 
 CLUSTERS = {
     "dgx-h100x4": Cluster.preset("dgx-h100", 4),  # a NIC per device: relays
@@ -115,3 +120,30 @@ def test_demand_is_what_expect_adds():
         for k, v in amounts:
             assert loads.expected[k] == before[0].get(k, 0.0) + v
         assert loads.demand(holders, needers, 777) == (amounts, shared)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("intra", INTRA)
+def test_trees_found_once_per_chain_equal_each_task_reshaped_alone(shape, intra):
+    """``treeify`` finds each chain's trees once per call (its pieces repeat it): the
+    same tasks as reshaping each task on its own."""
+    cluster = CLUSTERS["dgx-h100x4"]
+    host = cluster.host_of
+    rng = random.Random(5)
+    devices = list(cluster.devices)
+    chains = []
+    root = devices[0]
+    for _ in range(3):  # one root; each chain with and without relay-only devices
+        receivers = rng.sample(devices[1:], rng.randint(6, 20))
+        for through in ((), tuple(rng.sample(receivers, 2))):
+            chains.append((root, tuple(receivers), through))
+    tasks = []
+    for k in range(40):
+        root, receivers, through = rng.choice(chains)
+        box = ((k * 64, k * 64 + rng.choice([1, 2, 64])), (0, 32))
+        tasks.append(Task(TaskKind.BROADCAST, 0, box, root, receivers,
+                          box_size(box) * 2, k % 3, through=through))
+    alone = [u for t in tasks for u in (trees._reshape(t, host, intra, shape)
+                                        if trees._applies(t, host, shape) else [t])]
+    assert alone != tasks  # some chains reshaped
+    assert treeify(tasks, host, intra, shape) == tuple(alone)
