@@ -261,7 +261,7 @@ class Loads:
         NIC has sent least leaves last (they differ only with several NICs per host)."""
         receivers = sorted(receivers)
         if len(receivers) >= ARRAY_CHAIN and len(set(receivers)) == len(receivers):
-            return self._chain_arrays(root, receivers)
+            return _chain_arrays(self, root, receivers)
         host = self.host
         rh = host(root)
         by_host: dict[int, list[int]] = {}
@@ -294,43 +294,6 @@ class Loads:
                 group = [entry, *rest]
             order.extend(group)
         return tuple(order)
-
-    def _chain_arrays(self, root: int, receivers: list[int]) -> tuple[int, ...]:
-        """:meth:`chain` of many distinct ``receivers`` (sorted) by one sort of arrays:
-        by host (the root's first, then by least NIC out load and host), then inside a
-        host the entry (least NIC in load, then id) first and the rest by most NIC out
-        load then id (in the last host and the root's host when no other follows: by
-        id)."""
-        d = np.array(receivers, dtype=np.int64)
-        host, nic = self.host, self.nic
-        hosts = np.fromiter(map(host, receivers), dtype=np.int64, count=len(d))
-        nics = [nic(r) for r in receivers]
-        out_of, in_of = self.nic_out.get, self.nic_in.get
-        sent = np.array([out_of(n, 0.0) for n in nics], dtype=np.float64)
-        got = np.array([in_of(n, 0.0) for n in nics], dtype=np.float64)
-        rh = host(root)
-        local = hosts == rh
-        distinct, at = np.unique(hosts, return_inverse=True)
-        at = at.reshape(-1)
-        least = np.full(len(distinct), np.inf)
-        np.minimum.at(least, at, sent)
-        remote = distinct != rh
-        by_load = np.lexsort((distinct[remote], least[remote]))
-        rank = np.full(len(distinct), -1, dtype=np.int64)  # the root's host first
-        rank[np.flatnonzero(remote)[by_load]] = np.arange(len(by_load))
-        last = len(by_load) - 1
-        # each remote host's entry: its least NIC in load, then id
-        pick = np.lexsort((d, got, at))
-        entry = np.zeros(len(d), dtype=bool)
-        first_of = np.ones(len(d), dtype=bool)
-        first_of[1:] = at[pick][1:] != at[pick][:-1]
-        entry[pick[first_of]] = True
-        entry &= ~local
-        r = rank[at]
-        by_out = (local & (last >= 0)) | (~local & ~entry & (r < last))
-        key = np.where(by_out, -sent, 0.0)
-        order = np.lexsort((d, key, ~entry, r))
-        return tuple(d[order].tolist())
 
     def send(self, root: int, receiver: int, nbytes: int) -> tuple[tuple[int, ...],
                                                                    tuple[int, ...]]:
@@ -506,6 +469,17 @@ class Loads:
                 nic_out[nic(d)] += nbytes
                 nic_in[root_nic] += nbytes
 
+    def charge_one(self, root: int, receiver: int, nbytes: int) -> None:
+        """:meth:`charge` of the one-hop chain ``(receiver,)`` (the same additions in
+        the same order), without the walk."""
+        self.dev_out[root] += nbytes
+        self.dev_in[receiver] += nbytes
+        host = self.host
+        if host(receiver) != host(root):
+            nic = self.nic
+            self.nic_out[nic(root)] += nbytes
+            self.nic_in[nic(receiver)] += nbytes
+
     def charge(self, root: int, chain: tuple[int, ...], nbytes: int) -> None:
         """Account a pipelined chain transfer root -> chain[0] -> chain[1] ....
 
@@ -527,3 +501,41 @@ class Loads:
                 nic_in[nic(d)] += nbytes
                 prev_host = h
             prev = d
+
+
+def _chain_arrays(loads: Loads, root: int, receivers: list[int]) -> tuple[int, ...]:
+    """:meth:`Loads.chain` of many distinct ``receivers`` (sorted) by one sort of arrays:
+    by host (the root's first, then by least NIC out load and host), then inside a
+    host the entry (least NIC in load, then id) first and the rest by most NIC out
+    load then id (in the last host and the root's host when no other follows: by
+    id)."""
+    d = np.array(receivers, dtype=np.int64)
+    host, nic = loads.host, loads.nic
+    hosts = np.fromiter(map(host, receivers), dtype=np.int64, count=len(d))
+    nics = [nic(r) for r in receivers]
+    out_of, in_of = loads.nic_out.get, loads.nic_in.get
+    sent = np.array([out_of(n, 0.0) for n in nics], dtype=np.float64)
+    got = np.array([in_of(n, 0.0) for n in nics], dtype=np.float64)
+    rh = host(root)
+    local = hosts == rh
+    distinct, at = np.unique(hosts, return_inverse=True)
+    at = at.reshape(-1)
+    least = np.full(len(distinct), np.inf)
+    np.minimum.at(least, at, sent)
+    remote = distinct != rh
+    by_load = np.lexsort((distinct[remote], least[remote]))
+    rank = np.full(len(distinct), -1, dtype=np.int64)  # the root's host first
+    rank[np.flatnonzero(remote)[by_load]] = np.arange(len(by_load))
+    last = len(by_load) - 1
+    # each remote host's entry: its least NIC in load, then id
+    pick = np.lexsort((d, got, at))
+    entry = np.zeros(len(d), dtype=bool)
+    first_of = np.ones(len(d), dtype=bool)
+    first_of[1:] = at[pick][1:] != at[pick][:-1]
+    entry[pick[first_of]] = True
+    entry &= ~local
+    r = rank[at]
+    by_out = (local & (last >= 0)) | (~local & ~entry & (r < last))
+    key = np.where(by_out, -sent, 0.0)
+    order = np.lexsort((d, key, ~entry, r))
+    return tuple(d[order].tolist())
