@@ -101,21 +101,26 @@ class ChainMemo:
     the bytes, the root's ``keep_off`` and the accumulator's epoch (its expectations,
     relays' moves and shared total change only with a new one,
     :meth:`Loads.expected_changed`). An answer that relays moves bytes (a new epoch)
-    and is not kept. Above :data:`MEMO_NICS` NICs a call is worked out afresh (the
-    keys would outweigh the answers)."""
+    and is not kept. A root and receivers asked for the first time are only noted
+    (most chains of a plan are asked for once: keys would cost more than they save);
+    above :data:`MEMO_NICS` NICs a call is worked out afresh (the keys would outweigh
+    the answers)."""
 
     def __init__(self) -> None:
         self.chains: dict[tuple[int, frozenset[int] | tuple[int, ...]],
                           tuple[Callable[[dict[int, float]], tuple[float, ...]] | None,
                                 dict[tuple[object, ...],
-                                     tuple[tuple[int, ...], tuple[int, ...]]]]] = {}
+                                     tuple[tuple[int, ...], tuple[int, ...]]] | None]] = {}
 
     def answer(self, loads: Loads, root: int, group: frozenset[int] | tuple[int, ...],
                nbytes: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """``loads._relay_through(root, group, nbytes)``, remembered."""
         members = group if isinstance(group, frozenset) else tuple(sorted(group))
         memo = self.chains.get((root, members))
-        if memo is None:
+        if memo is None:  # asked once: most are never asked again, keep only that
+            self.chains[(root, members)] = (None, None)
+            return loads._relay_through(root, group, nbytes)
+        if memo[1] is None:
             hosts, nic, host = loads.cluster.hosts, loads.nic, loads.host
             touched = {host(d) for d in group}
             touched.add(host(root))
@@ -123,7 +128,7 @@ class ChainMemo:
             memo = self.chains[(root, members)] = (
                 _reader(nics) if len(nics) <= MEMO_NICS else None, {})
         read, answers = memo
-        if read is None:
+        if read is None or answers is None:
             return loads._relay_through(root, group, nbytes)
         key = (_ranks(read(loads.nic_out)), _ranks(read(loads.nic_in)),
                (nbytes, loads._epoch, loads.keep_off.get(root))
