@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import operator
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 import numpy as np
 
@@ -14,6 +15,131 @@ from reshard.planner.values.resources import NIC_IN, NIC_OUT
 ARRAY_CHAIN = 64
 """Receivers from which :meth:`Loads.chain` orders them by one sort of arrays (fewer:
 one by one; the same order)."""
+
+MEMO_NICS = 256
+"""The most NICs whose loads key a chain :meth:`Loads.relay_chain` remembers."""
+
+
+def _ranks(values: tuple[float, ...]) -> tuple[int, ...]:
+    """Each value's dense rank among ``values`` (the same comparisons, ties included,
+    as the values themselves)."""
+    rank = {v: i for i, v in enumerate(sorted(set(values)))}
+    return tuple(map(rank.__getitem__, values))
+
+
+def _reader(nics: list[int]) -> Callable[[dict[int, float]], tuple[float, ...]]:
+    """A function reading the loads of ``nics`` from a table of loads (a
+    ``defaultdict``: an unseen NIC reads 0.0), as a tuple."""
+    if len(nics) == 1:
+        (n,) = nics
+        return lambda table: (table[n],)
+    return operator.itemgetter(*nics)
+
+
+def slice_demand(host: Callable[[int], int], nic: Callable[[int], int], shared_bandwidth: bool,
+                 holders: frozenset[int], needers: frozenset[int], nbytes: int
+                 ) -> tuple[list[tuple[tuple[str, int], float]], float]:
+    """A slice's NIC demand (:meth:`Loads.expect`), from nothing but its arguments:
+    the amount each NIC is expected to carry, in order (each NIC once), and the bytes
+    the cluster's shared bandwidth (if it has one) carries. It leaves through its
+    holders' NICs (shared evenly) and enters each host that needs it and holds none
+    through its needers' NICs there (shared evenly)."""
+    shared = float(nbytes * len(needers - holders)) if shared_bandwidth else 0.0
+    if len(holders) == 1 and len(needers) == 1:  # point to point
+        (a,), (b,) = holders, needers
+        if host(a) == host(b):
+            return [], shared
+        return [((NIC_OUT, nic(a)), nbytes), ((NIC_IN, nic(b)), nbytes)], shared
+    if len(needers) >= ARRAY_CHAIN:
+        return _demand_many(host, nic, holders, needers, nbytes), shared
+    hold_hosts = {host(d) for d in holders}
+    into: dict[int, set[int]] = {}
+    for d in needers:
+        h = host(d)
+        if h not in hold_hosts:
+            into.setdefault(h, set()).add(nic(d))
+    if not into:
+        return [], shared
+    out = {nic(d) for d in holders}
+    amounts: list[tuple[tuple[str, int], float]] = [
+        ((NIC_OUT, n), nbytes * len(into) / len(out)) for n in out]
+    for nics in into.values():
+        amounts.extend(((NIC_IN, n), nbytes / len(nics)) for n in nics)
+    return amounts, shared
+
+
+def _demand_many(host: Callable[[int], int], nic: Callable[[int], int],
+                 holders: frozenset[int], needers: frozenset[int], nbytes: int
+                 ) -> list[tuple[tuple[str, int], float]]:
+    """:func:`slice_demand` of a slice of many needers, its NICs found as arrays (each
+    NIC's amount the same float as the loop's)."""
+    hold_hosts = {host(d) for d in holders}
+    devs = list(needers)
+    hosts = np.fromiter(map(host, devs), dtype=np.int64, count=len(devs))
+    nics = np.fromiter(map(nic, devs), dtype=np.int64, count=len(devs))
+    away = ~np.isin(hosts, list(hold_hosts))
+    pairs = np.unique(np.stack([hosts[away], nics[away]]), axis=1)  # (host, NIC)
+    if not pairs.shape[1]:
+        return []
+    into, per_host = np.unique(pairs[0], return_counts=True)
+    out = {nic(d) for d in holders}
+    amounts: list[tuple[tuple[str, int], float]] = [
+        ((NIC_OUT, n), nbytes * len(into) / len(out)) for n in out]
+    share = {h: nbytes / c for h, c in zip(into.tolist(), per_host.tolist())}
+    amounts.extend(((NIC_IN, n), share[h])
+                   for h, n in zip(pairs[0].tolist(), pairs[1].tolist()))
+    return amounts
+
+
+class ChainMemo:
+    """The chains :meth:`Loads.relay_chain` worked out for one accumulator (a
+    planning call's), per root and receivers: the NICs whose loads the answer reads,
+    and the answers by what they read. Keyed by all an answer reads: the order of
+    the NIC loads (``nic_out``, ``nic_in``) of every NIC on the hosts it touches
+    (:meth:`Loads.chain` and :meth:`Loads._relay` only compare them; their dense
+    ranks keep every comparison, ties included), and, with several NICs per host,
+    the bytes, the root's ``keep_off`` and the accumulator's epoch (its expectations,
+    relays' moves and shared total change only with a new one,
+    :meth:`Loads.expected_changed`). An answer that relays moves bytes (a new epoch)
+    and is not kept. A root and receivers asked for the first time are only noted
+    (most chains of a plan are asked for once: keys would cost more than they save);
+    above :data:`MEMO_NICS` NICs a call is worked out afresh (the keys would outweigh
+    the answers)."""
+
+    def __init__(self) -> None:
+        self.chains: dict[tuple[int, frozenset[int] | tuple[int, ...]],
+                          tuple[Callable[[dict[int, float]], tuple[float, ...]] | None,
+                                dict[tuple[object, ...],
+                                     tuple[tuple[int, ...], tuple[int, ...]]] | None]] = {}
+
+    def answer(self, loads: Loads, root: int, group: frozenset[int] | tuple[int, ...],
+               nbytes: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``loads._relay_through(root, group, nbytes)``, remembered."""
+        members = group if isinstance(group, frozenset) else tuple(sorted(group))
+        memo = self.chains.get((root, members))
+        if memo is None:  # asked once: most are never asked again, keep only that
+            self.chains[(root, members)] = (None, None)
+            return loads._relay_through(root, group, nbytes)
+        if memo[1] is None:
+            hosts, nic, host = loads.cluster.hosts, loads.nic, loads.host
+            touched = {host(d) for d in group}
+            touched.add(host(root))
+            nics = sorted({nic(d) for h in touched for d in hosts[h]})
+            memo = self.chains[(root, members)] = (
+                _reader(nics) if len(nics) <= MEMO_NICS else None, {})
+        read, answers = memo
+        if read is None or answers is None:
+            return loads._relay_through(root, group, nbytes)
+        key = (_ranks(read(loads.nic_out)), _ranks(read(loads.nic_in)),
+               (nbytes, loads._epoch, loads.keep_off.get(root))
+               if loads.cluster.nics_per_host > 1 else None)
+        got = answers.get(key)
+        if got is None:
+            epoch = loads._epoch
+            got = loads._relay_through(root, group, nbytes)
+            if loads._epoch == epoch:
+                answers[key] = got
+        return got
 
 
 class Loads:
@@ -50,6 +176,10 @@ class Loads:
         # bytes the cluster's shared bandwidth (if any) is expected to carry: every
         # byte a device receives from another, relays' receipts included
         self.shared = 0.0
+        # chains relay_chain worked out (see ChainMemo); _epoch counts the changes
+        # to expected, moved and shared, which they read whole
+        self._chains = ChainMemo()
+        self._epoch = 0
 
     def copy(self) -> Loads:
         """Another accumulator with the same loads so far (each choice made on it
@@ -61,60 +191,40 @@ class Loads:
         out._least_expected = dict(self._least_expected)
         out._may_relay = dict(self._may_relay)
         out.keep_off = dict(self.keep_off)
+        out._chains = ChainMemo()  # each copy's choices move its own epochs
         return out
 
     def expect(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
-        """Account a slice's NIC demand before any choice: it leaves through its
-        holders' NICs (shared evenly) and enters each host that needs it and holds
-        none through its needers' NICs there (shared evenly)."""
-        nic, host = self.nic, self.host
-        if self.cluster.shared_bandwidth:
-            self.shared += nbytes * len(needers - holders)
-        if len(holders) == 1 and len(needers) == 1:  # point to point
-            (a,), (b,) = holders, needers
-            if host(a) != host(b):
-                self.expected[(NIC_OUT, nic(a))] += nbytes
-                self.expected[(NIC_IN, nic(b))] += nbytes
-            return
-        if len(needers) >= ARRAY_CHAIN:
-            self._expect_many(holders, needers, nbytes)
-            return
-        hold_hosts = {host(d) for d in holders}
-        into: dict[int, set[int]] = {}
-        for d in needers:
-            h = host(d)
-            if h not in hold_hosts:
-                into.setdefault(h, set()).add(nic(d))
-        if not into:
-            return
-        out = {nic(d) for d in holders}
-        for n in out:
-            self.expected[(NIC_OUT, n)] += nbytes * len(into) / len(out)
-        for nics in into.values():
-            for n in nics:
-                self.expected[(NIC_IN, n)] += nbytes / len(nics)
+        """Account a slice's NIC demand before any choice: :meth:`demand`'s amounts
+        added to :attr:`expected` (and, on a cluster with shared bandwidth, every
+        byte a needer that holds none receives to :attr:`shared`)."""
+        amounts, shared = self.demand(holders, needers, nbytes)
+        self.add_demand(amounts, shared)
 
-    def _expect_many(self, holders: frozenset[int], needers: frozenset[int],
-                     nbytes: int) -> None:
-        """:meth:`expect` of a slice of many needers, its NICs found as arrays (each
-        NIC's expectation gets one addition, the same float as the loop's)."""
-        nic, host = self.nic, self.host
-        hold_hosts = {host(d) for d in holders}
-        devs = list(needers)
-        hosts = np.fromiter(map(host, devs), dtype=np.int64, count=len(devs))
-        nics = np.fromiter(map(nic, devs), dtype=np.int64, count=len(devs))
-        away = ~np.isin(hosts, list(hold_hosts))
-        pairs = np.unique(np.stack([hosts[away], nics[away]]), axis=1)  # (host, NIC)
-        if not pairs.shape[1]:
-            return
-        into, per_host = np.unique(pairs[0], return_counts=True)
-        out = {nic(d) for d in holders}
+    def add_demand(self, amounts: Iterable[tuple[tuple[str, int], float]],
+                   shared: float) -> None:
+        """Add :meth:`demand`'s answer (one addition per NIC, in its order) to the
+        expectations; the chains :meth:`relay_chain` remembered read them, so they
+        are forgotten (:meth:`expected_changed`)."""
         expected = self.expected
-        for n in out:
-            expected[(NIC_OUT, n)] += nbytes * len(into) / len(out)
-        share = {h: nbytes / c for h, c in zip(into.tolist(), per_host.tolist())}
-        for h, n in zip(pairs[0].tolist(), pairs[1].tolist()):
-            expected[(NIC_IN, n)] += share[h]
+        for key, amount in amounts:
+            expected[key] += amount
+        if self.cluster.shared_bandwidth:
+            self.shared += shared
+        self.expected_changed()
+
+    def expected_changed(self) -> None:
+        """Note that :attr:`expected` changed (every writer calls this): the chains
+        :meth:`relay_chain` remembered may read it, so they are keyed by a new
+        epoch."""
+        self._epoch += 1
+
+    def demand(self, holders: frozenset[int], needers: frozenset[int], nbytes: int
+               ) -> tuple[list[tuple[tuple[str, int], float]], float]:
+        """:func:`slice_demand` on this accumulator's cluster (it reads nothing of the
+        loads)."""
+        return slice_demand(self.host, self.nic, bool(self.cluster.shared_bandwidth),
+                            holders, needers, nbytes)
 
     def _crowded(self, direction: str, n: int, other: int) -> bool:
         """Whether NIC ``n`` is expected to carry more than NIC ``other`` of its host,
@@ -156,7 +266,7 @@ class Loads:
         NIC has sent least leaves last (they differ only with several NICs per host)."""
         receivers = sorted(receivers)
         if len(receivers) >= ARRAY_CHAIN and len(set(receivers)) == len(receivers):
-            return self._chain_arrays(root, receivers)
+            return _chain_arrays(self, root, receivers)
         host = self.host
         rh = host(root)
         by_host: dict[int, list[int]] = {}
@@ -189,43 +299,6 @@ class Loads:
                 group = [entry, *rest]
             order.extend(group)
         return tuple(order)
-
-    def _chain_arrays(self, root: int, receivers: list[int]) -> tuple[int, ...]:
-        """:meth:`chain` of many distinct ``receivers`` (sorted) by one sort of arrays:
-        by host (the root's first, then by least NIC out load and host), then inside a
-        host the entry (least NIC in load, then id) first and the rest by most NIC out
-        load then id (in the last host and the root's host when no other follows: by
-        id)."""
-        d = np.array(receivers, dtype=np.int64)
-        host, nic = self.host, self.nic
-        hosts = np.fromiter(map(host, receivers), dtype=np.int64, count=len(d))
-        nics = [nic(r) for r in receivers]
-        out_of, in_of = self.nic_out.get, self.nic_in.get
-        sent = np.array([out_of(n, 0.0) for n in nics], dtype=np.float64)
-        got = np.array([in_of(n, 0.0) for n in nics], dtype=np.float64)
-        rh = host(root)
-        local = hosts == rh
-        distinct, at = np.unique(hosts, return_inverse=True)
-        at = at.reshape(-1)
-        least = np.full(len(distinct), np.inf)
-        np.minimum.at(least, at, sent)
-        remote = distinct != rh
-        by_load = np.lexsort((distinct[remote], least[remote]))
-        rank = np.full(len(distinct), -1, dtype=np.int64)  # the root's host first
-        rank[np.flatnonzero(remote)[by_load]] = np.arange(len(by_load))
-        last = len(by_load) - 1
-        # each remote host's entry: its least NIC in load, then id
-        pick = np.lexsort((d, got, at))
-        entry = np.zeros(len(d), dtype=bool)
-        first_of = np.ones(len(d), dtype=bool)
-        first_of[1:] = at[pick][1:] != at[pick][:-1]
-        entry[pick[first_of]] = True
-        entry &= ~local
-        r = rank[at]
-        by_out = (local & (last >= 0)) | (~local & ~entry & (r < last))
-        key = np.where(by_out, -sent, 0.0)
-        order = np.lexsort((d, key, ~entry, r))
-        return tuple(d[order].tolist())
 
     def send(self, root: int, receiver: int, nbytes: int) -> tuple[tuple[int, ...],
                                                                    tuple[int, ...]]:
@@ -286,17 +359,26 @@ class Loads:
         the members' NIC more than it (:meth:`expect`): a relay-only receiver, as
         NCCL's PXN routes through a peer GPU. Relaying costs an intra-host hop, so
         NICs that even out by themselves (an all-to-all) get none. Returns the chain
-        and its relay-only devices."""
-        receivers = tuple(receivers)
-        if len(receivers) == 1:  # point to point: the common case, kept cheap
-            r = receivers[0]
+        and its relay-only devices.
+
+        An answer that relays nothing is remembered for this accumulator
+        (:class:`ChainMemo`): a later call whose answer would read the same is
+        answered from it."""
+        group = receivers if isinstance(receivers, (frozenset, tuple)) else tuple(receivers)
+        if len(group) == 1:  # point to point: the common case, kept cheap
+            r = next(iter(group))
             if self.cluster.nics_per_host == 1 or self.host(r) == self.host(root):
-                return receivers, ()
+                return (r,), ()
             used = {root, r, *self.keep_off.get(root, ())}
             out = self._relay(NIC_OUT, root, self.host(root), used, nbytes)
             into = self._relay(NIC_IN, r, self.host(r), used, nbytes)
             relays = tuple(d for d in (out, into) if d is not None)
             return (*relays, r), relays
+        return self._chains.answer(self, root, group, nbytes)
+
+    def _relay_through(self, root: int, receivers: Iterable[int], nbytes: int
+                       ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """:meth:`relay_chain` of several receivers, worked out."""
         chain = self.chain(root, receivers)
         if self.cluster.nics_per_host == 1 or not chain:
             return chain, ()
@@ -364,6 +446,7 @@ class Loads:
             return None
         moved[(direction, nic(best))] += nbytes
         moved[(direction, nic(member))] -= nbytes
+        self._epoch += 1  # projected loads changed: remembered chains read them
         self.shared += nbytes  # the relay receives the bytes too
         used.add(best)
         return best
@@ -391,6 +474,17 @@ class Loads:
                 nic_out[nic(d)] += nbytes
                 nic_in[root_nic] += nbytes
 
+    def charge_one(self, root: int, receiver: int, nbytes: int) -> None:
+        """:meth:`charge` of the one-hop chain ``(receiver,)`` (the same additions in
+        the same order), without the walk."""
+        self.dev_out[root] += nbytes
+        self.dev_in[receiver] += nbytes
+        host = self.host
+        if host(receiver) != host(root):
+            nic = self.nic
+            self.nic_out[nic(root)] += nbytes
+            self.nic_in[nic(receiver)] += nbytes
+
     def charge(self, root: int, chain: tuple[int, ...], nbytes: int) -> None:
         """Account a pipelined chain transfer root -> chain[0] -> chain[1] ....
 
@@ -412,3 +506,41 @@ class Loads:
                 nic_in[nic(d)] += nbytes
                 prev_host = h
             prev = d
+
+
+def _chain_arrays(loads: Loads, root: int, receivers: list[int]) -> tuple[int, ...]:
+    """:meth:`Loads.chain` of many distinct ``receivers`` (sorted) by one sort of arrays:
+    by host (the root's first, then by least NIC out load and host), then inside a
+    host the entry (least NIC in load, then id) first and the rest by most NIC out
+    load then id (in the last host and the root's host when no other follows: by
+    id)."""
+    d = np.array(receivers, dtype=np.int64)
+    host, nic = loads.host, loads.nic
+    hosts = np.fromiter(map(host, receivers), dtype=np.int64, count=len(d))
+    nics = [nic(r) for r in receivers]
+    out_of, in_of = loads.nic_out.get, loads.nic_in.get
+    sent = np.array([out_of(n, 0.0) for n in nics], dtype=np.float64)
+    got = np.array([in_of(n, 0.0) for n in nics], dtype=np.float64)
+    rh = host(root)
+    local = hosts == rh
+    distinct, at = np.unique(hosts, return_inverse=True)
+    at = at.reshape(-1)
+    least = np.full(len(distinct), np.inf)
+    np.minimum.at(least, at, sent)
+    remote = distinct != rh
+    by_load = np.lexsort((distinct[remote], least[remote]))
+    rank = np.full(len(distinct), -1, dtype=np.int64)  # the root's host first
+    rank[np.flatnonzero(remote)[by_load]] = np.arange(len(by_load))
+    last = len(by_load) - 1
+    # each remote host's entry: its least NIC in load, then id
+    pick = np.lexsort((d, got, at))
+    entry = np.zeros(len(d), dtype=bool)
+    first_of = np.ones(len(d), dtype=bool)
+    first_of[1:] = at[pick][1:] != at[pick][:-1]
+    entry[pick[first_of]] = True
+    entry &= ~local
+    r = rank[at]
+    by_out = (local & (last >= 0)) | (~local & ~entry & (r < last))
+    key = np.where(by_out, -sent, 0.0)
+    order = np.lexsort((d, key, ~entry, r))
+    return tuple(d[order].tolist())

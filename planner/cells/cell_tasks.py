@@ -27,7 +27,7 @@ def _copies(cell: Cell, tensor: int, nbytes: int, step: int) -> list[Task]:
 
 def _send(cell_box: Box, tensor: int, root: int, receiver: int, nbytes: int,
           loads: Loads, step: int) -> Task:
-    loads.charge(root, (receiver,), nbytes)
+    loads.charge_one(root, receiver, nbytes)
     return Task(TaskKind.SEND, tensor, cell_box, root, (receiver,), nbytes, step)
 
 
@@ -142,6 +142,7 @@ def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads,
     by_host: dict[int, list[int]] = {}
     for n in sorted(cell.needers - cell.holders):
         by_host.setdefault(loads.host(n), []).append(n)
+    split: dict[int, tuple[Box, ...]] = {}  # the box's pieces, per count (hosts repeat it)
     for h, members in sorted(by_host.items()):
         local = [d for d in cell.holders if loads.host(d) == h]
         if local or len(members) == 1:
@@ -151,7 +152,9 @@ def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads,
             kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
             tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, step))
             continue
-        pieces = split_box(cell.box, len(members))
+        pieces = split.get(len(members))
+        if pieces is None:
+            pieces = split[len(members)] = split_box(cell.box, len(members))
         for m, piece in zip(members, pieces):
             pbytes = box_size(piece) * itemsize
             if pbytes == 0:

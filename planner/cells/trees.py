@@ -156,11 +156,44 @@ def _tree_edges(order: Sequence[int], exit_dev: int, entry: dict[int, int],
     return senders.tolist(), receivers.tolist()
 
 
+Edges = dict[tuple[int, tuple[int, ...], tuple[int, ...]],
+             list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]]
+"""Each chain's (root, receivers, relay-only devices) tree edges under one form (per
+tree: its parents, receivers and relay-only devices kept), found once per
+:func:`treeify` call: a box's pieces repeat their chain."""
+
+
 def _reshape(task: Task, host: Callable[[int], int], intra: Intra,
-             shape: HostShape, memo: Segments | None = None) -> list[Task]:
+             shape: HostShape, memo: Segments | None = None,
+             edges: Edges | None = None) -> list[Task]:
     """``task`` (a chain broadcast) as two half-box tasks down complementary binary
     trees over its remote hosts (``double``), or as one task down the chain's host
-    order (``chain``), entries passing on inside their hosts as ``intra`` says."""
+    order (``chain``), entries passing on inside their hosts as ``intra`` says
+    (``edges``: the trees already found for a chain, filled in)."""
+    key = (task.root, task.receivers, task.through)
+    trees = None if edges is None else edges.get(key)
+    if trees is None:
+        trees = _trees_of(task, host, intra, shape, memo)
+        if edges is not None:
+            edges[key] = trees
+    boxes = split_box(task.box, 2) if len(trees) == 2 else (task.box,)
+    itemsize = task.nbytes // box_size(task.box) if box_size(task.box) else 0
+    out: list[Task] = []
+    for box, (parents, receivers, keep_through) in zip(boxes, trees):
+        nbytes = box_size(box) * itemsize
+        if nbytes == 0:
+            continue
+        out.append(Task(task.kind, task.tensor, box, task.root, receivers, nbytes,
+                        task.step, task.source, task.pieces, keep_through, parents,
+                        task.addends, task.addend_parents))  # replace(), built directly
+    return out
+
+
+def _trees_of(task: Task, host: Callable[[int], int], intra: Intra, shape: HostShape,
+              memo: Segments | None
+              ) -> list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+    """:func:`_reshape`'s trees of ``task``'s chain: per tree (two halves for
+    ``double``, else one), its parents, receivers and relay-only devices kept."""
     segs = _segments(task, host, memo)
     head, rest = segs[0], segs[1:]
     through = set(task.through)
@@ -175,16 +208,12 @@ def _reshape(task: Task, host: Callable[[int], int], intra: Intra,
         members[h] = [d for d in seg[1:] if d not in through]
     if shape is HostShape.DOUBLE:
         half = len(hosts) // 2
-        shaped = list(zip(split_box(task.box, 2), (hosts, hosts[half:] + hosts[:half])))
+        orders = [hosts, hosts[half:] + hosts[:half]]
     else:
-        shaped = [(task.box, hosts)]
+        orders = [hosts]
     parent = _PARENT[shape]
-    itemsize = task.nbytes // box_size(task.box) if box_size(task.box) else 0
-    out: list[Task] = []
-    for box, order in shaped:
-        nbytes = box_size(box) * itemsize
-        if nbytes == 0:
-            continue
+    trees = []
+    for order in orders:
         tree_senders, tree_receivers = _tree_edges(order, head[-1], entry, members, intra,
                                                    parent)
         parents = (*head[:-1], *tree_senders)
@@ -193,10 +222,8 @@ def _reshape(task: Task, host: Callable[[int], int], intra: Intra,
         if through:
             senders = set(parents)
             keep_through = tuple(d for d in receivers if d in through and d in senders)
-        out.append(Task(task.kind, task.tensor, box, task.root, receivers, nbytes,
-                        task.step, task.source, task.pieces, keep_through, parents,
-                        task.addends, task.addend_parents))  # replace(), built directly
-    return out
+        trees.append((parents, receivers, keep_through))
+    return trees
 
 
 def _previous(i: int) -> int:
@@ -247,9 +274,10 @@ def treeify(tasks: Iterable[Task], host: Callable[[int], int], intra: Intra | st
     how = parse_choice(Intra, intra, "passing on inside a host")
     form = parse_choice(HostShape, shape, "host shape")
     out: list[Task] = []
+    edges: Edges = {}
     for t in tasks:
         if _applies(t, host, form, memo):
-            out.extend(_reshape(t, host, how, form, memo))
+            out.extend(_reshape(t, host, how, form, memo, edges))
         else:
             out.append(t)
     return tuple(out)

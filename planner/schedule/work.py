@@ -13,7 +13,6 @@ same as planning every slice one by one.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -272,6 +271,7 @@ class WorkList:
             else:
                 cell = self.general[-1 - r][1]
                 demand.expect(cell.holders, cell.needers, nb)
+        loads.expected_changed()
 
     def _add_expected(self, root: np.ndarray, recv: np.ndarray, nbytes: np.ndarray) -> None:
         """Point-to-point transfers' expected NIC demand, in bulk."""
@@ -281,6 +281,7 @@ class WorkList:
             sums = np.bincount(self._nic[dev[cross]], weights=nbytes[cross])
             for n in np.flatnonzero(sums).tolist():
                 expected[(direction, n)] += int(sums[n])
+        self.loads.expected_changed()
 
     def _relayed(self, ref: np.ndarray, p2p: _Columns) -> np.ndarray:
         """``ref`` with the point-to-point rows one of whose ends' NICs may relay
@@ -347,35 +348,24 @@ class WorkList:
 
 class _Demand:
     """:meth:`Loads.expect` for the general cells of one work list, each distinct
-    (holders, needers, bytes) worked out once: a broadcast's pieces (a cell split for
-    balance, a reduced piece's every share) repeat it. Each call adds to each NIC one
-    amount that reads nothing but its arguments and the cluster, so replaying the
-    amounts found once (:meth:`Loads.expect` on an empty accumulator, ``0.0 + x`` is
-    ``x``) adds the same numbers in the same order: the same sums, bit for bit."""
+    (holders, needers, bytes) worked out once (:meth:`Loads.demand`, which reads
+    nothing but its arguments and the cluster): a broadcast's pieces (a cell split for
+    balance, a reduced piece's every share) repeat it. Each call adds the amounts
+    found once in the same order (:meth:`Loads.add_demand`): the same sums, bit for
+    bit."""
 
     def __init__(self, loads: Loads) -> None:
         self.loads = loads
         self.known: dict[tuple[frozenset[int], frozenset[int], int],
                          tuple[list[tuple[tuple[str, int], float]], float]] = {}
-        self.scratch: Loads | None = None
 
     def expect(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
         """``loads.expect(holders, needers - holders, nbytes)``."""
         key = (holders, needers, nbytes)
         got = self.known.get(key)
         if got is None:
-            scratch = self.scratch
-            if scratch is None:
-                scratch = self.scratch = self.loads.copy()
-            scratch.expected = defaultdict(float)
-            scratch.shared = 0.0
-            scratch.expect(holders, needers - holders, nbytes)
-            got = self.known[key] = (list(scratch.expected.items()), scratch.shared)
-        expected = self.loads.expected
-        for k, v in got[0]:
-            expected[k] += v
-        if self.loads.cluster.shared_bandwidth:
-            self.loads.shared += got[1]
+            got = self.known[key] = self.loads.demand(holders, needers - holders, nbytes)
+        self.loads.add_demand(*got)
 
 
 def _point_to_point(table: CellTable) -> tuple[np.ndarray, np.ndarray]:
