@@ -182,13 +182,11 @@ class _Flows:
         dev_in = self.dev_in
         if len(cell.holders) != 1:
             if point_to_point:
-                for r in receivers:
-                    dev_in.one((r, step, nbytes))
+                dev_in.rows.extend([(r, step, nbytes) for r in receivers])
             return
         (root,) = cell.holders
         if point_to_point:
-            for r in receivers:
-                self.send(root, r, nbytes, step)
+            self._sends_of(root, receivers, nbytes, step)
             return
         host = self.host_of
         by_host: dict[int, list[int]] = {}
@@ -207,6 +205,17 @@ class _Flows:
             for m in members:
                 dev_in.one((m, step + 1, share))
                 self.dev_out.one((m, step + 1, share))
+
+    def _sends_of(self, root: int, receivers: list[int], nbytes: int, step: int) -> None:
+        """:meth:`send` of ``nbytes`` from ``root`` to each of ``receivers`` in turn (each
+        kind's rows in the same order, without a call a send)."""
+        host, nic = self.host_of, self.nic_of
+        self.dev_out.rows.extend([(root, step, nbytes)] * len(receivers))
+        self.dev_in.rows.extend([(r, step, nbytes) for r in receivers])
+        cross = [r for r in receivers if host[r] != host[root]]
+        if cross:
+            self.nic_out.rows.extend([(nic[root], step, nbytes)] * len(cross))
+            self.nic_in.rows.extend([(nic[r], step, nbytes) for r in cross])
 
     def _gathered(self, root: int, receivers: np.ndarray, cell: Cell, nbytes: int,
                   item: int, step: int) -> None:
