@@ -188,23 +188,46 @@ class _Flows:
         if point_to_point:
             self._sends_of(root, receivers, nbytes, step)
             return
-        host = self.host_of
+        self._gathered_few(root, receivers, cell, nbytes, item, step)
+
+    def _gathered_few(self, root: int, receivers: list[int], cell: Cell, nbytes: int,
+                      item: int, step: int) -> None:
+        """:meth:`_gathered` of a few receivers, host by host (in the order its first
+        receiver comes): each kind's rows in that loop's order, each split of the cell
+        into ``k`` pieces found once."""
+        host, nic = self.host_of, self.nic_of
+        dev_out, dev_in = self.dev_out.rows.append, self.dev_in.rows.append
+        nic_out, nic_in = self.nic_out.rows.append, self.nic_in.rows.append
         by_host: dict[int, list[int]] = {}
         for r in receivers:
             by_host.setdefault(host[r], []).append(r)
+        home, out_nic = host[root], nic[root]
+        split: dict[int, list[int]] = {}  # k: each piece's bytes
         for h, members in by_host.items():
-            if h == host[root] or len(members) == 1:  # whole, down a chain or sent
-                self.send(root, members[0], nbytes, step)
+            k = len(members)
+            if h == home or k == 1:  # whole, down a chain or sent
+                first = members[0]
+                dev_out((root, step, nbytes))
+                dev_in((first, step, nbytes))
+                if h != home:
+                    nic_out((out_nic, step, nbytes))
+                    nic_in((nic[first], step, nbytes))
                 for m in members[1:]:
-                    dev_in.one((m, step, nbytes))
+                    dev_in((m, step, nbytes))
                 continue
-            for m, piece in zip(members, split_box(cell.box, len(members))):
-                if box_size(piece):
-                    self.send(root, m, box_size(piece) * item, step)
-            share = nbytes * (len(members) - 1) / len(members)  # the all-gather's
+            pieces = split.get(k)
+            if pieces is None:
+                pieces = split[k] = [box_size(p) * item for p in split_box(cell.box, k)]
+            for m, b in zip(members, pieces):  # another host: each piece crosses the NICs
+                if b:
+                    dev_out((root, step, b))
+                    dev_in((m, step, b))
+                    nic_out((out_nic, step, b))
+                    nic_in((nic[m], step, b))
+            share = nbytes * (k - 1) / k  # the all-gather's
             for m in members:
-                dev_in.one((m, step + 1, share))
-                self.dev_out.one((m, step + 1, share))
+                dev_in((m, step + 1, share))
+                dev_out((m, step + 1, share))
 
     def _sends_of(self, root: int, receivers: list[int], nbytes: int, step: int) -> None:
         """:meth:`send` of ``nbytes`` from ``root`` to each of ``receivers`` in turn (each

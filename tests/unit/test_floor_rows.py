@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.layout import box_size
+from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cuts import cut_slices
 from reshard.planner.plan import plan_tasks, planned_tensors
 from reshard.planner.schedule import floors
@@ -18,7 +20,7 @@ from reshard.planner.values.tasks import TaskKind
 CLUSTER = Cluster.preset("dgx-h100", 8)
 MESH = DeviceMesh((4, 8), range(32))
 MOVES = [("R+P0", "R", (4096,)), ("S0R+P1", "RS0", (1024, 512)), ("S0RR+P1", "S0RR", (64, 64, 8)),
-         ("RR+P01", "RS0", (256, 64))]
+         ("RR+P01", "RS0", (256, 64)), ("S0R+P1", "RS0", (1000, 251))]
 
 
 def _tensors(src: str, dst: str, shape: tuple[int, ...], mesh: DeviceMesh = MESH):
@@ -33,24 +35,50 @@ def _old_sends_of(self, root, receivers, nbytes, step):
         self.send(root, r, nbytes, step)
 
 
+def _old_gathered_few(self, root, receivers, cell, nbytes, item, step):
+    """The all-gather loop the rows replace: one :meth:`send` a piece."""
+    host = self.host_of
+    by_host: dict[int, list[int]] = {}
+    for r in receivers:
+        by_host.setdefault(host[r], []).append(r)
+    for h, members in by_host.items():
+        if h == host[root] or len(members) == 1:
+            self.send(root, members[0], nbytes, step)
+            for m in members[1:]:
+                self.dev_in.one((m, step, nbytes))
+            continue
+        for m, piece in zip(members, split_box(cell.box, len(members))):
+            if box_size(piece):
+                self.send(root, m, box_size(piece) * item, step)
+        share = nbytes * (len(members) - 1) / len(members)
+        for m in members:
+            self.dev_in.one((m, step + 1, share))
+            self.dev_out.one((m, step + 1, share))
+
+
+OLD = {Strategy.SEND_RECV: ("_sends_of", _old_sends_of),
+       Strategy.ALLGATHER: ("_gathered_few", _old_gathered_few)}
+
+
 def _rows(flows) -> list:
     return [kind.items() for kind in (flows.dev_out, flows.dev_in, flows.nic_out,
                                       flows.nic_in)]
 
 
 @pytest.mark.parametrize("src,dst,shape", MOVES)
-def test_few_receivers_rows_at_once_are_the_sends_one_by_one(src, dst, shape, monkeypatch):
-    """(Only a point-to-point baseline's floor sends a cell to each receiver.)"""
-    strategy = Strategy.SEND_RECV
+@pytest.mark.parametrize("strategy", list(OLD))
+def test_few_receivers_rows_at_once_are_the_sends_one_by_one(src, dst, shape, strategy,
+                                                             monkeypatch):
     tensors = _tensors(src, dst, shape)
     got: dict[bool, tuple] = {}
     calls = []
-    new = floors._Flows._sends_of
-    monkeypatch.setattr(floors._Flows, "_sends_of",
+    name, old_way = OLD[strategy]
+    new = getattr(floors._Flows, name)
+    monkeypatch.setattr(floors._Flows, name,
                         lambda self, *a: (calls.append(a), new(self, *a))[1])
     for old in (False, True):
         if old:
-            monkeypatch.setattr(floors._Flows, "_sends_of", _old_sends_of)
+            monkeypatch.setattr(floors._Flows, name, old_way)
         for fine in (False, True):
             s = cut_slices(tensors, CLUSTER, strategy, fine=fine)
             flows = floors._Flows(CLUSTER)
