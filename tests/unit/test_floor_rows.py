@@ -4,14 +4,17 @@ gave (the same rows in the same order, the same keys, the same floors)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.layout import box_size
 from reshard.planner.cells.cell_tasks import split_box
+from reshard.planner.costing.cost import Routes
 from reshard.planner.cuts import cut_slices
-from reshard.planner.plan import plan_tasks, planned_tensors
+from reshard.planner.plan import Builds, _best_plan, plan_tasks, planned_tensors
 from reshard.planner.schedule import floors
 from reshard.planner.schedule.order import PHASE, OrderKeys
 from reshard.planner.values.strategy import Strategy
@@ -136,3 +139,27 @@ def test_order_keys_as_arrays_are_the_keys_task_by_task():
     for part in (tasks, [t for t in tasks if len(t.box) == 1], tasks[:1], []):
         seq = rng.permutation(len(part))
         _same(OrderKeys.of_tasks(part, seq, CLUSTER), _old_keys(part, seq, CLUSTER))
+
+
+@pytest.mark.parametrize("relay_piece", [0, 1 << 20])
+@pytest.mark.parametrize("src,dst,shape", MOVES[:2] + MOVES[3:])
+def test_a_floor_reading_the_calls_routes_is_the_floor_finding_its_own(src, dst, shape,
+                                                                       relay_piece):
+    """The reductions' routes read from the planning call's memo (filled by its
+    candidates, then by the floors themselves): the same floor, float for float."""
+    cluster = dataclasses.replace(CLUSTER, relay_piece=relay_piece)
+    tensors, _ = planned_tensors([(shape, "bfloat16", Layout(MESH, src), Layout(MESH, dst))],
+                                 cluster, None, None)
+    builds = Builds()
+    _best_plan(tensors, cluster, Strategy.BROADCAST, builds)
+    assert builds.known
+    seen = 0
+    for strategy in (Strategy.SEND_RECV, Strategy.ALLGATHER):
+        for fine in (False, True):
+            s = cut_slices(tensors, cluster, strategy, fine=fine)
+            seen += len(s.reduces)
+            alone = floors.baseline_floor(s.work, s.reduces, s.itemsizes, cluster, strategy)
+            for known in (builds.known, Routes()):
+                assert floors.baseline_floor(s.work, s.reduces, s.itemsizes, cluster,
+                                             strategy, known) == alone
+    assert seen
