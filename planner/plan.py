@@ -327,7 +327,7 @@ class Builds:
         if got is None:
             s = self.slices(tensors, cluster, baseline, fine=fine)
             got = self._floors[key] = baseline_floor(s.work, s.reduces, s.itemsizes,
-                                                     cluster, baseline)
+                                                     cluster, baseline, self.known)
         return got
 
     def beaten(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, baseline: Strategy,

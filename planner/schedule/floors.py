@@ -49,7 +49,7 @@ from reshard.cluster import Cluster
 from reshard.layout import box_size
 from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cells.decompose import Cell
-from reshard.planner.costing.cost import Hops, task_path
+from reshard.planner.costing.cost import Hops, RouteMemo, task_path, task_routes
 from reshard.planner.schedule.work import WorkList
 from reshard.planner.values.resources import (
     COPY,
@@ -182,31 +182,63 @@ class _Flows:
         dev_in = self.dev_in
         if len(cell.holders) != 1:
             if point_to_point:
-                for r in receivers:
-                    dev_in.one((r, step, nbytes))
+                dev_in.rows.extend([(r, step, nbytes) for r in receivers])
             return
         (root,) = cell.holders
         if point_to_point:
-            for r in receivers:
-                self.send(root, r, nbytes, step)
+            self._sends_of(root, receivers, nbytes, step)
             return
-        host = self.host_of
+        self._gathered_few(root, receivers, cell, nbytes, item, step)
+
+    def _gathered_few(self, root: int, receivers: list[int], cell: Cell, nbytes: int,
+                      item: int, step: int) -> None:
+        """:meth:`_gathered` of a few receivers, host by host (in the order its first
+        receiver comes): each kind's rows in that loop's order, each split of the cell
+        into ``k`` pieces found once."""
+        host, nic = self.host_of, self.nic_of
+        dev_out, dev_in = self.dev_out.rows.append, self.dev_in.rows.append
+        nic_out, nic_in = self.nic_out.rows.append, self.nic_in.rows.append
         by_host: dict[int, list[int]] = {}
         for r in receivers:
             by_host.setdefault(host[r], []).append(r)
+        home, out_nic = host[root], nic[root]
+        split: dict[int, list[int]] = {}  # k: each piece's bytes
         for h, members in by_host.items():
-            if h == host[root] or len(members) == 1:  # whole, down a chain or sent
-                self.send(root, members[0], nbytes, step)
+            k = len(members)
+            if h == home or k == 1:  # whole, down a chain or sent
+                first = members[0]
+                dev_out((root, step, nbytes))
+                dev_in((first, step, nbytes))
+                if h != home:
+                    nic_out((out_nic, step, nbytes))
+                    nic_in((nic[first], step, nbytes))
                 for m in members[1:]:
-                    dev_in.one((m, step, nbytes))
+                    dev_in((m, step, nbytes))
                 continue
-            for m, piece in zip(members, split_box(cell.box, len(members))):
-                if box_size(piece):
-                    self.send(root, m, box_size(piece) * item, step)
-            share = nbytes * (len(members) - 1) / len(members)  # the all-gather's
+            pieces = split.get(k)
+            if pieces is None:
+                pieces = split[k] = [box_size(p) * item for p in split_box(cell.box, k)]
+            for m, b in zip(members, pieces):  # another host: each piece crosses the NICs
+                if b:
+                    dev_out((root, step, b))
+                    dev_in((m, step, b))
+                    nic_out((out_nic, step, b))
+                    nic_in((nic[m], step, b))
+            share = nbytes * (k - 1) / k  # the all-gather's
             for m in members:
-                dev_in.one((m, step + 1, share))
-                self.dev_out.one((m, step + 1, share))
+                dev_in((m, step + 1, share))
+                dev_out((m, step + 1, share))
+
+    def _sends_of(self, root: int, receivers: list[int], nbytes: int, step: int) -> None:
+        """:meth:`send` of ``nbytes`` from ``root`` to each of ``receivers`` in turn (each
+        kind's rows in the same order, without a call a send)."""
+        host, nic = self.host_of, self.nic_of
+        self.dev_out.rows.extend([(root, step, nbytes)] * len(receivers))
+        self.dev_in.rows.extend([(r, step, nbytes) for r in receivers])
+        cross = [r for r in receivers if host[r] != host[root]]
+        if cross:
+            self.nic_out.rows.extend([(nic[root], step, nbytes)] * len(cross))
+            self.nic_in.rows.extend([(nic[r], step, nbytes) for r in cross])
 
     def _gathered(self, root: int, receivers: np.ndarray, cell: Cell, nbytes: int,
                   item: int, step: int) -> None:
@@ -269,14 +301,21 @@ class _Flows:
 
 
 def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[int],
-                   cluster: Cluster, strategy: Strategy) -> float:
+                   cluster: Cluster, strategy: Strategy, known: RouteMemo | None = None
+                   ) -> float:
     """Seconds every plan of ``work``'s slices (after ``reduces``; ``itemsizes``: each
     tensor's bytes per element) under ``strategy`` (``send_recv`` or ``allgather``)
-    takes at least in the cost model (module docstring), less :data:`FLOOR_MARGIN`."""
+    takes at least in the cost model (module docstring), less :data:`FLOOR_MARGIN`.
+    ``known``: routes already found on ``cluster`` (:func:`task_routes`' memo; the
+    reductions' routes are read from it and kept in it: the same routes)."""
     load: defaultdict[tuple[str, tuple[int, int]], float] = defaultdict(float)
-    hops = Hops()  # each edge's hop found once for every reduction
-    for t in reduces:  # the reductions', by step
-        for (kind, i), frac in task_path(t, cluster, hops)[0]:
+    if known is None:
+        hops = Hops()  # each edge's hop found once for every reduction
+        routes = [task_path(t, cluster, hops) for t in reduces]
+    else:
+        routes = list(task_routes(reduces, cluster, known))
+    for t, (path, _) in zip(reduces, routes):  # the reductions', by step
+        for (kind, i), frac in path:
             load[(kind, (i, t.step))] += frac * t.nbytes
     flows = _Flows(cluster)
     p2p = work.point_to_point()

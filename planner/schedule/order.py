@@ -76,23 +76,19 @@ class OrderKeys:
     def of_tasks(cls, tasks: Sequence[Task], seq: np.ndarray, cluster: Cluster) -> OrderKeys:
         """The keys of ``tasks``, planned at positions ``seq``."""
         nh = max(1, cluster.num_hosts)
-        host = cluster.host_of
+        host = cluster.host_map
         copy = TaskKind.COPY
-        width = 2 * max((len(t.box) for t in tasks), default=0)
-        box = np.zeros((len(tasks), width), dtype=np.int64)
-        for i, t in enumerate(tasks):
-            flat = [v for pair in t.box for v in pair]
-            box[i, :len(flat)] = flat
+        n = len(tasks)
         return cls(
-            np.array([t.step for t in tasks], dtype=np.int64),
-            np.array([PHASE[t.kind] for t in tasks], dtype=np.int64),
-            np.array([(host(t.receivers[0]) - host(t.root)) % nh
-                      if t.root >= 0 and t.kind is not copy else 0 for t in tasks],
-                     dtype=np.int64),
-            np.array([t.nbytes for t in tasks], dtype=np.int64),
-            np.array([t.tensor for t in tasks], dtype=np.int64),
-            box,
-            np.array([t.root for t in tasks], dtype=np.int64),
+            np.fromiter([t.step for t in tasks], dtype=np.int64, count=n),
+            np.fromiter([PHASE[t.kind] for t in tasks], dtype=np.int64, count=n),
+            np.fromiter([(host[t.receivers[0]] - host[t.root]) % nh
+                         if t.root >= 0 and t.kind is not copy else 0 for t in tasks],
+                        dtype=np.int64, count=n),
+            np.fromiter([t.nbytes for t in tasks], dtype=np.int64, count=n),
+            np.fromiter([t.tensor for t in tasks], dtype=np.int64, count=n),
+            _boxes(tasks),
+            np.fromiter([t.root for t in tasks], dtype=np.int64, count=n),
             np.asarray(seq, dtype=np.int64))
 
     @classmethod
@@ -111,6 +107,20 @@ class OrderKeys:
         keys += [self.box[:, j] for j in reversed(range(self.box.shape[1]))]
         keys += [self.tensor, -self.nbytes, self.dist, self.phase, self.step]
         return np.lexsort(keys)
+
+
+def _boxes(tasks: Sequence[Task]) -> np.ndarray:
+    """:attr:`OrderKeys.box` of ``tasks``: one row of starts and stops a task, dim by
+    dim, zero-padded to the widest (at once where every box has the same dims)."""
+    ndims = {len(t.box) for t in tasks}
+    if len(ndims) == 1:
+        (ndim,) = ndims
+        return np.array([t.box for t in tasks], dtype=np.int64).reshape(len(tasks), 2 * ndim)
+    box = np.zeros((len(tasks), 2 * max(ndims, default=0)), dtype=np.int64)
+    for i, t in enumerate(tasks):
+        flat = [v for pair in t.box for v in pair]
+        box[i, :len(flat)] = flat
+    return box
 
 
 def one_at_a_time(tasks: Sequence[Task]) -> tuple[Task, ...]:
