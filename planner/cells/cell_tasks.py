@@ -139,12 +139,17 @@ def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads,
     broadcasts it locally."""
     nbytes = box_size(cell.box) * itemsize
     tasks = _copies(cell, tensor, nbytes, step)
+    host = loads.host
     by_host: dict[int, list[int]] = {}
     for n in sorted(cell.needers - cell.holders):
-        by_host.setdefault(loads.host(n), []).append(n)
-    split: dict[int, tuple[Box, ...]] = {}  # the box's pieces, per count (hosts repeat it)
+        by_host.setdefault(host(n), []).append(n)
+    held_on: dict[int, list[int]] = {}  # each host's holders, in the holders' order
+    for d in cell.holders:
+        held_on.setdefault(host(d), []).append(d)
+    # the box's pieces and their bytes, per count (hosts repeat it)
+    split: dict[int, tuple[tuple[Box, ...], list[int]]] = {}
     for h, members in sorted(by_host.items()):
-        local = [d for d in cell.holders if loads.host(d) == h]
+        local = held_on.get(h)
         if local or len(members) == 1:
             root = loads.pick_root(local or cell.holders, {h}, nbytes)
             chain = tuple(members)
@@ -152,17 +157,19 @@ def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads,
             kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
             tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, step))
             continue
-        pieces = split.get(len(members))
-        if pieces is None:
-            pieces = split[len(members)] = split_box(cell.box, len(members))
-        for m, piece in zip(members, pieces):
-            pbytes = box_size(piece) * itemsize
+        got = split.get(len(members))
+        if got is None:
+            pieces = split_box(cell.box, len(members))
+            got = split[len(members)] = (pieces, [box_size(p) * itemsize for p in pieces])
+        pieces, sizes = got
+        for m, piece, pbytes in zip(members, pieces, sizes):
             if pbytes == 0:
                 continue
             root = loads.pick_sender(cell.holders, m, pbytes)
             tasks.append(_send(piece, tensor, root, m, pbytes, loads, step))
+        share = nbytes * (len(members) - 1) / len(members)
         for m in members:
-            loads.dev_in[m] += nbytes * (len(members) - 1) / len(members)
+            loads.dev_in[m] += share
         tasks.append(Task(TaskKind.ALLGATHER, tensor, cell.box, -1, tuple(members), nbytes,
                           step + 1, source=Buffer.DST, pieces=pieces))
     return tasks
