@@ -132,6 +132,34 @@ def split_box(box: Box, k: int, dim: int | None = None) -> tuple[Box, ...]:
     return tuple(out)
 
 
+def _remote_sends(cell: Cell, loads: Loads) -> Callable[[int, int], int]:
+    """``send(m, pbytes)``: :func:`_send` of a piece from ``loads.pick_sender`` to a
+    needer ``m`` on a host that holds none of ``cell`` (every holder is remote: the
+    same key without the host terms, the same charges in the same order); returns the
+    sender."""
+    holders = cell.holders
+    nic = loads.nic
+    nic_out, nic_in, dev_out, dev_in = loads.nic_out, loads.nic_in, loads.dev_out, loads.dev_in
+    if len(holders) == 1:
+        (only,) = holders
+        pairs = [(only, nic(only))]
+    else:
+        pairs = [(d, nic(d)) for d in holders]
+
+    def send(m: int, pbytes: int) -> int:
+        if len(pairs) == 1:
+            root, n = pairs[0]
+        else:
+            _, _, root, n = min([(nic_out[n] + pbytes, dev_out[d], d, n) for d, n in pairs])
+        dev_out[root] += pbytes
+        dev_in[m] += pbytes
+        nic_out[n] += pbytes
+        nic_in[nic(m)] += pbytes
+        return root
+
+    return send
+
+
 def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads,
                    step: int = 0) -> list[Task]:
     """Each needer host receives the cell once, split over its needers, who then
@@ -148,6 +176,7 @@ def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads,
         held_on.setdefault(host(d), []).append(d)
     # the box's pieces and their bytes, per count (hosts repeat it)
     split: dict[int, tuple[tuple[Box, ...], list[int]]] = {}
+    sent: Callable[[int, int], int] | None = None
     for h, members in sorted(by_host.items()):
         local = held_on.get(h)
         if local or len(members) == 1:
@@ -162,11 +191,12 @@ def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads,
             pieces = split_box(cell.box, len(members))
             got = split[len(members)] = (pieces, [box_size(p) * itemsize for p in pieces])
         pieces, sizes = got
+        if sent is None:
+            sent = _remote_sends(cell, loads)
         for m, piece, pbytes in zip(members, pieces, sizes):
-            if pbytes == 0:
-                continue
-            root = loads.pick_sender(cell.holders, m, pbytes)
-            tasks.append(_send(piece, tensor, root, m, pbytes, loads, step))
+            if pbytes:
+                tasks.append(Task(TaskKind.SEND, tensor, piece, sent(m, pbytes), (m,),
+                                  pbytes, step))
         share = nbytes * (len(members) - 1) / len(members)
         for m in members:
             loads.dev_in[m] += share
