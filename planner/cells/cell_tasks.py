@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from reshard.layout import Box, box_size, chunk_bounds
+from reshard.layout import Box, box_size
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.values.strategy import Strategy
@@ -125,11 +125,11 @@ def split_box(box: Box, k: int, dim: int | None = None) -> tuple[Box, ...]:
         return (box, *(() for _ in range(k - 1)))
     d = dim if dim is not None else split_dim(box, k)
     lo, hi = box[d]
-    out = []
-    for i in range(k):
-        a, b = chunk_bounds(hi - lo, k, i)
-        out.append((*box[:d], (lo + a, lo + b), *box[d + 1:]))
-    return tuple(out)
+    n = hi - lo
+    c = -(-n // k) if k else 0  # chunk_bounds(n, k, i), the chunk size found once
+    head, tail = box[:d], box[d + 1:]
+    return tuple((*head, (lo + min(i * c, n), lo + min(i * c + c, n)), *tail)
+                 for i in range(k))
 
 
 def _remote_sends(cell: Cell, loads: Loads) -> Callable[[int, int], int]:

@@ -280,8 +280,9 @@ def treeify(tasks: Iterable[Task], host: Callable[[int], int], intra: Intra | st
     form = parse_choice(HostShape, shape, "host shape")
     out: list[Task] = []
     edges: Edges = {}
-    for t in tasks:
-        if _applies(t, host, form, memo):
+    applies, broadcast = _APPLIES[form], TaskKind.BROADCAST
+    for t in tasks:  # _applies, inline (most tasks are sends)
+        if t.kind is broadcast and not t.parents and applies(_segments(t, host, memo)):
             out.extend(_reshape(t, host, how, form, memo, edges))
         else:
             out.append(t)
@@ -293,4 +294,6 @@ def reshapes(tasks: Iterable[Task], host: Callable[[int], int],
     """Whether :func:`treeify` with ``shape`` would change any of ``tasks``
     (``memo``: as :func:`treeify`'s)."""
     form = parse_choice(HostShape, shape, "host shape")
-    return any(_applies(t, host, form, memo) for t in tasks)
+    applies, broadcast = _APPLIES[form], TaskKind.BROADCAST
+    return any(t.kind is broadcast and not t.parents and applies(_segments(t, host, memo))
+               for t in tasks)  # _applies, inline

@@ -1,5 +1,5 @@
-"""plan_allgather (planner/cells/cell_tasks.py) against its one-host-at-a-time reference:
-the same tasks in the same order and the same loads left behind."""
+"""plan_allgather and split_box (planner/cells/cell_tasks.py) against their references
+(their former forms): the same tasks in the same order and the same loads left behind."""
 
 from __future__ import annotations
 
@@ -8,9 +8,15 @@ import random
 import pytest
 
 from reshard import Cluster
-from reshard.layout import box_size
+from reshard.layout import box_size, chunk_bounds
 from reshard.planner.cells.balance import Loads
-from reshard.planner.cells.cell_tasks import _copies, _send, plan_allgather, split_box
+from reshard.planner.cells.cell_tasks import (
+    _copies,
+    _send,
+    plan_allgather,
+    split_box,
+    split_dim,
+)
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.values.tasks import Buffer, Task, TaskKind
 
@@ -68,3 +74,18 @@ def test_allgather_tasks_and_loads_are_the_reference_s(seed, preset):
         assert got == want
         assert _tables(b) == _tables(a)
         assert [list(t) for t in _tables(b)] == [list(t) for t in _tables(a)]  # key order
+
+
+def test_split_box_is_the_chunk_rule_piece_by_piece():
+    rng = random.Random(0)
+    for _ in range(400):
+        box = tuple((a, a + rng.choice([0, 1, 3, 7, 64, 100])) for a in
+                    (rng.randrange(50) for _ in range(rng.randrange(1, 4))))
+        k = rng.choice([1, 2, 3, 5, 8, 9])
+        d = rng.randrange(len(box))
+        lo, hi = box[d]
+        want = tuple((*box[:d], (lo + a, lo + b), *box[d + 1:])
+                     for a, b in (chunk_bounds(hi - lo, k, i) for i in range(k)))
+        assert split_box(box, k, d) == want
+        assert split_box(box, k) == split_box(box, k, split_dim(box, k))
+    assert split_box((), 3) == ((), (), ())
