@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from reshard.layout import Box, box_size, chunk_bounds
+from reshard.layout import Box, box_size
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.values.strategy import Strategy
@@ -125,11 +125,39 @@ def split_box(box: Box, k: int, dim: int | None = None) -> tuple[Box, ...]:
         return (box, *(() for _ in range(k - 1)))
     d = dim if dim is not None else split_dim(box, k)
     lo, hi = box[d]
-    out = []
-    for i in range(k):
-        a, b = chunk_bounds(hi - lo, k, i)
-        out.append((*box[:d], (lo + a, lo + b), *box[d + 1:]))
-    return tuple(out)
+    n = hi - lo
+    c = -(-n // k) if k else 0  # chunk_bounds(n, k, i), the chunk size found once
+    head, tail = box[:d], box[d + 1:]
+    return tuple((*head, (lo + min(i * c, n), lo + min(i * c + c, n)), *tail)
+                 for i in range(k))
+
+
+def _remote_sends(cell: Cell, loads: Loads) -> Callable[[int, int], int]:
+    """``send(m, pbytes)``: :func:`_send` of a piece from ``loads.pick_sender`` to a
+    needer ``m`` on a host that holds none of ``cell`` (every holder is remote: the
+    same key without the host terms, the same charges in the same order); returns the
+    sender."""
+    holders = cell.holders
+    nic = loads.nic
+    nic_out, nic_in, dev_out, dev_in = loads.nic_out, loads.nic_in, loads.dev_out, loads.dev_in
+    if len(holders) == 1:
+        (only,) = holders
+        pairs = [(only, nic(only))]
+    else:
+        pairs = [(d, nic(d)) for d in holders]
+
+    def send(m: int, pbytes: int) -> int:
+        if len(pairs) == 1:
+            root, n = pairs[0]
+        else:
+            _, _, root, n = min([(nic_out[n] + pbytes, dev_out[d], d, n) for d, n in pairs])
+        dev_out[root] += pbytes
+        dev_in[m] += pbytes
+        nic_out[n] += pbytes
+        nic_in[nic(m)] += pbytes
+        return root
+
+    return send
 
 
 def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads,
@@ -139,12 +167,18 @@ def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads,
     broadcasts it locally."""
     nbytes = box_size(cell.box) * itemsize
     tasks = _copies(cell, tensor, nbytes, step)
+    host = loads.host
     by_host: dict[int, list[int]] = {}
     for n in sorted(cell.needers - cell.holders):
-        by_host.setdefault(loads.host(n), []).append(n)
-    split: dict[int, tuple[Box, ...]] = {}  # the box's pieces, per count (hosts repeat it)
+        by_host.setdefault(host(n), []).append(n)
+    held_on: dict[int, list[int]] = {}  # each host's holders, in the holders' order
+    for d in cell.holders:
+        held_on.setdefault(host(d), []).append(d)
+    # the box's pieces and their bytes, per count (hosts repeat it)
+    split: dict[int, tuple[tuple[Box, ...], list[int]]] = {}
+    sent: Callable[[int, int], int] | None = None
     for h, members in sorted(by_host.items()):
-        local = [d for d in cell.holders if loads.host(d) == h]
+        local = held_on.get(h)
         if local or len(members) == 1:
             root = loads.pick_root(local or cell.holders, {h}, nbytes)
             chain = tuple(members)
@@ -152,17 +186,20 @@ def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads,
             kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
             tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, step))
             continue
-        pieces = split.get(len(members))
-        if pieces is None:
-            pieces = split[len(members)] = split_box(cell.box, len(members))
-        for m, piece in zip(members, pieces):
-            pbytes = box_size(piece) * itemsize
-            if pbytes == 0:
-                continue
-            root = loads.pick_sender(cell.holders, m, pbytes)
-            tasks.append(_send(piece, tensor, root, m, pbytes, loads, step))
+        got = split.get(len(members))
+        if got is None:
+            pieces = split_box(cell.box, len(members))
+            got = split[len(members)] = (pieces, [box_size(p) * itemsize for p in pieces])
+        pieces, sizes = got
+        if sent is None:
+            sent = _remote_sends(cell, loads)
+        for m, piece, pbytes in zip(members, pieces, sizes):
+            if pbytes:
+                tasks.append(Task(TaskKind.SEND, tensor, piece, sent(m, pbytes), (m,),
+                                  pbytes, step))
+        share = nbytes * (len(members) - 1) / len(members)
         for m in members:
-            loads.dev_in[m] += nbytes * (len(members) - 1) / len(members)
+            loads.dev_in[m] += share
         tasks.append(Task(TaskKind.ALLGATHER, tensor, cell.box, -1, tuple(members), nbytes,
                           step + 1, source=Buffer.DST, pieces=pieces))
     return tasks

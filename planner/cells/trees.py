@@ -116,16 +116,21 @@ def _few_edges(order: Sequence[int], exit_dev: int, entry: dict[int, int],
     """:func:`_tree_edges` of a few members (``groups``: each host's), one by one."""
     senders: list[int] = []
     receivers: list[int] = []
+    star = intra is Intra.STAR
     for i, (h, group) in enumerate(zip(order, groups)):
         e = entry[h]
         up = parent(i)  # negative: the root's host
         senders.append(exit_dev if up < 0 else entry[order[up]])
         receivers.append(e)
-        prev = e
-        for m in group:
-            senders.append(e if intra is Intra.STAR else prev)
-            receivers.append(m)
-            prev = m
+        if not group:
+            continue
+        # a star: the entry sends to each member; a chain: each member's the one before
+        if star:
+            senders.extend([e] * len(group))
+        else:
+            senders.append(e)
+            senders.extend(group[:-1])
+        receivers.extend(group)
     return senders, receivers
 
 
@@ -205,7 +210,7 @@ def _trees_of(task: Task, host: Callable[[int], int], intra: Intra, shape: HostS
         hosts.append(h)
         entry[h] = seg[0]
         # a relay that only led out of the host is not needed: the entry sends on
-        members[h] = [d for d in seg[1:] if d not in through]
+        members[h] = [d for d in seg[1:] if d not in through] if through else seg[1:]
     if shape is HostShape.DOUBLE:
         half = len(hosts) // 2
         orders = [hosts, hosts[half:] + hosts[:half]]
@@ -275,8 +280,9 @@ def treeify(tasks: Iterable[Task], host: Callable[[int], int], intra: Intra | st
     form = parse_choice(HostShape, shape, "host shape")
     out: list[Task] = []
     edges: Edges = {}
-    for t in tasks:
-        if _applies(t, host, form, memo):
+    applies, broadcast = _APPLIES[form], TaskKind.BROADCAST
+    for t in tasks:  # _applies, inline (most tasks are sends)
+        if t.kind is broadcast and not t.parents and applies(_segments(t, host, memo)):
             out.extend(_reshape(t, host, how, form, memo, edges))
         else:
             out.append(t)
@@ -288,4 +294,6 @@ def reshapes(tasks: Iterable[Task], host: Callable[[int], int],
     """Whether :func:`treeify` with ``shape`` would change any of ``tasks``
     (``memo``: as :func:`treeify`'s)."""
     form = parse_choice(HostShape, shape, "host shape")
-    return any(_applies(t, host, form, memo) for t in tasks)
+    applies, broadcast = _APPLIES[form], TaskKind.BROADCAST
+    return any(t.kind is broadcast and not t.parents and applies(_segments(t, host, memo))
+               for t in tasks)  # _applies, inline

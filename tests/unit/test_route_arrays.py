@@ -251,3 +251,30 @@ def test_a_many_needer_slice_s_expectation_by_arrays_is_the_loop_s(seed, monkeyp
         by_loop.expect(*s)
     assert {k: v for k, v in loads.expected.items() if v} == \
         {k: v for k, v in by_loop.expected.items() if v}
+
+
+def _edges_loop(order, exit_dev, entry, groups, intra, parent):
+    """One edge at a time, as _few_edges once walked them (the reference)."""
+    senders, receivers = [], []
+    for i, (h, group) in enumerate(zip(order, groups)):
+        up = parent(i)
+        senders.append(exit_dev if up < 0 else entry[order[up]])
+        receivers.append(entry[h])
+        prev = entry[h]
+        for m in group:
+            senders.append(entry[h] if intra is Intra.STAR else prev)
+            receivers.append(m)
+            prev = m
+    return senders, receivers
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_few_edges_by_whole_groups_are_the_edge_by_edge_edges(seed):
+    rng = np.random.default_rng(seed)
+    order = [int(h) for h in rng.permutation(12)[: 1 + seed * 2]]
+    entry = {h: 100 * h for h in order}
+    groups = [[100 * h + i for i in range(1, 1 + int(rng.integers(0, 5)))] for h in order]
+    for intra in Intra:
+        for parent in (trees._heap_parent, trees._previous, trees._first):
+            want = _edges_loop(order, 7, entry, groups, intra, parent)
+            assert trees._few_edges(order, 7, entry, groups, intra, parent) == want
