@@ -37,17 +37,19 @@ TIGHT = 1e-9
 """Resources whose level is within this relative margin of the lowest fill together
 (one round)."""
 
-SMALL = 256
+SMALL = 64
 """Fillings of at most this many edges run on Python floats (a handful of resources
 and transfers: numpy's cost per call outweighs its arrays)."""
 
 def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     """The concatenation of ``arange(starts[i], stops[i])`` over ``i``."""
+    if len(starts) == 1:
+        return np.arange(int(starts[0]), int(stops[0]), dtype=np.int64)
     lens = stops - starts
-    total = int(lens.sum())
+    ends = np.cumsum(lens)
+    total = int(ends[-1]) if len(ends) else 0
     if not total:
         return np.zeros(0, dtype=np.int64)
-    ends = np.cumsum(lens)
     return np.repeat(starts - ends + lens, lens) + np.arange(total)
 
 

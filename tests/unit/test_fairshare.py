@@ -168,3 +168,14 @@ def test_small_fills_equal_the_arrays_bit_for_bit(case, data):
     low = float(a.rate[ended].min())
     c, d = _both(lambda: fs.fill(after, a, low, usage))
     assert c.rate.tobytes() == d.rate.tobytes() and c.level.tobytes() == d.level.tobytes()
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(spans=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 5)), max_size=6))
+def test_ranges_is_the_concatenation_of_aranges(spans):
+    from reshard.planner.costing.fairshare import ranges
+    starts = np.array([a for a, _ in spans], dtype=np.int64)
+    stops = np.array([a + n for a, n in spans], dtype=np.int64)
+    got = ranges(starts, stops)
+    assert got.dtype == np.int64
+    assert got.tolist() == [i for a, n in spans for i in range(a, a + n)]
