@@ -269,6 +269,9 @@ class FairShare:
             # what the kept transfers use: everything, less what the others used
             again = np.flatnonzero(active)
             mine = ranges(self.task_at[again], self.task_at[again + 1])
+            if not len(mine):  # nothing to fill again (the capacity left is of no use)
+                rate[again] = np.inf
+                return Fill(rate, filled)
             prev = last.rate[self.task[mine]]
             left -= usage - np.bincount(self.res[mine], weights=self.frac[mine] * np.where(
                 np.isfinite(prev), prev, 0.0), minlength=len(self.resources))
