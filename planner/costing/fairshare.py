@@ -37,13 +37,19 @@ TIGHT = 1e-9
 """Resources whose level is within this relative margin of the lowest fill together
 (one round)."""
 
+SMALL = 64
+"""Fillings of at most this many edges run on Python floats (a handful of resources
+and transfers: numpy's cost per call outweighs its arrays)."""
+
 def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     """The concatenation of ``arange(starts[i], stops[i])`` over ``i``."""
+    if len(starts) == 1:
+        return np.arange(int(starts[0]), int(stops[0]), dtype=np.int64)
     lens = stops - starts
-    total = int(lens.sum())
+    ends = np.cumsum(lens)
+    total = int(ends[-1]) if len(ends) else 0
     if not total:
         return np.zeros(0, dtype=np.int64)
-    ends = np.cumsum(lens)
     return np.repeat(starts - ends + lens, lens) + np.arange(total)
 
 
@@ -263,6 +269,9 @@ class FairShare:
             # what the kept transfers use: everything, less what the others used
             again = np.flatnonzero(active)
             mine = ranges(self.task_at[again], self.task_at[again + 1])
+            if not len(mine):  # nothing to fill again (the capacity left is of no use)
+                rate[again] = np.inf
+                return Fill(rate, filled)
             prev = last.rate[self.task[mine]]
             left -= usage - np.bincount(self.res[mine], weights=self.frac[mine] * np.where(
                 np.isfinite(prev), prev, 0.0), minlength=len(self.resources))
@@ -271,8 +280,58 @@ class FairShare:
             again = np.flatnonzero(active)
             mine = ranges(self.task_at[again], self.task_at[again + 1])
         rate[again[~self.limited[again]]] = np.inf
-        self._progressive(mine, active, left, rate, filled)
+        if len(mine) > SMALL:
+            self._progressive(mine, active, left, rate, filled)
+        elif len(mine):
+            self._progressive_small(mine, left, rate, filled)
         return Fill(rate, filled)
+
+    def _progressive_small(self, mine: np.ndarray, left: np.ndarray, rate: np.ndarray,
+                           filled: np.ndarray) -> None:
+        """:meth:`_progressive` of a few edges (at most :data:`SMALL`), on Python floats:
+        the same operations in the same order (every sum per resource added up in edge
+        order from 0, as ``np.bincount`` does, then taken off), so the same bits."""
+        nres, inf = len(self.resources), np.inf
+        tasks, res, frac = (self.task[mine].tolist(), self.res[mine].tolist(),
+                            self.frac[mine].tolist())
+        room, demand = left.tolist(), [0.0] * nres
+        by_res: list[list[int]] = [[] for _ in range(nres)]
+        own: dict[int, list[tuple[int, float]]] = {}  # a transfer's edges, in order
+        for t, r, f in zip(tasks, res, frac):
+            demand[r] += f
+            by_res[r].append(t)
+            own.setdefault(t, []).append((r, f))
+        level = [room[r] / d if d > 0 else inf for r, d in enumerate(demand)]
+        done: dict[int, float] = {}
+        full: dict[int, float] = {}
+        while True:
+            low = min(level)
+            if low == inf:
+                break
+            cut = low * (1 + TIGHT)
+            tight = [r for r in range(nres) if level[r] <= cut]
+            frozen = sorted({t for r in tight for t in by_res[r]} - done.keys())
+            for r in tight:
+                level[r], demand[r] = inf, 0.0
+            if not frozen:
+                continue
+            full.update(dict.fromkeys(tight, low))
+            done.update(dict.fromkeys(frozen, low))
+            taken: dict[int, float] = {}
+            less: dict[int, float] = {}
+            for t in frozen:
+                for r, f in own[t]:
+                    taken[r] = taken.get(r, 0.0) + f * low
+                    less[r] = less.get(r, 0.0) + f
+            for r in sorted(taken):
+                room[r] -= taken[r]
+                demand[r] -= less[r]
+                if level[r] != inf:
+                    d = demand[r]
+                    level[r] = max(room[r], 0.0) / d if d > self.floor else inf
+        if done:
+            rate[list(done)] = list(done.values())
+            filled[list(full)] = list(full.values())
 
     def _progressive(self, mine: np.ndarray, active: np.ndarray, left: np.ndarray,
                      rate: np.ndarray, filled: np.ndarray) -> None:

@@ -206,13 +206,13 @@ class _Fluid:
         self.started = False
         new = self.share.rate
         changed = np.flatnonzero(self.flowing & (new != self.rate))
-        on, off = self.flows.loads(changed, new, self.rate)
-        self.usage += on - off
         self.low = np.inf
         self.freed[:] = 0.0
         self.refill_at = np.inf
         if not len(changed):
             return
+        on, off = self.flows.loads(changed, new, self.rate)
+        self.usage += on - off
         now, remaining = self.now, self.remaining
         old = self.rate[changed]
         moved = np.where(np.isinf(old), remaining[changed], old * (now - self.since[changed]))

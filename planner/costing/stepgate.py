@@ -87,9 +87,11 @@ class StepGate:
 
     def _enter(self, slots: np.ndarray) -> np.ndarray:
         """Devices enter the ``slots``' steps: the tasks whose every device is in."""
+        if not len(slots):
+            return np.zeros(0, dtype=np.int64)
         tasks = self._slot_tasks[ranges(self._slot_at[slots], self._slot_at[slots + 1])]
-        np.add.at(self._arrived, tasks, 1)
-        tasks = np.unique(tasks)
+        tasks, times = np.unique(tasks, return_counts=True)
+        self._arrived[tasks] += times
         ready: np.ndarray = tasks[self._arrived[tasks] == self.need[tasks]]
         return ready
 

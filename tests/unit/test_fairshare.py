@@ -136,3 +136,46 @@ def test_deferred_refills_err_slow_by_little(monkeypatch, case):
     monkeypatch.setattr(fluid, "EXACT_UP_TO", 0)
     got = cost.simulate(p).time
     assert want * (1 - 1e-9) <= got <= want * 1.01, (got / want, len(p.tasks))
+
+
+def _both(fill):
+    """``fill()`` on the arrays (SMALL = -1) and on Python floats (SMALL large)."""
+    from reshard.planner.costing import fairshare
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fairshare, "SMALL", -1)
+        arrays = fill()
+        mp.setattr(fairshare, "SMALL", 1 << 30)
+        return arrays, fill()
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(case=flow_sets(), data=st.data())
+def test_small_fills_equal_the_arrays_bit_for_bit(case, data):
+    """A filling of few edges on Python floats (fairshare.SMALL) gives the very rates
+    and levels of the array one, whole and after ends."""
+    paths, flowing = case
+    fs = FairShare(paths, CLUSTER)
+    a, b = _both(lambda: fs.fill(flowing))
+    assert a.rate.tobytes() == b.rate.tobytes() and a.level.tobytes() == b.level.tobytes()
+    on = np.flatnonzero(flowing)
+    if not len(on):
+        return
+    ended = np.array(data.draw(st.lists(st.sampled_from(on.tolist()), min_size=1,
+                                        unique=True)))
+    usage = fs.load(on, a.rate) - fs.load(ended, a.rate)
+    after = flowing.copy()
+    after[ended] = False
+    low = float(a.rate[ended].min())
+    c, d = _both(lambda: fs.fill(after, a, low, usage))
+    assert c.rate.tobytes() == d.rate.tobytes() and c.level.tobytes() == d.level.tobytes()
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(spans=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 5)), max_size=6))
+def test_ranges_is_the_concatenation_of_aranges(spans):
+    from reshard.planner.costing.fairshare import ranges
+    starts = np.array([a for a, _ in spans], dtype=np.int64)
+    stops = np.array([a + n for a, n in spans], dtype=np.int64)
+    got = ranges(starts, stops)
+    assert got.dtype == np.int64
+    assert got.tolist() == [i for a, n in spans for i in range(a, a + n)]
