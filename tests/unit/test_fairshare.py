@@ -81,6 +81,20 @@ def test_fill_is_max_min_fair(case):
             assert got.rate[t] == pytest.approx(min(levels), rel=1e-9)
 
 
+def _some_end(data, fs, flowing, rate):
+    """Some of the flowing transfers drawn to end: the flags after, the least rate of
+    those that ended and the resources' usage by the rest (None: nothing flows)."""
+    on = np.flatnonzero(flowing)
+    if not len(on):
+        return None
+    ended = np.array(data.draw(st.lists(st.sampled_from(on.tolist()), min_size=1,
+                                        unique=True)))
+    usage = fs.load(on, rate) - fs.load(ended, rate)
+    after = flowing.copy()
+    after[ended] = False
+    return after, float(rate[ended].min()), usage
+
+
 @settings(max_examples=150, deadline=None, derandomize=True, database=None)
 @given(case=flow_sets(), data=st.data())
 def test_refill_after_ends_equals_a_whole_fill(case, data):
@@ -89,15 +103,10 @@ def test_refill_after_ends_equals_a_whole_fill(case, data):
     paths, flowing = case
     fs = FairShare(paths, CLUSTER)
     first = fs.fill(flowing)
-    on = np.flatnonzero(flowing)
-    if not len(on):
+    ends = _some_end(data, fs, flowing, first.rate)
+    if ends is None:
         return
-    ended = np.array(data.draw(st.lists(st.sampled_from(on.tolist()), min_size=1,
-                                        unique=True)))
-    usage = fs.load(on, first.rate) - fs.load(ended, first.rate)
-    after = flowing.copy()
-    after[ended] = False
-    low = float(first.rate[ended].min())
+    after, low, usage = ends
     again = fs.fill(after, first, low, usage)
     whole = fs.fill(after)
     np.testing.assert_allclose(again.rate, whole.rate, rtol=1e-9)
@@ -157,15 +166,10 @@ def test_small_fills_equal_the_arrays_bit_for_bit(case, data):
     fs = FairShare(paths, CLUSTER)
     a, b = _both(lambda: fs.fill(flowing))
     assert a.rate.tobytes() == b.rate.tobytes() and a.level.tobytes() == b.level.tobytes()
-    on = np.flatnonzero(flowing)
-    if not len(on):
+    ends = _some_end(data, fs, flowing, a.rate)
+    if ends is None:
         return
-    ended = np.array(data.draw(st.lists(st.sampled_from(on.tolist()), min_size=1,
-                                        unique=True)))
-    usage = fs.load(on, a.rate) - fs.load(ended, a.rate)
-    after = flowing.copy()
-    after[ended] = False
-    low = float(a.rate[ended].min())
+    after, low, usage = ends
     c, d = _both(lambda: fs.fill(after, a, low, usage))
     assert c.rate.tobytes() == d.rate.tobytes() and c.level.tobytes() == d.level.tobytes()
 
