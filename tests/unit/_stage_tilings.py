@@ -16,7 +16,6 @@ def stage_tilings(cluster: Cluster, n: int, shapes: Sequence[Shape]
     """Each split of ``n`` layers into runs ``(first, last)`` with a submesh per run, of
     the given ``shapes`` placed one after another, that uses every device of
     ``cluster``."""
-    total = len(cluster.devices)
     for cuts in itertools.product((False, True), repeat=n - 1):
         bounds, start = [], 0
         for k, cut in enumerate(cuts):
@@ -25,12 +24,19 @@ def stage_tilings(cluster: Cluster, n: int, shapes: Sequence[Shape]
                 start = k + 1
         bounds.append((start, n - 1))
         for picked in itertools.product(shapes, repeat=len(bounds)):
-            places, at = [], 0
-            for shape in picked:
-                p = placements(cluster, shape, at)
-                if p is None:
-                    break
-                places.append(p)
-                at += p.size
-            if len(places) == len(bounds) and at == total:
+            places = tiling(cluster, picked)
+            if places is not None:
                 yield bounds, places
+
+
+def tiling(cluster: Cluster, shapes: Sequence[Shape]) -> list[Placement] | None:
+    """A submesh of each of ``shapes``, placed one after another from device 0, where
+    they place and use every device of ``cluster`` (else None)."""
+    places, at = [], 0
+    for shape in shapes:
+        p = placements(cluster, shape, at)
+        if p is None:
+            return None
+        places.append(p)
+        at += p.size
+    return places if at == len(cluster.devices) else None

@@ -20,13 +20,13 @@ from reshard.search import (
     Layer,
     Stage,
     evaluate,
-    placements,
     search_chain,
     search_graph,
 )
 from reshard.search.chain import best_few
 from reshard.search.costs import MoveCosts
 from reshard.search.graph import brute_layouts, evaluate_graph
+from tests.unit._stage_tilings import stage_tilings
 
 CLUSTER = Cluster.regular(2, 2)
 SHAPES = ((1, 1), (1, 2), (2, 2))
@@ -208,30 +208,14 @@ def test_layers_in_order_that_do_not_feed_each_other_are_searched():
 def _global_brute(graph, b, sched, costs):
     """The least graph objective over every split into stages, every submesh sequence
     that tiles the cluster and every candidate of every layer (inf: none)."""
-    layers, n, best = graph.layers, len(graph.layers), math.inf
-    for cuts in itertools.product((False, True), repeat=n - 1):
-        bounds, start = [], 0
-        for k, cut in enumerate(cuts):
-            if cut:
-                bounds.append((start, k))
-                start = k + 1
-        bounds.append((start, n - 1))
-        for shapes in itertools.product(SHAPES, repeat=len(bounds)):
-            places, at = [], 0
-            for shape in shapes:
-                p = placements(CLUSTER, shape, at)
-                if p is None:
-                    break
-                places.append(p)
-                at += p.size
-            if len(places) != len(bounds) or at != len(CLUSTER.devices):
-                continue
-            per = [layers[k].candidates.get(p.shape, ()) for (a, z), p in zip(bounds, places)
-                   for k in range(a, z + 1)]
-            for picks in itertools.product(*per):
-                stages = [Stage(a, z, p, tuple(c.name for c in picks[a:z + 1]), 0, 0, 0)
-                          for (a, z), p in zip(bounds, places)]
-                best = min(best, evaluate_graph(graph, stages, CLUSTER, b, sched, costs).time)
+    layers, best = graph.layers, math.inf
+    for bounds, places in stage_tilings(CLUSTER, len(layers), SHAPES):
+        per = [layers[k].candidates.get(p.shape, ()) for (a, z), p in zip(bounds, places)
+               for k in range(a, z + 1)]
+        for picks in itertools.product(*per):
+            stages = [Stage(a, z, p, tuple(c.name for c in picks[a:z + 1]), 0, 0, 0)
+                      for (a, z), p in zip(bounds, places)]
+            best = min(best, evaluate_graph(graph, stages, CLUSTER, b, sched, costs).time)
     return best
 
 

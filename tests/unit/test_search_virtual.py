@@ -45,6 +45,7 @@ from reshard.search.kinds import SearchSchedule
 from reshard.search.memory import Orders, in_flight
 from reshard.search.model import Budget
 from reshard.search.simulated import FORWARD_SHARE
+from tests.unit._stage_tilings import tiling
 
 F = FORWARD_SHARE
 
@@ -147,14 +148,8 @@ def _tilings(cluster, name, v, b, n):
     if v == 1:
         for k in range(1, n + 1):
             for shapes in itertools.product(SHAPES, repeat=k):
-                subs, at = [], 0
-                for shape in shapes:
-                    pl = placements(cluster, shape, at)
-                    if pl is None:
-                        break
-                    subs.append(pl)
-                    at += pl.size
-                if len(subs) == k and at == total:
+                subs = tiling(cluster, shapes)
+                if subs is not None:
                     yield subs, [min(b, (k - s) * (2 if name == "eager-1f1b" else 1)
                                      - (name == "eager-1f1b")) for s in range(k)]
         return
