@@ -395,8 +395,8 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
     out = []
     for i, t in enumerate(tasks):
         rides = i in riders
-        key = (t.kind, t.root, t.receivers, t.parents, t.addends, t.addend_parents,
-               pipeline_piece(piece, t.nbytes), t.nbytes if per_message else 0, rides)
+        key = route_key(t, pipeline_piece(piece, t.nbytes), t.nbytes if per_message else 0,
+                        rides)
         got = known.get(key)
         if got is None and step is not None and t.kind in _SHIFTED and t.root >= 0 and \
                 len(t.receivers) < ARRAY_EDGES:
@@ -408,6 +408,14 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
     return tuple(out)
 
 
+def route_key(task: Task, piece: int, message: int, rides: bool) -> tuple[object, ...]:
+    """What decides ``task``'s route (its key in a :class:`RouteMemo`): its kind and its
+    devices in their roles, its relay piece, its bytes where the cluster charges
+    messages (else 0) and whether it rides in another's message."""
+    return (task.kind, task.root, task.receivers, task.parents, task.addends,
+            task.addend_parents, piece, message, rides)
+
+
 def _batch(tasks: Sequence[Task], cluster: Cluster, hops: Hops, known: RouteMemo) -> None:
     """Put the routes of ``tasks``' broadcasts and reductions of a few edges that
     ``known`` lacks in it, found together (:func:`~reshard.planner.costing.hop_batch.
@@ -417,8 +425,7 @@ def _batch(tasks: Sequence[Task], cluster: Cluster, hops: Hops, known: RouteMemo
     for t in tasks:
         if t.kind in _SHIFTED and t.root >= 0 and len(t.receivers) + len(t.addends) < \
                 ARRAY_EDGES:
-            key = (t.kind, t.root, t.receivers, t.parents, t.addends, t.addend_parents,
-                   0, 0, False)
+            key = route_key(t, 0, 0, False)  # no relay piece, no message cost
             if key not in known:
                 todo.setdefault(key, t)
     if len(todo) < BATCH_FROM:
