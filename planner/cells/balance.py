@@ -474,26 +474,25 @@ class Loads:
                 nic_out[nic(d)] += nbytes
                 nic_in[root_nic] += nbytes
 
-    def charge_one(self, root: int, receiver: int, nbytes: int) -> None:
-        """:meth:`charge` of the one-hop chain ``(receiver,)`` (the same additions in
-        the same order), without the walk."""
-        self.dev_out[root] += nbytes
-        self.dev_in[receiver] += nbytes
-        host = self.host
-        if host(receiver) != host(root):
-            nic = self.nic
-            self.nic_out[nic(root)] += nbytes
-            self.nic_in[nic(receiver)] += nbytes
-
     def charge(self, root: int, chain: tuple[int, ...], nbytes: int) -> None:
         """Account a pipelined chain transfer root -> chain[0] -> chain[1] ....
 
         Each host boundary the chain crosses (:func:`~reshard.planner.values.resources.
         crossings`, walked inline: this runs once per task) charges the NIC it leaves
-        through and the one it enters through."""
+        through and the one it enters through; a one-hop chain (a send) without the
+        walk, the same additions in the same order."""
         if not chain:
             return
         self.dev_out[root] += nbytes
+        if len(chain) == 1:
+            (r,) = chain
+            self.dev_in[r] += nbytes
+            host = self.host
+            if host(r) != host(root):
+                nic = self.nic
+                self.nic_out[nic(root)] += nbytes
+                self.nic_in[nic(r)] += nbytes
+            return
         dev_in = self.dev_in
         for r in chain:
             dev_in[r] += nbytes

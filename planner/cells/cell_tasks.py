@@ -27,7 +27,7 @@ def _copies(cell: Cell, tensor: int, nbytes: int, step: int) -> list[Task]:
 
 def _send(cell_box: Box, tensor: int, root: int, receiver: int, nbytes: int,
           loads: Loads, step: int) -> Task:
-    loads.charge_one(root, receiver, nbytes)
+    loads.charge(root, (receiver,), nbytes)
     return Task(TaskKind.SEND, tensor, cell_box, root, (receiver,), nbytes, step)
 
 
