@@ -49,7 +49,7 @@ from reshard.cluster import Cluster
 from reshard.layout import box_size
 from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cells.decompose import Cell
-from reshard.planner.costing.cost import Hops, RouteMemo, task_path, task_routes
+from reshard.planner.costing.cost import Hops, RouteMemo, task_routes
 from reshard.planner.schedule.work import WorkList
 from reshard.planner.values.resources import (
     COPY,
@@ -307,13 +307,10 @@ def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[
     tensor's bytes per element) under ``strategy`` (``send_recv`` or ``allgather``)
     takes at least in the cost model (module docstring), less :data:`FLOOR_MARGIN`.
     ``known``: routes already found on ``cluster`` (:func:`task_routes`' memo; the
-    reductions' routes are read from it and kept in it: the same routes)."""
+    reductions' routes are read from it and kept in it: the same routes; default: a
+    memo of this call's own)."""
     load: defaultdict[tuple[str, tuple[int, int]], float] = defaultdict(float)
-    if known is None:
-        hops = Hops()  # each edge's hop found once for every reduction
-        routes = [task_path(t, cluster, hops) for t in reduces]
-    else:
-        routes = list(task_routes(reduces, cluster, known))
+    routes = task_routes(reduces, cluster, known)
     for t, (path, _) in zip(reduces, routes):  # the reductions', by step
         for (kind, i), frac in path:
             load[(kind, (i, t.step))] += frac * t.nbytes
