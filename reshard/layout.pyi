@@ -10,5 +10,6 @@ from reshard.core.layout import box_within as box_within
 from reshard.core.layout import boxes_meet as boxes_meet
 from reshard.core.layout import check_shape as check_shape
 from reshard.core.layout import chunk_bounds as chunk_bounds
+from reshard.core.layout import chunk_size as chunk_size
 from reshard.core.layout import flat_bounds as flat_bounds
 from reshard.core.layout import nested_bounds as nested_bounds

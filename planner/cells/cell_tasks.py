@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from reshard.layout import Box, box_size
+from reshard.layout import Box, box_size, chunk_size
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.values.strategy import Strategy
@@ -113,7 +113,7 @@ def split_dim(box: Box, k: int) -> int:
     column-cut halves added 3-9% to a transfer)."""
     for i, (a, b) in enumerate(box):
         n = b - a
-        if n >= k and -(-n // k) * k <= n * (1 + UNEVEN):
+        if n >= k and chunk_size(n, k) * k <= n * (1 + UNEVEN):
             return i
     return max(range(len(box)), key=lambda i: (box[i][1] - box[i][0], -i))
 
@@ -126,7 +126,7 @@ def split_box(box: Box, k: int, dim: int | None = None) -> tuple[Box, ...]:
     d = dim if dim is not None else split_dim(box, k)
     lo, hi = box[d]
     n = hi - lo
-    c = -(-n // k) if k else 0  # chunk_bounds(n, k, i), the chunk size found once
+    c = chunk_size(n, k)  # chunk_bounds(n, k, i) of each piece, the size found once
     head, tail = box[:d], box[d + 1:]
     return tuple((*head, (lo + min(i * c, n), lo + min(i * c + c, n)), *tail)
                  for i in range(k))

@@ -15,13 +15,19 @@ Box = tuple[tuple[int, int], ...]
 """A global box: per dim a half-open ``(start, stop)`` interval."""
 
 
+def chunk_size(n: int, k: int) -> int:
+    """Elements of each full chunk when a dim of size ``n`` is split ``k`` ways:
+    ``ceil(n / k)`` (0 for ``k`` 0; :func:`chunk_bounds`)."""
+    return -(-n // k) if k else 0
+
+
 def chunk_bounds(n: int, k: int, i: int) -> tuple[int, int]:
     """Bounds of chunk ``i`` when a dim of size ``n`` is split ``k`` ways.
 
     The torch.chunk / DTensor rule: chunks of ``ceil(n / k)`` elements, trailing
     chunks smaller or empty.
     """
-    c = -(-n // k) if k else 0
+    c = chunk_size(n, k)
     return min(i * c, n), min((i + 1) * c, n)
 
 
