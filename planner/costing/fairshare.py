@@ -41,6 +41,7 @@ SMALL = 64
 """Fillings of at most this many edges run on Python floats (a handful of resources
 and transfers: numpy's cost per call outweighs its arrays)."""
 
+
 def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     """The concatenation of ``arange(starts[i], stops[i])`` over ``i``."""
     if len(starts) == 1:
