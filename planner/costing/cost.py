@@ -398,9 +398,9 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
         key = route_key(t, pipeline_piece(piece, t.nbytes), t.nbytes if per_message else 0,
                         rides)
         got = known.get(key)
-        if got is None and step is not None and t.kind in _SHIFTED and t.root >= 0 and \
-                len(t.receivers) < ARRAY_EDGES:
-            got = known[key] = _shifted(t, key, step, cluster, hops, known)
+        if got is None and step is not None and t.kind in _SHIFTED and t.root >= 0:
+            got = known[key] = (_shifted if len(t.receivers) < ARRAY_EDGES else _relabeled)(
+                t, key, step, cluster, hops, known)
         elif got is None:
             path, lat = task_path(t, cluster, hops, rides=rides)
             got = known[key] = (path if isinstance(path, Path) else Path(path), lat)
@@ -497,6 +497,57 @@ def _shifted(task: Task, key: tuple[object, ...], step: tuple[int, int], cluster
     home_path, lat = got
     unit = path_arrays(known[("unit", *home)][0])[0]
     return Path.of_codes(path_arrays(home_path)[0] + k * unit), lat
+
+
+def _relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
+               cluster: Cluster, hops: Hops, known: RouteMemo) -> Route:
+    """:func:`task_path` of a ``task`` of many edges on a regular cluster (``step``:
+    devices and NICs a host, :meth:`Hops.host_step`): the route of the task with its
+    hosts renumbered in the order its devices first name them (each device keeps its
+    place in its host), found once in ``known``, numbered back.
+
+    Exact: on a regular cluster (no shared bandwidth) a bijection of hosts moving every
+    device and NIC to the same place in its new host maps every resource to one of the
+    same kind and capacity, keeps which edges cross hosts (so each edge's wait and relay
+    rate) and how many children each sender feeds (its fill), and the order of the
+    edges: :func:`_edges_path` and :func:`_hops_path` find the renumbered resources in
+    the same order and the same latency, summed in the same order (the same floats)."""
+    devices = step[0]
+    ds = np.concatenate([np.array(part, dtype=np.int64) for part in (
+        (task.root,), task.receivers, task.parents, task.addends, task.addend_parents)])
+    hosts, place = np.divmod(ds, devices)
+    # the hosts in the order first named, run by run (devices come host by host)
+    start = np.flatnonzero(np.concatenate(([True], hosts[1:] != hosts[:-1])))
+    uniq, first, inverse = np.unique(hosts[start], return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[by_first] = np.arange(len(uniq))
+    order = uniq[by_first]  # the hosts by their new numbers
+    renumbered = np.repeat(rank[inverse.reshape(-1)], np.diff(np.append(start, len(ds))))
+    form = ("hosts", key[0], len(task.receivers), len(task.parents), len(task.addends),
+            (renumbered * devices + place).tobytes(), *key[6:])
+    got = known.get(form)
+    if got is None:
+        path, lat = task_path(task, cluster, hops)
+        codes = path_arrays(path)[0]
+        host, span = _code_hosts(codes, step)
+        number = np.full(int(uniq.max()) + 1, -1, dtype=np.int64)
+        number[uniq] = rank
+        assert (number[host] >= 0).all()  # every resource is of a host the task names
+        known[form] = (Path.of_codes(codes + (number[host] - host) * span), lat)
+        return path if isinstance(path, Path) else Path(path), lat
+    kept, lat = got
+    codes = path_arrays(kept)[0]
+    host, span = _code_hosts(codes, step)
+    return Path.of_codes(codes + (order[host] - host) * span), lat
+
+
+def _code_hosts(codes: np.ndarray, step: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The host of each resource ``codes`` names on a regular cluster (``step``), and
+    the codes a host spans (its NICs' or its devices', by the resource's kind)."""
+    devices, nics = step
+    span = np.where(codes % 8 <= KIND_CODE[NIC_IN], 8 * nics, 8 * devices)
+    return codes // span, span
 
 
 def one_at_a_time_time(plan: PlanView) -> float:

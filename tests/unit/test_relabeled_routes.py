@@ -1,0 +1,87 @@
+"""Routes of large tasks found once per host-renumbered form (issue 62, round six):
+on a regular cluster a broadcast or reduction of many edges takes the route of an
+earlier task whose hosts are a renumbering of its own (:func:`cost._relabeled`),
+numbered back; it must equal the route the task finds alone, bit for bit, for chains,
+trees, fused sums and reductions, with and without relay pieces, on one and several
+NICs a host."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from reshard import Cluster
+from reshard.planner.costing import cost
+from reshard.planner.costing.cost import Hops, Routes, task_path, task_routes
+from reshard.planner.values.tasks import Task, TaskKind
+
+HOSTS, GPUS = 24, 8
+
+
+def _clusters() -> dict[str, Cluster]:
+    hosts = tuple(tuple(range(h * GPUS, (h + 1) * GPUS)) for h in range(HOSTS))
+    plain = Cluster(hosts, nics_per_host=GPUS)
+    return {"preset": Cluster.preset("dgx-h100", HOSTS),
+            "pieces": dataclasses.replace(plain, relay_piece=1 << 16),
+            "two-nics": dataclasses.replace(plain, nics_per_host=2)}
+
+
+def _task(rng: random.Random, kind: TaskKind, k: int) -> Task:
+    picked = rng.sample(range(HOSTS * GPUS), k + 1)
+    if rng.random() < 0.5:  # host by host, as the planner's chains run
+        picked.sort(key=lambda d: (d // GPUS, rng.random()))
+    root, receivers = picked[0], tuple(picked[1:])
+    parents: tuple[int, ...] = ()
+    addends: tuple[int, ...] = ()
+    if kind is TaskKind.BROADCAST and rng.random() < 0.5:  # a tree
+        parents = tuple(rng.choice((root, *receivers[:j])) for j in range(k))
+    if kind is TaskKind.BROADCAST and rng.random() < 0.3:  # a fused sum's addends
+        addends = tuple(rng.sample([d for d in range(HOSTS * GPUS) if d not in picked], 5))
+    return Task(kind, 0, ((0, 8),), root, receivers, rng.choice([1000, 3 << 22]), 0,
+                parents=parents, addends=addends)
+
+
+def _renumbered(t: Task, perm: list[int], turn: int = 0) -> Task:
+    """``t`` with every device moved to host ``perm[host]``, at the same place in it
+    (``turn``: that many places on, which is no twin: other devices' links)."""
+    def move(ds: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(perm[d // GPUS] * GPUS + (d + turn) % GPUS for d in ds)
+
+    return dataclasses.replace(t, root=move((t.root,))[0], receivers=move(t.receivers),
+                               parents=move(t.parents), addends=move(t.addends))
+
+
+@pytest.mark.parametrize("name", list(_clusters()))
+@pytest.mark.parametrize("seed", range(3))
+def test_relabeled_routes_are_each_task_s_own(name, seed, monkeypatch):
+    cluster = _clusters()[name]
+    shared = []
+    real = cost._relabeled
+
+    def spy(*args):
+        before = len(args[-1])
+        got = real(*args)
+        shared.append(len(args[-1]) == before)  # nothing new in the memo: a twin's
+        return got
+
+    monkeypatch.setattr(cost, "_relabeled", spy)
+    rng = random.Random(seed)
+    known = Routes()
+    tasks = []
+    for _ in range(6):
+        kind = rng.choice([TaskKind.BROADCAST, TaskKind.BROADCAST, TaskKind.REDUCE])
+        t = _task(rng, kind, rng.randint(cost.ARRAY_EDGES, 120))
+        tasks.append(t)
+        for _ in range(3):  # its twins: the same task over renumbered hosts
+            perm = list(range(HOSTS))
+            rng.shuffle(perm)
+            tasks.append(_renumbered(t, perm))
+        tasks.append(_renumbered(t, list(range(HOSTS)), 1))  # same hosts, other places
+    got = task_routes(tasks, cluster, known)
+    for t, (path, lat) in zip(tasks, got):
+        want, want_lat = task_path(t, cluster, Hops())
+        assert lat == want_lat  # the same float
+        assert list(path) == list(want)
+    assert sum(shared) >= len(tasks) // 2  # the twins' routes came from the memo
