@@ -19,7 +19,10 @@ than that either (:meth:`_Intake._conversions`).
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from reshard.cluster import Cluster
 from reshard.dtypes import itemsize
@@ -92,6 +95,23 @@ def _cell_groups(t: TensorSpec, cells: list[Cell] | CellTable | None = None
     return out
 
 
+@dataclass(frozen=True)
+class _Needs:
+    """A needer set's devices in its own order, each one's host, the set of those
+    hosts, the needers per host and the needers by host (:meth:`_Intake._needs`)."""
+
+    order: list[int]
+    hosts: list[int]
+    host_set: set[int]
+    per_host: dict[int, int]
+    by_host: dict[int, list[int]]
+
+
+def _zeros(needs: _Needs) -> itertools.repeat[float]:
+    """A 0.0 per needer (each one's default in a ``get``)."""
+    return itertools.repeat(0.0, len(needs.order))
+
+
 def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster,
                 cells: Sequence[list[Cell] | CellTable | None] | None = None) -> float:
     """Seconds no plan moving ``tensors`` can beat on ``cluster``. ``cells``: per
@@ -134,6 +154,8 @@ class _Intake:
         # source bytes a cast on the wire converts, by the devices holding them (where
         # the cluster prices conversions: Cluster.cast_bandwidth)
         self.convert: dict[frozenset[int], float] = {}
+        # each needer set's hosts (:meth:`_needs`), found once: cells share them
+        self.needs: dict[frozenset[int], _Needs] = {}
 
     def add(self, t: TensorSpec, cells: list[Cell] | CellTable | None = None) -> None:
         """Count tensor ``t``'s cells (``cells``: :func:`_cell_groups`')."""
@@ -193,12 +215,9 @@ class _Intake:
         ``size``: addends per group of a summed source (0: not a sum)."""
         host_of, summed = self.host_of, size > 0
         hold_hosts = frozenset(host_of(d) for d in holders)
-        need_hosts = {host_of(d) for d in needers}
+        needs = self._needs(needers)
+        need_hosts, per_host = needs.host_set, needs.per_host
         summing = {h for h in inside if h is not None} if summed else hold_hosts
-        per_host: dict[int, int] = {}  # needers per host, counted once (not per host)
-        for d in needers:
-            h = host_of(d)
-            per_host[h] = per_host.get(h, 0) + 1
         for h in need_hosts - summing:
             self.host_in[h] = self.host_in.get(h, 0.0) + nbytes
             # an addend inside h may merge there without crossing its NICs
@@ -206,18 +225,10 @@ class _Intake:
             spread = per_host[h]
             least = self.host_least.get(h, (adds, spread))
             self.host_least[h] = (min(least[0], adds), min(least[1], spread))
-        for d in needers:
-            if d in holders and not summed:
-                self.dev_copy[d] = self.dev_copy.get(d, 0.0) + nbytes
-            else:
-                self.dev_in[d] = self.dev_in.get(d, 0.0) + nbytes
-                self.host_take[host_of(d)] = self.host_take.get(host_of(d), 0.0) + nbytes
-                if summed:
-                    self.sums_to.add(d)
-                elif self.roots is not None:
-                    self.roots.setdefault(d, set()).add(frozenset(holders))
-                if host_of(d) in summing:
-                    self.near.add(d)
+        if not summed and self.roots is None and holders.isdisjoint(needers):
+            self._receive(needs, nbytes, hold_hosts)
+        else:
+            self._receive_each(holders, needers, nbytes, summed, summing)
         if summed and needers:
             # Summing ``size`` addends takes size - 1 moves of each element (each
             # merges two partial values on one device) and every needer but the
@@ -233,6 +244,51 @@ class _Intake:
                     size - 1 - (1 if local else 0))
         if need_hosts - hold_hosts:
             self.leave.setdefault(hold_hosts, []).append((frozenset(need_hosts), nbytes))
+
+    def _needs(self, needers: frozenset[int]) -> _Needs:
+        """``needers``' hosts (found once per set)."""
+        got = self.needs.get(needers)
+        if got is None:
+            host_of = self.host_of
+            order = list(needers)  # the set's own order, as a loop over it goes
+            hosts = [host_of(d) for d in order]
+            per_host: dict[int, int] = {}  # needers per host
+            by_host: dict[int, list[int]] = {}
+            for d, h in zip(order, hosts):
+                per_host[h] = per_host.get(h, 0) + 1
+                by_host.setdefault(h, []).append(d)
+            got = self.needs[needers] = _Needs(order, hosts, {host_of(d) for d in needers},
+                                               per_host, by_host)
+        return got
+
+    def _receive(self, needs: _Needs, nbytes: float, hold_hosts: frozenset[int]) -> None:
+        """:meth:`_receive_each` of a plain cell no needer of which holds it, where no
+        message is charged: the same sums, key by key in the same order (``dict.update``
+        reads each pair after the one before it is stored)."""
+        dev_in, host_take, plus = self.dev_in, self.host_take, itertools.repeat(nbytes)
+        dev_in.update(zip(needs.order, map(operator.add, map(dev_in.get, needs.order,
+                                                             _zeros(needs)), plus)))
+        host_take.update(zip(needs.hosts, map(operator.add, map(host_take.get, needs.hosts,
+                                                                _zeros(needs)), plus)))
+        for h in hold_hosts.intersection(needs.by_host):
+            self.near.update(needs.by_host[h])
+
+    def _receive_each(self, holders: frozenset[int], needers: frozenset[int], nbytes: float,
+                      summed: bool, summing: set[int] | frozenset[int]) -> None:
+        """Count what each needer of a cell receives (or copies, holding it)."""
+        host_of = self.host_of
+        for d in needers:
+            if d in holders and not summed:
+                self.dev_copy[d] = self.dev_copy.get(d, 0.0) + nbytes
+            else:
+                self.dev_in[d] = self.dev_in.get(d, 0.0) + nbytes
+                self.host_take[host_of(d)] = self.host_take.get(host_of(d), 0.0) + nbytes
+                if summed:
+                    self.sums_to.add(d)
+                elif self.roots is not None:
+                    self.roots.setdefault(d, set()).add(frozenset(holders))
+                if host_of(d) in summing:
+                    self.near.add(d)
 
     def fewest_messages(self) -> int:
         """Messages the devices must receive at the least, each device the more of:
