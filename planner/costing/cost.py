@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from reshard.planner.costing.casts import conversion_seconds
 from reshard.planner.costing.fairshare import Path, path_arrays
 from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.hop_batch import batch_routes, edge_lists
+from reshard.planner.costing.route_forms import FormMemo, relabeled, shifted
 from reshard.planner.costing.step_floor import stepped_floor
 from reshard.planner.schedule.coalesce import followers
 from reshard.planner.values.plan_view import PlanView, Route
@@ -63,6 +64,14 @@ class Hops(dict[tuple[int, int], Hop]):
     tables: tuple[np.ndarray, np.ndarray] | None = None
     cluster: Cluster | None = None
     step: tuple[tuple[int, int] | None] | None = None  # host_step, found once (in a 1-tuple)
+    memo: FormMemo | None = None  # routes by form (forms())
+
+    def forms(self) -> FormMemo:
+        """Routes by form on a regular cluster (:mod:`~reshard.planner.costing.
+        route_forms`), kept with the hops so every plan of a call shares them."""
+        if self.memo is None:
+            self.memo = {}
+        return self.memo
 
     def host_step(self, cluster: Cluster) -> tuple[int, int] | None:
         """Devices and NICs a host where ``cluster`` is regular (host ``h`` holds
@@ -399,13 +408,22 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
                         rides)
         got = known.get(key)
         if got is None and step is not None and t.kind in _SHIFTED and t.root >= 0:
-            got = known[key] = (_shifted if len(t.receivers) < ARRAY_EDGES else _relabeled)(
-                t, key, step, cluster, hops, known)
+            form = shifted if len(t.receivers) < ARRAY_EDGES else relabeled
+            got = known[key] = form(t, key, step, _finder(t, cluster, hops), hops.forms())
         elif got is None:
             path, lat = task_path(t, cluster, hops, rides=rides)
             got = known[key] = (path if isinstance(path, Path) else Path(path), lat)
         out.append(got)
     return tuple(out)
+
+
+def _finder(task: Task, cluster: Cluster, hops: Hops) -> Callable[[], Route]:
+    """What searches ``task``'s own route (:func:`task_path`, as a :class:`Path`)."""
+    def find() -> Route:
+        path, lat = task_path(task, cluster, hops)
+        return (path if isinstance(path, Path) else Path(path)), lat
+
+    return find
 
 
 def route_key(task: Task, piece: int, message: int, rides: bool) -> tuple[object, ...]:
@@ -466,88 +484,6 @@ _SHIFTED = frozenset((TaskKind.BROADCAST, TaskKind.REDUCE))
 """Kinds of task whose route is its edges' hops alone (every fraction 1): on a regular
 cluster, the route of the same task whole hosts away is its own moved (a send's one
 hop is found as cheaply, its hop kept per plan)."""
-
-
-def _shifted(task: Task, key: tuple[object, ...], step: tuple[int, int], cluster: Cluster,
-             hops: Hops, known: RouteMemo) -> Route:
-    """:func:`task_path` of ``task`` (``key``: its :func:`task_routes` key) on a regular
-    cluster (``step``: devices and NICs a host, :meth:`Hops.host_step`): the route of
-    the task moved to its root's host's place in host 0, found once in ``known``, moved
-    back (every device's resource by ``k`` hosts' devices, every NIC's by ``k`` hosts'
-    NICs): the same resources in the same order, the same latency."""
-    devices, nics = step
-    k = task.root // devices
-    base = k * devices
-
-    def moved(ds: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(d - base for d in ds)
-
-    home = ("home", key[0], task.root - base, moved(task.receivers), moved(task.parents),
-            moved(task.addends), moved(task.addend_parents), *key[6:])
-    got = known.get(home)
-    if got is None:
-        path, lat = task_path(task, cluster, hops)
-        codes = path_arrays(path)[0]
-        # what each code moves by a host on: a NIC's by its host's NICs, a device's by
-        # its host's devices
-        unit = np.where(codes % 8 <= KIND_CODE[NIC_IN], 8 * nics, 8 * devices)
-        known[home] = (Path.of_codes(codes - k * unit), lat)
-        known[("unit", *home)] = (Path.of_codes(unit), 0.0)
-        return path if isinstance(path, Path) else Path(path), lat
-    home_path, lat = got
-    unit = path_arrays(known[("unit", *home)][0])[0]
-    return Path.of_codes(path_arrays(home_path)[0] + k * unit), lat
-
-
-def _relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
-               cluster: Cluster, hops: Hops, known: RouteMemo) -> Route:
-    """:func:`task_path` of a ``task`` of many edges on a regular cluster (``step``:
-    devices and NICs a host, :meth:`Hops.host_step`): the route of the task with its
-    hosts renumbered in the order its devices first name them (each device keeps its
-    place in its host), found once in ``known``, numbered back.
-
-    Exact: on a regular cluster (no shared bandwidth) a bijection of hosts moving every
-    device and NIC to the same place in its new host maps every resource to one of the
-    same kind and capacity, keeps which edges cross hosts (so each edge's wait and relay
-    rate) and how many children each sender feeds (its fill), and the order of the
-    edges: :func:`_edges_path` and :func:`_hops_path` find the renumbered resources in
-    the same order and the same latency, summed in the same order (the same floats)."""
-    devices = step[0]
-    ds = np.concatenate([np.array(part, dtype=np.int64) for part in (
-        (task.root,), task.receivers, task.parents, task.addends, task.addend_parents)])
-    hosts, place = np.divmod(ds, devices)
-    # the hosts in the order first named, run by run (devices come host by host)
-    start = np.flatnonzero(np.concatenate(([True], hosts[1:] != hosts[:-1])))
-    uniq, first, inverse = np.unique(hosts[start], return_index=True, return_inverse=True)
-    by_first = np.argsort(first, kind="stable")
-    rank = np.empty(len(uniq), dtype=np.int64)
-    rank[by_first] = np.arange(len(uniq))
-    order = uniq[by_first]  # the hosts by their new numbers
-    renumbered = np.repeat(rank[inverse.reshape(-1)], np.diff(np.append(start, len(ds))))
-    form = ("hosts", key[0], len(task.receivers), len(task.parents), len(task.addends),
-            (renumbered * devices + place).tobytes(), *key[6:])
-    got = known.get(form)
-    if got is None:
-        path, lat = task_path(task, cluster, hops)
-        codes = path_arrays(path)[0]
-        host, span = _code_hosts(codes, step)
-        number = np.full(int(uniq.max()) + 1, -1, dtype=np.int64)
-        number[uniq] = rank
-        assert (number[host] >= 0).all()  # every resource is of a host the task names
-        known[form] = (Path.of_codes(codes + (number[host] - host) * span), lat)
-        return path if isinstance(path, Path) else Path(path), lat
-    kept, lat = got
-    codes = path_arrays(kept)[0]
-    host, span = _code_hosts(codes, step)
-    return Path.of_codes(codes + (order[host] - host) * span), lat
-
-
-def _code_hosts(codes: np.ndarray, step: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """The host of each resource ``codes`` names on a regular cluster (``step``), and
-    the codes a host spans (its NICs' or its devices', by the resource's kind)."""
-    devices, nics = step
-    span = np.where(codes % 8 <= KIND_CODE[NIC_IN], 8 * nics, 8 * devices)
-    return codes // span, span
 
 
 def one_at_a_time_time(plan: PlanView) -> float:

@@ -1,6 +1,6 @@
 """Routes of large tasks found once per host-renumbered form (issue 62, round six):
 on a regular cluster a broadcast or reduction of many edges takes the route of an
-earlier task whose hosts are a renumbering of its own (:func:`cost._relabeled`),
+earlier task whose hosts are a renumbering of its own (:func:`route_forms.relabeled`),
 numbered back; it must equal the route the task finds alone, bit for bit, for chains,
 trees, fused sums and reductions, with and without relay pieces, on one and several
 NICs a host."""
@@ -58,7 +58,7 @@ def _renumbered(t: Task, perm: list[int], turn: int = 0) -> Task:
 def test_relabeled_routes_are_each_task_s_own(name, seed, monkeypatch):
     cluster = _clusters()[name]
     shared = []
-    real = cost._relabeled
+    real = cost.relabeled
 
     def spy(*args):
         before = len(args[-1])
@@ -66,7 +66,7 @@ def test_relabeled_routes_are_each_task_s_own(name, seed, monkeypatch):
         shared.append(len(args[-1]) == before)  # nothing new in the memo: a twin's
         return got
 
-    monkeypatch.setattr(cost, "_relabeled", spy)
+    monkeypatch.setattr(cost, "relabeled", spy)
     rng = random.Random(seed)
     known = Routes()
     tasks = []
