@@ -161,6 +161,11 @@ def _tree_edges(order: Sequence[int], exit_dev: int, entry: dict[int, int],
     return senders.tolist(), receivers.tolist()
 
 
+TreeForms = dict[tuple[object, ...], list[tuple[np.ndarray, ...]]]
+"""Trees of long chains by form (:func:`_trees_by_form`): per tree its parents',
+receivers' and relay-only devices' places in the chain, found once per :func:`treeify`
+call."""
+
 Edges = dict[tuple[int, tuple[int, ...], tuple[int, ...]],
              list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]]
 """Each chain's (root, receivers, relay-only devices) tree edges under one form (per
@@ -170,7 +175,7 @@ tree: its parents, receivers and relay-only devices kept), found once per
 
 def _reshape(task: Task, host: Callable[[int], int], intra: Intra,
              shape: HostShape, memo: Segments | None = None,
-             edges: Edges | None = None) -> list[Task]:
+             edges: Edges | None = None, forms: TreeForms | None = None) -> list[Task]:
     """``task`` (a chain broadcast) as two half-box tasks down complementary binary
     trees over its remote hosts (``double``), or as one task down the chain's host
     order (``chain``), entries passing on inside their hosts as ``intra`` says
@@ -178,7 +183,9 @@ def _reshape(task: Task, host: Callable[[int], int], intra: Intra,
     key = (task.root, task.receivers, task.through)
     trees = None if edges is None else edges.get(key)
     if trees is None:
-        trees = _trees_of(task, host, intra, shape, memo)
+        trees = _trees_by_form(task, host, intra, shape, memo, forms) \
+            if forms is not None and len(task.receivers) >= ARRAY_MEMBERS else \
+            _trees_of(task, host, intra, shape, memo)
         if edges is not None:
             edges[key] = trees
     boxes = split_box(task.box, 2) if len(trees) == 2 else (task.box,)
@@ -231,6 +238,40 @@ def _trees_of(task: Task, host: Callable[[int], int], intra: Intra, shape: HostS
     return trees
 
 
+def _trees_by_form(task: Task, host: Callable[[int], int], intra: Intra, shape: HostShape,
+                   memo: Segments | None, forms: TreeForms
+                   ) -> list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+    """:func:`_trees_of` of a long chain of distinct devices, found once per form (in
+    ``forms``): the chain renumbered by place (the root 0, receiver
+    ``i`` ``i + 1``), its hosts in the order it enters them (its segments' lengths and
+    hosts, its relay-only places), the trees of that chain numbered back.
+
+    Exact: :func:`_trees_of` reads the devices only through which host each is in
+    (equal or not, in :func:`_segments` and as its hosts' keys) and which are relays,
+    and lays out its trees from their places in the chain and in its host order: the
+    chain renumbered by a bijection that keeps hosts apart gives its trees renumbered."""
+    chain = (task.root, *task.receivers)
+    if len(set(chain)) < len(chain):  # a device twice: no bijection
+        return _trees_of(task, host, intra, shape, memo)
+    segs = _segments(task, host, memo)
+    number: dict[int, int] = {}
+    hosts = tuple(number.setdefault(host(seg[0]), len(number)) for seg in segs)
+    lengths = tuple(map(len, segs))
+    through = frozenset(task.through)
+    relays = tuple(i for i, d in enumerate(chain) if d in through) if through else ()
+    form = (intra, shape, lengths, hosts, relays)
+    got = forms.get(form)
+    if got is None:
+        placed = np.repeat(np.array(hosts, dtype=np.int64), lengths)  # each place's host
+        plain = Task(task.kind, task.tensor, task.box, 0, tuple(range(1, len(chain))),
+                     task.nbytes, through=relays)
+        got = forms[form] = [tuple(np.array(part, dtype=np.int64) for part in tree)
+                             for tree in _trees_of(plain, placed.item, intra, shape, None)]
+    at = np.array(chain, dtype=np.int64)
+    return [(tuple(at[p].tolist()), tuple(at[r].tolist()), tuple(at[k].tolist()))
+            for p, r, k in got]
+
+
 def _previous(i: int) -> int:
     return i - 1
 
@@ -280,10 +321,11 @@ def treeify(tasks: Iterable[Task], host: Callable[[int], int], intra: Intra | st
     form = parse_choice(HostShape, shape, "host shape")
     out: list[Task] = []
     edges: Edges = {}
+    forms: TreeForms = {}
     applies, broadcast = _APPLIES[form], TaskKind.BROADCAST
     for t in tasks:  # _applies, inline (most tasks are sends)
         if t.kind is broadcast and not t.parents and applies(_segments(t, host, memo)):
-            out.extend(_reshape(t, host, how, form, memo, edges))
+            out.extend(_reshape(t, host, how, form, memo, edges, forms))
         else:
             out.append(t)
     return tuple(out)
