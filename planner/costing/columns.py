@@ -20,6 +20,7 @@ so (None) and the caller builds the plan.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,7 +28,7 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.planner.costing.casts import converts
 from reshard.planner.costing.cost import Routes, task_routes
-from reshard.planner.costing.fairshare import FairShare, path_arrays
+from reshard.planner.costing.fairshare import FairShare, path_arrays, ranges
 from reshard.planner.costing.fluid import simulate_arrays
 from reshard.planner.costing.stepgate import StepGate
 from reshard.planner.schedule.send_columns import OrderedTasks
@@ -66,9 +67,10 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     codes[first + 1] = b * 8 + KIND_CODE[DEV_IN]
     codes[first[cross] + 2] = nic[a[cross]] * 8 + KIND_CODE[NIC_OUT]
     codes[first[cross] + 3] = nic[b[cross]] * 8 + KIND_CODE[NIC_IN]
-    for k, (c, f) in zip(starts[at].tolist(), paths):
-        codes[k:k + len(c)] = c
-        frac[k:k + len(c)] = f
+    if paths:  # every other task's route in its place, all at once (the same values)
+        where = ranges(starts[at], starts[at] + lens[at])
+        codes[where] = np.concatenate([c for c, _ in paths])
+        frac[where] = np.concatenate([f for _, f in paths])
     lat = np.empty(n)
     lat[at] = [lt for _, lt in routes]
     lat[sent] = np.where(cross, cluster.latency, cluster.intra_latency)
@@ -92,8 +94,9 @@ def _gate(ordered: OrderedTasks, n: int, at: np.ndarray) -> StepGate:
     first = starts[cols.position]
     member[first] = cols.root
     member[first + 1] = cols.recv
-    for k, d in zip(starts[at].tolist(), devs):
-        member[k:k + len(d)] = d
+    if devs:
+        member[ranges(starts[at], starts[at] + need[at])] = np.fromiter(
+            itertools.chain.from_iterable(devs), dtype=np.int64, count=int(need[at].sum()))
     step = np.empty(n, dtype=np.int64)
     step[at] = [t.step for t in objects]
     step[cols.position] = cols.step
