@@ -105,9 +105,9 @@ class _Kind:
 
     def items(self) -> list[tuple[tuple[int, int], float]]:
         """Every ((index, step), bytes), in the order each key was first added to."""
+        if not self.chunks:  # rows alone: summed in a dict, the same sums in the same
+            return _summed(self.rows)  # order as ``np.add.at``'s, at a tenth the cost
         self._flush()
-        if not self.chunks:
-            return []
         index = np.concatenate([c[0] for c in self.chunks])
         step = np.concatenate([c[1] for c in self.chunks])
         nbytes = np.concatenate([c[2] for c in self.chunks])
@@ -121,6 +121,17 @@ class _Kind:
         keys = keys[order]
         return list(zip(zip((keys % span).tolist(), (keys // span + lo).tolist()),
                         total[order].tolist()))
+
+
+def _summed(rows: list[tuple[int, int, float]]) -> list[tuple[tuple[int, int], float]]:
+    """:meth:`_Kind.items` of rows added one by one: each key's bytes summed from 0.0
+    in the order added (as ``np.add.at`` sums them), keys in the order first added."""
+    total: dict[tuple[int, int], float] = {}
+    get = total.get
+    for index, step, nbytes in rows:
+        key = (index, step)
+        total[key] = get(key, 0.0) + nbytes
+    return list(total.items())
 
 
 class _Flows:

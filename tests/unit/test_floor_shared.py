@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+import numpy as np
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
@@ -99,3 +100,20 @@ def test_capacities_read_once_a_kind_are_each_resources(src, dst, shape, monkeyp
         seen.append(got)
     assert seen[0] == seen[1]
     assert any(floor > 0 for _, _, floor in seen[0])
+
+
+def test_rows_summed_in_a_dict_are_the_arrays_sums():
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 7, 300, 5000):
+        # repeated keys, whole bytes and shares (floats whose sums depend on the order)
+        rows = [(int(rng.integers(40)), int(rng.integers(-1, 5)),
+                 float(rng.random() * 1e6) if rng.random() < 0.5 else int(rng.integers(1, 1 << 40)))
+                for _ in range(n)]
+        as_rows, as_arrays = floors._Kind(), floors._Kind()
+        as_rows.rows.extend(rows)
+        as_arrays.rows.extend(rows)
+        as_arrays._flush()  # what the arrays' path sums (np.add.at)
+        got, want = as_rows.items(), as_arrays.items()
+        assert got == want
+        assert [type(b) for _, b in got] == [float] * len(got)
+        assert len(got) == len({(i, s) for i, s, _ in rows})
