@@ -102,18 +102,35 @@ def test_capacities_read_once_a_kind_are_each_resources(src, dst, shape, monkeyp
     assert any(floor > 0 for _, _, floor in seen[0])
 
 
-def test_rows_summed_in_a_dict_are_the_arrays_sums():
-    rng = np.random.default_rng(3)
-    for n in (0, 1, 7, 300, 5000):
-        # repeated keys, whole bytes and shares (floats whose sums depend on the order)
-        rows = [(int(rng.integers(40)), int(rng.integers(-1, 5)),
-                 float(rng.random() * 1e6) if rng.random() < 0.5 else int(rng.integers(1, 1 << 40)))
-                for _ in range(n)]
-        as_rows, as_arrays = floors._Kind(), floors._Kind()
-        as_rows.rows.extend(rows)
-        as_arrays.rows.extend(rows)
-        as_arrays._flush()  # what the arrays' path sums (np.add.at)
-        got, want = as_rows.items(), as_arrays.items()
+def _additions(rng, n):
+    """``n`` additions: repeated keys, whole bytes and shares (floats whose sums depend
+    on the order)."""
+    return [(int(rng.integers(40)), int(rng.integers(-1, 5)),
+             float(rng.random() * 1e6) if rng.random() < 0.5 else int(rng.integers(1, 1 << 40)))
+            for _ in range(n)]
+
+
+def _kind(chunks, rows):
+    kind = floors._Kind()
+    for chunk in chunks:
+        index, step, nbytes = zip(*chunk) if chunk else ((), (), ())
+        kind.add(np.array(index, dtype=np.int64), np.array(step, dtype=np.int64),
+                 np.array(nbytes, dtype=np.float64))
+    kind.rows.extend(rows)
+    return kind
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 300, 3000])
+def test_additions_summed_in_a_dict_are_the_arrays_sums(n, monkeypatch):
+    rng = np.random.default_rng(n)
+    # rows alone, arrays (a cell of many receivers, the point-to-point rows) then rows
+    for chunks in ([], [_additions(rng, n // 3), []], [_additions(rng, n), _additions(rng, 5)]):
+        rows = _additions(rng, n)
+        got = _kind(chunks, rows).items()
+        monkeypatch.setattr(floors, "DICT_SUM_UP_TO", -1)  # the arrays' sums
+        want = _kind(chunks, rows).items()
+        monkeypatch.undo()
         assert got == want
         assert [type(b) for _, b in got] == [float] * len(got)
-        assert len(got) == len({(i, s) for i, s, _ in rows})
+        keys = {(i, s) for chunk in chunks for i, s, _ in chunk} | {(i, s) for i, s, _ in rows}
+        assert len(got) == len(keys)
