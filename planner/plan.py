@@ -369,7 +369,7 @@ class Builds:
         return out
 
 
-_PRICED = ("estimate", "routes", "latencies", "lower_bound")
+_PRICED = ("estimate", "routes", "latencies", "lower_bound", "one at a time")
 """What a plan caches that depends on its tasks, tensors and cluster alone (not on its
 strategy label): :meth:`Builds.relabel` keeps them."""
 
