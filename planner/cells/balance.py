@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection, Iterable
 import numpy as np
 
 from reshard.cluster import Cluster
+from reshard.planner.cells.chain_arrays import chain_arrays, unrelayed_chain
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 
 ARRAY_CHAIN = 64
@@ -266,7 +267,7 @@ class Loads:
         NIC has sent least leaves last (they differ only with several NICs per host)."""
         receivers = sorted(receivers)
         if len(receivers) >= ARRAY_CHAIN and len(set(receivers)) == len(receivers):
-            return _chain_arrays(self, root, receivers)
+            return chain_arrays(self, root, receivers)
         host = self.host
         rh = host(root)
         by_host: dict[int, list[int]] = {}
@@ -378,9 +379,23 @@ class Loads:
 
     def _relay_through(self, root: int, receivers: Iterable[int], nbytes: int
                        ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """:meth:`relay_chain` of several receivers, worked out."""
-        chain = self.chain(root, receivers)
-        if self.cluster.nics_per_host == 1 or not chain:
+        """:meth:`relay_chain` of several receivers, worked out: by arrays for many
+        (:func:`unrelayed_chain`, where no host boundary may relay), else
+        :meth:`_relay_walk` of :meth:`chain`."""
+        if self.cluster.nics_per_host == 1:
+            return self.chain(root, receivers), ()
+        group = sorted(receivers)
+        if len(group) >= ARRAY_CHAIN and len(set(group)) == len(group):
+            got = unrelayed_chain(self, root, group)
+            if got is not None:
+                return got, ()
+        return self._relay_walk(root, self.chain(root, group), nbytes)
+
+    def _relay_walk(self, root: int, chain: tuple[int, ...], nbytes: int
+                    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """:meth:`relay_chain` of ``chain`` (:meth:`chain`'s, hosts with several NICs),
+        one host boundary at a time."""
+        if not chain:
             return chain, ()
         host, nic = self.host, self.nic
         seg = [root]
@@ -506,40 +521,3 @@ class Loads:
                 prev_host = h
             prev = d
 
-
-def _chain_arrays(loads: Loads, root: int, receivers: list[int]) -> tuple[int, ...]:
-    """:meth:`Loads.chain` of many distinct ``receivers`` (sorted) by one sort of arrays:
-    by host (the root's first, then by least NIC out load and host), then inside a
-    host the entry (least NIC in load, then id) first and the rest by most NIC out
-    load then id (in the last host and the root's host when no other follows: by
-    id)."""
-    d = np.array(receivers, dtype=np.int64)
-    host, nic = loads.host, loads.nic
-    hosts = np.fromiter(map(host, receivers), dtype=np.int64, count=len(d))
-    nics = [nic(r) for r in receivers]
-    out_of, in_of = loads.nic_out.get, loads.nic_in.get
-    sent = np.array([out_of(n, 0.0) for n in nics], dtype=np.float64)
-    got = np.array([in_of(n, 0.0) for n in nics], dtype=np.float64)
-    rh = host(root)
-    local = hosts == rh
-    distinct, at = np.unique(hosts, return_inverse=True)
-    at = at.reshape(-1)
-    least = np.full(len(distinct), np.inf)
-    np.minimum.at(least, at, sent)
-    remote = distinct != rh
-    by_load = np.lexsort((distinct[remote], least[remote]))
-    rank = np.full(len(distinct), -1, dtype=np.int64)  # the root's host first
-    rank[np.flatnonzero(remote)[by_load]] = np.arange(len(by_load))
-    last = len(by_load) - 1
-    # each remote host's entry: its least NIC in load, then id
-    pick = np.lexsort((d, got, at))
-    entry = np.zeros(len(d), dtype=bool)
-    first_of = np.ones(len(d), dtype=bool)
-    first_of[1:] = at[pick][1:] != at[pick][:-1]
-    entry[pick[first_of]] = True
-    entry &= ~local
-    r = rank[at]
-    by_out = (local & (last >= 0)) | (~local & ~entry & (r < last))
-    key = np.where(by_out, -sent, 0.0)
-    order = np.lexsort((d, key, ~entry, r))
-    return tuple(d[order].tolist())

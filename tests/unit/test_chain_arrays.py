@@ -1,0 +1,66 @@
+"""Long chains by arrays (planner/cells/chain_arrays.py): where no host boundary of a
+long chain may relay, ``unrelayed_chain`` answers :meth:`Loads.relay_chain` with
+sorts of arrays; its answer, and every load left behind, is the one the walk one
+boundary at a time gives (the path with arrays turned off), on random load tables
+whose values tie, with and without expectations that let some boundaries relay."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from reshard import Cluster
+from reshard.planner.cells import balance, chain_arrays
+
+CLUSTER = Cluster.preset("dgx-h100", 24)  # a NIC per device: relays possible
+
+
+def _state(loads: balance.Loads) -> tuple[object, ...]:
+    def table(t: dict) -> list:
+        return sorted((k, v) for k, v in t.items() if v)
+    return (table(loads.nic_out), table(loads.nic_in), table(loads.moved), loads.shared,
+            loads._epoch)
+
+
+def _twins(rng: random.Random, crowded: bool) -> tuple[balance.Loads, balance.Loads]:
+    twins = balance.Loads(CLUSTER), balance.Loads(CLUSTER)
+    devices = list(CLUSTER.devices)
+    for _ in range(12 if crowded else 0):  # uneven expectations: some NICs may relay
+        holders = frozenset(rng.sample(devices, rng.randint(1, 2)))
+        needers = frozenset(rng.sample(devices, rng.randint(2, 9)))
+        nbytes = rng.choice([1000, 70000])
+        for loads in twins:
+            loads.expect(holders, needers - holders, nbytes)
+    for n in range(24 * 8):  # loads from a few levels: they tie
+        out, into = float(rng.choice([0, 0, 1, 2, 5]) << 20), float(rng.choice([0, 1, 3]) << 20)
+        for loads in twins:
+            loads.nic_out[n], loads.nic_in[n] = out, into
+    return twins
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_long_chain_s_answer_by_arrays_is_the_walk_s(seed, monkeypatch):
+    rng = random.Random(seed)
+    fast = fell_back = reordered = 0
+    for trial in range(8):
+        arrays, walk = _twins(rng, crowded=trial % 2 == 1)
+        for _ in range(6):
+            root = rng.randrange(24 * 8)
+            receivers = frozenset(rng.sample(range(24 * 8), rng.choice([66, 100, 191]))) - {root}
+            if rng.random() < 0.2:  # the root's host among the receivers, and one more
+                receivers = frozenset(range(8)) - {root} | frozenset(range(8, 70))
+            nbytes = rng.choice([500, 1 << 20])
+            ask = chain_arrays.unrelayed_chain(arrays.copy(), root, sorted(receivers))
+            fast += ask is not None
+            fell_back += ask is None
+            got = arrays.relay_chain(root, receivers, nbytes)
+            monkeypatch.setattr(balance, "ARRAY_CHAIN", 1 << 30)
+            want = walk._relay_through(root, tuple(receivers), nbytes)
+            reordered += got[0] != walk.chain(root, receivers)
+            monkeypatch.undo()
+            assert got == want
+            arrays.charge(root, got[0], nbytes)
+            walk.charge(root, want[0], nbytes)
+            assert _state(arrays) == _state(walk)
+    assert fast >= 10 and fell_back >= 1 and reordered >= 10
