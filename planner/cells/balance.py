@@ -38,13 +38,15 @@ def _reader(nics: list[int]) -> Callable[[dict[int, float]], tuple[float, ...]]:
 
 
 def slice_demand(host: Callable[[int], int], nic: Callable[[int], int], shared_bandwidth: bool,
-                 holders: frozenset[int], needers: frozenset[int], nbytes: int
+                 holders: frozenset[int], needers: frozenset[int], nbytes: int,
+                 memo: NeederMemo | None = None
                  ) -> tuple[list[tuple[tuple[str, int], float]], float]:
     """A slice's NIC demand (:meth:`Loads.expect`), from nothing but its arguments:
     the amount each NIC is expected to carry, in order (each NIC once), and the bytes
     the cluster's shared bandwidth (if it has one) carries. It leaves through its
     holders' NICs (shared evenly) and enters each host that needs it and holds none
-    through its needers' NICs there (shared evenly)."""
+    through its needers' NICs there (shared evenly). ``memo`` keeps what many needers
+    read (:class:`NeederMemo`)."""
     shared = float(nbytes * len(needers - holders)) if shared_bandwidth else 0.0
     if len(holders) == 1 and len(needers) == 1:  # point to point
         (a,), (b,) = holders, needers
@@ -52,7 +54,7 @@ def slice_demand(host: Callable[[int], int], nic: Callable[[int], int], shared_b
             return [], shared
         return [((NIC_OUT, nic(a)), nbytes), ((NIC_IN, nic(b)), nbytes)], shared
     if len(needers) >= ARRAY_CHAIN:
-        return _demand_many(host, nic, holders, needers, nbytes), shared
+        return _demand_many(host, nic, holders, needers, nbytes, memo), shared
     hold_hosts = {host(d) for d in holders}
     into: dict[int, set[int]] = {}
     for d in needers:
@@ -69,26 +71,64 @@ def slice_demand(host: Callable[[int], int], nic: Callable[[int], int], shared_b
     return amounts, shared
 
 
-def _demand_many(host: Callable[[int], int], nic: Callable[[int], int],
-                 holders: frozenset[int], needers: frozenset[int], nbytes: int
-                 ) -> list[tuple[tuple[str, int], float]]:
-    """:func:`slice_demand` of a slice of many needers, its NICs found as arrays (each
-    NIC's amount the same float as the loop's)."""
-    hold_hosts = {host(d) for d in holders}
-    devs = list(needers)
-    hosts = np.fromiter(map(host, devs), dtype=np.int64, count=len(devs))
-    nics = np.fromiter(map(nic, devs), dtype=np.int64, count=len(devs))
-    away = ~np.isin(hosts, list(hold_hosts))
+Entries = list[tuple[tuple[str, int], float]]
+"""The ``NIC_IN`` amounts of a slice's demand (:func:`_entering`)."""
+
+
+class NeederMemo:
+    """What :func:`slice_demand` found of a many-needer slice's needers, for one
+    cluster: per needer set, its devices' hosts and NICs (arrays) and its hosts; per
+    needer set, bytes and needer hosts that also hold the slice, the amounts entering
+    (which read nothing else: every cell of a broadcast to the same devices from
+    holders on other hosts enters them alike)."""
+
+    def __init__(self) -> None:
+        self.sides: dict[frozenset[int], tuple[np.ndarray, np.ndarray, frozenset[int]]] = {}
+        self.entries: dict[tuple[frozenset[int], int, frozenset[int]],
+                           tuple[int, Entries]] = {}
+
+
+def _entering(hosts: np.ndarray, nics: np.ndarray, held: frozenset[int], nbytes: int
+              ) -> tuple[int, Entries]:
+    """How many hosts a slice enters and its amounts entering them: needers (their
+    ``hosts`` and ``nics``) on hosts outside ``held`` receive it through their NICs
+    there, each host's share even over its distinct NICs; by (host, NIC)."""
+    away = ~np.isin(hosts, list(held)) if held else np.ones(len(hosts), dtype=bool)
     pairs = np.unique(np.stack([hosts[away], nics[away]]), axis=1)  # (host, NIC)
     if not pairs.shape[1]:
-        return []
+        return 0, []
     into, per_host = np.unique(pairs[0], return_counts=True)
+    share = {h: nbytes / c for h, c in zip(into.tolist(), per_host.tolist())}
+    return len(into), [((NIC_IN, n), share[h])
+                       for h, n in zip(pairs[0].tolist(), pairs[1].tolist())]
+
+
+def _demand_many(host: Callable[[int], int], nic: Callable[[int], int],
+                 holders: frozenset[int], needers: frozenset[int], nbytes: int,
+                 memo: NeederMemo | None = None) -> list[tuple[tuple[str, int], float]]:
+    """:func:`slice_demand` of a slice of many needers, its NICs found as arrays (each
+    NIC's amount the same float as the loop's); what depends only on the needers, the
+    bytes and which needer hosts hold the slice remembered in ``memo``."""
+    memo = memo if memo is not None else NeederMemo()
+    sides = memo.sides.get(needers)
+    if sides is None:
+        devs = list(needers)
+        hosts = np.fromiter(map(host, devs), dtype=np.int64, count=len(devs))
+        nics = np.fromiter(map(nic, devs), dtype=np.int64, count=len(devs))
+        sides = memo.sides[needers] = (hosts, nics, frozenset(hosts.tolist()))
+    hosts, nics, needer_hosts = sides
+    held = needer_hosts.intersection({host(d) for d in holders})
+    key = (needers, nbytes, held)
+    got = memo.entries.get(key)
+    if got is None:
+        got = memo.entries[key] = _entering(hosts, nics, held, nbytes)
+    into, entries = got
+    if not into:
+        return []
     out = {nic(d) for d in holders}
     amounts: list[tuple[tuple[str, int], float]] = [
-        ((NIC_OUT, n), nbytes * len(into) / len(out)) for n in out]
-    share = {h: nbytes / c for h, c in zip(into.tolist(), per_host.tolist())}
-    amounts.extend(((NIC_IN, n), share[h])
-                   for h, n in zip(pairs[0].tolist(), pairs[1].tolist()))
+        ((NIC_OUT, n), nbytes * into / len(out)) for n in out]
+    amounts.extend(entries)
     return amounts
 
 
@@ -181,6 +221,7 @@ class Loads:
         # to expected, moved and shared, which they read whole
         self._chains = ChainMemo()
         self._epoch = 0
+        self._needers = NeederMemo()  # reads only the cluster: copies share it
 
     def copy(self) -> Loads:
         """Another accumulator with the same loads so far (each choice made on it
@@ -225,7 +266,7 @@ class Loads:
         """:func:`slice_demand` on this accumulator's cluster (it reads nothing of the
         loads)."""
         return slice_demand(self.host, self.nic, bool(self.cluster.shared_bandwidth),
-                            holders, needers, nbytes)
+                            holders, needers, nbytes, self._needers)
 
     def _crowded(self, direction: str, n: int, other: int) -> bool:
         """Whether NIC ``n`` is expected to carry more than NIC ``other`` of its host,

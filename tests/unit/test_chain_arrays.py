@@ -64,3 +64,29 @@ def test_a_long_chain_s_answer_by_arrays_is_the_walk_s(seed, monkeypatch):
             walk.charge(root, want[0], nbytes)
             assert _state(arrays) == _state(walk)
     assert fast >= 10 and fell_back >= 1 and reordered >= 10
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_many_needer_demand_remembered_is_the_demand_worked_out_afresh(seed, monkeypatch):
+    """Slices of a few needer sets (as a broadcast's cells share theirs), from holders
+    on other hosts and on the needers' own: every answer of the accumulator's memo
+    (:class:`balance.NeederMemo`) is the one a fresh memo gives, in the same order,
+    and the amounts the loop one needer at a time gives."""
+    rng = random.Random(seed)
+    loads = balance.Loads(CLUSTER)
+    needer_sets = [frozenset(rng.sample(range(128), rng.choice([70, 100, 128])))
+                   for _ in range(3)]  # on hosts 0-15
+    for _ in range(60):
+        needers = rng.choice(needer_sets)
+        anywhere = rng.random() < 0.3  # else on hosts 16-23, which need nothing
+        holders = frozenset(rng.sample(range(0 if anywhere else 128, 192),
+                                       rng.choice([1, 1, 2, 9])))
+        nbytes = rng.choice([3, 1 << 20, 12345677])
+        got = loads.demand(holders, needers - holders, nbytes)
+        assert got == balance.slice_demand(loads.host, loads.nic, False, holders,
+                                           needers - holders, nbytes)
+        monkeypatch.setattr(balance, "ARRAY_CHAIN", 1 << 30)
+        by_loop = loads.demand(holders, needers - holders, nbytes)
+        monkeypatch.undo()
+        assert dict(got[0]) == dict(by_loop[0]) and len(got[0]) == len(by_loop[0])
+    assert len(loads._needers.entries) < 40  # answers were reused
