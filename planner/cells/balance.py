@@ -432,10 +432,17 @@ class Loads:
                 return got, ()
         return self._relay_walk(root, self.chain(root, group), nbytes)
 
-    def _relay_walk(self, root: int, chain: tuple[int, ...], nbytes: int
-                    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def _relay_walk(self, root: int, chain: tuple[int, ...], nbytes: int,
+                    quick: bool = True) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """:meth:`relay_chain` of ``chain`` (:meth:`chain`'s, hosts with several NICs),
-        one host boundary at a time."""
+        one host boundary at a time; ``quick``: where no boundary's member may relay
+        (:meth:`may_relay_end`), by :func:`_idlest_last` alone.
+
+        Proof of ``quick``: :meth:`_relay` of a member that may not relay returns
+        ``None`` and changes nothing; the members asked are each segment's last as
+        chained (only its successor's relay is inserted, at its front) and each
+        segment's first; with no relay nothing is relay-only and the walk does only
+        :func:`_idlest_last`'s moves."""
         if not chain:
             return chain, ()
         host, nic = self.host, self.nic
@@ -452,6 +459,10 @@ class Loads:
                 here = h
         if len(segments) == 1:
             return chain, ()
+        may = self.may_relay_end
+        if quick and not any(may(NIC_OUT, a[-1]) for a in segments[:-1]) and \
+                not any(may(NIC_IN, b[0]) for b in segments[1:]):
+            return _idlest_last(segments, self.nic_out, nic), ()
         members = set(chain)
         used = members | {root, *self.keep_off.get(root, ())}
         through: list[int] = []
@@ -460,9 +471,7 @@ class Loads:
             if relay is not None:
                 a.append(relay)
             elif len(a) > 2:  # the root stays first; the idlest member leaves last
-                last = min(a[1:], key=lambda d: (self.nic_out[nic(d)], d))
-                a.remove(last)
-                a.append(last)
+                _move_idlest_last(a, self.nic_out, nic)
             relay = self._relay(NIC_IN, b[0], host(b[0]), used, nbytes)
             if relay is not None:
                 b.insert(0, relay)
@@ -562,3 +571,22 @@ class Loads:
                 prev_host = h
             prev = d
 
+
+def _move_idlest_last(seg: list[int], nic_out: dict[int, float],
+                      nic: Callable[[int], int]) -> None:
+    """Move the member of ``seg`` after its first with the least (NIC out load, id)
+    to its end (the member that leaves its host)."""
+    _, last = min([(nic_out[nic(d)], d) for d in seg[1:]])
+    seg.remove(last)
+    seg.append(last)
+
+
+def _idlest_last(segments: list[list[int]], nic_out: dict[int, float],
+                 nic: Callable[[int], int]) -> tuple[int, ...]:
+    """A chain's order (its root, first, left out) with :func:`_move_idlest_last` done
+    in every segment but the last of more than two devices, as
+    :meth:`Loads._relay_walk` does where no member relays."""
+    for seg in segments[:-1]:
+        if len(seg) > 2:
+            _move_idlest_last(seg, nic_out, nic)
+    return tuple([d for seg in segments for d in seg][1:])

@@ -90,3 +90,31 @@ def test_a_many_needer_demand_remembered_is_the_demand_worked_out_afresh(seed, m
         monkeypatch.undo()
         assert dict(got[0]) == dict(by_loop[0]) and len(got[0]) == len(by_loop[0])
     assert len(loads._needers.entries) < 40  # answers were reused
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_short_chain_s_quick_walk_is_the_whole_walk(seed):
+    """``Loads._relay_walk`` where no boundary may relay (``quick``) answers as the
+    walk asking every boundary does, and leaves the same loads; on chains of a few
+    hosts, with and without expectations that let some boundaries relay."""
+    rng = random.Random(seed)
+    quick = whole_relayed = moved = 0
+    for trial in range(10):
+        fast, whole = _twins(rng, crowded=trial % 2 == 1)
+        for _ in range(10):
+            root = rng.randrange(24 * 8)
+            hosts = rng.sample(range(24), rng.choice([1, 2, 3, 5]))
+            pool = [d for h in hosts for d in CLUSTER.hosts[h] if d != root]
+            receivers = tuple(rng.sample(pool, rng.randint(1, min(len(pool), 20))))
+            nbytes = rng.choice([500, 1 << 20])
+            chain = fast.chain(root, receivers)
+            got = fast._relay_walk(root, chain, nbytes)
+            want = whole._relay_walk(root, chain, nbytes, quick=False)
+            assert got == want
+            assert _state(fast) == _state(whole)
+            quick += not want[1]
+            whole_relayed += bool(want[1])
+            moved += got[0] != chain
+            fast.charge(root, got[0], nbytes)
+            whole.charge(root, want[0], nbytes)
+    assert quick >= 20 and whole_relayed >= 1 and moved >= 10
