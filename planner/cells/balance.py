@@ -10,7 +10,12 @@ from collections.abc import Callable, Collection, Iterable
 import numpy as np
 
 from reshard.cluster import Cluster
-from reshard.planner.cells.chain_arrays import chain_arrays, unrelayed_chain
+from reshard.planner.cells.chain_arrays import (
+    chain_arrays,
+    idlest_last,
+    move_idlest_last,
+    unrelayed_chain,
+)
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 
 ARRAY_CHAIN = 64
@@ -320,6 +325,12 @@ class Loads:
             else:
                 group.append(r)
         nic, nic_in, nic_out = self.nic, self.nic_in, self.nic_out
+        if len(by_host) == 1 and rh not in by_host:  # one other host: its entry first
+            (group,) = by_host.values()
+            if len(group) > 1:
+                _, entry = min([(nic_in[nic(d)], d) for d in group])
+                return (entry, *[d for d in group if d != entry])
+            return tuple(group)
         # keys as tuples built in one pass (the same order as sorting by a key function)
         hosts = [h for _, h in sorted(
             (min([nic_out[nic(d)] for d in group]), h)
@@ -436,16 +447,23 @@ class Loads:
                     quick: bool = True) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """:meth:`relay_chain` of ``chain`` (:meth:`chain`'s, hosts with several NICs),
         one host boundary at a time; ``quick``: where no boundary's member may relay
-        (:meth:`may_relay_end`), by :func:`_idlest_last` alone.
+        (:meth:`may_relay_end`), by :func:`idlest_last` alone.
 
         Proof of ``quick``: :meth:`_relay` of a member that may not relay returns
         ``None`` and changes nothing; the members asked are each segment's last as
         chained (only its successor's relay is inserted, at its front) and each
         segment's first; with no relay nothing is relay-only and the walk does only
-        :func:`_idlest_last`'s moves."""
+        :func:`idlest_last`'s moves."""
         if not chain:
             return chain, ()
         host, nic = self.host, self.nic
+        may = self.may_relay_end
+        here = host(chain[0])
+        # one host (a host's receivers are chained together): one segment, or two
+        # whose first is the root alone
+        if here == host(chain[-1]) and (here == host(root) or (
+                quick and not may(NIC_OUT, root) and not may(NIC_IN, chain[0]))):
+            return chain, ()
         seg = [root]
         segments: list[list[int]] = [seg]
         here = host(root)
@@ -459,10 +477,9 @@ class Loads:
                 here = h
         if len(segments) == 1:
             return chain, ()
-        may = self.may_relay_end
         if quick and not any(may(NIC_OUT, a[-1]) for a in segments[:-1]) and \
                 not any(may(NIC_IN, b[0]) for b in segments[1:]):
-            return _idlest_last(segments, self.nic_out, nic), ()
+            return idlest_last(segments, self.nic_out, nic), ()
         members = set(chain)
         used = members | {root, *self.keep_off.get(root, ())}
         through: list[int] = []
@@ -471,7 +488,7 @@ class Loads:
             if relay is not None:
                 a.append(relay)
             elif len(a) > 2:  # the root stays first; the idlest member leaves last
-                _move_idlest_last(a, self.nic_out, nic)
+                move_idlest_last(a, self.nic_out, nic)
             relay = self._relay(NIC_IN, b[0], host(b[0]), used, nbytes)
             if relay is not None:
                 b.insert(0, relay)
@@ -571,22 +588,3 @@ class Loads:
                 prev_host = h
             prev = d
 
-
-def _move_idlest_last(seg: list[int], nic_out: dict[int, float],
-                      nic: Callable[[int], int]) -> None:
-    """Move the member of ``seg`` after its first with the least (NIC out load, id)
-    to its end (the member that leaves its host)."""
-    _, last = min([(nic_out[nic(d)], d) for d in seg[1:]])
-    seg.remove(last)
-    seg.append(last)
-
-
-def _idlest_last(segments: list[list[int]], nic_out: dict[int, float],
-                 nic: Callable[[int], int]) -> tuple[int, ...]:
-    """A chain's order (its root, first, left out) with :func:`_move_idlest_last` done
-    in every segment but the last of more than two devices, as
-    :meth:`Loads._relay_walk` does where no member relays."""
-    for seg in segments[:-1]:
-        if len(seg) > 2:
-            _move_idlest_last(seg, nic_out, nic)
-    return tuple([d for seg in segments for d in seg][1:])

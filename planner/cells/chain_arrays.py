@@ -1,4 +1,5 @@
-"""Long broadcast chains ordered by sorts of arrays: :meth:`Loads.chain
+"""Broadcast chains' orders apart from the accumulator: a segment's idlest member
+last (:func:`idlest_last`), and long chains ordered by sorts of arrays: :meth:`Loads.chain
 <reshard.planner.cells.balance.Loads.chain>`'s order, and :meth:`Loads.relay_chain
 <reshard.planner.cells.balance.Loads.relay_chain>`'s answer where no host boundary of
 the chain may relay (the common case: a NIC per device whose hosts' NICs are all
@@ -112,3 +113,23 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     last = np.zeros(n, dtype=bool)
     last[by_key[first]] = True
     return tuple(d[np.lexsort((np.arange(n), last, seg))].tolist())
+
+
+def move_idlest_last(seg: list[int], nic_out: dict[int, float],
+                      nic: Callable[[int], int]) -> None:
+    """Move the member of ``seg`` after its first with the least (NIC out load, id)
+    to its end (the member that leaves its host)."""
+    _, last = min([(nic_out[nic(d)], d) for d in seg[1:]])
+    seg.remove(last)
+    seg.append(last)
+
+
+def idlest_last(segments: list[list[int]], nic_out: dict[int, float],
+                nic: Callable[[int], int]) -> tuple[int, ...]:
+    """A chain's order (its root, first, left out) with :func:`move_idlest_last` done
+    in every segment but the last of more than two devices, as
+    :meth:`Loads._relay_walk` does where no member relays."""
+    for seg in segments[:-1]:
+        if len(seg) > 2:
+            move_idlest_last(seg, nic_out, nic)
+    return tuple([d for seg in segments for d in seg][1:])

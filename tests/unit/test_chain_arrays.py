@@ -118,3 +118,22 @@ def test_a_short_chain_s_quick_walk_is_the_whole_walk(seed):
             fast.charge(root, got[0], nbytes)
             whole.charge(root, want[0], nbytes)
     assert quick >= 20 and whole_relayed >= 1 and moved >= 10
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_short_chain_s_order_is_the_order_by_arrays(seed):
+    """``Loads.chain`` one by one (its shortcut for receivers all on one other host
+    included) orders a few receivers as :func:`chain_arrays.chain_arrays` does: on
+    one other host, on the root's host alone, and on several."""
+    rng = random.Random(seed)
+    loads = _twins(rng, crowded=False)[0]
+    for _ in range(200):
+        root = rng.randrange(24 * 8)
+        hosts = rng.sample(range(24), rng.choice([1, 1, 2, 3]))
+        if rng.random() < 0.3:
+            hosts[0] = CLUSTER.host_of(root)
+        pool = [d for h in hosts for d in CLUSTER.hosts[h] if d != root]
+        receivers = rng.sample(pool, rng.randint(1, len(pool)))
+        got = loads.chain(root, receivers)
+        assert len(receivers) < balance.ARRAY_CHAIN
+        assert got == chain_arrays.chain_arrays(loads, root, sorted(receivers))
