@@ -314,8 +314,12 @@ class Loads:
         receivers = sorted(receivers)
         if len(receivers) >= ARRAY_CHAIN and len(set(receivers)) == len(receivers):
             return chain_arrays(self, root, receivers)
-        host = self.host
+        host, nic, nic_in, nic_out = self.host, self.nic, self.nic_in, self.nic_out
         rh = host(root)
+        hosts_of = set(map(host, receivers))
+        if len(hosts_of) == 1 and rh not in hosts_of:  # one other host: its entry first
+            _, entry = min([(nic_in[nic(d)], d) for d in receivers])
+            return (entry, *[d for d in receivers if d != entry])
         by_host: dict[int, list[int]] = {}
         for r in receivers:
             h = host(r)
@@ -324,13 +328,6 @@ class Loads:
                 by_host[h] = [r]
             else:
                 group.append(r)
-        nic, nic_in, nic_out = self.nic, self.nic_in, self.nic_out
-        if len(by_host) == 1 and rh not in by_host:  # one other host: its entry first
-            (group,) = by_host.values()
-            if len(group) > 1:
-                _, entry = min([(nic_in[nic(d)], d) for d in group])
-                return (entry, *[d for d in group if d != entry])
-            return tuple(group)
         # keys as tuples built in one pass (the same order as sorting by a key function)
         hosts = [h for _, h in sorted(
             (min([nic_out[nic(d)] for d in group]), h)
