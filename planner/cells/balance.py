@@ -47,94 +47,91 @@ def slice_demand(host: Callable[[int], int], nic: Callable[[int], int], shared_b
                  memo: NeederMemo | None = None
                  ) -> tuple[list[tuple[tuple[str, int], float]], float]:
     """A slice's NIC demand (:meth:`Loads.expect`), from nothing but its arguments:
-    the amount each NIC is expected to carry, in order (each NIC once), and the bytes
-    the cluster's shared bandwidth (if it has one) carries. It leaves through its
+    the amount each NIC is expected to carry (each NIC once), and the bytes the
+    cluster's shared bandwidth (if it has one) carries. It leaves through its
     holders' NICs (shared evenly) and enters each host that needs it and holds none
-    through its needers' NICs there (shared evenly). ``memo`` keeps what many needers
-    read (:class:`NeederMemo`)."""
+    through its needers' NICs there (shared evenly). ``memo`` keeps what the
+    needers' side reads (:class:`NeederMemo`)."""
     shared = float(nbytes * len(needers - holders)) if shared_bandwidth else 0.0
     if len(holders) == 1 and len(needers) == 1:  # point to point
         (a,), (b,) = holders, needers
         if host(a) == host(b):
             return [], shared
         return [((NIC_OUT, nic(a)), nbytes), ((NIC_IN, nic(b)), nbytes)], shared
-    if len(needers) >= ARRAY_CHAIN:
-        return _demand_many(host, nic, holders, needers, nbytes, memo), shared
-    hold_hosts = {host(d) for d in holders}
-    into: dict[int, set[int]] = {}
-    for d in needers:
-        h = host(d)
-        if h not in hold_hosts:
-            into.setdefault(h, set()).add(nic(d))
+    memo = memo if memo is not None else NeederMemo()
+    sides = memo.sides.get(needers)
+    if sides is None:
+        sides = memo.sides[needers] = _sides(host, nic, needers)
+    held = sides[2].intersection({host(d) for d in holders})
+    key = (needers, nbytes, held)
+    got = memo.entries.get(key)
+    if got is None:
+        got = memo.entries[key] = _entering(host, nic, needers, sides, held, nbytes)
+    into, entries = got
     if not into:
         return [], shared
     out = {nic(d) for d in holders}
     amounts: list[tuple[tuple[str, int], float]] = [
-        ((NIC_OUT, n), nbytes * len(into) / len(out)) for n in out]
-    for nics in into.values():
-        amounts.extend(((NIC_IN, n), nbytes / len(nics)) for n in nics)
+        ((NIC_OUT, n), nbytes * into / len(out)) for n in out]
+    amounts.extend(entries)
     return amounts, shared
 
 
 Entries = list[tuple[tuple[str, int], float]]
 """The ``NIC_IN`` amounts of a slice's demand (:func:`_entering`)."""
 
+Sides = tuple[np.ndarray | None, np.ndarray | None, frozenset[int]]
+"""A needer set's devices' hosts and NICs (arrays, for many needers) and its hosts."""
+
 
 class NeederMemo:
-    """What :func:`slice_demand` found of a many-needer slice's needers, for one
-    cluster: per needer set, its devices' hosts and NICs (arrays) and its hosts; per
-    needer set, bytes and needer hosts that also hold the slice, the amounts entering
-    (which read nothing else: every cell of a broadcast to the same devices from
-    holders on other hosts enters them alike)."""
+    """What :func:`slice_demand` found of slices' needers, for one cluster: per needer
+    set, its :data:`Sides`; per needer set, bytes and needer hosts that also hold the
+    slice, the amounts entering (which read nothing else: every cell of a broadcast
+    to the same devices from holders on other hosts enters them alike). The amounts'
+    order inside one answer is immaterial (each NIC once; :meth:`Loads.add_demand`
+    adds each to its own total, which only lookups by NIC read)."""
 
     def __init__(self) -> None:
-        self.sides: dict[frozenset[int], tuple[np.ndarray, np.ndarray, frozenset[int]]] = {}
+        self.sides: dict[frozenset[int], Sides] = {}
         self.entries: dict[tuple[frozenset[int], int, frozenset[int]],
                            tuple[int, Entries]] = {}
 
 
-def _entering(hosts: np.ndarray, nics: np.ndarray, held: frozenset[int], nbytes: int
-              ) -> tuple[int, Entries]:
-    """How many hosts a slice enters and its amounts entering them: needers (their
-    ``hosts`` and ``nics``) on hosts outside ``held`` receive it through their NICs
-    there, each host's share even over its distinct NICs; by (host, NIC)."""
+def _sides(host: Callable[[int], int], nic: Callable[[int], int], needers: frozenset[int]
+           ) -> Sides:
+    """``needers``' :data:`Sides` (arrays only from :data:`ARRAY_CHAIN` needers)."""
+    if len(needers) < ARRAY_CHAIN:
+        return None, None, frozenset(map(host, needers))
+    devs = list(needers)
+    hosts = np.fromiter(map(host, devs), dtype=np.int64, count=len(devs))
+    nics = np.fromiter(map(nic, devs), dtype=np.int64, count=len(devs))
+    return hosts, nics, frozenset(hosts.tolist())
+
+
+def _entering(host: Callable[[int], int], nic: Callable[[int], int], needers: frozenset[int],
+              sides: Sides, held: frozenset[int], nbytes: int) -> tuple[int, Entries]:
+    """How many hosts a slice enters and its amounts entering them: needers on hosts
+    outside ``held`` receive it through their NICs there, each host's share even
+    over its distinct NICs; one by one, or for many needers by arrays, by (host,
+    NIC) (each amount the same float)."""
+    hosts, nics, _ = sides
+    if hosts is None or nics is None:
+        into: dict[int, set[int]] = {}
+        for d in needers:
+            h = host(d)
+            if h not in held:
+                into.setdefault(h, set()).add(nic(d))
+        return len(into), [((NIC_IN, n), nbytes / len(got))
+                           for got in into.values() for n in got]
     away = ~np.isin(hosts, list(held)) if held else np.ones(len(hosts), dtype=bool)
     pairs = np.unique(np.stack([hosts[away], nics[away]]), axis=1)  # (host, NIC)
     if not pairs.shape[1]:
         return 0, []
-    into, per_host = np.unique(pairs[0], return_counts=True)
-    share = {h: nbytes / c for h, c in zip(into.tolist(), per_host.tolist())}
-    return len(into), [((NIC_IN, n), share[h])
-                       for h, n in zip(pairs[0].tolist(), pairs[1].tolist())]
-
-
-def _demand_many(host: Callable[[int], int], nic: Callable[[int], int],
-                 holders: frozenset[int], needers: frozenset[int], nbytes: int,
-                 memo: NeederMemo | None = None) -> list[tuple[tuple[str, int], float]]:
-    """:func:`slice_demand` of a slice of many needers, its NICs found as arrays (each
-    NIC's amount the same float as the loop's); what depends only on the needers, the
-    bytes and which needer hosts hold the slice remembered in ``memo``."""
-    memo = memo if memo is not None else NeederMemo()
-    sides = memo.sides.get(needers)
-    if sides is None:
-        devs = list(needers)
-        hosts = np.fromiter(map(host, devs), dtype=np.int64, count=len(devs))
-        nics = np.fromiter(map(nic, devs), dtype=np.int64, count=len(devs))
-        sides = memo.sides[needers] = (hosts, nics, frozenset(hosts.tolist()))
-    hosts, nics, needer_hosts = sides
-    held = needer_hosts.intersection({host(d) for d in holders})
-    key = (needers, nbytes, held)
-    got = memo.entries.get(key)
-    if got is None:
-        got = memo.entries[key] = _entering(hosts, nics, held, nbytes)
-    into, entries = got
-    if not into:
-        return []
-    out = {nic(d) for d in holders}
-    amounts: list[tuple[tuple[str, int], float]] = [
-        ((NIC_OUT, n), nbytes * into / len(out)) for n in out]
-    amounts.extend(entries)
-    return amounts
+    entered, per_host = np.unique(pairs[0], return_counts=True)
+    share = {h: nbytes / c for h, c in zip(entered.tolist(), per_host.tolist())}
+    return len(entered), [((NIC_IN, n), share[h])
+                          for h, n in zip(pairs[0].tolist(), pairs[1].tolist())]
 
 
 class ChainMemo:

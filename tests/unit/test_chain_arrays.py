@@ -67,15 +67,15 @@ def test_a_long_chain_s_answer_by_arrays_is_the_walk_s(seed, monkeypatch):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_a_many_needer_demand_remembered_is_the_demand_worked_out_afresh(seed, monkeypatch):
-    """Slices of a few needer sets (as a broadcast's cells share theirs), from holders
+def test_a_slice_s_demand_remembered_is_the_demand_worked_out_afresh(seed, monkeypatch):
+    """Slices of a few needer sets, few and many, (as a broadcast's cells share theirs), from holders
     on other hosts and on the needers' own: every answer of the accumulator's memo
     (:class:`balance.NeederMemo`) is the one a fresh memo gives, in the same order,
     and the amounts the loop one needer at a time gives."""
     rng = random.Random(seed)
     loads = balance.Loads(CLUSTER)
-    needer_sets = [frozenset(rng.sample(range(128), rng.choice([70, 100, 128])))
-                   for _ in range(3)]  # on hosts 0-15
+    needer_sets = [frozenset(rng.sample(range(128), size))
+                   for size in (5, 12, rng.choice([70, 100, 128]))]  # on hosts 0-15
     for _ in range(60):
         needers = rng.choice(needer_sets)
         anywhere = rng.random() < 0.3  # else on hosts 16-23, which need nothing
@@ -86,7 +86,7 @@ def test_a_many_needer_demand_remembered_is_the_demand_worked_out_afresh(seed, m
         assert got == balance.slice_demand(loads.host, loads.nic, False, holders,
                                            needers - holders, nbytes)
         monkeypatch.setattr(balance, "ARRAY_CHAIN", 1 << 30)
-        by_loop = loads.demand(holders, needers - holders, nbytes)
+        by_loop = balance.Loads(CLUSTER).demand(holders, needers - holders, nbytes)
         monkeypatch.undo()
         assert dict(got[0]) == dict(by_loop[0]) and len(got[0]) == len(by_loop[0])
     assert len(loads._needers.entries) < 40  # answers were reused
