@@ -8,7 +8,7 @@ expected to carry the same)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import numpy as np
@@ -20,10 +20,17 @@ class Loads(Protocol):
     """What these functions read of a :class:`~reshard.planner.cells.balance.Loads`
     (which imports them)."""
 
-    host: Callable[[int], int]
-    nic: Callable[[int], int]
-    nic_out: dict[int, float]
-    nic_in: dict[int, float]
+    @property
+    def host(self) -> Callable[[int], int]: ...
+
+    @property
+    def nic(self) -> Callable[[int], int]: ...
+
+    @property
+    def nic_out(self) -> Mapping[int, float]: ...
+
+    @property
+    def nic_in(self) -> Mapping[int, float]: ...
 
     def may_relay_end(self, direction: str, member: int) -> bool: ...
 
