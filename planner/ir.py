@@ -200,6 +200,24 @@ class ReshardPlan:
             plan._cache["estimate"] = got
         return keep(self.estimate(), best)
 
+    def one_at_a_time_time(self) -> float:
+        """Seconds no plan of these tasks that runs each device's tasks one at a time can
+        beat (:func:`~reshard.planner.costing.cost.one_at_a_time_time`; cached: a plan
+        :meth:`priced_as` another reads the other's, which its tasks, tensors and cluster
+        decide: the ``least-concurrent`` pass's floor, found once for a planning call's
+        twins)."""
+        got = self._cache.get("one at a time")
+        if got is None:
+            twin = self._cache.get("twin")
+            if twin is not None:
+                got = twin.one_at_a_time_time()
+            else:
+                from reshard.planner.costing.cost import one_at_a_time_time
+
+                got = one_at_a_time_time(self)
+            self._cache["one at a time"] = got
+        return got
+
     def priced_as(self, twin: ReshardPlan) -> ReshardPlan:
         """Price this plan as ``twin``, a plan of the same tensors, tasks and cluster
         (its label may differ; the model reads no label): its prediction, routes and

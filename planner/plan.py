@@ -23,7 +23,7 @@ from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes.allreduce import allreduce_first
 from reshard.planner.passes.stages import ALTERNATIVES_UP_TO, faster, search
 from reshard.planner.passes.twins import Twins
-from reshard.planner.schedule.floors import baseline_floor
+from reshard.planner.schedule.floors import StepLoads, baseline_floor, reduction_loads
 from reshard.planner.schedule.send_columns import OrderedTasks
 from reshard.planner.schedule.staging import check_budget, fit_budget, staging_sizes
 from reshard.planner.values.request import Request, default_cluster, make_tensor_spec, request_parts
@@ -212,6 +212,7 @@ class Builds:
         self._cuts: dict[tuple[Any, ...], Cut] = {}  # every strategy's cells, cut once
         self._signatures: dict[tuple[Any, ...], tuple[object, ...]] = {}  # slices' own
         self._bounds: dict[tuple[Any, ...], float] = {}
+        self._reduced: dict[tuple[Any, ...], StepLoads] = {}  # a cut's reductions' loads
         self._orders: dict[tuple[Any, ...], tuple[OrderedTasks, bool]] = {}
         self.known = Routes()  # every candidate's routes (one cluster a call)
         self.twins = Twins()  # every candidate, each distinct one priced once
@@ -326,8 +327,20 @@ class Builds:
             got = self._floors[key] = self.floor(tensors, cluster, baseline)
         if got is None:
             s = self.slices(tensors, cluster, baseline, fine=fine)
-            got = self._floors[key] = baseline_floor(s.work, s.reduces, s.itemsizes,
-                                                     cluster, baseline, self.known)
+            got = self._floors[key] = baseline_floor(
+                s.work, s.reduces, s.itemsizes, cluster, baseline, self.known,
+                self._reduction_loads(tensors, cluster, fine, s.reduces))
+        return got
+
+    def _reduction_loads(self, tensors: tuple[TensorSpec, ...], cluster: Cluster,
+                         fine: bool, reduces: Sequence[Task]) -> StepLoads:
+        """:func:`~reshard.planner.schedule.floors.reduction_loads` of a cut's
+        reductions, found once for every baseline floored on that cut (each strategy's
+        slices of one cut carry the cut's reductions, :func:`cut_slices`)."""
+        key = (tensors, cluster, *cut_key(tensors, False, fine))
+        got = self._reduced.get(key)
+        if got is None:
+            got = self._reduced[key] = reduction_loads(reduces, cluster, self.known)
         return got
 
     def beaten(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, baseline: Strategy,
@@ -356,7 +369,7 @@ class Builds:
         return out
 
 
-_PRICED = ("estimate", "routes", "latencies", "lower_bound")
+_PRICED = ("estimate", "routes", "latencies", "lower_bound", "one at a time")
 """What a plan caches that depends on its tasks, tensors and cluster alone (not on its
 strategy label): :meth:`Builds.relabel` keeps them."""
 

@@ -10,6 +10,12 @@ from collections.abc import Callable, Collection, Iterable
 import numpy as np
 
 from reshard.cluster import Cluster
+from reshard.planner.cells.chain_arrays import (
+    chain_arrays,
+    idlest_last,
+    move_idlest_last,
+    unrelayed_chain,
+)
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 
 ARRAY_CHAIN = 64
@@ -37,58 +43,95 @@ def _reader(nics: list[int]) -> Callable[[dict[int, float]], tuple[float, ...]]:
 
 
 def slice_demand(host: Callable[[int], int], nic: Callable[[int], int], shared_bandwidth: bool,
-                 holders: frozenset[int], needers: frozenset[int], nbytes: int
+                 holders: frozenset[int], needers: frozenset[int], nbytes: int,
+                 memo: NeederMemo | None = None
                  ) -> tuple[list[tuple[tuple[str, int], float]], float]:
     """A slice's NIC demand (:meth:`Loads.expect`), from nothing but its arguments:
-    the amount each NIC is expected to carry, in order (each NIC once), and the bytes
-    the cluster's shared bandwidth (if it has one) carries. It leaves through its
+    the amount each NIC is expected to carry (each NIC once), and the bytes the
+    cluster's shared bandwidth (if it has one) carries. It leaves through its
     holders' NICs (shared evenly) and enters each host that needs it and holds none
-    through its needers' NICs there (shared evenly)."""
+    through its needers' NICs there (shared evenly). ``memo`` keeps what the
+    needers' side reads (:class:`NeederMemo`)."""
     shared = float(nbytes * len(needers - holders)) if shared_bandwidth else 0.0
     if len(holders) == 1 and len(needers) == 1:  # point to point
         (a,), (b,) = holders, needers
         if host(a) == host(b):
             return [], shared
         return [((NIC_OUT, nic(a)), nbytes), ((NIC_IN, nic(b)), nbytes)], shared
-    if len(needers) >= ARRAY_CHAIN:
-        return _demand_many(host, nic, holders, needers, nbytes), shared
-    hold_hosts = {host(d) for d in holders}
-    into: dict[int, set[int]] = {}
-    for d in needers:
-        h = host(d)
-        if h not in hold_hosts:
-            into.setdefault(h, set()).add(nic(d))
+    memo = memo if memo is not None else NeederMemo()
+    sides = memo.sides.get(needers)
+    if sides is None:
+        sides = memo.sides[needers] = _sides(host, nic, needers)
+    held = sides[2].intersection({host(d) for d in holders})
+    key = (needers, nbytes, held)
+    got = memo.entries.get(key)
+    if got is None:
+        got = memo.entries[key] = _entering(host, nic, needers, sides, held, nbytes)
+    into, entries = got
     if not into:
         return [], shared
     out = {nic(d) for d in holders}
     amounts: list[tuple[tuple[str, int], float]] = [
-        ((NIC_OUT, n), nbytes * len(into) / len(out)) for n in out]
-    for nics in into.values():
-        amounts.extend(((NIC_IN, n), nbytes / len(nics)) for n in nics)
+        ((NIC_OUT, n), nbytes * into / len(out)) for n in out]
+    amounts.extend(entries)
     return amounts, shared
 
 
-def _demand_many(host: Callable[[int], int], nic: Callable[[int], int],
-                 holders: frozenset[int], needers: frozenset[int], nbytes: int
-                 ) -> list[tuple[tuple[str, int], float]]:
-    """:func:`slice_demand` of a slice of many needers, its NICs found as arrays (each
-    NIC's amount the same float as the loop's)."""
-    hold_hosts = {host(d) for d in holders}
+Entries = list[tuple[tuple[str, int], float]]
+"""The ``NIC_IN`` amounts of a slice's demand (:func:`_entering`)."""
+
+Sides = tuple[np.ndarray | None, np.ndarray | None, frozenset[int]]
+"""A needer set's devices' hosts and NICs (arrays, for many needers) and its hosts."""
+
+
+class NeederMemo:
+    """What :func:`slice_demand` found of slices' needers, for one cluster: per needer
+    set, its :data:`Sides`; per needer set, bytes and needer hosts that also hold the
+    slice, the amounts entering (which read nothing else: every cell of a broadcast
+    to the same devices from holders on other hosts enters them alike). The amounts'
+    order inside one answer is immaterial (each NIC once; :meth:`Loads.add_demand`
+    adds each to its own total, which only lookups by NIC read)."""
+
+    def __init__(self) -> None:
+        self.sides: dict[frozenset[int], Sides] = {}
+        self.entries: dict[tuple[frozenset[int], int, frozenset[int]],
+                           tuple[int, Entries]] = {}
+
+
+def _sides(host: Callable[[int], int], nic: Callable[[int], int], needers: frozenset[int]
+           ) -> Sides:
+    """``needers``' :data:`Sides` (arrays only from :data:`ARRAY_CHAIN` needers)."""
+    if len(needers) < ARRAY_CHAIN:
+        return None, None, frozenset(map(host, needers))
     devs = list(needers)
     hosts = np.fromiter(map(host, devs), dtype=np.int64, count=len(devs))
     nics = np.fromiter(map(nic, devs), dtype=np.int64, count=len(devs))
-    away = ~np.isin(hosts, list(hold_hosts))
+    return hosts, nics, frozenset(hosts.tolist())
+
+
+def _entering(host: Callable[[int], int], nic: Callable[[int], int], needers: frozenset[int],
+              sides: Sides, held: frozenset[int], nbytes: int) -> tuple[int, Entries]:
+    """How many hosts a slice enters and its amounts entering them: needers on hosts
+    outside ``held`` receive it through their NICs there, each host's share even
+    over its distinct NICs; one by one, or for many needers by arrays, by (host,
+    NIC) (each amount the same float)."""
+    hosts, nics, _ = sides
+    if hosts is None or nics is None:
+        into: dict[int, set[int]] = {}
+        for d in needers:
+            h = host(d)
+            if h not in held:
+                into.setdefault(h, set()).add(nic(d))
+        return len(into), [((NIC_IN, n), nbytes / len(got))
+                           for got in into.values() for n in got]
+    away = ~np.isin(hosts, list(held)) if held else np.ones(len(hosts), dtype=bool)
     pairs = np.unique(np.stack([hosts[away], nics[away]]), axis=1)  # (host, NIC)
     if not pairs.shape[1]:
-        return []
-    into, per_host = np.unique(pairs[0], return_counts=True)
-    out = {nic(d) for d in holders}
-    amounts: list[tuple[tuple[str, int], float]] = [
-        ((NIC_OUT, n), nbytes * len(into) / len(out)) for n in out]
-    share = {h: nbytes / c for h, c in zip(into.tolist(), per_host.tolist())}
-    amounts.extend(((NIC_IN, n), share[h])
-                   for h, n in zip(pairs[0].tolist(), pairs[1].tolist()))
-    return amounts
+        return 0, []
+    entered, per_host = np.unique(pairs[0], return_counts=True)
+    share = {h: nbytes / c for h, c in zip(entered.tolist(), per_host.tolist())}
+    return len(entered), [((NIC_IN, n), share[h])
+                          for h, n in zip(pairs[0].tolist(), pairs[1].tolist())]
 
 
 class ChainMemo:
@@ -180,6 +223,7 @@ class Loads:
         # to expected, moved and shared, which they read whole
         self._chains = ChainMemo()
         self._epoch = 0
+        self._needers = NeederMemo()  # reads only the cluster: copies share it
 
     def copy(self) -> Loads:
         """Another accumulator with the same loads so far (each choice made on it
@@ -224,7 +268,7 @@ class Loads:
         """:func:`slice_demand` on this accumulator's cluster (it reads nothing of the
         loads)."""
         return slice_demand(self.host, self.nic, bool(self.cluster.shared_bandwidth),
-                            holders, needers, nbytes)
+                            holders, needers, nbytes, self._needers)
 
     def _crowded(self, direction: str, n: int, other: int) -> bool:
         """Whether NIC ``n`` is expected to carry more than NIC ``other`` of its host,
@@ -266,9 +310,13 @@ class Loads:
         NIC has sent least leaves last (they differ only with several NICs per host)."""
         receivers = sorted(receivers)
         if len(receivers) >= ARRAY_CHAIN and len(set(receivers)) == len(receivers):
-            return _chain_arrays(self, root, receivers)
-        host = self.host
+            return chain_arrays(self, root, receivers)
+        host, nic, nic_in, nic_out = self.host, self.nic, self.nic_in, self.nic_out
         rh = host(root)
+        hosts_of = set(map(host, receivers))
+        if len(hosts_of) == 1 and rh not in hosts_of:  # one other host: its entry first
+            _, entry = min([(nic_in[nic(d)], d) for d in receivers])
+            return (entry, *[d for d in receivers if d != entry])
         by_host: dict[int, list[int]] = {}
         for r in receivers:
             h = host(r)
@@ -277,7 +325,6 @@ class Loads:
                 by_host[h] = [r]
             else:
                 group.append(r)
-        nic, nic_in, nic_out = self.nic, self.nic_in, self.nic_out
         # keys as tuples built in one pass (the same order as sorting by a key function)
         hosts = [h for _, h in sorted(
             (min([nic_out[nic(d)] for d in group]), h)
@@ -378,11 +425,39 @@ class Loads:
 
     def _relay_through(self, root: int, receivers: Iterable[int], nbytes: int
                        ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """:meth:`relay_chain` of several receivers, worked out."""
-        chain = self.chain(root, receivers)
-        if self.cluster.nics_per_host == 1 or not chain:
+        """:meth:`relay_chain` of several receivers, worked out: by arrays for many
+        (:func:`unrelayed_chain`, where no host boundary may relay), else
+        :meth:`_relay_walk` of :meth:`chain`."""
+        if self.cluster.nics_per_host == 1:
+            return self.chain(root, receivers), ()
+        group = sorted(receivers)
+        if len(group) >= ARRAY_CHAIN and len(set(group)) == len(group):
+            got = unrelayed_chain(self, root, group)
+            if got is not None:
+                return got, ()
+        return self._relay_walk(root, self.chain(root, group), nbytes)
+
+    def _relay_walk(self, root: int, chain: tuple[int, ...], nbytes: int,
+                    quick: bool = True) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """:meth:`relay_chain` of ``chain`` (:meth:`chain`'s, hosts with several NICs),
+        one host boundary at a time; ``quick``: where no boundary's member may relay
+        (:meth:`may_relay_end`), by :func:`idlest_last` alone.
+
+        Proof of ``quick``: :meth:`_relay` of a member that may not relay returns
+        ``None`` and changes nothing; the members asked are each segment's last as
+        chained (only its successor's relay is inserted, at its front) and each
+        segment's first; with no relay nothing is relay-only and the walk does only
+        :func:`idlest_last`'s moves."""
+        if not chain:
             return chain, ()
         host, nic = self.host, self.nic
+        may = self.may_relay_end
+        here = host(chain[0])
+        # one host (a host's receivers are chained together): one segment, or two
+        # whose first is the root alone
+        if here == host(chain[-1]) and (here == host(root) or (
+                quick and not may(NIC_OUT, root) and not may(NIC_IN, chain[0]))):
+            return chain, ()
         seg = [root]
         segments: list[list[int]] = [seg]
         here = host(root)
@@ -396,6 +471,9 @@ class Loads:
                 here = h
         if len(segments) == 1:
             return chain, ()
+        if quick and not any(may(NIC_OUT, a[-1]) for a in segments[:-1]) and \
+                not any(may(NIC_IN, b[0]) for b in segments[1:]):
+            return idlest_last(segments, self.nic_out, nic), ()
         members = set(chain)
         used = members | {root, *self.keep_off.get(root, ())}
         through: list[int] = []
@@ -404,9 +482,7 @@ class Loads:
             if relay is not None:
                 a.append(relay)
             elif len(a) > 2:  # the root stays first; the idlest member leaves last
-                last = min(a[1:], key=lambda d: (self.nic_out[nic(d)], d))
-                a.remove(last)
-                a.append(last)
+                move_idlest_last(a, self.nic_out, nic)
             relay = self._relay(NIC_IN, b[0], host(b[0]), used, nbytes)
             if relay is not None:
                 b.insert(0, relay)
@@ -506,40 +582,3 @@ class Loads:
                 prev_host = h
             prev = d
 
-
-def _chain_arrays(loads: Loads, root: int, receivers: list[int]) -> tuple[int, ...]:
-    """:meth:`Loads.chain` of many distinct ``receivers`` (sorted) by one sort of arrays:
-    by host (the root's first, then by least NIC out load and host), then inside a
-    host the entry (least NIC in load, then id) first and the rest by most NIC out
-    load then id (in the last host and the root's host when no other follows: by
-    id)."""
-    d = np.array(receivers, dtype=np.int64)
-    host, nic = loads.host, loads.nic
-    hosts = np.fromiter(map(host, receivers), dtype=np.int64, count=len(d))
-    nics = [nic(r) for r in receivers]
-    out_of, in_of = loads.nic_out.get, loads.nic_in.get
-    sent = np.array([out_of(n, 0.0) for n in nics], dtype=np.float64)
-    got = np.array([in_of(n, 0.0) for n in nics], dtype=np.float64)
-    rh = host(root)
-    local = hosts == rh
-    distinct, at = np.unique(hosts, return_inverse=True)
-    at = at.reshape(-1)
-    least = np.full(len(distinct), np.inf)
-    np.minimum.at(least, at, sent)
-    remote = distinct != rh
-    by_load = np.lexsort((distinct[remote], least[remote]))
-    rank = np.full(len(distinct), -1, dtype=np.int64)  # the root's host first
-    rank[np.flatnonzero(remote)[by_load]] = np.arange(len(by_load))
-    last = len(by_load) - 1
-    # each remote host's entry: its least NIC in load, then id
-    pick = np.lexsort((d, got, at))
-    entry = np.zeros(len(d), dtype=bool)
-    first_of = np.ones(len(d), dtype=bool)
-    first_of[1:] = at[pick][1:] != at[pick][:-1]
-    entry[pick[first_of]] = True
-    entry &= ~local
-    r = rank[at]
-    by_out = (local & (last >= 0)) | (~local & ~entry & (r < last))
-    key = np.where(by_out, -sent, 0.0)
-    order = np.lexsort((d, key, ~entry, r))
-    return tuple(d[order].tolist())

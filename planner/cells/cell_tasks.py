@@ -57,8 +57,8 @@ def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads,
         kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
         tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, step, through=through))
         return tasks
-    host = loads.host
-    root = loads.pick_root(cell.holders, {host(n) for n in receivers}, nbytes)
+    root = next(iter(holders)) if len(holders) == 1 else \
+        loads.pick_root(holders, set(map(loads.host, receivers)), nbytes)
     chain, through = loads.relay_chain(root, receivers, nbytes)
     loads.charge(root, chain, nbytes)
     kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST

@@ -40,7 +40,7 @@ from typing import Protocol
 from reshard.cluster import Cluster
 from reshard.planner.cells.fuse import SumShape, fuse_reductions
 from reshard.planner.cells.trees import TREE_FORMS, HostShape, Intra, Segments, reshapes, treeify
-from reshard.planner.costing.cost import Routes, one_at_a_time_time
+from reshard.planner.costing.cost import Routes
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes.twins import Twins
 from reshard.planner.schedule.order import one_at_a_time
@@ -289,8 +289,9 @@ def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
 
 def _serial_floor(search: Search, start: ReshardPlan) -> float:
     """No plan running each device's tasks one at a time beats each device's tasks
-    back to back (:func:`~reshard.planner.costing.cost.one_at_a_time_time`)."""
-    return one_at_a_time_time(start)
+    back to back (:func:`~reshard.planner.costing.cost.one_at_a_time_time`; found once
+    for a plan and its twins, :meth:`~reshard.planner.ir.ReshardPlan.one_at_a_time_time`)."""
+    return start.one_at_a_time_time()
 
 
 def _serial(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:

@@ -58,7 +58,7 @@ from reshard.planner.values.resources import (
     NIC_IN,
     NIC_OUT,
     Resource,
-    capacity,
+    capacities,
 )
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Task
@@ -105,6 +105,11 @@ class _Kind:
 
     def items(self) -> list[tuple[tuple[int, int], float]]:
         """Every ((index, step), bytes), in the order each key was first added to."""
+        if sum(len(c[0]) for c in self.chunks) + len(self.rows) <= DICT_SUM_UP_TO:
+            # summed in a dict: the same sums in the same order as ``np.add.at``'s
+            return _summed([row for index, step, nbytes in self.chunks
+                            for row in zip(index.tolist(), step.tolist(), nbytes.tolist())]
+                           + self.rows)
         self._flush()
         if not self.chunks:
             return []
@@ -121,6 +126,23 @@ class _Kind:
         keys = keys[order]
         return list(zip(zip((keys % span).tolist(), (keys // span + lo).tolist()),
                         total[order].tolist()))
+
+
+DICT_SUM_UP_TO = 4096
+"""A kind of up to this many additions is summed in a dict (:func:`_summed`, at a
+half to a tenth of the arrays' cost on a 4x8 floor's few hundred to few thousand);
+more, as arrays (``np.add.at``: the 1,024-device floors' cells of many receivers)."""
+
+
+def _summed(rows: list[tuple[int, int, float]]) -> list[tuple[tuple[int, int], float]]:
+    """:meth:`_Kind.items` of rows added one by one: each key's bytes summed from 0.0
+    in the order added (as ``np.add.at`` sums them), keys in the order first added."""
+    total: dict[tuple[int, int], float] = {}
+    get = total.get
+    for index, step, nbytes in rows:
+        key = (index, step)
+        total[key] = get(key, 0.0) + nbytes
+    return list(total.items())
 
 
 class _Flows:
@@ -300,20 +322,32 @@ class _Flows:
                 load[(kind, key)] += b
 
 
-def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[int],
-                   cluster: Cluster, strategy: Strategy, known: RouteMemo | None = None
-                   ) -> float:
-    """Seconds every plan of ``work``'s slices (after ``reduces``; ``itemsizes``: each
-    tensor's bytes per element) under ``strategy`` (``send_recv`` or ``allgather``)
-    takes at least in the cost model (module docstring), less :data:`FLOOR_MARGIN`.
-    ``known``: routes already found on ``cluster`` (:func:`task_routes`' memo; the
-    reductions' routes are read from it and kept in it: the same routes; default: a
-    memo of this call's own)."""
+def reduction_loads(reduces: Sequence[Task], cluster: Cluster,
+                    known: RouteMemo | None = None) -> StepLoads:
+    """The bytes ``reduces`` put on each resource a step (by kind, (index, step)), in
+    the order of the reductions and their routes: what :func:`baseline_floor` counts
+    first. Every baseline of one cut has the same reductions, so a caller that floors
+    several finds them once (``known``: as in :func:`baseline_floor`)."""
     load: defaultdict[tuple[str, tuple[int, int]], float] = defaultdict(float)
     routes = task_routes(reduces, cluster, known)
     for t, (path, _) in zip(reduces, routes):  # the reductions', by step
         for (kind, i), frac in path:
             load[(kind, (i, t.step))] += frac * t.nbytes
+    return load
+
+
+def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[int],
+                   cluster: Cluster, strategy: Strategy, known: RouteMemo | None = None,
+                   reduced: StepLoads | None = None) -> float:
+    """Seconds every plan of ``work``'s slices (after ``reduces``; ``itemsizes``: each
+    tensor's bytes per element) under ``strategy`` (``send_recv`` or ``allgather``)
+    takes at least in the cost model (module docstring), less :data:`FLOOR_MARGIN`.
+    ``known``: routes already found on ``cluster`` (:func:`task_routes`' memo; the
+    reductions' routes are read from it and kept in it: the same routes; default: a
+    memo of this call's own). ``reduced``: :func:`reduction_loads` of ``reduces``,
+    where the caller found them already (read, not changed: the same sums)."""
+    load = defaultdict(float, reduced if reduced is not None else
+                       reduction_loads(reduces, cluster, known))
     flows = _Flows(cluster)
     p2p = work.point_to_point()
     cell_steps, row_steps = work.steps()
@@ -337,7 +371,15 @@ def _busiest(load: StepLoads, cluster: Cluster) -> float:
     total: defaultdict[Resource, float] = defaultdict(float)
     for (kind, (i, _)), b in load.items():
         total[(kind, i)] += b
-    return max((b / capacity(res, cluster) for res, b in total.items()), default=0.0)
+    cap = capacities(cluster)  # a kind's capacity is each of its resources'
+    return max((b / cap[res[0]] for res, b in total.items()), default=0.0)
+
+
+_OWN = frozenset((DEV_IN, DEV_OUT, COPY))
+"""Resources a device has alone (its links, its copy engine)."""
+
+_NIC = frozenset((NIC_IN, NIC_OUT))
+"""A NIC's resources (a device's own where no other device is on that NIC)."""
 
 
 def _stepped(load: StepLoads, cluster: Cluster, wait: float = 0.0) -> float:
@@ -346,16 +388,18 @@ def _stepped(load: StepLoads, cluster: Cluster, wait: float = 0.0) -> float:
     a step (module docstring)."""
     on_nic = Counter(cluster.nic_map.values())
     alone = {n: d for d, n in cluster.nic_map.items() if on_nic[n] == 1}
-    window: defaultdict[tuple[int, int], float] = defaultdict(float)  # (device, step)
+    cap = capacities(cluster)  # a kind's capacity is each of its resources'
+    window: dict[tuple[int, int], float] = {}  # (device, step)
     for (kind, (i, step)), b in load.items():
-        if kind in (DEV_IN, DEV_OUT, COPY):
+        if kind in _OWN:
             owner = i
-        elif kind in (NIC_IN, NIC_OUT) and i in alone:
+        elif kind in _NIC and i in alone:
             owner = alone[i]
         else:
             continue
-        seconds = b / capacity((kind, i), cluster)
-        window[(owner, step)] = max(window[(owner, step)], seconds)
+        seconds = b / cap[kind]
+        key = (owner, step)
+        window[key] = max(window.get(key, 0.0), seconds)
     busy: defaultdict[int, float] = defaultdict(float)
     for (owner, _), seconds in window.items():
         if seconds > 0:
@@ -363,4 +407,4 @@ def _stepped(load: StepLoads, cluster: Cluster, wait: float = 0.0) -> float:
     return max(busy.values(), default=0.0)
 
 
-__all__ = ["FLOOR_MARGIN", "baseline_floor"]
+__all__ = ["FLOOR_MARGIN", "baseline_floor", "reduction_loads"]

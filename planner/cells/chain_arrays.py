@@ -1,0 +1,142 @@
+"""Broadcast chains' orders apart from the accumulator: a segment's idlest member
+last (:func:`idlest_last`), and long chains ordered by sorts of arrays: :meth:`Loads.chain
+<reshard.planner.cells.balance.Loads.chain>`'s order, and :meth:`Loads.relay_chain
+<reshard.planner.cells.balance.Loads.relay_chain>`'s answer where no host boundary of
+the chain may relay (the common case: a NIC per device whose hosts' NICs are all
+expected to carry the same)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+import numpy as np
+
+from reshard.planner.values.resources import NIC_IN, NIC_OUT
+
+
+class Loads(Protocol):
+    """What these functions read of a :class:`~reshard.planner.cells.balance.Loads`
+    (which imports them)."""
+
+    @property
+    def host(self) -> Callable[[int], int]: ...
+
+    @property
+    def nic(self) -> Callable[[int], int]: ...
+
+    @property
+    def nic_out(self) -> Mapping[int, float]: ...
+
+    @property
+    def nic_in(self) -> Mapping[int, float]: ...
+
+    def may_relay_end(self, direction: str, member: int) -> bool: ...
+
+
+def _order(loads: Loads, root: int, receivers: list[int]
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`chain_arrays`' chain, with each member's host and NIC out load."""
+    d = np.array(receivers, dtype=np.int64)
+    host, nic = loads.host, loads.nic
+    n = len(d)
+    hosts = np.fromiter(map(host, receivers), dtype=np.int64, count=n)
+    nics = list(map(nic, receivers))
+    zero = itertools.repeat(0.0)  # an unseen NIC reads 0.0 (and is not added)
+    sent = np.fromiter(map(loads.nic_out.get, nics, zero), dtype=np.float64, count=n)
+    got = np.fromiter(map(loads.nic_in.get, nics, zero), dtype=np.float64, count=n)
+    rh = host(root)
+    local = hosts == rh
+    distinct, at = np.unique(hosts, return_inverse=True)
+    at = at.reshape(-1)
+    least = np.full(len(distinct), np.inf)
+    np.minimum.at(least, at, sent)
+    remote = distinct != rh
+    by_load = np.lexsort((distinct[remote], least[remote]))
+    rank = np.full(len(distinct), -1, dtype=np.int64)  # the root's host first
+    rank[np.flatnonzero(remote)[by_load]] = np.arange(len(by_load))
+    last = len(by_load) - 1
+    # each remote host's entry: its least NIC in load, then id
+    pick = np.lexsort((d, got, at))
+    entry = np.zeros(len(d), dtype=bool)
+    first_of = np.ones(len(d), dtype=bool)
+    first_of[1:] = at[pick][1:] != at[pick][:-1]
+    entry[pick[first_of]] = True
+    entry &= ~local
+    r = rank[at]
+    by_out = (local & (last >= 0)) | (~local & ~entry & (r < last))
+    key = np.where(by_out, -sent, 0.0)
+    order = np.lexsort((d, key, ~entry, r))
+    return d[order], hosts[order], sent[order]
+
+
+def chain_arrays(loads: Loads, root: int, receivers: list[int]) -> tuple[int, ...]:
+    """:meth:`Loads.chain` of many distinct ``receivers`` (sorted) by one sort of arrays:
+    by host (the root's first, then by least NIC out load and host), then inside a
+    host the entry (least NIC in load, then id) first and the rest by most NIC out
+    load then id (in the last host and the root's host when no other follows: by
+    id)."""
+    return tuple(_order(loads, root, receivers)[0].tolist())
+
+
+def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int, ...] | None:
+    """:meth:`Loads.relay_chain` of many distinct ``receivers`` (sorted) on hosts with
+    several NICs, when no host boundary of :func:`chain_arrays`' chain may relay;
+    ``None`` when one may (then the walk one boundary at a time answers).
+
+    The walk (``Loads._relay_walk``) asks :meth:`Loads._relay` to leave each host
+    segment through its last member and to enter the next through its first; a
+    member whose NIC may not relay (:meth:`Loads.may_relay_end`, false for every one
+    of them here) gets ``None`` with nothing changed, and the walk then only moves,
+    in each segment but the last of more than two devices (the root counted in its
+    own), the member other than the first (the root or the entry) with the least
+    (NIC out load, id) to the end; no device relays, so nothing is relay-only. This
+    does that move for every segment at once: the same order, by the same keys
+    (the NIC out loads the chain was sorted by; no relay changes them)."""
+    d, h, sent = _order(loads, root, receivers)
+    n = len(d)
+    rh = loads.host(root)
+    start = np.ones(n, dtype=bool)
+    start[1:] = h[1:] != h[:-1]
+    entries = np.flatnonzero(start & (h != rh))
+    if not entries.size:  # every receiver on the root's host: one segment
+        return tuple(d.tolist())
+    may = loads.may_relay_end
+    leaving = d[entries - 1].tolist() if entries[0] else [root, *d[entries[1:] - 1].tolist()]
+    if any(may(NIC_OUT, m) for m in leaving) or \
+            any(may(NIC_IN, m) for m in d[entries].tolist()):
+        return None
+    seg = np.cumsum(start) - 1
+    # a segment's members after its first (the root's: all its chain members)
+    movable = (seg != seg[-1]) & ((h == rh) | ~start)
+    count = np.bincount(seg[movable], minlength=int(seg[-1]) + 1)
+    at = np.flatnonzero(movable & (count >= 2)[seg])
+    if not at.size:
+        return tuple(d.tolist())
+    by_key = at[np.lexsort((d[at], sent[at], seg[at]))]
+    first = np.ones(len(by_key), dtype=bool)
+    first[1:] = seg[by_key][1:] != seg[by_key][:-1]
+    last = np.zeros(n, dtype=bool)
+    last[by_key[first]] = True
+    return tuple(d[np.lexsort((np.arange(n), last, seg))].tolist())
+
+
+def move_idlest_last(seg: list[int], nic_out: dict[int, float],
+                      nic: Callable[[int], int]) -> None:
+    """Move the member of ``seg`` after its first with the least (NIC out load, id)
+    to its end (the member that leaves its host)."""
+    _, last = min([(nic_out[nic(d)], d) for d in seg[1:]])
+    seg.remove(last)
+    seg.append(last)
+
+
+def idlest_last(segments: list[list[int]], nic_out: dict[int, float],
+                nic: Callable[[int], int]) -> tuple[int, ...]:
+    """A chain's order (its root, first, left out) with :func:`move_idlest_last` done
+    in every segment but the last of more than two devices, as
+    :meth:`Loads._relay_walk` does where no member relays."""
+    for seg in segments[:-1]:
+        if len(seg) > 2:
+            move_idlest_last(seg, nic_out, nic)
+    return tuple([d for seg in segments for d in seg][1:])
