@@ -254,8 +254,9 @@ def _trees_by_form(task: Task, host: Callable[[int], int], intra: Intra, shape: 
     if len(set(chain)) < len(chain):  # a device twice: no bijection
         return _trees_of(task, host, intra, shape, memo)
     segs = _segments(task, host, memo)
-    number: dict[int, int] = {}
-    hosts = tuple(number.setdefault(host(seg[0]), len(number)) for seg in segs)
+    entered = list(map(host, [seg[0] for seg in segs]))
+    number = {h: i for i, h in enumerate(dict.fromkeys(entered))}  # in order entered
+    hosts = tuple(map(number.__getitem__, entered))
     lengths = tuple(map(len, segs))
     through = frozenset(task.through)
     relays = tuple(i for i, d in enumerate(chain) if d in through) if through else ()
