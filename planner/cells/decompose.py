@@ -112,21 +112,32 @@ def _intervals(d: int, size: int, src: list[tuple[Box, frozenset[int]]],
         cuts.update(b[d])
     for b, _ in dst:
         cuts.update(b[d])
-    out = []
-    for lo, hi in itertools.pairwise(sorted(cuts)):
-        dmask = _covering(d, lo, hi, dst)
-        if dmask:
-            out.append(((lo, hi), _covering(d, lo, hi, src), dmask))
-    return out
+    points = sorted(cuts)
+    dmasks = _covering(d, points, dst)
+    smasks = _covering(d, points, src)
+    return [((lo, hi), smasks[i], dmasks[i])
+            for i, (lo, hi) in enumerate(itertools.pairwise(points)) if dmasks[i]]
 
 
-def _covering(d: int, lo: int, hi: int, boxes: list[tuple[Box, frozenset[int]]]) -> int:
-    """The bitmask of the pieces whose dim ``d`` covers ``[lo, hi)``."""
-    mask = 0
+def _covering(d: int, points: list[int], boxes: list[tuple[Box, frozenset[int]]]
+              ) -> list[int]:
+    """Per interval between consecutive ``points`` (every piece's dim-``d`` bounds among
+    them), the bitmask of the pieces whose dim ``d`` covers it. A piece's bounds are
+    points, so it covers exactly the intervals from its start's to before its stop's
+    (pieces are not empty); pieces spanning every interval are flagged all at once."""
+    where = {p: i for i, p in enumerate(points)}
+    last = len(points) - 1
+    full = 0
+    masks = [0] * last
     for i, (b, _) in enumerate(boxes):
-        if b[d][0] <= lo and hi <= b[d][1]:
-            mask |= 1 << i
-    return mask
+        lo, hi = where[b[d][0]], where[b[d][1]]
+        if lo == 0 and hi == last:
+            full |= 1 << i
+            continue
+        bit = 1 << i
+        for j in range(lo, hi):
+            masks[j] |= bit
+    return [m | full for m in masks] if full else masks
 
 
 class _Unions:
