@@ -91,14 +91,14 @@ def decompose(
         return [Cell((), hold, need)]
 
     axes = [_intervals(d, shape[d], src, dst) for d in range(ndim)]
-    unions = _Unions([devs for _, devs in src], [devs for _, devs in dst])
     # The grid's cells dim by dim, dropping a prefix as soon as no one needs it.
     partial: list[tuple[Box, int, int]] = [((), (1 << len(src)) - 1, -1)]
     for ax in axes:
         partial = [((*box, iv), smask & s, dmask & dm)
                    for box, smask, dmask in partial for iv, s, dm in ax if dmask & dm]
-    cells = [Cell(box, unions.of(smask, 0), unions.of(dmask, 1))
-             for box, smask, dmask in partial]
+    hold = _unions({s for _, s, _ in partial}, [devs for _, devs in src])
+    need = _unions({d for _, _, d in partial}, [devs for _, devs in dst])
+    cells = [Cell(box, hold[smask], need[dmask]) for box, smask, dmask in partial]
     return merge_cells(cells, ndim)
 
 
@@ -140,27 +140,20 @@ def _covering(d: int, points: list[int], boxes: list[tuple[Box, frozenset[int]]]
     return [m | full for m in masks] if full else masks
 
 
-class _Unions:
-    """The devices of a bitmask of pieces (their sets' union), each mask's once."""
-
-    def __init__(self, *sets: list[frozenset[int]]) -> None:
-        self.sets = sets
-        self.known: dict[tuple[int, int], frozenset[int]] = {}
-
-    def of(self, mask: int, which: int) -> frozenset[int]:
-        """The union of ``self.sets[which]``'s sets that ``mask`` flags."""
-        key = (which, mask)
-        got = self.known.get(key)
-        if got is None:
-            acc: set[int] = set()
-            sets, i = self.sets[which], 0
-            while mask:
-                if mask & 1:
-                    acc |= sets[i]
-                mask >>= 1
-                i += 1
-            got = self.known[key] = frozenset(acc)
-        return got
+def _unions(masks: set[int], sets: list[frozenset[int]]) -> dict[int, frozenset[int]]:
+    """Per bitmask of ``masks``, the union of the ``sets`` it flags (each distinct
+    mask's once)."""
+    out: dict[int, frozenset[int]] = {}
+    for mask in masks:
+        acc: set[int] = set()
+        i, m = 0, mask
+        while m:
+            if m & 1:
+                acc |= sets[i]
+            m >>= 1
+            i += 1
+        out[mask] = frozenset(acc)
+    return out
 
 
 def merge_cells(cells: list[Cell], ndim: int) -> list[Cell]:

@@ -120,13 +120,23 @@ def reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
             n += 1
             others = others_of.get(root)
             if others is None:
-                others = others_of[root] = tuple(d for d in group if d != root)
+                others = others_of[root] = _others(group, root)
             tasks.append(Task(TaskKind.REDUCE, index, sub, root, others, sbytes, step=j))
             if whole:  # to be fused: its deliveries must not relay through an addend
                 loads.keep_off[root] = loads.keep_off.get(root, frozenset()).union(others)
             shares.append((root, sbytes))
             out[sub] = frozenset((root,))
     gather_shares(loads, group, shares)
+
+
+def _others(group: tuple[int, ...], root: int) -> tuple[int, ...]:
+    """``group``'s members but ``root``, in order (by slicing where ``root`` is in it
+    once: the same tuple as filtering)."""
+    if root in group:
+        i = group.index(root)
+        if root not in group[i + 1:]:
+            return group[:i] + group[i + 1:]
+    return tuple(d for d in group if d != root)
 
 
 def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],

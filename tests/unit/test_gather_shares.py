@@ -41,3 +41,13 @@ def test_bulk_gather_equals_gathering_each_share_on_random_groups():
             one.gather(tuple(d for d in group if d != root), root, nbytes)
         gather_shares(bulk, group, shares)
         assert _tables(bulk) == _tables(one)
+
+
+def test_a_roots_addends_by_slicing_equal_filtering():
+    from reshard.planner.cells.reduce import _others
+
+    rng = random.Random(7)
+    for _ in range(500):
+        group = tuple(rng.choice(range(12)) for _ in range(rng.randint(1, 10)))
+        root = rng.randrange(14)  # sometimes absent, sometimes repeated in the group
+        assert _others(group, root) == tuple(d for d in group if d != root)
