@@ -69,12 +69,12 @@ def _balance_pieces(cell: Cell, nbytes: int, loads: Loads, min_piece: int,
     hold_nics = len({loads.nic(d) for d in cell.holders})
     need = (cell.needers if cell.holders.isdisjoint(cell.needers)
             else cell.needers - cell.holders)
-    if need_nics is None:
-        most = _need_nics(need, loads)
-    else:
-        most = need_nics.get(need)
-        if most is None:
-            most = need_nics[need] = _need_nics(need, loads)
+    known = need_nics.get(need) if need_nics is not None else None
+    if known is None:
+        known = _need_nics(need, loads)
+        if need_nics is not None:
+            need_nics[need] = known
+    most = known
     k = min(16, max(hold_nics, most), nbytes // min_piece)
     return 1 if k < 2 or not need else k
 

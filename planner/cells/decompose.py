@@ -96,9 +96,9 @@ def decompose(
     for ax in axes:
         partial = [((*box, iv), smask & s, dmask & dm)
                    for box, smask, dmask in partial for iv, s, dm in ax if dmask & dm]
-    hold = _unions({s for _, s, _ in partial}, [devs for _, devs in src])
-    need = _unions({d for _, _, d in partial}, [devs for _, devs in dst])
-    cells = [Cell(box, hold[smask], need[dmask]) for box, smask, dmask in partial]
+    held = _unions({s for _, s, _ in partial}, [devs for _, devs in src])
+    needed = _unions({d for _, _, d in partial}, [devs for _, devs in dst])
+    cells = [Cell(box, held[smask], needed[dmask]) for box, smask, dmask in partial]
     return merge_cells(cells, ndim)
 
 
