@@ -82,7 +82,10 @@ def box_within(inner: Box, outer: Box) -> bool:
 
 def boxes_meet(a: Box, b: Box) -> bool:
     """True if two boxes of one rank share an element (0-d boxes always do)."""
-    return all(max(p, r) < min(q, s) for (p, q), (r, s) in zip(a, b))
+    for (p, q), (r, s) in zip(a, b):  # noqa: SIM110 - a loop: faster than all()
+        if p >= q or r >= s or p >= s or r >= q:  # max(p, r) >= min(q, s)
+            return False
+    return True
 
 
 def flat_bounds(n: int, parts: Sequence[tuple[int, int]]) -> tuple[int, int]:

@@ -44,3 +44,15 @@ def test_boxes_equal_splitting_per_device(mesh_shape):
             assert got == want and list(got) == list(want)
             checked += 1
     assert checked >= 30
+
+
+def test_boxes_meet_equals_the_overlap_of_every_dim():
+    from reshard.core.layout import boxes_meet
+
+    rng = random.Random(3)
+    for _ in range(3000):
+        ndim = rng.randint(0, 3)
+        a = tuple(tuple(sorted(rng.choices(range(6), k=2))) for _ in range(ndim))
+        b = tuple(tuple(sorted(rng.choices(range(6), k=2))) for _ in range(ndim))
+        want = all(max(p, r) < min(q, s) for (p, q), (r, s) in zip(a, b))
+        assert boxes_meet(a, b) == want
