@@ -56,22 +56,37 @@ def _split_in(cell: Cell, k: int) -> list[Cell]:
             if box_size(b)]
 
 
-def _balance_pieces(cell: Cell, nbytes: int, loads: Loads, min_piece: int) -> int:
+def _balance_pieces(cell: Cell, nbytes: int, loads: Loads, min_piece: int,
+                    need_nics: dict[frozenset[int], int] | None = None) -> int:
     """How many pieces to cut a cell of ``nbytes`` into to balance it over NICs (1:
     none): as many as the NICs its holders can send through, or the NICs a needing
     host can receive it through, whichever is more (at most 16; every piece at least
     ``min_piece`` bytes). Read from its holders, needers and bytes alone (the devices'
-    hosts and NICs, not the loads)."""
+    hosts and NICs, not the loads). ``need_nics``: a memo of :func:`_need_nics` (the
+    same answer, found once per distinct set of needers that hold nothing)."""
     if nbytes < 2 * min_piece:
         return 1
+    hold_nics = len({loads.nic(d) for d in cell.holders})
+    need = (cell.needers if cell.holders.isdisjoint(cell.needers)
+            else cell.needers - cell.holders)
+    known = need_nics.get(need) if need_nics is not None else None
+    if known is None:
+        known = _need_nics(need, loads)
+        if need_nics is not None:
+            need_nics[need] = known
+    most = known
+    k = min(16, max(hold_nics, most), nbytes // min_piece)
+    return 1 if k < 2 or not need else k
+
+
+def _need_nics(need: frozenset[int], loads: Loads) -> int:
+    """The most NICs one host of ``need`` receives through (1 where ``need`` is
+    empty)."""
     nic = loads.nic
-    hold_nics = len({nic(d) for d in cell.holders})
     per_host: dict[int, set[int]] = {}
-    for d in cell.needers - cell.holders:
+    for d in need:
         per_host.setdefault(loads.host(d), set()).add(nic(d))
-    need_nics = max((len(v) for v in per_host.values()), default=1)
-    k = min(16, max(hold_nics, need_nics), nbytes // min_piece)
-    return 1 if k < 2 or not per_host else k
+    return max((len(v) for v in per_host.values()), default=1)
 
 
 class LayoutBoxes:
@@ -236,6 +251,7 @@ def _splitter(itemsize: int, loads: Loads, min_piece: int) -> Splitter:
     reduced piece's shares repeat it)."""
     small = 2 * min_piece
     known: dict[tuple[frozenset[int], frozenset[int], int], int] = {}
+    need_nics: dict[frozenset[int], int] = {}
 
     def split(cell: Cell, nbytes: int) -> list[Cell]:
         if nbytes < small:
@@ -243,7 +259,7 @@ def _splitter(itemsize: int, loads: Loads, min_piece: int) -> Splitter:
         key = (cell.holders, cell.needers, nbytes)
         k = known.get(key)
         if k is None:
-            k = known[key] = _balance_pieces(cell, nbytes, loads, min_piece)
+            k = known[key] = _balance_pieces(cell, nbytes, loads, min_piece, need_nics)
         return _split_in(cell, k)
 
     return split

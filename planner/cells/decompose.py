@@ -91,14 +91,14 @@ def decompose(
         return [Cell((), hold, need)]
 
     axes = [_intervals(d, shape[d], src, dst) for d in range(ndim)]
-    unions = _Unions([devs for _, devs in src], [devs for _, devs in dst])
     # The grid's cells dim by dim, dropping a prefix as soon as no one needs it.
     partial: list[tuple[Box, int, int]] = [((), (1 << len(src)) - 1, -1)]
     for ax in axes:
         partial = [((*box, iv), smask & s, dmask & dm)
                    for box, smask, dmask in partial for iv, s, dm in ax if dmask & dm]
-    cells = [Cell(box, unions.of(smask, 0), unions.of(dmask, 1))
-             for box, smask, dmask in partial]
+    held = _unions({s for _, s, _ in partial}, [devs for _, devs in src])
+    needed = _unions({d for _, _, d in partial}, [devs for _, devs in dst])
+    cells = [Cell(box, held[smask], needed[dmask]) for box, smask, dmask in partial]
     return merge_cells(cells, ndim)
 
 
@@ -112,44 +112,48 @@ def _intervals(d: int, size: int, src: list[tuple[Box, frozenset[int]]],
         cuts.update(b[d])
     for b, _ in dst:
         cuts.update(b[d])
-    out = []
-    for lo, hi in itertools.pairwise(sorted(cuts)):
-        dmask = _covering(d, lo, hi, dst)
-        if dmask:
-            out.append(((lo, hi), _covering(d, lo, hi, src), dmask))
-    return out
+    points = sorted(cuts)
+    dmasks = _covering(d, points, dst)
+    smasks = _covering(d, points, src)
+    return [((lo, hi), smasks[i], dmasks[i])
+            for i, (lo, hi) in enumerate(itertools.pairwise(points)) if dmasks[i]]
 
 
-def _covering(d: int, lo: int, hi: int, boxes: list[tuple[Box, frozenset[int]]]) -> int:
-    """The bitmask of the pieces whose dim ``d`` covers ``[lo, hi)``."""
-    mask = 0
+def _covering(d: int, points: list[int], boxes: list[tuple[Box, frozenset[int]]]
+              ) -> list[int]:
+    """Per interval between consecutive ``points`` (every piece's dim-``d`` bounds among
+    them), the bitmask of the pieces whose dim ``d`` covers it. A piece's bounds are
+    points, so it covers exactly the intervals from its start's to before its stop's
+    (pieces are not empty); pieces spanning every interval are flagged all at once."""
+    where = {p: i for i, p in enumerate(points)}
+    last = len(points) - 1
+    full = 0
+    masks = [0] * last
     for i, (b, _) in enumerate(boxes):
-        if b[d][0] <= lo and hi <= b[d][1]:
-            mask |= 1 << i
-    return mask
+        lo, hi = where[b[d][0]], where[b[d][1]]
+        if lo == 0 and hi == last:
+            full |= 1 << i
+            continue
+        bit = 1 << i
+        for j in range(lo, hi):
+            masks[j] |= bit
+    return [m | full for m in masks] if full else masks
 
 
-class _Unions:
-    """The devices of a bitmask of pieces (their sets' union), each mask's once."""
-
-    def __init__(self, *sets: list[frozenset[int]]) -> None:
-        self.sets = sets
-        self.known: dict[tuple[int, int], frozenset[int]] = {}
-
-    def of(self, mask: int, which: int) -> frozenset[int]:
-        """The union of ``self.sets[which]``'s sets that ``mask`` flags."""
-        key = (which, mask)
-        got = self.known.get(key)
-        if got is None:
-            acc: set[int] = set()
-            sets, i = self.sets[which], 0
-            while mask:
-                if mask & 1:
-                    acc |= sets[i]
-                mask >>= 1
-                i += 1
-            got = self.known[key] = frozenset(acc)
-        return got
+def _unions(masks: set[int], sets: list[frozenset[int]]) -> dict[int, frozenset[int]]:
+    """Per bitmask of ``masks``, the union of the ``sets`` it flags (each distinct
+    mask's once)."""
+    out: dict[int, frozenset[int]] = {}
+    for mask in masks:
+        acc: set[int] = set()
+        i, m = 0, mask
+        while m:
+            if m & 1:
+                acc |= sets[i]
+            m >>= 1
+            i += 1
+        out[mask] = frozenset(acc)
+    return out
 
 
 def merge_cells(cells: list[Cell], ndim: int) -> list[Cell]:

@@ -14,6 +14,7 @@ from reshard.layout import Box, box_size, boxes_meet
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cells.decompose import Cell, decompose, devices_by_box
+from reshard.planner.cells.gather_shares import gather_shares
 from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
 
 PIPELINE_PIECES = (1, 2, 4, 8, 16)
@@ -106,6 +107,8 @@ def reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
         by_nic.setdefault(loads.nic(d), d)
     nic_roots = list(by_nic.values())
     n = 0
+    others_of: dict[int, tuple[int, ...]] = {}
+    shares: list[tuple[int, int]] = []  # gathered at the end, in bulk (nothing reads)
     for j, piece in enumerate(split_box(box, k, dim)):
         pbytes = box_size(piece) * itemsize
         r = max(1, min(len(nic_roots), pbytes // (FUSED_PIECE if whole else min_piece)))
@@ -115,12 +118,25 @@ def reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
                 continue
             root = nic_roots[n % len(nic_roots)]
             n += 1
-            others = tuple(d for d in group if d != root)
+            others = others_of.get(root)
+            if others is None:
+                others = others_of[root] = _others(group, root)
             tasks.append(Task(TaskKind.REDUCE, index, sub, root, others, sbytes, step=j))
             if whole:  # to be fused: its deliveries must not relay through an addend
                 loads.keep_off[root] = loads.keep_off.get(root, frozenset()).union(others)
-            loads.gather(others, root, sbytes)
+            shares.append((root, sbytes))
             out[sub] = frozenset((root,))
+    gather_shares(loads, group, shares)
+
+
+def _others(group: tuple[int, ...], root: int) -> tuple[int, ...]:
+    """``group``'s members but ``root``, in order (by slicing where ``root`` is in it
+    once: the same tuple as filtering)."""
+    if root in group:
+        i = group.index(root)
+        if root not in group[i + 1:]:
+            return group[:i] + group[i + 1:]
+    return tuple(d for d in group if d != root)
 
 
 def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,7 +82,10 @@ def box_within(inner: Box, outer: Box) -> bool:
 
 def boxes_meet(a: Box, b: Box) -> bool:
     """True if two boxes of one rank share an element (0-d boxes always do)."""
-    return all(max(p, r) < min(q, s) for (p, q), (r, s) in zip(a, b))
+    for (p, q), (r, s) in zip(a, b):  # noqa: SIM110 - a loop: faster than all()
+        if p >= q or r >= s or p >= s or r >= q:  # max(p, r) >= min(q, s)
+            return False
+    return True
 
 
 def flat_bounds(n: int, parts: Sequence[tuple[int, int]]) -> tuple[int, int]:
@@ -113,6 +118,23 @@ def nested_bounds(n: int, parts: Sequence[tuple[int, int]]) -> tuple[int, int]:
 
 
 _SPLITTERS = {SplitRule.FLAT: flat_bounds, SplitRule.NESTED: nested_bounds}
+
+
+def _bounds_column(split: Callable[[int, Sequence[tuple[int, int]]], tuple[int, int]],
+                   n: int, sizes: list[int], axes: Sequence[int],
+                   coords: list[tuple[int, ...]]) -> list[tuple[int, int]]:
+    """One tensor dim's bounds on every device (``coords``: theirs on the mesh), each
+    distinct combination of the splitting ``axes``' coordinates split once."""
+    if not axes:
+        return [split(n, ())] * len(coords)
+    known = {key: split(n, tuple(zip(sizes, key)))
+             for key in itertools.product(*map(range, sizes))}
+    if len(axes) == 1:
+        (a,) = axes
+        by_coord = [known[(c,)] for c in range(sizes[0])]
+        return [by_coord[c[a]] for c in coords]
+    pick = operator.itemgetter(*axes)
+    return [known[pick(c)] for c in coords]
 
 
 @dataclass(frozen=True, init=False)
@@ -150,12 +172,13 @@ class Layout:
         shape = check_shape(shape)
         self.spec.check(self.mesh.ndim, len(shape))
         split = _SPLITTERS[self.spec.rule]
-        out: dict[int, Box] = {}
-        for coords, dev in self.mesh.iter_coords():
-            out[dev] = tuple(
-                split(n, tuple((self.mesh.shape[a], coords[a]) for a in axes))
-                for n, axes in zip(shape, self.spec.dims))
-        return out
+        extents = self.mesh.shape
+        coords = list(itertools.product(*map(range, extents)))  # row-major: iter_coords'
+        columns = [_bounds_column(split, n, [extents[a] for a in axes], axes, coords)
+                   for n, axes in zip(shape, self.spec.dims)]
+        if not columns:
+            return {dev: () for dev in self.mesh.devices}
+        return dict(zip(self.mesh.devices, zip(*columns)))
 
     def index_map(self, shape: Sequence[int]) -> dict[int, tuple[slice, ...]]:
         """The global slice each device holds; replicas (and partial addends) hold equal
