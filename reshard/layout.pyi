@@ -4,6 +4,7 @@ from reshard.core.layout import Box as Box
 from reshard.core.layout import Layout as Layout
 from reshard.core.layout import MAX_ELEMENTS as MAX_ELEMENTS
 from reshard.core.layout import _SPLITTERS as _SPLITTERS
+from reshard.core.layout import _bounds_column as _bounds_column
 from reshard.core.layout import box_size as box_size
 from reshard.core.layout import box_to_slices as box_to_slices
 from reshard.core.layout import box_within as box_within
