@@ -41,7 +41,7 @@ def shifted(task: Task, key: tuple[object, ...], step: tuple[int, int],
     cluster (``step``: devices and NICs a host): the route of the task moved by whole
     hosts to its root's place in host 0, found once in ``memo``, moved back (every
     device's resource by ``k`` hosts' devices, every NIC's by ``k`` hosts' NICs)."""
-    devices, nics = step
+    devices = step[0]
     k = task.root // devices
     less = itertools.repeat(k * devices)
     sub = operator.sub
@@ -52,9 +52,7 @@ def shifted(task: Task, key: tuple[object, ...], step: tuple[int, int],
     if got is None:
         path, lat = find()
         codes = path_arrays(path)[0]
-        # what each code moves by a host on: a NIC's by its host's NICs, a device's by
-        # its host's devices
-        unit = np.where(codes % 8 <= KIND_CODE[NIC_IN], 8 * nics, 8 * devices)
+        unit = _spans(codes, step)  # what each code moves by a host on
         memo[home] = (codes - k * unit, unit, lat)
         return path, lat
     home_codes, moves, lat = got
@@ -98,10 +96,16 @@ def relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
 
 def _code_hosts(codes: np.ndarray, step: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """The host of each resource ``codes`` names on a regular cluster (``step``), and
-    the codes a host spans (its NICs' or its devices', by the resource's kind)."""
-    devices, nics = step
-    span = np.where(codes % 8 <= KIND_CODE[NIC_IN], 8 * nics, 8 * devices)
+    the codes a host spans (:func:`_spans`)."""
+    span = _spans(codes, step)
     return codes // span, span
+
+
+def _spans(codes: np.ndarray, step: tuple[int, int]) -> np.ndarray:
+    """The codes a host spans for each resource ``codes`` names on a regular cluster
+    (``step``): its NICs' for a NIC, its devices' for a device."""
+    devices, nics = step
+    return np.where(codes % 8 <= KIND_CODE[NIC_IN], 8 * nics, 8 * devices)
 
 
 __all__ = ["FormMemo", "relabeled", "shifted"]
