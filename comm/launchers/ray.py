@@ -42,6 +42,7 @@ import dataclasses
 import ipaddress
 import logging
 import os
+import signal
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
@@ -56,7 +57,7 @@ from reshard.comm.backend import BackendKind
 from reshard.comm.launchers.base import require_workers
 from reshard.comm.launchers.cleanup import close_at_exit
 from reshard.comm.launchers.host import WorkerHost, WorkerSpec, make_specs, portable_error
-from reshard.comm.launchers.raywatch import children_of, watch_ray
+from reshard.comm.launchers.raywatch import children_of, start_time, watch_ray
 from reshard.core.errors import ExecutionError, ReshardBaseError
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
     from reshard.core.cluster import Cluster
 
 _CLOSE_WAIT = 10.0  # seconds close() waits for killed actors of this machine to exit
+_CLOSE_ASK = 3.0  # of which seconds ray.kill gets before close() kills them itself
 
 
 # ----- rendezvous --------------------------------------------------------------------
@@ -284,6 +286,7 @@ class RayGroup:
         self._dead: dict[int, str] = {}
         self.actors: dict[int, Any] = {}
         self.info: dict[int, dict[str, Any]] = {}
+        self._born: dict[int, int | None] = {}  # local actor pid -> its start time
         if not ray.is_initialized():
             if address:
                 ray.init(address=address, log_to_driver=False)
@@ -332,6 +335,8 @@ class RayGroup:
                 del pending[d]
                 try:
                     self.info[d] = ray.get(r)
+                    if self._machine and self.info[d].get("machine") == self._machine:
+                        self._born[self.info[d]["pid"]] = start_time(self.info[d]["pid"])
                 except Exception as e:  # noqa: BLE001 - collected and reported
                     problems.append(str(_unwrap(e, d)))
             if pending and time.monotonic() > deadline:
@@ -416,12 +421,21 @@ class RayGroup:
         for actor in [*self.actors.values(), self._kv]:
             with contextlib.suppress(Exception):  # best effort: already gone
                 ray.kill(actor, no_restart=True)
-        # ray.kill is asynchronous: wait (bounded) for the actors on this machine to exit
-        # (those of a node whose raylet died exit by themselves, a few seconds later).
+        # ray.kill is asynchronous, and it cannot reach an actor whose raylet died (such
+        # an actor notices by itself, seconds later, or much later on a loaded machine):
+        # wait for the actors of this machine to exit, then SIGKILL what is left (each
+        # only while its start time is the one recorded at start: never a reused pid).
         local = self._local_pids()
-        deadline = time.monotonic() + _CLOSE_WAIT
-        while local and time.monotonic() < deadline:
+        born = {p: self._born.get(p) for p in local}
+        t0 = time.monotonic()
+        while local and time.monotonic() < t0 + _CLOSE_WAIT:
             local = [p for p in local if _pid_exists(p)]
+            if local and time.monotonic() > t0 + _CLOSE_ASK:
+                for p in local:
+                    if born[p] is not None and start_time(p) == born[p]:
+                        with contextlib.suppress(OSError):
+                            os.kill(p, signal.SIGKILL)
+                born = dict.fromkeys(born)  # killed once: only waited for now
             if local:
                 time.sleep(0.05)
 

@@ -66,7 +66,7 @@ def _parents() -> dict[int, int]:
     return out
 
 
-def _start_time(pid: int) -> int | None:
+def start_time(pid: int) -> int | None:
     stat = _stat(pid)
     return None if stat is None else stat[2]
 
@@ -83,11 +83,11 @@ def _subtree(roots: Iterable[int], known: dict[int, int | None]) -> None:
         p = todo.pop()
         for c in kids.get(p, ()):
             if c not in known:
-                known[c] = _start_time(c)
+                known[c] = start_time(c)
                 todo.append(c)
     for r in roots:
         if r not in known and r in parents:
-            known[r] = _start_time(r)
+            known[r] = start_time(r)
 
 
 def _alive(pid: int, started: int | None) -> bool:
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     stop what is left of it."""
     args = [int(a) for a in (sys.argv[1:] if argv is None else argv)]
     driver, roots = args[0], args[1:]
-    driver_start = _start_time(driver)
+    driver_start = start_time(driver)
     known: dict[int, int | None] = {}
     while _alive(driver, driver_start):
         _subtree(roots, known)
