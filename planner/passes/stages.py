@@ -42,6 +42,7 @@ from reshard.planner.cells.fuse import SumShape, fuse_reductions
 from reshard.planner.cells.trees import TREE_FORMS, HostShape, Intra, Segments, reshapes, treeify
 from reshard.planner.costing.cost import Routes
 from reshard.planner.ir import ReshardPlan
+from reshard.planner.passes.tree_twins import same_as_star
 from reshard.planner.passes.twins import Twins
 from reshard.planner.schedule.order import one_at_a_time
 from reshard.planner.values.strategy import Strategy
@@ -140,6 +141,8 @@ class Search:
             call's candidates.
         twins: the planning call's candidates so far: one with the tasks of an
             earlier one takes its prediction (:mod:`reshard.planner.passes.twins`).
+        trees: the tasks of each start plan's tree form passing on as a star (by the
+            plan's id, kept alive by :attr:`segments`, and the host shape).
     """
 
     tensors: tuple[TensorSpec, ...]
@@ -154,6 +157,8 @@ class Search:
                                                               compare=False)
     floor_of: Callable[[Strategy], float] | None = field(default=None, compare=False)
     twins: Twins = field(default_factory=Twins, compare=False)
+    trees: dict[tuple[int, HostShape], tuple[Task, ...]] = field(default_factory=dict,
+                                                                  compare=False)
 
     def plan(self, tasks: Sequence[Task]) -> ReshardPlan:
         """A candidate plan of these tasks (its routes found in :attr:`known`, the
@@ -277,12 +282,22 @@ def _point_to_point_floor(search: Search, start: ReshardPlan) -> float:
 
 def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
                                                        Iterator[ReshardPlan]]:
-    """The starting plan's chains reshaped into trees of this form."""
+    """The starting plan's chains reshaped into trees of this form (where the form
+    passing on as a star was built from the same plan and no chain it reshapes
+    passes anything on inside a host, its tasks: :func:`~reshard.planner.passes.
+    tree_twins.same_as_star`)."""
     def propose(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
         host = search.cluster.host_of
         memo = search.segments.setdefault(id(start), (start, {}))[1]  # per start plan
-        if reshapes(start.tasks, host, shape, memo):
-            yield search.plan(treeify(start.tasks, host, intra, shape, memo))
+        star = search.trees.get((id(start), shape))
+        if intra is not Intra.STAR and star is not None and \
+                same_as_star(start.tasks, host, shape, memo):
+            yield search.plan(star)
+        elif reshapes(start.tasks, host, shape, memo):
+            tasks = treeify(start.tasks, host, intra, shape, memo)
+            if intra is Intra.STAR:
+                search.trees[(id(start), shape)] = tasks  # start is kept by the memo
+            yield search.plan(tasks)
 
     return propose
 
