@@ -16,6 +16,7 @@ from reshard.planner.cells.chain_arrays import (
     move_idlest_last,
     unrelayed_chain,
 )
+from reshard.planner.cells.short_chain import remote_chain
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 
 ARRAY_CHAIN = 64
@@ -435,6 +436,9 @@ class Loads:
             got = unrelayed_chain(self, root, group)
             if got is not None:
                 return got, ()
+        elif (short := remote_chain(self, root, group)) is not None:  # few hosts
+            return (short[1], ()) if short[1] is not None else \
+                self._relay_walk(root, short[0], nbytes)
         return self._relay_walk(root, self.chain(root, group), nbytes)
 
     def _relay_walk(self, root: int, chain: tuple[int, ...], nbytes: int,
