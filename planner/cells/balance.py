@@ -34,7 +34,11 @@ def _ranks(values: tuple[float, ...]) -> tuple[int, ...]:
     return tuple(map(rank.__getitem__, values))
 
 
-def _reader(nics: list[int]) -> Callable[[dict[int, float]], tuple[float, ...]]:
+Reader = Callable[[dict[int, float]], tuple[float, ...]]
+"""Some NICs' loads read from a table of loads, as a tuple (:func:`_reader`)."""
+
+
+def _reader(nics: list[int]) -> Reader:
     """A function reading the loads of ``nics`` from a table of loads (a
     ``defaultdict``: an unseen NIC reads 0.0), as a tuple."""
     if len(nics) == 1:
@@ -155,6 +159,8 @@ class ChainMemo:
                           tuple[Callable[[dict[int, float]], tuple[float, ...]] | None,
                                 dict[tuple[object, ...],
                                      tuple[tuple[int, ...], tuple[int, ...]]] | None]] = {}
+        # each touched host set's reader (its hosts' NICs, sorted), found once
+        self.readers: dict[frozenset[int], Reader | None] = {}
 
     def answer(self, loads: Loads, root: int, group: frozenset[int] | tuple[int, ...],
                nbytes: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -165,12 +171,13 @@ class ChainMemo:
             self.chains[(root, members)] = (None, None)
             return loads._relay_through(root, group, nbytes)
         if memo[1] is None:
-            hosts, nic, host = loads.cluster.hosts, loads.nic, loads.host
-            touched = {host(d) for d in group}
-            touched.add(host(root))
-            nics = sorted({nic(d) for h in touched for d in hosts[h]})
-            memo = self.chains[(root, members)] = (
-                _reader(nics) if len(nics) <= MEMO_NICS else None, {})
+            host = loads.host
+            touched = frozenset({host(root), *map(host, group)})
+            if touched not in self.readers:
+                hosts, nic = loads.cluster.hosts, loads.nic
+                nics = sorted({nic(d) for h in touched for d in hosts[h]})
+                self.readers[touched] = _reader(nics) if len(nics) <= MEMO_NICS else None
+            memo = self.chains[(root, members)] = (self.readers[touched], {})
         read, answers = memo
         if read is None or answers is None:
             return loads._relay_through(root, group, nbytes)
