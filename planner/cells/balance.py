@@ -414,11 +414,9 @@ class Loads:
         the members' NIC more than it (:meth:`expect`): a relay-only receiver, as
         NCCL's PXN routes through a peer GPU. Relaying costs an intra-host hop, so
         NICs that even out by themselves (an all-to-all) get none. Returns the chain
-        and its relay-only devices.
-
-        An answer that relays nothing is remembered for this accumulator
-        (:class:`ChainMemo`): a later call whose answer would read the same is
-        answered from it."""
+        and its relay-only devices. An answer that relays nothing is remembered
+        (:class:`ChainMemo`: a later call whose answer would read the same reads it),
+        but a short chain to other hosts without relays (:func:`remote_chain`)."""
         group = receivers if isinstance(receivers, (frozenset, tuple)) else tuple(receivers)
         if len(group) == 1:  # point to point: the common case, kept cheap
             r = next(iter(group))
@@ -429,6 +427,9 @@ class Loads:
             into = self._relay(NIC_IN, r, self.host(r), used, nbytes)
             relays = tuple(d for d in (out, into) if d is not None)
             return (*relays, r), relays
+        if len(group) < ARRAY_CHAIN and self.cluster.nics_per_host > 1 and (
+                short := remote_chain(self, root, sorted(group))) is not None and short[1]:
+            return short[1], ()  # no relay: cheaper than the memo (whose answer it is)
         return self._chains.answer(self, root, group, nbytes)
 
     def _relay_through(self, root: int, receivers: Iterable[int], nbytes: int

@@ -89,3 +89,35 @@ def test_a_short_chain_to_other_hosts_is_the_chain_then_the_walk(seed, monkeypat
             fast.charge(root, mine[0], nbytes)
             slow.charge(root, want[0], nbytes)
     assert quick >= 30 and walked >= 3 and declined >= 5
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_relay_chain_answering_short_chains_first_is_the_memo_s_answer(seed, monkeypatch):
+    """``relay_chain`` answers a short chain to other hosts that may not relay before
+    asking its memo (:class:`balance.ChainMemo`); asked again and again (as a plan's
+    pieces are), every answer and the loads left behind are the memo-and-walk path's
+    (``remote_chain`` turned off)."""
+    rng = random.Random(seed)
+    cluster = CLUSTERS[0]
+    answered = 0
+    for trial in range(6):
+        fast, slow = _twins(rng, cluster, crowded=trial % 2 == 1)
+        asks = [(rng.randrange(len(cluster.devices)), tuple(sorted(set(
+            _receivers(rng, cluster, 0)) - {0}))) for _ in range(6)]
+        for _ in range(40):
+            root, receivers = rng.choice(asks)
+            receivers = tuple(d for d in receivers if d != root)
+            if len(receivers) < 2:
+                continue
+            nbytes = rng.choice([500, 1 << 20])
+            mine = fast.relay_chain(root, receivers, nbytes)
+            monkeypatch.setattr(balance, "remote_chain", lambda *args: None)
+            want = slow.relay_chain(root, receivers, nbytes)
+            monkeypatch.undo()
+            assert mine == want
+            answered += not mine[1]
+            fast.charge(root, mine[0], nbytes)
+            slow.charge(root, want[0], nbytes)
+            assert _state(fast) == _state(slow)
+        assert len(fast._chains.chains) <= len(slow._chains.chains)
+    assert answered >= 50
