@@ -122,7 +122,7 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     return tuple(d[np.lexsort((np.arange(n), last, seg))].tolist())
 
 
-def move_idlest_last(seg: list[int], nic_out: dict[int, float],
+def move_idlest_last(seg: list[int], nic_out: Mapping[int, float],
                       nic: Callable[[int], int]) -> None:
     """Move the member of ``seg`` after its first with the least (NIC out load, id)
     to its end (the member that leaves its host)."""
@@ -131,7 +131,7 @@ def move_idlest_last(seg: list[int], nic_out: dict[int, float],
     seg.append(last)
 
 
-def idlest_last(segments: list[list[int]], nic_out: dict[int, float],
+def idlest_last(segments: list[list[int]], nic_out: Mapping[int, float],
                 nic: Callable[[int], int]) -> tuple[int, ...]:
     """A chain's order (its root, first, left out) with :func:`move_idlest_last` done
     in every segment but the last of more than two devices, as
