@@ -73,13 +73,29 @@ def key_bytes(key: Any, seen: set[int] | None = None) -> int:
         return key.footprint
     size = sys.getsizeof(key)
     if isinstance(key, (tuple, list, frozenset, set)):
-        return size + sum(key_bytes(k, seen) for k in key)
+        return size + _items_bytes(key, seen)
     if isinstance(key, dict):
         return size + sum(key_bytes(k, seen) + key_bytes(v, seen) for k, v in key.items())
     if dataclasses.is_dataclass(key) and not isinstance(key, type):
         return size + sum(key_bytes(getattr(key, f.name), seen)
                           for f in dataclasses.fields(key))
     return size
+
+
+def _items_bytes(items: Iterable[Any], seen: set[int]) -> int:
+    """``sum(key_bytes(k, seen) for k in items)``, each plain int (most items: a
+    shape's dims, a mesh's devices) counted in place, without a call: nothing if Python
+    shares it or it was counted already, else its size, once."""
+    total = 0
+    for k in items:
+        if type(k) is int:
+            if k in _SHARED_INTS or id(k) in seen:
+                continue
+            seen.add(id(k))
+            total += sys.getsizeof(k)
+        else:
+            total += key_bytes(k, seen)
+    return total
 
 
 class EstimateError(ReshardError):

@@ -46,6 +46,22 @@ class Cell:
         object.__setattr__(self, "size", n)
 
 
+def new_cell(box: Box, holders: frozenset[int], needers: frozenset[int]) -> Cell:
+    """``Cell(box, holders, needers)`` without the dataclass's ``__init__`` (its
+    ``object.__setattr__`` a field and ``__post_init__`` cost more than the rest of
+    building a cell, of which a partial source's decomposition builds thousands): the
+    same fields, set in the same order, and the same ``size``."""
+    n = 1
+    for lo, hi in box:
+        n *= hi - lo
+    cell = _new(Cell)
+    cell.__dict__.update(box=box, holders=holders, needers=needers, size=n)
+    return cell
+
+
+_new = object.__new__
+
+
 def devices_by_box(layout: Layout, shape: tuple[int, ...],
                    only: frozenset[int] | None = None) -> dict[Box, frozenset[int]]:
     """Each distinct box of ``layout`` and the devices holding it (restricted to
@@ -66,6 +82,7 @@ def decompose(
     shape: tuple[int, ...],
     holders: Mapping[Box, frozenset[int]],
     needers: Mapping[Box, frozenset[int]],
+    held_only: bool = False,
 ) -> list[Cell]:
     """Split a tensor into maximal cells of equal holders and needers.
 
@@ -73,6 +90,10 @@ def decompose(
         shape: the global tensor shape.
         holders: each distinct source box and the devices holding its full value.
         needers: each distinct destination box and the devices that must receive it.
+        held_only: leave out the cells no one holds too (the cells held are the same:
+            :func:`merge_cells` merges only cells of equal holders, so the cells no
+            one holds never merge with them, and each prefix of the grid no source
+            piece covers is dropped as soon as it is found).
 
     Returns:
         Cells covering every element some device needs, in a deterministic order
@@ -88,17 +109,24 @@ def decompose(
     if ndim == 0:
         hold = frozenset().union(*(d for _, d in src)) if src else frozenset()
         need = frozenset().union(*(d for _, d in dst))
-        return [Cell((), hold, need)]
+        return [Cell((), hold, need)] if hold or not held_only else []
 
     axes = [_intervals(d, shape[d], src, dst) for d in range(ndim)]
-    # The grid's cells dim by dim, dropping a prefix as soon as no one needs it.
+    if held_only:  # an interval no source piece covers leaves every cell through it unheld
+        axes = [[iv for iv in ax if iv[1]] for ax in axes]
+    # The grid's cells dim by dim, dropping a prefix as soon as no one needs it (or,
+    # ``held_only``, no one holds it).
     partial: list[tuple[Box, int, int]] = [((), (1 << len(src)) - 1, -1)]
     for ax in axes:
+        if held_only:
+            partial = [((*box, iv), smask & s, dmask & dm) for box, smask, dmask in partial
+                       for iv, s, dm in ax if dmask & dm and smask & s]
+            continue
         partial = [((*box, iv), smask & s, dmask & dm)
                    for box, smask, dmask in partial for iv, s, dm in ax if dmask & dm]
     held = _unions({s for _, s, _ in partial}, [devs for _, devs in src])
     needed = _unions({d for _, _, d in partial}, [devs for _, devs in dst])
-    cells = [Cell(box, held[smask], needed[dmask]) for box, smask, dmask in partial]
+    cells = [new_cell(box, held[smask], needed[dmask]) for box, smask, dmask in partial]
     return merge_cells(cells, ndim)
 
 
@@ -146,12 +174,11 @@ def _unions(masks: set[int], sets: list[frozenset[int]]) -> dict[int, frozenset[
     out: dict[int, frozenset[int]] = {}
     for mask in masks:
         acc: set[int] = set()
-        i, m = 0, mask
-        while m:
-            if m & 1:
-                acc |= sets[i]
-            m >>= 1
-            i += 1
+        m = mask
+        while m:  # each flagged set, lowest bit first (one step a set, not a bit)
+            low = m & -m
+            acc |= sets[low.bit_length() - 1]
+            m ^= low
         out[mask] = frozenset(acc)
     return out
 
@@ -181,7 +208,7 @@ def merge_cells(cells: list[Cell], ndim: int) -> list[Cell]:
             for nxt in group[1:]:
                 if nxt.box[d][0] == cur.box[d][1]:
                     box = (*cur.box[:d], (cur.box[d][0], nxt.box[d][1]), *cur.box[d + 1:])
-                    cur = Cell(box, cur.holders, cur.needers)
+                    cur = new_cell(box, cur.holders, cur.needers)
                 else:
                     merged.append(cur)
                     cur = nxt
@@ -251,7 +278,7 @@ class CellTable:
     def cells(self) -> list[Cell]:
         """Every row as a :class:`Cell`, in row order."""
         hold, need = self.holder_sets, self.needer_sets
-        return [Cell(box, hold[h], need[n]) for box, h, n in
+        return [new_cell(box, hold[h], need[n]) for box, h, n in
                 zip(self.boxes(), self.holder.tolist(), self.needer.tolist())]
 
     @classmethod

@@ -162,6 +162,6 @@ def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],
         cells = decompose(shape, holders, needers)
         return cells, [step if c.holders else 0 for c in cells]
     stepped = [(c, step) for step, part in by_step.items()
-               for c in decompose(shape, part, needers) if c.holders]
+               for c in decompose(shape, part, needers, held_only=True)]
     stepped.sort(key=lambda cs: cs[0].box)
     return [c for c, _ in stepped], [s for _, s in stepped]

@@ -51,7 +51,10 @@ def test_over_the_budget_refused_before_any_work(served):
     with pytest.raises(ServiceError, match=r"about 4198401 cells.*budget of 2097152") as e:
         estimate(client, 2048)
     assert e.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert time.monotonic() - t0 < 1.0
+    # sized (in a job worker: 2048 devices are not sized inline), never planned: a
+    # 2048 -> 2048 all-to-all plans for minutes. The bound is loose on purpose: at load
+    # 14 the refusal took 1.3 s (this test once said 1 s and failed there)
+    assert time.monotonic() - t0 < 15.0
 
 
 @pytest.mark.timeout(60)
