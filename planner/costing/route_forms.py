@@ -30,9 +30,10 @@ from reshard.planner.values.plan_view import Route
 from reshard.planner.values.resources import KIND_CODE, NIC_IN
 from reshard.planner.values.tasks import Task
 
-FormMemo = dict[tuple[object, ...], tuple[np.ndarray, np.ndarray | None, float]]
-"""Per form: its route's codes there, what each code moves by a host on (:func:`shifted`
-only) and its latency."""
+FormMemo = dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, float]]
+"""Per form: its route's codes there (:func:`relabeled`: less each code's host's part),
+what each code moves by a host on (:func:`shifted`; :func:`relabeled`: each code's host's
+rank and the codes a host spans) and its latency."""
 
 
 def shifted(task: Task, key: tuple[object, ...], step: tuple[int, int],
@@ -56,7 +57,6 @@ def shifted(task: Task, key: tuple[object, ...], step: tuple[int, int],
         memo[home] = (codes - k * unit, unit, lat)
         return path, lat
     home_codes, moves, lat = got
-    assert moves is not None  # a home form's
     return Path.of_codes(home_codes + k * moves), lat
 
 
@@ -67,31 +67,29 @@ def relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
     renumbered in the order its devices first name them (each device keeping its place
     in its host), found once in ``memo``, numbered back."""
     devices = step[0]
-    ds = np.concatenate([np.array(part, dtype=np.int64) for part in (
-        (task.root,), task.receivers, task.parents, task.addends, task.addend_parents)])
+    parts = ((task.root,), task.receivers, task.parents, task.addends, task.addend_parents)
+    ds = np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64,
+                     count=sum(map(len, parts)))
     hosts, place = np.divmod(ds, devices)
     # the hosts in the order first named, run by run (devices come host by host)
-    start = np.flatnonzero(np.concatenate(([True], hosts[1:] != hosts[:-1])))
-    uniq, first, inverse = np.unique(hosts[start], return_index=True, return_inverse=True)
-    by_first = np.argsort(first, kind="stable")
-    rank = np.empty(len(uniq), dtype=np.int64)
-    rank[by_first] = np.arange(len(uniq))
-    renumbered = np.repeat(rank[inverse.reshape(-1)], np.diff(np.append(start, len(ds))))
+    runs = hosts[np.flatnonzero(hosts[1:] != hosts[:-1]) + 1].tolist()
+    order = np.array(list(dict.fromkeys([int(hosts[0]), *runs])), dtype=np.int64)
+    number = np.full(int(order.max()) + 1, -1, dtype=np.int64)
+    number[order] = np.arange(len(order))  # each host's rank (distinct hosts: exact)
     form = ("hosts", key[0], len(task.receivers), len(task.parents), len(task.addends),
-            (renumbered * devices + place).tobytes(), *key[6:])
+            (number[hosts] * devices + place).tobytes(), *key[6:])
     got = memo.get(form)
     if got is None:
         path, lat = find()
         codes = path_arrays(path)[0]
         host, span = _code_hosts(codes, step)
-        number = np.full(int(uniq.max()) + 1, -1, dtype=np.int64)
-        number[uniq] = rank
         assert (number[host] >= 0).all()  # every resource is of a host the task names
-        memo[form] = (codes + (number[host] - host) * span, None, lat)
+        ranked = number[host]
+        # kept as the codes less their hosts' part, and the rank and span of each
+        memo[form] = (codes - host * span, np.stack((ranked, span)), lat)
         return path, lat
-    codes, _, lat = got
-    host, span = _code_hosts(codes, step)
-    return Path.of_codes(codes + (uniq[by_first][host] - host) * span), lat
+    base, (ranked, span), lat = got
+    return Path.of_codes(base + order[ranked] * span), lat
 
 
 def _code_hosts(codes: np.ndarray, step: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
