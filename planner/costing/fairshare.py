@@ -101,11 +101,14 @@ class Path(list[tuple[Resource, float]]):
         self._unread = False
 
     @classmethod
-    def of_codes(cls, codes: np.ndarray) -> Path:
+    def of_codes(cls, codes: np.ndarray, ones: np.ndarray | None = None) -> Path:
         """The path crossing the resources numbered ``codes`` (:func:`~reshard.planner.
-        values.resources.code`), every byte each, its list built when first read."""
-        out = cls()
-        out.arrays = (codes, np.ones(len(codes)))
+        values.resources.code`), every byte each, its list built when first read
+        (``ones``: its fractions, ``len(codes)`` ones read only, shared by paths of as
+        many codes; made where not given)."""
+        out = cls.__new__(cls)  # an empty list: __init__'s work, without its call
+        out.arrays = (codes, np.ones(len(codes)) if ones is None else ones)
+        out.codes = None
         out._unread = True
         return out
 

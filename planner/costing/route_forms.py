@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -44,11 +44,7 @@ def shifted(task: Task, key: tuple[object, ...], step: tuple[int, int],
     device's resource by ``k`` hosts' devices, every NIC's by ``k`` hosts' NICs)."""
     devices = step[0]
     k = task.root // devices
-    less = itertools.repeat(k * devices)
-    sub = operator.sub
-    home = ("home", key[0], task.root - k * devices, tuple(map(sub, task.receivers, less)),
-            tuple(map(sub, task.parents, less)), tuple(map(sub, task.addends, less)),
-            tuple(map(sub, task.addend_parents, less)), *key[6:])
+    home = _home(task, key, k, devices)
     got = memo.get(home)
     if got is None:
         path, lat = find()
@@ -58,6 +54,78 @@ def shifted(task: Task, key: tuple[object, ...], step: tuple[int, int],
         return path, lat
     home_codes, moves, lat = got
     return Path.of_codes(home_codes + k * moves), lat
+
+
+def _home(task: Task, key: tuple[object, ...], k: int, devices: int) -> tuple[object, ...]:
+    """:func:`shifted`'s form of ``task`` (``key``: its route key), moved ``k`` hosts
+    of ``devices`` devices back."""
+    less = itertools.repeat(k * devices)
+    sub = operator.sub
+    return ("home", key[0], task.root - k * devices, tuple(map(sub, task.receivers, less)),
+            tuple(map(sub, task.parents, less)), tuple(map(sub, task.addends, less)),
+            tuple(map(sub, task.addend_parents, less)), *key[6:])
+
+
+def shifted_many(tasks: Sequence[Task], keys: Sequence[tuple[object, ...]],
+                 step: tuple[int, int], finder: Callable[[Task], Callable[[], Route]],
+                 memo: FormMemo) -> list[Route]:
+    """:func:`shifted` of each of ``tasks`` (distinct ``keys``; ``finder``: what searches
+    a task's own route), the same routes found at once: the tasks of one shape (kind,
+    counts of devices in each role, key's tail) as one array, moved home together,
+    each distinct form found (or read) once, at its first task as :func:`shifted`
+    would, every task's codes its form's moved back in one array operation."""
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i, (t, key) in enumerate(zip(tasks, keys)):
+        groups.setdefault((key[0], len(t.receivers), len(t.parents), len(t.addends),
+                           len(t.addend_parents), *key[6:]), []).append(i)
+    out: list[Route | None] = [None] * len(tasks)
+    for idx in groups.values():
+        for i, got in zip(idx, _shift_group([tasks[i] for i in idx], [keys[i] for i in idx],
+                                            step, finder, memo)):
+            out[i] = got
+    return out  # type: ignore[return-value]  # every task's filled in
+
+
+def _shift_group(tasks: list[Task], keys: list[tuple[object, ...]], step: tuple[int, int],
+                 finder: Callable[[Task], Callable[[], Route]], memo: FormMemo
+                 ) -> list[Route]:
+    """:func:`shifted_many` of tasks of one shape."""
+    devices = step[0]
+    rows = np.array([(t.root, *t.receivers, *t.parents, *t.addends, *t.addend_parents)
+                     for t in tasks], dtype=np.int64)
+    k = rows[:, 0] // devices
+    home = np.ascontiguousarray(rows - (k * devices)[:, None]).tobytes()
+    width = 8 * rows.shape[1]
+    number: dict[bytes, int] = {}  # each distinct form's number, in order first met
+    form_of = np.fromiter((number.setdefault(home[at:at + width], len(number))
+                           for at in range(0, len(home), width)), dtype=np.int64,
+                          count=len(tasks))
+    first = np.full(len(number), len(tasks), dtype=np.int64)
+    np.minimum.at(first, form_of, np.arange(len(tasks), dtype=np.int64))
+    out: list[Route | None] = [None] * len(tasks)
+    forms = []
+    for r in first.tolist():  # each form at its first task, in the memo or found there
+        kr = int(k[r])
+        home_key = _home(tasks[r], keys[r], kr, devices)
+        got = memo.get(home_key)
+        if got is None:
+            path, lat = finder(tasks[r])()
+            codes = path_arrays(path)[0]
+            unit = _spans(codes, step)
+            got = memo[home_key] = (codes - kr * unit, unit, lat)
+            out[r] = (path, lat)
+        forms.append(got)
+    by_form = np.argsort(form_of, kind="stable")
+    bounds = np.searchsorted(form_of[by_form], np.arange(len(forms) + 1)).tolist()
+    for f, (home_codes, moves, lat) in enumerate(forms):
+        mine = by_form[bounds[f]:bounds[f + 1]]
+        moved = home_codes + k[mine][:, None] * moves
+        ones = np.ones(len(home_codes))
+        ones.flags.writeable = False  # shared by the form's paths
+        for i, codes in zip(mine.tolist(), moved):
+            if out[i] is None:
+                out[i] = (Path.of_codes(codes, ones), lat)
+    return out  # type: ignore[return-value]  # every task's filled in
 
 
 def relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
@@ -106,4 +174,4 @@ def _spans(codes: np.ndarray, step: tuple[int, int]) -> np.ndarray:
     return np.where(codes % 8 <= KIND_CODE[NIC_IN], 8 * nics, 8 * devices)
 
 
-__all__ = ["FormMemo", "relabeled", "shifted"]
+__all__ = ["FormMemo", "relabeled", "shifted", "shifted_many"]
