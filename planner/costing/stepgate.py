@@ -32,7 +32,7 @@ class StepGate:
 
     def __init__(self, tasks: Sequence[Task]) -> None:
         n = len(tasks)
-        need, member_dev = _distinct([t.devices for t in tasks])
+        need, member_dev = distinct_devices([t.devices for t in tasks])
         self._members(need, member_dev,
                       np.fromiter((t.step for t in tasks), dtype=np.int64, count=n))
 
@@ -100,7 +100,7 @@ ARRAY_MEMBERS = 4096
 are found as arrays (fewer: task by task, in order, without the arrays' fixed cost)."""
 
 
-def _distinct(devs: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+def distinct_devices(devs: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
     """Per task its count of distinct devices, and those devices task by task: in each
     task's order (few devices), or ascending (many: by a flag per (task, device) where
     their range is not far larger than the devices, else by a sort; linear)."""
@@ -138,4 +138,4 @@ def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(seen), rank[keys]
 
 
-__all__ = ["StepGate"]
+__all__ = ["ARRAY_MEMBERS", "StepGate", "distinct_devices"]
