@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from reshard.choice import parse_choice
+from reshard.cluster import Cluster
 from reshard.layout import box_size
 from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.values.tasks import Task, TaskKind
@@ -84,9 +85,9 @@ def _segments(task: Task, host: Callable[[int], int],
         return got[1]
     if len(task.receivers) >= ARRAY_MEMBERS:
         chain = [task.root, *task.receivers]
-        hosts = np.fromiter(map(host, chain), dtype=np.int64, count=len(chain))
-        cuts = np.flatnonzero(hosts[1:] != hosts[:-1]) + 1
-        return [part.tolist() for part in np.split(np.array(chain, dtype=np.int64), cuts)]
+        hosts = _hosts(chain, host)
+        cuts = (np.flatnonzero(hosts[1:] != hosts[:-1]) + 1).tolist()
+        return [chain[a:b] for a, b in zip([0, *cuts], [*cuts, len(chain)])]
     seg = [task.root]
     segs: list[list[int]] = [seg]
     here = host(task.root)
@@ -99,6 +100,20 @@ def _segments(task: Task, host: Callable[[int], int],
             segs.append(seg)
             here = h
     return segs
+
+
+def _hosts(devices: list[int], host: Callable[[int], int]) -> np.ndarray:
+    """``host`` of each of ``devices``: read from the cluster's map of hosts at once
+    where ``host`` is a cluster's :meth:`~reshard.cluster.Cluster.host_of` (the same
+    values; a device it lacks: ``host``'s own error), else one call each."""
+    owner = getattr(host, "__self__", None)
+    if isinstance(owner, Cluster) and getattr(host, "__func__", None) is Cluster.host_of:
+        try:
+            return np.fromiter(map(owner.host_map.__getitem__, devices), dtype=np.int64,
+                               count=len(devices))
+        except KeyError:
+            pass  # host_of names the device in its error
+    return np.fromiter(map(host, devices), dtype=np.int64, count=len(devices))
 
 
 def _heap_parent(i: int) -> int:
@@ -254,7 +269,7 @@ def _trees_by_form(task: Task, host: Callable[[int], int], intra: Intra, shape: 
     if len(set(chain)) < len(chain):  # a device twice: no bijection
         return _trees_of(task, host, intra, shape, memo)
     segs = _segments(task, host, memo)
-    entered = list(map(host, [seg[0] for seg in segs]))
+    entered = _hosts([seg[0] for seg in segs], host).tolist()
     number = {h: i for i, h in enumerate(dict.fromkeys(entered))}  # in order entered
     hosts = tuple(map(number.__getitem__, entered))
     lengths = tuple(map(len, segs))
