@@ -6,6 +6,7 @@ segments equal the ones cut device by device; a device the cluster lacks is name
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -21,7 +22,7 @@ GPUS, HOSTS = 8, 30
 def _cut(chain: list[int], host) -> list[list[int]]:  # type: ignore[no-untyped-def]
     """The chain cut where it changes host, device by device (the rule itself)."""
     segs = [[chain[0]]]
-    for a, b in zip(chain, chain[1:]):
+    for a, b in itertools.pairwise(chain):
         if host(a) == host(b):
             segs[-1].append(b)
         else:
