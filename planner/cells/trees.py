@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -176,10 +177,11 @@ def _tree_edges(order: Sequence[int], exit_dev: int, entry: dict[int, int],
     return senders.tolist(), receivers.tolist()
 
 
-TreeForms = dict[tuple[object, ...], list[tuple[np.ndarray, ...]]]
-"""Trees of long chains by form (:func:`_trees_by_form`): per tree its parents',
-receivers' and relay-only devices' places in the chain, found once per :func:`treeify`
-call."""
+TreeForms = dict[tuple[object, ...],
+                 list[tuple[Callable[[Sequence[int]], tuple[int, ...]], ...]]]
+"""Trees of long chains by form (:func:`_trees_by_form`): per tree what takes its
+parents, receivers and relay-only devices from the chain by their places, found once
+per :func:`treeify` call."""
 
 Edges = dict[tuple[int, tuple[int, ...], tuple[int, ...]],
              list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]]
@@ -281,11 +283,19 @@ def _trees_by_form(task: Task, host: Callable[[int], int], intra: Intra, shape: 
         placed = np.repeat(np.array(hosts, dtype=np.int64), lengths)  # each place's host
         plain = Task(task.kind, task.tensor, task.box, 0, tuple(range(1, len(chain))),
                      task.nbytes, through=relays)
-        got = forms[form] = [tuple(np.array(part, dtype=np.int64) for part in tree)
-                             for tree in _trees_of(plain, placed.item, intra, shape, None)]
-    at = np.array(chain, dtype=np.int64)
-    return [(tuple(at[p].tolist()), tuple(at[r].tolist()), tuple(at[k].tolist()))
-            for p, r, k in got]
+        got = forms[form] = [(_picker(p), _picker(r), _picker(k))
+                             for p, r, k in _trees_of(plain, placed.item, intra, shape, None)]
+    return [(p(chain), r(chain), k(chain)) for p, r, k in got]
+
+
+def _picker(places: Sequence[int]) -> Callable[[Sequence[int]], tuple[int, ...]]:
+    """What takes the items at ``places`` of a sequence, as a tuple."""
+    if len(places) > 1:
+        return operator.itemgetter(*places)
+    if places:
+        at = places[0]
+        return lambda seq: (seq[at],)
+    return lambda seq: ()
 
 
 def _previous(i: int) -> int:
