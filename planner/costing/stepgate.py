@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reshard.planner.costing.fairshare import ranges
+from reshard.planner.costing.fairshare import ranges, sorted_distinct
 from reshard.planner.values.tasks import Task
 
 
@@ -80,7 +80,7 @@ class StepGate:
             return which
         slots = self._slot[ranges(self._member_at[which], self._member_at[which + 1])]
         self._left -= np.bincount(slots, minlength=len(self._left))
-        touched = np.unique(slots)
+        touched = sorted_distinct(slots)
         done = touched[self._left[touched] == 0]
         return self._enter(done[self._has_next[done]] + 1)
 
@@ -116,7 +116,7 @@ def distinct_devices(devs: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarra
     ndev = int(flat.max()) + 1
     keys = np.repeat(np.arange(n, dtype=np.int64) * ndev, lens) + flat
     if n * ndev > 4 * total + 4096:
-        keys = np.unique(keys)
+        keys = sorted_distinct(keys)
     else:
         seen = np.zeros(n * ndev, dtype=bool)
         seen[keys] = True
