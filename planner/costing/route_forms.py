@@ -115,16 +115,22 @@ def _shift_group(tasks: list[Task], keys: list[tuple[object, ...]], step: tuple[
             got = memo[home_key] = (codes - kr * unit, unit, lat)
             out[r] = (path, lat)
         forms.append(got)
-    by_form = np.argsort(form_of, kind="stable")
-    bounds = np.searchsorted(form_of[by_form], np.arange(len(forms) + 1)).tolist()
-    for f, (home_codes, moves, lat) in enumerate(forms):
-        mine = by_form[bounds[f]:bounds[f + 1]]
-        moved = home_codes + k[mine][:, None] * moves
-        ones = np.ones(len(home_codes))
-        ones.flags.writeable = False  # shared by the form's paths
-        for i, codes in zip(mine.tolist(), moved):
+    lats = [lat for _, _, lat in forms]
+    size = np.fromiter((len(codes) for codes, _, _ in forms), dtype=np.int64,
+                       count=len(forms))
+    for length in np.unique(size, return_index=True)[0].tolist():  # forms of one length
+        of_length = np.flatnonzero(size == length)
+        row = np.full(len(forms), -1, dtype=np.int64)
+        row[of_length] = np.arange(len(of_length))
+        mine = np.flatnonzero(row[form_of] >= 0)  # their tasks, in order
+        at = row[form_of[mine]]
+        moved = np.stack([forms[f][0] for f in of_length.tolist()])[at] + \
+            k[mine][:, None] * np.stack([forms[f][1] for f in of_length.tolist()])[at]
+        ones = np.ones(length)
+        ones.flags.writeable = False  # shared by these paths
+        for i, f, codes in zip(mine.tolist(), form_of[mine].tolist(), moved):
             if out[i] is None:
-                out[i] = (Path.of_codes(codes, ones), lat)
+                out[i] = (Path.of_codes(codes, ones), lats[f])
     return out  # type: ignore[return-value]  # every task's filled in
 
 
