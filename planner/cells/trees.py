@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import enum
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
 from reshard.choice import parse_choice
+from reshard.cluster import Cluster
 from reshard.layout import box_size
 from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.values.tasks import Task, TaskKind
@@ -84,9 +86,9 @@ def _segments(task: Task, host: Callable[[int], int],
         return got[1]
     if len(task.receivers) >= ARRAY_MEMBERS:
         chain = [task.root, *task.receivers]
-        hosts = np.fromiter(map(host, chain), dtype=np.int64, count=len(chain))
-        cuts = np.flatnonzero(hosts[1:] != hosts[:-1]) + 1
-        return [part.tolist() for part in np.split(np.array(chain, dtype=np.int64), cuts)]
+        hosts = _hosts(chain, host)
+        cuts = (np.flatnonzero(hosts[1:] != hosts[:-1]) + 1).tolist()
+        return [chain[a:b] for a, b in zip([0, *cuts], [*cuts, len(chain)])]
     seg = [task.root]
     segs: list[list[int]] = [seg]
     here = host(task.root)
@@ -99,6 +101,20 @@ def _segments(task: Task, host: Callable[[int], int],
             segs.append(seg)
             here = h
     return segs
+
+
+def _hosts(devices: list[int], host: Callable[[int], int]) -> np.ndarray:
+    """``host`` of each of ``devices``: read from the cluster's map of hosts at once
+    where ``host`` is a cluster's :meth:`~reshard.cluster.Cluster.host_of` (the same
+    values; a device it lacks: ``host``'s own error), else one call each."""
+    owner = getattr(host, "__self__", None)
+    if isinstance(owner, Cluster) and getattr(host, "__func__", None) is Cluster.host_of:
+        try:
+            return np.fromiter(map(owner.host_map.__getitem__, devices), dtype=np.int64,
+                               count=len(devices))
+        except KeyError:
+            pass  # host_of names the device in its error
+    return np.fromiter(map(host, devices), dtype=np.int64, count=len(devices))
 
 
 def _heap_parent(i: int) -> int:
@@ -161,10 +177,11 @@ def _tree_edges(order: Sequence[int], exit_dev: int, entry: dict[int, int],
     return senders.tolist(), receivers.tolist()
 
 
-TreeForms = dict[tuple[object, ...], list[tuple[np.ndarray, ...]]]
-"""Trees of long chains by form (:func:`_trees_by_form`): per tree its parents',
-receivers' and relay-only devices' places in the chain, found once per :func:`treeify`
-call."""
+TreeForms = dict[tuple[object, ...],
+                 list[tuple[Callable[[Sequence[int]], tuple[int, ...]], ...]]]
+"""Trees of long chains by form (:func:`_trees_by_form`): per tree what takes its
+parents, receivers and relay-only devices from the chain by their places, found once
+per :func:`treeify` call."""
 
 Edges = dict[tuple[int, tuple[int, ...], tuple[int, ...]],
              list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]]
@@ -254,7 +271,7 @@ def _trees_by_form(task: Task, host: Callable[[int], int], intra: Intra, shape: 
     if len(set(chain)) < len(chain):  # a device twice: no bijection
         return _trees_of(task, host, intra, shape, memo)
     segs = _segments(task, host, memo)
-    entered = list(map(host, [seg[0] for seg in segs]))
+    entered = _hosts([seg[0] for seg in segs], host).tolist()
     number = {h: i for i, h in enumerate(dict.fromkeys(entered))}  # in order entered
     hosts = tuple(map(number.__getitem__, entered))
     lengths = tuple(map(len, segs))
@@ -266,11 +283,19 @@ def _trees_by_form(task: Task, host: Callable[[int], int], intra: Intra, shape: 
         placed = np.repeat(np.array(hosts, dtype=np.int64), lengths)  # each place's host
         plain = Task(task.kind, task.tensor, task.box, 0, tuple(range(1, len(chain))),
                      task.nbytes, through=relays)
-        got = forms[form] = [tuple(np.array(part, dtype=np.int64) for part in tree)
-                             for tree in _trees_of(plain, placed.item, intra, shape, None)]
-    at = np.array(chain, dtype=np.int64)
-    return [(tuple(at[p].tolist()), tuple(at[r].tolist()), tuple(at[k].tolist()))
-            for p, r, k in got]
+        got = forms[form] = [(_picker(p), _picker(r), _picker(k))
+                             for p, r, k in _trees_of(plain, placed.item, intra, shape, None)]
+    return [(p(chain), r(chain), k(chain)) for p, r, k in got]
+
+
+def _picker(places: Sequence[int]) -> Callable[[Sequence[int]], tuple[int, ...]]:
+    """What takes the items at ``places`` of a sequence, as a tuple."""
+    if len(places) > 1:
+        return operator.itemgetter(*places)
+    if places:
+        at = places[0]
+        return lambda seq: (seq[at],)
+    return lambda seq: ()
 
 
 def _previous(i: int) -> int:

@@ -20,7 +20,6 @@ so (None) and the caller builds the plan.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,7 +29,7 @@ from reshard.planner.costing.casts import converts
 from reshard.planner.costing.cost import Routes, task_routes
 from reshard.planner.costing.fairshare import FairShare, path_arrays, ranges
 from reshard.planner.costing.fluid import simulate_arrays
-from reshard.planner.costing.stepgate import StepGate
+from reshard.planner.costing.stepgate import StepGate, distinct_devices
 from reshard.planner.schedule.send_columns import OrderedTasks
 from reshard.planner.values.resources import DEV_IN, DEV_OUT, KIND_CODE, NIC_IN, NIC_OUT
 from reshard.planner.values.tasks import TensorSpec
@@ -83,20 +82,20 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
 
 def _gate(ordered: OrderedTasks, n: int, at: np.ndarray) -> StepGate:
     """The step rule of ``ordered``'s tasks: a send's devices are its two ends, another
-    task's its distinct devices in order."""
+    task's its distinct devices (:func:`~reshard.planner.costing.stepgate.
+    distinct_devices`)."""
     cols, objects = ordered.send_columns, ordered.objects
-    devs = [list(dict.fromkeys(t.devices)) for t in objects]
+    own, devs = distinct_devices([t.devices for t in objects])
     need = np.empty(n, dtype=np.int64)
-    need[at] = [len(d) for d in devs]
+    need[at] = own
     need[cols.position] = 2
     starts = np.cumsum(need) - need
     member = np.empty(int(need.sum()), dtype=np.int64)
     first = starts[cols.position]
     member[first] = cols.root
     member[first + 1] = cols.recv
-    if devs:
-        member[ranges(starts[at], starts[at] + need[at])] = np.fromiter(
-            itertools.chain.from_iterable(devs), dtype=np.int64, count=int(need[at].sum()))
+    if len(objects):
+        member[ranges(starts[at], starts[at] + need[at])] = devs
     step = np.empty(n, dtype=np.int64)
     step[at] = [t.step for t in objects]
     step[cols.position] = cols.step

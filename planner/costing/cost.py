@@ -29,7 +29,7 @@ from reshard.planner.costing.casts import conversion_seconds
 from reshard.planner.costing.fairshare import Path, path_arrays
 from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.hop_batch import batch_routes, edge_lists
-from reshard.planner.costing.route_forms import FormMemo, relabeled, shifted
+from reshard.planner.costing.route_forms import FormMemo, relabeled, shifted, shifted_many
 from reshard.planner.costing.step_floor import stepped_floor
 from reshard.planner.schedule.coalesce import followers
 from reshard.planner.values.plan_view import PlanView, Route
@@ -401,11 +401,13 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
     step = hops.step[0]
     if step is None and not cluster.shared_bandwidth and not piece:
         _batch(tasks, cluster, hops, known)
+    keys = [route_key(t, pipeline_piece(piece, t.nbytes), t.nbytes if per_message else 0,
+                      i in riders) for i, t in enumerate(tasks)]
+    if step is not None and len(tasks) >= SHIFT_BATCH:
+        _shift_batch(tasks, keys, step, cluster, hops, known)
     out = []
-    for i, t in enumerate(tasks):
+    for i, (t, key) in enumerate(zip(tasks, keys)):
         rides = i in riders
-        key = route_key(t, pipeline_piece(piece, t.nbytes), t.nbytes if per_message else 0,
-                        rides)
         got = known.get(key)
         if got is None and step is not None and t.kind in _SHIFTED and t.root >= 0:
             form = shifted if len(t.receivers) < ARRAY_EDGES else relabeled
@@ -415,6 +417,31 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
             got = known[key] = (path if isinstance(path, Path) else Path(path), lat)
         out.append(got)
     return tuple(out)
+
+
+SHIFT_BATCH = 256
+"""Tasks of a plan from which the routes :func:`~reshard.planner.costing.route_forms.
+shifted` finds are found for all at once (:func:`_shift_batch`; fewer: task by task,
+without the arrays' fixed cost)."""
+
+
+def _shift_batch(tasks: Sequence[Task], keys: list[tuple[object, ...]],
+                 step: tuple[int, int], cluster: Cluster, hops: Hops, known: RouteMemo
+                 ) -> None:
+    """Put the routes of ``tasks`` (``keys``: their route keys) that :func:`task_routes`
+    finds by :func:`~reshard.planner.costing.route_forms.shifted` and ``known`` lacks
+    in it, found together (:func:`~reshard.planner.costing.route_forms.shifted_many`:
+    the same routes)."""
+    todo: dict[tuple[object, ...], Task] = {}
+    for t, key in zip(tasks, keys):
+        if t.kind in _SHIFTED and t.root >= 0 and len(t.receivers) < ARRAY_EDGES and \
+                key not in known:
+            todo.setdefault(key, t)
+    if len(todo) < SHIFT_BATCH:
+        return
+    got = shifted_many(list(todo.values()), list(todo), step,
+                       lambda t: _finder(t, cluster, hops), hops.forms())
+    known.update(zip(todo, got))
 
 
 def _finder(task: Task, cluster: Cluster, hops: Hops) -> Callable[[], Route]:

@@ -54,6 +54,16 @@ def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     return np.repeat(starts - ends + lens, lens) + np.arange(total)
 
 
+def sorted_distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of integers: a sort, then the first of each run of equal
+    values (the same array; numpy 2.4's ``np.unique`` hashes, 10-70 times slower on
+    large arrays)."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
 def _distinct(values: np.ndarray, bound: int) -> np.ndarray:
     """``np.unique(values)`` for integers in ``[0, bound)`` (a flag per value: linear,
     where the sort is not)."""
@@ -101,11 +111,14 @@ class Path(list[tuple[Resource, float]]):
         self._unread = False
 
     @classmethod
-    def of_codes(cls, codes: np.ndarray) -> Path:
+    def of_codes(cls, codes: np.ndarray, ones: np.ndarray | None = None) -> Path:
         """The path crossing the resources numbered ``codes`` (:func:`~reshard.planner.
-        values.resources.code`), every byte each, its list built when first read."""
-        out = cls()
-        out.arrays = (codes, np.ones(len(codes)))
+        values.resources.code`), every byte each, its list built when first read
+        (``ones``: its fractions, ``len(codes)`` ones read only, shared by paths of as
+        many codes; made where not given)."""
+        out = cls.__new__(cls)  # an empty list: __init__'s work, without its call
+        out.arrays = (codes, np.ones(len(codes)) if ones is None else ones)
+        out.codes = None
         out._unread = True
         return out
 
@@ -391,4 +404,4 @@ class Fill:
     level: np.ndarray
 
 
-__all__ = ["TIGHT", "FairShare", "Fill", "Path", "path_arrays", "ranges"]
+__all__ = ["TIGHT", "FairShare", "Fill", "Path", "path_arrays", "ranges", "sorted_distinct"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -30,9 +30,10 @@ from reshard.planner.values.plan_view import Route
 from reshard.planner.values.resources import KIND_CODE, NIC_IN
 from reshard.planner.values.tasks import Task
 
-FormMemo = dict[tuple[object, ...], tuple[np.ndarray, np.ndarray | None, float]]
-"""Per form: its route's codes there, what each code moves by a host on (:func:`shifted`
-only) and its latency."""
+FormMemo = dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, float]]
+"""Per form: its route's codes there (:func:`relabeled`: less each code's host's part),
+what each code moves by a host on (:func:`shifted`; :func:`relabeled`: each code's host's
+rank and the codes a host spans) and its latency."""
 
 
 def shifted(task: Task, key: tuple[object, ...], step: tuple[int, int],
@@ -43,11 +44,7 @@ def shifted(task: Task, key: tuple[object, ...], step: tuple[int, int],
     device's resource by ``k`` hosts' devices, every NIC's by ``k`` hosts' NICs)."""
     devices = step[0]
     k = task.root // devices
-    less = itertools.repeat(k * devices)
-    sub = operator.sub
-    home = ("home", key[0], task.root - k * devices, tuple(map(sub, task.receivers, less)),
-            tuple(map(sub, task.parents, less)), tuple(map(sub, task.addends, less)),
-            tuple(map(sub, task.addend_parents, less)), *key[6:])
+    home = _home(task, key, k, devices)
     got = memo.get(home)
     if got is None:
         path, lat = find()
@@ -56,8 +53,85 @@ def shifted(task: Task, key: tuple[object, ...], step: tuple[int, int],
         memo[home] = (codes - k * unit, unit, lat)
         return path, lat
     home_codes, moves, lat = got
-    assert moves is not None  # a home form's
     return Path.of_codes(home_codes + k * moves), lat
+
+
+def _home(task: Task, key: tuple[object, ...], k: int, devices: int) -> tuple[object, ...]:
+    """:func:`shifted`'s form of ``task`` (``key``: its route key), moved ``k`` hosts
+    of ``devices`` devices back."""
+    less = itertools.repeat(k * devices)
+    sub = operator.sub
+    return ("home", key[0], task.root - k * devices, tuple(map(sub, task.receivers, less)),
+            tuple(map(sub, task.parents, less)), tuple(map(sub, task.addends, less)),
+            tuple(map(sub, task.addend_parents, less)), *key[6:])
+
+
+def shifted_many(tasks: Sequence[Task], keys: Sequence[tuple[object, ...]],
+                 step: tuple[int, int], finder: Callable[[Task], Callable[[], Route]],
+                 memo: FormMemo) -> list[Route]:
+    """:func:`shifted` of each of ``tasks`` (distinct ``keys``; ``finder``: what searches
+    a task's own route), the same routes found at once: the tasks of one shape (kind,
+    counts of devices in each role, key's tail) as one array, moved home together,
+    each distinct form found (or read) once, at its first task as :func:`shifted`
+    would, every task's codes its form's moved back in one array operation."""
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i, (t, key) in enumerate(zip(tasks, keys)):
+        groups.setdefault((key[0], len(t.receivers), len(t.parents), len(t.addends),
+                           len(t.addend_parents), *key[6:]), []).append(i)
+    out: list[Route | None] = [None] * len(tasks)
+    for idx in groups.values():
+        for i, got in zip(idx, _shift_group([tasks[i] for i in idx], [keys[i] for i in idx],
+                                            step, finder, memo)):
+            out[i] = got
+    return out  # type: ignore[return-value]  # every task's filled in
+
+
+def _shift_group(tasks: list[Task], keys: list[tuple[object, ...]], step: tuple[int, int],
+                 finder: Callable[[Task], Callable[[], Route]], memo: FormMemo
+                 ) -> list[Route]:
+    """:func:`shifted_many` of tasks of one shape."""
+    devices = step[0]
+    rows = np.array([(t.root, *t.receivers, *t.parents, *t.addends, *t.addend_parents)
+                     for t in tasks], dtype=np.int64)
+    k = rows[:, 0] // devices
+    home = np.ascontiguousarray(rows - (k * devices)[:, None]).tobytes()
+    width = 8 * rows.shape[1]
+    number: dict[bytes, int] = {}  # each distinct form's number, in order first met
+    form_of = np.fromiter((number.setdefault(home[at:at + width], len(number))
+                           for at in range(0, len(home), width)), dtype=np.int64,
+                          count=len(tasks))
+    first = np.full(len(number), len(tasks), dtype=np.int64)
+    np.minimum.at(first, form_of, np.arange(len(tasks), dtype=np.int64))
+    out: list[Route | None] = [None] * len(tasks)
+    forms = []
+    for r in first.tolist():  # each form at its first task, in the memo or found there
+        kr = int(k[r])
+        home_key = _home(tasks[r], keys[r], kr, devices)
+        got = memo.get(home_key)
+        if got is None:
+            path, lat = finder(tasks[r])()
+            codes = path_arrays(path)[0]
+            unit = _spans(codes, step)
+            got = memo[home_key] = (codes - kr * unit, unit, lat)
+            out[r] = (path, lat)
+        forms.append(got)
+    lats = [lat for _, _, lat in forms]
+    size = np.fromiter((len(codes) for codes, _, _ in forms), dtype=np.int64,
+                       count=len(forms))
+    for length in np.unique(size, return_index=True)[0].tolist():  # forms of one length
+        of_length = np.flatnonzero(size == length)
+        row = np.full(len(forms), -1, dtype=np.int64)
+        row[of_length] = np.arange(len(of_length))
+        mine = np.flatnonzero(row[form_of] >= 0)  # their tasks, in order
+        at = row[form_of[mine]]
+        moved = np.stack([forms[f][0] for f in of_length.tolist()])[at] + \
+            k[mine][:, None] * np.stack([forms[f][1] for f in of_length.tolist()])[at]
+        ones = np.ones(length)
+        ones.flags.writeable = False  # shared by these paths
+        for i, f, codes in zip(mine.tolist(), form_of[mine].tolist(), moved):
+            if out[i] is None:
+                out[i] = (Path.of_codes(codes, ones), lats[f])
+    return out  # type: ignore[return-value]  # every task's filled in
 
 
 def relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
@@ -67,31 +141,29 @@ def relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
     renumbered in the order its devices first name them (each device keeping its place
     in its host), found once in ``memo``, numbered back."""
     devices = step[0]
-    ds = np.concatenate([np.array(part, dtype=np.int64) for part in (
-        (task.root,), task.receivers, task.parents, task.addends, task.addend_parents)])
+    parts = ((task.root,), task.receivers, task.parents, task.addends, task.addend_parents)
+    ds = np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64,
+                     count=sum(map(len, parts)))
     hosts, place = np.divmod(ds, devices)
     # the hosts in the order first named, run by run (devices come host by host)
-    start = np.flatnonzero(np.concatenate(([True], hosts[1:] != hosts[:-1])))
-    uniq, first, inverse = np.unique(hosts[start], return_index=True, return_inverse=True)
-    by_first = np.argsort(first, kind="stable")
-    rank = np.empty(len(uniq), dtype=np.int64)
-    rank[by_first] = np.arange(len(uniq))
-    renumbered = np.repeat(rank[inverse.reshape(-1)], np.diff(np.append(start, len(ds))))
+    runs = hosts[np.flatnonzero(hosts[1:] != hosts[:-1]) + 1].tolist()
+    order = np.array(list(dict.fromkeys([int(hosts[0]), *runs])), dtype=np.int64)
+    number = np.full(int(order.max()) + 1, -1, dtype=np.int64)
+    number[order] = np.arange(len(order))  # each host's rank (distinct hosts: exact)
     form = ("hosts", key[0], len(task.receivers), len(task.parents), len(task.addends),
-            (renumbered * devices + place).tobytes(), *key[6:])
+            (number[hosts] * devices + place).tobytes(), *key[6:])
     got = memo.get(form)
     if got is None:
         path, lat = find()
         codes = path_arrays(path)[0]
         host, span = _code_hosts(codes, step)
-        number = np.full(int(uniq.max()) + 1, -1, dtype=np.int64)
-        number[uniq] = rank
         assert (number[host] >= 0).all()  # every resource is of a host the task names
-        memo[form] = (codes + (number[host] - host) * span, None, lat)
+        ranked = number[host]
+        # kept as the codes less their hosts' part, and the rank and span of each
+        memo[form] = (codes - host * span, np.stack((ranked, span)), lat)
         return path, lat
-    codes, _, lat = got
-    host, span = _code_hosts(codes, step)
-    return Path.of_codes(codes + (uniq[by_first][host] - host) * span), lat
+    base, (ranked, span), lat = got
+    return Path.of_codes(base + order[ranked] * span), lat
 
 
 def _code_hosts(codes: np.ndarray, step: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -108,4 +180,4 @@ def _spans(codes: np.ndarray, step: tuple[int, int]) -> np.ndarray:
     return np.where(codes % 8 <= KIND_CODE[NIC_IN], 8 * nics, 8 * devices)
 
 
-__all__ = ["FormMemo", "relabeled", "shifted"]
+__all__ = ["FormMemo", "relabeled", "shifted", "shifted_many"]

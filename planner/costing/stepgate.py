@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reshard.planner.costing.fairshare import ranges
+from reshard.planner.costing.fairshare import ranges, sorted_distinct
 from reshard.planner.values.tasks import Task
 
 
@@ -25,23 +25,22 @@ class StepGate:
     Attributes:
         member_task: per membership (a task and one of its distinct devices), the
             task; memberships are grouped by task, in task order.
-        member_dev: the membership's device.
+        member_dev: the membership's device (a task's distinct devices in its devices'
+            order, or ascending where it has many: the rule reads them as a set).
         need: per task, how many distinct devices it has.
     """
 
     def __init__(self, tasks: Sequence[Task]) -> None:
         n = len(tasks)
-        devs = [dict.fromkeys(t.devices) for t in tasks]  # distinct, in order
-        need = np.fromiter(map(len, devs), dtype=np.int64, count=n)
-        self._members(need, np.fromiter(itertools.chain.from_iterable(devs), dtype=np.int64,
-                                        count=int(need.sum())),
+        need, member_dev = distinct_devices([t.devices for t in tasks])
+        self._members(need, member_dev,
                       np.fromiter((t.step for t in tasks), dtype=np.int64, count=n))
 
     @classmethod
     def of_members(cls, need: np.ndarray, member_dev: np.ndarray,
                    step: np.ndarray) -> StepGate:
         """The step rule over tasks given as arrays: task ``t`` has the next ``need[t]``
-        distinct devices of ``member_dev`` (in its devices' order) and ``step[t]``."""
+        distinct devices of ``member_dev`` (in any order) and ``step[t]``."""
         out = cls.__new__(cls)
         out._members(need, member_dev, step)
         return out
@@ -81,7 +80,7 @@ class StepGate:
             return which
         slots = self._slot[ranges(self._member_at[which], self._member_at[which + 1])]
         self._left -= np.bincount(slots, minlength=len(self._left))
-        touched = np.unique(slots)
+        touched = sorted_distinct(slots)
         done = touched[self._left[touched] == 0]
         return self._enter(done[self._has_next[done]] + 1)
 
@@ -94,6 +93,36 @@ class StepGate:
         self._arrived[tasks] += times
         ready: np.ndarray = tasks[self._arrived[tasks] == self.need[tasks]]
         return ready
+
+
+ARRAY_MEMBERS = 4096
+"""Devices of a plan's tasks (counted with repeats) from which their distinct devices
+are found as arrays (fewer: task by task, in order, without the arrays' fixed cost)."""
+
+
+def distinct_devices(devs: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per task its count of distinct devices, and those devices task by task: in each
+    task's order (few devices), or ascending (many: by a flag per (task, device) where
+    their range is not far larger than the devices, else by a sort; linear)."""
+    n = len(devs)
+    lens = np.fromiter(map(len, devs), dtype=np.int64, count=n)
+    total = int(lens.sum())
+    if total < ARRAY_MEMBERS:
+        firsts = [dict.fromkeys(d) for d in devs]  # distinct, in order
+        need = np.fromiter(map(len, firsts), dtype=np.int64, count=n)
+        return need, np.fromiter(itertools.chain.from_iterable(firsts), dtype=np.int64,
+                                 count=int(need.sum()))
+    flat = np.fromiter(itertools.chain.from_iterable(devs), dtype=np.int64, count=total)
+    ndev = int(flat.max()) + 1
+    keys = np.repeat(np.arange(n, dtype=np.int64) * ndev, lens) + flat
+    if n * ndev > 4 * total + 4096:
+        keys = sorted_distinct(keys)
+    else:
+        seen = np.zeros(n * ndev, dtype=bool)
+        seen[keys] = True
+        keys = np.flatnonzero(seen)
+    task, dev = np.divmod(keys, ndev)
+    return np.bincount(task, minlength=n), dev
 
 
 def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -109,4 +138,4 @@ def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(seen), rank[keys]
 
 
-__all__ = ["StepGate"]
+__all__ = ["ARRAY_MEMBERS", "StepGate", "distinct_devices"]

@@ -183,3 +183,13 @@ def test_ranges_is_the_concatenation_of_aranges(spans):
     got = ranges(starts, stops)
     assert got.dtype == np.int64
     assert got.tolist() == [i for a, n in spans for i in range(a, a + n)]
+
+
+@pytest.mark.parametrize("size,high", [(0, 5), (1, 5), (2, 1), (1000, 7), (5000, 1 << 40)])
+def test_sorted_distinct_is_np_unique(size, high):
+    from reshard.planner.costing.fairshare import sorted_distinct
+
+    values = np.random.default_rng(size).integers(0, high, size)
+    got = sorted_distinct(values)
+    want = np.unique(values)
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()

@@ -92,3 +92,47 @@ def test_plans_keep_their_predictions_with_routes_shared_per_edge():
     assert [(list(r), lat) for r, lat in shared] == [(list(r), lat) for r, lat in alone]
     fresh = ReshardPlan(p.tensors, p.tasks, p.strategy, c)
     assert cost.simulate(fresh).time == p.estimate()
+
+
+def _random_tasks(rng: random.Random, n: int, ndev: int) -> tuple[Task, ...]:
+    """``n`` broadcasts over devices below ``ndev``, some naming a device twice (an
+    addend also a receiver), in steps 0-3."""
+    out = []
+    for _ in range(n):
+        picked = rng.sample(range(ndev), rng.randint(3, 40))
+        addends = tuple(rng.sample(picked[1:], 2)) if rng.random() < 0.3 else ()
+        out.append(Task(TaskKind.BROADCAST, 0, ((0, 4),), picked[0], tuple(picked[1:]), 16,
+                        step=rng.randint(0, 3), addends=addends))
+    return tuple(out)
+
+
+@pytest.mark.parametrize("ndev", [64, 1 << 20])  # a flag per (task, device); a sort
+def test_many_members_as_arrays_gate_as_task_by_task(ndev, monkeypatch):
+    """The distinct devices of many memberships found as arrays (ascending) give the
+    same memberships as sets and the same starts, end after end, as task by task."""
+    from reshard.planner.costing import stepgate
+
+    rng = random.Random(ndev)
+    tasks = _random_tasks(rng, 300, ndev)
+    assert sum(len(t.devices) for t in tasks) >= stepgate.ARRAY_MEMBERS
+    arrays = StepGate(tasks)
+    monkeypatch.setattr(stepgate, "ARRAY_MEMBERS", 1 << 30)
+    one_by_one = StepGate(tasks)
+    assert arrays.need.tolist() == one_by_one.need.tolist()
+    assert arrays.member_task.tolist() == one_by_one.member_task.tolist()
+    at = np.concatenate([[0], np.cumsum(arrays.need)])
+    for t in range(len(tasks)):
+        mine = arrays.member_dev[at[t]:at[t + 1]].tolist()
+        assert mine == sorted(set(tasks[t].devices))
+        assert sorted(one_by_one.member_dev[at[t]:at[t + 1]].tolist()) == mine
+    started = arrays.start().tolist()
+    assert started == one_by_one.start().tolist()
+    running, ended = set(started), 0
+    while ended < len(tasks):
+        assert running, "the gate stalled"
+        batch = np.array(sorted(rng.sample(sorted(running), rng.randint(1, len(running)))))
+        running -= set(batch.tolist())
+        ended += len(batch)
+        new = arrays.ended(batch).tolist()
+        assert new == one_by_one.ended(batch).tolist()
+        running |= set(new)
