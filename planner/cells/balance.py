@@ -16,7 +16,7 @@ from reshard.planner.cells.chain_arrays import (
     move_idlest_last,
     unrelayed_chain,
 )
-from reshard.planner.cells.short_chain import remote_chain
+from reshard.planner.cells.short_chain import entered, remote_chain
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 
 ARRAY_CHAIN = 64
@@ -346,13 +346,8 @@ class Loads:
         last = len(hosts) - 1
         for k, h in enumerate(hosts):
             group = by_host[h]
-            if len(group) > 1:
-                _, entry = min([(nic_in[nic(d)], d) for d in group])
-                rest = [d for d in group if d != entry]
-                if k < last:
-                    rest = [d for _, d in sorted([(-nic_out[nic(d)], d) for d in rest])]
-                group = [entry, *rest]
-            order.extend(group)
+            order.extend(entered(group, nic_in, nic_out, nic, k < last)
+                         if len(group) > 1 else group)
         return tuple(order)
 
     def send(self, root: int, receiver: int, nbytes: int) -> tuple[tuple[int, ...],

@@ -14,6 +14,8 @@ chain, for the walk."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from reshard.planner.cells.chain_arrays import Loads, idlest_last
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 
@@ -54,13 +56,7 @@ def remote_chain(loads: Loads, root: int, group: list[int]
     segments: list[list[int]] = [[root]]
     for k, h in enumerate(hosts):
         g = by_host[h]
-        if len(g) > 1:
-            _, entry = min([(nic_in[nic(d)], d) for d in g])
-            rest = [d for d in g if d != entry]
-            if k < last:
-                rest = [d for _, d in sorted([(-nic_out[nic(d)], d) for d in rest])]
-            g = [entry, *rest]
-        segments.append(g)
+        segments.append(entered(g, nic_in, nic_out, nic, k < last) if len(g) > 1 else g)
     chain = tuple([d for seg in segments[1:] for d in seg])
     if any(may(NIC_OUT, a[-1]) for a in segments[:-1]) or \
             any(may(NIC_IN, b[0]) for b in segments[1:]):
@@ -68,4 +64,17 @@ def remote_chain(loads: Loads, root: int, group: list[int]
     return chain, idlest_last(segments, nic_out, nic)
 
 
-__all__ = ["remote_chain"]
+def entered(group: list[int], nic_in: Mapping[int, float], nic_out: Mapping[int, float],
+            nic: Callable[[int], int], forwards: bool) -> list[int]:
+    """One host's receivers (two or more) in chain order, as :meth:`Loads.chain` and
+    :func:`remote_chain` both order them: the least (NIC in load, id) enters; where the
+    host forwards to a next one, the rest by (-NIC out load, id) (the last of them, the
+    least loaded sender, forwards), else in ``group``'s order."""
+    _, entry = min([(nic_in[nic(d)], d) for d in group])
+    rest = [d for d in group if d != entry]
+    if forwards:
+        rest = [d for _, d in sorted([(-nic_out[nic(d)], d) for d in rest])]
+    return [entry, *rest]
+
+
+__all__ = ["entered", "remote_chain"]
