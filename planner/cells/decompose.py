@@ -117,13 +117,10 @@ def decompose(
     # The grid's cells dim by dim, dropping a prefix as soon as no one needs it (or,
     # ``held_only``, no one holds it).
     partial: list[tuple[Box, int, int]] = [((), (1 << len(src)) - 1, -1)]
+    unheld = not held_only  # whether a prefix no one holds is kept
     for ax in axes:
-        if held_only:
-            partial = [((*box, iv), smask & s, dmask & dm) for box, smask, dmask in partial
-                       for iv, s, dm in ax if dmask & dm and smask & s]
-            continue
-        partial = [((*box, iv), smask & s, dmask & dm)
-                   for box, smask, dmask in partial for iv, s, dm in ax if dmask & dm]
+        partial = [((*box, iv), smask & s, dmask & dm) for box, smask, dmask in partial
+                   for iv, s, dm in ax if dmask & dm and (unheld or smask & s)]
     held = _unions({s for _, s, _ in partial}, [devs for _, devs in src])
     needed = _unions({d for _, _, d in partial}, [devs for _, devs in dst])
     cells = [new_cell(box, held[smask], needed[dmask]) for box, smask, dmask in partial]

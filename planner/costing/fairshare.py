@@ -64,6 +64,15 @@ def sorted_distinct(values: np.ndarray) -> np.ndarray:
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
 
 
+def distinct(values: np.ndarray, bound: int) -> np.ndarray:
+    """``np.unique(values)`` for integers in ``[0, bound)``: a flag per value where the
+    range is not far larger than the values (:func:`_distinct`), else
+    :func:`sorted_distinct`."""
+    if bound > 4 * len(values) + 4096:
+        return sorted_distinct(values)
+    return _distinct(values, bound)
+
+
 def _distinct(values: np.ndarray, bound: int) -> np.ndarray:
     """``np.unique(values)`` for integers in ``[0, bound)`` (a flag per value: linear,
     where the sort is not)."""
@@ -404,4 +413,5 @@ class Fill:
     level: np.ndarray
 
 
-__all__ = ["TIGHT", "FairShare", "Fill", "Path", "path_arrays", "ranges", "sorted_distinct"]
+__all__ = ["TIGHT", "FairShare", "Fill", "Path", "distinct", "path_arrays", "ranges",
+           "sorted_distinct"]

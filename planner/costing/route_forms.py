@@ -47,13 +47,21 @@ def shifted(task: Task, key: tuple[object, ...], step: tuple[int, int],
     home = _home(task, key, k, devices)
     got = memo.get(home)
     if got is None:
-        path, lat = find()
-        codes = path_arrays(path)[0]
-        unit = _spans(codes, step)  # what each code moves by a host on
-        memo[home] = (codes - k * unit, unit, lat)
-        return path, lat
+        return _found_home(home, k, step, find, memo)
     home_codes, moves, lat = got
     return Path.of_codes(home_codes + k * moves), lat
+
+
+def _found_home(home: tuple[object, ...], k: int, step: tuple[int, int],
+                find: Callable[[], Route], memo: FormMemo) -> Route:
+    """The route ``find`` searches for a task ``k`` hosts on from its form ``home``
+    (:func:`shifted`), that form's codes (each moved back by the codes its host spans)
+    put in ``memo``."""
+    path, lat = find()
+    codes = path_arrays(path)[0]
+    unit = _spans(codes, step)  # what each code moves by a host on
+    memo[home] = (codes - k * unit, unit, lat)
+    return path, lat
 
 
 def _home(task: Task, key: tuple[object, ...], k: int, devices: int) -> tuple[object, ...]:
@@ -107,14 +115,9 @@ def _shift_group(tasks: list[Task], keys: list[tuple[object, ...]], step: tuple[
     for r in first.tolist():  # each form at its first task, in the memo or found there
         kr = int(k[r])
         home_key = _home(tasks[r], keys[r], kr, devices)
-        got = memo.get(home_key)
-        if got is None:
-            path, lat = finder(tasks[r])()
-            codes = path_arrays(path)[0]
-            unit = _spans(codes, step)
-            got = memo[home_key] = (codes - kr * unit, unit, lat)
-            out[r] = (path, lat)
-        forms.append(got)
+        if home_key not in memo:
+            out[r] = _found_home(home_key, kr, step, finder(tasks[r]), memo)
+        forms.append(memo[home_key])
     lats = [lat for _, _, lat in forms]
     size = np.fromiter((len(codes) for codes, _, _ in forms), dtype=np.int64,
                        count=len(forms))

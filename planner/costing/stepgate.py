@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reshard.planner.costing.fairshare import ranges, sorted_distinct
+from reshard.planner.costing.fairshare import distinct, ranges, sorted_distinct
 from reshard.planner.values.tasks import Task
 
 
@@ -102,8 +102,8 @@ are found as arrays (fewer: task by task, in order, without the arrays' fixed co
 
 def distinct_devices(devs: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
     """Per task its count of distinct devices, and those devices task by task: in each
-    task's order (few devices), or ascending (many: by a flag per (task, device) where
-    their range is not far larger than the devices, else by a sort; linear)."""
+    task's order (few devices), or ascending (many: the distinct (task, device) keys,
+    :func:`~reshard.planner.costing.fairshare.distinct`)."""
     n = len(devs)
     lens = np.fromiter(map(len, devs), dtype=np.int64, count=n)
     total = int(lens.sum())
@@ -115,13 +115,7 @@ def distinct_devices(devs: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarra
     flat = np.fromiter(itertools.chain.from_iterable(devs), dtype=np.int64, count=total)
     ndev = int(flat.max()) + 1
     keys = np.repeat(np.arange(n, dtype=np.int64) * ndev, lens) + flat
-    if n * ndev > 4 * total + 4096:
-        keys = sorted_distinct(keys)
-    else:
-        seen = np.zeros(n * ndev, dtype=bool)
-        seen[keys] = True
-        keys = np.flatnonzero(seen)
-    task, dev = np.divmod(keys, ndev)
+    task, dev = np.divmod(distinct(keys, n * ndev), ndev)
     return np.bincount(task, minlength=n), dev
 
 
