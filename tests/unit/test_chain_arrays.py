@@ -12,6 +12,7 @@ import pytest
 
 from reshard import Cluster
 from reshard.planner.cells import balance, chain_arrays
+from tests.unit._twin_loads import twin_loads
 
 CLUSTER = Cluster.preset("dgx-h100", 24)  # a NIC per device: relays possible
 
@@ -24,19 +25,7 @@ def _state(loads: balance.Loads) -> tuple[object, ...]:
 
 
 def _twins(rng: random.Random, crowded: bool) -> tuple[balance.Loads, balance.Loads]:
-    twins = balance.Loads(CLUSTER), balance.Loads(CLUSTER)
-    devices = list(CLUSTER.devices)
-    for _ in range(12 if crowded else 0):  # uneven expectations: some NICs may relay
-        holders = frozenset(rng.sample(devices, rng.randint(1, 2)))
-        needers = frozenset(rng.sample(devices, rng.randint(2, 9)))
-        nbytes = rng.choice([1000, 70000])
-        for loads in twins:
-            loads.expect(holders, needers - holders, nbytes)
-    for n in range(24 * 8):  # loads from a few levels: they tie
-        out, into = float(rng.choice([0, 0, 1, 2, 5]) << 20), float(rng.choice([0, 1, 3]) << 20)
-        for loads in twins:
-            loads.nic_out[n], loads.nic_in[n] = out, into
-    return twins
+    return twin_loads(rng, CLUSTER, crowded)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -17,16 +17,13 @@ from reshard import Cluster
 from reshard.planner.costing import cost, route_forms
 from reshard.planner.costing.cost import Hops, Routes, task_path, task_routes
 from reshard.planner.values.tasks import Task, TaskKind
+from tests.unit._regular_clusters import regular_clusters
 
 HOSTS, GPUS = 20, 8
 
 
 def _clusters() -> dict[str, Cluster]:
-    hosts = tuple(tuple(range(h * GPUS, (h + 1) * GPUS)) for h in range(HOSTS))
-    plain = Cluster(hosts, nics_per_host=GPUS)
-    return {"preset": Cluster.preset("dgx-h100", HOSTS),
-            "pieces": dataclasses.replace(plain, relay_piece=1 << 16),
-            "two-nics": dataclasses.replace(plain, nics_per_host=2)}
+    return regular_clusters(HOSTS, GPUS)
 
 
 def _task(rng: random.Random) -> Task:

@@ -14,6 +14,7 @@ import pytest
 from reshard import Cluster
 from reshard.planner.cells import balance, short_chain
 from reshard.planner.values.resources import NIC_OUT
+from tests.unit._twin_loads import twin_loads
 
 CLUSTERS = [Cluster.preset("dgx-h100", 16)]  # a NIC per device: relays possible
 
@@ -23,23 +24,6 @@ def _state(loads: balance.Loads) -> tuple[object, ...]:
         return sorted((k, v) for k, v in t.items() if v)
     return (table(loads.nic_out), table(loads.nic_in), table(loads.dev_out),
             table(loads.dev_in), table(loads.moved), loads.shared, loads._epoch)
-
-
-def _twins(rng: random.Random, cluster: Cluster, crowded: bool
-           ) -> tuple[balance.Loads, balance.Loads]:
-    twins = balance.Loads(cluster), balance.Loads(cluster)
-    devices = list(cluster.devices)
-    for _ in range(12 if crowded else 0):  # uneven expectations: some NICs may relay
-        holders = frozenset(rng.sample(devices, rng.randint(1, 2)))
-        needers = frozenset(rng.sample(devices, rng.randint(2, 9)))
-        nbytes = rng.choice([1000, 70000])
-        for loads in twins:
-            loads.expect(holders, needers - holders, nbytes)
-    for n in range(len(devices)):  # loads from a few levels: they tie
-        out, into = float(rng.choice([0, 0, 1, 2, 5]) << 20), float(rng.choice([0, 1, 3]) << 20)
-        for loads in twins:
-            loads.nic_out[n], loads.nic_in[n] = out, into
-    return twins
 
 
 def _receivers(rng: random.Random, cluster: Cluster, root: int) -> list[int]:
@@ -59,7 +43,7 @@ def test_a_short_chain_to_other_hosts_is_the_chain_then_the_walk(seed, monkeypat
     cluster = CLUSTERS[0]
     quick = walked = declined = 0
     for trial in range(10):
-        fast, slow = _twins(rng, cluster, crowded=trial % 2 == 1)
+        fast, slow = twin_loads(rng, cluster, crowded=trial % 2 == 1)
         for _ in range(12):
             root = rng.randrange(len(cluster.devices))
             leaving = [d for d in cluster.devices if fast.may_relay_end(NIC_OUT, d)]
@@ -101,7 +85,7 @@ def test_relay_chain_answering_short_chains_first_is_the_memo_s_answer(seed, mon
     cluster = CLUSTERS[0]
     answered = 0
     for trial in range(6):
-        fast, slow = _twins(rng, cluster, crowded=trial % 2 == 1)
+        fast, slow = twin_loads(rng, cluster, crowded=trial % 2 == 1)
         asks = [(rng.randrange(len(cluster.devices)), tuple(sorted(set(
             _receivers(rng, cluster, 0)) - {0}))) for _ in range(6)]
         for _ in range(40):
