@@ -242,11 +242,9 @@ def _fused(shape: SumShape) -> Callable[[Search, ReshardPlan], Iterator[ReshardP
     """Each root's reductions fused into its deliveries (broadcast only), the addends'
     running sums passed on in ``shape``."""
     def propose(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
-        tensors = search.tensors
-        if search.strategy is not Strategy.BROADCAST or not any(
-                t.kind is TaskKind.REDUCE and tensors[t.tensor].fuses
-                for t in search.first.tasks):
+        if search.strategy is not Strategy.BROADCAST or not fuses_some(search):
             return
+        tensors = search.tensors
         tasks = search.built.get("fuse")  # one build serves every shape
         if tasks is None:
             got = search.build(tensors, search.cluster, search.strategy, fan_out=False,
@@ -257,6 +255,16 @@ def _fused(shape: SumShape) -> Callable[[Search, ReshardPlan], Iterator[ReshardP
         yield search.plan(fuse_reductions(tasks, fusable, shape))
 
     return propose
+
+
+def fuses_some(search: Search) -> bool:
+    """Whether the first plan has a reduction of a tensor that fuses
+    (:attr:`~reshard.planner.values.tasks.TensorSpec.fuses`): the tensors that fuse
+    found first, so that a request with none (a bf16 sum accumulates in float32) reads
+    no task, and one with some reads each task's kind and tensor, not the property."""
+    fusing = {i for i, t in enumerate(search.tensors) if t.fuses}
+    return bool(fusing) and any(t.kind is TaskKind.REDUCE and t.tensor in fusing
+                                for t in search.first.tasks)
 
 
 def _point_to_point(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
