@@ -9,16 +9,16 @@ in a work list (:func:`cut_slices`: :class:`Slices`, planned later by
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from reshard.cluster import Cluster
-from reshard.layout import Box, Layout, box_size
+from reshard.layout import Box, Layout, box_size, chunk_size
 from reshard.planner.cells.balance import Loads
-from reshard.planner.cells.cell_tasks import CELL_PLANNERS, split_box
+from reshard.planner.cells.cell_tasks import CELL_PLANNERS, split_box, split_dim
 from reshard.planner.cells.decompose import (
     TABLE_FROM,
     Cell,
@@ -162,6 +162,33 @@ class Cut:
     loads: Loads
 
 
+def least_tasks(cut: Cut, cluster: Cluster, strat: Strategy, itemsizes: Sequence[int],
+                fine: bool = False) -> int | None:
+    """:meth:`Slices.least_tasks` of ``strat``'s slices of ``cut`` (:func:`cut_slices`
+    with these arguments), counted before they are cut: a cell that ``broadcast``
+    splits for balance counts once a non-empty piece (each piece has the cell's holders
+    and needers), no piece built. None where a tensor's cells are a table (not counted
+    here)."""
+    point_to_point = strat is Strategy.SEND_RECV
+    min_piece = balance_piece(cluster, fine)
+    cells = 0
+    known: dict[tuple[frozenset[int], frozenset[int]], int] = {}  # by holders, needers
+    for per_tensor, item in zip(cut.cells, itemsizes):
+        if isinstance(per_tensor, CellTable):
+            return None
+        pieces = _piece_count(item, cut.loads, min_piece) if strat is Strategy.BROADCAST \
+            else None
+        for cell in per_tensor:
+            key = (cell.holders, cell.needers)
+            each = known.get(key)
+            if each is None:
+                held = len(cell.needers & cell.holders)
+                rest = len(cell.needers) - held
+                each = known[key] = held + (rest if point_to_point else min(rest, 1))
+            cells += each if pieces is None else each * pieces(cell)
+    return len(cut.reduces) + cells
+
+
 def cut_cells(tensors: tuple[TensorSpec, ...], cluster: Cluster, fuse: bool = False,
               fine: bool = False, like: Cut | None = None) -> Cut:
     """Each tensor's cells (a partial source's reduced first): what every strategy's
@@ -249,20 +276,56 @@ def _splitter(itemsize: int, loads: Loads, min_piece: int) -> Splitter:
     """Cells of one tensor cut for balance (:func:`_balance_pieces`; cells under two
     minimal pieces stay whole), each distinct (holders, needers, bytes) counted once (a
     reduced piece's shares repeat it)."""
+    pieces = _pieces(itemsize, loads, min_piece)
+    small = 2 * min_piece
+
+    def split(cell: Cell, nbytes: int) -> list[Cell]:
+        if nbytes < small:  # whole (as ``pieces`` says), without the call
+            return [cell]
+        return _split_in(cell, pieces(cell, nbytes))
+
+    return split
+
+
+def _pieces(itemsize: int, loads: Loads, min_piece: int) -> Callable[[Cell, int], int]:
+    """How many pieces :func:`_splitter` cuts a cell of ``nbytes`` into (1: whole; cells
+    under two minimal pieces stay whole), found once per distinct (holders, needers,
+    bytes). Reads the loads' hosts and NICs only (:func:`_balance_pieces`)."""
     small = 2 * min_piece
     known: dict[tuple[frozenset[int], frozenset[int], int], int] = {}
     need_nics: dict[frozenset[int], int] = {}
 
-    def split(cell: Cell, nbytes: int) -> list[Cell]:
+    def pieces(cell: Cell, nbytes: int) -> int:
         if nbytes < small:
-            return [cell]
+            return 1
         key = (cell.holders, cell.needers, nbytes)
         k = known.get(key)
         if k is None:
             k = known[key] = _balance_pieces(cell, nbytes, loads, min_piece, need_nics)
-        return _split_in(cell, k)
+        return k
 
-    return split
+    return pieces
+
+
+def _piece_count(itemsize: int, loads: Loads, min_piece: int) -> Callable[[Cell], int]:
+    """The number of cells :func:`_splitter` gives for a cell (its non-empty pieces),
+    none built."""
+    pieces = _pieces(itemsize, loads, min_piece)
+
+    def count(cell: Cell) -> int:
+        k = pieces(cell, cell.size * itemsize)
+        if k < 2:
+            return 1
+        box = cell.box
+        if not box or not cell.size:  # as split_box cuts them, piece by piece
+            return sum(1 for b in split_box(box, k) if box_size(b))
+        # pieces of ceil(n / k) along the dim split_box cuts: piece i is empty once
+        # i * c >= n (every other dim is not empty)
+        lo, hi = box[split_dim(box, k)]
+        n = hi - lo
+        return min(k, -(-n // chunk_size(n, k)))
+
+    return count
 
 
 __all__ = [
@@ -274,4 +337,5 @@ __all__ = [
     "cut_cells",
     "cut_key",
     "cut_slices",
+    "least_tasks",
 ]

@@ -18,7 +18,7 @@ from reshard.layout import Layout
 from reshard.planner.costing.bound import lower_bound
 from reshard.planner.costing.columns import estimate_columns
 from reshard.planner.costing.cost import Routes, stepped_floor
-from reshard.planner.cuts import Cut, Slices, cut_cells, cut_key, cut_slices
+from reshard.planner.cuts import Cut, Slices, cut_cells, cut_key, cut_slices, least_tasks
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes.allreduce import allreduce_first
 from reshard.planner.passes.stages import ALTERNATIVES_UP_TO, faster, search
@@ -241,6 +241,8 @@ class Builds:
         got = self._orders.get(key)
         if got is not None:
             return got
+        if fine and limit is not None and self._over(tensors, cluster, strat, fuse, limit):
+            return None
         if fine and self._fine_as_coarse(tensors, cluster, strat, fuse):
             coarse = self.columns(tensors, cluster, strat, fan_out, fuse, False, limit)
             if coarse is not None:
@@ -259,6 +261,18 @@ class Builds:
             self._planned[cut] = slices
         self._orders[key] = got
         return got
+
+    def _over(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+              fuse: bool, limit: int) -> bool:
+        """Whether the ``fine`` cut's slices give more than ``limit`` tasks at the least
+        (:meth:`Slices.least_tasks`), counted from its cells before they are cut for
+        balance (:func:`~reshard.planner.cuts.least_tasks`): then :meth:`columns` returns
+        None as it would after cutting them (or, where the fine cut is the coarse one,
+        the coarse plan, which has as many tasks at the least: more than any search
+        pass that asks with ``limit`` keeps)."""
+        cut = self.cut(tensors, cluster, fuse, True)
+        least = least_tasks(cut, cluster, strat, [t.itemsize for t in tensors], fine=True)
+        return least is not None and least > limit
 
     def slices(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
                fuse: bool = False, fine: bool = False) -> Slices:
