@@ -189,6 +189,40 @@ def least_tasks(cut: Cut, cluster: Cluster, strat: Strategy, itemsizes: Sequence
     return len(cut.reduces) + cells
 
 
+def same_slices(coarse: Cut, fine: Cut, cluster: Cluster, strat: Strategy,
+                itemsizes: Sequence[int]) -> bool:
+    """Whether ``strat``'s slices of the ``fine`` cut are shown, from the two cuts alone,
+    to be those of the ``coarse`` one (:func:`cut_slices` of each, their signatures
+    equal): the same reductions, the same cells and steps, and, under ``broadcast``,
+    each cell cut into the same pieces by both cuts' balance pieces. False where that
+    is not shown (a table's cells are not compared here), not a proof of a difference."""
+    if coarse.reduces != fine.reduces:
+        return False
+    for a, b, after_a, after_b in zip(coarse.cells, fine.cells, coarse.after, fine.after):
+        if isinstance(a, CellTable) or isinstance(b, CellTable) or \
+                isinstance(after_a, np.ndarray) or isinstance(after_b, np.ndarray):
+            return False
+        if (a is not b and a != b) or (after_a is not after_b and
+                                       list(after_a) != list(after_b)):
+            return False
+    if strat is not Strategy.BROADCAST:
+        return True  # cut only for balance under broadcast
+    small, least = balance_piece(cluster), balance_piece(cluster, True)
+    for cells, item in zip(coarse.cells, itemsizes):
+        whole, finer = _pieces(item, coarse.loads, small), _pieces(item, fine.loads, least)
+        for cell in cells:
+            nbytes = cell.size * item
+            k, j = whole(cell, nbytes), finer(cell, nbytes)
+            if k != j and _piece_boxes(cell.box, k) != _piece_boxes(cell.box, j):
+                return False
+    return True
+
+
+def _piece_boxes(box: Box, k: int) -> list[Box]:
+    """The boxes of :func:`_split_in`'s cells."""
+    return [box] if k < 2 else [b for b in split_box(box, k) if box_size(b)]
+
+
 def cut_cells(tensors: tuple[TensorSpec, ...], cluster: Cluster, fuse: bool = False,
               fine: bool = False, like: Cut | None = None) -> Cut:
     """Each tensor's cells (a partial source's reduced first): what every strategy's
@@ -338,4 +372,5 @@ __all__ = [
     "cut_key",
     "cut_slices",
     "least_tasks",
+    "same_slices",
 ]

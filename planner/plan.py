@@ -18,7 +18,15 @@ from reshard.layout import Layout
 from reshard.planner.costing.bound import lower_bound
 from reshard.planner.costing.columns import estimate_columns
 from reshard.planner.costing.cost import Routes, stepped_floor
-from reshard.planner.cuts import Cut, Slices, cut_cells, cut_key, cut_slices, least_tasks
+from reshard.planner.cuts import (
+    Cut,
+    Slices,
+    cut_cells,
+    cut_key,
+    cut_slices,
+    least_tasks,
+    same_slices,
+)
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes.allreduce import allreduce_first
 from reshard.planner.passes.stages import ALTERNATIVES_UP_TO, faster, search
@@ -323,8 +331,14 @@ class Builds:
                         strat: Strategy, fuse: bool) -> bool:
         """Whether the ``fine`` cut's slices are the coarse cut's (no cell splits
         further, no reduction changes): then every plan and floor of one is the
-        other's, and the fine one is neither planned nor priced again."""
+        other's, and the fine one is neither planned nor priced again. Where the two
+        cuts show it (:func:`~reshard.planner.cuts.same_slices`), the fine slices are
+        not cut; else their signatures are compared."""
         coarse, fine = ((tensors, cluster, strat, fuse, f) for f in (False, True))
+        if fine not in self._signatures and same_slices(
+                self.cut(tensors, cluster, fuse, False), self.cut(tensors, cluster, fuse, True),
+                cluster, strat, [t.itemsize for t in tensors]):
+            return True  # shown from the cuts: the fine slices need not be cut
         if coarse not in self._signatures:
             self.slices(tensors, cluster, strat, fuse, False)
         if fine not in self._signatures:
