@@ -209,6 +209,8 @@ def same_slices(coarse: Cut, fine: Cut, cluster: Cluster, strat: Strategy,
         return True  # cut only for balance under broadcast
     small, least = balance_piece(cluster), balance_piece(cluster, True)
     for cells, item in zip(coarse.cells, itemsizes):
+        if isinstance(cells, CellTable):  # ruled out above: for the type checker
+            return False
         whole, finer = _pieces(item, coarse.loads, small), _pieces(item, fine.loads, least)
         for cell in cells:
             nbytes = cell.size * item
