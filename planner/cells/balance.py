@@ -101,6 +101,8 @@ class NeederMemo:
         self.sides: dict[frozenset[int], Sides] = {}
         self.entries: dict[tuple[frozenset[int], int, frozenset[int]],
                            tuple[int, Entries]] = {}
+        # per receiver set: its host and (device, NIC) pairs in id order, or None
+        self.one_host: dict[frozenset[int], tuple[int, tuple[tuple[int, int], ...]] | None] = {}
 
 
 def _sides(host: Callable[[int], int], nic: Callable[[int], int], needers: frozenset[int]

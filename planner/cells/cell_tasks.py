@@ -7,8 +7,9 @@ import dataclasses
 from collections.abc import Callable
 
 from reshard.layout import Box, box_size, chunk_size
-from reshard.planner.cells.balance import Loads
+from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
 from reshard.planner.cells.decompose import Cell
+from reshard.planner.values.resources import NIC_IN, NIC_OUT
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Buffer, Task, TaskKind
 
@@ -57,13 +58,68 @@ def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads,
         kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
         tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, step, through=through))
         return tasks
-    root = next(iter(holders)) if len(holders) == 1 else \
-        loads.pick_root(holders, set(map(loads.host, receivers)), nbytes)
+    if len(holders) == 1:
+        (root,) = holders
+        if chain := _one_host_chain(loads, root, receivers, nbytes):
+            tasks.append(Task(TaskKind.BROADCAST, tensor, cell.box, root, chain, nbytes, step))
+            return tasks
+    else:
+        root = loads.pick_root(holders, set(map(loads.host, receivers)), nbytes)
     chain, through = loads.relay_chain(root, receivers, nbytes)
     loads.charge(root, chain, nbytes)
     kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
     tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, step, through=through))
     return tasks
+
+
+def _one_host_chain(loads: Loads, root: int, receivers: frozenset[int], nbytes: int
+                    ) -> tuple[int, ...] | None:
+    """:meth:`Loads.relay_chain` and then :meth:`Loads.charge` of a broadcast from
+    ``root`` to two or more ``receivers`` all on one other host, where neither end of
+    the host boundary may relay (:meth:`Loads.may_relay_end`): the chain (every cell
+    of a partial sum's reduced pieces sent to a destination host). Else None, having
+    changed nothing (the general path then decides).
+
+    Exact: :meth:`Loads.relay_chain` of such receivers (fewer than
+    :data:`~reshard.planner.cells.balance.ARRAY_CHAIN`, several NICs per host) answers
+    :func:`~reshard.planner.cells.short_chain.remote_chain`'s quick chain: the
+    receiver with the least (NIC in load, id) enters, the rest follow in id order;
+    :meth:`Loads.charge` of it crosses one host boundary, root to entry. The same
+    reads and the same additions in the same order, the receivers' host and NICs
+    found once per receiver set."""
+    memo = loads._needers.one_host
+    got = memo.get(receivers, False)
+    if got is False:
+        got = memo[receivers] = _one_host(loads, receivers)
+    if got is None or loads.host(root) == got[0]:
+        return None
+    nic_in = loads.nic_in
+    _, entry = min([(nic_in[n], d) for d, n in got[1]])
+    if loads.may_relay_end(NIC_OUT, root) or loads.may_relay_end(NIC_IN, entry):
+        return None
+    chain = (entry, *[d for d, _ in got[1] if d != entry])
+    loads.dev_out[root] += nbytes
+    dev_in = loads.dev_in
+    for r in chain:
+        dev_in[r] += nbytes
+    nic = loads.nic
+    loads.nic_out[nic(root)] += nbytes
+    nic_in[nic(entry)] += nbytes
+    return chain
+
+
+def _one_host(loads: Loads, receivers: frozenset[int]
+              ) -> tuple[int, tuple[tuple[int, int], ...]] | None:
+    """The host of ``receivers`` and their (device, NIC) pairs in id order, where
+    :func:`_one_host_chain` may plan them: two or more, fewer than
+    :data:`~reshard.planner.cells.balance.ARRAY_CHAIN`, on one host of a cluster with
+    several NICs per host; else None."""
+    if not 1 < len(receivers) < ARRAY_CHAIN or loads.cluster.nics_per_host == 1:
+        return None
+    hosts = set(map(loads.host, receivers))
+    if len(hosts) != 1:
+        return None
+    return hosts.pop(), tuple((d, loads.nic(d)) for d in sorted(receivers))
 
 
 def fan_out(tasks: list[Task], host: Callable[[int], int]) -> list[Task]:

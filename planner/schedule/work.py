@@ -358,14 +358,42 @@ class _Demand:
         self.loads = loads
         self.known: dict[tuple[frozenset[int], frozenset[int], int],
                          tuple[list[tuple[tuple[str, int], float]], float]] = {}
+        self.one: dict[tuple[frozenset[int], int, int],
+                       tuple[float | None, list[tuple[tuple[str, int], float]], float]] = {}
 
     def expect(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
         """``loads.expect(holders, needers - holders, nbytes)``."""
+        if len(holders) == 1 and len(needers) > 1 and holders.isdisjoint(needers):
+            self._one(holders, needers, nbytes)
+            return
         key = (holders, needers, nbytes)
         got = self.known.get(key)
         if got is None:
             got = self.known[key] = self.loads.demand(holders, needers - holders, nbytes)
         self.loads.add_demand(*got)
+
+    def _one(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
+        """:meth:`expect` of one holder that needs nothing, its demand found once per
+        needers, bytes and holder's host: :func:`~reshard.planner.cells.balance.
+        slice_demand` reads nothing else of one holder but its NIC, which only names
+        the ``NIC_OUT`` amount (the first, with any: ``nbytes * hosts entered / 1``).
+        The same amounts added in the same order."""
+        loads = self.loads
+        (h,) = holders
+        key = (needers, nbytes, loads.host(h))
+        got = self.one.get(key)
+        if got is None:
+            amounts, shared = loads.demand(holders, needers, nbytes)
+            got = self.one[key] = (amounts[0][1] if amounts else None, amounts[1:], shared)
+        out, entries, shared = got
+        expected = loads.expected
+        if out is not None:
+            expected[(NIC_OUT, loads.nic(h))] += out
+        for k, amount in entries:
+            expected[k] += amount
+        if loads.cluster.shared_bandwidth:
+            loads.shared += shared
+        loads.expected_changed()
 
 
 def _point_to_point(table: CellTable) -> tuple[np.ndarray, np.ndarray]:
