@@ -7,7 +7,8 @@ import dataclasses
 from collections.abc import Callable
 
 from reshard.layout import Box, box_size, chunk_size
-from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
+from reshard.planner.cells.balance import Loads
+from reshard.planner.cells.broadcast_runs import CellRun, one_host, plan_run
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 from reshard.planner.values.strategy import Strategy
@@ -17,6 +18,10 @@ CellPlanner = Callable[[Cell, int, int, Loads, int], list[Task]]
 """A strategy's tasks of one cell: ``planner(cell, tensor, itemsize, loads, step)``,
 its transfers at ``step`` and what reads what they delivered (``source=dst``) at the
 step after."""
+
+RunPlanner = Callable[[CellRun, Loads], list[list[Task]]]
+"""A strategy's tasks of a run of cells, each cell's as its :data:`CellPlanner` plans
+it in turn (:data:`RUN_PLANNERS`)."""
 
 
 def _copies(cell: Cell, tensor: int, nbytes: int, step: int) -> list[Task]:
@@ -72,6 +77,28 @@ def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads,
     return tasks
 
 
+def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
+    """:func:`plan_broadcast` of each cell of ``run`` in turn, a cell of one holder
+    sending to needers all on one other host (:func:`_one_host_chain`) without the
+    general path's steps: its needers are its receivers (none holds it: no copies)."""
+    whole = plan_run(run, loads)
+    if whole is not None:
+        return whole
+    out: list[list[Task]] = []
+    for cell, tensor, itemsize, step in run:
+        holders = cell.holders
+        if len(holders) == 1:
+            (root,) = holders
+            nbytes = cell.size * itemsize
+            chain = _one_host_chain(loads, root, cell.needers, nbytes)
+            if chain:
+                out.append([Task(TaskKind.BROADCAST, tensor, cell.box, root, chain, nbytes,
+                                 step)])
+                continue
+        out.append(plan_broadcast(cell, tensor, itemsize, loads, step))
+    return out
+
+
 def _one_host_chain(loads: Loads, root: int, receivers: frozenset[int], nbytes: int
                     ) -> tuple[int, ...] | None:
     """:meth:`Loads.relay_chain` and then :meth:`Loads.charge` of a broadcast from
@@ -87,10 +114,7 @@ def _one_host_chain(loads: Loads, root: int, receivers: frozenset[int], nbytes: 
     :meth:`Loads.charge` of it crosses one host boundary, root to entry. The same
     reads and the same additions in the same order, the receivers' host and NICs
     found once per receiver set."""
-    memo = loads._needers.one_host
-    got = memo.get(receivers, False)
-    if got is False:
-        got = memo[receivers] = _one_host(loads, receivers)
+    got = one_host(loads, receivers)
     if got is None or loads.host(root) == got[0]:
         return None
     nic_in = loads.nic_in
@@ -106,20 +130,6 @@ def _one_host_chain(loads: Loads, root: int, receivers: frozenset[int], nbytes: 
     loads.nic_out[nic(root)] += nbytes
     nic_in[nic(entry)] += nbytes
     return chain
-
-
-def _one_host(loads: Loads, receivers: frozenset[int]
-              ) -> tuple[int, tuple[tuple[int, int], ...]] | None:
-    """The host of ``receivers`` and their (device, NIC) pairs in id order, where
-    :func:`_one_host_chain` may plan them: two or more, fewer than
-    :data:`~reshard.planner.cells.balance.ARRAY_CHAIN`, on one host of a cluster with
-    several NICs per host; else None."""
-    if not 1 < len(receivers) < ARRAY_CHAIN or loads.cluster.nics_per_host == 1:
-        return None
-    hosts = set(map(loads.host, receivers))
-    if len(hosts) != 1:
-        return None
-    return hosts.pop(), tuple((d, loads.nic(d)) for d in sorted(receivers))
 
 
 def fan_out(tasks: list[Task], host: Callable[[int], int]) -> list[Task]:
@@ -266,3 +276,7 @@ CELL_PLANNERS: dict[Strategy, CellPlanner] = {
     Strategy.ALLGATHER: plan_allgather,
     Strategy.BROADCAST: plan_broadcast,
 }
+
+RUN_PLANNERS: dict[CellPlanner, RunPlanner] = {plan_broadcast: plan_broadcasts}
+"""The strategies' planners of runs of cells where one is quicker than each cell's
+planner in turn (the same tasks and loads)."""

@@ -21,7 +21,7 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.layout import Box
 from reshard.planner.cells.balance import Loads
-from reshard.planner.cells.cell_tasks import CellPlanner
+from reshard.planner.cells.cell_tasks import RUN_PLANNERS, CellPlanner
 from reshard.planner.cells.cell_tasks import fan_out as split_chains
 from reshard.planner.cells.decompose import Cell, CellTable
 from reshard.planner.schedule.order import PHASE, OrderKeys
@@ -205,11 +205,15 @@ class WorkList:
         refs, steps = ref[general].tolist(), after[general].tolist()
         tasks: list[list[Task]] = []
         done = 0
+        run: list[tuple[int, int]] = []  # general slices since the last point-to-point
         for k, r, step in zip(general, refs, steps):
             if k > done:  # the point-to-point slices before this general one, in bulk
+                tasks.extend(self._general_run(run, planner, itemsizes))
+                run = []
                 self._charge(ref[done:k], p2p, nbytes[done:k])
-            tasks.append(self._general_tasks(r, step, planner, itemsizes))
+            run.append((r, step))
             done = k + 1
+        tasks.extend(self._general_run(run, planner, itemsizes))
         self._charge(ref[done:], p2p, nbytes[done:])
         return _Planned(tuple(first), ref, after, general, refs, steps, tasks, p2p)
 
@@ -246,11 +250,18 @@ class WorkList:
             done = k + 1
         return self._ordered(objects, np.array(obj_seq, dtype=np.int64), p2p, p_seq, p_step)
 
-    def _general_tasks(self, r: int, step: int, planner: CellPlanner,
-                       itemsizes: Sequence[int]) -> list[Task]:
-        """The tasks of general cell ``r`` (:meth:`plan`'s arguments), at ``step``."""
-        tensor, cell = self.general[-1 - r]
-        return planner(cell, tensor, itemsizes[tensor], self.loads, step)
+    def _general_run(self, run: list[tuple[int, int]], planner: CellPlanner,
+                     itemsizes: Sequence[int]) -> list[list[Task]]:
+        """The tasks of each general cell ``r`` of ``run`` at its ``step`` (:meth:`plan`'s
+        arguments), in turn: by the strategy's run planner where it has one
+        (:data:`~reshard.planner.cells.cell_tasks.RUN_PLANNERS`)."""
+        general, loads = self.general, self.loads
+        cells = [(cell, tensor, itemsizes[tensor], step)
+                 for (tensor, cell), step in ((general[-1 - r], step) for r, step in run)]
+        by_run = RUN_PLANNERS.get(planner)
+        if by_run is not None:
+            return by_run(cells, loads)
+        return [planner(cell, tensor, size, loads, step) for cell, tensor, size, step in cells]
 
     def _expect(self, nbytes: np.ndarray, ref: np.ndarray, p2p: _Columns) -> None:
         """:meth:`Loads.expect` for every slice, in the order added (sums of fractions

@@ -1,0 +1,127 @@
+"""The broadcast fast paths (planner/cells/broadcast_runs.py, cell_tasks.plan_broadcasts
+and _one_host_chain, work._Demand's one-holder demand) against the paths they replace:
+the same tasks in the same order, the same loads (floats and key order) left behind."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from reshard.planner.cells import broadcast_runs, cell_tasks
+from reshard.planner.cells.decompose import Cell
+from reshard.planner.schedule.work import _Demand
+from tests.unit._regular_clusters import regular_clusters
+from tests.unit._twin_loads import twin_loads
+
+HOSTS, GPUS = 6, 8
+
+
+def _tables(loads):
+    return [dict(getattr(loads, name)) for name in ("nic_out", "nic_in", "dev_out", "dev_in")]
+
+
+def _same_loads(a, b):
+    assert _tables(a) == _tables(b)
+    assert [list(t) for t in _tables(a)] == [list(t) for t in _tables(b)]  # key order
+    assert (a._may_relay, a.shared, a._epoch, dict(a.moved)) == \
+        (b._may_relay, b.shared, b._epoch, dict(b.moved))
+
+
+def _run(rng, cluster, n, mixed):
+    """``n`` cells, most from one holder to needers on one other host (a few receiver
+    sets, so they repeat); ``mixed``: some of every other kind too."""
+    devices = list(cluster.devices)
+    hosts = cluster.hosts
+    sets = []
+    for _ in range(4):
+        h = rng.randrange(len(hosts))
+        sets.append(frozenset(rng.sample(hosts[h], rng.randint(2, len(hosts[h])))))
+    run = []
+    for k in range(n):
+        needers = rng.choice(sets)
+        holders = frozenset(rng.sample(devices, 1))
+        if mixed and rng.random() < 0.2:
+            holders = frozenset(rng.sample(devices, rng.choice([1, 2, 3])))
+            needers = frozenset(rng.sample(devices, rng.choice([1, 2, 5, 12])))
+        box = ((0, rng.choice([1, 3, 64])), (k, k + rng.choice([1, 2])))
+        run.append((Cell(box, holders, needers), k % 3, rng.choice([1, 2]), k % 2))
+    return run
+
+
+def _reference(run, loads, monkeypatch):
+    """Each cell by plan_broadcast's general path (relay_chain, then charge)."""
+    with monkeypatch.context() as m:
+        m.setattr(cell_tasks, "_one_host_chain", lambda *args: None)
+        return [cell_tasks.plan_broadcast(c, t, i, loads, s) for c, t, i, s in run]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("variant", ["preset", "pieces", "two-nics"])
+@pytest.mark.parametrize("mixed", [False, True])
+@pytest.mark.parametrize("crowded", [False, True])
+def test_plan_broadcasts_is_the_general_path(seed, variant, mixed, crowded, monkeypatch):
+    rng = random.Random(seed)
+    cluster = regular_clusters(HOSTS, GPUS)[variant]
+    a, b = twin_loads(rng, cluster, crowded)
+    run = _run(rng, cluster, 60, mixed)
+    monkeypatch.setattr(broadcast_runs, "MIN_RUN", 1)
+    want = _reference(run, a, monkeypatch)
+    got = cell_tasks.plan_broadcasts(run, b)
+    assert got == want
+    _same_loads(a, b)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_run_of_one_host_broadcasts_is_planned_by_rounds(seed, monkeypatch):
+    """Cells that all go to one other host without relays: plan_run answers (not the
+    per-cell loop), with the general path's tasks and loads."""
+    rng = random.Random(seed)
+    cluster = regular_clusters(HOSTS, GPUS)["preset"]
+    a, b = twin_loads(rng, cluster, False)
+    run = []
+    for k in range(broadcast_runs.MIN_RUN + 40):
+        h = 1 + k % (HOSTS - 1)
+        needers = frozenset(cluster.hosts[h][:2 + (k // 7) % 3 * 3]) if h % 2 else \
+            frozenset(cluster.hosts[h])
+        holder = rng.choice(cluster.hosts[0])
+        run.append((Cell(((0, 1 + k % 5), (k, k + 1)), frozenset({holder}), needers),
+                    0, 2, 1))
+    # receiver sets of one host share its NICs: one set per host for the rounds
+    run = [(Cell(c.box, c.holders, frozenset(cluster.hosts[1 + k % (HOSTS - 1)][:6])),
+            t, i, s) for k, (c, t, i, s) in enumerate(run)]
+    want = _reference(run, a, monkeypatch)
+    got = broadcast_runs.plan_run(run, b)
+    assert got is not None
+    assert got == want
+    _same_loads(a, b)
+
+
+def test_plan_run_declines_receiver_sets_that_share_a_nic():
+    cluster = regular_clusters(HOSTS, GPUS)["preset"]
+    a, _ = twin_loads(random.Random(0), cluster, False)
+    hosts = cluster.hosts
+    run = [(Cell(((0, 1), (k, k + 1)), frozenset({hosts[0][0]}),
+                 frozenset(hosts[1][k % 2:k % 2 + 3])), 0, 2, 0)
+           for k in range(broadcast_runs.MIN_RUN)]
+    before = _tables(a)
+    assert broadcast_runs.plan_run(run, a) is None
+    assert _tables(a) == before
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("variant", ["preset", "pieces", "two-nics"])
+def test_demand_of_one_holder_is_loads_expect(seed, variant):
+    rng = random.Random(seed)
+    cluster = regular_clusters(HOSTS, GPUS)[variant]
+    a, b = twin_loads(rng, cluster, False)
+    devices = list(cluster.devices)
+    demand = _Demand(b)
+    for _ in range(80):
+        holders = frozenset(rng.sample(devices, rng.choice([1, 1, 1, 2])))
+        needers = frozenset(rng.sample(devices, rng.choice([1, 2, 3, 8, 20])))
+        nbytes = rng.choice([1000, 4096, 3 * 7 * 11])
+        a.expect(holders, needers - holders, nbytes)
+        demand.expect(holders, needers, nbytes)
+    assert dict(a.expected) == dict(b.expected)
+    assert (a.shared, a._epoch) == (b.shared, b._epoch)
