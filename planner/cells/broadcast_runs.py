@@ -40,9 +40,8 @@ def one_host(loads: Loads, receivers: frozenset[int]) -> Group | None:
     several NICs per host (:meth:`Loads.relay_chain` then answers their quick chain);
     else None. Found once per receiver set (it reads only the cluster)."""
     memo = loads._needers.one_host
-    got = memo.get(receivers, False)
-    if got is not False:
-        return got
+    if receivers in memo:
+        return memo[receivers]
     got = None
     if 1 < len(receivers) < ARRAY_CHAIN and loads.cluster.nics_per_host > 1:
         hosts = set(map(loads.host, receivers))
@@ -146,10 +145,10 @@ def _rounds(loads: Loads, groups: list[Group], group_of: np.ndarray, nbytes: lis
     lo = 0
     for hi in np.cumsum(np.bincount(rank)).tolist():
         cells = by_round[lo:hi]
-        g = group_of[cells]
-        col = nic_load[g].argmin(axis=1)  # the first least: the least id among ties
-        nic_load[g, col] += amount[cells]
-        dev_load[g] += amount[cells, None]
+        rows = group_of[cells]
+        col = nic_load[rows].argmin(axis=1)  # the first least: the least id among ties
+        nic_load[rows, col] += amount[cells]
+        dev_load[rows] += amount[cells, None]
         entry[cells] = col
         lo = hi
     return entry, nic_load, dev_load

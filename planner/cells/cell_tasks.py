@@ -65,8 +65,8 @@ def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads,
         return tasks
     if len(holders) == 1:
         (root,) = holders
-        if chain := _one_host_chain(loads, root, receivers, nbytes):
-            tasks.append(Task(TaskKind.BROADCAST, tensor, cell.box, root, chain, nbytes, step))
+        if quick := _one_host_chain(loads, root, receivers, nbytes):
+            tasks.append(Task(TaskKind.BROADCAST, tensor, cell.box, root, quick, nbytes, step))
             return tasks
     else:
         root = loads.pick_root(holders, set(map(loads.host, receivers)), nbytes)
