@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from reshard.planner.cells import broadcast_runs, cell_tasks
+from reshard.planner.cells import broadcast_runs, cell_tasks, expect_runs
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.schedule.work import _Demand
 from tests.unit._regular_clusters import regular_clusters
@@ -125,3 +125,55 @@ def test_demand_of_one_holder_is_loads_expect(seed, variant):
         demand.expect(holders, needers, nbytes)
     assert dict(a.expected) == dict(b.expected)
     assert (a.shared, a._epoch) == (b.shared, b._epoch)
+
+
+def _expect_cells(rng, cluster, n, mixed):
+    devices = list(cluster.devices)
+    hosts = cluster.hosts
+    sets = [frozenset(rng.sample(hosts[h], rng.randint(2, len(hosts[h]))))
+            for h in rng.sample(range(len(hosts)), 3)]
+    sets.append(frozenset(rng.sample(devices, 12)))  # several hosts
+    cells, nbytes = [], []
+    for k in range(n):
+        needers = rng.choice(sets)
+        holders = frozenset({rng.choice([d for d in devices if d not in needers])})
+        if mixed and rng.random() < 0.05:
+            holders = frozenset(rng.sample(devices, 2))
+        cells.append(Cell(((0, 1), (k, k + 1)), holders, needers))
+        nbytes.append(rng.choice([0, 840, 840 * 16, 840 * 3] + [1000] * mixed))  # 840: 1..8
+    return cells, nbytes
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("variant", ["preset", "pieces", "two-nics"])
+@pytest.mark.parametrize("mixed", [False, True])
+def test_expect_run_is_loads_expect_in_turn(seed, variant, mixed):
+    rng = random.Random(seed)
+    cluster = regular_clusters(HOSTS, GPUS)[variant]
+    a, b = twin_loads(rng, cluster, True)
+    for loads in (a, b):  # whole expectations from before (fractions: test_fractions)
+        for key in list(loads.expected):
+            loads.expected[key] = float(round(loads.expected[key]))
+    cells, nbytes = _expect_cells(rng, cluster, expect_runs.MIN_RUN + 20, mixed)
+    for cell, nb in zip(cells, nbytes):
+        a.expect(cell.holders, cell.needers - cell.holders, nb)
+    done = expect_runs.expect_run(b, cells, nbytes)
+    if not done:  # declined, nothing changed: the caller goes slice by slice
+        assert mixed
+        demand = _Demand(b)
+        for cell, nb in zip(cells, nbytes):
+            demand.expect(cell.holders, cell.needers, nb)
+    assert dict(a.expected) == dict(b.expected)
+    assert (a.shared, a._epoch) == (b.shared, b._epoch)
+
+
+def test_expect_run_declines_fractions_and_changes_nothing():
+    rng = random.Random(1)
+    cluster = regular_clusters(HOSTS, GPUS)["preset"]
+    loads, _ = twin_loads(rng, cluster, True)
+    cells, nbytes = _expect_cells(rng, cluster, expect_runs.MIN_RUN, False)
+    nbytes[7] = 1001  # shared by several NICs: fractions of bytes
+    cells[7] = Cell(cells[7].box, cells[7].holders, frozenset(cluster.hosts[5][:3]))
+    before = (dict(loads.expected), loads.shared, loads._epoch)
+    assert not expect_runs.expect_run(loads, cells, nbytes)
+    assert (dict(loads.expected), loads.shared, loads._epoch) == before
