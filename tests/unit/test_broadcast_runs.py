@@ -11,6 +11,7 @@ import pytest
 from reshard.planner.cells import broadcast_runs, cell_tasks, expect_runs
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.schedule.work import _Demand
+from reshard.planner.values.resources import NIC_OUT
 from tests.unit._regular_clusters import regular_clusters
 from tests.unit._twin_loads import twin_loads
 
@@ -171,9 +172,31 @@ def test_expect_run_declines_fractions_and_changes_nothing():
     rng = random.Random(1)
     cluster = regular_clusters(HOSTS, GPUS)["preset"]
     loads, _ = twin_loads(rng, cluster, True)
+    for key in list(loads.expected):
+        loads.expected[key] = float(round(loads.expected[key]))
     cells, nbytes = _expect_cells(rng, cluster, expect_runs.MIN_RUN, False)
-    nbytes[7] = 1001  # shared by several NICs: fractions of bytes
-    cells[7] = Cell(cells[7].box, cells[7].holders, frozenset(cluster.hosts[5][:3]))
+    cells[7] = Cell(cells[7].box, frozenset({0}), frozenset(cluster.hosts[5][:3]))
+    nbytes[7] = 1001  # entering three NICs: fractions of bytes
     before = (dict(loads.expected), loads.shared, loads._epoch)
     assert not expect_runs.expect_run(loads, cells, nbytes)
     assert (dict(loads.expected), loads.shared, loads._epoch) == before
+    nbytes[7] = 1002  # whole thirds
+    (h,) = cells[0].holders
+    loads.expected[(NIC_OUT, loads.nic(h))] = 0.5  # a fraction from before
+    before = (dict(loads.expected), loads.shared, loads._epoch)
+    assert not expect_runs.expect_run(loads, cells, nbytes)
+    assert (dict(loads.expected), loads.shared, loads._epoch) == before
+    loads.expected[(NIC_OUT, loads.nic(h))] = 1.0
+    assert expect_runs.expect_run(loads, cells, nbytes)
+
+
+def test_expect_run_of_empty_slices_notes_their_nics():
+    """Zero bytes still name the NICs a slice crosses (keys of the expectations)."""
+    rng = random.Random(2)
+    cluster = regular_clusters(HOSTS, GPUS)["preset"]
+    a, b = twin_loads(rng, cluster, False)
+    cells, _ = _expect_cells(rng, cluster, expect_runs.MIN_RUN, False)
+    for cell in cells:
+        a.expect(cell.holders, cell.needers - cell.holders, 0)
+    assert expect_runs.expect_run(b, cells, [0] * len(cells))
+    assert dict(a.expected) == dict(b.expected)
