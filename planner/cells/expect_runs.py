@@ -3,8 +3,8 @@
 :meth:`Loads.expect` of a slice from one holder that needs nothing of it, to two or
 more needers, adds :func:`~reshard.planner.cells.balance.slice_demand`'s amounts to the
 expectations, slice after slice. Its amounts read nothing of the holder but its host
-(which needer hosts hold it) and its NIC (which names the ``NIC_OUT`` amount, the
-first), so they are found once per (needers, bytes, holder's host). Where every amount
+(whether a needer host holds it) and its NIC (which names the ``NIC_OUT`` amount, the
+first), so they are found once per (needers, bytes, holder's host among theirs). Where every amount
 and every expectation it adds to is a whole number of bytes and every total stays below
 2**53, each addition of the slice-by-slice sums is exact, so the totals are the same
 floats in any order: here each NIC's by one sum (a partial sum's reduced pieces sent to
@@ -62,11 +62,13 @@ def expect_run(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]) -> bo
 
 def _kinds(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]
            ) -> tuple[list[Demand], np.ndarray, np.ndarray] | None:
-    """Each distinct (needers, bytes, holder's host)'s demand, each cell's and each
-    cell's holder's NIC; None where some cell has not one holder outside two or more
-    needers."""
+    """Each distinct (needers, bytes, holder's host if some needer is there)'s demand,
+    each cell's and each cell's holder's NIC; None where some cell has not one holder
+    outside two or more needers. (:func:`~reshard.planner.cells.balance.slice_demand`
+    reads the holder's host only to leave out a needer host that holds the slice.)"""
     host, nic = loads.host, loads.nic
     index: dict[tuple[frozenset[int], int, int], int] = {}
+    hosts_of: dict[frozenset[int], frozenset[int]] = {}
     kinds: list[Demand] = []
     kind_of: list[int] = []
     out_nic: list[int] = []
@@ -75,7 +77,10 @@ def _kinds(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]
         if len(holders) != 1 or len(needers) < 2 or not holders.isdisjoint(needers):
             return None
         (h,) = holders
-        key = (needers, nb, host(h))
+        hosts = hosts_of.get(needers)
+        if hosts is None:
+            hosts = hosts_of[needers] = frozenset(map(host, needers))
+        key = (needers, nb, host(h) if host(h) in hosts else -1)
         k = index.get(key)
         if k is None:
             k = index[key] = len(kinds)
