@@ -13,6 +13,7 @@ same as planning every slice one by one.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -226,6 +227,12 @@ class WorkList:
         if planned is None:
             raise ValueError("WorkList.assemble needs the slices planned first (WorkList.plan)")
         ref, after, p2p = planned.ref, planned.after, planned.p2p
+        if len(planned.general) == len(ref) and not (fan_out and self._fans_out(planned)):
+            # every slice general, none fanned out: the tasks one after another
+            objects = [*planned.first, *itertools.chain.from_iterable(planned.tasks)]
+            none = np.full(len(p2p.root), -1, dtype=np.int64)
+            return self._ordered(objects, np.arange(len(objects), dtype=np.int64), p2p, none,
+                                 np.zeros(len(p2p.root), dtype=np.int64))
         objects: list[Task] = list(planned.first)
         obj_seq: list[int] = list(range(len(objects)))
         seq = len(objects)
@@ -250,6 +257,13 @@ class WorkList:
                 seq += 1
             done = k + 1
         return self._ordered(objects, np.array(obj_seq, dtype=np.int64), p2p, p_seq, p_step)
+
+    def _fans_out(self, planned: _Planned) -> bool:
+        """Whether :meth:`assemble` with ``fan_out`` splits some general slice's chains
+        (it starts after step 0 and before its tensor's last such step)."""
+        general, last = self.general, self._last_step
+        return any(0 < step < last[general[-1 - r][0]]
+                   for r, step in zip(planned.refs, planned.steps))
 
     def _general_run(self, run: list[tuple[int, int]], planner: CellPlanner,
                      itemsizes: Sequence[int]) -> list[list[Task]]:

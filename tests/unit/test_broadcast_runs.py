@@ -9,8 +9,9 @@ import random
 import pytest
 
 from reshard.planner.cells import broadcast_runs, cell_tasks, expect_runs
+from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.decompose import Cell
-from reshard.planner.schedule.work import _Demand
+from reshard.planner.schedule.work import WorkList, _Demand
 from reshard.planner.values.resources import NIC_OUT
 from tests.unit._regular_clusters import regular_clusters
 from tests.unit._twin_loads import twin_loads
@@ -200,3 +201,30 @@ def test_expect_run_of_empty_slices_notes_their_nics():
         a.expect(cell.holders, cell.needers - cell.holders, 0)
     assert expect_runs.expect_run(b, cells, [0] * len(cells))
     assert dict(a.expected) == dict(b.expected)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("last", [0, 2])
+def test_assemble_of_general_slices_only_is_the_loop(seed, last, monkeypatch):
+    """WorkList.assemble where every slice is general and none is fanned out (the
+    tasks one after another) against its loop (forced: ``_fans_out`` says yes; with
+    every slice at step 0 or its tensor's last step the loop splits nothing)."""
+    cluster = regular_clusters(HOSTS, GPUS)["preset"]
+    devices = list(cluster.devices)
+    orders = []
+    for force in (False, True):
+        work = WorkList(cluster, Loads(cluster))
+        r = random.Random(seed)
+        for tensor in range(2):
+            cells = [Cell(((0, 2), (k, k + 1 + r.randrange(3))),
+                          frozenset(r.sample(devices, r.choice([1, 2]))),
+                          frozenset(r.sample(devices, r.choice([2, 5, 9]))))
+                     for k in range(30)]
+            work.add_cells(tensor, cells, 2, [r.choice([0, last]) for _ in cells], None)
+        if force:
+            monkeypatch.setattr(WorkList, "_fans_out", lambda self, planned: True)
+        ordered = work.plan(cell_tasks.plan_broadcast, [2, 2], expect=True, relays=True,
+                            fan_out=True)
+        orders.append((ordered.tasks(), ordered.positions))
+    assert orders[0] == orders[1]
+    assert len(orders[0][0]) >= 60
