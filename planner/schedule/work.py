@@ -25,6 +25,7 @@ from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.cell_tasks import RUN_PLANNERS, CellPlanner
 from reshard.planner.cells.cell_tasks import fan_out as split_chains
 from reshard.planner.cells.decompose import Cell, CellTable
+from reshard.planner.cells.expect_runs import MIN_RUN as EXPECT_RUN
 from reshard.planner.cells.expect_runs import expect_run
 from reshard.planner.schedule.order import PHASE, OrderKeys
 from reshard.planner.schedule.send_columns import OrderedTasks, SendColumns
@@ -285,8 +286,9 @@ class WorkList:
         if (ref >= 0).all():
             self._add_expected(p2p.root[ref], p2p.recv[ref], nbytes)
             return
-        if (ref < 0).all() and expect_run(loads, [self.general[-1 - r][1] for r in ref.tolist()],
-                                          nbytes.tolist()):
+        if len(ref) >= EXPECT_RUN and (ref < 0).all() and \
+                expect_run(loads, [self.general[-1 - r][1] for r in ref.tolist()],
+                           nbytes.tolist()):
             loads.expected_changed()
             return
         expected, nic, host = loads.expected, loads.nic, loads.host
