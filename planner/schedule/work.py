@@ -230,9 +230,9 @@ class WorkList:
         ref, after, p2p = planned.ref, planned.after, planned.p2p
         if len(planned.general) == len(ref) and not (fan_out and self._fans_out(planned)):
             # every slice general, none fanned out: the tasks one after another
-            objects = [*planned.first, *itertools.chain.from_iterable(planned.tasks)]
+            every = [*planned.first, *itertools.chain.from_iterable(planned.tasks)]
             none = np.full(len(p2p.root), -1, dtype=np.int64)
-            return self._ordered(objects, np.arange(len(objects), dtype=np.int64), p2p, none,
+            return self._ordered(every, np.arange(len(every), dtype=np.int64), p2p, none,
                                  np.zeros(len(p2p.root), dtype=np.int64))
         objects: list[Task] = list(planned.first)
         obj_seq: list[int] = list(range(len(objects)))
