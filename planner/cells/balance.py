@@ -101,6 +101,8 @@ class NeederMemo:
         self.sides: dict[frozenset[int], Sides] = {}
         self.entries: dict[tuple[frozenset[int], int, frozenset[int]],
                            tuple[int, Entries]] = {}
+        # per receiver set: its host and (device, NIC) pairs in id order, or None
+        self.one_host: dict[frozenset[int], tuple[int, tuple[tuple[int, int], ...]] | None] = {}
 
 
 def _sides(host: Callable[[int], int], nic: Callable[[int], int], needers: frozenset[int]
@@ -265,11 +267,11 @@ class Loads:
             self.shared += shared
         self.expected_changed()
 
-    def expected_changed(self) -> None:
-        """Note that :attr:`expected` changed (every writer calls this): the chains
-        :meth:`relay_chain` remembered may read it, so they are keyed by a new
-        epoch."""
-        self._epoch += 1
+    def expected_changed(self, times: int = 1) -> None:
+        """Note that :attr:`expected` changed (every writer calls this; ``times``: as
+        often as so many writers): the chains :meth:`relay_chain` remembered may read
+        it, so they are keyed by a new epoch."""
+        self._epoch += times
 
     def demand(self, holders: frozenset[int], needers: frozenset[int], nbytes: int
                ) -> tuple[list[tuple[tuple[str, int], float]], float]:

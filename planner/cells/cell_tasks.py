@@ -8,7 +8,9 @@ from collections.abc import Callable
 
 from reshard.layout import Box, box_size, chunk_size
 from reshard.planner.cells.balance import Loads
+from reshard.planner.cells.broadcast_runs import CellRun, one_host, plan_run
 from reshard.planner.cells.decompose import Cell
+from reshard.planner.values.resources import NIC_IN, NIC_OUT
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Buffer, Task, TaskKind
 
@@ -16,6 +18,10 @@ CellPlanner = Callable[[Cell, int, int, Loads, int], list[Task]]
 """A strategy's tasks of one cell: ``planner(cell, tensor, itemsize, loads, step)``,
 its transfers at ``step`` and what reads what they delivered (``source=dst``) at the
 step after."""
+
+RunPlanner = Callable[[CellRun, Loads], list[list[Task]]]
+"""A strategy's tasks of a run of cells, each cell's as its :data:`CellPlanner` plans
+it in turn (:data:`RUN_PLANNERS`)."""
 
 
 def _copies(cell: Cell, tensor: int, nbytes: int, step: int) -> list[Task]:
@@ -57,13 +63,73 @@ def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads,
         kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
         tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, step, through=through))
         return tasks
-    root = next(iter(holders)) if len(holders) == 1 else \
-        loads.pick_root(holders, set(map(loads.host, receivers)), nbytes)
+    if len(holders) == 1:
+        (root,) = holders
+        if quick := _one_host_chain(loads, root, receivers, nbytes):
+            tasks.append(Task(TaskKind.BROADCAST, tensor, cell.box, root, quick, nbytes, step))
+            return tasks
+    else:
+        root = loads.pick_root(holders, set(map(loads.host, receivers)), nbytes)
     chain, through = loads.relay_chain(root, receivers, nbytes)
     loads.charge(root, chain, nbytes)
     kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
     tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, step, through=through))
     return tasks
+
+
+def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
+    """:func:`plan_broadcast` of each cell of ``run`` in turn, a cell of one holder
+    sending to needers all on one other host (:func:`_one_host_chain`) without the
+    general path's steps: its needers are its receivers (none holds it: no copies)."""
+    whole = plan_run(run, loads)
+    if whole is not None:
+        return whole
+    out: list[list[Task]] = []
+    for cell, tensor, itemsize, step in run:
+        holders = cell.holders
+        if len(holders) == 1:
+            (root,) = holders
+            nbytes = cell.size * itemsize
+            chain = _one_host_chain(loads, root, cell.needers, nbytes)
+            if chain:
+                out.append([Task(TaskKind.BROADCAST, tensor, cell.box, root, chain, nbytes,
+                                 step)])
+                continue
+        out.append(plan_broadcast(cell, tensor, itemsize, loads, step))
+    return out
+
+
+def _one_host_chain(loads: Loads, root: int, receivers: frozenset[int], nbytes: int
+                    ) -> tuple[int, ...] | None:
+    """:meth:`Loads.relay_chain` and then :meth:`Loads.charge` of a broadcast from
+    ``root`` to two or more ``receivers`` all on one other host, where neither end of
+    the host boundary may relay (:meth:`Loads.may_relay_end`): the chain (every cell
+    of a partial sum's reduced pieces sent to a destination host). Else None, having
+    changed nothing (the general path then decides).
+
+    Exact: :meth:`Loads.relay_chain` of such receivers (fewer than
+    :data:`~reshard.planner.cells.balance.ARRAY_CHAIN`, several NICs per host) answers
+    :func:`~reshard.planner.cells.short_chain.remote_chain`'s quick chain: the
+    receiver with the least (NIC in load, id) enters, the rest follow in id order;
+    :meth:`Loads.charge` of it crosses one host boundary, root to entry. The same
+    reads and the same additions in the same order, the receivers' host and NICs
+    found once per receiver set."""
+    got = one_host(loads, receivers)
+    if got is None or loads.host(root) == got[0]:
+        return None
+    nic_in = loads.nic_in
+    _, entry = min([(nic_in[n], d) for d, n in got[1]])
+    if loads.may_relay_end(NIC_OUT, root) or loads.may_relay_end(NIC_IN, entry):
+        return None
+    chain = (entry, *[d for d, _ in got[1] if d != entry])
+    loads.dev_out[root] += nbytes
+    dev_in = loads.dev_in
+    for r in chain:
+        dev_in[r] += nbytes
+    nic = loads.nic
+    loads.nic_out[nic(root)] += nbytes
+    nic_in[nic(entry)] += nbytes
+    return chain
 
 
 def fan_out(tasks: list[Task], host: Callable[[int], int]) -> list[Task]:
@@ -210,3 +276,7 @@ CELL_PLANNERS: dict[Strategy, CellPlanner] = {
     Strategy.ALLGATHER: plan_allgather,
     Strategy.BROADCAST: plan_broadcast,
 }
+
+RUN_PLANNERS: dict[CellPlanner, RunPlanner] = {plan_broadcast: plan_broadcasts}
+"""The strategies' planners of runs of cells where one is quicker than each cell's
+planner in turn (the same tasks and loads)."""

@@ -13,6 +13,7 @@ same as planning every slice one by one.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -21,9 +22,11 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.layout import Box
 from reshard.planner.cells.balance import Loads
-from reshard.planner.cells.cell_tasks import CellPlanner
+from reshard.planner.cells.cell_tasks import RUN_PLANNERS, CellPlanner
 from reshard.planner.cells.cell_tasks import fan_out as split_chains
 from reshard.planner.cells.decompose import Cell, CellTable
+from reshard.planner.cells.expect_runs import MIN_RUN as EXPECT_RUN
+from reshard.planner.cells.expect_runs import expect_run
 from reshard.planner.schedule.order import PHASE, OrderKeys
 from reshard.planner.schedule.send_columns import OrderedTasks, SendColumns
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
@@ -205,11 +208,15 @@ class WorkList:
         refs, steps = ref[general].tolist(), after[general].tolist()
         tasks: list[list[Task]] = []
         done = 0
+        run: list[tuple[int, int]] = []  # general slices since the last point-to-point
         for k, r, step in zip(general, refs, steps):
             if k > done:  # the point-to-point slices before this general one, in bulk
+                tasks.extend(self._general_run(run, planner, itemsizes))
+                run = []
                 self._charge(ref[done:k], p2p, nbytes[done:k])
-            tasks.append(self._general_tasks(r, step, planner, itemsizes))
+            run.append((r, step))
             done = k + 1
+        tasks.extend(self._general_run(run, planner, itemsizes))
         self._charge(ref[done:], p2p, nbytes[done:])
         return _Planned(tuple(first), ref, after, general, refs, steps, tasks, p2p)
 
@@ -221,6 +228,12 @@ class WorkList:
         if planned is None:
             raise ValueError("WorkList.assemble needs the slices planned first (WorkList.plan)")
         ref, after, p2p = planned.ref, planned.after, planned.p2p
+        if len(planned.general) == len(ref) and not (fan_out and self._fans_out(planned)):
+            # every slice general, none fanned out: the tasks one after another
+            every = [*planned.first, *itertools.chain.from_iterable(planned.tasks)]
+            none = np.full(len(p2p.root), -1, dtype=np.int64)
+            return self._ordered(every, np.arange(len(every), dtype=np.int64), p2p, none,
+                                 np.zeros(len(p2p.root), dtype=np.int64))
         objects: list[Task] = list(planned.first)
         obj_seq: list[int] = list(range(len(objects)))
         seq = len(objects)
@@ -246,11 +259,25 @@ class WorkList:
             done = k + 1
         return self._ordered(objects, np.array(obj_seq, dtype=np.int64), p2p, p_seq, p_step)
 
-    def _general_tasks(self, r: int, step: int, planner: CellPlanner,
-                       itemsizes: Sequence[int]) -> list[Task]:
-        """The tasks of general cell ``r`` (:meth:`plan`'s arguments), at ``step``."""
-        tensor, cell = self.general[-1 - r]
-        return planner(cell, tensor, itemsizes[tensor], self.loads, step)
+    def _fans_out(self, planned: _Planned) -> bool:
+        """Whether :meth:`assemble` with ``fan_out`` splits some general slice's chains
+        (it starts after step 0 and before its tensor's last such step)."""
+        general, last = self.general, self._last_step
+        return any(0 < step < last[general[-1 - r][0]]
+                   for r, step in zip(planned.refs, planned.steps))
+
+    def _general_run(self, run: list[tuple[int, int]], planner: CellPlanner,
+                     itemsizes: Sequence[int]) -> list[list[Task]]:
+        """The tasks of each general cell ``r`` of ``run`` at its ``step`` (:meth:`plan`'s
+        arguments), in turn: by the strategy's run planner where it has one
+        (:data:`~reshard.planner.cells.cell_tasks.RUN_PLANNERS`)."""
+        general, loads = self.general, self.loads
+        cells = [(cell, tensor, itemsizes[tensor], step)
+                 for (tensor, cell), step in ((general[-1 - r], step) for r, step in run)]
+        by_run = RUN_PLANNERS.get(planner)
+        if by_run is not None:
+            return by_run(cells, loads)
+        return [planner(cell, tensor, size, loads, step) for cell, tensor, size, step in cells]
 
     def _expect(self, nbytes: np.ndarray, ref: np.ndarray, p2p: _Columns) -> None:
         """:meth:`Loads.expect` for every slice, in the order added (sums of fractions
@@ -258,6 +285,11 @@ class WorkList:
         loads = self.loads
         if (ref >= 0).all():
             self._add_expected(p2p.root[ref], p2p.recv[ref], nbytes)
+            return
+        if len(ref) >= EXPECT_RUN and (ref < 0).all() and \
+                expect_run(loads, [self.general[-1 - r][1] for r in ref.tolist()],
+                           nbytes.tolist()):
+            loads.expected_changed()
             return
         expected, nic, host = loads.expected, loads.nic, loads.host
         root, recv = p2p.root.tolist(), p2p.recv.tolist()
@@ -358,14 +390,42 @@ class _Demand:
         self.loads = loads
         self.known: dict[tuple[frozenset[int], frozenset[int], int],
                          tuple[list[tuple[tuple[str, int], float]], float]] = {}
+        self.one: dict[tuple[frozenset[int], int, int],
+                       tuple[float | None, list[tuple[tuple[str, int], float]], float]] = {}
 
     def expect(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
         """``loads.expect(holders, needers - holders, nbytes)``."""
+        if len(holders) == 1 and len(needers) > 1 and holders.isdisjoint(needers):
+            self._one(holders, needers, nbytes)
+            return
         key = (holders, needers, nbytes)
         got = self.known.get(key)
         if got is None:
             got = self.known[key] = self.loads.demand(holders, needers - holders, nbytes)
         self.loads.add_demand(*got)
+
+    def _one(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
+        """:meth:`expect` of one holder that needs nothing, its demand found once per
+        needers, bytes and holder's host: :func:`~reshard.planner.cells.balance.
+        slice_demand` reads nothing else of one holder but its NIC, which only names
+        the ``NIC_OUT`` amount (the first, with any: ``nbytes * hosts entered / 1``).
+        The same amounts added in the same order."""
+        loads = self.loads
+        (h,) = holders
+        key = (needers, nbytes, loads.host(h))
+        got = self.one.get(key)
+        if got is None:
+            amounts, shared = loads.demand(holders, needers, nbytes)
+            got = self.one[key] = (amounts[0][1] if amounts else None, amounts[1:], shared)
+        out, entries, shared = got
+        expected = loads.expected
+        if out is not None:
+            expected[(NIC_OUT, loads.nic(h))] += out
+        for k, amount in entries:
+            expected[k] += amount
+        if loads.cluster.shared_bandwidth:
+            loads.shared += shared
+        loads.expected_changed()
 
 
 def _point_to_point(table: CellTable) -> tuple[np.ndarray, np.ndarray]:

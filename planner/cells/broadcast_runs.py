@@ -1,0 +1,177 @@
+"""A run of broadcasts, each from one holder to receivers all on one other host, planned
+together: the receivers' entries chosen round by round with arrays.
+
+:func:`~reshard.planner.cells.cell_tasks.plan_broadcast` of such a cell (every cell of
+a partial sum's reduced pieces sent to a destination host: 131,072 of them at 1,024
+devices) reads :meth:`Loads.relay_chain`'s quick chain: the receiver with the least
+(NIC in load, id) enters, the rest follow in id order; where neither end of the host
+boundary may relay (:meth:`Loads.may_relay_end`), :meth:`Loads.charge` adds the bytes
+to the root's send load and its NIC's out load, to every receiver's receive load and
+to the entry's NIC in load. A cell's choice reads only its receivers' NIC in loads,
+which only the cells to the same receivers change; so where the run's receiver sets
+share no NIC, the k-th cells of all the sets are chosen at once (round k), each NIC
+and device getting the same additions in the same order as cell by cell: the same
+floats, the same chains."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
+from reshard.planner.cells.decompose import Cell
+from reshard.planner.values.resources import NIC_IN, NIC_OUT
+from reshard.planner.values.tasks import Task, TaskKind
+
+CellRun = Sequence[tuple[Cell, int, int, int]]
+"""Cells planned one after another: (cell, tensor, itemsize, step) each."""
+
+Group = tuple[int, tuple[tuple[int, int], ...]]
+"""Receivers on one host: the host and their (device, NIC) pairs in id order."""
+
+MIN_RUN = 512
+"""Cells from which a run is planned round by round (fewer: cell by cell is quicker)."""
+
+
+def one_host(loads: Loads, receivers: frozenset[int]) -> Group | None:
+    """``receivers``' :data:`Group`, where they are two or more, fewer than
+    :data:`~reshard.planner.cells.balance.ARRAY_CHAIN`, on one host of a cluster with
+    several NICs per host (:meth:`Loads.relay_chain` then answers their quick chain);
+    else None. Found once per receiver set (it reads only the cluster)."""
+    memo = loads._needers.one_host
+    if receivers in memo:
+        return memo[receivers]
+    got = None
+    if 1 < len(receivers) < ARRAY_CHAIN and loads.cluster.nics_per_host > 1:
+        hosts = set(map(loads.host, receivers))
+        if len(hosts) == 1:
+            got = hosts.pop(), tuple((d, loads.nic(d)) for d in sorted(receivers))
+    memo[receivers] = got
+    return got
+
+
+def plan_run(run: CellRun, loads: Loads) -> list[list[Task]] | None:
+    """Each cell's tasks (one broadcast) where every cell of ``run`` (at least
+    :data:`MIN_RUN`) has one holder and needers all on one other host (its
+    receivers, :func:`one_host`), the receiver sets share no NIC, and no root's NIC out
+    and no chosen entry's NIC in may relay (asked as cell by cell asks them, up to the
+    first that may); else None, having changed no load."""
+    if len(run) < MIN_RUN:
+        return None
+    found = _groups(run, loads)
+    if found is None:
+        return None
+    groups, group_of, roots, nbytes = found
+    group_arr = np.array(group_of, dtype=np.int64)
+    rounds = _rounds(loads, groups, group_arr, nbytes)
+    if rounds is None:
+        return None
+    entry, nic_load, dev_load = rounds
+    width = nic_load.shape[1]
+    _, first = np.unique(group_arr * width + entry, return_index=True)
+    for c in np.sort(first).tolist():  # each group's entries, in the order first chosen
+        if loads.may_relay_end(NIC_IN, groups[group_of[c]][1][entry[c]][0]):
+            return None
+    _, starts = np.unique(group_arr, return_index=True)  # each group's first cell
+    _charge(loads, groups, entry[starts].tolist(), nic_load, dev_load, roots, nbytes)
+    chains: dict[tuple[int, int], tuple[int, ...]] = {}
+    out: list[list[Task]] = []
+    for (cell, tensor, _, step), g, e, root, nb in zip(run, group_of, entry.tolist(), roots,
+                                                      nbytes):
+        chain = chains.get((g, e))
+        if chain is None:
+            devs = [d for d, _ in groups[g][1]]
+            chain = chains[(g, e)] = (devs[e], *devs[:e], *devs[e + 1:])
+        out.append([Task(TaskKind.BROADCAST, tensor, cell.box, root, chain, nb, step)])
+    return out
+
+
+def _groups(run: CellRun, loads: Loads
+            ) -> tuple[list[Group], list[int], list[int], list[int]] | None:
+    """The run's receiver groups, each cell's group, root and bytes; None where
+    :func:`plan_run` does not apply (asking whether each root's NIC out may relay, in
+    the cells' order, up to the first that may)."""
+    host, may = loads.host, loads.may_relay_end
+    index: dict[frozenset[int], int] = {}
+    groups: list[Group] = []
+    group_of: list[int] = []
+    roots: list[int] = []
+    nbytes: list[int] = []
+    for cell, _, itemsize, _ in run:
+        if len(cell.holders) != 1:
+            return None
+        g = index.get(cell.needers)
+        if g is None:
+            got = one_host(loads, cell.needers)
+            if got is None:
+                return None
+            g = index[cell.needers] = len(groups)
+            groups.append(got)
+        (root,) = cell.holders
+        if host(root) == groups[g][0] or may(NIC_OUT, root):
+            return None
+        group_of.append(g)
+        roots.append(root)
+        nbytes.append(cell.size * itemsize)
+    nics = [n for _, pairs in groups for _, n in pairs]
+    if len(set(nics)) != len(nics):
+        return None
+    return groups, group_of, roots, nbytes
+
+
+def _rounds(loads: Loads, groups: list[Group], group_of: np.ndarray, nbytes: list[int]
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Each cell's entry (its position in its group) chosen round by round, and the
+    receivers' NIC in and device receive loads after the run (rows: groups; columns:
+    receivers), none of them charged yet: round k takes the k-th cell of every group
+    at once (the groups share no NIC and no device). None where a load is NaN."""
+    nic_in, dev_in = loads.nic_in, loads.dev_in
+    width = max(len(pairs) for _, pairs in groups)
+    nic_load = np.full((len(groups), width), np.inf)
+    dev_load = np.zeros((len(groups), width))
+    for g, (_, pairs) in enumerate(groups):
+        nic_load[g, :len(pairs)] = [nic_in[n] for _, n in pairs]
+        dev_load[g, :len(pairs)] = [dev_in.get(d, 0.0) for d, _ in pairs]
+    if np.isnan(nic_load).any():
+        return None
+    counts = np.bincount(group_of, minlength=len(groups))
+    by_group = np.argsort(group_of, kind="stable")  # each group's cells in run order
+    rank = np.empty(len(group_of), dtype=np.int64)
+    rank[by_group] = np.arange(len(group_of)) - np.repeat(np.cumsum(counts) - counts, counts)
+    by_round = np.argsort(rank, kind="stable")
+    amount = np.array(nbytes, dtype=np.float64)
+    entry = np.empty(len(group_of), dtype=np.int64)
+    lo = 0
+    for hi in np.cumsum(np.bincount(rank)).tolist():
+        cells = by_round[lo:hi]
+        rows = group_of[cells]
+        col = nic_load[rows].argmin(axis=1)  # the first least: the least id among ties
+        nic_load[rows, col] += amount[cells]
+        dev_load[rows] += amount[cells, None]
+        entry[cells] = col
+        lo = hi
+    return entry, nic_load, dev_load
+
+
+def _charge(loads: Loads, groups: list[Group], first: list[int], nic_load: np.ndarray,
+            dev_load: np.ndarray, roots: list[int], nbytes: list[int]) -> None:
+    """:meth:`Loads.charge` of every cell of the run: the receivers' loads as
+    :func:`_rounds` added them (a receive load first written, as cell by cell, in the
+    order of its group's first chain: ``first``, each group's first entry), the roots'
+    one by one in the cells' order."""
+    nic_in, dev_in = loads.nic_in, loads.dev_in
+    for g, (_, pairs) in enumerate(groups):
+        for (_, n), a in zip(pairs, nic_load[g].tolist()):
+            nic_in[n] = a
+        e = first[g]
+        received = dev_load[g].tolist()
+        for i in (e, *range(e), *range(e + 1, len(pairs))):
+            dev_in[pairs[i][0]] = received[i]
+    dev_out, nic_out, nic = loads.dev_out, loads.nic_out, loads.nic
+    for root, nb in zip(roots, nbytes):
+        dev_out[root] += nb
+        nic_out[nic(root)] += nb
+
+
+__all__ = ["MIN_RUN", "one_host", "plan_run"]
