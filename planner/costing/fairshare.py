@@ -210,6 +210,9 @@ class FairShare:
         codes = np.concatenate([c for c, _ in distinct]) if distinct else \
             np.zeros(0, dtype=np.int64)
         dfrac = np.concatenate([f for _, f in distinct]) if distinct else np.zeros(0)
+        if len(distinct) == len(paths):  # every path its own: the edges as they are
+            self._edges(codes, dfrac, dlens, cluster)
+            return
         dat = np.concatenate([[0], np.cumsum(dlens)])
         lens = dlens[of]
         edges = ranges(dat[of], dat[of] + lens)
@@ -237,12 +240,17 @@ class FairShare:
         kinds = np.array([capacity((k, 0), cluster) if k in present else 0.0 for k in KINDS],
                          dtype=np.float64)
         self.capacity = kinds[in_order % 8]
-        self.task = task[used]  # edges, in transfer order
-        self.res = res[used]
-        self.frac = frac[used]
-        # a transfer's edges: task_at[t]:task_at[t + 1]
-        self.task_at = np.searchsorted(self.task, np.arange(self.n + 1))
-        self.limited = np.bincount(self.task, minlength=self.n) > 0
+        if used.all():  # every edge kept: its transfer's edges are the lens given
+            self.task, self.res, self.frac = task, res, frac
+            self.task_at = np.concatenate(([0], np.cumsum(lens, dtype=np.int64)))
+            self.limited = lens > 0
+        else:
+            self.task = task[used]  # edges, in transfer order
+            self.res = res[used]
+            self.frac = frac[used]
+            # a transfer's edges: task_at[t]:task_at[t + 1]
+            self.task_at = np.searchsorted(self.task, np.arange(self.n + 1))
+            self.limited = np.bincount(self.task, minlength=self.n) > 0
         # demand below this is rounding (a resource whose transfers all froze)
         self.floor = 1e-12 * float(self.frac.max(initial=1.0))
 

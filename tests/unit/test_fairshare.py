@@ -193,3 +193,46 @@ def test_sorted_distinct_is_np_unique(size, high):
     got = sorted_distinct(values)
     want = np.unique(values)
     assert got.dtype == want.dtype and got.tolist() == want.tolist()
+
+
+def _gathered_edges(paths) -> FairShare:
+    """FairShare's set-up the long way: each path's edges gathered by its place among
+    the distinct paths, the unused edges (fraction 0) dropped by a mask, each transfer's
+    range found by a search and ``limited`` by a count."""
+    from reshard.planner.costing.fairshare import _numbered, path_arrays, ranges
+
+    which: dict[int, int] = {}
+    of = np.array([which.setdefault(id(p), len(which)) for p in paths], dtype=np.int64)
+    distinct = [path_arrays(p) for p in {id(p): p for p in paths}.values()]
+    dlens = np.array([len(c) for c, _ in distinct], dtype=np.int64)
+    dat = np.concatenate([[0], np.cumsum(dlens)])
+    edges = ranges(dat[of], dat[of] + dlens[of])
+    codes = np.concatenate([c for c, _ in distinct])[edges]
+    frac = np.concatenate([f for _, f in distinct])[edges]
+    out = FairShare.__new__(FairShare)
+    task = np.repeat(np.arange(len(paths), dtype=np.int64), dlens[of])
+    used = frac > 0
+    out.task, out.res, out.frac = task[used], _numbered(codes)[1][used], frac[used]
+    out.task_at = np.searchsorted(out.task, np.arange(len(paths) + 1))
+    out.limited = np.bincount(out.task, minlength=len(paths)) > 0
+    return out
+
+
+@pytest.mark.parametrize("zeros", [False, True])
+@pytest.mark.parametrize("repeats", [False, True])
+def test_set_up_of_distinct_fully_used_paths_as_gathered(zeros, repeats):
+    """Paths each its own and every edge used take the set-up's short cuts (the edges as
+    given; the ranges from the lengths): the same edges, ranges and flags as gathered,
+    masked and searched, with zero fractions and shared path objects or without."""
+    rng = np.random.default_rng(int(zeros) * 2 + int(repeats))
+    paths = []
+    for _ in range(60):
+        picked = rng.choice(len(RESOURCES), size=int(rng.integers(0, 6)), replace=False)
+        fracs = rng.choice([0.0, 0.5, 1.0] if zeros else [0.5, 1.0], size=len(picked))
+        paths.append([(RESOURCES[i], float(f)) for i, f in zip(picked, fracs, strict=True)])
+    if repeats:
+        paths = [paths[int(i)] for i in rng.integers(0, 20, size=60)]
+    got, want = FairShare(paths, CLUSTER), _gathered_edges(paths)
+    for name in ("task", "res", "frac", "task_at", "limited"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype and a.tolist() == b.tolist(), name
