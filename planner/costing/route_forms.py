@@ -144,9 +144,7 @@ def relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
     renumbered in the order its devices first name them (each device keeping its place
     in its host), found once in ``memo``, numbered back."""
     devices = step[0]
-    parts = ((task.root,), task.receivers, task.parents, task.addends, task.addend_parents)
-    ds = np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64,
-                     count=sum(map(len, parts)))
+    ds = _devices_row(task)
     hosts, place = np.divmod(ds, devices)
     # the hosts in the order first named, run by run (devices come host by host)
     runs = hosts[np.flatnonzero(hosts[1:] != hosts[:-1]) + 1].tolist()
@@ -167,6 +165,20 @@ def relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
         return path, lat
     base, (ranked, span), lat = got
     return Path.of_codes(base + order[ranked] * span), lat
+
+
+def _devices_row(task: Task) -> np.ndarray:
+    """``task``'s root, receivers, parents, addends and addend parents in one array (each
+    tuple read by its own ``np.fromiter``: half the time of one over their chain)."""
+    parts = (task.receivers, task.parents, task.addends, task.addend_parents)
+    out = np.empty(1 + sum(map(len, parts)), dtype=np.int64)
+    out[0] = task.root
+    at = 1
+    for part in parts:
+        if part:
+            out[at:at + len(part)] = np.fromiter(part, dtype=np.int64, count=len(part))
+            at += len(part)
+    return out
 
 
 def _code_hosts(codes: np.ndarray, step: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
