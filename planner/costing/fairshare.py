@@ -254,6 +254,16 @@ class FairShare:
         # demand below this is rounding (a resource whose transfers all froze)
         self.floor = 1e-12 * float(self.frac.max(initial=1.0))
 
+    def _every(self, which: np.ndarray) -> bool:
+        """Whether the transfers ``which`` are every transfer, in order (their edges
+        are then every edge, in order: ``ranges`` of them is ``arange``)."""
+        return len(which) == self.n and bool((which == np.arange(self.n)).all())
+
+    def _all_edges(self, mine: np.ndarray) -> bool:
+        """Whether ``mine``, the edges of distinct transfers in order (:meth:`fill`'s),
+        is every edge (then in order: ``arange``)."""
+        return len(mine) == len(self.res)
+
     def load(self, which: np.ndarray, rate: np.ndarray) -> np.ndarray:
         """Bytes/s that the transfers ``which`` (indices) at ``rate`` put on each
         resource."""
@@ -261,8 +271,11 @@ class FairShare:
 
     def loads(self, which: np.ndarray, *rates: np.ndarray) -> list[np.ndarray]:
         """:meth:`load` of ``which`` at each of ``rates`` (their edges found once)."""
-        mine = ranges(self.task_at[which], self.task_at[which + 1])
-        task, res, frac = self.task[mine], self.res[mine], self.frac[mine]
+        if self._every(which):  # every edge, in order: the arrays themselves
+            task, res, frac = self.task, self.res, self.frac
+        else:
+            mine = ranges(self.task_at[which], self.task_at[which + 1])
+            task, res, frac = self.task[mine], self.res[mine], self.frac[mine]
         out = []
         for rate in rates:
             r = rate[task]
@@ -309,7 +322,8 @@ class FairShare:
             np.maximum(left, 0.0, out=left)
         else:
             again = np.flatnonzero(active)
-            mine = ranges(self.task_at[again], self.task_at[again + 1])
+            mine = np.arange(len(self.task)) if self._every(again) else \
+                ranges(self.task_at[again], self.task_at[again + 1])
         rate[again[~self.limited[again]]] = np.inf
         if len(mine) > SMALL:
             self._progressive(mine, active, left, rate, filled)
@@ -370,7 +384,8 @@ class FairShare:
         the capacity ``left``: sets their ``rate`` and the ``filled`` level of each
         resource that fills, a round per lowest level (module docstring)."""
         nres = len(self.resources)
-        r, f = self.res[mine], self.frac[mine]
+        r, f = (self.res, self.frac) if self._all_edges(mine) else \
+            (self.res[mine], self.frac[mine])
         demand = np.bincount(r, weights=f, minlength=nres)
         # the filled transfers' edges by resource (each resource's read once, when full)
         order = np.argsort(r.astype(np.int16) if nres < 1 << 15 else r,  # radix sort

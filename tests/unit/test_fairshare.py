@@ -236,3 +236,26 @@ def test_set_up_of_distinct_fully_used_paths_as_gathered(zeros, repeats):
     for name in ("task", "res", "frac", "task_at", "limited"):
         a, b = getattr(got, name), getattr(want, name)
         assert a.dtype == b.dtype and a.tolist() == b.tolist(), name
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(case=flow_sets(), data=st.data())
+def test_every_transfer_read_as_the_arrays_themselves_bit_for_bit(case, data):
+    """Loads and fills of every transfer read the edge arrays themselves (no ranges or
+    gathers): the same bits as through the ranges of every transfer's edges, gathered."""
+    paths, _ = case
+    fs = FairShare(paths, CLUSTER)
+    everyone = np.arange(fs.n)
+    flowing = np.ones(fs.n, dtype=bool)
+    rate = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.5e9, 3e8, np.inf]),
+                                       min_size=fs.n, max_size=fs.n)))
+    fast_loads, fast_fill = fs.loads(everyone, rate, 2 * rate), fs.fill(flowing)
+    assert fs._every(everyone) and not fs._every(everyone[:-1])
+    slow = FairShare(paths, CLUSTER)
+    slow._every = lambda which: False  # type: ignore[method-assign]
+    slow._all_edges = lambda mine: False  # type: ignore[method-assign]
+    for a, b in zip(fast_loads, slow.loads(everyone, rate, 2 * rate), strict=True):
+        assert a.tobytes() == b.tobytes()
+    whole = slow.fill(flowing)
+    assert fast_fill.rate.tobytes() == whole.rate.tobytes()
+    assert fast_fill.level.tobytes() == whole.level.tobytes()
