@@ -264,6 +264,12 @@ class FairShare:
         is every edge (then in order: ``arange``)."""
         return len(mine) == len(self.res)
 
+    def _all_frozen(self, active: np.ndarray) -> bool:
+        """Whether no transfer still ``active`` in a filling crosses a resource: no later
+        round can freeze one (each freezes only transfers on a resource), so what is
+        left (capacities, demands, levels) is read no more."""
+        return not (active & self.limited).any()
+
     def load(self, which: np.ndarray, rate: np.ndarray) -> np.ndarray:
         """Bytes/s that the transfers ``which`` (indices) at ``rate`` put on each
         resource."""
@@ -410,6 +416,8 @@ class FairShare:
             filled[tight] = low
             rate[frozen] = low
             active[frozen] = False
+            if self._all_frozen(active):  # no later round freezes anything: done
+                break
             edges = ranges(self.task_at[frozen], self.task_at[frozen + 1])
             r, f = self.res[edges], self.frac[edges]
             left -= np.bincount(r, weights=f * low, minlength=nres)

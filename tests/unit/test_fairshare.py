@@ -254,8 +254,26 @@ def test_every_transfer_read_as_the_arrays_themselves_bit_for_bit(case, data):
     slow = FairShare(paths, CLUSTER)
     slow._every = lambda which: False  # type: ignore[method-assign]
     slow._all_edges = lambda mine: False  # type: ignore[method-assign]
+    slow._all_frozen = lambda active: False  # type: ignore[method-assign]
     for a, b in zip(fast_loads, slow.loads(everyone, rate, 2 * rate), strict=True):
         assert a.tobytes() == b.tobytes()
     whole = slow.fill(flowing)
     assert fast_fill.rate.tobytes() == whole.rate.tobytes()
     assert fast_fill.level.tobytes() == whole.level.tobytes()
+
+
+def test_every_transfer_frozen_at_once_as_gathered_bit_for_bit():
+    """Transfers that all freeze in the first round (one shared bottleneck): the filling
+    stops there, with the same rates and levels as one that goes on (taking their load
+    off and rounding out the rest) through the ranges of their edges, gathered."""
+    paths = [[(("nic_out", 0), 0.5 + (i % 3) / 4), (("dev_in", i % 6), 1.0),
+              (("nic_in", i % 6), 0.25 + (i % 2) / 2)] for i in range(70)] + [[]]
+    fs, slow = FairShare(paths, CLUSTER), FairShare(paths, CLUSTER)
+    slow._every = lambda which: False  # type: ignore[method-assign]
+    slow._all_edges = lambda mine: False  # type: ignore[method-assign]
+    slow._all_frozen = lambda active: False  # type: ignore[method-assign]
+    flowing = np.ones(len(paths), dtype=bool)
+    got, want = fs.fill(flowing), slow.fill(flowing)
+    assert len(set(got.rate[:-1].tolist())) == 1 and got.rate[-1] == np.inf
+    assert got.rate.tobytes() == want.rate.tobytes()
+    assert got.level.tobytes() == want.level.tobytes()
