@@ -82,16 +82,32 @@ def shifted_many(tasks: Sequence[Task], keys: Sequence[tuple[object, ...]],
     counts of devices in each role, key's tail) as one array, moved home together,
     each distinct form found (or read) once, at its first task as :func:`shifted`
     would, every task's codes its form's moved back in one array operation."""
-    groups: dict[tuple[object, ...], list[int]] = {}
-    for i, (t, key) in enumerate(zip(tasks, keys)):
-        groups.setdefault((key[0], len(t.receivers), len(t.parents), len(t.addends),
-                           len(t.addend_parents), *key[6:]), []).append(i)
+    groups = _shapes(keys)
     out: list[Route | None] = [None] * len(tasks)
     for idx in groups.values():
         for i, got in zip(idx, _shift_group([tasks[i] for i in idx], [keys[i] for i in idx],
                                             step, finder, memo)):
             out[i] = got
     return out  # type: ignore[return-value]  # every task's filled in
+
+
+def _shapes(keys: Sequence[tuple[object, ...]]) -> dict[tuple[object, ...], list[int]]:
+    """The places of route keys ``keys`` (:func:`~reshard.planner.costing.cost.
+    route_key`) by shape: kind, counts of devices in each role and the key's tail, in
+    the order first met; one group at once where each of these is one value over every
+    key (found by ``map``s, no loop: a plan's 131,072 tasks are mostly of one shape)."""
+    widths = set(map(len, keys))
+    if len(widths) == 1 and (width := widths.pop()) >= 6:
+        get = operator.itemgetter
+        columns = [map(get(0), keys), *(map(len, map(get(r), keys)) for r in range(2, 6)),
+                   *(map(get(r), keys) for r in range(6, width))]
+        if all(len(set(column)) == 1 for column in columns):
+            k = keys[0]
+            return {(k[0], *map(len, k[2:6]), *k[6:]): list(range(len(keys)))}
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i, k in enumerate(keys):
+        groups.setdefault((k[0], *map(len, k[2:6]), *k[6:]), []).append(i)
+    return groups
 
 
 def _shift_group(tasks: list[Task], keys: list[tuple[object, ...]], step: tuple[int, int],
