@@ -393,20 +393,18 @@ class FairShare:
         r, f = (self.res, self.frac) if self._all_edges(mine) else \
             (self.res[mine], self.frac[mine])
         demand = np.bincount(r, weights=f, minlength=nres)
-        # the filled transfers' edges by resource (each resource's read once, when full)
-        order = np.argsort(r.astype(np.int16) if nres < 1 << 15 else r,  # radix sort
-                           kind="stable")
-        by_res = mine[order]
-        res_at = np.searchsorted(r[order], np.arange(nres + 1))
+        on = _EdgesOn(mine, r, nres)
         level = np.full(nres, np.inf)
         some = demand > 0
         level[some] = left[some] / demand[some]
+        first = True
         while nres:
             low = float(level.min())
             if not np.isfinite(low):
                 break
             tight = np.flatnonzero(level <= low * (1 + TIGHT))
-            edges = by_res[ranges(res_at[tight], res_at[tight + 1])]
+            edges = on.swept(tight) if first else on.sorted(tight)
+            first = False
             frozen = _distinct(self.task[edges], self.n)
             frozen = frozen[active[frozen]]
             level[tight] = np.inf
@@ -428,6 +426,36 @@ class FairShare:
             live = d > self.floor
             level[touched] = np.inf
             level[touched[live]] = np.maximum(left[touched[live]], 0.0) / d[live]
+
+
+class _EdgesOn:
+    """A filling's edges ``mine`` (``res``: their resources, of ``nres``) on the
+    resources that fill in a round: found by one pass over every edge (:meth:`swept`:
+    the first round, so that a filling that freezes everything there never sorts), or
+    from the edges sorted by resource (:meth:`sorted`: sorted once, each resource's
+    read when it fills). The two differ in order only, which no reader of them sees
+    (the transfers they cross are taken as a set)."""
+
+    def __init__(self, mine: np.ndarray, res: np.ndarray, nres: int) -> None:
+        self.mine, self.res, self.nres = mine, res, nres
+        self.by_res: np.ndarray | None = None
+        self.res_at = np.zeros(0, dtype=np.int64)
+
+    def swept(self, tight: np.ndarray) -> np.ndarray:
+        """The edges on the resources ``tight``, in edge order."""
+        flag = np.zeros(self.nres, dtype=bool)
+        flag[tight] = True
+        return self.mine[flag[self.res]]
+
+    def sorted(self, tight: np.ndarray) -> np.ndarray:
+        """The edges on the resources ``tight``, resource by resource."""
+        if self.by_res is None:
+            r = self.res
+            order = np.argsort(r.astype(np.int16) if self.nres < 1 << 15 else r,  # radix
+                               kind="stable")
+            self.by_res = self.mine[order]
+            self.res_at = np.searchsorted(r[order], np.arange(self.nres + 1))
+        return self.by_res[ranges(self.res_at[tight], self.res_at[tight + 1])]
 
 
 @dataclass(frozen=True)

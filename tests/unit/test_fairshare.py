@@ -277,3 +277,21 @@ def test_every_transfer_frozen_at_once_as_gathered_bit_for_bit():
     assert len(set(got.rate[:-1].tolist())) == 1 and got.rate[-1] == np.inf
     assert got.rate.tobytes() == want.rate.tobytes()
     assert got.level.tobytes() == want.level.tobytes()
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, database=None)
+@given(case=flow_sets())
+def test_first_round_swept_as_sorted_bit_for_bit(case):
+    """The first round of a filling finds its full resources' edges by one pass over
+    every edge (then stops sorting where it froze everything): the same rates and
+    levels, bit for bit, as a filling that reads every round from the sorted edges."""
+    from reshard.planner.costing import fairshare
+
+    paths, flowing = case
+    paths, flowing = paths * 4, np.concatenate([flowing] * 4)  # past SMALL edges
+    got = FairShare(paths, CLUSTER).fill(flowing)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(fairshare._EdgesOn, "swept", fairshare._EdgesOn.sorted)
+        want = FairShare(paths, CLUSTER).fill(flowing)
+    assert got.rate.tobytes() == want.rate.tobytes()
+    assert got.level.tobytes() == want.level.tobytes()
