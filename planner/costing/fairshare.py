@@ -445,7 +445,8 @@ class _EdgesOn:
         """The edges on the resources ``tight``, in edge order."""
         flag = np.zeros(self.nres, dtype=bool)
         flag[tight] = True
-        return self.mine[flag[self.res]]
+        edges: np.ndarray = self.mine[flag[self.res]]
+        return edges
 
     def sorted(self, tight: np.ndarray) -> np.ndarray:
         """The edges on the resources ``tight``, resource by resource."""
@@ -455,7 +456,8 @@ class _EdgesOn:
                                kind="stable")
             self.by_res = self.mine[order]
             self.res_at = np.searchsorted(r[order], np.arange(self.nres + 1))
-        return self.by_res[ranges(self.res_at[tight], self.res_at[tight + 1])]
+        edges: np.ndarray = self.by_res[ranges(self.res_at[tight], self.res_at[tight + 1])]
+        return edges
 
 
 @dataclass(frozen=True)

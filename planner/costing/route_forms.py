@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 
 import numpy as np
 
@@ -102,12 +102,17 @@ def _shapes(keys: Sequence[tuple[object, ...]]) -> dict[tuple[object, ...], list
         columns = [map(get(0), keys), *(map(len, map(get(r), keys)) for r in range(2, 6)),
                    *(map(get(r), keys) for r in range(6, width))]
         if all(len(set(column)) == 1 for column in columns):
-            k = keys[0]
-            return {(k[0], *map(len, k[2:6]), *k[6:]): list(range(len(keys)))}
+            return {_shape(keys[0]): list(range(len(keys)))}
     groups: dict[tuple[object, ...], list[int]] = {}
     for i, k in enumerate(keys):
-        groups.setdefault((k[0], *map(len, k[2:6]), *k[6:]), []).append(i)
+        groups.setdefault(_shape(k), []).append(i)
     return groups
+
+
+def _shape(key: tuple[object, ...]) -> tuple[object, ...]:
+    """A route key's shape (:func:`_shapes`)."""
+    roles: tuple[Sized, ...] = key[2:6]  # type: ignore[assignment]  # device tuples
+    return (key[0], *map(len, roles), *key[6:])
 
 
 def _shift_group(tasks: list[Task], keys: list[tuple[object, ...]], step: tuple[int, int],
