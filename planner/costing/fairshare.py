@@ -210,6 +210,9 @@ class FairShare:
         codes = np.concatenate([c for c, _ in distinct]) if distinct else \
             np.zeros(0, dtype=np.int64)
         dfrac = np.concatenate([f for _, f in distinct]) if distinct else np.zeros(0)
+        if len(distinct) == len(paths):  # every path its own: the edges as they are
+            self._edges(codes, dfrac, dlens, cluster)
+            return
         dat = np.concatenate([[0], np.cumsum(dlens)])
         lens = dlens[of]
         edges = ranges(dat[of], dat[of] + lens)
@@ -237,14 +240,35 @@ class FairShare:
         kinds = np.array([capacity((k, 0), cluster) if k in present else 0.0 for k in KINDS],
                          dtype=np.float64)
         self.capacity = kinds[in_order % 8]
-        self.task = task[used]  # edges, in transfer order
-        self.res = res[used]
-        self.frac = frac[used]
-        # a transfer's edges: task_at[t]:task_at[t + 1]
-        self.task_at = np.searchsorted(self.task, np.arange(self.n + 1))
-        self.limited = np.bincount(self.task, minlength=self.n) > 0
+        if used.all():  # every edge kept: its transfer's edges are the lens given
+            self.task, self.res, self.frac = task, res, frac
+            self.task_at = np.concatenate(([0], np.cumsum(lens, dtype=np.int64)))
+            self.limited = lens > 0
+        else:
+            self.task = task[used]  # edges, in transfer order
+            self.res = res[used]
+            self.frac = frac[used]
+            # a transfer's edges: task_at[t]:task_at[t + 1]
+            self.task_at = np.searchsorted(self.task, np.arange(self.n + 1))
+            self.limited = np.bincount(self.task, minlength=self.n) > 0
         # demand below this is rounding (a resource whose transfers all froze)
         self.floor = 1e-12 * float(self.frac.max(initial=1.0))
+
+    def _every(self, which: np.ndarray) -> bool:
+        """Whether the transfers ``which`` are every transfer, in order (their edges
+        are then every edge, in order: ``ranges`` of them is ``arange``)."""
+        return len(which) == self.n and bool((which == np.arange(self.n)).all())
+
+    def _all_edges(self, mine: np.ndarray) -> bool:
+        """Whether ``mine``, the edges of distinct transfers in order (:meth:`fill`'s),
+        is every edge (then in order: ``arange``)."""
+        return len(mine) == len(self.res)
+
+    def _all_frozen(self, active: np.ndarray) -> bool:
+        """Whether no transfer still ``active`` in a filling crosses a resource: no later
+        round can freeze one (each freezes only transfers on a resource), so what is
+        left (capacities, demands, levels) is read no more."""
+        return not (active & self.limited).any()
 
     def load(self, which: np.ndarray, rate: np.ndarray) -> np.ndarray:
         """Bytes/s that the transfers ``which`` (indices) at ``rate`` put on each
@@ -253,8 +277,11 @@ class FairShare:
 
     def loads(self, which: np.ndarray, *rates: np.ndarray) -> list[np.ndarray]:
         """:meth:`load` of ``which`` at each of ``rates`` (their edges found once)."""
-        mine = ranges(self.task_at[which], self.task_at[which + 1])
-        task, res, frac = self.task[mine], self.res[mine], self.frac[mine]
+        if self._every(which):  # every edge, in order: the arrays themselves
+            task, res, frac = self.task, self.res, self.frac
+        else:
+            mine = ranges(self.task_at[which], self.task_at[which + 1])
+            task, res, frac = self.task[mine], self.res[mine], self.frac[mine]
         out = []
         for rate in rates:
             r = rate[task]
@@ -301,7 +328,8 @@ class FairShare:
             np.maximum(left, 0.0, out=left)
         else:
             again = np.flatnonzero(active)
-            mine = ranges(self.task_at[again], self.task_at[again + 1])
+            mine = np.arange(len(self.task)) if self._every(again) else \
+                ranges(self.task_at[again], self.task_at[again + 1])
         rate[again[~self.limited[again]]] = np.inf
         if len(mine) > SMALL:
             self._progressive(mine, active, left, rate, filled)
@@ -362,22 +390,21 @@ class FairShare:
         the capacity ``left``: sets their ``rate`` and the ``filled`` level of each
         resource that fills, a round per lowest level (module docstring)."""
         nres = len(self.resources)
-        r, f = self.res[mine], self.frac[mine]
+        r, f = (self.res, self.frac) if self._all_edges(mine) else \
+            (self.res[mine], self.frac[mine])
         demand = np.bincount(r, weights=f, minlength=nres)
-        # the filled transfers' edges by resource (each resource's read once, when full)
-        order = np.argsort(r.astype(np.int16) if nres < 1 << 15 else r,  # radix sort
-                           kind="stable")
-        by_res = mine[order]
-        res_at = np.searchsorted(r[order], np.arange(nres + 1))
+        on = _EdgesOn(mine, r, nres)
         level = np.full(nres, np.inf)
         some = demand > 0
         level[some] = left[some] / demand[some]
+        first = True
         while nres:
             low = float(level.min())
             if not np.isfinite(low):
                 break
             tight = np.flatnonzero(level <= low * (1 + TIGHT))
-            edges = by_res[ranges(res_at[tight], res_at[tight + 1])]
+            edges = on.swept(tight) if first else on.sorted(tight)
+            first = False
             frozen = _distinct(self.task[edges], self.n)
             frozen = frozen[active[frozen]]
             level[tight] = np.inf
@@ -387,6 +414,8 @@ class FairShare:
             filled[tight] = low
             rate[frozen] = low
             active[frozen] = False
+            if self._all_frozen(active):  # no later round freezes anything: done
+                break
             edges = ranges(self.task_at[frozen], self.task_at[frozen + 1])
             r, f = self.res[edges], self.frac[edges]
             left -= np.bincount(r, weights=f * low, minlength=nres)
@@ -397,6 +426,38 @@ class FairShare:
             live = d > self.floor
             level[touched] = np.inf
             level[touched[live]] = np.maximum(left[touched[live]], 0.0) / d[live]
+
+
+class _EdgesOn:
+    """A filling's edges ``mine`` (``res``: their resources, of ``nres``) on the
+    resources that fill in a round: found by one pass over every edge (:meth:`swept`:
+    the first round, so that a filling that freezes everything there never sorts), or
+    from the edges sorted by resource (:meth:`sorted`: sorted once, each resource's
+    read when it fills). The two differ in order only, which no reader of them sees
+    (the transfers they cross are taken as a set)."""
+
+    def __init__(self, mine: np.ndarray, res: np.ndarray, nres: int) -> None:
+        self.mine, self.res, self.nres = mine, res, nres
+        self.by_res: np.ndarray | None = None
+        self.res_at = np.zeros(0, dtype=np.int64)
+
+    def swept(self, tight: np.ndarray) -> np.ndarray:
+        """The edges on the resources ``tight``, in edge order."""
+        flag = np.zeros(self.nres, dtype=bool)
+        flag[tight] = True
+        edges: np.ndarray = self.mine[flag[self.res]]
+        return edges
+
+    def sorted(self, tight: np.ndarray) -> np.ndarray:
+        """The edges on the resources ``tight``, resource by resource."""
+        if self.by_res is None:
+            r = self.res
+            order = np.argsort(r.astype(np.int16) if self.nres < 1 << 15 else r,  # radix
+                               kind="stable")
+            self.by_res = self.mine[order]
+            self.res_at = np.searchsorted(r[order], np.arange(self.nres + 1))
+        edges: np.ndarray = self.by_res[ranges(self.res_at[tight], self.res_at[tight + 1])]
+        return edges
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reshard.planner.costing.fairshare import FairShare, Fill
-from reshard.planner.costing.stepgate import StepGate
+from reshard.planner.costing.stepgate import OneStep, StepGate, gate_of
 from reshard.planner.values.plan_view import PlanView
 
 
@@ -80,11 +80,11 @@ def simulate(plan: PlanView, stop: Stop | None = None) -> Estimate | None:
     """
     routes = plan.routes()
     return _Fluid(FairShare([p for p, _ in routes], plan.cluster),
-                  np.array([float(t.nbytes) for t in plan.tasks]), StepGate(plan.tasks),
+                  np.array([float(t.nbytes) for t in plan.tasks]), gate_of(plan.tasks),
                   plan.latencies()).run(stop)
 
 
-def simulate_arrays(flows: FairShare, nbytes: np.ndarray, gate: StepGate,
+def simulate_arrays(flows: FairShare, nbytes: np.ndarray, gate: StepGate | OneStep,
                     lat: np.ndarray) -> Estimate:
     """:func:`simulate` of a plan given as its parts: its tasks' paths, bytes (float),
     step rule and latencies, task by task in its order (a large plan whose sends are
@@ -98,7 +98,7 @@ class _Fluid:
     """One simulation's state: per task its times, bytes left and rate; the fair
     shares last filled and what happened since."""
 
-    def __init__(self, flows: FairShare, nbytes: np.ndarray, gate: StepGate,
+    def __init__(self, flows: FairShare, nbytes: np.ndarray, gate: StepGate | OneStep,
                  lat: np.ndarray) -> None:
         self.n = n = len(nbytes)
         self.flows = flows

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from reshard.planner.costing.fairshare import distinct, ranges, sorted_distinct
-from reshard.planner.values.tasks import Task
+from reshard.planner.values.tasks import Task, TaskKind
 
 
 class StepGate:
@@ -95,6 +95,36 @@ class StepGate:
         return ready
 
 
+class OneStep:
+    """The step rule where every task is in one step and has a device (:func:`gate_of`):
+    every device enters that step, its first and last, at once, so every task starts at
+    once and no end lets another start (what :class:`StepGate` answers there, without
+    its (task, device) memberships: 2M at a 1,024-device plan of 2,048 chains)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def start(self) -> np.ndarray:
+        """Every task; ascending."""
+        return np.arange(self.n, dtype=np.int64)
+
+    def ended(self, which: np.ndarray) -> np.ndarray:
+        """None (every task started at once)."""
+        return np.zeros(0, dtype=np.int64)
+
+
+def gate_of(tasks: Sequence[Task]) -> StepGate | OneStep:
+    """The step rule over ``tasks``: :class:`OneStep` where every task is in one step
+    and has a device (a task of none never starts: :class:`StepGate`'s stall stays),
+    else :class:`StepGate`."""
+    if tasks:
+        first = tasks[0].step
+        if all(t.step == first and (t.receivers or (t.root >= 0 and t.kind is not TaskKind.COPY))
+               for t in tasks):
+            return OneStep(len(tasks))
+    return StepGate(tasks)
+
+
 ARRAY_MEMBERS = 4096
 """Devices of a plan's tasks (counted with repeats) from which their distinct devices
 are found as arrays (fewer: task by task, in order, without the arrays' fixed cost)."""
@@ -132,4 +162,4 @@ def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(seen), rank[keys]
 
 
-__all__ = ["ARRAY_MEMBERS", "StepGate", "distinct_devices"]
+__all__ = ["ARRAY_MEMBERS", "OneStep", "StepGate", "distinct_devices", "gate_of"]

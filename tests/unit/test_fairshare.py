@@ -193,3 +193,105 @@ def test_sorted_distinct_is_np_unique(size, high):
     got = sorted_distinct(values)
     want = np.unique(values)
     assert got.dtype == want.dtype and got.tolist() == want.tolist()
+
+
+def _gathered_edges(paths) -> FairShare:
+    """FairShare's set-up the long way: each path's edges gathered by its place among
+    the distinct paths, the unused edges (fraction 0) dropped by a mask, each transfer's
+    range found by a search and ``limited`` by a count."""
+    from reshard.planner.costing.fairshare import _numbered, path_arrays, ranges
+
+    which: dict[int, int] = {}
+    of = np.array([which.setdefault(id(p), len(which)) for p in paths], dtype=np.int64)
+    distinct = [path_arrays(p) for p in {id(p): p for p in paths}.values()]
+    dlens = np.array([len(c) for c, _ in distinct], dtype=np.int64)
+    dat = np.concatenate([[0], np.cumsum(dlens)])
+    edges = ranges(dat[of], dat[of] + dlens[of])
+    codes = np.concatenate([c for c, _ in distinct])[edges]
+    frac = np.concatenate([f for _, f in distinct])[edges]
+    out = FairShare.__new__(FairShare)
+    task = np.repeat(np.arange(len(paths), dtype=np.int64), dlens[of])
+    used = frac > 0
+    out.task, out.res, out.frac = task[used], _numbered(codes)[1][used], frac[used]
+    out.task_at = np.searchsorted(out.task, np.arange(len(paths) + 1))
+    out.limited = np.bincount(out.task, minlength=len(paths)) > 0
+    return out
+
+
+@pytest.mark.parametrize("zeros", [False, True])
+@pytest.mark.parametrize("repeats", [False, True])
+def test_set_up_of_distinct_fully_used_paths_as_gathered(zeros, repeats):
+    """Paths each its own and every edge used take the set-up's short cuts (the edges as
+    given; the ranges from the lengths): the same edges, ranges and flags as gathered,
+    masked and searched, with zero fractions and shared path objects or without."""
+    rng = np.random.default_rng(int(zeros) * 2 + int(repeats))
+    paths = []
+    for _ in range(60):
+        picked = rng.choice(len(RESOURCES), size=int(rng.integers(0, 6)), replace=False)
+        fracs = rng.choice([0.0, 0.5, 1.0] if zeros else [0.5, 1.0], size=len(picked))
+        paths.append([(RESOURCES[i], float(f)) for i, f in zip(picked, fracs, strict=True)])
+    if repeats:
+        paths = [paths[int(i)] for i in rng.integers(0, 20, size=60)]
+    got, want = FairShare(paths, CLUSTER), _gathered_edges(paths)
+    for name in ("task", "res", "frac", "task_at", "limited"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype and a.tolist() == b.tolist(), name
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(case=flow_sets(), data=st.data())
+def test_every_transfer_read_as_the_arrays_themselves_bit_for_bit(case, data):
+    """Loads and fills of every transfer read the edge arrays themselves (no ranges or
+    gathers): the same bits as through the ranges of every transfer's edges, gathered."""
+    paths, _ = case
+    fs = FairShare(paths, CLUSTER)
+    everyone = np.arange(fs.n)
+    flowing = np.ones(fs.n, dtype=bool)
+    rate = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.5e9, 3e8, np.inf]),
+                                       min_size=fs.n, max_size=fs.n)))
+    fast_loads, fast_fill = fs.loads(everyone, rate, 2 * rate), fs.fill(flowing)
+    assert fs._every(everyone) and not fs._every(everyone[:-1])
+    slow = FairShare(paths, CLUSTER)
+    slow._every = lambda which: False  # type: ignore[method-assign]
+    slow._all_edges = lambda mine: False  # type: ignore[method-assign]
+    slow._all_frozen = lambda active: False  # type: ignore[method-assign]
+    for a, b in zip(fast_loads, slow.loads(everyone, rate, 2 * rate), strict=True):
+        assert a.tobytes() == b.tobytes()
+    whole = slow.fill(flowing)
+    assert fast_fill.rate.tobytes() == whole.rate.tobytes()
+    assert fast_fill.level.tobytes() == whole.level.tobytes()
+
+
+def test_every_transfer_frozen_at_once_as_gathered_bit_for_bit():
+    """Transfers that all freeze in the first round (one shared bottleneck): the filling
+    stops there, with the same rates and levels as one that goes on (taking their load
+    off and rounding out the rest) through the ranges of their edges, gathered."""
+    paths = [[(("nic_out", 0), 0.5 + (i % 3) / 4), (("dev_in", i % 6), 1.0),
+              (("nic_in", i % 6), 0.25 + (i % 2) / 2)] for i in range(70)] + [[]]
+    fs, slow = FairShare(paths, CLUSTER), FairShare(paths, CLUSTER)
+    slow._every = lambda which: False  # type: ignore[method-assign]
+    slow._all_edges = lambda mine: False  # type: ignore[method-assign]
+    slow._all_frozen = lambda active: False  # type: ignore[method-assign]
+    flowing = np.ones(len(paths), dtype=bool)
+    got, want = fs.fill(flowing), slow.fill(flowing)
+    assert len(set(got.rate[:-1].tolist())) == 1 and got.rate[-1] == np.inf
+    assert got.rate.tobytes() == want.rate.tobytes()
+    assert got.level.tobytes() == want.level.tobytes()
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, database=None)
+@given(case=flow_sets())
+def test_first_round_swept_as_sorted_bit_for_bit(case):
+    """The first round of a filling finds its full resources' edges by one pass over
+    every edge (then stops sorting where it froze everything): the same rates and
+    levels, bit for bit, as a filling that reads every round from the sorted edges."""
+    from reshard.planner.costing import fairshare
+
+    paths, flowing = case
+    paths, flowing = paths * 4, np.concatenate([flowing] * 4)  # past SMALL edges
+    got = FairShare(paths, CLUSTER).fill(flowing)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(fairshare._EdgesOn, "swept", fairshare._EdgesOn.sorted)
+        want = FairShare(paths, CLUSTER).fill(flowing)
+    assert got.rate.tobytes() == want.rate.tobytes()
+    assert got.level.tobytes() == want.level.tobytes()

@@ -82,3 +82,23 @@ def test_relabeled_routes_are_each_task_s_own(name, seed, monkeypatch):
         assert lat == want_lat  # the same float
         assert list(path) == list(want)
     assert sum(shared) >= len(tasks) // 2  # the twins' routes came from the memo
+
+
+def test_devices_row_is_every_role_in_order():
+    """``relabeled``'s devices read role by role equal one read over the roles' chain
+    (root, receivers, parents, addends, addend parents), empty roles too."""
+    import itertools
+
+    import numpy as np
+
+    from reshard.planner.costing.route_forms import _devices_row
+    from reshard.planner.values.tasks import Task, TaskKind
+
+    for parents, addends, addend_parents in (((), (), ()), ((0, 0, 1), (), ()),
+                                             ((0, 1, 1), (17, 3), (0, 2)), ((), (9,), (1,))):
+        t = Task(TaskKind.BROADCAST, 0, ((0, 4),), 5, (8, 2, 30), 16, parents=parents,
+                 addends=addends, addend_parents=addend_parents)
+        parts = ((t.root,), t.receivers, t.parents, t.addends, t.addend_parents)
+        want = np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64)
+        got = _devices_row(t)
+        assert got.dtype == want.dtype and got.tolist() == want.tolist()

@@ -82,3 +82,31 @@ def test_routes_moved_home_together_are_each_task_s_own(name, seed, monkeypatch)
     again = task_routes(tasks[::-1], cluster, Routes())  # other firsts of each form
     for (path, lat), (other, other_lat) in zip(got, again[::-1]):
         assert lat == other_lat and list(path) == list(other)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_shapes_group_as_task_by_task(seed):
+    """``shifted_many``'s groups by shape (read from the route keys by ``map``s, one
+    group at once where every key has one shape) equal those built task by task from
+    each task's roles and its key's tail: the same groups, places and order."""
+    import random
+
+    from reshard.planner.costing.cost import route_key
+    from reshard.planner.costing.route_forms import _shapes
+    from reshard.planner.values.tasks import Task, TaskKind
+
+    rng = random.Random(seed)
+    tasks = []
+    for _ in range(rng.randint(0, 40)):
+        kind = TaskKind.BROADCAST if seed % 2 or rng.random() < 0.5 else TaskKind.REDUCE
+        many = 2 if seed % 3 == 0 else rng.randint(1, 3)
+        tasks.append(Task(kind, 0, ((0, 4),), rng.randint(64, 70),
+                          tuple(rng.sample(range(64), many)), 16))
+    keys = [route_key(t, rng.choice([0, 4]) if seed > 3 else 0, 0, seed > 4 and
+                      rng.random() < 0.3) for t in tasks]
+    want: dict[tuple[object, ...], list[int]] = {}
+    for i, (t, key) in enumerate(zip(tasks, keys, strict=True)):
+        want.setdefault((key[0], len(t.receivers), len(t.parents), len(t.addends),
+                         len(t.addend_parents), *key[6:]), []).append(i)
+    got = _shapes(keys)
+    assert list(got.items()) == list(want.items())

@@ -136,3 +136,56 @@ def test_many_members_as_arrays_gate_as_task_by_task(ndev, monkeypatch):
         new = arrays.ended(batch).tolist()
         assert new == one_by_one.ended(batch).tolist()
         running |= set(new)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_one_step_gate_as_step_gate(seed):
+    """Tasks all in one step: :func:`gate_of` gives the one-step rule, whose starts, end
+    after end, are the full gate's (everything at once, nothing after)."""
+    from reshard.planner.costing.stepgate import OneStep, gate_of
+
+    rng = random.Random(seed)
+    tasks = tuple(t.at_step(seed) for t in _random_tasks(rng, 200, 64))
+    fast, full = gate_of(tasks), StepGate(tasks)
+    assert isinstance(fast, OneStep)
+    started = fast.start()
+    assert started.dtype == np.int64
+    assert started.tolist() == full.start().tolist() == list(range(len(tasks)))
+    left = list(range(len(tasks)))
+    rng.shuffle(left)
+    while left:
+        batch = np.array(sorted(left[:rng.randint(1, 40)]), dtype=np.int64)
+        left = left[len(batch):]
+        assert fast.ended(batch).tolist() == full.ended(batch).tolist() == []
+
+
+def test_gate_of_keeps_the_full_gate_for_many_steps_or_a_task_of_no_device():
+    from reshard.planner.costing.stepgate import gate_of
+
+    rng = random.Random(7)
+    tasks = tuple(t.at_step(0) for t in _random_tasks(rng, 20, 64))
+    assert isinstance(gate_of((*tasks[:-1], tasks[-1].at_step(1))), StepGate)
+    nobody = Task(TaskKind.COPY, 0, ((0, 4),), -1, (), 16, step=0)
+    assert isinstance(gate_of((*tasks, nobody)), StepGate)
+    assert isinstance(gate_of(()), StepGate)  # an empty plan: the full gate (no tasks)
+
+
+def test_one_step_plans_simulate_as_with_the_full_gate(monkeypatch):
+    """A plan whose tasks are all in one step simulates to the same starts, ends and
+    time with the one-step rule as with :class:`StepGate`."""
+    from reshard.planner.costing import fluid
+
+    c = Cluster.preset("dgx-h100", 4)
+    a = reshard.DeviceMesh((2, 8), range(16))
+    b = reshard.DeviceMesh((2, 8), range(16, 32))
+    for src, dst, strategy in (("S0R", "RS0", "broadcast"), ("S01R", "RR", "allgather"),
+                               ("S0R", "RR", "broadcast")):
+        p = reshard.plan((4096, 1024), "bfloat16", reshard.Layout(a, src),
+                         reshard.Layout(b, dst), cluster=c, strategy=strategy)
+        tasks = tuple(t.at_step(0) for t in p.tasks)
+        fresh = ReshardPlan(p.tensors, tasks, p.strategy, c)
+        fast = fluid.simulate(fresh)
+        with monkeypatch.context() as m:
+            m.setattr(fluid, "gate_of", StepGate)
+            full = fluid.simulate(ReshardPlan(p.tensors, tasks, p.strategy, c))
+        assert fast == full
