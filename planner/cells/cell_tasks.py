@@ -24,17 +24,53 @@ RunPlanner = Callable[[CellRun, Loads], list[list[Task]]]
 it in turn (:data:`RUN_PLANNERS`)."""
 
 
+TASK_FIELDS = ("kind", "tensor", "box", "root", "receivers", "nbytes", "step", "source",
+               "pieces", "through", "parents", "addends", "addend_parents")
+""":class:`~reshard.planner.values.tasks.Task`'s fields in order, as :func:`new_task`
+sets them (a test holds them to the dataclass's)."""
+
+_new = object.__new__
+(_set_kind, _set_tensor, _set_box, _set_root, _set_receivers, _set_nbytes, _set_step,
+ _set_source, _set_pieces, _set_through, _set_parents, _set_addends,
+ _set_addend_parents) = (getattr(Task, name).__set__ for name in TASK_FIELDS)
+
+
+def new_task(kind: TaskKind, tensor: int, box: Box, root: int, receivers: tuple[int, ...],
+             nbytes: int, step: int, *, through: tuple[int, ...] = (),
+             source: Buffer = Buffer.SRC, pieces: tuple[Box, ...] = ()) -> Task:
+    """``Task(kind, tensor, box, root, receivers, nbytes, step, source=source,
+    pieces=pieces, through=through)`` without the frozen dataclass's ``__init__`` (an
+    ``object.__setattr__`` call per field, about half of building a task, of which a
+    cold estimate builds thousands per cell planner): every slot set by its descriptor,
+    in the fields' order, to the same values and the same defaults."""
+    t = _new(Task)
+    _set_kind(t, kind)
+    _set_tensor(t, tensor)
+    _set_box(t, box)
+    _set_root(t, root)
+    _set_receivers(t, receivers)
+    _set_nbytes(t, nbytes)
+    _set_step(t, step)
+    _set_source(t, source)
+    _set_pieces(t, pieces)
+    _set_through(t, through)
+    _set_parents(t, ())
+    _set_addends(t, ())
+    _set_addend_parents(t, ())
+    return t
+
+
 def _copies(cell: Cell, tensor: int, nbytes: int, step: int) -> list[Task]:
     if cell.needers.isdisjoint(cell.holders):
         return []
-    return [Task(TaskKind.COPY, tensor, cell.box, d, (d,), nbytes, step)
+    return [new_task(TaskKind.COPY, tensor, cell.box, d, (d,), nbytes, step)
             for d in sorted(cell.needers & cell.holders)]
 
 
 def _send(cell_box: Box, tensor: int, root: int, receiver: int, nbytes: int,
           loads: Loads, step: int) -> Task:
     loads.charge(root, (receiver,), nbytes)
-    return Task(TaskKind.SEND, tensor, cell_box, root, (receiver,), nbytes, step)
+    return new_task(TaskKind.SEND, tensor, cell_box, root, (receiver,), nbytes, step)
 
 
 def plan_send_recv(cell: Cell, tensor: int, itemsize: int, loads: Loads,
@@ -61,19 +97,19 @@ def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads,
         (root,), (r,) = holders, receivers
         chain, through = loads.send(root, r, nbytes)
         kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
-        tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, step, through=through))
+        tasks.append(new_task(kind, tensor, cell.box, root, chain, nbytes, step, through=through))
         return tasks
     if len(holders) == 1:
         (root,) = holders
         if quick := _one_host_chain(loads, root, receivers, nbytes):
-            tasks.append(Task(TaskKind.BROADCAST, tensor, cell.box, root, quick, nbytes, step))
+            tasks.append(new_task(TaskKind.BROADCAST, tensor, cell.box, root, quick, nbytes, step))
             return tasks
     else:
         root = loads.pick_root(holders, set(map(loads.host, receivers)), nbytes)
     chain, through = loads.relay_chain(root, receivers, nbytes)
     loads.charge(root, chain, nbytes)
     kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
-    tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, step, through=through))
+    tasks.append(new_task(kind, tensor, cell.box, root, chain, nbytes, step, through=through))
     return tasks
 
 
@@ -92,8 +128,8 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
             nbytes = cell.size * itemsize
             chain = _one_host_chain(loads, root, cell.needers, nbytes)
             if chain:
-                out.append([Task(TaskKind.BROADCAST, tensor, cell.box, root, chain, nbytes,
-                                 step)])
+                out.append([new_task(TaskKind.BROADCAST, tensor, cell.box, root, chain,
+                                     nbytes, step)])
                 continue
         out.append(plan_broadcast(cell, tensor, itemsize, loads, step))
     return out
@@ -226,47 +262,93 @@ def _remote_sends(cell: Cell, loads: Loads) -> Callable[[int, int], int]:
     return send
 
 
-def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads,
-                   step: int = 0) -> list[Task]:
-    """Each needer host receives the cell once, split over its needers, who then
-    all-gather it inside the host (at the step after). A host that holds the cell
-    broadcasts it locally."""
-    nbytes = box_size(cell.box) * itemsize
-    tasks = _copies(cell, tensor, nbytes, step)
-    host = loads.host
+_Hosts = tuple[tuple[int, ...], tuple[tuple[int, tuple[int, ...], list[int] | None], ...]]
+"""A cell's devices as :func:`plan_allgather` reads them: the needers that hold it (in
+id order, each a copy), then each other needer's host in host order with its needers
+(in id order) and its holders (None where it holds none)."""
+
+
+def _hosts(cell: Cell, host: Callable[[int], int]) -> _Hosts:
+    """:data:`_Hosts` of ``cell`` (it reads the cell's holders and needers alone)."""
     by_host: dict[int, list[int]] = {}
     for n in sorted(cell.needers - cell.holders):
         by_host.setdefault(host(n), []).append(n)
     held_on: dict[int, list[int]] = {}  # each host's holders, in the holders' order
     for d in cell.holders:
         held_on.setdefault(host(d), []).append(d)
+    copies = () if cell.needers.isdisjoint(cell.holders) else \
+        tuple(sorted(cell.needers & cell.holders))
+    return copies, tuple((h, tuple(members), held_on.get(h))
+                         for h, members in sorted(by_host.items()))
+
+
+def plan_allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads,
+                   step: int = 0) -> list[Task]:
+    """Each needer host receives the cell once, split over its needers, who then
+    all-gather it inside the host (at the step after). A host that holds the cell
+    broadcasts it locally."""
+    return _allgather(cell, tensor, itemsize, loads, step, _hosts(cell, loads.host), None)
+
+
+def plan_allgathers(run: CellRun, loads: Loads) -> list[list[Task]]:
+    """:func:`plan_allgather` of each cell of ``run`` in turn, each distinct (holders,
+    needers) pair's hosts (:func:`_hosts`) and remote senders (:func:`_remote_sends`)
+    found once: they read only those sets (and ``loads``' tables, the same objects
+    throughout), and every choice among the holders is by a key that ends in the
+    device's id, so the holders' iteration order decides nothing."""
+    memo: dict[tuple[frozenset[int], frozenset[int]],
+               tuple[_Hosts, list[Callable[[int, int], int]]]] = {}
+    host = loads.host
+    out: list[list[Task]] = []
+    for cell, tensor, itemsize, step in run:
+        key = (cell.holders, cell.needers)
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = (_hosts(cell, host), [])
+        out.append(_allgather(cell, tensor, itemsize, loads, step, got[0], got[1]))
+    return out
+
+
+def _allgather(cell: Cell, tensor: int, itemsize: int, loads: Loads, step: int,
+               hosts: _Hosts, senders: list[Callable[[int, int], int]] | None
+               ) -> list[Task]:
+    """:func:`plan_allgather` of ``cell`` from its :data:`_Hosts`; ``senders``: where
+    its :func:`_remote_sends` is kept for the next cell of the same holders (None:
+    not kept)."""
+    nbytes = box_size(cell.box) * itemsize
+    box = cell.box
+    copies, groups = hosts
+    tasks = [new_task(TaskKind.COPY, tensor, box, d, (d,), nbytes, step) for d in copies]
     # the box's pieces and their bytes, per count (hosts repeat it)
     split: dict[int, tuple[tuple[Box, ...], list[int]]] = {}
     sent: Callable[[int, int], int] | None = None
-    for h, members in sorted(by_host.items()):
-        local = held_on.get(h)
+    for h, members, local in groups:
         if local or len(members) == 1:
             root = loads.pick_root(local or cell.holders, {h}, nbytes)
-            chain = tuple(members)
-            loads.charge(root, chain, nbytes)
-            kind = TaskKind.SEND if len(chain) == 1 else TaskKind.BROADCAST
-            tasks.append(Task(kind, tensor, cell.box, root, chain, nbytes, step))
+            loads.charge(root, members, nbytes)
+            kind = TaskKind.SEND if len(members) == 1 else TaskKind.BROADCAST
+            tasks.append(new_task(kind, tensor, box, root, members, nbytes, step))
             continue
         got = split.get(len(members))
         if got is None:
-            pieces = split_box(cell.box, len(members))
+            pieces = split_box(box, len(members))
             got = split[len(members)] = (pieces, [box_size(p) * itemsize for p in pieces])
         pieces, sizes = got
         if sent is None:
-            sent = _remote_sends(cell, loads)
+            if senders:
+                sent = senders[0]
+            else:
+                sent = _remote_sends(cell, loads)
+                if senders is not None:
+                    senders.append(sent)
         for m, piece, pbytes in zip(members, pieces, sizes):
             if pbytes:
-                tasks.append(Task(TaskKind.SEND, tensor, piece, sent(m, pbytes), (m,),
+                tasks.append(new_task(TaskKind.SEND, tensor, piece, sent(m, pbytes), (m,),
                                   pbytes, step))
         share = nbytes * (len(members) - 1) / len(members)
         for m in members:
             loads.dev_in[m] += share
-        tasks.append(Task(TaskKind.ALLGATHER, tensor, cell.box, -1, tuple(members), nbytes,
+        tasks.append(new_task(TaskKind.ALLGATHER, tensor, box, -1, members, nbytes,
                           step + 1, source=Buffer.DST, pieces=pieces))
     return tasks
 
@@ -277,6 +359,7 @@ CELL_PLANNERS: dict[Strategy, CellPlanner] = {
     Strategy.BROADCAST: plan_broadcast,
 }
 
-RUN_PLANNERS: dict[CellPlanner, RunPlanner] = {plan_broadcast: plan_broadcasts}
+RUN_PLANNERS: dict[CellPlanner, RunPlanner] = {plan_broadcast: plan_broadcasts,
+                                                plan_allgather: plan_allgathers}
 """The strategies' planners of runs of cells where one is quicker than each cell's
 planner in turn (the same tasks and loads)."""
