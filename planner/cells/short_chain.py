@@ -58,9 +58,14 @@ def remote_chain(loads: Loads, root: int, group: list[int]
         g = by_host[h]
         segments.append(entered(g, nic_in, nic_out, nic, k < last) if len(g) > 1 else g)
     chain = tuple([d for seg in segments[1:] for d in seg])
-    if any(may(NIC_OUT, a[-1]) for a in segments[:-1]) or \
-            any(may(NIC_IN, b[0]) for b in segments[1:]):
-        return chain, None
+    # each segment's last but the last's, then each one's first but the root's: the
+    # walk's questions in its order, the first yes ending them (as ``any`` would)
+    for k in range(last + 1):
+        if may(NIC_OUT, segments[k][-1]):
+            return chain, None
+    for k in range(1, last + 2):
+        if may(NIC_IN, segments[k][0]):
+            return chain, None
     return chain, idlest_last(segments, nic_out, nic)
 
 
