@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import struct
 from collections.abc import Callable, Sequence, Sized
 
 import numpy as np
@@ -166,14 +167,14 @@ def relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
     in its host), found once in ``memo``, numbered back."""
     devices = step[0]
     ds = _devices_row(task)
-    hosts, place = np.divmod(ds, devices)
+    hosts = ds // devices
     # the hosts in the order first named, run by run (devices come host by host)
     runs = hosts[np.flatnonzero(hosts[1:] != hosts[:-1]) + 1].tolist()
     order = np.array(list(dict.fromkeys([int(hosts[0]), *runs])), dtype=np.int64)
     number = np.full(int(order.max()) + 1, -1, dtype=np.int64)
     number[order] = np.arange(len(order))  # each host's rank (distinct hosts: exact)
     form = ("hosts", key[0], len(task.receivers), len(task.parents), len(task.addends),
-            (number[hosts] * devices + place).tobytes(), *key[6:])
+            _renumbered(ds, hosts, number, devices).tobytes(), *key[6:])
     got = memo.get(form)
     if got is None:
         path, lat = find()
@@ -188,18 +189,24 @@ def relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
     return Path.of_codes(base + order[ranked] * span), lat
 
 
+def _renumbered(ds: np.ndarray, hosts: np.ndarray, number: np.ndarray,
+                devices: int) -> np.ndarray:
+    """Devices ``ds`` (of ``hosts``, ``devices`` a host) each moved to host
+    ``number[host]`` at its place there: ``number[host] * devices + place`` as
+    ``ds + (number[host] - host) * devices`` (one gather and one sum; the same
+    integers)."""
+    return ds + ((number - np.arange(len(number))) * devices)[hosts]
+
+
 def _devices_row(task: Task) -> np.ndarray:
-    """``task``'s root, receivers, parents, addends and addend parents in one array (each
-    tuple read by its own ``np.fromiter``: half the time of one over their chain)."""
-    parts = (task.receivers, task.parents, task.addends, task.addend_parents)
-    out = np.empty(1 + sum(map(len, parts)), dtype=np.int64)
-    out[0] = task.root
-    at = 1
-    for part in parts:
-        if part:
-            out[at:at + len(part)] = np.fromiter(part, dtype=np.int64, count=len(part))
-            at += len(part)
-    return out
+    """``task``'s root, receivers, parents, addends and addend parents in one array
+    (packed as 8-byte integers by one ``struct`` call and read as one: the same numbers
+    in less than half the time of a ``np.fromiter`` per role)."""
+    n = 1 + len(task.receivers) + len(task.parents) + len(task.addends) + \
+        len(task.addend_parents)
+    packed = struct.pack(f"{n}q", task.root, *task.receivers, *task.parents,
+                         *task.addends, *task.addend_parents)
+    return np.frombuffer(packed, dtype=np.int64)
 
 
 def _code_hosts(codes: np.ndarray, step: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:

@@ -102,3 +102,24 @@ def test_devices_row_is_every_role_in_order():
         want = np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64)
         got = _devices_row(t)
         assert got.dtype == want.dtype and got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_renumbered_row_is_rank_times_devices_plus_place(seed):
+    """``relabeled``'s form row (one gather and one sum) equals each device's host's
+    rank times the devices a host plus its place there (``divmod``), for devices
+    numbered from 0 and from far on, hosts named in any order and some not named."""
+    import numpy as np
+
+    from reshard.planner.costing.route_forms import _renumbered
+
+    rng = np.random.default_rng(seed)
+    devices = int(rng.choice([1, 4, 8, 6]))
+    ds = rng.integers(0, 300, size=int(rng.integers(1, 400))) + int(rng.choice([0, 4096]))
+    hosts, place = np.divmod(ds, devices)
+    named = rng.permutation(np.unique(hosts))
+    number = np.full(int(hosts.max()) + 1, -1, dtype=np.int64)
+    number[named] = np.arange(len(named))
+    got = _renumbered(ds, hosts, number, devices)
+    want = number[hosts] * devices + place
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()
