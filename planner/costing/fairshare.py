@@ -283,7 +283,8 @@ class FairShare:
             task, res, frac = self.task, self.res, self.frac
         else:
             mine = ranges(self.task_at[which], self.task_at[which + 1])
-            task, res, frac = self.task[mine], self.res[mine], self.frac[mine]
+            task, res = self.task[mine], self.res[mine]
+            frac = self.frac if self.whole else self.frac[mine]  # read only if not whole
         out = []
         for rate in rates:
             # a transfer's finite rate (else 0) on each of its edges: the same as the
