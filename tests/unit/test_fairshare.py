@@ -324,3 +324,18 @@ def test_loads_bit_for_bit_as_each_edge_s_rate(whole, seed):
             want = np.bincount(fs.res[mine], weights=fs.frac[mine] * np.where(
                 np.isfinite(on), on, 0.0), minlength=len(fs.resources))
             assert g.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_carried_bytes_bit_for_bit_as_fraction_times_bytes(whole):
+    """A simulation's bytes carried per resource skip the product by fractions that are
+    all 1.0: the same bits as each edge's fraction times its transfer's bytes."""
+    rng = np.random.default_rng(7)
+    paths = [[(("nic_out", i % 4), 1.0 if whole or i % 3 else 0.3 + i / 97),
+              (("dev_in", i % 5), 1.0)] for i in range(40)]
+    fs = FairShare(paths, CLUSTER)
+    assert fs.whole is whole
+    nbytes = rng.integers(1, 1 << 40, size=fs.n).astype(np.float64) / 3
+    want = np.bincount(fs.res, weights=fs.frac * nbytes[fs.task],
+                       minlength=len(fs.resources))
+    assert fluid._carried(fs, nbytes).tobytes() == want.tobytes()
