@@ -70,9 +70,16 @@ MIN_FANOUT = 3
 may pay (fewer: the star is the chain)."""
 
 
-Segments = dict[int, tuple[Task, list[list[int]]]]
+ChainForm = tuple[tuple[int, ...],
+                  tuple[()] | tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
+"""A long chain's devices (root first) and what of it decides its trees
+(:func:`_trees_by_form`: its segments' lengths, its hosts in the order entered, its
+relay-only places; empty where a device comes twice)."""
+
+Segments = dict[int, tuple[Task, list[list[int]]] | tuple[Task, list[list[int]], ChainForm]]
 """Tasks' host segments (:func:`_segments`) by the task's id, each with its task (kept
-alive, so the id is not reused): the tree forms of one plan cut each chain once."""
+alive, so the id is not reused) and, once found, its chain's form
+(:func:`_chain_form`): the tree forms of one plan cut each chain once."""
 
 
 def _segments(task: Task, host: Callable[[int], int],
@@ -267,25 +274,42 @@ def _trees_by_form(task: Task, host: Callable[[int], int], intra: Intra, shape: 
     (equal or not, in :func:`_segments` and as its hosts' keys) and which are relays,
     and lays out its trees from their places in the chain and in its host order: the
     chain renumbered by a bijection that keeps hosts apart gives its trees renumbered."""
-    chain = (task.root, *task.receivers)
-    if len(set(chain)) < len(chain):  # a device twice: no bijection
+    chain, shaped = _chain_form(task, host, memo)
+    if not shaped:  # a device twice: no bijection
         return _trees_of(task, host, intra, shape, memo)
-    segs = _segments(task, host, memo)
-    entered = _hosts([seg[0] for seg in segs], host).tolist()
-    number = {h: i for i, h in enumerate(dict.fromkeys(entered))}  # in order entered
-    hosts = tuple(map(number.__getitem__, entered))
-    lengths = tuple(map(len, segs))
-    through = frozenset(task.through)
-    relays = tuple(i for i, d in enumerate(chain) if d in through) if through else ()
-    form = (intra, shape, lengths, hosts, relays)
+    form = (intra, shape, *shaped)
     got = forms.get(form)
     if got is None:
+        lengths, hosts, relays = shaped
         placed = np.repeat(np.array(hosts, dtype=np.int64), lengths)  # each place's host
         plain = Task(task.kind, task.tensor, task.box, 0, tuple(range(1, len(chain))),
                      task.nbytes, through=relays)
         got = forms[form] = [(_picker(p), _picker(r), _picker(k))
                              for p, r, k in _trees_of(plain, placed.item, intra, shape, None)]
     return [(p(chain), r(chain), k(chain)) for p, r, k in got]
+
+
+def _chain_form(task: Task, host: Callable[[int], int], memo: Segments | None
+                ) -> ChainForm:
+    """``task``'s chain and its form (:data:`ChainForm`), found once per task where
+    ``memo`` is given (kept beside its segments: every tree form of a plan reads it)."""
+    got = None if memo is None else memo.get(id(task))
+    if got is not None and len(got) == 3 and got[0] is task:
+        return got[2]  # the form, found before
+    chain = (task.root, *task.receivers)
+    if len(set(chain)) < len(chain):  # a device twice: no bijection
+        found: ChainForm = (chain, ())
+    else:
+        segs = _segments(task, host, memo)
+        entered = _hosts([seg[0] for seg in segs], host).tolist()
+        number = {h: i for i, h in enumerate(dict.fromkeys(entered))}  # in order entered
+        through = frozenset(task.through)
+        relays = tuple(i for i, d in enumerate(chain) if d in through) if through else ()
+        found = (chain, (tuple(map(len, segs)), tuple(map(number.__getitem__, entered)),
+                         relays))
+    if memo is not None:
+        memo[id(task)] = (task, _segments(task, host, memo), found)
+    return found
 
 
 def _picker(places: Sequence[int]) -> Callable[[Sequence[int]], tuple[int, ...]]:

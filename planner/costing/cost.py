@@ -29,7 +29,13 @@ from reshard.planner.costing.casts import conversion_seconds
 from reshard.planner.costing.fairshare import Path, path_arrays
 from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.hop_batch import batch_routes, edge_lists
-from reshard.planner.costing.route_forms import FormMemo, relabeled, shifted, shifted_many
+from reshard.planner.costing.route_forms import (
+    ChainMemo,
+    FormMemo,
+    relabeled,
+    shifted,
+    shifted_many,
+)
 from reshard.planner.costing.step_floor import stepped_floor
 from reshard.planner.schedule.coalesce import followers
 from reshard.planner.values.plan_view import PlanView, Route
@@ -65,6 +71,14 @@ class Hops(dict[tuple[int, int], Hop]):
     cluster: Cluster | None = None
     step: tuple[tuple[int, int] | None] | None = None  # host_step, found once (in a 1-tuple)
     memo: FormMemo | None = None  # routes by form (forms())
+    chain_memo: ChainMemo | None = None  # chains' host ranks (chains())
+
+    def chains(self) -> ChainMemo:
+        """Chains' host ranks (:func:`~reshard.planner.costing.route_forms.relabeled`),
+        kept with the hops so every plan of a call shares them."""
+        if self.chain_memo is None:
+            self.chain_memo = {}
+        return self.chain_memo
 
     def forms(self) -> FormMemo:
         """Routes by form on a regular cluster (:mod:`~reshard.planner.costing.
@@ -410,8 +424,9 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
         rides = i in riders
         got = known.get(key)
         if got is None and step is not None and t.kind in _SHIFTED and t.root >= 0:
-            form = shifted if len(t.receivers) < ARRAY_EDGES else relabeled
-            got = known[key] = form(t, key, step, _finder(t, cluster, hops), hops.forms())
+            got = known[key] = shifted(t, key, step, _finder(t, cluster, hops), hops.forms()) \
+                if len(t.receivers) < ARRAY_EDGES else \
+                relabeled(t, key, step, _finder(t, cluster, hops), hops.forms(), hops.chains())
         elif got is None:
             path, lat = task_path(t, cluster, hops, rides=rides)
             got = known[key] = (path if isinstance(path, Path) else Path(path), lat)

@@ -253,6 +253,8 @@ class FairShare:
             self.limited = np.bincount(self.task, minlength=self.n) > 0
         # demand below this is rounding (a resource whose transfers all froze)
         self.floor = 1e-12 * float(self.frac.max(initial=1.0))
+        # every edge carries its transfer's whole bytes (loads: 1.0 * x is x)
+        self.whole = bool((self.frac == 1.0).all())
 
     def _every(self, which: np.ndarray) -> bool:
         """Whether the transfers ``which`` are every transfer, in order (their edges
@@ -281,11 +283,14 @@ class FairShare:
             task, res, frac = self.task, self.res, self.frac
         else:
             mine = ranges(self.task_at[which], self.task_at[which + 1])
-            task, res, frac = self.task[mine], self.res[mine], self.frac[mine]
+            task, res = self.task[mine], self.res[mine]
+            frac = self.frac if self.whole else self.frac[mine]  # read only if not whole
         out = []
         for rate in rates:
-            r = rate[task]
-            out.append(np.bincount(res, weights=frac * np.where(np.isfinite(r), r, 0.0),
+            # a transfer's finite rate (else 0) on each of its edges: the same as the
+            # rate on each edge, finite or 0, with one pass over the transfers
+            r = np.where(np.isfinite(rate), rate, 0.0)[task]
+            out.append(np.bincount(res, weights=r if self.whole else frac * r,
                                    minlength=len(self.resources)))
         return out
 

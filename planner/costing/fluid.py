@@ -94,6 +94,15 @@ def simulate_arrays(flows: FairShare, nbytes: np.ndarray, gate: StepGate | OneSt
     return got
 
 
+def _carried(flows: FairShare, nbytes: np.ndarray) -> np.ndarray:
+    """Bytes each resource of ``flows`` carries over the run: each edge's share of its
+    transfer's ``nbytes`` (no product where every fraction is 1.0: ``1.0 * x`` is
+    ``x``)."""
+    on = nbytes[flows.task]
+    return np.bincount(flows.res, weights=on if flows.whole else flows.frac * on,
+                       minlength=len(flows.resources))
+
+
 class _Fluid:
     """One simulation's state: per task its times, bytes left and rate; the fair
     shares last filled and what happened since."""
@@ -103,8 +112,7 @@ class _Fluid:
         self.n = n = len(nbytes)
         self.flows = flows
         self.nbytes = nbytes
-        self.carried = np.bincount(flows.res, weights=flows.frac * self.nbytes[flows.task],
-                                   minlength=len(flows.resources))
+        self.carried = _carried(flows, nbytes)
         self.gate = gate
         self.lat = lat
         self.starts = np.zeros(n)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import struct
 from collections.abc import Callable, Sequence, Sized
 
 import numpy as np
@@ -158,22 +159,25 @@ def _shift_group(tasks: list[Task], keys: list[tuple[object, ...]], step: tuple[
     return out  # type: ignore[return-value]  # every task's filled in
 
 
+ChainMemo = dict[tuple[object, ...], tuple[bytes, np.ndarray, np.ndarray, np.ndarray]]
+"""Per root and receivers (:func:`relabeled`): their form row's bytes, their hosts in
+the order first named, each host's rank (-1: not named) and what each host's devices
+move by to their renumbered host."""
+
+
 def relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
-              find: Callable[[], Route], memo: FormMemo) -> Route:
+              find: Callable[[], Route], memo: FormMemo,
+              chains: ChainMemo | None = None) -> Route:
     """``task``'s route (``key``: its route key, ``find``: its search) on a regular
     cluster (``step``: devices and NICs a host): the route of the task with its hosts
     renumbered in the order its devices first name them (each device keeping its place
-    in its host), found once in ``memo``, numbered back."""
+    in its host), found once in ``memo``, numbered back. ``chains``: the root and
+    receivers' part of that renumbering already found (filled in; tasks of one chain
+    in other trees share it)."""
     devices = step[0]
-    ds = _devices_row(task)
-    hosts, place = np.divmod(ds, devices)
-    # the hosts in the order first named, run by run (devices come host by host)
-    runs = hosts[np.flatnonzero(hosts[1:] != hosts[:-1]) + 1].tolist()
-    order = np.array(list(dict.fromkeys([int(hosts[0]), *runs])), dtype=np.int64)
-    number = np.full(int(order.max()) + 1, -1, dtype=np.int64)
-    number[order] = np.arange(len(order))  # each host's rank (distinct hosts: exact)
+    row, order, number = _host_ranks(task, devices, chains)
     form = ("hosts", key[0], len(task.receivers), len(task.parents), len(task.addends),
-            (number[hosts] * devices + place).tobytes(), *key[6:])
+            row, *key[6:])
     got = memo.get(form)
     if got is None:
         path, lat = find()
@@ -188,18 +192,67 @@ def relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
     return Path.of_codes(base + order[ranked] * span), lat
 
 
-def _devices_row(task: Task) -> np.ndarray:
-    """``task``'s root, receivers, parents, addends and addend parents in one array (each
-    tuple read by its own ``np.fromiter``: half the time of one over their chain)."""
-    parts = (task.receivers, task.parents, task.addends, task.addend_parents)
-    out = np.empty(1 + sum(map(len, parts)), dtype=np.int64)
-    out[0] = task.root
-    at = 1
-    for part in parts:
-        if part:
-            out[at:at + len(part)] = np.fromiter(part, dtype=np.int64, count=len(part))
-            at += len(part)
-    return out
+def _host_ranks(task: Task, devices: int, chains: ChainMemo | None
+                ) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """:func:`relabeled`'s form row of ``task`` (as bytes), its hosts in the order
+    first named and each host's rank. A task whose only other role is its parents, each
+    in a host its root or receivers name, ranks its hosts as they do (the parents come
+    after them and name no new host): the root and receivers' part is read from
+    ``chains`` (found there once), the parents' row put after it."""
+    if chains is None or task.addends or task.addend_parents:
+        return _ranked_row(_devices_row(task), devices)[:3]
+    head_key = (task.root, task.receivers)
+    head = chains.get(head_key)
+    if head is None:
+        head = chains[head_key] = _ranked_row(_devices_row(task, heads_only=True), devices)
+    row, order, number, move = head
+    if not task.parents:
+        return row, order, number
+    parents = _int_row(task.parents)
+    hosts = parents // devices
+    if int(hosts.min()) < 0 or int(hosts.max()) >= len(number) or \
+            bool((number[hosts] < 0).any()):  # a parent in a host not named before
+        return _ranked_row(_devices_row(task), devices)[:3]
+    return row + (parents + move[hosts]).tobytes(), order, number
+
+
+def _ranked_row(ds: np.ndarray, devices: int
+                ) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
+    """Devices ``ds`` (``devices`` a host) renumbered by host in the order first named
+    (as bytes), those hosts in that order, each host's rank (-1: not named) and what
+    each host's devices move by (:func:`_renumbered`)."""
+    hosts = ds // devices
+    # the hosts in the order first named, run by run (devices come host by host)
+    runs = hosts[np.flatnonzero(hosts[1:] != hosts[:-1]) + 1].tolist()
+    order = np.array(list(dict.fromkeys([int(hosts[0]), *runs])), dtype=np.int64)
+    number = np.full(int(order.max()) + 1, -1, dtype=np.int64)
+    number[order] = np.arange(len(order))  # each host's rank (distinct hosts: exact)
+    move = _moves(number, devices)
+    return (ds + move[hosts]).tobytes(), order, number, move
+
+
+def _moves(number: np.ndarray, devices: int) -> np.ndarray:
+    """What a device of each host moves by to host ``number[host]`` at its place there
+    (``devices`` a host): ``number[host] * devices + place`` as
+    ``device + (number[host] - host) * devices`` (the same integers)."""
+    return (number - np.arange(len(number))) * devices
+
+
+def _devices_row(task: Task, heads_only: bool = False) -> np.ndarray:
+    """``task``'s root, receivers, parents, addends and addend parents in one array
+    (``heads_only``: its root and receivers), packed as 8-byte integers by one
+    ``struct`` call and read as one: the same numbers in less than half the time of a
+    ``np.fromiter`` per role."""
+    if heads_only:
+        return _int_row((task.root, *task.receivers))
+    return _int_row((task.root, *task.receivers, *task.parents, *task.addends,
+                     *task.addend_parents))
+
+
+def _int_row(values: tuple[int, ...]) -> np.ndarray:
+    """``values`` as an array of 8-byte integers (packed by ``struct``: the same
+    numbers)."""
+    return np.frombuffer(struct.pack(f"{len(values)}q", *values), dtype=np.int64)
 
 
 def _code_hosts(codes: np.ndarray, step: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -216,4 +269,4 @@ def _spans(codes: np.ndarray, step: tuple[int, int]) -> np.ndarray:
     return np.where(codes % 8 <= KIND_CODE[NIC_IN], 8 * nics, 8 * devices)
 
 
-__all__ = ["FormMemo", "relabeled", "shifted", "shifted_many"]
+__all__ = ["ChainMemo", "FormMemo", "relabeled", "shifted", "shifted_many"]

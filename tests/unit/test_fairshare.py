@@ -295,3 +295,47 @@ def test_first_round_swept_as_sorted_bit_for_bit(case):
         want = FairShare(paths, CLUSTER).fill(flowing)
     assert got.rate.tobytes() == want.rate.tobytes()
     assert got.level.tobytes() == want.level.tobytes()
+
+
+@pytest.mark.parametrize("whole", [True, False])
+@pytest.mark.parametrize("seed", range(3))
+def test_loads_bit_for_bit_as_each_edge_s_rate(whole, seed):
+    """Loads take each transfer's finite rate (else 0) once, then onto its edges, and
+    skip the product by fractions that are all 1.0: the same bits as each edge's rate,
+    finite or 0, times its fraction (rates inf, nan, -0.0, tiny; every transfer and
+    some; paths of whole bytes and of fractions)."""
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i in range(60):
+        hops = [(("nic_out", int(rng.integers(4))), 1.0), (("dev_in", i % 7), 1.0)]
+        if not whole and i % 5 == 0:
+            hops[0] = (hops[0][0], 0.375 + (i % 3) / 8)
+        paths.append(hops)
+    fs = FairShare(paths, CLUSTER)
+    assert fs.whole is whole
+    rate = rng.choice([0.0, -0.0, 1.5e9, 3e8 / 7, np.inf, np.nan, 5e-324, 2.5],
+                      size=fs.n)
+    for which in (np.arange(fs.n), np.flatnonzero(rng.random(fs.n) < 0.5)):
+        got = fs.loads(which, rate, rate / 3)
+        mine = np.concatenate([np.arange(fs.task_at[t], fs.task_at[t + 1]) for t in which]
+                              ).astype(np.int64)
+        for r, g in zip((rate, rate / 3), got, strict=True):
+            on = r[fs.task[mine]]
+            want = np.bincount(fs.res[mine], weights=fs.frac[mine] * np.where(
+                np.isfinite(on), on, 0.0), minlength=len(fs.resources))
+            assert g.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_carried_bytes_bit_for_bit_as_fraction_times_bytes(whole):
+    """A simulation's bytes carried per resource skip the product by fractions that are
+    all 1.0: the same bits as each edge's fraction times its transfer's bytes."""
+    rng = np.random.default_rng(7)
+    paths = [[(("nic_out", i % 4), 1.0 if whole or i % 3 else 0.3 + i / 97),
+              (("dev_in", i % 5), 1.0)] for i in range(40)]
+    fs = FairShare(paths, CLUSTER)
+    assert fs.whole is whole
+    nbytes = rng.integers(1, 1 << 40, size=fs.n).astype(np.float64) / 3
+    want = np.bincount(fs.res, weights=fs.frac * nbytes[fs.task],
+                       minlength=len(fs.resources))
+    assert fluid._carried(fs, nbytes).tobytes() == want.tobytes()

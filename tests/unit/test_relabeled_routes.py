@@ -58,9 +58,9 @@ def test_relabeled_routes_are_each_task_s_own(name, seed, monkeypatch):
     real = cost.relabeled
 
     def spy(*args):
-        before = len(args[-1])
+        before = len(args[4])  # the memo of forms
         got = real(*args)
-        shared.append(len(args[-1]) == before)  # nothing new in the memo: a twin's
+        shared.append(len(args[4]) == before)  # nothing new in the memo: a twin's
         return got
 
     monkeypatch.setattr(cost, "relabeled", spy)
@@ -102,3 +102,61 @@ def test_devices_row_is_every_role_in_order():
         want = np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64)
         got = _devices_row(t)
         assert got.dtype == want.dtype and got.tolist() == want.tolist()
+
+
+def _old_form_row(task: Task, devices: int):
+    """The form row, hosts by rank and ranks as ``relabeled`` found them before
+    (``divmod``, every role read by ``np.fromiter``)."""
+    import itertools
+
+    import numpy as np
+
+    parts = ((task.root,), task.receivers, task.parents, task.addends, task.addend_parents)
+    ds = np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64)
+    hosts, place = np.divmod(ds, devices)
+    runs = hosts[np.flatnonzero(hosts[1:] != hosts[:-1]) + 1].tolist()
+    order = np.array(list(dict.fromkeys([int(hosts[0]), *runs])), dtype=np.int64)
+    number = np.full(int(order.max()) + 1, -1, dtype=np.int64)
+    number[order] = np.arange(len(order))
+    return (number[hosts] * devices + place).tobytes(), order, number
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_host_ranks_with_and_without_chains_as_before(seed):
+    """``relabeled``'s form row and host ranks, with the root and receivers' part read
+    from a memo of chains (trees of one chain sharing it) and without, equal those
+    found from the whole row by ``divmod``: parents in named hosts, parents in a host
+    the chain does not name (read whole), addends, devices numbered from far on."""
+    from reshard.planner.costing.route_forms import _host_ranks
+
+    rng = random.Random(seed)
+    devices = rng.choice([1, 4, 8, 6])
+    chains: dict = {}
+    for _ in range(30):
+        base = rng.choice([0, 4096])
+        picked = [base + d for d in rng.sample(range(200), rng.randint(2, 60))]
+        if rng.random() < 0.6:  # host by host
+            picked.sort(key=lambda d: (d // devices, rng.random()))
+        root, receivers = picked[0], tuple(picked[1:])
+        for _ in range(3):  # trees of one chain
+            parents: tuple[int, ...] = ()
+            addends: tuple[int, ...] = ()
+            if rng.random() < 0.7:
+                parents = tuple(rng.choice((root, *receivers[:j]))
+                                for j in range(len(receivers)))
+            named = {d // devices for d in picked}
+            free = [base + d for d in range(250) if (base + d) // devices not in named]
+            if parents and rng.random() < 0.3:  # a parent in a host not named
+                parents = (*parents[:-1], rng.choice(free))
+            if rng.random() < 0.15:
+                addends = (base + 300 + rng.randrange(50),)
+            t = Task(TaskKind.BROADCAST, 0, ((0, 8),), root, receivers, 16,
+                     parents=parents, addends=addends,
+                     addend_parents=(root,) * len(addends))
+            want_row, want_order, want_number = _old_form_row(t, devices)
+            for memo in (None, chains):
+                row, order, number = _host_ranks(t, devices, memo)
+                assert row == want_row
+                assert order.tolist() == want_order.tolist()
+                assert number.tolist() == want_number.tolist()
+    assert chains  # the memo was used

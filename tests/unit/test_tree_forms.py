@@ -75,3 +75,30 @@ def test_trees_by_form_are_the_chain_s_own(seed):
                 want = trees._trees_of(t, _host, intra, shape, None)
                 assert trees._trees_by_form(t, _host, intra, shape, None, forms) == want
             assert len(forms) <= 20  # each chain's copies found from its form
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_chain_forms_kept_with_segments_are_each_chain_s_own(seed):
+    """Every tree form of a plan reads a chain's form from the memo of segments (found
+    once per task, as ``treeify`` passes it from the stage search): each form's trees
+    still equal the chain's own, for chains that differ only in their relays, devices
+    met twice, and the form kept equals the one found without a memo."""
+    rng = random.Random(seed)
+    chains = []
+    for _ in range(6):
+        t = _chain(rng)
+        chains += [t, Task(t.kind, t.tensor, t.box, t.root, t.receivers, t.nbytes,
+                           through=t.receivers[1:-1:2])]
+    t = chains[0]
+    chains.append(Task(t.kind, t.tensor, t.box, t.root, (*t.receivers, t.receivers[3]),
+                       t.nbytes))  # a device twice: no form
+    memo: trees.Segments = {}
+    for shape in SHAPES:
+        for intra in Intra:
+            forms: trees.TreeForms = {}
+            for t in chains:
+                want = trees._trees_of(t, _host, intra, shape, None)
+                assert trees._trees_by_form(t, _host, intra, shape, memo, forms) == want
+    for t in chains:
+        assert len(memo[id(t)]) == 3  # its form kept beside its segments
+        assert memo[id(t)][2] == trees._chain_form(t, _host, None)
