@@ -95,6 +95,10 @@ class OrderKeys:
     def concat(cls, parts: Sequence[OrderKeys]) -> OrderKeys:
         """The rows of ``parts`` one after another (boxes padded to the widest)."""
         width = max((p.box.shape[1] for p in parts), default=0)
+        rows = [p for p in parts if len(p.seq)]
+        if len(rows) == 1 and rows[0].box.shape[1] == width and all(
+                getattr(rows[0], f.name).dtype == np.int64 for f in dataclasses.fields(cls)):
+            return rows[0]  # the others add no row: the same columns, not copied
         boxes = [np.pad(p.box, ((0, 0), (0, width - p.box.shape[1]))) for p in parts]
         cols = {f.name: np.concatenate([getattr(p, f.name) for p in parts])
                 for f in dataclasses.fields(cls) if f.name != "box"}

@@ -361,13 +361,15 @@ class WorkList:
         """Every task in the global order (see :class:`OrderKeys`); the point-to-point
         rows (sends) stay columns, in that order."""
         rows = np.flatnonzero(p_seq >= 0)
+        # every row: the columns themselves (the same values as taking every row)
+        take: np.ndarray | slice = slice(None) if len(rows) == len(p_seq) else rows
         nh = max(1, self.cluster.num_hosts)
-        root, recv = p2p.root[rows], p2p.recv[rows]
+        root, recv = p2p.root[take], p2p.recv[take]
         keys = OrderKeys.concat([
             OrderKeys.of_tasks(objects, obj_seq, self.cluster),
-            OrderKeys(p_step[rows], np.full(len(rows), PHASE[TaskKind.SEND], np.int64),
-                      (self._host[recv] - self._host[root]) % nh, p2p.nbytes[rows],
-                      p2p.tensor[rows], p2p.box[rows], root, p_seq[rows])])
+            OrderKeys(p_step[take], np.full(len(rows), PHASE[TaskKind.SEND], np.int64),
+                      (self._host[recv] - self._host[root]) % nh, p2p.nbytes[take],
+                      p2p.tensor[take], p2p.box[take], root, p_seq[take])])
         order = keys.order()
         n_obj = len(objects)
         is_obj = order < n_obj
