@@ -38,6 +38,9 @@ Splitter = Callable[[Cell, int], list[Cell]]
 BULK_FLUSH = 32
 """Below this many point-to-point slices, charge them one by one (numpy's fixed cost)."""
 
+EXACT = 2 ** 53
+"""Whole numbers below this add exactly in float64 (in any order)."""
+
 
 class WorkList:
     """The slices of one planning call (an accumulator local to that call).
@@ -202,9 +205,13 @@ class WorkList:
             self._expect(nbytes, ref, p2p)
         if relays and self.cluster.nics_per_host > 1 and len(p2p.root):
             ref = self._relayed(ref, p2p)
+        as_added = ref, nbytes
         order = np.argsort(-nbytes, kind="stable")  # largest first, ties as added
         ref, after, nbytes = ref[order], after[order], nbytes[order]
         general = np.flatnonzero(ref < 0).tolist()
+        if not general and int(nbytes.sum()) < EXACT:  # every sum exact in any order
+            self._charge(as_added[0], p2p, as_added[1])  # the rows as added: no gather
+            return _Planned(tuple(first), ref, after, general, [], [], [], p2p)
         refs, steps = ref[general].tolist(), after[general].tolist()
         tasks: list[list[Task]] = []
         done = 0
@@ -284,7 +291,7 @@ class WorkList:
         of bytes depend on the order; sums of whole bytes do not)."""
         loads = self.loads
         if (ref >= 0).all():
-            self._add_expected(p2p.root[ref], p2p.recv[ref], nbytes)
+            self._add_expected(*_ends(p2p, ref), nbytes)
             return
         if len(ref) >= EXPECT_RUN and (ref < 0).all() and \
                 expect_run(loads, [self.general[-1 - r][1] for r in ref.tolist()],
@@ -342,7 +349,7 @@ class WorkList:
         if not rows.size:
             return
         loads = self.loads
-        a, b = p2p.root[rows], p2p.recv[rows]
+        a, b = _ends(p2p, rows)
         if len(rows) < BULK_FLUSH:
             for r, s, nb in zip(a.tolist(), b.tolist(), nbytes.tolist()):
                 loads.charge(r, (s,), nb)
@@ -428,6 +435,14 @@ class _Demand:
         if loads.cluster.shared_bandwidth:
             loads.shared += shared
         loads.expected_changed()
+
+
+def _ends(p2p: _Columns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The roots and receivers of the point-to-point ``rows``: the columns themselves
+    where ``rows`` is every row in order (the same values, not gathered)."""
+    if len(rows) == len(p2p.root) and bool((rows == np.arange(len(rows))).all()):
+        return p2p.root, p2p.recv
+    return p2p.root[rows], p2p.recv[rows]
 
 
 def _point_to_point(table: CellTable) -> tuple[np.ndarray, np.ndarray]:
