@@ -17,6 +17,8 @@ what cell by cell asks)."""
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -41,15 +43,17 @@ def is_send(cell: Cell) -> bool:
 def ends(cells: Iterator[Cell]) -> Ends | None:
     """Each cell's holder and needer, where each has one holder and one needer that
     differ; else None."""
-    roots: list[int] = []
-    recvs: list[int] = []
+    holders: list[frozenset[int]] = []
+    needers: list[frozenset[int]] = []
     for cell in cells:
-        holders, needers = cell.holders, cell.needers
-        if len(holders) != 1 or len(needers) != 1 or holders == needers:
-            return None
-        (a,), (b,) = holders, needers
-        roots.append(a)
-        recvs.append(b)
+        holders.append(cell.holders)
+        needers.append(cell.needers)
+    if any(map((1).__ne__, map(len, holders))) or any(map((1).__ne__, map(len, needers))):
+        return None
+    roots = list(itertools.chain.from_iterable(holders))  # each set's one member
+    recvs = list(itertools.chain.from_iterable(needers))
+    if any(map(operator.eq, roots, recvs)):
+        return None
     return roots, recvs
 
 

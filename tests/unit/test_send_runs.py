@@ -90,6 +90,12 @@ def test_plan_sends_answers_uncrowded_runs_and_declines_fractions():
     assert _tables(b) == before
     mixed = [*run[:5], (Cell(((0, 1),), frozenset({1}), frozenset({2, 3})), 0, 2, 0)]
     assert send_runs.plan_sends(mixed, b) is None
+    cells = [c for c, _, _, _ in run[:5]]
+    assert send_runs.ends(iter(cells)) == ([next(iter(c.holders)) for c in cells],
+                                           [next(iter(c.needers)) for c in cells])
+    to_itself = Cell(((0, 1),), frozenset({4}), frozenset({4}))
+    assert send_runs.ends(iter([*cells, to_itself])) is None
+    assert send_runs.ends(iter([*cells, Cell(((0, 1),), frozenset(), frozenset({4}))])) is None
 
 
 @pytest.mark.parametrize("seed", range(4))
