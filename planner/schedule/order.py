@@ -27,6 +27,7 @@ no gain from concurrency (see :func:`reshard.planner.plan.plan_many`).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -116,10 +117,13 @@ class OrderKeys:
 def _boxes(tasks: Sequence[Task]) -> np.ndarray:
     """:attr:`OrderKeys.box` of ``tasks``: one row of starts and stops a task, dim by
     dim, zero-padded to the widest (at once where every box has the same dims)."""
-    ndims = {len(t.box) for t in tasks}
-    if len(ndims) == 1:
+    boxes = [t.box for t in tasks]
+    ndims = set(map(len, boxes))
+    if len(ndims) == 1:  # every (start, stop) in turn, read flat
         (ndim,) = ndims
-        return np.array([t.box for t in tasks], dtype=np.int64).reshape(len(tasks), 2 * ndim)
+        bounds = itertools.chain.from_iterable(itertools.chain.from_iterable(boxes))
+        return np.fromiter(bounds, dtype=np.int64, count=2 * ndim * len(boxes)
+                           ).reshape(len(boxes), 2 * ndim)
     box = np.zeros((len(tasks), 2 * max(ndims, default=0)), dtype=np.int64)
     for i, t in enumerate(tasks):
         flat = [v for pair in t.box for v in pair]
