@@ -209,8 +209,10 @@ class WorkList:
         order = np.argsort(-nbytes, kind="stable")  # largest first, ties as added
         ref, after, nbytes = ref[order], after[order], nbytes[order]
         general = np.flatnonzero(ref < 0).tolist()
-        if not general and int(nbytes.sum()) < EXACT:  # every sum exact in any order
-            self._charge(as_added[0], p2p, as_added[1])  # the rows as added: no gather
+        if not general and len(ref) >= BULK_FLUSH and int(nbytes.sum()) < EXACT:
+            # in bulk (keys written in index order), every sum exact in any order: the
+            # rows as added, not gathered into this order
+            self._charge(as_added[0], p2p, as_added[1])
             return _Planned(tuple(first), ref, after, general, [], [], [], p2p)
         refs, steps = ref[general].tolist(), after[general].tolist()
         tasks: list[list[Task]] = []
