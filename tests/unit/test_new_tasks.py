@@ -10,7 +10,7 @@ from reshard.planner.values.tasks import Task, TaskKind
 
 
 def test_fields_are_the_dataclass_fields_in_order():
-    assert FIELDS == tuple(f.name for f in dataclasses.fields(Task))
+    assert tuple(f.name for f in dataclasses.fields(Task)) == FIELDS
 
 
 def test_chain_task_is_the_constructors_task():
