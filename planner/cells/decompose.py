@@ -298,20 +298,50 @@ def decompose_table(
 ) -> CellTable:
     """:func:`reshard.planner.cells.decompose.decompose` as a :class:`CellTable`: the same
     cells in the same order."""
+    table, merge = _table(shape, holders, needers)
+    if not merge:
+        return table
+    return CellTable.from_cells(merge_cells(table.cells(), len(shape)), len(shape))
+
+
+CELLS_FROM = 16384
+"""Source and destination pieces' pairs from which :func:`decompose_cells` builds the
+grid with numpy (the 1,024-device grids of a partial source's reduced pieces)."""
+
+
+def decompose_cells(
+    shape: tuple[int, ...],
+    holders: Mapping[Box, frozenset[int]],
+    needers: Mapping[Box, frozenset[int]],
+) -> list[Cell]:
+    """:func:`decompose`'s cells, from :func:`decompose_table`'s arrays where the pieces
+    make :data:`CELLS_FROM` pairs or more (the same cells in the same order, the grid
+    built column by column instead of cell by cell)."""
+    if len(holders) * len(needers) < CELLS_FROM:
+        return decompose(shape, holders, needers)
+    table, merge = _table(shape, holders, needers)
+    cells = table.cells()
+    return merge_cells(cells, len(shape)) if merge else cells
+
+
+def _table(shape: tuple[int, ...], holders: Mapping[Box, frozenset[int]],
+           needers: Mapping[Box, frozenset[int]]) -> tuple[CellTable, bool]:
+    """:func:`decompose_table`'s grid before merging, and whether some of its cells
+    share holders and needers (then :func:`merge_cells` may merge them)."""
     ndim = len(shape)
     empty = CellTable(np.zeros((0, ndim), np.int64), np.zeros((0, ndim), np.int64),
                       np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
                       (), ())
     if any(s == 0 for s in shape):
-        return empty
+        return empty, False
     src = pieces(holders)
     dst = pieces(needers)
     if not dst:
-        return empty
+        return empty, False
     if ndim == 0:
         hold = frozenset().union(*(d for _, d in src)) if src else frozenset()
         need = frozenset().union(*(d for _, d in dst))
-        return CellTable.from_cells([Cell((), hold, need)], 0)
+        return CellTable.from_cells([Cell((), hold, need)], 0), False
 
     src_sets = _PieceSets([devs for _, devs in src])
     dst_sets = _PieceSets([devs for _, devs in dst])
@@ -322,9 +352,8 @@ def decompose_table(
     table = CellTable(cell_lo, cell_hi, np.prod(cell_hi - cell_lo, axis=1), hold_of,
                       need_of, src_sets.distinct_devices(), dst_sets.distinct_devices())
     pairs = np.sort(hold_of * (len(table.needer_sets) + 1) + need_of)
-    if (pairs[1:] != pairs[:-1]).all():  # nothing to merge; row-major = box order
-        return table
-    return CellTable.from_cells(merge_cells(table.cells(), ndim), ndim)
+    # nothing to merge: row-major = box order
+    return table, not bool((pairs[1:] != pairs[:-1]).all())
 
 
 def _grid(shape: tuple[int, ...], src: list[tuple[Box, frozenset[int]]],

@@ -18,6 +18,7 @@ import numpy as np
 
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.decompose import Cell
+from reshard.planner.cells.send_runs import expect_sends, is_send
 from reshard.planner.values.resources import NIC_OUT
 
 MIN_RUN = 512
@@ -37,6 +38,8 @@ def expect_run(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]) -> bo
     False, having changed nothing."""
     if len(cells) < MIN_RUN:
         return False
+    if is_send(cells[0]):  # point to point: _kinds declines it
+        return expect_sends(loads, cells, nbytes)
     found = _kinds(loads, cells, nbytes)
     if found is None:
         return False

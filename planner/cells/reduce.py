@@ -13,7 +13,7 @@ from reshard.cluster import Cluster
 from reshard.layout import Box, box_size, boxes_meet
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.cell_tasks import split_box
-from reshard.planner.cells.decompose import Cell, decompose, devices_by_box
+from reshard.planner.cells.decompose import Cell, decompose, decompose_cells, devices_by_box
 from reshard.planner.cells.gather_shares import gather_shares
 from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
 
@@ -159,7 +159,7 @@ def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],
         by_step.setdefault(ready.get(box, 0), {})[box] = devs
     if len(by_step) == 1:
         (step,) = by_step
-        cells = decompose(shape, holders, needers)
+        cells = decompose_cells(shape, holders, needers)
         return cells, [step if c.holders else 0 for c in cells]
     stepped = [(c, step) for step, part in by_step.items()
                for c in decompose(shape, part, needers, held_only=True)]

@@ -27,6 +27,7 @@ no gain from concurrency (see :func:`reshard.planner.plan.plan_many`).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -95,6 +96,10 @@ class OrderKeys:
     def concat(cls, parts: Sequence[OrderKeys]) -> OrderKeys:
         """The rows of ``parts`` one after another (boxes padded to the widest)."""
         width = max((p.box.shape[1] for p in parts), default=0)
+        rows = [p for p in parts if len(p.seq)]
+        if len(rows) == 1 and rows[0].box.shape[1] == width and all(
+                getattr(rows[0], f.name).dtype == np.int64 for f in dataclasses.fields(cls)):
+            return rows[0]  # the others add no row: the same columns, not copied
         boxes = [np.pad(p.box, ((0, 0), (0, width - p.box.shape[1]))) for p in parts]
         cols = {f.name: np.concatenate([getattr(p, f.name) for p in parts])
                 for f in dataclasses.fields(cls) if f.name != "box"}
@@ -112,10 +117,13 @@ class OrderKeys:
 def _boxes(tasks: Sequence[Task]) -> np.ndarray:
     """:attr:`OrderKeys.box` of ``tasks``: one row of starts and stops a task, dim by
     dim, zero-padded to the widest (at once where every box has the same dims)."""
-    ndims = {len(t.box) for t in tasks}
-    if len(ndims) == 1:
+    boxes = [t.box for t in tasks]
+    ndims = set(map(len, boxes))
+    if len(ndims) == 1:  # every (start, stop) in turn, read flat
         (ndim,) = ndims
-        return np.array([t.box for t in tasks], dtype=np.int64).reshape(len(tasks), 2 * ndim)
+        bounds = itertools.chain.from_iterable(itertools.chain.from_iterable(boxes))
+        return np.fromiter(bounds, dtype=np.int64, count=2 * ndim * len(boxes)
+                           ).reshape(len(boxes), 2 * ndim)
     box = np.zeros((len(tasks), 2 * max(ndims, default=0)), dtype=np.int64)
     for i, t in enumerate(tasks):
         flat = [v for pair in t.box for v in pair]

@@ -38,6 +38,9 @@ Splitter = Callable[[Cell, int], list[Cell]]
 BULK_FLUSH = 32
 """Below this many point-to-point slices, charge them one by one (numpy's fixed cost)."""
 
+EXACT = 2 ** 53
+"""Whole numbers below this add exactly in float64 (in any order)."""
+
 
 class WorkList:
     """The slices of one planning call (an accumulator local to that call).
@@ -202,9 +205,15 @@ class WorkList:
             self._expect(nbytes, ref, p2p)
         if relays and self.cluster.nics_per_host > 1 and len(p2p.root):
             ref = self._relayed(ref, p2p)
+        as_added = ref, nbytes
         order = np.argsort(-nbytes, kind="stable")  # largest first, ties as added
         ref, after, nbytes = ref[order], after[order], nbytes[order]
         general = np.flatnonzero(ref < 0).tolist()
+        if not general and len(ref) >= BULK_FLUSH and int(nbytes.sum()) < EXACT:
+            # in bulk (keys written in index order), every sum exact in any order: the
+            # rows as added, not gathered into this order
+            self._charge(as_added[0], p2p, as_added[1])
+            return _Planned(tuple(first), ref, after, general, [], [], [], p2p)
         refs, steps = ref[general].tolist(), after[general].tolist()
         tasks: list[list[Task]] = []
         done = 0
@@ -284,7 +293,7 @@ class WorkList:
         of bytes depend on the order; sums of whole bytes do not)."""
         loads = self.loads
         if (ref >= 0).all():
-            self._add_expected(p2p.root[ref], p2p.recv[ref], nbytes)
+            self._add_expected(*_ends(p2p, ref), nbytes)
             return
         if len(ref) >= EXPECT_RUN and (ref < 0).all() and \
                 expect_run(loads, [self.general[-1 - r][1] for r in ref.tolist()],
@@ -342,7 +351,7 @@ class WorkList:
         if not rows.size:
             return
         loads = self.loads
-        a, b = p2p.root[rows], p2p.recv[rows]
+        a, b = _ends(p2p, rows)
         if len(rows) < BULK_FLUSH:
             for r, s, nb in zip(a.tolist(), b.tolist(), nbytes.tolist()):
                 loads.charge(r, (s,), nb)
@@ -361,13 +370,15 @@ class WorkList:
         """Every task in the global order (see :class:`OrderKeys`); the point-to-point
         rows (sends) stay columns, in that order."""
         rows = np.flatnonzero(p_seq >= 0)
+        # every row: the columns themselves (the same values as taking every row)
+        take: np.ndarray | slice = slice(None) if len(rows) == len(p_seq) else rows
         nh = max(1, self.cluster.num_hosts)
-        root, recv = p2p.root[rows], p2p.recv[rows]
+        root, recv = p2p.root[take], p2p.recv[take]
         keys = OrderKeys.concat([
             OrderKeys.of_tasks(objects, obj_seq, self.cluster),
-            OrderKeys(p_step[rows], np.full(len(rows), PHASE[TaskKind.SEND], np.int64),
-                      (self._host[recv] - self._host[root]) % nh, p2p.nbytes[rows],
-                      p2p.tensor[rows], p2p.box[rows], root, p_seq[rows])])
+            OrderKeys(p_step[take], np.full(len(rows), PHASE[TaskKind.SEND], np.int64),
+                      (self._host[recv] - self._host[root]) % nh, p2p.nbytes[take],
+                      p2p.tensor[take], p2p.box[take], root, p_seq[take])])
         order = keys.order()
         n_obj = len(objects)
         is_obj = order < n_obj
@@ -426,6 +437,14 @@ class _Demand:
         if loads.cluster.shared_bandwidth:
             loads.shared += shared
         loads.expected_changed()
+
+
+def _ends(p2p: _Columns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The roots and receivers of the point-to-point ``rows``: the columns themselves
+    where ``rows`` is every row in order (the same values, not gathered)."""
+    if len(rows) == len(p2p.root) and bool((rows == np.arange(len(rows))).all()):
+        return p2p.root, p2p.recv
+    return p2p.root[rows], p2p.recv[rows]
 
 
 def _point_to_point(table: CellTable) -> tuple[np.ndarray, np.ndarray]:
