@@ -21,7 +21,7 @@ import numpy as np
 
 from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
 from reshard.planner.cells.decompose import Cell
-from reshard.planner.cells.new_tasks import chain_task
+from reshard.planner.cells.new_tasks import new_task
 from reshard.planner.cells.send_runs import is_send, plan_sends
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 from reshard.planner.values.tasks import Task, TaskKind
@@ -87,7 +87,7 @@ def plan_run(run: CellRun, loads: Loads) -> list[list[Task]] | None:
         if chain is None:
             devs = [d for d, _ in groups[g][1]]
             chain = chains[(g, e)] = (devs[e], *devs[:e], *devs[e + 1:])
-        out.append([chain_task(TaskKind.BROADCAST, tensor, cell.box, root, chain, nb, step)])
+        out.append([new_task(TaskKind.BROADCAST, tensor, cell.box, root, chain, nb, step)])
     return out
 
 

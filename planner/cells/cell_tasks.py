@@ -10,6 +10,7 @@ from reshard.layout import Box, box_size, chunk_size
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.broadcast_runs import CellRun, one_host, plan_run
 from reshard.planner.cells.decompose import Cell
+from reshard.planner.cells.new_tasks import new_task
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Buffer, Task, TaskKind
@@ -22,42 +23,6 @@ step after."""
 RunPlanner = Callable[[CellRun, Loads], list[list[Task]]]
 """A strategy's tasks of a run of cells, each cell's as its :data:`CellPlanner` plans
 it in turn (:data:`RUN_PLANNERS`)."""
-
-
-TASK_FIELDS = ("kind", "tensor", "box", "root", "receivers", "nbytes", "step", "source",
-               "pieces", "through", "parents", "addends", "addend_parents")
-""":class:`~reshard.planner.values.tasks.Task`'s fields in order, as :func:`new_task`
-sets them (a test holds them to the dataclass's)."""
-
-_new = object.__new__
-(_set_kind, _set_tensor, _set_box, _set_root, _set_receivers, _set_nbytes, _set_step,
- _set_source, _set_pieces, _set_through, _set_parents, _set_addends,
- _set_addend_parents) = (getattr(Task, name).__set__ for name in TASK_FIELDS)
-
-
-def new_task(kind: TaskKind, tensor: int, box: Box, root: int, receivers: tuple[int, ...],
-             nbytes: int, step: int, *, through: tuple[int, ...] = (),
-             source: Buffer = Buffer.SRC, pieces: tuple[Box, ...] = ()) -> Task:
-    """``Task(kind, tensor, box, root, receivers, nbytes, step, source=source,
-    pieces=pieces, through=through)`` without the frozen dataclass's ``__init__`` (an
-    ``object.__setattr__`` call per field, about half of building a task, of which a
-    cold estimate builds thousands per cell planner): every slot set by its descriptor,
-    in the fields' order, to the same values and the same defaults."""
-    t = _new(Task)
-    _set_kind(t, kind)
-    _set_tensor(t, tensor)
-    _set_box(t, box)
-    _set_root(t, root)
-    _set_receivers(t, receivers)
-    _set_nbytes(t, nbytes)
-    _set_step(t, step)
-    _set_source(t, source)
-    _set_pieces(t, pieces)
-    _set_through(t, through)
-    _set_parents(t, ())
-    _set_addends(t, ())
-    _set_addend_parents(t, ())
-    return t
 
 
 def _copies(cell: Cell, tensor: int, nbytes: int, step: int) -> list[Task]:

@@ -1,47 +1,51 @@
-"""Tasks built without the frozen dataclass's ``__init__``, for the run planners below
-:mod:`~reshard.planner.cells.cell_tasks` (which imports them, so they cannot import
-its :func:`~reshard.planner.cells.cell_tasks.new_task`).
+"""Tasks built without the frozen dataclass's ``__init__``, for every cell planner
+(:mod:`~reshard.planner.cells.cell_tasks`) and run planner (broadcast_runs, send_runs)
+below them: one definition they all import.
 
 :class:`~reshard.planner.values.tasks.Task`'s ``__init__`` calls ``object.__setattr__``
-once per field, about half of building a task; a run of 131,072 cells builds as many.
-Here every slot is set by its descriptor, in the fields' order, to the same values and
-the same defaults (the same as :func:`~reshard.planner.cells.cell_tasks.new_task`)."""
+once per field, about half of building a task, and a cold estimate builds thousands
+per cell planner (131,072 in a run of one-holder cells at 1,024 devices). Here every
+slot is set by its descriptor, in the fields' order, to the same values and the same
+defaults (tests/unit/test_new_tasks.py holds :data:`TASK_FIELDS` to the dataclass's)."""
 
 from __future__ import annotations
 
 from reshard.layout import Box
 from reshard.planner.values.tasks import Buffer, Task, TaskKind
 
-FIELDS = ("kind", "tensor", "box", "root", "receivers", "nbytes", "step", "source",
-          "pieces", "through", "parents", "addends", "addend_parents")
-""":class:`~reshard.planner.values.tasks.Task`'s fields in order (a test holds them to
-the dataclass's)."""
+TASK_FIELDS = ("kind", "tensor", "box", "root", "receivers", "nbytes", "step", "source",
+               "pieces", "through", "parents", "addends", "addend_parents")
+""":class:`~reshard.planner.values.tasks.Task`'s fields in order, as :func:`new_task`
+sets them (a test holds them to the dataclass's)."""
 
 _new = object.__new__
-_SET = tuple(getattr(Task, name).__set__ for name in FIELDS)
+(_set_kind, _set_tensor, _set_box, _set_root, _set_receivers, _set_nbytes, _set_step,
+ _set_source, _set_pieces, _set_through, _set_parents, _set_addends,
+ _set_addend_parents) = (getattr(Task, name).__set__ for name in TASK_FIELDS)
 
 
-def chain_task(kind: TaskKind, tensor: int, box: Box, root: int, receivers: tuple[int, ...],
-               nbytes: int, step: int) -> Task:
-    """``Task(kind, tensor, box, root, receivers, nbytes, step)``: a send or a chain
-    broadcast from the source buffer, with every other field its default."""
+def new_task(kind: TaskKind, tensor: int, box: Box, root: int, receivers: tuple[int, ...],
+             nbytes: int, step: int, *, through: tuple[int, ...] = (),
+             source: Buffer = Buffer.SRC, pieces: tuple[Box, ...] = ()) -> Task:
+    """``Task(kind, tensor, box, root, receivers, nbytes, step, source=source,
+    pieces=pieces, through=through)`` without the frozen dataclass's ``__init__``:
+    every slot set by its descriptor, in the fields' order, to the same values and the
+    same defaults."""
     t = _new(Task)
-    (set_kind, set_tensor, set_box, set_root, set_receivers, set_nbytes, set_step,
-     set_source, set_pieces, set_through, set_parents, set_addends, set_addend_parents) = _SET
-    set_kind(t, kind)
-    set_tensor(t, tensor)
-    set_box(t, box)
-    set_root(t, root)
-    set_receivers(t, receivers)
-    set_nbytes(t, nbytes)
-    set_step(t, step)
-    set_source(t, Buffer.SRC)
-    set_pieces(t, ())
-    set_through(t, ())
-    set_parents(t, ())
-    set_addends(t, ())
-    set_addend_parents(t, ())
+    _set_kind(t, kind)
+    _set_tensor(t, tensor)
+    _set_box(t, box)
+    _set_root(t, root)
+    _set_receivers(t, receivers)
+    _set_nbytes(t, nbytes)
+    _set_step(t, step)
+    _set_source(t, source)
+    _set_pieces(t, pieces)
+    _set_through(t, through)
+    _set_parents(t, ())
+    _set_addends(t, ())
+    _set_addend_parents(t, ())
     return t
 
 
-__all__ = ["FIELDS", "chain_task"]
+__all__ = ["TASK_FIELDS", "new_task"]

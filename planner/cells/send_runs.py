@@ -25,7 +25,7 @@ import numpy as np
 
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.decompose import Cell
-from reshard.planner.cells.new_tasks import chain_task
+from reshard.planner.cells.new_tasks import new_task
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 from reshard.planner.values.tasks import Task, TaskKind
 
@@ -127,7 +127,7 @@ def plan_sends(run: Sequence[tuple[Cell, int, int, int]], loads: Loads
     for w in writes:
         _add(*w)
     send = TaskKind.SEND
-    return [[chain_task(send, tensor, cell.box, a, (b,), n, step)]
+    return [[new_task(send, tensor, cell.box, a, (b,), n, step)]
             for (cell, tensor, _, step), a, b, n in zip(run, roots, recvs, nb.tolist())]
 
 
