@@ -1,5 +1,5 @@
 """Two equal ``Loads`` of one cluster, for tests that run a fast path on one and the
-path it replaces on the other (tests only)."""
+path it replaces on the other, and the check that both are left the same (tests only)."""
 
 from __future__ import annotations
 
@@ -26,3 +26,23 @@ def twin_loads(rng: random.Random, cluster: Cluster, crowded: bool
         for loads in twins:
             loads.nic_out[n], loads.nic_in[n] = out, into
     return twins
+
+
+def load_tables(loads: balance.Loads) -> list[dict[object, float]]:
+    """``loads``' NIC and device loads and expectations, as plain dicts."""
+    return [dict(getattr(loads, name))
+            for name in ("nic_out", "nic_in", "dev_out", "dev_in", "expected")]
+
+
+def assert_same_loads(a: balance.Loads, b: balance.Loads, expected_order: bool) -> None:
+    """``a`` and ``b`` left the same: every load and expectation, the loads' keys in
+    the same order (iterations read it), the relay answers, shared bytes, epoch and
+    moved bytes; ``expected_order``: the expectations' keys in the same order too (a
+    path that reads fewer unseen keys of that defaultdict may add them in another
+    order, which nothing reads: the planner only looks expectations up by key)."""
+    ta, tb = load_tables(a), load_tables(b)
+    assert ta == tb
+    keep = len(ta) if expected_order else len(ta) - 1
+    assert [list(t) for t in ta[:keep]] == [list(t) for t in tb[:keep]]
+    assert (a._may_relay, a.shared, a._epoch, dict(a.moved)) == \
+        (b._may_relay, b.shared, b._epoch, dict(b.moved))

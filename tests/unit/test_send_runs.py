@@ -14,22 +14,10 @@ from reshard.planner.cells.decompose import Cell
 from reshard.planner.schedule.work import _Demand
 from reshard.planner.values.resources import NIC_IN
 from tests.unit._regular_clusters import regular_clusters
-from tests.unit._twin_loads import twin_loads
+from tests.unit._twin_loads import assert_same_loads, load_tables, twin_loads
 
 HOSTS, GPUS = 6, 8
 N = 600
-
-
-def _tables(loads):
-    return [dict(getattr(loads, name))
-            for name in ("nic_out", "nic_in", "dev_out", "dev_in", "expected")]
-
-
-def _same_loads(a, b):
-    assert _tables(a) == _tables(b)
-    assert [list(t) for t in _tables(a)] == [list(t) for t in _tables(b)]  # key order
-    assert (a._may_relay, a.shared, a._epoch, dict(a.moved)) == \
-        (b._may_relay, b.shared, b._epoch, dict(b.moved))
 
 
 def _sends(rng, cluster, n, local):
@@ -72,7 +60,7 @@ def test_plan_run_of_sends_is_plan_broadcast_in_turn(seed, variant, local, crowd
         assert crowded
         got = [cell_tasks.plan_broadcast(c, t, i, b, s) for c, t, i, s in run]
     assert got == want
-    _same_loads(a, b)
+    assert_same_loads(a, b, expected_order=True)
 
 
 def test_plan_sends_answers_uncrowded_runs_and_declines_fractions():
@@ -85,9 +73,9 @@ def test_plan_sends_answers_uncrowded_runs_and_declines_fractions():
     assert send_runs.plan_sends(run, b) == want and a.dev_out != b.dev_out  # charged twice
     (root,) = run[0][0].holders
     b.dev_out[root] += 0.5  # a fraction from before: declined, nothing charged
-    before = _tables(b)
+    before = load_tables(b)
     assert send_runs.plan_sends(run, b) is None
-    assert _tables(b) == before
+    assert load_tables(b) == before
     mixed = [*run[:5], (Cell(((0, 1),), frozenset({1}), frozenset({2, 3})), 0, 2, 0)]
     assert send_runs.plan_sends(mixed, b) is None
     cells = [c for c, _, _, _ in run[:5]]
@@ -116,7 +104,7 @@ def test_expect_run_of_sends_is_loads_expect_in_turn(seed, variant, local):
     a.expected_changed()
     assert expect_runs.expect_run(b, cells, nbytes)
     b.expected_changed()
-    _same_loads(a, b)
+    assert_same_loads(a, b, expected_order=True)
 
 
 def test_expect_sends_declines_fractions_and_changes_nothing():
@@ -129,8 +117,8 @@ def test_expect_sends_declines_fractions_and_changes_nothing():
     nbytes = [c.size * i for c, _, i, _ in run]
     (b,) = cells[0].needers
     loads.expected[(NIC_IN, loads.nic(b))] += 0.25
-    before = (_tables(loads), loads.shared, loads._epoch)
+    before = (load_tables(loads), loads.shared, loads._epoch)
     assert not send_runs.expect_sends(loads, cells, nbytes)
-    assert (_tables(loads), loads.shared, loads._epoch) == before
+    assert (load_tables(loads), loads.shared, loads._epoch) == before
     loads.expected[(NIC_IN, loads.nic(b))] -= 0.25
     assert send_runs.expect_sends(loads, cells, nbytes)
