@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -127,7 +127,7 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     return tuple(d[np.lexsort((np.arange(n), last, seg))].tolist())
 
 
-def _relay_flags(loads: Loads) -> list:
+def _relay_flags(loads: Loads) -> list[Any]:
     """:meth:`Loads.may_relay_end`'s cache as an array by device id per direction
     (1: may, 0: may not, -1: not asked yet), kept on ``loads`` beside the cache it
     mirrors as ``[cache, entries mirrored, arrays]``. The cache only grows, each
