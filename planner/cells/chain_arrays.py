@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from reshard.cluster import Cluster
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 
 
@@ -31,6 +32,12 @@ class Loads(Protocol):
 
     @property
     def nic_in(self) -> Mapping[int, float]: ...
+
+    @property
+    def cluster(self) -> Cluster: ...
+
+    @property
+    def _may_relay(self) -> dict[tuple[str, int], bool]: ...
 
     def may_relay_end(self, direction: str, member: int) -> bool: ...
 
@@ -102,10 +109,8 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     entries = np.flatnonzero(start & (h != rh))
     if not entries.size:  # every receiver on the root's host: one segment
         return tuple(d.tolist())
-    may = loads.may_relay_end
-    leaving = d[entries - 1].tolist() if entries[0] else [root, *d[entries[1:] - 1].tolist()]
-    if any(may(NIC_OUT, m) for m in leaving) or \
-            any(may(NIC_IN, m) for m in d[entries].tolist()):
+    leaving = d[entries - 1] if entries[0] else np.r_[root, d[entries[1:] - 1]]
+    if may_relay_any(loads, NIC_OUT, leaving) or may_relay_any(loads, NIC_IN, d[entries]):
         return None
     seg = np.cumsum(start) - 1
     # a segment's members after its first (the root's: all its chain members)
@@ -120,6 +125,53 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     last = np.zeros(n, dtype=bool)
     last[by_key[first]] = True
     return tuple(d[np.lexsort((np.arange(n), last, seg))].tolist())
+
+
+def _relay_flags(loads: Loads) -> list[Any]:
+    """:meth:`Loads.may_relay_end`'s cache as an array by device id per direction
+    (1: may, 0: may not, -1: not asked yet), kept on ``loads`` beside the cache it
+    mirrors as ``[cache, entries mirrored, arrays]``. The cache only grows, each
+    answer fixed once asked, in insertion order: the entries added since the last
+    look are copied in; a copy of ``loads`` (a new cache dict) starts its own."""
+    cache = loads._may_relay
+    state = loads.__dict__.get("_relay_flags")
+    if state is None or state[0] is not cache:
+        span = max(loads.cluster.devices) + 1
+        state = loads.__dict__["_relay_flags"] = [
+            cache, 0, {NIC_OUT: np.full(span, -1, dtype=np.int8),
+                       NIC_IN: np.full(span, -1, dtype=np.int8)}]
+    if state[1] != len(cache):
+        arrays = state[2]
+        for (way, member), got in itertools.islice(cache.items(), state[1], None):
+            arrays[way][member] = got
+        state[1] = len(cache)
+    return state
+
+
+def may_relay_any(loads: Loads, direction: str, members: np.ndarray) -> bool:
+    """``any(loads.may_relay_end(direction, m) for m in members)``, the same answer
+    with the same questions asked (the same cache left): the members in order but
+    those already cached ``False`` (asking them changes nothing and says no), a
+    member cached ``True`` ending it with no question, one not yet asked asked (its
+    answer, the only entry a question adds, mirrored at once)."""
+    state = _relay_flags(loads)
+    mirror: np.ndarray = state[2][direction]
+    flags = mirror[members]
+    open_ = np.flatnonzero(flags)
+    if not open_.size:
+        return False
+    may = loads.may_relay_end
+    found = False
+    for known, m in zip(flags[open_].tolist(), members[open_].tolist()):
+        if known == 1:
+            found = True
+            break
+        mirror[m] = got = may(direction, m)
+        if got:
+            found = True
+            break
+    state[1] = len(loads._may_relay)
+    return found
 
 
 def move_idlest_last(seg: list[int], nic_out: Mapping[int, float],
