@@ -20,8 +20,7 @@ than that either (:meth:`_Intake._conversions`).
 from __future__ import annotations
 
 import itertools
-import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from reshard.cluster import Cluster
@@ -107,11 +106,6 @@ class _Needs:
     by_host: dict[int, list[int]]
 
 
-def _zeros(needs: _Needs) -> itertools.repeat[float]:
-    """A 0.0 per needer (each one's default in a ``get``)."""
-    return itertools.repeat(0.0, len(needs.order))
-
-
 def lower_bound(tensors: Sequence[TensorSpec], cluster: Cluster,
                 cells: Sequence[list[Cell] | CellTable | None] | None = None) -> float:
     """Seconds no plan moving ``tensors`` can beat on ``cluster``. ``cells``: per
@@ -156,6 +150,10 @@ class _Intake:
         self.convert: dict[frozenset[int], float] = {}
         # each needer set's hosts (:meth:`_needs`), found once: cells share them
         self.needs: dict[frozenset[int], _Needs] = {}
+        # plain cells of one needer set in a row, counted into dev_in and host_take at
+        # once when another cell or the bound reads them (:meth:`_receive`, :meth:`settle`)
+        self.run_needs: _Needs | None = None
+        self.run_bytes: list[float] = []
 
     def add(self, t: TensorSpec, cells: list[Cell] | CellTable | None = None) -> None:
         """Count tensor ``t``'s cells (``cells``: :func:`_cell_groups`')."""
@@ -193,6 +191,7 @@ class _Intake:
     def _pair(self, s: int, d: int, nbytes: float) -> None:
         """:meth:`_cell` of a cell group one device holds and one needs (an all-to-all's
         every cell): the same counts without building its sets."""
+        self.settle()
         if s == d:
             self.dev_copy[d] = self.dev_copy.get(d, 0.0) + nbytes
             return
@@ -263,19 +262,33 @@ class _Intake:
 
     def _receive(self, needs: _Needs, nbytes: float, hold_hosts: frozenset[int]) -> None:
         """:meth:`_receive_each` of a plain cell no needer of which holds it, where no
-        message is charged: the same sums, key by key in the same order (``dict.update``
-        reads each pair after the one before it is stored)."""
-        dev_in, host_take, plus = self.dev_in, self.host_take, itertools.repeat(nbytes)
-        dev_in.update(zip(needs.order, map(operator.add, map(dev_in.get, needs.order,
-                                                             _zeros(needs)), plus)))
-        host_take.update(zip(needs.hosts, map(operator.add, map(host_take.get, needs.hosts,
-                                                                _zeros(needs)), plus)))
+        message is charged: its bytes join the run of cells of the same needer set
+        before it (:meth:`settle` counts the run)."""
+        if needs is not self.run_needs:
+            self.settle()
+            self.run_needs = needs
+        self.run_bytes.append(nbytes)
         for h in hold_hosts.intersection(needs.by_host):
             self.near.update(needs.by_host[h])
+
+    def settle(self) -> None:
+        """Count the run of plain cells of one needer set (:meth:`_receive`) into
+        ``dev_in`` and ``host_take``: the same sums, key by key in the same order, as
+        adding each cell's bytes to each needer and, once per needer, to its host
+        (:meth:`_receive_each`). A key's sum depends only on its value before the run
+        and how many times each cell adds to it, so each such pair is summed once; new
+        keys go in in the order the first cell would have put them in."""
+        needs, run = self.run_needs, self.run_bytes
+        if needs is None:
+            return
+        self.run_needs, self.run_bytes = None, []
+        _add_run(self.dev_in, needs.order, itertools.repeat(1), run)
+        _add_run(self.host_take, needs.per_host, needs.per_host.values(), run)
 
     def _receive_each(self, holders: frozenset[int], needers: frozenset[int], nbytes: float,
                       summed: bool, summing: set[int] | frozenset[int]) -> None:
         """Count what each needer of a cell receives (or copies, holding it)."""
+        self.settle()
         host_of = self.host_of
         for d in needers:
             if d in holders and not summed:
@@ -317,6 +330,7 @@ class _Intake:
         bytes may pay: bytes that must cross a host boundary one network latency,
         bytes a device may receive from its own host (or a host's merges) one
         intra-host latency."""
+        self.settle()
         cluster = self.cluster
         lat, intra = cluster.latency, min(cluster.latency, cluster.intra_latency)
         terms = [0.0]
@@ -360,6 +374,27 @@ class _Intake:
         holders = frozenset().union(*self.convert)
         terms.append(sum(self.convert.values()) / (len(holders) * rate))
         return terms
+
+
+def _add_run(sums: dict[int, float], keys: Iterable[int], times: Iterable[int],
+             run: list[float]) -> None:
+    """Add each of ``run``'s values in turn, ``times`` times over (per key), to each of
+    ``keys``' sums in ``sums`` (a missing one from 0.0), as a loop over the keys per
+    value would: a (start, times) pair's result is found once."""
+    done: dict[tuple[float, int], float] = {}
+    get = sums.get
+    out = []
+    for k, n in zip(keys, times):
+        start = get(k, 0.0)
+        total = done.get((start, n))
+        if total is None:
+            total = start
+            for b in run:
+                for _ in range(n):
+                    total += b
+            done[start, n] = total
+        out.append((k, total))
+    sums.update(out)
 
 
 __all__ = ["ingress_time", "lower_bound"]
