@@ -11,6 +11,7 @@ import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.planner.cells.chain_arrays import (
+    RelayMirror,
     chain_arrays,
     idlest_last,
     move_idlest_last,
@@ -219,6 +220,7 @@ class Loads:
         self.expected: dict[tuple[str, int], float] = defaultdict(float)
         self._least_expected: dict[tuple[str, int], float] = {}
         self._may_relay: dict[tuple[str, int], bool] = {}
+        self.relay_mirror: RelayMirror | None = None  # chain_arrays.may_relay_any's
         # devices a transfer from a root must not relay through: the other addends of a
         # sum it reduces to be fused with its delivery (fuse_reductions leaves apart a
         # reduction whose delivery relays through one of its addends)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -38,6 +38,8 @@ class Loads(Protocol):
 
     @property
     def _may_relay(self) -> dict[tuple[str, int], bool]: ...
+
+    relay_mirror: RelayMirror | None
 
     def may_relay_end(self, direction: str, member: int) -> bool: ...
 
@@ -127,25 +129,40 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     return tuple(d[np.lexsort((np.arange(n), last, seg))].tolist())
 
 
-def _relay_flags(loads: Loads) -> list[Any]:
-    """:meth:`Loads.may_relay_end`'s cache as an array by device id per direction
-    (1: may, 0: may not, -1: not asked yet), kept on ``loads`` beside the cache it
-    mirrors as ``[cache, entries mirrored, arrays]``. The cache only grows, each
-    answer fixed once asked, in insertion order: the entries added since the last
-    look are copied in; a copy of ``loads`` (a new cache dict) starts its own."""
-    cache = loads._may_relay
-    state = loads.__dict__.get("_relay_flags")
-    if state is None or state[0] is not cache:
-        span = max(loads.cluster.devices) + 1
-        state = loads.__dict__["_relay_flags"] = [
-            cache, 0, {NIC_OUT: np.full(span, -1, dtype=np.int8),
-                       NIC_IN: np.full(span, -1, dtype=np.int8)}]
-    if state[1] != len(cache):
-        arrays = state[2]
-        for (way, member), got in itertools.islice(cache.items(), state[1], None):
-            arrays[way][member] = got
-        state[1] = len(cache)
-    return state
+class RelayMirror:
+    """:meth:`Loads.may_relay_end`'s cache as an array by device id per direction (1:
+    may, 0: may not, -1: not asked yet), which a :class:`Loads` keeps as
+    ``relay_mirror`` (:func:`may_relay_any` makes it). The cache only grows, each
+    answer fixed once asked, in insertion order: :meth:`synced` copies in the entries
+    added since it last looked."""
+
+    __slots__ = ("arrays", "cache", "seen")
+
+    def __init__(self, cache: dict[tuple[str, int], bool], span: int) -> None:
+        self.cache = cache
+        self.seen = 0  # the cache's entries copied in, in order
+        self.arrays = {NIC_OUT: np.full(span, -1, dtype=np.int8),
+                       NIC_IN: np.full(span, -1, dtype=np.int8)}
+
+    def synced(self) -> RelayMirror:
+        """This mirror with every entry of its cache copied in."""
+        cache = self.cache
+        if self.seen != len(cache):
+            arrays = self.arrays
+            for (way, member), got in itertools.islice(cache.items(), self.seen, None):
+                arrays[way][member] = got
+            self.seen = len(cache)
+        return self
+
+
+def _mirror(loads: Loads) -> RelayMirror:
+    """``loads``' :class:`RelayMirror`, synced; a new one where it has none or where it
+    mirrors another cache (a :meth:`Loads.copy` has its own)."""
+    mirror = loads.relay_mirror
+    if mirror is None or mirror.cache is not loads._may_relay:
+        mirror = loads.relay_mirror = RelayMirror(loads._may_relay,
+                                                  max(loads.cluster.devices) + 1)
+    return mirror.synced()
 
 
 def may_relay_any(loads: Loads, direction: str, members: np.ndarray) -> bool:
@@ -154,8 +171,8 @@ def may_relay_any(loads: Loads, direction: str, members: np.ndarray) -> bool:
     those already cached ``False`` (asking them changes nothing and says no), a
     member cached ``True`` ending it with no question, one not yet asked asked (its
     answer, the only entry a question adds, mirrored at once)."""
-    state = _relay_flags(loads)
-    mirror: np.ndarray = state[2][direction]
+    state = _mirror(loads)
+    mirror = state.arrays[direction]
     flags = mirror[members]
     open_ = np.flatnonzero(flags)
     if not open_.size:
@@ -170,7 +187,7 @@ def may_relay_any(loads: Loads, direction: str, members: np.ndarray) -> bool:
         if got:
             found = True
             break
-    state[1] = len(loads._may_relay)
+    state.seen = len(loads._may_relay)  # each answer added was mirrored as asked
     return found
 
 
