@@ -20,6 +20,7 @@ planner handles most rows in bulk.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -273,10 +274,19 @@ class CellTable:
         return boxes_of(lo, hi)
 
     def cells(self) -> list[Cell]:
-        """Every row as a :class:`Cell`, in row order."""
+        """Every row as a :class:`Cell`, in row order (as :func:`new_cell` builds them,
+        ``size`` read from the column where no product of extents can overflow it)."""
         hold, need = self.holder_sets, self.needer_sets
-        return [new_cell(box, hold[h], need[n]) for box, h, n in
-                zip(self.boxes(), self.holder.tolist(), self.needer.tolist())]
+        rows = zip(self.boxes(), self.holder.tolist(), self.needer.tolist())
+        if not len(self) or math.prod(self.hi.max(axis=0).tolist()) >= 2 ** 63:
+            return [new_cell(box, hold[h], need[n]) for box, h, n in rows]
+        new, out = _new, []
+        append = out.append
+        for (box, h, n), size in zip(rows, self.size.tolist()):
+            cell = new(Cell)
+            cell.__dict__.update(box=box, holders=hold[h], needers=need[n], size=size)
+            append(cell)
+        return out
 
     @classmethod
     def from_cells(cls, cells: list[Cell], ndim: int) -> CellTable:

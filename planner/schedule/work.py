@@ -80,12 +80,21 @@ class WorkList:
         general = self.general
         if after:
             self._last_step[tensor] = max(self._last_step.get(tensor, 0), max(after))
+        if split is None:  # one slice a cell: the same lists, extended at once
+            n, start = min(len(cells), len(after)), len(general)
+            if n < len(cells) or n < len(after):  # as zip pairs them
+                cells, after = cells[:n], after[:n]
+            self._nbytes.extend([cell.size * itemsize for cell in cells])
+            self._after.extend(after)
+            self._ref.extend(range(-1 - start, -1 - start - n, -1))
+            general.extend([(tensor, cell) for cell in cells])
+            return
+        nbytes, afters, refs = self._nbytes, self._after, self._ref
         for cell, af in zip(cells, after):
-            for piece in (split(cell, cell.size * itemsize) if split is not None
-                          else (cell,)):
-                self._nbytes.append(piece.size * itemsize)
-                self._after.append(af)
-                self._ref.append(-1 - len(general))
+            for piece in split(cell, cell.size * itemsize):
+                nbytes.append(piece.size * itemsize)
+                afters.append(af)
+                refs.append(-1 - len(general))
                 general.append((tensor, piece))
 
     def add_table(self, tensor: int, table: CellTable, itemsize: int, after: np.ndarray,
@@ -216,16 +225,18 @@ class WorkList:
             return _Planned(tuple(first), ref, after, general, [], [], [], p2p)
         refs, steps = ref[general].tolist(), after[general].tolist()
         tasks: list[list[Task]] = []
-        done = 0
-        run: list[tuple[int, int]] = []  # general slices since the last point-to-point
-        for k, r, step in zip(general, refs, steps):
+        if len(general) == len(ref):  # every slice general: one run, nothing to charge
+            tasks.extend(self._general_run(refs, steps, planner, itemsizes))
+            return _Planned(tuple(first), ref, after, general, refs, steps, tasks, p2p)
+        done = start = 0  # start: the first general slice since the last point-to-point
+        for i, k in enumerate(general):
             if k > done:  # the point-to-point slices before this general one, in bulk
-                tasks.extend(self._general_run(run, planner, itemsizes))
-                run = []
+                tasks.extend(self._general_run(refs[start:i], steps[start:i], planner,
+                                               itemsizes))
+                start = i
                 self._charge(ref[done:k], p2p, nbytes[done:k])
-            run.append((r, step))
             done = k + 1
-        tasks.extend(self._general_run(run, planner, itemsizes))
+        tasks.extend(self._general_run(refs[start:], steps[start:], planner, itemsizes))
         self._charge(ref[done:], p2p, nbytes[done:])
         return _Planned(tuple(first), ref, after, general, refs, steps, tasks, p2p)
 
@@ -275,14 +286,14 @@ class WorkList:
         return any(0 < step < last[general[-1 - r][0]]
                    for r, step in zip(planned.refs, planned.steps))
 
-    def _general_run(self, run: list[tuple[int, int]], planner: CellPlanner,
+    def _general_run(self, refs: list[int], steps: list[int], planner: CellPlanner,
                      itemsizes: Sequence[int]) -> list[list[Task]]:
-        """The tasks of each general cell ``r`` of ``run`` at its ``step`` (:meth:`plan`'s
+        """The tasks of each general cell ``refs[i]`` at ``steps[i]`` (:meth:`plan`'s
         arguments), in turn: by the strategy's run planner where it has one
         (:data:`~reshard.planner.cells.cell_tasks.RUN_PLANNERS`)."""
         general, loads = self.general, self.loads
-        cells = [(cell, tensor, itemsizes[tensor], step)
-                 for (tensor, cell), step in ((general[-1 - r], step) for r, step in run)]
+        cells = [(cell, tensor, itemsizes[tensor], step) for (tensor, cell), step
+                 in zip(map(general.__getitem__, [-1 - r for r in refs]), steps)]
         by_run = RUN_PLANNERS.get(planner)
         if by_run is not None:
             return by_run(cells, loads)
@@ -296,7 +307,8 @@ class WorkList:
             self._add_expected(*_ends(p2p, ref), nbytes)
             return
         if len(ref) >= EXPECT_RUN and (ref < 0).all() and \
-                expect_run(loads, [self.general[-1 - r][1] for r in ref.tolist()],
+                expect_run(loads, [cell for _, cell in map(self.general.__getitem__,
+                                                           (-1 - ref).tolist())],
                            nbytes.tolist()):
             loads.expected_changed()
             return
