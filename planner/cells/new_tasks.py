@@ -59,8 +59,8 @@ def broadcast_runs_tasks(run: Sequence[tuple[Cell, int, int, int]], roots: Seque
     each slot set in the same order, without a call per task (a run planner's
     131,072 broadcasts at 1,024 devices)."""
     kind, source = TaskKind.BROADCAST, Buffer.SRC
-    new, out = _new, []
-    append = out.append
+    out: list[list[Task]] = []
+    new, append = _new, out.append
     for (cell, tensor, _, step), root, chain, nb in zip(run, roots, chains, nbytes):
         t = new(Task)
         _set_kind(t, kind)

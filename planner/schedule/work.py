@@ -14,8 +14,9 @@ same as planning every slice one by one.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,11 @@ BULK_FLUSH = 32
 
 EXACT = 2 ** 53
 """Whole numbers below this add exactly in float64 (in any order)."""
+
+WHOLE = 2 ** 53
+"""The bound :func:`_whole_sums` holds loads to (float64 holds every whole number
+below it): a bulk charge's own, apart from :data:`EXACT`, which also gates taking the
+rows as added."""
 
 
 class WorkList:
@@ -116,17 +122,20 @@ class WorkList:
             return
         p_ref = np.full(n, -1, dtype=np.int64)
         p_ref[rows] = refs
-        hold, need = table.holder_sets, table.needer_sets
-        for box, h, nd, nb, af, pr in zip(table.boxes(), table.holder.tolist(),
-                                          table.needer.tolist(), nbytes.tolist(),
-                                          after.tolist(), p_ref.tolist()):
+        cells = iter(table.cells(np.flatnonzero(~p2p)))  # the general rows, in order
+        general, sizes, afters, refs_ = self.general, self._nbytes, self._after, self._ref
+        for nb, af, pr in zip(nbytes.tolist(), after.tolist(), p_ref.tolist()):
             if pr >= 0:
-                self._nbytes.append(nb)
-                self._after.append(af)
-                self._ref.append(pr)
-            else:
-                self.add_cells(tensor, (Cell(box, hold[h], need[nd]),), itemsize, (af,),
-                               split)
+                sizes.append(nb)
+                afters.append(af)
+                refs_.append(pr)
+                continue
+            cell = next(cells)
+            for piece in (split(cell, nb) if split is not None else (cell,)):
+                sizes.append(piece.size * itemsize)
+                afters.append(af)
+                refs_.append(-1 - len(general))
+                general.append((tensor, piece))
         self._flush()
 
     def point_to_point(self) -> _Columns:
@@ -218,10 +227,10 @@ class WorkList:
         order = np.argsort(-nbytes, kind="stable")  # largest first, ties as added
         ref, after, nbytes = ref[order], after[order], nbytes[order]
         general = np.flatnonzero(ref < 0).tolist()
-        if not general and len(ref) >= BULK_FLUSH and int(nbytes.sum()) < EXACT:
+        if not general and len(ref) >= BULK_FLUSH and int(nbytes.sum()) < EXACT and \
+                self._charge_bulk(as_added[0], p2p, as_added[1]):
             # in bulk (keys written in index order), every sum exact in any order: the
             # rows as added, not gathered into this order
-            self._charge(as_added[0], p2p, as_added[1])
             return _Planned(tuple(first), ref, after, general, [], [], [], p2p)
         refs, steps = ref[general].tolist(), after[general].tolist()
         tasks: list[list[Task]] = []
@@ -327,13 +336,26 @@ class WorkList:
         loads.expected_changed()
 
     def _add_expected(self, root: np.ndarray, recv: np.ndarray, nbytes: np.ndarray) -> None:
-        """Point-to-point transfers' expected NIC demand, in bulk."""
+        """Point-to-point transfers' expected NIC demand, in bulk where every
+        expectation it adds to is a whole number below :data:`WHOLE` (else one by one,
+        in the order given)."""
         cross = self._host[root] != self._host[recv]
         expected = self.loads.expected
+        adds = []
         for direction, dev in ((NIC_OUT, root), (NIC_IN, recv)):
             sums = np.bincount(self._nic[dev[cross]], weights=nbytes[cross])
-            for n in np.flatnonzero(sums).tolist():
-                expected[(direction, n)] += int(sums[n])
+            touched = np.flatnonzero(sums).tolist()
+            adds.append(([(direction, n) for n in touched], touched, sums))
+        if all(_whole_sums(expected, keys, sums, touched) for keys, touched, sums in adds):
+            for keys, touched, sums in adds:
+                for key, n in zip(keys, touched):
+                    expected[key] += int(sums[n])
+        else:
+            nic = self._nic
+            for a, b, nb in zip(root[cross].tolist(), recv[cross].tolist(),
+                                nbytes[cross].tolist()):
+                expected[(NIC_OUT, int(nic[a]))] += nb
+                expected[(NIC_IN, int(nic[b]))] += nb
         self.loads.expected_changed()
 
     def _relayed(self, ref: np.ndarray, p2p: _Columns) -> np.ndarray:
@@ -362,20 +384,35 @@ class WorkList:
         """:meth:`Loads.charge` the point-to-point ``rows`` (in bulk: whole bytes)."""
         if not rows.size:
             return
+        if len(rows) >= BULK_FLUSH and self._charge_bulk(rows, p2p, nbytes):
+            return
+        charge = self.loads.charge
+        a, b = _ends(p2p, rows)
+        for r, s, nb in zip(a.tolist(), b.tolist(), nbytes.tolist()):
+            charge(r, (s,), nb)
+
+    def _charge_bulk(self, rows: np.ndarray, p2p: _Columns, nbytes: np.ndarray) -> bool:
+        """:meth:`_charge` in bulk (keys written in index order) where every load it
+        adds to is a whole number and stays below :data:`WHOLE` (every sum then exact
+        in any order); else False, having changed nothing (a reduction may have left
+        fractions: the rows then go one by one)."""
         loads = self.loads
         a, b = _ends(p2p, rows)
-        if len(rows) < BULK_FLUSH:
-            for r, s, nb in zip(a.tolist(), b.tolist(), nbytes.tolist()):
-                loads.charge(r, (s,), nb)
-            return
         cross = self._host[a] != self._host[b]
+        adds = []
         for table, keys, sel in ((loads.dev_out, a, None), (loads.dev_in, b, None),
                                  (loads.nic_out, self._nic[a], cross),
                                  (loads.nic_in, self._nic[b], cross)):
             sums = np.bincount(keys if sel is None else keys[sel],
                                weights=nbytes if sel is None else nbytes[sel])
-            for i in np.flatnonzero(sums).tolist():
+            touched = np.flatnonzero(sums).tolist()
+            if not _whole_sums(table, touched, sums):
+                return False
+            adds.append((table, touched, sums))
+        for table, touched, sums in adds:
+            for i in touched:
                 table[i] += int(sums[i])
+        return True
 
     def _ordered(self, objects: list[Task], obj_seq: np.ndarray, p2p: _Columns,
                  p_seq: np.ndarray, p_step: np.ndarray) -> OrderedTasks:
@@ -457,6 +494,19 @@ def _ends(p2p: _Columns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if len(rows) == len(p2p.root) and bool((rows == np.arange(len(rows))).all()):
         return p2p.root, p2p.recv
     return p2p.root[rows], p2p.recv[rows]
+
+
+def _whole_sums(table: Mapping[Any, float], keys: Sequence[Any], sums: np.ndarray,
+                rows: Sequence[int] | None = None) -> bool:
+    """Whether adding ``sums[rows[i]]`` (default ``rows``: ``keys``) to ``table[keys[i]]``
+    (0.0 where absent) adds whole numbers to whole numbers, every result below
+    :data:`WHOLE`: the same floats in any order."""
+    for key, i in zip(keys, keys if rows is None else rows):
+        start, add = table.get(key, 0.0), float(sums[i])
+        if not (start >= 0 and float(start).is_integer() and add.is_integer() and
+                start + add < WHOLE):
+            return False
+    return True
 
 
 def _point_to_point(table: CellTable) -> tuple[np.ndarray, np.ndarray]:
