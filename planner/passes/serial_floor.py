@@ -25,7 +25,7 @@ the work differs.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 
 import numpy as np
@@ -64,20 +64,18 @@ def serial_unchanged(tasks: Sequence[Task]) -> bool:
     return True
 
 
-def busiest_devices(tasks: Sequence[Task]) -> list[int]:
+def busiest_devices(tasks: Sequence[Task]) -> Iterator[int]:
     """The device that is the root of the most tasks, then the one that receives the
-    most (ties: the first counted), distinct: the devices :func:`serial_ruled_out`
-    tries first."""
-    out: list[int] = []
-    roots = Counter([t.root for t in tasks])
-    receivers = Counter(chain.from_iterable([t.receivers for t in tasks]))
-    for counted in (roots, receivers):
-        for d, _ in counted.most_common():
-            if d >= 0:
-                if d not in out:
-                    out.append(d)
-                break
-    return out
+    most (ties: the first counted; the second not counted where the first is all a
+    caller reads), distinct: the devices :func:`serial_ruled_out` tries."""
+    roots = Counter([t.root for t in tasks]).most_common()
+    first = next((d for d, _ in roots if d >= 0), None)
+    if first is not None:
+        yield first
+    receivers = Counter(chain.from_iterable([t.receivers for t in tasks])).most_common()
+    second = next((d for d, _ in receivers if d >= 0), None)
+    if second is not None and second != first:
+        yield second
 
 
 def device_floor(plan: ReshardPlan, device: int) -> float:
