@@ -213,3 +213,13 @@ def test_the_search_keeps_the_same_plans_with_and_without_the_proofs(monkeypatch
     assert len(seen) == asked  # the old path asked no proof
     for a, b in zip(got, old):
         assert a.tasks == b.tasks and a.estimate() == b.estimate()
+
+
+def test_the_devices_tried_are_the_busiest_sender_then_receiver():
+    def send(root: int, *receivers: int) -> Task:
+        return Task(TaskKind.SEND, 0, ((0, 8),), root, receivers, 64)
+
+    tasks = [send(-1, 9), send(2, 5), send(3, 5), send(3, 7), send(1, 5)]
+    assert list(busiest_devices(tasks)) == [3, 5]
+    assert list(busiest_devices([send(5, 5), send(5, 4)])) == [5]  # distinct
+    assert list(busiest_devices([send(-1, 4), send(-1, 4)])) == [4]  # no root device
