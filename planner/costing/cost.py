@@ -36,6 +36,7 @@ from reshard.planner.costing.route_forms import (
     shifted,
     shifted_many,
 )
+from reshard.planner.costing.sampled_keys import SampledKey, every
 from reshard.planner.costing.step_floor import stepped_floor
 from reshard.planner.schedule.coalesce import followers
 from reshard.planner.values.plan_view import PlanView, Route
@@ -471,9 +472,26 @@ def _finder(task: Task, cluster: Cluster, hops: Hops) -> Callable[[], Route]:
 def route_key(task: Task, piece: int, message: int, rides: bool) -> tuple[object, ...]:
     """What decides ``task``'s route (its key in a :class:`RouteMemo`): its kind and its
     devices in their roles, its relay piece, its bytes where the cluster charges
-    messages (else 0) and whether it rides in another's message."""
-    return (task.kind, task.root, task.receivers, task.parents, task.addends,
-            task.addend_parents, piece, message, rides)
+    messages (else 0) and whether it rides in another's message. A task of
+    :data:`HASH_ONCE` receivers or more gets a :class:`~reshard.planner.costing.
+    sampled_keys.SampledKey` (the same tuple, hashed once by a sample of it: every key
+    of so many receivers is made so, here)."""
+    key = (task.kind, task.root, task.receivers, task.parents, task.addends,
+           task.addend_parents, piece, message, rides)
+    if len(task.receivers) < HASH_ONCE:
+        return key
+    return SampledKey.of(key, (task.kind, task.root, every(task.receivers, KEY_STRIDE),
+                               every(task.parents, KEY_STRIDE), task.addends,
+                               task.addend_parents, piece, message, rides))
+
+
+HASH_ONCE = 32
+"""Receivers from which a task's route key is hashed once, by a sample
+(:func:`route_key`): a key of a thousand receivers and parents takes some 16 us to hash
+whole, and :func:`task_routes` looks each up and stores it."""
+
+KEY_STRIDE = 8
+"""A large route key's sample: every this many receivers and parents."""
 
 
 def _batch(tasks: Sequence[Task], cluster: Cluster, hops: Hops, known: RouteMemo) -> None:
