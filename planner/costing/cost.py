@@ -36,7 +36,7 @@ from reshard.planner.costing.route_forms import (
     shifted,
     shifted_many,
 )
-from reshard.planner.costing.sampled_keys import SampledKey, every
+from reshard.planner.costing.route_keys import route_key
 from reshard.planner.costing.step_floor import stepped_floor
 from reshard.planner.schedule.coalesce import followers
 from reshard.planner.values.plan_view import PlanView, Route
@@ -445,12 +445,10 @@ def _relabeled_or_own(task: Task, key: tuple[object, ...], step: tuple[int, int]
                       cluster: Cluster, hops: Hops,
                       tried: dict[tuple[object, ...], list[int]]) -> Route:
     """``task``'s route by :func:`~reshard.planner.costing.route_forms.relabeled`, or by
-    its own search where the call's first :data:`RELABEL_TRIAL` tasks of its shape (kind,
-    counts of devices in each role; ``tried``: per shape, tasks and forms met again,
-    filled in) each had a form of its own: the form costs a search's half again (its
-    hosts ranked, its route's kept) and is never read again (a reduction over every
-    device, to each device in turn). The same route either way (``relabeled``'s is the
-    task's own, numbered back)."""
+    its own search where the call's first :data:`RELABEL_TRIAL` tasks of its shape
+    (``tried``: per shape, tasks and forms met again) each had a form of its own (a
+    reduction over every device to each in turn): a form unread costs half a search.
+    The same route either way (``relabeled``'s is the task's own, numbered back)."""
     shape = (task.kind, len(task.receivers), len(task.parents), len(task.addends))
     count = tried.get(shape)
     if count is None:
@@ -497,31 +495,6 @@ def _finder(task: Task, cluster: Cluster, hops: Hops) -> Callable[[], Route]:
         return (path if isinstance(path, Path) else Path(path)), lat
 
     return find
-
-
-def route_key(task: Task, piece: int, message: int, rides: bool) -> tuple[object, ...]:
-    """What decides ``task``'s route (its key in a :class:`RouteMemo`): its kind and its
-    devices in their roles, its relay piece, its bytes where the cluster charges
-    messages (else 0) and whether it rides in another's message. A task of
-    :data:`HASH_ONCE` receivers or more gets a :class:`~reshard.planner.costing.
-    sampled_keys.SampledKey` (the same tuple, hashed once by a sample of it: every key
-    of so many receivers is made so, here)."""
-    key = (task.kind, task.root, task.receivers, task.parents, task.addends,
-           task.addend_parents, piece, message, rides)
-    if len(task.receivers) < HASH_ONCE:
-        return key
-    return SampledKey.of(key, (task.kind, task.root, every(task.receivers, KEY_STRIDE),
-                               every(task.parents, KEY_STRIDE), task.addends,
-                               task.addend_parents, piece, message, rides))
-
-
-HASH_ONCE = 32
-"""Receivers from which a task's route key is hashed once, by a sample
-(:func:`route_key`): a key of a thousand receivers and parents takes some 16 us to hash
-whole, and :func:`task_routes` looks each up and stores it."""
-
-KEY_STRIDE = 8
-"""A large route key's sample: every this many receivers and parents."""
 
 
 def _batch(tasks: Sequence[Task], cluster: Cluster, hops: Hops, known: RouteMemo) -> None:
