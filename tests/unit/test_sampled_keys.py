@@ -12,9 +12,9 @@ import random
 
 import pytest
 
-from reshard.planner.costing import cost
 from reshard.planner.costing.cost import Hops, Routes, route_key, task_path, task_routes
 from reshard.planner.costing.route_forms import chain_key, form_key
+from reshard.planner.costing.route_keys import HASH_ONCE
 from reshard.planner.costing.sampled_keys import SampledKey, every
 from reshard.planner.values.tasks import Task, TaskKind
 from tests.unit._regular_clusters import regular_clusters
@@ -64,9 +64,11 @@ def _twins(rng: random.Random, k: int) -> list[Task]:
 def test_tasks_alike_in_the_sample_keep_their_own_routes(name, seed):
     cluster = regular_clusters(HOSTS, GPUS)[name]
     rng = random.Random(seed)
-    tasks = [t for _ in range(4) for t in _twins(rng, rng.randint(cost.ARRAY_EDGES, 90))]
+    tasks = [t for _ in range(4) for t in _twins(rng, rng.randint(HASH_ONCE, 90))]
     keys = [route_key(t, 0, 0, False) for t in tasks]
     assert all(isinstance(k, SampledKey) for k in keys)
+    assert not isinstance(route_key(dataclasses.replace(tasks[0], receivers=tasks[0].receivers[
+        :HASH_ONCE - 1], parents=()), 0, 0, False), SampledKey)  # fewer: the plain tuple
     assert hash(keys[0]) == hash(keys[1]) and keys[0] != keys[1]  # alike in the sample
     assert hash(chain_key(tasks[0])) == hash(chain_key(tasks[1]))
     known = Routes()
