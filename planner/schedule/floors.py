@@ -50,6 +50,7 @@ from reshard.layout import box_size
 from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.costing.cost import Hops, RouteMemo, task_routes
+from reshard.planner.schedule.gathered_rows import GatheredRows, gathered_rows
 from reshard.planner.schedule.work import WorkList
 from reshard.planner.values.resources import (
     COPY,
@@ -155,6 +156,10 @@ class _Flows:
         self.host_of, self.nic_of = cluster.host_map, cluster.nic_map
         self.dev_out, self.dev_in = _Kind(), _Kind()
         self.nic_out, self.nic_in = _Kind(), _Kind()
+        # :func:`gathered_rows` by receivers, bytes, step and box extents, then by
+        # the root's host (-1: none of the receivers')
+        self._rows_of: dict[tuple[object, ...], tuple[frozenset[int],
+                                                       dict[int, GatheredRows]]] = {}
 
     def send(self, root: int, receiver: int, nbytes: float, step: int) -> None:
         """:meth:`sends` of one send."""
@@ -267,49 +272,29 @@ class _Flows:
         """:meth:`cell` for an all-gather baseline: per host (in the order its first
         receiver comes), the cell whole to its first receiver (the root's host, or one
         receiver), the others' receipts down a chain; else a piece to each receiver,
-        then, at the step after, each one's share of the all-gather."""
-        hosts = self.host[receivers]
-        _, first = np.unique(hosts, return_index=True)
-        rank_of = np.empty(int(hosts.max()) + 1, dtype=np.int64)
-        rank_of[hosts[np.sort(first)]] = np.arange(len(first))
-        rank = rank_of[hosts]
-        order = np.argsort(rank, kind="stable")  # by host, receivers in order
-        members, rank = receivers[order], rank[order]
-        counts = np.bincount(rank)
-        pos = np.arange(len(members)) - np.repeat(np.cumsum(counts) - counts, counts)
-        k = counts[rank]
-        whole = (k == 1) | (self.host[members] == self.host[root])
-        share_k = {kk: nbytes * (kk - 1) / kk for kk in np.unique(k[~whole]).tolist()}
-        pieces = {kk: [box_size(p) * item for p in split_box(cell.box, kk)] for kk in share_k}
-        piece = np.full(len(members), float(nbytes))
-        share = np.zeros(len(members))
-        for kk, each in share_k.items():
-            at = ~whole & (k == kk)
-            piece[at] = np.array(pieces[kk], dtype=np.float64)[pos[at]]
-            share[at] = each
-        sent = ~whole & (piece > 0) | whole & (pos == 0)  # from the root
-        chained = whole & (pos > 0)  # down the chain from the first
-        split = ~whole
-        # every entry's place in the loop over hosts: (host, phase, position)
-        entries = [(rank[sent], 0, pos[sent]), (rank[chained], 0, pos[chained]),
-                   (rank[split], 1, pos[split])]
-        order_of = np.lexsort((np.concatenate([p for _, _, p in entries]),
-                               np.concatenate([np.full(len(r), ph) for r, ph, _ in entries]),
-                               np.concatenate([r for r, _, _ in entries])))
-        n_sent, n_chain = int(sent.sum()), int(chained.sum())
-        dev = np.concatenate([members[sent], members[chained], members[split]])[order_of]
-        vals = np.concatenate([piece[sent], piece[chained], share[split]])[order_of]
-        steps = np.concatenate([np.full(n_sent + n_chain, step, dtype=np.int64),
-                                np.full(int(split.sum()), step + 1, dtype=np.int64)])[order_of]
-        is_sent = np.concatenate([np.ones(n_sent, dtype=bool),
-                                  np.zeros(len(dev) - n_sent, dtype=bool)])[order_of]
-        is_share = np.concatenate([np.zeros(n_sent + n_chain, dtype=bool),
-                                   np.ones(len(dev) - n_sent - n_chain, dtype=bool)])[order_of]
+        then, at the step after, each one's share of the all-gather.
+
+        The rows read the root only as its device and NIC (the root's sends) and its
+        host where a receiver is on it: the rest (:func:`gathered_rows`) is found once
+        per receivers, bytes, box extents (the pieces' sizes read only them), step and
+        root host among the receivers' (:attr:`_rows_of`; a cell of a run broadcast
+        from one device each to the same devices reuses them: the same arrays)."""
+        key = (receivers.tobytes(), nbytes, item, step,
+               tuple(hi - lo for lo, hi in cell.box))
+        known = self._rows_of.get(key)
+        if known is None:
+            known = self._rows_of[key] = (frozenset(self.host[receivers].tolist()), {})
+        hosts, by_home = known
+        home = self.host_of[root]
+        at = home if home in hosts else -1
+        rows = by_home.get(at)
+        if rows is None:
+            rows = by_home[at] = gathered_rows(self.host, home, receivers, cell, nbytes,
+                                               item, step)
+        dev, steps, vals, out, is_sent, cross = rows
         self.dev_in.add(dev, steps, vals)
         # the root's sends and the gatherers' shares out, in the loop's order
-        out = is_sent | is_share
         self.dev_out.add(np.where(is_sent, root, dev)[out], steps[out], vals[out])
-        cross = is_sent & (self.host[dev] != self.host[root])
         self.nic_out.add(np.full(int(cross.sum()), self.nic[root], dtype=np.int64),
                          steps[cross], vals[cross])
         self.nic_in.add(self.nic[dev[cross]], steps[cross], vals[cross])
