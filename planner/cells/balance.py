@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import operator
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable
 
@@ -11,42 +10,21 @@ import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.planner.cells.chain_arrays import (
+    ReceiverMemo,
     RelayMirror,
     chain_arrays,
+    charge_crossings,
     idlest_last,
     move_idlest_last,
     unrelayed_chain,
 )
+from reshard.planner.cells.chain_memo import ChainMemo
 from reshard.planner.cells.short_chain import entered, remote_chain
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 
 ARRAY_CHAIN = 64
 """Receivers from which :meth:`Loads.chain` orders them by one sort of arrays (fewer:
 one by one; the same order)."""
-
-MEMO_NICS = 256
-"""The most NICs whose loads key a chain :meth:`Loads.relay_chain` remembers."""
-
-
-def _ranks(values: tuple[float, ...]) -> tuple[int, ...]:
-    """Each value's dense rank among ``values`` (the same comparisons, ties included,
-    as the values themselves)."""
-    rank = {v: i for i, v in enumerate(sorted(set(values)))}
-    return tuple(map(rank.__getitem__, values))
-
-
-Reader = Callable[[dict[int, float]], tuple[float, ...]]
-"""Some NICs' loads read from a table of loads, as a tuple (:func:`_reader`)."""
-
-
-def _reader(nics: list[int]) -> Reader:
-    """A function reading the loads of ``nics`` from a table of loads (a
-    ``defaultdict``: an unseen NIC reads 0.0), as a tuple."""
-    if len(nics) == 1:
-        (n,) = nics
-        return lambda table: (table[n],)
-    return operator.itemgetter(*nics)
-
 
 def slice_demand(host: Callable[[int], int], nic: Callable[[int], int], shared_bandwidth: bool,
                  holders: frozenset[int], needers: frozenset[int], nbytes: int,
@@ -142,60 +120,6 @@ def _entering(host: Callable[[int], int], nic: Callable[[int], int], needers: fr
                           for h, n in zip(pairs[0].tolist(), pairs[1].tolist())]
 
 
-class ChainMemo:
-    """The chains :meth:`Loads.relay_chain` worked out for one accumulator (a
-    planning call's), per root and receivers: the NICs whose loads the answer reads,
-    and the answers by what they read. Keyed by all an answer reads: the order of
-    the NIC loads (``nic_out``, ``nic_in``) of every NIC on the hosts it touches
-    (:meth:`Loads.chain` and :meth:`Loads._relay` only compare them; their dense
-    ranks keep every comparison, ties included), and, with several NICs per host,
-    the bytes, the root's ``keep_off`` and the accumulator's epoch (its expectations,
-    relays' moves and shared total change only with a new one,
-    :meth:`Loads.expected_changed`). An answer that relays moves bytes (a new epoch)
-    and is not kept. A root and receivers asked for the first time are only noted
-    (most chains of a plan are asked for once: keys would cost more than they save);
-    above :data:`MEMO_NICS` NICs a call is worked out afresh (the keys would outweigh
-    the answers)."""
-
-    def __init__(self) -> None:
-        self.chains: dict[tuple[int, frozenset[int] | tuple[int, ...]],
-                          tuple[Callable[[dict[int, float]], tuple[float, ...]] | None,
-                                dict[tuple[object, ...],
-                                     tuple[tuple[int, ...], tuple[int, ...]]] | None]] = {}
-        # each touched host set's reader (its hosts' NICs, sorted), found once
-        self.readers: dict[frozenset[int], Reader | None] = {}
-
-    def answer(self, loads: Loads, root: int, group: frozenset[int] | tuple[int, ...],
-               nbytes: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """``loads._relay_through(root, group, nbytes)``, remembered."""
-        members = group if isinstance(group, frozenset) else tuple(sorted(group))
-        memo = self.chains.get((root, members))
-        if memo is None:  # asked once: most are never asked again, keep only that
-            self.chains[(root, members)] = (None, None)
-            return loads._relay_through(root, group, nbytes)
-        if memo[1] is None:
-            host = loads.host
-            touched = frozenset({host(root), *map(host, group)})
-            if touched not in self.readers:
-                hosts, nic = loads.cluster.hosts, loads.nic
-                nics = sorted({nic(d) for h in touched for d in hosts[h]})
-                self.readers[touched] = _reader(nics) if len(nics) <= MEMO_NICS else None
-            memo = self.chains[(root, members)] = (self.readers[touched], {})
-        read, answers = memo
-        if read is None or answers is None:
-            return loads._relay_through(root, group, nbytes)
-        key = (_ranks(read(loads.nic_out)), _ranks(read(loads.nic_in)),
-               (nbytes, loads._epoch, loads.keep_off.get(root))
-               if loads.cluster.nics_per_host > 1 else None)
-        got = answers.get(key)
-        if got is None:
-            epoch = loads._epoch
-            got = loads._relay_through(root, group, nbytes)
-            if loads._epoch == epoch:
-                answers[key] = got
-        return got
-
-
 class Loads:
     """Bytes assigned so far to each NIC (per direction) and each device.
 
@@ -221,6 +145,7 @@ class Loads:
         self._least_expected: dict[tuple[str, int], float] = {}
         self._may_relay: dict[tuple[str, int], bool] = {}
         self.relay_mirror: RelayMirror | None = None  # chain_arrays.may_relay_any's
+        self.receiver_memo: ReceiverMemo = {}  # chain_arrays' (copies share it)
         # devices a transfer from a root must not relay through: the other addends of a
         # sum it reduces to be fused with its delivery (fuse_reductions leaves apart a
         # reduction whose delivery relays through one of its addends)
@@ -583,6 +508,9 @@ class Loads:
         dev_in = self.dev_in
         for r in chain:
             dev_in[r] += nbytes
+        if len(chain) >= ARRAY_CHAIN:
+            charge_crossings(self.host, self.nic, self.nic_out, self.nic_in, root, chain, nbytes)
+            return
         host, nic, nic_out, nic_in = self.host, self.nic, self.nic_out, self.nic_in
         prev, prev_host = root, host(root)
         for d in chain:
