@@ -10,6 +10,7 @@ import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.planner.cells.chain_arrays import (
+    Crossings,
     ReceiverMemo,
     RelayMirror,
     chain_arrays,
@@ -146,6 +147,7 @@ class Loads:
         self._may_relay: dict[tuple[str, int], bool] = {}
         self.relay_mirror: RelayMirror | None = None  # chain_arrays.may_relay_any's
         self.receiver_memo: ReceiverMemo = {}  # chain_arrays' (copies share it)
+        self.crossings: Crossings | None = None  # the last unrelayed_chain's
         # devices a transfer from a root must not relay through: the other addends of a
         # sum it reduces to be fused with its delivery (fuse_reductions leaves apart a
         # reduction whose delivery relays through one of its addends)
@@ -509,7 +511,8 @@ class Loads:
         for r in chain:
             dev_in[r] += nbytes
         if len(chain) >= ARRAY_CHAIN:
-            charge_crossings(self.host, self.nic, self.nic_out, self.nic_in, root, chain, nbytes)
+            charge_crossings(self.host, self.nic, self.nic_out, self.nic_in, root, chain, nbytes,
+                             self.crossings)
             return
         host, nic, nic_out, nic_in = self.host, self.nic, self.nic_out, self.nic_in
         prev, prev_host = root, host(root)

@@ -41,6 +41,7 @@ class Loads(Protocol):
 
     relay_mirror: RelayMirror | None
     receiver_memo: ReceiverMemo
+    crossings: Crossings | None
 
     def may_relay_end(self, direction: str, member: int) -> bool: ...
 
@@ -115,17 +116,29 @@ def _order(loads: Loads, root: int, receivers: list[int]
     return d[order], hosts[order], sent[order]
 
 
+Crossings = tuple[tuple[int, ...], int, list[int]]
+"""A chain :func:`unrelayed_chain` answered, its root's host and the positions in it
+where it enters another host (each a host boundary it crosses), which a
+:class:`Loads` keeps as ``crossings`` for its :meth:`Loads.charge`."""
+
+
 def charge_crossings(host: Callable[[int], int], nic: Callable[[int], int],
                      nic_out: dict[int, float], nic_in: dict[int, float], root: int,
-                     chain: tuple[int, ...], nbytes: int) -> None:
+                     chain: tuple[int, ...], nbytes: int, known: Crossings | None) -> None:
     """The NIC charges of :meth:`Loads.charge` of a long chain: at each host boundary
     the chain crosses, in order, ``nbytes`` onto the NIC out of the device it leaves
-    and the NIC in of the one it enters. The boundaries found by arrays (the hosts of
-    every member at once), the same additions in the same order."""
-    n = len(chain)
-    hosts = np.fromiter(itertools.chain((host(root),), map(host, chain)), dtype=np.int64,
-                        count=n + 1)
-    for i in np.flatnonzero(hosts[1:] != hosts[:-1]).tolist():
+    and the NIC in of the one it enters. The boundaries are ``known``'s where it is
+    this very chain from a root on the same host (:func:`unrelayed_chain` found them
+    in its arrays), else found by arrays (the hosts of every member at once): the
+    same additions in the same order."""
+    rh = host(root)
+    if known is not None and known[0] is chain and known[1] == rh:
+        at = known[2]
+    else:
+        hosts = np.fromiter(itertools.chain((rh,), map(host, chain)), dtype=np.int64,
+                            count=len(chain) + 1)
+        at = np.flatnonzero(hosts[1:] != hosts[:-1]).tolist()
+    for i in at:
         nic_out[nic(chain[i - 1] if i else root)] += nbytes
         nic_in[nic(chain[i])] += nbytes
 
@@ -160,8 +173,9 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     start[1:] = h[1:] != h[:-1]
     entries = np.flatnonzero(start & (h != rh))
     if not entries.size:  # every receiver on the root's host: one segment
-        return tuple(d.tolist())
-    leaving = d[entries - 1] if entries[0] else np.r_[root, d[entries[1:] - 1]]
+        return _noted(loads, tuple(d.tolist()), rh, [])
+    leaving = d[entries - 1] if entries[0] else \
+        np.concatenate((np.array([root], dtype=np.int64), d[entries[1:] - 1]))
     if may_relay_any(loads, NIC_OUT, leaving) or may_relay_any(loads, NIC_IN, d[entries]):
         return None
     seg = np.cumsum(start) - 1
@@ -170,13 +184,25 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     count = np.bincount(seg[movable], minlength=int(seg[-1]) + 1)
     at = np.flatnonzero(movable & (count >= 2)[seg])
     if not at.size:
-        return tuple(d.tolist())
+        return _noted(loads, tuple(d.tolist()), rh, entries.tolist())
     by_key = at[np.lexsort((d[at], sent[at], seg[at]))]
     first = np.ones(len(by_key), dtype=bool)
     first[1:] = seg[by_key][1:] != seg[by_key][:-1]
     last = np.zeros(n, dtype=bool)
     last[by_key[first]] = True
-    return tuple(d[np.lexsort((np.arange(n), last, seg))].tolist())
+    return _noted(loads, tuple(d[np.lexsort((np.arange(n), last, seg))].tolist()), rh,
+                  entries.tolist())
+
+
+def _noted(loads: Loads, chain: tuple[int, ...], rh: int, entries: list[int]
+           ) -> tuple[int, ...]:
+    """``chain``, its crossings noted in ``loads`` (:data:`Crossings`): the positions
+    where it enters another host than the one before (the root's, host ``rh``, before
+    the first). Its hosts are the sorted chain's (a member moves only inside its own
+    host's segment), whose segments after the root's host each enter a new host at
+    their first member, ``entries``."""
+    loads.crossings = (chain, rh, entries)
+    return chain
 
 
 class RelayMirror:

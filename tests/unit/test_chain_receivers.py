@@ -116,3 +116,44 @@ def test_a_long_chain_s_charge_by_arrays_is_the_walk_member_by_member(seed):
         crossed += sum(1 for a, b in zip((root, *chain), chain) if a // 8 != b // 8)
         assert _tables(loads) == _tables(twin)
     assert crossed and len(chain) >= balance.ARRAY_CHAIN
+
+
+WIDE = Cluster.preset("dgx-h100", 48)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_chain_s_crossings_noted_by_its_arrays_charge_as_the_walk(seed):
+    """A long chain :meth:`Loads.relay_chain` answered by arrays (its crossings noted),
+    charged: the same loads as the old charge member by member, roots on the
+    receivers' hosts, on none of them and among them, two receivers a host (no member
+    moves), a chain charged from another root on the same host or on its first
+    member's, and an earlier chain
+    (its own crossings not the ones noted last) charged again."""
+    rng = random.Random(seed)
+    loads, twin = twin_loads(rng, WIDE, crowded=False)
+    devices = list(WIDE.devices)
+    noted = 0
+    earlier: list[tuple[int, tuple[int, ...]]] = []
+    for _ in range(60):
+        receivers = frozenset(rng.sample(devices, rng.choice([64, 100, 150])))
+        if rng.random() < 0.3:  # two a host
+            receivers = frozenset(d for d in devices if d % 8 in (3, 6))
+        root = rng.choice(devices)
+        chain, through = loads.relay_chain(root, receivers - {root}, 1 << 20)
+        assert not through
+        noted += loads.crossings is not None and loads.crossings[0] is chain
+        earlier.append((root, chain))
+        if rng.random() < 0.2:  # another root of the host, the chain's crossings kept
+            root = root // 8 * 8 + (root + 1) % 8
+            if root in chain:
+                continue
+        elif rng.random() < 0.3:  # a root on its first member's host: no crossing there
+            root = next((d for d in range(chain[0] // 8 * 8, chain[0] // 8 * 8 + 8)
+                         if d not in chain), root)
+        if rng.random() < 0.2:  # another chain
+            root, chain = rng.choice(earlier)
+        nbytes = rng.choice([1000, 1 << 20])
+        loads.charge(root, chain, nbytes)
+        _old_charge(twin, root, chain, nbytes)
+        assert _tables(loads) == _tables(twin)
+    assert noted >= 30
