@@ -20,6 +20,12 @@ from reshard.planner.cells.chain_arrays import (
     unrelayed_chain,
 )
 from reshard.planner.cells.chain_memo import ChainMemo
+from reshard.planner.cells.holder_arrays import (
+    ARRAY_HOLDERS,
+    HolderMemo,
+    holders_of,
+    pick_root_arrays,
+)
 from reshard.planner.cells.short_chain import entered, remote_chain
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 
@@ -47,7 +53,8 @@ def slice_demand(host: Callable[[int], int], nic: Callable[[int], int], shared_b
     sides = memo.sides.get(needers)
     if sides is None:
         sides = memo.sides[needers] = _sides(host, nic, needers)
-    held = sides[2].intersection({host(d) for d in holders})
+    held_by = holders_of(memo.holders, host, nic, holders)
+    held = sides[2].intersection(held_by.hosts)
     key = (needers, nbytes, held)
     got = memo.entries.get(key)
     if got is None:
@@ -55,7 +62,7 @@ def slice_demand(host: Callable[[int], int], nic: Callable[[int], int], shared_b
     into, entries = got
     if not into:
         return [], shared
-    out = {nic(d) for d in holders}
+    out = held_by.out  # the set of holders' NICs, in its order
     amounts: list[tuple[tuple[str, int], float]] = [
         ((NIC_OUT, n), nbytes * into / len(out)) for n in out]
     amounts.extend(entries)
@@ -83,6 +90,7 @@ class NeederMemo:
                            tuple[int, Entries]] = {}
         # per receiver set: its host and (device, NIC) pairs in id order, or None
         self.one_host: dict[frozenset[int], tuple[int, tuple[tuple[int, int], ...]] | None] = {}
+        self.holders: HolderMemo = {}  # per holder set (holder_arrays)
 
 
 def _sides(host: Callable[[int], int], nic: Callable[[int], int], needers: frozenset[int]
@@ -225,6 +233,10 @@ class Loads:
         """
         if len(holders) == 1:
             return next(iter(holders))
+        if len(holders) >= ARRAY_HOLDERS and isinstance(holders, frozenset):
+            held = holders_of(self._needers.holders, self.host, self.nic, holders)
+            if (got := pick_root_arrays(self, held, needer_hosts, nbytes)) is not None:
+                return got
         best_key = None
         best = -1
         host, nic, nic_out, dev_out = self.host, self.nic, self.nic_out, self.dev_out
@@ -473,20 +485,6 @@ class Loads:
         shared = self.cluster.shared_bandwidth
         return bool(shared) and \
             (self.shared + nbytes) / shared >= nic_bytes / self.cluster.nic_capacity
-
-    def gather(self, senders: Iterable[int], root: int, nbytes: int) -> None:
-        """Account ``nbytes`` sent by each of ``senders`` to ``root`` (a reduction's
-        addends): :meth:`charge` of each one-hop chain, in one loop (each load gets the
-        same additions in the same order)."""
-        host, nic = self.host, self.nic
-        dev_out, dev_in, nic_out, nic_in = self.dev_out, self.dev_in, self.nic_out, self.nic_in
-        root_host, root_nic = host(root), nic(root)
-        for d in senders:
-            dev_out[d] += nbytes
-            dev_in[root] += nbytes
-            if host(d) != root_host:
-                nic_out[nic(d)] += nbytes
-                nic_in[root_nic] += nbytes
 
     def charge(self, root: int, chain: tuple[int, ...], nbytes: int) -> None:
         """Account a pipelined chain transfer root -> chain[0] -> chain[1] ....
