@@ -102,6 +102,7 @@ class _Needs:
     order: list[int]
     hosts: list[int]
     host_set: set[int]
+    frozen: frozenset[int]  # host_set
     per_host: dict[int, int]
     by_host: dict[int, list[int]]
 
@@ -150,6 +151,10 @@ class _Intake:
         self.convert: dict[frozenset[int], float] = {}
         # each needer set's hosts (:meth:`_needs`), found once: cells share them
         self.needs: dict[frozenset[int], _Needs] = {}
+        self.hold_hosts: dict[frozenset[int], frozenset[int]] = {}  # per holder set
+        # per needer set's hosts, holder hosts, addends and summing hosts: the hosts a
+        # cell enters (:meth:`_host_in`)
+        self.entering: dict[tuple[object, ...], tuple[int, ...]] = {}
         # plain cells of one needer set in a row, counted into dev_in and host_take at
         # once when another cell or the bound reads them (:meth:`_receive`, :meth:`settle`)
         self.run_needs: _Needs | None = None
@@ -213,17 +218,13 @@ class _Intake:
         """Count one cell group's ``nbytes`` (after any cast: what the wire carries);
         ``size``: addends per group of a summed source (0: not a sum)."""
         host_of, summed = self.host_of, size > 0
-        hold_hosts = frozenset(host_of(d) for d in holders)
+        hold_hosts = self.hold_hosts.get(holders)
+        if hold_hosts is None:
+            hold_hosts = self.hold_hosts[holders] = frozenset(host_of(d) for d in holders)
         needs = self._needs(needers)
-        need_hosts, per_host = needs.host_set, needs.per_host
+        need_hosts = needs.host_set
         summing = {h for h in inside if h is not None} if summed else hold_hosts
-        for h in need_hosts - summing:
-            self.host_in[h] = self.host_in.get(h, 0.0) + nbytes
-            # an addend inside h may merge there without crossing its NICs
-            adds = size if summed and h not in hold_hosts else 1
-            spread = per_host[h]
-            least = self.host_least.get(h, (adds, spread))
-            self.host_least[h] = (min(least[0], adds), min(least[1], spread))
+        self._host_in(needers, needs, hold_hosts, summing, size, nbytes)
         if not summed and self.roots is None and holders.isdisjoint(needers):
             self._receive(needs, nbytes, hold_hosts)
         else:
@@ -242,7 +243,35 @@ class _Intake:
                 self.host_take[one] = self.host_take.get(one, 0.0) + nbytes * (
                     size - 1 - (1 if local else 0))
         if need_hosts - hold_hosts:
-            self.leave.setdefault(hold_hosts, []).append((frozenset(need_hosts), nbytes))
+            self.leave.setdefault(hold_hosts, []).append((needs.frozen, nbytes))
+
+    def _host_in(self, needers: frozenset[int], needs: _Needs, hold_hosts: frozenset[int],
+                 summing: set[int] | frozenset[int], size: int, nbytes: float) -> None:
+        """Count a cell's ``nbytes`` into each needing host that does not sum it
+        (``summing``), and each one's fewest addends and needers (``host_least``).
+
+        The hosts, in the order ``need_hosts - summing`` iterates them, are found once
+        per needer set, holder hosts, addends and summing hosts (:attr:`entering`);
+        there the least is kept already: a minimum taken again with the same values
+        (these determine them) changes nothing, and its keys are in."""
+        summed = size > 0
+        key = (needers, hold_hosts, size, frozenset(summing) if summed else None)
+        hosts = self.entering.get(key)
+        host_in = self.host_in
+        if hosts is not None:
+            get = host_in.get
+            for h in hosts:
+                host_in[h] = get(h, 0.0) + nbytes
+            return
+        hosts = self.entering[key] = tuple(needs.host_set - summing)
+        per_host, host_least = needs.per_host, self.host_least
+        for h in hosts:
+            host_in[h] = host_in.get(h, 0.0) + nbytes
+            # an addend inside h may merge there without crossing its NICs
+            adds = size if summed and h not in hold_hosts else 1
+            spread = per_host[h]
+            least = host_least.get(h, (adds, spread))
+            host_least[h] = (min(least[0], adds), min(least[1], spread))
 
     def _needs(self, needers: frozenset[int]) -> _Needs:
         """``needers``' hosts (found once per set)."""
@@ -256,7 +285,8 @@ class _Intake:
             for d, h in zip(order, hosts):
                 per_host[h] = per_host.get(h, 0) + 1
                 by_host.setdefault(h, []).append(d)
-            got = self.needs[needers] = _Needs(order, hosts, {host_of(d) for d in needers},
+            host_set = {host_of(d) for d in needers}
+            got = self.needs[needers] = _Needs(order, hosts, host_set, frozenset(host_set),
                                                per_host, by_host)
         return got
 
