@@ -119,14 +119,39 @@ class _Kind:
         nbytes = np.concatenate([c[2] for c in self.chunks])
         span = int(index.max(initial=0)) + 1
         lo = int(step.min(initial=0))
-        keys, first, at = np.unique((step - lo) * span + index, return_index=True,
-                                    return_inverse=True)
-        total = np.zeros(len(keys))
-        np.add.at(total, at.reshape(-1), nbytes)
-        order = np.argsort(first, kind="stable")
-        keys = keys[order]
+        codes = (step - lo) * span + index
+        size = span * (int(step.max(initial=0)) - lo + 1)
+        if size <= max(DENSE_UP_TO, 2 * len(codes)):
+            keys, sums = _dense_sums(codes, nbytes, size)
+        else:
+            keys, first, at = np.unique(codes, return_index=True, return_inverse=True)
+            total = np.zeros(len(keys))
+            np.add.at(total, at.reshape(-1), nbytes)
+            order = np.argsort(first, kind="stable")
+            keys, sums = keys[order], total[order]
         return list(zip(zip((keys % span).tolist(), (keys // span + lo).tolist()),
-                        total[order].tolist()))
+                        sums.tolist()))
+
+
+DENSE_UP_TO = 1 << 16
+"""Keys (resources times steps) up to which, or up to twice the additions, a kind is
+summed in arrays by key (:func:`_dense_sums`) rather than by a sort of its keys."""
+
+
+def _dense_sums(codes: np.ndarray, nbytes: np.ndarray, size: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Each distinct code of ``codes`` (all below ``size``) in the order first added,
+    and its bytes summed from 0.0 in the order added: ``np.add.at`` into an array by
+    code (the same additions, one by one, as into the distinct keys of a sort), each
+    code's first position the least at which it comes."""
+    n = len(codes)
+    first = np.full(size, n, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+    used = np.flatnonzero(first < n)
+    total = np.zeros(size)
+    np.add.at(total, codes, nbytes)
+    keys = used[np.argsort(first[used], kind="stable")]
+    return keys, total[keys]
 
 
 DICT_SUM_UP_TO = 4096
