@@ -181,6 +181,7 @@ class _Flows:
         self.host_of, self.nic_of = cluster.host_map, cluster.nic_map
         self.dev_out, self.dev_in = _Kind(), _Kind()
         self.nic_out, self.nic_in = _Kind(), _Kind()
+        self._sorted: dict[frozenset[int], np.ndarray] = {}  # per needer set (_receivers)
         # :func:`gathered_rows` by receivers, bytes, step and box extents, then by
         # the root's host (-1: none of the receivers')
         self._rows_of: dict[tuple[object, ...], tuple[frozenset[int],
@@ -210,7 +211,7 @@ class _Flows:
         if len(cell.needers) < ARRAY_RECEIVERS:
             self._few(cell, nbytes, item, step, point_to_point)
             return
-        receivers = np.array(sorted(cell.needers - cell.holders), dtype=np.int64)
+        receivers = self._receivers(cell)
         n = len(receivers)
         steps = np.full(n, step, dtype=np.int64)
         whole = np.full(n, float(nbytes))
@@ -226,6 +227,18 @@ class _Flows:
             self.sends(roots, receivers, whole, steps)
             return
         self._gathered(root, receivers, cell, nbytes, item, step)
+
+    def _receivers(self, cell: Cell) -> np.ndarray:
+        """``cell``'s needers that do not hold it, sorted, as an array: found once per
+        needer set where no holder needs it (then they are its needers; read only)."""
+        needers = cell.needers
+        if not cell.holders.isdisjoint(needers):
+            return np.array(sorted(needers - cell.holders), dtype=np.int64)
+        got = self._sorted.get(needers)
+        if got is None:
+            got = self._sorted[needers] = np.array(sorted(needers), dtype=np.int64)
+            got.flags.writeable = False
+        return got
 
     def _few(self, cell: Cell, nbytes: int, item: int, step: int, point_to_point: bool
              ) -> None:

@@ -137,3 +137,22 @@ def test_gathered_rows_of_mixed_cells_roots_steps_and_boxes(monkeypatch):
         got.append(_chunks(flows))
     assert len(got[0][1]) == len(cells)
     assert got[0] == got[1]
+
+
+def test_a_cell_s_receivers_found_once_per_needer_set_are_its_needers_less_holders():
+    """Cells of a few needer sets, held outside them or by some of them: each cell's
+    receivers as :meth:`floors._Flows.cell` sorted them per cell."""
+    from reshard.planner.cells.decompose import new_cell
+
+    rng = np.random.default_rng(3)
+    sets = [frozenset(rng.choice(256, 90, replace=False).tolist()) for _ in range(3)]
+    flows = floors._Flows(CLUSTER)
+    inside = 0
+    for _ in range(200):
+        needers = sets[int(rng.integers(3))]
+        holders = frozenset(rng.choice(256, int(rng.integers(1, 4)), replace=False).tolist())
+        inside += not holders.isdisjoint(needers)
+        got = flows._receivers(new_cell(((0, 4),), holders, needers))
+        want = np.array(sorted(needers - holders), dtype=np.int64)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert inside and len(flows._sorted) == 3
