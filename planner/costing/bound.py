@@ -20,6 +20,7 @@ than that either (:meth:`_Intake._conversions`).
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -152,9 +153,9 @@ class _Intake:
         # each needer set's hosts (:meth:`_needs`), found once: cells share them
         self.needs: dict[frozenset[int], _Needs] = {}
         self.hold_hosts: dict[frozenset[int], frozenset[int]] = {}  # per holder set
-        # per needer set's hosts, holder hosts, addends and summing hosts: the hosts a
-        # cell enters (:meth:`_host_in`)
-        self.entering: dict[tuple[object, ...], tuple[int, ...]] = {}
+        # per needer set (and, for a sum, addends and holder hosts): the hosts whose
+        # least it has taken (:meth:`_host_in`)
+        self.least_taken: dict[object, set[int]] = {}
         # plain cells of one needer set in a row, counted into dev_in and host_take at
         # once when another cell or the bound reads them (:meth:`_receive`, :meth:`settle`)
         self.run_needs: _Needs | None = None
@@ -250,28 +251,30 @@ class _Intake:
         """Count a cell's ``nbytes`` into each needing host that does not sum it
         (``summing``), and each one's fewest addends and needers (``host_least``).
 
-        The hosts, in the order ``need_hosts - summing`` iterates them, are found once
-        per needer set, holder hosts, addends and summing hosts (:attr:`entering`);
-        there the least is kept already: a minimum taken again with the same values
-        (these determine them) changes nothing, and its keys are in."""
+        A host's least is taken once per needer set (and, for a sum, its addends and
+        holder hosts), which determine the values it is taken with: taken again with
+        the same values, a minimum changes nothing, and its key is in
+        (:attr:`least_taken`, the hosts taken so far)."""
         summed = size > 0
-        key = (needers, hold_hosts, size, frozenset(summing) if summed else None)
-        hosts = self.entering.get(key)
+        hosts = needs.host_set - summing  # the loop's order
         host_in = self.host_in
-        if hosts is not None:
-            get = host_in.get
-            for h in hosts:
-                host_in[h] = get(h, 0.0) + nbytes
+        get = host_in.get
+        for h in hosts:
+            host_in[h] = get(h, 0.0) + nbytes
+        key = (needers, size, hold_hosts) if summed else needers
+        taken = self.least_taken.get(key)
+        if taken is None:
+            taken = self.least_taken[key] = set()
+        elif taken >= hosts:
             return
-        hosts = self.entering[key] = tuple(needs.host_set - summing)
         per_host, host_least = needs.per_host, self.host_least
         for h in hosts:
-            host_in[h] = host_in.get(h, 0.0) + nbytes
             # an addend inside h may merge there without crossing its NICs
             adds = size if summed and h not in hold_hosts else 1
             spread = per_host[h]
             least = host_least.get(h, (adds, spread))
             host_least[h] = (min(least[0], adds), min(least[1], spread))
+        taken.update(hosts)
 
     def _needs(self, needers: frozenset[int]) -> _Needs:
         """``needers``' hosts (found once per set)."""
@@ -312,8 +315,15 @@ class _Intake:
         if needs is None:
             return
         self.run_needs, self.run_bytes = None, []
-        _add_run(self.dev_in, needs.order, itertools.repeat(1), run)
-        _add_run(self.host_take, needs.per_host, needs.per_host.values(), run)
+        one = len(run) == 1  # one cell: each key once (a host: as often as its needers)
+        if one:
+            _add_once(self.dev_in, needs.order, run[0])
+        else:
+            _add_run(self.dev_in, needs.order, itertools.repeat(1), run)
+        if one and len(needs.per_host) == len(needs.order):  # a needer a host
+            _add_once(self.host_take, needs.per_host, run[0])
+        else:
+            _add_run(self.host_take, needs.per_host, needs.per_host.values(), run)
 
     def _receive_each(self, holders: frozenset[int], needers: frozenset[int], nbytes: float,
                       summed: bool, summing: set[int] | frozenset[int]) -> None:
@@ -404,6 +414,14 @@ class _Intake:
         holders = frozenset().union(*self.convert)
         terms.append(sum(self.convert.values()) / (len(holders) * rate))
         return terms
+
+
+def _add_once(sums: dict[int, float], keys: Iterable[int], b: float) -> None:
+    """:func:`_add_run` of one value once per key: each of ``keys``' sums (a missing
+    one from 0.0) plus ``b``, all read before any is written, in the keys' order."""
+    totals = list(map(operator.add, map(sums.get, keys, itertools.repeat(0.0)),
+                      itertools.repeat(b)))
+    sums.update(zip(keys, totals))
 
 
 def _add_run(sums: dict[int, float], keys: Iterable[int], times: Iterable[int],

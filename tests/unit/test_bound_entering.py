@@ -1,7 +1,7 @@
-"""The lower bound's hosts a cell enters found once per needer set, holder hosts,
-addends and summing hosts (bound._Intake._host_in, issue 62 round nine): every count,
-its key order, and the bound as the loop over ``need_hosts - summing`` that takes each
-host's least again for every cell leaves them."""
+"""The lower bound's hosts' leasts taken once per needer set (and, for a sum, addends
+and holder hosts; bound._Intake._host_in, issue 62 round nine): every count, its key
+order, and the bound as the loop over ``need_hosts - summing`` that takes each host's
+least again for every cell leaves them."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_hosts_entered_found_once_count_as_the_loop_every_cell(seed, monkeypatch
 
     fast, slow = bound._Intake(cluster), bound._Intake(cluster)
     count(fast)
-    assert len(fast.entering) < len(cells) / 2  # the hosts found once, read again
+    assert len(fast.least_taken) < len(cells) / 2  # the leasts taken once, skipped again
     monkeypatch.setattr(bound._Intake, "_host_in", _old_host_in)
     count(slow)
     assert _counts(fast) == _counts(slow)
@@ -74,14 +74,18 @@ def test_hosts_entered_found_once_count_as_the_loop_every_cell(seed, monkeypatch
 def test_a_host_s_least_lowered_by_a_later_cell_of_other_needers_or_addends(order, monkeypatch):
     """Cells whose hosts entered are the same set but whose least differs (needers
     spread two and one a host; a sum of eight addends then of two), the larger first:
-    each later cell lowers the least, as the loop does."""
-    cluster = Cluster.preset("dgx-h100", 4)
+    each later cell lowers the least, as the loop does; a needer set held on one of
+    its hosts, then sent there."""
+    cluster = Cluster.preset("dgx-h100", 8)
     holders = frozenset({0, 1})
     cells = [(holders, frozenset({8, 9, 16}), 5.0, 0, set()),
              (holders, frozenset({8, 16}), 5.0, 0, set()),
              (holders, frozenset({24, 25}), 7.0, 8, {0}),
              (holders, frozenset({24, 25}), 7.0, 2, {0})]
     cells = cells if order == 0 else cells[2:] + cells[:2]
+    # a needer set entering a host it held before (its least not taken yet)
+    cells += [(frozenset({41}), frozenset({40, 48}), 3.0, 0, set()),
+              (frozenset({1}), frozenset({40, 48}), 3.0, 0, set())]
     got = []
     for way in (bound._Intake._host_in, _old_host_in):
         monkeypatch.setattr(bound._Intake, "_host_in", way)
@@ -90,4 +94,4 @@ def test_a_host_s_least_lowered_by_a_later_cell_of_other_needers_or_addends(orde
             intake._cell(*c)
         got.append(_counts(intake))
     assert got[0] == got[1]
-    assert dict(got[1][3]) == {1: (1, 1), 2: (1, 1), 3: (2, 2)}
+    assert dict(got[1][3]) == {1: (1, 1), 2: (1, 1), 3: (2, 2), 5: (1, 1), 6: (1, 1)}
