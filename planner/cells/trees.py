@@ -302,7 +302,7 @@ def _chain_form(task: Task, host: Callable[[int], int], memo: Segments | None
     else:
         segs = _segments(task, host, memo)
         entered = _hosts([seg[0] for seg in segs], host).tolist()
-        number = {h: i for i, h in enumerate(dict.fromkeys(entered))}  # in order entered
+        number = dict(zip(dict.fromkeys(entered), itertools.count()))  # in order entered
         through = frozenset(task.through)
         relays = tuple(i for i, d in enumerate(chain) if d in through) if through else ()
         found = (chain, (tuple(map(len, segs)), tuple(map(number.__getitem__, entered)),
@@ -338,7 +338,7 @@ _PARENT: dict[HostShape, Callable[[int], int]] = {
 _APPLIES: dict[HostShape, Callable[[list[list[int]]], bool]] = {
     HostShape.DOUBLE: lambda segs: len(segs) - 1 >= MIN_HOSTS,
     HostShape.STAR: lambda segs: len(segs) - 1 >= 2,
-    HostShape.CHAIN: lambda segs: any(len(seg) >= MIN_FANOUT for seg in segs[1:]),
+    HostShape.CHAIN: lambda segs: max(map(len, segs[1:]), default=0) >= MIN_FANOUT,
 }
 """Which chains (cut into host segments, the root's first) each host shape reshapes."""
 
