@@ -338,7 +338,7 @@ _PARENT: dict[HostShape, Callable[[int], int]] = {
 _APPLIES: dict[HostShape, Callable[[list[list[int]]], bool]] = {
     HostShape.DOUBLE: lambda segs: len(segs) - 1 >= MIN_HOSTS,
     HostShape.STAR: lambda segs: len(segs) - 1 >= 2,
-    HostShape.CHAIN: lambda segs: max(map(len, segs[1:]), default=0) >= MIN_FANOUT,
+    HostShape.CHAIN: lambda segs: any(len(seg) >= MIN_FANOUT for seg in segs[1:]),
 }
 """Which chains (cut into host segments, the root's first) each host shape reshapes."""
 

@@ -1,6 +1,6 @@
-"""Which chains a host shape reshapes and a chain's hosts numbered in the order
-entered, read at once (trees.py, issue 62 round nine): the answers of the loops they
-replace, on random segment lists and host orders."""
+"""Which chains a host shape reshapes, and a chain's hosts numbered in the order
+entered by one dict of them (trees.py, issue 62 round nine): the answers of the loops
+(the dict comprehension it replaces), on random segment lists and host orders."""
 
 from __future__ import annotations
 
