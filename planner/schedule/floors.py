@@ -121,7 +121,7 @@ class _Kind:
         lo = int(step.min(initial=0))
         codes = (step - lo) * span + index
         size = span * (int(step.max(initial=0)) - lo + 1)
-        if size <= max(DENSE_UP_TO, 2 * len(codes)):
+        if size <= max(DENSE_UP_TO, 2 * len(codes)) and int(index.min(initial=0)) >= 0:
             keys, sums = _dense_sums(codes, nbytes, size)
         else:
             keys, first, at = np.unique(codes, return_index=True, return_inverse=True)
@@ -135,7 +135,8 @@ class _Kind:
 
 DENSE_UP_TO = 1 << 16
 """Keys (resources times steps) up to which, or up to twice the additions, a kind is
-summed in arrays by key (:func:`_dense_sums`) rather than by a sort of its keys."""
+summed in arrays by key (:func:`_dense_sums`, resources numbered from 0) rather than by
+a sort of its keys."""
 
 
 def _dense_sums(codes: np.ndarray, nbytes: np.ndarray, size: int

@@ -47,3 +47,14 @@ def test_sums_by_key_in_arrays_are_the_sums_over_sorted_keys(seed, spread):
     got = kind.items()
     assert got == _old_items(kind)
     assert len({k for k, _ in got}) == len(got) > 50
+
+
+def test_a_kind_with_an_index_below_zero_is_summed_by_the_sort():
+    """Resources numbered from 0 are summed by key; any other numbering by the sort
+    (the dense arrays would wrap a negative key round to the end)."""
+    rng = np.random.default_rng(1)
+    kind = floors._Kind()
+    for _ in range(12):
+        index = rng.integers(-1, 50, 500).astype(np.int64)
+        kind.add(index, np.zeros(500, dtype=np.int64), rng.choice([0.1, 1e17 / 3, 3.0], 500))
+    assert kind.items() == _old_items(kind)
