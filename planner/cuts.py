@@ -243,7 +243,7 @@ def cut_cells(tensors: tuple[TensorSpec, ...], cluster: Cluster, fuse: bool = Fa
         key = (t.shape, t.src, t.dst)
         cells = same.get(key)
         ready: dict[Box, int] = {}
-        steps: list[int] = []
+        steps: list[int] | np.ndarray = []
         if cells is None:
             needers = boxes.needers(t)
             if t.src.spec.is_partial:
@@ -256,7 +256,8 @@ def cut_cells(tensors: tuple[TensorSpec, ...], cluster: Cluster, fuse: bool = Fa
             if ready and like is not None and _same_reductions(like, i, tensor_reduces):
                 cells, steps = like.cells[i], list(like.after[i])
             elif ready:
-                cells, steps = decompose_pieces(t.shape, holders, needers, ready)
+                cells, steps = decompose_pieces(t.shape, holders, needers, ready,
+                                                table=not cluster.shared_bandwidth)
             elif len(holders) * len(needers) >= TABLE_FROM:
                 cells = decompose_table(t.shape, holders, needers)
             else:
@@ -264,8 +265,9 @@ def cut_cells(tensors: tuple[TensorSpec, ...], cluster: Cluster, fuse: bool = Fa
             if not tensor_reduces:  # reduce roots follow the loads: not reusable
                 same[key] = cells
         per_tensor.append(cells)
-        if isinstance(cells, CellTable):  # never a partial source's (ready is empty)
-            afters.append(np.zeros(len(cells), np.int64))
+        if isinstance(cells, CellTable):  # a partial source's with its steps
+            afters.append(np.asarray(steps, np.int64) if ready else
+                          np.zeros(len(cells), np.int64))
         else:
             afters.append(steps if ready else [0] * len(cells))
     return Cut(tuple(per_tensor), tuple(afters), tuple(reduces), loads)
@@ -274,7 +276,7 @@ def cut_cells(tensors: tuple[TensorSpec, ...], cluster: Cluster, fuse: bool = Fa
 def _same_reductions(cut: Cut, tensor: int, reduces: list[Task]) -> bool:
     """Whether ``cut``'s reductions of ``tensor`` are ``reduces`` (in order)."""
     mine = [r for r in cut.reduces if r.tensor == tensor]
-    return mine == reduces and isinstance(cut.cells[tensor], list)
+    return mine == reduces and isinstance(cut.cells[tensor], (list, CellTable))
 
 
 def cut_key(tensors: tuple[TensorSpec, ...], fuse: bool, fine: bool) -> tuple[bool, bool]:

@@ -21,10 +21,10 @@ import numpy as np
 
 from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
 from reshard.planner.cells.decompose import Cell
-from reshard.planner.cells.new_tasks import new_task
+from reshard.planner.cells.new_tasks import broadcast_runs_tasks
 from reshard.planner.cells.send_runs import is_send, plan_sends
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
-from reshard.planner.values.tasks import Task, TaskKind
+from reshard.planner.values.tasks import Task
 
 CellRun = Sequence[tuple[Cell, int, int, int]]
 """Cells planned one after another: (cell, tensor, itemsize, step) each."""
@@ -79,16 +79,19 @@ def plan_run(run: CellRun, loads: Loads) -> list[list[Task]] | None:
             return None
     _, starts = np.unique(group_arr, return_index=True)  # each group's first cell
     _charge(loads, groups, entry[starts].tolist(), nic_load, dev_load, roots, nbytes)
-    chains: dict[tuple[int, int], tuple[int, ...]] = {}
-    out: list[list[Task]] = []
-    for (cell, tensor, _, step), g, e, root, nb in zip(run, group_of, entry.tolist(), roots,
-                                                      nbytes):
-        chain = chains.get((g, e))
-        if chain is None:
-            devs = [d for d, _ in groups[g][1]]
-            chain = chains[(g, e)] = (devs[e], *devs[:e], *devs[e + 1:])
-        out.append([new_task(TaskKind.BROADCAST, tensor, cell.box, root, chain, nb, step)])
-    return out
+    return broadcast_runs_tasks(run, roots, _chains(groups, group_arr, entry, width), nbytes)
+
+
+def _chains(groups: list[Group], group_of: np.ndarray, entry: np.ndarray, width: int
+            ) -> list[tuple[int, ...]]:
+    """Each cell's chain: its entry, then the rest of its group's receivers in id order
+    (one tuple per distinct (group, entry), shared by its cells)."""
+    keys, inverse = np.unique(group_of * width + entry, return_inverse=True)
+    made = []
+    for g, e in zip((keys // width).tolist(), (keys % width).tolist()):
+        devs = [d for d, _ in groups[g][1]]
+        made.append((devs[e], *devs[:e], *devs[e + 1:]))
+    return [made[k] for k in inverse.reshape(-1).tolist()]
 
 
 def _groups(run: CellRun, loads: Loads
@@ -102,18 +105,26 @@ def _groups(run: CellRun, loads: Loads
     group_of: list[int] = []
     roots: list[int] = []
     nbytes: list[int] = []
+    root_host: dict[int, int] = {}  # a root asked already (its NIC out may not relay)
     for cell, _, itemsize, _ in run:
-        if len(cell.holders) != 1:
+        holders, needers = cell.holders, cell.needers
+        if len(holders) != 1:
             return None
-        g = index.get(cell.needers)
+        g = index.get(needers)
         if g is None:
-            got = one_host(loads, cell.needers)
+            got = one_host(loads, needers)
             if got is None:
                 return None
-            g = index[cell.needers] = len(groups)
+            g = index[needers] = len(groups)
             groups.append(got)
-        (root,) = cell.holders
-        if host(root) == groups[g][0] or may(NIC_OUT, root):
+        (root,) = holders
+        h = root_host.get(root)
+        if h is None:  # first seen: asked as cell by cell asks (later asks read a cache)
+            h = host(root)
+            if h == groups[g][0] or may(NIC_OUT, root):
+                return None
+            root_host[root] = h
+        elif h == groups[g][0]:
             return None
         group_of.append(g)
         roots.append(root)

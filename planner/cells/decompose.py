@@ -20,6 +20,7 @@ planner handles most rows in bulk.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -272,11 +273,22 @@ class CellTable:
         lo, hi = (self.lo, self.hi) if rows is None else (self.lo[rows], self.hi[rows])
         return boxes_of(lo, hi)
 
-    def cells(self) -> list[Cell]:
-        """Every row as a :class:`Cell`, in row order."""
+    def cells(self, rows: np.ndarray | None = None) -> list[Cell]:
+        """The ``rows`` (default: every row) as :class:`Cell` objects, in row order (as
+        :func:`new_cell` builds them, ``size`` read from the column where no product of
+        extents can overflow it)."""
         hold, need = self.holder_sets, self.needer_sets
-        return [new_cell(box, hold[h], need[n]) for box, h, n in
-                zip(self.boxes(), self.holder.tolist(), self.needer.tolist())]
+        take: np.ndarray | slice = slice(None) if rows is None else rows
+        each = zip(self.boxes(rows), self.holder[take].tolist(), self.needer[take].tolist())
+        if not len(self) or math.prod(self.hi.max(axis=0).tolist()) >= 2 ** 63:
+            return [new_cell(box, hold[h], need[n]) for box, h, n in each]
+        out: list[Cell] = []
+        new, append = _new, out.append
+        for (box, h, n), size in zip(each, self.size[take].tolist()):
+            cell = new(Cell)
+            cell.__dict__.update(box=box, holders=hold[h], needers=need[n], size=size)
+            append(cell)
+        return out
 
     @classmethod
     def from_cells(cls, cells: list[Cell], ndim: int) -> CellTable:
@@ -322,6 +334,19 @@ def decompose_cells(
     table, merge = _table(shape, holders, needers)
     cells = table.cells()
     return merge_cells(cells, len(shape)) if merge else cells
+
+
+def decompose_rows(
+    shape: tuple[int, ...],
+    holders: Mapping[Box, frozenset[int]],
+    needers: Mapping[Box, frozenset[int]],
+) -> list[Cell] | CellTable:
+    """:func:`decompose_cells`' cells, as their :class:`CellTable` where it builds them
+    from the table and none merge (the same rows in the same order)."""
+    if len(holders) * len(needers) < CELLS_FROM:
+        return decompose(shape, holders, needers)
+    table, merge = _table(shape, holders, needers)
+    return merge_cells(table.cells(), len(shape)) if merge else table
 
 
 def _table(shape: tuple[int, ...], holders: Mapping[Box, frozenset[int]],

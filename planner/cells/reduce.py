@@ -9,11 +9,20 @@ reduce-scatter), so the sums leave through every NIC.
 
 from __future__ import annotations
 
+import numpy as np
+
 from reshard.cluster import Cluster
 from reshard.layout import Box, box_size, boxes_meet
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.cell_tasks import split_box
-from reshard.planner.cells.decompose import Cell, decompose, decompose_cells, devices_by_box
+from reshard.planner.cells.decompose import (
+    Cell,
+    CellTable,
+    decompose,
+    decompose_cells,
+    decompose_rows,
+    devices_by_box,
+)
 from reshard.planner.cells.gather_shares import gather_shares
 from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
 
@@ -140,8 +149,9 @@ def _others(group: tuple[int, ...], root: int) -> tuple[int, ...]:
 
 
 def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],
-                     needers: dict[Box, frozenset[int]], ready: dict[Box, int]
-                     ) -> tuple[list[Cell], list[int]]:
+                     needers: dict[Box, frozenset[int]], ready: dict[Box, int],
+                     table: bool = False
+                     ) -> tuple[list[Cell] | CellTable, list[int] | np.ndarray]:
     """:func:`~reshard.planner.cells.decompose.decompose`, keeping apart the cells of pieces
     reduced at different steps: a cell merged across two pieces would wait for the
     later one, and its transfer would no longer overlap the reduction (pieces with one
@@ -152,16 +162,38 @@ def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],
         overlaps is complete (``ready``'s step of the pieces it lies in; 0 for a cell
         no one holds). A cell with holders lies inside the holder boxes of one step's
         part (the holder boxes are disjoint, and a cell's every element is held by its
-        holders), so its step is that part's, found without comparing boxes.
+        holders), so its step is that part's, found without comparing boxes. With
+        ``table``, the cells of one step's pieces as their
+        :class:`~reshard.planner.cells.decompose.CellTable` and the steps as an array
+        where :func:`~reshard.planner.cells.decompose.decompose_rows` gives one (the
+        same rows in the same order: a work list keeps its point-to-point rows as
+        columns).
     """
     by_step: dict[int, dict[Box, frozenset[int]]] = {}
     for box, devs in holders.items():
         by_step.setdefault(ready.get(box, 0), {})[box] = devs
     if len(by_step) == 1:
         (step,) = by_step
-        cells = decompose_cells(shape, holders, needers)
+        cells = decompose_rows(shape, holders, needers) if table else \
+            decompose_cells(shape, holders, needers)
+        if isinstance(cells, CellTable) and not _mostly_point_to_point(cells):
+            cells = cells.cells()  # general cells all the same: the list planners read
+        if isinstance(cells, CellTable):
+            held = np.array([bool(s) for s in cells.holder_sets], dtype=bool)
+            return cells, np.where(held[cells.holder], step, 0).astype(np.int64)
         return cells, [step if c.holders else 0 for c in cells]
     stepped = [(c, step) for step, part in by_step.items()
                for c in decompose(shape, part, needers, held_only=True)]
     stepped.sort(key=lambda cs: cs[0].box)
     return [c for c, _ in stepped], [s for _, s in stepped]
+
+
+def _mostly_point_to_point(table: CellTable) -> bool:
+    """Whether half or more of ``table``'s rows go point to point (one holder, one
+    needer, another device: a work list keeps them as columns)."""
+    def single(sets: tuple[frozenset[int], ...]) -> np.ndarray:
+        return np.array([next(iter(s)) if len(s) == 1 else -1 for s in sets] + [-1],
+                        dtype=np.int64)
+
+    root, recv = single(table.holder_sets)[table.holder], single(table.needer_sets)[table.needer]
+    return 2 * int(((root >= 0) & (recv >= 0) & (root != recv)).sum()) >= len(table)

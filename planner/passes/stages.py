@@ -28,7 +28,9 @@ A pass is skipped when a floor of its candidates' times (the request's lower bou
 or one of its own: ``least-concurrent``'s is each device's tasks back to back,
 ``point-to-point``'s its ``send_recv`` slices' floor, :attr:`Search.floor_of`) could
 not be kept: a plan at the bound is searched no further by the passes that keep only
-faster plans. Pure: passes build plans, the search compares their model times.
+faster plans. ``least-concurrent`` first tries quicker proofs (nothing to reorder, or
+one device's tasks back to back already not kept: :mod:`reshard.planner.passes.serial_floor`).
+Pure: passes build plans, the search compares their model times.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from reshard.planner.cells.fuse import SumShape, fuse_reductions
 from reshard.planner.cells.trees import TREE_FORMS, HostShape, Intra, Segments, reshapes, treeify
 from reshard.planner.costing.cost import Routes
 from reshard.planner.ir import ReshardPlan
+from reshard.planner.passes.serial_floor import serial_ruled_out
 from reshard.planner.passes.tree_twins import same_as_star
 from reshard.planner.passes.twins import Twins
 from reshard.planner.schedule.order import one_at_a_time
@@ -211,6 +214,12 @@ class Pass:
             building them; without one, the request's lower bound. A pass whose floor
             its rule would not keep proposes nothing (every rule keeps a faster
             candidate when it keeps a slower one).
+        ruled_out: a quicker proof, asked before :attr:`floor`, that the pass keeps
+            nothing from the start (given whether its rule, against the best so far,
+            would keep a plan of so many seconds, the bound included): True only
+            where it has no candidate or a floor no higher than :attr:`floor` is not
+            kept (then :attr:`floor` would not be either); False leaves it to
+            :attr:`floor`.
     """
 
     name: str
@@ -218,6 +227,7 @@ class Pass:
     propose: Callable[[Search, ReshardPlan], Iterator[ReshardPlan]]
     keep: Callable[[float, float], bool] = faster
     floor: Callable[[Search, ReshardPlan], float] | None = None
+    ruled_out: Callable[[Search, ReshardPlan, Callable[[float], bool]], bool] | None = None
 
 
 def _fanned(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
@@ -317,6 +327,13 @@ def _serial_floor(search: Search, start: ReshardPlan) -> float:
     return start.one_at_a_time_time()
 
 
+def _serial_ruled_out(search: Search, start: ReshardPlan,
+                      keeps: Callable[[float], bool]) -> bool:
+    """Nothing to reorder, or one device's tasks back to back already not kept
+    (:func:`~reshard.planner.passes.serial_floor.serial_ruled_out`)."""
+    return serial_ruled_out(start, keeps)
+
+
 def _serial(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
     """The starting plan's tasks one per device and step (operations in flight at once
     cost real backends more than the model says; :mod:`reshard.planner.schedule.order`)."""
@@ -336,7 +353,7 @@ STAGES: tuple[tuple[Pass, ...], ...] = (
     (Pass("point-to-point", COMPARE_UP_TO, _point_to_point, within_relay_gain,
           _point_to_point_floor),),
     (Pass("least-concurrent", COMPARE_UP_TO, _serial, within_concurrency_gain,
-          _serial_floor),),
+          _serial_floor, _serial_ruled_out),),
 )
 """Every pass, in stages (see the module docstring)."""
 
@@ -361,14 +378,26 @@ def search(first: ReshardPlan, pipelined: bool, build: BuildTasks,
             if len(start.tasks) > p.up_to:
                 continue
             bound = first.lower_bound()  # computed once, where some pass applies
-            if not p.keep(bound, best.estimate()) or (p.floor is not None and not p.keep(
-                    max(bound, p.floor(s, start)), best.estimate())):
+            if not p.keep(bound, best.estimate()) or _ruled_out(p, s, start, bound, best) or (
+                    p.floor is not None and not p.keep(max(bound, p.floor(s, start)),
+                                                       best.estimate())):
                 continue  # no candidate of it could be kept (its own floor, if any,
-                # is computed only where the bound does not already say so)
+                # is computed only where the bound and its quicker proof do not
+                # already say so)
             for candidate in p.propose(s, start):
                 if candidate.kept(p.keep, best.estimate()):  # simulated as far as needed
                     best = candidate
     return best
+
+
+def _ruled_out(p: Pass, s: Search, start: ReshardPlan, bound: float,
+               best: ReshardPlan) -> bool:
+    """:attr:`Pass.ruled_out` of ``p``, where it has one, against ``best`` (the
+    request's ``bound`` included, as for its floor)."""
+    if p.ruled_out is None:
+        return False
+    beat = best.estimate()
+    return p.ruled_out(s, start, lambda seconds: p.keep(max(bound, seconds), beat))
 
 
 def pass_names(stages: Sequence[Sequence[Pass]] = STAGES) -> tuple[str, ...]:

@@ -14,8 +14,9 @@ same as planning every slice one by one.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,11 @@ BULK_FLUSH = 32
 
 EXACT = 2 ** 53
 """Whole numbers below this add exactly in float64 (in any order)."""
+
+WHOLE = 2 ** 53
+"""The bound :func:`_whole_sums` holds loads to (float64 holds every whole number
+below it): a bulk charge's own, apart from :data:`EXACT`, which also gates taking the
+rows as added."""
 
 
 class WorkList:
@@ -80,12 +86,21 @@ class WorkList:
         general = self.general
         if after:
             self._last_step[tensor] = max(self._last_step.get(tensor, 0), max(after))
+        if split is None:  # one slice a cell: the same lists, extended at once
+            n, start = min(len(cells), len(after)), len(general)
+            if n < len(cells) or n < len(after):  # as zip pairs them
+                cells, after = cells[:n], after[:n]
+            self._nbytes.extend([cell.size * itemsize for cell in cells])
+            self._after.extend(after)
+            self._ref.extend(range(-1 - start, -1 - start - n, -1))
+            general.extend([(tensor, cell) for cell in cells])
+            return
+        nbytes, afters, refs = self._nbytes, self._after, self._ref
         for cell, af in zip(cells, after):
-            for piece in (split(cell, cell.size * itemsize) if split is not None
-                          else (cell,)):
-                self._nbytes.append(piece.size * itemsize)
-                self._after.append(af)
-                self._ref.append(-1 - len(general))
+            for piece in split(cell, cell.size * itemsize):
+                nbytes.append(piece.size * itemsize)
+                afters.append(af)
+                refs.append(-1 - len(general))
                 general.append((tensor, piece))
 
     def add_table(self, tensor: int, table: CellTable, itemsize: int, after: np.ndarray,
@@ -107,17 +122,20 @@ class WorkList:
             return
         p_ref = np.full(n, -1, dtype=np.int64)
         p_ref[rows] = refs
-        hold, need = table.holder_sets, table.needer_sets
-        for box, h, nd, nb, af, pr in zip(table.boxes(), table.holder.tolist(),
-                                          table.needer.tolist(), nbytes.tolist(),
-                                          after.tolist(), p_ref.tolist()):
+        cells = iter(table.cells(np.flatnonzero(~p2p)))  # the general rows, in order
+        general, sizes, afters, refs_ = self.general, self._nbytes, self._after, self._ref
+        for nb, af, pr in zip(nbytes.tolist(), after.tolist(), p_ref.tolist()):
             if pr >= 0:
-                self._nbytes.append(nb)
-                self._after.append(af)
-                self._ref.append(pr)
-            else:
-                self.add_cells(tensor, (Cell(box, hold[h], need[nd]),), itemsize, (af,),
-                               split)
+                sizes.append(nb)
+                afters.append(af)
+                refs_.append(pr)
+                continue
+            cell = next(cells)
+            for piece in (split(cell, nb) if split is not None else (cell,)):
+                sizes.append(piece.size * itemsize)
+                afters.append(af)
+                refs_.append(-1 - len(general))
+                general.append((tensor, piece))
         self._flush()
 
     def point_to_point(self) -> _Columns:
@@ -209,23 +227,25 @@ class WorkList:
         order = np.argsort(-nbytes, kind="stable")  # largest first, ties as added
         ref, after, nbytes = ref[order], after[order], nbytes[order]
         general = np.flatnonzero(ref < 0).tolist()
-        if not general and len(ref) >= BULK_FLUSH and int(nbytes.sum()) < EXACT:
+        if not general and len(ref) >= BULK_FLUSH and int(nbytes.sum()) < EXACT and \
+                self._charge_bulk(as_added[0], p2p, as_added[1]):
             # in bulk (keys written in index order), every sum exact in any order: the
             # rows as added, not gathered into this order
-            self._charge(as_added[0], p2p, as_added[1])
             return _Planned(tuple(first), ref, after, general, [], [], [], p2p)
         refs, steps = ref[general].tolist(), after[general].tolist()
         tasks: list[list[Task]] = []
-        done = 0
-        run: list[tuple[int, int]] = []  # general slices since the last point-to-point
-        for k, r, step in zip(general, refs, steps):
+        if len(general) == len(ref):  # every slice general: one run, nothing to charge
+            tasks.extend(self._general_run(refs, steps, planner, itemsizes))
+            return _Planned(tuple(first), ref, after, general, refs, steps, tasks, p2p)
+        done = start = 0  # start: the first general slice since the last point-to-point
+        for i, k in enumerate(general):
             if k > done:  # the point-to-point slices before this general one, in bulk
-                tasks.extend(self._general_run(run, planner, itemsizes))
-                run = []
+                tasks.extend(self._general_run(refs[start:i], steps[start:i], planner,
+                                               itemsizes))
+                start = i
                 self._charge(ref[done:k], p2p, nbytes[done:k])
-            run.append((r, step))
             done = k + 1
-        tasks.extend(self._general_run(run, planner, itemsizes))
+        tasks.extend(self._general_run(refs[start:], steps[start:], planner, itemsizes))
         self._charge(ref[done:], p2p, nbytes[done:])
         return _Planned(tuple(first), ref, after, general, refs, steps, tasks, p2p)
 
@@ -275,14 +295,14 @@ class WorkList:
         return any(0 < step < last[general[-1 - r][0]]
                    for r, step in zip(planned.refs, planned.steps))
 
-    def _general_run(self, run: list[tuple[int, int]], planner: CellPlanner,
+    def _general_run(self, refs: list[int], steps: list[int], planner: CellPlanner,
                      itemsizes: Sequence[int]) -> list[list[Task]]:
-        """The tasks of each general cell ``r`` of ``run`` at its ``step`` (:meth:`plan`'s
+        """The tasks of each general cell ``refs[i]`` at ``steps[i]`` (:meth:`plan`'s
         arguments), in turn: by the strategy's run planner where it has one
         (:data:`~reshard.planner.cells.cell_tasks.RUN_PLANNERS`)."""
         general, loads = self.general, self.loads
-        cells = [(cell, tensor, itemsizes[tensor], step)
-                 for (tensor, cell), step in ((general[-1 - r], step) for r, step in run)]
+        cells = [(cell, tensor, itemsizes[tensor], step) for (tensor, cell), step
+                 in zip(map(general.__getitem__, [-1 - r for r in refs]), steps)]
         by_run = RUN_PLANNERS.get(planner)
         if by_run is not None:
             return by_run(cells, loads)
@@ -296,7 +316,8 @@ class WorkList:
             self._add_expected(*_ends(p2p, ref), nbytes)
             return
         if len(ref) >= EXPECT_RUN and (ref < 0).all() and \
-                expect_run(loads, [self.general[-1 - r][1] for r in ref.tolist()],
+                expect_run(loads, [cell for _, cell in map(self.general.__getitem__,
+                                                           (-1 - ref).tolist())],
                            nbytes.tolist()):
             loads.expected_changed()
             return
@@ -315,13 +336,26 @@ class WorkList:
         loads.expected_changed()
 
     def _add_expected(self, root: np.ndarray, recv: np.ndarray, nbytes: np.ndarray) -> None:
-        """Point-to-point transfers' expected NIC demand, in bulk."""
+        """Point-to-point transfers' expected NIC demand, in bulk where every
+        expectation it adds to is a whole number below :data:`WHOLE` (else one by one,
+        in the order given)."""
         cross = self._host[root] != self._host[recv]
         expected = self.loads.expected
+        adds = []
         for direction, dev in ((NIC_OUT, root), (NIC_IN, recv)):
             sums = np.bincount(self._nic[dev[cross]], weights=nbytes[cross])
-            for n in np.flatnonzero(sums).tolist():
-                expected[(direction, n)] += int(sums[n])
+            touched = np.flatnonzero(sums).tolist()
+            adds.append(([(direction, n) for n in touched], touched, sums))
+        if all(_whole_sums(expected, keys, sums, touched) for keys, touched, sums in adds):
+            for keys, touched, sums in adds:
+                for key, n in zip(keys, touched):
+                    expected[key] += int(sums[n])
+        else:
+            nic = self._nic
+            for a, b, nb in zip(root[cross].tolist(), recv[cross].tolist(),
+                                nbytes[cross].tolist()):
+                expected[(NIC_OUT, int(nic[a]))] += nb
+                expected[(NIC_IN, int(nic[b]))] += nb
         self.loads.expected_changed()
 
     def _relayed(self, ref: np.ndarray, p2p: _Columns) -> np.ndarray:
@@ -350,20 +384,35 @@ class WorkList:
         """:meth:`Loads.charge` the point-to-point ``rows`` (in bulk: whole bytes)."""
         if not rows.size:
             return
+        if len(rows) >= BULK_FLUSH and self._charge_bulk(rows, p2p, nbytes):
+            return
+        charge = self.loads.charge
+        a, b = _ends(p2p, rows)
+        for r, s, nb in zip(a.tolist(), b.tolist(), nbytes.tolist()):
+            charge(r, (s,), nb)
+
+    def _charge_bulk(self, rows: np.ndarray, p2p: _Columns, nbytes: np.ndarray) -> bool:
+        """:meth:`_charge` in bulk (keys written in index order) where every load it
+        adds to is a whole number and stays below :data:`WHOLE` (every sum then exact
+        in any order); else False, having changed nothing (a reduction may have left
+        fractions: the rows then go one by one)."""
         loads = self.loads
         a, b = _ends(p2p, rows)
-        if len(rows) < BULK_FLUSH:
-            for r, s, nb in zip(a.tolist(), b.tolist(), nbytes.tolist()):
-                loads.charge(r, (s,), nb)
-            return
         cross = self._host[a] != self._host[b]
+        adds = []
         for table, keys, sel in ((loads.dev_out, a, None), (loads.dev_in, b, None),
                                  (loads.nic_out, self._nic[a], cross),
                                  (loads.nic_in, self._nic[b], cross)):
             sums = np.bincount(keys if sel is None else keys[sel],
                                weights=nbytes if sel is None else nbytes[sel])
-            for i in np.flatnonzero(sums).tolist():
+            touched = np.flatnonzero(sums).tolist()
+            if not _whole_sums(table, touched, sums):
+                return False
+            adds.append((table, touched, sums))
+        for table, touched, sums in adds:
+            for i in touched:
                 table[i] += int(sums[i])
+        return True
 
     def _ordered(self, objects: list[Task], obj_seq: np.ndarray, p2p: _Columns,
                  p_seq: np.ndarray, p_step: np.ndarray) -> OrderedTasks:
@@ -445,6 +494,19 @@ def _ends(p2p: _Columns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if len(rows) == len(p2p.root) and bool((rows == np.arange(len(rows))).all()):
         return p2p.root, p2p.recv
     return p2p.root[rows], p2p.recv[rows]
+
+
+def _whole_sums(table: Mapping[Any, float], keys: Sequence[Any], sums: np.ndarray,
+                rows: Sequence[int] | None = None) -> bool:
+    """Whether adding ``sums[rows[i]]`` (default ``rows``: ``keys``) to ``table[keys[i]]``
+    (0.0 where absent) adds whole numbers to whole numbers, every result below
+    :data:`WHOLE`: the same floats in any order."""
+    for key, i in zip(keys, keys if rows is None else rows):
+        start, add = table.get(key, 0.0), float(sums[i])
+        if not (start >= 0 and float(start).is_integer() and add.is_integer() and
+                start + add < WHOLE):
+            return False
+    return True
 
 
 def _point_to_point(table: CellTable) -> tuple[np.ndarray, np.ndarray]:

@@ -100,6 +100,25 @@ def test_plan_run_declines_receiver_sets_that_share_a_nic():
     assert load_tables(a)[:4] == before
 
 
+def test_plan_run_declines_a_root_seen_before_sending_into_its_own_host():
+    """A root asked once (its NIC out may not relay) is remembered; a later cell of it
+    whose receivers are on its own host still declines the run, loads unchanged."""
+    cluster = regular_clusters(HOSTS, GPUS)["preset"]
+    hosts = cluster.hosts
+    root = hosts[0][0]
+
+    def run(own_host_at):
+        return [(Cell(((0, 1), (k, k + 1)), frozenset({root}),
+                      frozenset(hosts[0 if k == own_host_at else 1 + k % 2][1:4])), 0, 2, 0)
+                for k in range(broadcast_runs.MIN_RUN)]
+
+    a, b = twin_loads(random.Random(0), cluster, False)
+    assert broadcast_runs.plan_run(run(-1), a) is not None  # planned: the root may not relay
+    before = load_tables(b)[:4]
+    assert broadcast_runs.plan_run(run(5), b) is None
+    assert load_tables(b)[:4] == before
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("variant", ["preset", "pieces", "two-nics"])
 def test_demand_of_one_holder_is_loads_expect(seed, variant):

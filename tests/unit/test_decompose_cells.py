@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from reshard import DeviceMesh, Layout
@@ -43,3 +44,17 @@ def test_decompose_cells_of_layouts_is_decompose(src, dst, monkeypatch):
     monkeypatch.setattr(dec, "CELLS_FROM", 1)
     monkeypatch.setattr(dec, "decompose", None)  # the numpy grid, not the cell loop
     assert decompose_cells(shape, holders, needers) == want
+
+
+def test_cells_of_a_table_too_large_for_its_size_column_count_exactly():
+    """CellTable.cells reads ``size`` from the column only where no product of extents
+    can overflow int64; beyond, each size is the exact product (as new_cell's)."""
+    lo = np.zeros((2, 2), dtype=np.int64)
+    hi = np.array([[2 ** 40, 2 ** 30], [3, 5]], dtype=np.int64)
+    table = dec.CellTable(lo, hi, np.prod(hi - lo, axis=1), np.zeros(2, np.int64),
+                          np.zeros(2, np.int64), (frozenset({0}),), (frozenset({1}),))
+    assert [c.size for c in table.cells()] == [2 ** 70, 15]
+    small = dec.CellTable(lo, hi // 2 ** 20, np.prod(hi // 2 ** 20 - lo, axis=1),
+                          np.zeros(2, np.int64), np.zeros(2, np.int64),
+                          (frozenset({0}),), (frozenset({1}),))
+    assert [(c.size, type(c.size)) for c in small.cells()] == [(2 ** 30, int), (0, int)]

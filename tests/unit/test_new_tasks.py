@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from reshard.planner.cells.new_tasks import TASK_FIELDS, new_task
+from reshard.planner.cells.decompose import Cell
+from reshard.planner.cells.new_tasks import TASK_FIELDS, broadcast_runs_tasks, new_task
 from reshard.planner.values.tasks import Buffer, Task, TaskKind
 
 
@@ -54,3 +55,26 @@ def test_new_task_is_the_dataclass_s_task(seed):
         for name in TASK_FIELDS:  # every slot set, to the same object
             assert getattr(got, name) is getattr(want, name) or \
                 getattr(got, name) == getattr(want, name)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_broadcast_runs_tasks_are_the_dataclass_s_broadcasts(seed):
+    rng = random.Random(seed)
+    run, roots, chains, nbytes, want = [], [], [], [], []
+    for _ in range(150):
+        box = tuple((a, a + rng.randrange(1, 9)) for a in range(rng.randrange(1, 4)))
+        cell = Cell(box, frozenset({rng.randrange(16)}), frozenset(range(4)))
+        tensor, step = rng.randrange(3), rng.randrange(4)
+        root, nb = rng.randrange(16), rng.randrange(10**6)
+        chain = tuple(rng.sample(range(16, 32), rng.randrange(1, 5)))
+        run.append((cell, tensor, rng.choice([1, 2, 4]), step))
+        roots.append(root)
+        chains.append(chain)
+        nbytes.append(nb)
+        want.append([Task(TaskKind.BROADCAST, tensor, box, root, chain, nb, step)])
+    got = broadcast_runs_tasks(run, roots, chains, nbytes)
+    assert got == want
+    for [g], [w] in zip(got, want):
+        assert hash(g) == hash(w) and repr(g) == repr(w)
+        for name in TASK_FIELDS:
+            assert getattr(g, name) == getattr(w, name), name

@@ -1,0 +1,126 @@
+"""When the ``least-concurrent`` pass can be ruled out before its floor is found.
+
+The pass (:mod:`reshard.planner.passes.stages`) proposes its start plan's tasks one per
+device and step (:func:`~reshard.planner.schedule.order.one_at_a_time`), and is skipped
+where its floor, each device's tasks back to back (:func:`~reshard.planner.costing.cost.
+one_at_a_time_time`, the most over the devices), could not be kept. That floor reads
+every task's route (about a millisecond on a plan of a few hundred tasks), and on the
+4x8 cold set it rules the pass out in about three of four searches, usually by far
+(1.35-10x the plan to beat). Two cheaper proofs come first (:func:`serial_ruled_out`):
+
+* Nothing to propose: where :func:`one_at_a_time` would give the start's own tasks
+  (each task already at the step one after its devices' previous one, the steps in
+  order: :func:`serial_unchanged`), the pass has no candidate, floor or not.
+* One device's share of the floor: a device's tasks back to back
+  (:func:`device_floor`, the same per-task seconds summed in the same order, without the
+  device's conversions, taken down by :data:`MARGIN`) is no more than the floor, which
+  is the most over the devices. Where the rule would not keep that, it would not keep
+  the floor: the pass is skipped as it would have been. The devices tried are the one
+  that sends the most tasks and the one that receives the most.
+
+Where neither proves it, the floor is found as before: every answer is the same, only
+the work differs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from itertools import chain
+
+import numpy as np
+
+from reshard.planner.costing.cost import ARRAY_EDGES
+from reshard.planner.costing.fairshare import path_arrays
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.values.resources import KINDS, capacities
+from reshard.planner.values.tasks import Task, TaskKind
+
+MARGIN = 1e-9
+"""A device's seconds are taken down by this share before they are compared (a sum
+of fewer of the same terms in the same order is no larger in floating point; the
+margin only makes that plain)."""
+
+
+def serial_unchanged(tasks: Sequence[Task]) -> bool:
+    """Whether :func:`~reshard.planner.schedule.order.one_at_a_time` gives ``tasks``
+    back unchanged: every task is already at the step one after the last step of any
+    of its devices (the step it would be moved to, so ``at_step`` keeps the task
+    itself), and the steps never go down (the stable sort by step keeps the order).
+    False is not a proof of a change."""
+    last: dict[int, int] = {}
+    get = last.get
+    prev = -1
+    for t in tasks:
+        step = t.step
+        if step < prev:
+            return False
+        devices = t.devices
+        if step != 1 + max([get(d, -1) for d in devices], default=-1):
+            return False
+        for d in devices:
+            last[d] = step
+        prev = step
+    return True
+
+
+def busiest_devices(tasks: Sequence[Task]) -> Iterator[int]:
+    """The device that is the root of the most tasks, then the one that receives the
+    most (ties: the first counted; the second not counted where the first is all a
+    caller reads), distinct: the devices :func:`serial_ruled_out` tries."""
+    roots = Counter([t.root for t in tasks]).most_common()
+    first = next((d for d, _ in roots if d >= 0), None)
+    if first is not None:
+        yield first
+    receivers = Counter(chain.from_iterable([t.receivers for t in tasks])).most_common()
+    second = next((d for d, _ in receivers if d >= 0), None)
+    if second is not None and second != first:
+        yield second
+
+
+def device_floor(plan: ReshardPlan, device: int) -> float:
+    """``device``'s tasks of ``plan`` back to back: per task its route's latency and its
+    bytes over the slowest resource of its route, as :func:`~reshard.planner.costing.
+    cost.one_at_a_time_time` finds them, added in task order without the device's
+    conversions, less :data:`MARGIN`: no more than that floor (its most loaded
+    device's sum, conversions first)."""
+    cap = capacities(plan.cluster)
+    kind_cap: np.ndarray | None = None
+    slowest: dict[int, float] = {}  # by id of a shared path
+    copy = TaskKind.COPY
+    total = 0.0
+    for t, (path, lat) in zip(plan.tasks, plan.routes()):
+        if t.root < 0 or t.kind is copy:  # Task.devices: its receivers only
+            if device not in t.receivers:
+                continue
+        elif t.root != device and device not in t.receivers and device not in t.addends:
+            continue
+        per_byte = slowest.get(id(path))
+        if per_byte is None and len(path) < ARRAY_EDGES:
+            per_byte = slowest[id(path)] = max(
+                (f / cap[r[0]] for r, f in path if f > 0), default=0.0)
+        elif per_byte is None:
+            if kind_cap is None:
+                kind_cap = np.array([cap[kind] for kind in KINDS])
+            codes, frac = path_arrays(path)
+            on = frac > 0
+            per_byte = slowest[id(path)] = float(
+                (frac[on] / kind_cap[codes[on] % 8]).max(initial=0.0))
+        total += lat + per_byte * t.nbytes
+    return total * (1 - MARGIN)
+
+
+def serial_ruled_out(start: ReshardPlan, keeps: Callable[[float], bool]) -> bool:
+    """Whether the ``least-concurrent`` pass is shown to keep nothing from ``start``
+    without its floor: it has no candidate (:func:`serial_unchanged`), or ``keeps``
+    (whether the pass's rule would keep a plan of that many seconds, never for a
+    longer time when not for a shorter one) is false for one device's share of the
+    floor (:func:`device_floor`). False: not shown (the floor decides)."""
+    tasks = start.tasks
+    if serial_unchanged(tasks):
+        return True
+    return any(not keeps(device_floor(start, d)) for d in busiest_devices(tasks))
+
+
+__all__ = ["MARGIN", "busiest_devices", "device_floor", "serial_ruled_out",
+           "serial_unchanged"]
