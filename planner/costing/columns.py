@@ -26,13 +26,14 @@ import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.planner.costing.casts import converts
-from reshard.planner.costing.cost import Routes, task_routes
+from reshard.planner.costing.chain_columns import chain_routes
+from reshard.planner.costing.cost import Routes, shared_hops, task_routes
 from reshard.planner.costing.fairshare import FairShare, path_arrays, ranges
 from reshard.planner.costing.fluid import simulate_arrays
 from reshard.planner.costing.stepgate import StepGate, distinct_devices
 from reshard.planner.schedule.send_columns import OrderedTasks
 from reshard.planner.values.resources import DEV_IN, DEV_OUT, KIND_CODE, NIC_IN, NIC_OUT
-from reshard.planner.values.tasks import TensorSpec
+from reshard.planner.values.tasks import Task, TensorSpec
 
 
 def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], cluster: Cluster,
@@ -46,17 +47,16 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     n = len(ordered)
     at = np.array(ordered.positions, dtype=np.int64)
     sent = cols.position
-    routes = task_routes(objects, cluster, known, tensors)
-    paths = [path_arrays(p) for p, _ in routes]
     size = max(cluster.devices, default=-1) + 1
     host, nic = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
     for d, h in cluster.host_map.items():
         host[d], nic[d] = h, cluster.nic_map[d]
+    obj_lens, obj_codes, obj_frac, obj_lat = _routes(objects, cluster, known, tensors)
     a, b = cols.root, cols.recv
     cross = host[a] != host[b]
     # every task's edges, in the plan's order: a send's hop, another task's route
     lens = np.empty(n, dtype=np.int64)
-    lens[at] = [len(c) for c, _ in paths]
+    lens[at] = obj_lens
     lens[sent] = np.where(cross, 4, 2)
     starts = np.cumsum(lens) - lens
     codes = np.empty(int(lens.sum()), dtype=np.int64)
@@ -66,18 +66,60 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     codes[first + 1] = b * 8 + KIND_CODE[DEV_IN]
     codes[first[cross] + 2] = nic[a[cross]] * 8 + KIND_CODE[NIC_OUT]
     codes[first[cross] + 3] = nic[b[cross]] * 8 + KIND_CODE[NIC_IN]
-    if paths:  # every other task's route in its place, all at once (the same values)
+    if len(objects):  # every other task's route in its place, all at once (the same values)
         where = ranges(starts[at], starts[at] + lens[at])
-        codes[where] = np.concatenate([c for c, _ in paths])
-        frac[where] = np.concatenate([f for _, f in paths])
+        codes[where] = obj_codes
+        frac[where] = obj_frac
     lat = np.empty(n)
-    lat[at] = [lt for _, lt in routes]
+    lat[at] = obj_lat
     lat[sent] = np.where(cross, cluster.latency, cluster.intra_latency)
     nbytes = np.empty(n)
     nbytes[at] = [float(t.nbytes) for t in objects]
     nbytes[sent] = cols.nbytes
     return simulate_arrays(FairShare.of_edges(codes, frac, lens, cluster), nbytes,
                            _gate(ordered, n, at), lat).time
+
+
+def _routes(objects: Sequence[Task], cluster: Cluster, known: Routes | None,
+            tensors: Sequence[TensorSpec]
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per task of ``objects``, its route's length and latency, and all their codes
+    and fractions, task by task: a run of chain broadcasts' laid out as arrays
+    (:func:`~reshard.planner.costing.chain_columns.chain_routes`), the others' from
+    :func:`~reshard.planner.costing.cost.task_routes` (the same values)."""
+    chains = chain_routes(objects, cluster,
+                          *shared_hops(Routes() if known is None else known, cluster).arrays(
+                              cluster))
+    rest = list(objects) if chains is None else \
+        [objects[i] for i in np.flatnonzero(_others(len(objects), chains.index)).tolist()]
+    routes = task_routes(rest, cluster, known, tensors)
+    paths = [path_arrays(p) for p, _ in routes]
+    lens = np.fromiter((len(c) for c, _ in paths), dtype=np.int64, count=len(paths))
+    lat = np.array([lt for _, lt in routes], dtype=np.float64)
+    codes = np.concatenate([c for c, _ in paths]) if paths else np.zeros(0, dtype=np.int64)
+    frac = np.concatenate([f for _, f in paths]) if paths else np.zeros(0)
+    if chains is None:
+        return lens, codes, frac, lat
+    other = _others(len(objects), chains.index)
+    all_lens = np.empty(len(objects), dtype=np.int64)
+    all_lens[other], all_lens[chains.index] = lens, chains.lens
+    starts = np.cumsum(all_lens) - all_lens
+    all_codes = np.empty(int(all_lens.sum()), dtype=np.int64)
+    all_frac = np.ones(len(all_codes))
+    all_codes[ranges(starts[chains.index], starts[chains.index] + chains.lens)] = chains.codes
+    if len(lens):
+        where = ranges(starts[other], starts[other] + lens)
+        all_codes[where], all_frac[where] = codes, frac
+    all_lat = np.empty(len(objects))
+    all_lat[other], all_lat[chains.index] = lat, chains.lat
+    return all_lens, all_codes, all_frac, all_lat
+
+
+def _others(n: int, index: np.ndarray) -> np.ndarray:
+    """A mask of ``n`` places, true but at ``index``."""
+    rest = np.ones(n, dtype=bool)
+    rest[index] = False
+    return rest
 
 
 def _gate(ordered: OrderedTasks, n: int, at: np.ndarray) -> StepGate:

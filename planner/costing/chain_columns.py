@@ -1,0 +1,136 @@
+"""A run of chain broadcasts priced as arrays (issue 62, round nine).
+
+A partial source's reduced pieces broadcast at 1,024 devices as 131,072 chains: each a
+root on one host and a chain of receivers (``root -> receivers[0] -> receivers[1] ...``,
+no tree, no addends). Such a task's route is its edges' hops in order (each: the
+sender's link out, the receiver's link in, and both NICs where the edge changes host;
+every fraction 1), whatever memo or form :func:`~reshard.planner.costing.cost.
+task_routes` finds it by. Its latency is summed edge by edge (:func:`~reshard.planner.
+costing.cost._hops_path`) from its edges' waits and, where the cluster pipelines relay
+pieces, each relay's fill: for a chain of distinct devices every sender feeds one child
+and is reached only by the edge before it, so the sums are the same floats for every
+chain whose edges cross hosts at the same places and whose bytes cut into the same
+piece. :func:`chain_routes` lays out the routes of every such task of a plan at once
+(one array of codes, row by row: the codes :func:`task_routes` gives each) and asks the
+latency of the first task of each (crossings, piece) pattern of :func:`~reshard.planner.
+costing.cost.task_path`. A task of another shape, a repeated device or a device off the
+cluster is left to :func:`task_routes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+
+import numpy as np
+
+from reshard.cluster import Cluster, pipeline_piece
+from reshard.planner.costing.cost import ARRAY_EDGES, task_path
+from reshard.planner.costing.fairshare import ranges
+from reshard.planner.values.resources import DEV_IN, DEV_OUT, KIND_CODE, NIC_IN, NIC_OUT
+from reshard.planner.values.tasks import Task, TaskKind
+
+CHAINS_FROM = 256
+"""Chain broadcasts of one length in a plan from which they are laid out as arrays
+(:func:`chain_routes`; fewer: by :func:`~reshard.planner.costing.cost.task_routes`)."""
+
+
+@dataclass(frozen=True)
+class ChainRoutes:
+    """The routes of some of a plan's tasks (:func:`chain_routes`): ``index`` (their
+    places among the tasks, ascending), each one's code count ``lens``, all their
+    codes ``codes`` (task by task, each fraction 1) and each one's latency ``lat``."""
+
+    index: np.ndarray
+    lens: np.ndarray
+    codes: np.ndarray
+    lat: np.ndarray
+
+
+def chain_routes(tasks: Sequence[Task], cluster: Cluster, host: np.ndarray,
+                 nic: np.ndarray) -> ChainRoutes | None:
+    """The routes of ``tasks``' chain broadcasts (module docstring) on ``cluster``
+    (``host``, ``nic``: each device's, -1 where none), in runs of :data:`CHAINS_FROM`
+    or more of one length; None where there are none."""
+    by_length: dict[int, list[int]] = {}
+    broadcast = TaskKind.BROADCAST
+    for i, t in enumerate(tasks):
+        if t.kind is broadcast and not t.parents and not t.addends:
+            by_length.setdefault(len(t.receivers), []).append(i)
+    parts = [got for m, idx in by_length.items()
+             if 0 < m < ARRAY_EDGES and len(idx) >= CHAINS_FROM
+             if (got := _one_length([tasks[i] for i in idx], idx, cluster, host, nic))
+             is not None]
+    if len(parts) < 2:
+        return parts[0] if parts else None
+    index = np.concatenate([p.index for p in parts])
+    order = np.argsort(index, kind="stable")
+    lens = np.concatenate([p.lens for p in parts])
+    starts = np.cumsum(lens) - lens
+    codes = np.concatenate([p.codes for p in parts])
+    return ChainRoutes(index[order], lens[order],
+                       codes[ranges(starts[order], starts[order] + lens[order])],
+                       np.concatenate([p.lat for p in parts])[order])
+
+
+def _rows(tasks: list[Task]) -> np.ndarray:
+    """Each of ``tasks``' root and receivers (one count of them), as rows: the
+    receivers of tasks that share one tuple object read once."""
+    n = len(tasks)
+    roots = np.fromiter(map(attrgetter("root"), tasks), dtype=np.int64, count=n)
+    chains = list(map(attrgetter("receivers"), tasks))
+    ids = np.fromiter(map(id, chains), dtype=np.int64, count=n)
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    distinct = np.array([chains[f] for f in first.tolist()], dtype=np.int64)
+    rows = np.empty((n, distinct.shape[1] + 1), dtype=np.int64)
+    rows[:, 0] = roots
+    rows[:, 1:] = distinct[inverse.reshape(-1)]
+    return rows
+
+
+def _one_length(tasks: list[Task], idx: list[int], cluster: Cluster, host: np.ndarray,
+                nic: np.ndarray) -> ChainRoutes | None:
+    """:func:`chain_routes` of ``tasks`` (at ``idx``), of one receiver count, those
+    whose devices are distinct and on the cluster (None: none are)."""
+    rows = _rows(tasks)
+    keep = np.asarray((rows < len(host)).all(axis=1) & (rows >= 0).all(axis=1))
+    keep[keep] = (host[rows[keep]] >= 0).all(axis=1)
+    ordered = np.sort(rows, axis=1)
+    keep &= (ordered[:, 1:] != ordered[:, :-1]).all(axis=1)  # distinct devices
+    if not keep.any():
+        return None
+    at = np.array(idx, dtype=np.int64)
+    if not keep.all():
+        rows, at = rows[keep], at[keep]
+        tasks = [tasks[i] for i in np.flatnonzero(keep).tolist()]
+    a, b = rows[:, :-1], rows[:, 1:]
+    cross = host[a] != host[b]
+    quad = np.empty((*a.shape, 4), dtype=np.int64)
+    quad[..., 0] = a * 8 + KIND_CODE[DEV_OUT]
+    quad[..., 1] = b * 8 + KIND_CODE[DEV_IN]
+    quad[..., 2] = nic[a] * 8 + KIND_CODE[NIC_OUT]
+    quad[..., 3] = nic[b] * 8 + KIND_CODE[NIC_IN]
+    used = np.ones(quad.shape, dtype=bool)
+    used[..., 2] = used[..., 3] = cross
+    lens = 2 * a.shape[1] + 2 * cross.sum(axis=1)
+    return ChainRoutes(at, lens, quad[used], _latencies(tasks, cross, cluster))
+
+
+def _latencies(tasks: list[Task], cross: np.ndarray, cluster: Cluster) -> np.ndarray:
+    """Each chain's latency (``tasks``, their edges' crossings ``cross``): that of
+    :func:`~reshard.planner.costing.cost.task_path` of the first task of its pattern
+    (crossings and relay piece; module docstring)."""
+    sizes = np.fromiter(map(attrgetter("nbytes"), tasks), dtype=np.int64, count=len(tasks))
+    distinct, of_size = np.unique(sizes, return_inverse=True)
+    pieces = np.array([pipeline_piece(cluster.relay_piece, n) for n in distinct.tolist()],
+                      dtype=np.int64)
+    _, piece = np.unique(pieces, return_inverse=True)  # each task's piece, numbered
+    bits = cross.astype(np.int64) @ (1 << np.arange(cross.shape[1], dtype=np.int64))
+    pattern = (piece.reshape(-1)[of_size.reshape(-1)] << cross.shape[1]) | bits
+    _, first, inverse = np.unique(pattern, return_index=True, return_inverse=True)
+    lats = np.array([task_path(tasks[f], cluster)[1] for f in first.tolist()])
+    return lats[inverse.reshape(-1)]
+
+
+__all__ = ["CHAINS_FROM", "ChainRoutes", "chain_routes"]

@@ -1,0 +1,113 @@
+"""A run of chain broadcasts priced as arrays (issue 62, round nine): each chain's codes
+and latency are what :func:`~reshard.planner.costing.cost.task_routes` gives it (the
+same integers, the same floats), tasks of other shapes are left to it, and a plan
+priced from its columns with the run as arrays has the seconds of the whole plan."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from reshard import Cluster, DeviceMesh, Layout
+from reshard.planner.costing import chain_columns, columns
+from reshard.planner.costing.chain_columns import chain_routes
+from reshard.planner.costing.columns import estimate_columns
+from reshard.planner.costing.cost import Hops, task_routes
+from reshard.planner.costing.fairshare import path_arrays
+from reshard.planner.ir import ReshardPlan
+from reshard.planner.plan import Builds, make_tensor_spec
+from reshard.planner.values.strategy import Strategy
+from reshard.planner.values.tasks import Task, TaskKind
+
+CLUSTERS = {
+    "regular": Cluster.preset("dgx-h100", 16),
+    "pieces": Cluster.regular(16, 8, relay_piece=1 << 16),
+    "odd hosts": Cluster.from_hosts([range(8), range(8, 11), range(11, 24),
+                                     range(24, 128)]),
+}
+BOX = ((0, 64), (0, 32))
+
+
+def _random_tasks(rng: random.Random, count: int, devices: int) -> list[Task]:
+    """Chain broadcasts of a few receiver counts and byte sizes (some with a device
+    twice or off the cluster), trees, fused sums and sends among them."""
+    shared = [tuple(rng.sample(range(devices), 4)) for _ in range(6)]
+    tasks = []
+    for _ in range(count):
+        root = rng.randrange(devices)
+        pick = rng.random()
+        nbytes = rng.choice((8, 4096, 8192, 1 << 20, 3 << 21))
+        if pick < 0.4:
+            recv = rng.choice(shared)
+        elif pick < 0.75:
+            recv = tuple(rng.sample(range(devices), rng.choice((3, 4))))
+        elif pick < 0.8:
+            recv = (root, *rng.sample(range(devices), 3))  # the root again
+        elif pick < 0.83:
+            recv = (*rng.sample(range(devices), 3), devices + 5)  # off the cluster
+        elif pick < 0.9:
+            recv = tuple(rng.sample(range(devices), 3))
+            tasks.append(Task(TaskKind.BROADCAST, 0, BOX, root, recv, nbytes,
+                              parents=(root, root, recv[0])))
+            continue
+        else:
+            tasks.append(Task(TaskKind.SEND, 0, BOX, root, (rng.randrange(devices),), nbytes))
+            continue
+        tasks.append(Task(TaskKind.BROADCAST, 0, BOX, root, recv, nbytes))
+    return tasks
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTERS))
+def test_chain_routes_are_task_routes(name, monkeypatch):
+    cluster = CLUSTERS[name]
+    monkeypatch.setattr(chain_columns, "CHAINS_FROM", 4)
+    tasks = _random_tasks(random.Random(len(name)), 600, len(cluster.devices))
+    got = chain_routes(tasks, cluster, *Hops().arrays(cluster))
+    assert got is not None
+    index = got.index.tolist()
+    assert index == sorted(index)
+    chains = {i for i, t in enumerate(tasks) if t.kind is TaskKind.BROADCAST
+              and not t.parents and t.root not in t.receivers
+              and max(t.receivers) < len(cluster.devices)}
+    assert set(index) == chains  # every chain of distinct devices, nothing else
+    want = task_routes([tasks[i] for i in index], cluster)
+    starts = np.cumsum(got.lens) - got.lens
+    for j, (path, lat) in enumerate(want):
+        codes, frac = path_arrays(path)
+        assert got.codes[starts[j]:starts[j] + got.lens[j]].tolist() == codes.tolist()
+        assert (frac == 1.0).all()
+        assert got.lat[j] == lat
+
+
+def test_too_few_chains_are_left_to_task_routes():
+    cluster = CLUSTERS["regular"]
+    tasks = _random_tasks(random.Random(3), 200, len(cluster.devices))
+    assert chain_routes(tasks, cluster, *Hops().arrays(cluster)) is None
+
+
+@pytest.mark.parametrize("src,dst", [("RR+P01", "RS0"), ("S0R+P1", "RS0"), ("RR+P0", "RS0"),
+                                     ("RS1+P0", "S0S1")])
+@pytest.mark.parametrize("name", ["regular", "pieces"])
+def test_columns_with_chain_runs_price_the_whole_plan(src, dst, name, monkeypatch):
+    cluster = Cluster.preset("dgx-h100", 8) if name == "regular" else \
+        Cluster.regular(8, 8, relay_piece=1 << 14)
+    a = Layout(DeviceMesh((4, 8), range(32)), src)
+    b = Layout(DeviceMesh((4, 8), range(32, 64)), dst)
+    tensors = (make_tensor_spec((2048, 512), "bfloat16", a, b, cluster),)
+    ordered, _ = Builds().columns(tensors, cluster, Strategy.BROADCAST, False)
+    want = ReshardPlan(tensors, ordered.tasks(), Strategy.BROADCAST, cluster).estimate()
+    monkeypatch.setattr(chain_columns, "CHAINS_FROM", 1)
+    seen = []
+    real = columns.chain_routes
+
+    def spy(*args):
+        got = real(*args)
+        seen.append(got)
+        return got
+
+    monkeypatch.setattr(columns, "chain_routes", spy)
+    assert estimate_columns(ordered, tensors, cluster) == want
+    if src != "RS1+P0":
+        assert seen[0] is not None and len(seen[0].index)  # the chains were laid out
