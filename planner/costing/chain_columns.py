@@ -40,12 +40,16 @@ CHAINS_FROM = 256
 class ChainRoutes:
     """The routes of some of a plan's tasks (:func:`chain_routes`): ``index`` (their
     places among the tasks, ascending), each one's code count ``lens``, all their
-    codes ``codes`` (task by task, each fraction 1) and each one's latency ``lat``."""
+    codes ``codes`` (task by task, each fraction 1), each one's latency ``lat``, and
+    each one's count of devices ``need`` and devices ``members`` (task by task: its
+    root and receivers, distinct)."""
 
     index: np.ndarray
     lens: np.ndarray
     codes: np.ndarray
     lat: np.ndarray
+    need: np.ndarray
+    members: np.ndarray
 
 
 def chain_routes(tasks: Sequence[Task], cluster: Cluster, host: np.ndarray,
@@ -69,9 +73,13 @@ def chain_routes(tasks: Sequence[Task], cluster: Cluster, host: np.ndarray,
     lens = np.concatenate([p.lens for p in parts])
     starts = np.cumsum(lens) - lens
     codes = np.concatenate([p.codes for p in parts])
+    need = np.concatenate([p.need for p in parts])
+    member_at = np.cumsum(need) - need
     return ChainRoutes(index[order], lens[order],
                        codes[ranges(starts[order], starts[order] + lens[order])],
-                       np.concatenate([p.lat for p in parts])[order])
+                       np.concatenate([p.lat for p in parts])[order], need[order],
+                       np.concatenate([p.members for p in parts])[
+                           ranges(member_at[order], member_at[order] + need[order])])
 
 
 def _rows(tasks: list[Task]) -> np.ndarray:
@@ -114,7 +122,8 @@ def _one_length(tasks: list[Task], idx: list[int], cluster: Cluster, host: np.nd
     used = np.ones(quad.shape, dtype=bool)
     used[..., 2] = used[..., 3] = cross
     lens = 2 * a.shape[1] + 2 * cross.sum(axis=1)
-    return ChainRoutes(at, lens, quad[used], _latencies(tasks, cross, cluster))
+    return ChainRoutes(at, lens, quad[used], _latencies(tasks, cross, cluster),
+                       np.full(len(at), rows.shape[1], dtype=np.int64), rows.reshape(-1))
 
 
 def _latencies(tasks: list[Task], cross: np.ndarray, cluster: Cluster) -> np.ndarray:

@@ -26,7 +26,7 @@ import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.planner.costing.casts import converts
-from reshard.planner.costing.chain_columns import chain_routes
+from reshard.planner.costing.chain_columns import ChainRoutes, chain_routes
 from reshard.planner.costing.cost import Routes, shared_hops, task_routes
 from reshard.planner.costing.fairshare import FairShare, path_arrays, ranges
 from reshard.planner.costing.fluid import simulate_arrays
@@ -51,7 +51,10 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     host, nic = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
     for d, h in cluster.host_map.items():
         host[d], nic[d] = h, cluster.nic_map[d]
-    obj_lens, obj_codes, obj_frac, obj_lat = _routes(objects, cluster, known, tensors)
+    chains = chain_routes(objects, cluster,
+                          *shared_hops(Routes() if known is None else known, cluster).arrays(
+                              cluster))
+    obj_lens, obj_codes, obj_frac, obj_lat = _routes(objects, chains, cluster, known, tensors)
     a, b = cols.root, cols.recv
     cross = host[a] != host[b]
     # every task's edges, in the plan's order: a send's hop, another task's route
@@ -77,19 +80,16 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     nbytes[at] = [float(t.nbytes) for t in objects]
     nbytes[sent] = cols.nbytes
     return simulate_arrays(FairShare.of_edges(codes, frac, lens, cluster), nbytes,
-                           _gate(ordered, n, at), lat).time
+                           _gate(ordered, n, at, chains), lat).time
 
 
-def _routes(objects: Sequence[Task], cluster: Cluster, known: Routes | None,
-            tensors: Sequence[TensorSpec]
+def _routes(objects: Sequence[Task], chains: ChainRoutes | None, cluster: Cluster,
+            known: Routes | None, tensors: Sequence[TensorSpec]
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per task of ``objects``, its route's length and latency, and all their codes
-    and fractions, task by task: a run of chain broadcasts' laid out as arrays
-    (:func:`~reshard.planner.costing.chain_columns.chain_routes`), the others' from
-    :func:`~reshard.planner.costing.cost.task_routes` (the same values)."""
-    chains = chain_routes(objects, cluster,
-                          *shared_hops(Routes() if known is None else known, cluster).arrays(
-                              cluster))
+    and fractions, task by task: ``chains``' laid out as arrays (:func:`~reshard.
+    planner.costing.chain_columns.chain_routes`), the others' from :func:`~reshard.
+    planner.costing.cost.task_routes` (the same values)."""
     rest = list(objects) if chains is None else \
         [objects[i] for i in np.flatnonzero(_others(len(objects), chains.index)).tolist()]
     routes = task_routes(rest, cluster, known, tensors)
@@ -115,6 +115,25 @@ def _routes(objects: Sequence[Task], cluster: Cluster, known: Routes | None,
     return all_lens, all_codes, all_frac, all_lat
 
 
+def _devices(objects: Sequence[Task], chains: ChainRoutes | None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Per task of ``objects`` its count of distinct devices, and those devices task by
+    task (each task's in any order): ``chains``' their rows, the others' by
+    :func:`~reshard.planner.costing.stepgate.distinct_devices`."""
+    if chains is None:
+        return distinct_devices([t.devices for t in objects])
+    other = _others(len(objects), chains.index)
+    own, devs = distinct_devices([objects[i].devices for i in np.flatnonzero(other).tolist()])
+    need = np.empty(len(objects), dtype=np.int64)
+    need[other], need[chains.index] = own, chains.need
+    starts = np.cumsum(need) - need
+    member = np.empty(int(need.sum()), dtype=np.int64)
+    member[ranges(starts[chains.index], starts[chains.index] + chains.need)] = chains.members
+    if len(own):
+        member[ranges(starts[other], starts[other] + own)] = devs
+    return need, member
+
+
 def _others(n: int, index: np.ndarray) -> np.ndarray:
     """A mask of ``n`` places, true but at ``index``."""
     rest = np.ones(n, dtype=bool)
@@ -122,12 +141,14 @@ def _others(n: int, index: np.ndarray) -> np.ndarray:
     return rest
 
 
-def _gate(ordered: OrderedTasks, n: int, at: np.ndarray) -> StepGate:
-    """The step rule of ``ordered``'s tasks: a send's devices are its two ends, another
-    task's its distinct devices (:func:`~reshard.planner.costing.stepgate.
-    distinct_devices`)."""
+def _gate(ordered: OrderedTasks, n: int, at: np.ndarray, chains: ChainRoutes | None
+          ) -> StepGate:
+    """The step rule of ``ordered``'s tasks: a send's devices are its two ends, a
+    chain's of ``chains`` its root and receivers, another task's its distinct devices
+    (:func:`~reshard.planner.costing.stepgate.distinct_devices`; the rule reads each
+    task's as a set)."""
     cols, objects = ordered.send_columns, ordered.objects
-    own, devs = distinct_devices([t.devices for t in objects])
+    own, devs = _devices(objects, chains)
     need = np.empty(n, dtype=np.int64)
     need[at] = own
     need[cols.position] = 2

@@ -16,6 +16,7 @@ from reshard.planner.costing.chain_columns import chain_routes
 from reshard.planner.costing.columns import estimate_columns
 from reshard.planner.costing.cost import Hops, task_routes
 from reshard.planner.costing.fairshare import path_arrays
+from reshard.planner.costing.stepgate import distinct_devices
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.plan import Builds, make_tensor_spec
 from reshard.planner.values.strategy import Strategy
@@ -111,3 +112,19 @@ def test_columns_with_chain_runs_price_the_whole_plan(src, dst, name, monkeypatc
     assert estimate_columns(ordered, tensors, cluster) == want
     if src != "RS1+P0":
         assert seen[0] is not None and len(seen[0].index)  # the chains were laid out
+
+
+@pytest.mark.parametrize("count", [600, 3000])
+def test_chain_devices_are_each_tasks_distinct_devices(count, monkeypatch):
+    cluster = CLUSTERS["regular"]
+    monkeypatch.setattr(chain_columns, "CHAINS_FROM", 4)
+    tasks = _random_tasks(random.Random(count), count, len(cluster.devices))
+    chains = chain_routes(tasks, cluster, *Hops().arrays(cluster))
+    need, member = columns._devices(tasks, chains)
+    want_need, want = distinct_devices([t.devices for t in tasks])
+    assert need.tolist() == want_need.tolist()
+    at = np.cumsum(need) - need
+    wat = np.cumsum(want_need) - want_need
+    for t in range(len(tasks)):  # the same set, each task's (the step rule reads sets)
+        assert sorted(member[at[t]:at[t] + need[t]].tolist()) == \
+            sorted(want[wat[t]:wat[t] + want_need[t]].tolist())
