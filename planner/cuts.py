@@ -18,7 +18,7 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.layout import Box, Layout, box_size, chunk_size
 from reshard.planner.cells.balance import Loads
-from reshard.planner.cells.cell_tasks import CELL_PLANNERS, split_box, split_dim
+from reshard.planner.cells.cell_tasks import CELL_PLANNERS, fan_out, split_box, split_dim
 from reshard.planner.cells.decompose import (
     TABLE_FROM,
     Cell,
@@ -146,8 +146,15 @@ class Slices:
         return self.work.assemble(fan_out), self.pipelined()
 
     def pipelined(self) -> bool:
-        """Whether some broadcast of a reduced piece could fan out."""
-        return self.strat is Strategy.BROADCAST and any(r.step > 0 for r in self.reduces)
+        """Whether some broadcast of a reduced piece could fan out: a broadcast plan
+        whose partial sums reduce after step 0 and where :meth:`assemble` with
+        ``fan_out`` would split some chain (:meth:`WorkList.fanned`; where it would
+        not, the fanned plan is this one, task for task, which the ``fan-out`` pass,
+        keeping only a faster plan, would not keep)."""
+        if self.strat is not Strategy.BROADCAST or all(r.step == 0 for r in self.reduces):
+            return False
+        host = self.work.loads.host  # as assemble splits; a split chain is two tasks
+        return any(len(fan_out(tasks, host)) > len(tasks) for tasks in self.work.fanned())
 
 
 @dataclass(frozen=True)
