@@ -146,13 +146,13 @@ class Slices:
         return self.work.assemble(fan_out), self.pipelined()
 
     def pipelined(self) -> bool:
-        """Whether some broadcast of a reduced piece could fan out: a broadcast plan
-        whose partial sums reduce after step 0 and where :meth:`assemble` with
-        ``fan_out`` would split some chain (:meth:`WorkList.fanned`; where it would
-        not, the fanned plan is this one, task for task, which the ``fan-out`` pass,
-        keeping only a faster plan, would not keep)."""
-        if self.strat is not Strategy.BROADCAST or all(r.step == 0 for r in self.reduces):
-            return False
+        """Whether some broadcast of a reduced piece could fan out."""
+        return self.strat is Strategy.BROADCAST and any(r.step > 0 for r in self.reduces)
+
+    def splits_chains(self) -> bool:
+        """Whether :meth:`assemble` with ``fan_out`` would split some chain (planned
+        first; :meth:`WorkList.fanned`, the general slices it fans out): where not, the
+        fanned plan is the plan not fanned out, task for task."""
         host = self.work.loads.host  # as assemble splits; a split chain is two tasks
         return any(len(fan_out(tasks, host)) > len(tasks) for tasks in self.work.fanned())
 
