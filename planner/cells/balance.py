@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import operator
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable
 
@@ -11,11 +10,21 @@ import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.planner.cells.chain_arrays import (
+    Crossings,
+    ReceiverMemo,
     RelayMirror,
     chain_arrays,
+    charge_crossings,
     idlest_last,
     move_idlest_last,
     unrelayed_chain,
+)
+from reshard.planner.cells.chain_memo import ChainMemo
+from reshard.planner.cells.holder_arrays import (
+    ARRAY_HOLDERS,
+    HolderMemo,
+    holders_of,
+    pick_root_arrays,
 )
 from reshard.planner.cells.short_chain import entered, remote_chain
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
@@ -23,30 +32,6 @@ from reshard.planner.values.resources import NIC_IN, NIC_OUT
 ARRAY_CHAIN = 64
 """Receivers from which :meth:`Loads.chain` orders them by one sort of arrays (fewer:
 one by one; the same order)."""
-
-MEMO_NICS = 256
-"""The most NICs whose loads key a chain :meth:`Loads.relay_chain` remembers."""
-
-
-def _ranks(values: tuple[float, ...]) -> tuple[int, ...]:
-    """Each value's dense rank among ``values`` (the same comparisons, ties included,
-    as the values themselves)."""
-    rank = {v: i for i, v in enumerate(sorted(set(values)))}
-    return tuple(map(rank.__getitem__, values))
-
-
-Reader = Callable[[dict[int, float]], tuple[float, ...]]
-"""Some NICs' loads read from a table of loads, as a tuple (:func:`_reader`)."""
-
-
-def _reader(nics: list[int]) -> Reader:
-    """A function reading the loads of ``nics`` from a table of loads (a
-    ``defaultdict``: an unseen NIC reads 0.0), as a tuple."""
-    if len(nics) == 1:
-        (n,) = nics
-        return lambda table: (table[n],)
-    return operator.itemgetter(*nics)
-
 
 def slice_demand(host: Callable[[int], int], nic: Callable[[int], int], shared_bandwidth: bool,
                  holders: frozenset[int], needers: frozenset[int], nbytes: int,
@@ -68,7 +53,8 @@ def slice_demand(host: Callable[[int], int], nic: Callable[[int], int], shared_b
     sides = memo.sides.get(needers)
     if sides is None:
         sides = memo.sides[needers] = _sides(host, nic, needers)
-    held = sides[2].intersection({host(d) for d in holders})
+    held_by = holders_of(memo.holders, host, nic, holders)
+    held = sides[2].intersection(held_by.hosts)
     key = (needers, nbytes, held)
     got = memo.entries.get(key)
     if got is None:
@@ -76,7 +62,7 @@ def slice_demand(host: Callable[[int], int], nic: Callable[[int], int], shared_b
     into, entries = got
     if not into:
         return [], shared
-    out = {nic(d) for d in holders}
+    out = held_by.out  # the set of holders' NICs, in its order
     amounts: list[tuple[tuple[str, int], float]] = [
         ((NIC_OUT, n), nbytes * into / len(out)) for n in out]
     amounts.extend(entries)
@@ -104,6 +90,7 @@ class NeederMemo:
                            tuple[int, Entries]] = {}
         # per receiver set: its host and (device, NIC) pairs in id order, or None
         self.one_host: dict[frozenset[int], tuple[int, tuple[tuple[int, int], ...]] | None] = {}
+        self.holders: HolderMemo = {}  # per holder set (holder_arrays)
 
 
 def _sides(host: Callable[[int], int], nic: Callable[[int], int], needers: frozenset[int]
@@ -142,60 +129,6 @@ def _entering(host: Callable[[int], int], nic: Callable[[int], int], needers: fr
                           for h, n in zip(pairs[0].tolist(), pairs[1].tolist())]
 
 
-class ChainMemo:
-    """The chains :meth:`Loads.relay_chain` worked out for one accumulator (a
-    planning call's), per root and receivers: the NICs whose loads the answer reads,
-    and the answers by what they read. Keyed by all an answer reads: the order of
-    the NIC loads (``nic_out``, ``nic_in``) of every NIC on the hosts it touches
-    (:meth:`Loads.chain` and :meth:`Loads._relay` only compare them; their dense
-    ranks keep every comparison, ties included), and, with several NICs per host,
-    the bytes, the root's ``keep_off`` and the accumulator's epoch (its expectations,
-    relays' moves and shared total change only with a new one,
-    :meth:`Loads.expected_changed`). An answer that relays moves bytes (a new epoch)
-    and is not kept. A root and receivers asked for the first time are only noted
-    (most chains of a plan are asked for once: keys would cost more than they save);
-    above :data:`MEMO_NICS` NICs a call is worked out afresh (the keys would outweigh
-    the answers)."""
-
-    def __init__(self) -> None:
-        self.chains: dict[tuple[int, frozenset[int] | tuple[int, ...]],
-                          tuple[Callable[[dict[int, float]], tuple[float, ...]] | None,
-                                dict[tuple[object, ...],
-                                     tuple[tuple[int, ...], tuple[int, ...]]] | None]] = {}
-        # each touched host set's reader (its hosts' NICs, sorted), found once
-        self.readers: dict[frozenset[int], Reader | None] = {}
-
-    def answer(self, loads: Loads, root: int, group: frozenset[int] | tuple[int, ...],
-               nbytes: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """``loads._relay_through(root, group, nbytes)``, remembered."""
-        members = group if isinstance(group, frozenset) else tuple(sorted(group))
-        memo = self.chains.get((root, members))
-        if memo is None:  # asked once: most are never asked again, keep only that
-            self.chains[(root, members)] = (None, None)
-            return loads._relay_through(root, group, nbytes)
-        if memo[1] is None:
-            host = loads.host
-            touched = frozenset({host(root), *map(host, group)})
-            if touched not in self.readers:
-                hosts, nic = loads.cluster.hosts, loads.nic
-                nics = sorted({nic(d) for h in touched for d in hosts[h]})
-                self.readers[touched] = _reader(nics) if len(nics) <= MEMO_NICS else None
-            memo = self.chains[(root, members)] = (self.readers[touched], {})
-        read, answers = memo
-        if read is None or answers is None:
-            return loads._relay_through(root, group, nbytes)
-        key = (_ranks(read(loads.nic_out)), _ranks(read(loads.nic_in)),
-               (nbytes, loads._epoch, loads.keep_off.get(root))
-               if loads.cluster.nics_per_host > 1 else None)
-        got = answers.get(key)
-        if got is None:
-            epoch = loads._epoch
-            got = loads._relay_through(root, group, nbytes)
-            if loads._epoch == epoch:
-                answers[key] = got
-        return got
-
-
 class Loads:
     """Bytes assigned so far to each NIC (per direction) and each device.
 
@@ -221,6 +154,8 @@ class Loads:
         self._least_expected: dict[tuple[str, int], float] = {}
         self._may_relay: dict[tuple[str, int], bool] = {}
         self.relay_mirror: RelayMirror | None = None  # chain_arrays.may_relay_any's
+        self.receiver_memo: ReceiverMemo = {}  # chain_arrays' (copies share it)
+        self.crossings: Crossings | None = None  # the last unrelayed_chain's
         # devices a transfer from a root must not relay through: the other addends of a
         # sum it reduces to be fused with its delivery (fuse_reductions leaves apart a
         # reduction whose delivery relays through one of its addends)
@@ -298,6 +233,10 @@ class Loads:
         """
         if len(holders) == 1:
             return next(iter(holders))
+        if len(holders) >= ARRAY_HOLDERS and isinstance(holders, frozenset):
+            held = holders_of(self._needers.holders, self.host, self.nic, holders)
+            if (got := pick_root_arrays(self, held, needer_hosts, nbytes)) is not None:
+                return got
         best_key = None
         best = -1
         host, nic, nic_out, dev_out = self.host, self.nic, self.nic_out, self.dev_out
@@ -547,20 +486,6 @@ class Loads:
         return bool(shared) and \
             (self.shared + nbytes) / shared >= nic_bytes / self.cluster.nic_capacity
 
-    def gather(self, senders: Iterable[int], root: int, nbytes: int) -> None:
-        """Account ``nbytes`` sent by each of ``senders`` to ``root`` (a reduction's
-        addends): :meth:`charge` of each one-hop chain, in one loop (each load gets the
-        same additions in the same order)."""
-        host, nic = self.host, self.nic
-        dev_out, dev_in, nic_out, nic_in = self.dev_out, self.dev_in, self.nic_out, self.nic_in
-        root_host, root_nic = host(root), nic(root)
-        for d in senders:
-            dev_out[d] += nbytes
-            dev_in[root] += nbytes
-            if host(d) != root_host:
-                nic_out[nic(d)] += nbytes
-                nic_in[root_nic] += nbytes
-
     def charge(self, root: int, chain: tuple[int, ...], nbytes: int) -> None:
         """Account a pipelined chain transfer root -> chain[0] -> chain[1] ....
 
@@ -583,6 +508,10 @@ class Loads:
         dev_in = self.dev_in
         for r in chain:
             dev_in[r] += nbytes
+        if len(chain) >= ARRAY_CHAIN:
+            charge_crossings(self.host, self.nic, self.nic_out, self.nic_in, root, chain, nbytes,
+                             self.crossings)
+            return
         host, nic, nic_out, nic_in = self.host, self.nic, self.nic_out, self.nic_in
         prev, prev_host = root, host(root)
         for d in chain:

@@ -23,6 +23,7 @@ from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.cells.new_tasks import broadcast_runs_tasks
 from reshard.planner.cells.send_runs import is_send, plan_sends
+from reshard.planner.cells.set_codes import first_order
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 from reshard.planner.values.tasks import Task
 
@@ -34,6 +35,9 @@ Group = tuple[int, tuple[tuple[int, int], ...]]
 
 MIN_RUN = 512
 """Cells from which a run is planned round by round (fewer: cell by cell is quicker)."""
+
+EXACT = 2 ** 53
+"""Whole numbers below this add exactly in float64."""
 
 
 def one_host(loads: Loads, receivers: frozenset[int]) -> Group | None:
@@ -94,8 +98,11 @@ def _chains(groups: list[Group], group_of: np.ndarray, entry: np.ndarray, width:
     return [made[k] for k in inverse.reshape(-1).tolist()]
 
 
-def _groups(run: CellRun, loads: Loads
-            ) -> tuple[list[Group], list[int], list[int], list[int]] | None:
+Found = tuple[list[Group], list[int], list[int], list[int]]
+"""A run's groups, each cell's group, root and bytes (:func:`_groups`)."""
+
+
+def _groups(run: CellRun, loads: Loads) -> Found | None:
     """The run's receiver groups, each cell's group, root and bytes; None where
     :func:`plan_run` does not apply (asking whether each root's NIC out may relay, in
     the cells' order, up to the first that may)."""
@@ -183,10 +190,42 @@ def _charge(loads: Loads, groups: list[Group], first: list[int], nic_load: np.nd
         received = dev_load[g].tolist()
         for i in (e, *range(e), *range(e + 1, len(pairs))):
             dev_in[pairs[i][0]] = received[i]
-    dev_out, nic_out, nic = loads.dev_out, loads.nic_out, loads.nic
-    for root, nb in zip(roots, nbytes):
-        dev_out[root] += nb
-        nic_out[nic(root)] += nb
+    if not _charge_roots(loads, roots, nbytes):
+        dev_out, nic_out, nic = loads.dev_out, loads.nic_out, loads.nic
+        for root, nb in zip(roots, nbytes):
+            dev_out[root] += nb
+            nic_out[nic(root)] += nb
+
+
+def _charge_roots(loads: Loads, roots: list[int], nbytes: list[int]) -> bool:
+    """The roots' send loads and their NICs' out loads charged each by one sum, where
+    every load they add to is a whole number and stays below :data:`EXACT` (the cells'
+    whole-byte additions one by one are then exact: the same floats in any order); the
+    loads' new keys in the order first charged, as cell by cell. Else False, having
+    changed nothing."""
+    nb = np.array(nbytes)
+    if nb.dtype != np.int64 or not len(nb) or int(nb.min()) < 0 or \
+            int(nb.max()) * len(nb) >= EXACT:
+        return False
+    root, first = first_order(np.array(roots, dtype=np.int64))
+    by_root = np.zeros(len(first), dtype=np.int64)
+    np.add.at(by_root, root, nb)
+    by_dev = dict(zip(np.array(roots, dtype=np.int64)[first].tolist(), by_root.tolist()))
+    nic = loads.nic
+    by_nic: dict[int, int] = {}  # the NICs in the order first charged
+    for r, total in by_dev.items():
+        n = nic(r)
+        by_nic[n] = by_nic.get(n, 0) + total
+    sums = [(loads.dev_out, by_dev), (loads.nic_out, by_nic)]
+    for table, adds in sums:
+        for key, total in adds.items():
+            start = table.get(key, 0.0)
+            if not (start >= 0 and float(start).is_integer() and start + total < EXACT):
+                return False
+    for table, adds in sums:
+        for key, total in adds.items():
+            table[key] += total
+    return True
 
 
 __all__ = ["MIN_RUN", "one_host", "plan_run"]

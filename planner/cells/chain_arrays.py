@@ -40,44 +40,107 @@ class Loads(Protocol):
     def _may_relay(self) -> dict[tuple[str, int], bool]: ...
 
     relay_mirror: RelayMirror | None
+    receiver_memo: ReceiverMemo
+    crossings: Crossings | None
 
     def may_relay_end(self, direction: str, member: int) -> bool: ...
 
 
+class Receivers:
+    """What :func:`_order` reads of a receiver list apart from the loads (it reads only
+    the cluster): the devices, their hosts and NICs, the distinct hosts (sorted) and
+    each device's among them, and the devices grouped by host (stably: by id inside a
+    host), with each group's start and size."""
+
+    __slots__ = ("at", "counts", "d", "distinct", "hosts", "nics", "perm", "starts")
+
+    def __init__(self, loads: Loads, receivers: list[int]) -> None:
+        n = len(receivers)
+        self.d = np.array(receivers, dtype=np.int64)
+        self.hosts = np.fromiter(map(loads.host, receivers), dtype=np.int64, count=n)
+        self.nics = list(map(loads.nic, receivers))
+        self.distinct, at = np.unique(self.hosts, return_inverse=True)
+        self.at = at.reshape(-1)
+        self.perm = np.argsort(self.at, kind="stable")
+        self.counts = np.bincount(self.at, minlength=len(self.distinct))
+        self.starts = np.cumsum(self.counts) - self.counts
+
+
+ReceiverMemo = dict[tuple[int, ...], Receivers]
+""":class:`Receivers` by receiver list (a :class:`~reshard.planner.cells.balance.Loads`
+keeps one, shared by its copies: it reads only the cluster)."""
+
+
+def _receivers(loads: Loads, receivers: list[int]) -> Receivers:
+    """``receivers``' :class:`Receivers`, found once per list."""
+    memo = loads.receiver_memo
+    key = tuple(receivers)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = Receivers(loads, receivers)
+    return got
+
+
 def _order(loads: Loads, root: int, receivers: list[int]
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`chain_arrays`' chain, with each member's host and NIC out load."""
-    d = np.array(receivers, dtype=np.int64)
-    host, nic = loads.host, loads.nic
+    """:func:`chain_arrays`' chain, with each member's host and NIC out load.
+
+    A host's least NIC out load and its entry (least NIC in load, then id) are read
+    group by group (the devices grouped by host, by id inside one: the first of the
+    least is the least id), the same as a minimum and a sort over all of them."""
+    rec = _receivers(loads, receivers)
+    d, hosts, nics, distinct, at = rec.d, rec.hosts, rec.nics, rec.distinct, rec.at
     n = len(d)
-    hosts = np.fromiter(map(host, receivers), dtype=np.int64, count=n)
-    nics = list(map(nic, receivers))
     zero = itertools.repeat(0.0)  # an unseen NIC reads 0.0 (and is not added)
     sent = np.fromiter(map(loads.nic_out.get, nics, zero), dtype=np.float64, count=n)
     got = np.fromiter(map(loads.nic_in.get, nics, zero), dtype=np.float64, count=n)
-    rh = host(root)
+    rh = loads.host(root)
     local = hosts == rh
-    distinct, at = np.unique(hosts, return_inverse=True)
-    at = at.reshape(-1)
-    least = np.full(len(distinct), np.inf)
-    np.minimum.at(least, at, sent)
+    perm, starts, counts = rec.perm, rec.starts, rec.counts
+    least = np.minimum.reduceat(sent[perm], starts)
     remote = distinct != rh
     by_load = np.lexsort((distinct[remote], least[remote]))
     rank = np.full(len(distinct), -1, dtype=np.int64)  # the root's host first
     rank[np.flatnonzero(remote)[by_load]] = np.arange(len(by_load))
     last = len(by_load) - 1
-    # each remote host's entry: its least NIC in load, then id
-    pick = np.lexsort((d, got, at))
-    entry = np.zeros(len(d), dtype=bool)
-    first_of = np.ones(len(d), dtype=bool)
-    first_of[1:] = at[pick][1:] != at[pick][:-1]
-    entry[pick[first_of]] = True
+    # each remote host's entry: its least NIC in load, then id (its first such)
+    grouped = got[perm]
+    lowest = np.flatnonzero(grouped == np.repeat(np.minimum.reduceat(grouped, starts), counts))
+    entry = np.zeros(n, dtype=bool)
+    entry[perm[lowest[np.searchsorted(lowest, starts)]]] = True
     entry &= ~local
     r = rank[at]
     by_out = (local & (last >= 0)) | (~local & ~entry & (r < last))
     key = np.where(by_out, -sent, 0.0)
     order = np.lexsort((d, key, ~entry, r))
     return d[order], hosts[order], sent[order]
+
+
+Crossings = tuple[tuple[int, ...], int, list[int]]
+"""A chain :func:`unrelayed_chain` answered, its root's host and the positions in it
+where it enters another host (each a host boundary it crosses), which a
+:class:`Loads` keeps as ``crossings`` for its :meth:`Loads.charge`."""
+
+
+def charge_crossings(host: Callable[[int], int], nic: Callable[[int], int],
+                     nic_out: dict[int, float], nic_in: dict[int, float], root: int,
+                     chain: tuple[int, ...], nbytes: int, known: Crossings | None) -> None:
+    """The NIC charges of :meth:`Loads.charge` of a long chain: at each host boundary
+    the chain crosses, in order, ``nbytes`` onto the NIC out of the device it leaves
+    and the NIC in of the one it enters. The boundaries are ``known``'s where it is
+    this very chain from a root on the same host (:func:`unrelayed_chain` found them
+    in its arrays), else found by arrays (the hosts of every member at once): the
+    same additions in the same order."""
+    rh = host(root)
+    if known is not None and known[0] is chain and known[1] == rh:
+        at = known[2]
+    else:
+        hosts = np.fromiter(itertools.chain((rh,), map(host, chain)), dtype=np.int64,
+                            count=len(chain) + 1)
+        at = np.flatnonzero(hosts[1:] != hosts[:-1]).tolist()
+    for i in at:
+        nic_out[nic(chain[i - 1] if i else root)] += nbytes
+        nic_in[nic(chain[i])] += nbytes
 
 
 def chain_arrays(loads: Loads, root: int, receivers: list[int]) -> tuple[int, ...]:
@@ -110,8 +173,9 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     start[1:] = h[1:] != h[:-1]
     entries = np.flatnonzero(start & (h != rh))
     if not entries.size:  # every receiver on the root's host: one segment
-        return tuple(d.tolist())
-    leaving = d[entries - 1] if entries[0] else np.r_[root, d[entries[1:] - 1]]
+        return _noted(loads, tuple(d.tolist()), rh, [])
+    leaving = d[entries - 1] if entries[0] else \
+        np.concatenate((np.array([root], dtype=np.int64), d[entries[1:] - 1]))
     if may_relay_any(loads, NIC_OUT, leaving) or may_relay_any(loads, NIC_IN, d[entries]):
         return None
     seg = np.cumsum(start) - 1
@@ -120,13 +184,25 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     count = np.bincount(seg[movable], minlength=int(seg[-1]) + 1)
     at = np.flatnonzero(movable & (count >= 2)[seg])
     if not at.size:
-        return tuple(d.tolist())
+        return _noted(loads, tuple(d.tolist()), rh, entries.tolist())
     by_key = at[np.lexsort((d[at], sent[at], seg[at]))]
     first = np.ones(len(by_key), dtype=bool)
     first[1:] = seg[by_key][1:] != seg[by_key][:-1]
     last = np.zeros(n, dtype=bool)
     last[by_key[first]] = True
-    return tuple(d[np.lexsort((np.arange(n), last, seg))].tolist())
+    return _noted(loads, tuple(d[np.lexsort((np.arange(n), last, seg))].tolist()), rh,
+                  entries.tolist())
+
+
+def _noted(loads: Loads, chain: tuple[int, ...], rh: int, entries: list[int]
+           ) -> tuple[int, ...]:
+    """``chain``, its crossings noted in ``loads`` (:data:`Crossings`): the positions
+    where it enters another host than the one before (the root's, host ``rh``, before
+    the first). Its hosts are the sorted chain's (a member moves only inside its own
+    host's segment), whose segments after the root's host each enter a new host at
+    their first member, ``entries``."""
+    loads.crossings = (chain, rh, entries)
+    return chain
 
 
 class RelayMirror:

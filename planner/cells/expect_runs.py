@@ -12,13 +12,14 @@ every destination host: 131,072 slices at 1,024 devices, 8 KiB each)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.cells.send_runs import expect_sends, is_send
+from reshard.planner.cells.set_codes import first_order, set_codes
 from reshard.planner.values.resources import NIC_OUT
 
 MIN_RUN = 512
@@ -40,7 +41,9 @@ def expect_run(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]) -> bo
         return False
     if is_send(cells[0]):  # point to point: _kinds declines it
         return expect_sends(loads, cells, nbytes)
-    found = _kinds(loads, cells, nbytes)
+    found = _kinds_bulk(loads, cells, nbytes)
+    if found is None:  # declined (or not a run): cell by cell, as before
+        found = _kinds(loads, cells, nbytes)
     if found is None:
         return False
     kinds, kind_of, out_nic = found
@@ -61,6 +64,60 @@ def expect_run(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]) -> bo
     for n in np.unique(out_nic[sends]).tolist():
         totals[(NIC_OUT, n)] = totals.get((NIC_OUT, n), 0) + int(per_nic[n])
     return _add(loads, totals, shared, len(cells), sum(outs) * len(cells))
+
+
+def _kinds_bulk(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]
+                ) -> tuple[list[Demand], np.ndarray, np.ndarray] | None:
+    """:func:`_kinds`' answer found with arrays: the cells' holder and needer sets and
+    bytes numbered (:func:`set_codes`), the holders checked against their needers with
+    membership tables (:func:`_at_host`), the kinds numbered in the order they first occur and each kind's demand asked
+    of its first cell, as cell by cell. None where :func:`_kinds` would answer None or
+    the bytes are not int64 (then :func:`_kinds` answers)."""
+    hcode, hsets = set_codes([c.holders for c in cells])
+    ncode, nsets = set_codes([c.needers for c in cells])
+    if any(len(s) != 1 for s in hsets) or any(len(s) < 2 for s in nsets):
+        return None
+    nb = np.array(nbytes)
+    if nb.dtype != np.int64 or nb.shape != (len(cells),):
+        return None
+    host, nic = loads.host, loads.nic
+    roots = [next(iter(s)) for s in hsets]
+    at = _at_host(hcode, ncode, roots, nsets, host)
+    if at is None:
+        return None
+    at, at_first = first_order(at)
+    sizes, size_first = first_order(nb)
+    if len(nsets) * len(size_first) * len(at_first) >= 2 ** 62:
+        return None
+    kind, first = first_order((ncode * len(size_first) + sizes) * len(at_first) + at)
+    kinds = [loads.demand(cells[c].holders, cells[c].needers, nbytes[c])
+             for c in first.tolist()]
+    out_nic = np.array([nic(h) for h in roots], dtype=np.int64)[hcode]
+    return kinds, kind, out_nic
+
+
+def _at_host(hcode: np.ndarray, ncode: np.ndarray, roots: list[int],
+             nsets: list[frozenset[int]], host: Callable[[int], int]) -> np.ndarray | None:
+    """Each cell's holder's host where some needer of it is there, else -1 (as
+    :func:`_kinds` keys them); None where a holder is among its needers or the
+    membership tables would be large."""
+    devices = max(max(roots), *(max(s) for s in nsets)) + 1
+    if len(nsets) * devices >= 2 ** 24 or min(roots) < 0 or \
+            min(min(s) for s in nsets) < 0:
+        return None
+    member = np.zeros((len(nsets), devices), dtype=bool)  # needer set x device
+    root = np.array(roots, dtype=np.int64)[hcode]
+    for i, needers in enumerate(nsets):
+        member[i, list(needers)] = True
+    if member[ncode, root].any():
+        return None
+    names, root_host = np.unique([host(r) for r in roots], return_inverse=True)
+    of_host = {h: i for i, h in enumerate(names.tolist())}
+    there = np.zeros((len(nsets), len(names)), dtype=bool)  # needer set x holder host
+    for i, needers in enumerate(nsets):
+        there[i, [of_host[h] for h in set(map(host, needers)) if h in of_host]] = True
+    cell_host = root_host.reshape(-1)[hcode]
+    return np.where(there[ncode, cell_host], names[cell_host], -1)
 
 
 def _kinds(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]

@@ -1,7 +1,7 @@
 """A reduction's addends accounted in bulk: every share of one partial-sum box that a
 group reduces, charged to the loads at once with the sums of the per-share additions.
 
-:meth:`~reshard.planner.cells.balance.Loads.gather` of each share adds the share's
+:func:`gather` of each share adds the share's
 bytes once per addend to the same few loads; a box of a 1,024-device group reduced in
 1,024 shares makes a million such additions. Exactness: the shares' additions are
 whole byte counts, and nothing reads the loads between them (the shares are cut from
@@ -14,6 +14,8 @@ gathered one by one as before.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from reshard.planner.cells.balance import Loads
 
 EXACT = 1 << 53
@@ -22,7 +24,7 @@ EXACT = 1 << 53
 
 def gather_shares(loads: Loads, group: tuple[int, ...],
                   shares: list[tuple[int, int]]) -> None:
-    """Account each ``(root, nbytes)`` of ``shares`` as ``loads.gather(others, root,
+    """Account each ``(root, nbytes)`` of ``shares`` as ``gather(loads, others, root,
     nbytes)`` would, ``others`` being ``group``'s members but ``root`` (each once),
     with the same result in every load (module docstring)."""
     if not shares:
@@ -34,11 +36,26 @@ def gather_shares(loads: Loads, group: tuple[int, ...],
             cur = table[key]
             if not (cur.is_integer() and abs(cur) + add < EXACT):
                 for root, nbytes in shares:
-                    loads.gather(tuple(d for d in group if d != root), root, nbytes)
+                    gather(loads, tuple(d for d in group if d != root), root, nbytes)
                 return
     for table, adds in zip(tables, totals):
         for key, add in adds.items():
             table[key] += add
+
+
+def gather(loads: Loads, senders: Iterable[int], root: int, nbytes: int) -> None:
+    """Account ``nbytes`` sent by each of ``senders`` to ``root`` (a reduction's
+    addends): :meth:`Loads.charge` of each one-hop chain, in one loop (each load gets
+    the same additions in the same order)."""
+    host, nic = loads.host, loads.nic
+    dev_out, dev_in, nic_out, nic_in = loads.dev_out, loads.dev_in, loads.nic_out, loads.nic_in
+    root_host, root_nic = host(root), nic(root)
+    for d in senders:
+        dev_out[d] += nbytes
+        dev_in[root] += nbytes
+        if host(d) != root_host:
+            nic_out[nic(d)] += nbytes
+            nic_in[root_nic] += nbytes
 
 
 def _totals(loads: Loads, group: tuple[int, ...], shares: list[tuple[int, int]]
@@ -73,4 +90,4 @@ def _totals(loads: Loads, group: tuple[int, ...], shares: list[tuple[int, int]]
     return dev_out, dev_in, nic_out, nic_in
 
 
-__all__ = ["EXACT", "gather_shares"]
+__all__ = ["EXACT", "gather", "gather_shares"]

@@ -302,7 +302,7 @@ def _chain_form(task: Task, host: Callable[[int], int], memo: Segments | None
     else:
         segs = _segments(task, host, memo)
         entered = _hosts([seg[0] for seg in segs], host).tolist()
-        number = {h: i for i, h in enumerate(dict.fromkeys(entered))}  # in order entered
+        number = dict(zip(dict.fromkeys(entered), itertools.count()))  # in order entered
         through = frozenset(task.through)
         relays = tuple(i for i, d in enumerate(chain) if d in through) if through else ()
         found = (chain, (tuple(map(len, segs)), tuple(map(number.__getitem__, entered)),

@@ -20,6 +20,7 @@ than that either (:meth:`_Intake._conversions`).
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -102,6 +103,7 @@ class _Needs:
     order: list[int]
     hosts: list[int]
     host_set: set[int]
+    frozen: frozenset[int]  # host_set
     per_host: dict[int, int]
     by_host: dict[int, list[int]]
 
@@ -150,6 +152,10 @@ class _Intake:
         self.convert: dict[frozenset[int], float] = {}
         # each needer set's hosts (:meth:`_needs`), found once: cells share them
         self.needs: dict[frozenset[int], _Needs] = {}
+        self.hold_hosts: dict[frozenset[int], frozenset[int]] = {}  # per holder set
+        # per needer set (and, for a sum, addends and holder hosts): the hosts whose
+        # least it has taken (:meth:`_host_in`)
+        self.least_taken: dict[object, set[int]] = {}
         # plain cells of one needer set in a row, counted into dev_in and host_take at
         # once when another cell or the bound reads them (:meth:`_receive`, :meth:`settle`)
         self.run_needs: _Needs | None = None
@@ -213,17 +219,13 @@ class _Intake:
         """Count one cell group's ``nbytes`` (after any cast: what the wire carries);
         ``size``: addends per group of a summed source (0: not a sum)."""
         host_of, summed = self.host_of, size > 0
-        hold_hosts = frozenset(host_of(d) for d in holders)
+        hold_hosts = self.hold_hosts.get(holders)
+        if hold_hosts is None:
+            hold_hosts = self.hold_hosts[holders] = frozenset(host_of(d) for d in holders)
         needs = self._needs(needers)
-        need_hosts, per_host = needs.host_set, needs.per_host
+        need_hosts = needs.host_set
         summing = {h for h in inside if h is not None} if summed else hold_hosts
-        for h in need_hosts - summing:
-            self.host_in[h] = self.host_in.get(h, 0.0) + nbytes
-            # an addend inside h may merge there without crossing its NICs
-            adds = size if summed and h not in hold_hosts else 1
-            spread = per_host[h]
-            least = self.host_least.get(h, (adds, spread))
-            self.host_least[h] = (min(least[0], adds), min(least[1], spread))
+        self._host_in(needers, needs, hold_hosts, summing, size, nbytes)
         if not summed and self.roots is None and holders.isdisjoint(needers):
             self._receive(needs, nbytes, hold_hosts)
         else:
@@ -242,7 +244,37 @@ class _Intake:
                 self.host_take[one] = self.host_take.get(one, 0.0) + nbytes * (
                     size - 1 - (1 if local else 0))
         if need_hosts - hold_hosts:
-            self.leave.setdefault(hold_hosts, []).append((frozenset(need_hosts), nbytes))
+            self.leave.setdefault(hold_hosts, []).append((needs.frozen, nbytes))
+
+    def _host_in(self, needers: frozenset[int], needs: _Needs, hold_hosts: frozenset[int],
+                 summing: set[int] | frozenset[int], size: int, nbytes: float) -> None:
+        """Count a cell's ``nbytes`` into each needing host that does not sum it
+        (``summing``), and each one's fewest addends and needers (``host_least``).
+
+        A host's least is taken once per needer set (and, for a sum, its addends and
+        holder hosts), which determine the values it is taken with: taken again with
+        the same values, a minimum changes nothing, and its key is in
+        (:attr:`least_taken`, the hosts taken so far)."""
+        summed = size > 0
+        hosts = needs.host_set - summing  # the loop's order
+        host_in = self.host_in
+        get = host_in.get
+        for h in hosts:
+            host_in[h] = get(h, 0.0) + nbytes
+        key = (needers, size, hold_hosts) if summed else needers
+        taken = self.least_taken.get(key)
+        if taken is None:
+            taken = self.least_taken[key] = set()
+        elif taken >= hosts:
+            return
+        per_host, host_least = needs.per_host, self.host_least
+        for h in hosts:
+            # an addend inside h may merge there without crossing its NICs
+            adds = size if summed and h not in hold_hosts else 1
+            spread = per_host[h]
+            least = host_least.get(h, (adds, spread))
+            host_least[h] = (min(least[0], adds), min(least[1], spread))
+        taken.update(hosts)
 
     def _needs(self, needers: frozenset[int]) -> _Needs:
         """``needers``' hosts (found once per set)."""
@@ -256,7 +288,8 @@ class _Intake:
             for d, h in zip(order, hosts):
                 per_host[h] = per_host.get(h, 0) + 1
                 by_host.setdefault(h, []).append(d)
-            got = self.needs[needers] = _Needs(order, hosts, {host_of(d) for d in needers},
+            host_set = {host_of(d) for d in needers}
+            got = self.needs[needers] = _Needs(order, hosts, host_set, frozenset(host_set),
                                                per_host, by_host)
         return got
 
@@ -282,8 +315,15 @@ class _Intake:
         if needs is None:
             return
         self.run_needs, self.run_bytes = None, []
-        _add_run(self.dev_in, needs.order, itertools.repeat(1), run)
-        _add_run(self.host_take, needs.per_host, needs.per_host.values(), run)
+        one = len(run) == 1  # one cell: each key once (a host: as often as its needers)
+        if one:
+            _add_once(self.dev_in, needs.order, run[0])
+        else:
+            _add_run(self.dev_in, needs.order, itertools.repeat(1), run)
+        if one and len(needs.per_host) == len(needs.order):  # a needer a host
+            _add_once(self.host_take, needs.per_host, run[0])
+        else:
+            _add_run(self.host_take, needs.per_host, needs.per_host.values(), run)
 
     def _receive_each(self, holders: frozenset[int], needers: frozenset[int], nbytes: float,
                       summed: bool, summing: set[int] | frozenset[int]) -> None:
@@ -374,6 +414,14 @@ class _Intake:
         holders = frozenset().union(*self.convert)
         terms.append(sum(self.convert.values()) / (len(holders) * rate))
         return terms
+
+
+def _add_once(sums: dict[int, float], keys: Iterable[int], b: float) -> None:
+    """:func:`_add_run` of one value once per key: each of ``keys``' sums (a missing
+    one from 0.0) plus ``b``, all read before any is written, in the keys' order."""
+    totals = list(map(operator.add, map(sums.get, keys, itertools.repeat(0.0)),
+                      itertools.repeat(b)))
+    sums.update(zip(keys, totals))
 
 
 def _add_run(sums: dict[int, float], keys: Iterable[int], times: Iterable[int],

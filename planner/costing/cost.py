@@ -36,6 +36,7 @@ from reshard.planner.costing.route_forms import (
     shifted,
     shifted_many,
 )
+from reshard.planner.costing.route_keys import route_key
 from reshard.planner.costing.step_floor import stepped_floor
 from reshard.planner.schedule.coalesce import followers
 from reshard.planner.values.plan_view import PlanView, Route
@@ -420,18 +421,46 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
     if step is not None and len(tasks) >= SHIFT_BATCH:
         _shift_batch(tasks, keys, step, cluster, hops, known)
     out = []
+    tried: dict[tuple[object, ...], list[int]] = {}  # large tasks' forms (_relabeled_or_own)
     for i, (t, key) in enumerate(zip(tasks, keys)):
         rides = i in riders
         got = known.get(key)
         if got is None and step is not None and t.kind in _SHIFTED and t.root >= 0:
             got = known[key] = shifted(t, key, step, _finder(t, cluster, hops), hops.forms()) \
                 if len(t.receivers) < ARRAY_EDGES else \
-                relabeled(t, key, step, _finder(t, cluster, hops), hops.forms(), hops.chains())
+                _relabeled_or_own(t, key, step, cluster, hops, tried)
         elif got is None:
             path, lat = task_path(t, cluster, hops, rides=rides)
             got = known[key] = (path if isinstance(path, Path) else Path(path), lat)
         out.append(got)
     return tuple(out)
+
+
+RELABEL_TRIAL = 64
+"""Large tasks of one shape a :func:`task_routes` call finds by form before it judges
+the forms (:func:`_relabeled_or_own`)."""
+
+
+def _relabeled_or_own(task: Task, key: tuple[object, ...], step: tuple[int, int],
+                      cluster: Cluster, hops: Hops,
+                      tried: dict[tuple[object, ...], list[int]]) -> Route:
+    """``task``'s route by :func:`~reshard.planner.costing.route_forms.relabeled`, or by
+    its own search where the call's first :data:`RELABEL_TRIAL` tasks of its shape
+    (``tried``: per shape, tasks and forms met again) each had a form of its own (a
+    reduction over every device to each in turn): a form unread costs half a search.
+    The same route either way (``relabeled``'s is the task's own, numbered back)."""
+    shape = (task.kind, len(task.receivers), len(task.parents), len(task.addends))
+    count = tried.get(shape)
+    if count is None:
+        count = tried[shape] = [0, 0]
+    if count[0] >= RELABEL_TRIAL and not count[1]:  # no form met twice: each its own
+        return _finder(task, cluster, hops)()
+    forms = hops.forms()
+    before = len(forms)
+    got = relabeled(task, key, step, _finder(task, cluster, hops), forms, hops.chains())
+    count[0] += 1
+    count[1] += len(forms) == before
+    return got
 
 
 SHIFT_BATCH = 256
@@ -466,14 +495,6 @@ def _finder(task: Task, cluster: Cluster, hops: Hops) -> Callable[[], Route]:
         return (path if isinstance(path, Path) else Path(path)), lat
 
     return find
-
-
-def route_key(task: Task, piece: int, message: int, rides: bool) -> tuple[object, ...]:
-    """What decides ``task``'s route (its key in a :class:`RouteMemo`): its kind and its
-    devices in their roles, its relay piece, its bytes where the cluster charges
-    messages (else 0) and whether it rides in another's message."""
-    return (task.kind, task.root, task.receivers, task.parents, task.addends,
-            task.addend_parents, piece, message, rides)
 
 
 def _batch(tasks: Sequence[Task], cluster: Cluster, hops: Hops, known: RouteMemo) -> None:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence, Sized
 import numpy as np
 
 from reshard.planner.costing.fairshare import Path, path_arrays
+from reshard.planner.costing.sampled_keys import SampledKey, every
 from reshard.planner.values.plan_view import Route
 from reshard.planner.values.resources import KIND_CODE, NIC_IN
 from reshard.planner.values.tasks import Task
@@ -176,20 +177,52 @@ def relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
     in other trees share it)."""
     devices = step[0]
     row, order, number = _host_ranks(task, devices, chains)
-    form = ("hosts", key[0], len(task.receivers), len(task.parents), len(task.addends),
-            row, *key[6:])
+    form = form_key(task, key, row)
     got = memo.get(form)
     if got is None:
-        path, lat = find()
-        codes = path_arrays(path)[0]
-        host, span = _code_hosts(codes, step)
-        assert (number[host] >= 0).all()  # every resource is of a host the task names
-        ranked = number[host]
-        # kept as the codes less their hosts' part, and the rank and span of each
-        memo[form] = (codes - host * span, np.stack((ranked, span)), lat)
-        return path, lat
+        return _found_form(form, number, step, find, memo)
     base, (ranked, span), lat = got
     return Path.of_codes(base + order[ranked] * span), lat
+
+
+FORM_STRIDE = 24
+"""A form row's sample (:func:`form_key`): every this many of its bytes."""
+
+
+def form_key(task: Task, key: tuple[object, ...], row: bytes) -> SampledKey:
+    """:func:`relabeled`'s key of the form of ``task`` (``key``: its route key, ``row``:
+    its form row): its kind, counts of devices in each role, row and key's tail, hashed
+    by a sample of the row (:class:`~reshard.planner.costing.sampled_keys.SampledKey`;
+    every form key is made here)."""
+    head = ("hosts", key[0], len(task.receivers), len(task.parents), len(task.addends))
+    tail = key[6:]
+    return SampledKey.of((*head, row, *tail), (*head, every(row, FORM_STRIDE), *tail))
+
+
+def chain_key(task: Task) -> SampledKey:
+    """A :data:`ChainMemo` key: ``task``'s root and receivers, hashed by a sample of
+    them (every chain key is made here)."""
+    return SampledKey.of((task.root, task.receivers),
+                         (task.root, every(task.receivers, CHAIN_STRIDE)))
+
+
+CHAIN_STRIDE = 8
+"""A chain key's sample (:func:`chain_key`): every this many of its receivers."""
+
+
+def _found_form(form: tuple[object, ...], number: np.ndarray, step: tuple[int, int],
+                find: Callable[[], Route], memo: FormMemo) -> Route:
+    """The route ``find`` searches for a task of form ``form`` (:func:`relabeled`;
+    ``number``: each of its hosts' rank), that form's codes (less their hosts' part,
+    with each one's host's rank and span) put in ``memo``."""
+    path, lat = find()
+    codes = path_arrays(path)[0]
+    host, span = _code_hosts(codes, step)
+    assert (number[host] >= 0).all()  # every resource is of a host the task names
+    ranked = number[host]
+    # kept as the codes less their hosts' part, and the rank and span of each
+    memo[form] = (codes - host * span, np.stack((ranked, span)), lat)
+    return path, lat
 
 
 def _host_ranks(task: Task, devices: int, chains: ChainMemo | None
@@ -201,7 +234,7 @@ def _host_ranks(task: Task, devices: int, chains: ChainMemo | None
     ``chains`` (found there once), the parents' row put after it."""
     if chains is None or task.addends or task.addend_parents:
         return _ranked_row(_devices_row(task), devices)[:3]
-    head_key = (task.root, task.receivers)
+    head_key = chain_key(task)
     head = chains.get(head_key)
     if head is None:
         head = chains[head_key] = _ranked_row(_devices_row(task, heads_only=True), devices)
@@ -269,4 +302,5 @@ def _spans(codes: np.ndarray, step: tuple[int, int]) -> np.ndarray:
     return np.where(codes % 8 <= KIND_CODE[NIC_IN], 8 * nics, 8 * devices)
 
 
-__all__ = ["ChainMemo", "FormMemo", "relabeled", "shifted", "shifted_many"]
+__all__ = ["ChainMemo", "FormMemo", "chain_key", "form_key", "relabeled", "shifted",
+           "shifted_many"]

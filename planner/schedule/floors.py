@@ -50,6 +50,7 @@ from reshard.layout import box_size
 from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.costing.cost import Hops, RouteMemo, task_routes
+from reshard.planner.schedule.gathered_rows import GatheredRows, gathered_rows
 from reshard.planner.schedule.work import WorkList
 from reshard.planner.values.resources import (
     COPY,
@@ -118,14 +119,40 @@ class _Kind:
         nbytes = np.concatenate([c[2] for c in self.chunks])
         span = int(index.max(initial=0)) + 1
         lo = int(step.min(initial=0))
-        keys, first, at = np.unique((step - lo) * span + index, return_index=True,
-                                    return_inverse=True)
-        total = np.zeros(len(keys))
-        np.add.at(total, at.reshape(-1), nbytes)
-        order = np.argsort(first, kind="stable")
-        keys = keys[order]
+        codes = (step - lo) * span + index
+        size = span * (int(step.max(initial=0)) - lo + 1)
+        if size <= max(DENSE_UP_TO, 2 * len(codes)) and int(index.min(initial=0)) >= 0:
+            keys, sums = _dense_sums(codes, nbytes, size)
+        else:
+            keys, first, at = np.unique(codes, return_index=True, return_inverse=True)
+            total = np.zeros(len(keys))
+            np.add.at(total, at.reshape(-1), nbytes)
+            order = np.argsort(first, kind="stable")
+            keys, sums = keys[order], total[order]
         return list(zip(zip((keys % span).tolist(), (keys // span + lo).tolist()),
-                        total[order].tolist()))
+                        sums.tolist()))
+
+
+DENSE_UP_TO = 1 << 16
+"""Keys (resources times steps) up to which, or up to twice the additions, a kind is
+summed in arrays by key (:func:`_dense_sums`, resources numbered from 0) rather than by
+a sort of its keys."""
+
+
+def _dense_sums(codes: np.ndarray, nbytes: np.ndarray, size: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Each distinct code of ``codes`` (all below ``size``) in the order first added,
+    and its bytes summed from 0.0 in the order added: ``np.add.at`` into an array by
+    code (the same additions, one by one, as into the distinct keys of a sort), each
+    code's first position the least at which it comes."""
+    n = len(codes)
+    first = np.full(size, n, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+    used = np.flatnonzero(first < n)
+    total = np.zeros(size)
+    np.add.at(total, codes, nbytes)
+    keys = used[np.argsort(first[used], kind="stable")]
+    return keys, total[keys]
 
 
 DICT_SUM_UP_TO = 4096
@@ -155,6 +182,11 @@ class _Flows:
         self.host_of, self.nic_of = cluster.host_map, cluster.nic_map
         self.dev_out, self.dev_in = _Kind(), _Kind()
         self.nic_out, self.nic_in = _Kind(), _Kind()
+        self._sorted: dict[frozenset[int], np.ndarray] = {}  # per needer set (_receivers)
+        # :func:`gathered_rows` by receivers, bytes, step and box extents, then by
+        # the root's host (-1: none of the receivers')
+        self._rows_of: dict[tuple[object, ...], tuple[frozenset[int],
+                                                       dict[int, GatheredRows]]] = {}
 
     def send(self, root: int, receiver: int, nbytes: float, step: int) -> None:
         """:meth:`sends` of one send."""
@@ -180,7 +212,7 @@ class _Flows:
         if len(cell.needers) < ARRAY_RECEIVERS:
             self._few(cell, nbytes, item, step, point_to_point)
             return
-        receivers = np.array(sorted(cell.needers - cell.holders), dtype=np.int64)
+        receivers = self._receivers(cell)
         n = len(receivers)
         steps = np.full(n, step, dtype=np.int64)
         whole = np.full(n, float(nbytes))
@@ -196,6 +228,18 @@ class _Flows:
             self.sends(roots, receivers, whole, steps)
             return
         self._gathered(root, receivers, cell, nbytes, item, step)
+
+    def _receivers(self, cell: Cell) -> np.ndarray:
+        """``cell``'s needers that do not hold it, sorted, as an array: found once per
+        needer set where no holder needs it (then they are its needers; read only)."""
+        needers = cell.needers
+        if not cell.holders.isdisjoint(needers):
+            return np.array(sorted(needers - cell.holders), dtype=np.int64)
+        got = self._sorted.get(needers)
+        if got is None:
+            got = self._sorted[needers] = np.array(sorted(needers), dtype=np.int64)
+            got.flags.writeable = False
+        return got
 
     def _few(self, cell: Cell, nbytes: int, item: int, step: int, point_to_point: bool
              ) -> None:
@@ -267,49 +311,29 @@ class _Flows:
         """:meth:`cell` for an all-gather baseline: per host (in the order its first
         receiver comes), the cell whole to its first receiver (the root's host, or one
         receiver), the others' receipts down a chain; else a piece to each receiver,
-        then, at the step after, each one's share of the all-gather."""
-        hosts = self.host[receivers]
-        _, first = np.unique(hosts, return_index=True)
-        rank_of = np.empty(int(hosts.max()) + 1, dtype=np.int64)
-        rank_of[hosts[np.sort(first)]] = np.arange(len(first))
-        rank = rank_of[hosts]
-        order = np.argsort(rank, kind="stable")  # by host, receivers in order
-        members, rank = receivers[order], rank[order]
-        counts = np.bincount(rank)
-        pos = np.arange(len(members)) - np.repeat(np.cumsum(counts) - counts, counts)
-        k = counts[rank]
-        whole = (k == 1) | (self.host[members] == self.host[root])
-        share_k = {kk: nbytes * (kk - 1) / kk for kk in np.unique(k[~whole]).tolist()}
-        pieces = {kk: [box_size(p) * item for p in split_box(cell.box, kk)] for kk in share_k}
-        piece = np.full(len(members), float(nbytes))
-        share = np.zeros(len(members))
-        for kk, each in share_k.items():
-            at = ~whole & (k == kk)
-            piece[at] = np.array(pieces[kk], dtype=np.float64)[pos[at]]
-            share[at] = each
-        sent = ~whole & (piece > 0) | whole & (pos == 0)  # from the root
-        chained = whole & (pos > 0)  # down the chain from the first
-        split = ~whole
-        # every entry's place in the loop over hosts: (host, phase, position)
-        entries = [(rank[sent], 0, pos[sent]), (rank[chained], 0, pos[chained]),
-                   (rank[split], 1, pos[split])]
-        order_of = np.lexsort((np.concatenate([p for _, _, p in entries]),
-                               np.concatenate([np.full(len(r), ph) for r, ph, _ in entries]),
-                               np.concatenate([r for r, _, _ in entries])))
-        n_sent, n_chain = int(sent.sum()), int(chained.sum())
-        dev = np.concatenate([members[sent], members[chained], members[split]])[order_of]
-        vals = np.concatenate([piece[sent], piece[chained], share[split]])[order_of]
-        steps = np.concatenate([np.full(n_sent + n_chain, step, dtype=np.int64),
-                                np.full(int(split.sum()), step + 1, dtype=np.int64)])[order_of]
-        is_sent = np.concatenate([np.ones(n_sent, dtype=bool),
-                                  np.zeros(len(dev) - n_sent, dtype=bool)])[order_of]
-        is_share = np.concatenate([np.zeros(n_sent + n_chain, dtype=bool),
-                                   np.ones(len(dev) - n_sent - n_chain, dtype=bool)])[order_of]
+        then, at the step after, each one's share of the all-gather.
+
+        The rows read the root only as its device and NIC (the root's sends) and its
+        host where a receiver is on it: the rest (:func:`gathered_rows`) is found once
+        per receivers, bytes, box extents (the pieces' sizes read only them), step and
+        root host among the receivers' (:attr:`_rows_of`; a cell of a run broadcast
+        from one device each to the same devices reuses them: the same arrays)."""
+        key = (receivers.tobytes(), nbytes, item, step,
+               tuple(hi - lo for lo, hi in cell.box))
+        known = self._rows_of.get(key)
+        if known is None:
+            known = self._rows_of[key] = (frozenset(self.host[receivers].tolist()), {})
+        hosts, by_home = known
+        home = self.host_of[root]
+        at = home if home in hosts else -1
+        rows = by_home.get(at)
+        if rows is None:
+            rows = by_home[at] = gathered_rows(self.host, home, receivers, cell, nbytes,
+                                               item, step)
+        dev, steps, vals, out, is_sent, cross = rows
         self.dev_in.add(dev, steps, vals)
         # the root's sends and the gatherers' shares out, in the loop's order
-        out = is_sent | is_share
         self.dev_out.add(np.where(is_sent, root, dev)[out], steps[out], vals[out])
-        cross = is_sent & (self.host[dev] != self.host[root])
         self.nic_out.add(np.full(int(cross.sum()), self.nic[root], dtype=np.int64),
                          steps[cross], vals[cross])
         self.nic_in.add(self.nic[dev[cross]], steps[cross], vals[cross])

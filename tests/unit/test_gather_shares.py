@@ -1,5 +1,5 @@
 """A reduction's shares gathered in bulk (planner/cells/gather_shares.py): every load
-ends bit-equal to gathering the shares one by one with Loads.gather."""
+ends bit-equal to gathering the shares one by one with gather_shares.gather (Loads.gather as was)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 from reshard import Cluster
 from reshard.planner.cells.balance import Loads
-from reshard.planner.cells.gather_shares import gather_shares
+from reshard.planner.cells.gather_shares import gather, gather_shares
 
 
 def _loads(cluster: Cluster, rng: random.Random, mode: int) -> Loads:
@@ -38,7 +38,7 @@ def test_bulk_gather_equals_gathering_each_share_on_random_groups():
                   for _ in range(rng.randint(1, 40))]
         one, bulk = (_loads(cluster, random.Random(seed), mode) for _ in range(2))
         for root, nbytes in shares:
-            one.gather(tuple(d for d in group if d != root), root, nbytes)
+            gather(one, tuple(d for d in group if d != root), root, nbytes)
         gather_shares(bulk, group, shares)
         assert _tables(bulk) == _tables(one)
 
