@@ -18,7 +18,7 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.layout import Box, Layout, box_size, chunk_size
 from reshard.planner.cells.balance import Loads
-from reshard.planner.cells.cell_tasks import CELL_PLANNERS, split_box, split_dim
+from reshard.planner.cells.cell_tasks import CELL_PLANNERS, fan_out, split_box, split_dim
 from reshard.planner.cells.decompose import (
     TABLE_FROM,
     Cell,
@@ -148,6 +148,13 @@ class Slices:
     def pipelined(self) -> bool:
         """Whether some broadcast of a reduced piece could fan out."""
         return self.strat is Strategy.BROADCAST and any(r.step > 0 for r in self.reduces)
+
+    def splits_chains(self) -> bool:
+        """Whether :meth:`assemble` with ``fan_out`` would split some chain (planned
+        first; :meth:`WorkList.fanned`, the general slices it fans out): where not, the
+        fanned plan is the plan not fanned out, task for task."""
+        host = self.work.loads.host  # as assemble splits; a split chain is two tasks
+        return any(len(fan_out(tasks, host)) > len(tasks) for tasks in self.work.fanned())
 
 
 @dataclass(frozen=True)

@@ -380,6 +380,15 @@ class Builds:
         cuts = (False, True) if any(t.src.spec.is_partial for t in tensors) else (False,)
         return all(self.floor(tensors, cluster, baseline, fine) >= seconds for fine in cuts)
 
+    def fans_out(self, tensors: tuple[TensorSpec, ...], cluster: Cluster,
+                 strat: Strategy) -> bool:
+        """Whether ``strat``'s first plan (built: :meth:`whole`, not fanned out) fanned
+        out would split some chain (:meth:`~reshard.planner.cuts.Slices.splits_chains`);
+        where not, that plan is the first plan, task for task, and the ``fan-out`` pass,
+        keeping only a faster plan, has nothing to keep."""
+        slices = self._planned.get((tensors, cluster, strat, False, False))
+        return slices is None or slices.splits_chains()
+
     def whole(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
               fan_out: bool) -> tuple[tuple[Task, ...], bool]:
         """:meth:`__call__` without a limit (never None)."""
@@ -411,6 +420,7 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
     ``builds``: the planning call's memo (default: a new one)."""
     builds = Builds() if builds is None else builds
     tasks, pipelined = builds.whole(tensors, cluster, strat, fan_out=False)
+    pipelined = pipelined and builds.fans_out(tensors, cluster, strat)  # else no candidate
     first_plan = builds.twins.adopt(ReshardPlan(tensors, tasks, strat, cluster)).bound_by(
         builds.bound_of(tensors, cluster))
     best = search(first_plan, pipelined, builds, known=builds.known,

@@ -257,7 +257,7 @@ class WorkList:
         if planned is None:
             raise ValueError("WorkList.assemble needs the slices planned first (WorkList.plan)")
         ref, after, p2p = planned.ref, planned.after, planned.p2p
-        if len(planned.general) == len(ref) and not (fan_out and self._fans_out(planned)):
+        if len(planned.general) == len(ref) and not (fan_out and self.fanned(planned)):
             # every slice general, none fanned out: the tasks one after another
             every = [*planned.first, *itertools.chain.from_iterable(planned.tasks)]
             none = np.full(len(p2p.root), -1, dtype=np.int64)
@@ -288,12 +288,14 @@ class WorkList:
             done = k + 1
         return self._ordered(objects, np.array(obj_seq, dtype=np.int64), p2p, p_seq, p_step)
 
-    def _fans_out(self, planned: _Planned) -> bool:
-        """Whether :meth:`assemble` with ``fan_out`` splits some general slice's chains
-        (it starts after step 0 and before its tensor's last such step)."""
-        general, last = self.general, self._last_step
-        return any(0 < step < last[general[-1 - r][0]]
-                   for r, step in zip(planned.refs, planned.steps))
+    def fanned(self, planned: _Planned | None = None) -> list[list[Task]]:
+        """The planned tasks (``planned``, default :meth:`plan`'s) of each general slice
+        whose chains :meth:`assemble` with ``fan_out`` splits: it starts after step 0
+        and before its tensor's last such step."""
+        p, general, last = planned or self._planned, self.general, self._last_step
+        if p is None:
+            raise ValueError("WorkList.fanned needs the slices planned first (WorkList.plan)")
+        return [t for r, s, t in zip(p.refs, p.steps, p.tasks) if 0 < s < last[general[-1 - r][0]]]
 
     def _general_run(self, refs: list[int], steps: list[int], planner: CellPlanner,
                      itemsizes: Sequence[int]) -> list[list[Task]]:
