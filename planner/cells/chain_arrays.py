@@ -129,8 +129,9 @@ def charge_crossings(host: Callable[[int], int], nic: Callable[[int], int],
     the chain crosses, in order, ``nbytes`` onto the NIC out of the device it leaves
     and the NIC in of the one it enters. The boundaries are ``known``'s where it is
     this very chain from a root on the same host (:func:`unrelayed_chain` found them
-    in its arrays), else found by arrays (the hosts of every member at once): the
-    same additions in the same order."""
+    in its arrays), else found by arrays (the hosts of every member at once); the
+    NICs of each boundary looked up in bulk: the same additions in the same order
+    (each boundary's NIC out, then its NIC in)."""
     rh = host(root)
     if known is not None and known[0] is chain and known[1] == rh:
         at = known[2]
@@ -138,9 +139,15 @@ def charge_crossings(host: Callable[[int], int], nic: Callable[[int], int],
         hosts = np.fromiter(itertools.chain((rh,), map(host, chain)), dtype=np.int64,
                             count=len(chain) + 1)
         at = np.flatnonzero(hosts[1:] != hosts[:-1]).tolist()
-    for i in at:
-        nic_out[nic(chain[i - 1] if i else root)] += nbytes
-        nic_in[nic(chain[i])] += nbytes
+    if not at:
+        return
+    # the NICs each crossing leaves and enters, looked up in bulk (positions rise:
+    # only the first may be 0, the root's)
+    left = list(map(chain.__getitem__, [i - 1 for i in at[1:]]))
+    outs = map(nic, itertools.chain((chain[at[0] - 1] if at[0] else root,), left))
+    for o, n in zip(outs, list(map(nic, map(chain.__getitem__, at)))):
+        nic_out[o] += nbytes
+        nic_in[n] += nbytes
 
 
 def chain_arrays(loads: Loads, root: int, receivers: list[int]) -> tuple[int, ...]:
