@@ -9,6 +9,7 @@ from collections.abc import Callable
 from reshard.layout import Box, box_size, chunk_size
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.broadcast_runs import CellRun, one_host, plan_run
+from reshard.planner.cells.chain_arrays import NicMirror
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.cells.new_tasks import new_task
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
@@ -86,6 +87,7 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
     if whole is not None:
         return whole
     out: list[list[Task]] = []
+    mirror = NicMirror()
     for cell, tensor, itemsize, step in run:
         holders = cell.holders
         if len(holders) == 1:
@@ -95,9 +97,32 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
             if chain:
                 out.append([new_task(TaskKind.BROADCAST, tensor, cell.box, root, chain,
                                      nbytes, step)])
+                mirror = NicMirror()  # loads it did not see
                 continue
-        out.append(plan_broadcast(cell, tensor, itemsize, loads, step))
+        tasks, mirror = _mirrored(mirror, loads, cell, tensor, itemsize, step)
+        out.append(tasks)
     return out
+
+
+def _mirrored(mirror: NicMirror, loads: Loads, cell: Cell, tensor: int, itemsize: int,
+              step: int) -> tuple[list[Task], NicMirror]:
+    """:func:`plan_broadcast` of ``cell`` with ``mirror`` as ``loads``'
+    :class:`~reshard.planner.cells.chain_arrays.NicMirror`: a long chain to the
+    receivers of the cell before reads their NIC loads from it. The mirror kept for
+    the next cell where the cell's only writes to the NIC loads were its one
+    :func:`~reshard.planner.cells.chain_arrays.charge_crossings` (which kept it in
+    step); else a new one (it reads the tables afresh).
+
+    Exact: :func:`plan_broadcast` writes the NIC loads only in :meth:`Loads.send`,
+    :func:`_one_host_chain` or its one :meth:`Loads.charge`, each path ending the
+    cell; of those only a long chain's charge calls ``charge_crossings``."""
+    mirror.charges = 0
+    loads.nic_mirror = mirror
+    try:
+        tasks = plan_broadcast(cell, tensor, itemsize, loads, step)
+    finally:
+        loads.nic_mirror = None
+    return tasks, mirror if mirror.charges == 1 else NicMirror()
 
 
 def _one_host_chain(loads: Loads, root: int, receivers: frozenset[int], nbytes: int

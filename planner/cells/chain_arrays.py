@@ -42,6 +42,7 @@ class Loads(Protocol):
     relay_mirror: RelayMirror | None
     receiver_memo: ReceiverMemo
     crossings: Crossings | None
+    nic_mirror: NicMirror | None
 
     def may_relay_end(self, direction: str, member: int) -> bool: ...
 
@@ -91,9 +92,15 @@ def _order(loads: Loads, root: int, receivers: list[int]
     rec = _receivers(loads, receivers)
     d, hosts, nics, distinct, at = rec.d, rec.hosts, rec.nics, rec.distinct, rec.at
     n = len(d)
-    zero = itertools.repeat(0.0)  # an unseen NIC reads 0.0 (and is not added)
-    sent = np.fromiter(map(loads.nic_out.get, nics, zero), dtype=np.float64, count=n)
-    got = np.fromiter(map(loads.nic_in.get, nics, zero), dtype=np.float64, count=n)
+    mirror = loads.nic_mirror
+    if mirror is not None and mirror.rec is rec:
+        sent, got = mirror.sent, mirror.got  # read only here
+    else:
+        zero = itertools.repeat(0.0)  # an unseen NIC reads 0.0 (and is not added)
+        sent = np.fromiter(map(loads.nic_out.get, nics, zero), dtype=np.float64, count=n)
+        got = np.fromiter(map(loads.nic_in.get, nics, zero), dtype=np.float64, count=n)
+        if mirror is not None:
+            mirror.read(rec, sent, got)
     rh = loads.host(root)
     local = hosts == rh
     perm, starts, counts = rec.perm, rec.starts, rec.counts
@@ -122,16 +129,51 @@ where it enters another host (each a host boundary it crosses), which a
 :class:`Loads` keeps as ``crossings`` for its :meth:`Loads.charge`."""
 
 
+class NicMirror:
+    """The NIC loads :func:`_order` read of one receiver list (``sent``: NIC out,
+    ``got``: NIC in, a member's NIC's each, in the list's order), kept in step with
+    :func:`charge_crossings`' additions (the same float additions, in the same order,
+    to each NIC's copies), so that the next chain to the same receivers reads them
+    without a lookup per member. A :class:`Loads` holds one (``nic_mirror``) only
+    while whoever set it knows every other write to its NIC loads (:func:`charge_run`
+    notes how many charges it took: with any other write it is dropped)."""
+
+    __slots__ = ("charges", "got", "rec", "sent", "where")
+
+    def __init__(self) -> None:
+        self.rec: Receivers | None = None
+        self.sent = self.got = np.zeros(0)
+        self.where: dict[int, list[int]] = {}  # each NIC's members' positions
+        self.charges = 0
+
+    def read(self, rec: Receivers, sent: np.ndarray, got: np.ndarray) -> None:
+        """Mirror ``rec``'s loads just read from the tables."""
+        self.rec, self.sent, self.got, self.where = rec, sent, got, {}
+        for i, n in enumerate(rec.nics):
+            self.where.setdefault(n, []).append(i)
+
+    def add(self, outs: list[int], ins: list[int], nbytes: int) -> None:
+        """The additions :func:`charge_crossings` made, onto the mirrored copies
+        (a NIC of no member: none)."""
+        where, sent, got = self.where, self.sent, self.got
+        for table, nics in ((sent, outs), (got, ins)):
+            for n in nics:
+                for i in where.get(n, ()):
+                    table[i] += nbytes
+        self.charges += 1
+
+
 def charge_crossings(host: Callable[[int], int], nic: Callable[[int], int],
                      nic_out: dict[int, float], nic_in: dict[int, float], root: int,
-                     chain: tuple[int, ...], nbytes: int, known: Crossings | None) -> None:
+                     chain: tuple[int, ...], nbytes: int, known: Crossings | None,
+                     mirror: NicMirror | None = None) -> None:
     """The NIC charges of :meth:`Loads.charge` of a long chain: at each host boundary
     the chain crosses, in order, ``nbytes`` onto the NIC out of the device it leaves
     and the NIC in of the one it enters. The boundaries are ``known``'s where it is
     this very chain from a root on the same host (:func:`unrelayed_chain` found them
     in its arrays), else found by arrays (the hosts of every member at once); the
     NICs of each boundary looked up in bulk: the same additions in the same order
-    (each boundary's NIC out, then its NIC in)."""
+    (each boundary's NIC out, then its NIC in), and onto ``mirror``'s copies."""
     rh = host(root)
     if known is not None and known[0] is chain and known[1] == rh:
         at = known[2]
@@ -139,15 +181,18 @@ def charge_crossings(host: Callable[[int], int], nic: Callable[[int], int],
         hosts = np.fromiter(itertools.chain((rh,), map(host, chain)), dtype=np.int64,
                             count=len(chain) + 1)
         at = np.flatnonzero(hosts[1:] != hosts[:-1]).tolist()
-    if not at:
-        return
-    # the NICs each crossing leaves and enters, looked up in bulk (positions rise:
-    # only the first may be 0, the root's)
-    left = list(map(chain.__getitem__, [i - 1 for i in at[1:]]))
-    outs = map(nic, itertools.chain((chain[at[0] - 1] if at[0] else root,), left))
-    for o, n in zip(outs, list(map(nic, map(chain.__getitem__, at)))):
+    outs: list[int] = []
+    ins: list[int] = []
+    if at:  # each crossing's NICs looked up in bulk (positions rise: only the first
+        # may be 0, the root's)
+        left = list(map(chain.__getitem__, [i - 1 for i in at[1:]]))
+        outs = list(map(nic, itertools.chain((chain[at[0] - 1] if at[0] else root,), left)))
+        ins = list(map(nic, map(chain.__getitem__, at)))
+    for o, n in zip(outs, ins):
         nic_out[o] += nbytes
         nic_in[n] += nbytes
+    if mirror is not None:
+        mirror.add(outs, ins, nbytes)
 
 
 def chain_arrays(loads: Loads, root: int, receivers: list[int]) -> tuple[int, ...]:
