@@ -53,7 +53,8 @@ class Receivers:
     each device's among them, and the devices grouped by host (stably: by id inside a
     host), with each group's start and size."""
 
-    __slots__ = ("at", "counts", "d", "distinct", "hosts", "nics", "perm", "starts")
+    __slots__ = ("at", "counts", "d", "distinct", "hosts", "nics", "own", "perm", "starts",
+                 "where")
 
     def __init__(self, loads: Loads, receivers: list[int]) -> None:
         n = len(receivers)
@@ -65,6 +66,17 @@ class Receivers:
         self.perm = np.argsort(self.at, kind="stable")
         self.counts = np.bincount(self.at, minlength=len(self.distinct))
         self.starts = np.cumsum(self.counts) - self.counts
+        self.own = len(set(self.nics)) == n  # a NIC each (NicMirror's condition)
+        self.where: dict[int, tuple[int, ...]] | None = None  # NicMirror's
+
+    def positions(self) -> dict[int, tuple[int, ...]]:
+        """Each member's NIC's members' positions (found once)."""
+        if self.where is None:
+            where: dict[int, list[int]] = {}
+            for i, n in enumerate(self.nics):
+                where.setdefault(n, []).append(i)
+            self.where = {n: tuple(at) for n, at in where.items()}
+        return self.where
 
 
 ReceiverMemo = dict[tuple[int, ...], Receivers]
@@ -100,7 +112,7 @@ def _order(loads: Loads, root: int, receivers: list[int]
         sent = np.fromiter(map(loads.nic_out.get, nics, zero), dtype=np.float64, count=n)
         got = np.fromiter(map(loads.nic_in.get, nics, zero), dtype=np.float64, count=n)
         if mirror is not None:
-            mirror.read(rec, sent, got)
+            mirror.read(rec if rec.own else None, sent, got)
     rh = loads.host(root)
     local = hosts == rh
     perm, starts, counts = rec.perm, rec.starts, rec.counts
@@ -120,6 +132,8 @@ def _order(loads: Loads, root: int, receivers: list[int]
     by_out = (local & (last >= 0)) | (~local & ~entry & (r < last))
     key = np.where(by_out, -sent, 0.0)
     order = np.lexsort((d, key, ~entry, r))
+    if mirror is not None:
+        mirror.order = order
     return d[order], hosts[order], sent[order]
 
 
@@ -130,37 +144,49 @@ where it enters another host (each a host boundary it crosses), which a
 
 
 class NicMirror:
-    """The NIC loads :func:`_order` read of one receiver list (``sent``: NIC out,
-    ``got``: NIC in, a member's NIC's each, in the list's order), kept in step with
-    :func:`charge_crossings`' additions (the same float additions, in the same order,
-    to each NIC's copies), so that the next chain to the same receivers reads them
-    without a lookup per member. A :class:`Loads` holds one (``nic_mirror``) only
-    while whoever set it knows every other write to its NIC loads (:func:`charge_run`
-    notes how many charges it took: with any other write it is dropped)."""
+    """The NIC loads :func:`_order` read of one receiver list whose members each have
+    a NIC of their own (``sent``: NIC out, ``got``: NIC in, in the list's order),
+    kept in step with :func:`charge_crossings`' additions (the same float additions,
+    in the same order, to each NIC's copy), so that the next chain to the same
+    receivers reads them without a lookup per member. It notes the last sort
+    (``order``) and the chain :func:`unrelayed_chain` answered with its members'
+    positions in the list (``chain``, ``at``), from which a charge of that chain
+    finds the copies it adds to. A :class:`Loads` holds one (``nic_mirror``) only
+    while whoever set it knows every other write to its NIC loads
+    (:func:`~reshard.planner.cells.cell_tasks.plan_broadcasts` counts the charges,
+    ``charges``: with any other write it is dropped)."""
 
-    __slots__ = ("charges", "got", "rec", "sent", "where")
+    __slots__ = ("at", "chain", "charges", "got", "order", "rec", "sent")
 
     def __init__(self) -> None:
         self.rec: Receivers | None = None
-        self.sent = self.got = np.zeros(0)
-        self.where: dict[int, list[int]] = {}  # each NIC's members' positions
+        self.sent = self.got = self.order = self.at = np.zeros(0, dtype=np.int64)
+        self.chain: tuple[int, ...] | None = None
         self.charges = 0
 
-    def read(self, rec: Receivers, sent: np.ndarray, got: np.ndarray) -> None:
-        """Mirror ``rec``'s loads just read from the tables."""
-        self.rec, self.sent, self.got, self.where = rec, sent, got, {}
-        for i, n in enumerate(rec.nics):
-            self.where.setdefault(n, []).append(i)
+    def read(self, rec: Receivers | None, sent: np.ndarray, got: np.ndarray) -> None:
+        """Mirror ``rec``'s loads just read from the tables (``None``: mirror none)."""
+        self.rec, self.sent, self.got, self.chain = rec, sent, got, None
 
-    def add(self, outs: list[int], ins: list[int], nbytes: int) -> None:
-        """The additions :func:`charge_crossings` made, onto the mirrored copies
-        (a NIC of no member: none)."""
-        where, sent, got = self.where, self.sent, self.got
-        for table, nics in ((sent, outs), (got, ins)):
-            for n in nics:
-                for i in where.get(n, ()):
-                    table[i] += nbytes
+    def add(self, chain: tuple[int, ...], leaving: list[int], entering: list[int],
+            root_nic: int | None, nbytes: int) -> None:
+        """The additions :func:`charge_crossings` made for ``chain`` (at the positions
+        in it a crossing leaves and enters; ``root_nic``: the first left the root's
+        NIC), onto the copies in turn (``np.add.at``: one addition per occurrence, in
+        order); where ``chain`` is not the one noted, the mirror drops its copies."""
         self.charges += 1
+        rec = self.rec
+        if rec is None:
+            return
+        if chain is not self.chain:
+            self.rec = None
+            return
+        at = self.at
+        out = at[leaving]
+        if root_nic is not None:
+            out = np.concatenate((rec.positions().get(root_nic, ()), out)).astype(np.int64)
+        np.add.at(self.sent, out, nbytes)
+        np.add.at(self.got, at[entering], nbytes)
 
 
 def charge_crossings(host: Callable[[int], int], nic: Callable[[int], int],
@@ -181,18 +207,21 @@ def charge_crossings(host: Callable[[int], int], nic: Callable[[int], int],
         hosts = np.fromiter(itertools.chain((rh,), map(host, chain)), dtype=np.int64,
                             count=len(chain) + 1)
         at = np.flatnonzero(hosts[1:] != hosts[:-1]).tolist()
-    outs: list[int] = []
-    ins: list[int] = []
-    if at:  # each crossing's NICs looked up in bulk (positions rise: only the first
-        # may be 0, the root's)
-        left = list(map(chain.__getitem__, [i - 1 for i in at[1:]]))
-        outs = list(map(nic, itertools.chain((chain[at[0] - 1] if at[0] else root,), left)))
-        ins = list(map(nic, map(chain.__getitem__, at)))
-    for o, n in zip(outs, ins):
+    if not at:
+        if mirror is not None:
+            mirror.add(chain, [], [], None, nbytes)
+        return
+    # each crossing's NICs looked up in bulk (positions rise: only the first may be
+    # 0, the root's)
+    left = [i - 1 for i in at[1:]]
+    outs = map(nic, itertools.chain((chain[at[0] - 1] if at[0] else root,),
+                                    map(chain.__getitem__, left)))
+    for o, n in zip(outs, list(map(nic, map(chain.__getitem__, at)))):
         nic_out[o] += nbytes
         nic_in[n] += nbytes
     if mirror is not None:
-        mirror.add(outs, ins, nbytes)
+        mirror.add(chain, left if not at[0] else [at[0] - 1, *left], at,
+                   None if at[0] else nic(root), nbytes)
 
 
 def chain_arrays(loads: Loads, root: int, receivers: list[int]) -> tuple[int, ...]:
@@ -219,13 +248,15 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     does that move for every segment at once: the same order, by the same keys
     (the NIC out loads the chain was sorted by; no relay changes them)."""
     d, h, sent = _order(loads, root, receivers)
+    mirror = loads.nic_mirror
+    order = mirror.order if mirror is not None else None
     n = len(d)
     rh = loads.host(root)
     start = np.ones(n, dtype=bool)
     start[1:] = h[1:] != h[:-1]
     entries = np.flatnonzero(start & (h != rh))
     if not entries.size:  # every receiver on the root's host: one segment
-        return _noted(loads, tuple(d.tolist()), rh, [])
+        return _noted(loads, tuple(d.tolist()), rh, [], order)
     leaving = d[entries - 1] if entries[0] else \
         np.concatenate((np.array([root], dtype=np.int64), d[entries[1:] - 1]))
     if may_relay_any(loads, NIC_OUT, leaving) or may_relay_any(loads, NIC_IN, d[entries]):
@@ -236,24 +267,28 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     count = np.bincount(seg[movable], minlength=int(seg[-1]) + 1)
     at = np.flatnonzero(movable & (count >= 2)[seg])
     if not at.size:
-        return _noted(loads, tuple(d.tolist()), rh, entries.tolist())
+        return _noted(loads, tuple(d.tolist()), rh, entries.tolist(), order)
     by_key = at[np.lexsort((d[at], sent[at], seg[at]))]
     first = np.ones(len(by_key), dtype=bool)
     first[1:] = seg[by_key][1:] != seg[by_key][:-1]
     last = np.zeros(n, dtype=bool)
     last[by_key[first]] = True
-    return _noted(loads, tuple(d[np.lexsort((np.arange(n), last, seg))].tolist()), rh,
-                  entries.tolist())
+    moved = np.lexsort((np.arange(n), last, seg))
+    return _noted(loads, tuple(d[moved].tolist()), rh, entries.tolist(),
+                  None if order is None else order[moved])
 
 
-def _noted(loads: Loads, chain: tuple[int, ...], rh: int, entries: list[int]
-           ) -> tuple[int, ...]:
+def _noted(loads: Loads, chain: tuple[int, ...], rh: int, entries: list[int],
+           at: np.ndarray | None) -> tuple[int, ...]:
     """``chain``, its crossings noted in ``loads`` (:data:`Crossings`): the positions
     where it enters another host than the one before (the root's, host ``rh``, before
     the first). Its hosts are the sorted chain's (a member moves only inside its own
     host's segment), whose segments after the root's host each enter a new host at
     their first member, ``entries``."""
     loads.crossings = (chain, rh, entries)
+    mirror = loads.nic_mirror
+    if mirror is not None and at is not None:  # its members' places in the list
+        mirror.chain, mirror.at = chain, at
     return chain
 
 

@@ -76,7 +76,8 @@ def test_a_run_reading_its_mirror_is_each_cell_read_afresh(seed, variant, crowde
     got = cell_tasks.plan_broadcasts(run, b)
     assert got == want
     assert_same_loads(a, b, expected_order=False)
-    assert sum(reads) >= 10  # the mirror was read
+    # the mirror was read, where each receiver has a NIC of its own
+    assert (sum(reads) >= 10) == (variant != "two-nics")
     assert b.nic_mirror is None
 
 
