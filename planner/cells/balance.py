@@ -509,8 +509,10 @@ class Loads:
                 self.nic_in[nic(r)] += nbytes
             return
         dev_in = self.dev_in
-        for r in chain:
-            dev_in[r] += nbytes
+        mirror = self.nic_mirror
+        if mirror is None or not mirror.defer(dev_in, chain, nbytes):
+            for r in chain:
+                dev_in[r] += nbytes
         if len(chain) >= ARRAY_CHAIN:
             charge_crossings(self.host, self.nic, self.nic_out, self.nic_in, root, chain, nbytes,
                              self.crossings, self.nic_mirror)

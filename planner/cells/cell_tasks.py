@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Callable
 
 from reshard.layout import Box, box_size, chunk_size
-from reshard.planner.cells.balance import Loads
+from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
 from reshard.planner.cells.broadcast_runs import CellRun, one_host, plan_run
 from reshard.planner.cells.chain_arrays import NicMirror
 from reshard.planner.cells.decompose import Cell
@@ -90,6 +90,8 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
     mirror = NicMirror()
     for cell, tensor, itemsize, step in run:
         holders = cell.holders
+        if len(cell.needers - holders) < ARRAY_CHAIN:  # may add other receive loads
+            mirror.flush(loads.dev_in)
         if len(holders) == 1:
             (root,) = holders
             nbytes = cell.size * itemsize
@@ -101,6 +103,7 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
                 continue
         tasks, mirror = _mirrored(mirror, loads, cell, tensor, itemsize, step)
         out.append(tasks)
+    mirror.flush(loads.dev_in)
     return out
 
 
@@ -122,7 +125,10 @@ def _mirrored(mirror: NicMirror, loads: Loads, cell: Cell, tensor: int, itemsize
         tasks = plan_broadcast(cell, tensor, itemsize, loads, step)
     finally:
         loads.nic_mirror = None
-    return tasks, mirror if mirror.charges == 1 else NicMirror()
+    if mirror.charges == 1:
+        return tasks, mirror
+    mirror.flush(loads.dev_in)
+    return tasks, NicMirror()
 
 
 def _one_host_chain(loads: Loads, root: int, receivers: frozenset[int], nbytes: int

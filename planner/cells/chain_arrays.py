@@ -156,13 +156,54 @@ class NicMirror:
     (:func:`~reshard.planner.cells.cell_tasks.plan_broadcasts` counts the charges,
     ``charges``: with any other write it is dropped)."""
 
-    __slots__ = ("at", "chain", "charges", "got", "order", "rec", "sent")
+    __slots__ = ("at", "chain", "charges", "got", "order", "pending", "rec", "sent", "taken")
 
     def __init__(self) -> None:
         self.rec: Receivers | None = None
         self.sent = self.got = self.order = self.at = np.zeros(0, dtype=np.int64)
         self.chain: tuple[int, ...] | None = None
         self.charges = 0
+        self.taken: list[int] = []  # bytes of the chains to ``pending`` not yet in dev_in
+        self.pending: Receivers | None = None
+
+    def defer(self, dev_in: dict[int, float], chain: tuple[int, ...], nbytes: int) -> bool:
+        """Whether :meth:`Loads.charge`'s additions of ``nbytes`` to ``chain``'s
+        receive loads are left to :meth:`flush` (then noted): where ``chain`` is the
+        one noted (its members are the mirrored list's, each already in ``dev_in``)
+        and ``nbytes`` a whole number of bytes; else every one noted is added first
+        (:meth:`flush`), for the caller's additions to follow them."""
+        rec = self.rec
+        if rec is None or chain is not self.chain or type(nbytes) is not int or nbytes < 0:
+            self.flush(dev_in)
+            return False
+        if self.pending is not rec:
+            self.flush(dev_in)
+            if not all(map(dev_in.__contains__, chain)):
+                return False
+            self.pending = rec
+        self.taken.append(nbytes)
+        return True
+
+    def flush(self, dev_in: dict[int, float]) -> None:
+        """Add the noted charges' bytes to their receivers' loads: each member's
+        additions in order, or, where every load is a whole number and stays below
+        2**53 with all of them (every partial sum then exact, so every order of the
+        same additions gives the same float), their sum once per member."""
+        rec, taken = self.pending, self.taken
+        if rec is None or not taken:
+            self.pending, self.taken = None, []
+            return
+        keys = rec.d.tolist()
+        vals = np.fromiter(map(dev_in.__getitem__, keys), dtype=np.float64, count=len(keys))
+        total = sum(taken)
+        if total < 2**53 and bool(np.all(vals >= 0)) and bool(np.all(vals == np.floor(vals))) \
+                and float(vals.max()) + total < 2**53:
+            dev_in.update(zip(keys, (vals + float(total)).tolist()))
+        else:
+            for nbytes in taken:
+                for d in keys:
+                    dev_in[d] += nbytes
+        self.pending, self.taken = None, []
 
     def read(self, rec: Receivers | None, sent: np.ndarray, got: np.ndarray) -> None:
         """Mirror ``rec``'s loads just read from the tables (``None``: mirror none)."""

@@ -4,7 +4,9 @@ the same tasks and the same loads, keys in the same order, as each cell planned 
 plan_broadcast reading the loads' tables afresh; long chains to a few receiver sets
 that repeat (the mirror read again), mixed with cells of every other kind (one-host
 chains, sends, several holders, short chains: each writes loads the mirror did not
-see), on crowded clusters too (chains that relay)."""
+see), on crowded clusters too (chains that relay); the receive loads of the chains to
+one list added once per member at the end where that is exact (whole numbers below
+2**53), else in order (loads that begin with fractions or near 2**53)."""
 
 from __future__ import annotations
 
@@ -52,14 +54,28 @@ def _cell_by_cell(run, loads):
     return [cell_tasks.plan_broadcast(c, t, i, loads, s) for c, t, i, s in run]
 
 
+def _receive_loads(rng, twins, start):
+    """Each device's receive load to begin with: none, or some fractions (its sums
+    then added in order), or near 2**53 (whole, but sums not exact)."""
+    if start is None:
+        return
+    for d in rng.sample(sorted(twins[0].cluster.devices), 40):
+        value = rng.choice([0.5, 3.25, 1e-3]) if start == "fractions" else \
+            float(2**53 - rng.choice([0, 2, 1 << 20]))
+        for loads in twins:
+            loads.dev_in[d] = value
+
+
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("variant", ["preset", "pieces", "two-nics"])
 @pytest.mark.parametrize("crowded", [False, True])
-def test_a_run_reading_its_mirror_is_each_cell_read_afresh(seed, variant, crowded,
+@pytest.mark.parametrize("start", [None, "fractions", "huge"])
+def test_a_run_reading_its_mirror_is_each_cell_read_afresh(seed, variant, crowded, start,
                                                            monkeypatch):
     rng = random.Random(seed)
     cluster = regular_clusters(HOSTS, GPUS)[variant]
     a, b = twin_loads(rng, cluster, crowded)
+    _receive_loads(rng, (a, b), start)
     run = _run(rng, cluster, 90)
     reads = []
     order = chain_arrays._order
@@ -86,3 +102,29 @@ def test_a_copy_of_loads_holds_no_mirror():
     loads = balance.Loads(cluster)
     loads.nic_mirror = chain_arrays.NicMirror()
     assert loads.copy().nic_mirror is None
+
+
+def test_receive_loads_left_to_the_mirror_come_before_any_charge_after_them():
+    """Charges of the noted chain are left to the mirror (the loads unchanged until a
+    flush); a charge of any other chain adds them first, then its own: at every
+    point the loads of charges made one by one on a twin with no mirror."""
+    cluster = regular_clusters(HOSTS, GPUS)["preset"]
+    loads, twin = balance.Loads(cluster), balance.Loads(cluster)
+    receivers = list(range(8, 88))
+    mirror = loads.nic_mirror = chain_arrays.NicMirror()
+    left = 0
+    for k, (root, nbytes) in enumerate([(0, 1000), (1, 3000), (2, 5), (3, 7), (4, 11)]):
+        chain = chain_arrays.unrelayed_chain(loads, root, receivers)
+        assert chain is not None and mirror.chain is chain
+        if k == 3:
+            chain = (*chain[:1], *chain[1:])  # the same members, not the chain noted
+        before = dict(loads.dev_in)
+        loads.charge(root, chain, nbytes)
+        twin.charge(root, chain, nbytes)
+        if k != 0 and k != 3:  # left to the mirror
+            left += 1
+            assert dict(loads.dev_in) == before
+        else:
+            assert list(loads.dev_in.items()) == list(twin.dev_in.items())
+    mirror.flush(loads.dev_in)
+    assert left == 3 and list(loads.dev_in.items()) == list(twin.dev_in.items())
