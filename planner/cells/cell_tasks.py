@@ -87,11 +87,14 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
     if whole is not None:
         return whole
     out: list[list[Task]] = []
-    mirror = NicMirror()
+    mirror: NicMirror | None = None  # only along cells of many receivers
     for cell, tensor, itemsize, step in run:
         holders = cell.holders
-        if len(cell.needers - holders) < ARRAY_CHAIN:  # may add other receive loads
+        many = len(cell.needers) >= ARRAY_CHAIN and \
+            len(cell.needers - holders) >= ARRAY_CHAIN
+        if mirror is not None and not many:  # it may add other receive loads
             mirror.flush(loads.dev_in)
+            mirror = None
         if len(holders) == 1:
             (root,) = holders
             nbytes = cell.size * itemsize
@@ -99,22 +102,26 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
             if chain:
                 out.append([new_task(TaskKind.BROADCAST, tensor, cell.box, root, chain,
                                      nbytes, step)])
-                mirror = NicMirror()  # loads it did not see
-                continue
-        tasks, mirror = _mirrored(mirror, loads, cell, tensor, itemsize, step)
+                continue  # (few receivers: no mirror held)
+        if many:
+            tasks, mirror = _mirrored(mirror or NicMirror(), loads, cell, tensor, itemsize,
+                                      step)
+        else:
+            tasks = plan_broadcast(cell, tensor, itemsize, loads, step)
         out.append(tasks)
-    mirror.flush(loads.dev_in)
+    if mirror is not None:
+        mirror.flush(loads.dev_in)
     return out
 
 
 def _mirrored(mirror: NicMirror, loads: Loads, cell: Cell, tensor: int, itemsize: int,
-              step: int) -> tuple[list[Task], NicMirror]:
+              step: int) -> tuple[list[Task], NicMirror | None]:
     """:func:`plan_broadcast` of ``cell`` with ``mirror`` as ``loads``'
     :class:`~reshard.planner.cells.chain_arrays.NicMirror`: a long chain to the
     receivers of the cell before reads their NIC loads from it. The mirror kept for
     the next cell where the cell's only writes to the NIC loads were its one
     :func:`~reshard.planner.cells.chain_arrays.charge_crossings` (which kept it in
-    step); else a new one (it reads the tables afresh).
+    step); else none (the next reads the tables afresh).
 
     Exact: :func:`plan_broadcast` writes the NIC loads only in :meth:`Loads.send`,
     :func:`_one_host_chain` or its one :meth:`Loads.charge`, each path ending the
@@ -128,7 +135,7 @@ def _mirrored(mirror: NicMirror, loads: Loads, cell: Cell, tensor: int, itemsize
     if mirror.charges == 1:
         return tasks, mirror
     mirror.flush(loads.dev_in)
-    return tasks, NicMirror()
+    return tasks, None
 
 
 def _one_host_chain(loads: Loads, root: int, receivers: frozenset[int], nbytes: int
