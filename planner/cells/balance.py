@@ -11,6 +11,7 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.planner.cells.chain_arrays import (
     Crossings,
+    NicMirror,
     ReceiverMemo,
     RelayMirror,
     chain_arrays,
@@ -156,6 +157,7 @@ class Loads:
         self.relay_mirror: RelayMirror | None = None  # chain_arrays.may_relay_any's
         self.receiver_memo: ReceiverMemo = {}  # chain_arrays' (copies share it)
         self.crossings: Crossings | None = None  # the last unrelayed_chain's
+        self.nic_mirror: NicMirror | None = None  # cell_tasks.plan_broadcasts' (its run)
         # devices a transfer from a root must not relay through: the other addends of a
         # sum it reduces to be fused with its delivery (fuse_reductions leaves apart a
         # reduction whose delivery relays through one of its addends)
@@ -183,6 +185,7 @@ class Loads:
         out._may_relay = dict(self._may_relay)
         out.keep_off = dict(self.keep_off)
         out._chains = ChainMemo()  # each copy's choices move its own epochs
+        out.nic_mirror = None  # mirrors this one's loads
         return out
 
     def expect(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
@@ -506,11 +509,13 @@ class Loads:
                 self.nic_in[nic(r)] += nbytes
             return
         dev_in = self.dev_in
-        for r in chain:
-            dev_in[r] += nbytes
+        mirror = self.nic_mirror
+        if mirror is None or not mirror.defer(dev_in, chain, nbytes):
+            for r in chain:
+                dev_in[r] += nbytes
         if len(chain) >= ARRAY_CHAIN:
             charge_crossings(self.host, self.nic, self.nic_out, self.nic_in, root, chain, nbytes,
-                             self.crossings)
+                             self.crossings, self.nic_mirror)
             return
         host, nic, nic_out, nic_in = self.host, self.nic, self.nic_out, self.nic_in
         prev, prev_host = root, host(root)

@@ -7,8 +7,9 @@ import dataclasses
 from collections.abc import Callable
 
 from reshard.layout import Box, box_size, chunk_size
-from reshard.planner.cells.balance import Loads
+from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
 from reshard.planner.cells.broadcast_runs import CellRun, one_host, plan_run
+from reshard.planner.cells.chain_arrays import NicMirror
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.cells.new_tasks import new_task
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
@@ -86,8 +87,14 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
     if whole is not None:
         return whole
     out: list[list[Task]] = []
+    mirror: NicMirror | None = None  # only along cells of many receivers
     for cell, tensor, itemsize, step in run:
         holders = cell.holders
+        many = len(cell.needers) >= ARRAY_CHAIN and \
+            len(cell.needers - holders) >= ARRAY_CHAIN
+        if mirror is not None and not many:  # it may add other receive loads
+            mirror.flush(loads.dev_in)
+            mirror = None
         if len(holders) == 1:
             (root,) = holders
             nbytes = cell.size * itemsize
@@ -95,9 +102,40 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
             if chain:
                 out.append([new_task(TaskKind.BROADCAST, tensor, cell.box, root, chain,
                                      nbytes, step)])
-                continue
-        out.append(plan_broadcast(cell, tensor, itemsize, loads, step))
+                continue  # (few receivers: no mirror held)
+        if many:
+            tasks, mirror = _mirrored(mirror or NicMirror(), loads, cell, tensor, itemsize,
+                                      step)
+        else:
+            tasks = plan_broadcast(cell, tensor, itemsize, loads, step)
+        out.append(tasks)
+    if mirror is not None:
+        mirror.flush(loads.dev_in)
     return out
+
+
+def _mirrored(mirror: NicMirror, loads: Loads, cell: Cell, tensor: int, itemsize: int,
+              step: int) -> tuple[list[Task], NicMirror | None]:
+    """:func:`plan_broadcast` of ``cell`` with ``mirror`` as ``loads``'
+    :class:`~reshard.planner.cells.chain_arrays.NicMirror`: a long chain to the
+    receivers of the cell before reads their NIC loads from it. The mirror kept for
+    the next cell where the cell's only writes to the NIC loads were its one
+    :func:`~reshard.planner.cells.chain_arrays.charge_crossings` (which kept it in
+    step); else none (the next reads the tables afresh).
+
+    Exact: :func:`plan_broadcast` writes the NIC loads only in :meth:`Loads.send`,
+    :func:`_one_host_chain` or its one :meth:`Loads.charge`, each path ending the
+    cell; of those only a long chain's charge calls ``charge_crossings``."""
+    mirror.charges = 0
+    loads.nic_mirror = mirror
+    try:
+        tasks = plan_broadcast(cell, tensor, itemsize, loads, step)
+    finally:
+        loads.nic_mirror = None
+    if mirror.charges == 1:
+        return tasks, mirror
+    mirror.flush(loads.dev_in)
+    return tasks, None
 
 
 def _one_host_chain(loads: Loads, root: int, receivers: frozenset[int], nbytes: int

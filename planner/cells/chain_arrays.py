@@ -42,6 +42,7 @@ class Loads(Protocol):
     relay_mirror: RelayMirror | None
     receiver_memo: ReceiverMemo
     crossings: Crossings | None
+    nic_mirror: NicMirror | None
 
     def may_relay_end(self, direction: str, member: int) -> bool: ...
 
@@ -52,7 +53,8 @@ class Receivers:
     each device's among them, and the devices grouped by host (stably: by id inside a
     host), with each group's start and size."""
 
-    __slots__ = ("at", "counts", "d", "distinct", "hosts", "nics", "perm", "starts")
+    __slots__ = ("at", "counts", "d", "distinct", "hosts", "nics", "own", "perm", "starts",
+                 "where")
 
     def __init__(self, loads: Loads, receivers: list[int]) -> None:
         n = len(receivers)
@@ -64,6 +66,17 @@ class Receivers:
         self.perm = np.argsort(self.at, kind="stable")
         self.counts = np.bincount(self.at, minlength=len(self.distinct))
         self.starts = np.cumsum(self.counts) - self.counts
+        self.own = len(set(self.nics)) == n  # a NIC each (NicMirror's condition)
+        self.where: dict[int, tuple[int, ...]] | None = None  # NicMirror's
+
+    def positions(self) -> dict[int, tuple[int, ...]]:
+        """Each member's NIC's members' positions (found once)."""
+        if self.where is None:
+            where: dict[int, list[int]] = {}
+            for i, n in enumerate(self.nics):
+                where.setdefault(n, []).append(i)
+            self.where = {n: tuple(at) for n, at in where.items()}
+        return self.where
 
 
 ReceiverMemo = dict[tuple[int, ...], Receivers]
@@ -91,9 +104,15 @@ def _order(loads: Loads, root: int, receivers: list[int]
     rec = _receivers(loads, receivers)
     d, hosts, nics, distinct, at = rec.d, rec.hosts, rec.nics, rec.distinct, rec.at
     n = len(d)
-    zero = itertools.repeat(0.0)  # an unseen NIC reads 0.0 (and is not added)
-    sent = np.fromiter(map(loads.nic_out.get, nics, zero), dtype=np.float64, count=n)
-    got = np.fromiter(map(loads.nic_in.get, nics, zero), dtype=np.float64, count=n)
+    mirror = loads.nic_mirror
+    if mirror is not None and mirror.rec is rec:
+        sent, got = mirror.sent, mirror.got  # read only here
+    else:
+        zero = itertools.repeat(0.0)  # an unseen NIC reads 0.0 (and is not added)
+        sent = np.fromiter(map(loads.nic_out.get, nics, zero), dtype=np.float64, count=n)
+        got = np.fromiter(map(loads.nic_in.get, nics, zero), dtype=np.float64, count=n)
+        if mirror is not None:
+            mirror.read(rec if rec.own else None, sent, got)
     rh = loads.host(root)
     local = hosts == rh
     perm, starts, counts = rec.perm, rec.starts, rec.counts
@@ -113,6 +132,8 @@ def _order(loads: Loads, root: int, receivers: list[int]
     by_out = (local & (last >= 0)) | (~local & ~entry & (r < last))
     key = np.where(by_out, -sent, 0.0)
     order = np.lexsort((d, key, ~entry, r))
+    if mirror is not None:
+        mirror.order = order
     return d[order], hosts[order], sent[order]
 
 
@@ -122,15 +143,104 @@ where it enters another host (each a host boundary it crosses), which a
 :class:`Loads` keeps as ``crossings`` for its :meth:`Loads.charge`."""
 
 
+class NicMirror:
+    """The NIC loads :func:`_order` read of one receiver list whose members each have
+    a NIC of their own (``sent``: NIC out, ``got``: NIC in, in the list's order),
+    kept in step with :func:`charge_crossings`' additions (the same float additions,
+    in the same order, to each NIC's copy), so that the next chain to the same
+    receivers reads them without a lookup per member. It notes the last sort
+    (``order``) and the chain :func:`unrelayed_chain` answered with its members'
+    positions in the list (``chain``, ``at``), from which a charge of that chain
+    finds the copies it adds to. A :class:`Loads` holds one (``nic_mirror``) only
+    while whoever set it knows every other write to its NIC loads
+    (:func:`~reshard.planner.cells.cell_tasks.plan_broadcasts` counts the charges,
+    ``charges``: with any other write it is dropped)."""
+
+    __slots__ = ("at", "chain", "charges", "got", "order", "pending", "rec", "sent", "taken")
+
+    def __init__(self) -> None:
+        self.rec: Receivers | None = None
+        self.sent = self.got = self.order = self.at = np.zeros(0, dtype=np.int64)
+        self.chain: tuple[int, ...] | None = None
+        self.charges = 0
+        self.taken: list[int] = []  # bytes of the chains to ``pending`` not yet in dev_in
+        self.pending: Receivers | None = None
+
+    def defer(self, dev_in: dict[int, float], chain: tuple[int, ...], nbytes: int) -> bool:
+        """Whether :meth:`Loads.charge`'s additions of ``nbytes`` to ``chain``'s
+        receive loads are left to :meth:`flush` (then noted): where ``chain`` is the
+        one noted (its members are the mirrored list's, each already in ``dev_in``)
+        and ``nbytes`` a whole number of bytes; else every one noted is added first
+        (:meth:`flush`), for the caller's additions to follow them."""
+        rec = self.rec
+        if rec is None or chain is not self.chain or type(nbytes) is not int or nbytes < 0:
+            self.flush(dev_in)
+            return False
+        if self.pending is not rec:
+            self.flush(dev_in)
+            if not all(map(dev_in.__contains__, chain)):
+                return False
+            self.pending = rec
+        self.taken.append(nbytes)
+        return True
+
+    def flush(self, dev_in: dict[int, float]) -> None:
+        """Add the noted charges' bytes to their receivers' loads: each member's
+        additions in order, or, where every load is a whole number and stays below
+        2**53 with all of them (every partial sum then exact, so every order of the
+        same additions gives the same float), their sum once per member."""
+        rec, taken = self.pending, self.taken
+        if rec is None or not taken:
+            self.pending, self.taken = None, []
+            return
+        keys = rec.d.tolist()
+        vals = np.fromiter(map(dev_in.__getitem__, keys), dtype=np.float64, count=len(keys))
+        total = sum(taken)
+        if total < 2**53 and bool(np.all(vals >= 0)) and bool(np.all(vals == np.floor(vals))) \
+                and float(vals.max()) + total < 2**53:
+            dev_in.update(zip(keys, (vals + float(total)).tolist()))
+        else:
+            for nbytes in taken:
+                for d in keys:
+                    dev_in[d] += nbytes
+        self.pending, self.taken = None, []
+
+    def read(self, rec: Receivers | None, sent: np.ndarray, got: np.ndarray) -> None:
+        """Mirror ``rec``'s loads just read from the tables (``None``: mirror none)."""
+        self.rec, self.sent, self.got, self.chain = rec, sent, got, None
+
+    def add(self, chain: tuple[int, ...], leaving: list[int], entering: list[int],
+            root_nic: int | None, nbytes: int) -> None:
+        """The additions :func:`charge_crossings` made for ``chain`` (at the positions
+        in it a crossing leaves and enters; ``root_nic``: the first left the root's
+        NIC), onto the copies in turn (``np.add.at``: one addition per occurrence, in
+        order); where ``chain`` is not the one noted, the mirror drops its copies."""
+        self.charges += 1
+        rec = self.rec
+        if rec is None:
+            return
+        if chain is not self.chain:
+            self.rec = None
+            return
+        at = self.at
+        out = at[leaving]
+        if root_nic is not None:
+            out = np.concatenate((rec.positions().get(root_nic, ()), out)).astype(np.int64)
+        np.add.at(self.sent, out, nbytes)
+        np.add.at(self.got, at[entering], nbytes)
+
+
 def charge_crossings(host: Callable[[int], int], nic: Callable[[int], int],
                      nic_out: dict[int, float], nic_in: dict[int, float], root: int,
-                     chain: tuple[int, ...], nbytes: int, known: Crossings | None) -> None:
+                     chain: tuple[int, ...], nbytes: int, known: Crossings | None,
+                     mirror: NicMirror | None = None) -> None:
     """The NIC charges of :meth:`Loads.charge` of a long chain: at each host boundary
     the chain crosses, in order, ``nbytes`` onto the NIC out of the device it leaves
     and the NIC in of the one it enters. The boundaries are ``known``'s where it is
     this very chain from a root on the same host (:func:`unrelayed_chain` found them
-    in its arrays), else found by arrays (the hosts of every member at once): the
-    same additions in the same order."""
+    in its arrays), else found by arrays (the hosts of every member at once); the
+    NICs of each boundary looked up in bulk: the same additions in the same order
+    (each boundary's NIC out, then its NIC in), and onto ``mirror``'s copies."""
     rh = host(root)
     if known is not None and known[0] is chain and known[1] == rh:
         at = known[2]
@@ -138,9 +248,21 @@ def charge_crossings(host: Callable[[int], int], nic: Callable[[int], int],
         hosts = np.fromiter(itertools.chain((rh,), map(host, chain)), dtype=np.int64,
                             count=len(chain) + 1)
         at = np.flatnonzero(hosts[1:] != hosts[:-1]).tolist()
-    for i in at:
-        nic_out[nic(chain[i - 1] if i else root)] += nbytes
-        nic_in[nic(chain[i])] += nbytes
+    if not at:
+        if mirror is not None:
+            mirror.add(chain, [], [], None, nbytes)
+        return
+    # each crossing's NICs looked up in bulk (positions rise: only the first may be
+    # 0, the root's)
+    left = [i - 1 for i in at[1:]]
+    outs = map(nic, itertools.chain((chain[at[0] - 1] if at[0] else root,),
+                                    map(chain.__getitem__, left)))
+    for o, n in zip(outs, list(map(nic, map(chain.__getitem__, at)))):
+        nic_out[o] += nbytes
+        nic_in[n] += nbytes
+    if mirror is not None:
+        mirror.add(chain, left if not at[0] else [at[0] - 1, *left], at,
+                   None if at[0] else nic(root), nbytes)
 
 
 def chain_arrays(loads: Loads, root: int, receivers: list[int]) -> tuple[int, ...]:
@@ -167,13 +289,15 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     does that move for every segment at once: the same order, by the same keys
     (the NIC out loads the chain was sorted by; no relay changes them)."""
     d, h, sent = _order(loads, root, receivers)
+    mirror = loads.nic_mirror
+    order = mirror.order if mirror is not None else None
     n = len(d)
     rh = loads.host(root)
     start = np.ones(n, dtype=bool)
     start[1:] = h[1:] != h[:-1]
     entries = np.flatnonzero(start & (h != rh))
     if not entries.size:  # every receiver on the root's host: one segment
-        return _noted(loads, tuple(d.tolist()), rh, [])
+        return _noted(loads, tuple(d.tolist()), rh, [], order)
     leaving = d[entries - 1] if entries[0] else \
         np.concatenate((np.array([root], dtype=np.int64), d[entries[1:] - 1]))
     if may_relay_any(loads, NIC_OUT, leaving) or may_relay_any(loads, NIC_IN, d[entries]):
@@ -184,24 +308,28 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     count = np.bincount(seg[movable], minlength=int(seg[-1]) + 1)
     at = np.flatnonzero(movable & (count >= 2)[seg])
     if not at.size:
-        return _noted(loads, tuple(d.tolist()), rh, entries.tolist())
+        return _noted(loads, tuple(d.tolist()), rh, entries.tolist(), order)
     by_key = at[np.lexsort((d[at], sent[at], seg[at]))]
     first = np.ones(len(by_key), dtype=bool)
     first[1:] = seg[by_key][1:] != seg[by_key][:-1]
     last = np.zeros(n, dtype=bool)
     last[by_key[first]] = True
-    return _noted(loads, tuple(d[np.lexsort((np.arange(n), last, seg))].tolist()), rh,
-                  entries.tolist())
+    moved = np.lexsort((np.arange(n), last, seg))
+    return _noted(loads, tuple(d[moved].tolist()), rh, entries.tolist(),
+                  None if order is None else order[moved])
 
 
-def _noted(loads: Loads, chain: tuple[int, ...], rh: int, entries: list[int]
-           ) -> tuple[int, ...]:
+def _noted(loads: Loads, chain: tuple[int, ...], rh: int, entries: list[int],
+           at: np.ndarray | None) -> tuple[int, ...]:
     """``chain``, its crossings noted in ``loads`` (:data:`Crossings`): the positions
     where it enters another host than the one before (the root's, host ``rh``, before
     the first). Its hosts are the sorted chain's (a member moves only inside its own
     host's segment), whose segments after the root's host each enter a new host at
     their first member, ``entries``."""
     loads.crossings = (chain, rh, entries)
+    mirror = loads.nic_mirror
+    if mirror is not None and at is not None:  # its members' places in the list
+        mirror.chain, mirror.at = chain, at
     return chain
 
 
