@@ -7,6 +7,7 @@ import random
 
 from reshard.cluster import Cluster
 from reshard.planner.cells import balance
+from reshard.planner.cells.decompose import Cell
 
 
 def twin_loads(rng: random.Random, cluster: Cluster, crowded: bool
@@ -46,3 +47,26 @@ def assert_same_loads(a: balance.Loads, b: balance.Loads, expected_order: bool) 
     assert [list(t) for t in ta[:keep]] == [list(t) for t in tb[:keep]]
     assert (a._may_relay, a.shared, a._epoch, dict(a.moved)) == \
         (b._may_relay, b.shared, b._epoch, dict(b.moved))
+
+
+def expect_cells(rng: random.Random, cluster: Cluster, n: int, *, mixed: bool = False,
+                 fresh: bool = False) -> tuple[list[Cell], list[int]]:
+    """``n`` one-holder cells (a row each) to one of four needer sets (three within a
+    host, one over several), for runs of expectations; ``mixed``: some of two holders
+    and some of 1,000 bytes; ``fresh``: every set a new object (equal by value only)."""
+    devices = list(cluster.devices)
+    hosts = cluster.hosts
+    sets = [frozenset(rng.sample(hosts[h], rng.randint(2, len(hosts[h]))))
+            for h in rng.sample(range(len(hosts)), 3)]
+    sets.append(frozenset(rng.sample(devices, 12)))  # several hosts
+    cells, nbytes = [], []
+    for k in range(n):
+        needers = rng.choice(sets)
+        holders = frozenset({rng.choice([d for d in devices if d not in needers])})
+        if mixed and rng.random() < 0.05:
+            holders = frozenset(rng.sample(devices, 2))
+        if fresh:
+            holders, needers = frozenset(set(holders)), frozenset(set(needers))
+        cells.append(Cell(((0, 1), (k, k + 1)), holders, needers))
+        nbytes.append(rng.choice([0, 840, 840 * 16, 840 * 3] + [1000] * mixed))  # 840: 1..8
+    return cells, nbytes

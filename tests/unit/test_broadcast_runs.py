@@ -14,7 +14,7 @@ from reshard.planner.cells.decompose import Cell
 from reshard.planner.schedule.work import WorkList, _Demand
 from reshard.planner.values.resources import NIC_OUT
 from tests.unit._regular_clusters import regular_clusters
-from tests.unit._twin_loads import assert_same_loads, load_tables, twin_loads
+from tests.unit._twin_loads import assert_same_loads, expect_cells, load_tables, twin_loads
 
 HOSTS, GPUS = 6, 8
 
@@ -137,23 +137,6 @@ def test_demand_of_one_holder_is_loads_expect(seed, variant):
     assert (a.shared, a._epoch) == (b.shared, b._epoch)
 
 
-def _expect_cells(rng, cluster, n, mixed):
-    devices = list(cluster.devices)
-    hosts = cluster.hosts
-    sets = [frozenset(rng.sample(hosts[h], rng.randint(2, len(hosts[h]))))
-            for h in rng.sample(range(len(hosts)), 3)]
-    sets.append(frozenset(rng.sample(devices, 12)))  # several hosts
-    cells, nbytes = [], []
-    for k in range(n):
-        needers = rng.choice(sets)
-        holders = frozenset({rng.choice([d for d in devices if d not in needers])})
-        if mixed and rng.random() < 0.05:
-            holders = frozenset(rng.sample(devices, 2))
-        cells.append(Cell(((0, 1), (k, k + 1)), holders, needers))
-        nbytes.append(rng.choice([0, 840, 840 * 16, 840 * 3] + [1000] * mixed))  # 840: 1..8
-    return cells, nbytes
-
-
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("variant", ["preset", "pieces", "two-nics"])
 @pytest.mark.parametrize("mixed", [False, True])
@@ -164,7 +147,7 @@ def test_expect_run_is_loads_expect_in_turn(seed, variant, mixed):
     for loads in (a, b):  # whole expectations from before (fractions: test_fractions)
         for key in list(loads.expected):
             loads.expected[key] = float(round(loads.expected[key]))
-    cells, nbytes = _expect_cells(rng, cluster, expect_runs.MIN_RUN + 20, mixed)
+    cells, nbytes = expect_cells(rng, cluster, expect_runs.MIN_RUN + 20, mixed=mixed)
     for cell, nb in zip(cells, nbytes):
         a.expect(cell.holders, cell.needers - cell.holders, nb)
     done = expect_runs.expect_run(b, cells, nbytes)
@@ -183,7 +166,7 @@ def test_expect_run_declines_fractions_and_changes_nothing():
     loads, _ = twin_loads(rng, cluster, True)
     for key in list(loads.expected):
         loads.expected[key] = float(round(loads.expected[key]))
-    cells, nbytes = _expect_cells(rng, cluster, expect_runs.MIN_RUN, False)
+    cells, nbytes = expect_cells(rng, cluster, expect_runs.MIN_RUN)
     cells[7] = Cell(cells[7].box, frozenset({0}), frozenset(cluster.hosts[5][:3]))
     nbytes[7] = 1001  # entering three NICs: fractions of bytes
     before = (dict(loads.expected), loads.shared, loads._epoch)
@@ -204,7 +187,7 @@ def test_expect_run_of_empty_slices_notes_their_nics():
     rng = random.Random(2)
     cluster = regular_clusters(HOSTS, GPUS)["preset"]
     a, b = twin_loads(rng, cluster, False)
-    cells, _ = _expect_cells(rng, cluster, expect_runs.MIN_RUN, False)
+    cells, _ = expect_cells(rng, cluster, expect_runs.MIN_RUN)
     for cell in cells:
         a.expect(cell.holders, cell.needers - cell.holders, 0)
     assert expect_runs.expect_run(b, cells, [0] * len(cells))
@@ -215,8 +198,9 @@ def test_expect_run_of_empty_slices_notes_their_nics():
 @pytest.mark.parametrize("last", [0, 2])
 def test_assemble_of_general_slices_only_is_the_loop(seed, last, monkeypatch):
     """WorkList.assemble where every slice is general and none is fanned out (the
-    tasks one after another) against its loop (forced: ``_fans_out`` says yes; with
-    every slice at step 0 or its tensor's last step the loop splits nothing)."""
+    tasks one after another) against its loop (forced: ``WorkList.fanned`` names a
+    slice; with every slice at step 0 or its tensor's last step the loop splits
+    nothing)."""
     cluster = regular_clusters(HOSTS, GPUS)["preset"]
     devices = list(cluster.devices)
     orders = []
@@ -230,7 +214,7 @@ def test_assemble_of_general_slices_only_is_the_loop(seed, last, monkeypatch):
                      for k in range(30)]
             work.add_cells(tensor, cells, 2, [r.choice([0, last]) for _ in cells], None)
         if force:
-            monkeypatch.setattr(WorkList, "_fans_out", lambda self, planned: True)
+            monkeypatch.setattr(WorkList, "fanned", lambda self, planned=None: [[]])
         ordered = work.plan(cell_tasks.plan_broadcast, [2, 2], expect=True, relays=True,
                             fan_out=True)
         orders.append((ordered.tasks(), ordered.positions))

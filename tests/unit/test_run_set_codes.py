@@ -14,7 +14,7 @@ from reshard.planner.cells import broadcast_runs, expect_runs
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.cells.set_codes import first_order, set_codes
 from tests.unit._regular_clusters import regular_clusters
-from tests.unit._twin_loads import load_tables, twin_loads
+from tests.unit._twin_loads import expect_cells, load_tables, twin_loads
 
 HOSTS, GPUS = 6, 8
 
@@ -32,20 +32,10 @@ def test_set_codes_number_values_in_first_order():
     assert got.tolist() == [0, 1, 0, 2, 1, 3] and first.tolist() == [0, 1, 3, 5]
 
 
-def _expect_cells(rng, cluster, n, fresh, spoil):
+def _spoiled_cells(rng, cluster, n, fresh, spoil):
+    """:func:`expect_cells`, one of them ``spoil``-ed (none where ``spoil`` is "")."""
+    cells, nbytes = expect_cells(rng, cluster, n, fresh=fresh)
     devices = list(cluster.devices)
-    hosts = cluster.hosts
-    sets = [frozenset(rng.sample(hosts[h], rng.randint(2, len(hosts[h]))))
-            for h in rng.sample(range(len(hosts)), 3)]
-    sets.append(frozenset(rng.sample(devices, 12)))  # several hosts
-    cells, nbytes = [], []
-    for k in range(n):
-        needers = rng.choice(sets)
-        holders = frozenset({rng.choice([d for d in devices if d not in needers])})
-        if fresh:
-            holders, needers = frozenset(set(holders)), frozenset(set(needers))
-        cells.append(Cell(((0, 1), (k, k + 1)), holders, needers))
-        nbytes.append(rng.choice([0, 840, 840 * 16, 840 * 3]))
     k = rng.randrange(n)
     c = cells[k]
     if spoil == "two holders":
@@ -65,7 +55,7 @@ def test_kinds_bulk_is_kinds(seed, variant, spoil, fresh):
     rng = random.Random(seed)
     cluster = regular_clusters(HOSTS, GPUS)[variant]
     a, b = twin_loads(rng, cluster, False)
-    cells, nbytes = _expect_cells(rng, cluster, 300, fresh, spoil)
+    cells, nbytes = _spoiled_cells(rng, cluster, 300, fresh, spoil)
     want = expect_runs._kinds(a, cells, nbytes)
     got = expect_runs._kinds_bulk(b, cells, nbytes)
     if spoil:
