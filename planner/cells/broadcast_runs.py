@@ -24,6 +24,7 @@ from reshard.planner.cells.decompose import Cell
 from reshard.planner.cells.new_tasks import broadcast_runs_tasks
 from reshard.planner.cells.send_runs import is_send, plan_sends
 from reshard.planner.cells.set_codes import first_order
+from reshard.planner.cells.whole_sums import EXACT, stays_whole
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 from reshard.planner.values.tasks import Task
 
@@ -35,9 +36,6 @@ Group = tuple[int, tuple[tuple[int, int], ...]]
 
 MIN_RUN = 512
 """Cells from which a run is planned round by round (fewer: cell by cell is quicker)."""
-
-EXACT = 2 ** 53
-"""Whole numbers below this add exactly in float64."""
 
 
 def one_host(loads: Loads, receivers: frozenset[int]) -> Group | None:
@@ -217,11 +215,8 @@ def _charge_roots(loads: Loads, roots: list[int], nbytes: list[int]) -> bool:
         n = nic(r)
         by_nic[n] = by_nic.get(n, 0) + total
     sums = [(loads.dev_out, by_dev), (loads.nic_out, by_nic)]
-    for table, adds in sums:
-        for key, total in adds.items():
-            start = table.get(key, 0.0)
-            if not (start >= 0 and float(start).is_integer() and start + total < EXACT):
-                return False
+    if not all(stays_whole(table, adds.keys(), adds.values()) for table, adds in sums):
+        return False
     for table, adds in sums:
         for key, total in adds.items():
             table[key] += total

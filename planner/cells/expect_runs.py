@@ -20,13 +20,11 @@ from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.cells.send_runs import expect_sends, is_send
 from reshard.planner.cells.set_codes import first_order, set_codes
+from reshard.planner.cells.whole_sums import EXACT, stays_whole
 from reshard.planner.values.resources import NIC_OUT
 
 MIN_RUN = 512
 """Slices from which :func:`expect_run` sums them (fewer: slice by slice)."""
-
-EXACT = 2 ** 53
-"""Whole numbers below this add exactly in float64."""
 
 Demand = tuple[list[tuple[tuple[str, int], float]], float]
 """:func:`~reshard.planner.cells.balance.slice_demand`'s answer: amounts and shared."""
@@ -159,10 +157,8 @@ def _add(loads: Loads, totals: dict[tuple[str, int], int], shared: int, slices: 
     expected = loads.expected
     if bound >= EXACT or shared >= EXACT:
         return False
-    for key, total in totals.items():
-        start = expected.get(key, 0.0)
-        if not (start >= 0 and float(start).is_integer() and start + total < EXACT):
-            return False
+    if not stays_whole(expected, totals.keys(), totals.values()):
+        return False
     has_shared = bool(loads.cluster.shared_bandwidth)
     if has_shared and not (loads.shared >= 0 and float(loads.shared).is_integer() and
                            loads.shared + shared < EXACT):

@@ -26,11 +26,9 @@ import numpy as np
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.cells.new_tasks import new_task
+from reshard.planner.cells.whole_sums import EXACT, stays_whole
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 from reshard.planner.values.tasks import Task, TaskKind
-
-EXACT = 2 ** 53
-"""Whole numbers below this add exactly in float64."""
 
 Ends = tuple[list[int], list[int]]
 """Each cell's holder and needer."""
@@ -66,16 +64,6 @@ def _sums(keys: np.ndarray, amounts: np.ndarray) -> tuple[list[int], list[int]]:
     np.add.at(sums, inverse.reshape(-1), amounts)
     order = np.argsort(first, kind="stable")
     return uniq[order].tolist(), sums[order].tolist()
-
-
-def _fits(table: dict, keys: list, sums: list[int]) -> bool:  # type: ignore[type-arg]
-    """Whether each of ``keys``' loads in ``table`` (0.0 if none yet) is a whole,
-    non-negative number that stays below :data:`EXACT` with its sum added."""
-    for k, s in zip(keys, sums):
-        start = table.get(k, 0.0)
-        if not (start >= 0 and float(start).is_integer() and start + s < EXACT):
-            return False
-    return True
 
 
 def _add(table: dict, keys: list, sums: list[int]) -> None:  # type: ignore[type-arg]
@@ -122,7 +110,7 @@ def plan_sends(run: Sequence[tuple[Cell, int, int, int]], loads: Loads
         for table, devs in ((loads.nic_out, x_roots), (loads.nic_in, x_recvs)):
             nics = np.fromiter(map(nic, devs.tolist()), dtype=np.int64, count=len(devs))
             writes.append((table, *_sums(nics, x_nb)))
-    if not all(_fits(*w) for w in writes):
+    if not all(stays_whole(*w) for w in writes):
         return None
     for w in writes:
         _add(*w)
@@ -152,7 +140,7 @@ def expect_sends(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]) -> 
     codes, sums = _sums(keys, np.repeat(nb[cross], 2))
     named = [(NIC_IN if k & 1 else NIC_OUT, k >> 1) for k in codes]
     expected = loads.expected
-    if not _fits(expected, named, sums):
+    if not stays_whole(expected, named, sums):
         return False
     has_shared = bool(loads.cluster.shared_bandwidth)
     if has_shared and not (loads.shared >= 0 and float(loads.shared).is_integer() and

@@ -14,9 +14,8 @@ same as planning every slice one by one.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -28,6 +27,7 @@ from reshard.planner.cells.cell_tasks import fan_out as split_chains
 from reshard.planner.cells.decompose import Cell, CellTable
 from reshard.planner.cells.expect_runs import MIN_RUN as EXPECT_RUN
 from reshard.planner.cells.expect_runs import expect_run
+from reshard.planner.cells.whole_sums import stays_whole
 from reshard.planner.schedule.order import PHASE, OrderKeys
 from reshard.planner.schedule.send_columns import OrderedTasks, SendColumns
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
@@ -42,10 +42,6 @@ BULK_FLUSH = 32
 EXACT = 2 ** 53
 """Whole numbers below this add exactly in float64 (in any order)."""
 
-WHOLE = 2 ** 53
-"""The bound :func:`_whole_sums` holds loads to (float64 holds every whole number
-below it): a bulk charge's own, apart from :data:`EXACT`, which also gates taking the
-rows as added."""
 
 
 class WorkList:
@@ -339,7 +335,7 @@ class WorkList:
 
     def _add_expected(self, root: np.ndarray, recv: np.ndarray, nbytes: np.ndarray) -> None:
         """Point-to-point transfers' expected NIC demand, in bulk where every
-        expectation it adds to is a whole number below :data:`WHOLE` (else one by one,
+        expectation it adds to is a whole number below 2**53 (:func:`stays_whole`) (else one by one,
         in the order given)."""
         cross = self._host[root] != self._host[recv]
         expected = self.loads.expected
@@ -348,7 +344,7 @@ class WorkList:
             sums = np.bincount(self._nic[dev[cross]], weights=nbytes[cross])
             touched = np.flatnonzero(sums).tolist()
             adds.append(([(direction, n) for n in touched], touched, sums))
-        if all(_whole_sums(expected, keys, sums, touched) for keys, touched, sums in adds):
+        if all(stays_whole(expected, keys, sums[touched]) for keys, touched, sums in adds):
             for keys, touched, sums in adds:
                 for key, n in zip(keys, touched):
                     expected[key] += int(sums[n])
@@ -395,7 +391,7 @@ class WorkList:
 
     def _charge_bulk(self, rows: np.ndarray, p2p: _Columns, nbytes: np.ndarray) -> bool:
         """:meth:`_charge` in bulk (keys written in index order) where every load it
-        adds to is a whole number and stays below :data:`WHOLE` (every sum then exact
+        adds to is a whole number and stays below 2**53 (:func:`stays_whole`; every sum then exact
         in any order); else False, having changed nothing (a reduction may have left
         fractions: the rows then go one by one)."""
         loads = self.loads
@@ -408,7 +404,7 @@ class WorkList:
             sums = np.bincount(keys if sel is None else keys[sel],
                                weights=nbytes if sel is None else nbytes[sel])
             touched = np.flatnonzero(sums).tolist()
-            if not _whole_sums(table, touched, sums):
+            if not stays_whole(table, touched, sums[touched]):
                 return False
             adds.append((table, touched, sums))
         for table, touched, sums in adds:
@@ -496,19 +492,6 @@ def _ends(p2p: _Columns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if len(rows) == len(p2p.root) and bool((rows == np.arange(len(rows))).all()):
         return p2p.root, p2p.recv
     return p2p.root[rows], p2p.recv[rows]
-
-
-def _whole_sums(table: Mapping[Any, float], keys: Sequence[Any], sums: np.ndarray,
-                rows: Sequence[int] | None = None) -> bool:
-    """Whether adding ``sums[rows[i]]`` (default ``rows``: ``keys``) to ``table[keys[i]]``
-    (0.0 where absent) adds whole numbers to whole numbers, every result below
-    :data:`WHOLE`: the same floats in any order."""
-    for key, i in zip(keys, keys if rows is None else rows):
-        start, add = table.get(key, 0.0), float(sums[i])
-        if not (start >= 0 and float(start).is_integer() and add.is_integer() and
-                start + add < WHOLE):
-            return False
-    return True
 
 
 def _point_to_point(table: CellTable) -> tuple[np.ndarray, np.ndarray]:
