@@ -29,6 +29,7 @@ from reshard.planner.cuts import (
 )
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes.allreduce import allreduce_first
+from reshard.planner.passes.gather_twins import gathers_as_sends
 from reshard.planner.passes.stages import ALTERNATIVES_UP_TO, faster, search
 from reshard.planner.passes.twins import Twins
 from reshard.planner.schedule.floors import StepLoads, baseline_floor, reduction_loads
@@ -380,6 +381,17 @@ class Builds:
         cuts = (False, True) if any(t.src.spec.is_partial for t in tensors) else (False,)
         return all(self.floor(tensors, cluster, baseline, fine) >= seconds for fine in cuts)
 
+    def gathers_as_sends(self, tensors: tuple[TensorSpec, ...], cluster: Cluster) -> bool:
+        """Whether the ``allgather`` baseline's plans are the ``send_recv`` baseline's,
+        task for task, shown from the cells of the cuts its search builds from (the
+        coarse one, and the fine one where a source is a partial sum:
+        :func:`~reshard.planner.passes.gather_twins.gathers_as_sends`)."""
+        coarse = self.cut(tensors, cluster, False, False)
+        cells = list(coarse.cells)
+        if any(t.src.spec.is_partial for t in tensors):
+            cells += self.cut(tensors, cluster, False, True).cells
+        return gathers_as_sends(cells, coarse.loads.host)
+
     def fans_out(self, tensors: tuple[TensorSpec, ...], cluster: Cluster,
                  strat: Strategy) -> bool:
         """Whether ``strat``'s first plan (built: :meth:`whole`, not fanned out) fanned
@@ -435,6 +447,8 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
     # send_recv out)
     ruled_out = True
     for baseline in (Strategy.SEND_RECV, Strategy.ALLGATHER):
+        if baseline is Strategy.ALLGATHER and builds.gathers_as_sends(tensors, cluster):
+            break  # its plans are send_recv's, just weighed: not kept (gather_twins)
         ruled_out = ruled_out and floored(tensors, baseline) and \
             builds.beaten(tensors, cluster, baseline, best.estimate())
         if not ruled_out:
