@@ -49,7 +49,7 @@ def _cell(cluster: Cluster, rng: random.Random) -> Cell:
                                           ("dgx-h100", 2)])
 def test_a_cell_that_passes_is_planned_alike(preset, hosts):
     cluster = Cluster.preset(preset, hosts)
-    rng = random.Random(hash((preset, hosts)) & 0xFFFF)
+    rng = random.Random(f"{preset}/{hosts}")  # a fixed seed (str hashes vary by run)
     seen = {True: 0, False: 0, "differs": 0}
     for _ in range(3000):
         cell = _cell(cluster, rng)
