@@ -188,12 +188,20 @@ class NicMirror:
         """Add the noted charges' bytes to their receivers' loads: each member's
         additions in order, or, where every load is a whole number and stays below
         2**53 with all of them (every partial sum then exact, so every order of the
-        same additions gives the same float), their sum once per member."""
+        same additions gives the same float), their sum once per member; one charge's
+        (a run whose cells alternate between receiver lists) as the charge adds them:
+        the arrays' checks would cost more than its additions."""
         rec, taken = self.pending, self.taken
         if rec is None or not taken:
             self.pending, self.taken = None, []
             return
         keys = rec.d.tolist()
+        if len(taken) == 1:
+            (nbytes,) = taken
+            for d in keys:
+                dev_in[d] += nbytes
+            self.pending, self.taken = None, []
+            return
         vals = np.fromiter(map(dev_in.__getitem__, keys), dtype=np.float64, count=len(keys))
         total = sum(taken)
         if total < 2**53 and bool(np.all(vals >= 0)) and bool(np.all(vals == np.floor(vals))) \
