@@ -51,6 +51,22 @@ def slice_demand(host: Callable[[int], int], nic: Callable[[int], int], shared_b
             return [], shared
         return [((NIC_OUT, nic(a)), nbytes), ((NIC_IN, nic(b)), nbytes)], shared
     memo = memo if memo is not None else NeederMemo()
+    out, into, entries = demand_parts(host, nic, holders, needers, nbytes, memo)
+    if not into:
+        return [], shared
+    key = (holders, nbytes, into)
+    leaving = memo.leaving.get(key)
+    if leaving is None:  # the same amounts for every slice of these holders and bytes
+        leaving = memo.leaving[key] = [((NIC_OUT, n), nbytes * into / len(out)) for n in out]
+    return [*leaving, *entries], shared
+
+
+def demand_parts(host: Callable[[int], int], nic: Callable[[int], int], holders: frozenset[int],
+                 needers: frozenset[int], nbytes: int, memo: NeederMemo) -> Parts:
+    """:func:`slice_demand`'s amounts of a slice not sent point to point, in parts:
+    the holders' NICs (the set of them, in its order), each of which sends ``nbytes *
+    into / len(out)`` where ``into`` (the number of hosts it enters) is not 0, and
+    the amounts entering (:func:`_entering`)."""
     sides = memo.sides.get(needers)
     if sides is None:
         sides = memo.sides[needers] = _sides(host, nic, needers)
@@ -61,17 +77,15 @@ def slice_demand(host: Callable[[int], int], nic: Callable[[int], int], shared_b
     if got is None:
         got = memo.entries[key] = _entering(host, nic, needers, sides, held, nbytes)
     into, entries = got
-    if not into:
-        return [], shared
-    out = held_by.out  # the set of holders' NICs, in its order
-    amounts: list[tuple[tuple[str, int], float]] = [
-        ((NIC_OUT, n), nbytes * into / len(out)) for n in out]
-    amounts.extend(entries)
-    return amounts, shared
+    return held_by.out, into, entries
 
 
 Entries = list[tuple[tuple[str, int], float]]
 """The ``NIC_IN`` amounts of a slice's demand (:func:`_entering`)."""
+
+Parts = tuple[tuple[int, ...], int, Entries]
+"""A slice's demand in parts (:func:`demand_parts`): the holders' NICs, the hosts it
+enters, the amounts entering."""
 
 Sides = tuple[np.ndarray | None, np.ndarray | None, frozenset[int]]
 """A needer set's devices' hosts and NICs (arrays, for many needers) and its hosts."""
@@ -92,6 +106,8 @@ class NeederMemo:
         # per receiver set: its host and (device, NIC) pairs in id order, or None
         self.one_host: dict[frozenset[int], tuple[int, tuple[tuple[int, int], ...]] | None] = {}
         self.holders: HolderMemo = {}  # per holder set (holder_arrays)
+        # per holder set, bytes and hosts entered: the NIC_OUT amounts (read only)
+        self.leaving: dict[tuple[frozenset[int], int, int], Entries] = {}
 
 
 def _sides(host: Callable[[int], int], nic: Callable[[int], int], needers: frozenset[int]
@@ -219,6 +235,10 @@ class Loads:
         loads)."""
         return slice_demand(self.host, self.nic, bool(self.cluster.shared_bandwidth),
                             holders, needers, nbytes, self._needers)
+
+    def demand_parts(self, holders: frozenset[int], needers: frozenset[int], nb: int) -> Parts:
+        """:func:`demand_parts` on this accumulator's cluster."""
+        return demand_parts(self.host, self.nic, holders, needers, nb, self._needers)
 
     def _crowded(self, direction: str, n: int, other: int) -> bool:
         """Whether NIC ``n`` is expected to carry more than NIC ``other`` of its host,

@@ -53,8 +53,8 @@ class Receivers:
     each device's among them, and the devices grouped by host (stably: by id inside a
     host), with each group's start and size."""
 
-    __slots__ = ("at", "counts", "d", "distinct", "hosts", "nics", "own", "perm", "starts",
-                 "where")
+    __slots__ = ("at", "counts", "d", "distinct", "hosts", "nics", "own", "perm", "single",
+                 "starts", "where")
 
     def __init__(self, loads: Loads, receivers: list[int]) -> None:
         n = len(receivers)
@@ -67,6 +67,7 @@ class Receivers:
         self.counts = np.bincount(self.at, minlength=len(self.distinct))
         self.starts = np.cumsum(self.counts) - self.counts
         self.own = len(set(self.nics)) == n  # a NIC each (NicMirror's condition)
+        self.single = len(self.distinct) == n  # one receiver a host (_one_a_host)
         self.where: dict[int, tuple[int, ...]] | None = None  # NicMirror's
 
     def positions(self) -> dict[int, tuple[int, ...]]:
@@ -115,6 +116,11 @@ def _order(loads: Loads, root: int, receivers: list[int]
             mirror.read(rec if rec.own else None, sent, got)
     rh = loads.host(root)
     local = hosts == rh
+    if rec.single:
+        order = _one_a_host(local, hosts, sent)
+        if mirror is not None:
+            mirror.order = order
+        return d[order], hosts[order], sent[order]
     perm, starts, counts = rec.perm, rec.starts, rec.counts
     least = np.minimum.reduceat(sent[perm], starts)
     remote = distinct != rh
@@ -135,6 +141,17 @@ def _order(loads: Loads, root: int, receivers: list[int]
     if mirror is not None:
         mirror.order = order
     return d[order], hosts[order], sent[order]
+
+
+def _one_a_host(local: np.ndarray, hosts: np.ndarray, sent: np.ndarray) -> np.ndarray:
+    """:func:`_order`'s order of receivers one a host: the root's host's receiver (if
+    any) first, then the others by NIC out load, then host. Each host's least NIC out
+    load is its one receiver's, and each other host's one receiver is its entry, so no
+    receiver is ordered by its own NIC out load inside a host: the general sort's keys
+    leave only the hosts' ranks."""
+    away = np.flatnonzero(~local)
+    by_load = away[np.lexsort((hosts[away], sent[away]))]
+    return np.concatenate((np.flatnonzero(local), by_load))
 
 
 Crossings = tuple[tuple[int, ...], int, list[int]]
@@ -188,12 +205,20 @@ class NicMirror:
         """Add the noted charges' bytes to their receivers' loads: each member's
         additions in order, or, where every load is a whole number and stays below
         2**53 with all of them (every partial sum then exact, so every order of the
-        same additions gives the same float), their sum once per member."""
+        same additions gives the same float), their sum once per member; one charge's
+        (a run whose cells alternate between receiver lists) as the charge adds them:
+        the arrays' checks would cost more than its additions."""
         rec, taken = self.pending, self.taken
         if rec is None or not taken:
             self.pending, self.taken = None, []
             return
         keys = rec.d.tolist()
+        if len(taken) == 1:
+            (nbytes,) = taken
+            for d in keys:
+                dev_in[d] += nbytes
+            self.pending, self.taken = None, []
+            return
         vals = np.fromiter(map(dev_in.__getitem__, keys), dtype=np.float64, count=len(keys))
         total = sum(taken)
         if total < 2**53 and bool(np.all(vals >= 0)) and bool(np.all(vals == np.floor(vals))) \

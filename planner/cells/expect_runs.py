@@ -39,6 +39,8 @@ def expect_run(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]) -> bo
         return False
     if is_send(cells[0]):  # point to point: _kinds declines it
         return expect_sends(loads, cells, nbytes)
+    if len(cells[0].holders) > 1:  # _kinds declines it
+        return _expect_held(loads, cells, nbytes)
     found = _kinds_bulk(loads, cells, nbytes)
     if found is None:  # declined (or not a run): cell by cell, as before
         found = _kinds(loads, cells, nbytes)
@@ -62,6 +64,42 @@ def expect_run(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]) -> bo
     for n in np.unique(out_nic[sends]).tolist():
         totals[(NIC_OUT, n)] = totals.get((NIC_OUT, n), 0) + int(per_nic[n])
     return _add(loads, totals, shared, len(cells), sum(outs) * len(cells))
+
+
+def _expect_held(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]) -> bool:
+    """:func:`expect_run` of cells that share one set of two or more holders: each
+    adds ``loads.demand(holders, needers - holders, nb)`` (:meth:`Loads.expect` as the
+    work list asks it of a slice of several holders), whose ``NIC_OUT`` amounts are
+    one amount onto each of the holders' NICs (:meth:`Loads.demand_parts`): each
+    NIC's by one sum over the cells, each entry's by one sum per key, where every
+    amount is whole (see the module; a replicated source's cells, each to another
+    host's device: 1,024 NICs' amounts a cell at 1,024 devices). Else False, having
+    changed nothing."""
+    holders = cells[0].holders
+    if any(c.holders is not holders and c.holders != holders for c in cells):
+        return False
+    totals: dict[tuple[str, int], int] = {}
+    get = totals.get
+    leaving = shared = 0
+    out: tuple[int, ...] = ()
+    for cell, nb in zip(cells, nbytes):
+        needers = cell.needers - holders
+        shared += nb * len(needers)
+        out, into, entries = loads.demand_parts(holders, needers, nb)
+        if not into:
+            continue
+        each = nb * into / len(out)  # slice_demand's amount, the same float
+        if not (each >= 0 and float(each).is_integer()):
+            return False
+        leaving += int(each)
+        for key, a in entries:
+            if not (a >= 0 and float(a).is_integer()):
+                return False
+            totals[key] = get(key, 0) + int(a)
+    if leaving:
+        for n in out:
+            totals[(NIC_OUT, n)] = leaving
+    return _add(loads, totals, shared, len(cells), leaving)
 
 
 def _kinds_bulk(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]

@@ -126,3 +126,31 @@ def test_a_short_chain_s_order_is_the_order_by_arrays(seed):
         got = loads.chain(root, receivers)
         assert len(receivers) < balance.ARRAY_CHAIN
         assert got == chain_arrays.chain_arrays(loads, root, sorted(receivers))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_receiver_a_host_is_ordered_as_the_general_sort(seed):
+    """``_order``'s shortcut for receivers one a host (``Receivers.single``) against its
+    general sort (the flag turned off), on load tables whose values tie, the root's host
+    among the receivers' or not."""
+    rng = random.Random(seed)
+    taken = 0
+    for trial in range(12):
+        loads, _ = _twins(rng, crowded=trial % 2 == 1)
+        if trial >= 10:  # a fraction and a NaN among the loads
+            for bump in (1.5, float("nan")):
+                loads.nic_out[rng.randrange(24 * 8)] += bump
+        hosts = sorted(rng.sample(range(24), rng.choice([2, 9, 24])))
+        receivers = sorted(h * 8 + rng.randrange(8) for h in hosts)
+        root = rng.choice([receivers[0] ^ 1, rng.randrange(24 * 8)])
+        receivers = [r for r in receivers if r != root]
+        rec = chain_arrays._receivers(loads, receivers)
+        assert rec.single
+        got = chain_arrays._order(loads, root, receivers)
+        rec.single = False
+        want = chain_arrays._order(loads, root, receivers)
+        rec.single = True
+        taken += 1
+        for a, b in zip(got, want):
+            assert a.tolist() == b.tolist() or repr(a.tolist()) == repr(b.tolist())
+    assert taken == 12
