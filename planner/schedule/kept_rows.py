@@ -25,7 +25,8 @@ from reshard.planner.cells.broadcast_rows import plan_rows
 from reshard.planner.cells.decompose import Cell, CellTable
 from reshard.planner.cells.expect_runs import expect_coded
 from reshard.planner.cells.set_codes import first_order
-from reshard.planner.values.tasks import Task
+from reshard.planner.schedule.order import PHASE, OrderKeys
+from reshard.planner.values.tasks import Task, TaskKind
 
 Pieces = Callable[[Cell, int], list[Cell]]
 """A work list's splitter (:data:`~reshard.planner.schedule.work.Splitter`): the pieces
@@ -89,6 +90,32 @@ class KeptRows:
                             needer,
                             [table.needer_sets[k] for k in table.needer[nfirst].tolist()],
                             nbytes)
+
+    def keyed_plan(self, refs: Sequence[int], steps: Sequence[int], itemsize: int,
+                   loads: Loads) -> tuple[list[list[Task]], OrderKeys] | None:
+        """:meth:`plan`, and its tasks' order keys read from the columns (their
+        planning positions ``seq`` left 0: the caller's): what
+        :meth:`~reshard.planner.schedule.order.OrderKeys.of_tasks` reads of each task
+        (a broadcast: its step, phase, host distance from its root to its first
+        receiver, bytes, tensor, box and root), the same values."""
+        tasks = self.plan(refs, steps, itemsize, loads)
+        if tasks is None:
+            return None
+        rows = -1 - self.start - np.array(refs, dtype=np.int64)
+        table, n = self.table, len(tasks)
+        cluster = loads.cluster
+        host = cluster.host_map
+        ends = np.array([[t.root, t.receivers[0]] for (t,) in tasks], dtype=np.int64)
+        devs, at = np.unique(ends, return_inverse=True)
+        hosts = np.array([host[d] for d in devs.tolist()], dtype=np.int64)[at.reshape(-1)]
+        ends_host = hosts.reshape(n, 2)
+        box = np.empty((n, 2 * table.lo.shape[1]), dtype=np.int64)
+        box[:, 0::2], box[:, 1::2] = table.lo[rows], table.hi[rows]
+        return tasks, OrderKeys(
+            np.array(steps, dtype=np.int64), np.full(n, PHASE[TaskKind.BROADCAST], np.int64),
+            (ends_host[:, 1] - ends_host[:, 0]) % max(1, cluster.num_hosts),
+            table.size[rows] * itemsize, np.full(n, self.tensor, np.int64), box,
+            ends[:, 0].copy(), np.zeros(n, dtype=np.int64))
 
     def plan(self, refs: Sequence[int], steps: Sequence[int], itemsize: int, loads: Loads
              ) -> list[list[Task]] | None:

@@ -13,6 +13,7 @@ same as planning every slice one by one.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -258,6 +259,13 @@ class WorkList:
         refs, steps = ref[general].tolist(), after[general].tolist()
         tasks: list[list[Task]] = []
         if len(general) == len(ref):  # every slice general: one run, nothing to charge
+            keyed = self._rows.keyed_plan(refs, steps, itemsizes[self._rows.tensor],
+                                          self.loads) \
+                if self._rows is not None and RUN_PLANNERS.get(planner) is plan_broadcasts \
+                else None  # kept rows: their tasks' order keys read from the columns
+            if keyed is not None:
+                return _Planned(tuple(first), ref, after, general, refs, steps, keyed[0], p2p,
+                                keyed[1])
             tasks.extend(self._general_run(refs, steps, planner, itemsizes))
             return _Planned(tuple(first), ref, after, general, refs, steps, tasks, p2p)
         done = start = 0  # start: the first general slice since the last point-to-point
@@ -285,7 +293,7 @@ class WorkList:
             every = [*planned.first, *itertools.chain.from_iterable(planned.tasks)]
             none = np.full(len(p2p.root), -1, dtype=np.int64)
             return self._ordered(every, np.arange(len(every), dtype=np.int64), p2p, none,
-                                 np.zeros(len(p2p.root), dtype=np.int64))
+                                 np.zeros(len(p2p.root), dtype=np.int64), planned.keys)
         objects: list[Task] = list(planned.first)
         obj_seq: list[int] = list(range(len(objects)))
         seq = len(objects)
@@ -410,7 +418,8 @@ class WorkList:
             charge(r, (s,), nb)
 
     def _ordered(self, objects: list[Task], obj_seq: np.ndarray, p2p: _Columns,
-                 p_seq: np.ndarray, p_step: np.ndarray) -> OrderedTasks:
+                 p_seq: np.ndarray, p_step: np.ndarray, known: OrderKeys | None = None
+                 ) -> OrderedTasks:
         """Every task in the global order (see :class:`OrderKeys`); the point-to-point
         rows (sends) stay columns, in that order."""
         rows = np.flatnonzero(p_seq >= 0)
@@ -419,7 +428,7 @@ class WorkList:
         nh = max(1, self.cluster.num_hosts)
         root, recv = p2p.root[take], p2p.recv[take]
         keys = OrderKeys.concat([
-            OrderKeys.of_tasks(objects, obj_seq, self.cluster),
+            _object_keys(objects, obj_seq, self.cluster, known),
             OrderKeys(p_step[take], np.full(len(rows), PHASE[TaskKind.SEND], np.int64),
                       (self._host[recv] - self._host[root]) % nh, p2p.nbytes[take],
                       p2p.tensor[take], p2p.box[take], root, p_seq[take])])
@@ -482,6 +491,17 @@ def _charge_bulk(work: WorkList, rows: np.ndarray, p2p: _Columns, nbytes: np.nda
     return True
 
 
+def _object_keys(objects: list[Task], seq: np.ndarray, cluster: Cluster,
+                 known: OrderKeys | None) -> OrderKeys:
+    """:meth:`OrderKeys.of_tasks` of ``objects`` at ``seq``, the last ones' ``known``
+    already (their seq aside: the same values)."""
+    if known is None:
+        return OrderKeys.of_tasks(objects, seq, cluster)
+    head = len(objects) - len(known.seq)
+    return OrderKeys.concat([OrderKeys.of_tasks(objects[:head], seq[:head], cluster),
+                             dataclasses.replace(known, seq=seq[head:])])
+
+
 def _ends(p2p: _Columns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The roots and receivers of the point-to-point ``rows``: the columns themselves
     where ``rows`` is every row in order (the same values, not gathered)."""
@@ -517,6 +537,7 @@ class _Planned:
     steps: list[int]
     tasks: list[list[Task]]
     p2p: _Columns
+    keys: OrderKeys | None = None  # the tasks' order keys, known (seq aside)
 
 
 @dataclass(frozen=True, eq=False)

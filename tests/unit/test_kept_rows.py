@@ -272,3 +272,29 @@ def test_cut_slices_of_a_table_are_those_of_its_cells(over, fine):
     assert got.work.general == want.work.general
     assert got.work.steps()[0] == want.work.steps()[0]
     assert len(want.work.general) > len(table) if over else len(want.work.general) == len(table)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("variant", ["preset", "pieces"])
+def test_keyed_plan_s_order_keys_are_those_of_its_tasks(seed, variant):
+    """KeptRows.keyed_plan's keys read from the columns against OrderKeys.of_tasks of
+    the tasks it planned (every column; seq aside), rows in a shuffled order."""
+    import dataclasses
+
+    from reshard.planner.schedule.order import OrderKeys
+    rng = random.Random(seed)
+    cluster = regular_clusters(HOSTS, GPUS)[variant]
+    loads, _ = twin_loads(rng, cluster, False)
+    table = _rows(rng, cluster, broadcast_runs.MIN_RUN + 48, whole=True)
+    start = rng.choice([0, 3])
+    refs = [-1 - start - r for r in rng.sample(range(len(table)), len(table))]
+    steps = [rng.randrange(3) for _ in refs]
+    got = KeptRows(1, table, start).keyed_plan(refs, steps, 2, loads)
+    assert got is not None
+    tasks, keys = got
+    flat = [t for (t,) in tasks]
+    want = OrderKeys.of_tasks(flat, np.zeros(len(flat), dtype=np.int64), cluster)
+    for f in dataclasses.fields(OrderKeys):
+        a, b = getattr(keys, f.name), getattr(want, f.name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), f.name
+    assert len(set(keys.dist.tolist())) > 1 and len(set(keys.step.tolist())) > 1
