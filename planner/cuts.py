@@ -309,7 +309,8 @@ def cut_slices(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strateg
     for i, (cells, after) in enumerate(zip(cut.cells, cut.after)):
         split = _splitter(itemsizes[i], loads, min_piece) if broadcast else None
         if isinstance(cells, CellTable):
-            work.add_table(i, cells, itemsizes[i], np.asarray(after), split)
+            work.add_table(i, cells, itemsizes[i], np.asarray(after), split,
+                           whole_below=2 * min_piece)  # as _splitter leaves them whole
         elif isinstance(after, np.ndarray):  # a table's steps: never beside a cell list
             raise TypeError("a list of cells came with a table's steps")
         else:

@@ -68,6 +68,17 @@ def plan_run(run: CellRun, loads: Loads) -> list[list[Task]] | None:
     found = _groups(run, loads)
     if found is None:
         return None
+    chains = plan_groups(found, loads)
+    if chains is None:
+        return None
+    return broadcast_runs_tasks(run, found[2], chains, found[3])
+
+
+def plan_groups(found: Found, loads: Loads) -> list[tuple[int, ...]] | None:
+    """Each cell's chain (its entry, then the rest of its group in id order) for a
+    run's groups, roots and bytes (:func:`_groups`, or read from a table's rows), the
+    cells chosen round by round and charged as :func:`plan_run` says; None where a load
+    is NaN or a chosen entry's NIC in may relay, having changed no load."""
     groups, group_of, roots, nbytes = found
     group_arr = np.array(group_of, dtype=np.int64)
     rounds = _rounds(loads, groups, group_arr, nbytes)
@@ -81,7 +92,7 @@ def plan_run(run: CellRun, loads: Loads) -> list[list[Task]] | None:
             return None
     _, starts = np.unique(group_arr, return_index=True)  # each group's first cell
     _charge(loads, groups, entry[starts].tolist(), nic_load, dev_load, roots, nbytes)
-    return broadcast_runs_tasks(run, roots, _chains(groups, group_arr, entry, width), nbytes)
+    return _chains(groups, group_arr, entry, width)
 
 
 def _chains(groups: list[Group], group_of: np.ndarray, entry: np.ndarray, width: int
@@ -223,4 +234,4 @@ def _charge_roots(loads: Loads, roots: list[int], nbytes: list[int]) -> bool:
     return True
 
 
-__all__ = ["MIN_RUN", "one_host", "plan_run"]
+__all__ = ["MIN_RUN", "Found", "one_host", "plan_groups", "plan_run"]

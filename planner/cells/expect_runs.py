@@ -46,6 +46,28 @@ def expect_run(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]) -> bo
         found = _kinds(loads, cells, nbytes)
     if found is None:
         return False
+    return _sum_kinds(loads, found, len(cells))
+
+
+def expect_coded(loads: Loads, hcode: np.ndarray, hsets: Sequence[frozenset[int]],
+                 ncode: np.ndarray, nsets: Sequence[frozenset[int]], nbytes: Sequence[int]
+                 ) -> bool:
+    """:func:`expect_run` of the cells whose holders are ``hsets[hcode[i]]`` and
+    needers ``nsets[ncode[i]]`` (each numbered as :func:`~reshard.planner.cells.
+    set_codes.set_codes` numbers them, the cells' own set objects), read from those
+    columns: the same sums where :func:`_kinds_bulk` would answer; else False, having
+    changed nothing (the caller asks :func:`expect_run` of the cells)."""
+    if len(hcode) < MIN_RUN:
+        return False
+    found = _coded_kinds(loads, hcode, hsets, ncode, nsets, nbytes,
+                         lambda c: (hsets[hcode[c]], nsets[ncode[c]]))
+    return found is not None and _sum_kinds(loads, found, len(hcode))
+
+
+def _sum_kinds(loads: Loads, found: tuple[list[Demand], np.ndarray, np.ndarray],
+               slices: int) -> bool:
+    """:func:`expect_run`'s sums of the kinds ``found`` of ``slices`` cells (see the
+    module)."""
     kinds, kind_of, out_nic = found
     counts = np.bincount(kind_of, minlength=len(kinds)).tolist()
     totals: dict[tuple[str, int], int] = {}
@@ -63,7 +85,7 @@ def expect_run(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]) -> bo
     sends = np.array([bool(amounts) for amounts, _ in kinds])[kind_of]  # into some host
     for n in np.unique(out_nic[sends]).tolist():
         totals[(NIC_OUT, n)] = totals.get((NIC_OUT, n), 0) + int(per_nic[n])
-    return _add(loads, totals, shared, len(cells), sum(outs) * len(cells))
+    return _add(loads, totals, shared, slices, sum(outs) * slices)
 
 
 def _expect_held(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]) -> bool:
@@ -111,10 +133,20 @@ def _kinds_bulk(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]
     the bytes are not int64 (then :func:`_kinds` answers)."""
     hcode, hsets = set_codes([c.holders for c in cells])
     ncode, nsets = set_codes([c.needers for c in cells])
+    return _coded_kinds(loads, hcode, hsets, ncode, nsets, nbytes,
+                        lambda c: (cells[c].holders, cells[c].needers))
+
+
+def _coded_kinds(loads: Loads, hcode: np.ndarray, hsets: Sequence[frozenset[int]],
+                 ncode: np.ndarray, nsets: Sequence[frozenset[int]], nbytes: Sequence[int],
+                 sets_of: Callable[[int], tuple[frozenset[int], frozenset[int]]]
+                 ) -> tuple[list[Demand], np.ndarray, np.ndarray] | None:
+    """:func:`_kinds_bulk` of cells numbered already (``sets_of(c)``: cell ``c``'s
+    holders and needers, whose demand a kind asks of its first cell)."""
     if any(len(s) != 1 for s in hsets) or any(len(s) < 2 for s in nsets):
         return None
     nb = np.array(nbytes)
-    if nb.dtype != np.int64 or nb.shape != (len(cells),):
+    if nb.dtype != np.int64 or nb.shape != (len(hcode),):
         return None
     host, nic = loads.host, loads.nic
     roots = [next(iter(s)) for s in hsets]
@@ -126,14 +158,13 @@ def _kinds_bulk(loads: Loads, cells: Sequence[Cell], nbytes: Sequence[int]
     if len(nsets) * len(size_first) * len(at_first) >= 2 ** 62:
         return None
     kind, first = first_order((ncode * len(size_first) + sizes) * len(at_first) + at)
-    kinds = [loads.demand(cells[c].holders, cells[c].needers, nbytes[c])
-             for c in first.tolist()]
+    kinds = [loads.demand(*sets_of(c), nbytes[c]) for c in first.tolist()]
     out_nic = np.array([nic(h) for h in roots], dtype=np.int64)[hcode]
     return kinds, kind, out_nic
 
 
 def _at_host(hcode: np.ndarray, ncode: np.ndarray, roots: list[int],
-             nsets: list[frozenset[int]], host: Callable[[int], int]) -> np.ndarray | None:
+             nsets: Sequence[frozenset[int]], host: Callable[[int], int]) -> np.ndarray | None:
     """Each cell's holder's host where some needer of it is there, else -1 (as
     :func:`_kinds` keys them); None where a holder is among its needers or the
     membership tables would be large."""
@@ -209,4 +240,4 @@ def _add(loads: Loads, totals: dict[tuple[str, int], int], shared: int, slices: 
     return True
 
 
-__all__ = ["MIN_RUN", "expect_run"]
+__all__ = ["MIN_RUN", "expect_coded", "expect_run"]

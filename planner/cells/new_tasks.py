@@ -80,4 +80,32 @@ def broadcast_runs_tasks(run: Sequence[tuple[Cell, int, int, int]], roots: Seque
     return out
 
 
-__all__ = ["TASK_FIELDS", "broadcast_runs_tasks", "new_task"]
+def broadcast_rows_tasks(tensor: int, boxes: Sequence[Box], steps: Sequence[int],
+                         roots: Sequence[int], chains: Sequence[tuple[int, ...]],
+                         nbytes: Sequence[int]) -> list[list[Task]]:
+    """:func:`broadcast_runs_tasks` of a run read from a table's rows (one tensor; each
+    row's box, step, root, chain and bytes): the same tasks, each slot set in the same
+    order, no cell built."""
+    kind, source = TaskKind.BROADCAST, Buffer.SRC
+    out: list[list[Task]] = []
+    new, append = _new, out.append
+    for box, step, root, chain, nb in zip(boxes, steps, roots, chains, nbytes):
+        t = new(Task)
+        _set_kind(t, kind)
+        _set_tensor(t, tensor)
+        _set_box(t, box)
+        _set_root(t, root)
+        _set_receivers(t, chain)
+        _set_nbytes(t, nb)
+        _set_step(t, step)
+        _set_source(t, source)
+        _set_pieces(t, ())
+        _set_through(t, ())
+        _set_parents(t, ())
+        _set_addends(t, ())
+        _set_addend_parents(t, ())
+        append([t])
+    return out
+
+
+__all__ = ["TASK_FIELDS", "broadcast_rows_tasks", "broadcast_runs_tasks", "new_task"]

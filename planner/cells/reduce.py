@@ -166,8 +166,8 @@ def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],
         ``table``, the cells of one step's pieces as their
         :class:`~reshard.planner.cells.decompose.CellTable` and the steps as an array
         where :func:`~reshard.planner.cells.decompose.decompose_rows` gives one (the
-        same rows in the same order: a work list keeps its point-to-point rows as
-        columns).
+        same rows in the same order: a work list keeps its point-to-point rows, or
+        rows that all broadcast from one holder, as columns).
     """
     by_step: dict[int, dict[Box, frozenset[int]]] = {}
     for box, devs in holders.items():
@@ -176,7 +176,8 @@ def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],
         (step,) = by_step
         cells = decompose_rows(shape, holders, needers) if table else \
             decompose_cells(shape, holders, needers)
-        if isinstance(cells, CellTable) and not _mostly_point_to_point(cells):
+        if isinstance(cells, CellTable) and not _mostly_point_to_point(cells) and \
+                not _one_holder_broadcasts(cells):
             cells = cells.cells()  # general cells all the same: the list planners read
         if isinstance(cells, CellTable):
             held = np.array([bool(s) for s in cells.holder_sets], dtype=bool)
@@ -186,6 +187,15 @@ def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],
                for c in decompose(shape, part, needers, held_only=True)]
     stepped.sort(key=lambda cs: cs[0].box)
     return [c for c, _ in stepped], [s for _, s in stepped]
+
+
+def _one_holder_broadcasts(table: CellTable) -> bool:
+    """Whether every row of ``table`` goes from one holder to two or more needers (none
+    point to point: a work list keeps them as a table's rows)."""
+    hold, need = table.holder_sets, table.needer_sets
+    return bool(len(table)) and \
+        all(len(hold[h]) == 1 for h in np.unique(table.holder).tolist()) and \
+        all(len(need[n]) >= 2 for n in np.unique(table.needer).tolist())
 
 
 def _mostly_point_to_point(table: CellTable) -> bool:

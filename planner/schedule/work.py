@@ -13,6 +13,7 @@ same as planning every slice one by one.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,19 +23,23 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.layout import Box
 from reshard.planner.cells.balance import Loads
-from reshard.planner.cells.cell_tasks import RUN_PLANNERS, CellPlanner
+from reshard.planner.cells.cell_tasks import RUN_PLANNERS, CellPlanner, plan_broadcasts
 from reshard.planner.cells.cell_tasks import fan_out as split_chains
 from reshard.planner.cells.decompose import Cell, CellTable
 from reshard.planner.cells.expect_runs import MIN_RUN as EXPECT_RUN
 from reshard.planner.cells.expect_runs import expect_run
 from reshard.planner.cells.whole_sums import stays_whole
+from reshard.planner.schedule.demand_memo import DemandMemo as _Demand
+from reshard.planner.schedule.kept_rows import KeptRows, uncut
 from reshard.planner.schedule.order import PHASE, OrderKeys
 from reshard.planner.schedule.send_columns import OrderedTasks, SendColumns
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 from reshard.planner.values.tasks import Task, TaskKind
 
 Splitter = Callable[[Cell, int], list[Cell]]
-"""Pieces of a cell of ``nbytes`` bytes to plan separately (balance over NICs)."""
+"""Pieces of a cell of ``nbytes`` bytes to plan separately (balance over NICs); whether
+it cuts a cell is decided by the cell's holders, needers and bytes alone (the cell
+itself, ``[cell]``, where whole)."""
 
 BULK_FLUSH = 32
 """Below this many point-to-point slices, charge them one by one (numpy's fixed cost)."""
@@ -69,10 +74,21 @@ class WorkList:
         self._nbytes: list[int] = []
         self._after: list[int] = []
         self._ref: list[int] = []
-        self.general: list[tuple[int, Cell]] = []  # (tensor, cell)
+        self._general: list[tuple[int, Cell]] = []  # (tensor, cell)
+        self._rows: KeptRows | None = None  # general slices after those, kept as rows
         self._p2p = _PointToPoint()
         self._last_step: dict[int, int] = {}  # tensor -> the step its last cells start at
         self._planned: _Planned | None = None  # the choices plan() made, for assemble()
+
+    @property
+    def general(self) -> list[tuple[int, Cell]]:
+        """The general slices (tensor, cell), in the order added: rows kept as a table's
+        (:meth:`add_table`) built as cells first (the same cells, in order)."""
+        rows = self._rows
+        if rows is not None:
+            self._rows = None
+            self._general.extend([(rows.tensor, c) for c in rows.table.cells()])
+        return self._general
 
     # ----- adding slices -------------------------------------------------------------
     def add_cells(self, tensor: int, cells: Sequence[Cell], itemsize: int,
@@ -100,9 +116,12 @@ class WorkList:
                 general.append((tensor, piece))
 
     def add_table(self, tensor: int, table: CellTable, itemsize: int, after: np.ndarray,
-                  split: Splitter | None) -> None:
+                  split: Splitter | None, whole_below: int = 0) -> None:
         """:meth:`add_cells` for the rows of ``table``; its point-to-point rows stay
-        columns (they are never split: one holder NIC, one needer NIC)."""
+        columns (they are never split: one holder NIC, one needer NIC), and, where none
+        is and ``split`` cuts none (``whole_below``: bytes under which it cuts no cell,
+        :func:`~reshard.planner.schedule.kept_rows.uncut`), every row stays the table's
+        (:class:`~reshard.planner.schedule.kept_rows.KeptRows`)."""
         n = len(table)
         if not n:
             return
@@ -112,6 +131,12 @@ class WorkList:
         root, recv = _point_to_point(table)
         p2p = root >= 0
         rows = np.flatnonzero(p2p)
+        if not rows.size and self._rows is None and uncut(table, nbytes, split, whole_below):
+            start = len(self._general)  # kept as rows until a cell is asked for
+            self._rows = KeptRows(tensor, table, start)
+            self._chunks.append((nbytes, np.asarray(after, dtype=np.int64),
+                                 -1 - start - np.arange(n, dtype=np.int64)))
+            return
         refs = self._p2p.add(tensor, table, rows, root[rows], recv[rows], nbytes[rows])
         if rows.size == n:
             self._chunks.append((nbytes, after, refs))
@@ -171,7 +196,10 @@ class WorkList:
         the slices, their order and steps, and loads both start from equally). The
         point-to-point rows count by the tables they come from (the same objects)."""
         self._flush()
-        return (tuple(self.general), tuple(a.tobytes() for c in self._chunks for a in c),
+        kept = self._rows  # rows kept as a table's count by the table (the same object)
+        return (tuple(self._general),
+                None if kept is None else (kept.tensor, id(kept.table), kept.start),
+                tuple(a.tobytes() for c in self._chunks for a in c),
                 tuple((tensor, id(table), rows.tobytes())
                       for tensor, table, rows, *_ in self._p2p._parts))
 
@@ -224,13 +252,20 @@ class WorkList:
         ref, after, nbytes = ref[order], after[order], nbytes[order]
         general = np.flatnonzero(ref < 0).tolist()
         if not general and len(ref) >= BULK_FLUSH and int(nbytes.sum()) < EXACT and \
-                self._charge_bulk(as_added[0], p2p, as_added[1]):
+                _charge_bulk(self, as_added[0], p2p, as_added[1]):
             # in bulk (keys written in index order), every sum exact in any order: the
             # rows as added, not gathered into this order
             return _Planned(tuple(first), ref, after, general, [], [], [], p2p)
         refs, steps = ref[general].tolist(), after[general].tolist()
         tasks: list[list[Task]] = []
         if len(general) == len(ref):  # every slice general: one run, nothing to charge
+            keyed = self._rows.keyed_plan(refs, steps, itemsizes[self._rows.tensor],
+                                          self.loads) \
+                if self._rows is not None and RUN_PLANNERS.get(planner) is plan_broadcasts \
+                else None  # kept rows: their tasks' order keys read from the columns
+            if keyed is not None:
+                return _Planned(tuple(first), ref, after, general, refs, steps, keyed[0], p2p,
+                                keyed[1])
             tasks.extend(self._general_run(refs, steps, planner, itemsizes))
             return _Planned(tuple(first), ref, after, general, refs, steps, tasks, p2p)
         done = start = 0  # start: the first general slice since the last point-to-point
@@ -258,7 +293,7 @@ class WorkList:
             every = [*planned.first, *itertools.chain.from_iterable(planned.tasks)]
             none = np.full(len(p2p.root), -1, dtype=np.int64)
             return self._ordered(every, np.arange(len(every), dtype=np.int64), p2p, none,
-                                 np.zeros(len(p2p.root), dtype=np.int64))
+                                 np.zeros(len(p2p.root), dtype=np.int64), planned.keys)
         objects: list[Task] = list(planned.first)
         obj_seq: list[int] = list(range(len(objects)))
         seq = len(objects)
@@ -274,7 +309,7 @@ class WorkList:
                 seq += k - done
             if k == len(ref):
                 break
-            tensor = self.general[-1 - r][0]
+            tensor = self._tensor_of(r)
             if fan_out and 0 < step < self._last_step[tensor]:
                 tasks = split_chains(tasks, self.loads.host)
             for t in tasks:
@@ -288,20 +323,31 @@ class WorkList:
         """The planned tasks (``planned``, default :meth:`plan`'s) of each general slice
         whose chains :meth:`assemble` with ``fan_out`` splits: it starts after step 0
         and before its tensor's last such step."""
-        p, general, last = planned or self._planned, self.general, self._last_step
+        p, tensor, last = planned or self._planned, self._tensor_of, self._last_step
         if p is None:
             raise ValueError("WorkList.fanned needs the slices planned first (WorkList.plan)")
-        return [t for r, s, t in zip(p.refs, p.steps, p.tasks) if 0 < s < last[general[-1 - r][0]]]
+        return [t for r, s, t in zip(p.refs, p.steps, p.tasks) if 0 < s < last[tensor(r)]]
+
+    def _tensor_of(self, ref: int) -> int:
+        """The tensor of general slice ``ref`` (no cell built for rows kept as a table's)."""
+        rows = self._rows
+        if rows is not None and -1 - ref >= rows.start:
+            return rows.tensor
+        return self._general[-1 - ref][0]
 
     def _general_run(self, refs: list[int], steps: list[int], planner: CellPlanner,
                      itemsizes: Sequence[int]) -> list[list[Task]]:
         """The tasks of each general cell ``refs[i]`` at ``steps[i]`` (:meth:`plan`'s
         arguments), in turn: by the strategy's run planner where it has one
         (:data:`~reshard.planner.cells.cell_tasks.RUN_PLANNERS`)."""
+        by_run, kept = RUN_PLANNERS.get(planner), self._rows
+        if by_run is plan_broadcasts and kept is not None:  # kept rows: read as columns
+            got = kept.plan(refs, steps, itemsizes[kept.tensor], self.loads)
+            if got is not None:
+                return got
         general, loads = self.general, self.loads
         cells = [(cell, tensor, itemsizes[tensor], step) for (tensor, cell), step
                  in zip(map(general.__getitem__, [-1 - r for r in refs]), steps)]
-        by_run = RUN_PLANNERS.get(planner)
         if by_run is not None:
             return by_run(cells, loads)
         return [planner(cell, tensor, size, loads, step) for cell, tensor, size, step in cells]
@@ -311,7 +357,12 @@ class WorkList:
         of bytes depend on the order; sums of whole bytes do not)."""
         loads = self.loads
         if (ref >= 0).all():
-            self._add_expected(*_ends(p2p, ref), nbytes)
+            _add_expected(self, *_ends(p2p, ref), nbytes)
+            return
+        kept = self._rows
+        if kept is not None and not kept.start and len(ref) == len(kept.table) >= EXPECT_RUN \
+                and (ref < 0).all() and kept.expect(loads, nbytes.tolist()):
+            loads.expected_changed()  # every slice a kept row, as added: read as columns
             return
         if len(ref) >= EXPECT_RUN and (ref < 0).all() and \
                 expect_run(loads, [cell for _, cell in map(self.general.__getitem__,
@@ -332,29 +383,6 @@ class WorkList:
                 cell = self.general[-1 - r][1]
                 demand.expect(cell.holders, cell.needers, nb)
         loads.expected_changed()
-
-    def _add_expected(self, root: np.ndarray, recv: np.ndarray, nbytes: np.ndarray) -> None:
-        """Point-to-point transfers' expected NIC demand, in bulk where every
-        expectation it adds to is a whole number below 2**53 (:func:`stays_whole`) (else one by one,
-        in the order given)."""
-        cross = self._host[root] != self._host[recv]
-        expected = self.loads.expected
-        adds = []
-        for direction, dev in ((NIC_OUT, root), (NIC_IN, recv)):
-            sums = np.bincount(self._nic[dev[cross]], weights=nbytes[cross])
-            touched = np.flatnonzero(sums).tolist()
-            adds.append(([(direction, n) for n in touched], touched, sums))
-        if all(stays_whole(expected, keys, sums[touched]) for keys, touched, sums in adds):
-            for keys, touched, sums in adds:
-                for key, n in zip(keys, touched):
-                    expected[key] += int(sums[n])
-        else:
-            nic = self._nic
-            for a, b, nb in zip(root[cross].tolist(), recv[cross].tolist(),
-                                nbytes[cross].tolist()):
-                expected[(NIC_OUT, int(nic[a]))] += nb
-                expected[(NIC_IN, int(nic[b]))] += nb
-        self.loads.expected_changed()
 
     def _relayed(self, ref: np.ndarray, p2p: _Columns) -> np.ndarray:
         """``ref`` with the point-to-point rows one of whose ends' NICs may relay
@@ -382,38 +410,16 @@ class WorkList:
         """:meth:`Loads.charge` the point-to-point ``rows`` (in bulk: whole bytes)."""
         if not rows.size:
             return
-        if len(rows) >= BULK_FLUSH and self._charge_bulk(rows, p2p, nbytes):
+        if len(rows) >= BULK_FLUSH and _charge_bulk(self, rows, p2p, nbytes):
             return
         charge = self.loads.charge
         a, b = _ends(p2p, rows)
         for r, s, nb in zip(a.tolist(), b.tolist(), nbytes.tolist()):
             charge(r, (s,), nb)
 
-    def _charge_bulk(self, rows: np.ndarray, p2p: _Columns, nbytes: np.ndarray) -> bool:
-        """:meth:`_charge` in bulk (keys written in index order) where every load it
-        adds to is a whole number and stays below 2**53 (:func:`stays_whole`; every sum then exact
-        in any order); else False, having changed nothing (a reduction may have left
-        fractions: the rows then go one by one)."""
-        loads = self.loads
-        a, b = _ends(p2p, rows)
-        cross = self._host[a] != self._host[b]
-        adds = []
-        for table, keys, sel in ((loads.dev_out, a, None), (loads.dev_in, b, None),
-                                 (loads.nic_out, self._nic[a], cross),
-                                 (loads.nic_in, self._nic[b], cross)):
-            sums = np.bincount(keys if sel is None else keys[sel],
-                               weights=nbytes if sel is None else nbytes[sel])
-            touched = np.flatnonzero(sums).tolist()
-            if not stays_whole(table, touched, sums[touched]):
-                return False
-            adds.append((table, touched, sums))
-        for table, touched, sums in adds:
-            for i in touched:
-                table[i] += int(sums[i])
-        return True
-
     def _ordered(self, objects: list[Task], obj_seq: np.ndarray, p2p: _Columns,
-                 p_seq: np.ndarray, p_step: np.ndarray) -> OrderedTasks:
+                 p_seq: np.ndarray, p_step: np.ndarray, known: OrderKeys | None = None
+                 ) -> OrderedTasks:
         """Every task in the global order (see :class:`OrderKeys`); the point-to-point
         rows (sends) stay columns, in that order."""
         rows = np.flatnonzero(p_seq >= 0)
@@ -422,7 +428,7 @@ class WorkList:
         nh = max(1, self.cluster.num_hosts)
         root, recv = p2p.root[take], p2p.recv[take]
         keys = OrderKeys.concat([
-            OrderKeys.of_tasks(objects, obj_seq, self.cluster),
+            _object_keys(objects, obj_seq, self.cluster, known),
             OrderKeys(p_step[take], np.full(len(rows), PHASE[TaskKind.SEND], np.int64),
                       (self._host[recv] - self._host[root]) % nh, p2p.nbytes[take],
                       p2p.tensor[take], p2p.box[take], root, p_seq[take])])
@@ -436,54 +442,64 @@ class WorkList:
                             np.flatnonzero(is_obj).tolist(), sends)
 
 
-class _Demand:
-    """:meth:`Loads.expect` for the general cells of one work list, each distinct
-    (holders, needers, bytes) worked out once (:meth:`Loads.demand`, which reads
-    nothing but its arguments and the cluster): a broadcast's pieces (a cell split for
-    balance, a reduced piece's every share) repeat it. Each call adds the amounts
-    found once in the same order (:meth:`Loads.add_demand`): the same sums, bit for
-    bit."""
+def _add_expected(work: WorkList, root: np.ndarray, recv: np.ndarray, nbytes: np.ndarray
+                  ) -> None:
+    """Point-to-point transfers' expected NIC demand (of ``work``'s loads), in bulk where every
+    expectation it adds to is a whole number below 2**53 (:func:`stays_whole`) (else one by one,
+    in the order given)."""
+    cross = work._host[root] != work._host[recv]
+    expected = work.loads.expected
+    adds = []
+    for direction, dev in ((NIC_OUT, root), (NIC_IN, recv)):
+        sums = np.bincount(work._nic[dev[cross]], weights=nbytes[cross])
+        touched = np.flatnonzero(sums).tolist()
+        adds.append(([(direction, n) for n in touched], touched, sums))
+    if all(stays_whole(expected, keys, sums[touched]) for keys, touched, sums in adds):
+        for keys, touched, sums in adds:
+            for key, n in zip(keys, touched):
+                expected[key] += int(sums[n])
+    else:
+        nic = work._nic
+        for a, b, nb in zip(root[cross].tolist(), recv[cross].tolist(),
+                            nbytes[cross].tolist()):
+            expected[(NIC_OUT, int(nic[a]))] += nb
+            expected[(NIC_IN, int(nic[b]))] += nb
+    work.loads.expected_changed()
 
-    def __init__(self, loads: Loads) -> None:
-        self.loads = loads
-        self.known: dict[tuple[frozenset[int], frozenset[int], int],
-                         tuple[list[tuple[tuple[str, int], float]], float]] = {}
-        self.one: dict[tuple[frozenset[int], int, int],
-                       tuple[float | None, list[tuple[tuple[str, int], float]], float]] = {}
 
-    def expect(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
-        """``loads.expect(holders, needers - holders, nbytes)``."""
-        if len(holders) == 1 and len(needers) > 1 and holders.isdisjoint(needers):
-            self._one(holders, needers, nbytes)
-            return
-        key = (holders, needers, nbytes)
-        got = self.known.get(key)
-        if got is None:
-            got = self.known[key] = self.loads.demand(holders, needers - holders, nbytes)
-        self.loads.add_demand(*got)
+def _charge_bulk(work: WorkList, rows: np.ndarray, p2p: _Columns, nbytes: np.ndarray) -> bool:
+    """:meth:`WorkList._charge` in bulk (keys written in index order) where every load it
+    adds to is a whole number and stays below 2**53 (:func:`stays_whole`; every sum then exact
+    in any order); else False, having changed nothing (a reduction may have left
+    fractions: the rows then go one by one)."""
+    loads = work.loads
+    a, b = _ends(p2p, rows)
+    cross = work._host[a] != work._host[b]
+    adds = []
+    for table, keys, sel in ((loads.dev_out, a, None), (loads.dev_in, b, None),
+                             (loads.nic_out, work._nic[a], cross),
+                             (loads.nic_in, work._nic[b], cross)):
+        sums = np.bincount(keys if sel is None else keys[sel],
+                           weights=nbytes if sel is None else nbytes[sel])
+        touched = np.flatnonzero(sums).tolist()
+        if not stays_whole(table, touched, sums[touched]):
+            return False
+        adds.append((table, touched, sums))
+    for table, touched, sums in adds:
+        for i in touched:
+            table[i] += int(sums[i])
+    return True
 
-    def _one(self, holders: frozenset[int], needers: frozenset[int], nbytes: int) -> None:
-        """:meth:`expect` of one holder that needs nothing, its demand found once per
-        needers, bytes and holder's host: :func:`~reshard.planner.cells.balance.
-        slice_demand` reads nothing else of one holder but its NIC, which only names
-        the ``NIC_OUT`` amount (the first, with any: ``nbytes * hosts entered / 1``).
-        The same amounts added in the same order."""
-        loads = self.loads
-        (h,) = holders
-        key = (needers, nbytes, loads.host(h))
-        got = self.one.get(key)
-        if got is None:
-            amounts, shared = loads.demand(holders, needers, nbytes)
-            got = self.one[key] = (amounts[0][1] if amounts else None, amounts[1:], shared)
-        out, entries, shared = got
-        expected = loads.expected
-        if out is not None:
-            expected[(NIC_OUT, loads.nic(h))] += out
-        for k, amount in entries:
-            expected[k] += amount
-        if loads.cluster.shared_bandwidth:
-            loads.shared += shared
-        loads.expected_changed()
+
+def _object_keys(objects: list[Task], seq: np.ndarray, cluster: Cluster,
+                 known: OrderKeys | None) -> OrderKeys:
+    """:meth:`OrderKeys.of_tasks` of ``objects`` at ``seq``, the last ones' ``known``
+    already (their seq aside: the same values)."""
+    if known is None:
+        return OrderKeys.of_tasks(objects, seq, cluster)
+    head = len(objects) - len(known.seq)
+    return OrderKeys.concat([OrderKeys.of_tasks(objects[:head], seq[:head], cluster),
+                             dataclasses.replace(known, seq=seq[head:])])
 
 
 def _ends(p2p: _Columns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -521,6 +537,7 @@ class _Planned:
     steps: list[int]
     tasks: list[list[Task]]
     p2p: _Columns
+    keys: OrderKeys | None = None  # the tasks' order keys, known (seq aside)
 
 
 @dataclass(frozen=True, eq=False)
