@@ -83,8 +83,8 @@ class KeptChains:
         if 1 < len(needers) < ARRAY_CHAIN and loads.cluster.nics_per_host > 1:
             group = sorted(needers)
             hosts = frozenset(map(loads.host, group))
-            if len(hosts) > 1:
-                nics = sorted({loads.nic(d) for d in group})
+            nics = sorted({loads.nic(d) for d in group})
+            if len(hosts) > 1 and len(nics) > 1:  # (hosts apart have NICs apart)
                 got = Receivers(group, hosts, nics)
         self.receivers[needers] = got
         return got
