@@ -11,6 +11,7 @@ from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
 from reshard.planner.cells.broadcast_runs import CellRun, one_host, plan_run
 from reshard.planner.cells.chain_arrays import NicMirror
 from reshard.planner.cells.decompose import Cell
+from reshard.planner.cells.kept_chains import KeptChains
 from reshard.planner.cells.new_tasks import new_task
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 from reshard.planner.values.strategy import Strategy
@@ -88,6 +89,7 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
         return whole
     out: list[list[Task]] = []
     mirror: NicMirror | None = None  # only along cells of many receivers
+    kept = KeptChains(loads)
     for cell, tensor, itemsize, step in run:
         holders = cell.holders
         many = len(cell.needers) >= ARRAY_CHAIN and \
@@ -106,8 +108,10 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
         if many:
             tasks, mirror = _mirrored(mirror or NicMirror(), loads, cell, tensor, itemsize,
                                       step)
-        else:
+        elif len(holders) != 1 or (got := kept.plan(cell, tensor, itemsize, step)) is None:
             tasks = plan_broadcast(cell, tensor, itemsize, loads, step)
+        else:
+            tasks = got
         out.append(tasks)
     if mirror is not None:
         mirror.flush(loads.dev_in)

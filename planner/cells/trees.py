@@ -184,6 +184,11 @@ def _tree_edges(order: Sequence[int], exit_dev: int, entry: dict[int, int],
     return senders.tolist(), receivers.tolist()
 
 
+FORM_MEMBERS = 2
+"""Receivers of a chain from which :func:`treeify` finds its trees from its form
+(:func:`_trees_by_form`, once per form; fewer: from the chain itself)."""
+
+
 TreeForms = dict[tuple[object, ...],
                  list[tuple[Callable[[Sequence[int]], tuple[int, ...]], ...]]]
 """Trees of long chains by form (:func:`_trees_by_form`): per tree what takes its
@@ -208,7 +213,7 @@ def _reshape(task: Task, host: Callable[[int], int], intra: Intra,
     trees = None if edges is None else edges.get(key)
     if trees is None:
         trees = _trees_by_form(task, host, intra, shape, memo, forms) \
-            if forms is not None and len(task.receivers) >= ARRAY_MEMBERS else \
+            if forms is not None and len(task.receivers) >= FORM_MEMBERS else \
             _trees_of(task, host, intra, shape, memo)
         if edges is not None:
             edges[key] = trees
@@ -301,7 +306,8 @@ def _chain_form(task: Task, host: Callable[[int], int], memo: Segments | None
         found: ChainForm = (chain, ())
     else:
         segs = _segments(task, host, memo)
-        entered = _hosts([seg[0] for seg in segs], host).tolist()
+        entered = _hosts([seg[0] for seg in segs], host).tolist() \
+            if len(segs) >= ARRAY_MEMBERS else [host(seg[0]) for seg in segs]
         number = dict(zip(dict.fromkeys(entered), itertools.count()))  # in order entered
         through = frozenset(task.through)
         relays = tuple(i for i, d in enumerate(chain) if d in through) if through else ()
