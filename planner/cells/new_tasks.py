@@ -10,7 +10,8 @@ defaults (tests/unit/test_new_tasks.py holds :data:`TASK_FIELDS` to the dataclas
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Sequence
 
 from reshard.layout import Box
 from reshard.planner.cells.decompose import Cell
@@ -58,26 +59,8 @@ def broadcast_runs_tasks(run: Sequence[tuple[Cell, int, int, int]], roots: Seque
     (cell, tensor, _, step) of ``run`` with its root, chain and bytes: the same tasks,
     each slot set in the same order, without a call per task (a run planner's
     131,072 broadcasts at 1,024 devices)."""
-    kind, source = TaskKind.BROADCAST, Buffer.SRC
-    out: list[list[Task]] = []
-    new, append = _new, out.append
-    for (cell, tensor, _, step), root, chain, nb in zip(run, roots, chains, nbytes):
-        t = new(Task)
-        _set_kind(t, kind)
-        _set_tensor(t, tensor)
-        _set_box(t, cell.box)
-        _set_root(t, root)
-        _set_receivers(t, chain)
-        _set_nbytes(t, nb)
-        _set_step(t, step)
-        _set_source(t, source)
-        _set_pieces(t, ())
-        _set_through(t, ())
-        _set_parents(t, ())
-        _set_addends(t, ())
-        _set_addend_parents(t, ())
-        append([t])
-    return out
+    return _broadcasts((c[1] for c in run), (c[0].box for c in run), (c[3] for c in run),
+                       roots, chains, nbytes)
 
 
 def broadcast_rows_tasks(tensor: int, boxes: Sequence[Box], steps: Sequence[int],
@@ -86,10 +69,18 @@ def broadcast_rows_tasks(tensor: int, boxes: Sequence[Box], steps: Sequence[int]
     """:func:`broadcast_runs_tasks` of a run read from a table's rows (one tensor; each
     row's box, step, root, chain and bytes): the same tasks, each slot set in the same
     order, no cell built."""
+    return _broadcasts(itertools.repeat(tensor), boxes, steps, roots, chains, nbytes)
+
+
+def _broadcasts(tensors: Iterable[int], boxes: Iterable[Box], steps: Iterable[int],
+                roots: Iterable[int], chains: Iterable[tuple[int, ...]],
+                nbytes: Iterable[int]) -> list[list[Task]]:
+    """One broadcast task a slot, each slot set in :data:`TASK_FIELDS`' order: the loop
+    both run planners' builds share."""
     kind, source = TaskKind.BROADCAST, Buffer.SRC
     out: list[list[Task]] = []
     new, append = _new, out.append
-    for box, step, root, chain, nb in zip(boxes, steps, roots, chains, nbytes):
+    for tensor, box, step, root, chain, nb in zip(tensors, boxes, steps, roots, chains, nbytes):
         t = new(Task)
         _set_kind(t, kind)
         _set_tensor(t, tensor)
