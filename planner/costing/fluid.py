@@ -150,7 +150,7 @@ class _Fluid:
             self.now = nxt
             ending, refill = self._start_flows(np.flatnonzero(self.fin <= nxt * (1 + 1e-12)))
             if len(ending):
-                refill = self._end(ending) or refill
+                refill = self._end(ending, finished + len(ending) == self.n) or refill
             if refill:
                 self._refill()
             if len(ending):
@@ -187,12 +187,18 @@ class _Fluid:
                 self.refill_at = min(self.refill_at, self.now + self.window * START_SHARE)
         return ending, refill
 
-    def _end(self, ending: np.ndarray) -> bool:
+    def _end(self, ending: np.ndarray, last: bool = False) -> bool:
         """Tasks end: their load comes off. Whether the shares must be filled again
-        now (only load taken off a full resource can change a rate)."""
+        now (only load taken off a full resource can change a rate). ``last``: these
+        are every task not ended yet, so nothing flows after them and no load or share
+        is read again (the run's answer is its starts, ends and carried bytes): their
+        load is not summed, and nothing is filled again."""
         self.flowing[ending] = False
         self.fin[ending] = np.inf
         self.low = min(self.low, float(self.rate[ending].min()))
+        if last:
+            self.rate[ending] = 0.0
+            return False
         off = self.flows.load(ending, self.rate)
         self.freed += off
         self.usage -= off
@@ -219,10 +225,13 @@ class _Fluid:
         self.refill_at = np.inf
         if not len(changed):
             return
-        on, off = self.flows.loads(changed, new, self.rate)
-        self.usage += on - off
-        now, remaining = self.now, self.remaining
         old = self.rate[changed]
+        if old.any():
+            on, off = self.flows.loads(changed, new, self.rate)
+            self.usage += on - off
+        else:  # none had a rate: their old load is 0.0 on every resource, on - 0.0 is on
+            self.usage += self.flows.load(changed, new)
+        now, remaining = self.now, self.remaining
         moved = np.where(np.isinf(old), remaining[changed], old * (now - self.since[changed]))
         remaining[changed] = np.where(old > 0, np.maximum(0.0, remaining[changed] - moved),
                                       remaining[changed])
