@@ -98,7 +98,7 @@ def _carried(flows: FairShare, nbytes: np.ndarray) -> np.ndarray:
     """Bytes each resource of ``flows`` carries over the run: each edge's share of its
     transfer's ``nbytes`` (no product where every fraction is 1.0: ``1.0 * x`` is
     ``x``)."""
-    on = nbytes[flows.task]
+    on = flows.per_edge(nbytes)  # nbytes[flows.task]
     return np.bincount(flows.res, weights=on if flows.whole else flows.frac * on,
                        minlength=len(flows.resources))
 

@@ -105,3 +105,20 @@ def test_the_loads_summed_where_read_give_the_same_run(seed, monkeypatch):
     assert got.starts == want.starts  # the same floats, task by task
     assert got.ends == want.ends
     assert got.busiest == want.busiest
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_value_per_edge_by_repeat_is_the_gather(seed):
+    """``FairShare.per_edge`` (each transfer's value repeated over its edges) is
+    ``values[task]``: transfers of no edge, edges of fraction 0 left out."""
+    rng = random.Random(seed)
+    cluster = Cluster.preset("dgx-h100", 4)
+    n = rng.choice([1, 7, 200])
+    lens = np.array([rng.choice([0, 1, 3, 5]) for _ in range(n)], dtype=np.int64)
+    codes = np.array([rng.randrange(40) * 8 + rng.randrange(4) for _ in range(lens.sum())],
+                     dtype=np.int64)
+    frac = np.array([rng.choice([1.0, 0.0, 0.5]) if seed % 2 else 1.0 for _ in codes])
+    flows = FairShare.of_edges(codes, frac, lens, cluster)
+    values = np.array([rng.random() for _ in range(n)])
+    got = flows.per_edge(values)
+    assert got.tolist() == values[flows.task].tolist()
