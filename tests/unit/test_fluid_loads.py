@@ -122,3 +122,24 @@ def test_a_value_per_edge_by_repeat_is_the_gather(seed):
     values = np.array([rng.random() for _ in range(n)])
     got = flows.per_edge(values)
     assert got.tolist() == values[flows.task].tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_time_alone_is_the_estimate_s_time(seed):
+    """``simulated_time`` (the run without each task's start and end as Python floats)
+    is ``simulate_arrays(...).time``, the same float."""
+    rng = random.Random(seed)
+    cluster = Cluster.preset("dgx-h100", 4)
+    n = rng.choice([1, 30, 400])
+    lens = np.array([rng.randint(1, 5) for _ in range(n)], dtype=np.int64)
+    codes = np.array([rng.randrange(50) * 8 + rng.randrange(4) for _ in range(lens.sum())],
+                     dtype=np.int64)
+    frac = np.ones(len(codes))
+    nbytes = np.array([float(rng.choice([0, 1 << 20, 12345])) for _ in range(n)])
+    lat = np.array([rng.choice([0.0, 2e-6]) for _ in range(n)])
+    gate = _gate(rng, n, rng.choice([1, 4]), 16)
+    want = fluid.simulate_arrays(FairShare.of_edges(codes, frac, lens, cluster), nbytes,
+                                 gate(), lat).time
+    got = fluid.simulated_time(FairShare.of_edges(codes, frac, lens, cluster), nbytes,
+                               gate(), lat)
+    assert got == want
