@@ -29,7 +29,7 @@ from reshard.planner.costing.casts import converts
 from reshard.planner.costing.chain_columns import ChainRoutes, chain_routes
 from reshard.planner.costing.cost import Routes, shared_hops, task_routes
 from reshard.planner.costing.fairshare import FairShare, path_arrays, ranges
-from reshard.planner.costing.fluid import simulate_arrays
+from reshard.planner.costing.fluid import simulated_time
 from reshard.planner.costing.stepgate import StepGate, distinct_devices
 from reshard.planner.schedule.send_columns import OrderedTasks
 from reshard.planner.values.resources import DEV_IN, DEV_OUT, KIND_CODE, NIC_IN, NIC_OUT
@@ -79,8 +79,8 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     nbytes = np.empty(n)
     nbytes[at] = [float(t.nbytes) for t in objects]
     nbytes[sent] = cols.nbytes
-    return simulate_arrays(FairShare.of_edges(codes, frac, lens, cluster), nbytes,
-                           _gate(ordered, n, at, chains), lat).time
+    return simulated_time(FairShare.of_edges(codes, frac, lens, cluster), nbytes,
+                          _gate(ordered, n, at, chains), lat)
 
 
 def _routes(objects: Sequence[Task], chains: ChainRoutes | None, cluster: Cluster,

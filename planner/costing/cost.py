@@ -38,6 +38,7 @@ from reshard.planner.costing.route_forms import (
 )
 from reshard.planner.costing.route_keys import route_key
 from reshard.planner.costing.step_floor import stepped_floor
+from reshard.planner.costing.tree_reach import by_levels
 from reshard.planner.schedule.coalesce import followers
 from reshard.planner.values.plan_view import PlanView, Route
 from reshard.planner.values.resources import (
@@ -73,6 +74,14 @@ class Hops(dict[tuple[int, int], Hop]):
     step: tuple[tuple[int, int] | None] | None = None  # host_step, found once (in a 1-tuple)
     memo: FormMemo | None = None  # routes by form (forms())
     chain_memo: ChainMemo | None = None  # chains' host ranks (chains())
+    ones_memo: dict[int, np.ndarray] | None = None  # read-only fractions by length (ones())
+
+    def ones(self) -> dict[int, np.ndarray]:
+        """Read-only fractions of 1.0 by length, shared by the routes
+        :func:`~reshard.planner.costing.route_forms.relabeled` numbers back."""
+        if self.ones_memo is None:
+            self.ones_memo = {}
+        return self.ones_memo
 
     def chains(self) -> ChainMemo:
         """Chains' host ranks (:func:`~reshard.planner.costing.route_forms.relabeled`),
@@ -328,31 +337,11 @@ def _reach(a: np.ndarray, b: np.ndarray, wait: np.ndarray, fill: np.ndarray | No
 
 def _reach_by_depth(a: np.ndarray, b: np.ndarray, wait: np.ndarray,
                     fill: np.ndarray | None, size: int) -> float | None:
-    """:func:`_reach` of a shallow tree, a depth at a time: each receiver reached once,
-    by an edge whose sender was reached by an earlier one (or never before it: then it
-    counts as reached at 0, without a fill). The same sums, each edge's after its
-    sender's. None where a device is reached twice or the tree is deeper than
-    ``len(a) // 32`` (then edge by edge is cheaper)."""
-    n = len(a)
-    by = np.full(size, n, dtype=np.int64)  # the edge reaching each device
-    by[b] = np.arange(n)
-    if not np.array_equal(by[b], np.arange(n)):
-        return None  # a device reached twice
-    up = by[a]
-    early = up < np.arange(n)  # the sender was reached by an earlier edge
-    up = np.where(early, up, 0)
-    add = np.where(early, fill, 0.0) if fill is not None else np.zeros(n)
-    at = np.zeros(n)
-    fresh = ~early
-    at[fresh] = wait[fresh] + add[fresh]  # 0.0 + wait, then + 0.0: the same float
-    done = fresh.copy()
-    for _ in range(n // 32):
-        fresh = ~done & fresh[up]
-        if not fresh.any():
-            return float(at.max()) if done.all() else None
-        at[fresh] = (at[up[fresh]] + wait[fresh]) + add[fresh]
-        done |= fresh
-    return float(at.max()) if done.all() else None
+    """:func:`_reach` of a shallow tree, a depth at a time (:func:`~reshard.planner.
+    costing.tree_reach.by_levels`: the same sums, each edge's after its sender's). None
+    where a device is reached twice or the tree is deeper than ``len(a) // 32`` (then
+    edge by edge is cheaper)."""
+    return by_levels(a, b, wait, fill, size, len(a) // 32)
 
 
 def _chain_breaks(a: np.ndarray, b: np.ndarray) -> bool:
@@ -457,7 +446,8 @@ def _relabeled_or_own(task: Task, key: tuple[object, ...], step: tuple[int, int]
         return _finder(task, cluster, hops)()
     forms = hops.forms()
     before = len(forms)
-    got = relabeled(task, key, step, _finder(task, cluster, hops), forms, hops.chains())
+    got = relabeled(task, key, step, _finder(task, cluster, hops), forms, hops.chains(),
+                    hops.ones())
     count[0] += 1
     count[1] += len(forms) == before
     return got

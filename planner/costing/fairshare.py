@@ -244,6 +244,7 @@ class FairShare:
             self.task, self.res, self.frac = task, res, frac
             self.task_at = np.concatenate(([0], np.cumsum(lens, dtype=np.int64)))
             self.limited = lens > 0
+            self.counts = lens  # each transfer's edges
         else:
             self.task = task[used]  # edges, in transfer order
             self.res = res[used]
@@ -251,10 +252,19 @@ class FairShare:
             # a transfer's edges: task_at[t]:task_at[t + 1]
             self.task_at = np.searchsorted(self.task, np.arange(self.n + 1))
             self.limited = np.bincount(self.task, minlength=self.n) > 0
+            self.counts = np.diff(self.task_at)
         # demand below this is rounding (a resource whose transfers all froze)
         self.floor = 1e-12 * float(self.frac.max(initial=1.0))
         # every edge carries its transfer's whole bytes (loads: 1.0 * x is x)
         self.whole = bool((self.frac == 1.0).all())
+
+    def per_edge(self, values: np.ndarray) -> np.ndarray:
+        """``values[self.task]`` (a value per transfer, on each of its edges) as one
+        ``np.repeat`` by its count of edges: ``task`` is each transfer's number
+        repeated so (edges in transfer order), so the same array, without reading
+        ``task``."""
+        out: np.ndarray = np.repeat(values, self.counts)
+        return out
 
     def _every(self, which: np.ndarray) -> bool:
         """Whether the transfers ``which`` are every transfer, in order (their edges
@@ -279,7 +289,8 @@ class FairShare:
 
     def loads(self, which: np.ndarray, *rates: np.ndarray) -> list[np.ndarray]:
         """:meth:`load` of ``which`` at each of ``rates`` (their edges found once)."""
-        if self._every(which):  # every edge, in order: the arrays themselves
+        every = self._every(which)
+        if every:  # every edge, in order: the arrays themselves
             task, res, frac = self.task, self.res, self.frac
         else:
             mine = ranges(self.task_at[which], self.task_at[which + 1])
@@ -289,7 +300,8 @@ class FairShare:
         for rate in rates:
             # a transfer's finite rate (else 0) on each of its edges: the same as the
             # rate on each edge, finite or 0, with one pass over the transfers
-            r = np.where(np.isfinite(rate), rate, 0.0)[task]
+            finite = np.where(np.isfinite(rate), rate, 0.0)
+            r = self.per_edge(finite) if every else finite[task]
             out.append(np.bincount(res, weights=r if self.whole else frac * r,
                                    minlength=len(self.resources)))
         return out

@@ -94,11 +94,21 @@ def simulate_arrays(flows: FairShare, nbytes: np.ndarray, gate: StepGate | OneSt
     return got
 
 
+def simulated_time(flows: FairShare, nbytes: np.ndarray, gate: StepGate | OneStep,
+                   lat: np.ndarray) -> float:
+    """:func:`simulate_arrays`' time alone: the same run and the same float
+    (``Estimate.time``), without each task's start and end as Python floats (a million
+    of each at 1,024 devices, which a caller of the time alone never reads)."""
+    run = _Fluid(flows, nbytes, gate, lat)
+    run._events()
+    return run.end_time()
+
+
 def _carried(flows: FairShare, nbytes: np.ndarray) -> np.ndarray:
     """Bytes each resource of ``flows`` carries over the run: each edge's share of its
     transfer's ``nbytes`` (no product where every fraction is 1.0: ``1.0 * x`` is
     ``x``)."""
-    on = nbytes[flows.task]
+    on = flows.per_edge(nbytes)  # nbytes[flows.task]
     return np.bincount(flows.res, weights=on if flows.whole else flows.frac * on,
                        minlength=len(flows.resources))
 
@@ -137,6 +147,22 @@ class _Fluid:
     def run(self, stop: Stop | None = None) -> Estimate | None:
         """Every event in time order until every task has ended (None: stopped early,
         :func:`simulate`)."""
+        if not self._events(stop):
+            return None
+        flows, carried = self.flows, self.carried
+        top = int(np.argmax(carried)) if len(carried) else -1
+        busiest = (flows.resources[top][0], flows.resources[top][1], float(carried[top])) \
+            if top >= 0 else ("none", -1, 0.0)
+        return Estimate(self.end_time(), tuple(self.starts.tolist()),
+                        tuple(self.ends.tolist()), busiest)
+
+    def end_time(self) -> float:
+        """The run's end (:attr:`Estimate.time`), once :meth:`_events` has run."""
+        return float(self.ends.max()) if self.n else 0.0
+
+    def _events(self, stop: Stop | None = None) -> bool:
+        """Every event in time order until every task has ended (False: stopped early,
+        :func:`simulate`)."""
         self._enter(self.gate.start())
         finished = 0
         bound = _ClockBound(self) if stop is not None else None
@@ -146,23 +172,18 @@ class _Fluid:
                 raise RuntimeError("cost simulation stalled; the plan's order is inconsistent")
             if bound is not None and stop is not None and \
                     stop(bound.at(nxt) / (1 + STOP_MARGIN)):
-                return None
+                return False
             self.now = nxt
             ending, refill = self._start_flows(np.flatnonzero(self.fin <= nxt * (1 + 1e-12)))
             if len(ending):
-                refill = self._end(ending) or refill
+                refill = self._end(ending, finished + len(ending) == self.n) or refill
             if refill:
                 self._refill()
             if len(ending):
                 self.ends[ending] = nxt
                 finished += len(ending)
                 self._enter(self.gate.ended(ending))
-        flows, carried = self.flows, self.carried
-        top = int(np.argmax(carried)) if len(carried) else -1
-        busiest = (flows.resources[top][0], flows.resources[top][1], float(carried[top])) \
-            if top >= 0 else ("none", -1, 0.0)
-        return Estimate(float(self.ends.max()) if self.n else 0.0,
-                        tuple(self.starts.tolist()), tuple(self.ends.tolist()), busiest)
+        return True
 
     def _enter(self, ready: np.ndarray) -> None:
         """Tasks whose devices all entered their step start now (their bytes flow
@@ -187,12 +208,18 @@ class _Fluid:
                 self.refill_at = min(self.refill_at, self.now + self.window * START_SHARE)
         return ending, refill
 
-    def _end(self, ending: np.ndarray) -> bool:
+    def _end(self, ending: np.ndarray, last: bool = False) -> bool:
         """Tasks end: their load comes off. Whether the shares must be filled again
-        now (only load taken off a full resource can change a rate)."""
+        now (only load taken off a full resource can change a rate). ``last``: these
+        are every task not ended yet, so nothing flows after them and no load or share
+        is read again (the run's answer is its starts, ends and carried bytes): their
+        load is not summed, and nothing is filled again."""
         self.flowing[ending] = False
         self.fin[ending] = np.inf
         self.low = min(self.low, float(self.rate[ending].min()))
+        if last:
+            self.rate[ending] = 0.0
+            return False
         off = self.flows.load(ending, self.rate)
         self.freed += off
         self.usage -= off
@@ -219,10 +246,13 @@ class _Fluid:
         self.refill_at = np.inf
         if not len(changed):
             return
-        on, off = self.flows.loads(changed, new, self.rate)
-        self.usage += on - off
-        now, remaining = self.now, self.remaining
         old = self.rate[changed]
+        if old.any():
+            on, off = self.flows.loads(changed, new, self.rate)
+            self.usage += on - off
+        else:  # none had a rate: their old load is 0.0 on every resource, on - 0.0 is on
+            self.usage += self.flows.load(changed, new)
+        now, remaining = self.now, self.remaining
         moved = np.where(np.isinf(old), remaining[changed], old * (now - self.since[changed]))
         remaining[changed] = np.where(old > 0, np.maximum(0.0, remaining[changed] - moved),
                                       remaining[changed])
@@ -255,4 +285,4 @@ class _ClockBound:
 
 
 __all__ = ["DEFER_TIME", "EXACT_UP_TO", "START_SHARE", "STOP_MARGIN", "Estimate", "Stop",
-           "simulate", "simulate_arrays"]
+           "simulate", "simulate_arrays", "simulated_time"]

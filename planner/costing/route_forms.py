@@ -160,21 +160,24 @@ def _shift_group(tasks: list[Task], keys: list[tuple[object, ...]], step: tuple[
     return out  # type: ignore[return-value]  # every task's filled in
 
 
-ChainMemo = dict[tuple[object, ...], tuple[bytes, np.ndarray, np.ndarray, np.ndarray]]
+ChainMemo = dict[tuple[object, ...],
+                 tuple[bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 """Per root and receivers (:func:`relabeled`): their form row's bytes, their hosts in
-the order first named, each host's rank (-1: not named) and what each host's devices
-move by to their renumbered host."""
+the order first named, each host's rank (-1: not named), what each host's devices
+move by to their renumbered host, and the ranks between two -1s (:func:`_guard`)."""
 
 
 def relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
               find: Callable[[], Route], memo: FormMemo,
-              chains: ChainMemo | None = None) -> Route:
+              chains: ChainMemo | None = None,
+              ones: dict[int, np.ndarray] | None = None) -> Route:
     """``task``'s route (``key``: its route key, ``find``: its search) on a regular
     cluster (``step``: devices and NICs a host): the route of the task with its hosts
     renumbered in the order its devices first name them (each device keeping its place
     in its host), found once in ``memo``, numbered back. ``chains``: the root and
     receivers' part of that renumbering already found (filled in; tasks of one chain
-    in other trees share it)."""
+    in other trees share it). ``ones``: read-only fractions (every one 1.0) by length,
+    shared by the routes numbered back (filled in; else each gets its own)."""
     devices = step[0]
     row, order, number = _host_ranks(task, devices, chains)
     form = form_key(task, key, row)
@@ -182,7 +185,18 @@ def relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
     if got is None:
         return _found_form(form, number, step, find, memo)
     base, (ranked, span), lat = got
-    return Path.of_codes(base + order[ranked] * span), lat
+    return Path.of_codes(base + order[ranked] * span,
+                         None if ones is None else read_only_ones(len(base), ones)), lat
+
+
+def read_only_ones(n: int, ones: dict[int, np.ndarray]) -> np.ndarray:
+    """``n`` fractions of 1.0, read only, kept in ``ones`` by length: paths of as many
+    codes share them (a writer would raise, not change another path's)."""
+    got = ones.get(n)
+    if got is None:
+        got = ones[n] = np.ones(n)
+        got.flags.writeable = False
+    return got
 
 
 FORM_STRIDE = 24
@@ -237,16 +251,24 @@ def _host_ranks(task: Task, devices: int, chains: ChainMemo | None
     head_key = chain_key(task)
     head = chains.get(head_key)
     if head is None:
-        head = chains[head_key] = _ranked_row(_devices_row(task, heads_only=True), devices)
-    row, order, number, move = head
+        row, order, number, move = _ranked_row(_devices_row(task, heads_only=True), devices)
+        head = chains[head_key] = (row, order, number, move, _guard(number))
+    row, order, number, move, guard = head
     if not task.parents:
         return row, order, number
     parents = _int_row(task.parents)
     hosts = parents // devices
-    if int(hosts.min()) < 0 or int(hosts.max()) >= len(number) or \
-            bool((number[hosts] < 0).any()):  # a parent in a host not named before
+    if int(guard.take(hosts + 1, mode="clip").min()) < 0:  # a parent's host not named
         return _ranked_row(_devices_row(task), devices)[:3]
     return row + (parents + move[hosts]).tobytes(), order, number
+
+
+def _guard(number: np.ndarray) -> np.ndarray:
+    """Host ranks ``number`` (-1: not named) with a -1 at each end: read at ``host + 1``
+    with its places clipped to its ends, a host below 0 or past ``number`` reads -1,
+    any other its rank, so one ``take`` and one ``min`` tell whether every host is
+    named (:func:`_host_ranks`)."""
+    return np.concatenate(([-1], number, [-1]))
 
 
 def _ranked_row(ds: np.ndarray, devices: int
@@ -256,12 +278,24 @@ def _ranked_row(ds: np.ndarray, devices: int
     each host's devices move by (:func:`_renumbered`)."""
     hosts = ds // devices
     # the hosts in the order first named, run by run (devices come host by host)
-    runs = hosts[np.flatnonzero(hosts[1:] != hosts[:-1]) + 1].tolist()
-    order = np.array(list(dict.fromkeys([int(hosts[0]), *runs])), dtype=np.int64)
+    runs = np.concatenate((hosts[:1], hosts[np.flatnonzero(hosts[1:] != hosts[:-1]) + 1]))
+    order = _first_named(runs)
     number = np.full(int(order.max()) + 1, -1, dtype=np.int64)
     number[order] = np.arange(len(order))  # each host's rank (distinct hosts: exact)
     move = _moves(number, devices)
     return (ds + move[hosts]).tobytes(), order, number, move
+
+
+def _first_named(runs: np.ndarray) -> np.ndarray:
+    """The distinct ``runs`` in the order first met (``dict.fromkeys``'s): where none is
+    negative, each one's first place found by one ``np.minimum.at`` over a table of
+    them (exact integers; the places differ, so their sort has one answer)."""
+    if int(runs.min()) < 0:  # a table cannot hold it: as a dict
+        return np.array(list(dict.fromkeys(runs.tolist())), dtype=np.int64)
+    first = np.full(int(runs.max()) + 1, len(runs), dtype=np.int64)
+    np.minimum.at(first, runs, np.arange(len(runs), dtype=np.int64))
+    named = np.flatnonzero(first < len(runs))
+    return named[np.argsort(first[named])]
 
 
 def _moves(number: np.ndarray, devices: int) -> np.ndarray:
@@ -276,8 +310,9 @@ def _devices_row(task: Task, heads_only: bool = False) -> np.ndarray:
     (``heads_only``: its root and receivers), packed as 8-byte integers by one
     ``struct`` call and read as one: the same numbers in less than half the time of a
     ``np.fromiter`` per role."""
-    if heads_only:
-        return _int_row((task.root, *task.receivers))
+    if heads_only:  # the root and receivers packed by one call, no tuple between
+        return np.frombuffer(struct.pack(f"{len(task.receivers) + 1}q", task.root,
+                                         *task.receivers), dtype=np.int64)
     return _int_row((task.root, *task.receivers, *task.parents, *task.addends,
                      *task.addend_parents))
 
@@ -302,5 +337,5 @@ def _spans(codes: np.ndarray, step: tuple[int, int]) -> np.ndarray:
     return np.where(codes % 8 <= KIND_CODE[NIC_IN], 8 * nics, 8 * devices)
 
 
-__all__ = ["ChainMemo", "FormMemo", "chain_key", "form_key", "relabeled", "shifted",
-           "shifted_many"]
+__all__ = ["ChainMemo", "FormMemo", "chain_key", "form_key", "read_only_ones", "relabeled",
+           "shifted", "shifted_many"]

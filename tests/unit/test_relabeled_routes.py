@@ -160,3 +160,97 @@ def test_host_ranks_with_and_without_chains_as_before(seed):
                 assert order.tolist() == want_order.tolist()
                 assert number.tolist() == want_number.tolist()
     assert chains  # the memo was used
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_first_named_is_dict_order(seed):
+    """The hosts in the order first met, by a table of first places (round ten), equal
+    ``dict.fromkeys``' order: runs of repeats, far hosts, and negative ones (a dict)."""
+    import numpy as np
+
+    from reshard.planner.costing.route_forms import _first_named
+
+    rng = random.Random(seed)
+    for _ in range(40):
+        low = -3 if seed % 4 == 0 else 0
+        runs = [rng.randrange(low, rng.choice([5, 130, 5000])) for _ in range(rng.randint(1, 300))]
+        got = _first_named(np.array(runs, dtype=np.int64))
+        assert got.dtype == np.int64
+        assert got.tolist() == list(dict.fromkeys(runs))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_parent_off_the_chain_s_hosts_reads_the_whole_row(seed):
+    """A tree whose parent lies in a host its chain does not name, below host 0 or past
+    the last named host is ranked from its whole row (round ten's one ``take``)."""
+    import numpy as np
+
+    from reshard.planner.costing.route_forms import _host_ranks
+
+    rng = random.Random(seed)
+    devices = rng.choice([4, 8])
+    chains: dict = {}
+    for _ in range(20):
+        picked = rng.sample(range(8 * devices, 40 * devices), rng.randint(3, 40))
+        root, receivers = picked[0], tuple(picked[1:])
+        named = sorted({d // devices for d in picked})
+        odd = rng.choice([-1, -devices - 1, named[0] * devices - 1, 0,
+                          (named[-1] + 1) * devices, (named[-1] + 7) * devices + 3,
+                          *(h * devices for h in range(named[0], named[-1]) if h not in named)])
+        parents = tuple(rng.choice((root, *receivers[:j])) for j in range(len(receivers)))
+        for p in (parents, (*parents[:-1], odd)):
+            t = Task(TaskKind.BROADCAST, 0, ((0, 8),), root, receivers, 16, parents=p)
+            got = _host_ranks(t, devices, chains)
+            want = _host_ranks(t, devices, None)  # the whole row, no chain read
+            assert got[0] == want[0]
+            assert np.array_equal(got[1], want[1]) and np.array_equal(got[2], want[2])
+            if min(p) >= 0:
+                assert got[0] == _old_form_row(t, devices)[0]
+
+
+def test_relabeled_routes_share_read_only_fractions():
+    """Routes numbered back from one form share one read-only array of fractions (each
+    1.0): none is written, and no route pays for its own."""
+    import numpy as np
+
+    from reshard.planner.costing.fairshare import path_arrays
+
+    cluster = _clusters()[next(iter(_clusters()))]
+    rng = random.Random(3)
+    t = _task(rng, TaskKind.BROADCAST, 80)
+    twins = [t]
+    for _ in range(4):
+        perm = list(range(HOSTS))
+        rng.shuffle(perm)
+        twins.append(_renumbered(t, perm))
+    got = task_routes(twins, cluster, Routes())
+    fracs = [path_arrays(p)[1] for p, _ in got[1:]]
+    assert all(f is fracs[0] for f in fracs)
+    assert not fracs[0].flags.writeable and np.array_equal(fracs[0], np.ones(len(fracs[0])))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_tree_of_a_known_chain_reads_its_parents_alone(seed, monkeypatch):
+    """Once its chain is known, a tree whose parents lie in the chain's hosts is ranked
+    from the chain's part and its parents alone (no whole row), and the same row."""
+    from reshard.planner.costing import route_forms
+
+    rng = random.Random(seed)
+    devices = 8
+    chains: dict = {}
+    whole = []
+    real = route_forms._ranked_row
+    monkeypatch.setattr(route_forms, "_ranked_row",
+                        lambda *a: whole.append(1) or real(*a))  # type: ignore[func-returns-value]
+    for _ in range(10):
+        first = rng.randrange(0, 30)
+        picked = rng.sample(range(first * devices, (first + 6) * devices), 30)
+        root, receivers = picked[0], tuple(picked[1:])
+        chain = Task(TaskKind.BROADCAST, 0, ((0, 8),), root, receivers, 16)
+        route_forms._host_ranks(chain, devices, chains)  # the chain, found once
+        parents = tuple(rng.choice((root, *receivers[:j])) for j in range(len(receivers)))
+        t = dataclasses.replace(chain, parents=parents)
+        before = len(whole)
+        got = route_forms._host_ranks(t, devices, chains)
+        assert len(whole) == before  # no whole row read
+        assert got[0] == route_forms._host_ranks(t, devices, None)[0]
