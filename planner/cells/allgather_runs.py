@@ -69,22 +69,54 @@ def _split(extents: tuple[int, ...], k: int, itemsize: int, dim_of: DimOf
     return d, bounds, tuple((b - a) * rest * itemsize for a, b in bounds)
 
 
+_Hosts = tuple[frozenset[int], tuple[tuple[int, ...], ...]]
+"""A needer set's hosts, and each host's needers (id order) in host order."""
+
+
+class _Memo:
+    """What a run's templates share: each needer set's :data:`_Hosts`, each split's
+    (dim, bounds, bytes) by (extents, pieces, item size)."""
+
+    __slots__ = ("hosts", "splits")
+
+    def __init__(self) -> None:
+        self.hosts: dict[frozenset[int], _Hosts] = {}
+        self.splits: dict[tuple[tuple[int, ...], int, int],
+                          tuple[int, tuple[tuple[int, int], ...], tuple[int, ...]]] = {}
+
+    def hosts_of(self, needers: frozenset[int], host: Callable[[int], int]) -> _Hosts:
+        got = self.hosts.get(needers)
+        if got is None:
+            by_host: dict[int, list[int]] = {}
+            for n in sorted(needers):
+                by_host.setdefault(host(n), []).append(n)
+            got = self.hosts[needers] = (frozenset(by_host), tuple(
+                tuple(members) for _, members in sorted(by_host.items())))
+        return got
+
+    def split(self, extents: tuple[int, ...], k: int, itemsize: int, dim_of: DimOf
+              ) -> tuple[int, tuple[tuple[int, int], ...], tuple[int, ...]]:
+        key = (extents, k, itemsize)
+        got = self.splits.get(key)
+        if got is None:
+            got = self.splits[key] = _split(extents, k, itemsize, dim_of)
+        return got
+
+
 def _template(cell: Cell, extents: tuple[int, ...], itemsize: int,
-              host: Callable[[int], int], nic: Callable[[int], int], dim_of: DimOf
-              ) -> _Template | None:
+              host: Callable[[int], int], nic: Callable[[int], int], dim_of: DimOf,
+              memo: _Memo) -> _Template | None:
     """The cell's template, or None where it has a choice (or a copy, a local
     broadcast, a lone needer on a host, an empty box, a fractional share)."""
-    holders, needers = cell.holders, cell.needers
+    holders = cell.holders
     if len(holders) != 1 or not extents:
         return None
     (root,) = holders
     nbytes = itemsize
     for e in extents:
         nbytes *= e
-    by_host: dict[int, list[int]] = {}
-    for n in sorted(needers):
-        by_host.setdefault(host(n), []).append(n)
-    if host(root) in by_host or any(len(m) < 2 for m in by_host.values()):
+    hosts, by_host = memo.hosts_of(cell.needers, host)
+    if host(root) in hosts or any(len(m) < 2 for m in by_host):
         return None  # (a needer that holds the cell, a copy, is on the root's host)
     dev_out: dict[int, int] = {}
     dev_in: dict[int, int] = {}
@@ -92,13 +124,13 @@ def _template(cell: Cell, extents: tuple[int, ...], itemsize: int,
     nic_in: dict[int, int] = {}
     nroot = nic(root)
     groups: list[_Group] = []
-    for _, members in sorted(by_host.items()):
+    for members in by_host:
         k = len(members)
         share = nbytes * (k - 1) / k
         if not share.is_integer():
             return None
-        d, bounds, sizes = _split(extents, k, itemsize, dim_of)
-        groups.append((tuple(members), d, bounds, sizes))
+        d, bounds, sizes = memo.split(extents, k, itemsize, dim_of)
+        groups.append((members, d, bounds, sizes))
         for m, pb in zip(members, sizes):
             if pb:
                 dev_out[root] = dev_out.get(root, 0) + pb
@@ -133,6 +165,7 @@ def plan_run(run: CellRun, loads: Loads, dim_of: DimOf) -> list[list[Task]] | No
     turn gives them (``dim_of``: its ``split_dim``), where every cell has a template and
     every total stays whole (module docstring); else None, nothing written."""
     host, nic = loads.host, loads.nic
+    memo = _Memo()
     templates: dict[tuple[frozenset[int], frozenset[int], tuple[int, ...], int],
                     _Template] = {}
     counts: dict[int, int] = {}  # each template's cells, by id, in first-use order
@@ -143,7 +176,7 @@ def plan_run(run: CellRun, loads: Loads, dim_of: DimOf) -> list[list[Task]] | No
         key = (cell.holders, cell.needers, extents, itemsize)
         t = templates.get(key)
         if t is None:
-            got = _template(cell, extents, itemsize, host, nic, dim_of)
+            got = _template(cell, extents, itemsize, host, nic, dim_of, memo)
             if got is None:
                 return None
             t = templates[key] = got
