@@ -27,7 +27,7 @@ from reshard.layout import Box, chunk_size
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.broadcast_runs import CellRun
 from reshard.planner.cells.decompose import Cell
-from reshard.planner.cells.new_tasks import new_task
+from reshard.planner.cells.new_tasks import TASK_FIELDS, new_task
 from reshard.planner.cells.whole_sums import stays_whole
 from reshard.planner.values.tasks import Buffer, Task, TaskKind
 
@@ -142,6 +142,37 @@ def _template(cell: Cell, extents: tuple[int, ...], itemsize: int,
     return _Template(root, nbytes, groups, (dev_out, dev_in, nic_out, nic_in))
 
 
+_SETTERS = tuple(getattr(Task, name).__set__ for name in TASK_FIELDS)
+"""Each of :class:`~reshard.planner.values.tasks.Task`'s slots' setter, in the fields'
+order (:data:`~reshard.planner.cells.new_tasks.TASK_FIELDS`)."""
+
+
+def _sends(tensor: int, pieces: tuple[Box, ...], root: int, members: tuple[int, ...],
+           sizes: tuple[int, ...], step: int, out: list[Task]) -> None:
+    """``new_task(SEND, tensor, piece, root, (m,), pb, step)`` of each nonempty piece
+    appended to ``out``: the same slots set in the same order, no call per task."""
+    (kind, tens, box, rt, recv, nb, st, source, pcs, through, parents, addends,
+     addend_parents) = _SETTERS
+    send, src, new, append = TaskKind.SEND, Buffer.SRC, object.__new__, out.append
+    for m, piece, pb in zip(members, pieces, sizes):
+        if pb:
+            t = new(Task)
+            kind(t, send)
+            tens(t, tensor)
+            box(t, piece)
+            rt(t, root)
+            recv(t, (m,))
+            nb(t, pb)
+            st(t, step)
+            source(t, src)
+            pcs(t, ())
+            through(t, ())
+            parents(t, ())
+            addends(t, ())
+            addend_parents(t, ())
+            append(t)
+
+
 def _tasks(cell: Cell, tensor: int, step: int, t: _Template) -> list[Task]:
     """The cell's tasks as :func:`~reshard.planner.cells.cell_tasks.plan_allgather`
     builds them: each group's sends of nonempty pieces, then its all-gather."""
@@ -152,9 +183,7 @@ def _tasks(cell: Cell, tensor: int, step: int, t: _Template) -> list[Task]:
         head, tail = box[:d], box[d + 1:]
         lo = box[d][0]
         pieces: tuple[Box, ...] = tuple((*head, (lo + a, lo + b), *tail) for a, b in bounds)
-        for m, piece, pb in zip(members, pieces, sizes):
-            if pb:
-                out.append(new_task(TaskKind.SEND, tensor, piece, root, (m,), pb, step))
+        _sends(tensor, pieces, root, members, sizes, step, out)
         out.append(new_task(TaskKind.ALLGATHER, tensor, box, -1, members, t.nbytes,
                             step + 1, source=Buffer.DST, pieces=pieces))
     return out
