@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable
 
 from reshard.layout import Box, box_size, chunk_size
+from reshard.planner.cells import allgather_runs
 from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
 from reshard.planner.cells.broadcast_runs import CellRun, one_host, plan_run
 from reshard.planner.cells.chain_arrays import NicMirror
@@ -302,7 +303,11 @@ def plan_allgathers(run: CellRun, loads: Loads) -> list[list[Task]]:
     needers) pair's hosts (:func:`_hosts`) and remote senders (:func:`_remote_sends`)
     found once: they read only those sets (and ``loads``' tables, the same objects
     throughout), and every choice among the holders is by a key that ends in the
-    device's id, so the holders' iteration order decides nothing."""
+    device's id, so the holders' iteration order decides nothing. A run with nothing
+    to choose is planned in bulk (:func:`~reshard.planner.cells.allgather_runs.plan_run`)."""
+    whole = allgather_runs.plan_run(run, loads, split_dim)
+    if whole is not None:
+        return whole
     memo: dict[tuple[frozenset[int], frozenset[int]],
                tuple[_Hosts, list[Callable[[int, int], int]]]] = {}
     host = loads.host
