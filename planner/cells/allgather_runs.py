@@ -27,7 +27,7 @@ from reshard.layout import Box, chunk_size
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.broadcast_runs import CellRun
 from reshard.planner.cells.decompose import Cell
-from reshard.planner.cells.new_tasks import TASK_FIELDS, new_task
+from reshard.planner.cells.new_tasks import SETTERS, new_task
 from reshard.planner.cells.whole_sums import stays_whole
 from reshard.planner.values.tasks import Buffer, Task, TaskKind
 
@@ -142,17 +142,12 @@ def _template(cell: Cell, extents: tuple[int, ...], itemsize: int,
     return _Template(root, nbytes, groups, (dev_out, dev_in, nic_out, nic_in))
 
 
-_SETTERS = tuple(getattr(Task, name).__set__ for name in TASK_FIELDS)
-"""Each of :class:`~reshard.planner.values.tasks.Task`'s slots' setter, in the fields'
-order (:data:`~reshard.planner.cells.new_tasks.TASK_FIELDS`)."""
-
-
 def _sends(tensor: int, pieces: tuple[Box, ...], root: int, members: tuple[int, ...],
            sizes: tuple[int, ...], step: int, out: list[Task]) -> None:
     """``new_task(SEND, tensor, piece, root, (m,), pb, step)`` of each nonempty piece
     appended to ``out``: the same slots set in the same order, no call per task."""
     (kind, tens, box, rt, recv, nb, st, source, pcs, through, parents, addends,
-     addend_parents) = _SETTERS
+     addend_parents) = SETTERS
     send, src, new, append = TaskKind.SEND, Buffer.SRC, object.__new__, out.append
     for m, piece, pb in zip(members, pieces, sizes):
         if pb:

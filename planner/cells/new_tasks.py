@@ -22,10 +22,15 @@ TASK_FIELDS = ("kind", "tensor", "box", "root", "receivers", "nbytes", "step", "
 """:class:`~reshard.planner.values.tasks.Task`'s fields in order, as :func:`new_task`
 sets them (a test holds them to the dataclass's)."""
 
+SETTERS = tuple(getattr(Task, name).__set__ for name in TASK_FIELDS)
+"""Each of :class:`~reshard.planner.values.tasks.Task`'s slots' setter, in
+:data:`TASK_FIELDS`' order: what every slot-by-slot build here and in the run planners
+sets a new task with."""
+
 _new = object.__new__
 (_set_kind, _set_tensor, _set_box, _set_root, _set_receivers, _set_nbytes, _set_step,
  _set_source, _set_pieces, _set_through, _set_parents, _set_addends,
- _set_addend_parents) = (getattr(Task, name).__set__ for name in TASK_FIELDS)
+ _set_addend_parents) = SETTERS
 
 
 def new_task(kind: TaskKind, tensor: int, box: Box, root: int, receivers: tuple[int, ...],
@@ -99,4 +104,4 @@ def _broadcasts(tensors: Iterable[int], boxes: Iterable[Box], steps: Iterable[in
     return out
 
 
-__all__ = ["TASK_FIELDS", "broadcast_rows_tasks", "broadcast_runs_tasks", "new_task"]
+__all__ = ["SETTERS", "TASK_FIELDS", "broadcast_rows_tasks", "broadcast_runs_tasks", "new_task"]
