@@ -22,20 +22,14 @@ such a cell: 640 cells of a request, 32 rankings each run (the loads rotate).
 from __future__ import annotations
 
 import itertools
-import operator
-from collections.abc import Callable
 
 from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
-from reshard.planner.cells.chain_memo import _ranks
+from reshard.planner.cells.chain_memo import Reader, _ranks, _reader
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.cells.new_tasks import new_task
 from reshard.planner.cells.short_chain import remote_chain
 from reshard.planner.values.resources import NIC_OUT
 from reshard.planner.values.tasks import Task, TaskKind
-
-Reader = Callable[[dict[int, float]], tuple[float, ...]]
-"""The receivers' NICs' loads read from a table of loads (a ``defaultdict``), as a
-tuple in NIC order."""
 
 
 class Receivers:
@@ -46,7 +40,7 @@ class Receivers:
         self.group = group
         self.hosts = hosts
         self.nics = nics
-        self.read: Reader = operator.itemgetter(*nics)  # two or more: a tuple
+        self.read: Reader = _reader(nics)
         self.seen = False  # every NIC's loads written to both tables (read below)
         self.chains: dict[tuple[tuple[int, ...], tuple[int, ...]], Kept] = {}
 
