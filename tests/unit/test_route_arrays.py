@@ -21,6 +21,7 @@ from reshard.planner.plan import make_tensor_spec, plan_tasks
 from reshard.planner.schedule import floors
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Task
+from tests.unit._reach_loop import reach_loop
 
 CLUSTER = Cluster.preset("dgx-h100", 16)  # 16 hosts x 8
 SRC = Layout(DeviceMesh((8, 8), range(64)), "S10R")
@@ -76,19 +77,6 @@ def test_a_path_made_from_codes_reads_as_its_list():
     assert path_arrays(path)[0] is codes
 
 
-def _reach_loop(a, b, wait, fill):
-    reach: dict[int, float] = {}
-    got: set[int] = set()
-    for s, r, w, f in zip(a, b, wait, fill):
-        at = reach.get(s, 0.0) + w
-        if s in got:
-            at += f
-        if at > reach.get(r, 0.0):
-            reach[r] = at
-        else:
-            reach.setdefault(r, 0.0)
-        got.add(r)
-    return max(reach.values())
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -112,7 +100,7 @@ def test_the_reach_of_a_random_tree_is_the_loop_s(seed):
     fill = [rng.random() * 1e-4 for _ in a]
     arrays = [np.array(x) for x in (a, b, wait, fill)]
     got = cost._reach(*arrays)
-    assert got == _reach_loop(a, b, wait, fill)
+    assert got == reach_loop(a, b, wait, fill)
     by_depth = cost._reach_by_depth(*arrays, 4 * n + 1)
     assert (by_depth is None) == (deep or seed % 2 == 1)  # shallow and once each: by depth
     assert by_depth is None or by_depth == got

@@ -13,22 +13,7 @@ import pytest
 
 from reshard.planner.costing import cost
 from reshard.planner.costing.tree_reach import _depths, by_levels
-
-
-def _loop(a, b, wait, fill):
-    """The reach edge by edge in order (the model's definition)."""
-    reach: dict[int, float] = {}
-    got: set[int] = set()
-    for i, (s, r, w) in enumerate(zip(a, b, wait)):
-        at = reach.get(s, 0.0) + w
-        if fill is not None and s in got:
-            at += fill[i]
-        if at > reach.get(r, 0.0):
-            reach[r] = at
-        else:
-            reach.setdefault(r, 0.0)
-        got.add(r)
-    return max(reach.values())
+from tests.unit._reach_loop import reach_loop
 
 
 def _tree(rng: random.Random, n: int, fan: int, late: bool):
@@ -71,7 +56,7 @@ def test_by_levels_is_the_loop_s_float(seed):
     size = 5 * n + 2
     depth = _depth_loop(a, b)
     assert _depths(*_up(arrays[0], arrays[1], size)).tolist() == depth
-    want = _loop(a, b, wait, fill)
+    want = reach_loop(a, b, wait, fill)
     for deepest in (n, max(depth), max(depth) - 1, n // 32):
         got = by_levels(*arrays, fills, size, deepest)
         if max(depth) > deepest:
@@ -98,4 +83,4 @@ def test_a_device_reached_twice_is_left_to_the_loop(seed):
     b.append(b[10])  # reached again
     arrays = [np.array(x) for x in (a, b, [1e-6] * len(a))]
     assert by_levels(*arrays, None, 1001, len(a)) is None
-    assert cost._reach(*arrays, None) == _loop(a, b, [1e-6] * len(a), None)
+    assert cost._reach(*arrays, None) == reach_loop(a, b, [1e-6] * len(a), None)
