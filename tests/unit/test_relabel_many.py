@@ -16,8 +16,8 @@ from reshard.planner.costing import cost
 from reshard.planner.costing.cost import Hops, Routes, task_path, task_routes
 from reshard.planner.costing.fairshare import Path, path_arrays
 from reshard.planner.costing.relabel_many import (
+    BLOCK,
     RankedRows,
-    _rows,
     relabeled_many,
     relabeled_or_own,
 )
@@ -56,7 +56,7 @@ def test_ranked_rows_equal_each_row_ranked_alone(seed):
     k = rng.randint(2, 70)
     shape = rng.choice([(0, 0), (k, 0), (k, 2)])
     tasks = []
-    for _ in range(rng.randint(1, 25)):
+    for _ in range(rng.randint(1, 3 * BLOCK)):  # several blocks, the last part full
         t = _task(rng, devices, 30 + 150 // devices, k, base)
         if shape[0] and not t.parents:
             t = Task(TaskKind.BROADCAST, 0, ((0, 8),), t.root, t.receivers, 16,
@@ -65,14 +65,15 @@ def test_ranked_rows_equal_each_row_ranked_alone(seed):
                           parents=t.parents if shape[0] else (),
                           addends=(base + 1, base + 7 * devices)[:shape[1]],
                           addend_parents=(t.root,) * shape[1]))
-    rows = RankedRows(_rows(tasks), devices)
+    rows = RankedRows.of(tasks, devices)
+    assert rows is not None
     for j, t in enumerate(tasks):
         want_row, want_order, want_number = _old_form_row(t, devices)
         assert rows.row(j) == want_row
-        number = rows.number[j].tolist()
+        number = rows.number(j).tolist()
         assert number[:len(want_number)] == want_number.tolist()
         assert set(number[len(want_number):]) <= {-1}
-        start, n = int(rows.begin[j]), int(rows.named[j])
+        start, n = int(rows.begin[j]), int(rows.counts[j])
         assert rows.order[start:start + n].tolist() == want_order.tolist()
 
 
