@@ -92,8 +92,8 @@ class RankedRows:
 
     @classmethod
     def of(cls, tasks: Sequence[Task], devices: int) -> RankedRows | None:
-        """The rows of ``tasks`` (of one length; ``devices`` a host) ranked; None where
-        a device is below 0 (no table holds its host)."""
+        """The rows of ``tasks`` (of one length in each role; ``devices`` a host)
+        ranked; None where a device is below 0 (no table holds its host)."""
         t0 = tasks[0]
         roles = (1, len(t0.receivers), len(t0.parents), len(t0.addends),
                  len(t0.addend_parents))
@@ -192,13 +192,13 @@ def relabeled_many(tasks: Sequence[Task], keys: Sequence[tuple[object, ...]],
                    ) -> list[Route] | None:
     """:func:`relabeled_or_own` of each of ``tasks`` (distinct ``keys``; ``memos``:
     forms and read-only ones), in order, each row's form found at once
-    (:class:`RankedRows`, rows of one length together) and the tasks of each form met
+    (:class:`RankedRows`, rows of one length in each role together) and the tasks of each form met
     again numbered back together; None (nothing found) where a device is below 0."""
     forms, ones = memos
-    by_width: dict[int, list[int]] = {}
+    by_width: dict[tuple[int, ...], list[int]] = {}  # by the lengths of the roles
     for i, t in enumerate(tasks):
-        by_width.setdefault(len(t.receivers) + len(t.parents) + len(t.addends)
-                            + len(t.addend_parents), []).append(i)
+        by_width.setdefault((len(t.receivers), len(t.parents), len(t.addends),
+                             len(t.addend_parents)), []).append(i)
     ranked: list[tuple[RankedRows, int]] = [None] * len(tasks)  # type: ignore[list-item]
     for idx in by_width.values():
         rows = RankedRows.of([tasks[i] for i in idx], step[0])

@@ -137,6 +137,31 @@ def test_many_at_once_equal_task_by_task(name, seed):
             assert np.array_equal(x, y)
 
 
+@pytest.mark.parametrize("name", list(regular_clusters(HOSTS, GPUS)))
+def test_rows_of_one_length_split_otherwise_between_roles(name):
+    """Chains of 112 receivers, trees of 56 receivers and 56 parents, fused sums of 56
+    receivers and 56 addends: rows of one length, found apart."""
+    cluster = regular_clusters(HOSTS, GPUS)[name]
+    rng = random.Random(11)
+    tasks = []
+    for j in range(24):
+        picked = rng.sample(range(HOSTS * GPUS), 113)
+        picked.sort(key=lambda d: (d // GPUS, rng.random()))
+        root, rest = picked[0], tuple(picked[1:])
+        if j % 3 == 0:
+            tasks.append(Task(TaskKind.BROADCAST, 0, ((0, 8),), root, rest, 16, 0))
+        elif j % 3 == 1:
+            tasks.append(Task(TaskKind.BROADCAST, 0, ((0, 8),), root, rest[:56], 16, 0,
+                              parents=(root,) * 56))
+        else:
+            tasks.append(Task(TaskKind.BROADCAST, 0, ((0, 8),), root, rest[:56], 16, 0,
+                              addends=rest[56:], addend_parents=(root,) * 56))
+    _, many_routes, _, _ = _routes(tasks, cluster, True)
+    for t, (path, lat) in zip(tasks, many_routes):
+        want, want_lat = task_path(t, cluster, Hops())
+        assert lat == want_lat and list(path) == list(want)
+
+
 def test_numbered_back_codes_are_read_only():
     cluster = regular_clusters(HOSTS, GPUS)["preset"]
     rng = random.Random(3)
