@@ -207,7 +207,7 @@ def relabeled_many(tasks: Sequence[Task], keys: Sequence[tuple[object, ...]],
         for j, i in enumerate(idx):
             ranked[i] = (rows, j)
     out: list[Route | None] = [None] * len(tasks)
-    met: dict[tuple[int, int], tuple[RankedRows, tuple[np.ndarray, np.ndarray, float], list[int]]] = {}
+    met: dict[int, tuple[RankedRows, tuple[np.ndarray, np.ndarray, float], list[int]]] = {}
     for i, (t, key) in enumerate(zip(tasks, keys)):
         count = _counted(t, tried)
         if count is None:
@@ -221,7 +221,8 @@ def relabeled_many(tasks: Sequence[Task], keys: Sequence[tuple[object, ...]],
             out[i] = found_form(form, rows.number(j), step, finder(t), forms)
             continue
         count[1] += 1
-        met.setdefault((id(got), id(rows)), (rows, got, []))[2].append(i)
+        # a form's tasks have roles of one length: their rows are of one RankedRows
+        met.setdefault(id(got), (rows, got, []))[2].append(i)
     for rows, got, which in met.values():
         for i, route in zip(which, rows.numbered_back([ranked[i][1] for i in which], got,
                                                       ones)):
