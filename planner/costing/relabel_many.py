@@ -146,11 +146,13 @@ class RankedRows:
 
     def row(self, i: int) -> bytes:
         """Row ``i``'s form row, as bytes."""
-        return self.formed[i // BLOCK][i % BLOCK].tobytes()
+        row: bytes = self.formed[i // BLOCK][i % BLOCK].tobytes()
+        return row
 
     def number(self, i: int) -> np.ndarray:
         """Row ``i``'s host ranks (-1: a host it does not name)."""
-        return self.numbers[i // BLOCK][i % BLOCK]
+        ranks: np.ndarray = self.numbers[i // BLOCK][i % BLOCK]
+        return ranks
 
     def numbered_back(self, which: list[int], form: tuple[np.ndarray, np.ndarray, float],
                       ones: dict[int, np.ndarray]) -> list[Route]:
