@@ -29,13 +29,13 @@ from reshard.planner.costing.casts import conversion_seconds
 from reshard.planner.costing.fairshare import Path, path_arrays
 from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.hop_batch import batch_routes, edge_lists
-from reshard.planner.costing.route_forms import (
-    ChainMemo,
-    FormMemo,
-    relabeled,
-    shifted,
-    shifted_many,
+from reshard.planner.costing.relabel_many import (
+    RELABEL_TRIAL,
+    Tried,
+    relabeled_many,
+    relabeled_or_own,
 )
+from reshard.planner.costing.route_forms import ChainMemo, FormMemo, shifted, shifted_many
 from reshard.planner.costing.route_keys import route_key
 from reshard.planner.costing.step_floor import stepped_floor
 from reshard.planner.costing.tree_reach import by_levels
@@ -410,14 +410,17 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
     if step is not None and len(tasks) >= SHIFT_BATCH:
         _shift_batch(tasks, keys, step, cluster, hops, known)
     out = []
-    tried: dict[tuple[object, ...], list[int]] = {}  # large tasks' forms (_relabeled_or_own)
+    tried: Tried = {}  # large tasks' forms (relabeled_or_own)
+    if step is not None and len(tasks) >= RELABEL_BATCH:
+        _relabel_batch(tasks, keys, step, cluster, hops, known, tried)
     for i, (t, key) in enumerate(zip(tasks, keys)):
         rides = i in riders
         got = known.get(key)
         if got is None and step is not None and t.kind in _SHIFTED and t.root >= 0:
             got = known[key] = shifted(t, key, step, _finder(t, cluster, hops), hops.forms()) \
                 if len(t.receivers) < ARRAY_EDGES else \
-                _relabeled_or_own(t, key, step, cluster, hops, tried)
+                relabeled_or_own(t, key, step, _finder(t, cluster, hops),
+                                 (hops.forms(), hops.chains(), hops.ones()), tried)
         elif got is None:
             path, lat = task_path(t, cluster, hops, rides=rides)
             got = known[key] = (path if isinstance(path, Path) else Path(path), lat)
@@ -425,32 +428,31 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
     return tuple(out)
 
 
-RELABEL_TRIAL = 64
-"""Large tasks of one shape a :func:`task_routes` call finds by form before it judges
-the forms (:func:`_relabeled_or_own`)."""
+RELABEL_BATCH = 16
+"""Tasks of a plan from which the large routes :func:`~reshard.planner.costing.
+relabel_many.relabeled_or_own` finds are found for all at once (:func:`_relabel_batch`;
+fewer: task by task)."""
 
 
-def _relabeled_or_own(task: Task, key: tuple[object, ...], step: tuple[int, int],
-                      cluster: Cluster, hops: Hops,
-                      tried: dict[tuple[object, ...], list[int]]) -> Route:
-    """``task``'s route by :func:`~reshard.planner.costing.route_forms.relabeled`, or by
-    its own search where the call's first :data:`RELABEL_TRIAL` tasks of its shape
-    (``tried``: per shape, tasks and forms met again) each had a form of its own (a
-    reduction over every device to each in turn): a form unread costs half a search.
-    The same route either way (``relabeled``'s is the task's own, numbered back)."""
-    shape = (task.kind, len(task.receivers), len(task.parents), len(task.addends))
-    count = tried.get(shape)
-    if count is None:
-        count = tried[shape] = [0, 0]
-    if count[0] >= RELABEL_TRIAL and not count[1]:  # no form met twice: each its own
-        return _finder(task, cluster, hops)()
-    forms = hops.forms()
-    before = len(forms)
-    got = relabeled(task, key, step, _finder(task, cluster, hops), forms, hops.chains(),
-                    hops.ones())
-    count[0] += 1
-    count[1] += len(forms) == before
-    return got
+def _relabel_batch(tasks: Sequence[Task], keys: list[tuple[object, ...]],
+                   step: tuple[int, int], cluster: Cluster, hops: Hops, known: RouteMemo,
+                   tried: Tried) -> None:
+    """Put the routes of ``tasks`` (``keys``: their route keys) that :func:`task_routes`
+    finds by :func:`~reshard.planner.costing.relabel_many.relabeled_or_own` and
+    ``known`` lacks in it, found together (:func:`~reshard.planner.costing.
+    relabel_many.relabeled_many`: the same routes, judged in the same order)."""
+    todo: dict[tuple[object, ...], Task] = {}
+    for t, key in zip(tasks, keys):
+        if t.kind in _SHIFTED and t.root >= 0 and len(t.receivers) >= ARRAY_EDGES and \
+                key not in known:
+            todo.setdefault(key, t)
+    if len(todo) < RELABEL_BATCH:
+        return
+    got = relabeled_many(list(todo.values()), list(todo), step,
+                         lambda t: _finder(t, cluster, hops), (hops.forms(), hops.ones()),
+                         tried)
+    if got is not None:  # else a device below 0: task by task
+        known.update(zip(todo, got))
 
 
 SHIFT_BATCH = 256
@@ -576,6 +578,7 @@ def one_at_a_time_time(plan: PlanView) -> float:
 
 __all__ = [
     "ARRAY_EDGES",
+    "RELABEL_TRIAL",
     "Estimate",
     "Hops",
     "Routes",

@@ -183,7 +183,7 @@ def relabeled(task: Task, key: tuple[object, ...], step: tuple[int, int],
     form = form_key(task, key, row)
     got = memo.get(form)
     if got is None:
-        return _found_form(form, number, step, find, memo)
+        return found_form(form, number, step, find, memo)
     base, (ranked, span), lat = got
     return Path.of_codes(base + order[ranked] * span,
                          None if ones is None else read_only_ones(len(base), ones)), lat
@@ -224,8 +224,8 @@ CHAIN_STRIDE = 8
 """A chain key's sample (:func:`chain_key`): every this many of its receivers."""
 
 
-def _found_form(form: tuple[object, ...], number: np.ndarray, step: tuple[int, int],
-                find: Callable[[], Route], memo: FormMemo) -> Route:
+def found_form(form: tuple[object, ...], number: np.ndarray, step: tuple[int, int],
+               find: Callable[[], Route], memo: FormMemo) -> Route:
     """The route ``find`` searches for a task of form ``form`` (:func:`relabeled`;
     ``number``: each of its hosts' rank), that form's codes (less their hosts' part,
     with each one's host's rank and span) put in ``memo``."""
@@ -337,5 +337,5 @@ def _spans(codes: np.ndarray, step: tuple[int, int]) -> np.ndarray:
     return np.where(codes % 8 <= KIND_CODE[NIC_IN], 8 * nics, 8 * devices)
 
 
-__all__ = ["ChainMemo", "FormMemo", "chain_key", "form_key", "read_only_ones", "relabeled",
-           "shifted", "shifted_many"]
+__all__ = ["ChainMemo", "FormMemo", "chain_key", "form_key", "found_form", "read_only_ones",
+           "relabeled", "shifted", "shifted_many"]

@@ -13,7 +13,7 @@ import random
 import pytest
 
 from reshard import Cluster
-from reshard.planner.costing import cost
+from reshard.planner.costing import cost, relabel_many
 from reshard.planner.costing.cost import Hops, Routes, task_path, task_routes
 from reshard.planner.values.tasks import Task, TaskKind
 from tests.unit._regular_clusters import regular_clusters
@@ -50,12 +50,16 @@ def _renumbered(t: Task, perm: list[int], turn: int = 0) -> Task:
                                parents=move(t.parents), addends=move(t.addends))
 
 
+@pytest.mark.parametrize("batch", [False, True])
 @pytest.mark.parametrize("name", list(_clusters()))
 @pytest.mark.parametrize("seed", range(3))
-def test_relabeled_routes_are_each_task_s_own(name, seed, monkeypatch):
+def test_relabeled_routes_are_each_task_s_own(name, seed, batch, monkeypatch):
+    """Task by task (``relabeled``, spied on) and all at once (``relabeled_many``)."""
     cluster = _clusters()[name]
+    if not batch:
+        monkeypatch.setattr(cost, "RELABEL_BATCH", 1 << 30)
     shared = []
-    real = cost.relabeled
+    real = relabel_many.relabeled
 
     def spy(*args):
         before = len(args[4])  # the memo of forms
@@ -63,7 +67,7 @@ def test_relabeled_routes_are_each_task_s_own(name, seed, monkeypatch):
         shared.append(len(args[4]) == before)  # nothing new in the memo: a twin's
         return got
 
-    monkeypatch.setattr(cost, "relabeled", spy)
+    monkeypatch.setattr(relabel_many, "relabeled", spy)
     rng = random.Random(seed)
     known = Routes()
     tasks = []
@@ -81,7 +85,9 @@ def test_relabeled_routes_are_each_task_s_own(name, seed, monkeypatch):
         want, want_lat = task_path(t, cluster, Hops())
         assert lat == want_lat  # the same float
         assert list(path) == list(want)
-    assert sum(shared) >= len(tasks) // 2  # the twins' routes came from the memo
+    assert known.hops is not None
+    assert len(known.hops.forms()) <= len(tasks) - len(tasks) // 2  # twins from the memo
+    assert sum(shared) >= len(tasks) // 2 if not batch else shared == []
 
 
 def test_devices_row_is_every_role_in_order():

@@ -1,0 +1,236 @@
+"""Large routes by form, many tasks at once (issue 62, round eleven): the routes
+:func:`~reshard.planner.costing.route_forms.relabeled` finds task by task, found for a
+call's large broadcasts and reductions together. A plan of a thousand trees over a
+thousand devices ranks each tree's hosts, hashes its form and numbers its form's route
+back one task at a time (some 150 us a tree); here every task's devices are read into
+one array, their hosts ranked in the order first named by a handful of array
+operations over all of them (the same integers: each host's rank is the count of hosts
+first named before it), and the tasks of one form numbered back as one array.
+
+Each task is judged as :func:`relabeled_or_own` judges it, in the call's order: its
+form read from (or put in) the memo of forms, or its own search once a shape's first
+:data:`RELABEL_TRIAL` tasks each had a form of its own. The same routes: a form's
+route numbered back is the task's own (:mod:`~reshard.planner.costing.route_forms`),
+its codes the same integers summed alike (``base + order[ranked] * span``)."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from reshard.planner.costing.fairshare import Path
+from reshard.planner.costing.route_forms import (
+    ChainMemo,
+    FormMemo,
+    form_key,
+    found_form,
+    read_only_ones,
+    relabeled,
+)
+from reshard.planner.values.plan_view import Route
+from reshard.planner.values.tasks import Task
+
+RELABEL_TRIAL = 64
+"""Large tasks of one shape a :func:`~reshard.planner.costing.cost.task_routes` call
+finds by form before it judges the forms (:func:`relabeled_or_own`)."""
+
+Tried = dict[tuple[object, ...], list[int]]
+"""Per shape (:func:`trial_shape`), a call's tasks found by form and those whose form
+was in the memo already."""
+
+
+def trial_shape(task: Task) -> tuple[object, ...]:
+    """The shape a call judges its forms by (:data:`RELABEL_TRIAL`)."""
+    return (task.kind, len(task.receivers), len(task.parents), len(task.addends))
+
+
+def _counted(task: Task, tried: Tried) -> list[int] | None:
+    """``task``'s shape's count in ``tried`` (made there), or None where its first
+    :data:`RELABEL_TRIAL` tasks each had a form of its own (then each its own search)."""
+    count = tried.get(shape := trial_shape(task))
+    if count is None:
+        count = tried[shape] = [0, 0]
+    return None if count[0] >= RELABEL_TRIAL and not count[1] else count
+
+
+def relabeled_or_own(task: Task, key: tuple[object, ...], step: tuple[int, int],
+                     find: Callable[[], Route], memos: tuple[FormMemo, ChainMemo,
+                                                             dict[int, np.ndarray]],
+                     tried: Tried) -> Route:
+    """``task``'s route by :func:`~reshard.planner.costing.route_forms.relabeled`
+    (``memos``: forms, chains and read-only ones), or by its own search (``find``)
+    where the call's first :data:`RELABEL_TRIAL` tasks of its shape (``tried``) each
+    had a form of its own (a reduction over every device to each in turn): a form
+    unread costs half a search. The same route either way."""
+    count = _counted(task, tried)
+    if count is None:  # no form met twice: each its own
+        return find()
+    forms = memos[0]
+    before = len(forms)
+    got = relabeled(task, key, step, find, forms, memos[1], memos[2])
+    count[0] += 1
+    count[1] += len(forms) == before
+    return got
+
+
+class RankedRows:
+    """Tasks' devices (root, receivers, parents, addends, addend parents: rows of one
+    length) renumbered by host in the order each row first names them: each row's form
+    row (:func:`~reshard.planner.costing.route_forms.form_key`), host ranks and hosts
+    in rank order, found :data:`BLOCK` rows at a time (:meth:`of`)."""
+
+    def __init__(self) -> None:
+        self.formed: list[np.ndarray] = []  # per block, its form rows
+        self.numbers: list[np.ndarray] = []  # per block, each row's host ranks (-1: none)
+        self.orders: list[np.ndarray] = []  # per block, its rows' hosts in rank order
+        self.named: list[np.ndarray] = []  # per block, the hosts each row names
+        empty = np.zeros(0, dtype=np.int64)
+        self.order = empty  # every row's hosts in rank order, row by row (of())
+        self.begin = self.counts = empty  # each row's first place there, and its hosts
+
+    @classmethod
+    def of(cls, tasks: Sequence[Task], devices: int) -> RankedRows | None:
+        """The rows of ``tasks`` (of one length in each role; ``devices`` a host)
+        ranked; None where a device is below 0 (no table holds its host)."""
+        t0 = tasks[0]
+        roles = (1, len(t0.receivers), len(t0.parents), len(t0.addends),
+                 len(t0.addend_parents))
+        one, *packs = (struct.Struct(f"{n}q").pack for n in roles)
+        got = cls()
+        for lo in range(0, len(tasks), BLOCK):
+            parts: list[bytes] = []
+            for t in tasks[lo:lo + BLOCK]:  # a role a call: each tuple passed as it is
+                parts += (one(t.root), packs[0](*t.receivers), packs[1](*t.parents),
+                          packs[2](*t.addends), packs[3](*t.addend_parents))
+            rows = np.frombuffer(b"".join(parts), dtype=np.int64).reshape(-1, sum(roles))
+            if int(rows.min()) < 0:
+                return None
+            got._rank(rows, devices)
+        begin = np.zeros(len(tasks), dtype=np.int64)
+        named = np.concatenate(got.named)
+        np.cumsum(named[:-1], out=begin[1:])
+        got.begin, got.order, got.counts = begin, np.concatenate(got.orders), named
+        return got
+
+    def _rank(self, rows: np.ndarray, devices: int) -> None:
+        """Rank a block of ``rows`` (``devices`` a host): each host's rank the count
+        of hosts its row names first before it (found run by run: devices come host
+        by host)."""
+        hosts = _hosts(rows, devices)
+        count, width = rows.shape
+        spread = int(hosts.max()) + 1  # hosts a row's table holds
+        starts = np.ones(rows.shape, dtype=bool)
+        starts[:, 1:] = hosts[:, 1:] != hosts[:, :-1]
+        run = np.flatnonzero(starts)  # each run's start, row by row, place by place
+        at = run // width
+        place = run - at * width
+        cell = at * spread + hosts.ravel().take(run)  # (row, host) in one table
+        first = np.full(count * spread, width, dtype=np.int64)
+        np.minimum.at(first, cell, place)
+        new = first[cell] == place  # a host's first run in its row (one per host)
+        new_row, new_cell = at[new], cell[new]
+        named = np.bincount(new_row, minlength=count)
+        begin = np.zeros(count, dtype=np.int64)
+        np.cumsum(named[:-1], out=begin[1:])
+        number = np.full(count * spread, -1, dtype=np.int64)
+        number[new_cell] = np.arange(len(new_cell), dtype=np.int64) - begin[new_row]
+        # each device moved by (rank - host) hosts: _moves' integers, read by row
+        move = (number.reshape(count, spread) - np.arange(spread, dtype=np.int64)) * devices
+        hosts += (np.arange(count, dtype=np.int64) * spread)[:, None]
+        self.formed.append(rows + move.ravel().take(hosts))
+        self.numbers.append(number.reshape(count, spread))
+        self.orders.append(new_cell - new_row * spread)
+        self.named.append(named)
+
+    def row(self, i: int) -> bytes:
+        """Row ``i``'s form row, as bytes."""
+        row: bytes = self.formed[i // BLOCK][i % BLOCK].tobytes()
+        return row
+
+    def number(self, i: int) -> np.ndarray:
+        """Row ``i``'s host ranks (-1: a host it does not name)."""
+        ranks: np.ndarray = self.numbers[i // BLOCK][i % BLOCK]
+        return ranks
+
+    def numbered_back(self, which: list[int], form: tuple[np.ndarray, np.ndarray, float],
+                      ones: dict[int, np.ndarray]) -> list[Route]:
+        """The routes of rows ``which``, all of form ``form`` (a :data:`~reshard.
+        planner.costing.route_forms.FormMemo` entry), numbered back :data:`BLOCK` at a
+        time as one array (each path a read-only row of it)."""
+        base, (ranked, span), lat = form
+        fracs = read_only_ones(len(base), ones)
+        out: list[Route] = []
+        for lo in range(0, len(which), BLOCK):
+            at = np.array(which[lo:lo + BLOCK], dtype=np.int64)
+            hosts = self.order[self.begin[at][:, None] +
+                               np.arange(int(self.counts[at[0]]), dtype=np.int64)]
+            codes = hosts.take(ranked, axis=1)  # base + order[ranked] * span, a row a task
+            codes *= span
+            codes += base
+            codes.flags.writeable = False  # its rows are paths' codes
+            out += [(Path.of_codes(c, fracs), lat) for c in codes]
+        return out
+
+
+def _hosts(rows: np.ndarray, devices: int) -> np.ndarray:
+    """The host of each of ``rows``' devices (none below 0), ``devices`` a host: a
+    shift where that is a power of 2 (the same integers as ``//``, in half the time)."""
+    if devices & (devices - 1):
+        return rows // devices
+    return rows >> (devices.bit_length() - 1)
+
+
+BLOCK = 32
+"""Rows ranked, or numbered back, as one array (:class:`RankedRows`): a thousand trees'
+rows of 2,000 devices at once are arrays of 16 MB a pass, read and written from memory;
+a few dozen stay in the cache."""
+
+
+def relabeled_many(tasks: Sequence[Task], keys: Sequence[tuple[object, ...]],
+                   step: tuple[int, int], finder: Callable[[Task], Callable[[], Route]],
+                   memos: tuple[FormMemo, dict[int, np.ndarray]], tried: Tried
+                   ) -> list[Route] | None:
+    """:func:`relabeled_or_own` of each of ``tasks`` (distinct ``keys``; ``memos``:
+    forms and read-only ones), in order, each row's form found at once
+    (:class:`RankedRows`, rows of one length in each role together) and the tasks of each form met
+    again numbered back together; None (nothing found) where a device is below 0."""
+    forms, ones = memos
+    by_width: dict[tuple[int, ...], list[int]] = {}  # by the lengths of the roles
+    for i, t in enumerate(tasks):
+        by_width.setdefault((len(t.receivers), len(t.parents), len(t.addends),
+                             len(t.addend_parents)), []).append(i)
+    ranked: list[tuple[RankedRows, int]] = [None] * len(tasks)  # type: ignore[list-item]
+    for idx in by_width.values():
+        rows = RankedRows.of([tasks[i] for i in idx], step[0])
+        if rows is None:  # a device below 0: task by task
+            return None
+        for j, i in enumerate(idx):
+            ranked[i] = (rows, j)
+    out: list[Route | None] = [None] * len(tasks)
+    met: dict[int, tuple[RankedRows, tuple[np.ndarray, np.ndarray, float], list[int]]] = {}
+    for i, (t, key) in enumerate(zip(tasks, keys)):
+        count = _counted(t, tried)
+        if count is None:
+            out[i] = finder(t)()
+            continue
+        rows, j = ranked[i]
+        form = form_key(t, key, rows.row(j))
+        got = forms.get(form)
+        count[0] += 1
+        if got is None:
+            out[i] = found_form(form, rows.number(j), step, finder(t), forms)
+            continue
+        count[1] += 1
+        # a form's tasks have roles of one length: their rows are of one RankedRows
+        met.setdefault(id(got), (rows, got, []))[2].append(i)
+    for rows, got, which in met.values():
+        for i, route in zip(which, rows.numbered_back([ranked[i][1] for i in which], got,
+                                                      ones)):
+            out[i] = route
+    return out  # type: ignore[return-value]  # every task's filled in
+
+
+__all__ = ["RELABEL_TRIAL", "RankedRows", "Tried", "relabeled_many", "relabeled_or_own",
+           "trial_shape"]
