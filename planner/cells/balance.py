@@ -146,6 +146,12 @@ def _entering(host: Callable[[int], int], nic: Callable[[int], int], needers: fr
                           for h, n in zip(pairs[0].tolist(), pairs[1].tolist())]
 
 
+def _distinct(given: Iterable[int], listed: list[int]) -> bool:
+    """Whether ``listed`` (``given``'s members, as a list) holds each once: so where
+    ``given`` is a set (its members are)."""
+    return isinstance(given, (frozenset, set)) or len(set(listed)) == len(listed)
+
+
 class Loads:
     """Bytes assigned so far to each NIC (per direction) and each device.
 
@@ -282,8 +288,8 @@ class Loads:
         hosts by ascending NIC out load (the last host forwards nothing). Inside a
         host, the device whose NIC has received least enters first and the one whose
         NIC has sent least leaves last (they differ only with several NICs per host)."""
-        receivers = sorted(receivers)
-        if len(receivers) >= ARRAY_CHAIN and len(set(receivers)) == len(receivers):
+        given, receivers = receivers, sorted(receivers)
+        if len(receivers) >= ARRAY_CHAIN and _distinct(given, receivers):
             return chain_arrays(self, root, receivers)
         host, nic, nic_in, nic_out = self.host, self.nic, self.nic_in, self.nic_out
         rh = host(root)
@@ -401,7 +407,7 @@ class Loads:
         if self.cluster.nics_per_host == 1:
             return self.chain(root, receivers), ()
         group = sorted(receivers)
-        if len(group) >= ARRAY_CHAIN and len(set(group)) == len(group):
+        if len(group) >= ARRAY_CHAIN and _distinct(receivers, group):
             got = unrelayed_chain(self, root, group)
             if got is not None:
                 return got, ()

@@ -93,8 +93,9 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
     kept = KeptChains(loads)
     for cell, tensor, itemsize, step in run:
         holders = cell.holders
-        many = len(cell.needers) >= ARRAY_CHAIN and \
-            len(cell.needers - holders) >= ARRAY_CHAIN
+        needers = cell.needers  # (its receivers: those not among the few holders)
+        many = len(needers) >= ARRAY_CHAIN and \
+            len(needers) - len(holders & needers) >= ARRAY_CHAIN
         if mirror is not None and not many:  # it may add other receive loads
             mirror.flush(loads.dev_in)
             mirror = None

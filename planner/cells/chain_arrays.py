@@ -53,14 +53,15 @@ class Receivers:
     each device's among them, and the devices grouped by host (stably: by id inside a
     host), with each group's start and size."""
 
-    __slots__ = ("at", "counts", "d", "distinct", "hosts", "nics", "own", "perm", "single",
-                 "starts", "where")
+    __slots__ = ("at", "counts", "d", "distinct", "hosts", "nic_array", "nics", "own", "perm",
+                 "single", "starts", "where")
 
     def __init__(self, loads: Loads, receivers: list[int]) -> None:
         n = len(receivers)
         self.d = np.array(receivers, dtype=np.int64)
         self.hosts = np.fromiter(map(loads.host, receivers), dtype=np.int64, count=n)
         self.nics = list(map(loads.nic, receivers))
+        self.nic_array = np.array(self.nics, dtype=np.int64)
         self.distinct, at = np.unique(self.hosts, return_inverse=True)
         self.at = at.reshape(-1)
         self.perm = np.argsort(self.at, kind="stable")
@@ -95,9 +96,11 @@ def _receivers(loads: Loads, receivers: list[int]) -> Receivers:
     return got
 
 
-def _order(loads: Loads, root: int, receivers: list[int]
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`chain_arrays`' chain, with each member's host and NIC out load.
+def _order(loads: Loads, root: int, receivers: list[int], idlest: bool = False
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """:func:`chain_arrays`' chain, with each member's host and NIC out load; with
+    ``idlest``, :func:`unrelayed_chain`'s moves done in the same sort (each flagged
+    member moved to its host's end, the flags in chain order; None: none moved).
 
     A host's least NIC out load and its entry (least NIC in load, then id) are read
     group by group (the devices grouped by host, by id inside one: the first of the
@@ -120,7 +123,7 @@ def _order(loads: Loads, root: int, receivers: list[int]
         order = _one_a_host(local, hosts, sent)
         if mirror is not None:
             mirror.order = order
-        return d[order], hosts[order], sent[order]
+        return d[order], hosts[order], sent[order], None
     perm, starts, counts = rec.perm, rec.starts, rec.counts
     least = np.minimum.reduceat(sent[perm], starts)
     remote = distinct != rh
@@ -137,10 +140,45 @@ def _order(loads: Loads, root: int, receivers: list[int]
     r = rank[at]
     by_out = (local & (last >= 0)) | (~local & ~entry & (r < last))
     key = np.where(by_out, -sent, 0.0)
-    order = np.lexsort((d, key, ~entry, r))
+    moved = _idlest(by_out, sent, rec, rec.at) if idlest else None
+    if moved is None:
+        order = np.lexsort((d, key, ~entry, r))
+    else:
+        order = np.lexsort((d, key, moved, ~entry, r))
+        moved = moved[order]
     if mirror is not None:
         mirror.order = order
-    return d[order], hosts[order], sent[order]
+    return d[order], hosts[order], sent[order], moved
+
+
+def _idlest(by_out: np.ndarray, sent: np.ndarray, rec: Receivers, at: np.ndarray
+            ) -> np.ndarray | None:
+    """The members :func:`unrelayed_chain` moves to their host's end (in the list's
+    order; None: none): in each host with two or more members ordered by their NIC
+    out loads (``by_out``: the members after the entry, in every host but the last
+    one chained; the root's host's all), the one with the least (NIC out load, id),
+    read host by host (``rec``'s groups: by id inside one, the first of the least is
+    the least id); where a load is NaN (which a sort puts after every number) by a
+    sort of those members by (host, NIC out load, id)."""
+    perm, starts = rec.perm, rec.starts
+    grouped = by_out[perm]
+    many = np.add.reduceat(grouped.astype(np.int64), starts) >= 2
+    if not many.any():
+        return None
+    moved = np.zeros(len(by_out), dtype=bool)
+    if np.isnan(sent).any():
+        pos = np.flatnonzero(by_out)  # (in id order)
+        pos = pos[many[at[pos]]]
+        pos = pos[np.lexsort((pos, sent[pos], at[pos]))]
+        head = np.ones(len(pos), dtype=bool)
+        head[1:] = at[pos[1:]] != at[pos[:-1]]
+        moved[pos[head]] = True
+        return moved
+    out = np.where(grouped, sent[perm], np.inf)
+    hit = np.flatnonzero(grouped & (out == np.repeat(np.minimum.reduceat(out, starts),
+                                                       rec.counts)))
+    moved[perm[hit[np.searchsorted(hit, starts[many])]]] = True
+    return moved
 
 
 def _one_a_host(local: np.ndarray, hosts: np.ndarray, sent: np.ndarray) -> np.ndarray:
@@ -255,6 +293,42 @@ class NicMirror:
         np.add.at(self.got, at[entering], nbytes)
 
 
+    def charge(self, nic_out: dict[int, float], nic_in: dict[int, float], root_nic: int,
+               chain: tuple[int, ...], at: list[int], nbytes: int) -> bool:
+        """:func:`charge_crossings`' additions for the noted chain (it crosses a host
+        boundary at each of ``at``, the first from the root, whose NIC is ``root_nic``,
+        where ``at[0]`` is 0) made on the copies, then each NIC's sum written to the
+        tables; False (nothing done) where ``chain`` is not the one noted.
+
+        Exact: the copies are the tables' values (kept in step), so each sum is the
+        table's value plus the same additions in the same order. The tables' keys come
+        in the loop's order: the NICs out in crossing order (the root's first; the
+        root's NIC, where not a receiver's, added to its table alone), the NICs in in
+        crossing order, each table's own (a receiver's NIC is its alone: members each
+        enter and leave once)."""
+        rec = self.rec
+        if rec is None or chain is not self.chain:
+            return False
+        self.charges += 1
+        pos = self.at
+        into = pos[at]
+        out = pos[np.array(at, dtype=np.int64) - 1]  # each crossing's member left
+        if not at[0]:  # the first crossing leaves the root
+            out = out[1:]
+            mine = rec.positions().get(root_nic)
+            if mine is None:
+                nic_out[root_nic] += nbytes
+            else:
+                out = np.concatenate((np.array(mine, dtype=np.int64), out))
+        nics = rec.nic_array
+        sent, got = self.sent, self.got
+        np.add.at(sent, out, nbytes)
+        got[into] += nbytes
+        nic_out.update(zip(nics[out].tolist(), sent[out].tolist()))
+        nic_in.update(zip(nics[into].tolist(), got[into].tolist()))
+        return True
+
+
 def charge_crossings(host: Callable[[int], int], nic: Callable[[int], int],
                      nic_out: dict[int, float], nic_in: dict[int, float], root: int,
                      chain: tuple[int, ...], nbytes: int, known: Crossings | None,
@@ -269,6 +343,9 @@ def charge_crossings(host: Callable[[int], int], nic: Callable[[int], int],
     rh = host(root)
     if known is not None and known[0] is chain and known[1] == rh:
         at = known[2]
+        if mirror is not None and at and mirror.charge(nic_out, nic_in, nic(root), chain, at,
+                                                       nbytes):
+            return
     else:
         hosts = np.fromiter(itertools.chain((rh,), map(host, chain)), dtype=np.int64,
                             count=len(chain) + 1)
@@ -310,10 +387,18 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     of them here) gets ``None`` with nothing changed, and the walk then only moves,
     in each segment but the last of more than two devices (the root counted in its
     own), the member other than the first (the root or the entry) with the least
-    (NIC out load, id) to the end; no device relays, so nothing is relay-only. This
-    does that move for every segment at once: the same order, by the same keys
-    (the NIC out loads the chain was sorted by; no relay changes them)."""
-    d, h, sent = _order(loads, root, receivers)
+    (NIC out load, id) to the end; no device relays, so nothing is relay-only.
+    :func:`_order` does that move for every segment in its one sort (by the same
+    keys: the NIC out loads the chain was sorted by; no relay changes them).
+
+    The walk's questions are of the chain before the moves: a segment's last then
+    was the member with the least NIC out load and, of those, the greatest id; the
+    one moved has the least id of them, so the last before it (the tie's greatest
+    id, the members ordered by NIC out load, then id) where they tie, else itself.
+    A NaN load sorts after every number both ways (as the most loaded and as the
+    least by the negated key): the last before the move is then the member before
+    it too (a NaN)."""
+    d, h, sent, moved = _order(loads, root, receivers, idlest=True)
     mirror = loads.nic_mirror
     order = mirror.order if mirror is not None else None
     n = len(d)
@@ -323,25 +408,16 @@ def unrelayed_chain(loads: Loads, root: int, receivers: list[int]) -> tuple[int,
     entries = np.flatnonzero(start & (h != rh))
     if not entries.size:  # every receiver on the root's host: one segment
         return _noted(loads, tuple(d.tolist()), rh, [], order)
-    leaving = d[entries - 1] if entries[0] else \
-        np.concatenate((np.array([root], dtype=np.int64), d[entries[1:] - 1]))
+    last = entries - 1 if entries[0] else entries[1:] - 1  # each segment's end, left
+    if moved is not None:  # before the move: its tie's greatest id, or itself
+        a, b = sent[last - 1], sent[last]
+        tie = (a == b) | np.isnan(a)  # (a NaN sorts after every number, as a tie)
+        last = np.where(moved[last] & tie, last - 1, last)
+    leaving = d[last] if entries[0] else np.concatenate((np.array([root], dtype=np.int64),
+                                                        d[last]))
     if may_relay_any(loads, NIC_OUT, leaving) or may_relay_any(loads, NIC_IN, d[entries]):
         return None
-    seg = np.cumsum(start) - 1
-    # a segment's members after its first (the root's: all its chain members)
-    movable = (seg != seg[-1]) & ((h == rh) | ~start)
-    count = np.bincount(seg[movable], minlength=int(seg[-1]) + 1)
-    at = np.flatnonzero(movable & (count >= 2)[seg])
-    if not at.size:
-        return _noted(loads, tuple(d.tolist()), rh, entries.tolist(), order)
-    by_key = at[np.lexsort((d[at], sent[at], seg[at]))]
-    first = np.ones(len(by_key), dtype=bool)
-    first[1:] = seg[by_key][1:] != seg[by_key][:-1]
-    last = np.zeros(n, dtype=bool)
-    last[by_key[first]] = True
-    moved = np.lexsort((np.arange(n), last, seg))
-    return _noted(loads, tuple(d[moved].tolist()), rh, entries.tolist(),
-                  None if order is None else order[moved])
+    return _noted(loads, tuple(d.tolist()), rh, entries.tolist(), order)
 
 
 def _noted(loads: Loads, chain: tuple[int, ...], rh: int, entries: list[int],

@@ -80,11 +80,11 @@ def test_a_run_reading_its_mirror_is_each_cell_read_afresh(seed, variant, crowde
     reads = []
     order = chain_arrays._order
 
-    def counted(loads, root, receivers):
+    def counted(loads, root, receivers, idlest=False):
         mirror = loads.nic_mirror
         reads.append(mirror is not None and mirror.rec is chain_arrays._receivers(
             loads, receivers))
-        return order(loads, root, receivers)
+        return order(loads, root, receivers, idlest)
 
     monkeypatch.setattr(chain_arrays, "_order", counted)
     want = _cell_by_cell(run, a)
