@@ -103,15 +103,15 @@ def test_columns_with_chain_runs_price_the_whole_plan(src, dst, name, monkeypatc
     seen = []
     real = columns.chain_routes
 
-    def spy(*args):
-        got = real(*args)
+    def spy(*args, **kw):
+        got = real(*args, **kw)
         seen.append(got)
         return got
 
     monkeypatch.setattr(columns, "chain_routes", spy)
     assert estimate_columns(ordered, tensors, cluster) == want
-    if src != "RS1+P0":
-        assert seen[0] is not None and len(seen[0].index)  # the chains were laid out
+    if src != "RS1+P0":  # the chains were laid out, from the tasks or the kept columns
+        assert (seen[0] is not None and len(seen[0].index)) or ordered.kept is not None
 
 
 @pytest.mark.parametrize("count", [600, 3000])
