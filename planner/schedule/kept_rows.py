@@ -109,10 +109,10 @@ class KeptRows:
         cols = BroadcastColumns.of(self.tensor, self.table, rows, *got, list(steps))
         table, n = self.table, len(cols)
         cluster = loads.cluster
-        host = cluster.host_map
+        host = np.full(max(cluster.host_map, default=-1) + 1, -1, dtype=np.int64)
+        host[list(cluster.host_map)] = list(cluster.host_map.values())
         first = np.array([c[0] for c in cols.chains], dtype=np.int64)[cols.chain]
-        devs, at = np.unique(np.concatenate([cols.root, first]), return_inverse=True)
-        hosts = np.array([host[d] for d in devs.tolist()], dtype=np.int64)[at.reshape(-1)]
+        hosts = host[np.concatenate([cols.root, first])]  # each root's and first receiver's
         box = np.empty((n, 2 * table.lo.shape[1]), dtype=np.int64)
         box[:, 0::2], box[:, 1::2] = table.lo[rows], table.hi[rows]
         return cols, OrderKeys(
