@@ -65,6 +65,7 @@ def test_kept_columns_are_the_cells_tasks_and_price_as_them(pair, name, hosts, s
     assert cells.kept is None
     if pair[0] in ("RR+P0", "RR+P01") and name == "preset" and hosts == 4:
         assert ordered.kept is not None and len(ordered.kept)  # kept to the plan
+    monkeypatch.setattr(chain_columns, "CHAINS_FROM", 16)  # the kept laid out as arrays
     want = estimate_columns(cells, tensors, cluster)
     assert want == ReshardPlan(tensors, cells.tasks(), Strategy.BROADCAST, cluster).estimate()
     got = estimate_columns(ordered, tensors, cluster)  # before a task is built
@@ -140,3 +141,89 @@ def test_devices_are_none_for_chains_of_two_lengths(monkeypatch):
                              kept.nbytes, kept.step)
     assert len({len(c) for c in short.chains}) == 2
     assert short.devices() is None
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+@pytest.mark.parametrize("name", ["preset", "pieces"])
+def test_the_arrays_in_place_price_as_those_laid_out(pair, name, monkeypatch):
+    """A plan of no send whose tasks are in place (the first tasks, then the kept
+    broadcasts) is priced from its arrays as they are: the same seconds as laying
+    them out place by place."""
+    cluster = CLUSTERS[name](64)
+    with monkeypatch.context() as m:
+        _small_runs(m)
+        ordered, tensors = _ordered(pair, 4, (4096, 1024), cluster)
+    got = estimate_columns(ordered, tensors, cluster)
+    seen = []
+    real = columns._in_order
+
+    def laid_out(at, n):
+        seen.append(real(at, n))
+        return False
+
+    monkeypatch.setattr(columns, "_in_order", laid_out)
+    assert estimate_columns(ordered, tensors, cluster) == got
+    assert len(seen) == 2
+    if ordered.kept is not None and not len(ordered.send_columns.position):
+        assert all(seen)
+
+
+def test_in_order_is_every_place_in_order():
+    assert columns._in_order(np.arange(5), 5)
+    assert columns._in_order(np.zeros(0, dtype=np.int64), 0)
+    assert not columns._in_order(np.arange(4), 5)
+    assert not columns._in_order(np.array([0, 2, 1, 3, 4]), 5)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kept_columns_among_the_objects_take_their_places(seed, monkeypatch):
+    """The kept broadcasts at places before and among the other objects (not after
+    them all): every task at its place, and the same seconds as the tasks built."""
+    cluster = CLUSTERS["preset"](64)
+    with monkeypatch.context() as m:
+        _small_runs(m)
+        ordered, tensors = _ordered(PAIRS[seed % 2], 4, (4096, 1024), cluster)
+    kept = ordered.kept
+    assert kept is not None and not len(ordered.send_columns.position)
+    own, n = ordered.own_objects, len(ordered)
+    rng = random.Random(seed)
+    own_at = sorted(rng.sample(range(n), len(own)))
+    kept_at = np.array(sorted(set(range(n)) - set(own_at)), dtype=np.int64)
+    moved = OrderedTasks(own, own_at, ordered.send_columns, kept, kept_at)
+    want = [None] * n
+    for i, t in zip(own_at, own):
+        want[i] = t
+    for i, (t,) in zip(kept_at.tolist(), kept.tasks()):
+        want[i] = t
+    assert list(moved.tasks()) == want and moved.objects == want
+    assert moved.positions == list(range(n))
+    fresh = OrderedTasks(own, own_at, ordered.send_columns, kept, kept_at)
+    got = estimate_columns(fresh, tensors, cluster)  # priced from the columns
+    assert got == estimate_columns(OrderedTasks(want, list(range(n)), ordered.send_columns),
+                                   tensors, cluster)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kept_columns_of_several_latencies_price_as_their_tasks(seed, monkeypatch):
+    """Kept broadcasts of several sizes on a cluster that pipelines relay pieces (so of
+    several latencies), among the other tasks: the same seconds as the tasks built."""
+    with monkeypatch.context() as m:
+        _small_runs(m)
+        ordered, tensors = _ordered(PAIRS[seed % 2], 4, (4096, 1024), CLUSTERS["preset"](64))
+    kept = ordered.kept
+    assert kept is not None
+    rng = np.random.default_rng(seed)
+    sized = BroadcastColumns(kept.tensor, kept.table, kept.row, kept.root, kept.chain,
+                             kept.chains, rng.choice([8, 1 << 12, 3 << 14, 1 << 20], len(kept)),
+                             kept.step)
+    priced = OrderedTasks(ordered.own_objects, ordered.own_positions, ordered.send_columns,
+                          sized, ordered.kept_positions)
+    cluster = CLUSTERS["pieces"](64)
+    monkeypatch.setattr(chain_columns, "CHAINS_FROM", 16)
+    got = columns._kept(priced, cluster, *columns.shared_hops(columns.Routes(),
+                                                              cluster).arrays(cluster))
+    assert got is not None and len(set(got.lat.tolist())) > 1
+    want = estimate_columns(OrderedTasks(priced.objects, priced.positions,
+                                         ordered.send_columns), tensors, cluster)
+    assert estimate_columns(priced, tensors, cluster) == want
+    assert want == ReshardPlan(tensors, priced.tasks(), Strategy.BROADCAST, cluster).estimate()
