@@ -39,6 +39,17 @@ def plan_rows(table: CellTable, rows: np.ndarray, tensor: int, itemsize: int,
     ``rows`` (in that order; tensor ``tensor``, ``itemsize`` bytes an element, row
     ``rows[i]`` at step ``steps[i]``) where it plans them by rounds: the same tasks
     and loads; else None, having changed no load (module docstring)."""
+    got = plan_chains(table, rows, itemsize, loads)
+    if got is None:
+        return None
+    roots, chains, nbytes = got
+    return broadcast_rows_tasks(tensor, table.boxes(rows), steps, roots, chains, nbytes)
+
+
+def plan_chains(table: CellTable, rows: np.ndarray, itemsize: int, loads: Loads
+                ) -> tuple[list[int], list[tuple[int, ...]], list[int]] | None:
+    """What :func:`plan_rows` plans, as each row's root, chain and bytes (its tasks'
+    values, no task built): the same loads; None where :func:`plan_rows` is."""
     if len(rows) < MIN_RUN:
         return None
     found = row_groups(table, rows, itemsize, loads)
@@ -47,7 +58,7 @@ def plan_rows(table: CellTable, rows: np.ndarray, tensor: int, itemsize: int,
     chains = plan_groups(found, loads)
     if chains is None:
         return None
-    return broadcast_rows_tasks(tensor, table.boxes(rows), steps, found[2], chains, found[3])
+    return found[2], chains, found[3]
 
 
 def row_groups(table: CellTable, rows: np.ndarray, itemsize: int, loads: Loads
@@ -104,4 +115,4 @@ def _by_value(sets: Sequence[frozenset[int]]) -> np.ndarray:
     return np.array([first.setdefault(s, i) for i, s in enumerate(sets)], dtype=np.int64)
 
 
-__all__ = ["plan_rows", "row_groups"]
+__all__ = ["plan_chains", "plan_rows", "row_groups"]

@@ -19,7 +19,7 @@ cluster is left to :func:`task_routes`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -53,17 +53,20 @@ class ChainRoutes:
 
 
 def chain_routes(tasks: Sequence[Task], cluster: Cluster, host: np.ndarray,
-                 nic: np.ndarray) -> ChainRoutes | None:
+                 nic: np.ndarray, also: Mapping[int, int] | None = None
+                 ) -> ChainRoutes | None:
     """The routes of ``tasks``' chain broadcasts (module docstring) on ``cluster``
     (``host``, ``nic``: each device's, -1 where none), in runs of :data:`CHAINS_FROM`
-    or more of one length; None where there are none."""
+    or more of one length (counting ``also[length]`` more, priced elsewhere); None
+    where there are none."""
+    also = also or {}
     by_length: dict[int, list[int]] = {}
     broadcast = TaskKind.BROADCAST
     for i, t in enumerate(tasks):
         if t.kind is broadcast and not t.parents and not t.addends:
             by_length.setdefault(len(t.receivers), []).append(i)
     parts = [got for m, idx in by_length.items()
-             if 0 < m < ARRAY_EDGES and len(idx) >= CHAINS_FROM
+             if 0 < m < ARRAY_EDGES and len(idx) + also.get(m, 0) >= CHAINS_FROM
              if (got := _one_length([tasks[i] for i in idx], idx, cluster, host, nic))
              is not None]
     if len(parts) < 2:
@@ -102,16 +105,49 @@ def _one_length(tasks: list[Task], idx: list[int], cluster: Cluster, host: np.nd
     """:func:`chain_routes` of ``tasks`` (at ``idx``), of one receiver count, those
     whose devices are distinct and on the cluster (None: none are)."""
     rows = _rows(tasks)
-    keep = np.asarray((rows < len(host)).all(axis=1) & (rows >= 0).all(axis=1))
-    keep[keep] = (host[rows[keep]] >= 0).all(axis=1)
-    ordered = np.sort(rows, axis=1)
-    keep &= (ordered[:, 1:] != ordered[:, :-1]).all(axis=1)  # distinct devices
+    keep = _priced(rows, host)
     if not keep.any():
         return None
     at = np.array(idx, dtype=np.int64)
     if not keep.all():
         rows, at = rows[keep], at[keep]
         tasks = [tasks[i] for i in np.flatnonzero(keep).tolist()]
+    lens, codes, cross = _codes(rows, host, nic)
+    sizes = np.fromiter(map(attrgetter("nbytes"), tasks), dtype=np.int64, count=len(tasks))
+    return ChainRoutes(at, lens, codes, _latencies(sizes, cross, cluster, tasks.__getitem__),
+                       np.full(len(at), rows.shape[1], dtype=np.int64), rows.reshape(-1))
+
+
+def kept_routes(rows: np.ndarray, sizes: np.ndarray, cluster: Cluster, host: np.ndarray,
+                nic: np.ndarray, task: Callable[[int], Task]) -> ChainRoutes | None:
+    """The routes of chain broadcasts kept as columns (each one's root and receivers
+    ``rows``, one length; its bytes ``sizes``; ``task(i)`` builds task ``i``), as
+    :func:`chain_routes` lays them out where it would lay out every one of them (at
+    least :data:`CHAINS_FROM`, of a length under :data:`~reshard.planner.costing.cost.
+    ARRAY_EDGES`, every one's devices distinct and on the cluster); else None."""
+    n, m = rows.shape[0], rows.shape[1] - 1
+    if not 0 < m < ARRAY_EDGES or n < CHAINS_FROM or not _priced(rows, host).all():
+        return None
+    lens, codes, cross = _codes(rows, host, nic)
+    return ChainRoutes(np.arange(n, dtype=np.int64), lens, codes,
+                       _latencies(sizes, cross, cluster, task),
+                       np.full(n, m + 1, dtype=np.int64), rows.reshape(-1))
+
+
+def _priced(rows: np.ndarray, host: np.ndarray) -> np.ndarray:
+    """Which ``rows`` (each a chain's root and receivers) are laid out as arrays: every
+    device on the cluster (``host`` not -1), no device twice."""
+    keep = np.asarray((rows < len(host)).all(axis=1) & (rows >= 0).all(axis=1))
+    keep[keep] = (host[rows[keep]] >= 0).all(axis=1)
+    ordered = np.sort(rows, axis=1)
+    keep &= (ordered[:, 1:] != ordered[:, :-1]).all(axis=1)  # distinct devices
+    return keep
+
+
+def _codes(rows: np.ndarray, host: np.ndarray, nic: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each chain's (``rows``: its root and receivers) code count, all their codes, row
+    by row, and each edge's crossing of hosts."""
     a, b = rows[:, :-1], rows[:, 1:]
     cross = host[a] != host[b]
     quad = np.empty((*a.shape, 4), dtype=np.int64)
@@ -122,15 +158,14 @@ def _one_length(tasks: list[Task], idx: list[int], cluster: Cluster, host: np.nd
     used = np.ones(quad.shape, dtype=bool)
     used[..., 2] = used[..., 3] = cross
     lens = 2 * a.shape[1] + 2 * cross.sum(axis=1)
-    return ChainRoutes(at, lens, quad[used], _latencies(tasks, cross, cluster),
-                       np.full(len(at), rows.shape[1], dtype=np.int64), rows.reshape(-1))
+    return lens, quad[used], cross
 
 
-def _latencies(tasks: list[Task], cross: np.ndarray, cluster: Cluster) -> np.ndarray:
-    """Each chain's latency (``tasks``, their edges' crossings ``cross``): that of
-    :func:`~reshard.planner.costing.cost.task_path` of the first task of its pattern
-    (crossings and relay piece; module docstring)."""
-    sizes = np.fromiter(map(attrgetter("nbytes"), tasks), dtype=np.int64, count=len(tasks))
+def _latencies(sizes: np.ndarray, cross: np.ndarray, cluster: Cluster,
+               task: Callable[[int], Task]) -> np.ndarray:
+    """Each chain's latency (its bytes ``sizes``, its edges' crossings ``cross``; task
+    ``i`` is ``task(i)``): that of :func:`~reshard.planner.costing.cost.task_path` of
+    the first task of its pattern (crossings and relay piece; module docstring)."""
     distinct, of_size = np.unique(sizes, return_inverse=True)
     pieces = np.array([pipeline_piece(cluster.relay_piece, n) for n in distinct.tolist()],
                       dtype=np.int64)
@@ -138,8 +173,8 @@ def _latencies(tasks: list[Task], cross: np.ndarray, cluster: Cluster) -> np.nda
     bits = cross.astype(np.int64) @ (1 << np.arange(cross.shape[1], dtype=np.int64))
     pattern = (piece.reshape(-1)[of_size.reshape(-1)] << cross.shape[1]) | bits
     _, first, inverse = np.unique(pattern, return_index=True, return_inverse=True)
-    lats = np.array([task_path(tasks[f], cluster)[1] for f in first.tolist()])
+    lats = np.array([task_path(task(f), cluster)[1] for f in first.tolist()])
     return lats[inverse.reshape(-1)]
 
 
-__all__ = ["CHAINS_FROM", "ChainRoutes", "chain_routes"]
+__all__ = ["CHAINS_FROM", "ChainRoutes", "chain_routes", "kept_routes"]

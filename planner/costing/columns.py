@@ -26,11 +26,12 @@ import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.planner.costing.casts import converts
-from reshard.planner.costing.chain_columns import ChainRoutes, chain_routes
+from reshard.planner.costing.chain_columns import ChainRoutes, chain_routes, kept_routes
 from reshard.planner.costing.cost import Routes, shared_hops, task_routes
 from reshard.planner.costing.fairshare import FairShare, path_arrays, ranges
 from reshard.planner.costing.fluid import simulated_time
 from reshard.planner.costing.stepgate import StepGate, distinct_devices
+from reshard.planner.schedule.broadcast_columns import BroadcastColumns
 from reshard.planner.schedule.send_columns import OrderedTasks
 from reshard.planner.values.resources import DEV_IN, DEV_OUT, KIND_CODE, NIC_IN, NIC_OUT
 from reshard.planner.values.tasks import Task, TensorSpec
@@ -43,18 +44,34 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     ``cluster`` already (:func:`~reshard.planner.costing.cost.task_routes`)."""
     if cluster.shared_bandwidth or (cluster.cast_bandwidth and any(map(converts, tensors))):
         return None
-    cols, objects = ordered.send_columns, ordered.objects
+    cols = ordered.send_columns
     n = len(ordered)
-    at = np.array(ordered.positions, dtype=np.int64)
     sent = cols.position
     size = max(cluster.devices, default=-1) + 1
     host, nic = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
     for d, h in cluster.host_map.items():
         host[d], nic[d] = h, cluster.nic_map[d]
-    chains = chain_routes(objects, cluster,
-                          *shared_hops(Routes() if known is None else known, cluster).arrays(
-                              cluster))
+    hops = shared_hops(Routes() if known is None else known, cluster).arrays(cluster)
+    kept = _kept(ordered, cluster, *hops)
+    objects, positions = (ordered.objects, ordered.positions) if kept is None else \
+        (ordered.own_objects, ordered.own_positions)
+    chains = chain_routes(objects, cluster, *hops,
+                          also=None if kept is None else {kept.members.shape[0] // len(
+                              kept.need) - 1: len(kept.need)})
     obj_lens, obj_codes, obj_frac, obj_lat = _routes(objects, chains, cluster, known, tensors)
+    at = np.array(positions, dtype=np.int64)
+    obj_nbytes = np.array([float(t.nbytes) for t in objects], dtype=np.float64)
+    if kept is not None:  # the kept broadcasts' routes after the others', at their places
+        at = np.concatenate([at, ordered.kept_positions])
+        obj_lens = np.concatenate([obj_lens, kept.lens])
+        obj_codes = np.concatenate([obj_codes, kept.codes])
+        obj_frac = np.concatenate([obj_frac, np.ones(len(kept.codes))])
+        obj_lat = np.concatenate([obj_lat, kept.lat])
+        obj_nbytes = np.concatenate([obj_nbytes, _kept_columns(ordered).nbytes])
+    gate = _gate(ordered, objects, n, at, chains, kept)
+    if _in_order(at, n):  # no send, every task in its place already: the arrays as they are
+        return simulated_time(FairShare.of_edges(obj_codes, obj_frac, obj_lens, cluster),
+                              obj_nbytes, gate, obj_lat)
     a, b = cols.root, cols.recv
     cross = host[a] != host[b]
     # every task's edges, in the plan's order: a send's hop, another task's route
@@ -69,7 +86,7 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     codes[first + 1] = b * 8 + KIND_CODE[DEV_IN]
     codes[first[cross] + 2] = nic[a[cross]] * 8 + KIND_CODE[NIC_OUT]
     codes[first[cross] + 3] = nic[b[cross]] * 8 + KIND_CODE[NIC_IN]
-    if len(objects):  # every other task's route in its place, all at once (the same values)
+    if len(at):  # every other task's route in its place, all at once (the same values)
         where = ranges(starts[at], starts[at] + lens[at])
         codes[where] = obj_codes
         frac[where] = obj_frac
@@ -77,10 +94,35 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     lat[at] = obj_lat
     lat[sent] = np.where(cross, cluster.latency, cluster.intra_latency)
     nbytes = np.empty(n)
-    nbytes[at] = [float(t.nbytes) for t in objects]
+    nbytes[at] = obj_nbytes
     nbytes[sent] = cols.nbytes
-    return simulated_time(FairShare.of_edges(codes, frac, lens, cluster), nbytes,
-                          _gate(ordered, n, at, chains), lat)
+    return simulated_time(FairShare.of_edges(codes, frac, lens, cluster), nbytes, gate, lat)
+
+
+def _in_order(at: np.ndarray, n: int) -> bool:
+    """Whether ``at`` is every place of ``n``, in order (then laying out in place is
+    copying)."""
+    return len(at) == n and bool((at == np.arange(n)).all())
+
+
+def _kept_columns(ordered: OrderedTasks) -> BroadcastColumns:
+    """``ordered``'s kept broadcasts (:attr:`OrderedTasks.kept`), where it has them."""
+    assert ordered.kept is not None
+    return ordered.kept
+
+
+def _kept(ordered: OrderedTasks, cluster: Cluster, host: np.ndarray, nic: np.ndarray
+          ) -> ChainRoutes | None:
+    """The routes of ``ordered``'s broadcasts kept as columns, where :func:`~reshard.
+    planner.costing.chain_columns.kept_routes` lays out every one (else None: they are
+    built and priced as tasks)."""
+    kept = ordered.kept
+    if kept is None or not len(kept):
+        return None
+    rows = kept.devices()
+    if rows is None:
+        return None
+    return kept_routes(rows, kept.nbytes, cluster, host, nic, kept.task)
 
 
 def _routes(objects: Sequence[Task], chains: ChainRoutes | None, cluster: Cluster,
@@ -141,14 +183,22 @@ def _others(n: int, index: np.ndarray) -> np.ndarray:
     return rest
 
 
-def _gate(ordered: OrderedTasks, n: int, at: np.ndarray, chains: ChainRoutes | None
-          ) -> StepGate:
+def _gate(ordered: OrderedTasks, objects: Sequence[Task], n: int, at: np.ndarray,
+          chains: ChainRoutes | None, kept: ChainRoutes | None) -> StepGate:
     """The step rule of ``ordered``'s tasks: a send's devices are its two ends, a
-    chain's of ``chains`` its root and receivers, another task's its distinct devices
+    chain's of ``chains`` (of ``objects``) or ``kept`` (the kept broadcasts, after
+    ``objects`` in ``at``) its root and receivers, another task's its distinct devices
     (:func:`~reshard.planner.costing.stepgate.distinct_devices`; the rule reads each
     task's as a set)."""
-    cols, objects = ordered.send_columns, ordered.objects
+    cols = ordered.send_columns
     own, devs = _devices(objects, chains)
+    steps = np.array([t.step for t in objects], dtype=np.int64)
+    if kept is not None:
+        own = np.concatenate([own, kept.need])
+        devs = np.concatenate([devs, kept.members])
+        steps = np.concatenate([steps, _kept_columns(ordered).step])
+    if _in_order(at, n):  # no send, every task in its place already
+        return StepGate.of_members(own, devs, steps)
     need = np.empty(n, dtype=np.int64)
     need[at] = own
     need[cols.position] = 2
@@ -157,10 +207,10 @@ def _gate(ordered: OrderedTasks, n: int, at: np.ndarray, chains: ChainRoutes | N
     first = starts[cols.position]
     member[first] = cols.root
     member[first + 1] = cols.recv
-    if len(objects):
+    if len(at):
         member[ranges(starts[at], starts[at] + need[at])] = devs
     step = np.empty(n, dtype=np.int64)
-    step[at] = [t.step for t in objects]
+    step[at] = steps
     step[cols.position] = cols.step
     return StepGate.of_members(need, member, step)
 

@@ -21,10 +21,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from reshard.planner.cells.balance import Loads
-from reshard.planner.cells.broadcast_rows import plan_rows
+from reshard.planner.cells.broadcast_rows import plan_chains, plan_rows
 from reshard.planner.cells.decompose import Cell, CellTable
 from reshard.planner.cells.expect_runs import expect_coded
 from reshard.planner.cells.set_codes import first_order
+from reshard.planner.schedule.broadcast_columns import BroadcastColumns
 from reshard.planner.schedule.order import PHASE, OrderKeys
 from reshard.planner.values.tasks import Task, TaskKind
 
@@ -92,30 +93,33 @@ class KeptRows:
                             nbytes)
 
     def keyed_plan(self, refs: Sequence[int], steps: Sequence[int], itemsize: int,
-                   loads: Loads) -> tuple[list[list[Task]], OrderKeys] | None:
-        """:meth:`plan`, and its tasks' order keys read from the columns (their
-        planning positions ``seq`` left 0: the caller's): what
-        :meth:`~reshard.planner.schedule.order.OrderKeys.of_tasks` reads of each task
-        (a broadcast: its step, phase, host distance from its root to its first
+                   loads: Loads) -> tuple[BroadcastColumns, OrderKeys] | None:
+        """:meth:`plan`'s tasks kept as columns (:class:`~reshard.planner.schedule.
+        broadcast_columns.BroadcastColumns`, the same values), and their order keys
+        read from the columns (their planning positions ``seq`` left 0: the caller's):
+        what :meth:`~reshard.planner.schedule.order.OrderKeys.of_tasks` reads of each
+        task (a broadcast: its step, phase, host distance from its root to its first
         receiver, bytes, tensor, box and root), the same values."""
-        tasks = self.plan(refs, steps, itemsize, loads)
-        if tasks is None:
+        rows = self.rows(refs)
+        if rows is None:
             return None
-        rows = -1 - self.start - np.array(refs, dtype=np.int64)
-        table, n = self.table, len(tasks)
+        got = plan_chains(self.table, rows, itemsize, loads)
+        if got is None:
+            return None
+        cols = BroadcastColumns.of(self.tensor, self.table, rows, *got, list(steps))
+        table, n = self.table, len(cols)
         cluster = loads.cluster
-        host = cluster.host_map
-        ends = np.array([[t.root, t.receivers[0]] for (t,) in tasks], dtype=np.int64)
-        devs, at = np.unique(ends, return_inverse=True)
-        hosts = np.array([host[d] for d in devs.tolist()], dtype=np.int64)[at.reshape(-1)]
-        ends_host = hosts.reshape(n, 2)
+        host = np.full(max(cluster.host_map, default=-1) + 1, -1, dtype=np.int64)
+        host[list(cluster.host_map)] = list(cluster.host_map.values())
+        first = np.array([c[0] for c in cols.chains], dtype=np.int64)[cols.chain]
+        hosts = host[np.concatenate([cols.root, first])]  # each root's and first receiver's
         box = np.empty((n, 2 * table.lo.shape[1]), dtype=np.int64)
         box[:, 0::2], box[:, 1::2] = table.lo[rows], table.hi[rows]
-        return tasks, OrderKeys(
-            np.array(steps, dtype=np.int64), np.full(n, PHASE[TaskKind.BROADCAST], np.int64),
-            (ends_host[:, 1] - ends_host[:, 0]) % max(1, cluster.num_hosts),
-            table.size[rows] * itemsize, np.full(n, self.tensor, np.int64), box,
-            ends[:, 0].copy(), np.zeros(n, dtype=np.int64))
+        return cols, OrderKeys(
+            cols.step.copy(), np.full(n, PHASE[TaskKind.BROADCAST], np.int64),
+            (hosts[n:] - hosts[:n]) % max(1, cluster.num_hosts), cols.nbytes.copy(),
+            np.full(n, self.tensor, np.int64), box, cols.root.copy(),
+            np.zeros(n, dtype=np.int64))
 
     def plan(self, refs: Sequence[int], steps: Sequence[int], itemsize: int, loads: Loads
              ) -> list[list[Task]] | None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from reshard.layout import Box
 from reshard.planner.cells.decompose import boxes_of
+from reshard.planner.schedule.broadcast_columns import BroadcastColumns
 from reshard.planner.values.digest import Sends, is_plain_send
 from reshard.planner.values.tasks import Task, TaskKind, communicator_groups
 
@@ -66,15 +67,47 @@ class SendColumns:
 
 class OrderedTasks:
     """Every task of a planning call in the global order: ``objects`` at
-    ``positions`` (ascending), the rest ``sends``."""
+    ``positions`` (ascending), the rest ``sends``; where ``kept`` (broadcasts kept as
+    columns) is given, it is at ``kept_positions`` (ascending), and :attr:`objects` and
+    :attr:`positions` are every task but the sends, ``kept``'s built on first use
+    (:attr:`own_objects`, :attr:`own_positions`: the others)."""
 
-    def __init__(self, objects: list[Task], positions: list[int], sends: SendColumns) -> None:
-        self.objects = objects
-        self.positions = positions
+    def __init__(self, objects: list[Task], positions: list[int], sends: SendColumns,
+                 kept: BroadcastColumns | None = None,
+                 kept_positions: np.ndarray | None = None) -> None:
+        self.own_objects = objects
+        self.own_positions = positions
         self.send_columns = sends
+        self.kept = kept
+        self.kept_positions = np.zeros(0, dtype=np.int64) if kept_positions is None \
+            else kept_positions
+        self._merged: tuple[list[Task], list[int]] | None = None
 
     def __len__(self) -> int:
-        return len(self.objects) + len(self.send_columns.position)
+        return len(self.own_objects) + len(self.kept_positions) + len(self.send_columns.position)
+
+    @property
+    def objects(self) -> list[Task]:
+        """Every task but the sends, in order (the kept broadcasts built)."""
+        return self._every()[0]
+
+    @property
+    def positions(self) -> list[int]:
+        """:attr:`objects`' positions, ascending."""
+        return self._every()[1]
+
+    def _every(self) -> tuple[list[Task], list[int]]:
+        """:attr:`objects` and :attr:`positions`, merged once."""
+        kept = self.kept
+        if kept is None:
+            return self.own_objects, self.own_positions
+        if self._merged is None:
+            at = np.concatenate([np.array(self.own_positions, dtype=np.int64),
+                                 self.kept_positions])
+            order = np.argsort(at, kind="stable")
+            every = [*self.own_objects, *(t for (t,) in kept.tasks())]
+            self._merged = [every[i] for i in order.tolist()], at[order].tolist()
+        return self._merged
 
     def tasks(self) -> tuple[Task, ...]:
         """Every task, in order."""

@@ -29,6 +29,7 @@ from reshard.planner.cells.decompose import Cell, CellTable
 from reshard.planner.cells.expect_runs import MIN_RUN as EXPECT_RUN
 from reshard.planner.cells.expect_runs import expect_run
 from reshard.planner.cells.whole_sums import stays_whole
+from reshard.planner.schedule.broadcast_columns import BroadcastColumns
 from reshard.planner.schedule.demand_memo import DemandMemo as _Demand
 from reshard.planner.schedule.kept_rows import KeptRows, uncut
 from reshard.planner.schedule.order import PHASE, OrderKeys
@@ -263,7 +264,7 @@ class WorkList:
                                           self.loads) \
                 if self._rows is not None and RUN_PLANNERS.get(planner) is plan_broadcasts \
                 else None  # kept rows: their tasks' order keys read from the columns
-            if keyed is not None:
+            if keyed is not None:  # their tasks kept as columns too
                 return _Planned(tuple(first), ref, after, general, refs, steps, keyed[0], p2p,
                                 keyed[1])
             tasks.extend(self._general_run(refs, steps, planner, itemsizes))
@@ -289,11 +290,12 @@ class WorkList:
             raise ValueError("WorkList.assemble needs the slices planned first (WorkList.plan)")
         ref, after, p2p = planned.ref, planned.after, planned.p2p
         if len(planned.general) == len(ref) and not (fan_out and self.fanned(planned)):
-            # every slice general, none fanned out: the tasks one after another
-            every = [*planned.first, *itertools.chain.from_iterable(planned.tasks)]
+            # every slice general, none fanned out: the tasks one after another (kept rows)
+            kept = planned.tasks if isinstance(planned.tasks, BroadcastColumns) else None
+            every = [*planned.first, *itertools.chain.from_iterable(() if kept else planned.tasks)]
             none = np.full(len(p2p.root), -1, dtype=np.int64)
             return self._ordered(every, np.arange(len(every), dtype=np.int64), p2p, none,
-                                 np.zeros(len(p2p.root), dtype=np.int64), planned.keys)
+                                 np.zeros(len(p2p.root), dtype=np.int64), planned.keys, kept)
         objects: list[Task] = list(planned.first)
         obj_seq: list[int] = list(range(len(objects)))
         seq = len(objects)
@@ -418,28 +420,31 @@ class WorkList:
             charge(r, (s,), nb)
 
     def _ordered(self, objects: list[Task], obj_seq: np.ndarray, p2p: _Columns,
-                 p_seq: np.ndarray, p_step: np.ndarray, known: OrderKeys | None = None
-                 ) -> OrderedTasks:
+                 p_seq: np.ndarray, p_step: np.ndarray, known: OrderKeys | None = None,
+                 kept: BroadcastColumns | None = None) -> OrderedTasks:
         """Every task in the global order (see :class:`OrderKeys`); the point-to-point
-        rows (sends) stay columns, in that order."""
+        rows (sends) stay columns, in that order, as do broadcasts ``kept`` (keys ``known``)."""
         rows = np.flatnonzero(p_seq >= 0)
         # every row: the columns themselves (the same values as taking every row)
         take: np.ndarray | slice = slice(None) if len(rows) == len(p_seq) else rows
         nh = max(1, self.cluster.num_hosts)
         root, recv = p2p.root[take], p2p.recv[take]
+        n_obj, n_kept = len(objects), 0 if kept is None else len(kept)
         keys = OrderKeys.concat([
-            _object_keys(objects, obj_seq, self.cluster, known),
+            _object_keys(objects, obj_seq if kept is None else np.arange(n_obj + n_kept),
+                         self.cluster, known, n_kept),
             OrderKeys(p_step[take], np.full(len(rows), PHASE[TaskKind.SEND], np.int64),
                       (self._host[recv] - self._host[root]) % nh, p2p.nbytes[take],
                       p2p.tensor[take], p2p.box[take], root, p_seq[take])])
         order = keys.order()
-        n_obj = len(objects)
-        is_obj = order < n_obj
-        p = rows[order[~is_obj] - n_obj]
-        sends = SendColumns(np.flatnonzero(~is_obj), p2p.tensor[p], p2p.root[p], p2p.recv[p],
+        is_obj, is_send = order < n_obj, order >= n_obj + n_kept
+        p = rows[order[is_send] - n_obj - n_kept]
+        sends = SendColumns(np.flatnonzero(is_send), p2p.tensor[p], p2p.root[p], p2p.recv[p],
                             p2p.nbytes[p], p_step[p], p2p.box[p], p2p.ndim[p])
+        is_kept = ~(is_obj | is_send)  # after the objects in keys' rows
         return OrderedTasks([objects[i] for i in order[is_obj].tolist()],
-                            np.flatnonzero(is_obj).tolist(), sends)
+                            np.flatnonzero(is_obj).tolist(), sends, None if kept is None else
+                            kept.take(order[is_kept] - n_obj), np.flatnonzero(is_kept))
 
 
 def _add_expected(work: WorkList, root: np.ndarray, recv: np.ndarray, nbytes: np.ndarray
@@ -492,12 +497,12 @@ def _charge_bulk(work: WorkList, rows: np.ndarray, p2p: _Columns, nbytes: np.nda
 
 
 def _object_keys(objects: list[Task], seq: np.ndarray, cluster: Cluster,
-                 known: OrderKeys | None) -> OrderKeys:
-    """:meth:`OrderKeys.of_tasks` of ``objects`` at ``seq``, the last ones' ``known``
-    already (their seq aside: the same values)."""
+                 known: OrderKeys | None, kept: int = 0) -> OrderKeys:
+    """:meth:`OrderKeys.of_tasks` of ``objects`` and ``kept`` tasks after them at
+    ``seq``, the last ones' ``known`` already (their seq aside: the same values)."""
     if known is None:
         return OrderKeys.of_tasks(objects, seq, cluster)
-    head = len(objects) - len(known.seq)
+    head = len(objects) + kept - len(known.seq)
     return OrderKeys.concat([OrderKeys.of_tasks(objects[:head], seq[:head], cluster),
                              dataclasses.replace(known, seq=seq[head:])])
 
@@ -535,7 +540,7 @@ class _Planned:
     general: list[int]
     refs: list[int]
     steps: list[int]
-    tasks: list[list[Task]]
+    tasks: Sequence[list[Task]]  # kept rows': their columns (BroadcastColumns)
     p2p: _Columns
     keys: OrderKeys | None = None  # the tasks' order keys, known (seq aside)
 

@@ -103,15 +103,15 @@ def test_columns_with_chain_runs_price_the_whole_plan(src, dst, name, monkeypatc
     seen = []
     real = columns.chain_routes
 
-    def spy(*args):
-        got = real(*args)
+    def spy(*args, **kw):
+        got = real(*args, **kw)
         seen.append(got)
         return got
 
     monkeypatch.setattr(columns, "chain_routes", spy)
     assert estimate_columns(ordered, tensors, cluster) == want
-    if src != "RS1+P0":
-        assert seen[0] is not None and len(seen[0].index)  # the chains were laid out
+    if src != "RS1+P0":  # the chains were laid out, from the tasks or the kept columns
+        assert (seen[0] is not None and len(seen[0].index)) or ordered.kept is not None
 
 
 @pytest.mark.parametrize("count", [600, 3000])
@@ -128,3 +128,51 @@ def test_chain_devices_are_each_tasks_distinct_devices(count, monkeypatch):
     for t in range(len(tasks)):  # the same set, each task's (the step rule reads sets)
         assert sorted(member[at[t]:at[t] + need[t]].tolist()) == \
             sorted(want[wat[t]:wat[t] + want_need[t]].tolist())
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTERS))
+@pytest.mark.parametrize("flaw", [None, "twice", "off"])
+def test_kept_routes_are_chain_routes_of_the_tasks(name, flaw, monkeypatch):
+    """kept_routes of chains as rows (one length; bytes of several pieces; crossings
+    at several places) against chain_routes of the same tasks, field by field; where
+    a device is twice or off the cluster, or too few: None (the tasks are priced)."""
+    cluster = CLUSTERS[name]
+    monkeypatch.setattr(chain_columns, "CHAINS_FROM", 50)
+    rng = random.Random(len(name))
+    ndev = len(cluster.devices)
+    tasks = [Task(TaskKind.BROADCAST, 0, BOX, devs[0], tuple(devs[1:]),
+                  rng.choice((8, 4096, 8192, 1 << 20, 3 << 21)))
+             for devs in (rng.sample(range(ndev), 5) for _ in range(300))]
+    if flaw == "twice":
+        tasks[7] = Task(TaskKind.BROADCAST, 0, BOX, 3, (4, 3, 5, 6), 8)
+    elif flaw == "off":
+        tasks[9] = Task(TaskKind.BROADCAST, 0, BOX, 3, (4, ndev + 2, 5, 6), 8)
+    rows = np.array([[t.root, *t.receivers] for t in tasks], dtype=np.int64)
+    sizes = np.array([t.nbytes for t in tasks], dtype=np.int64)
+    hops = Hops().arrays(cluster)
+    got = chain_columns.kept_routes(rows, sizes, cluster, *hops, tasks.__getitem__)
+    if flaw is not None:
+        assert got is None
+        return
+    want = chain_routes(tasks, cluster, *hops)
+    assert got is not None and want is not None
+    for field in ("index", "lens", "codes", "lat", "need", "members"):
+        assert np.array_equal(getattr(got, field), getattr(want, field)), field
+    assert len(set(got.lat.tolist())) > 1
+    assert chain_columns.kept_routes(rows[:49], sizes[:49], cluster, *hops,
+                                     tasks.__getitem__) is None  # too few
+
+
+def test_chain_routes_counts_the_chains_priced_elsewhere(monkeypatch):
+    """``also``: chains of a length priced elsewhere count toward CHAINS_FROM (as they
+    would were they among the tasks)."""
+    cluster = CLUSTERS["regular"]
+    monkeypatch.setattr(chain_columns, "CHAINS_FROM", 50)
+    rng = random.Random(3)
+    tasks = [Task(TaskKind.BROADCAST, 0, BOX, devs[0], tuple(devs[1:]), 4096)
+             for devs in (rng.sample(range(len(cluster.devices)), 5) for _ in range(30))]
+    hops = Hops().arrays(cluster)
+    assert chain_routes(tasks, cluster, *hops) is None
+    assert chain_routes(tasks, cluster, *hops, also={3: 40}) is None  # another length
+    got = chain_routes(tasks, cluster, *hops, also={4: 20})
+    assert got is not None and got.index.tolist() == list(range(30))

@@ -291,8 +291,11 @@ def test_keyed_plan_s_order_keys_are_those_of_its_tasks(seed, variant):
     steps = [rng.randrange(3) for _ in refs]
     got = KeptRows(1, table, start).keyed_plan(refs, steps, 2, loads)
     assert got is not None
-    tasks, keys = got
-    flat = [t for (t,) in tasks]
+    cols, keys = got
+    flat = [t for (t,) in cols.tasks()]
+    assert cols.tasks() == KeptRows(1, table, start).plan(refs, steps, 2,
+                                                           twin_loads(random.Random(seed),
+                                                                      cluster, False)[0])
     want = OrderKeys.of_tasks(flat, np.zeros(len(flat), dtype=np.int64), cluster)
     for f in dataclasses.fields(OrderKeys):
         a, b = getattr(keys, f.name), getattr(want, f.name)
