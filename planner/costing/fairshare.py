@@ -102,6 +102,19 @@ def _numbered(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return in_order, number[codes]
 
 
+def _all_ones(fractions: list[np.ndarray]) -> bool:
+    """Whether every fraction of these paths is 1.0, each array read once (paths of one
+    route form share theirs)."""
+    return all(bool((f == 1.0).all()) for f in {id(f): f for f in fractions}.values())
+
+
+def _ones(n: int) -> np.ndarray:
+    """``n`` fractions of 1.0, read only: one value seen ``n`` times (never written:
+    every reader of a set-up's fractions gathers or multiplies them)."""
+    out: np.ndarray = np.broadcast_to(np.ones(1), (n,))
+    return out
+
+
 class Path(list[tuple[Resource, float]]):
     """A route's resources and fractions (a list, as any path), which keeps its
     resources' codes and fractions as arrays once :func:`path_arrays` read them: the
@@ -209,14 +222,16 @@ class FairShare:
                             count=len(distinct))
         codes = np.concatenate([c for c, _ in distinct]) if distinct else \
             np.zeros(0, dtype=np.int64)
-        dfrac = np.concatenate([f for _, f in distinct]) if distinct else np.zeros(0)
+        whole = _all_ones([f for _, f in distinct])
         if len(distinct) == len(paths):  # every path its own: the edges as they are
-            self._edges(codes, dfrac, dlens, cluster)
+            self._edges(codes, _ones(len(codes)) if whole else
+                        np.concatenate([f for _, f in distinct]), dlens, cluster, whole)
             return
         dat = np.concatenate([[0], np.cumsum(dlens)])
         lens = dlens[of]
         edges = ranges(dat[of], dat[of] + lens)
-        self._edges(codes[edges], dfrac[edges], lens, cluster)
+        self._edges(codes[edges], _ones(len(edges)) if whole else
+                    np.concatenate([f for _, f in distinct])[edges], lens, cluster, whole)
 
     @classmethod
     def of_edges(cls, codes: np.ndarray, frac: np.ndarray, lens: np.ndarray,
@@ -229,8 +244,9 @@ class FairShare:
         return out
 
     def _edges(self, codes: np.ndarray, frac: np.ndarray, lens: np.ndarray,
-               cluster: Cluster) -> None:
-        """Set up from every transfer's edges (:meth:`of_edges`)."""
+               cluster: Cluster, whole: bool = False) -> None:
+        """Set up from every transfer's edges (:meth:`of_edges`; ``whole``: every
+        fraction is known to be 1.0)."""
         in_order, res = _numbered(codes)  # resources in the order they first appear
         task = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
         self.n = len(lens)
@@ -241,7 +257,7 @@ class FairShare:
         self.capacity = kinds[in_order % 8]
         # every edge carries its transfer's whole bytes (loads: 1.0 * x is x); then
         # every edge is used, and the largest fraction is 1.0 (no pass for either)
-        self.whole = bool((frac == 1.0).all())
+        self.whole = whole or bool((frac == 1.0).all())
         used = None if self.whole else frac > 0
         if used is None or used.all():  # every edge kept: a transfer's edges are its lens
             self.task, self.res, self.frac = task, res, frac

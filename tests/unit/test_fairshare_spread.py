@@ -130,3 +130,32 @@ def test_set_up_reads_whole_fractions_once(zeros):
         assert other.floor == floor
         assert other.task.tolist() == fs.task.tolist()
         assert other.res.tolist() == fs.res.tolist()
+
+
+@pytest.mark.parametrize("repeats", [False, True])
+def test_set_up_of_paths_of_codes_as_of_lists(repeats):
+    """Paths made from codes (fractions shared, or each its own) set up as the same
+    paths as lists, bit for bit; one fraction other than 1.0 among shared ones is seen
+    (its arrays are read, not trusted)."""
+    from reshard.planner.costing.fairshare import Path, path_arrays
+    lists = _paths(7, (1.0,))
+    shared: dict[int, np.ndarray] = {}
+    made = []
+    for i, p in enumerate(lists):
+        codes = path_arrays(p)[0]
+        ones = shared.setdefault(len(codes), np.ones(len(codes))) if i % 2 else None
+        made.append(Path.of_codes(codes, ones))
+    if repeats:  # tasks of one route share its path
+        made, lists = made + made[:40], lists + lists[:40]
+    a, b = FairShare(made, CLUSTER), FairShare(lists, CLUSTER)
+    assert a.whole is b.whole is True
+    for name in ("task", "res", "frac", "task_at", "counts", "capacity"):
+        assert getattr(a, name).tobytes() == np.ascontiguousarray(getattr(b, name)).tobytes()
+    assert a.resources == b.resources and a.floor == b.floor
+    fa, fb = a.fill(np.ones(a.n, dtype=bool)), b.fill(np.ones(b.n, dtype=bool))
+    assert fa.rate.tobytes() == fb.rate.tobytes() and fa.level.tobytes() == fb.level.tobytes()
+    odd = next(i for i in range(1, len(made), 2) if len(path_arrays(made[i])[0]) > 1)
+    shared[len(path_arrays(made[odd])[0])][0] = 0.5  # one shared array not all ones
+    c = FairShare(made, CLUSTER)
+    assert c.whole is False
+    assert 0.5 in c.frac.tolist()
