@@ -37,6 +37,12 @@ TIGHT = 1e-9
 """Resources whose level is within this relative margin of the lowest fill together
 (one round)."""
 
+LARGE = 1 << 15
+"""Set-ups of at least this many edges read each path's fractions on their own
+(:meth:`FairShare.__init__`), and find the edges of many transfers in one pass
+(:meth:`FairShare.edges_of`); fewer, the array operations' cost per call outweighs
+the passes they save."""
+
 SMALL = 64
 """Fillings of at most this many edges run on Python floats (a handful of resources
 and transfers: numpy's cost per call outweighs its arrays)."""
@@ -222,7 +228,8 @@ class FairShare:
                             count=len(distinct))
         codes = np.concatenate([c for c, _ in distinct]) if distinct else \
             np.zeros(0, dtype=np.int64)
-        whole = _all_ones([f for _, f in distinct])
+        # many edges: each fraction array read once rather than all joined and read
+        whole = len(codes) >= LARGE and _all_ones([f for _, f in distinct])
         if len(distinct) == len(paths):  # every path its own: the edges as they are
             self._edges(codes, _ones(len(codes)) if whole else
                         np.concatenate([f for _, f in distinct]), dlens, cluster, whole)
@@ -291,9 +298,11 @@ class FairShare:
 
     def _many(self, which: np.ndarray, share: int) -> bool:
         """Whether the transfers ``which`` are increasing (then their edges, transfer by
-        transfer, are in edge order) and have at least ``1 / share`` of every edge:
-        then one pass over every edge costs less than gathering theirs."""
-        if len(which) < 2 or int(self.counts[which].sum()) * share < len(self.res):
+        transfer, are in edge order) and have at least ``1 / share`` of every edge, of
+        :data:`LARGE` or more: then one pass over every edge costs less than
+        gathering theirs."""
+        if len(which) < 2 or len(self.res) < LARGE or \
+                int(self.counts[which].sum()) * share < len(self.res):
             return False
         return bool((which[1:] > which[:-1]).all())
 

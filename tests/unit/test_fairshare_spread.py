@@ -12,13 +12,20 @@ import numpy as np
 import pytest
 
 from reshard import Cluster
-from reshard.planner.costing import fluid
+from reshard.planner.costing import fairshare, fluid
 from reshard.planner.costing.fairshare import FairShare, ranges
 from reshard.planner.costing.stepgate import OneStep
 
 CLUSTER = Cluster.regular(4, 2, nic_bandwidth=2e9, intra_bandwidth=5e9, copy_bandwidth=8e9,
                           nics_per_host=2)
 KINDS = ("nic_out", "nic_in", "dev_out", "dev_in")
+
+
+@pytest.fixture(autouse=True)
+def _large_from_none(monkeypatch):
+    """Every set-up here counts as large (fairshare.LARGE: the paths tested are
+    the 1,024-device ones' in small)."""
+    monkeypatch.setattr(fairshare, "LARGE", 0)
 
 
 def _paths(seed: int, fractions: tuple[float, ...]) -> list[list[tuple[tuple[str, int], float]]]:
@@ -60,8 +67,10 @@ def test_edges_of_many_transfers_are_their_ranges(fractions, seed):
 
 
 def _as_before(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The paths replaced: never many (ranges, and loads of the gathered edges)."""
+    """The paths replaced: never many (ranges, and loads of the gathered edges), no
+    fractions read path by path."""
     monkeypatch.setattr(FairShare, "_many", lambda self, which, share: False)
+    monkeypatch.setattr(fairshare, "LARGE", 1 << 62)
 
 
 @pytest.mark.parametrize("fractions", FRACTIONS)
@@ -133,7 +142,7 @@ def test_set_up_reads_whole_fractions_once(zeros):
 
 
 @pytest.mark.parametrize("repeats", [False, True])
-def test_set_up_of_paths_of_codes_as_of_lists(repeats):
+def test_set_up_of_paths_of_codes_as_of_lists(monkeypatch, repeats):
     """Paths made from codes (fractions shared, or each its own) set up as the same
     paths as lists, bit for bit; one fraction other than 1.0 among shared ones is seen
     (its arrays are read, not trusted)."""
@@ -147,8 +156,11 @@ def test_set_up_of_paths_of_codes_as_of_lists(repeats):
         made.append(Path.of_codes(codes, ones))
     if repeats:  # tasks of one route share its path
         made, lists = made + made[:40], lists + lists[:40]
-    a, b = FairShare(made, CLUSTER), FairShare(lists, CLUSTER)
+    a = FairShare(made, CLUSTER)
+    _as_before(monkeypatch)
+    b = FairShare(lists, CLUSTER)
     assert a.whole is b.whole is True
+    assert a.frac.strides == (0,) and b.frac.strides == (8,)  # read once, or joined
     for name in ("task", "res", "frac", "task_at", "counts", "capacity"):
         assert getattr(a, name).tobytes() == np.ascontiguousarray(getattr(b, name)).tobytes()
     assert a.resources == b.resources and a.floor == b.floor
@@ -156,6 +168,7 @@ def test_set_up_of_paths_of_codes_as_of_lists(repeats):
     assert fa.rate.tobytes() == fb.rate.tobytes() and fa.level.tobytes() == fb.level.tobytes()
     odd = next(i for i in range(1, len(made), 2) if len(path_arrays(made[i])[0]) > 1)
     shared[len(path_arrays(made[odd])[0])][0] = 0.5  # one shared array not all ones
+    monkeypatch.setattr(fairshare, "LARGE", 0)
     c = FairShare(made, CLUSTER)
     assert c.whole is False
     assert 0.5 in c.frac.tolist()
