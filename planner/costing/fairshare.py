@@ -230,15 +230,16 @@ class FairShare:
             np.zeros(0, dtype=np.int64)
         # many edges: each fraction array read once rather than all joined and read
         whole = len(codes) >= LARGE and _all_ones([f for _, f in distinct])
+        dfrac = _ones(len(codes)) if whole else \
+            np.concatenate([f for _, f in distinct]) if distinct else np.zeros(0)
         if len(distinct) == len(paths):  # every path its own: the edges as they are
-            self._edges(codes, _ones(len(codes)) if whole else
-                        np.concatenate([f for _, f in distinct]), dlens, cluster, whole)
+            self._edges(codes, dfrac, dlens, cluster, whole)
             return
         dat = np.concatenate([[0], np.cumsum(dlens)])
         lens = dlens[of]
         edges = ranges(dat[of], dat[of] + lens)
-        self._edges(codes[edges], _ones(len(edges)) if whole else
-                    np.concatenate([f for _, f in distinct])[edges], lens, cluster, whole)
+        self._edges(codes[edges], _ones(len(edges)) if whole else dfrac[edges], lens,
+                    cluster, whole)
 
     @classmethod
     def of_edges(cls, codes: np.ndarray, frac: np.ndarray, lens: np.ndarray,
