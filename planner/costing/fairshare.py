@@ -37,6 +37,12 @@ TIGHT = 1e-9
 """Resources whose level is within this relative margin of the lowest fill together
 (one round)."""
 
+LARGE = 1 << 15
+"""Set-ups of at least this many edges read each path's fractions on their own
+(:meth:`FairShare.__init__`), and find the edges of many transfers in one pass
+(:meth:`FairShare.edges_of`); fewer, the array operations' cost per call outweighs
+the passes they save."""
+
 SMALL = 64
 """Fillings of at most this many edges run on Python floats (a handful of resources
 and transfers: numpy's cost per call outweighs its arrays)."""
@@ -100,6 +106,19 @@ def _numbered(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     number = np.empty(bound, dtype=np.int64)
     number[in_order] = np.arange(len(in_order), dtype=np.int64)
     return in_order, number[codes]
+
+
+def _all_ones(fractions: list[np.ndarray]) -> bool:
+    """Whether every fraction of these paths is 1.0, each array read once (paths of one
+    route form share theirs)."""
+    return all(bool((f == 1.0).all()) for f in {id(f): f for f in fractions}.values())
+
+
+def _ones(n: int) -> np.ndarray:
+    """``n`` fractions of 1.0, read only: one value seen ``n`` times (never written:
+    every reader of a set-up's fractions gathers or multiplies them)."""
+    out: np.ndarray = np.broadcast_to(np.ones(1), (n,))
+    return out
 
 
 class Path(list[tuple[Resource, float]]):
@@ -209,14 +228,18 @@ class FairShare:
                             count=len(distinct))
         codes = np.concatenate([c for c, _ in distinct]) if distinct else \
             np.zeros(0, dtype=np.int64)
-        dfrac = np.concatenate([f for _, f in distinct]) if distinct else np.zeros(0)
+        # many edges: each fraction array read once rather than all joined and read
+        whole = len(codes) >= LARGE and _all_ones([f for _, f in distinct])
+        dfrac = _ones(len(codes)) if whole else \
+            np.concatenate([f for _, f in distinct]) if distinct else np.zeros(0)
         if len(distinct) == len(paths):  # every path its own: the edges as they are
-            self._edges(codes, dfrac, dlens, cluster)
+            self._edges(codes, dfrac, dlens, cluster, whole)
             return
         dat = np.concatenate([[0], np.cumsum(dlens)])
         lens = dlens[of]
         edges = ranges(dat[of], dat[of] + lens)
-        self._edges(codes[edges], dfrac[edges], lens, cluster)
+        self._edges(codes[edges], _ones(len(edges)) if whole else dfrac[edges], lens,
+                    cluster, whole)
 
     @classmethod
     def of_edges(cls, codes: np.ndarray, frac: np.ndarray, lens: np.ndarray,
@@ -229,18 +252,22 @@ class FairShare:
         return out
 
     def _edges(self, codes: np.ndarray, frac: np.ndarray, lens: np.ndarray,
-               cluster: Cluster) -> None:
-        """Set up from every transfer's edges (:meth:`of_edges`)."""
+               cluster: Cluster, whole: bool = False) -> None:
+        """Set up from every transfer's edges (:meth:`of_edges`; ``whole``: every
+        fraction is known to be 1.0)."""
         in_order, res = _numbered(codes)  # resources in the order they first appear
         task = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
-        used = frac > 0
         self.n = len(lens)
         self.resources: list[Resource] = [of_code(c) for c in in_order.tolist()]
         present = {r[0] for r in self.resources}
         kinds = np.array([capacity((k, 0), cluster) if k in present else 0.0 for k in KINDS],
                          dtype=np.float64)
         self.capacity = kinds[in_order % 8]
-        if used.all():  # every edge kept: its transfer's edges are the lens given
+        # every edge carries its transfer's whole bytes (loads: 1.0 * x is x); then
+        # every edge is used, and the largest fraction is 1.0 (no pass for either)
+        self.whole = whole or bool((frac == 1.0).all())
+        used = None if self.whole else frac > 0
+        if used is None or used.all():  # every edge kept: a transfer's edges are its lens
             self.task, self.res, self.frac = task, res, frac
             self.task_at = np.concatenate(([0], np.cumsum(lens, dtype=np.int64)))
             self.limited = lens > 0
@@ -253,10 +280,9 @@ class FairShare:
             self.task_at = np.searchsorted(self.task, np.arange(self.n + 1))
             self.limited = np.bincount(self.task, minlength=self.n) > 0
             self.counts = np.diff(self.task_at)
+            self.whole = bool((self.frac == 1.0).all())  # of the edges kept
         # demand below this is rounding (a resource whose transfers all froze)
-        self.floor = 1e-12 * float(self.frac.max(initial=1.0))
-        # every edge carries its transfer's whole bytes (loads: 1.0 * x is x)
-        self.whole = bool((self.frac == 1.0).all())
+        self.floor = 1e-12 * (1.0 if self.whole else float(self.frac.max(initial=1.0)))
 
     def per_edge(self, values: np.ndarray) -> np.ndarray:
         """``values[self.task]`` (a value per transfer, on each of its edges) as one
@@ -270,6 +296,28 @@ class FairShare:
         """Whether the transfers ``which`` are every transfer, in order (their edges
         are then every edge, in order: ``ranges`` of them is ``arange``)."""
         return len(which) == self.n and bool((which == np.arange(self.n)).all())
+
+    def _many(self, which: np.ndarray, share: int) -> bool:
+        """Whether the transfers ``which`` are increasing (then their edges, transfer by
+        transfer, are in edge order) and have at least ``1 / share`` of every edge, of
+        :data:`LARGE` or more: then one pass over every edge costs less than
+        gathering theirs."""
+        if len(which) < 2 or len(self.res) < LARGE or \
+                int(self.counts[which].sum()) * share < len(self.res):
+            return False
+        return bool((which[1:] > which[:-1]).all())
+
+    def edges_of(self, which: np.ndarray) -> np.ndarray:
+        """The edges of the transfers ``which``, transfer by transfer (:func:`ranges` of
+        their edges); where :meth:`_many` (a quarter of the edges, or more), the edges
+        whose transfer is flagged: the same array, increasing, from one pass over the
+        edges (:func:`ranges` makes three of its length)."""
+        if self._many(which, 4):
+            flag = np.zeros(self.n, dtype=bool)
+            flag[which] = True
+            edges: np.ndarray = np.flatnonzero(self.per_edge(flag))
+            return edges
+        return ranges(self.task_at[which], self.task_at[which + 1])
 
     def _all_edges(self, mine: np.ndarray) -> bool:
         """Whether ``mine``, the edges of distinct transfers in order (:meth:`fill`'s),
@@ -290,7 +338,10 @@ class FairShare:
     def loads(self, which: np.ndarray, *rates: np.ndarray) -> list[np.ndarray]:
         """:meth:`load` of ``which`` at each of ``rates`` (their edges found once)."""
         every = self._every(which)
-        if every:  # every edge, in order: the arrays themselves
+        # many edges of increasing transfers: every edge, the others' at rate 0.0 (each
+        # resource's sum from 0.0 adds theirs in the same order, and s + 0.0 is s)
+        spread = not every and self._many(which, 2)
+        if every or spread:  # every edge, in order: the arrays themselves
             task, res, frac = self.task, self.res, self.frac
         else:
             mine = ranges(self.task_at[which], self.task_at[which + 1])
@@ -301,7 +352,11 @@ class FairShare:
             # a transfer's finite rate (else 0) on each of its edges: the same as the
             # rate on each edge, finite or 0, with one pass over the transfers
             finite = np.where(np.isfinite(rate), rate, 0.0)
-            r = self.per_edge(finite) if every else finite[task]
+            if spread:
+                only = np.zeros(self.n)
+                only[which] = finite[which]
+                finite = only
+            r = self.per_edge(finite) if every or spread else finite[task]
             out.append(np.bincount(res, weights=r if self.whole else frac * r,
                                    minlength=len(self.resources)))
         return out
@@ -335,7 +390,7 @@ class FairShare:
             filled[held] = last.level[held]
             # what the kept transfers use: everything, less what the others used
             again = np.flatnonzero(active)
-            mine = ranges(self.task_at[again], self.task_at[again + 1])
+            mine = self.edges_of(again)
             if not len(mine):  # nothing to fill again (the capacity left is of no use)
                 rate[again] = np.inf
                 return Fill(rate, filled)
@@ -345,8 +400,7 @@ class FairShare:
             np.maximum(left, 0.0, out=left)
         else:
             again = np.flatnonzero(active)
-            mine = np.arange(len(self.task)) if self._every(again) else \
-                ranges(self.task_at[again], self.task_at[again + 1])
+            mine = np.arange(len(self.task)) if self._every(again) else self.edges_of(again)
         rate[again[~self.limited[again]]] = np.inf
         if len(mine) > SMALL:
             self._progressive(mine, active, left, rate, filled)
@@ -433,7 +487,7 @@ class FairShare:
             active[frozen] = False
             if self._all_frozen(active):  # no later round freezes anything: done
                 break
-            edges = ranges(self.task_at[frozen], self.task_at[frozen + 1])
+            edges = self.edges_of(frozen)
             r, f = self.res[edges], self.frac[edges]
             left -= np.bincount(r, weights=f * low, minlength=nres)
             demand -= np.bincount(r, weights=f, minlength=nres)

@@ -118,15 +118,15 @@ class _Kind:
         step = np.concatenate([c[1] for c in self.chunks])
         nbytes = np.concatenate([c[2] for c in self.chunks])
         span = int(index.max(initial=0)) + 1
-        lo = int(step.min(initial=0))
-        codes = (step - lo) * span + index
-        size = span * (int(step.max(initial=0)) - lo + 1)
+        lo, hi = int(step.min(initial=0)), int(step.max(initial=0))
+        codes = index if lo == hi else (step - lo) * span + index  # one step: its index
+        size = span * (hi - lo + 1)
         if size <= max(DENSE_UP_TO, 2 * len(codes)) and int(index.min(initial=0)) >= 0:
             keys, sums = _dense_sums(codes, nbytes, size)
         else:
             keys, first, at = np.unique(codes, return_index=True, return_inverse=True)
-            total = np.zeros(len(keys))
-            np.add.at(total, at.reshape(-1), nbytes)
+            # each key's bytes added from 0.0 in the order added (np.add.at's sums)
+            total = np.bincount(at.reshape(-1), weights=nbytes, minlength=len(keys))
             order = np.argsort(first, kind="stable")
             keys, sums = keys[order], total[order]
         return list(zip(zip((keys % span).tolist(), (keys // span + lo).tolist()),
@@ -142,15 +142,15 @@ a sort of its keys."""
 def _dense_sums(codes: np.ndarray, nbytes: np.ndarray, size: int
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Each distinct code of ``codes`` (all below ``size``) in the order first added,
-    and its bytes summed from 0.0 in the order added: ``np.add.at`` into an array by
-    code (the same additions, one by one, as into the distinct keys of a sort), each
-    code's first position the least at which it comes."""
+    and its bytes summed from 0.0 in the order added: ``np.bincount`` by code (its
+    weights added one by one in the order given into a float64 array of zeros, as
+    ``np.add.at`` adds them: the same additions as into the distinct keys of a sort),
+    each code's first position the least at which it comes."""
     n = len(codes)
     first = np.full(size, n, dtype=np.int64)
     np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
     used = np.flatnonzero(first < n)
-    total = np.zeros(size)
-    np.add.at(total, codes, nbytes)
+    total = np.bincount(codes, weights=nbytes, minlength=size)
     keys = used[np.argsort(first[used], kind="stable")]
     return keys, total[keys]
 

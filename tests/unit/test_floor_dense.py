@@ -58,3 +58,38 @@ def test_a_kind_with_an_index_below_zero_is_summed_by_the_sort():
         index = rng.integers(-1, 50, 500).astype(np.int64)
         kind.add(index, np.zeros(500, dtype=np.int64), rng.choice([0.1, 1e17 / 3, 3.0], 500))
     assert kind.items() == _old_items(kind)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("step", [0, 3])
+def test_a_kind_of_one_step_is_summed_by_its_index_alone(seed, step):
+    """Every addition at one step: the codes are the indices themselves (round eleven),
+    the same keys, order and sums as the codes over the steps' span."""
+    rng = np.random.default_rng(seed)
+    values = np.array([0.1, 1e17 / 3, 3.0, 12345.5, 2.0 ** 60 + 1, 7e6 / 7])
+    kind = floors._Kind()
+    for _ in range(12):
+        n = int(rng.integers(300, 700))
+        kind.add(rng.integers(0, 900, n).astype(np.int64), np.full(n, step, dtype=np.int64),
+                 rng.choice(values, n))
+    got = kind.items()
+    assert got == _old_items(kind)
+    assert {s for (_, s), _ in got} == {step}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bincount_adds_in_the_order_given_as_add_at(seed):
+    """What :func:`floors._dense_sums` rests on: ``np.bincount``'s weights are added one
+    by one in the order given into zeros, the same floats as ``np.add.at``'s, on bytes
+    whose sums change with their order."""
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, 50, 5000)
+    nbytes = rng.choice([0.1, 1e17 / 3, 3.0, 2.0 ** 60 + 1, -7e6 / 7, 1e-5], 5000)
+    slow = np.zeros(60)
+    np.add.at(slow, codes, nbytes)
+    fast = np.bincount(codes, weights=nbytes, minlength=60)
+    assert fast.tobytes() == slow.tobytes()
+    shuffled = np.zeros(60)  # the same bytes in another order: other sums
+    order = rng.permutation(5000)
+    np.add.at(shuffled, codes[order], nbytes[order])
+    assert shuffled.tobytes() != slow.tobytes()
