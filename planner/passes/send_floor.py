@@ -44,8 +44,8 @@ from reshard.planner.values.resources import NIC_OUT, capacities
 
 def _groups(cells: list[Cell] | CellTable) -> Iterator[tuple[frozenset[int], frozenset[int],
                                                              float]]:
-    """``(holders, needers, elements)`` of ``cells``, each table's rows summed per
-    distinct pair (as floats: a floor, never compared without its margin)."""
+    """``(holders, needers, elements)`` of ``cells``, summed per distinct pair of sets
+    (as floats: a floor, never compared without its margin)."""
     if isinstance(cells, CellTable):
         if not len(cells):
             return
@@ -56,8 +56,12 @@ def _groups(cells: list[Cell] | CellTable) -> Iterator[tuple[frozenset[int], fro
         for pair, s in zip(pairs.tolist(), sums.tolist()):
             yield cells.holder_sets[pair // width], cells.needer_sets[pair % width], s
     else:
+        by_pair: dict[tuple[frozenset[int], frozenset[int]], float] = {}
         for cell in cells:
-            yield cell.holders, cell.needers, float(cell.size)
+            key = (cell.holders, cell.needers)
+            by_pair[key] = by_pair.get(key, 0.0) + cell.size
+        for (holders, needers), s in by_pair.items():
+            yield holders, needers, s
 
 
 def bytes_out(cells_of: Iterable[tuple[list[Cell] | CellTable, int]],
