@@ -143,3 +143,13 @@ def test_the_floor_rules_something_out(monkeypatch):
             tensors, cluster = _tensors(moves, shape, how)
             _best_plan(tensors, cluster, Strategy.BROADCAST, Builds())
     assert built["with"] < built["without"]
+
+
+def test_the_floor_is_send_recv_s_alone():
+    """An all-gather sends a host one copy, not one per device: on S0R -> RR the send
+    floor is above the ``allgather`` plan, and ``allgather``'s floor stays below it."""
+    tensors, cluster = _tensors([("S0R", "RR")], (2048, 2048), "cross")
+    memo = Builds()
+    gathered = _best_plan(tensors, cluster, Strategy.ALLGATHER, Builds()).estimate()
+    assert _floor(memo, tensors, cluster, False) > gathered
+    assert memo.floor(tensors, cluster, Strategy.ALLGATHER) <= gathered
