@@ -30,6 +30,7 @@ from reshard.planner.cuts import (
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes.allreduce import allreduce_first
 from reshard.planner.passes.gather_twins import gathers_as_sends
+from reshard.planner.passes.send_floor import send_floor
 from reshard.planner.passes.stages import ALTERNATIVES_UP_TO, faster, search
 from reshard.planner.passes.twins import Twins
 from reshard.planner.schedule.floors import StepLoads, baseline_floor, reduction_loads
@@ -349,16 +350,22 @@ class Builds:
     def floor(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, baseline: Strategy,
               fine: bool = False) -> float:
         """The floor of every plan of ``baseline``'s slices (cut ``fine`` or not):
-        :func:`~reshard.planner.schedule.floors.baseline_floor`, found once."""
+        :func:`~reshard.planner.schedule.floors.baseline_floor`, for ``send_recv`` the
+        larger of it and the copies its hosts' NICs send out
+        (:func:`~reshard.planner.passes.send_floor.send_floor`), found once."""
         key = (tensors, cluster, baseline, fine)
         got = self._floors.get(key)
         if got is None and fine and self._fine_as_coarse(tensors, cluster, baseline, False):
             got = self._floors[key] = self.floor(tensors, cluster, baseline)
         if got is None:
             s = self.slices(tensors, cluster, baseline, fine=fine)
-            got = self._floors[key] = baseline_floor(
-                s.work, s.reduces, s.itemsizes, cluster, baseline, self.known,
-                self._reduction_loads(tensors, cluster, fine, s.reduces))
+            got = baseline_floor(s.work, s.reduces, s.itemsizes, cluster, baseline,
+                                 self.known, self._reduction_loads(tensors, cluster, fine,
+                                                                   s.reduces))
+            if baseline is Strategy.SEND_RECV:  # and every copy its hosts send out
+                cells = self.cut(tensors, cluster, False, fine).cells
+                got = max(got, send_floor(zip(cells, s.itemsizes), cluster))
+            self._floors[key] = got
         return got
 
     def _reduction_loads(self, tensors: tuple[TensorSpec, ...], cluster: Cluster,

@@ -45,9 +45,12 @@ def _tensors(src: str, dst: str, shape: tuple[int, int], cross: bool):
 MOVES = [("RS10", "S0R", (2048, 2048), True), ("S10R", "RS0", (8192, 8192), True),
          ("RS1", "S0R", (2048, 2048), True), ("S0R", "RR", (2048, 2048), True),
          ("S01R", "RR", (1024, 1024), False), ("RS01", "S0R", (4096, 4096), False),
-         ("S0S1", "RR", (1024, 1024), False), ("RR+P0", "S0R", (2048, 2048), True)]
+         ("S0S1", "RR", (1024, 1024), False), ("RR+P0", "S0R", (2048, 2048), True),
+         ("RR+P01", "S0R", (2048, 2048), True)]
 """Requests where ``send_recv``'s floor rules it out and ``allgather``'s does or does
-not, where neither does, and a partial sum (``allgather`` never floored)."""
+not, where neither does, and partial sums (``allgather`` never floored; the last one's
+``send_recv`` not ruled out: since round eleven's host floor,
+:mod:`reshard.planner.passes.send_floor`, every plain one here is)."""
 
 
 @pytest.mark.parametrize("src,dst,shape,cross", MOVES)

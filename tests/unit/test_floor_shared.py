@@ -13,6 +13,7 @@ import pytest
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.planner.costing.cost import Routes
 from reshard.planner.cuts import cut_slices
+from reshard.planner.passes.send_floor import send_floor
 from reshard.planner.plan import Builds, planned_tensors
 from reshard.planner.schedule import floors
 from reshard.planner.values.resources import COPY, DEV_IN, DEV_OUT, NIC_IN, NIC_OUT, capacity
@@ -69,6 +70,9 @@ def test_reductions_counted_once_give_each_baselines_own_floor(src, dst, shape):
             s = cut_slices(tensors, CLUSTER, baseline, fine=fine)
             alone = floors.baseline_floor(s.work, s.reduces, s.itemsizes, CLUSTER, baseline,
                                           Routes())
+            if baseline is Strategy.SEND_RECV:  # and the copies its hosts send out
+                cells = builds.cut(tensors, CLUSTER, False, fine).cells
+                alone = max(alone, send_floor(zip(cells, s.itemsizes), CLUSTER))
             assert builds.floor(tensors, CLUSTER, baseline, fine) == alone
             found.append(alone)
     assert max(found) > 0
