@@ -123,11 +123,13 @@ def test_devices_told_distinct_by_sets_or_one_bincount(seed, monkeypatch):
 
 
 def test_a_device_the_cluster_lacks_is_named():
-    cluster = Cluster.regular(10, 8)
-    ok = Task(TaskKind.BROADCAST, 0, ((0, 8),), 0, tuple(range(1, 80)), 16)
-    bad = Task(TaskKind.BROADCAST, 0, ((0, 8),), 0, (*range(1, 79), 99), 16)
-    with pytest.raises(ClusterError, match="device 99"):
-        chain_cuts.cut_all([ok, bad], cluster.host_of, {}, lambda cut: True)
+    ids = [d for d in range(90) if d != 41]  # a gap in the ids
+    cluster = Cluster(tuple(tuple(ids[h * 8:h * 8 + 8]) for h in range(10)))
+    ok = Task(TaskKind.BROADCAST, 0, ((0, 8),), 0, tuple(ids[1:80]), 16)
+    for missing in (41, 99):
+        bad = Task(TaskKind.BROADCAST, 0, ((0, 8),), 0, (*ids[1:79], missing), 16)
+        with pytest.raises(ClusterError, match=f"device {missing}"):
+            chain_cuts.cut_all([ok, bad], cluster.host_of, {}, lambda cut: True)
     with pytest.raises(ClusterError, match="device -1"):
         chain_cuts.cut_all([ok, Task(TaskKind.BROADCAST, 0, ((0, 8),), -1, ok.receivers, 16)],
                            cluster.host_of, {}, lambda cut: True)
