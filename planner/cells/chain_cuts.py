@@ -89,14 +89,22 @@ def cut(task: Task, host: Callable[[int], int], memo: Segments | None = None) ->
         hosts = hosts_of((task.root,) + task.receivers, host)  # noqa: RUF005 (one copy)
         starts = [0, *(np.flatnonzero(hosts[1:] != hosts[:-1]) + 1).tolist()]
         return _ranges(starts, len(hosts))
+    return _ranges(_short(task, host)[0], len(task.receivers) + 1)
+
+
+def _short(task: Task, host: Callable[[int], int]) -> tuple[list[int], list[int]]:
+    """The first place of each of ``task``'s host segments and its host, one device at
+    a time."""
     starts = [0]
     here = host(task.root)
+    entered = [here]
     for i, d in enumerate(task.receivers, 1):
         h = host(d)
         if h != here:
             starts.append(i)
+            entered.append(h)
             here = h
-    return _ranges(starts, len(task.receivers) + 1)
+    return starts, entered
 
 
 def segments(task: Task, host: Callable[[int], int],
@@ -148,52 +156,66 @@ def chain_of(task: Task, host: Callable[[int], int], memo: Segments | None = Non
     return found
 
 
-def _twin_key(task: Task) -> tuple[object, ...]:
-    """What a task's chain and form depend on: a long chain's receivers by identity (a
-    box's pieces share their task's tuple; no long tuple hashed), a short one's by
-    value."""
-    if len(task.receivers) >= ARRAY_DEVICES:
-        return task.root, id(task.receivers), task.through
-    return task.root, task.receivers, task.through
-
-
 def cut_all(tasks: Iterable[Task], host: Callable[[int], int], memo: Segments,
             wanted: Callable[[Cut], bool]) -> None:
     """Fill ``memo`` with the cut of each of ``tasks`` a tree may reshape (broadcasts
     without parents) and the chain of each whose cut is ``wanted``: chains met twice
-    found once, long chains' hosts read from one array of all their devices where
-    ``host`` is a cluster's own (the same cuts and chains as :func:`cut` and
-    :func:`chain_of`, which find the rest: a device the cluster lacks is named by
-    ``host``'s own error)."""
+    found once (a long chain's receivers told by identity, as a box's pieces share
+    their task's tuple: no long tuple hashed), long chains' hosts read from one array
+    of all their devices where ``host`` is a cluster's own (the same cuts and chains
+    as :func:`cut` and :func:`chain_of`, which find the rest: a device the cluster
+    lacks is named by ``host``'s own error)."""
     found: dict[tuple[object, ...], tuple[Cut, Chain | None]] = {}
     cluster = _cluster(host)
-    table = None if cluster is None else _host_table(cluster)
     long: dict[tuple[object, ...], Task] = {}  # to cut at once
-    todo = []
+    todo: list[tuple[Task, tuple[object, ...]]] = []
+    broadcast = TaskKind.BROADCAST
     for t in tasks:
-        if t.kind is not TaskKind.BROADCAST or t.parents:
+        if t.kind is not broadcast or t.parents:
             continue
         got = memo.get(id(t))
         if got is not None and (len(got) == 3 or not wanted(got[1])):
             continue  # found already, or cut and not wanted
-        key = _twin_key(t)
+        many = len(t.receivers) >= ARRAY_DEVICES
+        key: tuple[object, ...] = (t.root, id(t.receivers) if many else t.receivers,
+                                   t.through)
         todo.append((t, key))
         if key in found or key in long:
             continue
-        if got is None and table is not None and len(t.receivers) >= ARRAY_DEVICES:
+        if got is not None:  # cut before, now wanted
+            found[key] = got[1], _found(t, host, got[1])
+        elif many and cluster is not None:
             long[key] = t
-        else:
-            ranges = cut(t, host) if got is None else got[1]
+        elif many:
+            ranges = cut(t, host)
             found[key] = ranges, _found(t, host, ranges) if wanted(ranges) else None
-    if long:
-        many = _cut_many(list(long.values()), table)  # type: ignore[arg-type]
-        for i, (key, t) in enumerate(long.items()):
-            if many is None:  # a device the cluster lacks: host_of names it
-                ranges = cut(t, host)
-                found[key] = ranges, _found(t, host, ranges)
+        else:
+            starts, entered = _short(t, host)
+            ranges = _ranges(starts, len(t.receivers) + 1)
+            if wanted(ranges):
+                devices = (t.root,) + t.receivers  # noqa: RUF005 (one copy, not two)
+                found[key] = ranges, _chain(t, devices, tuple(map(len, ranges)), entered
+                                            if len(set(devices)) == len(devices) else None)
             else:
-                found[key] = many[i]
+                found[key] = ranges, None
+    if long and cluster is not None:
+        _cut_long(long, cluster, host, found)
     _keep(todo, found, memo)
+
+
+def _cut_long(long: dict[tuple[object, ...], Task], cluster: Cluster,
+              host: Callable[[int], int],
+              found: dict[tuple[object, ...], tuple[Cut, Chain | None]]) -> None:
+    """:func:`cut_all`'s long chains on ``cluster`` (``host``: its ``host_of``), cut
+    and their chains found at once (into ``found``, by key)."""
+    table = _host_table(cluster)
+    many = None if table is None else _cut_many(list(long.values()), table)
+    for i, (key, t) in enumerate(long.items()):
+        if many is None:  # a device the cluster lacks: host_of names it
+            ranges = cut(t, host)
+            found[key] = ranges, _found(t, host, ranges)
+        else:
+            found[key] = many[i]
 
 
 def _keep(todo: list[tuple[Task, tuple[object, ...]]],

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence, Sized
 import numpy as np
 
 from reshard.choice import parse_choice
-from reshard.layout import Box, box_size
+from reshard.layout import box_size
 from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cells.chain_cuts import Chain, Cut, Form, chain_of, cut, cut_all
 from reshard.planner.cells.chain_cuts import Segments as Segments  # noqa: PLC0414 (re-exported)
@@ -245,44 +245,35 @@ def _picker(places: Sequence[int], size: int) -> Picker:
 
 class _Call:
     """What one :func:`treeify` call finds once: each chain's trees (a box's pieces
-    repeat their chain), each form's pickers, each box's pieces and their sizes."""
+    repeat their chain) and each form's pickers."""
 
     def __init__(self, host: Callable[[int], int], intra: Intra, shape: HostShape):
         self.host, self.intra, self.shape = host, intra, shape
         self.trees: dict[int, tuple[Chain, list[Tree]]] = {}  # by the chain's id
         self.forms: TreeForms = {}
-        self.boxes: dict[tuple[Box, int], tuple[int, list[tuple[Box, int]]]] = {}
 
     def trees_of(self, task: Task, chain: Chain, ranges: Cut) -> list[Tree]:
-        """``task``'s trees (``chain``, ``ranges``: its chain and cut)."""
-        got = self.trees.get(id(chain))
-        if got is not None and got[0] is chain:
-            return got[1]
+        """``task``'s trees, found (``chain``, ``ranges``: its chain and cut)."""
         trees = _trees_by_form(chain, self.intra, self.shape, self.forms) \
             if chain.form is not None and len(task.receivers) >= FORM_MEMBERS else \
             _trees_of(task, self.host, self.intra, self.shape, ranges)
         self.trees[id(chain)] = (chain, trees)
         return trees
 
-    def pieces(self, box: Box, k: int) -> tuple[int, list[tuple[Box, int]]]:
-        """``box``'s size, and its ``k`` pieces (``k`` trees: halves, else itself) with
-        theirs."""
-        got = self.boxes.get((box, k))
-        if got is None:
-            parts = split_box(box, 2) if k == 2 else (box,)
-            got = self.boxes[(box, k)] = (box_size(box), [(p, box_size(p)) for p in parts])
-        return got
-
     def reshape(self, task: Task, chain: Chain, ranges: Cut) -> list[Task]:
         """``task`` (a chain broadcast) as two half-box tasks down complementary binary
         trees over its remote hosts (``double``), or as one task down its hosts
-        (``chain``, ``star``), entries passing on inside their hosts as ``intra`` says."""
-        trees = self.trees_of(task, chain, ranges)
-        whole, parts = self.pieces(task.box, len(trees))
+        (``chain``, ``star``), entries passing on inside their hosts as ``intra`` says
+        (``chain``, ``ranges``: its chain and cut)."""
+        got = self.trees.get(id(chain))
+        trees = got[1] if got is not None and got[0] is chain else \
+            self.trees_of(task, chain, ranges)
+        boxes = split_box(task.box, 2) if len(trees) == 2 else (task.box,)
+        whole = box_size(task.box)
         itemsize = task.nbytes // whole if whole else 0
         out: list[Task] = []
-        for (box, size), (parents, receivers, keep_through) in zip(parts, trees):
-            nbytes = size * itemsize
+        for box, (parents, receivers, keep_through) in zip(boxes, trees):
+            nbytes = box_size(box) * itemsize
             if nbytes == 0:
                 continue
             out.append(Task(task.kind, task.tensor, box, task.root, receivers, nbytes,
@@ -353,9 +344,9 @@ def treeify(tasks: Iterable[Task], host: Callable[[int], int], intra: Intra | st
     out: list[Task] = []
     for t in tasks:  # _applies, inline (most tasks are sends)
         if t.kind is broadcast and not t.parents:
-            ranges = memo[id(t)][1]
-            if applies(ranges):
-                out.extend(call.reshape(t, chain_of(t, host, memo), ranges))
+            got = memo[id(t)]  # with its chain wherever it applies (cut_all)
+            if len(got) == 3 and applies(got[1]):
+                out.extend(call.reshape(t, got[2], got[1]))
                 continue
         out.append(t)
     return tuple(out)
