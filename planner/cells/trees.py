@@ -21,14 +21,15 @@ from __future__ import annotations
 import enum
 import itertools
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Sized
 
 import numpy as np
 
 from reshard.choice import parse_choice
-from reshard.cluster import Cluster
 from reshard.layout import box_size
 from reshard.planner.cells.cell_tasks import split_box
+from reshard.planner.cells.chain_cuts import Chain, Cut, Form, chain_of, cut, cut_all
+from reshard.planner.cells.chain_cuts import Segments as Segments  # noqa: PLC0414 (re-exported)
 from reshard.planner.values.tasks import Task, TaskKind
 
 MIN_HOSTS = 3
@@ -68,60 +69,6 @@ TREE_FORMS: tuple[tuple[HostShape, Intra], ...] = (
 MIN_FANOUT = 3
 """A host's receivers (its entry included) from which passing on inside it as a star
 may pay (fewer: the star is the chain)."""
-
-
-ChainForm = tuple[tuple[int, ...],
-                  tuple[()] | tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
-"""A long chain's devices (root first) and what of it decides its trees
-(:func:`_trees_by_form`: its segments' lengths, its hosts in the order entered, its
-relay-only places; empty where a device comes twice)."""
-
-Segments = dict[int, tuple[Task, list[list[int]]] | tuple[Task, list[list[int]], ChainForm]]
-"""Tasks' host segments (:func:`_segments`) by the task's id, each with its task (kept
-alive, so the id is not reused) and, once found, its chain's form
-(:func:`_chain_form`): the tree forms of one plan cut each chain once."""
-
-
-def _segments(task: Task, host: Callable[[int], int],
-              memo: Segments | None = None) -> list[list[int]]:
-    """The chain root -> receivers cut where it changes host (root's segment first);
-    ``memo``: segments already cut (filled in; read only by the callers)."""
-    if memo is not None:
-        got = memo.get(id(task))
-        if got is None:
-            got = memo[id(task)] = (task, _segments(task, host))
-        return got[1]
-    if len(task.receivers) >= ARRAY_MEMBERS:
-        chain = [task.root, *task.receivers]
-        hosts = _hosts(chain, host)
-        cuts = (np.flatnonzero(hosts[1:] != hosts[:-1]) + 1).tolist()
-        return [chain[a:b] for a, b in zip([0, *cuts], [*cuts, len(chain)])]
-    seg = [task.root]
-    segs: list[list[int]] = [seg]
-    here = host(task.root)
-    for d in task.receivers:
-        h = host(d)
-        if h == here:
-            seg.append(d)
-        else:
-            seg = [d]
-            segs.append(seg)
-            here = h
-    return segs
-
-
-def _hosts(devices: list[int], host: Callable[[int], int]) -> np.ndarray:
-    """``host`` of each of ``devices``: read from the cluster's map of hosts at once
-    where ``host`` is a cluster's :meth:`~reshard.cluster.Cluster.host_of` (the same
-    values; a device it lacks: ``host``'s own error), else one call each."""
-    owner = getattr(host, "__self__", None)
-    if isinstance(owner, Cluster) and getattr(host, "__func__", None) is Cluster.host_of:
-        try:
-            return np.fromiter(map(owner.host_map.__getitem__, devices), dtype=np.int64,
-                               count=len(devices))
-        except KeyError:
-            pass  # host_of names the device in its error
-    return np.fromiter(map(host, devices), dtype=np.int64, count=len(devices))
 
 
 def _heap_parent(i: int) -> int:
@@ -188,60 +135,32 @@ FORM_MEMBERS = 2
 """Receivers of a chain from which :func:`treeify` finds its trees from its form
 (:func:`_trees_by_form`, once per form; fewer: from the chain itself)."""
 
+Tree = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+"""A tree of a reshaped chain: its parents, receivers and relay-only devices kept."""
 
-TreeForms = dict[tuple[object, ...],
-                 list[tuple[Callable[[Sequence[int]], tuple[int, ...]], ...]]]
-"""Trees of long chains by form (:func:`_trees_by_form`): per tree what takes its
-parents, receivers and relay-only devices from the chain by their places, found once
-per :func:`treeify` call."""
+Picker = Callable[[Chain], tuple[int, ...]]
+"""What takes some of a chain's devices by their places, as a tuple."""
 
-Edges = dict[tuple[int, tuple[int, ...], tuple[int, ...]],
-             list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]]
-"""Each chain's (root, receivers, relay-only devices) tree edges under one form (per
-tree: its parents, receivers and relay-only devices kept), found once per
-:func:`treeify` call: a box's pieces repeat their chain."""
-
-
-def _reshape(task: Task, host: Callable[[int], int], intra: Intra,
-             shape: HostShape, memo: Segments | None = None,
-             edges: Edges | None = None, forms: TreeForms | None = None) -> list[Task]:
-    """``task`` (a chain broadcast) as two half-box tasks down complementary binary
-    trees over its remote hosts (``double``), or as one task down the chain's host
-    order (``chain``), entries passing on inside their hosts as ``intra`` says
-    (``edges``: the trees already found for a chain, filled in)."""
-    key = (task.root, task.receivers, task.through)
-    trees = None if edges is None else edges.get(key)
-    if trees is None:
-        trees = _trees_by_form(task, host, intra, shape, memo, forms) \
-            if forms is not None and len(task.receivers) >= FORM_MEMBERS else \
-            _trees_of(task, host, intra, shape, memo)
-        if edges is not None:
-            edges[key] = trees
-    boxes = split_box(task.box, 2) if len(trees) == 2 else (task.box,)
-    itemsize = task.nbytes // box_size(task.box) if box_size(task.box) else 0
-    out: list[Task] = []
-    for box, (parents, receivers, keep_through) in zip(boxes, trees):
-        nbytes = box_size(box) * itemsize
-        if nbytes == 0:
-            continue
-        out.append(Task(task.kind, task.tensor, box, task.root, receivers, nbytes,
-                        task.step, task.source, task.pieces, keep_through, parents,
-                        task.addends, task.addend_parents))  # replace(), built directly
-    return out
+TreeForms = dict[int, tuple[Form, list[tuple[Picker, Picker, Picker]]]]
+"""Trees of chains by their form (:func:`_trees_by_form`), by the form's id (with the
+form, kept alive): per tree what takes its parents, receivers and relay-only devices
+from the chain, found once per form and :func:`treeify` call."""
 
 
 def _trees_of(task: Task, host: Callable[[int], int], intra: Intra, shape: HostShape,
-              memo: Segments | None
-              ) -> list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
-    """:func:`_reshape`'s trees of ``task``'s chain: per tree (two halves for
-    ``double``, else one), its parents, receivers and relay-only devices kept."""
-    segs = _segments(task, host, memo)
-    head, rest = segs[0], segs[1:]
+              ranges: Cut | None = None) -> list[Tree]:
+    """:func:`_reshape`'s trees of ``task``'s chain (``ranges``: its cut, if found):
+    per tree (two halves for ``double``, else one), its parents, receivers and
+    relay-only devices kept."""
+    devices = [task.root, *task.receivers]
+    ranges = cut(task, host) if ranges is None else ranges
+    head = devices[:ranges[0].stop]
     through = set(task.through)
     entry: dict[int, int] = {}
     members: dict[int, list[int]] = {}
     hosts: list[int] = []
-    for seg in rest:
+    for r in ranges[1:]:
+        seg = devices[r.start:r.stop]
         h = host(seg[0])
         hosts.append(h)
         entry[h] = seg[0]
@@ -267,65 +186,107 @@ def _trees_of(task: Task, host: Callable[[int], int], intra: Intra, shape: HostS
     return trees
 
 
-def _trees_by_form(task: Task, host: Callable[[int], int], intra: Intra, shape: HostShape,
-                   memo: Segments | None, forms: TreeForms
-                   ) -> list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
-    """:func:`_trees_of` of a long chain of distinct devices, found once per form (in
-    ``forms``): the chain renumbered by place (the root 0, receiver
-    ``i`` ``i + 1``), its hosts in the order it enters them (its segments' lengths and
-    hosts, its relay-only places), the trees of that chain numbered back.
+def _trees_by_form(chain: Chain, intra: Intra, shape: HostShape, forms: TreeForms
+                   ) -> list[Tree]:
+    """:func:`_trees_of` of a chain of distinct devices (``chain.form`` set), found once
+    per form (in ``forms``): the chain renumbered by place (the root 0, receiver ``i``
+    ``i + 1``), its hosts in the order it enters them (its segments' lengths and hosts,
+    its relay-only places), the trees of that chain numbered back.
 
     Exact: :func:`_trees_of` reads the devices only through which host each is in
-    (equal or not, in :func:`_segments` and as its hosts' keys) and which are relays,
-    and lays out its trees from their places in the chain and in its host order: the
-    chain renumbered by a bijection that keeps hosts apart gives its trees renumbered."""
-    chain, shaped = _chain_form(task, host, memo)
-    if not shaped:  # a device twice: no bijection
-        return _trees_of(task, host, intra, shape, memo)
-    form = (intra, shape, *shaped)
-    got = forms.get(form)
-    if got is None:
-        lengths, hosts, relays = shaped
+    (equal or not, in :func:`~reshard.planner.cells.chain_cuts.cut` and as its hosts'
+    keys) and which are relays, and lays out its trees from their places in the chain
+    and in its host order: the chain renumbered by a bijection that keeps hosts apart
+    gives its trees renumbered."""
+    form = chain.form
+    assert form is not None  # the callers' rule
+    got = forms.get(id(form))
+    if got is None or got[0] is not form:
+        lengths, hosts, relays = form
+        size = len(chain.devices)
         placed = np.repeat(np.array(hosts, dtype=np.int64), lengths)  # each place's host
-        plain = Task(task.kind, task.tensor, task.box, 0, tuple(range(1, len(chain))),
-                     task.nbytes, through=relays)
-        got = forms[form] = [(_picker(p), _picker(r), _picker(k))
-                             for p, r, k in _trees_of(plain, placed.item, intra, shape, None)]
-    return [(p(chain), r(chain), k(chain)) for p, r, k in got]
+        plain = Task(TaskKind.BROADCAST, 0, (), 0, tuple(range(1, size)), 0, through=relays)
+        got = forms[id(form)] = (form, [
+            (_picker(p, size), _picker(r, size), _picker(k, size))
+            for p, r, k in _trees_of(plain, placed.item, intra, shape)])
+    return [(p(chain), r(chain), k(chain)) for p, r, k in got[1]]
 
 
-def _chain_form(task: Task, host: Callable[[int], int], memo: Segments | None
-                ) -> ChainForm:
-    """``task``'s chain and its form (:data:`ChainForm`), found once per task where
-    ``memo`` is given (kept beside its segments: every tree form of a plan reads it)."""
-    got = None if memo is None else memo.get(id(task))
-    if got is not None and len(got) == 3 and got[0] is task:
-        return got[2]  # the form, found before
-    chain = (task.root, *task.receivers)
-    if len(set(chain)) < len(chain):  # a device twice: no bijection
-        found: ChainForm = (chain, ())
-    else:
-        segs = _segments(task, host, memo)
-        entered = _hosts([seg[0] for seg in segs], host).tolist() \
-            if len(segs) >= ARRAY_MEMBERS else [host(seg[0]) for seg in segs]
-        number = dict(zip(dict.fromkeys(entered), itertools.count()))  # in order entered
-        through = frozenset(task.through)
-        relays = tuple(i for i, d in enumerate(chain) if d in through) if through else ()
-        found = (chain, (tuple(map(len, segs)), tuple(map(number.__getitem__, entered)),
-                         relays))
-    if memo is not None:
-        memo[id(task)] = (task, _segments(task, host, memo), found)
-    return found
+RUN_PLACES = 16
+"""Places per run of consecutive places from which a picker takes slices of the chain
+(fewer: one item each, as few slices cost more than they save)."""
+
+MAX_RUNS = 4
+"""Runs of consecutive places a picker takes as slices at most (more: one item each)."""
+
+_receivers: Picker = operator.itemgetter(1)  # a Chain's own receivers
 
 
-def _picker(places: Sequence[int]) -> Callable[[Sequence[int]], tuple[int, ...]]:
-    """What takes the items at ``places`` of a sequence, as a tuple."""
-    if len(places) > 1:
-        return operator.itemgetter(*places)
-    if places:
-        at = places[0]
-        return lambda seq: (seq[at],)
-    return lambda seq: ()
+def _picker(places: Sequence[int], size: int) -> Picker:
+    """What takes the devices at ``places`` of a chain of ``size`` devices, as a tuple:
+    the chain's receivers tuple itself where ``places`` are all its receivers' in
+    order, slices where they run on in a few long runs, else one item each."""
+    if not places:
+        return lambda chain: ()
+    at = np.asarray(places, dtype=np.int64)
+    breaks = (np.flatnonzero(at[1:] != at[:-1] + 1) + 1).tolist()
+    bounds = list(zip([0, *breaks], [*breaks, len(places)]))
+    runs = [slice(places[a], places[b - 1] + 1) for a, b in bounds]
+    if runs == [slice(1, size)]:
+        return _receivers
+    if len(runs) == 1:
+        (whole,) = runs
+        return lambda chain: chain.devices[whole]
+    if len(runs) <= MAX_RUNS and len(places) >= RUN_PLACES * len(runs):
+        return lambda chain: sum([chain.devices[run] for run in runs], ())
+    getter = operator.itemgetter(*places)
+    return lambda chain: getter(chain.devices)
+
+
+class _Call:
+    """What one :func:`treeify` call finds once: each chain's trees (a box's pieces
+    repeat their chain) and each form's pickers."""
+
+    def __init__(self, host: Callable[[int], int], intra: Intra, shape: HostShape):
+        self.host, self.intra, self.shape = host, intra, shape
+        self.trees: dict[int, tuple[Chain, list[Tree]]] = {}  # by the chain's id
+        self.forms: TreeForms = {}
+
+    def trees_of(self, task: Task, chain: Chain, ranges: Cut) -> list[Tree]:
+        """``task``'s trees, found (``chain``, ``ranges``: its chain and cut)."""
+        trees = _trees_by_form(chain, self.intra, self.shape, self.forms) \
+            if chain.form is not None and len(task.receivers) >= FORM_MEMBERS else \
+            _trees_of(task, self.host, self.intra, self.shape, ranges)
+        self.trees[id(chain)] = (chain, trees)
+        return trees
+
+    def reshape(self, task: Task, chain: Chain, ranges: Cut) -> list[Task]:
+        """``task`` (a chain broadcast) as two half-box tasks down complementary binary
+        trees over its remote hosts (``double``), or as one task down its hosts
+        (``chain``, ``star``), entries passing on inside their hosts as ``intra`` says
+        (``chain``, ``ranges``: its chain and cut)."""
+        got = self.trees.get(id(chain))
+        trees = got[1] if got is not None and got[0] is chain else \
+            self.trees_of(task, chain, ranges)
+        boxes = split_box(task.box, 2) if len(trees) == 2 else (task.box,)
+        whole = box_size(task.box)
+        itemsize = task.nbytes // whole if whole else 0
+        out: list[Task] = []
+        for box, (parents, receivers, keep_through) in zip(boxes, trees):
+            nbytes = box_size(box) * itemsize
+            if nbytes == 0:
+                continue
+            out.append(Task(task.kind, task.tensor, box, task.root, receivers, nbytes,
+                            task.step, task.source, task.pieces, keep_through, parents,
+                            task.addends, task.addend_parents))  # replace(), built directly
+        return out
+
+
+def _reshape(task: Task, host: Callable[[int], int], intra: Intra, shape: HostShape,
+             memo: Segments | None = None) -> list[Task]:
+    """``task`` reshaped alone (:meth:`_Call.reshape`)."""
+    return _Call(host, intra, shape).reshape(task, chain_of(task, host, memo),
+                                             cut(task, host, memo))
 
 
 def _previous(i: int) -> int:
@@ -341,7 +302,7 @@ _PARENT: dict[HostShape, Callable[[int], int]] = {
     HostShape.DOUBLE: _heap_parent, HostShape.CHAIN: _previous, HostShape.STAR: _first}
 """Each host shape's parent of the ``i``-th host it links (negative: the root's)."""
 
-_APPLIES: dict[HostShape, Callable[[list[list[int]]], bool]] = {
+_APPLIES: dict[HostShape, Callable[[Sequence[Sized]], bool]] = {
     HostShape.DOUBLE: lambda segs: len(segs) - 1 >= MIN_HOSTS,
     HostShape.STAR: lambda segs: len(segs) - 1 >= 2,
     HostShape.CHAIN: lambda segs: any(len(seg) >= MIN_FANOUT for seg in segs[1:]),
@@ -354,7 +315,7 @@ def _applies(task: Task, host: Callable[[int], int], shape: HostShape,
     """Whether :func:`treeify` reshapes ``task`` for ``shape``."""
     if task.kind is not TaskKind.BROADCAST or task.parents:
         return False
-    return _APPLIES[shape](_segments(task, host, memo))
+    return _APPLIES[shape](cut(task, host, memo))
 
 
 def treeify(tasks: Iterable[Task], host: Callable[[int], int], intra: Intra | str,
@@ -368,22 +329,26 @@ def treeify(tasks: Iterable[Task], host: Callable[[int], int], intra: Intra | st
     ``star``: each chain entering two or more hosts has every host's entry fed by
     the root's host.
     Inside a host the entry passes on as ``intra`` says (:class:`Intra`). ``memo``: the
-    tasks' host segments already cut (:data:`Segments`, filled in).
+    tasks' cuts and chains already found (:data:`Segments`, filled in).
 
     Raises:
         OptionError: ``intra`` or ``shape`` names no member (the error lists them).
     """
     how = parse_choice(Intra, intra, "passing on inside a host")
     form = parse_choice(HostShape, shape, "host shape")
-    out: list[Task] = []
-    edges: Edges = {}
-    forms: TreeForms = {}
+    tasks = tuple(tasks)
+    memo = {} if memo is None else memo
     applies, broadcast = _APPLIES[form], TaskKind.BROADCAST
+    cut_all(tasks, host, memo, applies)
+    call = _Call(host, how, form)
+    out: list[Task] = []
     for t in tasks:  # _applies, inline (most tasks are sends)
-        if t.kind is broadcast and not t.parents and applies(_segments(t, host, memo)):
-            out.extend(_reshape(t, host, how, form, memo, edges, forms))
-        else:
-            out.append(t)
+        if t.kind is broadcast and not t.parents:
+            got = memo[id(t)]  # with its chain wherever it applies (cut_all)
+            if len(got) == 3 and applies(got[1]):
+                out.extend(call.reshape(t, got[2], got[1]))
+                continue
+        out.append(t)
     return tuple(out)
 
 
@@ -393,5 +358,5 @@ def reshapes(tasks: Iterable[Task], host: Callable[[int], int],
     (``memo``: as :func:`treeify`'s)."""
     form = parse_choice(HostShape, shape, "host shape")
     applies, broadcast = _APPLIES[form], TaskKind.BROADCAST
-    return any(t.kind is broadcast and not t.parents and applies(_segments(t, host, memo))
+    return any(t.kind is broadcast and not t.parents and applies(cut(t, host, memo))
                for t in tasks)  # _applies, inline

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
-from reshard.planner.cells import balance, trees
+from reshard.planner.cells import balance, chain_cuts, trees
 from reshard.planner.cells.trees import SHAPES, Intra, treeify
 from reshard.planner.costing import cost
 from reshard.planner.costing.cost import Hops, one_at_a_time_time, task_path
@@ -213,10 +213,10 @@ def test_an_irregular_cluster_moves_no_route():
 
 def test_a_long_chain_s_host_segments_as_arrays_are_the_loop_s(monkeypatch):
     for t in _chains():
-        got = trees._segments(t, CLUSTER.host_of)
-        assert len(t.receivers) >= trees.ARRAY_MEMBERS
-        monkeypatch.setattr(trees, "ARRAY_MEMBERS", 1 << 30)
-        assert got == trees._segments(t, CLUSTER.host_of)
+        got = chain_cuts.segments(t, CLUSTER.host_of)
+        assert len(t.receivers) >= chain_cuts.ARRAY_DEVICES
+        monkeypatch.setattr(chain_cuts, "ARRAY_DEVICES", 1 << 30)
+        assert got == chain_cuts.segments(t, CLUSTER.host_of)
         assert all(type(d) is int for seg in got for d in seg)
         monkeypatch.undo()
 

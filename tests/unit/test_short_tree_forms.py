@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from reshard.planner.cells import trees
+from reshard.planner.cells import chain_cuts, trees
 from reshard.planner.cells.trees import SHAPES, Intra
 from reshard.planner.values.tasks import Task, TaskKind
 
@@ -58,15 +58,20 @@ def test_short_trees_by_form_are_the_chain_s_own(seed):
             rng.shuffle(perm)
             chains.append(_moved(t, perm, turn))
         chains.append(Task(t.kind, t.tensor, t.box, t.root, t.receivers, t.nbytes))
-    assert all(len(t.receivers) < trees.ARRAY_MEMBERS for t in chains)
+    assert all(len(t.receivers) < chain_cuts.ARRAY_DEVICES for t in chains)
+    memo: trees.Segments = {}
+    chain_cuts.cut_all(chains, _host, memo, lambda cut: True)  # equal forms made one
     for shape in SHAPES:
         for intra in Intra:
             forms: trees.TreeForms = {}
-            memo: trees.Segments = {}
             for t in chains:
-                want = trees._trees_of(t, _host, intra, shape, None)
-                assert trees._trees_by_form(t, _host, intra, shape, memo, forms) == want
-                assert trees._trees_by_form(t, _host, intra, shape, None, forms) == want
+                want = trees._trees_of(t, _host, intra, shape)
+                chain = memo[id(t)][2]  # type: ignore[misc]
+                assert chain == chain_cuts.chain_of(t, _host) and chain.form is not None
+                assert trees._trees_by_form(chain, intra, shape, forms) == want
+                alone: trees.TreeForms = {}
+                assert trees._trees_by_form(chain_cuts.chain_of(t, _host), intra, shape,
+                                            alone) == want
             assert len(forms) < len(chains)  # copies found from their form
 
 

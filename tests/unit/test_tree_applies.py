@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from reshard.planner.cells import trees
+from reshard.planner.cells import chain_cuts, trees
 from reshard.planner.cells.trees import MIN_FANOUT, HostShape
 from reshard.planner.values.tasks import Task, TaskKind
 
@@ -36,13 +36,15 @@ def test_a_chain_s_hosts_numbered_in_the_order_entered(seed):
         hosts = rng.sample(range(40), rng.randint(2, 12))
         chain, host_of = [], {}
         d = 0
-        for h in hosts:  # each host entered once, its devices together
+        if rng.random() < 0.5:  # a host entered again (numbered by its first entry)
+            hosts.append(rng.choice(hosts[:-1]))
+        for h in hosts:  # each host's devices together
             for _ in range(rng.randint(1, 3)):
                 host_of[d] = h
                 chain.append(d)
                 d += 1
         task = Task(TaskKind.BROADCAST, 0, ((0, 8),), chain[0], tuple(chain[1:]), 16)
-        _, (lengths, numbered, relays) = trees._chain_form(task, host_of.__getitem__, None)
-        entered = [host_of[seg[0]] for seg in trees._segments(task, host_of.__getitem__)]
+        _, _, (lengths, numbered, relays) = chain_cuts.chain_of(task, host_of.__getitem__)
+        entered = [host_of[seg[0]] for seg in chain_cuts.segments(task, host_of.__getitem__)]
         assert numbered == tuple(map(_old_number(entered).__getitem__, entered))
         assert sum(lengths) == len(chain) and relays == ()

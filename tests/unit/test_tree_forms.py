@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from reshard.planner.cells import trees
+from reshard.planner.cells import chain_cuts, trees
 from reshard.planner.cells.trees import SHAPES, Intra
 from reshard.planner.values.tasks import Task, TaskKind
 
@@ -23,7 +23,7 @@ def _host(d: int) -> int:
 
 
 def _chain(rng: random.Random) -> Task:
-    devices = rng.sample(range(GPUS * HOSTS), rng.randint(trees.ARRAY_MEMBERS + 1, 120))
+    devices = rng.sample(range(GPUS * HOSTS), rng.randint(chain_cuts.ARRAY_DEVICES + 1, 120))
     devices.sort(key=lambda d: (_host(d), rng.random()))  # host by host, as planned
     if rng.random() < 0.5:  # enter a host twice
         i, j = sorted(rng.sample(range(1, len(devices)), 2))
@@ -68,12 +68,16 @@ def test_trees_by_form_are_the_chain_s_own(seed):
         for last in (fresh, *again[:1]):  # one more host, or one entered again
             chains.append(Task(t.kind, t.tensor, t.box, t.root, (*t.receivers, last),
                                t.nbytes, through=t.through))
+    memo: trees.Segments = {}
+    chain_cuts.cut_all(chains, _host, memo, lambda cut: True)  # equal forms made one
     for shape in SHAPES:
         for intra in Intra:
             forms: trees.TreeForms = {}
             for t in chains:
-                want = trees._trees_of(t, _host, intra, shape, None)
-                assert trees._trees_by_form(t, _host, intra, shape, None, forms) == want
+                want = trees._trees_of(t, _host, intra, shape)
+                chain = memo[id(t)][2]  # type: ignore[misc]
+                assert chain == chain_cuts.chain_of(t, _host) and chain.form is not None
+                assert trees._trees_by_form(chain, intra, shape, forms) == want
             assert len(forms) <= 20  # each chain's copies found from its form
 
 
@@ -95,10 +99,13 @@ def test_chain_forms_kept_with_segments_are_each_chain_s_own(seed):
     memo: trees.Segments = {}
     for shape in SHAPES:
         for intra in Intra:
-            forms: trees.TreeForms = {}
+            got = trees.treeify(chains, _host, intra, shape, memo)
+            assert got == trees.treeify(chains, _host, intra, shape)  # without a memo
+            want = []
             for t in chains:
-                want = trees._trees_of(t, _host, intra, shape, None)
-                assert trees._trees_by_form(t, _host, intra, shape, memo, forms) == want
+                want += trees._reshape(t, _host, intra, shape) \
+                    if trees._applies(t, _host, shape) else [t]
+            assert got == tuple(want)
     for t in chains:
         assert len(memo[id(t)]) == 3  # its form kept beside its segments
-        assert memo[id(t)][2] == trees._chain_form(t, _host, None)
+        assert memo[id(t)][2] == chain_cuts.chain_of(t, _host)
