@@ -11,13 +11,14 @@ import random
 import pytest
 
 import reshard.planner.plan as planner
-from reshard import Cluster, DeviceMesh, Layout
+from reshard import Cluster, Layout
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.cell_tasks import plan_allgather, plan_send_recv
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.passes.gather_twins import cell_as_sends
 from reshard.planner.plan import Builds, _best_plan, planned_tensors
 from reshard.planner.values.strategy import Strategy
+from tests.unit._four_by_eight import meshes
 
 
 def _loads(cluster: Cluster, rng: random.Random) -> Loads:
@@ -67,18 +68,9 @@ def test_a_cell_that_passes_is_planned_alike(preset, hosts):
 
 
 def _tensors(src: str, dst: str, shape: tuple[int, ...], how: str):
-    """A 4x8 request on dgx-h100 (``cross``: mesh to mesh, the cold set's; ``same``:
-    within one mesh; ``overlap``: a mesh shifted by one host), or a 4x4 one on
-    aws-p3.8xlarge (``p3``)."""
-    if how == "p3":
-        a = DeviceMesh((4, 4), range(16))
-        b, cluster, dtype = a, Cluster.preset("aws-p3.8xlarge", 4), "float32"
-    else:
-        a = DeviceMesh((4, 8), range(32))
-        start = {"cross": 32, "same": 0, "overlap": 8}[how]
-        b = DeviceMesh((4, 8), range(start, start + 32))
-        cluster = Cluster.preset("dgx-h100", 4 + start // 8)
-        dtype = "bfloat16"
+    """The request's planned tensors and cluster, its meshes placed as ``how`` names
+    (``tests.unit._four_by_eight.meshes``)."""
+    a, b, cluster, dtype = meshes(how)
     tensors, _ = planned_tensors([(shape, dtype, Layout(a, src), Layout(b, dst))],
                                  cluster, None, None)
     return tensors, cluster

@@ -10,34 +10,20 @@ from __future__ import annotations
 import pytest
 
 import reshard.planner.plan as planner
-from reshard import Cluster, DeviceMesh, Layout
+from reshard import Layout
 from reshard.planner.cells.decompose import CellTable
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes.send_floor import bytes_out, send_floor
 from reshard.planner.plan import Builds, _best_plan, planned_tensors
 from reshard.planner.schedule.order import one_at_a_time
 from reshard.planner.values.strategy import Strategy
+from tests.unit._four_by_eight import meshes
 
 
 def _tensors(moves: list[tuple[str, str]], shape: tuple[int, ...], how: str):
-    """4x8 requests on dgx-h100 (``cross``: mesh to mesh, the cold set's; ``same``:
-    within one mesh; ``overlap``: a mesh shifted by one host; ``spread``: a 4x8 mesh
-    whose rows span two hosts each), or 4x4 ones on aws-p3.8xlarge (``p3``)."""
-    if how == "p3":
-        a = DeviceMesh((4, 4), range(16))
-        b, cluster, dtype = a, Cluster.preset("aws-p3.8xlarge", 4), "float32"
-    elif how == "spread":
-        order = [d for h in range(4) for d in (*range(8 * h, 8 * h + 4),
-                                               *range(8 * h + 36, 8 * h + 40))]
-        a = DeviceMesh((4, 8), order[:16] + order[16:])
-        b = DeviceMesh((4, 8), range(32, 64))
-        cluster, dtype = Cluster.preset("dgx-h100", 8), "bfloat16"
-    else:
-        a = DeviceMesh((4, 8), range(32))
-        start = {"cross": 32, "same": 0, "overlap": 8}[how]
-        b = DeviceMesh((4, 8), range(start, start + 32))
-        cluster = Cluster.preset("dgx-h100", 4 + start // 8)
-        dtype = "bfloat16"
+    """The request's planned tensors and cluster, its meshes placed as ``how`` names
+    (``tests.unit._four_by_eight.meshes``)."""
+    a, b, cluster, dtype = meshes(how)
     tensors, _ = planned_tensors([(shape, dtype, Layout(a, s), Layout(b, d)) for s, d in moves],
                                  cluster, None, None)
     return tensors, cluster
