@@ -34,13 +34,16 @@ MOVES = [("RR", "RR", (2048, 2048)), ("S0R", "S0R", (2048, 2048)),
          ("RS1", "S0R", (2048, 2048)), ("S01R", "RS1", (2048, 2048)),
          ("S0S1", "RR", (1024, 1024)), ("RS0", "S1R", (4096, 1024)),
          ("RR+P0", "RS0", (4096, 1024)), ("S0R+P1", "RS0", (1024, 512)),
-         ("RR+P01", "S1R", (2048, 256)), ("RS1+P0", "S0S1", (1000, 251))]
+         ("RR+P01", "S1R", (2048, 256)), ("RS1+P0", "S0S1", (1000, 251)),
+         ("S0R", "S01R", (1000, 251))]
+"""Requests within one 4x8 mesh (float32); on the last, the pass is not ruled out (its
+floor is kept; the cold set's RS1 -> RR was that case until round eleven's ``send_recv``
+floor, passes/send_floor.py, changed what the search builds before the pass)."""
 
 
 COLD = [("RS1", "RR", (8192, 8192)), ("RS10", "S0R", (2048, 2048)),
         ("S0R", "RS1", (2048, 2048)), ("RR+P0", "S0R", (2048, 2048))]
-"""Requests of the 4x8 cold set (one mesh to another, bfloat16): on the first, the
-pass is not ruled out (its floor is kept)."""
+"""Requests of the 4x8 cold set (one mesh to another, bfloat16)."""
 
 
 def _tensors(src: str, dst: str, shape: tuple[int, ...]):
