@@ -51,6 +51,7 @@ from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.costing.cost import Hops, RouteMemo, task_routes
 from reshard.planner.schedule.gathered_rows import GatheredRows, gathered_rows
+from reshard.planner.schedule.merged_sums import Inexact, MergedKind
 from reshard.planner.schedule.work import WorkList
 from reshard.planner.values.resources import (
     COPY,
@@ -86,8 +87,9 @@ class _Kind:
     same sums as a dict's) and read back key by key in the order each key was first
     added to."""
 
-    def __init__(self) -> None:
-        self.chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    def __init__(self, chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+                 ) -> None:
+        self.chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = chunks or []
         # additions one by one since the last chunk: (index, step, bytes)
         self.rows: list[tuple[int, int, float]] = []
         self.one = self.rows.append  # add one (index, step, bytes)
@@ -172,16 +174,32 @@ def _summed(rows: list[tuple[int, int, float]]) -> list[tuple[tuple[int, int], f
     return list(total.items())
 
 
+_Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""Indices, steps and bytes of additions to one kind."""
+
+_Parts = tuple[_Arrays, _Arrays, float | None, _Arrays, float | None, _Arrays]
+"""A cell's gathered rows as merged kinds take them (:meth:`_Flows._parts`)."""
+
+
 class _Flows:
     """Bytes by (index, step) per kind of resource a baseline's transfers cross
     (:class:`_Kind` a kind: counting them is the hot part, so a cell's or the rows'
     transfers are added as arrays, each key's bytes in the order the transfers come)."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, merged: bool = False) -> None:
         self.host, self.nic = Hops().arrays(cluster)
         self.host_of, self.nic_of = cluster.host_map, cluster.nic_map
-        self.dev_out, self.dev_in = _Kind(), _Kind()
-        self.nic_out, self.nic_in = _Kind(), _Kind()
+        # merged: each kind's repeated arrays summed as whole bytes (:mod:`merged_sums`)
+        self.merged = merged
+        kind = MergedKind if merged else _Kind
+        self.dev_out, self.dev_in = kind(), kind()
+        self.nic_out, self.nic_in = kind(), kind()
+        # per receivers array, step and bytes: the rows' steps and bytes, each
+        # receiver's NIC and whether it crosses from a root's host (:meth:`_filled`)
+        self._fills: dict[tuple[int, int, int], tuple[np.ndarray, ...]] = {}
+        self._crossing: dict[tuple[int, int, int, int], tuple[np.ndarray, ...]] = {}
+        # per gathered rows (by id, the rows kept): their merged parts (:meth:`_parts`)
+        self._parts_of: dict[int, tuple[GatheredRows, _Parts]] = {}
         self._sorted: dict[frozenset[int], np.ndarray] = {}  # per needer set (_receivers)
         # :func:`gathered_rows` by receivers, bytes, step and box extents, then by
         # the root's host (-1: none of the receivers')
@@ -214,20 +232,57 @@ class _Flows:
             return
         receivers = self._receivers(cell)
         n = len(receivers)
-        steps = np.full(n, step, dtype=np.int64)
-        whole = np.full(n, float(nbytes))
         if len(cell.holders) != 1:  # the sender is a choice; the receipts are not
             if point_to_point:
-                self.dev_in.add(receivers, steps, whole)
+                self.dev_in.add(receivers, *self._filled(receivers, step, nbytes))
             return
         (root,) = cell.holders
         if not n:
             return
-        roots = np.full(n, root, dtype=np.int64)
-        if point_to_point:
-            self.sends(roots, receivers, whole, steps)
-            return
-        self._gathered(root, receivers, cell, nbytes, item, step)
+        if point_to_point and self.merged:
+            self._sends_merged(root, receivers, nbytes, step)
+        elif point_to_point:
+            steps, whole = self._filled(receivers, step, nbytes)
+            self.sends(np.full(n, root, dtype=np.int64), receivers, whole, steps)
+        else:
+            self._gathered(root, receivers, cell, nbytes, item, step)
+
+    def _filled(self, receivers: np.ndarray, step: int, nbytes: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """``step`` and ``nbytes`` once per receiver, as arrays (read only), found once
+        per receivers array, step and bytes (the same arrays: a merged kind merges
+        them; the receivers are kept with them, so their id names them)."""
+        key = (id(receivers), step, nbytes)
+        got = self._fills.get(key)
+        if got is None:
+            n = len(receivers)
+            got = self._fills[key] = (receivers, np.full(n, step, dtype=np.int64),
+                                      np.full(n, float(nbytes)))
+            for a in got[1:]:
+                a.flags.writeable = False
+        return got[1], got[2]
+
+    def _sends_merged(self, root: int, receivers: np.ndarray, nbytes: int, step: int
+                      ) -> None:
+        """:meth:`sends` from one ``root`` of ``nbytes`` (a whole number) to each of
+        ``receivers`` into merged kinds: the root's ``n`` equal rows (and its NIC's)
+        as one of ``n`` times the bytes, the receipts' arrays found once per receivers
+        array, step, bytes and root host (:mod:`merged_sums`)."""
+        home = self.host_of[root]
+        key = (id(receivers), step, nbytes, home)
+        got = self._crossing.get(key)
+        if got is None:
+            steps, whole = self._filled(receivers, step, nbytes)
+            cross = self.host[receivers] != home
+            got = self._crossing[key] = (receivers, steps, whole, self.nic[receivers[cross]],
+                                         steps[cross], whole[cross])
+        _, steps, whole, nics, cross_steps, cross_bytes = got
+        b = float(nbytes)
+        self.dev_out.one((root, step, b * len(receivers)))
+        self.dev_in.add(receivers, steps, whole)
+        if len(nics):
+            self.nic_out.one((self.nic_of[root], step, b * len(nics)))
+            self.nic_in.add(nics, cross_steps, cross_bytes)
 
     def _receivers(self, cell: Cell) -> np.ndarray:
         """``cell``'s needers that do not hold it, sorted, as an array: found once per
@@ -330,6 +385,9 @@ class _Flows:
         if rows is None:
             rows = by_home[at] = gathered_rows(self.host, home, receivers, cell, nbytes,
                                                item, step)
+        if self.merged:
+            self._gathered_merged(root, rows, step)
+            return
         dev, steps, vals, out, is_sent, cross = rows
         self.dev_in.add(dev, steps, vals)
         # the root's sends and the gatherers' shares out, in the loop's order
@@ -338,11 +396,59 @@ class _Flows:
                          steps[cross], vals[cross])
         self.nic_in.add(self.nic[dev[cross]], steps[cross], vals[cross])
 
+    def _gathered_merged(self, root: int, rows: GatheredRows, step: int) -> None:
+        """:meth:`_gathered`'s rows from ``root`` into merged kinds: the root's sends
+        (whole numbers: the cell, or its pieces) as one row where the first of them
+        comes (between the gatherers' shares before it and after it), its NIC's as
+        one, the rest the same arrays a cell (:meth:`_parts`)."""
+        receipts, before, sent, after, crossed, nic_in = self._parts(rows)
+        self.dev_in.add(*receipts)
+        self.dev_out.add(*before)
+        if sent is not None:
+            self.dev_out.one((root, step, sent))
+        self.dev_out.add(*after)
+        if crossed is not None:
+            self.nic_out.one((self.nic_of[root], step, crossed))
+            self.nic_in.add(*nic_in)
+
+    def _parts(self, rows: GatheredRows) -> _Parts:
+        """``rows``' parts for :meth:`_gathered_merged`, found once per rows: the
+        receipts; the sends out (the root's and the shares, in the rows' order) split at
+        the first of the root's: the shares before it, the root's sends' bytes summed
+        (None: none), the shares after; the bytes crossing the root's NIC summed (None:
+        none) and the receipts on the NICs. Raises :class:`Inexact` where the root's
+        bytes are not whole numbers (then their sum may not be the rows' sums)."""
+        got = self._parts_of.get(id(rows))
+        if got is not None:
+            return got[1]
+        dev, steps, vals, out, is_sent, cross = rows
+        if not (np.all(np.floor(vals[is_sent]) == vals[is_sent])):
+            raise Inexact
+        outs = np.flatnonzero(out)
+        sent_at = np.flatnonzero(is_sent[outs])
+        first = int(sent_at[0]) if len(sent_at) else len(outs)
+        before = outs[:first]
+        after = outs[first:][~is_sent[outs[first:]]]
+        cut = [(dev[at], steps[at], vals[at]) for at in (before, after)]
+        for part in cut:
+            for a in part:
+                a.flags.writeable = False
+        parts = ((dev, steps, vals), cut[0],
+                 float(vals[is_sent].sum()) if len(sent_at) else None, cut[1],
+                 float(vals[cross].sum()) if cross.any() else None,
+                 (self.nic[dev[cross]], steps[cross], vals[cross]))
+        self._parts_of[id(rows)] = (rows, parts)
+        return parts
+
     def add_to(self, load: StepLoads) -> None:
-        """Add these bytes to ``load`` by resource kind."""
-        for kind, part in ((DEV_OUT, self.dev_out), (DEV_IN, self.dev_in),
-                           (NIC_OUT, self.nic_out), (NIC_IN, self.nic_in)):
-            for key, b in part.items():
+        """Add these bytes to ``load`` by resource kind (merged kinds all summed first:
+        :class:`Inexact` leaves ``load`` as it was)."""
+        parts = ((DEV_OUT, self.dev_out), (DEV_IN, self.dev_in),
+                 (NIC_OUT, self.nic_out), (NIC_IN, self.nic_in))
+        summed = [(kind, _Kind(part.exact_chunks()).items() if isinstance(part, MergedKind)
+                   else part.items()) for kind, part in parts]
+        for kind, items in summed:
+            for key, b in items:
                 load[(kind, key)] += b
 
 
@@ -372,7 +478,22 @@ def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[
     where the caller found them already (read, not changed: the same sums)."""
     load = defaultdict(float, reduced if reduced is not None else
                        reduction_loads(reduces, cluster, known))
-    flows = _Flows(cluster)
+    try:  # the transfers' bytes merged where whole, else one by one (merged_sums)
+        _counted(work, itemsizes, cluster, strategy, True).add_to(load)
+    except Inexact:
+        _counted(work, itemsizes, cluster, strategy, False).add_to(load)
+    # every byte counted here is a transfer's, which flows only after its latency
+    wait = min(cluster.latency, cluster.intra_latency)
+    busiest = _busiest(load, cluster)
+    return max(busiest + wait if busiest > 0 else 0.0, _stepped(load, cluster, wait)) * \
+        (1 - FLOOR_MARGIN)
+
+
+def _counted(work: WorkList, itemsizes: Sequence[int], cluster: Cluster,
+             strategy: Strategy, merged: bool) -> _Flows:
+    """The bytes of ``work``'s transfers under ``strategy`` (:class:`_Flows`; ``merged``:
+    its kinds' repeated arrays summed as whole bytes)."""
+    flows = _Flows(cluster, merged)
     p2p = work.point_to_point()
     cell_steps, row_steps = work.steps()
     flows.sends(np.asarray(p2p.root, dtype=np.int64), np.asarray(p2p.recv, dtype=np.int64),
@@ -382,12 +503,7 @@ def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[
         nbytes = cell.size * itemsizes[tensor]
         if nbytes and not cell.needers <= cell.holders:
             flows.cell(cell, nbytes, itemsizes[tensor], step, point_to_point)
-    flows.add_to(load)
-    # every byte counted here is a transfer's, which flows only after its latency
-    wait = min(cluster.latency, cluster.intra_latency)
-    busiest = _busiest(load, cluster)
-    return max(busiest + wait if busiest > 0 else 0.0, _stepped(load, cluster, wait)) * \
-        (1 - FLOOR_MARGIN)
+    return flows
 
 
 def _busiest(load: StepLoads, cluster: Cluster) -> float:
