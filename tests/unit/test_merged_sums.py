@@ -163,3 +163,28 @@ def test_a_run_of_like_cells_is_merged_and_refused_where_its_shares_are_not_whol
         else:
             with pytest.raises(Inexact):
                 _items(flows)
+
+
+def _rows(sent_bytes: float):
+    """Gathered rows by hand (device, step, bytes, sent out, the root's, crossing): a
+    share first, then the root's one send, then a share."""
+    rows = (np.array([5, 6, 7]), np.array([1, 0, 1]), np.array([10.0, sent_bytes, 30.0]),
+            np.array([True, True, True]), np.array([False, True, False]),
+            np.array([False, True, False]))
+    return rows
+
+
+def test_a_roots_send_after_a_share_keeps_the_order_first_added():
+    flows = floors._Flows(BIG, True)
+    flows._gathered_merged(0, _rows(20.0), 0)
+    ordered = floors._Kind()
+    dev, steps, vals, out, is_sent, _ = _rows(20.0)
+    ordered.add(np.where(is_sent, 0, dev)[out], steps[out], vals[out])
+    assert floors._Kind(flows.dev_out.exact_chunks()).items() == ordered.items() == \
+        [((5, 1), 10.0), ((0, 0), 20.0), ((7, 1), 30.0)]
+    assert floors._Kind(flows.nic_out.exact_chunks()).items() == [((flows.nic_of[0], 0), 20.0)]
+
+
+def test_a_roots_sends_not_whole_are_refused():
+    with pytest.raises(Inexact):
+        floors._Flows(BIG, True)._gathered_merged(0, _rows(0.5), 0)
