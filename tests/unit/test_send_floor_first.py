@@ -106,3 +106,20 @@ def test_point_to_point_is_ruled_out_first():
     assert p.ruled_out(s, first, lambda t: p.keep(t, best.estimate()))
     bare = stages.Search(tensors, cluster, Strategy.BROADCAST, first, False, memo)
     assert not p.ruled_out(bare, first, lambda t: p.keep(t, best.estimate()))
+
+
+def test_the_proof_is_the_send_floor_itself():
+    """``point-to-point``'s quicker proof asks its rule of the coarse cut's send floor
+    exactly: ruled out by a rule that keeps only plans below it, not by one that keeps
+    a plan at it."""
+    tensors, cluster = _tensors([("S0R", "RR")], (2048, 2048), "cross")
+    memo = Builds()
+    first = planner.ReshardPlan(tensors, memo.whole(tensors, cluster, Strategy.BROADCAST,
+                                                    False)[0], Strategy.BROADCAST, cluster)
+    floor = memo.send_floor(tensors, cluster)
+    s = stages.Search(tensors, cluster, Strategy.BROADCAST, first, False, memo,
+                      sends_floor=lambda: floor)
+    p = next(p for stage in stages.STAGES for p in stage if p.name == "point-to-point")
+    assert p.ruled_out is not None and floor > 0
+    assert p.ruled_out(s, first, lambda t: t < floor)
+    assert not p.ruled_out(s, first, lambda t: t <= floor)
