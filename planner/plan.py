@@ -218,6 +218,7 @@ class Builds:
         self._tasks: dict[tuple[Any, ...], tuple[tuple[Task, ...], bool]] = {}
         self._slices: dict[tuple[Any, ...], Slices] = {}  # cut, not yet planned
         self._floors: dict[tuple[Any, ...], float] = {}
+        self._sends: dict[tuple[Any, ...], float] = {}  # a cut's send floor
         self._planned: dict[tuple[Any, ...], Slices] = {}  # planned, to assemble again
         self._cuts: dict[tuple[Any, ...], Cut] = {}  # every strategy's cells, cut once
         self._signatures: dict[tuple[Any, ...], tuple[object, ...]] = {}  # slices' own
@@ -363,9 +364,27 @@ class Builds:
                                  self.known, self._reduction_loads(tensors, cluster, fine,
                                                                    s.reduces))
             if baseline is Strategy.SEND_RECV:  # and every copy its hosts send out
-                cells = self.cut(tensors, cluster, False, fine).cells
-                got = max(got, send_floor(zip(cells, s.itemsizes), cluster))
+                got = max(got, self.send_floor(tensors, cluster, fine))
             self._floors[key] = got
+        return got
+
+    def send_floor(self, tensors: tuple[TensorSpec, ...], cluster: Cluster,
+                   fine: bool = False) -> float:
+        """The copies the hosts' NICs send out in every ``send_recv`` plan of a cut
+        (:func:`~reshard.planner.passes.send_floor.send_floor`, the cut's cells and
+        the tensors' itemsizes, as :meth:`floor` takes them), found once and without
+        cutting slices. :meth:`floor` of ``send_recv`` on a cut is the larger of it and
+        the slices' floor (the coarse cut's where the fine one plans as it, and then
+        the coarse cut is asked too): so a check against it first (:meth:`beaten`,
+        ``point-to-point``'s :attr:`~reshard.planner.passes.stages.Search.sends_floor`,
+        the coarse cut's) answers as the check against :meth:`floor` where it rules
+        the plans out."""
+        key = (tensors, cluster, fine)
+        got = self._sends.get(key)
+        if got is None:
+            cells = self.cut(tensors, cluster, False, fine).cells
+            got = self._sends[key] = send_floor(zip(cells, [t.itemsize for t in tensors]),
+                                                cluster)
         return got
 
     def _reduction_loads(self, tensors: tuple[TensorSpec, ...], cluster: Cluster,
@@ -384,8 +403,14 @@ class Builds:
         """Whether no plan the search of ``baseline`` (``send_recv`` or ``allgather``)
         could keep is modelled faster than ``seconds``: its slices' floor
         (:meth:`floor`; the lower of the coarse and the fine cut's where a source is a
-        partial sum, whose reductions ``finer`` cuts again) is not below it."""
+        partial sum, whose reductions ``finer`` cuts again) is not below it. For
+        ``send_recv`` each cut's :meth:`send_floor` is asked first: where none is below
+        ``seconds`` neither is :meth:`floor` (it is the larger of two), and no slices
+        are cut for it."""
         cuts = (False, True) if any(t.src.spec.is_partial for t in tensors) else (False,)
+        if baseline is Strategy.SEND_RECV and all(
+                self.send_floor(tensors, cluster, fine) >= seconds for fine in cuts):
+            return True  # each cut's floor is at least its send floor: no slices cut
         return all(self.floor(tensors, cluster, baseline, fine) >= seconds for fine in cuts)
 
     def gathers_as_sends(self, tensors: tuple[TensorSpec, ...], cluster: Cluster) -> bool:
@@ -444,6 +469,7 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
         builds.bound_of(tensors, cluster))
     best = search(first_plan, pipelined, builds, known=builds.known,
                   floor_of=lambda baseline: builds.floor(tensors, cluster, baseline),
+                  sends_floor=lambda: builds.send_floor(tensors, cluster),
                   twins=builds.twins)
     if strat is not Strategy.BROADCAST or len(best.tasks) > BASELINES_UP_TO or \
             best.estimate() <= builds.bound(tensors, cluster) * (1 + 1e-9):

@@ -29,7 +29,9 @@ or one of its own: ``least-concurrent``'s is each device's tasks back to back,
 ``point-to-point``'s its ``send_recv`` slices' floor, :attr:`Search.floor_of`) could
 not be kept: a plan at the bound is searched no further by the passes that keep only
 faster plans. ``least-concurrent`` first tries quicker proofs (nothing to reorder, or
-one device's tasks back to back already not kept: :mod:`reshard.planner.passes.serial_floor`).
+one device's tasks back to back already not kept: :mod:`reshard.planner.passes.serial_floor`);
+``point-to-point`` first the copies its hosts send out, found from the cut before any
+slice is cut (:attr:`Search.sends_floor`).
 Pure: passes build plans, the search compares their model times.
 """
 
@@ -146,6 +148,10 @@ class Search:
             earlier one takes its prediction (:mod:`reshard.planner.passes.twins`).
         trees: the tasks of each start plan's tree form passing on as a star (by the
             plan's id, kept alive by :attr:`segments`, and the host shape).
+        sends_floor: seconds no ``send_recv`` plan of the first cut takes less than,
+            never above ``floor_of(Strategy.SEND_RECV)`` and found without cutting its
+            slices (:meth:`reshard.planner.plan.Builds.send_floor`), where the caller
+            knows it: ``point-to-point``'s quicker proof.
     """
 
     tensors: tuple[TensorSpec, ...]
@@ -162,6 +168,7 @@ class Search:
     twins: Twins = field(default_factory=Twins, compare=False)
     trees: dict[tuple[int, HostShape], tuple[Task, ...]] = field(default_factory=dict,
                                                                   compare=False)
+    sends_floor: Callable[[], float] | None = field(default=None, compare=False)
 
     def plan(self, tasks: Sequence[Task]) -> ReshardPlan:
         """A candidate plan of these tasks (its routes found in :attr:`known`, the
@@ -298,6 +305,14 @@ def _point_to_point_floor(search: Search, start: ReshardPlan) -> float:
     return search.floor_of(Strategy.SEND_RECV)
 
 
+def _point_to_point_ruled_out(search: Search, start: ReshardPlan,
+                              keeps: Callable[[float], bool]) -> bool:
+    """The copies the hosts send out in every point-to-point plan already not kept
+    (:attr:`Search.sends_floor`, no higher than :func:`_point_to_point_floor`, which
+    is then neither found nor needed: its slices are not cut)."""
+    return search.sends_floor is not None and not keeps(search.sends_floor())
+
+
 def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
                                                        Iterator[ReshardPlan]]:
     """The starting plan's chains reshaped into trees of this form (where the form
@@ -351,7 +366,7 @@ STAGES: tuple[tuple[Pass, ...], ...] = (
     tuple(Pass(f"trees:{shape.value}/{intra.value}", TREES_UP_TO, _trees(shape, intra),
                faster_by_tree_gain) for shape, intra in TREE_FORMS),
     (Pass("point-to-point", COMPARE_UP_TO, _point_to_point, within_relay_gain,
-          _point_to_point_floor),),
+          _point_to_point_floor, _point_to_point_ruled_out),),
     (Pass("least-concurrent", COMPARE_UP_TO, _serial, within_concurrency_gain,
           _serial_floor, _serial_ruled_out),),
 )
@@ -361,15 +376,16 @@ STAGES: tuple[tuple[Pass, ...], ...] = (
 def search(first: ReshardPlan, pipelined: bool, build: BuildTasks,
            stages: Sequence[Sequence[Pass]] = STAGES, known: Routes | None = None,
            floor_of: Callable[[Strategy], float] | None = None,
-           twins: Twins | None = None) -> ReshardPlan:
+           twins: Twins | None = None,
+           sends_floor: Callable[[], float] | None = None) -> ReshardPlan:
     """The best plan of ``first``'s request: ``first``, or a candidate of a pass that its
     rule kept (see the module docstring). ``known``: routes already found on the
     cluster (:attr:`Search.known`; default: ``first``'s candidates share a new memo).
     ``floor_of``: :attr:`Search.floor_of`. ``twins``: :attr:`Search.twins` (default:
-    a new memo)."""
+    a new memo). ``sends_floor``: :attr:`Search.sends_floor`."""
     s = Search(first.tensors, first.cluster, first.strategy, first, pipelined, build,
                known=Routes() if known is None else known, floor_of=floor_of,
-               twins=Twins() if twins is None else twins)
+               twins=Twins() if twins is None else twins, sends_floor=sends_floor)
     first.share_routes(s.known)
     best = first
     for stage in stages:
