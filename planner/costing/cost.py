@@ -450,7 +450,7 @@ def _relabel_batch(tasks: Sequence[Task], keys: list[tuple[object, ...]],
         return
     got = relabeled_many(list(todo.values()), list(todo), step,
                          lambda t: _finder(t, cluster, hops), (hops.forms(), hops.ones()),
-                         tried)
+                         tried, hops.arrays(cluster)[1])
     if got is not None:  # else a device below 0: task by task
         known.update(zip(todo, got))
 

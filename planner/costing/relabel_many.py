@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from reshard.planner.costing.fairshare import Path
+from reshard.planner.costing.place_forms import PlaceForms
 from reshard.planner.costing.route_forms import (
     ChainMemo,
     FormMemo,
@@ -149,6 +150,11 @@ class RankedRows:
         row: bytes = self.formed[i // BLOCK][i % BLOCK].tobytes()
         return row
 
+    def formed_row(self, i: int) -> np.ndarray:
+        """Row ``i``'s form row."""
+        row: np.ndarray = self.formed[i // BLOCK][i % BLOCK]
+        return row
+
     def number(self, i: int) -> np.ndarray:
         """Row ``i``'s host ranks (-1: a host it does not name)."""
         ranks: np.ndarray = self.numbers[i // BLOCK][i % BLOCK]
@@ -190,13 +196,17 @@ a few dozen stay in the cache."""
 
 def relabeled_many(tasks: Sequence[Task], keys: Sequence[tuple[object, ...]],
                    step: tuple[int, int], finder: Callable[[Task], Callable[[], Route]],
-                   memos: tuple[FormMemo, dict[int, np.ndarray]], tried: Tried
-                   ) -> list[Route] | None:
+                   memos: tuple[FormMemo, dict[int, np.ndarray]], tried: Tried,
+                   nic: np.ndarray | None = None) -> list[Route] | None:
     """:func:`relabeled_or_own` of each of ``tasks`` (distinct ``keys``; ``memos``:
     forms and read-only ones), in order, each row's form found at once
     (:class:`RankedRows`, rows of one length in each role together) and the tasks of each form met
-    again numbered back together; None (nothing found) where a device is below 0."""
+    again numbered back together; None (nothing found) where a device is below 0.
+    ``nic``: each device's NIC, where a form not in the memo may be numbered from its
+    place form's route (:mod:`~reshard.planner.costing.place_forms`; the same route as
+    its search, which it replaces)."""
     forms, ones = memos
+    places = None if nic is None else PlaceForms.of(step, nic)
     by_width: dict[tuple[int, ...], list[int]] = {}  # by the lengths of the roles
     for i, t in enumerate(tasks):
         by_width.setdefault((len(t.receivers), len(t.parents), len(t.addends),
@@ -220,9 +230,12 @@ def relabeled_many(tasks: Sequence[Task], keys: Sequence[tuple[object, ...]],
         got = forms.get(form)
         count[0] += 1
         if got is None:
-            out[i] = found_form(form, rows.number(j), step, finder(t), forms)
-            continue
-        count[1] += 1
+            got, route = _unmet(form, (rows, j), places, step, finder(t), forms)
+            if got is None:  # searched: the task's own route
+                out[i] = route
+                continue
+        else:
+            count[1] += 1
         # a form's tasks have roles of one length: their rows are of one RankedRows
         met.setdefault(id(got), (rows, got, []))[2].append(i)
     for rows, got, which in met.values():
@@ -230,6 +243,25 @@ def relabeled_many(tasks: Sequence[Task], keys: Sequence[tuple[object, ...]],
                                                       ones)):
             out[i] = route
     return out  # type: ignore[return-value]  # every task's filled in
+
+
+def _unmet(form: tuple[object, ...], row: tuple[RankedRows, int], places: PlaceForms | None,
+           step: tuple[int, int], find: Callable[[], Route], forms: FormMemo
+           ) -> tuple[tuple[np.ndarray, np.ndarray, float], None] | tuple[None, Route]:
+    """The memo entry of ``form`` (``row``: the rows and place of its task's, not in
+    ``forms``) numbered from its place form's route (``places``; put in ``forms``), or
+    else the task's route by its own search ``find`` (:func:`~reshard.planner.costing.
+    route_forms.found_form`; its form, and its place form's, put in ``forms``)."""
+    rows, j = row
+    if places is None:
+        return None, found_form(form, rows.number(j), step, find, forms)
+    probe = places.probe(form, rows.formed_row(j))
+    got = places.derived(form, probe, forms)
+    if got is not None:
+        return got, None
+    route = found_form(form, rows.number(j), step, find, forms)
+    places.remember(form, probe, forms)
+    return None, route
 
 
 __all__ = ["RELABEL_TRIAL", "RankedRows", "Tried", "relabeled_many", "relabeled_or_own",
