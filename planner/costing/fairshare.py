@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reshard.cluster import Cluster
+from reshard.planner.costing.path_join import fractions, joined
 from reshard.planner.values.resources import KIND_CODE, KINDS, Resource, capacity, of_code
 
 TIGHT = 1e-9
@@ -53,11 +54,12 @@ def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     if len(starts) == 1:
         return np.arange(int(starts[0]), int(stops[0]), dtype=np.int64)
     lens = stops - starts
-    ends = np.cumsum(lens)
+    ends = lens.cumsum()
     total = int(ends[-1]) if len(ends) else 0
     if not total:
         return np.zeros(0, dtype=np.int64)
-    return np.repeat(starts - ends + lens, lens) + np.arange(total)
+    out: np.ndarray = (starts - ends + lens).repeat(lens) + np.arange(total)
+    return out
 
 
 def sorted_distinct(values: np.ndarray) -> np.ndarray:
@@ -84,7 +86,7 @@ def _distinct(values: np.ndarray, bound: int) -> np.ndarray:
     where the sort is not)."""
     seen = np.zeros(bound, dtype=bool)
     seen[values] = True
-    return np.flatnonzero(seen)
+    return seen.nonzero()[0]
 
 
 def _numbered(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -106,12 +108,6 @@ def _numbered(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     number = np.empty(bound, dtype=np.int64)
     number[in_order] = np.arange(len(in_order), dtype=np.int64)
     return in_order, number[codes]
-
-
-def _all_ones(fractions: list[np.ndarray]) -> bool:
-    """Whether every fraction of these paths is 1.0, each array read once (paths of one
-    route form share theirs)."""
-    return all(bool((f == 1.0).all()) for f in {id(f): f for f in fractions}.values())
 
 
 def _ones(n: int) -> np.ndarray:
@@ -208,6 +204,15 @@ def path_arrays(path: Sequence[tuple[Resource, float]]) -> tuple[np.ndarray, np.
     return got
 
 
+def _codes_alone(path: object) -> Sequence[int] | None:
+    """A path's codes where it is known by them alone (a :class:`Path` whose maker knew
+    them, every fraction 1.0, whose arrays no one built yet: :func:`path_arrays` would
+    build ``codes`` and ones), else None."""
+    if isinstance(path, Path) and path.arrays is None:
+        return path.codes
+    return None
+
+
 class FairShare:
     """Transfers x resources, and their max-min fair rates.
 
@@ -223,15 +228,14 @@ class FairShare:
         which: dict[int, int] = {}
         of = np.fromiter((which.setdefault(id(p), len(which)) for p in paths),
                          dtype=np.int64, count=len(paths))
-        distinct = [path_arrays(p) for p in {id(p): p for p in paths}.values()]
-        dlens = np.fromiter((len(c) for c, _ in distinct), dtype=np.int64,
-                            count=len(distinct))
-        codes = np.concatenate([c for c, _ in distinct]) if distinct else \
-            np.zeros(0, dtype=np.int64)
+        distinct = {id(p): p for p in paths}
+        # hops known by their codes alone join as Python lists (path_join), the rest
+        # as their arrays; every fraction of the first is 1.0, known unread
+        codes, pieces, dlens = joined(distinct.values(), _codes_alone, path_arrays)
         # many edges: each fraction array read once rather than all joined and read
-        whole = len(codes) >= LARGE and _all_ones([f for _, f in distinct])
-        dfrac = _ones(len(codes)) if whole else \
-            np.concatenate([f for _, f in distinct]) if distinct else np.zeros(0)
+        frac = fractions(pieces, LARGE)
+        whole = frac is None
+        dfrac = _ones(len(codes)) if frac is None else frac
         if len(distinct) == len(paths):  # every path its own: the edges as they are
             self._edges(codes, dfrac, dlens, cluster, whole)
             return
@@ -289,7 +293,7 @@ class FairShare:
         ``np.repeat`` by its count of edges: ``task`` is each transfer's number
         repeated so (edges in transfer order), so the same array, without reading
         ``task``."""
-        out: np.ndarray = np.repeat(values, self.counts)
+        out: np.ndarray = values.repeat(self.counts)
         return out
 
     def _every(self, which: np.ndarray) -> bool:
@@ -389,7 +393,7 @@ class FairShare:
             held = last.level < cut
             filled[held] = last.level[held]
             # what the kept transfers use: everything, less what the others used
-            again = np.flatnonzero(active)
+            again = active.nonzero()[0]
             mine = self.edges_of(again)
             if not len(mine):  # nothing to fill again (the capacity left is of no use)
                 rate[again] = np.inf
@@ -399,7 +403,7 @@ class FairShare:
                 np.isfinite(prev), prev, 0.0), minlength=len(self.resources))
             np.maximum(left, 0.0, out=left)
         else:
-            again = np.flatnonzero(active)
+            again = active.nonzero()[0]
             mine = np.arange(len(self.task)) if self._every(again) else self.edges_of(again)
         rate[again[~self.limited[again]]] = np.inf
         if len(mine) > SMALL:
@@ -455,6 +459,15 @@ class FairShare:
             rate[list(done)] = list(done.values())
             filled[list(full)] = list(full.values())
 
+    def _crossing(self, mine: np.ndarray) -> np.ndarray:
+        """The transfers of the edges ``mine`` (distinct, increasing): where ``mine`` is
+        every edge, every transfer with an edge (:attr:`limited`), without reading
+        them."""
+        if self._all_edges(mine):
+            every: np.ndarray = self.limited.nonzero()[0]
+            return every
+        return _distinct(self.task[mine], self.n)
+
     def _progressive(self, mine: np.ndarray, active: np.ndarray, left: np.ndarray,
                      rate: np.ndarray, filled: np.ndarray) -> None:
         """Progressive filling of the ``active`` transfers (their edges ``mine``) on
@@ -466,17 +479,21 @@ class FairShare:
         demand = np.bincount(r, weights=f, minlength=nres)
         on = _EdgesOn(mine, r, nres)
         level = np.full(nres, np.inf)
-        some = demand > 0
+        some = demand > 0  # the resources the filling's edges cross (each fraction > 0)
         level[some] = left[some] / demand[some]
+        crossed = int(np.count_nonzero(some))
         first = True
         while nres:
             low = float(level.min())
             if not np.isfinite(low):
                 break
-            tight = np.flatnonzero(level <= low * (1 + TIGHT))
-            edges = on.swept(tight) if first else on.sorted(tight)
+            tight = (level <= low * (1 + TIGHT)).nonzero()[0]
+            if first and len(tight) == crossed:  # all fill at once: every edge is on one
+                frozen = self._crossing(mine)
+            else:
+                frozen = _distinct(self.task[on.swept(tight) if first else on.sorted(tight)],
+                                   self.n)
             first = False
-            frozen = _distinct(self.task[edges], self.n)
             frozen = frozen[active[frozen]]
             level[tight] = np.inf
             demand[tight] = 0.0

@@ -174,7 +174,7 @@ class _Fluid:
                     stop(bound.at(nxt) / (1 + STOP_MARGIN)):
                 return False
             self.now = nxt
-            ending, refill = self._start_flows(np.flatnonzero(self.fin <= nxt * (1 + 1e-12)))
+            ending, refill = self._start_flows((self.fin <= nxt * (1 + 1e-12)).nonzero()[0])
             if len(ending):
                 refill = self._end(ending, finished + len(ending) == self.n) or refill
             if refill:
@@ -195,11 +195,11 @@ class _Fluid:
         """Tasks whose latency has passed begin to flow (one with no bytes ends at once):
         the tasks ending now, and whether the shares must be filled again now."""
         refill = self.now >= self.refill_at
-        starting = np.flatnonzero(self.flow_at <= self.now)
+        starting = (self.flow_at <= self.now).nonzero()[0]
         if len(starting):
             self.flow_at[starting] = np.inf
             empty = self.remaining[starting] <= 0
-            ending = np.union1d(ending, starting[empty])
+            ending = _union(ending, starting[empty])
             self.flowing[starting[~empty]] = True
             self.started = True
             if self.window is None:
@@ -240,7 +240,7 @@ class _Fluid:
                                      self.low, self.usage)
         self.started = False
         new = self.share.rate
-        changed = np.flatnonzero(self.flowing & (new != self.rate))
+        changed = (self.flowing & (new != self.rate)).nonzero()[0]
         self.low = np.inf
         self.freed[:] = 0.0
         self.refill_at = np.inf
@@ -253,14 +253,27 @@ class _Fluid:
         else:  # none had a rate: their old load is 0.0 on every resource, on - 0.0 is on
             self.usage += self.flows.load(changed, new)
         now, remaining = self.now, self.remaining
-        moved = np.where(np.isinf(old), remaining[changed], old * (now - self.since[changed]))
-        remaining[changed] = np.where(old > 0, np.maximum(0.0, remaining[changed] - moved),
-                                      remaining[changed])
+        if old.any():  # else none moved a byte: where(old > 0, ...) keeps every remaining
+            moved = np.where(np.isinf(old), remaining[changed],
+                             old * (now - self.since[changed]))
+            remaining[changed] = np.where(old > 0, np.maximum(0.0, remaining[changed] - moved),
+                                          remaining[changed])
         self.since[changed] = now
         r = new[changed]
         self.rate[changed] = r
         with np.errstate(divide="ignore"):
             self.fin[changed] = now + np.where(np.isinf(r), 0.0, remaining[changed] / r)
+
+
+def _union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.union1d(a, b)`` of two increasing arrays of distinct indices: either one
+    where the other is empty (the union of an increasing array and nothing is itself),
+    without the sort."""
+    if not len(b):
+        return a
+    if not len(a):
+        return b
+    return np.union1d(a, b)
 
 
 class _ClockBound:
