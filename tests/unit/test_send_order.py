@@ -77,3 +77,30 @@ def test_in_order_is_the_ordering_it_replaces(seed):
                     cols):
         assert a.dtype == b.dtype and np.array_equal(a, b)
     assert not len(got.kept_positions) and got.kept is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_point_rows_columns_are_the_rows_indexed(seed):
+    """PointToPoint.columns (a table's every row taken as it is, some rows gathered
+    with numpy.take) against indexing each table's corners by its rows."""
+    from reshard.planner.cells.decompose import CellTable
+    from reshard.planner.schedule.point_rows import PointToPoint
+
+    rng = np.random.default_rng(seed)
+    rows_of, tables = PointToPoint(), []
+    for t in range(3):
+        n, nd = int(rng.integers(5, 40)), 1 + (t + seed) % 3
+        lo = rng.integers(0, 100, (n, nd))
+        table = CellTable(lo, lo + rng.integers(1, 9, (n, nd)), np.ones(n, np.int64),
+                          np.zeros(n, np.int64), np.zeros(n, np.int64), (), ())
+        rows = np.arange(n) if t == seed % 3 else np.flatnonzero(rng.integers(0, 2, n))
+        rows_of.add(t, table, rows, rng.integers(0, 9, len(rows)),
+                    rng.integers(0, 9, len(rows)), rng.integers(1, 99, len(rows)))
+        tables.append((table, rows))
+    got = rows_of.columns()
+    width = 2 * max(table.lo.shape[1] for table, _ in tables)
+    want = np.concatenate([np.pad(np.stack([table.lo[rows], table.hi[rows]], axis=2).reshape(
+        len(rows), -1), ((0, 0), (0, width - 2 * table.lo.shape[1]))) for table, rows in tables])
+    assert np.array_equal(got.box, want)
+    assert np.array_equal(got.ndim, np.concatenate([np.full(len(r), t.lo.shape[1])
+                                                    for t, r in tables]))
