@@ -250,8 +250,9 @@ class WorkList:
         if relays and self.cluster.nics_per_host > 1 and len(p2p.root):
             ref = self._relayed(ref, p2p)
         as_added = ref, nbytes
-        order = np.argsort(-nbytes, kind="stable")  # largest first, ties as added
-        ref, after, nbytes = ref[order], after[order], nbytes[order]
+        order = largest_first(nbytes)  # ties as added; None: in that order already
+        if order is not None:
+            ref, after, nbytes = ref[order], after[order], nbytes[order]
         general = np.flatnonzero(ref < 0).tolist()
         if not general and len(ref) >= BULK_FLUSH and int(nbytes.sum()) < EXACT and \
                 _charge_bulk(self, as_added[0], p2p, as_added[1]):
@@ -427,6 +428,14 @@ class WorkList:
         in_order`)."""
         return in_order(objects, obj_seq, p2p, p_seq, p_step, self._host, self.cluster,
                         known, kept)
+
+def largest_first(nbytes: np.ndarray) -> np.ndarray | None:
+    """``np.argsort(-nbytes, kind="stable")`` (largest first, ties in index order), or
+    None where that is every index in order (``nbytes`` never grows: nothing to gather)."""
+    if not bool((nbytes[1:] > nbytes[:-1]).any()):
+        return None
+    return np.argsort(-nbytes, kind="stable")
+
 
 def _add_expected(work: WorkList, root: np.ndarray, recv: np.ndarray, nbytes: np.ndarray
                   ) -> None:

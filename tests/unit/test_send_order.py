@@ -104,3 +104,22 @@ def test_point_rows_columns_are_the_rows_indexed(seed):
     assert np.array_equal(got.box, want)
     assert np.array_equal(got.ndim, np.concatenate([np.full(len(r), t.lo.shape[1])
                                                     for t, r in tables]))
+
+
+def test_largest_first_is_the_stable_sort_or_none_where_that_is_every_index():
+    """work.largest_first against np.argsort(-nbytes, kind="stable"): None exactly where
+    that sort is the identity (sizes that never grow, ties included)."""
+    from reshard.planner.schedule.work import largest_first
+
+    rng = np.random.default_rng(7)
+    cases = [np.zeros(0, np.int64), np.array([5]), np.full(9, 1024), np.array([9, 9, 3, 3, 1]),
+             np.array([1, 2]), np.array([9, 3, 3, 4]), rng.integers(0, 4, 50),
+             -np.sort(-rng.integers(0, 4, 50))]
+    for nbytes in cases:
+        nbytes = nbytes.astype(np.int64)
+        want = np.argsort(-nbytes, kind="stable")
+        got = largest_first(nbytes)
+        if got is None:
+            assert np.array_equal(want, np.arange(len(nbytes)))
+        else:
+            assert np.array_equal(got, want) and not np.array_equal(want, np.arange(len(want)))
