@@ -374,11 +374,31 @@ def _table(shape: tuple[int, ...], holders: Mapping[Box, frozenset[int]],
     # Sets of pieces -> sets of devices (pieces of one device set share an id).
     hold_of = np.array(src_sets.device_set, dtype=np.int64)[cell_src]
     need_of = np.array(dst_sets.device_set, dtype=np.int64)[cell_dst]
-    table = CellTable(cell_lo, cell_hi, np.prod(cell_hi - cell_lo, axis=1), hold_of,
+    table = CellTable(cell_lo, cell_hi, _volumes(cell_hi - cell_lo), hold_of,
                       need_of, src_sets.distinct_devices(), dst_sets.distinct_devices())
-    pairs = np.sort(hold_of * (len(table.needer_sets) + 1) + need_of)
     # nothing to merge: row-major = box order
-    return table, not bool((pairs[1:] != pairs[:-1]).all())
+    return table, _repeats(hold_of * (len(table.needer_sets) + 1) + need_of,
+                           len(table.holder_sets) * (len(table.needer_sets) + 1))
+
+
+def _volumes(extents: np.ndarray) -> np.ndarray:
+    """``np.prod(extents, axis=1)`` (integers: the same products), column by column
+    (numpy's reduction along a short axis costs far more a row)."""
+    out = extents[:, 0].copy()
+    for j in range(1, extents.shape[1]):
+        out *= extents[:, j]
+    return out
+
+
+def _repeats(codes: np.ndarray, span: int) -> bool:
+    """Whether some value of ``codes`` (non-negative, below ``span``) comes twice: by
+    counting where ``span`` is within a few times the codes, else by sorting."""
+    if len(codes) < 2:
+        return False
+    if span <= 4 * len(codes) + 1024:
+        return bool(np.bincount(codes, minlength=span).max() > 1)
+    pairs = np.sort(codes)
+    return not bool((pairs[1:] != pairs[:-1]).all())
 
 
 def _grid(shape: tuple[int, ...], src: list[tuple[Box, frozenset[int]]],
@@ -403,17 +423,33 @@ def _grid(shape: tuple[int, ...], src: list[tuple[Box, frozenset[int]]],
         keep = iv_dst != dst_sets.nothing
         lo, hi, iv_dst = lo[keep], hi[keep], iv_dst[keep]
         iv_src = src_sets.covering(lo, hi, src_lo[:, d], src_hi[:, d])
-        n, k = len(cell_src), len(lo)
-        new_dst = dst_sets.intersect(np.repeat(cell_dst, k), np.tile(iv_dst, n))
+        new_dst = dst_sets.intersect_outer(cell_dst, iv_dst)
         needed = new_dst != dst_sets.nothing
-        new_src = src_sets.intersect(np.repeat(cell_src, k)[needed],
-                                     np.tile(iv_src, n)[needed])
-        cell_lo = np.concatenate((np.repeat(cell_lo, k, axis=0)[needed],
-                                  np.tile(lo, n)[needed, None]), axis=1)
-        cell_hi = np.concatenate((np.repeat(cell_hi, k, axis=0)[needed],
-                                  np.tile(hi, n)[needed, None]), axis=1)
-        cell_src, cell_dst = new_src, new_dst[needed]
+        every = bool(needed.all())
+        new_src = src_sets.intersect_outer(cell_src, iv_src, None if every else needed)
+        at = None if every else np.flatnonzero(needed)
+        cell_lo, cell_hi = _extended(cell_lo, lo, at), _extended(cell_hi, hi, at)
+        cell_src, cell_dst = new_src, new_dst if every else new_dst[needed]
     return cell_lo, cell_hi, cell_src, cell_dst
+
+
+def _extended(corners: np.ndarray, bounds: np.ndarray, at: np.ndarray | None) -> np.ndarray:
+    """Each row of ``corners`` (cells of the dims so far) followed by each of ``bounds``
+    (one dim's intervals), row-major, the rows ``at`` (flat indices, ascending) or all:
+    the rows of ``np.repeat(corners, k, axis=0)`` beside ``np.tile(bounds, n)``,
+    written in place rather than gathered."""
+    n, k = len(corners), len(bounds)
+    dtype = np.result_type(corners, bounds)
+    if at is None:
+        out = np.empty((n * k, corners.shape[1] + 1), dtype=dtype)
+        grid = out.reshape(n, k, corners.shape[1] + 1)
+        grid[:, :, :-1] = corners[:, None, :]
+        grid[:, :, -1] = bounds[None, :]
+        return out
+    out = np.empty((len(at), corners.shape[1] + 1), dtype=dtype)
+    out[:, :-1] = np.take(corners, at // k, axis=0)
+    out[:, -1] = np.take(bounds, at % k)
+    return out
 
 
 def _bounds(boxes: list[Box], ndim: int) -> tuple[np.ndarray, np.ndarray]:
@@ -488,6 +524,31 @@ class _PieceSets:
                 pieces_here = frozenset(p for e in active for p in members[e])
                 ids[at:until] = self._id(pieces_here)
         return ids
+
+    def intersect_outer(self, a: np.ndarray, b: np.ndarray, keep: np.ndarray | None = None
+                        ) -> np.ndarray:
+        """:meth:`intersect` of ``np.repeat(a, len(b))`` and ``np.tile(b, len(a))`` (every
+        pair, row-major), where ``keep`` (a mask of those pairs) says: the same ids,
+        found in the same order (ascending pairs of sets), by the pairs of distinct
+        sets (ranks of ``a``'s and ``b``'s values) instead of sorting every pair."""
+        if not len(a) or not len(b):
+            return np.zeros(0, dtype=np.int64)
+        ua, ia = np.unique(a, return_inverse=True)
+        ub, ib = np.unique(b, return_inverse=True)
+        nb = len(ub)
+        pair = (ia.reshape(-1, 1) * nb + ib.reshape(1, -1)).reshape(-1)
+        if keep is not None:
+            pair = pair[keep]
+            if not len(pair):
+                return np.zeros(0, dtype=np.int64)
+        seen = np.zeros(len(ua) * nb, dtype=bool)
+        seen[pair] = True
+        found = np.flatnonzero(seen)
+        sets, first, second = self.sets, ua[found // nb].tolist(), ub[found % nb].tolist()
+        ids = np.zeros(len(seen), dtype=np.int64)
+        ids[found] = [self._id(sets[x] & sets[y]) for x, y in zip(first, second)]
+        got: np.ndarray = ids[pair]
+        return got
 
     def intersect(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Element-wise ids of the intersections of sets ``a[i]`` and ``b[i]``."""

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reshard.cluster import Cluster
+from reshard.planner.schedule import packed_sort
 from reshard.planner.values.tasks import Task, TaskKind
 
 PHASE = {
@@ -111,7 +112,7 @@ class OrderKeys:
         keys = [self.seq, self.root]
         keys += [self.box[:, j] for j in reversed(range(self.box.shape[1]))]
         keys += [self.tensor, -self.nbytes, self.dist, self.phase, self.step]
-        return np.lexsort(keys)
+        return packed_sort.lexsort(keys)
 
 
 def _boxes(tasks: Sequence[Task]) -> np.ndarray:

@@ -13,7 +13,6 @@ same as planning every slice one by one.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,7 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from reshard.cluster import Cluster
-from reshard.layout import Box
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.cell_tasks import RUN_PLANNERS, CellPlanner, plan_broadcasts
 from reshard.planner.cells.cell_tasks import fan_out as split_chains
@@ -32,10 +30,12 @@ from reshard.planner.cells.whole_sums import stays_whole
 from reshard.planner.schedule.broadcast_columns import BroadcastColumns
 from reshard.planner.schedule.demand_memo import DemandMemo as _Demand
 from reshard.planner.schedule.kept_rows import KeptRows, uncut
-from reshard.planner.schedule.order import PHASE, OrderKeys
-from reshard.planner.schedule.send_columns import OrderedTasks, SendColumns
+from reshard.planner.schedule.order import OrderKeys
+from reshard.planner.schedule.point_rows import PointColumns, PointToPoint, cat
+from reshard.planner.schedule.send_columns import OrderedTasks
+from reshard.planner.schedule.send_order import in_order
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
-from reshard.planner.values.tasks import Task, TaskKind
+from reshard.planner.values.tasks import Task
 
 Splitter = Callable[[Cell, int], list[Cell]]
 """Pieces of a cell of ``nbytes`` bytes to plan separately (balance over NICs); whether
@@ -77,7 +77,7 @@ class WorkList:
         self._ref: list[int] = []
         self._general: list[tuple[int, Cell]] = []  # (tensor, cell)
         self._rows: KeptRows | None = None  # general slices after those, kept as rows
-        self._p2p = _PointToPoint()
+        self._p2p = PointToPoint()
         self._last_step: dict[int, int] = {}  # tensor -> the step its last cells start at
         self._planned: _Planned | None = None  # the choices plan() made, for assemble()
 
@@ -138,7 +138,8 @@ class WorkList:
             self._chunks.append((nbytes, np.asarray(after, dtype=np.int64),
                                  -1 - start - np.arange(n, dtype=np.int64)))
             return
-        refs = self._p2p.add(tensor, table, rows, root[rows], recv[rows], nbytes[rows])
+        pick = slice(None) if rows.size == n else rows  # every row: the columns themselves
+        refs = self._p2p.add(tensor, table, rows, root[pick], recv[pick], nbytes[pick])
         if rows.size == n:
             self._chunks.append((nbytes, after, refs))
             return
@@ -160,7 +161,7 @@ class WorkList:
                 general.append((tensor, piece))
         self._flush()
 
-    def point_to_point(self) -> _Columns:
+    def point_to_point(self) -> PointColumns:
         """The point-to-point rows added so far, column by column."""
         return self._p2p.columns()
 
@@ -182,7 +183,7 @@ class WorkList:
         order of :attr:`general`), and per point-to-point row (that of
         :meth:`point_to_point`)."""
         self._flush()
-        after, ref = _cat([c[1] for c in self._chunks]), _cat([c[2] for c in self._chunks])
+        after, ref = cat([c[1] for c in self._chunks]), cat([c[2] for c in self._chunks])
         cells = [0] * len(self.general)
         rows = np.zeros(self._p2p.count, dtype=np.int64)
         general = ref < 0
@@ -240,17 +241,18 @@ class WorkList:
         """:meth:`plan`'s choices: every slice planned, largest first (the loads they
         steer), kept for :meth:`assemble`."""
         self._flush()
-        nbytes = _cat([c[0] for c in self._chunks])
-        after = _cat([c[1] for c in self._chunks])
-        ref = _cat([c[2] for c in self._chunks])
+        nbytes = cat([c[0] for c in self._chunks])
+        after = cat([c[1] for c in self._chunks])
+        ref = cat([c[2] for c in self._chunks])
         p2p = self._p2p.columns()
         if expect:
             self._expect(nbytes, ref, p2p)
         if relays and self.cluster.nics_per_host > 1 and len(p2p.root):
             ref = self._relayed(ref, p2p)
         as_added = ref, nbytes
-        order = np.argsort(-nbytes, kind="stable")  # largest first, ties as added
-        ref, after, nbytes = ref[order], after[order], nbytes[order]
+        order = largest_first(nbytes)  # ties as added; None: in that order already
+        if order is not None:
+            ref, after, nbytes = ref[order], after[order], nbytes[order]
         general = np.flatnonzero(ref < 0).tolist()
         if not general and len(ref) >= BULK_FLUSH and int(nbytes.sum()) < EXACT and \
                 _charge_bulk(self, as_added[0], p2p, as_added[1]):
@@ -354,7 +356,7 @@ class WorkList:
             return by_run(cells, loads)
         return [planner(cell, tensor, size, loads, step) for cell, tensor, size, step in cells]
 
-    def _expect(self, nbytes: np.ndarray, ref: np.ndarray, p2p: _Columns) -> None:
+    def _expect(self, nbytes: np.ndarray, ref: np.ndarray, p2p: PointColumns) -> None:
         """:meth:`Loads.expect` for every slice, in the order added (sums of fractions
         of bytes depend on the order; sums of whole bytes do not)."""
         loads = self.loads
@@ -386,7 +388,7 @@ class WorkList:
                 demand.expect(cell.holders, cell.needers, nb)
         loads.expected_changed()
 
-    def _relayed(self, ref: np.ndarray, p2p: _Columns) -> np.ndarray:
+    def _relayed(self, ref: np.ndarray, p2p: PointColumns) -> np.ndarray:
         """``ref`` with the point-to-point rows one of whose ends' NICs may relay
         (:meth:`Loads.may_relay_end`) turned into general cells."""
         loads = self.loads
@@ -408,7 +410,7 @@ class WorkList:
             self.general.append((int(p2p.tensor[r]), cell))
         return np.where(ref >= 0, new_ref[np.maximum(ref, 0)], ref)
 
-    def _charge(self, rows: np.ndarray, p2p: _Columns, nbytes: np.ndarray) -> None:
+    def _charge(self, rows: np.ndarray, p2p: PointColumns, nbytes: np.ndarray) -> None:
         """:meth:`Loads.charge` the point-to-point ``rows`` (in bulk: whole bytes)."""
         if not rows.size:
             return
@@ -419,32 +421,20 @@ class WorkList:
         for r, s, nb in zip(a.tolist(), b.tolist(), nbytes.tolist()):
             charge(r, (s,), nb)
 
-    def _ordered(self, objects: list[Task], obj_seq: np.ndarray, p2p: _Columns,
+    def _ordered(self, objects: list[Task], obj_seq: np.ndarray, p2p: PointColumns,
                  p_seq: np.ndarray, p_step: np.ndarray, known: OrderKeys | None = None,
                  kept: BroadcastColumns | None = None) -> OrderedTasks:
-        """Every task in the global order (see :class:`OrderKeys`); the point-to-point
-        rows (sends) stay columns, in that order, as do broadcasts ``kept`` (keys ``known``)."""
-        rows = np.flatnonzero(p_seq >= 0)
-        # every row: the columns themselves (the same values as taking every row)
-        take: np.ndarray | slice = slice(None) if len(rows) == len(p_seq) else rows
-        nh = max(1, self.cluster.num_hosts)
-        root, recv = p2p.root[take], p2p.recv[take]
-        n_obj, n_kept = len(objects), 0 if kept is None else len(kept)
-        keys = OrderKeys.concat([
-            _object_keys(objects, obj_seq if kept is None else np.arange(n_obj + n_kept),
-                         self.cluster, known, n_kept),
-            OrderKeys(p_step[take], np.full(len(rows), PHASE[TaskKind.SEND], np.int64),
-                      (self._host[recv] - self._host[root]) % nh, p2p.nbytes[take],
-                      p2p.tensor[take], p2p.box[take], root, p_seq[take])])
-        order = keys.order()
-        is_obj, is_send = order < n_obj, order >= n_obj + n_kept
-        p = rows[order[is_send] - n_obj - n_kept]
-        sends = SendColumns(np.flatnonzero(is_send), p2p.tensor[p], p2p.root[p], p2p.recv[p],
-                            p2p.nbytes[p], p_step[p], p2p.box[p], p2p.ndim[p])
-        is_kept = ~(is_obj | is_send)  # after the objects in keys' rows
-        return OrderedTasks([objects[i] for i in order[is_obj].tolist()],
-                            np.flatnonzero(is_obj).tolist(), sends, None if kept is None else
-                            kept.take(order[is_kept] - n_obj), np.flatnonzero(is_kept))
+        """Every task in the global order (:func:`~reshard.planner.schedule.send_order.
+        in_order`)."""
+        return in_order(objects, obj_seq, p2p, p_seq, p_step, self._host, self.cluster,
+                        known, kept)
+
+def largest_first(nbytes: np.ndarray) -> np.ndarray | None:
+    """``np.argsort(-nbytes, kind="stable")`` (largest first, ties in index order), or
+    None where that is every index in order (``nbytes`` never grows: nothing to gather)."""
+    if not bool((nbytes[1:] > nbytes[:-1]).any()):
+        return None
+    return np.argsort(-nbytes, kind="stable")
 
 
 def _add_expected(work: WorkList, root: np.ndarray, recv: np.ndarray, nbytes: np.ndarray
@@ -472,7 +462,7 @@ def _add_expected(work: WorkList, root: np.ndarray, recv: np.ndarray, nbytes: np
     work.loads.expected_changed()
 
 
-def _charge_bulk(work: WorkList, rows: np.ndarray, p2p: _Columns, nbytes: np.ndarray) -> bool:
+def _charge_bulk(work: WorkList, rows: np.ndarray, p2p: PointColumns, nbytes: np.ndarray) -> bool:
     """:meth:`WorkList._charge` in bulk (keys written in index order) where every load it
     adds to is a whole number and stays below 2**53 (:func:`stays_whole`; every sum then exact
     in any order); else False, having changed nothing (a reduction may have left
@@ -496,18 +486,7 @@ def _charge_bulk(work: WorkList, rows: np.ndarray, p2p: _Columns, nbytes: np.nda
     return True
 
 
-def _object_keys(objects: list[Task], seq: np.ndarray, cluster: Cluster,
-                 known: OrderKeys | None, kept: int = 0) -> OrderKeys:
-    """:meth:`OrderKeys.of_tasks` of ``objects`` and ``kept`` tasks after them at
-    ``seq``, the last ones' ``known`` already (their seq aside: the same values)."""
-    if known is None:
-        return OrderKeys.of_tasks(objects, seq, cluster)
-    head = len(objects) + kept - len(known.seq)
-    return OrderKeys.concat([OrderKeys.of_tasks(objects[:head], seq[:head], cluster),
-                             dataclasses.replace(known, seq=seq[head:])])
-
-
-def _ends(p2p: _Columns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _ends(p2p: PointColumns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The roots and receivers of the point-to-point ``rows``: the columns themselves
     where ``rows`` is every row in order (the same values, not gathered)."""
     if len(rows) == len(p2p.root) and bool((rows == np.arange(len(rows))).all()):
@@ -541,60 +520,5 @@ class _Planned:
     refs: list[int]
     steps: list[int]
     tasks: Sequence[list[Task]]  # kept rows': their columns (BroadcastColumns)
-    p2p: _Columns
+    p2p: PointColumns
     keys: OrderKeys | None = None  # the tasks' order keys, known (seq aside)
-
-
-@dataclass(frozen=True, eq=False)
-class _Columns:
-    """Point-to-point rows, column by column (see :class:`_PointToPoint`)."""
-
-    tensor: np.ndarray
-    root: np.ndarray
-    recv: np.ndarray
-    nbytes: np.ndarray
-    box: np.ndarray  # (rows, 2 * ndim): starts and stops, zero-padded to the widest
-    ndim: np.ndarray
-
-    def box_of(self, row: int) -> Box:
-        """Row ``row``'s box as a tuple of (start, stop)."""
-        flat = self.box[row, :2 * int(self.ndim[row])].tolist()
-        return tuple(zip(flat[0::2], flat[1::2]))
-
-
-class _PointToPoint:
-    """The point-to-point rows of a work list, added table by table."""
-
-    def __init__(self) -> None:
-        self._parts: list[tuple[int, CellTable, np.ndarray, np.ndarray, np.ndarray,
-                                np.ndarray]] = []
-        self.count = 0
-
-    def add(self, tensor: int, table: CellTable, rows: np.ndarray, root: np.ndarray,
-            recv: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
-        """Add ``rows`` of ``table`` (their holders, needers and bytes); return their
-        indices among all rows added."""
-        self._parts.append((tensor, table, rows, root, recv, nbytes))
-        self.count += len(rows)
-        return np.arange(self.count - len(rows), self.count, dtype=np.int64)
-
-    def columns(self) -> _Columns:
-        """Every row added, column by column."""
-        parts = self._parts
-        width = 2 * max((p[1].lo.shape[1] for p in parts), default=0)
-        box = np.zeros((self.count, width), dtype=np.int64)
-        at = 0
-        for _, table, rows, _, _, _ in parts:
-            nd = table.lo.shape[1]
-            box[at:at + len(rows), 0:2 * nd:2] = table.lo[rows]
-            box[at:at + len(rows), 1:2 * nd:2] = table.hi[rows]
-            at += len(rows)
-        return _Columns(_cat([np.full(len(p[2]), p[0], dtype=np.int64) for p in parts]),
-                        _cat([p[3] for p in parts]), _cat([p[4] for p in parts]),
-                        _cat([p[5] for p in parts]), box,
-                        _cat([np.full(len(p[2]), p[1].lo.shape[1], dtype=np.int64)
-                              for p in parts]))
-
-
-def _cat(parts: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
