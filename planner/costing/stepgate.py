@@ -62,11 +62,7 @@ class StepGate:
         self._has_next[:-1] = dev[1:] == dev[:-1]
         self._first = np.flatnonzero(np.r_[True, dev[1:] != dev[:-1]]) if nslots else \
             np.zeros(0, dtype=np.int64)
-        order = np.argsort(self._slot.astype(np.int16) if nslots < 1 << 15 else self._slot,
-                           kind="stable")  # radix sort where the slots fit 16 bits
-        self._slot_tasks = self.member_task[order]
-        # each slot's first place in slot order: the memberships of the slots before it
-        self._slot_at = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(self._left)])
+        self._slot_tasks = SlotTasks(self._slot, self.member_task, nslots)
         self._arrived = np.zeros(n, dtype=np.int64)
 
     def start(self) -> np.ndarray:
@@ -92,7 +88,7 @@ class StepGate:
         """Devices enter the ``slots``' steps: the tasks whose every device is in."""
         if not len(slots):
             return np.zeros(0, dtype=np.int64)
-        tasks = self._slot_tasks[ranges(self._slot_at[slots], self._slot_at[slots + 1])]
+        tasks = self._slot_tasks.of(slots)
         if len(tasks) >= len(self.need) // COUNTED_FROM:  # each task's count, all at once
             per_task = np.bincount(tasks, minlength=len(self.need))
             tasks = np.flatnonzero(per_task)
@@ -108,6 +104,53 @@ COUNTED_FROM = 8
 """Entries (slots or tasks) an event names from which it counts them in a table of
 every slot or task (``np.bincount``: linear, the same ascending values and counts)
 rather than sorting them: from an eighth of the table's length."""
+
+
+class SlotTasks:
+    """The task of each membership in given slots (each slot entered once), with
+    repeats, in any order: the memberships not yet entered scanned while an event
+    enters :data:`SCANNED_FROM`'s share of them or more (a partial source's gate at
+    1,024 devices enters its 2M memberships in two events: no index needed), else read
+    through an index by slot, made once over the memberships left (a radix sort)."""
+
+    def __init__(self, slot: np.ndarray, member_task: np.ndarray, nslots: int) -> None:
+        self.slot, self.task, self.nslots = slot, member_task, nslots
+        self.pending: np.ndarray | None = None  # memberships not entered (None: all)
+        self.index: tuple[np.ndarray, np.ndarray] | None = None  # tasks by slot, starts
+
+    def of(self, slots: np.ndarray) -> np.ndarray:
+        """The tasks of the memberships in ``slots`` (distinct, none entered before)."""
+        if self.index is None:
+            pending = self.slot if self.pending is None else self.slot[self.pending]
+            flag = np.zeros(self.nslots, dtype=bool)
+            flag[slots] = True
+            hit = flag[pending]
+            if SCANNED_FROM * np.count_nonzero(hit) >= len(pending):
+                where = np.flatnonzero(hit) if self.pending is None else self.pending[hit]
+                self.pending = np.flatnonzero(~hit) if self.pending is None else \
+                    self.pending[~hit]
+                got: np.ndarray = self.task[where]
+                return got
+            self.index = self._indexed(pending)
+        tasks, at = self.index
+        return tasks[ranges(at[slots], at[slots + 1])]
+
+    def _indexed(self, pending: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pending memberships' tasks by slot (``pending``: their slots), and each
+        slot's first place there (the count of those in the slots before it)."""
+        order = np.argsort(pending.astype(np.int16) if self.nslots < 1 << 15 else pending,
+                           kind="stable")  # radix sort where the slots fit 16 bits
+        tasks = self.task if self.pending is None else self.task[self.pending]
+        at = np.concatenate([np.zeros(1, dtype=np.int64),
+                             np.cumsum(np.bincount(pending, minlength=self.nslots))])
+        return tasks[order], at
+
+
+SCANNED_FROM = 4
+"""An event entering a ``1 / SCANNED_FROM`` share or more of the memberships not yet
+entered scans them (each scan leaves at most ``1 - 1 / SCANNED_FROM`` of them, so the
+scans read at most ``SCANNED_FROM`` times the memberships in all); a smaller share:
+:class:`SlotTasks` indexes those left, once."""
 
 
 class OneStep:
@@ -182,4 +225,5 @@ def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(seen), rank[keys]
 
 
-__all__ = ["ARRAY_MEMBERS", "OneStep", "StepGate", "distinct_devices", "gate_of", "has_device"]
+__all__ = ["ARRAY_MEMBERS", "COUNTED_FROM", "SCANNED_FROM", "OneStep", "SlotTasks", "StepGate",
+           "distinct_devices", "gate_of", "has_device"]
