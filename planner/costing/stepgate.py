@@ -133,7 +133,8 @@ class SlotTasks:
                 return got
             self.index = self._indexed(pending)
         tasks, at = self.index
-        return tasks[ranges(at[slots], at[slots + 1])]
+        read: np.ndarray = tasks[ranges(at[slots], at[slots + 1])]
+        return read
 
     def _indexed(self, pending: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pending memberships' tasks by slot (``pending``: their slots), and each
