@@ -15,10 +15,17 @@ piece. :func:`chain_routes` lays out the routes of every such task of a plan at 
 latency of the first task of each (crossings, piece) pattern of :func:`~reshard.planner.
 costing.cost.task_path`. A task of another shape, a repeated device or a device off the
 cluster is left to :func:`task_routes`.
+
+A reduction is the reverse chain, ``receivers[0] -> ... -> receivers[-1] -> root``
+(round twelve: a partial source's 1,024 reductions of 1,023 addends each), laid out
+alike from its row of receivers and root. A chain of :data:`~reshard.planner.costing.
+cost.ARRAY_EDGES` edges or more has its latency summed as arrays (:mod:`~reshard.
+planner.costing.chain_reach`: the sums :func:`task_path` makes for it).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -26,9 +33,11 @@ from operator import attrgetter
 import numpy as np
 
 from reshard.cluster import Cluster, pipeline_piece
+from reshard.planner.costing.chain_reach import chain_latencies
+from reshard.planner.costing.chain_rows import codes as chain_codes
+from reshard.planner.costing.chain_rows import priced
 from reshard.planner.costing.cost import ARRAY_EDGES, task_path
 from reshard.planner.costing.fairshare import ranges
-from reshard.planner.values.resources import DEV_IN, DEV_OUT, KIND_CODE, NIC_IN, NIC_OUT
 from reshard.planner.values.tasks import Task, TaskKind
 
 CHAINS_FROM = 256
@@ -60,13 +69,13 @@ def chain_routes(tasks: Sequence[Task], cluster: Cluster, host: np.ndarray,
     or more of one length (counting ``also[length]`` more, priced elsewhere); None
     where there are none."""
     also = also or {}
-    by_length: dict[int, list[int]] = {}
-    broadcast = TaskKind.BROADCAST
+    by_length: dict[tuple[TaskKind, int], list[int]] = {}
     for i, t in enumerate(tasks):
-        if t.kind is broadcast and not t.parents and not t.addends:
-            by_length.setdefault(len(t.receivers), []).append(i)
-    parts = [got for m, idx in by_length.items()
-             if 0 < m < ARRAY_EDGES and len(idx) + also.get(m, 0) >= CHAINS_FROM
+        if t.kind in _CHAINED and not t.parents and not t.addends:
+            by_length.setdefault((t.kind, len(t.receivers)), []).append(i)
+    parts = [got for (kind, m), idx in by_length.items()
+             if m > 0 and len(idx) + (kind is TaskKind.BROADCAST and also.get(m, 0)) >=
+             CHAINS_FROM
              if (got := _one_length([tasks[i] for i in idx], idx, cluster, host, nic))
              is not None]
     if len(parts) < 2:
@@ -85,18 +94,28 @@ def chain_routes(tasks: Sequence[Task], cluster: Cluster, host: np.ndarray,
                            ranges(member_at[order], member_at[order] + need[order])])
 
 
+_CHAINED = frozenset((TaskKind.BROADCAST, TaskKind.REDUCE))
+"""Kinds whose chains are laid out (without parents or addends): a broadcast's
+``root -> receivers[0] -> ...``, a reduction's ``receivers[0] -> ... -> root``
+(:func:`~reshard.planner.costing.hop_batch.edge_lists`)."""
+
+
 def _rows(tasks: list[Task]) -> np.ndarray:
-    """Each of ``tasks``' root and receivers (one count of them), as rows: the
+    """Each of ``tasks``' (of one kind and count of receivers) devices in chain order,
+    as rows: a broadcast's root and receivers, a reduction's receivers and root; the
     receivers of tasks that share one tuple object read once."""
     n = len(tasks)
     roots = np.fromiter(map(attrgetter("root"), tasks), dtype=np.int64, count=n)
     chains = list(map(attrgetter("receivers"), tasks))
     ids = np.fromiter(map(id, chains), dtype=np.int64, count=n)
     _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    distinct = np.array([chains[f] for f in first.tolist()], dtype=np.int64)
-    rows = np.empty((n, distinct.shape[1] + 1), dtype=np.int64)
-    rows[:, 0] = roots
-    rows[:, 1:] = distinct[inverse.reshape(-1)]
+    m = len(chains[0])
+    distinct = np.fromiter(itertools.chain.from_iterable([chains[f] for f in first.tolist()]),
+                           dtype=np.int64, count=len(first) * m).reshape(len(first), m)
+    rows = np.empty((n, m + 1), dtype=np.int64)
+    into = 0 if tasks[0].kind is TaskKind.REDUCE else 1  # where the receivers go
+    rows[:, m if into == 0 else 0] = roots
+    rows[:, into:into + m] = distinct[inverse.reshape(-1)]
     return rows
 
 
@@ -105,14 +124,14 @@ def _one_length(tasks: list[Task], idx: list[int], cluster: Cluster, host: np.nd
     """:func:`chain_routes` of ``tasks`` (at ``idx``), of one receiver count, those
     whose devices are distinct and on the cluster (None: none are)."""
     rows = _rows(tasks)
-    keep = _priced(rows, host)
+    keep = priced(rows, host)
     if not keep.any():
         return None
     at = np.array(idx, dtype=np.int64)
     if not keep.all():
         rows, at = rows[keep], at[keep]
         tasks = [tasks[i] for i in np.flatnonzero(keep).tolist()]
-    lens, codes, cross = _codes(rows, host, nic)
+    lens, codes, cross = chain_codes(rows, host, nic)
     sizes = np.fromiter(map(attrgetter("nbytes"), tasks), dtype=np.int64, count=len(tasks))
     return ChainRoutes(at, lens, codes, _latencies(sizes, cross, cluster, tasks.__getitem__),
                        np.full(len(at), rows.shape[1], dtype=np.int64), rows.reshape(-1))
@@ -126,46 +145,23 @@ def kept_routes(rows: np.ndarray, sizes: np.ndarray, cluster: Cluster, host: np.
     least :data:`CHAINS_FROM`, of a length under :data:`~reshard.planner.costing.cost.
     ARRAY_EDGES`, every one's devices distinct and on the cluster); else None."""
     n, m = rows.shape[0], rows.shape[1] - 1
-    if not 0 < m < ARRAY_EDGES or n < CHAINS_FROM or not _priced(rows, host).all():
+    if not 0 < m < ARRAY_EDGES or n < CHAINS_FROM or not priced(rows, host).all():
         return None
-    lens, codes, cross = _codes(rows, host, nic)
+    lens, codes, cross = chain_codes(rows, host, nic)
     return ChainRoutes(np.arange(n, dtype=np.int64), lens, codes,
                        _latencies(sizes, cross, cluster, task),
                        np.full(n, m + 1, dtype=np.int64), rows.reshape(-1))
-
-
-def _priced(rows: np.ndarray, host: np.ndarray) -> np.ndarray:
-    """Which ``rows`` (each a chain's root and receivers) are laid out as arrays: every
-    device on the cluster (``host`` not -1), no device twice."""
-    keep = np.asarray((rows < len(host)).all(axis=1) & (rows >= 0).all(axis=1))
-    keep[keep] = (host[rows[keep]] >= 0).all(axis=1)
-    ordered = np.sort(rows, axis=1)
-    keep &= (ordered[:, 1:] != ordered[:, :-1]).all(axis=1)  # distinct devices
-    return keep
-
-
-def _codes(rows: np.ndarray, host: np.ndarray, nic: np.ndarray
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each chain's (``rows``: its root and receivers) code count, all their codes, row
-    by row, and each edge's crossing of hosts."""
-    a, b = rows[:, :-1], rows[:, 1:]
-    cross = host[a] != host[b]
-    quad = np.empty((*a.shape, 4), dtype=np.int64)
-    quad[..., 0] = a * 8 + KIND_CODE[DEV_OUT]
-    quad[..., 1] = b * 8 + KIND_CODE[DEV_IN]
-    quad[..., 2] = nic[a] * 8 + KIND_CODE[NIC_OUT]
-    quad[..., 3] = nic[b] * 8 + KIND_CODE[NIC_IN]
-    used = np.ones(quad.shape, dtype=bool)
-    used[..., 2] = used[..., 3] = cross
-    lens = 2 * a.shape[1] + 2 * cross.sum(axis=1)
-    return lens, quad[used], cross
 
 
 def _latencies(sizes: np.ndarray, cross: np.ndarray, cluster: Cluster,
                task: Callable[[int], Task]) -> np.ndarray:
     """Each chain's latency (its bytes ``sizes``, its edges' crossings ``cross``; task
     ``i`` is ``task(i)``): that of :func:`~reshard.planner.costing.cost.task_path` of
-    the first task of its pattern (crossings and relay piece; module docstring)."""
+    the first task of its pattern (crossings and relay piece; module docstring); a
+    chain of :data:`~reshard.planner.costing.cost.ARRAY_EDGES` edges or more summed
+    as arrays (:func:`~reshard.planner.costing.chain_reach.chain_latencies`)."""
+    if cross.shape[1] >= ARRAY_EDGES:
+        return chain_latencies(sizes, cross, cluster)
     distinct, of_size = np.unique(sizes, return_inverse=True)
     pieces = np.array([pipeline_piece(cluster.relay_piece, n) for n in distinct.tolist()],
                       dtype=np.int64)

@@ -30,7 +30,7 @@ from reshard.planner.costing.chain_columns import ChainRoutes, chain_routes, kep
 from reshard.planner.costing.cost import Routes, shared_hops, task_routes
 from reshard.planner.costing.fairshare import FairShare, path_arrays, ranges
 from reshard.planner.costing.fluid import simulated_time
-from reshard.planner.costing.stepgate import StepGate, distinct_devices
+from reshard.planner.costing.stepgate import OneStep, StepGate, distinct_devices, has_device
 from reshard.planner.schedule.broadcast_columns import BroadcastColumns
 from reshard.planner.schedule.send_columns import OrderedTasks
 from reshard.planner.values.resources import DEV_IN, DEV_OUT, KIND_CODE, NIC_IN, NIC_OUT
@@ -183,20 +183,35 @@ def _others(n: int, index: np.ndarray) -> np.ndarray:
     return rest
 
 
+def _one_step(steps: np.ndarray, send_steps: np.ndarray, objects: Sequence[Task],
+              kept: ChainRoutes | None) -> bool:
+    """Whether every task (``objects`` and the kept broadcasts of ``steps``, the sends
+    of ``send_steps``) is in one step and has a device (:func:`~reshard.planner.
+    costing.stepgate.has_device`; a send has its two ends, a kept chain its root):
+    where :func:`~reshard.planner.costing.stepgate.gate_of` gives the one-step rule."""
+    every = np.concatenate([steps, send_steps])
+    return bool(len(every)) and bool((every == every[0]).all()) and \
+        (kept is None or bool((kept.need > 0).all())) and all(map(has_device, objects))
+
+
 def _gate(ordered: OrderedTasks, objects: Sequence[Task], n: int, at: np.ndarray,
-          chains: ChainRoutes | None, kept: ChainRoutes | None) -> StepGate:
+          chains: ChainRoutes | None, kept: ChainRoutes | None) -> StepGate | OneStep:
     """The step rule of ``ordered``'s tasks: a send's devices are its two ends, a
     chain's of ``chains`` (of ``objects``) or ``kept`` (the kept broadcasts, after
     ``objects`` in ``at``) its root and receivers, another task's its distinct devices
     (:func:`~reshard.planner.costing.stepgate.distinct_devices`; the rule reads each
-    task's as a set)."""
+    task's as a set). Every task in one step, each with a device: the one-step rule
+    (:func:`~reshard.planner.costing.stepgate.gate_of`'s, without the memberships)."""
     cols = ordered.send_columns
-    own, devs = _devices(objects, chains)
     steps = np.array([t.step for t in objects], dtype=np.int64)
+    if kept is not None:
+        steps = np.concatenate([steps, _kept_columns(ordered).step])
+    if _one_step(steps, cols.step, objects, kept):
+        return OneStep(n)
+    own, devs = _devices(objects, chains)
     if kept is not None:
         own = np.concatenate([own, kept.need])
         devs = np.concatenate([devs, kept.members])
-        steps = np.concatenate([steps, _kept_columns(ordered).step])
     if _in_order(at, n):  # no send, every task in its place already
         return StepGate.of_members(own, devs, steps)
     need = np.empty(n, dtype=np.int64)

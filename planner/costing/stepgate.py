@@ -54,7 +54,7 @@ class StepGate:
         self._member_at = np.concatenate([[0], np.cumsum(self.need)])
         span = int(step.max(initial=0)) + 1
         # slots sorted by device, then step: a device's next slot is the next one
-        keys, self._slot = _unique(self.member_dev * span + step[self.member_task])
+        keys, self._slot = _unique(self.member_dev * span + np.repeat(step, self.need))
         dev = keys // span
         nslots = len(keys)
         self._left = np.bincount(self._slot, minlength=nslots)
@@ -62,10 +62,7 @@ class StepGate:
         self._has_next[:-1] = dev[1:] == dev[:-1]
         self._first = np.flatnonzero(np.r_[True, dev[1:] != dev[:-1]]) if nslots else \
             np.zeros(0, dtype=np.int64)
-        order = np.argsort(self._slot.astype(np.int16) if nslots < 1 << 15 else self._slot,
-                           kind="stable")  # radix sort where the slots fit 16 bits
-        self._slot_tasks = self.member_task[order]
-        self._slot_at = np.searchsorted(self._slot[order], np.arange(nslots + 1))
+        self._slot_tasks = SlotTasks(self._slot, self.member_task, nslots)
         self._arrived = np.zeros(n, dtype=np.int64)
 
     def start(self) -> np.ndarray:
@@ -79,8 +76,11 @@ class StepGate:
         if not len(which):
             return which
         slots = self._slot[ranges(self._member_at[which], self._member_at[which + 1])]
-        self._left -= np.bincount(slots, minlength=len(self._left))
-        touched = sorted_distinct(slots)
+        counts = np.bincount(slots, minlength=len(self._left))
+        self._left -= counts
+        # the slots touched, ascending: by their counts where they are many, else sorted
+        touched = np.flatnonzero(counts) if len(slots) >= len(counts) // COUNTED_FROM \
+            else sorted_distinct(slots)
         done = touched[self._left[touched] == 0]
         return self._enter(done[self._has_next[done]] + 1)
 
@@ -88,11 +88,70 @@ class StepGate:
         """Devices enter the ``slots``' steps: the tasks whose every device is in."""
         if not len(slots):
             return np.zeros(0, dtype=np.int64)
-        tasks = self._slot_tasks[ranges(self._slot_at[slots], self._slot_at[slots + 1])]
-        tasks, times = np.unique(tasks, return_counts=True)
+        tasks = self._slot_tasks.of(slots)
+        if len(tasks) >= len(self.need) // COUNTED_FROM:  # each task's count, all at once
+            per_task = np.bincount(tasks, minlength=len(self.need))
+            tasks = np.flatnonzero(per_task)
+            times = per_task[tasks]
+        else:
+            tasks, times = np.unique(tasks, return_counts=True)
         self._arrived[tasks] += times
         ready: np.ndarray = tasks[self._arrived[tasks] == self.need[tasks]]
         return ready
+
+
+COUNTED_FROM = 8
+"""Entries (slots or tasks) an event names from which it counts them in a table of
+every slot or task (``np.bincount``: linear, the same ascending values and counts)
+rather than sorting them: from an eighth of the table's length."""
+
+
+class SlotTasks:
+    """The task of each membership in given slots (each slot entered once), with
+    repeats, in any order: the memberships not yet entered scanned while an event
+    enters :data:`SCANNED_FROM`'s share of them or more (a partial source's gate at
+    1,024 devices enters its 2M memberships in two events: no index needed), else read
+    through an index by slot, made once over the memberships left (a radix sort)."""
+
+    def __init__(self, slot: np.ndarray, member_task: np.ndarray, nslots: int) -> None:
+        self.slot, self.task, self.nslots = slot, member_task, nslots
+        self.pending: np.ndarray | None = None  # memberships not entered (None: all)
+        self.index: tuple[np.ndarray, np.ndarray] | None = None  # tasks by slot, starts
+
+    def of(self, slots: np.ndarray) -> np.ndarray:
+        """The tasks of the memberships in ``slots`` (distinct, none entered before)."""
+        if self.index is None:
+            pending = self.slot if self.pending is None else self.slot[self.pending]
+            flag = np.zeros(self.nslots, dtype=bool)
+            flag[slots] = True
+            hit = flag[pending]
+            if SCANNED_FROM * np.count_nonzero(hit) >= len(pending):
+                where = np.flatnonzero(hit) if self.pending is None else self.pending[hit]
+                self.pending = np.flatnonzero(~hit) if self.pending is None else \
+                    self.pending[~hit]
+                got: np.ndarray = self.task[where]
+                return got
+            self.index = self._indexed(pending)
+        tasks, at = self.index
+        read: np.ndarray = tasks[ranges(at[slots], at[slots + 1])]
+        return read
+
+    def _indexed(self, pending: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pending memberships' tasks by slot (``pending``: their slots), and each
+        slot's first place there (the count of those in the slots before it)."""
+        order = np.argsort(pending.astype(np.int16) if self.nslots < 1 << 15 else pending,
+                           kind="stable")  # radix sort where the slots fit 16 bits
+        tasks = self.task if self.pending is None else self.task[self.pending]
+        at = np.concatenate([np.zeros(1, dtype=np.int64),
+                             np.cumsum(np.bincount(pending, minlength=self.nslots))])
+        return tasks[order], at
+
+
+SCANNED_FROM = 4
+"""An event entering a ``1 / SCANNED_FROM`` share or more of the memberships not yet
+entered scans them (each scan leaves at most ``1 - 1 / SCANNED_FROM`` of them, so the
+scans read at most ``SCANNED_FROM`` times the memberships in all); a smaller share:
+:class:`SlotTasks` indexes those left, once."""
 
 
 class OneStep:
@@ -119,10 +178,15 @@ def gate_of(tasks: Sequence[Task]) -> StepGate | OneStep:
     else :class:`StepGate`."""
     if tasks:
         first = tasks[0].step
-        if all(t.step == first and (t.receivers or (t.root >= 0 and t.kind is not TaskKind.COPY))
-               for t in tasks):
+        if all(t.step == first and has_device(t) for t in tasks):
             return OneStep(len(tasks))
     return StepGate(tasks)
+
+
+def has_device(task: Task) -> bool:
+    """Whether :func:`gate_of` counts ``task`` as having a device (a receiver, or a
+    root of a task other than a copy): one the one-step rule may start at once."""
+    return bool(task.receivers) or (task.root >= 0 and task.kind is not TaskKind.COPY)
 
 
 ARRAY_MEMBERS = 4096
@@ -162,4 +226,5 @@ def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(seen), rank[keys]
 
 
-__all__ = ["ARRAY_MEMBERS", "OneStep", "StepGate", "distinct_devices", "gate_of"]
+__all__ = ["ARRAY_MEMBERS", "COUNTED_FROM", "SCANNED_FROM", "OneStep", "SlotTasks", "StepGate",
+           "distinct_devices", "gate_of", "has_device"]
