@@ -17,9 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from reshard.planner.cells.balance import Loads
-
-EXACT = 1 << 53
-"""Whole numbers below this are exact in a float (and so are their sums below it)."""
+from reshard.planner.cells.whole_sums import EXACT
 
 
 def gather_shares(loads: Loads, group: tuple[int, ...],
@@ -90,4 +88,4 @@ def _totals(loads: Loads, group: tuple[int, ...], shares: list[tuple[int, int]]
     return dev_out, dev_in, nic_out, nic_in
 
 
-__all__ = ["EXACT", "gather", "gather_shares"]
+__all__ = ["gather", "gather_shares"]

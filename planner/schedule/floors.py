@@ -51,7 +51,7 @@ from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.costing.cost import Hops, RouteMemo, task_routes
 from reshard.planner.schedule.gathered_rows import GatheredRows, gathered_rows
-from reshard.planner.schedule.merged_sums import Inexact, MergedKind
+from reshard.planner.schedule.merged_sums import Inexact, MergedKind, whole
 from reshard.planner.schedule.work import WorkList
 from reshard.planner.values.resources import (
     COPY,
@@ -422,7 +422,7 @@ class _Flows:
         if got is not None:
             return got[1]
         dev, steps, vals, out, is_sent, cross = rows
-        if not (np.all(np.floor(vals[is_sent]) == vals[is_sent])):
+        if not whole(vals[is_sent]):
             raise Inexact
         outs = np.flatnonzero(out)
         sent_at = np.flatnonzero(is_sent[outs])

@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import numpy as np
 
-EXACT_BELOW = float(2 ** 53)
-"""Whole numbers below this are held exactly by a float64, and so is every sum of
-them below it."""
+from reshard.planner.cells.whole_sums import EXACT
 
 
 class Inexact(Exception):
     """Some kind's merged additions may not sum to the one-by-one sums: count again."""
 
 
-def _whole(values: np.ndarray) -> bool:
+def whole(values: np.ndarray) -> bool:
     """Whether every value is a whole number (finite)."""
     return bool(np.all(np.isfinite(values)) and np.all(np.floor(values) == values))
 
@@ -79,14 +77,14 @@ class MergedKind:
         for index, step, values in self.chunks:
             summed = np.zeros(len(index))
             for nbytes, count in values.values():
-                if not _whole(nbytes):
+                if not whole(nbytes):
                     raise Inexact
                 total += float(np.abs(nbytes).sum()) * count
                 summed += nbytes * count
             out.append((index, step, summed))
-        if not total < EXACT_BELOW:
+        if not total < EXACT:
             raise Inexact
         return out
 
 
-__all__ = ["EXACT_BELOW", "Inexact", "MergedKind"]
+__all__ = ["Inexact", "MergedKind", "whole"]

@@ -66,6 +66,8 @@ def _sends(position: np.ndarray, p2p: PointColumns, p_step: np.ndarray, picked: 
 
     return SendColumns(position, pick(p2p.tensor), pick(p2p.root), pick(p2p.recv),
                        pick(p2p.nbytes), pick(p_step), pick(p2p.box), pick(p2p.ndim))
+
+
 def _object_keys(objects: list[Task], seq: np.ndarray, cluster: Cluster,
                  known: OrderKeys | None, kept: int = 0) -> OrderKeys:
     """:meth:`OrderKeys.of_tasks` of ``objects`` and ``kept`` tasks after them at

@@ -26,7 +26,7 @@ from reshard.planner.cells.cell_tasks import fan_out as split_chains
 from reshard.planner.cells.decompose import Cell, CellTable
 from reshard.planner.cells.expect_runs import MIN_RUN as EXPECT_RUN
 from reshard.planner.cells.expect_runs import expect_run
-from reshard.planner.cells.whole_sums import stays_whole
+from reshard.planner.cells.whole_sums import EXACT, stays_whole
 from reshard.planner.schedule.broadcast_columns import BroadcastColumns
 from reshard.planner.schedule.demand_memo import DemandMemo as _Demand
 from reshard.planner.schedule.kept_rows import KeptRows, uncut
@@ -44,9 +44,6 @@ itself, ``[cell]``, where whole)."""
 
 BULK_FLUSH = 32
 """Below this many point-to-point slices, charge them one by one (numpy's fixed cost)."""
-
-EXACT = 2 ** 53
-"""Whole numbers below this add exactly in float64 (in any order)."""
 
 
 
@@ -428,6 +425,7 @@ class WorkList:
         in_order`)."""
         return in_order(objects, obj_seq, p2p, p_seq, p_step, self._host, self.cluster,
                         known, kept)
+
 
 def largest_first(nbytes: np.ndarray) -> np.ndarray | None:
     """``np.argsort(-nbytes, kind="stable")`` (largest first, ties in index order), or

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.planner.cells.whole_sums import EXACT
 from reshard.planner.cuts import cut_slices
 from reshard.planner.plan import planned_tensors
 from reshard.planner.schedule import floors
-from reshard.planner.schedule.merged_sums import EXACT_BELOW, Inexact, MergedKind
+from reshard.planner.schedule.merged_sums import Inexact, MergedKind
 from reshard.planner.values.strategy import Strategy
 
 BIG = Cluster.preset("dgx-h100", 32)
@@ -96,11 +97,11 @@ def test_merging_bytes_not_whole_would_change_a_sum():
 def test_bytes_at_two_to_the_53_are_refused():
     index, step = np.zeros(2, np.int64), np.arange(2, dtype=np.int64)
     kind = MergedKind()
-    kind.add(index, step, np.array([EXACT_BELOW / 4, 0.0]))
-    kind.add(index, step, np.array([EXACT_BELOW / 4, 0.0]))
-    kind.one((0, 0, EXACT_BELOW / 4))
+    kind.add(index, step, np.array([EXACT / 4, 0.0]))
+    kind.add(index, step, np.array([EXACT / 4, 0.0]))
+    kind.one((0, 0, EXACT / 4))
     assert len(kind.exact_chunks()) == 2  # 3/4 of it: exact
-    kind.add(index, step, np.array([0.0, EXACT_BELOW / 4]))
+    kind.add(index, step, np.array([0.0, EXACT / 4]))
     with pytest.raises(Inexact):
         kind.exact_chunks()
 
