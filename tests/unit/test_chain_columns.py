@@ -10,21 +10,13 @@ import random
 import numpy as np
 import pytest
 
-from reshard import Cluster
 from reshard.planner.costing import chain_columns, columns
 from reshard.planner.costing.chain_columns import chain_routes
 from reshard.planner.costing.cost import Hops, task_routes
 from reshard.planner.costing.fairshare import path_arrays
 from reshard.planner.costing.stepgate import distinct_devices
 from reshard.planner.values.tasks import Task, TaskKind
-
-CLUSTERS = {
-    "regular": Cluster.preset("dgx-h100", 16),
-    "pieces": Cluster.regular(16, 8, relay_piece=1 << 16),
-    "odd hosts": Cluster.from_hosts([range(8), range(8, 11), range(11, 24),
-                                     range(24, 128)]),
-}
-BOX = ((0, 64), (0, 32))
+from tests.unit._chain_clusters import BOX, CLUSTERS
 
 
 def _random_tasks(rng: random.Random, count: int, devices: int) -> list[Task]:

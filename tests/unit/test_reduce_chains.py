@@ -24,14 +24,8 @@ from reshard.planner.plan import Builds, make_tensor_spec
 from reshard.planner.values.resources import DEV_IN, DEV_OUT, KIND_CODE, NIC_IN, NIC_OUT
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Task, TaskKind
+from tests.unit._chain_clusters import BOX, CLUSTERS
 
-CLUSTERS = {
-    "regular": Cluster.preset("dgx-h100", 16),
-    "pieces": Cluster.regular(16, 8, relay_piece=1 << 16),
-    "odd hosts": Cluster.from_hosts([range(8), range(8, 11), range(11, 24),
-                                     range(24, 128)]),
-}
-BOX = ((0, 64), (0, 32))
 SIZES = (8, 4096, 8192, 1 << 20, 3 << 21)
 
 
