@@ -47,10 +47,7 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     cols = ordered.send_columns
     n = len(ordered)
     sent = cols.position
-    size = max(cluster.devices, default=-1) + 1
-    host, nic = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
-    for d, h in cluster.host_map.items():
-        host[d], nic[d] = h, cluster.nic_map[d]
+    host, nic = _hosts_and_nics(cluster)
     hops = shared_hops(Routes() if known is None else known, cluster).arrays(cluster)
     kept = _kept(ordered, cluster, *hops)
     objects, positions = (ordered.objects, ordered.positions) if kept is None else \
@@ -65,13 +62,14 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
         at = np.concatenate([at, ordered.kept_positions])
         obj_lens = np.concatenate([obj_lens, kept.lens])
         obj_codes = np.concatenate([obj_codes, kept.codes])
-        obj_frac = np.concatenate([obj_frac, np.ones(len(kept.codes))])
+        obj_frac = None if obj_frac is None else \
+            np.concatenate([obj_frac, np.ones(len(kept.codes))])
         obj_lat = np.concatenate([obj_lat, kept.lat])
         obj_nbytes = np.concatenate([obj_nbytes, _kept_columns(ordered).nbytes])
     gate = _gate(ordered, objects, n, at, chains, kept)
     if _in_order(at, n):  # no send, every task in its place already: the arrays as they are
-        return simulated_time(FairShare.of_edges(obj_codes, obj_frac, obj_lens, cluster),
-                              obj_nbytes, gate, obj_lat)
+        return simulated_time(FairShare.of_edges(obj_codes, _fractions(obj_frac, len(
+            obj_codes)), obj_lens, cluster), obj_nbytes, gate, obj_lat)
     a, b = cols.root, cols.recv
     cross = host[a] != host[b]
     # every task's edges, in the plan's order: a send's hop, another task's route
@@ -89,7 +87,8 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     if len(at):  # every other task's route in its place, all at once (the same values)
         where = ranges(starts[at], starts[at] + lens[at])
         codes[where] = obj_codes
-        frac[where] = obj_frac
+        if obj_frac is not None:
+            frac[where] = obj_frac
     lat = np.empty(n)
     lat[at] = obj_lat
     lat[sent] = np.where(cross, cluster.latency, cluster.intra_latency)
@@ -97,6 +96,21 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     nbytes[at] = obj_nbytes
     nbytes[sent] = cols.nbytes
     return simulated_time(FairShare.of_edges(codes, frac, lens, cluster), nbytes, gate, lat)
+
+
+def _hosts_and_nics(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """Each device's host and NIC, by device (0 for a number no device has)."""
+    size = max(cluster.devices, default=-1) + 1
+    host, nic = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
+    for d, h in cluster.host_map.items():
+        host[d], nic[d] = h, cluster.nic_map[d]
+    return host, nic
+
+
+def _fractions(frac: np.ndarray | None, n: int) -> np.ndarray:
+    """``frac``, or ``n`` fractions of 1.0 where it is None (every fraction 1.0, not yet
+    laid out: one array of ones, not the pieces' ones joined)."""
+    return np.ones(n) if frac is None else frac
 
 
 def _in_order(at: np.ndarray, n: int) -> bool:
@@ -127,11 +141,14 @@ def _kept(ordered: OrderedTasks, cluster: Cluster, host: np.ndarray, nic: np.nda
 
 def _routes(objects: Sequence[Task], chains: ChainRoutes | None, cluster: Cluster,
             known: Routes | None, tensors: Sequence[TensorSpec]
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
     """Per task of ``objects``, its route's length and latency, and all their codes
     and fractions, task by task: ``chains``' laid out as arrays (:func:`~reshard.
     planner.costing.chain_columns.chain_routes`), the others' from :func:`~reshard.
-    planner.costing.cost.task_routes` (the same values)."""
+    planner.costing.cost.task_routes` (the same values). The fractions are None where
+    every task is a chain (each fraction 1.0, :func:`_fractions`)."""
+    if chains is not None and len(chains.index) == len(objects):  # every task a chain
+        return chains.lens, chains.codes, None, chains.lat
     rest = list(objects) if chains is None else \
         [objects[i] for i in np.flatnonzero(_others(len(objects), chains.index)).tolist()]
     routes = task_routes(rest, cluster, known, tensors)
@@ -164,6 +181,8 @@ def _devices(objects: Sequence[Task], chains: ChainRoutes | None
     :func:`~reshard.planner.costing.stepgate.distinct_devices`."""
     if chains is None:
         return distinct_devices([t.devices for t in objects])
+    if len(chains.index) == len(objects):  # every task a chain: its rows as they are
+        return chains.need, chains.members
     other = _others(len(objects), chains.index)
     own, devs = distinct_devices([objects[i].devices for i in np.flatnonzero(other).tolist()])
     need = np.empty(len(objects), dtype=np.int64)
