@@ -403,10 +403,12 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
     if hops.step is None:
         hops.step = (hops.host_step(cluster),)
     step = hops.step[0]
-    if step is None and not cluster.shared_bandwidth and not piece:
-        _batch(tasks, cluster, hops, known)
     keys = [route_key(t, pipeline_piece(piece, t.nbytes), t.nbytes if per_message else 0,
                       i in riders) for i, t in enumerate(tasks)]
+    if step is None and not cluster.shared_bandwidth and not piece:
+        # no piece, and no message cost without shared bandwidth: each key is
+        # route_key(t, 0, 0, False), the key _batch stores under
+        _batch(tasks, keys, cluster, hops, known)
     if step is not None and len(tasks) >= SHIFT_BATCH:
         _shift_batch(tasks, keys, step, cluster, hops, known)
     out = []
@@ -489,18 +491,19 @@ def _finder(task: Task, cluster: Cluster, hops: Hops) -> Callable[[], Route]:
     return find
 
 
-def _batch(tasks: Sequence[Task], cluster: Cluster, hops: Hops, known: RouteMemo) -> None:
+def _batch(tasks: Sequence[Task], keys: list[tuple[object, ...]], cluster: Cluster,
+           hops: Hops, known: RouteMemo) -> None:
     """Put the routes of ``tasks``' broadcasts and reductions of a few edges that
     ``known`` lacks in it, found together (:func:`~reshard.planner.costing.hop_batch.
     batch_routes`: the routes :func:`task_path` finds, on a cluster without relay
-    pieces, shared bandwidth or host step)."""
+    pieces, shared bandwidth or host step; ``keys``: the tasks' route keys there, each
+    ``route_key(t, 0, 0, False)``)."""
     todo: dict[tuple[object, ...], Task] = {}
-    for t in tasks:
-        if t.kind in _SHIFTED and t.root >= 0 and len(t.receivers) + len(t.addends) < \
-                ARRAY_EDGES:
-            key = route_key(t, 0, 0, False)  # no relay piece, no message cost
-            if key not in known:
-                todo.setdefault(key, t)
+    shifted_kinds = _SHIFTED
+    for t, key in zip(tasks, keys):
+        if t.kind in shifted_kinds and t.root >= 0 and \
+                len(t.receivers) + len(t.addends) < ARRAY_EDGES and key not in known:
+            todo.setdefault(key, t)
     if len(todo) < BATCH_FROM:
         return
     ends = [edge_lists(t) for t in todo.values()]
