@@ -35,7 +35,13 @@ from reshard.planner.costing.relabel_many import (
     relabeled_many,
     relabeled_or_own,
 )
-from reshard.planner.costing.route_forms import ChainMemo, FormMemo, shifted, shifted_many
+from reshard.planner.costing.route_forms import (
+    ChainMemo,
+    FormMemo,
+    read_only_ones,
+    shifted,
+    shifted_many,
+)
 from reshard.planner.costing.route_keys import route_key
 from reshard.planner.costing.step_floor import stepped_floor
 from reshard.planner.costing.tree_reach import by_levels
@@ -406,8 +412,7 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
     keys = [route_key(t, pipeline_piece(piece, t.nbytes), t.nbytes if per_message else 0,
                       i in riders) for i, t in enumerate(tasks)]
     if step is None and not cluster.shared_bandwidth and not piece:
-        # no piece, and no message cost without shared bandwidth: each key is
-        # route_key(t, 0, 0, False), the key _batch stores under
+        # no piece, no message cost (no shared bandwidth): each key route_key(t, 0, 0, False)
         _batch(tasks, keys, cluster, hops, known)
     if step is not None and len(tasks) >= SHIFT_BATCH:
         _shift_batch(tasks, keys, step, cluster, hops, known)
@@ -499,9 +504,8 @@ def _batch(tasks: Sequence[Task], keys: list[tuple[object, ...]], cluster: Clust
     pieces, shared bandwidth or host step; ``keys``: the tasks' route keys there, each
     ``route_key(t, 0, 0, False)``)."""
     todo: dict[tuple[object, ...], Task] = {}
-    shifted_kinds = _SHIFTED
     for t, key in zip(tasks, keys):
-        if t.kind in shifted_kinds and t.root >= 0 and \
+        if t.kind in _SHIFTED and t.root >= 0 and \
                 len(t.receivers) + len(t.addends) < ARRAY_EDGES and key not in known:
             todo.setdefault(key, t)
     if len(todo) < BATCH_FROM:
@@ -511,12 +515,13 @@ def _batch(tasks: Sequence[Task], keys: list[tuple[object, ...]], cluster: Clust
                        cluster.latency, cluster.intra_latency)
     if got is None:
         return
+    ones = hops.ones()  # read-only fractions, shared by the paths of as many codes
     for (k, t), codes, reach in zip(todo.items(), *got):
         if reach is None:  # a device reached twice: the loop's answer
             path, lat = task_path(t, cluster, hops)
             known[k] = (path if isinstance(path, Path) else Path(path), lat)
         else:
-            known[k] = (Path.of_codes(codes), reach)
+            known[k] = (Path.of_codes(codes, read_only_ones(len(codes), ones)), reach)
 
 
 BATCH_FROM = 24

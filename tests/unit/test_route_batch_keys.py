@@ -55,3 +55,33 @@ def test_batched_routes_are_read_back_by_the_loop(name, seed, monkeypatch):
     assert not searched  # read back, none searched again
     assert [id(p) for p, _ in again] == [id(known[route_key(t, 0, 0, False)][0])
                                          for t in small]
+
+
+@pytest.mark.parametrize("name", ["uneven", "preset"])
+def test_batched_paths_share_read_only_ones(name):
+    """The batch's paths' fractions: ones, read only, one array per length (kept with
+    the memo's hops), as the paths numbered back by form have them; their codes
+    unchanged."""
+    import numpy as np
+
+    from reshard.planner.costing.fairshare import path_arrays
+
+    cluster = _clusters()[name]
+    tasks = _tasks(random.Random(5), sorted(cluster.host_map), 90)
+    known = Routes()
+    got = task_routes(tasks, cluster, known)
+    by_length: dict[int, np.ndarray] = {}
+    batched = 0
+    for t, (path, _) in zip(tasks, got):
+        codes, frac = path_arrays(path)
+        want = path_arrays(cost.task_path(t, cluster, Hops())[0])
+        assert codes.tolist() == want[0].tolist() and frac.tolist() == want[1].tolist()
+        if frac.flags.writeable:
+            continue  # a path found alone
+        batched += 1
+        assert (frac == 1.0).all()
+        assert by_length.setdefault(len(frac), frac) is frac  # shared by length
+        assert known.hops is not None and known.hops.ones()[len(frac)] is frac
+        with pytest.raises(ValueError):
+            frac[0] = 0.5  # a writer raises, changing no other path
+    assert batched >= cost.BATCH_FROM
