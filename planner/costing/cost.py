@@ -35,7 +35,13 @@ from reshard.planner.costing.relabel_many import (
     relabeled_many,
     relabeled_or_own,
 )
-from reshard.planner.costing.route_forms import ChainMemo, FormMemo, shifted, shifted_many
+from reshard.planner.costing.route_forms import (
+    ChainMemo,
+    FormMemo,
+    read_only_ones,
+    shifted,
+    shifted_many,
+)
 from reshard.planner.costing.route_keys import route_key
 from reshard.planner.costing.step_floor import stepped_floor
 from reshard.planner.costing.tree_reach import by_levels
@@ -403,10 +409,11 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
     if hops.step is None:
         hops.step = (hops.host_step(cluster),)
     step = hops.step[0]
-    if step is None and not cluster.shared_bandwidth and not piece:
-        _batch(tasks, cluster, hops, known)
     keys = [route_key(t, pipeline_piece(piece, t.nbytes), t.nbytes if per_message else 0,
                       i in riders) for i, t in enumerate(tasks)]
+    if step is None and not cluster.shared_bandwidth and not piece:
+        # no piece, no message cost (no shared bandwidth): each key route_key(t, 0, 0, False)
+        _batch(tasks, keys, cluster, hops, known)
     if step is not None and len(tasks) >= SHIFT_BATCH:
         _shift_batch(tasks, keys, step, cluster, hops, known)
     out = []
@@ -489,18 +496,18 @@ def _finder(task: Task, cluster: Cluster, hops: Hops) -> Callable[[], Route]:
     return find
 
 
-def _batch(tasks: Sequence[Task], cluster: Cluster, hops: Hops, known: RouteMemo) -> None:
+def _batch(tasks: Sequence[Task], keys: list[tuple[object, ...]], cluster: Cluster,
+           hops: Hops, known: RouteMemo) -> None:
     """Put the routes of ``tasks``' broadcasts and reductions of a few edges that
     ``known`` lacks in it, found together (:func:`~reshard.planner.costing.hop_batch.
     batch_routes`: the routes :func:`task_path` finds, on a cluster without relay
-    pieces, shared bandwidth or host step)."""
+    pieces, shared bandwidth or host step; ``keys``: the tasks' route keys there, each
+    ``route_key(t, 0, 0, False)``)."""
     todo: dict[tuple[object, ...], Task] = {}
-    for t in tasks:
-        if t.kind in _SHIFTED and t.root >= 0 and len(t.receivers) + len(t.addends) < \
-                ARRAY_EDGES:
-            key = route_key(t, 0, 0, False)  # no relay piece, no message cost
-            if key not in known:
-                todo.setdefault(key, t)
+    for t, key in zip(tasks, keys):
+        if t.kind in _SHIFTED and t.root >= 0 and \
+                len(t.receivers) + len(t.addends) < ARRAY_EDGES and key not in known:
+            todo.setdefault(key, t)
     if len(todo) < BATCH_FROM:
         return
     ends = [edge_lists(t) for t in todo.values()]
@@ -508,12 +515,13 @@ def _batch(tasks: Sequence[Task], cluster: Cluster, hops: Hops, known: RouteMemo
                        cluster.latency, cluster.intra_latency)
     if got is None:
         return
+    ones = hops.ones()  # read-only fractions, shared by the paths of as many codes
     for (k, t), codes, reach in zip(todo.items(), *got):
         if reach is None:  # a device reached twice: the loop's answer
             path, lat = task_path(t, cluster, hops)
             known[k] = (path if isinstance(path, Path) else Path(path), lat)
         else:
-            known[k] = (Path.of_codes(codes), reach)
+            known[k] = (Path.of_codes(codes, read_only_ones(len(codes), ones)), reach)
 
 
 BATCH_FROM = 24

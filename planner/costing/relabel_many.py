@@ -122,12 +122,14 @@ class RankedRows:
         hosts = _hosts(rows, devices)
         count, width = rows.shape
         spread = int(hosts.max()) + 1  # hosts a row's table holds
-        starts = np.ones(rows.shape, dtype=bool)
-        starts[:, 1:] = hosts[:, 1:] != hosts[:, :-1]
+        flat = hosts.ravel()
+        starts = np.empty(flat.shape, dtype=bool)  # compared as one row: each row's
+        np.not_equal(flat[1:], flat[:-1], out=starts[1:])  # first place set after
+        starts[::width] = True
         run = np.flatnonzero(starts)  # each run's start, row by row, place by place
         at = run // width
         place = run - at * width
-        cell = at * spread + hosts.ravel().take(run)  # (row, host) in one table
+        cell = at * spread + flat.take(run)  # (row, host) in one table
         first = np.full(count * spread, width, dtype=np.int64)
         np.minimum.at(first, cell, place)
         new = first[cell] == place  # a host's first run in its row (one per host)

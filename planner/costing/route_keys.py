@@ -31,7 +31,7 @@ HASH_ONCE = 64
 whole, and :func:`~reshard.planner.costing.cost.task_routes` looks each up and stores it
 (fewer: the plain tuple, cheaper to make; a 4x8 plan's tasks are all of these)."""
 
-KEY_STRIDE = 8
+KEY_STRIDE = 32
 """A large route key's sample: every this many receivers and parents."""
 
 
