@@ -12,6 +12,7 @@ import random
 import numpy as np
 import pytest
 
+from reshard.cluster import Cluster
 from reshard.planner.cells import balance, cell_tasks, chain_arrays, grid_runs
 from reshard.planner.cells.decompose import Cell
 from tests.unit._regular_clusters import regular_clusters
@@ -173,4 +174,22 @@ def test_a_run_of_other_bytes_is_left_to_the_cells():
     assert len(got) == 12
     want = [cell_tasks.plan_broadcast(c, t, i, a, s) for c, t, i, s in run[:12]]
     assert got == want
+    assert_same_loads(a, b, expected_order=False)
+
+
+def test_a_grid_declines_hosts_numbered_against_their_devices():
+    """Hosts whose order is not their devices' (host 0 holds the last devices): rows
+    in id order would break a tie of hosts by the row, not the host; no grid, and
+    the run planned cell by cell is the same."""
+    hosts = tuple(tuple(range((HOSTS - 1 - h) * GPUS, (HOSTS - h) * GPUS)) for h in range(HOSTS))
+    cluster = Cluster(hosts, nics_per_host=GPUS)
+    rng = random.Random(3)
+    a, b = twin_loads(rng, cluster, False)
+    receivers = frozenset(d for h in hosts[:8] for d in h)
+    assert grid_runs.grid_of(a, receivers) is None
+    roots = rng.sample([d for h in hosts[8:] for d in h], 20)
+    run = [(Cell(((0, 2), (k, k + 1)), frozenset({r}), receivers), 0, 2, 0)
+           for k, r in enumerate(roots)]
+    want = [cell_tasks.plan_broadcast(c, t, i, a, s) for c, t, i, s in run]
+    assert cell_tasks.plan_broadcasts(run, b) == want
     assert_same_loads(a, b, expected_order=False)
