@@ -4,6 +4,7 @@ strategy.py)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable
 
 from reshard.layout import Box, box_size, chunk_size
@@ -12,6 +13,7 @@ from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
 from reshard.planner.cells.broadcast_runs import CellRun, one_host, plan_run
 from reshard.planner.cells.chain_arrays import NicMirror
 from reshard.planner.cells.decompose import Cell
+from reshard.planner.cells.grid_runs import plan_grid_run
 from reshard.planner.cells.kept_chains import KeptChains
 from reshard.planner.cells.new_tasks import new_task
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
@@ -84,14 +86,17 @@ def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads,
 def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
     """:func:`plan_broadcast` of each cell of ``run`` in turn, a cell of one holder
     sending to needers all on one other host (:func:`_one_host_chain`) without the
-    general path's steps: its needers are its receivers (none holds it: no copies)."""
+    general path's steps: its needers are its receivers (none holds it: no copies). A
+    run of one-holder cells to many receivers laid out as whole host rows is planned on
+    those rows up to its first cell that is not (or whose chain may relay):
+    :func:`~reshard.planner.cells.grid_runs.plan_grid_run`."""
     whole = plan_run(run, loads)
     if whole is not None:
         return whole
-    out: list[list[Task]] = []
+    out = plan_grid_run(run, loads)
     mirror: NicMirror | None = None  # only along cells of many receivers
     kept = KeptChains(loads)
-    for cell, tensor, itemsize, step in run:
+    for cell, tensor, itemsize, step in itertools.islice(run, len(out), None):
         holders = cell.holders
         needers = cell.needers  # (its receivers: those not among the few holders)
         many = len(needers) >= ARRAY_CHAIN and \

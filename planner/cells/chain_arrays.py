@@ -496,6 +496,14 @@ def may_relay_any(loads: Loads, direction: str, members: np.ndarray) -> bool:
     return found
 
 
+def refused(loads: Loads, members: np.ndarray) -> bool:
+    """Whether every one of ``members`` was asked :meth:`Loads.may_relay_end` in both
+    directions and may not relay (each answer fixed once asked: :func:`may_relay_any`
+    of them then says no and asks nothing, whatever the order)."""
+    arrays = _mirror(loads).arrays
+    return not arrays[NIC_OUT][members].any() and not arrays[NIC_IN][members].any()
+
+
 def move_idlest_last(seg: list[int], nic_out: Mapping[int, float],
                       nic: Callable[[int], int]) -> None:
     """Move the member of ``seg`` after its first with the least (NIC out load, id)

@@ -62,6 +62,12 @@ def _reader(nics: list[int]) -> Reader:
     return operator.itemgetter(*nics)
 
 
+Memo = tuple[Reader | None,
+             dict[tuple[object, ...], tuple[tuple[int, ...], tuple[int, ...]]] | None]
+"""A root and receivers' entry in :class:`ChainMemo`: their reader (None: too many
+NICs) and their answers by what they read (None: asked once)."""
+
+
 class ChainMemo:
     """The chains :meth:`Loads.relay_chain` worked out for one accumulator (a
     planning call's), per root and receivers: the NICs whose loads the answer reads,
@@ -78,21 +84,19 @@ class ChainMemo:
     the answers)."""
 
     def __init__(self) -> None:
-        self.chains: dict[tuple[int, frozenset[int] | tuple[int, ...]],
-                          tuple[Callable[[dict[int, float]], tuple[float, ...]] | None,
-                                dict[tuple[object, ...],
-                                     tuple[tuple[int, ...], tuple[int, ...]]] | None]] = {}
+        self.chains: dict[tuple[int, frozenset[int] | tuple[int, ...]], Memo] = {}
         # each touched host set's reader (its hosts' NICs, sorted), found once
         self.readers: dict[frozenset[int], Reader | None] = {}
 
-    def answer(self, loads: Loads, root: int, group: frozenset[int] | tuple[int, ...],
-               nbytes: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """``loads._relay_through(root, group, nbytes)``, remembered."""
-        members = group if isinstance(group, frozenset) else tuple(sorted(group))
+    def _noted(self, loads: Loads, root: int, members: frozenset[int] | tuple[int, ...],
+               group: Iterable[int]) -> Memo | None:
+        """What :meth:`answer` notes of a question before it reads the loads: a root
+        and receivers (``members``: ``group`` as a key) asked the first time noted
+        (None), the second time given their reader; their entry."""
         memo = self.chains.get((root, members))
         if memo is None:  # asked once: most are never asked again, keep only that
             self.chains[(root, members)] = (None, None)
-            return loads._relay_through(root, group, nbytes)
+            return None
         if memo[1] is None:
             host = loads.host
             touched = frozenset({host(root), *map(host, group)})
@@ -101,7 +105,22 @@ class ChainMemo:
                 nics = sorted({nic(d) for h in touched for d in hosts[h]})
                 self.readers[touched] = _reader(nics) if len(nics) <= MEMO_NICS else None
             memo = self.chains[(root, members)] = (self.readers[touched], {})
-        read, answers = memo
+        return memo
+
+    def reads(self, loads: Loads, root: int, group: frozenset[int]) -> bool:
+        """:meth:`answer`'s notes of a question, and whether it then reads the NIC
+        loads (a reader kept: it looks the answer up by them, adding every unseen NIC
+        it reads to the tables); else it works the chain out afresh, reading no
+        table."""
+        memo = self._noted(loads, root, group, group)
+        return memo is not None and memo[0] is not None
+
+    def answer(self, loads: Loads, root: int, group: frozenset[int] | tuple[int, ...],
+               nbytes: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``loads._relay_through(root, group, nbytes)``, remembered."""
+        members = group if isinstance(group, frozenset) else tuple(sorted(group))
+        memo = self._noted(loads, root, members, group)
+        read, answers = memo if memo is not None else (None, None)
         if read is None or answers is None:
             return loads._relay_through(root, group, nbytes)
         key = (_ranks(read(loads.nic_out)), _ranks(read(loads.nic_in)),

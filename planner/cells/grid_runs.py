@@ -1,0 +1,235 @@
+"""A run of long broadcasts, each from one root to the same receivers laid out as whole
+rows of other hosts, planned on (host, member) arrays: the receivers' NIC loads kept as
+two tables of rows, each chain found by a few row-wise operations, its charges added
+to the rows, the loads' tables written once at the end.
+
+:func:`~reshard.planner.cells.cell_tasks.plan_broadcast` of such a cell (every cell of
+an ``S10R`` source sent to an ``RR`` destination at 1,024 devices: 1,024 roots to the
+same 1,024 receivers on 128 hosts) asks :meth:`Loads.relay_chain`, which answers
+:func:`~reshard.planner.cells.chain_arrays.unrelayed_chain` where no host boundary may
+relay, and :meth:`Loads.charge` of that chain. With every receiver host's receivers a
+row of ``k`` (two or more, ids rising; the hosts rising row by row), a NIC each, none
+the root's host or NIC, that chain (:func:`_order`'s sort) is: the hosts by their
+least NIC out load, then host; inside a host its entry (least NIC in load, then id)
+first, then in every host but the last the rest by most NIC out load, then id, but the
+one with the least (NIC out load, id) moved to the end; in the last host the rest by
+id. Its charges add the bytes to the root's send load and its NIC's out load, to
+every receiver's receive load, to each host's entry's NIC in load and to each host's
+last member's NIC out load but the last host's (one addition per NIC: a NIC each).
+
+Exact: the same comparisons (no load is NaN or infinite: checked once, and whole
+byte additions keep them finite), the same questions asked of
+:meth:`Loads.may_relay_end` in the same order (:func:`unrelayed_chain`'s: the root and
+each host's last member before the move, then each entry), the same additions to each
+load in the same order (each row value is its table's, read once and kept in step),
+the tables' new keys added in the order the cells would add them (while a receiver's
+key is missing, each cell writes its touched keys as it goes). A cell whose question
+says a boundary may relay ends the run's prefix: the caller plans it and the rest."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
+from reshard.planner.cells.broadcast_runs import CellRun
+from reshard.planner.cells.chain_arrays import may_relay_any, refused
+from reshard.planner.cells.new_tasks import broadcast_runs_tasks
+from reshard.planner.values.resources import NIC_IN, NIC_OUT
+from reshard.planner.values.tasks import Task
+
+EXACT_BYTES = 2**53
+"""Bytes of a cell below which its float additions are those of the same whole number."""
+
+
+class Grid:
+    """A receiver set's layout as rows (one a host, hosts rising; ids rising along a
+    row): the devices, their NICs and the set's hosts, and its loads as rows, kept in
+    step with the cells' charges (``sent``: NIC out, ``got``: NIC in, ``received``:
+    device receive loads)."""
+
+    __slots__ = ("dev", "flat", "got", "have_in", "have_out", "hosts", "nic_list",
+                 "nic_set", "nics", "received", "refused", "rows", "sent", "width")
+
+    def __init__(self, loads: Loads, dev: np.ndarray, hosts: frozenset[int]) -> None:
+        self.dev = dev
+        self.rows, self.width = dev.shape
+        self.flat = dev.reshape(-1)
+        self.hosts = hosts
+        self.nic_list = list(map(loads.nic, self.flat.tolist()))
+        self.nic_set = frozenset(self.nic_list)
+        self.nics = np.array(self.nic_list, dtype=np.int64).reshape(dev.shape)
+        zero = itertools.repeat(0.0)  # an unseen key reads 0.0 (and is not added)
+        n = len(self.nic_list)
+        self.sent = np.fromiter(map(loads.nic_out.get, self.nic_list, zero), dtype=np.float64,
+                                count=n).reshape(dev.shape)
+        self.got = np.fromiter(map(loads.nic_in.get, self.nic_list, zero), dtype=np.float64,
+                               count=n).reshape(dev.shape)
+        self.have_out = np.fromiter(map(loads.nic_out.__contains__, self.nic_list),
+                                    dtype=bool, count=n).reshape(dev.shape)
+        self.have_in = np.fromiter(map(loads.nic_in.__contains__, self.nic_list),
+                                   dtype=bool, count=n).reshape(dev.shape)
+        self.received: np.ndarray | None = None  # read once every receiver has a key
+        self.refused = False  # every receiver asked both ways, and may not relay
+
+
+def grid_of(loads: Loads, receivers: frozenset[int]) -> Grid | None:
+    """``receivers``' :class:`Grid` where they are at least
+    :data:`~reshard.planner.cells.balance.ARRAY_CHAIN`, on a cluster with several NICs
+    per host, each with a NIC of its own, whole rows of two or more per host; else
+    None. Its loads must be finite (no NaN, no infinity)."""
+    if len(receivers) < ARRAY_CHAIN or loads.cluster.nics_per_host < 2:
+        return None
+    devs = sorted(receivers)
+    hosts = np.fromiter(map(loads.host, devs), dtype=np.int64, count=len(devs))
+    distinct = np.unique(hosts)
+    width = len(devs) // len(distinct)
+    if width < 2 or width * len(distinct) != len(devs):
+        return None
+    by_row = hosts.reshape(-1, width)
+    if not (by_row == by_row[:, :1]).all() or not (np.diff(by_row[:, 0]) > 0).all():
+        return None
+    grid = Grid(loads, np.array(devs, dtype=np.int64).reshape(-1, width),
+                frozenset(distinct.tolist()))
+    if len(grid.nic_set) != len(devs) or not np.isfinite(grid.sent).all() or \
+            not np.isfinite(grid.got).all():
+        return None
+    return grid
+
+
+Chain = tuple[tuple[int, ...], np.ndarray, np.ndarray, np.ndarray]
+"""A cell's chain, its hosts' rows in chain order, each row's entry column and each
+row's last column (its member that leaves; the last host's: unused)."""
+
+
+def grid_chain(grid: Grid) -> Chain:
+    """The chain of a root on another host to the grid's receivers as its loads stand
+    (the module docstring's order: :func:`unrelayed_chain`'s where nothing relays)."""
+    sent = grid.sent
+    across = np.arange(grid.rows)
+    order = np.argsort(sent.min(axis=1), kind="stable")  # by least NIC out, then host
+    entry = grid.got.argmin(axis=1)  # the first least: the least id among ties
+    idle = sent.copy()
+    idle[across, entry] = np.inf  # (every load finite: the entry is never the least)
+    last = idle.argmin(axis=1)  # the least (NIC out, id) but the entry's: moved last
+    key = -sent  # most NIC out load first (a stable sort: then id)
+    key[across, entry] = -np.inf
+    key[across, last] = np.inf
+    final = order[-1]  # the last host: its entry, then by id
+    key[final] = 0.0
+    key[final, entry[final]] = -np.inf
+    cols = np.argsort(key, axis=1, kind="stable")[order]
+    chain = tuple(grid.dev[order[:, None], cols].reshape(-1).tolist())
+    return chain, order, cols, last
+
+
+def _questions(loads: Loads, grid: Grid, root: int, got: Chain) -> bool:
+    """:func:`unrelayed_chain`'s questions of a chain, asked as it asks them: whether
+    the root or a host's last member before the move (the member before it where
+    their NIC out loads tie: the walk would have asked it) may relay out, then whether
+    an entry may relay in; True where one may. Once every receiver said no both ways
+    (``grid.refused``), only the root's answer is open."""
+    if grid.refused:
+        known = loads._may_relay.get((NIC_OUT, root))
+        return loads.may_relay_end(NIC_OUT, root) if known is None else known
+    _, order, cols, last = got
+    dev, sent = grid.dev, grid.sent
+    rows = order[:-1]
+    leaving = last[rows]
+    if grid.width > 2:  # (two a host: nothing moved)
+        before = cols[:-1, -2]
+        leaving = np.where(sent[rows, before] == sent[rows, leaving], before, leaving)
+    out = np.concatenate((np.array([root], dtype=np.int64), dev[rows, leaving]))
+    if may_relay_any(loads, NIC_OUT, out) or may_relay_any(loads, NIC_IN, dev[order, cols[:, 0]]):
+        return True
+    grid.refused = refused(loads, grid.flat)
+    return False
+
+
+def _charge(loads: Loads, grid: Grid, root: int, got: Chain, nbytes: int) -> None:
+    """:meth:`Loads.charge` of ``got``'s chain from ``root``: the root's loads in the
+    tables, the receivers' in the rows (and, while a table lacks a receiver's key, the
+    keys it touches written as they are added, in the order the charge adds them)."""
+    chain, order, cols, last = got
+    loads.dev_out[root] += nbytes
+    if grid.received is None:  # a receiver's first charge adds its key, in chain order
+        dev_in = loads.dev_in
+        for r in chain:
+            dev_in[r] += nbytes
+        grid.received = np.fromiter(map(dev_in.__getitem__, grid.flat.tolist()),
+                                    dtype=np.float64, count=len(chain)).reshape(grid.dev.shape)
+    else:
+        grid.received += nbytes
+    loads.nic_out[loads.nic(root)] += nbytes
+    rows = order[:-1]
+    leaving = last[rows]
+    grid.sent[rows, leaving] += nbytes
+    entry = cols[:, 0]
+    grid.got[order, entry] += nbytes
+    for table, have, values, at in ((loads.nic_out, grid.have_out, grid.sent, (rows, leaving)),
+                                    (loads.nic_in, grid.have_in, grid.got, (order, entry))):
+        if not have.all():  # new keys: in crossing order, as the charge adds them
+            table.update(zip(grid.nics[at].tolist(), values[at].tolist()))
+            have[at] = True
+
+
+def _flush(loads: Loads, grid: Grid) -> None:
+    """Write the rows' loads to the tables (every receiver's key there already: those
+    a table still lacked were written as they were charged)."""
+    for table, have, values in ((loads.nic_out, grid.have_out, grid.sent),
+                                (loads.nic_in, grid.have_in, grid.got)):
+        if have.all():
+            table.update(zip(grid.nic_list, values.reshape(-1).tolist()))
+    if grid.received is not None:
+        loads.dev_in.update(zip(grid.flat.tolist(), grid.received.reshape(-1).tolist()))
+
+
+MIN_GRID = 8
+"""Cells from which a run is tried as a grid's (fewer: the layout costs more than it
+saves)."""
+
+
+def plan_grid_run(run: CellRun, loads: Loads) -> list[list[Task]]:
+    """The tasks of ``run``'s longest prefix of cells (none where ``run`` is shorter
+    than :data:`MIN_GRID`) each from one root, on another host than every receiver's
+    and with a NIC none of them has, to the first cell's needers laid out as a
+    :class:`Grid`, of a whole number of bytes below :data:`EXACT_BYTES`, whose chain's
+    questions say no boundary may relay and whose root's chain :class:`~reshard.planner.
+    cells.chain_memo.ChainMemo` would not look up by the loads (noted there as the cell
+    would note it); each one broadcast, as
+    :func:`~reshard.planner.cells.cell_tasks.plan_broadcast` plans it, with the same
+    charges to ``loads``."""
+    if len(run) < MIN_GRID or len(run[0][0].holders) != 1:
+        return []
+    needers = run[0][0].needers
+    grid = grid_of(loads, needers)
+    if grid is None:
+        return []
+    host, nic, memo = loads.host, loads.nic, loads._chains
+    roots: list[int] = []
+    chains: list[tuple[int, ...]] = []
+    nbytes: list[int] = []
+    for cell, _, itemsize, _ in run:
+        nb = cell.size * itemsize
+        if len(cell.holders) != 1 or (cell.needers is not needers and cell.needers != needers) \
+                or type(nb) is not int or not 0 <= nb < EXACT_BYTES:
+            break
+        (root,) = cell.holders
+        if host(root) in grid.hosts or nic(root) in grid.nic_set:
+            break
+        got = grid_chain(grid)
+        if _questions(loads, grid, root, got) or memo.reads(loads, root, needers):
+            break  # (a root asked again, its answer looked up by loads the rows hold)
+        _charge(loads, grid, root, got, nb)
+        roots.append(root)
+        chains.append(got[0])
+        nbytes.append(nb)
+    _flush(loads, grid)
+    if chains:  # the last chain's crossings, as its cell left them noted
+        loads.crossings = (chains[-1], host(roots[-1]),
+                           list(range(0, len(chains[-1]), grid.width)))
+    return broadcast_runs_tasks(run, roots, chains, nbytes)
+
+
+__all__ = ["EXACT_BYTES", "MIN_GRID", "Grid", "grid_chain", "grid_of", "plan_grid_run"]
