@@ -44,6 +44,11 @@ LARGE = 1 << 15
 (:meth:`FairShare.edges_of`); fewer, the array operations' cost per call outweighs
 the passes they save."""
 
+PREFIX, SAMPLE, FEW = 4, 64, 16
+""":func:`_numbered` numbers ``PREFIX`` codes per value of their range first (of more
+than twice as many: the rest looked up), unless one in more than ``FEW`` of every
+``SAMPLE``-th code after them lacks a number there."""
+
 SMALL = 64
 """Fillings of at most this many edges run on Python floats (a handful of resources
 and transfers: numpy's cost per call outweighs its arrays)."""
@@ -91,9 +96,35 @@ def _distinct(values: np.ndarray, bound: int) -> np.ndarray:
 
 def _numbered(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct ``codes`` (non-negative) in the order they first appear, and each
-    code's number in that order: by a table over the codes' range where it is not far
-    larger than the codes (linear; the sort of ``np.unique`` where it is)."""
+    code's number in that order (:func:`_numbered_all`). Many codes over a range far
+    smaller: those of a prefix numbered first (:data:`PREFIX` times the range), then
+    every code looked up in that table; only the codes it lacks (all after the prefix,
+    so numbered after its codes, in their own order of first appearance) are numbered
+    apart: the same numbers, without a first-appearance pass over every code. Where a
+    sample (every :data:`SAMPLE`-th code after the prefix) finds more than one in
+    :data:`FEW` of them lacking, the table of them all, as before."""
     bound = int(codes.max(initial=-1)) + 1
+    head = PREFIX * bound
+    if len(codes) <= 2 * head:
+        return _numbered_all(codes, bound)
+    in_order, _ = _numbered_all(codes[:head], bound)
+    table = np.full(bound, -1, dtype=np.int64)
+    table[in_order] = np.arange(len(in_order), dtype=np.int64)
+    if np.count_nonzero(table[codes[head::SAMPLE]] < 0) * FEW > len(codes) // SAMPLE:
+        return _numbered_all(codes, bound)  # many codes lack one: a table of them all
+    out: np.ndarray = table[codes]
+    new = np.flatnonzero(out < 0)
+    if not len(new):
+        return in_order, out
+    more, numbers = _numbered_all(codes[new], bound)
+    out[new] = numbers + len(in_order)
+    return np.concatenate((in_order, more)), out
+
+
+def _numbered_all(codes: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_numbered` of codes below ``bound``: by a table over the codes' range
+    where it is not far larger than the codes (linear; the sort of ``np.unique`` where
+    it is)."""
     n = len(codes)
     if bound > 4 * n + 4096:
         used, first, inverse = np.unique(codes, return_index=True, return_inverse=True)

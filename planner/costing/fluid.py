@@ -188,8 +188,9 @@ class _Fluid:
     def _enter(self, ready: np.ndarray) -> None:
         """Tasks whose devices all entered their step start now (their bytes flow
         after their latency)."""
-        self.starts[ready] = self.now
-        self.flow_at[ready] = self.now + self.lat[ready]
+        at = _at(ready, self.n)
+        self.starts[at] = self.now
+        self.flow_at[at] = self.now + self.lat[at]
 
     def _start_flows(self, ending: np.ndarray) -> tuple[np.ndarray, bool]:
         """Tasks whose latency has passed begin to flow (one with no bytes ends at once):
@@ -197,10 +198,11 @@ class _Fluid:
         refill = self.now >= self.refill_at
         starting = (self.flow_at <= self.now).nonzero()[0]
         if len(starting):
-            self.flow_at[starting] = np.inf
-            empty = self.remaining[starting] <= 0
+            at = _at(starting, self.n)
+            self.flow_at[at] = np.inf
+            empty = self.remaining[at] <= 0
             ending = _union(ending, starting[empty])
-            self.flowing[starting[~empty]] = True
+            self.flowing[at] |= ~empty
             self.started = True
             if self.window is None:
                 refill = True
@@ -214,11 +216,12 @@ class _Fluid:
         are every task not ended yet, so nothing flows after them and no load or share
         is read again (the run's answer is its starts, ends and carried bytes): their
         load is not summed, and nothing is filled again."""
-        self.flowing[ending] = False
-        self.fin[ending] = np.inf
-        self.low = min(self.low, float(self.rate[ending].min()))
+        at = _at(ending, self.n)
+        self.flowing[at] = False
+        self.fin[at] = np.inf
+        self.low = min(self.low, float(self.rate[at].min()))
         if last:
-            self.rate[ending] = 0.0
+            self.rate[at] = 0.0
             return False
         off = self.flows.load(ending, self.rate)
         self.freed += off
@@ -230,7 +233,7 @@ class _Fluid:
                 refill = True
             else:
                 self.refill_at = min(self.refill_at, self.now + self.window)
-        self.rate[ending] = 0.0
+        self.rate[at] = 0.0
         return refill
 
     def _refill(self) -> None:
@@ -246,7 +249,8 @@ class _Fluid:
         self.refill_at = np.inf
         if not len(changed):
             return
-        old = self.rate[changed]
+        at = _at(changed, self.n)
+        old = self.rate[at]
         if old.any():
             on, off = self.flows.loads(changed, new, self.rate)
             self.usage += on - off
@@ -254,15 +258,21 @@ class _Fluid:
             self.usage += self.flows.load(changed, new)
         now, remaining = self.now, self.remaining
         if old.any():  # else none moved a byte: where(old > 0, ...) keeps every remaining
-            moved = np.where(np.isinf(old), remaining[changed],
-                             old * (now - self.since[changed]))
-            remaining[changed] = np.where(old > 0, np.maximum(0.0, remaining[changed] - moved),
-                                          remaining[changed])
-        self.since[changed] = now
-        r = new[changed]
-        self.rate[changed] = r
+            moved = np.where(np.isinf(old), remaining[at], old * (now - self.since[at]))
+            remaining[at] = np.where(old > 0, np.maximum(0.0, remaining[at] - moved),
+                                     remaining[at])
+        self.since[at] = now
+        r = new[at]
+        self.rate[at] = r
         with np.errstate(divide="ignore"):
-            self.fin[changed] = now + np.where(np.isinf(r), 0.0, remaining[changed] / r)
+            self.fin[at] = now + np.where(np.isinf(r), 0.0, remaining[at] / r)
+
+
+def _at(which: np.ndarray, n: int) -> np.ndarray | slice:
+    """``which``, increasing distinct indices of ``n`` tasks, as an index: every task's
+    slice where it is every task (then ``which`` is ``arange(n)``: the same elements in
+    the same order, as views, without gathering or scattering through ``which``)."""
+    return slice(None) if len(which) == n else which
 
 
 def _union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
