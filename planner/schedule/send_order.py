@@ -24,6 +24,11 @@ from reshard.planner.schedule.point_rows import PointColumns
 from reshard.planner.schedule.send_columns import OrderedTasks, SendColumns
 from reshard.planner.values.tasks import Task, TaskKind
 
+SAME_FROM = 4096
+"""Rows from which a send column that often holds one value (a tensor's, a step's, a
+size's, a rank's) is written rather than gathered where it does (one pass to find it
+one value, cheaper than the gather)."""
+
 
 def in_order(objects: list[Task], obj_seq: np.ndarray, p2p: PointColumns, p_seq: np.ndarray,
              p_step: np.ndarray, host: np.ndarray, cluster: Cluster,
@@ -64,8 +69,19 @@ def _sends(position: np.ndarray, p2p: PointColumns, p_step: np.ndarray, picked: 
     def pick(col: np.ndarray) -> np.ndarray:
         return np.take(col, picked, axis=0)
 
-    return SendColumns(position, pick(p2p.tensor), pick(p2p.root), pick(p2p.recv),
-                       pick(p2p.nbytes), pick(p_step), pick(p2p.box), pick(p2p.ndim))
+    def often_same(col: np.ndarray) -> np.ndarray:  # a tensor's, a step's, a size's
+        return _same(col, len(picked)) if len(col) >= SAME_FROM and \
+            bool((col == col[0]).all()) else pick(col)
+
+    return SendColumns(position, often_same(p2p.tensor), pick(p2p.root), pick(p2p.recv),
+                       often_same(p2p.nbytes), often_same(p_step), pick(p2p.box),
+                       often_same(p2p.ndim))
+
+
+def _same(col: np.ndarray, n: int) -> np.ndarray:
+    """``n`` rows of ``col``, every one of whose rows holds one value: that value ``n``
+    times (the values any ``n`` rows of it gathered hold, written without the gather)."""
+    return np.broadcast_to(col[:1], (n,))
 
 
 def _object_keys(objects: list[Task], seq: np.ndarray, cluster: Cluster,

@@ -27,6 +27,7 @@ from reshard.planner.cells.decompose import Cell, CellTable
 from reshard.planner.cells.expect_runs import MIN_RUN as EXPECT_RUN
 from reshard.planner.cells.expect_runs import expect_run
 from reshard.planner.cells.whole_sums import EXACT, stays_whole
+from reshard.planner.schedule.array_key import ArrayKey
 from reshard.planner.schedule.broadcast_columns import BroadcastColumns
 from reshard.planner.schedule.demand_memo import DemandMemo as _Demand
 from reshard.planner.schedule.kept_rows import KeptRows, uncut
@@ -198,8 +199,8 @@ class WorkList:
         kept = self._rows  # rows kept as a table's count by the table (the same object)
         return (tuple(self._general),
                 None if kept is None else (kept.tensor, id(kept.table), kept.start),
-                tuple(a.tobytes() for c in self._chunks for a in c),
-                tuple((tensor, id(table), rows.tobytes())
+                tuple(ArrayKey(a) for c in self._chunks for a in c),
+                tuple((tensor, id(table), ArrayKey(rows))
                       for tensor, table, rows, *_ in self._p2p._parts))
 
     def _flush(self) -> None:
@@ -297,6 +298,9 @@ class WorkList:
                                  np.zeros(len(p2p.root), dtype=np.int64), planned.keys, kept)
         objects: list[Task] = list(planned.first)
         obj_seq: list[int] = list(range(len(objects)))
+        if not planned.general and len(ref) == len(p2p.root):  # every slice a send
+            p_seq, p_step = _as_planned(ref, after, len(objects))
+            return self._ordered(objects, np.array(obj_seq, dtype=np.int64), p2p, p_seq, p_step)
         seq = len(objects)
         p_seq = np.full(len(p2p.root), -1, dtype=np.int64)  # -1: planned as general
         p_step = np.zeros(len(p2p.root), dtype=np.int64)
@@ -433,6 +437,22 @@ def largest_first(nbytes: np.ndarray) -> np.ndarray | None:
     if not bool((nbytes[1:] > nbytes[:-1]).any()):
         return None
     return np.argsort(-nbytes, kind="stable")
+
+
+def _as_planned(ref: np.ndarray, after: np.ndarray, first: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Where every slice is a point-to-point row, ``ref`` (each row once, in planning
+    order) and ``after`` their steps, the slices planned after ``first`` tasks: each
+    row's planning position and step. Where ``ref`` is every row in order, those are
+    ``first`` on and ``after`` itself (the values scattering would give)."""
+    n = len(ref)
+    if n and int(ref[0]) == 0 and bool((ref[1:] - ref[:-1] == 1).all()):
+        return np.arange(first, first + n, dtype=np.int64), after.astype(np.int64, copy=False)
+    p_seq = np.full(n, -1, dtype=np.int64)
+    p_step = np.zeros(n, dtype=np.int64)
+    p_seq[ref] = first + np.arange(n)
+    p_step[ref] = after
+    return p_seq, p_step
 
 
 def _add_expected(work: WorkList, root: np.ndarray, recv: np.ndarray, nbytes: np.ndarray
