@@ -30,6 +30,7 @@ from reshard.planner.cells.whole_sums import EXACT, stays_whole
 from reshard.planner.schedule.array_key import ArrayKey
 from reshard.planner.schedule.broadcast_columns import BroadcastColumns
 from reshard.planner.schedule.demand_memo import DemandMemo as _Demand
+from reshard.planner.schedule.end_sums import EndSums, end_sums
 from reshard.planner.schedule.kept_rows import KeptRows, uncut
 from reshard.planner.schedule.order import OrderKeys
 from reshard.planner.schedule.point_rows import PointColumns, PointToPoint, cat
@@ -78,6 +79,7 @@ class WorkList:
         self._p2p = PointToPoint()
         self._last_step: dict[int, int] = {}  # tensor -> the step its last cells start at
         self._planned: _Planned | None = None  # the choices plan() made, for assemble()
+        self._end_sums: tuple[np.ndarray, np.ndarray, np.ndarray, EndSums] | None = None
 
     @property
     def general(self) -> list[tuple[int, Cell]]:
@@ -422,6 +424,17 @@ class WorkList:
         for r, s, nb in zip(a.tolist(), b.tolist(), nbytes.tolist()):
             charge(r, (s,), nb)
 
+    def end_sums(self, root: np.ndarray, recv: np.ndarray, nbytes: np.ndarray) -> EndSums:
+        """:func:`~reshard.planner.schedule.end_sums.end_sums` of these rows, found once
+        for the same arrays asked again (the expected demand and the charge of one plan's
+        rows: the arrays are only read)."""
+        memo = self._end_sums
+        if memo is not None and memo[0] is root and memo[1] is recv and memo[2] is nbytes:
+            return memo[3]
+        got = end_sums(root, recv, nbytes, self._host, self._nic)
+        self._end_sums = (root, recv, nbytes, got)
+        return got
+
     def _ordered(self, objects: list[Task], obj_seq: np.ndarray, p2p: PointColumns,
                  p_seq: np.ndarray, p_step: np.ndarray, known: OrderKeys | None = None,
                  kept: BroadcastColumns | None = None) -> OrderedTasks:
@@ -460,19 +473,19 @@ def _add_expected(work: WorkList, root: np.ndarray, recv: np.ndarray, nbytes: np
     """Point-to-point transfers' expected NIC demand (of ``work``'s loads), in bulk where every
     expectation it adds to is a whole number below 2**53 (:func:`stays_whole`) (else one by one,
     in the order given)."""
-    cross = work._host[root] != work._host[recv]
+    sums = work.end_sums(root, recv, nbytes)
     expected = work.loads.expected
     adds = []
-    for direction, dev in ((NIC_OUT, root), (NIC_IN, recv)):
-        sums = np.bincount(work._nic[dev[cross]], weights=nbytes[cross])
-        touched = np.flatnonzero(sums).tolist()
-        adds.append(([(direction, n) for n in touched], touched, sums))
+    for direction, per_nic in ((NIC_OUT, sums.nic_out), (NIC_IN, sums.nic_in)):
+        touched = np.flatnonzero(per_nic).tolist()
+        adds.append(([(direction, n) for n in touched], touched, per_nic))
     if all(stays_whole(expected, keys, sums[touched]) for keys, touched, sums in adds):
-        for keys, touched, sums in adds:
+        for keys, touched, per_nic in adds:
             for key, n in zip(keys, touched):
-                expected[key] += int(sums[n])
+                expected[key] += int(per_nic[n])
     else:
         nic = work._nic
+        cross = work._host[root] != work._host[recv]
         for a, b, nb in zip(root[cross].tolist(), recv[cross].tolist(),
                             nbytes[cross].tolist()):
             expected[(NIC_OUT, int(nic[a]))] += nb
@@ -486,21 +499,17 @@ def _charge_bulk(work: WorkList, rows: np.ndarray, p2p: PointColumns, nbytes: np
     in any order); else False, having changed nothing (a reduction may have left
     fractions: the rows then go one by one)."""
     loads = work.loads
-    a, b = _ends(p2p, rows)
-    cross = work._host[a] != work._host[b]
+    sums = work.end_sums(*_ends(p2p, rows), nbytes)
     adds = []
-    for table, keys, sel in ((loads.dev_out, a, None), (loads.dev_in, b, None),
-                             (loads.nic_out, work._nic[a], cross),
-                             (loads.nic_in, work._nic[b], cross)):
-        sums = np.bincount(keys if sel is None else keys[sel],
-                           weights=nbytes if sel is None else nbytes[sel])
-        touched = np.flatnonzero(sums).tolist()
-        if not stays_whole(table, touched, sums[touched]):
+    for table, per in ((loads.dev_out, sums.dev_out), (loads.dev_in, sums.dev_in),
+                       (loads.nic_out, sums.nic_out), (loads.nic_in, sums.nic_in)):
+        touched = np.flatnonzero(per).tolist()
+        if not stays_whole(table, touched, per[touched]):
             return False
-        adds.append((table, touched, sums))
-    for table, touched, sums in adds:
+        adds.append((table, touched, per))
+    for table, touched, per in adds:
         for i in touched:
-            table[i] += int(sums[i])
+            table[i] += int(per[i])
     return True
 
 
