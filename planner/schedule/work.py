@@ -531,6 +531,8 @@ def _point_to_point(table: CellTable) -> tuple[np.ndarray, np.ndarray]:
     root = single(table.holder_sets)[table.holder]
     recv = single(table.needer_sets)[table.needer]
     p2p = (root >= 0) & (recv >= 0) & (root != recv)
+    if bool(p2p.all()):  # every row: the same values as choosing
+        return root, recv
     return np.where(p2p, root, -1), np.where(p2p, recv, -1)
 
 
