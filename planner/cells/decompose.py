@@ -540,7 +540,7 @@ class _PieceSets:
             sets, pairs = self.sets, itertools.product(ua.tolist(), ub.tolist())
             by_rank = np.array([self._id(sets[x] & sets[y]) for x, y in pairs],
                                dtype=np.int64).reshape(len(ua), nb)
-            got_all: np.ndarray = by_rank[ia.reshape(-1, 1), ib.reshape(1, -1)].reshape(-1)
+            got_all: np.ndarray = np.take(by_rank[ia], ib, axis=1).reshape(-1)
             return got_all
         pair = (ia.reshape(-1, 1) * nb + ib.reshape(1, -1)).reshape(-1)[keep]
         if not len(pair):

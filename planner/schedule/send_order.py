@@ -38,25 +38,30 @@ def in_order(objects: list[Task], obj_seq: np.ndarray, p2p: PointColumns, p_seq:
     ``obj_seq``, the point-to-point rows of ``p2p`` planned at ``p_seq`` (-1: not a
     send) at steps ``p_step`` (``host``: each device's host), and broadcasts ``kept``
     as columns (keys ``known``) after the objects. The sends and ``kept`` stay columns."""
-    rows = np.flatnonzero(p_seq >= 0)
-    every = len(rows) == len(p_seq)
+    sent = p_seq >= 0
+    every = bool(sent.all())
+    rows = None if every else np.flatnonzero(sent)  # None: every row (not listed)
     # every row: the columns themselves (the same values as taking every row)
-    take: np.ndarray | slice = slice(None) if every else rows
+    take: np.ndarray | slice = slice(None) if rows is None else rows
     nh = max(1, cluster.num_hosts)
     root, recv = p2p.root[take], p2p.recv[take]
     n_obj, n_kept = len(objects), 0 if kept is None else len(kept)
+    dist = host[recv]
+    dist -= host[root]
+    np.remainder(dist, nh, out=dist)  # (host[recv] - host[root]) % nh, in place
     keys = OrderKeys.concat([
         _object_keys(objects, obj_seq if kept is None else np.arange(n_obj + n_kept),
                      cluster, known, n_kept),
-        OrderKeys(p_step[take], np.full(len(rows), PHASE[TaskKind.SEND], np.int64),
-                  (host[recv] - host[root]) % nh, p2p.nbytes[take],
-                  p2p.tensor[take], p2p.box[take], root, p_seq[take])])
+        OrderKeys(p_step[take], np.broadcast_to(np.int64(PHASE[TaskKind.SEND]), len(root)),
+                  dist, p2p.nbytes[take], p2p.tensor[take], p2p.box[take], root,
+                  p_seq[take])])
     order = keys.order()
     if not n_obj and kept is None:  # every task a send, in the sends' order
         return OrderedTasks([], [], _sends(np.arange(len(order)), p2p, p_step,
-                                           order if every else rows[order]))
+                                           order if rows is None else rows[order]))
     is_obj, is_send = order < n_obj, order >= n_obj + n_kept
-    sends = _sends(np.flatnonzero(is_send), p2p, p_step, rows[order[is_send] - n_obj - n_kept])
+    picked = order[is_send] - n_obj - n_kept
+    sends = _sends(np.flatnonzero(is_send), p2p, p_step, picked if rows is None else rows[picked])
     is_kept = ~(is_obj | is_send)  # after the objects in keys' rows
     return OrderedTasks([objects[i] for i in order[is_obj].tolist()],
                         np.flatnonzero(is_obj).tolist(), sends, None if kept is None else
