@@ -536,11 +536,15 @@ class _PieceSets:
         ua, ia = np.unique(a, return_inverse=True)
         ub, ib = np.unique(b, return_inverse=True)
         nb = len(ub)
-        pair = (ia.reshape(-1, 1) * nb + ib.reshape(1, -1)).reshape(-1)
-        if keep is not None:
-            pair = pair[keep]
-            if not len(pair):
-                return np.zeros(0, dtype=np.int64)
+        if keep is None:  # every pair of ranks is some pair's: each set found in turn
+            sets, pairs = self.sets, itertools.product(ua.tolist(), ub.tolist())
+            by_rank = np.array([self._id(sets[x] & sets[y]) for x, y in pairs],
+                               dtype=np.int64).reshape(len(ua), nb)
+            got_all: np.ndarray = np.take(by_rank[ia], ib, axis=1).reshape(-1)
+            return got_all
+        pair = (ia.reshape(-1, 1) * nb + ib.reshape(1, -1)).reshape(-1)[keep]
+        if not len(pair):
+            return np.zeros(0, dtype=np.int64)
         seen = np.zeros(len(ua) * nb, dtype=bool)
         seen[pair] = True
         found = np.flatnonzero(seen)

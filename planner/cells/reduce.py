@@ -103,6 +103,11 @@ def reduce_sources(t: TensorSpec, index: int, loads: Loads,
     return out, tasks
 
 
+POSITIONS_FROM = 8
+"""Roots from which :func:`reduce_share` finds each group member's index once (each
+root's addends then sliced at its index, not searched for it)."""
+
+
 def reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
                  nbytes: int, itemsize: int, dim: int, loads: Loads, min_piece: int,
                  out: dict[Box, frozenset[int]], tasks: list[Task], whole: bool = False
@@ -115,6 +120,7 @@ def reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
     for d in roots:
         by_nic.setdefault(loads.nic(d), d)
     nic_roots = list(by_nic.values())
+    at = _positions(group) if len(nic_roots) >= POSITIONS_FROM else None
     n = 0
     others_of: dict[int, tuple[int, ...]] = {}
     shares: list[tuple[int, int]] = []  # gathered at the end, in bulk (nothing reads)
@@ -129,7 +135,7 @@ def reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
             n += 1
             others = others_of.get(root)
             if others is None:
-                others = others_of[root] = _others(group, root)
+                others = others_of[root] = _others(group, root, at)
             tasks.append(Task(TaskKind.REDUCE, index, sub, root, others, sbytes, step=j))
             if whole:  # to be fused: its deliveries must not relay through an addend
                 loads.keep_off[root] = loads.keep_off.get(root, frozenset()).union(others)
@@ -138,9 +144,20 @@ def reduce_share(index: int, box: Box, group: tuple[int, ...], roots: list[int],
     gather_shares(loads, group, shares)
 
 
-def _others(group: tuple[int, ...], root: int) -> tuple[int, ...]:
+def _positions(group: tuple[int, ...]) -> dict[int, int] | None:
+    """Each member's index in ``group`` where every member is in it once, else None."""
+    at = {d: i for i, d in enumerate(group)}
+    return at if len(at) == len(group) else None
+
+
+def _others(group: tuple[int, ...], root: int, at: dict[int, int] | None = None
+            ) -> tuple[int, ...]:
     """``group``'s members but ``root``, in order (by slicing where ``root`` is in it
-    once: the same tuple as filtering)."""
+    once: the same tuple as filtering; ``at``: :func:`_positions` of ``group``, its
+    index found there instead of searched)."""
+    if at is not None:
+        i = at.get(root)
+        return tuple(group) if i is None else group[:i] + group[i + 1:]
     if root in group:
         i = group.index(root)
         if root not in group[i + 1:]:

@@ -18,6 +18,10 @@ PACK_FROM = 4096
 """Rows from which :func:`lexsort` packs the keys (below, numpy's own sort per key is
 cheaper than finding each key's range)."""
 
+SMALL = 2 ** 16
+"""Values the leading keys span at most for :func:`lexsort` to sort them alone as
+16-bit words (numpy's stable sort of those is a radix sort), the others in order."""
+
 WORD = 2 ** 63
 """A packed word stays below this (a non-negative int64)."""
 
@@ -31,6 +35,9 @@ def lexsort(keys: Sequence[np.ndarray]) -> np.ndarray:
     bounds = [(int(key.min()), int(key.max())) for key in keys]
     if any(most - least >= WORD - 1 for least, most in bounds):
         return np.lexsort(keys)  # a key alone spans a word or more
+    split = _sorted_below(keys, bounds)
+    if split is not None:
+        return split
     words = _words(keys, bounds)
     head = next(words, None)
     if head is None:  # every key of one value
@@ -41,6 +48,41 @@ def lexsort(keys: Sequence[np.ndarray]) -> np.ndarray:
         return first  # every row's first word its own: the later words order nothing
     rest = list(words)
     return np.lexsort([*rest[::-1], head]) if rest else first
+
+
+def _sorted_below(keys: Sequence[np.ndarray], bounds: Sequence[tuple[int, int]]
+                  ) -> np.ndarray | None:
+    """:func:`lexsort`'s order where the leading keys (the most significant, packed)
+    span at most :data:`SMALL` values and the other keys are already in order row by
+    row (their tuples never decrease from one row to the next): then it is a stable
+    sort on the leading keys alone (ties keep the index order, in which the other keys
+    never decrease), numpy's radix sort of a 16-bit word. None where it is not."""
+    live = [(key, least, most) for key, (least, most) in zip(reversed(keys), reversed(bounds))
+            if least != most]
+    room, lead = 1, 0
+    while lead < len(live) and room * (live[lead][2] - live[lead][1] + 1) <= SMALL:
+        room *= live[lead][2] - live[lead][1] + 1
+        lead += 1
+    rest = live[lead:][::-1]  # as lexsort's keys: the last the primary
+    if not lead or not _in_order(_words([k for k, _, _ in rest], [(lo, hi) for _, lo, hi in rest]),
+                                 len(keys[0])):
+        return None
+    (word,) = _words([k for k, _, _ in live[:lead]][::-1],
+                     [(lo, hi) for _, lo, hi in live[:lead]][::-1])
+    return np.argsort(word.astype(np.uint16), kind="stable")
+
+
+def _in_order(words: Iterator[np.ndarray], rows: int) -> bool:
+    """Whether the ``rows`` rows' tuples of ``words`` (the first the most significant)
+    never decrease from one row to the next (the later words packed only while they
+    may)."""
+    rising = np.zeros(max(0, rows - 1), dtype=bool)  # rows already above the previous
+    for word in words:
+        step = word[1:] - word[:-1]  # words are non-negative int64: no overflow
+        if bool((step[~rising] < 0).any()):
+            return False
+        rising |= step > 0
+    return True
 
 
 def _words(keys: Sequence[np.ndarray], bounds: Sequence[tuple[int, int]]

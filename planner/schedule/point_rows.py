@@ -75,5 +75,8 @@ def _rows_of(corners: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def cat(parts: list[np.ndarray]) -> np.ndarray:
-    """``parts`` one after another (none: an empty int64 array)."""
+    """``parts`` one after another (none: an empty int64 array; one: that array itself,
+    not copied: the columns are only read)."""
+    if len(parts) == 1:
+        return parts[0]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)

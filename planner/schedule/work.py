@@ -27,8 +27,10 @@ from reshard.planner.cells.decompose import Cell, CellTable
 from reshard.planner.cells.expect_runs import MIN_RUN as EXPECT_RUN
 from reshard.planner.cells.expect_runs import expect_run
 from reshard.planner.cells.whole_sums import EXACT, stays_whole
+from reshard.planner.schedule.array_key import ArrayKey
 from reshard.planner.schedule.broadcast_columns import BroadcastColumns
 from reshard.planner.schedule.demand_memo import DemandMemo as _Demand
+from reshard.planner.schedule.end_sums import EndSums, end_sums
 from reshard.planner.schedule.kept_rows import KeptRows, uncut
 from reshard.planner.schedule.order import OrderKeys
 from reshard.planner.schedule.point_rows import PointColumns, PointToPoint, cat
@@ -77,6 +79,7 @@ class WorkList:
         self._p2p = PointToPoint()
         self._last_step: dict[int, int] = {}  # tensor -> the step its last cells start at
         self._planned: _Planned | None = None  # the choices plan() made, for assemble()
+        self._end_sums: tuple[np.ndarray, np.ndarray, np.ndarray, EndSums] | None = None
 
     @property
     def general(self) -> list[tuple[int, Cell]]:
@@ -198,8 +201,8 @@ class WorkList:
         kept = self._rows  # rows kept as a table's count by the table (the same object)
         return (tuple(self._general),
                 None if kept is None else (kept.tensor, id(kept.table), kept.start),
-                tuple(a.tobytes() for c in self._chunks for a in c),
-                tuple((tensor, id(table), rows.tobytes())
+                tuple(ArrayKey(a) for c in self._chunks for a in c),
+                tuple((tensor, id(table), ArrayKey(rows))
                       for tensor, table, rows, *_ in self._p2p._parts))
 
     def _flush(self) -> None:
@@ -297,6 +300,9 @@ class WorkList:
                                  np.zeros(len(p2p.root), dtype=np.int64), planned.keys, kept)
         objects: list[Task] = list(planned.first)
         obj_seq: list[int] = list(range(len(objects)))
+        if not planned.general and len(ref) == len(p2p.root):  # every slice a send
+            p_seq, p_step = _as_planned(ref, after, len(objects))
+            return self._ordered(objects, np.array(obj_seq, dtype=np.int64), p2p, p_seq, p_step)
         seq = len(objects)
         p_seq = np.full(len(p2p.root), -1, dtype=np.int64)  # -1: planned as general
         p_step = np.zeros(len(p2p.root), dtype=np.int64)
@@ -418,6 +424,17 @@ class WorkList:
         for r, s, nb in zip(a.tolist(), b.tolist(), nbytes.tolist()):
             charge(r, (s,), nb)
 
+    def end_sums(self, root: np.ndarray, recv: np.ndarray, nbytes: np.ndarray) -> EndSums:
+        """:func:`~reshard.planner.schedule.end_sums.end_sums` of these rows, found once
+        for the same arrays asked again (the expected demand and the charge of one plan's
+        rows: the arrays are only read)."""
+        memo = self._end_sums
+        if memo is not None and memo[0] is root and memo[1] is recv and memo[2] is nbytes:
+            return memo[3]
+        got = end_sums(root, recv, nbytes, self._host, self._nic)
+        self._end_sums = (root, recv, nbytes, got)
+        return got
+
     def _ordered(self, objects: list[Task], obj_seq: np.ndarray, p2p: PointColumns,
                  p_seq: np.ndarray, p_step: np.ndarray, known: OrderKeys | None = None,
                  kept: BroadcastColumns | None = None) -> OrderedTasks:
@@ -435,24 +452,40 @@ def largest_first(nbytes: np.ndarray) -> np.ndarray | None:
     return np.argsort(-nbytes, kind="stable")
 
 
+def _as_planned(ref: np.ndarray, after: np.ndarray, first: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Where every slice is a point-to-point row, ``ref`` (each row once, in planning
+    order) and ``after`` their steps, the slices planned after ``first`` tasks: each
+    row's planning position and step. Where ``ref`` is every row in order, those are
+    ``first`` on and ``after`` itself (the values scattering would give)."""
+    n = len(ref)
+    if n and int(ref[0]) == 0 and bool((ref[1:] - ref[:-1] == 1).all()):
+        return np.arange(first, first + n, dtype=np.int64), after.astype(np.int64, copy=False)
+    p_seq = np.full(n, -1, dtype=np.int64)
+    p_step = np.zeros(n, dtype=np.int64)
+    p_seq[ref] = first + np.arange(n)
+    p_step[ref] = after
+    return p_seq, p_step
+
+
 def _add_expected(work: WorkList, root: np.ndarray, recv: np.ndarray, nbytes: np.ndarray
                   ) -> None:
     """Point-to-point transfers' expected NIC demand (of ``work``'s loads), in bulk where every
     expectation it adds to is a whole number below 2**53 (:func:`stays_whole`) (else one by one,
     in the order given)."""
-    cross = work._host[root] != work._host[recv]
+    sums = work.end_sums(root, recv, nbytes)
     expected = work.loads.expected
     adds = []
-    for direction, dev in ((NIC_OUT, root), (NIC_IN, recv)):
-        sums = np.bincount(work._nic[dev[cross]], weights=nbytes[cross])
-        touched = np.flatnonzero(sums).tolist()
-        adds.append(([(direction, n) for n in touched], touched, sums))
+    for direction, per_nic in ((NIC_OUT, sums.nic_out), (NIC_IN, sums.nic_in)):
+        touched = np.flatnonzero(per_nic).tolist()
+        adds.append(([(direction, n) for n in touched], touched, per_nic))
     if all(stays_whole(expected, keys, sums[touched]) for keys, touched, sums in adds):
-        for keys, touched, sums in adds:
+        for keys, touched, per_nic in adds:
             for key, n in zip(keys, touched):
-                expected[key] += int(sums[n])
+                expected[key] += int(per_nic[n])
     else:
         nic = work._nic
+        cross = work._host[root] != work._host[recv]
         for a, b, nb in zip(root[cross].tolist(), recv[cross].tolist(),
                             nbytes[cross].tolist()):
             expected[(NIC_OUT, int(nic[a]))] += nb
@@ -466,21 +499,17 @@ def _charge_bulk(work: WorkList, rows: np.ndarray, p2p: PointColumns, nbytes: np
     in any order); else False, having changed nothing (a reduction may have left
     fractions: the rows then go one by one)."""
     loads = work.loads
-    a, b = _ends(p2p, rows)
-    cross = work._host[a] != work._host[b]
+    sums = work.end_sums(*_ends(p2p, rows), nbytes)
     adds = []
-    for table, keys, sel in ((loads.dev_out, a, None), (loads.dev_in, b, None),
-                             (loads.nic_out, work._nic[a], cross),
-                             (loads.nic_in, work._nic[b], cross)):
-        sums = np.bincount(keys if sel is None else keys[sel],
-                           weights=nbytes if sel is None else nbytes[sel])
-        touched = np.flatnonzero(sums).tolist()
-        if not stays_whole(table, touched, sums[touched]):
+    for table, per in ((loads.dev_out, sums.dev_out), (loads.dev_in, sums.dev_in),
+                       (loads.nic_out, sums.nic_out), (loads.nic_in, sums.nic_in)):
+        touched = np.flatnonzero(per).tolist()
+        if not stays_whole(table, touched, per[touched]):
             return False
-        adds.append((table, touched, sums))
-    for table, touched, sums in adds:
+        adds.append((table, touched, per))
+    for table, touched, per in adds:
         for i in touched:
-            table[i] += int(sums[i])
+            table[i] += int(per[i])
     return True
 
 
@@ -502,6 +531,8 @@ def _point_to_point(table: CellTable) -> tuple[np.ndarray, np.ndarray]:
     root = single(table.holder_sets)[table.holder]
     recv = single(table.needer_sets)[table.needer]
     p2p = (root >= 0) & (recv >= 0) & (root != recv)
+    if bool(p2p.all()):  # every row: the same values as choosing
+        return root, recv
     return np.where(p2p, root, -1), np.where(p2p, recv, -1)
 
 
