@@ -13,7 +13,7 @@ from reshard.planner.schedule import send_order
 from reshard.planner.schedule.array_key import ArrayKey
 from reshard.planner.schedule.point_rows import PointColumns, cat
 from reshard.planner.schedule.work import _as_planned
-from tests.unit.test_send_order import CLUSTER, HOST, _objects, _reference
+from tests.unit.test_send_order import _objects, ordered_as_reference
 
 N = send_order.SAME_FROM + 123
 
@@ -53,13 +53,8 @@ def test_columns_of_one_value_are_the_rows_gathered(seed, same, general, one_ste
     if general:
         p_seq[rng.integers(0, N, N // 7)] = -1
     p_step = np.full(N, 2, np.int64) if one_step else rng.integers(0, 3, N)
-    got = send_order.in_order(objects, obj_seq, p2p, p_seq, p_step, HOST, CLUSTER)
-    objs, positions, cols = _reference(objects, obj_seq, p2p, p_seq, p_step)
-    assert got.own_objects == objs and list(got.own_positions) == positions
+    got, cols = ordered_as_reference(objects, obj_seq, p2p, p_seq, p_step)
     s = got.send_columns
-    for a, b in zip((s.position, s.tensor, s.root, s.recv, s.nbytes, s.step, s.box, s.ndim),
-                    cols):
-        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
     rows = np.arange(0, len(s.position), 97)
     assert [t.tensor for t in s.tasks(rows)] == cols[1][rows].tolist()
     assert [t.step for t in s.tasks(rows)] == cols[5][rows].tolist()

@@ -58,6 +58,19 @@ def _objects(rng, k):
                  int(rng.integers(0, 2))) for i in range(k)]
 
 
+def ordered_as_reference(objects, obj_seq, p2p, p_seq, p_step):
+    """``in_order``'s answer, checked against ``_reference``'s: the same objects and
+    positions, and every send column of the same dtype, shape and values."""
+    got = send_order.in_order(objects, obj_seq, p2p, p_seq, p_step, HOST, CLUSTER)
+    objs, positions, cols = _reference(objects, obj_seq, p2p, p_seq, p_step)
+    assert got.own_objects == objs and list(got.own_positions) == positions
+    s = got.send_columns
+    for a, b in zip((s.position, s.tensor, s.root, s.recv, s.nbytes, s.step, s.box, s.ndim),
+                    cols):
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+    return got, cols
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_in_order_is_the_ordering_it_replaces(seed):
     rng = np.random.default_rng(seed)
@@ -69,13 +82,7 @@ def test_in_order_is_the_ordering_it_replaces(seed):
     if seed % 4 >= 2:
         p_seq[rng.integers(0, n, n // 5)] = -1  # rows planned as general cells
     p_step = rng.integers(0, 2, n)
-    got = send_order.in_order(objects, obj_seq, p2p, p_seq, p_step, HOST, CLUSTER)
-    objs, positions, cols = _reference(objects, obj_seq, p2p, p_seq, p_step)
-    assert got.own_objects == objs and list(got.own_positions) == positions
-    s = got.send_columns
-    for a, b in zip((s.position, s.tensor, s.root, s.recv, s.nbytes, s.step, s.box, s.ndim),
-                    cols):
-        assert a.dtype == b.dtype and np.array_equal(a, b)
+    got, _ = ordered_as_reference(objects, obj_seq, p2p, p_seq, p_step)
     assert not len(got.kept_positions) and got.kept is None
 
 
