@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from reshard.cluster import Cluster
+from reshard.planner.cells.whole_sums import EXACT
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 
 
@@ -259,8 +260,8 @@ class NicMirror:
             return
         vals = np.fromiter(map(dev_in.__getitem__, keys), dtype=np.float64, count=len(keys))
         total = sum(taken)
-        if total < 2**53 and bool(np.all(vals >= 0)) and bool(np.all(vals == np.floor(vals))) \
-                and float(vals.max()) + total < 2**53:
+        if total < EXACT and bool(np.all(vals >= 0)) and bool(np.all(vals == np.floor(vals))) \
+                and float(vals.max()) + total < EXACT:
             dev_in.update(zip(keys, (vals + float(total)).tolist()))
         else:
             for nbytes in taken:

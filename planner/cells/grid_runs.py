@@ -36,11 +36,9 @@ from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
 from reshard.planner.cells.broadcast_runs import CellRun
 from reshard.planner.cells.chain_arrays import may_relay_any, refused
 from reshard.planner.cells.new_tasks import broadcast_runs_tasks
+from reshard.planner.cells.whole_sums import EXACT
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 from reshard.planner.values.tasks import Task
-
-EXACT_BYTES = 2**53
-"""Bytes of a cell below which its float additions are those of the same whole number."""
 
 
 class Grid:
@@ -194,8 +192,9 @@ def plan_grid_run(run: CellRun, loads: Loads) -> list[list[Task]]:
     """The tasks of ``run``'s longest prefix of cells (none where ``run`` is shorter
     than :data:`MIN_GRID`) each from one root, on another host than every receiver's
     and with a NIC none of them has, to the first cell's needers laid out as a
-    :class:`Grid`, of a whole number of bytes below :data:`EXACT_BYTES`, whose chain's
-    questions say no boundary may relay and whose root's chain :class:`~reshard.planner.
+    :class:`Grid`, of a whole number of bytes below
+    :data:`~reshard.planner.cells.whole_sums.EXACT`, whose chain's questions say no
+    boundary may relay and whose root's chain :class:`~reshard.planner.
     cells.chain_memo.ChainMemo` would not look up by the loads (noted there as the cell
     would note it); each one broadcast, as
     :func:`~reshard.planner.cells.cell_tasks.plan_broadcast` plans it, with the same
@@ -213,7 +212,7 @@ def plan_grid_run(run: CellRun, loads: Loads) -> list[list[Task]]:
     for cell, _, itemsize, _ in run:
         nb = cell.size * itemsize
         if len(cell.holders) != 1 or (cell.needers is not needers and cell.needers != needers) \
-                or type(nb) is not int or not 0 <= nb < EXACT_BYTES:
+                or type(nb) is not int or not 0 <= nb < EXACT:
             break
         (root,) = cell.holders
         if host(root) in grid.hosts or nic(root) in grid.nic_set:
@@ -232,4 +231,4 @@ def plan_grid_run(run: CellRun, loads: Loads) -> list[list[Task]]:
     return broadcast_runs_tasks(run, roots, chains, nbytes)
 
 
-__all__ = ["EXACT_BYTES", "MIN_GRID", "Grid", "grid_chain", "grid_of", "plan_grid_run"]
+__all__ = ["MIN_GRID", "Grid", "grid_chain", "grid_of", "plan_grid_run"]
