@@ -290,10 +290,22 @@ def _cut_many(tasks: list[Task], table: np.ndarray) -> list[tuple[Cut, Chain]] |
     lo, hi = (first - base).tolist(), (last - base).tolist()
     lengths, entered = (last - first).tolist(), hosts[first].tolist()
     distinct = _distinct(devices, flat, sizes, len(table))
+    shared, at = _shared(flat, len(table)), [*starts.tolist(), len(flat)]
     out = []
     for i, t in enumerate(tasks):
         a, b = bounds[i], bounds[i + 1]
         out.append((list(map(range, lo[a:b], hi[a:b])),
-                    _chain(t, devices[i], tuple(lengths[a:b]),
+                    _chain(t, tuple(shared[at[i]:at[i + 1]]), tuple(lengths[a:b]),
                            entered[a:b] if distinct[i] else None)))
     return out
+
+
+def _shared(flat: np.ndarray, span: int) -> list[int]:
+    """``flat``'s devices (ids below ``span``) with one int object per id: the chains'
+    devices then share their ints (the same values), so the trees' parents picked from
+    them (:mod:`.trees`, a thousand places from each of a thousand chains) touch a few
+    thousand objects, not one per place (a box's tasks each had their own)."""
+    ids = np.empty(span, dtype=object)
+    ids[:] = range(span)
+    shared: list[int] = ids[flat].tolist()  # the objects themselves
+    return shared

@@ -238,6 +238,9 @@ def _picker(places: Sequence[int], size: int) -> Picker:
         (whole,) = runs
         return lambda chain: chain.devices[whole]
     if len(runs) <= MAX_RUNS and len(places) >= RUN_PLACES * len(runs):
+        if len(runs) == 2:  # a double tree's second half: its hosts turned halfway
+            first, second = runs
+            return lambda chain: chain.devices[first] + chain.devices[second]
         return lambda chain: sum([chain.devices[run] for run in runs], ())
     getter = operator.itemgetter(*places)
     return lambda chain: getter(chain.devices)
