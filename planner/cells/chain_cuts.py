@@ -268,11 +268,12 @@ def _distinct(chains: list[tuple[int, ...]], flat: np.ndarray, sizes: np.ndarray
 def _cut_many(tasks: list[Task], table: np.ndarray) -> list[tuple[Cut, Chain]] | None:
     """:func:`cut` and :func:`chain_of` of each of ``tasks`` (long chains), their hosts
     read from ``table`` (:func:`_host_table`) at once; None where it lacks a device."""
-    devices = [(t.root,) + t.receivers for t in tasks]  # noqa: RUF005 (one copy)
-    sizes = np.fromiter(map(len, devices), dtype=np.int64, count=len(devices))
+    sizes = np.fromiter((len(t.receivers) + 1 for t in tasks), dtype=np.int64,
+                        count=len(tasks))
     ends = np.cumsum(sizes)
     starts = ends - sizes
-    flat = np.fromiter(itertools.chain.from_iterable(devices), dtype=np.int64,
+    each = itertools.chain.from_iterable(((t.root,), t.receivers) for t in tasks)
+    flat = np.fromiter(itertools.chain.from_iterable(each), dtype=np.int64,
                        count=int(ends[-1]))
     if flat.min() < 0 or flat.max() >= len(table):
         return None
@@ -289,13 +290,14 @@ def _cut_many(tasks: list[Task], table: np.ndarray) -> list[tuple[Cut, Chain]] |
     base = np.repeat(starts, np.diff(bounds))
     lo, hi = (first - base).tolist(), (last - base).tolist()
     lengths, entered = (last - first).tolist(), hosts[first].tolist()
-    distinct = _distinct(devices, flat, sizes, len(table))
     shared, at = _shared(flat, len(table)), [*starts.tolist(), len(flat)]
+    devices = [tuple(shared[a:b]) for a, b in itertools.pairwise(at)]  # root, receivers
+    distinct = _distinct(devices, flat, sizes, len(table))
     out = []
     for i, t in enumerate(tasks):
         a, b = bounds[i], bounds[i + 1]
         out.append((list(map(range, lo[a:b], hi[a:b])),
-                    _chain(t, tuple(shared[at[i]:at[i + 1]]), tuple(lengths[a:b]),
+                    _chain(t, devices[i], tuple(lengths[a:b]),
                            entered[a:b] if distinct[i] else None)))
     return out
 
