@@ -307,7 +307,9 @@ def _shared(flat: np.ndarray, span: int) -> list[int]:
     devices then share their ints (the same values), so the trees' parents picked from
     them (:mod:`.trees`, a thousand places from each of a thousand chains) touch a few
     thousand objects, not one per place (a box's tasks each had their own)."""
-    ids = np.empty(span, dtype=object)
-    ids[:] = range(span)
+    present = np.zeros(span, dtype=bool)
+    present[flat] = True
+    ids = np.empty(span, dtype=object)  # an object for each id met (not each below span)
+    ids[present] = np.flatnonzero(present).tolist()
     shared: list[int] = ids[flat].tolist()  # the objects themselves
     return shared
