@@ -29,6 +29,7 @@ from reshard.planner.costing.casts import conversion_seconds
 from reshard.planner.costing.fairshare import Path, path_arrays
 from reshard.planner.costing.fluid import Estimate, simulate
 from reshard.planner.costing.hop_batch import batch_routes, edge_lists
+from reshard.planner.costing.hops import SHIFT_HOSTS, Hop, Hops
 from reshard.planner.costing.relabel_many import (
     RELABEL_TRIAL,
     Tried,
@@ -36,13 +37,11 @@ from reshard.planner.costing.relabel_many import (
     relabeled_or_own,
 )
 from reshard.planner.costing.route_forms import (
-    ChainMemo,
-    FormMemo,
     read_only_ones,
     shifted,
     shifted_many,
 )
-from reshard.planner.costing.route_keys import route_key
+from reshard.planner.costing.route_keys import route_key, route_keys
 from reshard.planner.costing.step_floor import stepped_floor
 from reshard.planner.costing.tree_reach import by_levels
 from reshard.planner.schedule.coalesce import followers
@@ -60,78 +59,6 @@ from reshard.planner.values.resources import (
     capacities,
 )
 from reshard.planner.values.tasks import Conversion, Task, TaskKind
-
-Hop = tuple[tuple[tuple[Resource, float], ...], float, float, tuple[int, ...]]
-"""What one (sender, receiver) edge of a transfer crosses (:func:`_hop`)."""
-
-SHIFT_HOSTS = 16
-"""Hosts from which a cluster's routes are found once per host (:meth:`Hops.host_step`)."""
-
-
-class Hops(dict[tuple[int, int], Hop]):
-    """Hops by edge: the routes of one plan share them (a broadcast tree's edges recur
-    across its tasks); and the cluster's devices' hosts and NICs as arrays (indexed by
-    device, made once), which a task of many edges reads its hops from at once.
-    :func:`task_routes` keeps one in its memo of routes (:func:`shared_hops`), so that
-    every plan of a planning call reads each edge, the arrays and the host step once."""
-
-    tables: tuple[np.ndarray, np.ndarray] | None = None
-    cluster: Cluster | None = None
-    step: tuple[tuple[int, int] | None] | None = None  # host_step, found once (in a 1-tuple)
-    memo: FormMemo | None = None  # routes by form (forms())
-    chain_memo: ChainMemo | None = None  # chains' host ranks (chains())
-    ones_memo: dict[int, np.ndarray] | None = None  # read-only fractions by length (ones())
-
-    def ones(self) -> dict[int, np.ndarray]:
-        """Read-only fractions of 1.0 by length, shared by the routes
-        :func:`~reshard.planner.costing.route_forms.relabeled` numbers back."""
-        if self.ones_memo is None:
-            self.ones_memo = {}
-        return self.ones_memo
-
-    def chains(self) -> ChainMemo:
-        """Chains' host ranks (:func:`~reshard.planner.costing.route_forms.relabeled`),
-        kept with the hops so every plan of a call shares them."""
-        if self.chain_memo is None:
-            self.chain_memo = {}
-        return self.chain_memo
-
-    def forms(self) -> FormMemo:
-        """Routes by form on a regular cluster (:mod:`~reshard.planner.costing.
-        route_forms`), kept with the hops so every plan of a call shares them."""
-        if self.memo is None:
-            self.memo = {}
-        return self.memo
-
-    def host_step(self, cluster: Cluster) -> tuple[int, int] | None:
-        """Devices and NICs a host where ``cluster`` is regular (host ``h`` holds
-        devices ``h * g ... h * g + g - 1``, its NICs numbered ``h * n`` on in the same
-        way for every host, no shared bandwidth), so that moving a transfer by whole
-        hosts moves its resources by whole hosts, and has :data:`SHIFT_HOSTS` hosts or
-        more (fewer have few twins to find); else None."""
-        hosts = cluster.hosts
-        if cluster.shared_bandwidth or len(hosts) < SHIFT_HOSTS or not hosts[0]:
-            return None
-        host, nic = self.arrays(cluster)
-        g, n = len(hosts[0]), cluster.nics_per_host
-        d = np.arange(len(host))
-        if not (np.array_equal(host, d // g)
-                and np.array_equal(nic, (d // g) * n + nic[d % g])):
-            return None
-        return g, n
-
-    def arrays(self, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
-        """Each device's host and NIC on ``cluster`` (-1: no device)."""
-        if self.tables is None:
-            size = max(cluster.host_map, default=-1) + 1
-            host, nic = np.full(size, -1, dtype=np.int64), np.full(size, -1, dtype=np.int64)
-            devs = np.fromiter(cluster.host_map, dtype=np.int64, count=len(cluster.host_map))
-            host[devs] = np.fromiter(cluster.host_map.values(), dtype=np.int64,
-                                     count=len(devs))
-            nic[devs] = np.fromiter((cluster.nic_map[d] for d in devs.tolist()),
-                                    dtype=np.int64, count=len(devs))
-            self.tables = (host, nic)
-        return self.tables
 
 
 def task_path(task: Task, cluster: Cluster, hops: Hops | None = None, *,
@@ -401,38 +328,60 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
     (``Cluster.part_cost``)."""
     if known is None:
         known = Routes()
-    piece = cluster.relay_piece
     per_message = bool((cluster.message_cost or cluster.part_cost)
                        and cluster.shared_bandwidth)
     riders = followers(tasks, tensors) if per_message and tensors else set()
+    keys = route_keys(tasks, cluster.relay_piece, per_message, riders)
+    got = list(map(known.get, keys))
+    todo: dict[tuple[object, ...], int] = {}  # each key known lacks: its first task
+    for i, route in enumerate(got):
+        if route is None:
+            todo.setdefault(keys[i], i)
+    if not todo:
+        return tuple(got)  # type: ignore[arg-type]  # every route found: none None
+    _find(tasks, todo, riders, cluster, known)
+    return tuple([known[key] if route is None else route for route, key in zip(got, keys)])
+
+
+def _find(tasks: Sequence[Task], todo: dict[tuple[object, ...], int], riders: set[int],
+          cluster: Cluster, known: RouteMemo) -> None:
+    """Put the route of each key of ``todo`` (the place in ``tasks`` of its first task,
+    ``riders``: the places of those that ride in another's message) in ``known``, in
+    the order of ``todo``: the batches' first (:func:`_batch`, :func:`_shift_batch`,
+    :func:`_relabel_batch`), then the rest one by one; a send on a cluster without
+    shared bandwidth read from its hop (:func:`task_path`'s route of it)."""
+    piece = cluster.relay_piece
     hops = shared_hops(known, cluster)
     if hops.step is None:
         hops.step = (hops.host_step(cluster),)
     step = hops.step[0]
-    keys = [route_key(t, pipeline_piece(piece, t.nbytes), t.nbytes if per_message else 0,
-                      i in riders) for i, t in enumerate(tasks)]
+    items = [(key, tasks[i]) for key, i in todo.items()]
     if step is None and not cluster.shared_bandwidth and not piece:
         # no piece, no message cost (no shared bandwidth): each key route_key(t, 0, 0, False)
-        _batch(tasks, keys, cluster, hops, known)
+        _batch(items, cluster, hops, known)
     if step is not None and len(tasks) >= SHIFT_BATCH:
-        _shift_batch(tasks, keys, step, cluster, hops, known)
-    out = []
+        _shift_batch(items, step, cluster, hops, known)
     tried: Tried = {}  # large tasks' forms (relabeled_or_own)
     if step is not None and len(tasks) >= RELABEL_BATCH:
-        _relabel_batch(tasks, keys, step, cluster, hops, known, tried)
-    for i, (t, key) in enumerate(zip(tasks, keys)):
-        rides = i in riders
-        got = known.get(key)
-        if got is None and step is not None and t.kind in _SHIFTED and t.root >= 0:
-            got = known[key] = shifted(t, key, step, _finder(t, cluster, hops), hops.forms()) \
+        _relabel_batch(items, step, cluster, hops, known, tried)
+    plain_sends = not cluster.shared_bandwidth
+    get, put = hops.get, hops.setdefault
+    for key, i in todo.items():
+        if key in known:  # found by a batch
+            continue
+        t = tasks[i]
+        if step is not None and t.kind in _SHIFTED and t.root >= 0:
+            known[key] = shifted(t, key, step, _finder(t, cluster, hops), hops.forms()) \
                 if len(t.receivers) < ARRAY_EDGES else \
                 relabeled_or_own(t, key, step, _finder(t, cluster, hops),
                                  (hops.forms(), hops.chains(), hops.ones()), tried)
-        elif got is None:
-            path, lat = task_path(t, cluster, hops, rides=rides)
-            got = known[key] = (path if isinstance(path, Path) else Path(path), lat)
-        out.append(got)
-    return tuple(out)
+        elif t.kind is TaskKind.SEND and plain_sends:  # _links_path's send: its hop
+            edge = (t.root, t.receivers[0])
+            hop = get(edge) or put(edge, _hop(*edge, cluster))  # a hop is never empty
+            known[key] = (Path(hop[0], hop[3]), hop[1])
+        else:
+            path, lat = task_path(t, cluster, hops, rides=i in riders)
+            known[key] = (path if isinstance(path, Path) else Path(path), lat)
 
 
 RELABEL_BATCH = 16
@@ -441,18 +390,17 @@ relabel_many.relabeled_or_own` finds are found for all at once (:func:`_relabel_
 fewer: task by task)."""
 
 
-def _relabel_batch(tasks: Sequence[Task], keys: list[tuple[object, ...]],
-                   step: tuple[int, int], cluster: Cluster, hops: Hops, known: RouteMemo,
-                   tried: Tried) -> None:
-    """Put the routes of ``tasks`` (``keys``: their route keys) that :func:`task_routes`
+def _relabel_batch(items: list[tuple[tuple[object, ...], Task]], step: tuple[int, int],
+                   cluster: Cluster, hops: Hops, known: RouteMemo, tried: Tried) -> None:
+    """Put the routes of ``items``' tasks (each with its route key) that :func:`task_routes`
     finds by :func:`~reshard.planner.costing.relabel_many.relabeled_or_own` and
     ``known`` lacks in it, found together (:func:`~reshard.planner.costing.
     relabel_many.relabeled_many`: the same routes, judged in the same order)."""
     todo: dict[tuple[object, ...], Task] = {}
-    for t, key in zip(tasks, keys):
+    for key, t in items:
         if t.kind in _SHIFTED and t.root >= 0 and len(t.receivers) >= ARRAY_EDGES and \
                 key not in known:
-            todo.setdefault(key, t)
+            todo[key] = t
     if len(todo) < RELABEL_BATCH:
         return
     got = relabeled_many(list(todo.values()), list(todo), step,
@@ -468,18 +416,17 @@ shifted` finds are found for all at once (:func:`_shift_batch`; fewer: task by t
 without the arrays' fixed cost)."""
 
 
-def _shift_batch(tasks: Sequence[Task], keys: list[tuple[object, ...]],
-                 step: tuple[int, int], cluster: Cluster, hops: Hops, known: RouteMemo
-                 ) -> None:
-    """Put the routes of ``tasks`` (``keys``: their route keys) that :func:`task_routes`
+def _shift_batch(items: list[tuple[tuple[object, ...], Task]], step: tuple[int, int],
+                 cluster: Cluster, hops: Hops, known: RouteMemo) -> None:
+    """Put the routes of ``items``' tasks (each with its route key) that :func:`task_routes`
     finds by :func:`~reshard.planner.costing.route_forms.shifted` and ``known`` lacks
     in it, found together (:func:`~reshard.planner.costing.route_forms.shifted_many`:
     the same routes)."""
     todo: dict[tuple[object, ...], Task] = {}
-    for t, key in zip(tasks, keys):
+    for key, t in items:
         if t.kind in _SHIFTED and t.root >= 0 and len(t.receivers) < ARRAY_EDGES and \
                 key not in known:
-            todo.setdefault(key, t)
+            todo[key] = t
     if len(todo) < SHIFT_BATCH:
         return
     got = shifted_many(list(todo.values()), list(todo), step,
@@ -496,18 +443,18 @@ def _finder(task: Task, cluster: Cluster, hops: Hops) -> Callable[[], Route]:
     return find
 
 
-def _batch(tasks: Sequence[Task], keys: list[tuple[object, ...]], cluster: Cluster,
-           hops: Hops, known: RouteMemo) -> None:
-    """Put the routes of ``tasks``' broadcasts and reductions of a few edges that
+def _batch(items: list[tuple[tuple[object, ...], Task]], cluster: Cluster, hops: Hops,
+           known: RouteMemo) -> None:
+    """Put the routes of ``items``' broadcasts and reductions of a few edges that
     ``known`` lacks in it, found together (:func:`~reshard.planner.costing.hop_batch.
     batch_routes`: the routes :func:`task_path` finds, on a cluster without relay
-    pieces, shared bandwidth or host step; ``keys``: the tasks' route keys there, each
+    pieces, shared bandwidth or host step; each task's key there is
     ``route_key(t, 0, 0, False)``)."""
     todo: dict[tuple[object, ...], Task] = {}
-    for t, key in zip(tasks, keys):
+    for key, t in items:
         if t.kind in _SHIFTED and t.root >= 0 and \
-                len(t.receivers) + len(t.addends) < ARRAY_EDGES and key not in known:
-            todo.setdefault(key, t)
+                len(t.receivers) + len(t.addends) < ARRAY_EDGES:
+            todo[key] = t
     if len(todo) < BATCH_FROM:
         return
     ends = [edge_lists(t) for t in todo.values()]
@@ -587,12 +534,14 @@ def one_at_a_time_time(plan: PlanView) -> float:
 __all__ = [
     "ARRAY_EDGES",
     "RELABEL_TRIAL",
+    "SHIFT_HOSTS",
     "Estimate",
     "Hops",
     "Routes",
     "edge_pieces",
     "messages",
     "one_at_a_time_time",
+    "route_key",
     "simulate",
     "stepped_floor",
     "task_path",

@@ -5,6 +5,9 @@ SampledKey`): every key is made here, so keys that are equal are made alike."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+
+from reshard.cluster import pipeline_piece
 from reshard.planner.costing.sampled_keys import SampledKey, every
 from reshard.planner.values.tasks import Task
 
@@ -25,6 +28,22 @@ def route_key(task: Task, piece: int, message: int, rides: bool) -> tuple[object
                                task.addend_parents, piece, message, rides))
 
 
+def route_keys(tasks: Sequence[Task], relay_piece: int, per_message: bool,
+               riders: Collection[int]) -> list[tuple[object, ...]]:
+    """:func:`route_key` of each of ``tasks`` on a cluster of ``relay_piece``
+    (``Cluster.relay_piece``), ``per_message``: whether it charges each task's bytes
+    by message, ``riders``: the places of the tasks that ride in another's message.
+    Where none of those matter (no piece, no message charge: every key ends ``0, 0,
+    False``), a small task's key is made here as :func:`route_key` makes it, without
+    a call a task."""
+    if relay_piece or per_message or riders:
+        return [route_key(t, pipeline_piece(relay_piece, t.nbytes),
+                          t.nbytes if per_message else 0, i in riders)
+                for i, t in enumerate(tasks)]
+    return [(t.kind, t.root, t.receivers, t.parents, t.addends, t.addend_parents, 0, 0, False)
+            if len(t.receivers) < HASH_ONCE else route_key(t, 0, 0, False) for t in tasks]
+
+
 HASH_ONCE = 64
 """Receivers from which a task's route key is hashed once, by a sample
 (:func:`route_key`): a key of a thousand receivers and parents takes some 16 us to hash
@@ -35,4 +54,4 @@ KEY_STRIDE = 32
 """A large route key's sample: every this many receivers and parents."""
 
 
-__all__ = ["HASH_ONCE", "KEY_STRIDE", "route_key"]
+__all__ = ["HASH_ONCE", "KEY_STRIDE", "route_key", "route_keys"]
