@@ -235,13 +235,11 @@ def path_arrays(path: Sequence[tuple[Resource, float]]) -> tuple[np.ndarray, np.
     return got
 
 
-def _codes_alone(path: object) -> Sequence[int] | None:
-    """A path's codes where it is known by them alone (a :class:`Path` whose maker knew
-    them, every fraction 1.0, whose arrays no one built yet: :func:`path_arrays` would
-    build ``codes`` and ones), else None."""
-    if isinstance(path, Path) and path.arrays is None:
-        return path.codes
-    return None
+def _alone(paths: list[Sequence[tuple[Resource, float]]]) -> list[Sequence[int] | None]:
+    """Per path its codes where it is known by them alone (a :class:`Path` whose maker
+    knew them, every fraction 1.0, whose arrays no one built yet: :func:`path_arrays`
+    would build ``codes`` and ones), else None."""
+    return [p.codes if isinstance(p, Path) and p.arrays is None else None for p in paths]
 
 
 class FairShare:
@@ -256,13 +254,12 @@ class FairShare:
     def __init__(self, paths: Sequence[Sequence[tuple[Resource, float]]],
                  cluster: Cluster) -> None:
         # tasks of one route share one path object: each distinct path is read once
-        which: dict[int, int] = {}
-        of = np.fromiter((which.setdefault(id(p), len(which)) for p in paths),
-                         dtype=np.int64, count=len(paths))
-        distinct = {id(p): p for p in paths}
+        # (ids and their first places found by dicts over maps: no Python loop)
+        ids = list(map(id, paths))
+        distinct = dict(zip(ids, paths))
         # hops known by their codes alone join as Python lists (path_join), the rest
         # as their arrays; every fraction of the first is 1.0, known unread
-        codes, pieces, dlens = joined(distinct.values(), _codes_alone, path_arrays)
+        codes, pieces, dlens = joined(list(distinct.values()), _alone, path_arrays)
         # many edges: each fraction array read once rather than all joined and read
         frac = fractions(pieces, LARGE)
         whole = frac is None
@@ -270,6 +267,8 @@ class FairShare:
         if len(distinct) == len(paths):  # every path its own: the edges as they are
             self._edges(codes, dfrac, dlens, cluster, whole)
             return
+        number = dict(zip(distinct, range(len(distinct))))  # first places, in order
+        of = np.fromiter(map(number.__getitem__, ids), dtype=np.int64, count=len(ids))
         dat = np.concatenate([[0], np.cumsum(dlens)])
         lens = dlens[of]
         edges = ranges(dat[of], dat[of] + lens)

@@ -10,7 +10,8 @@ the others as they are: the same codes, in the same order, so the same set-up.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import itertools
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -24,21 +25,53 @@ Piece = tuple[int, "np.ndarray | None"]
 """A run of edges' count and fractions (None: every one 1.0, known unread)."""
 
 
-def joined(paths: Iterable[P], codes_of: Callable[[P], Sequence[int] | None],
+def joined(paths: list[P], alone_of: Callable[[list[P]], list[Sequence[int] | None]],
            arrays_of: Callable[[P], Arrays]) -> tuple[np.ndarray, list[Piece],
-                                                           np.ndarray]:
+                                                     np.ndarray]:
     """The codes of every edge of ``paths``, path by path; their fractions as pieces
     (:data:`Piece`, for :func:`fractions`); and each path's count of edges.
 
-    ``codes_of(p)``: the codes of a path whose fractions are all 1.0 and has no arrays
-    yet (None for any other path); ``arrays_of(p)``: the codes and fractions of the
-    others (:func:`~reshard.planner.costing.fairshare.path_arrays`)."""
+    ``alone_of(paths)``: per path, its codes where its fractions are all 1.0 and it has
+    no arrays yet (None for any other path); ``arrays_of(p)``: the codes and fractions
+    of the others (:func:`~reshard.planner.costing.fairshare.path_arrays`). Where every
+    path is of one sort the codes join in one call (:func:`_all_alone`,
+    :func:`_all_arrays`), else run by run (:func:`_mixed`): the same arrays."""
+    alone = alone_of(paths)
+    if None not in alone:
+        return _all_alone(alone)  # type: ignore[arg-type]
+    if alone.count(None) == len(alone):  # no path known by its codes alone
+        return _all_arrays(paths, arrays_of)
+    return _mixed(paths, alone, arrays_of)
+
+
+def _all_alone(alone: list[Sequence[int]]) -> tuple[np.ndarray, list[Piece], np.ndarray]:
+    """:func:`joined` of paths every one known by its codes alone: one run of them."""
+    lens = np.fromiter(map(len, alone), dtype=np.int64, count=len(alone))
+    total = int(lens.sum())
+    codes = np.fromiter(itertools.chain.from_iterable(alone), dtype=np.int64, count=total)
+    return codes, ([(total, None)] if total else []), lens
+
+
+def _all_arrays(paths: list[P], arrays_of: Callable[[P], Arrays]
+                ) -> tuple[np.ndarray, list[Piece], np.ndarray]:
+    """:func:`joined` of paths none of which is known by its codes alone: each path's
+    arrays as they are."""
+    arrays = list(map(arrays_of, paths))
+    pieces: list[Piece] = [(len(c), f) for c, f in arrays]
+    lens = np.fromiter((n for n, _ in pieces), dtype=np.int64, count=len(pieces))
+    codes = np.concatenate([c for c, _ in arrays]) if arrays else np.zeros(0, dtype=np.int64)
+    return codes, pieces, lens
+
+
+def _mixed(paths: list[P], alone: list[Sequence[int] | None],
+           arrays_of: Callable[[P], Arrays]) -> tuple[np.ndarray, list[Piece], np.ndarray]:
+    """:func:`joined` path by path: the codes of each run of paths known by their
+    codes alone as one array, each other path's arrays as they are."""
     code_pieces: list[np.ndarray] = []
     pieces: list[Piece] = []
     lens: list[int] = []
     run: list[int] = []  # codes of the present run of paths known by codes alone
-    for p in paths:
-        codes = codes_of(p)
+    for p, codes in zip(paths, alone):
         if codes is not None:
             run.extend(codes)
             lens.append(len(codes))

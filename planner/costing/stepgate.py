@@ -11,12 +11,16 @@ array operations however many devices its tasks span (a 27k-task plan has 450k
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Sequence
 
 import numpy as np
 
 from reshard.planner.costing.fairshare import distinct, ranges, sorted_distinct
 from reshard.planner.values.tasks import Task, TaskKind
+
+_STEP = operator.attrgetter("step")
+"""A task's step."""
 
 
 class StepGate:
@@ -34,7 +38,7 @@ class StepGate:
         n = len(tasks)
         need, member_dev = distinct_devices([t.devices for t in tasks])
         self._members(need, member_dev,
-                      np.fromiter((t.step for t in tasks), dtype=np.int64, count=n))
+                      np.fromiter(map(_STEP, tasks), dtype=np.int64, count=n))
 
     @classmethod
     def of_members(cls, need: np.ndarray, member_dev: np.ndarray,
@@ -201,16 +205,28 @@ def distinct_devices(devs: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarra
     n = len(devs)
     lens = np.fromiter(map(len, devs), dtype=np.int64, count=n)
     total = int(lens.sum())
+    flat = np.fromiter(itertools.chain.from_iterable(devs), dtype=np.int64, count=total)
     if total < ARRAY_MEMBERS:
+        if not _repeats(flat, lens):  # each task's devices distinct: as they are
+            return lens, flat
         firsts = [dict.fromkeys(d) for d in devs]  # distinct, in order
         need = np.fromiter(map(len, firsts), dtype=np.int64, count=n)
         return need, np.fromiter(itertools.chain.from_iterable(firsts), dtype=np.int64,
                                  count=int(need.sum()))
-    flat = np.fromiter(itertools.chain.from_iterable(devs), dtype=np.int64, count=total)
     ndev = int(flat.max()) + 1
     keys = np.repeat(np.arange(n, dtype=np.int64) * ndev, lens) + flat
     task, dev = np.divmod(distinct(keys, n * ndev), ndev)
     return np.bincount(task, minlength=n), dev
+
+
+def _repeats(flat: np.ndarray, lens: np.ndarray) -> bool:
+    """Whether some task lists a device twice (``flat``: every task's devices in turn,
+    ``lens`` of them a task): a sort of the (task, device) keys, two equal neighbours."""
+    if len(flat) < 2:
+        return False
+    keys = np.repeat(np.arange(len(lens), dtype=np.int64) * (int(flat.max()) + 1), lens) + flat
+    keys.sort()
+    return bool((keys[1:] == keys[:-1]).any())
 
 
 def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
