@@ -287,8 +287,7 @@ def fuses_some(search: Search) -> bool:
 def _point_to_point(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
     """A broadcast plan with relays (chains, trees) planned again as point-to-point sends
     (each receiver its own copy from a holder), for :func:`within_relay_gain`."""
-    if search.strategy is not Strategy.BROADCAST or all(
-            len(t.receivers) < 2 for t in start.tasks):  # no relays to replace
+    if not _relays(search, start):  # no relays to replace
         return
     got = search.build(search.tensors, search.cluster, Strategy.SEND_RECV, fan_out=False,
                        limit=COMPARE_UP_TO)
@@ -299,18 +298,26 @@ def _point_to_point(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]
 def _point_to_point_floor(search: Search, start: ReshardPlan) -> float:
     """No point-to-point plan of the request beats its ``send_recv`` slices' floor
     (where the search knows it; else 0, and the bound decides)."""
-    if search.floor_of is None or search.strategy is not Strategy.BROADCAST or all(
-            len(t.receivers) < 2 for t in start.tasks):  # no candidate: nothing to cut
-        return 0.0
+    if search.floor_of is None or not _relays(search, start):  # no candidate: nothing
+        return 0.0  # to cut
     return search.floor_of(Strategy.SEND_RECV)
 
 
 def _point_to_point_ruled_out(search: Search, start: ReshardPlan,
                               keeps: Callable[[float], bool]) -> bool:
-    """The copies the hosts send out in every point-to-point plan already not kept
+    """No relays to replace (no candidate: its send floor is not found), or the copies
+    the hosts send out in every point-to-point plan already not kept
     (:attr:`Search.sends_floor`, no higher than :func:`_point_to_point_floor`, which
     is then neither found nor needed: its slices are not cut)."""
-    return search.sends_floor is not None and not keeps(search.sends_floor())
+    return not _relays(search, start) or (search.sends_floor is not None
+                                          and not keeps(search.sends_floor()))
+
+
+def _relays(search: Search, start: ReshardPlan) -> bool:
+    """Whether ``point-to-point`` has a candidate: a broadcast plan with a relay (a
+    task of two or more receivers, which its sends would replace)."""
+    return search.strategy is Strategy.BROADCAST and any(
+        len(t.receivers) >= 2 for t in start.tasks)
 
 
 def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
