@@ -42,11 +42,18 @@ MEMO_NICS = 256
 """The most NICs whose loads key a chain :meth:`Loads.relay_chain` remembers."""
 
 
+INDEX_RANKS = 12
+"""Values from which :func:`_ranks` looks each up in a table (fewer: its place in the
+sorted distinct values, found by a scan that costs less than the table's build)."""
+
+
 def _ranks(values: tuple[float, ...]) -> tuple[int, ...]:
     """Each value's dense rank among ``values`` (the same comparisons, ties included,
-    as the values themselves)."""
-    rank = {v: i for i, v in enumerate(sorted(set(values)))}
-    return tuple(map(rank.__getitem__, values))
+    as the values themselves): its place among the sorted distinct values."""
+    distinct = sorted(set(values))
+    if len(values) <= INDEX_RANKS:
+        return tuple(map(distinct.index, values))
+    return tuple(map(dict(zip(distinct, range(len(distinct)))).__getitem__, values))
 
 
 Reader = Callable[[dict[int, float]], tuple[float, ...]]

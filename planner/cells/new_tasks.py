@@ -57,6 +57,30 @@ def new_task(kind: TaskKind, tensor: int, box: Box, root: int, receivers: tuple[
     return t
 
 
+def tree_task(task: Task, box: Box, receivers: tuple[int, ...], nbytes: int,
+              through: tuple[int, ...], parents: tuple[int, ...]) -> Task:
+    """``Task(task.kind, task.tensor, box, task.root, receivers, nbytes, task.step,
+    task.source, task.pieces, through, parents, task.addends, task.addend_parents)``
+    (``task`` reshaped into a tree, :mod:`~reshard.planner.cells.trees`) without the
+    frozen dataclass's ``__init__``: every slot set by its descriptor, in the fields'
+    order, to the same values."""
+    t = _new(Task)
+    _set_kind(t, task.kind)
+    _set_tensor(t, task.tensor)
+    _set_box(t, box)
+    _set_root(t, task.root)
+    _set_receivers(t, receivers)
+    _set_nbytes(t, nbytes)
+    _set_step(t, task.step)
+    _set_source(t, task.source)
+    _set_pieces(t, task.pieces)
+    _set_through(t, through)
+    _set_parents(t, parents)
+    _set_addends(t, task.addends)
+    _set_addend_parents(t, task.addend_parents)
+    return t
+
+
 def broadcast_runs_tasks(run: Sequence[tuple[Cell, int, int, int]], roots: Sequence[int],
                          chains: Sequence[tuple[int, ...]], nbytes: Sequence[int]
                          ) -> list[list[Task]]:
@@ -104,4 +128,5 @@ def _broadcasts(tensors: Iterable[int], boxes: Iterable[Box], steps: Iterable[in
     return out
 
 
-__all__ = ["SETTERS", "TASK_FIELDS", "broadcast_rows_tasks", "broadcast_runs_tasks", "new_task"]
+__all__ = ["SETTERS", "TASK_FIELDS", "broadcast_rows_tasks", "broadcast_runs_tasks", "new_task",
+           "tree_task"]

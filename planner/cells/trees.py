@@ -30,6 +30,7 @@ from reshard.layout import box_size
 from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cells.chain_cuts import Chain, Cut, Form, chain_of, cut, cut_all
 from reshard.planner.cells.chain_cuts import Segments as Segments  # noqa: PLC0414 (re-exported)
+from reshard.planner.cells.new_tasks import tree_task
 from reshard.planner.values.tasks import Task, TaskKind
 
 MIN_HOSTS = 3
@@ -271,17 +272,19 @@ class _Call:
         got = self.trees.get(id(chain))
         trees = got[1] if got is not None and got[0] is chain else \
             self.trees_of(task, chain, ranges)
-        boxes = split_box(task.box, 2) if len(trees) == 2 else (task.box,)
-        whole = box_size(task.box)
+        box = task.box
+        whole = box_size(box)
         itemsize = task.nbytes // whole if whole else 0
+        if len(trees) != 2:  # one tree: the whole box
+            ((parents, receivers, keep_through),) = trees
+            nbytes = whole * itemsize
+            return [tree_task(task, box, receivers, nbytes, keep_through, parents)] \
+                if nbytes else []
         out: list[Task] = []
-        for box, (parents, receivers, keep_through) in zip(boxes, trees):
-            nbytes = box_size(box) * itemsize
-            if nbytes == 0:
-                continue
-            out.append(Task(task.kind, task.tensor, box, task.root, receivers, nbytes,
-                            task.step, task.source, task.pieces, keep_through, parents,
-                            task.addends, task.addend_parents))  # replace(), built directly
+        for half, (parents, receivers, keep_through) in zip(split_box(box, 2), trees):
+            nbytes = box_size(half) * itemsize
+            if nbytes:
+                out.append(tree_task(task, half, receivers, nbytes, keep_through, parents))
         return out
 
 
@@ -361,5 +364,10 @@ def reshapes(tasks: Iterable[Task], host: Callable[[int], int],
     (``memo``: as :func:`treeify`'s)."""
     form = parse_choice(HostShape, shape, "host shape")
     applies, broadcast = _APPLIES[form], TaskKind.BROADCAST
-    return any(t.kind is broadcast and not t.parents and applies(cut(t, host, memo))
-               for t in tasks)  # _applies, inline
+    found = {} if memo is None else memo
+    for t in tasks:  # _applies, inline (most tasks are sends); a cut found, read
+        if t.kind is broadcast and not t.parents:
+            got = found.get(id(t))
+            if applies(cut(t, host, memo) if got is None else got[1]):
+                return True
+    return False
