@@ -199,11 +199,29 @@ def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],
         if isinstance(cells, CellTable):
             held = np.array([bool(s) for s in cells.holder_sets], dtype=bool)
             return cells, np.where(held[cells.holder], step, 0).astype(np.int64)
-        return cells, [step if c.holders else 0 for c in cells]
+        steps = [step if c.holders else 0 for c in cells]
+        return _as_rows(cells, steps, len(shape)) if table else (cells, steps)
     stepped = [(c, step) for step, part in by_step.items()
                for c in decompose(shape, part, needers, held_only=True)]
     stepped.sort(key=lambda cs: cs[0].box)
-    return [c for c, _ in stepped], [s for _, s in stepped]
+    got, steps = [c for c, _ in stepped], [s for _, s in stepped]
+    return _as_rows(got, steps, len(shape)) if table else (got, steps)
+
+
+def _as_rows(cells: list[Cell], steps: list[int], ndim: int
+             ) -> tuple[list[Cell] | CellTable, list[int] | np.ndarray]:
+    """``cells`` and ``steps`` as a :class:`~reshard.planner.cells.decompose.CellTable`
+    and an array where half or more of the cells go point to point (one holder, one
+    needer, another device: :func:`_mostly_point_to_point` of their table, counted on
+    the cells), else as they are."""
+    p2p = 0
+    for c in cells:
+        h, n = c.holders, c.needers
+        if len(h) == 1 and len(n) == 1 and h != n:
+            p2p += 1
+    if not cells or 2 * p2p < len(cells):
+        return cells, steps
+    return CellTable.from_cells(cells, ndim), np.array(steps, dtype=np.int64)
 
 
 def _one_holder_broadcasts(table: CellTable) -> bool:
