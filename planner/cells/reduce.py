@@ -212,16 +212,13 @@ def _as_rows(cells: list[Cell], steps: list[int], ndim: int
              ) -> tuple[list[Cell] | CellTable, list[int] | np.ndarray]:
     """``cells`` and ``steps`` as a :class:`~reshard.planner.cells.decompose.CellTable`
     and an array where half or more of the cells go point to point (one holder, one
-    needer, another device: :func:`_mostly_point_to_point` of their table, counted on
-    the cells), else as they are."""
-    p2p = 0
-    for c in cells:
-        h, n = c.holders, c.needers
-        if len(h) == 1 and len(n) == 1 and h != n:
-            p2p += 1
-    if not cells or 2 * p2p < len(cells):
+    needer, another device: :func:`_mostly_point_to_point`), else as they are."""
+    if not cells:
         return cells, steps
-    return CellTable.from_cells(cells, ndim), np.array(steps, dtype=np.int64)
+    table = CellTable.from_cells(cells, ndim)
+    if not _mostly_point_to_point(table):
+        return cells, steps
+    return table, np.array(steps, dtype=np.int64)
 
 
 def _one_holder_broadcasts(table: CellTable) -> bool:

@@ -129,3 +129,34 @@ def test_plans_and_estimates_are_the_cell_list_s(name, monkeypatch):
     assert any(taken)
     monkeypatch.setattr(reduce, "_as_rows", lambda cells, steps, ndim: (cells, steps))
     assert got == _answers(requests, cluster)
+
+
+def _table_oracle(cells, ndim):
+    """CellTable.from_cells as it was: the boxes through np.array, sizes by np.prod."""
+    bounds = np.array([c.box for c in cells], dtype=np.int64).reshape(len(cells), ndim, 2)
+    lo, hi = bounds[:, :, 0], bounds[:, :, 1]
+    hold, need = {}, {}
+    holder = [hold.setdefault(c.holders, len(hold)) for c in cells]
+    needer = [need.setdefault(c.needers, len(need)) for c in cells]
+    return lo, hi, np.prod(hi - lo, axis=1), holder, needer, tuple(hold), tuple(need)
+
+
+@pytest.mark.parametrize("ndim", [0, 1, 2, 3])
+@pytest.mark.parametrize("seed", range(6))
+def test_a_table_from_cells_is_the_oracle_s(ndim, seed):
+    rng = random.Random(seed * 10 + ndim)
+    cells = []
+    for _ in range(rng.choice([0, 1, 7, 60])):
+        box = []
+        for _ in range(ndim):
+            lo = rng.randrange(1 << 24)
+            box.append((lo, lo + rng.choice([1, 2, 5, 1 << 20])))
+        cells.append(Cell(tuple(box), frozenset(rng.sample(range(9), rng.randint(0, 2))),
+                          frozenset(rng.sample(range(9), rng.randint(1, 3)))))
+    got = CellTable.from_cells(cells, ndim)
+    lo, hi, size, holder, needer, hold, need = _table_oracle(cells, ndim)
+    assert got.lo.tolist() == lo.tolist() and got.hi.tolist() == hi.tolist()
+    assert got.size.tolist() == size.tolist() == [c.size for c in cells]
+    assert got.holder.tolist() == holder and got.needer.tolist() == needer
+    assert (got.holder_sets, got.needer_sets) == (hold, need)
+    assert got.cells() == cells
