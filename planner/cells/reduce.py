@@ -221,6 +221,23 @@ def _as_rows(cells: list[Cell], steps: list[int], ndim: int
     return table, np.array(steps, dtype=np.int64)
 
 
+def point_rows(table: CellTable) -> tuple[int, list[Cell]]:
+    """How many of ``table``'s rows go point to point (one holder, one needer, another
+    device: a work list keeps them as columns, never split), and the other rows as
+    cells, in order (those it plans as cells)."""
+    root, recv = _singles(table.holder_sets)[table.holder], \
+        _singles(table.needer_sets)[table.needer]
+    p2p = (root >= 0) & (recv >= 0) & (root != recv)
+    return int(p2p.sum()), table.cells(np.flatnonzero(~p2p))
+
+
+def _singles(sets: tuple[frozenset[int], ...]) -> np.ndarray:
+    """Per set its one member, -1 where it has none or several (and -1 after the
+    last)."""
+    return np.array([next(iter(s)) if len(s) == 1 else -1 for s in sets] + [-1],
+                    dtype=np.int64)
+
+
 def _one_holder_broadcasts(table: CellTable) -> bool:
     """Whether every row of ``table`` goes from one holder to two or more needers (none
     point to point: a work list keeps them as a table's rows)."""
@@ -233,9 +250,6 @@ def _one_holder_broadcasts(table: CellTable) -> bool:
 def _mostly_point_to_point(table: CellTable) -> bool:
     """Whether half or more of ``table``'s rows go point to point (one holder, one
     needer, another device: a work list keeps them as columns)."""
-    def single(sets: tuple[frozenset[int], ...]) -> np.ndarray:
-        return np.array([next(iter(s)) if len(s) == 1 else -1 for s in sets] + [-1],
-                        dtype=np.int64)
-
-    root, recv = single(table.holder_sets)[table.holder], single(table.needer_sets)[table.needer]
+    root, recv = _singles(table.holder_sets)[table.holder], \
+        _singles(table.needer_sets)[table.needer]
     return 2 * int(((root >= 0) & (recv >= 0) & (root != recv)).sum()) >= len(table)

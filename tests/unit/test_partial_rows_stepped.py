@@ -18,6 +18,7 @@ from reshard.planner.cells.decompose import Cell, CellTable, devices_by_box
 from reshard.planner.cuts import balance_piece
 from reshard.planner.estimates import CostCache, estimate_many
 from reshard.planner.plan import make_tensor_spec, plan_many
+from reshard.planner.schedule import work
 
 CLUSTERS = {"dgx": Cluster.preset("dgx-h100", 8),
             "regular": Cluster.regular(8, 8, nic_bandwidth=1e9, intra_bandwidth=4e9,
@@ -160,3 +161,15 @@ def test_a_table_from_cells_is_the_oracle_s(ndim, seed):
     assert got.holder.tolist() == holder and got.needer.tolist() == needer
     assert (got.holder_sets, got.needer_sets) == (hold, need)
     assert got.cells() == cells
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_point_rows_are_the_work_list_s_columns(seed):
+    """reduce.point_rows: the rows a work list keeps as columns (work._point_to_point)
+    counted, the others as their cells in order."""
+    rng = random.Random(seed)
+    table = CellTable.from_cells(_random_cells(rng, rng.choice([1, 3, 30])), 2)
+    root, _ = work._point_to_point(table)
+    count, rest = reduce.point_rows(table)
+    assert count == int((root >= 0).sum())
+    assert rest == table.cells(np.flatnonzero(root < 0))
