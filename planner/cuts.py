@@ -20,6 +20,7 @@ from reshard.layout import Box, Layout, box_size, chunk_size
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.cell_tasks import CELL_PLANNERS, fan_out, split_box, split_dim
 from reshard.planner.cells.decompose import (
+    CELLS_FROM,
     TABLE_FROM,
     Cell,
     CellTable,
@@ -27,7 +28,7 @@ from reshard.planner.cells.decompose import (
     decompose_table,
     devices_by_box,
 )
-from reshard.planner.cells.reduce import decompose_pieces, reduce_sources
+from reshard.planner.cells.reduce import decompose_pieces, point_rows, reduce_sources
 from reshard.planner.schedule.send_columns import OrderedTasks
 from reshard.planner.schedule.work import Splitter, WorkList
 from reshard.planner.values.strategy import Strategy
@@ -174,15 +175,18 @@ def least_tasks(cut: Cut, cluster: Cluster, strat: Strategy, itemsizes: Sequence
     """:meth:`Slices.least_tasks` of ``strat``'s slices of ``cut`` (:func:`cut_slices`
     with these arguments), counted before they are cut: a cell that ``broadcast``
     splits for balance counts once a non-empty piece (each piece has the cell's holders
-    and needers), no piece built. None where a tensor's cells are a table (not counted
-    here)."""
+    and needers), no piece built. None where a tensor's cells are a table of
+    :data:`CELLS_FROM` rows or more (not counted here)."""
     point_to_point = strat is Strategy.SEND_RECV
     min_piece = balance_piece(cluster, fine)
     cells = 0
     known: dict[tuple[frozenset[int], frozenset[int]], int] = {}  # by holders, needers
     for per_tensor, item in zip(cut.cells, itemsizes):
-        if isinstance(per_tensor, CellTable):
-            return None
+        if isinstance(per_tensor, CellTable):  # a small one: its columns, then its cells
+            if len(per_tensor) >= CELLS_FROM:
+                return None
+            rows, per_tensor = point_rows(per_tensor)
+            cells += rows
         pieces = _piece_count(item, cut.loads, min_piece) if strat is Strategy.BROADCAST \
             else None
         for cell in per_tensor:

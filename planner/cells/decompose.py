@@ -293,13 +293,17 @@ class CellTable:
     @classmethod
     def from_cells(cls, cells: list[Cell], ndim: int) -> CellTable:
         """The table of ``cells`` (in their order)."""
-        bounds = np.array([c.box for c in cells], dtype=np.int64).reshape(len(cells), ndim, 2)
+        flat = itertools.chain.from_iterable(itertools.chain.from_iterable(
+            [c.box for c in cells]))  # read at once, not as nested sequences
+        bounds = np.fromiter(flat, dtype=np.int64, count=2 * ndim * len(cells)
+                             ).reshape(len(cells), ndim, 2)
         holder_ids: dict[frozenset[int], int] = {}
         needer_ids: dict[frozenset[int], int] = {}
         holder = [holder_ids.setdefault(c.holders, len(holder_ids)) for c in cells]
         needer = [needer_ids.setdefault(c.needers, len(needer_ids)) for c in cells]
         lo, hi = bounds[:, :, 0], bounds[:, :, 1]
-        return cls(lo, hi, np.prod(hi - lo, axis=1), np.array(holder, dtype=np.int64),
+        size = _volumes(hi - lo) if ndim else np.prod(hi - lo, axis=1)
+        return cls(lo, hi, size, np.array(holder, dtype=np.int64),
                    np.array(needer, dtype=np.int64), tuple(holder_ids), tuple(needer_ids))
 
 

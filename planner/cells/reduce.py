@@ -199,11 +199,43 @@ def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],
         if isinstance(cells, CellTable):
             held = np.array([bool(s) for s in cells.holder_sets], dtype=bool)
             return cells, np.where(held[cells.holder], step, 0).astype(np.int64)
-        return cells, [step if c.holders else 0 for c in cells]
+        steps = [step if c.holders else 0 for c in cells]
+        return _as_rows(cells, steps, len(shape)) if table else (cells, steps)
     stepped = [(c, step) for step, part in by_step.items()
                for c in decompose(shape, part, needers, held_only=True)]
     stepped.sort(key=lambda cs: cs[0].box)
-    return [c for c, _ in stepped], [s for _, s in stepped]
+    got, steps = [c for c, _ in stepped], [s for _, s in stepped]
+    return _as_rows(got, steps, len(shape)) if table else (got, steps)
+
+
+def _as_rows(cells: list[Cell], steps: list[int], ndim: int
+             ) -> tuple[list[Cell] | CellTable, list[int] | np.ndarray]:
+    """``cells`` and ``steps`` as a :class:`~reshard.planner.cells.decompose.CellTable`
+    and an array where half or more of the cells go point to point (one holder, one
+    needer, another device: :func:`_mostly_point_to_point`), else as they are."""
+    if not cells:
+        return cells, steps
+    table = CellTable.from_cells(cells, ndim)
+    if not _mostly_point_to_point(table):
+        return cells, steps
+    return table, np.array(steps, dtype=np.int64)
+
+
+def point_rows(table: CellTable) -> tuple[int, list[Cell]]:
+    """How many of ``table``'s rows go point to point (one holder, one needer, another
+    device: a work list keeps them as columns, never split), and the other rows as
+    cells, in order (those it plans as cells)."""
+    root, recv = _singles(table.holder_sets)[table.holder], \
+        _singles(table.needer_sets)[table.needer]
+    p2p = (root >= 0) & (recv >= 0) & (root != recv)
+    return int(p2p.sum()), table.cells(np.flatnonzero(~p2p))
+
+
+def _singles(sets: tuple[frozenset[int], ...]) -> np.ndarray:
+    """Per set its one member, -1 where it has none or several (and -1 after the
+    last)."""
+    return np.array([next(iter(s)) if len(s) == 1 else -1 for s in sets] + [-1],
+                    dtype=np.int64)
 
 
 def _one_holder_broadcasts(table: CellTable) -> bool:
@@ -218,9 +250,6 @@ def _one_holder_broadcasts(table: CellTable) -> bool:
 def _mostly_point_to_point(table: CellTable) -> bool:
     """Whether half or more of ``table``'s rows go point to point (one holder, one
     needer, another device: a work list keeps them as columns)."""
-    def single(sets: tuple[frozenset[int], ...]) -> np.ndarray:
-        return np.array([next(iter(s)) if len(s) == 1 else -1 for s in sets] + [-1],
-                        dtype=np.int64)
-
-    root, recv = single(table.holder_sets)[table.holder], single(table.needer_sets)[table.needer]
+    root, recv = _singles(table.holder_sets)[table.holder], \
+        _singles(table.needer_sets)[table.needer]
     return 2 * int(((root >= 0) & (recv >= 0) & (root != recv)).sum()) >= len(table)
