@@ -314,7 +314,7 @@ def cut_slices(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strateg
         elif isinstance(after, np.ndarray):  # a table's steps: never beside a cell list
             raise TypeError("a list of cells came with a table's steps")
         else:
-            work.add_cells(i, cells, itemsizes[i], after, split)
+            work.add_cells(i, cells, itemsizes[i], after, split, whole_below=2 * min_piece)
     return Slices(cluster, strat, work, list(cut.reduces), itemsizes)
 
 
