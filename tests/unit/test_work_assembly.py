@@ -1,7 +1,8 @@
 """Cheaper assembly of a work list (planner/schedule/work.py, planner/cuts.py) against
 the paths it replaces: add_cells with ``whole_below`` (cells the splitter would leave
 whole added without asking it; every cell whole: the lists extended at once) against
-the splitter asked for every cell, and the work list's host and NIC arrays against
+the splitter asked for every cell, a cell's pieces built by ``new_cell`` against the
+dataclass's constructor, and the work list's host and NIC arrays against
 the cluster's ``host_of`` / ``nic_of`` device by device (sparse, unordered ids too)."""
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import pytest
 from reshard.cluster import Cluster
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.decompose import Cell
-from reshard.planner.cuts import _splitter, balance_piece
+from reshard.layout import box_size
+from reshard.planner.cells.cell_tasks import split_box
+from reshard.planner.cuts import _split_in, _splitter, balance_piece
 from reshard.planner.schedule.work import WorkList
 from tests.unit._regular_clusters import regular_clusters
 
@@ -110,3 +113,22 @@ def test_whole_below_at_the_threshold(name, item, near):
     assert states[0] == states[1]
     split_up = rows * item >= 2 * min_piece
     assert (len(states[0][3]) > 5) is split_up
+
+
+BOXES = [((0, 100), (0, 8)), ((0, 3), (5, 6)), ((7, 9),), ((0, 5), (0, 2), (3, 4)),
+         ((0, 1), (0, 1)), ((10, 10), (0, 4)), ()]
+
+
+@pytest.mark.parametrize("box", BOXES)
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 7, 16])
+def test_split_pieces_are_the_constructors_cells(box, k):
+    """Every non-empty piece (trailing pieces of a short dim are empty), as the
+    dataclass builds it: the same fields, size and order; the whole cell below 2."""
+    cell = Cell(box, frozenset({0, 3}), frozenset({9}))
+    want = [cell] if k < 2 else [Cell(b, cell.holders, cell.needers)
+                                 for b in split_box(box, k) if box_size(b)]
+    got = _split_in(cell, k)
+    assert got == want
+    assert [(c.box, c.holders, c.needers, c.size) for c in got] == \
+        [(c.box, c.holders, c.needers, c.size) for c in want]
+    assert [vars(c) for c in got] == [vars(c) for c in want]
