@@ -12,10 +12,10 @@ import random
 import pytest
 
 from reshard.cluster import Cluster
-from reshard.planner.cells.balance import Loads
-from reshard.planner.cells.decompose import Cell
 from reshard.layout import box_size
+from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.cell_tasks import split_box
+from reshard.planner.cells.decompose import Cell
 from reshard.planner.cuts import _split_in, _splitter, balance_piece
 from reshard.planner.schedule.work import WorkList
 from tests.unit._regular_clusters import regular_clusters
