@@ -27,6 +27,7 @@ from reshard.planner.cells.decompose import (
     decompose,
     decompose_table,
     devices_by_box,
+    new_cell,
 )
 from reshard.planner.cells.reduce import decompose_pieces, point_rows, reduce_sources
 from reshard.planner.schedule.send_columns import OrderedTasks
@@ -53,8 +54,9 @@ def _split_in(cell: Cell, k: int) -> list[Cell]:
     """``cell`` cut into ``k`` pieces (:func:`split_box`; whole where ``k`` < 2)."""
     if k < 2:
         return [cell]
-    return [Cell(b, cell.holders, cell.needers) for b in split_box(cell.box, k)
-            if box_size(b)]
+    holders, needers = cell.holders, cell.needers  # new_cell: Cell's fields and size
+    pieces = [new_cell(b, holders, needers) for b in split_box(cell.box, k)]
+    return [piece for piece in pieces if piece.size]  # size: box_size of its box
 
 
 def _balance_pieces(cell: Cell, nbytes: int, loads: Loads, min_piece: int,
@@ -318,7 +320,7 @@ def cut_slices(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strateg
         elif isinstance(after, np.ndarray):  # a table's steps: never beside a cell list
             raise TypeError("a list of cells came with a table's steps")
         else:
-            work.add_cells(i, cells, itemsizes[i], after, split)
+            work.add_cells(i, cells, itemsizes[i], after, split, whole_below=2 * min_piece)
     return Slices(cluster, strat, work, list(cut.reduces), itemsizes)
 
 

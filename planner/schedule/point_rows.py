@@ -32,6 +32,11 @@ class PointColumns:
         return tuple(zip(flat[0::2], flat[1::2]))
 
 
+SAME_FROM = 4096
+"""Rows from which a column of one value is that value broadcast (:func:`_repeated`;
+below, writing it costs less than the view)."""
+
+
 class PointToPoint:
     """The point-to-point rows of a work list, added table by table."""
 
@@ -49,21 +54,32 @@ class PointToPoint:
         return np.arange(self.count - len(rows), self.count, dtype=np.int64)
 
     def columns(self) -> PointColumns:
-        """Every row added, column by column."""
+        """Every row added, column by column (a column of one value for every row, of
+        at least :data:`SAME_FROM` rows: that value broadcast, read only)."""
         parts = self._parts
-        width = 2 * max((p[1].lo.shape[1] for p in parts), default=0)
-        box = np.zeros((self.count, width), dtype=np.int64)
+        ndims = [p[1].lo.shape[1] for p in parts]
+        width = 2 * max(ndims, default=0)
+        padded = any(2 * nd < width for nd in ndims)  # padding stays zero
+        box = (np.zeros if padded else np.empty)((self.count, width), dtype=np.int64)
         at = 0
-        for _, table, rows, _, _, _ in parts:
-            nd = table.lo.shape[1]
+        for (_, table, rows, _, _, _), nd in zip(parts, ndims):
             box[at:at + len(rows), 0:2 * nd:2] = _rows_of(table.lo, rows)
             box[at:at + len(rows), 1:2 * nd:2] = _rows_of(table.hi, rows)
             at += len(rows)
-        return PointColumns(cat([np.full(len(p[2]), p[0], dtype=np.int64) for p in parts]),
+        sizes = [len(p[2]) for p in parts]
+        return PointColumns(_repeated([p[0] for p in parts], sizes),
                             cat([p[3] for p in parts]), cat([p[4] for p in parts]),
-                            cat([p[5] for p in parts]), box,
-                            cat([np.full(len(p[2]), p[1].lo.shape[1], dtype=np.int64)
-                                 for p in parts]))
+                            cat([p[5] for p in parts]), box, _repeated(ndims, sizes))
+
+
+def _repeated(values: list[int], sizes: list[int]) -> np.ndarray:
+    """``values[i]`` ``sizes[i]`` times each, one after another: where every part's
+    value is one and the rows are many (:data:`SAME_FROM`), that value broadcast (read
+    only, no array of its rows written)."""
+    total = sum(sizes)
+    if total >= SAME_FROM and len(set(values)) == 1:
+        return np.broadcast_to(np.int64(values[0]), (total,))
+    return cat([np.full(n, v, dtype=np.int64) for v, n in zip(values, sizes)])
 
 
 def _rows_of(corners: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -44,6 +45,8 @@ Splitter = Callable[[Cell, int], list[Cell]]
 it cuts a cell is decided by the cell's holders, needers and bytes alone (the cell
 itself, ``[cell]``, where whole)."""
 
+_SIZE = attrgetter("size")
+
 BULK_FLUSH = 32
 """Below this many point-to-point slices, charge them one by one (numpy's fixed cost)."""
 
@@ -61,12 +64,7 @@ class WorkList:
     def __init__(self, cluster: Cluster, loads: Loads) -> None:
         self.cluster = cluster
         self.loads = loads
-        size = max(cluster.devices, default=-1) + 1
-        self._host = np.zeros(size, dtype=np.int64)
-        self._nic = np.zeros(size, dtype=np.int64)
-        for d in cluster.devices:
-            self._host[d] = cluster.host_of(d)
-            self._nic[d] = cluster.nic_of(d)
+        self._host, self._nic = _device_arrays(cluster)
         # every slice, in the order added: its bytes, the step it may start at, and
         # where it is (>= 0: a point-to-point row; < 0: general cell -1 - ref); chunks
         # of arrays, and the slices added since the last chunk as lists
@@ -93,12 +91,16 @@ class WorkList:
 
     # ----- adding slices -------------------------------------------------------------
     def add_cells(self, tensor: int, cells: Sequence[Cell], itemsize: int,
-                  after: Sequence[int], split: Splitter | None) -> None:
+                  after: Sequence[int], split: Splitter | None, whole_below: int = 0) -> None:
         """Add ``cells`` of tensor ``tensor``; ``after[i]``: the step cell ``i`` may start
-        at; ``split`` (if any) cuts a cell into pieces planned separately."""
+        at; ``split`` (if any) cuts a cell into pieces planned separately, except a cell
+        of fewer than ``whole_below`` bytes, which it would leave whole (not asked)."""
         general = self.general
         if after:
             self._last_step[tensor] = max(self._last_step.get(tensor, 0), max(after))
+        if split is not None and cells and \
+                max(map(_SIZE, cells)) * itemsize < whole_below:
+            split = None  # every cell whole, as split would leave it
         if split is None:  # one slice a cell: the same lists, extended at once
             n, start = min(len(cells), len(after)), len(general)
             if n < len(cells) or n < len(after):  # as zip pairs them
@@ -110,7 +112,8 @@ class WorkList:
             return
         nbytes, afters, refs = self._nbytes, self._after, self._ref
         for cell, af in zip(cells, after):
-            for piece in split(cell, cell.size * itemsize):
+            nb = cell.size * itemsize  # under whole_below: whole, as split would leave it
+            for piece in (split(cell, nb) if nb >= whole_below else (cell,)):
                 nbytes.append(piece.size * itemsize)
                 afters.append(af)
                 refs.append(-1 - len(general))
@@ -442,6 +445,17 @@ class WorkList:
         in_order`)."""
         return in_order(objects, obj_seq, p2p, p_seq, p_step, self._host, self.cluster,
                         known, kept)
+
+
+def _device_arrays(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """Each device's host and NIC (:meth:`Cluster.host_of`, :meth:`Cluster.nic_of`),
+    indexed by device id (0 for an id not in the cluster)."""
+    devices = list(cluster.devices)
+    size = max(devices, default=-1) + 1
+    host, nic = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
+    host[devices] = list(map(cluster.host_map.__getitem__, devices))
+    nic[devices] = list(map(cluster.nic_map.__getitem__, devices))
+    return host, nic
 
 
 def largest_first(nbytes: np.ndarray) -> np.ndarray | None:
