@@ -208,29 +208,44 @@ def same_slices(coarse: Cut, fine: Cut, cluster: Cluster, strat: Strategy,
     to be those of the ``coarse`` one (:func:`cut_slices` of each, their signatures
     equal): the same reductions, the same cells and steps, and, under ``broadcast``,
     each cell cut into the same pieces by both cuts' balance pieces. False where that
-    is not shown (a table's cells are not compared here), not a proof of a difference."""
+    is not shown (tables compared column by column), not a proof of a difference."""
     if coarse.reduces != fine.reduces:
         return False
     for a, b, after_a, after_b in zip(coarse.cells, fine.cells, coarse.after, fine.after):
-        if isinstance(a, CellTable) or isinstance(b, CellTable) or \
-                isinstance(after_a, np.ndarray) or isinstance(after_b, np.ndarray):
+        if isinstance(a, CellTable) or isinstance(b, CellTable):
+            if not (isinstance(a, CellTable) and isinstance(b, CellTable)
+                    and _same_table(a, b)):
+                return False
+        elif a is not b and a != b:
             return False
-        if (a is not b and a != b) or (after_a is not after_b and
-                                       list(after_a) != list(after_b)):
+        if after_a is not after_b and not _same_steps(after_a, after_b):
             return False
     if strat is not Strategy.BROADCAST:
         return True  # cut only for balance under broadcast
     small, least = balance_piece(cluster), balance_piece(cluster, True)
     for cells, item in zip(coarse.cells, itemsizes):
-        if isinstance(cells, CellTable):  # ruled out above: for the type checker
-            return False
         whole, finer = _pieces(item, coarse.loads, small), _pieces(item, fine.loads, least)
-        for cell in cells:
+        for cell in (cells.cells() if isinstance(cells, CellTable) else cells):
             nbytes = cell.size * item
             k, j = whole(cell, nbytes), finer(cell, nbytes)
             if k != j and _piece_boxes(cell.box, k) != _piece_boxes(cell.box, j):
                 return False
     return True
+
+
+def _same_steps(a: Any, b: Any) -> bool:
+    """Whether two cells' steps (lists, or a table's array) are equal."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+    return list(a) == list(b)
+
+
+def _same_table(a: CellTable, b: CellTable) -> bool:
+    """Whether two tables hold the same cells in the same order (same columns and sets)."""
+    return a is b or (a.holder_sets == b.holder_sets and a.needer_sets == b.needer_sets
+                      and all(np.array_equal(x, y) for x, y in
+                              ((a.lo, b.lo), (a.hi, b.hi), (a.holder, b.holder),
+                               (a.needer, b.needer))))
 
 
 def _piece_boxes(box: Box, k: int) -> list[Box]:
