@@ -16,9 +16,9 @@ from reshard.planner.cells import reduce
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.decompose import Cell, CellTable, devices_by_box
 from reshard.planner.cuts import balance_piece
-from reshard.planner.estimates import CostCache, estimate_many
-from reshard.planner.plan import make_tensor_spec, plan_many
+from reshard.planner.plan import make_tensor_spec
 from reshard.planner.schedule import work
+from tests.unit.test_partial_table_rows import _answers  # estimates and both digests
 
 CLUSTERS = {"dgx": Cluster.preset("dgx-h100", 8),
             "regular": Cluster.regular(8, 8, nic_bandwidth=1e9, intra_bandwidth=4e9,
@@ -101,15 +101,6 @@ def _requests(cluster):
     for k, ((src, dst), shape) in enumerate(zip(MOVES, SHAPES * 3)):
         a, b = _layouts(src, dst, overlap=k % 2 == 1)
         out.append((shape, "bfloat16", a, b))
-    return out
-
-
-def _answers(requests, cluster):
-    out = []
-    for req in requests:
-        out.append(estimate_many([(*req, cluster)], cache=CostCache()))
-        for strategy in ("send_recv", "broadcast"):
-            out.append(plan_many([req], cluster=cluster, strategy=strategy).digest())
     return out
 
 

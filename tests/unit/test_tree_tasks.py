@@ -14,12 +14,11 @@ import random
 import pytest
 
 from reshard import Cluster
-from reshard.layout import box_size
 from reshard.planner.cells import chain_cuts, chain_memo, trees
-from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cells.new_tasks import TASK_FIELDS, tree_task
-from reshard.planner.cells.trees import TREE_FORMS, Intra
+from reshard.planner.cells.trees import TREE_FORMS
 from reshard.planner.values.tasks import Buffer, Task, TaskKind
+from tests.unit.test_tree_pickers import _loop  # each chain reshaped alone, by replace
 
 
 def _task(rng: random.Random, receivers: tuple[int, ...], root: int) -> Task:
@@ -50,25 +49,6 @@ def test_a_tree_task_is_the_replaced_task(seed):
         assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
         for name in TASK_FIELDS:
             assert getattr(got, name) is getattr(want, name), name
-
-
-def _loop(tasks: list[Task], host, intra: Intra, shape) -> tuple[Task, ...]:  # type: ignore[no-untyped-def]
-    """Each chain a shape reshapes, alone, from its own trees, by ``replace``."""
-    out: list[Task] = []
-    for t in tasks:
-        if t.kind is not TaskKind.BROADCAST or t.parents or not trees._APPLIES[shape](
-                chain_cuts.segments(t, host)):
-            out.append(t)
-            continue
-        found = trees._trees_of(t, host, intra, shape)
-        boxes = split_box(t.box, 2) if len(found) == 2 else (t.box,)
-        itemsize = t.nbytes // box_size(t.box) if box_size(t.box) else 0
-        for box, (parents, receivers, through) in zip(boxes, found):
-            if box_size(box) * itemsize:
-                out.append(dataclasses.replace(t, box=box, receivers=receivers,
-                                               nbytes=box_size(box) * itemsize,
-                                               through=through, parents=parents))
-    return tuple(out)
 
 
 def _plan(rng: random.Random, cluster: Cluster) -> list[Task]:
