@@ -130,6 +130,16 @@ def _hop(a: int, b: int, cluster: Cluster) -> Hop:
         (*ends, nic[a] * 8 + KIND_CODE[NIC_OUT], nic[b] * 8 + KIND_CODE[NIC_IN])
 
 
+def _send_route(task: Task, cluster: Cluster, hops: Hops) -> tuple[Path, float]:
+    """A send's route without shared bandwidth: its one edge's hop (read from ``hops``,
+    found and kept there once)."""
+    edge = (task.root, task.receivers[0])
+    hop = hops.get(edge)
+    if hop is None:
+        hop = hops[edge] = _hop(*edge, cluster)
+    return Path(hop[0], hop[3]), hop[1]
+
+
 def _links_path(task: Task, cluster: Cluster, hops: Hops
                 ) -> Route:
     """:func:`task_path` without the cluster's shared bandwidth."""
@@ -151,11 +161,7 @@ def _links_path(task: Task, cluster: Cluster, hops: Hops
     if task.kind is TaskKind.ALLREDUCE:
         return _ring_path(task, cluster)
     if task.kind is TaskKind.SEND:  # one edge: its hop alone (an all-to-all's every task)
-        edge = (task.root, task.receivers[0])
-        hop = hops.get(edge)
-        if hop is None:
-            hop = hops[edge] = _hop(*edge, cluster)
-        return Path(hop[0], hop[3]), hop[1]
+        return _send_route(task, cluster, hops)
     senders, receivers = edge_lists(task)
     if len(senders) < ARRAY_EDGES:
         return _hops_path(list(zip(senders, receivers)), task, cluster, hops)
@@ -365,7 +371,6 @@ def _find(tasks: Sequence[Task], todo: dict[tuple[object, ...], int], riders: se
     if step is not None and len(tasks) >= RELABEL_BATCH:
         _relabel_batch(items, step, cluster, hops, known, tried)
     plain_sends = not cluster.shared_bandwidth
-    get, put = hops.get, hops.setdefault
     for key, i in todo.items():
         if key in known:  # found by a batch
             continue
@@ -376,9 +381,7 @@ def _find(tasks: Sequence[Task], todo: dict[tuple[object, ...], int], riders: se
                 relabeled_or_own(t, key, step, _finder(t, cluster, hops),
                                  (hops.forms(), hops.chains(), hops.ones()), tried)
         elif t.kind is TaskKind.SEND and plain_sends:  # _links_path's send: its hop
-            edge = (t.root, t.receivers[0])
-            hop = get(edge) or put(edge, _hop(*edge, cluster))  # a hop is never empty
-            known[key] = (Path(hop[0], hop[3]), hop[1])
+            known[key] = _send_route(t, cluster, hops)
         else:
             path, lat = task_path(t, cluster, hops, rides=i in riders)
             known[key] = (path if isinstance(path, Path) else Path(path), lat)
