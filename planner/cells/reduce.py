@@ -225,10 +225,16 @@ def point_rows(table: CellTable) -> tuple[int, list[Cell]]:
     """How many of ``table``'s rows go point to point (one holder, one needer, another
     device: a work list keeps them as columns, never split), and the other rows as
     cells, in order (those it plans as cells)."""
+    p2p = _point_mask(table)
+    return int(p2p.sum()), table.cells(np.flatnonzero(~p2p))
+
+
+def _point_mask(table: CellTable) -> np.ndarray:
+    """Per row of ``table`` whether it goes point to point (one holder, one needer,
+    another device)."""
     root, recv = _singles(table.holder_sets)[table.holder], \
         _singles(table.needer_sets)[table.needer]
-    p2p = (root >= 0) & (recv >= 0) & (root != recv)
-    return int(p2p.sum()), table.cells(np.flatnonzero(~p2p))
+    return (root >= 0) & (recv >= 0) & (root != recv)
 
 
 def _singles(sets: tuple[frozenset[int], ...]) -> np.ndarray:
@@ -250,6 +256,4 @@ def _one_holder_broadcasts(table: CellTable) -> bool:
 def _mostly_point_to_point(table: CellTable) -> bool:
     """Whether half or more of ``table``'s rows go point to point (one holder, one
     needer, another device: a work list keeps them as columns)."""
-    root, recv = _singles(table.holder_sets)[table.holder], \
-        _singles(table.needer_sets)[table.needer]
-    return 2 * int(((root >= 0) & (recv >= 0) & (root != recv)).sum()) >= len(table)
+    return 2 * int(_point_mask(table).sum()) >= len(table)
