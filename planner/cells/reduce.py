@@ -234,7 +234,8 @@ def _point_mask(table: CellTable) -> np.ndarray:
     another device)."""
     root, recv = _singles(table.holder_sets)[table.holder], \
         _singles(table.needer_sets)[table.needer]
-    return (root >= 0) & (recv >= 0) & (root != recv)
+    mask: np.ndarray = (root >= 0) & (recv >= 0) & (root != recv)
+    return mask
 
 
 def _singles(sets: tuple[frozenset[int], ...]) -> np.ndarray:
