@@ -26,6 +26,7 @@ from reshard.planner.cells.decompose import Cell, CellTable
 from reshard.planner.cells.expect_runs import expect_coded
 from reshard.planner.cells.set_codes import first_order
 from reshard.planner.schedule.broadcast_columns import BroadcastColumns
+from reshard.planner.schedule.device_arrays import device_arrays
 from reshard.planner.schedule.order import PHASE, OrderKeys
 from reshard.planner.values.tasks import Task, TaskKind
 
@@ -109,8 +110,7 @@ class KeptRows:
         cols = BroadcastColumns.of(self.tensor, self.table, rows, *got, list(steps))
         table, n = self.table, len(cols)
         cluster = loads.cluster
-        host = np.full(max(cluster.host_map, default=-1) + 1, -1, dtype=np.int64)
-        host[list(cluster.host_map)] = list(cluster.host_map.values())
+        host = device_arrays(cluster, -1)[0]  # read only at the tasks' devices
         first = np.array([c[0] for c in cols.chains], dtype=np.int64)[cols.chain]
         hosts = host[np.concatenate([cols.root, first])]  # each root's and first receiver's
         box = np.empty((n, 2 * table.lo.shape[1]), dtype=np.int64)

@@ -12,6 +12,8 @@ building the rest.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 
@@ -19,9 +21,10 @@ import numpy as np
 
 from reshard.layout import Box
 from reshard.planner.cells.decompose import boxes_of
+from reshard.planner.cells.new_tasks import SETTERS
 from reshard.planner.schedule.broadcast_columns import BroadcastColumns
 from reshard.planner.values.digest import Sends, is_plain_send
-from reshard.planner.values.tasks import Task, TaskKind, communicator_groups
+from reshard.planner.values.tasks import Buffer, Task, TaskKind, communicator_groups
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,11 +61,26 @@ class SendColumns:
 
     def tasks(self, rows: np.ndarray) -> list[Task]:
         """The tasks of ``rows``."""
-        alone: dict[int, tuple[int]] = {}  # one receiver tuple per device, shared
-        return list(map(Task, repeat(TaskKind.SEND), self.tensor[rows].tolist(),
-                        self.boxes(rows), self.root[rows].tolist(),
-                        [alone.setdefault(d, (d,)) for d in self.recv[rows].tolist()],
-                        self.nbytes[rows].tolist(), self.step[rows].tolist()))
+        return send_tasks(self.tensor[rows].tolist(), self.boxes(rows),
+                          self.root[rows].tolist(), self.recv[rows].tolist(),
+                          self.nbytes[rows].tolist(), self.step[rows].tolist())
+
+
+def send_tasks(tensor: Sequence[int], boxes: Sequence[Box], root: Sequence[int],
+               recv: Sequence[int], nbytes: Sequence[int], step: Sequence[int]) -> list[Task]:
+    """``[Task(SEND, tensor[i], boxes[i], root[i], (recv[i],), nbytes[i], step[i])
+    for i ...]`` (one receiver tuple per device, shared) without the frozen dataclass's
+    ``__init__``: the tasks made empty, then each field set on all of them by its slot's
+    setter (:data:`~reshard.planner.cells.new_tasks.SETTERS`, in the fields' order), in
+    C, to the same values and the same defaults."""
+    n = len(root)
+    tasks = list(map(object.__new__, repeat(Task, n)))
+    alone = {d: (d,) for d in set(recv)}
+    fields = (repeat(TaskKind.SEND, n), tensor, boxes, root, map(alone.__getitem__, recv),
+              nbytes, step, repeat(Buffer.SRC, n), *(repeat((), n) for _ in range(5)))
+    for setter, values in zip(SETTERS, fields, strict=True):
+        deque(map(setter, tasks, values), maxlen=0)
+    return tasks
 
 
 class OrderedTasks:
@@ -112,6 +130,8 @@ class OrderedTasks:
     def tasks(self) -> tuple[Task, ...]:
         """Every task, in order."""
         cols = self.send_columns
+        if not len(cols.position):  # the objects at every position, in order
+            return tuple(self.objects)
         sends = cols.tasks(np.arange(len(cols.position)))
         if not self.objects:
             return tuple(sends)
@@ -157,4 +177,4 @@ class OrderedTasks:
                 list(compress(self.positions, other)), list(compress(self.objects, other)))
 
 
-__all__ = ["OrderedTasks", "SendColumns"]
+__all__ = ["OrderedTasks", "SendColumns", "send_tasks"]

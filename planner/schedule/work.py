@@ -31,6 +31,7 @@ from reshard.planner.cells.whole_sums import EXACT, stays_whole
 from reshard.planner.schedule.array_key import ArrayKey
 from reshard.planner.schedule.broadcast_columns import BroadcastColumns
 from reshard.planner.schedule.demand_memo import DemandMemo as _Demand
+from reshard.planner.schedule.device_arrays import device_arrays
 from reshard.planner.schedule.end_sums import EndSums, end_sums
 from reshard.planner.schedule.kept_rows import KeptRows, uncut
 from reshard.planner.schedule.order import OrderKeys
@@ -64,7 +65,8 @@ class WorkList:
     def __init__(self, cluster: Cluster, loads: Loads) -> None:
         self.cluster = cluster
         self.loads = loads
-        self._host, self._nic = _device_arrays(cluster)
+        # 0 at an id that names no device: end_sums bins the whole NIC array
+        self._host, self._nic = device_arrays(cluster, 0)
         # every slice, in the order added: its bytes, the step it may start at, and
         # where it is (>= 0: a point-to-point row; < 0: general cell -1 - ref); chunks
         # of arrays, and the slices added since the last chunk as lists
@@ -322,10 +324,9 @@ class WorkList:
             tensor = self._tensor_of(r)
             if fan_out and 0 < step < self._last_step[tensor]:
                 tasks = split_chains(tasks, self.loads.host)
-            for t in tasks:
-                objects.append(t)
-                obj_seq.append(seq)
-                seq += 1
+            objects.extend(tasks)
+            obj_seq.extend(range(seq, seq + len(tasks)))
+            seq += len(tasks)
             done = k + 1
         return self._ordered(objects, np.array(obj_seq, dtype=np.int64), p2p, p_seq, p_step)
 
@@ -382,7 +383,7 @@ class WorkList:
             return
         expected, nic, host = loads.expected, loads.nic, loads.host
         root, recv = p2p.root.tolist(), p2p.recv.tolist()
-        demand = _Demand(loads)
+        expect, general = _Demand(loads).expect, self.general  # no slice added here
         for nb, r in zip(nbytes.tolist(), ref.tolist()):
             if r >= 0:
                 a, b = root[r], recv[r]
@@ -390,8 +391,8 @@ class WorkList:
                     expected[(NIC_OUT, nic(a))] += nb
                     expected[(NIC_IN, nic(b))] += nb
             else:
-                cell = self.general[-1 - r][1]
-                demand.expect(cell.holders, cell.needers, nb)
+                cell = general[-1 - r][1]
+                expect(cell.holders, cell.needers, nb)
         loads.expected_changed()
 
     def _relayed(self, ref: np.ndarray, p2p: PointColumns) -> np.ndarray:
@@ -445,17 +446,6 @@ class WorkList:
         in_order`)."""
         return in_order(objects, obj_seq, p2p, p_seq, p_step, self._host, self.cluster,
                         known, kept)
-
-
-def _device_arrays(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
-    """Each device's host and NIC (:meth:`Cluster.host_of`, :meth:`Cluster.nic_of`),
-    indexed by device id (0 for an id not in the cluster)."""
-    devices = list(cluster.devices)
-    size = max(devices, default=-1) + 1
-    host, nic = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
-    host[devices] = list(map(cluster.host_map.__getitem__, devices))
-    nic[devices] = list(map(cluster.nic_map.__getitem__, devices))
-    return host, nic
 
 
 def largest_first(nbytes: np.ndarray) -> np.ndarray | None:
