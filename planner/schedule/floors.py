@@ -521,8 +521,13 @@ def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[
         _counted(work, itemsizes, cluster, strategy, True).add_to(load)
     except Inexact:
         _counted(work, itemsizes, cluster, strategy, False).add_to(load)
-    # every byte counted here is a transfer's, which flows only after its latency
-    wait = min(cluster.latency, cluster.intra_latency)
+    return load_floor(load, cluster)
+
+
+def load_floor(load: StepLoads, cluster: Cluster) -> float:
+    """:func:`baseline_floor` of transfers' bytes ``load``: its busiest resource and its
+    busiest device's steps end to end, each after the least latency (module docstring)."""
+    wait = min(cluster.latency, cluster.intra_latency)  # each byte a transfer's
     busiest = _busiest(load, cluster)
     return max(busiest + wait if busiest > 0 else 0.0, _stepped(load, cluster, wait)) * \
         (1 - FLOOR_MARGIN)
@@ -586,4 +591,4 @@ def _stepped(load: StepLoads, cluster: Cluster, wait: float = 0.0) -> float:
     return max(busy.values(), default=0.0)
 
 
-__all__ = ["FLOOR_MARGIN", "baseline_floor", "reduction_loads"]
+__all__ = ["FLOOR_MARGIN", "baseline_floor", "load_floor", "reduction_loads"]
