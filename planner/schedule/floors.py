@@ -11,7 +11,10 @@ host it holds or that has one receiver, else in one piece per receiver there. Th
 bytes cross the holder's link out (``DEV_OUT``), each receiver's link in (``DEV_IN``)
 and, where they change host, both NICs; an all-gather inside a host moves a share of
 the slice in and out of each member's link; the partial sums' reductions (tasks
-already built) cross their own routes. The model shares every resource at most at its
+already built) cross their own routes. A slice of several holders is sent by a holder
+the plan chooses, so only its receipts are counted: point to point, each receiver's
+link in; all-gathered, the pieces and shares each receiver takes in as above (through
+its NIC where no holder is on its host), and the shares it passes on. The model shares every resource at most at its
 capacity (max-min fair rates, :mod:`reshard.planner.costing.fairshare`), so no plan of
 these slices ends before the most loaded resource has carried its bytes.
 
@@ -304,6 +307,8 @@ class _Flows:
         if len(cell.holders) != 1:
             if point_to_point:
                 dev_in.rows.extend([(r, step, nbytes) for r in receivers])
+            else:
+                self._gathered_held(receivers, cell, nbytes, item, step)
             return
         (root,) = cell.holders
         if point_to_point:
@@ -346,6 +351,40 @@ class _Flows:
                     nic_out((out_nic, step, b))
                     nic_in((nic[m], step, b))
             share = nbytes * (k - 1) / k  # the all-gather's
+            for m in members:
+                dev_in((m, step + 1, share))
+                dev_out((m, step + 1, share))
+
+    def _gathered_held(self, receivers: list[int], cell: Cell, nbytes: int, item: int,
+                       step: int) -> None:
+        """:meth:`_gathered_few`'s receipts of a cell of several holders (which holder
+        sends is a choice: no send out is counted), as
+        :func:`~reshard.planner.cells.cell_tasks.plan_allgather` plans them, host by
+        host: where a holder is on the host or it has one receiver, the cell whole to
+        each receiver (through the receiver's NIC where no holder is on its host);
+        else a piece to each receiver, through its NIC, then, at the step after, each
+        one's share of the all-gather in and out."""
+        host, nic = self.host_of, self.nic_of
+        dev_out, dev_in = self.dev_out.rows.append, self.dev_in.rows.append
+        nic_in = self.nic_in.rows.append
+        held = {host[d] for d in cell.holders}
+        by_host: dict[int, list[int]] = {}
+        for r in receivers:
+            by_host.setdefault(host[r], []).append(r)
+        for h, members in by_host.items():
+            k = len(members)
+            if h in held or k == 1:
+                for m in members:
+                    dev_in((m, step, nbytes))
+                if h not in held:
+                    nic_in((nic[members[0]], step, nbytes))
+                continue
+            pieces = [box_size(p) * item for p in split_box(cell.box, k)]
+            for m, b in zip(members, pieces):
+                if b:
+                    dev_in((m, step, b))
+                    nic_in((nic[m], step, b))
+            share = nbytes * (k - 1) / k
             for m in members:
                 dev_in((m, step + 1, share))
                 dev_out((m, step + 1, share))
@@ -482,8 +521,13 @@ def baseline_floor(work: WorkList, reduces: Sequence[Task], itemsizes: Sequence[
         _counted(work, itemsizes, cluster, strategy, True).add_to(load)
     except Inexact:
         _counted(work, itemsizes, cluster, strategy, False).add_to(load)
-    # every byte counted here is a transfer's, which flows only after its latency
-    wait = min(cluster.latency, cluster.intra_latency)
+    return load_floor(load, cluster)
+
+
+def load_floor(load: StepLoads, cluster: Cluster) -> float:
+    """:func:`baseline_floor` of transfers' bytes ``load``: its busiest resource and its
+    busiest device's steps end to end, each after the least latency (module docstring)."""
+    wait = min(cluster.latency, cluster.intra_latency)  # each byte a transfer's
     busiest = _busiest(load, cluster)
     return max(busiest + wait if busiest > 0 else 0.0, _stepped(load, cluster, wait)) * \
         (1 - FLOOR_MARGIN)
@@ -547,4 +591,4 @@ def _stepped(load: StepLoads, cluster: Cluster, wait: float = 0.0) -> float:
     return max(busy.values(), default=0.0)
 
 
-__all__ = ["FLOOR_MARGIN", "baseline_floor", "reduction_loads"]
+__all__ = ["FLOOR_MARGIN", "baseline_floor", "load_floor", "reduction_loads"]

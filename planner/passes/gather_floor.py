@@ -1,0 +1,92 @@
+"""The ``allgather`` baseline's receipts floor: the bytes each receiver takes in, a
+quicker proof than the slices' whole floor.
+
+An ``allgather`` plan (:func:`~reshard.planner.cells.cell_tasks.plan_allgather`) sends a
+cell to each host of needers that do not hold it: whole to each receiver where a holder
+is on the host or it has one receiver (across the receiver's NIC where no holder is on
+its host), else a piece to each receiver across its NIC, which the receivers then
+all-gather at the step after (each takes the others' pieces in and passes its own on).
+Those receipts are the plan's whoever sends, so they are counted for every cell, the
+sends out for none: they are a part of what
+:func:`~reshard.planner.schedule.floors.baseline_floor` counts (which adds a single
+holder's sends, the reductions and the point-to-point rows), priced the same way
+(:func:`~reshard.planner.schedule.floors.load_floor`: a floor only grows with its
+loads), so no higher than it. Counted in one dict, not as the whole floor's ordered
+rows: on the 4x8 cold set's sources of one holder a cell (S01R -> RR) it costs a small
+part of the whole floor and rules the baseline out where the whole floor does.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from reshard.cluster import Cluster
+from reshard.layout import box_size
+from reshard.planner.cells.cell_tasks import split_box
+from reshard.planner.cells.decompose import Cell
+from reshard.planner.schedule.floors import StepLoads, load_floor
+from reshard.planner.schedule.work import WorkList
+from reshard.planner.values.resources import DEV_IN, DEV_OUT, NIC_IN
+
+_Hosts = tuple[tuple[bool, tuple[int, ...]], ...]
+"""Per host of a cell's receivers (in the order its first receiver comes, receivers
+sorted): whether a holder is on it, and its receivers."""
+
+
+def _hosts(cell: Cell, host: Mapping[int, int]) -> _Hosts:
+    """:data:`_Hosts` of ``cell`` (it reads the cell's holders and needers alone)."""
+    held = {host[d] for d in cell.holders}
+    by_host: dict[int, list[int]] = {}
+    for r in sorted(cell.needers - cell.holders):
+        by_host.setdefault(host[r], []).append(r)
+    return tuple((h in held, tuple(members)) for h, members in by_host.items())
+
+
+def receipts_floor(work: WorkList, itemsizes: Sequence[int], cluster: Cluster) -> float:
+    """Seconds no ``allgather`` plan of ``work``'s slices (``itemsizes``: each tensor's
+    bytes per element) takes less than in the cost model, from its general cells'
+    receipts alone (module docstring)."""
+    return load_floor(receipts(work, itemsizes, cluster), cluster)
+
+
+def receipts(work: WorkList, itemsizes: Sequence[int], cluster: Cluster) -> StepLoads:
+    """The bytes :func:`receipts_floor` counts, by resource kind and (index, step)."""
+    host, nic = cluster.host_map, cluster.nic_map
+    load: StepLoads = defaultdict(float)
+    known: dict[tuple[frozenset[int], frozenset[int]], _Hosts] = {}
+    split: dict[tuple[tuple[int, ...], int, int], list[int]] = {}  # pieces' bytes
+    cell_steps, _ = work.steps()
+    for (tensor, cell), step in zip(work.general, cell_steps):
+        item = itemsizes[tensor]
+        nbytes = cell.size * item
+        if not nbytes or cell.needers <= cell.holders:
+            continue
+        hosts = known.get((cell.holders, cell.needers))
+        if hosts is None:
+            hosts = known[(cell.holders, cell.needers)] = _hosts(cell, host)
+        for held, members in hosts:
+            k = len(members)
+            if held or k == 1:
+                for m in members:
+                    load[(DEV_IN, (m, step))] += nbytes
+                if not held:
+                    load[(NIC_IN, (nic[members[0]], step))] += nbytes
+                continue
+            extents = tuple(hi - lo for lo, hi in cell.box)
+            sizes = split.get((extents, k, item))
+            if sizes is None:
+                sizes = split[(extents, k, item)] = [box_size(p) * item
+                                                     for p in split_box(cell.box, k)]
+            for m, b in zip(members, sizes):
+                if b:
+                    load[(DEV_IN, (m, step))] += b
+                    load[(NIC_IN, (nic[m], step))] += b
+            share = nbytes * (k - 1) / k
+            for m in members:
+                load[(DEV_IN, (m, step + 1))] += share
+                load[(DEV_OUT, (m, step + 1))] += share
+    return load
+
+
+__all__ = ["receipts", "receipts_floor"]
