@@ -25,12 +25,14 @@ DeepSeek-V3 weight sync on GB200: 32,435 tasks in one step):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from reshard.cluster import Cluster
+from reshard.planner.costing.first_seen import numbered
 from reshard.planner.costing.path_join import fractions, joined
 from reshard.planner.values.resources import KIND_CODE, KINDS, Resource, capacity, of_code
 
@@ -43,11 +45,6 @@ LARGE = 1 << 15
 (:meth:`FairShare.__init__`), and find the edges of many transfers in one pass
 (:meth:`FairShare.edges_of`); fewer, the array operations' cost per call outweighs
 the passes they save."""
-
-PREFIX, SAMPLE, FEW = 4, 64, 16
-""":func:`_numbered` numbers ``PREFIX`` codes per value of their range first (of more
-than twice as many: the rest looked up), unless one in more than ``FEW`` of every
-``SAMPLE``-th code after them lacks a number there."""
 
 SMALL = 64
 """Fillings of at most this many edges run on Python floats (a handful of resources
@@ -94,53 +91,6 @@ def _distinct(values: np.ndarray, bound: int) -> np.ndarray:
     return seen.nonzero()[0]
 
 
-def _numbered(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct ``codes`` (non-negative) in the order they first appear, and each
-    code's number in that order (:func:`_numbered_all`). Many codes over a range far
-    smaller: those of a prefix numbered first (:data:`PREFIX` times the range), then
-    every code looked up in that table; only the codes it lacks (all after the prefix,
-    so numbered after its codes, in their own order of first appearance) are numbered
-    apart: the same numbers, without a first-appearance pass over every code. Where a
-    sample (every :data:`SAMPLE`-th code after the prefix) finds more than one in
-    :data:`FEW` of them lacking, the table of them all, as before."""
-    bound = int(codes.max(initial=-1)) + 1
-    head = PREFIX * bound
-    if len(codes) <= 2 * head:
-        return _numbered_all(codes, bound)
-    in_order, _ = _numbered_all(codes[:head], bound)
-    table = np.full(bound, -1, dtype=np.int64)
-    table[in_order] = np.arange(len(in_order), dtype=np.int64)
-    if np.count_nonzero(table[codes[head::SAMPLE]] < 0) * FEW > len(codes) // SAMPLE:
-        return _numbered_all(codes, bound)  # many codes lack one: a table of them all
-    out: np.ndarray = table[codes]
-    new = np.flatnonzero(out < 0)
-    if not len(new):
-        return in_order, out
-    more, numbers = _numbered_all(codes[new], bound)
-    out[new] = numbers + len(in_order)
-    return np.concatenate((in_order, more)), out
-
-
-def _numbered_all(codes: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_numbered` of codes below ``bound``: by a table over the codes' range
-    where it is not far larger than the codes (linear; the sort of ``np.unique`` where
-    it is)."""
-    n = len(codes)
-    if bound > 4 * n + 4096:
-        used, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-        order = np.argsort(first)
-        number = np.empty(len(used), dtype=np.int64)
-        number[order] = np.arange(len(used))
-        return used[order], number[inverse.reshape(-1)]
-    first = np.full(bound, n, dtype=np.int64)
-    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
-    used = np.flatnonzero(first < n)
-    in_order = used[np.argsort(first[used])]
-    number = np.empty(bound, dtype=np.int64)
-    number[in_order] = np.arange(len(in_order), dtype=np.int64)
-    return in_order, number[codes]
-
-
 def _ones(n: int) -> np.ndarray:
     """``n`` fractions of 1.0, read only: one value seen ``n`` times (never written:
     every reader of a set-up's fractions gathers or multiplies them)."""
@@ -154,15 +104,19 @@ class Path(list[tuple[Resource, float]]):
     candidates of one planning call share their tasks' routes, so each is read once.
     ``codes``: its resources' codes where its maker knew them and every fraction is 1
     (a transfer's hops). A path made from its arrays (:meth:`of_codes`) builds its
-    list only when something reads it as one (the cost model reads the arrays)."""
+    list only when something reads it as one (the cost model reads the arrays).
+    ``whole``: every fraction is known to be 1.0 (its maker's codes; ones that
+    :meth:`of_codes` made, or was given read only), so that a set-up need not read
+    them (shared ones that could be written to are read)."""
 
-    __slots__ = ("_unread", "arrays", "codes")
+    __slots__ = ("_unread", "arrays", "codes", "whole")
 
     def __init__(self, edges: Sequence[tuple[Resource, float]] = (),
                  codes: Sequence[int] | None = None) -> None:
         super().__init__(edges)
         self.arrays: tuple[np.ndarray, np.ndarray] | None = None
         self.codes = codes
+        self.whole = codes is not None
         self._unread = False
 
     @classmethod
@@ -174,6 +128,7 @@ class Path(list[tuple[Resource, float]]):
         out = cls.__new__(cls)  # an empty list: __init__'s work, without its call
         out.arrays = (codes, np.ones(len(codes)) if ones is None else ones)
         out.codes = None
+        out.whole = ones is None or not ones.flags.writeable  # ones no one may change
         out._unread = True
         return out
 
@@ -242,6 +197,14 @@ def _alone(paths: list[Sequence[tuple[Resource, float]]]) -> list[Sequence[int] 
     return [p.codes if isinstance(p, Path) and p.arrays is None else None for p in paths]
 
 
+def _coded(paths: list[Sequence[tuple[Resource, float]]]
+           ) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    """Per path its arrays (:func:`path_arrays`), its fractions None where every one is
+    known to be 1.0 (:attr:`Path.whole`): no array of ones joined and read."""
+    wholes = map(getattr, paths, itertools.repeat("whole"), itertools.repeat(False))
+    return [(a[0], None) if w else a for a, w in zip(map(path_arrays, paths), wholes)]
+
+
 class FairShare:
     """Transfers x resources, and their max-min fair rates.
 
@@ -259,7 +222,7 @@ class FairShare:
         distinct = dict(zip(ids, paths))
         # hops known by their codes alone join as Python lists (path_join), the rest
         # as their arrays; every fraction of the first is 1.0, known unread
-        codes, pieces, dlens = joined(list(distinct.values()), _alone, path_arrays)
+        codes, pieces, dlens = joined(list(distinct.values()), _alone, _coded)
         # many edges: each fraction array read once rather than all joined and read
         frac = fractions(pieces, LARGE)
         whole = frac is None
@@ -289,14 +252,15 @@ class FairShare:
                cluster: Cluster, whole: bool = False) -> None:
         """Set up from every transfer's edges (:meth:`of_edges`; ``whole``: every
         fraction is known to be 1.0)."""
-        in_order, res = _numbered(codes)  # resources in the order they first appear
+        in_order, res = numbered(codes)  # resources in the order they first appear
         task = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
         self.n = len(lens)
-        self.resources: list[Resource] = [of_code(c) for c in in_order.tolist()]
-        present = {r[0] for r in self.resources}
-        kinds = np.array([capacity((k, 0), cluster) if k in present else 0.0 for k in KINDS],
-                         dtype=np.float64)
-        self.capacity = kinds[in_order % 8]
+        self.codes, self.nres = in_order, len(in_order)  # each resource's code
+        self._resources: list[Resource] | None = None
+        kind = in_order % 8  # each resource's kind's place in KINDS
+        present = set(kind.tolist())
+        self.capacity = np.array([capacity((k, 0), cluster) if i in present else 0.0
+                                  for i, k in enumerate(KINDS)], dtype=np.float64)[kind]
         # every edge carries its transfer's whole bytes (loads: 1.0 * x is x); then
         # every edge is used, and the largest fraction is 1.0 (no pass for either)
         self.whole = whole or bool((frac == 1.0).all())
@@ -317,6 +281,18 @@ class FairShare:
             self.whole = bool((self.frac == 1.0).all())  # of the edges kept
         # demand below this is rounding (a resource whose transfers all froze)
         self.floor = 1e-12 * (1.0 if self.whole else float(self.frac.max(initial=1.0)))
+
+    @property
+    def resources(self) -> list[Resource]:
+        """The resources, in the order they first appear on an edge (built when first
+        read: the simulation reads their :attr:`codes`, and one name)."""
+        if self._resources is None:
+            self._resources = [of_code(c) for c in self.codes.tolist()]
+        return self._resources
+
+    def resource(self, i: int) -> Resource:
+        """``resources[i]``, without building the others."""
+        return of_code(int(self.codes[i]))
 
     def per_edge(self, values: np.ndarray) -> np.ndarray:
         """``values[self.task]`` (a value per transfer, on each of its edges) as one
@@ -392,7 +368,7 @@ class FairShare:
                 finite = only
             r = self.per_edge(finite) if every or spread else finite[task]
             out.append(np.bincount(res, weights=r if self.whole else frac * r,
-                                   minlength=len(self.resources)))
+                                   minlength=self.nres))
         return out
 
     def fill(self, flowing: np.ndarray, last: Fill | None = None,
@@ -412,7 +388,7 @@ class FairShare:
                 edges of the transfers filled again are read.
         """
         rate = np.zeros(self.n)
-        filled = np.full(len(self.resources), np.inf)
+        filled = np.full(self.nres, np.inf)
         active = flowing.copy()
         left = self.capacity.copy()
         if last is not None and usage is not None and np.isfinite(below):
@@ -430,7 +406,7 @@ class FairShare:
                 return Fill(rate, filled)
             prev = last.rate[self.task[mine]]
             left -= usage - np.bincount(self.res[mine], weights=self.frac[mine] * np.where(
-                np.isfinite(prev), prev, 0.0), minlength=len(self.resources))
+                np.isfinite(prev), prev, 0.0), minlength=self.nres)
             np.maximum(left, 0.0, out=left)
         else:
             again = active.nonzero()[0]
@@ -447,7 +423,7 @@ class FairShare:
         """:meth:`_progressive` of a few edges (at most :data:`SMALL`), on Python floats:
         the same operations in the same order (every sum per resource added up in edge
         order from 0, as ``np.bincount`` does, then taken off), so the same bits."""
-        nres, inf = len(self.resources), np.inf
+        nres, inf = self.nres, np.inf
         tasks, res, frac = (self.task[mine].tolist(), self.res[mine].tolist(),
                             self.frac[mine].tolist())
         room, demand = left.tolist(), [0.0] * nres
@@ -503,7 +479,7 @@ class FairShare:
         """Progressive filling of the ``active`` transfers (their edges ``mine``) on
         the capacity ``left``: sets their ``rate`` and the ``filled`` level of each
         resource that fills, a round per lowest level (module docstring)."""
-        nres = len(self.resources)
+        nres = self.nres
         r, f = (self.res, self.frac) if self._all_edges(mine) else \
             (self.res[mine], self.frac[mine])
         demand = np.bincount(r, weights=f, minlength=nres)

@@ -4,6 +4,7 @@ max-min fairly, step by step (the model itself is described in
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -78,10 +79,18 @@ def simulate(plan: PlanView, stop: Stop | None = None) -> Estimate | None:
     that bound (less :data:`STOP_MARGIN`): the caller only needed to know whether the
     plan beats a time, and it cannot. Such an answer is no estimate: never remember it.
     """
-    routes = plan.routes()
-    return _Fluid(FairShare([p for p, _ in routes], plan.cluster),
-                  np.array([float(t.nbytes) for t in plan.tasks]), gate_of(plan.tasks),
-                  plan.latencies()).run(stop)
+    tasks = plan.tasks
+    flows = FairShare(list(map(_PATH, plan.routes())), plan.cluster)
+    # each int's float64, as float(nbytes) gives it (both round to nearest)
+    nbytes = np.fromiter(map(_NBYTES, tasks), dtype=np.float64, count=len(tasks))
+    return _Fluid(flows, nbytes, gate_of(tasks), plan.latencies()).run(stop)
+
+
+_PATH = operator.itemgetter(0)
+"""A route's path."""
+
+_NBYTES = operator.attrgetter("nbytes")
+"""A task's bytes."""
 
 
 def simulate_arrays(flows: FairShare, nbytes: np.ndarray, gate: StepGate | OneStep,
@@ -110,7 +119,7 @@ def _carried(flows: FairShare, nbytes: np.ndarray) -> np.ndarray:
     ``x``)."""
     on = flows.per_edge(nbytes)  # nbytes[flows.task]
     return np.bincount(flows.res, weights=on if flows.whole else flows.frac * on,
-                       minlength=len(flows.resources))
+                       minlength=flows.nres)
 
 
 class _Fluid:
@@ -151,8 +160,8 @@ class _Fluid:
             return None
         flows, carried = self.flows, self.carried
         top = int(np.argmax(carried)) if len(carried) else -1
-        busiest = (flows.resources[top][0], flows.resources[top][1], float(carried[top])) \
-            if top >= 0 else ("none", -1, 0.0)
+        busiest = (*flows.resource(top), float(carried[top])) if top >= 0 else \
+            ("none", -1, 0.0)
         return Estimate(self.end_time(), tuple(self.starts.tolist()),
                         tuple(self.ends.tolist()), busiest)
 

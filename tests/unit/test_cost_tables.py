@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reshard.planner.costing.fairshare import _numbered
+from reshard.planner.costing.first_seen import numbered as _numbered
 from reshard.planner.costing.stepgate import _unique
 
 

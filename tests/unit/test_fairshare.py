@@ -199,7 +199,8 @@ def _gathered_edges(paths) -> FairShare:
     """FairShare's set-up the long way: each path's edges gathered by its place among
     the distinct paths, the unused edges (fraction 0) dropped by a mask, each transfer's
     range found by a search and ``limited`` by a count."""
-    from reshard.planner.costing.fairshare import _numbered, path_arrays, ranges
+    from reshard.planner.costing.fairshare import path_arrays, ranges
+    from reshard.planner.costing.first_seen import numbered as _numbered
 
     which: dict[int, int] = {}
     of = np.array([which.setdefault(id(p), len(which)) for p in paths], dtype=np.int64)

@@ -134,7 +134,7 @@ def test_joined_is_the_old_join(seed, sort, n, shared):
 
     paths = list({id(p): p for p in _paths(seed, sort, n, shared)}.values())
     want = _old_joined(paths, _old_alone, path_arrays)
-    got = path_join.joined(paths, _alone, path_arrays)
+    got = path_join.joined(paths, _alone, lambda ps: list(map(path_arrays, ps)))
     assert got[0].tolist() == want[0].tolist() and got[0].dtype == want[0].dtype
     assert got[2].tolist() == want[2].tolist() and got[2].dtype == want[2].dtype
     assert [n for n, _ in got[1]] == [n for n, _ in want[1]]

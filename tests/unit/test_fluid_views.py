@@ -3,7 +3,7 @@ in the module as the oracle), bit for bit:
 
 * the run reads and writes its per-task arrays through a slice where the tasks that
   start, end or change rate are every task (``fluid._at``), not through their indices;
-* ``fairshare._numbered`` numbers a prefix of many codes first and looks the rest up
+* ``first_seen.numbered`` numbers a prefix of many codes first and looks the rest up
   (``_numbered_all``, the numbering before, and a plain dict are the oracles).
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from reshard import Cluster
-from reshard.planner.costing import fairshare, fluid
+from reshard.planner.costing import first_seen, fluid
 from reshard.planner.costing.fairshare import FairShare
 from reshard.planner.costing.stepgate import OneStep, StepGate
 from reshard.planner.values.resources import KIND_CODE
@@ -173,18 +173,18 @@ def _codes(rng: random.Random, case: int) -> list[int]:
     late only (numbered apart), most seen late (the table of them all), or few codes
     over a large range (``np.unique``)."""
     bound = rng.choice([5, 40, 300])
-    n = fairshare.PREFIX * bound * rng.choice([3, 5])
+    n = first_seen.PREFIX * bound * rng.choice([3, 5])
     if case == 0:
         return [rng.randrange(bound) for _ in range(n)]
     if case == 1:
         late = rng.sample(range(bound, 2 * bound), rng.choice([1, 3]))
         head = [rng.randrange(bound) for _ in range(4 * n)]
         for c in late:
-            head.insert(rng.randrange(fairshare.PREFIX * 2 * bound, len(head)), c)
+            head.insert(rng.randrange(first_seen.PREFIX * 2 * bound, len(head)), c)
         return head
     if case == 2:
-        return [rng.randrange(bound) for _ in range(2 * fairshare.PREFIX * bound)] + \
-            [rng.randrange(2 * bound) for _ in range(6 * fairshare.PREFIX * bound)]
+        return [rng.randrange(bound) for _ in range(2 * first_seen.PREFIX * bound)] + \
+            [rng.randrange(2 * bound) for _ in range(6 * first_seen.PREFIX * bound)]
     if case == 3:
         return [rng.randrange(1 << 20) for _ in range(rng.choice([0, 1, 50]))]
     return [rng.randrange(bound) for _ in range(rng.choice([1, 2 * bound]))]
@@ -194,11 +194,11 @@ def _codes(rng: random.Random, case: int) -> list[int]:
 def test_the_numbering_is_the_first_seen_order(seed):
     codes = _codes(random.Random(seed), seed % 5)
     arr = np.array(codes, dtype=np.int64)
-    got_order, got = fairshare._numbered(arr)
+    got_order, got = first_seen.numbered(arr)
     want_order, want = _first_seen(codes)
     assert got_order.tolist() == want_order
     assert got.tolist() == want
-    old_order, old = fairshare._numbered_all(arr, int(arr.max(initial=-1)) + 1)
+    old_order, old = first_seen._numbered_all(arr, int(arr.max(initial=-1)) + 1)
     assert (old_order.tolist(), old.tolist()) == (want_order, want)
 
 
@@ -207,7 +207,7 @@ def test_a_code_seen_last_alone_is_numbered_last(late):
     """Many codes of a small range, then ``late`` new ones at the very end: the sample
     misses them, the look-up finds them lacking, and they are numbered after the rest."""
     bound = 10
-    codes = [i % bound for i in range(fairshare.PREFIX * 4 * (bound + late))]
+    codes = [i % bound for i in range(first_seen.PREFIX * 4 * (bound + late))]
     codes += list(range(bound, bound + late))
-    got_order, got = fairshare._numbered(np.array(codes, dtype=np.int64))
+    got_order, got = first_seen.numbered(np.array(codes, dtype=np.int64))
     assert (got_order.tolist(), got.tolist()) == _first_seen(codes)

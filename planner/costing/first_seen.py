@@ -1,0 +1,63 @@
+"""Resource codes numbered in the order they first appear: the fair-share set-up's
+resources (:class:`~reshard.planner.costing.fairshare.FairShare`), each numbered by its
+first edge, so that the numbers, and every array by resource, do not depend on the
+codes' range."""
+
+from __future__ import annotations
+
+import numpy as np
+
+PREFIX, SAMPLE, FEW = 4, 64, 16
+""":func:`numbered` numbers ``PREFIX`` codes per value of their range first (of more
+than twice as many: the rest looked up), unless one in more than ``FEW`` of every
+``SAMPLE``-th code after them lacks a number there."""
+
+
+def numbered(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``codes`` (non-negative) in the order they first appear, and each
+    code's number in that order (:func:`_numbered_all`). Many codes over a range far
+    smaller: those of a prefix numbered first (:data:`PREFIX` times the range), then
+    every code looked up in that table; only the codes it lacks (all after the prefix,
+    so numbered after its codes, in their own order of first appearance) are numbered
+    apart: the same numbers, without a first-appearance pass over every code. Where a
+    sample (every :data:`SAMPLE`-th code after the prefix) finds more than one in
+    :data:`FEW` of them lacking, the table of them all, as before."""
+    bound = int(codes.max(initial=-1)) + 1
+    head = PREFIX * bound
+    if len(codes) <= 2 * head:
+        return _numbered_all(codes, bound)
+    in_order, _ = _numbered_all(codes[:head], bound)
+    table = np.full(bound, -1, dtype=np.int64)
+    table[in_order] = np.arange(len(in_order), dtype=np.int64)
+    if np.count_nonzero(table[codes[head::SAMPLE]] < 0) * FEW > len(codes) // SAMPLE:
+        return _numbered_all(codes, bound)  # many codes lack one: a table of them all
+    out: np.ndarray = table[codes]
+    new = np.flatnonzero(out < 0)
+    if not len(new):
+        return in_order, out
+    more, numbers = _numbered_all(codes[new], bound)
+    out[new] = numbers + len(in_order)
+    return np.concatenate((in_order, more)), out
+
+
+def _numbered_all(codes: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`numbered` of codes below ``bound``: by a table over the codes' range
+    where it is not far larger than the codes (linear; the sort of ``np.unique`` where
+    it is)."""
+    n = len(codes)
+    if bound > 4 * n + 4096:
+        used, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        order = np.argsort(first)
+        number = np.empty(len(used), dtype=np.int64)
+        number[order] = np.arange(len(used))
+        return used[order], number[inverse.reshape(-1)]
+    first = np.full(bound, n, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+    used = np.flatnonzero(first < n)
+    in_order = used[np.argsort(first[used])]
+    number = np.empty(bound, dtype=np.int64)
+    number[in_order] = np.arange(len(in_order), dtype=np.int64)
+    return in_order, number[codes]
+
+
+__all__ = ["FEW", "PREFIX", "SAMPLE", "numbered"]
