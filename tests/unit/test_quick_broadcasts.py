@@ -13,7 +13,7 @@ import random
 import pytest
 
 from reshard import Cluster
-from reshard.planner.cells import balance, cell_tasks, kept_chains, short_chain
+from reshard.planner.cells import allgather_runs, balance, cell_tasks, kept_chains, short_chain
 from reshard.planner.cells.chain_arrays import idlest_last
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
@@ -208,3 +208,46 @@ def test_kept_chains_by_inline_ranks_are_each_cell_planned_afresh(seed, variant,
     assert len(taken) >= 100
     if variant == "preset":  # both ways of ranking met
         assert set(taken) == {True, False}
+
+
+@pytest.mark.parametrize("preset", ["dgx-h100", None])
+def test_an_allgather_run_of_uneven_hosts_cuts_each_split_s_pieces(preset):
+    """A bulk all-gather run (``allgather_runs.plan_run``) whose needer hosts hold 2, 3,
+    4 and 3 needers (pieces cut once per split, the hosts of as many sharing them)
+    against ``plan_allgather`` cell by cell."""
+    cluster = Cluster.regular(5, 8, preset=preset) if preset else Cluster.regular(5, 8)
+    hosts = cluster.hosts
+    needers = frozenset([*hosts[1][:2], *hosts[2][:3], *hosts[3][:4], *hosts[4][2:5]])
+    run = [(Cell(((12 * k, 12 * k + 12), (0, 6 + k % 3)), frozenset([hosts[0][k % 8]]),
+                 needers), 0, 2, k % 2) for k in range(24)]
+    a, b = balance.Loads(cluster), balance.Loads(cluster)
+    want = [cell_tasks.plan_allgather(c, t, i, a, s) for c, t, i, s in run]
+    assert allgather_runs.plan_run(run, balance.Loads(cluster), cell_tasks.split_dim)
+    assert cell_tasks.plan_allgathers(run, b) == want
+    assert _tables(a) == _tables(b)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_kept_chain_is_not_taken_from_a_root_never_asked_that_may_relay(seed):
+    """Chains kept from roots that may not relay; then cells from roots never asked
+    whose NIC out may relay (expected crowded): each walked and relayed, as cell by
+    cell, its answer cached alike."""
+    rng = random.Random(seed)
+    cluster = Cluster.preset("dgx-h100", 8)
+    receivers = frozenset(d for h in (4, 5, 6) for d in cluster.hosts[h][:3])
+    calm = [cluster.hosts[0][0], cluster.hosts[1][0]]
+    crowded = [cluster.hosts[2][k] for k in rng.sample(range(8), 3)]
+    roots = [calm[k % 2] for k in range(60)] + crowded + [calm[0]] * 4
+    run = [(Cell(((k, k + 1), (0, 64)), frozenset([r]), receivers), 0, 2, 0)
+           for k, r in enumerate(roots)]
+    a, b = balance.Loads(cluster), balance.Loads(cluster)
+    for loads in (a, b):
+        for r in crowded:
+            loads.expected[(NIC_OUT, loads.nic(r))] = 1e12
+            loads.nic_out[loads.nic(r)] = 1e9
+        loads.expected_changed()
+    want = [cell_tasks.plan_broadcast(c, t, i, a, s) for c, t, i, s in run]
+    assert cell_tasks.plan_broadcasts(run, b) == want
+    assert_same_loads(a, b, expected_order=False)
+    assert all(b._may_relay[(NIC_OUT, r)] for r in crowded)
+    assert all(t[0].through for t in want[60:63])
