@@ -174,10 +174,14 @@ def _tasks(cell: Cell, tensor: int, step: int, t: _Template) -> list[Task]:
     box = cell.box
     root = t.root
     out: list[Task] = []
+    last: tuple[tuple[int, int], ...] | None = None  # the bounds cut last, and its pieces
+    pieces: tuple[Box, ...] = ()
     for members, d, bounds, sizes in t.groups:
-        head, tail = box[:d], box[d + 1:]
-        lo = box[d][0]
-        pieces: tuple[Box, ...] = tuple((*head, (lo + a, lo + b), *tail) for a, b in bounds)
+        if bounds is not last:  # (hosts of as many needers share one split: one dim)
+            head, tail = box[:d], box[d + 1:]
+            lo = box[d][0]
+            pieces = tuple([(*head, (lo + a, lo + b), *tail) for a, b in bounds])
+            last = bounds
         _sends(tensor, pieces, root, members, sizes, step, out)
         out.append(new_task(TaskKind.ALLGATHER, tensor, box, -1, members, t.nbytes,
                             step + 1, source=Buffer.DST, pieces=pieces))

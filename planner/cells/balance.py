@@ -27,7 +27,7 @@ from reshard.planner.cells.holder_arrays import (
     holders_of,
     pick_root_arrays,
 )
-from reshard.planner.cells.short_chain import entered, remote_chain
+from reshard.planner.cells.short_chain import Split, entered, remote_chain, split_hosts
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 
 ARRAY_CHAIN = 64
@@ -106,8 +106,22 @@ class NeederMemo:
         # per receiver set: its host and (device, NIC) pairs in id order, or None
         self.one_host: dict[frozenset[int], tuple[int, tuple[tuple[int, int], ...]] | None] = {}
         self.holders: HolderMemo = {}  # per holder set (holder_arrays)
+        # per receiver set (a few): short_chain.split_hosts' answer
+        self.split: dict[frozenset[int], Split] = {}
         # per holder set, bytes and hosts entered: the NIC_OUT amounts (read only)
         self.leaving: dict[tuple[frozenset[int], int, int], Entries] = {}
+
+    def grouped(self, loads: Loads, group: frozenset[int] | tuple[int, ...]
+                ) -> tuple[list[int], Split | None]:
+        """:func:`remote_chain`'s receivers (sorted) and split (:func:`split_hosts`)
+        of ``group``: a set's split found once (an empty list then: the split says
+        all), a tuple's sorted and left to it."""
+        if not isinstance(group, frozenset):
+            return sorted(group), None
+        split = self.split.get(group)
+        if split is None:
+            split = self.split[group] = split_hosts(loads.host, loads.nic, sorted(group))
+        return [], split
 
 
 def _sides(host: Callable[[int], int], nic: Callable[[int], int], needers: frozenset[int]
@@ -266,17 +280,16 @@ class Loads:
             held = holders_of(self._needers.holders, self.host, self.nic, holders)
             if (got := pick_root_arrays(self, held, needer_hosts, nbytes)) is not None:
                 return got
-        best_key = None
-        best = -1
+        # every holder's key in the holders' order (the tables' unseen keys added in
+        # it), the least by one min: every needer host remote where there are several
+        if not holders:
+            return -1
         host, nic, nic_out, dev_out = self.host, self.nic, self.nic_out, self.dev_out
-        for d in holders:
-            h = host(d)
-            remote = len(needer_hosts) > 1 or h not in needer_hosts
-            key = (nic_out[nic(d)] + (nbytes if remote else 0), h not in needer_hosts,
-                   dev_out[d], d)
-            if best_key is None or key < best_key:
-                best_key, best = key, d
-        return best
+        if len(needer_hosts) > 1:
+            return min([(nic_out[nic(d)] + nbytes, host(d) not in needer_hosts, dev_out[d], d)
+                        for d in holders])[3]
+        return min([(nic_out[nic(d)] + (0 if (h := host(d)) in needer_hosts else nbytes),
+                     h not in needer_hosts, dev_out[d], d) for d in holders])[3]
 
     def pick_sender(self, holders: Collection[int], receiver: int, nbytes: int) -> int:
         """Choose the holder that sends a slice point to point to ``receiver``: a holder
@@ -395,7 +408,8 @@ class Loads:
             relays = tuple(d for d in (out, into) if d is not None)
             return (*relays, r), relays
         if len(group) < ARRAY_CHAIN and self.cluster.nics_per_host > 1 and (
-                short := remote_chain(self, root, sorted(group))) is not None and short[1]:
+                short := remote_chain(self, root, *self._needers.grouped(self, group))
+        ) is not None and short[1]:
             return short[1], ()  # no relay: cheaper than the memo (whose answer it is)
         return self._chains.answer(self, root, group, nbytes)
 

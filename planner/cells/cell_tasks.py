@@ -10,7 +10,7 @@ from collections.abc import Callable
 from reshard.layout import Box, box_size, chunk_size
 from reshard.planner.cells import allgather_runs
 from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
-from reshard.planner.cells.broadcast_runs import CellRun, one_host, plan_run
+from reshard.planner.cells.broadcast_runs import CellRun, Group, one_host, plan_run
 from reshard.planner.cells.chain_arrays import NicMirror
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.cells.grid_runs import plan_grid_run
@@ -71,7 +71,8 @@ def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads,
         return tasks
     if len(holders) == 1:
         (root,) = holders
-        if quick := _one_host_chain(loads, root, receivers, nbytes):
+        if (got := one_host(loads, receivers)) is not None and \
+                (quick := _one_host_chain(loads, root, got, nbytes)):
             tasks.append(new_task(TaskKind.BROADCAST, tensor, cell.box, root, quick, nbytes, step))
             return tasks
     else:
@@ -96,6 +97,7 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
     out = plan_grid_run(run, loads)
     mirror: NicMirror | None = None  # only along cells of many receivers
     kept = KeptChains(loads)
+    hosted = loads._needers.one_host  # one_host's memo, read here
     for cell, tensor, itemsize, step in itertools.islice(run, len(out), None):
         holders = cell.holders
         needers = cell.needers  # (its receivers: those not among the few holders)
@@ -105,13 +107,15 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
             mirror.flush(loads.dev_in)
             mirror = None
         if len(holders) == 1:
-            (root,) = holders
-            nbytes = cell.size * itemsize
-            chain = _one_host_chain(loads, root, cell.needers, nbytes)
-            if chain:
-                out.append([new_task(TaskKind.BROADCAST, tensor, cell.box, root, chain,
-                                     nbytes, step)])
-                continue  # (few receivers: no mirror held)
+            group = hosted[needers] if needers in hosted else one_host(loads, needers)
+            if group is not None:
+                (root,) = holders
+                nbytes = cell.size * itemsize
+                chain = _one_host_chain(loads, root, group, nbytes)
+                if chain:
+                    out.append([new_task(TaskKind.BROADCAST, tensor, cell.box, root, chain,
+                                         nbytes, step)])
+                    continue  # (few receivers: no mirror held)
         if many:
             tasks, mirror = _mirrored(mirror or NicMirror(), loads, cell, tensor, itemsize,
                                       step)
@@ -149,10 +153,11 @@ def _mirrored(mirror: NicMirror, loads: Loads, cell: Cell, tensor: int, itemsize
     return tasks, None
 
 
-def _one_host_chain(loads: Loads, root: int, receivers: frozenset[int], nbytes: int
+def _one_host_chain(loads: Loads, root: int, got: Group, nbytes: int
                     ) -> tuple[int, ...] | None:
     """:meth:`Loads.relay_chain` and then :meth:`Loads.charge` of a broadcast from
-    ``root`` to two or more ``receivers`` all on one other host, where neither end of
+    ``root`` to two or more receivers all on one other host (their :func:`one_host`
+    group, ``got``), where neither end of
     the host boundary may relay (:meth:`Loads.may_relay_end`): the chain (every cell
     of a partial sum's reduced pieces sent to a destination host). Else None, having
     changed nothing (the general path then decides).
@@ -164,12 +169,17 @@ def _one_host_chain(loads: Loads, root: int, receivers: frozenset[int], nbytes: 
     :meth:`Loads.charge` of it crosses one host boundary, root to entry. The same
     reads and the same additions in the same order, the receivers' host and NICs
     found once per receiver set."""
-    got = one_host(loads, receivers)
-    if got is None or loads.host(root) == got[0]:
+    if loads.host(root) == got[0]:
         return None
     nic_in = loads.nic_in
     _, entry = min([(nic_in[n], d) for d, n in got[1]])
-    if loads.may_relay_end(NIC_OUT, root) or loads.may_relay_end(NIC_IN, entry):
+    # may_relay_end of either end, its cached answers read here
+    cached = loads._may_relay
+    relays = cached.get((NIC_OUT, root))
+    if relays or (relays is None and loads.may_relay_end(NIC_OUT, root)):
+        return None
+    relays = cached.get((NIC_IN, entry))
+    if relays or (relays is None and loads.may_relay_end(NIC_IN, entry)):
         return None
     chain = (entry, *[d for d, _ in got[1] if d != entry])
     loads.dev_out[root] += nbytes

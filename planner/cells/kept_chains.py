@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 
 from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
-from reshard.planner.cells.chain_memo import Reader, _ranks, _reader
+from reshard.planner.cells.chain_memo import INDEX_RANKS, Reader, _reader
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.cells.new_tasks import new_task
 from reshard.planner.cells.short_chain import remote_chain
@@ -41,6 +41,7 @@ class Receivers:
         self.hosts = hosts
         self.nics = nics
         self.read: Reader = _reader(nics)
+        self.few = len(nics) <= INDEX_RANKS  # (_ranks by a scan)
         self.seen = False  # every NIC's loads written to both tables (read below)
         self.chains: dict[tuple[tuple[int, ...], tuple[int, ...]], Kept] = {}
 
@@ -89,14 +90,20 @@ class KeptChains:
         for later cells whose loads rank alike; else None, having changed nothing but
         cached answers to whether the root's NIC out may relay (the planner's first
         question of it)."""
-        facts = self._facts(cell.needers)
+        needers = cell.needers
+        facts = self.receivers[needers] if needers in self.receivers else \
+            self._facts(needers)
         if facts is None:
             return None
         loads = self.loads
         (root,) = cell.holders
         if loads.host(root) in facts.hosts:
             return None
-        if loads.may_relay_end(NIC_OUT, root):
+        # loads.may_relay_end(NIC_OUT, root), its cached answer read here
+        relays = loads._may_relay.get((NIC_OUT, root))
+        if relays is None:
+            relays = loads.may_relay_end(NIC_OUT, root)
+        if relays:
             return None  # the walk decides (remote_chain asks this first)
         nic_out, nic_in = loads.nic_out, loads.nic_in
         if not facts.seen:  # reading an unseen NIC would add its key: leave that to
@@ -104,7 +111,16 @@ class KeptChains:
             if not all(n in nic_out and n in nic_in for n in facts.nics):
                 return None
             facts.seen = True
-        key = (_ranks(facts.read(nic_out)), _ranks(facts.read(nic_in)))
+        read = facts.read
+        if facts.few:  # _ranks of each, inline (its scan of the sorted distinct values)
+            out, into = read(nic_out), read(nic_in)
+            key = (tuple(map(sorted(set(out)).index, out)),
+                   tuple(map(sorted(set(into)).index, into)))
+        else:  # its table of ranks, inline
+            out, into = read(nic_out), read(nic_in)
+            outs, ins = sorted(set(out)), sorted(set(into))
+            key = (tuple(map(dict(zip(outs, range(len(outs)))).__getitem__, out)),
+                   tuple(map(dict(zip(ins, range(len(ins)))).__getitem__, into)))
         kept = facts.chains.get(key)
         if kept is None:
             short = remote_chain(loads, root, facts.group)

@@ -19,54 +19,86 @@ from collections.abc import Callable, Mapping
 from reshard.planner.cells.chain_arrays import Loads, idlest_last
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 
+Split = tuple[frozenset[int], tuple[tuple[int, tuple[tuple[int, int], ...]], ...]]
+"""A few receivers by host (:func:`split_hosts`): their hosts, and each host with its
+receivers' (device, NIC) pairs in id order, the hosts in the order their first
+receivers come in id order."""
 
-def remote_chain(loads: Loads, root: int, group: list[int]
+
+def split_hosts(host: Callable[[int], int], nic: Callable[[int], int], group: list[int]
+                ) -> Split:
+    """``group``'s (sorted receivers) :data:`Split` (it reads only the cluster)."""
+    by_host: dict[int, list[tuple[int, int]]] = {}
+    for d in group:
+        h = host(d)
+        got = by_host.get(h)
+        if got is None:
+            by_host[h] = [(d, nic(d))]
+        else:
+            got.append((d, nic(d)))
+    return frozenset(by_host), tuple((h, tuple(pairs)) for h, pairs in by_host.items())
+
+
+def remote_chain(loads: Loads, root: int, group: list[int], split: Split | None = None
                  ) -> tuple[tuple[int, ...], tuple[int, ...] | None] | None:
     """``group`` (sorted receivers, a few) ordered as :meth:`Loads.chain` orders them,
     and :meth:`Loads._relay_walk`'s answer where no host boundary may relay (else
     None: walk the chain); None where some receiver is on the root's host.
+    ``split``: ``group``'s :func:`split_hosts`, if found.
 
     Exact: :meth:`Loads.chain` with no receiver on the root's host groups them by
     host (each group in ``group``'s order), orders the hosts by (least NIC out load of
     the group, host), enters each host by its least (NIC in load, id) and, but for the
     last host, orders the rest by (-NIC out load, id), as below, with the same
-    subscripts of the same tables. Its chain is those groups one after another, so the
-    walk's segments are the root alone and then each group; the walk's quick test asks
-    each segment's last but the last's (``NIC_OUT``) and each segment's first but the
-    root's (``NIC_IN``), and then does :func:`idlest_last`'s moves."""
-    host, nic, nic_in, nic_out = loads.host, loads.nic, loads.nic_in, loads.nic_out
-    hs = list(map(host, group))
-    if not hs or host(root) in hs:
+    subscripts of the same tables in the same order (an unseen NIC's key added where
+    it adds it). Its chain is those groups one after another, so the walk's segments
+    are the root alone and then each group; the walk's quick test asks each segment's
+    last but the last's (``NIC_OUT``) and each segment's first but the root's
+    (``NIC_IN``), and then does :func:`idlest_last`'s moves."""
+    hosts, groups = split_hosts(loads.host, loads.nic, group) if split is None else split
+    if not groups or loads.host(root) in hosts:
         return None
+    nic_in, nic_out = loads.nic_in, loads.nic_out
     may = loads.may_relay_end
-    if hs.count(hs[0]) == len(hs):  # one other host: its entry, then the rest
-        _, entry = min([(nic_in[nic(d)], d) for d in group])
-        chain = (entry, *[d for d in group if d != entry])
+    if len(groups) == 1:  # one other host: its entry, then the rest
+        pairs = groups[0][1]
+        _, entry = min([(nic_in[n], d) for d, n in pairs])
+        chain = (entry, *[d for d, _ in pairs if d != entry])
         return chain, None if may(NIC_OUT, root) or may(NIC_IN, entry) else chain
-    by_host: dict[int, list[int]] = {}
-    for r, h in zip(group, hs):
-        got = by_host.get(h)
-        if got is None:
-            by_host[h] = [r]
-        else:
-            got.append(r)
-    hosts = [h for _, h in sorted((min([nic_out[nic(d)] for d in g]), h)
-                                  for h, g in by_host.items())]
-    last = len(hosts) - 1
+    # (the least NIC out load, host, pairs): hosts differ, so pairs are never compared
+    order = sorted([(min([nic_out[n] for _, n in pairs]), h, pairs) for h, pairs in groups])
+    last = len(order) - 1
     segments: list[list[int]] = [[root]]
-    for k, h in enumerate(hosts):
-        g = by_host[h]
-        segments.append(entered(g, nic_in, nic_out, nic, k < last) if len(g) > 1 else g)
+    for k, (_, _, pairs) in enumerate(order):
+        segments.append(_entered(pairs, nic_in, nic_out, k < last) if len(pairs) > 1
+                        else [pairs[0][0]])
     chain = tuple([d for seg in segments[1:] for d in seg])
     # each segment's last but the last's, then each one's first but the root's: the
     # walk's questions in its order, the first yes ending them (as ``any`` would)
+    # (each answer read from may_relay_end's cache where it has one)
+    cached = loads._may_relay
     for k in range(last + 1):
-        if may(NIC_OUT, segments[k][-1]):
+        d = segments[k][-1]
+        relays = cached.get((NIC_OUT, d))
+        if relays or (relays is None and may(NIC_OUT, d)):
             return chain, None
     for k in range(1, last + 2):
-        if may(NIC_IN, segments[k][0]):
+        d = segments[k][0]
+        relays = cached.get((NIC_IN, d))
+        if relays or (relays is None and may(NIC_IN, d)):
             return chain, None
-    return chain, idlest_last(segments, nic_out, nic)
+    return chain, idlest_last(segments, nic_out, loads.nic)
+
+
+def _entered(pairs: tuple[tuple[int, int], ...], nic_in: Mapping[int, float],
+             nic_out: Mapping[int, float], forwards: bool) -> list[int]:
+    """:func:`entered` of one host's receivers given as (device, NIC) pairs: the same
+    order, the same subscripts in the same order."""
+    _, entry = min([(nic_in[n], d) for d, n in pairs])
+    if forwards:
+        return [entry, *[d for _, d in sorted([(-nic_out[n], d) for d, n in pairs
+                                               if d != entry])]]
+    return [entry, *[d for d, _ in pairs if d != entry]]
 
 
 def entered(group: list[int], nic_in: Mapping[int, float], nic_out: Mapping[int, float],
@@ -82,4 +114,4 @@ def entered(group: list[int], nic_in: Mapping[int, float], nic_out: Mapping[int,
     return [entry, *rest]
 
 
-__all__ = ["entered", "remote_chain"]
+__all__ = ["Split", "entered", "remote_chain", "split_hosts"]
