@@ -24,6 +24,7 @@ from reshard.planner.cells.decompose import (
     devices_by_box,
 )
 from reshard.planner.cells.gather_shares import gather_shares
+from reshard.planner.cells.stepped_table import stepped_table
 from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
 
 PIPELINE_PIECES = (1, 2, 4, 8, 16)
@@ -201,6 +202,12 @@ def decompose_pieces(shape: tuple[int, ...], holders: dict[Box, frozenset[int]],
             return cells, np.where(held[cells.holder], step, 0).astype(np.int64)
         steps = [step if c.holders else 0 for c in cells]
         return _as_rows(cells, steps, len(shape)) if table else (cells, steps)
+    joint = stepped_table(shape, holders, needers, ready)
+    if joint is not None:  # every step's grid at once: the same cells and steps
+        got_table, got_steps = joint
+        if table and _mostly_point_to_point(got_table):
+            return got_table, got_steps
+        return got_table.cells(), got_steps.tolist()
     stepped = [(c, step) for step, part in by_step.items()
                for c in decompose(shape, part, needers, held_only=True)]
     stepped.sort(key=lambda cs: cs[0].box)
