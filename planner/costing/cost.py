@@ -408,7 +408,7 @@ def _relabel_batch(items: list[tuple[tuple[object, ...], Task]], step: tuple[int
         return
     got = relabeled_many(list(todo.values()), list(todo), step,
                          lambda t: _finder(t, cluster, hops), (hops.forms(), hops.ones()),
-                         tried, hops.arrays(cluster)[1])
+                         tried, hops.arrays(cluster)[1], hops.packed())
     if got is not None:  # else a device below 0: task by task
         known.update(zip(todo, got))
 
