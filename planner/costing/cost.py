@@ -339,27 +339,27 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
     riders = followers(tasks, tensors) if per_message and tensors else set()
     keys = route_keys(tasks, cluster.relay_piece, per_message, riders)
     got = list(map(known.get, keys))
-    todo: dict[tuple[object, ...], int] = {}  # each key known lacks: its number there
-    firsts: list[int] = []  # each one's first task
-    slots: list[int] = []  # each task known lacks a route of: its key's number
+    todo: dict[tuple[object, ...], int] = {}  # each key known lacks: its first task
     for i, route in enumerate(got):
         if route is None:
-            slot = todo.setdefault(keys[i], len(firsts))
-            if slot == len(firsts):
-                firsts.append(i)
-            slots.append(slot)
+            todo.setdefault(keys[i], i)
     if not todo:
         return tuple(got)  # type: ignore[arg-type]  # every route found: none None
-    found = _find(tasks, list(zip(todo, firsts)), riders, cluster, known)
-    slot_of = iter(slots)
-    return tuple([found[next(slot_of)] if route is None else route for route in got])
+    found = _find(tasks, todo, riders, cluster, known)
+    if len(todo) < got.count(None):  # a key lacked twice: each read back by its key
+        return tuple([known[key] if route is None else route
+                      for route, key in zip(got, keys)])
+    # each key lacked once: the routes in the order of their tasks
+    for i, route in zip([i for i, route in enumerate(got) if route is None], found):
+        got[i] = route
+    return tuple(got)  # type: ignore[arg-type]  # every route found: none None
 
 
 Found = list[Route | None]
 """Per key a call lacks (in the order first met), its route once found."""
 
 
-def _find(tasks: Sequence[Task], todo: list[tuple[tuple[object, ...], int]],
+def _find(tasks: Sequence[Task], todo: dict[tuple[object, ...], int],
           riders: set[int], cluster: Cluster, known: RouteMemo) -> list[Route]:
     """The route of each key of ``todo`` (with the place in ``tasks`` of its first
     task; ``riders``: the places of those that ride in another's message), in the
@@ -372,7 +372,7 @@ def _find(tasks: Sequence[Task], todo: list[tuple[tuple[object, ...], int]],
     if hops.step is None:
         hops.step = (hops.host_step(cluster),)
     step = hops.step[0]
-    items = [(key, tasks[i]) for key, i in todo]
+    items = [(key, tasks[i]) for key, i in todo.items()]
     found: Found = [None] * len(todo)
     if step is None and not cluster.shared_bandwidth and not piece:
         # no piece, no message cost (no shared bandwidth): each key route_key(t, 0, 0, False)
@@ -383,7 +383,7 @@ def _find(tasks: Sequence[Task], todo: list[tuple[tuple[object, ...], int]],
     if step is not None and len(tasks) >= RELABEL_BATCH:
         _relabel_batch(items, step, cluster, hops, found, tried)
     plain_sends = not cluster.shared_bandwidth
-    for slot, (key, i) in enumerate(todo):
+    for slot, (key, i) in enumerate(todo.items()):
         if found[slot] is not None:  # found by a batch
             continue
         t = items[slot][1]
@@ -397,7 +397,7 @@ def _find(tasks: Sequence[Task], todo: list[tuple[tuple[object, ...], int]],
         else:
             path, lat = task_path(t, cluster, hops, rides=i in riders)
             found[slot] = (path if isinstance(path, Path) else Path(path), lat)
-    known.update(zip([key for key, _ in todo], found))  # type: ignore[misc]
+    known.update(zip(todo, found))  # type: ignore[misc]
     return found  # type: ignore[return-value]  # every route found: none None
 
 

@@ -1,9 +1,10 @@
 """The routes :func:`~reshard.planner.costing.cost.task_routes` finds are handed back
-by place (issue 62, round fifteen: each task a route lacks is given its key's number
-when first met, the batches and the loop fill a list by those numbers, and the memo
-is filled once at the end): each task's route is the memo's route of its key (the same
-object, shared by every task of that key), its own found alone, and a second call
-finds every route in the memo and searches none."""
+by place (issue 62, round fifteen: the batches and the loop fill a list in the order
+the keys a call lacks are first met, the memo is filled once at the end, and where no
+key is lacked twice the tasks take that list in order): with keys met again and not,
+each task's route is the memo's route of its key (the same object, shared by every
+task of that key), its own found alone, and a second call finds every route in the
+memo and searches none."""
 
 from __future__ import annotations
 
@@ -26,13 +27,14 @@ def _keys(tasks, cluster):
 
 @pytest.mark.parametrize("name", list(_clusters()))
 @pytest.mark.parametrize("seed", range(4))
-def test_each_task_gets_its_keys_route_by_place(name, seed, monkeypatch):
+@pytest.mark.parametrize("twice", [0, 25])
+def test_each_task_gets_its_keys_route_by_place(name, seed, twice, monkeypatch):
     cluster = _clusters()[name]
     rng = random.Random(seed)
     devices = sorted(cluster.host_map)
     tasks = _tasks(rng, devices, 80)
     earlier = rng.sample(tasks, 9)  # some keys known before the call
-    tasks += [rng.choice(tasks) for _ in range(25)]  # keys met again, anywhere
+    tasks += [rng.choice(tasks) for _ in range(twice)]  # keys met again, anywhere
     rng.shuffle(tasks)
     known = Routes()
     task_routes(earlier, cluster, known)
@@ -40,6 +42,8 @@ def test_each_task_gets_its_keys_route_by_place(name, seed, monkeypatch):
     routes = task_routes(tasks, cluster, known)
     keys = _keys(tasks, cluster)
     assert len(routes) == len(tasks)
+    lacked = [k for k in keys if k not in before]
+    assert (len(set(lacked)) < len(lacked)) == bool(twice)  # each path taken
     for t, key, route in zip(tasks, keys, routes):
         assert route is known[key]  # the memo's, shared by the key's tasks
         if key in before:
