@@ -397,7 +397,7 @@ def _find(tasks: Sequence[Task], todo: dict[tuple[object, ...], int],
         else:
             path, lat = task_path(t, cluster, hops, rides=i in riders)
             found[slot] = (path if isinstance(path, Path) else Path(path), lat)
-    known.update(zip(todo, found))  # type: ignore[misc]
+    known.update(zip(todo, found))  # type: ignore[arg-type]
     return found  # type: ignore[return-value]  # every route found: none None
 
 
