@@ -345,46 +345,60 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
             todo.setdefault(keys[i], i)
     if not todo:
         return tuple(got)  # type: ignore[arg-type]  # every route found: none None
-    _find(tasks, todo, riders, cluster, known)
-    return tuple([known[key] if route is None else route for route, key in zip(got, keys)])
+    found = _find(tasks, todo, riders, cluster, known)
+    if len(todo) < got.count(None):  # a key lacked twice: each read back by its key
+        return tuple([known[key] if route is None else route
+                      for route, key in zip(got, keys)])
+    # each key lacked once: the routes in the order of their tasks
+    for i, route in zip([i for i, route in enumerate(got) if route is None], found):
+        got[i] = route
+    return tuple(got)  # type: ignore[arg-type]  # every route found: none None
 
 
-def _find(tasks: Sequence[Task], todo: dict[tuple[object, ...], int], riders: set[int],
-          cluster: Cluster, known: RouteMemo) -> None:
-    """Put the route of each key of ``todo`` (the place in ``tasks`` of its first task,
-    ``riders``: the places of those that ride in another's message) in ``known``, in
-    the order of ``todo``: the batches' first (:func:`_batch`, :func:`_shift_batch`,
-    :func:`_relabel_batch`), then the rest one by one; a send on a cluster without
-    shared bandwidth read from its hop (:func:`task_path`'s route of it)."""
+Found = list[Route | None]
+"""Per key a call lacks (in the order first met), its route once found."""
+
+
+def _find(tasks: Sequence[Task], todo: dict[tuple[object, ...], int],
+          riders: set[int], cluster: Cluster, known: RouteMemo) -> list[Route]:
+    """The route of each key of ``todo`` (with the place in ``tasks`` of its first
+    task; ``riders``: the places of those that ride in another's message), in the
+    order of ``todo``, each put in ``known``: the batches' first (:func:`_batch`,
+    :func:`_shift_batch`, :func:`_relabel_batch`), then the rest one by one; a send
+    on a cluster without shared bandwidth read from its hop (:func:`task_path`'s
+    route of it)."""
     piece = cluster.relay_piece
     hops = shared_hops(known, cluster)
     if hops.step is None:
         hops.step = (hops.host_step(cluster),)
     step = hops.step[0]
     items = [(key, tasks[i]) for key, i in todo.items()]
+    found: Found = [None] * len(todo)
     if step is None and not cluster.shared_bandwidth and not piece:
         # no piece, no message cost (no shared bandwidth): each key route_key(t, 0, 0, False)
-        _batch(items, cluster, hops, known)
+        _batch(items, cluster, hops, found)
     if step is not None and len(tasks) >= SHIFT_BATCH:
-        _shift_batch(items, step, cluster, hops, known)
+        _shift_batch(items, step, cluster, hops, found)
     tried: Tried = {}  # large tasks' forms (relabeled_or_own)
     if step is not None and len(tasks) >= RELABEL_BATCH:
-        _relabel_batch(items, step, cluster, hops, known, tried)
+        _relabel_batch(items, step, cluster, hops, found, tried)
     plain_sends = not cluster.shared_bandwidth
-    for key, i in todo.items():
-        if key in known:  # found by a batch
+    for slot, (key, i) in enumerate(todo.items()):
+        if found[slot] is not None:  # found by a batch
             continue
-        t = tasks[i]
+        t = items[slot][1]
         if step is not None and t.kind in _SHIFTED and t.root >= 0:
-            known[key] = shifted(t, key, step, _finder(t, cluster, hops), hops.forms()) \
+            found[slot] = shifted(t, key, step, _finder(t, cluster, hops), hops.forms()) \
                 if len(t.receivers) < ARRAY_EDGES else \
                 relabeled_or_own(t, key, step, _finder(t, cluster, hops),
                                  (hops.forms(), hops.chains(), hops.ones()), tried)
         elif t.kind is TaskKind.SEND and plain_sends:  # _links_path's send: its hop
-            known[key] = _send_route(t, cluster, hops)
+            found[slot] = _send_route(t, cluster, hops)
         else:
             path, lat = task_path(t, cluster, hops, rides=i in riders)
-            known[key] = (path if isinstance(path, Path) else Path(path), lat)
+            found[slot] = (path if isinstance(path, Path) else Path(path), lat)
+    known.update(zip(todo, found))  # type: ignore[arg-type]
+    return found  # type: ignore[return-value]  # every route found: none None
 
 
 RELABEL_BATCH = 16
@@ -394,23 +408,23 @@ fewer: task by task)."""
 
 
 def _relabel_batch(items: list[tuple[tuple[object, ...], Task]], step: tuple[int, int],
-                   cluster: Cluster, hops: Hops, known: RouteMemo, tried: Tried) -> None:
-    """Put the routes of ``items``' tasks (each with its route key) that :func:`task_routes`
-    finds by :func:`~reshard.planner.costing.relabel_many.relabeled_or_own` and
-    ``known`` lacks in it, found together (:func:`~reshard.planner.costing.
-    relabel_many.relabeled_many`: the same routes, judged in the same order)."""
-    todo: dict[tuple[object, ...], Task] = {}
-    for key, t in items:
-        if t.kind in _SHIFTED and t.root >= 0 and len(t.receivers) >= ARRAY_EDGES and \
-                key not in known:
-            todo[key] = t
+                   cluster: Cluster, hops: Hops, found: Found, tried: Tried) -> None:
+    """Put in ``found`` (by place in ``items``) the routes of ``items``' tasks (each
+    with its route key) that :func:`task_routes` finds by :func:`~reshard.planner.
+    costing.relabel_many.relabeled_or_own` and ``found`` lacks, found together
+    (:func:`~reshard.planner.costing.relabel_many.relabeled_many`: the same routes,
+    judged in the same order)."""
+    todo = [slot for slot, (_, t) in enumerate(items)
+            if t.kind in _SHIFTED and t.root >= 0 and len(t.receivers) >= ARRAY_EDGES
+            and found[slot] is None]
     if len(todo) < RELABEL_BATCH:
         return
-    got = relabeled_many(list(todo.values()), list(todo), step,
-                         lambda t: _finder(t, cluster, hops), (hops.forms(), hops.ones()),
-                         tried, hops.arrays(cluster)[1])
+    got = relabeled_many([items[slot][1] for slot in todo], [items[slot][0] for slot in todo],
+                         step, lambda t: _finder(t, cluster, hops), (hops.forms(), hops.ones()),
+                         tried, hops.arrays(cluster)[1], hops.packed())
     if got is not None:  # else a device below 0: task by task
-        known.update(zip(todo, got))
+        for slot, route in zip(todo, got):
+            found[slot] = route
 
 
 SHIFT_BATCH = 256
@@ -420,21 +434,20 @@ without the arrays' fixed cost)."""
 
 
 def _shift_batch(items: list[tuple[tuple[object, ...], Task]], step: tuple[int, int],
-                 cluster: Cluster, hops: Hops, known: RouteMemo) -> None:
-    """Put the routes of ``items``' tasks (each with its route key) that :func:`task_routes`
-    finds by :func:`~reshard.planner.costing.route_forms.shifted` and ``known`` lacks
-    in it, found together (:func:`~reshard.planner.costing.route_forms.shifted_many`:
-    the same routes)."""
-    todo: dict[tuple[object, ...], Task] = {}
-    for key, t in items:
-        if t.kind in _SHIFTED and t.root >= 0 and len(t.receivers) < ARRAY_EDGES and \
-                key not in known:
-            todo[key] = t
+                 cluster: Cluster, hops: Hops, found: Found) -> None:
+    """Put in ``found`` (by place in ``items``) the routes of ``items``' tasks (each
+    with its route key) that :func:`task_routes` finds by :func:`~reshard.planner.
+    costing.route_forms.shifted` and ``found`` lacks, found together
+    (:func:`~reshard.planner.costing.route_forms.shifted_many`: the same routes)."""
+    todo = [slot for slot, (_, t) in enumerate(items)
+            if t.kind in _SHIFTED and t.root >= 0 and len(t.receivers) < ARRAY_EDGES
+            and found[slot] is None]
     if len(todo) < SHIFT_BATCH:
         return
-    got = shifted_many(list(todo.values()), list(todo), step,
-                       lambda t: _finder(t, cluster, hops), hops.forms())
-    known.update(zip(todo, got))
+    got = shifted_many([items[slot][1] for slot in todo], [items[slot][0] for slot in todo],
+                       step, lambda t: _finder(t, cluster, hops), hops.forms())
+    for slot, route in zip(todo, got):
+        found[slot] = route
 
 
 def _finder(task: Task, cluster: Cluster, hops: Hops) -> Callable[[], Route]:
@@ -447,31 +460,29 @@ def _finder(task: Task, cluster: Cluster, hops: Hops) -> Callable[[], Route]:
 
 
 def _batch(items: list[tuple[tuple[object, ...], Task]], cluster: Cluster, hops: Hops,
-           known: RouteMemo) -> None:
-    """Put the routes of ``items``' broadcasts and reductions of a few edges that
-    ``known`` lacks in it, found together (:func:`~reshard.planner.costing.hop_batch.
-    batch_routes`: the routes :func:`task_path` finds, on a cluster without relay
-    pieces, shared bandwidth or host step; each task's key there is
+           found: Found) -> None:
+    """Put in ``found`` (by place in ``items``) the routes of ``items``' broadcasts and
+    reductions of a few edges, found together (:func:`~reshard.planner.costing.
+    hop_batch.batch_routes`: the routes :func:`task_path` finds, on a cluster without
+    relay pieces, shared bandwidth or host step; each task's key there is
     ``route_key(t, 0, 0, False)``)."""
-    todo: dict[tuple[object, ...], Task] = {}
-    for key, t in items:
-        if t.kind in _SHIFTED and t.root >= 0 and \
-                len(t.receivers) + len(t.addends) < ARRAY_EDGES:
-            todo[key] = t
+    todo = [slot for slot, (_, t) in enumerate(items)
+            if t.kind in _SHIFTED and t.root >= 0 and
+            len(t.receivers) + len(t.addends) < ARRAY_EDGES]
     if len(todo) < BATCH_FROM:
         return
-    ends = [edge_lists(t) for t in todo.values()]
+    ends = [edge_lists(items[slot][1]) for slot in todo]
     got = batch_routes([s for s, _ in ends], [r for _, r in ends], *hops.arrays(cluster),
                        cluster.latency, cluster.intra_latency)
     if got is None:
         return
     ones = hops.ones()  # read-only fractions, shared by the paths of as many codes
-    for (k, t), codes, reach in zip(todo.items(), *got):
+    for slot, codes, reach in zip(todo, *got):
         if reach is None:  # a device reached twice: the loop's answer
-            path, lat = task_path(t, cluster, hops)
-            known[k] = (path if isinstance(path, Path) else Path(path), lat)
+            path, lat = task_path(items[slot][1], cluster, hops)
+            found[slot] = (path if isinstance(path, Path) else Path(path), lat)
         else:
-            known[k] = (Path.of_codes(codes, read_only_ones(len(codes), ones)), reach)
+            found[slot] = (Path.of_codes(codes, read_only_ones(len(codes), ones)), reach)
 
 
 BATCH_FROM = 24

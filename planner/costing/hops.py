@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from reshard.cluster import Cluster
+from reshard.planner.costing.relabel_many import Packed
 from reshard.planner.costing.route_forms import ChainMemo, FormMemo
 from reshard.planner.values.resources import Resource
 
@@ -38,6 +39,15 @@ class Hops(dict[tuple[int, int], Hop]):
     memo: FormMemo | None = None  # routes by form (forms())
     chain_memo: ChainMemo | None = None  # chains' host ranks (chains())
     ones_memo: dict[int, np.ndarray] | None = None  # read-only fractions by length (ones())
+    packed_memo: Packed | None = None  # receivers' tuples packed (packed())
+
+    def packed(self) -> Packed:
+        """Large tasks' receivers' tuples packed as integers, by identity (:func:`~reshard.
+        planner.costing.relabel_many.relabeled_many`), kept with the hops so every plan
+        of a call packs each tuple once."""
+        if self.packed_memo is None:
+            self.packed_memo = {}
+        return self.packed_memo
 
     def ones(self) -> dict[int, np.ndarray]:
         """Read-only fractions of 1.0 by length, shared by the routes

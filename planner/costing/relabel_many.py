@@ -92,18 +92,21 @@ class RankedRows:
         self.begin = self.counts = empty  # each row's first place there, and its hosts
 
     @classmethod
-    def of(cls, tasks: Sequence[Task], devices: int) -> RankedRows | None:
+    def of(cls, tasks: Sequence[Task], devices: int,
+           packed: Packed | None = None) -> RankedRows | None:
         """The rows of ``tasks`` (of one length in each role; ``devices`` a host)
-        ranked; None where a device is below 0 (no table holds its host)."""
+        ranked; None where a device is below 0 (no table holds its host). ``packed``:
+        receivers' tuples packed before (read and filled in, :func:`packed_receivers`)."""
         t0 = tasks[0]
         roles = (1, len(t0.receivers), len(t0.parents), len(t0.addends),
                  len(t0.addend_parents))
         one, *packs = (struct.Struct(f"{n}q").pack for n in roles)
+        receivers = packed_receivers(packs[0], packed)
         got = cls()
         for lo in range(0, len(tasks), BLOCK):
             parts: list[bytes] = []
             for t in tasks[lo:lo + BLOCK]:  # a role a call: each tuple passed as it is
-                parts += (one(t.root), packs[0](*t.receivers), packs[1](*t.parents),
+                parts += (one(t.root), receivers(t.receivers), packs[1](*t.parents),
                           packs[2](*t.addends), packs[3](*t.addend_parents))
             rows = np.frombuffer(b"".join(parts), dtype=np.int64).reshape(-1, sum(roles))
             if int(rows.min()) < 0:
@@ -182,6 +185,30 @@ class RankedRows:
         return out
 
 
+Packed = dict[int, tuple[tuple[int, ...], bytes]]
+"""Receivers' tuples packed as 8-byte integers, by the tuple's ``id`` (each kept with
+its tuple, so no other tuple takes its ``id`` while it is held)."""
+
+
+def packed_receivers(pack: Callable[..., bytes], packed: Packed | None
+                     ) -> Callable[[tuple[int, ...]], bytes]:
+    """What packs a receivers' tuple by ``pack`` (passed its items), each tuple packed
+    once in ``packed`` (by identity: the tasks of a call's plans over the same devices
+    share their receivers' tuple; the same bytes)."""
+    if packed is None:
+        return lambda items: pack(*items)
+
+    def receivers(items: tuple[int, ...]) -> bytes:
+        got = packed.get(id(items))
+        if got is not None and got[0] is items:
+            return got[1]
+        row = pack(*items)
+        packed[id(items)] = (items, row)
+        return row
+
+    return receivers
+
+
 def _hosts(rows: np.ndarray, devices: int) -> np.ndarray:
     """The host of each of ``rows``' devices (none below 0), ``devices`` a host: a
     shift where that is a power of 2 (the same integers as ``//``, in half the time)."""
@@ -199,14 +226,16 @@ a few dozen stay in the cache."""
 def relabeled_many(tasks: Sequence[Task], keys: Sequence[tuple[object, ...]],
                    step: tuple[int, int], finder: Callable[[Task], Callable[[], Route]],
                    memos: tuple[FormMemo, dict[int, np.ndarray]], tried: Tried,
-                   nic: np.ndarray | None = None) -> list[Route] | None:
+                   nic: np.ndarray | None = None,
+                   packed: Packed | None = None) -> list[Route] | None:
     """:func:`relabeled_or_own` of each of ``tasks`` (distinct ``keys``; ``memos``:
     forms and read-only ones), in order, each row's form found at once
     (:class:`RankedRows`, rows of one length in each role together) and the tasks of each form met
     again numbered back together; None (nothing found) where a device is below 0.
     ``nic``: each device's NIC, where a form not in the memo may be numbered from its
     place form's route (:mod:`~reshard.planner.costing.place_forms`; the same route as
-    its search, which it replaces)."""
+    its search, which it replaces). ``packed``: receivers' tuples packed before (read
+    and filled in, :func:`packed_receivers`)."""
     forms, ones = memos
     places = None if nic is None else PlaceForms.of(step, nic)
     by_width: dict[tuple[int, ...], list[int]] = {}  # by the lengths of the roles
@@ -215,7 +244,7 @@ def relabeled_many(tasks: Sequence[Task], keys: Sequence[tuple[object, ...]],
                              len(t.addend_parents)), []).append(i)
     ranked: list[tuple[RankedRows, int]] = [None] * len(tasks)  # type: ignore[list-item]
     for idx in by_width.values():
-        rows = RankedRows.of([tasks[i] for i in idx], step[0])
+        rows = RankedRows.of([tasks[i] for i in idx], step[0], packed)
         if rows is None:  # a device below 0: task by task
             return None
         for j, i in enumerate(idx):
@@ -266,5 +295,5 @@ def _unmet(form: tuple[object, ...], row: tuple[RankedRows, int], places: PlaceF
     return None, route
 
 
-__all__ = ["RELABEL_TRIAL", "RankedRows", "Tried", "relabeled_many", "relabeled_or_own",
-           "trial_shape"]
+__all__ = ["RELABEL_TRIAL", "Packed", "RankedRows", "Tried", "packed_receivers",
+           "relabeled_many", "relabeled_or_own", "trial_shape"]
