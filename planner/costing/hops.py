@@ -15,6 +15,7 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.planner.costing.relabel_many import Packed
 from reshard.planner.costing.route_forms import ChainMemo, FormMemo
+from reshard.planner.schedule.device_arrays import device_arrays
 from reshard.planner.values.resources import Resource
 
 Hop = tuple[tuple[tuple[Resource, float], ...], float, float, tuple[int, ...]]
@@ -90,14 +91,7 @@ class Hops(dict[tuple[int, int], Hop]):
     def arrays(self, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
         """Each device's host and NIC on ``cluster`` (-1: no device)."""
         if self.tables is None:
-            size = max(cluster.host_map, default=-1) + 1
-            host, nic = np.full(size, -1, dtype=np.int64), np.full(size, -1, dtype=np.int64)
-            devs = np.fromiter(cluster.host_map, dtype=np.int64, count=len(cluster.host_map))
-            host[devs] = np.fromiter(cluster.host_map.values(), dtype=np.int64,
-                                     count=len(devs))
-            nic[devs] = np.fromiter((cluster.nic_map[d] for d in devs.tolist()),
-                                    dtype=np.int64, count=len(devs))
-            self.tables = (host, nic)
+            self.tables = device_arrays(cluster, -1)
         return self.tables
 
 
