@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from reshard.planner.cuts import cut_slices
+from reshard.planner.passes import gather_floor
 from reshard.planner.passes.gather_floor import receipts, receipts_floor
 from reshard.planner.plan import Builds, _best_plan, plan_tasks
 from reshard.planner.schedule.floors import baseline_floor, reduction_loads
@@ -51,6 +52,23 @@ def test_it_rules_out_where_the_whole_floor_did():
     best = _best_plan(tensors, H100, Strategy.BROADCAST, memo)
     assert memo.receipts(tensors, H100) > best.estimate()
     assert not memo._floors  # neither baseline's whole floor was needed
+
+
+def test_above_its_limit_it_counts_nothing_and_the_whole_floor_decides(monkeypatch):
+    # S10R -> RR at 1,024 devices asks 1,048,576 receivers: counted one by one they cost
+    # more than the request; above RECEIPTS_UP_TO the floor is 0.0 and the whole floor
+    # (as before the receipts) rules the baseline out, the answer unchanged
+    tensors = _tensors("S01R", "RR", (8192, 8192), "cross")
+    expected = _best_plan(tensors, H100, Strategy.BROADCAST).estimate()
+    s = cut_slices(tensors, H100, Strategy.ALLGATHER)
+    entries = sum(len(cell.needers) for _, cell in s.work.general)
+    monkeypatch.setattr(gather_floor, "RECEIPTS_UP_TO", entries - 1)
+    assert receipts_floor(s.work, s.itemsizes, H100) == 0.0
+    memo = Builds()
+    assert _best_plan(tensors, H100, Strategy.BROADCAST, memo).estimate() == expected
+    assert memo._floors  # the whole floor was found instead
+    monkeypatch.setattr(gather_floor, "RECEIPTS_UP_TO", entries)
+    assert receipts_floor(s.work, s.itemsizes, H100) > 0.0
 
 
 @pytest.mark.parametrize("src,dst,shape,how", MORE)
