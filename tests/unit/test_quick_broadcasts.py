@@ -19,6 +19,7 @@ from reshard.planner.cells.decompose import Cell
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 from tests.unit._regular_clusters import regular_clusters
 from tests.unit._twin_loads import assert_same_loads, twin_loads
+from tests.unit.test_holder_arrays import _old_pick_root
 
 CLUSTER = Cluster.preset("dgx-h100", 12)  # a NIC per device: relays possible
 
@@ -54,21 +55,6 @@ def _old_remote_chain(loads, root, group, split=None):
         if may(NIC_IN, segments[k][0]):
             return chain, None
     return chain, idlest_last(segments, nic_out, nic)
-
-
-def _old_pick_root(loads, holders, needer_hosts, nbytes):
-    """``Loads.pick_root`` of fewer than ``ARRAY_HOLDERS`` holders as it was: a loop."""
-    if len(holders) == 1:
-        return next(iter(holders))
-    best_key, best = None, -1
-    for d in holders:
-        h = loads.host(d)
-        remote = len(needer_hosts) > 1 or h not in needer_hosts
-        key = (loads.nic_out[loads.nic(d)] + (nbytes if remote else 0), h not in needer_hosts,
-               loads.dev_out[d], d)
-        if best_key is None or key < best_key:
-            best_key, best = key, d
-    return best
 
 
 def _tables(loads):
