@@ -418,12 +418,11 @@ class Builds:
         (:func:`~reshard.planner.passes.gather_floor.receipts_floor`, no higher than
         :meth:`floor`, and quicker)."""
         cuts = (False, True) if any(t.src.spec.is_partial for t in tensors) else (False,)
-        if baseline is Strategy.SEND_RECV and all(
-                self.send_floor(tensors, cluster, fine) >= seconds for fine in cuts):
-            return True  # each cut's floor is at least its send floor: no slices cut
-        if baseline is Strategy.ALLGATHER and all(
-                self.receipts(tensors, cluster, fine) >= seconds for fine in cuts):
-            return True  # each cut's floor is at least its receipts' floor
+        quick = {Strategy.SEND_RECV: self.send_floor,
+                 Strategy.ALLGATHER: self.receipts}.get(baseline)
+        if quick is not None and all(quick(tensors, cluster, fine) >= seconds for fine in cuts):
+            return True  # each cut's floor is at least its quicker one (send_recv's: no
+            # slices cut)
         return all(self.floor(tensors, cluster, baseline, fine) >= seconds for fine in cuts)
 
     def gathers_as_sends(self, tensors: tuple[TensorSpec, ...], cluster: Cluster) -> bool:
