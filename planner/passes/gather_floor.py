@@ -19,15 +19,16 @@ part of the whole floor and rules the baseline out where the whole floor does.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from functools import partial
 
 from reshard.cluster import Cluster
 from reshard.layout import box_size
 from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.schedule.floors import StepLoads, load_floor
+from reshard.planner.schedule.held_receipts import HostReceivers, held_receipts, host_receivers
 from reshard.planner.schedule.work import WorkList
-from reshard.planner.values.resources import DEV_IN, DEV_OUT, NIC_IN
 
 RECEIPTS_UP_TO = 1 << 16
 """The most receivers (each general cell's needers, summed) whose receipts
@@ -36,20 +37,6 @@ as a quicker proof, and :meth:`~reshard.planner.plan.Builds.beaten` then asks th
 floor, whose array path serves large cells). The 4x8 cold set asks at most 1,024; S10R
 -> RR at 1,024 devices asks 1,048,576 (1,024 cells of 1,024 receivers), which counted
 one by one took 3.6 s of CPU, twice the rest of that request."""
-
-_Hosts = tuple[tuple[bool, tuple[int, ...]], ...]
-"""Per host of a cell's receivers (in the order its first receiver comes, receivers
-sorted): whether a holder is on it, and its receivers."""
-
-
-def _hosts(cell: Cell, host: Mapping[int, int]) -> _Hosts:
-    """:data:`_Hosts` of ``cell`` (it reads the cell's holders and needers alone)."""
-    held = {host[d] for d in cell.holders}
-    by_host: dict[int, list[int]] = {}
-    for r in sorted(cell.needers - cell.holders):
-        by_host.setdefault(host[r], []).append(r)
-    return tuple((h in held, tuple(members)) for h, members in by_host.items())
-
 
 def receipts_floor(work: WorkList, itemsizes: Sequence[int], cluster: Cluster) -> float:
     """Seconds no ``allgather`` plan of ``work``'s slices (``itemsizes``: each tensor's
@@ -61,11 +48,23 @@ def receipts_floor(work: WorkList, itemsizes: Sequence[int], cluster: Cluster) -
     return load_floor(receipts(work, itemsizes, cluster), cluster)
 
 
+def _pieces(cell: Cell, k: int, item: int,
+            split: dict[tuple[tuple[int, ...], int, int], list[int]]) -> list[int]:
+    """The bytes of ``cell``'s ``k`` pieces (:func:`~reshard.planner.cells.cell_tasks.
+    split_box`), kept in ``split`` by the cell's extents."""
+    extents = tuple(hi - lo for lo, hi in cell.box)
+    sizes = split.get((extents, k, item))
+    if sizes is None:
+        sizes = split[(extents, k, item)] = [box_size(p) * item
+                                             for p in split_box(cell.box, k)]
+    return sizes
+
+
 def receipts(work: WorkList, itemsizes: Sequence[int], cluster: Cluster) -> StepLoads:
     """The bytes :func:`receipts_floor` counts, by resource kind and (index, step)."""
     host, nic = cluster.host_map, cluster.nic_map
     load: StepLoads = defaultdict(float)
-    known: dict[tuple[frozenset[int], frozenset[int]], _Hosts] = {}
+    known: dict[tuple[frozenset[int], frozenset[int]], HostReceivers] = {}
     split: dict[tuple[tuple[int, ...], int, int], list[int]] = {}  # pieces' bytes
     cell_steps, _ = work.steps()
     for (tensor, cell), step in zip(work.general, cell_steps):
@@ -75,28 +74,11 @@ def receipts(work: WorkList, itemsizes: Sequence[int], cluster: Cluster) -> Step
             continue
         hosts = known.get((cell.holders, cell.needers))
         if hosts is None:
-            hosts = known[(cell.holders, cell.needers)] = _hosts(cell, host)
-        for held, members in hosts:
-            k = len(members)
-            if held or k == 1:
-                for m in members:
-                    load[(DEV_IN, (m, step))] += nbytes
-                if not held:
-                    load[(NIC_IN, (nic[members[0]], step))] += nbytes
-                continue
-            extents = tuple(hi - lo for lo, hi in cell.box)
-            sizes = split.get((extents, k, item))
-            if sizes is None:
-                sizes = split[(extents, k, item)] = [box_size(p) * item
-                                                     for p in split_box(cell.box, k)]
-            for m, b in zip(members, sizes):
-                if b:
-                    load[(DEV_IN, (m, step))] += b
-                    load[(NIC_IN, (nic[m], step))] += b
-            share = nbytes * (k - 1) / k
-            for m in members:
-                load[(DEV_IN, (m, step + 1))] += share
-                load[(DEV_OUT, (m, step + 1))] += share
+            hosts = known[(cell.holders, cell.needers)] = host_receivers(
+                sorted(cell.needers - cell.holders), cell.holders, host)
+        pieces = partial(_pieces, cell, item=item, split=split)
+        for kind, index, at, b in held_receipts(hosts, nbytes, step, nic, pieces):
+            load[(kind, (index, at))] += b
     return load
 
 

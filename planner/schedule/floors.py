@@ -54,6 +54,7 @@ from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.costing.cost import Hops, RouteMemo, task_routes
 from reshard.planner.schedule.gathered_rows import GatheredRows, gathered_rows
+from reshard.planner.schedule.held_receipts import held_receipts, host_receivers
 from reshard.planner.schedule.merged_sums import Inexact, MergedKind, whole
 from reshard.planner.schedule.work import WorkList
 from reshard.planner.values.resources import (
@@ -364,30 +365,13 @@ class _Flows:
         each receiver (through the receiver's NIC where no holder is on its host);
         else a piece to each receiver, through its NIC, then, at the step after, each
         one's share of the all-gather in and out."""
-        host, nic = self.host_of, self.nic_of
-        dev_out, dev_in = self.dev_out.rows.append, self.dev_in.rows.append
-        nic_in = self.nic_in.rows.append
-        held = {host[d] for d in cell.holders}
-        by_host: dict[int, list[int]] = {}
-        for r in receivers:
-            by_host.setdefault(host[r], []).append(r)
-        for h, members in by_host.items():
-            k = len(members)
-            if h in held or k == 1:
-                for m in members:
-                    dev_in((m, step, nbytes))
-                if h not in held:
-                    nic_in((nic[members[0]], step, nbytes))
-                continue
-            pieces = [box_size(p) * item for p in split_box(cell.box, k)]
-            for m, b in zip(members, pieces):
-                if b:
-                    dev_in((m, step, b))
-                    nic_in((nic[m], step, b))
-            share = nbytes * (k - 1) / k
-            for m in members:
-                dev_in((m, step + 1, share))
-                dev_out((m, step + 1, share))
+        rows = {DEV_IN: self.dev_in.rows, NIC_IN: self.nic_in.rows,
+                DEV_OUT: self.dev_out.rows}
+        hosts = host_receivers(receivers, cell.holders, self.host_of)
+        for kind, index, at, b in held_receipts(
+                hosts, nbytes, step, self.nic_of,
+                lambda k: [box_size(p) * item for p in split_box(cell.box, k)]):
+            rows[kind].append((index, at, b))
 
     def _sends_of(self, root: int, receivers: list[int], nbytes: int, step: int) -> None:
         """:meth:`send` of ``nbytes`` from ``root`` to each of ``receivers`` in turn (each
