@@ -71,7 +71,7 @@ def test_above_its_limit_it_counts_nothing_and_the_whole_floor_decides(monkeypat
     assert receipts_floor(s.work, s.itemsizes, H100) > 0.0
 
 
-@pytest.mark.parametrize("src,dst,shape,how", MORE)
+@pytest.mark.parametrize("src,dst,shape,how", CASES + MORE)
 def test_the_plan_is_the_one_with_every_baseline_built(src, dst, shape, how):
     tensors = _tensors(src, dst, shape, how)
     fast = _best_plan(tensors, H100, Strategy.BROADCAST, Builds())
