@@ -293,13 +293,51 @@ def _cut_many(tasks: list[Task], table: np.ndarray) -> list[tuple[Cut, Chain]] |
     shared, at = _shared(flat, len(table)), [*starts.tolist(), len(flat)]
     devices = [tuple(shared[a:b]) for a, b in itertools.pairwise(at)]  # root, receivers
     distinct = _distinct(devices, flat, sizes, len(table))
+    alike = _Alike(lo, hi, lengths, entered)
     out = []
     for i, t in enumerate(tasks):
         a, b = bounds[i], bounds[i + 1]
-        out.append((list(map(range, lo[a:b], hi[a:b])),
-                    _chain(t, devices[i], tuple(lengths[a:b]),
-                           entered[a:b] if distinct[i] else None)))
+        ranges, form = alike.of(a, b, distinct[i])
+        if form is None or not t.through:
+            out.append((ranges, Chain(devices[i], t.receivers, form)))
+        else:  # its relays' places: its own form
+            out.append((ranges, _chain(t, devices[i], form[0], entered[a:b])))
     return out
+
+
+class _Alike:
+    """:func:`_cut_many`'s cuts and relay-free forms, found once per pattern of
+    segments (their lengths, and their hosts numbered as entered) and shared by the
+    chains of that pattern (a thousand cells broadcasting to one receiver set,
+    relabeled, cut alike).
+
+    Exact: a chain's cut is its segments' places, read from their lengths alone
+    (segments tile the chain from place 0); its relay-free form is those lengths,
+    its hosts numbered as entered (:func:`_numbered`, by their pattern of repeats
+    alone), and no relays: equal patterns give equal cuts and forms (one object,
+    as :func:`_keep` makes equal forms)."""
+
+    def __init__(self, lo: list[int], hi: list[int], lengths: list[int],
+                 entered: list[int]) -> None:
+        self.lo, self.hi, self.lengths, self.entered = lo, hi, lengths, entered
+        self.found: dict[tuple[tuple[int, ...], tuple[int, ...] | int | None],
+                         tuple[Cut, Form | None]] = {}
+
+    def of(self, a: int, b: int, distinct: bool) -> tuple[Cut, Form | None]:
+        """The cut and relay-free form (None: a device twice) of the chain whose
+        segments are ``a:b`` of all chains' (``distinct``: its devices are)."""
+        lengths = tuple(self.lengths[a:b])
+        hosts: tuple[int, ...] | int | None = None  # (a device twice: no form)
+        if distinct:  # each host entered once: 0 (numbered 0, 1, 2...)
+            entered = self.entered[a:b]
+            hosts = 0 if len(set(entered)) == b - a else _numbered(entered)
+        key = (lengths, hosts)
+        got = self.found.get(key)
+        if got is None:
+            ranges = list(map(range, self.lo[a:b], self.hi[a:b]))
+            got = self.found[key] = (ranges, None if hosts is None else
+                                     (lengths, _numbered(self.entered[a:b]), ()))
+        return got
 
 
 def _shared(flat: np.ndarray, span: int) -> list[int]:
