@@ -161,15 +161,18 @@ def cut_all(tasks: Iterable[Task], host: Callable[[int], int], memo: Segments,
     """Fill ``memo`` with the cut of each of ``tasks`` a tree may reshape (broadcasts
     without parents) and the chain of each whose cut is ``wanted``: chains met twice
     found once (a long chain's receivers told by identity, as a box's pieces share
-    their task's tuple: no long tuple hashed), long chains' hosts read from one array
-    of all their devices where ``host`` is a cluster's own (the same cuts and chains
-    as :func:`cut` and :func:`chain_of`, which find the rest: a device the cluster
-    lacks is named by ``host``'s own error)."""
+    their task's tuple: no long tuple hashed), the chains' hosts read from one array
+    of all their devices where ``host`` is a cluster's own and there are long chains
+    or at least :data:`BATCH_CHAINS` (each then with its chain, wanted or not: the
+    same chain :func:`chain_of` finds), the same cuts and chains as :func:`cut` and
+    :func:`chain_of`, which find the rest: a device the cluster lacks is named by
+    ``host``'s own error."""
     found: dict[tuple[object, ...], tuple[Cut, Chain | None]] = {}
     cluster = _cluster(host)
-    long: dict[tuple[object, ...], Task] = {}  # to cut at once
+    batch: dict[tuple[object, ...], Task] = {}  # to cut at once (on a cluster)
     todo: list[tuple[Task, tuple[object, ...]]] = []
     broadcast = TaskKind.BROADCAST
+    long = False
     for t in tasks:
         if t.kind is not broadcast or t.parents:
             continue
@@ -180,34 +183,50 @@ def cut_all(tasks: Iterable[Task], host: Callable[[int], int], memo: Segments,
         key: tuple[object, ...] = (t.root, id(t.receivers) if many else t.receivers,
                                    t.through)
         todo.append((t, key))
-        if key in found or key in long:
+        if key in found or key in batch:
             continue
-        if got is not None:  # cut before, now wanted
-            found[key] = got[1], _found(t, host, got[1])
-        elif many and cluster is not None:
-            long[key] = t
-        elif many:
-            ranges = cut(t, host)
-            found[key] = ranges, _found(t, host, ranges) if wanted(ranges) else None
+        if cluster is not None:
+            batch[key] = t
+            long = long or many
         else:
-            starts, entered = _short(t, host)
-            ranges = _ranges(starts, len(t.receivers) + 1)
-            if wanted(ranges):
-                devices = (t.root,) + t.receivers  # noqa: RUF005 (one copy, not two)
-                found[key] = ranges, _chain(t, devices, tuple(map(len, ranges)), entered
-                                            if len(set(devices)) == len(devices) else None)
-            else:
-                found[key] = ranges, None
-    if long and cluster is not None:
-        _cut_long(long, cluster, host, found)
+            found[key] = _alone(t, host, wanted, None if got is None else got[1])
+    if cluster is not None and (long or len(batch) >= BATCH_CHAINS):
+        _cut_long(batch, cluster, host, found)
+    else:
+        for key, t in batch.items():
+            got = memo.get(id(t))
+            found[key] = _alone(t, host, wanted, None if got is None else got[1])
     _keep(todo, found, memo)
+
+
+BATCH_CHAINS = 8
+"""Chains (distinct) from which :func:`cut_all` cuts short chains on a cluster at once
+(fewer, all short: one by one, without the arrays' fixed cost)."""
+
+
+def _alone(t: Task, host: Callable[[int], int], wanted: Callable[[Cut], bool],
+           ranges: Cut | None) -> tuple[Cut, Chain | None]:
+    """``t``'s cut and, where ``wanted``, its chain, found alone (``ranges``: its cut,
+    if found before)."""
+    if ranges is not None:  # cut before, now wanted
+        return ranges, _found(t, host, ranges)
+    if len(t.receivers) >= ARRAY_DEVICES:
+        ranges = cut(t, host)
+        return ranges, _found(t, host, ranges) if wanted(ranges) else None
+    starts, entered = _short(t, host)
+    ranges = _ranges(starts, len(t.receivers) + 1)
+    if not wanted(ranges):
+        return ranges, None
+    devices = (t.root,) + t.receivers  # noqa: RUF005 (one copy, not two)
+    return ranges, _chain(t, devices, tuple(map(len, ranges)), entered
+                          if len(set(devices)) == len(devices) else None)
 
 
 def _cut_long(long: dict[tuple[object, ...], Task], cluster: Cluster,
               host: Callable[[int], int],
               found: dict[tuple[object, ...], tuple[Cut, Chain | None]]) -> None:
-    """:func:`cut_all`'s long chains on ``cluster`` (``host``: its ``host_of``), cut
-    and their chains found at once (into ``found``, by key)."""
+    """:func:`cut_all`'s chains on ``cluster`` (``host``: its ``host_of``), cut and
+    their chains found at once (into ``found``, by key)."""
     table = _host_table(cluster)
     many = None if table is None else _cut_many(list(long.values()), table)
     for i, (key, t) in enumerate(long.items()):

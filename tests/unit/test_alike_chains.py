@@ -146,3 +146,67 @@ def test_same_lengths_other_hosts_or_devices_are_told_apart():
         assert len(t.receivers) >= chain_cuts.ARRAY_DEVICES
         assert memo[id(t)][1] == chain_cuts.cut(t, cluster.host_of)
         assert memo[id(t)][2] == chain_cuts.chain_of(t, cluster.host_of)  # type: ignore[misc]
+
+
+def _short_plan(rng: random.Random, cluster: Cluster, n: int) -> list[Task]:
+    """``n`` short chains (a few relabeled alike), some with relays, hosts entered
+    again or a device twice, and equal copies and pieces beside them."""
+    hosts = list(cluster.hosts)
+    tasks: list[Task] = []
+    while len(tasks) < n:
+        slots = [(h, m) for h in range(len(hosts)) for m in range(len(hosts[h]))]
+        take = rng.sample(slots, rng.randint(2, 40))
+        take.sort(key=lambda s: (s[0], rng.random()))
+        if len(take) > 3 and rng.random() < 0.3:
+            i, j = sorted(rng.sample(range(1, len(take)), 2))
+            take[i:j] = reversed(take[i:j])
+        for _ in range(rng.randint(1, 3)):
+            chain = _relabeled(rng, cluster, take, hosts)
+            if rng.random() < 0.15:
+                chain.append(chain[0])  # a device twice (the root)
+            through = tuple(d for d in chain[1:-1] if rng.random() < 0.15)
+            t = Task(TaskKind.BROADCAST, 0, ((0, 8),), chain[0], tuple(chain[1:]), 64,
+                     through=through)
+            tasks.append(t)
+            if rng.random() < 0.3:  # a piece of its box: the same tuple
+                tasks.append(Task(t.kind, 0, ((8, 16),), t.root, t.receivers, 64,
+                                  through=t.through))
+    tasks.append(Task(TaskKind.SEND, 0, ((0, 8),), tasks[0].root, tasks[0].receivers[:1], 64))
+    rng.shuffle(tasks)
+    return tasks
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_short_chains_cut_at_once_as_one_by_one(seed, monkeypatch):
+    rng = random.Random(seed)
+    cluster = _cluster(rng)
+    n = [2, chain_cuts.BATCH_CHAINS - 1, chain_cuts.BATCH_CHAINS, 40][seed % 4]
+    tasks = _short_plan(rng, cluster, n)
+    calls: list[int] = []
+    many = chain_cuts._cut_many
+    monkeypatch.setattr(chain_cuts, "_cut_many",
+                        lambda ts, table: calls.append(len(ts)) or many(ts, table))
+    wanted = [lambda cut: True, lambda cut: False, lambda cut: len(cut) > 2][seed % 3]
+    arrays: chain_cuts.Segments = {}
+    alone: chain_cuts.Segments = {}
+    for t in tasks[:4]:  # some cut before, as the search's first look does
+        if t.kind is TaskKind.BROADCAST:
+            chain_cuts.cut(t, cluster.host_of, arrays)
+            chain_cuts.cut(t, cluster.host_of, alone)
+    chain_cuts.cut_all(tasks, cluster.host_of, arrays, wanted)
+    chain_cuts.cut_all(tasks, lambda d: cluster.host_of(d), alone, wanted)
+    assert all(k >= chain_cuts.BATCH_CHAINS for k in calls)  # at once: enough of them
+    if n > chain_cuts.BATCH_CHAINS + 4:  # (a few cut before, not wanted, skipped)
+        assert calls
+    for t in tasks:
+        if t.kind is not TaskKind.BROADCAST:
+            assert id(t) not in arrays
+            continue
+        got, one = arrays[id(t)], alone[id(t)]
+        assert got[0] is t and got[1] == one[1] == chain_cuts.cut(t, cluster.host_of)
+        if wanted(got[1]):
+            assert len(got) == 3
+        if len(got) == 3:
+            assert got[2] == chain_cuts.chain_of(t, cluster.host_of)  # type: ignore[misc]
+        if len(one) == 3:
+            assert len(got) == 3 and got[2] == one[2]  # type: ignore[misc]
