@@ -56,6 +56,7 @@ from reshard.planner.costing.cost import Hops, RouteMemo, task_routes
 from reshard.planner.schedule.gathered_rows import GatheredRows, gathered_rows
 from reshard.planner.schedule.held_receipts import held_receipts, host_receivers
 from reshard.planner.schedule.merged_sums import Inexact, MergedKind, whole
+from reshard.planner.schedule.row_sums import row_items
 from reshard.planner.schedule.work import WorkList
 from reshard.planner.values.resources import (
     COPY,
@@ -468,11 +469,19 @@ class _Flows:
         :class:`Inexact` leaves ``load`` as it was)."""
         parts = ((DEV_OUT, self.dev_out), (DEV_IN, self.dev_in),
                  (NIC_OUT, self.nic_out), (NIC_IN, self.nic_in))
-        summed = [(kind, _Kind(part.exact_chunks()).items() if isinstance(part, MergedKind)
+        summed = [(kind, _merged_items(part) if isinstance(part, MergedKind)
                    else part.items()) for kind, part in parts]
         for kind, items in summed:
             for key, b in items:
                 load[(kind, key)] += b
+
+
+def _merged_items(part: MergedKind) -> list[tuple[tuple[int, int], float]]:
+    """A merged kind's items: summed from its rows where it holds rows alone
+    (:func:`~reshard.planner.schedule.row_sums.row_items`, the same sums), else from
+    its exact chunks."""
+    got = row_items(part, DICT_SUM_UP_TO)
+    return _Kind(part.exact_chunks()).items() if got is None else got
 
 
 def reduction_loads(reduces: Sequence[Task], cluster: Cluster,
