@@ -5,14 +5,15 @@ max-min fairly, step by step (the model itself is described in
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from reshard.planner.costing.fairshare import FairShare, Fill
-from reshard.planner.costing.stepgate import OneStep, StepGate, gate_of
+from reshard.planner.costing.stepgate import OneStep, StepGate, gate_of, has_device
 from reshard.planner.values.plan_view import PlanView
+from reshard.planner.values.tasks import Task
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,37 @@ def simulate(plan: PlanView, stop: Stop | None = None) -> Estimate | None:
     flows = FairShare(list(map(_PATH, plan.routes())), plan.cluster)
     # each int's float64, as float(nbytes) gives it (both round to nearest)
     nbytes = np.fromiter(map(_NBYTES, tasks), dtype=np.float64, count=len(tasks))
-    return _Fluid(flows, nbytes, gate_of(tasks), plan.latencies()).run(stop)
+    carried, lat = _carried(flows, nbytes), plan.latencies()
+    if stop is not None and _stops_at_once(tasks, carried, flows.capacity, lat, stop):
+        return None  # what the run returns at its first event, without its step rule
+    return _Fluid(flows, nbytes, gate_of(tasks), lat, carried).run(stop)
+
+
+def _stops_at_once(tasks: Sequence[Task], carried: np.ndarray, capacity: np.ndarray,
+                   lat: np.ndarray, stop: Stop) -> bool:
+    """Whether :func:`simulate` told to ``stop`` stops at its first event (returns
+    None), known before its step rule is built (a third of the 4x8 cold set's stopped
+    runs stop there). The first event is the first started task's latency at the
+    earliest, and its clock bound (:class:`_ClockBound`: nothing has flowed yet) that
+    time plus the largest ``carried * per_byte``; ``stop`` rejects a time once it
+    rejects a shorter one, and float addition and division round monotonically, so
+    where ``stop`` rejects the least latency plus that, the run stops there too. Only
+    where the run has a first event: some task has a device (then the step rule
+    starts one at once: a task of the least step of those with a device finds each
+    of its devices at its first step) and every latency is finite (else the run could
+    stall there, and raise)."""
+    if not any(map(has_device, tasks)) or not np.isfinite(lat).all():
+        return False
+    first = float(lat.min()) + float((carried * _per_byte(capacity)).max(initial=0.0))
+    return stop(first / (1 + STOP_MARGIN))
+
+
+def _per_byte(capacity: np.ndarray) -> np.ndarray:
+    """Seconds a byte takes on each resource of ``capacity`` (0.0 where it has none:
+    :class:`_ClockBound` reads no time off such a resource)."""
+    with np.errstate(divide="ignore"):
+        out: np.ndarray = np.where(capacity > 0, 1.0 / capacity, 0.0)
+    return out
 
 
 _PATH = operator.itemgetter(0)
@@ -127,11 +158,11 @@ class _Fluid:
     shares last filled and what happened since."""
 
     def __init__(self, flows: FairShare, nbytes: np.ndarray, gate: StepGate | OneStep,
-                 lat: np.ndarray) -> None:
+                 lat: np.ndarray, carried: np.ndarray | None = None) -> None:
         self.n = n = len(nbytes)
         self.flows = flows
         self.nbytes = nbytes
-        self.carried = _carried(flows, nbytes)
+        self.carried = _carried(flows, nbytes) if carried is None else carried
         self.gate = gate
         self.lat = lat
         self.starts = np.zeros(n)
@@ -303,9 +334,7 @@ class _ClockBound:
     def __init__(self, fluid: _Fluid) -> None:
         self.fluid = fluid
         self.left = fluid.carried.astype(np.float64, copy=True)
-        with np.errstate(divide="ignore"):
-            self.per_byte = np.where(fluid.flows.capacity > 0, 1.0 / fluid.flows.capacity,
-                                     0.0)
+        self.per_byte = _per_byte(fluid.flows.capacity)
         self.last = 0.0
 
     def at(self, t: float) -> float:

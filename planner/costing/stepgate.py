@@ -22,6 +22,12 @@ from reshard.planner.values.tasks import Task, TaskKind
 _STEP = operator.attrgetter("step")
 """A task's step."""
 
+_DEVICES = operator.attrgetter("devices")
+"""A task's devices."""
+
+_RECEIVERS = operator.attrgetter("receivers")
+"""A task's receivers."""
+
 
 class StepGate:
     """The step rule over a plan's ``tasks`` (steps in any order of the tuple).
@@ -34,11 +40,9 @@ class StepGate:
         need: per task, how many distinct devices it has.
     """
 
-    def __init__(self, tasks: Sequence[Task]) -> None:
-        n = len(tasks)
-        need, member_dev = distinct_devices([t.devices for t in tasks])
-        self._members(need, member_dev,
-                      np.fromiter(map(_STEP, tasks), dtype=np.int64, count=n))
+    def __init__(self, tasks: Sequence[Task], step: np.ndarray | None = None) -> None:
+        need, member_dev = distinct_devices(list(map(_DEVICES, tasks)))
+        self._members(need, member_dev, _steps(tasks) if step is None else step)
 
     @classmethod
     def of_members(cls, need: np.ndarray, member_dev: np.ndarray,
@@ -180,11 +184,18 @@ def gate_of(tasks: Sequence[Task]) -> StepGate | OneStep:
     """The step rule over ``tasks``: :class:`OneStep` where every task is in one step
     and has a device (a task of none never starts: :class:`StepGate`'s stall stays),
     else :class:`StepGate`."""
-    if tasks:
-        first = tasks[0].step
-        if all(t.step == first and has_device(t) for t in tasks):
-            return OneStep(len(tasks))
-    return StepGate(tasks)
+    if not tasks:
+        return StepGate(tasks)
+    step = _steps(tasks)
+    if (step == step[0]).all() and (all(map(_RECEIVERS, tasks)) or
+                                    all(map(has_device, tasks))):
+        return OneStep(len(tasks))  # (a task with receivers has a device)
+    return StepGate(tasks, step)
+
+
+def _steps(tasks: Sequence[Task]) -> np.ndarray:
+    """Every task's step, as an array."""
+    return np.fromiter(map(_STEP, tasks), dtype=np.int64, count=len(tasks))
 
 
 def has_device(task: Task) -> bool:
