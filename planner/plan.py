@@ -29,6 +29,7 @@ from reshard.planner.cuts import (
 )
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes.allreduce import allreduce_first
+from reshard.planner.passes.fine_floor import fine_floor
 from reshard.planner.passes.gather_floor import receipts_floor
 from reshard.planner.passes.gather_twins import gathers_as_sends
 from reshard.planner.passes.send_floor import send_floor
@@ -226,6 +227,7 @@ class Builds:
         self._bounds: dict[tuple[Any, ...], float] = {}
         self._reduced: dict[tuple[Any, ...], StepLoads] = {}  # a cut's reductions' loads
         self._orders: dict[tuple[Any, ...], tuple[OrderedTasks, bool]] = {}
+        self._shown: dict[tuple[Any, ...], bool] = {}  # same_slices of the two cuts
         self.known = Routes()  # every candidate's routes (one cluster a call)
         self.twins = Twins()  # every candidate, each distinct one priced once
 
@@ -253,8 +255,9 @@ class Builds:
         got = self._orders.get(key)
         if got is not None:
             return got
-        if fine and limit is not None and self._over(tensors, cluster, strat, fuse, limit):
-            return None
+        if fine and limit is not None and not self._shown_coarse(tensors, cluster, strat, fuse) \
+                and self._over(tensors, cluster, strat, fuse, limit):
+            return None  # (where the cuts show the coarse slices, the coarse plan: see _over)
         if fine and self._fine_as_coarse(tensors, cluster, strat, fuse):
             coarse = self.columns(tensors, cluster, strat, fan_out, fuse, False, limit)
             if coarse is not None:
@@ -339,15 +342,23 @@ class Builds:
         cuts show it (:func:`~reshard.planner.cuts.same_slices`), the fine slices are
         not cut; else their signatures are compared."""
         coarse, fine = ((tensors, cluster, strat, fuse, f) for f in (False, True))
-        if fine not in self._signatures and same_slices(
-                self.cut(tensors, cluster, fuse, False), self.cut(tensors, cluster, fuse, True),
-                cluster, strat, [t.itemsize for t in tensors]):
+        if fine not in self._signatures and self._shown_coarse(tensors, cluster, strat, fuse):
             return True  # shown from the cuts: the fine slices need not be cut
         if coarse not in self._signatures:
             self.slices(tensors, cluster, strat, fuse, False)
         if fine not in self._signatures:
             self.slices(tensors, cluster, strat, fuse, True)
         return self._signatures[coarse] == self._signatures[fine]
+
+    def _shown_coarse(self, tensors: tuple[TensorSpec, ...], cluster: Cluster,
+                      strat: Strategy, fuse: bool) -> bool:
+        """Whether the cuts show the ``fine`` slices to be the coarse ones, found once
+        (:func:`~reshard.planner.cuts.same_slices`): :meth:`columns` then asks no :meth:`_over`."""
+        key = (tensors, cluster, strat, fuse)
+        if key not in self._shown:
+            self._shown[key] = same_slices(self.cut(tensors, cluster, fuse, False), self.cut(
+                tensors, cluster, fuse, True), cluster, strat, [t.itemsize for t in tensors])
+        return self._shown[key]
 
     def floor(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, baseline: Strategy,
               fine: bool = False) -> float:
@@ -481,8 +492,9 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
         builds.bound_of(tensors, cluster))
     best = search(first_plan, pipelined, builds, known=builds.known,
                   floor_of=lambda baseline: builds.floor(tensors, cluster, baseline),
-                  sends_floor=lambda: builds.send_floor(tensors, cluster),
-                  twins=builds.twins)
+                  sends_floor=lambda: builds.send_floor(tensors, cluster), twins=builds.twins,
+                  fine_floor=lambda: fine_floor(zip(builds.cut(tensors, cluster, False, False)
+                                                    .cells, [t.itemsize for t in tensors]), cluster))
     if strat is not Strategy.BROADCAST or len(best.tasks) > BASELINES_UP_TO or \
             best.estimate() <= builds.bound(tensors, cluster) * (1 + 1e-9):
         return best

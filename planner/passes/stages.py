@@ -152,6 +152,9 @@ class Search:
             never above ``floor_of(Strategy.SEND_RECV)`` and found without cutting its
             slices (:meth:`reshard.planner.plan.Builds.send_floor`), where the caller
             knows it: ``point-to-point``'s quicker proof.
+        fine_floor: seconds no ``broadcast`` plan of the request's plain sources takes
+            less than, found from its cells (:func:`~reshard.planner.passes.fine_floor.
+            fine_floor`), where the caller knows it: ``finer``'s floor.
     """
 
     tensors: tuple[TensorSpec, ...]
@@ -169,6 +172,7 @@ class Search:
     trees: dict[tuple[int, HostShape], tuple[Task, ...]] = field(default_factory=dict,
                                                                   compare=False)
     sends_floor: Callable[[], float] | None = field(default=None, compare=False)
+    fine_floor: Callable[[], float] | None = field(default=None, compare=False)
 
     def plan(self, tasks: Sequence[Task]) -> ReshardPlan:
         """A candidate plan of these tasks (its routes found in :attr:`known`, the
@@ -253,6 +257,16 @@ def _finer(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
                        fine=True, limit=COMPARE_UP_TO)
     if got is not None and len(got[0]) <= COMPARE_UP_TO and got[0] != search.first.tasks:
         yield search.plan(got[0])
+
+
+def _finer_floor(search: Search, start: ReshardPlan) -> float:
+    """No fine plan of a ``broadcast`` request of plain sources beats the least latency of
+    a chain into a host plus the bytes it takes in over its NICs (:attr:`Search.
+    fine_floor`, where the search knows it; else 0, and the bound decides)."""
+    if search.fine_floor is None or search.strategy is not Strategy.BROADCAST or any(
+            t.src.spec.is_partial for t in search.tensors):
+        return 0.0
+    return search.fine_floor()
 
 
 def _fused(shape: SumShape) -> Callable[[Search, ReshardPlan], Iterator[ReshardPlan]]:
@@ -366,7 +380,7 @@ def _serial(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
 
 STAGES: tuple[tuple[Pass, ...], ...] = (
     (Pass("fan-out", COMPARE_UP_TO, _fanned),
-     Pass("finer", COMPARE_UP_TO, _finer, faster_by_split_gain),
+     Pass("finer", COMPARE_UP_TO, _finer, faster_by_split_gain, _finer_floor),
      Pass("fused", FUSE_UP_TO, _fused(SumShape.CHAIN)),
      *(Pass(f"fused:{shape.value}", FUSE_UP_TO, _fused(shape), faster_by_sum_gain)
        for shape in (SumShape.STAR, SumShape.BINARY))),
@@ -384,15 +398,18 @@ def search(first: ReshardPlan, pipelined: bool, build: BuildTasks,
            stages: Sequence[Sequence[Pass]] = STAGES, known: Routes | None = None,
            floor_of: Callable[[Strategy], float] | None = None,
            twins: Twins | None = None,
-           sends_floor: Callable[[], float] | None = None) -> ReshardPlan:
+           sends_floor: Callable[[], float] | None = None,
+           fine_floor: Callable[[], float] | None = None) -> ReshardPlan:
     """The best plan of ``first``'s request: ``first``, or a candidate of a pass that its
     rule kept (see the module docstring). ``known``: routes already found on the
     cluster (:attr:`Search.known`; default: ``first``'s candidates share a new memo).
     ``floor_of``: :attr:`Search.floor_of`. ``twins``: :attr:`Search.twins` (default:
-    a new memo). ``sends_floor``: :attr:`Search.sends_floor`."""
+    a new memo). ``sends_floor``, ``fine_floor``: :attr:`Search.sends_floor`,
+    :attr:`Search.fine_floor`."""
     s = Search(first.tensors, first.cluster, first.strategy, first, pipelined, build,
                known=Routes() if known is None else known, floor_of=floor_of,
-               twins=Twins() if twins is None else twins, sends_floor=sends_floor)
+               twins=Twins() if twins is None else twins, sends_floor=sends_floor,
+               fine_floor=fine_floor)
     first.share_routes(s.known)
     best = first
     for stage in stages:
