@@ -9,7 +9,8 @@ reached, each edge a hop's latency after its sender was. This module finds both 
 the tasks of one call together, as arrays: the same codes in the same order, and the
 same sums (each device's reach is its sender's plus its edge's wait, added in the same
 order as the loop adds them), or None for a task whose edges reach a device twice
-(then the loop answers it).
+(then the loop answers it). A chain's reach is its waits' running sum (a row of one
+table a chain); only the trees are walked a depth at a time.
 """
 
 from __future__ import annotations
@@ -54,24 +55,41 @@ def batch_routes(senders: Sequence[Sequence[int]], receivers: Sequence[Sequence[
     b = np.fromiter(itertools.chain.from_iterable(receivers), dtype=np.int64, count=total)
     n = len(lens)
     size = int(max(a.max(initial=0), b.max(initial=0))) + 1
-    if n * size > TABLE_UP_TO or not n or not lens.all() or size > len(host) or \
-            min(host[a].min(), host[b].min()) < 0:
+    if n * size > TABLE_UP_TO or not n or not lens.all() or not _on(a, b, host):
         return None  # too large, an empty task or a device off the cluster: the loop's
     starts = np.concatenate([[0], np.cumsum(lens)])
+    codes, cross = _codes(a, b, host, nic)
+    code_at = np.concatenate([[0], np.cumsum(np.where(cross, 4, 2))])[starts].tolist()
+    paths = [codes[lo:hi] for lo, hi in itertools.pairwise(code_at)]
+    wait = np.where(cross, latency, intra_latency)
+    return paths, _reach(a, b, wait, lens, starts, size)
+
+
+def _on(a: np.ndarray, b: np.ndarray, host: np.ndarray) -> bool:
+    """Whether every device of ``a`` and ``b`` is one of the cluster's (``host``:
+    each device's host, -1 where there is none)."""
+    lo = min(int(a.min()), int(b.min()))
+    hi = max(int(a.max()), int(b.max()))
+    return lo >= 0 and hi < len(host) and min(int(host[a].min()), int(host[b].min())) >= 0
+
+
+def _codes(a: np.ndarray, b: np.ndarray, host: np.ndarray, nic: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """The codes of the hops ``a[i] -> b[i]``, hop by hop (read only: each route's
+    codes a view of them): the sender's link out, the receiver's link in, and where
+    the hop changes host (``cross``, also returned) the sender's NIC out and the
+    receiver's NIC in."""
     cross = host[a] != host[b]
-    quad = np.empty((total, 4), dtype=np.int64)
+    quad = np.empty((len(a), 4), dtype=np.int64)
     quad[:, 0] = a * 8 + KIND_CODE[DEV_OUT]
     quad[:, 1] = b * 8 + KIND_CODE[DEV_IN]
     quad[:, 2] = nic[a] * 8 + KIND_CODE[NIC_OUT]
     quad[:, 3] = nic[b] * 8 + KIND_CODE[NIC_IN]
-    used = np.ones((total, 4), dtype=bool)
+    used = np.ones((len(a), 4), dtype=bool)
     used[:, 2] = used[:, 3] = cross
     codes = quad[used]
-    codes.setflags(write=False)  # each route's codes a view of these
-    code_at = np.concatenate([[0], np.cumsum(np.where(cross, 4, 2))])[starts]
-    paths = [codes[code_at[t]:code_at[t + 1]] for t in range(n)]
-    wait = np.where(cross, latency, intra_latency)
-    return paths, _reach(a, b, wait, lens, starts, size)
+    codes.setflags(write=False)
+    return codes, cross
 
 
 def _reach(a: np.ndarray, b: np.ndarray, wait: np.ndarray, lens: np.ndarray,
@@ -92,17 +110,49 @@ def _reach(a: np.ndarray, b: np.ndarray, wait: np.ndarray, lens: np.ndarray,
     early = up < edge  # the sender was reached by an earlier edge (of its task)
     at = np.zeros(total)
     at[~early] = wait[~early]  # 0.0 + wait: the same float
-    # the edges each edge's receiver sends on, as ranges of `child`
-    child = np.flatnonzero(early)
+    chain = _chained(a, b, lens, starts, twice)
+    if chain.any():  # each chain's reach: its waits summed in order, a row each
+        edges, reach = _running(wait, lens, starts, chain)
+        at[edges] = reach
+    tree = np.repeat(~chain, lens)
+    # the edges each edge's receiver sends on, as ranges of `child` (the trees')
+    child = np.flatnonzero(early & tree)
     child = child[np.argsort(up[child], kind="stable")]
     child_at = np.searchsorted(up[child], np.arange(total + 1))
-    frontier = np.flatnonzero(~early)
+    frontier = np.flatnonzero(~early & tree)
     while len(frontier):
         nxt = child[ranges(child_at[frontier], child_at[frontier + 1])]
         at[nxt] = at[up[nxt]] + wait[nxt]
         frontier = nxt
     top = np.maximum.reduceat(at, starts[:-1]) if n else np.zeros(0)
     return [None if t else max(0.0, v) for t, v in zip(twice.tolist(), top.tolist())]
+
+
+def _chained(a: np.ndarray, b: np.ndarray, lens: np.ndarray, starts: np.ndarray,
+             twice: np.ndarray) -> np.ndarray:
+    """Per task, whether its edges are a chain (each edge from the last one's
+    receiver) reaching no device twice: each edge's sender then was reached by the
+    edge before it alone, and its reach is the running sum of its waits."""
+    link = np.ones(len(a), dtype=bool)
+    np.equal(a[1:], b[:-1], out=link[1:])
+    link[starts[:-1]] = True  # a task's first edge follows no edge of its own
+    out: np.ndarray = np.logical_and.reduceat(link, starts[:-1]) & ~twice
+    return out
+
+
+def _running(wait: np.ndarray, lens: np.ndarray, starts: np.ndarray, chain: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The edges of the ``chain`` tasks and their reach: each chain's waits summed in
+    order (a row of a table, padded with zeros after its end; ``np.cumsum`` adds a
+    row's items one after another, as the loop does)."""
+    which = np.flatnonzero(chain)
+    width = lens[which]
+    rows = np.repeat(np.arange(len(which), dtype=np.int64), width)
+    edges = ranges(starts[which], starts[which] + width)
+    cols = edges - np.repeat(starts[which], width)
+    table = np.zeros((len(which), int(width.max())))
+    table[rows, cols] = wait[edges]
+    return edges, np.cumsum(table, axis=1)[rows, cols]
 
 
 __all__ = ["TABLE_UP_TO", "batch_routes", "edge_lists"]
