@@ -30,6 +30,7 @@ from reshard.planner.cells.decompose import (
     new_cell,
 )
 from reshard.planner.cells.reduce import decompose_pieces, point_rows, reduce_sources
+from reshard.planner.schedule.device_arrays import DeviceArrays, device_arrays
 from reshard.planner.schedule.send_columns import OrderedTasks
 from reshard.planner.schedule.work import Splitter, WorkList
 from reshard.planner.values.strategy import Strategy
@@ -164,12 +165,15 @@ class Slices:
 class Cut:
     """The cells of a planning call's tensors, before any strategy's choice
     (:func:`cut_cells`): per tensor its cells and the step each may start at; the
-    partial sums' reductions; the loads those put on the cluster."""
+    partial sums' reductions; the loads those put on the cluster; each device's host
+    and NIC as arrays (:func:`~reshard.planner.schedule.device_arrays.device_arrays`,
+    fill 0), built once for every strategy's work list (None: each builds its own)."""
 
     cells: tuple[list[Cell] | CellTable, ...]
     after: tuple[Sequence[int] | np.ndarray, ...]
     reduces: tuple[Task, ...]
     loads: Loads
+    devices: DeviceArrays | None = None  # the cluster's, for every work list of the cut
 
 
 def least_tasks(cut: Cut, cluster: Cluster, strat: Strategy, itemsizes: Sequence[int],
@@ -298,7 +302,8 @@ def cut_cells(tensors: tuple[TensorSpec, ...], cluster: Cluster, fuse: bool = Fa
                           np.zeros(len(cells), np.int64))
         else:
             afters.append(steps if ready else [0] * len(cells))
-    return Cut(tuple(per_tensor), tuple(afters), tuple(reduces), loads)
+    return Cut(tuple(per_tensor), tuple(afters), tuple(reduces), loads,
+               device_arrays(cluster, 0))
 
 
 def _same_reductions(cut: Cut, tensor: int, reduces: list[Task]) -> bool:
@@ -323,7 +328,7 @@ def cut_slices(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strateg
     if cut is None:
         cut = cut_cells(tensors, cluster, fuse, fine)
     loads = cut.loads.copy()  # the cut's own stay as the reductions left them
-    work = WorkList(cluster, loads)
+    work = WorkList(cluster, loads, cut.devices)
     broadcast = strat is Strategy.BROADCAST
     min_piece = balance_piece(cluster, fine)
     itemsizes = [t.itemsize for t in tensors]

@@ -16,6 +16,9 @@ import numpy as np
 
 from reshard.cluster import Cluster
 
+DeviceArrays = tuple[np.ndarray, np.ndarray]
+"""Each device's host and NIC (:func:`device_arrays`)."""
+
 
 def device_arrays(cluster: Cluster, fill: int) -> tuple[np.ndarray, np.ndarray]:
     """Each device's host and NIC (:meth:`Cluster.host_of`, :meth:`Cluster.nic_of`),
@@ -31,4 +34,4 @@ def device_arrays(cluster: Cluster, fill: int) -> tuple[np.ndarray, np.ndarray]:
     return host, nic
 
 
-__all__ = ["device_arrays"]
+__all__ = ["DeviceArrays", "device_arrays"]

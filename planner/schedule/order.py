@@ -75,23 +75,22 @@ class OrderKeys:
     seq: np.ndarray
 
     @classmethod
-    def of_tasks(cls, tasks: Sequence[Task], seq: np.ndarray, cluster: Cluster) -> OrderKeys:
-        """The keys of ``tasks``, planned at positions ``seq``."""
-        nh = max(1, cluster.num_hosts)
-        host = cluster.host_map
-        copy = TaskKind.COPY
+    def of_tasks(cls, tasks: Sequence[Task], seq: np.ndarray, cluster: Cluster,
+                 host: np.ndarray | None = None) -> OrderKeys:
+        """The keys of ``tasks``, planned at positions ``seq``; ``host``: each device's
+        host as an array indexed by device id (every task's devices among them), which
+        finds the rotation distances in bulk (the same values)."""
         n = len(tasks)
+        kinds = [t.kind for t in tasks]
+        root = np.fromiter([t.root for t in tasks], dtype=np.int64, count=n)
         return cls(
             np.fromiter([t.step for t in tasks], dtype=np.int64, count=n),
-            np.fromiter([PHASE[t.kind] for t in tasks], dtype=np.int64, count=n),
-            np.fromiter([(host[t.receivers[0]] - host[t.root]) % nh
-                         if t.root >= 0 and t.kind is not copy else 0 for t in tasks],
-                        dtype=np.int64, count=n),
+            np.fromiter(map(PHASE.__getitem__, kinds), dtype=np.int64, count=n),
+            _distances(tasks, cluster) if host is None else
+            _bulk_distances(tasks, kinds, root, cluster, host),
             np.fromiter([t.nbytes for t in tasks], dtype=np.int64, count=n),
             np.fromiter([t.tensor for t in tasks], dtype=np.int64, count=n),
-            _boxes(tasks),
-            np.fromiter([t.root for t in tasks], dtype=np.int64, count=n),
-            np.asarray(seq, dtype=np.int64))
+            _boxes(tasks), root, np.asarray(seq, dtype=np.int64))
 
     @classmethod
     def concat(cls, parts: Sequence[OrderKeys]) -> OrderKeys:
@@ -113,6 +112,37 @@ class OrderKeys:
         keys += [self.box[:, j] for j in reversed(range(self.box.shape[1]))]
         keys += [self.tensor, -self.nbytes, self.dist, self.phase, self.step]
         return packed_sort.lexsort(keys)
+
+
+def _distances(tasks: Sequence[Task], cluster: Cluster) -> np.ndarray:
+    """:attr:`OrderKeys.dist` of ``tasks``, task by task."""
+    nh = max(1, cluster.num_hosts)
+    host = cluster.host_map
+    copy = TaskKind.COPY
+    return np.fromiter([(host[t.receivers[0]] - host[t.root]) % nh
+                        if t.root >= 0 and t.kind is not copy else 0 for t in tasks],
+                       dtype=np.int64, count=len(tasks))
+
+
+def _bulk_distances(tasks: Sequence[Task], kinds: list[TaskKind], root: np.ndarray,
+                    cluster: Cluster, host: np.ndarray) -> np.ndarray:
+    """:func:`_distances` from arrays (``kinds`` and ``root``: the tasks'):
+    ``(host[first receiver] - host[root]) mod hosts`` of every task, 0 where its root
+    is -1 or it is a copy (the same values; task by task where some task has no
+    receiver)."""
+    n = len(tasks)
+    try:
+        first = np.fromiter([t.receivers[0] for t in tasks], dtype=np.int64, count=n)
+    except IndexError:  # a receiver-less task: read as before
+        return _distances(tasks, cluster)
+    dist = host[first]
+    dist -= host[root]
+    np.remainder(dist, max(1, cluster.num_hosts), out=dist)
+    dist[root < 0] = 0
+    copy = TaskKind.COPY
+    if copy in kinds:
+        dist[np.fromiter([k is copy for k in kinds], dtype=bool, count=n)] = 0
+    return dist
 
 
 def _boxes(tasks: Sequence[Task]) -> np.ndarray:

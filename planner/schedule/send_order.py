@@ -51,7 +51,7 @@ def in_order(objects: list[Task], obj_seq: np.ndarray, p2p: PointColumns, p_seq:
     np.remainder(dist, nh, out=dist)  # (host[recv] - host[root]) % nh, in place
     keys = OrderKeys.concat([
         _object_keys(objects, obj_seq if kept is None else np.arange(n_obj + n_kept),
-                     cluster, known, n_kept),
+                     cluster, host, known, n_kept),
         OrderKeys(p_step[take], np.broadcast_to(np.int64(PHASE[TaskKind.SEND]), len(root)),
                   dist, p2p.nbytes[take], p2p.tensor[take], p2p.box[take], root,
                   p_seq[take])])
@@ -89,12 +89,13 @@ def _same(col: np.ndarray, n: int) -> np.ndarray:
     return np.broadcast_to(col[:1], (n,))
 
 
-def _object_keys(objects: list[Task], seq: np.ndarray, cluster: Cluster,
+def _object_keys(objects: list[Task], seq: np.ndarray, cluster: Cluster, host: np.ndarray,
                  known: OrderKeys | None, kept: int = 0) -> OrderKeys:
     """:meth:`OrderKeys.of_tasks` of ``objects`` and ``kept`` tasks after them at
-    ``seq``, the last ones' ``known`` already (their seq aside: the same values)."""
+    ``seq`` (``host``: each device's host), the last ones' ``known`` already (their seq
+    aside: the same values)."""
     if known is None:
-        return OrderKeys.of_tasks(objects, seq, cluster)
+        return OrderKeys.of_tasks(objects, seq, cluster, host)
     head = len(objects) + kept - len(known.seq)
-    return OrderKeys.concat([OrderKeys.of_tasks(objects[:head], seq[:head], cluster),
+    return OrderKeys.concat([OrderKeys.of_tasks(objects[:head], seq[:head], cluster, host),
                              dataclasses.replace(known, seq=seq[head:])])

@@ -31,7 +31,7 @@ from reshard.planner.cells.whole_sums import EXACT, stays_whole
 from reshard.planner.schedule.array_key import ArrayKey
 from reshard.planner.schedule.broadcast_columns import BroadcastColumns
 from reshard.planner.schedule.demand_memo import DemandMemo as _Demand
-from reshard.planner.schedule.device_arrays import device_arrays
+from reshard.planner.schedule.device_arrays import DeviceArrays, device_arrays
 from reshard.planner.schedule.end_sums import EndSums, end_sums
 from reshard.planner.schedule.kept_rows import KeptRows, uncut
 from reshard.planner.schedule.order import OrderKeys
@@ -54,7 +54,9 @@ BULK_FLUSH = 32
 
 
 class WorkList:
-    """The slices of one planning call (an accumulator local to that call).
+    """The slices of one planning call (an accumulator local to that call); ``devices``:
+    the cluster's :func:`~reshard.planner.schedule.device_arrays.device_arrays` (fill 0)
+    where the call has them (its :class:`~reshard.planner.cuts.Cut`'s), else built.
 
     Slices are added tensor by tensor, in planning order: as :class:`Cell` objects
     (:meth:`add_cells`, small tensors) or as a :class:`CellTable` (:meth:`add_table`,
@@ -62,11 +64,13 @@ class WorkList:
     first (ties in the order added) and returns every task in the global order.
     """
 
-    def __init__(self, cluster: Cluster, loads: Loads) -> None:
+    def __init__(self, cluster: Cluster, loads: Loads,
+                 devices: DeviceArrays | None = None) -> None:
         self.cluster = cluster
         self.loads = loads
-        # 0 at an id that names no device: end_sums bins the whole NIC array
-        self._host, self._nic = device_arrays(cluster, 0)
+        # 0 at an id that names no device: end_sums bins the whole NIC array; given
+        # (``devices``, only read) where a planning call's work lists share them
+        self._host, self._nic = device_arrays(cluster, 0) if devices is None else devices
         # every slice, in the order added: its bytes, the step it may start at, and
         # where it is (>= 0: a point-to-point row; < 0: general cell -1 - ref); chunks
         # of arrays, and the slices added since the last chunk as lists

@@ -64,3 +64,24 @@ def test_end_sums_needs_no_negative_fill():
         assert a[touched].tobytes() == b[touched].tobytes()
     with pytest.raises(ValueError):
         end_sums(root, recv, nbytes, *device_arrays(cluster, -1))
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS[:2] + CLUSTERS[-2:])
+def test_a_cut_s_work_lists_share_its_arrays_built_as_their_own(cluster):
+    """cut_cells builds the arrays once (fill 0); every strategy's work list of the cut
+    reads those very arrays, the values a work list builds for itself."""
+    from reshard import DeviceMesh, Layout
+    from reshard.planner.cuts import cut_cells, cut_slices
+    from reshard.planner.values.request import make_tensor_spec
+    from reshard.planner.values.strategy import Strategy
+
+    devices = sorted(cluster.devices)
+    src = Layout(DeviceMesh((len(devices),), devices), "S0R")
+    dst = Layout(DeviceMesh((len(devices),), devices[::-1]), "RS0")
+    t = make_tensor_spec((len(devices) * 4, 8), "float32", src, dst, cluster)
+    cut = cut_cells((t,), cluster)
+    host, nic = device_arrays(cluster, 0)
+    assert np.array_equal(cut.devices[0], host) and np.array_equal(cut.devices[1], nic)
+    for strat in Strategy:
+        work = cut_slices((t,), cluster, strat, cut=cut).work
+        assert work._host is cut.devices[0] and work._nic is cut.devices[1]

@@ -9,6 +9,7 @@ import dataclasses
 import numpy as np
 
 from reshard.planner.schedule import order
+from reshard.planner.schedule.device_arrays import device_arrays
 from reshard.planner.values.tasks import Buffer, Task, TaskKind
 from tests.unit._regular_clusters import regular_clusters
 
@@ -93,6 +94,24 @@ def test_of_tasks_is_the_task_by_task_reads():
     seq = rng.permutation(len(tasks))
     two_dims = [t for t in tasks if len(t.box) == 2]  # every box of two dims: read flat
     scalars = [Task(TaskKind.SEND, 0, (), 1, (9,), 2)] * 3  # of none
-    for some in (tasks, two_dims, scalars, tasks[:1], []):
-        got = order.OrderKeys.of_tasks(some, seq[:len(some)], cluster)
-        _same(got, _of_tasks_one_by_one(some, seq[:len(some)], cluster))
+    host = device_arrays(cluster, 0)[0]
+    allreduce = [Task(TaskKind.ALLREDUCE, 0, ((0, 8),), -1, (3, 40), 64, 0),
+                 Task(TaskKind.COPY, 1, ((0, 8),), 41, (41,), 64, 1), tasks[1],
+                 # a copy read as one (distance 0) even with another device listed
+                 dataclasses.replace(tasks[2], receivers=((tasks[2].root + 8) % 48,))]
+    for some in (tasks, two_dims, scalars, tasks[:1], [], allreduce,
+                 [t for t in tasks if t.kind is not TaskKind.COPY]):
+        want = _of_tasks_one_by_one(some, seq[:len(some)], cluster)
+        _same(order.OrderKeys.of_tasks(some, seq[:len(some)], cluster), want)
+        # the distances from the host array: the same columns
+        _same(order.OrderKeys.of_tasks(some, seq[:len(some)], cluster, host), want)
+
+
+def test_of_tasks_by_host_array_reads_a_receiverless_task_one_by_one():
+    """A task without receivers (root -1: distance 0) makes the bulk distances decline;
+    the keys are the task-by-task reads still."""
+    cluster = regular_clusters(2, 8)["preset"]
+    tasks = [Task(TaskKind.SEND, 0, ((0, 4),), 1, (9,), 8),
+             Task(TaskKind.ALLGATHER, 0, ((0, 4),), -1, (), 8, 1)]
+    got = order.OrderKeys.of_tasks(tasks, np.arange(2), cluster, device_arrays(cluster, 0)[0])
+    _same(got, _of_tasks_one_by_one(tasks, np.arange(2), cluster))
