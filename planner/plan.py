@@ -33,7 +33,7 @@ from reshard.planner.passes.fine_floor import fine_floor
 from reshard.planner.passes.gather_floor import receipts_floor
 from reshard.planner.passes.gather_twins import gathers_as_sends
 from reshard.planner.passes.send_floor import send_floor
-from reshard.planner.passes.stages import ALTERNATIVES_UP_TO, faster, search
+from reshard.planner.passes.stages import ALTERNATIVES_UP_TO, COMPARE_UP_TO, faster, search
 from reshard.planner.passes.twins import Twins
 from reshard.planner.schedule.floors import StepLoads, baseline_floor, reduction_loads
 from reshard.planner.schedule.send_columns import OrderedTasks
@@ -280,13 +280,12 @@ class Builds:
     def _over(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
               fuse: bool, limit: int) -> bool:
         """Whether the ``fine`` cut's slices give more than ``limit`` tasks at the least
-        (:meth:`Slices.least_tasks`), counted from its cells before they are cut for
-        balance (:func:`~reshard.planner.cuts.least_tasks`): then :meth:`columns` returns
-        None as it would after cutting them (or, where the fine cut is the coarse one,
-        the coarse plan, which has as many tasks at the least: more than any search
-        pass that asks with ``limit`` keeps)."""
-        cut = self.cut(tensors, cluster, fuse, True)
-        least = least_tasks(cut, cluster, strat, [t.itemsize for t in tensors], fine=True)
+        (:meth:`Slices.least_tasks`), counted from its cells before they are cut for balance
+        (:func:`~reshard.planner.cuts.least_tasks`): then :meth:`columns` returns None as it
+        would after cutting them (or, where the fine cut is the coarse one, the coarse
+        plan, of as many tasks at the least: more than a pass asking with ``limit`` keeps)."""
+        least = least_tasks(self.cut(tensors, cluster, fuse, True), cluster, strat,
+                            [t.itemsize for t in tensors], fine=True)
         return least is not None and least > limit
 
     def slices(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
@@ -352,8 +351,7 @@ class Builds:
 
     def _shown_coarse(self, tensors: tuple[TensorSpec, ...], cluster: Cluster,
                       strat: Strategy, fuse: bool) -> bool:
-        """Whether the cuts show the ``fine`` slices to be the coarse ones, found once
-        (:func:`~reshard.planner.cuts.same_slices`): :meth:`columns` then asks no :meth:`_over`."""
+        """Whether the cuts show the fine slices are the coarse ones (same_slices), once."""
         key = (tensors, cluster, strat, fuse)
         if key not in self._shown:
             self._shown[key] = same_slices(self.cut(tensors, cluster, fuse, False), self.cut(
@@ -493,8 +491,10 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
     best = search(first_plan, pipelined, builds, known=builds.known,
                   floor_of=lambda baseline: builds.floor(tensors, cluster, baseline),
                   sends_floor=lambda: builds.send_floor(tensors, cluster), twins=builds.twins,
-                  fine_floor=lambda: fine_floor(zip(builds.cut(tensors, cluster, False, False)
-                                                    .cells, [t.itemsize for t in tensors]), cluster))
+                  fine_floor=lambda: 0.0 if builds._over(  # 0 where finer's build is refused
+                      tensors, cluster, strat, False, COMPARE_UP_TO) else fine_floor(zip(
+                      builds.cut(tensors, cluster, False, False).cells,
+                      [t.itemsize for t in tensors]), cluster))
     if strat is not Strategy.BROADCAST or len(best.tasks) > BASELINES_UP_TO or \
             best.estimate() <= builds.bound(tensors, cluster) * (1 + 1e-9):
         return best

@@ -128,3 +128,32 @@ def test_the_floor_skips_the_fine_build_and_keeps_a_faster_fine_plan():
     first = Builds().whole(_tensors((2048, 2048), "S0R", "S0R", B), H100,
                            Strategy.BROADCAST, fan_out=False)[0]
     assert asked and len(kept.tasks) > len(first)  # the fine plan, kept
+
+
+def _floors_asked(tensors, limit):
+    """The plan of ``tensors`` and how often ``fine_floor`` ran, plan.py's copy of the
+    fine build's task limit set to ``limit``."""
+    asked = []
+
+    def spy(*args):
+        asked.append(args)
+        return fine_floor(*args)
+
+    with mock.patch.object(planner, "fine_floor", spy), \
+            mock.patch.object(planner, "COMPARE_UP_TO", limit):
+        plan = planner.plan_tensors(tensors, H100, Strategy.BROADCAST, None)
+    return plan, len(asked)
+
+
+@pytest.mark.parametrize("shape,src,dst", [((8192, 8192), "S1R", "RS0"),
+                                           ((2048, 2048), "S0R", "S0R")])
+def test_no_floor_where_the_fine_build_is_refused_at_once(shape, src, dst):
+    """Where the fine cut has more tasks at the least than the pass takes (S10R -> RR on
+    1,024 devices), ``finer`` proposes nothing at the cost of counting them; the floor,
+    a walk over every cell's receivers (0.3-0.8 s there), is not asked."""
+    tensors = _tensors(shape, src, dst, B)
+    plan, asked = _floors_asked(tensors, stages.COMPARE_UP_TO)
+    assert asked == 1  # the pass can build: its floor is asked
+    refused, asked = _floors_asked(tensors, 0)
+    assert asked == 0 and refused.tasks == plan.tasks
+    assert refused.estimate() == plan.estimate()
