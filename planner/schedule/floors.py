@@ -56,7 +56,7 @@ from reshard.planner.costing.cost import Hops, RouteMemo, task_routes
 from reshard.planner.schedule.gathered_rows import GatheredRows, gathered_rows
 from reshard.planner.schedule.held_receipts import held_receipts, host_receivers
 from reshard.planner.schedule.merged_sums import Inexact, MergedKind, whole
-from reshard.planner.schedule.row_sums import row_items
+from reshard.planner.schedule.row_sums import row_items, summed
 from reshard.planner.schedule.work import WorkList
 from reshard.planner.values.resources import (
     COPY,
@@ -115,7 +115,7 @@ class _Kind:
         """Every ((index, step), bytes), in the order each key was first added to."""
         if sum(len(c[0]) for c in self.chunks) + len(self.rows) <= DICT_SUM_UP_TO:
             # summed in a dict: the same sums in the same order as ``np.add.at``'s
-            return _summed([row for index, step, nbytes in self.chunks
+            return summed([row for index, step, nbytes in self.chunks
                             for row in zip(index.tolist(), step.tolist(), nbytes.tolist())]
                            + self.rows)
         self._flush()
@@ -163,20 +163,10 @@ def _dense_sums(codes: np.ndarray, nbytes: np.ndarray, size: int
 
 
 DICT_SUM_UP_TO = 4096
-"""A kind of up to this many additions is summed in a dict (:func:`_summed`, at a
-half to a tenth of the arrays' cost on a 4x8 floor's few hundred to few thousand);
-more, as arrays (``np.add.at``: the 1,024-device floors' cells of many receivers)."""
-
-
-def _summed(rows: list[tuple[int, int, float]]) -> list[tuple[tuple[int, int], float]]:
-    """:meth:`_Kind.items` of rows added one by one: each key's bytes summed from 0.0
-    in the order added (as ``np.add.at`` sums them), keys in the order first added."""
-    total: dict[tuple[int, int], float] = {}
-    get = total.get
-    for index, step, nbytes in rows:
-        key = (index, step)
-        total[key] = get(key, 0.0) + nbytes
-    return list(total.items())
+"""A kind of up to this many additions is summed in a dict
+(:func:`~reshard.planner.schedule.row_sums.summed`, at a half to a tenth of the
+arrays' cost on a 4x8 floor's few hundred to few thousand); more, as arrays
+(``np.add.at``: the 1,024-device floors' cells of many receivers)."""
 
 
 _Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]

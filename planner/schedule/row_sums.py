@@ -50,6 +50,12 @@ def row_items(kind: MergedKind, up_to: int) -> Items | None:
         return None  # a numpy number: summed the merged way, as floats
     if not all(float(v).is_integer() for v in distinct) or not fsum(map(abs, values)) < EXACT:
         raise Inexact
+    return summed(rows)
+
+
+def summed(rows: list[tuple[int, int, float]]) -> Items:
+    """Rows added one by one: each key's bytes summed from 0.0 in the order added (as
+    ``np.add.at`` sums them), keys in the order first added."""
     total: dict[tuple[int, int], float] = {}
     get = total.get
     for index, step, nbytes in rows:
@@ -58,4 +64,4 @@ def row_items(kind: MergedKind, up_to: int) -> Items | None:
     return list(total.items())
 
 
-__all__ = ["Items", "row_items"]
+__all__ = ["Items", "row_items", "summed"]
