@@ -123,8 +123,7 @@ def _estimate(tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy
 
 
 def phased(tensors: Sequence[TensorSpec]) -> bool:
-    """Whether a plan of ``tensors`` runs in two phases (a scaled cast's amaxes are
-    reduced first)."""
+    """Whether a plan of ``tensors`` runs in two phases (a scaled cast's amaxes first)."""
     return any(t.derive is Derive.AMAX for t in tensors)
 
 
@@ -198,12 +197,11 @@ def _phase(tensors: tuple[TensorSpec, ...], indices: Sequence[int], cluster: Clu
 
 
 BASELINES_UP_TO = ALTERNATIVES_UP_TO
-"""Broadcast plans up to this many tasks that the model puts above the lower bound are
-also planned as the baselines (``send_recv``, ``allgather``, each searched) and, where a
-partial sum's meshes coincide, all-reduce first (:mod:`reshard.planner.passes.allreduce`), and
-the fastest by the model is kept: the default strategy is never modelled slower than a
-baseline's plan of the same request. Larger plans keep their broadcasts (planning them
-three times costs seconds)."""
+"""Broadcast plans up to this many tasks that the model puts above the lower bound are also planned
+as the baselines (``send_recv``, ``allgather``, each searched) and, where a partial sum's meshes
+coincide, all-reduce first (:mod:`reshard.planner.passes.allreduce`); the fastest by the model is
+kept, so the default strategy is never modelled slower than a baseline's plan of the same
+request. Larger plans (three plans cost seconds) keep their broadcasts."""
 
 
 class Builds:
@@ -227,7 +225,7 @@ class Builds:
         self._bounds: dict[tuple[Any, ...], float] = {}
         self._reduced: dict[tuple[Any, ...], StepLoads] = {}  # a cut's reductions' loads
         self._orders: dict[tuple[Any, ...], tuple[OrderedTasks, bool]] = {}
-        self._shown: dict[tuple[Any, ...], bool] = {}  # same_slices of the two cuts
+        self._told: dict[tuple[Any, ...], bool] = {}  # what the fine cut shows, asked once
         self.known = Routes()  # every candidate's routes (one cluster a call)
         self.twins = Twins()  # every candidate, each distinct one priced once
 
@@ -280,13 +278,15 @@ class Builds:
     def _over(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
               fuse: bool, limit: int) -> bool:
         """Whether the ``fine`` cut's slices give more than ``limit`` tasks at the least
-        (:meth:`Slices.least_tasks`), counted from its cells before they are cut for balance
-        (:func:`~reshard.planner.cuts.least_tasks`): then :meth:`columns` returns None as it
-        would after cutting them (or, where the fine cut is the coarse one, the coarse
-        plan, of as many tasks at the least: more than a pass asking with ``limit`` keeps)."""
-        least = least_tasks(self.cut(tensors, cluster, fuse, True), cluster, strat,
-                            [t.itemsize for t in tensors], fine=True)
-        return least is not None and least > limit
+        (:func:`~reshard.planner.cuts.least_tasks`, from its cells before they are cut for
+        balance): then :meth:`columns` returns None as it would after cutting them (or,
+        where the cuts are alike, the coarse plan: as many tasks at the least); asked once."""
+        key = ("over", tensors, cluster, strat, fuse, limit)
+        if key not in self._told:  # (finer's floor asks, then its build)
+            least = least_tasks(self.cut(tensors, cluster, fuse, True), cluster, strat,
+                                [t.itemsize for t in tensors], fine=True)
+            self._told[key] = least is not None and least > limit
+        return self._told[key]
 
     def slices(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
                fuse: bool = False, fine: bool = False) -> Slices:
@@ -352,11 +352,11 @@ class Builds:
     def _shown_coarse(self, tensors: tuple[TensorSpec, ...], cluster: Cluster,
                       strat: Strategy, fuse: bool) -> bool:
         """Whether the cuts show the fine slices are the coarse ones (same_slices), once."""
-        key = (tensors, cluster, strat, fuse)
-        if key not in self._shown:
-            self._shown[key] = same_slices(self.cut(tensors, cluster, fuse, False), self.cut(
+        key = ("shown", tensors, cluster, strat, fuse)
+        if key not in self._told:
+            self._told[key] = same_slices(self.cut(tensors, cluster, fuse, False), self.cut(
                 tensors, cluster, fuse, True), cluster, strat, [t.itemsize for t in tensors])
-        return self._shown[key]
+        return self._told[key]
 
     def floor(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, baseline: Strategy,
               fine: bool = False) -> float:

@@ -20,7 +20,7 @@ DeviceArrays = tuple[np.ndarray, np.ndarray]
 """Each device's host and NIC (:func:`device_arrays`)."""
 
 
-def device_arrays(cluster: Cluster, fill: int) -> tuple[np.ndarray, np.ndarray]:
+def device_arrays(cluster: Cluster, fill: int) -> DeviceArrays:
     """Each device's host and NIC (:meth:`Cluster.host_of`, :meth:`Cluster.nic_of`),
     int64, indexed by device id up to the largest; ``fill`` at an id that names no
     device."""

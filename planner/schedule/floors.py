@@ -56,7 +56,7 @@ from reshard.planner.costing.cost import Hops, RouteMemo, task_routes
 from reshard.planner.schedule.gathered_rows import GatheredRows, gathered_rows
 from reshard.planner.schedule.held_receipts import held_receipts, host_receivers
 from reshard.planner.schedule.merged_sums import Inexact, MergedKind, whole
-from reshard.planner.schedule.row_sums import row_items, summed
+from reshard.planner.schedule.row_sums import Items, row_items, summed
 from reshard.planner.schedule.work import WorkList
 from reshard.planner.values.resources import (
     COPY,
@@ -111,7 +111,7 @@ class _Kind:
                                 np.array(nbytes, dtype=np.float64)))
             self.rows.clear()
 
-    def items(self) -> list[tuple[tuple[int, int], float]]:
+    def items(self) -> Items:
         """Every ((index, step), bytes), in the order each key was first added to."""
         if sum(len(c[0]) for c in self.chunks) + len(self.rows) <= DICT_SUM_UP_TO:
             # summed in a dict: the same sums in the same order as ``np.add.at``'s
@@ -466,7 +466,7 @@ class _Flows:
                 load[(kind, key)] += b
 
 
-def _merged_items(part: MergedKind) -> list[tuple[tuple[int, int], float]]:
+def _merged_items(part: MergedKind) -> Items:
     """A merged kind's items: summed from its rows where it holds rows alone
     (:func:`~reshard.planner.schedule.row_sums.row_items`, the same sums), else from
     its exact chunks."""

@@ -39,8 +39,9 @@ Items = list[tuple[tuple[int, int], float]]
 def row_items(kind: MergedKind, up_to: int) -> Items | None:
     """``kind``'s items summed from its rows (module docstring) where it holds rows
     alone (and empty arrays), at most ``up_to`` of them, each value a Python number;
-    None otherwise (the caller sums it the merged way). Raises :class:`~reshard.planner.schedule.merged_sums.Inexact` where the
-    merged way would: some value not a whole number, or the kind's bytes too many."""
+    None otherwise (the caller sums it the merged way). Raises
+    :class:`~reshard.planner.schedule.merged_sums.Inexact` where the merged way would:
+    some value not a whole number, or the kind's bytes too many."""
     rows = kind.rows
     if len(rows) > up_to or any(len(index) for index, _, _ in kind.chunks):
         return None  # arrays added (an empty one adds nothing)

@@ -157,3 +157,21 @@ def test_no_floor_where_the_fine_build_is_refused_at_once(shape, src, dst):
     refused, asked = _floors_asked(tensors, 0)
     assert asked == 0 and refused.tasks == plan.tasks
     assert refused.estimate() == plan.estimate()
+
+
+def test_the_fine_cut_is_counted_once_where_the_build_is_refused():
+    """Where finer's build is refused for its task count, the floor's gate and the build
+    ask the same question of the fine cut: it is counted once."""
+    tensors = _tensors((8192, 8192), "S1R", "RS0", B)
+    counted = []
+    real = planner.least_tasks
+
+    def spy(*args, **kwargs):
+        counted.append(args)
+        return real(*args, **kwargs)
+
+    with mock.patch.object(planner, "least_tasks", spy), \
+            mock.patch.object(planner, "COMPARE_UP_TO", 0), \
+            mock.patch.object(stages, "COMPARE_UP_TO", 0):
+        planner.plan_tensors(tensors, H100, Strategy.BROADCAST, None)
+    assert len(counted) == 1
