@@ -33,7 +33,7 @@ from reshard.planner.schedule.work import WorkList
 RECEIPTS_UP_TO = 1 << 16
 """The most receivers (each general cell's needers, summed) whose receipts
 :func:`receipts_floor` counts; above it the floor is 0.0 (never wrong: it is asked only
-as a quicker proof, and :meth:`~reshard.planner.plan.Builds.beaten` then asks the whole
+as a quicker proof, and :meth:`~reshard.planner.builds.Builds.beaten` then asks the whole
 floor, whose array path serves large cells). The 4x8 cold set asks at most 1,024; S10R
 -> RR at 1,024 devices asks 1,048,576 (1,024 cells of 1,024 receivers), which counted
 one by one took 3.6 s of CPU, twice the rest of that request."""

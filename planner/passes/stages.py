@@ -137,7 +137,7 @@ class Search:
             fuse=..., fine=...)``), :func:`~reshard.planner.plan.plan_tasks`.
         built: tasks a pass built that another may reuse (by name; this search's own).
         floor_of: seconds no plan of a baseline strategy's first cut of the request
-            takes less than in the model (:meth:`reshard.planner.plan.Builds.floor`),
+            takes less than in the model (:meth:`reshard.planner.builds.Builds.floor`),
             where the caller knows them; ``point-to-point``'s floor.
         segments: the host segments of the chains of each plan the tree forms start
             from (by the plan's id, with the plan), cut once for every form.
@@ -150,7 +150,7 @@ class Search:
             plan's id, kept alive by :attr:`segments`, and the host shape).
         sends_floor: seconds no ``send_recv`` plan of the first cut takes less than,
             never above ``floor_of(Strategy.SEND_RECV)`` and found without cutting its
-            slices (:meth:`reshard.planner.plan.Builds.send_floor`), where the caller
+            slices (:meth:`reshard.planner.builds.Builds.send_floor`), where the caller
             knows it: ``point-to-point``'s quicker proof.
         fine_floor: seconds no ``broadcast`` plan of the request's plain sources takes
             less than, found from its cells (:func:`~reshard.planner.passes.fine_floor.

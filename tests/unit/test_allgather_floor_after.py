@@ -10,7 +10,8 @@ import pytest
 
 import reshard.planner.plan as planner
 from reshard import Cluster, DeviceMesh, Layout
-from reshard.planner.plan import Builds, _best_plan, planned_tensors
+from reshard.planner.builds import Builds
+from reshard.planner.plan import _best_plan, planned_tensors
 from reshard.planner.values.strategy import Strategy
 
 best_plan = _best_plan  # the function itself, while the module's name is recorded

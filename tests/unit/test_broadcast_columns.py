@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.planner.builds import Builds
 from reshard.planner.cells import broadcast_rows, broadcast_runs, decompose, expect_runs, reduce
 from reshard.planner.costing import chain_columns, columns
 from reshard.planner.costing.columns import estimate_columns
 from reshard.planner.ir import ReshardPlan
-from reshard.planner.plan import Builds, make_tensor_spec
+from reshard.planner.plan import make_tensor_spec
 from reshard.planner.schedule import work
 from reshard.planner.schedule.broadcast_columns import BroadcastColumns
 from reshard.planner.schedule.send_columns import OrderedTasks

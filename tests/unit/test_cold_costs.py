@@ -20,11 +20,12 @@ from hypothesis import strategies as st
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.layout import boxes_meet
+from reshard.planner.builds import Builds
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.reduce import decompose_pieces, reduce_sources
 from reshard.planner.cuts import LayoutBoxes, balance_piece, cut_slices
 from reshard.planner.estimates import Answer, CostCache, estimate_iter, estimate_many
-from reshard.planner.plan import Builds, _best_plan, plan_tasks, planned_tensors
+from reshard.planner.plan import _best_plan, plan_tasks, planned_tensors
 from reshard.planner.schedule.floors import baseline_floor
 from reshard.planner.values.strategy import Strategy
 

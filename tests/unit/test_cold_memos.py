@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.errors import PlanError
+from reshard.planner.builds import Builds
 from reshard.planner.costing.bound import lower_bound
 from reshard.planner.cuts import Cut, cut_cells
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes.twins import Twins
-from reshard.planner.plan import Builds, _best_plan, planned_tensors
+from reshard.planner.plan import _best_plan, planned_tensors
 from reshard.planner.values.strategy import Strategy
 
 from ..common import problems
@@ -158,8 +159,8 @@ def test_a_large_plan_priced_from_its_columns_is_the_plans_own(pair, preset, str
 
 
 def test_a_large_plan_on_a_shared_bandwidth_is_built_whole():
+    from reshard.planner.builds import Builds as Memo
     from reshard.planner.costing.columns import estimate_columns
-    from reshard.planner.plan import Builds as Memo
     from reshard.planner.plan import estimate_tensors, plan_tensors
 
     cluster = Cluster.regular(4, 8, shared_bandwidth=5e10, message_cost=2e-5)

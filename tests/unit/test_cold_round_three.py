@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 import reshard
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.core import gcpause
+from reshard.planner.builds import Builds
 from reshard.planner.cells.decompose import Cell, CellTable
 from reshard.planner.cuts import cut_cells
-from reshard.planner.plan import Builds, _best_plan, estimate_tensors, planned_tensors
+from reshard.planner.plan import _best_plan, estimate_tensors, planned_tensors
 from reshard.planner.values.strategy import Strategy
 
 from ..common import problems

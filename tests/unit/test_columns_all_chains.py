@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.planner.builds import Builds
 from reshard.planner.cells import reduce
 from reshard.planner.costing import chain_columns, columns
 from reshard.planner.costing.chain_columns import chain_routes
 from reshard.planner.costing.columns import estimate_columns
 from reshard.planner.costing.cost import ARRAY_EDGES, Hops
 from reshard.planner.ir import ReshardPlan
-from reshard.planner.plan import Builds, make_tensor_spec
+from reshard.planner.plan import make_tensor_spec
 from reshard.planner.schedule.send_columns import OrderedTasks
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Task, TaskKind

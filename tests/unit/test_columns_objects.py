@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.planner.builds import Builds
 from reshard.planner.costing.columns import estimate_columns
 from reshard.planner.ir import ReshardPlan
-from reshard.planner.plan import Builds, make_tensor_spec
+from reshard.planner.plan import make_tensor_spec
 from reshard.planner.values.strategy import Strategy
 
 

@@ -14,8 +14,9 @@ import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.planner import cuts
+from reshard.planner.builds import Builds
 from reshard.planner.cuts import cut_slices
-from reshard.planner.plan import Builds, _best_plan, planned_tensors
+from reshard.planner.plan import _best_plan, planned_tensors
 from reshard.planner.schedule.work import WorkList
 from reshard.planner.values.strategy import Strategy
 

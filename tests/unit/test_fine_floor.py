@@ -12,11 +12,13 @@ from unittest import mock
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.planner import builds as builds_module
 from reshard.planner import plan as planner
+from reshard.planner.builds import Builds
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes import stages
 from reshard.planner.passes.fine_floor import MARGIN, fine_floor
-from reshard.planner.plan import Builds, make_tensor_spec
+from reshard.planner.plan import make_tensor_spec
 from reshard.planner.values.strategy import Strategy
 
 H100 = Cluster.preset("dgx-h100", 8)
@@ -164,13 +166,13 @@ def test_the_fine_cut_is_counted_once_where_the_build_is_refused():
     ask the same question of the fine cut: it is counted once."""
     tensors = _tensors((8192, 8192), "S1R", "RS0", B)
     counted = []
-    real = planner.least_tasks
+    real = builds_module.least_tasks
 
     def spy(*args, **kwargs):
         counted.append(args)
         return real(*args, **kwargs)
 
-    with mock.patch.object(planner, "least_tasks", spy), \
+    with mock.patch.object(builds_module, "least_tasks", spy), \
             mock.patch.object(planner, "COMPARE_UP_TO", 0), \
             mock.patch.object(stages, "COMPARE_UP_TO", 0):
         planner.plan_tensors(tensors, H100, Strategy.BROADCAST, None)

@@ -13,8 +13,10 @@ from unittest import mock
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.planner import builds as builds_module
 from reshard.planner import plan as planner
-from reshard.planner.plan import Builds, make_tensor_spec
+from reshard.planner.builds import Builds
+from reshard.planner.plan import make_tensor_spec
 from reshard.planner.values.strategy import Strategy
 
 CLUSTER = Cluster.preset("dgx-h100", 8)
@@ -78,7 +80,7 @@ def test_shown_once_per_strategy():
     builds = Builds()
     for strat in Strategy:
         assert builds._shown_coarse(tensors, CLUSTER, strat, False) == \
-            planner.same_slices(builds.cut(tensors, CLUSTER, False, False),
+            builds_module.same_slices(builds.cut(tensors, CLUSTER, False, False),
                                 builds.cut(tensors, CLUSTER, False, True), CLUSTER, strat,
                                 [t.itemsize for t in tensors])
     assert {s for (tag, *_, s, _f) in builds._told if tag == "shown"} == set(Strategy)

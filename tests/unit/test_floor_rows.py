@@ -11,10 +11,11 @@ import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
 from reshard.layout import box_size
+from reshard.planner.builds import Builds
 from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.costing.cost import Routes
 from reshard.planner.cuts import cut_slices
-from reshard.planner.plan import Builds, _best_plan, plan_tasks, planned_tensors
+from reshard.planner.plan import _best_plan, plan_tasks, planned_tensors
 from reshard.planner.schedule import floors
 from reshard.planner.schedule.order import PHASE, OrderKeys
 from reshard.planner.values.strategy import Strategy

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.planner.builds import Builds
 from reshard.planner.costing.cost import Routes
 from reshard.planner.cuts import cut_slices
 from reshard.planner.passes.send_floor import send_floor
-from reshard.planner.plan import Builds, planned_tensors
+from reshard.planner.plan import planned_tensors
 from reshard.planner.schedule import floors
 from reshard.planner.values.resources import COPY, DEV_IN, DEV_OUT, NIC_IN, NIC_OUT, capacity
 from reshard.planner.values.strategy import Strategy

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 
 import reshard.planner.plan as planner
 from reshard import Cluster, DeviceMesh, Layout
-from reshard.planner.plan import Builds, _best_plan, floored, planned_tensors
+from reshard.planner.builds import Builds
+from reshard.planner.plan import _best_plan, floored, planned_tensors
 from reshard.planner.values.strategy import Strategy
 
 from .test_cold_costs import partial_moves

@@ -12,11 +12,12 @@ import pytest
 
 import reshard.planner.plan as planner
 from reshard import Cluster, Layout
+from reshard.planner.builds import Builds
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.cell_tasks import plan_allgather, plan_send_recv
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.passes.gather_twins import cell_as_sends
-from reshard.planner.plan import Builds, _best_plan, planned_tensors
+from reshard.planner.plan import _best_plan, planned_tensors
 from reshard.planner.values.strategy import Strategy
 from tests.unit._four_by_eight import meshes
 

@@ -15,8 +15,9 @@ from collections import defaultdict
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.planner.builds import Builds
 from reshard.planner.cuts import cut_slices
-from reshard.planner.plan import Builds, _best_plan, plan_tasks, planned_tensors
+from reshard.planner.plan import _best_plan, plan_tasks, planned_tensors
 from reshard.planner.schedule.floors import _counted, baseline_floor, reduction_loads
 from reshard.planner.values.strategy import Strategy
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from reshard.planner.builds import Builds
 from reshard.planner.cuts import cut_slices
 from reshard.planner.passes import gather_floor
 from reshard.planner.passes.gather_floor import receipts, receipts_floor
-from reshard.planner.plan import Builds, _best_plan, plan_tasks
+from reshard.planner.plan import _best_plan, plan_tasks
 from reshard.planner.schedule.floors import baseline_floor, reduction_loads
 from reshard.planner.values.resources import DEV_IN
 from reshard.planner.values.strategy import Strategy

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.planner.builds import Builds
 from reshard.planner.costing import chain_columns, chain_reach, chain_rows, columns
 from reshard.planner.costing.chain_columns import chain_routes
 from reshard.planner.costing.columns import estimate_columns
@@ -20,7 +21,7 @@ from reshard.planner.costing.cost import ARRAY_EDGES, Hops, task_routes
 from reshard.planner.costing.fairshare import path_arrays
 from reshard.planner.costing.stepgate import OneStep, StepGate
 from reshard.planner.ir import ReshardPlan
-from reshard.planner.plan import Builds, make_tensor_spec
+from reshard.planner.plan import make_tensor_spec
 from reshard.planner.values.resources import DEV_IN, DEV_OUT, KIND_CODE, NIC_IN, NIC_OUT
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Task, TaskKind

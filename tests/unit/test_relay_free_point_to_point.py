@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 
 import reshard.planner.plan as planner
+from reshard.planner.builds import Builds
 from reshard.planner.passes import stages
-from reshard.planner.plan import Builds, _best_plan
+from reshard.planner.plan import _best_plan
 from reshard.planner.values.strategy import Strategy
 from tests.unit.test_send_floor import CASES, _tensors
 

@@ -132,8 +132,8 @@ def test_a_large_cell_s_floor_as_arrays_is_the_one_by_one_floor(src, dst, monkey
         seen.append(real(*args))
         return seen[-1]
 
-    import reshard.planner.plan as plan_module
-    monkeypatch.setattr(plan_module, "baseline_floor", record)
+    import reshard.planner.builds as builds_module
+    monkeypatch.setattr(builds_module, "baseline_floor", record)
     req = ((4096, 512), "bfloat16", a, b, cluster)
     arrays = estimate_many([req], cache=CostCache())
     by_arrays, seen[:] = list(seen), []

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-import reshard.planner.plan as planner
+import reshard.planner.builds as builds_module
 from reshard import Layout
+from reshard.planner.builds import Builds
 from reshard.planner.cells.decompose import CellTable
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes.send_floor import bytes_out, send_floor
-from reshard.planner.plan import Builds, _best_plan, planned_tensors
+from reshard.planner.plan import _best_plan, planned_tensors
 from reshard.planner.schedule.order import one_at_a_time
 from reshard.planner.values.strategy import Strategy
 from tests.unit._four_by_eight import meshes
@@ -105,7 +106,7 @@ def test_the_bytes_are_every_cells(moves, shape, how):
 def test_every_plan_is_the_same_without_the_floor(moves, shape, how, monkeypatch):
     tensors, cluster = _tensors(moves, shape, how)
     got = _best_plan(tensors, cluster, Strategy.BROADCAST, Builds())
-    monkeypatch.setattr(planner, "send_floor", lambda cells, cluster: 0.0)
+    monkeypatch.setattr(builds_module, "send_floor", lambda cells, cluster: 0.0)
     every = _best_plan(tensors, cluster, Strategy.BROADCAST, Builds())
     assert got.tasks == every.tasks and got.estimate() == every.estimate()
 
@@ -124,7 +125,7 @@ def test_the_floor_rules_something_out(monkeypatch):
     monkeypatch.setattr(Builds, "columns", counted)
     for key in ("with", "without"):
         if key == "without":
-            monkeypatch.setattr(planner, "send_floor", lambda cells, cluster: 0.0)
+            monkeypatch.setattr(builds_module, "send_floor", lambda cells, cluster: 0.0)
         for moves, shape, how in CASES:
             tensors, cluster = _tensors(moves, shape, how)
             _best_plan(tensors, cluster, Strategy.BROADCAST, Builds())

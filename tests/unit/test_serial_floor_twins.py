@@ -8,10 +8,11 @@ from __future__ import annotations
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.planner.builds import Builds
 from reshard.planner.costing.cost import one_at_a_time_time
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes import stages
-from reshard.planner.plan import Builds, _best_plan, planned_tensors
+from reshard.planner.plan import _best_plan, planned_tensors
 from reshard.planner.schedule.order import one_at_a_time
 from reshard.planner.values.strategy import Strategy
 

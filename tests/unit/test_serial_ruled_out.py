@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from reshard import Cluster, DeviceMesh, Layout
+from reshard.planner.builds import Builds
 from reshard.planner.costing.casts import conversion_seconds
 from reshard.planner.costing.cost import one_at_a_time_time
 from reshard.planner.ir import ReshardPlan
@@ -22,7 +23,7 @@ from reshard.planner.passes.serial_floor import (
     device_floor,
     serial_unchanged,
 )
-from reshard.planner.plan import Builds, _best_plan, planned_tensors
+from reshard.planner.plan import _best_plan, planned_tensors
 from reshard.planner.schedule.order import one_at_a_time
 from reshard.planner.values.resources import capacities
 from reshard.planner.values.strategy import Strategy
