@@ -55,6 +55,26 @@ def plan_header(tensors: tuple[TensorSpec, ...], strategy: Strategy, cluster: Cl
 PORTABLE_CACHE = frozenset({"estimate", "lower_bound"})
 """The cached figures a pickled plan keeps (plain floats, the same in every process)."""
 
+REJECTED = "rejected"
+"""A plan's cache key of the answers of :meth:`ReshardPlan.kept` whose simulation
+stopped early: per rule, the longest time it was found not to keep the plan against."""
+
+
+def rejects(rejected: dict[Callable[[float, float], bool], float] | None,
+            keep: Callable[[float, float], bool], best: float) -> bool:
+    """Whether ``rejected`` (a plan's :data:`REJECTED`) already shows that ``keep`` does
+    not keep the plan against ``best``: it did not against a time ``best`` or longer.
+    Every search rule keeps a plan against a time when it keeps it against a shorter
+    one (``keep(t, b)`` is monotone in ``b``: a plan of ``t`` seconds replaces the best
+    when ``t`` is under ``b``, or under or within a share of it), so a rule that did not
+    keep it against a longer time does not keep it now: the same answer as the
+    simulation, which would stop again (a stopped run is no estimate, its answer
+    alone is kept; only the same rule, the same function, is asked)."""
+    if rejected is None:
+        return False
+    longest = rejected.get(keep)
+    return longest is not None and best <= longest
+
 
 @dataclass(frozen=True)
 class ReshardPlan:
@@ -187,15 +207,21 @@ class ReshardPlan:
         simulation's clock bound already makes ``keep`` false for every longer time
         (``keep`` is false for a time when it is for a shorter one: every search rule),
         it stops early (:func:`~reshard.planner.costing.fluid.simulate`'s ``stop``) and
-        nothing is remembered; a finished simulation is the plan's estimate."""
+        only the answer is remembered (:func:`rejects`: a later ask of the same rule
+        against a time no longer is answered without simulating); a finished
+        simulation is the plan's estimate."""
         plan = self
         while "estimate" not in plan._cache and "twin" in plan._cache:
             plan = plan._cache["twin"]  # priced as its twin: ask the twin
         if "estimate" not in plan._cache:
+            if rejects(plan._cache.get(REJECTED), keep, best):
+                return False
             from reshard.planner.costing.fluid import simulate
 
             got = simulate(plan, lambda t: not keep(t, best))
             if got is None:
+                rejected = plan._cache.setdefault(REJECTED, {})
+                rejected[keep] = max(best, rejected.get(keep, best))
                 return False
             plan._cache["estimate"] = got
         return keep(self.estimate(), best)
