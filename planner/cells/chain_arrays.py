@@ -480,7 +480,7 @@ def may_relay_any(loads: Loads, direction: str, members: np.ndarray) -> bool:
     state = _mirror(loads)
     mirror = state.arrays[direction]
     flags = mirror[members]
-    open_ = np.flatnonzero(flags)
+    open_ = flags.nonzero()[0]  # (one axis: flatnonzero's places)
     if not open_.size:
         return False
     may = loads.may_relay_end

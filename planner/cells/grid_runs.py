@@ -45,19 +45,22 @@ class Grid:
     """A receiver set's layout as rows (one a host, hosts rising; ids rising along a
     row): the devices, their NICs and the set's hosts, and its loads as rows, kept in
     step with the cells' charges (``sent``: NIC out, ``got``: NIC in, ``received``:
-    device receive loads)."""
+    device receive loads). ``base``: each row's first place in the rows read flat
+    (each cell's places are read and charged flat: one index a place)."""
 
-    __slots__ = ("dev", "flat", "got", "have_in", "have_out", "hosts", "nic_list",
-                 "nic_set", "nics", "received", "refused", "rows", "sent", "width")
+    __slots__ = ("base", "checked", "dev", "flat", "got", "have_in", "have_out", "hosts",
+                 "nic_list", "nic_set", "nics", "received", "refused", "rows", "sent",
+                 "width")
 
     def __init__(self, loads: Loads, dev: np.ndarray, hosts: frozenset[int]) -> None:
         self.dev = dev
         self.rows, self.width = dev.shape
         self.flat = dev.reshape(-1)
+        self.base = np.arange(self.rows, dtype=np.int64) * self.width
         self.hosts = hosts
         self.nic_list = list(map(loads.nic, self.flat.tolist()))
         self.nic_set = frozenset(self.nic_list)
-        self.nics = np.array(self.nic_list, dtype=np.int64).reshape(dev.shape)
+        self.nics = np.array(self.nic_list, dtype=np.int64)
         zero = itertools.repeat(0.0)  # an unseen key reads 0.0 (and is not added)
         n = len(self.nic_list)
         self.sent = np.fromiter(map(loads.nic_out.get, self.nic_list, zero), dtype=np.float64,
@@ -65,11 +68,12 @@ class Grid:
         self.got = np.fromiter(map(loads.nic_in.get, self.nic_list, zero), dtype=np.float64,
                                count=n).reshape(dev.shape)
         self.have_out = np.fromiter(map(loads.nic_out.__contains__, self.nic_list),
-                                    dtype=bool, count=n).reshape(dev.shape)
+                                    dtype=bool, count=n)
         self.have_in = np.fromiter(map(loads.nic_in.__contains__, self.nic_list),
-                                   dtype=bool, count=n).reshape(dev.shape)
+                                   dtype=bool, count=n)
         self.received: np.ndarray | None = None  # read once every receiver has a key
         self.refused = False  # every receiver asked both ways, and may not relay
+        self.checked = False  # refused asked since a receiver was last asked
 
 
 def grid_of(loads: Loads, receivers: frozenset[int]) -> Grid | None:
@@ -96,30 +100,31 @@ def grid_of(loads: Loads, receivers: frozenset[int]) -> Grid | None:
     return grid
 
 
-Chain = tuple[tuple[int, ...], np.ndarray, np.ndarray, np.ndarray]
-"""A cell's chain, its hosts' rows in chain order, each row's entry column and each
-row's last column (its member that leaves; the last host's: unused)."""
+Chain = tuple[tuple[int, ...], np.ndarray, np.ndarray]
+"""A cell's chain, each row's member that leaves (every row but the last in chain
+order) and the rows' members in chain order, a row a host, its entry first (places in
+the rows read flat)."""
 
 
 def grid_chain(grid: Grid) -> Chain:
     """The chain of a root on another host to the grid's receivers as its loads stand
     (the module docstring's order: :func:`unrelayed_chain`'s where nothing relays)."""
-    sent = grid.sent
-    across = np.arange(grid.rows)
-    order = np.argsort(sent.min(axis=1), kind="stable")  # by least NIC out, then host
-    entry = grid.got.argmin(axis=1)  # the first least: the least id among ties
+    sent, base = grid.sent, grid.base
+    order = sent.min(axis=1).argsort(kind="stable")  # by least NIC out, then host
+    entry = base + grid.got.argmin(axis=1)  # the first least: the least id among ties
     idle = sent.copy()
-    idle[across, entry] = np.inf  # (every load finite: the entry is never the least)
-    last = idle.argmin(axis=1)  # the least (NIC out, id) but the entry's: moved last
-    key = -sent  # most NIC out load first (a stable sort: then id)
-    key[across, entry] = -np.inf
-    key[across, last] = np.inf
+    flat = idle.reshape(-1)
+    flat[entry] = np.inf  # (every load finite: the entry is never the least)
+    last = base + idle.argmin(axis=1)  # the least (NIC out, id) but the entry's: moved last
+    key = np.negative(idle)  # most NIC out load first (a stable sort: then id), entry first
+    key.reshape(-1)[last] = np.inf
     final = order[-1]  # the last host: its entry, then by id
     key[final] = 0.0
-    key[final, entry[final]] = -np.inf
-    cols = np.argsort(key, axis=1, kind="stable")[order]
-    chain = tuple(grid.dev[order[:, None], cols].reshape(-1).tolist())
-    return chain, order, cols, last
+    key[final, entry[final] - base[final]] = -np.inf
+    at = key.argsort(axis=1, kind="stable")[order]
+    at += base[order][:, None]  # flat places, row by row in chain order
+    chain = tuple(grid.flat.take(at.reshape(-1)).tolist())
+    return chain, last[order[:-1]], at
 
 
 def _questions(loads: Loads, grid: Grid, root: int, got: Chain) -> bool:
@@ -127,49 +132,53 @@ def _questions(loads: Loads, grid: Grid, root: int, got: Chain) -> bool:
     the root or a host's last member before the move (the member before it where
     their NIC out loads tie: the walk would have asked it) may relay out, then whether
     an entry may relay in; True where one may. Once every receiver said no both ways
-    (``grid.refused``), only the root's answer is open."""
+    (``grid.refused``; asked again only where a receiver was asked since), only the
+    root's answer is open."""
+    asked = loads._may_relay
     if grid.refused:
-        known = loads._may_relay.get((NIC_OUT, root))
+        known = asked.get((NIC_OUT, root))
         return loads.may_relay_end(NIC_OUT, root) if known is None else known
-    _, order, cols, last = got
-    dev, sent = grid.dev, grid.sent
-    rows = order[:-1]
-    leaving = last[rows]
+    _, leaving, at = got
     if grid.width > 2:  # (two a host: nothing moved)
-        before = cols[:-1, -2]
-        leaving = np.where(sent[rows, before] == sent[rows, leaving], before, leaving)
-    out = np.concatenate((np.array([root], dtype=np.int64), dev[rows, leaving]))
-    if may_relay_any(loads, NIC_OUT, out) or may_relay_any(loads, NIC_IN, dev[order, cols[:, 0]]):
+        sent = grid.sent.reshape(-1)
+        before = at[:-1, -2]
+        leaving = np.where(sent[before] == sent[leaving], before, leaving)
+    count = len(asked) + ((NIC_OUT, root) not in asked)  # with the root's own answer
+    out = np.concatenate((np.array([root], dtype=np.int64), grid.flat.take(leaving)))
+    if may_relay_any(loads, NIC_OUT, out) or \
+            may_relay_any(loads, NIC_IN, grid.flat.take(at[:, 0])):
         return True
-    grid.refused = refused(loads, grid.flat)
+    if not grid.checked or len(asked) != count:  # a receiver asked: refused again
+        grid.refused = refused(loads, grid.flat)
+        grid.checked = True
     return False
+
 
 
 def _charge(loads: Loads, grid: Grid, root: int, got: Chain, nbytes: int) -> None:
     """:meth:`Loads.charge` of ``got``'s chain from ``root``: the root's loads in the
     tables, the receivers' in the rows (and, while a table lacks a receiver's key, the
     keys it touches written as they are added, in the order the charge adds them)."""
-    chain, order, cols, last = got
+    chain, leaving, at = got
     loads.dev_out[root] += nbytes
     if grid.received is None:  # a receiver's first charge adds its key, in chain order
         dev_in = loads.dev_in
         for r in chain:
             dev_in[r] += nbytes
         grid.received = np.fromiter(map(dev_in.__getitem__, grid.flat.tolist()),
-                                    dtype=np.float64, count=len(chain)).reshape(grid.dev.shape)
+                                    dtype=np.float64, count=len(chain))
     else:
         grid.received += nbytes
     loads.nic_out[loads.nic(root)] += nbytes
-    rows = order[:-1]
-    leaving = last[rows]
-    grid.sent[rows, leaving] += nbytes
-    entry = cols[:, 0]
-    grid.got[order, entry] += nbytes
-    for table, have, values, at in ((loads.nic_out, grid.have_out, grid.sent, (rows, leaving)),
-                                    (loads.nic_in, grid.have_in, grid.got, (order, entry))):
+    entry = at[:, 0]
+    sent, got_in = grid.sent.reshape(-1), grid.got.reshape(-1)
+    sent[leaving] += nbytes  # (one place a row: each added once)
+    got_in[entry] += nbytes
+    for table, have, values, places in ((loads.nic_out, grid.have_out, sent, leaving),
+                                        (loads.nic_in, grid.have_in, got_in, entry)):
         if not have.all():  # new keys: in crossing order, as the charge adds them
-            table.update(zip(grid.nics[at].tolist(), values[at].tolist()))
-            have[at] = True
+            table.update(zip(grid.nics[places].tolist(), values[places].tolist()))
+            have[places] = True
 
 
 def _flush(loads: Loads, grid: Grid) -> None:
@@ -180,7 +189,7 @@ def _flush(loads: Loads, grid: Grid) -> None:
         if have.all():
             table.update(zip(grid.nic_list, values.reshape(-1).tolist()))
     if grid.received is not None:
-        loads.dev_in.update(zip(grid.flat.tolist(), grid.received.reshape(-1).tolist()))
+        loads.dev_in.update(zip(grid.flat.tolist(), grid.received.tolist()))
 
 
 MIN_GRID = 8
