@@ -203,14 +203,29 @@ def _trees_by_form(chain: Chain, intra: Intra, shape: HostShape, forms: TreeForm
     assert form is not None  # the callers' rule
     got = forms.get(id(form))
     if got is None or got[0] is not form:
-        lengths, hosts, relays = form
         size = len(chain.devices)
-        placed = np.repeat(np.array(hosts, dtype=np.int64), lengths)  # each place's host
-        plain = Task(TaskKind.BROADCAST, 0, (), 0, tuple(range(1, size)), 0, through=relays)
         got = forms[id(form)] = (form, [
             (_picker(p, size), _picker(r, size), _picker(k, size))
-            for p, r, k in _trees_of(plain, placed.item, intra, shape)])
+            for p, r, k in form_trees(form, intra, shape)[0]])
     return [(p(chain), r(chain), k(chain)) for p, r, k in got[1]]
+
+
+def chain_trees(task: Task, host: Callable[[int], int], intra: Intra, shape: HostShape,
+                ranges: Cut) -> list[Tree]:
+    """The trees ``task``'s chain (cut into ``ranges``) is reshaped into, laid out from
+    the chain itself (:func:`_trees_of`; the same trees as from its form)."""
+    return _trees_of(task, host, intra, shape, ranges)
+
+
+def form_trees(form: Form, intra: Intra, shape: HostShape) -> tuple[list[Tree], np.ndarray]:
+    """The trees (:func:`_trees_of`) of a chain of this form numbered by place (the root
+    0, receiver ``i`` ``i + 1``), and each place's host (numbered as entered): what
+    :func:`_trees_by_form` numbers back for every chain of the form."""
+    lengths, hosts, relays = form
+    placed = np.repeat(np.array(hosts, dtype=np.int64), lengths)  # each place's host
+    plain = Task(TaskKind.BROADCAST, 0, (), 0, tuple(range(1, len(placed))), 0,
+                 through=relays)
+    return _trees_of(plain, placed.item, intra, shape), placed
 
 
 RUN_PLACES = 16
@@ -314,6 +329,12 @@ _APPLIES: dict[HostShape, Callable[[Sequence[Sized]], bool]] = {
     HostShape.CHAIN: lambda segs: any(len(seg) >= MIN_FANOUT for seg in segs[1:]),
 }
 """Which chains (cut into host segments, the root's first) each host shape reshapes."""
+
+
+def reshaped_by(shape: HostShape) -> Callable[[Sequence[Sized]], bool]:
+    """Whether a chain cut into these host segments (the root's first) is reshaped for
+    ``shape`` by :func:`treeify`."""
+    return _APPLIES[shape]
 
 
 def _applies(task: Task, host: Callable[[int], int], shape: HostShape,

@@ -47,6 +47,7 @@ from reshard.planner.cells.trees import TREE_FORMS, HostShape, Intra, Segments, 
 from reshard.planner.costing.cost import Routes
 from reshard.planner.ir import ReshardPlan
 from reshard.planner.passes.serial_floor import serial_ruled_out
+from reshard.planner.passes.tree_floor import Chains, FormSums, floor_of, reshaped_chains
 from reshard.planner.passes.tree_twins import same_as_star
 from reshard.planner.passes.twins import Twins
 from reshard.planner.schedule.order import one_at_a_time
@@ -155,6 +156,12 @@ class Search:
         fine_floor: seconds no ``broadcast`` plan of the request's plain sources takes
             less than, found from its cells (:func:`~reshard.planner.passes.fine_floor.
             fine_floor`), where the caller knows it: ``finer``'s floor.
+        tree_sums: the tree floors' sums of each chain form, per tree form
+            (:data:`~reshard.planner.passes.tree_floor.FormSums`).
+        tree_chains: each starting plan's chains a host shape reshapes, per shape
+            (:func:`~reshard.planner.passes.tree_floor.reshaped_chains`).
+        star_twins: per starting plan and host shape, the star form's tasks where they
+            are also the form's passing on as a chain (:func:`_star_twin`).
     """
 
     tensors: tuple[TensorSpec, ...]
@@ -173,6 +180,11 @@ class Search:
                                                                   compare=False)
     sends_floor: Callable[[], float] | None = field(default=None, compare=False)
     fine_floor: Callable[[], float] | None = field(default=None, compare=False)
+    tree_sums: FormSums = field(default_factory=dict, compare=False)
+    tree_chains: dict[tuple[int, HostShape], tuple[ReshardPlan, Chains | None]] = field(
+        default_factory=dict, compare=False)
+    star_twins: dict[tuple[int, HostShape], tuple[ReshardPlan, tuple[Task, ...] | None]] = \
+        field(default_factory=dict, compare=False)
 
     def plan(self, tasks: Sequence[Task]) -> ReshardPlan:
         """A candidate plan of these tasks (its routes found in :attr:`known`, the
@@ -343,9 +355,8 @@ def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
     def propose(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
         host = search.cluster.host_of
         memo = search.segments.setdefault(id(start), (start, {}))[1]  # per start plan
-        star = search.trees.get((id(start), shape))
-        if intra is not Intra.STAR and star is not None and \
-                same_as_star(start.tasks, host, shape, memo):
+        star = None if intra is Intra.STAR else _star_twin(search, start, shape)
+        if star is not None:
             yield search.plan(star)
         elif reshapes(start.tasks, host, shape, memo):
             tasks = treeify(start.tasks, host, intra, shape, memo)
@@ -354,6 +365,50 @@ def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
             yield search.plan(tasks)
 
     return propose
+
+
+def _star_twin(search: Search, start: ReshardPlan, shape: HostShape
+               ) -> tuple[Task, ...] | None:
+    """The star form's tasks of ``shape``, where they were built from ``start`` and are
+    also the form's passing on as a chain (:func:`~reshard.planner.passes.tree_twins.
+    same_as_star`; asked once per start and shape); else None."""
+    key = (id(start), shape)
+    got = search.star_twins.get(key)
+    if got is None or got[0] is not start:
+        star = search.trees.get(key)
+        memo = search.segments.setdefault(id(start), (start, {}))[1]  # per start plan
+        same = star is not None and same_as_star(start.tasks, search.cluster.host_of,
+                                                 shape, memo)
+        got = search.star_twins[key] = (start, star if same else None)
+    return got[1]
+
+
+def _trees_floor(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan], float]:
+    """No plan of the starting plan's chains reshaped into this form beats its trees'
+    least latency plus its busiest NIC's bytes, or its first tree's latency, where every
+    task is a chain the form reshapes (:func:`~reshard.planner.passes.tree_floor.
+    floor_of`; the chains found once per host shape); else 0, and the bound decides
+    (also where the form's candidate is the star form's plan, priced already:
+    :func:`_star_twin`)."""
+    def floor(search: Search, start: ReshardPlan) -> float:
+        if intra is not Intra.STAR and _star_twin(search, start, shape) is not None:
+            return 0.0  # its candidate is the star form's plan, priced already
+        got = search.tree_chains.get((id(start), shape))
+        if got is None or got[0] is not start:
+            memo = search.segments.setdefault(id(start), (start, {}))[1]  # per start plan
+            got = search.tree_chains[(id(start), shape)] = (
+                start, reshaped_chains(start.tasks, search.cluster, shape, memo))
+        chains = got[1]
+        return 0.0 if chains is None else floor_of(chains, search.cluster, shape, intra,
+                                                   search.tree_sums)
+
+    return floor
+
+
+TREE_FLOORS = frozenset(TREE_FORMS[1:])
+"""The tree forms given a floor (:func:`_trees_floor`): not the first, ``double/star``,
+which is built from the stage's starting plan before any other and was kept every time
+it was built over the 4x8 cold set (a floor there never ruled it out)."""
 
 
 def _serial_floor(search: Search, start: ReshardPlan) -> float:
@@ -385,7 +440,9 @@ STAGES: tuple[tuple[Pass, ...], ...] = (
      *(Pass(f"fused:{shape.value}", FUSE_UP_TO, _fused(shape), faster_by_sum_gain)
        for shape in (SumShape.STAR, SumShape.BINARY))),
     tuple(Pass(f"trees:{shape.value}/{intra.value}", TREES_UP_TO, _trees(shape, intra),
-               faster_by_tree_gain) for shape, intra in TREE_FORMS),
+               faster_by_tree_gain,
+               _trees_floor(shape, intra) if (shape, intra) in TREE_FLOORS else None)
+          for shape, intra in TREE_FORMS),
     (Pass("point-to-point", COMPARE_UP_TO, _point_to_point, within_relay_gain,
           _point_to_point_floor, _point_to_point_ruled_out),),
     (Pass("least-concurrent", COMPARE_UP_TO, _serial, within_concurrency_gain,
