@@ -54,7 +54,7 @@ def _at_once(boxes: list[Box], needers: Mapping[Box, frozenset[int]],
     dst_b = np.array(dst, dtype=np.int64).reshape(1, len(dst), ndim, 2)
     p, q = src_b[..., 0], src_b[..., 1]
     r, t = dst_b[..., 0], dst_b[..., 1]
-    meet = ((p < q) & (r < t) & (p < t) & (r < q)).all(axis=2)  # (boxes, needer boxes)
+    meet = np.asarray(((p < q) & (r < t) & (p < t) & (r < q)).all(axis=2))  # boxes x needer boxes
     dev_box: list[int] = []  # per needer device (box by box): its box, its host
     dev_host: list[int] = []
     for i, dbox in enumerate(dst):
