@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -294,17 +295,27 @@ class CellTable:
     def from_cells(cls, cells: list[Cell], ndim: int) -> CellTable:
         """The table of ``cells`` (in their order)."""
         flat = itertools.chain.from_iterable(itertools.chain.from_iterable(
-            [c.box for c in cells]))  # read at once, not as nested sequences
+            map(_BOXES, cells)))  # read at once, not as nested sequences
         bounds = np.fromiter(flat, dtype=np.int64, count=2 * ndim * len(cells)
                              ).reshape(len(cells), ndim, 2)
-        holder_ids: dict[frozenset[int], int] = {}
-        needer_ids: dict[frozenset[int], int] = {}
-        holder = [holder_ids.setdefault(c.holders, len(holder_ids)) for c in cells]
-        needer = [needer_ids.setdefault(c.needers, len(needer_ids)) for c in cells]
+        holder, holder_sets = _numbered(list(map(_HOLDERS, cells)))
+        needer, needer_sets = _numbered(list(map(_NEEDERS, cells)))
         lo, hi = bounds[:, :, 0], bounds[:, :, 1]
         size = _volumes(hi - lo) if ndim else np.prod(hi - lo, axis=1)
-        return cls(lo, hi, size, np.array(holder, dtype=np.int64),
-                   np.array(needer, dtype=np.int64), tuple(holder_ids), tuple(needer_ids))
+        return cls(lo, hi, size, holder, needer, holder_sets, needer_sets)
+
+
+_BOXES = operator.attrgetter("box")
+_HOLDERS = operator.attrgetter("holders")
+_NEEDERS = operator.attrgetter("needers")
+
+
+def _numbered(sets: list[frozenset[int]]) -> tuple[np.ndarray, tuple[frozenset[int], ...]]:
+    """Each of ``sets`` as the index of its value among the distinct values in order of
+    first appearance, and those values (each the first of its equals given)."""
+    ids = {s: i for i, s in enumerate(dict.fromkeys(sets))}
+    return np.fromiter(map(ids.__getitem__, sets), dtype=np.int64, count=len(sets)), \
+        tuple(ids)
 
 
 def decompose_table(
@@ -456,6 +467,15 @@ def _extended(corners: np.ndarray, bounds: np.ndarray, at: np.ndarray | None) ->
     return out
 
 
+def _members(which: np.ndarray, n: int) -> list[frozenset[int]]:
+    """Per value ``e`` below ``n``, the positions ``i`` where ``which[i] == e`` (each
+    extent's pieces)."""
+    order = np.argsort(which, kind="stable")
+    bounds = np.searchsorted(which[order], np.arange(n + 1)).tolist()
+    at = order.tolist()
+    return [frozenset(at[a:b]) for a, b in itertools.pairwise(bounds)]
+
+
 def _bounds(boxes: list[Box], ndim: int) -> tuple[np.ndarray, np.ndarray]:
     """Starts and stops of ``boxes`` as two (boxes, ndim) integer arrays."""
     arr = np.array(boxes, dtype=np.int64).reshape(len(boxes), ndim, 2)
@@ -511,9 +531,7 @@ class _PieceSets:
         first = np.searchsorted(lo, extents[:, 0], side="left")
         stop = np.searchsorted(hi, extents[:, 1], side="right")
         runs = first < stop  # extents covering at least one interval
-        members: dict[int, list[int]] = {}
-        for piece, e in enumerate(which.reshape(-1).tolist()):
-            members.setdefault(e, []).append(piece)
+        members = _members(which.reshape(-1), len(extents))
         starts: dict[int, list[int]] = {}
         ends: dict[int, list[int]] = {}
         for e in np.flatnonzero(runs).tolist():
@@ -525,8 +543,7 @@ class _PieceSets:
             active.difference_update(ends.get(at, ()))
             active.update(starts.get(at, ()))
             if active and at < until:
-                pieces_here = frozenset(p for e in active for p in members[e])
-                ids[at:until] = self._id(pieces_here)
+                ids[at:until] = self._id(frozenset().union(*map(members.__getitem__, active)))
         return ids
 
     def intersect_outer(self, a: np.ndarray, b: np.ndarray, keep: np.ndarray | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from reshard.cluster import Cluster
-from reshard.layout import Box, box_size, boxes_meet
+from reshard.layout import Box, box_size
 from reshard.planner.cells.balance import Loads
 from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cells.decompose import (
@@ -25,6 +25,7 @@ from reshard.planner.cells.decompose import (
 )
 from reshard.planner.cells.gather_shares import gather_shares
 from reshard.planner.cells.stepped_table import stepped_table
+from reshard.planner.cells.wanting_hosts import wanting_hosts
 from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
 
 PIPELINE_PIECES = (1, 2, 4, 8, 16)
@@ -75,14 +76,9 @@ def reduce_sources(t: TensorSpec, index: int, loads: Loads,
         by_box.setdefault(boxes[group[0]], []).append(group)
     out: dict[Box, frozenset[int]] = {}
     tasks: list[Task] = []
+    wanted = wanting_hosts(list(by_box), needers, loads.host)
     for box, groups in by_box.items():
-        # Hosts that need part of this box, to reduce where the data is wanted.
-        want_hosts: dict[int, int] = {}
-        for dbox, devs in needers.items():
-            if boxes_meet(box, dbox):
-                for d in devs:
-                    h = loads.host(d)
-                    want_hosts[h] = want_hosts.get(h, 0) + 1
+        want_hosts = wanted(box)  # hosts that need part of it: reduced where wanted
         # split along the dim the destination cuts least inside the box, so that every
         # piece feeds every destination (pipelining keeps all NICs busy)
         cuts = [{lo for dbox in needers for lo, _ in (dbox[d],) if a < lo < b}

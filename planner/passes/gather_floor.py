@@ -23,11 +23,14 @@ from collections.abc import Sequence
 from functools import partial
 
 from reshard.cluster import Cluster
-from reshard.layout import box_size
-from reshard.planner.cells.cell_tasks import split_box
-from reshard.planner.cells.decompose import Cell
 from reshard.planner.schedule.floors import StepLoads, load_floor
-from reshard.planner.schedule.held_receipts import HostReceivers, held_receipts, host_receivers
+from reshard.planner.schedule.held_receipts import (
+    HostReceivers,
+    PieceSizes,
+    held_receipts,
+    host_receivers,
+    piece_sizes,
+)
 from reshard.planner.schedule.work import WorkList
 
 RECEIPTS_UP_TO = 1 << 16
@@ -48,24 +51,12 @@ def receipts_floor(work: WorkList, itemsizes: Sequence[int], cluster: Cluster) -
     return load_floor(receipts(work, itemsizes, cluster), cluster)
 
 
-def _pieces(cell: Cell, k: int, item: int,
-            split: dict[tuple[tuple[int, ...], int, int], list[int]]) -> list[int]:
-    """The bytes of ``cell``'s ``k`` pieces (:func:`~reshard.planner.cells.cell_tasks.
-    split_box`), kept in ``split`` by the cell's extents."""
-    extents = tuple(hi - lo for lo, hi in cell.box)
-    sizes = split.get((extents, k, item))
-    if sizes is None:
-        sizes = split[(extents, k, item)] = [box_size(p) * item
-                                             for p in split_box(cell.box, k)]
-    return sizes
-
-
 def receipts(work: WorkList, itemsizes: Sequence[int], cluster: Cluster) -> StepLoads:
     """The bytes :func:`receipts_floor` counts, by resource kind and (index, step)."""
     host, nic = cluster.host_map, cluster.nic_map
     load: StepLoads = defaultdict(float)
     known: dict[tuple[frozenset[int], frozenset[int]], HostReceivers] = {}
-    split: dict[tuple[tuple[int, ...], int, int], list[int]] = {}  # pieces' bytes
+    split: PieceSizes = {}
     cell_steps, _ = work.steps()
     for (tensor, cell), step in zip(work.general, cell_steps):
         item = itemsizes[tensor]
@@ -76,7 +67,7 @@ def receipts(work: WorkList, itemsizes: Sequence[int], cluster: Cluster) -> Step
         if hosts is None:
             hosts = known[(cell.holders, cell.needers)] = host_receivers(
                 sorted(cell.needers - cell.holders), cell.holders, host)
-        pieces = partial(_pieces, cell, item=item, split=split)
+        pieces = partial(piece_sizes, cell.box, item=item, known=split)
         for kind, index, at, b in held_receipts(hosts, nbytes, step, nic, pieces):
             load[(kind, (index, at))] += b
     return load

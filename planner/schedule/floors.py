@@ -45,16 +45,20 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 
 from reshard.cluster import Cluster
-from reshard.layout import box_size
-from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.costing.cost import Hops, RouteMemo, task_routes
 from reshard.planner.schedule.gathered_rows import GatheredRows, gathered_rows
-from reshard.planner.schedule.held_receipts import held_receipts, host_receivers
+from reshard.planner.schedule.held_receipts import (
+    PieceSizes,
+    held_receipts,
+    host_receivers,
+    piece_sizes,
+)
 from reshard.planner.schedule.merged_sums import Inexact, MergedKind, whole
 from reshard.planner.schedule.row_sums import Items, row_items, summed
 from reshard.planner.schedule.work import WorkList
@@ -200,6 +204,7 @@ class _Flows:
         # the root's host (-1: none of the receivers')
         self._rows_of: dict[tuple[object, ...], tuple[frozenset[int],
                                                        dict[int, GatheredRows]]] = {}
+        self._split: PieceSizes = {}  # pieces' bytes by a cell's extents (piece_sizes)
 
     def send(self, root: int, receiver: int, nbytes: float, step: int) -> None:
         """:meth:`sends` of one send."""
@@ -311,8 +316,9 @@ class _Flows:
     def _gathered_few(self, root: int, receivers: list[int], cell: Cell, nbytes: int,
                       item: int, step: int) -> None:
         """:meth:`_gathered` of a few receivers, host by host (in the order its first
-        receiver comes): each kind's rows in that loop's order, each split of the cell
-        into ``k`` pieces found once."""
+        receiver comes): each kind's rows in that loop's order, the sizes of a cell's
+        ``k`` pieces found once per extents (:func:`piece_sizes`, kept for every cell
+        of this floor)."""
         host, nic = self.host_of, self.nic_of
         dev_out, dev_in = self.dev_out.rows.append, self.dev_in.rows.append
         nic_out, nic_in = self.nic_out.rows.append, self.nic_in.rows.append
@@ -320,7 +326,6 @@ class _Flows:
         for r in receivers:
             by_host.setdefault(host[r], []).append(r)
         home, out_nic = host[root], nic[root]
-        split: dict[int, list[int]] = {}  # k: each piece's bytes
         for h, members in by_host.items():
             k = len(members)
             if h == home or k == 1:  # whole, down a chain or sent
@@ -333,10 +338,7 @@ class _Flows:
                 for m in members[1:]:
                     dev_in((m, step, nbytes))
                 continue
-            pieces = split.get(k)
-            if pieces is None:
-                pieces = split[k] = [box_size(p) * item for p in split_box(cell.box, k)]
-            for m, b in zip(members, pieces):  # another host: each piece crosses the NICs
+            for m, b in zip(members, piece_sizes(cell.box, k, item, self._split)):  # another host: each piece crosses the NICs
                 if b:
                     dev_out((root, step, b))
                     dev_in((m, step, b))
@@ -361,7 +363,7 @@ class _Flows:
         hosts = host_receivers(receivers, cell.holders, self.host_of)
         for kind, index, at, b in held_receipts(
                 hosts, nbytes, step, self.nic_of,
-                lambda k: [box_size(p) * item for p in split_box(cell.box, k)]):
+                partial(piece_sizes, cell.box, item=item, known=self._split)):
             rows[kind].append((index, at, b))
 
     def _sends_of(self, root: int, receivers: list[int], nbytes: int, step: int) -> None:

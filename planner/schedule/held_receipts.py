@@ -8,13 +8,17 @@ takes the others' pieces in and passes its own on). Which holder sends is the pl
 choice, so only the receipts (and the shares passed on) are the plan's whoever sends.
 Both floors that count them read them here: the slices' whole floor
 (:mod:`reshard.planner.schedule.floors`) and the quicker receipts floor
-(:mod:`reshard.planner.passes.gather_floor`).
+(:mod:`reshard.planner.passes.gather_floor`), and both size a cell's pieces by
+:func:`piece_sizes` (the sizes read the box's extents alone, so cells of one shape,
+item size and count of pieces share them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
+from reshard.layout import Box, box_size
+from reshard.planner.cells.cell_tasks import split_box
 from reshard.planner.values.resources import DEV_IN, DEV_OUT, NIC_IN
 
 HostReceivers = tuple[tuple[bool, tuple[int, ...]], ...]
@@ -30,6 +34,23 @@ def host_receivers(receivers: Iterable[int], holders: Iterable[int],
     for r in receivers:
         by_host.setdefault(host[r], []).append(r)
     return tuple((h in held, tuple(members)) for h, members in by_host.items())
+
+
+PieceSizes = dict[tuple[tuple[int, ...], int, int], list[int]]
+"""Bytes of each piece of a box by the box's extents, the count of pieces and the
+bytes per element (:func:`piece_sizes`' memo)."""
+
+
+def piece_sizes(box: Box, k: int, item: int, known: PieceSizes) -> list[int]:
+    """The bytes of ``box``'s ``k`` pieces (:func:`~reshard.planner.cells.cell_tasks.
+    split_box`, ``item`` bytes an element), kept in ``known`` by the box's extents
+    (:func:`split_box` cuts a box by its extents alone: a box of the same extents
+    elsewhere has pieces of the same sizes)."""
+    key = (tuple(hi - lo for lo, hi in box), k, item)
+    sizes = known.get(key)
+    if sizes is None:
+        sizes = known[key] = [box_size(p) * item for p in split_box(box, k)]
+    return sizes
 
 
 def held_receipts(hosts: HostReceivers, nbytes: int, step: int, nic: Mapping[int, int],
@@ -56,4 +77,4 @@ def held_receipts(hosts: HostReceivers, nbytes: int, step: int, nic: Mapping[int
             yield DEV_OUT, m, step + 1, share
 
 
-__all__ = ["HostReceivers", "held_receipts", "host_receivers"]
+__all__ = ["HostReceivers", "PieceSizes", "held_receipts", "host_receivers", "piece_sizes"]
