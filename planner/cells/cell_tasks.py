@@ -3,7 +3,6 @@ strategy.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Callable
 
@@ -15,7 +14,7 @@ from reshard.planner.cells.chain_arrays import NicMirror
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.cells.grid_runs import plan_grid_run
 from reshard.planner.cells.kept_chains import KeptChains
-from reshard.planner.cells.new_tasks import new_task
+from reshard.planner.cells.new_tasks import moved_task, new_task
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Buffer, Task, TaskKind
@@ -217,12 +216,12 @@ def fan_out(tasks: list[Task], host: Callable[[int], int]) -> list[Task]:
             out.append(t)
             continue
         head, tail = chain[:i + 1], chain[i + 1:]
-        through = tuple(d for d in t.through if d in head)
-        out.append(dataclasses.replace(t, kind=TaskKind.BROADCAST if len(head) > 1
-                                       else TaskKind.SEND, receivers=head, through=through))
-        out.append(dataclasses.replace(t, kind=TaskKind.BROADCAST if len(tail) > 1
-                                       else TaskKind.SEND, root=chain[i], receivers=tail,
-                                       through=(), step=t.step + 1, source=Buffer.DST))
+        through = tuple(d for d in t.through if d in head) if t.through else ()
+        # dataclasses.replace of each half, built slot by slot (the same values)
+        out.append(moved_task(t, TaskKind.BROADCAST if len(head) > 1 else TaskKind.SEND,
+                              t.root, head, through, t.step, t.source))
+        out.append(moved_task(t, TaskKind.BROADCAST if len(tail) > 1 else TaskKind.SEND,
+                              chain[i], tail, (), t.step + 1, Buffer.DST))
     return out
 
 

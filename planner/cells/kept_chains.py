@@ -123,7 +123,9 @@ class KeptChains:
                    tuple(map(dict(zip(ins, range(len(ins)))).__getitem__, into)))
         kept = facts.chains.get(key)
         if kept is None:
-            short = remote_chain(loads, root, facts.group)
+            # (the receivers' split by host read from the loads' memo: the same
+            # split_hosts of the same sorted group, found once per set)
+            short = remote_chain(loads, root, *loads._needers.grouped(loads, needers))
             if short is None or short[1] is None:
                 return None
             kept = facts.chains[key] = _kept(loads, short[1])
