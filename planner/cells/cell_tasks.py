@@ -182,7 +182,8 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
         if many:
             tasks, mirror = _mirrored(mirror or NicMirror(), loads, cell, tensor, itemsize,
                                       step)
-        elif len(holders) != 1 or (got := kept.plan(cell, tensor, itemsize, step)) is None:
+        elif (got := kept.plan(cell, tensor, itemsize, step) if len(holders) == 1
+              else kept.plan_held(cell, tensor, itemsize, step)) is None:
             tasks = plan_broadcast(cell, tensor, itemsize, loads, step)
         else:
             tasks = got
