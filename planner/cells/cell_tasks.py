@@ -163,13 +163,14 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
     hosted = loads._needers.one_host  # one_host's memo, read here
     for cell, tensor, itemsize, step in itertools.islice(run, len(out), None):
         holders = cell.holders
+        held = len(holders)
         needers = cell.needers  # (its receivers: those not among the few holders)
         many = len(needers) >= ARRAY_CHAIN and \
             len(needers) - len(holders & needers) >= ARRAY_CHAIN
         if mirror is not None and not many:  # it may add other receive loads
             mirror.flush(loads.dev_in)
             mirror = None
-        if len(holders) == 1:
+        if held == 1:
             group = hosted[needers] if needers in hosted else one_host(loads, needers)
             if group is not None:
                 (root,) = holders
@@ -182,8 +183,9 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
         if many:
             tasks, mirror = _mirrored(mirror or NicMirror(), loads, cell, tensor, itemsize,
                                       step)
-        elif (got := kept.plan(cell, tensor, itemsize, step) if len(holders) == 1
-              else kept.plan_held(cell, tensor, itemsize, step)) is None:
+        elif (got := kept.plan(cell, tensor, itemsize, step) if held == 1
+              else kept.plan_held(cell, tensor, itemsize, step) if held < ARRAY_HOLDERS
+              else None) is None:  # (plan_held's own first test, asked here)
             tasks = plan_broadcast(cell, tensor, itemsize, loads, step)
         else:
             tasks = got
