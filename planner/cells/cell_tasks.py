@@ -3,7 +3,6 @@ strategy.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Callable
 
@@ -14,8 +13,9 @@ from reshard.planner.cells.broadcast_runs import CellRun, Group, one_host, plan_
 from reshard.planner.cells.chain_arrays import NicMirror
 from reshard.planner.cells.decompose import Cell
 from reshard.planner.cells.grid_runs import plan_grid_run
+from reshard.planner.cells.holder_arrays import ARRAY_HOLDERS
 from reshard.planner.cells.kept_chains import KeptChains
-from reshard.planner.cells.new_tasks import new_task
+from reshard.planner.cells.new_tasks import moved_task, new_task
 from reshard.planner.values.resources import NIC_IN, NIC_OUT
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Buffer, Task, TaskKind
@@ -52,6 +52,69 @@ def plan_send_recv(cell: Cell, tensor: int, itemsize: int, loads: Loads,
         root = loads.pick_sender(cell.holders, n, nbytes)
         tasks.append(_send(cell.box, tensor, root, n, nbytes, loads, step))
     return tasks
+
+
+def plan_send_recvs(run: CellRun, loads: Loads) -> list[list[Task]]:
+    """:func:`plan_send_recv` of each cell of ``run`` in turn, the facts it reads of a
+    (holders, needers) pair found once (the copies, each other needer's host and NIC,
+    each holder's host and NIC) and :meth:`Loads.pick_sender` and :meth:`Loads.charge`
+    of each send inline: the same keys read and the same additions made in the same
+    order, so the same tasks and loads. A cell of no holder, or of
+    :data:`~reshard.planner.cells.holder_arrays.ARRAY_HOLDERS` or more (picked by
+    arrays), goes through :func:`plan_send_recv` itself.
+
+    Exact: :meth:`Loads.pick_root` of a few holders for one receiver host ``h`` is
+    the least (NIC out load plus the bytes where the holder is off ``h``, whether it
+    is off ``h``, its send load, id) over the holders in their iteration order (the
+    tables' unseen keys added in it); the facts are kept per pair of set objects
+    (their identities: equal sets built apart may iterate apart)."""
+    facts: dict[tuple[int, int], _SendFacts | None] = {}
+    nic_out, nic_in, dev_out, dev_in = loads.nic_out, loads.nic_in, loads.dev_out, loads.dev_in
+    copy, send = TaskKind.COPY, TaskKind.SEND
+    out: list[list[Task]] = []
+    for cell, tensor, itemsize, step in run:
+        holders, needers = cell.holders, cell.needers
+        key = (id(holders), id(needers))
+        got = facts[key] if key in facts else facts.setdefault(key, _send_facts(loads, cell))
+        if got is None:
+            out.append(plan_send_recv(cell, tensor, itemsize, loads, step))
+            continue
+        copies, others, pairs = got
+        nbytes, box = cell.size * itemsize, cell.box
+        tasks = [new_task(copy, tensor, box, d, (d,), nbytes, step) for d in copies]
+        for n, h, nic_n in others:
+            if len(pairs) == 1:
+                root, root_host, root_nic = pairs[0]
+            else:  # pick_root's key, in the holders' order
+                _, _, _, root, root_host, root_nic = min([
+                    (nic_out[nd] + (0 if hd == h else nbytes), hd != h, dev_out[d], d, hd, nd)
+                    for d, hd, nd in pairs])
+            dev_out[root] += nbytes  # charge(root, (n,), nbytes)'s additions, in order
+            dev_in[n] += nbytes
+            if h != root_host:
+                nic_out[root_nic] += nbytes
+                nic_in[nic_n] += nbytes
+            tasks.append(new_task(send, tensor, box, root, (n,), nbytes, step))
+        out.append(tasks)
+    return out
+
+
+_SendFacts = tuple[list[int], list[tuple[int, int, int]], list[tuple[int, int, int]]]
+"""A cell's copies (the needers that hold it, in id order), its other needers in id
+order with each one's host and NIC, and its holders in their order with each one's
+host and NIC."""
+
+
+def _send_facts(loads: Loads, cell: Cell) -> _SendFacts | None:
+    """``cell``'s :data:`_SendFacts` (it reads the cluster alone), or None where
+    :meth:`Loads.pick_root` would not read the holders one by one (none, or many)."""
+    holders, needers = cell.holders, cell.needers
+    if not holders or len(holders) >= ARRAY_HOLDERS:
+        return None
+    host, nic = loads.host, loads.nic
+    copies = [] if needers.isdisjoint(holders) else sorted(needers & holders)
+    return (copies, [(n, host(n), nic(n)) for n in sorted(needers - holders)],
+            [(d, host(d), nic(d)) for d in holders])
 
 
 def plan_broadcast(cell: Cell, tensor: int, itemsize: int, loads: Loads,
@@ -100,13 +163,14 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
     hosted = loads._needers.one_host  # one_host's memo, read here
     for cell, tensor, itemsize, step in itertools.islice(run, len(out), None):
         holders = cell.holders
+        held = len(holders)
         needers = cell.needers  # (its receivers: those not among the few holders)
         many = len(needers) >= ARRAY_CHAIN and \
             len(needers) - len(holders & needers) >= ARRAY_CHAIN
         if mirror is not None and not many:  # it may add other receive loads
             mirror.flush(loads.dev_in)
             mirror = None
-        if len(holders) == 1:
+        if held == 1:
             group = hosted[needers] if needers in hosted else one_host(loads, needers)
             if group is not None:
                 (root,) = holders
@@ -119,7 +183,9 @@ def plan_broadcasts(run: CellRun, loads: Loads) -> list[list[Task]]:
         if many:
             tasks, mirror = _mirrored(mirror or NicMirror(), loads, cell, tensor, itemsize,
                                       step)
-        elif len(holders) != 1 or (got := kept.plan(cell, tensor, itemsize, step)) is None:
+        elif (got := kept.plan(cell, tensor, itemsize, step) if held == 1
+              else kept.plan_held(cell, tensor, itemsize, step) if held < ARRAY_HOLDERS
+              else None) is None:  # (plan_held's own first test, asked here)
             tasks = plan_broadcast(cell, tensor, itemsize, loads, step)
         else:
             tasks = got
@@ -217,12 +283,12 @@ def fan_out(tasks: list[Task], host: Callable[[int], int]) -> list[Task]:
             out.append(t)
             continue
         head, tail = chain[:i + 1], chain[i + 1:]
-        through = tuple(d for d in t.through if d in head)
-        out.append(dataclasses.replace(t, kind=TaskKind.BROADCAST if len(head) > 1
-                                       else TaskKind.SEND, receivers=head, through=through))
-        out.append(dataclasses.replace(t, kind=TaskKind.BROADCAST if len(tail) > 1
-                                       else TaskKind.SEND, root=chain[i], receivers=tail,
-                                       through=(), step=t.step + 1, source=Buffer.DST))
+        through = tuple(d for d in t.through if d in head) if t.through else ()
+        # dataclasses.replace of each half, built slot by slot (the same values)
+        out.append(moved_task(t, TaskKind.BROADCAST if len(head) > 1 else TaskKind.SEND,
+                              t.root, head, through, t.step, t.source))
+        out.append(moved_task(t, TaskKind.BROADCAST if len(tail) > 1 else TaskKind.SEND,
+                              chain[i], tail, (), t.step + 1, Buffer.DST))
     return out
 
 
@@ -388,6 +454,7 @@ CELL_PLANNERS: dict[Strategy, CellPlanner] = {
 }
 
 RUN_PLANNERS: dict[CellPlanner, RunPlanner] = {plan_broadcast: plan_broadcasts,
-                                                plan_allgather: plan_allgathers}
+                                                plan_allgather: plan_allgathers,
+                                                plan_send_recv: plan_send_recvs}
 """The strategies' planners of runs of cells where one is quicker than each cell's
 planner in turn (the same tasks and loads)."""

@@ -26,6 +26,7 @@ import itertools
 from reshard.planner.cells.balance import ARRAY_CHAIN, Loads
 from reshard.planner.cells.chain_memo import INDEX_RANKS, Reader, _reader
 from reshard.planner.cells.decompose import Cell
+from reshard.planner.cells.holder_arrays import ARRAY_HOLDERS
 from reshard.planner.cells.new_tasks import new_task
 from reshard.planner.cells.short_chain import remote_chain
 from reshard.planner.values.resources import NIC_OUT
@@ -95,8 +96,34 @@ class KeptChains:
             self._facts(needers)
         if facts is None:
             return None
-        loads = self.loads
         (root,) = cell.holders
+        return self._from(facts, needers, root, cell, tensor, itemsize, step)
+
+    def plan_held(self, cell: Cell, tensor: int, itemsize: int, step: int
+                  ) -> list[Task] | None:
+        """:meth:`plan` of a cell of several holders (fewer than
+        :data:`~reshard.planner.cells.holder_arrays.ARRAY_HOLDERS`) none of which needs
+        it: :func:`~reshard.planner.cells.cell_tasks.plan_broadcast` picks its root
+        (:meth:`Loads.pick_root`, which only reads the loads) and then plans the chain
+        from that root to the needers as :meth:`plan` does for a one-holder cell (the
+        chain reads neither the root nor the bytes but the root's host and whether its
+        NIC out may relay). Else None, having changed nothing but cached answers and
+        the unseen keys :meth:`Loads.pick_root` reads (that the planner, asking it
+        again, reads in the same order)."""
+        needers, holders = cell.needers, cell.holders
+        facts = self.receivers[needers] if needers in self.receivers else \
+            self._facts(needers)
+        if facts is None or len(holders) >= ARRAY_HOLDERS or not needers.isdisjoint(holders):
+            return None
+        # plan_broadcast's root: the needers' hosts (a frozenset here, a set there)
+        # are only tested for membership below ARRAY_HOLDERS holders
+        root = self.loads.pick_root(holders, facts.hosts, cell.size * itemsize)
+        return self._from(facts, needers, root, cell, tensor, itemsize, step)
+
+    def _from(self, facts: Receivers, needers: frozenset[int], root: int, cell: Cell,
+              tensor: int, itemsize: int, step: int) -> list[Task] | None:
+        """:meth:`plan`'s chain from ``root`` to ``needers`` (``facts``)."""
+        loads = self.loads
         if loads.host(root) in facts.hosts:
             return None
         # loads.may_relay_end(NIC_OUT, root), its cached answer read here
@@ -123,7 +150,9 @@ class KeptChains:
                    tuple(map(dict(zip(ins, range(len(ins)))).__getitem__, into)))
         kept = facts.chains.get(key)
         if kept is None:
-            short = remote_chain(loads, root, facts.group)
+            # (the receivers' split by host read from the loads' memo: the same
+            # split_hosts of the same sorted group, found once per set)
+            short = remote_chain(loads, root, *loads._needers.grouped(loads, needers))
             if short is None or short[1] is None:
                 return None
             kept = facts.chains[key] = _kept(loads, short[1])

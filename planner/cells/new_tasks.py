@@ -81,6 +81,30 @@ def tree_task(task: Task, box: Box, receivers: tuple[int, ...], nbytes: int,
     return t
 
 
+def moved_task(task: Task, kind: TaskKind, root: int, receivers: tuple[int, ...],
+               through: tuple[int, ...], step: int, source: Buffer) -> Task:
+    """``dataclasses.replace(task, kind=kind, root=root, receivers=receivers,
+    through=through, step=step, source=source)`` (a chain cut where it enters its last
+    host, :func:`~reshard.planner.cells.cell_tasks.fan_out`) without the frozen
+    dataclass's ``__init__``: every slot set by its descriptor, in the fields' order,
+    to the same values."""
+    t = _new(Task)
+    _set_kind(t, kind)
+    _set_tensor(t, task.tensor)
+    _set_box(t, task.box)
+    _set_root(t, root)
+    _set_receivers(t, receivers)
+    _set_nbytes(t, task.nbytes)
+    _set_step(t, step)
+    _set_source(t, source)
+    _set_pieces(t, task.pieces)
+    _set_through(t, through)
+    _set_parents(t, task.parents)
+    _set_addends(t, task.addends)
+    _set_addend_parents(t, task.addend_parents)
+    return t
+
+
 def broadcast_runs_tasks(run: Sequence[tuple[Cell, int, int, int]], roots: Sequence[int],
                          chains: Sequence[tuple[int, ...]], nbytes: Sequence[int]
                          ) -> list[list[Task]]:
@@ -128,5 +152,5 @@ def _broadcasts(tensors: Iterable[int], boxes: Iterable[Box], steps: Iterable[in
     return out
 
 
-__all__ = ["SETTERS", "TASK_FIELDS", "broadcast_rows_tasks", "broadcast_runs_tasks", "new_task",
-           "tree_task"]
+__all__ = ["SETTERS", "TASK_FIELDS", "broadcast_rows_tasks", "broadcast_runs_tasks", "moved_task",
+           "new_task", "tree_task"]

@@ -126,9 +126,9 @@ def test_the_kept_chain_is_taken_where_the_ranks_repeat(crowded_root, monkeypatc
     calls = []
     remote = kept_chains.remote_chain
 
-    def counted(loads, root, group):
+    def counted(loads, root, group, split=None):
         calls.append(root)
-        return remote(loads, root, group)
+        return remote(loads, root, group, split)
 
     want = _cell_by_cell(run, a)
     monkeypatch.setattr(kept_chains, "remote_chain", counted)
