@@ -26,7 +26,6 @@ DeepSeek-V3 weight sync on GB200: 32,435 tasks in one step):
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -191,42 +190,17 @@ def path_arrays(path: Sequence[tuple[Resource, float]]) -> tuple[np.ndarray, np.
     return got
 
 
-_CODES = operator.attrgetter("codes")
-"""A :class:`Path`'s codes (None: not known by them alone)."""
-
-_ARRAYS = operator.attrgetter("arrays")
-"""A :class:`Path`'s arrays (None: not built yet)."""
-
-_WHOLE = operator.attrgetter("whole")
-"""Whether a :class:`Path`'s fractions are known to be 1.0."""
-
-
-def _all_paths(paths: list[Sequence[tuple[Resource, float]]]) -> bool:
-    """Whether every one of ``paths`` is a :class:`Path` (then its attributes are read
-    by maps in C, without a Python call per path)."""
-    return all(map(isinstance, paths, itertools.repeat(Path)))
-
-
 def _alone(paths: list[Sequence[tuple[Resource, float]]]) -> list[Sequence[int] | None]:
     """Per path its codes where it is known by them alone (a :class:`Path` whose maker
     knew them, every fraction 1.0, whose arrays no one built yet: :func:`path_arrays`
     would build ``codes`` and ones), else None."""
-    if _all_paths(paths):
-        return [c if a is None else None for c, a in zip(map(_CODES, paths),
-                                                         map(_ARRAYS, paths))]
     return [p.codes if isinstance(p, Path) and p.arrays is None else None for p in paths]
 
 
 def _coded(paths: list[Sequence[tuple[Resource, float]]]
            ) -> list[tuple[np.ndarray, np.ndarray | None]]:
     """Per path its arrays (:func:`path_arrays`), its fractions None where every one is
-    known to be 1.0 (:attr:`Path.whole`): no array of ones joined and read. Paths
-    whose arrays are built (most: made from them) are read by maps in C, the others
-    through :func:`path_arrays`."""
-    if _all_paths(paths):
-        built = list(map(_ARRAYS, paths))
-        if None not in built:
-            return [(a[0], None) if w else a for a, w in zip(built, map(_WHOLE, paths))]
+    known to be 1.0 (:attr:`Path.whole`): no array of ones joined and read."""
     wholes = map(getattr, paths, itertools.repeat("whole"), itertools.repeat(False))
     return [(a[0], None) if w else a for a, w in zip(map(path_arrays, paths), wholes)]
 
