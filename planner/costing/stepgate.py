@@ -22,11 +22,17 @@ from reshard.planner.values.tasks import Task, TaskKind
 _STEP = operator.attrgetter("step")
 """A task's step."""
 
-_DEVICES = operator.attrgetter("devices")
-"""A task's devices."""
-
 _RECEIVERS = operator.attrgetter("receivers")
 """A task's receivers."""
+
+_ROOT = operator.attrgetter("root")
+"""A task's root."""
+
+_KIND = operator.attrgetter("kind")
+"""A task's kind."""
+
+_ADDENDS = operator.attrgetter("addends")
+"""A task's addends."""
 
 
 class StepGate:
@@ -35,13 +41,13 @@ class StepGate:
     Attributes:
         member_task: per membership (a task and one of its distinct devices), the
             task; memberships are grouped by task, in task order.
-        member_dev: the membership's device (a task's distinct devices in its devices'
-            order, or ascending where it has many: the rule reads them as a set).
+        member_dev: the membership's device (a task's distinct devices, ascending:
+            the rule reads them as a set).
         need: per task, how many distinct devices it has.
     """
 
     def __init__(self, tasks: Sequence[Task], step: np.ndarray | None = None) -> None:
-        need, member_dev = distinct_devices(list(map(_DEVICES, tasks)))
+        need, member_dev = task_members(tasks)
         self._members(need, member_dev, _steps(tasks) if step is None else step)
 
     @classmethod
@@ -230,6 +236,39 @@ def distinct_devices(devs: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarra
     return np.bincount(task, minlength=n), dev
 
 
+def task_members(tasks: Sequence[Task]) -> tuple[np.ndarray, np.ndarray]:
+    """Per task its count of distinct devices (:attr:`~reshard.planner.values.tasks.
+    Task.devices`), and those devices task by task, each task's ascending: read as a
+    task's receivers, its root and its addends (where ``devices`` names them: a root of
+    a task other than a copy), each as one array over every task (a few maps in C, no
+    Python call per task, no ``devices`` tuple built), then the distinct (task, device)
+    keys, which sort them by task, then device."""
+    n = len(tasks)
+    recv = list(map(_RECEIVERS, tasks))
+    nrecv = np.fromiter(map(len, recv), dtype=np.int64, count=n)
+    root = np.fromiter(map(_ROOT, tasks), dtype=np.int64, count=n)
+    copy = np.fromiter(map(operator.is_, map(_KIND, tasks), itertools.repeat(TaskKind.COPY)),
+                       dtype=bool, count=n)
+    rooted = (root >= 0) & ~copy  # devices name the root and the addends
+    adds = list(map(_ADDENDS, tasks))
+    nadds = np.fromiter(map(len, adds), dtype=np.int64, count=n) * rooted
+    total = int(nrecv.sum())
+    dev = [np.fromiter(itertools.chain.from_iterable(recv), dtype=np.int64, count=total),
+           root[rooted]]
+    task = [np.repeat(np.arange(n, dtype=np.int64), nrecv), np.flatnonzero(rooted)]
+    if nadds.any():
+        on = rooted.nonzero()[0].tolist()
+        dev.append(np.fromiter(itertools.chain.from_iterable(adds[i] for i in on),
+                               dtype=np.int64, count=int(nadds.sum())))
+        task.append(np.repeat(np.arange(n, dtype=np.int64), nadds))
+    devs, owners = np.concatenate(dev), np.concatenate(task)
+    if not len(devs):
+        return np.zeros(n, dtype=np.int64), devs
+    ndev = int(devs.max()) + 1
+    owner, member = np.divmod(distinct(owners * ndev + devs, n * ndev), ndev)
+    return np.bincount(owner, minlength=n), member
+
+
 def _repeats(flat: np.ndarray, lens: np.ndarray) -> bool:
     """Whether some task lists a device twice (``flat``: every task's devices in turn,
     ``lens`` of them a task): a sort of the (task, device) keys, two equal neighbours."""
@@ -254,4 +293,4 @@ def _unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 __all__ = ["ARRAY_MEMBERS", "COUNTED_FROM", "SCANNED_FROM", "OneStep", "SlotTasks", "StepGate",
-           "distinct_devices", "gate_of", "has_device"]
+           "distinct_devices", "gate_of", "has_device", "task_members"]
