@@ -354,7 +354,7 @@ def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
     tree_twins.same_as_star`)."""
     def propose(search: Search, start: ReshardPlan) -> Iterator[ReshardPlan]:
         host = search.cluster.host_of
-        memo = search.segments.setdefault(id(start), (start, {}))[1]  # per start plan
+        memo = _segments(search, start)
         star = None if intra is Intra.STAR else _star_twin(search, start, shape)
         if star is not None:
             yield search.plan(star)
@@ -367,6 +367,12 @@ def _trees(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan],
     return propose
 
 
+def _segments(search: Search, start: ReshardPlan) -> Segments:
+    """The host segments of ``start``'s chains, cut once per starting plan
+    (:attr:`Search.segments`, shared by every tree form, its floor and its twin check)."""
+    return search.segments.setdefault(id(start), (start, {}))[1]
+
+
 def _star_twin(search: Search, start: ReshardPlan, shape: HostShape
                ) -> tuple[Task, ...] | None:
     """The star form's tasks of ``shape``, where they were built from ``start`` and are
@@ -376,7 +382,7 @@ def _star_twin(search: Search, start: ReshardPlan, shape: HostShape
     got = search.star_twins.get(key)
     if got is None or got[0] is not start:
         star = search.trees.get(key)
-        memo = search.segments.setdefault(id(start), (start, {}))[1]  # per start plan
+        memo = _segments(search, start)
         same = star is not None and same_as_star(start.tasks, search.cluster.host_of,
                                                  shape, memo)
         got = search.star_twins[key] = (start, star if same else None)
@@ -395,7 +401,7 @@ def _trees_floor(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPla
             return 0.0  # its candidate is the star form's plan, priced already
         got = search.tree_chains.get((id(start), shape))
         if got is None or got[0] is not start:
-            memo = search.segments.setdefault(id(start), (start, {}))[1]  # per start plan
+            memo = _segments(search, start)
             got = search.tree_chains[(id(start), shape)] = (
                 start, reshaped_chains(start.tasks, search.cluster, shape, memo))
         chains = got[1]
