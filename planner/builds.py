@@ -80,8 +80,8 @@ class Builds:
         if got is not None:
             return got
         if fine and limit is not None and not self._shown_coarse(tensors, cluster, strat, fuse) \
-                and self._over(tensors, cluster, strat, fuse, limit):
-            return None  # (where the cuts show the coarse slices, the coarse plan: see _over)
+                and self.over(tensors, cluster, strat, fuse, limit):
+            return None  # (where the cuts show the coarse slices, the coarse plan: see over)
         if fine and self._fine_as_coarse(tensors, cluster, strat, fuse):
             coarse = self.columns(tensors, cluster, strat, fan_out, fuse, False, limit)
             if coarse is not None:
@@ -101,8 +101,8 @@ class Builds:
         self._orders[key] = got
         return got
 
-    def _over(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
-              fuse: bool, limit: int) -> bool:
+    def over(self, tensors: tuple[TensorSpec, ...], cluster: Cluster, strat: Strategy,
+             fuse: bool, limit: int) -> bool:
         """Whether the ``fine`` cut's slices give more than ``limit`` tasks at the least
         (:func:`~reshard.planner.cuts.least_tasks`, from its cells before they are cut for
         balance): then :meth:`columns` returns None as it would after cutting them (or,

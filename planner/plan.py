@@ -205,7 +205,7 @@ def _best_plan(tensors: tuple[TensorSpec, ...], cluster: Cluster,
     best = search(first_plan, pipelined, builds, known=builds.known,
                   floor_of=lambda baseline: builds.floor(tensors, cluster, baseline),
                   sends_floor=lambda: builds.send_floor(tensors, cluster), twins=builds.twins,
-                  fine_floor=lambda: 0.0 if builds._over(  # 0 where finer's build is refused
+                  fine_floor=lambda: 0.0 if builds.over(  # 0 where finer's build is refused
                       tensors, cluster, strat, False, COMPARE_UP_TO) else fine_floor(zip(
                       builds.cut(tensors, cluster, False, False).cells,
                       [t.itemsize for t in tensors]), cluster))

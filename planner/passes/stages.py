@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from reshard.cluster import Cluster
 from reshard.planner.cells.fuse import SumShape, fuse_reductions
@@ -53,6 +53,8 @@ from reshard.planner.passes.twins import Twins
 from reshard.planner.schedule.order import one_at_a_time
 from reshard.planner.values.strategy import Strategy
 from reshard.planner.values.tasks import Task, TaskKind, TensorSpec
+
+T = TypeVar("T")
 
 COMPARE_UP_TO = 1024
 """Plans up to this many tasks are also costed one task per device at a time, and
@@ -373,20 +375,28 @@ def _segments(search: Search, start: ReshardPlan) -> Segments:
     return search.segments.setdefault(id(start), (start, {}))[1]
 
 
+def _per_start(memo: dict[tuple[int, HostShape], tuple[ReshardPlan, T]], start: ReshardPlan,
+               shape: HostShape, make: Callable[[], T]) -> T:
+    """``make()``, found once per starting plan and host shape in ``memo`` (keyed by the
+    plan's id and checked by identity: the memo keeps the plan alive)."""
+    got = memo.get((id(start), shape))
+    if got is None or got[0] is not start:
+        got = memo[(id(start), shape)] = (start, make())
+    return got[1]
+
+
 def _star_twin(search: Search, start: ReshardPlan, shape: HostShape
                ) -> tuple[Task, ...] | None:
     """The star form's tasks of ``shape``, where they were built from ``start`` and are
     also the form's passing on as a chain (:func:`~reshard.planner.passes.tree_twins.
     same_as_star`; asked once per start and shape); else None."""
-    key = (id(start), shape)
-    got = search.star_twins.get(key)
-    if got is None or got[0] is not start:
-        star = search.trees.get(key)
-        memo = _segments(search, start)
+    def twin() -> tuple[Task, ...] | None:
+        star = search.trees.get((id(start), shape))
         same = star is not None and same_as_star(start.tasks, search.cluster.host_of,
-                                                 shape, memo)
-        got = search.star_twins[key] = (start, star if same else None)
-    return got[1]
+                                                 shape, _segments(search, start))
+        return star if same else None
+
+    return _per_start(search.star_twins, start, shape, twin)
 
 
 def _trees_floor(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPlan], float]:
@@ -399,12 +409,8 @@ def _trees_floor(shape: HostShape, intra: Intra) -> Callable[[Search, ReshardPla
     def floor(search: Search, start: ReshardPlan) -> float:
         if intra is not Intra.STAR and _star_twin(search, start, shape) is not None:
             return 0.0  # its candidate is the star form's plan, priced already
-        got = search.tree_chains.get((id(start), shape))
-        if got is None or got[0] is not start:
-            memo = _segments(search, start)
-            got = search.tree_chains[(id(start), shape)] = (
-                start, reshaped_chains(start.tasks, search.cluster, shape, memo))
-        chains = got[1]
+        chains = _per_start(search.tree_chains, start, shape, lambda: reshaped_chains(
+            start.tasks, search.cluster, shape, _segments(search, start)))
         return 0.0 if chains is None else floor_of(chains, search.cluster, shape, intra,
                                                    search.tree_sums)
 

@@ -1,4 +1,4 @@
-"""Builds.columns asks no Builds._over where the two cuts already show the fine slices
+"""Builds.columns asks no Builds.over where the two cuts already show the fine slices
 to be the coarse ones (Builds._shown_coarse): the ``finer`` pass then gets the coarse
 plan, which it never keeps, where it got None before (the fine cut over its limit) or
 the same coarse plan. Compared with the path it skips (the shortcut patched off) on
@@ -69,7 +69,7 @@ def test_over_is_not_asked_where_the_cuts_show_the_coarse_slices():
     builds = Builds()
     builds.whole(tensors, CLUSTER, Strategy.SEND_RECV, fan_out=False)
     assert builds._shown_coarse(tensors, CLUSTER, Strategy.SEND_RECV, False)
-    with mock.patch.object(Builds, "_over", side_effect=AssertionError("asked")):
+    with mock.patch.object(Builds, "over", side_effect=AssertionError("asked")):
         got = builds(tensors, CLUSTER, Strategy.SEND_RECV, fan_out=False, fine=True, limit=8)
     first = builds.whole(tensors, CLUSTER, Strategy.SEND_RECV, fan_out=False)
     assert got == first  # the coarse plan (over the limit: finer keeps nothing)

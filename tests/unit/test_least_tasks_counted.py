@@ -63,15 +63,15 @@ def test_plans_equal_those_with_the_slices_cut_first(shape, src, dst):
     the path before it); the count says 'over' on at least one of these."""
     tensors = _tensors(shape, src, dst)
     seen = []
-    over = builds_module.Builds._over
+    over = builds_module.Builds.over
 
     def spy(self, *args):
         seen.append(over(self, *args))
         return seen[-1]
 
-    with mock.patch.object(builds_module.Builds, "_over", spy):
+    with mock.patch.object(builds_module.Builds, "over", spy):
         fast = planner.plan_tensors(tensors, CLUSTER, Strategy.BROADCAST, None)
-    with mock.patch.object(builds_module.Builds, "_over", lambda *_: False):
+    with mock.patch.object(builds_module.Builds, "over", lambda *_: False):
         slow = planner.plan_tensors(tensors, CLUSTER, Strategy.BROADCAST, None)
     assert fast.tasks == slow.tasks and fast.estimate() == slow.estimate()
     if (shape, src, dst) == REQUESTS[0]:  # asked, and over the limit
