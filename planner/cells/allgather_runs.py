@@ -7,7 +7,11 @@ tasks read nothing of the loads: the only holder sends each needer its piece of 
 box (:func:`~reshard.planner.cells.cell_tasks.split_box`), and the needers all-gather
 it at the step after. Its charges are then the same for every cell of the same
 holders, needers, box extents and item size (one *template*), so the run's charges
-are one sum per key, added once.
+are one sum per key, added once. A template's receipts read no root (each needer's
+pieces and shares, onto its device and NIC): they are found once per (needers, box
+extents, item size) and shared by the templates of every root, which add only the
+bytes the root sends out (:class:`_Receipts`; 4x8 partial sums: 32-76 templates a
+run, a few needer sets).
 
 Exact: the tasks are built from the same pieces in the same order. The charges are
 whole, non-negative numbers (each template's piece bytes, and its share, checked
@@ -73,16 +77,33 @@ _Hosts = tuple[frozenset[int], tuple[tuple[int, ...], ...]]
 """A needer set's hosts, and each host's needers (id order) in host order."""
 
 
+class _Receipts:
+    """What every template of one (needers, extents, item size) shares, whatever its
+    root: the groups, and the charges that read no root (``dev_in``, ``nic_in``, and
+    the bytes the root sends out: its ``dev_out``, and its NIC's ``nic_out`` where every
+    needer host is another host, as the template requires)."""
+
+    __slots__ = ("dev_in", "groups", "hosts", "nic_in", "sent")
+
+    def __init__(self, hosts: frozenset[int], groups: list[_Group], dev_in: dict[int, int],
+                 nic_in: dict[int, int], sent: int):
+        self.hosts, self.groups, self.dev_in, self.nic_in, self.sent = \
+            hosts, groups, dev_in, nic_in, sent
+
+
 class _Memo:
     """What a run's templates share: each needer set's :data:`_Hosts`, each split's
-    (dim, bounds, bytes) by (extents, pieces, item size)."""
+    (dim, bounds, bytes) by (extents, pieces, item size), each (needers, extents,
+    item size)'s :class:`_Receipts` (None: no template has them)."""
 
-    __slots__ = ("hosts", "splits")
+    __slots__ = ("hosts", "receipts", "splits")
 
     def __init__(self) -> None:
         self.hosts: dict[frozenset[int], _Hosts] = {}
         self.splits: dict[tuple[tuple[int, ...], int, int],
                           tuple[int, tuple[tuple[int, int], ...], tuple[int, ...]]] = {}
+        self.receipts: dict[tuple[frozenset[int], tuple[int, ...], int],
+                            _Receipts | None] = {}
 
     def hosts_of(self, needers: frozenset[int], host: Callable[[int], int]) -> _Hosts:
         got = self.hosts.get(needers)
@@ -103,26 +124,32 @@ class _Memo:
         return got
 
 
-def _template(cell: Cell, extents: tuple[int, ...], itemsize: int,
-              host: Callable[[int], int], nic: Callable[[int], int], dim_of: DimOf,
-              memo: _Memo) -> _Template | None:
-    """The cell's template, or None where it has a choice (or a copy, a local
-    broadcast, a lone needer on a host, an empty box, a fractional share)."""
-    holders = cell.holders
-    if len(holders) != 1 or not extents:
+def _receipts(needers: frozenset[int], extents: tuple[int, ...], itemsize: int,
+              nbytes: int, host: Callable[[int], int], nic: Callable[[int], int],
+              dim_of: DimOf, memo: _Memo) -> _Receipts | None:
+    """The :class:`_Receipts` of ``needers`` and a box of ``extents`` (``nbytes``),
+    found once per run; None where a lone needer is on a host or a share is
+    fractional (no template then, whatever the root)."""
+    key = (needers, extents, itemsize)
+    if key in memo.receipts:
+        return memo.receipts[key]
+    got = memo.receipts[key] = _find_receipts(needers, extents, itemsize, nbytes, host,
+                                              nic, dim_of, memo)
+    return got
+
+
+def _find_receipts(needers: frozenset[int], extents: tuple[int, ...], itemsize: int,
+                   nbytes: int, host: Callable[[int], int], nic: Callable[[int], int],
+                   dim_of: DimOf, memo: _Memo) -> _Receipts | None:
+    """:func:`_receipts`, found: the template's loop over the needer hosts, less the
+    root's additions (each piece's bytes onto its ``dev_out`` and NIC's ``nic_out``,
+    summed here as ``sent``: whole numbers, the same totals in any order)."""
+    hosts, by_host = memo.hosts_of(needers, host)
+    if any(len(m) < 2 for m in by_host):
         return None
-    (root,) = holders
-    nbytes = itemsize
-    for e in extents:
-        nbytes *= e
-    hosts, by_host = memo.hosts_of(cell.needers, host)
-    if host(root) in hosts or any(len(m) < 2 for m in by_host):
-        return None  # (a needer that holds the cell, a copy, is on the root's host)
-    dev_out: dict[int, int] = {}
     dev_in: dict[int, int] = {}
-    nic_out: dict[int, int] = {}
     nic_in: dict[int, int] = {}
-    nroot = nic(root)
+    sent = 0
     groups: list[_Group] = []
     for members in by_host:
         k = len(members)
@@ -133,13 +160,36 @@ def _template(cell: Cell, extents: tuple[int, ...], itemsize: int,
         groups.append((members, d, bounds, sizes))
         for m, pb in zip(members, sizes):
             if pb:
-                dev_out[root] = dev_out.get(root, 0) + pb
+                sent += pb
                 dev_in[m] = dev_in.get(m, 0) + pb
-                nic_out[nroot] = nic_out.get(nroot, 0) + pb
                 nic_in[nic(m)] = nic_in.get(nic(m), 0) + pb
         for m in members:
             dev_in[m] = dev_in.get(m, 0) + int(share)
-    return _Template(root, nbytes, groups, (dev_out, dev_in, nic_out, nic_in))
+    return _Receipts(hosts, groups, dev_in, nic_in, sent)
+
+
+def _template(cell: Cell, extents: tuple[int, ...], itemsize: int,
+              host: Callable[[int], int], nic: Callable[[int], int], dim_of: DimOf,
+              memo: _Memo) -> _Template | None:
+    """The cell's template, or None where it has a choice (or a copy, a local
+    broadcast, a lone needer on a host, an empty box, a fractional share). Its
+    receipts are its needers' and extents' (:func:`_receipts`, shared by every root);
+    the root adds ``sent`` to its device's ``dev_out`` and its NIC's ``nic_out`` (no
+    key where nothing is sent: every piece empty), each the one key of its table."""
+    holders = cell.holders
+    if len(holders) != 1 or not extents:
+        return None
+    (root,) = holders
+    nbytes = itemsize
+    for e in extents:
+        nbytes *= e
+    got = _receipts(cell.needers, extents, itemsize, nbytes, host, nic, dim_of, memo)
+    if got is None or host(root) in got.hosts:
+        return None  # (a needer that holds the cell, a copy, is on the root's host)
+    sent = got.sent
+    dev_out = {root: sent} if sent else {}
+    nic_out = {nic(root): sent} if sent else {}
+    return _Template(root, nbytes, got.groups, (dev_out, got.dev_in, nic_out, got.nic_in))
 
 
 def _sends(tensor: int, pieces: tuple[Box, ...], root: int, members: tuple[int, ...],

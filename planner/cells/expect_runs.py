@@ -83,7 +83,9 @@ def _sum_kinds(loads: Loads, found: tuple[list[Demand], np.ndarray, np.ndarray],
         shared += int(share) * count
     per_nic = np.bincount(out_nic, weights=np.array(outs, dtype=np.float64)[kind_of])
     sends = np.array([bool(amounts) for amounts, _ in kinds])[kind_of]  # into some host
-    for n in np.unique(out_nic[sends]).tolist():
+    # each NIC some cell sends out of, ascending (np.unique's answer: numpy 2.4's
+    # hashes, and loads numpy.ma the first time, 10 ms)
+    for n in np.flatnonzero(np.bincount(out_nic[sends])).tolist():
         totals[(NIC_OUT, n)] = totals.get((NIC_OUT, n), 0) + int(per_nic[n])
     return _add(loads, totals, shared, slices, sum(outs) * slices)
 
@@ -153,14 +155,51 @@ def _coded_kinds(loads: Loads, hcode: np.ndarray, hsets: Sequence[frozenset[int]
     at = _at_host(hcode, ncode, roots, nsets, host)
     if at is None:
         return None
-    at, at_first = first_order(at)
-    sizes, size_first = first_order(nb)
-    if len(nsets) * len(size_first) * len(at_first) >= 2 ** 62:
+    found = _kind_order(ncode, len(nsets), nb, at)
+    if found is None:
         return None
-    kind, first = first_order((ncode * len(size_first) + sizes) * len(at_first) + at)
+    kind, first = found
     kinds = [loads.demand(*sets_of(c), nbytes[c]) for c in first.tolist()]
     out_nic = np.array([nic(h) for h in roots], dtype=np.int64)[hcode]
     return kinds, kind, out_nic
+
+
+DENSE_KINDS = 1 << 20
+"""Kind codes (needer sets x sizes x hosts) up to which, or up to four per cell,
+:func:`_kind_order` numbers them by a table of first places rather than by a sort."""
+
+
+def _kind_order(ncode: np.ndarray, nsets: int, nb: np.ndarray, at: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`~reshard.planner.cells.set_codes.first_order` of each cell's (needer
+    set, bytes, holder's host or -1) key: every cell's kind, numbered in the order
+    kinds first occur, and each kind's first cell. The key is coded one-to-one (the
+    bytes by their rank among the distinct bytes, none where all are equal; the host
+    shifted by one), so which cells share a kind, and the order kinds first occur,
+    are those of any one-to-one coding (the keys' first-order numbering reads only
+    which cells are equal). Few codes (:data:`DENSE_KINDS`): each code's first cell
+    is the least of its cells (``np.minimum.at``), the kinds ranked by it: the same
+    numbers as ``first_order``'s sort. None where the codes would not fit an int64."""
+    if nb.min() == nb.max():
+        sizes, nsizes = np.zeros(len(nb), dtype=np.int64), 1
+    else:
+        distinct, sizes = np.unique(nb, return_inverse=True)
+        nsizes = len(distinct)
+    span = int(at.max()) + 2  # hosts from -1 (no needer on the holder's host)
+    bound = nsets * nsizes * span
+    if bound >= 2 ** 62:
+        return None
+    codes = (ncode * nsizes + sizes.reshape(-1)) * span + (at + 1)
+    n = len(codes)
+    if bound > max(DENSE_KINDS, 4 * n):
+        return first_order(codes)
+    first = np.full(bound, n, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+    used = np.flatnonzero(first < n)
+    order = used[np.argsort(first[used], kind="stable")]
+    rank = np.empty(bound, dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    return rank[codes], first[order]
 
 
 def _at_host(hcode: np.ndarray, ncode: np.ndarray, roots: list[int],

@@ -250,11 +250,13 @@ def _singles(sets: tuple[frozenset[int], ...]) -> np.ndarray:
 
 def _one_holder_broadcasts(table: CellTable) -> bool:
     """Whether every row of ``table`` goes from one holder to two or more needers (none
-    point to point: a work list keeps them as a table's rows)."""
+    point to point: a work list keeps them as a table's rows). The sets used, in
+    ascending order, by a count per set (the rows index the sets: ``np.unique``'s
+    answer without numpy 2.4's hashing)."""
     hold, need = table.holder_sets, table.needer_sets
     return bool(len(table)) and \
-        all(len(hold[h]) == 1 for h in np.unique(table.holder).tolist()) and \
-        all(len(need[n]) >= 2 for n in np.unique(table.needer).tolist())
+        all(len(hold[h]) == 1 for h in np.flatnonzero(np.bincount(table.holder)).tolist()) \
+        and all(len(need[n]) >= 2 for n in np.flatnonzero(np.bincount(table.needer)).tolist())
 
 
 def _mostly_point_to_point(table: CellTable) -> bool:
