@@ -370,10 +370,24 @@ class Loads:
         key = (direction, member)
         got = self._may_relay.get(key)
         if got is None:
-            got = self.expected[(direction, self.nic(member))] > \
-                self._floor(direction, self.host(member)) * (1 + 1e-9) + 1
+            # (the member's expectation read first, as the comparison reads it: a key
+            # it adds, it adds before _floor's; _floor's cached answer read here)
+            mine = self.expected[(direction, self.nic(member))]
+            h = self.host(member)
+            floor = self._least_expected.get((direction, h))
+            if floor is None:
+                floor = self._floor(direction, h)
+            got = mine > floor * (1 + 1e-9) + 1
             self._may_relay[key] = got
         return got
+
+    def may_relay_ends(self, direction: str, members: Iterable[int]) -> list[bool]:
+        """:meth:`may_relay_end` of each of ``members`` in turn (the same answers,
+        asked and cached in the same order), its cached answers read without a call."""
+        get = self._may_relay.get
+        ask = self.may_relay_end
+        return [ask(direction, m) if (got := get((direction, m))) is None else got
+                for m in members]
 
     def _floor(self, direction: str, h: int) -> float:
         """The least bytes any NIC of host ``h`` is expected to carry in ``direction``
@@ -381,7 +395,8 @@ class Loads:
         floor = self._least_expected.get((direction, h))
         if floor is None:
             nic = self.nic
-            floor = min(self.expected[(direction, nic(d))] for d in self.cluster.hosts[h])
+            expected = self.expected
+            floor = min([expected[(direction, nic(d))] for d in self.cluster.hosts[h]])
             self._least_expected[(direction, h)] = floor
         return floor
 
@@ -403,8 +418,13 @@ class Loads:
             if self.cluster.nics_per_host == 1 or self.host(r) == self.host(root):
                 return (r,), ()
             used = {root, r, *self.keep_off.get(root, ())}
-            out = self._relay(NIC_OUT, root, self.host(root), used, nbytes)
-            into = self._relay(NIC_IN, r, self.host(r), used, nbytes)
+            # _relay answers None, having changed nothing, where the end may not relay
+            # (may_relay_end): its cached answer False read here, without the call
+            cached = self._may_relay.get
+            out = None if cached((NIC_OUT, root)) is False else \
+                self._relay(NIC_OUT, root, self.host(root), used, nbytes)
+            into = None if cached((NIC_IN, r)) is False else \
+                self._relay(NIC_IN, r, self.host(r), used, nbytes)
             relays = tuple(d for d in (out, into) if d is not None)
             return (*relays, r), relays
         if len(group) < ARRAY_CHAIN and self.cluster.nics_per_host > 1 and (
@@ -507,7 +527,10 @@ class Loads:
             key = (direction, nic(d))
             return expected[key] + moved[key]
 
-        best = min(free, key=lambda d: (projected(d), load[nic(d)], d))
+        # min(free, key=lambda d: (projected(d), load[nic(d)], d)): the same keys compared
+        # in the same order (each ends with its device: the least is the key's device)
+        best = min([(expected[key] + moved[key], load[key[1]], d) for d in free
+                    for key in ((direction, nic(d)),)])[2]
         if nic(best) == nic(member) or load[nic(best)] >= load[nic(member)] or \
                 projected(best) + nbytes > projected(member) or \
                 not self._crowded(direction, nic(member), nic(best)) or \
