@@ -321,8 +321,8 @@ def split_box(box: Box, k: int, dim: int | None = None) -> tuple[Box, ...]:
     c = chunk_size(n, k)  # chunk_bounds(n, k, i) of each piece, the size found once
     head, tail = box[:d], box[d + 1:]
     if c > 0:  # each piece's bounds lo + min(i * c, n) (= min(lo + i * c, hi)), found once
-        cuts = list(map(min, range(lo, lo + c * k + 1, c), itertools.repeat(hi)))
-        return tuple([(*head, cut, *tail) for cut in zip(cuts, cuts[1:])])
+        cuts = map(min, range(lo, lo + c * k + 1, c), itertools.repeat(hi))
+        return tuple([(*head, cut, *tail) for cut in itertools.pairwise(cuts)])
     return tuple([(*head, (lo + min(i * c, n), lo + min(i * c + c, n)), *tail)
                   for i in range(k)])
 
