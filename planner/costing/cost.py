@@ -148,6 +148,8 @@ def _send_batch(items: list[tuple[tuple[object, ...], Task]], cluster: Cluster, 
     host, nic = cluster.host_map, cluster.nic_map
     out_in = KIND_CODE[DEV_OUT], KIND_CODE[DEV_IN], KIND_CODE[NIC_OUT], KIND_CODE[NIC_IN]
     get, send = hops.get, TaskKind.SEND
+    intra = cluster.intra_latency, cluster.intra_bandwidth
+    inter = cluster.latency, cluster.nic_capacity  # (a property: read once)
     for slot, (_, t) in enumerate(items):
         if t.kind is not send:
             continue
@@ -155,11 +157,11 @@ def _send_batch(items: list[tuple[tuple[object, ...], Task]], cluster: Cluster, 
         hop = get(edge)
         if hop is None:  # _hop(a, b, cluster), inline
             if host[a] == host[b]:
-                hop = ((((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0)), cluster.intra_latency,
-                       cluster.intra_bandwidth, (a * 8 + out_in[0], b * 8 + out_in[1]))
+                hop = ((((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0)), *intra,
+                       (a * 8 + out_in[0], b * 8 + out_in[1]))
             else:
                 hop = ((((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0), ((NIC_OUT, nic[a]), 1.0),
-                        ((NIC_IN, nic[b]), 1.0)), cluster.latency, cluster.nic_capacity,
+                        ((NIC_IN, nic[b]), 1.0)), *inter,
                        (a * 8 + out_in[0], b * 8 + out_in[1], nic[a] * 8 + out_in[2],
                         nic[b] * 8 + out_in[3]))
             hops[edge] = hop
