@@ -501,7 +501,11 @@ def _batch(items: list[tuple[tuple[object, ...], Task]], cluster: Cluster, hops:
             len(t.receivers) + len(t.addends) < ARRAY_EDGES]
     if len(todo) < BATCH_FROM:
         return
-    ends = [edge_lists(items[slot][1]) for slot in todo]
+    tasks = [items[slot][1] for slot in todo]
+    # edge_lists of each: a plain broadcast's (a chain or tree, no addends) inline
+    broadcast = TaskKind.BROADCAST
+    ends = [(t.parents or (t.root, *t.receivers[:-1]), t.receivers)
+            if t.kind is broadcast and not t.addends else edge_lists(t) for t in tasks]
     got = batch_routes([s for s, _ in ends], [r for _, r in ends], *hops.arrays(cluster),
                        cluster.latency, cluster.intra_latency)
     if got is None:
