@@ -370,35 +370,15 @@ class Loads:
         key = (direction, member)
         got = self._may_relay.get(key)
         if got is None:
-            # (the member's expectation read first, as the comparison reads it: a key
-            # it adds, it adds before _floor's; _floor's cached answer read here)
+            # (the member's NIC read first, then its host's least, found once a host)
             mine = self.expected[(direction, self.nic(member))]
-            h = self.host(member)
-            floor = self._least_expected.get((direction, h))
+            floor = self._least_expected.get(at := (direction, self.host(member)))
             if floor is None:
-                floor = self._floor(direction, h)
-            got = mine > floor * (1 + 1e-9) + 1
-            self._may_relay[key] = got
+                nic, expected = self.nic, self.expected
+                floor = self._least_expected[at] = min(
+                    [expected[(direction, nic(d))] for d in self.cluster.hosts[at[1]]])
+            got = self._may_relay[key] = mine > floor * (1 + 1e-9) + 1
         return got
-
-    def may_relay_ends(self, direction: str, members: Iterable[int]) -> list[bool]:
-        """:meth:`may_relay_end` of each of ``members`` in turn (the same answers,
-        asked and cached in the same order), its cached answers read without a call."""
-        get = self._may_relay.get
-        ask = self.may_relay_end
-        return [ask(direction, m) if (got := get((direction, m))) is None else got
-                for m in members]
-
-    def _floor(self, direction: str, h: int) -> float:
-        """The least bytes any NIC of host ``h`` is expected to carry in ``direction``
-        (expectations are complete before the first choice)."""
-        floor = self._least_expected.get((direction, h))
-        if floor is None:
-            nic = self.nic
-            expected = self.expected
-            floor = min([expected[(direction, nic(d))] for d in self.cluster.hosts[h]])
-            self._least_expected[(direction, h)] = floor
-        return floor
 
     def relay_chain(self, root: int, receivers: Iterable[int], nbytes: int
                     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -418,9 +398,7 @@ class Loads:
             if self.cluster.nics_per_host == 1 or self.host(r) == self.host(root):
                 return (r,), ()
             used = {root, r, *self.keep_off.get(root, ())}
-            # _relay answers None, having changed nothing, where the end may not relay
-            # (may_relay_end): its cached answer False read here, without the call
-            cached = self._may_relay.get
+            cached = self._may_relay.get  # a cached False: _relay's None (nothing changed)
             out = None if cached((NIC_OUT, root)) is False else \
                 self._relay(NIC_OUT, root, self.host(root), used, nbytes)
             into = None if cached((NIC_IN, r)) is False else \
@@ -527,8 +505,7 @@ class Loads:
             key = (direction, nic(d))
             return expected[key] + moved[key]
 
-        # min(free, key=lambda d: (projected(d), load[nic(d)], d)): the same keys compared
-        # in the same order (each ends with its device: the least is the key's device)
+        # min(free, key=lambda d: (projected(d), load[nic(d)], d)), the same keys compared
         best = min([(expected[key] + moved[key], load[key[1]], d) for d in free
                     for key in ((direction, nic(d)),)])[2]
         if nic(best) == nic(member) or load[nic(best)] >= load[nic(member)] or \
@@ -590,3 +567,10 @@ class Loads:
                 prev_host = h
             prev = d
 
+
+def may_relay_ends(loads: Loads, direction: str, members: Iterable[int]) -> list[bool]:
+    """:meth:`Loads.may_relay_end` of each of ``members`` in turn (the same answers,
+    asked and cached in the same order), its cached answers read without a call."""
+    get, ask = loads._may_relay.get, loads.may_relay_end
+    return [ask(direction, m) if (got := get((direction, m))) is None else got
+            for m in members]
