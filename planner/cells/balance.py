@@ -370,20 +370,15 @@ class Loads:
         key = (direction, member)
         got = self._may_relay.get(key)
         if got is None:
-            got = self.expected[(direction, self.nic(member))] > \
-                self._floor(direction, self.host(member)) * (1 + 1e-9) + 1
-            self._may_relay[key] = got
+            # (the member's NIC read first, then its host's least, found once a host)
+            mine = self.expected[(direction, self.nic(member))]
+            floor = self._least_expected.get(at := (direction, self.host(member)))
+            if floor is None:
+                nic, expected = self.nic, self.expected
+                floor = self._least_expected[at] = min(
+                    [expected[(direction, nic(d))] for d in self.cluster.hosts[at[1]]])
+            got = self._may_relay[key] = mine > floor * (1 + 1e-9) + 1
         return got
-
-    def _floor(self, direction: str, h: int) -> float:
-        """The least bytes any NIC of host ``h`` is expected to carry in ``direction``
-        (expectations are complete before the first choice)."""
-        floor = self._least_expected.get((direction, h))
-        if floor is None:
-            nic = self.nic
-            floor = min(self.expected[(direction, nic(d))] for d in self.cluster.hosts[h])
-            self._least_expected[(direction, h)] = floor
-        return floor
 
     def relay_chain(self, root: int, receivers: Iterable[int], nbytes: int
                     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -403,8 +398,11 @@ class Loads:
             if self.cluster.nics_per_host == 1 or self.host(r) == self.host(root):
                 return (r,), ()
             used = {root, r, *self.keep_off.get(root, ())}
-            out = self._relay(NIC_OUT, root, self.host(root), used, nbytes)
-            into = self._relay(NIC_IN, r, self.host(r), used, nbytes)
+            cached = self._may_relay.get  # a cached False: _relay's None (nothing changed)
+            out = None if cached((NIC_OUT, root)) is False else \
+                self._relay(NIC_OUT, root, self.host(root), used, nbytes)
+            into = None if cached((NIC_IN, r)) is False else \
+                self._relay(NIC_IN, r, self.host(r), used, nbytes)
             relays = tuple(d for d in (out, into) if d is not None)
             return (*relays, r), relays
         if len(group) < ARRAY_CHAIN and self.cluster.nics_per_host > 1 and (
@@ -507,7 +505,9 @@ class Loads:
             key = (direction, nic(d))
             return expected[key] + moved[key]
 
-        best = min(free, key=lambda d: (projected(d), load[nic(d)], d))
+        # min(free, key=lambda d: (projected(d), load[nic(d)], d)), the same keys compared
+        best = min([(expected[key] + moved[key], load[key[1]], d) for d in free
+                    for key in ((direction, nic(d)),)])[2]
         if nic(best) == nic(member) or load[nic(best)] >= load[nic(member)] or \
                 projected(best) + nbytes > projected(member) or \
                 not self._crowded(direction, nic(member), nic(best)) or \
@@ -567,3 +567,10 @@ class Loads:
                 prev_host = h
             prev = d
 
+
+def may_relay_ends(loads: Loads, direction: str, members: Iterable[int]) -> list[bool]:
+    """:meth:`Loads.may_relay_end` of each of ``members`` in turn (the same answers,
+    asked and cached in the same order), its cached answers read without a call."""
+    get, ask = loads._may_relay.get, loads.may_relay_end
+    return [ask(direction, m) if (got := get((direction, m))) is None else got
+            for m in members]

@@ -320,8 +320,11 @@ def split_box(box: Box, k: int, dim: int | None = None) -> tuple[Box, ...]:
     n = hi - lo
     c = chunk_size(n, k)  # chunk_bounds(n, k, i) of each piece, the size found once
     head, tail = box[:d], box[d + 1:]
-    return tuple((*head, (lo + min(i * c, n), lo + min(i * c + c, n)), *tail)
-                 for i in range(k))
+    if c > 0:  # each piece's bounds lo + min(i * c, n) (= min(lo + i * c, hi)), found once
+        cuts = map(min, range(lo, lo + c * k + 1, c), itertools.repeat(hi))
+        return tuple([(*head, cut, *tail) for cut in itertools.pairwise(cuts)])
+    return tuple([(*head, (lo + min(i * c, n), lo + min(i * c + c, n)), *tail)
+                  for i in range(k)])
 
 
 def _remote_sends(cell: Cell, loads: Loads) -> Callable[[int, int], int]:

@@ -287,11 +287,11 @@ def _distinct(chains: list[tuple[int, ...]], flat: np.ndarray, sizes: np.ndarray
 def _cut_many(tasks: list[Task], table: np.ndarray) -> list[tuple[Cut, Chain]] | None:
     """:func:`cut` and :func:`chain_of` of each of ``tasks`` (long chains), their hosts
     read from ``table`` (:func:`_host_table`) at once; None where it lacks a device."""
-    sizes = np.fromiter((len(t.receivers) + 1 for t in tasks), dtype=np.int64,
-                        count=len(tasks))
+    receivers = [t.receivers for t in tasks]
+    sizes = np.fromiter(map(len, receivers), dtype=np.int64, count=len(tasks)) + 1
     ends = np.cumsum(sizes)
     starts = ends - sizes
-    each = itertools.chain.from_iterable(((t.root,), t.receivers) for t in tasks)
+    each = [part for t in tasks for part in ((t.root,), t.receivers)]  # root, receivers
     flat = np.fromiter(itertools.chain.from_iterable(each), dtype=np.int64,
                        count=int(ends[-1]))
     if flat.min() < 0 or flat.max() >= len(table):

@@ -140,6 +140,34 @@ def _send_route(task: Task, cluster: Cluster, hops: Hops) -> tuple[Path, float]:
     return Path(hop[0], hop[3]), hop[1]
 
 
+def _send_batch(items: list[tuple[tuple[object, ...], Task]], cluster: Cluster, hops: Hops,
+                found: Found) -> None:
+    """Put in ``found`` (by place in ``items``) the route of each send of ``items``
+    on a cluster without shared bandwidth: :func:`_send_route`'s, its one edge's hop
+    (:func:`_hop`'s, read from ``hops`` or found and kept there), in one loop for all."""
+    host, nic = cluster.host_map, cluster.nic_map
+    out_in = KIND_CODE[DEV_OUT], KIND_CODE[DEV_IN], KIND_CODE[NIC_OUT], KIND_CODE[NIC_IN]
+    get, send = hops.get, TaskKind.SEND
+    intra = cluster.intra_latency, cluster.intra_bandwidth
+    inter = cluster.latency, cluster.nic_capacity  # (a property: read once)
+    for slot, (_, t) in enumerate(items):
+        if t.kind is not send:
+            continue
+        a, b = edge = (t.root, t.receivers[0])
+        hop = get(edge)
+        if hop is None:  # _hop(a, b, cluster), inline
+            if host[a] == host[b]:
+                hop = ((((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0)), *intra,
+                       (a * 8 + out_in[0], b * 8 + out_in[1]))
+            else:
+                hop = ((((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0), ((NIC_OUT, nic[a]), 1.0),
+                        ((NIC_IN, nic[b]), 1.0)), *inter,
+                       (a * 8 + out_in[0], b * 8 + out_in[1], nic[a] * 8 + out_in[2],
+                        nic[b] * 8 + out_in[3]))
+            hops[edge] = hop
+        found[slot] = Path(hop[0], hop[3]), hop[1]
+
+
 def _links_path(task: Task, cluster: Cluster, hops: Hops
                 ) -> Route:
     """:func:`task_path` without the cluster's shared bandwidth."""
@@ -339,18 +367,18 @@ def task_routes(tasks: Sequence[Task], cluster: Cluster,
     riders = followers(tasks, tensors) if per_message and tensors else set()
     keys = route_keys(tasks, cluster.relay_piece, per_message, riders)
     got = list(map(known.get, keys))
-    todo: dict[tuple[object, ...], int] = {}  # each key known lacks: its first task
-    for i, route in enumerate(got):
-        if route is None:
-            todo.setdefault(keys[i], i)
-    if not todo:
+    miss = [i for i, route in enumerate(got) if route is None]
+    if not miss:
         return tuple(got)  # type: ignore[arg-type]  # every route found: none None
+    # each key known lacks (in the order first met): its last task (one of its key's:
+    # the same route)
+    todo = dict(zip(map(keys.__getitem__, miss), miss))
     found = _find(tasks, todo, riders, cluster, known)
-    if len(todo) < got.count(None):  # a key lacked twice: each read back by its key
+    if len(todo) < len(miss):  # a key lacked twice: each read back by its key
         return tuple([known[key] if route is None else route
                       for route, key in zip(got, keys)])
     # each key lacked once: the routes in the order of their tasks
-    for i, route in zip([i for i, route in enumerate(got) if route is None], found):
+    for i, route in zip(miss, found):
         got[i] = route
     return tuple(got)  # type: ignore[arg-type]  # every route found: none None
 
@@ -361,8 +389,8 @@ Found = list[Route | None]
 
 def _find(tasks: Sequence[Task], todo: dict[tuple[object, ...], int],
           riders: set[int], cluster: Cluster, known: RouteMemo) -> list[Route]:
-    """The route of each key of ``todo`` (with the place in ``tasks`` of its first
-    task; ``riders``: the places of those that ride in another's message), in the
+    """The route of each key of ``todo`` (with the place in ``tasks`` of a task of
+    that key; ``riders``: the places of those that ride in another's message), in the
     order of ``todo``, each put in ``known``: the batches' first (:func:`_batch`,
     :func:`_shift_batch`, :func:`_relabel_batch`), then the rest one by one; a send
     on a cluster without shared bandwidth read from its hop (:func:`task_path`'s
@@ -383,6 +411,8 @@ def _find(tasks: Sequence[Task], todo: dict[tuple[object, ...], int],
     if step is not None and len(tasks) >= RELABEL_BATCH:
         _relabel_batch(items, step, cluster, hops, found, tried)
     plain_sends = not cluster.shared_bandwidth
+    if plain_sends:
+        _send_batch(items, cluster, hops, found)
     for slot, (key, i) in enumerate(todo.items()):
         if found[slot] is not None:  # found by a batch
             continue
@@ -471,18 +501,24 @@ def _batch(items: list[tuple[tuple[object, ...], Task]], cluster: Cluster, hops:
             len(t.receivers) + len(t.addends) < ARRAY_EDGES]
     if len(todo) < BATCH_FROM:
         return
-    ends = [edge_lists(items[slot][1]) for slot in todo]
+    tasks = [items[slot][1] for slot in todo]
+    # edge_lists of each: a plain broadcast's (a chain or tree, no addends) inline
+    broadcast = TaskKind.BROADCAST
+    ends = [(t.parents or (t.root, *t.receivers[:-1]), t.receivers)
+            if t.kind is broadcast and not t.addends else edge_lists(t) for t in tasks]
     got = batch_routes([s for s, _ in ends], [r for _, r in ends], *hops.arrays(cluster),
                        cluster.latency, cluster.intra_latency)
     if got is None:
         return
     ones = hops.ones()  # read-only fractions, shared by the paths of as many codes
+    by_len = {n: read_only_ones(n, ones) for n in set(map(len, got[0]))}
+    of_codes = Path.of_codes
     for slot, codes, reach in zip(todo, *got):
         if reach is None:  # a device reached twice: the loop's answer
             path, lat = task_path(items[slot][1], cluster, hops)
             found[slot] = (path if isinstance(path, Path) else Path(path), lat)
         else:
-            found[slot] = (Path.of_codes(codes, read_only_ones(len(codes), ones)), reach)
+            found[slot] = (of_codes(codes, by_len[len(codes)]), reach)
 
 
 BATCH_FROM = 24
