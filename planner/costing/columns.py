@@ -56,6 +56,7 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
                           also=None if kept is None else {kept.members.shape[0] // len(
                               kept.need) - 1: len(kept.need)})
     obj_lens, obj_codes, obj_frac, obj_lat = _routes(objects, chains, cluster, known, tensors)
+    obj_frac = _unless_ones(obj_frac)
     at = np.array(positions, dtype=np.int64)
     obj_nbytes = np.array([float(t.nbytes) for t in objects], dtype=np.float64)
     if kept is not None:  # the kept broadcasts' routes after the others', at their places
@@ -68,8 +69,8 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
         obj_nbytes = np.concatenate([obj_nbytes, _kept_columns(ordered).nbytes])
     gate = _gate(ordered, objects, n, at, chains, kept)
     if _in_order(at, n):  # no send, every task in its place already: the arrays as they are
-        return simulated_time(FairShare.of_edges(obj_codes, _fractions(obj_frac, len(
-            obj_codes)), obj_lens, cluster), obj_nbytes, gate, obj_lat)
+        return simulated_time(FairShare.of_edges(obj_codes, obj_frac, obj_lens, cluster),
+                              obj_nbytes, gate, obj_lat)
     a, b = cols.root, cols.recv
     cross = host[a] != host[b]
     # every task's edges, in the plan's order: a send's hop, another task's route
@@ -77,8 +78,8 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     lens[at] = obj_lens
     lens[sent] = np.where(cross, 4, 2)
     starts = np.cumsum(lens) - lens
-    codes = np.empty(int(lens.sum()), dtype=np.int64)
-    frac = np.ones(len(codes))
+    codes = np.empty(int(lens.sum()), dtype=_code_type(obj_codes, len(host), nic))
+    frac = None if obj_frac is None else np.ones(len(codes))  # None: every one 1.0
     first = starts[sent]
     codes[first] = a * 8 + KIND_CODE[DEV_OUT]
     codes[first + 1] = b * 8 + KIND_CODE[DEV_IN]
@@ -87,7 +88,7 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     if len(at):  # every other task's route in its place, all at once (the same values)
         where = ranges(starts[at], starts[at] + lens[at])
         codes[where] = obj_codes
-        if obj_frac is not None:
+        if frac is not None:
             frac[where] = obj_frac
     lat = np.empty(n)
     lat[at] = obj_lat
@@ -105,6 +106,14 @@ def _hosts_and_nics(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
     for d, h in cluster.host_map.items():
         host[d], nic[d] = h, cluster.nic_map[d]
     return host, nic
+
+
+def _code_type(obj_codes: np.ndarray, size: int, nic: np.ndarray) -> type:
+    """int32 where every code laid out fits it (a send's: a device or NIC number times 8
+    plus a kind; ``obj_codes``: the others'), else int64: the same values, half the
+    bytes (a million sends at 1,024 devices lay out four million codes)."""
+    top = max(size, int(nic.max(initial=0)) + 1) * 8
+    return np.int32 if max(top, int(obj_codes.max(initial=0))) < 1 << 31 else np.int64
 
 
 def _fractions(frac: np.ndarray | None, n: int) -> np.ndarray:
@@ -172,6 +181,12 @@ def _routes(objects: Sequence[Task], chains: ChainRoutes | None, cluster: Cluste
     all_lat = np.empty(len(objects))
     all_lat[other], all_lat[chains.index] = lat, chains.lat
     return all_lens, all_codes, all_frac, all_lat
+
+
+def _unless_ones(frac: np.ndarray | None) -> np.ndarray | None:
+    """``frac``, or None where every fraction is 1.0 (then no fraction of the plan's
+    sends and the other tasks is laid out: the set-up reads ones, as it finds them)."""
+    return None if frac is None or bool((frac == 1.0).all()) else frac
 
 
 def _devices(objects: Sequence[Task], chains: ChainRoutes | None

@@ -148,9 +148,7 @@ def _carried(flows: FairShare, nbytes: np.ndarray) -> np.ndarray:
     """Bytes each resource of ``flows`` carries over the run: each edge's share of its
     transfer's ``nbytes`` (no product where every fraction is 1.0: ``1.0 * x`` is
     ``x``)."""
-    on = flows.per_edge(nbytes)  # nbytes[flows.task]
-    return np.bincount(flows.res, weights=on if flows.whole else flows.frac * on,
-                       minlength=flows.nres)
+    return flows.edge_sums(nbytes)  # bincount(res, weights=nbytes[flows.task] * frac)
 
 
 class _Fluid:
