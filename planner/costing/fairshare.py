@@ -549,11 +549,10 @@ class FairShare:
         if self._all_edges(mine) and len(self.res) >= LARGE:
             flag = np.zeros(self.nres, dtype=bool)
             flag[tight] = True
-            # a transfer of no edge reads its neighbour's range: `limited` drops it
-            hit = np.logical_or.reduceat(flag[self.res], np.minimum(
-                self.task_at[:-1], len(self.res) - 1))
-            hit &= self.limited
-            every: np.ndarray = np.flatnonzero(hit)
+            # the transfers with an edge: each one's range runs to the next one's start
+            crossing = self.limited.nonzero()[0]
+            hit = np.logical_or.reduceat(flag[self.res], self.task_at[crossing])
+            every: np.ndarray = crossing[hit]
             return every
         return _distinct(self.task[on.swept(tight)], self.n)
 
