@@ -32,7 +32,7 @@ from reshard.planner.costing.fairshare import FairShare, path_arrays, ranges
 from reshard.planner.costing.fluid import simulated_time
 from reshard.planner.costing.stepgate import OneStep, StepGate, distinct_devices, has_device
 from reshard.planner.schedule.broadcast_columns import BroadcastColumns
-from reshard.planner.schedule.send_columns import OrderedTasks
+from reshard.planner.schedule.send_columns import OrderedTasks, SendColumns
 from reshard.planner.values.resources import DEV_IN, DEV_OUT, KIND_CODE, NIC_IN, NIC_OUT
 from reshard.planner.values.tasks import Task, TensorSpec
 
@@ -71,9 +71,29 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     if _in_order(at, n):  # no send, every task in its place already: the arrays as they are
         return simulated_time(FairShare.of_edges(obj_codes, obj_frac, obj_lens, cluster),
                               obj_nbytes, gate, obj_lat)
-    a, b = cols.root, cols.recv
-    cross = host[a] != host[b]
-    # every task's edges, in the plan's order: a send's hop, another task's route
+    cross = host[cols.root] != host[cols.recv]
+    # laid out by a helper: the codes are freed once the set-up has numbered them
+    flows = FairShare.of_edges(*_laid_out(cols, n, at, cross, (host, nic),
+                                          (obj_lens, obj_codes, obj_frac)), cluster)
+    lat = np.empty(n)
+    lat[at] = obj_lat
+    lat[sent] = np.where(cross, cluster.latency, cluster.intra_latency)
+    nbytes = np.empty(n)
+    nbytes[at] = obj_nbytes
+    nbytes[sent] = cols.nbytes
+    return simulated_time(flows, nbytes, gate, lat)
+
+
+def _laid_out(cols: SendColumns, n: int, at: np.ndarray, cross: np.ndarray,
+              devices: tuple[np.ndarray, np.ndarray],
+              objs: tuple[np.ndarray, np.ndarray, np.ndarray | None]
+              ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """Every task's edges (codes, fractions, each task's count), in the plan's order: a
+    send's hop (``cross``: between hosts; ``devices``: each device's host and NIC),
+    and the other tasks' routes ``objs`` (lens, codes, fractions) at their places
+    ``at``. Fractions None: every one 1.0."""
+    (host, nic), (obj_lens, obj_codes, obj_frac) = devices, objs
+    a, b, sent = cols.root, cols.recv, cols.position
     lens = np.empty(n, dtype=np.int64)
     lens[at] = obj_lens
     lens[sent] = np.where(cross, 4, 2)
@@ -90,13 +110,7 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
         codes[where] = obj_codes
         if frac is not None:
             frac[where] = obj_frac
-    lat = np.empty(n)
-    lat[at] = obj_lat
-    lat[sent] = np.where(cross, cluster.latency, cluster.intra_latency)
-    nbytes = np.empty(n)
-    nbytes[at] = obj_nbytes
-    nbytes[sent] = cols.nbytes
-    return simulated_time(FairShare.of_edges(codes, frac, lens, cluster), nbytes, gate, lat)
+    return codes, frac, lens
 
 
 def _hosts_and_nics(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:

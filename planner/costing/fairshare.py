@@ -49,8 +49,9 @@ LARGE = 1 << 15
 (:meth:`FairShare.edges_of`); fewer, the array operations' cost per call outweighs
 the passes they save."""
 
-BLOCK = 1 << 15
-"""Transfers whose edges' values :meth:`FairShare.edge_sums` lays out at a time."""
+BLOCK = 1 << 18
+"""Edges whose values :meth:`FairShare.edge_sums` lays out at a time (2 MiB: the
+transfers whose edges fit, or one transfer)."""
 
 SMALL = 64
 """Fillings of at most this many edges run on Python floats (a handful of resources
@@ -366,7 +367,7 @@ class FairShare:
         """Per resource the sum of ``values[t] * frac`` over its edges, in edge order
         from 0.0: ``np.bincount(res, weights=per_edge(values) * frac)`` (no product
         where :attr:`whole`). Of :data:`LARGE` edges or more, the same sums by
-        ``np.add.at`` a block of transfers at a time (each edge's value added to its
+        ``np.add.at`` a block of edges at a time (each edge's value added to its
         resource's sum in edge order, as ``bincount`` adds: the same bits), without the
         values of every edge at once (a fresh array of 32 MiB at a million tasks)."""
         res, frac, nres = self.res, self.frac, self.nres
@@ -374,14 +375,15 @@ class FairShare:
             on = self.per_edge(values)
             return np.bincount(res, weights=on if self.whole else frac * on, minlength=nres)
         out = np.zeros(nres)
-        at = self.task_at
-        for t in range(0, self.n, BLOCK):
-            u = min(self.n, t + BLOCK)
+        at, t = self.task_at, 0
+        while t < self.n:  # transfers t:u, of BLOCK edges or fewer (one transfer, more)
+            u = min(self.n, max(t + 1, int(np.searchsorted(at, at[t] + BLOCK, "right")) - 1))
             a, b = int(at[t]), int(at[u])
             on = values[t:u].repeat(self.counts[t:u])
             if not self.whole:
                 on *= frac[a:b]
             np.add.at(out, res[a:b], on)
+            t = u
         return out
 
     def fill(self, flowing: np.ndarray, last: Fill | None = None,
@@ -550,9 +552,10 @@ class FairShare:
             flag = np.zeros(self.nres, dtype=bool)
             flag[tight] = True
             # the transfers with an edge: each one's range runs to the next one's start
-            crossing = self.limited.nonzero()[0]
-            hit = np.logical_or.reduceat(flag[self.res], self.task_at[crossing])
-            every: np.ndarray = crossing[hit]
+            crossing = None if self.limited.all() else self.limited.nonzero()[0]
+            hit = np.logical_or.reduceat(flag[self.res], self.task_at[:-1] if crossing is
+                                         None else self.task_at[crossing])
+            every: np.ndarray = np.flatnonzero(hit) if crossing is None else crossing[hit]
             return every
         return _distinct(self.task[on.swept(tight)], self.n)
 

@@ -33,18 +33,21 @@ def _large_from_none(monkeypatch):
     """Every set-up here counts as large (the 1,024-device paths, in small), and a
     block of :meth:`FairShare.edge_sums` is a few transfers (many blocks)."""
     monkeypatch.setattr(fairshare, "LARGE", 0)
-    monkeypatch.setattr(fairshare, "BLOCK", 7)
+    monkeypatch.setattr(fairshare, "BLOCK", 7)  # edges
 
 
-def _edges(seed: int, fractions: tuple[float, ...]
+def _edges(seed: int, fractions: tuple[float, ...], empty: bool = True
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Codes, fractions and lens of transfers of 0 to 9 edges (transfers of none at the
-    start, the middle and the end), on the cluster's devices and NICs."""
+    """Codes, fractions and lens of transfers of 0 to 9 edges (``empty``: transfers of
+    none at the start, the middle and the end; else every one of 1 or more), on the
+    cluster's devices and NICs."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(150, 400))
     lens = rng.integers(0, 5, n)
     lens[::11] = 9
     lens[0] = lens[n // 2] = lens[-1] = 0
+    if not empty:
+        lens = np.maximum(lens, 1)
     kinds = np.array([0, 1, 2, 3])  # dev_out, dev_in, nic_out, nic_in codes' low bits
     codes = rng.integers(0, 8, int(lens.sum())) * 8 + rng.choice(kinds, int(lens.sum()))
     frac = rng.choice(np.array(fractions), len(codes))
@@ -60,7 +63,7 @@ def _values(rng: np.random.Generator, n: int) -> np.ndarray:
 
 @pytest.mark.parametrize("fractions", FRACTIONS)
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("block", [1, 7, 1 << 15])
+@pytest.mark.parametrize("block", [1, 7, 20, 1 << 18])
 def test_edge_sums_are_the_bincount_of_every_edge(monkeypatch, fractions, seed, block):
     monkeypatch.setattr(fairshare, "BLOCK", block)
     fs = FairShare.of_edges(*_edges(seed, fractions), CLUSTER)
@@ -73,10 +76,13 @@ def test_edge_sums_are_the_bincount_of_every_edge(monkeypatch, fractions, seed, 
     assert fluid._carried(fs, values).tolist() == want.tolist()
 
 
+@pytest.mark.parametrize("empty", [True, False])
 @pytest.mark.parametrize("fractions", FRACTIONS)
 @pytest.mark.parametrize("seed", range(4))
-def test_first_round_frozen_are_the_transfers_of_the_swept_edges(fractions, seed):
-    fs = FairShare.of_edges(*_edges(seed, fractions), CLUSTER)
+def test_first_round_frozen_are_the_transfers_of_the_swept_edges(fractions, seed, empty):
+    fs = FairShare.of_edges(*_edges(seed, fractions, empty), CLUSTER)
+    if empty or 0.0 not in fractions:  # both paths: transfers of no edge, and none
+        assert bool(fs.limited.all()) is not empty
     rng = np.random.default_rng(seed + 9)
     on = fairshare._EdgesOn(None, fs.res, fs.nres)
     for _ in range(20):
@@ -96,10 +102,11 @@ def _as_before(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(FairShare, "_first_frozen", first)
 
 
+@pytest.mark.parametrize("empty", [True, False])
 @pytest.mark.parametrize("fractions", FRACTIONS)
 @pytest.mark.parametrize("seed", range(4))
-def test_fills_and_runs_bit_for_bit(monkeypatch, fractions, seed):
-    edges = _edges(seed, fractions)
+def test_fills_and_runs_bit_for_bit(monkeypatch, fractions, seed, empty):
+    edges = _edges(seed, fractions, empty)
     rng = np.random.default_rng(seed + 3)
     n = len(edges[2])
     nbytes = rng.integers(1, 1 << 30, n).astype(np.float64)
@@ -157,3 +164,17 @@ def test_unless_ones():
     assert columns._unless_ones(np.ones(3)) is None
     some = np.array([1.0, 0.5])
     assert columns._unless_ones(some) is some
+
+
+@pytest.mark.parametrize("fractions", FRACTIONS)
+@pytest.mark.parametrize("seed", range(4))
+def test_demand_is_the_bincount_of_the_fractions(fractions, seed):
+    """Whole set-ups count each resource's edges (a sum of ones); the others sum their
+    fractions, as before."""
+    fs = FairShare.of_edges(*_edges(seed, fractions), CLUSTER)
+    rng = np.random.default_rng(seed)
+    for mine in (np.arange(len(fs.res)), np.flatnonzero(rng.random(len(fs.res)) < 0.3)):
+        r, f = fs.res[mine], np.asarray(fs.frac)[mine]
+        want = np.bincount(r, weights=f, minlength=fs.nres)
+        got = fs._demand(r, f)
+        assert got.dtype == want.dtype and got.tolist() == want.tolist()
