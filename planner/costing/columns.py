@@ -98,7 +98,7 @@ def _laid_out(cols: SendColumns, n: int, at: np.ndarray, cross: np.ndarray,
     lens[at] = obj_lens
     lens[sent] = np.where(cross, 4, 2)
     starts = np.cumsum(lens) - lens
-    codes = np.empty(int(lens.sum()), dtype=_code_type(obj_codes, len(host), nic))
+    codes: np.ndarray = np.empty(int(lens.sum()), dtype=_code_type(obj_codes, len(host), nic))
     frac = None if obj_frac is None else np.ones(len(codes))  # None: every one 1.0
     first = starts[sent]
     codes[first] = a * 8 + KIND_CODE[DEV_OUT]

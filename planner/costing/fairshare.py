@@ -406,6 +406,7 @@ class FairShare:
         filled = np.full(self.nres, np.inf)
         active = flowing.copy()
         left = self.capacity.copy()
+        mine: np.ndarray | None  # None: every edge
         if last is not None and usage is not None and np.isfinite(below):
             cut = below * (1 - TIGHT)
             kept = flowing & (last.rate < cut)
@@ -415,17 +416,17 @@ class FairShare:
             filled[held] = last.level[held]
             # what the kept transfers use: everything, less what the others used
             again = active.nonzero()[0]
-            mine = self.edges_of(again)
-            if not len(mine):  # nothing to fill again (the capacity left is of no use)
+            mine = edges = self.edges_of(again)
+            if not len(edges):  # nothing to fill again (the capacity left is of no use)
                 rate[again] = np.inf
                 return Fill(rate, filled)
-            prev = last.rate[self.task[mine]]
-            left -= usage - np.bincount(self.res[mine], weights=self.frac[mine] * np.where(
+            prev = last.rate[self.task[edges]]
+            left -= usage - np.bincount(self.res[edges], weights=self.frac[edges] * np.where(
                 np.isfinite(prev), prev, 0.0), minlength=self.nres)
             np.maximum(left, 0.0, out=left)
         else:
             again = active.nonzero()[0]
-            mine = None if self._every(again) else self.edges_of(again)  # None: every edge
+            mine = None if self._every(again) else self.edges_of(again)
         rate[again[~self.limited[again]]] = np.inf
         count = len(self.res) if mine is None else len(mine)
         if count > SMALL:
