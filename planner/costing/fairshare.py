@@ -58,13 +58,6 @@ SMALL = 64
 and transfers: numpy's cost per call outweighs its arrays)."""
 
 
-def _repeated(lens: np.ndarray) -> np.ndarray:
-    """Each of ``len(lens)`` numbers repeated ``lens`` times (a transfer's number on
-    each of its edges)."""
-    out: np.ndarray = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
-    return out
-
-
 def _ones(n: int) -> np.ndarray:
     """``n`` fractions of 1.0, read only: one value seen ``n`` times (never written:
     every reader of a set-up's fractions gathers or multiplies them)."""
@@ -188,6 +181,8 @@ class FairShare:
         cluster: the capacities.
     """
 
+    task: np.ndarray  # each edge's transfer (set up, or made when first read)
+
     def __init__(self, paths: Sequence[Sequence[tuple[Resource, float]]],
                  cluster: Cluster) -> None:
         # tasks of one route share one path object: each distinct path is read once
@@ -243,13 +238,14 @@ class FairShare:
         self.whole = whole or bool((frac == 1.0).all())
         used = None if self.whole else frac > 0
         if used is None or used.all():  # every edge kept: a transfer's edges are its lens
-            self._task: np.ndarray | None = None  # each transfer repeated: when first read
+            if res.size < LARGE:  # else made when first read (__getattr__)
+                self.task = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
             self.res, self.frac = res, frac
             self.task_at = np.concatenate(([0], np.cumsum(lens, dtype=np.int64)))
             self.limited = lens > 0
             self.counts = lens  # each transfer's edges
         else:
-            self._task = _repeated(lens)[used]  # edges, in transfer order
+            self.task = np.repeat(np.arange(len(lens), dtype=np.int64), lens)[used]
             self.res = res[used]
             self.frac = frac[used]
             # a transfer's edges: task_at[t]:task_at[t + 1]
@@ -260,18 +256,15 @@ class FairShare:
         # demand below this is rounding (a resource whose transfers all froze)
         self.floor = 1e-12 * (1.0 if self.whole else float(self.frac.max(initial=1.0)))
 
-    @property
-    def task(self) -> np.ndarray:
-        """Each edge's transfer (edges in transfer order): each transfer's number
-        repeated by its count of edges, made when first read (a run that reads every
-        edge at once, as most large ones do, never reads it)."""
-        if self._task is None:
-            self._task = _repeated(self.counts)
-        return self._task
-
-    @task.setter
-    def task(self, value: np.ndarray) -> None:
-        self._task = value
+    def __getattr__(self, name: str) -> np.ndarray:
+        """:attr:`task` (each edge's transfer, edges in transfer order: each transfer's
+        number repeated by its count of edges) where a large set-up left it out, made
+        when first read (a run that reads every edge at once, as most large ones do,
+        never reads it); then an attribute like any other."""
+        if name != "task":
+            raise AttributeError(name)
+        self.task = np.repeat(np.arange(self.n, dtype=np.int64), self.counts)
+        return self.task
 
     @property
     def resources(self) -> list[Resource]:
@@ -342,7 +335,9 @@ class FairShare:
         # many edges of increasing transfers: every edge, the others' at rate 0.0 (each
         # resource's sum from 0.0 adds theirs in the same order, and s + 0.0 is s)
         spread = not every and self._many(which, 2)
-        if not (every or spread):
+        if every or spread:  # every edge, in order: the arrays themselves
+            res, frac = self.res, self.frac
+        else:
             mine = ranges(self.task_at[which], self.task_at[which + 1])
             task, res = self.task[mine], self.res[mine]
             frac = self.frac if self.whole else self.frac[mine]  # read only if not whole
@@ -355,10 +350,10 @@ class FairShare:
                 only = np.zeros(self.n)
                 only[which] = finite[which]
                 finite = only
-            if every or spread:  # every edge, in order
+            if (every or spread) and res.size >= LARGE:  # block by block
                 out.append(self.edge_sums(finite))
                 continue
-            r = finite[task]
+            r = self.per_edge(finite) if every or spread else finite[task]
             out.append(np.bincount(res, weights=r if self.whole else frac * r,
                                    minlength=self.nres))
         return out
@@ -371,7 +366,7 @@ class FairShare:
         resource's sum in edge order, as ``bincount`` adds: the same bits), without the
         values of every edge at once (a fresh array of 32 MiB at a million tasks)."""
         res, frac, nres = self.res, self.frac, self.nres
-        if len(res) < LARGE:
+        if res.size < LARGE:
             on = self.per_edge(values)
             return np.bincount(res, weights=on if self.whole else frac * on, minlength=nres)
         out = np.zeros(nres)
@@ -428,7 +423,7 @@ class FairShare:
             again = active.nonzero()[0]
             mine = None if self._every(again) else self.edges_of(again)
         rate[again[~self.limited[again]]] = np.inf
-        count = len(self.res) if mine is None else len(mine)
+        count = self.res.size if mine is None else mine.size
         if count > SMALL:
             self._progressive(mine, active, left, rate, filled)
         elif count:
@@ -501,7 +496,8 @@ class FairShare:
         nres = self.nres
         r, f = (self.res, self.frac) if mine is None or self._all_edges(mine) else \
             (self.res[mine], self.frac[mine])
-        demand = self._demand(r, f)
+        demand = self._demand(r, f) if r.size >= LARGE else \
+            np.bincount(r, weights=f, minlength=nres)
         on = _EdgesOn(mine, r, nres)
         level = np.full(nres, np.inf)
         some = demand > 0  # the resources the filling's edges cross (each fraction > 0)
@@ -513,8 +509,13 @@ class FairShare:
             if not np.isfinite(low):
                 break
             tight = (level <= low * (1 + TIGHT)).nonzero()[0]
-            frozen = self._first_frozen(mine, on, tight, crossed) if first else \
-                _distinct(self.task[on.sorted(tight)], self.n)
+            if first and len(tight) == crossed:  # all fill at once: every edge is on one
+                frozen = self._crossing(mine)
+            elif first and self.res.size >= LARGE and (mine is None or self._all_edges(mine)):
+                frozen = self._first_frozen(tight)
+            else:
+                frozen = _distinct(self.task[on.swept(tight) if first else on.sorted(tight)],
+                                   self.n)
             first = False
             frozen = frozen[active[frozen]]
             level[tight] = np.inf
@@ -529,7 +530,7 @@ class FairShare:
             edges = self.edges_of(frozen)
             r, f = self.res[edges], self.frac[edges]
             left -= np.bincount(r, weights=f * low, minlength=nres)
-            demand -= self._demand(r, f)
+            demand -= np.bincount(r, weights=f, minlength=nres)
             touched = _distinct(r, nres)
             touched = touched[np.isfinite(level[touched])]
             d = demand[touched]
@@ -538,32 +539,26 @@ class FairShare:
             level[touched[live]] = np.maximum(left[touched[live]], 0.0) / d[live]
 
 
-    def _first_frozen(self, mine: np.ndarray | None, on: _EdgesOn, tight: np.ndarray,
-                      crossed: int) -> np.ndarray:
-        """The transfers (increasing) of the edges ``mine`` on the resources ``tight``
-        that fill in a filling's first round, of ``crossed`` resources: every one
-        crossing a resource where all fill at once (:meth:`_crossing`); where ``mine``
-        is every edge, of :data:`LARGE` or more, each transfer whose edges have one on
-        ``tight`` (one ``logical_or`` per transfer's range of edges: the same set,
-        without each edge's transfer laid out); else the transfers of the edges on
-        ``tight`` (:meth:`_EdgesOn.swept`)."""
-        if len(tight) == crossed:  # all fill at once: every edge is on one
-            return self._crossing(mine)
-        if self._all_edges(mine) and len(self.res) >= LARGE:
-            flag = np.zeros(self.nres, dtype=bool)
-            flag[tight] = True
-            # the transfers with an edge: each one's range runs to the next one's start
-            crossing = None if self.limited.all() else self.limited.nonzero()[0]
-            hit = np.logical_or.reduceat(flag[self.res], self.task_at[:-1] if crossing is
-                                         None else self.task_at[crossing])
-            every: np.ndarray = np.flatnonzero(hit) if crossing is None else crossing[hit]
-            return every
-        return _distinct(self.task[on.swept(tight)], self.n)
+    def _first_frozen(self, tight: np.ndarray) -> np.ndarray:
+        """The transfers (increasing) with an edge on the resources ``tight``, of a
+        filling of every edge (:data:`LARGE` or more) whose first round fills some
+        resources only: one ``logical_or`` per transfer's range of edges, the same set
+        as the transfers of the edges on ``tight`` (:meth:`_EdgesOn.swept`), without
+        each edge's transfer laid out."""
+        flag = np.zeros(self.nres, dtype=bool)
+        flag[tight] = True
+        # the transfers with an edge: each one's range runs to the next one's start
+        crossing = None if self.limited.all() else self.limited.nonzero()[0]
+        hit = np.logical_or.reduceat(flag[self.res], self.task_at[:-1] if crossing is
+                                     None else self.task_at[crossing])
+        every: np.ndarray = np.flatnonzero(hit) if crossing is None else crossing[hit]
+        return every
 
     def _demand(self, res: np.ndarray, frac: np.ndarray) -> np.ndarray:
         """``np.bincount(res, weights=frac, minlength=nres)``; where :attr:`whole` (each
         fraction 1.0), each resource's count of edges as a float: a sum of ones from 0.0
-        is that count exactly (below 2**53), without the fractions read as weights."""
+        is that count exactly (below 2**53), without the fractions read as weights (a
+        read-only array of ones, :func:`_ones`, would be laid out whole for that)."""
         if self.whole:
             out: np.ndarray = np.bincount(res, minlength=self.nres).astype(np.float64)
             return out

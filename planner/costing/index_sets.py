@@ -66,7 +66,7 @@ class EdgesOn:
         flag = np.zeros(self.nres, dtype=bool)
         flag[tight] = True
         on = flag[self.res]
-        edges: np.ndarray = np.flatnonzero(on) if self.mine is None else self.mine[on]
+        edges: np.ndarray = on.nonzero()[0] if self.mine is None else self.mine[on]
         return edges
 
     def sorted(self, tight: np.ndarray) -> np.ndarray:

@@ -88,17 +88,15 @@ def test_first_round_frozen_are_the_transfers_of_the_swept_edges(fractions, seed
     for _ in range(20):
         tight = np.flatnonzero(rng.random(fs.nres) < rng.random())
         want = _distinct(fs.task[on.swept(tight)], fs.n)
-        got = fs._first_frozen(None, on, tight, fs.nres + 1)
+        got = fs._first_frozen(tight)
         assert got.dtype == want.dtype and got.tolist() == want.tolist()
 
 
 def _as_before(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first round as before: the transfers of the swept edges, every edge an
-    ``arange``."""
-    def first(self, mine, on, tight, crossed):
-        if len(tight) == crossed:
-            return self._crossing(mine)
-        return _distinct(self.task[on.swept(tight)], self.n)
+    """The first round as before: the transfers of the swept edges."""
+    def first(self, tight):
+        return _distinct(self.task[fairshare._EdgesOn(None, self.res, self.nres).swept(tight)],
+                         self.n)
     monkeypatch.setattr(FairShare, "_first_frozen", first)
 
 
