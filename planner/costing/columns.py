@@ -30,6 +30,7 @@ from reshard.planner.costing.chain_columns import ChainRoutes, chain_routes, kep
 from reshard.planner.costing.cost import Routes, shared_hops, task_routes
 from reshard.planner.costing.fairshare import FairShare, path_arrays, ranges
 from reshard.planner.costing.fluid import simulated_time
+from reshard.planner.costing.index_sets import is_arange
 from reshard.planner.costing.stepgate import OneStep, StepGate, distinct_devices, has_device
 from reshard.planner.schedule.broadcast_columns import BroadcastColumns
 from reshard.planner.schedule.send_columns import OrderedTasks, SendColumns
@@ -139,7 +140,7 @@ def _fractions(frac: np.ndarray | None, n: int) -> np.ndarray:
 def _in_order(at: np.ndarray, n: int) -> bool:
     """Whether ``at`` is every place of ``n``, in order (then laying out in place is
     copying)."""
-    return len(at) == n and bool((at == np.arange(n)).all())
+    return is_arange(at, n)
 
 
 def _kept_columns(ordered: OrderedTasks) -> BroadcastColumns:

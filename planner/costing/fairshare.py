@@ -34,7 +34,7 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.planner.costing.first_seen import numbered
 from reshard.planner.costing.index_sets import EdgesOn as _EdgesOn
-from reshard.planner.costing.index_sets import distinct, ranges, sorted_distinct
+from reshard.planner.costing.index_sets import distinct, is_arange, ranges, sorted_distinct
 from reshard.planner.costing.index_sets import flagged_distinct as _distinct
 from reshard.planner.costing.path_join import fractions, joined
 from reshard.planner.values.resources import KIND_CODE, KINDS, Resource, capacity, of_code
@@ -289,7 +289,7 @@ class FairShare:
     def _every(self, which: np.ndarray) -> bool:
         """Whether the transfers ``which`` are every transfer, in order (their edges
         are then every edge, in order: ``ranges`` of them is ``arange``)."""
-        return len(which) == self.n and bool((which == np.arange(self.n)).all())
+        return is_arange(which, self.n)
 
     def _many(self, which: np.ndarray, share: int) -> bool:
         """Whether the transfers ``which`` are increasing (then their edges, transfer by

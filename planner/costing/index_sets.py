@@ -20,6 +20,16 @@ def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     return out
 
 
+def is_arange(values: np.ndarray, n: int) -> bool:
+    """Whether ``values`` (integers) is ``np.arange(n)``: ``n`` of them, rising one
+    by one from 0 (``n`` strictly increasing integers from 0 to ``n - 1`` are every
+    one of them, in order), without an ``arange`` laid out to compare with."""
+    if len(values) != n:
+        return False
+    return not n or bool(values[0] == 0 and values[-1] == n - 1 and
+                         (values[1:] > values[:-1]).all())
+
+
 def sorted_distinct(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)`` of integers: a sort, then the first of each run of equal
     values (the same array; numpy 2.4's ``np.unique`` hashes, 10-70 times slower on
@@ -81,4 +91,4 @@ class EdgesOn:
         return edges
 
 
-__all__ = ["EdgesOn", "distinct", "flagged_distinct", "ranges", "sorted_distinct"]
+__all__ = ["EdgesOn", "distinct", "flagged_distinct", "is_arange", "ranges", "sorted_distinct"]

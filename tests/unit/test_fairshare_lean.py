@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from reshard import Cluster
-from reshard.planner.costing import columns, fairshare, fluid
+from reshard.planner.costing import columns, fairshare, fluid, index_sets
 from reshard.planner.costing.fairshare import FairShare, _distinct
 from reshard.planner.costing.stepgate import OneStep
 
@@ -176,3 +176,36 @@ def test_demand_is_the_bincount_of_the_fractions(fractions, seed):
         want = np.bincount(r, weights=f, minlength=fs.nres)
         got = fs._demand(r, f)
         assert got.dtype == want.dtype and got.tolist() == want.tolist()
+
+
+def test_is_arange_is_the_comparison_with_arange():
+    """``is_arange`` (no arange laid out) against ``values == np.arange(n)``, on arange
+    itself and near misses: shuffled, a repeat, a gap, shifted, short, long, empty."""
+    rng = np.random.default_rng(0)
+    n = 50
+    every = np.arange(n)
+    cases = [every, every[::-1], rng.permutation(n), np.r_[0, every[:-1]],
+             np.r_[every[:20], every[21:], n], every + 1, every - 1, every[:-1],
+             np.arange(n + 1), np.zeros(0, dtype=np.int64), np.r_[every[:-1], n],
+             np.r_[0, 2, every[2:]]]
+    for values in cases:
+        for m in (n - 1, n, n + 1, 0):
+            want = len(values) == m and bool((values == np.arange(m)).all())
+            assert index_sets.is_arange(values, m) is want
+
+
+def test_ends_of_rows_are_the_gathered_columns():
+    """``work._ends`` hands back the columns themselves only where the rows are every
+    row in order (checked without an arange): else the gathered rows."""
+    from types import SimpleNamespace
+
+    from reshard.planner.schedule import work
+    rng = np.random.default_rng(1)
+    n = 40
+    p2p = SimpleNamespace(root=rng.integers(0, 9, n), recv=rng.integers(0, 9, n))
+    every = np.arange(n)
+    for rows in (every, every[::-1], rng.permutation(n), np.r_[0, 2, every[2:]],
+                 np.r_[every[:-1], n - 2], every[:-1], np.zeros(0, dtype=np.int64)):
+        a, b = work._ends(p2p, rows)  # type: ignore[arg-type]
+        assert a.tolist() == p2p.root[rows].tolist() and b.tolist() == p2p.recv[rows].tolist()
+        assert (a is p2p.root) is (rows is every)
