@@ -34,7 +34,7 @@ import numpy as np
 from reshard.cluster import Cluster
 from reshard.planner.costing.first_seen import numbered
 from reshard.planner.costing.index_sets import EdgesOn as _EdgesOn
-from reshard.planner.costing.index_sets import distinct, is_arange, ranges, sorted_distinct
+from reshard.planner.costing.index_sets import distinct, ranges, sorted_distinct
 from reshard.planner.costing.index_sets import flagged_distinct as _distinct
 from reshard.planner.costing.path_join import fractions, joined
 from reshard.planner.values.resources import KIND_CODE, KINDS, Resource, capacity, of_code
@@ -288,8 +288,11 @@ class FairShare:
 
     def _every(self, which: np.ndarray) -> bool:
         """Whether the transfers ``which`` are every transfer, in order (their edges
-        are then every edge, in order: ``ranges`` of them is ``arange``)."""
-        return is_arange(which, self.n)
+        are then every edge, in order: ``ranges`` of them is ``arange``): :func:`~reshard.
+        planner.costing.index_sets.is_arange`, written out (read on every fill)."""
+        n = self.n
+        return len(which) == n and (not n or bool(which[0] == 0 and which[-1] == n - 1 and
+                                                  (which[1:] > which[:-1]).all()))
 
     def _many(self, which: np.ndarray, share: int) -> bool:
         """Whether the transfers ``which`` are increasing (then their edges, transfer by

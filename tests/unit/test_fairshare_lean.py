@@ -192,6 +192,9 @@ def test_is_arange_is_the_comparison_with_arange():
         for m in (n - 1, n, n + 1, 0):
             want = len(values) == m and bool((values == np.arange(m)).all())
             assert index_sets.is_arange(values, m) is want
+            fs = FairShare.of_edges(np.zeros(m, dtype=np.int64), None, np.ones(m, dtype=np.int64),
+                                    CLUSTER)
+            assert fs._every(values) is want  # the same check, written out
 
 
 def test_ends_of_rows_are_the_gathered_columns():
