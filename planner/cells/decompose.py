@@ -409,7 +409,7 @@ def _volumes(extents: np.ndarray) -> np.ndarray:
 def _volumes_between(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """:func:`_volumes` of ``hi - lo``, a column's extents at a time (the same products
     in the same order, without every row's extents laid out at once)."""
-    out = hi[:, 0] - lo[:, 0]
+    out: np.ndarray = hi[:, 0] - lo[:, 0]
     for j in range(1, lo.shape[1]):
         out *= hi[:, j] - lo[:, j]
     return out
