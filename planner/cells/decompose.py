@@ -389,11 +389,12 @@ def _table(shape: tuple[int, ...], holders: Mapping[Box, frozenset[int]],
     # Sets of pieces -> sets of devices (pieces of one device set share an id).
     hold_of = np.array(src_sets.device_set, dtype=np.int64)[cell_src]
     need_of = np.array(dst_sets.device_set, dtype=np.int64)[cell_dst]
-    table = CellTable(cell_lo, cell_hi, _volumes(cell_hi - cell_lo), hold_of,
+    table = CellTable(cell_lo, cell_hi, _volumes_between(cell_lo, cell_hi), hold_of,
                       need_of, src_sets.distinct_devices(), dst_sets.distinct_devices())
     # nothing to merge: row-major = box order
-    return table, _repeats(hold_of * (len(table.needer_sets) + 1) + need_of,
-                           len(table.holder_sets) * (len(table.needer_sets) + 1))
+    pair = hold_of * (len(table.needer_sets) + 1)
+    pair += need_of  # in place: one array of every row, not two
+    return table, _repeats(pair, len(table.holder_sets) * (len(table.needer_sets) + 1))
 
 
 def _volumes(extents: np.ndarray) -> np.ndarray:
@@ -402,6 +403,15 @@ def _volumes(extents: np.ndarray) -> np.ndarray:
     out = extents[:, 0].copy()
     for j in range(1, extents.shape[1]):
         out *= extents[:, j]
+    return out
+
+
+def _volumes_between(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """:func:`_volumes` of ``hi - lo``, a column's extents at a time (the same products
+    in the same order, without every row's extents laid out at once)."""
+    out: np.ndarray = hi[:, 0] - lo[:, 0]
+    for j in range(1, lo.shape[1]):
+        out *= hi[:, j] - lo[:, j]
     return out
 
 

@@ -30,9 +30,10 @@ from reshard.planner.costing.chain_columns import ChainRoutes, chain_routes, kep
 from reshard.planner.costing.cost import Routes, shared_hops, task_routes
 from reshard.planner.costing.fairshare import FairShare, path_arrays, ranges
 from reshard.planner.costing.fluid import simulated_time
+from reshard.planner.costing.index_sets import is_arange
 from reshard.planner.costing.stepgate import OneStep, StepGate, distinct_devices, has_device
 from reshard.planner.schedule.broadcast_columns import BroadcastColumns
-from reshard.planner.schedule.send_columns import OrderedTasks
+from reshard.planner.schedule.send_columns import OrderedTasks, SendColumns
 from reshard.planner.values.resources import DEV_IN, DEV_OUT, KIND_CODE, NIC_IN, NIC_OUT
 from reshard.planner.values.tasks import Task, TensorSpec
 
@@ -56,6 +57,7 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
                           also=None if kept is None else {kept.members.shape[0] // len(
                               kept.need) - 1: len(kept.need)})
     obj_lens, obj_codes, obj_frac, obj_lat = _routes(objects, chains, cluster, known, tensors)
+    obj_frac = _unless_ones(obj_frac)
     at = np.array(positions, dtype=np.int64)
     obj_nbytes = np.array([float(t.nbytes) for t in objects], dtype=np.float64)
     if kept is not None:  # the kept broadcasts' routes after the others', at their places
@@ -68,17 +70,37 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
         obj_nbytes = np.concatenate([obj_nbytes, _kept_columns(ordered).nbytes])
     gate = _gate(ordered, objects, n, at, chains, kept)
     if _in_order(at, n):  # no send, every task in its place already: the arrays as they are
-        return simulated_time(FairShare.of_edges(obj_codes, _fractions(obj_frac, len(
-            obj_codes)), obj_lens, cluster), obj_nbytes, gate, obj_lat)
-    a, b = cols.root, cols.recv
-    cross = host[a] != host[b]
-    # every task's edges, in the plan's order: a send's hop, another task's route
+        return simulated_time(FairShare.of_edges(obj_codes, obj_frac, obj_lens, cluster),
+                              obj_nbytes, gate, obj_lat)
+    cross = host[cols.root] != host[cols.recv]
+    # laid out by a helper: the codes are freed once the set-up has numbered them
+    flows = FairShare.of_edges(*_laid_out(cols, n, at, cross, (host, nic),
+                                          (obj_lens, obj_codes, obj_frac)), cluster)
+    lat = np.empty(n)
+    lat[at] = obj_lat
+    lat[sent] = np.where(cross, cluster.latency, cluster.intra_latency)
+    nbytes = np.empty(n)
+    nbytes[at] = obj_nbytes
+    nbytes[sent] = cols.nbytes
+    return simulated_time(flows, nbytes, gate, lat)
+
+
+def _laid_out(cols: SendColumns, n: int, at: np.ndarray, cross: np.ndarray,
+              devices: tuple[np.ndarray, np.ndarray],
+              objs: tuple[np.ndarray, np.ndarray, np.ndarray | None]
+              ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """Every task's edges (codes, fractions, each task's count), in the plan's order: a
+    send's hop (``cross``: between hosts; ``devices``: each device's host and NIC),
+    and the other tasks' routes ``objs`` (lens, codes, fractions) at their places
+    ``at``. Fractions None: every one 1.0."""
+    (host, nic), (obj_lens, obj_codes, obj_frac) = devices, objs
+    a, b, sent = cols.root, cols.recv, cols.position
     lens = np.empty(n, dtype=np.int64)
     lens[at] = obj_lens
     lens[sent] = np.where(cross, 4, 2)
     starts = np.cumsum(lens) - lens
-    codes = np.empty(int(lens.sum()), dtype=np.int64)
-    frac = np.ones(len(codes))
+    codes: np.ndarray = np.empty(int(lens.sum()), dtype=_code_type(obj_codes, len(host), nic))
+    frac = None if obj_frac is None else np.ones(len(codes))  # None: every one 1.0
     first = starts[sent]
     codes[first] = a * 8 + KIND_CODE[DEV_OUT]
     codes[first + 1] = b * 8 + KIND_CODE[DEV_IN]
@@ -87,15 +109,9 @@ def estimate_columns(ordered: OrderedTasks, tensors: Sequence[TensorSpec], clust
     if len(at):  # every other task's route in its place, all at once (the same values)
         where = ranges(starts[at], starts[at] + lens[at])
         codes[where] = obj_codes
-        if obj_frac is not None:
+        if frac is not None:
             frac[where] = obj_frac
-    lat = np.empty(n)
-    lat[at] = obj_lat
-    lat[sent] = np.where(cross, cluster.latency, cluster.intra_latency)
-    nbytes = np.empty(n)
-    nbytes[at] = obj_nbytes
-    nbytes[sent] = cols.nbytes
-    return simulated_time(FairShare.of_edges(codes, frac, lens, cluster), nbytes, gate, lat)
+    return codes, frac, lens
 
 
 def _hosts_and_nics(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
@@ -107,6 +123,14 @@ def _hosts_and_nics(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
     return host, nic
 
 
+def _code_type(obj_codes: np.ndarray, size: int, nic: np.ndarray) -> type:
+    """int32 where every code laid out fits it (a send's: a device or NIC number times 8
+    plus a kind; ``obj_codes``: the others'), else int64: the same values, half the
+    bytes (a million sends at 1,024 devices lay out four million codes)."""
+    top = max(size, int(nic.max(initial=0)) + 1) * 8
+    return np.int32 if max(top, int(obj_codes.max(initial=0))) < 1 << 31 else np.int64
+
+
 def _fractions(frac: np.ndarray | None, n: int) -> np.ndarray:
     """``frac``, or ``n`` fractions of 1.0 where it is None (every fraction 1.0, not yet
     laid out: one array of ones, not the pieces' ones joined)."""
@@ -116,7 +140,7 @@ def _fractions(frac: np.ndarray | None, n: int) -> np.ndarray:
 def _in_order(at: np.ndarray, n: int) -> bool:
     """Whether ``at`` is every place of ``n``, in order (then laying out in place is
     copying)."""
-    return len(at) == n and bool((at == np.arange(n)).all())
+    return is_arange(at, n)
 
 
 def _kept_columns(ordered: OrderedTasks) -> BroadcastColumns:
@@ -172,6 +196,12 @@ def _routes(objects: Sequence[Task], chains: ChainRoutes | None, cluster: Cluste
     all_lat = np.empty(len(objects))
     all_lat[other], all_lat[chains.index] = lat, chains.lat
     return all_lens, all_codes, all_frac, all_lat
+
+
+def _unless_ones(frac: np.ndarray | None) -> np.ndarray | None:
+    """``frac``, or None where every fraction is 1.0 (then no fraction of the plan's
+    sends and the other tasks is laid out: the set-up reads ones, as it finds them)."""
+    return None if frac is None or bool((frac == 1.0).all()) else frac
 
 
 def _devices(objects: Sequence[Task], chains: ChainRoutes | None

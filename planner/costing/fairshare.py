@@ -33,6 +33,9 @@ import numpy as np
 
 from reshard.cluster import Cluster
 from reshard.planner.costing.first_seen import numbered
+from reshard.planner.costing.index_sets import EdgesOn as _EdgesOn
+from reshard.planner.costing.index_sets import distinct, ranges, sorted_distinct
+from reshard.planner.costing.index_sets import flagged_distinct as _distinct
 from reshard.planner.costing.path_join import fractions, joined
 from reshard.planner.values.resources import KIND_CODE, KINDS, Resource, capacity, of_code
 
@@ -46,49 +49,13 @@ LARGE = 1 << 15
 (:meth:`FairShare.edges_of`); fewer, the array operations' cost per call outweighs
 the passes they save."""
 
+BLOCK = 1 << 18
+"""Edges whose values :meth:`FairShare.edge_sums` lays out at a time (2 MiB: the
+transfers whose edges fit, or one transfer)."""
+
 SMALL = 64
 """Fillings of at most this many edges run on Python floats (a handful of resources
 and transfers: numpy's cost per call outweighs its arrays)."""
-
-
-def ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
-    """The concatenation of ``arange(starts[i], stops[i])`` over ``i``."""
-    if len(starts) == 1:
-        return np.arange(int(starts[0]), int(stops[0]), dtype=np.int64)
-    lens = stops - starts
-    ends = lens.cumsum()
-    total = int(ends[-1]) if len(ends) else 0
-    if not total:
-        return np.zeros(0, dtype=np.int64)
-    out: np.ndarray = (starts - ends + lens).repeat(lens) + np.arange(total)
-    return out
-
-
-def sorted_distinct(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)`` of integers: a sort, then the first of each run of equal
-    values (the same array; numpy 2.4's ``np.unique`` hashes, 10-70 times slower on
-    large arrays)."""
-    ordered = np.sort(values)
-    if len(ordered) < 2:
-        return ordered
-    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
-
-
-def distinct(values: np.ndarray, bound: int) -> np.ndarray:
-    """``np.unique(values)`` for integers in ``[0, bound)``: a flag per value where the
-    range is not far larger than the values (:func:`_distinct`), else
-    :func:`sorted_distinct`."""
-    if bound > 4 * len(values) + 4096:
-        return sorted_distinct(values)
-    return _distinct(values, bound)
-
-
-def _distinct(values: np.ndarray, bound: int) -> np.ndarray:
-    """``np.unique(values)`` for integers in ``[0, bound)`` (a flag per value: linear,
-    where the sort is not)."""
-    seen = np.zeros(bound, dtype=bool)
-    seen[values] = True
-    return seen.nonzero()[0]
 
 
 def _ones(n: int) -> np.ndarray:
@@ -214,6 +181,8 @@ class FairShare:
         cluster: the capacities.
     """
 
+    task: np.ndarray  # each edge's transfer (set up, or made when first read)
+
     def __init__(self, paths: Sequence[Sequence[tuple[Resource, float]]],
                  cluster: Cluster) -> None:
         # tasks of one route share one path object: each distinct path is read once
@@ -239,13 +208,17 @@ class FairShare:
                     cluster, whole)
 
     @classmethod
-    def of_edges(cls, codes: np.ndarray, frac: np.ndarray, lens: np.ndarray,
+    def of_edges(cls, codes: np.ndarray, frac: np.ndarray | None, lens: np.ndarray,
                  cluster: Cluster) -> FairShare:
         """The transfers whose paths are given as arrays: transfer ``t`` crosses the
         resources of the next ``lens[t]`` ``codes`` (:func:`~reshard.planner.values.
-        resources.code`), each with its ``frac``: the same as the paths as lists."""
+        resources.code`), each with its ``frac``: the same as the paths as lists.
+        ``frac`` None: every fraction is 1.0 (read only ones, none laid out)."""
         out = cls.__new__(cls)
-        out._edges(codes, frac, lens, cluster)
+        if frac is None:
+            out._edges(codes, _ones(len(codes)), lens, cluster, True)
+        else:
+            out._edges(codes, frac, lens, cluster)
         return out
 
     def _edges(self, codes: np.ndarray, frac: np.ndarray, lens: np.ndarray,
@@ -253,7 +226,6 @@ class FairShare:
         """Set up from every transfer's edges (:meth:`of_edges`; ``whole``: every
         fraction is known to be 1.0)."""
         in_order, res = numbered(codes)  # resources in the order they first appear
-        task = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
         self.n = len(lens)
         self.codes, self.nres = in_order, len(in_order)  # each resource's code
         self._resources: list[Resource] | None = None
@@ -266,12 +238,14 @@ class FairShare:
         self.whole = whole or bool((frac == 1.0).all())
         used = None if self.whole else frac > 0
         if used is None or used.all():  # every edge kept: a transfer's edges are its lens
-            self.task, self.res, self.frac = task, res, frac
+            if res.size < LARGE:  # else made when first read (__getattr__)
+                self.task = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+            self.res, self.frac = res, frac
             self.task_at = np.concatenate(([0], np.cumsum(lens, dtype=np.int64)))
             self.limited = lens > 0
             self.counts = lens  # each transfer's edges
         else:
-            self.task = task[used]  # edges, in transfer order
+            self.task = np.repeat(np.arange(len(lens), dtype=np.int64), lens)[used]
             self.res = res[used]
             self.frac = frac[used]
             # a transfer's edges: task_at[t]:task_at[t + 1]
@@ -281,6 +255,16 @@ class FairShare:
             self.whole = bool((self.frac == 1.0).all())  # of the edges kept
         # demand below this is rounding (a resource whose transfers all froze)
         self.floor = 1e-12 * (1.0 if self.whole else float(self.frac.max(initial=1.0)))
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        """:attr:`task` (each edge's transfer, edges in transfer order: each transfer's
+        number repeated by its count of edges) where a large set-up left it out, made
+        when first read (a run that reads every edge at once, as most large ones do,
+        never reads it); then an attribute like any other."""
+        if name != "task":
+            raise AttributeError(name)
+        self.task = np.repeat(np.arange(self.n, dtype=np.int64), self.counts)
+        return self.task
 
     @property
     def resources(self) -> list[Resource]:
@@ -304,8 +288,11 @@ class FairShare:
 
     def _every(self, which: np.ndarray) -> bool:
         """Whether the transfers ``which`` are every transfer, in order (their edges
-        are then every edge, in order: ``ranges`` of them is ``arange``)."""
-        return len(which) == self.n and bool((which == np.arange(self.n)).all())
+        are then every edge, in order: ``ranges`` of them is ``arange``): :func:`~reshard.
+        planner.costing.index_sets.is_arange`, written out (read on every fill)."""
+        n = self.n
+        return len(which) == n and (not n or bool(which[0] == 0 and which[-1] == n - 1 and
+                                                  (which[1:] > which[:-1]).all()))
 
     def _many(self, which: np.ndarray, share: int) -> bool:
         """Whether the transfers ``which`` are increasing (then their edges, transfer by
@@ -329,10 +316,10 @@ class FairShare:
             return edges
         return ranges(self.task_at[which], self.task_at[which + 1])
 
-    def _all_edges(self, mine: np.ndarray) -> bool:
+    def _all_edges(self, mine: np.ndarray | None) -> bool:
         """Whether ``mine``, the edges of distinct transfers in order (:meth:`fill`'s),
-        is every edge (then in order: ``arange``)."""
-        return len(mine) == len(self.res)
+        is every edge (then in order: ``arange``; None: every edge, not laid out)."""
+        return mine is None or len(mine) == len(self.res)
 
     def _all_frozen(self, active: np.ndarray) -> bool:
         """Whether no transfer still ``active`` in a filling crosses a resource: no later
@@ -352,7 +339,7 @@ class FairShare:
         # resource's sum from 0.0 adds theirs in the same order, and s + 0.0 is s)
         spread = not every and self._many(which, 2)
         if every or spread:  # every edge, in order: the arrays themselves
-            task, res, frac = self.task, self.res, self.frac
+            res, frac = self.res, self.frac
         else:
             mine = ranges(self.task_at[which], self.task_at[which + 1])
             task, res = self.task[mine], self.res[mine]
@@ -366,9 +353,35 @@ class FairShare:
                 only = np.zeros(self.n)
                 only[which] = finite[which]
                 finite = only
+            if (every or spread) and res.size >= LARGE:  # block by block
+                out.append(self.edge_sums(finite))
+                continue
             r = self.per_edge(finite) if every or spread else finite[task]
             out.append(np.bincount(res, weights=r if self.whole else frac * r,
                                    minlength=self.nres))
+        return out
+
+    def edge_sums(self, values: np.ndarray) -> np.ndarray:
+        """Per resource the sum of ``values[t] * frac`` over its edges, in edge order
+        from 0.0: ``np.bincount(res, weights=per_edge(values) * frac)`` (no product
+        where :attr:`whole`). Of :data:`LARGE` edges or more, the same sums by
+        ``np.add.at`` a block of edges at a time (each edge's value added to its
+        resource's sum in edge order, as ``bincount`` adds: the same bits), without the
+        values of every edge at once (a fresh array of 32 MiB at a million tasks)."""
+        res, frac, nres = self.res, self.frac, self.nres
+        if res.size < LARGE:
+            on = self.per_edge(values)
+            return np.bincount(res, weights=on if self.whole else frac * on, minlength=nres)
+        out = np.zeros(nres)
+        at, t = self.task_at, 0
+        while t < self.n:  # transfers t:u, of BLOCK edges or fewer (one transfer, more)
+            u = min(self.n, max(t + 1, int(np.searchsorted(at, at[t] + BLOCK, "right")) - 1))
+            a, b = int(at[t]), int(at[u])
+            on = values[t:u].repeat(self.counts[t:u])
+            if not self.whole:
+                on *= frac[a:b]
+            np.add.at(out, res[a:b], on)
+            t = u
         return out
 
     def fill(self, flowing: np.ndarray, last: Fill | None = None,
@@ -391,6 +404,7 @@ class FairShare:
         filled = np.full(self.nres, np.inf)
         active = flowing.copy()
         left = self.capacity.copy()
+        mine: np.ndarray | None  # None: every edge
         if last is not None and usage is not None and np.isfinite(below):
             cut = below * (1 - TIGHT)
             kept = flowing & (last.rate < cut)
@@ -400,22 +414,24 @@ class FairShare:
             filled[held] = last.level[held]
             # what the kept transfers use: everything, less what the others used
             again = active.nonzero()[0]
-            mine = self.edges_of(again)
-            if not len(mine):  # nothing to fill again (the capacity left is of no use)
+            mine = edges = self.edges_of(again)
+            if not len(edges):  # nothing to fill again (the capacity left is of no use)
                 rate[again] = np.inf
                 return Fill(rate, filled)
-            prev = last.rate[self.task[mine]]
-            left -= usage - np.bincount(self.res[mine], weights=self.frac[mine] * np.where(
+            prev = last.rate[self.task[edges]]
+            left -= usage - np.bincount(self.res[edges], weights=self.frac[edges] * np.where(
                 np.isfinite(prev), prev, 0.0), minlength=self.nres)
             np.maximum(left, 0.0, out=left)
         else:
             again = active.nonzero()[0]
-            mine = np.arange(len(self.task)) if self._every(again) else self.edges_of(again)
+            mine = None if self._every(again) else self.edges_of(again)
         rate[again[~self.limited[again]]] = np.inf
-        if len(mine) > SMALL:
+        count = self.res.size if mine is None else mine.size
+        if count > SMALL:
             self._progressive(mine, active, left, rate, filled)
-        elif len(mine):
-            self._progressive_small(mine, left, rate, filled)
+        elif count:
+            self._progressive_small(np.arange(count) if mine is None else mine, left, rate,
+                                    filled)
         return Fill(rate, filled)
 
     def _progressive_small(self, mine: np.ndarray, left: np.ndarray, rate: np.ndarray,
@@ -465,7 +481,7 @@ class FairShare:
             rate[list(done)] = list(done.values())
             filled[list(full)] = list(full.values())
 
-    def _crossing(self, mine: np.ndarray) -> np.ndarray:
+    def _crossing(self, mine: np.ndarray | None) -> np.ndarray:
         """The transfers of the edges ``mine`` (distinct, increasing): where ``mine`` is
         every edge, every transfer with an edge (:attr:`limited`), without reading
         them."""
@@ -474,15 +490,17 @@ class FairShare:
             return every
         return _distinct(self.task[mine], self.n)
 
-    def _progressive(self, mine: np.ndarray, active: np.ndarray, left: np.ndarray,
+    def _progressive(self, mine: np.ndarray | None, active: np.ndarray, left: np.ndarray,
                      rate: np.ndarray, filled: np.ndarray) -> None:
         """Progressive filling of the ``active`` transfers (their edges ``mine``) on
-        the capacity ``left``: sets their ``rate`` and the ``filled`` level of each
-        resource that fills, a round per lowest level (module docstring)."""
+        the capacity ``left`` (``mine`` None: every edge): sets their ``rate`` and the
+        ``filled`` level of each resource that fills, a round per lowest level (module
+        docstring)."""
         nres = self.nres
-        r, f = (self.res, self.frac) if self._all_edges(mine) else \
+        r, f = (self.res, self.frac) if mine is None or self._all_edges(mine) else \
             (self.res[mine], self.frac[mine])
-        demand = np.bincount(r, weights=f, minlength=nres)
+        demand = self._demand(r, f) if r.size >= LARGE else \
+            np.bincount(r, weights=f, minlength=nres)
         on = _EdgesOn(mine, r, nres)
         level = np.full(nres, np.inf)
         some = demand > 0  # the resources the filling's edges cross (each fraction > 0)
@@ -496,6 +514,8 @@ class FairShare:
             tight = (level <= low * (1 + TIGHT)).nonzero()[0]
             if first and len(tight) == crossed:  # all fill at once: every edge is on one
                 frozen = self._crossing(mine)
+            elif first and self.res.size >= LARGE and (mine is None or self._all_edges(mine)):
+                frozen = self._first_frozen(tight)
             else:
                 frozen = _distinct(self.task[on.swept(tight) if first else on.sorted(tight)],
                                    self.n)
@@ -522,36 +542,30 @@ class FairShare:
             level[touched[live]] = np.maximum(left[touched[live]], 0.0) / d[live]
 
 
-class _EdgesOn:
-    """A filling's edges ``mine`` (``res``: their resources, of ``nres``) on the
-    resources that fill in a round: found by one pass over every edge (:meth:`swept`:
-    the first round, so that a filling that freezes everything there never sorts), or
-    from the edges sorted by resource (:meth:`sorted`: sorted once, each resource's
-    read when it fills). The two differ in order only, which no reader of them sees
-    (the transfers they cross are taken as a set)."""
-
-    def __init__(self, mine: np.ndarray, res: np.ndarray, nres: int) -> None:
-        self.mine, self.res, self.nres = mine, res, nres
-        self.by_res: np.ndarray | None = None
-        self.res_at = np.zeros(0, dtype=np.int64)
-
-    def swept(self, tight: np.ndarray) -> np.ndarray:
-        """The edges on the resources ``tight``, in edge order."""
+    def _first_frozen(self, tight: np.ndarray) -> np.ndarray:
+        """The transfers (increasing) with an edge on the resources ``tight``, of a
+        filling of every edge (:data:`LARGE` or more) whose first round fills some
+        resources only: one ``logical_or`` per transfer's range of edges, the same set
+        as the transfers of the edges on ``tight`` (:meth:`_EdgesOn.swept`), without
+        each edge's transfer laid out."""
         flag = np.zeros(self.nres, dtype=bool)
         flag[tight] = True
-        edges: np.ndarray = self.mine[flag[self.res]]
-        return edges
+        # the transfers with an edge: each one's range runs to the next one's start
+        crossing = None if self.limited.all() else self.limited.nonzero()[0]
+        hit = np.logical_or.reduceat(flag[self.res], self.task_at[:-1] if crossing is
+                                     None else self.task_at[crossing])
+        every: np.ndarray = np.flatnonzero(hit) if crossing is None else crossing[hit]
+        return every
 
-    def sorted(self, tight: np.ndarray) -> np.ndarray:
-        """The edges on the resources ``tight``, resource by resource."""
-        if self.by_res is None:
-            r = self.res
-            order = np.argsort(r.astype(np.int16) if self.nres < 1 << 15 else r,  # radix
-                               kind="stable")
-            self.by_res = self.mine[order]
-            self.res_at = np.searchsorted(r[order], np.arange(self.nres + 1))
-        edges: np.ndarray = self.by_res[ranges(self.res_at[tight], self.res_at[tight + 1])]
-        return edges
+    def _demand(self, res: np.ndarray, frac: np.ndarray) -> np.ndarray:
+        """``np.bincount(res, weights=frac, minlength=nres)``; where :attr:`whole` (each
+        fraction 1.0), each resource's count of edges as a float: a sum of ones from 0.0
+        is that count exactly (below 2**53), without the fractions read as weights (a
+        read-only array of ones, :func:`_ones`, would be laid out whole for that)."""
+        if self.whole:
+            out: np.ndarray = np.bincount(res, minlength=self.nres).astype(np.float64)
+            return out
+        return np.bincount(res, weights=frac, minlength=self.nres)
 
 
 @dataclass(frozen=True)

@@ -98,14 +98,18 @@ def _words(keys: Sequence[np.ndarray], bounds: Sequence[tuple[int, int]]
         if least == most:
             continue
         radix = most - least + 1
-        digit = key - least
         if word is not None and room * radix < WORD:
+            # word * radix + (key - least), in place: int64 arithmetic wraps, so adding
+            # key and then taking least off gives the same word (below WORD) without
+            # the digits laid out (an array of every row per key)
             word *= radix
-            word += digit
+            word += key
+            if least:
+                word -= least
             room *= radix
             continue
         if word is not None:
             yield word
-        word, room = digit, radix
+        word, room = key - least, radix
     if word is not None:
         yield word

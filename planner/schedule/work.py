@@ -524,7 +524,9 @@ def _charge_bulk(work: WorkList, rows: np.ndarray, p2p: PointColumns, nbytes: np
 def _ends(p2p: PointColumns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The roots and receivers of the point-to-point ``rows``: the columns themselves
     where ``rows`` is every row in order (the same values, not gathered)."""
-    if len(rows) == len(p2p.root) and bool((rows == np.arange(len(rows))).all()):
+    n = len(p2p.root)  # every row in order: n rows rising one by one from 0 (no arange)
+    if len(rows) == n and (not n or bool(rows[0] == 0 and rows[-1] == n - 1 and
+                                         (rows[1:] > rows[:-1]).all())):
         return p2p.root, p2p.recv
     return p2p.root[rows], p2p.recv[rows]
 
