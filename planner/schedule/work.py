@@ -21,7 +21,7 @@ from operator import attrgetter
 import numpy as np
 
 from reshard.cluster import Cluster
-from reshard.planner.cells.balance import Loads
+from reshard.planner.cells.balance import Loads, may_relay_ends
 from reshard.planner.cells.cell_tasks import RUN_PLANNERS, CellPlanner, plan_broadcasts
 from reshard.planner.cells.cell_tasks import fan_out as split_chains
 from reshard.planner.cells.decompose import Cell, CellTable
@@ -407,7 +407,7 @@ class WorkList:
         flags = {}
         for direction in (NIC_OUT, NIC_IN):
             flag = np.zeros(len(self._host), dtype=bool)
-            flag[list(devices)] = [loads.may_relay_end(direction, d) for d in devices]
+            flag[list(devices)] = may_relay_ends(loads, direction, devices)
             flags[direction] = flag
         cross = self._host[p2p.root] != self._host[p2p.recv]
         moved = np.flatnonzero(cross & (flags[NIC_OUT][p2p.root] | flags[NIC_IN][p2p.recv]))
