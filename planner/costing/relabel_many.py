@@ -103,16 +103,21 @@ class RankedRows:
         roles = (1, len(t0.receivers), len(t0.parents), len(t0.addends),
                  len(t0.addend_parents))
         one, *packs = (struct.Struct(f"{n}q").pack for n in roles)
-        receivers = packed_receivers(packs[0], packed)
+        receivers, parents = packed_receivers(packs[0], packed), packs[1]
+        plain = not (roles[3] or roles[4])  # no addends: their empty packs left out
         got = cls()
         # a block's hosts and form rows, written over block by block (each form row
         # kept as bytes): a few arrays of a block's size, not one each a block
         scratch = np.empty((2, min(BLOCK, len(tasks)), sum(roles)), dtype=np.int64)
         for lo in range(0, len(tasks), BLOCK):
             parts: list[bytes] = []
-            for t in tasks[lo:lo + BLOCK]:  # a role a call: each tuple passed as it is
-                parts += (one(t.root), receivers(t.receivers), packs[1](*t.parents),
-                          packs[2](*t.addends), packs[3](*t.addend_parents))
+            if plain:  # a role a call: each tuple passed as it is
+                for t in tasks[lo:lo + BLOCK]:
+                    parts += (one(t.root), receivers(t.receivers), parents(*t.parents))
+            else:
+                for t in tasks[lo:lo + BLOCK]:
+                    parts += (one(t.root), receivers(t.receivers), parents(*t.parents),
+                              packs[2](*t.addends), packs[3](*t.addend_parents))
             rows = np.frombuffer(b"".join(parts), dtype=np.int64).reshape(-1, sum(roles))
             if int(rows.min()) < 0:
                 return None
@@ -195,13 +200,19 @@ class RankedRows:
         time as one array (each path a read-only row of it)."""
         base, (ranked, span), lat = form
         fracs = read_only_ones(len(base), ones)
+        # one span for every code (as a form's usually is): the hosts scaled before
+        # they are taken, a pass over the few hosts, not the many codes (the same ints)
+        one = int(span[0]) if len(span) and bool((span == span[0]).all()) else None
         out: list[Route] = []
         for lo in range(0, len(which), BLOCK):
             at = np.array(which[lo:lo + BLOCK], dtype=np.int64)
             hosts = self.order[self.begin[at][:, None] +
                                np.arange(int(self.counts[at[0]]), dtype=np.int64)]
+            if one is not None:
+                hosts *= one
             codes = hosts.take(ranked, axis=1)  # base + order[ranked] * span, a row a task
-            codes *= span
+            if one is None:
+                codes *= span
             codes += base
             codes.flags.writeable = False  # its rows are paths' codes
             out += [(Path.of_codes(c, fracs), lat) for c in codes]

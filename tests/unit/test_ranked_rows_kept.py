@@ -61,3 +61,31 @@ def test_rows_whose_sums_meet_are_kept_apart():
     assert rows.rows[0] is rows.rows[2] and rows.rows[1] is rows.rows[3]
     assert rows.rows[0] is not rows.rows[1]
     assert len(rows.distinct) == 2 and len(rows.distinct[2]) == 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("uniform", [True, False])
+def test_numbered_back_is_base_plus_hosts_by_span(seed, uniform):
+    """Codes numbered back, one span for every code (the hosts scaled first) or not:
+    ``base + order[ranked] * span``, row by row."""
+    rng = random.Random(seed)
+    devices = rng.choice([1, 4, 8])
+    tasks = _tasks(rng, devices, 1, rng.randint(BLOCK, 3 * BLOCK))  # one layout
+    rows = RankedRows.of(tasks, devices)
+    assert rows is not None
+    named = int(rows.counts[0])
+    n = rng.randint(1, 90)
+    ranked = np.array([rng.randrange(named) for _ in range(n)], dtype=np.int64)
+    span = np.full(n, 64, dtype=np.int64) if uniform else \
+        np.array([rng.choice([8, 64, 100]) for _ in range(n)], dtype=np.int64)
+    if not uniform:
+        span[0] = 8
+        span[-1] = 100  # (never all one)
+    base = np.array([rng.randrange(64) for _ in range(n)], dtype=np.int64)
+    which = sorted(rng.sample(range(len(tasks)), rng.randint(1, len(tasks))))
+    got = rows.numbered_back(which, (base, np.stack((ranked, span)), 0.5), {})
+    for j, (path, lat) in zip(which, got):
+        start = int(rows.begin[j])
+        order = rows.order[start:start + named]
+        assert path.arrays[0].tolist() == (base + order[ranked] * span).tolist()
+        assert lat == 0.5
