@@ -168,17 +168,21 @@ class RankedRows:
         before as that one (:attr:`distinct`, found by a weighted sum of the row): a
         call's thousands of rows have a few dozen forms, so the rows of one form share
         one object and a block's array is not kept (the same bytes)."""
-        distinct, out = self.distinct, self.rows
+        distinct = self.distinct
         sums = formed.dot(np.arange(1, formed.shape[1] + 1, dtype=np.int64)).tolist()
-        for total, row in zip(sums, map(np.ndarray.tobytes, formed)):
-            same = distinct.setdefault(total, [])
+        rows = list(map(np.ndarray.tobytes, formed))
+        for k, (total, same) in enumerate(zip(sums, map(distinct.get, sums))):
+            if same is None:
+                distinct[total] = [rows[k]]
+                continue
+            row = rows[k]
             for kept in same:
                 if kept == row:
-                    out.append(kept)
+                    rows[k] = kept
                     break
-            else:
+            else:  # its sum met another row's
                 same.append(row)
-                out.append(row)
+        self.rows += rows
 
     def row(self, i: int) -> bytes:
         """Row ``i``'s form row, as bytes."""
