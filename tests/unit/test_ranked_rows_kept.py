@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from reshard.planner.costing.relabel_many import BLOCK, RankedRows
+from reshard.planner.costing.relabel_many import BLOCK, ROW_STRIDE, RankedRows
 from reshard.planner.values.tasks import Task, TaskKind
 from tests.unit.test_relabeled_routes import _old_form_row
 
@@ -53,14 +53,16 @@ def test_equal_form_rows_are_one_object_and_each_rows_own(seed):
 
 def test_rows_whose_sums_meet_are_kept_apart():
     rows = RankedRows()
-    # weights 1, 2, 3: (2, 0, 0) and (0, 1, 0) both sum to 2, (0, 0, 1) to 3
-    block = np.array([[2, 0, 0], [0, 1, 0], [2, 0, 0], [0, 1, 0], [0, 0, 1]],
-                     dtype=np.int64)
+    width = 2 * ROW_STRIDE + 1  # the sample: places 0, ROW_STRIDE, 2 * ROW_STRIDE
+    a, b, c = (np.zeros(width, dtype=np.int64) for _ in range(3))
+    b[1] = 5  # outside the sample: b's sum is a's
+    c[ROW_STRIDE] = 1  # inside it: c's sum is 2
+    block = np.stack((a, b, a, b, c))
     rows._kept(block)
     assert [np.frombuffer(r, dtype=np.int64).tolist() for r in rows.rows] == block.tolist()
     assert rows.rows[0] is rows.rows[2] and rows.rows[1] is rows.rows[3]
     assert rows.rows[0] is not rows.rows[1]
-    assert len(rows.distinct) == 2 and len(rows.distinct[2]) == 2
+    assert len(rows.distinct) == 2 and len(rows.distinct[0]) == 2
 
 
 @pytest.mark.parametrize("seed", range(6))
