@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from reshard.planner.costing.fairshare import Path
-from reshard.planner.costing.shared_rows import SharedRows
 from reshard.planner.costing.place_forms import PlaceForms
 from reshard.planner.costing.route_forms import (
     ChainMemo,
@@ -86,7 +85,8 @@ class RankedRows:
     (:meth:`of`)."""
 
     def __init__(self) -> None:
-        self.kept = SharedRows(0)  # each row's form row, equal ones one object (of())
+        self.rows: list[bytes] = []  # each row's form row, equal ones one object
+        self.distinct: dict[int, list[bytes]] = {}  # form rows, by a sampled sum
         self.numbers: list[np.ndarray] = []  # per block, each row's host ranks (-1: none)
         self.orders: list[np.ndarray] = []  # per block, its rows' hosts in rank order
         self.named: list[np.ndarray] = []  # per block, the hosts each row names
@@ -105,7 +105,6 @@ class RankedRows:
                  len(t0.addend_parents))
         write = _row_writer(roles, packed)
         got = cls()
-        got.kept = SharedRows(sum(roles))
         # a block's rows, hosts and form rows, written over block by block (each form
         # row kept as bytes): a few arrays of a block's size, not one each a block
         scratch = np.empty((3, min(BLOCK, len(tasks)), sum(roles)), dtype=np.int64)
@@ -153,18 +152,41 @@ class RankedRows:
         # (every place in the table: "clip" clips none, and writes out= with no copy)
         formed = move.ravel().take(hosts, out=scratch[1], mode="clip")
         formed += rows
-        self.kept.add(formed, scratch[0])  # (the hosts read: written over)
+        self._kept(formed)
         self.numbers.append(number.reshape(count, spread))
         self.orders.append(new_cell - new_row * spread)
         self.named.append(named)
 
+    def _kept(self, formed: np.ndarray) -> None:
+        """Keep a block's form rows (``formed``) as bytes, rows equal to one kept
+        before as that one (:attr:`distinct`, found by a weighted sum of every
+        :data:`ROW_STRIDE`-th device of the row; rows whose sums meet told apart by
+        their bytes): a call's thousands of rows have a few dozen forms, so the rows of
+        one form share one object and a block's array is not kept (the same bytes)."""
+        distinct = self.distinct
+        sample = formed[:, ::ROW_STRIDE]
+        sums = sample.dot(np.arange(1, sample.shape[1] + 1, dtype=np.int64)).tolist()
+        rows = list(map(np.ndarray.tobytes, formed))
+        for k, (total, same) in enumerate(zip(sums, map(distinct.get, sums))):
+            if same is None:
+                distinct[total] = [rows[k]]
+                continue
+            row = rows[k]
+            for kept in same:
+                if kept == row:
+                    rows[k] = kept
+                    break
+            else:  # its sum met another row's
+                same.append(row)
+        self.rows += rows
+
     def row(self, i: int) -> bytes:
         """Row ``i``'s form row, as bytes."""
-        return self.kept.rows[i]
+        return self.rows[i]
 
     def formed_row(self, i: int) -> np.ndarray:
         """Row ``i``'s form row (read only)."""
-        return np.frombuffer(self.kept.rows[i], dtype=np.int64)
+        return np.frombuffer(self.rows[i], dtype=np.int64)
 
     def number(self, i: int) -> np.ndarray:
         """Row ``i``'s host ranks (-1: a host it does not name)."""
@@ -258,6 +280,10 @@ def _hosts(rows: np.ndarray, devices: int, out: np.ndarray) -> np.ndarray:
         return np.floor_divide(rows, devices, out=out)
     return np.right_shift(rows, devices.bit_length() - 1, out=out)
 
+
+ROW_STRIDE = 8
+"""Devices between those of a form row's sample by which :meth:`RankedRows._kept` finds
+an equal row kept before (a weighted sum of the sample: an eighth of the row's work)."""
 
 BLOCK = 32
 """Rows ranked, or numbered back, as one array (:class:`RankedRows`): a thousand trees'

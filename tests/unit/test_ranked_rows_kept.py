@@ -1,7 +1,7 @@
 """Form rows kept as bytes (issue 62, round eighteen): :class:`relabel_many.RankedRows`
-keeps each row's form row as bytes (:class:`shared_rows.SharedRows`), rows equal to one kept
-before as that very object (found by a sampled weighted sum and compared as arrays, told
-apart by the bytes where sums meet), no block's array kept. The rows equal those ranked one row at a time (``test_relabel_many``); here:
+keeps each row's form row as bytes, rows equal to one kept before as that very object
+(found by a weighted sum, told apart by the bytes where sums meet), no block's array
+kept. The rows equal those ranked one row at a time (``test_relabel_many``); here:
 equal rows are one object, rows whose sums meet stay apart, and the form row read as
 an array is the bytes read back (read only)."""
 
@@ -12,8 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from reshard.planner.costing.shared_rows import ROW_STRIDE, SharedRows
-from reshard.planner.costing.relabel_many import BLOCK, RankedRows
+from reshard.planner.costing.relabel_many import BLOCK, ROW_STRIDE, RankedRows
 from reshard.planner.values.tasks import Task, TaskKind
 from tests.unit.test_relabeled_routes import _old_form_row
 
@@ -49,51 +48,21 @@ def test_equal_form_rows_are_one_object_and_each_rows_own(seed):
         assert by_bytes.setdefault(got, got) is got  # equal rows: one object
         formed = rows.formed_row(j)
         assert formed.tobytes() == want and not formed.flags.writeable
-    assert len(by_bytes) == len(rows.kept.kept)
-
-
-def _added(*blocks: np.ndarray) -> SharedRows:
-    kept = SharedRows(blocks[0].shape[1])
-    for block in blocks:
-        kept.add(block, np.full_like(block, -7))
-    return kept
+    assert len(by_bytes) == sum(map(len, rows.distinct.values()))
 
 
 def test_rows_whose_sums_meet_are_kept_apart():
+    rows = RankedRows()
     width = 2 * ROW_STRIDE + 1  # the sample: places 0, ROW_STRIDE, 2 * ROW_STRIDE
     a, b, c = (np.zeros(width, dtype=np.int64) for _ in range(3))
     b[1] = 5  # outside the sample: b's sum is a's
-    c[ROW_STRIDE] = 1  # inside it: c's sum is another
-    for blocks in ([np.stack((a, b, a, b, c))], [np.stack((a, c)), np.stack((b, a, b, c))],
-                   [np.stack((b,)), np.stack((a, a)), np.stack((c, b, a))]):
-        kept = _added(*blocks)
-        rows = np.concatenate(blocks)
-        assert [np.frombuffer(r, dtype=np.int64).tolist() for r in kept.rows] == \
-            rows.tolist()
-        first: dict[bytes, bytes] = {}
-        for r in kept.rows:
-            assert first.setdefault(r, r) is r  # equal rows: one object
-        assert len(kept.kept) == 3 and len(kept.by_sum) == 2
-
-
-@pytest.mark.parametrize("seed", range(10))
-def test_rows_added_block_by_block_are_their_own_bytes(seed):
-    """Many blocks of rows drawn from a few (some differing only outside the sample,
-    the table grown several times): each row's own bytes, equal ones one object."""
-    rng = np.random.default_rng(seed)
-    width = int(rng.integers(1, 40))
-    pool = rng.integers(0, 3, size=(int(rng.integers(1, 40)), width))
-    if width > 1:
-        pool[1::2, 1] = pool[::2, 1][:len(pool[1::2])] + 1  # off the sample: sums meet
-    blocks = [pool[rng.integers(0, len(pool), size=int(rng.integers(1, BLOCK + 1)))]
-              for _ in range(int(rng.integers(1, 12)))]
-    kept = _added(*blocks)
-    rows = np.concatenate(blocks)
-    assert [r == row.tobytes() for r, row in zip(kept.rows, rows)] == [True] * len(rows)
-    first: dict[bytes, bytes] = {}
-    for r in kept.rows:
-        assert first.setdefault(r, r) is r
-    assert len(kept.kept) == len(first)
+    c[ROW_STRIDE] = 1  # inside it: c's sum is 2
+    block = np.stack((a, b, a, b, c))
+    rows._kept(block)
+    assert [np.frombuffer(r, dtype=np.int64).tolist() for r in rows.rows] == block.tolist()
+    assert rows.rows[0] is rows.rows[2] and rows.rows[1] is rows.rows[3]
+    assert rows.rows[0] is not rows.rows[1]
+    assert len(rows.distinct) == 2 and len(rows.distinct[0]) == 2
 
 
 @pytest.mark.parametrize("seed", range(6))
