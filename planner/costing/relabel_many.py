@@ -15,7 +15,6 @@ its codes the same integers summed alike (``base + order[ranked] * span``)."""
 
 from __future__ import annotations
 
-import itertools
 import struct
 from collections.abc import Callable, Sequence
 
@@ -103,19 +102,26 @@ class RankedRows:
         t0 = tasks[0]
         roles = (1, len(t0.receivers), len(t0.parents), len(t0.addends),
                  len(t0.addend_parents))
-        write = _row_writer(roles, packed)
+        one, *packs = (struct.Struct(f"{n}q").pack for n in roles)
+        receivers, parents = packed_receivers(packs[0], packed), packs[1]
+        plain = not (roles[3] or roles[4])  # no addends: their empty packs left out
         got = cls()
-        # a block's rows, hosts and form rows, written over block by block (each form
-        # row kept as bytes): a few arrays of a block's size, not one each a block
-        scratch = np.empty((3, min(BLOCK, len(tasks)), sum(roles)), dtype=np.int64)
-        into = memoryview(scratch[2]).cast("B")  # the rows, as bytes
+        # a block's hosts and form rows, written over block by block (each form row
+        # kept as bytes): a few arrays of a block's size, not one each a block
+        scratch = np.empty((2, min(BLOCK, len(tasks)), sum(roles)), dtype=np.int64)
         for lo in range(0, len(tasks), BLOCK):
-            block = tasks[lo:lo + BLOCK]
-            write(block, into)
-            rows = scratch[2, :len(block)]
+            parts: list[bytes] = []
+            if plain:  # a role a call: each tuple passed as it is
+                for t in tasks[lo:lo + BLOCK]:
+                    parts += (one(t.root), receivers(t.receivers), parents(*t.parents))
+            else:
+                for t in tasks[lo:lo + BLOCK]:
+                    parts += (one(t.root), receivers(t.receivers), parents(*t.parents),
+                              packs[2](*t.addends), packs[3](*t.addend_parents))
+            rows = np.frombuffer(b"".join(parts), dtype=np.int64).reshape(-1, sum(roles))
             if int(rows.min()) < 0:
                 return None
-            got._rank(rows, devices, scratch[:2, :len(block)])
+            got._rank(rows, devices, scratch[:, :len(rows)])
         begin = np.zeros(len(tasks), dtype=np.int64)
         named = np.concatenate(got.named)
         np.cumsum(named[:-1], out=begin[1:])
@@ -241,35 +247,6 @@ def packed_receivers(pack: Callable[..., bytes], packed: Packed | None
         return row
 
     return receivers
-
-
-def _row_writer(roles: tuple[int, ...], packed: Packed | None
-                ) -> Callable[[Sequence[Task], memoryview], None]:
-    """What writes tasks' rows (root, receivers, parents, addends, addend parents; of
-    ``roles`` devices each) row after row into a buffer of bytes: each role packed in
-    its place (a role a call, each tuple passed as it is; the empty roles of rows
-    without addends left out), each receivers' tuple packed once (``packed``, read and
-    filled in, :func:`packed_receivers`) and copied. The same bytes as the roles packed
-    and joined, with no bytes object a block."""
-    structs = [struct.Struct(f"{n}q") for n in roles]
-    receivers = packed_receivers(structs[1].pack, packed)
-    one, _, parents, addends, addend_parents = (s.pack_into for s in structs)
-    at = list(itertools.accumulate([8 * n for n in roles], initial=0))  # each role's place
-    stride, r0, r1, a0, a1 = at[-1], at[1], at[2], at[3], at[4]
-
-    def plain(block: Sequence[Task], into: memoryview) -> None:
-        for o, t in zip(range(0, stride * len(block), stride), block):
-            one(into, o, t.root)
-            into[o + r0:o + r1] = receivers(t.receivers)
-            parents(into, o + r1, *t.parents)
-
-    def full(block: Sequence[Task], into: memoryview) -> None:
-        plain(block, into)
-        for o, t in zip(range(0, stride * len(block), stride), block):
-            addends(into, o + a0, *t.addends)
-            addend_parents(into, o + a1, *t.addend_parents)
-
-    return full if roles[3] or roles[4] else plain
 
 
 def _hosts(rows: np.ndarray, devices: int, out: np.ndarray) -> np.ndarray:
