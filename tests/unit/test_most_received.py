@@ -45,4 +45,4 @@ def test_none_where_no_device_is_named(monkeypatch):
 def test_the_first_named_among_ties():
     receivers = [tuple(range(500, 0, -1))] * (serial_floor.COUNTED // 500 + 1)
     assert most_received(receivers) == 500  # every device as often: the first named
-    assert most_received(receivers + [(7,)]) == 7
+    assert most_received([*receivers, (7,)]) == 7
