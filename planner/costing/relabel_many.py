@@ -254,8 +254,10 @@ def _hosts(rows: np.ndarray, devices: int, out: np.ndarray) -> np.ndarray:
     in ``out``: a shift where that is a power of 2 (the same integers as ``//``, in half
     the time)."""
     if devices & (devices - 1):
-        return np.floor_divide(rows, devices, out=out)
-    return np.right_shift(rows, devices.bit_length() - 1, out=out)
+        np.floor_divide(rows, devices, out=out)
+    else:
+        np.right_shift(rows, devices.bit_length() - 1, out=out)
+    return out
 
 
 ROW_STRIDE = 8
