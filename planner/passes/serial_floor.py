@@ -120,6 +120,7 @@ def device_floor(plan: ReshardPlan, device: int) -> float:
     cap = capacities(plan.cluster)
     kind_cap: np.ndarray | None = None
     slowest: dict[int, float] = {}  # by id of a shared path
+    ones: dict[int, tuple[np.ndarray, bool]] = {}  # fractions all 1.0 by id (_slowest)
     copy = TaskKind.COPY
     total = 0.0
     for t, (path, lat) in zip(plan.tasks, plan.routes()):
@@ -135,12 +136,30 @@ def device_floor(plan: ReshardPlan, device: int) -> float:
         elif per_byte is None:
             if kind_cap is None:
                 kind_cap = np.array([cap[kind] for kind in KINDS])
-            codes, frac = path_arrays(path)
-            on = frac > 0
-            per_byte = slowest[id(path)] = float(
-                (frac[on] / kind_cap[codes[on] % 8]).max(initial=0.0))
+                ones[-1] = (kind_cap, bool(  # (no array's id) each 0 or more, not -0.0
+                    ((kind_cap > 0) | ((kind_cap == 0) & ~np.signbit(kind_cap))).all()))
+            per_byte = slowest[id(path)] = _slowest(path_arrays(path), kind_cap, ones)
         total += lat + per_byte * t.nbytes
     return total * (1 - MARGIN)
+
+
+def _slowest(arrays: tuple[np.ndarray, np.ndarray], kind_cap: np.ndarray,
+             ones: dict[int, tuple[np.ndarray, bool]]) -> float:
+    """A route's seconds a byte over its slowest resource (its codes and fractions
+    ``arrays``; ``kind_cap``: each kind's capacity): the most of ``frac / capacity``
+    over its edges with a fraction above 0. Where every fraction is 1.0 (asked once
+    per array, by id in ``ones``: routes of one form share theirs) and no capacity is
+    below 0 (``ones[-1]``; none NaN or -0.0), ``1 / least capacity``: the same float
+    (rounding keeps ``1 / x`` falling as ``x`` rises, so the largest quotient is the
+    least divisor's; a capacity of 0 on the route gives infinity either way)."""
+    codes, frac = arrays
+    got = ones.get(id(frac))
+    if got is None or got[0] is not frac:
+        got = ones[id(frac)] = (frac, bool((frac == 1.0).all()))
+    if got[1] and len(codes) and ones[-1][1]:
+        return float(np.divide(1.0, kind_cap[codes % 8].min()))
+    on = frac > 0
+    return float((frac[on] / kind_cap[codes[on] % 8]).max(initial=0.0))
 
 
 def serial_ruled_out(start: ReshardPlan, keeps: Callable[[float], bool]) -> bool:
