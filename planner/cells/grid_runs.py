@@ -49,13 +49,16 @@ class Grid:
     (each cell's places are read and charged flat: one index a place)."""
 
     __slots__ = ("base", "checked", "dev", "flat", "got", "have_in", "have_out", "hosts",
-                 "nic_list", "nic_set", "nics", "received", "refused", "rows", "sent",
-                 "width")
+                 "ids", "nic_list", "nic_set", "nics", "received", "refused", "rows",
+                 "sent", "width")
 
     def __init__(self, loads: Loads, dev: np.ndarray, hosts: frozenset[int]) -> None:
         self.dev = dev
         self.rows, self.width = dev.shape
         self.flat = dev.reshape(-1)
+        # the devices as Python ints, made once: each chain's tuple takes these (a
+        # thousand chains of a thousand devices: no new int objects each)
+        self.ids = self.flat.astype(object)
         self.base = np.arange(self.rows, dtype=np.int64) * self.width
         self.hosts = hosts
         self.nic_list = list(map(loads.nic, self.flat.tolist()))
@@ -123,7 +126,7 @@ def grid_chain(grid: Grid) -> Chain:
     key[final, entry[final] - base[final]] = -np.inf
     at = key.argsort(axis=1, kind="stable")[order]
     at += base[order][:, None]  # flat places, row by row in chain order
-    chain = tuple(grid.flat.take(at.reshape(-1)).tolist())
+    chain = tuple(grid.ids.take(at.reshape(-1)).tolist())
     return chain, last[order[:-1]], at
 
 

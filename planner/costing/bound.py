@@ -258,9 +258,10 @@ class _Intake:
         summed = size > 0
         hosts = needs.host_set - summing  # the loop's order
         host_in = self.host_in
-        get = host_in.get
-        for h in hosts:
-            host_in[h] = get(h, 0.0) + nbytes
+        # each host's get(h, 0.0) + nbytes, in the set's order (one update, no loop)
+        host_in.update(zip(hosts, map(operator.add, map(host_in.get, hosts,
+                                                        itertools.repeat(0.0)),
+                                      itertools.repeat(nbytes))))
         key = (needers, size, hold_hosts) if summed else needers
         taken = self.least_taken.get(key)
         if taken is None:

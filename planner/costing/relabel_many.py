@@ -79,11 +79,13 @@ def relabeled_or_own(task: Task, key: tuple[object, ...], step: tuple[int, int],
 class RankedRows:
     """Tasks' devices (root, receivers, parents, addends, addend parents: rows of one
     length) renumbered by host in the order each row first names them: each row's form
-    row (:func:`~reshard.planner.costing.route_forms.form_key`), host ranks and hosts
-    in rank order, found :data:`BLOCK` rows at a time (:meth:`of`)."""
+    row (:func:`~reshard.planner.costing.route_forms.form_key`; equal ones one bytes
+    object), host ranks and hosts in rank order, found :data:`BLOCK` rows at a time
+    (:meth:`of`)."""
 
     def __init__(self) -> None:
-        self.formed: list[np.ndarray] = []  # per block, its form rows
+        self.rows: list[bytes] = []  # each row's form row, equal ones one object
+        self.distinct: dict[int, list[bytes]] = {}  # form rows, by a sampled sum
         self.numbers: list[np.ndarray] = []  # per block, each row's host ranks (-1: none)
         self.orders: list[np.ndarray] = []  # per block, its rows' hosts in rank order
         self.named: list[np.ndarray] = []  # per block, the hosts each row names
@@ -101,28 +103,36 @@ class RankedRows:
         roles = (1, len(t0.receivers), len(t0.parents), len(t0.addends),
                  len(t0.addend_parents))
         one, *packs = (struct.Struct(f"{n}q").pack for n in roles)
-        receivers = packed_receivers(packs[0], packed)
+        receivers, parents = packed_receivers(packs[0], packed), packs[1]
+        plain = not (roles[3] or roles[4])  # no addends: their empty packs left out
         got = cls()
+        # a block's hosts and form rows, written over block by block (each form row
+        # kept as bytes): a few arrays of a block's size, not one each a block
+        scratch = np.empty((2, min(BLOCK, len(tasks)), sum(roles)), dtype=np.int64)
         for lo in range(0, len(tasks), BLOCK):
             parts: list[bytes] = []
-            for t in tasks[lo:lo + BLOCK]:  # a role a call: each tuple passed as it is
-                parts += (one(t.root), receivers(t.receivers), packs[1](*t.parents),
-                          packs[2](*t.addends), packs[3](*t.addend_parents))
+            if plain:  # a role a call: each tuple passed as it is
+                for t in tasks[lo:lo + BLOCK]:
+                    parts += (one(t.root), receivers(t.receivers), parents(*t.parents))
+            else:
+                for t in tasks[lo:lo + BLOCK]:
+                    parts += (one(t.root), receivers(t.receivers), parents(*t.parents),
+                              packs[2](*t.addends), packs[3](*t.addend_parents))
             rows = np.frombuffer(b"".join(parts), dtype=np.int64).reshape(-1, sum(roles))
             if int(rows.min()) < 0:
                 return None
-            got._rank(rows, devices)
+            got._rank(rows, devices, scratch[:, :len(rows)])
         begin = np.zeros(len(tasks), dtype=np.int64)
         named = np.concatenate(got.named)
         np.cumsum(named[:-1], out=begin[1:])
         got.begin, got.order, got.counts = begin, np.concatenate(got.orders), named
         return got
 
-    def _rank(self, rows: np.ndarray, devices: int) -> None:
+    def _rank(self, rows: np.ndarray, devices: int, scratch: np.ndarray) -> None:
         """Rank a block of ``rows`` (``devices`` a host): each host's rank the count
         of hosts its row names first before it (found run by run: devices come host
-        by host)."""
-        hosts = _hosts(rows, devices)
+        by host). ``scratch``: two arrays of the rows' shape, written over."""
+        hosts = _hosts(rows, devices, scratch[0])
         count, width = rows.shape
         spread = int(hosts.max()) + 1  # hosts a row's table holds
         flat = hosts.ravel()
@@ -145,20 +155,44 @@ class RankedRows:
         # each device moved by (rank - host) hosts: _moves' integers, read by row
         move = (number.reshape(count, spread) - np.arange(spread, dtype=np.int64)) * devices
         hosts += (np.arange(count, dtype=np.int64) * spread)[:, None]
-        self.formed.append(rows + move.ravel().take(hosts))
+        # (every place in the table: "clip" clips none, and writes out= with no copy)
+        formed = move.ravel().take(hosts, out=scratch[1], mode="clip")
+        formed += rows
+        self._kept(formed)
         self.numbers.append(number.reshape(count, spread))
         self.orders.append(new_cell - new_row * spread)
         self.named.append(named)
 
+    def _kept(self, formed: np.ndarray) -> None:
+        """Keep a block's form rows (``formed``) as bytes, rows equal to one kept
+        before as that one (:attr:`distinct`, found by a weighted sum of every
+        :data:`ROW_STRIDE`-th device of the row; rows whose sums meet told apart by
+        their bytes): a call's thousands of rows have a few dozen forms, so the rows of
+        one form share one object and a block's array is not kept (the same bytes)."""
+        distinct = self.distinct
+        sample = formed[:, ::ROW_STRIDE]
+        sums = sample.dot(np.arange(1, sample.shape[1] + 1, dtype=np.int64)).tolist()
+        rows = list(map(np.ndarray.tobytes, formed))
+        for k, (total, same) in enumerate(zip(sums, map(distinct.get, sums))):
+            if same is None:
+                distinct[total] = [rows[k]]
+                continue
+            row = rows[k]
+            for kept in same:
+                if kept == row:
+                    rows[k] = kept
+                    break
+            else:  # its sum met another row's
+                same.append(row)
+        self.rows += rows
+
     def row(self, i: int) -> bytes:
         """Row ``i``'s form row, as bytes."""
-        row: bytes = self.formed[i // BLOCK][i % BLOCK].tobytes()
-        return row
+        return self.rows[i]
 
     def formed_row(self, i: int) -> np.ndarray:
-        """Row ``i``'s form row."""
-        row: np.ndarray = self.formed[i // BLOCK][i % BLOCK]
-        return row
+        """Row ``i``'s form row (read only)."""
+        return np.frombuffer(self.rows[i], dtype=np.int64)
 
     def number(self, i: int) -> np.ndarray:
         """Row ``i``'s host ranks (-1: a host it does not name)."""
@@ -172,13 +206,19 @@ class RankedRows:
         time as one array (each path a read-only row of it)."""
         base, (ranked, span), lat = form
         fracs = read_only_ones(len(base), ones)
+        # one span for every code (as a form's usually is): the hosts scaled before
+        # they are taken, a pass over the few hosts, not the many codes (the same ints)
+        one = int(span[0]) if len(span) and bool((span == span[0]).all()) else None
         out: list[Route] = []
         for lo in range(0, len(which), BLOCK):
             at = np.array(which[lo:lo + BLOCK], dtype=np.int64)
             hosts = self.order[self.begin[at][:, None] +
                                np.arange(int(self.counts[at[0]]), dtype=np.int64)]
+            if one is not None:
+                hosts *= one
             codes = hosts.take(ranked, axis=1)  # base + order[ranked] * span, a row a task
-            codes *= span
+            if one is None:
+                codes *= span
             codes += base
             codes.flags.writeable = False  # its rows are paths' codes
             out += [(Path.of_codes(c, fracs), lat) for c in codes]
@@ -209,13 +249,20 @@ def packed_receivers(pack: Callable[..., bytes], packed: Packed | None
     return receivers
 
 
-def _hosts(rows: np.ndarray, devices: int) -> np.ndarray:
-    """The host of each of ``rows``' devices (none below 0), ``devices`` a host: a
-    shift where that is a power of 2 (the same integers as ``//``, in half the time)."""
+def _hosts(rows: np.ndarray, devices: int, out: np.ndarray) -> np.ndarray:
+    """The host of each of ``rows``' devices (none below 0), ``devices`` a host, written
+    in ``out``: a shift where that is a power of 2 (the same integers as ``//``, in half
+    the time)."""
     if devices & (devices - 1):
-        return rows // devices
-    return rows >> (devices.bit_length() - 1)
+        np.floor_divide(rows, devices, out=out)
+    else:
+        np.right_shift(rows, devices.bit_length() - 1, out=out)
+    return out
 
+
+ROW_STRIDE = 8
+"""Devices between those of a form row's sample by which :meth:`RankedRows._kept` finds
+an equal row kept before (a weighted sum of the sample: an eighth of the row's work)."""
 
 BLOCK = 32
 """Rows ranked, or numbered back, as one array (:class:`RankedRows`): a thousand trees'

@@ -24,6 +24,7 @@ the work differs.
 
 from __future__ import annotations
 
+import struct
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
@@ -72,10 +73,42 @@ def busiest_devices(tasks: Sequence[Task]) -> Iterator[int]:
     first = next((d for d, _ in roots if d >= 0), None)
     if first is not None:
         yield first
-    receivers = Counter(chain.from_iterable([t.receivers for t in tasks])).most_common()
-    second = next((d for d, _ in receivers if d >= 0), None)
+    second = most_received([t.receivers for t in tasks])
     if second is not None and second != first:
         yield second
+
+
+COUNTED = 1 << 14
+"""Receivers from which :func:`most_received` counts them as one array (fewer: a
+``Counter``, without the arrays' fixed cost)."""
+
+
+def most_received(receivers: Sequence[tuple[int, ...]]) -> int | None:
+    """The device (not below 0) that the most of ``receivers`` name, ties to the one
+    named first; None where there is none: a ``Counter``'s most common, by its order of
+    first counts. From :data:`COUNTED` receivers on, one array: each tuple packed
+    (one ``struct`` call, by its length), every device's count by ``bincount``, a tie
+    told apart by the first place that names one of the tied (the same device)."""
+    total = sum(map(len, receivers))
+    if total < COUNTED:
+        return next((d for d, _ in Counter(chain.from_iterable(receivers)).most_common()
+                     if d >= 0), None)
+    packs: dict[int, Callable[..., bytes]] = {}
+    parts: list[bytes] = []
+    for r in receivers:
+        pack = packs.get(len(r))
+        if pack is None:
+            pack = packs[len(r)] = struct.Struct(f"{len(r)}q").pack
+        parts.append(pack(*r))
+    devices = np.frombuffer(b"".join(parts), dtype=np.int64)
+    named = devices[devices >= 0]
+    if not len(named):
+        return None
+    counts = np.bincount(named)
+    tied = np.flatnonzero(counts == counts.max())
+    if len(tied) == 1:
+        return int(tied[0])
+    return int(named[np.isin(named, tied).argmax()])
 
 
 def device_floor(plan: ReshardPlan, device: int) -> float:
@@ -87,6 +120,7 @@ def device_floor(plan: ReshardPlan, device: int) -> float:
     cap = capacities(plan.cluster)
     kind_cap: np.ndarray | None = None
     slowest: dict[int, float] = {}  # by id of a shared path
+    ones: dict[int, tuple[np.ndarray, bool]] = {}  # fractions all 1.0 by id (_slowest)
     copy = TaskKind.COPY
     total = 0.0
     for t, (path, lat) in zip(plan.tasks, plan.routes()):
@@ -102,12 +136,30 @@ def device_floor(plan: ReshardPlan, device: int) -> float:
         elif per_byte is None:
             if kind_cap is None:
                 kind_cap = np.array([cap[kind] for kind in KINDS])
-            codes, frac = path_arrays(path)
-            on = frac > 0
-            per_byte = slowest[id(path)] = float(
-                (frac[on] / kind_cap[codes[on] % 8]).max(initial=0.0))
+                ones[-1] = (kind_cap, bool(  # (no array's id) each 0 or more, not -0.0
+                    ((kind_cap > 0) | ((kind_cap == 0) & ~np.signbit(kind_cap))).all()))
+            per_byte = slowest[id(path)] = _slowest(path_arrays(path), kind_cap, ones)
         total += lat + per_byte * t.nbytes
     return total * (1 - MARGIN)
+
+
+def _slowest(arrays: tuple[np.ndarray, np.ndarray], kind_cap: np.ndarray,
+             ones: dict[int, tuple[np.ndarray, bool]]) -> float:
+    """A route's seconds a byte over its slowest resource (its codes and fractions
+    ``arrays``; ``kind_cap``: each kind's capacity): the most of ``frac / capacity``
+    over its edges with a fraction above 0. Where every fraction is 1.0 (asked once
+    per array, by id in ``ones``: routes of one form share theirs) and no capacity is
+    below 0 (``ones[-1]``; none NaN or -0.0), ``1 / least capacity``: the same float
+    (rounding keeps ``1 / x`` falling as ``x`` rises, so the largest quotient is the
+    least divisor's; a capacity of 0 on the route gives infinity either way)."""
+    codes, frac = arrays
+    got = ones.get(id(frac))
+    if got is None or got[0] is not frac:
+        got = ones[id(frac)] = (frac, bool((frac == 1.0).all()))
+    if got[1] and len(codes) and ones[-1][1]:
+        return float(np.divide(1.0, kind_cap[codes % 8].min()))
+    on = frac > 0
+    return float((frac[on] / kind_cap[codes[on] % 8]).max(initial=0.0))
 
 
 def serial_ruled_out(start: ReshardPlan, keeps: Callable[[float], bool]) -> bool:
@@ -122,5 +174,5 @@ def serial_ruled_out(start: ReshardPlan, keeps: Callable[[float], bool]) -> bool
     return any(not keeps(device_floor(start, d)) for d in busiest_devices(tasks))
 
 
-__all__ = ["MARGIN", "busiest_devices", "device_floor", "serial_ruled_out",
-           "serial_unchanged"]
+__all__ = ["COUNTED", "MARGIN", "busiest_devices", "device_floor", "most_received",
+           "serial_ruled_out", "serial_unchanged"]
