@@ -24,6 +24,7 @@ class PointColumns:
     recv: np.ndarray
     nbytes: np.ndarray
     box: np.ndarray  # (rows, 2 * ndim): starts and stops, zero-padded to the widest
+    # (laid out column by column where :meth:`PointToPoint.columns` makes it)
     ndim: np.ndarray
 
     def box_of(self, row: int) -> Box:
@@ -55,12 +56,15 @@ class PointToPoint:
 
     def columns(self) -> PointColumns:
         """Every row added, column by column (a column of one value for every row, of
-        at least :data:`SAME_FROM` rows: that value broadcast, read only)."""
+        at least :data:`SAME_FROM` rows: that value broadcast, read only; the box's
+        columns each contiguous)."""
         parts = self._parts
         ndims = [p[1].lo.shape[1] for p in parts]
         width = 2 * max(ndims, default=0)
         padded = any(2 * nd < width for nd in ndims)  # padding stays zero
-        box = (np.zeros if padded else np.empty)((self.count, width), dtype=np.int64)
+        # column by column in memory (the transpose of a (width, rows) array): the order
+        # reads the box a column at a time (a key each), contiguous so; the same values
+        box = (np.zeros if padded else np.empty)((width, self.count), dtype=np.int64).T
         at = 0
         for (_, table, rows, _, _, _), nd in zip(parts, ndims):
             box[at:at + len(rows), 0:2 * nd:2] = _rows_of(table.lo, rows)

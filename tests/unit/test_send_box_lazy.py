@@ -49,3 +49,23 @@ def test_an_estimate_never_gathers_the_boxes(monkeypatch):
     want = estimate_many([(*MIX[0], CL)], cache=CostCache())
     monkeypatch.setattr(SendColumns, "box", property(refuse))
     assert estimate_many([(*MIX[0], CL)], cache=CostCache()) == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_point_rows_box_is_laid_out_column_by_column(seed):
+    """The point-to-point box's columns each contiguous (the order's keys), its values
+    the rows' boxes, zero past each row's dims (tables of 1 to 3 dims, some rows)."""
+    from reshard.planner.schedule.point_rows import PointToPoint
+    from tests.unit.test_point_columns import _table
+
+    rng = np.random.default_rng(seed)
+    p2p, want = PointToPoint(), []
+    for nd in rng.integers(1, 4, 3).tolist():
+        table = _table(rng, 50, nd)
+        rows = np.sort(rng.choice(50, 30 if seed % 2 else 50, replace=False))
+        p2p.add(0, table, rows, rows, rows + 1, rows * 8)
+        for r in rows.tolist():
+            want.append([v for j in range(nd) for v in (table.lo[r, j], table.hi[r, j])])
+    box = p2p.columns().box
+    assert all(box[:, j].flags.c_contiguous for j in range(box.shape[1]))
+    assert box.tolist() == [w + [0] * (box.shape[1] - len(w)) for w in want]
