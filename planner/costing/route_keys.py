@@ -6,6 +6,7 @@ SampledKey`): every key is made here, so keys that are equal are made alike."""
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from operator import itemgetter
 
 from reshard.cluster import pipeline_piece
 from reshard.planner.costing.sampled_keys import SampledKey, every, every_many
@@ -43,8 +44,9 @@ def route_keys(tasks: Sequence[Task], relay_piece: int, per_message: bool,
     else:
         keys = [(t.kind, t.root, t.receivers, t.parents, t.addends, t.addend_parents, 0, 0,
                  False) for t in tasks]
-    big = [i for i, t in enumerate(tasks) if len(t.receivers) >= HASH_ONCE]
-    if big:
+    lens = list(map(len, map(itemgetter(2), keys)))  # each task's receivers, in C
+    if lens and max(lens) >= HASH_ONCE:
+        big = [i for i, n in enumerate(lens) if n >= HASH_ONCE]
         for i, key in zip(big, sampled_keys([keys[i] for i in big])):
             keys[i] = key
     return keys

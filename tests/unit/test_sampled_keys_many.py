@@ -11,8 +11,7 @@ import random
 import pytest
 
 from reshard.cluster import pipeline_piece
-from reshard.planner.costing.route_forms import (CHAIN_STRIDE, FORM_STRIDE, chain_key,
-                                                 form_key)
+from reshard.planner.costing.route_forms import CHAIN_STRIDE, FORM_STRIDE, chain_key, form_key
 from reshard.planner.costing.route_keys import route_key, route_keys
 from reshard.planner.costing.sampled_keys import SampledKey, every, every_many
 from tests.unit.test_route_keys_many import _large
