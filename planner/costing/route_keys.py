@@ -37,6 +37,7 @@ def route_keys(tasks: Sequence[Task], relay_piece: int, per_message: bool,
     Every key is made here as :func:`route_key` makes it, without a call a task: the
     plain tuples first, then those of :data:`HASH_ONCE` receivers or more sampled
     together (:func:`sampled_keys`)."""
+    keys: list[tuple[object, ...]]
     if relay_piece or per_message or riders:
         keys = [(t.kind, t.root, t.receivers, t.parents, t.addends, t.addend_parents,
                  pipeline_piece(relay_piece, t.nbytes), t.nbytes if per_message else 0,
