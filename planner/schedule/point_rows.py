@@ -62,9 +62,7 @@ class PointToPoint:
         ndims = [p[1].lo.shape[1] for p in parts]
         width = 2 * max(ndims, default=0)
         padded = any(2 * nd < width for nd in ndims)  # padding stays zero
-        # column by column in memory (the transpose of a (width, rows) array): the order
-        # reads the box a column at a time (a key each), contiguous so; the same values
-        box = (np.zeros if padded else np.empty)((width, self.count), dtype=np.int64).T
+        box = _box(self.count, width, padded)
         at = 0
         for (_, table, rows, _, _, _), nd in zip(parts, ndims):
             box[at:at + len(rows), 0:2 * nd:2] = _rows_of(table.lo, rows)
@@ -74,6 +72,23 @@ class PointToPoint:
         return PointColumns(_repeated([p[0] for p in parts], sizes),
                             cat([p[3] for p in parts]), cat([p[4] for p in parts]),
                             cat([p[5] for p in parts]), box, _repeated(ndims, sizes))
+
+
+def _box(rows: int, width: int, padded: bool) -> np.ndarray:
+    """An int64 ``(rows, width)`` box to write (zeros where ``padded``): of at least
+    :data:`COLUMNS_FROM` rows, laid out column by column (the transpose of a ``(width,
+    rows)`` array: the order reads it a key column at a time, each contiguous so; the
+    same values), else row by row (numpy's gathers of its rows cost less so)."""
+    new = np.zeros if padded else np.empty
+    if rows >= COLUMNS_FROM:
+        return new((width, rows), dtype=np.int64).T
+    return new((rows, width), dtype=np.int64)
+
+
+COLUMNS_FROM = 4096
+"""Rows from which :func:`_box` lays the box out column by column (where
+:func:`~reshard.planner.schedule.packed_sort.lexsort` packs the order's keys a column at
+a time)."""
 
 
 def _repeated(values: list[int], sizes: list[int]) -> np.ndarray:

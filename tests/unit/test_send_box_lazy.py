@@ -52,12 +52,16 @@ def test_an_estimate_never_gathers_the_boxes(monkeypatch):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_point_rows_box_is_laid_out_column_by_column(seed):
-    """The point-to-point box's columns each contiguous (the order's keys), its values
-    the rows' boxes, zero past each row's dims (tables of 1 to 3 dims, some rows)."""
+@pytest.mark.parametrize("columns_from", [0, 10 ** 9])
+def test_point_rows_box_is_laid_out_column_by_column(seed, columns_from, monkeypatch):
+    """The point-to-point box's columns each contiguous (the order's keys) from
+    ``COLUMNS_FROM`` rows (else its rows), its values the rows' boxes either way, zero
+    past each row's dims (tables of 1 to 3 dims, some rows)."""
+    from reshard.planner.schedule import point_rows
     from reshard.planner.schedule.point_rows import PointToPoint
     from tests.unit.test_point_columns import _table
 
+    monkeypatch.setattr(point_rows, "COLUMNS_FROM", columns_from)
     rng = np.random.default_rng(seed)
     p2p, want = PointToPoint(), []
     for nd in rng.integers(1, 4, 3).tolist():
@@ -67,5 +71,8 @@ def test_point_rows_box_is_laid_out_column_by_column(seed):
         for r in rows.tolist():
             want.append([v for j in range(nd) for v in (table.lo[r, j], table.hi[r, j])])
     box = p2p.columns().box
-    assert all(box[:, j].flags.c_contiguous for j in range(box.shape[1]))
+    if columns_from == 0:
+        assert all(box[:, j].flags.c_contiguous for j in range(box.shape[1]))
+    else:
+        assert box.flags.c_contiguous
     assert box.tolist() == [w + [0] * (box.shape[1] - len(w)) for w in want]
