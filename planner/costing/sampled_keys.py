@@ -11,7 +11,7 @@ way (a plain tuple hashes otherwise): each memo's keys are made by one function.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable, Sequence
 
 
 class SampledKey(tuple):  # type: ignore[type-arg]
@@ -28,6 +28,17 @@ class SampledKey(tuple):  # type: ignore[type-arg]
         key.hashed = hash(sample)
         return key
 
+    @classmethod
+    def many(cls, items: Iterable[tuple[object, ...]], samples: Iterable[Hashable]
+             ) -> list[SampledKey]:
+        """:meth:`of` of each of ``items`` and its sample in ``samples``, in one call
+        (the same keys)."""
+        keys = list(map(cls, items))
+        for key, sample in zip(keys, samples, strict=True):
+            key.sample = sample
+            key.hashed = hash(sample)
+        return keys
+
     def __hash__(self) -> int:
         return self.hashed
 
@@ -41,4 +52,10 @@ def every(items: tuple[object, ...] | bytes, stride: int) -> tuple[object, ...] 
     return (len(items), items[::stride], items[-1:])
 
 
-__all__ = ["SampledKey", "every"]
+def every_many(items: Sequence[tuple[object, ...] | bytes], stride: int
+               ) -> list[tuple[object, ...]]:
+    """:func:`every` of each of ``items``, in one call (the same samples)."""
+    return [(len(x), x[::stride], x[-1:]) for x in items]
+
+
+__all__ = ["SampledKey", "every", "every_many"]

@@ -24,6 +24,7 @@ class PointColumns:
     recv: np.ndarray
     nbytes: np.ndarray
     box: np.ndarray  # (rows, 2 * ndim): starts and stops, zero-padded to the widest
+    # (laid out column by column where :meth:`PointToPoint.columns` makes it)
     ndim: np.ndarray
 
     def box_of(self, row: int) -> Box:
@@ -55,12 +56,13 @@ class PointToPoint:
 
     def columns(self) -> PointColumns:
         """Every row added, column by column (a column of one value for every row, of
-        at least :data:`SAME_FROM` rows: that value broadcast, read only)."""
+        at least :data:`SAME_FROM` rows: that value broadcast, read only; the box's
+        columns each contiguous)."""
         parts = self._parts
         ndims = [p[1].lo.shape[1] for p in parts]
         width = 2 * max(ndims, default=0)
         padded = any(2 * nd < width for nd in ndims)  # padding stays zero
-        box = (np.zeros if padded else np.empty)((self.count, width), dtype=np.int64)
+        box = _box(self.count, width, padded)
         at = 0
         for (_, table, rows, _, _, _), nd in zip(parts, ndims):
             box[at:at + len(rows), 0:2 * nd:2] = _rows_of(table.lo, rows)
@@ -70,6 +72,23 @@ class PointToPoint:
         return PointColumns(_repeated([p[0] for p in parts], sizes),
                             cat([p[3] for p in parts]), cat([p[4] for p in parts]),
                             cat([p[5] for p in parts]), box, _repeated(ndims, sizes))
+
+
+def _box(rows: int, width: int, padded: bool) -> np.ndarray:
+    """An int64 ``(rows, width)`` box to write (zeros where ``padded``): of at least
+    :data:`COLUMNS_FROM` rows, laid out column by column (the transpose of a ``(width,
+    rows)`` array: the order reads it a key column at a time, each contiguous so; the
+    same values), else row by row (numpy's gathers of its rows cost less so)."""
+    new = np.zeros if padded else np.empty
+    if rows >= COLUMNS_FROM:
+        return new((width, rows), dtype=np.int64).T
+    return new((rows, width), dtype=np.int64)
+
+
+COLUMNS_FROM = 4096
+"""Rows from which :func:`_box` lays the box out column by column (where
+:func:`~reshard.planner.schedule.packed_sort.lexsort` packs the order's keys a column at
+a time)."""
 
 
 def _repeated(values: list[int], sizes: list[int]) -> np.ndarray:

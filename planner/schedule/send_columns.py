@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import compress, repeat
 
 import numpy as np
@@ -34,8 +35,10 @@ class SendColumns:
     Attributes:
         position: each send's index in the plan.
         tensor, root, recv, nbytes, step: its task's fields.
-        box: ``(rows, 2 * width)`` starts and stops dim by dim, zero-padded past ``ndim``.
+        box_source: ``(rows', 2 * width)`` starts and stops dim by dim, zero-padded past
+            ``ndim``, of the rows the sends are picked from (:attr:`box`).
         ndim: each box's rank.
+        box_rows: each send's row of ``box_source`` (None: row ``i`` the ``i``-th send's).
     """
 
     position: np.ndarray
@@ -44,17 +47,29 @@ class SendColumns:
     recv: np.ndarray
     nbytes: np.ndarray
     step: np.ndarray
-    box: np.ndarray
+    box_source: np.ndarray
     ndim: np.ndarray
+    box_rows: np.ndarray | None = None
+
+    @cached_property
+    def box(self) -> np.ndarray:
+        """``(sends, 2 * width)``: each send's starts and stops, dim by dim, zero-padded
+        past ``ndim``; gathered from :attr:`box_source` on first read (an estimate never
+        reads it: only the digest does, and :meth:`boxes` reads the source itself)."""
+        if self.box_rows is None:
+            return self.box_source
+        return np.take(self.box_source, self.box_rows, axis=0)
 
     def boxes(self, rows: np.ndarray) -> list[Box]:
-        """The boxes of ``rows`` as tuples of (start, stop)."""
+        """The boxes of ``rows`` as tuples of (start, stop) (read from
+        :attr:`box_source`: the same values as :attr:`box`'s rows)."""
         out: list[Box] = [()] * len(rows)
         ndims = self.ndim[rows]
+        source = self.box_source
         for k in np.unique(ndims).tolist():
             at = np.flatnonzero(ndims == k)
-            picked = rows[at]
-            got = boxes_of(self.box[picked, 0:2 * k:2], self.box[picked, 1:2 * k:2])
+            picked = rows[at] if self.box_rows is None else self.box_rows[rows[at]]
+            got = boxes_of(source[picked, 0:2 * k:2], source[picked, 1:2 * k:2])
             for i, b in zip(at.tolist(), got):
                 out[i] = b
         return out

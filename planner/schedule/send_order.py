@@ -79,8 +79,8 @@ def _sends(position: np.ndarray, p2p: PointColumns, p_step: np.ndarray, picked: 
             bool((col == col[0]).all()) else pick(col)
 
     return SendColumns(position, often_same(p2p.tensor), pick(p2p.root), pick(p2p.recv),
-                       often_same(p2p.nbytes), often_same(p_step), pick(p2p.box),
-                       often_same(p2p.ndim))
+                       often_same(p2p.nbytes), often_same(p_step), p2p.box,
+                       often_same(p2p.ndim), box_rows=picked)  # boxes gathered when read
 
 
 def _same(col: np.ndarray, n: int) -> np.ndarray:
