@@ -12,6 +12,10 @@ PREFIX, SAMPLE, FEW = 4, 64, 16
 than twice as many: the rest looked up), unless one in more than ``FEW`` of every
 ``SAMPLE``-th code after them lacks a number there."""
 
+BLOCK = 1 << 18
+""":func:`_numbered_all` finds first places this many codes at a time (no index of
+every code laid out)."""
+
 
 def numbered(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct ``codes`` (non-negative) in the order they first appear, and each
@@ -43,21 +47,26 @@ def numbered(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _numbered_all(codes: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`numbered` of codes below ``bound``: by a table over the codes' range
     where it is not far larger than the codes (linear; the sort of ``np.unique`` where
-    it is)."""
+    it is). Each first place is the least of the code's places, found :data:`BLOCK`
+    codes at a time (the same least)."""
     n = len(codes)
     if bound > 4 * n + 4096:
         used, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-        order = np.argsort(first)
+        order = np.argsort(first)  # distinct first places: no ties
         number = np.empty(len(used), dtype=np.int64)
         number[order] = np.arange(len(used))
         return used[order], number[inverse.reshape(-1)]
     first = np.full(bound, n, dtype=np.int64)
-    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+    for a in range(0, n, BLOCK):
+        b = min(a + BLOCK, n)
+        np.minimum.at(first, codes[a:b], np.arange(a, b, dtype=np.int64))
     used = np.flatnonzero(first < n)
-    in_order = used[np.argsort(first[used])]
+    in_order = used[np.argsort(first[used])]  # distinct first places: no ties
+    # numbers stay int64 (intp): bincount, the set-up's main reader, would copy int32
+    # ones into intp each call
     number = np.empty(bound, dtype=np.int64)
     number[in_order] = np.arange(len(in_order), dtype=np.int64)
     return in_order, number[codes]
 
 
-__all__ = ["FEW", "PREFIX", "SAMPLE", "numbered"]
+__all__ = ["BLOCK", "FEW", "PREFIX", "SAMPLE", "numbered"]
