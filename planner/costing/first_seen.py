@@ -17,7 +17,7 @@ BLOCK = 1 << 18
 every code laid out)."""
 
 
-def numbered(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def numbered(codes: np.ndarray, reuse: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The distinct ``codes`` (non-negative) in the order they first appear, and each
     code's number in that order (:func:`_numbered_all`). Many codes over a range far
     smaller: those of a prefix numbered first (:data:`PREFIX` times the range), then
@@ -25,23 +25,35 @@ def numbered(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     so numbered after its codes, in their own order of first appearance) are numbered
     apart: the same numbers, without a first-appearance pass over every code. Where a
     sample (every :data:`SAMPLE`-th code after the prefix) finds more than one in
-    :data:`FEW` of them lacking, the table of them all, as before."""
+    :data:`FEW` of them lacking, the table of them all, as before. ``reuse``: the
+    caller's ``codes`` (``intp``, its own, read no more) may hold the numbers, looked
+    up in place (:func:`_looked_up_in`: no second array of every edge)."""
     bound = int(codes.max(initial=-1)) + 1
     head = PREFIX * bound
     if len(codes) <= 2 * head:
         return _numbered_all(codes, bound)
     in_order, _ = _numbered_all(codes[:head], bound)
-    table = np.full(bound, -1, dtype=np.int64)
+    table = np.arange(-1, -1 - bound, -1, dtype=np.int64)  # a code it lacks: -1 - code
     table[in_order] = np.arange(len(in_order), dtype=np.int64)
     if np.count_nonzero(table[codes[head::SAMPLE]] < 0) * FEW > len(codes) // SAMPLE:
         return _numbered_all(codes, bound)  # many codes lack one: a table of them all
-    out: np.ndarray = table[codes]
+    out: np.ndarray = _looked_up_in(table, codes) if reuse and len(codes) >= BLOCK and \
+        codes.dtype == np.intp and codes.flags.writeable else table[codes]
     new = np.flatnonzero(out < 0)
     if not len(new):
         return in_order, out
-    more, numbers = _numbered_all(codes[new], bound)
+    more, numbers = _numbered_all(-1 - out[new], bound)  # the codes lacking, as they were
     out[new] = numbers + len(in_order)
     return np.concatenate((in_order, more)), out
+
+
+def _looked_up_in(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """``table[codes]`` written over ``codes`` (:data:`BLOCK` at a time: each block
+    looked up, then copied into its place), which it returns."""
+    for a in range(0, len(codes), BLOCK):
+        part = codes[a:a + BLOCK]
+        part[...] = table[part]
+    return codes
 
 
 def _numbered_all(codes: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:

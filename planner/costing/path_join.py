@@ -26,10 +26,6 @@ P = TypeVar("P")
 Piece = tuple[int, "np.ndarray | None"]
 """A run of edges' count and fractions (None: every one 1.0, known unread)."""
 
-NARROW = 1 << 18
-"""Paths' arrays of at least this many codes in all join as int32 where every code
-fits it (:func:`narrow_joined`), about this many codes at a time."""
-
 
 def joined(paths: list[P], alone_of: Callable[[list[P]], list[Sequence[int] | None]],
            arrays_of: Callable[[list[P]], list[Arrays]]
@@ -68,34 +64,10 @@ def _all_arrays(paths: list[P], arrays_of: Callable[[list[P]], list[Arrays]]
         return np.zeros(0, dtype=np.int64), [], np.zeros(0, dtype=np.int64)
     codes_of, fracs = zip(*arrays)
     lens = np.fromiter(map(len, codes_of), dtype=np.int64, count=len(arrays))
-    codes = narrow_joined(codes_of, lens)
+    codes = np.concatenate(codes_of)
     if all(map(operator.is_, fracs, itertools.repeat(None))):  # one run of ones
         return codes, ([(len(codes), None)] if len(codes) else []), lens
     return codes, list(zip(lens.tolist(), fracs)), lens
-
-
-def narrow_joined(arrays: Sequence[np.ndarray], lens: np.ndarray) -> np.ndarray:
-    """``np.concatenate(arrays)`` (integers, ``lens``: their lengths); from
-    :data:`NARROW` codes on, int32 where every code fits it: the arrays joined about
-    :data:`NARROW` codes at a time into one scratch array, whose least and greatest
-    code are checked before it is copied into its place (the same values, half the
-    bytes, and no array of every code at their width laid out)."""
-    ends = np.cumsum(lens)
-    total = int(ends[-1]) if len(ends) else 0
-    if total < NARROW or all(a.dtype.itemsize <= 4 for a in arrays):
-        return np.concatenate(arrays)
-    out = np.empty(total, dtype=np.int32)
-    cuts = np.searchsorted(ends, np.arange(NARROW, total, NARROW), side="right").tolist()
-    lo, a = 0, 0
-    for hi in [*cuts, len(arrays)]:
-        if hi <= lo:
-            continue
-        part = np.concatenate(arrays[lo:hi])
-        if len(part) and (int(part.max()) > 0x7FFFFFFF or int(part.min()) < -0x80000000):
-            return np.concatenate(arrays)  # a code too wide for int32
-        out[a:a + len(part)] = part
-        lo, a = hi, a + len(part)
-    return out
 
 
 def _mixed(paths: list[P], alone: list[Sequence[int] | None],
@@ -142,4 +114,4 @@ def fractions(pieces: list[Piece], read_from: int) -> np.ndarray | None:
     return np.concatenate([np.ones(n) if f is None else f for n, f in pieces])
 
 
-__all__ = ["NARROW", "Arrays", "Piece", "fractions", "joined", "narrow_joined"]
+__all__ = ["Arrays", "Piece", "fractions", "joined"]

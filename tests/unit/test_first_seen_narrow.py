@@ -1,13 +1,12 @@
-"""Resource numbers and joined codes in narrow types (first_seen, path_join): the same
-values as the oracles they replace (a first-appearance numbering by ``np.unique`` and
-``np.concatenate``), int32 where they fit, blocks of them found as one pass would."""
+"""Resource numbers (first_seen): first places found block by block, and numbers
+written over the caller's codes, the same as a first-appearance oracle."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from reshard.planner.costing import first_seen, path_join
+from reshard.planner.costing import first_seen
 from reshard.planner.costing.first_seen import numbered
 
 
@@ -34,10 +33,14 @@ def _codes(seed: int, n: int, bound: int, dtype: type) -> np.ndarray:
 @pytest.mark.parametrize("dtype", [np.int64, np.int32])
 def test_numbered_as_the_oracle_and_int32(seed, n, bound, dtype):
     codes = _codes(seed, n, bound, dtype)
-    in_order, number = numbered(codes)
     want_order, want_number = _oracle(codes)
-    assert in_order.tolist() == want_order and number.tolist() == want_number
-    assert number.dtype == np.int64  # intp: bincount reads it without a copy
+    for reuse in (False, True):
+        given = codes.copy()
+        in_order, number = numbered(given, reuse)
+        assert in_order.tolist() == want_order and number.tolist() == want_number
+        assert number.dtype == np.int64  # intp: bincount reads it without a copy
+        if not reuse:
+            assert given.tolist() == codes.tolist()  # the caller's codes untouched
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -52,39 +55,23 @@ def test_numbered_all_blocks_as_one_pass(seed):
     assert in_order.tolist() == want_order and number.tolist() == want_number
 
 
-def _arrays(seed: int, lens: list[int], top: int) -> list[np.ndarray]:
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("late", [0, 3, 40])
+def test_numbered_in_place_as_the_oracle(seed, late):
+    # many int64 codes over a small range, ``late`` of them first met after the prefix
+    n = 2 * first_seen.BLOCK + 101
     rng = np.random.default_rng(seed)
-    return [rng.integers(0, top, n) for n in lens]
-
-
-@pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("lens", [
-    [3, 0, 5],  # few codes: joined as they are
-    [path_join.NARROW // 3] * 7 + [0, 1],  # several blocks, an empty array
-    [path_join.NARROW * 2 + 1, 5, path_join.NARROW - 1, 0],  # arrays over a block
-    [1] * 1000 + [path_join.NARROW],
-])
-def test_narrow_joined_as_concatenate(seed, lens):
-    arrays = _arrays(seed, lens, 16380)
-    got = path_join.narrow_joined(arrays, np.array(lens, dtype=np.int64))
-    want = np.concatenate(arrays)
-    assert got.tolist() == want.tolist()
-    assert got.dtype == (np.int32 if sum(lens) >= path_join.NARROW else np.int64)
-
-
-@pytest.mark.parametrize("where", [0, -1, 4])
-@pytest.mark.parametrize("wide", [1 << 31, -(1 << 31) - 1])
-def test_narrow_joined_keeps_int64_for_wide_codes(where, wide):
-    lens = [path_join.NARROW // 4] * 6
-    arrays = _arrays(abs(where), lens, 1000)
-    arrays[where][len(arrays[where]) // 2] = wide
-    got = path_join.narrow_joined(arrays, np.array(lens, dtype=np.int64))
-    assert got.dtype == np.int64 and got.tolist() == np.concatenate(arrays).tolist()
-
-
-def test_narrow_joined_edges_of_int32_codes():
-    # codes given as int32 join as they are (no check needed)
-    lens = [path_join.NARROW, 3]
-    arrays = [a.astype(np.int32) for a in _arrays(1, lens, 99)]
-    got = path_join.narrow_joined(arrays, np.array(lens, dtype=np.int64))
-    assert got.dtype == np.int32 and got.tolist() == np.concatenate(arrays).tolist()
+    codes = rng.integers(0, 3000, n)
+    codes[rng.integers(4 * 3100, n, late)] = 3000 + rng.integers(0, 100, late)
+    want_order, want_number = _oracle(codes)
+    given = codes.copy()
+    in_order, number = numbered(given, True)
+    assert in_order.tolist() == want_order and number.tolist() == want_number
+    assert np.shares_memory(number, given)  # written over the codes given
+    ro = codes.copy()
+    ro.flags.writeable = False  # read only: a new array
+    in_order, number = numbered(ro, True)
+    assert number.tolist() == want_number and ro.tolist() == codes.tolist()
+    narrow = codes.astype(np.int32)  # not intp: a new array
+    in_order, number = numbered(narrow, True)
+    assert number.tolist() == want_number and not np.shares_memory(number, narrow)
