@@ -48,11 +48,13 @@ def numbered(codes: np.ndarray, reuse: bool = False) -> tuple[np.ndarray, np.nda
 
 
 def _looked_up_in(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    """``table[codes]`` written over ``codes`` (:data:`BLOCK` at a time: each block
-    looked up, then copied into its place), which it returns."""
+    """``table[codes]`` written over ``codes`` (:data:`BLOCK` at a time), which it
+    returns. ``np.take`` with ``mode="clip"`` writes ``out=`` directly (no copy of it;
+    every code is below ``len(table)``, so nothing is clipped), reading each code
+    before it writes that place."""
     for a in range(0, len(codes), BLOCK):
         part = codes[a:a + BLOCK]
-        part[...] = table[part]
+        np.take(table, part, out=part, mode="clip")
     return codes
 
 
