@@ -197,7 +197,7 @@ class FairShare:
         whole = frac is None
         dfrac = _ones(len(codes)) if frac is None else frac
         if len(distinct) == len(paths):  # every path its own: the edges as they are
-            self._edges(codes, dfrac, dlens, cluster, whole)
+            self._edges(codes, dfrac, dlens, cluster, whole, reuse=True)
             return
         number = dict(zip(distinct, range(len(distinct))))  # first places, in order
         of = np.fromiter(map(number.__getitem__, ids), dtype=np.int64, count=len(ids))
@@ -205,7 +205,7 @@ class FairShare:
         lens = dlens[of]
         edges = ranges(dat[of], dat[of] + lens)
         self._edges(codes[edges], _ones(len(edges)) if whole else dfrac[edges], lens,
-                    cluster, whole)
+                    cluster, whole, reuse=True)
 
     @classmethod
     def of_edges(cls, codes: np.ndarray, frac: np.ndarray | None, lens: np.ndarray,
@@ -222,10 +222,12 @@ class FairShare:
         return out
 
     def _edges(self, codes: np.ndarray, frac: np.ndarray, lens: np.ndarray,
-               cluster: Cluster, whole: bool = False) -> None:
+               cluster: Cluster, whole: bool = False, reuse: bool = False) -> None:
         """Set up from every transfer's edges (:meth:`of_edges`; ``whole``: every
-        fraction is known to be 1.0)."""
-        in_order, res = numbered(codes)  # resources in the order they first appear
+        fraction is known to be 1.0; ``reuse``: ``codes`` is the set-up's own, joined
+        for it, so its numbers may be written over it: :func:`~reshard.planner.costing.
+        first_seen.numbered`)."""
+        in_order, res = numbered(codes, reuse)  # resources in the order they first appear
         self.n = len(lens)
         self.codes, self.nres = in_order, len(in_order)  # each resource's code
         self._resources: list[Resource] | None = None
