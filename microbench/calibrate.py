@@ -302,7 +302,9 @@ def runtime_shared(rt: Any, src: Sequence[int], dst: Sequence[int], nbytes: int 
     its cores) in the round that took the fewest (the first warms up). The machine's
     rate whether or not its cores limit the round; what loopback streaming
     (:func:`measure`) leaves out: the kernel's per-packet work on 1,500-byte links and
-    the backend's own work per byte."""
+    the backend's own work per byte. A round faster than the busy clock's tick (1 /
+    ``SC_CLK_TCK`` s; a fast machine moving a small ``nbytes``) counts as one tick: the
+    rate it reads is then a floor, not a division by nothing."""
     import reshard
 
     here, there = _pair_layouts(src, dst)
@@ -310,7 +312,8 @@ def runtime_shared(rt: Any, src: Sequence[int], dst: Sequence[int], nbytes: int 
     plan = reshard.plan(shape, "uint8", here, there, cluster=rt.cluster)
     best = _least_busy(rt, plan, [rt.put(np.ones(shape, np.uint8), here)], rounds)
     cores = len(os.sched_getaffinity(0))
-    return len(src) * nbytes / max(best / cores, 1e-9)
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")  # the busy clock's resolution: a round read
+    return len(src) * nbytes / (max(best, tick) / cores)  # as 0 took up to a tick
 
 
 def runtime_part_cost(rt: Any, src: Sequence[int], dst: Sequence[int], count: int = 1024,

@@ -173,3 +173,22 @@ def test_calibration_keeps_the_best_round(monkeypatch):
     measured[(2, True)] = [[0.1, 0.1]]
     assert calibrate.measure(2, nbytes=1000, round_trips=10).latency == 0.2 / 10 / 2
     assert links.shared == 2 * 1000 / 1.5  # the slowest pair of the fastest round
+
+
+def test_a_round_under_the_busy_clocks_tick_reads_one_tick(monkeypatch):
+    """A round that moved its bytes between two ticks of /proc/stat's busy clock (0
+    busy seconds read) gives a floor of the rate (one tick), not bytes over nothing."""
+    import os
+    from types import SimpleNamespace
+
+    import reshard
+    from reshard.microbench import calibrate
+
+    monkeypatch.setattr(calibrate, "_least_busy", lambda *_a, **_k: 0.0)
+    rt = SimpleNamespace(cluster=reshard.Cluster.regular(2, 2), put=lambda x, layout: x)
+    rate = calibrate.runtime_shared(rt, [0, 1], [2, 3], nbytes=8 << 20, rounds=1)
+    cores = len(os.sched_getaffinity(0))
+    assert rate == 2 * (8 << 20) * cores * os.sysconf("SC_CLK_TCK")
+    monkeypatch.setattr(calibrate, "_least_busy", lambda *_a, **_k: 0.5)
+    assert calibrate.runtime_shared(rt, [0, 1], [2, 3], nbytes=8 << 20) == \
+        2 * (8 << 20) / (0.5 / cores)
