@@ -116,18 +116,29 @@ def _hop(a: int, b: int, cluster: Cluster) -> Hop:
     """The edge ``a -> b``: the resources every byte crosses, the hop's latency, the
     rate a relay passes a piece on at (over the NICs where the hop leaves the host,
     else over the device's link), and the resources' codes (:func:`~reshard.planner.
-    values.resources.code`)."""
-    host = cluster.host_map
-    ends = (a * 8 + KIND_CODE[DEV_OUT], b * 8 + KIND_CODE[DEV_IN])  # code() of each
-    if host[a] == host[b]:
-        crossed: tuple[tuple[Resource, float], ...] = (((DEV_OUT, a), 1.0),
-                                                       ((DEV_IN, b), 1.0))
-        return crossed, cluster.intra_latency, cluster.intra_bandwidth, ends
-    nic = cluster.nic_map
-    crossed = (((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0), ((NIC_OUT, nic[a]), 1.0),
-               ((NIC_IN, nic[b]), 1.0))
-    return crossed, cluster.latency, cluster.nic_capacity, \
-        (*ends, nic[a] * 8 + KIND_CODE[NIC_OUT], nic[b] * 8 + KIND_CODE[NIC_IN])
+    values.resources.code`): :func:`_hops_on`'s."""
+    return _hops_on(cluster)(a, b)
+
+
+def _hops_on(cluster: Cluster) -> Callable[[int, int], Hop]:
+    """:func:`_hop` on ``cluster``, its maps, latencies and capacities read once (the
+    NIC capacity is a property): for many edges of one call."""
+    host, nic = cluster.host_map, cluster.nic_map
+    out_in = KIND_CODE[DEV_OUT], KIND_CODE[DEV_IN], KIND_CODE[NIC_OUT], KIND_CODE[NIC_IN]
+    intra = cluster.intra_latency, cluster.intra_bandwidth
+    inter = cluster.latency, cluster.nic_capacity
+
+    def hop(a: int, b: int) -> Hop:
+        ends = (a * 8 + out_in[0], b * 8 + out_in[1])  # code() of each
+        if host[a] == host[b]:
+            crossed: tuple[tuple[Resource, float], ...] = (((DEV_OUT, a), 1.0),
+                                                           ((DEV_IN, b), 1.0))
+            return crossed, *intra, ends
+        crossed = (((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0), ((NIC_OUT, nic[a]), 1.0),
+                   ((NIC_IN, nic[b]), 1.0))
+        return crossed, *inter, (*ends, nic[a] * 8 + out_in[2], nic[b] * 8 + out_in[3])
+
+    return hop
 
 
 def _send_route(task: Task, cluster: Cluster, hops: Hops) -> tuple[Path, float]:
@@ -144,27 +155,15 @@ def _send_batch(items: list[tuple[tuple[object, ...], Task]], cluster: Cluster, 
                 found: Found) -> None:
     """Put in ``found`` (by place in ``items``) the route of each send of ``items``
     on a cluster without shared bandwidth: :func:`_send_route`'s, its one edge's hop
-    (:func:`_hop`'s, read from ``hops`` or found and kept there), in one loop for all."""
-    host, nic = cluster.host_map, cluster.nic_map
-    out_in = KIND_CODE[DEV_OUT], KIND_CODE[DEV_IN], KIND_CODE[NIC_OUT], KIND_CODE[NIC_IN]
-    get, send = hops.get, TaskKind.SEND
-    intra = cluster.intra_latency, cluster.intra_bandwidth
-    inter = cluster.latency, cluster.nic_capacity  # (a property: read once)
+    (read from ``hops``, or found by :func:`_hops_on` and kept there), in one loop."""
+    get, send, hop_of = hops.get, TaskKind.SEND, _hops_on(cluster)
     for slot, (_, t) in enumerate(items):
         if t.kind is not send:
             continue
-        a, b = edge = (t.root, t.receivers[0])
+        edge = (t.root, t.receivers[0])
         hop = get(edge)
-        if hop is None:  # _hop(a, b, cluster), inline
-            if host[a] == host[b]:
-                hop = ((((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0)), *intra,
-                       (a * 8 + out_in[0], b * 8 + out_in[1]))
-            else:
-                hop = ((((DEV_OUT, a), 1.0), ((DEV_IN, b), 1.0), ((NIC_OUT, nic[a]), 1.0),
-                        ((NIC_IN, nic[b]), 1.0)), *inter,
-                       (a * 8 + out_in[0], b * 8 + out_in[1], nic[a] * 8 + out_in[2],
-                        nic[b] * 8 + out_in[3]))
-            hops[edge] = hop
+        if hop is None:
+            hop = hops[edge] = hop_of(*edge)
         found[slot] = Path(hop[0], hop[3]), hop[1]
 
 
@@ -410,8 +409,7 @@ def _find(tasks: Sequence[Task], todo: dict[tuple[object, ...], int],
     tried: Tried = {}  # large tasks' forms (relabeled_or_own)
     if step is not None and len(tasks) >= RELABEL_BATCH:
         _relabel_batch(items, step, cluster, hops, found, tried)
-    plain_sends = not cluster.shared_bandwidth
-    if plain_sends:
+    if not cluster.shared_bandwidth:  # every send's route: its hop
         _send_batch(items, cluster, hops, found)
     for slot, (key, i) in enumerate(todo.items()):
         if found[slot] is not None:  # found by a batch
@@ -422,8 +420,6 @@ def _find(tasks: Sequence[Task], todo: dict[tuple[object, ...], int],
                 if len(t.receivers) < ARRAY_EDGES else \
                 relabeled_or_own(t, key, step, _finder(t, cluster, hops),
                                  (hops.forms(), hops.chains(), hops.ones()), tried)
-        elif t.kind is TaskKind.SEND and plain_sends:  # _links_path's send: its hop
-            found[slot] = _send_route(t, cluster, hops)
         else:
             path, lat = task_path(t, cluster, hops, rides=i in riders)
             found[slot] = (path if isinstance(path, Path) else Path(path), lat)

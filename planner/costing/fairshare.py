@@ -340,25 +340,23 @@ class FairShare:
         # many edges of increasing transfers: every edge, the others' at rate 0.0 (each
         # resource's sum from 0.0 adds theirs in the same order, and s + 0.0 is s)
         spread = not every and self._many(which, 2)
-        if every or spread:  # every edge, in order: the arrays themselves
-            res, frac = self.res, self.frac
-        else:
-            mine = ranges(self.task_at[which], self.task_at[which + 1])
-            task, res = self.task[mine], self.res[mine]
-            frac = self.frac if self.whole else self.frac[mine]  # read only if not whole
         out = []
-        for rate in rates:
-            # a transfer's finite rate (else 0) on each of its edges: the same as the
-            # rate on each edge, finite or 0, with one pass over the transfers
-            finite = np.where(np.isfinite(rate), rate, 0.0)
-            if spread:
-                only = np.zeros(self.n)
-                only[which] = finite[which]
-                finite = only
-            if (every or spread) and res.size >= LARGE:  # block by block
+        if every or spread:  # every edge, in order: the arrays themselves (edge_sums)
+            for rate in rates:
+                # a transfer's finite rate (else 0) on each of its edges: the same as the
+                # rate on each edge, finite or 0, with one pass over the transfers
+                finite = np.where(np.isfinite(rate), rate, 0.0)
+                if spread:
+                    only = np.zeros(self.n)
+                    only[which] = finite[which]
+                    finite = only
                 out.append(self.edge_sums(finite))
-                continue
-            r = self.per_edge(finite) if every or spread else finite[task]
+            return out
+        mine = ranges(self.task_at[which], self.task_at[which + 1])
+        task, res = self.task[mine], self.res[mine]
+        frac = self.frac if self.whole else self.frac[mine]  # read only if not whole
+        for rate in rates:
+            r = np.where(np.isfinite(rate), rate, 0.0)[task]
             out.append(np.bincount(res, weights=r if self.whole else frac * r,
                                    minlength=self.nres))
         return out

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reshard.planner.costing.fairshare import LARGE, FairShare, Fill
+from reshard.planner.costing.fairshare import FairShare, Fill
 from reshard.planner.costing.stepgate import OneStep, StepGate, gate_of, has_device
 from reshard.planner.values.plan_view import PlanView
 from reshard.planner.values.tasks import Task
@@ -148,11 +148,7 @@ def _carried(flows: FairShare, nbytes: np.ndarray) -> np.ndarray:
     """Bytes each resource of ``flows`` carries over the run: each edge's share of its
     transfer's ``nbytes`` (no product where every fraction is 1.0: ``1.0 * x`` is
     ``x``)."""
-    if flows.res.size >= LARGE:  # block by block: no array of every edge's bytes
-        return flows.edge_sums(nbytes)
-    on = flows.per_edge(nbytes)  # nbytes[flows.task]
-    return np.bincount(flows.res, weights=on if flows.whole else flows.frac * on,
-                       minlength=flows.nres)
+    return flows.edge_sums(nbytes)  # (of LARGE edges or more: block by block)
 
 
 class _Fluid:

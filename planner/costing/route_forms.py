@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence, Sized
 import numpy as np
 
 from reshard.planner.costing.fairshare import Path, path_arrays
-from reshard.planner.costing.sampled_keys import SampledKey
+from reshard.planner.costing.sampled_keys import SampledKey, every
 from reshard.planner.values.plan_view import Route
 from reshard.planner.values.resources import KIND_CODE, NIC_IN
 from reshard.planner.values.tasks import Task
@@ -210,17 +210,14 @@ def form_key(task: Task, key: tuple[object, ...], row: bytes) -> SampledKey:
     every form key is made here)."""
     head = ("hosts", key[0], len(task.receivers), len(task.parents), len(task.addends))
     tail = key[6:]
-    # the sample is every(row, FORM_STRIDE), made here without the call
-    return SampledKey.of((*head, row, *tail),
-                         (*head, (len(row), row[::FORM_STRIDE], row[-1:]), *tail))
+    return SampledKey.of((*head, row, *tail), (*head, every(row, FORM_STRIDE), *tail))
 
 
 def chain_key(task: Task) -> SampledKey:
     """A :data:`ChainMemo` key: ``task``'s root and receivers, hashed by a sample of
     them (every chain key is made here)."""
-    recv = task.receivers  # the sample every(recv, CHAIN_STRIDE), made without the call
-    return SampledKey.of((task.root, recv),
-                         (task.root, (len(recv), recv[::CHAIN_STRIDE], recv[-1:])))
+    return SampledKey.of((task.root, task.receivers),
+                         (task.root, every(task.receivers, CHAIN_STRIDE)))
 
 
 CHAIN_STRIDE = 8

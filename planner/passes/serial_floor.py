@@ -118,7 +118,7 @@ def device_floor(plan: ReshardPlan, device: int) -> float:
     conversions, less :data:`MARGIN`: no more than that floor (its most loaded
     device's sum, conversions first)."""
     cap = capacities(plan.cluster)
-    kind_cap: np.ndarray | None = None
+    kind_cap: tuple[np.ndarray, bool] | None = None  # (_kind_caps)
     slowest: dict[int, float] = {}  # by id of a shared path
     ones: dict[int, tuple[np.ndarray, bool]] = {}  # fractions all 1.0 by id (_slowest)
     copy = TaskKind.COPY
@@ -135,28 +135,34 @@ def device_floor(plan: ReshardPlan, device: int) -> float:
                 (f / cap[r[0]] for r, f in path if f > 0), default=0.0)
         elif per_byte is None:
             if kind_cap is None:
-                kind_cap = np.array([cap[kind] for kind in KINDS])
-                ones[-1] = (kind_cap, bool(  # (no array's id) each 0 or more, not -0.0
-                    ((kind_cap > 0) | ((kind_cap == 0) & ~np.signbit(kind_cap))).all()))
+                kind_cap = _kind_caps(np.array([cap[kind] for kind in KINDS]))
             per_byte = slowest[id(path)] = _slowest(path_arrays(path), kind_cap, ones)
         total += lat + per_byte * t.nbytes
     return total * (1 - MARGIN)
 
 
-def _slowest(arrays: tuple[np.ndarray, np.ndarray], kind_cap: np.ndarray,
+def _kind_caps(kind_cap: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Each kind's capacity, and whether :func:`_slowest` may take ``1 / least`` of
+    them: none below 0, NaN or -0.0 (each 0 or more)."""
+    return kind_cap, bool(
+        ((kind_cap > 0) | ((kind_cap == 0) & ~np.signbit(kind_cap))).all())
+
+
+def _slowest(arrays: tuple[np.ndarray, np.ndarray], caps: tuple[np.ndarray, bool],
              ones: dict[int, tuple[np.ndarray, bool]]) -> float:
     """A route's seconds a byte over its slowest resource (its codes and fractions
-    ``arrays``; ``kind_cap``: each kind's capacity): the most of ``frac / capacity``
-    over its edges with a fraction above 0. Where every fraction is 1.0 (asked once
-    per array, by id in ``ones``: routes of one form share theirs) and no capacity is
-    below 0 (``ones[-1]``; none NaN or -0.0), ``1 / least capacity``: the same float
+    ``arrays``; ``caps``: each kind's capacity, :func:`_kind_caps`): the most of
+    ``frac / capacity`` over its edges with a fraction above 0. Where every fraction is
+    1.0 (asked once per array, by id in ``ones``: routes of one form share theirs) and
+    no capacity is below 0 (none NaN or -0.0), ``1 / least capacity``: the same float
     (rounding keeps ``1 / x`` falling as ``x`` rises, so the largest quotient is the
     least divisor's; a capacity of 0 on the route gives infinity either way)."""
     codes, frac = arrays
+    kind_cap, at_least_zero = caps
     got = ones.get(id(frac))
     if got is None or got[0] is not frac:
         got = ones[id(frac)] = (frac, bool((frac == 1.0).all()))
-    if got[1] and len(codes) and ones[-1][1]:
+    if got[1] and len(codes) and at_least_zero:
         return float(np.divide(1.0, kind_cap[codes % 8].min()))
     on = frac > 0
     return float((frac[on] / kind_cap[codes[on] % 8]).max(initial=0.0))

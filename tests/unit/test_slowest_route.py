@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reshard.planner.passes.serial_floor import _slowest
+from reshard.planner.passes.serial_floor import _kind_caps, _slowest
 
 
 def _old(codes: np.ndarray, frac: np.ndarray, kind_cap: np.ndarray) -> float:
@@ -26,8 +26,7 @@ def test_the_least_capacity_is_the_quotients_most(seed):
         kind_cap[int(rng.integers(8))] = 0.0  # a kind of no capacity: infinity
     if seed % 10 == 1:
         kind_cap[int(rng.integers(8))] = rng.choice([-0.0, -2e9, np.nan])  # the old way
-    ones = {-1: (kind_cap, bool(
-        ((kind_cap > 0) | ((kind_cap == 0) & ~np.signbit(kind_cap))).all()))}
+    caps, ones = _kind_caps(kind_cap), {}
     shared = np.ones(int(rng.integers(0, 300)))
     shared.flags.writeable = False
     for _ in range(6):
@@ -38,5 +37,5 @@ def test_the_least_capacity_is_the_quotients_most(seed):
             frac = rng.choice([0.0, 0.25, 1.0, 1 / 3], size=n)
         with np.errstate(divide="ignore", invalid="ignore"):
             want = _old(codes, frac, kind_cap)
-            got = _slowest((codes, frac), kind_cap, ones)
+            got = _slowest((codes, frac), caps, ones)
         assert got == want or (np.isnan(got) and np.isnan(want))
